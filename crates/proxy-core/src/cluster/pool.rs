@@ -1,0 +1,267 @@
+//! Per-worker, per-host upstream connections: a keep-alive pool for HTTP/1.1, one multiplexed
+//! connection for HTTP/2. Nothing here is `Send`: each worker owns its pools.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::config::UpstreamProtocol;
+use crate::error::ProxyError;
+use crate::exec::LocalExec;
+
+/// Idle HTTP/1.1 connections kept per host per worker; more are closed when returned.
+const MAX_IDLE_PER_HOST: usize = 1024;
+
+pub(crate) struct HostPool {
+    addr: SocketAddr,
+    protocol: UpstreamProtocol,
+    connect_timeout: Duration,
+    /// HTTP/1.1 connections with no request in flight, most recently used last.
+    idle: RefCell<Vec<http1::SendRequest<Incoming>>>,
+    /// The shared HTTP/2 connection, if one is open.
+    h2: RefCell<Option<http2::SendRequest<Incoming>>>,
+    /// Held while an HTTP/2 connection is being made, so a burst of requests opens one.
+    h2_connecting: tokio::sync::Mutex<()>,
+}
+
+impl HostPool {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        protocol: UpstreamProtocol,
+        connect_timeout: Duration,
+    ) -> Self {
+        Self {
+            addr,
+            protocol,
+            connect_timeout,
+            idle: RefCell::new(Vec::new()),
+            h2: RefCell::new(None),
+            h2_connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn protocol(&self) -> UpstreamProtocol {
+        self.protocol
+    }
+
+    /// Sends `req` and waits for the response head. The response body streams on; for
+    /// HTTP/1.1 the connection returns to the pool when that body has been read to its end.
+    pub(crate) async fn send(
+        self: &Rc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        match self.protocol {
+            UpstreamProtocol::Http1 => self.send_h1(req).await,
+            UpstreamProtocol::Http2 => self.send_h2(req).await,
+        }
+    }
+
+    async fn send_h1(
+        self: &Rc<Self>,
+        mut req: Request<Incoming>,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        // A pooled connection may have been closed by the upstream while idle. If the request
+        // was not written before that was noticed, hyper hands it back and it is sent on a
+        // fresh connection instead. A fresh connection that fails is reported, so a dead host
+        // cannot loop us.
+        loop {
+            let (mut sender, fresh) = match self.idle_h1().await {
+                Some(sender) => (sender, false),
+                None => (self.connect_h1().await?, true),
+            };
+            match sender.try_send_request(req).await {
+                Ok(response) => {
+                    let (head, body) = response.into_parts();
+                    let body = UpstreamBody::new(body, Some(PoolReturn::new(self, sender)));
+                    return Ok(Response::from_parts(head, body));
+                }
+                Err(mut err) => match err.take_message() {
+                    Some(unsent) if !fresh => req = unsent,
+                    _ => return Err(ProxyError::from_upstream(self.addr, err.into_error())),
+                },
+            }
+        }
+    }
+
+    /// The most recently used idle connection that is still open and ready.
+    async fn idle_h1(&self) -> Option<http1::SendRequest<Incoming>> {
+        loop {
+            let mut sender = self.idle.borrow_mut().pop()?;
+            if sender.is_closed() {
+                continue;
+            }
+            // Returned connections are normally ready at once; waiting covers the moment
+            // between a body's end and the connection task noticing it.
+            if sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<TcpStream, ProxyError> {
+        let addr = self.addr;
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| ProxyError::ConnectTimeout {
+                addr,
+                after: self.connect_timeout,
+            })?
+            .map_err(|source| ProxyError::ConnectFailure { addr, source })?;
+        // Requests and responses are written whole; Nagle would only add latency.
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    async fn connect_h1(&self) -> Result<http1::SendRequest<Incoming>, ProxyError> {
+        let stream = self.connect().await?;
+        let (sender, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
+        tokio::task::spawn_local(async move {
+            // Errors here surface on the request that was using the connection.
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    fn put_back(&self, sender: http1::SendRequest<Incoming>) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() < MAX_IDLE_PER_HOST && !sender.is_closed() {
+            idle.push(sender);
+        }
+    }
+
+    async fn send_h2(
+        self: &Rc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        let mut sender = self.h2_sender().await?;
+        let response = sender
+            .send_request(req)
+            .await
+            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
+        let (head, body) = response.into_parts();
+        Ok(Response::from_parts(head, UpstreamBody::new(body, None)))
+    }
+
+    async fn h2_sender(&self) -> Result<http2::SendRequest<Incoming>, ProxyError> {
+        if let Some(sender) = self.live_h2() {
+            return Ok(sender);
+        }
+        let _connecting = self.h2_connecting.lock().await;
+        // Someone else may have connected while this request waited for the lock.
+        if let Some(sender) = self.live_h2() {
+            return Ok(sender);
+        }
+        let stream = self.connect().await?;
+        let (sender, conn) = http2::Builder::new(LocalExec)
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
+        tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        *self.h2.borrow_mut() = Some(sender.clone());
+        Ok(sender)
+    }
+
+    fn live_h2(&self) -> Option<http2::SendRequest<Incoming>> {
+        let mut slot = self.h2.borrow_mut();
+        match slot.as_ref() {
+            Some(sender) if !sender.is_closed() => Some(sender.clone()),
+            Some(_) => {
+                *slot = None;
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+/// An HTTP/1.1 connection to hand back to its pool once the response body is done.
+pub(crate) struct PoolReturn {
+    pool: Rc<HostPool>,
+    sender: http1::SendRequest<Incoming>,
+}
+
+impl PoolReturn {
+    fn new(pool: &Rc<HostPool>, sender: http1::SendRequest<Incoming>) -> Self {
+        Self {
+            pool: Rc::clone(pool),
+            sender,
+        }
+    }
+}
+
+/// A response body from an upstream. When it has been read to the end, its HTTP/1.1
+/// connection goes back to the pool; dropped earlier, the connection is closed, since the rest
+/// of the response would still be on the wire.
+pub struct UpstreamBody {
+    inner: Incoming,
+    ended: bool,
+    pool_return: Option<PoolReturn>,
+}
+
+impl UpstreamBody {
+    fn new(inner: Incoming, pool_return: Option<PoolReturn>) -> Self {
+        Self {
+            inner,
+            ended: false,
+            pool_return,
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            this.ended = true;
+        }
+        polled
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.inner.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        if let Some(ret) = self.pool_return.take()
+            && (self.ended || self.inner.is_end_stream())
+        {
+            ret.pool.put_back(ret.sender);
+        }
+    }
+}

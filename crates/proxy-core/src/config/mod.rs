@@ -1,0 +1,194 @@
+//! Configuration: parsed once from YAML, validated, then trusted.
+//!
+//! [`Config::from_yaml`] is the only way in. Every error names the key path that is wrong
+//! (`listeners[0].routes[1].cluster`) and what was expected; after that, the rest of the proxy
+//! reads plain values with defaults filled in and never re-checks them.
+
+mod raw;
+mod units;
+mod validate;
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+
+pub use units::{parse_duration, parse_size};
+
+/// How long in-flight requests may run after a shutdown signal, unless configured.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for an upstream response to start, unless the route says otherwise.
+pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Time allowed for a TCP connect to an upstream host, unless the cluster says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// HTTP/2 streams a downstream client may have open on one connection.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub concurrency: Concurrency,
+    pub drain_timeout: Duration,
+    pub listeners: Vec<ListenerConfig>,
+    pub clusters: Vec<ClusterConfig>,
+}
+
+/// The number of worker threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concurrency {
+    /// One worker per CPU this process may use (affinity mask and cgroup quota).
+    Auto,
+    Fixed(NonZeroUsize),
+}
+
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub address: SocketAddr,
+    pub http: HttpConfig,
+    pub routes: Vec<RouteConfig>,
+}
+
+/// HTTP options of a listener.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub max_concurrent_streams: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub matcher: RouteMatch,
+    pub action: RouteAction,
+}
+
+/// What a request must look like for a route to take it. All parts must match.
+#[derive(Debug, Clone)]
+pub struct RouteMatch {
+    pub host: HostMatch,
+    pub path: PathMatch,
+    pub headers: Vec<HeaderMatch>,
+}
+
+/// Matches the request's host (without its port), case-insensitively.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    Any,
+    /// `api.example.com`, stored lowercase.
+    Exact(String),
+    /// `*.example.com` is stored as `.example.com`: any host ending in it.
+    Suffix(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMatch {
+    Prefix(String),
+    Exact(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct HeaderMatch {
+    pub name: HeaderName,
+    pub value: HeaderValueMatch,
+}
+
+#[derive(Debug, Clone)]
+pub enum HeaderValueMatch {
+    Exact(HeaderValue),
+    Present,
+    Absent,
+}
+
+#[derive(Debug, Clone)]
+pub enum RouteAction {
+    /// Answer from the proxy itself.
+    DirectResponse { status: StatusCode, body: Bytes },
+    /// Forward to a cluster.
+    Forward(ForwardAction),
+}
+
+#[derive(Debug, Clone)]
+pub struct ForwardAction {
+    /// Index into [`Config::clusters`].
+    pub cluster: usize,
+    /// Time allowed from sending the request until the response head arrives.
+    pub timeout: Duration,
+    /// Replaces the `host` (or `:authority`) sent upstream.
+    pub host_rewrite: Option<HeaderValue>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub name: String,
+    pub endpoints: Vec<SocketAddr>,
+    pub lb_policy: LbPolicy,
+    pub protocol: UpstreamProtocol,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LbPolicy {
+    RoundRobin,
+}
+
+/// The protocol spoken to a cluster's hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with a keep-alive pool of connections per host.
+    Http1,
+    /// HTTP/2 (cleartext, prior knowledge): one multiplexed connection per host.
+    Http2,
+}
+
+/// Why a config was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {file}: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    /// The YAML does not have the expected shape (unknown key, wrong type, bad unit).
+    #[error("{0}")]
+    Syntax(String),
+    /// A value is well-formed but not acceptable.
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a YAML document.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let raw: raw::RawConfig =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        validate::validate(raw)
+    }
+
+    /// Reads, parses and validates a file.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.display().to_string(),
+            source,
+        })?;
+        Self::from_yaml(&text)
+    }
+
+    /// The number of workers to run: the configured number, or the usable CPU count.
+    pub fn worker_count(&self) -> usize {
+        match self.concurrency {
+            Concurrency::Fixed(n) => n.get(),
+            Concurrency::Auto => crate::worker::usable_cores(),
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The config file as written: serde structs that reject unknown keys. Nothing here is
+//! trusted yet; `validate.rs` turns these into [`super::Config`].
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::units::de_opt_duration;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub concurrency: Option<RawConcurrency>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub drain_timeout: Option<Duration>,
+    #[serde(default)]
+    pub listeners: Vec<RawListener>,
+    #[serde(default)]
+    pub clusters: Vec<RawCluster>,
+}
+
+/// `concurrency: auto` or a number of workers.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawConcurrency {
+    Workers(u64),
+    Word(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListener {
+    pub name: String,
+    pub address: String,
+    #[serde(default)]
+    pub http: RawHttp,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    pub max_concurrent_streams: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(rename = "match")]
+    pub matcher: RawMatch,
+    pub cluster: Option<String>,
+    pub direct_response: Option<RawDirectResponse>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    pub host_rewrite: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMatch {
+    pub host: Option<String>,
+    pub prefix: Option<String>,
+    pub path: Option<String>,
+    #[serde(default)]
+    pub headers: Vec<RawHeaderMatch>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderMatch {
+    pub name: String,
+    pub exact: Option<String>,
+    pub present: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDirectResponse {
+    pub status: u16,
+    #[serde(default)]
+    pub body: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub name: String,
+    pub endpoints: Vec<String>,
+    #[serde(default)]
+    pub lb_policy: Option<String>,
+    #[serde(default)]
+    pub protocol: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub connect_timeout: Option<Duration>,
+}

@@ -1,0 +1,390 @@
+//! Raw config -> [`Config`]: defaults filled in, references resolved, every value checked.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroUsize;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+
+use super::raw::*;
+use super::*;
+
+pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let concurrency = match raw.concurrency {
+        None => Concurrency::Auto,
+        Some(RawConcurrency::Word(w)) if w == "auto" => Concurrency::Auto,
+        Some(RawConcurrency::Word(w)) => {
+            return Err(ConfigError::invalid(
+                "concurrency",
+                format!("expected `auto` or a number of workers, found `{w}`"),
+            ));
+        }
+        Some(RawConcurrency::Workers(n)) => NonZeroUsize::new(n as usize)
+            .filter(|n| n.get() <= 1024)
+            .map(Concurrency::Fixed)
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    "concurrency",
+                    format!("expected `auto` or 1 to 1024 workers, found {n}"),
+                )
+            })?,
+    };
+
+    let clusters = raw
+        .clusters
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| cluster(c, &format!("clusters[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cluster_index = HashMap::new();
+    for (i, c) in clusters.iter().enumerate() {
+        if cluster_index.insert(c.name.as_str(), i).is_some() {
+            return Err(ConfigError::invalid(
+                format!("clusters[{i}].name"),
+                format!("duplicate cluster name `{}`", c.name),
+            ));
+        }
+    }
+
+    if raw.listeners.is_empty() {
+        return Err(ConfigError::invalid(
+            "listeners",
+            "expected at least one listener",
+        ));
+    }
+    let mut listeners: Vec<ListenerConfig> = Vec::with_capacity(raw.listeners.len());
+    for (i, l) in raw.listeners.into_iter().enumerate() {
+        let path = format!("listeners[{i}]");
+        let l = listener(l, &path, &cluster_index, &clusters)?;
+        if listeners.iter().any(|other| other.name == l.name) {
+            return Err(ConfigError::invalid(
+                format!("{path}.name"),
+                format!("duplicate listener name `{}`", l.name),
+            ));
+        }
+        if let Some(other) = listeners.iter().find(|o| o.address == l.address) {
+            return Err(ConfigError::invalid(
+                format!("{path}.address"),
+                format!("{} is already used by listener `{}`", l.address, other.name),
+            ));
+        }
+        listeners.push(l);
+    }
+
+    Ok(Config {
+        concurrency,
+        drain_timeout: raw.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
+        listeners,
+        clusters,
+    })
+}
+
+fn name(value: String, path: &str) -> Result<String, ConfigError> {
+    let ok = !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(value)
+    } else {
+        Err(ConfigError::invalid(
+            format!("{path}.name"),
+            format!(
+                "expected a non-empty name of letters, digits, `-`, `_` or `.`, found `{value}`"
+            ),
+        ))
+    }
+}
+
+/// `IP:PORT`, `[IPv6]:PORT` or `localhost:PORT`. Other host names are refused rather than
+/// resolved, so that loading a config never waits on DNS.
+fn socket_addr(value: &str, path: &str) -> Result<SocketAddr, ConfigError> {
+    if let Ok(addr) = value.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Some(port) = value.strip_prefix("localhost:")
+        && let Ok(port) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    Err(ConfigError::invalid(
+        path,
+        format!("expected an address `IP:PORT` such as `127.0.0.1:8080`, found `{value}`"),
+    ))
+}
+
+fn listener(
+    raw: RawListener,
+    path: &str,
+    cluster_index: &HashMap<&str, usize>,
+    clusters: &[ClusterConfig],
+) -> Result<ListenerConfig, ConfigError> {
+    let name = name(raw.name, path)?;
+    let address = socket_addr(&raw.address, &format!("{path}.address"))?;
+    let max_concurrent_streams = raw
+        .http
+        .max_concurrent_streams
+        .unwrap_or(DEFAULT_MAX_CONCURRENT_STREAMS);
+    if max_concurrent_streams == 0 {
+        return Err(ConfigError::invalid(
+            format!("{path}.http.max_concurrent_streams"),
+            "expected at least 1",
+        ));
+    }
+    if raw.routes.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.routes"),
+            "expected at least one route",
+        ));
+    }
+    let routes = raw
+        .routes
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| route(r, &format!("{path}.routes[{i}]"), cluster_index, clusters))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ListenerConfig {
+        name,
+        address,
+        http: HttpConfig {
+            max_concurrent_streams,
+        },
+        routes,
+    })
+}
+
+fn route(
+    raw: RawRoute,
+    path: &str,
+    cluster_index: &HashMap<&str, usize>,
+    clusters: &[ClusterConfig],
+) -> Result<RouteConfig, ConfigError> {
+    let matcher = route_match(raw.matcher, &format!("{path}.match"))?;
+    let action = match (raw.cluster, raw.direct_response) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected either `cluster` or `direct_response`, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected a `cluster` to forward to or a `direct_response`",
+            ));
+        }
+        (None, Some(direct)) => {
+            if raw.timeout.is_some() || raw.host_rewrite.is_some() {
+                return Err(ConfigError::invalid(
+                    path,
+                    "`timeout` and `host_rewrite` apply only to routes with a `cluster`",
+                ));
+            }
+            let status = StatusCode::from_u16(direct.status)
+                .ok()
+                .filter(|s| !s.is_informational())
+                .ok_or_else(|| {
+                    ConfigError::invalid(
+                        format!("{path}.direct_response.status"),
+                        format!(
+                            "expected an HTTP status from 200 to 999, found {}",
+                            direct.status
+                        ),
+                    )
+                })?;
+            RouteAction::DirectResponse {
+                status,
+                body: Bytes::from(direct.body),
+            }
+        }
+        (Some(cluster), None) => {
+            let index = *cluster_index.get(cluster.as_str()).ok_or_else(|| {
+                let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+                ConfigError::invalid(
+                    format!("{path}.cluster"),
+                    if known.is_empty() {
+                        format!("unknown cluster `{cluster}`: no clusters are defined")
+                    } else {
+                        format!(
+                            "unknown cluster `{cluster}`; defined clusters: {}",
+                            known.join(", ")
+                        )
+                    },
+                )
+            })?;
+            let timeout = raw.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
+            if timeout.is_zero() {
+                return Err(ConfigError::invalid(
+                    format!("{path}.timeout"),
+                    "expected a duration above zero",
+                ));
+            }
+            let host_rewrite = raw
+                .host_rewrite
+                .map(|h| {
+                    HeaderValue::from_str(&h)
+                        .ok()
+                        .filter(|_| !h.is_empty())
+                        .ok_or_else(|| {
+                            ConfigError::invalid(
+                                format!("{path}.host_rewrite"),
+                                format!("expected a host name, found `{h}`"),
+                            )
+                        })
+                })
+                .transpose()?;
+            RouteAction::Forward(ForwardAction {
+                cluster: index,
+                timeout,
+                host_rewrite,
+            })
+        }
+    };
+    Ok(RouteConfig { matcher, action })
+}
+
+fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
+    let host = match raw.host {
+        None => HostMatch::Any,
+        Some(h) if h == "*" => HostMatch::Any,
+        Some(h) => {
+            let lower = h.to_ascii_lowercase();
+            let (suffix, rest) = match lower.strip_prefix('*') {
+                Some(rest) if rest.starts_with('.') => (true, rest.to_string()),
+                _ => (false, lower.clone()),
+            };
+            let valid = !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+            if !valid {
+                return Err(ConfigError::invalid(
+                    format!("{path}.host"),
+                    format!("expected a host name or `*.domain`, found `{h}`"),
+                ));
+            }
+            if suffix {
+                HostMatch::Suffix(rest)
+            } else {
+                HostMatch::Exact(rest)
+            }
+        }
+    };
+    let path_match = match (raw.prefix, raw.path) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected either `prefix` or `path`, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected a `prefix` (e.g. `/`) or an exact `path`",
+            ));
+        }
+        (Some(p), None) => PathMatch::Prefix(url_path(p, &format!("{path}.prefix"))?),
+        (None, Some(p)) => PathMatch::Exact(url_path(p, &format!("{path}.path"))?),
+    };
+    let headers = raw
+        .headers
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| header_match(h, &format!("{path}.headers[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RouteMatch {
+        host,
+        path: path_match,
+        headers,
+    })
+}
+
+fn url_path(value: String, path: &str) -> Result<String, ConfigError> {
+    if value.starts_with('/') && !value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        Ok(value)
+    } else {
+        Err(ConfigError::invalid(
+            path,
+            format!("expected a path starting with `/`, found `{value}`"),
+        ))
+    }
+}
+
+fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigError> {
+    let name = HeaderName::from_bytes(raw.name.as_bytes()).map_err(|_| {
+        ConfigError::invalid(
+            format!("{path}.name"),
+            format!("expected a header name, found `{}`", raw.name),
+        )
+    })?;
+    let value = match (raw.exact, raw.present) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected either `exact` or `present`, not both",
+            ));
+        }
+        (Some(v), None) => HeaderValueMatch::Exact(HeaderValue::from_str(&v).map_err(|_| {
+            ConfigError::invalid(
+                format!("{path}.exact"),
+                format!("expected a header value of visible ASCII, found `{v}`"),
+            )
+        })?),
+        (None, Some(true)) | (None, None) => HeaderValueMatch::Present,
+        (None, Some(false)) => HeaderValueMatch::Absent,
+    };
+    Ok(HeaderMatch { name, value })
+}
+
+fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
+    let name = name(raw.name, path)?;
+    if raw.endpoints.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.endpoints"),
+            "expected at least one endpoint `IP:PORT`",
+        ));
+    }
+    let endpoints = raw
+        .endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, e)| socket_addr(e, &format!("{path}.endpoints[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let lb_policy = match raw.lb_policy.as_deref() {
+        None | Some("round_robin") => LbPolicy::RoundRobin,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.lb_policy"),
+                format!("expected `round_robin`, found `{other}`"),
+            ));
+        }
+    };
+    let protocol = match raw.protocol.as_deref() {
+        None | Some("http1") => UpstreamProtocol::Http1,
+        Some("http2") => UpstreamProtocol::Http2,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.protocol"),
+                format!("expected `http1` or `http2`, found `{other}`"),
+            ));
+        }
+    };
+    let connect_timeout = raw.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+    if connect_timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            format!("{path}.connect_timeout"),
+            "expected a duration above zero",
+        ));
+    }
+    Ok(ClusterConfig {
+        name,
+        endpoints,
+        lb_policy,
+        protocol,
+        connect_timeout,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+use super::super::*;
+
+const MINIMAL: &str = r#"
+listeners:
+  - name: public
+    address: 127.0.0.1:8080
+    routes:
+      - match: { prefix: /healthz }
+        direct_response: { status: 200, body: "ok\n" }
+      - match: { prefix: / }
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [127.0.0.1:9000, "localhost:9001"]
+"#;
+
+fn error_of(yaml: &str) -> String {
+    Config::from_yaml(yaml).unwrap_err().to_string()
+}
+
+#[test]
+fn fills_in_defaults() {
+    let config = Config::from_yaml(MINIMAL).unwrap();
+    assert_eq!(config.concurrency, Concurrency::Auto);
+    assert_eq!(config.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
+    let cluster = &config.clusters[0];
+    assert_eq!(cluster.protocol, UpstreamProtocol::Http1);
+    assert_eq!(cluster.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+    assert_eq!(cluster.endpoints[1], "127.0.0.1:9001".parse().unwrap());
+    match &config.listeners[0].routes[1].action {
+        RouteAction::Forward(f) => {
+            assert_eq!(f.cluster, 0);
+            assert_eq!(f.timeout, DEFAULT_ROUTE_TIMEOUT);
+        }
+        other => panic!("expected a forward action, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_keys_name_their_path() {
+    let yaml = MINIMAL.replace(
+        "    address: 127.0.0.1:8080",
+        "    address: 127.0.0.1:8080\n    colour: blue",
+    );
+    let err = error_of(&yaml);
+    assert!(err.contains("listeners[0]"), "{err}");
+    assert!(err.contains("unknown field `colour`"), "{err}");
+}
+
+#[test]
+fn a_missing_cluster_is_named() {
+    let err = error_of(&MINIMAL.replace("cluster: backend", "cluster: nowhere"));
+    assert!(
+        err.starts_with("listeners[0].routes[1].cluster: unknown cluster `nowhere`"),
+        "{err}"
+    );
+    assert!(err.contains("defined clusters: backend"), "{err}");
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    let yaml = format!("{MINIMAL}  - name: backend\n    endpoints: [127.0.0.1:1]\n");
+    assert!(error_of(&yaml).starts_with("clusters[1].name: duplicate cluster name `backend`"));
+}
+
+#[test]
+fn a_bad_address_is_named() {
+    let err = error_of(&MINIMAL.replace("127.0.0.1:9000", "example.com:80"));
+    assert!(
+        err.starts_with("clusters[0].endpoints[0]: expected an address"),
+        "{err}"
+    );
+    let err = error_of(&MINIMAL.replace("127.0.0.1:8080", "127.0.0.1"));
+    assert!(err.starts_with("listeners[0].address"), "{err}");
+}
+
+#[test]
+fn a_bad_duration_is_named() {
+    let yaml = MINIMAL.replace(
+        "        cluster: backend",
+        "        cluster: backend\n        timeout: 10 fortnights",
+    );
+    let err = error_of(&yaml);
+    assert!(err.contains("listeners[0].routes[1].timeout"), "{err}");
+    assert!(err.contains("unknown unit"), "{err}");
+}
+
+#[test]
+fn a_route_needs_exactly_one_action() {
+    let yaml = MINIMAL.replace(
+        "        cluster: backend",
+        "        cluster: backend\n        direct_response: { status: 204 }",
+    );
+    assert!(error_of(&yaml).contains("not both"));
+}
+
+#[test]
+fn concurrency_takes_auto_or_a_count() {
+    let yaml = format!("concurrency: 3\n{MINIMAL}");
+    assert_eq!(Config::from_yaml(&yaml).unwrap().worker_count(), 3);
+    assert!(error_of(&format!("concurrency: 0\n{MINIMAL}")).starts_with("concurrency:"));
+    assert!(error_of(&format!("concurrency: lots\n{MINIMAL}")).starts_with("concurrency:"));
+}
+
+#[test]
+fn host_patterns_are_parsed() {
+    let yaml = MINIMAL.replace(
+        "{ prefix: /healthz }",
+        "{ prefix: /healthz, host: \"*.Example.com\" }",
+    );
+    let config = Config::from_yaml(&yaml).unwrap();
+    assert_eq!(
+        config.listeners[0].routes[0].matcher.host,
+        HostMatch::Suffix(".example.com".into())
+    );
+}

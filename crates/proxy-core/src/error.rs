@@ -1,0 +1,122 @@
+//! Why the proxy answered a request itself instead of relaying the upstream's response.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::StatusCode;
+
+/// Envoy's response flags: the short code an operator greps for in a log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseFlag {
+    /// NR: no route matched.
+    NoRoute,
+    /// DPE: the downstream request was malformed.
+    DownstreamProtocolError,
+    /// UF: the upstream connection could not be made.
+    UpstreamConnectFailure,
+    /// UT: the upstream did not answer in time.
+    UpstreamTimeout,
+    /// UR: the upstream reset or closed the connection.
+    UpstreamReset,
+    /// UPE: the upstream sent something that is not valid HTTP.
+    UpstreamProtocolError,
+}
+
+impl ResponseFlag {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponseFlag::NoRoute => "NR",
+            ResponseFlag::DownstreamProtocolError => "DPE",
+            ResponseFlag::UpstreamConnectFailure => "UF",
+            ResponseFlag::UpstreamTimeout => "UT",
+            ResponseFlag::UpstreamReset => "UR",
+            ResponseFlag::UpstreamProtocolError => "UPE",
+        }
+    }
+}
+
+impl fmt::Display for ResponseFlag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request the proxy could not relay, with its cause.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("no route matches the request")]
+    NoRoute,
+    #[error("malformed request: {0}")]
+    BadRequest(&'static str),
+    #[error("cannot connect to {addr}: {source}")]
+    ConnectFailure { addr: SocketAddr, source: io::Error },
+    #[error("connect to {addr} timed out after {after:?}")]
+    ConnectTimeout { addr: SocketAddr, after: Duration },
+    #[error("upstream {addr} sent no response within {after:?}")]
+    Timeout { addr: SocketAddr, after: Duration },
+    #[error("upstream {addr} closed or reset the connection: {source}")]
+    UpstreamReset {
+        addr: SocketAddr,
+        source: hyper::Error,
+    },
+    #[error("upstream {addr} sent an invalid response: {source}")]
+    UpstreamProtocol {
+        addr: SocketAddr,
+        source: hyper::Error,
+    },
+}
+
+impl ProxyError {
+    /// Sorts a hyper client error into a reset or a protocol error.
+    pub(crate) fn from_upstream(addr: SocketAddr, source: hyper::Error) -> Self {
+        if source.is_parse() || source.is_parse_status() || source.is_parse_too_large() {
+            ProxyError::UpstreamProtocol { addr, source }
+        } else {
+            ProxyError::UpstreamReset { addr, source }
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ProxyError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamReset { .. } | ProxyError::UpstreamProtocol { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+        }
+    }
+
+    pub fn flag(&self) -> ResponseFlag {
+        match self {
+            ProxyError::NoRoute => ResponseFlag::NoRoute,
+            ProxyError::BadRequest(_) => ResponseFlag::DownstreamProtocolError,
+            ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
+                ResponseFlag::UpstreamConnectFailure
+            }
+            ProxyError::Timeout { .. } => ResponseFlag::UpstreamTimeout,
+            ProxyError::UpstreamReset { .. } => ResponseFlag::UpstreamReset,
+            ProxyError::UpstreamProtocol { .. } => ResponseFlag::UpstreamProtocolError,
+        }
+    }
+
+    /// The short plain-text body sent to the client. It names the failure, never internals
+    /// such as upstream addresses.
+    pub fn client_body(&self) -> &'static str {
+        match self {
+            ProxyError::NoRoute => "no route\n",
+            ProxyError::BadRequest(_) => "bad request\n",
+            ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
+                "upstream connect failure\n"
+            }
+            ProxyError::Timeout { .. } => "upstream request timeout\n",
+            ProxyError::UpstreamReset { .. } => "upstream connection reset\n",
+            ProxyError::UpstreamProtocol { .. } => "upstream protocol error\n",
+        }
+    }
+}

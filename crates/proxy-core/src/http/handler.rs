@@ -1,0 +1,171 @@
+//! The request path after the codec: route, then a direct response or a relayed one.
+
+use std::convert::Infallible;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use http::header::{CONNECTION, EXPECT, HOST, HeaderValue};
+use http::uri::{PathAndQuery, Scheme};
+use http::{Method, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+
+use super::body::ResponseBody;
+use super::headers::{
+    X_FORWARDED_PROTO, X_REQUEST_ID, append_forwarded_for, new_request_id, strip_hop_by_hop,
+};
+use super::local_reply;
+use crate::config::{ForwardAction, RouteAction, UpstreamProtocol};
+use crate::conn::ConnCtx;
+use crate::error::ProxyError;
+
+/// Serves one request. Never fails: every error becomes a local reply with its status, and a
+/// log line with its response flag.
+pub(crate) async fn handle(
+    req: Request<Incoming>,
+    conn: Rc<ConnCtx>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let version = req.version();
+    let mut close = conn.worker.draining.get();
+    let mut response = match route_and_forward(req, &conn).await {
+        Ok(response) => response,
+        Err(err) => {
+            // After a malformed request the stream may hold anything; do not read on.
+            close |= matches!(err, ProxyError::BadRequest(_));
+            tracing::warn!(
+                flag = %err.flag(),
+                status = err.status().as_u16(),
+                listener = %conn.listener.name,
+                %method,
+                path = uri.path(),
+                error = %err,
+                "local reply"
+            );
+            local_reply::text(
+                err.status(),
+                Bytes::from_static(err.client_body().as_bytes()),
+            )
+        }
+    };
+    if close && version <= Version::HTTP_11 {
+        // hyper closes the connection after a response that says so; while draining, saying
+        // it lets the client reconnect elsewhere instead of finding the connection gone.
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    Ok(response)
+}
+
+async fn route_and_forward(
+    req: Request<Incoming>,
+    conn: &ConnCtx,
+) -> Result<Response<ResponseBody>, ProxyError> {
+    if req.method() == Method::CONNECT {
+        return Err(ProxyError::BadRequest("CONNECT is not supported"));
+    }
+    let host = request_host(&req)?;
+    let route = conn
+        .listener
+        .routes
+        .find(
+            host.as_ref().map_or("", |h| h.to_str().unwrap_or("")),
+            req.uri().path(),
+            req.headers(),
+        )
+        .ok_or(ProxyError::NoRoute)?;
+    match &route.action {
+        RouteAction::DirectResponse { status, body } => {
+            Ok(local_reply::text(*status, body.clone()))
+        }
+        RouteAction::Forward(forward) => forward_request(req, host, forward, conn).await,
+    }
+}
+
+/// The host the client asked for: the `Host` header, else the URI's authority (HTTP/2's
+/// `:authority`). HTTP/1.1 requires one (RFC 9112 section 3.2).
+fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, ProxyError> {
+    if let Some(host) = req.headers().get(HOST) {
+        if host.to_str().is_err() || host.is_empty() {
+            return Err(ProxyError::BadRequest("invalid host header"));
+        }
+        return Ok(Some(host.clone()));
+    }
+    if let Some(authority) = req.uri().authority() {
+        return HeaderValue::from_str(authority.as_str())
+            .map(Some)
+            .map_err(|_| ProxyError::BadRequest("invalid authority"));
+    }
+    if req.version() == Version::HTTP_11 {
+        return Err(ProxyError::BadRequest("HTTP/1.1 request without a host"));
+    }
+    Ok(None)
+}
+
+async fn forward_request(
+    req: Request<Incoming>,
+    host: Option<HeaderValue>,
+    forward: &ForwardAction,
+    conn: &ConnCtx,
+) -> Result<Response<ResponseBody>, ProxyError> {
+    let upstream = Rc::clone(conn.worker.clusters[forward.cluster].pick());
+    let (mut parts, body) = req.into_parts();
+
+    strip_hop_by_hop(&mut parts.headers);
+    // The downstream codec already answered any `100-continue`; the upstream gets the body
+    // as it streams.
+    parts.headers.remove(EXPECT);
+    append_forwarded_for(&mut parts.headers, conn.peer.ip());
+    parts.headers.insert(
+        X_FORWARDED_PROTO.clone(),
+        conn.listener.forwarded_proto.clone(),
+    );
+    if !parts.headers.contains_key(&X_REQUEST_ID) {
+        parts.headers.insert(X_REQUEST_ID.clone(), new_request_id());
+    }
+
+    let authority = match (&forward.host_rewrite, host) {
+        (Some(rewrite), _) => rewrite.clone(),
+        (None, Some(host)) => host,
+        (None, None) => HeaderValue::from_str(&upstream.addr().to_string())
+            .expect("a socket address is a valid header value"),
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    match upstream.protocol() {
+        UpstreamProtocol::Http1 => {
+            parts.uri = Uri::from(path);
+            parts.version = Version::HTTP_11;
+            parts.headers.insert(HOST, authority);
+        }
+        UpstreamProtocol::Http2 => {
+            parts.headers.remove(HOST);
+            parts.uri = Uri::builder()
+                .scheme(Scheme::HTTP)
+                .authority(authority.as_bytes())
+                .path_and_query(path)
+                .build()
+                .map_err(|_| ProxyError::BadRequest("host is not a valid authority"))?;
+            parts.version = Version::HTTP_2;
+        }
+    }
+
+    let request = Request::from_parts(parts, body);
+    let response = tokio::time::timeout(forward.timeout, upstream.send(request))
+        .await
+        .map_err(|_| ProxyError::Timeout {
+            addr: upstream.addr(),
+            after: forward.timeout,
+        })??;
+
+    let (mut head, body) = response.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    // The downstream codec frames the response for its own protocol; an HTTP/2 version from
+    // the upstream would only make the HTTP/1.1 encoder complain.
+    head.version = Version::HTTP_11;
+    Ok(Response::from_parts(head, ResponseBody::Upstream(body)))
+}

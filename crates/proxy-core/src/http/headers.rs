@@ -1,0 +1,169 @@
+//! Header rules applied to every relayed message (RFC 9110 section 7.6).
+
+use std::cell::Cell;
+use std::hash::{BuildHasher, Hasher};
+use std::io::Write;
+use std::net::IpAddr;
+
+use http::HeaderMap;
+use http::header::{CONNECTION, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE};
+
+pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Removes the headers that describe one hop rather than the message: `Connection` and every
+/// header it names, plus `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding` (each hop frames
+/// the body itself) and `Upgrade`. `TE` is kept only as `trailers`, which gRPC needs.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(CONNECTION) {
+        let listed: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+            .collect();
+        headers.remove(CONNECTION);
+        for name in listed {
+            headers.remove(name);
+        }
+    }
+    headers.remove(&KEEP_ALIVE);
+    headers.remove(&PROXY_CONNECTION);
+    headers.remove(TRANSFER_ENCODING);
+    headers.remove(UPGRADE);
+    if let Some(te) = headers.get(TE)
+        && !te.as_bytes().eq_ignore_ascii_case(b"trailers")
+    {
+        headers.remove(TE);
+    }
+}
+
+/// Appends the client's address to `x-forwarded-for`, creating it if absent.
+pub(crate) fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
+    let mut buf = [0u8; 64];
+    let len = {
+        let mut cursor = std::io::Cursor::new(&mut buf[..]);
+        // An IP address is at most 45 characters: this cannot overflow the buffer.
+        let _ = write!(cursor, "{client}");
+        cursor.position() as usize
+    };
+    let ip = &buf[..len];
+    let value = match headers.get(&X_FORWARDED_FOR) {
+        Some(existing) => {
+            let mut joined = Vec::with_capacity(existing.len() + 2 + ip.len());
+            joined.extend_from_slice(existing.as_bytes());
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(ip);
+            HeaderValue::from_bytes(&joined)
+        }
+        None => HeaderValue::from_bytes(ip),
+    };
+    if let Ok(value) = value {
+        headers.insert(X_FORWARDED_FOR.clone(), value);
+    }
+}
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new(seed());
+}
+
+fn seed() -> u64 {
+    // RandomState is seeded from the OS once per thread: good enough to keep workers and
+    // restarts from producing the same id sequence.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x9E37_79B9_7F4A_7C15);
+    h.finish() | 1
+}
+
+fn next_u64() -> u64 {
+    // xorshift64*: fast, per thread, and request ids need uniqueness, not secrecy.
+    RNG.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
+}
+
+/// A random (version 4) UUID in its text form, for `x-request-id`.
+pub(crate) fn new_request_id() -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&next_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&next_u64().to_le_bytes());
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let mut text = [0u8; 36];
+    let mut pos = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text[pos] = b'-';
+            pos += 1;
+        }
+        text[pos] = HEX[(b >> 4) as usize];
+        text[pos + 1] = HEX[(b & 0xf) as usize];
+        pos += 2;
+    }
+    HeaderValue::from_bytes(&text).expect("hex digits and dashes are valid header bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removes_hop_by_hop_and_connection_listed_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.append("connection", HeaderValue::from_static("x-other"));
+        h.insert("x-other", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("proxy-connection", HeaderValue::from_static("close"));
+        h.insert("te", HeaderValue::from_static("gzip"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h["x-kept"], "yes");
+    }
+
+    #[test]
+    fn keeps_te_trailers() {
+        let mut h = HeaderMap::new();
+        h.insert("te", HeaderValue::from_static("trailers"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["te"], "trailers");
+    }
+
+    #[test]
+    fn appends_to_forwarded_for() {
+        let mut h = HeaderMap::new();
+        append_forwarded_for(&mut h, "10.1.2.3".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "10.1.2.3");
+        append_forwarded_for(&mut h, "::1".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "10.1.2.3, ::1");
+    }
+
+    #[test]
+    fn request_ids_are_uuid_v4_and_distinct() {
+        let a = new_request_id();
+        let b = new_request_id();
+        assert_ne!(a, b);
+        let text = a.to_str().unwrap();
+        assert_eq!(text.len(), 36);
+        assert_eq!(&text[14..15], "4");
+        assert!(matches!(&text[19..20], "8" | "9" | "a" | "b"));
+        assert_eq!(text.matches('-').count(), 4);
+    }
+}

@@ -1,0 +1,6 @@
+//! The downstream HTTP side: bodies, header rules, local replies and the request handler.
+
+pub(crate) mod body;
+pub(crate) mod handler;
+pub(crate) mod headers;
+pub(crate) mod local_reply;

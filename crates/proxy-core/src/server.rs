@@ -1,0 +1,102 @@
+//! The main thread's side: binds every listener, starts the workers, and drains them.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::listener::bind_per_worker;
+use crate::worker::{self, WorkerSpec};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("listener `{listener}`: cannot listen on {address}: {source}")]
+    Bind {
+        listener: String,
+        address: SocketAddr,
+        source: io::Error,
+    },
+    #[error("cannot start worker thread {worker}: {source}")]
+    SpawnWorker { worker: usize, source: io::Error },
+}
+
+/// A running proxy: its workers and the addresses they listen on.
+pub struct Server {
+    workers: Vec<JoinHandle<()>>,
+    drain: watch::Sender<bool>,
+    addresses: Vec<(String, SocketAddr)>,
+}
+
+impl Server {
+    /// Binds every listener (one socket per worker) and starts `workers` worker threads.
+    /// Nothing is started if any address cannot be bound.
+    pub fn start(config: Config, workers: usize) -> Result<Server, StartError> {
+        let workers = workers.max(1);
+        let config = Arc::new(config);
+        // sockets[worker][listener]
+        let mut sockets: Vec<Vec<std::net::TcpListener>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        let mut addresses = Vec::with_capacity(config.listeners.len());
+        for listener in &config.listeners {
+            let bound =
+                bind_per_worker(listener.address, workers).map_err(|source| StartError::Bind {
+                    listener: listener.name.clone(),
+                    address: listener.address,
+                    source,
+                })?;
+            let actual = bound[0].local_addr().unwrap_or(listener.address);
+            addresses.push((listener.name.clone(), actual));
+            for (worker, socket) in bound.into_iter().enumerate() {
+                sockets[worker].push(socket);
+            }
+        }
+
+        let (drain, drain_rx) = watch::channel(false);
+        let mut handles = Vec::with_capacity(workers);
+        for (id, sockets) in sockets.into_iter().enumerate() {
+            let spec = WorkerSpec {
+                id,
+                config: Arc::clone(&config),
+                sockets,
+                drain: drain_rx.clone(),
+            };
+            match worker::spawn(spec) {
+                Ok(handle) => handles.push(handle),
+                Err(source) => {
+                    let _ = drain.send(true);
+                    return Err(StartError::SpawnWorker { worker: id, source });
+                }
+            }
+        }
+        Ok(Server {
+            workers: handles,
+            drain,
+            addresses,
+        })
+    }
+
+    /// `(listener name, bound address)` for every listener, with ephemeral ports resolved.
+    pub fn addresses(&self) -> &[(String, SocketAddr)] {
+        &self.addresses
+    }
+
+    /// The number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to the drain timeout), and waits
+    /// for every worker to exit. Blocks the calling thread.
+    pub fn drain_and_join(self) {
+        let _ = self.drain.send(true);
+        for handle in self.workers {
+            if handle.join().is_err() {
+                tracing::error!("a worker thread panicked");
+            }
+        }
+    }
+}

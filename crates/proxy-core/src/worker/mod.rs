@@ -1,0 +1,202 @@
+//! A worker: one OS thread running a single-threaded tokio runtime. It accepts on its own
+//! sockets and owns everything its connections touch (routes, upstream pools), so the request
+//! path takes no locks and never wakes another thread.
+
+mod cores;
+
+use std::cell::Cell;
+use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use http::HeaderValue;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+
+use crate::cluster::Cluster;
+use crate::config::{Config, ListenerConfig};
+use crate::conn::{self, ConnCtx};
+use crate::router::RouteTable;
+
+pub use cores::usable_cores;
+
+/// Per-worker view of the configuration.
+pub(crate) struct WorkerCtx {
+    pub(crate) clusters: Vec<Cluster>,
+    /// Set when the drain starts: responses then tell HTTP/1.1 clients to close.
+    pub(crate) draining: Cell<bool>,
+}
+
+/// Per-worker view of one listener.
+pub(crate) struct ListenerCtx {
+    pub(crate) name: String,
+    pub(crate) routes: RouteTable,
+    pub(crate) forwarded_proto: HeaderValue,
+}
+
+/// Counts this worker's open downstream connections, to know when a drain is complete.
+#[derive(Default)]
+struct ConnTracker {
+    active: Cell<usize>,
+    all_closed: Notify,
+}
+
+struct ConnGuard(Rc<ConnTracker>);
+
+impl ConnGuard {
+    fn new(tracker: &Rc<ConnTracker>) -> Self {
+        tracker.active.set(tracker.active.get() + 1);
+        ConnGuard(Rc::clone(tracker))
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        let left = self.0.active.get() - 1;
+        self.0.active.set(left);
+        if left == 0 {
+            self.0.all_closed.notify_waiters();
+        }
+    }
+}
+
+/// What a worker thread is started with.
+pub(crate) struct WorkerSpec {
+    pub(crate) id: usize,
+    pub(crate) config: Arc<Config>,
+    /// One bound socket per listener, in config order.
+    pub(crate) sockets: Vec<std::net::TcpListener>,
+    pub(crate) drain: watch::Receiver<bool>,
+}
+
+pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("legate-worker-{}", spec.id))
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(err) => {
+                    tracing::error!(worker = spec.id, error = %err, "cannot start the worker runtime");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, run(spec));
+        })
+}
+
+async fn run(spec: WorkerSpec) {
+    let WorkerSpec {
+        id,
+        config,
+        sockets,
+        drain,
+    } = spec;
+    let worker = Rc::new(WorkerCtx {
+        clusters: config
+            .clusters
+            .iter()
+            .map(|c| Cluster::new(c, id))
+            .collect(),
+        draining: Cell::new(false),
+    });
+    let tracker = Rc::new(ConnTracker::default());
+
+    let mut accept_loops = Vec::new();
+    for (listener, socket) in config.listeners.iter().zip(sockets) {
+        let socket = match TcpListener::from_std(socket) {
+            Ok(s) => s,
+            Err(err) => {
+                tracing::error!(worker = id, listener = %listener.name, error = %err, "cannot register listener socket");
+                continue;
+            }
+        };
+        accept_loops.push(tokio::task::spawn_local(accept_loop(
+            id,
+            socket,
+            listener.clone(),
+            Rc::clone(&worker),
+            Rc::clone(&tracker),
+            drain.clone(),
+        )));
+    }
+
+    let mut drain_rx = drain.clone();
+    let _ = drain_rx.wait_for(|draining| *draining).await;
+    worker.draining.set(true);
+    // Accept loops end on the same signal and close their sockets.
+    for task in accept_loops {
+        let _ = task.await;
+    }
+    wait_for_connections(&tracker, config.drain_timeout).await;
+    tracing::debug!(worker = id, "worker stopped");
+}
+
+async fn wait_for_connections(tracker: &ConnTracker, limit: Duration) {
+    let all_closed = async {
+        loop {
+            let notified = tracker.all_closed.notified();
+            if tracker.active.get() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    };
+    if tokio::time::timeout(limit, all_closed).await.is_err() {
+        tracing::warn!(
+            open = tracker.active.get(),
+            "drain timeout reached; closing the remaining connections"
+        );
+    }
+}
+
+async fn accept_loop(
+    worker_id: usize,
+    socket: TcpListener,
+    listener: ListenerConfig,
+    worker: Rc<WorkerCtx>,
+    tracker: Rc<ConnTracker>,
+    mut drain: watch::Receiver<bool>,
+) {
+    let ctx = Rc::new(ListenerCtx {
+        name: listener.name.clone(),
+        routes: RouteTable::new(listener.routes.clone()),
+        forwarded_proto: HeaderValue::from_static("http"),
+    });
+    let codec = Rc::new(conn::codec(&listener));
+    loop {
+        let accepted = tokio::select! {
+            accepted = socket.accept() => accepted,
+            _ = drain.wait_for(|draining| *draining) => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(err) => {
+                // EMFILE and friends: back off briefly instead of spinning on the error.
+                tracing::warn!(worker = worker_id, listener = %ctx.name, error = %err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        tracing::debug!(worker = worker_id, listener = %ctx.name, %peer, "accepted connection");
+        let guard = ConnGuard::new(&tracker);
+        let conn_ctx = Rc::new(ConnCtx {
+            peer,
+            listener: Rc::clone(&ctx),
+            worker: Rc::clone(&worker),
+        });
+        tokio::task::spawn_local({
+            let codec = Rc::clone(&codec);
+            let drain = drain.clone();
+            async move {
+                conn::serve(stream, conn_ctx, codec, drain).await;
+                drop(guard);
+            }
+        });
+    }
+}

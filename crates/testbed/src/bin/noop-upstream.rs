@@ -1,0 +1,99 @@
+//! `noop-upstream`: the testbed's no-op upstream as a standalone server, for benchmarking
+//! Legate against real processes.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use testbed::NoopUpstream;
+
+const USAGE: &str = "\
+usage: noop-upstream [--listen ADDR]
+
+Serves HTTP/1.1 and cleartext HTTP/2 on one port; requests steer the response with
+x-noop-delay, x-noop-status, x-noop-size, x-noop-chunked and x-noop-echo headers.
+
+options:
+  --listen ADDR   address to listen on (default 127.0.0.1:9000)
+  -h, --help      print this help
+";
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:9000";
+
+enum Command {
+    Serve(SocketAddr),
+    Help,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
+    let mut listen = DEFAULT_LISTEN.to_owned();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "--listen" => {
+                listen = args
+                    .next()
+                    .ok_or_else(|| "--listen needs an address".to_owned())?;
+            }
+            other => match other.strip_prefix("--listen=") {
+                Some(value) => value.clone_into(&mut listen),
+                None => return Err(format!("unknown argument {other:?}")),
+            },
+        }
+    }
+    listen
+        .parse()
+        .map(Command::Serve)
+        .map_err(|e| format!("bad --listen address {listen:?}: {e}"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let addr = match parse_args(std::env::args().skip(1)) {
+        Ok(Command::Serve(addr)) => addr,
+        Ok(Command::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprint!("noop-upstream: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let upstream = match NoopUpstream::bind(addr).await {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            eprintln!("noop-upstream: can't listen on {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // println! flushes on the newline only for a terminal; scripts wait for this line on a pipe.
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "noop-upstream listening on {}", upstream.local_addr());
+        let _ = out.flush();
+    }
+    if let Err(e) = stop_signal().await {
+        eprintln!("noop-upstream: can't wait for signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    upstream.shutdown();
+    ExitCode::SUCCESS
+}
+
+/// Resolves on SIGINT or (on Unix) SIGTERM.
+async fn stop_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            res = tokio::signal::ctrl_c() => res,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}

@@ -1,0 +1,185 @@
+//! The `legate` command: run the proxy from a config file, check a config, or run a demo.
+
+use std::io::IsTerminal;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use proxy_core::{Config, Server, usable_cores};
+
+#[derive(Parser)]
+#[command(
+    name = "legate",
+    version,
+    about = "An edge reverse proxy for HTTP/1.1 and HTTP/2"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    /// Config file to run.
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Worker threads; overrides the config's `concurrency` (default: usable CPUs).
+    #[arg(long, value_name = "N")]
+    concurrency: Option<NonZeroUsize>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check a config file and exit: 0 if it is valid, 1 with the reason if not.
+    Validate {
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Run a proxy on 127.0.0.1 in front of a built-in no-op upstream.
+    Demo {
+        /// Port for the proxy's listener.
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Worker threads (default: usable CPUs).
+        #[arg(long, value_name = "N")]
+        concurrency: Option<NonZeroUsize>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Validate { config }) => validate(&config),
+        Some(Command::Demo { port, concurrency }) => demo(port, concurrency),
+        None => match cli.config {
+            Some(path) => run_file(&path, cli.concurrency),
+            None => Err(anyhow::anyhow!(
+                "no config given: run `legate -c FILE`, or `legate demo` to try it out"
+            )),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn validate(path: &Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    println!(
+        "{}: ok ({} listeners, {} clusters)",
+        path.display(),
+        config.listeners.len(),
+        config.clusters.len()
+    );
+    Ok(())
+}
+
+fn run_file(path: &Path, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    run(config, concurrency)
+}
+
+fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
+    let workers = concurrency.map_or_else(|| config.worker_count(), NonZeroUsize::get);
+    let server = Server::start(config, workers)?;
+    tracing::info!(
+        workers = server.workers(),
+        usable_cores = usable_cores(),
+        "legate started"
+    );
+    for (name, addr) in server.addresses() {
+        tracing::info!(listener = %name, %addr, "listening");
+    }
+    wait_for_shutdown_signal()?;
+    tracing::info!("draining: no new connections, waiting for requests in flight");
+    // A second signal while draining exits at once.
+    let drained = std::thread::spawn(move || server.drain_and_join());
+    let runtime = signal_runtime()?;
+    let forced = runtime.block_on(async {
+        tokio::select! {
+            _ = shutdown_signal() => true,
+            _ = async {
+                while !drained.is_finished() {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            } => false,
+        }
+    });
+    if forced {
+        anyhow::bail!("second signal: exiting without waiting for the drain");
+    }
+    tracing::info!("drained; exiting");
+    Ok(())
+}
+
+fn signal_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the signal runtime")
+}
+
+fn wait_for_shutdown_signal() -> anyhow::Result<()> {
+    signal_runtime()?.block_on(shutdown_signal());
+    Ok(())
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot watch SIGTERM; only Ctrl-C will stop the proxy");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn demo(port: u16, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
+    let upstream = testbed::NoopUpstream::start_in_thread(([127, 0, 0, 1], 0).into())
+        .context("cannot start the demo upstream")?;
+    let upstream_addr = upstream.local_addr();
+    let yaml = format!(
+        r#"
+listeners:
+  - name: demo
+    address: 127.0.0.1:{port}
+    routes:
+      - match: {{ path: /healthz }}
+        direct_response: {{ status: 200, body: "ok\n" }}
+      - match: {{ prefix: / }}
+        cluster: noop
+clusters:
+  - name: noop
+    endpoints: [{upstream_addr}]
+"#
+    );
+    let config = Config::from_yaml(&yaml).context("demo config")?;
+    println!(
+        "legate demo: proxy on http://127.0.0.1:{port} in front of a no-op upstream on {upstream_addr}"
+    );
+    println!("try, in another terminal:");
+    println!("  curl -i http://127.0.0.1:{port}/hello -H 'x-noop-echo: headers'");
+    println!(
+        "  curl -i --http2-prior-knowledge http://127.0.0.1:{port}/slow -H 'x-noop-delay: 200ms' -H 'x-noop-status: 503'"
+    );
+    println!("stop with Ctrl-C");
+    run(config, concurrency)
+}

@@ -1,0 +1,371 @@
+//! Shared helpers for the integration tests: run the real `legate` binary, and talk real
+//! HTTP/1.1 and HTTP/2 to it over 127.0.0.1.
+
+#![allow(dead_code)] // each test file uses a different subset
+#![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test loudly
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpStream;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_legate");
+
+/// A scratch directory removed on drop.
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new() -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "legate-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        ScratchDir(dir)
+    }
+
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `legate` binary running a config, with its stderr collected.
+pub struct Proxy {
+    child: Child,
+    /// Bound address of each listener, in config order.
+    pub addrs: Vec<SocketAddr>,
+    log: Arc<Mutex<String>>,
+    _dir: ScratchDir,
+}
+
+impl Proxy {
+    /// Starts `legate -c CONFIG --concurrency WORKERS` and waits until every listener is up.
+    pub fn start(yaml: &str, workers: usize) -> Proxy {
+        Self::start_with_env(yaml, workers, &[])
+    }
+
+    pub fn start_with_env(yaml: &str, workers: usize, env: &[(&str, &str)]) -> Proxy {
+        let dir = ScratchDir::new();
+        let config = dir.write("legate.yaml", yaml);
+        let listeners = yaml.matches("address:").count();
+        let mut command = Command::new(BIN);
+        command
+            .arg("-c")
+            .arg(&config)
+            .arg("--concurrency")
+            .arg(workers.to_string());
+        Self::spawn(command, env, listeners, dir)
+    }
+
+    /// Starts the binary with arbitrary arguments; waits for `listeners` "listening" lines.
+    pub fn spawn(
+        mut command: Command,
+        env: &[(&str, &str)],
+        listeners: usize,
+        dir: ScratchDir,
+    ) -> Proxy {
+        command
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("the legate binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel::<SocketAddr>();
+        {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if line.contains("listening")
+                        && let Some(addr) = line.split("addr=").nth(1)
+                        && let Ok(addr) = addr.trim().parse()
+                    {
+                        let _ = tx.send(addr);
+                    }
+                    let mut log = log.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
+        let mut addrs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while addrs.len() < listeners {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(addr) => addrs.push(addr),
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "legate did not report its listeners; log:\n{}",
+                        log.lock().unwrap()
+                    );
+                }
+            }
+        }
+        Proxy {
+            child,
+            addrs,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM to this proxy (and only to it, by its PID).
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the log reader catch the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Polls the log until `needle` appears, at most `limit`.
+    pub fn wait_for_log(&self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A request body of `len` pattern bytes, sent in 64 KiB frames; with `known_length` it
+/// carries a content-length, otherwise HTTP/1.1 sends it chunked.
+pub struct PatternBody {
+    offset: u64,
+    len: u64,
+    known_length: bool,
+}
+
+impl PatternBody {
+    pub fn new(len: u64, known_length: bool) -> Self {
+        Self {
+            offset: 0,
+            len,
+            known_length,
+        }
+    }
+}
+
+impl Body for PatternBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.offset >= self.len {
+            return Poll::Ready(None);
+        }
+        let n = (self.len - self.offset).min(64 * 1024) as usize;
+        let chunk = testbed::pattern_bytes(self.offset, n);
+        self.offset += n as u64;
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.known_length && self.offset >= self.len
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.known_length {
+            SizeHint::with_exact(self.len - self.offset)
+        } else {
+            SizeHint::default()
+        }
+    }
+}
+
+/// Sends one request over a new HTTP/1.1 connection.
+pub async fn send_h1<B>(addr: SocketAddr, req: Request<B>) -> Response<Incoming>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    try_send_h1(addr, req).await.expect("HTTP/1.1 request")
+}
+
+pub async fn try_send_h1<B>(
+    addr: SocketAddr,
+    req: Request<B>,
+) -> Result<Response<Incoming>, hyper::Error>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the proxy");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    sender.send_request(req).await
+}
+
+/// Sends one request over a new HTTP/2 (prior knowledge) connection.
+pub async fn send_h2<B>(addr: SocketAddr, req: Request<B>) -> Response<Incoming>
+where
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (mut sender, _) = h2_client(addr).await;
+    sender.send_request(req).await.expect("HTTP/2 request")
+}
+
+/// An HTTP/2 connection to `addr`, for several requests.
+pub async fn h2_client<B>(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<B>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the proxy");
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("HTTP/2 handshake");
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (sender, task)
+}
+
+/// A GET with a host and the given extra headers and an empty body.
+pub fn get(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut builder = Request::get(path).header("host", "legate.test");
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    builder.body(Full::new(Bytes::new())).unwrap()
+}
+
+/// The same for HTTP/2, whose requests carry the host in an absolute URI.
+pub fn get_h2(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut builder = Request::get(format!("http://legate.test{path}"));
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    builder.body(Full::new(Bytes::new())).unwrap()
+}
+
+/// Reads a body to its end: (length, lowercase hex SHA-256).
+pub async fn digest(mut body: Incoming) -> (u64, String) {
+    let mut hasher = Sha256::new();
+    let mut len = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("body frame").into_data() {
+            len += data.len() as u64;
+            hasher.update(&data);
+        }
+    }
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    (len, hex)
+}
+
+pub async fn text(body: Incoming) -> String {
+    let bytes = body.collect().await.expect("body").to_bytes();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A proxy config with one listener on an ephemeral port forwarding everything to `endpoints`.
+pub fn forward_config(endpoints: &[SocketAddr], extra_cluster: &str) -> String {
+    let endpoints: Vec<String> = endpoints.iter().map(|e| e.to_string()).collect();
+    format!(
+        r#"
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ path: /healthz }}
+        direct_response: {{ status: 200, body: "ok\n" }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+{extra_cluster}
+"#,
+        endpoints.join(", ")
+    )
+}

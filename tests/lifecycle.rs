@@ -1,0 +1,210 @@
+//! The process as an operator sees it: config validation, workers, demo, graceful shutdown.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use testbed::NoopUpstream;
+
+fn validate(yaml: &str) -> (bool, String) {
+    let dir = ScratchDir::new();
+    let path = dir.write("config.yaml", yaml);
+    let out = Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn validate_accepts_a_good_config_and_names_the_key_of_a_bad_one() {
+    let good = forward_config(&["127.0.0.1:9000".parse().unwrap()], "");
+    let (ok, out) = validate(&good);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok"), "{out}");
+
+    let cases = [
+        (
+            good.replace(
+                "    address: 127.0.0.1:0",
+                "    address: 127.0.0.1:0\n    flavour: x",
+            ),
+            "listeners[0]: unknown field `flavour`",
+        ),
+        (
+            good.replace("cluster: backend", "cluster: missing"),
+            "listeners[0].routes[1].cluster: unknown cluster `missing`",
+        ),
+        (
+            format!("{good}  - name: backend\n    endpoints: [127.0.0.1:1]\n"),
+            "clusters[1].name: duplicate cluster name",
+        ),
+        (
+            good.replace("127.0.0.1:9000", "not-an-address"),
+            "clusters[0].endpoints[0]: expected an address",
+        ),
+        (
+            good.replace(
+                "  - name: backend",
+                "  - name: backend\n    connect_timeout: 5 minutes",
+            ),
+            "clusters[0].connect_timeout",
+        ),
+        (
+            good.replace("listeners:", "drain_timeout: 2q\nlisteners:"),
+            "drain_timeout",
+        ),
+        ("listeners: [".to_string(), "line"),
+    ];
+    for (yaml, expected) in cases {
+        let (ok, out) = validate(&yaml);
+        assert!(!ok, "accepted:\n{yaml}");
+        assert!(out.contains(expected), "expected {expected:?} in {out:?}");
+    }
+    let out = Command::new(BIN)
+        .args(["validate", "-c", "/nonexistent/legate.yaml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/legate.yaml"));
+}
+
+#[test]
+fn every_example_config_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let out = Command::new(BIN)
+                .args(["validate", "-c"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_all_accept_connections() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut proxy = Proxy::start_with_env(
+        &forward_config(&[noop.local_addr()], ""),
+        4,
+        &[("RUST_LOG", "info,proxy_core=debug")],
+    );
+    assert!(proxy.log().contains("workers=4"), "{}", proxy.log());
+    for _ in 0..200 {
+        let response = send_h1(proxy.addr(), get("/healthz", &[])).await;
+        assert_eq!(response.status(), 200);
+    }
+    proxy.terminate();
+    assert!(proxy.wait(Duration::from_secs(10)).is_some());
+    let workers: BTreeSet<String> = proxy
+        .log()
+        .lines()
+        .filter(|l| l.contains("accepted connection"))
+        .filter_map(|l| l.split("worker=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert_eq!(
+        workers,
+        BTreeSet::from(["0", "1", "2", "3"].map(String::from))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_requests_in_flight_finish() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 2);
+    let addr = proxy.addr();
+
+    let mut in_flight = Vec::new();
+    for i in 0..10 {
+        in_flight.push(tokio::spawn(async move {
+            let response = if i % 2 == 0 {
+                send_h1(addr, get("/slow", &[("x-noop-delay", "2s")])).await
+            } else {
+                send_h2(addr, get_h2("/slow", &[("x-noop-delay", "2s")])).await
+            };
+            let close = response
+                .headers()
+                .get("connection")
+                .is_some_and(|v| v == "close");
+            (
+                i,
+                response.status(),
+                close,
+                text(response.into_body()).await.len(),
+            )
+        }));
+    }
+    // The upstream holds each request for 2 s; the signal comes while all are in flight.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        noop.requests(),
+        0,
+        "the upstream answered before the signal"
+    );
+    proxy.terminate();
+    for task in in_flight {
+        let (i, status, close, len) = task.await.unwrap();
+        assert_eq!(status, 200, "request {i}");
+        assert_eq!(len, 100, "request {i}");
+        if i % 2 == 0 {
+            assert!(
+                close,
+                "HTTP/1.1 response {i} should carry connection: close"
+            );
+        }
+    }
+    let status = proxy
+        .wait(Duration::from_secs(10))
+        .expect("exits after the drain");
+    assert!(status.success(), "{status:?}\n{}", proxy.log());
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still accepting after drain"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_serves_curlable_requests() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut command = Command::new(BIN);
+    command.args(["demo", "--port", &port.to_string(), "--concurrency", "1"]);
+    let mut proxy = Proxy::spawn(command, &[], 1, ScratchDir::new());
+    let response = send_h1(proxy.addr(), get("/healthz", &[])).await;
+    assert_eq!(text(response.into_body()).await, "ok\n");
+    let response = send_h2(proxy.addr(), get_h2("/hello", &[("x-noop-status", "503")])).await;
+    assert_eq!(response.status(), 503);
+    proxy.terminate();
+    assert!(
+        proxy
+            .wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+}

@@ -1,0 +1,322 @@
+//! HTTP/1.1 and HTTP/2 through the real binary to a real upstream: bodies, headers, routing.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::*;
+use http::Request;
+use testbed::{NoopUpstream, pattern_sha256};
+
+async fn upstream() -> testbed::NoopHandle {
+    NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_http1_and_h2c_on_the_same_port() {
+    let noop = upstream().await;
+    let proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 2);
+
+    let response = send_h1(proxy.addr(), get("/hello", &[])).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(text(response.into_body()).await.len(), 100);
+
+    let response = send_h2(proxy.addr(), get_h2("/hello", &[])).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(text(response.into_body()).await.len(), 100);
+
+    let response = send_h1(proxy.addr(), get("/healthz", &[])).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(text(response.into_body()).await, "ok\n");
+}
+
+/// Downloads and uploads of every size, framed both ways, over both protocols.
+async fn check_bodies(proxy_addr: std::net::SocketAddr, sizes: &[u64]) {
+    for &size in sizes {
+        for chunked in [false, true] {
+            for h2 in [false, true] {
+                let what = format!("size {size} chunked {chunked} h2 {h2}");
+                // Download.
+                let mut headers = vec![("x-noop-size", size.to_string())];
+                if chunked {
+                    headers.push(("x-noop-chunked", "1".to_string()));
+                }
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                let response = if h2 {
+                    send_h2(proxy_addr, get_h2("/download", &headers)).await
+                } else {
+                    send_h1(proxy_addr, get("/download", &headers)).await
+                };
+                assert_eq!(response.status(), 200, "{what}");
+                if !chunked && !h2 {
+                    assert_eq!(
+                        response.headers()["content-length"],
+                        size.to_string().as_str(),
+                        "{what}"
+                    );
+                }
+                let (len, sha) = digest(response.into_body()).await;
+                assert_eq!(len, size, "download {what}");
+                assert_eq!(sha, pattern_sha256(size), "download {what}");
+
+                // Upload.
+                let uri = if h2 {
+                    "http://legate.test/upload"
+                } else {
+                    "/upload"
+                };
+                let request = Request::post(uri)
+                    .header("host", "legate.test")
+                    .body(PatternBody::new(size, !chunked))
+                    .unwrap();
+                let response = if h2 {
+                    let request = request.map(Box::pin);
+                    let (mut sender, _) = h2_client(proxy_addr).await;
+                    sender.send_request(request).await.unwrap()
+                } else {
+                    send_h1(proxy_addr, request).await
+                };
+                assert_eq!(response.status(), 200, "upload {what}");
+                assert_eq!(
+                    response.headers()["x-noop-request-bytes"],
+                    size.to_string().as_str(),
+                    "upload {what}"
+                );
+                assert_eq!(
+                    response.headers()["x-noop-request-sha256"],
+                    pattern_sha256(size).as_str(),
+                    "upload {what}"
+                );
+                let _ = text(response.into_body()).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_and_large_bodies_arrive_intact() {
+    let noop = upstream().await;
+    let proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 2);
+    check_bodies(proxy.addr(), &[0, 1, 1 << 20, 64 << 20]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_arrive_intact_over_an_http2_upstream() {
+    let noop = upstream().await;
+    let config = forward_config(&[noop.local_addr()], "    protocol: http2");
+    let proxy = Proxy::start(&config, 2);
+    check_bodies(proxy.addr(), &[0, 1, 1 << 20]).await;
+    assert!(
+        noop.connections() <= 2,
+        "one HTTP/2 connection per worker, saw {}",
+        noop.connections()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_echoed_back_streams_both_ways() {
+    let noop = upstream().await;
+    let proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 1);
+    let request = Request::post("/echo")
+        .header("host", "legate.test")
+        .header("x-noop-echo", "body")
+        .body(PatternBody::new(8 << 20, false))
+        .unwrap();
+    let response = send_h1(proxy.addr(), request).await;
+    assert_eq!(response.status(), 200);
+    let (len, sha) = digest(response.into_body()).await;
+    assert_eq!(len, 8 << 20);
+    assert_eq!(sha, pattern_sha256(8 << 20));
+}
+
+fn echoed_headers(body: &str) -> HashMap<String, Vec<String>> {
+    let mut map: HashMap<String, Vec<String>> = HashMap::new();
+    for line in body.lines().skip(1) {
+        if let Some((name, value)) = line.split_once(": ") {
+            map.entry(name.to_ascii_lowercase())
+                .or_default()
+                .push(value.to_string());
+        }
+    }
+    map
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_follow_the_rules() {
+    let noop = upstream().await;
+    let proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 1);
+
+    let response = send_h1(
+        proxy.addr(),
+        get(
+            "/echo?q=1",
+            &[
+                ("x-noop-echo", "headers"),
+                ("connection", "keep-alive, x-hop"),
+                ("x-hop", "secret"),
+                ("keep-alive", "timeout=5"),
+                ("proxy-connection", "keep-alive"),
+                ("te", "gzip"),
+                ("x-forwarded-for", "203.0.113.7"),
+                ("x-custom", "kept"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body = text(response.into_body()).await;
+    assert!(body.starts_with("GET /echo?q=1 HTTP/1.1"), "{body}");
+    let h = echoed_headers(&body);
+    for hop in [
+        "connection",
+        "x-hop",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "transfer-encoding",
+    ] {
+        assert!(!h.contains_key(hop), "{hop} was forwarded: {body}");
+    }
+    assert_eq!(h["x-forwarded-for"], ["203.0.113.7, 127.0.0.1"]);
+    assert_eq!(h["x-forwarded-proto"], ["http"]);
+    assert_eq!(h["host"], ["legate.test"]);
+    assert_eq!(h["x-custom"], ["kept"]);
+    let id = &h["x-request-id"][0];
+    assert_eq!(id.len(), 36, "{id}");
+
+    // A client's request id is kept.
+    let response = send_h1(
+        proxy.addr(),
+        get(
+            "/",
+            &[("x-noop-echo", "headers"), ("x-request-id", "abc-123")],
+        ),
+    )
+    .await;
+    let h = echoed_headers(&text(response.into_body()).await);
+    assert_eq!(h["x-request-id"], ["abc-123"]);
+
+    // HTTP/2 downstream: the authority becomes the upstream's host header.
+    let response = send_h2(proxy.addr(), get_h2("/h2", &[("x-noop-echo", "headers")])).await;
+    let body = text(response.into_body()).await;
+    let h = echoed_headers(&body);
+    assert_eq!(h["host"], ["legate.test"], "{body}");
+    assert!(body.starts_with("GET /h2 HTTP/1.1"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_by_host_path_and_header() {
+    let a = upstream().await;
+    let b = upstream().await;
+    let config = format!(
+        r#"
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /, host: "*.b.test" }}
+        cluster: b
+      - match: {{ path: /exact-b }}
+        cluster: b
+      - match: {{ prefix: /, headers: [{{ name: x-to, exact: b }}] }}
+        cluster: b
+        host_rewrite: rewritten.internal
+      - match: {{ prefix: /api }}
+        cluster: a
+clusters:
+  - name: a
+    endpoints: [{}]
+  - name: b
+    endpoints: [{}]
+"#,
+        a.local_addr(),
+        b.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let served_by = |r: &http::Response<hyper::body::Incoming>| {
+        r.headers()["x-noop-served-by"]
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    let a_addr = a.local_addr().to_string();
+    let b_addr = b.local_addr().to_string();
+
+    let r = send_h1(proxy.addr(), get("/api/x", &[])).await;
+    assert_eq!(served_by(&r), a_addr);
+    let r = send_h1(
+        proxy.addr(),
+        Request::get("/api/x")
+            .header("host", "eu.b.test:8080")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(served_by(&r), b_addr);
+    let r = send_h1(proxy.addr(), get("/exact-b", &[])).await;
+    assert_eq!(served_by(&r), b_addr);
+    let r = send_h1(proxy.addr(), get("/exact-b/not", &[])).await;
+    assert_eq!(r.status(), 404, "no route");
+    let r = send_h1(
+        proxy.addr(),
+        get("/other", &[("x-to", "b"), ("x-noop-echo", "headers")]),
+    )
+    .await;
+    assert_eq!(served_by(&r), b_addr);
+    let h = echoed_headers(&text(r.into_body()).await);
+    assert_eq!(h["host"], ["rewritten.internal"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_spreads_requests_and_reuses_connections() {
+    let a = upstream().await;
+    let b = upstream().await;
+    let proxy = Proxy::start(&forward_config(&[a.local_addr(), b.local_addr()], ""), 1);
+    let (mut sender, _) = h2_client(proxy.addr()).await;
+    for _ in 0..40 {
+        let response = sender.send_request(get_h2("/", &[])).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let _ = text(response.into_body()).await;
+    }
+    assert_eq!(a.requests(), 20);
+    assert_eq!(b.requests(), 20);
+    // Sequential requests reuse one keep-alive connection per host.
+    assert_eq!(a.connections(), 1);
+    assert_eq!(b.connections(), 1);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let noop = rt.block_on(upstream());
+    let proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 1);
+    let mut stream = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut batch = String::new();
+    for (i, delay) in ["300ms", "0ms", "100ms"].iter().enumerate() {
+        batch.push_str(&format!(
+            "GET /p{i} HTTP/1.1\r\nhost: legate.test\r\nx-noop-echo: headers\r\nx-noop-delay: {delay}\r\n\r\n"
+        ));
+    }
+    batch.push_str("GET /last HTTP/1.1\r\nhost: legate.test\r\nconnection: close\r\nx-noop-echo: headers\r\n\r\n");
+    stream.write_all(batch.as_bytes()).unwrap();
+    let mut all = String::new();
+    stream.read_to_string(&mut all).unwrap();
+    let order: Vec<&str> = all
+        .lines()
+        .filter(|l| l.starts_with("GET /"))
+        .map(|l| l.split(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(order, ["/p0", "/p1", "/p2", "/last"], "{all}");
+    assert_eq!(all.matches("HTTP/1.1 200 OK").count(), 4);
+}
