@@ -320,3 +320,89 @@ fn pipelined_requests_are_answered_in_order() {
     assert_eq!(order, ["/p0", "/p1", "/p2", "/last"], "{all}");
     assert_eq!(all.matches("HTTP/1.1 200 OK").count(), 4);
 }
+
+/// Reads one HTTP/1.1 response with a content-length from a raw socket: (head, body).
+fn read_response(stream: &mut std::net::TcpStream) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            stream.read(&mut byte).unwrap(),
+            1,
+            "connection closed mid-head"
+        );
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).unwrap();
+    (head, body)
+}
+
+#[test]
+fn idle_keep_alive_connections_park_and_resume() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let noop = rt.block_on(upstream());
+    let proxy = Proxy::start_with_env(
+        &forward_config(&[noop.local_addr()], ""),
+        1,
+        &[("RUST_LOG", "info,proxy_core::conn=trace")],
+    );
+    let mut stream = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET /one HTTP/1.1\r\nhost: legate.test\r\n\r\n")
+        .unwrap();
+    let (head, body) = read_response(&mut stream);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body.len(), 100);
+
+    // Idle past the parking delay: the codec is dropped, the socket kept.
+    assert!(
+        proxy.wait_for_log("parked", Duration::from_secs(5)),
+        "{}",
+        proxy.log()
+    );
+    stream
+        .write_all(b"GET /two HTTP/1.1\r\nhost: legate.test\r\n\r\n")
+        .unwrap();
+    let (head, _) = read_response(&mut stream);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    // A request head that arrives in two parts with a park in between loses nothing.
+    stream.write_all(b"GET /three HTTP/1.1\r\nho").unwrap();
+    let parked_with_partial_head = || {
+        proxy
+            .log()
+            .lines()
+            .any(|l| l.contains("parked") && !l.contains("buffered=0"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !parked_with_partial_head() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(parked_with_partial_head(), "{}", proxy.log());
+    stream
+        .write_all(b"st: legate.test\r\nx-noop-echo: headers\r\n\r\n")
+        .unwrap();
+    let (head, body) = read_response(&mut stream);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+    assert!(String::from_utf8_lossy(&body).starts_with("GET /three HTTP/1.1"));
+    stream
+        .write_all(b"GET /four HTTP/1.1\r\nhost: legate.test\r\n\r\n")
+        .unwrap();
+    let (head, _) = read_response(&mut stream);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(noop.requests(), 4);
+}

@@ -34,7 +34,7 @@ mod error;
 mod exec;
 mod http;
 mod listener;
-mod router;
+pub mod router;
 mod server;
 mod worker;
 

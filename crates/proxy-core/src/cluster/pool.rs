@@ -82,7 +82,9 @@ impl HostPool {
         loop {
             let (mut sender, fresh) = match self.idle_h1().await {
                 Some(sender) => (sender, false),
-                None => (self.connect_h1().await?, true),
+                // Boxed: connecting is rare, and its state would otherwise enlarge every
+                // request's future.
+                None => (Box::pin(self.connect_h1()).await?, true),
             };
             match sender.try_send_request(req).await {
                 Ok(response) => {
@@ -164,6 +166,12 @@ impl HostPool {
         if let Some(sender) = self.live_h2() {
             return Ok(sender);
         }
+        // Boxed: connecting is rare, and its state would otherwise enlarge every request's
+        // future.
+        Box::pin(self.connect_h2()).await
+    }
+
+    async fn connect_h2(&self) -> Result<http2::SendRequest<Incoming>, ProxyError> {
         let _connecting = self.h2_connecting.lock().await;
         // Someone else may have connected while this request waited for the lock.
         if let Some(sender) = self.live_h2() {

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
@@ -21,6 +22,8 @@ const LINGER_BYTES: usize = 256 * 1024;
 /// yet, such as the 400 for a malformed request.
 pub(crate) struct DownstreamIo {
     stream: TcpStream,
+    /// Bytes already read from the socket that the codec has yet to see.
+    prefix: Bytes,
     linger: Option<Pin<Box<Sleep>>>,
     drained: usize,
 }
@@ -29,9 +32,29 @@ impl DownstreamIo {
     pub(crate) fn new(stream: TcpStream) -> Self {
         Self {
             stream,
+            prefix: Bytes::new(),
             linger: None,
             drained: 0,
         }
+    }
+}
+
+impl DownstreamIo {
+    pub(crate) fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    pub(crate) fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Bytes to hand to the codec before anything more from the socket.
+    pub(crate) fn set_prefix(&mut self, prefix: Bytes) {
+        self.prefix = prefix;
+    }
+
+    pub(crate) fn has_prefix(&self) -> bool {
+        !self.prefix.is_empty()
     }
 }
 
@@ -42,7 +65,13 @@ impl AsyncRead for DownstreamIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
     }
 }
 

@@ -1,41 +1,99 @@
-//! One downstream connection: the HTTP/1.1-or-HTTP/2 codec over a TCP stream, and its drain.
+//! One downstream connection: protocol detection, the HTTP/1.1 or HTTP/2 codec, idle parking,
+//! and the drain on shutdown.
+//!
+//! An HTTP/1.1 keep-alive connection that has been idle for [`PARK_AFTER`] is *parked*: the
+//! codec, with its read and write buffers, is dropped and only the socket is kept. When the
+//! client sends again, a fresh codec takes over (with any bytes the old one had read but not
+//! used). Idle connections thus cost little more than their socket, which is what lets a
+//! proxy hold tens of thousands of them (lesson L2).
 
 mod io;
 
+use std::cell::Cell;
+use std::future::poll_fn;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::time::Duration;
 
-use hyper::service::service_fn;
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioIo;
-use hyper_util::server::conn::auto;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::exec::LocalExec;
+use crate::http::body::ResponseBody;
 use crate::http::handler;
 use crate::worker::{ListenerCtx, WorkerCtx};
-use io::DownstreamIo;
+pub(crate) use io::DownstreamIo;
+
+/// How long an HTTP/1.1 connection stays idle before its codec is dropped.
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// The first bytes of every HTTP/2 prior-knowledge connection (RFC 9113 section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// What a request on this connection needs to know about where it came from.
 pub(crate) struct ConnCtx {
     pub(crate) peer: SocketAddr,
     pub(crate) listener: Rc<ListenerCtx>,
     pub(crate) worker: Rc<WorkerCtx>,
+    /// Responses not yet fully written.
+    in_flight: Cell<u32>,
+    /// When the last response finished.
+    last_active: Cell<Instant>,
+}
+
+impl ConnCtx {
+    pub(crate) fn new(peer: SocketAddr, listener: Rc<ListenerCtx>, worker: Rc<WorkerCtx>) -> Self {
+        Self {
+            peer,
+            listener,
+            worker,
+            in_flight: Cell::new(0),
+            last_active: Cell::new(Instant::now()),
+        }
+    }
+}
+
+/// Counts a response as in flight until its body is dropped (written out or abandoned).
+pub(crate) struct InFlight(Rc<ConnCtx>);
+
+impl InFlight {
+    fn new(ctx: &Rc<ConnCtx>) -> Self {
+        ctx.in_flight.set(ctx.in_flight.get() + 1);
+        InFlight(Rc::clone(ctx))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.set(self.0.in_flight.get() - 1);
+        self.0.last_active.set(Instant::now());
+    }
 }
 
 /// The codec settings of one listener, built once per worker.
-pub(crate) fn codec(listener: &crate::config::ListenerConfig) -> auto::Builder<LocalExec> {
-    let mut builder = auto::Builder::new(LocalExec);
-    builder
-        .http1()
-        .keep_alive(true)
-        // hyper's default 30 s header timeout would also close idle keep-alive connections;
-        // idle handling belongs to the listener's own settings.
-        .header_read_timeout(None);
-    builder
-        .http2()
-        .max_concurrent_streams(listener.http.max_concurrent_streams);
-    builder
+pub(crate) struct Codecs {
+    h1: http1::Builder,
+    h2: http2::Builder<LocalExec>,
+}
+
+impl Codecs {
+    pub(crate) fn new(listener: &crate::config::ListenerConfig) -> Self {
+        let mut h1 = http1::Builder::new();
+        h1.keep_alive(true)
+            // hyper's default 30 s header timeout would also close idle keep-alive connections;
+            // idle handling belongs to the listener's own settings.
+            .header_read_timeout(None);
+        let mut h2 = http2::Builder::new(LocalExec);
+        h2.max_concurrent_streams(listener.http.max_concurrent_streams);
+        Self { h1, h2 }
+    }
 }
 
 /// Serves `stream` until the client is done or, after `drain` turns true, until the requests
@@ -43,25 +101,147 @@ pub(crate) fn codec(listener: &crate::config::ListenerConfig) -> auto::Builder<L
 pub(crate) async fn serve(
     stream: TcpStream,
     ctx: Rc<ConnCtx>,
-    codec: Rc<auto::Builder<LocalExec>>,
+    codecs: Rc<Codecs>,
     mut drain: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let service = service_fn(move |req| handler::handle(req, Rc::clone(&ctx)));
-    let conn = codec.serve_connection(TokioIo::new(DownstreamIo::new(stream)), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => log_end(result),
-        _ = drain.wait_for(|draining| *draining) => {
-            conn.as_mut().graceful_shutdown();
-            log_end(conn.await);
+    let mut io = DownstreamIo::new(stream);
+    match sniff(&mut io, &mut drain).await {
+        Sniffed::Http2 => serve_h2(io, ctx, &codecs, drain).await,
+        Sniffed::Http1 => serve_h1(io, ctx, &codecs, drain).await,
+        Sniffed::Closed => {
+            let _ = io.shutdown().await;
         }
     }
 }
 
-fn log_end(result: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
+enum Sniffed {
+    Http1,
+    Http2,
+    Closed,
+}
+
+/// Tells HTTP/2 prior knowledge from HTTP/1.1 by its first bytes, which are kept for the
+/// codec. Nothing is allocated while the client says nothing.
+async fn sniff(io: &mut DownstreamIo, drain: &mut watch::Receiver<bool>) -> Sniffed {
+    let mut head = [0u8; H2_PREFACE.len()];
+    let mut len = 0;
+    loop {
+        let read = tokio::select! {
+            read = io.stream_mut().read(&mut head[len..]) => read,
+            _ = drain.wait_for(|draining| *draining) => return Sniffed::Closed,
+        };
+        match read {
+            Ok(0) | Err(_) => return Sniffed::Closed,
+            Ok(n) => len += n,
+        }
+        let sniffed = if head[..len] != H2_PREFACE[..len] {
+            Sniffed::Http1
+        } else if len == H2_PREFACE.len() {
+            Sniffed::Http2
+        } else {
+            continue;
+        };
+        io.set_prefix(Bytes::copy_from_slice(&head[..len]));
+        return sniffed;
+    }
+}
+
+/// The per-connection service handed to the codec.
+#[derive(Clone)]
+struct ProxyService(Rc<ConnCtx>);
+
+impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
+    type Response = http::Response<ResponseBody>;
+    type Error = std::convert::Infallible;
+    // Boxed so the codec can be taken apart when parked (that needs Unpin futures).
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>>>>;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let in_flight = InFlight::new(&self.0);
+        Box::pin(handler::handle(req, Rc::clone(&self.0), in_flight))
+    }
+}
+
+async fn serve_h1(
+    mut io: DownstreamIo,
+    ctx: Rc<ConnCtx>,
+    codecs: &Codecs,
+    mut drain: watch::Receiver<bool>,
+) {
+    loop {
+        if !io.has_prefix() {
+            // Parked (or new): hold nothing but the socket until the client speaks.
+            tokio::select! {
+                ready = io.stream().readable() => if ready.is_err() { return },
+                _ = drain.wait_for(|draining| *draining) => {
+                    let _ = io.shutdown().await;
+                    return;
+                }
+            }
+        }
+        // Boxed: dropping it on parking frees the codec's state, not just its buffers.
+        let mut conn = Box::pin(
+            codecs
+                .h1
+                .serve_connection(TokioIo::new(io), ProxyService(Rc::clone(&ctx))),
+        );
+        let mut parking = false;
+        let mut draining = false;
+        let park_timer = tokio::time::sleep(PARK_AFTER);
+        tokio::pin!(park_timer);
+        let result = loop {
+            tokio::select! {
+                result = poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break result,
+                _ = drain.wait_for(|draining| *draining), if !draining => {
+                    draining = true;
+                    parking = false;
+                    conn.as_mut().graceful_shutdown();
+                }
+                _ = &mut park_timer, if !parking && !draining => {
+                    let idle_since = ctx.last_active.get();
+                    if ctx.in_flight.get() == 0 && idle_since.elapsed() >= PARK_AFTER {
+                        parking = true;
+                        tracing::trace!(peer = %ctx.peer, "parking idle connection");
+                        conn.as_mut().graceful_shutdown();
+                    } else {
+                        park_timer.as_mut().reset(idle_since.max(Instant::now()) + PARK_AFTER);
+                    }
+                }
+            }
+        };
+        let parts = (*Pin::into_inner(conn)).into_parts();
+        io = parts.io.into_inner();
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "downstream connection ended with an error");
+        } else if parking {
+            tracing::trace!(peer = %ctx.peer, buffered = parts.read_buf.len(), "parked");
+            io.set_prefix(parts.read_buf);
+            continue;
+        }
+        let _ = io.shutdown().await;
+        return;
+    }
+}
+
+async fn serve_h2(
+    io: DownstreamIo,
+    ctx: Rc<ConnCtx>,
+    codecs: &Codecs,
+    mut drain: watch::Receiver<bool>,
+) {
+    let conn = codecs
+        .h2
+        .serve_connection(TokioIo::new(io), ProxyService(Rc::clone(&ctx)));
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        _ = drain.wait_for(|draining| *draining) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
     if let Err(err) = result {
-        // Clients vanish all the time; this is worth a look only when debugging.
-        tracing::debug!(error = %err, "downstream connection ended with an error");
+        tracing::debug!(error = %err, "downstream HTTP/2 connection ended with an error");
     }
 }

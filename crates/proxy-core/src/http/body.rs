@@ -7,16 +7,38 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use crate::cluster::UpstreamBody;
+use crate::conn::InFlight;
 
-/// A response body: either streamed from an upstream or a small local reply.
-pub enum ResponseBody {
+/// A response body: either streamed from an upstream or a small local reply. It holds its
+/// connection's in-flight count until it is dropped, which is when the codec is done with it.
+pub struct ResponseBody {
+    inner: Inner,
+    in_flight: Option<InFlight>,
+}
+
+enum Inner {
     Local(Option<Bytes>),
     Upstream(UpstreamBody),
 }
 
 impl ResponseBody {
     pub(crate) fn local(bytes: Bytes) -> Self {
-        ResponseBody::Local(if bytes.is_empty() { None } else { Some(bytes) })
+        let bytes = if bytes.is_empty() { None } else { Some(bytes) };
+        Self {
+            inner: Inner::Local(bytes),
+            in_flight: None,
+        }
+    }
+
+    pub(crate) fn upstream(body: UpstreamBody) -> Self {
+        Self {
+            inner: Inner::Upstream(body),
+            in_flight: None,
+        }
+    }
+
+    pub(crate) fn hold(&mut self, in_flight: InFlight) {
+        self.in_flight = Some(in_flight);
     }
 }
 
@@ -29,27 +51,27 @@ impl Body for ResponseBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            ResponseBody::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            ResponseBody::Upstream(body) => Pin::new(body).poll_frame(cx),
+        match &mut self.get_mut().inner {
+            Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
         }
     }
 
     #[inline]
     fn is_end_stream(&self) -> bool {
-        match self {
-            ResponseBody::Local(bytes) => bytes.is_none(),
-            ResponseBody::Upstream(body) => body.is_end_stream(),
+        match &self.inner {
+            Inner::Local(bytes) => bytes.is_none(),
+            Inner::Upstream(body) => body.is_end_stream(),
         }
     }
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        match self {
-            ResponseBody::Local(bytes) => {
+        match &self.inner {
+            Inner::Local(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
-            ResponseBody::Upstream(body) => body.size_hint(),
+            Inner::Upstream(body) => body.size_hint(),
         }
     }
 }

@@ -15,7 +15,7 @@ use super::headers::{
 };
 use super::local_reply;
 use crate::config::{ForwardAction, RouteAction, UpstreamProtocol};
-use crate::conn::ConnCtx;
+use crate::conn::{ConnCtx, InFlight};
 use crate::error::ProxyError;
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
@@ -23,6 +23,7 @@ use crate::error::ProxyError;
 pub(crate) async fn handle(
     req: Request<Incoming>,
     conn: Rc<ConnCtx>,
+    in_flight: InFlight,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let method = req.method().clone();
     let uri = req.uri().clone();
@@ -55,6 +56,7 @@ pub(crate) async fn handle(
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
+    response.body_mut().hold(in_flight);
     Ok(response)
 }
 
@@ -167,5 +169,5 @@ async fn forward_request(
     // The downstream codec frames the response for its own protocol; an HTTP/2 version from
     // the upstream would only make the HTTP/1.1 encoder complain.
     head.version = Version::HTTP_11;
-    Ok(Response::from_parts(head, ResponseBody::Upstream(body)))
+    Ok(Response::from_parts(head, ResponseBody::upstream(body)))
 }

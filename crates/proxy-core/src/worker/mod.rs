@@ -168,7 +168,7 @@ async fn accept_loop(
         routes: RouteTable::new(listener.routes.clone()),
         forwarded_proto: HeaderValue::from_static("http"),
     });
-    let codec = Rc::new(conn::codec(&listener));
+    let codecs = Rc::new(conn::Codecs::new(&listener));
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -185,18 +185,15 @@ async fn accept_loop(
         };
         tracing::debug!(worker = worker_id, listener = %ctx.name, %peer, "accepted connection");
         let guard = ConnGuard::new(&tracker);
-        let conn_ctx = Rc::new(ConnCtx {
-            peer,
-            listener: Rc::clone(&ctx),
-            worker: Rc::clone(&worker),
-        });
-        tokio::task::spawn_local({
-            let codec = Rc::clone(&codec);
+        let conn_ctx = Rc::new(ConnCtx::new(peer, Rc::clone(&ctx), Rc::clone(&worker)));
+        let fut = {
+            let codecs = Rc::clone(&codecs);
             let drain = drain.clone();
             async move {
-                conn::serve(stream, conn_ctx, codec, drain).await;
+                conn::serve(stream, conn_ctx, codecs, drain).await;
                 drop(guard);
             }
-        });
+        };
+        tokio::task::spawn_local(fut);
     }
 }
