@@ -18,6 +18,19 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 /// header it names, plus `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding` (each hop frames
 /// the body itself) and `Upgrade`. `TE` is kept only as `trailers`, which gRPC needs.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none of these: one pass over the names is cheaper than six
+    // hashed removals.
+    let any = headers.keys().any(|name| {
+        name == CONNECTION
+            || name == TRANSFER_ENCODING
+            || name == UPGRADE
+            || name == TE
+            || name == KEEP_ALIVE
+            || name == PROXY_CONNECTION
+    });
+    if !any {
+        return;
+    }
     if headers.contains_key(CONNECTION) {
         let listed: Vec<HeaderName> = headers
             .get_all(CONNECTION)
