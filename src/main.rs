@@ -101,14 +101,19 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
     for (name, addr) in server.addresses() {
         tracing::info!(listener = %name, %addr, "listening");
     }
-    wait_for_shutdown_signal()?;
-    tracing::info!("draining: no new connections, waiting for requests in flight");
-    // A second signal while draining exits at once.
-    let drained = std::thread::spawn(move || server.drain_and_join());
-    let runtime = signal_runtime()?;
+    // One runtime for both waits, so a second signal during the drain is never missed.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the signal runtime")?;
     let forced = runtime.block_on(async {
+        let mut signals = ShutdownSignals::new();
+        signals.recv().await;
+        tracing::info!("draining: no new connections, waiting for requests in flight");
+        let drained = std::thread::spawn(move || server.drain_and_join());
+        // A second signal while draining exits at once.
         tokio::select! {
-            _ = shutdown_signal() => true,
+            _ = signals.recv() => true,
             _ = async {
                 while !drained.is_finished() {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -123,31 +128,33 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn signal_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the signal runtime")
+/// SIGTERM and SIGINT, registered once.
+struct ShutdownSignals {
+    term: Option<tokio::signal::unix::Signal>,
 }
 
-fn wait_for_shutdown_signal() -> anyhow::Result<()> {
-    signal_runtime()?.block_on(shutdown_signal());
-    Ok(())
-}
+impl ShutdownSignals {
+    fn new() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate())
+            .map_err(|err| {
+                tracing::warn!(error = %err, "cannot watch SIGTERM; only Ctrl-C will stop the proxy")
+            })
+            .ok();
+        Self { term }
+    }
 
-/// SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
+    async fn recv(&mut self) {
+        match &mut self.term {
+            Some(term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
             }
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot watch SIGTERM; only Ctrl-C will stop the proxy");
-            let _ = tokio::signal::ctrl_c().await;
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

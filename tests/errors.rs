@@ -149,13 +149,15 @@ async fn malformed_requests_get_400_and_never_reach_the_upstream() {
     let addr = proxy.addr();
     // (A request with both content-length and chunked is not here: the codec drops the
     // content-length, reads it chunked and closes afterwards, as RFC 9112 section 6.3 allows.)
-    let malformed: [&[u8]; 6] = [
+    let malformed: [&[u8]; 8] = [
         b"NOT HTTP AT ALL\r\n\r\n",
         b"GET / HTTP/1.1\r\nhost: a\r\ncontent-length: abc\r\n\r\n",
         b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab",
         b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: gzip\r\n\r\n",
         b"GET / HTTP/1.1\r\nbad header line\r\n\r\n",
         b"GET / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n",
+        b"GET http://a/ HTTP/1.1\r\n\r\n",
     ];
     for request in malformed {
         let answer = tokio::task::spawn_blocking(move || raw_exchange(addr, request))
@@ -175,4 +177,91 @@ async fn malformed_requests_get_400_and_never_reach_the_upstream() {
     // The proxy is still fine.
     let response = send_h1(addr, get("/", &[])).await;
     assert_eq!(response.status(), 200);
+}
+
+/// A request body fed by the test: frames arrive when sent, and it never ends on its own.
+struct StalledBody(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl hyper::body::Body for StalledBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(hyper::body::Frame::data(c))))
+    }
+}
+
+/// An upstream that answers `/early` with 413 before reading the body, and `/ok` with 200.
+async fn early_answering_upstream() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n) = socket.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end + 4);
+                        let reply: &[u8] = if head.starts_with("POST /early") {
+                            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                        };
+                        if socket.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_still_uploading_is_not_reused() {
+    let upstream = early_answering_upstream().await;
+    let proxy = Proxy::start(&forward_config(&[upstream], ""), 1);
+
+    // The upstream answers 413 while the upload is still open, and the upload never ends.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(bytes::Bytes::from_static(b"first part"))
+        .await
+        .unwrap();
+    let request = http::Request::post("/early")
+        .header("host", "legate.test")
+        .header("content-length", "1000000")
+        .body(StalledBody(rx))
+        .unwrap();
+    let response = send_h1(proxy.addr(), request).await;
+    assert_eq!(response.status(), 413);
+
+    // The next request must not queue behind that upload.
+    let started = Instant::now();
+    let response = send_h1(proxy.addr(), get("/ok", &[])).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited {:?}",
+        started.elapsed()
+    );
+    drop(tx);
 }

@@ -159,8 +159,13 @@ async fn sigterm_lets_requests_in_flight_finish() {
             )
         }));
     }
-    // The upstream holds each request for 2 s; the signal comes while all are in flight.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The upstream holds each request for 2 s; the signal comes once all ten are in flight
+    // (each needs its own upstream connection while the others are held).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while noop.connections() < 10 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         noop.requests(),
         0,

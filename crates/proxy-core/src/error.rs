@@ -22,6 +22,8 @@ pub enum ResponseFlag {
     UpstreamReset,
     /// UPE: the upstream sent something that is not valid HTTP.
     UpstreamProtocolError,
+    /// DC: the downstream connection went away mid-request.
+    DownstreamConnectionTermination,
 }
 
 impl ResponseFlag {
@@ -33,6 +35,7 @@ impl ResponseFlag {
             ResponseFlag::UpstreamTimeout => "UT",
             ResponseFlag::UpstreamReset => "UR",
             ResponseFlag::UpstreamProtocolError => "UPE",
+            ResponseFlag::DownstreamConnectionTermination => "DC",
         }
     }
 }
@@ -61,6 +64,8 @@ pub enum ProxyError {
         addr: SocketAddr,
         source: hyper::Error,
     },
+    #[error("client went away while its request body was being sent: {source}")]
+    ClientAborted { source: hyper::Error },
     #[error("upstream {addr} sent an invalid response: {source}")]
     UpstreamProtocol {
         addr: SocketAddr,
@@ -71,7 +76,10 @@ pub enum ProxyError {
 impl ProxyError {
     /// Sorts a hyper client error into a reset or a protocol error.
     pub(crate) fn from_upstream(addr: SocketAddr, source: hyper::Error) -> Self {
-        if source.is_parse() || source.is_parse_status() || source.is_parse_too_large() {
+        if source.is_user() {
+            // The request body we were relaying (the client's) failed: not the upstream's doing.
+            ProxyError::ClientAborted { source }
+        } else if source.is_parse() || source.is_parse_status() || source.is_parse_too_large() {
             ProxyError::UpstreamProtocol { addr, source }
         } else {
             ProxyError::UpstreamReset { addr, source }
@@ -81,7 +89,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -96,6 +104,7 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => ResponseFlag::NoRoute,
             ProxyError::BadRequest(_) => ResponseFlag::DownstreamProtocolError,
+            ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
                 ResponseFlag::UpstreamConnectFailure
             }
@@ -111,6 +120,7 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => "no route\n",
             ProxyError::BadRequest(_) => "bad request\n",
+            ProxyError::ClientAborted { .. } => "request body incomplete\n",
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
                 "upstream connect failure\n"
             }

@@ -1,7 +1,7 @@
 //! Per-worker, per-host upstream connections: a keep-alive pool for HTTP/1.1, one multiplexed
 //! connection for HTTP/2. Nothing here is `Send`: each worker owns its pools.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::config::UpstreamProtocol;
 use crate::error::ProxyError;
@@ -33,6 +34,9 @@ pub(crate) struct HostPool {
     h2: RefCell<Option<http2::SendRequest<Incoming>>>,
     /// Held while an HTTP/2 connection is being made, so a burst of requests opens one.
     h2_connecting: tokio::sync::Mutex<()>,
+    /// When the last HTTP/2 connect failed: requests that queued behind that attempt fail
+    /// with it rather than each waiting out its own connect timeout in turn.
+    h2_failed_at: Cell<Option<Instant>>,
 }
 
 impl HostPool {
@@ -48,6 +52,7 @@ impl HostPool {
             idle: RefCell::new(Vec::new()),
             h2: RefCell::new(None),
             h2_connecting: tokio::sync::Mutex::new(()),
+            h2_failed_at: Cell::new(None),
         }
     }
 
@@ -172,12 +177,28 @@ impl HostPool {
     }
 
     async fn connect_h2(&self) -> Result<http2::SendRequest<Incoming>, ProxyError> {
+        let queued_at = Instant::now();
         let _connecting = self.h2_connecting.lock().await;
-        // Someone else may have connected while this request waited for the lock.
+        // Someone else may have connected, or failed to, while this request waited.
         if let Some(sender) = self.live_h2() {
             return Ok(sender);
         }
-        let stream = self.connect().await?;
+        if self.h2_failed_at.get().is_some_and(|t| t >= queued_at) {
+            return Err(ProxyError::ConnectFailure {
+                addr: self.addr,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "the connect attempt this request waited for failed",
+                ),
+            });
+        }
+        let stream = match self.connect().await {
+            Ok(stream) => stream,
+            Err(err) => {
+                self.h2_failed_at.set(Some(Instant::now()));
+                return Err(err);
+            }
+        };
         let (sender, conn) = http2::Builder::new(LocalExec)
             .handshake(TokioIo::new(stream))
             .await
@@ -266,10 +287,24 @@ impl Body for UpstreamBody {
 
 impl Drop for UpstreamBody {
     fn drop(&mut self) {
-        if let Some(ret) = self.pool_return.take()
-            && (self.ended || self.inner.is_end_stream())
-        {
-            ret.pool.put_back(ret.sender);
+        let Some(PoolReturn { pool, mut sender }) = self.pool_return.take() else {
+            return;
+        };
+        if !(self.ended || self.inner.is_end_stream()) {
+            return;
+        }
+        if sender.is_ready() {
+            pool.put_back(sender);
+        } else {
+            // The response is complete but the exchange is not: the upstream answered before
+            // the request body was fully sent (an early 4xx), or the connection task has not
+            // caught up yet. Pool it only once it can take a new request, so no request
+            // waits behind an upload.
+            tokio::task::spawn_local(async move {
+                if sender.ready().await.is_ok() {
+                    pool.put_back(sender);
+                }
+            });
         }
     }
 }

@@ -223,9 +223,11 @@ fn route(
             let host_rewrite = raw
                 .host_rewrite
                 .map(|h| {
-                    HeaderValue::from_str(&h)
+                    // It becomes the upstream's `host` or `:authority`, so it must be one.
+                    h.parse::<http::uri::Authority>()
                         .ok()
-                        .filter(|_| !h.is_empty())
+                        .filter(|a| !a.as_str().contains('@'))
+                        .and_then(|_| HeaderValue::from_str(&h).ok())
                         .ok_or_else(|| {
                             ConfigError::invalid(
                                 format!("{path}.host_rewrite"),

@@ -14,6 +14,7 @@ use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -187,6 +188,7 @@ async fn serve_h1(
                 .serve_connection(TokioIo::new(io), ProxyService(Rc::clone(&ctx))),
         );
         let mut parking = false;
+        let mut closing_after_exchange = false;
         let mut draining = false;
         let park_timer = tokio::time::sleep(PARK_AFTER);
         tokio::pin!(park_timer);
@@ -201,9 +203,21 @@ async fn serve_h1(
                 _ = &mut park_timer, if !parking && !draining => {
                     let idle_since = ctx.last_active.get();
                     if ctx.in_flight.get() == 0 && idle_since.elapsed() >= PARK_AFTER {
-                        parking = true;
                         tracing::trace!(peer = %ctx.peer, "parking idle connection");
                         conn.as_mut().graceful_shutdown();
+                        // hyper stops at once only when it is idle between messages. If it
+                        // is not (a head half read, a response still flushing), it has just
+                        // switched keep-alive off and will finish that exchange and close:
+                        // then the socket must close too, not be parked.
+                        match poll_fn(|cx| Poll::Ready(conn.as_mut().poll_without_shutdown(cx))).await {
+                            Poll::Ready(result) => {
+                                parking = true;
+                                break result;
+                            }
+                            Poll::Pending => {}
+                        }
+                        parking = true;
+                        closing_after_exchange = true;
                     } else {
                         park_timer.as_mut().reset(idle_since.max(Instant::now()) + PARK_AFTER);
                     }
@@ -214,7 +228,7 @@ async fn serve_h1(
         io = parts.io.into_inner();
         if let Err(err) = result {
             tracing::debug!(error = %err, "downstream connection ended with an error");
-        } else if parking {
+        } else if parking && !closing_after_exchange {
             tracing::trace!(peer = %ctx.peer, buffered = parts.read_buf.len(), "parked");
             io.set_prefix(parts.read_buf);
             continue;

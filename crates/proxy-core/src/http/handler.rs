@@ -85,24 +85,31 @@ async fn route_and_forward(
     }
 }
 
-/// The host the client asked for: the `Host` header, else the URI's authority (HTTP/2's
-/// `:authority`). HTTP/1.1 requires one (RFC 9112 section 3.2).
+/// The host the client asked for: the URI's authority (HTTP/2's `:authority`, or an
+/// absolute-form HTTP/1.1 target, which RFC 9112 section 3.2.2 says overrides `Host`), else
+/// the `Host` header. HTTP/1.1 requires exactly one `Host` line (RFC 9112 section 3.2).
 fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, ProxyError> {
-    if let Some(host) = req.headers().get(HOST) {
-        if host.to_str().is_err() || host.is_empty() {
-            return Err(ProxyError::BadRequest("invalid host header"));
-        }
-        return Ok(Some(host.clone()));
+    let mut hosts = req.headers().get_all(HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(ProxyError::BadRequest("more than one host header"));
+    }
+    if let Some(host) = host
+        && (host.is_empty() || host.to_str().is_err())
+    {
+        return Err(ProxyError::BadRequest("invalid host header"));
+    }
+    if host.is_none() && req.version() == Version::HTTP_11 {
+        return Err(ProxyError::BadRequest(
+            "HTTP/1.1 request without a host header",
+        ));
     }
     if let Some(authority) = req.uri().authority() {
         return HeaderValue::from_str(authority.as_str())
             .map(Some)
             .map_err(|_| ProxyError::BadRequest("invalid authority"));
     }
-    if req.version() == Version::HTTP_11 {
-        return Err(ProxyError::BadRequest("HTTP/1.1 request without a host"));
-    }
-    Ok(None)
+    Ok(host.cloned())
 }
 
 async fn forward_request(

@@ -48,8 +48,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(&PROXY_CONNECTION);
     headers.remove(TRANSFER_ENCODING);
     headers.remove(UPGRADE);
-    if let Some(te) = headers.get(TE)
-        && !te.as_bytes().eq_ignore_ascii_case(b"trailers")
+    if headers.contains_key(TE)
+        && headers
+            .get_all(TE)
+            .iter()
+            .any(|te| !te.as_bytes().eq_ignore_ascii_case(b"trailers"))
     {
         headers.remove(TE);
     }
@@ -65,15 +68,17 @@ pub(crate) fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
         cursor.position() as usize
     };
     let ip = &buf[..len];
-    let value = match headers.get(&X_FORWARDED_FOR) {
-        Some(existing) => {
-            let mut joined = Vec::with_capacity(existing.len() + 2 + ip.len());
+    let value = if headers.contains_key(&X_FORWARDED_FOR) {
+        // Every earlier hop, in order, whether sent on one line or several.
+        let mut joined = Vec::with_capacity(64);
+        for existing in headers.get_all(&X_FORWARDED_FOR) {
             joined.extend_from_slice(existing.as_bytes());
             joined.extend_from_slice(b", ");
-            joined.extend_from_slice(ip);
-            HeaderValue::from_bytes(&joined)
         }
-        None => HeaderValue::from_bytes(ip),
+        joined.extend_from_slice(ip);
+        HeaderValue::from_bytes(&joined)
+    } else {
+        HeaderValue::from_bytes(ip)
     };
     if let Ok(value) = value {
         headers.insert(X_FORWARDED_FOR.clone(), value);
@@ -157,6 +162,9 @@ mod tests {
         h.insert("te", HeaderValue::from_static("trailers"));
         strip_hop_by_hop(&mut h);
         assert_eq!(h["te"], "trailers");
+        h.append("te", HeaderValue::from_static("gzip"));
+        strip_hop_by_hop(&mut h);
+        assert!(!h.contains_key("te"));
     }
 
     #[test]
@@ -166,6 +174,10 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "10.1.2.3");
         append_forwarded_for(&mut h, "::1".parse().unwrap());
         assert_eq!(h["x-forwarded-for"], "10.1.2.3, ::1");
+        h.append("x-forwarded-for", HeaderValue::from_static("192.0.2.9"));
+        append_forwarded_for(&mut h, "10.0.0.1".parse().unwrap());
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "10.1.2.3, ::1, 192.0.2.9, 10.0.0.1");
     }
 
     #[test]

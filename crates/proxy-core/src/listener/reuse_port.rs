@@ -20,12 +20,25 @@ fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// `SO_REUSEPORT` would let this process silently share a port with another listener (say, a
+/// second copy of the proxy started by mistake), splitting its traffic. A plain bind first
+/// fails with `EADDRINUSE` in that case, as an operator expects.
+fn refuse_if_taken(addr: SocketAddr) -> io::Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // SO_REUSEADDR so that connections left in TIME_WAIT by a previous run do not count.
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())
+}
+
 /// Binds `count` sockets on `addr`. With port 0 the first socket picks the port and the others
 /// join it, so tests can use ephemeral ports.
 pub(crate) fn bind_per_worker(
     addr: SocketAddr,
     count: usize,
 ) -> io::Result<Vec<std::net::TcpListener>> {
+    if addr.port() != 0 {
+        refuse_if_taken(addr)?;
+    }
     let first = bind_one(addr)?;
     let actual = first.local_addr()?;
     let mut sockets = Vec::with_capacity(count);
@@ -39,6 +52,14 @@ pub(crate) fn bind_per_worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_another_listener_holds_is_refused() {
+        let holder = bind_one("127.0.0.1:0".parse().unwrap()).unwrap();
+        let taken = holder.local_addr().unwrap();
+        let err = bind_per_worker(taken, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+    }
 
     #[test]
     fn workers_share_one_ephemeral_port() {

@@ -114,3 +114,17 @@ fn host_patterns_are_parsed() {
         HostMatch::Suffix(".example.com".into())
     );
 }
+
+#[test]
+fn host_rewrite_must_be_an_authority() {
+    let yaml = MINIMAL.replace(
+        "        cluster: backend",
+        "        cluster: backend\n        host_rewrite: \"a b\"",
+    );
+    assert!(error_of(&yaml).starts_with("listeners[0].routes[1].host_rewrite"));
+    let yaml = MINIMAL.replace(
+        "        cluster: backend",
+        "        cluster: backend\n        host_rewrite: api.internal:8443",
+    );
+    assert!(Config::from_yaml(&yaml).is_ok());
+}
