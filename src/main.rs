@@ -42,6 +42,9 @@ enum Command {
         /// Worker threads (default: usable CPUs).
         #[arg(long, value_name = "N")]
         concurrency: Option<NonZeroUsize>,
+        /// Port for the admin server (0 picks a free one).
+        #[arg(long, default_value_t = 9901)]
+        admin_port: u16,
     },
 }
 
@@ -57,7 +60,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Validate { config }) => validate(&config),
-        Some(Command::Demo { port, concurrency }) => demo(port, concurrency),
+        Some(Command::Demo {
+            port,
+            concurrency,
+            admin_port,
+        }) => demo(port, admin_port, concurrency),
         None => match cli.config {
             Some(path) => run_file(&path, cli.concurrency),
             None => Err(anyhow::anyhow!(
@@ -101,6 +108,10 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
     for (name, addr) in server.addresses() {
         tracing::info!(listener = %name, %addr, "listening");
     }
+    if let Some(addr) = server.admin_address() {
+        tracing::info!(%addr, "admin server listening");
+    }
+    tracing::info!("legate ready");
     // One runtime for both waits, so a second signal during the drain is never missed.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -159,12 +170,13 @@ impl ShutdownSignals {
     }
 }
 
-fn demo(port: u16, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
+fn demo(port: u16, admin_port: u16, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
     let upstream = testbed::NoopUpstream::start_in_thread(([127, 0, 0, 1], 0).into())
         .context("cannot start the demo upstream")?;
     let upstream_addr = upstream.local_addr();
     let yaml = format!(
         r#"
+admin: {{ address: 127.0.0.1:{admin_port} }}
 listeners:
   - name: demo
     address: 127.0.0.1:{port}

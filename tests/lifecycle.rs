@@ -200,13 +200,95 @@ async fn the_demo_serves_curlable_requests() {
         l.local_addr().unwrap().port()
     };
     let mut command = Command::new(BIN);
-    command.args(["demo", "--port", &port.to_string(), "--concurrency", "1"]);
+    command.args([
+        "demo",
+        "--port",
+        &port.to_string(),
+        "--admin-port",
+        "0",
+        "--concurrency",
+        "1",
+    ]);
     let mut proxy = Proxy::spawn(command, &[], 1, ScratchDir::new());
     let response = send_h1(proxy.addr(), get("/healthz", &[])).await;
     assert_eq!(text(response.into_body()).await, "ok\n");
     let response = send_h2(proxy.addr(), get_h2("/hello", &[("x-noop-status", "503")])).await;
     assert_eq!(response.status(), 503);
     proxy.terminate();
+    assert!(
+        proxy
+            .wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+}
+
+fn admin_get(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_reports_readiness_and_the_effective_config() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 2);
+    let admin = proxy.admin.expect("admin server runs");
+
+    assert_eq!(
+        admin_get(admin, "GET", "/ready"),
+        (200, "LIVE\n".to_string())
+    );
+    let (status, dump) = admin_get(admin, "GET", "/config_dump");
+    assert_eq!(status, 200);
+    assert!(dump.contains("\"workers\": 2"), "{dump}");
+    assert!(dump.contains("\"timeout\": \"15s\""), "{dump}");
+    assert!(dump.contains("\"connect_timeout\": \"1s\""), "{dump}");
+
+    assert_eq!(admin_get(admin, "POST", "/healthcheck/fail").0, 200);
+    assert_eq!(
+        admin_get(admin, "GET", "/ready"),
+        (503, "FAILED\n".to_string())
+    );
+    assert_eq!(admin_get(admin, "GET", "/healthcheck/fail").0, 405);
+    assert_eq!(admin_get(admin, "POST", "/healthcheck/ok").0, 200);
+    assert_eq!(admin_get(admin, "GET", "/ready").0, 200);
+
+    let (status, body) = admin_get(admin, "GET", "/nope");
+    assert_eq!(status, 404);
+    assert!(body.contains("/config_dump"), "{body}");
+
+    // While draining, /ready says so (a slow request keeps the drain going).
+    let addr = proxy.addr();
+    let slow = tokio::spawn(async move {
+        send_h1(addr, get("/", &[("x-noop-delay", "1500ms")]))
+            .await
+            .status()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        admin_get(admin, "GET", "/ready"),
+        (503, "DRAINING\n".to_string())
+    );
+    assert_eq!(slow.await.unwrap(), 200);
     assert!(
         proxy
             .wait(Duration::from_secs(10))

@@ -218,6 +218,7 @@ async fn routes_by_host_path_and_header() {
     let b = upstream().await;
     let config = format!(
         r#"
+admin: {{ address: 127.0.0.1:0 }}
 listeners:
   - name: main
     address: 127.0.0.1:0

@@ -58,6 +58,8 @@ pub struct Proxy {
     child: Child,
     /// Bound address of each listener, in config order.
     pub addrs: Vec<SocketAddr>,
+    /// The admin server's address, if it runs.
+    pub admin: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
     _dir: ScratchDir,
 }
@@ -71,7 +73,7 @@ impl Proxy {
     pub fn start_with_env(yaml: &str, workers: usize, env: &[(&str, &str)]) -> Proxy {
         let dir = ScratchDir::new();
         let config = dir.write("legate.yaml", yaml);
-        let listeners = yaml.matches("address:").count();
+        let listeners = yaml.matches("address:").count() - yaml.matches("admin: {").count();
         let mut command = Command::new(BIN);
         command
             .arg("-c")
@@ -97,17 +99,14 @@ impl Proxy {
         let mut child = command.spawn().expect("the legate binary starts");
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel::<SocketAddr>();
+        let (tx, rx) = mpsc::channel::<String>();
         {
             let log = Arc::clone(&log);
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines() {
                     let Ok(line) = line else { break };
-                    if line.contains("listening")
-                        && let Some(addr) = line.split("addr=").nth(1)
-                        && let Ok(addr) = addr.trim().parse()
-                    {
-                        let _ = tx.send(addr);
+                    if line.contains("listening") || line.contains("legate ready") {
+                        let _ = tx.send(line.clone());
                     }
                     let mut log = log.lock().unwrap();
                     log.push_str(&line);
@@ -115,25 +114,30 @@ impl Proxy {
                 }
             });
         }
+        let addr_in = |line: &str| -> SocketAddr {
+            line.split("addr=").nth(1).unwrap().trim().parse().unwrap()
+        };
         let mut addrs = Vec::new();
+        let mut admin = None;
         let deadline = Instant::now() + Duration::from_secs(20);
-        while addrs.len() < listeners {
+        loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
-                Ok(addr) => addrs.push(addr),
+                Ok(line) if line.contains("legate ready") => break,
+                Ok(line) if line.contains("admin server listening") => admin = Some(addr_in(&line)),
+                Ok(line) => addrs.push(addr_in(&line)),
                 Err(_) => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    panic!(
-                        "legate did not report its listeners; log:\n{}",
-                        log.lock().unwrap()
-                    );
+                    panic!("legate did not become ready; log:\n{}", log.lock().unwrap());
                 }
             }
         }
+        assert_eq!(addrs.len(), listeners, "listeners reported");
         Proxy {
             child,
             addrs,
+            admin,
             log,
             _dir: dir,
         }
@@ -353,6 +357,7 @@ pub fn forward_config(endpoints: &[SocketAddr], extra_cluster: &str) -> String {
     let endpoints: Vec<String> = endpoints.iter().map(|e| e.to_string()).collect();
     format!(
         r#"
+admin: {{ address: 127.0.0.1:0 }}
 listeners:
   - name: main
     address: 127.0.0.1:0

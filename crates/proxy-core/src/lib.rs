@@ -27,6 +27,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod admin;
 mod cluster;
 pub mod config;
 mod conn;

@@ -3,10 +3,12 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
+use crate::admin::{AdminServer, AdminState};
 use crate::config::Config;
 use crate::listener::bind_per_worker;
 use crate::worker::{self, WorkerSpec};
@@ -20,6 +22,11 @@ pub enum StartError {
         address: SocketAddr,
         source: io::Error,
     },
+    #[error("admin server: cannot listen on {address}: {source}")]
+    Admin {
+        address: SocketAddr,
+        source: io::Error,
+    },
     #[error("cannot start worker thread {worker}: {source}")]
     SpawnWorker { worker: usize, source: io::Error },
 }
@@ -29,6 +36,8 @@ pub struct Server {
     workers: Vec<JoinHandle<()>>,
     drain: watch::Sender<bool>,
     addresses: Vec<(String, SocketAddr)>,
+    admin: Option<AdminServer>,
+    admin_state: Arc<AdminState>,
 }
 
 impl Server {
@@ -55,6 +64,15 @@ impl Server {
             }
         }
 
+        let admin_state = Arc::new(AdminState::new(Arc::clone(&config), workers));
+        let admin = match config.admin {
+            Some(address) => Some(
+                AdminServer::start(address, Arc::clone(&admin_state))
+                    .map_err(|source| StartError::Admin { address, source })?,
+            ),
+            None => None,
+        };
+
         let (drain, drain_rx) = watch::channel(false);
         let mut handles = Vec::with_capacity(workers);
         for (id, sockets) in sockets.into_iter().enumerate() {
@@ -76,12 +94,19 @@ impl Server {
             workers: handles,
             drain,
             addresses,
+            admin,
+            admin_state,
         })
     }
 
     /// `(listener name, bound address)` for every listener, with ephemeral ports resolved.
     pub fn addresses(&self) -> &[(String, SocketAddr)] {
         &self.addresses
+    }
+
+    /// The admin server's bound address, if it runs.
+    pub fn admin_address(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.address)
     }
 
     /// The number of worker threads.
@@ -92,11 +117,15 @@ impl Server {
     /// Stops accepting, lets in-flight requests finish (up to the drain timeout), and waits
     /// for every worker to exit. Blocks the calling thread.
     pub fn drain_and_join(self) {
+        self.admin_state.draining.store(true, Ordering::Relaxed);
         let _ = self.drain.send(true);
         for handle in self.workers {
             if handle.join().is_err() {
                 tracing::error!("a worker thread panicked");
             }
+        }
+        if let Some(admin) = self.admin {
+            admin.stop();
         }
     }
 }

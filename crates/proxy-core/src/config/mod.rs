@@ -24,6 +24,9 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Time allowed for a TCP connect to an upstream host, unless the cluster says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Where the admin server listens unless configured.
+pub const DEFAULT_ADMIN_ADDRESS: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9901);
 /// HTTP/2 streams a downstream client may have open on one connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
 
@@ -32,6 +35,8 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
 pub struct Config {
     pub concurrency: Concurrency,
     pub drain_timeout: Duration,
+    /// The admin server's address; `None` when disabled.
+    pub admin: Option<SocketAddr>,
     pub listeners: Vec<ListenerConfig>,
     pub clusters: Vec<ClusterConfig>,
 }

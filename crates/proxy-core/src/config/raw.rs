@@ -15,9 +15,18 @@ pub struct RawConfig {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub drain_timeout: Option<Duration>,
     #[serde(default)]
+    pub admin: Option<RawAdmin>,
+    #[serde(default)]
     pub listeners: Vec<RawListener>,
     #[serde(default)]
     pub clusters: Vec<RawCluster>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub address: Option<String>,
+    pub enabled: Option<bool>,
 }
 
 /// `concurrency: auto` or a number of workers.

@@ -72,9 +72,41 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         listeners.push(l);
     }
 
+    let admin = match raw.admin {
+        None => Some(DEFAULT_ADMIN_ADDRESS),
+        Some(RawAdmin {
+            enabled: Some(false),
+            address: None,
+        }) => None,
+        Some(RawAdmin {
+            enabled: Some(false),
+            address: Some(_),
+        }) => {
+            return Err(ConfigError::invalid(
+                "admin",
+                "`address` given but `enabled: false`",
+            ));
+        }
+        Some(RawAdmin { address, .. }) => Some(match address {
+            Some(a) => socket_addr(&a, "admin.address")?,
+            None => DEFAULT_ADMIN_ADDRESS,
+        }),
+    };
+    if let Some(admin) = admin
+        && let Some(l) = listeners
+            .iter()
+            .find(|l| l.address == admin && admin.port() != 0)
+    {
+        return Err(ConfigError::invalid(
+            "admin.address",
+            format!("{admin} is already used by listener `{}`", l.name),
+        ));
+    }
+
     Ok(Config {
         concurrency,
         drain_timeout: raw.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
+        admin,
         listeners,
         clusters,
     })

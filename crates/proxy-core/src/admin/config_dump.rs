@@ -1,0 +1,143 @@
+//! `/config_dump`: the effective configuration as JSON, defaults filled in and per-core limits
+//! resolved to the numbers in force.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::config::{
+    Concurrency, Config, HeaderValueMatch, HostMatch, LbPolicy, PathMatch, RouteAction,
+    UpstreamProtocol,
+};
+
+/// Durations are shown as the config file writes them.
+fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !d.subsec_micros().is_multiple_of(1000) {
+        format!("{}us", d.as_micros())
+    } else if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else {
+        format!("{}s", d.as_secs())
+    }
+}
+
+pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
+    let listeners: Vec<Value> = config
+        .listeners
+        .iter()
+        .map(|l| {
+            let routes: Vec<Value> = l
+                .routes
+                .iter()
+                .map(|r| {
+                    let mut m = serde_json::Map::new();
+                    match &r.matcher.path {
+                        PathMatch::Prefix(p) => m.insert("prefix".into(), json!(p)),
+                        PathMatch::Exact(p) => m.insert("path".into(), json!(p)),
+                    };
+                    match &r.matcher.host {
+                        HostMatch::Any => None,
+                        HostMatch::Exact(h) => m.insert("host".into(), json!(h)),
+                        HostMatch::Suffix(s) => m.insert("host".into(), json!(format!("*{s}"))),
+                    };
+                    if !r.matcher.headers.is_empty() {
+                        let headers: Vec<Value> = r
+                            .matcher
+                            .headers
+                            .iter()
+                            .map(|h| match &h.value {
+                                HeaderValueMatch::Exact(v) => json!({
+                                    "name": h.name.as_str(),
+                                    "exact": String::from_utf8_lossy(v.as_bytes()),
+                                }),
+                                HeaderValueMatch::Present => {
+                                    json!({ "name": h.name.as_str(), "present": true })
+                                }
+                                HeaderValueMatch::Absent => {
+                                    json!({ "name": h.name.as_str(), "present": false })
+                                }
+                            })
+                            .collect();
+                        m.insert("headers".into(), Value::Array(headers));
+                    }
+                    match &r.action {
+                        RouteAction::DirectResponse { status, body } => json!({
+                            "match": m,
+                            "direct_response": {
+                                "status": status.as_u16(),
+                                "body": String::from_utf8_lossy(body),
+                            },
+                        }),
+                        RouteAction::Forward(f) => json!({
+                            "match": m,
+                            "cluster": config.clusters[f.cluster].name,
+                            "timeout": duration(f.timeout),
+                            "host_rewrite": f.host_rewrite.as_ref().map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()),
+                        }),
+                    }
+                })
+                .collect();
+            json!({
+                "name": l.name,
+                "address": l.address.to_string(),
+                "http": { "max_concurrent_streams": l.http.max_concurrent_streams },
+                "routes": routes,
+            })
+        })
+        .collect();
+    let clusters: Vec<Value> = config
+        .clusters
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "endpoints": c.endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+                "lb_policy": match c.lb_policy { LbPolicy::RoundRobin => "round_robin" },
+                "protocol": match c.protocol {
+                    UpstreamProtocol::Http1 => "http1",
+                    UpstreamProtocol::Http2 => "http2",
+                },
+                "connect_timeout": duration(c.connect_timeout),
+            })
+        })
+        .collect();
+    json!({
+        "concurrency": match config.concurrency {
+            Concurrency::Auto => json!("auto"),
+            Concurrency::Fixed(n) => json!(n.get()),
+        },
+        "workers": workers,
+        "drain_timeout": duration(config.drain_timeout),
+        "admin": config.admin.map(|a| a.to_string()),
+        "listeners": listeners,
+        "clusters": clusters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(duration(Duration::from_secs(15)), "15s");
+        assert_eq!(duration(Duration::from_micros(1500)), "1500us");
+    }
+
+    #[test]
+    fn defaults_appear_filled_in() {
+        let config = Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: { prefix: / }\n        cluster: c\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:2]\n",
+        )
+        .unwrap();
+        let dump = config_dump(&config, 3);
+        assert_eq!(dump["workers"], 3);
+        assert_eq!(dump["drain_timeout"], "5s");
+        assert_eq!(dump["admin"], "127.0.0.1:9901");
+        assert_eq!(dump["listeners"][0]["routes"][0]["timeout"], "15s");
+        assert_eq!(dump["clusters"][0]["connect_timeout"], "1s");
+        assert_eq!(dump["clusters"][0]["protocol"], "http1");
+    }
+}
