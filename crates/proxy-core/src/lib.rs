@@ -28,6 +28,7 @@
 //! ```
 
 mod admin;
+mod catalog;
 mod cluster;
 pub mod config;
 mod conn;

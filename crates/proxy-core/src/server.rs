@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use tokio::sync::watch;
 
 use crate::admin::{AdminServer, AdminState};
+use crate::catalog::ProxyStats;
 use crate::config::Config;
 use crate::listener::bind_per_worker;
 use crate::worker::{self, WorkerSpec};
@@ -64,7 +65,12 @@ impl Server {
             }
         }
 
-        let admin_state = Arc::new(AdminState::new(Arc::clone(&config), workers));
+        let stats = ProxyStats::new();
+        let admin_state = Arc::new(AdminState::new(
+            Arc::clone(&config),
+            workers,
+            Arc::clone(&stats),
+        ));
         let admin = match config.admin {
             Some(address) => Some(
                 AdminServer::start(address, Arc::clone(&admin_state))
@@ -81,6 +87,7 @@ impl Server {
                 config: Arc::clone(&config),
                 sockets,
                 drain: drain_rx.clone(),
+                stats: Arc::clone(&stats),
             };
             match worker::spawn(spec) {
                 Ok(handle) => handles.push(handle),

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
@@ -20,11 +21,18 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
+use stats::{SharedGauge, Snapshot};
+
+use crate::catalog::ProxyStats;
 use crate::config::Config;
 
 /// The endpoints, listed in every 404 so an operator can find the right one.
 const ENDPOINTS: &str = "\
 GET  /ready               200 while serving, 503 when draining or failed by /healthcheck/fail
+GET  /stats               every stat as text; ?filter=SUBSTRING keeps matching names
+GET  /stats/prometheus    every stat in the Prometheus text format
+GET  /workers             per-worker open connections and requests, as JSON
+GET  /clusters            per-host connections and requests in flight, as JSON
 GET  /config_dump         the effective config as JSON, defaults filled in
 POST /healthcheck/fail    make /ready answer 503 (drain this proxy from its load balancer)
 POST /healthcheck/ok      undo /healthcheck/fail
@@ -34,6 +42,9 @@ POST /healthcheck/ok      undo /healthcheck/fail
 pub(crate) struct AdminState {
     pub(crate) config: Arc<Config>,
     pub(crate) workers: usize,
+    stats: Arc<ProxyStats>,
+    server: ServerGauges,
+    started: Instant,
     /// Set by `POST /healthcheck/fail`.
     pub(crate) health_failed: AtomicBool,
     /// Set when the drain starts.
@@ -41,13 +52,131 @@ pub(crate) struct AdminState {
 }
 
 impl AdminState {
-    pub(crate) fn new(config: Arc<Config>, workers: usize) -> Self {
+    pub(crate) fn new(config: Arc<Config>, workers: usize, stats: Arc<ProxyStats>) -> Self {
+        let shard = stats.registry.shard(&[]);
+        let catalog = &stats.catalog;
+        let server = ServerGauges {
+            concurrency: shard.shared_gauge(catalog.server_concurrency, &[]),
+            uptime: shard.shared_gauge(catalog.server_uptime, &[]),
+            memory_resident: shard.shared_gauge(catalog.server_memory_resident, &[]),
+            live: shard.shared_gauge(catalog.server_live, &[]),
+        };
+        server.concurrency.set(workers as i64);
+        server.live.set(1);
         Self {
             config,
             workers,
+            stats,
+            server,
+            started: Instant::now(),
             health_failed: AtomicBool::new(false),
             draining: AtomicBool::new(false),
         }
+    }
+}
+
+/// Server-wide gauges, refreshed when someone reads the stats.
+struct ServerGauges {
+    concurrency: SharedGauge,
+    uptime: SharedGauge,
+    memory_resident: SharedGauge,
+    live: SharedGauge,
+}
+
+impl AdminState {
+    /// Refreshes the server gauges and merges every worker's shard.
+    fn snapshot(&self) -> Snapshot {
+        self.server
+            .uptime
+            .set(self.started.elapsed().as_secs() as i64);
+        if let Some(rss) = resident_bytes() {
+            self.server.memory_resident.set(rss as i64);
+        }
+        let live = !self.draining.load(Ordering::Relaxed);
+        self.server.live.set(i64::from(live));
+        self.stats.registry.snapshot()
+    }
+}
+
+/// Resident set size from `/proc/self/statm` (Linux), in bytes.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Per-worker totals: which worker holds how many connections, and has served how much.
+fn workers_json(snapshot: &Snapshot) -> serde_json::Value {
+    let mut workers: std::collections::BTreeMap<usize, (i64, u64)> = Default::default();
+    let worker_of = |shard| {
+        snapshot
+            .shard_labels(shard)
+            .find(|(name, _)| *name == "worker")
+            .and_then(|(_, value)| value.parse::<usize>().ok())
+    };
+    if let Some(family) = snapshot.family("downstream_cx_active") {
+        for series in family.series() {
+            for (shard, value) in series.per_shard() {
+                if let (Some(w), Some(v)) = (worker_of(*shard), value.as_gauge()) {
+                    workers.entry(w).or_default().0 += v;
+                }
+            }
+        }
+    }
+    if let Some(family) = snapshot.family("downstream_rq_total") {
+        for series in family.series() {
+            for (shard, value) in series.per_shard() {
+                if let (Some(w), Some(v)) = (worker_of(*shard), value.as_counter()) {
+                    workers.entry(w).or_default().1 += v;
+                }
+            }
+        }
+    }
+    let list: Vec<serde_json::Value> = workers
+        .into_iter()
+        .map(|(worker, (cx, rq))| {
+            serde_json::json!({ "worker": worker, "downstream_cx_active": cx, "downstream_rq_total": rq })
+        })
+        .collect();
+    serde_json::json!({ "workers": list })
+}
+
+/// Each cluster's hosts with their open connections and requests in flight, summed over
+/// the workers.
+fn clusters_json(config: &Config, snapshot: &Snapshot) -> serde_json::Value {
+    let clusters: Vec<serde_json::Value> = config
+        .clusters
+        .iter()
+        .map(|c| {
+            let hosts: Vec<serde_json::Value> = c
+                .endpoints
+                .iter()
+                .map(|addr| {
+                    let host = addr.to_string();
+                    let labels = [c.name.as_str(), host.as_str()];
+                    serde_json::json!({
+                        "address": host,
+                        "weight": 1,
+                        "health": "healthy",
+                        "cx_active": snapshot.gauge("host_cx_active", &labels).unwrap_or(0),
+                        "rq_active": snapshot.gauge("host_rq_active", &labels).unwrap_or(0),
+                    })
+                })
+                .collect();
+            serde_json::json!({ "name": c.name, "hosts": hosts })
+        })
+        .collect();
+    serde_json::json!({ "clusters": clusters })
+}
+
+fn json(value: &serde_json::Value) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(value) {
+        Ok(body) => reply(StatusCode::OK, "application/json", body),
+        Err(err) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            format!("cannot render JSON: {err}\n"),
+        ),
     }
 }
 
@@ -156,16 +285,27 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             }
         }
         (&Method::GET, "/config_dump") => {
-            let dump = config_dump::config_dump(&state.config, state.workers);
-            match serde_json::to_vec_pretty(&dump) {
-                Ok(json) => reply(StatusCode::OK, "application/json", json),
-                Err(err) => reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    TEXT,
-                    format!("cannot render the config: {err}\n"),
-                ),
-            }
+            json(&config_dump::config_dump(&state.config, state.workers))
         }
+        (&Method::GET, "/stats") => {
+            let filter = req.uri().query().and_then(|q| {
+                q.split('&')
+                    .find_map(|pair| pair.strip_prefix("filter="))
+                    .map(str::to_string)
+            });
+            reply(
+                StatusCode::OK,
+                TEXT,
+                state.snapshot().render_text(filter.as_deref()),
+            )
+        }
+        (&Method::GET, "/stats/prometheus") => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            state.snapshot().render_prometheus(),
+        ),
+        (&Method::GET, "/workers") => json(&workers_json(&state.snapshot())),
+        (&Method::GET, "/clusters") => json(&clusters_json(&state.config, &state.snapshot())),
         (&Method::POST, "/healthcheck/fail") => {
             state.health_failed.store(true, Ordering::Relaxed);
             reply(StatusCode::OK, TEXT, "OK\n")

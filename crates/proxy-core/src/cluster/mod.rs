@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use balancer::RoundRobin;
 
+use crate::catalog::Catalog;
 use crate::config::ClusterConfig;
 pub(crate) use pool::{HostPool, UpstreamBody};
 
@@ -17,12 +18,20 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     /// `worker` offsets the round robin so that workers do not all start on the first host.
-    pub(crate) fn new(config: &ClusterConfig, worker: usize) -> Self {
+    pub(crate) fn new(
+        config: &ClusterConfig,
+        worker: usize,
+        catalog: &Catalog,
+        shard: &stats::Shard,
+    ) -> Self {
+        let stats = Rc::new(catalog.cluster(shard, &config.name));
         let hosts: Vec<Rc<HostPool>> = config
             .endpoints
             .iter()
             .map(|addr| {
                 Rc::new(HostPool::new(
+                    Rc::clone(&stats),
+                    catalog.host(shard, &config.name, &addr.to_string()),
                     *addr,
                     config.protocol,
                     config.connect_timeout,

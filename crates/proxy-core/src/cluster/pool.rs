@@ -17,6 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::catalog::{ClusterStats, HostStats};
 use crate::config::UpstreamProtocol;
 use crate::error::ProxyError;
 use crate::exec::LocalExec;
@@ -25,6 +26,8 @@ use crate::exec::LocalExec;
 const MAX_IDLE_PER_HOST: usize = 1024;
 
 pub(crate) struct HostPool {
+    stats: Rc<ClusterStats>,
+    host_stats: HostStats,
     addr: SocketAddr,
     protocol: UpstreamProtocol,
     connect_timeout: Duration,
@@ -41,11 +44,15 @@ pub(crate) struct HostPool {
 
 impl HostPool {
     pub(crate) fn new(
+        stats: Rc<ClusterStats>,
+        host_stats: HostStats,
         addr: SocketAddr,
         protocol: UpstreamProtocol,
         connect_timeout: Duration,
     ) -> Self {
         Self {
+            stats,
+            host_stats,
             addr,
             protocol,
             connect_timeout,
@@ -64,22 +71,37 @@ impl HostPool {
         self.protocol
     }
 
+    pub(crate) fn stats(&self) -> &ClusterStats {
+        &self.stats
+    }
+
     /// Sends `req` and waits for the response head. The response body streams on; for
     /// HTTP/1.1 the connection returns to the pool when that body has been read to its end.
     pub(crate) async fn send(
         self: &Rc<Self>,
         req: Request<Incoming>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
-        match self.protocol {
-            UpstreamProtocol::Http1 => self.send_h1(req).await,
-            UpstreamProtocol::Http2 => self.send_h2(req).await,
-        }
+        let request = UpstreamRequest::start(self);
+        let (head, body, pool_return) = match self.protocol {
+            UpstreamProtocol::Http1 => self.send_h1(req).await?,
+            UpstreamProtocol::Http2 => self.send_h2(req).await?,
+        };
+        self.stats.response(head.status);
+        Ok(Response::from_parts(
+            head,
+            UpstreamBody {
+                inner: body,
+                ended: false,
+                pool_return,
+                _request: request,
+            },
+        ))
     }
 
     async fn send_h1(
         self: &Rc<Self>,
         mut req: Request<Incoming>,
-    ) -> Result<Response<UpstreamBody>, ProxyError> {
+    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
         // A pooled connection may have been closed by the upstream while idle. If the request
         // was not written before that was noticed, hyper hands it back and it is sent on a
         // fresh connection instead. A fresh connection that fails is reported, so a dead host
@@ -89,13 +111,17 @@ impl HostPool {
                 Some(sender) => (sender, false),
                 // Boxed: connecting is rare, and its state would otherwise enlarge every
                 // request's future.
-                None => (Box::pin(self.connect_h1()).await?, true),
+                None => {
+                    self.stats.rq_pending_active.inc();
+                    let connected = Box::pin(self.connect_h1()).await;
+                    self.stats.rq_pending_active.dec();
+                    (connected?, true)
+                }
             };
             match sender.try_send_request(req).await {
                 Ok(response) => {
                     let (head, body) = response.into_parts();
-                    let body = UpstreamBody::new(body, Some(PoolReturn::new(self, sender)));
-                    return Ok(Response::from_parts(head, body));
+                    return Ok((head, body, Some(PoolReturn::new(self, sender))));
                 }
                 Err(mut err) => match err.take_message() {
                     Some(unsent) if !fresh => req = unsent,
@@ -122,29 +148,54 @@ impl HostPool {
 
     async fn connect(&self) -> Result<TcpStream, ProxyError> {
         let addr = self.addr;
-        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| ProxyError::ConnectTimeout {
-                addr,
-                after: self.connect_timeout,
-            })?
-            .map_err(|source| ProxyError::ConnectFailure { addr, source })?;
+        let started = Instant::now();
+        let stream =
+            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
+                Err(_) => {
+                    self.stats.cx_connect_timeout.inc();
+                    return Err(ProxyError::ConnectTimeout {
+                        addr,
+                        after: self.connect_timeout,
+                    });
+                }
+                Ok(Err(source)) => {
+                    self.stats.cx_connect_fail.inc();
+                    return Err(ProxyError::ConnectFailure { addr, source });
+                }
+                Ok(Ok(stream)) => stream,
+            };
+        self.stats
+            .cx_connect_time
+            .record_duration(started.elapsed());
         // Requests and responses are written whole; Nagle would only add latency.
         let _ = stream.set_nodelay(true);
         Ok(stream)
     }
 
-    async fn connect_h1(&self) -> Result<http1::SendRequest<Incoming>, ProxyError> {
+    async fn connect_h1(self: &Rc<Self>) -> Result<http1::SendRequest<Incoming>, ProxyError> {
         let stream = self.connect().await?;
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
-        tokio::task::spawn_local(async move {
+        self.spawn_connection(async move {
             // Errors here surface on the request that was using the connection.
             let _ = conn.await;
         });
         Ok(sender)
+    }
+
+    /// Drives an upstream connection on this worker, counting it while it is open.
+    fn spawn_connection(self: &Rc<Self>, conn: impl Future<Output = ()> + 'static) {
+        self.stats.cx_total.inc();
+        self.stats.cx_active.inc();
+        self.host_stats.cx_active.inc();
+        let pool = Rc::clone(self);
+        tokio::task::spawn_local(async move {
+            conn.await;
+            pool.stats.cx_active.dec();
+            pool.host_stats.cx_active.dec();
+        });
     }
 
     fn put_back(&self, sender: http1::SendRequest<Incoming>) {
@@ -157,26 +208,29 @@ impl HostPool {
     async fn send_h2(
         self: &Rc<Self>,
         req: Request<Incoming>,
-    ) -> Result<Response<UpstreamBody>, ProxyError> {
+    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
         let mut sender = self.h2_sender().await?;
         let response = sender
             .send_request(req)
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
         let (head, body) = response.into_parts();
-        Ok(Response::from_parts(head, UpstreamBody::new(body, None)))
+        Ok((head, body, None))
     }
 
-    async fn h2_sender(&self) -> Result<http2::SendRequest<Incoming>, ProxyError> {
+    async fn h2_sender(self: &Rc<Self>) -> Result<http2::SendRequest<Incoming>, ProxyError> {
         if let Some(sender) = self.live_h2() {
             return Ok(sender);
         }
         // Boxed: connecting is rare, and its state would otherwise enlarge every request's
         // future.
-        Box::pin(self.connect_h2()).await
+        self.stats.rq_pending_active.inc();
+        let connected = Box::pin(self.connect_h2()).await;
+        self.stats.rq_pending_active.dec();
+        connected
     }
 
-    async fn connect_h2(&self) -> Result<http2::SendRequest<Incoming>, ProxyError> {
+    async fn connect_h2(self: &Rc<Self>) -> Result<http2::SendRequest<Incoming>, ProxyError> {
         let queued_at = Instant::now();
         let _connecting = self.h2_connecting.lock().await;
         // Someone else may have connected, or failed to, while this request waited.
@@ -203,7 +257,7 @@ impl HostPool {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
-        tokio::task::spawn_local(async move {
+        self.spawn_connection(async move {
             let _ = conn.await;
         });
         *self.h2.borrow_mut() = Some(sender.clone());
@@ -245,15 +299,36 @@ pub struct UpstreamBody {
     inner: Incoming,
     ended: bool,
     pool_return: Option<PoolReturn>,
+    _request: UpstreamRequest,
 }
 
-impl UpstreamBody {
-    fn new(inner: Incoming, pool_return: Option<PoolReturn>) -> Self {
+/// Counts an upstream request as active, and times it, from sending until its response body
+/// is done with (or the attempt failed).
+struct UpstreamRequest {
+    pool: Rc<HostPool>,
+    started: Instant,
+}
+
+impl UpstreamRequest {
+    fn start(pool: &Rc<HostPool>) -> Self {
+        pool.stats.rq_total.inc();
+        pool.stats.rq_active.inc();
+        pool.host_stats.rq_active.inc();
         Self {
-            inner,
-            ended: false,
-            pool_return,
+            pool: Rc::clone(pool),
+            started: Instant::now(),
         }
+    }
+}
+
+impl Drop for UpstreamRequest {
+    fn drop(&mut self) {
+        self.pool.stats.rq_active.dec();
+        self.pool.host_stats.rq_active.dec();
+        self.pool
+            .stats
+            .rq_time
+            .record_duration(self.started.elapsed());
     }
 }
 

@@ -61,20 +61,44 @@ impl ConnCtx {
     }
 }
 
-/// Counts a response as in flight until its body is dropped (written out or abandoned).
-pub(crate) struct InFlight(Rc<ConnCtx>);
+/// A request from its head until its response body is dropped (written out or abandoned):
+/// counted as in flight, timed, and its status class counted.
+pub(crate) struct InFlight {
+    conn: Rc<ConnCtx>,
+    started: Instant,
+    status: Option<http::StatusCode>,
+}
 
 impl InFlight {
-    fn new(ctx: &Rc<ConnCtx>) -> Self {
-        ctx.in_flight.set(ctx.in_flight.get() + 1);
-        InFlight(Rc::clone(ctx))
+    fn new(conn: &Rc<ConnCtx>) -> Self {
+        conn.in_flight.set(conn.in_flight.get() + 1);
+        let stats = &conn.listener.stats;
+        stats.rq_total.inc();
+        stats.rq_active.inc();
+        InFlight {
+            conn: Rc::clone(conn),
+            started: Instant::now(),
+            status: None,
+        }
+    }
+
+    pub(crate) fn set_status(&mut self, status: http::StatusCode) {
+        self.status = Some(status);
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.set(self.0.in_flight.get() - 1);
-        self.0.last_active.set(Instant::now());
+        let conn = &self.conn;
+        conn.in_flight.set(conn.in_flight.get() - 1);
+        let now = Instant::now();
+        conn.last_active.set(now);
+        let stats = &conn.listener.stats;
+        stats.rq_active.dec();
+        stats.rq_time.record_duration(now - self.started);
+        if let Some(status) = self.status {
+            stats.response(status);
+        }
     }
 }
 

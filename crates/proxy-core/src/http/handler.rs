@@ -23,7 +23,7 @@ use crate::error::ProxyError;
 pub(crate) async fn handle(
     req: Request<Incoming>,
     conn: Rc<ConnCtx>,
-    in_flight: InFlight,
+    mut in_flight: InFlight,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let method = req.method().clone();
     let uri = req.uri().clone();
@@ -56,6 +56,7 @@ pub(crate) async fn handle(
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
+    in_flight.set_status(response.status());
     response.body_mut().hold(in_flight);
     Ok(response)
 }
@@ -166,9 +167,12 @@ async fn forward_request(
     let request = Request::from_parts(parts, body);
     let response = tokio::time::timeout(forward.timeout, upstream.send(request))
         .await
-        .map_err(|_| ProxyError::Timeout {
-            addr: upstream.addr(),
-            after: forward.timeout,
+        .map_err(|_| {
+            upstream.stats().rq_timeout.inc();
+            ProxyError::Timeout {
+                addr: upstream.addr(),
+                after: forward.timeout,
+            }
         })??;
 
     let (mut head, body) = response.into_parts();

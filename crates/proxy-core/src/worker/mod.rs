@@ -15,6 +15,7 @@ use http::HeaderValue;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+use crate::catalog::{ListenerStats, ProxyStats};
 use crate::cluster::Cluster;
 use crate::config::{Config, ListenerConfig};
 use crate::conn::{self, ConnCtx};
@@ -32,6 +33,7 @@ pub(crate) struct WorkerCtx {
 /// Per-worker view of one listener.
 pub(crate) struct ListenerCtx {
     pub(crate) name: String,
+    pub(crate) stats: ListenerStats,
     pub(crate) routes: RouteTable,
     pub(crate) forwarded_proto: HeaderValue,
 }
@@ -69,6 +71,7 @@ pub(crate) struct WorkerSpec {
     /// One bound socket per listener, in config order.
     pub(crate) sockets: Vec<std::net::TcpListener>,
     pub(crate) drain: watch::Receiver<bool>,
+    pub(crate) stats: Arc<ProxyStats>,
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
@@ -96,12 +99,15 @@ async fn run(spec: WorkerSpec) {
         config,
         sockets,
         drain,
+        stats,
     } = spec;
+    let shard = stats.registry.shard(&[("worker", &id.to_string())]);
+    let catalog = &stats.catalog;
     let worker = Rc::new(WorkerCtx {
         clusters: config
             .clusters
             .iter()
-            .map(|c| Cluster::new(c, id))
+            .map(|c| Cluster::new(c, id, catalog, &shard))
             .collect(),
         draining: Cell::new(false),
     });
@@ -116,10 +122,12 @@ async fn run(spec: WorkerSpec) {
                 continue;
             }
         };
+        let listener_stats = catalog.listener(&shard, &listener.name);
         accept_loops.push(tokio::task::spawn_local(accept_loop(
             id,
             socket,
             listener.clone(),
+            listener_stats,
             Rc::clone(&worker),
             Rc::clone(&tracker),
             drain.clone(),
@@ -159,12 +167,14 @@ async fn accept_loop(
     worker_id: usize,
     socket: TcpListener,
     listener: ListenerConfig,
+    stats: ListenerStats,
     worker: Rc<WorkerCtx>,
     tracker: Rc<ConnTracker>,
     mut drain: watch::Receiver<bool>,
 ) {
     let ctx = Rc::new(ListenerCtx {
         name: listener.name.clone(),
+        stats,
         routes: RouteTable::new(listener.routes.clone()),
         forwarded_proto: HeaderValue::from_static("http"),
     });
@@ -185,12 +195,17 @@ async fn accept_loop(
         };
         tracing::debug!(worker = worker_id, listener = %ctx.name, %peer, "accepted connection");
         let guard = ConnGuard::new(&tracker);
+        ctx.stats.cx_total.inc();
+        ctx.stats.cx_active.inc();
         let conn_ctx = Rc::new(ConnCtx::new(peer, Rc::clone(&ctx), Rc::clone(&worker)));
         let fut = {
             let codecs = Rc::clone(&codecs);
             let drain = drain.clone();
+            let listener = Rc::clone(&ctx);
             async move {
                 conn::serve(stream, conn_ctx, codecs, drain).await;
+                listener.stats.cx_active.dec();
+                listener.stats.cx_destroy.inc();
                 drop(guard);
             }
         };

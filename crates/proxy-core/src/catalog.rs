@@ -1,0 +1,261 @@
+//! The stats catalogue: every family the proxy records, with Envoy's names where Envoy has
+//! one, and the per-worker handles the request path records through. Handles are made once
+//! per worker when it starts; recording is then a worker-local store (see the `stats` crate).
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use stats::{CounterFamily, GaugeFamily, HistogramFamily, Registry, Shard};
+
+/// The families, declared once on the registry.
+#[derive(Clone, Copy)]
+pub(crate) struct Catalog {
+    downstream_cx_total: CounterFamily,
+    downstream_cx_active: GaugeFamily,
+    downstream_cx_destroy: CounterFamily,
+    downstream_rq_total: CounterFamily,
+    downstream_rq_active: GaugeFamily,
+    downstream_rq_class: CounterFamily,
+    downstream_rq_time: HistogramFamily,
+    upstream_cx_total: CounterFamily,
+    upstream_cx_active: GaugeFamily,
+    upstream_cx_connect_fail: CounterFamily,
+    upstream_cx_connect_timeout: CounterFamily,
+    upstream_cx_connect_time: HistogramFamily,
+    upstream_rq_total: CounterFamily,
+    upstream_rq_active: GaugeFamily,
+    upstream_rq_pending_active: GaugeFamily,
+    upstream_rq_timeout: CounterFamily,
+    upstream_rq_class: CounterFamily,
+    upstream_rq_time: HistogramFamily,
+    host_cx_active: GaugeFamily,
+    host_rq_active: GaugeFamily,
+    pub(crate) server_concurrency: GaugeFamily,
+    pub(crate) server_uptime: GaugeFamily,
+    pub(crate) server_memory_resident: GaugeFamily,
+    pub(crate) server_live: GaugeFamily,
+}
+
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Index into [`CLASSES`] for a status.
+fn class_index(status: StatusCode) -> usize {
+    (status.as_u16() / 100).clamp(1, 5) as usize - 1
+}
+
+impl Catalog {
+    pub(crate) fn declare(r: &Registry) -> Catalog {
+        let l = &["listener"];
+        let lc = &["listener", "code_class"];
+        let c = &["cluster"];
+        let cc = &["cluster", "code_class"];
+        Catalog {
+            downstream_cx_total: r.counter(
+                "downstream_cx_total",
+                "Downstream connections accepted.",
+                l,
+            ),
+            downstream_cx_active: r.gauge(
+                "downstream_cx_active",
+                "Downstream connections open.",
+                l,
+            ),
+            downstream_cx_destroy: r.counter(
+                "downstream_cx_destroy",
+                "Downstream connections closed.",
+                l,
+            ),
+            downstream_rq_total: r.counter(
+                "downstream_rq_total",
+                "Downstream requests received.",
+                l,
+            ),
+            downstream_rq_active: r.gauge(
+                "downstream_rq_active",
+                "Downstream requests not yet fully answered.",
+                l,
+            ),
+            downstream_rq_class: r.counter(
+                "downstream_rq_xx",
+                "Downstream responses by status class.",
+                lc,
+            ),
+            downstream_rq_time: r.histogram(
+                "downstream_rq_time",
+                "Time from request head to the last response byte handed to the codec.",
+                l,
+            ),
+            upstream_cx_total: r.counter("upstream_cx_total", "Upstream connections opened.", c),
+            upstream_cx_active: r.gauge("upstream_cx_active", "Upstream connections open.", c),
+            upstream_cx_connect_fail: r.counter(
+                "upstream_cx_connect_fail",
+                "Upstream connects refused or failed.",
+                c,
+            ),
+            upstream_cx_connect_timeout: r.counter(
+                "upstream_cx_connect_timeout",
+                "Upstream connects that timed out.",
+                c,
+            ),
+            upstream_cx_connect_time: r.histogram(
+                "upstream_cx_connect_time",
+                "Time to establish an upstream connection (Envoy's upstream_cx_connect_ms).",
+                c,
+            ),
+            upstream_rq_total: r.counter("upstream_rq_total", "Requests sent upstream.", c),
+            upstream_rq_active: r.gauge(
+                "upstream_rq_active",
+                "Upstream requests not yet complete.",
+                c,
+            ),
+            upstream_rq_pending_active: r.gauge(
+                "upstream_rq_pending_active",
+                "Requests waiting for an upstream connection.",
+                c,
+            ),
+            upstream_rq_timeout: r.counter(
+                "upstream_rq_timeout",
+                "Requests that hit the route timeout.",
+                c,
+            ),
+            upstream_rq_class: r.counter(
+                "upstream_rq_xx",
+                "Upstream responses by status class.",
+                cc,
+            ),
+            upstream_rq_time: r.histogram(
+                "upstream_rq_time",
+                "Time from sending a request upstream to the end of its response.",
+                c,
+            ),
+            host_cx_active: r.gauge(
+                "host_cx_active",
+                "Upstream connections open, per host.",
+                &["cluster", "host"],
+            ),
+            host_rq_active: r.gauge(
+                "host_rq_active",
+                "Upstream requests in flight, per host.",
+                &["cluster", "host"],
+            ),
+            server_concurrency: r.gauge("server_concurrency", "Worker threads.", &[]),
+            server_uptime: r.gauge("server_uptime", "Seconds since the proxy started.", &[]),
+            server_memory_resident: r.gauge(
+                "server_memory_resident_bytes",
+                "Resident memory of the process.",
+                &[],
+            ),
+            server_live: r.gauge("server_live", "1 while serving, 0 while draining.", &[]),
+        }
+    }
+
+    pub(crate) fn listener(&self, shard: &Shard, listener: &str) -> ListenerStats {
+        ListenerStats {
+            cx_total: shard.counter(self.downstream_cx_total, &[listener]),
+            cx_active: shard.gauge(self.downstream_cx_active, &[listener]),
+            cx_destroy: shard.counter(self.downstream_cx_destroy, &[listener]),
+            rq_total: shard.counter(self.downstream_rq_total, &[listener]),
+            rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
+            rq_class: CLASSES
+                .map(|class| shard.counter(self.downstream_rq_class, &[listener, class])),
+            rq_time: shard.histogram(self.downstream_rq_time, &[listener]),
+        }
+    }
+
+    pub(crate) fn cluster(&self, shard: &Shard, cluster: &str) -> ClusterStats {
+        ClusterStats {
+            cx_total: shard.counter(self.upstream_cx_total, &[cluster]),
+            cx_active: shard.gauge(self.upstream_cx_active, &[cluster]),
+            cx_connect_fail: shard.counter(self.upstream_cx_connect_fail, &[cluster]),
+            cx_connect_timeout: shard.counter(self.upstream_cx_connect_timeout, &[cluster]),
+            cx_connect_time: shard.histogram(self.upstream_cx_connect_time, &[cluster]),
+            rq_total: shard.counter(self.upstream_rq_total, &[cluster]),
+            rq_active: shard.gauge(self.upstream_rq_active, &[cluster]),
+            rq_pending_active: shard.gauge(self.upstream_rq_pending_active, &[cluster]),
+            rq_timeout: shard.counter(self.upstream_rq_timeout, &[cluster]),
+            rq_class: CLASSES.map(|class| shard.counter(self.upstream_rq_class, &[cluster, class])),
+            rq_time: shard.histogram(self.upstream_rq_time, &[cluster]),
+        }
+    }
+}
+
+impl Catalog {
+    pub(crate) fn host(&self, shard: &Shard, cluster: &str, host: &str) -> HostStats {
+        HostStats {
+            cx_active: shard.gauge(self.host_cx_active, &[cluster, host]),
+            rq_active: shard.gauge(self.host_rq_active, &[cluster, host]),
+        }
+    }
+}
+
+/// One worker's handles for one upstream host.
+pub(crate) struct HostStats {
+    pub(crate) cx_active: stats::Gauge,
+    pub(crate) rq_active: stats::Gauge,
+}
+
+/// One worker's handles for one listener.
+pub(crate) struct ListenerStats {
+    pub(crate) cx_total: stats::Counter,
+    pub(crate) cx_active: stats::Gauge,
+    pub(crate) cx_destroy: stats::Counter,
+    pub(crate) rq_total: stats::Counter,
+    pub(crate) rq_active: stats::Gauge,
+    rq_class: [stats::Counter; 5],
+    pub(crate) rq_time: stats::Histogram,
+}
+
+impl ListenerStats {
+    pub(crate) fn response(&self, status: StatusCode) {
+        self.rq_class[class_index(status)].inc();
+    }
+}
+
+/// One worker's handles for one cluster.
+pub(crate) struct ClusterStats {
+    pub(crate) cx_total: stats::Counter,
+    pub(crate) cx_active: stats::Gauge,
+    pub(crate) cx_connect_fail: stats::Counter,
+    pub(crate) cx_connect_timeout: stats::Counter,
+    pub(crate) cx_connect_time: stats::Histogram,
+    pub(crate) rq_total: stats::Counter,
+    pub(crate) rq_active: stats::Gauge,
+    pub(crate) rq_pending_active: stats::Gauge,
+    pub(crate) rq_timeout: stats::Counter,
+    rq_class: [stats::Counter; 5],
+    pub(crate) rq_time: stats::Histogram,
+}
+
+impl ClusterStats {
+    pub(crate) fn response(&self, status: StatusCode) {
+        self.rq_class[class_index(status)].inc();
+    }
+}
+
+/// The registry and its catalogue, shared by the workers and the admin server.
+pub(crate) struct ProxyStats {
+    pub(crate) registry: Registry,
+    pub(crate) catalog: Catalog,
+}
+
+impl ProxyStats {
+    pub(crate) fn new() -> Arc<ProxyStats> {
+        let registry = Registry::new();
+        let catalog = Catalog::declare(&registry);
+        Arc::new(ProxyStats { registry, catalog })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_fall_in_their_class() {
+        assert_eq!(class_index(StatusCode::CONTINUE), 0);
+        assert_eq!(class_index(StatusCode::OK), 1);
+        assert_eq!(class_index(StatusCode::NOT_FOUND), 3);
+        assert_eq!(class_index(StatusCode::from_u16(599).unwrap()), 4);
+        assert_eq!(class_index(StatusCode::from_u16(999).unwrap()), 4);
+    }
+}

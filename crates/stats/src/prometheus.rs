@@ -1,0 +1,201 @@
+//! The Prometheus text exposition format 0.0.4, and the label escaping the text format shares.
+//!
+//! Counters and gauges are exported under their own names. A histogram `x` (microseconds)
+//! becomes, in seconds as Prometheus wants:
+//!
+//! - a `summary` named `x_seconds`: quantiles 0.5, 0.9, 0.99 and 0.999, `x_seconds_sum` and
+//!   `x_seconds_count`;
+//! - a gauge `x_seconds_mean` and a gauge `x_seconds_max`.
+//!
+//! An empty histogram exports `NaN` quantiles, mean and max. Only the series merged over shards
+//! are exported: summaries cannot be summed in PromQL, so one process-wide series is what a
+//! query wants.
+
+use std::fmt::{Display, Write};
+
+use crate::histogram::{HistogramSnapshot, REPORTED_QUANTILES};
+use crate::registry::MetricKind;
+use crate::snapshot::{FamilySnapshot, SeriesSnapshot, Snapshot, Value};
+
+/// The names a family's samples are exported under, to refuse families that would collide.
+pub(crate) fn exposed_names(kind: MetricKind, name: &str) -> Vec<String> {
+    match kind {
+        MetricKind::Counter | MetricKind::Gauge => vec![name.to_owned()],
+        MetricKind::Histogram => ["", "_sum", "_count", "_mean", "_max"]
+            .iter()
+            .map(|suffix| format!("{name}_seconds{suffix}"))
+            .collect(),
+    }
+}
+
+pub(crate) fn render(snapshot: &Snapshot) -> String {
+    // About 60 bytes a line, eight lines for a histogram.
+    let lines: usize = snapshot
+        .families()
+        .iter()
+        .map(|f| {
+            f.series().len()
+                * if f.kind() == MetricKind::Histogram {
+                    8
+                } else {
+                    1
+                }
+                + 2
+        })
+        .sum();
+    let mut out = String::with_capacity(lines * 64);
+    for family in snapshot.families() {
+        if family.series().is_empty() {
+            continue;
+        }
+        match family.kind() {
+            MetricKind::Counter | MetricKind::Gauge => {
+                let kind = if family.kind() == MetricKind::Counter {
+                    "counter"
+                } else {
+                    "gauge"
+                };
+                header(&mut out, family.name(), "", family.help(), kind);
+                for series in family.series() {
+                    sample_name(&mut out, family, "", series.rendered_labels(), "");
+                    match *series.value() {
+                        Value::Counter(v) => push(&mut out, v),
+                        Value::Gauge(v) => push(&mut out, v),
+                        Value::Histogram(_) => {}
+                    }
+                    out.push('\n');
+                }
+            }
+            MetricKind::Histogram => render_histogram(&mut out, family),
+        }
+    }
+    out
+}
+
+fn render_histogram<'a>(out: &mut String, family: &'a FamilySnapshot) {
+    let empty = HistogramSnapshot::default();
+    let hist = |series: &'a SeriesSnapshot| series.value().as_histogram().unwrap_or(&empty);
+    header(out, family.name(), "_seconds", family.help(), "summary");
+    for series in family.series() {
+        let h = hist(series);
+        let labels = series.rendered_labels();
+        let estimates = h.quantiles(REPORTED_QUANTILES.map(|(q, _, _)| q));
+        for ((_, label, _), estimate) in REPORTED_QUANTILES.iter().zip(estimates) {
+            sample_name(out, family, "_seconds", labels, label);
+            push(out, seconds(estimate));
+            out.push('\n');
+        }
+        sample_name(out, family, "_seconds_sum", labels, "");
+        push(out, h.sum() as f64 / 1e6);
+        out.push('\n');
+        sample_name(out, family, "_seconds_count", labels, "");
+        push(out, h.count());
+        out.push('\n');
+    }
+    let help = format!("Mean of {}_seconds.", family.name());
+    header(out, family.name(), "_seconds_mean", &help, "gauge");
+    for series in family.series() {
+        let h = hist(series);
+        sample_name(out, family, "_seconds_mean", series.rendered_labels(), "");
+        push(out, h.mean().map_or(f64::NAN, |us| us / 1e6));
+        out.push('\n');
+    }
+    let help = format!("Largest {}_seconds observed.", family.name());
+    header(out, family.name(), "_seconds_max", &help, "gauge");
+    for series in family.series() {
+        let h = hist(series);
+        sample_name(out, family, "_seconds_max", series.rendered_labels(), "");
+        push(out, seconds(h.max()));
+        out.push('\n');
+    }
+}
+
+fn seconds(us: Option<u64>) -> f64 {
+    us.map_or(f64::NAN, |us| us as f64 / 1e6)
+}
+
+fn header(out: &mut String, name: &str, suffix: &str, help: &str, kind: &str) {
+    if !help.is_empty() {
+        out.push_str("# HELP ");
+        out.push_str(name);
+        out.push_str(suffix);
+        out.push(' ');
+        escape_help(out, help);
+        out.push('\n');
+    }
+    out.push_str("# TYPE ");
+    out.push_str(name);
+    out.push_str(suffix);
+    out.push(' ');
+    out.push_str(kind);
+    out.push('\n');
+}
+
+/// Writes `name{labels} ` (with the trailing space).
+fn sample_name(out: &mut String, family: &FamilySnapshot, suffix: &str, labels: &str, extra: &str) {
+    out.push_str(family.name());
+    out.push_str(suffix);
+    push_label_set(out, &[labels, extra]);
+    out.push(' ');
+}
+
+fn push(out: &mut String, value: impl Display) {
+    // Writing into a String cannot fail.
+    let _ = write!(out, "{value}");
+}
+
+/// Writes `name="value",...` with the values escaped (no braces).
+pub(crate) fn render_labels<'a>(
+    out: &mut String,
+    labels: impl Iterator<Item = (&'a str, &'a str)>,
+) {
+    for (i, (name, value)) in labels.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_label_value(out, value);
+        out.push('"');
+    }
+}
+
+/// Writes `{a,b,...}` from rendered label lists, skipping empty ones; nothing if all are.
+pub(crate) fn push_label_set(out: &mut String, parts: &[&str]) {
+    let mut first = true;
+    for part in parts.iter().filter(|p| !p.is_empty()) {
+        out.push(if first { '{' } else { ',' });
+        first = false;
+        out.push_str(part);
+    }
+    if !first {
+        out.push('}');
+    }
+}
+
+/// A label value inside double quotes: `\`, `"` and newline escaped as `\\`, `\"` and `\n`.
+pub(crate) fn escape_label_value(out: &mut String, value: &str) {
+    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.push_str(value);
+        return;
+    }
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// A HELP text: `\` and newline escaped.
+fn escape_help(out: &mut String, help: &str) {
+    for c in help.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The Prometheus exposition parses, and says what the snapshot says.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+use std::collections::HashMap;
+
+use prometheus_parse::{Sample, Scrape, Value as Parsed};
+use stats::{Registry, Snapshot};
+
+fn parse(text: &str) -> Scrape {
+    Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
+}
+
+fn labels(sample: &Sample) -> HashMap<String, String> {
+    sample
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), unescape(v)))
+        .collect()
+}
+
+/// prometheus-parse hands label values over still escaped: undo `\\`, `\"` and `\n`.
+fn unescape(raw: &str) -> String {
+    let mut out = String::new();
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some(other) => out.push(other),
+                None => out.push('\\'),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The series' label values, in the family's label order, from a parsed sample.
+fn values_for(snapshot: &Snapshot, family: &str, sample: &Sample) -> Vec<String> {
+    let labels = labels(sample);
+    snapshot
+        .family(family)
+        .unwrap_or_else(|| panic!("no family {family}"))
+        .label_names()
+        .map(|name| labels[name].clone())
+        .collect()
+}
+
+fn same(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+fn seconds(us: Option<u64>) -> f64 {
+    us.map_or(f64::NAN, |us| us as f64 / 1e6)
+}
+
+fn sample_registry() -> Registry {
+    let registry = Registry::new();
+    let requests = registry.counter(
+        "downstream_rq_total",
+        "Requests received.",
+        &["listener", "code_class"],
+    );
+    let active = registry.gauge("downstream_cx_active", "Open connections.", &["listener"]);
+    let overflow = registry.counter("upstream_rq_pending_overflow", "", &[]);
+    let time = registry.histogram("upstream_rq_time", "Upstream request time.", &["cluster"]);
+    let idle = registry.histogram("idle_time", "Never recorded.", &[]);
+    for worker in 0..3 {
+        let shard = registry.shard(&[("worker", &worker.to_string())]);
+        for (i, code) in ["2xx", "4xx", "5xx"].iter().enumerate() {
+            shard
+                .counter(requests, &["public", code])
+                .add(100 * worker + i as u64);
+            // (prometheus-parse trims every `"` off a value's ends, so none ends with one.)
+            shard
+                .counter(requests, &["admin \"internal\" api", code])
+                .add(worker);
+        }
+        let gauge = shard.gauge(active, &["public"]);
+        gauge.set(10 * worker as i64 - 15);
+        shard.counter(overflow, &[]).add(worker);
+        let histogram = shard.histogram(time, &["backend"]);
+        for v in 1..=1000 {
+            histogram.record(v * 37 * (worker + 1));
+        }
+        let _ = shard.histogram(time, &["empty"]);
+        let _ = shard.histogram(idle, &[]);
+    }
+    registry
+}
+
+#[test]
+fn every_parsed_value_equals_the_snapshot() {
+    let snapshot = sample_registry().snapshot();
+    let text = snapshot.render_prometheus();
+    let scrape = parse(&text);
+    let mut checked = 0;
+    for sample in &scrape.samples {
+        let name = sample.metric.as_str();
+        match &sample.value {
+            Parsed::Counter(v) => {
+                let values = values_for(&snapshot, name, sample);
+                let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                assert_eq!(
+                    snapshot.counter(name, &values).map(|c| c as f64),
+                    Some(*v),
+                    "{name}"
+                );
+            }
+            Parsed::Gauge(v) => {
+                let (family, pick): (&str, fn(&stats::HistogramSnapshot) -> f64) =
+                    if let Some(f) = name.strip_suffix("_seconds_mean") {
+                        (f, |h| h.mean().map_or(f64::NAN, |m| m / 1e6))
+                    } else if let Some(f) = name.strip_suffix("_seconds_max") {
+                        (f, |h| seconds(h.max()))
+                    } else {
+                        let values = values_for(&snapshot, name, sample);
+                        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                        assert_eq!(
+                            snapshot.gauge(name, &values).map(|g| g as f64),
+                            Some(*v),
+                            "{name}"
+                        );
+                        checked += 1;
+                        continue;
+                    };
+                let values = values_for(&snapshot, family, sample);
+                let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                let h = snapshot.histogram(family, &values).unwrap();
+                assert!(same(pick(h), *v), "{name}: {} vs {v}", pick(h));
+            }
+            Parsed::Summary(quantiles) => {
+                let family = name.strip_suffix("_seconds").unwrap();
+                let values = values_for(&snapshot, family, sample);
+                let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                let h = snapshot.histogram(family, &values).unwrap();
+                let qs: Vec<f64> = quantiles.iter().map(|q| q.quantile).collect();
+                assert_eq!(qs, [0.5, 0.9, 0.99, 0.999]);
+                for q in quantiles {
+                    assert!(
+                        same(seconds(h.quantile(q.quantile)), q.count),
+                        "{name} {}",
+                        q.quantile
+                    );
+                }
+            }
+            Parsed::Untyped(v) => {
+                // `_sum` and `_count` of a summary.
+                let (family, want) = if let Some(f) = name.strip_suffix("_seconds_sum") {
+                    let values = values_for(&snapshot, f, sample);
+                    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                    (
+                        f,
+                        snapshot.histogram(f, &values).unwrap().sum() as f64 / 1e6,
+                    )
+                } else {
+                    let f = name.strip_suffix("_seconds_count").unwrap();
+                    let values = values_for(&snapshot, f, sample);
+                    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                    (f, snapshot.histogram(f, &values).unwrap().count() as f64)
+                };
+                assert_eq!(want, *v, "{family}");
+            }
+            Parsed::Histogram(_) => panic!("no native histograms are exported"),
+        }
+        checked += 1;
+    }
+    // 6 + 1 counters, 1 gauge, 3 histogram series x (summary, sum, count, mean, max).
+    assert_eq!(checked, 6 + 1 + 1 + 3 * 5);
+    assert_eq!(scrape.docs["downstream_rq_total"], "Requests received.");
+    assert_eq!(
+        scrape.docs["upstream_rq_time_seconds"],
+        "Upstream request time."
+    );
+}
+
+#[test]
+fn types_and_shapes_follow_the_exposition_format() {
+    let text = sample_registry().snapshot().render_prometheus();
+    for line in [
+        "# TYPE downstream_rq_total counter",
+        "# TYPE downstream_cx_active gauge",
+        "downstream_cx_active{listener=\"public\"} -15",
+        "upstream_rq_pending_overflow 3",
+        "# TYPE upstream_rq_time_seconds summary",
+        "# TYPE upstream_rq_time_seconds_mean gauge",
+        "# TYPE upstream_rq_time_seconds_max gauge",
+        "upstream_rq_time_seconds_count{cluster=\"backend\"} 3000",
+        "upstream_rq_time_seconds_max{cluster=\"backend\"} 0.111",
+        "upstream_rq_time_seconds{cluster=\"empty\",quantile=\"0.99\"} NaN",
+        "upstream_rq_time_seconds_count{cluster=\"empty\"} 0",
+        "idle_time_seconds_sum 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    // No HELP line for an empty help text; every sample line is `name{labels} value`.
+    assert!(!text.contains("# HELP upstream_rq_pending_overflow"));
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(value == "NaN" || value.parse::<f64>().is_ok(), "{line}");
+    }
+}
+
+#[test]
+fn label_values_and_help_are_escaped() {
+    let registry = Registry::new();
+    let family = registry.counter("c_total", "Line one\nback\\slash \"quoted\".", &["path"]);
+    let shard = registry.shard(&[]);
+    let nasty = "a\"b\\c\nd";
+    shard.counter(family, &[nasty]).add(7);
+    let text = registry.snapshot().render_prometheus();
+    assert!(
+        text.contains("# HELP c_total Line one\\nback\\\\slash \"quoted\".\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("c_total{path=\"a\\\"b\\\\c\\nd\"} 7\n"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().count(),
+        3,
+        "a newline in a value stays escaped: {text}"
+    );
+
+    let scrape = parse(&text);
+    assert_eq!(scrape.samples.len(), 1);
+    let sample = &scrape.samples[0];
+    assert_eq!(labels(sample)["path"], nasty);
+    assert_eq!(sample.value, Parsed::Counter(7.0));
+}

@@ -1,0 +1,185 @@
+//! Stats through the real binary: a known request sequence must show up exactly in the
+//! admin server's /stats/prometheus (parsed with a real Prometheus parser) and /workers.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use testbed::NoopUpstream;
+
+fn admin_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// Sample values by metric name and sorted `k=v` labels.
+fn scrape(admin: SocketAddr) -> HashMap<String, f64> {
+    let text = admin_get(admin, "/stats/prometheus");
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let parsed = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
+    let mut out = HashMap::new();
+    for sample in parsed.samples {
+        let mut labels: Vec<String> = sample
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        labels.sort();
+        let value = match sample.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Summary(_) | prometheus_parse::Value::Histogram(_) => continue,
+        };
+        out.insert(format!("{}{{{}}}", sample.metric, labels.join(",")), value);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_request_sequence_is_counted_exactly() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 2);
+    let admin = proxy.admin.unwrap();
+    let addr = proxy.addr();
+
+    // 1000 requests over 50 connections (so both workers take some), every other one a 503.
+    let mut clients = Vec::new();
+    for c in 0..50 {
+        clients.push(tokio::spawn(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            for i in 0..20 {
+                let status = if (c * 20 + i) % 2 == 0 { "200" } else { "503" };
+                let response = sender
+                    .send_request(get("/", &[("x-noop-status", status)]))
+                    .await
+                    .unwrap();
+                assert_eq!(response.status().as_str(), status);
+                text(response.into_body()).await;
+            }
+        }));
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+
+    // The last responses' bookkeeping finishes as their bodies are dropped: poll briefly.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stats = loop {
+        let stats = scrape(admin);
+        let done = stats.get("downstream_rq_active{listener=main}") == Some(&0.0)
+            && stats.get("downstream_rq_total{listener=main}") == Some(&1000.0);
+        if done || Instant::now() > deadline {
+            break stats;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let get = |key: &str| {
+        stats
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| panic!("no {key} in {stats:?}"))
+    };
+    assert_eq!(get("downstream_rq_total{listener=main}"), 1000.0);
+    assert_eq!(get("downstream_rq_xx{code_class=2xx,listener=main}"), 500.0);
+    assert_eq!(get("downstream_rq_xx{code_class=5xx,listener=main}"), 500.0);
+    assert_eq!(get("downstream_cx_total{listener=main}"), 50.0);
+    assert_eq!(
+        get("downstream_rq_time_seconds_count{listener=main}"),
+        1000.0
+    );
+    assert!(get("downstream_rq_time_seconds_mean{listener=main}") > 0.0);
+    assert_eq!(get("upstream_rq_total{cluster=backend}"), 1000.0);
+    assert_eq!(get("upstream_rq_xx{cluster=backend,code_class=5xx}"), 500.0);
+    assert_eq!(
+        get("upstream_rq_time_seconds_count{cluster=backend}"),
+        1000.0
+    );
+    assert_eq!(get("upstream_rq_active{cluster=backend}"), 0.0);
+    assert!(get("upstream_cx_total{cluster=backend}") >= 1.0);
+    assert_eq!(get("server_concurrency{}"), 2.0);
+    assert_eq!(get("server_live{}"), 1.0);
+
+    // Per worker: both took connections, and the totals add up.
+    let workers: serde_json::Value = serde_json::from_str(&admin_get(admin, "/workers")).unwrap();
+    let list = workers["workers"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{workers}");
+    let total: u64 = list
+        .iter()
+        .map(|w| w["downstream_rq_total"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 1000);
+    assert!(
+        list.iter()
+            .all(|w| w["downstream_rq_total"].as_u64().unwrap() > 0),
+        "{workers}"
+    );
+
+    let text = admin_get(admin, "/stats?filter=upstream_rq_time");
+    assert!(text.contains("upstream_rq_time"), "{text}");
+    assert!(text.contains("P99"), "{text}");
+    assert!(!text.contains("downstream_cx_total"), "{text}");
+
+    let clusters: serde_json::Value = serde_json::from_str(&admin_get(admin, "/clusters")).unwrap();
+    assert_eq!(
+        clusters["clusters"][0]["hosts"][0]["address"],
+        noop.local_addr().to_string()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_failures_and_timeouts_are_counted() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = forward_config(&[dead], "").replace(
+        "clusters:",
+        &format!(
+            "clusters:\n  - name: slow\n    endpoints: [{}]\n",
+            noop.local_addr()
+        ),
+    )
+    .replace(
+        "      - match: { prefix: / }",
+        "      - match: { prefix: /slow }\n        cluster: slow\n        timeout: 200ms\n      - match: { prefix: / }",
+    );
+    let proxy = Proxy::start(&config, 1);
+    for _ in 0..3 {
+        let r = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(r.status(), 503);
+    }
+    let r = send_h1(proxy.addr(), get("/slow", &[("x-noop-delay", "2s")])).await;
+    assert_eq!(r.status(), 504);
+    let stats = scrape(proxy.admin.unwrap());
+    assert_eq!(stats["upstream_cx_connect_fail{cluster=backend}"], 3.0);
+    assert_eq!(stats["upstream_rq_timeout{cluster=slow}"], 1.0);
+    assert_eq!(stats["downstream_rq_xx{code_class=5xx,listener=main}"], 4.0);
+}
