@@ -99,6 +99,16 @@ fn run_file(path: &Path, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()
 
 fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
     let workers = concurrency.map_or_else(|| config.worker_count(), NonZeroUsize::get);
+    // Signals are registered before anything announces readiness: a SIGTERM sent the moment
+    // the proxy says it is up must start a drain, not kill the process.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the signal runtime")?;
+    let mut signals = {
+        let _entered = runtime.enter();
+        ShutdownSignals::new()
+    };
     let server = Server::start(config, workers)?;
     tracing::info!(
         workers = server.workers(),
@@ -112,13 +122,9 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
         tracing::info!(%addr, "admin server listening");
     }
     tracing::info!("legate ready");
-    // One runtime for both waits, so a second signal during the drain is never missed.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the signal runtime")?;
+    // One runtime and one registration for both waits, so a second signal during the drain
+    // is never missed.
     let forced = runtime.block_on(async {
-        let mut signals = ShutdownSignals::new();
         signals.recv().await;
         tracing::info!("draining: no new connections, waiting for requests in flight");
         let drained = std::thread::spawn(move || server.drain_and_join());

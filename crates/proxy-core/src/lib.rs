@@ -27,6 +27,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod access_log;
 mod admin;
 mod catalog;
 mod cluster;

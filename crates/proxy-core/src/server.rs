@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
+use crate::access_log::LogSinks;
 use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
 use crate::config::Config;
@@ -28,6 +29,8 @@ pub enum StartError {
         address: SocketAddr,
         source: io::Error,
     },
+    #[error("access log: {source}")]
+    AccessLog { source: io::Error },
     #[error("cannot start worker thread {worker}: {source}")]
     SpawnWorker { worker: usize, source: io::Error },
 }
@@ -65,6 +68,15 @@ impl Server {
             }
         }
 
+        let log_sinks = Arc::new(
+            LogSinks::open(
+                config
+                    .listeners
+                    .iter()
+                    .filter_map(|l| l.access_log.as_ref().map(|a| a.target.clone())),
+            )
+            .map_err(|source| StartError::AccessLog { source })?,
+        );
         let stats = ProxyStats::new();
         let admin_state = Arc::new(AdminState::new(
             Arc::clone(&config),
@@ -88,6 +100,7 @@ impl Server {
                 sockets,
                 drain: drain_rx.clone(),
                 stats: Arc::clone(&stats),
+                log_sinks: Arc::clone(&log_sinks),
             };
             match worker::spawn(spec) {
                 Ok(handle) => handles.push(handle),

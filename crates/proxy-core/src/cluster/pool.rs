@@ -21,6 +21,7 @@ use crate::catalog::{ClusterStats, HostStats};
 use crate::config::UpstreamProtocol;
 use crate::error::ProxyError;
 use crate::exec::LocalExec;
+use crate::http::body::RequestBody;
 
 /// Idle HTTP/1.1 connections kept per host per worker; more are closed when returned.
 const MAX_IDLE_PER_HOST: usize = 1024;
@@ -32,9 +33,9 @@ pub(crate) struct HostPool {
     protocol: UpstreamProtocol,
     connect_timeout: Duration,
     /// HTTP/1.1 connections with no request in flight, most recently used last.
-    idle: RefCell<Vec<http1::SendRequest<Incoming>>>,
+    idle: RefCell<Vec<http1::SendRequest<RequestBody>>>,
     /// The shared HTTP/2 connection, if one is open.
-    h2: RefCell<Option<http2::SendRequest<Incoming>>>,
+    h2: RefCell<Option<http2::SendRequest<RequestBody>>>,
     /// Held while an HTTP/2 connection is being made, so a burst of requests opens one.
     h2_connecting: tokio::sync::Mutex<()>,
     /// When the last HTTP/2 connect failed: requests that queued behind that attempt fail
@@ -79,7 +80,7 @@ impl HostPool {
     /// HTTP/1.1 the connection returns to the pool when that body has been read to its end.
     pub(crate) async fn send(
         self: &Rc<Self>,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         let request = UpstreamRequest::start(self);
         let (head, body, pool_return) = match self.protocol {
@@ -100,7 +101,7 @@ impl HostPool {
 
     async fn send_h1(
         self: &Rc<Self>,
-        mut req: Request<Incoming>,
+        mut req: Request<RequestBody>,
     ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
         // A pooled connection may have been closed by the upstream while idle. If the request
         // was not written before that was noticed, hyper hands it back and it is sent on a
@@ -132,7 +133,7 @@ impl HostPool {
     }
 
     /// The most recently used idle connection that is still open and ready.
-    async fn idle_h1(&self) -> Option<http1::SendRequest<Incoming>> {
+    async fn idle_h1(&self) -> Option<http1::SendRequest<RequestBody>> {
         loop {
             let mut sender = self.idle.borrow_mut().pop()?;
             if sender.is_closed() {
@@ -172,7 +173,7 @@ impl HostPool {
         Ok(stream)
     }
 
-    async fn connect_h1(self: &Rc<Self>) -> Result<http1::SendRequest<Incoming>, ProxyError> {
+    async fn connect_h1(self: &Rc<Self>) -> Result<http1::SendRequest<RequestBody>, ProxyError> {
         let stream = self.connect().await?;
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
@@ -198,7 +199,7 @@ impl HostPool {
         });
     }
 
-    fn put_back(&self, sender: http1::SendRequest<Incoming>) {
+    fn put_back(&self, sender: http1::SendRequest<RequestBody>) {
         let mut idle = self.idle.borrow_mut();
         if idle.len() < MAX_IDLE_PER_HOST && !sender.is_closed() {
             idle.push(sender);
@@ -207,7 +208,7 @@ impl HostPool {
 
     async fn send_h2(
         self: &Rc<Self>,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
         let mut sender = self.h2_sender().await?;
         let response = sender
@@ -218,7 +219,7 @@ impl HostPool {
         Ok((head, body, None))
     }
 
-    async fn h2_sender(self: &Rc<Self>) -> Result<http2::SendRequest<Incoming>, ProxyError> {
+    async fn h2_sender(self: &Rc<Self>) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
         if let Some(sender) = self.live_h2() {
             return Ok(sender);
         }
@@ -230,7 +231,7 @@ impl HostPool {
         connected
     }
 
-    async fn connect_h2(self: &Rc<Self>) -> Result<http2::SendRequest<Incoming>, ProxyError> {
+    async fn connect_h2(self: &Rc<Self>) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
         let queued_at = Instant::now();
         let _connecting = self.h2_connecting.lock().await;
         // Someone else may have connected, or failed to, while this request waited.
@@ -264,7 +265,7 @@ impl HostPool {
         Ok(sender)
     }
 
-    fn live_h2(&self) -> Option<http2::SendRequest<Incoming>> {
+    fn live_h2(&self) -> Option<http2::SendRequest<RequestBody>> {
         let mut slot = self.h2.borrow_mut();
         match slot.as_ref() {
             Some(sender) if !sender.is_closed() => Some(sender.clone()),
@@ -280,11 +281,11 @@ impl HostPool {
 /// An HTTP/1.1 connection to hand back to its pool once the response body is done.
 pub(crate) struct PoolReturn {
     pool: Rc<HostPool>,
-    sender: http1::SendRequest<Incoming>,
+    sender: http1::SendRequest<RequestBody>,
 }
 
 impl PoolReturn {
-    fn new(pool: &Rc<HostPool>, sender: http1::SendRequest<Incoming>) -> Self {
+    fn new(pool: &Rc<HostPool>, sender: http1::SendRequest<RequestBody>) -> Self {
         Self {
             pool: Rc::clone(pool),
             sender,

@@ -16,6 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
+pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
 pub use units::{parse_duration, parse_size};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
@@ -54,6 +55,8 @@ pub struct ListenerConfig {
     pub name: String,
     pub address: SocketAddr,
     pub http: HttpConfig,
+    /// One line per request, if configured.
+    pub access_log: Option<AccessLogConfig>,
     pub routes: Vec<RouteConfig>,
 }
 

@@ -44,8 +44,16 @@ pub struct RawListener {
     pub address: String,
     #[serde(default)]
     pub http: RawHttp,
+    pub access_log: Option<RawAccessLog>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccessLog {
+    pub path: String,
+    pub format: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

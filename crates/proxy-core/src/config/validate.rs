@@ -63,7 +63,11 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!("duplicate listener name `{}`", l.name),
             ));
         }
-        if let Some(other) = listeners.iter().find(|o| o.address == l.address) {
+        // Port 0 asks for a fresh ephemeral port each time, so it never clashes.
+        if let Some(other) = listeners
+            .iter()
+            .find(|o| o.address == l.address && l.address.port() != 0)
+        {
             return Err(ConfigError::invalid(
                 format!("{path}.address"),
                 format!("{} is already used by listener `{}`", l.address, other.name),
@@ -176,9 +180,32 @@ fn listener(
         .enumerate()
         .map(|(i, r)| route(r, &format!("{path}.routes[{i}]"), cluster_index, clusters))
         .collect::<Result<Vec<_>, _>>()?;
+    let access_log = raw
+        .access_log
+        .map(|log| -> Result<AccessLogConfig, ConfigError> {
+            let target = match log.path.as_str() {
+                "stdout" => LogTarget::Stdout,
+                "" => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.access_log.path"),
+                        "expected `stdout` or a file path",
+                    ));
+                }
+                file => LogTarget::File(file.into()),
+            };
+            let format = LogFormat::parse(
+                log.format
+                    .as_deref()
+                    .unwrap_or(crate::access_log::DEFAULT_FORMAT),
+            )
+            .map_err(|e| ConfigError::invalid(format!("{path}.access_log.format"), e))?;
+            Ok(AccessLogConfig { target, format })
+        })
+        .transpose()?;
     Ok(ListenerConfig {
         name,
         address,
+        access_log,
         http: HttpConfig {
             max_concurrent_streams,
         },

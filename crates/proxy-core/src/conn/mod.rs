@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
@@ -26,8 +27,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::access_log::LogRecord;
 use crate::exec::LocalExec;
-use crate::http::body::ResponseBody;
+use crate::http::body::{RequestBody, ResponseBody};
 use crate::http::handler;
 use crate::worker::{ListenerCtx, WorkerCtx};
 pub(crate) use io::DownstreamIo;
@@ -67,23 +69,67 @@ pub(crate) struct InFlight {
     conn: Rc<ConnCtx>,
     started: Instant,
     status: Option<http::StatusCode>,
+    /// Filled in along the way when the listener keeps an access log.
+    log: Option<Box<PendingLog>>,
+}
+
+/// A log line in the making.
+pub(crate) struct PendingLog {
+    pub(crate) record: LogRecord,
+    wall_start: SystemTime,
+    received: Rc<Cell<u64>>,
 }
 
 impl InFlight {
-    fn new(conn: &Rc<ConnCtx>) -> Self {
+    fn new(conn: &Rc<ConnCtx>, req: &http::Request<Incoming>) -> Self {
         conn.in_flight.set(conn.in_flight.get() + 1);
         let stats = &conn.listener.stats;
         stats.rq_total.inc();
         stats.rq_active.inc();
+        let log = conn.listener.access_log.as_ref().map(|_| {
+            Box::new(PendingLog {
+                record: LogRecord {
+                    method: Some(req.method().clone()),
+                    path: req
+                        .uri()
+                        .path_and_query()
+                        .map_or_else(String::new, |p| p.as_str().to_string()),
+                    version: Some(req.version()),
+                    peer: Some(conn.peer),
+                    request_id: req.headers().get("x-request-id").cloned(),
+                    ..LogRecord::default()
+                },
+                wall_start: SystemTime::now(),
+                received: Rc::new(Cell::new(0)),
+            })
+        });
         InFlight {
             conn: Rc::clone(conn),
             started: Instant::now(),
             status: None,
+            log,
         }
     }
 
     pub(crate) fn set_status(&mut self, status: http::StatusCode) {
         self.status = Some(status);
+    }
+
+    /// The access log's record, when this listener keeps one.
+    pub(crate) fn log(&mut self) -> Option<&mut LogRecord> {
+        self.log.as_mut().map(|l| &mut l.record)
+    }
+
+    /// Counts response body bytes handed to the codec.
+    pub(crate) fn sent(&mut self, bytes: usize) {
+        if let Some(log) = &mut self.log {
+            log.record.bytes_sent += bytes as u64;
+        }
+    }
+
+    /// The counter the request body adds to, when logging.
+    fn received_counter(&self) -> Option<Rc<Cell<u64>>> {
+        self.log.as_ref().map(|l| Rc::clone(&l.received))
     }
 }
 
@@ -98,6 +144,11 @@ impl Drop for InFlight {
         stats.rq_time.record_duration(now - self.started);
         if let Some(status) = self.status {
             stats.response(status);
+        }
+        if let (Some(mut pending), Some(log)) = (self.log.take(), &conn.listener.access_log) {
+            pending.record.status = self.status;
+            pending.record.bytes_received = pending.received.get();
+            log.record(&pending.record, pending.wall_start, now - self.started);
         }
     }
 }
@@ -183,7 +234,8 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>>>>;
 
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
-        let in_flight = InFlight::new(&self.0);
+        let in_flight = InFlight::new(&self.0, &req);
+        let req = req.map(|body| RequestBody::new(body, in_flight.received_counter()));
         Box::pin(handler::handle(req, Rc::clone(&self.0), in_flight))
     }
 }

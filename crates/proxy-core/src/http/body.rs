@@ -51,10 +51,17 @@ impl Body for ResponseBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match &mut self.get_mut().inner {
+        let this = self.get_mut();
+        let polled = match &mut this.inner {
             Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
+        };
+        if let (Some(in_flight), Poll::Ready(Some(Ok(frame)))) = (&mut this.in_flight, &polled)
+            && let Some(data) = frame.data_ref()
+        {
+            in_flight.sent(data.len());
         }
+        polled
     }
 
     #[inline]
@@ -73,5 +80,50 @@ impl Body for ResponseBody {
             }
             Inner::Upstream(body) => body.size_hint(),
         }
+    }
+}
+
+/// A request body relayed upstream, counting its bytes for the access log when asked to.
+pub struct RequestBody {
+    inner: hyper::body::Incoming,
+    received: Option<std::rc::Rc<std::cell::Cell<u64>>>,
+}
+
+impl RequestBody {
+    pub(crate) fn new(
+        inner: hyper::body::Incoming,
+        received: Option<std::rc::Rc<std::cell::Cell<u64>>>,
+    ) -> Self {
+        Self { inner, received }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let (Some(counter), Poll::Ready(Some(Ok(frame)))) = (&this.received, &polled)
+            && let Some(data) = frame.data_ref()
+        {
+            counter.set(counter.get() + data.len() as u64);
+        }
+        polled
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

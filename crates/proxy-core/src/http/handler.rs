@@ -7,9 +7,8 @@ use bytes::Bytes;
 use http::header::{CONNECTION, EXPECT, HOST, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version};
-use hyper::body::Incoming;
 
-use super::body::ResponseBody;
+use super::body::{RequestBody, ResponseBody};
 use super::headers::{
     X_FORWARDED_PROTO, X_REQUEST_ID, append_forwarded_for, new_request_id, strip_hop_by_hop,
 };
@@ -21,7 +20,7 @@ use crate::error::ProxyError;
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
 pub(crate) async fn handle(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     conn: Rc<ConnCtx>,
     mut in_flight: InFlight,
 ) -> Result<Response<ResponseBody>, Infallible> {
@@ -29,9 +28,12 @@ pub(crate) async fn handle(
     let uri = req.uri().clone();
     let version = req.version();
     let mut close = conn.worker.draining.get();
-    let mut response = match route_and_forward(req, &conn).await {
+    let mut response = match route_and_forward(req, &conn, &mut in_flight).await {
         Ok(response) => response,
         Err(err) => {
+            if let Some(log) = in_flight.log() {
+                log.flag = Some(err.flag());
+            }
             // After a malformed request the stream may hold anything; do not read on.
             close |= matches!(err, ProxyError::BadRequest(_));
             tracing::warn!(
@@ -62,8 +64,9 @@ pub(crate) async fn handle(
 }
 
 async fn route_and_forward(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     conn: &ConnCtx,
+    in_flight: &mut InFlight,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     if req.method() == Method::CONNECT {
         return Err(ProxyError::BadRequest("CONNECT is not supported"));
@@ -82,14 +85,14 @@ async fn route_and_forward(
         RouteAction::DirectResponse { status, body } => {
             Ok(local_reply::text(*status, body.clone()))
         }
-        RouteAction::Forward(forward) => forward_request(req, host, forward, conn).await,
+        RouteAction::Forward(forward) => forward_request(req, host, forward, conn, in_flight).await,
     }
 }
 
 /// The host the client asked for: the URI's authority (HTTP/2's `:authority`, or an
 /// absolute-form HTTP/1.1 target, which RFC 9112 section 3.2.2 says overrides `Host`), else
 /// the `Host` header. HTTP/1.1 requires exactly one `Host` line (RFC 9112 section 3.2).
-fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, ProxyError> {
+fn request_host(req: &Request<RequestBody>) -> Result<Option<HeaderValue>, ProxyError> {
     let mut hosts = req.headers().get_all(HOST).iter();
     let host = hosts.next();
     if hosts.next().is_some() {
@@ -114,10 +117,11 @@ fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, ProxyErr
 }
 
 async fn forward_request(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     host: Option<HeaderValue>,
     forward: &ForwardAction,
     conn: &ConnCtx,
+    in_flight: &mut InFlight,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let upstream = Rc::clone(conn.worker.clusters[forward.cluster].pick());
     let (mut parts, body) = req.into_parts();
@@ -132,7 +136,14 @@ async fn forward_request(
         conn.listener.forwarded_proto.clone(),
     );
     if !parts.headers.contains_key(&X_REQUEST_ID) {
-        parts.headers.insert(X_REQUEST_ID.clone(), new_request_id());
+        let id = new_request_id();
+        if let Some(log) = in_flight.log() {
+            log.request_id = Some(id.clone());
+        }
+        parts.headers.insert(X_REQUEST_ID.clone(), id);
+    }
+    if let Some(log) = in_flight.log() {
+        log.upstream = Some(upstream.addr());
     }
 
     let authority = match (&forward.host_rewrite, host) {

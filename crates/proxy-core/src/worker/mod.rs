@@ -15,9 +15,10 @@ use http::HeaderValue;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+use crate::access_log::{self, LogSinks, WorkerLog};
 use crate::catalog::{ListenerStats, ProxyStats};
 use crate::cluster::Cluster;
-use crate::config::{Config, ListenerConfig};
+use crate::config::Config;
 use crate::conn::{self, ConnCtx};
 use crate::router::RouteTable;
 
@@ -34,6 +35,7 @@ pub(crate) struct WorkerCtx {
 pub(crate) struct ListenerCtx {
     pub(crate) name: String,
     pub(crate) stats: ListenerStats,
+    pub(crate) access_log: Option<WorkerLog>,
     pub(crate) routes: RouteTable,
     pub(crate) forwarded_proto: HeaderValue,
 }
@@ -72,6 +74,7 @@ pub(crate) struct WorkerSpec {
     pub(crate) sockets: Vec<std::net::TcpListener>,
     pub(crate) drain: watch::Receiver<bool>,
     pub(crate) stats: Arc<ProxyStats>,
+    pub(crate) log_sinks: Arc<LogSinks>,
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
@@ -100,6 +103,7 @@ async fn run(spec: WorkerSpec) {
         sockets,
         drain,
         stats,
+        log_sinks,
     } = spec;
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
     let catalog = &stats.catalog;
@@ -114,6 +118,7 @@ async fn run(spec: WorkerSpec) {
     let tracker = Rc::new(ConnTracker::default());
 
     let mut accept_loops = Vec::new();
+    let mut listeners: Vec<Rc<ListenerCtx>> = Vec::new();
     for (listener, socket) in config.listeners.iter().zip(sockets) {
         let socket = match TcpListener::from_std(socket) {
             Ok(s) => s,
@@ -122,17 +127,43 @@ async fn run(spec: WorkerSpec) {
                 continue;
             }
         };
-        let listener_stats = catalog.listener(&shard, &listener.name);
+        let access_log = listener.access_log.as_ref().and_then(|log| {
+            let tx = log_sinks.sender(&log.target)?;
+            Some(WorkerLog::new(
+                log.format.clone(),
+                tx,
+                Arc::clone(&log_sinks.dropped),
+            ))
+        });
+        let ctx = Rc::new(ListenerCtx {
+            name: listener.name.clone(),
+            stats: catalog.listener(&shard, &listener.name),
+            access_log,
+            routes: RouteTable::new(listener.routes.clone()),
+            forwarded_proto: HeaderValue::from_static("http"),
+        });
+        listeners.push(Rc::clone(&ctx));
         accept_loops.push(tokio::task::spawn_local(accept_loop(
             id,
             socket,
-            listener.clone(),
-            listener_stats,
+            Rc::new(conn::Codecs::new(listener)),
+            ctx,
             Rc::clone(&worker),
             Rc::clone(&tracker),
             drain.clone(),
         )));
     }
+    // Buffered access log lines reach their writer at least this often.
+    let flusher = {
+        let listeners = listeners.clone();
+        tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(access_log::FLUSH_EVERY);
+            loop {
+                tick.tick().await;
+                flush_logs(&listeners);
+            }
+        })
+    };
 
     let mut drain_rx = drain.clone();
     let _ = drain_rx.wait_for(|draining| *draining).await;
@@ -142,7 +173,17 @@ async fn run(spec: WorkerSpec) {
         let _ = task.await;
     }
     wait_for_connections(&tracker, config.drain_timeout).await;
+    flusher.abort();
+    flush_logs(&listeners);
     tracing::debug!(worker = id, "worker stopped");
+}
+
+fn flush_logs(listeners: &[Rc<ListenerCtx>]) {
+    for listener in listeners {
+        if let Some(log) = &listener.access_log {
+            log.flush();
+        }
+    }
 }
 
 async fn wait_for_connections(tracker: &ConnTracker, limit: Duration) {
@@ -166,19 +207,12 @@ async fn wait_for_connections(tracker: &ConnTracker, limit: Duration) {
 async fn accept_loop(
     worker_id: usize,
     socket: TcpListener,
-    listener: ListenerConfig,
-    stats: ListenerStats,
+    codecs: Rc<conn::Codecs>,
+    ctx: Rc<ListenerCtx>,
     worker: Rc<WorkerCtx>,
     tracker: Rc<ConnTracker>,
     mut drain: watch::Receiver<bool>,
 ) {
-    let ctx = Rc::new(ListenerCtx {
-        name: listener.name.clone(),
-        stats,
-        routes: RouteTable::new(listener.routes.clone()),
-        forwarded_proto: HeaderValue::from_static("http"),
-    });
-    let codecs = Rc::new(conn::Codecs::new(&listener));
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,

@@ -66,6 +66,15 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Signals are registered before the banner: a script may send SIGTERM as soon as it
+    // reads it, and an unregistered SIGTERM would kill the process with a failure status.
+    let stop = match StopSignal::register() {
+        Ok(stop) => stop,
+        Err(e) => {
+            eprintln!("noop-upstream: can't wait for signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // println! flushes on the newline only for a terminal; scripts wait for this line on a pipe.
     {
         use std::io::Write as _;
@@ -73,7 +82,7 @@ async fn main() -> ExitCode {
         let _ = writeln!(out, "noop-upstream listening on {}", upstream.local_addr());
         let _ = out.flush();
     }
-    if let Err(e) = stop_signal().await {
+    if let Err(e) = stop.recv().await {
         eprintln!("noop-upstream: can't wait for signals: {e}");
         return ExitCode::FAILURE;
     }
@@ -81,19 +90,32 @@ async fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Resolves on SIGINT or (on Unix) SIGTERM.
-async fn stop_signal() -> std::io::Result<()> {
+/// SIGINT, and on Unix SIGTERM, registered up front.
+struct StopSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate())?;
-        tokio::select! {
-            res = tokio::signal::ctrl_c() => res,
-            _ = term.recv() => Ok(()),
-        }
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    fn register() -> std::io::Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+        })
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await
+
+    /// Resolves on SIGINT or (on Unix) SIGTERM.
+    async fn recv(mut self) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                res = tokio::signal::ctrl_c() => res,
+                _ = self.term.recv() => Ok(()),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await
+        }
     }
 }

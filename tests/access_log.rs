@@ -1,0 +1,112 @@
+//! The access log through the real binary: one line per request, flags for local replies,
+//! byte counts of streamed bodies, a custom format.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use http::Request;
+use testbed::NoopUpstream;
+
+fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= n || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_gets_a_line_with_its_flag() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let logs = ScratchDir::new();
+    let default_log = logs.0.join("default.log");
+    let custom_log = logs.0.join("custom.log");
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    access_log: {{ path: "{}" }}
+    routes:
+      - match: {{ prefix: /dead }}
+        cluster: dead
+      - match: {{ prefix: / }}
+        cluster: backend
+  - name: custom
+    address: 127.0.0.1:0
+    access_log:
+      path: "{}"
+      format: "%METHOD% %PATH% %RESPONSE_CODE% %RESPONSE_FLAGS% in=%BYTES_RECEIVED% out=%BYTES_SENT% %UPSTREAM_HOST%\n"
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+  - name: dead
+    endpoints: [{dead}]
+"#,
+        default_log.display(),
+        custom_log.display(),
+        noop.local_addr()
+    );
+    let proxy = Proxy::start(&config, 2);
+
+    let ok = send_h1(
+        proxy.addr(),
+        get("/hello?x=1", &[("x-request-id", "req-42")]),
+    )
+    .await;
+    assert_eq!(ok.status(), 200);
+    text(ok.into_body()).await;
+    let dead_reply = send_h2(proxy.addr(), get_h2("/dead", &[])).await;
+    assert_eq!(dead_reply.status(), 503);
+    text(dead_reply.into_body()).await;
+
+    let lines = wait_for_lines(&default_log, 2);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let hello = lines.iter().find(|l| l.contains("/hello")).unwrap();
+    assert!(
+        hello.contains("\"GET /hello?x=1 HTTP/1.1\" 200 - 0 100 "),
+        "{hello}"
+    );
+    assert!(
+        hello.ends_with(&format!("\"{}\" \"req-42\"", noop.local_addr())),
+        "{hello}"
+    );
+    assert!(hello.starts_with("[20") && hello.contains("Z]"), "{hello}");
+    let failed = lines.iter().find(|l| l.contains("/dead")).unwrap();
+    assert!(failed.contains("\"GET /dead HTTP/2\" 503 UF "), "{failed}");
+
+    // A chunked upload is counted as it streams; the custom format is followed.
+    let upload = Request::post("/up")
+        .header("host", "legate.test")
+        .body(PatternBody::new(300_000, false))
+        .unwrap();
+    let response = send_h1(proxy.addrs[1], upload).await;
+    assert_eq!(response.status(), 200);
+    text(response.into_body()).await;
+    let lines = wait_for_lines(&custom_log, 1);
+    assert_eq!(
+        lines,
+        [format!(
+            "POST /up 200 - in=300000 out=100 {}",
+            noop.local_addr()
+        )]
+    );
+}
