@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use arc_swap::ArcSwap;
 
@@ -26,15 +26,16 @@ const OVERPROVISIONING_PERCENT: u64 = 140;
 /// Picks hosts from a [`HostSet`] with one [`LbPolicy`].
 ///
 /// `Send + Sync`: share one behind an `Arc` across threads, or give each worker thread its
-/// own over clones of the same `HostSet` (what Envoy and Legate do: a worker's picks then touch
-/// no cache line another worker writes, except the hosts' in-flight counts, which are shared
-/// on purpose so least request sees the load of every worker).
+/// own over clones of the same `HostSet` (what Envoy and Legate do: a worker's picks then write
+/// no memory another worker writes except the chosen hosts' shared state, whose in-flight
+/// counts are shared on purpose so that least request sees the load of every worker).
 ///
 /// [`pick`](Self::pick) takes no lock and allocates nothing: an `arc-swap` load of the current
 /// tables, one atomic load to see that they match the host set's version, the policy's choice,
-/// and one atomic increment of the chosen host's in-flight count. When the host set has moved
-/// on, the first pick to notice rebuilds the tables (other picks meanwhile keep using the old
-/// ones rather than wait).
+/// then two atomic increments on the chosen host (its in-flight count, and the reference the
+/// guard keeps to it), undone when the guard drops. When the host set has moved on, the first
+/// pick to notice rebuilds the tables (other picks meanwhile keep using the old ones rather
+/// than wait), unless [`refresh`](Self::refresh) has already done it.
 pub struct LoadBalancer {
     hosts: HostSet,
     policy: LbPolicy,
@@ -95,7 +96,7 @@ impl LoadBalancer {
             return compiled.pick(hash_key, &self.cursors);
         }
         drop(compiled);
-        self.refresh().pick(hash_key, &self.cursors)
+        self.try_refresh().pick(hash_key, &self.cursors)
     }
 
     /// The host set this balancer picks from.
@@ -119,24 +120,45 @@ impl LoadBalancer {
         matches!(self.current().route, Route::Panic(_))
     }
 
+    /// Rebuilds the tables for the current host set now, waiting for a rebuild in progress.
+    ///
+    /// Optional: otherwise the first pick after a change rebuilds them (maglev's default
+    /// table, 65537 entries, takes a fraction of a millisecond; a ring of millions of entries,
+    /// far longer). The thread that updates the host set can call this to keep that cost off
+    /// the request path.
+    pub fn refresh(&self) {
+        let rebuilding = self.rebuild.lock().unwrap_or_else(PoisonError::into_inner);
+        self.rebuild_locked(rebuilding);
+    }
+
+    /// The host-set version the tables in use were built for; behind
+    /// [`HostSet::version`] until the next pick or [`refresh`](Self::refresh).
+    pub fn tables_version(&self) -> u64 {
+        self.compiled.load().version
+    }
+
     fn current(&self) -> Arc<Compiled> {
         let compiled = self.compiled.load_full();
         if compiled.version == self.hosts.version() {
             compiled
         } else {
-            self.refresh()
+            self.try_refresh()
         }
     }
 
     #[cold]
-    fn refresh(&self) -> Arc<Compiled> {
-        let _rebuilding = match self.rebuild.try_lock() {
+    fn try_refresh(&self) -> Arc<Compiled> {
+        let rebuilding = match self.rebuild.try_lock() {
             Ok(guard) => guard,
             // Another pick is rebuilding: use the tables we have rather than wait.
             Err(TryLockError::WouldBlock) => return self.compiled.load_full(),
             // The guarded data is `()`; a rebuild that panicked left nothing behind.
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         };
+        self.rebuild_locked(rebuilding)
+    }
+
+    fn rebuild_locked(&self, _rebuilding: MutexGuard<'_, ()>) -> Arc<Compiled> {
         let current = self.compiled.load_full();
         let snapshot = self.hosts.snapshot();
         if current.version == snapshot.version() {

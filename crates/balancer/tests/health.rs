@@ -183,6 +183,20 @@ fn versions_move_with_every_change() {
 }
 
 #[test]
+fn tables_are_rebuilt_at_the_next_pick_or_on_refresh() {
+    let hosts = HostSet::new(equal_specs(3)).unwrap();
+    let lb = LoadBalancer::new(hosts.clone(), LbPolicy::maglev()).unwrap();
+    let v0 = lb.tables_version();
+    hosts.update(equal_specs(4)).unwrap();
+    assert_eq!(lb.tables_version(), v0, "nothing rebuilt yet");
+    lb.refresh();
+    assert_eq!(lb.tables_version(), hosts.version());
+    hosts.set_health(addr(3), Unhealthy);
+    let _ = lb.pick(Some(1));
+    assert_eq!(lb.tables_version(), hosts.version());
+}
+
+#[test]
 fn picked_guards_count_requests_in_flight() {
     let hosts = HostSet::new(equal_specs(1)).unwrap();
     let lb = LoadBalancer::new(hosts.clone(), LbPolicy::least_request()).unwrap();
