@@ -407,3 +407,64 @@ fn idle_keep_alive_connections_park_and_resume() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(noop.requests(), 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_balance_by_policy_weight_and_hash_key() {
+    let a = upstream().await;
+    let b = upstream().await;
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /sticky }}
+        cluster: sticky
+      - match: {{ prefix: / }}
+        cluster: weighted
+clusters:
+  - name: weighted
+    endpoints: [{a}, {{ address: "{b}", weight: 3 }}]
+  - name: sticky
+    lb_policy: maglev
+    hash_key: {{ header: x-user }}
+    endpoints: [{a}, {b}]
+"#,
+        a = a.local_addr(),
+        b = b.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let (mut sender, _) = h2_client(proxy.addr()).await;
+    for _ in 0..40 {
+        let response = sender.send_request(get_h2("/", &[])).await.unwrap();
+        text(response.into_body()).await;
+    }
+    assert_eq!((a.requests(), b.requests()), (10, 30), "weights 1:3");
+
+    let mut served_by = std::collections::HashMap::new();
+    for user in 0..20 {
+        for _ in 0..3 {
+            let user = format!("user-{user}");
+            let response = sender
+                .send_request(get_h2("/sticky", &[("x-user", &user)]))
+                .await
+                .unwrap();
+            let host = response.headers()["x-noop-served-by"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            text(response.into_body()).await;
+            let first = served_by.entry(user).or_insert_with(|| host.clone());
+            assert_eq!(*first, host, "a user moved between hosts");
+        }
+    }
+    let on_a = served_by
+        .values()
+        .filter(|h| **h == a.local_addr().to_string())
+        .count();
+    assert!(
+        on_a > 0 && on_a < 20,
+        "20 users all on one host: {served_by:?}"
+    );
+}

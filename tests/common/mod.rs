@@ -73,7 +73,12 @@ impl Proxy {
     pub fn start_with_env(yaml: &str, workers: usize, env: &[(&str, &str)]) -> Proxy {
         let dir = ScratchDir::new();
         let config = dir.write("legate.yaml", yaml);
-        let listeners = yaml.matches("address:").count() - yaml.matches("admin: {").count();
+        // Listener addresses are the lines `    address: ...` (admin and endpoint addresses
+        // are written inline).
+        let listeners = yaml
+            .lines()
+            .filter(|l| l.starts_with("    address:"))
+            .count();
         let mut command = Command::new(BIN);
         command
             .arg("-c")

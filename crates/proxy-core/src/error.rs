@@ -12,6 +12,8 @@ use http::StatusCode;
 pub enum ResponseFlag {
     /// NR: no route matched.
     NoRoute,
+    /// UH: the cluster had no host to send to.
+    NoHealthyUpstream,
     /// DPE: the downstream request was malformed.
     DownstreamProtocolError,
     /// UF: the upstream connection could not be made.
@@ -30,6 +32,7 @@ impl ResponseFlag {
     pub fn as_str(self) -> &'static str {
         match self {
             ResponseFlag::NoRoute => "NR",
+            ResponseFlag::NoHealthyUpstream => "UH",
             ResponseFlag::DownstreamProtocolError => "DPE",
             ResponseFlag::UpstreamConnectFailure => "UF",
             ResponseFlag::UpstreamTimeout => "UT",
@@ -51,6 +54,8 @@ impl fmt::Display for ResponseFlag {
 pub enum ProxyError {
     #[error("no route matches the request")]
     NoRoute,
+    #[error("no healthy upstream host")]
+    NoHealthyUpstream,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
     #[error("cannot connect to {addr}: {source}")]
@@ -90,9 +95,9 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
-            ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ProxyError::ConnectFailure { .. }
+            | ProxyError::ConnectTimeout { .. }
+            | ProxyError::NoHealthyUpstream => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamReset { .. } | ProxyError::UpstreamProtocol { .. } => {
                 StatusCode::BAD_GATEWAY
@@ -103,6 +108,7 @@ impl ProxyError {
     pub fn flag(&self) -> ResponseFlag {
         match self {
             ProxyError::NoRoute => ResponseFlag::NoRoute,
+            ProxyError::NoHealthyUpstream => ResponseFlag::NoHealthyUpstream,
             ProxyError::BadRequest(_) => ResponseFlag::DownstreamProtocolError,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
@@ -119,6 +125,7 @@ impl ProxyError {
     pub fn client_body(&self) -> &'static str {
         match self {
             ProxyError::NoRoute => "no route\n",
+            ProxyError::NoHealthyUpstream => "no healthy upstream\n",
             ProxyError::BadRequest(_) => "bad request\n",
             ProxyError::ClientAborted { .. } => "request body incomplete\n",
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {

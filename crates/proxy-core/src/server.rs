@@ -77,11 +77,27 @@ impl Server {
             )
             .map_err(|source| StartError::AccessLog { source })?,
         );
+        let host_sets = Arc::new(
+            config
+                .clusters
+                .iter()
+                .map(|c| {
+                    balancer::HostSet::new(
+                        c.endpoints
+                            .iter()
+                            .map(|e| balancer::HostSpec::new(e.address).with_weight(e.weight))
+                            .collect(),
+                    )
+                    .expect("endpoints were validated: distinct, non-empty, weights >= 1")
+                })
+                .collect::<Vec<_>>(),
+        );
         let stats = ProxyStats::new();
         let admin_state = Arc::new(AdminState::new(
             Arc::clone(&config),
             workers,
             Arc::clone(&stats),
+            Arc::clone(&host_sets),
         ));
         let admin = match config.admin {
             Some(address) => Some(
@@ -101,6 +117,7 @@ impl Server {
                 drain: drain_rx.clone(),
                 stats: Arc::clone(&stats),
                 log_sinks: Arc::clone(&log_sinks),
+                host_sets: Arc::clone(&host_sets),
             };
             match worker::spawn(spec) {
                 Ok(handle) => handles.push(handle),

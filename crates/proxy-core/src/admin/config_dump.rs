@@ -92,8 +92,26 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
         .map(|c| {
             json!({
                 "name": c.name,
-                "endpoints": c.endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-                "lb_policy": match c.lb_policy { LbPolicy::RoundRobin => "round_robin" },
+                "endpoints": c.endpoints.iter().map(|e| json!({ "address": e.address.to_string(), "weight": e.weight })).collect::<Vec<_>>(),
+                "lb_policy": c.lb_policy.name(),
+                "least_request": match c.lb_policy {
+                    LbPolicy::LeastRequest(o) => json!({ "choice_count": o.choice_count, "active_request_bias": o.active_request_bias }),
+                    _ => Value::Null,
+                },
+                "ring_hash": match c.lb_policy {
+                    LbPolicy::RingHash(o) => json!({ "minimum_ring_size": o.minimum_ring_size, "maximum_ring_size": o.maximum_ring_size }),
+                    _ => Value::Null,
+                },
+                "maglev": match c.lb_policy {
+                    LbPolicy::Maglev(o) => json!({ "table_size": o.table_size }),
+                    _ => Value::Null,
+                },
+                "hash_key": match &c.hash_key {
+                    None => Value::Null,
+                    Some(crate::config::HashKey::Header(h)) => json!({ "header": h.as_str() }),
+                    Some(crate::config::HashKey::Cookie(name)) => json!({ "cookie": name }),
+                    Some(crate::config::HashKey::SourceIp) => json!({ "source_ip": true }),
+                },
                 "protocol": match c.protocol {
                     UpstreamProtocol::Http1 => "http1",
                     UpstreamProtocol::Http2 => "http2",

@@ -43,6 +43,7 @@ pub(crate) struct AdminState {
     pub(crate) config: Arc<Config>,
     pub(crate) workers: usize,
     stats: Arc<ProxyStats>,
+    host_sets: Arc<Vec<balancer::HostSet>>,
     server: ServerGauges,
     started: Instant,
     /// Set by `POST /healthcheck/fail`.
@@ -52,7 +53,12 @@ pub(crate) struct AdminState {
 }
 
 impl AdminState {
-    pub(crate) fn new(config: Arc<Config>, workers: usize, stats: Arc<ProxyStats>) -> Self {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        workers: usize,
+        stats: Arc<ProxyStats>,
+        host_sets: Arc<Vec<balancer::HostSet>>,
+    ) -> Self {
         let shard = stats.registry.shard(&[]);
         let catalog = &stats.catalog;
         let server = ServerGauges {
@@ -67,6 +73,7 @@ impl AdminState {
             config,
             workers,
             stats,
+            host_sets,
             server,
             started: Instant::now(),
             health_failed: AtomicBool::new(false),
@@ -141,29 +148,34 @@ fn workers_json(snapshot: &Snapshot) -> serde_json::Value {
     serde_json::json!({ "workers": list })
 }
 
-/// Each cluster's hosts with their open connections and requests in flight, summed over
-/// the workers.
-fn clusters_json(config: &Config, snapshot: &Snapshot) -> serde_json::Value {
+/// Each cluster's hosts: weight, health and requests in flight from the shared host set,
+/// open connections summed over the workers.
+fn clusters_json(
+    config: &Config,
+    host_sets: &[balancer::HostSet],
+    snapshot: &Snapshot,
+) -> serde_json::Value {
     let clusters: Vec<serde_json::Value> = config
         .clusters
         .iter()
-        .map(|c| {
-            let hosts: Vec<serde_json::Value> = c
-                .endpoints
-                .iter()
-                .map(|addr| {
-                    let host = addr.to_string();
-                    let labels = [c.name.as_str(), host.as_str()];
+        .zip(host_sets)
+        .map(|(c, set)| {
+            let hosts: Vec<serde_json::Value> = set
+                .snapshot()
+                .hosts()
+                .map(|host| {
+                    let addr = host.addr().to_string();
+                    let labels = [c.name.as_str(), addr.as_str()];
                     serde_json::json!({
-                        "address": host,
-                        "weight": 1,
-                        "health": "healthy",
+                        "address": addr,
+                        "weight": host.weight(),
+                        "health": format!("{:?}", host.health()).to_lowercase(),
+                        "rq_active": host.active_requests(),
                         "cx_active": snapshot.gauge("host_cx_active", &labels).unwrap_or(0),
-                        "rq_active": snapshot.gauge("host_rq_active", &labels).unwrap_or(0),
                     })
                 })
                 .collect();
-            serde_json::json!({ "name": c.name, "hosts": hosts })
+            serde_json::json!({ "name": c.name, "lb_policy": c.lb_policy.name(), "hosts": hosts })
         })
         .collect();
     serde_json::json!({ "clusters": clusters })
@@ -305,7 +317,11 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             state.snapshot().render_prometheus(),
         ),
         (&Method::GET, "/workers") => json(&workers_json(&state.snapshot())),
-        (&Method::GET, "/clusters") => json(&clusters_json(&state.config, &state.snapshot())),
+        (&Method::GET, "/clusters") => json(&clusters_json(
+            &state.config,
+            &state.host_sets,
+            &state.snapshot(),
+        )),
         (&Method::POST, "/healthcheck/fail") => {
             state.health_failed.store(true, Ordering::Relaxed);
             reply(StatusCode::OK, TEXT, "OK\n")

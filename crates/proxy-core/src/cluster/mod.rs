@@ -1,51 +1,117 @@
-//! A cluster as one worker sees it: its hosts' connection pools and the balancer that picks
-//! among them. Nothing here is shared with other workers.
+//! A cluster as one worker sees it: its hosts' connection pools and the load balancer that
+//! picks among them. The host set (health, weights, requests in flight) is shared by every
+//! worker's balancer; the pools are the worker's own.
 
 mod pool;
 
+use std::net::IpAddr;
 use std::rc::Rc;
 
-use balancer::RoundRobin;
+use balancer::{HostSet, LoadBalancer, Picked};
+use http::HeaderMap;
 
 use crate::catalog::Catalog;
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, HashKey};
 pub(crate) use pool::{HostPool, UpstreamBody};
 
 pub(crate) struct Cluster {
+    /// In the host set's order.
     hosts: Vec<Rc<HostPool>>,
-    balancer: RoundRobin,
+    balancer: LoadBalancer,
+    hash_key: Option<HashKey>,
 }
 
 impl Cluster {
-    /// `worker` offsets the round robin so that workers do not all start on the first host.
     pub(crate) fn new(
         config: &ClusterConfig,
-        worker: usize,
+        host_set: &HostSet,
         catalog: &Catalog,
         shard: &stats::Shard,
     ) -> Self {
         let stats = Rc::new(catalog.cluster(shard, &config.name));
-        let hosts: Vec<Rc<HostPool>> = config
-            .endpoints
-            .iter()
-            .map(|addr| {
+        let snapshot = host_set.snapshot();
+        let hosts: Vec<Rc<HostPool>> = snapshot
+            .hosts()
+            .map(|host| {
+                let addr = host.addr();
                 Rc::new(HostPool::new(
                     Rc::clone(&stats),
                     catalog.host(shard, &config.name, &addr.to_string()),
-                    *addr,
+                    addr,
                     config.protocol,
                     config.connect_timeout,
                 ))
             })
             .collect();
-        let balancer = RoundRobin::with_offset(hosts.len(), worker)
-            .expect("validated configs have at least one endpoint per cluster");
-        Self { hosts, balancer }
+        let balancer = LoadBalancer::new(host_set.clone(), config.lb_policy)
+            .expect("the policy was validated with the config, and the host set is not empty");
+        Self {
+            hosts,
+            balancer,
+            hash_key: config.hash_key.clone(),
+        }
     }
 
-    /// The host for the next request.
-    #[inline]
-    pub(crate) fn pick(&self) -> &Rc<HostPool> {
-        &self.hosts[self.balancer.pick()]
+    /// The host for the next request, counted as in flight on it while the guard lives.
+    /// `None` when the cluster has no host to offer.
+    pub(crate) fn pick(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+    ) -> Option<(Rc<HostPool>, Picked)> {
+        let key = self
+            .hash_key
+            .as_ref()
+            .and_then(|k| hash_of(k, headers, client));
+        let picked = self.balancer.pick(key)?;
+        let pool = match self.hosts.get(picked.index()) {
+            Some(pool) if pool.addr() == picked.addr() => pool,
+            // The host set changed order since this worker built its pools.
+            _ => self.hosts.iter().find(|p| p.addr() == picked.addr())?,
+        };
+        Some((Rc::clone(pool), picked))
+    }
+}
+
+/// The hash of the request attribute a consistent-hashing cluster balances on. A request
+/// without it hashes as if it had no key (the policy then picks like random).
+fn hash_of(key: &HashKey, headers: &HeaderMap, client: IpAddr) -> Option<u64> {
+    match key {
+        HashKey::Header(name) => headers.get(name).map(|v| balancer::hash_key(v.as_bytes())),
+        HashKey::Cookie(name) => headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|pair| {
+                let (k, v) = pair.trim().split_once('=')?;
+                (k == name).then(|| balancer::hash_key(v.as_bytes()))
+            }),
+        HashKey::SourceIp => Some(match client {
+            IpAddr::V4(ip) => balancer::hash_key(&ip.octets()),
+            IpAddr::V6(ip) => balancer::hash_key(&ip.octets()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_and_headers_hash_their_values() {
+        let mut headers = HeaderMap::new();
+        headers.insert("cookie", "a=1; session=abc; b=2".parse().unwrap());
+        headers.insert("x-user", "abc".parse().unwrap());
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let cookie = hash_of(&HashKey::Cookie("session".into()), &headers, ip);
+        let header = hash_of(&HashKey::Header("x-user".parse().unwrap()), &headers, ip);
+        assert_eq!(cookie, Some(balancer::hash_key(b"abc")));
+        assert_eq!(cookie, header);
+        assert_eq!(hash_of(&HashKey::Cookie("none".into()), &headers, ip), None);
+        assert_eq!(
+            hash_of(&HashKey::SourceIp, &headers, ip),
+            Some(balancer::hash_key(&[10, 0, 0, 1]))
+        );
     }
 }

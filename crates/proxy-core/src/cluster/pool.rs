@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use balancer::Picked;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
@@ -81,8 +82,9 @@ impl HostPool {
     pub(crate) async fn send(
         self: &Rc<Self>,
         req: Request<RequestBody>,
+        picked: Picked,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
-        let request = UpstreamRequest::start(self);
+        let request = UpstreamRequest::start(self, picked);
         let (head, body, pool_return) = match self.protocol {
             UpstreamProtocol::Http1 => self.send_h1(req).await?,
             UpstreamProtocol::Http2 => self.send_h2(req).await?,
@@ -308,16 +310,19 @@ pub struct UpstreamBody {
 struct UpstreamRequest {
     pool: Rc<HostPool>,
     started: Instant,
+    /// The balancer's in-flight mark on the host, released with the request.
+    _picked: Picked,
 }
 
 impl UpstreamRequest {
-    fn start(pool: &Rc<HostPool>) -> Self {
+    fn start(pool: &Rc<HostPool>, picked: Picked) -> Self {
         pool.stats.rq_total.inc();
         pool.stats.rq_active.inc();
         pool.host_stats.rq_active.inc();
         Self {
             pool: Rc::clone(pool),
             started: Instant::now(),
+            _picked: picked,
         }
     }
 }

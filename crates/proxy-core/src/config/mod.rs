@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
+pub use balancer::LbPolicy;
 pub use units::{parse_duration, parse_size};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
@@ -130,15 +131,28 @@ pub struct ForwardAction {
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub name: String,
-    pub endpoints: Vec<SocketAddr>,
+    pub endpoints: Vec<Endpoint>,
     pub lb_policy: LbPolicy,
+    /// What consistent-hashing policies hash; `None` picks as if without a key.
+    pub hash_key: Option<HashKey>,
     pub protocol: UpstreamProtocol,
     pub connect_timeout: Duration,
 }
 
+/// An upstream host of a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LbPolicy {
-    RoundRobin,
+pub struct Endpoint {
+    pub address: SocketAddr,
+    /// Relative share of traffic, at least 1.
+    pub weight: u32,
+}
+
+/// The request attribute that ring hash and maglev hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    Header(HeaderName),
+    Cookie(String),
+    SourceIp,
 }
 
 /// The protocol spoken to a cluster's hosts.

@@ -104,11 +104,58 @@ pub struct RawDirectResponse {
 #[serde(deny_unknown_fields)]
 pub struct RawCluster {
     pub name: String,
-    pub endpoints: Vec<String>,
+    pub endpoints: Vec<RawEndpoint>,
     #[serde(default)]
     pub lb_policy: Option<String>,
+    pub least_request: Option<RawLeastRequest>,
+    pub ring_hash: Option<RawRingHash>,
+    pub maglev: Option<RawMaglev>,
+    pub hash_key: Option<RawHashKey>,
     #[serde(default)]
     pub protocol: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub connect_timeout: Option<Duration>,
+}
+
+/// `127.0.0.1:9000` or `{ address: 127.0.0.1:9000, weight: 3 }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawEndpoint {
+    Address(String),
+    Weighted(RawWeightedEndpoint),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWeightedEndpoint {
+    pub address: String,
+    pub weight: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLeastRequest {
+    pub choice_count: Option<u32>,
+    pub active_request_bias: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRingHash {
+    pub minimum_ring_size: Option<u64>,
+    pub maximum_ring_size: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMaglev {
+    pub table_size: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHashKey {
+    pub header: Option<String>,
+    pub cookie: Option<String>,
+    pub source_ip: Option<bool>,
 }

@@ -399,28 +399,75 @@ fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigEr
 }
 
 fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
-    let name = name(raw.name, path)?;
+    let name = name(raw.name.clone(), path)?;
     if raw.endpoints.is_empty() {
         return Err(ConfigError::invalid(
             format!("{path}.endpoints"),
             "expected at least one endpoint `IP:PORT`",
         ));
     }
-    let endpoints = raw
-        .endpoints
-        .iter()
-        .enumerate()
-        .map(|(i, e)| socket_addr(e, &format!("{path}.endpoints[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let lb_policy = match raw.lb_policy.as_deref() {
-        None | Some("round_robin") => LbPolicy::RoundRobin,
-        Some(other) => {
+    let mut endpoints: Vec<Endpoint> = Vec::with_capacity(raw.endpoints.len());
+    for (i, e) in raw.endpoints.iter().enumerate() {
+        let at = format!("{path}.endpoints[{i}]");
+        let (address, weight) = match e {
+            RawEndpoint::Address(a) => (socket_addr(a, &at)?, 1),
+            RawEndpoint::Weighted(w) => (
+                socket_addr(&w.address, &format!("{at}.address"))?,
+                w.weight.unwrap_or(1),
+            ),
+        };
+        if weight == 0 {
             return Err(ConfigError::invalid(
-                format!("{path}.lb_policy"),
-                format!("expected `round_robin`, found `{other}`"),
+                format!("{at}.weight"),
+                "expected a weight of at least 1",
+            ));
+        }
+        if endpoints.iter().any(|other| other.address == address) {
+            return Err(ConfigError::invalid(
+                at,
+                format!("{address} is listed twice"),
+            ));
+        }
+        endpoints.push(Endpoint { address, weight });
+    }
+    let lb_policy = lb_policy(&raw, path)?;
+    let hash_key = match &raw.hash_key {
+        None => None,
+        Some(RawHashKey {
+            header: Some(h),
+            cookie: None,
+            source_ip: None,
+        }) => Some(HashKey::Header(
+            HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                ConfigError::invalid(
+                    format!("{path}.hash_key.header"),
+                    format!("expected a header name, found `{h}`"),
+                )
+            })?,
+        )),
+        Some(RawHashKey {
+            header: None,
+            cookie: Some(c),
+            source_ip: None,
+        }) if !c.is_empty() => Some(HashKey::Cookie(c.clone())),
+        Some(RawHashKey {
+            header: None,
+            cookie: None,
+            source_ip: Some(true),
+        }) => Some(HashKey::SourceIp),
+        Some(_) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.hash_key"),
+                "expected exactly one of `header: NAME`, `cookie: NAME` or `source_ip: true`",
             ));
         }
     };
+    if hash_key.is_some() && !matches!(lb_policy, LbPolicy::RingHash(_) | LbPolicy::Maglev(_)) {
+        return Err(ConfigError::invalid(
+            format!("{path}.hash_key"),
+            "a hash key is used only by `ring_hash` and `maglev`",
+        ));
+    }
     let protocol = match raw.protocol.as_deref() {
         None | Some("http1") => UpstreamProtocol::Http1,
         Some("http2") => UpstreamProtocol::Http2,
@@ -442,9 +489,70 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
         name,
         endpoints,
         lb_policy,
+        hash_key,
         protocol,
         connect_timeout,
     })
+}
+
+/// `lb_policy` and the options section that belongs to it.
+fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, ConfigError> {
+    let name = raw.lb_policy.as_deref().unwrap_or("round_robin");
+    for (key, given) in [
+        ("least_request", raw.least_request.is_some()),
+        ("ring_hash", raw.ring_hash.is_some()),
+        ("maglev", raw.maglev.is_some()),
+    ] {
+        if given && name != key {
+            return Err(ConfigError::invalid(
+                format!("{path}.{key}"),
+                format!("options for `{key}` given, but lb_policy is `{name}`"),
+            ));
+        }
+    }
+    let (policy, key) = match name {
+        "round_robin" => (LbPolicy::RoundRobin, "lb_policy"),
+        "random" => (LbPolicy::Random, "lb_policy"),
+        "least_request" => {
+            let mut options = balancer::LeastRequestOptions::default();
+            if let Some(lr) = &raw.least_request {
+                options.choice_count = lr.choice_count.unwrap_or(options.choice_count);
+                options.active_request_bias = lr
+                    .active_request_bias
+                    .unwrap_or(options.active_request_bias);
+            }
+            (LbPolicy::LeastRequest(options), "least_request")
+        }
+        "ring_hash" => {
+            let mut options = balancer::RingHashOptions::default();
+            if let Some(rh) = &raw.ring_hash {
+                options.minimum_ring_size =
+                    rh.minimum_ring_size.unwrap_or(options.minimum_ring_size);
+                options.maximum_ring_size =
+                    rh.maximum_ring_size.unwrap_or(options.maximum_ring_size);
+            }
+            (LbPolicy::RingHash(options), "ring_hash")
+        }
+        "maglev" => {
+            let mut options = balancer::MaglevOptions::default();
+            if let Some(m) = &raw.maglev {
+                options.table_size = m.table_size.unwrap_or(options.table_size);
+            }
+            (LbPolicy::Maglev(options), "maglev")
+        }
+        other => {
+            return Err(ConfigError::invalid(
+                format!("{path}.lb_policy"),
+                format!(
+                    "expected round_robin, least_request, random, ring_hash or maglev, found `{other}`"
+                ),
+            ));
+        }
+    };
+    policy
+        .validate()
+        .map_err(|e| ConfigError::invalid(format!("{path}.{key}"), e.to_string()))?;
+    Ok(policy)
 }
 
 #[cfg(test)]

@@ -123,7 +123,9 @@ async fn forward_request(
     conn: &ConnCtx,
     in_flight: &mut InFlight,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let upstream = Rc::clone(conn.worker.clusters[forward.cluster].pick());
+    let (upstream, picked) = conn.worker.clusters[forward.cluster]
+        .pick(req.headers(), conn.peer.ip())
+        .ok_or(ProxyError::NoHealthyUpstream)?;
     let (mut parts, body) = req.into_parts();
 
     strip_hop_by_hop(&mut parts.headers);
@@ -176,7 +178,7 @@ async fn forward_request(
     }
 
     let request = Request::from_parts(parts, body);
-    let response = tokio::time::timeout(forward.timeout, upstream.send(request))
+    let response = tokio::time::timeout(forward.timeout, upstream.send(request, picked))
         .await
         .map_err(|_| {
             upstream.stats().rq_timeout.inc();

@@ -75,6 +75,8 @@ pub(crate) struct WorkerSpec {
     pub(crate) drain: watch::Receiver<bool>,
     pub(crate) stats: Arc<ProxyStats>,
     pub(crate) log_sinks: Arc<LogSinks>,
+    /// Per cluster, in config order: the hosts every worker's balancer shares.
+    pub(crate) host_sets: Arc<Vec<balancer::HostSet>>,
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
@@ -104,6 +106,7 @@ async fn run(spec: WorkerSpec) {
         drain,
         stats,
         log_sinks,
+        host_sets,
     } = spec;
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
     let catalog = &stats.catalog;
@@ -111,7 +114,8 @@ async fn run(spec: WorkerSpec) {
         clusters: config
             .clusters
             .iter()
-            .map(|c| Cluster::new(c, id, catalog, &shard))
+            .zip(host_sets.iter())
+            .map(|(c, hosts)| Cluster::new(c, hosts, catalog, &shard))
             .collect(),
         draining: Cell::new(false),
     });

@@ -26,7 +26,11 @@ fn fills_in_defaults() {
     let cluster = &config.clusters[0];
     assert_eq!(cluster.protocol, UpstreamProtocol::Http1);
     assert_eq!(cluster.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
-    assert_eq!(cluster.endpoints[1], "127.0.0.1:9001".parse().unwrap());
+    assert_eq!(
+        cluster.endpoints[1].address,
+        "127.0.0.1:9001".parse().unwrap()
+    );
+    assert_eq!(cluster.endpoints[1].weight, 1);
     match &config.listeners[0].routes[1].action {
         RouteAction::Forward(f) => {
             assert_eq!(f.cluster, 0);
@@ -127,4 +131,51 @@ fn host_rewrite_must_be_an_authority() {
         "        cluster: backend\n        host_rewrite: api.internal:8443",
     );
     assert!(Config::from_yaml(&yaml).is_ok());
+}
+
+#[test]
+fn load_balancing_options_are_checked() {
+    let with = |extra: &str| {
+        MINIMAL.replace(
+            "  - name: backend\n",
+            &format!("  - name: backend\n{extra}"),
+        )
+    };
+    let config = Config::from_yaml(&with(
+        "    lb_policy: maglev\n    hash_key: { header: x-user }\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.clusters[0].hash_key,
+        Some(HashKey::Header("x-user".parse().unwrap()))
+    );
+    assert!(
+        error_of(&with(
+            "    lb_policy: maglev\n    maglev: { table_size: 65536 }\n"
+        ))
+        .starts_with("clusters[0].maglev: ")
+    );
+    assert!(
+        error_of(&with(
+            "    lb_policy: round_robin\n    ring_hash: { minimum_ring_size: 8 }\n"
+        ))
+        .starts_with("clusters[0].ring_hash: options for `ring_hash` given")
+    );
+    assert!(error_of(&with("    lb_policy: fastest\n")).starts_with("clusters[0].lb_policy"));
+    assert!(
+        error_of(&with("    hash_key: { source_ip: true }\n")).starts_with("clusters[0].hash_key")
+    );
+    let weighted = MINIMAL.replace(
+        "[127.0.0.1:9000, \"localhost:9001\"]",
+        "[127.0.0.1:9000, { address: 127.0.0.1:9001, weight: 3 }]",
+    );
+    assert_eq!(
+        Config::from_yaml(&weighted).unwrap().clusters[0].endpoints[1].weight,
+        3
+    );
+    let zero = MINIMAL.replace(
+        "[127.0.0.1:9000, \"localhost:9001\"]",
+        "[{ address: 127.0.0.1:9001, weight: 0 }]",
+    );
+    assert!(error_of(&zero).starts_with("clusters[0].endpoints[0].weight"));
 }
