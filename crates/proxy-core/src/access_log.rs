@@ -122,7 +122,7 @@ pub struct AccessLogConfig {
 #[derive(Debug, Default)]
 pub(crate) struct LogRecord {
     pub(crate) method: Option<Method>,
-    pub(crate) path: String,
+    pub(crate) path: Option<http::uri::PathAndQuery>,
     pub(crate) version: Option<Version>,
     pub(crate) status: Option<StatusCode>,
     pub(crate) flag: Option<ResponseFlag>,
@@ -193,6 +193,7 @@ fn write_loop(rx: Receiver<Vec<u8>>, mut out: Box<dyn Write + Send>) {
 pub(crate) struct WorkerLog {
     format: LogFormat,
     buf: RefCell<Vec<u8>>,
+    clock: RefCell<SecondCache>,
     tx: SyncSender<Vec<u8>>,
     dropped: Arc<AtomicU64>,
 }
@@ -202,77 +203,60 @@ impl WorkerLog {
         Self {
             format,
             buf: RefCell::new(Vec::with_capacity(FLUSH_AT)),
+            clock: RefCell::new(SecondCache::default()),
             tx,
             dropped,
         }
     }
 
     pub(crate) fn record(&self, record: &LogRecord, started: SystemTime, duration: Duration) {
-        let mut line = String::with_capacity(160);
-        for field in &self.format.0 {
-            let _ = match field {
-                Field::Text(t) => {
-                    line.push_str(t);
-                    Ok(())
-                }
-                Field::StartTime => {
-                    write_rfc3339(&mut line, started);
-                    Ok(())
-                }
-                Field::Method => match &record.method {
-                    Some(m) => write!(line, "{m}"),
-                    None => write!(line, "-"),
-                },
-                Field::Path => {
-                    line.push_str(if record.path.is_empty() {
-                        "-"
-                    } else {
-                        &record.path
-                    });
-                    Ok(())
-                }
-                Field::Protocol => write!(
-                    line,
-                    "{}",
-                    match record.version {
-                        Some(Version::HTTP_2) => "HTTP/2",
-                        Some(Version::HTTP_10) => "HTTP/1.0",
-                        Some(Version::HTTP_11) => "HTTP/1.1",
-                        _ => "-",
-                    }
-                ),
-                Field::ResponseCode => match record.status {
-                    Some(s) => write!(line, "{}", s.as_u16()),
-                    None => write!(line, "0"),
-                },
-                Field::ResponseFlags => match record.flag {
-                    Some(f) => write!(line, "{f}"),
-                    None => write!(line, "-"),
-                },
-                Field::BytesReceived => write!(line, "{}", record.bytes_received),
-                Field::BytesSent => write!(line, "{}", record.bytes_sent),
-                Field::Duration => write!(line, "{}", duration.as_millis()),
-                Field::UpstreamHost => match record.upstream {
-                    Some(a) => write!(line, "{a}"),
-                    None => write!(line, "-"),
-                },
-                Field::RequestId => {
-                    match record.request_id.as_ref().and_then(|v| v.to_str().ok()) {
-                        Some(id) => line.push_str(id),
-                        None => line.push('-'),
-                    }
-                    Ok(())
-                }
-                Field::DownstreamRemoteAddress => match record.peer {
-                    Some(a) => write!(line, "{a}"),
-                    None => write!(line, "-"),
-                },
-            };
-        }
         let full = {
             let mut buf = self.buf.borrow_mut();
-            buf.extend_from_slice(line.as_bytes());
-            buf.len() >= FLUSH_AT
+            let line: &mut Vec<u8> = &mut buf;
+            for field in &self.format.0 {
+                match field {
+                    Field::Text(t) => line.extend_from_slice(t.as_bytes()),
+                    Field::StartTime => self.clock.borrow_mut().write(line, started),
+                    Field::Method => match &record.method {
+                        Some(m) => line.extend_from_slice(m.as_str().as_bytes()),
+                        None => line.push(b'-'),
+                    },
+                    Field::Path => match &record.path {
+                        Some(p) => line.extend_from_slice(p.as_str().as_bytes()),
+                        None => line.push(b'-'),
+                    },
+                    Field::Protocol => line.extend_from_slice(match record.version {
+                        Some(Version::HTTP_2) => b"HTTP/2",
+                        Some(Version::HTTP_10) => b"HTTP/1.0",
+                        Some(Version::HTTP_11) => b"HTTP/1.1",
+                        _ => b"-",
+                    }),
+                    Field::ResponseCode => match record.status {
+                        Some(s) => line.extend_from_slice(s.as_str().as_bytes()),
+                        None => line.push(b'0'),
+                    },
+                    Field::ResponseFlags => match record.flag {
+                        Some(f) => line.extend_from_slice(f.as_str().as_bytes()),
+                        None => line.push(b'-'),
+                    },
+                    Field::BytesReceived => push_u64(line, record.bytes_received),
+                    Field::BytesSent => push_u64(line, record.bytes_sent),
+                    Field::Duration => push_u64(line, duration.as_millis() as u64),
+                    Field::UpstreamHost => match record.upstream {
+                        Some(a) => push_socket_addr(line, a),
+                        None => line.push(b'-'),
+                    },
+                    Field::RequestId => match &record.request_id {
+                        Some(id) => line.extend_from_slice(id.as_bytes()),
+                        None => line.push(b'-'),
+                    },
+                    Field::DownstreamRemoteAddress => match record.peer {
+                        Some(a) => push_socket_addr(line, a),
+                        None => line.push(b'-'),
+                    },
+                }
+            }
+            line.len() >= FLUSH_AT
         };
         if full {
             self.flush();
@@ -295,6 +279,73 @@ impl WorkerLog {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// `a.b.c.d:port` written directly (the common case); IPv6 through `Display`.
+fn push_socket_addr(out: &mut Vec<u8>, addr: SocketAddr) {
+    match addr {
+        SocketAddr::V4(v4) => {
+            let [a, b, c, d] = v4.ip().octets();
+            for (i, octet) in [a, b, c, d].into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                push_u64(out, u64::from(octet));
+            }
+            out.push(b':');
+            push_u64(out, u64::from(v4.port()));
+        }
+        SocketAddr::V6(_) => {
+            let _ = write!(out, "{addr}");
+        }
+    }
+}
+
+/// Decimal digits of `n`, without the formatting machinery.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// The date and time up to the second, formatted once per second (as nginx caches its time
+/// strings); only the milliseconds are written per line.
+#[derive(Default)]
+struct SecondCache {
+    second: u64,
+    text: String,
+}
+
+impl SecondCache {
+    fn write(&mut self, out: &mut Vec<u8>, at: SystemTime) {
+        let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+        if self.text.is_empty() || since.as_secs() != self.second {
+            self.second = since.as_secs();
+            self.text.clear();
+            write_rfc3339(
+                &mut self.text,
+                UNIX_EPOCH + Duration::from_secs(self.second),
+            );
+            // Keep `YYYY-MM-DDTHH:MM:SS.`; the milliseconds follow per line.
+            self.text.truncate(self.text.len() - 4);
+        }
+        out.extend_from_slice(self.text.as_bytes());
+        let ms = since.subsec_millis();
+        out.extend_from_slice(&[
+            b'0' + (ms / 100) as u8,
+            b'0' + (ms / 10 % 10) as u8,
+            b'0' + (ms % 10) as u8,
+            b'Z',
+        ]);
     }
 }
 
@@ -355,6 +406,35 @@ mod tests {
     }
 
     #[test]
+    fn socket_addresses_match_display() {
+        for text in [
+            "127.0.0.1:80",
+            "10.200.3.4:65535",
+            "0.0.0.0:0",
+            "[::1]:8080",
+        ] {
+            let addr: SocketAddr = text.parse().unwrap();
+            let mut out = Vec::new();
+            push_socket_addr(&mut out, addr);
+            assert_eq!(String::from_utf8(out).unwrap(), addr.to_string());
+        }
+    }
+
+    #[test]
+    fn the_cached_second_gives_the_same_text() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_795_304_400_007);
+        let mut cache = SecondCache::default();
+        let mut out = Vec::new();
+        cache.write(&mut out, at);
+        cache.write(&mut out, at + Duration::from_millis(990));
+        cache.write(&mut out, at + Duration::from_millis(1000));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "2026-11-21T23:40:00.007Z2026-11-21T23:40:00.997Z2026-11-21T23:40:01.007Z"
+        );
+    }
+
+    #[test]
     fn times_are_rfc3339_utc() {
         let mut s = String::new();
         write_rfc3339(
@@ -371,19 +451,22 @@ mod tests {
     fn lines_reach_the_writer_on_flush() {
         let (tx, rx) = sync_channel(4);
         let log = WorkerLog::new(
-            LogFormat::parse("%METHOD% %RESPONSE_CODE% %RESPONSE_FLAGS%\n").unwrap(),
+            LogFormat::parse("%METHOD% %PATH% %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_SENT%\n")
+                .unwrap(),
             tx,
             Arc::new(AtomicU64::new(0)),
         );
         let record = LogRecord {
             method: Some(Method::GET),
+            path: Some(http::uri::PathAndQuery::from_static("/x?y")),
             status: Some(StatusCode::SERVICE_UNAVAILABLE),
             flag: Some(ResponseFlag::UpstreamConnectFailure),
+            bytes_sent: 1_234_567,
             ..Default::default()
         };
         log.record(&record, SystemTime::now(), Duration::from_millis(3));
         assert!(rx.try_recv().is_err(), "buffered until flushed");
         log.flush();
-        assert_eq!(rx.try_recv().unwrap(), b"GET 503 UF\n");
+        assert_eq!(rx.try_recv().unwrap(), b"GET /x?y 503 UF 1234567\n");
     }
 }

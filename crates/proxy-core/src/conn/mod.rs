@@ -43,6 +43,8 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// What a request on this connection needs to know about where it came from.
 pub(crate) struct ConnCtx {
     pub(crate) peer: SocketAddr,
+    /// The client's IP as header text, formatted once for `x-forwarded-for`.
+    pub(crate) peer_ip: http::HeaderValue,
     pub(crate) listener: Rc<ListenerCtx>,
     pub(crate) worker: Rc<WorkerCtx>,
     /// Responses not yet fully written.
@@ -55,6 +57,7 @@ impl ConnCtx {
     pub(crate) fn new(peer: SocketAddr, listener: Rc<ListenerCtx>, worker: Rc<WorkerCtx>) -> Self {
         Self {
             peer,
+            peer_ip: crate::http::headers::ip_header_value(peer.ip()),
             listener,
             worker,
             in_flight: Cell::new(0),
@@ -90,10 +93,7 @@ impl InFlight {
             Box::new(PendingLog {
                 record: LogRecord {
                     method: Some(req.method().clone()),
-                    path: req
-                        .uri()
-                        .path_and_query()
-                        .map_or_else(String::new, |p| p.as_str().to_string()),
+                    path: req.uri().path_and_query().cloned(),
                     version: Some(req.version()),
                     peer: Some(conn.peer),
                     request_id: req.headers().get("x-request-id").cloned(),

@@ -132,7 +132,7 @@ async fn forward_request(
     // The downstream codec already answered any `100-continue`; the upstream gets the body
     // as it streams.
     parts.headers.remove(EXPECT);
-    append_forwarded_for(&mut parts.headers, conn.peer.ip());
+    append_forwarded_for(&mut parts.headers, &conn.peer_ip);
     parts.headers.insert(
         X_FORWARDED_PROTO.clone(),
         conn.listener.forwarded_proto.clone(),

@@ -2,7 +2,6 @@
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
-use std::io::Write;
 use std::net::IpAddr;
 
 use http::HeaderMap;
@@ -58,31 +57,28 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Appends the client's address to `x-forwarded-for`, creating it if absent.
-pub(crate) fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
-    let mut buf = [0u8; 64];
-    let len = {
-        let mut cursor = std::io::Cursor::new(&mut buf[..]);
-        // An IP address is at most 45 characters: this cannot overflow the buffer.
-        let _ = write!(cursor, "{client}");
-        cursor.position() as usize
-    };
-    let ip = &buf[..len];
-    let value = if headers.contains_key(&X_FORWARDED_FOR) {
-        // Every earlier hop, in order, whether sent on one line or several.
-        let mut joined = Vec::with_capacity(64);
-        for existing in headers.get_all(&X_FORWARDED_FOR) {
-            joined.extend_from_slice(existing.as_bytes());
-            joined.extend_from_slice(b", ");
-        }
-        joined.extend_from_slice(ip);
-        HeaderValue::from_bytes(&joined)
-    } else {
-        HeaderValue::from_bytes(ip)
-    };
-    if let Ok(value) = value {
+/// Appends the client's address (formatted once per connection) to `x-forwarded-for`,
+/// creating it if absent.
+pub(crate) fn append_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue) {
+    if !headers.contains_key(&X_FORWARDED_FOR) {
+        headers.insert(X_FORWARDED_FOR.clone(), client.clone());
+        return;
+    }
+    // Every earlier hop, in order, whether sent on one line or several.
+    let mut joined = Vec::with_capacity(64);
+    for existing in headers.get_all(&X_FORWARDED_FOR) {
+        joined.extend_from_slice(existing.as_bytes());
+        joined.extend_from_slice(b", ");
+    }
+    joined.extend_from_slice(client.as_bytes());
+    if let Ok(value) = HeaderValue::from_bytes(&joined) {
         headers.insert(X_FORWARDED_FOR.clone(), value);
     }
+}
+
+/// An address as header text, e.g. for `x-forwarded-for`.
+pub(crate) fn ip_header_value(ip: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&ip.to_string()).expect("an IP address is valid header text")
 }
 
 thread_local! {
@@ -170,12 +166,13 @@ mod tests {
     #[test]
     fn appends_to_forwarded_for() {
         let mut h = HeaderMap::new();
-        append_forwarded_for(&mut h, "10.1.2.3".parse().unwrap());
+        let ip = |s: &str| ip_header_value(s.parse().unwrap());
+        append_forwarded_for(&mut h, &ip("10.1.2.3"));
         assert_eq!(h["x-forwarded-for"], "10.1.2.3");
-        append_forwarded_for(&mut h, "::1".parse().unwrap());
+        append_forwarded_for(&mut h, &ip("::1"));
         assert_eq!(h["x-forwarded-for"], "10.1.2.3, ::1");
         h.append("x-forwarded-for", HeaderValue::from_static("192.0.2.9"));
-        append_forwarded_for(&mut h, "10.0.0.1".parse().unwrap());
+        append_forwarded_for(&mut h, &ip("10.0.0.1"));
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "10.1.2.3, ::1, 192.0.2.9, 10.0.0.1");
     }

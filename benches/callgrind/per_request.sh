@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Instructions the proxy executes per request, counted by valgrind's callgrind: repeatable on
+# a noisy machine, unlike CPU seconds. Runs the proxy twice under callgrind (N1 and N2
+# HTTP/1.1 requests from h2load against a testbed upstream, all on 127.0.0.1) and divides the
+# difference, so start-up and shutdown cancel out.
+#
+#   benches/callgrind/per_request.sh BINARY CONFIG_TEMPLATE [N1 N2]
+#
+# CONFIG_TEMPLATE is a legate config with {listen_port} and {upstream_port} placeholders (the
+# peer-bench template works; {run_dir} is a scratch directory). Prints instructions/request.
+set -euo pipefail
+bin=$1 template=$2 n1=${3:-2000} n2=${4:-12000}
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+run=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$run"' EXIT
+port=$((20000 + RANDOM % 20000)) upstream=$((port + 1)) admin=$((port + 2))
+"$repo/target/release/noop-upstream" --listen "127.0.0.1:$upstream" >/dev/null &
+sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$((port + 3))/g" \
+    -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$run|g" "$template" > "$run/legate.yaml"
+
+count() { # requests -> total instructions
+    valgrind --tool=callgrind --callgrind-out-file="$run/cg.$1" "$bin" -c "$run/legate.yaml" 2>"$run/log.$1" &
+    local pid=$!
+    for _ in $(seq 200); do grep -q "legate ready" "$run/log.$1" 2>/dev/null && break; sleep 0.1; done
+    h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port/" >/dev/null
+    kill -TERM $pid; wait $pid || true
+    grep -m1 '^summary:\|^totals:' "$run/cg.$1" | awk '{print $2}'
+}
+a=$(count "$n1"); b=$(count "$n2")
+echo "$(( (b - a) / (n2 - n1) )) instructions/request ($bin, $(basename "$template"))"
+[ -z "${KEEP:-}" ] || echo "callgrind outputs kept in $run"
