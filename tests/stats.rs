@@ -143,6 +143,8 @@ async fn a_known_request_sequence_is_counted_exactly() {
     assert!(text.contains("upstream_rq_time"), "{text}");
     assert!(text.contains("P99"), "{text}");
     assert!(!text.contains("downstream_cx_total"), "{text}");
+    let text = admin_get(admin, "/stats?filter=%5Edownstream_rq_xx.*5xx.*worker");
+    assert_eq!(text.lines().count(), 2, "one 5xx line per worker: {text}");
 
     let clusters: serde_json::Value = serde_json::from_str(&admin_get(admin, "/clusters")).unwrap();
     assert_eq!(

@@ -29,7 +29,7 @@ use crate::config::Config;
 /// The endpoints, listed in every 404 so an operator can find the right one.
 const ENDPOINTS: &str = "\
 GET  /ready               200 while serving, 503 when draining or failed by /healthcheck/fail
-GET  /stats               every stat as text; ?filter=SUBSTRING keeps matching names
+GET  /stats               every stat as text; ?filter=REGEX keeps the lines whose name matches
 GET  /stats/prometheus    every stat in the Prometheus text format
 GET  /workers             per-worker open connections and requests, as JSON
 GET  /clusters            per-host connections and requests in flight, as JSON
@@ -181,6 +181,30 @@ fn clusters_json(
     serde_json::json!({ "clusters": clusters })
 }
 
+/// `%XX` escapes and `+` in a query value.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| value.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (escaped, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, b) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn json(value: &serde_json::Value) -> Response<Full<Bytes>> {
     match serde_json::to_vec_pretty(value) {
         Ok(body) => reply(StatusCode::OK, "application/json", body),
@@ -303,13 +327,28 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             let filter = req.uri().query().and_then(|q| {
                 q.split('&')
                     .find_map(|pair| pair.strip_prefix("filter="))
-                    .map(str::to_string)
+                    .map(percent_decode)
             });
-            reply(
-                StatusCode::OK,
-                TEXT,
-                state.snapshot().render_text(filter.as_deref()),
-            )
+            let text = state.snapshot().render_text(None);
+            match filter.map(|pattern| regex::Regex::new(&pattern)) {
+                None => reply(StatusCode::OK, TEXT, text),
+                // A line is `key: value`; the filter looks at the key, as Envoy's does.
+                Some(Ok(re)) => {
+                    let mut kept = String::new();
+                    for line in text.lines() {
+                        if re.is_match(line.split(": ").next().unwrap_or(line)) {
+                            kept.push_str(line);
+                            kept.push('\n');
+                        }
+                    }
+                    reply(StatusCode::OK, TEXT, kept)
+                }
+                Some(Err(err)) => reply(
+                    StatusCode::BAD_REQUEST,
+                    TEXT,
+                    format!("invalid filter regex: {err}\n"),
+                ),
+            }
         }
         (&Method::GET, "/stats/prometheus") => reply(
             StatusCode::OK,
@@ -338,5 +377,17 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             TEXT,
             format!("unknown admin endpoint; these exist:\n{ENDPOINTS}"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_decoded() {
+        assert_eq!(percent_decode("upstream_rq_.%2A"), "upstream_rq_.*");
+        assert_eq!(percent_decode("a+b%"), "a b%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
     }
 }
