@@ -8,6 +8,8 @@
 #
 # CONFIG_TEMPLATE is a legate config with {listen_port} and {upstream_port} placeholders (the
 # peer-bench template works; {run_dir} is a scratch directory). Prints instructions/request.
+# Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client) and a release
+# build of noop-upstream (cargo build --release -p testbed --bin noop-upstream).
 set -euo pipefail
 bin=$1 template=$2 n1=${3:-2000} n2=${4:-12000}
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
