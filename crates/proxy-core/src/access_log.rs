@@ -4,12 +4,13 @@
 //! [`FLUSH_EVERY`], go over a bounded channel to a writer thread per destination. A worker
 //! never waits for the disk: if the writer falls behind, chunks are dropped and counted.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -128,10 +129,23 @@ pub(crate) struct LogRecord {
     pub(crate) flag: Option<ResponseFlag>,
     pub(crate) bytes_received: u64,
     pub(crate) bytes_sent: u64,
-    pub(crate) upstream: Option<SocketAddr>,
+    /// The upstream host as text (formatted once per host).
+    pub(crate) upstream: Option<http::HeaderValue>,
     pub(crate) request_id: Option<http::HeaderValue>,
     pub(crate) peer: Option<SocketAddr>,
 }
+
+/// A log line in the making, recycled through its worker's [`WorkerLog`] so a logged request
+/// costs no allocation.
+pub(crate) struct PendingLog {
+    pub(crate) record: LogRecord,
+    pub(crate) wall_start: SystemTime,
+    /// Request body bytes, counted by the body as it streams upstream.
+    pub(crate) received: Rc<Cell<u64>>,
+}
+
+/// Log records kept for reuse per worker and listener.
+const PENDING_POOL: usize = 256;
 
 /// The writer threads, one per destination, shared by every worker.
 pub(crate) struct LogSinks {
@@ -193,6 +207,10 @@ fn write_loop(rx: Receiver<Vec<u8>>, mut out: Box<dyn Write + Send>) {
 pub(crate) struct WorkerLog {
     format: LogFormat,
     buf: RefCell<Vec<u8>>,
+    // Boxed: a request holds its record by pointer, keeping its future small; the pool hands
+    // the same boxes round.
+    #[allow(clippy::vec_box)]
+    spare: RefCell<Vec<Box<PendingLog>>>,
     clock: RefCell<SecondCache>,
     tx: SyncSender<Vec<u8>>,
     dropped: Arc<AtomicU64>,
@@ -203,6 +221,7 @@ impl WorkerLog {
         Self {
             format,
             buf: RefCell::new(Vec::with_capacity(FLUSH_AT)),
+            spare: RefCell::new(Vec::new()),
             clock: RefCell::new(SecondCache::default()),
             tx,
             dropped,
@@ -242,8 +261,8 @@ impl WorkerLog {
                     Field::BytesReceived => push_u64(line, record.bytes_received),
                     Field::BytesSent => push_u64(line, record.bytes_sent),
                     Field::Duration => push_u64(line, duration.as_millis() as u64),
-                    Field::UpstreamHost => match record.upstream {
-                        Some(a) => push_socket_addr(line, a),
+                    Field::UpstreamHost => match &record.upstream {
+                        Some(a) => line.extend_from_slice(a.as_bytes()),
                         None => line.push(b'-'),
                     },
                     Field::RequestId => match &record.request_id {
@@ -260,6 +279,34 @@ impl WorkerLog {
         };
         if full {
             self.flush();
+        }
+    }
+
+    /// A record to fill for a new request, reused when one is spare.
+    pub(crate) fn take_pending(&self) -> Box<PendingLog> {
+        match self.spare.borrow_mut().pop() {
+            Some(mut pending) => {
+                // The previous request's body may still hold its counter; start a fresh one.
+                if Rc::strong_count(&pending.received) == 1 {
+                    pending.received.set(0);
+                } else {
+                    pending.received = Rc::new(Cell::new(0));
+                }
+                pending
+            }
+            None => Box::new(PendingLog {
+                record: LogRecord::default(),
+                wall_start: UNIX_EPOCH,
+                received: Rc::new(Cell::new(0)),
+            }),
+        }
+    }
+
+    /// Returns a record after its line is written.
+    pub(crate) fn give_back(&self, pending: Box<PendingLog>) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < PENDING_POOL {
+            spare.push(pending);
         }
     }
 

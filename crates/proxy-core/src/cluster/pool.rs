@@ -31,6 +31,8 @@ pub(crate) struct HostPool {
     stats: Rc<ClusterStats>,
     host_stats: HostStats,
     addr: SocketAddr,
+    /// `addr` as text, for log lines.
+    addr_text: http::HeaderValue,
     protocol: UpstreamProtocol,
     connect_timeout: Duration,
     /// HTTP/1.1 connections with no request in flight, most recently used last.
@@ -55,6 +57,8 @@ impl HostPool {
         Self {
             stats,
             host_stats,
+            addr_text: http::HeaderValue::from_str(&addr.to_string())
+                .expect("a socket address is valid header text"),
             addr,
             protocol,
             connect_timeout,
@@ -67,6 +71,10 @@ impl HostPool {
 
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    pub(crate) fn addr_text(&self) -> &http::HeaderValue {
+        &self.addr_text
     }
 
     pub(crate) fn protocol(&self) -> UpstreamProtocol {

@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::access_log::LogRecord;
+use crate::access_log::{LogRecord, PendingLog};
 use crate::exec::LocalExec;
 use crate::http::body::{RequestBody, ResponseBody};
 use crate::http::handler;
@@ -76,32 +76,24 @@ pub(crate) struct InFlight {
     log: Option<Box<PendingLog>>,
 }
 
-/// A log line in the making.
-pub(crate) struct PendingLog {
-    pub(crate) record: LogRecord,
-    wall_start: SystemTime,
-    received: Rc<Cell<u64>>,
-}
-
 impl InFlight {
     fn new(conn: &Rc<ConnCtx>, req: &http::Request<Incoming>) -> Self {
         conn.in_flight.set(conn.in_flight.get() + 1);
         let stats = &conn.listener.stats;
         stats.rq_total.inc();
         stats.rq_active.inc();
-        let log = conn.listener.access_log.as_ref().map(|_| {
-            Box::new(PendingLog {
-                record: LogRecord {
-                    method: Some(req.method().clone()),
-                    path: req.uri().path_and_query().cloned(),
-                    version: Some(req.version()),
-                    peer: Some(conn.peer),
-                    request_id: req.headers().get("x-request-id").cloned(),
-                    ..LogRecord::default()
-                },
-                wall_start: SystemTime::now(),
-                received: Rc::new(Cell::new(0)),
-            })
+        let log = conn.listener.access_log.as_ref().map(|log| {
+            let mut pending = log.take_pending();
+            pending.record = LogRecord {
+                method: Some(req.method().clone()),
+                path: req.uri().path_and_query().cloned(),
+                version: Some(req.version()),
+                peer: Some(conn.peer),
+                request_id: req.headers().get("x-request-id").cloned(),
+                ..LogRecord::default()
+            };
+            pending.wall_start = SystemTime::now();
+            pending
         });
         InFlight {
             conn: Rc::clone(conn),
@@ -149,6 +141,7 @@ impl Drop for InFlight {
             pending.record.status = self.status;
             pending.record.bytes_received = pending.received.get();
             log.record(&pending.record, pending.wall_start, now - self.started);
+            log.give_back(pending);
         }
     }
 }

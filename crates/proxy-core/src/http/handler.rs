@@ -145,7 +145,7 @@ async fn forward_request(
         parts.headers.insert(X_REQUEST_ID.clone(), id);
     }
     if let Some(log) = in_flight.log() {
-        log.upstream = Some(upstream.addr());
+        log.upstream = Some(upstream.addr_text().clone());
     }
 
     let authority = match (&forward.host_rewrite, host) {
