@@ -222,27 +222,6 @@ async fn the_demo_serves_curlable_requests() {
     );
 }
 
-fn admin_get(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let status = answer[9..12].parse().unwrap();
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_reports_readiness_and_the_effective_config() {
     let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
@@ -252,25 +231,25 @@ async fn admin_reports_readiness_and_the_effective_config() {
     let admin = proxy.admin.expect("admin server runs");
 
     assert_eq!(
-        admin_get(admin, "GET", "/ready"),
+        admin_request(admin, "GET", "/ready"),
         (200, "LIVE\n".to_string())
     );
-    let (status, dump) = admin_get(admin, "GET", "/config_dump");
+    let (status, dump) = admin_request(admin, "GET", "/config_dump");
     assert_eq!(status, 200);
     assert!(dump.contains("\"workers\": 2"), "{dump}");
     assert!(dump.contains("\"timeout\": \"15s\""), "{dump}");
     assert!(dump.contains("\"connect_timeout\": \"1s\""), "{dump}");
 
-    assert_eq!(admin_get(admin, "POST", "/healthcheck/fail").0, 200);
+    assert_eq!(admin_request(admin, "POST", "/healthcheck/fail").0, 200);
     assert_eq!(
-        admin_get(admin, "GET", "/ready"),
+        admin_request(admin, "GET", "/ready"),
         (503, "FAILED\n".to_string())
     );
-    assert_eq!(admin_get(admin, "GET", "/healthcheck/fail").0, 405);
-    assert_eq!(admin_get(admin, "POST", "/healthcheck/ok").0, 200);
-    assert_eq!(admin_get(admin, "GET", "/ready").0, 200);
+    assert_eq!(admin_request(admin, "GET", "/healthcheck/fail").0, 405);
+    assert_eq!(admin_request(admin, "POST", "/healthcheck/ok").0, 200);
+    assert_eq!(admin_request(admin, "GET", "/ready").0, 200);
 
-    let (status, body) = admin_get(admin, "GET", "/nope");
+    let (status, body) = admin_request(admin, "GET", "/nope");
     assert_eq!(status, 404);
     assert!(body.contains("/config_dump"), "{body}");
 
@@ -285,7 +264,7 @@ async fn admin_reports_readiness_and_the_effective_config() {
     proxy.terminate();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        admin_get(admin, "GET", "/ready"),
+        admin_request(admin, "GET", "/ready"),
         (503, "DRAINING\n".to_string())
     );
     assert_eq!(slow.await.unwrap(), 200);

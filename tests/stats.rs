@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -14,19 +13,9 @@ use common::*;
 use testbed::NoopUpstream;
 
 fn admin_get(addr: SocketAddr, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    answer.split_once("\r\n\r\n").unwrap().1.to_string()
+    let (status, body) = admin_request(addr, "GET", path);
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 /// Sample values by metric name and sorted `k=v` labels.

@@ -85,28 +85,9 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::{HostSet, HostSpec};
-    use std::sync::Arc;
 
     fn members(weights: &[u32]) -> Vec<Member> {
-        let specs: Vec<HostSpec> = weights
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| {
-                HostSpec::new(format!("10.0.2.{}:80", i + 1).parse().unwrap()).with_weight(w)
-            })
-            .collect();
-        let snapshot = HostSet::new(specs).unwrap().snapshot();
-        snapshot
-            .entries()
-            .iter()
-            .enumerate()
-            .map(|(index, e)| Member {
-                host: Arc::clone(&e.host),
-                index,
-                weight: e.weight,
-            })
-            .collect()
+        crate::balancer::test_members(weights, 2)
     }
 
     #[test]
