@@ -111,6 +111,16 @@ async fn a_known_request_sequence_is_counted_exactly() {
     assert_eq!(get("upstream_rq_active{cluster=backend}"), 0.0);
     assert!(get("upstream_cx_total{cluster=backend}") >= 1.0);
     assert_eq!(get("server_concurrency{}"), 2.0);
+    // Per worker in the Prometheus output too: both took requests, and they add up.
+    let (w0, w1) = (
+        get("worker_downstream_rq_total{worker=0}"),
+        get("worker_downstream_rq_total{worker=1}"),
+    );
+    assert!(w0 > 0.0 && w1 > 0.0 && w0 + w1 == 1000.0, "{w0} + {w1}");
+    assert_eq!(
+        get("worker_downstream_cx_active{worker=0}") + get("worker_downstream_cx_active{worker=1}"),
+        get("downstream_cx_active{listener=main}")
+    );
     assert_eq!(get("server_live{}"), 1.0);
 
     // Per worker: both took connections, and the totals add up.

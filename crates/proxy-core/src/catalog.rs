@@ -30,6 +30,8 @@ pub(crate) struct Catalog {
     upstream_rq_time: HistogramFamily,
     host_cx_active: GaugeFamily,
     host_rq_active: GaugeFamily,
+    worker_downstream_cx_active: GaugeFamily,
+    worker_downstream_rq_total: CounterFamily,
     pub(crate) server_concurrency: GaugeFamily,
     pub(crate) server_uptime: GaugeFamily,
     pub(crate) server_memory_resident: GaugeFamily,
@@ -128,6 +130,8 @@ impl Catalog {
                 "Time from sending a request upstream to the end of its response.",
                 c,
             ),
+            worker_downstream_cx_active: r.per_shard_gauge("worker_downstream_cx_active", "Downstream connections open on each worker (Envoy's worker_N.downstream_cx_active).", &[]),
+            worker_downstream_rq_total: r.per_shard_counter("worker_downstream_rq_total", "Downstream requests received by each worker.", &[]),
             host_cx_active: r.gauge(
                 "host_cx_active",
                 "Upstream connections open, per host.",
@@ -186,6 +190,21 @@ impl Catalog {
             rq_active: shard.gauge(self.host_rq_active, &[cluster, host]),
         }
     }
+}
+
+impl Catalog {
+    pub(crate) fn worker(&self, shard: &Shard) -> WorkerStats {
+        WorkerStats {
+            cx_active: shard.gauge(self.worker_downstream_cx_active, &[]),
+            rq_total: shard.counter(self.worker_downstream_rq_total, &[]),
+        }
+    }
+}
+
+/// One worker's totals over all its listeners: the balance between workers (lesson L3).
+pub(crate) struct WorkerStats {
+    pub(crate) cx_active: stats::Gauge,
+    pub(crate) rq_total: stats::Counter,
 }
 
 /// One worker's handles for one upstream host.

@@ -7,9 +7,9 @@
 //!   `x_seconds_count`;
 //! - a gauge `x_seconds_mean` and a gauge `x_seconds_max`.
 //!
-//! An empty histogram exports `NaN` quantiles, mean and max. Only the series merged over shards
-//! are exported: summaries cannot be summed in PromQL, so one process-wide series is what a
-//! query wants.
+//! An empty histogram exports `NaN` quantiles, mean and max. The series merged over shards are
+//! exported (summaries cannot be summed in PromQL, so one process-wide series is what a query
+//! wants), except for families declared per shard, which appear once per shard with its labels.
 
 use std::fmt::{Display, Write};
 
@@ -57,13 +57,22 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
                 };
                 header(&mut out, family.name(), "", family.help(), kind);
                 for series in family.series() {
-                    sample_name(&mut out, family, "", series.rendered_labels(), "");
-                    match *series.value() {
-                        Value::Counter(v) => push(&mut out, v),
-                        Value::Gauge(v) => push(&mut out, v),
-                        Value::Histogram(_) => {}
+                    if family.is_per_shard() {
+                        for (shard, value) in series.per_shard() {
+                            let shard_labels = snapshot.rendered_shard_labels(*shard);
+                            sample_name(
+                                &mut out,
+                                family,
+                                "",
+                                series.rendered_labels(),
+                                shard_labels,
+                            );
+                            push_value(&mut out, value);
+                        }
+                    } else {
+                        sample_name(&mut out, family, "", series.rendered_labels(), "");
+                        push_value(&mut out, series.value());
                     }
-                    out.push('\n');
                 }
             }
             MetricKind::Histogram => render_histogram(&mut out, family),
@@ -137,6 +146,16 @@ fn sample_name(out: &mut String, family: &FamilySnapshot, suffix: &str, labels: 
     out.push_str(suffix);
     push_label_set(out, &[labels, extra]);
     out.push(' ');
+}
+
+/// A counter's or gauge's value and the line end.
+fn push_value(out: &mut String, value: &Value) {
+    match *value {
+        Value::Counter(v) => push(out, v),
+        Value::Gauge(v) => push(out, v),
+        Value::Histogram(_) => {}
+    }
+    out.push('\n');
 }
 
 fn push(out: &mut String, value: impl Display) {

@@ -87,6 +87,8 @@ pub(crate) struct FamilyMeta {
     pub(crate) help: Box<str>,
     pub(crate) kind: MetricKind,
     pub(crate) label_names: Box<[Box<str>]>,
+    /// Exported to Prometheus once per shard, with the shard's labels, instead of merged.
+    pub(crate) per_shard: bool,
 }
 
 /// A shard's cell for one series. The registry keeps a reference so values outlive handles.
@@ -166,7 +168,27 @@ impl Registry {
     ///
     /// On an invalid or repeated name, or one taken by another kind or other label names.
     pub fn counter(&self, name: &str, help: &str, label_names: &[&str]) -> CounterFamily {
-        CounterFamily(self.define(MetricKind::Counter, name, help, label_names))
+        CounterFamily(self.define(MetricKind::Counter, name, help, label_names, false))
+    }
+
+    /// Declares a counter family that Prometheus sees per shard: one series per shard, with
+    /// the shard's labels (`worker="0"`), instead of one merged series. For the few stats whose
+    /// point is the balance between workers.
+    ///
+    /// # Panics
+    ///
+    /// As [`counter`](Self::counter).
+    pub fn per_shard_counter(&self, name: &str, help: &str, label_names: &[&str]) -> CounterFamily {
+        CounterFamily(self.define(MetricKind::Counter, name, help, label_names, true))
+    }
+
+    /// Declares a gauge family exported per shard; as [`per_shard_counter`](Self::per_shard_counter).
+    ///
+    /// # Panics
+    ///
+    /// As [`counter`](Self::counter).
+    pub fn per_shard_gauge(&self, name: &str, help: &str, label_names: &[&str]) -> GaugeFamily {
+        GaugeFamily(self.define(MetricKind::Gauge, name, help, label_names, true))
     }
 
     /// Declares a gauge family; as [`counter`](Self::counter).
@@ -175,7 +197,7 @@ impl Registry {
     ///
     /// As [`counter`](Self::counter).
     pub fn gauge(&self, name: &str, help: &str, label_names: &[&str]) -> GaugeFamily {
-        GaugeFamily(self.define(MetricKind::Gauge, name, help, label_names))
+        GaugeFamily(self.define(MetricKind::Gauge, name, help, label_names, false))
     }
 
     /// Declares a histogram family of microsecond values; as [`counter`](Self::counter).
@@ -188,7 +210,7 @@ impl Registry {
     ///
     /// As [`counter`](Self::counter); also on a label named `quantile`.
     pub fn histogram(&self, name: &str, help: &str, label_names: &[&str]) -> HistogramFamily {
-        HistogramFamily(self.define(MetricKind::Histogram, name, help, label_names))
+        HistogramFamily(self.define(MetricKind::Histogram, name, help, label_names, false))
     }
 
     /// A new shard, for one worker, with labels that tell it apart (`[("worker", "0")]`).
@@ -230,7 +252,14 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn define(&self, kind: MetricKind, name: &str, help: &str, label_names: &[&str]) -> FamilyId {
+    fn define(
+        &self,
+        kind: MetricKind,
+        name: &str,
+        help: &str,
+        label_names: &[&str],
+        per_shard: bool,
+    ) -> FamilyId {
         assert!(is_metric_name(name), "stats: invalid metric name {name:?}");
         check_label_names(label_names.iter().copied());
         if kind == MetricKind::Histogram {
@@ -244,6 +273,7 @@ impl Registry {
             let meta = &state.families[index].meta;
             assert!(
                 meta.kind == kind
+                    && meta.per_shard == per_shard
                     && meta
                         .label_names
                         .iter()
@@ -274,6 +304,7 @@ impl Registry {
                 help: help.into(),
                 kind,
                 label_names: label_names.iter().map(|&l| Box::from(l)).collect(),
+                per_shard,
             }),
             series: BTreeMap::new(),
         });

@@ -123,6 +123,11 @@ pub struct FamilySnapshot {
 }
 
 impl FamilySnapshot {
+    /// Whether Prometheus sees it per shard (declared with `per_shard_counter`/`_gauge`).
+    pub fn is_per_shard(&self) -> bool {
+        self.meta.per_shard
+    }
+
     /// The name it was declared with.
     pub fn name(&self) -> &str {
         &self.meta.name

@@ -234,3 +234,30 @@ fn label_values_and_help_are_escaped() {
     assert_eq!(labels(sample)["path"], nasty);
     assert_eq!(sample.value, Parsed::Counter(7.0));
 }
+
+#[test]
+fn per_shard_families_appear_once_per_shard_with_its_labels() {
+    let registry = stats::Registry::new();
+    let open = registry.per_shard_gauge("worker_cx_active", "Open connections per worker.", &[]);
+    let merged = registry.counter("rq_total", "Requests.", &[]);
+    let shards: Vec<_> = (0..2)
+        .map(|w| registry.shard(&[("worker", &w.to_string())]))
+        .collect();
+    let gauges: Vec<_> = shards.iter().map(|s| s.gauge(open, &[])).collect();
+    let counters: Vec<_> = shards.iter().map(|s| s.counter(merged, &[])).collect();
+    gauges[0].set(3);
+    gauges[1].set(5);
+    counters[0].add(2);
+    counters[1].add(4);
+    let text = registry.snapshot().render_prometheus();
+    assert!(
+        text.contains("worker_cx_active{worker=\"0\"} 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("worker_cx_active{worker=\"1\"} 5\n"),
+        "{text}"
+    );
+    assert!(!text.contains("worker_cx_active 8"), "{text}");
+    assert!(text.contains("rq_total 6\n"), "{text}");
+}

@@ -82,6 +82,7 @@ impl InFlight {
         let stats = &conn.listener.stats;
         stats.rq_total.inc();
         stats.rq_active.inc();
+        conn.worker.stats.rq_total.inc();
         let log = conn.listener.access_log.as_ref().map(|log| {
             let mut pending = log.take_pending();
             pending.record = LogRecord {

@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
 use crate::access_log::{self, LogSinks, WorkerLog};
-use crate::catalog::{ListenerStats, ProxyStats};
+use crate::catalog::{ListenerStats, ProxyStats, WorkerStats};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::conn::{self, ConnCtx};
@@ -27,6 +27,7 @@ pub use cores::usable_cores;
 /// Per-worker view of the configuration.
 pub(crate) struct WorkerCtx {
     pub(crate) clusters: Vec<Cluster>,
+    pub(crate) stats: WorkerStats,
     /// Set when the drain starts: responses then tell HTTP/1.1 clients to close.
     pub(crate) draining: Cell<bool>,
 }
@@ -117,6 +118,7 @@ async fn run(spec: WorkerSpec) {
             .zip(host_sets.iter())
             .map(|(c, hosts)| Cluster::new(c, hosts, catalog, &shard))
             .collect(),
+        stats: catalog.worker(&shard),
         draining: Cell::new(false),
     });
     let tracker = Rc::new(ConnTracker::default());
@@ -235,13 +237,16 @@ async fn accept_loop(
         let guard = ConnGuard::new(&tracker);
         ctx.stats.cx_total.inc();
         ctx.stats.cx_active.inc();
+        worker.stats.cx_active.inc();
         let conn_ctx = Rc::new(ConnCtx::new(peer, Rc::clone(&ctx), Rc::clone(&worker)));
         let fut = {
             let codecs = Rc::clone(&codecs);
             let drain = drain.clone();
             let listener = Rc::clone(&ctx);
+            let worker = Rc::clone(&worker);
             async move {
                 conn::serve(stream, conn_ctx, codecs, drain).await;
+                worker.stats.cx_active.dec();
                 listener.stats.cx_active.dec();
                 listener.stats.cx_destroy.inc();
                 drop(guard);
