@@ -16,7 +16,9 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 run=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$run"' EXIT
 port=$((20000 + RANDOM % 20000)) upstream=$((port + 1)) admin=$((port + 2))
-"$repo/target/release/noop-upstream" --listen "127.0.0.1:$upstream" >/dev/null &
+"$repo/target/release/noop-upstream" --listen "127.0.0.1:$upstream" > "$run/upstream.out" &
+for _ in $(seq 50); do grep -q listening "$run/upstream.out" && break; sleep 0.1; done
+grep -q listening "$run/upstream.out" || { echo "the upstream did not start (port $upstream taken?)" >&2; exit 1; }
 sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$((port + 3))/g" \
     -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$run|g" "$template" > "$run/legate.yaml"
 
@@ -24,7 +26,10 @@ count() { # requests -> total instructions
     valgrind --tool=callgrind --callgrind-out-file="$run/cg.$1" "$bin" -c "$run/legate.yaml" 2>"$run/log.$1" &
     local pid=$!
     for _ in $(seq 200); do grep -q "legate ready" "$run/log.$1" 2>/dev/null && break; sleep 0.1; done
-    h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port/" >/dev/null
+    h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port/" > "$run/h2load.$1"
+    # Only a run where every request got a 2xx measures the request path.
+    grep -q "status codes: $1 2xx" "$run/h2load.$1" \
+        || { echo "not every request succeeded:" >&2; cat "$run/h2load.$1" >&2; exit 1; }
     kill -TERM $pid; wait $pid || true
     grep -m1 '^summary:\|^totals:' "$run/cg.$1" | awk '{print $2}'
 }
