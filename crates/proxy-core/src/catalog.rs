@@ -13,6 +13,7 @@ pub(crate) struct Catalog {
     downstream_cx_total: CounterFamily,
     downstream_cx_active: GaugeFamily,
     downstream_cx_destroy: CounterFamily,
+    downstream_cx_overflow: CounterFamily,
     downstream_rq_total: CounterFamily,
     downstream_rq_active: GaugeFamily,
     downstream_rq_class: CounterFamily,
@@ -65,6 +66,11 @@ impl Catalog {
             downstream_cx_destroy: r.counter(
                 "downstream_cx_destroy",
                 "Downstream connections closed.",
+                l,
+            ),
+            downstream_cx_overflow: r.counter(
+                "downstream_cx_overflow",
+                "Connections closed at accept: the listener's connection_limit or the process's max_connections was reached.",
                 l,
             ),
             downstream_rq_total: r.counter(
@@ -158,6 +164,7 @@ impl Catalog {
             cx_total: shard.counter(self.downstream_cx_total, &[listener]),
             cx_active: shard.gauge(self.downstream_cx_active, &[listener]),
             cx_destroy: shard.counter(self.downstream_cx_destroy, &[listener]),
+            cx_overflow: shard.counter(self.downstream_cx_overflow, &[listener]),
             rq_total: shard.counter(self.downstream_rq_total, &[listener]),
             rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
             rq_class: CLASSES
@@ -218,6 +225,7 @@ pub(crate) struct ListenerStats {
     pub(crate) cx_total: stats::Counter,
     pub(crate) cx_active: stats::Gauge,
     pub(crate) cx_destroy: stats::Counter,
+    pub(crate) cx_overflow: stats::Counter,
     pub(crate) rq_total: stats::Counter,
     pub(crate) rq_active: stats::Gauge,
     rq_class: [stats::Counter; 5],

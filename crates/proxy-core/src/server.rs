@@ -12,7 +12,7 @@ use crate::access_log::LogSinks;
 use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
 use crate::config::Config;
-use crate::listener::bind_per_worker;
+use crate::listener::{ConnectionLimits, Limit, bind_per_worker};
 use crate::worker::{self, WorkerSpec};
 
 /// Why the server could not start.
@@ -92,6 +92,17 @@ impl Server {
                 })
                 .collect::<Vec<_>>(),
         );
+        let process_limit = config.max_connections.map(Limit::new);
+        let limits = Arc::new(
+            config
+                .listeners
+                .iter()
+                .map(|l| ConnectionLimits {
+                    process: process_limit.clone(),
+                    listener: l.connection_limit.map(Limit::new),
+                })
+                .collect::<Vec<_>>(),
+        );
         let stats = ProxyStats::new();
         let admin_state = Arc::new(AdminState::new(
             Arc::clone(&config),
@@ -118,6 +129,7 @@ impl Server {
                 stats: Arc::clone(&stats),
                 log_sinks: Arc::clone(&log_sinks),
                 host_sets: Arc::clone(&host_sets),
+                limits: Arc::clone(&limits),
             };
             match worker::spawn(spec) {
                 Ok(handle) => handles.push(handle),

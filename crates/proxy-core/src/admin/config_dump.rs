@@ -81,6 +81,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
             json!({
                 "name": l.name,
                 "address": l.address.to_string(),
+                "connection_limit": l.connection_limit,
                 "http": { "max_concurrent_streams": l.http.max_concurrent_streams },
                 "routes": routes,
             })
@@ -128,6 +129,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
         "workers": workers,
         "drain_timeout": duration(config.drain_timeout),
         "admin": config.admin.map(|a| a.to_string()),
+        "max_connections": config.max_connections,
         "listeners": listeners,
         "clusters": clusters,
     })

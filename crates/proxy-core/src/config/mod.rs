@@ -39,6 +39,8 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// The admin server's address; `None` when disabled.
     pub admin: Option<SocketAddr>,
+    /// Downstream connections the whole process holds at most; `None`: no limit.
+    pub max_connections: Option<usize>,
     pub listeners: Vec<ListenerConfig>,
     pub clusters: Vec<ClusterConfig>,
 }
@@ -55,6 +57,9 @@ pub enum Concurrency {
 pub struct ListenerConfig {
     pub name: String,
     pub address: SocketAddr,
+    /// Connections this listener holds at most, over all workers; `None`: no limit. Past it
+    /// a new connection is closed at once and counted in `downstream_cx_overflow`.
+    pub connection_limit: Option<usize>,
     pub http: HttpConfig,
     /// One line per request, if configured.
     pub access_log: Option<AccessLogConfig>,

@@ -16,6 +16,7 @@ pub struct RawConfig {
     pub drain_timeout: Option<Duration>,
     #[serde(default)]
     pub admin: Option<RawAdmin>,
+    pub max_connections: Option<u64>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
     #[serde(default)]
@@ -42,6 +43,7 @@ pub enum RawConcurrency {
 pub struct RawListener {
     pub name: String,
     pub address: String,
+    pub connection_limit: Option<u64>,
     #[serde(default)]
     pub http: RawHttp,
     pub access_log: Option<RawAccessLog>,

@@ -111,6 +111,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         concurrency,
         drain_timeout: raw.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
         admin,
+        max_connections: limit(raw.max_connections, "max_connections")?,
         listeners,
         clusters,
     })
@@ -158,6 +159,7 @@ fn listener(
 ) -> Result<ListenerConfig, ConfigError> {
     let name = name(raw.name, path)?;
     let address = socket_addr(&raw.address, &format!("{path}.address"))?;
+    let connection_limit = limit(raw.connection_limit, &format!("{path}.connection_limit"))?;
     let max_concurrent_streams = raw
         .http
         .max_concurrent_streams
@@ -205,6 +207,7 @@ fn listener(
     Ok(ListenerConfig {
         name,
         address,
+        connection_limit,
         access_log,
         http: HttpConfig {
             max_concurrent_streams,
@@ -493,6 +496,18 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
         protocol,
         connect_timeout,
     })
+}
+
+/// A connection limit: at least 1 when given.
+fn limit(value: Option<u64>, path: &str) -> Result<Option<usize>, ConfigError> {
+    match value {
+        None => Ok(None),
+        Some(0) => Err(ConfigError::invalid(
+            path,
+            "expected at least 1 (leave it out for no limit)",
+        )),
+        Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+    }
 }
 
 /// `lb_policy` and the options section that belongs to it.

@@ -1,5 +1,8 @@
-//! Listening sockets: one `SO_REUSEPORT` socket per worker per listener.
+//! Listening sockets (one `SO_REUSEPORT` socket per worker per listener) and the limits
+//! accepted connections are admitted under.
 
+mod limit;
 mod reuse_port;
 
+pub(crate) use limit::{ConnectionLimits, Limit};
 pub(crate) use reuse_port::bind_per_worker;

@@ -20,6 +20,7 @@ use crate::catalog::{ListenerStats, ProxyStats, WorkerStats};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::conn::{self, ConnCtx};
+use crate::listener::ConnectionLimits;
 use crate::router::RouteTable;
 
 pub use cores::usable_cores;
@@ -35,6 +36,8 @@ pub(crate) struct WorkerCtx {
 /// Per-worker view of one listener.
 pub(crate) struct ListenerCtx {
     pub(crate) name: String,
+    codecs: Rc<conn::Codecs>,
+    limits: ConnectionLimits,
     pub(crate) stats: ListenerStats,
     pub(crate) access_log: Option<WorkerLog>,
     pub(crate) routes: RouteTable,
@@ -78,6 +81,8 @@ pub(crate) struct WorkerSpec {
     pub(crate) log_sinks: Arc<LogSinks>,
     /// Per cluster, in config order: the hosts every worker's balancer shares.
     pub(crate) host_sets: Arc<Vec<balancer::HostSet>>,
+    /// Per listener, in config order: the connection limits all workers share.
+    pub(crate) limits: Arc<Vec<ConnectionLimits>>,
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
@@ -108,6 +113,7 @@ async fn run(spec: WorkerSpec) {
         stats,
         log_sinks,
         host_sets,
+        limits,
     } = spec;
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
     let catalog = &stats.catalog;
@@ -125,7 +131,7 @@ async fn run(spec: WorkerSpec) {
 
     let mut accept_loops = Vec::new();
     let mut listeners: Vec<Rc<ListenerCtx>> = Vec::new();
-    for (listener, socket) in config.listeners.iter().zip(sockets) {
+    for ((listener, socket), limits) in config.listeners.iter().zip(sockets).zip(limits.iter()) {
         let socket = match TcpListener::from_std(socket) {
             Ok(s) => s,
             Err(err) => {
@@ -143,6 +149,8 @@ async fn run(spec: WorkerSpec) {
         });
         let ctx = Rc::new(ListenerCtx {
             name: listener.name.clone(),
+            codecs: Rc::new(conn::Codecs::new(listener)),
+            limits: limits.clone(),
             stats: catalog.listener(&shard, &listener.name),
             access_log,
             routes: RouteTable::new(listener.routes.clone()),
@@ -152,7 +160,6 @@ async fn run(spec: WorkerSpec) {
         accept_loops.push(tokio::task::spawn_local(accept_loop(
             id,
             socket,
-            Rc::new(conn::Codecs::new(listener)),
             ctx,
             Rc::clone(&worker),
             Rc::clone(&tracker),
@@ -213,7 +220,6 @@ async fn wait_for_connections(tracker: &ConnTracker, limit: Duration) {
 async fn accept_loop(
     worker_id: usize,
     socket: TcpListener,
-    codecs: Rc<conn::Codecs>,
     ctx: Rc<ListenerCtx>,
     worker: Rc<WorkerCtx>,
     tracker: Rc<ConnTracker>,
@@ -233,6 +239,12 @@ async fn accept_loop(
                 continue;
             }
         };
+        let Some(permit) = ctx.limits.try_admit() else {
+            // Closed at once: the client learns now, not after a timeout.
+            ctx.stats.cx_overflow.inc();
+            drop(stream);
+            continue;
+        };
         tracing::debug!(worker = worker_id, listener = %ctx.name, %peer, "accepted connection");
         let guard = ConnGuard::new(&tracker);
         ctx.stats.cx_total.inc();
@@ -240,7 +252,7 @@ async fn accept_loop(
         worker.stats.cx_active.inc();
         let conn_ctx = Rc::new(ConnCtx::new(peer, Rc::clone(&ctx), Rc::clone(&worker)));
         let fut = {
-            let codecs = Rc::clone(&codecs);
+            let codecs = Rc::clone(&ctx.codecs);
             let drain = drain.clone();
             let listener = Rc::clone(&ctx);
             let worker = Rc::clone(&worker);
@@ -249,6 +261,7 @@ async fn accept_loop(
                 worker.stats.cx_active.dec();
                 listener.stats.cx_active.dec();
                 listener.stats.cx_destroy.inc();
+                drop(permit);
                 drop(guard);
             }
         };

@@ -1,0 +1,86 @@
+//! Connection limits through the real binary: past the limit a connection is closed at once
+//! and counted; the connections within it are served.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Sends a request on an open connection; true if a response came back.
+fn is_served(stream: &mut std::net::TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: legate.test\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 512];
+    matches!(stream.read(&mut buf), Ok(n) if n > 0 && buf.starts_with(b"HTTP/1.1 200"))
+}
+
+fn overflow_count(admin: std::net::SocketAddr) -> u64 {
+    let (_, text) = admin_request(admin, "GET", "/stats?filter=%5Edownstream_cx_overflow");
+    text.lines()
+        .filter(|l| !l.contains("worker="))
+        .filter_map(|l| l.rsplit(": ").next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_listener_limit_of_50_serves_50_of_80_and_counts_30() {
+    let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "").replace(
+        "    address: 127.0.0.1:0\n    routes:",
+        "    address: 127.0.0.1:0\n    connection_limit: 50\n    routes:",
+    );
+    assert!(config.contains("connection_limit: 50"), "{config}");
+    let proxy = Proxy::start(&config, 2);
+    let admin = proxy.admin.unwrap();
+
+    let mut conns: Vec<std::net::TcpStream> = (0..80)
+        .map(|_| std::net::TcpStream::connect(proxy.addr()).unwrap())
+        .collect();
+    // Every connect is accepted (and judged) once the overflow count reaches 30.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while overflow_count(admin) < 30 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let served = conns.iter_mut().map(is_served).filter(|ok| *ok).count();
+    assert_eq!(served, 50);
+    assert_eq!(overflow_count(admin), 30);
+
+    // Closing admitted connections makes room again.
+    drop(conns);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut fresh = std::net::TcpStream::connect(proxy.addr()).unwrap();
+        if is_served(&mut fresh) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room after the clients left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn max_connections_limits_the_whole_process() {
+    let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "")
+        .replace("listeners:", "max_connections: 5\nlisteners:");
+    let proxy = Proxy::start(&config, 2);
+    let mut conns: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| std::net::TcpStream::connect(proxy.addr()).unwrap())
+        .collect();
+    let admin = proxy.admin.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while overflow_count(admin) < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(conns.iter_mut().map(is_served).filter(|ok| *ok).count(), 5);
+    assert_eq!(overflow_count(admin), 3);
+}
