@@ -84,3 +84,63 @@ fn max_connections_limits_the_whole_process() {
     assert_eq!(conns.iter_mut().map(is_served).filter(|ok| *ok).count(), 5);
     assert_eq!(overflow_count(admin), 3);
 }
+
+fn counter(admin: std::net::SocketAddr, name: &str) -> u64 {
+    let (_, text) = admin_request(admin, "GET", &format!("/stats?filter=%5E{name}"));
+    text.lines()
+        .filter(|l| !l.contains("worker="))
+        .filter_map(|l| l.rsplit(": ").next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Reads until the server closes; the time it took.
+fn time_to_close(stream: &mut std::net::TcpStream) -> Duration {
+    let started = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return started.elapsed(),
+            Ok(_) => {}
+        }
+    }
+}
+
+#[test]
+fn idle_connections_and_slow_heads_are_closed_and_counted() {
+    let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "").replace(
+        "    address: 127.0.0.1:0\n    routes:",
+        "    address: 127.0.0.1:0\n    http: { idle_timeout: 1500ms, request_headers_timeout: 500ms }\n    routes:",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+
+    // A connection that says nothing, and one that goes quiet after a request.
+    let mut silent = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    let mut quiet = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    assert!(is_served(&mut quiet));
+    // A head that never completes (slowloris).
+    let mut slow = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nhost: legate").unwrap();
+
+    let slow_closed = time_to_close(&mut slow);
+    assert!(
+        slow_closed < Duration::from_millis(1400),
+        "slow head closed after {slow_closed:?}"
+    );
+    let silent_closed = time_to_close(&mut silent);
+    let quiet_closed = time_to_close(&mut quiet);
+    assert!(silent_closed < Duration::from_secs(4), "{silent_closed:?}");
+    assert!(quiet_closed < Duration::from_secs(4), "{quiet_closed:?}");
+    assert_eq!(counter(admin, "downstream_cx_idle_timeout"), 2);
+    assert_eq!(counter(admin, "downstream_cx_headers_timeout"), 1);
+
+    // A connection in use is not idle.
+    let mut busy = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    for _ in 0..6 {
+        assert!(is_served(&mut busy), "closed while in use");
+        std::thread::sleep(Duration::from_millis(400));
+    }
+}

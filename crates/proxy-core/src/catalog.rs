@@ -14,6 +14,8 @@ pub(crate) struct Catalog {
     downstream_cx_active: GaugeFamily,
     downstream_cx_destroy: CounterFamily,
     downstream_cx_overflow: CounterFamily,
+    downstream_cx_idle_timeout: CounterFamily,
+    downstream_cx_headers_timeout: CounterFamily,
     downstream_rq_total: CounterFamily,
     downstream_rq_active: GaugeFamily,
     downstream_rq_class: CounterFamily,
@@ -66,6 +68,16 @@ impl Catalog {
             downstream_cx_destroy: r.counter(
                 "downstream_cx_destroy",
                 "Downstream connections closed.",
+                l,
+            ),
+            downstream_cx_idle_timeout: r.counter(
+                "downstream_cx_idle_timeout",
+                "Connections closed after idle_timeout without a request.",
+                l,
+            ),
+            downstream_cx_headers_timeout: r.counter(
+                "downstream_cx_headers_timeout",
+                "Connections closed because a request head did not arrive within request_headers_timeout.",
                 l,
             ),
             downstream_cx_overflow: r.counter(
@@ -165,6 +177,8 @@ impl Catalog {
             cx_active: shard.gauge(self.downstream_cx_active, &[listener]),
             cx_destroy: shard.counter(self.downstream_cx_destroy, &[listener]),
             cx_overflow: shard.counter(self.downstream_cx_overflow, &[listener]),
+            cx_idle_timeout: shard.counter(self.downstream_cx_idle_timeout, &[listener]),
+            cx_headers_timeout: shard.counter(self.downstream_cx_headers_timeout, &[listener]),
             rq_total: shard.counter(self.downstream_rq_total, &[listener]),
             rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
             rq_class: CLASSES
@@ -226,6 +240,8 @@ pub(crate) struct ListenerStats {
     pub(crate) cx_active: stats::Gauge,
     pub(crate) cx_destroy: stats::Counter,
     pub(crate) cx_overflow: stats::Counter,
+    pub(crate) cx_idle_timeout: stats::Counter,
+    pub(crate) cx_headers_timeout: stats::Counter,
     pub(crate) rq_total: stats::Counter,
     pub(crate) rq_active: stats::Gauge,
     rq_class: [stats::Counter; 5],

@@ -82,7 +82,11 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                 "name": l.name,
                 "address": l.address.to_string(),
                 "connection_limit": l.connection_limit,
-                "http": { "max_concurrent_streams": l.http.max_concurrent_streams },
+                "http": {
+                    "max_concurrent_streams": l.http.max_concurrent_streams,
+                    "idle_timeout": duration(l.http.idle_timeout),
+                    "request_headers_timeout": duration(l.http.request_headers_timeout),
+                },
                 "routes": routes,
             })
         })

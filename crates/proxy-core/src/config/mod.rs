@@ -29,6 +29,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Where the admin server listens unless configured.
 pub const DEFAULT_ADMIN_ADDRESS: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9901);
+/// How long an HTTP/1.1 connection may sit without a request, unless configured.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a request head may take to arrive, unless configured.
+pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 streams a downstream client may have open on one connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
 
@@ -70,6 +74,11 @@ pub struct ListenerConfig {
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     pub max_concurrent_streams: u32,
+    /// An HTTP/1.1 connection with no request for this long is closed (checked about once a
+    /// second).
+    pub idle_timeout: Duration,
+    /// A request head must arrive whole within this (slowloris); the connection is closed.
+    pub request_headers_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]

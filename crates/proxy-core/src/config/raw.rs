@@ -62,6 +62,10 @@ pub struct RawAccessLog {
 #[serde(deny_unknown_fields)]
 pub struct RawHttp {
     pub max_concurrent_streams: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub request_headers_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -211,6 +211,16 @@ fn listener(
         access_log,
         http: HttpConfig {
             max_concurrent_streams,
+            idle_timeout: positive(
+                raw.http.idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT),
+                &format!("{path}.http.idle_timeout"),
+            )?,
+            request_headers_timeout: positive(
+                raw.http
+                    .request_headers_timeout
+                    .unwrap_or(DEFAULT_REQUEST_HEADERS_TIMEOUT),
+                &format!("{path}.http.request_headers_timeout"),
+            )?,
         },
         routes,
     })
@@ -496,6 +506,14 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
         protocol,
         connect_timeout,
     })
+}
+
+fn positive(d: std::time::Duration, path: &str) -> Result<std::time::Duration, ConfigError> {
+    if d.is_zero() {
+        Err(ConfigError::invalid(path, "expected a duration above zero"))
+    } else {
+        Ok(d)
+    }
 }
 
 /// A connection limit: at least 1 when given.

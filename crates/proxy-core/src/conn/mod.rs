@@ -151,18 +151,28 @@ impl Drop for InFlight {
 pub(crate) struct Codecs {
     h1: http1::Builder,
     h2: http2::Builder<LocalExec>,
+    idle_timeout: Duration,
+    /// Idle time before an HTTP/1.1 codec is parked: [`PARK_AFTER`], or sooner when the
+    /// header timeout is shorter, since hyper's header timer also runs between requests.
+    park_after: Duration,
 }
 
 impl Codecs {
     pub(crate) fn new(listener: &crate::config::ListenerConfig) -> Self {
         let mut h1 = http1::Builder::new();
         h1.keep_alive(true)
-            // hyper's default 30 s header timeout would also close idle keep-alive connections;
-            // idle handling belongs to the listener's own settings.
-            .header_read_timeout(None);
+            .timer(hyper_util::rt::TokioTimer::new())
+            // A codec is created when a request starts arriving (idle connections are parked
+            // without one), so this bounds the head itself, not the idle time between requests.
+            .header_read_timeout(listener.http.request_headers_timeout);
         let mut h2 = http2::Builder::new(LocalExec);
         h2.max_concurrent_streams(listener.http.max_concurrent_streams);
-        Self { h1, h2 }
+        Self {
+            h1,
+            h2,
+            idle_timeout: listener.http.idle_timeout,
+            park_after: PARK_AFTER.min(listener.http.request_headers_timeout / 2),
+        }
     }
 }
 
@@ -176,7 +186,7 @@ pub(crate) async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     let mut io = DownstreamIo::new(stream);
-    match sniff(&mut io, &mut drain).await {
+    match sniff(&mut io, &ctx, codecs.idle_timeout, &mut drain).await {
         Sniffed::Http2 => serve_h2(io, ctx, &codecs, drain).await,
         Sniffed::Http1 => serve_h1(io, ctx, &codecs, drain).await,
         Sniffed::Closed => {
@@ -193,13 +203,24 @@ enum Sniffed {
 
 /// Tells HTTP/2 prior knowledge from HTTP/1.1 by its first bytes, which are kept for the
 /// codec. Nothing is allocated while the client says nothing.
-async fn sniff(io: &mut DownstreamIo, drain: &mut watch::Receiver<bool>) -> Sniffed {
+async fn sniff(
+    io: &mut DownstreamIo,
+    ctx: &ConnCtx,
+    idle_timeout: Duration,
+    drain: &mut watch::Receiver<bool>,
+) -> Sniffed {
     let mut head = [0u8; H2_PREFACE.len()];
     let mut len = 0;
+    let deadline = tokio::time::sleep(idle_timeout);
+    tokio::pin!(deadline);
     loop {
         let read = tokio::select! {
             read = io.stream_mut().read(&mut head[len..]) => read,
             _ = drain.wait_for(|draining| *draining) => return Sniffed::Closed,
+            _ = &mut deadline => {
+                ctx.listener.stats.cx_idle_timeout.inc();
+                return Sniffed::Closed;
+            }
         };
         match read {
             Ok(0) | Err(_) => return Sniffed::Closed,
@@ -242,10 +263,16 @@ async fn serve_h1(
 ) {
     loop {
         if !io.has_prefix() {
-            // Parked (or new): hold nothing but the socket until the client speaks.
+            // Parked: hold nothing but the socket until the client speaks, or idles out.
+            let idle_until = ctx.last_active.get() + codecs.idle_timeout;
             tokio::select! {
                 ready = io.stream().readable() => if ready.is_err() { return },
                 _ = drain.wait_for(|draining| *draining) => {
+                    let _ = io.shutdown().await;
+                    return;
+                }
+                _ = tokio::time::sleep_until(idle_until) => {
+                    ctx.listener.stats.cx_idle_timeout.inc();
                     let _ = io.shutdown().await;
                     return;
                 }
@@ -260,7 +287,8 @@ async fn serve_h1(
         let mut parking = false;
         let mut closing_after_exchange = false;
         let mut draining = false;
-        let park_timer = tokio::time::sleep(PARK_AFTER);
+        let park_after = codecs.park_after;
+        let park_timer = tokio::time::sleep(park_after);
         tokio::pin!(park_timer);
         let result = loop {
             tokio::select! {
@@ -272,7 +300,7 @@ async fn serve_h1(
                 }
                 _ = &mut park_timer, if !parking && !draining => {
                     let idle_since = ctx.last_active.get();
-                    if ctx.in_flight.get() == 0 && idle_since.elapsed() >= PARK_AFTER {
+                    if ctx.in_flight.get() == 0 && idle_since.elapsed() >= park_after {
                         tracing::trace!(peer = %ctx.peer, "parking idle connection");
                         conn.as_mut().graceful_shutdown();
                         // hyper stops at once only when it is idle between messages. If it
@@ -289,7 +317,7 @@ async fn serve_h1(
                         parking = true;
                         closing_after_exchange = true;
                     } else {
-                        park_timer.as_mut().reset(idle_since.max(Instant::now()) + PARK_AFTER);
+                        park_timer.as_mut().reset(idle_since.max(Instant::now()) + park_after);
                     }
                 }
             }
@@ -297,6 +325,9 @@ async fn serve_h1(
         let parts = (*Pin::into_inner(conn)).into_parts();
         io = parts.io.into_inner();
         if let Err(err) = result {
+            if err.is_timeout() {
+                ctx.listener.stats.cx_headers_timeout.inc();
+            }
             tracing::debug!(error = %err, "downstream connection ended with an error");
         } else if parking && !closing_after_exchange {
             tracing::trace!(peer = %ctx.peer, buffered = parts.read_buf.len(), "parked");
