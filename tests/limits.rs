@@ -144,3 +144,39 @@ fn idle_connections_and_slow_heads_are_closed_and_counted() {
         std::thread::sleep(Duration::from_millis(400));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_heads_over_the_limit_get_431() {
+    let noop = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = forward_config(&[noop.local_addr()], "").replace(
+        "    address: 127.0.0.1:0\n    routes:",
+        "    address: 127.0.0.1:0\n    http: { max_request_headers_kb: 16 }\n    routes:",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let big = "x".repeat(20 * 1024);
+    let small = "x".repeat(8 * 1024);
+    let r = send_h1(proxy.addr(), get("/", &[("x-big", &small)])).await;
+    assert_eq!(r.status(), 200);
+    let answer = tokio::task::spawn_blocking({
+        let addr = proxy.addr();
+        move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = s
+                .write_all(format!("GET / HTTP/1.1\r\nhost: a\r\nx-big: {big}\r\n\r\n").as_bytes());
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).unwrap_or(0);
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    assert_eq!(
+        noop.requests(),
+        1,
+        "the oversized request reached the upstream"
+    );
+}

@@ -86,6 +86,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                     "max_concurrent_streams": l.http.max_concurrent_streams,
                     "idle_timeout": duration(l.http.idle_timeout),
                     "request_headers_timeout": duration(l.http.request_headers_timeout),
+                    "max_request_headers_kb": l.http.max_request_headers_kb,
                 },
                 "routes": routes,
             })

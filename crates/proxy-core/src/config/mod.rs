@@ -33,6 +33,8 @@ pub const DEFAULT_ADMIN_ADDRESS: SocketAddr =
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a request head may take to arrive, unless configured.
 pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request head, in KiB, unless configured (Envoy's default).
+pub const DEFAULT_MAX_REQUEST_HEADERS_KB: u32 = 60;
 /// HTTP/2 streams a downstream client may have open on one connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
 
@@ -79,6 +81,8 @@ pub struct HttpConfig {
     pub idle_timeout: Duration,
     /// A request head must arrive whole within this (slowloris); the connection is closed.
     pub request_headers_timeout: Duration,
+    /// Largest request head accepted, in KiB; a larger one gets 431.
+    pub max_request_headers_kb: u32,
 }
 
 #[derive(Debug, Clone)]

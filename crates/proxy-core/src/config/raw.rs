@@ -66,6 +66,7 @@ pub struct RawHttp {
     pub idle_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub request_headers_timeout: Option<Duration>,
+    pub max_request_headers_kb: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

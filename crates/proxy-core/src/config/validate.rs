@@ -221,6 +221,16 @@ fn listener(
                     .unwrap_or(DEFAULT_REQUEST_HEADERS_TIMEOUT),
                 &format!("{path}.http.request_headers_timeout"),
             )?,
+            max_request_headers_kb: match raw.http.max_request_headers_kb {
+                None => DEFAULT_MAX_REQUEST_HEADERS_KB,
+                Some(kb @ 1..=8192) => kb,
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.http.max_request_headers_kb"),
+                        format!("expected 1 to 8192 (KiB), found {other}"),
+                    ));
+                }
+            },
         },
         routes,
     })

@@ -159,14 +159,19 @@ pub(crate) struct Codecs {
 
 impl Codecs {
     pub(crate) fn new(listener: &crate::config::ListenerConfig) -> Self {
+        let max_head = listener.http.max_request_headers_kb as usize * 1024;
         let mut h1 = http1::Builder::new();
         h1.keep_alive(true)
             .timer(hyper_util::rt::TokioTimer::new())
             // A codec is created when a request starts arriving (idle connections are parked
             // without one), so this bounds the head itself, not the idle time between requests.
-            .header_read_timeout(listener.http.request_headers_timeout);
+            .header_read_timeout(listener.http.request_headers_timeout)
+            // A head larger than this is answered 431 by hyper. (hyper reads bodies into the
+            // same buffer, so it never goes below its 8 KiB minimum.)
+            .max_buf_size(max_head.max(8192));
         let mut h2 = http2::Builder::new(LocalExec);
-        h2.max_concurrent_streams(listener.http.max_concurrent_streams);
+        h2.max_concurrent_streams(listener.http.max_concurrent_streams)
+            .max_header_list_size(max_head as u32);
         Self {
             h1,
             h2,
