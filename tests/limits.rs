@@ -180,3 +180,49 @@ async fn request_heads_over_the_limit_get_431() {
         "the oversized request reached the upstream"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_connection_request_caps_retire_connections_without_failing_requests() {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let noop = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = forward_config(&[noop.local_addr()], "    max_requests_per_connection: 4")
+        .replace(
+            "    address: 127.0.0.1:0\n    routes:",
+            "    address: 127.0.0.1:0\n    http: { max_requests_per_connection: 5 }\n    routes:",
+        );
+    let proxy = Proxy::start(&config, 1);
+    let url: http::Uri = format!("http://{}/", proxy.addr()).parse().unwrap();
+
+    let h1: Client<_, http_body_util::Empty<bytes::Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    for i in 0..15 {
+        let response = h1
+            .get(url.clone())
+            .await
+            .unwrap_or_else(|e| panic!("h1 request {i}: {e}"));
+        assert_eq!(response.status(), 200, "h1 request {i}");
+        text(response.into_body()).await;
+    }
+    let h2: Client<_, http_body_util::Empty<bytes::Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    for i in 0..15 {
+        let response = h2
+            .get(url.clone())
+            .await
+            .unwrap_or_else(|e| panic!("h2 request {i}: {e}"));
+        assert_eq!(response.status(), 200, "h2 request {i}");
+        text(response.into_body()).await;
+    }
+
+    let admin = proxy.admin.unwrap();
+    // 15 HTTP/1.1 requests at 5 a connection: 3 retirements; 15 HTTP/2 streams: 3 GOAWAYs.
+    assert_eq!(counter(admin, "downstream_cx_max_requests_reached"), 6);
+    // 30 upstream requests at 4 a connection: retired after requests 4, 8, ..., 28.
+    assert_eq!(counter(admin, "upstream_cx_max_requests"), 7);
+    assert_eq!(noop.requests(), 30);
+}

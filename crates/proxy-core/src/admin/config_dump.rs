@@ -87,6 +87,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                     "idle_timeout": duration(l.http.idle_timeout),
                     "request_headers_timeout": duration(l.http.request_headers_timeout),
                     "max_request_headers_kb": l.http.max_request_headers_kb,
+                    "max_requests_per_connection": l.http.max_requests_per_connection,
                 },
                 "routes": routes,
             })
@@ -123,6 +124,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                     UpstreamProtocol::Http2 => "http2",
                 },
                 "connect_timeout": duration(c.connect_timeout),
+                "max_requests_per_connection": c.max_requests_per_connection,
             })
         })
         .collect();

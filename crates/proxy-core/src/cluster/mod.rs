@@ -40,6 +40,7 @@ impl Cluster {
                     addr,
                     config.protocol,
                     config.connect_timeout,
+                    config.max_requests_per_connection,
                 ))
             })
             .collect();

@@ -36,7 +36,11 @@ pub(crate) struct HostPool {
     protocol: UpstreamProtocol,
     connect_timeout: Duration,
     /// HTTP/1.1 connections with no request in flight, most recently used last.
-    idle: RefCell<Vec<http1::SendRequest<RequestBody>>>,
+    idle: RefCell<Vec<H1Conn>>,
+    /// Requests per connection before it is retired; `None`: no limit.
+    max_requests: Option<u32>,
+    /// Requests sent on the current HTTP/2 connection.
+    h2_uses: Cell<u32>,
     /// The shared HTTP/2 connection, if one is open.
     h2: RefCell<Option<http2::SendRequest<RequestBody>>>,
     /// Held while an HTTP/2 connection is being made, so a burst of requests opens one.
@@ -53,6 +57,7 @@ impl HostPool {
         addr: SocketAddr,
         protocol: UpstreamProtocol,
         connect_timeout: Duration,
+        max_requests: Option<u32>,
     ) -> Self {
         Self {
             stats,
@@ -63,6 +68,8 @@ impl HostPool {
             protocol,
             connect_timeout,
             idle: RefCell::new(Vec::new()),
+            max_requests,
+            h2_uses: Cell::new(0),
             h2: RefCell::new(None),
             h2_connecting: tokio::sync::Mutex::new(()),
             h2_failed_at: Cell::new(None),
@@ -118,21 +125,23 @@ impl HostPool {
         // fresh connection instead. A fresh connection that fails is reported, so a dead host
         // cannot loop us.
         loop {
-            let (mut sender, fresh) = match self.idle_h1().await {
-                Some(sender) => (sender, false),
+            let (mut conn, fresh) = match self.idle_h1().await {
+                Some(conn) => (conn, false),
                 // Boxed: connecting is rare, and its state would otherwise enlarge every
                 // request's future.
                 None => {
                     self.stats.rq_pending_active.inc();
                     let connected = Box::pin(self.connect_h1()).await;
                     self.stats.rq_pending_active.dec();
-                    (connected?, true)
+                    let sender = connected?;
+                    (H1Conn { sender, uses: 0 }, true)
                 }
             };
-            match sender.try_send_request(req).await {
+            match conn.sender.try_send_request(req).await {
                 Ok(response) => {
+                    conn.uses += 1;
                     let (head, body) = response.into_parts();
-                    return Ok((head, body, Some(PoolReturn::new(self, sender))));
+                    return Ok((head, body, Some(PoolReturn::new(self, conn))));
                 }
                 Err(mut err) => match err.take_message() {
                     Some(unsent) if !fresh => req = unsent,
@@ -143,16 +152,16 @@ impl HostPool {
     }
 
     /// The most recently used idle connection that is still open and ready.
-    async fn idle_h1(&self) -> Option<http1::SendRequest<RequestBody>> {
+    async fn idle_h1(&self) -> Option<H1Conn> {
         loop {
-            let mut sender = self.idle.borrow_mut().pop()?;
-            if sender.is_closed() {
+            let mut conn = self.idle.borrow_mut().pop()?;
+            if conn.sender.is_closed() {
                 continue;
             }
             // Returned connections are normally ready at once; waiting covers the moment
             // between a body's end and the connection task noticing it.
-            if sender.ready().await.is_ok() {
-                return Some(sender);
+            if conn.sender.ready().await.is_ok() {
+                return Some(conn);
             }
         }
     }
@@ -209,10 +218,15 @@ impl HostPool {
         });
     }
 
-    fn put_back(&self, sender: http1::SendRequest<RequestBody>) {
+    fn put_back(&self, conn: H1Conn) {
+        if self.max_requests.is_some_and(|max| conn.uses >= max) {
+            // Retired: dropping the sender closes the connection.
+            self.stats.cx_max_requests.inc();
+            return;
+        }
         let mut idle = self.idle.borrow_mut();
-        if idle.len() < MAX_IDLE_PER_HOST && !sender.is_closed() {
-            idle.push(sender);
+        if idle.len() < MAX_IDLE_PER_HOST && !conn.sender.is_closed() {
+            idle.push(conn);
         }
     }
 
@@ -221,6 +235,15 @@ impl HostPool {
         req: Request<RequestBody>,
     ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
         let mut sender = self.h2_sender().await?;
+        if let Some(max) = self.max_requests {
+            let uses = self.h2_uses.get() + 1;
+            self.h2_uses.set(uses);
+            if uses >= max {
+                // The next request opens a new connection; this one ends once its streams do.
+                *self.h2.borrow_mut() = None;
+                self.stats.cx_max_requests.inc();
+            }
+        }
         let response = sender
             .send_request(req)
             .await
@@ -272,6 +295,7 @@ impl HostPool {
             let _ = conn.await;
         });
         *self.h2.borrow_mut() = Some(sender.clone());
+        self.h2_uses.set(0);
         Ok(sender)
     }
 
@@ -288,17 +312,23 @@ impl HostPool {
     }
 }
 
+/// A pooled HTTP/1.1 connection and the requests it has carried.
+pub(crate) struct H1Conn {
+    sender: http1::SendRequest<RequestBody>,
+    uses: u32,
+}
+
 /// An HTTP/1.1 connection to hand back to its pool once the response body is done.
 pub(crate) struct PoolReturn {
     pool: Rc<HostPool>,
-    sender: http1::SendRequest<RequestBody>,
+    conn: H1Conn,
 }
 
 impl PoolReturn {
-    fn new(pool: &Rc<HostPool>, sender: http1::SendRequest<RequestBody>) -> Self {
+    fn new(pool: &Rc<HostPool>, conn: H1Conn) -> Self {
         Self {
             pool: Rc::clone(pool),
-            sender,
+            conn,
         }
     }
 }
@@ -376,22 +406,22 @@ impl Body for UpstreamBody {
 
 impl Drop for UpstreamBody {
     fn drop(&mut self) {
-        let Some(PoolReturn { pool, mut sender }) = self.pool_return.take() else {
+        let Some(PoolReturn { pool, mut conn }) = self.pool_return.take() else {
             return;
         };
         if !(self.ended || self.inner.is_end_stream()) {
             return;
         }
-        if sender.is_ready() {
-            pool.put_back(sender);
+        if conn.sender.is_ready() {
+            pool.put_back(conn);
         } else {
             // The response is complete but the exchange is not: the upstream answered before
             // the request body was fully sent (an early 4xx), or the connection task has not
             // caught up yet. Pool it only once it can take a new request, so no request
             // waits behind an upload.
             tokio::task::spawn_local(async move {
-                if sender.ready().await.is_ok() {
-                    pool.put_back(sender);
+                if conn.sender.ready().await.is_ok() {
+                    pool.put_back(conn);
                 }
             });
         }

@@ -83,6 +83,9 @@ pub struct HttpConfig {
     pub request_headers_timeout: Duration,
     /// Largest request head accepted, in KiB; a larger one gets 431.
     pub max_request_headers_kb: u32,
+    /// Requests served on one client connection before it is retired (HTTP/1.1:
+    /// `connection: close` on the last response; HTTP/2: GOAWAY). `None`: no limit.
+    pub max_requests_per_connection: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +158,8 @@ pub struct ClusterConfig {
     pub hash_key: Option<HashKey>,
     pub protocol: UpstreamProtocol,
     pub connect_timeout: Duration,
+    /// Requests sent on one upstream connection before it is retired; `None`: no limit.
+    pub max_requests_per_connection: Option<u32>,
 }
 
 /// An upstream host of a cluster.

@@ -67,6 +67,7 @@ pub struct RawHttp {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub request_headers_timeout: Option<Duration>,
     pub max_request_headers_kb: Option<u32>,
+    pub max_requests_per_connection: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +123,7 @@ pub struct RawCluster {
     pub protocol: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub connect_timeout: Option<Duration>,
+    pub max_requests_per_connection: Option<u32>,
 }
 
 /// `127.0.0.1:9000` or `{ address: 127.0.0.1:9000, weight: 3 }`.

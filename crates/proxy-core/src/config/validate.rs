@@ -221,6 +221,8 @@ fn listener(
                     .unwrap_or(DEFAULT_REQUEST_HEADERS_TIMEOUT),
                 &format!("{path}.http.request_headers_timeout"),
             )?,
+            // 0 means no limit, as in Envoy and the peer-bench template.
+            max_requests_per_connection: raw.http.max_requests_per_connection.filter(|n| *n > 0),
             max_request_headers_kb: match raw.http.max_request_headers_kb {
                 None => DEFAULT_MAX_REQUEST_HEADERS_KB,
                 Some(kb @ 1..=8192) => kb,
@@ -513,6 +515,7 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
         endpoints,
         lb_policy,
         hash_key,
+        max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
         protocol,
         connect_timeout,
     })

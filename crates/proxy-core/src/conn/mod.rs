@@ -49,6 +49,10 @@ pub(crate) struct ConnCtx {
     pub(crate) worker: Rc<WorkerCtx>,
     /// Responses not yet fully written.
     in_flight: Cell<u32>,
+    /// Requests received on this connection.
+    pub(crate) requests: Cell<u32>,
+    /// Set when the connection has served its `max_requests_per_connection`.
+    pub(crate) retire: tokio::sync::Notify,
     /// When the last response finished.
     last_active: Cell<Instant>,
 }
@@ -61,6 +65,8 @@ impl ConnCtx {
             listener,
             worker,
             in_flight: Cell::new(0),
+            requests: Cell::new(0),
+            retire: tokio::sync::Notify::new(),
             last_active: Cell::new(Instant::now()),
         }
     }
@@ -254,6 +260,14 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>>>>;
 
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let conn = &self.0;
+        let served = conn.requests.get() + 1;
+        conn.requests.set(served);
+        if req.version() == http::Version::HTTP_2
+            && conn.listener.max_requests_per_connection == Some(served)
+        {
+            conn.retire.notify_one();
+        }
         let in_flight = InFlight::new(&self.0, &req);
         let req = req.map(|body| RequestBody::new(body, in_flight.received_counter()));
         Box::pin(handler::handle(req, Rc::clone(&self.0), in_flight))
@@ -354,9 +368,16 @@ async fn serve_h2(
         .h2
         .serve_connection(TokioIo::new(io), ProxyService(Rc::clone(&ctx)));
     tokio::pin!(conn);
+    // GOAWAY on drain, or once the connection has taken its share of requests: streams in
+    // flight finish, the client opens a new connection for the rest.
     let result = tokio::select! {
         result = conn.as_mut() => result,
         _ = drain.wait_for(|draining| *draining) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+        _ = ctx.retire.notified() => {
+            ctx.listener.stats.cx_max_requests.inc();
             conn.as_mut().graceful_shutdown();
             conn.await
         }

@@ -28,6 +28,14 @@ pub(crate) async fn handle(
     let uri = req.uri().clone();
     let version = req.version();
     let mut close = conn.worker.draining.get();
+    if version <= Version::HTTP_11
+        && let Some(max) = conn.listener.max_requests_per_connection
+        && conn.requests.get() >= max
+    {
+        // The last request this connection takes: say so, so the client reconnects.
+        close = true;
+        conn.listener.stats.cx_max_requests.inc();
+    }
     let mut response = match route_and_forward(req, &conn, &mut in_flight).await {
         Ok(response) => response,
         Err(err) => {

@@ -36,6 +36,7 @@ pub(crate) struct WorkerCtx {
 /// Per-worker view of one listener.
 pub(crate) struct ListenerCtx {
     pub(crate) name: String,
+    pub(crate) max_requests_per_connection: Option<u32>,
     codecs: Rc<conn::Codecs>,
     limits: ConnectionLimits,
     pub(crate) stats: ListenerStats,
@@ -149,6 +150,7 @@ async fn run(spec: WorkerSpec) {
         });
         let ctx = Rc::new(ListenerCtx {
             name: listener.name.clone(),
+            max_requests_per_connection: listener.http.max_requests_per_connection,
             codecs: Rc::new(conn::Codecs::new(listener)),
             limits: limits.clone(),
             stats: catalog.listener(&shard, &listener.name),
