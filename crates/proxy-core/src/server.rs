@@ -11,9 +11,9 @@ use tokio::sync::watch;
 use crate::access_log::LogSinks;
 use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
-use crate::config::Config;
+use crate::config::{Config, ConnectionBalance};
 use crate::listener::{ConnectionLimits, Limit, bind_per_worker};
-use crate::worker::{self, WorkerSpec};
+use crate::worker::{self, ExactBalance, WorkerSpec};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,12 +55,26 @@ impl Server {
             (0..workers).map(|_| Vec::new()).collect();
         let mut addresses = Vec::with_capacity(config.listeners.len());
         for listener in &config.listeners {
-            let bound =
-                bind_per_worker(listener.address, workers).map_err(|source| StartError::Bind {
-                    listener: listener.name.clone(),
-                    address: listener.address,
-                    source,
-                })?;
+            let bind_error = |source| StartError::Bind {
+                listener: listener.name.clone(),
+                address: listener.address,
+                source,
+            };
+            let bound = match listener.connection_balance {
+                ConnectionBalance::ReusePort => {
+                    bind_per_worker(listener.address, workers).map_err(bind_error)?
+                }
+                // One accept queue, shared: every worker accepts from the same socket and
+                // hands each connection to the least-loaded worker.
+                ConnectionBalance::Exact => {
+                    let one = bind_per_worker(listener.address, 1).map_err(bind_error)?;
+                    let mut shared = Vec::with_capacity(workers);
+                    for _ in 0..workers {
+                        shared.push(one[0].try_clone().map_err(bind_error)?);
+                    }
+                    shared
+                }
+            };
             let actual = bound[0].local_addr().unwrap_or(listener.address);
             addresses.push((listener.name.clone(), actual));
             for (worker, socket) in bound.into_iter().enumerate() {
@@ -118,6 +132,8 @@ impl Server {
             None => None,
         };
 
+        let (balance, handoffs) = ExactBalance::new(workers);
+        let mut handoffs = handoffs.into_iter();
         let (drain, drain_rx) = watch::channel(false);
         let mut handles = Vec::with_capacity(workers);
         for (id, sockets) in sockets.into_iter().enumerate() {
@@ -130,6 +146,8 @@ impl Server {
                 log_sinks: Arc::clone(&log_sinks),
                 host_sets: Arc::clone(&host_sets),
                 limits: Arc::clone(&limits),
+                balance: Arc::clone(&balance),
+                handoff: handoffs.next().expect("one hand-off queue per worker"),
             };
             match worker::spawn(spec) {
                 Ok(handle) => handles.push(handle),

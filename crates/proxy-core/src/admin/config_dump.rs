@@ -82,6 +82,10 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                 "name": l.name,
                 "address": l.address.to_string(),
                 "connection_limit": l.connection_limit,
+                "connection_balance": match l.connection_balance {
+                    crate::config::ConnectionBalance::ReusePort => "reuse_port",
+                    crate::config::ConnectionBalance::Exact => "exact",
+                },
                 "http": {
                     "max_concurrent_streams": l.http.max_concurrent_streams,
                     "idle_timeout": duration(l.http.idle_timeout),

@@ -66,10 +66,21 @@ pub struct ListenerConfig {
     /// Connections this listener holds at most, over all workers; `None`: no limit. Past it
     /// a new connection is closed at once and counted in `downstream_cx_overflow`.
     pub connection_limit: Option<usize>,
+    pub connection_balance: ConnectionBalance,
     pub http: HttpConfig,
     /// One line per request, if configured.
     pub access_log: Option<AccessLogConfig>,
     pub routes: Vec<RouteConfig>,
+}
+
+/// How a listener's new connections are spread over the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionBalance {
+    /// Each worker accepts on its own `SO_REUSEPORT` socket; the kernel spreads connections.
+    ReusePort,
+    /// One shared socket; each accepted connection goes to the worker with the fewest open
+    /// connections at that moment (Envoy's exact balancer), for few, long-lived connections.
+    Exact,
 }
 
 /// HTTP options of a listener.

@@ -44,6 +44,7 @@ pub struct RawListener {
     pub name: String,
     pub address: String,
     pub connection_limit: Option<u64>,
+    pub connection_balance: Option<String>,
     #[serde(default)]
     pub http: RawHttp,
     pub access_log: Option<RawAccessLog>,

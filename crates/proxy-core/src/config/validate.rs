@@ -160,6 +160,16 @@ fn listener(
     let name = name(raw.name, path)?;
     let address = socket_addr(&raw.address, &format!("{path}.address"))?;
     let connection_limit = limit(raw.connection_limit, &format!("{path}.connection_limit"))?;
+    let connection_balance = match raw.connection_balance.as_deref() {
+        None | Some("reuse_port") => ConnectionBalance::ReusePort,
+        Some("exact") => ConnectionBalance::Exact,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.connection_balance"),
+                format!("expected `reuse_port` or `exact`, found `{other}`"),
+            ));
+        }
+    };
     let max_concurrent_streams = raw
         .http
         .max_concurrent_streams
@@ -208,6 +218,7 @@ fn listener(
         name,
         address,
         connection_limit,
+        connection_balance,
         access_log,
         http: HttpConfig {
             max_concurrent_streams,

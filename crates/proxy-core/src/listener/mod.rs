@@ -4,5 +4,5 @@
 mod limit;
 mod reuse_port;
 
-pub(crate) use limit::{ConnectionLimits, Limit};
+pub(crate) use limit::{ConnPermit, ConnectionLimits, Limit};
 pub(crate) use reuse_port::bind_per_worker;

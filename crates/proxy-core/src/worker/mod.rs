@@ -2,17 +2,19 @@
 //! sockets and owns everything its connections touch (routes, upstream pools), so the request
 //! path takes no locks and never wakes another thread.
 
+mod balance;
 mod cores;
 
 use std::cell::Cell;
 use std::io;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use http::HeaderValue;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 
 use crate::access_log::{self, LogSinks, WorkerLog};
@@ -20,9 +22,11 @@ use crate::catalog::{ListenerStats, ProxyStats, WorkerStats};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::conn::{self, ConnCtx};
-use crate::listener::ConnectionLimits;
+use crate::listener::{ConnPermit, ConnectionLimits};
 use crate::router::RouteTable;
 
+pub(crate) use balance::ExactBalance;
+use balance::Handoff;
 pub use cores::usable_cores;
 
 /// Per-worker view of the configuration.
@@ -36,6 +40,9 @@ pub(crate) struct WorkerCtx {
 /// Per-worker view of one listener.
 pub(crate) struct ListenerCtx {
     pub(crate) name: String,
+    /// Position in the config, which hand-offs between workers refer to.
+    index: usize,
+    exact: bool,
     pub(crate) max_requests_per_connection: Option<u32>,
     codecs: Rc<conn::Codecs>,
     limits: ConnectionLimits,
@@ -84,6 +91,9 @@ pub(crate) struct WorkerSpec {
     pub(crate) host_sets: Arc<Vec<balancer::HostSet>>,
     /// Per listener, in config order: the connection limits all workers share.
     pub(crate) limits: Arc<Vec<ConnectionLimits>>,
+    /// Open connections per worker, for `exact` balancing; and this worker's hand-off queue.
+    pub(crate) balance: Arc<ExactBalance>,
+    pub(crate) handoff: tokio::sync::mpsc::UnboundedReceiver<Handoff>,
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
@@ -115,6 +125,8 @@ async fn run(spec: WorkerSpec) {
         log_sinks,
         host_sets,
         limits,
+        balance,
+        mut handoff,
     } = spec;
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
     let catalog = &stats.catalog;
@@ -150,6 +162,8 @@ async fn run(spec: WorkerSpec) {
         });
         let ctx = Rc::new(ListenerCtx {
             name: listener.name.clone(),
+            index: listeners.len(),
+            exact: listener.connection_balance == crate::config::ConnectionBalance::Exact,
             max_requests_per_connection: listener.http.max_requests_per_connection,
             codecs: Rc::new(conn::Codecs::new(listener)),
             limits: limits.clone(),
@@ -160,14 +174,36 @@ async fn run(spec: WorkerSpec) {
         });
         listeners.push(Rc::clone(&ctx));
         accept_loops.push(tokio::task::spawn_local(accept_loop(
-            id,
             socket,
             ctx,
-            Rc::clone(&worker),
-            Rc::clone(&tracker),
-            drain.clone(),
+            Accepted {
+                worker_id: id,
+                worker: Rc::clone(&worker),
+                tracker: Rc::clone(&tracker),
+                balance: Arc::clone(&balance),
+                drain: drain.clone(),
+            },
         )));
     }
+    // Connections other workers accepted for this one (`exact` balancing).
+    let receiver = {
+        let listeners = listeners.clone();
+        let to = Accepted {
+            worker_id: id,
+            worker: Rc::clone(&worker),
+            tracker: Rc::clone(&tracker),
+            balance: Arc::clone(&balance),
+            drain: drain.clone(),
+        };
+        tokio::task::spawn_local(async move {
+            while let Some(h) = handoff.recv().await {
+                match (listeners.get(h.listener), TcpStream::from_std(h.stream)) {
+                    (Some(ctx), Ok(stream)) => to.serve(stream, h.peer, ctx, h.permit),
+                    _ => to.balance.closed(to.worker_id),
+                }
+            }
+        })
+    };
     // Buffered access log lines reach their writer at least this often.
     let flusher = {
         let listeners = listeners.clone();
@@ -187,6 +223,7 @@ async fn run(spec: WorkerSpec) {
     for task in accept_loops {
         let _ = task.await;
     }
+    receiver.abort();
     wait_for_connections(&tracker, config.drain_timeout).await;
     flusher.abort();
     flush_logs(&listeners);
@@ -219,24 +256,59 @@ async fn wait_for_connections(tracker: &ConnTracker, limit: Duration) {
     }
 }
 
-async fn accept_loop(
+/// What serving an accepted connection on this worker needs.
+struct Accepted {
     worker_id: usize,
-    socket: TcpListener,
-    ctx: Rc<ListenerCtx>,
     worker: Rc<WorkerCtx>,
     tracker: Rc<ConnTracker>,
-    mut drain: watch::Receiver<bool>,
-) {
+    balance: Arc<ExactBalance>,
+    drain: watch::Receiver<bool>,
+}
+
+impl Accepted {
+    /// Serves a connection already admitted and counted in this worker's load.
+    fn serve(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        ctx: &Rc<ListenerCtx>,
+        permit: ConnPermit,
+    ) {
+        tracing::debug!(worker = self.worker_id, listener = %ctx.name, %peer, "accepted connection");
+        let guard = ConnGuard::new(&self.tracker);
+        ctx.stats.cx_total.inc();
+        ctx.stats.cx_active.inc();
+        self.worker.stats.cx_active.inc();
+        let conn_ctx = Rc::new(ConnCtx::new(peer, Rc::clone(ctx), Rc::clone(&self.worker)));
+        let codecs = Rc::clone(&ctx.codecs);
+        let drain = self.drain.clone();
+        let listener = Rc::clone(ctx);
+        let worker = Rc::clone(&self.worker);
+        let balance = Arc::clone(&self.balance);
+        let worker_id = self.worker_id;
+        tokio::task::spawn_local(async move {
+            conn::serve(stream, conn_ctx, codecs, drain).await;
+            worker.stats.cx_active.dec();
+            listener.stats.cx_active.dec();
+            listener.stats.cx_destroy.inc();
+            balance.closed(worker_id);
+            drop(permit);
+            drop(guard);
+        });
+    }
+}
+
+async fn accept_loop(socket: TcpListener, ctx: Rc<ListenerCtx>, mut at: Accepted) {
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
-            _ = drain.wait_for(|draining| *draining) => return,
+            _ = at.drain.wait_for(|draining| *draining) => return,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(err) => {
                 // EMFILE and friends: back off briefly instead of spinning on the error.
-                tracing::warn!(worker = worker_id, listener = %ctx.name, error = %err, "accept failed");
+                tracing::warn!(worker = at.worker_id, listener = %ctx.name, error = %err, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -247,26 +319,32 @@ async fn accept_loop(
             drop(stream);
             continue;
         };
-        tracing::debug!(worker = worker_id, listener = %ctx.name, %peer, "accepted connection");
-        let guard = ConnGuard::new(&tracker);
-        ctx.stats.cx_total.inc();
-        ctx.stats.cx_active.inc();
-        worker.stats.cx_active.inc();
-        let conn_ctx = Rc::new(ConnCtx::new(peer, Rc::clone(&ctx), Rc::clone(&worker)));
-        let fut = {
-            let codecs = Rc::clone(&ctx.codecs);
-            let drain = drain.clone();
-            let listener = Rc::clone(&ctx);
-            let worker = Rc::clone(&worker);
-            async move {
-                conn::serve(stream, conn_ctx, codecs, drain).await;
-                worker.stats.cx_active.dec();
-                listener.stats.cx_active.dec();
-                listener.stats.cx_destroy.inc();
-                drop(permit);
-                drop(guard);
-            }
+        let target = if ctx.exact {
+            at.balance.assign(at.worker_id)
+        } else {
+            at.balance.opened(at.worker_id);
+            at.worker_id
         };
-        tokio::task::spawn_local(fut);
+        if target == at.worker_id {
+            at.serve(stream, peer, &ctx, permit);
+            continue;
+        }
+        match stream.into_std() {
+            Ok(stream) => {
+                let handoff = Handoff {
+                    stream,
+                    peer,
+                    listener: ctx.index,
+                    permit,
+                };
+                if !at.balance.hand_off(target, handoff) {
+                    tracing::debug!(worker = target, "hand-off to a stopped worker dropped");
+                }
+            }
+            Err(err) => {
+                at.balance.closed(target);
+                tracing::warn!(error = %err, "cannot hand a connection to another worker");
+            }
+        }
     }
 }
