@@ -12,7 +12,9 @@ use crate::access_log::LogSinks;
 use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
 use crate::config::{Config, ConnectionBalance};
-use crate::listener::{ConnectionLimits, Limit, bind_per_worker};
+use crate::listener::{
+    ConnectionLimits, Limit, bind_per_worker, bind_shared, reuse_port_supported,
+};
 use crate::worker::{self, ExactBalance, WorkerSpec};
 
 /// Why the server could not start.
@@ -49,6 +51,16 @@ impl Server {
     /// Nothing is started if any address cannot be bound.
     pub fn start(config: Config, workers: usize) -> Result<Server, StartError> {
         let workers = workers.max(1);
+        let mut config = config;
+        // Without SO_REUSEPORT, every listener falls back to one shared socket.
+        if !reuse_port_supported() {
+            tracing::warn!(
+                "SO_REUSEPORT is not available here: every listener uses `connection_balance: exact`"
+            );
+            for listener in &mut config.listeners {
+                listener.connection_balance = ConnectionBalance::Exact;
+            }
+        }
         let config = Arc::new(config);
         // sockets[worker][listener]
         let mut sockets: Vec<Vec<std::net::TcpListener>> =
@@ -67,12 +79,7 @@ impl Server {
                 // One accept queue, shared: every worker accepts from the same socket and
                 // hands each connection to the least-loaded worker.
                 ConnectionBalance::Exact => {
-                    let one = bind_per_worker(listener.address, 1).map_err(bind_error)?;
-                    let mut shared = Vec::with_capacity(workers);
-                    for _ in 0..workers {
-                        shared.push(one[0].try_clone().map_err(bind_error)?);
-                    }
-                    shared
+                    bind_shared(listener.address, workers).map_err(bind_error)?
                 }
             };
             let actual = bound[0].local_addr().unwrap_or(listener.address);
