@@ -230,19 +230,10 @@ impl AdminServer {
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
+        let runtime = crate::exec::current_thread_runtime()?;
         let thread = std::thread::Builder::new()
             .name("legate-admin".into())
             .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(err) => {
-                        tracing::error!(error = %err, "cannot start the admin runtime");
-                        return;
-                    }
-                };
                 runtime.block_on(serve(listener, state, stopped));
             })?;
         Ok(AdminServer {

@@ -97,19 +97,10 @@ pub(crate) struct WorkerSpec {
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
+    let runtime = crate::exec::current_thread_runtime()?;
     std::thread::Builder::new()
         .name(format!("legate-worker-{}", spec.id))
         .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(err) => {
-                    tracing::error!(worker = spec.id, error = %err, "cannot start the worker runtime");
-                    return;
-                }
-            };
             let local = tokio::task::LocalSet::new();
             local.block_on(&runtime, run(spec));
         })
