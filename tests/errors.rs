@@ -67,6 +67,47 @@ async fn a_slow_upstream_is_504_ut_at_the_route_timeout() {
     assert_eq!(response.status(), 200);
 }
 
+/// Writes a request head with `content-length: 3000`, then `parts` 1000-byte pieces `gap`
+/// apart; returns the status line of the answer.
+fn paced_upload(addr: SocketAddr, parts: usize, gap: Duration) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 3000\r\n\r\n")
+        .unwrap();
+    for _ in 0..parts {
+        std::thread::sleep(gap);
+        stream.write_all(&[b'x'; 1000]).unwrap();
+    }
+    let mut answer = [0u8; 12];
+    stream.read_exact(&mut answer).unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_route_timeout_runs_from_the_end_of_the_request_body() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = forward_config(&[noop.local_addr()], "").replace(
+        "        cluster: backend",
+        "        cluster: backend\n        timeout: 500ms",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let addr = proxy.addr();
+    // An upload that keeps moving may take longer than the timeout (3 x 300 ms)...
+    let moving =
+        tokio::task::spawn_blocking(move || paced_upload(addr, 3, Duration::from_millis(300)));
+    assert_eq!(moving.await.unwrap(), "HTTP/1.1 200");
+    // ...one that stalls for longer is cut off.
+    let started = Instant::now();
+    let stalled = tokio::task::spawn_blocking(move || paced_upload(addr, 1, Duration::ZERO));
+    assert_eq!(stalled.await.unwrap(), "HTTP/1.1 504");
+    assert!(started.elapsed() < Duration::from_secs(5), "cut off late");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_hangs_up_is_502_ur() {
     let origin = FailingOrigin::bind(

@@ -58,6 +58,8 @@ pub enum ProxyError {
     NoHealthyUpstream,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
+    #[error("request head of {size} bytes is over the {limit}-byte limit")]
+    HeadersTooLarge { size: usize, limit: usize },
     #[error("cannot connect to {addr}: {source}")]
     ConnectFailure { addr: SocketAddr, source: io::Error },
     #[error("connect to {addr} timed out after {after:?}")]
@@ -94,6 +96,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
             ProxyError::ConnectFailure { .. }
             | ProxyError::ConnectTimeout { .. }
@@ -109,7 +112,9 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => ResponseFlag::NoRoute,
             ProxyError::NoHealthyUpstream => ResponseFlag::NoHealthyUpstream,
-            ProxyError::BadRequest(_) => ResponseFlag::DownstreamProtocolError,
+            ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. } => {
+                ResponseFlag::DownstreamProtocolError
+            }
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
                 ResponseFlag::UpstreamConnectFailure
@@ -127,6 +132,7 @@ impl ProxyError {
             ProxyError::NoRoute => "no route\n",
             ProxyError::NoHealthyUpstream => "no healthy upstream\n",
             ProxyError::BadRequest(_) => "bad request\n",
+            ProxyError::HeadersTooLarge { .. } => "request headers too large\n",
             ProxyError::ClientAborted { .. } => "request body incomplete\n",
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
                 "upstream connect failure\n"

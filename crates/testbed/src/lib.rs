@@ -19,6 +19,7 @@
 //! | `x-noop-chunked: 1` | no `content-length` (chunked on HTTP/1.1) |
 //! | `x-noop-echo: headers` | body lists the request line and headers, one `name: value` a line |
 //! | `x-noop-echo: body` | streams the request body back as it arrives |
+//! | `x-noop-read-rate: 1048576` | reads the request body at no more than that many bytes a second |
 //!
 //! Without any, the body is a fixed 100-byte text. A bad value gets a plain-text 400 naming
 //! the header. The request body is read and hashed before answering (except when echoed) and

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -156,7 +157,8 @@ async fn respond(req: Request<Incoming>) -> Result<Response<ResBody>, hyper::Err
         return Ok(echo_body(&parts, body, opts));
     }
 
-    let (len, sha256) = digest(body).await?;
+    let read_rate = options.as_ref().ok().and_then(|o| o.read_rate);
+    let (len, sha256) = digest(body, read_rate).await?;
     let mut res = match options {
         Err(bad) => bad_request(&parts, &bad),
         Ok(opts) => {
@@ -178,14 +180,20 @@ async fn delay(opts: &Options) {
     }
 }
 
-/// Length and hex SHA-256 of the request body, read frame by frame (constant memory).
-async fn digest(mut body: Incoming) -> Result<(u64, String), hyper::Error> {
+/// Length and hex SHA-256 of the request body, read frame by frame (constant memory), at no
+/// more than `read_rate` bytes a second if given: a slow reader, to push back on the sender.
+async fn digest(mut body: Incoming, read_rate: Option<u64>) -> Result<(u64, String), hyper::Error> {
     let mut hasher = Sha256::new();
     let mut len = 0u64;
+    let started = tokio::time::Instant::now();
     while let Some(frame) = body.frame().await {
         if let Some(data) = frame?.data_ref() {
             len += data.len() as u64;
             hasher.update(data);
+            if let Some(rate) = read_rate {
+                let due = Duration::from_secs_f64(len as f64 / rate as f64);
+                tokio::time::sleep_until(started + due).await;
+            }
         }
     }
     Ok((len, hex(&hasher.finalize())))

@@ -12,6 +12,7 @@ pub(crate) const STATUS: &str = "x-noop-status";
 pub(crate) const SIZE: &str = "x-noop-size";
 pub(crate) const CHUNKED: &str = "x-noop-chunked";
 pub(crate) const ECHO: &str = "x-noop-echo";
+pub(crate) const READ_RATE: &str = "x-noop-read-rate";
 
 /// What the request asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +22,8 @@ pub(crate) struct Options {
     pub(crate) size: Option<u64>,
     pub(crate) chunked: bool,
     pub(crate) echo: Option<Echo>,
+    /// Request body bytes read per second at most; `None`: as fast as they come.
+    pub(crate) read_rate: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +108,15 @@ impl Options {
             Some("body") => Some(Echo::Body),
             Some(v) => return Err(expected(ECHO, "headers or body", v)),
         };
+        let read_rate = match single(headers, READ_RATE)? {
+            None => None,
+            Some(v) => Some(
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|rate| *rate > 0 && v.bytes().all(|b| b.is_ascii_digit()))
+                    .ok_or_else(|| expected(READ_RATE, "bytes per second above 0", v))?,
+            ),
+        };
         if size.is_some() && echo.is_some() {
             return Err(bad(SIZE, "can't be combined with x-noop-echo"));
         }
@@ -114,6 +126,7 @@ impl Options {
             size,
             chunked,
             echo,
+            read_rate,
         })
     }
 }
@@ -141,6 +154,7 @@ mod tests {
                 size: None,
                 chunked: false,
                 echo: None,
+                read_rate: None,
             }
         );
     }
@@ -160,6 +174,10 @@ mod tests {
         assert!(o.chunked);
         assert_eq!(parse(&[(ECHO, "body")]).unwrap().echo, Some(Echo::Body));
         assert_eq!(parse(&[(STATUS, "999")]).unwrap().status.as_u16(), 999);
+        assert_eq!(
+            parse(&[(READ_RATE, "1048576")]).unwrap().read_rate,
+            Some(1 << 20)
+        );
     }
 
     #[test]
@@ -175,6 +193,8 @@ mod tests {
             (SIZE, "1k"),
             (CHUNKED, "yes"),
             (ECHO, "trailers"),
+            (READ_RATE, "0"),
+            (READ_RATE, "1MiB"),
         ] {
             let err = parse(&[(name, value)]).unwrap_err();
             assert_eq!(err.name, name, "{value}");

@@ -86,6 +86,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                     crate::config::ConnectionBalance::ReusePort => "reuse_port",
                     crate::config::ConnectionBalance::Exact => "exact",
                 },
+                "per_connection_buffer_limit_bytes": l.buffer_limit,
                 "http": {
                     "max_concurrent_streams": l.http.max_concurrent_streams,
                     "idle_timeout": duration(l.http.idle_timeout),
@@ -129,6 +130,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                 },
                 "connect_timeout": duration(c.connect_timeout),
                 "max_requests_per_connection": c.max_requests_per_connection,
+                "per_connection_buffer_limit_bytes": c.buffer_limit,
             })
         })
         .collect();

@@ -12,7 +12,7 @@ use http::HeaderMap;
 
 use crate::catalog::Catalog;
 use crate::config::{ClusterConfig, HashKey};
-pub(crate) use pool::{HostPool, UpstreamBody};
+pub(crate) use pool::{HostPool, UpstreamBody, UpstreamSettings};
 
 pub(crate) struct Cluster {
     /// In the host set's order.
@@ -30,6 +30,7 @@ impl Cluster {
     ) -> Self {
         let stats = Rc::new(catalog.cluster(shard, &config.name));
         let snapshot = host_set.snapshot();
+        let settings = Rc::new(UpstreamSettings::new(config));
         let hosts: Vec<Rc<HostPool>> = snapshot
             .hosts()
             .map(|host| {
@@ -38,9 +39,7 @@ impl Cluster {
                     Rc::clone(&stats),
                     catalog.host(shard, &config.name, &addr.to_string()),
                     addr,
-                    config.protocol,
-                    config.connect_timeout,
-                    config.max_requests_per_connection,
+                    Rc::clone(&settings),
                 ))
             })
             .collect();

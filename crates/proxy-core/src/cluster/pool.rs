@@ -27,18 +27,47 @@ use crate::http::body::RequestBody;
 /// Idle HTTP/1.1 connections kept per host per worker; more are closed when returned.
 const MAX_IDLE_PER_HOST: usize = 1024;
 
+/// How a worker talks to the hosts of one cluster: built once from the cluster's config.
+pub(crate) struct UpstreamSettings {
+    protocol: UpstreamProtocol,
+    connect_timeout: Duration,
+    /// Requests per connection before it is retired; `None`: no limit.
+    max_requests: Option<u32>,
+    h1: http1::Builder,
+    h2: http2::Builder<LocalExec>,
+}
+
+impl UpstreamSettings {
+    pub(crate) fn new(cluster: &crate::config::ClusterConfig) -> Self {
+        let limit = cluster.buffer_limit;
+        let mut h1 = http1::Builder::new();
+        // The response head and body are read into this buffer; hyper needs at least 8 KiB.
+        h1.max_buf_size((limit as usize).max(8192));
+        let mut h2 = http2::Builder::new(LocalExec);
+        h2.adaptive_window(false)
+            .initial_stream_window_size(limit)
+            // The connection window cannot start below HTTP/2's 64 KiB default.
+            .initial_connection_window_size(limit.max(65_535))
+            .max_send_buf_size(limit as usize);
+        Self {
+            protocol: cluster.protocol,
+            connect_timeout: cluster.connect_timeout,
+            max_requests: cluster.max_requests_per_connection,
+            h1,
+            h2,
+        }
+    }
+}
+
 pub(crate) struct HostPool {
     stats: Rc<ClusterStats>,
     host_stats: HostStats,
     addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
-    protocol: UpstreamProtocol,
-    connect_timeout: Duration,
+    settings: Rc<UpstreamSettings>,
     /// HTTP/1.1 connections with no request in flight, most recently used last.
     idle: RefCell<Vec<H1Conn>>,
-    /// Requests per connection before it is retired; `None`: no limit.
-    max_requests: Option<u32>,
     /// Requests sent on the current HTTP/2 connection.
     h2_uses: Cell<u32>,
     /// The shared HTTP/2 connection, if one is open.
@@ -55,9 +84,7 @@ impl HostPool {
         stats: Rc<ClusterStats>,
         host_stats: HostStats,
         addr: SocketAddr,
-        protocol: UpstreamProtocol,
-        connect_timeout: Duration,
-        max_requests: Option<u32>,
+        settings: Rc<UpstreamSettings>,
     ) -> Self {
         Self {
             stats,
@@ -65,10 +92,8 @@ impl HostPool {
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
-            protocol,
-            connect_timeout,
+            settings,
             idle: RefCell::new(Vec::new()),
-            max_requests,
             h2_uses: Cell::new(0),
             h2: RefCell::new(None),
             h2_connecting: tokio::sync::Mutex::new(()),
@@ -85,7 +110,7 @@ impl HostPool {
     }
 
     pub(crate) fn protocol(&self) -> UpstreamProtocol {
-        self.protocol
+        self.settings.protocol
     }
 
     pub(crate) fn stats(&self) -> &ClusterStats {
@@ -100,7 +125,7 @@ impl HostPool {
         picked: Picked,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         let request = UpstreamRequest::start(self, picked);
-        let (head, body, pool_return) = match self.protocol {
+        let (head, body, pool_return) = match self.settings.protocol {
             UpstreamProtocol::Http1 => self.send_h1(req).await?,
             UpstreamProtocol::Http2 => self.send_h2(req).await?,
         };
@@ -170,12 +195,14 @@ impl HostPool {
         let addr = self.addr;
         let started = Instant::now();
         let stream =
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
+            match tokio::time::timeout(self.settings.connect_timeout, TcpStream::connect(addr))
+                .await
+            {
                 Err(_) => {
                     self.stats.cx_connect_timeout.inc();
                     return Err(ProxyError::ConnectTimeout {
                         addr,
-                        after: self.connect_timeout,
+                        after: self.settings.connect_timeout,
                     });
                 }
                 Ok(Err(source)) => {
@@ -194,7 +221,9 @@ impl HostPool {
 
     async fn connect_h1(self: &Rc<Self>) -> Result<http1::SendRequest<RequestBody>, ProxyError> {
         let stream = self.connect().await?;
-        let (sender, conn) = http1::Builder::new()
+        let (sender, conn) = self
+            .settings
+            .h1
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
@@ -219,7 +248,11 @@ impl HostPool {
     }
 
     fn put_back(&self, conn: H1Conn) {
-        if self.max_requests.is_some_and(|max| conn.uses >= max) {
+        if self
+            .settings
+            .max_requests
+            .is_some_and(|max| conn.uses >= max)
+        {
             // Retired: dropping the sender closes the connection.
             self.stats.cx_max_requests.inc();
             return;
@@ -235,7 +268,7 @@ impl HostPool {
         req: Request<RequestBody>,
     ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
         let mut sender = self.h2_sender().await?;
-        if let Some(max) = self.max_requests {
+        if let Some(max) = self.settings.max_requests {
             let uses = self.h2_uses.get() + 1;
             self.h2_uses.set(uses);
             if uses >= max {
@@ -287,7 +320,9 @@ impl HostPool {
                 return Err(err);
             }
         };
-        let (sender, conn) = http2::Builder::new(LocalExec)
+        let (sender, conn) = self
+            .settings
+            .h2
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))?;

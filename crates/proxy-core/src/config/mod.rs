@@ -37,6 +37,8 @@ pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_REQUEST_HEADERS_KB: u32 = 60;
 /// HTTP/2 streams a downstream client may have open on one connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
+/// Bytes held per connection and direction unless configured (`per_connection_buffer_limit_bytes`).
+pub const DEFAULT_BUFFER_LIMIT: u32 = 32 * 1024;
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -67,6 +69,10 @@ pub struct ListenerConfig {
     /// a new connection is closed at once and counted in `downstream_cx_overflow`.
     pub connection_limit: Option<usize>,
     pub connection_balance: ConnectionBalance,
+    /// What the proxy holds for one client connection in each direction, in bytes: the
+    /// HTTP/1.1 read buffer and write queue, the HTTP/2 stream window and send buffer. A slow
+    /// peer makes the proxy stop reading from the other side rather than queue more.
+    pub buffer_limit: u32,
     pub http: HttpConfig,
     /// One line per request, if configured.
     pub access_log: Option<AccessLogConfig>,
@@ -154,7 +160,8 @@ pub enum RouteAction {
 pub struct ForwardAction {
     /// Index into [`Config::clusters`].
     pub cluster: usize,
-    /// Time allowed from sending the request until the response head arrives.
+    /// Time allowed for the response head to arrive after the request body has been sent
+    /// (as Envoy's route timeout); while the body is still going up, time it stands still.
     pub timeout: Duration,
     /// Replaces the `host` (or `:authority`) sent upstream.
     pub host_rewrite: Option<HeaderValue>,
@@ -171,6 +178,8 @@ pub struct ClusterConfig {
     pub connect_timeout: Duration,
     /// Requests sent on one upstream connection before it is retired; `None`: no limit.
     pub max_requests_per_connection: Option<u32>,
+    /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
+    pub buffer_limit: u32,
 }
 
 /// An upstream host of a cluster.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::units::de_opt_duration;
+use super::units::{de_opt_duration, de_opt_size};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +45,8 @@ pub struct RawListener {
     pub address: String,
     pub connection_limit: Option<u64>,
     pub connection_balance: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub per_connection_buffer_limit_bytes: Option<u64>,
     #[serde(default)]
     pub http: RawHttp,
     pub access_log: Option<RawAccessLog>,
@@ -125,6 +127,8 @@ pub struct RawCluster {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub connect_timeout: Option<Duration>,
     pub max_requests_per_connection: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub per_connection_buffer_limit_bytes: Option<u64>,
 }
 
 /// `127.0.0.1:9000` or `{ address: 127.0.0.1:9000, weight: 3 }`.

@@ -96,7 +96,6 @@ pub fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duratio
 }
 
 /// serde adapter: a size written as a number of bytes or a string with a unit.
-#[allow(dead_code)] // the first size-valued keys arrive with the buffer limits
 pub fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     struct V;
     impl Visitor<'_> for V {
@@ -112,6 +111,11 @@ pub fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         }
     }
     d.deserialize_any(V)
+}
+
+/// serde adapter for `Option<u64>` size fields.
+pub fn de_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_size(d).map(Some)
 }
 
 #[cfg(test)]

@@ -219,6 +219,10 @@ fn listener(
         address,
         connection_limit,
         connection_balance,
+        buffer_limit: buffer_limit(
+            raw.per_connection_buffer_limit_bytes,
+            &format!("{path}.per_connection_buffer_limit_bytes"),
+        )?,
         access_log,
         http: HttpConfig {
             max_concurrent_streams,
@@ -529,7 +533,26 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
         max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
         protocol,
         connect_timeout,
+        buffer_limit: buffer_limit(
+            raw.per_connection_buffer_limit_bytes,
+            &format!("{path}.per_connection_buffer_limit_bytes"),
+        )?,
     })
+}
+
+/// `per_connection_buffer_limit_bytes`: default 32 KiB. At least one HTTP/2 frame (16 KiB),
+/// at most 256 MiB (HTTP/2 windows stop at 2 GiB; beyond that it is no longer a bound).
+fn buffer_limit(value: Option<u64>, path: &str) -> Result<u32, ConfigError> {
+    const MIN: u64 = 16 * 1024;
+    const MAX: u64 = 256 * 1024 * 1024;
+    match value {
+        None => Ok(DEFAULT_BUFFER_LIMIT),
+        Some(bytes @ MIN..=MAX) => Ok(bytes as u32),
+        Some(other) => Err(ConfigError::invalid(
+            path,
+            format!("expected 16KiB to 256MiB, found {other} bytes"),
+        )),
+    }
 }
 
 fn positive(d: std::time::Duration, path: &str) -> Result<std::time::Duration, ConfigError> {

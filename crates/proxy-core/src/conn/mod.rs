@@ -164,20 +164,41 @@ pub(crate) struct Codecs {
 }
 
 impl Codecs {
+    /// The request-head limit the handler must check itself: hyper's HTTP/1.1 buffer only
+    /// enforces it when the buffer limit is not larger. (HTTP/2 enforces it in the codec.)
+    pub(crate) fn head_limit_to_check(listener: &crate::config::ListenerConfig) -> Option<usize> {
+        let max_head = listener.http.max_request_headers_kb as usize * 1024;
+        (Self::h1_buffer(listener) > max_head).then_some(max_head)
+    }
+
+    fn h1_buffer(listener: &crate::config::ListenerConfig) -> usize {
+        let max_head = listener.http.max_request_headers_kb as usize * 1024;
+        (listener.buffer_limit as usize).max(max_head).max(8192)
+    }
+
     pub(crate) fn new(listener: &crate::config::ListenerConfig) -> Self {
         let max_head = listener.http.max_request_headers_kb as usize * 1024;
+        let limit = listener.buffer_limit;
         let mut h1 = http1::Builder::new();
         h1.keep_alive(true)
             .timer(hyper_util::rt::TokioTimer::new())
             // A codec is created when a request starts arriving (idle connections are parked
             // without one), so this bounds the head itself, not the idle time between requests.
             .header_read_timeout(listener.http.request_headers_timeout)
-            // A head larger than this is answered 431 by hyper. (hyper reads bodies into the
-            // same buffer, so it never goes below its 8 KiB minimum.)
-            .max_buf_size(max_head.max(8192));
+            // hyper reads heads and bodies into one buffer, and bounds its write queue by the
+            // same size: the buffer limit, or the head limit when that is larger (a head
+            // larger than the buffer is answered 431 by hyper, a smaller one over the head
+            // limit by the handler). Never below hyper's 8 KiB minimum.
+            .max_buf_size(Self::h1_buffer(listener));
         let mut h2 = http2::Builder::new(LocalExec);
         h2.max_concurrent_streams(listener.http.max_concurrent_streams)
-            .max_header_list_size(max_head as u32);
+            .max_header_list_size(max_head as u32)
+            // Fixed windows: a client can send at most `limit` bytes per stream before the
+            // upstream has taken them, and the connection window caps all streams together.
+            .adaptive_window(false)
+            .initial_stream_window_size(limit)
+            .initial_connection_window_size(limit.max(65_535))
+            .max_send_buf_size(limit as usize);
         Self {
             h1,
             h2,

@@ -1,7 +1,11 @@
 //! The body of a response sent downstream: relayed from an upstream, or made by the proxy.
 
+use std::cell::Cell;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -86,15 +90,38 @@ impl Body for ResponseBody {
 /// A request body relayed upstream, counting its bytes for the access log when asked to.
 pub struct RequestBody {
     inner: hyper::body::Incoming,
-    received: Option<std::rc::Rc<std::cell::Cell<u64>>>,
+    received: Option<Rc<Cell<u64>>>,
+    /// When the last frame was handed upstream, if someone watches.
+    progress: Option<Rc<Cell<Instant>>>,
 }
 
 impl RequestBody {
-    pub(crate) fn new(
-        inner: hyper::body::Incoming,
-        received: Option<std::rc::Rc<std::cell::Cell<u64>>>,
-    ) -> Self {
-        Self { inner, received }
+    pub(crate) fn new(inner: hyper::body::Incoming, received: Option<Rc<Cell<u64>>>) -> Self {
+        Self {
+            inner,
+            received,
+            progress: None,
+        }
+    }
+
+    /// A clock the body moves forward each time a frame goes upstream, and when it ends;
+    /// `None` for a body that is already complete (no request body).
+    pub(crate) fn track_progress(&mut self) -> Option<Rc<Cell<Instant>>> {
+        if self.inner.is_end_stream() {
+            return None;
+        }
+        let clock = Rc::new(Cell::new(Instant::now()));
+        self.progress = Some(Rc::clone(&clock));
+        Some(clock)
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        // Dropped when the codec is done with it: the request has left, or failed.
+        if let Some(clock) = &self.progress {
+            clock.set(Instant::now());
+        }
     }
 }
 
@@ -113,6 +140,9 @@ impl Body for RequestBody {
             && let Some(data) = frame.data_ref()
         {
             counter.set(counter.get() + data.len() as u64);
+        }
+        if let (Some(clock), Poll::Ready(_)) = (&this.progress, &polled) {
+            clock.set(Instant::now());
         }
         polled
     }

@@ -43,7 +43,10 @@ pub(crate) async fn handle(
                 log.flag = Some(err.flag());
             }
             // After a malformed request the stream may hold anything; do not read on.
-            close |= matches!(err, ProxyError::BadRequest(_));
+            close |= matches!(
+                err,
+                ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. }
+            );
             tracing::warn!(
                 flag = %err.flag(),
                 status = err.status().as_u16(),
@@ -79,6 +82,9 @@ async fn route_and_forward(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::BadRequest("CONNECT is not supported"));
     }
+    if let Some(limit) = conn.listener.head_limit {
+        check_head_size(&req, limit)?;
+    }
     let host = request_host(&req)?;
     let route = conn
         .listener
@@ -95,6 +101,23 @@ async fn route_and_forward(
         }
         RouteAction::Forward(forward) => forward_request(req, host, forward, conn, in_flight).await,
     }
+}
+
+/// Refuses a request whose head is larger than `limit` bytes, counted as Envoy does: the
+/// request line's target plus every header name and value.
+fn check_head_size<B>(req: &Request<B>, limit: usize) -> Result<(), ProxyError> {
+    let target = req.uri().authority().map_or(0, |a| a.as_str().len())
+        + req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let size = target
+        + req
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len())
+            .sum::<usize>();
+    if size > limit {
+        return Err(ProxyError::HeadersTooLarge { size, limit });
+    }
+    Ok(())
 }
 
 /// The host the client asked for: the URI's authority (HTTP/2's `:authority`, or an
@@ -122,6 +145,19 @@ fn request_host(req: &Request<RequestBody>) -> Result<Option<HeaderValue>, Proxy
             .map_err(|_| ProxyError::BadRequest("invalid authority"));
     }
     Ok(host.cloned())
+}
+
+/// Resolves once `progress` has stood still for `timeout`. As in Envoy, a request's timeout
+/// runs from the end of its body: a large upload that keeps moving is not cut off, and one that
+/// stalls for the timeout is.
+async fn idle_for(timeout: std::time::Duration, progress: &std::cell::Cell<tokio::time::Instant>) {
+    loop {
+        let deadline = progress.get() + timeout;
+        tokio::time::sleep_until(deadline).await;
+        if progress.get() + timeout <= tokio::time::Instant::now() {
+            return;
+        }
+    }
 }
 
 async fn forward_request(
@@ -185,16 +221,26 @@ async fn forward_request(
         }
     }
 
+    let mut body = body;
+    let progress = body.track_progress();
     let request = Request::from_parts(parts, body);
-    let response = tokio::time::timeout(forward.timeout, upstream.send(request, picked))
-        .await
-        .map_err(|_| {
-            upstream.stats().rq_timeout.inc();
-            ProxyError::Timeout {
-                addr: upstream.addr(),
-                after: forward.timeout,
-            }
-        })??;
+    let timed_out = || {
+        upstream.stats().rq_timeout.inc();
+        ProxyError::Timeout {
+            addr: upstream.addr(),
+            after: forward.timeout,
+        }
+    };
+    let response = match progress {
+        // No request body: the clock starts now.
+        None => tokio::time::timeout(forward.timeout, upstream.send(request, picked))
+            .await
+            .map_err(|_| timed_out())??,
+        Some(progress) => tokio::select! {
+            response = upstream.send(request, picked) => response?,
+            () = idle_for(forward.timeout, &progress) => return Err(timed_out()),
+        },
+    };
 
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);

@@ -44,6 +44,9 @@ pub(crate) struct ListenerCtx {
     index: usize,
     exact: bool,
     pub(crate) max_requests_per_connection: Option<u32>,
+    /// The request-head limit in bytes, when the codec's buffer is larger and so does not
+    /// enforce it (HTTP/1.1 with a buffer limit above `max_request_headers_kb`).
+    pub(crate) head_limit: Option<usize>,
     codecs: Rc<conn::Codecs>,
     limits: ConnectionLimits,
     pub(crate) stats: ListenerStats,
@@ -156,6 +159,7 @@ async fn run(spec: WorkerSpec) {
             index: listeners.len(),
             exact: listener.connection_balance == crate::config::ConnectionBalance::Exact,
             max_requests_per_connection: listener.http.max_requests_per_connection,
+            head_limit: conn::Codecs::head_limit_to_check(listener),
             codecs: Rc::new(conn::Codecs::new(listener)),
             limits: limits.clone(),
             stats: catalog.listener(&shard, &listener.name),

@@ -179,3 +179,37 @@ fn load_balancing_options_are_checked() {
     );
     assert!(error_of(&zero).starts_with("clusters[0].endpoints[0].weight"));
 }
+
+#[test]
+fn buffer_limits_default_to_32_kib_and_take_units() {
+    let config = Config::from_yaml(MINIMAL).unwrap();
+    assert_eq!(config.listeners[0].buffer_limit, 32 * 1024);
+    assert_eq!(config.clusters[0].buffer_limit, 32 * 1024);
+
+    let set = MINIMAL
+        .replace(
+            "    address: 127.0.0.1:8080\n",
+            "    address: 127.0.0.1:8080\n    per_connection_buffer_limit_bytes: 1MiB\n",
+        )
+        .replace(
+            "    endpoints: [127.0.0.1:9000, \"localhost:9001\"]\n",
+            "    endpoints: [127.0.0.1:9000]\n    per_connection_buffer_limit_bytes: 65536\n",
+        );
+    let config = Config::from_yaml(&set).unwrap();
+    assert_eq!(config.listeners[0].buffer_limit, 1 << 20);
+    assert_eq!(config.clusters[0].buffer_limit, 65536);
+
+    let tiny = MINIMAL.replace(
+        "    address: 127.0.0.1:8080\n",
+        "    address: 127.0.0.1:8080\n    per_connection_buffer_limit_bytes: 1KiB\n",
+    );
+    assert!(
+        error_of(&tiny)
+            .starts_with("listeners[0].per_connection_buffer_limit_bytes: expected 16KiB")
+    );
+    let unitless = MINIMAL.replace(
+        "    endpoints: [127.0.0.1:9000, \"localhost:9001\"]\n",
+        "    endpoints: [127.0.0.1:9000]\n    per_connection_buffer_limit_bytes: 32 parsecs\n",
+    );
+    assert!(error_of(&unitless).starts_with("clusters[0]"));
+}
