@@ -37,6 +37,7 @@ mod error;
 mod exec;
 mod http;
 mod listener;
+mod memory;
 pub mod router;
 mod server;
 mod worker;

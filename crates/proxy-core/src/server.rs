@@ -138,6 +138,7 @@ impl Server {
             ),
             None => None,
         };
+        crate::memory::start_trimmer();
 
         let (balance, handoffs) = ExactBalance::new(workers);
         let mut handoffs = handoffs.into_iter();

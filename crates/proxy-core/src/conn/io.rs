@@ -49,8 +49,14 @@ impl DownstreamIo {
     }
 
     /// Bytes to hand to the codec before anything more from the socket.
-    pub(crate) fn set_prefix(&mut self, prefix: Bytes) {
-        self.prefix = prefix;
+    /// Bytes to hand out before reading the socket again. They are copied: a slice of a
+    /// codec's read buffer would keep that whole buffer alive while the connection is parked.
+    pub(crate) fn set_prefix(&mut self, prefix: &[u8]) {
+        self.prefix = if prefix.is_empty() {
+            Bytes::new()
+        } else {
+            Bytes::copy_from_slice(prefix)
+        };
     }
 
     pub(crate) fn has_prefix(&self) -> bool {
@@ -69,6 +75,9 @@ impl AsyncRead for DownstreamIo {
         if !this.prefix.is_empty() {
             let n = this.prefix.len().min(buf.remaining());
             buf.put_slice(&this.prefix.split_to(n));
+            if this.prefix.is_empty() {
+                this.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.stream).poll_read(cx, buf)

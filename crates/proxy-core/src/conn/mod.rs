@@ -18,7 +18,6 @@ use std::task::Poll;
 use std::time::Duration;
 use std::time::SystemTime;
 
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioIo;
@@ -219,7 +218,8 @@ pub(crate) async fn serve(
     let _ = stream.set_nodelay(true);
     let mut io = DownstreamIo::new(stream);
     match sniff(&mut io, &ctx, codecs.idle_timeout, &mut drain).await {
-        Sniffed::Http2 => serve_h2(io, ctx, &codecs, drain).await,
+        // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
+        Sniffed::Http2 => Box::pin(serve_h2(io, ctx, &codecs, drain)).await,
         Sniffed::Http1 => serve_h1(io, ctx, &codecs, drain).await,
         Sniffed::Closed => {
             let _ = io.shutdown().await;
@@ -265,7 +265,7 @@ async fn sniff(
         } else {
             continue;
         };
-        io.set_prefix(Bytes::copy_from_slice(&head[..len]));
+        io.set_prefix(&head[..len]);
         return sniffed;
     }
 }
@@ -318,65 +318,82 @@ async fn serve_h1(
                 }
             }
         }
-        // Boxed: dropping it on parking frees the codec's state, not just its buffers.
-        let mut conn = Box::pin(
-            codecs
-                .h1
-                .serve_connection(TokioIo::new(io), ProxyService(Rc::clone(&ctx))),
-        );
-        let mut parking = false;
-        let mut closing_after_exchange = false;
-        let mut draining = false;
-        let park_after = codecs.park_after;
-        let park_timer = tokio::time::sleep(park_after);
-        tokio::pin!(park_timer);
-        let result = loop {
-            tokio::select! {
-                result = poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break result,
-                _ = drain.wait_for(|draining| *draining), if !draining => {
-                    draining = true;
-                    parking = false;
-                    conn.as_mut().graceful_shutdown();
-                }
-                _ = &mut park_timer, if !parking && !draining => {
-                    let idle_since = ctx.last_active.get();
-                    if ctx.in_flight.get() == 0 && idle_since.elapsed() >= park_after {
-                        tracing::trace!(peer = %ctx.peer, "parking idle connection");
-                        conn.as_mut().graceful_shutdown();
-                        // hyper stops at once only when it is idle between messages. If it
-                        // is not (a head half read, a response still flushing), it has just
-                        // switched keep-alive off and will finish that exchange and close:
-                        // then the socket must close too, not be parked.
-                        match poll_fn(|cx| Poll::Ready(conn.as_mut().poll_without_shutdown(cx))).await {
-                            Poll::Ready(result) => {
-                                parking = true;
-                                break result;
-                            }
-                            Poll::Pending => {}
-                        }
-                        parking = true;
-                        closing_after_exchange = true;
-                    } else {
-                        park_timer.as_mut().reset(idle_since.max(Instant::now()) + park_after);
-                    }
-                }
-            }
-        };
-        let parts = (*Pin::into_inner(conn)).into_parts();
-        io = parts.io.into_inner();
-        if let Err(err) = result {
-            if err.is_timeout() {
-                ctx.listener.stats.cx_headers_timeout.inc();
-            }
-            tracing::debug!(error = %err, "downstream connection ended with an error");
-        } else if parking && !closing_after_exchange {
-            tracing::trace!(peer = %ctx.peer, buffered = parts.read_buf.len(), "parked");
-            io.set_prefix(parts.read_buf);
-            continue;
+        // Boxed, so that the state of an active connection is not part of every connection's
+        // task: a parked one costs only what the loop above needs.
+        match Box::pin(serve_h1_until_idle(io, &ctx, codecs, &mut drain)).await {
+            Some(parked) => io = parked,
+            None => return,
         }
-        let _ = io.shutdown().await;
-        return;
     }
+}
+
+/// Runs the HTTP/1.1 codec until the connection ends (`None`, the socket shut down) or has
+/// been idle long enough to park (`Some`: the socket and any bytes already read).
+async fn serve_h1_until_idle(
+    io: DownstreamIo,
+    ctx: &Rc<ConnCtx>,
+    codecs: &Codecs,
+    drain: &mut watch::Receiver<bool>,
+) -> Option<DownstreamIo> {
+    // Boxed: taking it apart on parking needs it Unpin.
+    let mut conn = Box::pin(
+        codecs
+            .h1
+            .serve_connection(TokioIo::new(io), ProxyService(Rc::clone(ctx))),
+    );
+    let mut parking = false;
+    let mut closing_after_exchange = false;
+    let mut draining = false;
+    let park_after = codecs.park_after;
+    let park_timer = tokio::time::sleep(park_after);
+    tokio::pin!(park_timer);
+    let result = loop {
+        tokio::select! {
+            result = poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break result,
+            _ = drain.wait_for(|draining| *draining), if !draining => {
+                draining = true;
+                parking = false;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = &mut park_timer, if !parking && !draining => {
+                let idle_since = ctx.last_active.get();
+                if ctx.in_flight.get() == 0 && idle_since.elapsed() >= park_after {
+                    tracing::trace!(peer = %ctx.peer, "parking idle connection");
+                    conn.as_mut().graceful_shutdown();
+                    // hyper stops at once only when it is idle between messages. If it
+                    // is not (a head half read, a response still flushing), it has just
+                    // switched keep-alive off and will finish that exchange and close:
+                    // then the socket must close too, not be parked.
+                    match poll_fn(|cx| Poll::Ready(conn.as_mut().poll_without_shutdown(cx))).await {
+                        Poll::Ready(result) => {
+                            parking = true;
+                            break result;
+                        }
+                        Poll::Pending => {}
+                    }
+                    parking = true;
+                    closing_after_exchange = true;
+                } else {
+                    park_timer.as_mut().reset(idle_since.max(Instant::now()) + park_after);
+                }
+            }
+        }
+    };
+    let parts = (*Pin::into_inner(conn)).into_parts();
+    let mut io = parts.io.into_inner();
+    if let Err(err) = result {
+        if err.is_timeout() {
+            ctx.listener.stats.cx_headers_timeout.inc();
+        }
+        tracing::debug!(error = %err, "downstream connection ended with an error");
+    } else if parking && !closing_after_exchange {
+        tracing::trace!(peer = %ctx.peer, buffered = parts.read_buf.len(), "parked");
+        io.set_prefix(&parts.read_buf);
+        crate::memory::codec_released();
+        return Some(io);
+    }
+    let _ = io.shutdown().await;
+    None
 }
 
 async fn serve_h2(
