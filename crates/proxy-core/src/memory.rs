@@ -6,17 +6,20 @@
 //! connections' own small state) are never handed back by `free`: 10,000 connections that made
 //! one request each would keep ~14 KiB apiece resident long after they went quiet.
 //! `malloc_trim` returns every whole free page inside the heaps, so a background thread calls
-//! it, at most once a second and only after enough codecs were freed since the last call.
+//! it, at most twice a second and only after enough codecs were freed since the last call.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Codecs freed since the last trim.
 static RELEASED: AtomicUsize = AtomicUsize::new(0);
 
 /// Freed codecs (about 16 KiB each) that make a trim worth its cost.
 const TRIM_AFTER: usize = 64;
-const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often the thread looks, and how often it trims at most: a trim walks every free
+/// chunk of the heaps (a millisecond or two for a heap of 100 MB).
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+const MIN_TRIM_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Notes that a connection's codec was freed.
 pub(crate) fn codec_released() {
@@ -32,10 +35,17 @@ pub(crate) fn start_trimmer() {
         let spawned = std::thread::Builder::new()
             .name("legate-trim".into())
             .spawn(|| {
+                let mut last_trim = Instant::now();
                 loop {
                     std::thread::sleep(CHECK_EVERY);
-                    if RELEASED.swap(0, Ordering::Relaxed) >= TRIM_AFTER {
+                    if RELEASED.load(Ordering::Relaxed) >= TRIM_AFTER
+                        && last_trim.elapsed() >= MIN_TRIM_INTERVAL
+                    {
+                        RELEASED.store(0, Ordering::Relaxed);
+                        let started = Instant::now();
                         trim();
+                        last_trim = Instant::now();
+                        tracing::debug!(took = ?last_trim - started, "returned freed memory to the system");
                     }
                 }
             });
