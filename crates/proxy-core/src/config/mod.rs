@@ -37,6 +37,8 @@ pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_REQUEST_HEADERS_KB: u32 = 60;
 /// HTTP/2 streams a downstream client may have open on one connection.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
+/// Longest a request waits for an upstream connection when `max_connections` is reached.
+pub const DEFAULT_PENDING_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bytes held per connection and direction unless configured (`per_connection_buffer_limit_bytes`).
 pub const DEFAULT_BUFFER_LIMIT: u32 = 32 * 1024;
 
@@ -165,6 +167,30 @@ pub struct ForwardAction {
     pub timeout: Duration,
     /// Replaces the `host` (or `:authority`) sent upstream.
     pub host_rewrite: Option<HeaderValue>,
+    pub retry_policy: Option<RetryPolicy>,
+}
+
+/// When and how often a failed request is tried again, on another host if there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub retry_on: RetryOn,
+    pub num_retries: u32,
+    /// Time allowed for each try; the route timeout still bounds them all together.
+    pub per_try_timeout: Option<Duration>,
+    pub retriable_status_codes: Vec<u16>,
+}
+
+/// Envoy's `retry_on` conditions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryOn {
+    pub connect_failure: bool,
+    pub refused_stream: bool,
+    pub reset: bool,
+    /// Any 5xx, and no response at all (connect failure, reset, try timeout).
+    pub server_error: bool,
+    /// 502, 503, 504, and no response at all.
+    pub gateway_error: bool,
+    pub retriable_status_codes: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +206,86 @@ pub struct ClusterConfig {
     pub max_requests_per_connection: Option<u32>,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
     pub buffer_limit: u32,
+    pub circuit_breakers: CircuitBreakerConfig,
+    pub health_check: Option<HealthCheckConfig>,
+    pub outlier_detection: Option<OutlierDetectionConfig>,
+}
+
+/// A circuit-breaker limit as written: a number for the whole process, or a number per
+/// worker, multiplied out when the worker count is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitSpec {
+    Fixed(u32),
+    PerCore(u32),
+}
+
+impl LimitSpec {
+    /// The limit for a process with `workers` workers.
+    pub fn resolve(self, workers: usize) -> u32 {
+        match self {
+            LimitSpec::Fixed(n) => n,
+            LimitSpec::PerCore(n) => n.saturating_mul(workers.max(1) as u32),
+        }
+    }
+}
+
+/// Envoy's four circuit breakers of a cluster, for the whole process (all workers together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitBreakerConfig {
+    /// Upstream connections open at once.
+    pub max_connections: LimitSpec,
+    /// Requests waiting for a connection at once.
+    pub max_pending_requests: LimitSpec,
+    /// Requests in flight at once.
+    pub max_requests: LimitSpec,
+    /// Retries in flight at once.
+    pub max_retries: LimitSpec,
+    /// Longest a request waits for a connection before it gets 503.
+    pub pending_timeout: Duration,
+}
+
+impl Default for CircuitBreakerConfig {
+    /// Per core, so that a bigger machine gets proportionally more (lesson L1): one core relays
+    /// tens of thousands of requests a second, which at 100 ms mean latency is thousands in
+    /// flight.
+    fn default() -> Self {
+        Self {
+            max_connections: LimitSpec::PerCore(1024),
+            max_pending_requests: LimitSpec::PerCore(1024),
+            max_requests: LimitSpec::PerCore(4096),
+            max_retries: LimitSpec::PerCore(32),
+            pending_timeout: DEFAULT_PENDING_TIMEOUT,
+        }
+    }
+}
+
+/// Active health checking of a cluster's hosts: `GET path`, once per process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckConfig {
+    pub path: String,
+    /// `host` header of the check; the host's address if not given.
+    pub host: Option<String>,
+    pub interval: Duration,
+    /// Up to this much is added at random to each interval, so checks do not line up.
+    pub jitter: Duration,
+    pub timeout: Duration,
+    /// Consecutive passes that make an unhealthy host healthy.
+    pub healthy_threshold: u32,
+    /// Consecutive failures that make a healthy host unhealthy.
+    pub unhealthy_threshold: u32,
+}
+
+/// Passive health: hosts that keep failing are ejected for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutlierDetectionConfig {
+    /// Consecutive 5xx responses (including local 502/503/504) that eject a host; 0: off.
+    pub consecutive_5xx: u32,
+    /// Consecutive 502/503/504 and connect failures or resets that eject a host; 0: off.
+    pub consecutive_gateway_failure: u32,
+    /// An ejection lasts this times the host's number of ejections so far.
+    pub base_ejection_time: Duration,
+    /// At most this share of the cluster's hosts is ejected at once.
+    pub max_ejection_percent: u32,
 }
 
 /// An upstream host of a cluster.

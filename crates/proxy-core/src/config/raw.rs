@@ -83,6 +83,18 @@ pub struct RawRoute {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
+    pub retry_policy: Option<RawRetryPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetryPolicy {
+    pub retry_on: Vec<String>,
+    pub num_retries: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub per_try_timeout: Option<Duration>,
+    #[serde(default)]
+    pub retriable_status_codes: Vec<u16>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +141,59 @@ pub struct RawCluster {
     pub max_requests_per_connection: Option<u32>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
+    pub circuit_breakers: Option<RawCircuitBreakers>,
+    pub health_check: Option<RawHealthCheck>,
+    pub outlier_detection: Option<RawOutlierDetection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCircuitBreakers {
+    pub max_connections: Option<RawLimit>,
+    pub max_pending_requests: Option<RawLimit>,
+    pub max_requests: Option<RawLimit>,
+    pub max_retries: Option<RawLimit>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub pending_timeout: Option<Duration>,
+}
+
+/// `1000` or `{ per_core: 250 }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+pub enum RawLimit {
+    Fixed(u64),
+    PerCore(RawPerCore),
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPerCore {
+    pub per_core: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    pub path: String,
+    pub host: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub interval: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub jitter: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    pub healthy_threshold: Option<u32>,
+    pub unhealthy_threshold: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutlierDetection {
+    pub consecutive_5xx: Option<u32>,
+    pub consecutive_gateway_failure: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub base_ejection_time: Option<Duration>,
+    pub max_ejection_percent: Option<u32>,
 }
 
 /// `127.0.0.1:9000` or `{ address: 127.0.0.1:9000, weight: 3 }`.

@@ -274,10 +274,10 @@ fn route(
             ));
         }
         (None, Some(direct)) => {
-            if raw.timeout.is_some() || raw.host_rewrite.is_some() {
+            if raw.timeout.is_some() || raw.host_rewrite.is_some() || raw.retry_policy.is_some() {
                 return Err(ConfigError::invalid(
                     path,
-                    "`timeout` and `host_rewrite` apply only to routes with a `cluster`",
+                    "`timeout`, `host_rewrite` and `retry_policy` apply only to routes with a `cluster`",
                 ));
             }
             let status = StatusCode::from_u16(direct.status)
@@ -335,10 +335,15 @@ fn route(
                         })
                 })
                 .transpose()?;
+            let retry_policy = raw
+                .retry_policy
+                .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
+                .transpose()?;
             RouteAction::Forward(ForwardAction {
                 cluster: index,
                 timeout,
                 host_rewrite,
+                retry_policy,
             })
         }
     };
@@ -537,6 +542,176 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
             raw.per_connection_buffer_limit_bytes,
             &format!("{path}.per_connection_buffer_limit_bytes"),
         )?,
+        circuit_breakers: circuit_breakers(
+            raw.circuit_breakers.unwrap_or_default(),
+            &format!("{path}.circuit_breakers"),
+        )?,
+        health_check: raw
+            .health_check
+            .map(|h| health_check(h, &format!("{path}.health_check")))
+            .transpose()?,
+        outlier_detection: raw
+            .outlier_detection
+            .map(|o| outlier_detection(o, &format!("{path}.outlier_detection")))
+            .transpose()?,
+    })
+}
+
+fn circuit_breakers(
+    raw: RawCircuitBreakers,
+    path: &str,
+) -> Result<CircuitBreakerConfig, ConfigError> {
+    let defaults = CircuitBreakerConfig::default();
+    let limit = |raw: Option<RawLimit>, default: LimitSpec, key: &str| match raw {
+        None => Ok(default),
+        Some(RawLimit::Fixed(n @ 1..=1_000_000_000)) => Ok(LimitSpec::Fixed(n as u32)),
+        Some(RawLimit::PerCore(RawPerCore {
+            per_core: n @ 1..=10_000_000,
+        })) => Ok(LimitSpec::PerCore(n as u32)),
+        Some(_) => Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            "expected a number from 1 or `{ per_core: N }` with N from 1",
+        )),
+    };
+    Ok(CircuitBreakerConfig {
+        max_connections: limit(
+            raw.max_connections,
+            defaults.max_connections,
+            "max_connections",
+        )?,
+        max_pending_requests: limit(
+            raw.max_pending_requests,
+            defaults.max_pending_requests,
+            "max_pending_requests",
+        )?,
+        max_requests: limit(raw.max_requests, defaults.max_requests, "max_requests")?,
+        max_retries: limit(raw.max_retries, defaults.max_retries, "max_retries")?,
+        pending_timeout: positive(
+            raw.pending_timeout.unwrap_or(defaults.pending_timeout),
+            &format!("{path}.pending_timeout"),
+        )?,
+    })
+}
+
+fn health_check(raw: RawHealthCheck, path: &str) -> Result<HealthCheckConfig, ConfigError> {
+    if !raw.path.starts_with('/') || raw.path.parse::<http::uri::PathAndQuery>().is_err() {
+        return Err(ConfigError::invalid(
+            format!("{path}.path"),
+            format!("expected a path starting with `/`, found `{}`", raw.path),
+        ));
+    }
+    if let Some(host) = &raw.host
+        && HeaderValue::from_str(host).is_err()
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.host"),
+            format!("expected a host name, found `{host}`"),
+        ));
+    }
+    let interval = positive(
+        raw.interval.unwrap_or(std::time::Duration::from_secs(5)),
+        &format!("{path}.interval"),
+    )?;
+    let timeout = positive(
+        raw.timeout.unwrap_or(std::time::Duration::from_secs(1)),
+        &format!("{path}.timeout"),
+    )?;
+    let threshold = |n: Option<u32>, default: u32, key: &str| match n.unwrap_or(default) {
+        0 => Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            "expected at least 1",
+        )),
+        n => Ok(n),
+    };
+    Ok(HealthCheckConfig {
+        path: raw.path,
+        host: raw.host,
+        interval,
+        jitter: raw.jitter.unwrap_or(interval / 10),
+        timeout,
+        healthy_threshold: threshold(raw.healthy_threshold, 1, "healthy_threshold")?,
+        unhealthy_threshold: threshold(raw.unhealthy_threshold, 2, "unhealthy_threshold")?,
+    })
+}
+
+fn outlier_detection(
+    raw: RawOutlierDetection,
+    path: &str,
+) -> Result<OutlierDetectionConfig, ConfigError> {
+    let max_ejection_percent = raw.max_ejection_percent.unwrap_or(10);
+    if max_ejection_percent > 100 {
+        return Err(ConfigError::invalid(
+            format!("{path}.max_ejection_percent"),
+            format!("expected 0 to 100, found {max_ejection_percent}"),
+        ));
+    }
+    // Envoy's defaults.
+    Ok(OutlierDetectionConfig {
+        consecutive_5xx: raw.consecutive_5xx.unwrap_or(5),
+        consecutive_gateway_failure: raw.consecutive_gateway_failure.unwrap_or(0),
+        base_ejection_time: positive(
+            raw.base_ejection_time
+                .unwrap_or(std::time::Duration::from_secs(30)),
+            &format!("{path}.base_ejection_time"),
+        )?,
+        max_ejection_percent,
+    })
+}
+
+fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigError> {
+    let mut on = RetryOn::default();
+    for (i, condition) in raw.retry_on.iter().enumerate() {
+        let flag = match condition.as_str() {
+            "connect-failure" => &mut on.connect_failure,
+            "refused-stream" => &mut on.refused_stream,
+            "reset" => &mut on.reset,
+            "5xx" => &mut on.server_error,
+            "gateway-error" => &mut on.gateway_error,
+            "retriable-status-codes" => &mut on.retriable_status_codes,
+            other => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.retry_on[{i}]"),
+                    format!(
+                        "unknown condition `{other}`; expected connect-failure, refused-stream, \
+                         reset, 5xx, gateway-error or retriable-status-codes"
+                    ),
+                ));
+            }
+        };
+        *flag = true;
+    }
+    if raw.retry_on.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.retry_on"),
+            "expected at least one condition",
+        ));
+    }
+    if on.retriable_status_codes != !raw.retriable_status_codes.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.retriable_status_codes"),
+            "`retriable_status_codes` and the `retriable-status-codes` condition go together",
+        ));
+    }
+    if let Some(code) = raw
+        .retriable_status_codes
+        .iter()
+        .find(|c| !(100..=599).contains(*c))
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.retriable_status_codes"),
+            format!("expected status codes from 100 to 599, found {code}"),
+        ));
+    }
+    let per_try_timeout = raw
+        .per_try_timeout
+        .map(|t| positive(t, &format!("{path}.per_try_timeout")))
+        .transpose()?;
+    Ok(RetryPolicy {
+        retry_on: on,
+        // Envoy's default.
+        num_retries: raw.num_retries.unwrap_or(1),
+        per_try_timeout,
+        retriable_status_codes: raw.retriable_status_codes,
     })
 }
 
