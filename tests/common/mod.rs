@@ -401,3 +401,16 @@ pub fn admin_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String
         .unwrap_or_default();
     (status, body)
 }
+
+/// A stat from `/stats`, summed over its series (per-worker lines left out).
+pub fn stat(admin: SocketAddr, name: &str) -> i64 {
+    let (_, text) = admin_request(
+        admin,
+        "GET",
+        &format!("/stats?filter=%5E{name}%5B%7B%3A%5D"),
+    );
+    text.lines()
+        .filter(|l| !l.contains("worker="))
+        .filter_map(|l| l.rsplit(": ").next()?.parse::<i64>().ok())
+        .sum()
+}

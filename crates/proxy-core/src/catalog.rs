@@ -33,6 +33,32 @@ pub(crate) struct Catalog {
     upstream_rq_timeout: CounterFamily,
     upstream_rq_class: CounterFamily,
     upstream_rq_time: HistogramFamily,
+    upstream_cx_overflow: CounterFamily,
+    upstream_rq_pending_overflow: CounterFamily,
+    upstream_rq_pending_total: CounterFamily,
+    upstream_rq_pending_timeout: CounterFamily,
+    upstream_rq_retry: CounterFamily,
+    upstream_rq_retry_success: CounterFamily,
+    upstream_rq_retry_overflow: CounterFamily,
+    upstream_rq_retry_limit_exceeded: CounterFamily,
+    outlier_detection_ejections_enforced_total: CounterFamily,
+    outlier_detection_ejections_overflow: CounterFamily,
+    health_check_attempt: CounterFamily,
+    health_check_success: CounterFamily,
+    health_check_failure: CounterFamily,
+    pub(crate) circuit_breakers_cx_open: GaugeFamily,
+    pub(crate) circuit_breakers_rq_pending_open: GaugeFamily,
+    pub(crate) circuit_breakers_rq_open: GaugeFamily,
+    pub(crate) circuit_breakers_rq_retry_open: GaugeFamily,
+    pub(crate) circuit_breakers_remaining_cx: GaugeFamily,
+    pub(crate) circuit_breakers_remaining_pending: GaugeFamily,
+    pub(crate) circuit_breakers_remaining_rq: GaugeFamily,
+    pub(crate) circuit_breakers_remaining_retries: GaugeFamily,
+    pub(crate) circuit_breakers_rq_headroom: GaugeFamily,
+    pub(crate) circuit_breakers_pending_headroom: GaugeFamily,
+    pub(crate) membership_healthy: GaugeFamily,
+    pub(crate) outlier_detection_ejections_active: GaugeFamily,
+    upstream_rq_pending_time: HistogramFamily,
     host_cx_active: GaugeFamily,
     host_rq_active: GaugeFamily,
     worker_downstream_cx_active: GaugeFamily,
@@ -160,6 +186,32 @@ impl Catalog {
                 "Time from sending a request upstream to the end of its response.",
                 c,
             ),
+            upstream_cx_overflow: r.counter("upstream_cx_overflow", "Times a request found max_connections reached (it then waits in the pending queue, if there is room).", c),
+            upstream_rq_pending_overflow: r.counter("upstream_rq_pending_overflow", "Requests refused with 503 because max_requests or max_pending_requests was reached (as Envoy counts them).", c),
+            upstream_rq_pending_total: r.counter("upstream_rq_pending_total", "Requests that waited for an upstream connection.", c),
+            upstream_rq_pending_timeout: r.counter("upstream_rq_pending_timeout", "Requests refused with 503 after waiting pending_timeout for a connection.", c),
+            upstream_rq_retry: r.counter("upstream_rq_retry", "Retries sent.", c),
+            upstream_rq_retry_success: r.counter("upstream_rq_retry_success", "Retries that got a response not itself retried.", c),
+            upstream_rq_retry_overflow: r.counter("upstream_rq_retry_overflow", "Retries not sent because max_retries was reached.", c),
+            upstream_rq_retry_limit_exceeded: r.counter("upstream_rq_retry_limit_exceeded", "Requests still failing after num_retries retries.", c),
+            outlier_detection_ejections_enforced_total: r.counter("outlier_detection_ejections_enforced_total", "Hosts ejected by outlier detection.", c),
+            outlier_detection_ejections_overflow: r.counter("outlier_detection_ejections_overflow", "Ejections skipped because max_ejection_percent was reached.", c),
+            health_check_attempt: r.counter("health_check_attempt", "Active health checks made.", c),
+            health_check_success: r.counter("health_check_success", "Active health checks passed.", c),
+            health_check_failure: r.counter("health_check_failure", "Active health checks failed (status, timeout or connection).", c),
+            circuit_breakers_cx_open: r.gauge("circuit_breakers_cx_open", "1 while max_connections is reached.", c),
+            circuit_breakers_rq_pending_open: r.gauge("circuit_breakers_rq_pending_open", "1 while max_pending_requests is reached.", c),
+            circuit_breakers_rq_open: r.gauge("circuit_breakers_rq_open", "1 while max_requests is reached.", c),
+            circuit_breakers_rq_retry_open: r.gauge("circuit_breakers_rq_retry_open", "1 while max_retries is reached.", c),
+            circuit_breakers_remaining_cx: r.gauge("circuit_breakers_remaining_cx", "Upstream connections left before max_connections.", c),
+            circuit_breakers_remaining_pending: r.gauge("circuit_breakers_remaining_pending", "Pending requests left before max_pending_requests.", c),
+            circuit_breakers_remaining_rq: r.gauge("circuit_breakers_remaining_rq", "Requests left before max_requests.", c),
+            circuit_breakers_remaining_retries: r.gauge("circuit_breakers_remaining_retries", "Retries left before max_retries.", c),
+            circuit_breakers_rq_headroom: r.gauge("circuit_breakers_rq_headroom", "max_requests over the requests in flight on average in the last 10 s (rate x mean latency), in percent: 200 = the breaker trips at twice the current load. 100000 when idle.", c),
+            circuit_breakers_pending_headroom: r.gauge("circuit_breakers_pending_headroom", "max_pending_requests over the requests pending on average in the last 10 s, in percent. 100000 when none waited.", c),
+            membership_healthy: r.gauge("membership_healthy", "Hosts of the cluster that may take traffic (not failing health checks, not ejected).", c),
+            outlier_detection_ejections_active: r.gauge("outlier_detection_ejections_active", "Hosts currently ejected by outlier detection.", c),
+            upstream_rq_pending_time: r.histogram("upstream_rq_pending_time", "Time requests waited for an upstream connection.", c),
             worker_downstream_cx_active: r.per_shard_gauge("worker_downstream_cx_active", "Downstream connections open on each worker (Envoy's worker_N.downstream_cx_active).", &[]),
             worker_downstream_rq_total: r.per_shard_counter("worker_downstream_rq_total", "Downstream requests received by each worker.", &[]),
             host_cx_active: r.gauge(
@@ -214,11 +266,47 @@ impl Catalog {
             rq_timeout: shard.counter(self.upstream_rq_timeout, &[cluster]),
             rq_class: CLASSES.map(|class| shard.counter(self.upstream_rq_class, &[cluster, class])),
             rq_time: shard.histogram(self.upstream_rq_time, &[cluster]),
+            cx_overflow: shard.counter(self.upstream_cx_overflow, &[cluster]),
+            rq_pending_overflow: shard.counter(self.upstream_rq_pending_overflow, &[cluster]),
+            rq_pending_total: shard.counter(self.upstream_rq_pending_total, &[cluster]),
+            rq_pending_timeout: shard.counter(self.upstream_rq_pending_timeout, &[cluster]),
+            rq_retry: shard.counter(self.upstream_rq_retry, &[cluster]),
+            rq_retry_success: shard.counter(self.upstream_rq_retry_success, &[cluster]),
+            rq_retry_overflow: shard.counter(self.upstream_rq_retry_overflow, &[cluster]),
+            rq_retry_limit_exceeded: shard
+                .counter(self.upstream_rq_retry_limit_exceeded, &[cluster]),
+            outlier_detection_ejections_enforced_total: shard
+                .counter(self.outlier_detection_ejections_enforced_total, &[cluster]),
+            outlier_detection_ejections_overflow: shard
+                .counter(self.outlier_detection_ejections_overflow, &[cluster]),
+            health_check_attempt: shard.counter(self.health_check_attempt, &[cluster]),
+            health_check_success: shard.counter(self.health_check_success, &[cluster]),
+            health_check_failure: shard.counter(self.health_check_failure, &[cluster]),
+            rq_pending_time: shard.histogram(self.upstream_rq_pending_time, &[cluster]),
         }
     }
 }
 
 impl Catalog {
+    /// Gauges of a cluster's shared state (breakers, membership), set by whoever reads it.
+    pub(crate) fn cluster_gauges(&self, shard: &Shard, cluster: &str) -> ClusterGauges {
+        let g = |family| shard.shared_gauge(family, &[cluster]);
+        ClusterGauges {
+            cx_open: g(self.circuit_breakers_cx_open),
+            rq_pending_open: g(self.circuit_breakers_rq_pending_open),
+            rq_open: g(self.circuit_breakers_rq_open),
+            rq_retry_open: g(self.circuit_breakers_rq_retry_open),
+            remaining_cx: g(self.circuit_breakers_remaining_cx),
+            remaining_pending: g(self.circuit_breakers_remaining_pending),
+            remaining_rq: g(self.circuit_breakers_remaining_rq),
+            remaining_retries: g(self.circuit_breakers_remaining_retries),
+            rq_headroom: g(self.circuit_breakers_rq_headroom),
+            pending_headroom: g(self.circuit_breakers_pending_headroom),
+            membership_healthy: g(self.membership_healthy),
+            ejections_active: g(self.outlier_detection_ejections_active),
+        }
+    }
+
     pub(crate) fn host(&self, shard: &Shard, cluster: &str, host: &str) -> HostStats {
         HostStats {
             cx_active: shard.gauge(self.host_cx_active, &[cluster, host]),
@@ -240,6 +328,22 @@ impl Catalog {
 pub(crate) struct WorkerStats {
     pub(crate) cx_active: stats::Gauge,
     pub(crate) rq_total: stats::Counter,
+}
+
+/// A cluster's process-wide gauges.
+pub(crate) struct ClusterGauges {
+    pub(crate) cx_open: stats::SharedGauge,
+    pub(crate) rq_pending_open: stats::SharedGauge,
+    pub(crate) rq_open: stats::SharedGauge,
+    pub(crate) rq_retry_open: stats::SharedGauge,
+    pub(crate) remaining_cx: stats::SharedGauge,
+    pub(crate) remaining_pending: stats::SharedGauge,
+    pub(crate) remaining_rq: stats::SharedGauge,
+    pub(crate) remaining_retries: stats::SharedGauge,
+    pub(crate) rq_headroom: stats::SharedGauge,
+    pub(crate) pending_headroom: stats::SharedGauge,
+    pub(crate) membership_healthy: stats::SharedGauge,
+    pub(crate) ejections_active: stats::SharedGauge,
 }
 
 /// One worker's handles for one upstream host.
@@ -283,6 +387,20 @@ pub(crate) struct ClusterStats {
     pub(crate) rq_timeout: stats::Counter,
     rq_class: [stats::Counter; 5],
     pub(crate) rq_time: stats::Histogram,
+    pub(crate) cx_overflow: stats::Counter,
+    pub(crate) rq_pending_overflow: stats::Counter,
+    pub(crate) rq_pending_total: stats::Counter,
+    pub(crate) rq_pending_timeout: stats::Counter,
+    pub(crate) rq_retry: stats::Counter,
+    pub(crate) rq_retry_success: stats::Counter,
+    pub(crate) rq_retry_overflow: stats::Counter,
+    pub(crate) rq_retry_limit_exceeded: stats::Counter,
+    pub(crate) outlier_detection_ejections_enforced_total: stats::Counter,
+    pub(crate) outlier_detection_ejections_overflow: stats::Counter,
+    pub(crate) health_check_attempt: stats::Counter,
+    pub(crate) health_check_success: stats::Counter,
+    pub(crate) health_check_failure: stats::Counter,
+    pub(crate) rq_pending_time: stats::Histogram,
 }
 
 impl ClusterStats {

@@ -26,6 +26,8 @@ pub enum ResponseFlag {
     UpstreamProtocolError,
     /// DC: the downstream connection went away mid-request.
     DownstreamConnectionTermination,
+    /// UO: a circuit breaker of the cluster refused the request.
+    UpstreamOverflow,
 }
 
 impl ResponseFlag {
@@ -39,6 +41,7 @@ impl ResponseFlag {
             ResponseFlag::UpstreamReset => "UR",
             ResponseFlag::UpstreamProtocolError => "UPE",
             ResponseFlag::DownstreamConnectionTermination => "DC",
+            ResponseFlag::UpstreamOverflow => "UO",
         }
     }
 }
@@ -56,6 +59,8 @@ pub enum ProxyError {
     NoRoute,
     #[error("no healthy upstream host")]
     NoHealthyUpstream,
+    #[error("circuit breaker open: {}", .0.as_str())]
+    Overflow(crate::cluster::Overflow),
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
     #[error("request head of {size} bytes is over the {limit}-byte limit")]
@@ -100,7 +105,8 @@ impl ProxyError {
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
             ProxyError::ConnectFailure { .. }
             | ProxyError::ConnectTimeout { .. }
-            | ProxyError::NoHealthyUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            | ProxyError::NoHealthyUpstream
+            | ProxyError::Overflow(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamReset { .. } | ProxyError::UpstreamProtocol { .. } => {
                 StatusCode::BAD_GATEWAY
@@ -112,6 +118,7 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => ResponseFlag::NoRoute,
             ProxyError::NoHealthyUpstream => ResponseFlag::NoHealthyUpstream,
+            ProxyError::Overflow(_) => ResponseFlag::UpstreamOverflow,
             ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. } => {
                 ResponseFlag::DownstreamProtocolError
             }
@@ -131,6 +138,7 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => "no route\n",
             ProxyError::NoHealthyUpstream => "no healthy upstream\n",
+            ProxyError::Overflow(_) => "upstream overloaded\n",
             ProxyError::BadRequest(_) => "bad request\n",
             ProxyError::HeadersTooLarge { .. } => "request headers too large\n",
             ProxyError::ClientAborted { .. } => "request body incomplete\n",

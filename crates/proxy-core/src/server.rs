@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::access_log::LogSinks;
 use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
+use crate::cluster::SharedCluster;
 use crate::config::{Config, ConnectionBalance};
 use crate::listener::{
     ConnectionLimits, Limit, bind_per_worker, bind_shared, reuse_port_supported,
@@ -33,6 +34,8 @@ pub enum StartError {
     },
     #[error("access log: {source}")]
     AccessLog { source: io::Error },
+    #[error("cannot start the cluster monitor thread: {source}")]
+    Monitor { source: io::Error },
     #[error("cannot start worker thread {worker}: {source}")]
     SpawnWorker { worker: usize, source: io::Error },
 }
@@ -98,19 +101,12 @@ impl Server {
             )
             .map_err(|source| StartError::AccessLog { source })?,
         );
-        let host_sets = Arc::new(
+        let stats = ProxyStats::new();
+        let clusters = Arc::new(
             config
                 .clusters
                 .iter()
-                .map(|c| {
-                    balancer::HostSet::new(
-                        c.endpoints
-                            .iter()
-                            .map(|e| balancer::HostSpec::new(e.address).with_weight(e.weight))
-                            .collect(),
-                    )
-                    .expect("endpoints were validated: distinct, non-empty, weights >= 1")
-                })
+                .map(|c| Arc::new(SharedCluster::new(c, workers, &stats)))
                 .collect::<Vec<_>>(),
         );
         let process_limit = config.max_connections.map(Limit::new);
@@ -124,12 +120,11 @@ impl Server {
                 })
                 .collect::<Vec<_>>(),
         );
-        let stats = ProxyStats::new();
         let admin_state = Arc::new(AdminState::new(
             Arc::clone(&config),
             workers,
             Arc::clone(&stats),
-            Arc::clone(&host_sets),
+            Arc::clone(&clusters),
         ));
         let admin = match config.admin {
             Some(address) => Some(
@@ -139,6 +134,12 @@ impl Server {
             None => None,
         };
         crate::memory::start_trimmer();
+        crate::cluster::monitor::start(
+            Arc::clone(&clusters),
+            config.clusters.clone(),
+            Arc::clone(&stats),
+        )
+        .map_err(|source| StartError::Monitor { source })?;
 
         let (balance, handoffs) = ExactBalance::new(workers);
         let mut handoffs = handoffs.into_iter();
@@ -152,7 +153,7 @@ impl Server {
                 drain: drain_rx.clone(),
                 stats: Arc::clone(&stats),
                 log_sinks: Arc::clone(&log_sinks),
-                host_sets: Arc::clone(&host_sets),
+                clusters: Arc::clone(&clusters),
                 limits: Arc::clone(&limits),
                 balance: Arc::clone(&balance),
                 handoff: handoffs.next().expect("one hand-off queue per worker"),

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::config::{
-    Concurrency, Config, HeaderValueMatch, HostMatch, LbPolicy, PathMatch, RouteAction,
-    UpstreamProtocol,
+    Concurrency, Config, HeaderValueMatch, HostMatch, LbPolicy, LimitSpec, PathMatch, RetryPolicy,
+    RouteAction, UpstreamProtocol,
 };
 
 /// Durations are shown as the config file writes them.
@@ -20,6 +20,35 @@ fn duration(d: Duration) -> String {
     } else {
         format!("{}s", d.as_secs())
     }
+}
+
+/// A breaker limit as resolved for this process, with what was written when it was per core.
+fn limit(spec: LimitSpec, workers: usize) -> Value {
+    match spec {
+        LimitSpec::Fixed(_) => json!({ "resolved": spec.resolve(workers) }),
+        LimitSpec::PerCore(n) => json!({ "per_core": n, "resolved": spec.resolve(workers) }),
+    }
+}
+
+fn retry_policy(policy: &RetryPolicy) -> Value {
+    let on = policy.retry_on;
+    let conditions: Vec<&str> = [
+        (on.connect_failure, "connect-failure"),
+        (on.refused_stream, "refused-stream"),
+        (on.reset, "reset"),
+        (on.server_error, "5xx"),
+        (on.gateway_error, "gateway-error"),
+        (on.retriable_status_codes, "retriable-status-codes"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    json!({
+        "retry_on": conditions,
+        "num_retries": policy.num_retries,
+        "per_try_timeout": policy.per_try_timeout.map(duration),
+        "retriable_status_codes": policy.retriable_status_codes,
+    })
 }
 
 pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
@@ -74,6 +103,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                             "cluster": config.clusters[f.cluster].name,
                             "timeout": duration(f.timeout),
                             "host_rewrite": f.host_rewrite.as_ref().map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()),
+                            "retry_policy": f.retry_policy.as_ref().map(retry_policy),
                         }),
                     }
                 })
@@ -131,6 +161,28 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                 "connect_timeout": duration(c.connect_timeout),
                 "max_requests_per_connection": c.max_requests_per_connection,
                 "per_connection_buffer_limit_bytes": c.buffer_limit,
+                "circuit_breakers": {
+                    "max_connections": limit(c.circuit_breakers.max_connections, workers),
+                    "max_pending_requests": limit(c.circuit_breakers.max_pending_requests, workers),
+                    "max_requests": limit(c.circuit_breakers.max_requests, workers),
+                    "max_retries": limit(c.circuit_breakers.max_retries, workers),
+                    "pending_timeout": duration(c.circuit_breakers.pending_timeout),
+                },
+                "health_check": c.health_check.as_ref().map(|h| json!({
+                    "path": h.path,
+                    "host": h.host,
+                    "interval": duration(h.interval),
+                    "jitter": duration(h.jitter),
+                    "timeout": duration(h.timeout),
+                    "healthy_threshold": h.healthy_threshold,
+                    "unhealthy_threshold": h.unhealthy_threshold,
+                })),
+                "outlier_detection": c.outlier_detection.map(|o| json!({
+                    "consecutive_5xx": o.consecutive_5xx,
+                    "consecutive_gateway_failure": o.consecutive_gateway_failure,
+                    "base_ejection_time": duration(o.base_ejection_time),
+                    "max_ejection_percent": o.max_ejection_percent,
+                })),
             })
         })
         .collect();

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use stats::{SharedGauge, Snapshot};
 
 use crate::catalog::ProxyStats;
+use crate::cluster::SharedCluster;
 use crate::config::Config;
 
 /// The endpoints, listed in every 404 so an operator can find the right one.
@@ -43,7 +44,7 @@ pub(crate) struct AdminState {
     pub(crate) config: Arc<Config>,
     pub(crate) workers: usize,
     stats: Arc<ProxyStats>,
-    host_sets: Arc<Vec<balancer::HostSet>>,
+    clusters: Arc<Vec<Arc<SharedCluster>>>,
     server: ServerGauges,
     started: Instant,
     /// Set by `POST /healthcheck/fail`.
@@ -57,7 +58,7 @@ impl AdminState {
         config: Arc<Config>,
         workers: usize,
         stats: Arc<ProxyStats>,
-        host_sets: Arc<Vec<balancer::HostSet>>,
+        clusters: Arc<Vec<Arc<SharedCluster>>>,
     ) -> Self {
         let shard = stats.registry.shard(&[]);
         let catalog = &stats.catalog;
@@ -73,7 +74,7 @@ impl AdminState {
             config,
             workers,
             stats,
-            host_sets,
+            clusters,
             server,
             started: Instant::now(),
             health_failed: AtomicBool::new(false),
@@ -101,6 +102,9 @@ impl AdminState {
         }
         let live = !self.draining.load(Ordering::Relaxed);
         self.server.live.set(i64::from(live));
+        for cluster in self.clusters.iter() {
+            cluster.refresh_gauges();
+        }
         self.stats.registry.snapshot()
     }
 }
@@ -152,30 +156,48 @@ fn workers_json(snapshot: &Snapshot) -> serde_json::Value {
 /// open connections summed over the workers.
 fn clusters_json(
     config: &Config,
-    host_sets: &[balancer::HostSet],
+    clusters: &[Arc<SharedCluster>],
     snapshot: &Snapshot,
 ) -> serde_json::Value {
     let clusters: Vec<serde_json::Value> = config
         .clusters
         .iter()
-        .zip(host_sets)
-        .map(|(c, set)| {
-            let hosts: Vec<serde_json::Value> = set
+        .zip(clusters)
+        .map(|(c, shared)| {
+            let hosts: Vec<serde_json::Value> = shared
+                .host_set
                 .snapshot()
                 .hosts()
-                .map(|host| {
+                .enumerate()
+                .map(|(index, host)| {
                     let addr = host.addr().to_string();
                     let labels = [c.name.as_str(), addr.as_str()];
+                    let (ejected, ejections, passing) =
+                        shared.health.describe(index).unwrap_or((false, 0, true));
                     serde_json::json!({
                         "address": addr,
                         "weight": host.weight(),
                         "health": format!("{:?}", host.health()).to_lowercase(),
+                        "passing_health_checks": passing,
+                        "ejected": ejected,
+                        "ejections": ejections,
                         "rq_active": host.active_requests(),
                         "cx_active": snapshot.gauge("host_cx_active", &labels).unwrap_or(0),
                     })
                 })
                 .collect();
-            serde_json::json!({ "name": c.name, "lb_policy": c.lb_policy.name(), "hosts": hosts })
+            let b = &shared.breakers;
+            serde_json::json!({
+                "name": c.name,
+                "lb_policy": c.lb_policy.name(),
+                "circuit_breakers": {
+                    "remaining_cx": b.connections.remaining(),
+                    "remaining_pending": b.pending.remaining(),
+                    "remaining_rq": b.requests.remaining(),
+                    "remaining_retries": b.retries.remaining(),
+                },
+                "hosts": hosts,
+            })
         })
         .collect();
     serde_json::json!({ "clusters": clusters })
@@ -349,7 +371,7 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
         (&Method::GET, "/workers") => json(&workers_json(&state.snapshot())),
         (&Method::GET, "/clusters") => json(&clusters_json(
             &state.config,
-            &state.host_sets,
+            &state.clusters,
             &state.snapshot(),
         )),
         (&Method::POST, "/healthcheck/fail") => {

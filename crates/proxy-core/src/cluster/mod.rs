@@ -2,17 +2,24 @@
 //! picks among them. The host set (health, weights, requests in flight) is shared by every
 //! worker's balancer; the pools are the worker's own.
 
+mod breaker;
+mod health;
+pub(crate) mod monitor;
 mod pool;
+mod shared;
 
 use std::net::IpAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 
-use balancer::{HostSet, LoadBalancer, Picked};
+use balancer::{LoadBalancer, Picked};
 use http::HeaderMap;
 
 use crate::catalog::Catalog;
 use crate::config::{ClusterConfig, HashKey};
-pub(crate) use pool::{HostPool, UpstreamBody, UpstreamSettings};
+pub(crate) use breaker::Overflow;
+pub(crate) use pool::{HostPool, SendError, UpstreamBody, UpstreamSettings};
+pub(crate) use shared::SharedCluster;
 
 pub(crate) struct Cluster {
     /// In the host set's order.
@@ -24,18 +31,21 @@ pub(crate) struct Cluster {
 impl Cluster {
     pub(crate) fn new(
         config: &ClusterConfig,
-        host_set: &HostSet,
+        shared: &Arc<SharedCluster>,
         catalog: &Catalog,
         shard: &stats::Shard,
     ) -> Self {
         let stats = Rc::new(catalog.cluster(shard, &config.name));
+        let host_set = &shared.host_set;
         let snapshot = host_set.snapshot();
-        let settings = Rc::new(UpstreamSettings::new(config));
+        let settings = Rc::new(UpstreamSettings::new(config, Arc::clone(shared)));
         let hosts: Vec<Rc<HostPool>> = snapshot
             .hosts()
-            .map(|host| {
+            .enumerate()
+            .map(|(index, host)| {
                 let addr = host.addr();
                 Rc::new(HostPool::new(
+                    index,
                     Rc::clone(&stats),
                     catalog.host(shard, &config.name, &addr.to_string()),
                     addr,

@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,6 +19,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::SharedCluster;
+use super::breaker::{Overflow, Slot};
+use super::health::{Ejection, TryOutcome};
 use crate::catalog::{ClusterStats, HostStats};
 use crate::config::UpstreamProtocol;
 use crate::error::ProxyError;
@@ -33,12 +37,14 @@ pub(crate) struct UpstreamSettings {
     connect_timeout: Duration,
     /// Requests per connection before it is retired; `None`: no limit.
     max_requests: Option<u32>,
+    buffer_limit: usize,
     h1: http1::Builder,
     h2: http2::Builder<LocalExec>,
+    shared: Arc<SharedCluster>,
 }
 
 impl UpstreamSettings {
-    pub(crate) fn new(cluster: &crate::config::ClusterConfig) -> Self {
+    pub(crate) fn new(cluster: &crate::config::ClusterConfig, shared: Arc<SharedCluster>) -> Self {
         let limit = cluster.buffer_limit;
         let mut h1 = http1::Builder::new();
         // The response head and body are read into this buffer; hyper needs at least 8 KiB.
@@ -53,13 +59,17 @@ impl UpstreamSettings {
             protocol: cluster.protocol,
             connect_timeout: cluster.connect_timeout,
             max_requests: cluster.max_requests_per_connection,
+            buffer_limit: limit as usize,
             h1,
             h2,
+            shared,
         }
     }
 }
 
 pub(crate) struct HostPool {
+    /// Position in the cluster's host set.
+    index: usize,
     stats: Rc<ClusterStats>,
     host_stats: HostStats,
     addr: SocketAddr,
@@ -68,6 +78,10 @@ pub(crate) struct HostPool {
     settings: Rc<UpstreamSettings>,
     /// HTTP/1.1 connections with no request in flight, most recently used last.
     idle: RefCell<Vec<H1Conn>>,
+    /// Requests on this worker waiting for a connection to this host (`max_connections`).
+    waiters: Cell<u32>,
+    /// Woken when a connection is put back while requests wait.
+    returned: tokio::sync::Notify,
     /// Requests sent on the current HTTP/2 connection.
     h2_uses: Cell<u32>,
     /// The shared HTTP/2 connection, if one is open.
@@ -81,12 +95,14 @@ pub(crate) struct HostPool {
 
 impl HostPool {
     pub(crate) fn new(
+        index: usize,
         stats: Rc<ClusterStats>,
         host_stats: HostStats,
         addr: SocketAddr,
         settings: Rc<UpstreamSettings>,
     ) -> Self {
         Self {
+            index,
             stats,
             host_stats,
             addr_text: http::HeaderValue::from_str(&addr.to_string())
@@ -94,6 +110,8 @@ impl HostPool {
             addr,
             settings,
             idle: RefCell::new(Vec::new()),
+            waiters: Cell::new(0),
+            returned: tokio::sync::Notify::new(),
             h2_uses: Cell::new(0),
             h2: RefCell::new(None),
             h2_connecting: tokio::sync::Mutex::new(()),
@@ -117,18 +135,54 @@ impl HostPool {
         &self.stats
     }
 
+    pub(crate) fn shared(&self) -> &Arc<SharedCluster> {
+        &self.settings.shared
+    }
+
+    /// The cluster's `per_connection_buffer_limit_bytes`.
+    pub(crate) fn buffer_limit(&self) -> usize {
+        self.settings.buffer_limit
+    }
+
     /// Sends `req` and waits for the response head. The response body streams on; for
     /// HTTP/1.1 the connection returns to the pool when that body has been read to its end.
+    /// A request refused or failed before any of it was sent comes back with the error.
     pub(crate) async fn send(
         self: &Rc<Self>,
         req: Request<RequestBody>,
         picked: Picked,
-    ) -> Result<Response<UpstreamBody>, ProxyError> {
+    ) -> Result<Response<UpstreamBody>, SendError> {
+        let breakers = &self.settings.shared.breakers;
+        if !breakers.requests.try_acquire() {
+            self.stats.rq_pending_overflow.inc();
+            return Err(SendError::unsent(
+                ProxyError::Overflow(Overflow::Requests),
+                req,
+            ));
+        }
         let request = UpstreamRequest::start(self, picked);
-        let (head, body, pool_return) = match self.settings.protocol {
-            UpstreamProtocol::Http1 => self.send_h1(req).await?,
-            UpstreamProtocol::Http2 => self.send_h2(req).await?,
+        let sent = match self.settings.protocol {
+            UpstreamProtocol::Http1 => self.send_h1(req).await,
+            UpstreamProtocol::Http2 => self.send_h2(req).await,
         };
+        let outcome = match &sent {
+            Ok((head, _, _)) => Some(TryOutcome::Status(head.status.as_u16())),
+            // Not the host's doing: the breaker refused, or the client went away.
+            Err(SendError {
+                error: ProxyError::Overflow(_) | ProxyError::ClientAborted { .. },
+                ..
+            }) => None,
+            Err(_) => Some(TryOutcome::NoResponse),
+        };
+        if let Some(outcome) = outcome {
+            let shared = &self.settings.shared;
+            match shared.health.report(&shared.host_set, self.index, outcome) {
+                Ejection::None => {}
+                Ejection::Ejected => self.stats.outlier_detection_ejections_enforced_total.inc(),
+                Ejection::Overflow => self.stats.outlier_detection_ejections_overflow.inc(),
+            }
+        }
+        let (head, body, pool_return) = sent?;
         self.stats.response(head.status);
         Ok(Response::from_parts(
             head,
@@ -144,7 +198,7 @@ impl HostPool {
     async fn send_h1(
         self: &Rc<Self>,
         mut req: Request<RequestBody>,
-    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
+    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), SendError> {
         // A pooled connection may have been closed by the upstream while idle. If the request
         // was not written before that was noticed, hyper hands it back and it is sent on a
         // fresh connection instead. A fresh connection that fails is reported, so a dead host
@@ -154,13 +208,10 @@ impl HostPool {
                 Some(conn) => (conn, false),
                 // Boxed: connecting is rare, and its state would otherwise enlarge every
                 // request's future.
-                None => {
-                    self.stats.rq_pending_active.inc();
-                    let connected = Box::pin(self.connect_h1()).await;
-                    self.stats.rq_pending_active.dec();
-                    let sender = connected?;
-                    (H1Conn { sender, uses: 0 }, true)
-                }
+                None => match Box::pin(self.connect_h1_within_limit()).await {
+                    Ok(conn) => conn,
+                    Err(error) => return Err(SendError::unsent(error, req)),
+                },
             };
             match conn.sender.try_send_request(req).await {
                 Ok(response) => {
@@ -170,10 +221,89 @@ impl HostPool {
                 }
                 Err(mut err) => match err.take_message() {
                     Some(unsent) if !fresh => req = unsent,
-                    _ => return Err(ProxyError::from_upstream(self.addr, err.into_error())),
+                    Some(unsent) => {
+                        let error = ProxyError::from_upstream(self.addr, err.into_error());
+                        return Err(SendError::unsent(error, unsent));
+                    }
+                    None => {
+                        return Err(SendError::sent(ProxyError::from_upstream(
+                            self.addr,
+                            err.into_error(),
+                        )));
+                    }
                 },
             }
         }
+    }
+
+    /// A connection for a request that found none idle: a new one if `max_connections`
+    /// allows, else (bounded by `max_pending_requests` and `pending_timeout`) one put back
+    /// on this worker or a slot freed anywhere. `(conn, fresh)`.
+    async fn connect_h1_within_limit(self: &Rc<Self>) -> Result<(H1Conn, bool), ProxyError> {
+        let breakers = &self.settings.shared.breakers;
+        if !breakers.connections.try_acquire() {
+            self.stats.cx_overflow.inc();
+            // `None`: a connection slot is ours.
+            if let Some(conn) = self.wait_pending().await? {
+                return Ok((conn, false));
+            }
+        }
+        self.stats.rq_pending_active.inc();
+        let connected = self.connect_h1().await;
+        self.stats.rq_pending_active.dec();
+        match connected {
+            Ok(sender) => Ok((H1Conn { sender, uses: 0 }, true)),
+            Err(error) => {
+                breakers.connection_closed();
+                Err(error)
+            }
+        }
+    }
+
+    /// Waits in the cluster's pending queue until a connection to this host is put back on
+    /// this worker (`Some`) or a connection slot is taken for this request (`None`).
+    async fn wait_pending(&self) -> Result<Option<H1Conn>, ProxyError> {
+        let breakers = &self.settings.shared.breakers;
+        let Some(_pending) = Slot::try_take(&breakers.pending) else {
+            self.stats.rq_pending_overflow.inc();
+            return Err(ProxyError::Overflow(Overflow::Pending));
+        };
+        self.stats.rq_pending_total.inc();
+        self.stats.rq_pending_active.inc();
+        self.waiters.set(self.waiters.get() + 1);
+        let started = Instant::now();
+        let deadline = tokio::time::sleep(breakers.pending_timeout);
+        tokio::pin!(deadline);
+        let outcome = loop {
+            // Registered before looking, so a wake-up between the look and the wait is kept.
+            let returned = self.returned.notified();
+            let freed = breakers.connection_freed.notified();
+            tokio::pin!(returned, freed);
+            returned.as_mut().enable();
+            freed.as_mut().enable();
+            if self.settings.protocol == UpstreamProtocol::Http1
+                && let Some(conn) = self.idle_h1().await
+            {
+                break Ok(Some(conn));
+            }
+            if breakers.connections.try_acquire() {
+                break Ok(None);
+            }
+            tokio::select! {
+                () = &mut returned => {}
+                () = &mut freed => {}
+                () = &mut deadline => {
+                    self.stats.rq_pending_timeout.inc();
+                    break Err(ProxyError::Overflow(Overflow::PendingTimeout));
+                }
+            }
+        };
+        self.waiters.set(self.waiters.get() - 1);
+        self.stats.rq_pending_active.dec();
+        self.stats
+            .rq_pending_time
+            .record_duration(started.elapsed());
+        outcome
     }
 
     /// The most recently used idle connection that is still open and ready.
@@ -219,6 +349,8 @@ impl HostPool {
         Ok(stream)
     }
 
+    /// Connects, holding a connection slot the caller took; on failure the caller gives it
+    /// back.
     async fn connect_h1(self: &Rc<Self>) -> Result<http1::SendRequest<RequestBody>, ProxyError> {
         let stream = self.connect().await?;
         let (sender, conn) = self
@@ -234,7 +366,8 @@ impl HostPool {
         Ok(sender)
     }
 
-    /// Drives an upstream connection on this worker, counting it while it is open.
+    /// Drives an upstream connection on this worker, counting it while it is open. It holds
+    /// a `max_connections` slot, given back when it closes.
     fn spawn_connection(self: &Rc<Self>, conn: impl Future<Output = ()> + 'static) {
         self.stats.cx_total.inc();
         self.stats.cx_active.inc();
@@ -244,6 +377,7 @@ impl HostPool {
             conn.await;
             pool.stats.cx_active.dec();
             pool.host_stats.cx_active.dec();
+            pool.settings.shared.breakers.connection_closed();
         });
     }
 
@@ -257,17 +391,32 @@ impl HostPool {
             self.stats.cx_max_requests.inc();
             return;
         }
+        if conn.sender.is_closed() {
+            return;
+        }
+        if self.waiters.get() == 0 && self.settings.shared.breakers.pending.active() > 0 {
+            // Requests wait for a connection slot elsewhere (another worker or host) and none
+            // here: closing this idle connection frees its slot for them.
+            return;
+        }
         let mut idle = self.idle.borrow_mut();
-        if idle.len() < MAX_IDLE_PER_HOST && !conn.sender.is_closed() {
+        if idle.len() < MAX_IDLE_PER_HOST {
             idle.push(conn);
+            drop(idle);
+            if self.waiters.get() > 0 {
+                self.returned.notify_one();
+            }
         }
     }
 
     async fn send_h2(
         self: &Rc<Self>,
         req: Request<RequestBody>,
-    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), ProxyError> {
-        let mut sender = self.h2_sender().await?;
+    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), SendError> {
+        let mut sender = match self.h2_sender().await {
+            Ok(sender) => sender,
+            Err(error) => return Err(SendError::unsent(error, req)),
+        };
         if let Some(max) = self.settings.max_requests {
             let uses = self.h2_uses.get() + 1;
             self.h2_uses.set(uses);
@@ -280,7 +429,7 @@ impl HostPool {
         let response = sender
             .send_request(req)
             .await
-            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
+            .map_err(|e| SendError::sent(ProxyError::from_upstream(self.addr, e)))?;
         let (head, body) = response.into_parts();
         Ok((head, body, None))
     }
@@ -313,19 +462,27 @@ impl HostPool {
                 ),
             });
         }
+        let breakers = &self.settings.shared.breakers;
+        if !breakers.connections.try_acquire() {
+            self.stats.cx_overflow.inc();
+            // No connection to put back on HTTP/2: only a freed slot helps.
+            self.wait_pending().await?;
+        }
         let stream = match self.connect().await {
             Ok(stream) => stream,
             Err(err) => {
+                breakers.connection_closed();
                 self.h2_failed_at.set(Some(Instant::now()));
                 return Err(err);
             }
         };
-        let (sender, conn) = self
-            .settings
-            .h2
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
+        let (sender, conn) = match self.settings.h2.handshake(TokioIo::new(stream)).await {
+            Ok(handshake) => handshake,
+            Err(e) => {
+                breakers.connection_closed();
+                return Err(ProxyError::from_upstream(self.addr, e));
+            }
+        };
         self.spawn_connection(async move {
             let _ = conn.await;
         });
@@ -343,6 +500,29 @@ impl HostPool {
                 None
             }
             None => None,
+        }
+    }
+}
+
+/// Why a request got no response, and the request itself when none of it was sent (so it
+/// can be tried again as it is).
+pub(crate) struct SendError {
+    pub(crate) error: ProxyError,
+    pub(crate) unsent: Option<Request<RequestBody>>,
+}
+
+impl SendError {
+    fn unsent(error: ProxyError, req: Request<RequestBody>) -> Self {
+        Self {
+            error,
+            unsent: Some(req),
+        }
+    }
+
+    fn sent(error: ProxyError) -> Self {
+        Self {
+            error,
+            unsent: None,
         }
     }
 }
@@ -402,6 +582,8 @@ impl UpstreamRequest {
 
 impl Drop for UpstreamRequest {
     fn drop(&mut self) {
+        // The `max_requests` slot `send` took.
+        self.pool.settings.shared.breakers.requests.release();
         self.pool.stats.rq_active.dec();
         self.pool.host_stats.rq_active.dec();
         self.pool

@@ -686,7 +686,7 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
             "expected at least one condition",
         ));
     }
-    if on.retriable_status_codes != !raw.retriable_status_codes.is_empty() {
+    if on.retriable_status_codes == raw.retriable_status_codes.is_empty() {
         return Err(ConfigError::invalid(
             format!("{path}.retriable_status_codes"),
             "`retriable_status_codes` and the `retriable-status-codes` condition go together",

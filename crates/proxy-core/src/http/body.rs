@@ -1,6 +1,7 @@
 //! The body of a response sent downstream: relayed from an upstream, or made by the proxy.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -89,30 +90,87 @@ impl Body for ResponseBody {
 
 /// A request body relayed upstream, counting its bytes for the access log when asked to.
 pub struct RequestBody {
-    inner: hyper::body::Incoming,
+    source: Source,
     received: Option<Rc<Cell<u64>>>,
     /// When the last frame was handed upstream, if someone watches.
     progress: Option<Rc<Cell<Instant>>>,
+    /// A copy of the frames sent so far, kept for a retry while it fits the buffer limit.
+    replay: Option<Rc<RefCell<Replay>>>,
+}
+
+enum Source {
+    Client(hyper::body::Incoming),
+    /// A retry: the frames recorded from the first try.
+    Replayed(VecDeque<Bytes>),
+}
+
+/// The frames of a request body, recorded as they go upstream so a retry can send them again.
+/// Only a body that ended within `limit` bytes can be replayed.
+pub(crate) struct Replay {
+    frames: Vec<Bytes>,
+    bytes: usize,
+    limit: usize,
+    complete: bool,
+    too_large: bool,
+}
+
+impl Replay {
+    /// A body to send again, if the whole body was recorded.
+    pub(crate) fn body(&self) -> Option<RequestBody> {
+        (self.complete && !self.too_large).then(|| RequestBody {
+            source: Source::Replayed(self.frames.iter().cloned().collect()),
+            received: None,
+            progress: None,
+            replay: None,
+        })
+    }
+
+    fn record(&mut self, data: &Bytes) {
+        if self.too_large {
+            return;
+        }
+        if self.bytes + data.len() > self.limit {
+            self.too_large = true;
+            self.frames = Vec::new();
+            return;
+        }
+        self.bytes += data.len();
+        self.frames.push(data.clone());
+    }
 }
 
 impl RequestBody {
     pub(crate) fn new(inner: hyper::body::Incoming, received: Option<Rc<Cell<u64>>>) -> Self {
         Self {
-            inner,
+            source: Source::Client(inner),
             received,
             progress: None,
+            replay: None,
         }
     }
 
     /// A clock the body moves forward each time a frame goes upstream, and when it ends;
     /// `None` for a body that is already complete (no request body).
     pub(crate) fn track_progress(&mut self) -> Option<Rc<Cell<Instant>>> {
-        if self.inner.is_end_stream() {
+        if self.is_end_stream() {
             return None;
         }
         let clock = Rc::new(Cell::new(Instant::now()));
         self.progress = Some(Rc::clone(&clock));
         Some(clock)
+    }
+
+    /// Starts recording the frames for a retry, up to `limit` bytes.
+    pub(crate) fn record_for_replay(&mut self, limit: usize) -> Rc<RefCell<Replay>> {
+        let replay = Rc::new(RefCell::new(Replay {
+            frames: Vec::new(),
+            bytes: 0,
+            limit,
+            complete: self.is_end_stream(),
+            too_large: false,
+        }));
+        self.replay = Some(Rc::clone(&replay));
+        replay
     }
 }
 
@@ -135,11 +193,26 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let (Some(counter), Poll::Ready(Some(Ok(frame)))) = (&this.received, &polled)
+        let polled = match &mut this.source {
+            Source::Client(inner) => Pin::new(inner).poll_frame(cx),
+            Source::Replayed(frames) => {
+                return Poll::Ready(frames.pop_front().map(|data| Ok(Frame::data(data))));
+            }
+        };
+        if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
-            counter.set(counter.get() + data.len() as u64);
+            if let Some(counter) = &this.received {
+                counter.set(counter.get() + data.len() as u64);
+            }
+            if let Some(replay) = &this.replay {
+                replay.borrow_mut().record(data);
+            }
+        }
+        if let Some(replay) = &this.replay
+            && (matches!(polled, Poll::Ready(None)) || this.source_ended())
+        {
+            replay.borrow_mut().complete = true;
         }
         if let (Some(clock), Poll::Ready(_)) = (&this.progress, &polled) {
             clock.set(Instant::now());
@@ -149,11 +222,26 @@ impl Body for RequestBody {
 
     #[inline]
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.source_ended()
     }
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.source {
+            Source::Client(inner) => inner.size_hint(),
+            Source::Replayed(frames) => {
+                SizeHint::with_exact(frames.iter().map(|f| f.len() as u64).sum())
+            }
+        }
+    }
+}
+
+impl RequestBody {
+    #[inline]
+    fn source_ended(&self) -> bool {
+        match &self.source {
+            Source::Client(inner) => inner.is_end_stream(),
+            Source::Replayed(frames) => frames.is_empty(),
+        }
     }
 }

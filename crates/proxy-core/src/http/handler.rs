@@ -10,9 +10,11 @@ use http::{Method, Request, Response, Uri, Version};
 
 use super::body::{RequestBody, ResponseBody};
 use super::headers::{
-    X_FORWARDED_PROTO, X_REQUEST_ID, append_forwarded_for, new_request_id, strip_hop_by_hop,
+    X_FORWARDED_PROTO, X_LEGATE_OVERLOADED, X_REQUEST_ID, append_forwarded_for, new_request_id,
+    strip_hop_by_hop,
 };
 use super::local_reply;
+use super::retry::{self, RetryPlan};
 use crate::config::{ForwardAction, RouteAction, UpstreamProtocol};
 use crate::conn::{ConnCtx, InFlight};
 use crate::error::ProxyError;
@@ -56,10 +58,19 @@ pub(crate) async fn handle(
                 error = %err,
                 "local reply"
             );
-            local_reply::text(
+            let mut reply = local_reply::text(
                 err.status(),
                 Bytes::from_static(err.client_body().as_bytes()),
-            )
+            );
+            if matches!(err, ProxyError::Overflow(_)) {
+                // Tells a client (or the next proxy) that this was load shedding, not a
+                // failed upstream: worth backing off, not worth marking the host down.
+                reply.headers_mut().insert(
+                    X_LEGATE_OVERLOADED.clone(),
+                    HeaderValue::from_static("true"),
+                );
+            }
+            reply
         }
     };
     if close && version <= Version::HTTP_11 {
@@ -223,6 +234,10 @@ async fn forward_request(
 
     let mut body = body;
     let progress = body.track_progress();
+    let retry = forward.retry_policy.as_ref().map(|policy| {
+        let plan = RetryPlan::prepare(&parts, &mut body, upstream.buffer_limit());
+        (policy, plan)
+    });
     let request = Request::from_parts(parts, body);
     let timed_out = || {
         upstream.stats().rq_timeout.inc();
@@ -231,16 +246,45 @@ async fn forward_request(
             after: forward.timeout,
         }
     };
-    let response = match progress {
+    let cluster = &conn.worker.clusters[forward.cluster];
+    let attempt = async {
+        match retry {
+            None => {
+                let response = upstream.send(request, picked).await;
+                response
+                    .map(|r| (Rc::clone(&upstream), r))
+                    .map_err(|e| e.error)
+            }
+            Some((policy, plan)) => {
+                retry::send_with_retries(
+                    request,
+                    Rc::clone(&upstream),
+                    picked,
+                    policy,
+                    plan,
+                    cluster,
+                    conn.peer.ip(),
+                    forward.timeout,
+                )
+                .await
+            }
+        }
+    };
+    let (answered_by, response) = match progress {
         // No request body: the clock starts now.
-        None => tokio::time::timeout(forward.timeout, upstream.send(request, picked))
+        None => tokio::time::timeout(forward.timeout, attempt)
             .await
             .map_err(|_| timed_out())??,
         Some(progress) => tokio::select! {
-            response = upstream.send(request, picked) => response?,
+            response = attempt => response?,
             () = idle_for(forward.timeout, &progress) => return Err(timed_out()),
         },
     };
+    if let Some(log) = in_flight.log()
+        && !Rc::ptr_eq(&answered_by, &upstream)
+    {
+        log.upstream = Some(answered_by.addr_text().clone());
+    }
 
     let (mut head, body) = response.into_parts();
     strip_hop_by_hop(&mut head.headers);

@@ -10,6 +10,7 @@ use http::header::{CONNECTION, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, U
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static X_LEGATE_OVERLOADED: HeaderName = HeaderName::from_static("x-legate-overloaded");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 

@@ -4,3 +4,4 @@ pub(crate) mod body;
 pub(crate) mod handler;
 pub(crate) mod headers;
 pub(crate) mod local_reply;
+pub(crate) mod retry;

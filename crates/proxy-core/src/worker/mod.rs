@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::access_log::{self, LogSinks, WorkerLog};
 use crate::catalog::{ListenerStats, ProxyStats, WorkerStats};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, SharedCluster};
 use crate::config::Config;
 use crate::conn::{self, ConnCtx};
 use crate::listener::{ConnPermit, ConnectionLimits};
@@ -90,8 +90,8 @@ pub(crate) struct WorkerSpec {
     pub(crate) drain: watch::Receiver<bool>,
     pub(crate) stats: Arc<ProxyStats>,
     pub(crate) log_sinks: Arc<LogSinks>,
-    /// Per cluster, in config order: the hosts every worker's balancer shares.
-    pub(crate) host_sets: Arc<Vec<balancer::HostSet>>,
+    /// Per cluster, in config order: hosts and breakers every worker shares.
+    pub(crate) clusters: Arc<Vec<Arc<SharedCluster>>>,
     /// Per listener, in config order: the connection limits all workers share.
     pub(crate) limits: Arc<Vec<ConnectionLimits>>,
     /// Open connections per worker, for `exact` balancing; and this worker's hand-off queue.
@@ -117,7 +117,7 @@ async fn run(spec: WorkerSpec) {
         drain,
         stats,
         log_sinks,
-        host_sets,
+        clusters,
         limits,
         balance,
         mut handoff,
@@ -128,8 +128,8 @@ async fn run(spec: WorkerSpec) {
         clusters: config
             .clusters
             .iter()
-            .zip(host_sets.iter())
-            .map(|(c, hosts)| Cluster::new(c, hosts, catalog, &shard))
+            .zip(clusters.iter())
+            .map(|(c, shared)| Cluster::new(c, shared, catalog, &shard))
             .collect(),
         stats: catalog.worker(&shard),
         draining: Cell::new(false),

@@ -1,0 +1,191 @@
+//! Circuit breakers: Envoy's four limits of a cluster (connections, pending requests, requests,
+//! retries), each counted over all workers of the process. A request past a limit is refused
+//! at once with 503 and `x-legate-overloaded: true`, never queued without bound.
+//!
+//! The counts are atomics shared by the workers: one uncontended-in-practice read-modify-write
+//! per admission and per release. The limits come from the config, resolved against the worker
+//! count when the server starts (`{ per_core: N }` is N per worker).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::config::CircuitBreakerConfig;
+
+/// One limit and what is held against it.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    limit: u32,
+    active: AtomicU32,
+}
+
+impl Breaker {
+    pub(crate) fn new(limit: u32) -> Self {
+        Self {
+            limit,
+            active: AtomicU32::new(0),
+        }
+    }
+
+    /// Takes a slot if one is free.
+    #[inline]
+    pub(crate) fn try_acquire(&self) -> bool {
+        self.active
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |active| {
+                (active < self.limit).then_some(active + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back a slot taken with [`Breaker::try_acquire`].
+    #[inline]
+    pub(crate) fn release(&self) {
+        self.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    pub(crate) fn active(&self) -> u32 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn remaining(&self) -> u32 {
+        self.limit.saturating_sub(self.active())
+    }
+
+    /// True while the limit is reached: the next admission would be refused.
+    pub(crate) fn is_open(&self) -> bool {
+        self.active() >= self.limit
+    }
+}
+
+/// Which limit refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    /// `max_requests`: too many requests in flight to the cluster.
+    Requests,
+    /// `max_pending_requests`: no connection free and the pending queue full.
+    Pending,
+    /// Waited `pending_timeout` for a connection without getting one.
+    PendingTimeout,
+}
+
+impl Overflow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overflow::Requests => "max_requests",
+            Overflow::Pending => "max_pending_requests",
+            Overflow::PendingTimeout => "pending_timeout",
+        }
+    }
+}
+
+/// A cluster's breakers, shared by every worker.
+#[derive(Debug)]
+pub(crate) struct CircuitBreakers {
+    pub(crate) connections: Breaker,
+    pub(crate) pending: Breaker,
+    pub(crate) requests: Breaker,
+    pub(crate) retries: Breaker,
+    pub(crate) pending_timeout: Duration,
+    /// Woken when an upstream connection of the cluster closes, for requests pending on
+    /// `max_connections` on any worker.
+    pub(crate) connection_freed: tokio::sync::Notify,
+}
+
+impl CircuitBreakers {
+    pub(crate) fn new(config: &CircuitBreakerConfig, workers: usize) -> Self {
+        Self {
+            connections: Breaker::new(config.max_connections.resolve(workers)),
+            pending: Breaker::new(config.max_pending_requests.resolve(workers)),
+            requests: Breaker::new(config.max_requests.resolve(workers)),
+            retries: Breaker::new(config.max_retries.resolve(workers)),
+            pending_timeout: config.pending_timeout,
+            connection_freed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Gives back a connection slot and wakes requests waiting for one.
+    pub(crate) fn connection_closed(&self) {
+        self.connections.release();
+        if self.pending.active() > 0 {
+            self.connection_freed.notify_waiters();
+        }
+    }
+}
+
+/// Holds a slot of `breaker` until dropped.
+pub(crate) struct Slot<'a>(&'a Breaker);
+
+impl<'a> Slot<'a> {
+    pub(crate) fn try_take(breaker: &'a Breaker) -> Option<Self> {
+        // Lazily: a `Slot` built and dropped on refusal would give back a slot never taken.
+        breaker.try_acquire().then(|| Slot(breaker))
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LimitSpec;
+
+    #[test]
+    fn a_breaker_admits_up_to_its_limit_and_frees_on_release() {
+        let breaker = Breaker::new(2);
+        assert!(breaker.try_acquire());
+        assert!(breaker.try_acquire());
+        assert!(breaker.is_open());
+        assert!(!breaker.try_acquire());
+        assert_eq!(breaker.active(), 2, "a refused admission holds nothing");
+        breaker.release();
+        assert_eq!(breaker.remaining(), 1);
+        {
+            let _slot = Slot::try_take(&breaker).unwrap();
+            assert!(Slot::try_take(&breaker).is_none());
+        }
+        assert_eq!(breaker.active(), 1);
+    }
+
+    #[test]
+    fn per_core_limits_scale_with_the_workers() {
+        let config = CircuitBreakerConfig {
+            max_requests: LimitSpec::PerCore(10),
+            max_connections: LimitSpec::Fixed(7),
+            ..CircuitBreakerConfig::default()
+        };
+        for (workers, expected) in [(1, 10), (2, 20), (4, 40)] {
+            let breakers = CircuitBreakers::new(&config, workers);
+            assert_eq!(breakers.requests.limit(), expected);
+            assert_eq!(breakers.connections.limit(), 7);
+        }
+    }
+
+    #[test]
+    fn concurrent_admissions_never_exceed_the_limit() {
+        let breaker = std::sync::Arc::new(Breaker::new(100));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let breaker = std::sync::Arc::clone(&breaker);
+                std::thread::spawn(move || {
+                    let mut held = 0;
+                    for _ in 0..1000 {
+                        if breaker.try_acquire() {
+                            held += 1;
+                        }
+                    }
+                    held
+                })
+            })
+            .collect();
+        let held: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(held, 100);
+        assert_eq!(breaker.active(), 100);
+    }
+}

@@ -1,0 +1,303 @@
+//! The once-per-process side of clusters, on one thread with its own runtime: active health
+//! checks (one task per checked host, results shared with every worker's balancer), the end of
+//! outlier ejections, and the circuit-breaker headroom gauges.
+//!
+//! Headroom is Little's law read off the stats: over the last 10 s, the requests in flight on
+//! average are the upstream request time summed over completed requests divided by the
+//! window (rate x mean latency). `max_requests` over that, in percent, says how far the load
+//! may grow before the breaker trips; a warning is logged when it stays under 2x for 30 s.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+
+use super::SharedCluster;
+use crate::catalog::{ClusterStats, ProxyStats};
+use crate::config::{ClusterConfig, HealthCheckConfig};
+
+/// How often headroom and ejections are looked at.
+const TICK: Duration = Duration::from_secs(1);
+/// The window headroom is measured over, in ticks.
+const WINDOW: usize = 10;
+/// Headroom below this (percent) for [`LOW_FOR`] logs a warning.
+const LOW_HEADROOM: i64 = 200;
+const LOW_FOR: Duration = Duration::from_secs(30);
+/// Shown when nothing was in flight: the limit is at least 1000x away.
+pub(crate) const IDLE_HEADROOM: i64 = 100_000;
+
+/// Starts the monitor thread. It runs as long as the process.
+pub(crate) fn start(
+    clusters: Arc<Vec<Arc<SharedCluster>>>,
+    configs: Vec<ClusterConfig>,
+    stats: Arc<ProxyStats>,
+) -> std::io::Result<()> {
+    let runtime = crate::exec::current_thread_runtime()?;
+    std::thread::Builder::new()
+        .name("legate-clusters".into())
+        .spawn(move || {
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, run(clusters, configs, stats));
+        })?;
+    Ok(())
+}
+
+async fn run(
+    clusters: Arc<Vec<Arc<SharedCluster>>>,
+    configs: Vec<ClusterConfig>,
+    stats: Arc<ProxyStats>,
+) {
+    let shard = stats.registry.shard(&[]);
+    for (cluster, config) in clusters.iter().zip(&configs) {
+        let Some(check) = &config.health_check else {
+            continue;
+        };
+        let cluster_stats = Rc::new(stats.catalog.cluster(&shard, &config.name));
+        for (index, host) in cluster.host_set.snapshot().hosts().enumerate() {
+            tokio::task::spawn_local(check_host(
+                Arc::clone(cluster),
+                index,
+                host.addr(),
+                check.clone(),
+                Rc::clone(&cluster_stats),
+            ));
+        }
+    }
+    let mut headroom: Vec<Headroom> = clusters.iter().map(|_| Headroom::default()).collect();
+    let mut ticks = tokio::time::interval(TICK);
+    loop {
+        ticks.tick().await;
+        let snapshot = stats.registry.snapshot();
+        let now = Instant::now();
+        for (cluster, headroom) in clusters.iter().zip(headroom.iter_mut()) {
+            let ejected = cluster.health.expire_ejections(&cluster.host_set);
+            cluster.gauges.ejections_active.set(ejected as i64);
+            let totals = |name: &str| {
+                snapshot
+                    .histogram(name, &[&cluster.name])
+                    .map_or((0, 0), |h| (h.count(), h.sum()))
+            };
+            headroom.samples.push_back(Sample {
+                at: now,
+                rq_time_us: totals("upstream_rq_time").1,
+                pending_time_us: totals("upstream_rq_pending_time").1,
+            });
+            if headroom.samples.len() > WINDOW + 1 {
+                headroom.samples.pop_front();
+            }
+            let (rq, pending) = headroom.percent(
+                cluster.breakers.requests.limit(),
+                cluster.breakers.pending.limit(),
+            );
+            cluster.gauges.rq_headroom.set(rq);
+            cluster.gauges.pending_headroom.set(pending);
+            headroom.watch(&cluster.name, rq, now);
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Sample {
+    at: Instant,
+    rq_time_us: u64,
+    pending_time_us: u64,
+}
+
+#[derive(Default)]
+struct Headroom {
+    samples: VecDeque<Sample>,
+    low_since: Option<Instant>,
+    warned: bool,
+}
+
+impl Headroom {
+    /// (requests, pending) headroom in percent over the window.
+    fn percent(&self, rq_limit: u32, pending_limit: u32) -> (i64, i64) {
+        let (Some(first), Some(last)) = (self.samples.front(), self.samples.back()) else {
+            return (IDLE_HEADROOM, IDLE_HEADROOM);
+        };
+        let span_us = (last.at - first.at).as_micros() as f64;
+        let of = |limit: u32, busy_us: u64| {
+            if span_us <= 0.0 {
+                return IDLE_HEADROOM;
+            }
+            // Little's law: mean in flight = time spent in flight / elapsed time.
+            let in_flight = busy_us as f64 / span_us;
+            if in_flight * IDLE_HEADROOM as f64 <= f64::from(limit) * 100.0 {
+                IDLE_HEADROOM
+            } else {
+                (f64::from(limit) * 100.0 / in_flight).round() as i64
+            }
+        };
+        (
+            of(rq_limit, last.rq_time_us.saturating_sub(first.rq_time_us)),
+            of(
+                pending_limit,
+                last.pending_time_us.saturating_sub(first.pending_time_us),
+            ),
+        )
+    }
+
+    fn watch(&mut self, cluster: &str, rq_headroom: i64, now: Instant) {
+        if rq_headroom >= LOW_HEADROOM {
+            self.low_since = None;
+            self.warned = false;
+            return;
+        }
+        let since = *self.low_since.get_or_insert(now);
+        if !self.warned && now - since >= LOW_FOR {
+            self.warned = true;
+            tracing::warn!(
+                cluster,
+                headroom_percent = rq_headroom,
+                "max_requests is less than twice the requests in flight for 30 s: the circuit breaker will trip if load or latency doubles"
+            );
+        }
+    }
+}
+
+async fn check_host(
+    cluster: Arc<SharedCluster>,
+    index: usize,
+    addr: SocketAddr,
+    config: HealthCheckConfig,
+    stats: Rc<ClusterStats>,
+) {
+    let mut rng = Jitter::seeded(addr);
+    let mut passing = true;
+    let (mut successes, mut failures) = (0u32, 0u32);
+    // The first check soon after start, spread by the jitter.
+    tokio::time::sleep(rng.up_to(config.jitter)).await;
+    loop {
+        stats.health_check_attempt.inc();
+        let ok = check_once(addr, &config).await;
+        if ok {
+            stats.health_check_success.inc();
+            successes += 1;
+            failures = 0;
+        } else {
+            stats.health_check_failure.inc();
+            failures += 1;
+            successes = 0;
+        }
+        if passing && failures >= config.unhealthy_threshold {
+            passing = false;
+            tracing::warn!(cluster = %cluster.name, host = %addr, "host failed its health checks");
+            cluster.health.set_passing(&cluster.host_set, index, false);
+        } else if !passing && successes >= config.healthy_threshold {
+            passing = true;
+            tracing::info!(cluster = %cluster.name, host = %addr, "host passes its health checks again");
+            cluster.health.set_passing(&cluster.host_set, index, true);
+        }
+        tokio::time::sleep(config.interval + rng.up_to(config.jitter)).await;
+    }
+}
+
+/// One `GET path` on a new connection: passes on a 2xx within the timeout.
+async fn check_once(addr: SocketAddr, config: &HealthCheckConfig) -> bool {
+    let attempt = async {
+        let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        let host = config.host.clone().unwrap_or_else(|| addr.to_string());
+        let req = Request::get(config.path.as_str())
+            .header(http::header::HOST, host)
+            .header(http::header::USER_AGENT, "legate-health-check")
+            .body(Empty::<Bytes>::new())
+            .ok()?;
+        let res = sender.send_request(req).await.ok()?;
+        Some(res.status().is_success())
+    };
+    matches!(
+        tokio::time::timeout(config.timeout, attempt).await,
+        Ok(Some(true))
+    )
+}
+
+/// xorshift64: enough to keep checks of many hosts from lining up.
+struct Jitter(u64);
+
+impl Jitter {
+    fn seeded(addr: SocketAddr) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+        Jitter((u64::from(addr.port()) << 32 | nanos) | 1)
+    }
+
+    fn up_to(&mut self, max: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let max_us = max.as_micros() as u64;
+        if max_us == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(self.0 % (max_us + 1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(busy_us: u64, seconds: u64) -> Headroom {
+        let start = Instant::now();
+        let mut h = Headroom::default();
+        h.samples.push_back(Sample {
+            at: start,
+            rq_time_us: 1_000,
+            pending_time_us: 0,
+        });
+        h.samples.push_back(Sample {
+            at: start + Duration::from_secs(seconds),
+            rq_time_us: 1_000 + busy_us,
+            pending_time_us: 0,
+        });
+        h
+    }
+
+    #[test]
+    fn headroom_is_the_limit_over_rate_times_mean_latency() {
+        // 100 requests a second of 50 ms each for 10 s: 5 in flight on average.
+        let h = window(100 * 10 * 50_000, 10);
+        assert_eq!(h.percent(20, 10).0, 400);
+        assert_eq!(h.percent(20, 10).1, IDLE_HEADROOM, "nothing waited");
+        assert_eq!(
+            Headroom::default().percent(20, 10),
+            (IDLE_HEADROOM, IDLE_HEADROOM)
+        );
+    }
+
+    #[test]
+    fn low_headroom_warns_once_after_thirty_seconds() {
+        let mut h = Headroom::default();
+        let t0 = Instant::now();
+        h.watch("c", 150, t0);
+        assert!(!h.warned);
+        h.watch("c", 150, t0 + Duration::from_secs(31));
+        assert!(h.warned);
+        h.watch("c", 500, t0 + Duration::from_secs(32));
+        assert!(!h.warned && h.low_since.is_none());
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bound() {
+        let mut j = Jitter::seeded("127.0.0.1:80".parse().unwrap());
+        for _ in 0..1000 {
+            assert!(j.up_to(Duration::from_millis(100)) <= Duration::from_millis(100));
+        }
+        assert_eq!(j.up_to(Duration::ZERO), Duration::ZERO);
+    }
+}

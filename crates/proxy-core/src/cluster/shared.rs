@@ -1,0 +1,64 @@
+//! What every worker shares about a cluster: its host set (health, weights, requests in flight)
+//! and its circuit breakers. Built once when the server starts.
+
+use crate::catalog::{ClusterGauges, ProxyStats};
+use crate::config::ClusterConfig;
+
+use super::breaker::CircuitBreakers;
+use super::health::HostHealth;
+
+pub(crate) struct SharedCluster {
+    pub(crate) name: String,
+    pub(crate) host_set: balancer::HostSet,
+    pub(crate) breakers: CircuitBreakers,
+    pub(crate) health: HostHealth,
+    pub(crate) gauges: ClusterGauges,
+}
+
+impl SharedCluster {
+    pub(crate) fn new(config: &ClusterConfig, workers: usize, stats: &ProxyStats) -> Self {
+        let host_set = balancer::HostSet::new(
+            config
+                .endpoints
+                .iter()
+                .map(|e| balancer::HostSpec::new(e.address).with_weight(e.weight))
+                .collect(),
+        )
+        .expect("endpoints were validated: distinct, non-empty, weights >= 1");
+        Self {
+            name: config.name.clone(),
+            health: HostHealth::new(&host_set, config.outlier_detection),
+            host_set,
+            breakers: CircuitBreakers::new(&config.circuit_breakers, workers),
+            gauges: stats
+                .catalog
+                .cluster_gauges(&stats.registry.shard(&[]), &config.name),
+        }
+    }
+
+    /// Sets the breaker and membership gauges from the live counts.
+    pub(crate) fn refresh_gauges(&self) {
+        let b = &self.breakers;
+        let g = &self.gauges;
+        for (breaker, open, remaining) in [
+            (&b.connections, &g.cx_open, &g.remaining_cx),
+            (&b.pending, &g.rq_pending_open, &g.remaining_pending),
+            (&b.requests, &g.rq_open, &g.remaining_rq),
+            (&b.retries, &g.rq_retry_open, &g.remaining_retries),
+        ] {
+            open.set(i64::from(breaker.is_open()));
+            remaining.set(i64::from(breaker.remaining()));
+        }
+        let snapshot = self.host_set.snapshot();
+        let healthy = snapshot
+            .hosts()
+            .filter(|h| {
+                matches!(
+                    h.health(),
+                    balancer::Health::Healthy | balancer::Health::Degraded
+                )
+            })
+            .count();
+        g.membership_healthy.set(healthy as i64);
+    }
+}

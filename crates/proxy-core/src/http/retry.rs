@@ -1,0 +1,192 @@
+//! Retries: a failed try is sent again, on another host when the cluster has one, as the
+//! route's `retry_policy` allows and the cluster's `max_retries` breaker has room.
+//!
+//! A request is tried again only when it can be sent whole: either none of it left (a connect
+//! failure hands the request back untouched) or its body was recorded as it went, which stops
+//! at the buffer limit. A body streamed past the limit is never retried.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+
+use super::body::{Replay, RequestBody};
+use crate::cluster::{Cluster, HostPool, SendError, SharedCluster, UpstreamBody};
+use crate::config::{RetryOn, RetryPolicy};
+use crate::error::ProxyError;
+
+/// What a retry rebuilds its request from.
+pub(crate) struct RetryPlan {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+    replay: Rc<RefCell<Replay>>,
+}
+
+impl RetryPlan {
+    /// Keeps a copy of the request head and starts recording the body.
+    pub(crate) fn prepare(
+        parts: &http::request::Parts,
+        body: &mut RequestBody,
+        buffer_limit: usize,
+    ) -> Self {
+        Self {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            headers: parts.headers.clone(),
+            replay: body.record_for_replay(buffer_limit),
+        }
+    }
+
+    fn rebuild(&self, body: RequestBody) -> Request<RequestBody> {
+        let mut req = Request::new(body);
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.version_mut() = self.version;
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+/// A `max_retries` slot, held while a retried try is in flight.
+struct RetrySlot(Arc<SharedCluster>);
+
+impl Drop for RetrySlot {
+    fn drop(&mut self) {
+        self.0.breakers.retries.release();
+    }
+}
+
+/// Sends `request` to `upstream`, and again as `policy` says while tries fail.
+#[allow(clippy::too_many_arguments)] // the request's whole context; called from one place
+pub(crate) async fn send_with_retries(
+    mut request: Request<RequestBody>,
+    mut upstream: Rc<HostPool>,
+    mut picked: balancer::Picked,
+    policy: &RetryPolicy,
+    plan: RetryPlan,
+    cluster: &Cluster,
+    client: IpAddr,
+    route_timeout: std::time::Duration,
+) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
+    let mut retries_left = policy.num_retries;
+    let mut retrying: Option<RetrySlot> = None;
+    loop {
+        let tried = Rc::clone(&upstream);
+        let per_try = policy.per_try_timeout.unwrap_or(route_timeout);
+        let outcome = match tokio::time::timeout(per_try, upstream.send(request, picked)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                tried.stats().rq_timeout.inc();
+                Err(SendError {
+                    error: ProxyError::Timeout {
+                        addr: tried.addr(),
+                        after: per_try,
+                    },
+                    unsent: None,
+                })
+            }
+        };
+        let was_retry = retrying.take().is_some();
+        let (retriable, unsent) = match outcome {
+            Ok(response) => {
+                if !status_retriable(policy, response.status()) {
+                    if was_retry {
+                        tried.stats().rq_retry_success.inc();
+                    }
+                    return Ok((tried, response));
+                }
+                (Ok(response), None)
+            }
+            Err(SendError { error, unsent }) => {
+                if !error_retriable(policy.retry_on, &error) {
+                    return Err(error);
+                }
+                (Err(error), unsent)
+            }
+        };
+        let give_up = |outcome: Result<Response<UpstreamBody>, ProxyError>| {
+            outcome.map(|response| (Rc::clone(&tried), response))
+        };
+        if retries_left == 0 {
+            tried.stats().rq_retry_limit_exceeded.inc();
+            return give_up(retriable);
+        }
+        let Some(body) = unsent
+            .map(|req| req.into_body())
+            .or_else(|| plan.replay.borrow().body())
+        else {
+            return give_up(retriable);
+        };
+        let shared = tried.shared();
+        if !shared.breakers.retries.try_acquire() {
+            tried.stats().rq_retry_overflow.inc();
+            return give_up(retriable);
+        }
+        retrying = Some(RetrySlot(Arc::clone(shared)));
+        retries_left -= 1;
+        tried.stats().rq_retry.inc();
+        // The failed try's response, if any, is dropped here: its connection is closed.
+        drop(retriable);
+        (upstream, picked) = pick_other(cluster, &plan.headers, client, tried.addr())
+            .ok_or(ProxyError::NoHealthyUpstream)?;
+        request = plan.rebuild(body);
+    }
+}
+
+/// A host for a retry, preferring one other than `avoid` (a few picks, as Envoy's
+/// previous-hosts predicate).
+fn pick_other(
+    cluster: &Cluster,
+    headers: &HeaderMap,
+    client: IpAddr,
+    avoid: std::net::SocketAddr,
+) -> Option<(Rc<HostPool>, balancer::Picked)> {
+    let mut choice = cluster.pick(headers, client)?;
+    for _ in 0..3 {
+        if choice.0.addr() != avoid {
+            break;
+        }
+        choice = cluster.pick(headers, client)?;
+    }
+    Some(choice)
+}
+
+fn status_retriable(policy: &RetryPolicy, status: StatusCode) -> bool {
+    let on = policy.retry_on;
+    let code = status.as_u16();
+    (on.server_error && status.is_server_error())
+        || (on.gateway_error && matches!(code, 502..=504))
+        || (on.retriable_status_codes && policy.retriable_status_codes.contains(&code))
+}
+
+fn error_retriable(on: RetryOn, error: &ProxyError) -> bool {
+    // Envoy: `5xx` and `gateway-error` also cover a try that got no response at all.
+    let no_response = on.server_error || on.gateway_error;
+    match error {
+        ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
+            on.connect_failure || no_response
+        }
+        ProxyError::UpstreamReset { source, .. } => {
+            on.reset || no_response || (on.refused_stream && is_refused_stream(source))
+        }
+        ProxyError::Timeout { .. } | ProxyError::UpstreamProtocol { .. } => no_response,
+        _ => false,
+    }
+}
+
+/// An HTTP/2 stream the upstream refused (REFUSED_STREAM): it was not processed at all.
+fn is_refused_stream(error: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        source = e.source();
+    }
+    false
+}
