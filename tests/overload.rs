@@ -75,7 +75,7 @@ async fn max_requests_per_core_admits_twenty_of_a_hundred_on_two_workers() {
         20,
         "all slots given back"
     );
-    assert!(proxy.wait_for_log("flag=UO", Duration::from_secs(5)));
+    assert!(proxy.wait_for_log("circuit breaker open", Duration::from_secs(5)));
 }
 
 #[test]

@@ -76,8 +76,7 @@ async fn run(
         let snapshot = stats.registry.snapshot();
         let now = Instant::now();
         for (cluster, headroom) in clusters.iter().zip(headroom.iter_mut()) {
-            let ejected = cluster.health.expire_ejections(&cluster.host_set);
-            cluster.gauges.ejections_active.set(ejected as i64);
+            cluster.health.expire_ejections(&cluster.host_set);
             let totals = |name: &str| {
                 snapshot
                     .histogram(name, &[&cluster.name])

@@ -41,6 +41,9 @@ pub(crate) struct UpstreamSettings {
     h1: http1::Builder,
     h2: http2::Builder<LocalExec>,
     shared: Arc<SharedCluster>,
+    /// Requests refused by a breaker since the last log line about it, and when that was.
+    refused_unlogged: Cell<u64>,
+    refused_logged_at: Cell<Option<Instant>>,
 }
 
 impl UpstreamSettings {
@@ -63,7 +66,34 @@ impl UpstreamSettings {
             h1,
             h2,
             shared,
+            refused_unlogged: Cell::new(0),
+            refused_logged_at: Cell::new(None),
         }
+    }
+
+    /// Logs a request refused by a breaker: a line a second per worker and cluster at most,
+    /// with the count, since under overload a line per request would flood the log and slow
+    /// the cheap path the breaker is there for. The access log still has every request.
+    fn log_refused(&self, overflow: Overflow) {
+        let refused = self.refused_unlogged.get() + 1;
+        let now = Instant::now();
+        if self
+            .refused_logged_at
+            .get()
+            .is_some_and(|at| now - at < Duration::from_secs(1))
+        {
+            self.refused_unlogged.set(refused);
+            return;
+        }
+        self.refused_logged_at.set(Some(now));
+        self.refused_unlogged.set(0);
+        tracing::warn!(
+            flag = "UO",
+            cluster = %self.shared.name,
+            breaker = overflow.as_str(),
+            refused,
+            "circuit breaker open: requests refused with 503"
+        );
     }
 }
 
@@ -139,6 +169,17 @@ impl HostPool {
         &self.settings.shared
     }
 
+    /// A cheap look before any work on the request: refuses it at once if `max_requests` is
+    /// reached. (`send` still takes the slot for real; this only skips work bound to be lost.)
+    pub(crate) fn refuse_if_full(&self) -> Result<(), ProxyError> {
+        if self.settings.shared.breakers.requests.is_open() {
+            self.stats.rq_pending_overflow.inc();
+            self.settings.log_refused(Overflow::Requests);
+            return Err(ProxyError::Overflow(Overflow::Requests));
+        }
+        Ok(())
+    }
+
     /// The cluster's `per_connection_buffer_limit_bytes`.
     pub(crate) fn buffer_limit(&self) -> usize {
         self.settings.buffer_limit
@@ -155,6 +196,7 @@ impl HostPool {
         let breakers = &self.settings.shared.breakers;
         if !breakers.requests.try_acquire() {
             self.stats.rq_pending_overflow.inc();
+            self.settings.log_refused(Overflow::Requests);
             return Err(SendError::unsent(
                 ProxyError::Overflow(Overflow::Requests),
                 req,
@@ -266,6 +308,7 @@ impl HostPool {
         let breakers = &self.settings.shared.breakers;
         let Some(_pending) = Slot::try_take(&breakers.pending) else {
             self.stats.rq_pending_overflow.inc();
+            self.settings.log_refused(Overflow::Pending);
             return Err(ProxyError::Overflow(Overflow::Pending));
         };
         self.stats.rq_pending_total.inc();
@@ -294,6 +337,7 @@ impl HostPool {
                 () = &mut freed => {}
                 () = &mut deadline => {
                     self.stats.rq_pending_timeout.inc();
+                    self.settings.log_refused(Overflow::PendingTimeout);
                     break Err(ProxyError::Overflow(Overflow::PendingTimeout));
                 }
             }

@@ -60,5 +60,10 @@ impl SharedCluster {
             })
             .count();
         g.membership_healthy.set(healthy as i64);
+        let ejected = snapshot
+            .hosts()
+            .filter(|h| h.health() == balancer::Health::Ejected)
+            .count();
+        g.ejections_active.set(ejected as i64);
     }
 }

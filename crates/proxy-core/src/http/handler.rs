@@ -49,15 +49,18 @@ pub(crate) async fn handle(
                 err,
                 ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. }
             );
-            tracing::warn!(
-                flag = %err.flag(),
-                status = err.status().as_u16(),
-                listener = %conn.listener.name,
-                %method,
-                path = uri.path(),
-                error = %err,
-                "local reply"
-            );
+            // Breaker refusals are logged by the pool, at most a line a second.
+            if !matches!(err, ProxyError::Overflow(_)) {
+                tracing::warn!(
+                    flag = %err.flag(),
+                    status = err.status().as_u16(),
+                    listener = %conn.listener.name,
+                    %method,
+                    path = uri.path(),
+                    error = %err,
+                    "local reply"
+                );
+            }
             let mut reply = local_reply::text(
                 err.status(),
                 Bytes::from_static(err.client_body().as_bytes()),
@@ -181,6 +184,7 @@ async fn forward_request(
     let (upstream, picked) = conn.worker.clusters[forward.cluster]
         .pick(req.headers(), conn.peer.ip())
         .ok_or(ProxyError::NoHealthyUpstream)?;
+    upstream.refuse_if_full()?;
     let (mut parts, body) = req.into_parts();
 
     strip_hop_by_hop(&mut parts.headers);

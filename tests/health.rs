@@ -1,0 +1,174 @@
+//! Host health through the real binary: active health checks and outlier detection take a
+//! failing host out of rotation and bring it back; the headroom gauge follows Little's law.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use testbed::{FailingOrigin, FailureMode, NoopUpstream};
+
+/// The `/clusters` entry of the host at `addr`.
+fn host_state(admin: SocketAddr, addr: SocketAddr) -> serde_json::Value {
+    let (_, body) = admin_request(admin, "GET", "/clusters");
+    let clusters: serde_json::Value = serde_json::from_str(&body).unwrap();
+    clusters["clusters"][0]["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["address"] == addr.to_string())
+        .cloned()
+        .unwrap()
+}
+
+/// Polls until `cond` holds, for at most 10 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn served_by(addr: SocketAddr) -> (u16, String) {
+    let res = send_h1(addr, get("/", &[])).await;
+    let by = res
+        .headers()
+        .get("x-noop-served-by")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (res.status().as_u16(), by)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_failing_health_checks_is_taken_out_and_comes_back() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let a = NoopUpstream::start_in_thread(any).unwrap();
+    let b = NoopUpstream::start_in_thread(any).unwrap();
+    let c = NoopUpstream::start_in_thread(any).unwrap();
+    let a_addr = a.local_addr();
+    let config = forward_config(
+        &[a_addr, b.local_addr(), c.local_addr()],
+        "    health_check: { path: /healthz, interval: 100ms, jitter: 20ms, timeout: 200ms, unhealthy_threshold: 2, healthy_threshold: 1 }",
+    );
+    let proxy = Proxy::start(&config, 2);
+    let admin = proxy.admin.unwrap();
+    eventually("checks run", || stat(admin, "health_check_success") >= 6);
+    assert_eq!(host_state(admin, a_addr)["health"], "healthy");
+
+    a.shutdown();
+    eventually("the stopped host fails its checks", || {
+        host_state(admin, a_addr)["health"] == "unhealthy"
+    });
+    assert_eq!(host_state(admin, a_addr)["passing_health_checks"], false);
+    assert_eq!(stat(admin, "membership_healthy"), 2);
+    for _ in 0..20 {
+        let (status, by) = served_by(proxy.addr()).await;
+        assert_eq!(status, 200);
+        assert_ne!(by, a_addr.to_string(), "traffic went to the unhealthy host");
+    }
+
+    // The host is back on the same address: it passes again and takes traffic.
+    let _a_again = NoopUpstream::start_in_thread(a_addr).unwrap();
+    eventually("the host passes again", || {
+        host_state(admin, a_addr)["health"] == "healthy"
+    });
+    let mut hit_a = false;
+    for _ in 0..12 {
+        let (status, by) = served_by(proxy.addr()).await;
+        assert_eq!(status, 200);
+        hit_a |= by == a_addr.to_string();
+    }
+    assert!(hit_a, "the recovered host took no traffic");
+    assert!(stat(admin, "health_check_failure") >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consecutive_gateway_failures_eject_a_host_until_its_time_is_up() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let bad = FailingOrigin::bind(any, FailureMode::CloseWithoutResponse)
+        .await
+        .unwrap();
+    let b = NoopUpstream::bind(any).await.unwrap();
+    let c = NoopUpstream::bind(any).await.unwrap();
+    let config = forward_config(
+        &[bad.local_addr(), b.local_addr(), c.local_addr()],
+        "    outlier_detection: { consecutive_gateway_failure: 3, base_ejection_time: 1s, max_ejection_percent: 50 }",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+
+    // Round robin over 3 hosts: every third request meets the bad host until it is ejected
+    // by its third failure. No client sees an error after that.
+    let mut errors = 0;
+    for _ in 0..40 {
+        let (status, _) = served_by(proxy.addr()).await;
+        if status != 200 {
+            assert_eq!(status, 502);
+            errors += 1;
+        }
+    }
+    assert_eq!(errors, 3, "errors beyond the ejection threshold");
+    assert_eq!(stat(admin, "outlier_detection_ejections_enforced_total"), 1);
+    let state = host_state(admin, bad.local_addr());
+    assert_eq!(state["ejected"], true);
+    assert_eq!(state["health"], "ejected");
+    assert_eq!(stat(admin, "outlier_detection_ejections_active"), 1);
+
+    // After base_ejection_time x 1 it is back in rotation.
+    eventually("the ejection ends", || {
+        host_state(admin, bad.local_addr())["ejected"] == false
+    });
+    assert_eq!(host_state(admin, bad.local_addr())["ejections"], 1);
+    assert_eq!(stat(admin, "outlier_detection_ejections_active"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rq_headroom_is_the_limit_over_rate_times_latency() {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = forward_config(
+        &[noop.local_addr()],
+        "    circuit_breakers: { max_requests: 100 }",
+    );
+    let proxy = Proxy::start(&config, 2);
+    let admin = proxy.admin.unwrap();
+    assert_eq!(stat(admin, "circuit_breakers_rq_headroom"), 100_000, "idle");
+
+    // 100 requests a second, each 200 ms at the upstream: 20 in flight; 100 / 20 = 500%.
+    let client: Client<_, http_body_util::Full<bytes::Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let uri: http::Uri = format!("http://{}/", proxy.addr()).parse().unwrap();
+    let mut ticks = tokio::time::interval(Duration::from_millis(10));
+    let started = Instant::now();
+    let mut inflight = Vec::new();
+    while started.elapsed() < Duration::from_secs(12) {
+        ticks.tick().await;
+        let client = client.clone();
+        let req = http::Request::get(uri.clone())
+            .header("x-noop-delay", "200ms")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        inflight.push(tokio::spawn(async move {
+            client
+                .request(req)
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }));
+    }
+    let headroom = stat(admin, "circuit_breakers_rq_headroom");
+    for request in inflight {
+        assert_eq!(request.await.unwrap(), 200);
+    }
+    let expected = 500.0;
+    let off = (headroom as f64 - expected).abs() / expected;
+    assert!(off <= 0.2, "headroom {headroom}% vs {expected}% expected");
+}
