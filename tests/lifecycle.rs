@@ -274,3 +274,28 @@ async fn admin_reports_readiness_and_the_effective_config() {
             .is_some_and(|s| s.success())
     );
 }
+
+#[test]
+fn the_readme_config_reference_is_valid() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let mut blocks = 0;
+    for block in readme.split("```yaml\n").skip(1) {
+        let yaml = block.split("```").next().unwrap();
+        let dir = ScratchDir::new();
+        let path = dir.write("readme.yaml", yaml);
+        let out = Command::new(BIN)
+            .args(["validate", "-c"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "README block {blocks}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        blocks += 1;
+    }
+    assert!(blocks >= 1, "the README has a config reference");
+}
