@@ -25,14 +25,18 @@ impl SharedCluster {
                 .collect(),
         )
         .expect("endpoints were validated: distinct, non-empty, weights >= 1");
+        let gauges = stats
+            .catalog
+            .cluster_gauges(&stats.registry.shard(&[]), &config.name);
+        // Until the monitor has measured anything, nothing is in flight: not "no headroom".
+        gauges.rq_headroom.set(super::monitor::IDLE_HEADROOM);
+        gauges.pending_headroom.set(super::monitor::IDLE_HEADROOM);
         Self {
             name: config.name.clone(),
             health: HostHealth::new(&host_set, config.outlier_detection),
             host_set,
             breakers: CircuitBreakers::new(&config.circuit_breakers, workers),
-            gauges: stats
-                .catalog
-                .cluster_gauges(&stats.registry.shard(&[]), &config.name),
+            gauges,
         }
     }
 
