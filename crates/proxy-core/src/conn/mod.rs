@@ -287,6 +287,8 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
         if req.version() == http::Version::HTTP_2
             && conn.listener.max_requests_per_connection == Some(served)
         {
+            // Counted here, when decided, so the count is there before the response is.
+            conn.listener.stats.cx_max_requests.inc();
             conn.retire.notify_one();
         }
         let in_flight = InFlight::new(&self.0, &req);
@@ -415,7 +417,6 @@ async fn serve_h2(
             conn.await
         }
         _ = ctx.retire.notified() => {
-            ctx.listener.stats.cx_max_requests.inc();
             conn.as_mut().graceful_shutdown();
             conn.await
         }
