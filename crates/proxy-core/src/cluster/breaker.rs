@@ -2,9 +2,9 @@
 //! retries), each counted over all workers of the process. A request past a limit is refused
 //! at once with 503 and `x-legate-overloaded: true`, never queued without bound.
 //!
-//! The counts are atomics shared by the workers: one uncontended-in-practice read-modify-write
-//! per admission and per release. The limits come from the config, resolved against the worker
-//! count when the server starts (`{ per_core: N }` is N per worker).
+//! The counts are atomics shared by the workers: one read-modify-write per admission and one
+//! per release, on a cache line all workers touch. The limits come from the config, resolved
+//! against the worker count when the server starts (`{ per_core: N }` is N per worker).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -122,6 +122,14 @@ impl<'a> Slot<'a> {
     pub(crate) fn try_take(breaker: &'a Breaker) -> Option<Self> {
         // Lazily: a `Slot` built and dropped on refusal would give back a slot never taken.
         breaker.try_acquire().then(|| Slot(breaker))
+    }
+}
+
+impl Slot<'_> {
+    /// Keeps the slot taken past this guard: whoever takes it over calls
+    /// [`Breaker::release`] once.
+    pub(crate) fn hand_over(self) {
+        std::mem::forget(self);
     }
 }
 

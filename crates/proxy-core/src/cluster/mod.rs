@@ -17,7 +17,7 @@ use http::HeaderMap;
 
 use crate::catalog::Catalog;
 use crate::config::{ClusterConfig, HashKey};
-pub(crate) use breaker::Overflow;
+pub(crate) use breaker::{Overflow, Slot};
 pub(crate) use pool::{HostPool, SendError, UpstreamBody, UpstreamSettings};
 pub(crate) use shared::SharedCluster;
 

@@ -169,39 +169,33 @@ impl HostPool {
         &self.settings.shared
     }
 
-    /// A cheap look before any work on the request: refuses it at once if `max_requests` is
-    /// reached. (`send` still takes the slot for real; this only skips work bound to be lost.)
-    pub(crate) fn refuse_if_full(&self) -> Result<(), ProxyError> {
-        if self.settings.shared.breakers.requests.is_open() {
-            self.stats.rq_pending_overflow.inc();
-            self.settings.log_refused(Overflow::Requests);
-            return Err(ProxyError::Overflow(Overflow::Requests));
-        }
-        Ok(())
-    }
-
     /// The cluster's `per_connection_buffer_limit_bytes`.
     pub(crate) fn buffer_limit(&self) -> usize {
         self.settings.buffer_limit
     }
 
+    /// Takes a `max_requests` slot for one try, before any work is spent on the request; a
+    /// full breaker refuses it here (counted, and logged at most once a second).
+    pub(crate) fn admit(&self) -> Result<Slot<'_>, ProxyError> {
+        Slot::try_take(&self.settings.shared.breakers.requests).ok_or_else(|| {
+            self.stats.rq_pending_overflow.inc();
+            self.settings.log_refused(Overflow::Requests);
+            ProxyError::Overflow(Overflow::Requests)
+        })
+    }
+
     /// Sends `req` and waits for the response head. The response body streams on; for
     /// HTTP/1.1 the connection returns to the pool when that body has been read to its end.
     /// A request refused or failed before any of it was sent comes back with the error.
+    /// `admitted` is the slot [`HostPool::admit`] took; it is held until the response is done.
     pub(crate) async fn send(
         self: &Rc<Self>,
         req: Request<RequestBody>,
         picked: Picked,
+        admitted: Slot<'_>,
     ) -> Result<Response<UpstreamBody>, SendError> {
-        let breakers = &self.settings.shared.breakers;
-        if !breakers.requests.try_acquire() {
-            self.stats.rq_pending_overflow.inc();
-            self.settings.log_refused(Overflow::Requests);
-            return Err(SendError::unsent(
-                ProxyError::Overflow(Overflow::Requests),
-                req,
-            ));
-        }
+        // The request guard, which outlives this borrow, gives the slot back instead.
+        admitted.hand_over();
         let request = UpstreamRequest::start(self, picked);
         let sent = match self.settings.protocol {
             UpstreamProtocol::Http1 => self.send_h1(req).await,
@@ -626,7 +620,7 @@ impl UpstreamRequest {
 
 impl Drop for UpstreamRequest {
     fn drop(&mut self) {
-        // The `max_requests` slot `send` took.
+        // The `max_requests` slot handed over in `send`.
         self.pool.settings.shared.breakers.requests.release();
         self.pool.stats.rq_active.dec();
         self.pool.host_stats.rq_active.dec();

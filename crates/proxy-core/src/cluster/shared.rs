@@ -53,21 +53,15 @@ impl SharedCluster {
             open.set(i64::from(breaker.is_open()));
             remaining.set(i64::from(breaker.remaining()));
         }
-        let snapshot = self.host_set.snapshot();
-        let healthy = snapshot
-            .hosts()
-            .filter(|h| {
-                matches!(
-                    h.health(),
-                    balancer::Health::Healthy | balancer::Health::Degraded
-                )
-            })
-            .count();
-        g.membership_healthy.set(healthy as i64);
-        let ejected = snapshot
-            .hosts()
-            .filter(|h| h.health() == balancer::Health::Ejected)
-            .count();
-        g.ejections_active.set(ejected as i64);
+        let (mut healthy, mut ejected) = (0, 0);
+        for host in self.host_set.snapshot().hosts() {
+            match host.health() {
+                balancer::Health::Healthy | balancer::Health::Degraded => healthy += 1,
+                balancer::Health::Ejected => ejected += 1,
+                balancer::Health::Unhealthy => {}
+            }
+        }
+        g.membership_healthy.set(healthy);
+        g.ejections_active.set(ejected);
     }
 }

@@ -49,8 +49,19 @@ pub(crate) async fn handle(
                 err,
                 ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. }
             );
-            // Breaker refusals are logged by the pool, at most a line a second.
-            if !matches!(err, ProxyError::Overflow(_)) {
+            let mut reply = local_reply::text(
+                err.status(),
+                Bytes::from_static(err.client_body().as_bytes()),
+            );
+            if matches!(err, ProxyError::Overflow(_)) {
+                // Tells a client (or the next proxy) that this was load shedding, not a
+                // failed upstream: worth backing off, not worth marking the host down. (The
+                // pool logs refusals, at most a line a second.)
+                reply.headers_mut().insert(
+                    X_LEGATE_OVERLOADED.clone(),
+                    HeaderValue::from_static("true"),
+                );
+            } else {
                 tracing::warn!(
                     flag = %err.flag(),
                     status = err.status().as_u16(),
@@ -59,18 +70,6 @@ pub(crate) async fn handle(
                     path = uri.path(),
                     error = %err,
                     "local reply"
-                );
-            }
-            let mut reply = local_reply::text(
-                err.status(),
-                Bytes::from_static(err.client_body().as_bytes()),
-            );
-            if matches!(err, ProxyError::Overflow(_)) {
-                // Tells a client (or the next proxy) that this was load shedding, not a
-                // failed upstream: worth backing off, not worth marking the host down.
-                reply.headers_mut().insert(
-                    X_LEGATE_OVERLOADED.clone(),
-                    HeaderValue::from_static("true"),
                 );
             }
             reply
@@ -184,7 +183,7 @@ async fn forward_request(
     let (upstream, picked) = conn.worker.clusters[forward.cluster]
         .pick(req.headers(), conn.peer.ip())
         .ok_or(ProxyError::NoHealthyUpstream)?;
-    upstream.refuse_if_full()?;
+    let admitted = upstream.admit()?;
     let (mut parts, body) = req.into_parts();
 
     strip_hop_by_hop(&mut parts.headers);
@@ -254,7 +253,7 @@ async fn forward_request(
     let attempt = async {
         match retry {
             None => {
-                let response = upstream.send(request, picked).await;
+                let response = upstream.send(request, picked, admitted).await;
                 response
                     .map(|r| (Rc::clone(&upstream), r))
                     .map_err(|e| e.error)
@@ -262,7 +261,8 @@ async fn forward_request(
             Some((policy, plan)) => {
                 retry::send_with_retries(
                     request,
-                    Rc::clone(&upstream),
+                    &upstream,
+                    admitted,
                     picked,
                     policy,
                     plan,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 
 use super::body::{Replay, RequestBody};
-use crate::cluster::{Cluster, HostPool, SendError, SharedCluster, UpstreamBody};
+use crate::cluster::{Cluster, HostPool, SendError, SharedCluster, Slot, UpstreamBody};
 use crate::config::{RetryOn, RetryPolicy};
 use crate::error::ProxyError;
 
@@ -65,7 +65,8 @@ impl Drop for RetrySlot {
 #[allow(clippy::too_many_arguments)] // the request's whole context; called from one place
 pub(crate) async fn send_with_retries(
     mut request: Request<RequestBody>,
-    mut upstream: Rc<HostPool>,
+    first: &Rc<HostPool>,
+    admitted: Slot<'_>,
     mut picked: balancer::Picked,
     policy: &RetryPolicy,
     plan: RetryPlan,
@@ -75,10 +76,17 @@ pub(crate) async fn send_with_retries(
 ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
     let mut retries_left = policy.num_retries;
     let mut retrying: Option<RetrySlot> = None;
+    let mut upstream = Rc::clone(first);
+    let mut admitted = Some(admitted);
     loop {
         let tried = Rc::clone(&upstream);
         let per_try = policy.per_try_timeout.unwrap_or(route_timeout);
-        let outcome = match tokio::time::timeout(per_try, upstream.send(request, picked)).await {
+        // The first try was admitted by the caller; each retry is a request of its own.
+        let slot = match admitted.take() {
+            Some(slot) => slot,
+            None => tried.admit()?,
+        };
+        let outcome = match tokio::time::timeout(per_try, tried.send(request, picked, slot)).await {
             Ok(outcome) => outcome,
             Err(_) => {
                 tried.stats().rq_timeout.inc();
