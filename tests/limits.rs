@@ -25,14 +25,6 @@ fn is_served(stream: &mut std::net::TcpStream) -> bool {
     matches!(stream.read(&mut buf), Ok(n) if n > 0 && buf.starts_with(b"HTTP/1.1 200"))
 }
 
-fn overflow_count(admin: std::net::SocketAddr) -> u64 {
-    let (_, text) = admin_request(admin, "GET", "/stats?filter=%5Edownstream_cx_overflow");
-    text.lines()
-        .filter(|l| !l.contains("worker="))
-        .filter_map(|l| l.rsplit(": ").next()?.parse::<u64>().ok())
-        .sum()
-}
-
 #[test]
 fn a_listener_limit_of_50_serves_50_of_80_and_counts_30() {
     let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "").replace(
@@ -48,12 +40,12 @@ fn a_listener_limit_of_50_serves_50_of_80_and_counts_30() {
         .collect();
     // Every connect is accepted (and judged) once the overflow count reaches 30.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while overflow_count(admin) < 30 && Instant::now() < deadline {
+    while stat(admin, "downstream_cx_overflow") < 30 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let served = conns.iter_mut().map(is_served).filter(|ok| *ok).count();
     assert_eq!(served, 50);
-    assert_eq!(overflow_count(admin), 30);
+    assert_eq!(stat(admin, "downstream_cx_overflow"), 30);
 
     // Closing admitted connections makes room again.
     drop(conns);
@@ -78,19 +70,11 @@ fn max_connections_limits_the_whole_process() {
         .collect();
     let admin = proxy.admin.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while overflow_count(admin) < 3 && Instant::now() < deadline {
+    while stat(admin, "downstream_cx_overflow") < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(conns.iter_mut().map(is_served).filter(|ok| *ok).count(), 5);
-    assert_eq!(overflow_count(admin), 3);
-}
-
-fn counter(admin: std::net::SocketAddr, name: &str) -> u64 {
-    let (_, text) = admin_request(admin, "GET", &format!("/stats?filter=%5E{name}"));
-    text.lines()
-        .filter(|l| !l.contains("worker="))
-        .filter_map(|l| l.rsplit(": ").next()?.parse::<u64>().ok())
-        .sum()
+    assert_eq!(stat(admin, "downstream_cx_overflow"), 3);
 }
 
 /// Reads until the server closes; the time it took.
@@ -134,8 +118,8 @@ fn idle_connections_and_slow_heads_are_closed_and_counted() {
     let quiet_closed = time_to_close(&mut quiet);
     assert!(silent_closed < Duration::from_secs(4), "{silent_closed:?}");
     assert!(quiet_closed < Duration::from_secs(4), "{quiet_closed:?}");
-    assert_eq!(counter(admin, "downstream_cx_idle_timeout"), 2);
-    assert_eq!(counter(admin, "downstream_cx_headers_timeout"), 1);
+    assert_eq!(stat(admin, "downstream_cx_idle_timeout"), 2);
+    assert_eq!(stat(admin, "downstream_cx_headers_timeout"), 1);
 
     // A connection in use is not idle.
     let mut busy = std::net::TcpStream::connect(proxy.addr()).unwrap();
@@ -227,9 +211,9 @@ async fn per_connection_request_caps_retire_connections_without_failing_requests
 
     let admin = proxy.admin.unwrap();
     // 15 HTTP/1.1 requests at 5 a connection: 3 retirements; 15 HTTP/2 streams: 3 GOAWAYs.
-    assert_eq!(counter(admin, "downstream_cx_max_requests_reached"), 6);
+    assert_eq!(stat(admin, "downstream_cx_max_requests_reached"), 6);
     // 30 upstream requests at 4 a connection: retired after requests 4, 8, ..., 28.
-    assert_eq!(counter(admin, "upstream_cx_max_requests"), 7);
+    assert_eq!(stat(admin, "upstream_cx_max_requests"), 7);
     assert_eq!(noop.requests(), 30);
 }
 
