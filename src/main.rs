@@ -105,9 +105,9 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
         .enable_all()
         .build()
         .context("cannot start the signal runtime")?;
-    let mut signals = {
+    let (mut signals, mut hangup) = {
         let _entered = runtime.enter();
-        ShutdownSignals::new()
+        (ShutdownSignals::new(), reload_signal())
     };
     let server = Server::start(config, workers)?;
     tracing::info!(
@@ -125,7 +125,16 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
     // One runtime and one registration for both waits, so a second signal during the drain
     // is never missed.
     let forced = runtime.block_on(async {
-        signals.recv().await;
+        loop {
+            tokio::select! {
+                () = signals.recv() => break,
+                Some(()) = async { hangup.as_mut()?.recv().await } => {
+                    tracing::info!("SIGHUP: reloading TLS certificates");
+                    // Outcomes are logged per listener by the reload itself.
+                    let _ = server.reload_certificates();
+                }
+            }
+        }
         tracing::info!("draining: no new connections, waiting for requests in flight");
         let drained = std::thread::spawn(move || server.drain_and_join());
         // A second signal while draining exits at once.
@@ -143,6 +152,14 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
     }
     tracing::info!("drained; exiting");
     Ok(())
+}
+
+/// SIGHUP, which reloads TLS certificates.
+fn reload_signal() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::hangup())
+        .map_err(|err| tracing::warn!(error = %err, "cannot watch SIGHUP; reload certificates with POST /reload_certs"))
+        .ok()
 }
 
 /// SIGTERM and SIGINT, registered once.

@@ -80,6 +80,14 @@ fn validate_accepts_a_good_config_and_names_the_key_of_a_bad_one() {
 #[test]
 fn every_example_config_is_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    // The TLS example names `certs/legate.pem` and `certs/legate.key` relative to where legate
+    // runs: the README's commands make them; here a throwaway pair stands in.
+    let run_in = ScratchDir::new();
+    std::fs::create_dir_all(run_in.0.join("certs")).unwrap();
+    let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    run_in.write("certs/legate.pem", &pair.cert.pem());
+    run_in.write("certs/legate.key", &pair.signing_key.serialize_pem());
+    run_in.write("certs/ca.pem", &pair.cert.pem());
     let mut seen = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -87,6 +95,7 @@ fn every_example_config_is_valid() {
             let out = Command::new(BIN)
                 .args(["validate", "-c"])
                 .arg(&path)
+                .current_dir(&run_in.0)
                 .output()
                 .unwrap();
             assert!(

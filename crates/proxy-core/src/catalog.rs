@@ -59,6 +59,17 @@ pub(crate) struct Catalog {
     pub(crate) membership_healthy: GaugeFamily,
     pub(crate) outlier_detection_ejections_active: GaugeFamily,
     upstream_rq_pending_time: HistogramFamily,
+    ssl_handshake: CounterFamily,
+    ssl_connection_error: CounterFamily,
+    ssl_handshake_timeout: CounterFamily,
+    ssl_no_certificate: CounterFamily,
+    ssl_session_reused: CounterFamily,
+    ssl_versions: CounterFamily,
+    ssl_alpn: CounterFamily,
+    ssl_handshake_time: HistogramFamily,
+    ssl_certificate_reload: CounterFamily,
+    upstream_ssl_handshake: CounterFamily,
+    upstream_ssl_connection_error: CounterFamily,
     host_cx_active: GaugeFamily,
     host_rq_active: GaugeFamily,
     worker_downstream_cx_active: GaugeFamily,
@@ -224,6 +235,57 @@ impl Catalog {
                 "Upstream requests in flight, per host.",
                 &["cluster", "host"],
             ),
+            ssl_handshake: r.counter("ssl_handshake", "TLS handshakes completed.", l),
+            ssl_connection_error: r.counter(
+                "ssl_connection_error",
+                "TLS handshakes that failed (bad or no TLS, no certificate for the name, client certificate refused, timeout).",
+                l,
+            ),
+            ssl_handshake_timeout: r.counter(
+                "ssl_handshake_timeout",
+                "TLS handshakes not finished within handshake_timeout (also counted in ssl_connection_error).",
+                l,
+            ),
+            ssl_no_certificate: r.counter(
+                "ssl_no_certificate",
+                "TLS connections established without a client certificate.",
+                l,
+            ),
+            ssl_session_reused: r.counter(
+                "ssl_session_reused",
+                "TLS handshakes that resumed a session (ticket or session id).",
+                l,
+            ),
+            ssl_versions: r.counter(
+                "ssl_versions",
+                "TLS connections by protocol version.",
+                &["listener", "version"],
+            ),
+            ssl_alpn: r.counter(
+                "ssl_alpn",
+                "TLS connections by the protocol ALPN chose (`none` without ALPN).",
+                &["listener", "protocol"],
+            ),
+            ssl_handshake_time: r.histogram(
+                "ssl_handshake_time",
+                "Time from accept to the end of the TLS handshake.",
+                l,
+            ),
+            ssl_certificate_reload: r.counter(
+                "ssl_certificate_reload",
+                "Certificate reloads (SIGHUP or POST /reload_certs) by outcome; on failure the previous certificates stay.",
+                &["listener", "result"],
+            ),
+            upstream_ssl_handshake: r.counter(
+                "upstream_ssl_handshake",
+                "TLS handshakes completed with upstream hosts.",
+                c,
+            ),
+            upstream_ssl_connection_error: r.counter(
+                "upstream_ssl_connection_error",
+                "TLS handshakes with upstream hosts that failed (certificate not trusted, expired or for another name; protocol error). Also counted in upstream_cx_connect_fail.",
+                c,
+            ),
             server_concurrency: r.gauge("server_concurrency", "Worker threads.", &[]),
             server_uptime: r.gauge("server_uptime", "Seconds since the proxy started.", &[]),
             server_memory_resident: r.gauge(
@@ -252,8 +314,36 @@ impl Catalog {
         }
     }
 
+    /// Handshake stats of a TLS listener.
+    pub(crate) fn tls(&self, shard: &Shard, listener: &str) -> TlsStats {
+        TlsStats {
+            handshake: shard.counter(self.ssl_handshake, &[listener]),
+            connection_error: shard.counter(self.ssl_connection_error, &[listener]),
+            handshake_timeout: shard.counter(self.ssl_handshake_timeout, &[listener]),
+            no_certificate: shard.counter(self.ssl_no_certificate, &[listener]),
+            session_reused: shard.counter(self.ssl_session_reused, &[listener]),
+            versions: TLS_VERSIONS.map(|v| shard.counter(self.ssl_versions, &[listener, v])),
+            alpn: ALPN_LABELS.map(|p| shard.counter(self.ssl_alpn, &[listener, p])),
+            handshake_time: shard.histogram(self.ssl_handshake_time, &[listener]),
+        }
+    }
+
+    /// `(success, failure)` counters of a TLS listener's certificate reloads.
+    pub(crate) fn certificate_reloads(
+        &self,
+        shard: &Shard,
+        listener: &str,
+    ) -> (stats::Counter, stats::Counter) {
+        (
+            shard.counter(self.ssl_certificate_reload, &[listener, "success"]),
+            shard.counter(self.ssl_certificate_reload, &[listener, "failure"]),
+        )
+    }
+
     pub(crate) fn cluster(&self, shard: &Shard, cluster: &str) -> ClusterStats {
         ClusterStats {
+            ssl_handshake: shard.counter(self.upstream_ssl_handshake, &[cluster]),
+            ssl_connection_error: shard.counter(self.upstream_ssl_connection_error, &[cluster]),
             cx_total: shard.counter(self.upstream_cx_total, &[cluster]),
             cx_active: shard.gauge(self.upstream_cx_active, &[cluster]),
             cx_connect_fail: shard.counter(self.upstream_cx_connect_fail, &[cluster]),
@@ -373,8 +463,46 @@ impl ListenerStats {
     }
 }
 
+const TLS_VERSIONS: [&str; 3] = ["TLSv1_2", "TLSv1_3", "other"];
+const ALPN_LABELS: [&str; 4] = ["h2", "http/1.1", "none", "other"];
+
+/// One worker's handles for one TLS listener.
+pub(crate) struct TlsStats {
+    pub(crate) handshake: stats::Counter,
+    pub(crate) connection_error: stats::Counter,
+    pub(crate) handshake_timeout: stats::Counter,
+    pub(crate) no_certificate: stats::Counter,
+    pub(crate) session_reused: stats::Counter,
+    versions: [stats::Counter; 3],
+    alpn: [stats::Counter; 4],
+    pub(crate) handshake_time: stats::Histogram,
+}
+
+impl TlsStats {
+    pub(crate) fn version(&self, version: Option<rustls::ProtocolVersion>) {
+        let i = match version {
+            Some(rustls::ProtocolVersion::TLSv1_2) => 0,
+            Some(rustls::ProtocolVersion::TLSv1_3) => 1,
+            _ => 2,
+        };
+        self.versions[i].inc();
+    }
+
+    pub(crate) fn alpn(&self, protocol: Option<&[u8]>) {
+        let i = match protocol {
+            Some(b"h2") => 0,
+            Some(b"http/1.1") => 1,
+            None => 2,
+            Some(_) => 3,
+        };
+        self.alpn[i].inc();
+    }
+}
+
 /// One worker's handles for one cluster.
 pub(crate) struct ClusterStats {
+    pub(crate) ssl_handshake: stats::Counter,
+    pub(crate) ssl_connection_error: stats::Counter,
     pub(crate) cx_total: stats::Counter,
     pub(crate) cx_active: stats::Gauge,
     pub(crate) cx_connect_fail: stats::Counter,

@@ -67,6 +67,8 @@ pub enum ProxyError {
     HeadersTooLarge { size: usize, limit: usize },
     #[error("cannot connect to {addr}: {source}")]
     ConnectFailure { addr: SocketAddr, source: io::Error },
+    #[error("TLS handshake with {addr} failed: {source}")]
+    UpstreamTls { addr: SocketAddr, source: io::Error },
     #[error("connect to {addr} timed out after {after:?}")]
     ConnectTimeout { addr: SocketAddr, after: Duration },
     #[error("upstream {addr} sent no response within {after:?}")]
@@ -104,6 +106,7 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
             ProxyError::ConnectFailure { .. }
+            | ProxyError::UpstreamTls { .. }
             | ProxyError::ConnectTimeout { .. }
             | ProxyError::NoHealthyUpstream
             | ProxyError::Overflow(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -123,9 +126,9 @@ impl ProxyError {
                 ResponseFlag::DownstreamProtocolError
             }
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
-            ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
-                ResponseFlag::UpstreamConnectFailure
-            }
+            ProxyError::ConnectFailure { .. }
+            | ProxyError::UpstreamTls { .. }
+            | ProxyError::ConnectTimeout { .. } => ResponseFlag::UpstreamConnectFailure,
             ProxyError::Timeout { .. } => ResponseFlag::UpstreamTimeout,
             ProxyError::UpstreamReset { .. } => ResponseFlag::UpstreamReset,
             ProxyError::UpstreamProtocol { .. } => ResponseFlag::UpstreamProtocolError,
@@ -145,6 +148,7 @@ impl ProxyError {
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
                 "upstream connect failure\n"
             }
+            ProxyError::UpstreamTls { .. } => "upstream TLS handshake failure\n",
             ProxyError::Timeout { .. } => "upstream request timeout\n",
             ProxyError::UpstreamReset { .. } => "upstream connection reset\n",
             ProxyError::UpstreamProtocol { .. } => "upstream protocol error\n",

@@ -16,6 +16,7 @@ use crate::config::{Config, ConnectionBalance};
 use crate::listener::{
     ConnectionLimits, Limit, bind_per_worker, bind_shared, reuse_port_supported,
 };
+use crate::tls::{ServerTls, TlsListeners, UpstreamTls};
 use crate::worker::{self, ExactBalance, WorkerSpec};
 
 /// Why the server could not start.
@@ -36,6 +37,11 @@ pub enum StartError {
     AccessLog { source: io::Error },
     #[error("cannot start the cluster monitor thread: {source}")]
     Monitor { source: io::Error },
+    #[error("{scope}: TLS: {source}")]
+    Tls {
+        scope: String,
+        source: Box<crate::tls::TlsError>,
+    },
     #[error("cannot start worker thread {worker}: {source}")]
     SpawnWorker { worker: usize, source: io::Error },
 }
@@ -47,6 +53,7 @@ pub struct Server {
     addresses: Vec<(String, SocketAddr)>,
     admin: Option<AdminServer>,
     admin_state: Arc<AdminState>,
+    tls_listeners: Arc<TlsListeners>,
 }
 
 impl Server {
@@ -102,13 +109,47 @@ impl Server {
             .map_err(|source| StartError::AccessLog { source })?,
         );
         let stats = ProxyStats::new();
-        let clusters = Arc::new(
-            config
-                .clusters
+        let mut clusters = Vec::with_capacity(config.clusters.len());
+        for cluster in &config.clusters {
+            let tls = cluster
+                .tls
+                .as_ref()
+                .map(|tls| UpstreamTls::new(tls, cluster.protocol))
+                .transpose()
+                .map_err(|source| StartError::Tls {
+                    scope: format!("cluster `{}`", cluster.name),
+                    source: Box::new(source),
+                })?;
+            clusters.push(Arc::new(SharedCluster::new(cluster, workers, &stats, tls)));
+        }
+        let clusters = Arc::new(clusters);
+        let mut listener_tls = Vec::with_capacity(config.listeners.len());
+        for listener in &config.listeners {
+            let tls = listener
+                .tls
+                .as_ref()
+                .map(|tls| ServerTls::new(&listener.name, tls).map(Arc::new))
+                .transpose()
+                .map_err(|source| StartError::Tls {
+                    scope: format!("listener `{}`", listener.name),
+                    source: Box::new(source),
+                })?;
+            listener_tls.push(tls);
+        }
+        let tls_listeners = {
+            let shard = stats.registry.shard(&[]);
+            let (servers, counters) = config
+                .listeners
                 .iter()
-                .map(|c| Arc::new(SharedCluster::new(c, workers, &stats)))
-                .collect::<Vec<_>>(),
-        );
+                .zip(&listener_tls)
+                .filter_map(|(l, tls)| {
+                    let counters = stats.catalog.certificate_reloads(&shard, &l.name);
+                    tls.as_ref().map(|tls| (Arc::clone(tls), counters))
+                })
+                .unzip();
+            Arc::new(TlsListeners::new(servers, counters))
+        };
+        let listener_tls = Arc::new(listener_tls);
         let process_limit = config.max_connections.map(Limit::new);
         let limits = Arc::new(
             config
@@ -125,6 +166,7 @@ impl Server {
             workers,
             Arc::clone(&stats),
             Arc::clone(&clusters),
+            Arc::clone(&tls_listeners),
         ));
         let admin = match config.admin {
             Some(address) => Some(
@@ -155,6 +197,7 @@ impl Server {
                 log_sinks: Arc::clone(&log_sinks),
                 clusters: Arc::clone(&clusters),
                 limits: Arc::clone(&limits),
+                tls: Arc::clone(&listener_tls),
                 balance: Arc::clone(&balance),
                 handoff: handoffs.next().expect("one hand-off queue per worker"),
             };
@@ -172,7 +215,16 @@ impl Server {
             addresses,
             admin,
             admin_state,
+            tls_listeners,
         })
+    }
+
+    /// Reads every TLS listener's certificate, key and CA files again (what `SIGHUP` and
+    /// `POST /reload_certs` do): new handshakes use them, open connections keep theirs. A
+    /// listener whose files fail to load keeps its current certificates; the error is logged
+    /// and returned.
+    pub fn reload_certificates(&self) -> Vec<(String, Result<(), crate::tls::TlsError>)> {
+        self.tls_listeners.reload_all()
     }
 
     /// `(listener name, bound address)` for every listener, with ephemeral ports resolved.

@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::config::{
-    Concurrency, Config, HeaderValueMatch, HostMatch, LbPolicy, LimitSpec, PathMatch, RetryPolicy,
-    RouteAction, UpstreamProtocol,
+    Concurrency, Config, HeaderValueMatch, HostMatch, LbPolicy, LimitSpec, ListenerTlsConfig,
+    PathMatch, RetryPolicy, RouteAction, ServerNameMatch, TlsVersion, UnknownServerName,
+    UpstreamProtocol,
 };
 
 /// Durations are shown as the config file writes them.
@@ -124,6 +125,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                     "max_request_headers_kb": l.http.max_request_headers_kb,
                     "max_requests_per_connection": l.http.max_requests_per_connection,
                 },
+                "tls": l.tls.as_ref().map(listener_tls),
                 "routes": routes,
             })
         })
@@ -183,6 +185,15 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                     "base_ejection_time": duration(o.base_ejection_time),
                     "max_ejection_percent": o.max_ejection_percent,
                 })),
+                "tls": c.tls.as_ref().map(|t| json!({
+                    "ca": t.ca.as_ref().map_or_else(|| json!("system"), |ca| json!(ca.display().to_string())),
+                    "server_name": t.server_name,
+                    "client_certificate": t.client_certificate.as_ref().map(|k| json!({
+                        "cert_chain": k.cert_chain.display().to_string(),
+                        "private_key": k.private_key.display().to_string(),
+                    })),
+                    "min_version": tls_version(t.min_version),
+                })),
             })
         })
         .collect();
@@ -225,4 +236,38 @@ mod tests {
         assert_eq!(dump["clusters"][0]["connect_timeout"], "1s");
         assert_eq!(dump["clusters"][0]["protocol"], "http1");
     }
+}
+
+fn tls_version(v: TlsVersion) -> &'static str {
+    match v {
+        TlsVersion::Tls12 => "1.2",
+        TlsVersion::Tls13 => "1.3",
+    }
+}
+
+fn listener_tls(t: &ListenerTlsConfig) -> Value {
+    json!({
+        "certificates": t.certificates.iter().map(|c| json!({
+            "cert_chain": c.cert_chain.display().to_string(),
+            "private_key": c.private_key.display().to_string(),
+            "server_names": c.server_names.iter().map(|n| match n {
+                ServerNameMatch::Exact(name) => name.clone(),
+                ServerNameMatch::Wildcard(parent) => format!("*.{parent}"),
+            }).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "default_certificate": t.default_certificate(),
+        "unknown_server_name": match t.unknown_server_name {
+            UnknownServerName::Default => "default",
+            UnknownServerName::Reject => "reject",
+        },
+        "min_version": tls_version(t.min_version),
+        "alpn": t.alpn.iter().map(|p| String::from_utf8_lossy(p.id()).into_owned()).collect::<Vec<_>>(),
+        "session_tickets": t.session_tickets,
+        "session_cache_size": t.session_cache_size,
+        "handshake_timeout": duration(t.handshake_timeout),
+        "client_certificate": t.client_certificate.as_ref().map(|c| json!({
+            "ca": c.ca.display().to_string(),
+            "required": c.required,
+        })),
+    })
 }

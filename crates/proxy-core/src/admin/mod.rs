@@ -37,6 +37,7 @@ GET  /clusters            per-host connections and requests in flight, as JSON
 GET  /config_dump         the effective config as JSON, defaults filled in
 POST /healthcheck/fail    make /ready answer 503 (drain this proxy from its load balancer)
 POST /healthcheck/ok      undo /healthcheck/fail
+POST /reload_certs        read TLS certificates, keys and CAs again (as SIGHUP)
 ";
 
 /// What the admin endpoints read.
@@ -51,6 +52,7 @@ pub(crate) struct AdminState {
     pub(crate) health_failed: AtomicBool,
     /// Set when the drain starts.
     pub(crate) draining: AtomicBool,
+    tls: Arc<crate::tls::TlsListeners>,
 }
 
 impl AdminState {
@@ -59,6 +61,7 @@ impl AdminState {
         workers: usize,
         stats: Arc<ProxyStats>,
         clusters: Arc<Vec<Arc<SharedCluster>>>,
+        tls: Arc<crate::tls::TlsListeners>,
     ) -> Self {
         let shard = stats.registry.shard(&[]);
         let catalog = &stats.catalog;
@@ -78,6 +81,7 @@ impl AdminState {
             server,
             started: Instant::now(),
             health_failed: AtomicBool::new(false),
+            tls,
             draining: AtomicBool::new(false),
         }
     }
@@ -382,7 +386,8 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             state.health_failed.store(false, Ordering::Relaxed);
             reply(StatusCode::OK, TEXT, "OK\n")
         }
-        (_, "/healthcheck/fail" | "/healthcheck/ok") => {
+        (&Method::POST, "/reload_certs") => reload_certs(&state.tls),
+        (_, "/healthcheck/fail" | "/healthcheck/ok" | "/reload_certs") => {
             reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "use POST\n")
         }
         _ => reply(
@@ -403,4 +408,32 @@ mod tests {
         assert_eq!(percent_decode("a+b%"), "a b%");
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
     }
+}
+
+/// `POST /reload_certs`: 200 when every TLS listener took its new files, 500 naming those that
+/// kept their previous certificates and why.
+fn reload_certs(tls: &crate::tls::TlsListeners) -> Response<Full<Bytes>> {
+    let outcomes = tls.reload_all();
+    let mut body = String::new();
+    let mut failed = false;
+    for (listener, outcome) in &outcomes {
+        match outcome {
+            Ok(()) => body.push_str(&format!("{listener}: reloaded\n")),
+            Err(error) => {
+                failed = true;
+                body.push_str(&format!(
+                    "{listener}: kept the previous certificates: {error}\n"
+                ));
+            }
+        }
+    }
+    if outcomes.is_empty() {
+        body.push_str("no TLS listeners\n");
+    }
+    let status = if failed {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
+    reply(status, "text/plain; charset=utf-8", body)
 }

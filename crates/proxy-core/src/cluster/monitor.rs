@@ -21,6 +21,8 @@ use hyper_util::rt::TokioIo;
 use super::SharedCluster;
 use crate::catalog::{ClusterStats, ProxyStats};
 use crate::config::{ClusterConfig, HealthCheckConfig};
+use crate::exec::LocalExec;
+use crate::tls::UpstreamTls;
 
 /// How often headroom and ejections are looked at.
 const TICK: Duration = Duration::from_secs(1);
@@ -175,7 +177,7 @@ async fn check_host(
     tokio::time::sleep(rng.up_to(config.jitter)).await;
     loop {
         stats.health_check_attempt.inc();
-        let ok = check_once(addr, &config).await;
+        let ok = check_once(addr, &config, cluster.tls.as_ref()).await;
         if ok {
             stats.health_check_success.inc();
             successes += 1;
@@ -198,29 +200,59 @@ async fn check_host(
     }
 }
 
-/// One `GET path` on a new connection: passes on a 2xx within the timeout.
-async fn check_once(addr: SocketAddr, config: &HealthCheckConfig) -> bool {
+/// One `GET path` on a new connection (over TLS if the cluster uses it): passes on a 2xx
+/// within the timeout.
+async fn check_once(
+    addr: SocketAddr,
+    config: &HealthCheckConfig,
+    tls: Option<&UpstreamTls>,
+) -> bool {
     let attempt = async {
         let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .ok()?;
-        tokio::task::spawn_local(async move {
-            let _ = conn.await;
-        });
         let host = config.host.clone().unwrap_or_else(|| addr.to_string());
         let req = Request::get(config.path.as_str())
             .header(http::header::HOST, host)
             .header(http::header::USER_AGENT, "legate-health-check")
             .body(Empty::<Bytes>::new())
             .ok()?;
-        let res = sender.send_request(req).await.ok()?;
-        Some(res.status().is_success())
+        let status = match tls {
+            None => send_h1(stream, req).await?,
+            Some(tls) => {
+                let stream = tls.connect(addr, stream).await.ok()?;
+                // ALPN `h2` on an HTTP/2 cluster: the check speaks HTTP/2 too.
+                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    let (mut sender, conn) =
+                        hyper::client::conn::http2::handshake(LocalExec, TokioIo::new(stream))
+                            .await
+                            .ok()?;
+                    tokio::task::spawn_local(async move {
+                        let _ = conn.await;
+                    });
+                    sender.send_request(req).await.ok()?.status()
+                } else {
+                    send_h1(stream, req).await?
+                }
+            }
+        };
+        Some(status.is_success())
     };
     matches!(
         tokio::time::timeout(config.timeout, attempt).await,
         Ok(Some(true))
     )
+}
+
+async fn send_h1<T>(stream: T, req: Request<Empty<Bytes>>) -> Option<http::StatusCode>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    Some(sender.send_request(req).await.ok()?.status())
 }
 
 /// xorshift64: enough to keep checks of many hosts from lining up.

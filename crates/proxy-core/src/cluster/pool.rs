@@ -27,6 +27,7 @@ use crate::config::UpstreamProtocol;
 use crate::error::ProxyError;
 use crate::exec::LocalExec;
 use crate::http::body::RequestBody;
+use crate::tls::UpstreamIo;
 
 /// Idle HTTP/1.1 connections kept per host per worker; more are closed when returned.
 const MAX_IDLE_PER_HOST: usize = 1024;
@@ -359,32 +360,52 @@ impl HostPool {
         }
     }
 
-    async fn connect(&self) -> Result<TcpStream, ProxyError> {
+    /// A new connection to the host, with the TLS handshake done if the cluster uses TLS;
+    /// both within the connect timeout.
+    async fn connect(&self) -> Result<UpstreamIo, ProxyError> {
         let addr = self.addr;
         let started = Instant::now();
-        let stream =
-            match tokio::time::timeout(self.settings.connect_timeout, TcpStream::connect(addr))
+        let timeout = self.settings.connect_timeout;
+        let connected = tokio::time::timeout(timeout, async {
+            let stream = TcpStream::connect(addr)
                 .await
-            {
-                Err(_) => {
-                    self.stats.cx_connect_timeout.inc();
-                    return Err(ProxyError::ConnectTimeout {
-                        addr,
-                        after: self.settings.connect_timeout,
-                    });
-                }
-                Ok(Err(source)) => {
-                    self.stats.cx_connect_fail.inc();
-                    return Err(ProxyError::ConnectFailure { addr, source });
-                }
-                Ok(Ok(stream)) => stream,
+                .map_err(|source| ProxyError::ConnectFailure { addr, source })?;
+            // Requests and responses are written whole; Nagle would only add latency.
+            let _ = stream.set_nodelay(true);
+            let Some(tls) = &self.settings.shared.tls else {
+                return Ok(UpstreamIo::Plain(stream));
             };
-        self.stats
-            .cx_connect_time
-            .record_duration(started.elapsed());
-        // Requests and responses are written whole; Nagle would only add latency.
-        let _ = stream.set_nodelay(true);
-        Ok(stream)
+            match tls.connect(addr, stream).await {
+                Ok(stream) => {
+                    self.stats.ssl_handshake.inc();
+                    Ok(UpstreamIo::Tls(Box::new(stream)))
+                }
+                Err(source) => {
+                    self.stats.ssl_connection_error.inc();
+                    Err(ProxyError::UpstreamTls { addr, source })
+                }
+            }
+        })
+        .await;
+        match connected {
+            Err(_) => {
+                self.stats.cx_connect_timeout.inc();
+                Err(ProxyError::ConnectTimeout {
+                    addr,
+                    after: timeout,
+                })
+            }
+            Ok(Err(error)) => {
+                self.stats.cx_connect_fail.inc();
+                Err(error)
+            }
+            Ok(Ok(stream)) => {
+                self.stats
+                    .cx_connect_time
+                    .record_duration(started.elapsed());
+                Ok(stream)
+            }
+        }
     }
 
     /// Connects, holding a connection slot the caller took; on failure the caller gives it

@@ -3,6 +3,7 @@
 
 use crate::catalog::{ClusterGauges, ProxyStats};
 use crate::config::ClusterConfig;
+use crate::tls::UpstreamTls;
 
 use super::breaker::CircuitBreakers;
 use super::health::HostHealth;
@@ -13,10 +14,17 @@ pub(crate) struct SharedCluster {
     pub(crate) breakers: CircuitBreakers,
     pub(crate) health: HostHealth,
     pub(crate) gauges: ClusterGauges,
+    /// TLS to the hosts, if the cluster uses it.
+    pub(crate) tls: Option<UpstreamTls>,
 }
 
 impl SharedCluster {
-    pub(crate) fn new(config: &ClusterConfig, workers: usize, stats: &ProxyStats) -> Self {
+    pub(crate) fn new(
+        config: &ClusterConfig,
+        workers: usize,
+        stats: &ProxyStats,
+        tls: Option<UpstreamTls>,
+    ) -> Self {
         let host_set = balancer::HostSet::new(
             config
                 .endpoints
@@ -37,6 +45,7 @@ impl SharedCluster {
             host_set,
             breakers: CircuitBreakers::new(&config.circuit_breakers, workers),
             gauges,
+            tls,
         }
     }
 

@@ -5,6 +5,7 @@
 //! reads plain values with defaults filled in and never re-checks them.
 
 mod raw;
+mod tls;
 mod units;
 mod validate;
 
@@ -18,6 +19,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
 pub use balancer::LbPolicy;
+pub use tls::*;
 pub use units::{parse_duration, parse_size};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
@@ -78,6 +80,8 @@ pub struct ListenerConfig {
     pub http: HttpConfig,
     /// One line per request, if configured.
     pub access_log: Option<AccessLogConfig>,
+    /// TLS termination; `None`: cleartext (HTTP/1.1 and h2c).
+    pub tls: Option<ListenerTlsConfig>,
     pub routes: Vec<RouteConfig>,
 }
 
@@ -209,6 +213,8 @@ pub struct ClusterConfig {
     pub circuit_breakers: CircuitBreakerConfig,
     pub health_check: Option<HealthCheckConfig>,
     pub outlier_detection: Option<OutlierDetectionConfig>,
+    /// TLS to the hosts; `None`: cleartext.
+    pub tls: Option<ClusterTlsConfig>,
 }
 
 /// A circuit-breaker limit as written: a number for the whole process, or a number per
@@ -309,7 +315,8 @@ pub enum HashKey {
 pub enum UpstreamProtocol {
     /// HTTP/1.1 with a keep-alive pool of connections per host.
     Http1,
-    /// HTTP/2 (cleartext, prior knowledge): one multiplexed connection per host.
+    /// HTTP/2 (prior knowledge in cleartext, ALPN `h2` over TLS): one multiplexed
+    /// connection per host.
     Http2,
 }
 

@@ -50,8 +50,55 @@ pub struct RawListener {
     #[serde(default)]
     pub http: RawHttp,
     pub access_log: Option<RawAccessLog>,
+    pub tls: Option<RawListenerTls>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListenerTls {
+    pub certificates: Vec<RawCertificate>,
+    pub unknown_server_name: Option<String>,
+    pub min_version: Option<String>,
+    pub alpn: Option<Vec<String>>,
+    pub session_tickets: Option<bool>,
+    pub session_cache_size: Option<u64>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub handshake_timeout: Option<Duration>,
+    pub client_certificate: Option<RawClientCertificate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertificate {
+    pub cert_chain: String,
+    pub private_key: String,
+    #[serde(default)]
+    pub server_names: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientCertificate {
+    pub ca: String,
+    pub required: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClusterTls {
+    pub ca: Option<String>,
+    pub server_name: Option<String>,
+    pub client_certificate: Option<RawKeyPair>,
+    pub min_version: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKeyPair {
+    pub cert_chain: String,
+    pub private_key: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -144,6 +191,7 @@ pub struct RawCluster {
     pub circuit_breakers: Option<RawCircuitBreakers>,
     pub health_check: Option<RawHealthCheck>,
     pub outlier_detection: Option<RawOutlierDetection>,
+    pub tls: Option<RawClusterTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]

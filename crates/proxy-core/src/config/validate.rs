@@ -214,6 +214,10 @@ fn listener(
             Ok(AccessLogConfig { target, format })
         })
         .transpose()?;
+    let tls = raw
+        .tls
+        .map(|t| tls::listener_tls(t, &format!("{path}.tls")))
+        .transpose()?;
     Ok(ListenerConfig {
         name,
         address,
@@ -224,6 +228,7 @@ fn listener(
             &format!("{path}.per_connection_buffer_limit_bytes"),
         )?,
         access_log,
+        tls,
         http: HttpConfig {
             max_concurrent_streams,
             idle_timeout: positive(
@@ -554,6 +559,10 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
             .outlier_detection
             .map(|o| outlier_detection(o, &format!("{path}.outlier_detection")))
             .transpose()?,
+        tls: raw
+            .tls
+            .map(|t| tls::cluster_tls(t, &format!("{path}.tls")))
+            .transpose()?,
     })
 }
 
@@ -809,6 +818,8 @@ fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, ConfigError> {
         .map_err(|e| ConfigError::invalid(format!("{path}.{key}"), e.to_string()))?;
     Ok(policy)
 }
+
+mod tls;
 
 #[cfg(test)]
 mod tests;

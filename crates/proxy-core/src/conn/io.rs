@@ -10,18 +10,26 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
+use tokio_rustls::server::TlsStream;
 
 /// How long a closing connection keeps reading (and discarding) what the client still sends.
 const LINGER: Duration = Duration::from_secs(1);
 /// How much it reads at most while lingering.
 const LINGER_BYTES: usize = 256 * 1024;
 
-/// A downstream TCP stream whose shutdown lingers: it sends FIN, then reads and discards until
+/// The client's connection: cleartext, or TLS after the handshake.
+enum Transport {
+    Plain(TcpStream),
+    /// Boxed: the TLS state is large, and parked connections should stay small.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// A downstream stream whose shutdown lingers: it sends FIN, then reads and discards until
 /// the client closes too (bounded in time and bytes). Closing a socket with unread input makes
 /// the kernel send RST, and a client receiving RST may discard the response it has not read
 /// yet, such as the 400 for a malformed request.
 pub(crate) struct DownstreamIo {
-    stream: TcpStream,
+    transport: Transport,
     /// Bytes already read from the socket that the codec has yet to see.
     prefix: Bytes,
     linger: Option<Pin<Box<Sleep>>>,
@@ -29,26 +37,46 @@ pub(crate) struct DownstreamIo {
 }
 
 impl DownstreamIo {
-    pub(crate) fn new(stream: TcpStream) -> Self {
+    pub(crate) fn plain(stream: TcpStream) -> Self {
+        Self::new(Transport::Plain(stream))
+    }
+
+    pub(crate) fn tls(stream: TlsStream<TcpStream>) -> Self {
+        Self::new(Transport::Tls(Box::new(stream)))
+    }
+
+    fn new(transport: Transport) -> Self {
         Self {
-            stream,
+            transport,
             prefix: Bytes::new(),
             linger: None,
             drained: 0,
         }
     }
-}
 
-impl DownstreamIo {
-    pub(crate) fn stream_mut(&mut self) -> &mut TcpStream {
-        &mut self.stream
+    /// The TCP socket under any TLS.
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match &self.transport {
+            Transport::Plain(s) => s,
+            Transport::Tls(s) => s.get_ref().0,
+        }
     }
 
-    pub(crate) fn stream(&self) -> &TcpStream {
-        &self.stream
+    fn tcp_mut(&mut self) -> &mut TcpStream {
+        match &mut self.transport {
+            Transport::Plain(s) => s,
+            Transport::Tls(s) => s.get_mut().0,
+        }
     }
 
-    /// Bytes to hand to the codec before anything more from the socket.
+    /// The protocol ALPN chose, on a TLS connection.
+    pub(crate) fn alpn(&self) -> Option<&[u8]> {
+        match &self.transport {
+            Transport::Plain(_) => None,
+            Transport::Tls(s) => s.get_ref().1.alpn_protocol(),
+        }
+    }
+
     /// Bytes to hand out before reading the socket again. They are copied: a slice of a
     /// codec's read buffer would keep that whole buffer alive while the connection is parked.
     pub(crate) fn set_prefix(&mut self, prefix: &[u8]) {
@@ -59,8 +87,21 @@ impl DownstreamIo {
         };
     }
 
-    pub(crate) fn has_prefix(&self) -> bool {
-        !self.prefix.is_empty()
+    /// Whether there is input to read without waiting for the socket: carried-over bytes,
+    /// or TLS records already received and not yet read as plaintext.
+    pub(crate) fn has_buffered(&mut self) -> bool {
+        if !self.prefix.is_empty() {
+            return true;
+        }
+        match &mut self.transport {
+            Transport::Plain(_) => false,
+            // An error also counts: reading is how the codec will learn of it.
+            Transport::Tls(s) => s
+                .get_mut()
+                .1
+                .process_new_packets()
+                .map_or(true, |state| state.plaintext_bytes_to_read() > 0),
+        }
     }
 }
 
@@ -80,7 +121,10 @@ impl AsyncRead for DownstreamIo {
             }
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.stream).poll_read(cx, buf)
+        match &mut this.transport {
+            Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
     }
 }
 
@@ -91,7 +135,10 @@ impl AsyncWrite for DownstreamIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        match &mut self.get_mut().transport {
+            Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
     }
 
     #[inline]
@@ -100,23 +147,37 @@ impl AsyncWrite for DownstreamIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        match &mut self.get_mut().transport {
+            Transport::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
     }
 
     #[inline]
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        match &self.transport {
+            Transport::Plain(s) => s.is_write_vectored(),
+            Transport::Tls(s) => s.is_write_vectored(),
+        }
     }
 
     #[inline]
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        match &mut self.get_mut().transport {
+            Transport::Plain(s) => Pin::new(s).poll_flush(cx),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.linger.is_none() {
-            if ready!(Pin::new(&mut this.stream).poll_shutdown(cx)).is_err() {
+            // TLS sends close_notify first, then shuts the socket's write side.
+            let shutdown = match &mut this.transport {
+                Transport::Plain(s) => Pin::new(s).poll_shutdown(cx),
+                Transport::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            };
+            if ready!(shutdown).is_err() {
                 // Already reset by the peer: nothing to linger for.
                 return Poll::Ready(Ok(()));
             }
@@ -125,7 +186,7 @@ impl AsyncWrite for DownstreamIo {
         let mut scratch = [0u8; 4096];
         while this.drained < LINGER_BYTES {
             let mut buf = ReadBuf::new(&mut scratch);
-            match Pin::new(&mut this.stream).poll_read(cx, &mut buf) {
+            match Pin::new(this.tcp_mut()).poll_read(cx, &mut buf) {
                 Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
                 Poll::Ready(Ok(())) => this.drained += buf.filled().len(),
                 Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),

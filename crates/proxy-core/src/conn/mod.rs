@@ -216,8 +216,21 @@ pub(crate) async fn serve(
     mut drain: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let mut io = DownstreamIo::new(stream);
-    match sniff(&mut io, &ctx, codecs.idle_timeout, &mut drain).await {
+    let mut io = match &ctx.listener.tls {
+        None => DownstreamIo::plain(stream),
+        // Boxed: the handshake's state is large and over once it is done.
+        Some(tls) => match Box::pin(tls.accept(stream)).await {
+            Some(stream) => DownstreamIo::tls(stream),
+            None => return,
+        },
+    };
+    // ALPN, when it chose, says the protocol; otherwise the first bytes do.
+    let sniffed = match io.alpn() {
+        Some(b"h2") => Sniffed::Http2,
+        Some(b"http/1.1") => Sniffed::Http1,
+        _ => sniff(&mut io, &ctx, codecs.idle_timeout, &mut drain).await,
+    };
+    match sniffed {
         // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
         Sniffed::Http2 => Box::pin(serve_h2(io, ctx, &codecs, drain)).await,
         Sniffed::Http1 => serve_h1(io, ctx, &codecs, drain).await,
@@ -247,7 +260,7 @@ async fn sniff(
     tokio::pin!(deadline);
     loop {
         let read = tokio::select! {
-            read = io.stream_mut().read(&mut head[len..]) => read,
+            read = io.read(&mut head[len..]) => read,
             _ = drain.wait_for(|draining| *draining) => return Sniffed::Closed,
             _ = &mut deadline => {
                 ctx.listener.stats.cx_idle_timeout.inc();
@@ -304,11 +317,11 @@ async fn serve_h1(
     mut drain: watch::Receiver<bool>,
 ) {
     loop {
-        if !io.has_prefix() {
+        if !io.has_buffered() {
             // Parked: hold nothing but the socket until the client speaks, or idles out.
             let idle_until = ctx.last_active.get() + codecs.idle_timeout;
             tokio::select! {
-                ready = io.stream().readable() => if ready.is_err() { return },
+                ready = io.tcp().readable() => if ready.is_err() { return },
                 _ = drain.wait_for(|draining| *draining) => {
                     let _ = io.shutdown().await;
                     return;

@@ -176,9 +176,9 @@ fn error_retriable(on: RetryOn, error: &ProxyError) -> bool {
     // Envoy: `5xx` and `gateway-error` also cover a try that got no response at all.
     let no_response = on.server_error || on.gateway_error;
     match error {
-        ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
-            on.connect_failure || no_response
-        }
+        ProxyError::ConnectFailure { .. }
+        | ProxyError::UpstreamTls { .. }
+        | ProxyError::ConnectTimeout { .. } => on.connect_failure || no_response,
         ProxyError::UpstreamReset { source, .. } => {
             on.reset || no_response || (on.refused_stream && is_refused_stream(source))
         }

@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::conn::{self, ConnCtx};
 use crate::listener::{ConnPermit, ConnectionLimits};
 use crate::router::RouteTable;
+use crate::tls::{Handshake, ServerTls};
 
 pub(crate) use balance::ExactBalance;
 use balance::Handoff;
@@ -53,6 +54,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) access_log: Option<WorkerLog>,
     pub(crate) routes: RouteTable,
     pub(crate) forwarded_proto: HeaderValue,
+    /// The TLS handshake, on a TLS listener.
+    pub(crate) tls: Option<Handshake>,
 }
 
 /// Counts this worker's open downstream connections, to know when a drain is complete.
@@ -94,6 +97,8 @@ pub(crate) struct WorkerSpec {
     pub(crate) clusters: Arc<Vec<Arc<SharedCluster>>>,
     /// Per listener, in config order: the connection limits all workers share.
     pub(crate) limits: Arc<Vec<ConnectionLimits>>,
+    /// Per listener, in config order: its TLS, if it terminates TLS.
+    pub(crate) tls: Arc<Vec<Option<Arc<ServerTls>>>>,
     /// Open connections per worker, for `exact` balancing; and this worker's hand-off queue.
     pub(crate) balance: Arc<ExactBalance>,
     pub(crate) handoff: tokio::sync::mpsc::UnboundedReceiver<Handoff>,
@@ -119,6 +124,7 @@ async fn run(spec: WorkerSpec) {
         log_sinks,
         clusters,
         limits,
+        tls,
         balance,
         mut handoff,
     } = spec;
@@ -138,7 +144,13 @@ async fn run(spec: WorkerSpec) {
 
     let mut accept_loops = Vec::new();
     let mut listeners: Vec<Rc<ListenerCtx>> = Vec::new();
-    for ((listener, socket), limits) in config.listeners.iter().zip(sockets).zip(limits.iter()) {
+    for (((listener, socket), limits), tls) in config
+        .listeners
+        .iter()
+        .zip(sockets)
+        .zip(limits.iter())
+        .zip(tls.iter())
+    {
         let socket = match TcpListener::from_std(socket) {
             Ok(s) => s,
             Err(err) => {
@@ -165,7 +177,14 @@ async fn run(spec: WorkerSpec) {
             stats: catalog.listener(&shard, &listener.name),
             access_log,
             routes: RouteTable::new(listener.routes.clone()),
-            forwarded_proto: HeaderValue::from_static("http"),
+            forwarded_proto: HeaderValue::from_static(if tls.is_some() { "https" } else { "http" }),
+            tls: tls.as_ref().map(|server| {
+                Handshake::new(
+                    Arc::clone(server),
+                    catalog.tls(&shard, &listener.name),
+                    listener.buffer_limit,
+                )
+            }),
         });
         listeners.push(Rc::clone(&ctx));
         accept_loops.push(tokio::task::spawn_local(accept_loop(

@@ -1,0 +1,119 @@
+//! TLS settings of listeners (termination) and clusters (origination), validated.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long a client has to finish the TLS handshake, unless configured.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// TLS sessions a listener remembers for resumption by session id, unless configured.
+pub const DEFAULT_SESSION_CACHE_SIZE: usize = 4096;
+
+/// TLS termination on a listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerTlsConfig {
+    /// At least one. The default certificate is the one without `server_names` (at most one
+    /// may omit them), or the first.
+    pub certificates: Vec<CertificateConfig>,
+    /// What a client gets whose SNI names no certificate (or that sends none).
+    pub unknown_server_name: UnknownServerName,
+    pub min_version: TlsVersion,
+    /// Protocols offered by ALPN, in order of preference.
+    pub alpn: Vec<AlpnProtocol>,
+    /// Stateless resumption tickets (TLS 1.2 and 1.3), encrypted with keys that rotate.
+    pub session_tickets: bool,
+    /// Sessions kept for resumption by id (stateful); 0 turns the cache off.
+    pub session_cache_size: usize,
+    pub handshake_timeout: Duration,
+    /// Client certificates (mTLS): asked for, verified against a CA bundle.
+    pub client_certificate: Option<ClientCertificateConfig>,
+}
+
+impl ListenerTlsConfig {
+    /// The index of the default certificate in [`Self::certificates`].
+    pub fn default_certificate(&self) -> usize {
+        self.certificates
+            .iter()
+            .position(|c| c.server_names.is_empty())
+            .unwrap_or(0)
+    }
+}
+
+/// A certificate chain with its key, and the SNI names it is served for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateConfig {
+    /// PEM file: the leaf first, then intermediates.
+    pub cert_chain: PathBuf,
+    /// PEM file: PKCS#8, SEC1 (EC) or PKCS#1 (RSA).
+    pub private_key: PathBuf,
+    /// Exact names (`api.example.com`) or wildcards (`*.example.com`, one label), lowercase.
+    pub server_names: Vec<ServerNameMatch>,
+}
+
+/// An SNI name a certificate answers for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServerNameMatch {
+    /// `api.example.com`.
+    Exact(String),
+    /// `*.example.com` stored as `example.com`: any single label before it.
+    Wildcard(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownServerName {
+    /// Serve the default certificate.
+    Default,
+    /// Fail the handshake (`unrecognized_name`).
+    Reject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlpnProtocol {
+    Http2,
+    Http11,
+}
+
+impl AlpnProtocol {
+    /// The ALPN identifier on the wire.
+    pub fn id(self) -> &'static [u8] {
+        match self {
+            AlpnProtocol::Http2 => b"h2",
+            AlpnProtocol::Http11 => b"http/1.1",
+        }
+    }
+}
+
+/// Client certificate verification on a listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertificateConfig {
+    /// PEM bundle of the CAs client certificates must chain to.
+    pub ca: PathBuf,
+    /// Refuse clients without a certificate; when false a certificate is asked for and
+    /// verified if given.
+    pub required: bool,
+}
+
+/// TLS to a cluster's hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTlsConfig {
+    /// PEM bundle to verify the hosts against; `None`: the system's roots.
+    pub ca: Option<PathBuf>,
+    /// Name sent as SNI and checked against the certificate; `None`: the host's IP address
+    /// (checked against the certificate's IP addresses, no SNI sent).
+    pub server_name: Option<String>,
+    /// Presented when the host asks for a client certificate.
+    pub client_certificate: Option<KeyPairConfig>,
+    pub min_version: TlsVersion,
+}
+
+/// A certificate chain and its private key, PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPairConfig {
+    pub cert_chain: PathBuf,
+    pub private_key: PathBuf,
+}

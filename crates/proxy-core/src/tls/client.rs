@@ -1,0 +1,172 @@
+//! TLS to upstream hosts: verified against a CA bundle or the system's roots, with SNI, ALPN
+//! matching the cluster's protocol, and an optional client certificate.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use super::{TlsError, load_certs, load_key, load_roots, provider, versions};
+use crate::config::{ClusterTlsConfig, UpstreamProtocol};
+
+/// A cluster's TLS client settings, built once at start and shared by every worker.
+pub(crate) struct UpstreamTls {
+    connector: tokio_rustls::TlsConnector,
+    /// The configured name; `None`: each host's IP address.
+    server_name: Option<ServerName<'static>>,
+}
+
+impl UpstreamTls {
+    pub(crate) fn new(
+        spec: &ClusterTlsConfig,
+        protocol: UpstreamProtocol,
+    ) -> Result<Self, TlsError> {
+        let roots = match &spec.ca {
+            Some(ca) => load_roots(ca)?,
+            None => system_roots(),
+        };
+        let mut config = build(spec, roots)?;
+        config.alpn_protocols = vec![match protocol {
+            UpstreamProtocol::Http1 => b"http/1.1".to_vec(),
+            UpstreamProtocol::Http2 => b"h2".to_vec(),
+        }];
+        let server_name = spec
+            .server_name
+            .as_deref()
+            .map(|name| {
+                ServerName::try_from(name.to_owned()).map_err(|_| {
+                    TlsError::Rustls(rustls::Error::General(format!(
+                        "`{name}` is not a DNS name or IP address"
+                    )))
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            server_name,
+        })
+    }
+
+    /// Loads the files `spec` names, as a start would (the system's roots are read at start).
+    pub(crate) fn check(spec: &ClusterTlsConfig) -> Result<(), TlsError> {
+        let roots = match &spec.ca {
+            Some(ca) => load_roots(ca)?,
+            None => rustls::RootCertStore::empty(),
+        };
+        build(spec, roots).map(drop)
+    }
+
+    /// The TLS handshake over a connected socket, verifying the host's certificate.
+    pub(crate) async fn connect(
+        &self,
+        addr: SocketAddr,
+        tcp: TcpStream,
+    ) -> io::Result<TlsStream<TcpStream>> {
+        let name = match &self.server_name {
+            Some(name) => name.clone(),
+            None => ServerName::IpAddress(addr.ip().into()),
+        };
+        self.connector.connect(name, tcp).await
+    }
+}
+
+fn build(spec: &ClusterTlsConfig, roots: rustls::RootCertStore) -> Result<ClientConfig, TlsError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions(spec.min_version))?
+        .with_root_certificates(roots);
+    Ok(match &spec.client_certificate {
+        None => builder.with_no_client_auth(),
+        Some(pair) => builder
+            .with_client_auth_cert(load_certs(&pair.cert_chain)?, load_key(&pair.private_key)?)?,
+    })
+}
+
+/// The system's trusted roots (`/etc/ssl/certs` and the like). Unreadable ones are skipped
+/// with a warning: hosts then fail verification, which is the safe side.
+fn system_roots() -> rustls::RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for error in &found.errors {
+        tracing::warn!(%error, "cannot read a system root certificate");
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        tracing::warn!(
+            ignored,
+            "no system root certificates found: upstream TLS will fail to verify"
+        );
+    }
+    roots
+}
+
+/// An upstream connection, cleartext or TLS.
+pub(crate) enum UpstreamIo {
+    Plain(TcpStream),
+    /// Boxed: the TLS state is large and most upstream connections are cleartext.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for UpstreamIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Plain(s) => s.is_write_vectored(),
+            UpstreamIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,804 @@
+//! TLS through the real binary: termination with SNI and ALPN, client certificates,
+//! resumption, certificate reload, garbage on the TLS port, and TLS to upstreams. The
+//! certificates are made at test time with rcgen; the clients are rustls over real sockets.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, Response, StatusCode, Version};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// A test certificate authority.
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A certificate and key, as PEM and as the DER a client sees.
+struct Leaf {
+    cert_pem: String,
+    key_pem: String,
+    der: CertificateDer<'static>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Ca { issuer }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    fn roots(&self) -> rustls::RootCertStore {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.issuer.der().clone()).unwrap();
+        roots
+    }
+
+    fn leaf(&self, names: &[&str]) -> Leaf {
+        self.issue(names, false)
+    }
+
+    fn issue(&self, names: &[&str], expired: bool) -> Leaf {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().clone(),
+        }
+    }
+}
+
+impl Leaf {
+    /// Writes `NAME.pem` and `NAME.key`; returns their paths as YAML-ready strings.
+    fn write(&self, dir: &ScratchDir, name: &str) -> (String, String) {
+        let cert = dir.write(&format!("{name}.pem"), &self.cert_pem);
+        let key = dir.write(&format!("{name}.key"), &self.key_pem);
+        (cert.display().to_string(), key.display().to_string())
+    }
+
+    fn key_der(&self) -> PrivateKeyDer<'static> {
+        use rustls::pki_types::pem::PemObject;
+        PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).unwrap()
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// What a test client offers.
+struct ClientOptions {
+    alpn: Vec<&'static [u8]>,
+    tls12_only: bool,
+    client_cert: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            alpn: vec![b"http/1.1"],
+            tls12_only: false,
+            client_cert: None,
+        }
+    }
+}
+
+fn client_config(
+    roots: rustls::RootCertStore,
+    options: ClientOptions,
+) -> Arc<rustls::ClientConfig> {
+    let versions: &[&rustls::SupportedProtocolVersion] = if options.tls12_only {
+        &[&rustls::version::TLS12]
+    } else {
+        &[&rustls::version::TLS13, &rustls::version::TLS12]
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match options.client_cert {
+        Some((cert, key)) => builder.with_client_auth_cert(vec![cert], key).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = options.alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+async fn tls_connect(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    server_name: &str,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio_rustls::TlsConnector::from(Arc::clone(config)).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("handshake timed out"))?
+}
+
+/// The certificate the server presented.
+fn peer_leaf(stream: &TlsStream<TcpStream>) -> CertificateDer<'static> {
+    stream.get_ref().1.peer_certificates().unwrap()[0].clone()
+}
+
+async fn h1_over(
+    stream: TlsStream<TcpStream>,
+) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+async fn h2_over(
+    stream: TlsStream<TcpStream>,
+) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+async fn h1_get(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    name: &str,
+) -> Response<Incoming> {
+    let stream = tls_connect(addr, config, name).await.unwrap();
+    let mut sender = h1_over(stream).await;
+    sender.send_request(get("/", &[])).await.unwrap()
+}
+
+/// A config with one TLS listener (`tls_block` indented under `tls:`) forwarding to `upstream`.
+fn tls_config(tls_block: &str, upstream: SocketAddr) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: secure
+    address: 127.0.0.1:0
+    tls:
+{tls_block}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#
+    )
+}
+
+fn one_certificate(cert: &str, key: &str, extra: &str) -> String {
+    format!("      certificates:\n        - {{ cert_chain: {cert}, private_key: {key} }}\n{extra}")
+}
+
+async fn upstream() -> (SocketAddr, testbed::NoopHandle) {
+    let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    (upstream.local_addr(), upstream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_and_http2_over_tls_chosen_by_alpn() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]).write(&dir, "edge");
+    let proxy = Proxy::start(&tls_config(&one_certificate(&cert, &key, ""), up), 2);
+    let admin = proxy.admin.unwrap();
+
+    // ALPN http/1.1; the upstream sees the request came over TLS.
+    let h1 = client_config(ca.roots(), ClientOptions::default());
+    let stream = tls_connect(proxy.addr(), &h1, "localhost").await.unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let mut sender = h1_over(stream).await;
+    let response = sender
+        .send_request(get("/", &[("x-noop-echo", "headers")]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.version(), Version::HTTP_11);
+    let echoed = text(response.into_body()).await;
+    assert!(echoed.contains("x-forwarded-proto: https"), "{echoed}");
+    // Keep-alive over TLS: a second request on the same connection.
+    let again = sender.send_request(get("/", &[])).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+
+    // ALPN h2: HTTP/2 without prior knowledge.
+    let h2 = client_config(
+        ca.roots(),
+        ClientOptions {
+            alpn: vec![b"h2", b"http/1.1"],
+            ..Default::default()
+        },
+    );
+    let stream = tls_connect(proxy.addr(), &h2, "localhost").await.unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut sender = h2_over(stream).await;
+    let mut requests = Vec::new();
+    for _ in 0..10 {
+        requests.push(sender.send_request(get_h2("/", &[])));
+    }
+    for response in futures_join(requests).await {
+        let response = response.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.version(), Version::HTTP_2);
+    }
+
+    // No ALPN at all: the first bytes decide, as on a cleartext port.
+    let plain = client_config(
+        ca.roots(),
+        ClientOptions {
+            alpn: vec![],
+            ..Default::default()
+        },
+    );
+    let response = h1_get(proxy.addr(), &plain, "127.0.0.1").await;
+    assert_eq!(response.status(), StatusCode::OK);
+
+    assert_eq!(stat(admin, "ssl_handshake"), 3);
+    let alpn = admin_request(admin, "GET", "/stats?filter=ssl_alpn").1;
+    for line in [
+        r#"ssl_alpn{listener="secure",protocol="h2"}: 1"#,
+        r#"ssl_alpn{listener="secure",protocol="http/1.1"}: 1"#,
+        r#"ssl_alpn{listener="secure",protocol="none"}: 1"#,
+    ] {
+        assert!(alpn.contains(line), "{line} in\n{alpn}");
+    }
+    assert_eq!(stat(admin, "ssl_no_certificate"), 3);
+    assert!(
+        admin_request(admin, "GET", "/stats?filter=ssl_versions")
+            .1
+            .contains(r#"ssl_versions{listener="secure",version="TLSv1_3"}: 3"#)
+    );
+    assert_eq!(stat(admin, "ssl_connection_error"), 0);
+}
+
+/// Awaits every future, in order.
+async fn futures_join<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for f in handles {
+        out.push(f.await);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sni_picks_the_certificate_and_unknown_names_get_the_default_or_a_refusal() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let a = ca.leaf(&["a.test"]);
+    let b = ca.leaf(&["*.b.test"]);
+    let fallback = ca.leaf(&["localhost", "other.test"]);
+    let (a_cert, a_key) = a.write(&dir, "a");
+    let (b_cert, b_key) = b.write(&dir, "b");
+    let (d_cert, d_key) = fallback.write(&dir, "default");
+    let certificates = format!(
+        "      certificates:
+        - {{ cert_chain: {a_cert}, private_key: {a_key}, server_names: [a.test] }}
+        - {{ cert_chain: {d_cert}, private_key: {d_key} }}
+        - {{ cert_chain: {b_cert}, private_key: {b_key}, server_names: [\"*.b.test\"] }}
+"
+    );
+    let client = client_config(ca.roots(), ClientOptions::default());
+
+    let proxy = Proxy::start(&tls_config(&certificates, up), 1);
+    for (name, expected) in [
+        ("a.test", &a.der),
+        ("x.b.test", &b.der),
+        ("other.test", &fallback.der),
+    ] {
+        let stream = tls_connect(proxy.addr(), &client, name).await.unwrap();
+        assert_eq!(&peer_leaf(&stream), expected, "certificate for {name}");
+        let response = h1_over(stream)
+            .await
+            .send_request(get("/", &[]))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    let rejecting = Proxy::start(
+        &tls_config(
+            &format!("{certificates}      unknown_server_name: reject\n"),
+            up,
+        ),
+        1,
+    );
+    let stream = tls_connect(rejecting.addr(), &client, "a.test")
+        .await
+        .unwrap();
+    assert_eq!(peer_leaf(&stream), a.der);
+    let refused = tls_connect(rejecting.addr(), &client, "other.test").await;
+    assert!(refused.is_err(), "a name without a certificate is refused");
+    let admin = rejecting.admin.unwrap();
+    assert_eq!(stat(admin, "ssl_connection_error"), 1);
+    assert_eq!(stat(admin, "ssl_handshake"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_when_configured() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("server ca");
+    let clients = Ca::new("client ca");
+    let (cert, key) = ca.leaf(&["localhost"]).write(&dir, "edge");
+    let client_ca = dir.write("clients.pem", &clients.pem());
+    let tls = one_certificate(
+        &cert,
+        &key,
+        &format!(
+            "      client_certificate: {{ ca: {} }}\n",
+            client_ca.display()
+        ),
+    );
+    let proxy = Proxy::start(&tls_config(&tls, up), 1);
+    let admin = proxy.admin.unwrap();
+
+    // Without a certificate: TLS 1.3 clients learn of the refusal on their first read.
+    let anonymous = client_config(ca.roots(), ClientOptions::default());
+    let refused = match tls_connect(proxy.addr(), &anonymous, "localhost").await {
+        Err(_) => true,
+        Ok(stream) => {
+            let mut sender = h1_over(stream).await;
+            sender.send_request(get("/", &[])).await.is_err()
+        }
+    };
+    assert!(refused, "no client certificate: refused");
+
+    // A certificate from another CA is refused too.
+    let stranger = Ca::new("another ca").leaf(&["client"]);
+    let wrong = client_config(
+        ca.roots(),
+        ClientOptions {
+            client_cert: Some((stranger.der.clone(), stranger.key_der())),
+            ..Default::default()
+        },
+    );
+    let refused = match tls_connect(proxy.addr(), &wrong, "localhost").await {
+        Err(_) => true,
+        Ok(stream) => h1_over(stream)
+            .await
+            .send_request(get("/", &[]))
+            .await
+            .is_err(),
+    };
+    assert!(refused, "untrusted client certificate: refused");
+
+    let known = clients.leaf(&["client"]);
+    let trusted = client_config(
+        ca.roots(),
+        ClientOptions {
+            client_cert: Some((known.der.clone(), known.key_der())),
+            ..Default::default()
+        },
+    );
+    let response = h1_get(proxy.addr(), &trusted, "localhost").await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(stat(admin, "ssl_handshake"), 1);
+    assert_eq!(stat(admin, "ssl_no_certificate"), 0);
+    assert_eq!(stat(admin, "ssl_connection_error"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_with_tls_1_3_and_1_2() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let (cert, key) = ca.leaf(&["localhost"]).write(&dir, "edge");
+    let proxy = Proxy::start(&tls_config(&one_certificate(&cert, &key, ""), up), 2);
+    let admin = proxy.admin.unwrap();
+    for tls12_only in [false, true] {
+        // One client config: its session store carries the ticket to the next connection.
+        let client = client_config(
+            ca.roots(),
+            ClientOptions {
+                tls12_only,
+                ..Default::default()
+            },
+        );
+        let first = tls_connect(proxy.addr(), &client, "localhost")
+            .await
+            .unwrap();
+        assert_eq!(
+            first.get_ref().1.handshake_kind(),
+            Some(rustls::HandshakeKind::Full)
+        );
+        // TLS 1.3 tickets arrive after the handshake: a request reads them.
+        let mut sender = h1_over(first).await;
+        assert_eq!(
+            sender.send_request(get("/", &[])).await.unwrap().status(),
+            StatusCode::OK
+        );
+        let second = tls_connect(proxy.addr(), &client, "localhost")
+            .await
+            .unwrap();
+        assert_eq!(
+            second.get_ref().1.handshake_kind(),
+            Some(rustls::HandshakeKind::Resumed),
+            "resumed (TLS 1.2 only: {tls12_only})"
+        );
+        let mut sender = h1_over(second).await;
+        assert_eq!(
+            sender.send_request(get("/", &[])).await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    assert_eq!(stat(admin, "ssl_session_reused"), 2);
+    assert!(
+        admin_request(admin, "GET", "/stats?filter=ssl_versions")
+            .1
+            .contains(r#"ssl_versions{listener="secure",version="TLSv1_2"}: 2"#)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_version_1_3_refuses_tls_1_2_clients() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let (cert, key) = ca.leaf(&["localhost"]).write(&dir, "edge");
+    let tls = one_certificate(&cert, &key, "      min_version: \"1.3\"\n");
+    let proxy = Proxy::start(&tls_config(&tls, up), 1);
+    let old = client_config(
+        ca.roots(),
+        ClientOptions {
+            tls12_only: true,
+            ..Default::default()
+        },
+    );
+    assert!(tls_connect(proxy.addr(), &old, "localhost").await.is_err());
+    let current = client_config(ca.roots(), ClientOptions::default());
+    assert_eq!(
+        h1_get(proxy.addr(), &current, "localhost").await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_swaps_the_certificate_for_new_connections_only() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let first = ca.leaf(&["localhost"]);
+    let (cert, key) = first.write(&dir, "edge");
+    let proxy = Proxy::start(&tls_config(&one_certificate(&cert, &key, ""), up), 2);
+    let admin = proxy.admin.unwrap();
+    // A new client each time: a resumed session would not show the server's certificate.
+    let connect = || async {
+        let client = client_config(ca.roots(), ClientOptions::default());
+        tls_connect(proxy.addr(), &client, "localhost")
+            .await
+            .unwrap()
+    };
+
+    let old = connect().await;
+    assert_eq!(peer_leaf(&old), first.der);
+    let mut old = h1_over(old).await;
+    assert_eq!(
+        old.send_request(get("/", &[])).await.unwrap().status(),
+        StatusCode::OK
+    );
+
+    // New files, then POST /reload_certs.
+    let second = ca.leaf(&["localhost"]);
+    second.write(&dir, "edge");
+    let (status, body) = admin_request(admin, "POST", "/reload_certs");
+    assert_eq!((status, body.as_str()), (200, "secure: reloaded\n"));
+    assert_eq!(peer_leaf(&connect().await), second.der);
+    // The connection made before the reload goes on as it was.
+    assert_eq!(
+        old.send_request(get("/", &[])).await.unwrap().status(),
+        StatusCode::OK
+    );
+
+    // A broken file: the reload fails, says why, and the current certificate stays.
+    std::fs::write(&cert, "not a certificate").unwrap();
+    let (status, body) = admin_request(admin, "POST", "/reload_certs");
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.contains("kept the previous certificates") && body.contains("edge.pem"),
+        "{body}"
+    );
+    let still = connect().await;
+    assert_eq!(peer_leaf(&still), second.der);
+    assert_eq!(
+        h1_over(still)
+            .await
+            .send_request(get("/", &[]))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+
+    // SIGHUP does the same.
+    let third = ca.leaf(&["localhost"]);
+    third.write(&dir, "edge");
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &proxy.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut swapped = false;
+    for _ in 0..100 {
+        if peer_leaf(&connect().await) == third.der {
+            swapped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        swapped,
+        "SIGHUP reloads the certificate; log:\n{}",
+        proxy.log()
+    );
+    let reloads = admin_request(admin, "GET", "/stats?filter=ssl_certificate_reload").1;
+    assert!(reloads.contains(r#"result="success"}: 2"#), "{reloads}");
+    assert!(reloads.contains(r#"result="failure"}: 1"#), "{reloads}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_tls_port_closes_the_connection_without_harm() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let (cert, key) = ca.leaf(&["localhost"]).write(&dir, "edge");
+    let tls = one_certificate(&cert, &key, "      handshake_timeout: 300ms\n");
+    let proxy = Proxy::start(&tls_config(&tls, up), 1);
+    let admin = proxy.admin.unwrap();
+
+    let mut garbage: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(),
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(),
+    ];
+    // A TLS record header claiming a huge handshake, then noise.
+    let mut record = vec![0x16, 0x03, 0x01, 0xff, 0xff];
+    record.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+    garbage.push(record);
+    for bytes in &garbage {
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        let _ = stream.write_all(bytes).await;
+        let mut buf = vec![0u8; 4096];
+        // Closed (or reset) soon: never an HTTP answer in cleartext, never a hang.
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => assert!(!buf[..n].starts_with(b"HTTP/"), "cleartext answer"),
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "connection closed after {bytes:?}");
+    }
+    // A client that says nothing is dropped after the handshake timeout.
+    let mut silent = TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "silent client closed: {read:?}"
+    );
+
+    let client = client_config(ca.roots(), ClientOptions::default());
+    assert_eq!(
+        h1_get(proxy.addr(), &client, "localhost").await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(stat(admin, "ssl_connection_error"), 4);
+    assert_eq!(stat(admin, "ssl_handshake_timeout"), 1);
+    assert_eq!(stat(admin, "ssl_handshake"), 1);
+}
+
+/// A TLS origin answering `alpn=<protocol>` over HTTP/1.1 or HTTP/2.
+async fn tls_origin(
+    leaf: &Leaf,
+    client_ca: Option<&Ca>,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => builder.with_client_cert_verifier(
+            rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(ca.roots()),
+                provider(),
+            )
+            .build()
+            .unwrap(),
+        ),
+    };
+    let mut config = builder
+        .with_single_cert(vec![leaf.der.clone()], leaf.key_der())
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let alpn =
+                    String::from_utf8_lossy(tls.get_ref().1.alpn_protocol().unwrap_or(b"none"))
+                        .into_owned();
+                let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                    let body = format!("alpn={alpn}");
+                    async move {
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                            body,
+                        ))))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tls_verifies_the_host_and_fails_with_503_when_it_cannot() {
+    let dir = ScratchDir::new();
+    let ca = Ca::new("origin ca");
+    let clients = Ca::new("proxy client ca");
+    let (good, _g) = tls_origin(&ca.leaf(&["origin.internal"]), None).await;
+    let (expired, _e) = tls_origin(&ca.issue(&["origin.internal"], true), None).await;
+    let (untrusted, _u) = tls_origin(&Ca::new("stranger").leaf(&["origin.internal"]), None).await;
+    let (mutual, _m) = tls_origin(&ca.leaf(&["origin.internal"]), Some(&clients)).await;
+    let ca_file = dir.write("origin-ca.pem", &ca.pem()).display().to_string();
+    let (client_cert, client_key) = clients.leaf(&["legate"]).write(&dir, "client");
+
+    let cluster = |name: &str, endpoint: SocketAddr, protocol: &str, extra: &str| {
+        format!(
+            "  - name: {name}
+    endpoints: [{endpoint}]
+    protocol: {protocol}
+    tls: {{ ca: {ca_file}{extra} }}
+"
+        )
+    };
+    let named = ", server_name: origin.internal";
+    let with_cert = format!(
+        "{named}, client_certificate: {{ cert_chain: {client_cert}, private_key: {client_key} }}"
+    );
+    let mut clusters = String::new();
+    let mut routes = String::new();
+    for (name, endpoint, protocol, extra) in [
+        ("h1", good, "http1", named),
+        ("h2", good, "http2", named),
+        ("by_ip", good, "http1", ""),
+        ("expired", expired, "http1", named),
+        ("untrusted", untrusted, "http1", named),
+        ("mutual", mutual, "http1", with_cert.as_str()),
+        ("mutual_without_cert", mutual, "http1", named),
+    ] {
+        clusters.push_str(&cluster(name, endpoint, protocol, extra));
+        routes.push_str(&format!(
+            "      - match: {{ prefix: /{name}/ }}\n        cluster: {name}\n"
+        ));
+    }
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+{routes}clusters:
+{clusters}"#
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let admin = proxy.admin.unwrap();
+    let addr = proxy.addr();
+    let fetch = |path: &'static str| async move {
+        let response = send_h1(addr, get(path, &[])).await;
+        let status = response.status();
+        (status, text(response.into_body()).await)
+    };
+    assert_eq!(
+        fetch("/h1/").await,
+        (StatusCode::OK, "alpn=http/1.1".to_string())
+    );
+    assert_eq!(fetch("/h2/").await, (StatusCode::OK, "alpn=h2".to_string()));
+    assert_eq!(
+        fetch("/mutual/").await,
+        (StatusCode::OK, "alpn=http/1.1".to_string())
+    );
+    for path in ["/by_ip/", "/expired/", "/untrusted/"] {
+        let (status, body) = fetch(path).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {body}");
+        assert_eq!(body, "upstream TLS handshake failure\n", "{path}");
+    }
+    // Without the client certificate the origin wants: with TLS 1.3 the origin's refusal
+    // arrives after the client's side of the handshake is done, as a reset of the request.
+    let (status, body) = fetch("/mutual_without_cert/").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let errors = admin_request(admin, "GET", "/stats?filter=upstream_ssl_connection_error").1;
+    for cluster in ["by_ip", "expired", "untrusted"] {
+        assert!(
+            errors.contains(&format!(
+                "upstream_ssl_connection_error{{cluster=\"{cluster}\"}}: 1"
+            )),
+            "{cluster} in\n{errors}"
+        );
+    }
+    assert_eq!(stat(admin, "upstream_ssl_handshake"), 4);
+    assert_eq!(stat(admin, "upstream_cx_connect_fail"), 3);
+    let log = proxy.log();
+    assert!(
+        log.contains("Expired") || log.contains("expired"),
+        "the log says why:\n{log}"
+    );
+}
+
+#[test]
+fn validate_reports_a_missing_certificate_file_by_key_path() {
+    let dir = ScratchDir::new();
+    let config = dir.write(
+        "legate.yaml",
+        &tls_config(
+            &one_certificate("/nonexistent/edge.pem", "/nonexistent/edge.key", ""),
+            "127.0.0.1:9".parse().unwrap(),
+        ),
+    );
+    let output = std::process::Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("listeners[0].tls") && stderr.contains("/nonexistent/edge.pem"),
+        "{stderr}"
+    );
+}
