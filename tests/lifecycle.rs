@@ -77,17 +77,22 @@ fn validate_accepts_a_good_config_and_names_the_key_of_a_bad_one() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/legate.yaml"));
 }
 
+/// A directory holding the `certs/` files the TLS examples name relative to where legate runs
+/// (the README's commands make real ones; a throwaway pair stands in).
+fn dir_with_example_certs() -> ScratchDir {
+    let dir = ScratchDir::new();
+    std::fs::create_dir_all(dir.0.join("certs")).unwrap();
+    let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    dir.write("certs/legate.pem", &pair.cert.pem());
+    dir.write("certs/legate.key", &pair.signing_key.serialize_pem());
+    dir.write("certs/ca.pem", &pair.cert.pem());
+    dir
+}
+
 #[test]
 fn every_example_config_is_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
-    // The TLS example names `certs/legate.pem` and `certs/legate.key` relative to where legate
-    // runs: the README's commands make them; here a throwaway pair stands in.
-    let run_in = ScratchDir::new();
-    std::fs::create_dir_all(run_in.0.join("certs")).unwrap();
-    let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    run_in.write("certs/legate.pem", &pair.cert.pem());
-    run_in.write("certs/legate.key", &pair.signing_key.serialize_pem());
-    run_in.write("certs/ca.pem", &pair.cert.pem());
+    let run_in = dir_with_example_certs();
     let mut seen = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -292,11 +297,12 @@ fn the_readme_config_reference_is_valid() {
     let mut blocks = 0;
     for block in readme.split("```yaml\n").skip(1) {
         let yaml = block.split("```").next().unwrap();
-        let dir = ScratchDir::new();
+        let dir = dir_with_example_certs();
         let path = dir.write("readme.yaml", yaml);
         let out = Command::new(BIN)
             .args(["validate", "-c"])
             .arg(&path)
+            .current_dir(&dir.0)
             .output()
             .unwrap();
         assert!(
@@ -306,5 +312,8 @@ fn the_readme_config_reference_is_valid() {
         );
         blocks += 1;
     }
-    assert!(blocks >= 1, "the README has a config reference");
+    assert!(
+        blocks >= 2,
+        "the README has a config reference and a TLS one"
+    );
 }

@@ -237,6 +237,7 @@ async fn http1_and_http2_over_tls_chosen_by_alpn() {
     let echoed = text(response.into_body()).await;
     assert!(echoed.contains("x-forwarded-proto: https"), "{echoed}");
     // Keep-alive over TLS: a second request on the same connection.
+    sender.ready().await.unwrap();
     let again = sender.send_request(get("/", &[])).await.unwrap();
     assert_eq!(again.status(), StatusCode::OK);
 
@@ -513,10 +514,9 @@ async fn reload_swaps_the_certificate_for_new_connections_only() {
     let old = connect().await;
     assert_eq!(peer_leaf(&old), first.der);
     let mut old = h1_over(old).await;
-    assert_eq!(
-        old.send_request(get("/", &[])).await.unwrap().status(),
-        StatusCode::OK
-    );
+    let response = old.send_request(get("/", &[])).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    text(response.into_body()).await;
 
     // New files, then POST /reload_certs.
     let second = ca.leaf(&["localhost"]);
@@ -525,10 +525,9 @@ async fn reload_swaps_the_certificate_for_new_connections_only() {
     assert_eq!((status, body.as_str()), (200, "secure: reloaded\n"));
     assert_eq!(peer_leaf(&connect().await), second.der);
     // The connection made before the reload goes on as it was.
-    assert_eq!(
-        old.send_request(get("/", &[])).await.unwrap().status(),
-        StatusCode::OK
-    );
+    old.ready().await.unwrap();
+    let response = old.send_request(get("/", &[])).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
 
     // A broken file: the reload fails, says why, and the current certificate stays.
     std::fs::write(&cert, "not a certificate").unwrap();
@@ -725,6 +724,17 @@ async fn upstream_tls_verifies_the_host_and_fails_with_503_when_it_cannot() {
         routes.push_str(&format!(
             "      - match: {{ prefix: /{name}/ }}\n        cluster: {name}\n"
         ));
+    }
+    // Health checks of TLS clusters speak TLS (HTTP/2 when ALPN says so) and verify too.
+    for (name, endpoint, protocol) in [
+        ("checked_h1", good, "http1"),
+        ("checked_h2", good, "http2"),
+        ("checked_untrusted", untrusted, "http1"),
+    ] {
+        clusters.push_str(&cluster(name, endpoint, protocol, named));
+        clusters.push_str(
+            "    health_check: { path: /healthz, interval: 50ms, jitter: 0s, timeout: 1s }\n",
+        );
     }
     let yaml = format!(
         r#"

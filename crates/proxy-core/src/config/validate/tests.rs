@@ -213,3 +213,69 @@ fn buffer_limits_default_to_32_kib_and_take_units() {
     );
     assert!(error_of(&unitless).starts_with("clusters[0]"));
 }
+
+/// MINIMAL with a `tls:` section (given indented) on its listener.
+fn with_listener_tls(tls: &str) -> String {
+    MINIMAL.replace(
+        "    address: 127.0.0.1:8080\n",
+        &format!("    address: 127.0.0.1:8080\n    tls:\n{tls}"),
+    )
+}
+
+#[test]
+fn tls_keys_are_checked_before_any_file_is_read() {
+    let cert = "      certificates:\n        - { cert_chain: a.pem, private_key: a.key }\n";
+    for (extra, expected) in [
+        (
+            "      alpn: [h3]\n",
+            "listeners[0].tls.alpn[0]: expected `h2` or `http/1.1`, found `h3`",
+        ),
+        (
+            "      min_version: \"1.1\"\n",
+            "listeners[0].tls.min_version: expected \"1.2\" or \"1.3\"",
+        ),
+        (
+            "      unknown_server_name: drop\n",
+            "listeners[0].tls.unknown_server_name: expected `default` or `reject`",
+        ),
+        (
+            "      handshake_timeout: 0s\n",
+            "listeners[0].tls.handshake_timeout: expected a duration above zero",
+        ),
+        (
+            "      session_cache_size: 20000000\n",
+            "listeners[0].tls.session_cache_size: expected 0 to 10000000",
+        ),
+    ] {
+        let err = error_of(&with_listener_tls(&format!("{cert}{extra}")));
+        assert!(err.contains(expected), "{extra:?}: {err}");
+    }
+    let two_defaults = "      certificates:\n        - { cert_chain: a.pem, private_key: a.key }\n        - { cert_chain: b.pem, private_key: b.key }\n";
+    assert!(
+        error_of(&with_listener_tls(two_defaults))
+            .contains("at most one certificate may leave out `server_names`")
+    );
+    let bad_name = "      certificates:\n        - { cert_chain: a.pem, private_key: a.key, server_names: [\"a..b\"] }\n";
+    assert!(
+        error_of(&with_listener_tls(bad_name))
+            .contains("listeners[0].tls.certificates[0].server_names[0]")
+    );
+    let twice = "      certificates:\n        - { cert_chain: a.pem, private_key: a.key, server_names: [a.test] }\n        - { cert_chain: b.pem, private_key: b.key, server_names: [A.test] }\n";
+    assert!(error_of(&with_listener_tls(twice)).contains("already given to another certificate"));
+    let none = "      certificates: []\n";
+    assert!(error_of(&with_listener_tls(none)).contains("expected at least one certificate"));
+    // Past the keys, the files are read: a missing one is named with its key path.
+    let err = error_of(&with_listener_tls(cert));
+    assert!(
+        err.starts_with("listeners[0].tls: cannot read a.pem"),
+        "{err}"
+    );
+    let cluster_tls = MINIMAL.replace(
+        "    endpoints: [127.0.0.1:9000, \"localhost:9001\"]\n",
+        "    endpoints: [127.0.0.1:9000]\n    tls: { server_name: \"not a name\" }\n",
+    );
+    assert!(
+        error_of(&cluster_tls)
+            .contains("clusters[0].tls.server_name: expected a DNS name or an IP address")
+    );
+}
