@@ -667,8 +667,14 @@ async fn tls_origin(
                 let alpn =
                     String::from_utf8_lossy(tls.get_ref().1.alpn_protocol().unwrap_or(b"none"))
                         .into_owned();
-                let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
-                    let body = format!("alpn={alpn}");
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    // HTTP/2 requests over TLS say so in `:scheme`.
+                    let scheme = req
+                        .uri()
+                        .scheme_str()
+                        .map(|s| format!(" scheme={s}"))
+                        .unwrap_or_default();
+                    let body = format!("alpn={alpn}{scheme}");
                     async move {
                         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
                             body,
@@ -758,7 +764,10 @@ listeners:
         fetch("/h1/").await,
         (StatusCode::OK, "alpn=http/1.1".to_string())
     );
-    assert_eq!(fetch("/h2/").await, (StatusCode::OK, "alpn=h2".to_string()));
+    assert_eq!(
+        fetch("/h2/").await,
+        (StatusCode::OK, "alpn=h2 scheme=https".to_string())
+    );
     assert_eq!(
         fetch("/mutual/").await,
         (StatusCode::OK, "alpn=http/1.1".to_string())

@@ -225,8 +225,13 @@ async fn forward_request(
         }
         UpstreamProtocol::Http2 => {
             parts.headers.remove(HOST);
+            let scheme = if upstream.shared().tls.is_some() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            };
             parts.uri = Uri::builder()
-                .scheme(Scheme::HTTP)
+                .scheme(scheme)
                 .authority(authority.as_bytes())
                 .path_and_query(path)
                 .build()
