@@ -211,33 +211,6 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_written() {
-        assert_eq!(duration(Duration::from_millis(250)), "250ms");
-        assert_eq!(duration(Duration::from_secs(15)), "15s");
-        assert_eq!(duration(Duration::from_micros(1500)), "1500us");
-    }
-
-    #[test]
-    fn defaults_appear_filled_in() {
-        let config = Config::from_yaml(
-            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: { prefix: / }\n        cluster: c\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:2]\n",
-        )
-        .unwrap();
-        let dump = config_dump(&config, 3);
-        assert_eq!(dump["workers"], 3);
-        assert_eq!(dump["drain_timeout"], "5s");
-        assert_eq!(dump["admin"], "127.0.0.1:9901");
-        assert_eq!(dump["listeners"][0]["routes"][0]["timeout"], "15s");
-        assert_eq!(dump["clusters"][0]["connect_timeout"], "1s");
-        assert_eq!(dump["clusters"][0]["protocol"], "http1");
-    }
-}
-
 fn tls_version(v: TlsVersion) -> &'static str {
     match v {
         TlsVersion::Tls12 => "1.2",
@@ -270,4 +243,31 @@ fn listener_tls(t: &ListenerTlsConfig) -> Value {
             "required": c.required,
         })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(duration(Duration::from_secs(15)), "15s");
+        assert_eq!(duration(Duration::from_micros(1500)), "1500us");
+    }
+
+    #[test]
+    fn defaults_appear_filled_in() {
+        let config = Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: { prefix: / }\n        cluster: c\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:2]\n",
+        )
+        .unwrap();
+        let dump = config_dump(&config, 3);
+        assert_eq!(dump["workers"], 3);
+        assert_eq!(dump["drain_timeout"], "5s");
+        assert_eq!(dump["admin"], "127.0.0.1:9901");
+        assert_eq!(dump["listeners"][0]["routes"][0]["timeout"], "15s");
+        assert_eq!(dump["clusters"][0]["connect_timeout"], "1s");
+        assert_eq!(dump["clusters"][0]["protocol"], "http1");
+    }
 }

@@ -398,18 +398,6 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn query_values_are_decoded() {
-        assert_eq!(percent_decode("upstream_rq_.%2A"), "upstream_rq_.*");
-        assert_eq!(percent_decode("a+b%"), "a b%");
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
-    }
-}
-
 /// `POST /reload_certs`: 200 when every TLS listener took its new files, 500 naming those that
 /// kept their previous certificates and why.
 fn reload_certs(tls: &crate::tls::TlsListeners) -> Response<Full<Bytes>> {
@@ -436,4 +424,16 @@ fn reload_certs(tls: &crate::tls::TlsListeners) -> Response<Full<Bytes>> {
         StatusCode::OK
     };
     reply(status, "text/plain; charset=utf-8", body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_decoded() {
+        assert_eq!(percent_decode("upstream_rq_.%2A"), "upstream_rq_.*");
+        assert_eq!(percent_decode("a+b%"), "a b%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
 }
