@@ -187,16 +187,39 @@ async fn per_connection_request_caps_retire_connections_without_failing_requests
     let proxy = Proxy::start(&config, 1);
     let url: http::Uri = format!("http://{}/", proxy.addr()).parse().unwrap();
 
-    let h1: Client<_, http_body_util::Empty<bytes::Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    // HTTP/1.1 on one connection at a time (a pooled client may open a second connection
+    // before the first is back in its pool, which spreads the requests): a new connection
+    // whenever the proxy says `connection: close`.
+    let mut connections = 0;
+    let mut sender = None;
     for i in 0..15 {
-        let response = h1
-            .get(url.clone())
+        if sender.is_none() {
+            let stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+            let (s, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            sender = Some(s);
+            connections += 1;
+        }
+        let s = sender.as_mut().unwrap();
+        s.ready().await.unwrap();
+        let response = s
+            .send_request(get("/", &[]))
             .await
             .unwrap_or_else(|e| panic!("h1 request {i}: {e}"));
         assert_eq!(response.status(), 200, "h1 request {i}");
+        let closing = response
+            .headers()
+            .get("connection")
+            .is_some_and(|v| v == "close");
         text(response.into_body()).await;
+        if closing {
+            sender = None;
+        }
     }
+    assert_eq!(connections, 3, "5 requests a connection");
     let h2: Client<_, http_body_util::Empty<bytes::Bytes>> = Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http();

@@ -68,6 +68,12 @@ pub(crate) struct Catalog {
     ssl_alpn: CounterFamily,
     ssl_handshake_time: HistogramFamily,
     ssl_certificate_reload: CounterFamily,
+    ext_authz_ok: CounterFamily,
+    ext_authz_denied: CounterFamily,
+    ext_authz_error: CounterFamily,
+    ext_authz_timeout: CounterFamily,
+    ext_authz_failure_mode_allowed: CounterFamily,
+    ext_authz_time: HistogramFamily,
     upstream_ssl_handshake: CounterFamily,
     upstream_ssl_connection_error: CounterFamily,
     host_cx_active: GaugeFamily,
@@ -276,6 +282,32 @@ impl Catalog {
                 "Certificate reloads (SIGHUP or POST /reload_certs) by outcome; on failure the previous certificates stay.",
                 &["listener", "result"],
             ),
+            ext_authz_ok: r.counter("ext_authz_ok", "Requests the authorization service allowed.", l),
+            ext_authz_denied: r.counter(
+                "ext_authz_denied",
+                "Requests the authorization service denied (answered with its status, headers and body).",
+                l,
+            ),
+            ext_authz_error: r.counter(
+                "ext_authz_error",
+                "Checks that got no decision: service unreachable, timeout, gRPC error, error response.",
+                l,
+            ),
+            ext_authz_timeout: r.counter(
+                "ext_authz_timeout",
+                "Checks not answered within the timeout (also counted in ext_authz_error).",
+                l,
+            ),
+            ext_authz_failure_mode_allowed: r.counter(
+                "ext_authz_failure_mode_allowed",
+                "Requests let through after a failed check (failure_mode_allow).",
+                l,
+            ),
+            ext_authz_time: r.histogram(
+                "ext_authz_time",
+                "Time an authorization check took, answered or not.",
+                l,
+            ),
             upstream_ssl_handshake: r.counter(
                 "upstream_ssl_handshake",
                 "TLS handshakes completed with upstream hosts.",
@@ -325,6 +357,18 @@ impl Catalog {
             versions: TLS_VERSIONS.map(|v| shard.counter(self.ssl_versions, &[listener, v])),
             alpn: ALPN_LABELS.map(|p| shard.counter(self.ssl_alpn, &[listener, p])),
             handshake_time: shard.histogram(self.ssl_handshake_time, &[listener]),
+        }
+    }
+
+    /// External authorization stats of a listener.
+    pub(crate) fn authz(&self, shard: &Shard, listener: &str) -> AuthzStats {
+        AuthzStats {
+            ok: shard.counter(self.ext_authz_ok, &[listener]),
+            denied: shard.counter(self.ext_authz_denied, &[listener]),
+            error: shard.counter(self.ext_authz_error, &[listener]),
+            timeout: shard.counter(self.ext_authz_timeout, &[listener]),
+            failure_mode_allowed: shard.counter(self.ext_authz_failure_mode_allowed, &[listener]),
+            time: shard.histogram(self.ext_authz_time, &[listener]),
         }
     }
 
@@ -461,6 +505,16 @@ impl ListenerStats {
     pub(crate) fn response(&self, status: StatusCode) {
         self.rq_class[class_index(status)].inc();
     }
+}
+
+/// One worker's handles for one listener's external authorization.
+pub(crate) struct AuthzStats {
+    pub(crate) ok: stats::Counter,
+    pub(crate) denied: stats::Counter,
+    pub(crate) error: stats::Counter,
+    pub(crate) timeout: stats::Counter,
+    pub(crate) failure_mode_allowed: stats::Counter,
+    pub(crate) time: stats::Histogram,
 }
 
 const TLS_VERSIONS: [&str; 3] = ["TLSv1_2", "TLSv1_3", "other"];

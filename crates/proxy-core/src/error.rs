@@ -28,6 +28,8 @@ pub enum ResponseFlag {
     DownstreamConnectionTermination,
     /// UO: a circuit breaker of the cluster refused the request.
     UpstreamOverflow,
+    /// UAEX: the external authorization service denied the request, or failed to answer.
+    UnauthorizedExternalService,
 }
 
 impl ResponseFlag {
@@ -42,6 +44,7 @@ impl ResponseFlag {
             ResponseFlag::UpstreamProtocolError => "UPE",
             ResponseFlag::DownstreamConnectionTermination => "DC",
             ResponseFlag::UpstreamOverflow => "UO",
+            ResponseFlag::UnauthorizedExternalService => "UAEX",
         }
     }
 }

@@ -6,6 +6,8 @@
 //!   states what the origin should do right in the request it sends through the proxy.
 //! * [`FailingOrigin`]: origins that break at the TCP level ([`FailureMode`]), for the
 //!   proxy's 502 and timeout paths.
+//! * [`AuthzSidecar`]: an external authorization service (Envoy's gRPC protocol or plain
+//!   HTTP) whose decisions follow [`AuthzRules`], over TCP or a Unix socket.
 //! * [`pattern_bytes`] / [`pattern_sha256`]: the deterministic bodies both sides use, so a
 //!   test can check a body of any size by digest.
 //!
@@ -55,6 +57,7 @@
 //! # }
 //! ```
 
+mod authz;
 mod duration;
 mod failing;
 mod handle;
@@ -62,6 +65,7 @@ mod noop;
 mod options;
 mod pattern;
 
+pub use authz::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
 pub use failing::{FailingOrigin, FailureMode};
 pub use handle::NoopHandle;
 pub use noop::NoopUpstream;

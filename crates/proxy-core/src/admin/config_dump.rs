@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::config::{
-    Concurrency, Config, HeaderValueMatch, HostMatch, LbPolicy, LimitSpec, ListenerTlsConfig,
-    PathMatch, RetryPolicy, RouteAction, ServerNameMatch, TlsVersion, UnknownServerName,
-    UpstreamProtocol,
+    AuthzService, Concurrency, Config, ExtAuthzConfig, HeaderValueMatch, HostMatch, LbPolicy,
+    LimitSpec, ListenerTlsConfig, PathMatch, RetryPolicy, RouteAction, ServerNameMatch, TlsVersion,
+    UnknownServerName, UpstreamProtocol,
 };
 
 /// Durations are shown as the config file writes them.
@@ -91,7 +91,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                             .collect();
                         m.insert("headers".into(), Value::Array(headers));
                     }
-                    match &r.action {
+                    let route = match &r.action {
                         RouteAction::DirectResponse { status, body } => json!({
                             "match": m,
                             "direct_response": {
@@ -106,7 +106,16 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                             "host_rewrite": f.host_rewrite.as_ref().map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()),
                             "retry_policy": f.retry_policy.as_ref().map(retry_policy),
                         }),
+                    };
+                    let mut route = route;
+                    if r.ext_authz.disabled {
+                        route["ext_authz"] = json!("disabled");
+                    } else if !r.ext_authz.context_extensions.is_empty() {
+                        route["ext_authz"] = json!({
+                            "context_extensions": r.ext_authz.context_extensions.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+                        });
                     }
+                    route
                 })
                 .collect();
             json!({
@@ -126,6 +135,7 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
                     "max_requests_per_connection": l.http.max_requests_per_connection,
                 },
                 "tls": l.tls.as_ref().map(listener_tls),
+                "ext_authz": l.ext_authz.as_ref().map(ext_authz),
                 "routes": routes,
             })
         })
@@ -208,6 +218,33 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
         "max_connections": config.max_connections,
         "listeners": listeners,
         "clusters": clusters,
+    })
+}
+
+fn ext_authz(a: &ExtAuthzConfig) -> Value {
+    let service = match &a.service {
+        AuthzService::Grpc { endpoint } => json!({ "grpc": { "address": endpoint.to_string() } }),
+        AuthzService::Http {
+            endpoint,
+            path_prefix,
+            allowed_headers,
+            allowed_upstream_headers,
+        } => json!({ "http": {
+            "address": endpoint.to_string(),
+            "path_prefix": path_prefix,
+            "allowed_headers": allowed_headers.iter().map(|h| h.as_str()).collect::<Vec<_>>(),
+            "allowed_upstream_headers": allowed_upstream_headers.iter().map(|h| h.as_str()).collect::<Vec<_>>(),
+        } }),
+    };
+    json!({
+        "service": service,
+        "timeout": duration(a.timeout),
+        "failure_mode_allow": a.failure_mode_allow,
+        "status_on_error": a.status_on_error.as_u16(),
+        "with_request_body": a.with_request_body.map(|b| json!({
+            "max_request_bytes": b.max_request_bytes,
+            "allow_partial_message": b.allow_partial_message,
+        })),
     })
 }
 

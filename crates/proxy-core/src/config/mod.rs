@@ -4,6 +4,7 @@
 //! (`listeners[0].routes[1].cluster`) and what was expected; after that, the rest of the proxy
 //! reads plain values with defaults filled in and never re-checks them.
 
+mod ext_authz;
 mod raw;
 mod tls;
 mod units;
@@ -19,6 +20,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
 pub use balancer::LbPolicy;
+pub use ext_authz::*;
 pub use tls::*;
 pub use units::{parse_duration, parse_size};
 
@@ -82,6 +84,8 @@ pub struct ListenerConfig {
     pub access_log: Option<AccessLogConfig>,
     /// TLS termination; `None`: cleartext (HTTP/1.1 and h2c).
     pub tls: Option<ListenerTlsConfig>,
+    /// External authorization of every request (routes may turn it off).
+    pub ext_authz: Option<ExtAuthzConfig>,
     pub routes: Vec<RouteConfig>,
 }
 
@@ -115,6 +119,8 @@ pub struct HttpConfig {
 pub struct RouteConfig {
     pub matcher: RouteMatch,
     pub action: RouteAction,
+    /// This route's part in the listener's external authorization.
+    pub ext_authz: RouteAuthz,
 }
 
 /// What a request must look like for a route to take it. All parts must match.

@@ -51,8 +51,62 @@ pub struct RawListener {
     pub http: RawHttp,
     pub access_log: Option<RawAccessLog>,
     pub tls: Option<RawListenerTls>,
+    pub ext_authz: Option<RawExtAuthz>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExtAuthz {
+    pub grpc: Option<RawAuthzGrpc>,
+    pub http: Option<RawAuthzHttp>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    pub failure_mode_allow: Option<bool>,
+    pub status_on_error: Option<u16>,
+    pub with_request_body: Option<RawAuthzBody>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthzGrpc {
+    pub address: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthzHttp {
+    pub address: String,
+    pub path_prefix: Option<String>,
+    #[serde(default)]
+    pub allowed_headers: Vec<String>,
+    #[serde(default)]
+    pub allowed_upstream_headers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthzBody {
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub max_request_bytes: Option<u64>,
+    pub allow_partial_message: Option<bool>,
+}
+
+/// `ext_authz: disabled` or `ext_authz: { context_extensions: { k: v } }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawRouteAuthz {
+    Word(String),
+    Settings(RawRouteAuthzSettings),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteAuthzSettings {
+    pub disabled: Option<bool>,
+    #[serde(default)]
+    pub context_extensions: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,6 +185,7 @@ pub struct RawRoute {
     pub timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
     pub retry_policy: Option<RawRetryPolicy>,
+    pub ext_authz: Option<RawRouteAuthz>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -218,17 +218,23 @@ fn listener(
         .tls
         .map(|t| tls::listener_tls(t, &format!("{path}.tls")))
         .transpose()?;
+    let buffer_limit = buffer_limit(
+        raw.per_connection_buffer_limit_bytes,
+        &format!("{path}.per_connection_buffer_limit_bytes"),
+    )?;
+    let ext_authz = raw
+        .ext_authz
+        .map(|a| ext_authz::listener_authz(a, &format!("{path}.ext_authz"), buffer_limit))
+        .transpose()?;
     Ok(ListenerConfig {
         name,
         address,
         connection_limit,
         connection_balance,
-        buffer_limit: buffer_limit(
-            raw.per_connection_buffer_limit_bytes,
-            &format!("{path}.per_connection_buffer_limit_bytes"),
-        )?,
+        buffer_limit,
         access_log,
         tls,
+        ext_authz,
         http: HttpConfig {
             max_concurrent_streams,
             idle_timeout: positive(
@@ -265,6 +271,7 @@ fn route(
     clusters: &[ClusterConfig],
 ) -> Result<RouteConfig, ConfigError> {
     let matcher = route_match(raw.matcher, &format!("{path}.match"))?;
+    let ext_authz = ext_authz::route_authz(raw.ext_authz, &format!("{path}.ext_authz"))?;
     let action = match (raw.cluster, raw.direct_response) {
         (Some(_), Some(_)) => {
             return Err(ConfigError::invalid(
@@ -352,7 +359,11 @@ fn route(
             })
         }
     };
-    Ok(RouteConfig { matcher, action })
+    Ok(RouteConfig {
+        matcher,
+        action,
+        ext_authz,
+    })
 }
 
 fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
@@ -819,6 +830,7 @@ fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, ConfigError> {
     Ok(policy)
 }
 
+mod ext_authz;
 mod tls;
 
 #[cfg(test)]

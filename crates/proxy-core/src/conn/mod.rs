@@ -42,6 +42,8 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// What a request on this connection needs to know about where it came from.
 pub(crate) struct ConnCtx {
     pub(crate) peer: SocketAddr,
+    /// The proxy's address the client connected to.
+    pub(crate) local: SocketAddr,
     /// The client's IP as header text, formatted once for `x-forwarded-for`.
     pub(crate) peer_ip: http::HeaderValue,
     pub(crate) listener: Rc<ListenerCtx>,
@@ -57,9 +59,15 @@ pub(crate) struct ConnCtx {
 }
 
 impl ConnCtx {
-    pub(crate) fn new(peer: SocketAddr, listener: Rc<ListenerCtx>, worker: Rc<WorkerCtx>) -> Self {
+    pub(crate) fn new(
+        peer: SocketAddr,
+        local: SocketAddr,
+        listener: Rc<ListenerCtx>,
+        worker: Rc<WorkerCtx>,
+    ) -> Self {
         Self {
             peer,
+            local,
             peer_ip: crate::http::headers::ip_header_value(peer.ip()),
             listener,
             worker,

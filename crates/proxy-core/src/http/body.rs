@@ -102,6 +102,12 @@ enum Source {
     Client(hyper::body::Incoming),
     /// A retry: the frames recorded from the first try.
     Replayed(VecDeque<Bytes>),
+    /// The client's body, of which the first frames were read ahead (for an authorization
+    /// check) and are sent before the rest.
+    ReadAhead {
+        front: VecDeque<Frame<Bytes>>,
+        rest: hyper::body::Incoming,
+    },
 }
 
 /// The frames of a request body, recorded as they go upstream so a retry can send them again.
@@ -160,6 +166,38 @@ impl RequestBody {
         Some(clock)
     }
 
+    /// Reads the body ahead until `max` bytes or its end, keeping what it read to send first:
+    /// `(the first max bytes, whether that is the whole body)`.
+    pub(crate) async fn read_ahead(&mut self, max: usize) -> Result<(Bytes, bool), hyper::Error> {
+        use http_body_util::BodyExt;
+        let Source::Client(inner) = &mut self.source else {
+            return Ok((Bytes::new(), self.source_ended()));
+        };
+        let mut front = VecDeque::new();
+        let mut start = bytes::BytesMut::new();
+        let mut read = 0usize;
+        while read <= max && !inner.is_end_stream() {
+            match inner.frame().await {
+                None => break,
+                Some(Err(error)) => return Err(error),
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        read += data.len();
+                        let room = max.saturating_sub(start.len());
+                        start.extend_from_slice(&data[..data.len().min(room)]);
+                    }
+                    front.push_back(frame);
+                }
+            }
+        }
+        let whole = inner.is_end_stream() && read <= max;
+        let rest = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
+        if let Source::Client(rest) = rest {
+            self.source = Source::ReadAhead { front, rest };
+        }
+        Ok((start.freeze(), whole))
+    }
+
     /// Starts recording the frames for a retry, up to `limit` bytes.
     pub(crate) fn record_for_replay(&mut self, limit: usize) -> Rc<RefCell<Replay>> {
         let replay = Rc::new(RefCell::new(Replay {
@@ -198,6 +236,10 @@ impl Body for RequestBody {
             Source::Replayed(frames) => {
                 return Poll::Ready(frames.pop_front().map(|data| Ok(Frame::data(data))));
             }
+            Source::ReadAhead { front, rest } => match front.pop_front() {
+                Some(frame) => Poll::Ready(Some(Ok(frame))),
+                None => Pin::new(rest).poll_frame(cx),
+            },
         };
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
@@ -232,6 +274,19 @@ impl Body for RequestBody {
             Source::Replayed(frames) => {
                 SizeHint::with_exact(frames.iter().map(|f| f.len() as u64).sum())
             }
+            Source::ReadAhead { front, rest } => {
+                let ahead: u64 = front
+                    .iter()
+                    .filter_map(|f| f.data_ref().map(|d| d.len() as u64))
+                    .sum();
+                let rest = rest.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + ahead);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + ahead);
+                }
+                hint
+            }
         }
     }
 }
@@ -242,6 +297,7 @@ impl RequestBody {
         match &self.source {
             Source::Client(inner) => inner.is_end_stream(),
             Source::Replayed(frames) => frames.is_empty(),
+            Source::ReadAhead { front, rest } => front.is_empty() && rest.is_end_stream(),
         }
     }
 }

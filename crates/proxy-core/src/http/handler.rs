@@ -9,6 +9,7 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version};
 
 use super::body::{RequestBody, ResponseBody};
+use super::ext_authz::Verdict;
 use super::headers::{
     X_FORWARDED_PROTO, X_LEGATE_OVERLOADED, X_REQUEST_ID, append_forwarded_for, new_request_id,
     strip_hop_by_hop,
@@ -88,7 +89,7 @@ pub(crate) async fn handle(
 }
 
 async fn route_and_forward(
-    req: Request<RequestBody>,
+    mut req: Request<RequestBody>,
     conn: &ConnCtx,
     in_flight: &mut InFlight,
 ) -> Result<Response<ResponseBody>, ProxyError> {
@@ -99,21 +100,55 @@ async fn route_and_forward(
         check_head_size(&req, limit)?;
     }
     let host = request_host(&req)?;
+    let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
     let route = conn
         .listener
         .routes
-        .find(
-            host.as_ref().map_or("", |h| h.to_str().unwrap_or("")),
-            req.uri().path(),
-            req.headers(),
-        )
+        .find(host_text, req.uri().path(), req.headers())
         .ok_or(ProxyError::NoRoute)?;
-    match &route.action {
-        RouteAction::DirectResponse { status, body } => {
-            Ok(local_reply::text(*status, body.clone()))
+    let mut response_headers = None;
+    if let Some(authz) = &conn.listener.ext_authz
+        && !route.ext_authz.disabled
+    {
+        // The service and the upstream see the same request id.
+        let id = ensure_request_id(req.headers_mut(), in_flight);
+        let id = id.to_str().unwrap_or("");
+        match authz
+            .check(&mut req, host_text, id, &route.ext_authz, conn)
+            .await?
+        {
+            Verdict::Proceed(allowed) => response_headers = allowed,
+            Verdict::Respond(response, flag) => {
+                if let Some(log) = in_flight.log() {
+                    log.flag = Some(flag);
+                }
+                return Ok(*response);
+            }
         }
-        RouteAction::Forward(forward) => forward_request(req, host, forward, conn, in_flight).await,
     }
+    let mut response = match &route.action {
+        RouteAction::DirectResponse { status, body } => local_reply::text(*status, body.clone()),
+        RouteAction::Forward(forward) => {
+            forward_request(req, host, forward, conn, in_flight).await?
+        }
+    };
+    if let Some(allowed) = response_headers {
+        allowed.apply_to_response(response.headers_mut());
+    }
+    Ok(response)
+}
+
+/// The request's `x-request-id`, made (and logged) if the client sent none.
+fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) -> HeaderValue {
+    if let Some(id) = headers.get(&X_REQUEST_ID) {
+        return id.clone();
+    }
+    let id = new_request_id();
+    if let Some(log) = in_flight.log() {
+        log.request_id = Some(id.clone());
+    }
+    headers.insert(X_REQUEST_ID.clone(), id.clone());
+    id
 }
 
 /// Refuses a request whose head is larger than `limit` bytes, counted as Envoy does: the
@@ -195,13 +230,7 @@ async fn forward_request(
         X_FORWARDED_PROTO.clone(),
         conn.listener.forwarded_proto.clone(),
     );
-    if !parts.headers.contains_key(&X_REQUEST_ID) {
-        let id = new_request_id();
-        if let Some(log) = in_flight.log() {
-            log.request_id = Some(id.clone());
-        }
-        parts.headers.insert(X_REQUEST_ID.clone(), id);
-    }
+    ensure_request_id(&mut parts.headers, in_flight);
     if let Some(log) = in_flight.log() {
         log.upstream = Some(upstream.addr_text().clone());
     }

@@ -22,6 +22,7 @@ use crate::catalog::{ListenerStats, ProxyStats, WorkerStats};
 use crate::cluster::{Cluster, SharedCluster};
 use crate::config::Config;
 use crate::conn::{self, ConnCtx};
+use crate::http::ext_authz::ExtAuthzFilter;
 use crate::listener::{ConnPermit, ConnectionLimits};
 use crate::router::RouteTable;
 use crate::tls::{Handshake, ServerTls};
@@ -56,6 +57,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) forwarded_proto: HeaderValue,
     /// The TLS handshake, on a TLS listener.
     pub(crate) tls: Option<Handshake>,
+    /// External authorization, if the listener has it.
+    pub(crate) ext_authz: Option<ExtAuthzFilter>,
 }
 
 /// Counts this worker's open downstream connections, to know when a drain is complete.
@@ -185,6 +188,10 @@ async fn run(spec: WorkerSpec) {
                     listener.buffer_limit,
                 )
             }),
+            ext_authz: listener
+                .ext_authz
+                .as_ref()
+                .map(|authz| ExtAuthzFilter::new(authz, catalog.authz(&shard, &listener.name))),
         });
         listeners.push(Rc::clone(&ctx));
         accept_loops.push(tokio::task::spawn_local(accept_loop(
@@ -293,7 +300,13 @@ impl Accepted {
         ctx.stats.cx_total.inc();
         ctx.stats.cx_active.inc();
         self.worker.stats.cx_active.inc();
-        let conn_ctx = Rc::new(ConnCtx::new(peer, Rc::clone(ctx), Rc::clone(&self.worker)));
+        let local = stream.local_addr().unwrap_or(peer);
+        let conn_ctx = Rc::new(ConnCtx::new(
+            peer,
+            local,
+            Rc::clone(ctx),
+            Rc::clone(&self.worker),
+        ));
         let codecs = Rc::clone(&ctx.codecs);
         let drain = self.drain.clone();
         let listener = Rc::clone(ctx);

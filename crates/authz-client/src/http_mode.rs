@@ -1,0 +1,160 @@
+//! HTTP mode: the request's method and path (behind a prefix) and its allowed headers go to the
+//! service; a 2xx allows, anything else is the answer for the client. HTTP/1.1 with a small
+//! keep-alive pool, since plain HTTP authorization services rarely speak cleartext HTTP/2.
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+
+use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation};
+use crate::transport::{Backoff, connect};
+use crate::{AuthzError, CheckInput, Endpoint, HttpOptions};
+
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 64;
+/// Largest answer body read from the service.
+const MAX_ANSWER: usize = 64 * 1024;
+
+type Sender = SendRequest<Full<Bytes>>;
+
+pub(crate) struct HttpChannel {
+    endpoint: Endpoint,
+    options: HttpOptions,
+    idle: Mutex<Vec<Sender>>,
+    backoff: Backoff,
+}
+
+impl HttpChannel {
+    pub(crate) fn new(endpoint: Endpoint, options: HttpOptions) -> Self {
+        Self {
+            endpoint,
+            options,
+            idle: Mutex::new(Vec::new()),
+            backoff: Backoff::default(),
+        }
+    }
+
+    async fn sender(&self) -> Result<Sender, AuthzError> {
+        loop {
+            let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            match pooled {
+                Some(mut sender) => {
+                    if !sender.is_closed() && sender.ready().await.is_ok() {
+                        return Ok(sender);
+                    }
+                }
+                None => break,
+            }
+        }
+        self.backoff.check(&self.endpoint)?;
+        let connected = async {
+            let stream = connect(&self.endpoint).await?;
+            hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(std::io::Error::other)
+        }
+        .await;
+        match connected {
+            Ok((sender, conn)) => {
+                self.backoff.succeeded();
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                Ok(sender)
+            }
+            Err(source) => {
+                self.backoff.failed();
+                Err(AuthzError::Connect {
+                    endpoint: self.endpoint.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    pub(crate) async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
+        let mut sender = self.sender().await?;
+        let response = sender
+            .send_request(self.request(input)?)
+            .await
+            .map_err(|e| AuthzError::Transport(e.to_string()))?;
+        let (head, body) = response.into_parts();
+        let body = Limited::new(body, MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| AuthzError::Transport(e.to_string()))?
+            .to_bytes();
+        if !sender.is_closed() {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push(sender);
+            }
+        }
+        if head.status.is_success() {
+            let upstream_headers = self
+                .options
+                .allowed_upstream_headers
+                .iter()
+                .flat_map(|name| {
+                    head.headers
+                        .get_all(name)
+                        .iter()
+                        .map(|value| HeaderMutation {
+                            name: name.clone(),
+                            value: value.clone(),
+                            action: HeaderAction::Set,
+                        })
+                })
+                .collect();
+            return Ok(Decision::Allow(Allowed {
+                upstream_headers,
+                ..Allowed::default()
+            }));
+        }
+        Ok(Decision::Deny(Denied {
+            status: head.status,
+            headers: client_headers(&head.headers),
+            body,
+        }))
+    }
+
+    fn request(&self, input: &CheckInput<'_>) -> Result<Request<Full<Bytes>>, AuthzError> {
+        let path = format!("{}{}", self.options.path_prefix, input.path);
+        let mut request = Request::builder()
+            .method(input.method.clone())
+            .uri(path)
+            .body(Full::new(input.body.cloned().unwrap_or_default()))
+            .map_err(|e| AuthzError::Transport(format!("cannot build the check request: {e}")))?;
+        let headers = request.headers_mut();
+        if let Ok(host) = http::HeaderValue::from_str(input.host) {
+            headers.insert(HOST, host);
+        }
+        for name in std::iter::once(&AUTHORIZATION).chain(&self.options.allowed_headers) {
+            for value in input.headers.get_all(name) {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+        Ok(request)
+    }
+}
+
+/// The service's answer headers for the client, without those that describe the hop.
+fn client_headers(headers: &HeaderMap) -> Vec<HeaderMutation> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            ![CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING].contains(name)
+                && name.as_str() != "keep-alive"
+        })
+        .map(|(name, value)| HeaderMutation {
+            name: name.clone(),
+            value: value.clone(),
+            action: HeaderAction::Append,
+        })
+        .collect()
+}

@@ -1,0 +1,180 @@
+//! A client for Envoy's external authorization service.
+//!
+//! An edge proxy asks an authorization sidecar on the same host about most requests. Done
+//! well that costs one loopback round trip, so this client keeps one multiplexed HTTP/2
+//! connection per [`AuthzClient`] (make one per worker thread), reconnects with backoff when
+//! the service goes away, and bounds every check by a hard timeout.
+//!
+//! Two protocols, as in Envoy's `ext_authz` filter:
+//! - gRPC: `envoy.service.auth.v3.Authorization/Check`, with the generated types of
+//!   `envoy-types`, so any existing ext_authz server works;
+//! - HTTP: the request's method and path (behind a configurable prefix) and its allowed
+//!   headers; a 2xx allows, anything else is the denial to send to the client.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use authz_client::{AuthzClient, CheckInput, Decision, Endpoint};
+//!
+//! # async fn run() -> Result<(), authz_client::AuthzError> {
+//! let client = AuthzClient::grpc(Endpoint::Tcp("127.0.0.1:9191".parse().unwrap()), Duration::from_millis(200));
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("authorization", "Bearer token".parse().unwrap());
+//! let input = CheckInput {
+//!     method: &http::Method::GET,
+//!     path: "/orders/7",
+//!     host: "shop.example.com",
+//!     scheme: "https",
+//!     version: http::Version::HTTP_11,
+//!     headers: &headers,
+//!     request_id: "3f0c2e",
+//!     source: "192.0.2.7:51000".parse().unwrap(),
+//!     destination: "10.0.0.1:443".parse().unwrap(),
+//!     context_extensions: &[],
+//!     body: None,
+//! };
+//! match client.check(&input).await? {
+//!     Decision::Allow(allowed) => allowed.apply_to_request(&mut headers),
+//!     Decision::Deny(denied) => println!("refused with {}", denied.status),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod decision;
+mod grpc;
+mod http_mode;
+mod transport;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, Method, Version};
+
+pub use decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation};
+
+/// Where the authorization service listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(addr) => write!(f, "{addr}"),
+            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// HTTP mode's options.
+#[derive(Debug, Clone, Default)]
+pub struct HttpOptions {
+    /// Put before the request's path, e.g. `/authz`.
+    pub path_prefix: String,
+    /// Request headers sent to the service besides `host`, `authorization`, `content-length`
+    /// and the method and path, which always go.
+    pub allowed_headers: Vec<HeaderName>,
+    /// Headers of a 2xx answer copied onto the upstream request (replacing any of the name).
+    pub allowed_upstream_headers: Vec<HeaderName>,
+}
+
+/// What the service is told about a request.
+#[derive(Debug)]
+pub struct CheckInput<'a> {
+    pub method: &'a Method,
+    /// Path and query as the client sent them.
+    pub path: &'a str,
+    pub host: &'a str,
+    /// `http` or `https`.
+    pub scheme: &'a str,
+    pub version: Version,
+    pub headers: &'a HeaderMap,
+    pub request_id: &'a str,
+    /// The client.
+    pub source: SocketAddr,
+    /// The proxy's address the client connected to.
+    pub destination: SocketAddr,
+    /// Per-route `context_extensions` (gRPC mode).
+    pub context_extensions: &'a [(String, String)],
+    /// The request body, or its first bytes, when the service is to see it.
+    pub body: Option<&'a Bytes>,
+}
+
+/// Why a check gave no decision. The caller's failure mode decides what happens then.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthzError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot connect to the authorization service at {endpoint}: {source}")]
+    Connect {
+        endpoint: Endpoint,
+        source: std::io::Error,
+    },
+    #[error(
+        "the authorization service at {endpoint} is unreachable; next connect attempt in {retry_in:?}"
+    )]
+    Backoff {
+        endpoint: Endpoint,
+        retry_in: Duration,
+    },
+    #[error("the connection to the authorization service failed: {0}")]
+    Transport(String),
+    #[error("the authorization service answered with gRPC status {code:?}: {message}")]
+    Status { code: tonic::Code, message: String },
+    #[error("the authorization service reported an error ({status})")]
+    ErrorResponse { status: http::StatusCode },
+}
+
+impl AuthzError {
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, AuthzError::Timeout(_))
+    }
+}
+
+/// A client of one authorization service: one HTTP/2 connection (gRPC) or a small keep-alive
+/// pool (HTTP mode), made on first use and again after it fails. Cheap to share by reference
+/// within a thread; make one per worker thread for one connection per worker.
+pub struct AuthzClient {
+    timeout: Duration,
+    mode: Mode,
+}
+
+enum Mode {
+    Grpc(grpc::GrpcChannel),
+    Http(http_mode::HttpChannel),
+}
+
+impl AuthzClient {
+    /// A gRPC (`envoy.service.auth.v3`) client.
+    pub fn grpc(endpoint: Endpoint, timeout: Duration) -> Self {
+        Self {
+            timeout,
+            mode: Mode::Grpc(grpc::GrpcChannel::new(endpoint)),
+        }
+    }
+
+    /// An HTTP-mode client.
+    pub fn http(endpoint: Endpoint, timeout: Duration, options: HttpOptions) -> Self {
+        Self {
+            timeout,
+            mode: Mode::Http(http_mode::HttpChannel::new(endpoint, options)),
+        }
+    }
+
+    /// Asks the service about one request, within the timeout.
+    pub async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
+        let check = async {
+            match &self.mode {
+                Mode::Grpc(channel) => channel.check(input).await,
+                Mode::Http(channel) => channel.check(input).await,
+            }
+        };
+        tokio::time::timeout(self.timeout, check)
+            .await
+            .map_err(|_| AuthzError::Timeout(self.timeout))?
+    }
+}

@@ -1,0 +1,473 @@
+//! External authorization through the real binary, against the testbed sidecar over real
+//! sockets: allow with header changes, deny, per-route settings, failure modes, Unix sockets,
+//! one connection per worker, reconnection, HTTP mode and request bodies.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use testbed::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
+
+async fn upstream() -> testbed::NoopHandle {
+    testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+async fn grpc_sidecar(rules: AuthzRules) -> AuthzSidecar {
+    AuthzSidecar::start(
+        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        SidecarMode::Grpc,
+        rules,
+    )
+    .await
+    .unwrap()
+}
+
+/// Alice gets in; anyone else gets the sidecar's 401.
+fn alice_only() -> AuthzRules {
+    AuthzRules {
+        allow_if: Some(("x-user".into(), "alice".into())),
+        deny_status: 401,
+        deny_body: "no entry\n".into(),
+        deny_headers: vec![("www-authenticate".into(), "Bearer realm=\"test\"".into())],
+        add_headers: vec![("x-authz-user".into(), "alice".into())],
+        response_headers: vec![("x-authz-checked".into(), "yes".into())],
+        ..AuthzRules::default()
+    }
+}
+
+/// One listener with `ext_authz` (given as a YAML flow map) forwarding to `upstream`, with
+/// extra routes before the catch-all.
+fn config(authz: &str, upstream: SocketAddr, routes: &str) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    ext_authz: {authz}
+    routes:
+{routes}      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#
+    )
+}
+
+async fn send(proxy: &Proxy, headers: &[(&str, &str)]) -> (StatusCode, http::HeaderMap, String) {
+    let response = send_h1(proxy.addr(), get("/", headers)).await;
+    let (parts, body) = response.into_parts();
+    (parts.status, parts.headers, text(body).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_adds_headers_and_a_denial_is_the_sidecars_answer() {
+    let upstream = upstream().await;
+    let sidecar = grpc_sidecar(alice_only()).await;
+    let authz = format!(
+        "{{ grpc: {{ address: {} }} }}",
+        sidecar.local_addr().unwrap()
+    );
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+    let admin = proxy.admin.unwrap();
+
+    let (status, headers, body) =
+        send(&proxy, &[("x-user", "alice"), ("x-noop-echo", "headers")]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body.contains("x-authz-user: alice"),
+        "upstream sees the added header:\n{body}"
+    );
+    assert_eq!(headers["x-authz-checked"], "yes");
+
+    let (status, headers, body) = send(&proxy, &[("x-user", "mallory")]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(headers["www-authenticate"], "Bearer realm=\"test\"");
+    assert_eq!(body, "no entry\n");
+    assert_eq!(
+        upstream.requests(),
+        1,
+        "a denied request never reaches the upstream"
+    );
+
+    assert_eq!(stat(admin, "ext_authz_ok"), 1);
+    assert_eq!(stat(admin, "ext_authz_denied"), 1);
+    assert_eq!(stat(admin, "ext_authz_error"), 0);
+    let time = admin_request(admin, "GET", "/stats?filter=^ext_authz_time").1;
+    assert!(time.contains("count=2"), "{time}");
+    assert_eq!(sidecar.checks(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_can_turn_the_check_off_or_send_context() {
+    let upstream = upstream().await;
+    let sidecar = grpc_sidecar(alice_only()).await;
+    let authz = format!(
+        "{{ grpc: {{ address: {} }} }}",
+        sidecar.local_addr().unwrap()
+    );
+    let routes = "      - match: { prefix: /public }
+        direct_response: { status: 200, body: \"public\\n\" }
+        ext_authz: disabled
+      - match: { prefix: /tenant }
+        cluster: backend
+        ext_authz: { context_extensions: { tenant: blue, tier: gold } }
+";
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), routes), 1);
+
+    let response = send_h1(proxy.addr(), get("/public", &[])).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(text(response.into_body()).await, "public\n");
+    assert_eq!(sidecar.checks(), 0, "no check on a disabled route");
+
+    let response = send_h1(
+        proxy.addr(),
+        get(
+            "/tenant",
+            &[("x-user", "alice"), ("x-noop-echo", "headers")],
+        ),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let echoed = text(response.into_body()).await;
+    assert!(
+        echoed.contains("x-ext-authz-context: tenant=blue;tier=gold"),
+        "the sidecar saw the route's context:\n{echoed}"
+    );
+    // The catch-all route is still checked.
+    let (status, _, _) = send(&proxy, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_works_like_tcp() {
+    let upstream = upstream().await;
+    let dir = ScratchDir::new();
+    let socket = dir.0.join("authz.sock");
+    let sidecar = AuthzSidecar::start(
+        SidecarAddr::Unix(socket.clone()),
+        SidecarMode::Grpc,
+        alice_only(),
+    )
+    .await
+    .unwrap();
+    let authz = format!("{{ grpc: {{ address: \"unix:{}\" }} }}", socket.display());
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+    let (status, _, body) = send(&proxy, &[("x-user", "alice"), ("x-noop-echo", "headers")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("x-authz-user: alice"), "{body}");
+    let (status, _, _) = send(&proxy, &[("x-user", "bob")]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(sidecar.checks(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_or_slow_sidecar_gets_the_failure_mode_within_the_timeout() {
+    let upstream = upstream().await;
+    // Nothing listens here.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let closed = Proxy::start(
+        &config(
+            &format!("{{ grpc: {{ address: {dead} }}, timeout: 100ms }}"),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (status, _, _) = send(&closed, &[]).await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "failure_mode_allow is off by default"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+    let custom = Proxy::start(
+        &config(
+            &format!("{{ grpc: {{ address: {dead} }}, status_on_error: 503 }}"),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    assert_eq!(send(&custom, &[]).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(stat(closed.admin.unwrap(), "ext_authz_error"), 3);
+    assert_eq!(upstream.requests(), 0);
+
+    let slow = grpc_sidecar(AuthzRules {
+        delay: Duration::from_millis(600),
+        ..AuthzRules::default()
+    })
+    .await;
+    let lenient = Proxy::start(
+        &config(
+            &format!(
+                "{{ grpc: {{ address: {} }}, timeout: 100ms, failure_mode_allow: true }}",
+                slow.local_addr().unwrap()
+            ),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    let started = Instant::now();
+    let (status, _, body) = send(&lenient, &[("x-noop-echo", "headers")]).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.contains("x-legate-auth-failure-mode-allowed: true"),
+        "the upstream learns the check failed:\n{body}"
+    );
+    assert!(
+        took < Duration::from_millis(500),
+        "answered after the 100ms timeout, not the 600ms check: {took:?}"
+    );
+    let admin = lenient.admin.unwrap();
+    assert_eq!(stat(admin, "ext_authz_timeout"), 1);
+    assert_eq!(stat(admin, "ext_authz_error"), 1);
+    assert_eq!(stat(admin, "ext_authz_failure_mode_allowed"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_concurrent_requests_share_one_connection_per_worker() {
+    let upstream = upstream().await;
+    let sidecar = grpc_sidecar(AuthzRules {
+        delay: Duration::from_millis(20),
+        ..AuthzRules::default()
+    })
+    .await;
+    let authz = format!(
+        "{{ grpc: {{ address: {} }} }}",
+        sidecar.local_addr().unwrap()
+    );
+    let workers = 2;
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), workers);
+    // 20 HTTP/2 connections of 50 streams each, all at once.
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let addr = proxy.addr();
+        tasks.push(tokio::spawn(async move {
+            let (sender, _conn) = h2_client::<Full<Bytes>>(addr).await;
+            let mut streams = Vec::new();
+            for _ in 0..50 {
+                let mut sender = sender.clone();
+                streams.push(tokio::spawn(async move {
+                    sender
+                        .send_request(get_h2("/", &[]))
+                        .await
+                        .map(|r| r.status())
+                }));
+            }
+            let mut ok = 0;
+            for s in streams {
+                if s.await.unwrap().ok() == Some(StatusCode::OK) {
+                    ok += 1;
+                }
+            }
+            ok
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.unwrap();
+    }
+    assert_eq!(ok, 1000);
+    assert_eq!(sidecar.checks(), 1000);
+    assert!(
+        (1..=workers as u64).contains(&sidecar.connections()),
+        "{} connections to the sidecar for {workers} workers",
+        sidecar.connections()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_reconnects_when_the_sidecar_restarts() {
+    let upstream = upstream().await;
+    let first = grpc_sidecar(AuthzRules::default()).await;
+    let addr = first.local_addr().unwrap();
+    let authz = format!("{{ grpc: {{ address: {addr} }} }}");
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+    // Load in the background for the whole test.
+    let target = proxy.addr();
+    let load = tokio::spawn(async move {
+        let mut statuses = Vec::new();
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let response = send_h1(target, get("/", &[])).await;
+            statuses.push(response.status());
+            text(response.into_body()).await;
+        }
+        statuses
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.shutdown();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = AuthzSidecar::start(
+        SidecarAddr::Tcp(addr),
+        SidecarMode::Grpc,
+        AuthzRules::default(),
+    )
+    .await
+    .unwrap();
+    let statuses = load.await.unwrap();
+    let allowed_after = statuses
+        .iter()
+        .rev()
+        .take_while(|s| **s == StatusCode::OK)
+        .count();
+    assert!(statuses.first() == Some(&StatusCode::OK));
+    assert!(
+        statuses.contains(&StatusCode::FORBIDDEN),
+        "requests failed while it was down"
+    );
+    assert!(
+        allowed_after > 10,
+        "served again after the restart: {allowed_after} at the end"
+    );
+    assert!(second.checks() > 10);
+    assert_eq!(
+        second.connections(),
+        1,
+        "one new connection, not one per request"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_mode_sends_method_path_and_allowed_headers() {
+    let upstream = upstream().await;
+    let sidecar = AuthzSidecar::start(
+        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        SidecarMode::Http,
+        alice_only(),
+    )
+    .await
+    .unwrap();
+    let authz = format!(
+        "{{ http: {{ address: {}, path_prefix: /authz, allowed_headers: [x-user], allowed_upstream_headers: [x-authz-user, x-ext-authz-saw] }} }}",
+        sidecar.local_addr().unwrap()
+    );
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+    let response = send_h1(
+        proxy.addr(),
+        get(
+            "/orders?id=7",
+            &[("x-user", "alice"), ("x-noop-echo", "headers")],
+        ),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let echoed = text(response.into_body()).await;
+    assert!(echoed.contains("x-authz-user: alice"), "{echoed}");
+    assert!(
+        echoed.contains("x-ext-authz-saw: GET /authz/orders?id=7"),
+        "{echoed}"
+    );
+
+    let (status, headers, body) = send(&proxy, &[("x-user", "eve")]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(headers["www-authenticate"], "Bearer realm=\"test\"");
+    assert_eq!(body, "no entry\n");
+    assert_eq!(upstream.requests(), 1);
+    assert_eq!(stat(proxy.admin.unwrap(), "ext_authz_denied"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_go_to_the_service_within_the_limit() {
+    let upstream = upstream().await;
+    let sidecar = grpc_sidecar(AuthzRules::default()).await;
+    let at = sidecar.local_addr().unwrap();
+    let post = |len: usize| {
+        Request::post("/")
+            .header("host", "legate.test")
+            .header("x-noop-echo", "headers")
+            .body(Full::new(Bytes::from(vec![b'x'; len])))
+            .unwrap()
+    };
+    let strict = Proxy::start(
+        &config(
+            &format!(
+                "{{ grpc: {{ address: {at} }}, with_request_body: {{ max_request_bytes: 16KiB }} }}"
+            ),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    let response = send_h1(strict.addr(), post(1000)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let echoed = text(response.into_body()).await;
+    assert!(echoed.contains("x-ext-authz-body-bytes: 1000"), "{echoed}");
+    assert!(echoed.contains("content-length: 1000"), "{echoed}");
+    let response = send_h1(strict.addr(), post(20_000)).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    let partial = Proxy::start(
+        &config(
+            &format!(
+                "{{ grpc: {{ address: {at} }}, with_request_body: {{ max_request_bytes: 16KiB, allow_partial_message: true }} }}"
+            ),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    // The service sees the first 16 KiB; the upstream gets all of it.
+    let request = |echo: &str| {
+        Request::post("/")
+            .header("host", "legate.test")
+            .header("x-noop-echo", echo)
+            .body(Full::new(testbed::pattern_bytes(0, 50_000)))
+            .unwrap()
+    };
+    let response = send_h1(partial.addr(), request("headers")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let echoed = text(response.into_body()).await;
+    assert!(echoed.contains("x-ext-authz-body-bytes: 16384"), "{echoed}");
+    let response = send_h1(partial.addr(), request("body")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        digest(response.into_body()).await,
+        (50_000, testbed::pattern_sha256(50_000)),
+        "the body read ahead for the check goes upstream whole and in order"
+    );
+    assert_eq!(stat(partial.admin.unwrap(), "ext_authz_ok"), 2);
+}
+
+#[test]
+fn a_bad_ext_authz_config_names_its_key() {
+    let dir = ScratchDir::new();
+    let config = dir.write(
+        "legate.yaml",
+        &config(
+            "{ grpc: { address: 127.0.0.1:9191 }, http: { address: 127.0.0.1:9192 } }",
+            "127.0.0.1:9".parse().unwrap(),
+            "",
+        ),
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("listeners[0].ext_authz: expected exactly one of"),
+        "{stderr}"
+    );
+}
