@@ -197,17 +197,38 @@ fn demo(port: u16, admin_port: u16, concurrency: Option<NonZeroUsize>) -> anyhow
     let upstream = testbed::NoopUpstream::start_in_thread(([127, 0, 0, 1], 0).into())
         .context("cannot start the demo upstream")?;
     let upstream_addr = upstream.local_addr();
+    // An authorization sidecar guarding /private: `authorization: Bearer demo` gets in.
+    let sidecar = testbed::AuthzSidecar::start_in_thread(
+        testbed::SidecarAddr::Tcp(([127, 0, 0, 1], 0).into()),
+        testbed::SidecarMode::Grpc,
+        testbed::AuthzRules {
+            allow_if: Some(("authorization".into(), "Bearer demo".into())),
+            deny_status: 401,
+            deny_body: "say `authorization: Bearer demo`\n".into(),
+            add_headers: vec![("x-authz-user".into(), "demo".into())],
+            ..testbed::AuthzRules::default()
+        },
+    )
+    .context("cannot start the demo authorization sidecar")?;
+    let sidecar_addr = sidecar
+        .local_addr()
+        .context("the demo sidecar listens on TCP")?;
     let yaml = format!(
         r#"
 admin: {{ address: 127.0.0.1:{admin_port} }}
 listeners:
   - name: demo
     address: 127.0.0.1:{port}
+    ext_authz: {{ grpc: {{ address: {sidecar_addr} }}, timeout: 200ms }}
     routes:
       - match: {{ path: /healthz }}
         direct_response: {{ status: 200, body: "ok\n" }}
+        ext_authz: disabled
+      - match: {{ prefix: /private }}
+        cluster: noop
       - match: {{ prefix: / }}
         cluster: noop
+        ext_authz: disabled
 clusters:
   - name: noop
     endpoints: [{upstream_addr}]
@@ -221,6 +242,9 @@ clusters:
     println!("  curl -i http://127.0.0.1:{port}/hello -H 'x-noop-echo: headers'");
     println!(
         "  curl -i --http2-prior-knowledge http://127.0.0.1:{port}/slow -H 'x-noop-delay: 200ms' -H 'x-noop-status: 503'"
+    );
+    println!(
+        "  curl -i http://127.0.0.1:{port}/private -H 'authorization: Bearer demo' -H 'x-noop-echo: headers'   # ext_authz allows (401 without the header)"
     );
     println!("stop with Ctrl-C");
     run(config, concurrency)

@@ -228,6 +228,23 @@ async fn the_demo_serves_curlable_requests() {
     assert_eq!(text(response.into_body()).await, "ok\n");
     let response = send_h2(proxy.addr(), get_h2("/hello", &[("x-noop-status", "503")])).await;
     assert_eq!(response.status(), 503);
+    // /private is guarded by the demo's authorization sidecar.
+    let response = send_h1(proxy.addr(), get("/private", &[])).await;
+    assert_eq!(response.status(), 401);
+    let response = send_h1(
+        proxy.addr(),
+        get(
+            "/private",
+            &[("authorization", "Bearer demo"), ("x-noop-echo", "headers")],
+        ),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        text(response.into_body())
+            .await
+            .contains("x-authz-user: demo")
+    );
     proxy.terminate();
     assert!(
         proxy

@@ -78,10 +78,11 @@ pub enum SidecarMode {
 
 /// A running sidecar. Dropping it does not stop it; [`AuthzSidecar::shutdown`] does, closing
 /// every connection.
+#[derive(Clone)]
 pub struct AuthzSidecar {
     addr: SidecarAddr,
     counters: Arc<Counters>,
-    stop: watch::Sender<bool>,
+    stop: Arc<watch::Sender<bool>>,
 }
 
 #[derive(Default, Debug)]
@@ -144,8 +145,46 @@ impl AuthzSidecar {
         Ok(Self {
             addr: bound,
             counters,
-            stop,
+            stop: Arc::new(stop),
         })
+    }
+
+    /// Starts the sidecar on a thread of its own (with its own runtime), for callers without
+    /// a tokio runtime, such as the `demo` command. It runs until [`AuthzSidecar::shutdown`].
+    pub fn start_in_thread(
+        addr: SidecarAddr,
+        mode: SidecarMode,
+        rules: AuthzRules,
+    ) -> io::Result<AuthzSidecar> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("authz-sidecar".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    match AuthzSidecar::start(addr, mode, rules).await {
+                        Ok(sidecar) => {
+                            let mut stopped = sidecar.stop.subscribe();
+                            let _ = tx.send(Ok(sidecar));
+                            until_stopped(&mut stopped).await;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                        }
+                    }
+                });
+            })?;
+        rx.recv()
+            .map_err(|_| io::Error::other("the sidecar thread ended before it listened"))?
     }
 
     /// Where it listens (the real port when bound to port 0).
