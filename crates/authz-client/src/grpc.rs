@@ -15,7 +15,6 @@ use envoy_types::pb::envoy::config::core::v3::{
     socket_address,
 };
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer, Request};
-use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
 use http::{HeaderName, HeaderValue, StatusCode, Version};
@@ -28,6 +27,30 @@ use crate::transport::{Backoff, connect};
 use crate::{AuthzError, CheckInput, Endpoint};
 
 type Sender = SendRequest<tonic::body::Body>;
+
+const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
+
+/// tonic's prost codec with buffers sized for check messages (a few hundred bytes) instead of
+/// its 8 KiB default, allocated on every call.
+#[derive(Clone, Copy)]
+struct CheckCodec;
+
+type Prost = tonic_prost::ProstCodec<CheckRequest, CheckResponse>;
+
+impl tonic::codec::Codec for CheckCodec {
+    type Encode = CheckRequest;
+    type Decode = CheckResponse;
+    type Encoder = <Prost as tonic::codec::Codec>::Encoder;
+    type Decoder = <Prost as tonic::codec::Codec>::Decoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        Prost::raw_encoder(tonic::codec::BufferSettings::new(1024, 32 * 1024))
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        Prost::raw_decoder(tonic::codec::BufferSettings::new(1024, 32 * 1024))
+    }
+}
 
 pub(crate) struct GrpcChannel {
     endpoint: Endpoint,
@@ -103,8 +126,16 @@ impl GrpcChannel {
 
     pub(crate) async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
         let sender = self.sender().await?;
-        let mut client = AuthorizationClient::with_origin(H2Service(sender), self.origin.clone());
-        match client.check(check_request(input)).await {
+        let mut grpc = tonic::client::Grpc::with_origin(H2Service(sender), self.origin.clone());
+        grpc.ready()
+            .await
+            .map_err(|e| AuthzError::Transport(e.to_string()))?;
+        let call = grpc.unary(
+            tonic::Request::new(check_request(input)),
+            http::uri::PathAndQuery::from_static(CHECK_PATH),
+            CheckCodec,
+        );
+        match call.await {
             Ok(response) => decision(response.into_inner()),
             Err(status) => {
                 // A failed connection is noticed here and replaced on the next check.
