@@ -279,3 +279,65 @@ fn tls_keys_are_checked_before_any_file_is_read() {
             .contains("clusters[0].tls.server_name: expected a DNS name or an IP address")
     );
 }
+
+#[test]
+fn ext_authz_keys_are_checked() {
+    let with_authz = |authz: &str| {
+        MINIMAL.replace(
+            "    address: 127.0.0.1:8080\n",
+            &format!("    address: 127.0.0.1:8080\n    ext_authz: {authz}\n"),
+        )
+    };
+    let config = Config::from_yaml(&with_authz(
+        "{ grpc: { address: \"unix:/run/authz.sock\" } }",
+    ))
+    .expect("valid ext_authz");
+    let authz = config.listeners[0].ext_authz.as_ref().expect("ext_authz");
+    assert_eq!(authz.timeout, DEFAULT_AUTHZ_TIMEOUT);
+    assert_eq!(authz.status_on_error, http::StatusCode::FORBIDDEN);
+    assert!(!authz.failure_mode_allow);
+    assert_eq!(
+        authz.service,
+        AuthzService::Grpc {
+            endpoint: AuthzEndpoint::Unix("/run/authz.sock".into())
+        }
+    );
+    for (authz, expected) in [
+        (
+            "{ timeout: 1s }",
+            "listeners[0].ext_authz: expected exactly one of",
+        ),
+        (
+            "{ grpc: { address: \"unix:\" } }",
+            "listeners[0].ext_authz.grpc.address: expected a socket path",
+        ),
+        (
+            "{ grpc: { address: nowhere } }",
+            "listeners[0].ext_authz.grpc.address: expected an address",
+        ),
+        (
+            "{ grpc: { address: 127.0.0.1:9191 }, status_on_error: 99 }",
+            "listeners[0].ext_authz.status_on_error",
+        ),
+        (
+            "{ grpc: { address: 127.0.0.1:9191 }, with_request_body: { max_request_bytes: 1MiB } }",
+            "listeners[0].ext_authz.with_request_body.max_request_bytes: expected 1 byte up to the listener's buffer limit (32768 bytes)",
+        ),
+        (
+            "{ http: { address: 127.0.0.1:9191, path_prefix: authz } }",
+            "listeners[0].ext_authz.http.path_prefix",
+        ),
+        (
+            "{ http: { address: 127.0.0.1:9191, allowed_headers: [\"bad header\"] } }",
+            "listeners[0].ext_authz.http.allowed_headers[0]",
+        ),
+    ] {
+        let err = error_of(&with_authz(authz));
+        assert!(err.contains(expected), "{authz}: {err}");
+    }
+    let route = MINIMAL.replace(
+        "        cluster: backend\n",
+        "        cluster: backend\n        ext_authz: off\n",
+    );
+    assert!(error_of(&route).contains("listeners[0].routes[1].ext_authz: expected `disabled`"));
+}
