@@ -253,7 +253,9 @@ async fn accept_loop<S, F, Fut>(
         tokio::spawn(async move {
             let open = Arc::clone(&counters);
             let io = TokioIo::new(stream);
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            // Room for every check a proxy may have in flight on its one connection.
+            builder.http2().max_concurrent_streams(10_000);
             let served = async {
                 match mode {
                     SidecarMode::Grpc => {
