@@ -258,7 +258,8 @@ async fn a_thousand_concurrent_requests_share_one_connection_per_worker() {
     let workers = 2;
     // Answered by the proxy: 1000 simultaneous upstream connects would test the upstream's
     // accept backlog, not the sidecar connection.
-    let direct = "      - match: { prefix: / }\n        direct_response: { status: 200, body: \"ok\\n\" }\n";
+    let direct =
+        "      - match: { prefix: / }\n        direct_response: { status: 200, body: \"ok\\n\" }\n";
     let proxy = Proxy::start(&config(&authz, upstream.local_addr(), direct), workers);
     // 20 HTTP/2 connections of 50 streams each, all at once.
     let mut tasks = Vec::new();
