@@ -2,13 +2,11 @@
 //! attempts.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_util::either::Either;
 
 use crate::{AuthzError, Endpoint};
 
@@ -16,10 +14,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A connection to the service.
-pub(crate) enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
+pub(crate) type Stream = Either<TcpStream, UnixStream>;
 
 pub(crate) async fn connect(endpoint: &Endpoint) -> io::Result<Stream> {
     match endpoint {
@@ -27,9 +22,9 @@ pub(crate) async fn connect(endpoint: &Endpoint) -> io::Result<Stream> {
             let stream = TcpStream::connect(addr).await?;
             // Checks are small messages waiting for an answer: never hold them back.
             stream.set_nodelay(true)?;
-            Ok(Stream::Tcp(stream))
+            Ok(Either::Left(stream))
         }
-        Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+        Endpoint::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
     }
 }
 
@@ -61,63 +56,5 @@ impl Backoff {
 
     pub(crate) fn succeeded(&self) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Tcp(s) => s.is_write_vectored(),
-            Stream::Unix(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
     }
 }

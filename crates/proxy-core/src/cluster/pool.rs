@@ -28,6 +28,7 @@ use crate::error::ProxyError;
 use crate::exec::LocalExec;
 use crate::http::body::RequestBody;
 use crate::tls::UpstreamIo;
+use tokio_util::either::Either;
 
 /// Idle HTTP/1.1 connections kept per host per worker; more are closed when returned.
 const MAX_IDLE_PER_HOST: usize = 1024;
@@ -373,12 +374,12 @@ impl HostPool {
             // Requests and responses are written whole; Nagle would only add latency.
             let _ = stream.set_nodelay(true);
             let Some(tls) = &self.settings.shared.tls else {
-                return Ok(UpstreamIo::Plain(stream));
+                return Ok(Either::Left(stream));
             };
             match tls.connect(addr, stream).await {
                 Ok(stream) => {
                     self.stats.ssl_handshake.inc();
-                    Ok(UpstreamIo::Tls(Box::new(stream)))
+                    Ok(Either::Right(Box::new(stream)))
                 }
                 Err(source) => {
                     self.stats.ssl_connection_error.inc();

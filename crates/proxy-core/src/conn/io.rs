@@ -11,18 +11,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 use tokio_rustls::server::TlsStream;
+use tokio_util::either::Either;
 
 /// How long a closing connection keeps reading (and discarding) what the client still sends.
 const LINGER: Duration = Duration::from_secs(1);
 /// How much it reads at most while lingering.
 const LINGER_BYTES: usize = 256 * 1024;
 
-/// The client's connection: cleartext, or TLS after the handshake.
-enum Transport {
-    Plain(TcpStream),
-    /// Boxed: the TLS state is large, and parked connections should stay small.
-    Tls(Box<TlsStream<TcpStream>>),
-}
+/// The client's connection: cleartext, or TLS after the handshake (boxed: the TLS state is
+/// large, and parked connections should stay small).
+type Transport = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// A downstream stream whose shutdown lingers: it sends FIN, then reads and discards until
 /// the client closes too (bounded in time and bytes). Closing a socket with unread input makes
@@ -38,11 +36,11 @@ pub(crate) struct DownstreamIo {
 
 impl DownstreamIo {
     pub(crate) fn plain(stream: TcpStream) -> Self {
-        Self::new(Transport::Plain(stream))
+        Self::new(Either::Left(stream))
     }
 
     pub(crate) fn tls(stream: TlsStream<TcpStream>) -> Self {
-        Self::new(Transport::Tls(Box::new(stream)))
+        Self::new(Either::Right(Box::new(stream)))
     }
 
     fn new(transport: Transport) -> Self {
@@ -57,23 +55,23 @@ impl DownstreamIo {
     /// The TCP socket under any TLS.
     pub(crate) fn tcp(&self) -> &TcpStream {
         match &self.transport {
-            Transport::Plain(s) => s,
-            Transport::Tls(s) => s.get_ref().0,
+            Either::Left(s) => s,
+            Either::Right(s) => s.get_ref().0,
         }
     }
 
     fn tcp_mut(&mut self) -> &mut TcpStream {
         match &mut self.transport {
-            Transport::Plain(s) => s,
-            Transport::Tls(s) => s.get_mut().0,
+            Either::Left(s) => s,
+            Either::Right(s) => s.get_mut().0,
         }
     }
 
     /// The protocol ALPN chose, on a TLS connection.
     pub(crate) fn alpn(&self) -> Option<&[u8]> {
         match &self.transport {
-            Transport::Plain(_) => None,
-            Transport::Tls(s) => s.get_ref().1.alpn_protocol(),
+            Either::Left(_) => None,
+            Either::Right(s) => s.get_ref().1.alpn_protocol(),
         }
     }
 
@@ -94,9 +92,9 @@ impl DownstreamIo {
             return true;
         }
         match &mut self.transport {
-            Transport::Plain(_) => false,
+            Either::Left(_) => false,
             // An error also counts: reading is how the codec will learn of it.
-            Transport::Tls(s) => s
+            Either::Right(s) => s
                 .get_mut()
                 .1
                 .process_new_packets()
@@ -121,10 +119,7 @@ impl AsyncRead for DownstreamIo {
             }
             return Poll::Ready(Ok(()));
         }
-        match &mut this.transport {
-            Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Transport::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
+        Pin::new(&mut this.transport).poll_read(cx, buf)
     }
 }
 
@@ -135,10 +130,7 @@ impl AsyncWrite for DownstreamIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().transport {
-            Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Transport::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
+        Pin::new(&mut self.get_mut().transport).poll_write(cx, buf)
     }
 
     #[inline]
@@ -147,37 +139,24 @@ impl AsyncWrite for DownstreamIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().transport {
-            Transport::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Transport::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-        }
+        Pin::new(&mut self.get_mut().transport).poll_write_vectored(cx, bufs)
     }
 
     #[inline]
     fn is_write_vectored(&self) -> bool {
-        match &self.transport {
-            Transport::Plain(s) => s.is_write_vectored(),
-            Transport::Tls(s) => s.is_write_vectored(),
-        }
+        self.transport.is_write_vectored()
     }
 
     #[inline]
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().transport {
-            Transport::Plain(s) => Pin::new(s).poll_flush(cx),
-            Transport::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
+        Pin::new(&mut self.get_mut().transport).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.linger.is_none() {
             // TLS sends close_notify first, then shuts the socket's write side.
-            let shutdown = match &mut this.transport {
-                Transport::Plain(s) => Pin::new(s).poll_shutdown(cx),
-                Transport::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-            };
-            if ready!(shutdown).is_err() {
+            if ready!(Pin::new(&mut this.transport).poll_shutdown(cx)).is_err() {
                 // Already reset by the peer: nothing to linger for.
                 return Poll::Ready(Ok(()));
             }

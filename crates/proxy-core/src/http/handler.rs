@@ -111,8 +111,9 @@ async fn route_and_forward(
         && !route.ext_authz.disabled
     {
         // The service and the upstream see the same request id.
-        let id = ensure_request_id(req.headers_mut(), in_flight);
-        let id = id.to_str().unwrap_or("");
+        ensure_request_id(req.headers_mut(), in_flight);
+        let id = req.headers().get(&X_REQUEST_ID).cloned();
+        let id = id.as_ref().map_or("", |id| id.to_str().unwrap_or(""));
         match authz
             .check(&mut req, host_text, id, &route.ext_authz, conn)
             .await?
@@ -138,17 +139,16 @@ async fn route_and_forward(
     Ok(response)
 }
 
-/// The request's `x-request-id`, made (and logged) if the client sent none.
-fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) -> HeaderValue {
-    if let Some(id) = headers.get(&X_REQUEST_ID) {
-        return id.clone();
+/// Gives the request an `x-request-id` (logged) if the client sent none.
+fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
+    if headers.contains_key(&X_REQUEST_ID) {
+        return;
     }
     let id = new_request_id();
     if let Some(log) = in_flight.log() {
         log.request_id = Some(id.clone());
     }
-    headers.insert(X_REQUEST_ID.clone(), id.clone());
-    id
+    headers.insert(X_REQUEST_ID.clone(), id);
 }
 
 /// Refuses a request whose head is larger than `limit` bytes, counted as Envoy does: the

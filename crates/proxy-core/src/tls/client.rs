@@ -3,15 +3,13 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
 use super::{TlsError, load_certs, load_key, load_roots, provider, versions};
 use crate::config::{ClusterTlsConfig, UpstreamProtocol};
@@ -106,67 +104,6 @@ fn system_roots() -> rustls::RootCertStore {
     roots
 }
 
-/// An upstream connection, cleartext or TLS.
-pub(crate) enum UpstreamIo {
-    Plain(TcpStream),
-    /// Boxed: the TLS state is large and most upstream connections are cleartext.
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for UpstreamIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for UpstreamIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamIo::Plain(s) => s.is_write_vectored(),
-            UpstreamIo::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_flush(cx),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
-}
+/// An upstream connection: cleartext, or TLS (boxed: the TLS state is large and most upstream
+/// connections are cleartext).
+pub(crate) type UpstreamIo = Either<TcpStream, Box<TlsStream<TcpStream>>>;
