@@ -76,12 +76,18 @@ async fn a_known_request_sequence_is_counted_exactly() {
         client.await.unwrap();
     }
 
-    // The last responses' bookkeeping finishes as their bodies are dropped: poll briefly.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // The last responses' bookkeeping finishes as their bodies are dropped, and connections
+    // close as the clients go: poll until both have settled. (A connection's worker and
+    // listener gauges drop one after the other, so a scrape in between sees them apart.)
+    let deadline = Instant::now() + Duration::from_secs(20);
     let stats = loop {
         let stats = scrape(admin);
-        let done = stats.get("downstream_rq_active{listener=main}") == Some(&0.0)
-            && stats.get("downstream_rq_total{listener=main}") == Some(&1000.0);
+        let value = |key: &str| stats.get(key).copied().unwrap_or(-1.0);
+        let done = value("downstream_rq_active{listener=main}") == 0.0
+            && value("downstream_rq_total{listener=main}") == 1000.0
+            && value("worker_downstream_cx_active{worker=0}")
+                + value("worker_downstream_cx_active{worker=1}")
+                == value("downstream_cx_active{listener=main}");
         if done || Instant::now() > deadline {
             break stats;
         }

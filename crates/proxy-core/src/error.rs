@@ -55,6 +55,27 @@ impl fmt::Display for ResponseFlag {
     }
 }
 
+/// Which circuit breaker of a cluster refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    /// `max_requests`: too many requests in flight to the cluster.
+    Requests,
+    /// `max_pending_requests`: no connection free and the pending queue full.
+    Pending,
+    /// Waited `pending_timeout` for a connection without getting one.
+    PendingTimeout,
+}
+
+impl Overflow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overflow::Requests => "max_requests",
+            Overflow::Pending => "max_pending_requests",
+            Overflow::PendingTimeout => "pending_timeout",
+        }
+    }
+}
+
 /// A request the proxy could not relay, with its cause.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -63,7 +84,7 @@ pub enum ProxyError {
     #[error("no healthy upstream host")]
     NoHealthyUpstream,
     #[error("circuit breaker open: {}", .0.as_str())]
-    Overflow(crate::cluster::Overflow),
+    Overflow(Overflow),
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
     #[error("request head of {size} bytes is over the {limit}-byte limit")]

@@ -1,16 +1,31 @@
 //! Legate's data plane.
 //!
-//! A request travels through these modules, in order:
+//! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! listener/reuse_port.rs   each worker's own SO_REUSEPORT socket and accept loop (worker/)
+//! runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
+//! config      the typed, validated configuration
+//! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
+//! cluster     upstream hosts, pools, breakers, retries
+//! router      the route table
+//! http        the request path after the codec: route, authorize, forward, reply
+//! conn        one downstream connection: TLS, codec, parking, drain
+//! worker      a worker thread: listeners, accept loops, hand-offs
+//! admin, server
+//! ```
+//!
+//! A request travels through these files, in order (docs/architecture.md has the details):
+//!
+//! ```text
+//! worker/accept.rs         each worker's own SO_REUSEPORT socket and accept loop
 //! tls/server.rs            TLS handshake on TLS listeners: SNI, ALPN, client certificates
 //! conn/                    HTTP/1.1 or HTTP/2 codec for one connection, drain on shutdown
-//! http/handler.rs          route, then a direct response or a relayed request
+//! http/handler.rs          route, authorize, then a direct response or a relayed request
 //! router/                  first matching route: host, path prefix or exact path, headers
-//! http/headers.rs          hop-by-hop removal, x-forwarded-*, x-request-id
-//! cluster/                 the worker's balancer and per-host upstream pools (tls/client.rs)
-//! http/body.rs             the response body streamed back
+//! http/rewrite.rs          hop-by-hop removal, x-forwarded-*, the upstream's authority
+//! cluster/forward.rs       host pick, admission, timeout, retries (cluster/retry.rs)
+//! cluster/host.rs          the try on the host's pool (h1_pool.rs, h2_conn.rs)
+//! http/response_body.rs    the response body streamed back
 //! ```
 //!
 //! Starting a proxy from a config:
@@ -34,18 +49,20 @@ mod catalog;
 mod cluster;
 pub mod config;
 mod conn;
+mod context;
 mod error;
-mod exec;
 mod http;
 mod listener;
 mod memory;
 pub mod router;
+mod runtime;
 mod server;
+mod throttle;
 mod tls;
 mod worker;
 
 pub use config::{Config, ConfigError};
-pub use error::{ProxyError, ResponseFlag};
+pub use error::{Overflow, ProxyError, ResponseFlag};
+pub use runtime::usable_cores;
 pub use server::{Server, StartError};
 pub use tls::TlsError;
-pub use worker::usable_cores;

@@ -114,7 +114,7 @@ impl Server {
             let tls = cluster
                 .tls
                 .as_ref()
-                .map(|tls| UpstreamTls::new(tls, cluster.protocol))
+                .map(|tls| UpstreamTls::new(tls, cluster.protocol.alpn()))
                 .transpose()
                 .map_err(|source| StartError::Tls {
                     scope: format!("cluster `{}`", cluster.name),

@@ -256,7 +256,7 @@ impl AdminServer {
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
-        let runtime = crate::exec::current_thread_runtime()?;
+        let runtime = crate::runtime::current_thread_runtime()?;
         let thread = std::thread::Builder::new()
             .name("legate-admin".into())
             .spawn(move || {

@@ -60,27 +60,6 @@ impl Breaker {
     }
 }
 
-/// Which limit refused a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overflow {
-    /// `max_requests`: too many requests in flight to the cluster.
-    Requests,
-    /// `max_pending_requests`: no connection free and the pending queue full.
-    Pending,
-    /// Waited `pending_timeout` for a connection without getting one.
-    PendingTimeout,
-}
-
-impl Overflow {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Overflow::Requests => "max_requests",
-            Overflow::Pending => "max_pending_requests",
-            Overflow::PendingTimeout => "pending_timeout",
-        }
-    }
-}
-
 /// A cluster's breakers, shared by every worker.
 #[derive(Debug)]
 pub(crate) struct CircuitBreakers {

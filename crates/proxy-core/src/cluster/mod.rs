@@ -1,11 +1,30 @@
 //! A cluster as one worker sees it: its hosts' connection pools and the load balancer that
 //! picks among them. The host set (health, weights, requests in flight) is shared by every
 //! worker's balancer; the pools are the worker's own.
+//!
+//! ```text
+//! forward.rs     pick a host, take a max_requests slot, send under the route's timeout
+//! retry.rs       send again on another host, as the retry policy and max_retries allow
+//! admission.rs   the max_requests slot, and the pending queue under max_connections
+//! host.rs        one host on one worker: send a try, report its outcome
+//! h1_pool.rs     HTTP/1.1 keep-alive connections    h2_conn.rs   the HTTP/2 connection
+//! connect.rs     TCP and TLS within connect_timeout  body.rs      the response body
+//! breaker.rs     the four circuit breakers           health.rs    outlier ejection, checks
+//! shared.rs      what all workers share              monitor.rs   health checks, headroom
+//! ```
 
+mod admission;
+mod body;
 mod breaker;
+mod connect;
+mod forward;
+mod h1_pool;
+mod h2_conn;
 mod health;
+mod host;
 pub(crate) mod monitor;
-mod pool;
+mod retry;
+mod settings;
 mod shared;
 
 use std::net::IpAddr;
@@ -15,10 +34,11 @@ use std::sync::Arc;
 use balancer::{LoadBalancer, Picked};
 use http::HeaderMap;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, ClusterStats};
 use crate::config::{ClusterConfig, HashKey};
-pub(crate) use breaker::{Overflow, Slot};
-pub(crate) use pool::{HostPool, SendError, UpstreamBody, UpstreamSettings};
+pub use body::UpstreamBody;
+pub(crate) use host::HostPool;
+use settings::UpstreamSettings;
 pub(crate) use shared::SharedCluster;
 
 pub(crate) struct Cluster {
@@ -26,6 +46,8 @@ pub(crate) struct Cluster {
     hosts: Vec<Rc<HostPool>>,
     balancer: LoadBalancer,
     hash_key: Option<HashKey>,
+    settings: Rc<UpstreamSettings>,
+    stats: Rc<ClusterStats>,
 }
 
 impl Cluster {
@@ -59,16 +81,14 @@ impl Cluster {
             hosts,
             balancer,
             hash_key: config.hash_key.clone(),
+            settings,
+            stats,
         }
     }
 
     /// The host for the next request, counted as in flight on it while the guard lives.
     /// `None` when the cluster has no host to offer.
-    pub(crate) fn pick(
-        &self,
-        headers: &HeaderMap,
-        client: IpAddr,
-    ) -> Option<(Rc<HostPool>, Picked)> {
+    fn pick(&self, headers: &HeaderMap, client: IpAddr) -> Option<(Rc<HostPool>, Picked)> {
         let key = self
             .hash_key
             .as_ref()

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioIo;
 use super::SharedCluster;
 use crate::catalog::{ClusterStats, ProxyStats};
 use crate::config::{ClusterConfig, HealthCheckConfig};
-use crate::exec::LocalExec;
+use crate::runtime::LocalExec;
 use crate::tls::UpstreamTls;
 
 /// How often headroom and ejections are looked at.
@@ -40,7 +40,7 @@ pub(crate) fn start(
     configs: Vec<ClusterConfig>,
     stats: Arc<ProxyStats>,
 ) -> std::io::Result<()> {
-    let runtime = crate::exec::current_thread_runtime()?;
+    let runtime = crate::runtime::current_thread_runtime()?;
     std::thread::Builder::new()
         .name("legate-clusters".into())
         .spawn(move || {

@@ -6,7 +6,6 @@
 
 mod ext_authz;
 mod raw;
-mod tls;
 mod units;
 mod validate;
 
@@ -19,9 +18,9 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
+pub use crate::tls::settings::*;
 pub use balancer::LbPolicy;
 pub use ext_authz::*;
-pub use tls::*;
 pub use units::{parse_duration, parse_size};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
@@ -326,6 +325,16 @@ pub enum UpstreamProtocol {
     Http2,
 }
 
+impl UpstreamProtocol {
+    /// The protocol's ALPN identifier, offered to TLS hosts.
+    pub fn alpn(self) -> &'static [u8] {
+        match self {
+            UpstreamProtocol::Http1 => b"http/1.1",
+            UpstreamProtocol::Http2 => b"h2",
+        }
+    }
+}
+
 /// Why a config was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -372,7 +381,7 @@ impl Config {
     pub fn worker_count(&self) -> usize {
         match self.concurrency {
             Concurrency::Fixed(n) => n.get(),
-            Concurrency::Auto => crate::worker::usable_cores(),
+            Concurrency::Auto => crate::runtime::usable_cores(),
         }
     }
 }

@@ -3,20 +3,17 @@
 //! what the client gets instead. One client per worker and listener, so one connection to
 //! the service per worker.
 
-use std::cell::Cell;
-use std::time::Duration;
-
 use authz_client::{Allowed, AuthzClient, AuthzError, CheckInput, Decision, HttpOptions};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tokio::time::Instant;
 
-use super::body::{RequestBody, ResponseBody};
-use super::local_reply;
+use super::{ResponseBody, local_reply};
 use crate::catalog::AuthzStats;
 use crate::config::{AuthzService, ExtAuthzConfig, RouteAuthz};
-use crate::conn::ConnCtx;
+use crate::context::{ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
+use crate::throttle::LogThrottle;
 
 pub(crate) static X_LEGATE_AUTH_FAILURE_MODE_ALLOWED: HeaderName =
     HeaderName::from_static("x-legate-auth-failure-mode-allowed");
@@ -26,10 +23,9 @@ pub(crate) struct ExtAuthzFilter {
     client: AuthzClient,
     config: ExtAuthzConfig,
     stats: AuthzStats,
-    /// Failed checks since the last warning line, and when that was: a dead service must not
-    /// flood the log with a line per request.
-    errors_unlogged: Cell<u64>,
-    errors_logged_at: Cell<Option<Instant>>,
+    /// Failed checks, logged at most once a second: a dead service must not flood the log
+    /// with a line per request.
+    errors: LogThrottle,
 }
 
 /// What the check decided.
@@ -63,8 +59,7 @@ impl ExtAuthzFilter {
             client,
             config: config.clone(),
             stats,
-            errors_unlogged: Cell::new(0),
-            errors_logged_at: Cell::new(None),
+            errors: LogThrottle::default(),
         }
     }
 
@@ -101,11 +96,7 @@ impl ExtAuthzFilter {
             method: req.method(),
             path: req.uri().path_and_query().map_or("/", |p| p.as_str()),
             host,
-            scheme: if conn.listener.tls.is_some() {
-                "https"
-            } else {
-                "http"
-            },
+            scheme: if conn.listener.tls { "https" } else { "http" },
             version: req.version(),
             headers: req.headers(),
             request_id,
@@ -160,24 +151,14 @@ impl ExtAuthzFilter {
 
     /// One warning a second at most, with the count since the last.
     fn log_error(&self, error: &AuthzError, conn: &ConnCtx) {
-        let failed = self.errors_unlogged.get() + 1;
-        let now = Instant::now();
-        if self
-            .errors_logged_at
-            .get()
-            .is_some_and(|at| now - at < Duration::from_secs(1))
-        {
-            self.errors_unlogged.set(failed);
-            return;
+        if let Some(failed) = self.errors.hit() {
+            tracing::warn!(
+                listener = %conn.listener.name,
+                failed,
+                failure_mode_allow = self.config.failure_mode_allow,
+                %error,
+                "authorization check failed"
+            );
         }
-        self.errors_logged_at.set(Some(now));
-        self.errors_unlogged.set(0);
-        tracing::warn!(
-            listener = %conn.listener.name,
-            failed,
-            failure_mode_allow = self.config.failure_mode_allow,
-            %error,
-            "authorization check failed"
-        );
     }
 }

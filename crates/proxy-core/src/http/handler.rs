@@ -4,20 +4,15 @@ use std::convert::Infallible;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, EXPECT, HOST, HeaderValue};
-use http::uri::{PathAndQuery, Scheme};
-use http::{Method, Request, Response, Uri, Version};
+use http::header::{CONNECTION, HOST, HeaderValue};
+use http::{Method, Request, Response, Version};
 
-use super::body::{RequestBody, ResponseBody};
 use super::ext_authz::Verdict;
-use super::headers::{
-    X_FORWARDED_PROTO, X_LEGATE_OVERLOADED, X_REQUEST_ID, append_forwarded_for, new_request_id,
-    strip_hop_by_hop,
-};
-use super::local_reply;
-use super::retry::{self, RetryPlan};
-use crate::config::{ForwardAction, RouteAction, UpstreamProtocol};
-use crate::conn::{ConnCtx, InFlight};
+use super::forwarding::X_LEGATE_OVERLOADED;
+use super::{HttpCtx, ResponseBody, local_reply, rewrite};
+use crate::config::{ForwardAction, RouteAction};
+use crate::context::request_id::{X_REQUEST_ID, new_request_id};
+use crate::context::{ConnCtx, InFlight, RequestBody};
 use crate::error::ProxyError;
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
@@ -25,6 +20,7 @@ use crate::error::ProxyError;
 pub(crate) async fn handle(
     req: Request<RequestBody>,
     conn: Rc<ConnCtx>,
+    http: Rc<HttpCtx>,
     mut in_flight: InFlight,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let method = req.method().clone();
@@ -39,7 +35,7 @@ pub(crate) async fn handle(
         close = true;
         conn.listener.stats.cx_max_requests.inc();
     }
-    let mut response = match route_and_forward(req, &conn, &mut in_flight).await {
+    let mut response = match route_and_forward(req, &conn, &http, &mut in_flight).await {
         Ok(response) => response,
         Err(err) => {
             if let Some(log) = in_flight.log() {
@@ -91,6 +87,7 @@ pub(crate) async fn handle(
 async fn route_and_forward(
     mut req: Request<RequestBody>,
     conn: &ConnCtx,
+    http: &HttpCtx,
     in_flight: &mut InFlight,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     if req.method() == Method::CONNECT {
@@ -101,13 +98,12 @@ async fn route_and_forward(
     }
     let host = request_host(&req)?;
     let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
-    let route = conn
-        .listener
+    let route = http
         .routes
         .find(host_text, req.uri().path(), req.headers())
         .ok_or(ProxyError::NoRoute)?;
     let mut response_headers = None;
-    if let Some(authz) = &conn.listener.ext_authz
+    if let Some(authz) = &http.ext_authz
         && !route.ext_authz.disabled
     {
         // The service and the upstream see the same request id.
@@ -130,7 +126,7 @@ async fn route_and_forward(
     let mut response = match &route.action {
         RouteAction::DirectResponse { status, body } => local_reply::text(*status, body.clone()),
         RouteAction::Forward(forward) => {
-            forward_request(req, host, forward, conn, in_flight).await?
+            forward_request(req, host, forward, conn, http, in_flight).await?
         }
     };
     if let Some(allowed) = response_headers {
@@ -195,139 +191,37 @@ fn request_host(req: &Request<RequestBody>) -> Result<Option<HeaderValue>, Proxy
     Ok(host.cloned())
 }
 
-/// Resolves once `progress` has stood still for `timeout`. As in Envoy, a request's timeout
-/// runs from the end of its body: a large upload that keeps moving is not cut off, and one that
-/// stalls for the timeout is.
-async fn idle_for(timeout: std::time::Duration, progress: &std::cell::Cell<tokio::time::Instant>) {
-    loop {
-        let deadline = progress.get() + timeout;
-        tokio::time::sleep_until(deadline).await;
-        if progress.get() + timeout <= tokio::time::Instant::now() {
-            return;
-        }
-    }
-}
-
 async fn forward_request(
     req: Request<RequestBody>,
     host: Option<HeaderValue>,
     forward: &ForwardAction,
     conn: &ConnCtx,
+    http: &HttpCtx,
     in_flight: &mut InFlight,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let (upstream, picked) = conn.worker.clusters[forward.cluster]
-        .pick(req.headers(), conn.peer.ip())
-        .ok_or(ProxyError::NoHealthyUpstream)?;
-    let admitted = upstream.admit()?;
+    let admitted = http.clusters[forward.cluster].admit(req.headers(), conn.peer.ip())?;
+    let upstream = Rc::clone(admitted.host());
     let (mut parts, body) = req.into_parts();
-
-    strip_hop_by_hop(&mut parts.headers);
-    // The downstream codec already answered any `100-continue`; the upstream gets the body
-    // as it streams.
-    parts.headers.remove(EXPECT);
-    append_forwarded_for(&mut parts.headers, &conn.peer_ip);
-    parts.headers.insert(
-        X_FORWARDED_PROTO.clone(),
-        conn.listener.forwarded_proto.clone(),
-    );
     ensure_request_id(&mut parts.headers, in_flight);
     if let Some(log) = in_flight.log() {
         log.upstream = Some(upstream.addr_text().clone());
     }
-
-    let authority = match (&forward.host_rewrite, host) {
-        (Some(rewrite), _) => rewrite.clone(),
-        (None, Some(host)) => host,
-        (None, None) => HeaderValue::from_str(&upstream.addr().to_string())
-            .expect("a socket address is a valid header value"),
-    };
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    match upstream.protocol() {
-        UpstreamProtocol::Http1 => {
-            parts.uri = Uri::from(path);
-            parts.version = Version::HTTP_11;
-            parts.headers.insert(HOST, authority);
-        }
-        UpstreamProtocol::Http2 => {
-            parts.headers.remove(HOST);
-            let scheme = if upstream.shared().tls.is_some() {
-                Scheme::HTTPS
-            } else {
-                Scheme::HTTP
-            };
-            parts.uri = Uri::builder()
-                .scheme(scheme)
-                .authority(authority.as_bytes())
-                .path_and_query(path)
-                .build()
-                .map_err(|_| ProxyError::BadRequest("host is not a valid authority"))?;
-            parts.version = Version::HTTP_2;
-        }
-    }
-
-    let mut body = body;
-    let progress = body.track_progress();
-    let retry = forward.retry_policy.as_ref().map(|policy| {
-        let plan = RetryPlan::prepare(&parts, &mut body, upstream.buffer_limit());
-        (policy, plan)
-    });
-    let request = Request::from_parts(parts, body);
-    let timed_out = || {
-        upstream.stats().rq_timeout.inc();
-        ProxyError::Timeout {
-            addr: upstream.addr(),
-            after: forward.timeout,
-        }
-    };
-    let cluster = &conn.worker.clusters[forward.cluster];
-    let attempt = async {
-        match retry {
-            None => {
-                let response = upstream.send(request, picked, admitted).await;
-                response
-                    .map(|r| (Rc::clone(&upstream), r))
-                    .map_err(|e| e.error)
-            }
-            Some((policy, plan)) => {
-                retry::send_with_retries(
-                    request,
-                    &upstream,
-                    admitted,
-                    picked,
-                    policy,
-                    plan,
-                    cluster,
-                    conn.peer.ip(),
-                    forward.timeout,
-                )
-                .await
-            }
-        }
-    };
-    let (answered_by, response) = match progress {
-        // No request body: the clock starts now.
-        None => tokio::time::timeout(forward.timeout, attempt)
-            .await
-            .map_err(|_| timed_out())??,
-        Some(progress) => tokio::select! {
-            response = attempt => response?,
-            () = idle_for(forward.timeout, &progress) => return Err(timed_out()),
-        },
-    };
+    let authority = forward.host_rewrite.clone().or(host);
+    rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
+    let (answered_by, response) = admitted
+        .send(
+            Request::from_parts(parts, body),
+            forward.timeout,
+            forward.retry_policy.as_ref(),
+            conn.peer.ip(),
+        )
+        .await?;
     if let Some(log) = in_flight.log()
         && !Rc::ptr_eq(&answered_by, &upstream)
     {
         log.upstream = Some(answered_by.addr_text().clone());
     }
-
     let (mut head, body) = response.into_parts();
-    strip_hop_by_hop(&mut head.headers);
-    // The downstream codec frames the response for its own protocol; an HTTP/2 version from
-    // the upstream would only make the HTTP/1.1 encoder complain.
-    head.version = Version::HTTP_11;
+    rewrite::response_for_client(&mut head);
     Ok(Response::from_parts(head, ResponseBody::upstream(body)))
 }

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Response, StatusCode};
 
-use super::body::ResponseBody;
+use super::ResponseBody;
 
 /// A response with a plain-text body.
 pub(crate) fn text(status: StatusCode, body: Bytes) -> Response<ResponseBody> {

@@ -11,8 +11,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
 
+use super::settings::ClusterTlsConfig;
 use super::{TlsError, load_certs, load_key, load_roots, provider, versions};
-use crate::config::{ClusterTlsConfig, UpstreamProtocol};
 
 /// A cluster's TLS client settings, built once at start and shared by every worker.
 pub(crate) struct UpstreamTls {
@@ -24,17 +24,15 @@ pub(crate) struct UpstreamTls {
 impl UpstreamTls {
     pub(crate) fn new(
         spec: &ClusterTlsConfig,
-        protocol: UpstreamProtocol,
+        // The ALPN protocol to offer: `h2` for HTTP/2 clusters, `http/1.1` otherwise.
+        alpn: &[u8],
     ) -> Result<Self, TlsError> {
         let roots = match &spec.ca {
             Some(ca) => load_roots(ca)?,
             None => system_roots(),
         };
         let mut config = build(spec, roots)?;
-        config.alpn_protocols = vec![match protocol {
-            UpstreamProtocol::Http1 => b"http/1.1".to_vec(),
-            UpstreamProtocol::Http2 => b"h2".to_vec(),
-        }];
+        config.alpn_protocols = vec![alpn.to_vec()];
         let server_name = spec
             .server_name
             .as_deref()

@@ -9,6 +9,7 @@
 
 mod client;
 mod server;
+pub mod settings;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::TlsVersion;
+use settings::TlsVersion;
 
 pub(crate) use client::{UpstreamIo, UpstreamTls};
 pub(crate) use server::{Handshake, ServerTls, TlsListeners};

@@ -13,9 +13,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 
+use super::settings::{ListenerTlsConfig, ServerNameMatch, UnknownServerName};
 use super::{TlsError, certified_key, load_roots, provider, ticketer, versions};
 use crate::catalog::TlsStats;
-use crate::config::{ListenerTlsConfig, ServerNameMatch, UnknownServerName};
 
 /// Picks the certificate for a handshake by its SNI name: exact names first, then a wildcard
 /// for the first label, then the default (unless unknown names are rejected).
@@ -299,7 +299,7 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AlpnProtocol, CertificateConfig, TlsVersion};
+    use crate::tls::settings::{AlpnProtocol, CertificateConfig, TlsVersion};
 
     fn cert_files(dir: &std::path::Path, name: &str) -> CertificateConfig {
         let key = rcgen::KeyPair::generate().expect("key");

@@ -1,91 +1,41 @@
 //! A worker: one OS thread running a single-threaded tokio runtime. It accepts on its own
-//! sockets and owns everything its connections touch (routes, upstream pools), so the request
-//! path takes no locks and never wakes another thread.
+//! sockets and owns everything its connections touch (routes, filters, upstream pools), so
+//! the request path takes no locks and never wakes another thread.
+//!
+//! ```text
+//! mod.rs       the thread: build the listeners, run until the drain, wait for connections
+//! listener.rs  one listener on this worker: its contexts, built from config
+//! accept.rs    accept loops, connection limits, hand-offs, the connection's task
+//! balance.rs   `connection_balance: exact` across workers
+//! tracker.rs   open connections, for the drain
+//! ```
 
+mod accept;
 mod balance;
-mod cores;
+mod listener;
+mod tracker;
 
 use std::cell::Cell;
 use std::io;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
-use http::HeaderValue;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
-use crate::access_log::{self, LogSinks, WorkerLog};
-use crate::catalog::{ListenerStats, ProxyStats, WorkerStats};
+use crate::access_log::{self, LogSinks};
+use crate::catalog::ProxyStats;
 use crate::cluster::{Cluster, SharedCluster};
 use crate::config::Config;
-use crate::conn::{self, ConnCtx};
-use crate::http::ext_authz::ExtAuthzFilter;
-use crate::listener::{ConnPermit, ConnectionLimits};
-use crate::router::RouteTable;
-use crate::tls::{Handshake, ServerTls};
-
+use crate::context::WorkerCtx;
+use crate::listener::ConnectionLimits;
+use crate::tls::ServerTls;
+use accept::{Accepted, accept_loop};
 pub(crate) use balance::ExactBalance;
 use balance::Handoff;
-pub use cores::usable_cores;
-
-/// Per-worker view of the configuration.
-pub(crate) struct WorkerCtx {
-    pub(crate) clusters: Vec<Cluster>,
-    pub(crate) stats: WorkerStats,
-    /// Set when the drain starts: responses then tell HTTP/1.1 clients to close.
-    pub(crate) draining: Cell<bool>,
-}
-
-/// Per-worker view of one listener.
-pub(crate) struct ListenerCtx {
-    pub(crate) name: String,
-    /// Position in the config, which hand-offs between workers refer to.
-    index: usize,
-    exact: bool,
-    pub(crate) max_requests_per_connection: Option<u32>,
-    /// The request-head limit in bytes, when the codec's buffer is larger and so does not
-    /// enforce it (HTTP/1.1 with a buffer limit above `max_request_headers_kb`).
-    pub(crate) head_limit: Option<usize>,
-    codecs: Rc<conn::Codecs>,
-    limits: ConnectionLimits,
-    pub(crate) stats: ListenerStats,
-    pub(crate) access_log: Option<WorkerLog>,
-    pub(crate) routes: RouteTable,
-    pub(crate) forwarded_proto: HeaderValue,
-    /// The TLS handshake, on a TLS listener.
-    pub(crate) tls: Option<Handshake>,
-    /// External authorization, if the listener has it.
-    pub(crate) ext_authz: Option<ExtAuthzFilter>,
-}
-
-/// Counts this worker's open downstream connections, to know when a drain is complete.
-#[derive(Default)]
-struct ConnTracker {
-    active: Cell<usize>,
-    all_closed: Notify,
-}
-
-struct ConnGuard(Rc<ConnTracker>);
-
-impl ConnGuard {
-    fn new(tracker: &Rc<ConnTracker>) -> Self {
-        tracker.active.set(tracker.active.get() + 1);
-        ConnGuard(Rc::clone(tracker))
-    }
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        let left = self.0.active.get() - 1;
-        self.0.active.set(left);
-        if left == 0 {
-            self.0.all_closed.notify_waiters();
-        }
-    }
-}
+use listener::{Listener, Parts};
+use tracker::ConnTracker;
 
 /// What a worker thread is started with.
 pub(crate) struct WorkerSpec {
@@ -108,7 +58,7 @@ pub(crate) struct WorkerSpec {
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
-    let runtime = crate::exec::current_thread_runtime()?;
+    let runtime = crate::runtime::current_thread_runtime()?;
     std::thread::Builder::new()
         .name(format!("legate-worker-{}", spec.id))
         .spawn(move || {
@@ -134,19 +84,25 @@ async fn run(spec: WorkerSpec) {
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
     let catalog = &stats.catalog;
     let worker = Rc::new(WorkerCtx {
-        clusters: config
-            .clusters
-            .iter()
-            .zip(clusters.iter())
-            .map(|(c, shared)| Cluster::new(c, shared, catalog, &shard))
-            .collect(),
         stats: catalog.worker(&shard),
         draining: Cell::new(false),
     });
+    let worker_clusters: Rc<[Cluster]> = config
+        .clusters
+        .iter()
+        .zip(clusters.iter())
+        .map(|(c, shared)| Cluster::new(c, shared, catalog, &shard))
+        .collect();
+    let parts = Parts {
+        catalog,
+        shard: &shard,
+        log_sinks: &log_sinks,
+        clusters: &worker_clusters,
+    };
     let tracker = Rc::new(ConnTracker::default());
 
     let mut accept_loops = Vec::new();
-    let mut listeners: Vec<Rc<ListenerCtx>> = Vec::new();
+    let mut listeners: Vec<Rc<Listener>> = Vec::new();
     for (((listener, socket), limits), tls) in config
         .listeners
         .iter()
@@ -161,38 +117,13 @@ async fn run(spec: WorkerSpec) {
                 continue;
             }
         };
-        let access_log = listener.access_log.as_ref().and_then(|log| {
-            let tx = log_sinks.sender(&log.target)?;
-            Some(WorkerLog::new(
-                log.format.clone(),
-                tx,
-                Arc::clone(&log_sinks.dropped),
-            ))
-        });
-        let ctx = Rc::new(ListenerCtx {
-            name: listener.name.clone(),
-            index: listeners.len(),
-            exact: listener.connection_balance == crate::config::ConnectionBalance::Exact,
-            max_requests_per_connection: listener.http.max_requests_per_connection,
-            head_limit: conn::Codecs::head_limit_to_check(listener),
-            codecs: Rc::new(conn::Codecs::new(listener)),
-            limits: limits.clone(),
-            stats: catalog.listener(&shard, &listener.name),
-            access_log,
-            routes: RouteTable::new(listener.routes.clone()),
-            forwarded_proto: HeaderValue::from_static(if tls.is_some() { "https" } else { "http" }),
-            tls: tls.as_ref().map(|server| {
-                Handshake::new(
-                    Arc::clone(server),
-                    catalog.tls(&shard, &listener.name),
-                    listener.buffer_limit,
-                )
-            }),
-            ext_authz: listener
-                .ext_authz
-                .as_ref()
-                .map(|authz| ExtAuthzFilter::new(authz, catalog.authz(&shard, &listener.name))),
-        });
+        let ctx = Rc::new(Listener::new(
+            listeners.len(),
+            listener,
+            limits,
+            tls.as_ref(),
+            &parts,
+        ));
         listeners.push(Rc::clone(&ctx));
         accept_loops.push(tokio::task::spawn_local(accept_loop(
             socket,
@@ -245,133 +176,16 @@ async fn run(spec: WorkerSpec) {
         let _ = task.await;
     }
     receiver.abort();
-    wait_for_connections(&tracker, config.drain_timeout).await;
+    tracker.wait_for_all_closed(config.drain_timeout).await;
     flusher.abort();
     flush_logs(&listeners);
     tracing::debug!(worker = id, "worker stopped");
 }
 
-fn flush_logs(listeners: &[Rc<ListenerCtx>]) {
+fn flush_logs(listeners: &[Rc<Listener>]) {
     for listener in listeners {
-        if let Some(log) = &listener.access_log {
+        if let Some(log) = &listener.ctx.access_log {
             log.flush();
-        }
-    }
-}
-
-async fn wait_for_connections(tracker: &ConnTracker, limit: Duration) {
-    let all_closed = async {
-        loop {
-            let notified = tracker.all_closed.notified();
-            if tracker.active.get() == 0 {
-                return;
-            }
-            notified.await;
-        }
-    };
-    if tokio::time::timeout(limit, all_closed).await.is_err() {
-        tracing::warn!(
-            open = tracker.active.get(),
-            "drain timeout reached; closing the remaining connections"
-        );
-    }
-}
-
-/// What serving an accepted connection on this worker needs.
-struct Accepted {
-    worker_id: usize,
-    worker: Rc<WorkerCtx>,
-    tracker: Rc<ConnTracker>,
-    balance: Arc<ExactBalance>,
-    drain: watch::Receiver<bool>,
-}
-
-impl Accepted {
-    /// Serves a connection already admitted and counted in this worker's load.
-    fn serve(
-        &self,
-        stream: TcpStream,
-        peer: SocketAddr,
-        ctx: &Rc<ListenerCtx>,
-        permit: ConnPermit,
-    ) {
-        tracing::debug!(worker = self.worker_id, listener = %ctx.name, %peer, "accepted connection");
-        let guard = ConnGuard::new(&self.tracker);
-        ctx.stats.cx_total.inc();
-        ctx.stats.cx_active.inc();
-        self.worker.stats.cx_active.inc();
-        let local = stream.local_addr().unwrap_or(peer);
-        let conn_ctx = Rc::new(ConnCtx::new(
-            peer,
-            local,
-            Rc::clone(ctx),
-            Rc::clone(&self.worker),
-        ));
-        let codecs = Rc::clone(&ctx.codecs);
-        let drain = self.drain.clone();
-        let listener = Rc::clone(ctx);
-        let worker = Rc::clone(&self.worker);
-        let balance = Arc::clone(&self.balance);
-        let worker_id = self.worker_id;
-        tokio::task::spawn_local(async move {
-            conn::serve(stream, conn_ctx, codecs, drain).await;
-            worker.stats.cx_active.dec();
-            listener.stats.cx_active.dec();
-            listener.stats.cx_destroy.inc();
-            balance.closed(worker_id);
-            drop(permit);
-            drop(guard);
-        });
-    }
-}
-
-async fn accept_loop(socket: TcpListener, ctx: Rc<ListenerCtx>, mut at: Accepted) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = socket.accept() => accepted,
-            _ = at.drain.wait_for(|draining| *draining) => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(err) => {
-                // EMFILE and friends: back off briefly instead of spinning on the error.
-                tracing::warn!(worker = at.worker_id, listener = %ctx.name, error = %err, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let Some(permit) = ctx.limits.try_admit() else {
-            // Closed at once: the client learns now, not after a timeout.
-            ctx.stats.cx_overflow.inc();
-            drop(stream);
-            continue;
-        };
-        let target = if ctx.exact {
-            at.balance.assign(at.worker_id)
-        } else {
-            at.balance.opened(at.worker_id);
-            at.worker_id
-        };
-        if target == at.worker_id {
-            at.serve(stream, peer, &ctx, permit);
-            continue;
-        }
-        match stream.into_std() {
-            Ok(stream) => {
-                let handoff = Handoff {
-                    stream,
-                    peer,
-                    listener: ctx.index,
-                    permit,
-                };
-                if !at.balance.hand_off(target, handoff) {
-                    tracing::debug!(worker = target, "hand-off to a stopped worker dropped");
-                }
-            }
-            Err(err) => {
-                at.balance.closed(target);
-                tracing::warn!(error = %err, "cannot hand a connection to another worker");
-            }
         }
     }
 }

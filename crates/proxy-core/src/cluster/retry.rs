@@ -12,9 +12,11 @@ use std::sync::Arc;
 
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 
-use super::body::{Replay, RequestBody};
-use crate::cluster::{Cluster, HostPool, SendError, SharedCluster, Slot, UpstreamBody};
+use super::breaker::Slot;
+use super::host::SendError;
+use super::{Cluster, HostPool, SharedCluster, UpstreamBody};
 use crate::config::{RetryOn, RetryPolicy};
+use crate::context::{Replay, RequestBody};
 use crate::error::ProxyError;
 
 /// What a retry rebuilds its request from.
@@ -84,7 +86,7 @@ pub(crate) async fn send_with_retries(
         // The first try was admitted by the caller; each retry is a request of its own.
         let slot = match admitted.take() {
             Some(slot) => slot,
-            None => tried.admit()?,
+            None => cluster.request_slot()?,
         };
         let outcome = match tokio::time::timeout(per_try, tried.send(request, picked, slot)).await {
             Ok(outcome) => outcome,

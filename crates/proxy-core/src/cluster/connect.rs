@@ -1,0 +1,77 @@
+//! New connections to a host: TCP and, for TLS clusters, the handshake, both within the
+//! cluster's connect timeout; and the task that drives a connection while it is open.
+
+use std::rc::Rc;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::either::Either;
+
+use super::HostPool;
+use crate::error::ProxyError;
+use crate::tls::UpstreamIo;
+
+impl HostPool {
+    /// A new connection to the host, with the TLS handshake done if the cluster uses TLS;
+    /// both within the connect timeout.
+    pub(super) async fn connect(&self) -> Result<UpstreamIo, ProxyError> {
+        let addr = self.addr;
+        let started = Instant::now();
+        let timeout = self.settings.connect_timeout;
+        let connected = tokio::time::timeout(timeout, async {
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|source| ProxyError::ConnectFailure { addr, source })?;
+            // Requests and responses are written whole; Nagle would only add latency.
+            let _ = stream.set_nodelay(true);
+            let Some(tls) = &self.settings.shared.tls else {
+                return Ok(Either::Left(stream));
+            };
+            match tls.connect(addr, stream).await {
+                Ok(stream) => {
+                    self.stats.ssl_handshake.inc();
+                    Ok(Either::Right(Box::new(stream)))
+                }
+                Err(source) => {
+                    self.stats.ssl_connection_error.inc();
+                    Err(ProxyError::UpstreamTls { addr, source })
+                }
+            }
+        })
+        .await;
+        match connected {
+            Err(_) => {
+                self.stats.cx_connect_timeout.inc();
+                Err(ProxyError::ConnectTimeout {
+                    addr,
+                    after: timeout,
+                })
+            }
+            Ok(Err(error)) => {
+                self.stats.cx_connect_fail.inc();
+                Err(error)
+            }
+            Ok(Ok(stream)) => {
+                self.stats
+                    .cx_connect_time
+                    .record_duration(started.elapsed());
+                Ok(stream)
+            }
+        }
+    }
+
+    /// Drives an upstream connection on this worker, counting it while it is open. It holds
+    /// a `max_connections` slot, given back when it closes.
+    pub(super) fn spawn_connection(self: &Rc<Self>, conn: impl Future<Output = ()> + 'static) {
+        self.stats.cx_total.inc();
+        self.stats.cx_active.inc();
+        self.host_stats.cx_active.inc();
+        let pool = Rc::clone(self);
+        tokio::task::spawn_local(async move {
+            conn.await;
+            pool.stats.cx_active.dec();
+            pool.host_stats.cx_active.dec();
+            pool.settings.shared.breakers.connection_closed();
+        });
+    }
+}

@@ -1,0 +1,128 @@
+//! Sending a request to a cluster: a host picked and a `max_requests` slot taken before any
+//! work is spent on it ([`Cluster::admit`]), then the send under the route's timeout and retry
+//! policy ([`Admitted::send`]). Rewriting the request for the host is the caller's job, between
+//! the two.
+
+use std::cell::Cell;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use balancer::Picked;
+use http::{HeaderMap, Request, Response};
+use tokio::time::Instant;
+
+use super::breaker::Slot;
+use super::retry::{self, RetryPlan};
+use super::{Cluster, HostPool, UpstreamBody};
+use crate::config::RetryPolicy;
+use crate::context::RequestBody;
+use crate::error::ProxyError;
+
+/// A request admitted to a host of a cluster: the host is counted as having it in flight and
+/// a `max_requests` slot is held, until the request is sent or dropped.
+pub(crate) struct Admitted<'a> {
+    cluster: &'a Cluster,
+    host: Rc<HostPool>,
+    picked: Picked,
+    slot: Slot<'a>,
+}
+
+impl Cluster {
+    /// Picks a host for the request and takes a `max_requests` slot for it: refused at once
+    /// when the cluster has no host to offer or its breaker is full.
+    pub(crate) fn admit(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+    ) -> Result<Admitted<'_>, ProxyError> {
+        let (host, picked) = self
+            .pick(headers, client)
+            .ok_or(ProxyError::NoHealthyUpstream)?;
+        let slot = self.request_slot()?;
+        Ok(Admitted {
+            cluster: self,
+            host,
+            picked,
+            slot,
+        })
+    }
+}
+
+impl Admitted<'_> {
+    /// The host picked for the first try.
+    pub(crate) fn host(&self) -> &Rc<HostPool> {
+        &self.host
+    }
+
+    /// Sends the request and waits for the response head: `(the host that answered, its
+    /// response)`. `timeout` runs from the end of the request body (as Envoy's route timeout);
+    /// while the body is still going up, only time it stands still counts. Failed tries are
+    /// sent again as `retry_policy` allows.
+    pub(crate) async fn send(
+        self,
+        request: Request<RequestBody>,
+        timeout: Duration,
+        retry_policy: Option<&RetryPolicy>,
+        client: IpAddr,
+    ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
+        let Admitted {
+            cluster,
+            host,
+            picked,
+            slot,
+        } = self;
+        let (parts, mut body) = request.into_parts();
+        let progress = body.track_progress();
+        let retry = retry_policy.map(|policy| {
+            let plan = RetryPlan::prepare(&parts, &mut body, host.buffer_limit());
+            (policy, plan)
+        });
+        let request = Request::from_parts(parts, body);
+        let timed_out = || {
+            host.stats().rq_timeout.inc();
+            ProxyError::Timeout {
+                addr: host.addr(),
+                after: timeout,
+            }
+        };
+        let attempt = async {
+            match retry {
+                None => host
+                    .send(request, picked, slot)
+                    .await
+                    .map(|response| (Rc::clone(&host), response))
+                    .map_err(|e| e.error),
+                Some((policy, plan)) => {
+                    retry::send_with_retries(
+                        request, &host, slot, picked, policy, plan, cluster, client, timeout,
+                    )
+                    .await
+                }
+            }
+        };
+        match progress {
+            // No request body: the clock starts now.
+            None => tokio::time::timeout(timeout, attempt)
+                .await
+                .map_err(|_| timed_out())?,
+            Some(progress) => tokio::select! {
+                answered = attempt => answered,
+                () = idle_for(timeout, &progress) => Err(timed_out()),
+            },
+        }
+    }
+}
+
+/// Resolves once `progress` has stood still for `timeout`. As in Envoy, a request's timeout
+/// runs from the end of its body: a large upload that keeps moving is not cut off, and one that
+/// stalls for the timeout is.
+async fn idle_for(timeout: Duration, progress: &Cell<Instant>) {
+    loop {
+        let deadline = progress.get() + timeout;
+        tokio::time::sleep_until(deadline).await;
+        if progress.get() + timeout <= Instant::now() {
+            return;
+        }
+    }
+}

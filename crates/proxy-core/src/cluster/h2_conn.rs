@@ -1,0 +1,127 @@
+//! HTTP/2 to a host: one multiplexed connection per host and worker, opened by the first
+//! request that needs it and replaced when it closes or has served its requests.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use http::Request;
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
+
+use super::HostPool;
+use super::h1_pool::PoolReturn;
+use super::host::SendError;
+use crate::context::RequestBody;
+use crate::error::ProxyError;
+
+/// One host's HTTP/2 connection on one worker.
+#[derive(Default)]
+pub(super) struct H2Conn {
+    /// Requests sent on the current connection.
+    uses: Cell<u32>,
+    /// The shared connection, if one is open.
+    sender: RefCell<Option<http2::SendRequest<RequestBody>>>,
+    /// Held while a connection is being made, so a burst of requests opens one.
+    connecting: tokio::sync::Mutex<()>,
+    /// When the last connect failed: requests that queued behind that attempt fail with it
+    /// rather than each waiting out its own connect timeout in turn.
+    failed_at: Cell<Option<Instant>>,
+}
+
+impl HostPool {
+    pub(super) async fn send_h2(
+        self: &Rc<Self>,
+        req: Request<RequestBody>,
+    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), SendError> {
+        let mut sender = match self.h2_sender().await {
+            Ok(sender) => sender,
+            Err(error) => return Err(SendError::unsent(error, req)),
+        };
+        if let Some(max) = self.settings.max_requests {
+            let uses = self.h2.uses.get() + 1;
+            self.h2.uses.set(uses);
+            if uses >= max {
+                // The next request opens a new connection; this one ends once its streams do.
+                *self.h2.sender.borrow_mut() = None;
+                self.stats.cx_max_requests.inc();
+            }
+        }
+        let response = sender
+            .send_request(req)
+            .await
+            .map_err(|e| SendError::sent(ProxyError::from_upstream(self.addr, e)))?;
+        let (head, body) = response.into_parts();
+        Ok((head, body, None))
+    }
+
+    async fn h2_sender(self: &Rc<Self>) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
+        if let Some(sender) = self.live_h2() {
+            return Ok(sender);
+        }
+        // Boxed: connecting is rare, and its state would otherwise enlarge every request's
+        // future.
+        self.stats.rq_pending_active.inc();
+        let connected = Box::pin(self.connect_h2()).await;
+        self.stats.rq_pending_active.dec();
+        connected
+    }
+
+    async fn connect_h2(self: &Rc<Self>) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
+        let queued_at = Instant::now();
+        let _connecting = self.h2.connecting.lock().await;
+        // Someone else may have connected, or failed to, while this request waited.
+        if let Some(sender) = self.live_h2() {
+            return Ok(sender);
+        }
+        if self.h2.failed_at.get().is_some_and(|t| t >= queued_at) {
+            return Err(ProxyError::ConnectFailure {
+                addr: self.addr,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "the connect attempt this request waited for failed",
+                ),
+            });
+        }
+        let breakers = &self.settings.shared.breakers;
+        if !breakers.connections.try_acquire() {
+            self.stats.cx_overflow.inc();
+            // No connection to put back on HTTP/2: only a freed slot helps.
+            self.wait_pending().await?;
+        }
+        let stream = match self.connect().await {
+            Ok(stream) => stream,
+            Err(err) => {
+                breakers.connection_closed();
+                self.h2.failed_at.set(Some(Instant::now()));
+                return Err(err);
+            }
+        };
+        let (sender, conn) = match self.settings.h2.handshake(TokioIo::new(stream)).await {
+            Ok(handshake) => handshake,
+            Err(e) => {
+                breakers.connection_closed();
+                return Err(ProxyError::from_upstream(self.addr, e));
+            }
+        };
+        self.spawn_connection(async move {
+            let _ = conn.await;
+        });
+        *self.h2.sender.borrow_mut() = Some(sender.clone());
+        self.h2.uses.set(0);
+        Ok(sender)
+    }
+
+    fn live_h2(&self) -> Option<http2::SendRequest<RequestBody>> {
+        let mut slot = self.h2.sender.borrow_mut();
+        match slot.as_ref() {
+            Some(sender) if !sender.is_closed() => Some(sender.clone()),
+            Some(_) => {
+                *slot = None;
+                None
+            }
+            None => None,
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! One upstream host as one worker sees it: its connections (an HTTP/1.1 pool or an HTTP/2
+//! connection), its stats, and the send of one try with its outcome reported to outlier
+//! detection. Nothing here is `Send`: each worker owns its hosts.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use balancer::Picked;
+use http::{Request, Response};
+
+use super::SharedCluster;
+use super::body::{UpstreamBody, UpstreamRequest};
+use super::breaker::Slot;
+use super::h1_pool::H1Pool;
+use super::h2_conn::H2Conn;
+use super::health::{Ejection, TryOutcome};
+use super::settings::UpstreamSettings;
+use crate::catalog::{ClusterStats, HostStats};
+use crate::config::UpstreamProtocol;
+use crate::context::RequestBody;
+use crate::error::ProxyError;
+
+pub(crate) struct HostPool {
+    /// Position in the cluster's host set.
+    index: usize,
+    pub(super) stats: Rc<ClusterStats>,
+    pub(super) host_stats: HostStats,
+    pub(super) addr: SocketAddr,
+    /// `addr` as text, for log lines.
+    addr_text: http::HeaderValue,
+    pub(super) settings: Rc<UpstreamSettings>,
+    pub(super) h1: H1Pool,
+    pub(super) h2: H2Conn,
+}
+
+impl HostPool {
+    pub(super) fn new(
+        index: usize,
+        stats: Rc<ClusterStats>,
+        host_stats: HostStats,
+        addr: SocketAddr,
+        settings: Rc<UpstreamSettings>,
+    ) -> Self {
+        Self {
+            index,
+            stats,
+            host_stats,
+            addr_text: http::HeaderValue::from_str(&addr.to_string())
+                .expect("a socket address is valid header text"),
+            addr,
+            settings,
+            h1: H1Pool::default(),
+            h2: H2Conn::default(),
+        }
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn addr_text(&self) -> &http::HeaderValue {
+        &self.addr_text
+    }
+
+    pub(crate) fn protocol(&self) -> UpstreamProtocol {
+        self.settings.protocol
+    }
+
+    /// Whether the cluster speaks TLS to its hosts.
+    pub(crate) fn tls(&self) -> bool {
+        self.settings.shared.tls.is_some()
+    }
+
+    pub(crate) fn stats(&self) -> &ClusterStats {
+        &self.stats
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<SharedCluster> {
+        &self.settings.shared
+    }
+
+    /// The cluster's `per_connection_buffer_limit_bytes`.
+    pub(crate) fn buffer_limit(&self) -> usize {
+        self.settings.buffer_limit
+    }
+
+    /// Sends `req` and waits for the response head. The response body streams on; for
+    /// HTTP/1.1 the connection returns to the pool when that body has been read to its end.
+    /// A request refused or failed before any of it was sent comes back with the error.
+    /// `admitted` is the slot [`HostPool::admit`] took; it is held until the response is done.
+    pub(crate) async fn send(
+        self: &Rc<Self>,
+        req: Request<RequestBody>,
+        picked: Picked,
+        admitted: Slot<'_>,
+    ) -> Result<Response<UpstreamBody>, SendError> {
+        // The request guard, which outlives this borrow, gives the slot back instead.
+        admitted.hand_over();
+        let request = UpstreamRequest::start(self, picked);
+        let sent = match self.settings.protocol {
+            UpstreamProtocol::Http1 => self.send_h1(req).await,
+            UpstreamProtocol::Http2 => self.send_h2(req).await,
+        };
+        let outcome = match &sent {
+            Ok((head, _, _)) => Some(TryOutcome::Status(head.status.as_u16())),
+            // Not the host's doing: the breaker refused, or the client went away.
+            Err(SendError {
+                error: ProxyError::Overflow(_) | ProxyError::ClientAborted { .. },
+                ..
+            }) => None,
+            Err(_) => Some(TryOutcome::NoResponse),
+        };
+        if let Some(outcome) = outcome {
+            self.report(outcome);
+        }
+        let (head, body, pool_return) = sent?;
+        self.stats.response(head.status);
+        Ok(Response::from_parts(
+            head,
+            UpstreamBody::new(body, pool_return, request),
+        ))
+    }
+
+    /// Counts a try's outcome for outlier detection.
+    fn report(&self, outcome: TryOutcome) {
+        let shared = &self.settings.shared;
+        match shared.health.report(&shared.host_set, self.index, outcome) {
+            Ejection::None => {}
+            Ejection::Ejected => self.stats.outlier_detection_ejections_enforced_total.inc(),
+            Ejection::Overflow => self.stats.outlier_detection_ejections_overflow.inc(),
+        }
+    }
+}
+
+/// Why a request got no response, and the request itself when none of it was sent (so it
+/// can be tried again as it is).
+pub(crate) struct SendError {
+    pub(crate) error: ProxyError,
+    pub(crate) unsent: Option<Request<RequestBody>>,
+}
+
+impl SendError {
+    pub(super) fn unsent(error: ProxyError, req: Request<RequestBody>) -> Self {
+        Self {
+            error,
+            unsent: Some(req),
+        }
+    }
+
+    pub(super) fn sent(error: ProxyError) -> Self {
+        Self {
+            error,
+            unsent: None,
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! How a worker talks to the hosts of one cluster: the codec builders and limits, built once
+//! from the cluster's config.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::client::conn::{http1, http2};
+
+use super::SharedCluster;
+use crate::config::{ClusterConfig, UpstreamProtocol};
+use crate::error::Overflow;
+use crate::runtime::LocalExec;
+use crate::throttle::LogThrottle;
+
+pub(crate) struct UpstreamSettings {
+    pub(super) protocol: UpstreamProtocol,
+    pub(super) connect_timeout: Duration,
+    /// Requests per connection before it is retired; `None`: no limit.
+    pub(super) max_requests: Option<u32>,
+    pub(super) buffer_limit: usize,
+    pub(super) h1: http1::Builder,
+    pub(super) h2: http2::Builder<LocalExec>,
+    pub(super) shared: Arc<SharedCluster>,
+    /// Requests refused by a breaker, logged at most once a second.
+    refused: LogThrottle,
+}
+
+impl UpstreamSettings {
+    pub(crate) fn new(cluster: &ClusterConfig, shared: Arc<SharedCluster>) -> Self {
+        let limit = cluster.buffer_limit;
+        let mut h1 = http1::Builder::new();
+        // The response head and body are read into this buffer; hyper needs at least 8 KiB.
+        h1.max_buf_size((limit as usize).max(8192));
+        let mut h2 = http2::Builder::new(LocalExec);
+        h2.adaptive_window(false)
+            .initial_stream_window_size(limit)
+            // The connection window cannot start below HTTP/2's 64 KiB default.
+            .initial_connection_window_size(limit.max(65_535))
+            .max_send_buf_size(limit as usize);
+        Self {
+            protocol: cluster.protocol,
+            connect_timeout: cluster.connect_timeout,
+            max_requests: cluster.max_requests_per_connection,
+            buffer_limit: limit as usize,
+            h1,
+            h2,
+            shared,
+            refused: LogThrottle::default(),
+        }
+    }
+
+    /// Logs a request refused by a breaker: a line a second per worker and cluster at most,
+    /// with the count, since under overload a line per request would flood the log and slow
+    /// the cheap path the breaker is there for. The access log still has every request.
+    pub(super) fn log_refused(&self, overflow: Overflow) {
+        if let Some(refused) = self.refused.hit() {
+            tracing::warn!(
+                flag = "UO",
+                cluster = %self.shared.name,
+                breaker = overflow.as_str(),
+                refused,
+                "circuit breaker open: requests refused with 503"
+            );
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! The codec settings of one listener: hyper's HTTP/1.1 and HTTP/2 builders with the
+//! listener's limits, built once per worker.
+
+use std::time::Duration;
+
+use hyper::server::conn::{http1, http2};
+
+use crate::config::ListenerConfig;
+use crate::runtime::LocalExec;
+
+/// How long an HTTP/1.1 connection stays idle before its codec is dropped.
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// The codec settings of one listener, built once per worker.
+pub(crate) struct Codecs {
+    pub(super) h1: http1::Builder,
+    pub(super) h2: http2::Builder<LocalExec>,
+    pub(super) idle_timeout: Duration,
+    /// Idle time before an HTTP/1.1 codec is parked: [`PARK_AFTER`], or sooner when the
+    /// header timeout is shorter, since hyper's header timer also runs between requests.
+    pub(super) park_after: Duration,
+}
+
+impl Codecs {
+    /// The request-head limit the handler must check itself: hyper's HTTP/1.1 buffer only
+    /// enforces it when the buffer limit is not larger. (HTTP/2 enforces it in the codec.)
+    pub(crate) fn head_limit_to_check(listener: &ListenerConfig) -> Option<usize> {
+        let max_head = listener.http.max_request_headers_kb as usize * 1024;
+        (Self::h1_buffer(listener) > max_head).then_some(max_head)
+    }
+
+    fn h1_buffer(listener: &ListenerConfig) -> usize {
+        let max_head = listener.http.max_request_headers_kb as usize * 1024;
+        (listener.buffer_limit as usize).max(max_head).max(8192)
+    }
+
+    pub(crate) fn new(listener: &ListenerConfig) -> Self {
+        let max_head = listener.http.max_request_headers_kb as usize * 1024;
+        let limit = listener.buffer_limit;
+        let mut h1 = http1::Builder::new();
+        h1.keep_alive(true)
+            .timer(hyper_util::rt::TokioTimer::new())
+            // A codec is created when a request starts arriving (idle connections are parked
+            // without one), so this bounds the head itself, not the idle time between requests.
+            .header_read_timeout(listener.http.request_headers_timeout)
+            // hyper reads heads and bodies into one buffer, and bounds its write queue by the
+            // same size: the buffer limit, or the head limit when that is larger (a head
+            // larger than the buffer is answered 431 by hyper, a smaller one over the head
+            // limit by the handler). Never below hyper's 8 KiB minimum.
+            .max_buf_size(Self::h1_buffer(listener));
+        let mut h2 = http2::Builder::new(LocalExec);
+        h2.max_concurrent_streams(listener.http.max_concurrent_streams)
+            .max_header_list_size(max_head as u32)
+            // Fixed windows: a client can send at most `limit` bytes per stream before the
+            // upstream has taken them, and the connection window caps all streams together.
+            .adaptive_window(false)
+            .initial_stream_window_size(limit)
+            .initial_connection_window_size(limit.max(65_535))
+            .max_send_buf_size(limit as usize);
+        Self {
+            h1,
+            h2,
+            idle_timeout: listener.http.idle_timeout,
+            park_after: PARK_AFTER.min(listener.http.request_headers_timeout / 2),
+        }
+    }
+}

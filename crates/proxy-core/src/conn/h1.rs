@@ -1,0 +1,122 @@
+//! HTTP/1.1 connections: the codec while requests come, and *parking* in between. An idle
+//! keep-alive connection gives up its codec (and its read and write buffers) after a short
+//! while and keeps only its socket; when the client sends again, a fresh codec takes over
+//! with any bytes the old one had read but not used. Idle connections thus cost little more
+//! than their socket, which is what lets a proxy hold tens of thousands of them (lesson L2).
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::io::DownstreamIo;
+use super::service::ProxyService;
+use super::{Codecs, ConnCtx};
+
+pub(super) async fn serve_h1(
+    mut io: DownstreamIo,
+    service: ProxyService,
+    codecs: &Codecs,
+    mut drain: watch::Receiver<bool>,
+) {
+    let ctx = Rc::clone(&service.conn);
+    loop {
+        if !io.has_buffered() {
+            // Parked: hold nothing but the socket until the client speaks, or idles out.
+            let idle_until = ctx.last_active.get() + codecs.idle_timeout;
+            tokio::select! {
+                ready = io.tcp().readable() => if ready.is_err() { return },
+                _ = drain.wait_for(|draining| *draining) => {
+                    let _ = io.shutdown().await;
+                    return;
+                }
+                _ = tokio::time::sleep_until(idle_until) => {
+                    ctx.listener.stats.cx_idle_timeout.inc();
+                    let _ = io.shutdown().await;
+                    return;
+                }
+            }
+        }
+        // Boxed, so that the state of an active connection is not part of every connection's
+        // task: a parked one costs only what the loop above needs.
+        match Box::pin(serve_h1_until_idle(io, &service, codecs, &mut drain)).await {
+            Some(parked) => io = parked,
+            None => return,
+        }
+    }
+}
+
+/// Runs the HTTP/1.1 codec until the connection ends (`None`, the socket shut down) or has
+/// been idle long enough to park (`Some`: the socket and any bytes already read).
+async fn serve_h1_until_idle(
+    io: DownstreamIo,
+    service: &ProxyService,
+    codecs: &Codecs,
+    drain: &mut watch::Receiver<bool>,
+) -> Option<DownstreamIo> {
+    let ctx: &ConnCtx = &service.conn;
+    // Boxed: taking it apart on parking needs it Unpin.
+    let mut conn = Box::pin(
+        codecs
+            .h1
+            .serve_connection(TokioIo::new(io), service.clone()),
+    );
+    let mut parking = false;
+    let mut closing_after_exchange = false;
+    let mut draining = false;
+    let park_after = codecs.park_after;
+    let park_timer = tokio::time::sleep(park_after);
+    tokio::pin!(park_timer);
+    let result = loop {
+        tokio::select! {
+            result = poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break result,
+            _ = drain.wait_for(|draining| *draining), if !draining => {
+                draining = true;
+                parking = false;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = &mut park_timer, if !parking && !draining => {
+                let idle_since = ctx.last_active.get();
+                if ctx.in_flight.get() == 0 && idle_since.elapsed() >= park_after {
+                    tracing::trace!(peer = %ctx.peer, "parking idle connection");
+                    conn.as_mut().graceful_shutdown();
+                    // hyper stops at once only when it is idle between messages. If it
+                    // is not (a head half read, a response still flushing), it has just
+                    // switched keep-alive off and will finish that exchange and close:
+                    // then the socket must close too, not be parked.
+                    match poll_fn(|cx| Poll::Ready(conn.as_mut().poll_without_shutdown(cx))).await {
+                        Poll::Ready(result) => {
+                            parking = true;
+                            break result;
+                        }
+                        Poll::Pending => {}
+                    }
+                    parking = true;
+                    closing_after_exchange = true;
+                } else {
+                    park_timer.as_mut().reset(idle_since.max(Instant::now()) + park_after);
+                }
+            }
+        }
+    };
+    let parts = (*Pin::into_inner(conn)).into_parts();
+    let mut io = parts.io.into_inner();
+    if let Err(err) = result {
+        if err.is_timeout() {
+            ctx.listener.stats.cx_headers_timeout.inc();
+        }
+        tracing::debug!(error = %err, "downstream connection ended with an error");
+    } else if parking && !closing_after_exchange {
+        tracing::trace!(peer = %ctx.peer, buffered = parts.read_buf.len(), "parked");
+        io.set_prefix(&parts.read_buf);
+        crate::memory::codec_released();
+        return Some(io);
+    }
+    let _ = io.shutdown().await;
+    None
+}

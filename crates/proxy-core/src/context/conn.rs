@@ -1,0 +1,79 @@
+//! One downstream connection's context, and the listener and worker facts a request needs.
+
+use std::cell::Cell;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+
+use http::HeaderValue;
+use tokio::time::Instant;
+
+use crate::access_log::WorkerLog;
+use crate::catalog::{ListenerStats, WorkerStats};
+
+/// What a request needs to know about its listener, on one worker.
+pub(crate) struct ListenerCtx {
+    pub(crate) name: String,
+    /// Whether the listener terminates TLS (`x-forwarded-proto`, the scheme authorization sees).
+    pub(crate) tls: bool,
+    /// `https` on TLS listeners, `http` otherwise, as header text.
+    pub(crate) forwarded_proto: HeaderValue,
+    /// Requests one client connection may carry; `None`: no limit.
+    pub(crate) max_requests_per_connection: Option<u32>,
+    /// The request-head limit in bytes, when the codec's buffer is larger and so does not
+    /// enforce it (HTTP/1.1 with a buffer limit above `max_request_headers_kb`).
+    pub(crate) head_limit: Option<usize>,
+    pub(crate) stats: ListenerStats,
+    pub(crate) access_log: Option<WorkerLog>,
+}
+
+/// What a request needs to know about its worker.
+pub(crate) struct WorkerCtx {
+    pub(crate) stats: WorkerStats,
+    /// Set when the drain starts: responses then tell HTTP/1.1 clients to close.
+    pub(crate) draining: Cell<bool>,
+}
+
+/// What a request on this connection needs to know about where it came from.
+pub(crate) struct ConnCtx {
+    pub(crate) peer: SocketAddr,
+    /// The proxy's address the client connected to.
+    pub(crate) local: SocketAddr,
+    /// The client's IP as header text, formatted once for `x-forwarded-for`.
+    pub(crate) peer_ip: HeaderValue,
+    pub(crate) listener: Rc<ListenerCtx>,
+    pub(crate) worker: Rc<WorkerCtx>,
+    /// Responses not yet fully written.
+    pub(crate) in_flight: Cell<u32>,
+    /// Requests received on this connection.
+    pub(crate) requests: Cell<u32>,
+    /// Set when the connection has served its `max_requests_per_connection`.
+    pub(crate) retire: tokio::sync::Notify,
+    /// When the last response finished.
+    pub(crate) last_active: Cell<Instant>,
+}
+
+impl ConnCtx {
+    pub(crate) fn new(
+        peer: SocketAddr,
+        local: SocketAddr,
+        listener: Rc<ListenerCtx>,
+        worker: Rc<WorkerCtx>,
+    ) -> Self {
+        Self {
+            peer,
+            local,
+            peer_ip: ip_header_value(peer.ip()),
+            listener,
+            worker,
+            in_flight: Cell::new(0),
+            requests: Cell::new(0),
+            retire: tokio::sync::Notify::new(),
+            last_active: Cell::new(Instant::now()),
+        }
+    }
+}
+
+/// An address as header text, e.g. for `x-forwarded-for`.
+fn ip_header_value(ip: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&ip.to_string()).expect("an IP address is valid header text")
+}

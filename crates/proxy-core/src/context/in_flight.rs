@@ -1,0 +1,91 @@
+//! A request's bookkeeping from its head until its response body is dropped.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+
+use super::ConnCtx;
+use crate::access_log::{LogRecord, PendingLog};
+
+/// A request from its head until its response body is dropped (written out or abandoned):
+/// counted as in flight, timed, and its status class counted.
+pub(crate) struct InFlight {
+    conn: Rc<ConnCtx>,
+    started: Instant,
+    status: Option<http::StatusCode>,
+    /// Filled in along the way when the listener keeps an access log.
+    log: Option<Box<PendingLog>>,
+}
+
+impl InFlight {
+    pub(crate) fn new<B>(conn: &Rc<ConnCtx>, req: &http::Request<B>) -> Self {
+        conn.in_flight.set(conn.in_flight.get() + 1);
+        let stats = &conn.listener.stats;
+        stats.rq_total.inc();
+        stats.rq_active.inc();
+        conn.worker.stats.rq_total.inc();
+        let log = conn.listener.access_log.as_ref().map(|log| {
+            let mut pending = log.take_pending();
+            pending.record = LogRecord {
+                method: Some(req.method().clone()),
+                path: req.uri().path_and_query().cloned(),
+                version: Some(req.version()),
+                peer: Some(conn.peer),
+                request_id: req.headers().get("x-request-id").cloned(),
+                ..LogRecord::default()
+            };
+            pending.wall_start = SystemTime::now();
+            pending
+        });
+        InFlight {
+            conn: Rc::clone(conn),
+            started: Instant::now(),
+            status: None,
+            log,
+        }
+    }
+
+    pub(crate) fn set_status(&mut self, status: http::StatusCode) {
+        self.status = Some(status);
+    }
+
+    /// The access log's record, when this listener keeps one.
+    pub(crate) fn log(&mut self) -> Option<&mut LogRecord> {
+        self.log.as_mut().map(|l| &mut l.record)
+    }
+
+    /// Counts response body bytes handed to the codec.
+    pub(crate) fn sent(&mut self, bytes: usize) {
+        if let Some(log) = &mut self.log {
+            log.record.bytes_sent += bytes as u64;
+        }
+    }
+
+    /// The counter the request body adds to, when logging.
+    pub(crate) fn received_counter(&self) -> Option<Rc<Cell<u64>>> {
+        self.log.as_ref().map(|l| Rc::clone(&l.received))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let conn = &self.conn;
+        conn.in_flight.set(conn.in_flight.get() - 1);
+        let now = Instant::now();
+        conn.last_active.set(now);
+        let stats = &conn.listener.stats;
+        stats.rq_active.dec();
+        stats.rq_time.record_duration(now - self.started);
+        if let Some(status) = self.status {
+            stats.response(status);
+        }
+        if let (Some(mut pending), Some(log)) = (self.log.take(), &conn.listener.access_log) {
+            pending.record.status = self.status;
+            pending.record.bytes_received = pending.received.get();
+            log.record(&pending.record, pending.wall_start, now - self.started);
+            log.give_back(pending);
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! What every layer of the request path shares about one exchange: where the connection came
+//! from and which listener and worker serve it ([`ConnCtx`]), the request's bookkeeping from
+//! head to last response byte ([`InFlight`]), and the request body as it travels upstream
+//! ([`RequestBody`]).
+//!
+//! These types sit below the cluster, filter, HTTP and connection layers so each of those can
+//! use them without importing a layer above itself. Nothing here is `Send`: a connection and
+//! everything it touches stay on their worker.
+
+mod conn;
+mod in_flight;
+mod request_body;
+pub(crate) mod request_id;
+
+pub(crate) use conn::{ConnCtx, ListenerCtx, WorkerCtx};
+pub(crate) use in_flight::InFlight;
+pub(crate) use request_body::{Replay, RequestBody};

@@ -1,0 +1,72 @@
+//! `x-request-id`: a random UUID for each request that comes without one, so the
+//! authorization service, the upstream and the access log all name it the same way.
+
+use std::cell::Cell;
+use std::hash::{BuildHasher, Hasher};
+
+use http::header::{HeaderName, HeaderValue};
+
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new(seed());
+}
+
+fn seed() -> u64 {
+    // RandomState is seeded from the OS once per thread: good enough to keep workers and
+    // restarts from producing the same id sequence.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x9E37_79B9_7F4A_7C15);
+    h.finish() | 1
+}
+
+fn next_u64() -> u64 {
+    // xorshift64*: fast, per thread, and request ids need uniqueness, not secrecy.
+    RNG.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
+}
+
+/// A random (version 4) UUID in its text form, for `x-request-id`.
+pub(crate) fn new_request_id() -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&next_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&next_u64().to_le_bytes());
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let mut text = [0u8; 36];
+    let mut pos = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text[pos] = b'-';
+            pos += 1;
+        }
+        text[pos] = HEX[(b >> 4) as usize];
+        text[pos + 1] = HEX[(b & 0xf) as usize];
+        pos += 2;
+    }
+    HeaderValue::from_bytes(&text).expect("hex digits and dashes are valid header bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_uuid_v4_and_distinct() {
+        let a = new_request_id();
+        let b = new_request_id();
+        assert_ne!(a, b);
+        let text = a.to_str().unwrap();
+        assert_eq!(text.len(), 36);
+        assert_eq!(&text[14..15], "4");
+        assert!(matches!(&text[19..20], "8" | "9" | "a" | "b"));
+        assert_eq!(text.matches('-').count(), 4);
+    }
+}

@@ -1,0 +1,72 @@
+//! The request head as the upstream gets it (hop-by-hop headers gone, `x-forwarded-*` added,
+//! the authority and target in the form the upstream's protocol wants), and the response head
+//! as the client gets it.
+
+use http::header::{EXPECT, HOST, HeaderValue};
+use http::uri::{PathAndQuery, Scheme};
+use http::{Uri, Version};
+
+use super::forwarding::{X_FORWARDED_PROTO, append_forwarded_for, strip_hop_by_hop};
+use crate::cluster::HostPool;
+use crate::config::UpstreamProtocol;
+use crate::context::ConnCtx;
+use crate::error::ProxyError;
+
+/// Rewrites a request head for `host`. `authority` is what the client asked for, after any
+/// `host_rewrite`; without one, the host's address stands in.
+pub(crate) fn request_for_upstream(
+    parts: &mut http::request::Parts,
+    authority: Option<HeaderValue>,
+    host: &HostPool,
+    conn: &ConnCtx,
+) -> Result<(), ProxyError> {
+    strip_hop_by_hop(&mut parts.headers);
+    // The downstream codec already answered any `100-continue`; the upstream gets the body
+    // as it streams.
+    parts.headers.remove(EXPECT);
+    append_forwarded_for(&mut parts.headers, &conn.peer_ip);
+    parts.headers.insert(
+        X_FORWARDED_PROTO.clone(),
+        conn.listener.forwarded_proto.clone(),
+    );
+    let authority = match authority {
+        Some(authority) => authority,
+        None => host.addr_text().clone(),
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    match host.protocol() {
+        UpstreamProtocol::Http1 => {
+            parts.uri = Uri::from(path);
+            parts.version = Version::HTTP_11;
+            parts.headers.insert(HOST, authority);
+        }
+        UpstreamProtocol::Http2 => {
+            parts.headers.remove(HOST);
+            let scheme = if host.tls() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            };
+            parts.uri = Uri::builder()
+                .scheme(scheme)
+                .authority(authority.as_bytes())
+                .path_and_query(path)
+                .build()
+                .map_err(|_| ProxyError::BadRequest("host is not a valid authority"))?;
+            parts.version = Version::HTTP_2;
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites an upstream's response head for the client.
+pub(crate) fn response_for_client(head: &mut http::response::Parts) {
+    strip_hop_by_hop(&mut head.headers);
+    // The downstream codec frames the response for its own protocol; an HTTP/2 version from
+    // the upstream would only make the HTTP/1.1 encoder complain.
+    head.version = Version::HTTP_11;
+}

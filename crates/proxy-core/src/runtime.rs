@@ -1,0 +1,63 @@
+//! Runtimes and executors: the single-threaded runtime every proxy thread runs, the executor
+//! that keeps hyper's background tasks (HTTP/2 streams, connection drivers) on the current
+//! worker, and how many cores there are to run workers on.
+
+use std::future::Future;
+
+/// A hyper executor that spawns onto the worker's `LocalSet`, so request futures need not be
+/// `Send` and never leave the worker thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LocalExec;
+
+impl<F> hyper::rt::Executor<F> for LocalExec
+where
+    F: Future + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
+    }
+}
+
+/// A single-threaded tokio runtime with I/O and timers, as workers and the admin server use.
+/// Built on the starting thread so that a failure is returned, not lost in a new thread.
+pub(crate) fn current_thread_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// The CPUs this process may run on: the affinity mask, further limited by a cgroup CPU quota
+/// (rounded down, at least 1). This is what a container's limit means, not the host's core
+/// count (lesson L8). Not cached: it reads /proc and cgroupfs, so keep it off hot paths.
+pub fn usable_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(std::num::NonZeroUsize::get)
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A thread pinned to one CPU may use one core, whatever the machine has: the count
+    /// follows the affinity mask (what `taskset` and a cpuset give), not the hardware.
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_count_follows_the_affinity_mask() {
+        let pinned = std::thread::spawn(|| {
+            // SAFETY: `set` is a plain bitmask owned by this frame; the calls only read and
+            // write it, and change this thread's own affinity.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+                let first = (0..libc::CPU_SETSIZE as usize)
+                    .find(|&cpu| libc::CPU_ISSET(cpu, &set))
+                    .expect("this thread may run on some CPU");
+                libc::CPU_ZERO(&mut set);
+                libc::CPU_SET(first, &mut set);
+                assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
+            }
+            super::usable_cores()
+        });
+        assert_eq!(pinned.join().unwrap(), 1);
+    }
+}

@@ -1,0 +1,120 @@
+//! Accepting: each listener's accept loop on this worker, admission under the connection
+//! limits, the hand-off to another worker under `exact` balancing, and the task that serves
+//! an accepted connection.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::balance::{ExactBalance, Handoff};
+use super::listener::Listener;
+use super::tracker::{ConnGuard, ConnTracker};
+use crate::conn;
+use crate::context::{ConnCtx, WorkerCtx};
+use crate::listener::ConnPermit;
+
+/// What serving an accepted connection on this worker needs.
+pub(super) struct Accepted {
+    pub(super) worker_id: usize,
+    pub(super) worker: Rc<WorkerCtx>,
+    pub(super) tracker: Rc<ConnTracker>,
+    pub(super) balance: Arc<ExactBalance>,
+    pub(super) drain: watch::Receiver<bool>,
+}
+
+impl Accepted {
+    /// Serves a connection already admitted and counted in this worker's load.
+    pub(super) fn serve(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        listener: &Listener,
+        permit: ConnPermit,
+    ) {
+        let ctx = &listener.ctx;
+        tracing::debug!(worker = self.worker_id, listener = %ctx.name, %peer, "accepted connection");
+        let guard = ConnGuard::new(&self.tracker);
+        ctx.stats.cx_total.inc();
+        ctx.stats.cx_active.inc();
+        self.worker.stats.cx_active.inc();
+        let local = stream.local_addr().unwrap_or(peer);
+        let conn_ctx = Rc::new(ConnCtx::new(
+            peer,
+            local,
+            Rc::clone(ctx),
+            Rc::clone(&self.worker),
+        ));
+        let http = Rc::clone(&listener.http);
+        let settings = Rc::clone(&listener.conn);
+        let drain = self.drain.clone();
+        let ctx = Rc::clone(ctx);
+        let worker = Rc::clone(&self.worker);
+        let balance = Arc::clone(&self.balance);
+        let worker_id = self.worker_id;
+        tokio::task::spawn_local(async move {
+            conn::serve(stream, conn_ctx, http, settings, drain).await;
+            worker.stats.cx_active.dec();
+            ctx.stats.cx_active.dec();
+            ctx.stats.cx_destroy.inc();
+            balance.closed(worker_id);
+            drop(permit);
+            drop(guard);
+        });
+    }
+}
+
+pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, mut at: Accepted) {
+    let ctx = &listener.ctx;
+    loop {
+        let accepted = tokio::select! {
+            accepted = socket.accept() => accepted,
+            _ = at.drain.wait_for(|draining| *draining) => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(err) => {
+                // EMFILE and friends: back off briefly instead of spinning on the error.
+                tracing::warn!(worker = at.worker_id, listener = %ctx.name, error = %err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Some(permit) = listener.limits.try_admit() else {
+            // Closed at once: the client learns now, not after a timeout.
+            ctx.stats.cx_overflow.inc();
+            drop(stream);
+            continue;
+        };
+        let target = if listener.exact {
+            at.balance.assign(at.worker_id)
+        } else {
+            at.balance.opened(at.worker_id);
+            at.worker_id
+        };
+        if target == at.worker_id {
+            at.serve(stream, peer, &listener, permit);
+            continue;
+        }
+        match stream.into_std() {
+            Ok(stream) => {
+                let handoff = Handoff {
+                    stream,
+                    peer,
+                    listener: listener.index,
+                    permit,
+                };
+                if !at.balance.hand_off(target, handoff) {
+                    tracing::debug!(worker = target, "hand-off to a stopped worker dropped");
+                }
+            }
+            Err(err) => {
+                at.balance.closed(target);
+                tracing::warn!(error = %err, "cannot hand a connection to another worker");
+            }
+        }
+    }
+}
