@@ -17,6 +17,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, StatusCode, Version};
+use serde::{Serialize, Serializer};
 
 use crate::error::ResponseFlag;
 
@@ -35,6 +36,16 @@ const QUEUE_CHUNKS: usize = 1024;
 pub enum LogTarget {
     Stdout,
     File(PathBuf),
+}
+
+impl Serialize for LogTarget {
+    /// As written: `stdout` or the file's path.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LogTarget::Stdout => s.serialize_str("stdout"),
+            LogTarget::File(path) => s.collect_str(&path.display()),
+        }
+    }
 }
 
 /// One piece of a line format.
@@ -56,9 +67,45 @@ pub enum Field {
     DownstreamRemoteAddress,
 }
 
+/// The `%NAME%` of each field.
+const NAMED_FIELDS: [(&str, Field); 12] = [
+    ("START_TIME", Field::StartTime),
+    ("METHOD", Field::Method),
+    ("PATH", Field::Path),
+    ("PROTOCOL", Field::Protocol),
+    ("RESPONSE_CODE", Field::ResponseCode),
+    ("RESPONSE_FLAGS", Field::ResponseFlags),
+    ("BYTES_RECEIVED", Field::BytesReceived),
+    ("BYTES_SENT", Field::BytesSent),
+    ("DURATION", Field::Duration),
+    ("UPSTREAM_HOST", Field::UpstreamHost),
+    ("REQ_ID", Field::RequestId),
+    ("DOWNSTREAM_REMOTE_ADDRESS", Field::DownstreamRemoteAddress),
+];
+
 /// A parsed `format:` string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogFormat(pub Vec<Field>);
+
+impl Serialize for LogFormat {
+    /// As written: the format string.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut text = String::new();
+        for field in &self.0 {
+            match field {
+                Field::Text(literal) => text.push_str(&literal.replace('%', "%%")),
+                named => {
+                    if let Some((name, _)) = NAMED_FIELDS.iter().find(|(_, f)| f == named) {
+                        text.push('%');
+                        text.push_str(name);
+                        text.push('%');
+                    }
+                }
+            }
+        }
+        s.serialize_str(&text)
+    }
+}
 
 impl LogFormat {
     /// Parses `%FIELD%` tokens; `%%` is a literal `%`.
@@ -73,28 +120,18 @@ impl LogFormat {
                 .find('%')
                 .ok_or_else(|| format!("unterminated `%` in `{text}`"))?;
             let name = &after[..end];
-            let field = match name {
-                "" => {
-                    literal.push('%');
-                    None
-                }
-                "START_TIME" => Some(Field::StartTime),
-                "METHOD" => Some(Field::Method),
-                "PATH" => Some(Field::Path),
-                "PROTOCOL" => Some(Field::Protocol),
-                "RESPONSE_CODE" => Some(Field::ResponseCode),
-                "RESPONSE_FLAGS" => Some(Field::ResponseFlags),
-                "BYTES_RECEIVED" => Some(Field::BytesReceived),
-                "BYTES_SENT" => Some(Field::BytesSent),
-                "DURATION" => Some(Field::Duration),
-                "UPSTREAM_HOST" => Some(Field::UpstreamHost),
-                "REQ_ID" => Some(Field::RequestId),
-                "DOWNSTREAM_REMOTE_ADDRESS" => Some(Field::DownstreamRemoteAddress),
-                other => {
-                    return Err(format!(
-                        "unknown field `%{other}%`; known: START_TIME, METHOD, PATH, PROTOCOL, RESPONSE_CODE, RESPONSE_FLAGS, BYTES_RECEIVED, BYTES_SENT, DURATION, UPSTREAM_HOST, REQ_ID, DOWNSTREAM_REMOTE_ADDRESS"
-                    ));
-                }
+            let field = if name.is_empty() {
+                literal.push('%');
+                None
+            } else {
+                let (_, field) = NAMED_FIELDS
+                    .iter()
+                    .find(|(known, _)| *known == name)
+                    .ok_or_else(|| {
+                        let known: Vec<&str> = NAMED_FIELDS.iter().map(|(n, _)| *n).collect();
+                        format!("unknown field `%{name}%`; known: {}", known.join(", "))
+                    })?;
+                Some(field.clone())
             };
             if let Some(field) = field {
                 if !literal.is_empty() {
@@ -113,8 +150,9 @@ impl LogFormat {
 }
 
 /// A listener's access log settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AccessLogConfig {
+    #[serde(rename = "path")]
     pub target: LogTarget,
     pub format: LogFormat,
 }
@@ -450,6 +488,9 @@ mod tests {
                 .contains("unterminated")
         );
         assert!(LogFormat::parse(DEFAULT_FORMAT).is_ok());
+        let written = "%METHOD% 100%% %REQ_ID%\n";
+        let format = LogFormat::parse(written).unwrap();
+        assert_eq!(serde_json::to_value(&format).unwrap(), written);
     }
 
     #[test]

@@ -59,6 +59,7 @@ mod runtime;
 mod server;
 mod throttle;
 mod tls;
+mod units;
 mod worker;
 
 pub use config::{Config, ConfigError};

@@ -6,7 +6,7 @@
 
 mod ext_authz;
 mod raw;
-mod units;
+mod serialize;
 mod validate;
 
 use std::net::SocketAddr;
@@ -16,12 +16,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
+use serde::{Serialize, Serializer};
+
+use serialize as ser;
 
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
 pub use crate::tls::settings::*;
+pub use crate::units::{format_duration, parse_duration, parse_size};
 pub use balancer::LbPolicy;
 pub use ext_authz::*;
-pub use units::{parse_duration, parse_size};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -46,9 +49,10 @@ pub const DEFAULT_PENDING_TIMEOUT: Duration = Duration::from_secs(1);
 pub const DEFAULT_BUFFER_LIMIT: u32 = 32 * 1024;
 
 /// A validated configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Config {
     pub concurrency: Concurrency,
+    #[serde(serialize_with = "ser::duration")]
     pub drain_timeout: Duration,
     /// The admin server's address; `None` when disabled.
     pub admin: Option<SocketAddr>,
@@ -66,7 +70,17 @@ pub enum Concurrency {
     Fixed(NonZeroUsize),
 }
 
-#[derive(Debug, Clone)]
+impl Serialize for Concurrency {
+    /// As written: `auto` or the number of workers.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Concurrency::Auto => s.serialize_str("auto"),
+            Concurrency::Fixed(n) => s.serialize_u64(n.get() as u64),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub struct ListenerConfig {
     pub name: String,
     pub address: SocketAddr,
@@ -77,6 +91,7 @@ pub struct ListenerConfig {
     /// What the proxy holds for one client connection in each direction, in bytes: the
     /// HTTP/1.1 read buffer and write queue, the HTTP/2 stream window and send buffer. A slow
     /// peer makes the proxy stop reading from the other side rather than queue more.
+    #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,
     pub http: HttpConfig,
     /// One line per request, if configured.
@@ -89,7 +104,8 @@ pub struct ListenerConfig {
 }
 
 /// How a listener's new connections are spread over the workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ConnectionBalance {
     /// Each worker accepts on its own `SO_REUSEPORT` socket; the kernel spreads connections.
     ReusePort,
@@ -99,13 +115,15 @@ pub enum ConnectionBalance {
 }
 
 /// HTTP options of a listener.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct HttpConfig {
     pub max_concurrent_streams: u32,
     /// An HTTP/1.1 connection with no request for this long is closed (checked about once a
     /// second).
+    #[serde(serialize_with = "ser::duration")]
     pub idle_timeout: Duration,
     /// A request head must arrive whole within this (slowloris); the connection is closed.
+    #[serde(serialize_with = "ser::duration")]
     pub request_headers_timeout: Duration,
     /// Largest request head accepted, in KiB; a larger one gets 431.
     pub max_request_headers_kb: u32,
@@ -114,19 +132,25 @@ pub struct HttpConfig {
     pub max_requests_per_connection: Option<u32>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RouteConfig {
+    #[serde(rename = "match")]
     pub matcher: RouteMatch,
+    #[serde(flatten)]
     pub action: RouteAction,
     /// This route's part in the listener's external authorization.
+    #[serde(skip_serializing_if = "RouteAuthz::is_default")]
     pub ext_authz: RouteAuthz,
 }
 
 /// What a request must look like for a route to take it. All parts must match.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RouteMatch {
+    #[serde(skip_serializing_if = "HostMatch::is_any")]
     pub host: HostMatch,
+    #[serde(flatten)]
     pub path: PathMatch,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderMatch>,
 }
 
@@ -140,15 +164,35 @@ pub enum HostMatch {
     Suffix(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl HostMatch {
+    fn is_any(&self) -> bool {
+        *self == HostMatch::Any
+    }
+}
+
+impl Serialize for HostMatch {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            HostMatch::Any => s.serialize_str("*"),
+            HostMatch::Exact(name) => s.serialize_str(name),
+            HostMatch::Suffix(suffix) => s.collect_str(&format_args!("*{suffix}")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PathMatch {
     Prefix(String),
+    #[serde(rename = "path")]
     Exact(String),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct HeaderMatch {
+    #[serde(serialize_with = "ser::header_name")]
     pub name: HeaderName,
+    #[serde(flatten)]
     pub value: HeaderValueMatch,
 }
 
@@ -159,32 +203,62 @@ pub enum HeaderValueMatch {
     Absent,
 }
 
-#[derive(Debug, Clone)]
+impl Serialize for HeaderValueMatch {
+    /// As written: `exact: VALUE`, `present: true` or `present: false`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        match self {
+            HeaderValueMatch::Exact(value) => {
+                map.serialize_entry("exact", &String::from_utf8_lossy(value.as_bytes()))?
+            }
+            HeaderValueMatch::Present => map.serialize_entry("present", &true)?,
+            HeaderValueMatch::Absent => map.serialize_entry("present", &false)?,
+        }
+        map.end()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RouteAction {
     /// Answer from the proxy itself.
-    DirectResponse { status: StatusCode, body: Bytes },
+    DirectResponse {
+        #[serde(serialize_with = "ser::status")]
+        status: StatusCode,
+        #[serde(serialize_with = "ser::bytes_text")]
+        body: Bytes,
+    },
     /// Forward to a cluster.
+    #[serde(untagged)]
     Forward(ForwardAction),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ForwardAction {
     /// Index into [`Config::clusters`].
+    #[serde(skip)]
     pub cluster: usize,
+    /// The cluster's name.
+    #[serde(rename = "cluster")]
+    pub cluster_name: String,
     /// Time allowed for the response head to arrive after the request body has been sent
     /// (as Envoy's route timeout); while the body is still going up, time it stands still.
+    #[serde(serialize_with = "ser::duration")]
     pub timeout: Duration,
     /// Replaces the `host` (or `:authority`) sent upstream.
+    #[serde(serialize_with = "ser::opt_header_value")]
     pub host_rewrite: Option<HeaderValue>,
     pub retry_policy: Option<RetryPolicy>,
 }
 
 /// When and how often a failed request is tried again, on another host if there is one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RetryPolicy {
     pub retry_on: RetryOn,
     pub num_retries: u32,
     /// Time allowed for each try; the route timeout still bounds them all together.
+    #[serde(serialize_with = "ser::opt_duration")]
     pub per_try_timeout: Option<Duration>,
     pub retriable_status_codes: Vec<u16>,
 }
@@ -202,18 +276,39 @@ pub struct RetryOn {
     pub retriable_status_codes: bool,
 }
 
-#[derive(Debug, Clone)]
+impl Serialize for RetryOn {
+    /// As written: the list of condition names.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            [
+                (self.connect_failure, "connect-failure"),
+                (self.refused_stream, "refused-stream"),
+                (self.reset, "reset"),
+                (self.server_error, "5xx"),
+                (self.gateway_error, "gateway-error"),
+                (self.retriable_status_codes, "retriable-status-codes"),
+            ]
+            .into_iter()
+            .filter_map(|(set, name)| set.then_some(name)),
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub struct ClusterConfig {
     pub name: String,
     pub endpoints: Vec<Endpoint>,
+    #[serde(flatten, serialize_with = "ser::lb_policy")]
     pub lb_policy: LbPolicy,
     /// What consistent-hashing policies hash; `None` picks as if without a key.
     pub hash_key: Option<HashKey>,
     pub protocol: UpstreamProtocol,
+    #[serde(serialize_with = "ser::duration")]
     pub connect_timeout: Duration,
     /// Requests sent on one upstream connection before it is retired; `None`: no limit.
     pub max_requests_per_connection: Option<u32>,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
+    #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,
     pub circuit_breakers: CircuitBreakerConfig,
     pub health_check: Option<HealthCheckConfig>,
@@ -224,10 +319,12 @@ pub struct ClusterConfig {
 
 /// A circuit-breaker limit as written: a number for the whole process, or a number per
 /// worker, multiplied out when the worker count is known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LimitSpec {
-    Fixed(u32),
     PerCore(u32),
+    #[serde(untagged)]
+    Fixed(u32),
 }
 
 impl LimitSpec {
@@ -241,7 +338,7 @@ impl LimitSpec {
 }
 
 /// Envoy's four circuit breakers of a cluster, for the whole process (all workers together).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CircuitBreakerConfig {
     /// Upstream connections open at once.
     pub max_connections: LimitSpec,
@@ -252,6 +349,7 @@ pub struct CircuitBreakerConfig {
     /// Retries in flight at once.
     pub max_retries: LimitSpec,
     /// Longest a request waits for a connection before it gets 503.
+    #[serde(serialize_with = "ser::duration")]
     pub pending_timeout: Duration,
 }
 
@@ -271,14 +369,17 @@ impl Default for CircuitBreakerConfig {
 }
 
 /// Active health checking of a cluster's hosts: `GET path`, once per process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HealthCheckConfig {
     pub path: String,
     /// `host` header of the check; the host's address if not given.
     pub host: Option<String>,
+    #[serde(serialize_with = "ser::duration")]
     pub interval: Duration,
     /// Up to this much is added at random to each interval, so checks do not line up.
+    #[serde(serialize_with = "ser::duration")]
     pub jitter: Duration,
+    #[serde(serialize_with = "ser::duration")]
     pub timeout: Duration,
     /// Consecutive passes that make an unhealthy host healthy.
     pub healthy_threshold: u32,
@@ -287,20 +388,21 @@ pub struct HealthCheckConfig {
 }
 
 /// Passive health: hosts that keep failing are ejected for a while.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct OutlierDetectionConfig {
     /// Consecutive 5xx responses (including local 502/503/504) that eject a host; 0: off.
     pub consecutive_5xx: u32,
     /// Consecutive 502/503/504 and connect failures or resets that eject a host; 0: off.
     pub consecutive_gateway_failure: u32,
     /// An ejection lasts this times the host's number of ejections so far.
+    #[serde(serialize_with = "ser::duration")]
     pub base_ejection_time: Duration,
     /// At most this share of the cluster's hosts is ejected at once.
     pub max_ejection_percent: u32,
 }
 
 /// An upstream host of a cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Endpoint {
     pub address: SocketAddr,
     /// Relative share of traffic, at least 1.
@@ -315,8 +417,23 @@ pub enum HashKey {
     SourceIp,
 }
 
+impl Serialize for HashKey {
+    /// As written: `header: NAME`, `cookie: NAME` or `source_ip: true`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        match self {
+            HashKey::Header(name) => map.serialize_entry("header", name.as_str())?,
+            HashKey::Cookie(name) => map.serialize_entry("cookie", name)?,
+            HashKey::SourceIp => map.serialize_entry("source_ip", &true)?,
+        }
+        map.end()
+    }
+}
+
 /// The protocol spoken to a cluster's hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum UpstreamProtocol {
     /// HTTP/1.1 with a keep-alive pool of connections per host.
     Http1,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::units::{de_opt_duration, de_opt_size};
+use crate::units::{de_opt_duration, de_opt_size};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

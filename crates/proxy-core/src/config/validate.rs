@@ -353,6 +353,7 @@ fn route(
                 .transpose()?;
             RouteAction::Forward(ForwardAction {
                 cluster: index,
+                cluster_name: cluster,
                 timeout,
                 host_rewrite,
                 retry_policy,

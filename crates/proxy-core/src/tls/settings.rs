@@ -3,13 +3,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Serialize, Serializer};
+
 /// How long a client has to finish the TLS handshake, unless configured.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TLS sessions a listener remembers for resumption by session id, unless configured.
 pub const DEFAULT_SESSION_CACHE_SIZE: usize = 4096;
 
 /// TLS termination on a listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ListenerTlsConfig {
     /// At least one. The default certificate is the one without `server_names` (at most one
     /// may omit them), or the first.
@@ -23,6 +25,7 @@ pub struct ListenerTlsConfig {
     pub session_tickets: bool,
     /// Sessions kept for resumption by id (stateful); 0 turns the cache off.
     pub session_cache_size: usize,
+    #[serde(serialize_with = "crate::units::ser_duration")]
     pub handshake_timeout: Duration,
     /// Client certificates (mTLS): asked for, verified against a CA bundle.
     pub client_certificate: Option<ClientCertificateConfig>,
@@ -39,7 +42,7 @@ impl ListenerTlsConfig {
 }
 
 /// A certificate chain with its key, and the SNI names it is served for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CertificateConfig {
     /// PEM file: the leaf first, then intermediates.
     pub cert_chain: PathBuf,
@@ -58,7 +61,18 @@ pub enum ServerNameMatch {
     Wildcard(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl Serialize for ServerNameMatch {
+    /// As written: `api.example.com` or `*.example.com`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ServerNameMatch::Exact(name) => s.serialize_str(name),
+            ServerNameMatch::Wildcard(parent) => s.collect_str(&format_args!("*.{parent}")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum UnknownServerName {
     /// Serve the default certificate.
     Default,
@@ -66,15 +80,19 @@ pub enum UnknownServerName {
     Reject,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum TlsVersion {
+    #[serde(rename = "1.2")]
     Tls12,
+    #[serde(rename = "1.3")]
     Tls13,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum AlpnProtocol {
+    #[serde(rename = "h2")]
     Http2,
+    #[serde(rename = "http/1.1")]
     Http11,
 }
 
@@ -89,7 +107,7 @@ impl AlpnProtocol {
 }
 
 /// Client certificate verification on a listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClientCertificateConfig {
     /// PEM bundle of the CAs client certificates must chain to.
     pub ca: PathBuf,
@@ -99,7 +117,7 @@ pub struct ClientCertificateConfig {
 }
 
 /// TLS to a cluster's hosts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClusterTlsConfig {
     /// PEM bundle to verify the hosts against; `None`: the system's roots.
     pub ca: Option<PathBuf>,
@@ -112,7 +130,7 @@ pub struct ClusterTlsConfig {
 }
 
 /// A certificate chain and its private key, PEM files.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyPairConfig {
     pub cert_chain: PathBuf,
     pub private_key: PathBuf,

@@ -1,8 +1,10 @@
-//! Units written in config files: durations (`250ms`, `10s`) and sizes (`32KiB`).
+//! Units written in config files, read and written back: durations (`250ms`, `10s`) and
+//! sizes (`32KiB`).
 
 use std::fmt;
 use std::time::Duration;
 
+use serde::Serializer;
 use serde::de::{self, Deserializer, Visitor};
 
 /// Parses `500us`, `250ms`, `10s`, `5m`, `1h`. A bare `0` is allowed and means zero.
@@ -118,9 +120,45 @@ pub fn de_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
     de_size(d).map(Some)
 }
 
+/// `250ms`, `15s`, `1500us`: the largest unit that writes it exactly.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !d.subsec_micros().is_multiple_of(1000) {
+        format!("{}us", d.as_micros())
+    } else if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else {
+        format!("{}s", d.as_secs())
+    }
+}
+
+pub(crate) fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(*d))
+}
+
+pub(crate) fn ser_opt_duration<S: Serializer>(
+    d: &Option<Duration>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => ser_duration(d, s),
+        None => s.serialize_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_are_written_as_read() {
+        assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(format_duration(Duration::from_secs(15)), "15s");
+        assert_eq!(format_duration(Duration::from_micros(1500)), "1500us");
+        for text in ["250ms", "15s", "1500us", "0s"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+    }
 
     #[test]
     fn durations_take_every_unit() {

@@ -1,0 +1,83 @@
+//! How typed config values are written back out, for `/config_dump`: header names and values
+//! as text, statuses as numbers (durations are in `crate::units`). The typed config
+//! derives `Serialize` with these helpers, so a new key appears in the dump by being declared.
+
+use std::fmt::Display;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde::Serializer;
+use serde::ser::SerializeSeq;
+
+pub(crate) use crate::units::{ser_duration as duration, ser_opt_duration as opt_duration};
+
+pub(crate) fn status<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u16(status.as_u16())
+}
+
+pub(crate) fn header_name<S: Serializer>(name: &HeaderName, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(name.as_str())
+}
+
+pub(crate) fn header_names<S: Serializer>(names: &[HeaderName], s: S) -> Result<S::Ok, S::Error> {
+    let mut seq = s.serialize_seq(Some(names.len()))?;
+    for name in names {
+        seq.serialize_element(name.as_str())?;
+    }
+    seq.end()
+}
+
+pub(crate) fn header_value<S: Serializer>(value: &HeaderValue, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&String::from_utf8_lossy(value.as_bytes()))
+}
+
+pub(crate) fn opt_header_value<S: Serializer>(
+    value: &Option<HeaderValue>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => header_value(value, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// A body as text (invalid UTF-8 shown with replacement characters).
+pub(crate) fn bytes_text<S: Serializer>(bytes: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&String::from_utf8_lossy(bytes))
+}
+
+pub(crate) fn display<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}
+
+/// A load-balancing policy as written: `lb_policy: NAME`, and the section of its options.
+pub(crate) fn lb_policy<S: Serializer>(
+    policy: &balancer::LbPolicy,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use balancer::LbPolicy;
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(2))?;
+    map.serialize_entry("lb_policy", policy.name())?;
+    match policy {
+        LbPolicy::LeastRequest(o) => map.serialize_entry(
+            "least_request",
+            &serde_json::json!({
+                "choice_count": o.choice_count,
+                "active_request_bias": o.active_request_bias,
+            }),
+        )?,
+        LbPolicy::RingHash(o) => map.serialize_entry(
+            "ring_hash",
+            &serde_json::json!({
+                "minimum_ring_size": o.minimum_ring_size,
+                "maximum_ring_size": o.maximum_ring_size,
+            }),
+        )?,
+        LbPolicy::Maglev(o) => {
+            map.serialize_entry("maglev", &serde_json::json!({ "table_size": o.table_size }))?
+        }
+        _ => {}
+    }
+    map.end()
+}
