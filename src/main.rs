@@ -219,16 +219,17 @@ admin: {{ address: 127.0.0.1:{admin_port} }}
 listeners:
   - name: demo
     address: 127.0.0.1:{port}
-    ext_authz: {{ grpc: {{ address: {sidecar_addr} }}, timeout: 200ms }}
+    http_filters:
+      - ext_authz: {{ grpc: {{ address: {sidecar_addr} }}, timeout: 200ms }}
     routes:
       - match: {{ path: /healthz }}
         direct_response: {{ status: 200, body: "ok\n" }}
-        ext_authz: disabled
+        filters: {{ ext_authz: disabled }}
       - match: {{ prefix: /private }}
         cluster: noop
       - match: {{ prefix: / }}
         cluster: noop
-        ext_authz: disabled
+        filters: {{ ext_authz: disabled }}
 clusters:
   - name: noop
     endpoints: [{upstream_addr}]

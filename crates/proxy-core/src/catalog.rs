@@ -74,6 +74,12 @@ pub(crate) struct Catalog {
     ext_authz_timeout: CounterFamily,
     ext_authz_failure_mode_allowed: CounterFamily,
     ext_authz_time: HistogramFamily,
+    http_local_rate_limit_ok: CounterFamily,
+    http_local_rate_limit_rate_limited: CounterFamily,
+    compression_compressed: CounterFamily,
+    compression_not_compressed: CounterFamily,
+    compression_uncompressed_bytes: CounterFamily,
+    compression_compressed_bytes: CounterFamily,
     upstream_ssl_handshake: CounterFamily,
     upstream_ssl_connection_error: CounterFamily,
     host_cx_active: GaugeFamily,
@@ -308,6 +314,36 @@ impl Catalog {
                 "Time an authorization check took, answered or not.",
                 l,
             ),
+            http_local_rate_limit_ok: r.counter(
+                "http_local_rate_limit_ok",
+                "Requests a local rate limit let through (a token was taken).",
+                l,
+            ),
+            http_local_rate_limit_rate_limited: r.counter(
+                "http_local_rate_limit_rate_limited",
+                "Requests a local rate limit refused (429 unless configured; flag RL).",
+                l,
+            ),
+            compression_compressed: r.counter(
+                "compression_compressed",
+                "Responses compressed, by encoding.",
+                &["listener", "encoding"],
+            ),
+            compression_not_compressed: r.counter(
+                "compression_not_compressed",
+                "Responses of a compressible type sent uncompressed (not accepted, too short, already encoded, partial, no-transform, or bodiless).",
+                l,
+            ),
+            compression_uncompressed_bytes: r.counter(
+                "compression_uncompressed_bytes",
+                "Body bytes that went into the compressor.",
+                l,
+            ),
+            compression_compressed_bytes: r.counter(
+                "compression_compressed_bytes",
+                "Body bytes that came out of the compressor.",
+                l,
+            ),
             upstream_ssl_handshake: r.counter(
                 "upstream_ssl_handshake",
                 "TLS handshakes completed with upstream hosts.",
@@ -369,6 +405,26 @@ impl Catalog {
             timeout: shard.counter(self.ext_authz_timeout, &[listener]),
             failure_mode_allowed: shard.counter(self.ext_authz_failure_mode_allowed, &[listener]),
             time: shard.histogram(self.ext_authz_time, &[listener]),
+        }
+    }
+
+    /// Local rate limit stats of a listener.
+    pub(crate) fn rate_limit(&self, shard: &Shard, listener: &str) -> RateLimitStats {
+        RateLimitStats {
+            ok: shard.counter(self.http_local_rate_limit_ok, &[listener]),
+            rate_limited: shard.counter(self.http_local_rate_limit_rate_limited, &[listener]),
+        }
+    }
+
+    /// Compression stats of a listener.
+    pub(crate) fn compression(&self, shard: &Shard, listener: &str) -> CompressionStats {
+        CompressionStats {
+            // In `config::Encoding`'s order.
+            compressed: ["zstd", "br", "gzip"]
+                .map(|e| shard.counter(self.compression_compressed, &[listener, e])),
+            not_compressed: shard.counter(self.compression_not_compressed, &[listener]),
+            uncompressed_bytes: shard.counter(self.compression_uncompressed_bytes, &[listener]),
+            compressed_bytes: shard.counter(self.compression_compressed_bytes, &[listener]),
         }
     }
 
@@ -515,6 +571,21 @@ pub(crate) struct AuthzStats {
     pub(crate) timeout: stats::Counter,
     pub(crate) failure_mode_allowed: stats::Counter,
     pub(crate) time: stats::Histogram,
+}
+
+/// One worker's handles for one listener's local rate limit.
+pub(crate) struct RateLimitStats {
+    pub(crate) ok: stats::Counter,
+    pub(crate) rate_limited: stats::Counter,
+}
+
+/// One worker's handles for one listener's compression.
+pub(crate) struct CompressionStats {
+    /// Indexed by `config::Encoding as usize`.
+    pub(crate) compressed: [stats::Counter; 3],
+    pub(crate) not_compressed: stats::Counter,
+    pub(crate) uncompressed_bytes: stats::Counter,
+    pub(crate) compressed_bytes: stats::Counter,
 }
 
 const TLS_VERSIONS: [&str; 3] = ["TLSv1_2", "TLSv1_3", "other"];

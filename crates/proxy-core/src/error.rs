@@ -30,6 +30,8 @@ pub enum ResponseFlag {
     UpstreamOverflow,
     /// UAEX: the external authorization service denied the request, or failed to answer.
     UnauthorizedExternalService,
+    /// RL: a local rate limit refused the request.
+    RateLimited,
 }
 
 impl ResponseFlag {
@@ -45,6 +47,7 @@ impl ResponseFlag {
             ResponseFlag::DownstreamConnectionTermination => "DC",
             ResponseFlag::UpstreamOverflow => "UO",
             ResponseFlag::UnauthorizedExternalService => "UAEX",
+            ResponseFlag::RateLimited => "RL",
         }
     }
 }

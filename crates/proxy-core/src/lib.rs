@@ -51,6 +51,7 @@ pub mod config;
 mod conn;
 mod context;
 mod error;
+mod filters;
 mod http;
 mod listener;
 mod memory;

@@ -13,6 +13,7 @@ use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
 use crate::cluster::SharedCluster;
 use crate::config::{Config, ConnectionBalance};
+use crate::filters::SharedFilters;
 use crate::listener::{
     ConnectionLimits, Limit, bind_per_worker, bind_shared, reuse_port_supported,
 };
@@ -150,6 +151,13 @@ impl Server {
             Arc::new(TlsListeners::new(servers, counters))
         };
         let listener_tls = Arc::new(listener_tls);
+        let shared_filters = Arc::new(
+            config
+                .listeners
+                .iter()
+                .map(SharedFilters::new)
+                .collect::<Vec<_>>(),
+        );
         let process_limit = config.max_connections.map(Limit::new);
         let limits = Arc::new(
             config
@@ -198,6 +206,7 @@ impl Server {
                 clusters: Arc::clone(&clusters),
                 limits: Arc::clone(&limits),
                 tls: Arc::clone(&listener_tls),
+                filters: Arc::clone(&shared_filters),
                 balance: Arc::clone(&balance),
                 handoff: handoffs.next().expect("one hand-off queue per worker"),
             };

@@ -146,9 +146,30 @@ pub(crate) fn ser_opt_duration<S: Serializer>(
     }
 }
 
+/// `32KiB`, `1MiB`, or the number of bytes when no binary unit writes it exactly.
+pub fn format_size(bytes: u64) -> String {
+    for (unit, scale) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
+            return format!("{}{unit}", bytes / scale);
+        }
+    }
+    bytes.to_string()
+}
+
+pub(crate) fn ser_size<S: Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_size(*bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_written_as_read() {
+        for text in ["32KiB", "1MiB", "3GiB", "1000", "0"] {
+            assert_eq!(format_size(parse_size(text).unwrap()), text);
+        }
+    }
 
     #[test]
     fn durations_are_written_as_read() {

@@ -91,12 +91,14 @@ listeners:
     routes:
       - match: { path: /x, host: "*.example.com", headers: [{ name: x-a, exact: "1" }, { name: x-b, present: false }] }
         direct_response: { status: 204, body: "" }
-        ext_authz: disabled
+        filters: { ext_authz: disabled }
       - match: { prefix: / }
         cluster: c
         host_rewrite: up.internal
         retry_policy: { retry_on: [reset, 5xx], per_try_timeout: 250ms }
-    ext_authz: { grpc: { address: 127.0.0.1:9191 } }
+    http_filters:
+      - ext_authz: { grpc: { address: 127.0.0.1:9191 } }
+      - local_rate_limit: { token_bucket: { max_tokens: 5, fill_interval: 250ms } }
 clusters:
   - name: c
     endpoints: [127.0.0.1:2, { address: 127.0.0.1:3, weight: 3 }]
@@ -110,8 +112,13 @@ clusters:
         assert_eq!(dump["concurrency"], 2);
         assert_eq!(listener["access_log"]["path"], "stdout");
         assert_eq!(listener["access_log"]["format"], "%METHOD% %%\n");
-        assert_eq!(listener["ext_authz"]["grpc"]["address"], "127.0.0.1:9191");
-        assert_eq!(listener["ext_authz"]["timeout"], "200ms");
+        let authz = &listener["http_filters"][0]["ext_authz"];
+        assert_eq!(authz["grpc"]["address"], "127.0.0.1:9191");
+        assert_eq!(authz["timeout"], "200ms");
+        assert_eq!(
+            listener["http_filters"][1]["local_rate_limit"]["token_bucket"],
+            json!({ "max_tokens": 5, "tokens_per_fill": 5, "fill_interval": "250ms" })
+        );
         let direct = &listener["routes"][0];
         assert_eq!(
             direct["match"],
@@ -123,7 +130,7 @@ clusters:
             direct["direct_response"],
             json!({ "status": 204, "body": "" })
         );
-        assert_eq!(direct["ext_authz"], "disabled");
+        assert_eq!(direct["filters"], json!({ "ext_authz": "disabled" }));
         let forward = &listener["routes"][1];
         assert_eq!(forward["host_rewrite"], "up.internal");
         assert_eq!(forward["retry_policy"]["retry_on"], json!(["reset", "5xx"]));

@@ -4,7 +4,12 @@
 //! (`listeners[0].routes[1].cluster`) and what was expected; after that, the rest of the proxy
 //! reads plain values with defaults filled in and never re-checks them.
 
+mod compression;
+mod cors;
 mod ext_authz;
+mod filters;
+mod header_rules;
+mod local_rate_limit;
 mod raw;
 mod serialize;
 mod validate;
@@ -24,7 +29,12 @@ pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
 pub use crate::tls::settings::*;
 pub use crate::units::{format_duration, parse_duration, parse_size};
 pub use balancer::LbPolicy;
+pub use compression::*;
+pub use cors::*;
 pub use ext_authz::*;
+pub use filters::*;
+pub use header_rules::*;
+pub use local_rate_limit::*;
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -98,8 +108,9 @@ pub struct ListenerConfig {
     pub access_log: Option<AccessLogConfig>,
     /// TLS termination; `None`: cleartext (HTTP/1.1 and h2c).
     pub tls: Option<ListenerTlsConfig>,
-    /// External authorization of every request (routes may turn it off).
-    pub ext_authz: Option<ExtAuthzConfig>,
+    /// The HTTP filters requests pass through, in order (routes may turn one off or give it
+    /// settings of their own).
+    pub http_filters: Vec<HttpFilterConfig>,
     pub routes: Vec<RouteConfig>,
 }
 
@@ -138,9 +149,9 @@ pub struct RouteConfig {
     pub matcher: RouteMatch,
     #[serde(flatten)]
     pub action: RouteAction,
-    /// This route's part in the listener's external authorization.
-    #[serde(skip_serializing_if = "RouteAuthz::is_default")]
-    pub ext_authz: RouteAuthz,
+    /// What this route changes about its listener's filters.
+    #[serde(skip_serializing_if = "RouteFilters::is_default")]
+    pub filters: RouteFilters,
 }
 
 /// What a request must look like for a route to take it. All parts must match.

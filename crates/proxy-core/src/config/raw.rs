@@ -51,9 +51,179 @@ pub struct RawListener {
     pub http: RawHttp,
     pub access_log: Option<RawAccessLog>,
     pub tls: Option<RawListenerTls>,
-    pub ext_authz: Option<RawExtAuthz>,
+    /// Moved into `http_filters`; kept here to say so.
+    pub ext_authz: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    pub http_filters: Vec<RawHttpFilter>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+}
+
+/// One entry of `http_filters`: `- NAME: { settings }`.
+#[derive(Debug)]
+pub enum RawHttpFilter {
+    ExtAuthz(RawExtAuthz),
+    LocalRateLimit(Option<RawLocalRateLimit>),
+    Headers(Option<RawHeaderRules>),
+    Compression(Option<RawCompression>),
+    Cors(Option<RawCors>),
+}
+
+/// The filters `http_filters` knows, by name.
+const FILTER_NAMES: &str = "ext_authz, local_rate_limit, headers, compression, cors";
+
+impl<'de> Deserialize<'de> for RawHttpFilter {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let map = serde_yaml::Mapping::deserialize(d)?;
+        let mut entries = map.into_iter();
+        let (Some((serde_yaml::Value::String(name), settings)), None) =
+            (entries.next(), entries.next())
+        else {
+            return Err(D::Error::custom(format!(
+                "expected one filter per item, written `- NAME: {{ settings }}` with NAME one of {FILTER_NAMES}"
+            )));
+        };
+        // A bare `- compression:` means the defaults.
+        let settings = match settings {
+            serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+            other => other,
+        };
+        fn parse<T: serde::de::DeserializeOwned, E: Error>(
+            name: &str,
+            settings: serde_yaml::Value,
+        ) -> Result<T, E> {
+            serde_yaml::from_value(settings).map_err(|e| E::custom(format!("{name}: {e}")))
+        }
+        Ok(match name.as_str() {
+            "ext_authz" => RawHttpFilter::ExtAuthz(parse(&name, settings)?),
+            "local_rate_limit" => RawHttpFilter::LocalRateLimit(parse(&name, settings)?),
+            "headers" => RawHttpFilter::Headers(parse(&name, settings)?),
+            "compression" => RawHttpFilter::Compression(parse(&name, settings)?),
+            "cors" => RawHttpFilter::Cors(parse(&name, settings)?),
+            other => {
+                return Err(D::Error::custom(format!(
+                    "unknown filter `{other}`; known: {FILTER_NAMES}"
+                )));
+            }
+        })
+    }
+}
+
+impl RawHttpFilter {
+    pub fn name(&self) -> &'static str {
+        match self {
+            RawHttpFilter::ExtAuthz(_) => "ext_authz",
+            RawHttpFilter::LocalRateLimit(_) => "local_rate_limit",
+            RawHttpFilter::Headers(_) => "headers",
+            RawHttpFilter::Compression(_) => "compression",
+            RawHttpFilter::Cors(_) => "cors",
+        }
+    }
+}
+
+/// A route's `filters:`, by filter name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteFilters {
+    pub ext_authz: Option<RawRouteAuthz>,
+    pub local_rate_limit: Option<RawPerRoute<RawLocalRateLimit>>,
+    pub headers: Option<RawPerRoute<RawHeaderRules>>,
+    pub compression: Option<RawPerRoute<RawCompression>>,
+    pub cors: Option<RawPerRoute<RawCors>>,
+}
+
+/// `disabled`, or settings for the route.
+#[derive(Debug)]
+pub enum RawPerRoute<T> {
+    Word(String),
+    Settings(T),
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for RawPerRoute<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Read as a value first, so that settings get their own precise error rather than
+        // "did not match any variant".
+        match serde_yaml::Value::deserialize(d)? {
+            serde_yaml::Value::String(word) => Ok(RawPerRoute::Word(word)),
+            value => serde_yaml::from_value(value)
+                .map(RawPerRoute::Settings)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLocalRateLimit {
+    pub token_bucket: Option<RawTokenBucket>,
+    pub scope: Option<String>,
+    pub key: Option<RawRateLimitKey>,
+    pub max_keys: Option<u64>,
+    pub status: Option<u16>,
+    pub x_ratelimit_headers: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTokenBucket {
+    pub max_tokens: u64,
+    pub tokens_per_fill: Option<u64>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub fill_interval: Option<Duration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimitKey {
+    pub header: Option<String>,
+    pub client_ip: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderRules {
+    pub request: Option<RawHeaderMutations>,
+    pub response: Option<RawHeaderMutations>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderMutations {
+    #[serde(default)]
+    pub set: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub add: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCompression {
+    pub encodings: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub min_content_length: Option<u64>,
+    pub content_types: Option<Vec<String>>,
+    pub gzip_level: Option<u32>,
+    pub brotli_quality: Option<u32>,
+    pub zstd_level: Option<i32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCors {
+    #[serde(default)]
+    pub allow_origins: Vec<String>,
+    #[serde(default)]
+    pub allow_methods: Vec<String>,
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_age: Option<Duration>,
+    pub allow_credentials: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,7 +355,9 @@ pub struct RawRoute {
     pub timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
     pub retry_policy: Option<RawRetryPolicy>,
-    pub ext_authz: Option<RawRouteAuthz>,
+    /// Moved into `filters`; kept here to say so.
+    pub ext_authz: Option<serde::de::IgnoredAny>,
+    pub filters: Option<RawRouteFilters>,
 }
 
 #[derive(Debug, Deserialize)]

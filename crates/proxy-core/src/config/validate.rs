@@ -186,11 +186,34 @@ fn listener(
             "expected at least one route",
         ));
     }
+    let buffer_limit = buffer_limit(
+        raw.per_connection_buffer_limit_bytes,
+        &format!("{path}.per_connection_buffer_limit_bytes"),
+    )?;
+    if raw.ext_authz.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{path}.ext_authz"),
+            "ext_authz is a filter now: write it as `http_filters: [{ ext_authz: { ... } }]`",
+        ));
+    }
+    let http_filters = filters::http_filters(
+        raw.http_filters,
+        &format!("{path}.http_filters"),
+        buffer_limit,
+    )?;
     let routes = raw
         .routes
         .into_iter()
         .enumerate()
-        .map(|(i, r)| route(r, &format!("{path}.routes[{i}]"), cluster_index, clusters))
+        .map(|(i, r)| {
+            route(
+                r,
+                &format!("{path}.routes[{i}]"),
+                cluster_index,
+                clusters,
+                &http_filters,
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let access_log = raw
         .access_log
@@ -218,14 +241,6 @@ fn listener(
         .tls
         .map(|t| tls::listener_tls(t, &format!("{path}.tls")))
         .transpose()?;
-    let buffer_limit = buffer_limit(
-        raw.per_connection_buffer_limit_bytes,
-        &format!("{path}.per_connection_buffer_limit_bytes"),
-    )?;
-    let ext_authz = raw
-        .ext_authz
-        .map(|a| ext_authz::listener_authz(a, &format!("{path}.ext_authz"), buffer_limit))
-        .transpose()?;
     Ok(ListenerConfig {
         name,
         address,
@@ -234,7 +249,7 @@ fn listener(
         buffer_limit,
         access_log,
         tls,
-        ext_authz,
+        http_filters,
         http: HttpConfig {
             max_concurrent_streams,
             idle_timeout: positive(
@@ -269,9 +284,16 @@ fn route(
     path: &str,
     cluster_index: &HashMap<&str, usize>,
     clusters: &[ClusterConfig],
+    chain: &[HttpFilterConfig],
 ) -> Result<RouteConfig, ConfigError> {
     let matcher = route_match(raw.matcher, &format!("{path}.match"))?;
-    let ext_authz = ext_authz::route_authz(raw.ext_authz, &format!("{path}.ext_authz"))?;
+    if raw.ext_authz.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{path}.ext_authz"),
+            "a route's ext_authz settings go under `filters: { ext_authz: ... }`",
+        ));
+    }
+    let filters = filters::route_filters(raw.filters, &format!("{path}.filters"), chain)?;
     let action = match (raw.cluster, raw.direct_response) {
         (Some(_), Some(_)) => {
             return Err(ConfigError::invalid(
@@ -363,7 +385,7 @@ fn route(
     Ok(RouteConfig {
         matcher,
         action,
-        ext_authz,
+        filters,
     })
 }
 
@@ -831,7 +853,12 @@ fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, ConfigError> {
     Ok(policy)
 }
 
+mod compression;
+mod cors;
 mod ext_authz;
+mod filters;
+mod header_rules;
+mod local_rate_limit;
 mod tls;
 
 #[cfg(test)]

@@ -78,6 +78,17 @@ impl RequestBody {
         }
     }
 
+    /// A body with nothing in it: for requests the proxy makes up (tests, benchmarks).
+    #[cfg(test)]
+    pub(crate) fn empty() -> Self {
+        Self {
+            source: Source::Replayed(VecDeque::new()),
+            received: None,
+            progress: None,
+            replay: None,
+        }
+    }
+
     /// A clock the body moves forward each time a frame goes upstream, and when it ends;
     /// `None` for a body that is already complete (no request body).
     pub(crate) fn track_progress(&mut self) -> Option<Rc<Cell<Instant>>> {

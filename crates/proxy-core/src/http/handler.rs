@@ -1,4 +1,5 @@
-//! The request path after the codec: route, then a direct response or a relayed one.
+//! The request path after the codec: route, the filters' request phases, then a direct
+//! response or a relayed one, and the filters' response phases on whatever the answer is.
 
 use std::convert::Infallible;
 use std::rc::Rc;
@@ -7,13 +8,13 @@ use bytes::Bytes;
 use http::header::{CONNECTION, HOST, HeaderValue};
 use http::{Method, Request, Response, Version};
 
-use super::ext_authz::Verdict;
 use super::forwarding::X_LEGATE_OVERLOADED;
 use super::{HttpCtx, ResponseBody, local_reply, rewrite};
 use crate::config::{ForwardAction, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{ConnCtx, InFlight, RequestBody};
 use crate::error::ProxyError;
+use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
@@ -35,7 +36,10 @@ pub(crate) async fn handle(
         close = true;
         conn.listener.stats.cx_max_requests.inc();
     }
-    let mut response = match route_and_forward(req, &conn, &http, &mut in_flight).await {
+    let mut state = FilterState::default();
+    let mut facts = Facts::default();
+    let routed = route_and_forward(req, &conn, &http, &mut in_flight, &mut state, &mut facts);
+    let mut response = match routed.await {
         Ok(response) => response,
         Err(err) => {
             if let Some(log) = in_flight.log() {
@@ -72,6 +76,26 @@ pub(crate) async fn handle(
             reply
         }
     };
+    if !http.filters.is_empty() {
+        let (mut head, mut body) = response.into_parts();
+        let host = facts.host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
+        let exchange = Exchange {
+            conn: &conn,
+            host,
+            route: facts.route,
+        };
+        let info = ResponseInfo {
+            upstream: facts.upstream.as_ref(),
+            head_request: method == Method::HEAD,
+        };
+        if let Some(filter) = http
+            .filters
+            .on_response(&mut head, &exchange, &info, &mut state)
+        {
+            body.filter(filter);
+        }
+        response = Response::from_parts(head, body);
+    }
     if close && version <= Version::HTTP_11 {
         // hyper closes the connection after a response that says so; while draining, saying
         // it lets the client reconnect elsewhere instead of finding the connection gone.
@@ -84,11 +108,22 @@ pub(crate) async fn handle(
     Ok(response)
 }
 
+/// What the request phases learned, for the response phases (which run whatever the outcome).
+#[derive(Default)]
+struct Facts {
+    host: Option<HeaderValue>,
+    route: Option<usize>,
+    /// The upstream host that answered, as text.
+    upstream: Option<HeaderValue>,
+}
+
 async fn route_and_forward(
     mut req: Request<RequestBody>,
     conn: &ConnCtx,
     http: &HttpCtx,
     in_flight: &mut InFlight,
+    state: &mut FilterState,
+    facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     if req.method() == Method::CONNECT {
         return Err(ProxyError::BadRequest("CONNECT is not supported"));
@@ -100,38 +135,34 @@ async fn route_and_forward(
     let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
     let route = http
         .routes
-        .find(host_text, req.uri().path(), req.headers())
-        .ok_or(ProxyError::NoRoute)?;
-    let mut response_headers = None;
-    if let Some(authz) = &http.ext_authz
-        && !route.ext_authz.disabled
-    {
-        // The service and the upstream see the same request id.
+        .position(host_text, req.uri().path(), req.headers());
+    facts.route = route;
+    if !http.filters.is_empty() {
+        // Filters, the authorization service and the upstream all see the same request id.
         ensure_request_id(req.headers_mut(), in_flight);
-        let id = req.headers().get(&X_REQUEST_ID).cloned();
-        let id = id.as_ref().map_or("", |id| id.to_str().unwrap_or(""));
-        match authz
-            .check(&mut req, host_text, id, &route.ext_authz, conn)
-            .await?
-        {
-            Verdict::Proceed(allowed) => response_headers = allowed,
-            Verdict::Respond(response, flag) => {
-                if let Some(log) = in_flight.log() {
-                    log.flag = Some(flag);
-                }
-                return Ok(*response);
+        let exchange = Exchange {
+            conn,
+            host: host_text,
+            route,
+        };
+        if let Flow::Respond(reply) = http.filters.on_request(&mut req, &exchange, state).await? {
+            if let Some(log) = in_flight.log() {
+                log.flag = reply.flag;
             }
+            facts.host = host;
+            return Ok(local_reply::from_filter(*reply));
         }
+        http.filters
+            .note_request_id(state, req.headers().get(&X_REQUEST_ID));
     }
-    let mut response = match &route.action {
+    let route = http.routes.get(route.ok_or(ProxyError::NoRoute)?);
+    let response = match &route.action {
         RouteAction::DirectResponse { status, body } => local_reply::text(*status, body.clone()),
         RouteAction::Forward(forward) => {
-            forward_request(req, host, forward, conn, http, in_flight).await?
+            forward_request(req, host.clone(), forward, conn, http, in_flight, facts).await?
         }
     };
-    if let Some(allowed) = response_headers {
-        allowed.apply_to_response(response.headers_mut());
-    }
+    facts.host = host;
     Ok(response)
 }
 
@@ -198,6 +229,7 @@ async fn forward_request(
     conn: &ConnCtx,
     http: &HttpCtx,
     in_flight: &mut InFlight,
+    facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let admitted = http.clusters[forward.cluster].admit(req.headers(), conn.peer.ip())?;
     let upstream = Rc::clone(admitted.host());
@@ -221,6 +253,7 @@ async fn forward_request(
     {
         log.upstream = Some(answered_by.addr_text().clone());
     }
+    facts.upstream = Some(answered_by.addr_text().clone());
     let (mut head, body) = response.into_parts();
     rewrite::response_for_client(&mut head);
     Ok(Response::from_parts(head, ResponseBody::upstream(body)))

@@ -5,6 +5,7 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Response, StatusCode};
 
 use super::ResponseBody;
+use crate::filters::LocalReply;
 
 /// A response with a plain-text body.
 pub(crate) fn text(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
@@ -13,5 +14,20 @@ pub(crate) fn text(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}
+
+/// A filter's answer (a denial, a 429, a CORS preflight) as a response. Its own headers win
+/// over the default content type, and an empty body gets none.
+pub(crate) fn from_filter(reply: LocalReply) -> Response<ResponseBody> {
+    let empty = reply.body.is_empty();
+    let mut response = text(reply.status, reply.body);
+    let headers = response.headers_mut();
+    if empty || reply.headers.contains_key(CONTENT_TYPE) {
+        headers.remove(CONTENT_TYPE);
+    }
+    for (name, value) in reply.headers.iter() {
+        headers.append(name.clone(), value.clone());
+    }
     response
 }

@@ -2,14 +2,13 @@
 //! locally, and the response body streamed back.
 //!
 //! ```text
-//! handler.rs        one request: route, ext_authz, then a local reply or the forward
+//! handler.rs        one request: route, filters, then a local reply or the forward
 //! rewrite.rs        the request head as the upstream gets it, and the response head back
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
 //! response_body.rs  the body sent downstream, holding the request's bookkeeping
 //! local_reply.rs    responses the proxy writes itself
 //! ```
 
-mod ext_authz;
 mod forwarding;
 pub(crate) mod handler;
 mod local_reply;
@@ -18,18 +17,17 @@ mod rewrite;
 
 use std::rc::Rc;
 
-pub(crate) use ext_authz::ExtAuthzFilter;
 pub use response_body::ResponseBody;
 
 use crate::cluster::Cluster;
+use crate::filters::FilterChain;
 use crate::router::RouteTable;
 
-/// What the HTTP request path of one listener needs on one worker: its routes, its
-/// authorization, and the worker's clusters the routes forward to.
+/// What the HTTP request path of one listener needs on one worker: its routes, its filter
+/// chain, and the worker's clusters the routes forward to.
 pub(crate) struct HttpCtx {
     pub(crate) routes: RouteTable,
-    /// External authorization, if the listener has it.
-    pub(crate) ext_authz: Option<ExtAuthzFilter>,
+    pub(crate) filters: FilterChain,
     /// The worker's clusters, in config order (routes refer to them by index).
     pub(crate) clusters: Rc<[Cluster]>,
 }

@@ -1,4 +1,5 @@
-//! The body of a response sent downstream: relayed from an upstream, or made by the proxy.
+//! The body of a response sent downstream: relayed from an upstream, or made by the proxy,
+//! and changed on the way by a filter's body filter if one was set up.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -8,11 +9,14 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::cluster::UpstreamBody;
 use crate::context::InFlight;
+use crate::filters::BodyFilter;
 
 /// A response body: either streamed from an upstream or a small local reply. It holds its
 /// connection's in-flight count until it is dropped, which is when the codec is done with it.
 pub struct ResponseBody {
     inner: Inner,
+    /// Set by a filter's response phase (compression). Boxed: most responses have none.
+    filter: Option<Box<BodyFilter>>,
     in_flight: Option<InFlight>,
 }
 
@@ -24,21 +28,27 @@ enum Inner {
 impl ResponseBody {
     pub(crate) fn local(bytes: Bytes) -> Self {
         let bytes = if bytes.is_empty() { None } else { Some(bytes) };
-        Self {
-            inner: Inner::Local(bytes),
-            in_flight: None,
-        }
+        Self::new(Inner::Local(bytes))
     }
 
     pub(crate) fn upstream(body: UpstreamBody) -> Self {
+        Self::new(Inner::Upstream(body))
+    }
+
+    fn new(inner: Inner) -> Self {
         Self {
-            inner: Inner::Upstream(body),
+            inner,
+            filter: None,
             in_flight: None,
         }
     }
 
     pub(crate) fn hold(&mut self, in_flight: InFlight) {
         self.in_flight = Some(in_flight);
+    }
+
+    pub(crate) fn filter(&mut self, filter: BodyFilter) {
+        self.filter = Some(Box::new(filter));
     }
 }
 
@@ -52,9 +62,9 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
-        let polled = match &mut this.inner {
-            Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
+        let polled = match &mut this.filter {
+            None => Pin::new(&mut this.inner).poll_frame(cx),
+            Some(filter) => filter.poll_frame(Pin::new(&mut this.inner), cx),
         };
         if let (Some(in_flight), Poll::Ready(Some(Ok(frame)))) = (&mut this.in_flight, &polled)
             && let Some(data) = frame.data_ref()
@@ -66,7 +76,40 @@ impl Body for ResponseBody {
 
     #[inline]
     fn is_end_stream(&self) -> bool {
-        match &self.inner {
+        match &self.filter {
+            None => self.inner.is_end_stream(),
+            Some(filter) => filter.is_end_stream(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match &self.filter {
+            None => self.inner.size_hint(),
+            // A filtered body's length is known only at its end.
+            Some(_) => SizeHint::default(),
+        }
+    }
+}
+
+impl Body for Inner {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
             Inner::Local(bytes) => bytes.is_none(),
             Inner::Upstream(body) => body.is_end_stream(),
         }
@@ -74,7 +117,7 @@ impl Body for ResponseBody {
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        match &self.inner {
+        match self {
             Inner::Local(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }

@@ -18,10 +18,24 @@ impl RouteTable {
     /// The first route matching the request. `host` is the request's host with or without a
     /// port, in any case; `path` is the path without the query.
     pub fn find(&self, host: &str, path: &str, headers: &HeaderMap) -> Option<&RouteConfig> {
+        self.position(host, path, headers).map(|i| &self.routes[i])
+    }
+
+    /// The index of the first route matching the request, as [`RouteTable::find`] finds it.
+    pub fn position(&self, host: &str, path: &str, headers: &HeaderMap) -> Option<usize> {
         let host = strip_port(host);
         self.routes
             .iter()
-            .find(|r| matches(&r.matcher, host, path, headers))
+            .position(|r| matches(&r.matcher, host, path, headers))
+    }
+
+    /// The route at `index`, as [`RouteTable::position`] gives it.
+    ///
+    /// # Panics
+    ///
+    /// When `index` is not a position in this table.
+    pub fn get(&self, index: usize) -> &RouteConfig {
+        &self.routes[index]
     }
 }
 

@@ -12,7 +12,8 @@ use crate::cluster::Cluster;
 use crate::config::{ConnectionBalance, ListenerConfig};
 use crate::conn::{Codecs, ConnSettings};
 use crate::context::ListenerCtx;
-use crate::http::{ExtAuthzFilter, HttpCtx};
+use crate::filters::{FilterChain, SharedFilters};
+use crate::http::HttpCtx;
 use crate::listener::ConnectionLimits;
 use crate::router::RouteTable;
 use crate::tls::{Handshake, ServerTls};
@@ -46,6 +47,7 @@ impl Listener {
         config: &ListenerConfig,
         limits: &ConnectionLimits,
         tls: Option<&Arc<ServerTls>>,
+        filters: &SharedFilters,
         parts: &Parts<'_>,
     ) -> Self {
         let Parts {
@@ -82,10 +84,7 @@ impl Listener {
             }),
             http: Rc::new(HttpCtx {
                 routes: RouteTable::new(config.routes.clone()),
-                ext_authz: config
-                    .ext_authz
-                    .as_ref()
-                    .map(|authz| ExtAuthzFilter::new(authz, catalog.authz(shard, name))),
+                filters: FilterChain::new(config, filters, catalog, shard),
                 clusters: Rc::clone(clusters),
             }),
             conn: Rc::new(ConnSettings {

@@ -29,6 +29,7 @@ use crate::catalog::ProxyStats;
 use crate::cluster::{Cluster, SharedCluster};
 use crate::config::Config;
 use crate::context::WorkerCtx;
+use crate::filters::SharedFilters;
 use crate::listener::ConnectionLimits;
 use crate::tls::ServerTls;
 use accept::{Accepted, accept_loop};
@@ -52,6 +53,8 @@ pub(crate) struct WorkerSpec {
     pub(crate) limits: Arc<Vec<ConnectionLimits>>,
     /// Per listener, in config order: its TLS, if it terminates TLS.
     pub(crate) tls: Arc<Vec<Option<Arc<ServerTls>>>>,
+    /// Per listener, in config order: filter state all workers share (rate limit buckets).
+    pub(crate) filters: Arc<Vec<SharedFilters>>,
     /// Open connections per worker, for `exact` balancing; and this worker's hand-off queue.
     pub(crate) balance: Arc<ExactBalance>,
     pub(crate) handoff: tokio::sync::mpsc::UnboundedReceiver<Handoff>,
@@ -78,6 +81,7 @@ async fn run(spec: WorkerSpec) {
         clusters,
         limits,
         tls,
+        filters,
         balance,
         mut handoff,
     } = spec;
@@ -103,12 +107,13 @@ async fn run(spec: WorkerSpec) {
 
     let mut accept_loops = Vec::new();
     let mut listeners: Vec<Rc<Listener>> = Vec::new();
-    for (((listener, socket), limits), tls) in config
+    for ((((listener, socket), limits), tls), filters) in config
         .listeners
         .iter()
         .zip(sockets)
         .zip(limits.iter())
         .zip(tls.iter())
+        .zip(filters.iter())
     {
         let socket = match TcpListener::from_std(socket) {
             Ok(s) => s,
@@ -122,6 +127,7 @@ async fn run(spec: WorkerSpec) {
             listener,
             limits,
             tls.as_ref(),
+            filters,
             &parts,
         ));
         listeners.push(Rc::clone(&ctx));

@@ -121,7 +121,7 @@ fn endpoint(value: &str, path: &str) -> Result<AuthzEndpoint, ConfigError> {
     super::socket_addr(value, path).map(AuthzEndpoint::Tcp)
 }
 
-fn header_names(values: &[String], path: &str) -> Result<Vec<HeaderName>, ConfigError> {
+pub(super) fn header_names(values: &[String], path: &str) -> Result<Vec<HeaderName>, ConfigError> {
     values
         .iter()
         .enumerate()

@@ -285,14 +285,16 @@ fn ext_authz_keys_are_checked() {
     let with_authz = |authz: &str| {
         MINIMAL.replace(
             "    address: 127.0.0.1:8080\n",
-            &format!("    address: 127.0.0.1:8080\n    ext_authz: {authz}\n"),
+            &format!("    address: 127.0.0.1:8080\n    http_filters: [{{ ext_authz: {authz} }}]\n"),
         )
     };
     let config = Config::from_yaml(&with_authz(
         "{ grpc: { address: \"unix:/run/authz.sock\" } }",
     ))
     .expect("valid ext_authz");
-    let authz = config.listeners[0].ext_authz.as_ref().expect("ext_authz");
+    let Some(HttpFilterConfig::ExtAuthz(authz)) = config.listeners[0].http_filters.first() else {
+        panic!("ext_authz is the chain's filter");
+    };
     assert_eq!(authz.timeout, DEFAULT_AUTHZ_TIMEOUT);
     assert_eq!(authz.status_on_error, http::StatusCode::FORBIDDEN);
     assert!(!authz.failure_mode_allow);
@@ -305,31 +307,31 @@ fn ext_authz_keys_are_checked() {
     for (authz, expected) in [
         (
             "{ timeout: 1s }",
-            "listeners[0].ext_authz: expected exactly one of",
+            "listeners[0].http_filters[0].ext_authz: expected exactly one of",
         ),
         (
             "{ grpc: { address: \"unix:\" } }",
-            "listeners[0].ext_authz.grpc.address: expected a socket path",
+            "listeners[0].http_filters[0].ext_authz.grpc.address: expected a socket path",
         ),
         (
             "{ grpc: { address: nowhere } }",
-            "listeners[0].ext_authz.grpc.address: expected an address",
+            "listeners[0].http_filters[0].ext_authz.grpc.address: expected an address",
         ),
         (
             "{ grpc: { address: 127.0.0.1:9191 }, status_on_error: 99 }",
-            "listeners[0].ext_authz.status_on_error",
+            "listeners[0].http_filters[0].ext_authz.status_on_error",
         ),
         (
             "{ grpc: { address: 127.0.0.1:9191 }, with_request_body: { max_request_bytes: 1MiB } }",
-            "listeners[0].ext_authz.with_request_body.max_request_bytes: expected 1 byte up to the listener's buffer limit (32768 bytes)",
+            "listeners[0].http_filters[0].ext_authz.with_request_body.max_request_bytes: expected 1 byte up to the listener's buffer limit (32768 bytes)",
         ),
         (
             "{ http: { address: 127.0.0.1:9191, path_prefix: authz } }",
-            "listeners[0].ext_authz.http.path_prefix",
+            "listeners[0].http_filters[0].ext_authz.http.path_prefix",
         ),
         (
             "{ http: { address: 127.0.0.1:9191, allowed_headers: [\"bad header\"] } }",
-            "listeners[0].ext_authz.http.allowed_headers[0]",
+            "listeners[0].http_filters[0].ext_authz.http.allowed_headers[0]",
         ),
     ] {
         let err = error_of(&with_authz(authz));
@@ -337,7 +339,113 @@ fn ext_authz_keys_are_checked() {
     }
     let route = MINIMAL.replace(
         "        cluster: backend\n",
-        "        cluster: backend\n        ext_authz: off\n",
+        "        cluster: backend\n        filters: { ext_authz: off }\n",
     );
-    assert!(error_of(&route).contains("listeners[0].routes[1].ext_authz: expected `disabled`"));
+    let err = error_of(
+        &with_authz("{ grpc: { address: 127.0.0.1:9191 } }").replace(
+            "        cluster: backend\n",
+            "        cluster: backend\n        filters: { ext_authz: off }\n",
+        ),
+    );
+    assert!(
+        err.contains("listeners[0].routes[1].filters.ext_authz: expected `disabled`"),
+        "{err}"
+    );
+    // Without the filter in the chain, a route cannot set it.
+    assert!(error_of(&route).contains(
+        "listeners[0].routes[1].filters.ext_authz: the listener has no `ext_authz` filter"
+    ));
+    // Where the keys used to be, the error says where they went.
+    let old = MINIMAL.replace(
+        "    address: 127.0.0.1:8080\n",
+        "    address: 127.0.0.1:8080\n    ext_authz: { grpc: { address: 127.0.0.1:1 } }\n",
+    );
+    assert!(error_of(&old).contains("listeners[0].ext_authz: ext_authz is a filter now"));
+}
+
+#[test]
+fn filter_keys_are_checked() {
+    let with_filters = |filters: &str| {
+        MINIMAL.replace(
+            "    address: 127.0.0.1:8080\n",
+            &format!("    address: 127.0.0.1:8080\n    http_filters:\n{filters}"),
+        )
+    };
+    let config = Config::from_yaml(&with_filters(
+        "      - local_rate_limit: { token_bucket: { max_tokens: 10 }, key: { client_ip: true } }\n      - compression:\n      - headers: { response: { set: { x-a: b } } }\n",
+    ))
+    .expect("valid filters");
+    let chain = &config.listeners[0].http_filters;
+    let Some(HttpFilterConfig::LocalRateLimit(limit)) = chain.first() else {
+        panic!("{chain:?}");
+    };
+    let bucket = limit.token_bucket.expect("a bucket");
+    assert_eq!((bucket.max_tokens, bucket.tokens_per_fill), (10, 10));
+    assert_eq!(bucket.fill_interval, std::time::Duration::from_secs(1));
+    assert_eq!(limit.status, http::StatusCode::TOO_MANY_REQUESTS);
+    let Some(HttpFilterConfig::Compression(compression)) = chain.get(1) else {
+        panic!("{chain:?}");
+    };
+    assert_eq!(
+        compression.encodings,
+        [Encoding::Zstd, Encoding::Brotli, Encoding::Gzip]
+    );
+    for (filters, expected) in [
+        ("      - nope: {}\n", "unknown filter `nope`"),
+        (
+            "      - headers: {}\n      - headers: {}\n",
+            "listeners[0].http_filters[1].headers: `headers` is already in the chain",
+        ),
+        (
+            "      - local_rate_limit: { token_bucket: { max_tokens: 0 } }\n",
+            "listeners[0].http_filters[0].local_rate_limit.token_bucket.max_tokens: expected 1",
+        ),
+        (
+            "      - local_rate_limit: { scope: everywhere }\n",
+            "listeners[0].http_filters[0].local_rate_limit.scope",
+        ),
+        (
+            "      - local_rate_limit: { key: { header: x-a, client_ip: true } }\n",
+            "listeners[0].http_filters[0].local_rate_limit.key: expected exactly one",
+        ),
+        (
+            "      - headers: { request: { set: { content-length: \"0\" } } }\n",
+            "listeners[0].http_filters[0].headers.request.set.content-length: `content-length` frames or routes",
+        ),
+        (
+            "      - headers: { request: { set: { x-up: \"%UPSTREAM_HOST%\" } } }\n",
+            "listeners[0].http_filters[0].headers.request.set.x-up: %UPSTREAM_HOST% is known only",
+        ),
+        (
+            "      - headers: { response: { add: { x-a: \"%NOPE%\" } } }\n",
+            "unknown variable `%NOPE%`",
+        ),
+        (
+            "      - compression: { encodings: [deflate] }\n",
+            "listeners[0].http_filters[0].compression.encodings[0]: expected zstd, br or gzip",
+        ),
+        (
+            "      - compression: { gzip_level: 10 }\n",
+            "listeners[0].http_filters[0].compression.gzip_level: expected 1 to 9",
+        ),
+        (
+            "      - cors: { allow_origins: [\"*\"], allow_credentials: true }\n",
+            "listeners[0].http_filters[0].cors.allow_origins[0]: `*` cannot be used with",
+        ),
+        (
+            "      - cors: { allow_origins: [app.test] }\n",
+            "expected an origin `scheme://host[:port]`",
+        ),
+    ] {
+        let err = error_of(&with_filters(filters));
+        assert!(err.contains(expected), "{filters}: {err}");
+    }
+    // A route's own rate limit needs a bucket.
+    let route = with_filters("      - local_rate_limit: {}\n").replace(
+        "        cluster: backend\n",
+        "        cluster: backend\n        filters: { local_rate_limit: { scope: worker } }\n",
+    );
+    assert!(error_of(&route).contains(
+        "listeners[0].routes[1].filters.local_rate_limit.token_bucket: a route's own limit needs"
+    ));
 }

@@ -1,0 +1,415 @@
+//! The `compression` filter: responses compressed with gzip, brotli or zstd when the client
+//! accepts one, the content type is compressible and the body is long enough. Never for
+//! responses already encoded, partial (206) responses, `cache-control: no-transform`, or
+//! bodiless ones; `vary: accept-encoding` goes on every response whose type is compressible,
+//! so caches keep the variants apart.
+
+use std::io::Write;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use http::header::{
+    ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE,
+    ETAG, HeaderValue, VARY,
+};
+use http::{Request, StatusCode};
+
+use super::body::BodyFilter;
+use super::{Exchange, FilterState, ResponseInfo};
+use crate::catalog::CompressionStats;
+use crate::config::{CompressionConfig, Encoding, PerRoute, RouteConfig};
+use crate::context::RequestBody;
+
+/// The filter on one worker.
+pub(crate) struct Compression {
+    listener: CompressionConfig,
+    /// Per route, in the route table's order.
+    routes: Vec<PerRoute<CompressionConfig>>,
+    stats: Rc<CompressionStats>,
+}
+
+/// The encodings a request accepts, as a set (bit per [`Encoding`]) with their weights.
+#[derive(Default, Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Accepted {
+    /// q-values times 1000, per encoding: 0 = not accepted.
+    zstd: u16,
+    br: u16,
+    gzip: u16,
+}
+
+impl Accepted {
+    /// Parses `Accept-Encoding` (RFC 9110 section 12.5.3): tokens with optional `;q=`, `*`
+    /// for any other, `identity` ignored.
+    pub(crate) fn parse(values: http::header::GetAll<'_, HeaderValue>) -> Self {
+        let mut accepted = Accepted::default();
+        let mut star: Option<u16> = None;
+        let (mut zstd, mut br, mut gzip) = (None, None, None);
+        for value in values {
+            let Ok(text) = value.to_str() else { continue };
+            for item in text.split(',') {
+                let mut parts = item.split(';');
+                let token = parts.next().unwrap_or("").trim();
+                let mut q = 1000u16;
+                for param in parts {
+                    if let Some((k, v)) = param.split_once('=')
+                        && k.trim().eq_ignore_ascii_case("q")
+                    {
+                        q = parse_qvalue(v.trim()).unwrap_or(0);
+                    }
+                }
+                if token.eq_ignore_ascii_case("zstd") {
+                    zstd = Some(q);
+                } else if token.eq_ignore_ascii_case("br") {
+                    br = Some(q);
+                } else if token.eq_ignore_ascii_case("gzip") || token.eq_ignore_ascii_case("x-gzip")
+                {
+                    gzip = Some(q);
+                } else if token == "*" {
+                    star = Some(q);
+                }
+            }
+        }
+        let or_star = |explicit: Option<u16>| explicit.or(star).unwrap_or(0);
+        accepted.zstd = or_star(zstd);
+        accepted.br = or_star(br);
+        accepted.gzip = or_star(gzip);
+        accepted
+    }
+
+    fn weight(&self, encoding: Encoding) -> u16 {
+        match encoding {
+            Encoding::Zstd => self.zstd,
+            Encoding::Brotli => self.br,
+            Encoding::Gzip => self.gzip,
+        }
+    }
+
+    /// The encoding to use: the client's highest weight, ties broken by `offered`'s order.
+    fn choose(&self, offered: &[Encoding]) -> Option<Encoding> {
+        let mut best: Option<(Encoding, u16)> = None;
+        for &encoding in offered {
+            let weight = self.weight(encoding);
+            if weight > 0 && best.is_none_or(|(_, w)| weight > w) {
+                best = Some((encoding, weight));
+            }
+        }
+        best.map(|(encoding, _)| encoding)
+    }
+}
+
+/// `1`, `0.5`, `0.001` -> thousandths.
+fn parse_qvalue(text: &str) -> Option<u16> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let int: u16 = match int {
+        "0" => 0,
+        "1" => 1,
+        _ => return None,
+    };
+    let mut thousandths = 0u16;
+    for (i, digit) in frac
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(3)
+        .enumerate()
+    {
+        thousandths += u16::from(digit - b'0') * [100, 10, 1][i];
+    }
+    Some((int * 1000 + thousandths).min(1000))
+}
+
+impl Compression {
+    pub(crate) fn new(
+        config: &CompressionConfig,
+        routes: &[RouteConfig],
+        stats: Rc<CompressionStats>,
+    ) -> Self {
+        Self {
+            listener: config.clone(),
+            routes: routes
+                .iter()
+                .map(|r| r.filters.compression.clone())
+                .collect(),
+            stats,
+        }
+    }
+
+    fn settings(&self, exchange: &Exchange<'_>) -> Option<&CompressionConfig> {
+        match exchange.route.and_then(|i| self.routes.get(i)) {
+            None | Some(PerRoute::Inherit) => Some(&self.listener),
+            Some(PerRoute::Disabled) => None,
+            Some(PerRoute::Override(config)) => Some(config),
+        }
+    }
+
+    pub(crate) fn on_request(
+        &self,
+        req: &Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) {
+        if self.settings(exchange).is_some() {
+            state.accept = Accepted::parse(req.headers().get_all(ACCEPT_ENCODING));
+        }
+    }
+
+    /// Decides whether this response is compressed; if so, rewrites its head and returns the
+    /// body filter that compresses it.
+    pub(crate) fn on_response(
+        &self,
+        head: &mut http::response::Parts,
+        exchange: &Exchange<'_>,
+        info: &ResponseInfo<'_>,
+        state: &FilterState,
+    ) -> Option<BodyFilter> {
+        let config = self.settings(exchange)?;
+        let headers = &head.headers;
+        let compressible_type = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .is_some_and(|media| config.content_types.contains(&media));
+        if !compressible_type {
+            return None;
+        }
+        // The representation depends on Accept-Encoding from here on, whatever we decide.
+        add_vary(&mut head.headers);
+        let headers = &head.headers;
+        let status = head.status;
+        let bodiless = info.head_request
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let partial = status == StatusCode::PARTIAL_CONTENT || headers.contains_key(CONTENT_RANGE);
+        let encoded = headers.contains_key(CONTENT_ENCODING);
+        let no_transform = headers.get_all(CACHE_CONTROL).iter().any(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .any(|d| d.trim().eq_ignore_ascii_case("no-transform"))
+            })
+        });
+        let too_short = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|len| len < config.min_content_length);
+        let encoding = state.accept.choose(&config.encodings);
+        let (Some(encoding), false, false, false, false, false) = (
+            encoding,
+            bodiless,
+            partial,
+            encoded,
+            no_transform,
+            too_short,
+        ) else {
+            self.stats.not_compressed.inc();
+            return None;
+        };
+        let compressor = match Compressor::new(encoding, config) {
+            Ok(compressor) => compressor,
+            Err(error) => {
+                tracing::warn!(%error, encoding = encoding.token(), "cannot start a compressor");
+                self.stats.not_compressed.inc();
+                return None;
+            }
+        };
+        let headers = &mut head.headers;
+        headers.remove(CONTENT_LENGTH);
+        headers.insert(CONTENT_ENCODING, HeaderValue::from_static(encoding.token()));
+        // The bytes differ from the uncompressed ones: a strong validator would lie.
+        if let Some(etag) = headers.get(ETAG)
+            && !etag.as_bytes().starts_with(b"W/")
+        {
+            let mut weak = b"W/".to_vec();
+            weak.extend_from_slice(etag.as_bytes());
+            if let Ok(weak) = HeaderValue::from_bytes(&weak) {
+                headers.insert(ETAG, weak);
+            }
+        }
+        self.stats.compressed[encoding as usize].inc();
+        Some(BodyFilter::compress(compressor, Rc::clone(&self.stats)))
+    }
+}
+
+/// Adds `accept-encoding` to `vary` unless it is there (or `vary: *`).
+fn add_vary(headers: &mut http::HeaderMap) {
+    let present = headers.get_all(VARY).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case("accept-encoding"))
+        })
+    });
+    if !present {
+        headers.append(VARY, HeaderValue::from_static("accept-encoding"));
+    }
+}
+
+/// A streaming encoder writing into a buffer the body filter empties.
+pub(crate) enum Compressor {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+}
+
+/// brotli's window: 2^19 bytes, a quarter of its default, to bound memory per response.
+const BROTLI_WINDOW_BITS: u32 = 19;
+/// brotli's internal buffer between our writes and its encoder.
+const BROTLI_BUFFER: usize = 4096;
+
+impl Compressor {
+    fn new(encoding: Encoding, config: &CompressionConfig) -> std::io::Result<Self> {
+        Ok(match encoding {
+            Encoding::Gzip => Compressor::Gzip(flate2::write::GzEncoder::new(
+                Vec::new(),
+                flate2::Compression::new(config.gzip_level),
+            )),
+            Encoding::Brotli => Compressor::Brotli(Box::new(brotli::CompressorWriter::new(
+                Vec::new(),
+                BROTLI_BUFFER,
+                config.brotli_quality,
+                BROTLI_WINDOW_BITS,
+            ))),
+            Encoding::Zstd => Compressor::Zstd(zstd::stream::write::Encoder::new(
+                Vec::new(),
+                config.zstd_level,
+            )?),
+        })
+    }
+
+    /// Compresses `data`; returns what the encoder has produced so far.
+    pub(crate) fn write(&mut self, data: &[u8]) -> std::io::Result<Bytes> {
+        match self {
+            Compressor::Gzip(e) => e.write_all(data)?,
+            Compressor::Brotli(e) => e.write_all(data)?,
+            Compressor::Zstd(e) => e.write_all(data)?,
+        }
+        Ok(self.take())
+    }
+
+    /// Everything written so far, decodable by the client now (a sync flush).
+    pub(crate) fn flush(&mut self) -> std::io::Result<Bytes> {
+        match self {
+            Compressor::Gzip(e) => e.flush()?,
+            Compressor::Brotli(e) => e.flush()?,
+            Compressor::Zstd(e) => e.flush()?,
+        }
+        Ok(self.take())
+    }
+
+    /// The end of the stream.
+    pub(crate) fn finish(self) -> std::io::Result<Bytes> {
+        let out = match self {
+            Compressor::Gzip(e) => e.finish()?,
+            Compressor::Brotli(e) => e.into_inner(),
+            Compressor::Zstd(e) => e.finish()?,
+        };
+        Ok(Bytes::from(out))
+    }
+
+    fn take(&mut self) -> Bytes {
+        let out = match self {
+            Compressor::Gzip(e) => e.get_mut(),
+            Compressor::Brotli(e) => e.get_mut(),
+            Compressor::Zstd(e) => e.get_mut(),
+        };
+        Bytes::from(std::mem::take(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderMap;
+
+    fn accepted(value: &str) -> Accepted {
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT_ENCODING, HeaderValue::from_str(value).unwrap());
+        Accepted::parse(headers.get_all(ACCEPT_ENCODING))
+    }
+
+    #[test]
+    fn accept_encoding_weights_choose_the_encoding() {
+        let all = [Encoding::Zstd, Encoding::Brotli, Encoding::Gzip];
+        assert_eq!(
+            accepted("gzip, deflate, br").choose(&all),
+            Some(Encoding::Brotli)
+        );
+        assert_eq!(
+            accepted("gzip;q=1, br;q=0.5").choose(&all),
+            Some(Encoding::Gzip)
+        );
+        assert_eq!(accepted("br;q=0, gzip").choose(&all), Some(Encoding::Gzip));
+        assert_eq!(accepted("*").choose(&all), Some(Encoding::Zstd));
+        assert_eq!(
+            accepted("*;q=0.1, gzip;q=0.2").choose(&all),
+            Some(Encoding::Gzip)
+        );
+        assert_eq!(accepted("identity").choose(&all), None);
+        assert_eq!(
+            accepted("GZIP").choose(&[Encoding::Gzip]),
+            Some(Encoding::Gzip)
+        );
+        assert_eq!(
+            accepted("zstd;q=0.9, br;q=0.9").choose(&[Encoding::Brotli, Encoding::Zstd]),
+            Some(Encoding::Brotli)
+        );
+        assert_eq!(Accepted::default().choose(&all), None);
+    }
+
+    #[test]
+    fn qvalues_parse_to_thousandths() {
+        assert_eq!(parse_qvalue("1"), Some(1000));
+        assert_eq!(parse_qvalue("0.5"), Some(500));
+        assert_eq!(parse_qvalue("0.001"), Some(1));
+        assert_eq!(parse_qvalue("1.000"), Some(1000));
+        assert_eq!(parse_qvalue("2"), None);
+        assert_eq!(parse_qvalue("0.1234"), None);
+    }
+
+    #[test]
+    fn each_encoder_round_trips_across_flushes() {
+        let config = CompressionConfig {
+            encodings: vec![],
+            min_content_length: 0,
+            content_types: vec![],
+            gzip_level: 6,
+            brotli_quality: 4,
+            zstd_level: 3,
+        };
+        let input: Vec<u8> = (0..200_000u32)
+            .map(|i| (i % 251) as u8 ^ (i / 1000) as u8)
+            .collect();
+        for encoding in [Encoding::Gzip, Encoding::Brotli, Encoding::Zstd] {
+            let mut c = Compressor::new(encoding, &config).unwrap();
+            let mut out = Vec::new();
+            for chunk in input.chunks(7000) {
+                out.extend_from_slice(&c.write(chunk).unwrap());
+                out.extend_from_slice(&c.flush().unwrap());
+            }
+            out.extend_from_slice(&c.finish().unwrap());
+            let mut decoded = Vec::new();
+            match encoding {
+                Encoding::Gzip => {
+                    std::io::Read::read_to_end(
+                        &mut flate2::read::GzDecoder::new(&out[..]),
+                        &mut decoded,
+                    )
+                    .unwrap();
+                }
+                Encoding::Brotli => {
+                    brotli::BrotliDecompress(&mut &out[..], &mut decoded).unwrap();
+                }
+                Encoding::Zstd => decoded = zstd::stream::decode_all(&out[..]).unwrap(),
+            }
+            assert_eq!(decoded, input, "{encoding:?}");
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The `cors` filter: CORS preflights from allowed origins are answered by the proxy, and
+//! responses to allowed origins get `access-control-allow-origin` and friends. Requests from
+//! other origins pass unchanged (the browser then keeps the response from the page).
+
+use bytes::Bytes;
+use http::header::{
+    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
+    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, HeaderMap, HeaderValue, ORIGIN,
+    VARY,
+};
+use http::{Method, Request, StatusCode};
+
+use super::{Exchange, FilterState, Flow, LocalReply};
+use crate::config::{CorsConfig, OriginMatch, PerRoute, RouteConfig};
+use crate::context::RequestBody;
+
+/// One policy, its fixed header values made once.
+struct Policy {
+    config: CorsConfig,
+    allow_methods: Option<HeaderValue>,
+    allow_headers: Option<HeaderValue>,
+    expose_headers: Option<HeaderValue>,
+    max_age: Option<HeaderValue>,
+}
+
+/// The filter on one worker.
+pub(crate) struct Cors {
+    listener: Policy,
+    /// Per route, in the route table's order.
+    routes: Vec<PerRoute<Policy>>,
+}
+
+fn joined<T: AsRef<str>>(items: &[T]) -> Option<HeaderValue> {
+    if items.is_empty() {
+        return None;
+    }
+    let text: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    HeaderValue::from_str(&text.join(", ")).ok()
+}
+
+impl Policy {
+    fn new(config: &CorsConfig) -> Self {
+        let methods: Vec<&str> = config.allow_methods.iter().map(Method::as_str).collect();
+        let names = |names: &[http::HeaderName]| {
+            joined(&names.iter().map(|n| n.as_str()).collect::<Vec<_>>())
+        };
+        Self {
+            allow_methods: joined(&methods),
+            allow_headers: names(&config.allow_headers),
+            expose_headers: names(&config.expose_headers),
+            max_age: config.max_age.map(|age| HeaderValue::from(age.as_secs())),
+            config: config.clone(),
+        }
+    }
+
+    fn allows(&self, origin: &HeaderValue) -> bool {
+        let Ok(origin) = origin.to_str() else {
+            return false;
+        };
+        self.config
+            .allow_origins
+            .iter()
+            .any(|allowed| match allowed {
+                OriginMatch::Any => true,
+                OriginMatch::Exact(exact) => origin.eq_ignore_ascii_case(exact),
+                OriginMatch::Subdomains { scheme, suffix } => {
+                    let lower = origin.to_ascii_lowercase();
+                    // A port, if any, must be written in the config's suffix too.
+                    lower.strip_prefix(scheme.as_str()).is_some_and(|host| {
+                        host.len() > suffix.len() && host.ends_with(suffix.as_str())
+                    })
+                }
+            })
+    }
+
+    /// The value for `access-control-allow-origin`: `*` when any origin may read and no
+    /// credentials are involved, else the origin itself.
+    fn allow_origin(&self, origin: &HeaderValue) -> HeaderValue {
+        let any = self.config.allow_origins.contains(&OriginMatch::Any);
+        if any && !self.config.allow_credentials {
+            HeaderValue::from_static("*")
+        } else {
+            origin.clone()
+        }
+    }
+}
+
+impl Cors {
+    pub(crate) fn new(config: &CorsConfig, routes: &[RouteConfig]) -> Self {
+        Self {
+            listener: Policy::new(config),
+            routes: routes
+                .iter()
+                .map(|r| match &r.filters.cors {
+                    PerRoute::Inherit => PerRoute::Inherit,
+                    PerRoute::Disabled => PerRoute::Disabled,
+                    PerRoute::Override(config) => PerRoute::Override(Policy::new(config)),
+                })
+                .collect(),
+        }
+    }
+
+    fn policy(&self, exchange: &Exchange<'_>) -> Option<&Policy> {
+        match exchange.route.and_then(|i| self.routes.get(i)) {
+            None | Some(PerRoute::Inherit) => Some(&self.listener),
+            Some(PerRoute::Disabled) => None,
+            Some(PerRoute::Override(policy)) => Some(policy),
+        }
+    }
+
+    pub(crate) fn on_request(
+        &self,
+        req: &Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Flow {
+        let Some(policy) = self.policy(exchange) else {
+            return Flow::Continue;
+        };
+        let Some(origin) = req.headers().get(ORIGIN) else {
+            return Flow::Continue;
+        };
+        if !policy.allows(origin) {
+            return Flow::Continue;
+        }
+        let preflight = req.method() == Method::OPTIONS
+            && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD);
+        if !preflight {
+            state.cors_origin = Some(policy.allow_origin(origin));
+            return Flow::Continue;
+        }
+        let mut reply = LocalReply::new(StatusCode::NO_CONTENT, Bytes::new());
+        let headers = &mut reply.headers;
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, policy.allow_origin(origin));
+        let asked = |name| req.headers().get(name).cloned();
+        // Unconfigured lists allow what the preflight asks for.
+        if let Some(methods) = policy
+            .allow_methods
+            .clone()
+            .or_else(|| asked(ACCESS_CONTROL_REQUEST_METHOD))
+        {
+            headers.insert(ACCESS_CONTROL_ALLOW_METHODS, methods);
+        }
+        if let Some(names) = policy
+            .allow_headers
+            .clone()
+            .or_else(|| asked(ACCESS_CONTROL_REQUEST_HEADERS))
+        {
+            headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, names);
+        }
+        if let Some(age) = &policy.max_age {
+            headers.insert(ACCESS_CONTROL_MAX_AGE, age.clone());
+        }
+        add_credentials_and_vary(headers, policy);
+        Flow::Respond(Box::new(reply))
+    }
+
+    pub(crate) fn on_response(
+        &self,
+        head: &mut http::response::Parts,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) {
+        let (Some(origin), Some(policy)) = (state.cors_origin.take(), self.policy(exchange)) else {
+            return;
+        };
+        let headers = &mut head.headers;
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        if let Some(expose) = &policy.expose_headers {
+            headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, expose.clone());
+        }
+        add_credentials_and_vary(headers, policy);
+    }
+}
+
+fn add_credentials_and_vary(headers: &mut HeaderMap, policy: &Policy) {
+    if policy.config.allow_credentials {
+        headers.insert(
+            ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+    }
+    // The answer depends on the origin asking.
+    headers.append(VARY, HeaderValue::from_static("origin"));
+}

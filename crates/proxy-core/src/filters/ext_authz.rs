@@ -1,0 +1,202 @@
+//! External authorization (Envoy's `ext_authz` filter): before a request is routed on, the
+//! listener's authorization service decides whether it goes, with which header changes, or
+//! what the client gets instead. One client per worker and listener, so one connection to
+//! the service per worker. With `with_request_body`, the check waits for the body's start
+//! (the request-body phase) and sends it along.
+
+use authz_client::{AuthzClient, AuthzError, CheckInput, Decision, HttpOptions};
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, StatusCode};
+use tokio::time::Instant;
+
+use super::{Exchange, FilterState, Flow, HeadersFlow, LocalReply};
+use crate::catalog::AuthzStats;
+use crate::config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};
+use crate::context::request_id::X_REQUEST_ID;
+use crate::context::{ConnCtx, RequestBody};
+use crate::error::{ProxyError, ResponseFlag};
+use crate::throttle::LogThrottle;
+
+static X_LEGATE_AUTH_FAILURE_MODE_ALLOWED: HeaderName =
+    HeaderName::from_static("x-legate-auth-failure-mode-allowed");
+
+/// A worker's authorization client for one listener.
+pub(crate) struct ExtAuthz {
+    client: AuthzClient,
+    config: ExtAuthzConfig,
+    /// Per route, in the route table's order.
+    routes: Vec<RouteAuthz>,
+    stats: AuthzStats,
+    /// Failed checks, logged at most once a second: a dead service must not flood the log
+    /// with a line per request.
+    errors: LogThrottle,
+}
+
+/// For requests that matched no route: checked, without context extensions.
+static NO_ROUTE: RouteAuthz = RouteAuthz {
+    disabled: false,
+    context_extensions: Vec::new(),
+};
+
+impl ExtAuthz {
+    pub(crate) fn new(config: &ExtAuthzConfig, routes: &[RouteConfig], stats: AuthzStats) -> Self {
+        let client = match &config.service {
+            AuthzService::Grpc { endpoint } => AuthzClient::grpc(endpoint.clone(), config.timeout),
+            AuthzService::Http {
+                endpoint,
+                path_prefix,
+                allowed_headers,
+                allowed_upstream_headers,
+            } => AuthzClient::http(
+                endpoint.clone(),
+                config.timeout,
+                HttpOptions {
+                    path_prefix: path_prefix.clone(),
+                    allowed_headers: allowed_headers.clone(),
+                    allowed_upstream_headers: allowed_upstream_headers.clone(),
+                },
+            ),
+        };
+        Self {
+            client,
+            config: config.clone(),
+            routes: routes.iter().map(|r| r.filters.ext_authz.clone()).collect(),
+            stats,
+            errors: LogThrottle::default(),
+        }
+    }
+
+    fn route(&self, exchange: &Exchange<'_>) -> &RouteAuthz {
+        exchange
+            .route
+            .and_then(|i| self.routes.get(i))
+            .unwrap_or(&NO_ROUTE)
+    }
+
+    pub(super) async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Result<HeadersFlow, ProxyError> {
+        if self.route(exchange).disabled {
+            return Ok(HeadersFlow::Flow(Flow::Continue));
+        }
+        if let Some(limits) = self.config.with_request_body {
+            return Ok(HeadersFlow::ReadBody(limits.max_request_bytes as usize));
+        }
+        self.check(req, None, exchange, state)
+            .await
+            .map(HeadersFlow::Flow)
+    }
+
+    pub(super) async fn on_request_body(
+        &self,
+        req: &mut Request<RequestBody>,
+        start: &Bytes,
+        whole: bool,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Result<Flow, ProxyError> {
+        let partial_allowed = self
+            .config
+            .with_request_body
+            .is_some_and(|limits| limits.allow_partial_message);
+        if !whole && !partial_allowed {
+            let mut reply = LocalReply::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Bytes::from_static(b"request body too large for authorization\n"),
+            );
+            reply.flag = Some(ResponseFlag::UnauthorizedExternalService);
+            return Ok(Flow::Respond(Box::new(reply)));
+        }
+        self.check(req, Some(start), exchange, state).await
+    }
+
+    /// The response-headers phase: the headers an allow asked to add.
+    pub(super) fn on_response(&self, head: &mut http::response::Parts, state: &mut FilterState) {
+        if let Some(allowed) = state.authz_response.take() {
+            allowed.apply_to_response(&mut head.headers);
+        }
+    }
+
+    /// Asks the service about `req`, applying an allow's request header changes to it.
+    async fn check(
+        &self,
+        req: &mut Request<RequestBody>,
+        body: Option<&Bytes>,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Result<Flow, ProxyError> {
+        let conn = exchange.conn;
+        let request_id = req.headers().get(&X_REQUEST_ID).cloned();
+        let input = CheckInput {
+            method: req.method(),
+            path: req.uri().path_and_query().map_or("/", |p| p.as_str()),
+            host: exchange.host,
+            scheme: if conn.listener.tls { "https" } else { "http" },
+            version: req.version(),
+            headers: req.headers(),
+            request_id: request_id
+                .as_ref()
+                .map_or("", |id| id.to_str().unwrap_or("")),
+            source: conn.peer,
+            destination: conn.local,
+            context_extensions: &self.route(exchange).context_extensions,
+            body,
+        };
+        let started = Instant::now();
+        let decision = self.client.check(&input).await;
+        self.stats.time.record_duration(started.elapsed());
+        match decision {
+            Ok(Decision::Allow(allowed)) => {
+                self.stats.ok.inc();
+                allowed.apply_to_request(req.headers_mut());
+                if !allowed.response_headers.is_empty() {
+                    state.authz_response = Some(Box::new(allowed));
+                }
+                Ok(Flow::Continue)
+            }
+            Ok(Decision::Deny(denied)) => {
+                self.stats.denied.inc();
+                let mut reply = LocalReply::new(denied.status, denied.body);
+                for header in &denied.headers {
+                    header.apply(&mut reply.headers);
+                }
+                reply.flag = Some(ResponseFlag::UnauthorizedExternalService);
+                Ok(Flow::Respond(Box::new(reply)))
+            }
+            Err(error) => {
+                self.stats.error.inc();
+                if error.is_timeout() {
+                    self.stats.timeout.inc();
+                }
+                self.log_error(&error, conn);
+                if self.config.failure_mode_allow {
+                    self.stats.failure_mode_allowed.inc();
+                    req.headers_mut().insert(
+                        X_LEGATE_AUTH_FAILURE_MODE_ALLOWED.clone(),
+                        HeaderValue::from_static("true"),
+                    );
+                    return Ok(Flow::Continue);
+                }
+                let mut reply = LocalReply::new(self.config.status_on_error, Bytes::new());
+                reply.flag = Some(ResponseFlag::UnauthorizedExternalService);
+                Ok(Flow::Respond(Box::new(reply)))
+            }
+        }
+    }
+
+    /// One warning a second at most, with the count since the last.
+    fn log_error(&self, error: &AuthzError, conn: &ConnCtx) {
+        if let Some(failed) = self.errors.hit() {
+            tracing::warn!(
+                listener = %conn.listener.name,
+                failed,
+                failure_mode_allow = self.config.failure_mode_allow,
+                %error,
+                "authorization check failed"
+            );
+        }
+    }
+}

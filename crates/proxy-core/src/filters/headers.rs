@@ -1,0 +1,176 @@
+//! The `headers` filter: header changes to requests before they are forwarded and to
+//! responses before the client gets them, with a few variables. A route's rules apply after
+//! its listener's, so a route's `set` wins.
+
+use std::io::Write as _;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Request};
+
+use super::{Exchange, FilterState, ResponseInfo};
+use crate::config::{
+    HeaderMutations, HeaderRulesConfig, HeaderTemplate, PerRoute, RouteConfig, TemplatePart,
+};
+use crate::context::RequestBody;
+use crate::context::request_id::X_REQUEST_ID;
+
+/// The filter on one worker: rules with their static values made into headers once.
+pub(crate) struct Headers {
+    listener: Rules,
+    /// Per route, in the route table's order.
+    routes: Vec<PerRoute<Rules>>,
+}
+
+struct Rules {
+    request: Mutations,
+    response: Mutations,
+}
+
+struct Mutations {
+    remove: Vec<HeaderName>,
+    set: Vec<(HeaderName, Value)>,
+    add: Vec<(HeaderName, Value)>,
+}
+
+enum Value {
+    Static(HeaderValue),
+    Template(HeaderTemplate),
+}
+
+/// What variables stand for in one exchange.
+struct Vars<'a> {
+    exchange: &'a Exchange<'a>,
+    request_id: Option<&'a HeaderValue>,
+    upstream: Option<&'a HeaderValue>,
+}
+
+impl Headers {
+    pub(crate) fn new(config: &HeaderRulesConfig, routes: &[RouteConfig]) -> Self {
+        Self {
+            listener: Rules::new(config),
+            routes: routes
+                .iter()
+                .map(|r| match &r.filters.headers {
+                    PerRoute::Inherit => PerRoute::Inherit,
+                    PerRoute::Disabled => PerRoute::Disabled,
+                    PerRoute::Override(config) => PerRoute::Override(Rules::new(config)),
+                })
+                .collect(),
+        }
+    }
+
+    /// The rule sets for this exchange, listener's first.
+    fn rules<'a>(&'a self, exchange: &Exchange<'_>) -> [Option<&'a Rules>; 2] {
+        match exchange.route.and_then(|i| self.routes.get(i)) {
+            None | Some(PerRoute::Inherit) => [Some(&self.listener), None],
+            Some(PerRoute::Disabled) => [None, None],
+            Some(PerRoute::Override(route)) => [Some(&self.listener), Some(route)],
+        }
+    }
+
+    pub(crate) fn on_request(&self, req: &mut Request<RequestBody>, exchange: &Exchange<'_>) {
+        let request_id = req.headers().get(&X_REQUEST_ID).cloned();
+        let vars = Vars {
+            exchange,
+            request_id: request_id.as_ref(),
+            upstream: None,
+        };
+        for rules in self.rules(exchange).into_iter().flatten() {
+            rules.request.apply(req.headers_mut(), &vars);
+        }
+    }
+
+    pub(crate) fn on_response(
+        &self,
+        head: &mut http::response::Parts,
+        exchange: &Exchange<'_>,
+        info: &ResponseInfo<'_>,
+        state: &FilterState,
+    ) {
+        let vars = Vars {
+            exchange,
+            request_id: state.request_id.as_ref(),
+            upstream: info.upstream,
+        };
+        for rules in self.rules(exchange).into_iter().flatten() {
+            rules.response.apply(&mut head.headers, &vars);
+        }
+    }
+}
+
+impl Rules {
+    fn new(config: &HeaderRulesConfig) -> Self {
+        Self {
+            request: Mutations::new(&config.request),
+            response: Mutations::new(&config.response),
+        }
+    }
+}
+
+impl Mutations {
+    fn new(config: &HeaderMutations) -> Self {
+        let values = |entries: &[(HeaderName, HeaderTemplate)]| {
+            entries
+                .iter()
+                .map(|(name, template)| (name.clone(), Value::new(template)))
+                .collect()
+        };
+        Self {
+            remove: config.remove.clone(),
+            set: values(&config.set),
+            add: values(&config.add),
+        }
+    }
+
+    fn apply(&self, headers: &mut HeaderMap, vars: &Vars<'_>) {
+        for name in &self.remove {
+            headers.remove(name);
+        }
+        for (name, value) in &self.set {
+            if let Some(value) = value.render(vars) {
+                headers.insert(name.clone(), value);
+            }
+        }
+        for (name, value) in &self.add {
+            if let Some(value) = value.render(vars) {
+                headers.append(name.clone(), value);
+            }
+        }
+    }
+}
+
+impl Value {
+    fn new(template: &HeaderTemplate) -> Self {
+        match template.0.as_slice() {
+            [] => Value::Static(HeaderValue::from_static("")),
+            [TemplatePart::Literal(text)] => match HeaderValue::from_str(text) {
+                Ok(value) => Value::Static(value),
+                // Validated at load; kept as a template that renders the same bytes.
+                Err(_) => Value::Template(template.clone()),
+            },
+            _ => Value::Template(template.clone()),
+        }
+    }
+
+    /// The value for this exchange; `None` when a variable has nothing to stand for (a header
+    /// with an empty value would only mislead).
+    fn render(&self, vars: &Vars<'_>) -> Option<HeaderValue> {
+        let template = match self {
+            Value::Static(value) => return Some(value.clone()),
+            Value::Template(template) => template,
+        };
+        let mut out = Vec::with_capacity(64);
+        let conn = vars.exchange.conn;
+        for part in &template.0 {
+            match part {
+                TemplatePart::Literal(text) => out.extend_from_slice(text.as_bytes()),
+                TemplatePart::ClientAddress => {
+                    let _ = write!(out, "{}", conn.peer);
+                }
+                TemplatePart::ClientIp => out.extend_from_slice(conn.peer_ip.as_bytes()),
+                TemplatePart::RequestId => out.extend_from_slice(vars.request_id?.as_bytes()),
+                TemplatePart::UpstreamHost => out.extend_from_slice(vars.upstream?.as_bytes()),
+            }
+        }
+        HeaderValue::from_bytes(&out).ok()
+    }
+}

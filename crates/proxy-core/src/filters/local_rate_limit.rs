@@ -1,0 +1,220 @@
+//! The `local_rate_limit` filter (Envoy's local rate limit): a request takes a token from its
+//! bucket, or gets `status` (429) with `x-ratelimit-*` and `retry-after` headers. A bucket per
+//! listener or per route, shared by the workers or one per worker, and optionally one per
+//! client IP or header value.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, Request};
+use tokio::time::Instant;
+
+use super::token_bucket::{KeyedBuckets, Taken, TokenBucket};
+use super::{Exchange, FilterState, Flow, LocalReply};
+use crate::catalog::RateLimitStats;
+use crate::config::{
+    LocalRateLimitConfig, PerRoute, RateLimitHeaders, RateLimitKey, RateLimitScope, RouteConfig,
+};
+use crate::context::RequestBody;
+use crate::error::ResponseFlag;
+
+static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// One configured limit: its buckets and how to answer.
+pub(crate) struct Limiter {
+    config: LocalRateLimitConfig,
+    /// Requests without a key (or all of them, when there is no key).
+    unkeyed: TokenBucket,
+    keyed: Option<KeyedBuckets>,
+}
+
+impl Limiter {
+    /// `None` for a config without a bucket (the filter then limits only routes with one).
+    fn new(config: &LocalRateLimitConfig) -> Option<Self> {
+        let bucket = config.token_bucket?;
+        Some(Self {
+            config: config.clone(),
+            unkeyed: TokenBucket::new(bucket, Instant::now()),
+            keyed: config
+                .key
+                .as_ref()
+                .map(|_| KeyedBuckets::new(bucket, config.max_keys)),
+        })
+    }
+
+    fn try_take(&self, headers: &HeaderMap, client: IpAddr, now: Instant) -> Taken {
+        let Some(keyed) = &self.keyed else {
+            return self.unkeyed.try_take(now);
+        };
+        match &self.config.key {
+            Some(RateLimitKey::ClientIp) => match client {
+                IpAddr::V4(ip) => keyed.try_take(&ip.octets(), now),
+                IpAddr::V6(ip) => keyed.try_take(&ip.octets(), now),
+            },
+            Some(RateLimitKey::Header(name)) => match headers.get(name) {
+                Some(value) => keyed.try_take(value.as_bytes(), now),
+                None => self.unkeyed.try_take(now),
+            },
+            None => self.unkeyed.try_take(now),
+        }
+    }
+}
+
+/// The limits of one listener's filter that every worker shares (`scope: process`), made
+/// once when the server starts.
+pub(crate) struct SharedLimits {
+    listener: Option<Arc<Limiter>>,
+    /// Per route, in the route table's order.
+    routes: Vec<Option<Arc<Limiter>>>,
+}
+
+fn shared(config: &LocalRateLimitConfig) -> Option<Arc<Limiter>> {
+    (config.scope == RateLimitScope::Process)
+        .then(|| Limiter::new(config).map(Arc::new))
+        .flatten()
+}
+
+impl SharedLimits {
+    pub(crate) fn new(listener: &LocalRateLimitConfig, routes: &[RouteConfig]) -> Self {
+        Self {
+            listener: shared(listener),
+            routes: routes
+                .iter()
+                .map(|r| match &r.filters.local_rate_limit {
+                    PerRoute::Override(config) => shared(config),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Which limit a request is counted against.
+enum RouteLimit {
+    Listener,
+    Disabled,
+    Own(Arc<Limiter>),
+}
+
+/// The filter on one worker.
+pub(crate) struct LocalRateLimit {
+    listener: Option<Arc<Limiter>>,
+    routes: Vec<RouteLimit>,
+    stats: RateLimitStats,
+}
+
+/// What the request phase found, for the response's `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Verdict {
+    limit: u32,
+    taken: Taken,
+}
+
+impl LocalRateLimit {
+    /// Limits with `scope: process` come from `shared`; per-worker ones are made here.
+    pub(crate) fn new(
+        config: &LocalRateLimitConfig,
+        routes: &[RouteConfig],
+        shared: Option<&Arc<SharedLimits>>,
+        stats: RateLimitStats,
+    ) -> Self {
+        let own = |config: &LocalRateLimitConfig, shared: Option<&Arc<Limiter>>| match config.scope
+        {
+            RateLimitScope::Process => shared.cloned(),
+            RateLimitScope::Worker => Limiter::new(config).map(Arc::new),
+        };
+        let listener = own(config, shared.and_then(|s| s.listener.as_ref()));
+        let routes = routes
+            .iter()
+            .enumerate()
+            .map(|(i, route)| match &route.filters.local_rate_limit {
+                PerRoute::Inherit => RouteLimit::Listener,
+                PerRoute::Disabled => RouteLimit::Disabled,
+                PerRoute::Override(config) => {
+                    let shared = shared
+                        .and_then(|s| s.routes.get(i))
+                        .and_then(Option::as_ref);
+                    match own(config, shared) {
+                        Some(limiter) => RouteLimit::Own(limiter),
+                        None => RouteLimit::Disabled,
+                    }
+                }
+            })
+            .collect();
+        Self {
+            listener,
+            routes,
+            stats,
+        }
+    }
+
+    fn limiter(&self, exchange: &Exchange<'_>) -> Option<&Limiter> {
+        match exchange.route.and_then(|i| self.routes.get(i)) {
+            None | Some(RouteLimit::Listener) => self.listener.as_deref(),
+            Some(RouteLimit::Disabled) => None,
+            Some(RouteLimit::Own(limiter)) => Some(limiter),
+        }
+    }
+
+    pub(crate) fn on_request(
+        &self,
+        req: &Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Flow {
+        let Some(limiter) = self.limiter(exchange) else {
+            return Flow::Continue;
+        };
+        let taken = limiter.try_take(req.headers(), exchange.conn.peer.ip(), Instant::now());
+        let config = &limiter.config;
+        let verdict = Verdict {
+            limit: config.token_bucket.map_or(0, |b| b.max_tokens),
+            taken,
+        };
+        if taken.allowed {
+            self.stats.ok.inc();
+            if config.x_ratelimit_headers == RateLimitHeaders::Always {
+                state.rate_limit = Some(verdict);
+            }
+            return Flow::Continue;
+        }
+        self.stats.rate_limited.inc();
+        let mut reply = LocalReply::new(config.status, Bytes::from_static(b"rate limited\n"));
+        if config.x_ratelimit_headers != RateLimitHeaders::Never {
+            verdict.add_headers(&mut reply.headers);
+        }
+        reply
+            .headers
+            .insert(RETRY_AFTER, reset_seconds(verdict.taken).into());
+        reply.flag = Some(ResponseFlag::RateLimited);
+        Flow::Respond(Box::new(reply))
+    }
+
+    pub(crate) fn on_response(&self, head: &mut http::response::Parts, state: &mut FilterState) {
+        if let Some(verdict) = state.rate_limit.take() {
+            verdict.add_headers(&mut head.headers);
+        }
+    }
+}
+
+impl Verdict {
+    /// The IETF draft's headers, as Envoy writes them: the bucket's size, what is left, and
+    /// the seconds until it refills.
+    fn add_headers(&self, headers: &mut HeaderMap) {
+        headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(self.limit));
+        headers.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            HeaderValue::from(self.taken.remaining),
+        );
+        headers.insert(X_RATELIMIT_RESET.clone(), reset_seconds(self.taken).into());
+    }
+}
+
+/// Whole seconds until the next fill, rounded up (a client waiting that long finds a token).
+fn reset_seconds(taken: Taken) -> u64 {
+    taken.reset.as_millis().div_ceil(1000) as u64
+}

@@ -1,0 +1,299 @@
+//! HTTP filters: the extension seam of the request path.
+//!
+//! A listener's `http_filters` become a [`FilterChain`], built once per worker from config.
+//! Requests and responses pass through fixed phases:
+//!
+//! ```text
+//! request headers   in chain order; a filter continues, answers locally, or asks for the body
+//! request body      the start of the body, read ahead for the filters that asked (ext_authz)
+//!    ... route action: the upstream's response, a direct response or an error reply ...
+//! response headers  in reverse order, over the filters whose request phase let the request on
+//! response body     frames through the body filter a response phase set up (compression)
+//! log               once the response is done with, however it ended
+//! ```
+//!
+//! Every phase can change what it sees. A filter answering locally (a denial, a 429, a CORS
+//! preflight) stops the request phase there; the answer then passes the response phases of
+//! the filters before it, so their headers (CORS, `headers`) still apply. Routes can turn a
+//! filter off or give it settings of their own; each filter resolves that by route index.
+//!
+//! Dispatch is static: the chain is a slice of [`Filter`], an enum with one variant per
+//! filter, matched in each phase. A request through a chain of filters that do nothing costs
+//! a loop over the slice and no allocation. `docs/architecture.md` says how to add a filter.
+
+mod body;
+mod compression;
+mod cors;
+mod ext_authz;
+mod headers;
+mod local_rate_limit;
+mod token_bucket;
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
+
+pub(crate) use body::BodyFilter;
+use compression::Compression;
+use cors::Cors;
+use ext_authz::ExtAuthz;
+use headers::Headers;
+use local_rate_limit::LocalRateLimit;
+pub(crate) use local_rate_limit::SharedLimits;
+
+use crate::catalog::Catalog;
+use crate::config::{HttpFilterConfig, ListenerConfig};
+use crate::context::{ConnCtx, RequestBody};
+use crate::error::{ProxyError, ResponseFlag};
+
+/// One filter of a chain.
+pub(crate) enum Filter {
+    ExtAuthz(ExtAuthz),
+    LocalRateLimit(LocalRateLimit),
+    Headers(Headers),
+    Compression(Compression),
+    Cors(Cors),
+}
+
+/// A listener's filters on one worker, in order.
+pub(crate) struct FilterChain {
+    filters: Box<[Filter]>,
+}
+
+/// An answer a filter gives instead of letting the request on.
+pub(crate) struct LocalReply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+    /// The response flag for the access log.
+    pub(crate) flag: Option<ResponseFlag>,
+}
+
+impl LocalReply {
+    pub(crate) fn new(status: StatusCode, body: Bytes) -> Self {
+        Self {
+            status,
+            headers: HeaderMap::new(),
+            body,
+            flag: None,
+        }
+    }
+}
+
+/// What a request phase decided.
+pub(crate) enum Flow {
+    Continue,
+    /// Answer with this; the route is not taken. Boxed: the rare case.
+    Respond(Box<LocalReply>),
+}
+
+/// What one filter's request-headers phase decided.
+enum HeadersFlow {
+    Flow(Flow),
+    /// Read up to this many bytes of the body ahead, then run the request-body phase.
+    ReadBody(usize),
+}
+
+/// The exchange as the phases see it.
+pub(crate) struct Exchange<'a> {
+    pub(crate) conn: &'a ConnCtx,
+    /// The host the client asked for, as text (empty when none).
+    pub(crate) host: &'a str,
+    /// The matched route's index; `None` when no route matched (filters use the listener's
+    /// settings, then the client gets 404).
+    pub(crate) route: Option<usize>,
+}
+
+/// What the filters remember about one exchange between its phases. Small and allocation-free
+/// unless a filter has something to keep.
+#[derive(Default)]
+pub(crate) struct FilterState {
+    /// How many filters let the request on: the response phases run over these.
+    entered: usize,
+    /// Headers the authorization service asked to add to the response.
+    authz_response: Option<Box<authz_client::Allowed>>,
+    /// The rate limit's verdict, for `x-ratelimit-*` headers on the response.
+    rate_limit: Option<local_rate_limit::Verdict>,
+    /// The encodings the client accepts, for compression.
+    accept: compression::Accepted,
+    /// The request's allowed `Origin`, for CORS response headers.
+    cors_origin: Option<HeaderValue>,
+    /// The request's `x-request-id`, for `%REQ_ID%` in response header rules.
+    request_id: Option<HeaderValue>,
+}
+
+/// What a response phase needs besides the response.
+pub(crate) struct ResponseInfo<'a> {
+    /// The upstream host that answered, as text; `None` for local replies.
+    pub(crate) upstream: Option<&'a HeaderValue>,
+    /// The request was a HEAD: the response has no body to change.
+    pub(crate) head_request: bool,
+}
+
+/// State the filters share across workers, built once per listener.
+pub(crate) struct SharedFilters {
+    limits: Option<Arc<SharedLimits>>,
+}
+
+impl SharedFilters {
+    pub(crate) fn new(listener: &ListenerConfig) -> Self {
+        let limits = listener.http_filters.iter().find_map(|f| match f {
+            HttpFilterConfig::LocalRateLimit(config) => {
+                Some(Arc::new(SharedLimits::new(config, &listener.routes)))
+            }
+            _ => None,
+        });
+        Self { limits }
+    }
+}
+
+impl FilterChain {
+    /// The chain of `listener`'s `http_filters` for one worker.
+    pub(crate) fn new(
+        listener: &ListenerConfig,
+        shared: &SharedFilters,
+        catalog: &Catalog,
+        shard: &stats::Shard,
+    ) -> Self {
+        let name = listener.name.as_str();
+        let routes = &listener.routes;
+        let filters = listener
+            .http_filters
+            .iter()
+            .map(|config| match config {
+                HttpFilterConfig::ExtAuthz(config) => {
+                    Filter::ExtAuthz(ExtAuthz::new(config, routes, catalog.authz(shard, name)))
+                }
+                HttpFilterConfig::LocalRateLimit(config) => {
+                    Filter::LocalRateLimit(LocalRateLimit::new(
+                        config,
+                        routes,
+                        shared.limits.as_ref(),
+                        catalog.rate_limit(shard, name),
+                    ))
+                }
+                HttpFilterConfig::Headers(config) => Filter::Headers(Headers::new(config, routes)),
+                HttpFilterConfig::Compression(config) => Filter::Compression(Compression::new(
+                    config,
+                    routes,
+                    Rc::new(catalog.compression(shard, name)),
+                )),
+                HttpFilterConfig::Cors(config) => Filter::Cors(Cors::new(config, routes)),
+            })
+            .collect();
+        Self { filters }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.filters.is_empty()
+    }
+
+    /// The request phases: headers in chain order, and the body for the filters that ask.
+    /// Stops at the first filter that answers.
+    pub(crate) async fn on_request(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Result<Flow, ProxyError> {
+        for filter in self.filters.iter() {
+            let flow = match filter.on_request_headers(req, exchange, state).await? {
+                HeadersFlow::Flow(flow) => flow,
+                HeadersFlow::ReadBody(max) => {
+                    let (start, whole) = req
+                        .body_mut()
+                        .read_ahead(max)
+                        .await
+                        .map_err(|source| ProxyError::ClientAborted { source })?;
+                    filter
+                        .on_request_body(req, &start, whole, exchange, state)
+                        .await?
+                }
+            };
+            match flow {
+                Flow::Continue => state.entered += 1,
+                respond => return Ok(respond),
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Remembers the request id the exchange ended up with, for response rules.
+    pub(crate) fn note_request_id(&self, state: &mut FilterState, id: Option<&HeaderValue>) {
+        if !self.filters.is_empty() {
+            state.request_id = id.cloned();
+        }
+    }
+
+    /// The response-headers phase, in reverse order over the filters the request passed. A
+    /// filter that wants to change the body returns the body filter for it.
+    pub(crate) fn on_response(
+        &self,
+        head: &mut http::response::Parts,
+        exchange: &Exchange<'_>,
+        info: &ResponseInfo<'_>,
+        state: &mut FilterState,
+    ) -> Option<BodyFilter> {
+        let mut body = None;
+        for filter in self.filters[..state.entered].iter().rev() {
+            match filter {
+                Filter::ExtAuthz(f) => f.on_response(head, state),
+                Filter::LocalRateLimit(f) => f.on_response(head, state),
+                Filter::Headers(f) => f.on_response(head, exchange, info, state),
+                Filter::Compression(f) => {
+                    if let Some(compress) = f.on_response(head, exchange, info, state) {
+                        body = Some(compress);
+                    }
+                }
+                Filter::Cors(f) => f.on_response(head, exchange, state),
+            }
+        }
+        body
+    }
+}
+
+impl Filter {
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Result<HeadersFlow, ProxyError> {
+        Ok(match self {
+            // Boxed: the check's state is large, and only this filter needs it.
+            Filter::ExtAuthz(f) => Box::pin(f.on_request_headers(req, exchange, state)).await?,
+            Filter::LocalRateLimit(f) => HeadersFlow::Flow(f.on_request(req, exchange, state)),
+            Filter::Headers(f) => {
+                f.on_request(req, exchange);
+                HeadersFlow::Flow(Flow::Continue)
+            }
+            Filter::Compression(f) => {
+                f.on_request(req, exchange, state);
+                HeadersFlow::Flow(Flow::Continue)
+            }
+            Filter::Cors(f) => HeadersFlow::Flow(f.on_request(req, exchange, state)),
+        })
+    }
+
+    async fn on_request_body(
+        &self,
+        req: &mut Request<RequestBody>,
+        start: &Bytes,
+        whole: bool,
+        exchange: &Exchange<'_>,
+        state: &mut FilterState,
+    ) -> Result<Flow, ProxyError> {
+        match self {
+            Filter::ExtAuthz(f) => {
+                Box::pin(f.on_request_body(req, start, whole, exchange, state)).await
+            }
+            // Only filters that asked for the body get here.
+            _ => Ok(Flow::Continue),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

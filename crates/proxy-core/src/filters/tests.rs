@@ -1,0 +1,369 @@
+//! The chain's order, short-circuit and per-route settings, and what a chain that does nothing
+//! costs: tried on real filters built from config, with made-up requests.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use http::{HeaderValue, Request, Response, StatusCode};
+
+use super::*;
+use crate::catalog::ProxyStats;
+use crate::config::Config;
+use crate::context::{ListenerCtx, WorkerCtx};
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+struct Counting;
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
+// const-initialized thread-local Cell, which neither allocates nor re-enters the allocator.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// A listener with `filters` (YAML list items) and `routes`, its chain and a connection.
+struct Setup {
+    config: Config,
+    chain: FilterChain,
+    conn: Rc<ConnCtx>,
+}
+
+fn setup(filters: &str, routes: &str) -> Setup {
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    http_filters:\n{filters}\n    routes:\n{routes}\n"
+    );
+    let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    let stats = ProxyStats::new();
+    let shard = stats.registry.shard(&[]);
+    let listener = &config.listeners[0];
+    let chain = FilterChain::new(
+        listener,
+        &SharedFilters::new(listener),
+        &stats.catalog,
+        &shard,
+    );
+    let peer: SocketAddr = "192.0.2.7:4321".parse().unwrap();
+    let conn = Rc::new(ConnCtx::new(
+        peer,
+        "127.0.0.1:1".parse().unwrap(),
+        Rc::new(ListenerCtx {
+            name: "l".into(),
+            tls: false,
+            forwarded_proto: HeaderValue::from_static("http"),
+            max_requests_per_connection: None,
+            head_limit: None,
+            stats: stats.catalog.listener(&shard, "l"),
+            access_log: None,
+        }),
+        Rc::new(WorkerCtx {
+            stats: stats.catalog.worker(&shard),
+            draining: Cell::new(false),
+        }),
+    ));
+    Setup {
+        config,
+        chain,
+        conn,
+    }
+}
+
+/// What a request through the chain came to: the response head the client would get.
+struct Outcome {
+    /// `Some(status)` when a filter answered.
+    answered: Option<StatusCode>,
+    response: http::response::Parts,
+    upstream_saw: http::HeaderMap,
+}
+
+impl Setup {
+    fn send(&self, path: &str, headers: &[(&str, &str)]) -> Outcome {
+        let mut req = Request::get(path).body(RequestBody::empty()).unwrap();
+        for (name, value) in headers {
+            req.headers_mut().append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let route = self.config.listeners[0]
+            .routes
+            .iter()
+            .position(|r| match &r.matcher.path {
+                crate::config::PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+                crate::config::PathMatch::Exact(p) => path == p,
+            });
+        let exchange = Exchange {
+            conn: &self.conn,
+            host: "legate.test",
+            route,
+        };
+        let mut state = FilterState::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let flow = runtime
+            .block_on(self.chain.on_request(&mut req, &exchange, &mut state))
+            .unwrap();
+        let (answered, response) = match flow {
+            Flow::Continue => (None, Response::new(())),
+            Flow::Respond(reply) => {
+                let status = reply.status;
+                let mut response = Response::new(());
+                *response.status_mut() = status;
+                *response.headers_mut() = reply.headers;
+                (Some(status), response)
+            }
+        };
+        let (mut head, ()) = response.into_parts();
+        let info = ResponseInfo {
+            upstream: None,
+            head_request: false,
+        };
+        let body = self
+            .chain
+            .on_response(&mut head, &exchange, &info, &mut state);
+        assert!(body.is_none());
+        Outcome {
+            answered,
+            response: head,
+            upstream_saw: req.headers().clone(),
+        }
+    }
+}
+
+const ONE_ROUTE: &str = "      - match: { prefix: / }\n        direct_response: { status: 200 }";
+
+#[test]
+fn filters_run_in_order_and_a_local_answer_skips_the_rest() {
+    let s = setup(
+        "      - cors: { allow_origins: [\"https://app.test\"] }
+      - local_rate_limit: { token_bucket: { max_tokens: 1, fill_interval: 1h } }
+      - headers: { request: { set: { x-seen: yes } }, response: { set: { x-after: yes } } }",
+        ONE_ROUTE,
+    );
+    let origin = [("origin", "https://app.test")];
+    let first = s.send("/", &origin);
+    assert_eq!(first.answered, None);
+    assert_eq!(
+        first.upstream_saw["x-seen"], "yes",
+        "headers ran after the limit let it on"
+    );
+    assert_eq!(first.response.headers["x-after"], "yes");
+    assert_eq!(
+        first.response.headers["access-control-allow-origin"],
+        "https://app.test"
+    );
+
+    let second = s.send("/", &origin);
+    assert_eq!(second.answered, Some(StatusCode::TOO_MANY_REQUESTS));
+    assert!(
+        !second.upstream_saw.contains_key("x-seen"),
+        "headers never ran"
+    );
+    assert!(
+        !second.response.headers.contains_key("x-after"),
+        "a filter after the one that answered sees no response either"
+    );
+    assert_eq!(
+        second.response.headers["access-control-allow-origin"], "https://app.test",
+        "a filter before it does"
+    );
+    assert_eq!(second.response.headers["x-ratelimit-remaining"], "0");
+    assert_eq!(second.response.headers["retry-after"], "3600");
+}
+
+#[test]
+fn routes_turn_filters_off_or_bring_their_own_settings() {
+    let s = setup(
+        "      - local_rate_limit: { token_bucket: { max_tokens: 1, fill_interval: 1h } }
+      - headers: { response: { set: { x-tier: default } } }",
+        "      - match: { prefix: /free }
+        direct_response: { status: 200 }
+        filters: { local_rate_limit: disabled, headers: disabled }
+      - match: { prefix: /own }
+        direct_response: { status: 200 }
+        filters:
+          local_rate_limit: { token_bucket: { max_tokens: 2, fill_interval: 1h } }
+          headers: { response: { set: { x-tier: own } } }
+      - match: { prefix: / }
+        direct_response: { status: 200 }",
+    );
+    for _ in 0..5 {
+        let free = s.send("/free", &[]);
+        assert_eq!(free.answered, None);
+        assert!(!free.response.headers.contains_key("x-tier"));
+    }
+    let own: Vec<_> = (0..3).map(|_| s.send("/own", &[]).answered).collect();
+    assert_eq!(own, [None, None, Some(StatusCode::TOO_MANY_REQUESTS)]);
+    let first = s.send("/own", &[]);
+    assert_eq!(first.answered, Some(StatusCode::TOO_MANY_REQUESTS));
+    let listener: Vec<_> = (0..2).map(|_| s.send("/other", &[]).answered).collect();
+    assert_eq!(
+        listener,
+        [None, Some(StatusCode::TOO_MANY_REQUESTS)],
+        "its own bucket"
+    );
+    // A route's header rules come after the listener's: its `set` wins.
+    let s = setup(
+        "      - headers: { response: { set: { x-tier: default } } }",
+        "      - match: { prefix: / }
+        direct_response: { status: 200 }
+        filters: { headers: { response: { set: { x-tier: own } } } }",
+    );
+    assert_eq!(s.send("/", &[]).response.headers["x-tier"], "own");
+}
+
+#[test]
+fn header_variables_are_filled_in() {
+    let s = setup(
+        "      - headers:
+          request:
+            set: { x-client: \"%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%\", x-id: \"id=%REQ_ID%\" }
+            add: { x-via: legate }
+            remove: [x-secret]
+          response:
+            set: { x-addr: \"%DOWNSTREAM_REMOTE_ADDRESS%\", x-id: \"%REQ_ID%\", x-up: \"%UPSTREAM_HOST%\" }",
+        ONE_ROUTE,
+    );
+    let out = s.send(
+        "/",
+        &[
+            ("x-secret", "1"),
+            ("x-via", "edge"),
+            ("x-request-id", "abc"),
+        ],
+    );
+    let seen = &out.upstream_saw;
+    assert_eq!(seen["x-client"], "192.0.2.7");
+    assert_eq!(seen["x-id"], "id=abc");
+    assert!(!seen.contains_key("x-secret"));
+    let via: Vec<_> = seen.get_all("x-via").iter().collect();
+    assert_eq!(via, ["edge", "legate"]);
+    assert_eq!(out.response.headers["x-addr"], "192.0.2.7:4321");
+    // Not remembered by this test's driver, and no upstream: left out rather than empty.
+    assert!(!out.response.headers.contains_key("x-id"));
+    assert!(!out.response.headers.contains_key("x-up"));
+}
+
+#[test]
+fn cors_preflights_are_answered_and_other_origins_pass_untouched() {
+    let s = setup(
+        "      - cors:
+          allow_origins: [\"https://*.example.com\"]
+          allow_methods: [GET, PUT]
+          expose_headers: [x-request-id]
+          max_age: 10m
+          allow_credentials: true",
+        ONE_ROUTE,
+    );
+    let preflight = [
+        ("origin", "https://app.example.com"),
+        ("access-control-request-method", "PUT"),
+    ];
+    let mut req_out = s.send("/", &preflight);
+    // A preflight must be an OPTIONS: a GET with the same headers is a simple request.
+    assert_eq!(req_out.answered, None);
+    assert_eq!(
+        req_out.response.headers["access-control-allow-origin"],
+        "https://app.example.com"
+    );
+    assert_eq!(
+        req_out.response.headers["access-control-expose-headers"],
+        "x-request-id"
+    );
+    assert_eq!(
+        req_out.response.headers["access-control-allow-credentials"],
+        "true"
+    );
+    req_out = s.send("/", &[("origin", "https://evil.test")]);
+    assert!(
+        !req_out
+            .response
+            .headers
+            .contains_key("access-control-allow-origin")
+    );
+    assert!(
+        !s.send("/", &[("origin", "https://example.com")])
+            .response
+            .headers
+            .contains_key("access-control-allow-origin")
+    );
+}
+
+#[test]
+fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
+    // Each filter is in the chain but has nothing to do for this request: no bucket, no
+    // rules, a type compression does not touch, no Origin.
+    let s = setup(
+        "      - local_rate_limit: {}
+      - headers: {}
+      - cors: { allow_origins: [\"https://app.test\"] }
+      - compression: {}",
+        ONE_ROUTE,
+    );
+    let exchange = Exchange {
+        conn: &s.conn,
+        host: "legate.test",
+        route: Some(0),
+    };
+    let info = ResponseInfo {
+        upstream: None,
+        head_request: false,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut req = Request::get("/").body(RequestBody::empty()).unwrap();
+    let (mut head, ()) = Response::new(()).into_parts();
+    let mut run = || {
+        let mut state = FilterState::default();
+        let flow = runtime.block_on(s.chain.on_request(&mut req, &exchange, &mut state));
+        assert!(matches!(flow, Ok(Flow::Continue)));
+        assert!(
+            s.chain
+                .on_response(&mut head, &exchange, &info, &mut state)
+                .is_none()
+        );
+    };
+    run();
+    let before = allocations();
+    for _ in 0..100 {
+        run();
+    }
+    assert_eq!(allocations() - before, 0);
+    // The meter works: a filter with something to do allocates (a header value per request).
+    let s = setup(
+        "      - headers: { request: { set: { x-client: \"%DOWNSTREAM_REMOTE_ADDRESS%\" } } }",
+        ONE_ROUTE,
+    );
+    let before = allocations();
+    s.send("/", &[]);
+    assert!(allocations() > before);
+}
