@@ -22,6 +22,7 @@
 //! | `x-noop-echo: headers` | body lists the request line and headers, one `name: value` a line |
 //! | `x-noop-echo: body` | streams the request body back as it arrives |
 //! | `x-noop-read-rate: 1048576` | reads the request body at no more than that many bytes a second |
+//! | `x-noop-response-header: content-type: text/html` | sets that response header (repeatable) |
 //!
 //! Without any, the body is a fixed 100-byte text. A bad value gets a plain-text 400 naming
 //! the header. The request body is read and hashed before answering (except when echoed) and

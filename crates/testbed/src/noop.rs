@@ -158,6 +158,10 @@ async fn respond(req: Request<Incoming>) -> Result<Response<ResBody>, hyper::Err
     }
 
     let read_rate = options.as_ref().ok().and_then(|o| o.read_rate);
+    let extra = options
+        .as_ref()
+        .map(|o| o.response_headers.clone())
+        .unwrap_or_default();
     let (len, sha256) = digest(body, read_rate).await?;
     let mut res = match options {
         Err(bad) => bad_request(&parts, &bad),
@@ -167,6 +171,12 @@ async fn respond(req: Request<Incoming>) -> Result<Response<ResBody>, hyper::Err
         }
     };
     let headers = res.headers_mut();
+    for (name, _) in &extra {
+        headers.remove(name);
+    }
+    for (name, value) in extra {
+        headers.append(name, value);
+    }
     headers.insert(REQUEST_BYTES, HeaderValue::from(len));
     if let Ok(value) = HeaderValue::from_str(&sha256) {
         headers.insert(REQUEST_SHA256, value);

@@ -13,6 +13,7 @@ pub(crate) const SIZE: &str = "x-noop-size";
 pub(crate) const CHUNKED: &str = "x-noop-chunked";
 pub(crate) const ECHO: &str = "x-noop-echo";
 pub(crate) const READ_RATE: &str = "x-noop-read-rate";
+pub(crate) const RESPONSE_HEADER: &str = "x-noop-response-header";
 
 /// What the request asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,9 @@ pub(crate) struct Options {
     pub(crate) echo: Option<Echo>,
     /// Request body bytes read per second at most; `None`: as fast as they come.
     pub(crate) read_rate: Option<u64>,
+    /// Headers set on the response (each `x-noop-response-header: name: value`), replacing
+    /// any the upstream would have sent (such as `content-type`).
+    pub(crate) response_headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +121,20 @@ impl Options {
                     .ok_or_else(|| expected(READ_RATE, "bytes per second above 0", v))?,
             ),
         };
+        let mut response_headers = Vec::new();
+        for value in headers.get_all(RESPONSE_HEADER) {
+            let text = value
+                .to_str()
+                .map_err(|_| bad(RESPONSE_HEADER, "value is not visible ASCII"))?;
+            let parsed = text.split_once(':').and_then(|(name, value)| {
+                Some((
+                    http::HeaderName::from_bytes(name.trim().as_bytes()).ok()?,
+                    http::HeaderValue::from_str(value.trim()).ok()?,
+                ))
+            });
+            response_headers
+                .push(parsed.ok_or_else(|| expected(RESPONSE_HEADER, "`name: value`", text))?);
+        }
         if size.is_some() && echo.is_some() {
             return Err(bad(SIZE, "can't be combined with x-noop-echo"));
         }
@@ -127,6 +145,7 @@ impl Options {
             chunked,
             echo,
             read_rate,
+            response_headers,
         })
     }
 }
@@ -155,6 +174,7 @@ mod tests {
                 chunked: false,
                 echo: None,
                 read_rate: None,
+                response_headers: Vec::new(),
             }
         );
     }
@@ -178,6 +198,16 @@ mod tests {
             parse(&[(READ_RATE, "1048576")]).unwrap().read_rate,
             Some(1 << 20)
         );
+        let headers = parse(&[
+            (RESPONSE_HEADER, "content-type: text/html"),
+            (RESPONSE_HEADER, "etag: \"v1\""),
+        ])
+        .unwrap()
+        .response_headers;
+        assert_eq!(headers.len(), 2);
+        assert_eq!(headers[0].0, "content-type");
+        assert_eq!(headers[1].1, "\"v1\"");
+        assert!(parse(&[(RESPONSE_HEADER, "no colon")]).is_err());
     }
 
     #[test]

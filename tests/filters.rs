@@ -1,0 +1,593 @@
+//! HTTP filters through the real binary: the chain's order and short-circuit, per-route
+//! settings, and each filter's behaviour (rate limit, headers, compression, CORS), over real
+//! sockets against the testbed upstream and sidecar.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use sha2::{Digest, Sha256};
+use testbed::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
+
+async fn upstream() -> testbed::NoopHandle {
+    testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// One listener with `filters` (YAML list items) and `routes` before a catch-all to `upstream`.
+fn config(filters: &str, routes: &str, upstream: SocketAddr) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http_filters:
+{filters}
+    routes:
+{routes}      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#
+    )
+}
+
+/// Sends `n` requests at once over `n` connections: the statuses, counted.
+async fn burst(addr: SocketAddr, n: usize, headers: &[(&str, &str)]) -> BTreeMap<u16, usize> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let req = get("/", headers);
+            tokio::spawn(async move { send_h1(addr, req).await.status().as_u16() })
+        })
+        .collect();
+    let mut counts = BTreeMap::new();
+    for task in tasks {
+        *counts.entry(task.await.unwrap()).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_limit_admits_exactly_its_tokens_across_workers() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(
+            "      - local_rate_limit: { token_bucket: { max_tokens: 50, fill_interval: 1h } }",
+            "",
+            upstream.local_addr(),
+        ),
+        2,
+    );
+    let counts = burst(proxy.addr(), 200, &[]).await;
+    assert_eq!(counts, BTreeMap::from([(200, 50), (429, 150)]));
+    let admin = proxy.admin.unwrap();
+    assert_eq!(stat(admin, "http_local_rate_limit_ok"), 50);
+    assert_eq!(stat(admin, "http_local_rate_limit_rate_limited"), 150);
+    // Both workers took requests, so the count held across them.
+    let workers: serde_json::Value =
+        serde_json::from_str(&admin_request(admin, "GET", "/workers").1).unwrap();
+    let served: Vec<u64> = workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["downstream_rq_total"].as_u64().unwrap())
+        .collect();
+    assert!(
+        served.len() == 2 && served.iter().all(|n| *n > 0),
+        "{served:?}"
+    );
+
+    let refused = send_h1(proxy.addr(), get("/", &[])).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let h = refused.headers();
+    assert_eq!(h["x-ratelimit-limit"], "50");
+    assert_eq!(h["x-ratelimit-remaining"], "0");
+    let reset: u64 = h["x-ratelimit-reset"].to_str().unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&reset), "{reset}");
+    assert_eq!(h["retry-after"], h["x-ratelimit-reset"]);
+    assert_eq!(text(refused.into_body()).await, "rate limited\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_by_key_by_route_and_refilled() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(
+            "      - local_rate_limit:
+          token_bucket: { max_tokens: 2, fill_interval: 1h }
+          key: { header: x-api-key }
+          x_ratelimit_headers: always",
+            "      - match: { prefix: /free }
+        direct_response: { status: 200 }
+        filters: { local_rate_limit: disabled }
+      - match: { prefix: /refill }
+        direct_response: { status: 200 }
+        filters: { local_rate_limit: { token_bucket: { max_tokens: 1, fill_interval: 1s }, scope: worker } }
+",
+            upstream.local_addr(),
+        ),
+        1,
+    );
+    let addr = proxy.addr();
+    let statuses = |key: &'static str, n| async move {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(
+                send_h1(addr, get("/", &[("x-api-key", key)]))
+                    .await
+                    .status()
+                    .as_u16(),
+            );
+        }
+        out
+    };
+    assert_eq!(statuses("alice", 3).await, [200, 200, 429]);
+    assert_eq!(
+        statuses("bob", 3).await,
+        [200, 200, 429],
+        "a bucket per key"
+    );
+    let allowed = send_h1(addr, get("/", &[])).await;
+    assert_eq!(
+        allowed.status(),
+        200,
+        "requests without the key share their own bucket"
+    );
+    assert_eq!(
+        allowed.headers()["x-ratelimit-remaining"],
+        "1",
+        "headers on every response"
+    );
+    for _ in 0..10 {
+        assert_eq!(send_h1(addr, get("/free", &[])).await.status(), 200);
+    }
+
+    // A bucket of one a second: refused until the next fill, then allowed again.
+    assert_eq!(send_h1(addr, get("/refill", &[])).await.status(), 200);
+    let refused = send_h1(addr, get("/refill", &[])).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if send_h1(addr, get("/refill", &[])).await.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the bucket never refilled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_skips_the_filters_after_it_but_not_those_before() {
+    let upstream = upstream().await;
+    let sidecar = AuthzSidecar::start(
+        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        SidecarMode::Grpc,
+        AuthzRules {
+            allow_if: Some(("x-user".into(), "alice".into())),
+            deny_status: 401,
+            ..AuthzRules::default()
+        },
+    )
+    .await
+    .unwrap();
+    let sidecar_addr = sidecar.local_addr().unwrap();
+    let proxy = Proxy::start(
+        &config(
+            &format!(
+                "      - cors: {{ allow_origins: [\"https://app.test\"] }}
+      - local_rate_limit: {{ token_bucket: {{ max_tokens: 3, fill_interval: 1h }} }}
+      - ext_authz: {{ grpc: {{ address: {sidecar_addr} }}, timeout: 30s }}
+      - headers: {{ response: {{ set: {{ x-after-authz: yes }} }} }}"
+            ),
+            "",
+            upstream.local_addr(),
+        ),
+        1,
+    );
+    let origin = ("origin", "https://app.test");
+    // Denied by ext_authz: CORS (before it) still marks the answer; headers (after) never ran.
+    let denied = send_h1(proxy.addr(), get("/", &[origin])).await;
+    assert_eq!(denied.status(), 401);
+    assert_eq!(
+        denied.headers()["access-control-allow-origin"],
+        "https://app.test"
+    );
+    assert!(!denied.headers().contains_key("x-after-authz"));
+    let allowed = send_h1(proxy.addr(), get("/", &[origin, ("x-user", "alice")])).await;
+    assert_eq!(allowed.status(), 200);
+    assert_eq!(allowed.headers()["x-after-authz"], "yes");
+    assert_eq!(
+        allowed.headers()["access-control-allow-origin"],
+        "https://app.test"
+    );
+    // The limit comes before the check: once it refuses, the sidecar hears nothing more.
+    assert_eq!(send_h1(proxy.addr(), get("/", &[])).await.status(), 401);
+    assert_eq!(sidecar.checks(), 3);
+    for _ in 0..5 {
+        let limited = send_h1(proxy.addr(), get("/", &[origin])).await;
+        assert_eq!(limited.status(), 429);
+        assert_eq!(
+            limited.headers()["access-control-allow-origin"],
+            "https://app.test"
+        );
+    }
+    assert_eq!(sidecar.checks(), 3);
+}
+
+fn echoed(body: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in body.lines().skip(1) {
+        if let Some((name, value)) = line.split_once(": ") {
+            out.entry(name.to_string())
+                .or_default()
+                .push(value.to_string());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_rules_change_requests_and_responses() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(
+            "      - headers:
+          request:
+            set: { x-client-ip: \"%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%\", x-trace: \"id-%REQ_ID%\" }
+            add: { x-via: legate }
+            remove: [x-internal]
+          response:
+            set: { x-served-by: \"%UPSTREAM_HOST%\", x-request-id: \"%REQ_ID%\" }
+            remove: [x-noop-served-by]",
+            "      - match: { prefix: /static }
+        direct_response: { status: 200, body: \"static\\n\" }
+        filters: { headers: { response: { set: { cache-control: max-age=60 } } } }
+      - match: { prefix: /plain }
+        cluster: backend
+        filters: { headers: disabled }
+",
+            upstream.local_addr(),
+        ),
+        1,
+    );
+    for h2 in [false, true] {
+        let headers = [
+            ("x-noop-echo", "headers"),
+            ("x-internal", "secret"),
+            ("x-via", "cdn"),
+            ("x-request-id", "req-1"),
+        ];
+        let response = if h2 {
+            send_h2(proxy.addr(), get_h2("/api", &headers)).await
+        } else {
+            send_h1(proxy.addr(), get("/api", &headers)).await
+        };
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()["x-served-by"],
+            upstream.local_addr().to_string()
+        );
+        assert_eq!(response.headers()["x-request-id"], "req-1");
+        assert!(!response.headers().contains_key("x-noop-served-by"));
+        let seen = echoed(&text(response.into_body()).await);
+        assert_eq!(seen["x-client-ip"], ["127.0.0.1"]);
+        assert_eq!(seen["x-trace"], ["id-req-1"]);
+        assert_eq!(seen["x-via"], ["cdn", "legate"]);
+        assert!(!seen.contains_key("x-internal"), "{seen:?}");
+    }
+    let direct = send_h1(proxy.addr(), get("/static", &[])).await;
+    assert_eq!(
+        direct.headers()["cache-control"],
+        "max-age=60",
+        "the route's rules"
+    );
+    assert!(
+        direct.headers().contains_key("x-request-id"),
+        "and the listener's"
+    );
+    let plain = send_h1(proxy.addr(), get("/plain", &[("x-noop-echo", "headers")])).await;
+    assert!(!plain.headers().contains_key("x-served-by"));
+    assert!(plain.headers().contains_key("x-noop-served-by"));
+}
+
+fn decode(encoding: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match encoding {
+        "gzip" => {
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).unwrap();
+        }
+        "br" => brotli::BrotliDecompress(&mut &bytes[..], &mut out).unwrap(),
+        "zstd" => out = zstd::stream::decode_all(bytes).unwrap(),
+        other => panic!("unexpected encoding {other}"),
+    }
+    out
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_bodies_decompress_to_the_original() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config("      - compression: {}", "", upstream.local_addr()),
+        1,
+    );
+    let size = 300_000u64;
+    let size_text = size.to_string();
+    let text_type = (
+        "x-noop-response-header",
+        "content-type: text/plain; charset=utf-8",
+    );
+    let mut compressed_total = 0;
+    for encoding in ["gzip", "br", "zstd"] {
+        for (h2, chunked) in [(false, false), (false, true), (true, false), (true, true)] {
+            let headers = [
+                ("accept-encoding", encoding),
+                ("x-noop-size", size_text.as_str()),
+                ("x-noop-chunked", if chunked { "1" } else { "0" }),
+                text_type,
+                ("x-noop-response-header", "etag: \"v1\""),
+            ];
+            let response = if h2 {
+                send_h2(proxy.addr(), get_h2("/", &headers)).await
+            } else {
+                send_h1(proxy.addr(), get("/", &headers)).await
+            };
+            let what = format!("{encoding} h2={h2} chunked={chunked}");
+            assert_eq!(response.status(), 200, "{what}");
+            let h = response.headers().clone();
+            assert_eq!(h["content-encoding"], encoding, "{what}");
+            assert_eq!(h["vary"], "accept-encoding", "{what}");
+            assert_eq!(h["etag"], "W/\"v1\"", "{what}");
+            assert!(!h.contains_key("content-length"), "{what}");
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert!(
+                (body.len() as u64) < size / 10,
+                "{what}: {} bytes",
+                body.len()
+            );
+            compressed_total += body.len();
+            let decoded = decode(encoding, &body);
+            assert_eq!(decoded.len() as u64, size, "{what}");
+            assert_eq!(sha256(&decoded), testbed::pattern_sha256(size), "{what}");
+        }
+    }
+    let admin = proxy.admin.unwrap();
+    assert_eq!(stat(admin, "compression_compressed"), 12);
+    assert_eq!(
+        stat(admin, "compression_uncompressed_bytes"),
+        12 * size as i64
+    );
+    assert_eq!(
+        stat(admin, "compression_compressed_bytes"),
+        compressed_total as i64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_that_must_not_be_compressed_pass_unchanged() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(
+            "      - compression: { min_content_length: 1KiB, encodings: [gzip] }",
+            "      - match: { prefix: /raw }
+        cluster: backend
+        filters: { compression: disabled }
+",
+            upstream.local_addr(),
+        ),
+        1,
+    );
+    let addr = proxy.addr();
+    let text_type = ("x-noop-response-header", "content-type: text/html");
+    // (what, request headers, the `vary` expected)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Option<&'a str>);
+    let cases: [Case; 8] = [
+        (
+            "no accept-encoding",
+            vec![("x-noop-size", "5000"), text_type],
+            Some("accept-encoding"),
+        ),
+        (
+            "only others accepted",
+            vec![
+                ("accept-encoding", "br, zstd"),
+                ("x-noop-size", "5000"),
+                text_type,
+            ],
+            Some("accept-encoding"),
+        ),
+        (
+            "an uncompressible type",
+            vec![("accept-encoding", "gzip"), ("x-noop-size", "5000")],
+            None,
+        ),
+        (
+            "shorter than the minimum",
+            vec![
+                ("accept-encoding", "gzip"),
+                ("x-noop-size", "500"),
+                text_type,
+            ],
+            Some("accept-encoding"),
+        ),
+        (
+            "already encoded",
+            vec![
+                ("accept-encoding", "gzip"),
+                ("x-noop-size", "5000"),
+                text_type,
+                ("x-noop-response-header", "content-encoding: br"),
+            ],
+            Some("accept-encoding"),
+        ),
+        (
+            "a partial response",
+            vec![
+                ("accept-encoding", "gzip"),
+                ("x-noop-size", "5000"),
+                ("x-noop-status", "206"),
+                text_type,
+                ("x-noop-response-header", "content-range: bytes 0-4999/9000"),
+            ],
+            Some("accept-encoding"),
+        ),
+        (
+            "no-transform",
+            vec![
+                ("accept-encoding", "gzip"),
+                ("x-noop-size", "5000"),
+                text_type,
+                ("x-noop-response-header", "cache-control: no-transform"),
+            ],
+            Some("accept-encoding"),
+        ),
+        (
+            "gzip;q=0",
+            vec![
+                ("accept-encoding", "gzip;q=0, identity"),
+                ("x-noop-size", "5000"),
+                text_type,
+            ],
+            Some("accept-encoding"),
+        ),
+    ];
+    for (what, headers, vary) in cases {
+        let response = send_h1(addr, get("/", &headers)).await;
+        // Never compressed by the proxy (the upstream's own encoding, if any, stays).
+        assert_ne!(
+            response.headers().get("content-encoding").map(|v| v.to_str().unwrap()),
+            Some("gzip"),
+            "{what}"
+        );
+        assert_eq!(
+            response.headers().get("vary").map(|v| v.to_str().unwrap()),
+            vary,
+            "{what}"
+        );
+        let length = response.headers().get("content-length").cloned();
+        let (len, _) = digest(response.into_body()).await;
+        assert_eq!(length.unwrap().to_str().unwrap(), len.to_string(), "{what}");
+    }
+    // HEAD: the headers of the uncompressed representation, no body.
+    let head = Request::builder()
+        .method(Method::HEAD)
+        .uri("/")
+        .header("host", "legate.test")
+        .header("accept-encoding", "gzip")
+        .header("x-noop-size", "5000")
+        .header(text_type.0, text_type.1)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = send_h1(addr, head).await;
+    assert!(!response.headers().contains_key("content-encoding"));
+    assert_eq!(response.headers()["content-length"], "5000");
+    // A route with compression off.
+    let raw = send_h1(
+        addr,
+        get(
+            "/raw",
+            &[
+                ("accept-encoding", "gzip"),
+                ("x-noop-size", "5000"),
+                text_type,
+            ],
+        ),
+    )
+    .await;
+    assert!(!raw.headers().contains_key("content-encoding"));
+    assert!(!raw.headers().contains_key("vary"));
+    let compressed = send_h1(
+        addr,
+        get(
+            "/",
+            &[
+                ("accept-encoding", "gzip"),
+                ("x-noop-size", "5000"),
+                text_type,
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(compressed.headers()["content-encoding"], "gzip");
+    let admin = proxy.admin.unwrap();
+    assert_eq!(stat(admin, "compression_compressed"), 1);
+    assert_eq!(
+        stat(admin, "compression_not_compressed"),
+        8,
+        "the HEAD and 7 compressible-type cases"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_answers_preflights_and_marks_allowed_responses() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(
+            "      - cors:
+          allow_origins: [\"https://app.example.com\"]
+          allow_methods: [GET, POST]
+          allow_headers: [content-type, x-api-key]
+          max_age: 10m",
+            "",
+            upstream.local_addr(),
+        ),
+        1,
+    );
+    let preflight = Request::builder()
+        .method(Method::OPTIONS)
+        .uri("/api")
+        .header("host", "legate.test")
+        .header("origin", "https://app.example.com")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "x-api-key")
+        .header("x-noop-status", "500")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let answer = send_h1(proxy.addr(), preflight).await;
+    assert_eq!(
+        answer.status(),
+        StatusCode::NO_CONTENT,
+        "answered by the proxy"
+    );
+    let h = answer.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://app.example.com");
+    assert_eq!(h["access-control-allow-methods"], "GET, POST");
+    assert_eq!(h["access-control-allow-headers"], "content-type, x-api-key");
+    assert_eq!(h["access-control-max-age"], "600");
+    assert_eq!(h["vary"], "origin");
+    let simple = send_h1(
+        proxy.addr(),
+        get("/api", &[("origin", "https://app.example.com")]),
+    )
+    .await;
+    assert_eq!(simple.status(), 200);
+    assert_eq!(
+        simple.headers()["access-control-allow-origin"],
+        "https://app.example.com"
+    );
+    let other = send_h1(
+        proxy.addr(),
+        get("/api", &[("origin", "https://evil.test")]),
+    )
+    .await;
+    assert_eq!(other.status(), 200);
+    assert!(!other.headers().contains_key("access-control-allow-origin"));
+}
