@@ -473,7 +473,10 @@ async fn responses_that_must_not_be_compressed_pass_unchanged() {
         let response = send_h1(addr, get("/", &headers)).await;
         // Never compressed by the proxy (the upstream's own encoding, if any, stays).
         assert_ne!(
-            response.headers().get("content-encoding").map(|v| v.to_str().unwrap()),
+            response
+                .headers()
+                .get("content-encoding")
+                .map(|v| v.to_str().unwrap()),
             Some("gzip"),
             "{what}"
         );

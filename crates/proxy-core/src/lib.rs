@@ -45,6 +45,9 @@
 
 pub mod access_log;
 mod admin;
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod bench;
 mod catalog;
 mod cluster;
 pub mod config;

@@ -79,7 +79,7 @@ impl RequestBody {
     }
 
     /// A body with nothing in it: for requests the proxy makes up (tests, benchmarks).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn empty() -> Self {
         Self {
             source: Source::Replayed(VecDeque::new()),

@@ -295,5 +295,7 @@ impl Filter {
     }
 }
 
+#[cfg(any(test, feature = "bench"))]
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

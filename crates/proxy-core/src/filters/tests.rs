@@ -1,17 +1,11 @@
 //! The chain's order, short-circuit and per-route settings, and what a chain that does nothing
 //! costs: tried on real filters built from config, with made-up requests.
 
+use http::{HeaderValue, Request, Response, StatusCode};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::net::SocketAddr;
-use std::rc::Rc;
-
-use http::{HeaderValue, Request, Response, StatusCode};
 
 use super::*;
-use crate::catalog::ProxyStats;
-use crate::config::Config;
-use crate::context::{ListenerCtx, WorkerCtx};
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
@@ -48,51 +42,7 @@ fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
-/// A listener with `filters` (YAML list items) and `routes`, its chain and a connection.
-struct Setup {
-    config: Config,
-    chain: FilterChain,
-    conn: Rc<ConnCtx>,
-}
-
-fn setup(filters: &str, routes: &str) -> Setup {
-    let yaml = format!(
-        "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    http_filters:\n{filters}\n    routes:\n{routes}\n"
-    );
-    let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
-    let stats = ProxyStats::new();
-    let shard = stats.registry.shard(&[]);
-    let listener = &config.listeners[0];
-    let chain = FilterChain::new(
-        listener,
-        &SharedFilters::new(listener),
-        &stats.catalog,
-        &shard,
-    );
-    let peer: SocketAddr = "192.0.2.7:4321".parse().unwrap();
-    let conn = Rc::new(ConnCtx::new(
-        peer,
-        "127.0.0.1:1".parse().unwrap(),
-        Rc::new(ListenerCtx {
-            name: "l".into(),
-            tls: false,
-            forwarded_proto: HeaderValue::from_static("http"),
-            max_requests_per_connection: None,
-            head_limit: None,
-            stats: stats.catalog.listener(&shard, "l"),
-            access_log: None,
-        }),
-        Rc::new(WorkerCtx {
-            stats: stats.catalog.worker(&shard),
-            draining: Cell::new(false),
-        }),
-    ));
-    Setup {
-        config,
-        chain,
-        conn,
-    }
-}
+use super::testing::{Setup, setup};
 
 /// What a request through the chain came to: the response head the client would get.
 struct Outcome {

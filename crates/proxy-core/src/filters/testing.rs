@@ -1,0 +1,66 @@
+//! A listener's chain and a made-up connection, built from YAML: for the chain's unit tests and
+//! the `bench` feature's measurements.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use http::HeaderValue;
+
+use super::{FilterChain, SharedFilters};
+use crate::catalog::ProxyStats;
+use crate::config::Config;
+use crate::context::{ConnCtx, ListenerCtx, WorkerCtx};
+
+/// A listener with `filters` (YAML list items) and `routes`, its chain and a connection.
+pub(crate) struct Setup {
+    #[cfg(test)]
+    pub(crate) config: Config,
+    pub(crate) chain: FilterChain,
+    pub(crate) conn: Rc<ConnCtx>,
+    /// The registry the chain's stats record into.
+    pub(crate) _stats: Arc<ProxyStats>,
+}
+
+/// Panics on a config that does not load: the callers write it.
+pub(crate) fn setup(filters: &str, routes: &str) -> Setup {
+    let yaml = format!(
+        "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    http_filters:\n{filters}\n    routes:\n{routes}\n"
+    );
+    let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    let stats = ProxyStats::new();
+    let shard = stats.registry.shard(&[]);
+    let listener = &config.listeners[0];
+    let chain = FilterChain::new(
+        listener,
+        &SharedFilters::new(listener),
+        &stats.catalog,
+        &shard,
+    );
+    let peer = SocketAddr::from(([192, 0, 2, 7], 4321));
+    let conn = Rc::new(ConnCtx::new(
+        peer,
+        SocketAddr::from(([127, 0, 0, 1], 1)),
+        Rc::new(ListenerCtx {
+            name: "l".into(),
+            tls: false,
+            forwarded_proto: HeaderValue::from_static("http"),
+            max_requests_per_connection: None,
+            head_limit: None,
+            stats: stats.catalog.listener(&shard, "l"),
+            access_log: None,
+        }),
+        Rc::new(WorkerCtx {
+            stats: stats.catalog.worker(&shard),
+            draining: Cell::new(false),
+        }),
+    ));
+    Setup {
+        #[cfg(test)]
+        config,
+        chain,
+        conn,
+        _stats: stats,
+    }
+}
