@@ -74,6 +74,9 @@ pub(crate) struct Catalog {
     ext_authz_timeout: CounterFamily,
     ext_authz_failure_mode_allowed: CounterFamily,
     ext_authz_time: HistogramFamily,
+    upgrades: CounterFamily,
+    upgrades_active: GaugeFamily,
+    upgrades_failed: CounterFamily,
     http_local_rate_limit_ok: CounterFamily,
     http_local_rate_limit_rate_limited: CounterFamily,
     compression_compressed: CounterFamily,
@@ -314,6 +317,21 @@ impl Catalog {
                 "Time an authorization check took, answered or not.",
                 l,
             ),
+            upgrades: r.counter(
+                "downstream_cx_upgrades_total",
+                "Connections upgraded (WebSocket over HTTP/1.1 or HTTP/2 extended CONNECT) and relayed as bytes.",
+                l,
+            ),
+            upgrades_active: r.gauge(
+                "downstream_cx_upgrades_active",
+                "Upgraded connections being relayed.",
+                l,
+            ),
+            upgrades_failed: r.counter(
+                "downstream_rq_upgrade_failed",
+                "Upgrade requests the upstream did not accept or that could not be relayed (the client got the upstream's answer or an error).",
+                l,
+            ),
             http_local_rate_limit_ok: r.counter(
                 "http_local_rate_limit_ok",
                 "Requests a local rate limit let through (a token was taken).",
@@ -379,6 +397,9 @@ impl Catalog {
             rq_class: CLASSES
                 .map(|class| shard.counter(self.downstream_rq_class, &[listener, class])),
             rq_time: shard.histogram(self.downstream_rq_time, &[listener]),
+            upgrades: shard.counter(self.upgrades, &[listener]),
+            upgrades_active: shard.gauge(self.upgrades_active, &[listener]),
+            upgrades_failed: shard.counter(self.upgrades_failed, &[listener]),
         }
     }
 
@@ -555,6 +576,9 @@ pub(crate) struct ListenerStats {
     pub(crate) rq_active: stats::Gauge,
     rq_class: [stats::Counter; 5],
     pub(crate) rq_time: stats::Histogram,
+    pub(crate) upgrades: stats::Counter,
+    pub(crate) upgrades_active: stats::Gauge,
+    pub(crate) upgrades_failed: stats::Counter,
 }
 
 impl ListenerStats {

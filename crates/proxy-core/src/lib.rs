@@ -3,12 +3,13 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
+//! units, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
 //! config      the typed, validated configuration
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
 //! router      the route table
-//! http        the request path after the codec: route, authorize, forward, reply
+//! filters     the HTTP filter chain: ext_authz, local_rate_limit, headers, compression, cors
+//! http        the request path after the codec: route, filters, forward, reply, upgrades
 //! conn        one downstream connection: TLS, codec, parking, drain
 //! worker      a worker thread: listeners, accept loops, hand-offs
 //! admin, server
@@ -20,11 +21,14 @@
 //! worker/accept.rs         each worker's own SO_REUSEPORT socket and accept loop
 //! tls/server.rs            TLS handshake on TLS listeners: SNI, ALPN, client certificates
 //! conn/                    HTTP/1.1 or HTTP/2 codec for one connection, drain on shutdown
-//! http/handler.rs          route, authorize, then a direct response or a relayed request
+//! http/handler.rs          route, filters, then a direct response or a relayed request
 //! router/                  first matching route: host, path prefix or exact path, headers
+//! filters/mod.rs           the request phases of the listener's filters, in order
+//! http/upgrade.rs          an upgrade the route allows (WebSocket): bytes relayed after 101
 //! http/rewrite.rs          hop-by-hop removal, x-forwarded-*, the upstream's authority
 //! cluster/forward.rs       host pick, admission, timeout, retries (cluster/retry.rs)
 //! cluster/host.rs          the try on the host's pool (h1_pool.rs, h2_conn.rs)
+//! filters/mod.rs           the response phases, in reverse (filters/body.rs: compression)
 //! http/response_body.rs    the response body streamed back
 //! ```
 //!

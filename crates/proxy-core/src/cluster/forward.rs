@@ -22,10 +22,10 @@ use crate::error::ProxyError;
 /// A request admitted to a host of a cluster: the host is counted as having it in flight and
 /// a `max_requests` slot is held, until the request is sent or dropped.
 pub(crate) struct Admitted<'a> {
-    cluster: &'a Cluster,
-    host: Rc<HostPool>,
-    picked: Picked,
-    slot: Slot<'a>,
+    pub(super) cluster: &'a Cluster,
+    pub(super) host: Rc<HostPool>,
+    pub(super) picked: Picked,
+    pub(super) slot: Slot<'a>,
 }
 
 impl Cluster {

@@ -11,6 +11,7 @@
 //! connect.rs     TCP and TLS within connect_timeout  body.rs      the response body
 //! breaker.rs     the four circuit breakers           health.rs    outlier ejection, checks
 //! shared.rs      what all workers share              monitor.rs   health checks, headroom
+//! upgrade.rs     upgrade requests, each on a connection of its own
 //! ```
 
 mod admission;
@@ -26,6 +27,7 @@ pub(crate) mod monitor;
 mod retry;
 mod settings;
 mod shared;
+mod upgrade;
 
 use std::net::IpAddr;
 use std::rc::Rc;

@@ -261,6 +261,10 @@ pub struct ForwardAction {
     #[serde(serialize_with = "ser::opt_header_value")]
     pub host_rewrite: Option<HeaderValue>,
     pub retry_policy: Option<RetryPolicy>,
+    /// Protocols clients may switch to on this route (`websocket`): the upgrade is relayed
+    /// to the upstream and, once it agrees, bytes flow both ways.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upgrades: Vec<String>,
 }
 
 /// When and how often a failed request is tried again, on another host if there is one.

@@ -355,6 +355,8 @@ pub struct RawRoute {
     pub timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
     pub retry_policy: Option<RawRetryPolicy>,
+    #[serde(default)]
+    pub upgrades: Vec<String>,
     /// Moved into `filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
     pub filters: Option<RawRouteFilters>,

@@ -308,10 +308,14 @@ fn route(
             ));
         }
         (None, Some(direct)) => {
-            if raw.timeout.is_some() || raw.host_rewrite.is_some() || raw.retry_policy.is_some() {
+            if raw.timeout.is_some()
+                || raw.host_rewrite.is_some()
+                || raw.retry_policy.is_some()
+                || !raw.upgrades.is_empty()
+            {
                 return Err(ConfigError::invalid(
                     path,
-                    "`timeout`, `host_rewrite` and `retry_policy` apply only to routes with a `cluster`",
+                    "`timeout`, `host_rewrite`, `retry_policy` and `upgrades` apply only to routes with a `cluster`",
                 ));
             }
             let status = StatusCode::from_u16(direct.status)
@@ -373,12 +377,23 @@ fn route(
                 .retry_policy
                 .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
                 .transpose()?;
+            let upgrades = upgrades(raw.upgrades, &format!("{path}.upgrades"))?;
+            if !upgrades.is_empty() && clusters[index].protocol != UpstreamProtocol::Http1 {
+                return Err(ConfigError::invalid(
+                    format!("{path}.upgrades"),
+                    format!(
+                        "upgrades are relayed to HTTP/1.1 upstreams; cluster `{}` speaks HTTP/2",
+                        clusters[index].name
+                    ),
+                ));
+            }
             RouteAction::Forward(ForwardAction {
                 cluster: index,
                 cluster_name: cluster,
                 timeout,
                 host_rewrite,
                 retry_policy,
+                upgrades,
             })
         }
     };
@@ -756,6 +771,33 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
         per_try_timeout,
         retriable_status_codes: raw.retriable_status_codes,
     })
+}
+
+/// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
+fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::with_capacity(raw.len());
+    for (i, token) in raw.into_iter().enumerate() {
+        let lower = token.to_ascii_lowercase();
+        // An HTTP token (RFC 9110 section 5.6.2), without a version.
+        let valid = !lower.is_empty()
+            && lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !valid {
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}]"),
+                format!("expected a protocol name such as `websocket`, found `{token}`"),
+            ));
+        }
+        if out.contains(&lower) {
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}]"),
+                format!("`{token}` is listed twice"),
+            ));
+        }
+        out.push(lower);
+    }
+    Ok(out)
 }
 
 /// `per_connection_buffer_limit_bytes`: default 32 KiB. At least one HTTP/2 frame (16 KiB),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 
-use crate::config::ListenerConfig;
+use crate::config::{ListenerConfig, RouteAction};
 use crate::runtime::LocalExec;
 
 /// How long an HTTP/1.1 connection stays idle before its codec is dropped.
@@ -57,6 +57,13 @@ impl Codecs {
             .initial_stream_window_size(limit)
             .initial_connection_window_size(limit.max(65_535))
             .max_send_buf_size(limit as usize);
+        // WebSocket over HTTP/2 (RFC 8441) is offered where a route takes it.
+        let websocket = listener.routes.iter().any(|r| {
+            matches!(&r.action, RouteAction::Forward(f) if f.upgrades.iter().any(|u| u == "websocket"))
+        });
+        if websocket {
+            h2.enable_connect_protocol();
+        }
         Self {
             h1,
             h2,

@@ -106,6 +106,21 @@ async fn serve_h1_until_idle(
     };
     let parts = (*Pin::into_inner(conn)).into_parts();
     let mut io = parts.io.into_inner();
+    let tunnel = ctx.tunnel.borrow_mut().take();
+    if let (Ok(()), Some(tunnel)) = (&result, tunnel) {
+        // The 101 is out: from here on the connection is a byte relay, not HTTP.
+        let http = &service.http;
+        crate::http::relay_tunnel(
+            io,
+            parts.read_buf,
+            tunnel,
+            ctx,
+            http.upgrade_idle_timeout,
+            http.upgrade_buffer,
+        )
+        .await;
+        return None;
+    }
     if let Err(err) = result {
         if err.is_timeout() {
             ctx.listener.stats.cx_headers_timeout.inc();

@@ -1,12 +1,13 @@
 //! One downstream connection's context, and the listener and worker facts a request needs.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 
 use http::HeaderValue;
 use tokio::time::Instant;
 
+use super::InFlight;
 use crate::access_log::WorkerLog;
 use crate::catalog::{ListenerStats, WorkerStats};
 
@@ -50,6 +51,16 @@ pub(crate) struct ConnCtx {
     pub(crate) retire: tokio::sync::Notify,
     /// When the last response finished.
     pub(crate) last_active: Cell<Instant>,
+    /// An upgrade the upstream accepted: once the codec has written the `101`, the connection
+    /// becomes a byte relay to this.
+    pub(crate) tunnel: RefCell<Option<Tunnel>>,
+}
+
+/// The upstream side of an upgraded connection, and the request it came from (counted in
+/// flight, and logged, until the relay ends).
+pub(crate) struct Tunnel {
+    pub(crate) upstream: hyper::upgrade::Upgraded,
+    pub(crate) in_flight: InFlight,
 }
 
 impl ConnCtx {
@@ -69,6 +80,7 @@ impl ConnCtx {
             requests: Cell::new(0),
             retire: tokio::sync::Notify::new(),
             last_active: Cell::new(Instant::now()),
+            tunnel: RefCell::new(None),
         }
     }
 }

@@ -20,7 +20,8 @@ fn seed() -> u64 {
     h.finish() | 1
 }
 
-fn next_u64() -> u64 {
+/// 64 random bits from this thread's generator: unique, not secret.
+pub(crate) fn next_u64() -> u64 {
     // xorshift64*: fast, per thread, and request ids need uniqueness, not secrecy.
     RNG.with(|state| {
         let mut x = state.get();

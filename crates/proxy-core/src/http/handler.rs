@@ -5,11 +5,11 @@ use std::convert::Infallible;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, HOST, HeaderValue};
-use http::{Method, Request, Response, Version};
+use http::header::{CONNECTION, HOST, HeaderValue, UPGRADE};
+use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
-use super::{HttpCtx, ResponseBody, local_reply, rewrite};
+use super::{HttpCtx, ResponseBody, local_reply, rewrite, upgrade};
 use crate::config::{ForwardAction, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{ConnCtx, InFlight, RequestBody};
@@ -96,7 +96,7 @@ pub(crate) async fn handle(
         }
         response = Response::from_parts(head, body);
     }
-    if close && version <= Version::HTTP_11 {
+    if close && version <= Version::HTTP_11 && facts.tunnel.is_none() {
         // hyper closes the connection after a response that says so; while draining, saying
         // it lets the client reconnect elsewhere instead of finding the connection gone.
         response
@@ -104,7 +104,23 @@ pub(crate) async fn handle(
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
     in_flight.set_status(response.status());
-    response.body_mut().hold(in_flight);
+    match facts.tunnel {
+        None => response.body_mut().hold(in_flight),
+        // HTTP/1.1: the connection picks the tunnel up once the codec has written the 101.
+        Some((upstream, None)) => {
+            *conn.tunnel.borrow_mut() = Some(upgrade::tunnel(upstream, in_flight));
+        }
+        // HTTP/2: the stream becomes the tunnel once the 200 has gone.
+        Some((upstream, Some(on_upgrade))) => {
+            tokio::task::spawn_local(upgrade::relay_h2_stream(
+                on_upgrade,
+                upgrade::tunnel(upstream, in_flight),
+                Rc::clone(&conn),
+                http.upgrade_idle_timeout,
+                http.upgrade_buffer,
+            ));
+        }
+    }
     Ok(response)
 }
 
@@ -115,6 +131,8 @@ struct Facts {
     route: Option<usize>,
     /// The upstream host that answered, as text.
     upstream: Option<HeaderValue>,
+    /// An upgrade the upstream accepted, and for an HTTP/2 stream the client side to await.
+    tunnel: Option<(hyper::upgrade::Upgraded, Option<hyper::upgrade::OnUpgrade>)>,
 }
 
 async fn route_and_forward(
@@ -125,7 +143,7 @@ async fn route_and_forward(
     state: &mut FilterState,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    if req.method() == Method::CONNECT {
+    if req.method() == Method::CONNECT && !upgrade::is_extended_connect(&req) {
         return Err(ProxyError::BadRequest("CONNECT is not supported"));
     }
     if let Some(limit) = conn.listener.head_limit {
@@ -156,6 +174,12 @@ async fn route_and_forward(
             .note_request_id(state, req.headers().get(&X_REQUEST_ID));
     }
     let route = http.routes.get(route.ok_or(ProxyError::NoRoute)?);
+    if upgrade::is_extended_connect(&req) && !matches!(route.action, RouteAction::Forward(_)) {
+        // A 200 would tell the client its tunnel is open.
+        return Err(ProxyError::BadRequest(
+            "extended CONNECT needs a route to a cluster",
+        ));
+    }
     let response = match &route.action {
         RouteAction::DirectResponse { status, body } => local_reply::text(*status, body.clone()),
         RouteAction::Forward(forward) => {
@@ -231,6 +255,11 @@ async fn forward_request(
     in_flight: &mut InFlight,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
+    let mut req = req;
+    let asked = upgrade::asked(&mut req, &forward.upgrades);
+    if asked.is_none() && upgrade::is_extended_connect(&req) {
+        return Err(ProxyError::BadRequest("this route allows no such upgrade"));
+    }
     let admitted = http.clusters[forward.cluster].admit(req.headers(), conn.peer.ip())?;
     let upstream = Rc::clone(admitted.host());
     let (mut parts, body) = req.into_parts();
@@ -240,6 +269,38 @@ async fn forward_request(
     }
     let authority = forward.host_rewrite.clone().or(host);
     rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
+    if let Some(asked) = asked {
+        asked.prepare(&mut parts);
+        let request = Request::from_parts(parts, body);
+        let (_, mut response) = admitted.send_upgrade(request, forward.timeout).await?;
+        facts.upstream = Some(upstream.addr_text().clone());
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            // Declined: the client gets the upstream's answer.
+            conn.listener.stats.upgrades_failed.inc();
+            let (mut head, body) = response.into_parts();
+            rewrite::response_for_client(&mut head);
+            return Ok(Response::from_parts(head, ResponseBody::upstream(body)));
+        }
+        let upstream_upgrade = response.headers().get(UPGRADE).cloned();
+        let upgraded = hyper::upgrade::on(&mut response).await.map_err(|source| {
+            conn.listener.stats.upgrades_failed.inc();
+            ProxyError::UpstreamReset {
+                addr: upstream.addr(),
+                source,
+            }
+        })?;
+        let (mut head, _) = response.into_parts();
+        rewrite::response_for_client(&mut head);
+        asked.client_head(&mut head, upstream_upgrade);
+        facts.tunnel = Some(match asked {
+            upgrade::Asked::Http1(_) => (upgraded, None),
+            upgrade::Asked::ExtendedConnect(on_upgrade) => (upgraded, Some(on_upgrade)),
+        });
+        return Ok(Response::from_parts(
+            head,
+            ResponseBody::local(Bytes::new()),
+        ));
+    }
     let (answered_by, response) = admitted
         .send(
             Request::from_parts(parts, body),

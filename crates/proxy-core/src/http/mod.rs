@@ -7,6 +7,7 @@
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
 //! response_body.rs  the body sent downstream, holding the request's bookkeeping
 //! local_reply.rs    responses the proxy writes itself
+//! upgrade.rs        WebSocket and other upgrades: the handshake relayed, then bytes both ways
 //! ```
 
 mod forwarding;
@@ -14,10 +15,12 @@ pub(crate) mod handler;
 mod local_reply;
 mod response_body;
 mod rewrite;
+mod upgrade;
 
 use std::rc::Rc;
 
 pub use response_body::ResponseBody;
+pub(crate) use upgrade::relay as relay_tunnel;
 
 use crate::cluster::Cluster;
 use crate::filters::FilterChain;
@@ -30,4 +33,8 @@ pub(crate) struct HttpCtx {
     pub(crate) filters: FilterChain,
     /// The worker's clusters, in config order (routes refer to them by index).
     pub(crate) clusters: Rc<[Cluster]>,
+    /// An upgraded connection with nothing moving for this long is closed.
+    pub(crate) upgrade_idle_timeout: std::time::Duration,
+    /// Bytes an upgraded connection holds per direction.
+    pub(crate) upgrade_buffer: usize,
 }

@@ -86,6 +86,8 @@ impl Listener {
                 routes: RouteTable::new(config.routes.clone()),
                 filters: FilterChain::new(config, filters, catalog, shard),
                 clusters: Rc::clone(clusters),
+                upgrade_idle_timeout: config.http.idle_timeout,
+                upgrade_buffer: config.buffer_limit as usize,
             }),
             conn: Rc::new(ConnSettings {
                 codecs: Codecs::new(config),

@@ -1,0 +1,82 @@
+//! Upgrade requests (`Upgrade: websocket`): each goes on an HTTP/1.1 connection of its own,
+//! never pooled, since a connection the upstream agrees to upgrade stops being HTTP.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+use super::HostPool;
+use super::body::{UpstreamBody, UpstreamRequest};
+use super::forward::Admitted;
+use crate::context::RequestBody;
+use crate::error::{Overflow, ProxyError};
+
+impl Admitted<'_> {
+    /// Sends an upgrade request on a new connection and waits (at most `timeout`) for the
+    /// answer. A `101` carries the upgraded connection in its extensions
+    /// (`hyper::upgrade::on`); any other answer is relayed as usual and its connection closed.
+    pub(crate) async fn send_upgrade(
+        self,
+        req: Request<RequestBody>,
+        timeout: Duration,
+    ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
+        let Admitted {
+            host, picked, slot, ..
+        } = self;
+        slot.hand_over();
+        let request = UpstreamRequest::start(&host, picked);
+        let sent = tokio::time::timeout(timeout, host.send_on_own_connection(req))
+            .await
+            .map_err(|_| {
+                host.stats().rq_timeout.inc();
+                ProxyError::Timeout {
+                    addr: host.addr(),
+                    after: timeout,
+                }
+            })??;
+        host.stats.response(sent.status());
+        let response = sent.map(|body| UpstreamBody::new(body, None, request));
+        Ok((host, response))
+    }
+}
+
+impl HostPool {
+    async fn send_on_own_connection(
+        self: &Rc<Self>,
+        req: Request<RequestBody>,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let breakers = &self.settings.shared.breakers;
+        if !breakers.connections.try_acquire() {
+            // No waiting in the pending queue: a connection for an upgrade is never returned,
+            // so only a closing one would help, and clients retry an upgrade themselves.
+            self.stats.cx_overflow.inc();
+            self.stats.rq_pending_overflow.inc();
+            self.settings.log_refused(Overflow::Pending);
+            return Err(ProxyError::Overflow(Overflow::Pending));
+        }
+        let stream = match self.connect().await {
+            Ok(stream) => stream,
+            Err(error) => {
+                breakers.connection_closed();
+                return Err(error);
+            }
+        };
+        let (mut sender, conn) = match self.settings.h1.handshake(TokioIo::new(stream)).await {
+            Ok(handshake) => handshake,
+            Err(e) => {
+                breakers.connection_closed();
+                return Err(ProxyError::from_upstream(self.addr, e));
+            }
+        };
+        // Counted as open until the upgrade hands the socket over (or the exchange ends).
+        self.spawn_connection(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        sender
+            .send_request(req)
+            .await
+            .map_err(|e| ProxyError::from_upstream(self.addr, e))
+    }
+}

@@ -1,0 +1,288 @@
+//! Upgrades: a client switching a connection to another protocol (WebSocket), on routes that
+//! list it in `upgrades`. The request goes to the upstream on a connection of its own; if the
+//! upstream answers `101 Switching Protocols`, the client gets the `101` and from then on
+//! bytes are relayed both ways, within the buffer limit and the idle timeout.
+//!
+//! Two ways in: HTTP/1.1 `Upgrade:` (RFC 9110 section 7.8), and WebSocket over HTTP/2 by
+//! extended CONNECT (RFC 8441), turned into an HTTP/1.1 WebSocket handshake upstream.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONNECTION, HeaderName, HeaderValue, UPGRADE};
+use http::{Method, Request, StatusCode, Version};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::context::request_id::next_u64;
+use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
+
+static SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
+static SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
+
+/// An upgrade a request asks for, on a route that allows it.
+pub(crate) enum Asked {
+    /// HTTP/1.1 `Upgrade:` with this header value.
+    Http1(HeaderValue),
+    /// HTTP/2 extended CONNECT for WebSocket: the stream becomes the tunnel once answered.
+    ExtendedConnect(OnUpgrade),
+}
+
+/// Whether `req` is an HTTP/2 extended CONNECT (`:protocol`).
+pub(crate) fn is_extended_connect<B>(req: &Request<B>) -> bool {
+    req.method() == Method::CONNECT && req.extensions().get::<hyper::ext::Protocol>().is_some()
+}
+
+/// The upgrade `req` asks for, if `allowed` lists it. A request asking for one the route does
+/// not allow is forwarded as a plain request (its `Upgrade` header is hop-by-hop and goes).
+pub(crate) fn asked(req: &mut Request<RequestBody>, allowed: &[String]) -> Option<Asked> {
+    if allowed.is_empty() {
+        return None;
+    }
+    if is_extended_connect(req) {
+        let protocol = req.extensions().get::<hyper::ext::Protocol>()?;
+        if !protocol.as_str().eq_ignore_ascii_case("websocket")
+            || !allowed.iter().any(|a| a == "websocket")
+        {
+            return None;
+        }
+        return Some(Asked::ExtendedConnect(hyper::upgrade::on(req)));
+    }
+    if req.version() != Version::HTTP_11 || !connection_has_upgrade(req.headers()) {
+        return None;
+    }
+    let upgrade = req.headers().get(UPGRADE)?;
+    // The first protocol offered, without a version: `websocket`, `h2c`, `foo/2`.
+    let first = upgrade.to_str().ok()?.split(',').next()?.trim();
+    let name = first.split('/').next()?.trim();
+    allowed
+        .iter()
+        .any(|a| a.eq_ignore_ascii_case(name))
+        .then(|| Asked::Http1(upgrade.clone()))
+}
+
+fn connection_has_upgrade(headers: &http::HeaderMap) -> bool {
+    headers.get_all(CONNECTION).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+    })
+}
+
+impl Asked {
+    /// Makes the (already rewritten) upstream request an HTTP/1.1 upgrade request.
+    pub(crate) fn prepare(&self, parts: &mut http::request::Parts) {
+        parts
+            .headers
+            .insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        match self {
+            Asked::Http1(upgrade) => {
+                parts.headers.insert(UPGRADE, upgrade.clone());
+            }
+            Asked::ExtendedConnect(_) => {
+                // RFC 8441 section 5: the HTTP/1.1 handshake's GET, key and version.
+                parts.method = Method::GET;
+                parts
+                    .headers
+                    .insert(UPGRADE, HeaderValue::from_static("websocket"));
+                parts
+                    .headers
+                    .insert(SEC_WEBSOCKET_KEY.clone(), websocket_key());
+            }
+        }
+    }
+
+    /// The client's answer to the upstream's `101`: a `101` on HTTP/1.1, a `200` on an HTTP/2
+    /// stream. `head` is the upstream's, hop-by-hop headers already gone.
+    pub(crate) fn client_head(
+        &self,
+        head: &mut http::response::Parts,
+        upstream_upgrade: Option<HeaderValue>,
+    ) {
+        match self {
+            Asked::Http1(asked) => {
+                head.headers
+                    .insert(CONNECTION, HeaderValue::from_static("upgrade"));
+                head.headers
+                    .insert(UPGRADE, upstream_upgrade.unwrap_or_else(|| asked.clone()));
+            }
+            Asked::ExtendedConnect(_) => {
+                head.status = StatusCode::OK;
+                head.headers.remove(&SEC_WEBSOCKET_ACCEPT);
+            }
+        }
+    }
+}
+
+/// 16 random bytes in base64, as a WebSocket key is written.
+fn websocket_key() -> HeaderValue {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bytes = [0u8; 18];
+    bytes[..8].copy_from_slice(&next_u64().to_le_bytes());
+    bytes[8..16].copy_from_slice(&next_u64().to_le_bytes());
+    let mut text = [0u8; 24];
+    for (i, chunk) in bytes.chunks(3).enumerate() {
+        let n = u32::from(chunk[0]) << 16 | u32::from(chunk[1]) << 8 | u32::from(chunk[2]);
+        for j in 0..4 {
+            text[i * 4 + j] = ALPHABET[(n >> (18 - 6 * j) & 63) as usize];
+        }
+    }
+    // 16 bytes end in one padded group: the last two characters are padding.
+    text[22] = b'=';
+    text[23] = b'=';
+    HeaderValue::from_bytes(&text).expect("base64 is valid header text")
+}
+
+/// Relays bytes between the client and the upstream until both are done, either side fails,
+/// or neither sends for `idle_timeout`. `prefix` is what the client sent after its request
+/// head, which goes upstream first. At most `buffer` bytes are held per direction: a slow
+/// reader makes the relay stop reading the other side.
+pub(crate) async fn relay<D>(
+    downstream: D,
+    prefix: Bytes,
+    tunnel: Tunnel,
+    conn: &ConnCtx,
+    idle_timeout: Duration,
+    buffer: usize,
+) where
+    D: AsyncRead + AsyncWrite + Unpin,
+{
+    let Tunnel {
+        upstream,
+        mut in_flight,
+    } = tunnel;
+    let stats = &conn.listener.stats;
+    stats.upgrades.inc();
+    stats.upgrades_active.inc();
+    let mut upstream = TokioIo::new(upstream);
+    let activity = Cell::new(Instant::now());
+    let received = in_flight.received_counter();
+    let sent = Cell::new(0u64);
+    let outcome = async {
+        if !prefix.is_empty() {
+            upstream.write_all(&prefix).await?;
+            count(&received, prefix.len());
+        }
+        let (down_read, down_write) = tokio::io::split(downstream);
+        let (up_read, up_write) = tokio::io::split(upstream);
+        let to_upstream = pipe(down_read, up_write, buffer, &activity, |n| {
+            count(&received, n)
+        });
+        let to_client = pipe(up_read, down_write, buffer, &activity, |n| {
+            sent.set(sent.get() + n as u64);
+        });
+        tokio::try_join!(to_upstream, to_client).map(drop)
+    };
+    tokio::select! {
+        result = outcome => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "upgraded connection ended with an error");
+            }
+        }
+        () = idle_for(idle_timeout, &activity) => stats.cx_idle_timeout.inc(),
+    }
+    in_flight.sent(sent.get() as usize);
+    stats.upgrades_active.dec();
+    drop(in_flight);
+}
+
+fn count(counter: &Option<std::rc::Rc<Cell<u64>>>, n: usize) {
+    if let Some(counter) = counter {
+        counter.set(counter.get() + n as u64);
+    }
+}
+
+/// Copies `from` to `to` until `from` ends (then shuts `to`'s write side: a half close).
+async fn pipe<R, W>(
+    mut from: R,
+    mut to: W,
+    buffer: usize,
+    activity: &Cell<Instant>,
+    mut moved: impl FnMut(usize),
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; buffer];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        activity.set(Instant::now());
+        to.write_all(&buf[..n]).await?;
+        to.flush().await?;
+        activity.set(Instant::now());
+        moved(n);
+    }
+}
+
+/// Resolves once nothing has moved for `timeout`.
+async fn idle_for(timeout: Duration, activity: &Cell<Instant>) {
+    loop {
+        tokio::time::sleep_until(activity.get() + timeout).await;
+        if activity.get() + timeout <= Instant::now() {
+            return;
+        }
+    }
+}
+
+/// Runs the relay of an HTTP/2 stream upgraded by extended CONNECT, once the `200` has gone.
+pub(crate) async fn relay_h2_stream(
+    on_upgrade: OnUpgrade,
+    tunnel: Tunnel,
+    conn: std::rc::Rc<ConnCtx>,
+    idle_timeout: Duration,
+    buffer: usize,
+) {
+    match on_upgrade.await {
+        Ok(stream) => {
+            relay(
+                TokioIo::new(stream),
+                Bytes::new(),
+                tunnel,
+                &conn,
+                idle_timeout,
+                buffer,
+            )
+            .await
+        }
+        Err(error) => {
+            conn.listener.stats.upgrades_failed.inc();
+            tracing::debug!(%error, "the client's stream went away before the tunnel opened");
+        }
+    }
+}
+
+/// The in-flight request of an upgrade, for the relay.
+pub(crate) fn tunnel(upstream: hyper::upgrade::Upgraded, in_flight: InFlight) -> Tunnel {
+    Tunnel {
+        upstream,
+        in_flight,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn websocket_keys_are_16_bytes_of_base64() {
+        let a = websocket_key();
+        let b = websocket_key();
+        assert_ne!(a, b);
+        let text = a.to_str().unwrap();
+        assert_eq!(text.len(), 24);
+        assert!(text.ends_with("=="));
+        assert!(
+            text[..22]
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/')
+        );
+    }
+}
