@@ -90,62 +90,21 @@ pub struct LogFormat(pub Vec<Field>);
 impl Serialize for LogFormat {
     /// As written: the format string.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut text = String::new();
-        for field in &self.0 {
-            match field {
-                Field::Text(literal) => text.push_str(&literal.replace('%', "%%")),
-                named => {
-                    if let Some((name, _)) = NAMED_FIELDS.iter().find(|(_, f)| f == named) {
-                        text.push('%');
-                        text.push_str(name);
-                        text.push('%');
-                    }
-                }
-            }
-        }
-        s.serialize_str(&text)
+        s.serialize_str(&crate::template::write(
+            &self.0,
+            &NAMED_FIELDS,
+            |field| match field {
+                Field::Text(literal) => Some(literal),
+                _ => None,
+            },
+        ))
     }
 }
 
 impl LogFormat {
     /// Parses `%FIELD%` tokens; `%%` is a literal `%`.
     pub fn parse(text: &str) -> Result<LogFormat, String> {
-        let mut fields = Vec::new();
-        let mut literal = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find('%') {
-            literal.push_str(&rest[..start]);
-            let after = &rest[start + 1..];
-            let end = after
-                .find('%')
-                .ok_or_else(|| format!("unterminated `%` in `{text}`"))?;
-            let name = &after[..end];
-            let field = if name.is_empty() {
-                literal.push('%');
-                None
-            } else {
-                let (_, field) = NAMED_FIELDS
-                    .iter()
-                    .find(|(known, _)| *known == name)
-                    .ok_or_else(|| {
-                        let known: Vec<&str> = NAMED_FIELDS.iter().map(|(n, _)| *n).collect();
-                        format!("unknown field `%{name}%`; known: {}", known.join(", "))
-                    })?;
-                Some(field.clone())
-            };
-            if let Some(field) = field {
-                if !literal.is_empty() {
-                    fields.push(Field::Text(std::mem::take(&mut literal)));
-                }
-                fields.push(field);
-            }
-            rest = &after[end + 1..];
-        }
-        literal.push_str(rest);
-        if !literal.is_empty() {
-            fields.push(Field::Text(literal));
-        }
-        Ok(LogFormat(fields))
+        crate::template::parse(text, &NAMED_FIELDS, Field::Text, "field").map(LogFormat)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 
 use crate::context::RequestBody;
 use crate::filters::testing::{Setup, setup};
@@ -39,7 +39,7 @@ impl FilterChainBench {
         }
         let exchange = Exchange {
             conn: &self.setup.conn,
-            host: "bench.test",
+            host: Some(&HeaderValue::from_static("bench.test")),
             route: Some(0),
         };
         let mut state = FilterState::default();
@@ -52,7 +52,7 @@ impl FilterChainBench {
             }
         };
         let answered = matches!(flow, Ok(Flow::Respond(_)));
-        let (mut head, ()) = Response::new(()).into_parts();
+        let mut head = Response::new(());
         let info = ResponseInfo {
             upstream: None,
             head_request: false,

@@ -3,7 +3,7 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! units, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
+//! units, template, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
 //! config      the typed, validated configuration
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
@@ -65,6 +65,7 @@ mod memory;
 pub mod router;
 mod runtime;
 mod server;
+mod template;
 mod throttle;
 mod tls;
 mod units;

@@ -63,57 +63,16 @@ pub const TEMPLATE_VARIABLES: [(&str, TemplatePart); 4] = [
 impl HeaderTemplate {
     /// Parses `%VARIABLE%`s; `%%` is a literal `%`.
     pub fn parse(text: &str) -> Result<HeaderTemplate, String> {
-        let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find('%') {
-            literal.push_str(&rest[..start]);
-            let after = &rest[start + 1..];
-            let end = after
-                .find('%')
-                .ok_or_else(|| format!("unterminated `%` in `{text}` (write `%%` for a `%`)"))?;
-            let name = &after[..end];
-            if name.is_empty() {
-                literal.push('%');
-            } else {
-                let (_, part) = TEMPLATE_VARIABLES
-                    .iter()
-                    .find(|(known, _)| *known == name)
-                    .ok_or_else(|| {
-                        let known: Vec<&str> = TEMPLATE_VARIABLES.iter().map(|(n, _)| *n).collect();
-                        format!("unknown variable `%{name}%`; known: {}", known.join(", "))
-                    })?;
-                if !literal.is_empty() {
-                    parts.push(TemplatePart::Literal(std::mem::take(&mut literal)));
-                }
-                parts.push(part.clone());
-            }
-            rest = &after[end + 1..];
-        }
-        literal.push_str(rest);
-        if !literal.is_empty() {
-            parts.push(TemplatePart::Literal(literal));
-        }
-        Ok(HeaderTemplate(parts))
+        crate::template::parse(text, &TEMPLATE_VARIABLES, TemplatePart::Literal, "variable")
+            .map(HeaderTemplate)
     }
 
     /// The text it was parsed from.
     pub fn text(&self) -> String {
-        let mut text = String::new();
-        for part in &self.0 {
-            match part {
-                TemplatePart::Literal(literal) => text.push_str(&literal.replace('%', "%%")),
-                variable => {
-                    if let Some((name, _)) = TEMPLATE_VARIABLES.iter().find(|(_, p)| p == variable)
-                    {
-                        text.push('%');
-                        text.push_str(name);
-                        text.push('%');
-                    }
-                }
-            }
-        }
-        text
+        crate::template::write(&self.0, &TEMPLATE_VARIABLES, |part| match part {
+            TemplatePart::Literal(literal) => Some(literal),
+            _ => None,
+        })
     }
 
     pub fn uses(&self, variable: &TemplatePart) -> bool {

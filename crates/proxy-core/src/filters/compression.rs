@@ -15,7 +15,7 @@ use http::header::{
 use http::{Request, StatusCode};
 
 use super::body::BodyFilter;
-use super::{Exchange, FilterState, ResponseInfo};
+use super::{Exchange, FilterState, ResponseHead, ResponseInfo};
 use crate::catalog::CompressionStats;
 use crate::config::{CompressionConfig, Encoding, PerRoute, RouteConfig};
 use crate::context::RequestBody;
@@ -159,7 +159,7 @@ impl Compression {
     /// body filter that compresses it.
     pub(crate) fn on_response(
         &self,
-        head: &mut http::response::Parts,
+        head: &mut ResponseHead<'_>,
         exchange: &Exchange<'_>,
         info: &ResponseInfo<'_>,
         state: &FilterState,
@@ -168,20 +168,12 @@ impl Compression {
         let headers = &head.headers;
         let compressible_type = headers
             .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            })
-            .is_some_and(|media| config.content_types.contains(&media));
+            .is_some_and(|v| listed_type(&config.content_types, v.as_bytes()));
         if !compressible_type {
             return None;
         }
         // The representation depends on Accept-Encoding from here on, whatever we decide.
-        add_vary(&mut head.headers);
+        add_vary(head.headers);
         let headers = &head.headers;
         let status = head.status;
         let bodiless = info.head_request
@@ -221,7 +213,7 @@ impl Compression {
                 return None;
             }
         };
-        let headers = &mut head.headers;
+        let headers = &mut *head.headers;
         headers.remove(CONTENT_LENGTH);
         headers.insert(CONTENT_ENCODING, HeaderValue::from_static(encoding.token()));
         // The bytes differ from the uncompressed ones: a strong validator would lie.
@@ -324,6 +316,16 @@ impl Compressor {
     }
 }
 
+/// Whether `content_type` (`type/subtype`, maybe with parameters) is one of `types`
+/// (lowercase). Compared in place: no split, no allocation per response.
+fn listed_type(types: &[String], content_type: &[u8]) -> bool {
+    types.iter().any(|t| {
+        content_type.len() >= t.len()
+            && content_type[..t.len()].eq_ignore_ascii_case(t.as_bytes())
+            && matches!(content_type.get(t.len()), None | Some(b';' | b' ' | b'\t'))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,6 +335,28 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_str(value).unwrap());
         Accepted::parse(headers.get_all(ACCEPT_ENCODING))
+    }
+
+    #[test]
+    fn content_types_match_without_case_or_parameters() {
+        let types = vec!["text/html".to_string(), "application/json".to_string()];
+        for listed in [
+            "text/html",
+            "TEXT/HTML",
+            "text/html; charset=utf-8",
+            "text/html;q=1",
+        ] {
+            assert!(listed_type(&types, listed.as_bytes()), "{listed}");
+        }
+        for other in [
+            "text/htmlx",
+            "text/htm",
+            "text/plain",
+            "",
+            "application/json+x",
+        ] {
+            assert!(!listed_type(&types, other.as_bytes()), "{other}");
+        }
     }
 
     #[test]

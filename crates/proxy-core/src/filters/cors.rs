@@ -11,7 +11,7 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode};
 
-use super::{Exchange, FilterState, Flow, LocalReply};
+use super::{Exchange, FilterState, Flow, LocalReply, ResponseHead};
 use crate::config::{CorsConfig, OriginMatch, PerRoute, RouteConfig};
 use crate::context::RequestBody;
 
@@ -158,14 +158,14 @@ impl Cors {
 
     pub(crate) fn on_response(
         &self,
-        head: &mut http::response::Parts,
+        head: &mut ResponseHead<'_>,
         exchange: &Exchange<'_>,
         state: &mut FilterState,
     ) {
         let (Some(origin), Some(policy)) = (state.cors_origin.take(), self.policy(exchange)) else {
             return;
         };
-        let headers = &mut head.headers;
+        let headers = &mut *head.headers;
         headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         if let Some(expose) = &policy.expose_headers {
             headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, expose.clone());

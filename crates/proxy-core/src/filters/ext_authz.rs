@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use tokio::time::Instant;
 
-use super::{Exchange, FilterState, Flow, HeadersFlow, LocalReply};
+use super::{Exchange, FilterState, Flow, HeadersFlow, LocalReply, ResponseHead};
 use crate::catalog::AuthzStats;
 use crate::config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};
 use crate::context::request_id::X_REQUEST_ID;
@@ -114,9 +114,9 @@ impl ExtAuthz {
     }
 
     /// The response-headers phase: the headers an allow asked to add.
-    pub(super) fn on_response(&self, head: &mut http::response::Parts, state: &mut FilterState) {
+    pub(super) fn on_response(&self, head: &mut ResponseHead<'_>, state: &mut FilterState) {
         if let Some(allowed) = state.authz_response.take() {
-            allowed.apply_to_response(&mut head.headers);
+            allowed.apply_to_response(head.headers);
         }
     }
 
@@ -133,7 +133,7 @@ impl ExtAuthz {
         let input = CheckInput {
             method: req.method(),
             path: req.uri().path_and_query().map_or("/", |p| p.as_str()),
-            host: exchange.host,
+            host: exchange.host_text(),
             scheme: if conn.listener.tls { "https" } else { "http" },
             version: req.version(),
             headers: req.headers(),

@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
-use super::{Exchange, FilterState, ResponseInfo};
+use super::{Exchange, FilterState, ResponseHead, ResponseInfo};
 use crate::config::{
     HeaderMutations, HeaderRulesConfig, HeaderTemplate, PerRoute, RouteConfig, TemplatePart,
 };
@@ -29,6 +29,8 @@ struct Mutations {
     remove: Vec<HeaderName>,
     set: Vec<(HeaderName, Value)>,
     add: Vec<(HeaderName, Value)>,
+    /// A value writes `%REQ_ID%`.
+    uses_request_id: bool,
 }
 
 enum Value {
@@ -68,20 +70,30 @@ impl Headers {
     }
 
     pub(crate) fn on_request(&self, req: &mut Request<RequestBody>, exchange: &Exchange<'_>) {
-        let request_id = req.headers().get(&X_REQUEST_ID).cloned();
+        let rules = self.rules(exchange);
+        let rules = rules.iter().flatten().filter(|r| !r.request.is_empty());
+        // Most requests meet no rule, or rules without variables: look nothing up for them.
+        if rules.clone().next().is_none() {
+            return;
+        }
+        let request_id = if rules.clone().any(|r| r.request.uses_request_id) {
+            req.headers().get(&X_REQUEST_ID).cloned()
+        } else {
+            None
+        };
         let vars = Vars {
             exchange,
             request_id: request_id.as_ref(),
             upstream: None,
         };
-        for rules in self.rules(exchange).into_iter().flatten() {
+        for rules in rules {
             rules.request.apply(req.headers_mut(), &vars);
         }
     }
 
     pub(crate) fn on_response(
         &self,
-        head: &mut http::response::Parts,
+        head: &mut ResponseHead<'_>,
         exchange: &Exchange<'_>,
         info: &ResponseInfo<'_>,
         state: &FilterState,
@@ -92,8 +104,20 @@ impl Headers {
             upstream: info.upstream,
         };
         for rules in self.rules(exchange).into_iter().flatten() {
-            rules.response.apply(&mut head.headers, &vars);
+            if !rules.response.is_empty() {
+                rules.response.apply(head.headers, &vars);
+            }
         }
+    }
+
+    /// Whether a rule writes `%REQ_ID%`: the request then gets its id before the filters run.
+    pub(crate) fn uses_request_id(&self) -> bool {
+        std::iter::once(&self.listener)
+            .chain(self.routes.iter().filter_map(|r| match r {
+                PerRoute::Override(rules) => Some(rules),
+                _ => None,
+            }))
+            .any(|r| r.request.uses_request_id || r.response.uses_request_id)
     }
 }
 
@@ -114,11 +138,21 @@ impl Mutations {
                 .map(|(name, template)| (name.clone(), Value::new(template)))
                 .collect()
         };
+        let uses_request_id = config
+            .set
+            .iter()
+            .chain(&config.add)
+            .any(|(_, template)| template.uses(&TemplatePart::RequestId));
         Self {
             remove: config.remove.clone(),
             set: values(&config.set),
             add: values(&config.add),
+            uses_request_id,
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
     }
 
     fn apply(&self, headers: &mut HeaderMap, vars: &Vars<'_>) {

@@ -12,7 +12,7 @@ use http::{HeaderMap, Request};
 use tokio::time::Instant;
 
 use super::token_bucket::{KeyedBuckets, Taken, TokenBucket};
-use super::{Exchange, FilterState, Flow, LocalReply};
+use super::{Exchange, FilterState, Flow, LocalReply, ResponseHead};
 use crate::catalog::RateLimitStats;
 use crate::config::{
     LocalRateLimitConfig, PerRoute, RateLimitHeaders, RateLimitKey, RateLimitScope, RouteConfig,
@@ -194,9 +194,9 @@ impl LocalRateLimit {
         Flow::Respond(Box::new(reply))
     }
 
-    pub(crate) fn on_response(&self, head: &mut http::response::Parts, state: &mut FilterState) {
+    pub(crate) fn on_response(&self, head: &mut ResponseHead<'_>, state: &mut FilterState) {
         if let Some(verdict) = state.rate_limit.take() {
-            verdict.add_headers(&mut head.headers);
+            verdict.add_headers(head.headers);
         }
     }
 }

@@ -45,6 +45,7 @@ pub(crate) use local_rate_limit::SharedLimits;
 
 use crate::catalog::Catalog;
 use crate::config::{HttpFilterConfig, ListenerConfig};
+use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
 
@@ -60,6 +61,9 @@ pub(crate) enum Filter {
 /// A listener's filters on one worker, in order.
 pub(crate) struct FilterChain {
     filters: Box<[Filter]>,
+    /// A filter reads the request id (ext_authz sends it, `%REQ_ID%` in a header rule): the
+    /// id is then made before the filters run, and kept for the response phase.
+    uses_request_id: bool,
 }
 
 /// An answer a filter gives instead of letting the request on.
@@ -99,11 +103,19 @@ enum HeadersFlow {
 /// The exchange as the phases see it.
 pub(crate) struct Exchange<'a> {
     pub(crate) conn: &'a ConnCtx,
-    /// The host the client asked for, as text (empty when none).
-    pub(crate) host: &'a str,
+    /// The host the client asked for (`host`, or the authority of the request target).
+    pub(crate) host: Option<&'a HeaderValue>,
     /// The matched route's index; `None` when no route matched (filters use the listener's
     /// settings, then the client gets 404).
     pub(crate) route: Option<usize>,
+}
+
+impl Exchange<'_> {
+    /// The host the client asked for, as text (empty when none). Read only by the filters
+    /// that need it.
+    pub(crate) fn host_text(&self) -> &str {
+        self.host.and_then(|h| h.to_str().ok()).unwrap_or("")
+    }
 }
 
 /// What the filters remember about one exchange between its phases. Small and allocation-free
@@ -122,6 +134,12 @@ pub(crate) struct FilterState {
     cors_origin: Option<HeaderValue>,
     /// The request's `x-request-id`, for `%REQ_ID%` in response header rules.
     request_id: Option<HeaderValue>,
+}
+
+/// The response head as the response phases see it: changed in place, not taken apart.
+pub(crate) struct ResponseHead<'a> {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: &'a mut HeaderMap,
 }
 
 /// What a response phase needs besides the response.
@@ -182,8 +200,16 @@ impl FilterChain {
                 )),
                 HttpFilterConfig::Cors(config) => Filter::Cors(Cors::new(config, routes)),
             })
-            .collect();
-        Self { filters }
+            .collect::<Box<[Filter]>>();
+        let uses_request_id = filters.iter().any(|f| match f {
+            Filter::ExtAuthz(_) => true,
+            Filter::Headers(headers) => headers.uses_request_id(),
+            _ => false,
+        });
+        Self {
+            filters,
+            uses_request_id,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -220,22 +246,32 @@ impl FilterChain {
         Ok(Flow::Continue)
     }
 
+    /// Whether a filter reads the request id: if so the request gets one before the filters.
+    pub(crate) fn uses_request_id(&self) -> bool {
+        self.uses_request_id
+    }
+
     /// Remembers the request id the exchange ended up with, for response rules.
-    pub(crate) fn note_request_id(&self, state: &mut FilterState, id: Option<&HeaderValue>) {
-        if !self.filters.is_empty() {
-            state.request_id = id.cloned();
+    pub(crate) fn note_request_id(&self, state: &mut FilterState, headers: &HeaderMap) {
+        if self.uses_request_id {
+            state.request_id = headers.get(&X_REQUEST_ID).cloned();
         }
     }
 
     /// The response-headers phase, in reverse order over the filters the request passed. A
     /// filter that wants to change the body returns the body filter for it.
-    pub(crate) fn on_response(
+    pub(crate) fn on_response<B>(
         &self,
-        head: &mut http::response::Parts,
+        response: &mut http::Response<B>,
         exchange: &Exchange<'_>,
         info: &ResponseInfo<'_>,
         state: &mut FilterState,
     ) -> Option<BodyFilter> {
+        let status = response.status();
+        let head = &mut ResponseHead {
+            status,
+            headers: response.headers_mut(),
+        };
         let mut body = None;
         for filter in self.filters[..state.entered].iter().rev() {
             match filter {

@@ -77,11 +77,9 @@ pub(crate) async fn handle(
         }
     };
     if !http.filters.is_empty() {
-        let (mut head, mut body) = response.into_parts();
-        let host = facts.host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
         let exchange = Exchange {
             conn: &conn,
-            host,
+            host: facts.host.as_ref(),
             route: facts.route,
         };
         let info = ResponseInfo {
@@ -90,11 +88,10 @@ pub(crate) async fn handle(
         };
         if let Some(filter) = http
             .filters
-            .on_response(&mut head, &exchange, &info, &mut state)
+            .on_response(&mut response, &exchange, &info, &mut state)
         {
-            body.filter(filter);
+            response.body_mut().filter(filter);
         }
-        response = Response::from_parts(head, body);
     }
     if close && version <= Version::HTTP_11 && facts.tunnel.is_none() {
         // hyper closes the connection after a response that says so; while draining, saying
@@ -156,11 +153,13 @@ async fn route_and_forward(
         .position(host_text, req.uri().path(), req.headers());
     facts.route = route;
     if !http.filters.is_empty() {
-        // Filters, the authorization service and the upstream all see the same request id.
-        ensure_request_id(req.headers_mut(), in_flight);
+        if http.filters.uses_request_id() {
+            // Filters, the authorization service and the upstream all see the same request id.
+            ensure_request_id(req.headers_mut(), in_flight);
+        }
         let exchange = Exchange {
             conn,
-            host: host_text,
+            host: host.as_ref(),
             route,
         };
         if let Flow::Respond(reply) = http.filters.on_request(&mut req, &exchange, state).await? {
@@ -170,8 +169,7 @@ async fn route_and_forward(
             facts.host = host;
             return Ok(local_reply::from_filter(*reply));
         }
-        http.filters
-            .note_request_id(state, req.headers().get(&X_REQUEST_ID));
+        http.filters.note_request_id(state, req.headers());
     }
     let route = http.routes.get(route.ok_or(ProxyError::NoRoute)?);
     if upgrade::is_extended_connect(&req) && !matches!(route.action, RouteAction::Forward(_)) {
