@@ -2,6 +2,7 @@
 //! responses before the client gets them, with a few variables. A route's rules apply after
 //! its listener's, so a route's `set` wins.
 
+use std::cell::RefCell;
 use std::io::Write as _;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
@@ -16,6 +17,9 @@ use crate::context::request_id::X_REQUEST_ID;
 /// The filter on one worker: rules with their static values made into headers once.
 pub(crate) struct Headers {
     listener: Rules,
+    /// Where templated values are written before they become header values: one buffer per
+    /// worker, so rendering allocates only the value itself.
+    scratch: RefCell<Vec<u8>>,
     /// Per route, in the route table's order.
     routes: Vec<PerRoute<Rules>>,
 }
@@ -43,12 +47,14 @@ struct Vars<'a> {
     exchange: &'a Exchange<'a>,
     request_id: Option<&'a HeaderValue>,
     upstream: Option<&'a HeaderValue>,
+    scratch: &'a RefCell<Vec<u8>>,
 }
 
 impl Headers {
     pub(crate) fn new(config: &HeaderRulesConfig, routes: &[RouteConfig]) -> Self {
         Self {
             listener: Rules::new(config),
+            scratch: RefCell::new(Vec::with_capacity(128)),
             routes: routes
                 .iter()
                 .map(|r| match &r.filters.headers {
@@ -85,6 +91,7 @@ impl Headers {
             exchange,
             request_id: request_id.as_ref(),
             upstream: None,
+            scratch: &self.scratch,
         };
         for rules in rules {
             rules.request.apply(req.headers_mut(), &vars);
@@ -102,6 +109,7 @@ impl Headers {
             exchange,
             request_id: state.request_id.as_ref(),
             upstream: info.upstream,
+            scratch: &self.scratch,
         };
         for rules in self.rules(exchange).into_iter().flatten() {
             if !rules.response.is_empty() {
@@ -192,7 +200,14 @@ impl Value {
             Value::Static(value) => return Some(value.clone()),
             Value::Template(template) => template,
         };
-        let mut out = Vec::with_capacity(64);
+        // A value that is one variable already exists as a header value: share it.
+        match template.0.as_slice() {
+            [TemplatePart::RequestId] => return vars.request_id.cloned(),
+            [TemplatePart::UpstreamHost] => return vars.upstream.cloned(),
+            _ => {}
+        }
+        let mut out = vars.scratch.borrow_mut();
+        out.clear();
         let conn = vars.exchange.conn;
         for part in &template.0 {
             match part {
