@@ -15,16 +15,14 @@ use http::header::{
 use http::{Request, StatusCode};
 
 use super::body::BodyFilter;
-use super::{Exchange, FilterState, ResponseHead, ResponseInfo};
+use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
 use crate::catalog::CompressionStats;
-use crate::config::{CompressionConfig, Encoding, PerRoute, RouteConfig};
+use crate::config::{CompressionConfig, Encoding, RouteConfig};
 use crate::context::RequestBody;
 
 /// The filter on one worker.
 pub(crate) struct Compression {
-    listener: CompressionConfig,
-    /// Per route, in the route table's order.
-    routes: Vec<PerRoute<CompressionConfig>>,
+    settings: PerRouteSettings<CompressionConfig>,
     stats: Rc<CompressionStats>,
 }
 
@@ -127,20 +125,13 @@ impl Compression {
         stats: Rc<CompressionStats>,
     ) -> Self {
         Self {
-            listener: config.clone(),
-            routes: routes
-                .iter()
-                .map(|r| r.filters.compression.clone())
-                .collect(),
+            settings: PerRouteSettings::new(
+                config,
+                routes,
+                |r| &r.filters.compression,
+                Clone::clone,
+            ),
             stats,
-        }
-    }
-
-    fn settings(&self, exchange: &Exchange<'_>) -> Option<&CompressionConfig> {
-        match exchange.route.and_then(|i| self.routes.get(i)) {
-            None | Some(PerRoute::Inherit) => Some(&self.listener),
-            Some(PerRoute::Disabled) => None,
-            Some(PerRoute::Override(config)) => Some(config),
         }
     }
 
@@ -150,7 +141,7 @@ impl Compression {
         exchange: &Exchange<'_>,
         state: &mut FilterState,
     ) {
-        if self.settings(exchange).is_some() {
+        if self.settings.get(exchange).is_some() {
             state.accept = Accepted::parse(req.headers().get_all(ACCEPT_ENCODING));
         }
     }
@@ -164,7 +155,7 @@ impl Compression {
         info: &ResponseInfo<'_>,
         state: &FilterState,
     ) -> Option<BodyFilter> {
-        let config = self.settings(exchange)?;
+        let config = self.settings.get(exchange)?;
         let headers = &head.headers;
         let compressible_type = headers
             .get(CONTENT_TYPE)

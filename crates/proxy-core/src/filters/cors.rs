@@ -11,8 +11,8 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode};
 
-use super::{Exchange, FilterState, Flow, LocalReply, ResponseHead};
-use crate::config::{CorsConfig, OriginMatch, PerRoute, RouteConfig};
+use super::{Exchange, FilterState, Flow, LocalReply, PerRouteSettings, ResponseHead};
+use crate::config::{CorsConfig, OriginMatch, RouteConfig};
 use crate::context::RequestBody;
 
 /// One policy, its fixed header values made once.
@@ -26,9 +26,7 @@ struct Policy {
 
 /// The filter on one worker.
 pub(crate) struct Cors {
-    listener: Policy,
-    /// Per route, in the route table's order.
-    routes: Vec<PerRoute<Policy>>,
+    policies: PerRouteSettings<Policy>,
 }
 
 fn joined<T: AsRef<str>>(items: &[T]) -> Option<HeaderValue> {
@@ -89,23 +87,7 @@ impl Policy {
 impl Cors {
     pub(crate) fn new(config: &CorsConfig, routes: &[RouteConfig]) -> Self {
         Self {
-            listener: Policy::new(config),
-            routes: routes
-                .iter()
-                .map(|r| match &r.filters.cors {
-                    PerRoute::Inherit => PerRoute::Inherit,
-                    PerRoute::Disabled => PerRoute::Disabled,
-                    PerRoute::Override(config) => PerRoute::Override(Policy::new(config)),
-                })
-                .collect(),
-        }
-    }
-
-    fn policy(&self, exchange: &Exchange<'_>) -> Option<&Policy> {
-        match exchange.route.and_then(|i| self.routes.get(i)) {
-            None | Some(PerRoute::Inherit) => Some(&self.listener),
-            Some(PerRoute::Disabled) => None,
-            Some(PerRoute::Override(policy)) => Some(policy),
+            policies: PerRouteSettings::new(config, routes, |r| &r.filters.cors, Policy::new),
         }
     }
 
@@ -115,7 +97,7 @@ impl Cors {
         exchange: &Exchange<'_>,
         state: &mut FilterState,
     ) -> Flow {
-        let Some(policy) = self.policy(exchange) else {
+        let Some(policy) = self.policies.get(exchange) else {
             return Flow::Continue;
         };
         let Some(origin) = req.headers().get(ORIGIN) else {
@@ -162,7 +144,8 @@ impl Cors {
         exchange: &Exchange<'_>,
         state: &mut FilterState,
     ) {
-        let (Some(origin), Some(policy)) = (state.cors_origin.take(), self.policy(exchange)) else {
+        let (Some(origin), Some(policy)) = (state.cors_origin.take(), self.policies.get(exchange))
+        else {
             return;
         };
         let headers = &mut *head.headers;

@@ -7,21 +7,19 @@ use std::io::Write as _;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
-use super::{Exchange, FilterState, ResponseHead, ResponseInfo};
+use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
 use crate::config::{
-    HeaderMutations, HeaderRulesConfig, HeaderTemplate, PerRoute, RouteConfig, TemplatePart,
+    HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteConfig, TemplatePart,
 };
 use crate::context::RequestBody;
 use crate::context::request_id::X_REQUEST_ID;
 
 /// The filter on one worker: rules with their static values made into headers once.
 pub(crate) struct Headers {
-    listener: Rules,
+    rules: PerRouteSettings<Rules>,
     /// Where templated values are written before they become header values: one buffer per
     /// worker, so rendering allocates only the value itself.
     scratch: RefCell<Vec<u8>>,
-    /// Per route, in the route table's order.
-    routes: Vec<PerRoute<Rules>>,
 }
 
 struct Rules {
@@ -53,30 +51,13 @@ struct Vars<'a> {
 impl Headers {
     pub(crate) fn new(config: &HeaderRulesConfig, routes: &[RouteConfig]) -> Self {
         Self {
-            listener: Rules::new(config),
+            rules: PerRouteSettings::new(config, routes, |r| &r.filters.headers, Rules::new),
             scratch: RefCell::new(Vec::with_capacity(128)),
-            routes: routes
-                .iter()
-                .map(|r| match &r.filters.headers {
-                    PerRoute::Inherit => PerRoute::Inherit,
-                    PerRoute::Disabled => PerRoute::Disabled,
-                    PerRoute::Override(config) => PerRoute::Override(Rules::new(config)),
-                })
-                .collect(),
-        }
-    }
-
-    /// The rule sets for this exchange, listener's first.
-    fn rules<'a>(&'a self, exchange: &Exchange<'_>) -> [Option<&'a Rules>; 2] {
-        match exchange.route.and_then(|i| self.routes.get(i)) {
-            None | Some(PerRoute::Inherit) => [Some(&self.listener), None],
-            Some(PerRoute::Disabled) => [None, None],
-            Some(PerRoute::Override(route)) => [Some(&self.listener), Some(route)],
         }
     }
 
     pub(crate) fn on_request(&self, req: &mut Request<RequestBody>, exchange: &Exchange<'_>) {
-        let rules = self.rules(exchange);
+        let rules = self.rules.layered(exchange);
         let rules = rules.iter().flatten().filter(|r| !r.request.is_empty());
         // Most requests meet no rule, or rules without variables: look nothing up for them.
         if rules.clone().next().is_none() {
@@ -111,7 +92,7 @@ impl Headers {
             upstream: info.upstream,
             scratch: &self.scratch,
         };
-        for rules in self.rules(exchange).into_iter().flatten() {
+        for rules in self.rules.layered(exchange).into_iter().flatten() {
             if !rules.response.is_empty() {
                 rules.response.apply(head.headers, &vars);
             }
@@ -120,11 +101,8 @@ impl Headers {
 
     /// Whether a rule writes `%REQ_ID%`: the request then gets its id before the filters run.
     pub(crate) fn uses_request_id(&self) -> bool {
-        std::iter::once(&self.listener)
-            .chain(self.routes.iter().filter_map(|r| match r {
-                PerRoute::Override(rules) => Some(rules),
-                _ => None,
-            }))
+        self.rules
+            .all()
             .any(|r| r.request.uses_request_id || r.response.uses_request_id)
     }
 }

@@ -27,6 +27,7 @@ mod cors;
 mod ext_authz;
 mod headers;
 mod local_rate_limit;
+mod per_route;
 mod token_bucket;
 
 use std::rc::Rc;
@@ -42,6 +43,7 @@ use ext_authz::ExtAuthz;
 use headers::Headers;
 use local_rate_limit::LocalRateLimit;
 pub(crate) use local_rate_limit::SharedLimits;
+use per_route::PerRouteSettings;
 
 use crate::catalog::Catalog;
 use crate::config::{HttpFilterConfig, ListenerConfig};
