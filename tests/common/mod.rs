@@ -402,6 +402,20 @@ pub fn admin_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String
     (status, body)
 }
 
+/// Waits (up to 20 s) until `stat(admin, name)` is `expected`, and returns what it last read:
+/// for stats recorded when a stream is dropped, a moment after the client saw its end.
+#[allow(dead_code)]
+pub fn stat_settled(admin: SocketAddr, name: &str, expected: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let value = stat(admin, name);
+        if value == expected || Instant::now() > deadline {
+            return value;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A stat from `/stats`, summed over its series (per-worker lines left out).
 pub fn stat(admin: SocketAddr, name: &str) -> i64 {
     let (_, text) = admin_request(

@@ -7,20 +7,26 @@ use serde_json::{Value, json};
 
 use crate::config::{Config, LimitSpec};
 
-pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
-    let mut dump = match serde_json::to_value(config) {
-        Ok(dump) => dump,
-        Err(error) => return json!({ "error": format!("cannot render the config: {error}") }),
-    };
+pub(crate) fn config_dump(config: &Config, workers: usize) -> Result<Value, String> {
+    let mut dump =
+        serde_json::to_value(config).map_err(|e| format!("cannot render the config: {e}"))?;
     dump["workers"] = json!(workers);
+    for (i, listener) in config.listeners.iter().enumerate() {
+        if let Some(tls) = &listener.tls {
+            let dumped = dump["listeners"][i]["tls"]
+                .as_object_mut()
+                .ok_or_else(|| format!("listeners[{i}].tls missing from the dump"))?;
+            dumped.insert(
+                "default_certificate".into(),
+                json!(tls.default_certificate()),
+            );
+        }
+    }
     // Circuit-breaker limits: what was written, and what it comes to with this many workers.
-    for (cluster, dumped) in config.clusters.iter().zip(
-        dump["clusters"]
-            .as_array_mut()
-            .map(|c| c.iter_mut())
-            .into_iter()
-            .flatten(),
-    ) {
+    for (i, cluster) in config.clusters.iter().enumerate() {
+        let dumped = dump["clusters"][i]["circuit_breakers"]
+            .as_object_mut()
+            .ok_or_else(|| format!("clusters[{i}].circuit_breakers missing from the dump"))?;
         let b = &cluster.circuit_breakers;
         for (key, spec) in [
             ("max_connections", b.max_connections),
@@ -28,10 +34,10 @@ pub(crate) fn config_dump(config: &Config, workers: usize) -> Value {
             ("max_requests", b.max_requests),
             ("max_retries", b.max_retries),
         ] {
-            dumped["circuit_breakers"][key] = limit(spec, workers);
+            dumped.insert(key.into(), limit(spec, workers));
         }
     }
-    dump
+    Ok(dump)
 }
 
 /// A breaker limit as resolved for this process, with what was written when it was per core.
@@ -47,7 +53,7 @@ mod tests {
     use super::*;
 
     fn dump(yaml: &str, workers: usize) -> Value {
-        config_dump(&Config::from_yaml(yaml).unwrap(), workers)
+        config_dump(&Config::from_yaml(yaml).unwrap(), workers).unwrap()
     }
 
     #[test]
@@ -147,5 +153,15 @@ clusters:
             cluster["circuit_breakers"]["max_connections"],
             json!({ "resolved": 7 })
         );
+    }
+
+    #[test]
+    fn a_cluster_without_a_ca_shows_the_system_roots() {
+        let dump = dump(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: { prefix: / }\n        cluster: c\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:2]\n    tls: { server_name: origin.test }\n",
+            1,
+        );
+        assert_eq!(dump["clusters"][0]["tls"]["ca"], "system");
+        assert_eq!(dump["clusters"][0]["tls"]["server_name"], "origin.test");
     }
 }

@@ -338,7 +338,10 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             }
         }
         (&Method::GET, "/config_dump") => {
-            json(&config_dump::config_dump(&state.config, state.workers))
+            match config_dump::config_dump(&state.config, state.workers) {
+                Ok(dump) => json(&dump),
+                Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, error + "\n"),
+            }
         }
         (&Method::GET, "/stats") => {
             let filter = req.uri().query().and_then(|q| {

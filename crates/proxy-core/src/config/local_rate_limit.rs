@@ -20,7 +20,8 @@ pub struct LocalRateLimitConfig {
     pub scope: RateLimitScope,
     /// A bucket per distinct value of this request attribute; requests without it share one.
     pub key: Option<RateLimitKey>,
-    /// Distinct keys tracked at most; past it, idle keys are forgotten first.
+    /// Distinct keys tracked at most (per 1/16 shard of them); past it, keys whose bucket has
+    /// refilled are forgotten first, then any.
     pub max_keys: usize,
     #[serde(serialize_with = "ser::status")]
     pub status: StatusCode,

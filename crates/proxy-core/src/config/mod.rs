@@ -27,7 +27,7 @@ use serialize as ser;
 
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
 pub use crate::tls::settings::*;
-pub use crate::units::{format_duration, parse_duration, parse_size};
+pub use crate::units::{parse_duration, parse_size};
 pub use balancer::LbPolicy;
 pub use compression::*;
 pub use cors::*;

@@ -17,7 +17,10 @@ use crate::context::RequestBody;
 
 /// One policy, its fixed header values made once.
 struct Policy {
-    config: CorsConfig,
+    origins: Vec<OriginMatch>,
+    /// Any origin may read, without credentials: the answer is `*`, the same for everyone.
+    wildcard: bool,
+    allow_credentials: bool,
     allow_methods: Option<HeaderValue>,
     allow_headers: Option<HeaderValue>,
     expose_headers: Option<HeaderValue>,
@@ -48,35 +51,32 @@ impl Policy {
             allow_headers: names(&config.allow_headers),
             expose_headers: names(&config.expose_headers),
             max_age: config.max_age.map(|age| HeaderValue::from(age.as_secs())),
-            config: config.clone(),
+            origins: config.allow_origins.clone(),
+            // Validation refuses `*` with credentials.
+            wildcard: config.allow_origins.contains(&OriginMatch::Any) && !config.allow_credentials,
+            allow_credentials: config.allow_credentials,
         }
     }
 
     fn allows(&self, origin: &HeaderValue) -> bool {
-        let Ok(origin) = origin.to_str() else {
-            return false;
-        };
-        self.config
-            .allow_origins
-            .iter()
-            .any(|allowed| match allowed {
-                OriginMatch::Any => true,
-                OriginMatch::Exact(exact) => origin.eq_ignore_ascii_case(exact),
-                OriginMatch::Subdomains { scheme, suffix } => {
-                    let lower = origin.to_ascii_lowercase();
-                    // A port, if any, must be written in the config's suffix too.
-                    lower.strip_prefix(scheme.as_str()).is_some_and(|host| {
-                        host.len() > suffix.len() && host.ends_with(suffix.as_str())
-                    })
-                }
-            })
+        let origin = origin.as_bytes();
+        self.origins.iter().any(|allowed| match allowed {
+            OriginMatch::Any => true,
+            OriginMatch::Exact(exact) => origin.eq_ignore_ascii_case(exact.as_bytes()),
+            // A port, if any, must be written in the config's suffix too. Compared in place:
+            // no lowercase copy per request.
+            OriginMatch::Subdomains { scheme, suffix } => {
+                origin.len() > scheme.len() + suffix.len()
+                    && origin[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes())
+                    && origin[origin.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+            }
+        })
     }
 
     /// The value for `access-control-allow-origin`: `*` when any origin may read and no
     /// credentials are involved, else the origin itself.
     fn allow_origin(&self, origin: &HeaderValue) -> HeaderValue {
-        let any = self.config.allow_origins.contains(&OriginMatch::Any);
-        if any && !self.config.allow_credentials {
+        if self.wildcard {
             HeaderValue::from_static("*")
         } else {
             origin.clone()
@@ -134,7 +134,8 @@ impl Cors {
         if let Some(age) = &policy.max_age {
             headers.insert(ACCESS_CONTROL_MAX_AGE, age.clone());
         }
-        add_credentials_and_vary(headers, policy);
+        add_credentials(headers, policy);
+        add_vary(headers, policy);
         Flow::Respond(Box::new(reply))
     }
 
@@ -144,26 +145,34 @@ impl Cors {
         exchange: &Exchange<'_>,
         state: &mut FilterState,
     ) {
-        let (Some(origin), Some(policy)) = (state.cors_origin.take(), self.policies.get(exchange))
-        else {
+        let Some(policy) = self.policies.get(exchange) else {
             return;
         };
         let headers = &mut *head.headers;
-        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        if let Some(expose) = &policy.expose_headers {
-            headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, expose.clone());
+        if let Some(origin) = state.cors_origin.take() {
+            headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            if let Some(expose) = &policy.expose_headers {
+                headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, expose.clone());
+            }
+            add_credentials(headers, policy);
         }
-        add_credentials_and_vary(headers, policy);
+        add_vary(headers, policy);
     }
 }
 
-fn add_credentials_and_vary(headers: &mut HeaderMap, policy: &Policy) {
-    if policy.config.allow_credentials {
+fn add_credentials(headers: &mut HeaderMap, policy: &Policy) {
+    if policy.allow_credentials {
         headers.insert(
             ACCESS_CONTROL_ALLOW_CREDENTIALS,
             HeaderValue::from_static("true"),
         );
     }
-    // The answer depends on the origin asking.
-    headers.append(VARY, HeaderValue::from_static("origin"));
+}
+
+/// Unless the answer is `*` for everyone, it depends on the origin asking, also when it is
+/// no answer: a cache must not give one origin's response to another.
+fn add_vary(headers: &mut HeaderMap, policy: &Policy) {
+    if !policy.wildcard {
+        headers.append(VARY, HeaderValue::from_static("origin"));
+    }
 }

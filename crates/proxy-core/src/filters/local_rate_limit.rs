@@ -27,6 +27,8 @@ static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-rese
 /// One configured limit: its buckets and how to answer.
 pub(crate) struct Limiter {
     config: LocalRateLimitConfig,
+    /// The bucket's size, for `x-ratelimit-limit`.
+    max_tokens: u32,
     /// Requests without a key (or all of them, when there is no key).
     unkeyed: TokenBucket,
     keyed: Option<KeyedBuckets>,
@@ -38,6 +40,7 @@ impl Limiter {
         let bucket = config.token_bucket?;
         Some(Self {
             config: config.clone(),
+            max_tokens: bucket.max_tokens,
             unkeyed: TokenBucket::new(bucket, Instant::now()),
             keyed: config
                 .key
@@ -172,7 +175,7 @@ impl LocalRateLimit {
         let taken = limiter.try_take(req.headers(), exchange.conn.peer.ip(), Instant::now());
         let config = &limiter.config;
         let verdict = Verdict {
-            limit: config.token_bucket.map_or(0, |b| b.max_tokens),
+            limit: limiter.max_tokens,
             taken,
         };
         if taken.allowed {

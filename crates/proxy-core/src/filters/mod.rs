@@ -53,7 +53,8 @@ use crate::error::{ProxyError, ResponseFlag};
 
 /// One filter of a chain.
 pub(crate) enum Filter {
-    ExtAuthz(ExtAuthz),
+    /// Boxed: its client state is large, and the others are a few words.
+    ExtAuthz(Box<ExtAuthz>),
     LocalRateLimit(LocalRateLimit),
     Headers(Headers),
     Compression(Compression),
@@ -183,9 +184,11 @@ impl FilterChain {
             .http_filters
             .iter()
             .map(|config| match config {
-                HttpFilterConfig::ExtAuthz(config) => {
-                    Filter::ExtAuthz(ExtAuthz::new(config, routes, catalog.authz(shard, name)))
-                }
+                HttpFilterConfig::ExtAuthz(config) => Filter::ExtAuthz(Box::new(ExtAuthz::new(
+                    config,
+                    routes,
+                    catalog.authz(shard, name),
+                ))),
                 HttpFilterConfig::LocalRateLimit(config) => {
                     Filter::LocalRateLimit(LocalRateLimit::new(
                         config,

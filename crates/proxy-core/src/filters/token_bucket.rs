@@ -1,5 +1,6 @@
 //! Token buckets for the local rate limit: lock-free, shared by workers when the limit is for
-//! the whole process, and keyed by client IP or header value when asked.
+//! the whole process, and keyed by client IP or header value when asked (the map of keys is
+//! behind 16 mutexes, each held for one lookup).
 //!
 //! A bucket starts full; every `fill_interval` (counted from its creation) it gets
 //! `tokens_per_fill` back, up to `max_tokens`. Fills happen at whole intervals, not
@@ -139,11 +140,20 @@ impl KeyedBuckets {
                 Some(bucket) => Arc::clone(bucket),
                 None => {
                     if map.len() >= self.max_per_shard {
+                        // Idle keys first: a full bucket limits nobody.
                         map.retain(|_, bucket| !bucket.is_full(now));
-                        if map.len() >= self.max_per_shard
-                            && let Some(victim) = map.keys().next().cloned()
-                        {
-                            map.remove(&victim);
+                        if map.len() >= self.max_per_shard {
+                            // None idle: room for a batch of new keys at once, so a stream of
+                            // new keys does not scan the shard for each one.
+                            let mut evict =
+                                map.len() + 1 - self.max_per_shard + self.max_per_shard / 8;
+                            map.retain(|_, _| {
+                                if evict == 0 {
+                                    return true;
+                                }
+                                evict -= 1;
+                                false
+                            });
                         }
                     }
                     let bucket = Arc::new(TokenBucket::new(self.config, now));
@@ -243,14 +253,29 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn keys_have_their_own_buckets_and_idle_ones_are_forgotten_first() {
-        let keyed = KeyedBuckets::new(config(1, 1, 1000), SHARDS);
-        let now = Instant::now();
-        assert!(keyed.try_take(b"a", now).allowed);
-        assert!(!keyed.try_take(b"a", now).allowed);
-        assert!(keyed.try_take(b"b", now).allowed);
+        // Two keys per shard; three keys that land in the same shard.
+        let keyed = KeyedBuckets::new(config(1, 1, 1000), 2 * SHARDS);
+        let shard = shard_of(b"a");
+        let same: Vec<[u8; 4]> = (0..u32::MAX)
+            .map(u32::to_be_bytes)
+            .filter(|k| shard_of(k) == shard)
+            .take(2)
+            .collect();
+        let (b, c) = (&same[0][..], &same[1][..]);
+        let start = Instant::now();
+        assert!(keyed.try_take(b"a", start).allowed);
+        assert!(!keyed.try_take(b"a", start).allowed);
+        // `a` refills (idle); `b` is drained after it.
+        let later = start + Duration::from_millis(1500);
+        assert!(keyed.try_take(b, later).allowed);
+        // The shard is full: `c` takes the place of the idle `a`, not of the drained `b`.
+        assert!(keyed.try_take(c, later).allowed);
+        assert!(!keyed.try_take(b, later).allowed, "b was forgotten");
+        assert_eq!(keyed.len(), 2);
+        // Many new keys that stay drained: the map stays bounded.
         for i in 0..1000u32 {
-            keyed.try_take(&i.to_be_bytes(), now);
+            keyed.try_take(&i.to_be_bytes(), later);
         }
-        assert!(keyed.len() <= SHARDS, "bounded: {}", keyed.len());
+        assert!(keyed.len() <= 2 * SHARDS, "bounded: {}", keyed.len());
     }
 }

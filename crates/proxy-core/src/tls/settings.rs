@@ -120,6 +120,7 @@ pub struct ClientCertificateConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClusterTlsConfig {
     /// PEM bundle to verify the hosts against; `None`: the system's roots.
+    #[serde(serialize_with = "ca_or_system")]
     pub ca: Option<PathBuf>,
     /// Name sent as SNI and checked against the certificate; `None`: the host's IP address
     /// (checked against the certificate's IP addresses, no SNI sent).
@@ -134,4 +135,13 @@ pub struct ClusterTlsConfig {
 pub struct KeyPairConfig {
     pub cert_chain: PathBuf,
     pub private_key: PathBuf,
+}
+
+/// As `/config_dump` shows it: the bundle's path, or `system` (never a `null` that could read
+/// as "not verified").
+fn ca_or_system<S: serde::Serializer>(ca: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match ca {
+        Some(path) => s.collect_str(&path.display()),
+        None => s.serialize_str("system"),
+    }
 }
