@@ -60,6 +60,9 @@ listeners:
       - match: {{ prefix: /declines }}
         cluster: noop
         upgrades: [websocket]
+      - match: {{ prefix: /dead }}
+        cluster: dead
+        upgrades: [websocket]
       - match: {{ prefix: / }}
         cluster: noop
 clusters:
@@ -67,6 +70,8 @@ clusters:
     endpoints: [{echo}]
   - name: noop
     endpoints: [{noop}]
+  - name: dead
+    endpoints: [127.0.0.1:1]
 "#
     )
 }
@@ -229,6 +234,13 @@ async fn upgrades_a_route_does_not_allow_or_an_upstream_declines_are_plain_reque
         stat(proxy.admin.unwrap(), "downstream_rq_upgrade_failed"),
         1
     );
+    // An upstream that cannot be reached: the client gets 503, and the failure is counted.
+    let unreachable = send_h1(proxy.addr(), get("/dead", &upgrade)).await;
+    assert_eq!(unreachable.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        stat(proxy.admin.unwrap(), "downstream_rq_upgrade_failed"),
+        2
+    );
     assert_eq!(
         stat(proxy.admin.unwrap(), "downstream_cx_upgrades_total"),
         0
@@ -248,6 +260,11 @@ async fn an_idle_websocket_is_closed_at_the_idle_timeout() {
     .await;
     assert!(ended.is_ok(), "the idle connection was not closed");
     let admin = proxy.admin.unwrap();
-    assert_eq!(stat(admin, "downstream_cx_idle_timeout"), 1);
-    assert_eq!(stat(admin, "downstream_cx_upgrades_active"), 0);
+    // Counted by the proxy around the moment the client sees the end: wait for them.
+    eventually("the idle timeout is counted", || {
+        stat(admin, "downstream_cx_idle_timeout") == 1
+    });
+    eventually("the relay is no longer active", || {
+        stat(admin, "downstream_cx_upgrades_active") == 0
+    });
 }

@@ -62,7 +62,11 @@ impl HostPool {
 
     /// Drives an upstream connection on this worker, counting it while it is open. It holds
     /// a `max_connections` slot, given back when it closes.
-    pub(super) fn spawn_connection(self: &Rc<Self>, conn: impl Future<Output = ()> + 'static) {
+    pub(super) fn spawn_connection(
+        self: &Rc<Self>,
+        slot: ConnectionSlot,
+        conn: impl Future<Output = ()> + 'static,
+    ) {
         self.stats.cx_total.inc();
         self.stats.cx_active.inc();
         self.host_stats.cx_active.inc();
@@ -71,7 +75,33 @@ impl HostPool {
             conn.await;
             pool.stats.cx_active.dec();
             pool.host_stats.cx_active.dec();
-            pool.settings.shared.breakers.connection_closed();
+            drop(slot);
         });
+    }
+
+    /// A `max_connections` slot, if the cluster has one free.
+    pub(super) fn try_connection_slot(self: &Rc<Self>) -> Option<ConnectionSlot> {
+        let breakers = &self.settings.shared.breakers;
+        // Lazily: a slot built and dropped on refusal would give back one never taken.
+        breakers
+            .connections
+            .try_acquire()
+            .then(|| ConnectionSlot(Rc::clone(self)))
+    }
+
+    /// The slot [`HostPool::wait_pending`] took for its caller.
+    pub(super) fn taken_connection_slot(self: &Rc<Self>) -> ConnectionSlot {
+        ConnectionSlot(Rc::clone(self))
+    }
+}
+
+/// One `max_connections` slot, held from a connect attempt until the connection closes, and
+/// given back when dropped however that ends: a failed connect or handshake, a timeout, a
+/// client that went away while the request waited.
+pub(super) struct ConnectionSlot(Rc<HostPool>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.settings.shared.breakers.connection_closed();
     }
 }

@@ -10,6 +10,7 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 
 use super::HostPool;
+use super::connect::ConnectionSlot;
 use super::host::SendError;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
@@ -114,24 +115,22 @@ impl HostPool {
     /// allows, else (bounded by `max_pending_requests` and `pending_timeout`) one put back
     /// on this worker or a slot freed anywhere. `(conn, fresh)`.
     async fn connect_h1_within_limit(self: &Rc<Self>) -> Result<(H1Conn, bool), ProxyError> {
-        let breakers = &self.settings.shared.breakers;
-        if !breakers.connections.try_acquire() {
-            self.stats.cx_overflow.inc();
-            // `None`: a connection slot is ours.
-            if let Some(conn) = self.wait_pending().await? {
-                return Ok((conn, false));
+        let slot = match self.try_connection_slot() {
+            Some(slot) => slot,
+            None => {
+                self.stats.cx_overflow.inc();
+                match self.wait_pending().await? {
+                    Some(conn) => return Ok((conn, false)),
+                    // `None`: a connection slot is ours.
+                    None => self.taken_connection_slot(),
+                }
             }
-        }
+        };
         self.stats.rq_pending_active.inc();
-        let connected = self.connect_h1().await;
+        let connected = self.connect_h1(slot).await;
         self.stats.rq_pending_active.dec();
-        match connected {
-            Ok(sender) => Ok((H1Conn { sender, uses: 0 }, true)),
-            Err(error) => {
-                breakers.connection_closed();
-                Err(error)
-            }
-        }
+        let sender = connected?;
+        Ok((H1Conn { sender, uses: 0 }, true))
     }
 
     /// The most recently used idle connection that is still open and ready.
@@ -149,9 +148,12 @@ impl HostPool {
         }
     }
 
-    /// Connects, holding a connection slot the caller took; on failure the caller gives it
-    /// back.
-    async fn connect_h1(self: &Rc<Self>) -> Result<http1::SendRequest<RequestBody>, ProxyError> {
+    /// Connects on a connection slot the caller took: the connection holds it while open, and
+    /// a failure gives it back.
+    async fn connect_h1(
+        self: &Rc<Self>,
+        slot: ConnectionSlot,
+    ) -> Result<http1::SendRequest<RequestBody>, ProxyError> {
         let stream = self.connect().await?;
         let (sender, conn) = self
             .settings
@@ -159,7 +161,7 @@ impl HostPool {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
-        self.spawn_connection(async move {
+        self.spawn_connection(slot, async move {
             // Errors here surface on the request that was using the connection.
             let _ = conn.await;
         });

@@ -84,28 +84,29 @@ impl HostPool {
                 ),
             });
         }
-        let breakers = &self.settings.shared.breakers;
-        if !breakers.connections.try_acquire() {
-            self.stats.cx_overflow.inc();
-            // No connection to put back on HTTP/2: only a freed slot helps.
-            self.wait_pending().await?;
-        }
+        let slot = match self.try_connection_slot() {
+            Some(slot) => slot,
+            None => {
+                self.stats.cx_overflow.inc();
+                // No connection to put back on HTTP/2: only a freed slot helps.
+                self.wait_pending().await?;
+                self.taken_connection_slot()
+            }
+        };
         let stream = match self.connect().await {
             Ok(stream) => stream,
             Err(err) => {
-                breakers.connection_closed();
                 self.h2.failed_at.set(Some(Instant::now()));
                 return Err(err);
             }
         };
-        let (sender, conn) = match self.settings.h2.handshake(TokioIo::new(stream)).await {
-            Ok(handshake) => handshake,
-            Err(e) => {
-                breakers.connection_closed();
-                return Err(ProxyError::from_upstream(self.addr, e));
-            }
-        };
-        self.spawn_connection(async move {
+        let (sender, conn) = self
+            .settings
+            .h2
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
+        self.spawn_connection(slot, async move {
             let _ = conn.await;
         });
         *self.h2.sender.borrow_mut() = Some(sender.clone());

@@ -39,6 +39,7 @@ use http::HeaderMap;
 use crate::catalog::{Catalog, ClusterStats};
 use crate::config::{ClusterConfig, HashKey};
 pub use body::UpstreamBody;
+pub(crate) use forward::Admitted;
 pub(crate) use host::HostPool;
 use settings::UpstreamSettings;
 pub(crate) use shared::SharedCluster;

@@ -47,31 +47,23 @@ impl HostPool {
         self: &Rc<Self>,
         req: Request<RequestBody>,
     ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
-        let breakers = &self.settings.shared.breakers;
-        if !breakers.connections.try_acquire() {
+        let Some(slot) = self.try_connection_slot() else {
             // No waiting in the pending queue: a connection for an upgrade is never returned,
             // so only a closing one would help, and clients retry an upgrade themselves.
             self.stats.cx_overflow.inc();
             self.stats.rq_pending_overflow.inc();
             self.settings.log_refused(Overflow::Pending);
             return Err(ProxyError::Overflow(Overflow::Pending));
-        }
-        let stream = match self.connect().await {
-            Ok(stream) => stream,
-            Err(error) => {
-                breakers.connection_closed();
-                return Err(error);
-            }
         };
-        let (mut sender, conn) = match self.settings.h1.handshake(TokioIo::new(stream)).await {
-            Ok(handshake) => handshake,
-            Err(e) => {
-                breakers.connection_closed();
-                return Err(ProxyError::from_upstream(self.addr, e));
-            }
-        };
+        let stream = self.connect().await?;
+        let (mut sender, conn) = self
+            .settings
+            .h1
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
         // Counted as open until the upgrade hands the socket over (or the exchange ends).
-        self.spawn_connection(async move {
+        self.spawn_connection(slot, async move {
             let _ = conn.with_upgrades().await;
         });
         sender

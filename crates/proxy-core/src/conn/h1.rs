@@ -110,14 +110,15 @@ async fn serve_h1_until_idle(
     if let (Ok(()), Some(tunnel)) = (&result, tunnel) {
         // The 101 is out: from here on the connection is a byte relay, not HTTP.
         let http = &service.http;
-        crate::http::relay_tunnel(
+        // Boxed: only upgraded connections carry the relay's state.
+        Box::pin(crate::http::relay_tunnel(
             io,
             parts.read_buf,
-            tunnel,
+            *tunnel,
             ctx,
             http.upgrade_idle_timeout,
             http.upgrade_buffer,
-        )
+        ))
         .await;
         return None;
     }

@@ -53,7 +53,7 @@ pub(crate) struct ConnCtx {
     pub(crate) last_active: Cell<Instant>,
     /// An upgrade the upstream accepted: once the codec has written the `101`, the connection
     /// becomes a byte relay to this.
-    pub(crate) tunnel: RefCell<Option<Tunnel>>,
+    pub(crate) tunnel: RefCell<Option<Box<Tunnel>>>,
 }
 
 /// The upstream side of an upgraded connection, and the request it came from (counted in

@@ -10,9 +10,10 @@ use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
 use super::{HttpCtx, ResponseBody, local_reply, rewrite, upgrade};
+use crate::cluster::Admitted;
 use crate::config::{ForwardAction, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{ConnCtx, InFlight, RequestBody};
+use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::ProxyError;
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 
@@ -105,13 +106,19 @@ pub(crate) async fn handle(
         None => response.body_mut().hold(in_flight),
         // HTTP/1.1: the connection picks the tunnel up once the codec has written the 101.
         Some((upstream, None)) => {
-            *conn.tunnel.borrow_mut() = Some(upgrade::tunnel(upstream, in_flight));
+            *conn.tunnel.borrow_mut() = Some(Box::new(Tunnel {
+                upstream,
+                in_flight,
+            }));
         }
         // HTTP/2: the stream becomes the tunnel once the 200 has gone.
         Some((upstream, Some(on_upgrade))) => {
             tokio::task::spawn_local(upgrade::relay_h2_stream(
                 on_upgrade,
-                upgrade::tunnel(upstream, in_flight),
+                Tunnel {
+                    upstream,
+                    in_flight,
+                },
                 Rc::clone(&conn),
                 http.upgrade_idle_timeout,
                 http.upgrade_buffer,
@@ -268,36 +275,21 @@ async fn forward_request(
     let authority = forward.host_rewrite.clone().or(host);
     rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
     if let Some(asked) = asked {
-        asked.prepare(&mut parts);
-        let request = Request::from_parts(parts, body);
-        let (_, mut response) = admitted.send_upgrade(request, forward.timeout).await?;
-        facts.upstream = Some(upstream.addr_text().clone());
-        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-            // Declined: the client gets the upstream's answer.
+        // Boxed: only upgrade requests carry this state, not every request's future.
+        let answer = Box::pin(forward_upgrade(
+            asked,
+            parts,
+            body,
+            admitted,
+            forward.timeout,
+            facts,
+        ))
+        .await;
+        // Declined, or failed on the way (connect, timeout, breaker, the switch itself).
+        if facts.tunnel.is_none() {
             conn.listener.stats.upgrades_failed.inc();
-            let (mut head, body) = response.into_parts();
-            rewrite::response_for_client(&mut head);
-            return Ok(Response::from_parts(head, ResponseBody::upstream(body)));
         }
-        let upstream_upgrade = response.headers().get(UPGRADE).cloned();
-        let upgraded = hyper::upgrade::on(&mut response).await.map_err(|source| {
-            conn.listener.stats.upgrades_failed.inc();
-            ProxyError::UpstreamReset {
-                addr: upstream.addr(),
-                source,
-            }
-        })?;
-        let (mut head, _) = response.into_parts();
-        rewrite::response_for_client(&mut head);
-        asked.client_head(&mut head, upstream_upgrade);
-        facts.tunnel = Some(match asked {
-            upgrade::Asked::Http1(_) => (upgraded, None),
-            upgrade::Asked::ExtendedConnect(on_upgrade) => (upgraded, Some(on_upgrade)),
-        });
-        return Ok(Response::from_parts(
-            head,
-            ResponseBody::local(Bytes::new()),
-        ));
+        return answer;
     }
     let (answered_by, response) = admitted
         .send(
@@ -316,4 +308,45 @@ async fn forward_request(
     let (mut head, body) = response.into_parts();
     rewrite::response_for_client(&mut head);
     Ok(Response::from_parts(head, ResponseBody::upstream(body)))
+}
+
+/// Sends an upgrade request on a connection of its own. On a `101` the response head goes to
+/// the client and the upgraded upstream connection into `facts.tunnel`; any other answer goes
+/// to the client as it is.
+async fn forward_upgrade(
+    asked: upgrade::Asked,
+    mut parts: http::request::Parts,
+    body: RequestBody,
+    admitted: Admitted<'_>,
+    timeout: std::time::Duration,
+    facts: &mut Facts,
+) -> Result<Response<ResponseBody>, ProxyError> {
+    asked.prepare(&mut parts);
+    let request = Request::from_parts(parts, body);
+    let (upstream, mut response) = admitted.send_upgrade(request, timeout).await?;
+    facts.upstream = Some(upstream.addr_text().clone());
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (mut head, body) = response.into_parts();
+        rewrite::response_for_client(&mut head);
+        return Ok(Response::from_parts(head, ResponseBody::upstream(body)));
+    }
+    let upstream_upgrade = response.headers().get(UPGRADE).cloned();
+    let upgraded =
+        hyper::upgrade::on(&mut response)
+            .await
+            .map_err(|source| ProxyError::UpstreamReset {
+                addr: upstream.addr(),
+                source,
+            })?;
+    let (mut head, _) = response.into_parts();
+    rewrite::response_for_client(&mut head);
+    asked.client_head(&mut head, upstream_upgrade);
+    facts.tunnel = Some(match asked {
+        upgrade::Asked::Http1(_) => (upgraded, None),
+        upgrade::Asked::ExtendedConnect(on_upgrade) => (upgraded, Some(on_upgrade)),
+    });
+    Ok(Response::from_parts(
+        head,
+        ResponseBody::local(Bytes::new()),
+    ))
 }

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::context::request_id::next_u64;
-use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
+use crate::context::{ConnCtx, RequestBody, Tunnel};
 
 static SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
 static SEC_WEBSOCKET_ACCEPT: HeaderName = HeaderName::from_static("sec-websocket-accept");
@@ -157,7 +157,8 @@ pub(crate) async fn relay<D>(
     } = tunnel;
     let stats = &conn.listener.stats;
     stats.upgrades.inc();
-    stats.upgrades_active.inc();
+    // Counted down however the relay ends, also when its future is dropped mid-way.
+    let _active = ActiveUpgrade::enter(&stats.upgrades_active);
     let mut upstream = TokioIo::new(upstream);
     let activity = Cell::new(Instant::now());
     let received = in_flight.received_counter();
@@ -186,8 +187,23 @@ pub(crate) async fn relay<D>(
         () = idle_for(idle_timeout, &activity) => stats.cx_idle_timeout.inc(),
     }
     in_flight.sent(sent.get() as usize);
-    stats.upgrades_active.dec();
     drop(in_flight);
+}
+
+/// One relay counted in `downstream_cx_upgrades_active` while it lives.
+struct ActiveUpgrade<'a>(&'a stats::Gauge);
+
+impl<'a> ActiveUpgrade<'a> {
+    fn enter(gauge: &'a stats::Gauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for ActiveUpgrade<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 fn count(counter: &Option<std::rc::Rc<Cell<u64>>>, n: usize) {
@@ -256,14 +272,6 @@ pub(crate) async fn relay_h2_stream(
             conn.listener.stats.upgrades_failed.inc();
             tracing::debug!(%error, "the client's stream went away before the tunnel opened");
         }
-    }
-}
-
-/// The in-flight request of an upgrade, for the relay.
-pub(crate) fn tunnel(upstream: hyper::upgrade::Upgraded, in_flight: InFlight) -> Tunnel {
-    Tunnel {
-        upstream,
-        in_flight,
     }
 }
 
