@@ -3,7 +3,7 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! units, template, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
+//! units, template, header_list, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
 //! config      the typed, validated configuration
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
@@ -59,6 +59,7 @@ mod conn;
 mod context;
 mod error;
 mod filters;
+mod header_list;
 mod http;
 mod listener;
 mod memory;

@@ -35,6 +35,21 @@ pub fn usable_cores() -> usize {
         .unwrap_or(1)
 }
 
+/// Resolves once `last_activity` has stood still for `timeout`: the idle timeout of a relay,
+/// and a request's timeout, which (as in Envoy) runs from the end of its body, so a large
+/// upload that keeps moving is not cut off and one that stalls for the timeout is.
+pub(crate) async fn idle_for(
+    timeout: std::time::Duration,
+    last_activity: &std::cell::Cell<tokio::time::Instant>,
+) {
+    loop {
+        tokio::time::sleep_until(last_activity.get() + timeout).await;
+        if last_activity.get() + timeout <= tokio::time::Instant::now() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// A thread pinned to one CPU may use one core, whatever the machine has: the count

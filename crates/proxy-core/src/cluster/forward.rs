@@ -3,14 +3,12 @@
 //! policy ([`Admitted::send`]). Rewriting the request for the host is the caller's job, between
 //! the two.
 
-use std::cell::Cell;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use balancer::Picked;
 use http::{HeaderMap, Request, Response};
-use tokio::time::Instant;
 
 use super::breaker::Slot;
 use super::retry::{self, RetryPlan};
@@ -108,21 +106,8 @@ impl Admitted<'_> {
                 .map_err(|_| timed_out())?,
             Some(progress) => tokio::select! {
                 answered = attempt => answered,
-                () = idle_for(timeout, &progress) => Err(timed_out()),
+                () = crate::runtime::idle_for(timeout, &progress) => Err(timed_out()),
             },
-        }
-    }
-}
-
-/// Resolves once `progress` has stood still for `timeout`. As in Envoy, a request's timeout
-/// runs from the end of its body: a large upload that keeps moving is not cut off, and one that
-/// stalls for the timeout is.
-async fn idle_for(timeout: Duration, progress: &Cell<Instant>) {
-    loop {
-        let deadline = progress.get() + timeout;
-        tokio::time::sleep_until(deadline).await;
-        if progress.get() + timeout <= Instant::now() {
-            return;
         }
     }
 }

@@ -19,6 +19,7 @@ use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo}
 use crate::catalog::CompressionStats;
 use crate::config::{CompressionConfig, Encoding, RouteConfig};
 use crate::context::RequestBody;
+use crate::header_list;
 
 /// The filter on one worker.
 pub(crate) struct Compression {
@@ -173,12 +174,7 @@ impl Compression {
             || status == StatusCode::NOT_MODIFIED;
         let partial = status == StatusCode::PARTIAL_CONTENT || headers.contains_key(CONTENT_RANGE);
         let encoded = headers.contains_key(CONTENT_ENCODING);
-        let no_transform = headers.get_all(CACHE_CONTROL).iter().any(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .any(|d| d.trim().eq_ignore_ascii_case("no-transform"))
-            })
-        });
+        let no_transform = header_list::contains(headers, CACHE_CONTROL, "no-transform");
         let too_short = headers
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
@@ -224,12 +220,8 @@ impl Compression {
 
 /// Adds `accept-encoding` to `vary` unless it is there (or `vary: *`).
 fn add_vary(headers: &mut http::HeaderMap) {
-    let present = headers.get_all(VARY).iter().any(|v| {
-        v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .any(|t| t.trim() == "*" || t.trim().eq_ignore_ascii_case("accept-encoding"))
-        })
-    });
+    let present = header_list::items(headers, VARY)
+        .any(|t| t == "*" || t.eq_ignore_ascii_case("accept-encoding"));
     if !present {
         headers.append(VARY, HeaderValue::from_static("accept-encoding"));
     }

@@ -37,6 +37,10 @@ struct Mutations {
 
 enum Value {
     Static(HeaderValue),
+    // A value that is one variable: the header value the exchange already has, shared.
+    ClientIp,
+    RequestId,
+    UpstreamHost,
     Template(HeaderTemplate),
 }
 
@@ -167,6 +171,9 @@ impl Value {
                 // Validated at load; kept as a template that renders the same bytes.
                 Err(_) => Value::Template(template.clone()),
             },
+            [TemplatePart::ClientIp] => Value::ClientIp,
+            [TemplatePart::RequestId] => Value::RequestId,
+            [TemplatePart::UpstreamHost] => Value::UpstreamHost,
             _ => Value::Template(template.clone()),
         }
     }
@@ -176,14 +183,11 @@ impl Value {
     fn render(&self, vars: &Vars<'_>) -> Option<HeaderValue> {
         let template = match self {
             Value::Static(value) => return Some(value.clone()),
+            Value::ClientIp => return Some(vars.exchange.conn.peer_ip.clone()),
+            Value::RequestId => return vars.request_id.cloned(),
+            Value::UpstreamHost => return vars.upstream.cloned(),
             Value::Template(template) => template,
         };
-        // A value that is one variable already exists as a header value: share it.
-        match template.0.as_slice() {
-            [TemplatePart::RequestId] => return vars.request_id.cloned(),
-            [TemplatePart::UpstreamHost] => return vars.upstream.cloned(),
-            _ => {}
-        }
         let mut out = vars.scratch.borrow_mut();
         out.clear();
         let conn = vars.exchange.conn;

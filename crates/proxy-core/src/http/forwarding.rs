@@ -27,12 +27,8 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         return;
     }
     if headers.contains_key(CONNECTION) {
-        let listed: Vec<HeaderName> = headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+        let listed: Vec<HeaderName> = crate::header_list::items(headers, CONNECTION)
+            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
             .collect();
         headers.remove(CONNECTION);
         for name in listed {

@@ -65,12 +65,7 @@ pub(crate) fn asked(req: &mut Request<RequestBody>, allowed: &[String]) -> Optio
 }
 
 fn connection_has_upgrade(headers: &http::HeaderMap) -> bool {
-    headers.get_all(CONNECTION).iter().any(|v| {
-        v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-        })
-    })
+    crate::header_list::contains(headers, CONNECTION, "upgrade")
 }
 
 impl Asked {
@@ -184,7 +179,7 @@ pub(crate) async fn relay<D>(
                 tracing::debug!(%error, "upgraded connection ended with an error");
             }
         }
-        () = idle_for(idle_timeout, &activity) => stats.cx_idle_timeout.inc(),
+        () = crate::runtime::idle_for(idle_timeout, &activity) => stats.cx_idle_timeout.inc(),
     }
     in_flight.sent(sent.get() as usize);
     drop(in_flight);
@@ -235,16 +230,6 @@ where
         to.flush().await?;
         activity.set(Instant::now());
         moved(n);
-    }
-}
-
-/// Resolves once nothing has moved for `timeout`.
-async fn idle_for(timeout: Duration, activity: &Cell<Instant>) {
-    loop {
-        tokio::time::sleep_until(activity.get() + timeout).await;
-        if activity.get() + timeout <= Instant::now() {
-            return;
-        }
     }
 }
 
