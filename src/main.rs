@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use proxy_core::{Config, Server, usable_cores};
+use proxy_core::{Config, Predecessor, Server, StartOptions, usable_cores};
 
 #[derive(Parser)]
 #[command(
@@ -23,6 +23,14 @@ struct Cli {
     /// Worker threads; overrides the config's `concurrency` (default: usable CPUs).
     #[arg(long, value_name = "N")]
     concurrency: Option<NonZeroUsize>,
+    /// Answer a new binary on this Unix socket: it takes the listening sockets, then this
+    /// process drains and exits (see `--upgrade-from`).
+    #[arg(long, value_name = "PATH")]
+    upgrade_socket: Option<PathBuf>,
+    /// Upgrade the proxy listening on this Unix socket (its `--upgrade-socket`): take its
+    /// listening sockets, start serving, then tell it to drain.
+    #[arg(long, value_name = "PATH", requires = "config")]
+    upgrade_from: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -65,8 +73,8 @@ fn main() -> ExitCode {
             concurrency,
             admin_port,
         }) => demo(port, admin_port, concurrency),
-        None => match cli.config {
-            Some(path) => run_file(&path, cli.concurrency),
+        None => match &cli.config {
+            Some(path) => run_file(path, &cli),
             None => Err(anyhow::anyhow!(
                 "no config given: run `legate -c FILE`, or `legate demo` to try it out"
             )),
@@ -92,12 +100,35 @@ fn validate(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_file(path: &Path, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
+fn run_file(path: &Path, cli: &Cli) -> anyhow::Result<()> {
     let config = Config::load(path)?;
-    run(config, concurrency)
+    let mut options = StartOptions::default().config_file(path);
+    let mut upgrade = Upgrade {
+        from: None,
+        socket: cli.upgrade_socket.clone(),
+    };
+    if let Some(from) = &cli.upgrade_from {
+        let mut predecessor = Predecessor::connect(from)?;
+        options = options.inherit_from(&mut predecessor);
+        upgrade.from = Some(predecessor);
+    }
+    run(config, cli.concurrency, options, upgrade)
 }
 
-fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
+/// A binary upgrade: the process this one takes over from, and where this one waits for its
+/// own successor.
+#[derive(Default)]
+struct Upgrade {
+    from: Option<Predecessor>,
+    socket: Option<PathBuf>,
+}
+
+fn run(
+    config: Config,
+    concurrency: Option<NonZeroUsize>,
+    options: StartOptions,
+    upgrade: Upgrade,
+) -> anyhow::Result<()> {
     let workers = concurrency.map_or_else(|| config.worker_count(), NonZeroUsize::get);
     // Signals are registered before anything announces readiness: a SIGTERM sent the moment
     // the proxy says it is up must start a drain, not kill the process.
@@ -109,7 +140,7 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
         let _entered = runtime.enter();
         (ShutdownSignals::new(), reload_signal())
     };
-    let server = Server::start(config, workers)?;
+    let server = Server::start_with(config, workers, options)?;
     tracing::info!(
         workers = server.workers(),
         usable_cores = usable_cores(),
@@ -121,6 +152,24 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
     if let Some(addr) = server.admin_address() {
         tracing::info!(%addr, "admin server listening");
     }
+    if let Some(predecessor) = upgrade.from {
+        // Serving now: the old process may stop accepting. If it cannot be told, both serve
+        // the same sockets until it is stopped by hand.
+        match predecessor.retire() {
+            Ok(()) => tracing::info!("upgrade: the previous process is draining"),
+            Err(error) => {
+                tracing::error!(%error, "upgrade: cannot tell the previous process to drain")
+            }
+        }
+    }
+    let mut successor = match &upgrade.socket {
+        Some(path) => Some(
+            server
+                .listen_for_upgrades(path)
+                .with_context(|| format!("upgrade socket {}", path.display()))?,
+        ),
+        None => None,
+    };
     tracing::info!("legate ready");
     // One runtime and one registration for both waits, so a second signal during the drain
     // is never missed.
@@ -129,9 +178,21 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
             tokio::select! {
                 () = signals.recv() => break,
                 Some(()) = async { hangup.as_mut()?.recv().await } => {
-                    tracing::info!("SIGHUP: reloading TLS certificates");
-                    // Outcomes are logged per listener by the reload itself.
-                    let _ = server.reload_certificates();
+                    tracing::info!("SIGHUP: reloading the config");
+                    // The outcome is logged, counted and shown in /config_dump by the reload.
+                    let _ = server.reload().await;
+                }
+                taken = async {
+                    match successor.as_mut() {
+                        Some(taken) => taken.await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    successor = None;
+                    if taken.is_ok() {
+                        tracing::info!("upgrade: a new process took over");
+                        break;
+                    }
                 }
             }
         }
@@ -154,11 +215,13 @@ fn run(config: Config, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// SIGHUP, which reloads TLS certificates.
+/// SIGHUP, which reloads the config file.
 fn reload_signal() -> Option<tokio::signal::unix::Signal> {
     use tokio::signal::unix::{SignalKind, signal};
     signal(SignalKind::hangup())
-        .map_err(|err| tracing::warn!(error = %err, "cannot watch SIGHUP; reload certificates with POST /reload_certs"))
+        .map_err(
+            |err| tracing::warn!(error = %err, "cannot watch SIGHUP; reload with POST /reload"),
+        )
         .ok()
 }
 
@@ -248,5 +311,10 @@ clusters:
         "  curl -i http://127.0.0.1:{port}/private -H 'authorization: Bearer demo' -H 'x-noop-echo: headers'   # ext_authz allows (401 without the header)"
     );
     println!("stop with Ctrl-C");
-    run(config, concurrency)
+    run(
+        config,
+        concurrency,
+        StartOptions::default(),
+        Upgrade::default(),
+    )
 }

@@ -152,6 +152,22 @@ impl Proxy {
         self.addrs[0]
     }
 
+    /// The config file the proxy runs (and reloads) from.
+    #[allow(dead_code)]
+    pub fn config_path(&self) -> PathBuf {
+        self._dir.0.join("legate.yaml")
+    }
+
+    /// Replaces the config file (whole, by rename, as config tools do); the proxy reads it on
+    /// its next reload.
+    #[allow(dead_code)]
+    pub fn rewrite_config(&self, yaml: &str) {
+        let path = self.config_path();
+        let staged = path.with_extension("yaml.new");
+        std::fs::write(&staged, yaml).unwrap();
+        std::fs::rename(&staged, &path).unwrap();
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -421,7 +437,8 @@ pub fn stat(admin: SocketAddr, name: &str) -> i64 {
     let (_, text) = admin_request(
         admin,
         "GET",
-        &format!("/stats?filter=%5E{name}%5B%7B%3A%5D"),
+        // ^NAME($|{): the name alone, labelled or not.
+        &format!("/stats?filter=%5E{name}%28%24%7C%5B%7B%5D%29"),
     );
     text.lines()
         .filter(|l| !l.contains("worker="))

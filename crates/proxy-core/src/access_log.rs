@@ -177,6 +177,15 @@ impl LogSinks {
         })
     }
 
+    /// Whether these sinks write to exactly `targets` (repeats aside).
+    pub(crate) fn targets_are(&self, targets: impl Iterator<Item = LogTarget>) -> bool {
+        let targets: Vec<LogTarget> = targets.collect();
+        targets
+            .iter()
+            .all(|target| self.senders.iter().any(|(t, _)| t == target))
+            && self.senders.iter().all(|(t, _)| targets.contains(t))
+    }
+
     pub(crate) fn sender(&self, target: &LogTarget) -> Option<SyncSender<Vec<u8>>> {
         self.senders
             .iter()
@@ -200,7 +209,8 @@ fn write_loop(rx: Receiver<Vec<u8>>, mut out: Box<dyn Write + Send>) {
     let _ = out.flush();
 }
 
-/// One worker's access log for one listener.
+/// One worker's access log for one listener. Lines still buffered when it is dropped (its
+/// listener's config was replaced and its last connection closed) are handed on then.
 pub(crate) struct WorkerLog {
     format: LogFormat,
     buf: RefCell<Vec<u8>>,
@@ -211,6 +221,12 @@ pub(crate) struct WorkerLog {
     clock: RefCell<SecondCache>,
     tx: SyncSender<Vec<u8>>,
     dropped: Arc<AtomicU64>,
+}
+
+impl Drop for WorkerLog {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 impl WorkerLog {
@@ -308,6 +324,8 @@ impl WorkerLog {
     }
 
     /// Hands the buffered lines to the writer thread without waiting.
+    ///
+    /// Also on drop.
     pub(crate) fn flush(&self) {
         let chunk = {
             let mut buf = self.buf.borrow_mut();

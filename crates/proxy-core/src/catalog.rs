@@ -93,6 +93,10 @@ pub(crate) struct Catalog {
     pub(crate) server_uptime: GaugeFamily,
     pub(crate) server_memory_resident: GaugeFamily,
     pub(crate) server_live: GaugeFamily,
+    pub(crate) config_reload: CounterFamily,
+    pub(crate) config_propagation: HistogramFamily,
+    pub(crate) config_generation: GaugeFamily,
+    worker_config_generation: GaugeFamily,
 }
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -380,6 +384,26 @@ impl Catalog {
                 &[],
             ),
             server_live: r.gauge("server_live", "1 while serving, 0 while draining.", &[]),
+            config_reload: r.counter(
+                "config_reload_total",
+                "Config reloads (SIGHUP, POST /reload, a watched file), by result: success, or failure (the config in force stays).",
+                &["result"],
+            ),
+            config_propagation: r.histogram(
+                "config_propagation",
+                "From a new config accepted to every worker serving with it.",
+                &[],
+            ),
+            config_generation: r.gauge(
+                "config_generation",
+                "The config generation in force (1 at start, +1 per successful reload).",
+                &[],
+            ),
+            worker_config_generation: r.per_shard_gauge(
+                "worker_config_generation",
+                "The config generation each worker serves with: one behind config_generation for long is a stuck worker.",
+                &[],
+            ),
         }
     }
 
@@ -531,6 +555,7 @@ impl Catalog {
         WorkerStats {
             cx_active: shard.gauge(self.worker_downstream_cx_active, &[]),
             rq_total: shard.counter(self.worker_downstream_rq_total, &[]),
+            config_generation: shard.gauge(self.worker_config_generation, &[]),
         }
     }
 }
@@ -539,6 +564,8 @@ impl Catalog {
 pub(crate) struct WorkerStats {
     pub(crate) cx_active: stats::Gauge,
     pub(crate) rq_total: stats::Counter,
+    /// The config generation the worker applied last.
+    pub(crate) config_generation: stats::Gauge,
 }
 
 /// A cluster's process-wide gauges.

@@ -11,7 +11,8 @@
 //! filters     the HTTP filter chain: ext_authz, local_rate_limit, headers, compression, cors
 //! http        the request path after the codec: route, filters, forward, reply, upgrades
 //! conn        one downstream connection: TLS, codec, parking, drain
-//! worker      a worker thread: listeners, accept loops, hand-offs
+//! live        the config in force as a generation; reloads build and publish the next one
+//! worker      a worker thread: applies generations; listeners, accept loops, hand-offs
 //! admin, server
 //! ```
 //!
@@ -62,6 +63,7 @@ mod filters;
 mod header_list;
 mod http;
 mod listener;
+mod live;
 mod memory;
 pub mod router;
 mod runtime;
@@ -74,6 +76,8 @@ mod worker;
 
 pub use config::{Config, ConfigError};
 pub use error::{Overflow, ProxyError, ResponseFlag};
+pub use live::upgrade::Predecessor;
+pub use live::{BuildError, ReloadError, ReloadReport};
 pub use runtime::usable_cores;
-pub use server::{Server, StartError};
+pub use server::{Server, StartError, StartOptions};
 pub use tls::TlsError;

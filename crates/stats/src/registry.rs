@@ -337,6 +337,9 @@ impl fmt::Debug for Registry {
 /// The handle constructors panic on a family from another registry, on a number of label
 /// values different from the family's label names, and when the shard has a label of the
 /// same name as one of the family's.
+///
+/// A clone is the same shard: handles made through it record into the same cells.
+#[derive(Clone)]
 pub struct Shard {
     registry: Registry,
     id: ShardId,

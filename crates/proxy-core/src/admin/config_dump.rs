@@ -6,6 +6,33 @@
 use serde_json::{Value, json};
 
 use crate::config::{Config, LimitSpec};
+use crate::live::LiveConfig;
+
+/// The dump of the config in force, with its version, when it was loaded, and how the last
+/// reload went (its error, if it failed: the config in force is then the last good one).
+pub(crate) fn live_config_dump(live: &LiveConfig, workers: usize) -> Result<Value, String> {
+    let generation = live.current();
+    let mut dump = config_dump(&generation.config, workers)?;
+    let status = live.status();
+    let unix = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    for (i, shared) in generation.listeners.iter().enumerate() {
+        dump["listeners"][i]["bound_address"] = json!(shared.sockets.address.to_string());
+    }
+    dump["version_info"] = json!(generation.version);
+    dump["generation"] = json!(generation.number);
+    dump["last_updated_unix"] = json!(unix(generation.loaded_at));
+    dump["reload"] = json!({
+        "source": live.source().map(|p| p.display().to_string()),
+        "last_attempt_unix": status.last_attempt.map(unix),
+        "last_error": status.last_error,
+        "successes": status.successes,
+        "failures": status.failures,
+    });
+    Ok(dump)
+}
 
 pub(crate) fn config_dump(config: &Config, workers: usize) -> Result<Value, String> {
     let mut dump =

@@ -24,8 +24,7 @@ use tokio::sync::watch;
 use stats::{SharedGauge, Snapshot};
 
 use crate::catalog::ProxyStats;
-use crate::cluster::SharedCluster;
-use crate::config::Config;
+use crate::live::{Generation, LiveConfig};
 
 /// The endpoints, listed in every 404 so an operator can find the right one.
 const ENDPOINTS: &str = "\
@@ -37,32 +36,26 @@ GET  /clusters            per-host connections and requests in flight, as JSON
 GET  /config_dump         the effective config as JSON, defaults filled in
 POST /healthcheck/fail    make /ready answer 503 (drain this proxy from its load balancer)
 POST /healthcheck/ok      undo /healthcheck/fail
-POST /reload_certs        read TLS certificates, keys and CAs again (as SIGHUP)
+POST /reload              read the config file again and put it in force (as SIGHUP)
+POST /reload_certs        read TLS certificates, keys and CAs again
 ";
 
 /// What the admin endpoints read.
 pub(crate) struct AdminState {
-    pub(crate) config: Arc<Config>,
+    /// The config in force, and reloads.
+    live: Arc<LiveConfig>,
     pub(crate) workers: usize,
     stats: Arc<ProxyStats>,
-    clusters: Arc<Vec<Arc<SharedCluster>>>,
     server: ServerGauges,
     started: Instant,
     /// Set by `POST /healthcheck/fail`.
     pub(crate) health_failed: AtomicBool,
     /// Set when the drain starts.
     pub(crate) draining: AtomicBool,
-    tls: Arc<crate::tls::TlsListeners>,
 }
 
 impl AdminState {
-    pub(crate) fn new(
-        config: Arc<Config>,
-        workers: usize,
-        stats: Arc<ProxyStats>,
-        clusters: Arc<Vec<Arc<SharedCluster>>>,
-        tls: Arc<crate::tls::TlsListeners>,
-    ) -> Self {
+    pub(crate) fn new(live: Arc<LiveConfig>, workers: usize, stats: Arc<ProxyStats>) -> Self {
         let shard = stats.registry.shard(&[]);
         let catalog = &stats.catalog;
         let server = ServerGauges {
@@ -74,14 +67,12 @@ impl AdminState {
         server.concurrency.set(workers as i64);
         server.live.set(1);
         Self {
-            config,
+            live,
             workers,
             stats,
-            clusters,
             server,
             started: Instant::now(),
             health_failed: AtomicBool::new(false),
-            tls,
             draining: AtomicBool::new(false),
         }
     }
@@ -106,7 +97,7 @@ impl AdminState {
         }
         let live = !self.draining.load(Ordering::Relaxed);
         self.server.live.set(i64::from(live));
-        for cluster in self.clusters.iter() {
+        for cluster in self.live.current().clusters.iter() {
             cluster.refresh_gauges();
         }
         self.stats.registry.snapshot()
@@ -158,26 +149,24 @@ fn workers_json(snapshot: &Snapshot) -> serde_json::Value {
 
 /// Each cluster's hosts: weight, health and requests in flight from the shared host set,
 /// open connections summed over the workers.
-fn clusters_json(
-    config: &Config,
-    clusters: &[Arc<SharedCluster>],
-    snapshot: &Snapshot,
-) -> serde_json::Value {
-    let clusters: Vec<serde_json::Value> = config
+fn clusters_json(generation: &Generation, snapshot: &Snapshot) -> serde_json::Value {
+    let clusters: Vec<serde_json::Value> = generation
+        .config
         .clusters
         .iter()
-        .zip(clusters)
+        .zip(generation.clusters.iter())
         .map(|(c, shared)| {
             let hosts: Vec<serde_json::Value> = shared
                 .host_set
                 .snapshot()
                 .hosts()
-                .enumerate()
-                .map(|(index, host)| {
+                .map(|host| {
+                    let (ejected, ejections, passing) = shared
+                        .health
+                        .describe(host.addr())
+                        .unwrap_or((false, 0, true));
                     let addr = host.addr().to_string();
                     let labels = [c.name.as_str(), addr.as_str()];
-                    let (ejected, ejections, passing) =
-                        shared.health.describe(index).unwrap_or((false, 0, true));
                     serde_json::json!({
                         "address": addr,
                         "weight": host.weight(),
@@ -301,9 +290,15 @@ async fn serve(
         };
         let state = Arc::clone(&state);
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
+            let service = service_fn(move |req: Request<Incoming>| {
                 let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(handle(req, &state)) }
+                async move {
+                    let response = match (req.method(), req.uri().path()) {
+                        (&Method::POST, "/reload") => reload(&state.live).await,
+                        _ => handle(req, &state),
+                    };
+                    Ok::<_, Infallible>(response)
+                }
             });
             let _ = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -338,7 +333,7 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             }
         }
         (&Method::GET, "/config_dump") => {
-            match config_dump::config_dump(&state.config, state.workers) {
+            match config_dump::live_config_dump(&state.live, state.workers) {
                 Ok(dump) => json(&dump),
                 Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, error + "\n"),
             }
@@ -376,11 +371,9 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             state.snapshot().render_prometheus(),
         ),
         (&Method::GET, "/workers") => json(&workers_json(&state.snapshot())),
-        (&Method::GET, "/clusters") => json(&clusters_json(
-            &state.config,
-            &state.clusters,
-            &state.snapshot(),
-        )),
+        (&Method::GET, "/clusters") => {
+            json(&clusters_json(&state.live.current(), &state.snapshot()))
+        }
         (&Method::POST, "/healthcheck/fail") => {
             state.health_failed.store(true, Ordering::Relaxed);
             reply(StatusCode::OK, TEXT, "OK\n")
@@ -389,14 +382,28 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             state.health_failed.store(false, Ordering::Relaxed);
             reply(StatusCode::OK, TEXT, "OK\n")
         }
-        (&Method::POST, "/reload_certs") => reload_certs(&state.tls),
-        (_, "/healthcheck/fail" | "/healthcheck/ok" | "/reload_certs") => {
+        (&Method::POST, "/reload_certs") => reload_certs(&state.live.current().tls),
+        (_, "/healthcheck/fail" | "/healthcheck/ok" | "/reload_certs" | "/reload") => {
             reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "use POST\n")
         }
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
             format!("unknown admin endpoint; these exist:\n{ENDPOINTS}"),
+        ),
+    }
+}
+
+/// `POST /reload`: 200 once every worker serves with the file's config; 400 with the reason
+/// (the key path for an invalid config) when nothing changed.
+async fn reload(live: &LiveConfig) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    match live.reload().await {
+        Ok(report) => reply(StatusCode::OK, TEXT, format!("reloaded: {report}\n")),
+        Err(error) => reply(
+            StatusCode::BAD_REQUEST,
+            TEXT,
+            format!("reload failed, the config in force stays: {error}\n"),
         ),
     }
 }

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use balancer::{Health, HostSet};
@@ -24,18 +24,32 @@ pub(crate) enum TryOutcome {
     NoResponse,
 }
 
+/// A host's consecutive failures, counted by every worker's tries without a lock.
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     consecutive_5xx: AtomicU32,
     consecutive_gateway: AtomicU32,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct HostState {
     addr: SocketAddr,
     passing_checks: bool,
     ejected_until: Option<Instant>,
     ejections: u32,
+    counters: Arc<Counters>,
+}
+
+impl HostState {
+    fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            passing_checks: true,
+            ejected_until: None,
+            ejections: 0,
+            counters: Arc::default(),
+        }
+    }
 }
 
 /// What an outlier report led to.
@@ -47,27 +61,22 @@ pub(crate) enum Ejection {
     Overflow,
 }
 
+/// Hosts are known by address, so the state of a host that stays in the set survives
+/// endpoint updates (a reload, DNS).
 pub(crate) struct HostHealth {
     outlier: Option<OutlierDetectionConfig>,
-    counters: Vec<Counters>,
     hosts: Mutex<Vec<HostState>>,
 }
 
 impl HostHealth {
     pub(crate) fn new(host_set: &HostSet, outlier: Option<OutlierDetectionConfig>) -> Self {
-        let snapshot = host_set.snapshot();
         Self {
             outlier,
-            counters: snapshot.hosts().map(|_| Counters::default()).collect(),
             hosts: Mutex::new(
-                snapshot
+                host_set
+                    .snapshot()
                     .hosts()
-                    .map(|h| HostState {
-                        addr: h.addr(),
-                        passing_checks: true,
-                        ejected_until: None,
-                        ejections: 0,
-                    })
+                    .map(|h| HostState::new(h.addr()))
                     .collect(),
             ),
         }
@@ -77,10 +86,44 @@ impl HostHealth {
         self.hosts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts a try at host `index`; ejects the host when a threshold is reached.
+    /// The failure counters of the host at `addr`, which a worker's host pool keeps.
+    pub(crate) fn counters(&self, addr: SocketAddr) -> Arc<Counters> {
+        let mut hosts = self.lock();
+        if let Some(host) = hosts.iter().find(|h| h.addr == addr) {
+            return Arc::clone(&host.counters);
+        }
+        let host = HostState::new(addr);
+        let counters = Arc::clone(&host.counters);
+        hosts.push(host);
+        counters
+    }
+
+    /// Follows the host set after its hosts changed: hosts that stayed keep their state
+    /// (ejections, checks), new ones start healthy, removed ones are forgotten.
+    pub(crate) fn sync(&self, host_set: &HostSet) {
+        let snapshot = host_set.snapshot();
+        let mut hosts = self.lock();
+        hosts.retain(|h| snapshot.position(h.addr).is_some());
+        for host in snapshot.hosts() {
+            if !hosts.iter().any(|h| h.addr == host.addr()) {
+                hosts.push(HostState::new(host.addr()));
+            }
+        }
+        for host in hosts.iter() {
+            apply(host_set, host);
+        }
+    }
+
+    /// Counts a try at the host at `addr`; ejects it when a threshold is reached.
     #[inline]
-    pub(crate) fn report(&self, host_set: &HostSet, index: usize, outcome: TryOutcome) -> Ejection {
-        let (Some(config), Some(counters)) = (self.outlier, self.counters.get(index)) else {
+    pub(crate) fn report(
+        &self,
+        host_set: &HostSet,
+        counters: &Counters,
+        addr: SocketAddr,
+        outcome: TryOutcome,
+    ) -> Ejection {
+        let Some(config) = self.outlier else {
             return Ejection::None;
         };
         let (server_error, gateway) = match outcome {
@@ -109,30 +152,38 @@ impl HostHealth {
             config.consecutive_gateway_failure,
         );
         if by_5xx || by_gateway {
-            self.eject(host_set, index, &config)
+            self.eject(host_set, addr, &config)
         } else {
             Ejection::None
         }
     }
 
-    fn eject(&self, host_set: &HostSet, index: usize, config: &OutlierDetectionConfig) -> Ejection {
+    fn eject(
+        &self,
+        host_set: &HostSet,
+        addr: SocketAddr,
+        config: &OutlierDetectionConfig,
+    ) -> Ejection {
         let mut hosts = self.lock();
         let now = Instant::now();
-        if hosts[index].ejected_until.is_some() {
-            return Ejection::None; // reported by another worker at the same moment
-        }
         let ejected = hosts.iter().filter(|h| h.ejected_until.is_some()).count();
         let allowed = (hosts.len() * config.max_ejection_percent as usize / 100).max(1);
+        let Some(host) = hosts.iter_mut().find(|h| h.addr == addr) else {
+            return Ejection::None; // removed from the set meanwhile
+        };
+        if host.ejected_until.is_some() {
+            return Ejection::None; // reported by another worker at the same moment
+        }
         if config.max_ejection_percent == 0 || ejected >= allowed {
             return Ejection::Overflow;
         }
-        let host = &mut hosts[index];
         host.ejections += 1;
         host.ejected_until = Some(now + config.base_ejection_time * host.ejections);
-        let counters = &self.counters[index];
-        counters.consecutive_5xx.store(0, Ordering::Relaxed);
-        counters.consecutive_gateway.store(0, Ordering::Relaxed);
-        let host = *host;
+        host.counters.consecutive_5xx.store(0, Ordering::Relaxed);
+        host.counters
+            .consecutive_gateway
+            .store(0, Ordering::Relaxed);
+        let host = host.clone();
         drop(hosts);
         tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host");
         apply(host_set, &host);
@@ -153,37 +204,60 @@ impl HostHealth {
     }
 
     /// Records a health-check verdict that changed.
-    pub(crate) fn set_passing(&self, host_set: &HostSet, index: usize, passing: bool) {
+    pub(crate) fn set_passing(&self, host_set: &HostSet, addr: SocketAddr, passing: bool) {
         let mut hosts = self.lock();
-        if let Some(host) = hosts.get_mut(index) {
+        if let Some(host) = hosts.iter_mut().find(|h| h.addr == addr) {
             host.passing_checks = passing;
             apply(host_set, host);
         }
     }
 
-    /// (ejected now, ejections so far, passing health checks) of host `index`.
-    pub(crate) fn describe(&self, index: usize) -> Option<(bool, u32, bool)> {
+    /// The health the balancers should see for the host at `addr`, if it is known.
+    pub(crate) fn health_of(&self, addr: SocketAddr) -> Option<Health> {
         self.lock()
-            .get(index)
+            .iter()
+            .find(|h| h.addr == addr)
+            .map(HostState::health)
+    }
+
+    /// (ejected now, ejections so far, passing health checks) of the host at `addr`.
+    pub(crate) fn describe(&self, addr: SocketAddr) -> Option<(bool, u32, bool)> {
+        self.lock()
+            .iter()
+            .find(|h| h.addr == addr)
             .map(|h| (h.ejected_until.is_some(), h.ejections, h.passing_checks))
     }
 }
 
 fn apply(host_set: &HostSet, host: &HostState) {
-    let health = if host.ejected_until.is_some() {
-        Health::Ejected
-    } else if !host.passing_checks {
-        Health::Unhealthy
-    } else {
-        Health::Healthy
-    };
-    host_set.set_health(host.addr, health);
+    host_set.set_health(host.addr, host.health());
+}
+
+impl HostState {
+    fn health(&self) -> Health {
+        if self.ejected_until.is_some() {
+            Health::Ejected
+        } else if !self.passing_checks {
+            Health::Unhealthy
+        } else {
+            Health::Healthy
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    fn addr(i: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9000 + i))
+    }
+
+    fn report(health: &HostHealth, hosts: &HostSet, i: u16, outcome: TryOutcome) -> Ejection {
+        let counters = health.counters(addr(i));
+        health.report(hosts, &counters, addr(i), outcome)
+    }
 
     fn set(n: u16) -> HostSet {
         HostSet::new(
@@ -208,20 +282,20 @@ mod tests {
         let hosts = set(4);
         let health = HostHealth::new(&hosts, Some(config(50)));
         let fail = TryOutcome::Status(500);
-        assert_eq!(health.report(&hosts, 1, fail), Ejection::None);
-        assert_eq!(health.report(&hosts, 1, fail), Ejection::None);
+        assert_eq!(report(&health, &hosts, 1, fail), Ejection::None);
+        assert_eq!(report(&health, &hosts, 1, fail), Ejection::None);
         assert_eq!(
-            health.report(&hosts, 1, TryOutcome::Status(200)),
+            report(&health, &hosts, 1, TryOutcome::Status(200)),
             Ejection::None
         );
-        assert_eq!(health.report(&hosts, 1, fail), Ejection::None);
-        assert_eq!(health.report(&hosts, 1, fail), Ejection::None);
+        assert_eq!(report(&health, &hosts, 1, fail), Ejection::None);
+        assert_eq!(report(&health, &hosts, 1, fail), Ejection::None);
         assert_eq!(
-            health.report(&hosts, 1, TryOutcome::NoResponse),
+            report(&health, &hosts, 1, TryOutcome::NoResponse),
             Ejection::Ejected
         );
         assert_eq!(hosts.snapshot().get(1).unwrap().health(), Health::Ejected);
-        assert_eq!(health.describe(1), Some((true, 1, true)));
+        assert_eq!(health.describe(addr(1)), Some((true, 1, true)));
 
         std::thread::sleep(Duration::from_millis(60));
         health.expire_ejections(&hosts);
@@ -233,12 +307,12 @@ mod tests {
         let hosts = set(4);
         let health = HostHealth::new(&hosts, Some(config(10)));
         for _ in 0..3 {
-            health.report(&hosts, 0, TryOutcome::Status(503));
+            report(&health, &hosts, 0, TryOutcome::Status(503));
         }
         assert_eq!(hosts.snapshot().get(0).unwrap().health(), Health::Ejected);
         let mut last = Ejection::None;
         for _ in 0..3 {
-            last = health.report(&hosts, 2, TryOutcome::Status(503));
+            last = report(&health, &hosts, 2, TryOutcome::Status(503));
         }
         assert_eq!(last, Ejection::Overflow);
         assert_eq!(hosts.snapshot().get(2).unwrap().health(), Health::Healthy);
@@ -248,16 +322,47 @@ mod tests {
     fn failing_checks_keep_a_host_out_after_its_ejection() {
         let hosts = set(2);
         let health = HostHealth::new(&hosts, Some(config(50)));
-        health.set_passing(&hosts, 0, false);
+        health.set_passing(&hosts, addr(0), false);
         assert_eq!(hosts.snapshot().get(0).unwrap().health(), Health::Unhealthy);
         for _ in 0..3 {
-            health.report(&hosts, 0, TryOutcome::NoResponse);
+            report(&health, &hosts, 0, TryOutcome::NoResponse);
         }
         assert_eq!(hosts.snapshot().get(0).unwrap().health(), Health::Ejected);
         std::thread::sleep(Duration::from_millis(60));
         health.expire_ejections(&hosts);
         assert_eq!(hosts.snapshot().get(0).unwrap().health(), Health::Unhealthy);
-        health.set_passing(&hosts, 0, true);
+        health.set_passing(&hosts, addr(0), true);
         assert_eq!(hosts.snapshot().get(0).unwrap().health(), Health::Healthy);
+    }
+
+    #[test]
+    fn hosts_that_stay_keep_their_ejection_across_an_update() {
+        let hosts = set(3);
+        let health = HostHealth::new(&hosts, Some(config(100)));
+        for _ in 0..3 {
+            report(&health, &hosts, 1, TryOutcome::Status(503));
+        }
+        hosts
+            .update(vec![
+                balancer::HostSpec::new(addr(1)),
+                balancer::HostSpec::new(addr(7)),
+            ])
+            .unwrap();
+        health.sync(&hosts);
+        let snapshot = hosts.snapshot();
+        let health_of = |i| {
+            snapshot
+                .get(snapshot.position(addr(i)).unwrap())
+                .unwrap()
+                .health()
+        };
+        assert_eq!(health_of(1), Health::Ejected, "the ejection survives");
+        assert_eq!(health_of(7), Health::Healthy);
+        assert_eq!(health.describe(addr(1)), Some((true, 1, true)));
+        assert_eq!(
+            health.describe(addr(0)),
+            None,
+            "a removed host is forgotten"
+        );
     }
 }

@@ -14,7 +14,7 @@ use super::body::{UpstreamBody, UpstreamRequest};
 use super::breaker::Slot;
 use super::h1_pool::H1Pool;
 use super::h2_conn::H2Conn;
-use super::health::{Ejection, TryOutcome};
+use super::health::{Counters, Ejection, TryOutcome};
 use super::settings::UpstreamSettings;
 use crate::catalog::{ClusterStats, HostStats};
 use crate::config::UpstreamProtocol;
@@ -22,8 +22,8 @@ use crate::context::RequestBody;
 use crate::error::ProxyError;
 
 pub(crate) struct HostPool {
-    /// Position in the cluster's host set.
-    index: usize,
+    /// The host's failure counts, shared with every worker for outlier detection.
+    health: Arc<Counters>,
     pub(super) stats: Rc<ClusterStats>,
     pub(super) host_stats: HostStats,
     pub(super) addr: SocketAddr,
@@ -36,14 +36,13 @@ pub(crate) struct HostPool {
 
 impl HostPool {
     pub(super) fn new(
-        index: usize,
         stats: Rc<ClusterStats>,
         host_stats: HostStats,
         addr: SocketAddr,
         settings: Rc<UpstreamSettings>,
     ) -> Self {
         Self {
-            index,
+            health: settings.shared.health.counters(addr),
             stats,
             host_stats,
             addr_text: http::HeaderValue::from_str(&addr.to_string())
@@ -125,7 +124,10 @@ impl HostPool {
     /// Counts a try's outcome for outlier detection.
     fn report(&self, outcome: TryOutcome) {
         let shared = &self.settings.shared;
-        match shared.health.report(&shared.host_set, self.index, outcome) {
+        match shared
+            .health
+            .report(&shared.host_set, &self.health, self.addr, outcome)
+        {
             Ejection::None => {}
             Ejection::Ejected => self.stats.outlier_detection_ejections_enforced_total.inc(),
             Ejection::Overflow => self.stats.outlier_detection_ejections_overflow.inc(),

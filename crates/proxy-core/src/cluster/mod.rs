@@ -29,6 +29,7 @@ mod settings;
 mod shared;
 mod upgrade;
 
+use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -45,12 +46,21 @@ use settings::UpstreamSettings;
 pub(crate) use shared::SharedCluster;
 
 pub(crate) struct Cluster {
-    /// In the host set's order.
-    hosts: Vec<Rc<HostPool>>,
+    /// The worker's pools for the host set's hosts, in the set's order as of `version`.
+    pools: RefCell<Pools>,
     balancer: LoadBalancer,
     hash_key: Option<HashKey>,
     settings: Rc<UpstreamSettings>,
     stats: Rc<ClusterStats>,
+    /// For the stats of hosts that join later.
+    catalog: Catalog,
+    shard: stats::Shard,
+}
+
+struct Pools {
+    /// The host set's version these pools follow.
+    version: u64,
+    hosts: Vec<Rc<HostPool>>,
 }
 
 impl Cluster {
@@ -61,32 +71,63 @@ impl Cluster {
         shard: &stats::Shard,
     ) -> Self {
         let stats = Rc::new(catalog.cluster(shard, &config.name));
-        let host_set = &shared.host_set;
-        let snapshot = host_set.snapshot();
         let settings = Rc::new(UpstreamSettings::new(config, Arc::clone(shared)));
-        let hosts: Vec<Rc<HostPool>> = snapshot
-            .hosts()
-            .enumerate()
-            .map(|(index, host)| {
-                let addr = host.addr();
-                Rc::new(HostPool::new(
-                    index,
-                    Rc::clone(&stats),
-                    catalog.host(shard, &config.name, &addr.to_string()),
-                    addr,
-                    Rc::clone(&settings),
-                ))
-            })
-            .collect();
-        let balancer = LoadBalancer::new(host_set.clone(), config.lb_policy)
-            .expect("the policy was validated with the config, and the host set is not empty");
-        Self {
-            hosts,
+        let balancer = LoadBalancer::new(shared.host_set.clone(), config.lb_policy)
+            .expect("the policy was validated with the config");
+        let cluster = Self {
+            pools: RefCell::new(Pools {
+                version: u64::MAX,
+                hosts: Vec::new(),
+            }),
             balancer,
             hash_key: config.hash_key.clone(),
             settings,
             stats,
+            catalog: *catalog,
+            shard: shard.clone(),
+        };
+        cluster.sync_pools();
+        cluster
+    }
+
+    /// The shared state this worker's cluster was built on.
+    pub(crate) fn shared(&self) -> &Arc<SharedCluster> {
+        &self.settings.shared
+    }
+
+    /// Follows the host set after its hosts changed (a reload, DNS): hosts that stayed keep
+    /// their pools and connections; a removed host's pool is dropped, so its idle connections
+    /// close and busy ones close when their request is done.
+    pub(crate) fn sync_pools(&self) {
+        let host_set = &self.settings.shared.host_set;
+        if self.pools.borrow().version == host_set.version() {
+            return; // one atomic load when nothing changed
         }
+        let snapshot = host_set.snapshot();
+        let mut pools = self.pools.borrow_mut();
+        if pools.version == snapshot.version() {
+            return;
+        }
+        let name = &self.settings.shared.name;
+        let hosts = snapshot
+            .hosts()
+            .map(|host| {
+                let addr = host.addr();
+                match pools.hosts.iter().find(|p| p.addr() == addr) {
+                    Some(pool) => Rc::clone(pool),
+                    None => Rc::new(HostPool::new(
+                        Rc::clone(&self.stats),
+                        self.catalog.host(&self.shard, name, &addr.to_string()),
+                        addr,
+                        Rc::clone(&self.settings),
+                    )),
+                }
+            })
+            .collect();
+        *pools = Pools {
+            version: snapshot.version(),
+            hosts,
+        };
     }
 
     /// The host for the next request, counted as in flight on it while the guard lives.
@@ -97,12 +138,25 @@ impl Cluster {
             .as_ref()
             .and_then(|k| hash_of(k, headers, client));
         let picked = self.balancer.pick(key)?;
-        let pool = match self.hosts.get(picked.index()) {
-            Some(pool) if pool.addr() == picked.addr() => pool,
-            // The host set changed order since this worker built its pools.
-            _ => self.hosts.iter().find(|p| p.addr() == picked.addr())?,
-        };
-        Some((Rc::clone(pool), picked))
+        if let Some(pool) = self.pool_of(&picked) {
+            return Some((pool, picked));
+        }
+        // The host set changed since this worker built its pools.
+        self.sync_pools();
+        let pool = self.pool_of(&picked)?;
+        Some((pool, picked))
+    }
+
+    fn pool_of(&self, picked: &Picked) -> Option<Rc<HostPool>> {
+        let pools = self.pools.borrow();
+        match pools.hosts.get(picked.index()) {
+            Some(pool) if pool.addr() == picked.addr() => Some(Rc::clone(pool)),
+            _ => pools
+                .hosts
+                .iter()
+                .find(|p| p.addr() == picked.addr())
+                .cloned(),
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! window (rate x mean latency). `max_requests` over that, in percent, says how far the load
 //! may grow before the breaker trips; a warning is logged when it stays under 2x for 30 s.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -17,10 +17,11 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
 
 use super::SharedCluster;
 use crate::catalog::{ClusterStats, ProxyStats};
-use crate::config::{ClusterConfig, HealthCheckConfig};
+use crate::config::HealthCheckConfig;
 use crate::runtime::LocalExec;
 use crate::tls::UpstreamTls;
 
@@ -34,10 +35,13 @@ const LOW_FOR: Duration = Duration::from_secs(30);
 /// Shown when nothing was in flight: the limit is at least 1000x away.
 pub(crate) const IDLE_HEADROOM: i64 = 100_000;
 
-/// Starts the monitor thread. It runs as long as the process.
+/// The clusters of the config in force, published by every config change.
+pub(crate) type ClusterList = Arc<Vec<Arc<SharedCluster>>>;
+
+/// Starts the monitor thread. It runs as long as the process, following the cluster list
+/// `clusters` publishes.
 pub(crate) fn start(
-    clusters: Arc<Vec<Arc<SharedCluster>>>,
-    configs: Vec<ClusterConfig>,
+    clusters: watch::Receiver<ClusterList>,
     stats: Arc<ProxyStats>,
 ) -> std::io::Result<()> {
     let runtime = crate::runtime::current_thread_runtime()?;
@@ -45,39 +49,54 @@ pub(crate) fn start(
         .name("legate-clusters".into())
         .spawn(move || {
             let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, run(clusters, configs, stats));
+            local.block_on(&runtime, run(clusters, stats));
         })?;
     Ok(())
 }
 
-async fn run(
-    clusters: Arc<Vec<Arc<SharedCluster>>>,
-    configs: Vec<ClusterConfig>,
-    stats: Arc<ProxyStats>,
-) {
-    let shard = stats.registry.shard(&[]);
-    for (cluster, config) in clusters.iter().zip(&configs) {
-        let Some(check) = &config.health_check else {
-            continue;
-        };
-        let cluster_stats = Rc::new(stats.catalog.cluster(&shard, &config.name));
-        for (index, host) in cluster.host_set.snapshot().hosts().enumerate() {
-            tokio::task::spawn_local(check_host(
-                Arc::clone(cluster),
-                index,
-                host.addr(),
-                check.clone(),
-                Rc::clone(&cluster_stats),
-            ));
+/// A cluster the monitor looks after, held so that its address keys it uniquely.
+struct Watched {
+    cluster: Arc<SharedCluster>,
+    headroom: Headroom,
+    /// One health-check task per host, and the stats they count in.
+    checks: HashMap<SocketAddr, tokio::task::JoinHandle<()>>,
+    check_stats: Option<Rc<ClusterStats>>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        for check in self.checks.values() {
+            check.abort();
         }
     }
-    let mut headroom: Vec<Headroom> = clusters.iter().map(|_| Headroom::default()).collect();
+}
+
+async fn run(mut clusters: watch::Receiver<ClusterList>, stats: Arc<ProxyStats>) {
+    let shard = stats.registry.shard(&[]);
+    let mut watched: HashMap<*const SharedCluster, Watched> = HashMap::new();
     let mut ticks = tokio::time::interval(TICK);
     loop {
-        ticks.tick().await;
+        let tick = tokio::select! {
+            _ = ticks.tick() => true,
+            changed = clusters.changed() => {
+                if changed.is_err() {
+                    return; // the server is gone
+                }
+                false
+            }
+        };
+        let current = Arc::clone(&clusters.borrow_and_update());
+        follow(&current, &mut watched, &stats, &shard);
+        if !tick {
+            continue;
+        }
         let snapshot = stats.registry.snapshot();
         let now = Instant::now();
-        for (cluster, headroom) in clusters.iter().zip(headroom.iter_mut()) {
+        for cluster in current.iter() {
+            let Some(entry) = watched.get_mut(&Arc::as_ptr(cluster)) else {
+                continue;
+            };
+            let headroom = &mut entry.headroom;
             cluster.health.expire_ejections(&cluster.host_set);
             let totals = |name: &str| {
                 snapshot
@@ -99,6 +118,52 @@ async fn run(
             cluster.gauges.rq_headroom.set(rq);
             cluster.gauges.pending_headroom.set(pending);
             headroom.watch(&cluster.name, rq, now);
+        }
+    }
+}
+
+/// Starts watching clusters that appeared and hosts that joined (health checks), and stops
+/// for those that left.
+fn follow(
+    current: &[Arc<SharedCluster>],
+    watched: &mut HashMap<*const SharedCluster, Watched>,
+    stats: &ProxyStats,
+    shard: &stats::Shard,
+) {
+    watched.retain(|key, _| current.iter().any(|c| Arc::as_ptr(c) == *key));
+    for cluster in current {
+        let entry = watched
+            .entry(Arc::as_ptr(cluster))
+            .or_insert_with(|| Watched {
+                cluster: Arc::clone(cluster),
+                headroom: Headroom::default(),
+                checks: HashMap::new(),
+                check_stats: None,
+            });
+        let Some(check) = &entry.cluster.health_check else {
+            continue;
+        };
+        let snapshot = cluster.host_set.snapshot();
+        entry.checks.retain(|addr, task| {
+            let keep = snapshot.position(*addr).is_some();
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        let check_stats = entry
+            .check_stats
+            .get_or_insert_with(|| Rc::new(stats.catalog.cluster(shard, &cluster.name)));
+        for host in snapshot.hosts() {
+            let addr = host.addr();
+            entry.checks.entry(addr).or_insert_with(|| {
+                tokio::task::spawn_local(check_host(
+                    Arc::clone(cluster),
+                    addr,
+                    check.clone(),
+                    Rc::clone(check_stats),
+                ))
+            });
         }
     }
 }
@@ -165,7 +230,6 @@ impl Headroom {
 
 async fn check_host(
     cluster: Arc<SharedCluster>,
-    index: usize,
     addr: SocketAddr,
     config: HealthCheckConfig,
     stats: Rc<ClusterStats>,
@@ -190,11 +254,11 @@ async fn check_host(
         if passing && failures >= config.unhealthy_threshold {
             passing = false;
             tracing::warn!(cluster = %cluster.name, host = %addr, "host failed its health checks");
-            cluster.health.set_passing(&cluster.host_set, index, false);
+            cluster.health.set_passing(&cluster.host_set, addr, false);
         } else if !passing && successes >= config.healthy_threshold {
             passing = true;
             tracing::info!(cluster = %cluster.name, host = %addr, "host passes its health checks again");
-            cluster.health.set_passing(&cluster.host_set, index, true);
+            cluster.health.set_passing(&cluster.host_set, addr, true);
         }
         tokio::time::sleep(config.interval + rng.up_to(config.jitter)).await;
     }

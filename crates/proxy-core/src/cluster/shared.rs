@@ -1,8 +1,9 @@
 //! What every worker shares about a cluster: its host set (health, weights, requests in flight)
-//! and its circuit breakers. Built once when the server starts.
+//! and its circuit breakers. Built when the cluster first appears in a config, and kept by
+//! later configs that leave it unchanged (its endpoints may change).
 
 use crate::catalog::{ClusterGauges, ProxyStats};
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, Endpoint, HealthCheckConfig};
 use crate::tls::UpstreamTls;
 
 use super::breaker::CircuitBreakers;
@@ -16,6 +17,8 @@ pub(crate) struct SharedCluster {
     pub(crate) gauges: ClusterGauges,
     /// TLS to the hosts, if the cluster uses it.
     pub(crate) tls: Option<UpstreamTls>,
+    /// Active health checking, run by the monitor thread.
+    pub(crate) health_check: Option<HealthCheckConfig>,
 }
 
 impl SharedCluster {
@@ -25,14 +28,8 @@ impl SharedCluster {
         stats: &ProxyStats,
         tls: Option<UpstreamTls>,
     ) -> Self {
-        let host_set = balancer::HostSet::new(
-            config
-                .endpoints
-                .iter()
-                .map(|e| balancer::HostSpec::new(e.address).with_weight(e.weight))
-                .collect(),
-        )
-        .expect("endpoints were validated: distinct, non-empty, weights >= 1");
+        let host_set = balancer::HostSet::new(host_specs(&config.endpoints))
+            .expect("endpoints were validated: distinct, non-empty, weights >= 1");
         let gauges = stats
             .catalog
             .cluster_gauges(&stats.registry.shard(&[]), &config.name);
@@ -46,7 +43,24 @@ impl SharedCluster {
             breakers: CircuitBreakers::new(&config.circuit_breakers, workers),
             gauges,
             tls,
+            health_check: config.health_check.clone(),
         }
+    }
+
+    /// Replaces the hosts: those that stay keep their health, ejections and requests in
+    /// flight, and every worker's pools for them.
+    pub(crate) fn set_endpoints(&self, endpoints: &[Endpoint]) -> Result<(), balancer::BuildError> {
+        // Hosts that stay are published with the health they have (an ejection stays).
+        let specs = host_specs(endpoints)
+            .into_iter()
+            .map(|spec| match self.health.health_of(spec.addr) {
+                Some(health) => spec.with_health(health),
+                None => spec,
+            })
+            .collect();
+        self.host_set.update(specs)?;
+        self.health.sync(&self.host_set);
+        Ok(())
     }
 
     /// Sets the breaker and membership gauges from the live counts.
@@ -73,4 +87,11 @@ impl SharedCluster {
         g.membership_healthy.set(healthy);
         g.ejections_active.set(ejected);
     }
+}
+
+fn host_specs(endpoints: &[Endpoint]) -> Vec<balancer::HostSpec> {
+    endpoints
+        .iter()
+        .map(|e| balancer::HostSpec::new(e.address).with_weight(e.weight))
+        .collect()
 }

@@ -68,6 +68,9 @@ pub struct Config {
     pub admin: Option<SocketAddr>,
     /// Downstream connections the whole process holds at most; `None`: no limit.
     pub max_connections: Option<usize>,
+    /// Reload when the config file changes (checked once a second), besides `SIGHUP` and
+    /// `POST /reload`.
+    pub watch: bool,
     pub listeners: Vec<ListenerConfig>,
     pub clusters: Vec<ClusterConfig>,
 }

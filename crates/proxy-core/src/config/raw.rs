@@ -18,6 +18,8 @@ pub struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub max_connections: Option<u64>,
     #[serde(default)]
+    pub watch: bool,
+    #[serde(default)]
     pub listeners: Vec<RawListener>,
     #[serde(default)]
     pub clusters: Vec<RawCluster>,

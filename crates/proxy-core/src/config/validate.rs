@@ -112,6 +112,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         drain_timeout: raw.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
         admin,
         max_connections: limit(raw.max_connections, "max_connections")?,
+        watch: raw.watch,
         listeners,
         clusters,
     })

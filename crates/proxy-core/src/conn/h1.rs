@@ -109,7 +109,7 @@ async fn serve_h1_until_idle(
     let tunnel = ctx.tunnel.borrow_mut().take();
     if let (Ok(()), Some(tunnel)) = (&result, tunnel) {
         // The 101 is out: from here on the connection is a byte relay, not HTTP.
-        let http = &service.http;
+        let http = service.http.current();
         // Boxed: only upgraded connections carry the relay's state.
         Box::pin(crate::http::relay_tunnel(
             io,

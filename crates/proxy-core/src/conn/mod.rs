@@ -29,7 +29,7 @@ use io::DownstreamIo;
 use service::ProxyService;
 
 use crate::context::ConnCtx;
-use crate::http::HttpCtx;
+use crate::http::HttpSlot;
 use crate::tls::Handshake;
 
 /// The first bytes of every HTTP/2 prior-knowledge connection (RFC 9113 section 3.4).
@@ -47,7 +47,7 @@ pub(crate) struct ConnSettings {
 pub(crate) async fn serve(
     stream: TcpStream,
     ctx: Rc<ConnCtx>,
-    http: Rc<HttpCtx>,
+    http: Rc<HttpSlot>,
     settings: Rc<ConnSettings>,
     mut drain: watch::Receiver<bool>,
 ) {

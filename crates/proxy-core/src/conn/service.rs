@@ -6,12 +6,13 @@ use std::rc::Rc;
 use hyper::body::Incoming;
 
 use crate::context::{ConnCtx, InFlight, RequestBody};
-use crate::http::{HttpCtx, ResponseBody, handler};
+use crate::http::{HttpSlot, ResponseBody, handler};
 
 #[derive(Clone)]
 pub(super) struct ProxyService {
     pub(super) conn: Rc<ConnCtx>,
-    pub(super) http: Rc<HttpCtx>,
+    /// The listener's routes and filters as of each request.
+    pub(super) http: Rc<HttpSlot>,
 }
 
 impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
@@ -36,7 +37,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
         Box::pin(handler::handle(
             req,
             Rc::clone(conn),
-            Rc::clone(&self.http),
+            self.http.current(),
             in_flight,
         ))
     }

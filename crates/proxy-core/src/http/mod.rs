@@ -32,9 +32,31 @@ pub(crate) struct HttpCtx {
     pub(crate) routes: RouteTable,
     pub(crate) filters: FilterChain,
     /// The worker's clusters, in config order (routes refer to them by index).
-    pub(crate) clusters: Rc<[Cluster]>,
+    pub(crate) clusters: Rc<[Rc<Cluster>]>,
     /// An upgraded connection with nothing moving for this long is closed.
     pub(crate) upgrade_idle_timeout: std::time::Duration,
     /// Bytes an upgraded connection holds per direction.
     pub(crate) upgrade_buffer: usize,
+}
+
+/// A listener's current [`HttpCtx`] on one worker. A connection reads it once per request,
+/// so the next request on a kept-alive connection follows a config change while requests in
+/// flight finish on the context they started with.
+pub(crate) struct HttpSlot(std::cell::RefCell<Rc<HttpCtx>>);
+
+impl HttpSlot {
+    pub(crate) fn new(ctx: HttpCtx) -> Self {
+        Self(std::cell::RefCell::new(Rc::new(ctx)))
+    }
+
+    pub(crate) fn current(&self) -> Rc<HttpCtx> {
+        Rc::clone(&self.0.borrow())
+    }
+
+    /// Puts `ctx` in place for the requests that start from now on.
+    pub(crate) fn replace(&self, ctx: HttpCtx) {
+        // The old context is dropped outside the borrow: its drop may run arbitrary code.
+        let old = self.0.replace(Rc::new(ctx));
+        drop(old);
+    }
 }

@@ -5,4 +5,4 @@ mod limit;
 mod reuse_port;
 
 pub(crate) use limit::{ConnPermit, ConnectionLimits, Limit};
-pub(crate) use reuse_port::{bind_per_worker, bind_shared, reuse_port_supported};
+pub(crate) use reuse_port::{bind_per_worker, bind_shared, join_reuse_port, reuse_port_supported};

@@ -51,6 +51,11 @@ pub(crate) fn bind_per_worker(
     Ok(sockets)
 }
 
+/// One more socket in the `SO_REUSEPORT` group already listening on `addr`.
+pub(crate) fn join_reuse_port(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    bind_one(addr, true)
+}
+
 /// One socket for every worker to accept from (`exact` balancing), without `SO_REUSEPORT`.
 pub(crate) fn bind_shared(
     addr: SocketAddr,

@@ -138,6 +138,11 @@ impl ServerTls {
         &self.listener
     }
 
+    /// The settings this listener's TLS was built from.
+    pub(crate) fn spec(&self) -> &ListenerTlsConfig {
+        &self.spec
+    }
+
     /// Reads the certificate, key and CA files again. New handshakes use them; connections
     /// already established are not touched. On an error the current config stays.
     pub(crate) fn reload(&self) -> Result<(), TlsError> {
@@ -214,10 +219,19 @@ impl TlsListeners {
 
     /// Reloads every listener's certificates: `(listener, outcome)` for each.
     pub(crate) fn reload_all(&self) -> Vec<(String, Result<(), TlsError>)> {
+        self.reload_some(|_| true)
+    }
+
+    /// Reloads the certificates of the listeners `which` picks.
+    pub(crate) fn reload_some(
+        &self,
+        which: impl Fn(&Arc<ServerTls>) -> bool,
+    ) -> Vec<(String, Result<(), TlsError>)> {
         let counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         self.listeners
             .iter()
             .enumerate()
+            .filter(|(_, tls)| which(tls))
             .map(|(i, tls)| {
                 let outcome = tls.reload();
                 match &outcome {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 use super::balance::{ExactBalance, Handoff};
 use super::listener::Listener;
@@ -23,11 +22,11 @@ pub(super) struct Accepted {
     pub(super) worker: Rc<WorkerCtx>,
     pub(super) tracker: Rc<ConnTracker>,
     pub(super) balance: Arc<ExactBalance>,
-    pub(super) drain: watch::Receiver<bool>,
 }
 
 impl Accepted {
-    /// Serves a connection already admitted and counted in this worker's load.
+    /// Serves a connection already admitted and counted in this worker's load, with the
+    /// listener's state as it is now.
     pub(super) fn serve(
         &self,
         stream: TcpStream,
@@ -35,7 +34,8 @@ impl Accepted {
         listener: &Listener,
         permit: ConnPermit,
     ) {
-        let ctx = &listener.ctx;
+        let state = listener.state();
+        let ctx = &state.ctx;
         tracing::debug!(worker = self.worker_id, listener = %ctx.name, %peer, "accepted connection");
         let guard = ConnGuard::new(&self.tracker);
         ctx.stats.cx_total.inc();
@@ -49,14 +49,19 @@ impl Accepted {
             Rc::clone(&self.worker),
         ));
         let http = Rc::clone(&listener.http);
-        let settings = Rc::clone(&listener.conn);
-        let drain = self.drain.clone();
+        let settings = Rc::clone(&state.conn);
+        let drain = listener.drain.subscribe();
+        let mut close = listener.close.subscribe();
         let ctx = Rc::clone(ctx);
         let worker = Rc::clone(&self.worker);
         let balance = Arc::clone(&self.balance);
         let worker_id = self.worker_id;
         tokio::task::spawn_local(async move {
-            conn::serve(stream, conn_ctx, http, settings, drain).await;
+            tokio::select! {
+                () = conn::serve(stream, conn_ctx, http, settings, drain) => {}
+                // The listener was removed and its drain time is up.
+                _ = close.wait_for(|closed| *closed) => {}
+            }
             worker.stats.cx_active.dec();
             ctx.stats.cx_active.dec();
             ctx.stats.cx_destroy.inc();
@@ -67,29 +72,31 @@ impl Accepted {
     }
 }
 
-pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, mut at: Accepted) {
-    let ctx = &listener.ctx;
+/// Accepts on `socket` until the listener drains (removed, or the process stops).
+pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, at: Rc<Accepted>) {
+    let mut drain = listener.drain.subscribe();
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
-            _ = at.drain.wait_for(|draining| *draining) => return,
+            _ = drain.wait_for(|draining| *draining) => return,
         };
+        let state = listener.state();
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(err) => {
                 // EMFILE and friends: back off briefly instead of spinning on the error.
-                tracing::warn!(worker = at.worker_id, listener = %ctx.name, error = %err, "accept failed");
+                tracing::warn!(worker = at.worker_id, listener = %state.ctx.name, error = %err, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
-        let Some(permit) = listener.limits.try_admit() else {
+        let Some(permit) = state.limits.try_admit() else {
             // Closed at once: the client learns now, not after a timeout.
-            ctx.stats.cx_overflow.inc();
+            state.ctx.stats.cx_overflow.inc();
             drop(stream);
             continue;
         };
-        let target = if listener.exact {
+        let target = if state.exact {
             at.balance.assign(at.worker_id)
         } else {
             at.balance.opened(at.worker_id);
@@ -104,7 +111,7 @@ pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, mut
                 let handoff = Handoff {
                     stream,
                     peer,
-                    listener: listener.index,
+                    listener: listener.id,
                     permit,
                 };
                 if !at.balance.hand_off(target, handoff) {

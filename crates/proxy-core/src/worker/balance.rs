@@ -15,8 +15,8 @@ use crate::listener::ConnPermit;
 pub(crate) struct Handoff {
     pub(crate) stream: std::net::TcpStream,
     pub(crate) peer: SocketAddr,
-    /// Index of the listener in the config.
-    pub(crate) listener: usize,
+    /// The listener's id (kept across config generations).
+    pub(crate) listener: u64,
     pub(crate) permit: ConnPermit,
 }
 

@@ -1,10 +1,15 @@
-//! One listener on one worker: what accepting needs, and the three contexts its connections
-//! are served with, built from the listener's config.
+//! One listener on one worker, across config generations: its accept loop, the state new
+//! connections are served with (swapped whole by a config change), the routes and filters
+//! each request reads (swapped in their slot), and the drain of its connections when the
+//! listener is removed or the process stops.
 
-use std::rc::Rc;
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::HeaderValue;
+use tokio::sync::watch;
 
 use crate::access_log::{LogSinks, WorkerLog};
 use crate::catalog::Catalog;
@@ -12,93 +17,204 @@ use crate::cluster::Cluster;
 use crate::config::{ConnectionBalance, ListenerConfig};
 use crate::conn::{Codecs, ConnSettings};
 use crate::context::ListenerCtx;
-use crate::filters::{FilterChain, SharedFilters};
-use crate::http::HttpCtx;
+use crate::filters::FilterChain;
+use crate::http::{HttpCtx, HttpSlot};
 use crate::listener::ConnectionLimits;
+use crate::live::SharedListener;
 use crate::router::RouteTable;
 use crate::tls::{Handshake, ServerTls};
 
 pub(super) struct Listener {
-    /// Position in the config, which hand-offs between workers refer to.
-    pub(super) index: usize,
+    /// Kept across generations; hand-offs between workers name it.
+    pub(super) id: u64,
+    /// What accepting and new connections use; replaced by a config change.
+    state: RefCell<Rc<ListenerState>>,
+    /// The routes, filters and clusters of the next request on any of its connections.
+    pub(super) http: Rc<HttpSlot>,
+    /// Turned on to stop accepting and drain the listener's connections.
+    pub(super) drain: watch::Sender<bool>,
+    /// Turned on when the drain time is up: the connections left are closed.
+    pub(super) close: watch::Sender<bool>,
+    /// Contexts replaced while connections still held them, so their access log lines keep
+    /// being flushed.
+    retired: RefCell<Vec<Weak<ListenerCtx>>>,
+}
+
+/// What new connections of a listener are served with, as of one generation.
+pub(super) struct ListenerState {
     /// `connection_balance: exact`: each connection goes to the least-loaded worker.
     pub(super) exact: bool,
     pub(super) limits: ConnectionLimits,
     /// What requests need to know about the listener.
     pub(super) ctx: Rc<ListenerCtx>,
-    /// The HTTP request path: routes, authorization, clusters.
-    pub(super) http: Rc<HttpCtx>,
     /// How connections are served: codecs and TLS.
     pub(super) conn: Rc<ConnSettings>,
+    /// What `ctx` and `conn` were built from, to tell whether a new generation changes them.
+    built_from: BuiltFrom,
+}
+
+#[derive(PartialEq)]
+struct BuiltFrom {
+    conn_key: u64,
+    tls: Option<*const ServerTls>,
+    log_sinks: *const LogSinks,
 }
 
 /// What building a worker's listeners draws on, besides each listener's config.
 pub(super) struct Parts<'a> {
     pub(super) catalog: &'a Catalog,
     pub(super) shard: &'a stats::Shard,
-    pub(super) log_sinks: &'a LogSinks,
+    pub(super) log_sinks: &'a Arc<LogSinks>,
     /// The worker's clusters, in config order.
-    pub(super) clusters: &'a Rc<[Cluster]>,
+    pub(super) clusters: &'a Rc<[Rc<Cluster>]>,
 }
 
 impl Listener {
-    pub(super) fn new(
-        index: usize,
-        config: &ListenerConfig,
-        limits: &ConnectionLimits,
-        tls: Option<&Arc<ServerTls>>,
-        filters: &SharedFilters,
-        parts: &Parts<'_>,
-    ) -> Self {
-        let Parts {
-            catalog,
-            shard,
-            log_sinks,
-            clusters,
-        } = parts;
-        let name = &config.name;
-        let access_log = config.access_log.as_ref().and_then(|log| {
-            let tx = log_sinks.sender(&log.target)?;
-            Some(WorkerLog::new(
-                log.format.clone(),
-                tx,
-                Arc::clone(&log_sinks.dropped),
-            ))
-        });
+    pub(super) fn new(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>) -> Self {
+        let state = ListenerState::new(config, shared, parts, None);
         Self {
-            index,
-            exact: config.connection_balance == ConnectionBalance::Exact,
-            limits: limits.clone(),
-            ctx: Rc::new(ListenerCtx {
-                name: name.clone(),
-                tls: tls.is_some(),
-                forwarded_proto: HeaderValue::from_static(if tls.is_some() {
-                    "https"
-                } else {
-                    "http"
-                }),
-                max_requests_per_connection: config.http.max_requests_per_connection,
-                head_limit: Codecs::head_limit_to_check(config),
-                stats: catalog.listener(shard, name),
-                access_log,
-            }),
-            http: Rc::new(HttpCtx {
-                routes: RouteTable::new(config.routes.clone()),
-                filters: FilterChain::new(config, filters, catalog, shard),
-                clusters: Rc::clone(clusters),
-                upgrade_idle_timeout: config.http.idle_timeout,
-                upgrade_buffer: config.buffer_limit as usize,
-            }),
-            conn: Rc::new(ConnSettings {
-                codecs: Codecs::new(config),
-                tls: tls.map(|server| {
-                    Handshake::new(
-                        Arc::clone(server),
-                        catalog.tls(shard, name),
-                        config.buffer_limit,
-                    )
-                }),
-            }),
+            id: shared.id,
+            state: RefCell::new(Rc::new(state)),
+            http: Rc::new(HttpSlot::new(http_ctx(config, shared, parts))),
+            drain: watch::Sender::new(false),
+            close: watch::Sender::new(false),
+            retired: RefCell::new(Vec::new()),
         }
+    }
+
+    pub(super) fn state(&self) -> Rc<ListenerState> {
+        Rc::clone(&self.state.borrow())
+    }
+
+    /// Takes a new generation's config: new connections get the new state, the next request
+    /// on every connection the new routes, filters and clusters.
+    pub(super) fn update(
+        &self,
+        config: &ListenerConfig,
+        shared: &SharedListener,
+        parts: &Parts<'_>,
+    ) {
+        let old = self.state();
+        let state = ListenerState::new(config, shared, parts, Some(&old));
+        if !Rc::ptr_eq(&state.ctx, &old.ctx) {
+            let mut retired = self.retired.borrow_mut();
+            retired.retain(|ctx| ctx.strong_count() > 0);
+            retired.push(Rc::downgrade(&old.ctx));
+        }
+        self.state.replace(Rc::new(state));
+        self.http.replace(http_ctx(config, shared, parts));
+    }
+
+    /// Stops accepting and drains the listener's connections; those still open after
+    /// `drain_timeout` are closed.
+    pub(super) fn remove(self: &Rc<Self>, drain_timeout: Duration) {
+        self.drain.send_replace(true);
+        let close = self.close.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(drain_timeout).await;
+            close.send_replace(true);
+        });
+    }
+
+    /// Hands buffered access log lines to their writer, for this and replaced contexts.
+    pub(super) fn flush_logs(&self) {
+        if let Some(log) = &self.state().ctx.access_log {
+            log.flush();
+        }
+        let mut retired = self.retired.borrow_mut();
+        retired.retain(|ctx| match ctx.upgrade() {
+            Some(ctx) => {
+                if let Some(log) = &ctx.access_log {
+                    log.flush();
+                }
+                true
+            }
+            None => false,
+        });
+    }
+}
+
+impl ListenerState {
+    fn new(
+        config: &ListenerConfig,
+        shared: &SharedListener,
+        parts: &Parts<'_>,
+        old: Option<&ListenerState>,
+    ) -> Self {
+        let built_from = BuiltFrom {
+            conn_key: shared.conn_key,
+            tls: shared.tls.as_ref().map(Arc::as_ptr),
+            log_sinks: Arc::as_ptr(parts.log_sinks),
+        };
+        let (ctx, conn) = match old {
+            // Nothing a connection is served with changed: keep it (and its stats handles).
+            Some(old) if old.built_from == built_from => {
+                (Rc::clone(&old.ctx), Rc::clone(&old.conn))
+            }
+            _ => (
+                Rc::new(listener_ctx(config, shared.tls.as_ref(), parts)),
+                Rc::new(conn_settings(config, shared.tls.as_ref(), parts)),
+            ),
+        };
+        Self {
+            exact: config.connection_balance == ConnectionBalance::Exact,
+            limits: shared.limits.clone(),
+            ctx,
+            conn,
+            built_from,
+        }
+    }
+}
+
+fn listener_ctx(
+    config: &ListenerConfig,
+    tls: Option<&Arc<ServerTls>>,
+    parts: &Parts<'_>,
+) -> ListenerCtx {
+    let name = &config.name;
+    let log_sinks = parts.log_sinks;
+    let access_log = config.access_log.as_ref().and_then(|log| {
+        let tx = log_sinks.sender(&log.target)?;
+        Some(WorkerLog::new(
+            log.format.clone(),
+            tx,
+            Arc::clone(&log_sinks.dropped),
+        ))
+    });
+    ListenerCtx {
+        name: name.clone(),
+        tls: tls.is_some(),
+        forwarded_proto: HeaderValue::from_static(if tls.is_some() { "https" } else { "http" }),
+        max_requests_per_connection: config.http.max_requests_per_connection,
+        head_limit: Codecs::head_limit_to_check(config),
+        stats: parts.catalog.listener(parts.shard, name),
+        access_log,
+    }
+}
+
+fn conn_settings(
+    config: &ListenerConfig,
+    tls: Option<&Arc<ServerTls>>,
+    parts: &Parts<'_>,
+) -> ConnSettings {
+    ConnSettings {
+        codecs: Codecs::new(config),
+        tls: tls.map(|server| {
+            Handshake::new(
+                Arc::clone(server),
+                parts.catalog.tls(parts.shard, &config.name),
+                config.buffer_limit,
+            )
+        }),
+    }
+}
+
+fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>) -> HttpCtx {
+    HttpCtx {
+        routes: RouteTable::new(config.routes.clone()),
+        filters: FilterChain::new(config, &shared.filters, parts.catalog, parts.shard),
+        clusters: Rc::clone(parts.clusters),
+        upgrade_idle_timeout: config.http.idle_timeout,
+        upgrade_buffer: config.buffer_limit as usize,
     }
 }

@@ -2,9 +2,12 @@
 //! sockets and owns everything its connections touch (routes, filters, upstream pools), so
 //! the request path takes no locks and never wakes another thread.
 //!
+//! A worker follows the config's generations: each new one is applied between two events
+//! of its loop (see [`apply`]), so a swap never races a request on this thread.
+//!
 //! ```text
-//! mod.rs       the thread: build the listeners, run until the drain, wait for connections
-//! listener.rs  one listener on this worker: its contexts, built from config
+//! mod.rs       the thread: apply generations, run until the drain, wait for connections
+//! listener.rs  one listener on this worker across generations: its state, routes, drain
 //! accept.rs    accept loops, connection limits, hand-offs, the connection's task
 //! balance.rs   `connection_balance: exact` across workers
 //! tracker.rs   open connections, for the drain
@@ -15,7 +18,8 @@ mod balance;
 mod listener;
 mod tracker;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -24,14 +28,11 @@ use std::thread::JoinHandle;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::access_log::{self, LogSinks};
+use crate::access_log;
 use crate::catalog::ProxyStats;
 use crate::cluster::{Cluster, SharedCluster};
-use crate::config::Config;
 use crate::context::WorkerCtx;
-use crate::filters::SharedFilters;
-use crate::listener::ConnectionLimits;
-use crate::tls::ServerTls;
+use crate::live::Generation;
 use accept::{Accepted, accept_loop};
 pub(crate) use balance::ExactBalance;
 use balance::Handoff;
@@ -41,20 +42,10 @@ use tracker::ConnTracker;
 /// What a worker thread is started with.
 pub(crate) struct WorkerSpec {
     pub(crate) id: usize,
-    pub(crate) config: Arc<Config>,
-    /// One bound socket per listener, in config order.
-    pub(crate) sockets: Vec<std::net::TcpListener>,
+    /// The config in force, and every one after it.
+    pub(crate) generations: watch::Receiver<Arc<Generation>>,
     pub(crate) drain: watch::Receiver<bool>,
     pub(crate) stats: Arc<ProxyStats>,
-    pub(crate) log_sinks: Arc<LogSinks>,
-    /// Per cluster, in config order: hosts and breakers every worker shares.
-    pub(crate) clusters: Arc<Vec<Arc<SharedCluster>>>,
-    /// Per listener, in config order: the connection limits all workers share.
-    pub(crate) limits: Arc<Vec<ConnectionLimits>>,
-    /// Per listener, in config order: its TLS, if it terminates TLS.
-    pub(crate) tls: Arc<Vec<Option<Arc<ServerTls>>>>,
-    /// Per listener, in config order: filter state all workers share (rate limit buckets).
-    pub(crate) filters: Arc<Vec<SharedFilters>>,
     /// Open connections per worker, for `exact` balancing; and this worker's hand-off queue.
     pub(crate) balance: Arc<ExactBalance>,
     pub(crate) handoff: tokio::sync::mpsc::UnboundedReceiver<Handoff>,
@@ -70,128 +61,202 @@ pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
         })
 }
 
+/// The worker's side of the config in force.
+struct Worker {
+    id: usize,
+    stats: Arc<ProxyStats>,
+    shard: stats::Shard,
+    accepted: Rc<Accepted>,
+    /// In the generation's order.
+    clusters: Rc<[Rc<Cluster>]>,
+    /// In the generation's order; shared with the hand-off and flush tasks.
+    listeners: Rc<RefCell<Vec<Rc<Listener>>>>,
+    /// Accept loops, by listener id.
+    accept_loops: HashMap<u64, tokio::task::JoinHandle<()>>,
+    drain_timeout: std::time::Duration,
+}
+
+impl Worker {
+    /// Serves with `generation` from now on: clusters the generation kept keep this worker's
+    /// pools; kept listeners take the new routes and settings; new listeners start accepting
+    /// on their socket; removed ones drain.
+    async fn apply(&mut self, generation: &Generation) {
+        let catalog = &self.stats.catalog;
+        let config = &generation.config;
+        let mut old: HashMap<*const SharedCluster, Rc<Cluster>> = self
+            .clusters
+            .iter()
+            .map(|c| (Arc::as_ptr(c.shared()), Rc::clone(c)))
+            .collect();
+        self.clusters = config
+            .clusters
+            .iter()
+            .zip(generation.clusters.iter())
+            .map(|(c, shared)| match old.remove(&Arc::as_ptr(shared)) {
+                Some(kept) => {
+                    kept.sync_pools();
+                    kept
+                }
+                None => Rc::new(Cluster::new(c, shared, catalog, &self.shard)),
+            })
+            .collect();
+        let parts = Parts {
+            catalog,
+            shard: &self.shard,
+            log_sinks: &generation.log_sinks,
+            clusters: &self.clusters,
+        };
+        let current = self.listeners.borrow().clone();
+        let mut next = Vec::with_capacity(generation.listeners.len());
+        for (config, shared) in config.listeners.iter().zip(&generation.listeners) {
+            if let Some(kept) = current.iter().find(|l| l.id == shared.id) {
+                kept.update(config, shared, &parts);
+                next.push(Rc::clone(kept));
+                continue;
+            }
+            let Some(socket) = shared.sockets.take(self.id) else {
+                tracing::error!(worker = self.id, listener = %config.name, "no socket for this worker");
+                continue;
+            };
+            let socket = match TcpListener::from_std(socket) {
+                Ok(s) => s,
+                Err(err) => {
+                    tracing::error!(worker = self.id, listener = %config.name, error = %err, "cannot register listener socket");
+                    continue;
+                }
+            };
+            let listener = Rc::new(Listener::new(config, shared, &parts));
+            let task = tokio::task::spawn_local(accept_loop(
+                socket,
+                Rc::clone(&listener),
+                Rc::clone(&self.accepted),
+            ));
+            self.accept_loops.insert(listener.id, task);
+            next.push(listener);
+        }
+        self.drain_timeout = config.drain_timeout;
+        *self.listeners.borrow_mut() = next.clone();
+        for removed in current.iter().filter(|l| next.iter().all(|n| n.id != l.id)) {
+            tracing::info!(worker = self.id, listener = %removed.state().ctx.name, "listener removed: draining its connections");
+            removed.remove(self.drain_timeout);
+            // The accept loop ends on the drain and closes the socket: done before this
+            // worker reports the generation applied, so a removed address refuses at once.
+            if let Some(task) = self.accept_loops.remove(&removed.id) {
+                let _ = task.await;
+            }
+        }
+        self.accepted
+            .worker
+            .stats
+            .config_generation
+            .set(generation.number as i64);
+        generation.applied_by_worker();
+    }
+}
+
 async fn run(spec: WorkerSpec) {
     let WorkerSpec {
         id,
-        config,
-        sockets,
+        mut generations,
         drain,
         stats,
-        log_sinks,
-        clusters,
-        limits,
-        tls,
-        filters,
         balance,
         mut handoff,
     } = spec;
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
-    let catalog = &stats.catalog;
-    let worker = Rc::new(WorkerCtx {
-        stats: catalog.worker(&shard),
+    let worker_ctx = Rc::new(WorkerCtx {
+        stats: stats.catalog.worker(&shard),
         draining: Cell::new(false),
     });
-    let worker_clusters: Rc<[Cluster]> = config
-        .clusters
-        .iter()
-        .zip(clusters.iter())
-        .map(|(c, shared)| Cluster::new(c, shared, catalog, &shard))
-        .collect();
-    let parts = Parts {
-        catalog,
-        shard: &shard,
-        log_sinks: &log_sinks,
-        clusters: &worker_clusters,
-    };
     let tracker = Rc::new(ConnTracker::default());
+    let mut worker = Worker {
+        id,
+        stats: Arc::clone(&stats),
+        shard,
+        accepted: Rc::new(Accepted {
+            worker_id: id,
+            worker: Rc::clone(&worker_ctx),
+            tracker: Rc::clone(&tracker),
+            balance,
+        }),
+        clusters: Rc::new([]),
+        listeners: Rc::default(),
+        accept_loops: HashMap::new(),
+        drain_timeout: crate::config::DEFAULT_DRAIN_TIMEOUT,
+    };
+    let first = Arc::clone(&generations.borrow_and_update());
+    worker.apply(&first).await;
+    drop(first);
 
-    let mut accept_loops = Vec::new();
-    let mut listeners: Vec<Rc<Listener>> = Vec::new();
-    for ((((listener, socket), limits), tls), filters) in config
-        .listeners
-        .iter()
-        .zip(sockets)
-        .zip(limits.iter())
-        .zip(tls.iter())
-        .zip(filters.iter())
-    {
-        let socket = match TcpListener::from_std(socket) {
-            Ok(s) => s,
-            Err(err) => {
-                tracing::error!(worker = id, listener = %listener.name, error = %err, "cannot register listener socket");
-                continue;
-            }
-        };
-        let ctx = Rc::new(Listener::new(
-            listeners.len(),
-            listener,
-            limits,
-            tls.as_ref(),
-            filters,
-            &parts,
-        ));
-        listeners.push(Rc::clone(&ctx));
-        accept_loops.push(tokio::task::spawn_local(accept_loop(
-            socket,
-            ctx,
-            Accepted {
-                worker_id: id,
-                worker: Rc::clone(&worker),
-                tracker: Rc::clone(&tracker),
-                balance: Arc::clone(&balance),
-                drain: drain.clone(),
-            },
-        )));
-    }
     // Connections other workers accepted for this one (`exact` balancing).
     let receiver = {
-        let listeners = listeners.clone();
-        let to = Accepted {
-            worker_id: id,
-            worker: Rc::clone(&worker),
-            tracker: Rc::clone(&tracker),
-            balance: Arc::clone(&balance),
-            drain: drain.clone(),
-        };
+        let listeners = Rc::clone(&worker.listeners);
+        let to = Rc::clone(&worker.accepted);
         tokio::task::spawn_local(async move {
             while let Some(h) = handoff.recv().await {
-                match (listeners.get(h.listener), TcpStream::from_std(h.stream)) {
-                    (Some(ctx), Ok(stream)) => to.serve(stream, h.peer, ctx, h.permit),
+                let listener = listeners
+                    .borrow()
+                    .iter()
+                    .find(|l| l.id == h.listener)
+                    .cloned();
+                match (listener, TcpStream::from_std(h.stream)) {
+                    (Some(listener), Ok(stream)) => to.serve(stream, h.peer, &listener, h.permit),
                     _ => to.balance.closed(to.worker_id),
                 }
             }
         })
     };
-    // Buffered access log lines reach their writer at least this often.
-    let flusher = {
-        let listeners = listeners.clone();
-        tokio::task::spawn_local(async move {
+    // Buffered access log lines reach their writer at least this often; hosts removed from
+    // a cluster (a reload, DNS) leave this worker's pools at least this often too.
+    let housekeeping = {
+        let listeners = Rc::clone(&worker.listeners);
+        let clusters = Rc::new(RefCell::new(Rc::clone(&worker.clusters)));
+        let kept = Rc::clone(&clusters);
+        let task = tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(access_log::FLUSH_EVERY);
             loop {
                 tick.tick().await;
-                flush_logs(&listeners);
+                flush_logs(&listeners.borrow());
+                for cluster in kept.borrow().iter() {
+                    cluster.sync_pools();
+                }
             }
-        })
+        });
+        (task, clusters)
     };
 
     let mut drain_rx = drain.clone();
-    let _ = drain_rx.wait_for(|draining| *draining).await;
-    worker.draining.set(true);
-    // Accept loops end on the same signal and close their sockets.
-    for task in accept_loops {
+    loop {
+        tokio::select! {
+            _ = drain_rx.wait_for(|draining| *draining) => break,
+            changed = generations.changed() => {
+                if changed.is_err() {
+                    break; // the server is gone
+                }
+                let generation = Arc::clone(&generations.borrow_and_update());
+                worker.apply(&generation).await;
+                *housekeeping.1.borrow_mut() = Rc::clone(&worker.clusters);
+            }
+        }
+    }
+    worker_ctx.draining.set(true);
+    let listeners = worker.listeners.borrow().clone();
+    for listener in &listeners {
+        listener.drain.send_replace(true);
+    }
+    // Accept loops end on the drain and close their sockets.
+    for (_, task) in worker.accept_loops.drain() {
         let _ = task.await;
     }
     receiver.abort();
-    tracker.wait_for_all_closed(config.drain_timeout).await;
-    flusher.abort();
+    tracker.wait_for_all_closed(worker.drain_timeout).await;
+    housekeeping.0.abort();
     flush_logs(&listeners);
     tracing::debug!(worker = id, "worker stopped");
 }
 
 fn flush_logs(listeners: &[Rc<Listener>]) {
     for listener in listeners {
-        if let Some(log) = &listener.ctx.access_log {
-            log.flush();
-        }
+        listener.flush_logs();
     }
 }

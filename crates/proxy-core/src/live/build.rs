@@ -1,0 +1,322 @@
+//! Building a generation from a validated config and the generation in force. Everything
+//! that can fail (binding new listeners, loading TLS files, opening access logs) happens here,
+//! before anything changes; what must change shared state in place (a kept cluster's
+//! endpoints, a kept listener's certificates) is returned as a [`Commit`] to run once the
+//! whole generation is known to be good.
+
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::BuildError;
+use super::generation::{BoundSockets, Generation, SharedListener};
+use super::sockets::Sockets;
+use crate::access_log::LogSinks;
+use crate::catalog::ProxyStats;
+use crate::cluster::SharedCluster;
+use crate::config::{ClusterConfig, Config, ConnectionBalance, Endpoint, ListenerConfig};
+use crate::filters::SharedFilters;
+use crate::listener::{ConnectionLimits, Limit, reuse_port_supported};
+use crate::tls::{ServerTls, TlsListeners, UpstreamTls};
+
+/// What a build draws on besides the config.
+pub(crate) struct BuildCtx<'a> {
+    pub(crate) workers: usize,
+    pub(crate) stats: &'a Arc<ProxyStats>,
+    pub(crate) number: u64,
+    /// The id the next new listener gets.
+    pub(crate) next_listener_id: &'a mut u64,
+    pub(crate) sockets: &'a mut Sockets,
+}
+
+/// Changes to state the generation in force shares, made only once the new one is built.
+#[derive(Default)]
+pub(crate) struct Commit {
+    endpoints: Vec<(Arc<SharedCluster>, Vec<Endpoint>)>,
+    certificates: Vec<Arc<ServerTls>>,
+    /// Sockets of listeners the new config removes.
+    released: Vec<Arc<BoundSockets>>,
+}
+
+impl Commit {
+    /// Makes the in-place changes `generation` needs.
+    pub(crate) fn run(self, generation: &Generation) {
+        for (cluster, endpoints) in self.endpoints {
+            if let Err(error) = cluster.set_endpoints(&endpoints) {
+                // Validated with the config: distinct addresses, weights >= 1.
+                tracing::error!(cluster = %cluster.name, %error, "cannot update the endpoints");
+            }
+        }
+        for sockets in self.released {
+            sockets.release();
+        }
+        // Logged and counted (ssl_certificate_reload) per listener.
+        let _ = generation
+            .tls
+            .reload_some(|tls| self.certificates.iter().any(|c| Arc::ptr_eq(c, tls)));
+    }
+}
+
+pub(crate) fn build(
+    mut config: Config,
+    previous: Option<&Generation>,
+    ctx: BuildCtx<'_>,
+) -> Result<(Generation, Commit), BuildError> {
+    if let Some(previous) = previous {
+        check_fixed(&previous.config, &config)?;
+    }
+    // Without SO_REUSEPORT, every listener falls back to one shared socket.
+    if !reuse_port_supported() {
+        if previous.is_none() {
+            tracing::warn!(
+                "SO_REUSEPORT is not available here: every listener uses `connection_balance: exact`"
+            );
+        }
+        for listener in &mut config.listeners {
+            listener.connection_balance = ConnectionBalance::Exact;
+        }
+    }
+    let mut commit = Commit::default();
+    let version = format!("{:016x}", hash_of(&config));
+    let stats = ctx.stats;
+
+    let log_sinks = match previous {
+        Some(p) if p.log_sinks.targets_are(log_targets(&config)) => Arc::clone(&p.log_sinks),
+        _ => Arc::new(
+            LogSinks::open(log_targets(&config))
+                .map_err(|source| BuildError::AccessLog { source })?,
+        ),
+    };
+
+    let mut clusters = Vec::with_capacity(config.clusters.len());
+    for cluster in &config.clusters {
+        let kept = previous.and_then(|p| {
+            let (old_config, shared) = p
+                .config
+                .clusters
+                .iter()
+                .zip(p.clusters.iter())
+                .find(|(c, _)| c.name == cluster.name)?;
+            same_but_endpoints(old_config, cluster).then(|| {
+                if old_config.endpoints != cluster.endpoints {
+                    commit
+                        .endpoints
+                        .push((Arc::clone(shared), cluster.endpoints.clone()));
+                }
+                Arc::clone(shared)
+            })
+        });
+        let shared = match kept {
+            Some(shared) => shared,
+            None => {
+                let tls = cluster
+                    .tls
+                    .as_ref()
+                    .map(|tls| UpstreamTls::new(tls, cluster.protocol.alpn()))
+                    .transpose()
+                    .map_err(|source| BuildError::Tls {
+                        scope: format!("cluster `{}`", cluster.name),
+                        source: Box::new(source),
+                    })?;
+                Arc::new(SharedCluster::new(cluster, ctx.workers, stats, tls))
+            }
+        };
+        clusters.push(shared);
+    }
+
+    let process_limit = match previous {
+        Some(p) if p.config.max_connections == config.max_connections => p
+            .listeners
+            .first()
+            .and_then(|l| l.limits.process.clone())
+            .or_else(|| config.max_connections.map(Limit::new)),
+        _ => config.max_connections.map(Limit::new),
+    };
+    let mut listeners: Vec<SharedListener> = Vec::with_capacity(config.listeners.len());
+    // Sockets bound here are closed again if the build fails.
+    for listener in &config.listeners {
+        let old = previous.and_then(|p| {
+            p.config
+                .listeners
+                .iter()
+                .zip(&p.listeners)
+                .filter(|(_, shared)| listeners.iter().all(|l| l.id != shared.id))
+                .find(|(l, _)| same_socket(l, listener))
+        });
+        let (id, sockets) = match old {
+            Some((_, shared)) => (shared.id, Arc::clone(&shared.sockets)),
+            None => {
+                let bound =
+                    ctx.sockets
+                        .bind(listener, ctx.workers)
+                        .map_err(|source| BuildError::Bind {
+                            listener: listener.name.clone(),
+                            address: listener.address,
+                            source,
+                        })?;
+                let id = *ctx.next_listener_id;
+                *ctx.next_listener_id += 1;
+                (id, Arc::new(bound))
+            }
+        };
+        let tls = match (&listener.tls, old) {
+            (None, _) => None,
+            (Some(spec), Some((_, shared)))
+                if shared.tls.as_ref().is_some_and(|t| t.spec() == spec) =>
+            {
+                // Same files: read them again (new certificates are picked up), keeping the
+                // session tickets and cache.
+                ServerTls::check(spec).map_err(|source| BuildError::Tls {
+                    scope: format!("listener `{}`", listener.name),
+                    source: Box::new(source),
+                })?;
+                let kept = shared.tls.clone();
+                commit.certificates.extend(kept.clone());
+                kept
+            }
+            (Some(spec), _) => Some(Arc::new(ServerTls::new(&listener.name, spec).map_err(
+                |source| BuildError::Tls {
+                    scope: format!("listener `{}`", listener.name),
+                    source: Box::new(source),
+                },
+            )?)),
+        };
+        let filters_key = hash_of(&(&listener.http_filters, &listener.routes));
+        let filters = match old {
+            Some((old_config, shared))
+                if hash_of(&(&old_config.http_filters, &old_config.routes)) == filters_key =>
+            {
+                Arc::clone(&shared.filters)
+            }
+            _ => Arc::new(SharedFilters::new(listener)),
+        };
+        let listener_limit = match old {
+            Some((old_config, shared))
+                if old_config.connection_limit == listener.connection_limit =>
+            {
+                shared.limits.listener.clone()
+            }
+            _ => listener.connection_limit.map(Limit::new),
+        };
+        listeners.push(SharedListener {
+            id,
+            sockets,
+            limits: ConnectionLimits {
+                process: process_limit.clone(),
+                listener: listener_limit,
+            },
+            tls,
+            filters,
+            conn_key: conn_key(listener),
+        });
+    }
+
+    if let Some(previous) = previous {
+        commit.released = previous
+            .listeners
+            .iter()
+            .filter(|old| listeners.iter().all(|l| l.id != old.id))
+            .map(|old| Arc::clone(&old.sockets))
+            .collect();
+    }
+    let tls = {
+        let shard = stats.registry.shard(&[]);
+        let (servers, counters) = config
+            .listeners
+            .iter()
+            .zip(&listeners)
+            .filter_map(|(l, shared)| {
+                let counters = stats.catalog.certificate_reloads(&shard, &l.name);
+                shared.tls.as_ref().map(|tls| (Arc::clone(tls), counters))
+            })
+            .unzip();
+        Arc::new(TlsListeners::new(servers, counters))
+    };
+    let generation = Generation::new(
+        ctx.number,
+        version,
+        Arc::new(config),
+        Arc::new(clusters),
+        listeners,
+        log_sinks,
+        tls,
+        ctx.workers,
+    );
+    Ok((generation, commit))
+}
+
+fn log_targets(config: &Config) -> impl Iterator<Item = crate::access_log::LogTarget> + '_ {
+    config
+        .listeners
+        .iter()
+        .filter_map(|l| l.access_log.as_ref().map(|a| a.target.clone()))
+}
+
+/// Settings the running process is built around: they take a restart (or a binary upgrade).
+fn check_fixed(running: &Config, new: &Config) -> Result<(), BuildError> {
+    let fixed = |key: &'static str| BuildError::Fixed { key };
+    if running.concurrency != new.concurrency {
+        return Err(fixed("concurrency"));
+    }
+    if running.admin != new.admin {
+        return Err(fixed("admin"));
+    }
+    Ok(())
+}
+
+/// The same listening socket serves both: same address and balancing, so a listener may be
+/// renamed or reconfigured and keep its socket (no connection is refused). With port 0 (any
+/// free port) the name must match too.
+fn same_socket(a: &ListenerConfig, b: &ListenerConfig) -> bool {
+    a.address == b.address
+        && a.connection_balance == b.connection_balance
+        && (a.address.port() != 0 || a.name == b.name)
+}
+
+/// Whether two configs of a cluster differ at most in their endpoints (the cluster is then
+/// kept, with its pools, health and breakers, and only its hosts change).
+fn same_but_endpoints(a: &ClusterConfig, b: &ClusterConfig) -> bool {
+    let without = |c: &ClusterConfig| {
+        let mut value = serde_json::to_value(c).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            map.remove("endpoints");
+        }
+        value
+    };
+    without(a) == without(b)
+}
+
+/// What a connection of `listener` is served with: all of it but routes and filters, which
+/// apply per request.
+fn conn_key(listener: &ListenerConfig) -> u64 {
+    let mut value = serde_json::to_value(listener).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.remove("routes");
+        map.remove("http_filters");
+    }
+    hash_of(&value)
+}
+
+/// A stable hash of a config value's serialized form.
+fn hash_of(value: &impl Serialize) -> u64 {
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    let mut writer = HashWriter(&mut hasher);
+    if serde_json::to_writer(&mut writer, value).is_err() {
+        return 0;
+    }
+    hasher.finish()
+}
+
+struct HashWriter<'a>(&'a mut twox_hash::XxHash64);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

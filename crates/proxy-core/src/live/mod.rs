@@ -1,0 +1,279 @@
+//! Live configuration: the config in force as a [`Generation`], replaced while serving.
+//!
+//! A reload (`SIGHUP`, `POST /reload`, a watched file) reads and validates the file, builds
+//! the next generation beside the current one (binding new listeners, loading TLS files),
+//! and only then publishes it; on any error nothing changes. Each worker picks the new
+//! generation up between two events of its loop and swaps its listeners' routes, filters and
+//! clusters: requests in flight finish with what they started with, the next request on a
+//! kept-alive connection uses the new routes. What did not change is shared, not rebuilt:
+//! a cluster whose config is the same (endpoints aside) keeps its pools, health, ejections,
+//! breakers and requests in flight; a listener on the same address keeps its sockets.
+//!
+//! ```text
+//! mod.rs         LiveConfig: reload, publish, wait for the workers, report
+//! generation.rs  one generation and how far the workers are with it
+//! build.rs       the next generation from a config and the current one
+//! sockets.rs     listening sockets: bound, or inherited in a binary upgrade
+//! watch.rs       `watch: true`: reload when the file changes
+//! upgrade.rs     binary upgrade: hand the listening sockets to a new process
+//! ```
+
+mod build;
+mod generation;
+mod sockets;
+pub(crate) mod upgrade;
+mod watch;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch as channel;
+
+use crate::catalog::ProxyStats;
+use crate::cluster::monitor::ClusterList;
+use crate::config::{Config, ConfigError};
+pub(crate) use generation::{Generation, SharedListener};
+pub(crate) use sockets::{Inherited, Sockets};
+
+/// How long a reload waits for every worker to apply it before answering.
+const APPLY_LIMIT: Duration = Duration::from_secs(10);
+
+/// Why a config could not be put in force (at start or in a reload).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("listener `{listener}`: cannot listen on {address}: {source}")]
+    Bind {
+        listener: String,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{scope}: TLS: {source}")]
+    Tls {
+        scope: String,
+        source: Box<crate::tls::TlsError>,
+    },
+    #[error("access log: {source}")]
+    AccessLog { source: std::io::Error },
+    #[error("{key}: cannot change while running; restart, or upgrade the binary, to change it")]
+    Fixed { key: &'static str },
+}
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("this proxy was not started from a config file, so there is nothing to reload")]
+    NoFile,
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+}
+
+/// What a successful reload did.
+#[derive(Debug, Clone)]
+pub struct ReloadReport {
+    pub generation: u64,
+    pub version: String,
+    pub workers: usize,
+    /// Workers that applied it within the time a reload waits.
+    pub applied: usize,
+    /// From the new config accepted to the last worker applying it, when all did.
+    pub propagation: Option<Duration>,
+}
+
+impl std::fmt::Display for ReloadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "generation {} (version {}) applied by {} of {} workers",
+            self.generation, self.version, self.applied, self.workers
+        )?;
+        if let Some(p) = self.propagation {
+            write!(f, " in {} us", p.as_micros())?;
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of the last reload attempt, for `/config_dump`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReloadStatus {
+    pub(crate) last_attempt: Option<SystemTime>,
+    /// The error of the last attempt, if it failed.
+    pub(crate) last_error: Option<String>,
+    pub(crate) successes: u64,
+    pub(crate) failures: u64,
+}
+
+/// The config in force, and the way to replace it.
+pub(crate) struct LiveConfig {
+    source: Option<PathBuf>,
+    workers: usize,
+    stats: Arc<ProxyStats>,
+    generations: channel::Sender<Arc<Generation>>,
+    clusters: channel::Sender<ClusterList>,
+    /// Held for a whole reload, so reloads run one at a time.
+    reloads: tokio::sync::Mutex<Reloads>,
+    status: Mutex<ReloadStatus>,
+}
+
+struct Reloads {
+    next_listener_id: u64,
+    success: stats::Counter,
+    failure: stats::Counter,
+    propagation: stats::Histogram,
+    generation: stats::Gauge,
+}
+
+impl LiveConfig {
+    /// Builds the first generation. `source` is the file reloads read again.
+    pub(crate) fn start(
+        config: Config,
+        source: Option<PathBuf>,
+        workers: usize,
+        stats: &Arc<ProxyStats>,
+        mut sockets: Sockets,
+    ) -> Result<Arc<LiveConfig>, BuildError> {
+        let mut next_listener_id = 0;
+        let (generation, commit) = build::build(
+            config,
+            None,
+            build::BuildCtx {
+                workers,
+                stats,
+                number: 1,
+                next_listener_id: &mut next_listener_id,
+                sockets: &mut sockets,
+            },
+        )?;
+        sockets.close_unused();
+        commit.run(&generation);
+        let shard = stats.registry.shard(&[]);
+        let catalog = &stats.catalog;
+        let reloads = Reloads {
+            next_listener_id,
+            success: shard.counter(catalog.config_reload, &["success"]),
+            failure: shard.counter(catalog.config_reload, &["failure"]),
+            propagation: shard.histogram(catalog.config_propagation, &[]),
+            generation: shard.gauge(catalog.config_generation, &[]),
+        };
+        reloads.generation.set(1);
+        let clusters = channel::Sender::new(Arc::clone(&generation.clusters));
+        let live = Arc::new(LiveConfig {
+            source,
+            workers,
+            stats: Arc::clone(stats),
+            generations: channel::Sender::new(Arc::new(generation)),
+            clusters,
+            reloads: tokio::sync::Mutex::new(reloads),
+            status: Mutex::new(ReloadStatus::default()),
+        });
+        if let Err(error) = watch::start(&live) {
+            tracing::warn!(%error, "cannot start the config file watcher; `watch: true` has no effect");
+        }
+        Ok(live)
+    }
+
+    /// The generation in force.
+    pub(crate) fn current(&self) -> Arc<Generation> {
+        Arc::clone(&self.generations.borrow())
+    }
+
+    /// Every new generation, for a worker.
+    pub(crate) fn subscribe(&self) -> channel::Receiver<Arc<Generation>> {
+        self.generations.subscribe()
+    }
+
+    /// Every new cluster list, for the monitor thread.
+    pub(crate) fn subscribe_clusters(&self) -> channel::Receiver<ClusterList> {
+        self.clusters.subscribe()
+    }
+
+    pub(crate) fn source(&self) -> Option<&std::path::Path> {
+        self.source.as_deref()
+    }
+
+    pub(crate) fn status(&self) -> ReloadStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads the config file again and puts it in force.
+    pub(crate) async fn reload(&self) -> Result<ReloadReport, ReloadError> {
+        let mut reloads = self.reloads.lock().await;
+        let loaded = match &self.source {
+            Some(path) => Config::load(path).map_err(ReloadError::from),
+            None => Err(ReloadError::NoFile),
+        };
+        let result = match loaded {
+            Ok(config) => self.put_in_force(&mut reloads, config).await,
+            Err(error) => Err(error),
+        };
+        self.record(&reloads, &result);
+        result
+    }
+
+    async fn put_in_force(
+        &self,
+        reloads: &mut Reloads,
+        config: Config,
+    ) -> Result<ReloadReport, ReloadError> {
+        let previous = self.current();
+        let mut sockets = Sockets::default();
+        let (generation, commit) = build::build(
+            config,
+            Some(&previous),
+            build::BuildCtx {
+                workers: self.workers,
+                stats: &self.stats,
+                number: previous.number + 1,
+                next_listener_id: &mut reloads.next_listener_id,
+                sockets: &mut sockets,
+            },
+        )?;
+        drop(previous);
+        commit.run(&generation);
+        let generation = Arc::new(generation);
+        self.clusters.send_replace(Arc::clone(&generation.clusters));
+        self.generations.send_replace(Arc::clone(&generation));
+        reloads.generation.set(generation.number as i64);
+        let (applied, propagation) = generation.all_applied(APPLY_LIMIT).await;
+        if let Some(p) = propagation {
+            reloads.propagation.record_duration(p);
+        }
+        let report = ReloadReport {
+            generation: generation.number,
+            version: generation.version.clone(),
+            workers: self.workers,
+            applied,
+            propagation,
+        };
+        if applied < self.workers {
+            tracing::warn!(%report, "a worker has not applied the new config yet");
+        }
+        Ok(report)
+    }
+
+    fn record(&self, reloads: &Reloads, result: &Result<ReloadReport, ReloadError>) {
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        status.last_attempt = Some(SystemTime::now());
+        match result {
+            Ok(report) => {
+                reloads.success.inc();
+                status.successes += 1;
+                status.last_error = None;
+                tracing::info!(%report, "config reloaded");
+            }
+            Err(error) => {
+                reloads.failure.inc();
+                status.failures += 1;
+                status.last_error = Some(error.to_string());
+                tracing::error!(%error, "config reload failed; the config in force stays");
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Where a listener's sockets come from: bound here, or inherited from the process this one
+//! upgrades (the same address keeps accepting throughout, so no connection is refused).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+
+use super::generation::BoundSockets;
+use crate::config::{ConnectionBalance, ListenerConfig};
+use crate::listener::{bind_per_worker, bind_shared, join_reuse_port};
+
+/// Listening sockets handed over by a previous process, by address.
+#[derive(Default)]
+pub(crate) struct Sockets {
+    inherited: Vec<Inherited>,
+}
+
+/// One listener's sockets from the previous process.
+pub(crate) struct Inherited {
+    pub(crate) address: SocketAddr,
+    pub(crate) shared: bool,
+    pub(crate) sockets: Vec<TcpListener>,
+}
+
+impl Sockets {
+    pub(crate) fn inherit(inherited: Vec<Inherited>) -> Self {
+        Self { inherited }
+    }
+
+    /// Sockets for `listener`, one per worker: the inherited ones for its address if there
+    /// are, otherwise bound now.
+    pub(crate) fn bind(
+        &mut self,
+        listener: &ListenerConfig,
+        workers: usize,
+    ) -> io::Result<BoundSockets> {
+        let shared = listener.connection_balance == ConnectionBalance::Exact;
+        let found = self
+            .inherited
+            .iter()
+            .position(|i| i.address == listener.address && i.shared == shared);
+        let sockets = match found {
+            Some(at) => {
+                let inherited = self.inherited.swap_remove(at);
+                adopt(inherited, workers)?
+            }
+            None if shared => bind_shared(listener.address, workers)?,
+            None => bind_per_worker(listener.address, workers)?,
+        };
+        BoundSockets::new(sockets, shared)
+    }
+
+    /// Inherited sockets no listener of the config wanted: closed now, so the kernel stops
+    /// queueing connections on them.
+    pub(crate) fn close_unused(&mut self) {
+        for unused in self.inherited.drain(..) {
+            tracing::warn!(address = %unused.address, "closing an inherited socket the config has no listener for");
+        }
+    }
+}
+
+/// Turns the previous process's sockets into one per worker of this one.
+fn adopt(inherited: Inherited, workers: usize) -> io::Result<Vec<TcpListener>> {
+    let mut sockets = inherited.sockets;
+    for socket in &sockets {
+        socket.set_nonblocking(true)?;
+    }
+    let Some(first) = sockets.first() else {
+        return Err(io::Error::other("no inherited socket"));
+    };
+    if inherited.shared {
+        // One accept queue: every worker gets a handle on it.
+        let one = first.try_clone()?;
+        sockets.truncate(1);
+        while sockets.len() < workers {
+            sockets.push(one.try_clone()?);
+        }
+        return Ok(sockets);
+    }
+    let address = first.local_addr()?;
+    while sockets.len() < workers {
+        // More workers than before: more sockets join the same SO_REUSEPORT group.
+        sockets.push(join_reuse_port(address)?);
+    }
+    if sockets.len() > workers {
+        // Fewer workers than before: the extra sockets are closed, and connections the kernel
+        // had queued on them are reset. Upgrades that keep the worker count lose none.
+        tracing::warn!(
+            %address,
+            sockets = sockets.len(),
+            workers,
+            "more inherited sockets than workers: the extra ones are closed"
+        );
+        sockets.truncate(workers);
+    }
+    Ok(sockets)
+}
