@@ -717,13 +717,21 @@ impl ClusterStats {
 pub(crate) struct ProxyStats {
     pub(crate) registry: Registry,
     pub(crate) catalog: Catalog,
+    /// The shard of process-wide stats (not a worker's): made once, since every shard stays
+    /// in the registry for good and reloads make handles again and again.
+    pub(crate) process: Shard,
 }
 
 impl ProxyStats {
     pub(crate) fn new() -> Arc<ProxyStats> {
         let registry = Registry::new();
         let catalog = Catalog::declare(&registry);
-        Arc::new(ProxyStats { registry, catalog })
+        let process = registry.shard(&[]);
+        Arc::new(ProxyStats {
+            registry,
+            catalog,
+            process,
+        })
     }
 }
 

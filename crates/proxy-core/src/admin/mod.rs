@@ -56,7 +56,7 @@ pub(crate) struct AdminState {
 
 impl AdminState {
     pub(crate) fn new(live: Arc<LiveConfig>, workers: usize, stats: Arc<ProxyStats>) -> Self {
-        let shard = stats.registry.shard(&[]);
+        let shard = &stats.process;
         let catalog = &stats.catalog;
         let server = ServerGauges {
             concurrency: shard.shared_gauge(catalog.server_concurrency, &[]),

@@ -72,7 +72,7 @@ impl Drop for Watched {
 }
 
 async fn run(mut clusters: watch::Receiver<ClusterList>, stats: Arc<ProxyStats>) {
-    let shard = stats.registry.shard(&[]);
+    let shard = &stats.process;
     let mut watched: HashMap<*const SharedCluster, Watched> = HashMap::new();
     let mut ticks = tokio::time::interval(TICK);
     loop {
@@ -86,7 +86,7 @@ async fn run(mut clusters: watch::Receiver<ClusterList>, stats: Arc<ProxyStats>)
             }
         };
         let current = Arc::clone(&clusters.borrow_and_update());
-        follow(&current, &mut watched, &stats, &shard);
+        follow(&current, &mut watched, &stats, shard);
         if !tick {
             continue;
         }

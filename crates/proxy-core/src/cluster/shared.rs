@@ -30,9 +30,7 @@ impl SharedCluster {
     ) -> Self {
         let host_set = balancer::HostSet::new(host_specs(&config.endpoints))
             .expect("endpoints were validated: distinct, non-empty, weights >= 1");
-        let gauges = stats
-            .catalog
-            .cluster_gauges(&stats.registry.shard(&[]), &config.name);
+        let gauges = stats.catalog.cluster_gauges(&stats.process, &config.name);
         // Until the monitor has measured anything, nothing is in flight: not "no headroom".
         gauges.rq_headroom.set(super::monitor::IDLE_HEADROOM);
         gauges.pending_headroom.set(super::monitor::IDLE_HEADROOM);

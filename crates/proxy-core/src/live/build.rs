@@ -221,13 +221,13 @@ pub(crate) fn build(
             .collect();
     }
     let tls = {
-        let shard = stats.registry.shard(&[]);
+        let shard = &stats.process;
         let (servers, counters) = config
             .listeners
             .iter()
             .zip(&listeners)
             .filter_map(|(l, shared)| {
-                let counters = stats.catalog.certificate_reloads(&shard, &l.name);
+                let counters = stats.catalog.certificate_reloads(shard, &l.name);
                 shared.tls.as_ref().map(|tls| (Arc::clone(tls), counters))
             })
             .unzip();

@@ -150,7 +150,7 @@ impl LiveConfig {
         )?;
         sockets.close_unused();
         commit.run(&generation);
-        let shard = stats.registry.shard(&[]);
+        let shard = &stats.process;
         let catalog = &stats.catalog;
         let reloads = Reloads {
             next_listener_id,
