@@ -313,23 +313,7 @@ async fn a_watched_file_is_reloaded_when_it_changes() {
 async fn hosts_that_stay_keep_their_pooled_connections() {
     let one = named("one").await;
     let two = named("two").await;
-    let config = |endpoints: &str| {
-        format!(
-            r#"
-admin: {{ address: 127.0.0.1:0 }}
-listeners:
-  - name: main
-    address: 127.0.0.1:0
-    routes:
-      - match: {{ prefix: / }}
-        cluster: backend
-clusters:
-  - name: backend
-    endpoints: [{endpoints}]
-"#
-        )
-    };
-    let proxy = Proxy::start(&config(&one.addr.to_string()), 1);
+    let proxy = Proxy::start(&forward_config(&[one.addr], ""), 1);
     let admin = proxy.admin.unwrap();
     let mut client = h1_client(proxy.addr()).await;
     for _ in 0..5 {
@@ -338,7 +322,7 @@ clusters:
     }
     assert_eq!(one.connections.load(Ordering::Relaxed), 1);
 
-    proxy.rewrite_config(&config(&format!("{}, {}", one.addr, two.addr)));
+    proxy.rewrite_config(&forward_config(&[one.addr, two.addr], ""));
     assert_eq!(reload(admin).0, 200);
     let mut seen_two = false;
     for _ in 0..20 {
@@ -354,7 +338,7 @@ clusters:
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
 
     // Only `two` left: `one` gets no more requests.
-    proxy.rewrite_config(&config(&two.addr.to_string()));
+    proxy.rewrite_config(&forward_config(&[two.addr], ""));
     assert_eq!(reload(admin).0, 200);
     for _ in 0..5 {
         let (_, body) = body_of(send_on(&mut client, get("/", &[])).await.unwrap()).await;
@@ -365,22 +349,7 @@ clusters:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listeners_are_added_and_removed_live() {
     let one = named("one").await;
-    let base = format!(
-        r#"
-drain_timeout: 2s
-admin: {{ address: 127.0.0.1:0 }}
-listeners:
-  - name: main
-    address: 127.0.0.1:0
-    routes:
-      - match: {{ prefix: / }}
-        cluster: backend
-clusters:
-  - name: backend
-    endpoints: [{}]
-"#,
-        one.addr
-    );
+    let base = format!("drain_timeout: 2s\n{}", forward_config(&[one.addr], ""));
     let extra = base.replace(
         "clusters:",
         r#"  - name: extra
@@ -467,21 +436,11 @@ async fn a_binary_upgrade_refuses_no_connection_and_fails_no_request() {
     let one = named("one").await;
     let sockets = ScratchDir::new();
     let socket = sockets.0.join("legate.sock");
+    // The listener on `address`; the admin server stays on a port of its own.
     let config = |address: &str| {
-        format!(
-            r#"
-admin: {{ address: 127.0.0.1:0 }}
-listeners:
-  - name: main
-    address: {address}
-    routes:
-      - match: {{ prefix: / }}
-        cluster: backend
-clusters:
-  - name: backend
-    endpoints: [{}]
-"#,
-            one.addr
+        forward_config(&[one.addr], "").replace(
+            "    address: 127.0.0.1:0",
+            &format!("    address: {address}"),
         )
     };
     let mut old = start_upgradable(&config("127.0.0.1:0"), &socket, false);
