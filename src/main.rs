@@ -299,6 +299,18 @@ clusters:
 "#
     );
     let config = Config::from_yaml(&yaml).context("demo config")?;
+    if port == 0 {
+        // The system picks the port; the `listening` log line names it.
+        println!(
+            "legate demo: proxy on the address of the `listening` line below, in front of a no-op upstream on {upstream_addr}"
+        );
+        return run(
+            config,
+            concurrency,
+            StartOptions::default(),
+            Upgrade::default(),
+        );
+    }
     println!(
         "legate demo: proxy on http://127.0.0.1:{port} in front of a no-op upstream on {upstream_addr}"
     );

@@ -28,10 +28,8 @@ async fn every_request_gets_a_line_with_its_flag() {
     let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let closed = closed_port();
+    let dead = closed.addr;
     let logs = ScratchDir::new();
     let default_log = logs.0.join("default.log");
     let custom_log = logs.0.join("custom.log");

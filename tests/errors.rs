@@ -12,17 +12,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use testbed::{FailingOrigin, FailureMode, NoopUpstream};
 
-/// A port with nothing listening on it.
-fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_failure_is_503_uf() {
-    let proxy = Proxy::start(&forward_config(&[closed_port()], ""), 1);
+    let closed = closed_port();
+    let proxy = Proxy::start(&forward_config(&[closed.addr], ""), 1);
     let response = send_h1(proxy.addr(), get("/", &[])).await;
     assert_eq!(response.status(), 503);
     assert_eq!(

@@ -176,10 +176,8 @@ async fn a_unix_socket_works_like_tcp() {
 async fn a_dead_or_slow_sidecar_gets_the_failure_mode_within_the_timeout() {
     let upstream = upstream().await;
     // Nothing listens here.
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let reserved = closed_port();
+    let dead = reserved.addr;
     let closed = Proxy::start(
         &config(
             &format!("{{ grpc: {{ address: {dead} }}, timeout: 100ms }}"),

@@ -160,10 +160,8 @@ async fn a_known_request_sequence_is_counted_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_failures_and_timeouts_are_counted() {
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let closed = closed_port();
+    let dead = closed.addr;
     let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();

@@ -374,6 +374,30 @@ pub async fn text(body: Incoming) -> String {
 }
 
 /// A proxy config with one listener on an ephemeral port forwarding everything to `endpoints`.
+/// A loopback address nothing listens on, reserved while the value lives: the socket is bound
+/// but never listens, so connections are refused and no other test can take the port (a port
+/// picked by binding and then released could be).
+pub struct ClosedPort {
+    pub addr: SocketAddr,
+    _socket: socket2::Socket,
+}
+
+pub fn closed_port() -> ClosedPort {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("tcp socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("address");
+    socket.bind(&any.into()).expect("bind 127.0.0.1:0");
+    let addr = socket
+        .local_addr()
+        .expect("bound address")
+        .as_socket()
+        .expect("an IP address");
+    ClosedPort {
+        addr,
+        _socket: socket,
+    }
+}
+
 pub fn forward_config(endpoints: &[SocketAddr], extra_cluster: &str) -> String {
     let endpoints: Vec<String> = endpoints.iter().map(|e| e.to_string()).collect();
     format!(
