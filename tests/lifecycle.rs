@@ -49,7 +49,7 @@ fn validate_accepts_a_good_config_and_names_the_key_of_a_bad_one() {
         ),
         (
             good.replace("127.0.0.1:9000", "not-an-address"),
-            "clusters[0].endpoints[0]: expected an address",
+            "clusters[0].endpoints[0]: expected `IP:PORT` or `NAME:PORT`",
         ),
         (
             good.replace(

@@ -46,6 +46,9 @@ pub(crate) struct Catalog {
     health_check_attempt: CounterFamily,
     health_check_success: CounterFamily,
     health_check_failure: CounterFamily,
+    update_attempt: CounterFamily,
+    update_success: CounterFamily,
+    update_failure: CounterFamily,
     pub(crate) circuit_breakers_cx_open: GaugeFamily,
     pub(crate) circuit_breakers_rq_pending_open: GaugeFamily,
     pub(crate) circuit_breakers_rq_open: GaugeFamily,
@@ -229,6 +232,9 @@ impl Catalog {
             health_check_attempt: r.counter("health_check_attempt", "Active health checks made.", c),
             health_check_success: r.counter("health_check_success", "Active health checks passed.", c),
             health_check_failure: r.counter("health_check_failure", "Active health checks failed (status, timeout or connection).", c),
+            update_attempt: r.counter("update_attempt", "DNS lookups of the cluster's endpoint names.", c),
+            update_success: r.counter("update_success", "DNS lookups answered (an answer with no address included).", c),
+            update_failure: r.counter("update_failure", "DNS lookups that failed (timeout, server failure); the last answer stays in use.", c),
             circuit_breakers_cx_open: r.gauge("circuit_breakers_cx_open", "1 while max_connections is reached.", c),
             circuit_breakers_rq_pending_open: r.gauge("circuit_breakers_rq_pending_open", "1 while max_pending_requests is reached.", c),
             circuit_breakers_rq_open: r.gauge("circuit_breakers_rq_open", "1 while max_requests is reached.", c),
@@ -517,6 +523,9 @@ impl Catalog {
             health_check_attempt: shard.counter(self.health_check_attempt, &[cluster]),
             health_check_success: shard.counter(self.health_check_success, &[cluster]),
             health_check_failure: shard.counter(self.health_check_failure, &[cluster]),
+            update_attempt: shard.counter(self.update_attempt, &[cluster]),
+            update_success: shard.counter(self.update_success, &[cluster]),
+            update_failure: shard.counter(self.update_failure, &[cluster]),
             rq_pending_time: shard.histogram(self.upstream_rq_pending_time, &[cluster]),
         }
     }
@@ -704,6 +713,9 @@ pub(crate) struct ClusterStats {
     pub(crate) health_check_attempt: stats::Counter,
     pub(crate) health_check_success: stats::Counter,
     pub(crate) health_check_failure: stats::Counter,
+    pub(crate) update_attempt: stats::Counter,
+    pub(crate) update_success: stats::Counter,
+    pub(crate) update_failure: stats::Counter,
     pub(crate) rq_pending_time: stats::Histogram,
 }
 

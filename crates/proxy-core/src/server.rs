@@ -103,6 +103,8 @@ impl Server {
         crate::memory::start_trimmer();
         crate::cluster::monitor::start(live.subscribe_clusters(), Arc::clone(&stats))
             .map_err(|source| StartError::Monitor { source })?;
+        // Clusters of DNS names start with their first answers, not with no hosts.
+        live.wait_for_dns();
 
         let (balance, handoffs) = ExactBalance::new(workers);
         let (drain, drain_rx) = watch::channel(false);

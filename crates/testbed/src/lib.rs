@@ -8,6 +8,7 @@
 //!   proxy's 502 and timeout paths.
 //! * [`AuthzSidecar`]: an external authorization service (Envoy's gRPC protocol or plain
 //!   HTTP) whose decisions follow [`AuthzRules`], over TCP or a Unix socket.
+//! * [`DnsServer`]: a DNS server whose answers a test changes while the proxy resolves them.
 //! * [`pattern_bytes`] / [`pattern_sha256`]: the deterministic bodies both sides use, so a
 //!   test can check a body of any size by digest.
 //!
@@ -59,6 +60,7 @@
 //! ```
 
 mod authz;
+mod dns;
 mod duration;
 mod failing;
 mod handle;
@@ -67,6 +69,7 @@ mod options;
 mod pattern;
 
 pub use authz::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
+pub use dns::DnsServer;
 pub use failing::{FailingOrigin, FailureMode};
 pub use handle::NoopHandle;
 pub use noop::NoopUpstream;

@@ -11,6 +11,7 @@
 //! connect.rs     TCP and TLS within connect_timeout  body.rs      the response body
 //! breaker.rs     the four circuit breakers           health.rs    outlier ejection, checks
 //! shared.rs      what all workers share              monitor.rs   health checks, headroom
+//! dns.rs         names among the endpoints, resolved and followed (STRICT_DNS)
 //! upgrade.rs     upgrade requests, each on a connection of its own
 //! ```
 
@@ -18,6 +19,7 @@ mod admission;
 mod body;
 mod breaker;
 mod connect;
+mod dns;
 mod forward;
 mod h1_pool;
 mod h2_conn;
@@ -40,6 +42,7 @@ use http::HeaderMap;
 use crate::catalog::{Catalog, ClusterStats};
 use crate::config::{ClusterConfig, HashKey};
 pub use body::UpstreamBody;
+pub use dns::DnsError;
 pub(crate) use forward::Admitted;
 pub(crate) use host::HostPool;
 use settings::UpstreamSettings;

@@ -1,6 +1,7 @@
 //! The once-per-process side of clusters, on one thread with its own runtime: active health
-//! checks (one task per checked host, results shared with every worker's balancer), the end of
-//! outlier ejections, and the circuit-breaker headroom gauges.
+//! checks (one task per checked host, results shared with every worker's balancer), DNS
+//! lookups of endpoint names (one task per name, see `dns.rs`), the end of outlier ejections,
+//! and the circuit-breaker headroom gauges.
 //!
 //! Headroom is Little's law read off the stats: over the last 10 s, the requests in flight on
 //! average are the upstream request time summed over completed requests divided by the
@@ -60,13 +61,15 @@ struct Watched {
     headroom: Headroom,
     /// One health-check task per host, and the stats they count in.
     checks: HashMap<SocketAddr, tokio::task::JoinHandle<()>>,
-    check_stats: Option<Rc<ClusterStats>>,
+    /// One lookup task per endpoint name.
+    lookups: HashMap<String, tokio::task::JoinHandle<()>>,
+    stats: Option<Rc<ClusterStats>>,
 }
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        for check in self.checks.values() {
-            check.abort();
+        for task in self.checks.values().chain(self.lookups.values()) {
+            task.abort();
         }
     }
 }
@@ -122,8 +125,8 @@ async fn run(mut clusters: watch::Receiver<ClusterList>, stats: Arc<ProxyStats>)
     }
 }
 
-/// Starts watching clusters that appeared and hosts that joined (health checks), and stops
-/// for those that left.
+/// Starts watching clusters that appeared, names among their endpoints (DNS lookups) and
+/// hosts that joined (health checks), and stops for those that left.
 fn follow(
     current: &[Arc<SharedCluster>],
     watched: &mut HashMap<*const SharedCluster, Watched>,
@@ -138,8 +141,31 @@ fn follow(
                 cluster: Arc::clone(cluster),
                 headroom: Headroom::default(),
                 checks: HashMap::new(),
-                check_stats: None,
+                lookups: HashMap::new(),
+                stats: None,
             });
+        let cluster_stats = entry
+            .stats
+            .get_or_insert_with(|| Rc::new(stats.catalog.cluster(shard, &cluster.name)));
+        if cluster.dns.is_some() {
+            let names = cluster.names();
+            entry.lookups.retain(|name, task| {
+                let keep = names.contains(name);
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            for name in names {
+                entry.lookups.entry(name.clone()).or_insert_with(|| {
+                    tokio::task::spawn_local(super::dns::follow_name(
+                        Arc::clone(cluster),
+                        name,
+                        Rc::clone(cluster_stats),
+                    ))
+                });
+            }
+        }
         let Some(check) = &entry.cluster.health_check else {
             continue;
         };
@@ -151,9 +177,6 @@ fn follow(
             }
             keep
         });
-        let check_stats = entry
-            .check_stats
-            .get_or_insert_with(|| Rc::new(stats.catalog.cluster(shard, &cluster.name)));
         for host in snapshot.hosts() {
             let addr = host.addr();
             entry.checks.entry(addr).or_insert_with(|| {
@@ -161,7 +184,7 @@ fn follow(
                     Arc::clone(cluster),
                     addr,
                     check.clone(),
-                    Rc::clone(check_stats),
+                    Rc::clone(cluster_stats),
                 ))
             });
         }

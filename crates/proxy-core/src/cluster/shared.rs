@@ -1,12 +1,17 @@
 //! What every worker shares about a cluster: its host set (health, weights, requests in flight)
 //! and its circuit breakers. Built when the cluster first appears in a config, and kept by
-//! later configs that leave it unchanged (its endpoints may change).
+//! later configs that leave it unchanged (its endpoints may change). The host set follows the
+//! configured endpoints and, for names among them, the last DNS answers.
+
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use crate::catalog::{ClusterGauges, ProxyStats};
 use crate::config::{ClusterConfig, Endpoint, HealthCheckConfig};
 use crate::tls::UpstreamTls;
 
 use super::breaker::CircuitBreakers;
+use super::dns::{DnsError, DnsResolver, Membership};
 use super::health::HostHealth;
 
 pub(crate) struct SharedCluster {
@@ -19,6 +24,13 @@ pub(crate) struct SharedCluster {
     pub(crate) tls: Option<UpstreamTls>,
     /// Active health checking, run by the monitor thread.
     pub(crate) health_check: Option<HealthCheckConfig>,
+    /// The resolver of the names among the endpoints, if there are any.
+    pub(crate) dns: Option<DnsResolver>,
+    /// What the host set is made of; held while the host set is replaced, so that a reload
+    /// and a DNS answer publish one after the other.
+    membership: Mutex<Membership>,
+    /// Signalled when a name's first lookup ends.
+    answered: Condvar,
 }
 
 impl SharedCluster {
@@ -27,14 +39,19 @@ impl SharedCluster {
         workers: usize,
         stats: &ProxyStats,
         tls: Option<UpstreamTls>,
-    ) -> Self {
-        let host_set = balancer::HostSet::new(host_specs(&config.endpoints))
-            .expect("endpoints were validated: distinct, non-empty, weights >= 1");
+    ) -> Result<Self, DnsError> {
+        let dns = config
+            .has_names()
+            .then(|| DnsResolver::new(&config.dns))
+            .transpose()?;
+        let membership = Membership::new(&config.endpoints);
+        let host_set = balancer::HostSet::new(membership.host_specs())
+            .expect("hosts are distinct with weights >= 1 by construction");
         let gauges = stats.catalog.cluster_gauges(&stats.process, &config.name);
         // Until the monitor has measured anything, nothing is in flight: not "no headroom".
         gauges.rq_headroom.set(super::monitor::IDLE_HEADROOM);
         gauges.pending_headroom.set(super::monitor::IDLE_HEADROOM);
-        Self {
+        Ok(Self {
             name: config.name.clone(),
             health: HostHealth::new(&host_set, config.outlier_detection),
             host_set,
@@ -42,23 +59,76 @@ impl SharedCluster {
             gauges,
             tls,
             health_check: config.health_check.clone(),
+            dns,
+            membership: Mutex::new(membership),
+            answered: Condvar::new(),
+        })
+    }
+
+    /// New configured endpoints (a reload). Names that stay keep their answers; new names
+    /// have no hosts until their first lookup.
+    pub(crate) fn set_endpoints(&self, endpoints: &[Endpoint]) {
+        let mut membership = self.membership();
+        membership.configure(endpoints);
+        self.publish(&membership);
+    }
+
+    /// A lookup of `host` ended: its addresses, or `None` if it failed.
+    pub(crate) fn set_answer(&self, host: &str, addrs: Option<Vec<std::net::IpAddr>>) {
+        let mut membership = self.membership();
+        if membership.answer(host, addrs) {
+            self.publish(&membership);
         }
+        drop(membership);
+        self.answered.notify_all();
+    }
+
+    /// The names to resolve.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.membership().names().map(str::to_owned).collect()
+    }
+
+    /// Blocks until every name has had a first lookup, or `deadline`. Whether they all have.
+    pub(crate) fn wait_for_answers(&self, deadline: Instant) -> bool {
+        let mut membership = self.membership();
+        while membership.unanswered() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            membership = self
+                .answered
+                .wait_timeout(membership, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    fn membership(&self) -> MutexGuard<'_, Membership> {
+        self.membership
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Replaces the hosts: those that stay keep their health, ejections and requests in
     /// flight, and every worker's pools for them.
-    pub(crate) fn set_endpoints(&self, endpoints: &[Endpoint]) -> Result<(), balancer::BuildError> {
+    fn publish(&self, membership: &Membership) {
         // Hosts that stay are published with the health they have (an ejection stays).
-        let specs = host_specs(endpoints)
+        let specs = membership
+            .host_specs()
             .into_iter()
             .map(|spec| match self.health.health_of(spec.addr) {
                 Some(health) => spec.with_health(health),
                 None => spec,
             })
             .collect();
-        self.host_set.update(specs)?;
+        if let Err(error) = self.host_set.update(specs) {
+            // Distinct addresses with weights >= 1 by construction.
+            tracing::error!(cluster = %self.name, %error, "cannot update the hosts");
+            return;
+        }
         self.health.sync(&self.host_set);
-        Ok(())
     }
 
     /// Sets the breaker and membership gauges from the live counts.
@@ -85,11 +155,4 @@ impl SharedCluster {
         g.membership_healthy.set(healthy);
         g.ejections_active.set(ejected);
     }
-}
-
-fn host_specs(endpoints: &[Endpoint]) -> Vec<balancer::HostSpec> {
-    endpoints
-        .iter()
-        .map(|e| balancer::HostSpec::new(e.address).with_weight(e.weight))
-        .collect()
 }

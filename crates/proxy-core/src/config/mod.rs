@@ -6,6 +6,7 @@
 
 mod compression;
 mod cors;
+mod dns;
 mod ext_authz;
 mod filters;
 mod header_rules;
@@ -31,6 +32,7 @@ pub use crate::units::{parse_duration, parse_size};
 pub use balancer::LbPolicy;
 pub use compression::*;
 pub use cors::*;
+pub use dns::*;
 pub use ext_authz::*;
 pub use filters::*;
 pub use header_rules::*;
@@ -333,6 +335,16 @@ pub struct ClusterConfig {
     pub outlier_detection: Option<OutlierDetectionConfig>,
     /// TLS to the hosts; `None`: cleartext.
     pub tls: Option<ClusterTlsConfig>,
+    /// How names among the endpoints are resolved.
+    #[serde(flatten)]
+    pub dns: DnsConfig,
+}
+
+impl ClusterConfig {
+    /// Whether some endpoint is a DNS name (the cluster then resolves while serving).
+    pub fn has_names(&self) -> bool {
+        self.endpoints.iter().any(|e| e.address.is_name())
+    }
 }
 
 /// A circuit-breaker limit as written: a number for the whole process, or a number per
@@ -419,10 +431,10 @@ pub struct OutlierDetectionConfig {
     pub max_ejection_percent: u32,
 }
 
-/// An upstream host of a cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// An upstream host of a cluster, or a name whose addresses are its hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Endpoint {
-    pub address: SocketAddr,
+    pub address: EndpointAddress,
     /// Relative share of traffic, at least 1.
     pub weight: u32,
 }

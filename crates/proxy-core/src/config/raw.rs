@@ -423,6 +423,13 @@ pub struct RawCluster {
     pub health_check: Option<RawHealthCheck>,
     pub outlier_detection: Option<RawOutlierDetection>,
     pub tls: Option<RawClusterTls>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub dns_refresh_rate: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub dns_min_refresh_rate: Option<Duration>,
+    pub respect_dns_ttl: Option<bool>,
+    pub dns_lookup_family: Option<String>,
+    pub dns_resolvers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -475,7 +482,7 @@ pub struct RawOutlierDetection {
     pub max_ejection_percent: Option<u32>,
 }
 
-/// `127.0.0.1:9000` or `{ address: 127.0.0.1:9000, weight: 3 }`.
+/// `127.0.0.1:9000`, `backend.internal:9000`, or `{ address: 127.0.0.1:9000, weight: 3 }`.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum RawEndpoint {

@@ -503,16 +503,16 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
     if raw.endpoints.is_empty() {
         return Err(ConfigError::invalid(
             format!("{path}.endpoints"),
-            "expected at least one endpoint `IP:PORT`",
+            "expected at least one endpoint `IP:PORT` or `NAME:PORT`",
         ));
     }
     let mut endpoints: Vec<Endpoint> = Vec::with_capacity(raw.endpoints.len());
     for (i, e) in raw.endpoints.iter().enumerate() {
         let at = format!("{path}.endpoints[{i}]");
         let (address, weight) = match e {
-            RawEndpoint::Address(a) => (socket_addr(a, &at)?, 1),
+            RawEndpoint::Address(a) => (dns::endpoint_address(a, &at)?, 1),
             RawEndpoint::Weighted(w) => (
-                socket_addr(&w.address, &format!("{at}.address"))?,
+                dns::endpoint_address(&w.address, &format!("{at}.address"))?,
                 w.weight.unwrap_or(1),
             ),
         };
@@ -578,6 +578,7 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
             ));
         }
     };
+    let dns = dns::dns_config(&raw, path)?;
     let connect_timeout = raw.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     if connect_timeout.is_zero() {
         return Err(ConfigError::invalid(
@@ -613,6 +614,7 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
             .tls
             .map(|t| tls::cluster_tls(t, &format!("{path}.tls")))
             .transpose()?,
+        dns,
     })
 }
 
@@ -898,6 +900,7 @@ fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, ConfigError> {
 
 mod compression;
 mod cors;
+mod dns;
 mod ext_authz;
 mod filters;
 mod header_rules;

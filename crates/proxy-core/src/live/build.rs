@@ -43,10 +43,7 @@ impl Commit {
     /// Makes the in-place changes `generation` needs.
     pub(crate) fn run(self, generation: &Generation) {
         for (cluster, endpoints) in self.endpoints {
-            if let Err(error) = cluster.set_endpoints(&endpoints) {
-                // Validated with the config: distinct addresses, weights >= 1.
-                tracing::error!(cluster = %cluster.name, %error, "cannot update the endpoints");
-            }
+            cluster.set_endpoints(&endpoints);
         }
         for sockets in self.released {
             sockets.release();
@@ -119,7 +116,14 @@ pub(crate) fn build(
                         scope: format!("cluster `{}`", cluster.name),
                         source: Box::new(source),
                     })?;
-                Arc::new(SharedCluster::new(cluster, ctx.workers, stats, tls))
+                let shared =
+                    SharedCluster::new(cluster, ctx.workers, stats, tls).map_err(|source| {
+                        BuildError::Dns {
+                            cluster: cluster.name.clone(),
+                            source,
+                        }
+                    })?;
+                Arc::new(shared)
             }
         };
         clusters.push(shared);
@@ -275,8 +279,12 @@ fn same_socket(a: &ListenerConfig, b: &ListenerConfig) -> bool {
 }
 
 /// Whether two configs of a cluster differ at most in their endpoints (the cluster is then
-/// kept, with its pools, health and breakers, and only its hosts change).
+/// kept, with its pools, health and breakers, and only its hosts change). A cluster that gains
+/// its first DNS name, or loses its last, is built anew: it needs a resolver, or not.
 fn same_but_endpoints(a: &ClusterConfig, b: &ClusterConfig) -> bool {
+    if a.has_names() != b.has_names() {
+        return false;
+    }
     let without = |c: &ClusterConfig| {
         let mut value = serde_json::to_value(c).unwrap_or_default();
         if let Some(map) = value.as_object_mut() {

@@ -145,6 +145,12 @@ impl Generation {
         }
     }
 
+    /// Propagation is measured from now (after the wait for DNS answers, which is not the
+    /// workers').
+    pub(crate) fn accepted_now(&mut self) {
+        self.progress.accepted_at = Instant::now();
+    }
+
     /// A worker serves with this generation from now on.
     pub(crate) fn applied_by_worker(&self) {
         let now = Instant::now();

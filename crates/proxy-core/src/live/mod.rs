@@ -39,6 +39,9 @@ pub(crate) use sockets::{Inherited, Sockets};
 
 /// How long a reload waits for every worker to apply it before answering.
 const APPLY_LIMIT: Duration = Duration::from_secs(10);
+/// How long a new config waits for the first DNS answer of each name among its endpoints
+/// before it is put in force anyway (such hosts join when their answer comes).
+const DNS_WAIT_LIMIT: Duration = Duration::from_secs(5);
 
 /// Why a config could not be put in force (at start or in a reload).
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +59,11 @@ pub enum BuildError {
     },
     #[error("access log: {source}")]
     AccessLog { source: std::io::Error },
+    #[error("cluster `{cluster}`: {source}")]
+    Dns {
+        cluster: String,
+        source: crate::cluster::DnsError,
+    },
     #[error("{key}: cannot change while running; restart, or upgrade the binary, to change it")]
     Fixed { key: &'static str },
 }
@@ -176,6 +184,13 @@ impl LiveConfig {
         Ok(live)
     }
 
+    /// Blocks until every name among the endpoints in force has had its first lookup, for
+    /// at most [`DNS_WAIT_LIMIT`] (the monitor thread resolves them).
+    pub(crate) fn wait_for_dns(&self) {
+        let clusters = Arc::clone(&self.clusters.borrow());
+        wait_for_dns(&clusters);
+    }
+
     /// The generation in force.
     pub(crate) fn current(&self) -> Arc<Generation> {
         Arc::clone(&self.generations.borrow())
@@ -237,8 +252,13 @@ impl LiveConfig {
         )?;
         drop(previous);
         commit.run(&generation);
-        let generation = Arc::new(generation);
+        // The monitor starts resolving new names; routes to their clusters wait for answers.
         self.clusters.send_replace(Arc::clone(&generation.clusters));
+        let clusters = Arc::clone(&generation.clusters);
+        let _ = tokio::task::spawn_blocking(move || wait_for_dns(&clusters)).await;
+        let mut generation = generation;
+        generation.accepted_now();
+        let generation = Arc::new(generation);
         self.generations.send_replace(Arc::clone(&generation));
         reloads.generation.set(generation.number as i64);
         let (applied, propagation) = generation.all_applied(APPLY_LIMIT).await;
@@ -274,6 +294,18 @@ impl LiveConfig {
                 status.last_error = Some(error.to_string());
                 tracing::error!(%error, "config reload failed; the config in force stays");
             }
+        }
+    }
+}
+
+fn wait_for_dns(clusters: &ClusterList) {
+    let deadline = std::time::Instant::now() + DNS_WAIT_LIMIT;
+    for cluster in clusters.iter().filter(|c| c.dns.is_some()) {
+        if !cluster.wait_for_answers(deadline) {
+            tracing::warn!(
+                cluster = %cluster.name,
+                "no DNS answer yet for some endpoint names; their hosts join when it comes"
+            );
         }
     }
 }

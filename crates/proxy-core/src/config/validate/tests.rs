@@ -28,7 +28,7 @@ fn fills_in_defaults() {
     assert_eq!(cluster.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
     assert_eq!(
         cluster.endpoints[1].address,
-        "127.0.0.1:9001".parse().unwrap()
+        EndpointAddress::Ip("127.0.0.1:9001".parse().unwrap())
     );
     assert_eq!(cluster.endpoints[1].weight, 1);
     match &config.listeners[0].routes[1].action {
@@ -69,9 +69,9 @@ fn duplicate_names_are_refused() {
 
 #[test]
 fn a_bad_address_is_named() {
-    let err = error_of(&MINIMAL.replace("127.0.0.1:9000", "example.com:80"));
+    let err = error_of(&MINIMAL.replace("127.0.0.1:9000", "example.com"));
     assert!(
-        err.starts_with("clusters[0].endpoints[0]: expected an address"),
+        err.starts_with("clusters[0].endpoints[0]: expected `IP:PORT` or `NAME:PORT`"),
         "{err}"
     );
     let err = error_of(&MINIMAL.replace("127.0.0.1:8080", "127.0.0.1"));
@@ -448,4 +448,46 @@ fn filter_keys_are_checked() {
     assert!(error_of(&route).contains(
         "listeners[0].routes[1].filters.local_rate_limit.token_bucket: a route's own limit needs"
     ));
+}
+
+#[test]
+fn dns_names_and_their_settings() {
+    let named = MINIMAL.replace("127.0.0.1:9000", "backend.internal:9000");
+    let config = Config::from_yaml(&named).unwrap();
+    let cluster = &config.clusters[0];
+    assert!(cluster.has_names());
+    assert_eq!(cluster.dns, DnsConfig::default());
+    let tuned = named.replace(
+        "\"localhost:9001\"]\n",
+        "\"localhost:9001\"]\n    dns_refresh_rate: 30s\n    dns_min_refresh_rate: 2s\n    respect_dns_ttl: false\n    dns_lookup_family: all\n    dns_resolvers: [10.0.0.53, \"[::1]:5353\"]\n",
+    );
+    let dns = Config::from_yaml(&tuned).unwrap().clusters[0].dns.clone();
+    assert_eq!(
+        dns,
+        DnsConfig {
+            refresh_rate: Duration::from_secs(30),
+            min_refresh_rate: Duration::from_secs(2),
+            respect_ttl: false,
+            lookup_family: DnsLookupFamily::All,
+            resolvers: vec![
+                "10.0.0.53:53".parse().unwrap(),
+                "[::1]:5353".parse().unwrap()
+            ],
+        }
+    );
+    let with = |key: &str| {
+        error_of(&named.replace(
+            "\"localhost:9001\"]\n",
+            &format!("\"localhost:9001\"]\n    {key}\n"),
+        ))
+    };
+    assert!(with("dns_lookup_family: v5").starts_with("clusters[0].dns_lookup_family"));
+    assert!(with("dns_refresh_rate: 0s").starts_with("clusters[0].dns_refresh_rate"));
+    assert!(
+        with("dns_min_refresh_rate: 10s").starts_with("clusters[0].dns_min_refresh_rate"),
+        "above the 5 s refresh rate"
+    );
+    assert!(with("dns_resolvers: [dns.internal]").starts_with("clusters[0].dns_resolvers[0]"));
+    let twice = MINIMAL.replace("127.0.0.1:9000", "api.internal:80, API.internal:80");
+    assert!(error_of(&twice).contains("api.internal:80 is listed twice"));
 }

@@ -1,0 +1,357 @@
+//! DNS endpoints, as Envoy's STRICT_DNS clusters: every address a name resolves to is a host
+//! (on the endpoint's port, with its weight). Names are resolved on the monitor thread, never
+//! on the request path, and again every `dns_refresh_rate` (sooner when a record's TTL runs
+//! out first). An address that leaves the answer leaves the host set, and its pooled
+//! connections close; one that stays keeps its health and connections. A failed lookup keeps
+//! the last answer; an answer saying the name has no address empties it.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hickory_resolver::config::{
+    ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolverConfig,
+};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::{Resolver, TokioResolver};
+
+use super::SharedCluster;
+use crate::catalog::ClusterStats;
+use crate::config::{DnsConfig, DnsLookupFamily, Endpoint, EndpointAddress};
+
+/// How long one query waits for a server, and how many times it is sent: a dead server is
+/// known to be dead within seconds, not the default 10 s.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+const QUERY_ATTEMPTS: usize = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    #[error("cannot read the system's DNS configuration (set `dns_resolvers`): {0}")]
+    SystemConfig(hickory_resolver::net::NetError),
+    #[error("cannot make a DNS resolver: {0}")]
+    Resolver(hickory_resolver::net::NetError),
+}
+
+/// A cluster's resolver, made with the cluster.
+pub(crate) struct DnsResolver {
+    resolver: TokioResolver,
+    config: DnsConfig,
+}
+
+/// The outcome of one lookup.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Resolution {
+    /// The addresses (none if the name has no address of the family asked for), and how long
+    /// the answer is valid.
+    Answer { addrs: Vec<IpAddr>, ttl: Duration },
+    /// No answer (timeout, server failure): the last one stays in use.
+    Failed(String),
+}
+
+impl DnsResolver {
+    pub(crate) fn new(config: &DnsConfig) -> Result<Self, DnsError> {
+        let mut builder = if config.resolvers.is_empty() {
+            TokioResolver::builder_tokio().map_err(DnsError::SystemConfig)?
+        } else {
+            let servers = config
+                .resolvers
+                .iter()
+                .map(|server| {
+                    let on_port = |mut c: ConnectionConfig| {
+                        c.port = server.port();
+                        c
+                    };
+                    NameServerConfig::new(
+                        server.ip(),
+                        true,
+                        vec![
+                            on_port(ConnectionConfig::udp()),
+                            on_port(ConnectionConfig::tcp()),
+                        ],
+                    )
+                })
+                .collect();
+            Resolver::builder_with_config(
+                ResolverConfig::from_name_servers(servers),
+                TokioRuntimeProvider::default(),
+            )
+        };
+        let options = builder.options_mut();
+        options.timeout = QUERY_TIMEOUT;
+        options.attempts = QUERY_ATTEMPTS;
+        options.ip_strategy = match config.lookup_family {
+            DnsLookupFamily::V4Preferred => LookupIpStrategy::Ipv4thenIpv6,
+            DnsLookupFamily::V4Only => LookupIpStrategy::Ipv4Only,
+            DnsLookupFamily::V6Only => LookupIpStrategy::Ipv6Only,
+            DnsLookupFamily::All => LookupIpStrategy::Ipv4AndIpv6,
+        };
+        if !config.respect_ttl {
+            // Nothing is cached: every refresh asks the servers.
+            options.positive_max_ttl = Some(Duration::ZERO);
+            options.negative_max_ttl = Some(Duration::ZERO);
+        }
+        let resolver = builder.build().map_err(DnsError::Resolver)?;
+        Ok(DnsResolver {
+            resolver,
+            config: config.clone(),
+        })
+    }
+
+    pub(crate) async fn resolve(&self, host: &str) -> Resolution {
+        match self.resolver.lookup_ip(host).await {
+            Ok(lookup) => {
+                let mut addrs: Vec<IpAddr> = lookup.iter().collect();
+                // Servers rotate their answers; the host set should not churn with them.
+                addrs.sort_unstable();
+                addrs.dedup();
+                Resolution::Answer {
+                    addrs,
+                    ttl: lookup
+                        .valid_until()
+                        .saturating_duration_since(Instant::now()),
+                }
+            }
+            // NXDOMAIN, or the name has no record of this family: a real answer, "none".
+            Err(error) if error.is_no_records_found() => Resolution::Answer {
+                addrs: Vec::new(),
+                ttl: Duration::ZERO,
+            },
+            Err(error) => Resolution::Failed(error.to_string()),
+        }
+    }
+}
+
+/// A cluster's configured endpoints and the last answer for each name among them: what its
+/// host set is made of.
+pub(crate) struct Membership {
+    configured: Vec<Endpoint>,
+    /// `None` until the name's first lookup ends.
+    answers: HashMap<String, Option<Vec<IpAddr>>>,
+}
+
+impl Membership {
+    pub(crate) fn new(configured: &[Endpoint]) -> Self {
+        let mut membership = Membership {
+            configured: Vec::new(),
+            answers: HashMap::new(),
+        };
+        membership.configure(configured);
+        membership
+    }
+
+    /// New configured endpoints; names that stay keep their answers.
+    pub(crate) fn configure(&mut self, configured: &[Endpoint]) {
+        self.configured = configured.to_vec();
+        let names: HashSet<String> = self.names().map(str::to_owned).collect();
+        self.answers.retain(|name, _| names.contains(name));
+        for name in names {
+            self.answers.entry(name).or_insert(None);
+        }
+    }
+
+    /// The distinct names among the configured endpoints.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        let mut seen = HashSet::new();
+        self.configured
+            .iter()
+            .filter_map(move |e| match &e.address {
+                EndpointAddress::Name { host, .. } if seen.insert(host.as_str()) => {
+                    Some(host.as_str())
+                }
+                _ => None,
+            })
+    }
+
+    /// Records `host`'s answer (`None`: the lookup failed, the last answer stays). Whether the
+    /// hosts changed.
+    pub(crate) fn answer(&mut self, host: &str, addrs: Option<Vec<IpAddr>>) -> bool {
+        let Some(slot) = self.answers.get_mut(host) else {
+            return false; // no longer configured
+        };
+        match (addrs, slot.as_ref()) {
+            (Some(addrs), Some(old)) if *old == addrs => false,
+            (Some(addrs), _) => {
+                *slot = Some(addrs);
+                true
+            }
+            // A first lookup that failed: answered, with no address yet.
+            (None, None) => {
+                *slot = Some(Vec::new());
+                false
+            }
+            (None, Some(_)) => false,
+        }
+    }
+
+    /// Whether some name has not had its first lookup end.
+    pub(crate) fn unanswered(&self) -> bool {
+        self.answers.values().any(Option::is_none)
+    }
+
+    /// The hosts: each address once, with the weight of the first endpoint that names it.
+    pub(crate) fn host_specs(&self) -> Vec<balancer::HostSpec> {
+        let mut seen = HashSet::new();
+        let mut specs = Vec::with_capacity(self.configured.len());
+        for endpoint in &self.configured {
+            let mut add = |addr: SocketAddr| {
+                if seen.insert(addr) {
+                    specs.push(balancer::HostSpec::new(addr).with_weight(endpoint.weight));
+                }
+            };
+            match &endpoint.address {
+                EndpointAddress::Ip(addr) => add(*addr),
+                EndpointAddress::Name { host, port } => {
+                    let answer = self.answers.get(host).and_then(Option::as_ref);
+                    for ip in answer.into_iter().flatten() {
+                        add(SocketAddr::new(*ip, *port));
+                    }
+                }
+            }
+        }
+        specs
+    }
+}
+
+/// Resolves `host` for `cluster` until the task is aborted (the name or the cluster left the
+/// config): runs on the monitor thread.
+pub(crate) async fn follow_name(
+    cluster: Arc<SharedCluster>,
+    host: String,
+    stats: Rc<ClusterStats>,
+) {
+    let Some(dns) = cluster.dns.as_ref() else {
+        return;
+    };
+    let config = &dns.config;
+    let mut failures: u32 = 0;
+    loop {
+        stats.update_attempt.inc();
+        let wait = match dns.resolve(&host).await {
+            Resolution::Answer { addrs, ttl } => {
+                stats.update_success.inc();
+                if failures > 0 {
+                    tracing::info!(cluster = %cluster.name, host, "DNS answers again");
+                }
+                failures = 0;
+                if addrs.is_empty() {
+                    tracing::warn!(cluster = %cluster.name, host, "the name has no address: its hosts leave the cluster");
+                }
+                cluster.set_answer(&host, Some(addrs));
+                config.next_refresh(ttl)
+            }
+            Resolution::Failed(error) => {
+                stats.update_failure.inc();
+                if failures == 0 {
+                    tracing::warn!(cluster = %cluster.name, host, %error, "DNS lookup failed; the last answer stays in use");
+                }
+                failures = failures.saturating_add(1);
+                cluster.set_answer(&host, None);
+                retry_after(config, failures)
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// After `failures` failed lookups in a row: from the minimum refresh, doubling, up to the
+/// refresh rate.
+fn retry_after(config: &DnsConfig, failures: u32) -> Duration {
+    let doubled = config
+        .min_refresh_rate
+        .saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled.min(config.refresh_rate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(host: &str, port: u16, weight: u32) -> Endpoint {
+        Endpoint {
+            address: EndpointAddress::Name {
+                host: host.into(),
+                port,
+            },
+            weight,
+        }
+    }
+
+    fn ip(addr: &str) -> Endpoint {
+        Endpoint {
+            address: EndpointAddress::Ip(addr.parse().unwrap()),
+            weight: 1,
+        }
+    }
+
+    fn hosts(m: &Membership) -> Vec<(String, u32)> {
+        m.host_specs()
+            .iter()
+            .map(|s| (s.addr.to_string(), s.weight))
+            .collect()
+    }
+
+    fn ips(list: &[&str]) -> Option<Vec<IpAddr>> {
+        Some(list.iter().map(|a| a.parse().unwrap()).collect())
+    }
+
+    #[test]
+    fn names_expand_to_their_addresses_on_their_port_once_each() {
+        let mut m = Membership::new(&[ip("10.0.0.1:80"), name("api", 80, 3), name("api", 81, 1)]);
+        assert_eq!(m.names().collect::<Vec<_>>(), ["api"]);
+        assert!(m.unanswered());
+        assert_eq!(hosts(&m), [("10.0.0.1:80".into(), 1)]);
+        assert!(m.answer("api", ips(&["10.0.0.1", "10.0.0.2"])));
+        assert!(!m.unanswered());
+        assert_eq!(
+            hosts(&m),
+            [
+                ("10.0.0.1:80".into(), 1),
+                ("10.0.0.2:80".into(), 3),
+                ("10.0.0.1:81".into(), 1),
+                ("10.0.0.2:81".into(), 1),
+            ],
+            "an address named twice is one host, weighted by the first"
+        );
+        assert!(
+            !m.answer("api", ips(&["10.0.0.1", "10.0.0.2"])),
+            "unchanged"
+        );
+    }
+
+    #[test]
+    fn a_failed_lookup_keeps_the_last_answer_and_an_empty_one_removes_it() {
+        let mut m = Membership::new(&[name("api", 80, 1)]);
+        assert!(!m.answer("api", None));
+        assert!(!m.unanswered(), "a failed first lookup still ends the wait");
+        assert!(hosts(&m).is_empty());
+        assert!(m.answer("api", ips(&["10.0.0.1"])));
+        assert!(!m.answer("api", None));
+        assert_eq!(hosts(&m), [("10.0.0.1:80".into(), 1)]);
+        assert!(m.answer("api", ips(&[])));
+        assert!(hosts(&m).is_empty());
+    }
+
+    #[test]
+    fn reconfiguring_keeps_the_answers_of_names_that_stay() {
+        let mut m = Membership::new(&[name("api", 80, 1), name("old", 80, 1)]);
+        m.answer("api", ips(&["10.0.0.1"]));
+        m.answer("old", ips(&["10.0.0.9"]));
+        m.configure(&[name("api", 80, 1), name("new", 80, 1)]);
+        assert_eq!(hosts(&m), [("10.0.0.1:80".into(), 1)]);
+        assert!(m.unanswered(), "`new` waits for its first lookup");
+        assert!(!m.answer("old", ips(&["10.0.0.9"])), "gone from the config");
+    }
+
+    #[test]
+    fn failures_back_off_from_the_minimum_to_the_refresh_rate() {
+        let config = DnsConfig::default();
+        let s = Duration::from_secs;
+        assert_eq!(retry_after(&config, 1), s(1));
+        assert_eq!(retry_after(&config, 2), s(2));
+        assert_eq!(retry_after(&config, 3), s(4));
+        assert_eq!(retry_after(&config, 4), s(5));
+        assert_eq!(retry_after(&config, 1000), s(5));
+    }
+}

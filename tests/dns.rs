@@ -1,0 +1,237 @@
+//! DNS endpoints against the real binary: a cluster named `backend.test:PORT`, resolved
+//! through a DNS server in the test whose answers change while requests flow.
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::*;
+use testbed::{DnsServer, NoopHandle, NoopUpstream};
+
+/// Two upstreams on one port, on 127.0.0.2 and 127.0.0.3: the two answers a name can have.
+async fn two_hosts() -> (NoopHandle, NoopHandle) {
+    let first = NoopUpstream::bind("127.0.0.2:0".parse().unwrap())
+        .await
+        .unwrap();
+    let port = first.local_addr().port();
+    let second = NoopUpstream::bind(SocketAddr::new([127, 0, 0, 3].into(), port))
+        .await
+        .unwrap();
+    (first, second)
+}
+
+fn ip(addr: SocketAddr) -> IpAddr {
+    addr.ip()
+}
+
+fn config(dns: SocketAddr, port: u16, extra: &str) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [backend.test:{port}]
+    dns_resolvers: [{dns}]
+    dns_refresh_rate: 200ms
+    dns_min_refresh_rate: 100ms
+{extra}"#
+    )
+}
+
+/// Who answered one request: the upstream's address, or the status if it was not a 200.
+async fn served_by(proxy: &Proxy) -> Result<String, u16> {
+    let response = send_h1(proxy.addr(), get("/", &[])).await;
+    if response.status() != 200 {
+        return Err(response.status().as_u16());
+    }
+    Ok(response.headers()["x-noop-served-by"]
+        .to_str()
+        .unwrap()
+        .to_string())
+}
+
+/// Sends requests until `done` holds for who served one (at most 20 s).
+async fn until(proxy: &Proxy, what: &str, done: impl Fn(&Result<String, u16>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = served_by(proxy).await;
+        if done(&answer) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {what}; last: {answer:?}\n{}",
+            proxy.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_follows_the_dns_answer() {
+    let (first, second) = two_hosts().await;
+    let dns = DnsServer::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    dns.set("backend.test", &[ip(first.local_addr())]);
+    // A slow first answer: the proxy waits for it before it serves, rather than answering
+    // 503 until it comes.
+    dns.set_delay(Duration::from_secs(1));
+    let proxy = Proxy::start(&config(dns.local_addr(), first.local_addr().port(), ""), 2);
+    let admin = proxy.admin.unwrap();
+    assert_eq!(served_by(&proxy).await, Ok(first.local_addr().to_string()));
+    dns.set_delay(Duration::ZERO);
+
+    dns.set("backend.test", &[ip(second.local_addr())]);
+    until(&proxy, "moved to the new address", |a| {
+        *a == Ok(second.local_addr().to_string())
+    })
+    .await;
+    // The old address left the host set: every request now goes to the new one.
+    for _ in 0..20 {
+        assert_eq!(served_by(&proxy).await, Ok(second.local_addr().to_string()));
+    }
+    let (_, clusters) = admin_request(admin, "GET", "/clusters");
+    assert!(
+        clusters.contains(&second.local_addr().to_string())
+            && !clusters.contains(&first.local_addr().to_string()),
+        "{clusters}"
+    );
+
+    // A server failure keeps the last answer.
+    let failures = stat(admin, "update_failure");
+    dns.set_failing(true);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stat(admin, "update_failure") < failures + 2 {
+        assert!(Instant::now() < deadline, "no failed lookup counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..10 {
+        assert_eq!(served_by(&proxy).await, Ok(second.local_addr().to_string()));
+    }
+
+    // Both addresses: both serve.
+    dns.set_failing(false);
+    dns.set(
+        "backend.test",
+        &[ip(first.local_addr()), ip(second.local_addr())],
+    );
+    until(&proxy, "back on the first address", |a| {
+        *a == Ok(first.local_addr().to_string())
+    })
+    .await;
+
+    // The name is gone (NXDOMAIN): its hosts leave, and requests get 503.
+    dns.remove("backend.test");
+    until(&proxy, "refused without hosts", |a| *a == Err(503)).await;
+    // Every lookup ends answered or failed (read in this order: they only grow).
+    let answered = stat(admin, "update_success");
+    let attempts = stat(admin, "update_attempt");
+    assert!(attempts >= answered + failures + 2, "{attempts} {answered}");
+    assert!(dns.queries() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_adds_a_name_waits_for_its_answer() {
+    let (first, _second) = two_hosts().await;
+    let dns = DnsServer::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    dns.set("backend.test", &[ip(first.local_addr())]);
+    dns.set_delay(Duration::from_secs(1));
+    let proxy = Proxy::start(&forward_config(&[first.local_addr()], ""), 1);
+    let admin = proxy.admin.unwrap();
+    // A second cluster reached by name, and a route to it.
+    let yaml = forward_config(
+        &[first.local_addr()],
+        &format!(
+            "  - name: named\n    endpoints: [backend.test:{}]\n    dns_resolvers: [{}]\n",
+            first.local_addr().port(),
+            dns.local_addr()
+        ),
+    )
+    .replace(
+        "      - match: { prefix: / }",
+        "      - match: { prefix: /named }\n        cluster: named\n      - match: { prefix: / }",
+    );
+    proxy.rewrite_config(&yaml);
+    let (status, body) = admin_request(admin, "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    // The first request after the reload finds the name resolved.
+    let response = send_h1(proxy.addr(), get("/named", &[])).await;
+    assert_eq!(response.status(), 200, "{}", proxy.log());
+    assert!(dns.queries() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_dns_server_leaves_the_proxy_serving_what_it_can() {
+    let (first, _second) = two_hosts().await;
+    // Nothing answers on this UDP port.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let extra = format!("  - name: fixed\n    endpoints: [{}]\n", first.local_addr());
+    let yaml = config(
+        silent.local_addr().unwrap(),
+        first.local_addr().port(),
+        &extra,
+    )
+    .replace(
+        "      - match: { prefix: / }",
+        "      - match: { prefix: /fixed }\n        cluster: fixed\n      - match: { prefix: / }",
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let admin = proxy.admin.unwrap();
+    // The name has no host: 503, and the failure is logged and counted; the rest of the
+    // config serves.
+    assert_eq!(served_by(&proxy).await, Err(503));
+    let response = send_h1(proxy.addr(), get("/fixed", &[])).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        proxy.wait_for_log("DNS lookup failed", Duration::from_secs(20)),
+        "{}",
+        proxy.log()
+    );
+    assert!(stat(admin, "update_failure") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_kept_for_its_ttl_unless_told_otherwise() {
+    let (first, _second) = two_hosts().await;
+    let port = first.local_addr().port();
+    let cached = DnsServer::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let uncached = DnsServer::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    for dns in [&cached, &uncached] {
+        dns.set("backend.test", &[ip(first.local_addr())]);
+        dns.set_ttl(3600);
+    }
+    let extra = format!(
+        "  - name: uncached\n    endpoints: [backend.test:{port}]\n    dns_resolvers: [{}]\n    dns_refresh_rate: 100ms\n    respect_dns_ttl: false\n",
+        uncached.local_addr()
+    );
+    let proxy = Proxy::start(&config(cached.local_addr(), port, &extra), 1);
+    assert_eq!(served_by(&proxy).await, Ok(first.local_addr().to_string()));
+    let asked = cached.queries();
+    // While the cluster that ignores TTLs asks again and again, the other one, refreshed
+    // every 200 ms too, uses its answer for the hour it is valid.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let start = uncached.queries();
+    while uncached.queries() < start + 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the uncached name is not asked again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(cached.queries(), asked, "{}", proxy.log());
+}
