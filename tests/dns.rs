@@ -117,9 +117,20 @@ async fn traffic_follows_the_dns_answer() {
     for _ in 0..10 {
         assert_eq!(served_by(&proxy).await, Ok(second.local_addr().to_string()));
     }
+    // So does a partial one: A fails while AAAA says "no address" (not an empty answer).
+    dns.set_failing(false);
+    dns.set_failing_a(true);
+    let failures = stat(admin, "update_failure");
+    while stat(admin, "update_failure") < failures + 2 {
+        assert!(Instant::now() < deadline, "no failed lookup counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..10 {
+        assert_eq!(served_by(&proxy).await, Ok(second.local_addr().to_string()));
+    }
 
     // Both addresses: both serve.
-    dns.set_failing(false);
+    dns.set_failing_a(false);
     dns.set(
         "backend.test",
         &[ip(first.local_addr()), ip(second.local_addr())],
@@ -169,6 +180,59 @@ async fn a_reload_that_adds_a_name_waits_for_its_answer() {
     let response = send_h1(proxy.addr(), get("/named", &[])).await;
     assert_eq!(response.status(), 200, "{}", proxy.log());
     assert!(dns.queries() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_swaps_names_leaves_no_gap() {
+    let (first, second) = two_hosts().await;
+    let port = first.local_addr().port();
+    let dns = DnsServer::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    dns.set("blue.test", &[ip(first.local_addr())]);
+    dns.set("green.test", &[ip(second.local_addr())]);
+    let blue = config(dns.local_addr(), port, "").replace("backend.test", "blue.test");
+    let proxy = Proxy::start(&blue, 2);
+    let admin = proxy.admin.unwrap();
+    assert_eq!(served_by(&proxy).await, Ok(first.local_addr().to_string()));
+
+    // Requests keep flowing while a reload swaps the name for one whose answer is slow.
+    dns.set_delay(Duration::from_secs(1));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr = proxy.addr();
+    let client = tokio::spawn({
+        let stop = std::sync::Arc::clone(&stop);
+        async move {
+            let (mut sent, mut failed) = (0, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let response = send_h1(addr, get("/", &[])).await;
+                sent += 1;
+                if response.status() != 200 {
+                    failed.push(response.status());
+                }
+            }
+            (sent, failed)
+        }
+    });
+    proxy.rewrite_config(&blue.replace("blue.test", "green.test"));
+    let (status, body) =
+        tokio::task::spawn_blocking(move || admin_request(admin, "POST", "/reload"))
+            .await
+            .unwrap();
+    assert_eq!(status, 200, "{body}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, failed) = client.await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of {sent} failed, the first with {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert!(sent > 1, "the client sent while the reload waited");
+    // The reload returned once green had answered: blue's host is gone.
+    for _ in 0..10 {
+        assert_eq!(served_by(&proxy).await, Ok(second.local_addr().to_string()));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

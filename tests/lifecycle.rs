@@ -208,6 +208,49 @@ async fn sigterm_lets_requests_in_flight_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_accepted_before_the_drain_has_its_first_request_served() {
+    use std::io::{Read, Write};
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 1);
+    let addr = proxy.addr();
+    let admin = proxy.admin.unwrap();
+    // Connected, accepted, and silent when the drain starts.
+    let mut silent = std::net::TcpStream::connect(addr).unwrap();
+    assert_eq!(stat_settled(admin, "downstream_cx_active", 1), 1);
+    proxy.terminate();
+    // The listening socket closes once the worker has started its drain: refused, not queued.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "still accepting");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    silent
+        .write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+        .unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = silent.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{answer:?}\n{}",
+        proxy.log()
+    );
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    assert!(
+        proxy
+            .wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_serves_curlable_requests() {
     // Port 0: a port picked here and released could be taken by another test before the
     // demo binds it.

@@ -425,7 +425,7 @@ pub fn admin_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     write!(
         stream,

@@ -182,6 +182,12 @@ impl Server {
     /// for every worker to exit. Blocks the calling thread.
     pub fn drain_and_join(self) {
         self.admin_state.draining.store(true, Ordering::Relaxed);
+        // The listening sockets close once the accept loops end: new connections are refused
+        // (or, after an upgrade, taken by the new process, which has its own copies), not
+        // queued for a process that will not accept them.
+        for listener in &self.live.current().listeners {
+            listener.sockets.release();
+        }
         let _ = self.drain.send(true);
         for handle in self.workers {
             if handle.join().is_err() {

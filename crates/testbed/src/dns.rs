@@ -22,6 +22,8 @@ struct Zone {
     ttl: u32,
     /// Every query gets SERVFAIL.
     failing: bool,
+    /// A queries get SERVFAIL (AAAA queries are answered).
+    failing_a: bool,
     /// How long each answer is held back.
     delay: Duration,
 }
@@ -88,6 +90,11 @@ impl DnsServer {
         self.zone().failing = failing;
     }
 
+    /// While set, A queries get SERVFAIL and AAAA queries are answered (a partial failure).
+    pub fn set_failing_a(&self, failing: bool) {
+        self.zone().failing_a = failing;
+    }
+
     /// Each answer is sent this long after its query (a slow server).
     pub fn set_delay(&self, delay: Duration) {
         self.zone().delay = delay;
@@ -150,14 +157,14 @@ fn answer(request: &Message, zone: &Zone) -> Message {
     response.metadata.recursion_desired = request.metadata.recursion_desired;
     response.metadata.recursion_available = true;
     response.add_queries(request.queries.iter().cloned());
-    if zone.failing {
-        response.metadata.response_code = ResponseCode::ServFail;
-        return response;
-    }
     let Some(query) = request.queries.first() else {
         response.metadata.response_code = ResponseCode::FormErr;
         return response;
     };
+    if zone.failing || (zone.failing_a && query.query_type() == RecordType::A) {
+        response.metadata.response_code = ResponseCode::ServFail;
+        return response;
+    }
     let Some(addrs) = zone.names.get(&normal(&query.name().to_ascii())) else {
         response.metadata.response_code = ResponseCode::NXDomain;
         return response;

@@ -396,7 +396,7 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
 
 /// `POST /reload`: 200 once every worker serves with the file's config; 400 with the reason
 /// (the key path for an invalid config) when nothing changed.
-async fn reload(live: &LiveConfig) -> Response<Full<Bytes>> {
+async fn reload(live: &Arc<LiveConfig>) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     match live.reload().await {
         Ok(report) => reply(StatusCode::OK, TEXT, format!("reloaded: {report}\n")),

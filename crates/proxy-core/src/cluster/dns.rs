@@ -11,20 +11,20 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hickory_resolver::config::{
-    ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolverConfig,
-};
+use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::rr::{Name, RData, RecordType};
 use hickory_resolver::{Resolver, TokioResolver};
 
 use super::SharedCluster;
 use crate::catalog::ClusterStats;
 use crate::config::{DnsConfig, DnsLookupFamily, Endpoint, EndpointAddress};
 
-/// How long one query waits for a server, and how many times it is sent: a dead server is
-/// known to be dead within seconds, not the default 10 s.
+/// How long one query waits for a server; it is sent once (the next refresh is the retry).
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
-const QUERY_ATTEMPTS: usize = 2;
+/// The longest a whole lookup (both address families, search domains) may take before it
+/// counts as failed: under the 5 s a config waits for first answers.
+const LOOKUP_LIMIT: Duration = Duration::from_secs(4);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DnsError {
@@ -80,13 +80,11 @@ impl DnsResolver {
         };
         let options = builder.options_mut();
         options.timeout = QUERY_TIMEOUT;
-        options.attempts = QUERY_ATTEMPTS;
-        options.ip_strategy = match config.lookup_family {
-            DnsLookupFamily::V4Preferred => LookupIpStrategy::Ipv4thenIpv6,
-            DnsLookupFamily::V4Only => LookupIpStrategy::Ipv4Only,
-            DnsLookupFamily::V6Only => LookupIpStrategy::Ipv6Only,
-            DnsLookupFamily::All => LookupIpStrategy::Ipv4AndIpv6,
-        };
+        options.attempts = 1;
+        if !config.resolvers.is_empty() {
+            // The servers named are the only source: /etc/hosts is for the system's resolver.
+            options.use_hosts_file = ResolveHosts::Never;
+        }
         if !config.respect_ttl {
             // Nothing is cached: every refresh asks the servers.
             options.positive_max_ttl = Some(Duration::ZERO);
@@ -99,26 +97,90 @@ impl DnsResolver {
         })
     }
 
+    /// Looks `host` up: the addresses of the configured family, or a failure if any query
+    /// needed failed (a partial answer is not taken for the whole).
     pub(crate) async fn resolve(&self, host: &str) -> Resolution {
-        match self.resolver.lookup_ip(host).await {
-            Ok(lookup) => {
-                let mut addrs: Vec<IpAddr> = lookup.iter().collect();
+        let Ok(name) = Name::from_ascii(host) else {
+            return Resolution::Failed(format!("`{host}` is not a DNS name"));
+        };
+        let lookup = async {
+            match self.config.lookup_family {
+                DnsLookupFamily::V4Only => self.query(&name, RecordType::A).await,
+                DnsLookupFamily::V6Only => self.query(&name, RecordType::AAAA).await,
+                DnsLookupFamily::All => {
+                    let (v4, v6) = tokio::join!(
+                        self.query(&name, RecordType::A),
+                        self.query(&name, RecordType::AAAA)
+                    );
+                    v4.and(v6)
+                }
+                DnsLookupFamily::V4Preferred => match self.query(&name, RecordType::A).await {
+                    Resolution::Answer { addrs, .. } if addrs.is_empty() => {
+                        self.query(&name, RecordType::AAAA).await
+                    }
+                    v4 => v4,
+                },
+            }
+        };
+        match tokio::time::timeout(LOOKUP_LIMIT, lookup).await {
+            Ok(Resolution::Answer { mut addrs, ttl }) => {
                 // Servers rotate their answers; the host set should not churn with them.
                 addrs.sort_unstable();
                 addrs.dedup();
-                Resolution::Answer {
-                    addrs,
-                    ttl: lookup
-                        .valid_until()
-                        .saturating_duration_since(Instant::now()),
-                }
+                Resolution::Answer { addrs, ttl }
             }
-            // NXDOMAIN, or the name has no record of this family: a real answer, "none".
+            Ok(failed) => failed,
+            Err(_) => Resolution::Failed(format!("no answer within {LOOKUP_LIMIT:?}")),
+        }
+    }
+
+    async fn query(&self, name: &Name, record_type: RecordType) -> Resolution {
+        match self.resolver.lookup(name.clone(), record_type).await {
+            Ok(lookup) => Resolution::Answer {
+                addrs: lookup
+                    .answers()
+                    .iter()
+                    .filter_map(|record| match &record.data {
+                        RData::A(a) => Some(IpAddr::V4(a.0)),
+                        RData::AAAA(aaaa) => Some(IpAddr::V6(aaaa.0)),
+                        _ => None, // CNAMEs on the way
+                    })
+                    .collect(),
+                ttl: lookup
+                    .valid_until()
+                    .saturating_duration_since(Instant::now()),
+            },
+            // NXDOMAIN, or no record of this type: a real answer, "none". Asked again at the
+            // refresh rate, not as often as a short TTL would allow.
             Err(error) if error.is_no_records_found() => Resolution::Answer {
                 addrs: Vec::new(),
-                ttl: Duration::ZERO,
+                ttl: self.config.refresh_rate,
             },
             Err(error) => Resolution::Failed(error.to_string()),
+        }
+    }
+}
+
+impl Resolution {
+    /// Both answers together; a failure of either is the failure of both.
+    fn and(self, other: Resolution) -> Resolution {
+        match (self, other) {
+            (
+                Resolution::Answer { mut addrs, ttl },
+                Resolution::Answer {
+                    addrs: more,
+                    ttl: other_ttl,
+                },
+            ) => {
+                addrs.extend(more);
+                Resolution::Answer {
+                    addrs,
+                    ttl: ttl.min(other_ttl),
+                }
+            }
+            (Resolution::Failed(error), _) | (_, Resolution::Failed(error)) => {
+                Resolution::Failed(error)
+            }
         }
     }
 }
@@ -129,6 +191,9 @@ pub(crate) struct Membership {
     configured: Vec<Endpoint>,
     /// `None` until the name's first lookup ends.
     answers: HashMap<String, Option<Vec<IpAddr>>>,
+    /// The hosts names gave before a reload, kept until the names it added have had their
+    /// first answer: a reload that swaps one name for another leaves no gap without hosts.
+    interim: Vec<balancer::HostSpec>,
 }
 
 impl Membership {
@@ -136,6 +201,7 @@ impl Membership {
         let mut membership = Membership {
             configured: Vec::new(),
             answers: HashMap::new(),
+            interim: Vec::new(),
         };
         membership.configure(configured);
         membership
@@ -143,12 +209,18 @@ impl Membership {
 
     /// New configured endpoints; names that stay keep their answers.
     pub(crate) fn configure(&mut self, configured: &[Endpoint]) {
+        let before = self.named_hosts();
         self.configured = configured.to_vec();
         let names: HashSet<String> = self.names().map(str::to_owned).collect();
         self.answers.retain(|name, _| names.contains(name));
         for name in names {
             self.answers.entry(name).or_insert(None);
         }
+        self.interim = if self.unanswered() {
+            before
+        } else {
+            Vec::new()
+        };
     }
 
     /// The distinct names among the configured endpoints.
@@ -170,7 +242,7 @@ impl Membership {
         let Some(slot) = self.answers.get_mut(host) else {
             return false; // no longer configured
         };
-        match (addrs, slot.as_ref()) {
+        let changed = match (addrs, slot.as_ref()) {
             (Some(addrs), Some(old)) if *old == addrs => false,
             (Some(addrs), _) => {
                 *slot = Some(addrs);
@@ -182,7 +254,12 @@ impl Membership {
                 false
             }
             (None, Some(_)) => false,
+        };
+        if !self.interim.is_empty() && !self.unanswered() {
+            self.interim.clear();
+            return true;
         }
+        changed
     }
 
     /// Whether some name has not had its first lookup end.
@@ -192,9 +269,21 @@ impl Membership {
 
     /// The hosts: each address once, with the weight of the first endpoint that names it.
     pub(crate) fn host_specs(&self) -> Vec<balancer::HostSpec> {
+        let mut specs = self.hosts(|_| true);
+        let mut seen: HashSet<SocketAddr> = specs.iter().map(|s| s.addr).collect();
+        specs.extend(self.interim.iter().filter(|s| seen.insert(s.addr)));
+        specs
+    }
+
+    /// The hosts that names gave.
+    fn named_hosts(&self) -> Vec<balancer::HostSpec> {
+        self.hosts(EndpointAddress::is_name)
+    }
+
+    fn hosts(&self, which: impl Fn(&EndpointAddress) -> bool) -> Vec<balancer::HostSpec> {
         let mut seen = HashSet::new();
         let mut specs = Vec::with_capacity(self.configured.len());
-        for endpoint in &self.configured {
+        for endpoint in self.configured.iter().filter(|e| which(&e.address)) {
             let mut add = |addr: SocketAddr| {
                 if seen.insert(addr) {
                     specs.push(balancer::HostSpec::new(addr).with_weight(endpoint.weight));
@@ -339,9 +428,30 @@ mod tests {
         m.answer("api", ips(&["10.0.0.1"]));
         m.answer("old", ips(&["10.0.0.9"]));
         m.configure(&[name("api", 80, 1), name("new", 80, 1)]);
-        assert_eq!(hosts(&m), [("10.0.0.1:80".into(), 1)]);
         assert!(m.unanswered(), "`new` waits for its first lookup");
         assert!(!m.answer("old", ips(&["10.0.0.9"])), "gone from the config");
+        assert!(m.answer("new", ips(&["10.0.0.5"])));
+        assert_eq!(
+            hosts(&m),
+            [("10.0.0.1:80".into(), 1), ("10.0.0.5:80".into(), 1)]
+        );
+    }
+
+    #[test]
+    fn a_name_swapped_for_another_serves_until_the_new_one_answers() {
+        let mut m = Membership::new(&[ip("10.0.0.1:80"), name("blue", 80, 1)]);
+        m.answer("blue", ips(&["10.0.0.2"]));
+        m.configure(&[name("green", 80, 1)]);
+        assert_eq!(
+            hosts(&m),
+            [("10.0.0.2:80".into(), 1)],
+            "the old name's hosts stay meanwhile; a removed address leaves at once"
+        );
+        assert!(m.answer("green", ips(&["10.0.0.3"])));
+        assert_eq!(hosts(&m), [("10.0.0.3:80".into(), 1)]);
+        // Removing a name without adding one: its hosts leave at once.
+        m.configure(&[ip("10.0.0.1:80")]);
+        assert_eq!(hosts(&m), [("10.0.0.1:80".into(), 1)]);
     }
 
     #[test]

@@ -74,6 +74,10 @@ async fn serve_h1_until_idle(
     tokio::pin!(park_timer);
     let result = loop {
         tokio::select! {
+            // The codec first: on a drain that finds the connection's first request in our
+            // buffer, hyper must have taken it in, or its graceful shutdown closes the
+            // connection unanswered.
+            biased;
             result = poll_fn(|cx| conn.as_mut().poll_without_shutdown(cx)) => break result,
             _ = drain.wait_for(|draining| *draining), if !draining => {
                 draining = true;

@@ -42,6 +42,9 @@ pub(crate) struct ConnSettings {
     pub(crate) tls: Option<Handshake>,
 }
 
+/// How long a connection accepted before a drain has to start its first request.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves `stream` until the client is done or, after `drain` turns true, until the requests
 /// in flight are answered: HTTP/1.1 then closes with `connection: close`, HTTP/2 sends GOAWAY.
 pub(crate) async fn serve(
@@ -86,6 +89,10 @@ enum Sniffed {
 
 /// Tells HTTP/2 prior knowledge from HTTP/1.1 by its first bytes, which are kept for the
 /// codec. Nothing is allocated while the client says nothing.
+///
+/// A drain does not close a connection that has not spoken yet at once: it was accepted
+/// before the drain, so its client is about to send a request, which is served (then the
+/// connection closes). It has [`FIRST_REQUEST_GRACE`] to start.
 async fn sniff(
     io: &mut DownstreamIo,
     ctx: &ConnCtx,
@@ -96,12 +103,22 @@ async fn sniff(
     let mut len = 0;
     let deadline = tokio::time::sleep(idle_timeout);
     tokio::pin!(deadline);
+    let mut draining = false;
     loop {
         let read = tokio::select! {
             read = io.read(&mut head[len..]) => read,
-            _ = drain.wait_for(|draining| *draining) => return Sniffed::Closed,
+            _ = drain.wait_for(|draining| *draining), if !draining => {
+                draining = true;
+                let grace = tokio::time::Instant::now() + FIRST_REQUEST_GRACE;
+                if grace < deadline.deadline() {
+                    deadline.as_mut().reset(grace);
+                }
+                continue;
+            }
             _ = &mut deadline => {
-                ctx.listener.stats.cx_idle_timeout.inc();
+                if !draining {
+                    ctx.listener.stats.cx_idle_timeout.inc();
+                }
                 return Sniffed::Closed;
             }
         };

@@ -77,6 +77,8 @@ pub enum ReloadError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Build(#[from] BuildError),
+    #[error("the reload was interrupted: the process is stopping")]
+    Interrupted,
 }
 
 /// What a successful reload did.
@@ -217,8 +219,19 @@ impl LiveConfig {
             .clone()
     }
 
-    /// Reads the config file again and puts it in force.
-    pub(crate) async fn reload(&self) -> Result<ReloadReport, ReloadError> {
+    /// Reads the config file again and puts it in force. The reload runs to its end even if
+    /// the caller stops waiting (an admin client that hangs up): once shared state starts
+    /// changing, the new generation must be published.
+    pub(crate) async fn reload(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
+        let live = Arc::clone(self);
+        match tokio::spawn(async move { live.reload_now().await }).await {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_) => Err(ReloadError::Interrupted),
+        }
+    }
+
+    async fn reload_now(&self) -> Result<ReloadReport, ReloadError> {
         let mut reloads = self.reloads.lock().await;
         let loaded = match &self.source {
             Some(path) => Config::load(path).map_err(ReloadError::from),
