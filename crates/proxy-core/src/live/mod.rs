@@ -267,8 +267,10 @@ impl LiveConfig {
         commit.run(&generation);
         // The monitor starts resolving new names; routes to their clusters wait for answers.
         self.clusters.send_replace(Arc::clone(&generation.clusters));
-        let clusters = Arc::clone(&generation.clusters);
-        let _ = tokio::task::spawn_blocking(move || wait_for_dns(&clusters)).await;
+        if generation.clusters.iter().any(|c| c.dns.is_some()) {
+            let clusters = Arc::clone(&generation.clusters);
+            let _ = tokio::task::spawn_blocking(move || wait_for_dns(&clusters)).await;
+        }
         let mut generation = generation;
         generation.accepted_now();
         let generation = Arc::new(generation);
