@@ -12,7 +12,7 @@ use http::Request;
 use testbed::NoopUpstream;
 
 fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<String> = text.lines().map(str::to_string).collect();

@@ -23,7 +23,7 @@ async fn connect_failure_is_503_uf() {
         "upstream connect failure\n"
     );
     assert!(
-        proxy.wait_for_log("flag=UF", Duration::from_secs(5)),
+        proxy.wait_for_log("flag=UF", Duration::from_secs(20)),
         "{}",
         proxy.log()
     );
@@ -40,18 +40,18 @@ async fn a_slow_upstream_is_504_ut_at_the_route_timeout() {
     );
     let proxy = Proxy::start(&config, 1);
     let started = Instant::now();
-    let response = send_h1(proxy.addr(), get("/", &[("x-noop-delay", "3s")])).await;
+    let response = send_h1(proxy.addr(), get("/", &[("x-noop-delay", "60s")])).await;
     assert_eq!(response.status(), 504);
     assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "the timeout fired late"
+        started.elapsed() < Duration::from_secs(30),
+        "the 300ms timeout, not the 60 s upstream, ended it"
     );
     assert_eq!(
         text(response.into_body()).await,
         "upstream request timeout\n"
     );
     assert!(
-        proxy.wait_for_log("flag=UT", Duration::from_secs(5)),
+        proxy.wait_for_log("flag=UT", Duration::from_secs(20)),
         "{}",
         proxy.log()
     );
@@ -60,15 +60,15 @@ async fn a_slow_upstream_is_504_ut_at_the_route_timeout() {
     assert_eq!(response.status(), 200);
 }
 
-/// Writes a request head with `content-length: 3000`, then `parts` 1000-byte pieces `gap`
+/// Writes a request head with `content-length: 4000`, then `parts` 1000-byte pieces `gap`
 /// apart; returns the status line of the answer.
 fn paced_upload(addr: SocketAddr, parts: usize, gap: Duration) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
+        .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     stream
-        .write_all(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 3000\r\n\r\n")
+        .write_all(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 4000\r\n\r\n")
         .unwrap();
     for _ in 0..parts {
         std::thread::sleep(gap);
@@ -86,19 +86,19 @@ async fn the_route_timeout_runs_from_the_end_of_the_request_body() {
         .unwrap();
     let config = forward_config(&[noop.local_addr()], "").replace(
         "        cluster: backend",
-        "        cluster: backend\n        timeout: 500ms",
+        "        cluster: backend\n        timeout: 3s",
     );
     let proxy = Proxy::start(&config, 1);
     let addr = proxy.addr();
-    // An upload that keeps moving may take longer than the timeout (3 x 300 ms)...
-    let moving =
-        tokio::task::spawn_blocking(move || paced_upload(addr, 3, Duration::from_millis(300)));
+    // An upload that keeps moving may take longer than the timeout (4 x 1 s, each gap a
+    // third of the timeout: room for a busy machine)...
+    let moving = tokio::task::spawn_blocking(move || paced_upload(addr, 4, Duration::from_secs(1)));
     assert_eq!(moving.await.unwrap(), "HTTP/1.1 200");
     // ...one that stalls for longer is cut off.
     let started = Instant::now();
     let stalled = tokio::task::spawn_blocking(move || paced_upload(addr, 1, Duration::ZERO));
     assert_eq!(stalled.await.unwrap(), "HTTP/1.1 504");
-    assert!(started.elapsed() < Duration::from_secs(5), "cut off late");
+    assert!(started.elapsed() < Duration::from_secs(30), "cut off late");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,7 +117,7 @@ async fn an_upstream_that_hangs_up_is_502_ur() {
         "upstream connection reset\n"
     );
     assert!(
-        proxy.wait_for_log("flag=UR", Duration::from_secs(5)),
+        proxy.wait_for_log("flag=UR", Duration::from_secs(20)),
         "{}",
         proxy.log()
     );
@@ -139,7 +139,7 @@ async fn a_garbage_response_is_502_upe() {
         "upstream protocol error\n"
     );
     assert!(
-        proxy.wait_for_log("flag=UPE", Duration::from_secs(5)),
+        proxy.wait_for_log("flag=UPE", Duration::from_secs(20)),
         "{}",
         proxy.log()
     );
@@ -155,7 +155,7 @@ async fn unrouted_requests_get_404_nr() {
     let response = send_h1(proxy.addr(), get("/elsewhere", &[])).await;
     assert_eq!(response.status(), 404);
     assert!(
-        proxy.wait_for_log("flag=NR", Duration::from_secs(5)),
+        proxy.wait_for_log("flag=NR", Duration::from_secs(20)),
         "{}",
         proxy.log()
     );
@@ -166,7 +166,7 @@ async fn unrouted_requests_get_404_nr() {
 fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     stream.write_all(bytes).unwrap();
     let mut answer = Vec::new();
@@ -293,8 +293,8 @@ async fn a_connection_still_uploading_is_not_reused() {
     let response = send_h1(proxy.addr(), get("/ok", &[])).await;
     assert_eq!(response.status(), 200);
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "waited {:?}",
+        started.elapsed() < Duration::from_secs(10),
+        "waited {:?} (queued behind the upload, it would wait the 15 s route timeout)",
         started.elapsed()
     );
     drop(tx);

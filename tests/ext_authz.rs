@@ -7,6 +7,8 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -194,7 +196,8 @@ async fn a_dead_or_slow_sidecar_gets_the_failure_mode_within_the_timeout() {
             StatusCode::FORBIDDEN,
             "failure_mode_allow is off by default"
         );
-        assert!(started.elapsed() < Duration::from_secs(1));
+        // Refused at once; 10 s is a margin for a busy machine, not a measurement.
+        assert!(started.elapsed() < Duration::from_secs(10));
     }
     let custom = Proxy::start(
         &config(
@@ -208,8 +211,9 @@ async fn a_dead_or_slow_sidecar_gets_the_failure_mode_within_the_timeout() {
     assert_eq!(stat(closed.admin.unwrap(), "ext_authz_error"), 3);
     assert_eq!(upstream.requests(), 0);
 
+    // A check that takes a minute: the answer comes after the 100ms timeout, long before.
     let slow = grpc_sidecar(AuthzRules {
-        delay: Duration::from_millis(600),
+        delay: Duration::from_secs(60),
         ..AuthzRules::default()
     })
     .await;
@@ -233,8 +237,8 @@ async fn a_dead_or_slow_sidecar_gets_the_failure_mode_within_the_timeout() {
         "the upstream learns the check failed:\n{body}"
     );
     assert!(
-        took < Duration::from_millis(500),
-        "answered after the 100ms timeout, not the 600ms check: {took:?}"
+        took < Duration::from_secs(20),
+        "answered after the 100ms timeout, not the 60 s check: {took:?}"
     );
     let admin = lenient.admin.unwrap();
     assert_eq!(stat(admin, "ext_authz_timeout"), 1);
@@ -310,21 +314,41 @@ async fn the_proxy_reconnects_when_the_sidecar_restarts() {
     let addr = first.local_addr().unwrap();
     let authz = format!("{{ grpc: {{ address: {addr} }} }}");
     let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
-    // Load in the background for the whole test.
+    // Load in the background until the test has seen what it waits for.
     let target = proxy.addr();
-    let load = tokio::spawn(async move {
-        let mut statuses = Vec::new();
-        let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until {
-            let response = send_h1(target, get("/", &[])).await;
-            statuses.push(response.status());
-            text(response.into_body()).await;
+    let statuses = Arc::new(Mutex::new(Vec::<StatusCode>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn({
+        let (statuses, stop) = (Arc::clone(&statuses), Arc::clone(&stop));
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                let response = send_h1(target, get("/", &[])).await;
+                statuses.lock().unwrap().push(response.status());
+                text(response.into_body()).await;
+            }
         }
-        statuses
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each step waits for what the proxy answers, not for time to pass.
+    let seen = |status: StatusCode, after: usize| {
+        let statuses = Arc::clone(&statuses);
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let count = statuses.lock().unwrap()[after..]
+                    .iter()
+                    .filter(|s| **s == status)
+                    .count();
+                if count >= 10 {
+                    return statuses.lock().unwrap().len();
+                }
+                assert!(Instant::now() < deadline, "never saw ten {status}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let up = seen(StatusCode::OK, 0).await;
     first.shutdown();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let down = seen(StatusCode::FORBIDDEN, up).await;
     let second = AuthzSidecar::start(
         SidecarAddr::Tcp(addr),
         SidecarMode::Grpc,
@@ -332,7 +356,10 @@ async fn the_proxy_reconnects_when_the_sidecar_restarts() {
     )
     .await
     .unwrap();
-    let statuses = load.await.unwrap();
+    seen(StatusCode::OK, down).await;
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    let statuses = statuses.lock().unwrap();
     let allowed_after = statuses
         .iter()
         .rev()
@@ -340,11 +367,7 @@ async fn the_proxy_reconnects_when_the_sidecar_restarts() {
         .count();
     assert!(statuses.first() == Some(&StatusCode::OK));
     assert!(
-        statuses.contains(&StatusCode::FORBIDDEN),
-        "requests failed while it was down"
-    );
-    assert!(
-        allowed_after > 10,
+        allowed_after >= 10,
         "served again after the restart: {allowed_after} at the end"
     );
     assert!(second.checks() > 10);

@@ -147,19 +147,21 @@ async fn four_workers_all_accept_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_requests_in_flight_finish() {
-    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let mut proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 2);
+    // The upstream holds every request until the test releases it, once the drain is on.
+    let held = HeldUpstream::start().await;
+    let config =
+        forward_config(&[held.addr], "").replace("listeners:", "drain_timeout: 60s\nlisteners:");
+    let mut proxy = Proxy::start(&config, 2);
     let addr = proxy.addr();
+    let admin = proxy.admin.unwrap();
 
     let mut in_flight = Vec::new();
     for i in 0..10 {
         in_flight.push(tokio::spawn(async move {
             let response = if i % 2 == 0 {
-                send_h1(addr, get("/slow", &[("x-noop-delay", "2s")])).await
+                send_h1(addr, get("/slow", &[])).await
             } else {
-                send_h2(addr, get_h2("/slow", &[("x-noop-delay", "2s")])).await
+                send_h2(addr, get_h2("/slow", &[])).await
             };
             let close = response
                 .headers()
@@ -169,27 +171,24 @@ async fn sigterm_lets_requests_in_flight_finish() {
                 i,
                 response.status(),
                 close,
-                text(response.into_body()).await.len(),
+                text(response.into_body()).await,
             )
         }));
     }
-    // The upstream holds each request for 2 s; the signal comes once all ten are in flight
-    // (each needs its own upstream connection while the others are held).
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while noop.connections() < 10 && std::time::Instant::now() < deadline {
+    held.wait_for_requests(10).await;
+    proxy.terminate();
+    // Both workers have started draining once the port refuses connections.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "never draining");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(
-        noop.requests(),
-        0,
-        "the upstream answered before the signal"
-    );
-    proxy.terminate();
+    assert_eq!(admin_request(admin, "GET", "/ready").0, 503);
+    held.release();
     for task in in_flight {
-        let (i, status, close, len) = task.await.unwrap();
+        let (i, status, close, body) = task.await.unwrap();
         assert_eq!(status, 200, "request {i}");
-        assert_eq!(len, 100, "request {i}");
+        assert_eq!(body, "released\n", "request {i}");
         if i % 2 == 0 {
             assert!(
                 close,
@@ -198,7 +197,7 @@ async fn sigterm_lets_requests_in_flight_finish() {
         }
     }
     let status = proxy
-        .wait(Duration::from_secs(10))
+        .wait(Duration::from_secs(30))
         .expect("exits after the drain");
     assert!(status.success(), "{status:?}\n{}", proxy.log());
     assert!(
@@ -299,7 +298,20 @@ async fn admin_reports_readiness_and_the_effective_config() {
     let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let mut proxy = Proxy::start(&forward_config(&[noop.local_addr()], ""), 2);
+    // /held goes to an upstream that answers when the test says: a request in flight for as
+    // long as the drain must be seen.
+    let held = HeldUpstream::start().await;
+    let config = forward_config(
+        &[noop.local_addr()],
+        &format!("  - name: held\n    endpoints: [{}]\n", held.addr),
+    )
+    .replace(
+        "      - match: { prefix: / }",
+        "      - match: { prefix: /held }\n        cluster: held\n      - match: { prefix: / }",
+    );
+    // The drain waits for the held request however slow the machine.
+    let config = config.replace("listeners:", "drain_timeout: 60s\nlisteners:");
+    let mut proxy = Proxy::start(&config, 2);
     let admin = proxy.admin.expect("admin server runs");
 
     assert_eq!(
@@ -325,20 +337,26 @@ async fn admin_reports_readiness_and_the_effective_config() {
     assert_eq!(status, 404);
     assert!(body.contains("/config_dump"), "{body}");
 
-    // While draining, /ready says so (a slow request keeps the drain going).
+    // While draining, /ready says so (a request in flight keeps the drain going).
     let addr = proxy.addr();
-    let slow = tokio::spawn(async move {
-        send_h1(addr, get("/", &[("x-noop-delay", "1500ms")]))
-            .await
-            .status()
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let slow = tokio::spawn(async move { send_h1(addr, get("/held", &[])).await.status() });
+    held.wait_for_requests(1).await;
     proxy.terminate();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        admin_request(admin, "GET", "/ready"),
-        (503, "DRAINING\n".to_string())
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = admin_request(admin, "GET", "/ready");
+        if ready == (503, "DRAINING\n".to_string()) {
+            break;
+        }
+        assert_eq!(
+            ready,
+            (200, "LIVE\n".to_string()),
+            "before the signal lands"
+        );
+        assert!(std::time::Instant::now() < deadline, "never draining");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release();
     assert_eq!(slow.await.unwrap(), 200);
     assert!(
         proxy

@@ -13,7 +13,7 @@ use common::*;
 /// Sends a request on an open connection; true if a response came back.
 fn is_served(stream: &mut std::net::TcpStream) -> bool {
     stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     if stream
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: legate.test\r\n\r\n")
@@ -81,7 +81,7 @@ fn max_connections_limits_the_whole_process() {
 fn time_to_close(stream: &mut std::net::TcpStream) -> Duration {
     let started = Instant::now();
     stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
+        .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let mut buf = [0u8; 1024];
     loop {
@@ -96,7 +96,7 @@ fn time_to_close(stream: &mut std::net::TcpStream) -> Duration {
 fn idle_connections_and_slow_heads_are_closed_and_counted() {
     let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "").replace(
         "    address: 127.0.0.1:0\n    routes:",
-        "    address: 127.0.0.1:0\n    http: { idle_timeout: 1500ms, request_headers_timeout: 500ms }\n    routes:",
+        "    address: 127.0.0.1:0\n    http: { idle_timeout: 3s, request_headers_timeout: 1s }\n    routes:",
     );
     let proxy = Proxy::start(&config, 1);
     let admin = proxy.admin.unwrap();
@@ -110,14 +110,16 @@ fn idle_connections_and_slow_heads_are_closed_and_counted() {
     slow.write_all(b"GET / HTTP/1.1\r\nhost: legate").unwrap();
 
     let slow_closed = time_to_close(&mut slow);
+    // By the 1 s head timeout, well before the 3 s idle timeout (the stats below say which
+    // timer closed what; the times only need to tell the two apart).
     assert!(
-        slow_closed < Duration::from_millis(1400),
+        slow_closed < Duration::from_millis(2500),
         "slow head closed after {slow_closed:?}"
     );
     let silent_closed = time_to_close(&mut silent);
     let quiet_closed = time_to_close(&mut quiet);
-    assert!(silent_closed < Duration::from_secs(4), "{silent_closed:?}");
-    assert!(quiet_closed < Duration::from_secs(4), "{quiet_closed:?}");
+    assert!(silent_closed < Duration::from_secs(20), "{silent_closed:?}");
+    assert!(quiet_closed < Duration::from_secs(20), "{quiet_closed:?}");
     assert_eq!(stat(admin, "downstream_cx_idle_timeout"), 2);
     assert_eq!(stat(admin, "downstream_cx_headers_timeout"), 1);
 
@@ -159,7 +161,7 @@ async fn oversized_head(addr: std::net::SocketAddr, kib: usize) -> String {
     tokio::task::spawn_blocking({
         move || {
             let mut s = std::net::TcpStream::connect(addr).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
             let _ = s
                 .write_all(format!("GET / HTTP/1.1\r\nhost: a\r\nx-big: {big}\r\n\r\n").as_bytes());
             let mut buf = [0u8; 64];

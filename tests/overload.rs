@@ -22,7 +22,7 @@ async fn burst(
         .map(|_| {
             tokio::spawn(async move {
                 let res =
-                    tokio::time::timeout(Duration::from_secs(20), send_h1(addr, get("/", headers)))
+                    tokio::time::timeout(Duration::from_secs(60), send_h1(addr, get("/", headers)))
                         .await
                         .expect("no request hangs");
                 let overloaded = res
@@ -63,8 +63,9 @@ async fn max_requests_per_core_admits_twenty_of_a_hundred_on_two_workers() {
     let admin = proxy.admin.unwrap();
     assert_eq!(stat(admin, "circuit_breakers_remaining_rq"), 20);
 
-    // Each admitted request holds its slot for 1 s, far longer than opening 100 connections.
-    let results = burst(proxy.addr(), 100, &[("x-noop-delay", "1s")]).await;
+    // Each admitted request holds its slot for 3 s, far longer than opening 100 connections
+    // takes even on a busy machine.
+    let results = burst(proxy.addr(), 100, &[("x-noop-delay", "3s")]).await;
     assert_eq!(count(&results, 200, false), 20, "{results:?}");
     assert_eq!(count(&results, 503, true), 80, "{results:?}");
     assert_eq!(noop.requests(), 20);
@@ -75,7 +76,7 @@ async fn max_requests_per_core_admits_twenty_of_a_hundred_on_two_workers() {
         20,
         "all slots given back"
     );
-    assert!(proxy.wait_for_log("circuit breaker open", Duration::from_secs(5)));
+    assert!(proxy.wait_for_log("circuit breaker open", Duration::from_secs(20)));
 }
 
 #[test]
@@ -105,7 +106,7 @@ async fn max_connections_queues_up_to_max_pending_and_refuses_the_rest() {
         .unwrap();
     let config = breaker_config(
         noop.local_addr(),
-        "{ max_connections: { per_core: 5 }, max_pending_requests: { per_core: 10 }, pending_timeout: 10s }",
+        "{ max_connections: { per_core: 5 }, max_pending_requests: { per_core: 10 }, pending_timeout: 60s }",
     );
     let proxy = Proxy::start(&config, 2);
     let admin = proxy.admin.unwrap();
@@ -124,7 +125,7 @@ async fn max_connections_queues_up_to_max_pending_and_refuses_the_rest() {
             most
         }
     });
-    let results = burst(proxy.addr(), 100, &[("x-noop-delay", "1s")]).await;
+    let results = burst(proxy.addr(), 100, &[("x-noop-delay", "3s")]).await;
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let most_connections = sampler.join().unwrap();
     assert_eq!(count(&results, 200, false), 30, "{results:?}");
@@ -225,7 +226,7 @@ async fn retries_stop_at_num_retries_and_at_max_retries() {
     );
 
     // Two at once that each want a retry: max_retries 1 lets one of them retry.
-    let slow_503 = [("x-noop-status", "503"), ("x-noop-delay", "300ms")];
+    let slow_503 = [("x-noop-status", "503"), ("x-noop-delay", "1s")];
     let (a, b) = tokio::join!(
         send_h1(proxy.addr(), get("/", &slow_503)),
         send_h1(proxy.addr(), get("/", &slow_503)),

@@ -370,7 +370,7 @@ fn idle_keep_alive_connections_park_and_resume() {
 
     // Idle past the parking delay: the codec is dropped, the socket kept.
     assert!(
-        proxy.wait_for_log("parked", Duration::from_secs(5)),
+        proxy.wait_for_log("parked", Duration::from_secs(20)),
         "{}",
         proxy.log()
     );
@@ -388,7 +388,7 @@ fn idle_keep_alive_connections_park_and_resume() {
             .lines()
             .any(|l| l.contains("parked") && !l.contains("buffered=0"))
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !parked_with_partial_head() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -140,7 +140,7 @@ async fn tls_connect(
     let tcp = TcpStream::connect(addr).await?;
     let name = ServerName::try_from(server_name.to_owned()).unwrap();
     tokio::time::timeout(
-        Duration::from_secs(5),
+        Duration::from_secs(20),
         tokio_rustls::TlsConnector::from(Arc::clone(config)).connect(name, tcp),
     )
     .await
@@ -598,7 +598,7 @@ async fn garbage_on_the_tls_port_closes_the_connection_without_harm() {
         let _ = stream.write_all(bytes).await;
         let mut buf = vec![0u8; 4096];
         // Closed (or reset) soon: never an HTTP answer in cleartext, never a hang.
-        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        let closed = tokio::time::timeout(Duration::from_secs(20), async {
             loop {
                 match stream.read(&mut buf).await {
                     Ok(0) | Err(_) => return,
@@ -612,7 +612,7 @@ async fn garbage_on_the_tls_port_closes_the_connection_without_harm() {
     // A client that says nothing is dropped after the handshake timeout.
     let mut silent = TcpStream::connect(proxy.addr()).await.unwrap();
     let mut buf = [0u8; 16];
-    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf)).await;
+    let read = tokio::time::timeout(Duration::from_secs(20), silent.read(&mut buf)).await;
     assert!(
         matches!(read, Ok(Ok(0) | Err(_))),
         "silent client closed: {read:?}"

@@ -469,3 +469,76 @@ pub fn stat(admin: SocketAddr, name: &str) -> i64 {
         .filter_map(|l| l.rsplit(": ").next()?.parse::<i64>().ok())
         .sum()
 }
+
+/// An upstream whose answers wait until the test releases them: requests held in flight for
+/// exactly as long as a test needs, whatever the machine's speed.
+pub struct HeldUpstream {
+    pub addr: SocketAddr,
+    arrived: Arc<AtomicUsize>,
+    release: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HeldUpstream {
+    pub async fn start() -> HeldUpstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let release = tokio::sync::watch::Sender::new(false);
+        let task = tokio::spawn({
+            let (arrived, release) = (Arc::clone(&arrived), release.clone());
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let (arrived, release) = (Arc::clone(&arrived), release.clone());
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                            arrived.fetch_add(1, Ordering::SeqCst);
+                            let mut released = release.subscribe();
+                            async move {
+                                let _ = released.wait_for(|r| *r).await;
+                                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(
+                                    "released\n",
+                                ))))
+                            }
+                        });
+                        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        });
+        HeldUpstream {
+            addr,
+            arrived,
+            release,
+            task,
+        }
+    }
+
+    /// Waits (up to 20 s) until `n` requests have arrived.
+    pub async fn wait_for_requests(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.arrived.load(Ordering::SeqCst) < n {
+            assert!(
+                Instant::now() < deadline,
+                "requests never reached the upstream"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Answers the requests held, and every later one at once.
+    pub fn release(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+impl Drop for HeldUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -17,15 +17,17 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<()> {
         return Ok(());
     };
     let live = Arc::downgrade(live);
+    // Taken here, before the proxy says it is ready, not when the thread first runs: a file
+    // changed in between must count as a change.
+    let seen = fingerprint(&path);
     let runtime = crate::runtime::current_thread_runtime()?;
     std::thread::Builder::new()
         .name("legate-config-watch".into())
-        .spawn(move || runtime.block_on(watch(live, path)))?;
+        .spawn(move || runtime.block_on(watch(live, path, seen)))?;
     Ok(())
 }
 
-async fn watch(live: Weak<LiveConfig>, path: PathBuf) {
-    let mut seen = fingerprint(&path);
+async fn watch(live: Weak<LiveConfig>, path: PathBuf, mut seen: Option<u64>) {
     loop {
         tokio::time::sleep(EVERY).await;
         let Some(live) = live.upgrade() else {

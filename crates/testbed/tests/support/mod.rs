@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 pub type ReqBody = BoxBody<Bytes, hyper::Error>;
 
 /// Every test is bounded by this, so a hang fails instead of stalling CI.
-pub const LIMIT: Duration = Duration::from_secs(5);
+pub const LIMIT: Duration = Duration::from_secs(20);
 
 pub fn localhost() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
