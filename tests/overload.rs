@@ -107,6 +107,11 @@ async fn max_connections_queues_up_to_max_pending_and_refuses_the_rest() {
     let config = breaker_config(
         noop.local_addr(),
         "{ max_connections: { per_core: 5 }, max_pending_requests: { per_core: 10 }, pending_timeout: 60s }",
+    )
+    // Three rounds of 3 s, longer still on a busy machine: not the 15 s default route timeout.
+    .replace(
+        "        cluster: backend\n",
+        "        cluster: backend\n        timeout: 60s\n",
     );
     let proxy = Proxy::start(&config, 2);
     let admin = proxy.admin.unwrap();
