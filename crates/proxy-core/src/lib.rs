@@ -23,7 +23,8 @@
 //! tls/server.rs            TLS handshake on TLS listeners: SNI, ALPN, client certificates
 //! conn/                    HTTP/1.1 or HTTP/2 codec for one connection, drain on shutdown
 //! http/handler.rs          route, filters, then a direct response or a relayed request
-//! router/                  first matching route: host, path prefix or exact path, headers
+//! router/                  first matching route: host, path prefix or exact path, headers;
+//!                           found by hash and radix tree (index.rs), not by a scan
 //! filters/mod.rs           the request phases of the listener's filters, in order
 //! http/upgrade.rs          an upgrade the route allows (WebSocket): bytes relayed after 101
 //! http/rewrite.rs          hop-by-hop removal, x-forwarded-*, the upstream's authority
