@@ -5,7 +5,7 @@
 mod common;
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use testbed::{DnsServer, NoopHandle, NoopUpstream};
@@ -26,23 +26,13 @@ fn ip(addr: SocketAddr) -> IpAddr {
     addr.ip()
 }
 
+/// `backend` is `backend.test:PORT`, resolved through `dns`; `extra` adds clusters.
 fn config(dns: SocketAddr, port: u16, extra: &str) -> String {
-    format!(
-        r#"
-admin: {{ address: 127.0.0.1:0 }}
-listeners:
-  - name: main
-    address: 127.0.0.1:0
-    routes:
-      - match: {{ prefix: / }}
-        cluster: backend
-clusters:
-  - name: backend
-    endpoints: [backend.test:{port}]
-    dns_resolvers: [{dns}]
-    dns_refresh_rate: 200ms
-    dns_min_refresh_rate: 100ms
-{extra}"#
+    forward_config(
+        &[format!("backend.test:{port}")],
+        &format!(
+            "    dns_resolvers: [{dns}]\n    dns_refresh_rate: 200ms\n    dns_min_refresh_rate: 100ms\n{extra}"
+        ),
     )
 }
 
@@ -60,19 +50,7 @@ async fn served_by(proxy: &Proxy) -> Result<String, u16> {
 
 /// Sends requests until `done` holds for who served one (at most 20 s).
 async fn until(proxy: &Proxy, what: &str, done: impl Fn(&Result<String, u16>) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let answer = served_by(proxy).await;
-        if done(&answer) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never {what}; last: {answer:?}\n{}",
-            proxy.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(what, async || done(&served_by(proxy).await)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,22 +87,21 @@ async fn traffic_follows_the_dns_answer() {
     // A server failure keeps the last answer.
     let failures = stat(admin, "update_failure");
     dns.set_failing(true);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while stat(admin, "update_failure") < failures + 2 {
-        assert!(Instant::now() < deadline, "no failed lookup counted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("counting failed lookups", async || {
+        stat(admin, "update_failure") >= failures + 2
+    })
+    .await;
     for _ in 0..10 {
         assert_eq!(served_by(&proxy).await, Ok(second.local_addr().to_string()));
     }
     // So does a partial one: A fails while AAAA says "no address" (not an empty answer).
     dns.set_failing(false);
     dns.set_failing_a(true);
-    let failures = stat(admin, "update_failure");
-    while stat(admin, "update_failure") < failures + 2 {
-        assert!(Instant::now() < deadline, "no failed lookup counted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let partial = stat(admin, "update_failure");
+    eventually("counting partly failed lookups", async || {
+        stat(admin, "update_failure") >= partial + 2
+    })
+    .await;
     for _ in 0..10 {
         assert_eq!(served_by(&proxy).await, Ok(second.local_addr().to_string()));
     }
@@ -288,14 +265,10 @@ async fn an_answer_is_kept_for_its_ttl_unless_told_otherwise() {
     let asked = cached.queries();
     // While the cluster that ignores TTLs asks again and again, the other one, refreshed
     // every 200 ms too, uses its answer for the hour it is valid.
-    let deadline = Instant::now() + Duration::from_secs(20);
     let start = uncached.queries();
-    while uncached.queries() < start + 5 {
-        assert!(
-            Instant::now() < deadline,
-            "the uncached name is not asked again"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("asking for the uncached name again", async || {
+        uncached.queries() >= start + 5
+    })
+    .await;
     assert_eq!(cached.queries(), asked, "{}", proxy.log());
 }

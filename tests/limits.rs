@@ -27,7 +27,7 @@ fn is_served(stream: &mut std::net::TcpStream) -> bool {
 
 #[test]
 fn a_listener_limit_of_50_serves_50_of_80_and_counts_30() {
-    let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "").replace(
+    let config = forward_config(&["127.0.0.1:9"], "").replace(
         "    address: 127.0.0.1:0\n    routes:",
         "    address: 127.0.0.1:0\n    connection_limit: 50\n    routes:",
     );
@@ -62,7 +62,7 @@ fn a_listener_limit_of_50_serves_50_of_80_and_counts_30() {
 
 #[test]
 fn max_connections_limits_the_whole_process() {
-    let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "")
+    let config = forward_config(&["127.0.0.1:9"], "")
         .replace("listeners:", "max_connections: 5\nlisteners:");
     let proxy = Proxy::start(&config, 2);
     let mut conns: Vec<std::net::TcpStream> = (0..8)
@@ -94,7 +94,7 @@ fn time_to_close(stream: &mut std::net::TcpStream) -> Duration {
 
 #[test]
 fn idle_connections_and_slow_heads_are_closed_and_counted() {
-    let config = forward_config(&["127.0.0.1:9".parse().unwrap()], "").replace(
+    let config = forward_config(&["127.0.0.1:9"], "").replace(
         "    address: 127.0.0.1:0\n    routes:",
         "    address: 127.0.0.1:0\n    http: { idle_timeout: 3s, request_headers_timeout: 1s }\n    routes:",
     );
@@ -264,7 +264,7 @@ fn spread_over_workers(proxy: &Proxy, n: usize) -> (Vec<std::net::TcpStream>, Ve
 
 #[test]
 fn exact_balancing_spreads_connections_evenly_over_workers() {
-    let base = forward_config(&["127.0.0.1:9".parse().unwrap()], "");
+    let base = forward_config(&["127.0.0.1:9"], "");
     let exact = base.replace(
         "    address: 127.0.0.1:0\n    routes:",
         "    address: 127.0.0.1:0\n    connection_balance: exact\n    routes:",

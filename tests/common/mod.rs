@@ -398,7 +398,7 @@ pub fn closed_port() -> ClosedPort {
     }
 }
 
-pub fn forward_config(endpoints: &[SocketAddr], extra_cluster: &str) -> String {
+pub fn forward_config(endpoints: &[impl std::fmt::Display], extra_cluster: &str) -> String {
     let endpoints: Vec<String> = endpoints.iter().map(|e| e.to_string()).collect();
     format!(
         r#"
@@ -470,6 +470,15 @@ pub fn stat(admin: SocketAddr, name: &str) -> i64 {
         .sum()
 }
 
+/// Polls `check` every 10 ms until it holds; fails the test, naming `what`, after 20 s.
+pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// An upstream whose answers wait until the test releases them: requests held in flight for
 /// exactly as long as a test needs, whatever the machine's speed.
 pub struct HeldUpstream {
@@ -521,14 +530,10 @@ impl HeldUpstream {
 
     /// Waits (up to 20 s) until `n` requests have arrived.
     pub async fn wait_for_requests(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.arrived.load(Ordering::SeqCst) < n {
-            assert!(
-                Instant::now() < deadline,
-                "requests never reached the upstream"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually("reached by the requests", async || {
+            self.arrived.load(Ordering::SeqCst) >= n
+        })
+        .await;
     }
 
     /// Answers the requests held, and every later one at once.
