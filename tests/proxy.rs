@@ -277,6 +277,85 @@ clusters:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_hosts_pick_routes_by_domain_over_http1_and_http2() {
+    let a = upstream().await;
+    let b = upstream().await;
+    let config = |b_domains: &str| {
+        format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    virtual_hosts:
+      - name: a
+        domains: [a.test]
+        routes:
+          - match: {{ prefix: /only }}
+            cluster: a
+      - name: b
+        domains: [{b_domains}]
+        routes:
+          - match: {{ prefix: / }}
+            cluster: b
+      - name: rest
+        domains: ["*"]
+        routes:
+          - match: {{ prefix: / }}
+            direct_response: {{ status: 200, body: rest }}
+clusters:
+  - name: a
+    endpoints: [{}]
+  - name: b
+    endpoints: [{}]
+"#,
+            a.local_addr(),
+            b.local_addr()
+        )
+    };
+    let proxy = Proxy::start(&config(r#""*.b.test", "b.*""#), 1);
+    let h1 = |host: &str, path: &str| {
+        Request::get(path)
+            .header("host", host)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    let h2 = |host: &str, path: &str| {
+        Request::get(format!("http://{host}{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    let served_by = |r: &http::Response<hyper::body::Incoming>| {
+        r.headers()
+            .get("x-noop-served-by")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let (a_addr, b_addr) = (a.local_addr().to_string(), b.local_addr().to_string());
+
+    let r = send_h1(proxy.addr(), h1("A.Test:8080", "/only/x")).await;
+    assert_eq!(served_by(&r).as_deref(), Some(a_addr.as_str()));
+    // The host's routes are the only ones it has: no falling through to `*`.
+    let r = send_h1(proxy.addr(), h1("a.test", "/other")).await;
+    assert_eq!(r.status(), 404);
+    let r = send_h1(proxy.addr(), h1("eu.b.test", "/x")).await;
+    assert_eq!(served_by(&r).as_deref(), Some(b_addr.as_str()));
+    let r = send_h2(proxy.addr(), h2("b.example:443", "/x")).await;
+    assert_eq!(served_by(&r).as_deref(), Some(b_addr.as_str()));
+    let r = send_h2(proxy.addr(), h2("unknown.test", "/x")).await;
+    assert_eq!(served_by(&r), None);
+    assert_eq!(text(r.into_body()).await, "rest");
+
+    // A reload moves a domain from one host to another.
+    proxy.rewrite_config(&config(r#""*.b.test", "unknown.test""#));
+    let (status, body) = admin_request(proxy.admin.unwrap(), "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    let r = send_h1(proxy.addr(), h1("unknown.test", "/x")).await;
+    assert_eq!(served_by(&r).as_deref(), Some(b_addr.as_str()));
+    let r = send_h1(proxy.addr(), h1("b.example", "/x")).await;
+    assert_eq!(text(r.into_body()).await, "rest");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_spreads_requests_and_reuses_connections() {
     let a = upstream().await;
     let b = upstream().await;

@@ -40,6 +40,7 @@ impl FilterChainBench {
         let exchange = Exchange {
             conn: &self.setup.conn,
             host: Some(&HeaderValue::from_static("bench.test")),
+            virtual_host: Some(0),
             route: Some(0),
         };
         let mut state = FilterState::default();

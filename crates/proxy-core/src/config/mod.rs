@@ -1,7 +1,7 @@
 //! Configuration: parsed once from YAML, validated, then trusted.
 //!
 //! [`Config::from_yaml`] is the only way in. Every error names the key path that is wrong
-//! (`listeners[0].routes[1].cluster`) and what was expected; after that, the rest of the proxy
+//! (`listeners[0].virtual_hosts[1].routes[0].cluster`) and what was expected; after that, the rest of the proxy
 //! reads plain values with defaults filled in and never re-checks them.
 
 mod compression;
@@ -14,6 +14,7 @@ mod local_rate_limit;
 mod raw;
 mod serialize;
 mod validate;
+mod virtual_hosts;
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -37,6 +38,7 @@ pub use ext_authz::*;
 pub use filters::*;
 pub use header_rules::*;
 pub use local_rate_limit::*;
+pub use virtual_hosts::*;
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -116,7 +118,9 @@ pub struct ListenerConfig {
     /// The HTTP filters requests pass through, in order (routes may turn one off or give it
     /// settings of their own).
     pub http_filters: Vec<HttpFilterConfig>,
-    pub routes: Vec<RouteConfig>,
+    /// Written `routes:` (one virtual host for every domain) or `virtual_hosts:`.
+    #[serde(flatten)]
+    pub route_config: RouteConfiguration,
 }
 
 /// How a listener's new connections are spread over the workers.

@@ -57,6 +57,21 @@ pub struct RawListener {
     pub ext_authz: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     pub http_filters: Vec<RawHttpFilter>,
+    /// One virtual host for every domain, or
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    /// routes grouped by the hosts they serve.
+    #[serde(default)]
+    pub virtual_hosts: Vec<RawVirtualHost>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVirtualHost {
+    pub name: String,
+    pub domains: Vec<String>,
+    pub retry_policy: Option<RawRetryPolicy>,
+    pub filters: Option<RawRouteFilters>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }

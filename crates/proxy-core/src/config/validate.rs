@@ -4,8 +4,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroUsize;
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue};
 
 use super::raw::*;
 use super::*;
@@ -181,12 +180,6 @@ fn listener(
             "expected at least 1",
         ));
     }
-    if raw.routes.is_empty() {
-        return Err(ConfigError::invalid(
-            format!("{path}.routes"),
-            "expected at least one route",
-        ));
-    }
     let buffer_limit = buffer_limit(
         raw.per_connection_buffer_limit_bytes,
         &format!("{path}.per_connection_buffer_limit_bytes"),
@@ -202,20 +195,16 @@ fn listener(
         &format!("{path}.http_filters"),
         buffer_limit,
     )?;
-    let routes = raw
-        .routes
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            route(
-                r,
-                &format!("{path}.routes[{i}]"),
-                cluster_index,
-                clusters,
-                &http_filters,
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let route_config = routes::route_configuration(
+        raw.routes,
+        raw.virtual_hosts,
+        path,
+        &routes::RouteCtx {
+            cluster_index,
+            clusters,
+            chain: &http_filters,
+        },
+    )?;
     let access_log = raw
         .access_log
         .map(|log| -> Result<AccessLogConfig, ConfigError> {
@@ -276,226 +265,8 @@ fn listener(
                 }
             },
         },
-        routes,
+        route_config,
     })
-}
-
-fn route(
-    raw: RawRoute,
-    path: &str,
-    cluster_index: &HashMap<&str, usize>,
-    clusters: &[ClusterConfig],
-    chain: &[HttpFilterConfig],
-) -> Result<RouteConfig, ConfigError> {
-    let matcher = route_match(raw.matcher, &format!("{path}.match"))?;
-    if raw.ext_authz.is_some() {
-        return Err(ConfigError::invalid(
-            format!("{path}.ext_authz"),
-            "a route's ext_authz settings go under `filters: { ext_authz: ... }`",
-        ));
-    }
-    let filters = filters::route_filters(raw.filters, &format!("{path}.filters"), chain)?;
-    let action = match (raw.cluster, raw.direct_response) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected either `cluster` or `direct_response`, not both",
-            ));
-        }
-        (None, None) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected a `cluster` to forward to or a `direct_response`",
-            ));
-        }
-        (None, Some(direct)) => {
-            if raw.timeout.is_some()
-                || raw.host_rewrite.is_some()
-                || raw.retry_policy.is_some()
-                || !raw.upgrades.is_empty()
-            {
-                return Err(ConfigError::invalid(
-                    path,
-                    "`timeout`, `host_rewrite`, `retry_policy` and `upgrades` apply only to routes with a `cluster`",
-                ));
-            }
-            let status = StatusCode::from_u16(direct.status)
-                .ok()
-                .filter(|s| !s.is_informational())
-                .ok_or_else(|| {
-                    ConfigError::invalid(
-                        format!("{path}.direct_response.status"),
-                        format!(
-                            "expected an HTTP status from 200 to 999, found {}",
-                            direct.status
-                        ),
-                    )
-                })?;
-            RouteAction::DirectResponse {
-                status,
-                body: Bytes::from(direct.body),
-            }
-        }
-        (Some(cluster), None) => {
-            let index = *cluster_index.get(cluster.as_str()).ok_or_else(|| {
-                let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
-                ConfigError::invalid(
-                    format!("{path}.cluster"),
-                    if known.is_empty() {
-                        format!("unknown cluster `{cluster}`: no clusters are defined")
-                    } else {
-                        format!(
-                            "unknown cluster `{cluster}`; defined clusters: {}",
-                            known.join(", ")
-                        )
-                    },
-                )
-            })?;
-            let timeout = raw.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
-            if timeout.is_zero() {
-                return Err(ConfigError::invalid(
-                    format!("{path}.timeout"),
-                    "expected a duration above zero",
-                ));
-            }
-            let host_rewrite = raw
-                .host_rewrite
-                .map(|h| {
-                    // It becomes the upstream's `host` or `:authority`, so it must be one.
-                    h.parse::<http::uri::Authority>()
-                        .ok()
-                        .filter(|a| !a.as_str().contains('@'))
-                        .and_then(|_| HeaderValue::from_str(&h).ok())
-                        .ok_or_else(|| {
-                            ConfigError::invalid(
-                                format!("{path}.host_rewrite"),
-                                format!("expected a host name, found `{h}`"),
-                            )
-                        })
-                })
-                .transpose()?;
-            let retry_policy = raw
-                .retry_policy
-                .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
-                .transpose()?;
-            let upgrades = upgrades(raw.upgrades, &format!("{path}.upgrades"))?;
-            if !upgrades.is_empty() && clusters[index].protocol != UpstreamProtocol::Http1 {
-                return Err(ConfigError::invalid(
-                    format!("{path}.upgrades"),
-                    format!(
-                        "upgrades are relayed to HTTP/1.1 upstreams; cluster `{}` speaks HTTP/2",
-                        clusters[index].name
-                    ),
-                ));
-            }
-            RouteAction::Forward(ForwardAction {
-                cluster: index,
-                cluster_name: cluster,
-                timeout,
-                host_rewrite,
-                retry_policy,
-                upgrades,
-            })
-        }
-    };
-    Ok(RouteConfig {
-        matcher,
-        action,
-        filters,
-    })
-}
-
-fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
-    let host = match raw.host {
-        None => HostMatch::Any,
-        Some(h) if h == "*" => HostMatch::Any,
-        Some(h) => {
-            let lower = h.to_ascii_lowercase();
-            let (suffix, rest) = match lower.strip_prefix('*') {
-                Some(rest) if rest.starts_with('.') => (true, rest.to_string()),
-                _ => (false, lower.clone()),
-            };
-            let valid = !rest.is_empty()
-                && rest
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
-            if !valid {
-                return Err(ConfigError::invalid(
-                    format!("{path}.host"),
-                    format!("expected a host name or `*.domain`, found `{h}`"),
-                ));
-            }
-            if suffix {
-                HostMatch::Suffix(rest)
-            } else {
-                HostMatch::Exact(rest)
-            }
-        }
-    };
-    let path_match = match (raw.prefix, raw.path) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected either `prefix` or `path`, not both",
-            ));
-        }
-        (None, None) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected a `prefix` (e.g. `/`) or an exact `path`",
-            ));
-        }
-        (Some(p), None) => PathMatch::Prefix(url_path(p, &format!("{path}.prefix"))?),
-        (None, Some(p)) => PathMatch::Exact(url_path(p, &format!("{path}.path"))?),
-    };
-    let headers = raw
-        .headers
-        .into_iter()
-        .enumerate()
-        .map(|(i, h)| header_match(h, &format!("{path}.headers[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RouteMatch {
-        host,
-        path: path_match,
-        headers,
-    })
-}
-
-fn url_path(value: String, path: &str) -> Result<String, ConfigError> {
-    if value.starts_with('/') && !value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        Ok(value)
-    } else {
-        Err(ConfigError::invalid(
-            path,
-            format!("expected a path starting with `/`, found `{value}`"),
-        ))
-    }
-}
-
-fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigError> {
-    let name = HeaderName::from_bytes(raw.name.as_bytes()).map_err(|_| {
-        ConfigError::invalid(
-            format!("{path}.name"),
-            format!("expected a header name, found `{}`", raw.name),
-        )
-    })?;
-    let value = match (raw.exact, raw.present) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected either `exact` or `present`, not both",
-            ));
-        }
-        (Some(v), None) => HeaderValueMatch::Exact(HeaderValue::from_str(&v).map_err(|_| {
-            ConfigError::invalid(
-                format!("{path}.exact"),
-                format!("expected a header value of visible ASCII, found `{v}`"),
-            )
-        })?),
-        (None, Some(true)) | (None, None) => HeaderValueMatch::Present,
-        (None, Some(false)) => HeaderValueMatch::Absent,
-    };
-    Ok(HeaderMatch { name, value })
 }
 
 fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
@@ -719,90 +490,6 @@ fn outlier_detection(
     })
 }
 
-fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigError> {
-    let mut on = RetryOn::default();
-    for (i, condition) in raw.retry_on.iter().enumerate() {
-        let flag = match condition.as_str() {
-            "connect-failure" => &mut on.connect_failure,
-            "refused-stream" => &mut on.refused_stream,
-            "reset" => &mut on.reset,
-            "5xx" => &mut on.server_error,
-            "gateway-error" => &mut on.gateway_error,
-            "retriable-status-codes" => &mut on.retriable_status_codes,
-            other => {
-                return Err(ConfigError::invalid(
-                    format!("{path}.retry_on[{i}]"),
-                    format!(
-                        "unknown condition `{other}`; expected connect-failure, refused-stream, \
-                         reset, 5xx, gateway-error or retriable-status-codes"
-                    ),
-                ));
-            }
-        };
-        *flag = true;
-    }
-    if raw.retry_on.is_empty() {
-        return Err(ConfigError::invalid(
-            format!("{path}.retry_on"),
-            "expected at least one condition",
-        ));
-    }
-    if on.retriable_status_codes == raw.retriable_status_codes.is_empty() {
-        return Err(ConfigError::invalid(
-            format!("{path}.retriable_status_codes"),
-            "`retriable_status_codes` and the `retriable-status-codes` condition go together",
-        ));
-    }
-    if let Some(code) = raw
-        .retriable_status_codes
-        .iter()
-        .find(|c| !(100..=599).contains(*c))
-    {
-        return Err(ConfigError::invalid(
-            format!("{path}.retriable_status_codes"),
-            format!("expected status codes from 100 to 599, found {code}"),
-        ));
-    }
-    let per_try_timeout = raw
-        .per_try_timeout
-        .map(|t| positive(t, &format!("{path}.per_try_timeout")))
-        .transpose()?;
-    Ok(RetryPolicy {
-        retry_on: on,
-        // Envoy's default.
-        num_retries: raw.num_retries.unwrap_or(1),
-        per_try_timeout,
-        retriable_status_codes: raw.retriable_status_codes,
-    })
-}
-
-/// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
-fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
-    let mut out: Vec<String> = Vec::with_capacity(raw.len());
-    for (i, token) in raw.into_iter().enumerate() {
-        let lower = token.to_ascii_lowercase();
-        // An HTTP token (RFC 9110 section 5.6.2), without a version.
-        let valid = !lower.is_empty()
-            && lower
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-        if !valid {
-            return Err(ConfigError::invalid(
-                format!("{path}[{i}]"),
-                format!("expected a protocol name such as `websocket`, found `{token}`"),
-            ));
-        }
-        if out.contains(&lower) {
-            return Err(ConfigError::invalid(
-                format!("{path}[{i}]"),
-                format!("`{token}` is listed twice"),
-            ));
-        }
-        out.push(lower);
-    }
-    Ok(out)
-}
-
 /// `per_connection_buffer_limit_bytes`: default 32 KiB. At least one HTTP/2 frame (16 KiB),
 /// at most 256 MiB (HTTP/2 windows stop at 2 GiB; beyond that it is no longer a bound).
 fn buffer_limit(value: Option<u64>, path: &str) -> Result<u32, ConfigError> {
@@ -818,7 +505,10 @@ fn buffer_limit(value: Option<u64>, path: &str) -> Result<u32, ConfigError> {
     }
 }
 
-fn positive(d: std::time::Duration, path: &str) -> Result<std::time::Duration, ConfigError> {
+pub(super) fn positive(
+    d: std::time::Duration,
+    path: &str,
+) -> Result<std::time::Duration, ConfigError> {
     if d.is_zero() {
         Err(ConfigError::invalid(path, "expected a duration above zero"))
     } else {
@@ -905,6 +595,7 @@ mod ext_authz;
 mod filters;
 mod header_rules;
 mod local_rate_limit;
+mod routes;
 mod tls;
 
 #[cfg(test)]

@@ -58,7 +58,7 @@ impl Codecs {
             .initial_connection_window_size(limit.max(65_535))
             .max_send_buf_size(limit as usize);
         // WebSocket over HTTP/2 (RFC 8441) is offered where a route takes it.
-        let websocket = listener.routes.iter().any(|r| {
+        let websocket = listener.route_config.routes.iter().any(|r| {
             matches!(&r.action, RouteAction::Forward(f) if f.upgrades.iter().any(|u| u == "websocket"))
         });
         if websocket {

@@ -17,7 +17,7 @@ use http::{Request, StatusCode};
 use super::body::BodyFilter;
 use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
 use crate::catalog::CompressionStats;
-use crate::config::{CompressionConfig, Encoding, RouteConfig};
+use crate::config::{CompressionConfig, Encoding, RouteConfiguration};
 use crate::context::RequestBody;
 use crate::header_list;
 
@@ -122,16 +122,11 @@ fn parse_qvalue(text: &str) -> Option<u16> {
 impl Compression {
     pub(crate) fn new(
         config: &CompressionConfig,
-        routes: &[RouteConfig],
+        table: &RouteConfiguration,
         stats: Rc<CompressionStats>,
     ) -> Self {
         Self {
-            settings: PerRouteSettings::new(
-                config,
-                routes,
-                |r| &r.filters.compression,
-                Clone::clone,
-            ),
+            settings: PerRouteSettings::new(config, table, |f| &f.compression, Clone::clone),
             stats,
         }
     }

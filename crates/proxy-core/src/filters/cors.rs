@@ -12,7 +12,7 @@ use http::header::{
 use http::{Method, Request, StatusCode};
 
 use super::{Exchange, FilterState, Flow, LocalReply, PerRouteSettings, ResponseHead};
-use crate::config::{CorsConfig, OriginMatch, RouteConfig};
+use crate::config::{CorsConfig, OriginMatch, RouteConfiguration};
 use crate::context::RequestBody;
 
 /// One policy, its fixed header values made once.
@@ -85,9 +85,9 @@ impl Policy {
 }
 
 impl Cors {
-    pub(crate) fn new(config: &CorsConfig, routes: &[RouteConfig]) -> Self {
+    pub(crate) fn new(config: &CorsConfig, table: &RouteConfiguration) -> Self {
         Self {
-            policies: PerRouteSettings::new(config, routes, |r| &r.filters.cors, Policy::new),
+            policies: PerRouteSettings::new(config, table, |f| &f.cors, Policy::new),
         }
     }
 

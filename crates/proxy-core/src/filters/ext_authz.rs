@@ -39,6 +39,8 @@ static NO_ROUTE: RouteAuthz = RouteAuthz {
 };
 
 impl ExtAuthz {
+    /// A route's settings already include its virtual host's (merged when the config was
+    /// loaded).
     pub(crate) fn new(config: &ExtAuthzConfig, routes: &[RouteConfig], stats: AuthzStats) -> Self {
         let client = match &config.service {
             AuthzService::Grpc { endpoint } => AuthzClient::grpc(endpoint.clone(), config.timeout),

@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
 use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
 use crate::config::{
-    HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteConfig, TemplatePart,
+    HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteConfiguration, TemplatePart,
 };
 use crate::context::RequestBody;
 use crate::context::request_id::X_REQUEST_ID;
@@ -53,9 +53,9 @@ struct Vars<'a> {
 }
 
 impl Headers {
-    pub(crate) fn new(config: &HeaderRulesConfig, routes: &[RouteConfig]) -> Self {
+    pub(crate) fn new(config: &HeaderRulesConfig, table: &RouteConfiguration) -> Self {
         Self {
-            rules: PerRouteSettings::new(config, routes, |r| &r.filters.headers, Rules::new),
+            rules: PerRouteSettings::new(config, table, |f| &f.headers, Rules::new),
             scratch: RefCell::new(Vec::with_capacity(128)),
         }
     }

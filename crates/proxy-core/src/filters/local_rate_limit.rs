@@ -15,7 +15,8 @@ use super::token_bucket::{KeyedBuckets, Taken, TokenBucket};
 use super::{Exchange, FilterState, Flow, LocalReply, ResponseHead};
 use crate::catalog::RateLimitStats;
 use crate::config::{
-    LocalRateLimitConfig, PerRoute, RateLimitHeaders, RateLimitKey, RateLimitScope, RouteConfig,
+    LocalRateLimitConfig, PerRoute, RateLimitHeaders, RateLimitKey, RateLimitScope,
+    RouteConfiguration, RouteFilters,
 };
 use crate::context::RequestBody;
 use crate::error::ResponseFlag;
@@ -68,9 +69,11 @@ impl Limiter {
 }
 
 /// The limits of one listener's filter that every worker shares (`scope: process`), made
-/// once when the server starts.
+/// once per config version.
 pub(crate) struct SharedLimits {
     listener: Option<Arc<Limiter>>,
+    /// Per virtual host, in the route table's order.
+    hosts: Vec<Option<Arc<Limiter>>>,
     /// Per route, in the route table's order.
     routes: Vec<Option<Arc<Limiter>>>,
 }
@@ -82,31 +85,33 @@ fn shared(config: &LocalRateLimitConfig) -> Option<Arc<Limiter>> {
 }
 
 impl SharedLimits {
-    pub(crate) fn new(listener: &LocalRateLimitConfig, routes: &[RouteConfig]) -> Self {
+    pub(crate) fn new(listener: &LocalRateLimitConfig, table: &RouteConfiguration) -> Self {
+        let of = |filters: &RouteFilters| match &filters.local_rate_limit {
+            PerRoute::Override(config) => shared(config),
+            _ => None,
+        };
         Self {
             listener: shared(listener),
-            routes: routes
-                .iter()
-                .map(|r| match &r.filters.local_rate_limit {
-                    PerRoute::Override(config) => shared(config),
-                    _ => None,
-                })
-                .collect(),
+            hosts: table.virtual_hosts.iter().map(|h| of(&h.filters)).collect(),
+            routes: table.routes.iter().map(|r| of(&r.filters)).collect(),
         }
     }
 }
 
-/// Which limit a request is counted against.
-enum RouteLimit {
-    Listener,
+/// What a virtual host or route says about the limit its requests are counted against.
+enum LevelLimit {
+    /// The one above's: the host's, or the listener's.
+    Inherit,
     Disabled,
+    /// A bucket of its own: a host's is shared by all its routes that have none.
     Own(Arc<Limiter>),
 }
 
 /// The filter on one worker.
 pub(crate) struct LocalRateLimit {
     listener: Option<Arc<Limiter>>,
-    routes: Vec<RouteLimit>,
+    hosts: Vec<LevelLimit>,
+    routes: Vec<LevelLimit>,
     stats: RateLimitStats,
 }
 
@@ -121,7 +126,7 @@ impl LocalRateLimit {
     /// Limits with `scope: process` come from `shared`; per-worker ones are made here.
     pub(crate) fn new(
         config: &LocalRateLimitConfig,
-        routes: &[RouteConfig],
+        table: &RouteConfiguration,
         shared: Option<&Arc<SharedLimits>>,
         stats: RateLimitStats,
     ) -> Self {
@@ -130,37 +135,59 @@ impl LocalRateLimit {
             RateLimitScope::Process => shared.cloned(),
             RateLimitScope::Worker => Limiter::new(config).map(Arc::new),
         };
+        let level = |filters: &RouteFilters, shared: Option<&Arc<Limiter>>| match &filters
+            .local_rate_limit
+        {
+            PerRoute::Inherit => LevelLimit::Inherit,
+            PerRoute::Disabled => LevelLimit::Disabled,
+            PerRoute::Override(config) => match own(config, shared) {
+                Some(limiter) => LevelLimit::Own(limiter),
+                None => LevelLimit::Disabled,
+            },
+        };
         let listener = own(config, shared.and_then(|s| s.listener.as_ref()));
-        let routes = routes
+        let shared_of = |list: fn(&SharedLimits) -> &Vec<Option<Arc<Limiter>>>, i: usize| {
+            shared.and_then(|s| list(s).get(i)).and_then(Option::as_ref)
+        };
+        let hosts = table
+            .virtual_hosts
             .iter()
             .enumerate()
-            .map(|(i, route)| match &route.filters.local_rate_limit {
-                PerRoute::Inherit => RouteLimit::Listener,
-                PerRoute::Disabled => RouteLimit::Disabled,
-                PerRoute::Override(config) => {
-                    let shared = shared
-                        .and_then(|s| s.routes.get(i))
-                        .and_then(Option::as_ref);
-                    match own(config, shared) {
-                        Some(limiter) => RouteLimit::Own(limiter),
-                        None => RouteLimit::Disabled,
-                    }
-                }
-            })
+            .map(|(i, h)| level(&h.filters, shared_of(|s| &s.hosts, i)))
+            .collect();
+        let routes = table
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| level(&r.filters, shared_of(|s| &s.routes, i)))
             .collect();
         Self {
             listener,
+            hosts,
             routes,
             stats,
         }
     }
 
+    /// The most specific level's limit: the route's, its host's, or the listener's.
     fn limiter(&self, exchange: &Exchange<'_>) -> Option<&Limiter> {
-        match exchange.route.and_then(|i| self.routes.get(i)) {
-            None | Some(RouteLimit::Listener) => self.listener.as_deref(),
-            Some(RouteLimit::Disabled) => None,
-            Some(RouteLimit::Own(limiter)) => Some(limiter),
+        fn at(list: &[LevelLimit], i: Option<usize>) -> Option<&LevelLimit> {
+            i.and_then(|i| list.get(i))
         }
+        for level in [
+            at(&self.routes, exchange.route),
+            at(&self.hosts, exchange.virtual_host),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            match level {
+                LevelLimit::Inherit => continue,
+                LevelLimit::Disabled => return None,
+                LevelLimit::Own(limiter) => return Some(limiter),
+            }
+        }
+        self.listener.as_deref()
     }
 
     pub(crate) fn on_request(

@@ -108,8 +108,10 @@ pub(crate) struct Exchange<'a> {
     pub(crate) conn: &'a ConnCtx,
     /// The host the client asked for (`host`, or the authority of the request target).
     pub(crate) host: Option<&'a HeaderValue>,
-    /// The matched route's index; `None` when no route matched (filters use the listener's
-    /// settings, then the client gets 404).
+    /// The index of the virtual host the request's host picked; `None` when none did.
+    pub(crate) virtual_host: Option<usize>,
+    /// The matched route's index; `None` when no route matched (filters use the host's or
+    /// the listener's settings, then the client gets 404).
     pub(crate) route: Option<usize>,
 }
 
@@ -162,7 +164,7 @@ impl SharedFilters {
     pub(crate) fn new(listener: &ListenerConfig) -> Self {
         let limits = listener.http_filters.iter().find_map(|f| match f {
             HttpFilterConfig::LocalRateLimit(config) => {
-                Some(Arc::new(SharedLimits::new(config, &listener.routes)))
+                Some(Arc::new(SharedLimits::new(config, &listener.route_config)))
             }
             _ => None,
         });
@@ -179,31 +181,31 @@ impl FilterChain {
         shard: &stats::Shard,
     ) -> Self {
         let name = listener.name.as_str();
-        let routes = &listener.routes;
+        let table = &listener.route_config;
         let filters = listener
             .http_filters
             .iter()
             .map(|config| match config {
                 HttpFilterConfig::ExtAuthz(config) => Filter::ExtAuthz(Box::new(ExtAuthz::new(
                     config,
-                    routes,
+                    &table.routes,
                     catalog.authz(shard, name),
                 ))),
                 HttpFilterConfig::LocalRateLimit(config) => {
                     Filter::LocalRateLimit(LocalRateLimit::new(
                         config,
-                        routes,
+                        table,
                         shared.limits.as_ref(),
                         catalog.rate_limit(shard, name),
                     ))
                 }
-                HttpFilterConfig::Headers(config) => Filter::Headers(Headers::new(config, routes)),
+                HttpFilterConfig::Headers(config) => Filter::Headers(Headers::new(config, table)),
                 HttpFilterConfig::Compression(config) => Filter::Compression(Compression::new(
                     config,
-                    routes,
+                    table,
                     Rc::new(catalog.compression(shard, name)),
                 )),
-                HttpFilterConfig::Cors(config) => Filter::Cors(Cors::new(config, routes)),
+                HttpFilterConfig::Cors(config) => Filter::Cors(Cors::new(config, table)),
             })
             .collect::<Box<[Filter]>>();
         let uses_request_id = filters.iter().any(|f| match f {

@@ -25,8 +25,18 @@ pub(crate) struct Setup {
 
 /// Panics on a config that does not load: the callers write it.
 pub(crate) fn setup(filters: &str, routes: &str) -> Setup {
+    setup_with(filters, &format!("    routes:\n{routes}"))
+}
+
+/// [`setup`] with the listener's `virtual_hosts` (YAML list items).
+#[cfg(test)]
+pub(crate) fn setup_hosts(filters: &str, virtual_hosts: &str) -> Setup {
+    setup_with(filters, &format!("    virtual_hosts:\n{virtual_hosts}"))
+}
+
+fn setup_with(filters: &str, routing: &str) -> Setup {
     let yaml = format!(
-        "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    http_filters:\n{filters}\n    routes:\n{routes}\n"
+        "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    http_filters:\n{filters}\n{routing}\n"
     );
     let config = Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let stats = ProxyStats::new();

@@ -42,7 +42,7 @@ fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
-use super::testing::{Setup, setup};
+use super::testing::{Setup, setup, setup_hosts};
 
 /// What a request through the chain came to: the response head the client would get.
 struct Outcome {
@@ -69,17 +69,16 @@ impl Setup {
                 HeaderValue::from_str(value).unwrap(),
             );
         }
-        let route = self.config.listeners[0]
-            .routes
-            .iter()
-            .position(|r| match &r.matcher.path {
-                crate::config::PathMatch::Prefix(p) => path.starts_with(p.as_str()),
-                crate::config::PathMatch::Exact(p) => path == p,
-            });
+        // A `host` among the headers picks the virtual host, as a client's would.
+        let host = req.headers().get(http::header::HOST).cloned();
+        let host = host.unwrap_or_else(|| TEST_HOST.clone());
+        let matched = crate::router::RouteTable::new(self.config.listeners[0].route_config.clone())
+            .find(host.to_str().unwrap(), req.uri().path(), req.headers());
         let exchange = Exchange {
             conn: &self.conn,
-            host: Some(&TEST_HOST),
-            route,
+            host: Some(&host),
+            virtual_host: matched.virtual_host,
+            route: matched.route,
         };
         let mut state = FilterState::default();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -203,6 +202,84 @@ fn routes_turn_filters_off_or_bring_their_own_settings() {
 }
 
 #[test]
+fn virtual_hosts_set_filters_for_their_routes_and_routes_over_them() {
+    let s = setup_hosts(
+        "      - local_rate_limit: { token_bucket: { max_tokens: 1, fill_interval: 1h } }
+      - headers: { response: { add: { x-level: listener } } }",
+        "      - name: api
+        domains: [api.test]
+        filters:
+          local_rate_limit: { token_bucket: { max_tokens: 3, fill_interval: 1h } }
+          headers: { response: { add: { x-level: host } } }
+        routes:
+          - match: { prefix: /a }
+            direct_response: { status: 200 }
+          - match: { prefix: /own }
+            direct_response: { status: 200 }
+            filters:
+              local_rate_limit: { token_bucket: { max_tokens: 1, fill_interval: 1h } }
+              headers: { response: { add: { x-level: route } } }
+          - match: { prefix: / }
+            direct_response: { status: 200 }
+      - name: open
+        domains: [open.test]
+        filters: { local_rate_limit: disabled, headers: disabled }
+        routes:
+          - match: { prefix: /own }
+            direct_response: { status: 200 }
+            filters: { headers: { response: { add: { x-level: route } } } }
+          - match: { prefix: / }
+            direct_response: { status: 200 }
+      - name: rest
+        domains: [\"*\"]
+        routes:
+          - match: { prefix: / }
+            direct_response: { status: 200 }",
+    );
+    let levels = |o: &Outcome| -> Vec<String> {
+        o.response
+            .headers
+            .get_all("x-level")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    };
+    let api = [("host", "api.test")];
+    // The host's bucket is one for all its routes without their own: 3 across /a and /.
+    let shared: Vec<_> = ["/a", "/", "/a", "/"]
+        .iter()
+        .map(|p| s.send(p, &api).answered)
+        .collect();
+    assert_eq!(
+        shared,
+        [None, None, None, Some(StatusCode::TOO_MANY_REQUESTS)]
+    );
+    let own = s.send("/own", &api);
+    assert_eq!(own.answered, None, "the route's own bucket");
+    assert_eq!(levels(&own), ["listener", "host", "route"]);
+    assert_eq!(
+        s.send("/own", &api).answered,
+        Some(StatusCode::TOO_MANY_REQUESTS)
+    );
+    // `disabled` on a host turns the filter off for its routes, unless a route brings
+    // settings of its own.
+    let open = [("host", "open.test")];
+    for _ in 0..3 {
+        let reply = s.send("/", &open);
+        assert_eq!(reply.answered, None);
+        assert!(levels(&reply).is_empty());
+    }
+    assert_eq!(levels(&s.send("/own", &open)), ["route"]);
+    // Other hosts get the listener's.
+    let rest = [("host", "www.test")];
+    assert_eq!(levels(&s.send("/", &rest)), ["listener"]);
+    assert_eq!(
+        s.send("/", &rest).answered,
+        Some(StatusCode::TOO_MANY_REQUESTS)
+    );
+}
+
+#[test]
 fn header_variables_are_filled_in() {
     let s = setup(
         "      - headers:
@@ -312,6 +389,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
     let exchange = Exchange {
         conn: &s.conn,
         host: Some(&TEST_HOST),
+        virtual_host: Some(0),
         route: Some(0),
     };
     let info = ResponseInfo {
@@ -348,6 +426,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
     let exchange = Exchange {
         conn: &s.conn,
         host: Some(&TEST_HOST),
+        virtual_host: Some(0),
         route: Some(0),
     };
     let before = allocations();

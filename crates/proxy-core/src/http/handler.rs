@@ -16,6 +16,7 @@ use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::ProxyError;
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
+use crate::router::Matched;
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
@@ -81,7 +82,8 @@ pub(crate) async fn handle(
         let exchange = Exchange {
             conn: &conn,
             host: facts.host.as_ref(),
-            route: facts.route,
+            virtual_host: facts.matched.virtual_host,
+            route: facts.matched.route,
         };
         let info = ResponseInfo {
             upstream: facts.upstream.as_ref(),
@@ -132,7 +134,7 @@ pub(crate) async fn handle(
 #[derive(Default)]
 struct Facts {
     host: Option<HeaderValue>,
-    route: Option<usize>,
+    matched: Matched,
     /// The upstream host that answered, as text.
     upstream: Option<HeaderValue>,
     /// An upgrade the upstream accepted, and for an HTTP/2 stream the client side to await.
@@ -155,10 +157,8 @@ async fn route_and_forward(
     }
     let host = request_host(&req)?;
     let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
-    let route = http
-        .routes
-        .position(host_text, req.uri().path(), req.headers());
-    facts.route = route;
+    let matched = http.routes.find(host_text, req.uri().path(), req.headers());
+    facts.matched = matched;
     if !http.filters.is_empty() {
         if http.filters.uses_request_id() {
             // Filters, the authorization service and the upstream all see the same request id.
@@ -167,7 +167,8 @@ async fn route_and_forward(
         let exchange = Exchange {
             conn,
             host: host.as_ref(),
-            route,
+            virtual_host: matched.virtual_host,
+            route: matched.route,
         };
         if let Flow::Respond(reply) = http.filters.on_request(&mut req, &exchange, state).await? {
             if let Some(log) = in_flight.log() {
@@ -178,7 +179,7 @@ async fn route_and_forward(
         }
         http.filters.note_request_id(state, req.headers());
     }
-    let route = http.routes.get(route.ok_or(ProxyError::NoRoute)?);
+    let route = http.routes.route(matched.route.ok_or(ProxyError::NoRoute)?);
     if upgrade::is_extended_connect(&req) && !matches!(route.action, RouteAction::Forward(_)) {
         // A 200 would tell the client its tunnel is open.
         return Err(ProxyError::BadRequest(

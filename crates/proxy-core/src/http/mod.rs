@@ -29,7 +29,8 @@ use crate::router::RouteTable;
 /// What the HTTP request path of one listener needs on one worker: its routes, its filter
 /// chain, and the worker's clusters the routes forward to.
 pub(crate) struct HttpCtx {
-    pub(crate) routes: RouteTable,
+    /// Built once per config version, shared by the workers.
+    pub(crate) routes: std::sync::Arc<RouteTable>,
     pub(crate) filters: FilterChain,
     /// The worker's clusters, in config order (routes refer to them by index).
     pub(crate) clusters: Rc<[Rc<Cluster>]>,

@@ -13,6 +13,7 @@ use crate::cluster::SharedCluster;
 use crate::config::Config;
 use crate::filters::SharedFilters;
 use crate::listener::ConnectionLimits;
+use crate::router::RouteTable;
 use crate::tls::{ServerTls, TlsListeners};
 
 pub(crate) struct Generation {
@@ -38,7 +39,11 @@ pub(crate) struct SharedListener {
     pub(crate) sockets: Arc<BoundSockets>,
     pub(crate) limits: ConnectionLimits,
     pub(crate) tls: Option<Arc<ServerTls>>,
+    /// Built once per config version (kept while the routes stay the same).
+    pub(crate) routes: Arc<RouteTable>,
     pub(crate) filters: Arc<SharedFilters>,
+    /// A hash of the routes and filters, to tell whether the next version changes them.
+    pub(crate) routes_key: u64,
     /// A hash of what a connection is served with (everything but routes and filters):
     /// equal keys let a worker keep the connection-level context.
     pub(crate) conn_key: u64,

@@ -1,9 +1,11 @@
-//! The route lookup, built once per table: the routes a request's host can match are found by
+//! The route lookup of one virtual host, built once per table: the routes a request's host can match are found by
 //! hash (exact hosts, then each `.suffix` of the host, then routes for any host); within each
 //! group, the routes its path can match are found by one hash (exact paths) and one walk down
 //! a radix tree of prefixes. Of those, the first in config order whose headers match wins:
 //! the answer of trying every route in order (the tests compare the two), at a cost that grows
 //! with the path's length, not with the table.
+
+use std::ops::Range;
 
 use foldhash::fast::RandomState;
 use http::HeaderMap;
@@ -40,13 +42,14 @@ struct Node {
 }
 
 impl RouteIndex {
-    pub(super) fn new(routes: &[RouteConfig]) -> Self {
+    /// The index of `routes[span]`; it answers with positions in `routes`.
+    pub(super) fn new(routes: &[RouteConfig], span: Range<usize>) -> Self {
         let mut index = RouteIndex {
             exact_hosts: HashMap::default(),
             suffix_hosts: HashMap::default(),
             any_host: PathIndex::default(),
         };
-        for (i, route) in routes.iter().enumerate() {
+        for (i, route) in routes[span.clone()].iter().enumerate() {
             let group = match &route.matcher.host {
                 HostMatch::Any => &mut index.any_host,
                 HostMatch::Exact(host) => {
@@ -58,7 +61,7 @@ impl RouteIndex {
                     .or_default(),
             };
             // Tables past 4 billion routes are not a concern.
-            let i = i as u32;
+            let i = (span.start + i) as u32;
             match &route.matcher.path {
                 PathMatch::Exact(path) => {
                     group.exact.entry(path.as_str().into()).or_default().push(i)
@@ -69,7 +72,8 @@ impl RouteIndex {
         index
     }
 
-    /// The index of the first route matching the request. `host` is without its port.
+    /// The index of the first route matching the request. `host` is lowercase, without
+    /// its port.
     pub(super) fn position(
         &self,
         host: &str,
@@ -77,13 +81,6 @@ impl RouteIndex {
         headers: &HeaderMap,
         routes: &[RouteConfig],
     ) -> Option<usize> {
-        let lower;
-        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
-            lower = host.to_ascii_lowercase();
-            lower.as_str()
-        } else {
-            host
-        };
         let search = Search {
             path,
             headers,

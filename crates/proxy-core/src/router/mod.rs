@@ -1,68 +1,119 @@
-//! Route table of one listener: first matching route wins, in config order.
+//! Route table of one listener: the virtual host the request's host picks, then the first of
+//! its routes that matches, in config order.
 //!
 //! ```text
 //! mod.rs     the table, and what "a route matches" means
-//! index.rs   the lookup: hosts by hash, paths by radix tree, the same answer as a scan
+//! hosts.rs   the virtual host for a host: exact domains, then wildcards, by hash
+//! index.rs   a host's routes: by host and path, hashes and a radix tree; a scan's answer
 //! ```
 
+mod hosts;
 mod index;
-
-use std::sync::Arc;
 
 use http::HeaderMap;
 
-use crate::config::{HeaderValueMatch, HostMatch, PathMatch, RouteConfig, RouteMatch};
+use crate::config::{
+    HeaderValueMatch, HostMatch, PathMatch, RouteConfig, RouteConfiguration, RouteMatch,
+};
+use hosts::HostIndex;
 use index::RouteIndex;
 
-/// An immutable list of routes and its lookup, built once per listener.
-#[derive(Clone)]
+/// What the table found for a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Matched {
+    /// The index of the virtual host the request's host picked; `None` when none did.
+    pub virtual_host: Option<usize>,
+    /// The index of the route, in [`RouteConfiguration::routes`]; `None` when none matched.
+    pub route: Option<usize>,
+}
+
+/// An immutable route configuration and its lookup, built once per listener and config
+/// version and shared by the workers.
 pub struct RouteTable {
-    routes: Vec<RouteConfig>,
-    index: Arc<RouteIndex>,
+    config: RouteConfiguration,
+    hosts: HostIndex,
+    /// Per virtual host.
+    indexes: Vec<RouteIndex>,
 }
 
 impl std::fmt::Debug for RouteTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RouteTable")
-            .field("routes", &self.routes)
+            .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
 impl RouteTable {
-    pub fn new(routes: Vec<RouteConfig>) -> Self {
-        let index = Arc::new(RouteIndex::new(&routes));
-        Self { routes, index }
-    }
-
-    /// The first route matching the request. `host` is the request's host with or without a
-    /// port, in any case; `path` is the path without the query.
-    pub fn find(&self, host: &str, path: &str, headers: &HeaderMap) -> Option<&RouteConfig> {
-        self.position(host, path, headers).map(|i| &self.routes[i])
-    }
-
-    /// The index of the first route matching the request, as [`RouteTable::find`] finds it.
-    pub fn position(&self, host: &str, path: &str, headers: &HeaderMap) -> Option<usize> {
-        self.index
-            .position(strip_port(host), path, headers, &self.routes)
-    }
-
-    /// [`RouteTable::position`] by trying every route in order: what the index must agree
-    /// with, and the baseline it is measured against.
-    pub fn position_by_scan(&self, host: &str, path: &str, headers: &HeaderMap) -> Option<usize> {
-        let host = strip_port(host);
-        self.routes
+    pub fn new(config: RouteConfiguration) -> Self {
+        let hosts = HostIndex::new(&config.virtual_hosts);
+        let indexes = config
+            .virtual_hosts
             .iter()
-            .position(|r| matches(&r.matcher, host, path, headers))
+            .map(|host| RouteIndex::new(&config.routes, host.routes.clone()))
+            .collect();
+        Self {
+            config,
+            hosts,
+            indexes,
+        }
     }
 
-    /// The route at `index`, as [`RouteTable::position`] gives it.
+    /// The virtual host and route for a request. `host` is the request's host with or
+    /// without a port, in any case; `path` is the path without the query.
+    pub fn find(&self, host: &str, path: &str, headers: &HeaderMap) -> Matched {
+        let lower;
+        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = host.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            host
+        };
+        let Some(virtual_host) = self.hosts.find(host) else {
+            return Matched::default();
+        };
+        let route = self.indexes[virtual_host].position(
+            strip_port(host),
+            path,
+            headers,
+            &self.config.routes,
+        );
+        Matched {
+            virtual_host: Some(virtual_host),
+            route,
+        }
+    }
+
+    /// [`RouteTable::find`] by trying every domain and then every route of the host in
+    /// order: what the index must agree with, and the baseline it is measured against.
+    pub fn find_by_scan(&self, host: &str, path: &str, headers: &HeaderMap) -> Matched {
+        let host = host.to_ascii_lowercase();
+        let Some(virtual_host) = hosts::find_by_scan(&self.config.virtual_hosts, &host) else {
+            return Matched::default();
+        };
+        let span = self.config.virtual_hosts[virtual_host].routes.clone();
+        let bare = strip_port(&host);
+        let route = self.config.routes[span.clone()]
+            .iter()
+            .position(|r| matches(&r.matcher, bare, path, headers))
+            .map(|i| span.start + i);
+        Matched {
+            virtual_host: Some(virtual_host),
+            route,
+        }
+    }
+
+    /// The route at `index`, as [`RouteTable::find`] gives it.
     ///
     /// # Panics
     ///
-    /// When `index` is not a position in this table.
-    pub fn get(&self, index: usize) -> &RouteConfig {
-        &self.routes[index]
+    /// When `index` is not a route of this table.
+    pub fn route(&self, index: usize) -> &RouteConfig {
+        &self.config.routes[index]
+    }
+
+    pub fn config(&self) -> &RouteConfiguration {
+        &self.config
     }
 }
 
@@ -80,6 +131,7 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
+/// Whether route `m` takes the request; `host` is lowercase, without its port.
 fn matches(m: &RouteMatch, host: &str, path: &str, headers: &HeaderMap) -> bool {
     let path_ok = match &m.path {
         PathMatch::Prefix(prefix) => path.starts_with(prefix.as_str()),
@@ -135,11 +187,12 @@ listeners:
 "#,
         )
         .unwrap();
-        RouteTable::new(config.listeners[0].routes.clone())
+        RouteTable::new(config.listeners[0].route_config.clone())
     }
 
     fn body_for(table: &RouteTable, host: &str, path: &str, headers: &HeaderMap) -> String {
-        match &table.find(host, path, headers).unwrap().action {
+        let matched = table.find(host, path, headers);
+        match &table.route(matched.route.expect("a route")).action {
             crate::config::RouteAction::DirectResponse { body, .. } => {
                 String::from_utf8(body.to_vec()).unwrap()
             }
@@ -164,6 +217,73 @@ listeners:
         assert_eq!(body_for(&t, "x", "/other", &canary), "canary");
         canary.insert("x-canary", HeaderValue::from_static("2"));
         assert_eq!(body_for(&t, "x", "/other", &canary), "fallback");
+    }
+
+    /// The name of the virtual host `host` picks.
+    fn host_for(table: &RouteTable, host: &str) -> Option<String> {
+        let matched = table.find(host, "/", &HeaderMap::new());
+        matched
+            .virtual_host
+            .map(|i| table.config().virtual_hosts[i].name.clone())
+    }
+
+    #[test]
+    fn virtual_hosts_are_picked_in_envoys_domain_order() {
+        let config = Config::from_yaml(
+            r#"
+listeners:
+  - name: l
+    address: 127.0.0.1:1
+    virtual_hosts:
+      - { name: any, domains: ["*"], routes: [{ match: { prefix: / }, direct_response: { status: 200 } }] }
+      - { name: exact, domains: [api.example.com] }
+      - { name: exact-port, domains: ["api.example.com:8443"] }
+      - { name: short-suffix, domains: ["*.com"] }
+      - { name: long-suffix, domains: ["*.example.com"] }
+      - { name: dash-suffix, domains: ["*-eu.example.com"] }
+      - { name: prefix, domains: ["api.*"] }
+      - { name: long-prefix, domains: ["api.example.*"] }
+"#,
+        )
+        .unwrap();
+        let t = RouteTable::new(config.listeners[0].route_config.clone());
+        let picks = |host: &str| host_for(&t, host);
+        // Exact first, case and (unnamed) port ignored.
+        assert_eq!(picks("api.example.com").as_deref(), Some("exact"));
+        assert_eq!(picks("API.Example.com:80").as_deref(), Some("exact"));
+        // A domain that names a port takes only that port.
+        assert_eq!(picks("api.example.com:8443").as_deref(), Some("exact-port"));
+        // The longest suffix, then the longest prefix; `*` stands for at least one byte.
+        assert_eq!(picks("www.example.com").as_deref(), Some("long-suffix"));
+        assert_eq!(picks("shop-eu.example.com").as_deref(), Some("dash-suffix"));
+        assert_eq!(picks("-eu.example.com").as_deref(), Some("long-suffix"));
+        assert_eq!(picks("example.com").as_deref(), Some("short-suffix"));
+        assert_eq!(picks("api.example.org").as_deref(), Some("long-prefix"));
+        assert_eq!(picks("api.test:8080").as_deref(), Some("prefix"));
+        assert_eq!(picks("other.org").as_deref(), Some("any"));
+        // A virtual host without a matching route is the answer: no falling through to `*`.
+        let matched = t.find("api.example.com", "/", &HeaderMap::new());
+        assert_eq!(matched.virtual_host, Some(1));
+        assert_eq!(matched.route, None);
+        let matched = t.find("elsewhere", "/x", &HeaderMap::new());
+        assert_eq!(matched.route, Some(0));
+    }
+
+    #[test]
+    fn without_a_catch_all_an_unknown_host_finds_nothing() {
+        let config = Config::from_yaml(
+            r#"
+listeners:
+  - name: l
+    address: 127.0.0.1:1
+    virtual_hosts:
+      - { name: a, domains: [a.test], routes: [{ match: { prefix: / }, direct_response: { status: 200 } }] }
+"#,
+        )
+        .unwrap();
+        let t = RouteTable::new(config.listeners[0].route_config.clone());
+        assert_eq!(t.find("b.test", "/", &HeaderMap::new()), Matched::default());
+        assert_eq!(t.find("a.test", "/", &HeaderMap::new()).route, Some(0));
     }
 
     mod differential {
@@ -209,6 +329,12 @@ listeners:
                 prop::sample::select(vec![
                     "a.test",
                     "A.TEST:8080",
+                    "a.test:8080",
+                    "a.test:80",
+                    "x:80",
+                    "x:8080",
+                    "a.tx",
+                    "a.",
                     "b.a.test",
                     "c.b.a.test",
                     "x",
@@ -227,26 +353,105 @@ listeners:
                 .prop_map(|(h, p, v)| (h.to_string(), p.to_string(), v))
         }
 
+        /// Domains virtual hosts are given from: overlapping exact, suffix, prefix and port
+        /// forms of the hosts requests use.
+        const DOMAINS: &[&str] = &[
+            "*",
+            "a.test",
+            "a.test:8080",
+            "b.a.test",
+            "*.test",
+            "*.a.test",
+            "*a.test",
+            "*.test:8080",
+            "*t",
+            "a.*",
+            "a.t*",
+            "b.*",
+            "x",
+            "x:80",
+            "[::1]",
+            "*:80",
+        ];
+
+        fn table_of(yaml_routes: &str) -> RouteTable {
+            let yaml = format!("listeners:\n  - name: l\n    address: 127.0.0.1:1\n{yaml_routes}");
+            let config = Config::from_yaml(&yaml)
+                .unwrap_or_else(|e| panic!("generated routes are valid: {e}\n{yaml}"));
+            RouteTable::new(config.listeners[0].route_config.clone())
+        }
+
+        fn headers_with(value: Option<&str>) -> HeaderMap {
+            let mut headers = HeaderMap::new();
+            if let Some(v) = value {
+                headers.insert("x-h", HeaderValue::from_str(v).unwrap());
+            }
+            headers
+        }
+
+        /// Virtual hosts over a shuffled share of [`DOMAINS`] (no domain twice), each with
+        /// a few routes.
+        fn virtual_hosts() -> impl Strategy<Value = String> {
+            (
+                Just(DOMAINS.to_vec()).prop_shuffle(),
+                prop::collection::vec((1..4usize, prop::collection::vec(route(), 0..6)), 1..6),
+            )
+                .prop_map(|(domains, hosts)| {
+                    let mut yaml = String::from("    virtual_hosts:\n");
+                    let mut left = domains.as_slice();
+                    for (i, (count, routes)) in hosts.into_iter().enumerate() {
+                        let (mine, rest) = left.split_at(count.min(left.len()));
+                        left = rest;
+                        if mine.is_empty() {
+                            break;
+                        }
+                        let list: Vec<String> = mine.iter().map(|d| format!("\"{d}\"")).collect();
+                        yaml += &format!(
+                            "      - name: h{i}\n        domains: [{}]\n        routes:\n",
+                            list.join(", ")
+                        );
+                        for r in routes {
+                            // Route items, two more spaces in.
+                            for line in r.lines() {
+                                yaml += &format!("    {line}\n");
+                            }
+                        }
+                        if yaml.ends_with("routes:\n") {
+                            yaml.truncate(yaml.len() - "        routes:\n".len());
+                        }
+                    }
+                    yaml
+                })
+        }
+
         proptest! {
             #[test]
             fn the_index_finds_what_a_scan_finds(
                 routes in prop::collection::vec(route(), 1..40),
                 requests in prop::collection::vec(request(), 1..40),
             ) {
-                let yaml = format!(
-                    "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n{}",
-                    routes.concat()
-                );
-                let config = Config::from_yaml(&yaml).expect("generated routes are valid");
-                let table = RouteTable::new(config.listeners[0].routes.clone());
+                let table = table_of(&format!("    routes:\n{}", routes.concat()));
                 for (host, path, value) in requests {
-                    let mut headers = HeaderMap::new();
-                    if let Some(v) = value {
-                        headers.insert("x-h", HeaderValue::from_static(v));
-                    }
+                    let headers = headers_with(value);
                     prop_assert_eq!(
-                        table.position(&host, &path, &headers),
-                        table.position_by_scan(&host, &path, &headers),
+                        table.find(&host, &path, &headers),
+                        table.find_by_scan(&host, &path, &headers),
+                        "host {} path {} x-h {:?}", host, path, value
+                    );
+                }
+            }
+
+            #[test]
+            fn virtual_hosts_are_found_as_a_scan_finds_them(
+                hosts in virtual_hosts(),
+                requests in prop::collection::vec(request(), 1..40),
+            ) {
+                let table = table_of(&hosts);
+                for (host, path, value) in requests {
+                    let headers = headers_with(value);
+                    prop_assert_eq!(
+                        table.find(&host, &path, &headers),
+                        table.find_by_scan(&host, &path, &headers),
                         "host {} path {} x-h {:?}", host, path, value
                     );
                 }

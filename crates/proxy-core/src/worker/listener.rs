@@ -21,7 +21,6 @@ use crate::filters::FilterChain;
 use crate::http::{HttpCtx, HttpSlot};
 use crate::listener::ConnectionLimits;
 use crate::live::SharedListener;
-use crate::router::RouteTable;
 use crate::tls::{Handshake, ServerTls};
 
 pub(super) struct Listener {
@@ -211,7 +210,7 @@ fn conn_settings(
 
 fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>) -> HttpCtx {
     HttpCtx {
-        routes: RouteTable::new(config.routes.clone()),
+        routes: Arc::clone(&shared.routes),
         filters: FilterChain::new(config, &shared.filters, parts.catalog, parts.shard),
         clusters: Rc::clone(parts.clusters),
         upgrade_idle_timeout: config.http.idle_timeout,

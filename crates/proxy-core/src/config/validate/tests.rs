@@ -31,7 +31,7 @@ fn fills_in_defaults() {
         EndpointAddress::Ip("127.0.0.1:9001".parse().unwrap())
     );
     assert_eq!(cluster.endpoints[1].weight, 1);
-    match &config.listeners[0].routes[1].action {
+    match &config.listeners[0].route_config.routes[1].action {
         RouteAction::Forward(f) => {
             assert_eq!(f.cluster, 0);
             assert_eq!(f.timeout, DEFAULT_ROUTE_TIMEOUT);
@@ -114,7 +114,7 @@ fn host_patterns_are_parsed() {
     );
     let config = Config::from_yaml(&yaml).unwrap();
     assert_eq!(
-        config.listeners[0].routes[0].matcher.host,
+        config.listeners[0].route_config.routes[0].matcher.host,
         HostMatch::Suffix(".example.com".into())
     );
 }

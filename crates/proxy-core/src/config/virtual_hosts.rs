@@ -1,0 +1,136 @@
+//! A listener's routes, grouped by the hosts they serve (Envoy's `RouteConfiguration`).
+
+use std::ops::Range;
+
+use serde::ser::{SerializeMap, SerializeStruct};
+use serde::{Serialize, Serializer};
+
+use super::{RetryPolicy, RouteConfig, RouteFilters};
+
+/// The virtual hosts of a listener and their routes. A request is served by the one virtual
+/// host its `host` picks (see [`Domain`]), and then by the first of that host's routes that
+/// matches; it never falls through to another virtual host.
+#[derive(Debug, Clone)]
+pub struct RouteConfiguration {
+    /// Every route of every virtual host, host after host in config order. A route is known
+    /// by its index here (filters keep their per-route settings by it).
+    pub routes: Vec<RouteConfig>,
+    pub virtual_hosts: Vec<VirtualHostConfig>,
+    /// Written as a flat `routes:` list: one virtual host for every domain, dumped back in
+    /// the same form.
+    pub flat: bool,
+}
+
+impl RouteConfiguration {
+    /// A flat list of routes: one virtual host, `*`.
+    pub fn flat(routes: Vec<RouteConfig>) -> Self {
+        let virtual_hosts = vec![VirtualHostConfig {
+            name: "default".into(),
+            domains: vec![Domain::Any],
+            routes: 0..routes.len(),
+            retry_policy: None,
+            filters: RouteFilters::default(),
+        }];
+        Self {
+            routes,
+            virtual_hosts,
+            flat: true,
+        }
+    }
+
+    /// The routes of `host`, in order.
+    pub fn routes_of(&self, host: &VirtualHostConfig) -> &[RouteConfig] {
+        &self.routes[host.routes.clone()]
+    }
+}
+
+/// A set of domains and the routes for requests to them.
+#[derive(Debug, Clone)]
+pub struct VirtualHostConfig {
+    pub name: String,
+    pub domains: Vec<Domain>,
+    /// This host's part of [`RouteConfiguration::routes`].
+    pub routes: Range<usize>,
+    /// The retry policy of this host's routes that have none of their own (already filled
+    /// in on those routes).
+    pub retry_policy: Option<RetryPolicy>,
+    /// What this host changes about the listener's filters; a route's own entry for a filter
+    /// replaces the host's (`ext_authz` context extensions are merged into the routes).
+    pub filters: RouteFilters,
+}
+
+/// A domain of a virtual host, stored lowercase. A request's host picks a virtual host by
+/// Envoy's order: an exact domain, then the longest suffix wildcard, then the longest prefix
+/// wildcard, then `*`. A domain without a port matches the host with any port (or none); a
+/// domain with a port (`example.com:8443`) matches only that port, and is tried first.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Domain {
+    /// `api.example.com`.
+    Exact(String),
+    /// `*.example.com` or `*-eu.example.com`, stored as what follows the `*`; the `*` stands
+    /// for at least one character.
+    Suffix(String),
+    /// `api.*` or `api-*`, stored as what precedes the `*`.
+    Prefix(String),
+    /// `*`.
+    Any,
+}
+
+impl std::fmt::Display for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Domain::Exact(name) => f.write_str(name),
+            Domain::Suffix(suffix) => write!(f, "*{suffix}"),
+            Domain::Prefix(prefix) => write!(f, "{prefix}*"),
+            Domain::Any => f.write_str("*"),
+        }
+    }
+}
+
+impl Serialize for Domain {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl Serialize for RouteConfiguration {
+    /// As written: `routes: [...]`, or `virtual_hosts: [...]` each with its own routes.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1))?;
+        if self.flat {
+            map.serialize_entry("routes", &self.routes)?;
+        } else {
+            let hosts: Vec<HostView<'_>> = self
+                .virtual_hosts
+                .iter()
+                .map(|host| HostView {
+                    host,
+                    routes: self.routes_of(host),
+                })
+                .collect();
+            map.serialize_entry("virtual_hosts", &hosts)?;
+        }
+        map.end()
+    }
+}
+
+struct HostView<'a> {
+    host: &'a VirtualHostConfig,
+    routes: &'a [RouteConfig],
+}
+
+impl Serialize for HostView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut host = s.serialize_struct("VirtualHost", 5)?;
+        host.serialize_field("name", &self.host.name)?;
+        host.serialize_field("domains", &self.host.domains)?;
+        if let Some(retry) = &self.host.retry_policy {
+            host.serialize_field("retry_policy", retry)?;
+        }
+        if !self.host.filters.is_default() {
+            host.serialize_field("filters", &self.host.filters)?;
+        }
+        host.serialize_field("routes", self.routes)?;
+        host.end()
+    }
+}
