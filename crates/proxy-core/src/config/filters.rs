@@ -68,8 +68,9 @@ pub enum PerRoute<T> {
     Inherit,
     /// Off for this route.
     Disabled,
-    /// These settings instead of the listener's (for `headers`: in addition to them).
-    Override(T),
+    /// These settings instead of the listener's (for `headers`: in addition to them). Boxed:
+    /// most routes inherit, and a table may hold 100,000 routes.
+    Override(Box<T>),
 }
 
 impl<T> PerRoute<T> {

@@ -1,6 +1,7 @@
 //! A listener's routes, grouped by the hosts they serve (Envoy's `RouteConfiguration`).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
@@ -13,8 +14,9 @@ use super::{RetryPolicy, RouteConfig, RouteFilters};
 #[derive(Debug, Clone)]
 pub struct RouteConfiguration {
     /// Every route of every virtual host, host after host in config order. A route is known
-    /// by its index here (filters keep their per-route settings by it).
-    pub routes: Vec<RouteConfig>,
+    /// by its index here (filters keep their per-route settings by it). Shared: the config
+    /// and the route table built from it hold the same routes.
+    pub routes: Arc<[RouteConfig]>,
     pub virtual_hosts: Vec<VirtualHostConfig>,
     /// Written as a flat `routes:` list: one virtual host for every domain, dumped back in
     /// the same form.
@@ -32,7 +34,7 @@ impl RouteConfiguration {
             filters: RouteFilters::default(),
         }];
         Self {
-            routes,
+            routes: routes.into(),
             virtual_hosts,
             flat: true,
         }
@@ -98,7 +100,7 @@ impl Serialize for RouteConfiguration {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(1))?;
         if self.flat {
-            map.serialize_entry("routes", &self.routes)?;
+            map.serialize_entry("routes", &self.routes[..])?;
         } else {
             let hosts: Vec<HostView<'_>> = self
                 .virtual_hosts

@@ -24,7 +24,7 @@ impl<T> PerRouteSettings<T> {
         let resolve = |filters: &RouteFilters| match of(filters) {
             PerRoute::Inherit => PerRoute::Inherit,
             PerRoute::Disabled => PerRoute::Disabled,
-            PerRoute::Override(config) => PerRoute::Override(build(config)),
+            PerRoute::Override(config) => PerRoute::Override(Box::new(build(config))),
         };
         Self {
             listener: build(listener),

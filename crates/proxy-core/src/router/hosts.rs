@@ -58,9 +58,9 @@ impl HostIndex {
         index
     }
 
-    /// The virtual host for `host` (lowercase, with its port if it came with one).
-    pub(super) fn find(&self, host: &str) -> Option<usize> {
-        let bare = super::strip_port(host);
+    /// The virtual host for `host` (lowercase, with its port if it came with one); `bare` is
+    /// `host` without its port.
+    pub(super) fn find(&self, host: &str, bare: &str) -> Option<usize> {
         // The host with its port is tried first, against the domains that name one.
         let with_port = (self.ports && bare.len() < host.len()).then_some(host);
         let forms = with_port.into_iter().chain([bare]);
@@ -120,10 +120,12 @@ fn insert(tables: &mut Vec<ByLength>, text: &str, host: u32) {
 pub(super) fn find_by_scan(hosts: &[VirtualHostConfig], host: &str) -> Option<usize> {
     let bare = super::strip_port(host);
     // The host with its port, against domains that name one; then the host without it.
-    let mut forms = vec![bare];
-    if bare.len() < host.len() {
-        forms.insert(0, host);
-    }
+    let both = [host, bare];
+    let forms = if bare.len() < host.len() {
+        &both[..]
+    } else {
+        &both[1..]
+    };
     let fits = |text: &str, form: &str| form.len() == bare.len() || has_port(text);
     let domains = || {
         hosts

@@ -1,5 +1,5 @@
-//! The route lookup of one virtual host, built once per table: the routes a request's host can match are found by
-//! hash (exact hosts, then each `.suffix` of the host, then routes for any host); within each
+//! The route lookup of one virtual host, built once per table: the routes a request's host
+//! can match are found by hash (exact hosts, then each `.suffix` of the host, then routes for any host); within each
 //! group, the routes its path can match are found by one hash (exact paths) and one walk down
 //! a radix tree of prefixes. Of those, the first in config order whose headers match wins:
 //! the answer of trying every route in order (the tests compare the two), at a cost that grows
@@ -10,6 +10,7 @@ use std::ops::Range;
 use foldhash::fast::RandomState;
 use http::HeaderMap;
 
+use super::prefix_tree::{self, PrefixTree};
 use crate::config::{HostMatch, PathMatch, RouteConfig};
 
 /// Keys come from the config; requests only look up, so a fast hash is safe here.
@@ -23,42 +24,40 @@ pub(super) struct RouteIndex {
 }
 
 /// The routes of one host group, by path.
-#[derive(Default)]
 struct PathIndex {
     exact: HashMap<Box<str>, Vec<u32>>,
-    prefixes: Node,
+    prefixes: PrefixTree,
 }
 
-/// A radix tree node: the routes whose prefix ends here, and children by label. No two
-/// children's labels start with the same byte.
+/// A [`PathIndex`] being built.
 #[derive(Default)]
-struct Node {
-    /// In config order.
-    routes: Vec<u32>,
-    /// The first byte of each child's label, beside `children`: one short contiguous scan
-    /// finds the child to follow.
-    firsts: Vec<u8>,
-    children: Vec<(Box<[u8]>, Node)>,
+struct PathIndexBuilder {
+    exact: HashMap<Box<str>, Vec<u32>>,
+    prefixes: prefix_tree::Builder,
+}
+
+impl PathIndexBuilder {
+    fn build(self) -> PathIndex {
+        PathIndex {
+            exact: self.exact,
+            prefixes: self.prefixes.freeze(),
+        }
+    }
 }
 
 impl RouteIndex {
     /// The index of `routes[span]`; it answers with positions in `routes`.
     pub(super) fn new(routes: &[RouteConfig], span: Range<usize>) -> Self {
-        let mut index = RouteIndex {
-            exact_hosts: HashMap::default(),
-            suffix_hosts: HashMap::default(),
-            any_host: PathIndex::default(),
-        };
+        let mut exact_hosts: HashMap<Box<str>, PathIndexBuilder> = HashMap::default();
+        let mut suffix_hosts: HashMap<Box<str>, PathIndexBuilder> = HashMap::default();
+        let mut any_host = PathIndexBuilder::default();
         for (i, route) in routes[span.clone()].iter().enumerate() {
             let group = match &route.matcher.host {
-                HostMatch::Any => &mut index.any_host,
-                HostMatch::Exact(host) => {
-                    index.exact_hosts.entry(host.as_str().into()).or_default()
+                HostMatch::Any => &mut any_host,
+                HostMatch::Exact(host) => exact_hosts.entry(host.as_str().into()).or_default(),
+                HostMatch::Suffix(suffix) => {
+                    suffix_hosts.entry(suffix.as_str().into()).or_default()
                 }
-                HostMatch::Suffix(suffix) => index
-                    .suffix_hosts
-                    .entry(suffix.as_str().into())
-                    .or_default(),
             };
             // Tables past 4 billion routes are not a concern.
             let i = (span.start + i) as u32;
@@ -69,7 +68,14 @@ impl RouteIndex {
                 PathMatch::Prefix(prefix) => group.prefixes.insert(prefix.as_bytes(), i),
             }
         }
-        index
+        let build = |groups: HashMap<Box<str>, PathIndexBuilder>| {
+            groups.into_iter().map(|(k, g)| (k, g.build())).collect()
+        };
+        RouteIndex {
+            exact_hosts: build(exact_hosts),
+            suffix_hosts: build(suffix_hosts),
+            any_host: any_host.build(),
+        }
     }
 
     /// The index of the first route matching the request. `host` is lowercase, without
@@ -136,59 +142,9 @@ impl PathIndex {
         {
             best = search.first_of(candidates, best);
         }
-        let path = search.path.as_bytes();
-        let mut node = &self.prefixes;
-        let mut at = 0;
-        loop {
-            best = search.first_of(&node.routes, best);
-            let Some(&next) = path.get(at) else {
-                return best;
-            };
-            let child = node
-                .firsts
-                .iter()
-                .position(|&first| first == next)
-                .map(|i| &node.children[i]);
-            match child {
-                Some((label, child)) if path[at..].starts_with(label) => {
-                    at += label.len();
-                    node = child;
-                }
-                _ => return best,
-            }
-        }
-    }
-}
-
-impl Node {
-    fn insert(&mut self, key: &[u8], route: u32) {
-        if key.is_empty() {
-            self.routes.push(route);
-            return;
-        }
-        let found = self.firsts.iter().position(|&first| first == key[0]);
-        let Some(at) = found else {
-            let leaf = Node {
-                routes: vec![route],
-                ..Node::default()
-            };
-            self.firsts.push(key[0]);
-            self.children.push((key.into(), leaf));
-            return;
-        };
-        let (label, child) = &mut self.children[at];
-        let common = label.iter().zip(key).take_while(|(a, b)| a == b).count();
-        if common < label.len() {
-            // Split the label where the key leaves it.
-            let rest: Box<[u8]> = label[common..].into();
-            let below = std::mem::take(child);
-            *child = Node {
-                routes: Vec::new(),
-                firsts: vec![rest[0]],
-                children: vec![(rest, below)],
-            };
-            *label = key[..common].into();
-        }
-        child.insert(&key[common..], route);
+        self.prefixes.walk(search.path.as_bytes(), |candidates| {
+            best = search.first_of(candidates, best);
+        });
+        best
     }
 }

@@ -2,13 +2,15 @@
 //! its routes that matches, in config order.
 //!
 //! ```text
-//! mod.rs     the table, and what "a route matches" means
-//! hosts.rs   the virtual host for a host: exact domains, then wildcards, by hash
-//! index.rs   a host's routes: by host and path, hashes and a radix tree; a scan's answer
+//! mod.rs           the table, and what "a route matches" means
+//! hosts.rs         the virtual host for a host: exact domains, then wildcards, by hash
+//! index.rs         a host's routes: by host and path, hashes and a radix tree; a scan's answer
+//! prefix_tree.rs   the radix tree of path prefixes, in flat arrays
 //! ```
 
 mod hosts;
 mod index;
+mod prefix_tree;
 
 use http::HeaderMap;
 
@@ -62,22 +64,13 @@ impl RouteTable {
     /// The virtual host and route for a request. `host` is the request's host with or
     /// without a port, in any case; `path` is the path without the query.
     pub fn find(&self, host: &str, path: &str, headers: &HeaderMap) -> Matched {
-        let lower;
-        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
-            lower = host.to_ascii_lowercase();
-            lower.as_str()
-        } else {
-            host
-        };
-        let Some(virtual_host) = self.hosts.find(host) else {
+        let host = lowercase(host);
+        let host = host.as_ref();
+        let bare = strip_port(host);
+        let Some(virtual_host) = self.hosts.find(host, bare) else {
             return Matched::default();
         };
-        let route = self.indexes[virtual_host].position(
-            strip_port(host),
-            path,
-            headers,
-            &self.config.routes,
-        );
+        let route = self.indexes[virtual_host].position(bare, path, headers, &self.config.routes);
         Matched {
             virtual_host: Some(virtual_host),
             route,
@@ -87,7 +80,7 @@ impl RouteTable {
     /// [`RouteTable::find`] by trying every domain and then every route of the host in
     /// order: what the index must agree with, and the baseline it is measured against.
     pub fn find_by_scan(&self, host: &str, path: &str, headers: &HeaderMap) -> Matched {
-        let host = host.to_ascii_lowercase();
+        let host = lowercase(host);
         let Some(virtual_host) = hosts::find_by_scan(&self.config.virtual_hosts, &host) else {
             return Matched::default();
         };
@@ -117,17 +110,30 @@ impl RouteTable {
     }
 }
 
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        // `[::1]:8080` -> `[::1]`
-        return match host.find(']') {
-            Some(end) => &host[..=end],
-            None => host,
-        };
+/// `host` in lowercase, copied only when it has capitals.
+fn lowercase(host: &str) -> std::borrow::Cow<'_, str> {
+    // A fold rather than `any`: no early exit, so it runs a vector's width at a time.
+    let upper = host
+        .bytes()
+        .fold(false, |seen, b| seen | b.is_ascii_uppercase());
+    if upper {
+        host.to_ascii_lowercase().into()
+    } else {
+        host.into()
     }
-    match host.rfind(':') {
-        Some(colon) => &host[..colon],
-        None => host,
+}
+
+/// `host` without a trailing `:PORT` (`[::1]:8080` -> `[::1]`). A scan back over the digits:
+/// most hosts end in a letter and cost one comparison.
+fn strip_port(host: &str) -> &str {
+    let bytes = host.as_bytes();
+    let mut end = bytes.len();
+    while end > 0 && bytes[end - 1].is_ascii_digit() {
+        end -= 1;
+    }
+    match end.checked_sub(1) {
+        Some(colon) if bytes[colon] == b':' => &host[..colon],
+        _ => host,
     }
 }
 
@@ -464,5 +470,9 @@ listeners:
         assert_eq!(strip_port("a.test:80"), "a.test");
         assert_eq!(strip_port("a.test"), "a.test");
         assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+        assert_eq!(strip_port("a.test:"), "a.test");
+        assert_eq!(strip_port("10.0.0.1"), "10.0.0.1");
+        assert_eq!(strip_port("10.0.0.1:443"), "10.0.0.1");
     }
 }

@@ -96,6 +96,8 @@ fn per_route<R, T>(
             path,
             format!("expected `disabled` or the route's settings, found `{other}`"),
         )),
-        Some(RawPerRoute::Settings(raw)) => settings(raw, path).map(PerRoute::Override),
+        Some(RawPerRoute::Settings(raw)) => {
+            settings(raw, path).map(|s| PerRoute::Override(Box::new(s)))
+        }
     }
 }

@@ -43,17 +43,14 @@ pub(super) fn route_configuration(
             Ok(RouteConfiguration::flat(routes))
         }
         (true, false) => {
-            let mut config = RouteConfiguration {
-                routes: Vec::new(),
-                virtual_hosts: Vec::with_capacity(virtual_hosts.len()),
-                flat: false,
-            };
+            let mut routes = Vec::new();
+            let mut hosts = Vec::with_capacity(virtual_hosts.len());
             // Where each domain and name was first seen, to name both in an error.
             let mut domains: HashMap<Domain, usize> = HashMap::new();
             let mut names: HashMap<String, usize> = HashMap::new();
             for (i, raw) in virtual_hosts.into_iter().enumerate() {
                 let at = format!("{path}.virtual_hosts[{i}]");
-                let host = virtual_host(raw, &at, ctx, &mut config.routes)?;
+                let host = virtual_host(raw, &at, ctx, &mut routes)?;
                 if let Some(first) = names.insert(host.name.clone(), i) {
                     return Err(ConfigError::invalid(
                         format!("{at}.name"),
@@ -73,9 +70,13 @@ pub(super) fn route_configuration(
                         ));
                     }
                 }
-                config.virtual_hosts.push(host);
+                hosts.push(host);
             }
-            Ok(config)
+            Ok(RouteConfiguration {
+                routes: routes.into(),
+                virtual_hosts: hosts,
+                flat: false,
+            })
         }
     }
 }
