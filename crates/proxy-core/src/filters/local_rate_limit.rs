@@ -12,7 +12,7 @@ use http::{HeaderMap, Request};
 use tokio::time::Instant;
 
 use super::token_bucket::{KeyedBuckets, Taken, TokenBucket};
-use super::{Exchange, FilterState, Flow, LocalReply, ResponseHead};
+use super::{Exchange, FilterState, Flow, LocalReply, PerRouteSettings, ResponseHead};
 use crate::catalog::RateLimitStats;
 use crate::config::{
     LocalRateLimitConfig, PerRoute, RateLimitHeaders, RateLimitKey, RateLimitScope,
@@ -68,50 +68,36 @@ impl Limiter {
     }
 }
 
-/// The limits of one listener's filter that every worker shares (`scope: process`), made
-/// once per config version.
-pub(crate) struct SharedLimits {
-    listener: Option<Arc<Limiter>>,
-    /// Per virtual host, in the route table's order.
-    hosts: Vec<Option<Arc<Limiter>>>,
-    /// Per route, in the route table's order.
-    routes: Vec<Option<Arc<Limiter>>>,
+/// Buckets by where they are set: the listener's, a virtual host's (shared by its routes
+/// without one of their own) and each route's. `None` where the settings make no bucket.
+type Buckets = PerRouteSettings<Option<Arc<Limiter>>>;
+
+fn bucket_settings(filters: &RouteFilters) -> &PerRoute<LocalRateLimitConfig> {
+    &filters.local_rate_limit
 }
 
-fn shared(config: &LocalRateLimitConfig) -> Option<Arc<Limiter>> {
-    (config.scope == RateLimitScope::Process)
-        .then(|| Limiter::new(config).map(Arc::new))
-        .flatten()
-}
+/// The limits of one listener's filter that every worker shares (`scope: process`), made
+/// once per config version.
+pub(crate) struct SharedLimits(Buckets);
 
 impl SharedLimits {
     pub(crate) fn new(listener: &LocalRateLimitConfig, table: &RouteConfiguration) -> Self {
-        let of = |filters: &RouteFilters| match &filters.local_rate_limit {
-            PerRoute::Override(config) => shared(config),
-            _ => None,
-        };
-        Self {
-            listener: shared(listener),
-            hosts: table.virtual_hosts.iter().map(|h| of(&h.filters)).collect(),
-            routes: table.routes.iter().map(|r| of(&r.filters)).collect(),
-        }
+        Self(PerRouteSettings::new(
+            listener,
+            table,
+            bucket_settings,
+            |config| {
+                (config.scope == RateLimitScope::Process)
+                    .then(|| Limiter::new(config).map(Arc::new))
+                    .flatten()
+            },
+        ))
     }
-}
-
-/// What a virtual host or route says about the limit its requests are counted against.
-enum LevelLimit {
-    /// The one above's: the host's, or the listener's.
-    Inherit,
-    Disabled,
-    /// A bucket of its own: a host's is shared by all its routes that have none.
-    Own(Arc<Limiter>),
 }
 
 /// The filter on one worker.
 pub(crate) struct LocalRateLimit {
-    listener: Option<Arc<Limiter>>,
-    hosts: Vec<LevelLimit>,
-    routes: Vec<LevelLimit>,
+    buckets: Buckets,
     stats: RateLimitStats,
 }
 
@@ -123,71 +109,28 @@ pub(crate) struct Verdict {
 }
 
 impl LocalRateLimit {
-    /// Limits with `scope: process` come from `shared`; per-worker ones are made here.
+    /// Buckets with `scope: process` come from `shared`; per-worker ones are made here.
     pub(crate) fn new(
         config: &LocalRateLimitConfig,
         table: &RouteConfiguration,
         shared: Option<&Arc<SharedLimits>>,
         stats: RateLimitStats,
     ) -> Self {
-        let own = |config: &LocalRateLimitConfig, shared: Option<&Arc<Limiter>>| match config.scope
-        {
-            RateLimitScope::Process => shared.cloned(),
-            RateLimitScope::Worker => Limiter::new(config).map(Arc::new),
-        };
-        let level = |filters: &RouteFilters, shared: Option<&Arc<Limiter>>| match &filters
-            .local_rate_limit
-        {
-            PerRoute::Inherit => LevelLimit::Inherit,
-            PerRoute::Disabled => LevelLimit::Disabled,
-            PerRoute::Override(config) => match own(config, shared) {
-                Some(limiter) => LevelLimit::Own(limiter),
-                None => LevelLimit::Disabled,
-            },
-        };
-        let listener = own(config, shared.and_then(|s| s.listener.as_ref()));
-        let shared_of = |list: fn(&SharedLimits) -> &Vec<Option<Arc<Limiter>>>, i: usize| {
-            shared.and_then(|s| list(s).get(i)).and_then(Option::as_ref)
-        };
-        let hosts = table
-            .virtual_hosts
-            .iter()
-            .enumerate()
-            .map(|(i, h)| level(&h.filters, shared_of(|s| &s.hosts, i)))
-            .collect();
-        let routes = table
-            .routes
-            .iter()
-            .enumerate()
-            .map(|(i, r)| level(&r.filters, shared_of(|s| &s.routes, i)))
-            .collect();
-        Self {
-            listener,
-            hosts,
-            routes,
-            stats,
-        }
+        let buckets =
+            PerRouteSettings::new_at(config, table, bucket_settings, |level, config| match config
+                .scope
+            {
+                RateLimitScope::Process => {
+                    shared.and_then(|s| s.0.at(level)).and_then(Clone::clone)
+                }
+                RateLimitScope::Worker => Limiter::new(config).map(Arc::new),
+            });
+        Self { buckets, stats }
     }
 
-    /// The most specific level's limit: the route's, its host's, or the listener's.
+    /// The most specific level's bucket: the route's, its host's, or the listener's.
     fn limiter(&self, exchange: &Exchange<'_>) -> Option<&Limiter> {
-        fn at(list: &[LevelLimit], i: Option<usize>) -> Option<&LevelLimit> {
-            i.and_then(|i| list.get(i))
-        }
-        for level in [
-            at(&self.routes, exchange.route),
-            at(&self.hosts, exchange.virtual_host),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            match level {
-                LevelLimit::Inherit => continue,
-                LevelLimit::Disabled => return None,
-                LevelLimit::Own(limiter) => return Some(limiter),
-            }
-        }
-        self.listener.as_deref()
+        self.buckets.get(exchange).and_then(Option::as_deref)
     }
 
     pub(crate) fn on_request(

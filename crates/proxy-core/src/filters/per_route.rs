@@ -12,6 +12,14 @@ pub(crate) struct PerRouteSettings<T> {
     routes: Box<[PerRoute<T>]>,
 }
 
+/// Whose settings: the listener's, or those of the virtual host or route at an index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Level {
+    Listener,
+    Host(usize),
+    Route(usize),
+}
+
 impl<T> PerRouteSettings<T> {
     /// `of` picks the filter's entry from a host's or route's `filters`; `build` makes the
     /// worker's form of a config (header values made once, and so on).
@@ -21,57 +29,62 @@ impl<T> PerRouteSettings<T> {
         of: impl Fn(&RouteFilters) -> &PerRoute<C>,
         build: impl Fn(&C) -> T,
     ) -> Self {
-        let resolve = |filters: &RouteFilters| match of(filters) {
+        Self::new_at(listener, table, of, |_, config| build(config))
+    }
+
+    /// [`PerRouteSettings::new`] for settings that depend on where they are set (a shared
+    /// rate-limit bucket is found by its level).
+    pub(crate) fn new_at<C>(
+        listener: &C,
+        table: &RouteConfiguration,
+        of: impl Fn(&RouteFilters) -> &PerRoute<C>,
+        build: impl Fn(Level, &C) -> T,
+    ) -> Self {
+        let resolve = |level: Level, filters: &RouteFilters| match of(filters) {
             PerRoute::Inherit => PerRoute::Inherit,
             PerRoute::Disabled => PerRoute::Disabled,
-            PerRoute::Override(config) => PerRoute::Override(Box::new(build(config))),
+            PerRoute::Override(config) => PerRoute::Override(Box::new(build(level, config))),
         };
         Self {
-            listener: build(listener),
-            hosts: table
-                .virtual_hosts
-                .iter()
-                .map(|h| resolve(&h.filters))
+            listener: build(Level::Listener, listener),
+            hosts: (table.virtual_hosts.iter().enumerate())
+                .map(|(i, h)| resolve(Level::Host(i), &h.filters))
                 .collect(),
-            routes: table.routes.iter().map(|r| resolve(&r.filters)).collect(),
-        }
-    }
-
-    /// The host's and the route's own settings for this exchange, `None` where there is
-    /// nothing to say; `Err` when the filter is off for it.
-    fn levels(&self, exchange: &Exchange<'_>) -> Result<[Option<&T>; 2], Off<'_, T>> {
-        fn entry<T>(list: &[PerRoute<T>], i: Option<usize>) -> &PerRoute<T> {
-            i.and_then(|i| list.get(i)).unwrap_or(&PerRoute::Inherit)
-        }
-        match (
-            entry(&self.hosts, exchange.virtual_host),
-            entry(&self.routes, exchange.route),
-        ) {
-            (_, PerRoute::Disabled) => Err(Off { route_own: None }),
-            (PerRoute::Disabled, PerRoute::Override(own)) => Err(Off {
-                route_own: Some(own),
-            }),
-            (PerRoute::Disabled, PerRoute::Inherit) => Err(Off { route_own: None }),
-            (host, route) => Ok([own(host), own(route)]),
-        }
-    }
-
-    /// The settings for this exchange, the most specific level's; `None` when that level
-    /// turns the filter off. Requests that matched no virtual host get the listener's.
-    pub(crate) fn get(&self, exchange: &Exchange<'_>) -> Option<&T> {
-        match self.levels(exchange) {
-            Ok([host, route]) => route.or(host).or(Some(&self.listener)),
-            Err(off) => off.route_own,
+            routes: (table.routes.iter().enumerate())
+                .map(|(i, r)| resolve(Level::Route(i), &r.filters))
+                .collect(),
         }
     }
 
     /// The settings that apply in turn, for filters where each level adds to the one above
     /// (header rules): the listener's, the host's, the route's. `disabled` on a host turns
-    /// off the listener's too; on a route, everything.
+    /// off the listener's too; on a route, everything. Requests that matched no virtual host
+    /// get the listener's.
     pub(crate) fn layered(&self, exchange: &Exchange<'_>) -> [Option<&T>; 3] {
-        match self.levels(exchange) {
-            Ok([host, route]) => [Some(&self.listener), host, route],
-            Err(off) => [None, None, off.route_own],
+        fn entry<T>(list: &[PerRoute<T>], i: Option<usize>) -> &PerRoute<T> {
+            i.and_then(|i| list.get(i)).unwrap_or(&PerRoute::Inherit)
+        }
+        let host = entry(&self.hosts, exchange.virtual_host);
+        let route = entry(&self.routes, exchange.route);
+        match (host, route) {
+            (_, PerRoute::Disabled) => [None, None, None],
+            (PerRoute::Disabled, route) => [None, None, own(route)],
+            (host, route) => [Some(&self.listener), own(host), own(route)],
+        }
+    }
+
+    /// The settings for this exchange: the most specific level's, or `None` when the filter
+    /// is off for it.
+    pub(crate) fn get(&self, exchange: &Exchange<'_>) -> Option<&T> {
+        self.layered(exchange).into_iter().rev().flatten().next()
+    }
+
+    /// The settings set at `level` itself (`None` where it inherits or turns them off).
+    pub(crate) fn at(&self, level: Level) -> Option<&T> {
+        match level {
+            Level::Listener => Some(&self.listener),
+            Level::Host(i) => self.hosts.get(i).and_then(own),
+            Level::Route(i) => self.routes.get(i).and_then(own),
         }
     }
 
@@ -81,11 +94,6 @@ impl<T> PerRouteSettings<T> {
             .chain(self.hosts.iter().filter_map(own))
             .chain(self.routes.iter().filter_map(own))
     }
-}
-
-/// A filter turned off by a host: a route of that host may still give settings of its own.
-struct Off<'a, T> {
-    route_own: Option<&'a T>,
 }
 
 fn own<T>(entry: &PerRoute<T>) -> Option<&T> {

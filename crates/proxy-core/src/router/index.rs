@@ -1,9 +1,9 @@
-//! The route lookup of one virtual host, built once per table: the routes a request's host
-//! can match are found by hash (exact hosts, then each `.suffix` of the host, then routes for any host); within each
-//! group, the routes its path can match are found by one hash (exact paths) and one walk down
-//! a radix tree of prefixes. Of those, the first in config order whose headers match wins:
-//! the answer of trying every route in order (the tests compare the two), at a cost that grows
-//! with the path's length, not with the table.
+//! The route lookup of one virtual host, built once per table. The routes a request's host
+//! can match are found by hash: exact hosts, then each `.suffix` of the host, then routes for
+//! any host. Within each group, the routes its path can match are found by one hash (exact
+//! paths) and one walk down a radix tree of prefixes. Of those, the first in config order
+//! whose headers match wins: the answer of trying every route in order (the tests compare
+//! the two), at a cost that grows with the path's length, not with the table.
 
 use std::ops::Range;
 
