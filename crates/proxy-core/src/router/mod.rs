@@ -112,15 +112,29 @@ impl RouteTable {
 
 /// `host` in lowercase, copied only when it has capitals.
 fn lowercase(host: &str) -> std::borrow::Cow<'_, str> {
-    // A fold rather than `any`: no early exit, so it runs a vector's width at a time.
-    let upper = host
-        .bytes()
-        .fold(false, |seen, b| seen | b.is_ascii_uppercase());
+    let mut rest = host.as_bytes();
+    let mut upper = false;
+    while let Some((word, tail)) = rest.split_first_chunk::<8>() {
+        upper |= has_capital(u64::from_le_bytes(*word));
+        rest = tail;
+    }
+    upper |= rest.iter().any(u8::is_ascii_uppercase);
     if upper {
         host.to_ascii_lowercase().into()
     } else {
         host.into()
     }
+}
+
+/// Whether one of the eight bytes of `word` is `A`..=`Z`: their low seven bits plus 0x3f
+/// reach 0x80 from `A` on, plus 0x25 from past `Z` on, and no sum carries into the next byte.
+fn has_capital(word: u64) -> bool {
+    const LOW: u64 = u64::from_le_bytes([0x7f; 8]);
+    const HIGH: u64 = !LOW;
+    let low = word & LOW;
+    let from_a = low + u64::from_le_bytes([0x80 - b'A'; 8]);
+    let past_z = low + u64::from_le_bytes([0x80 - b'Z' - 1; 8]);
+    from_a & !past_z & !word & HIGH != 0
 }
 
 /// `host` without a trailing `:PORT` (`[::1]:8080` -> `[::1]`). A scan back over the digits:
@@ -172,6 +186,31 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use http::HeaderValue;
+
+    #[test]
+    fn a_word_has_a_capital_exactly_when_one_of_its_bytes_is_one() {
+        // Every pair of byte values, side by side at every position, among fillers that sit
+        // just outside and inside the range: no byte's sum disturbs its neighbour's.
+        for filler in [0x00, b'@', b'[', 0x7f, 0x80, 0xc1, 0xff, b'a'] {
+            for a in 0..=255u8 {
+                for b in 0..=255u8 {
+                    for at in 0..7 {
+                        let mut word = [filler; 8];
+                        word[at] = a;
+                        word[at + 1] = b;
+                        let expected = word.iter().any(u8::is_ascii_uppercase);
+                        assert_eq!(has_capital(u64::from_le_bytes(word)), expected, "{word:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(lowercase("Api.Example.COM:8080"), "api.example.com:8080");
+        assert!(matches!(
+            lowercase("api.example.com"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(lowercase("api.example.coM"), "api.example.com");
+    }
 
     fn table() -> RouteTable {
         let config = Config::from_yaml(

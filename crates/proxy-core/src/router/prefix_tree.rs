@@ -1,12 +1,19 @@
-//! A radix tree of path prefixes, laid out in five flat arrays: no allocation per node, and a
-//! walk reads a few contiguous entries per level instead of chasing a pointer per label.
+//! A radix tree of path prefixes, laid out in flat arrays: no allocation per node, and a walk
+//! reads a few contiguous entries per level instead of chasing a pointer per label. Nodes are
+//! stored breadth first, so a node's children sit side by side: the child to follow is found
+//! among their first bytes, eight at a time (one word), or, for a node with more children
+//! than that, by one read of its 256-entry jump table.
 //! Built by insertion into an arena of nodes, then frozen; both steps loop rather than
 //! recurse, so a deep tree (nested prefixes) cannot exhaust the stack.
 
-/// Edges compared at once when choosing the one to follow.
-const LANES: usize = 16;
+/// Children compared at once when choosing the one to follow: a machine word of first bytes.
+const LANES: usize = 8;
 /// `0x01` in every byte of a word.
-const ONES: u128 = u128::from_le_bytes([1; LANES]);
+const ONES: u64 = u64::from_le_bytes([1; LANES]);
+/// A [`Node::jump`] for a node whose children fit in one word.
+const NO_JUMP: u32 = u32::MAX;
+/// In a jump table, a byte no child starts with.
+const NO_CHILD: u8 = u8::MAX;
 
 /// `start..start + len` of one of the arrays.
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,31 +35,46 @@ impl Span {
 
     fn get<T>(self, list: &[T]) -> &[T] {
         let start = self.start as usize;
-        &list[start..start + self.len as usize]
+        list.get(start..start + self.len as usize).unwrap_or(&[])
     }
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Node {
+    /// The label of the edge into this node past its first byte (which is in `firsts`).
+    label: Span,
     /// Routes whose prefix ends here, in config order.
     routes: Span,
-    edges: Span,
+    /// The children are the nodes `first_child..first_child + children`.
+    first_child: u32,
+    children: u32,
+    /// For a node with more children than a word holds, where its jump table starts in
+    /// `jumps`: by byte, the child that byte leads to (as an offset from `first_child`).
+    jump: u32,
 }
 
-/// A labelled edge to a child. No two edges of a node start with the same byte.
-#[derive(Debug, Clone, Copy)]
-struct Edge {
-    label: Span,
-    child: u32,
+impl Default for Node {
+    fn default() -> Self {
+        Node {
+            label: Span::default(),
+            routes: Span::default(),
+            first_child: 0,
+            children: 0,
+            jump: NO_JUMP,
+        }
+    }
 }
 
 pub(super) struct PrefixTree {
-    /// `nodes[0]` is the root (the empty prefix).
+    /// `nodes[0]` is the root (the empty prefix); then breadth first.
     nodes: Vec<Node>,
-    edges: Vec<Edge>,
-    /// The first byte of each edge's label, beside `edges`, and [`LANES`] zero bytes after
-    /// the last: the edge to follow is found among a node's first bytes 16 at a time.
+    /// The first byte of the label into each node, beside `nodes` (the root's is unused),
+    /// and [`LANES`] zero bytes after the last: a node's children's first bytes are read a word
+    /// at a time.
     firsts: Vec<u8>,
+    /// 256 bytes per wide node: a level of a table of many routes (`/v1`..`/v99999`) costs
+    /// one read instead of a scan of its children.
+    jumps: Vec<u8>,
     labels: Vec<u8>,
     routes: Vec<u32>,
 }
@@ -60,57 +82,102 @@ pub(super) struct PrefixTree {
 impl PrefixTree {
     /// Calls `visit` with the routes of every prefix of `path`, shortest first.
     pub(super) fn walk<'a>(&'a self, path: &[u8], mut visit: impl FnMut(&'a [u32])) {
-        let mut node = self.nodes[0];
         let mut at = 0;
-        loop {
-            if node.routes.len > 0 {
-                visit(node.routes.get(&self.routes));
+        let mut node = 0;
+        while let Some(current) = self.nodes.get(node) {
+            let routes = current.routes;
+            if routes.len > 0 {
+                visit(routes.get(&self.routes));
             }
-            let Some(&next) = path.get(at) else {
+            let Some(&byte) = path.get(at) else {
                 return;
             };
-            let Some(i) = self.edge_for(node.edges, next) else {
+            let Some(child) = self.child(current, byte) else {
                 return;
             };
-            let edge = self.edges[node.edges.start as usize + i];
-            // The first byte matched; compare the rest of the label, if any.
-            let label = edge.label.get(&self.labels);
-            if label.len() > 1 && !path[at + 1..].starts_with(&label[1..]) {
+            // The first byte matched; the rest of the label must follow it.
+            let Some(label) = self.nodes.get(child).map(|c| c.label) else {
                 return;
+            };
+            at += 1;
+            if label.len > 0 {
+                let end = at + label.len as usize;
+                let Some(next) = path.get(at..end) else {
+                    return;
+                };
+                if !same(next, label.get(&self.labels)) {
+                    return;
+                }
+                at = end;
             }
-            at += label.len();
-            node = self.nodes[edge.child as usize];
+            node = child;
         }
     }
 
-    /// The index among `edges` of the one whose label starts with `byte`.
-    fn edge_for(&self, edges: Span, byte: u8) -> Option<usize> {
-        let start = edges.start as usize;
-        let len = edges.len as usize;
-        if len > LANES {
-            return self.firsts[start..start + len]
-                .iter()
-                .position(|&b| b == byte);
+    /// The child of `node` whose label starts with `byte`.
+    fn child(&self, node: &Node, byte: u8) -> Option<usize> {
+        let first = node.first_child as usize;
+        if node.jump != NO_JUMP {
+            let offset = *self.jumps.get(node.jump as usize + usize::from(byte))?;
+            return (offset != NO_CHILD).then_some(first + usize::from(offset));
         }
-        // The node's first bytes as one 16-byte word (the padding keeps the read in
-        // bounds); a byte equal to `byte` becomes zero, and the classic test finds the lowest
-        // zero byte: bytes above a true zero may be flagged falsely, bytes below never.
-        let word: [u8; LANES] = self.firsts.get(start..start + LANES)?.try_into().ok()?;
-        let diff = u128::from_le_bytes(word) ^ (u128::from(byte) * ONES);
-        let zeros = diff.wrapping_sub(ONES) & !diff & (ONES << 7);
-        let at = (zeros.trailing_zeros() / 8) as usize;
-        (at < len).then_some(at)
+        let count = node.children as usize;
+        let splat = u64::from_le_bytes([byte; LANES]);
+        let mut base = 0;
+        while base < count {
+            // Eight first bytes as one word (the padding keeps the read in bounds); a byte
+            // equal to `byte` becomes zero, and the classic test finds the lowest zero byte:
+            // bytes above a true zero may be flagged falsely, bytes below never.
+            let at = first + base;
+            let word: [u8; LANES] = self.firsts.get(at..at + LANES)?.try_into().ok()?;
+            let diff = u64::from_le_bytes(word) ^ splat;
+            let zeros = diff.wrapping_sub(ONES) & !diff & (ONES << 7);
+            if zeros != 0 {
+                let i = base + (zeros.trailing_zeros() / 8) as usize;
+                // Past the last child, the bytes are another node's: no child matched.
+                return (i < count).then_some(first + i);
+            }
+            base += LANES;
+        }
+        None
     }
 
     /// Bytes held by the tree's arrays.
     #[cfg(test)]
     pub(super) fn heap_bytes(&self) -> usize {
         self.nodes.capacity() * size_of::<Node>()
-            + self.edges.capacity() * size_of::<Edge>()
             + self.firsts.capacity()
+            + self.jumps.capacity()
             + self.labels.capacity()
             + self.routes.capacity() * size_of::<u32>()
     }
+}
+
+/// Whether two slices of equal length hold the same bytes. Labels are mostly a few bytes, which
+/// a loop compares for less than a call to `memcmp` costs.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() <= LANES {
+        a.iter().zip(b).all(|(x, y)| x == y)
+    } else {
+        a == b
+    }
+}
+
+/// The jump table of a node with these children, appended to `jumps`, if it has more than
+/// a word of them. Offsets are bytes and [`NO_CHILD`] is one of them, so a node with 255
+/// children or more has no table and is scanned.
+fn jump_table(jumps: &mut Vec<u8>, children: &[(Box<[u8]>, u32)]) -> u32 {
+    if children.len() <= LANES || children.len() > usize::from(NO_CHILD) {
+        return NO_JUMP;
+    }
+    let start = jumps.len();
+    jumps.resize(start + 256, NO_CHILD);
+    for (offset, (label, _)) in children.iter().enumerate() {
+        // `offset < NO_CHILD`, checked above.
+        jumps[start + usize::from(label[0])] = offset as u8;
+    }
+    // Tables past 4 GiB are not a concern.
+    start as u32
 }
 
 /// A tree being built: nodes in an arena, edges by node index.
@@ -169,36 +236,41 @@ impl Builder {
         }
     }
 
+    /// The tree in breadth-first order: each node's children get consecutive positions.
     pub(super) fn freeze(self) -> PrefixTree {
+        let count = self.nodes.len().max(1);
         let mut tree = PrefixTree {
-            nodes: Vec::with_capacity(self.nodes.len().max(1)),
-            edges: Vec::with_capacity(self.nodes.len().saturating_sub(1)),
-            firsts: Vec::with_capacity(self.nodes.len().saturating_sub(1)),
+            nodes: Vec::with_capacity(count),
+            firsts: Vec::with_capacity(count + LANES),
+            jumps: Vec::new(),
             labels: Vec::new(),
             routes: Vec::new(),
         };
-        for node in &self.nodes {
-            let routes = Span::of(&mut tree.routes, node.routes.iter().copied());
-            let edges: Vec<Edge> = node
-                .children
-                .iter()
-                .map(|(label, child)| Edge {
-                    label: Span::of(&mut tree.labels, label.iter().copied()),
-                    child: *child,
-                })
-                .collect();
-            let edges = Span::of(&mut tree.edges, edges);
-            tree.firsts
-                .extend(node.children.iter().map(|(label, _)| label[0]));
-            tree.nodes.push(Node { routes, edges });
-        }
-        if tree.nodes.is_empty() {
+        // Arena nodes in their new order, with the label into each.
+        let mut order: Vec<(u32, &[u8])> = Vec::with_capacity(count);
+        order.push((0, &[]));
+        let mut next = 0;
+        while let Some(&(arena, label)) = order.get(next) {
+            let Some(built) = self.nodes.get(arena as usize) else {
+                // An empty builder: the root alone.
+                tree.nodes.push(Node::default());
+                tree.firsts.push(0);
+                break;
+            };
+            let first_child = order.len() as u32;
+            order.extend(built.children.iter().map(|(l, c)| (*c, &l[..])));
+            tree.firsts.push(label.first().copied().unwrap_or(0));
             tree.nodes.push(Node {
-                routes: Span::default(),
-                edges: Span::default(),
+                label: Span::of(&mut tree.labels, label.iter().skip(1).copied()),
+                routes: Span::of(&mut tree.routes, built.routes.iter().copied()),
+                first_child,
+                children: built.children.len() as u32,
+                jump: jump_table(&mut tree.jumps, &built.children),
             });
+            next += 1;
         }
         tree.firsts.extend([0; LANES]);
+        tree.jumps.shrink_to_fit();
         tree.labels.shrink_to_fit();
         tree.routes.shrink_to_fit();
         tree
@@ -232,6 +304,28 @@ mod tests {
         assert_eq!(found(&t, "/b"), [1, 5]);
         assert_eq!(found(&t, "x"), Vec::<u32>::new());
         assert_eq!(found(&tree(&[]), "/"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn wide_nodes_are_walked_by_table_or_by_scan() {
+        // 200 children (a jump table) and 256 (too many for one: scanned word by word).
+        for count in [200, 256] {
+            let prefixes: Vec<Vec<u8>> = (0..count).map(|b| vec![b as u8, b'/']).collect();
+            let mut builder = Builder::default();
+            for (i, p) in prefixes.iter().enumerate() {
+                builder.insert(p, i as u32);
+            }
+            let t = builder.freeze();
+            assert_eq!(t.jumps.len(), if count == 200 { 256 } else { 0 });
+            for (i, p) in prefixes.iter().enumerate() {
+                let mut all = Vec::new();
+                t.walk(&[p.as_slice(), b"x"].concat(), |r| all.extend_from_slice(r));
+                assert_eq!(all, [i as u32], "{p:?}");
+            }
+            let mut none = Vec::new();
+            t.walk(&[255, b'/'], |r| none.extend_from_slice(r));
+            assert_eq!(none.len(), usize::from(count == 256));
+        }
     }
 
     #[test]
