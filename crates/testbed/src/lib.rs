@@ -9,6 +9,8 @@
 //! * [`AuthzSidecar`]: an external authorization service (Envoy's gRPC protocol or plain
 //!   HTTP) whose decisions follow [`AuthzRules`], over TCP or a Unix socket.
 //! * [`DnsServer`]: a DNS server whose answers a test changes while the proxy resolves them.
+//! * [`ManagementServer`]: an xDS management server (ADS, state of the world and incremental)
+//!   whose resources a test sets while clients are connected; it records every request.
 //! * [`pattern_bytes`] / [`pattern_sha256`]: the deterministic bodies both sides use, so a
 //!   test can check a body of any size by digest.
 //!
@@ -67,6 +69,7 @@ mod handle;
 mod noop;
 mod options;
 mod pattern;
+pub mod xds;
 
 pub use authz::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
 pub use dns::DnsServer;
@@ -74,3 +77,4 @@ pub use failing::{FailingOrigin, FailureMode};
 pub use handle::NoopHandle;
 pub use noop::NoopUpstream;
 pub use pattern::{pattern_bytes, pattern_sha256};
+pub use xds::ManagementServer;
