@@ -15,6 +15,7 @@
 //!   until something changes; a new subscription gets the current state at once.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -317,13 +318,8 @@ impl AggregatedDiscoveryService for Ads {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(16);
-        let stream = SotwStream {
-            id: self.state.streams.fetch_add(1, Ordering::Relaxed) + 1,
-            state: Arc::clone(&self.state),
-            tx,
-            subscriptions: HashMap::new(),
-        };
-        tokio::spawn(stream.run(request.into_inner(), self.stopped.clone()));
+        let stream = SotwStream::new(&self.state, tx);
+        tokio::spawn(serve(stream, request.into_inner(), self.stopped.clone()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -332,14 +328,74 @@ impl AggregatedDiscoveryService for Ads {
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(16);
-        let stream = DeltaStream {
-            id: self.state.streams.fetch_add(1, Ordering::Relaxed) + 1,
-            state: Arc::clone(&self.state),
+        let stream = DeltaStream::new(&self.state, tx);
+        tokio::spawn(serve(stream, request.into_inner(), self.stopped.clone()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// What the two variants' streams do differently: answer a request, and bring a type up to
+/// date after a change. The loop around them is [`serve`].
+trait Variant: Send + 'static {
+    type Request: Send + 'static;
+
+    /// False once the client is gone.
+    fn on_request(&mut self, request: Self::Request) -> impl Future<Output = bool> + Send;
+
+    /// Sends what changed of `type_url` (everything the client should have, if `always`).
+    /// False once the client is gone.
+    fn send(&mut self, type_url: &str, always: bool) -> impl Future<Output = bool> + Send;
+}
+
+/// One stream of either variant: its responses go out through `tx`; `subscriptions` holds,
+/// by type, what it asked for and what it was sent.
+struct AdsStream<Response, Subscription> {
+    id: u64,
+    state: Arc<State>,
+    tx: mpsc::Sender<Result<Response, Status>>,
+    subscriptions: HashMap<String, Subscription>,
+}
+
+impl<Response, Subscription> AdsStream<Response, Subscription> {
+    fn new(state: &Arc<State>, tx: mpsc::Sender<Result<Response, Status>>) -> Self {
+        Self {
+            id: state.streams.fetch_add(1, Ordering::Relaxed) + 1,
+            state: Arc::clone(state),
             tx,
             subscriptions: HashMap::new(),
-        };
-        tokio::spawn(stream.run(request.into_inner(), self.stopped.clone()));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        }
+    }
+}
+
+/// Runs one stream: its requests, and the changes `set` makes, until either side goes away.
+async fn serve<R, S>(
+    mut stream: AdsStream<R, S>,
+    mut incoming: Streaming<<AdsStream<R, S> as Variant>::Request>,
+    mut stopped: watch::Receiver<bool>,
+) where
+    AdsStream<R, S>: Variant,
+{
+    let mut changed = stream.state.changed.subscribe();
+    loop {
+        tokio::select! {
+            request = incoming.message() => match request {
+                Ok(Some(request)) => {
+                    if !stream.on_request(request).await {
+                        return;
+                    }
+                }
+                _ => return,
+            },
+            Ok(()) = changed.changed() => {
+                let types: Vec<String> = stream.subscriptions.keys().cloned().collect();
+                for type_url in types {
+                    if !stream.send(&type_url, false).await {
+                        return;
+                    }
+                }
+            }
+            () = until_stopped(&mut stopped) => return,
+        }
     }
 }
 
@@ -350,42 +406,10 @@ struct SotwSubscription {
     sent: Option<u64>,
 }
 
-struct SotwStream {
-    id: u64,
-    state: Arc<State>,
-    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
-    subscriptions: HashMap<String, SotwSubscription>,
-}
+type SotwStream = AdsStream<DiscoveryResponse, SotwSubscription>;
 
-impl SotwStream {
-    async fn run(
-        mut self,
-        mut incoming: Streaming<DiscoveryRequest>,
-        mut stopped: watch::Receiver<bool>,
-    ) {
-        let mut changed = self.state.changed.subscribe();
-        loop {
-            tokio::select! {
-                request = incoming.message() => match request {
-                    Ok(Some(request)) => {
-                        if !self.on_request(request).await {
-                            return;
-                        }
-                    }
-                    _ => return,
-                },
-                Ok(()) = changed.changed() => {
-                    let types: Vec<String> = self.subscriptions.keys().cloned().collect();
-                    for type_url in types {
-                        if !self.send(&type_url, false).await {
-                            return;
-                        }
-                    }
-                }
-                () = until_stopped(&mut stopped) => return,
-            }
-        }
-    }
+impl Variant for SotwStream {
+    type Request = DiscoveryRequest;
 
     async fn on_request(&mut self, request: DiscoveryRequest) -> bool {
         self.state.record_request(SeenRequest {
@@ -467,42 +491,10 @@ struct DeltaSubscription {
     known: HashMap<String, String>,
 }
 
-struct DeltaStream {
-    id: u64,
-    state: Arc<State>,
-    tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
-    subscriptions: HashMap<String, DeltaSubscription>,
-}
+type DeltaStream = AdsStream<DeltaDiscoveryResponse, DeltaSubscription>;
 
-impl DeltaStream {
-    async fn run(
-        mut self,
-        mut incoming: Streaming<DeltaDiscoveryRequest>,
-        mut stopped: watch::Receiver<bool>,
-    ) {
-        let mut changed = self.state.changed.subscribe();
-        loop {
-            tokio::select! {
-                request = incoming.message() => match request {
-                    Ok(Some(request)) => {
-                        if !self.on_request(request).await {
-                            return;
-                        }
-                    }
-                    _ => return,
-                },
-                Ok(()) = changed.changed() => {
-                    let types: Vec<String> = self.subscriptions.keys().cloned().collect();
-                    for type_url in types {
-                        if !self.send(&type_url, false).await {
-                            return;
-                        }
-                    }
-                }
-                () = until_stopped(&mut stopped) => return,
-            }
-        }
-    }
+impl Variant for DeltaStream {
+    type Request = DeltaDiscoveryRequest;
 
     async fn on_request(&mut self, request: DeltaDiscoveryRequest) -> bool {
         self.state.record_request(SeenRequest {

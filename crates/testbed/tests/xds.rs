@@ -87,6 +87,10 @@ async fn delta(
     (tx, responses)
 }
 
+async fn ask<T>(tx: &mpsc::Sender<T>, request: T) {
+    tx.send(request).await.expect("the stream takes a request");
+}
+
 async fn next<T>(responses: &mut Streaming<T>) -> T {
     tokio::time::timeout(LIMIT, responses.message())
         .await
@@ -124,36 +128,42 @@ async fn state_of_the_world_answers_subscriptions_and_changes_and_records_acks_a
     let (tx, mut responses) = sotw(&server).await;
 
     // All clusters (no names: a wildcard type), then only the endpoints asked for.
-    tx.send(DiscoveryRequest {
-        node: node(),
-        type_url: type_url::CLUSTER.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DiscoveryRequest {
+            node: node(),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await;
     let clusters = next(&mut responses).await;
     assert_eq!(clusters.type_url, type_url::CLUSTER);
     assert_eq!(clusters.version_info, "1");
     assert_eq!(names_of(&clusters), ["a", "b"]);
-    tx.send(DiscoveryRequest {
-        type_url: type_url::ENDPOINT.into(),
-        resource_names: vec!["b".into()],
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DiscoveryRequest {
+            type_url: type_url::ENDPOINT.into(),
+            resource_names: vec!["b".into()],
+            ..Default::default()
+        },
+    )
+    .await;
     let endpoints = next(&mut responses).await;
     assert_eq!(names_of(&endpoints), ["b"]);
 
     // An ACK gets no answer; a change does, with the type's new version.
-    tx.send(DiscoveryRequest {
-        type_url: type_url::CLUSTER.into(),
-        version_info: clusters.version_info.clone(),
-        response_nonce: clusters.nonce.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            version_info: clusters.version_info.clone(),
+            response_nonce: clusters.nonce.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
     assert!(
         server
             .wait_for(LIMIT, |requests, _| requests.iter().any(|r| r.is_ack()))
@@ -167,19 +177,21 @@ async fn state_of_the_world_answers_subscriptions_and_changes_and_records_acks_a
     assert_ne!(changed.nonce, clusters.nonce);
 
     // A NACK names the nonce it refuses and keeps the last version accepted.
-    tx.send(DiscoveryRequest {
-        type_url: type_url::CLUSTER.into(),
-        version_info: clusters.version_info.clone(),
-        response_nonce: changed.nonce.clone(),
-        error_detail: Some(Status {
-            code: 3,
-            message: "cluster a: bad".into(),
-            details: Vec::new(),
-        }),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            version_info: clusters.version_info.clone(),
+            response_nonce: changed.nonce.clone(),
+            error_detail: Some(Status {
+                code: 3,
+                message: "cluster a: bad".into(),
+                details: Vec::new(),
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
     assert!(
         server
             .wait_for(LIMIT, |requests, _| requests.iter().any(|r| r.is_nack()))
@@ -202,13 +214,15 @@ async fn incremental_sends_what_the_client_lacks_and_what_was_removed() {
     let server = start().await;
     server.set(type_url::CLUSTER, vec![cluster("a", 1), cluster("b", 1)]);
     let (tx, mut responses) = delta(&server).await;
-    tx.send(DeltaDiscoveryRequest {
-        node: node(),
-        type_url: type_url::CLUSTER.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DeltaDiscoveryRequest {
+            node: node(),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await;
     let first = next(&mut responses).await;
     let versions: HashMap<String, String> = first
         .resources
@@ -216,13 +230,15 @@ async fn incremental_sends_what_the_client_lacks_and_what_was_removed() {
         .map(|r| (r.name.clone(), r.version.clone()))
         .collect();
     assert_eq!(versions.len(), 2, "{first:?}");
-    tx.send(DeltaDiscoveryRequest {
-        type_url: type_url::CLUSTER.into(),
-        response_nonce: first.nonce.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DeltaDiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            response_nonce: first.nonce.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
 
     // `a` unchanged, `b` gone, `c` new: only `c` is sent, and `b` removed.
     server.set(type_url::CLUSTER, vec![cluster("a", 1), cluster("c", 1)]);
@@ -236,14 +252,16 @@ async fn incremental_sends_what_the_client_lacks_and_what_was_removed() {
     held.insert("a".to_string(), versions["a"].clone());
     held.insert("c".to_string(), change.resources[0].version.clone());
     let (tx2, mut responses2) = delta(&server).await;
-    tx2.send(DeltaDiscoveryRequest {
-        node: node(),
-        type_url: type_url::CLUSTER.into(),
-        initial_resource_versions: held.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx2,
+        DeltaDiscoveryRequest {
+            node: node(),
+            type_url: type_url::CLUSTER.into(),
+            initial_resource_versions: held.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
     let resync = next(&mut responses2).await;
     assert!(resync.resources.is_empty(), "{resync:?}");
     assert!(resync.removed_resources.is_empty(), "{resync:?}");
@@ -262,13 +280,15 @@ async fn shutdown_ends_the_streams_and_a_new_server_takes_the_port() {
     let server = start().await;
     server.set(type_url::CLUSTER, vec![cluster("a", 1)]);
     let (tx, mut responses) = sotw(&server).await;
-    tx.send(DiscoveryRequest {
-        node: node(),
-        type_url: type_url::CLUSTER.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DiscoveryRequest {
+            node: node(),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await;
     next(&mut responses).await;
     server.shutdown();
     let ended = tokio::time::timeout(LIMIT, async {
@@ -297,12 +317,14 @@ async fn shutdown_ends_the_streams_and_a_new_server_takes_the_port() {
     .expect("the port is free again");
     again.set(type_url::CLUSTER, vec![cluster("b", 1)]);
     let (tx, mut responses) = sotw(&again).await;
-    tx.send(DiscoveryRequest {
-        node: node(),
-        type_url: type_url::CLUSTER.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream takes a request");
+    ask(
+        &tx,
+        DiscoveryRequest {
+            node: node(),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(names_of(&next(&mut responses).await), ["b"]);
 }
