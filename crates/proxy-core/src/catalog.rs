@@ -100,6 +100,10 @@ pub(crate) struct Catalog {
     pub(crate) config_propagation: HistogramFamily,
     pub(crate) config_generation: GaugeFamily,
     worker_config_generation: GaugeFamily,
+    pub(crate) control_plane_connected: GaugeFamily,
+    pub(crate) xds_update_attempt: CounterFamily,
+    pub(crate) xds_update_success: CounterFamily,
+    pub(crate) xds_update_rejected: CounterFamily,
 }
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -399,6 +403,26 @@ impl Catalog {
                 "config_propagation",
                 "From a new config accepted to every worker serving with it.",
                 &[],
+            ),
+            control_plane_connected: r.gauge(
+                "control_plane_connected_state",
+                "1 while the xDS stream to the management server is up, 0 otherwise (Envoy's control_plane.connected_state).",
+                &[],
+            ),
+            xds_update_attempt: r.counter(
+                "xds_update_attempt_total",
+                "xDS responses received, by resource type (lds, rds, cds, eds).",
+                &["type"],
+            ),
+            xds_update_success: r.counter(
+                "xds_update_success_total",
+                "xDS responses put in force and ACKed, by resource type.",
+                &["type"],
+            ),
+            xds_update_rejected: r.counter(
+                "xds_update_rejected_total",
+                "xDS responses refused and NACKed (the config in force stays), by resource type.",
+                &["type"],
             ),
             config_generation: r.gauge(
                 "config_generation",

@@ -28,6 +28,8 @@ pub enum StartError {
     },
     #[error("cannot start the cluster monitor thread: {source}")]
     Monitor { source: io::Error },
+    #[error("cannot start the xDS client thread: {source}")]
+    Xds { source: io::Error },
     #[error("cannot start worker thread {worker}: {source}")]
     SpawnWorker { worker: usize, source: io::Error },
 }
@@ -63,6 +65,8 @@ pub struct Server {
     admin: Option<AdminServer>,
     admin_state: Arc<AdminState>,
     live: Arc<LiveConfig>,
+    /// The stream to the management server, when the config names one.
+    xds: Option<crate::live::xds::XdsClient>,
 }
 
 impl Server {
@@ -126,12 +130,21 @@ impl Server {
                 }
             }
         }
+        // Started once the workers run: each update waits for them to apply it.
+        let xds = match crate::live::xds::start(&live) {
+            Ok(xds) => xds,
+            Err(source) => {
+                let _ = drain.send(true);
+                return Err(StartError::Xds { source });
+            }
+        };
         Ok(Server {
             workers: handles,
             drain,
             admin,
             admin_state,
             live,
+            xds,
         })
     }
 
@@ -182,6 +195,8 @@ impl Server {
     /// for every worker to exit. Blocks the calling thread.
     pub fn drain_and_join(self) {
         self.admin_state.draining.store(true, Ordering::Relaxed);
+        // No config changes while draining.
+        drop(self.xds);
         // The listening sockets close once the accept loops end: new connections are refused
         // (or, after an upgrade, taken by the new process, which has its own copies), not
         // queued for a process that will not accept them.

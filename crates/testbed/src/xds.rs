@@ -10,7 +10,9 @@
 //!   asked for (all of them when it named none) and that version; an incremental response
 //!   carries only the resources whose own version the client does not have, and the names of
 //!   those removed.
-//! * A resource's own version (incremental) changes only when its bytes change.
+//! * A resource's own version (incremental) is a hash of its bytes, as go-control-plane's
+//!   delta cache makes it: it changes only when they do, and a restarted server gives the
+//!   same resource the same version.
 //! * A request whose nonce answers the last response (an ACK or a NACK) gets no response
 //!   until something changes; a new subscription gets the current state at once.
 
@@ -109,7 +111,7 @@ pub struct SentResponse {
 struct TypeState {
     version: u64,
     /// By name: the resource's own version and body.
-    resources: BTreeMap<String, (u64, Any)>,
+    resources: BTreeMap<String, (String, Any)>,
 }
 
 #[derive(Default)]
@@ -127,6 +129,16 @@ struct State {
     logged: watch::Sender<u64>,
     streams: AtomicU64,
     nonces: AtomicU64,
+}
+
+/// A resource's own version: the first 16 hex digits of the SHA-256 of its bytes.
+fn content_version(body: &Any) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::new()
+        .chain_update(body.type_url.as_bytes())
+        .chain_update(&body.value)
+        .finalize();
+    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -195,16 +207,10 @@ impl ManagementServer {
             let mut types = lock(&self.state.types);
             let ty = types.entry(type_url.to_owned()).or_default();
             ty.version += 1;
-            let version = ty.version;
-            let old = std::mem::take(&mut ty.resources);
-            for (name, body) in resources {
-                // A resource keeps its own version while its bytes stay the same.
-                let own = match old.get(&name) {
-                    Some((v, before)) if *before == body => *v,
-                    _ => version,
-                };
-                ty.resources.insert(name, (own, body));
-            }
+            ty.resources = resources
+                .into_iter()
+                .map(|(name, body)| (name, (content_version(&body), body)))
+                .collect();
         }
         self.state.changed.send_modify(|n| *n += 1);
     }
@@ -558,7 +564,7 @@ impl Variant for DeltaStream {
             let current = types.get(type_url).map_or(&empty, |t| &t.resources);
             for (name, (own, body)) in current {
                 let wanted = subscription.wildcard || subscription.names.contains(name);
-                let version = own.to_string();
+                let version = own.clone();
                 if wanted && subscription.known.get(name) != Some(&version) {
                     subscription.known.insert(name.clone(), version.clone());
                     resources.push(Resource {

@@ -31,6 +31,10 @@ pub(crate) fn live_config_dump(live: &LiveConfig, workers: usize) -> Result<Valu
         "successes": status.successes,
         "failures": status.failures,
     });
+    if let Some(xds) = live.xds_status() {
+        dump["xds"] =
+            serde_json::to_value(xds).map_err(|e| format!("cannot render xDS state: {e}"))?;
+    }
     Ok(dump)
 }
 

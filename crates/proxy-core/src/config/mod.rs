@@ -11,14 +11,16 @@ mod ext_authz;
 mod filters;
 mod header_rules;
 mod local_rate_limit;
-mod raw;
+pub(crate) mod raw;
 mod serialize;
 mod validate;
 mod virtual_hosts;
+pub mod xds;
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -39,6 +41,7 @@ pub use filters::*;
 pub use header_rules::*;
 pub use local_rate_limit::*;
 pub use virtual_hosts::*;
+pub use xds::{AdsAddress, AdsProtocol, XdsConfig};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,6 +80,12 @@ pub struct Config {
     pub watch: bool,
     pub listeners: Vec<ListenerConfig>,
     pub clusters: Vec<ClusterConfig>,
+    /// The management server listeners, routes, clusters and endpoints also come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xds: Option<XdsConfig>,
+    /// The file as written, for putting resources from the management server beside it.
+    #[serde(skip)]
+    pub(crate) origin: Arc<raw::RawConfig>,
 }
 
 /// The number of worker threads.
@@ -516,7 +525,8 @@ impl Config {
     pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
         let raw: raw::RawConfig =
             serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        validate::validate(raw)
+        let origin = Arc::new(raw.clone());
+        validate::validate(raw, origin)
     }
 
     /// Reads, parses and validates a file.

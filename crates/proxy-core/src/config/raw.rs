@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::units::{de_opt_duration, de_opt_size};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     #[serde(default)]
@@ -23,9 +23,35 @@ pub struct RawConfig {
     pub listeners: Vec<RawListener>,
     #[serde(default)]
     pub clusters: Vec<RawCluster>,
+    /// Who this proxy is to a management server.
+    pub node: Option<RawNode>,
+    /// Where listeners, routes, clusters and endpoints come from besides this file.
+    pub dynamic_resources: Option<RawDynamicResources>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    pub id: String,
+    pub cluster: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDynamicResources {
+    pub ads: RawAds,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAds {
+    /// `IP:PORT` or `unix:/path`.
+    pub address: String,
+    /// `sotw` (the default) or `delta`.
+    pub protocol: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub address: Option<String>,
@@ -33,14 +59,14 @@ pub struct RawAdmin {
 }
 
 /// `concurrency: auto` or a number of workers.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum RawConcurrency {
     Workers(u64),
     Word(String),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawListener {
     pub name: String,
@@ -63,9 +89,12 @@ pub struct RawListener {
     /// routes grouped by the hosts they serve.
     #[serde(default)]
     pub virtual_hosts: Vec<RawVirtualHost>,
+    /// Set on listeners from a management server: names as control planes write them.
+    #[serde(skip)]
+    pub dynamic: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawVirtualHost {
     pub name: String,
@@ -77,7 +106,7 @@ pub struct RawVirtualHost {
 }
 
 /// One entry of `http_filters`: `- NAME: { settings }`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum RawHttpFilter {
     ExtAuthz(RawExtAuthz),
     LocalRateLimit(Option<RawLocalRateLimit>),
@@ -140,7 +169,7 @@ impl RawHttpFilter {
 }
 
 /// A route's `filters:`, by filter name.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRouteFilters {
     pub ext_authz: Option<RawRouteAuthz>,
@@ -151,7 +180,7 @@ pub struct RawRouteFilters {
 }
 
 /// `disabled`, or settings for the route.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum RawPerRoute<T> {
     Word(String),
     Settings(T),
@@ -170,7 +199,7 @@ impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for RawPerRoute<T> {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLocalRateLimit {
     pub token_bucket: Option<RawTokenBucket>,
@@ -181,7 +210,7 @@ pub struct RawLocalRateLimit {
     pub x_ratelimit_headers: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTokenBucket {
     pub max_tokens: u64,
@@ -190,21 +219,21 @@ pub struct RawTokenBucket {
     pub fill_interval: Option<Duration>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRateLimitKey {
     pub header: Option<String>,
     pub client_ip: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaderRules {
     pub request: Option<RawHeaderMutations>,
     pub response: Option<RawHeaderMutations>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaderMutations {
     #[serde(default)]
@@ -215,7 +244,7 @@ pub struct RawHeaderMutations {
     pub remove: Vec<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCompression {
     pub encodings: Option<Vec<String>>,
@@ -227,7 +256,7 @@ pub struct RawCompression {
     pub zstd_level: Option<i32>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCors {
     #[serde(default)]
@@ -243,7 +272,7 @@ pub struct RawCors {
     pub allow_credentials: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawExtAuthz {
     pub grpc: Option<RawAuthzGrpc>,
@@ -255,13 +284,13 @@ pub struct RawExtAuthz {
     pub with_request_body: Option<RawAuthzBody>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuthzGrpc {
     pub address: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuthzHttp {
     pub address: String,
@@ -272,7 +301,7 @@ pub struct RawAuthzHttp {
     pub allowed_upstream_headers: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuthzBody {
     #[serde(default, deserialize_with = "de_opt_size")]
@@ -281,14 +310,14 @@ pub struct RawAuthzBody {
 }
 
 /// `ext_authz: disabled` or `ext_authz: { context_extensions: { k: v } }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum RawRouteAuthz {
     Word(String),
     Settings(RawRouteAuthzSettings),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRouteAuthzSettings {
     pub disabled: Option<bool>,
@@ -296,7 +325,7 @@ pub struct RawRouteAuthzSettings {
     pub context_extensions: std::collections::BTreeMap<String, String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawListenerTls {
     pub certificates: Vec<RawCertificate>,
@@ -310,7 +339,7 @@ pub struct RawListenerTls {
     pub client_certificate: Option<RawClientCertificate>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCertificate {
     pub cert_chain: String,
@@ -319,14 +348,14 @@ pub struct RawCertificate {
     pub server_names: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawClientCertificate {
     pub ca: String,
     pub required: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawClusterTls {
     pub ca: Option<String>,
@@ -335,21 +364,21 @@ pub struct RawClusterTls {
     pub min_version: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKeyPair {
     pub cert_chain: String,
     pub private_key: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAccessLog {
     pub path: String,
     pub format: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHttp {
     pub max_concurrent_streams: Option<u32>,
@@ -361,7 +390,7 @@ pub struct RawHttp {
     pub max_requests_per_connection: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
     #[serde(rename = "match")]
@@ -379,7 +408,7 @@ pub struct RawRoute {
     pub filters: Option<RawRouteFilters>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRetryPolicy {
     pub retry_on: Vec<String>,
@@ -390,7 +419,7 @@ pub struct RawRetryPolicy {
     pub retriable_status_codes: Vec<u16>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMatch {
     pub host: Option<String>,
@@ -400,7 +429,7 @@ pub struct RawMatch {
     pub headers: Vec<RawHeaderMatch>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaderMatch {
     pub name: String,
@@ -408,7 +437,7 @@ pub struct RawHeaderMatch {
     pub present: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDirectResponse {
     pub status: u16,
@@ -416,7 +445,7 @@ pub struct RawDirectResponse {
     pub body: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCluster {
     pub name: String,
@@ -445,9 +474,13 @@ pub struct RawCluster {
     pub respect_dns_ttl: Option<bool>,
     pub dns_lookup_family: Option<String>,
     pub dns_resolvers: Option<Vec<String>>,
+    /// Set on clusters from a management server: names as control planes write them, and
+    /// possibly no endpoints.
+    #[serde(skip)]
+    pub dynamic: bool,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCircuitBreakers {
     pub max_connections: Option<RawLimit>,
@@ -472,7 +505,7 @@ pub struct RawPerCore {
     pub per_core: u64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHealthCheck {
     pub path: String,
@@ -487,7 +520,7 @@ pub struct RawHealthCheck {
     pub unhealthy_threshold: Option<u32>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOutlierDetection {
     pub consecutive_5xx: Option<u32>,
@@ -498,41 +531,41 @@ pub struct RawOutlierDetection {
 }
 
 /// `127.0.0.1:9000`, `backend.internal:9000`, or `{ address: 127.0.0.1:9000, weight: 3 }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum RawEndpoint {
     Address(String),
     Weighted(RawWeightedEndpoint),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWeightedEndpoint {
     pub address: String,
     pub weight: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLeastRequest {
     pub choice_count: Option<u32>,
     pub active_request_bias: Option<f64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRingHash {
     pub minimum_ring_size: Option<u64>,
     pub maximum_ring_size: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMaglev {
     pub table_size: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHashKey {
     pub header: Option<String>,

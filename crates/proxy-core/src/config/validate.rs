@@ -3,13 +3,16 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue};
 
 use super::raw::*;
 use super::*;
 
-pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+/// `origin` is the file's part of `raw` (without resources from a management server), kept
+/// in the config so that those can be put together with it again.
+pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config, ConfigError> {
     let concurrency = match raw.concurrency {
         None => Concurrency::Auto,
         Some(RawConcurrency::Word(w)) if w == "auto" => Concurrency::Auto,
@@ -46,7 +49,9 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     }
 
-    if raw.listeners.is_empty() {
+    let xds = xds::bootstrap(raw.node, raw.dynamic_resources)?;
+    // With a management server, listeners may all come from it.
+    if raw.listeners.is_empty() && xds.is_none() {
         return Err(ConfigError::invalid(
             "listeners",
             "expected at least one listener",
@@ -114,6 +119,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         watch: raw.watch,
         listeners,
         clusters,
+        xds,
+        origin,
     })
 }
 
@@ -130,6 +137,19 @@ fn name(value: String, path: &str) -> Result<String, ConfigError> {
             format!(
                 "expected a non-empty name of letters, digits, `-`, `_` or `.`, found `{value}`"
             ),
+        ))
+    }
+}
+
+/// A name from a management server: control planes use `|`, `:`, `/` and more
+/// (`outbound|80||web.default.svc.cluster.local`), so anything visible is taken.
+fn dynamic_name(value: String, path: &str) -> Result<String, ConfigError> {
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(value)
+    } else {
+        Err(ConfigError::invalid(
+            format!("{path}.name"),
+            format!("expected a non-empty name of visible ASCII characters, found `{value}`"),
         ))
     }
 }
@@ -157,7 +177,11 @@ fn listener(
     cluster_index: &HashMap<&str, usize>,
     clusters: &[ClusterConfig],
 ) -> Result<ListenerConfig, ConfigError> {
-    let name = name(raw.name, path)?;
+    let name = if raw.dynamic {
+        dynamic_name(raw.name, path)?
+    } else {
+        name(raw.name, path)?
+    };
     let address = socket_addr(&raw.address, &format!("{path}.address"))?;
     let connection_limit = limit(raw.connection_limit, &format!("{path}.connection_limit"))?;
     let connection_balance = match raw.connection_balance.as_deref() {
@@ -270,8 +294,13 @@ fn listener(
 }
 
 fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
-    let name = name(raw.name.clone(), path)?;
-    if raw.endpoints.is_empty() {
+    let name = if raw.dynamic {
+        dynamic_name(raw.name.clone(), path)?
+    } else {
+        name(raw.name.clone(), path)?
+    };
+    // A cluster from a management server may have no endpoints (yet, or any more).
+    if raw.endpoints.is_empty() && !raw.dynamic {
         return Err(ConfigError::invalid(
             format!("{path}.endpoints"),
             "expected at least one endpoint `IP:PORT` or `NAME:PORT`",

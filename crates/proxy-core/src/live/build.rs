@@ -272,6 +272,9 @@ fn check_fixed(running: &Config, new: &Config) -> Result<(), BuildError> {
     if running.admin != new.admin {
         return Err(fixed("admin"));
     }
+    if running.xds != new.xds {
+        return Err(fixed("node and dynamic_resources"));
+    }
     Ok(())
 }
 

@@ -15,6 +15,7 @@
 //! build.rs       the next generation from a config and the current one
 //! sockets.rs     listening sockets: bound, or inherited in a binary upgrade
 //! watch.rs       `watch: true`: reload when the file changes
+//! xds.rs         resources from a management server, put in force beside the file's
 //! upgrade.rs     binary upgrade: hand the listening sockets to a new process
 //! ```
 
@@ -23,6 +24,7 @@ mod generation;
 mod sockets;
 pub(crate) mod upgrade;
 mod watch;
+pub(crate) mod xds;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,8 +35,10 @@ use tokio::sync::watch as channel;
 
 use crate::catalog::ProxyStats;
 use crate::cluster::monitor::ClusterList;
+use crate::config::raw::{RawCluster, RawListener};
 use crate::config::{Config, ConfigError};
 pub(crate) use generation::{Generation, SharedListener};
+use serde::Serialize;
 pub(crate) use sockets::{Inherited, Sockets};
 
 /// How long a reload waits for every worker to apply it before answering.
@@ -127,6 +131,40 @@ pub(crate) struct LiveConfig {
     /// Held for a whole reload, so reloads run one at a time.
     reloads: tokio::sync::Mutex<Reloads>,
     status: Mutex<ReloadStatus>,
+    /// Listeners and clusters from the management server in force, beside the file's: a
+    /// reload of the file keeps them.
+    dynamic: Mutex<DynamicSections>,
+    /// What the management server has sent, for `/config_dump`.
+    xds: Mutex<Option<XdsStatus>>,
+}
+
+/// Config sections from the management server, as the file would write them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DynamicSections {
+    pub(crate) listeners: Vec<RawListener>,
+    pub(crate) clusters: Vec<RawCluster>,
+}
+
+/// The xDS client's state, for `/config_dump`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct XdsStatus {
+    pub(crate) connected: bool,
+    /// Every resource held: type, name, version and when it arrived.
+    pub(crate) resources: Vec<XdsResourceStatus>,
+    /// Clusters waiting for their endpoints, listeners for their routes.
+    pub(crate) warming_clusters: Vec<String>,
+    pub(crate) warming_listeners: Vec<String>,
+    /// The reason of the last NACK, and of which type.
+    pub(crate) last_rejected: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct XdsResourceStatus {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) last_updated_unix: u64,
 }
 
 struct Reloads {
@@ -179,6 +217,8 @@ impl LiveConfig {
             clusters,
             reloads: tokio::sync::Mutex::new(reloads),
             status: Mutex::new(ReloadStatus::default()),
+            dynamic: Mutex::new(DynamicSections::default()),
+            xds: Mutex::new(None),
         });
         if let Err(error) = watch::start(&live) {
             tracing::warn!(%error, "cannot start the config file watcher; `watch: true` has no effect");
@@ -234,7 +274,12 @@ impl LiveConfig {
     async fn reload_now(&self) -> Result<ReloadReport, ReloadError> {
         let mut reloads = self.reloads.lock().await;
         let loaded = match &self.source {
-            Some(path) => Config::load(path).map_err(ReloadError::from),
+            Some(path) => Config::load(path)
+                .and_then(|config| {
+                    let dynamic = self.dynamic();
+                    crate::config::xds::compose(&config.origin, dynamic.listeners, dynamic.clusters)
+                })
+                .map_err(ReloadError::from),
             None => Err(ReloadError::NoFile),
         };
         let result = match loaded {
@@ -243,6 +288,46 @@ impl LiveConfig {
         };
         self.record(&reloads, &result);
         result
+    }
+
+    fn dynamic(&self) -> DynamicSections {
+        self.dynamic
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts the file's config in force with `dynamic` (from the management server) beside
+    /// it, replacing what came from there before. On an error nothing changes.
+    pub(crate) async fn put_dynamic(
+        &self,
+        dynamic: DynamicSections,
+    ) -> Result<ReloadReport, ReloadError> {
+        let mut reloads = self.reloads.lock().await;
+        let origin = Arc::clone(&self.current().config.origin);
+        let config = crate::config::xds::compose(
+            &origin,
+            dynamic.listeners.clone(),
+            dynamic.clusters.clone(),
+        )?;
+        let report = self.put_in_force(&mut reloads, config).await?;
+        *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = dynamic;
+        Ok(report)
+    }
+
+    pub(crate) fn set_xds_status(&self, status: XdsStatus) {
+        *self.xds.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+    }
+
+    pub(crate) fn xds_status(&self) -> Option<XdsStatus> {
+        self.xds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<ProxyStats> {
+        &self.stats
     }
 
     async fn put_in_force(

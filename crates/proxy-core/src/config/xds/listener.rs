@@ -1,0 +1,292 @@
+//! Listener + HttpConnectionManager -> a listener; its routes inline or by RDS name.
+
+use std::collections::BTreeSet;
+
+use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtocolOptions};
+use envoy_types::pb::envoy::config::listener::v3::{
+    FilterChain, Listener, filter, listener_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, http_connection_manager, http_filter,
+};
+use envoy_types::pb::google::protobuf::Any;
+
+use super::route::XdsRoutes;
+use super::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
+use crate::config::raw::{RawHttp, RawListener};
+
+const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+/// Listener filters that only look at the first bytes to pick a filter chain; with one chain
+/// they change nothing.
+const INSPECTORS: [&str; 2] = [
+    "envoy.filters.listener.tls_inspector",
+    "envoy.filters.listener.http_inspector",
+];
+
+/// A listener from the management server.
+#[derive(Debug, Clone)]
+pub struct XdsListener {
+    pub name: String,
+    /// The listener as the config file would write it, without routes.
+    raw: RawListener,
+    /// Routes given with it.
+    inline: Option<XdsRoutes>,
+    /// The route configuration it takes from RDS.
+    pub rds: Option<String>,
+    /// Upgrades (`websocket`) every route allows.
+    upgrades: Vec<String>,
+}
+
+impl XdsListener {
+    pub fn decode(value: &Any) -> Result<Self, ResourceError> {
+        let listener: Listener = decode(value, type_url::LISTENER, "a Listener")?;
+        translate(listener)
+    }
+
+    /// As the config file writes it, with `routes` (from RDS) when it takes them from there.
+    pub(super) fn section(
+        &self,
+        routes: Option<&XdsRoutes>,
+        ready: &BTreeSet<&str>,
+    ) -> RawListener {
+        let mut raw = self.raw.clone();
+        if let Some(routes) = routes.or(self.inline.as_ref()) {
+            raw.virtual_hosts = routes.section(ready, &self.upgrades);
+        }
+        raw
+    }
+}
+
+fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
+    let name = std::mem::take(&mut l.name);
+    let at = format!("listener `{name}`");
+    let address = socket_address(l.address.take(), &format!("{at}.address"))?;
+    let buffer = l
+        .per_connection_buffer_limit_bytes
+        .take()
+        .map(|v| u64::from(v.value));
+    for (i, f) in std::mem::take(&mut l.listener_filters)
+        .into_iter()
+        .enumerate()
+    {
+        let harmless = INSPECTORS.contains(&f.name.as_str())
+            && matches!(
+                f.config_type,
+                None | Some(listener_filter::ConfigType::TypedConfig(_))
+            );
+        if !harmless {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.listener_filters[{i}]"),
+                fields: vec![format!("listener filter `{}`", f.name)],
+            });
+        }
+    }
+    let mut chains = std::mem::take(&mut l.filter_chains);
+    if let Some(default) = l.default_filter_chain.take() {
+        chains.push(default);
+    }
+    let [chain] =
+        <[FilterChain; 1]>::try_from(chains).map_err(|chains| ResourceError::Unsupported {
+            at: at.clone(),
+            fields: vec![format!("{} filter chains (exactly one)", chains.len())],
+        })?;
+    l.stat_prefix.clear();
+    l.metadata = None;
+    l.traffic_direction = 0;
+    nothing_else(&l, fields::LISTENER, &at)?;
+
+    let at = format!("{at}.filter_chains[0]");
+    let mut chain = chain;
+    let filters = std::mem::take(&mut chain.filters);
+    chain.name.clear();
+    chain.metadata = None;
+    if chain
+        .filter_chain_match
+        .take()
+        .is_some_and(|m| m != Default::default())
+    {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec!["filter_chain_match".into()],
+        });
+    }
+    nothing_else(&chain, fields::FILTER_CHAIN, &at)?;
+    let hcm = match filters.as_slice() {
+        [only] => match &only.config_type {
+            Some(filter::ConfigType::TypedConfig(any)) if any.type_url == HCM => {
+                decode::<HttpConnectionManager>(any, HCM, "an HttpConnectionManager")?
+            }
+            _ => {
+                return Err(ResourceError::Unsupported {
+                    at: format!("{at}.filters[0]"),
+                    fields: vec![format!(
+                        "network filter `{}` (http_connection_manager only)",
+                        only.name
+                    )],
+                });
+            }
+        },
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec!["filters (exactly one: http_connection_manager)".into()],
+            });
+        }
+    };
+    let mut raw = RawListener {
+        name: name.clone(),
+        address,
+        connection_limit: None,
+        connection_balance: None,
+        per_connection_buffer_limit_bytes: buffer,
+        http: RawHttp::default(),
+        access_log: None,
+        tls: None,
+        ext_authz: None,
+        http_filters: Vec::new(),
+        routes: Vec::new(),
+        virtual_hosts: Vec::new(),
+        dynamic: true,
+    };
+    let (inline, rds, upgrades) =
+        connection_manager(hcm, &mut raw.http, &name, &format!("{at}.filters[0]"))?;
+    Ok(XdsListener {
+        name,
+        raw,
+        inline,
+        rds,
+        upgrades,
+    })
+}
+
+type Routing = (Option<XdsRoutes>, Option<String>, Vec<String>);
+
+fn connection_manager(
+    mut hcm: HttpConnectionManager,
+    http: &mut RawHttp,
+    listener: &str,
+    at: &str,
+) -> Result<Routing, ResourceError> {
+    if hcm.codec_type != http_connection_manager::CodecType::Auto as i32 {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["codec_type (AUTO only: both HTTP/1.1 and HTTP/2 are served)".into()],
+        });
+    }
+    hcm.stat_prefix.clear();
+    let (inline, rds) = match hcm.route_specifier.take() {
+        Some(http_connection_manager::RouteSpecifier::Rds(rds)) => {
+            (None, Some(rds.route_config_name))
+        }
+        Some(http_connection_manager::RouteSpecifier::RouteConfig(config)) => {
+            (Some(XdsRoutes::translate(config, Some(listener))?), None)
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["route_specifier (rds or route_config)".into()],
+            });
+        }
+    };
+    http_filters(std::mem::take(&mut hcm.http_filters), at)?;
+    if let Some(common) = hcm.common_http_protocol_options.take() {
+        common_options(common, http, &format!("{at}.common_http_protocol_options"))?;
+    }
+    if let Some(h2) = hcm.http2_protocol_options.take() {
+        h2_options(h2, http, &format!("{at}.http2_protocol_options"))?;
+    }
+    http.max_request_headers_kb = hcm.max_request_headers_kb.take().map(|v| v.value);
+    http.request_headers_timeout = duration(
+        hcm.request_headers_timeout.take(),
+        &format!("{at}.request_headers_timeout"),
+    )?;
+    let mut upgrades = Vec::new();
+    for (i, upgrade) in std::mem::take(&mut hcm.upgrade_configs)
+        .into_iter()
+        .enumerate()
+    {
+        if upgrade.enabled.is_some_and(|e| !e.value) || !upgrade.filters.is_empty() {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.upgrade_configs[{i}]"),
+                fields: vec!["enabled: false / filters".into()],
+            });
+        }
+        upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
+    }
+    // Explicitly off is the behaviour here; on is not supported.
+    if hcm.use_remote_address.take().is_some_and(|v| v.value) {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["use_remote_address".into()],
+        });
+    }
+    if hcm.normalize_path.take().is_some_and(|v| v.value) || hcm.merge_slashes {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["normalize_path / merge_slashes".into()],
+        });
+    }
+    nothing_else(&hcm, fields::HTTP_CONNECTION_MANAGER, at)?;
+    Ok((inline, rds, upgrades))
+}
+
+/// Only the router, last, is supported: requests go to the route's cluster.
+fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<(), ResourceError> {
+    let is_router = |f: &HttpFilter| match &f.config_type {
+        Some(http_filter::ConfigType::TypedConfig(any)) => any.type_url == ROUTER,
+        None => f.name == "envoy.filters.http.router",
+        _ => false,
+    };
+    for (i, f) in filters.iter().enumerate() {
+        if f.disabled || (f.is_optional && !is_router(f)) {
+            continue;
+        }
+        if !is_router(f) {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.http_filters[{i}]"),
+                fields: vec![format!("HTTP filter `{}` (the router only)", f.name)],
+            });
+        }
+        if let Some(http_filter::ConfigType::TypedConfig(any)) = &f.config_type
+            && !any.value.is_empty()
+        {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.http_filters[{i}]"),
+                fields: vec!["router settings".into()],
+            });
+        }
+        if i + 1 != filters.len() {
+            return Err(ResourceError::invalid(
+                format!("{at}.http_filters[{i}]"),
+                "the router must be the last filter",
+            ));
+        }
+    }
+    if !filters.last().is_some_and(is_router) {
+        return Err(ResourceError::invalid(
+            format!("{at}.http_filters"),
+            "expected the router as the last filter",
+        ));
+    }
+    Ok(())
+}
+
+fn common_options(
+    mut common: HttpProtocolOptions,
+    http: &mut RawHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    http.idle_timeout = duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))?;
+    http.max_requests_per_connection = common.max_requests_per_connection.take().map(|v| v.value);
+    nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
+}
+
+fn h2_options(
+    mut h2: Http2ProtocolOptions,
+    http: &mut RawHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    http.max_concurrent_streams = h2.max_concurrent_streams.take().map(|v| v.value);
+    nothing_else(&h2, fields::HTTP2_PROTOCOL_OPTIONS, at)
+}

@@ -1,0 +1,428 @@
+//! Resources from a management server (xDS) as config sections.
+//!
+//! A Listener, RouteConfiguration, Cluster or ClusterLoadAssignment is decoded and checked
+//! once, when it arrives ([`XdsListener::decode`] and the others): a field that would change
+//! behaviour and that Legate does not honour makes the resource invalid (the response is
+//! NACKed), never silently ignored. [`Resources`] holds what was accepted, by type and name,
+//! and [`Resources::sections`] joins it into listeners and clusters as the config file would
+//! write them, which are then validated with the file's own ([`compose`]). docs/xds.md lists
+//! the fields honoured.
+//!
+//! ```text
+//! mod.rs       the bootstrap keys, the resources held, joining them into config sections
+//! listener.rs  Listener + HttpConnectionManager -> a listener (routes inline or by RDS name)
+//! route.rs     RouteConfiguration -> virtual hosts and routes
+//! cluster.rs   Cluster -> a cluster (endpoints inline, or by EDS name)
+//! endpoint.rs  ClusterLoadAssignment -> endpoints
+//! fields.rs    field numbers and names, to name what is not supported
+//! ```
+
+mod cluster;
+mod endpoint;
+mod fields;
+mod listener;
+mod route;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Serialize, Serializer};
+
+pub use cluster::XdsCluster;
+pub use endpoint::XdsEndpoints;
+pub use listener::XdsListener;
+pub use route::XdsRoutes;
+
+use super::ConfigError;
+use super::raw::{
+    RawAds, RawCluster, RawConfig, RawDirectResponse, RawDynamicResources, RawListener, RawNode,
+};
+
+/// The resource types, as their type URLs name them.
+pub mod type_url {
+    pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+    pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+}
+
+/// `node` and `dynamic_resources.ads`: the management server this proxy takes listeners,
+/// routes, clusters and endpoints from, and who it says it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct XdsConfig {
+    pub node: NodeConfig,
+    pub address: AdsAddress,
+    pub protocol: AdsProtocol,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeConfig {
+    pub id: String,
+    pub cluster: String,
+}
+
+/// Where the management server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdsAddress {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl Serialize for AdsAddress {
+    /// As written: `IP:PORT` or `unix:/path`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AdsAddress::Tcp(addr) => s.collect_str(addr),
+            AdsAddress::Unix(path) => s.collect_str(&format_args!("unix:{}", path.display())),
+        }
+    }
+}
+
+/// The variant of the ADS protocol spoken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdsProtocol {
+    /// State of the world.
+    Sotw,
+    /// Incremental.
+    Delta,
+}
+
+pub(super) fn bootstrap(
+    node: Option<RawNode>,
+    dynamic: Option<RawDynamicResources>,
+) -> Result<Option<XdsConfig>, ConfigError> {
+    let Some(RawDynamicResources {
+        ads: RawAds { address, protocol },
+    }) = dynamic
+    else {
+        if node.is_some() {
+            tracing::debug!("`node` is given without `dynamic_resources`; it has no use");
+        }
+        return Ok(None);
+    };
+    let Some(node) = node else {
+        return Err(ConfigError::invalid(
+            "node",
+            "`dynamic_resources` needs `node: { id, cluster }`: the management server knows this proxy by it",
+        ));
+    };
+    if node.id.is_empty() {
+        return Err(ConfigError::invalid("node.id", "expected a non-empty id"));
+    }
+    let address = match address.strip_prefix("unix:") {
+        Some(path) if !path.is_empty() => AdsAddress::Unix(PathBuf::from(path)),
+        _ => AdsAddress::Tcp(address.parse().map_err(|_| {
+            ConfigError::invalid(
+                "dynamic_resources.ads.address",
+                format!("expected IP:PORT or unix:/path, found `{address}`"),
+            )
+        })?),
+    };
+    let protocol = match protocol.as_deref() {
+        None | Some("sotw") => AdsProtocol::Sotw,
+        Some("delta") => AdsProtocol::Delta,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "dynamic_resources.ads.protocol",
+                format!("expected `sotw` or `delta`, found `{other}`"),
+            ));
+        }
+    };
+    Ok(Some(XdsConfig {
+        node: NodeConfig {
+            id: node.id,
+            cluster: node.cluster.unwrap_or_default(),
+        },
+        address,
+        protocol,
+    }))
+}
+
+/// Why a resource from the management server was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResourceError {
+    #[error("cannot decode {kind}: {message}")]
+    Decode { kind: &'static str, message: String },
+    #[error("{at}: not supported: {} (docs/xds.md lists what is)", fields.join(", "))]
+    Unsupported { at: String, fields: Vec<String> },
+    #[error("{at}: {message}")]
+    Invalid { at: String, message: String },
+}
+
+impl ResourceError {
+    fn invalid(at: impl Into<String>, message: impl Into<String>) -> Self {
+        ResourceError::Invalid {
+            at: at.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Refuses `rest` (a message with the supported fields taken out) if anything is left.
+fn nothing_else(
+    rest: &impl prost::Message,
+    names: &[(u32, &str)],
+    at: &str,
+) -> Result<(), ResourceError> {
+    let fields = fields::set_fields(rest, names);
+    if fields.is_empty() {
+        Ok(())
+    } else {
+        Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields,
+        })
+    }
+}
+
+fn decode<M: prost::Message + Default>(
+    value: &envoy_types::pb::google::protobuf::Any,
+    type_url: &str,
+    kind: &'static str,
+) -> Result<M, ResourceError> {
+    if value.type_url != type_url {
+        return Err(ResourceError::Decode {
+            kind,
+            message: format!("expected type {type_url}, found {}", value.type_url),
+        });
+    }
+    M::decode(value.value.as_slice()).map_err(|e| ResourceError::Decode {
+        kind,
+        message: e.to_string(),
+    })
+}
+
+/// A protobuf duration as a std one; negative ones are refused.
+fn duration(
+    value: Option<envoy_types::pb::google::protobuf::Duration>,
+    at: &str,
+) -> Result<Option<Duration>, ResourceError> {
+    let Some(d) = value else {
+        return Ok(None);
+    };
+    if d.seconds < 0 || d.nanos < 0 {
+        return Err(ResourceError::invalid(at, "a negative duration"));
+    }
+    Ok(Some(
+        Duration::from_secs(d.seconds as u64) + Duration::from_nanos(d.nanos as u64),
+    ))
+}
+
+/// `IP:PORT` (`[IPv6]:PORT`) or, where names are allowed, `NAME:PORT`, from an Envoy address.
+fn socket_address(
+    address: Option<envoy_types::pb::envoy::config::core::v3::Address>,
+    at: &str,
+) -> Result<String, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::{SocketAddress, address, socket_address};
+    let Some(address::Address::SocketAddress(socket)) = address.and_then(|a| a.address) else {
+        return Err(ResourceError::invalid(
+            at,
+            "expected a socket_address (pipes and internal addresses are not supported)",
+        ));
+    };
+    let port = match socket.port_specifier {
+        Some(socket_address::PortSpecifier::PortValue(port)) if port <= 65535 => port,
+        _ => {
+            return Err(ResourceError::invalid(
+                at,
+                "expected a port_value of 0 to 65535 (named ports are not supported)",
+            ));
+        }
+    };
+    let rest = SocketAddress {
+        address: String::new(),
+        port_specifier: None,
+        ..socket.clone()
+    };
+    nothing_else(&rest, fields::SOCKET_ADDRESS, at)?;
+    Ok(match socket.address.parse::<std::net::IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, port as u16).to_string(),
+        Err(_) => format!("{}:{port}", socket.address),
+    })
+}
+
+/// A resource held, with the version the server gave it and when it arrived.
+#[derive(Debug)]
+pub struct Held<T> {
+    pub value: Arc<T>,
+    pub version: String,
+    pub updated: SystemTime,
+    /// A hash of the encoded resource: the same bytes again are not an update.
+    pub digest: u64,
+}
+
+impl<T> Clone for Held<T> {
+    fn clone(&self) -> Self {
+        Self {
+            value: Arc::clone(&self.value),
+            version: self.version.clone(),
+            updated: self.updated,
+            digest: self.digest,
+        }
+    }
+}
+
+impl<T> Held<T> {
+    pub fn new(value: T, version: String, encoded: &[u8]) -> Self {
+        Self {
+            value: Arc::new(value),
+            version,
+            updated: SystemTime::now(),
+            digest: digest(encoded),
+        }
+    }
+}
+
+/// The hash [`Held::digest`] keeps.
+pub fn digest(encoded: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    hasher.write(encoded);
+    hasher.finish()
+}
+
+/// Everything accepted from the management server, by type and name.
+#[derive(Debug, Default)]
+pub struct Resources {
+    pub listeners: BTreeMap<String, Held<XdsListener>>,
+    pub routes: BTreeMap<String, Held<XdsRoutes>>,
+    pub clusters: BTreeMap<String, Held<XdsCluster>>,
+    pub endpoints: BTreeMap<String, Held<XdsEndpoints>>,
+    /// The last version of each listener that had its routes: a listener updated to name a
+    /// route configuration that has not arrived keeps serving with it (Envoy's warming).
+    serving: BTreeMap<String, Arc<XdsListener>>,
+}
+
+/// What [`Resources::sections`] left out, and why.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Warming {
+    /// Clusters waiting for their endpoints (EDS).
+    pub clusters: Vec<String>,
+    /// Listeners waiting for their routes (RDS).
+    pub listeners: Vec<String>,
+}
+
+impl Clone for Resources {
+    fn clone(&self) -> Self {
+        Self {
+            listeners: self.listeners.clone(),
+            routes: self.routes.clone(),
+            clusters: self.clusters.clone(),
+            endpoints: self.endpoints.clone(),
+            serving: self.serving.clone(),
+        }
+    }
+}
+
+impl Resources {
+    /// The route configurations the listeners name (RDS subscriptions).
+    pub fn route_names(&self) -> BTreeSet<String> {
+        self.listeners
+            .values()
+            .filter_map(|l| l.value.rds.clone())
+            .collect()
+    }
+
+    /// The endpoint sets the clusters name (EDS subscriptions).
+    pub fn endpoint_names(&self) -> BTreeSet<String> {
+        self.clusters
+            .values()
+            .filter_map(|c| c.value.eds.clone())
+            .collect()
+    }
+
+    /// The listeners and clusters to put beside the file's, as the file would write them. A
+    /// cluster is left out until its endpoints have arrived, a listener until its routes
+    /// have (an earlier version of it with routes keeps serving meanwhile); a route to a
+    /// cluster that is not there answers 503, as Envoy's does.
+    pub fn sections(&mut self) -> (Vec<RawListener>, Vec<RawCluster>, Warming) {
+        let mut warming = Warming::default();
+        let mut clusters = Vec::with_capacity(self.clusters.len());
+        for (name, held) in &self.clusters {
+            let endpoints = match &held.value.eds {
+                None => None,
+                Some(service) => match self.endpoints.get(service) {
+                    Some(e) => Some(&*e.value),
+                    None => {
+                        warming.clusters.push(name.clone());
+                        continue;
+                    }
+                },
+            };
+            clusters.push(held.value.section(endpoints));
+        }
+        let ready: BTreeSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+        let mut listeners = Vec::with_capacity(self.listeners.len());
+        self.serving
+            .retain(|name, _| self.listeners.contains_key(name));
+        for (name, held) in &self.listeners {
+            let warm = |l: &XdsListener| match &l.rds {
+                None => true,
+                Some(routes) => self.routes.contains_key(routes),
+            };
+            let listener = if warm(&held.value) {
+                self.serving.insert(name.clone(), Arc::clone(&held.value));
+                Arc::clone(&held.value)
+            } else {
+                warming.listeners.push(name.clone());
+                match self.serving.get(name) {
+                    Some(previous) if warm(previous) => Arc::clone(previous),
+                    _ => continue,
+                }
+            };
+            let routes = listener
+                .rds
+                .as_ref()
+                .and_then(|name| self.routes.get(name))
+                .map(|r| &*r.value);
+            listeners.push(listener.section(routes, &ready));
+        }
+        (listeners, clusters, warming)
+    }
+}
+
+/// The answer of a route whose cluster is not (yet) known.
+fn cluster_not_found() -> RawDirectResponse {
+    RawDirectResponse {
+        status: 503,
+        body: "cluster not found\n".into(),
+    }
+}
+
+/// The file's config with `listeners` and `clusters` from the management server beside its
+/// own, validated as one. An error names a resource from the server by its name.
+pub(crate) fn compose(
+    origin: &Arc<RawConfig>,
+    listeners: Vec<RawListener>,
+    clusters: Vec<RawCluster>,
+) -> Result<super::Config, ConfigError> {
+    let mut raw = RawConfig::clone(origin);
+    let (own_listeners, own_clusters) = (raw.listeners.len(), raw.clusters.len());
+    let names = (
+        listeners.iter().map(|l| l.name.clone()).collect::<Vec<_>>(),
+        clusters.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+    );
+    raw.listeners.extend(listeners);
+    raw.clusters.extend(clusters);
+    super::validate::validate(raw, Arc::clone(origin)).map_err(|error| match error {
+        ConfigError::Invalid { path, message } => ConfigError::Invalid {
+            path: rename(&path, "listeners", own_listeners, &names.0, "listener")
+                .or_else(|| rename(&path, "clusters", own_clusters, &names.1, "cluster"))
+                .unwrap_or(path),
+            message,
+        },
+        other => other,
+    })
+}
+
+/// `listeners[7].routes[0]` -> ``listener `web`.routes[0]`` when listener 7 is the server's.
+fn rename(path: &str, key: &str, own: usize, names: &[String], kind: &str) -> Option<String> {
+    let rest = path.strip_prefix(key)?.strip_prefix('[')?;
+    let (index, rest) = rest.split_once(']')?;
+    let name = names.get(index.parse::<usize>().ok()?.checked_sub(own)?)?;
+    Some(format!("{kind} `{name}`{rest}"))
+}

@@ -1,0 +1,332 @@
+//! RouteConfiguration -> virtual hosts and their routes.
+
+// Control planes still send deprecated fields (`exact_match`); they are read, not ignored.
+#![allow(deprecated)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::data_source;
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, HeaderMatcher, Route, RouteAction, RouteConfiguration, RouteMatch,
+    VirtualHost, header_matcher, route, route_action, route_match,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher;
+use envoy_types::pb::google::protobuf::Any;
+
+use super::{ResourceError, cluster_not_found, decode, duration, fields, nothing_else, type_url};
+use crate::config::raw::{
+    RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
+};
+
+/// Envoy's `timeout: 0s` means no timeout; here the longest a route may wait is a day.
+const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// A route configuration from the management server (RDS, or inline in a listener).
+#[derive(Debug, Clone)]
+pub struct XdsRoutes {
+    pub name: String,
+    virtual_hosts: Vec<RawVirtualHost>,
+}
+
+impl XdsRoutes {
+    pub fn decode(value: &Any) -> Result<Self, ResourceError> {
+        let config: RouteConfiguration = decode(value, type_url::ROUTE, "a RouteConfiguration")?;
+        Self::translate(config, None)
+    }
+
+    /// `listener`: the listener an inline `route_config` belongs to (names the errors).
+    pub(super) fn translate(
+        mut config: RouteConfiguration,
+        listener: Option<&str>,
+    ) -> Result<Self, ResourceError> {
+        let name = std::mem::take(&mut config.name);
+        let at = match listener {
+            Some(l) => format!("listener `{l}`.route_config"),
+            None => format!("routes `{name}`"),
+        };
+        let hosts = std::mem::take(&mut config.virtual_hosts);
+        // Checking that routes name known clusters is the server's option; a route to an
+        // unknown cluster answers 503 here either way.
+        config.validate_clusters = None;
+        config.metadata = None;
+        nothing_else(&config, fields::ROUTE_CONFIGURATION, &at)?;
+        let virtual_hosts = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, host)| virtual_host(host, &format!("{at}.virtual_hosts[{i}]")))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            name,
+            virtual_hosts,
+        })
+    }
+
+    /// The virtual hosts as the config file writes them: routes to clusters not in `ready`
+    /// answer 503, and every forwarding route allows the listener's `upgrades`.
+    pub(super) fn section(
+        &self,
+        ready: &BTreeSet<&str>,
+        upgrades: &[String],
+    ) -> Vec<RawVirtualHost> {
+        let mut hosts = self.virtual_hosts.clone();
+        for route in hosts.iter_mut().flat_map(|h| h.routes.iter_mut()) {
+            let Some(cluster) = &route.cluster else {
+                continue;
+            };
+            if ready.contains(cluster.as_str()) {
+                for upgrade in upgrades {
+                    if !route.upgrades.contains(upgrade) {
+                        route.upgrades.push(upgrade.clone());
+                    }
+                }
+            } else {
+                route.cluster = None;
+                route.timeout = None;
+                route.host_rewrite = None;
+                route.retry_policy = None;
+                route.upgrades.clear();
+                route.direct_response = Some(cluster_not_found());
+            }
+        }
+        hosts
+    }
+}
+
+fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, ResourceError> {
+    let name = std::mem::take(&mut host.name);
+    let domains = std::mem::take(&mut host.domains);
+    let routes = std::mem::take(&mut host.routes);
+    let retry_policy = host
+        .retry_policy
+        .take()
+        .map(|r| retry(r, &format!("{at}.retry_policy")))
+        .transpose()?;
+    host.metadata = None;
+    nothing_else(&host, fields::VIRTUAL_HOST, at)?;
+    let routes = routes
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| self::route(r, &format!("{at}.routes[{i}]")))
+        .collect::<Result<_, _>>()?;
+    Ok(RawVirtualHost {
+        name,
+        domains,
+        retry_policy,
+        filters: None,
+        routes,
+    })
+}
+
+fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
+    let matcher = matcher(r.r#match.take().unwrap_or_default(), &format!("{at}.match"))?;
+    let action = r.action.take();
+    r.name.clear();
+    r.metadata = None;
+    r.decorator = None;
+    r.stat_prefix.clear();
+    nothing_else(&r, fields::ROUTE, at)?;
+    let mut raw = RawRoute {
+        matcher,
+        cluster: None,
+        direct_response: None,
+        timeout: None,
+        host_rewrite: None,
+        retry_policy: None,
+        upgrades: Vec::new(),
+        ext_authz: None,
+        filters: None,
+    };
+    match action {
+        Some(route::Action::Route(action)) => forward(action, &mut raw, &format!("{at}.route"))?,
+        Some(route::Action::DirectResponse(direct)) => {
+            raw.direct_response = Some(direct_response(direct, &format!("{at}.direct_response"))?);
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["action (route and direct_response only)".into()],
+            });
+        }
+    }
+    Ok(raw)
+}
+
+fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
+    let (prefix, path) = match m.path_specifier.take() {
+        Some(route_match::PathSpecifier::Prefix(p)) => (Some(p), None),
+        Some(route_match::PathSpecifier::Path(p)) => (None, Some(p)),
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["path_specifier (prefix and path only)".into()],
+            });
+        }
+    };
+    // Matching is case-sensitive here, Envoy's default.
+    if m.case_sensitive.take().is_some_and(|c| !c.value) {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["case_sensitive: false".into()],
+        });
+    }
+    let headers = std::mem::take(&mut m.headers)
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| header(h, &format!("{at}.headers[{i}]")))
+        .collect::<Result<_, _>>()?;
+    nothing_else(&m, fields::ROUTE_MATCH, at)?;
+    Ok(RawMatch {
+        host: None,
+        prefix: prefix
+            .filter(|p| !p.is_empty())
+            .or_else(|| path.is_none().then(|| "/".into())),
+        path,
+        headers,
+    })
+}
+
+fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, ResourceError> {
+    use header_matcher::HeaderMatchSpecifier as Spec;
+    let invert = std::mem::take(&mut h.invert_match);
+    let (exact, present) = match h.header_match_specifier.take() {
+        Some(Spec::PresentMatch(present)) => (None, Some(present != invert)),
+        Some(Spec::ExactMatch(value)) if !invert => (Some(value), None),
+        Some(Spec::StringMatch(s)) if !invert && !s.ignore_case => match s.match_pattern {
+            Some(string_matcher::MatchPattern::Exact(value)) => (Some(value), None),
+            _ => {
+                return Err(ResourceError::Unsupported {
+                    at: at.to_owned(),
+                    fields: vec!["string_match (exact only)".into()],
+                });
+            }
+        },
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec![
+                    "header_match_specifier (exact and present, not inverted exact)".into(),
+                ],
+            });
+        }
+    };
+    let name = std::mem::take(&mut h.name);
+    nothing_else(&h, fields::HEADER_MATCHER, at)?;
+    Ok(RawHeaderMatch {
+        name,
+        exact,
+        present,
+    })
+}
+
+fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), ResourceError> {
+    match a.cluster_specifier.take() {
+        Some(route_action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["cluster_specifier (one cluster by name only)".into()],
+            });
+        }
+    }
+    raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
+        Some(t) if t.is_zero() => Some(NO_TIMEOUT),
+        other => other,
+    };
+    match a.host_rewrite_specifier.take() {
+        None => {}
+        Some(route_action::HostRewriteSpecifier::HostRewriteLiteral(host)) => {
+            raw.host_rewrite = Some(host)
+        }
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["host_rewrite_specifier (host_rewrite_literal only)".into()],
+            });
+        }
+    }
+    raw.retry_policy = a
+        .retry_policy
+        .take()
+        .map(|r| retry(r, &format!("{at}.retry_policy")))
+        .transpose()?;
+    for (i, upgrade) in std::mem::take(&mut a.upgrade_configs)
+        .into_iter()
+        .enumerate()
+    {
+        let enabled = upgrade.enabled.is_none_or(|e| e.value);
+        if !enabled || upgrade.connect_config.is_some() {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.upgrade_configs[{i}]"),
+                fields: vec!["enabled: false / connect_config".into()],
+            });
+        }
+        raw.upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
+    }
+    // Envoy's default answer for an unknown cluster is 503, as here.
+    if a.cluster_not_found_response_code
+        == route_action::ClusterNotFoundResponseCode::ServiceUnavailable as i32
+    {
+        a.cluster_not_found_response_code = 0;
+    }
+    nothing_else(&a, fields::ROUTE_ACTION, at)
+}
+
+fn retry(
+    mut r: envoy_types::pb::envoy::config::route::v3::RetryPolicy,
+    at: &str,
+) -> Result<RawRetryPolicy, ResourceError> {
+    let retry_on = r
+        .retry_on
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    r.retry_on.clear();
+    let raw = RawRetryPolicy {
+        retry_on,
+        num_retries: r.num_retries.take().map(|v| v.value),
+        per_try_timeout: duration(r.per_try_timeout.take(), &format!("{at}.per_try_timeout"))?,
+        retriable_status_codes: std::mem::take(&mut r.retriable_status_codes)
+            .into_iter()
+            .map(|code| {
+                u16::try_from(code).map_err(|_| {
+                    ResourceError::invalid(
+                        format!("{at}.retriable_status_codes"),
+                        format!("{code} is not a status"),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    nothing_else(&r, fields::RETRY_POLICY, at)?;
+    Ok(raw)
+}
+
+fn direct_response(
+    mut d: DirectResponseAction,
+    at: &str,
+) -> Result<RawDirectResponse, ResourceError> {
+    let body = match d.body.take().and_then(|b| b.specifier) {
+        None => String::new(),
+        Some(data_source::Specifier::InlineString(s)) => s,
+        Some(data_source::Specifier::InlineBytes(b)) => String::from_utf8(b)
+            .map_err(|_| ResourceError::invalid(format!("{at}.body"), "expected UTF-8 text"))?,
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.body"),
+                fields: vec!["filename / environment_variable (inline bodies only)".into()],
+            });
+        }
+    };
+    let status = u16::try_from(d.status).map_err(|_| {
+        ResourceError::invalid(
+            format!("{at}.status"),
+            format!("{} is not a status", d.status),
+        )
+    })?;
+    d.status = 0;
+    nothing_else(&d, fields::DIRECT_RESPONSE_ACTION, at)?;
+    Ok(RawDirectResponse { status, body })
+}

@@ -1,0 +1,288 @@
+//! xDS: listeners, routes, clusters and endpoints from a management server, put in force
+//! beside the file's like a reload. The ADS stream is `xds-client`'s; this side decodes each
+//! response (`config::xds`), joins what is held into config sections, and swaps the config:
+//! a response is ACKed once every worker can use it, and NACKed with the reason if it cannot
+//! be put in force (the config in force then stays).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Weak};
+
+use tokio::sync::oneshot;
+use xds_client::{Any, Endpoint, Options, Update, Variant};
+
+use super::{DynamicSections, LiveConfig, XdsResourceStatus, XdsStatus};
+use crate::config::xds::{
+    AdsAddress, AdsProtocol, Held, ResourceError, Resources, XdsCluster, XdsEndpoints, XdsListener,
+    XdsRoutes, digest, type_url,
+};
+
+/// The running client; dropping it ends the stream.
+pub(crate) struct XdsClient {
+    _stop: oneshot::Sender<()>,
+}
+
+/// Starts the client on a thread of its own when the config names a management server.
+pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>> {
+    let Some(config) = live.current().config.xds.clone() else {
+        return Ok(None);
+    };
+    let endpoint = match config.address {
+        AdsAddress::Tcp(addr) => Endpoint::Tcp(addr),
+        AdsAddress::Unix(path) => Endpoint::Unix(path),
+    };
+    let variant = match config.protocol {
+        AdsProtocol::Sotw => Variant::StateOfTheWorld,
+        AdsProtocol::Delta => Variant::Delta,
+    };
+    let options = Options::new(
+        endpoint,
+        variant,
+        xds_client::node(&config.node.id, &config.node.cluster),
+    );
+    let applier = Applier::new(live);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let runtime = crate::runtime::current_thread_runtime()?;
+    std::thread::Builder::new()
+        .name("legate-xds".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                tokio::select! {
+                    () = xds_client::run(options, applier) => {}
+                    _ = stopped => {}
+                }
+            });
+        })?;
+    Ok(Some(XdsClient { _stop: stop }))
+}
+
+/// The four resource types, for stats labels and `/config_dump`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Listener,
+    Route,
+    Cluster,
+    Endpoint,
+}
+
+impl Kind {
+    fn of(type_url: &str) -> Option<Kind> {
+        Some(match type_url {
+            type_url::LISTENER => Kind::Listener,
+            type_url::ROUTE => Kind::Route,
+            type_url::CLUSTER => Kind::Cluster,
+            type_url::ENDPOINT => Kind::Endpoint,
+            _ => return None,
+        })
+    }
+
+    /// Envoy's short name for the service: the stats label.
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Listener => "lds",
+            Kind::Route => "rds",
+            Kind::Cluster => "cds",
+            Kind::Endpoint => "eds",
+        }
+    }
+}
+
+struct Stats {
+    connected: stats::Gauge,
+    /// attempt, success, rejected; by kind.
+    counters: Vec<(Kind, [stats::Counter; 3])>,
+}
+
+struct Applier {
+    live: Weak<LiveConfig>,
+    resources: Resources,
+    stats: Stats,
+    status: XdsStatus,
+}
+
+impl Applier {
+    fn new(live: &Arc<LiveConfig>) -> Self {
+        let process = &live.stats().process;
+        let catalog = &live.stats().catalog;
+        let counters = [Kind::Listener, Kind::Route, Kind::Cluster, Kind::Endpoint]
+            .into_iter()
+            .map(|kind| {
+                let label = [kind.label()];
+                (
+                    kind,
+                    [
+                        process.counter(catalog.xds_update_attempt, &label),
+                        process.counter(catalog.xds_update_success, &label),
+                        process.counter(catalog.xds_update_rejected, &label),
+                    ],
+                )
+            })
+            .collect();
+        let stats = Stats {
+            connected: process.gauge(catalog.control_plane_connected, &[]),
+            counters,
+        };
+        let applier = Self {
+            live: Arc::downgrade(live),
+            resources: Resources::default(),
+            stats,
+            status: XdsStatus::default(),
+        };
+        live.set_xds_status(applier.status.clone());
+        applier
+    }
+
+    fn count(&self, kind: Kind, which: usize) {
+        if let Some((_, counters)) = self.stats.counters.iter().find(|(k, _)| *k == kind) {
+            counters[which].inc();
+        }
+    }
+
+    fn publish(&mut self) {
+        let unix = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        };
+        let mut resources = Vec::new();
+        fn list<T>(
+            out: &mut Vec<XdsResourceStatus>,
+            kind: &'static str,
+            map: &BTreeMap<String, Held<T>>,
+            unix: impl Fn(std::time::SystemTime) -> u64,
+        ) {
+            out.extend(map.iter().map(|(name, held)| XdsResourceStatus {
+                kind,
+                name: name.clone(),
+                version: held.version.clone(),
+                last_updated_unix: unix(held.updated),
+            }));
+        }
+        list(&mut resources, "listener", &self.resources.listeners, unix);
+        list(
+            &mut resources,
+            "route_configuration",
+            &self.resources.routes,
+            unix,
+        );
+        list(&mut resources, "cluster", &self.resources.clusters, unix);
+        list(
+            &mut resources,
+            "cluster_load_assignment",
+            &self.resources.endpoints,
+            unix,
+        );
+        self.status.resources = resources;
+        if let Some(live) = self.live.upgrade() {
+            live.set_xds_status(self.status.clone());
+        }
+    }
+
+    async fn put_in_force(&mut self, kind: Kind, update: Update) -> Result<(), String> {
+        let Some(live) = self.live.upgrade() else {
+            return Err("the proxy is stopping".into());
+        };
+        let mut next = self.resources.clone();
+        let merged = match kind {
+            Kind::Listener => merge(&mut next.listeners, &update, XdsListener::decode, |l| {
+                &l.name
+            }),
+            Kind::Route => merge(&mut next.routes, &update, XdsRoutes::decode, |r| &r.name),
+            Kind::Cluster => merge(&mut next.clusters, &update, XdsCluster::decode, |c| &c.name),
+            Kind::Endpoint => merge(&mut next.endpoints, &update, XdsEndpoints::decode, |e| {
+                &e.name
+            }),
+        };
+        merged.map_err(|e| e.to_string())?;
+        let (listeners, clusters, warming) = next.sections();
+        live.put_dynamic(DynamicSections {
+            listeners,
+            clusters,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        self.resources = next;
+        self.status.warming_clusters = warming.clusters;
+        self.status.warming_listeners = warming.listeners;
+        Ok(())
+    }
+}
+
+/// Decodes `update`'s resources into `map`: all of them replace the map when the update is
+/// complete; otherwise they are added or replaced, and the removed ones go. A resource whose
+/// bytes are unchanged keeps its entry (and its update time).
+fn merge<T>(
+    map: &mut BTreeMap<String, Held<T>>,
+    update: &Update,
+    decode: fn(&Any) -> Result<T, ResourceError>,
+    name: fn(&T) -> &String,
+) -> Result<(), ResourceError> {
+    let mut fresh = BTreeMap::new();
+    for resource in &update.resources {
+        let encoded = &resource.value.value;
+        let value = decode(&resource.value)?;
+        let key = name(&value).clone();
+        let version = if resource.version.is_empty() {
+            update.version_info.clone()
+        } else {
+            resource.version.clone()
+        };
+        let held = match map.get(&key) {
+            Some(held) if held.digest == digest(encoded) => Held {
+                version,
+                ..held.clone()
+            },
+            _ => Held::new(value, version, encoded),
+        };
+        if fresh.insert(key.clone(), held).is_some() {
+            return Err(ResourceError::Invalid {
+                at: format!("`{key}`"),
+                message: "named twice in one response".into(),
+            });
+        }
+    }
+    if update.complete {
+        *map = fresh;
+    } else {
+        map.extend(fresh);
+        for name in &update.removed {
+            map.remove(name);
+        }
+    }
+    Ok(())
+}
+
+impl xds_client::Handler for Applier {
+    async fn apply(&mut self, update: Update) -> Result<(), String> {
+        let Some(kind) = Kind::of(&update.type_url) else {
+            return Err(format!("unexpected resource type {}", update.type_url));
+        };
+        self.count(kind, 0);
+        let result = self.put_in_force(kind, update).await;
+        match &result {
+            Ok(()) => {
+                self.count(kind, 1);
+                tracing::info!(kind = kind.label(), "xDS update applied");
+            }
+            Err(error) => {
+                self.count(kind, 2);
+                tracing::warn!(kind = kind.label(), %error, "xDS update rejected; the config in force stays");
+                self.status.last_rejected = Some(format!("{}: {error}", kind.label()));
+            }
+        }
+        self.publish();
+        result
+    }
+
+    fn wanted(&self, type_url: &str) -> BTreeSet<String> {
+        match Kind::of(type_url) {
+            Some(Kind::Route) => self.resources.route_names(),
+            Some(Kind::Endpoint) => self.resources.endpoint_names(),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    fn connected(&mut self, up: bool) {
+        self.stats.connected.set(i64::from(up));
+        self.status.connected = up;
+        self.publish();
+    }
+}

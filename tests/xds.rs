@@ -1,0 +1,512 @@
+//! xDS: the real binary configured only by a bootstrap that names the testbed's management
+//! server, serving what the server sends (listeners, routes, clusters, endpoints) over real
+//! HTTP/1.1 on 127.0.0.1, in both variants of the protocol. A keep-alive client runs at a
+//! steady rate through every change and must see no failure.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, BindConfig, SocketAddress, address, socket_address,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route,
+    route_action, route_match,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
+};
+use envoy_types::pb::google::protobuf::Any;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use testbed::xds::{any, type_url};
+use testbed::{ManagementServer, NoopHandle, NoopUpstream};
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn socket(addr: SocketAddr) -> Option<Address> {
+    Some(Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: addr.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                addr.port(),
+            ))),
+            ..Default::default()
+        })),
+    })
+}
+
+/// A listener on 127.0.0.1 (any port) whose routes come from RDS under `routes`.
+fn listener(name: &str, routes: &str) -> (String, Any) {
+    let hcm = HttpConnectionManager {
+        stat_prefix: name.into(),
+        route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
+            route_config_name: routes.into(),
+            config_source: None,
+        })),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(
+                any(&Router::default()),
+            )),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let listener = Listener {
+        name: name.into(),
+        address: socket("127.0.0.1:0".parse().unwrap()),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (name.into(), any(&listener))
+}
+
+/// `routes`: `(prefix, cluster)` to forward, or `(prefix, "")` for a direct 204.
+fn route_config(name: &str, routes: &[(&str, &str)]) -> (String, Any) {
+    let routes = routes
+        .iter()
+        .map(|(prefix, cluster)| Route {
+            r#match: Some(RouteMatch {
+                path_specifier: Some(route_match::PathSpecifier::Prefix((*prefix).into())),
+                ..Default::default()
+            }),
+            action: Some(if cluster.is_empty() {
+                route::Action::DirectResponse(DirectResponseAction {
+                    status: 204,
+                    ..Default::default()
+                })
+            } else {
+                route::Action::Route(RouteAction {
+                    cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                        (*cluster).into(),
+                    )),
+                    ..Default::default()
+                })
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let config = RouteConfiguration {
+        name: name.into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (name.into(), any(&config))
+}
+
+/// A cluster whose endpoints come from EDS.
+fn eds_cluster(name: &str, policy: cluster::LbPolicy) -> Cluster {
+    Cluster {
+        name: name.into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+            cluster::DiscoveryType::Eds as i32,
+        )),
+        lb_policy: policy as i32,
+        ..Default::default()
+    }
+}
+
+fn assignment(name: &str, hosts: &[SocketAddr]) -> (String, Any) {
+    let cla = ClusterLoadAssignment {
+        cluster_name: name.into(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: hosts
+                .iter()
+                .map(|h| LbEndpoint {
+                    host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                        address: socket(*h),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (name.into(), any(&cla))
+}
+
+fn named(cluster: Cluster) -> (String, Any) {
+    (cluster.name.clone(), any(&cluster))
+}
+
+fn bootstrap(server: SocketAddr, protocol: &str) -> String {
+    format!(
+        "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{server}\", protocol: {protocol} }} }}\n"
+    )
+}
+
+fn config_dump(proxy: &Proxy) -> Value {
+    let (status, body) = admin_request(proxy.admin.unwrap(), "GET", "/config_dump");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The bound address of the listener `name`, once it is in force.
+async fn listener_address(proxy: &Proxy, name: &str) -> SocketAddr {
+    let mut found = None;
+    eventually(&format!("listener {name} in force"), async || {
+        found = config_dump(proxy)["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
+        found.is_some()
+    })
+    .await;
+    found.unwrap()
+}
+
+async fn answer(addr: SocketAddr, path: &str) -> (u16, String) {
+    let response = send_h1(addr, get(path, &[])).await;
+    let status = response.status().as_u16();
+    let by = response
+        .headers()
+        .get("x-noop-served-by")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, by)
+}
+
+/// Requests on one kept-alive HTTP/1.1 connection every 5 ms until stopped; counts the
+/// answers and the failures (anything but 200 from an upstream).
+struct SteadyClient {
+    sent: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl SteadyClient {
+    async fn start(addr: SocketAddr) -> SteadyClient {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let (sent, failed, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let task = tokio::spawn({
+            let (sent, failed, stop) = (sent.clone(), failed.clone(), stop.clone());
+            async move {
+                let mut failures = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let request = http::Request::get("/")
+                        .header("host", "edge")
+                        .body(Full::new(bytes::Bytes::new()))
+                        .unwrap();
+                    let outcome = match sender.send_request(request).await {
+                        Ok(r)
+                            if r.status() == 200
+                                && r.headers().contains_key("x-noop-served-by") =>
+                        {
+                            Ok(())
+                        }
+                        Ok(r) => Err(format!("status {}", r.status())),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if let Err(failure) = outcome {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        failures.push(failure);
+                        if sender.ready().await.is_err() {
+                            break;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                failures
+            }
+        });
+        SteadyClient {
+            sent,
+            failed,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops once at least 50 requests were sent, and returns (requests sent, failures).
+    async fn finish(self) -> (u64, Vec<String>) {
+        let sent = Arc::clone(&self.sent);
+        eventually("50 steady requests", async || {
+            sent.load(Ordering::Relaxed) >= 50
+        })
+        .await;
+        self.stop.store(true, Ordering::Relaxed);
+        let failures = self.task.await.unwrap();
+        assert_eq!(failures.len() as u64, self.failed.load(Ordering::Relaxed));
+        (self.sent.load(Ordering::Relaxed), failures)
+    }
+}
+
+async fn upstreams() -> (NoopHandle, NoopHandle) {
+    let one = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let two = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    (one, two)
+}
+
+/// Serves the server's config; follows endpoint, route and cluster changes; refuses an
+/// unsupported cluster with a NACK and keeps serving; never fails a steady client.
+async fn follows_the_management_server(protocol: &str) {
+    let (one, two) = upstreams().await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    server.set(
+        type_url::CLUSTER,
+        vec![named(eds_cluster("backend", cluster::LbPolicy::RoundRobin))],
+    );
+    server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
+    server.set(
+        type_url::ROUTE,
+        vec![route_config("web-routes", &[("/", "backend")])],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), protocol), 2);
+    let addr = listener_address(&proxy, "web").await;
+
+    // The cluster waits for its endpoints: its route answers 503 until they come.
+    assert_eq!(answer(addr, "/").await.0, 503);
+    let warming = config_dump(&proxy)["xds"]["warming_clusters"].clone();
+    assert_eq!(warming, serde_json::json!(["backend"]));
+    server.set(
+        type_url::ENDPOINT,
+        vec![assignment("backend", &[one.local_addr()])],
+    );
+    eventually("the endpoints in force", async || {
+        answer(addr, "/").await == (200, one.local_addr().to_string())
+    })
+    .await;
+    let steady = SteadyClient::start(addr).await;
+
+    // An endpoint-only change.
+    server.set(
+        type_url::ENDPOINT,
+        vec![assignment("backend", &[two.local_addr()])],
+    );
+    eventually("traffic on the new endpoint", async || {
+        answer(addr, "/").await == (200, two.local_addr().to_string())
+    })
+    .await;
+
+    // A route change.
+    server.set(
+        type_url::ROUTE,
+        vec![route_config(
+            "web-routes",
+            &[("/direct", ""), ("/", "backend")],
+        )],
+    );
+    eventually("the new route", async || {
+        answer(addr, "/direct").await.0 == 204
+    })
+    .await;
+
+    // A cluster change: another policy, the same endpoints.
+    server.set(
+        type_url::CLUSTER,
+        vec![named(eds_cluster(
+            "backend",
+            cluster::LbPolicy::LeastRequest,
+        ))],
+    );
+    eventually("the new policy", async || {
+        config_dump(&proxy)["clusters"][0]["lb_policy"] == "least_request"
+    })
+    .await;
+    assert_eq!(answer(addr, "/").await, (200, two.local_addr().to_string()));
+
+    // An unsupported field: NACKed with the reason; the last good config keeps serving.
+    let mut bad = eds_cluster("backend", cluster::LbPolicy::Random);
+    bad.upstream_bind_config = Some(BindConfig {
+        source_address: Some(SocketAddress {
+            address: "127.0.0.1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    server.set(type_url::CLUSTER, vec![named(bad)]);
+    assert!(
+        server
+            .wait_for(LIMIT, |requests, _| requests.iter().any(|r| r.is_nack()))
+            .await,
+        "no NACK"
+    );
+    let nack = server.requests().into_iter().find(|r| r.is_nack()).unwrap();
+    assert_eq!(nack.type_url, type_url::CLUSTER);
+    let detail = nack.error_detail.unwrap();
+    assert!(
+        detail.contains("cluster `backend`") && detail.contains("upstream_bind_config"),
+        "{detail}"
+    );
+    let refused = server
+        .responses()
+        .into_iter()
+        .rfind(|r| r.type_url == type_url::CLUSTER)
+        .unwrap();
+    assert_eq!(nack.response_nonce, refused.nonce);
+    assert_eq!(answer(addr, "/").await, (200, two.local_addr().to_string()));
+    let admin = proxy.admin.unwrap();
+    assert!(stat(admin, "xds_update_rejected_total") >= 1);
+    assert!(stat(admin, "xds_update_success_total") >= 5);
+    assert_eq!(stat(admin, "control_plane_connected_state"), 1);
+    let dump = config_dump(&proxy);
+    assert_eq!(dump["clusters"][0]["lb_policy"], "least_request");
+    assert!(
+        dump["xds"]["last_rejected"]
+            .as_str()
+            .unwrap()
+            .contains("upstream_bind_config")
+    );
+    let resources = dump["xds"]["resources"].as_array().unwrap();
+    let kinds: Vec<&str> = resources
+        .iter()
+        .map(|r| r["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "listener",
+            "route_configuration",
+            "cluster",
+            "cluster_load_assignment"
+        ]
+    );
+    assert!(
+        resources
+            .iter()
+            .all(|r| r["version"] != "" && r["last_updated_unix"].as_u64() > Some(0))
+    );
+
+    let (sent, failures) = steady.finish().await;
+    assert!(
+        failures.is_empty(),
+        "{} of {sent} failed: {failures:?}",
+        failures.len()
+    );
+    server.shutdown();
+    drop(proxy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_of_the_world_follows_the_management_server() {
+    follows_the_management_server("sotw").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_follows_the_management_server() {
+    follows_the_management_server("delta").await;
+}
+
+/// The server goes away: the proxy keeps serving; it comes back with other endpoints: the
+/// proxy reconnects, says what it has, and follows.
+async fn survives_the_server_going_away(protocol: &str) {
+    let (one, two) = upstreams().await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server_addr = server.local_addr();
+    let resources = |server: &ManagementServer, host: SocketAddr| {
+        server.set(
+            type_url::CLUSTER,
+            vec![named(eds_cluster("backend", cluster::LbPolicy::RoundRobin))],
+        );
+        server.set(type_url::ENDPOINT, vec![assignment("backend", &[host])]);
+        server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
+        server.set(
+            type_url::ROUTE,
+            vec![route_config("web-routes", &[("/", "backend")])],
+        );
+    };
+    resources(&server, one.local_addr());
+    let proxy = Proxy::start(&bootstrap(server_addr, protocol), 1);
+    let addr = listener_address(&proxy, "web").await;
+    eventually("serving", async || answer(addr, "/").await.0 == 200).await;
+    let steady = SteadyClient::start(addr).await;
+    let admin = proxy.admin.unwrap();
+
+    server.shutdown();
+    eventually("the stream seen down", async || {
+        stat(admin, "control_plane_connected_state") == 0
+    })
+    .await;
+    assert_eq!(answer(addr, "/").await, (200, one.local_addr().to_string()));
+
+    let again = ManagementServer::start(server_addr).await.unwrap();
+    resources(&again, two.local_addr());
+    eventually("the new server's endpoints", async || {
+        answer(addr, "/").await == (200, two.local_addr().to_string())
+    })
+    .await;
+    assert_eq!(stat(admin, "control_plane_connected_state"), 1);
+    let first = again.requests();
+    assert_eq!(
+        first[0].node_id.as_deref(),
+        Some("edge-1"),
+        "the node on the new stream"
+    );
+    if protocol == "delta" {
+        let cds = first
+            .iter()
+            .find(|r| r.type_url == type_url::CLUSTER)
+            .unwrap();
+        assert_eq!(
+            cds.initial_versions.keys().collect::<Vec<_>>(),
+            ["backend"],
+            "the proxy says which clusters it holds"
+        );
+    }
+    let (sent, failures) = steady.finish().await;
+    assert!(
+        failures.is_empty(),
+        "{} of {sent} failed: {failures:?}",
+        failures.len()
+    );
+    again.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_of_the_world_survives_the_server_going_away() {
+    survives_the_server_going_away("sotw").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_survives_the_server_going_away() {
+    survives_the_server_going_away("delta").await;
+}
