@@ -387,5 +387,5 @@ fn the_readme_config_reference_is_valid() {
     }
     // The reference, TLS, the filter chain and each filter, ext_authz, upgrades: a block that
     // stops being fenced as yaml would stop being checked.
-    assert_eq!(blocks, 10, "README yaml blocks");
+    assert_eq!(blocks, 11, "README yaml blocks");
 }

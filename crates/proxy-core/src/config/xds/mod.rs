@@ -22,6 +22,8 @@ mod endpoint;
 mod fields;
 mod listener;
 mod route;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

@@ -70,6 +70,20 @@ impl XdsRoutes {
         upgrades: &[String],
     ) -> Vec<RawVirtualHost> {
         let mut hosts = self.virtual_hosts.clone();
+        // Envoy takes a configuration with no hosts, or a host with no routes, and answers
+        // 404 for what they do not route; so does a catch-all 404 here.
+        if hosts.is_empty() {
+            hosts.push(RawVirtualHost {
+                name: "no_routes".into(),
+                domains: vec!["*".into()],
+                retry_policy: None,
+                filters: None,
+                routes: Vec::new(),
+            });
+        }
+        for host in hosts.iter_mut().filter(|h| h.routes.is_empty()) {
+            host.routes.push(not_found());
+        }
         for route in hosts.iter_mut().flat_map(|h| h.routes.iter_mut()) {
             let Some(cluster) = &route.cluster else {
                 continue;
@@ -90,6 +104,29 @@ impl XdsRoutes {
             }
         }
         hosts
+    }
+}
+
+/// A route that answers 404 to everything.
+fn not_found() -> RawRoute {
+    RawRoute {
+        matcher: RawMatch {
+            host: None,
+            prefix: Some("/".into()),
+            path: None,
+            headers: Vec::new(),
+        },
+        cluster: None,
+        direct_response: Some(RawDirectResponse {
+            status: 404,
+            body: String::new(),
+        }),
+        timeout: None,
+        host_rewrite: None,
+        retry_policy: None,
+        upgrades: Vec::new(),
+        ext_authz: None,
+        filters: None,
     }
 }
 

@@ -1,0 +1,389 @@
+//! Translation of Envoy's messages into config sections: what is honoured, what is refused
+//! (by name), and how held resources are joined (warming, unknown clusters).
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, OutlierDetection, cluster};
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, BindConfig, HealthStatus, SocketAddress, address, socket_address,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{
+    HeaderMatcher, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, header_matcher,
+    route, route_action, route_match,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager,
+};
+use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration, UInt32Value};
+use prost::{Message, Name};
+
+use super::*;
+use crate::config::raw::RawEndpoint;
+
+fn pack<M: Message + Name>(message: &M) -> Any {
+    Any {
+        type_url: M::type_url(),
+        value: message.encode_to_vec(),
+    }
+}
+
+fn socket(ip: &str, port: u32) -> Option<Address> {
+    Some(Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: ip.into(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
+            ..Default::default()
+        })),
+    })
+}
+
+fn listener(name: &str, rds: &str) -> Listener {
+    let hcm = HttpConnectionManager {
+        route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
+            route_config_name: rds.into(),
+            config_source: None,
+        })),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Listener {
+        name: name.into(),
+        address: socket("127.0.0.1", 0),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(pack(&hcm))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn routes(name: &str, cluster: &str) -> RouteConfiguration {
+    RouteConfiguration {
+        name: name.into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
+                    headers: vec![HeaderMatcher {
+                        name: "x-canary".into(),
+                        header_match_specifier: Some(
+                            header_matcher::HeaderMatchSpecifier::PresentMatch(true),
+                        ),
+                        invert_match: true,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                action: Some(route::Action::Route(RouteAction {
+                    cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                        cluster.into(),
+                    )),
+                    timeout: Some(PbDuration {
+                        seconds: 0,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn eds_cluster(name: &str) -> Cluster {
+    Cluster {
+        name: name.into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+            cluster::DiscoveryType::Eds as i32,
+        )),
+        lb_policy: cluster::LbPolicy::LeastRequest as i32,
+        ..Default::default()
+    }
+}
+
+fn lb_endpoint(port: u32, status: HealthStatus, weight: Option<u32>) -> LbEndpoint {
+    LbEndpoint {
+        host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+            address: socket("127.0.0.1", port),
+            ..Default::default()
+        })),
+        health_status: status as i32,
+        load_balancing_weight: weight.map(|value| UInt32Value { value }),
+        ..Default::default()
+    }
+}
+
+fn assignment(name: &str, endpoints: Vec<LbEndpoint>) -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
+        cluster_name: name.into(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: endpoints,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn held<T>(value: T) -> Held<T> {
+    Held::new(value, "1".into(), b"")
+}
+
+#[test]
+fn a_cluster_keeps_envoys_defaults_and_names_its_eds_service() {
+    let cluster = XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap();
+    assert_eq!(cluster.eds.as_deref(), Some("web"));
+    let raw = cluster.section(None);
+    assert_eq!(raw.lb_policy.as_deref(), Some("least_request"));
+    assert_eq!(raw.connect_timeout, Some(Duration::from_secs(5)));
+    assert!(raw.dynamic && raw.endpoints.is_empty());
+}
+
+#[test]
+fn outlier_detection_enforces_as_envoy_does() {
+    let mut c = eds_cluster("web");
+    c.outlier_detection = Some(OutlierDetection::default());
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let outliers = raw.outlier_detection.unwrap();
+    // 5xx enforced by default, gateway failures only when asked.
+    assert_eq!(outliers.consecutive_5xx, Some(5));
+    assert_eq!(outliers.consecutive_gateway_failure, Some(0));
+}
+
+#[test]
+fn an_unsupported_field_is_refused_by_name() {
+    let mut c = eds_cluster("web");
+    c.upstream_bind_config = Some(BindConfig::default());
+    c.close_connections_on_host_health_failure = true;
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(
+        error.contains("cluster `web`")
+            && error.contains("upstream_bind_config")
+            && error.contains("close_connections_on_host_health_failure"),
+        "{error}"
+    );
+
+    let mut l = listener("edge", "routes");
+    l.transparent = Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
+    let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
+    assert!(
+        error.contains("listener `edge`") && error.contains("transparent"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_wrong_type_is_refused() {
+    let error = XdsListener::decode(&pack(&eds_cluster("web"))).unwrap_err();
+    assert!(matches!(error, ResourceError::Decode { .. }), "{error}");
+}
+
+#[test]
+fn endpoints_leave_out_hosts_that_take_no_requests_and_merge_repeats() {
+    let cla = assignment(
+        "web",
+        vec![
+            lb_endpoint(8001, HealthStatus::Healthy, Some(2)),
+            lb_endpoint(8002, HealthStatus::Draining, None),
+            lb_endpoint(8003, HealthStatus::Unknown, None),
+            lb_endpoint(8001, HealthStatus::Unknown, Some(3)),
+            lb_endpoint(8004, HealthStatus::Unhealthy, None),
+        ],
+    );
+    let endpoints = XdsEndpoints::decode(&pack(&cla)).unwrap();
+    assert_eq!(
+        endpoints.hosts,
+        [
+            ("127.0.0.1:8001".to_owned(), 5),
+            ("127.0.0.1:8003".to_owned(), 1)
+        ]
+    );
+    let mut failover = cla.clone();
+    failover.endpoints[0].priority = 1;
+    assert!(
+        XdsEndpoints::decode(&pack(&failover))
+            .unwrap_err()
+            .to_string()
+            .contains("priority")
+    );
+}
+
+#[test]
+fn routes_translate_matches_and_timeouts() {
+    let config = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let ready = ["web"].into_iter().collect();
+    let hosts = config.section(&ready, &["websocket".into()]);
+    let route = &hosts[0].routes[0];
+    assert_eq!(route.cluster.as_deref(), Some("web"));
+    assert_eq!(route.matcher.prefix.as_deref(), Some("/"));
+    // Present, inverted: the header must be absent.
+    assert_eq!(route.matcher.headers[0].present, Some(false));
+    // `0s` is no timeout in Envoy: the longest wait here.
+    assert_eq!(route.timeout, Some(Duration::from_secs(24 * 3600)));
+    assert_eq!(route.upgrades, ["websocket"]);
+}
+
+#[test]
+fn a_route_to_a_cluster_not_there_answers_503() {
+    let config = XdsRoutes::decode(&pack(&routes("r", "gone"))).unwrap();
+    let hosts = config.section(&Default::default(), &[]);
+    let route = &hosts[0].routes[0];
+    assert!(route.cluster.is_none() && route.timeout.is_none());
+    assert_eq!(route.direct_response.as_ref().map(|d| d.status), Some(503));
+}
+
+#[test]
+fn clusters_wait_for_endpoints_and_listeners_for_routes() {
+    let mut resources = Resources::default();
+    resources.clusters.insert(
+        "web".into(),
+        held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
+    );
+    resources.listeners.insert(
+        "edge".into(),
+        held(XdsListener::decode(&pack(&listener("edge", "r1"))).unwrap()),
+    );
+    assert_eq!(resources.endpoint_names(), ["web".to_owned()].into());
+    assert_eq!(resources.route_names(), ["r1".to_owned()].into());
+    let (listeners, clusters, warming) = resources.sections();
+    assert!(listeners.is_empty() && clusters.is_empty());
+    assert_eq!(warming.clusters, ["web"]);
+    assert_eq!(warming.listeners, ["edge"]);
+
+    let cla = assignment("web", vec![lb_endpoint(8001, HealthStatus::Healthy, None)]);
+    resources.endpoints.insert(
+        "web".into(),
+        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
+    );
+    resources.routes.insert(
+        "r1".into(),
+        held(XdsRoutes::decode(&pack(&routes("r1", "web"))).unwrap()),
+    );
+    let (listeners, clusters, warming) = resources.sections();
+    assert_eq!(warming, Warming::default());
+    assert!(
+        matches!(&clusters[0].endpoints[..], [RawEndpoint::Weighted(e)] if e.address == "127.0.0.1:8001")
+    );
+    assert_eq!(
+        listeners[0].virtual_hosts[0].routes[0].cluster.as_deref(),
+        Some("web")
+    );
+
+    // Updated to routes that have not come: the previous version keeps serving.
+    resources.listeners.insert(
+        "edge".into(),
+        held(XdsListener::decode(&pack(&listener("edge", "r2"))).unwrap()),
+    );
+    let (listeners, _, warming) = resources.sections();
+    assert_eq!(warming.listeners, ["edge"]);
+    assert_eq!(
+        listeners.len(),
+        1,
+        "the version with routes serves meanwhile"
+    );
+}
+
+#[test]
+fn a_dynamic_name_clashing_with_the_files_is_named_in_the_error() {
+    let file = "listeners:\n  - name: edge\n    address: 127.0.0.1:0\n    routes:\n      - { match: { prefix: / }, direct_response: { status: 200 } }\n";
+    let config = crate::config::Config::from_yaml(file).unwrap();
+    let l = XdsListener::decode(&pack(&listener("edge", "r"))).unwrap();
+    let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let error = compose(
+        &config.origin,
+        vec![l.section(Some(&r), &Default::default())],
+        vec![],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.starts_with("listener `edge`.name"), "{error}");
+}
+
+#[test]
+fn a_route_configuration_without_routes_answers_404() {
+    let empty = RouteConfiguration {
+        name: "r".into(),
+        ..Default::default()
+    };
+    let hosts = XdsRoutes::decode(&pack(&empty))
+        .unwrap()
+        .section(&Default::default(), &[]);
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(
+        hosts[0].routes[0]
+            .direct_response
+            .as_ref()
+            .map(|d| d.status),
+        Some(404)
+    );
+}
+
+#[test]
+fn the_bootstrap_needs_a_node_and_an_address() {
+    let yaml = |ads: &str| format!("node: {{ id: edge-1 }}\ndynamic_resources: {{ ads: {ads} }}\n");
+    let config =
+        crate::config::Config::from_yaml(&yaml("{ address: \"unix:/run/xds.sock\" }")).unwrap();
+    let xds = config.xds.unwrap();
+    assert_eq!(xds.address, AdsAddress::Unix("/run/xds.sock".into()));
+    assert_eq!(xds.protocol, AdsProtocol::Sotw);
+    assert!(
+        config.listeners.is_empty(),
+        "every listener may come from the server"
+    );
+    for (bad, key) in [
+        (
+            yaml("{ address: nowhere }"),
+            "dynamic_resources.ads.address",
+        ),
+        (
+            yaml("{ address: \"127.0.0.1:1\", protocol: rest }"),
+            "dynamic_resources.ads.protocol",
+        ),
+        (
+            "dynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n".into(),
+            "node",
+        ),
+    ] {
+        let error = crate::config::Config::from_yaml(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with(key), "{error}");
+    }
+}
+
+#[test]
+#[allow(deprecated)] // a field set only to be found
+fn set_fields_reads_field_numbers_of_every_wire_type() {
+    let mut c = Cluster {
+        name: "x".into(),
+        use_tcp_for_dns_lookups: true,
+        ..Default::default()
+    };
+    c.per_connection_buffer_limit_bytes = Some(UInt32Value { value: 7 });
+    let names = fields::set_fields(&c, fields::CLUSTER);
+    assert_eq!(
+        names,
+        [
+            "name",
+            "per_connection_buffer_limit_bytes",
+            "use_tcp_for_dns_lookups"
+        ]
+    );
+    assert_eq!(
+        fields::set_fields(&c, &[]),
+        ["field 1", "field 5", "field 45"]
+    );
+}
