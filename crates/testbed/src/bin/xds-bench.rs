@@ -1,0 +1,483 @@
+//! How fast a proxy follows a management server: Legate and Envoy side by side, driven by the
+//! same testbed ADS server over 127.0.0.1.
+//!
+//! ```text
+//! xds-bench --proxy legate --binary target/release/legate [--protocol sotw|delta]
+//! xds-bench --proxy envoy  --binary "$ENVOY"              [--flips 100] [--clusters 1000]
+//! ```
+//!
+//! 1. Route flips: a route's direct response alternates between 201 and 202; each flip is
+//!    timed from the server's `set` to the first response with the new status on a kept-alive
+//!    connection that asks back to back. p50/p99/max over `--flips`.
+//! 2. Scale: `--clusters` EDS clusters with 10 endpoints each pushed at once; the time until
+//!    the proxy ACKs the endpoints of all of them, its CPU time meanwhile (/proc), and its
+//!    resident memory before and after.
+//!
+//! The proxy's ACKs of every type are listed too: the server speaks the protocol as real
+//! control planes do if Envoy accepts it. The proxy is started by this program and ended by
+//! its PID; everything stops by itself.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, AggregatedConfigSource, ApiVersion, ConfigSource, SocketAddress, address,
+    config_source, socket_address,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, Route, RouteConfiguration, RouteMatch, VirtualHost, route, route_match,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
+};
+use envoy_types::pb::google::protobuf::Any;
+use testbed::ManagementServer;
+use testbed::xds::{any, type_url};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+struct Args {
+    proxy: String,
+    binary: String,
+    protocol: String,
+    flips: usize,
+    clusters: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut args = Args {
+        proxy: String::new(),
+        binary: String::new(),
+        protocol: "sotw".into(),
+        flips: 100,
+        clusters: 1000,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--proxy" => args.proxy = value,
+            "--binary" => args.binary = value,
+            "--protocol" => args.protocol = value,
+            "--flips" => args.flips = value.parse().map_err(|_| "--flips: a number")?,
+            "--clusters" => args.clusters = value.parse().map_err(|_| "--clusters: a number")?,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if !matches!(args.proxy.as_str(), "legate" | "envoy") || args.binary.is_empty() {
+        return Err("usage: xds-bench --proxy legate|envoy --binary PATH [--protocol sotw|delta] [--flips N] [--clusters N]".into());
+    }
+    Ok(args)
+}
+
+fn socket(addr: SocketAddr) -> Option<Address> {
+    Some(Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: addr.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                addr.port(),
+            ))),
+            ..Default::default()
+        })),
+    })
+}
+
+fn ads() -> Option<ConfigSource> {
+    Some(ConfigSource {
+        resource_api_version: ApiVersion::V3 as i32,
+        config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+            AggregatedConfigSource {},
+        )),
+        ..Default::default()
+    })
+}
+
+fn listener(port: u16) -> (String, Any) {
+    let hcm = HttpConnectionManager {
+        stat_prefix: "web".into(),
+        route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
+            route_config_name: "web-routes".into(),
+            config_source: ads(),
+        })),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(
+                any(&Router::default()),
+            )),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let listener = Listener {
+        name: "web".into(),
+        address: socket(SocketAddr::from(([127, 0, 0, 1], port))),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    ("web".into(), any(&listener))
+}
+
+fn routes(status: u32) -> (String, Any) {
+    let config = RouteConfiguration {
+        name: "web-routes".into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
+                    ..Default::default()
+                }),
+                action: Some(route::Action::DirectResponse(DirectResponseAction {
+                    status,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    ("web-routes".into(), any(&config))
+}
+
+/// Resources by name, as `ManagementServer::set` takes them.
+type Named = Vec<(String, Any)>;
+
+/// `n` EDS clusters and their assignments.
+fn clusters(n: usize) -> (Named, Named) {
+    let mut clusters = Vec::with_capacity(n);
+    let mut assignments = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("service-{i:04}");
+        let cluster = Cluster {
+            name: name.clone(),
+            cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+                cluster::DiscoveryType::Eds as i32,
+            )),
+            eds_cluster_config: Some(cluster::EdsClusterConfig {
+                eds_config: ads(),
+                service_name: String::new(),
+            }),
+            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        // Addresses nobody listens on: no traffic goes there.
+        let endpoints = (0..10u16)
+            .map(|j| LbEndpoint {
+                host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                    address: socket(SocketAddr::from((
+                        [127, 1, (i / 250) as u8, (i % 250) as u8 + 1],
+                        9000 + j,
+                    ))),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })
+            .collect();
+        let cla = ClusterLoadAssignment {
+            cluster_name: name.clone(),
+            endpoints: vec![LocalityLbEndpoints {
+                lb_endpoints: endpoints,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        clusters.push((name.clone(), any(&cluster)));
+        assignments.push((name, any(&cla)));
+    }
+    (clusters, assignments)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+fn start_proxy(args: &Args, dir: &std::path::Path, server: SocketAddr, admin: u16) -> Child {
+    let config = dir.join(format!("{}.yaml", args.proxy));
+    let mut command = Command::new(&args.binary);
+    if args.proxy == "legate" {
+        std::fs::write(
+            &config,
+            format!(
+                "admin: {{ address: 127.0.0.1:{admin} }}\nnode: {{ id: bench, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{server}\", protocol: {} }} }}\n",
+                args.protocol
+            ),
+        )
+        .expect("config written");
+        command
+            .args(["-c"])
+            .arg(&config)
+            .args(["--concurrency", "2"]);
+        command.env("RUST_LOG", "warn");
+    } else {
+        let api = if args.protocol == "delta" {
+            "DELTA_GRPC"
+        } else {
+            "GRPC"
+        };
+        std::fs::write(
+            &config,
+            format!(
+                r#"node: {{ id: bench, cluster: edge }}
+admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }} }}
+dynamic_resources:
+  ads_config:
+    api_type: {api}
+    transport_api_version: V3
+    grpc_services: [{{ envoy_grpc: {{ cluster_name: xds }} }}]
+  lds_config: {{ ads: {{}}, resource_api_version: V3 }}
+  cds_config: {{ ads: {{}}, resource_api_version: V3 }}
+static_resources:
+  clusters:
+  - name: xds
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{}} }}
+    load_assignment:
+      cluster_name: xds
+      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }} }}] }}]
+"#,
+                server.port()
+            ),
+        )
+        .expect("config written");
+        command
+            .args(["-c"])
+            .arg(&config)
+            .args(["--concurrency", "2", "--log-level", "warn", "--base-id"])
+            .arg(admin.to_string());
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the proxy starts")
+}
+
+/// One GET on a kept-alive connection; the status.
+async fn status(conn: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<u16> {
+    conn.write_all(b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n")
+        .await?;
+    buf.clear();
+    loop {
+        let mut chunk = [0u8; 1024];
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(buf);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = &text[..end];
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                return head
+                    .get(9..12)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| std::io::ErrorKind::InvalidData.into());
+            }
+        }
+    }
+}
+
+/// (user + system CPU seconds, resident bytes) of `pid`.
+fn usage(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 (11 and 12 after the command name); 100 ticks/s.
+    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024;
+    (cpu, rss)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = match args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let server = ManagementServer::start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect("the management server starts");
+    let port = free_port();
+    server.set(type_url::CLUSTER, vec![]);
+    server.set(type_url::LISTENER, vec![listener(port)]);
+    server.set(type_url::ROUTE, vec![routes(200)]);
+    let dir = std::env::temp_dir().join(format!("xds-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let admin = free_port();
+    let mut child = start_proxy(&args, &dir, server.local_addr(), admin);
+    let pid = child.id();
+    let outcome = run(&args, &server, port, pid).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown();
+    if let Err(e) = outcome {
+        eprintln!("{}: {e}", args.proxy);
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: &Args, server: &ManagementServer, port: u16, pid: u32) -> Result<(), String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + LIMIT;
+    let mut buf = Vec::new();
+    let mut conn = loop {
+        if let Ok(mut conn) = TcpStream::connect(addr).await
+            && status(&mut conn, &mut buf).await.ok() == Some(200)
+        {
+            break conn;
+        }
+        if Instant::now() > deadline {
+            return Err("the listener never served".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    conn.set_nodelay(true).map_err(|e| e.to_string())?;
+    let acked: Vec<&str> = [type_url::LISTENER, type_url::ROUTE, type_url::CLUSTER]
+        .into_iter()
+        .filter(|t| {
+            server
+                .requests()
+                .iter()
+                .any(|r| r.type_url == *t && r.is_ack())
+        })
+        .collect();
+    println!(
+        "{}: ACKed {} of LDS, RDS, CDS before traffic; NACKs: {}",
+        args.proxy,
+        acked.len(),
+        server.requests().iter().filter(|r| r.is_nack()).count()
+    );
+
+    let mut flips = Vec::with_capacity(args.flips);
+    for i in 0..args.flips {
+        let want = if i % 2 == 0 { 201 } else { 202 };
+        let start = Instant::now();
+        server.set(type_url::ROUTE, vec![routes(want)]);
+        loop {
+            let got = status(&mut conn, &mut buf)
+                .await
+                .map_err(|e| e.to_string())?;
+            if u32::from(got) == want {
+                break;
+            }
+            if start.elapsed() > LIMIT {
+                return Err(format!("flip {i} never seen"));
+            }
+        }
+        flips.push(start.elapsed());
+    }
+    flips.sort();
+    println!(
+        "{} route flips ({}): n={} p50={:.2} ms p99={:.2} ms max={:.2} ms",
+        args.proxy,
+        args.protocol,
+        flips.len(),
+        percentile(&flips, 0.5).as_secs_f64() * 1e3,
+        percentile(&flips, 0.99).as_secs_f64() * 1e3,
+        flips.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+
+    if args.clusters > 0 {
+        // Settle: the flips' work is done before the baseline is taken.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (cpu0, rss0) = usage(pid);
+        let (clusters, assignments) = clusters(args.clusters);
+        let start = Instant::now();
+        server.set(type_url::ENDPOINT, assignments);
+        server.set(type_url::CLUSTER, clusters);
+        let wanted = args.clusters;
+        let done = server
+            .wait_for(LIMIT, |requests, responses| {
+                responses
+                    .iter()
+                    .filter(|r| r.type_url == type_url::ENDPOINT && r.names.len() >= wanted)
+                    .any(|sent| {
+                        requests
+                            .iter()
+                            .any(|r| r.is_ack() && r.response_nonce == sent.nonce)
+                    })
+            })
+            .await;
+        let took = start.elapsed();
+        if !done {
+            return Err(format!("{wanted} clusters' endpoints never ACKed"));
+        }
+        let (cpu1, rss1) = usage(pid);
+        println!(
+            "{} {wanted} clusters x 10 endpoints ({}): applied and ACKed in {:.0} ms, CPU {:.2} s, RSS {:.1} -> {:.1} MiB",
+            args.proxy,
+            args.protocol,
+            took.as_secs_f64() * 1e3,
+            cpu1 - cpu0,
+            rss0 as f64 / 1048576.0,
+            rss1 as f64 / 1048576.0,
+        );
+    }
+    let nacks: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_nack())
+        .filter_map(|r| r.error_detail.clone())
+        .collect();
+    println!("{}: NACKs {nacks:?}", args.proxy);
+    Ok(())
+}
