@@ -4,7 +4,7 @@
 //! two `[2^e, 2^(e+1))` is cut into 128 equal buckets, so a bucket is never wider than 1/128
 //! of the values it holds. The top bucket ends at [`MAX_TRACKED_US`] (`2^36 - 1` us, about
 //! 19 hours); larger values are counted in it (their `sum`, `min` and `max` stay exact). That
-//! is 3840 buckets, 30 KiB per histogram per shard.
+//! is 3840 buckets, 30 KiB per histogram per shard, allocated by its first record.
 //!
 //! **Quantiles** use the nearest-rank definition (the `ceil(q * count)`-th smallest value) and
 //! report the *midpoint* of the bucket holding it, clamped to the exact `[min, max]`. The
@@ -20,9 +20,9 @@
 mod tests;
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::cell::NotSync;
@@ -86,7 +86,14 @@ pub(crate) struct HistogramCell {
     /// `u64::MAX` until the first record.
     min: AtomicU64,
     max: AtomicU64,
-    buckets: [AtomicU64; BUCKETS],
+    /// Allocated by the first record: a series nobody records into (a cluster that takes
+    /// no traffic, on a worker that never serves it) costs a pointer, not 30 KiB. A fleet's
+    /// thousand clusters times the workers would otherwise hold hundreds of MiB of zeros.
+    buckets: OnceLock<Box<[AtomicU64; BUCKETS]>>,
+}
+
+fn zeroed_buckets() -> Box<[AtomicU64; BUCKETS]> {
+    Box::new([const { AtomicU64::new(0) }; BUCKETS])
 }
 
 impl HistogramCell {
@@ -95,14 +102,14 @@ impl HistogramCell {
             sum: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
-            buckets: [const { AtomicU64::new(0) }; BUCKETS],
+            buckets: OnceLock::new(),
         }
     }
 
     /// Single-writer record: only the cell's one writer may call this.
     #[inline]
     fn record(&self, v: u64) {
-        let bucket = &self.buckets[bucket_index(v)];
+        let bucket = &self.buckets.get_or_init(zeroed_buckets)[bucket_index(v)];
         bucket.store(bucket.load(Relaxed).wrapping_add(1), Relaxed);
         self.sum
             .store(self.sum.load(Relaxed).saturating_add(v), Relaxed);
@@ -122,15 +129,16 @@ impl HistogramCell {
     pub(crate) fn read(&self, scratch: &mut Scratch) -> HistogramSnapshot {
         let max = self.max.load(Acquire);
         let min = self.min.load(Acquire);
-        if min > max {
+        // The buckets were allocated before the first min or max was stored (Release).
+        let (true, Some(buckets)) = (min <= max, self.buckets.get()) else {
             return HistogramSnapshot::default();
-        }
+        };
         // Only the buckets between min and max can be non-zero: a scrape of a latency
         // histogram reads a few hundred words, not all 3840.
         let first = bucket_index(min);
         let found = &mut scratch.buckets;
         found.clear();
-        for (i, bucket) in self.buckets[first..=bucket_index(max)].iter().enumerate() {
+        for (i, bucket) in buckets[first..=bucket_index(max)].iter().enumerate() {
             let count = bucket.load(Relaxed);
             if count != 0 {
                 found.push(Bucket {

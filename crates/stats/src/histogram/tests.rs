@@ -66,6 +66,13 @@ fn an_untouched_cell_reads_empty() {
     assert_eq!(snap.mean(), None);
     assert_eq!(snap.min(), None);
     assert_eq!(snap.max(), None);
+    assert!(
+        cell.buckets.get().is_none(),
+        "no buckets held before a record"
+    );
+    cell.record(300);
+    assert!(cell.buckets.get().is_some());
+    assert_eq!(cell.read(&mut Scratch::default()).count(), 1);
 }
 
 #[test]
