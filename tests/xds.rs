@@ -13,25 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
-use envoy_types::pb::envoy::config::core::v3::{
-    Address, BindConfig, SocketAddress, address, socket_address,
-};
-use envoy_types::pb::envoy::config::endpoint::v3::{
-    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
-};
-use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
-use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route,
-    route_action, route_match,
-};
-use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
-};
+use envoy_types::pb::envoy::config::core::v3::{BindConfig, SocketAddress};
 use envoy_types::pb::google::protobuf::Any;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use testbed::resources::{self, eds_cluster};
 use testbed::xds::{any, type_url};
 use testbed::{ManagementServer, NoopHandle, NoopUpstream};
 
@@ -39,119 +26,26 @@ use common::*;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-fn socket(addr: SocketAddr) -> Option<Address> {
-    Some(Address {
-        address: Some(address::Address::SocketAddress(SocketAddress {
-            address: addr.ip().to_string(),
-            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
-                addr.port(),
-            ))),
-            ..Default::default()
-        })),
-    })
-}
-
 /// A listener on 127.0.0.1 (any port) whose routes come from RDS under `routes`.
 fn listener(name: &str, routes: &str) -> (String, Any) {
-    let hcm = HttpConnectionManager {
-        stat_prefix: name.into(),
-        route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
-            route_config_name: routes.into(),
-            config_source: None,
-        })),
-        http_filters: vec![HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(
-                any(&Router::default()),
-            )),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let listener = Listener {
-        name: name.into(),
-        address: socket("127.0.0.1:0".parse().unwrap()),
-        filter_chains: vec![FilterChain {
-            filters: vec![Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    (name.into(), any(&listener))
+    let l = resources::listener(name, "127.0.0.1:0".parse().unwrap(), routes);
+    (name.into(), any(&l))
 }
 
 /// `routes`: `(prefix, cluster)` to forward, or `(prefix, "")` for a direct 204.
 fn route_config(name: &str, routes: &[(&str, &str)]) -> (String, Any) {
     let routes = routes
         .iter()
-        .map(|(prefix, cluster)| Route {
-            r#match: Some(RouteMatch {
-                path_specifier: Some(route_match::PathSpecifier::Prefix((*prefix).into())),
-                ..Default::default()
-            }),
-            action: Some(if cluster.is_empty() {
-                route::Action::DirectResponse(DirectResponseAction {
-                    status: 204,
-                    ..Default::default()
-                })
-            } else {
-                route::Action::Route(RouteAction {
-                    cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
-                        (*cluster).into(),
-                    )),
-                    ..Default::default()
-                })
-            }),
-            ..Default::default()
+        .map(|(prefix, cluster)| match *cluster {
+            "" => resources::direct(prefix, 204),
+            cluster => resources::forward(prefix, cluster),
         })
         .collect();
-    let config = RouteConfiguration {
-        name: name.into(),
-        virtual_hosts: vec![VirtualHost {
-            name: "all".into(),
-            domains: vec!["*".into()],
-            routes,
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    (name.into(), any(&config))
-}
-
-/// A cluster whose endpoints come from EDS.
-fn eds_cluster(name: &str, policy: cluster::LbPolicy) -> Cluster {
-    Cluster {
-        name: name.into(),
-        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
-            cluster::DiscoveryType::Eds as i32,
-        )),
-        lb_policy: policy as i32,
-        ..Default::default()
-    }
+    (name.into(), any(&resources::route_config(name, routes)))
 }
 
 fn assignment(name: &str, hosts: &[SocketAddr]) -> (String, Any) {
-    let cla = ClusterLoadAssignment {
-        cluster_name: name.into(),
-        endpoints: vec![LocalityLbEndpoints {
-            lb_endpoints: hosts
-                .iter()
-                .map(|h| LbEndpoint {
-                    host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
-                        address: socket(*h),
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    (name.into(), any(&cla))
+    (name.into(), any(&resources::assignment(name, hosts)))
 }
 
 fn named(cluster: Cluster) -> (String, Any) {

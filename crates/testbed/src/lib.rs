@@ -69,6 +69,7 @@ mod handle;
 mod noop;
 mod options;
 mod pattern;
+pub mod resources;
 pub mod xds;
 
 pub use authz::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};

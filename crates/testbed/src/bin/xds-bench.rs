@@ -21,24 +21,10 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
-use envoy_types::pb::envoy::config::core::v3::{
-    Address, AggregatedConfigSource, ApiVersion, ConfigSource, SocketAddress, address,
-    config_source, socket_address,
-};
-use envoy_types::pb::envoy::config::endpoint::v3::{
-    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
-};
-use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
-use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, Route, RouteConfiguration, RouteMatch, VirtualHost, route, route_match,
-};
-use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
-};
+use envoy_types::pb::envoy::config::cluster::v3::cluster;
 use envoy_types::pb::google::protobuf::Any;
 use testbed::ManagementServer;
+use testbed::resources;
 use testbed::xds::{any, type_url};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -79,80 +65,8 @@ fn args() -> Result<Args, String> {
     Ok(args)
 }
 
-fn socket(addr: SocketAddr) -> Option<Address> {
-    Some(Address {
-        address: Some(address::Address::SocketAddress(SocketAddress {
-            address: addr.ip().to_string(),
-            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
-                addr.port(),
-            ))),
-            ..Default::default()
-        })),
-    })
-}
-
-fn ads() -> Option<ConfigSource> {
-    Some(ConfigSource {
-        resource_api_version: ApiVersion::V3 as i32,
-        config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
-            AggregatedConfigSource {},
-        )),
-        ..Default::default()
-    })
-}
-
-fn listener(port: u16) -> (String, Any) {
-    let hcm = HttpConnectionManager {
-        stat_prefix: "web".into(),
-        route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
-            route_config_name: "web-routes".into(),
-            config_source: ads(),
-        })),
-        http_filters: vec![HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(
-                any(&Router::default()),
-            )),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let listener = Listener {
-        name: "web".into(),
-        address: socket(SocketAddr::from(([127, 0, 0, 1], port))),
-        filter_chains: vec![FilterChain {
-            filters: vec![Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    ("web".into(), any(&listener))
-}
-
 fn routes(status: u32) -> (String, Any) {
-    let config = RouteConfiguration {
-        name: "web-routes".into(),
-        virtual_hosts: vec![VirtualHost {
-            name: "all".into(),
-            domains: vec!["*".into()],
-            routes: vec![Route {
-                r#match: Some(RouteMatch {
-                    path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
-                    ..Default::default()
-                }),
-                action: Some(route::Action::DirectResponse(DirectResponseAction {
-                    status,
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let config = resources::route_config("web-routes", vec![resources::direct("/", status)]);
     ("web-routes".into(), any(&config))
 }
 
@@ -165,44 +79,17 @@ fn clusters(n: usize) -> (Named, Named) {
     let mut assignments = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("service-{i:04}");
-        let cluster = Cluster {
-            name: name.clone(),
-            cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
-                cluster::DiscoveryType::Eds as i32,
-            )),
-            eds_cluster_config: Some(cluster::EdsClusterConfig {
-                eds_config: ads(),
-                service_name: String::new(),
-            }),
-            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
-                seconds: 1,
-                nanos: 0,
-            }),
-            ..Default::default()
-        };
+        let mut cluster = resources::eds_cluster(&name, cluster::LbPolicy::RoundRobin);
+        cluster.connect_timeout = Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        });
         // Addresses nobody listens on: no traffic goes there.
-        let endpoints = (0..10u16)
-            .map(|j| LbEndpoint {
-                host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
-                    address: socket(SocketAddr::from((
-                        [127, 1, (i / 250) as u8, (i % 250) as u8 + 1],
-                        9000 + j,
-                    ))),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            })
+        let hosts: Vec<SocketAddr> = (0..10u16)
+            .map(|j| SocketAddr::from(([127, 1, (i / 250) as u8, (i % 250) as u8 + 1], 9000 + j)))
             .collect();
-        let cla = ClusterLoadAssignment {
-            cluster_name: name.clone(),
-            endpoints: vec![LocalityLbEndpoints {
-                lb_endpoints: endpoints,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
         clusters.push((name.clone(), any(&cluster)));
-        assignments.push((name, any(&cla)));
+        assignments.push((name.clone(), any(&resources::assignment(&name, &hosts))));
     }
     (clusters, assignments)
 }
@@ -357,7 +244,12 @@ async fn main() {
         .expect("the management server starts");
     let port = free_port();
     server.set(type_url::CLUSTER, vec![]);
-    server.set(type_url::LISTENER, vec![listener(port)]);
+    let web = resources::listener(
+        "web",
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        "web-routes",
+    );
+    server.set(type_url::LISTENER, vec![("web".into(), any(&web))]);
     server.set(type_url::ROUTE, vec![routes(200)]);
     let dir = std::env::temp_dir().join(format!("xds-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");

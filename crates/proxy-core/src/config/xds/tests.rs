@@ -4,67 +4,29 @@
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::{Cluster, OutlierDetection, cluster};
-use envoy_types::pb::envoy::config::core::v3::{
-    Address, BindConfig, HealthStatus, SocketAddress, address, socket_address,
-};
+use envoy_types::pb::envoy::config::core::v3::{BindConfig, HealthStatus};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
 };
-use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::{
     HeaderMatcher, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, header_matcher,
     route, route_action, route_match,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, HttpFilter, Rds, http_connection_manager,
-};
 use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration, UInt32Value};
 use prost::{Message, Name};
+
+use testbed::resources;
 
 use super::*;
 use crate::config::raw::RawEndpoint;
 
 fn pack<M: Message + Name>(message: &M) -> Any {
-    Any {
-        type_url: M::type_url(),
-        value: message.encode_to_vec(),
-    }
-}
-
-fn socket(ip: &str, port: u32) -> Option<Address> {
-    Some(Address {
-        address: Some(address::Address::SocketAddress(SocketAddress {
-            address: ip.into(),
-            port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
-            ..Default::default()
-        })),
-    })
+    testbed::xds::any(message)
 }
 
 fn listener(name: &str, rds: &str) -> Listener {
-    let hcm = HttpConnectionManager {
-        route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
-            route_config_name: rds.into(),
-            config_source: None,
-        })),
-        http_filters: vec![HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    Listener {
-        name: name.into(),
-        address: socket("127.0.0.1", 0),
-        filter_chains: vec![FilterChain {
-            filters: vec![Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(pack(&hcm))),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
+    resources::listener(name, "127.0.0.1:0".parse().unwrap(), rds)
 }
 
 fn routes(name: &str, cluster: &str) -> RouteConfiguration {
@@ -105,20 +67,13 @@ fn routes(name: &str, cluster: &str) -> RouteConfiguration {
 }
 
 fn eds_cluster(name: &str) -> Cluster {
-    Cluster {
-        name: name.into(),
-        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
-            cluster::DiscoveryType::Eds as i32,
-        )),
-        lb_policy: cluster::LbPolicy::LeastRequest as i32,
-        ..Default::default()
-    }
+    resources::eds_cluster(name, cluster::LbPolicy::LeastRequest)
 }
 
-fn lb_endpoint(port: u32, status: HealthStatus, weight: Option<u32>) -> LbEndpoint {
+fn lb_endpoint(port: u16, status: HealthStatus, weight: Option<u32>) -> LbEndpoint {
     LbEndpoint {
         host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
-            address: socket("127.0.0.1", port),
+            address: resources::socket(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
             ..Default::default()
         })),
         health_status: status as i32,

@@ -1,0 +1,164 @@
+//! Envoy resources as tests and benchmarks hand them to the [`crate::ManagementServer`]: a
+//! listener whose routes come from RDS, route configurations, EDS clusters and their
+//! endpoints, each with what a real Envoy needs (the ADS config sources) so that Envoy and
+//! Legate can be given the same ones.
+
+use std::net::SocketAddr;
+
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, AggregatedConfigSource, ApiVersion, ConfigSource, SocketAddress, address,
+    config_source, socket_address,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route,
+    route_action, route_match,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
+};
+
+use crate::xds::any;
+
+/// An Envoy socket address.
+pub fn socket(addr: SocketAddr) -> Option<Address> {
+    Some(Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: addr.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                addr.port(),
+            ))),
+            ..Default::default()
+        })),
+    })
+}
+
+/// "From the ADS stream", as Envoy wants RDS and EDS sources written.
+pub fn ads() -> Option<ConfigSource> {
+    Some(ConfigSource {
+        resource_api_version: ApiVersion::V3 as i32,
+        config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+            AggregatedConfigSource {},
+        )),
+        ..Default::default()
+    })
+}
+
+/// A listener on `addr`: one HTTP connection manager with the router, routes from RDS under
+/// `routes`.
+pub fn listener(name: &str, addr: SocketAddr, routes: &str) -> Listener {
+    let hcm = HttpConnectionManager {
+        stat_prefix: name.into(),
+        route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
+            route_config_name: routes.into(),
+            config_source: ads(),
+        })),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(
+                any(&Router::default()),
+            )),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Listener {
+        name: name.into(),
+        address: socket(addr),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn prefix(prefix: &str) -> Option<RouteMatch> {
+    Some(RouteMatch {
+        path_specifier: Some(route_match::PathSpecifier::Prefix(prefix.into())),
+        ..Default::default()
+    })
+}
+
+/// Requests under `path_prefix` go to `cluster`.
+pub fn forward(path_prefix: &str, cluster: &str) -> Route {
+    Route {
+        r#match: prefix(path_prefix),
+        action: Some(route::Action::Route(RouteAction {
+            cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(cluster.into())),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// Requests under `path_prefix` are answered `status` with no body.
+pub fn direct(path_prefix: &str, status: u32) -> Route {
+    Route {
+        r#match: prefix(path_prefix),
+        action: Some(route::Action::DirectResponse(DirectResponseAction {
+            status,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// One virtual host for every domain, with `routes` in order.
+pub fn route_config(name: &str, routes: Vec<Route>) -> RouteConfiguration {
+    RouteConfiguration {
+        name: name.into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// A cluster whose endpoints come from EDS (under its own name).
+pub fn eds_cluster(name: &str, policy: cluster::LbPolicy) -> Cluster {
+    Cluster {
+        name: name.into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+            cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::EdsClusterConfig {
+            eds_config: ads(),
+            service_name: String::new(),
+        }),
+        lb_policy: policy as i32,
+        ..Default::default()
+    }
+}
+
+/// The endpoints of `cluster`, weight 1 each.
+pub fn assignment(cluster: &str, hosts: &[SocketAddr]) -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
+        cluster_name: cluster.into(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: hosts
+                .iter()
+                .map(|h| LbEndpoint {
+                    host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                        address: socket(*h),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
