@@ -47,16 +47,10 @@ pub(crate) async fn stream<H: Handler>(
     handler.connected(true);
     let mut responded = false;
     loop {
-        let response = match responses.message().await {
-            Ok(Some(response)) => response,
-            Ok(None) => return Err((StreamError::Closed, responded)),
-            Err(status) => return Err((StreamError::Broken(status), responded)),
-        };
+        let response = crate::next_response(&mut responses, responded).await?;
         responded = true;
         if let Some(ack) = receive(response, subscriptions, handler).await {
-            requests
-                .send(ack)
-                .map_err(|_| (StreamError::RequestsGone, true))?;
+            crate::send(&requests, ack)?;
         }
         for (type_url, (added, removed)) in subscriptions.changes(handler) {
             let change = DeltaDiscoveryRequest {
@@ -65,9 +59,7 @@ pub(crate) async fn stream<H: Handler>(
                 resource_names_unsubscribe: removed,
                 ..Default::default()
             };
-            requests
-                .send(change)
-                .map_err(|_| (StreamError::RequestsGone, true))?;
+            crate::send(&requests, change)?;
         }
     }
 }

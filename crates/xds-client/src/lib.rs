@@ -245,3 +245,26 @@ fn nack_status(message: String) -> envoy_types::pb::google::rpc::Status {
         details: Vec::new(),
     }
 }
+
+/// The next response of a stream; the error says why the stream ended, and whether a
+/// response had come on it (`responded`).
+async fn next_response<T>(
+    responses: &mut tonic::Streaming<T>,
+    responded: bool,
+) -> Result<T, (StreamError, bool)> {
+    match responses.message().await {
+        Ok(Some(response)) => Ok(response),
+        Ok(None) => Err((StreamError::Closed, responded)),
+        Err(status) => Err((StreamError::Broken(status), responded)),
+    }
+}
+
+/// Queues a request on the stream (after a response, so `true`: one had come).
+fn send<T>(
+    requests: &tokio::sync::mpsc::UnboundedSender<T>,
+    request: T,
+) -> Result<(), (StreamError, bool)> {
+    requests
+        .send(request)
+        .map_err(|_| (StreamError::RequestsGone, true))
+}

@@ -29,23 +29,15 @@ pub(crate) async fn stream<H: Handler>(
     handler.connected(true);
     let mut responded = false;
     loop {
-        let response = match responses.message().await {
-            Ok(Some(response)) => response,
-            Ok(None) => return Err((StreamError::Closed, responded)),
-            Err(status) => return Err((StreamError::Broken(status), responded)),
-        };
+        let response = crate::next_response(&mut responses, responded).await?;
         responded = true;
         let ack = receive(response, subscriptions, handler).await;
         if let Some(ack) = ack {
-            requests
-                .send(ack)
-                .map_err(|_| (StreamError::RequestsGone, true))?;
+            crate::send(&requests, ack)?;
         }
         for (type_url, _) in subscriptions.changes(handler) {
             if let Some(state) = subscriptions.get_mut(type_url) {
-                requests
-                    .send(request(state, None, None))
-                    .map_err(|_| (StreamError::RequestsGone, true))?;
+                crate::send(&requests, request(state, None, None))?;
             }
         }
     }
