@@ -162,6 +162,11 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .take()
         .map(|o| outliers(o, &sub("outlier_detection")))
         .transpose()?;
+    let tls = c
+        .transport_socket
+        .take()
+        .map(|socket| super::tls::cluster_tls(socket, &at))
+        .transpose()?;
     let dns_refresh_rate = duration(c.dns_refresh_rate.take(), &sub("dns_refresh_rate"))?;
     let respect_dns_ttl = std::mem::take(&mut c.respect_dns_ttl);
     let family = DnsLookupFamily::try_from(std::mem::take(&mut c.dns_lookup_family))
@@ -184,7 +189,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         circuit_breakers,
         health_check,
         outlier_detection,
-        tls: None,
+        tls,
         dns_refresh_rate: dns_refresh_rate.filter(|_| dns),
         dns_min_refresh_rate: None,
         respect_dns_ttl: dns.then_some(respect_dns_ttl),

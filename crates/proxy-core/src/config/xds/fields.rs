@@ -2,7 +2,6 @@
 //! does not support (generated from envoy-types' protos).
 
 pub(super) const LISTENER: &[(u32, &str)] = &[
-    (1, "bind_to_port"),
     (1, "name"),
     (2, "address"),
     (3, "filter_chains"),
@@ -55,27 +54,16 @@ pub(super) const FILTER_CHAIN: &[(u32, &str)] = &[
 pub(super) const HTTP_CONNECTION_MANAGER: &[(u32, &str)] = &[
     (1, "codec_type"),
     (2, "stat_prefix"),
-    (3, "client_sampling"),
     (3, "route_specifier"),
-    (4, "random_sampling"),
     (4, "route_specifier"),
     (5, "http_filters"),
-    (5, "overall_sampling"),
     (6, "add_user_agent"),
-    (6, "verbose"),
-    (7, "max_path_tag_length"),
     (7, "tracing"),
-    (8, "custom_tags"),
     (8, "http_protocol_options"),
     (9, "http2_protocol_options"),
-    (9, "provider"),
     (10, "server_name"),
-    (10, "spawn_upstream_span"),
-    (11, "operation"),
     (12, "drain_timeout"),
-    (12, "upstream_operation"),
     (13, "access_log"),
-    (13, "no_context_propagation"),
     (14, "use_remote_address"),
     (15, "generate_request_id"),
     (16, "forward_client_cert_details"),
@@ -230,20 +218,13 @@ pub(super) const HEADER_MATCHER: &[(u32, &str)] = &[
 ];
 
 pub(super) const ROUTE_ACTION: &[(u32, &str)] = &[
-    (1, "cluster"),
     (1, "cluster_specifier"),
     (2, "cluster_specifier"),
     (3, "cluster_specifier"),
-    (3, "runtime_fraction"),
     (4, "metadata_match"),
-    (4, "trace_sampled"),
-    (5, "cluster_header"),
     (5, "prefix_rewrite"),
-    (6, "disable_shadow_host_suffix_append"),
     (6, "host_rewrite_specifier"),
     (7, "host_rewrite_specifier"),
-    (7, "request_headers_mutations"),
-    (8, "host_rewrite_literal"),
     (8, "timeout"),
     (9, "retry_policy"),
     (11, "priority"),
@@ -277,10 +258,8 @@ pub(super) const ROUTE_ACTION: &[(u32, &str)] = &[
 ];
 
 pub(super) const RETRY_POLICY: &[(u32, &str)] = &[
-    (1, "name"),
     (1, "retry_on"),
     (2, "num_retries"),
-    (3, "config_type"),
     (3, "per_try_timeout"),
     (4, "retry_priority"),
     (5, "retry_host_predicate"),
@@ -300,11 +279,8 @@ pub(super) const DIRECT_RESPONSE_ACTION: &[(u32, &str)] =
 
 pub(super) const CLUSTER: &[(u32, &str)] = &[
     (1, "name"),
-    (1, "name"),
     (2, "cluster_discovery_type"),
-    (2, "match"),
     (3, "eds_cluster_config"),
-    (3, "transport_socket"),
     (4, "connect_timeout"),
     (5, "per_connection_buffer_limit_bytes"),
     (6, "lb_policy"),
@@ -361,18 +337,8 @@ pub(super) const CLUSTER: &[(u32, &str)] = &[
     (62, "queuing_policies"),
 ];
 
-pub(super) const CIRCUIT_BREAKERS: &[(u32, &str)] = &[
-    (1, "priority"),
-    (1, "thresholds"),
-    (2, "max_connections"),
-    (2, "per_host_thresholds"),
-    (3, "max_pending_requests"),
-    (4, "max_requests"),
-    (5, "max_retries"),
-    (6, "track_remaining"),
-    (7, "max_connection_pools"),
-    (8, "retry_budget"),
-];
+pub(super) const CIRCUIT_BREAKERS: &[(u32, &str)] =
+    &[(1, "thresholds"), (2, "per_host_thresholds")];
 
 pub(super) const THRESHOLDS: &[(u32, &str)] = &[
     (1, "priority"),
@@ -416,17 +382,12 @@ pub(super) const OUTLIER_DETECTION: &[(u32, &str)] = &[
 
 pub(super) const CLUSTER_LOAD_ASSIGNMENT: &[(u32, &str)] = &[
     (1, "cluster_name"),
-    (2, "drop_overloads"),
     (2, "endpoints"),
-    (3, "overprovisioning_factor"),
-    (4, "endpoint_stale_after"),
     (4, "policy"),
     (5, "named_endpoints"),
-    (6, "weighted_priority_health"),
 ];
 
 pub(super) const LOCALITY_LB_ENDPOINTS: &[(u32, &str)] = &[
-    (1, "lb_endpoints"),
     (1, "locality"),
     (2, "lb_endpoints"),
     (3, "load_balancing_weight"),
@@ -447,21 +408,15 @@ pub(super) const LB_ENDPOINT: &[(u32, &str)] = &[
 
 pub(super) const ENDPOINT: &[(u32, &str)] = &[
     (1, "address"),
-    (1, "port_value"),
     (2, "health_check_config"),
-    (2, "hostname"),
-    (3, "address"),
     (3, "hostname"),
     (4, "additional_addresses"),
-    (4, "disable_active_health_check"),
     (5, "observability_name"),
 ];
 
 pub(super) const HEALTH_CHECK: &[(u32, &str)] = &[
-    (1, "payload"),
     (1, "timeout"),
     (2, "interval"),
-    (2, "payload"),
     (3, "interval_jitter"),
     (4, "unhealthy_threshold"),
     (5, "healthy_threshold"),
@@ -525,9 +480,7 @@ pub(super) const HTTP_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
 
 pub(super) const HTTP2_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (1, "hpack_table_size"),
-    (1, "identifier"),
     (2, "max_concurrent_streams"),
-    (2, "value"),
     (3, "initial_stream_window_size"),
     (4, "initial_connection_window_size"),
     (5, "allow_connect"),
@@ -549,6 +502,89 @@ pub(super) const HTTP2_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (21, "stream_reset_burst"),
     (22, "stream_reset_rate"),
 ];
+
+pub(super) const DOWNSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
+    (1, "common_tls_context"),
+    (2, "require_client_certificate"),
+    (3, "require_sni"),
+    (4, "session_ticket_keys_type"),
+    (5, "session_ticket_keys_type"),
+    (6, "session_timeout"),
+    (7, "session_ticket_keys_type"),
+    (8, "ocsp_staple_policy"),
+    (9, "full_scan_certs_on_sni_mismatch"),
+    (10, "disable_stateful_session_resumption"),
+    (11, "prefer_client_ciphers"),
+];
+
+pub(super) const UPSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
+    (1, "common_tls_context"),
+    (2, "sni"),
+    (3, "allow_renegotiation"),
+    (4, "max_session_keys"),
+    (5, "enforce_rsa_key_usage"),
+    (6, "auto_host_sni"),
+    (7, "auto_sni_san_validation"),
+];
+
+pub(super) const COMMON_TLS_CONTEXT: &[(u32, &str)] = &[
+    (1, "tls_params"),
+    (2, "tls_certificates"),
+    (3, "validation_context_type"),
+    (4, "alpn_protocols"),
+    (6, "tls_certificate_sds_secret_configs"),
+    (7, "validation_context_type"),
+    (8, "validation_context_type"),
+    (9, "tls_certificate_certificate_provider"),
+    (10, "validation_context_type"),
+    (11, "tls_certificate_certificate_provider_instance"),
+    (12, "validation_context_type"),
+    (13, "custom_handshaker"),
+    (14, "tls_certificate_provider_instance"),
+    (15, "key_log"),
+    (16, "custom_tls_certificate_selector"),
+];
+
+pub(super) const TLS_CERTIFICATE: &[(u32, &str)] = &[
+    (1, "certificate_chain"),
+    (2, "private_key"),
+    (3, "password"),
+    (4, "ocsp_staple"),
+    (5, "signed_certificate_timestamp"),
+    (6, "private_key_provider"),
+    (7, "watched_directory"),
+    (8, "pkcs12"),
+    (9, "tls_params"),
+];
+
+pub(super) const CERTIFICATE_VALIDATION_CONTEXT: &[(u32, &str)] = &[
+    (1, "trusted_ca"),
+    (2, "verify_certificate_hash"),
+    (3, "verify_certificate_spki"),
+    (6, "require_signed_certificate_timestamp"),
+    (7, "crl"),
+    (8, "allow_expired_certificate"),
+    (9, "match_subject_alt_names"),
+    (10, "trust_chain_verification"),
+    (11, "watched_directory"),
+    (12, "custom_validator_config"),
+    (13, "ca_certificate_provider_instance"),
+    (14, "only_verify_leaf_cert_crl"),
+    (15, "match_typed_subject_alt_names"),
+    (16, "max_verify_depth"),
+    (17, "system_root_certs"),
+    (18, "suppress_client_ca_list"),
+];
+
+pub(super) const TLS_PARAMETERS: &[(u32, &str)] = &[
+    (1, "tls_minimum_protocol_version"),
+    (2, "tls_maximum_protocol_version"),
+    (3, "cipher_suites"),
+    (4, "ecdh_curves"),
+    (5, "signature_algorithms"),
+    (6, "compliance_policies"),
+];
+
 /// The names of the fields set in `rest` (what is left of a message once the supported fields
 /// are taken out), by `names`; a number when the table does not know it.
 pub(super) fn set_fields(rest: &impl prost::Message, names: &[(u32, &str)]) -> Vec<String> {

@@ -99,6 +99,11 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let at = format!("{at}.filter_chains[0]");
     let mut chain = chain;
     let filters = std::mem::take(&mut chain.filters);
+    let tls = chain
+        .transport_socket
+        .take()
+        .map(|socket| super::tls::listener_tls(socket, &at))
+        .transpose()?;
     chain.name.clear();
     chain.metadata = None;
     if chain
@@ -142,7 +147,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),
         access_log: None,
-        tls: None,
+        tls,
         ext_authz: None,
         http_filters: Vec::new(),
         routes: Vec::new(),

@@ -14,6 +14,7 @@
 //! route.rs     RouteConfiguration -> virtual hosts and routes
 //! cluster.rs   Cluster -> a cluster (endpoints inline, or by EDS name)
 //! endpoint.rs  ClusterLoadAssignment -> endpoints
+//! tls.rs       TLS transport sockets -> a listener's or a cluster's `tls`
 //! fields.rs    field numbers and names, to name what is not supported
 //! ```
 
@@ -24,6 +25,7 @@ mod listener;
 mod route;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

@@ -342,3 +342,101 @@ fn set_fields_reads_field_numbers_of_every_wire_type() {
         ["field 1", "field 5", "field 45"]
     );
 }
+
+#[test]
+fn tls_contexts_take_files_and_refuse_inline_keys() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        DataSource, TransportSocket, data_source, transport_socket,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, TlsCertificate,
+        UpstreamTlsContext, common_tls_context,
+    };
+    let file = |path: &str| {
+        Some(DataSource {
+            specifier: Some(data_source::Specifier::Filename(path.into())),
+            ..Default::default()
+        })
+    };
+    let common = |key: Option<DataSource>| CommonTlsContext {
+        tls_certificates: vec![TlsCertificate {
+            certificate_chain: file("/etc/edge/cert.pem"),
+            private_key: key,
+            ..Default::default()
+        }],
+        validation_context_type: Some(
+            common_tls_context::ValidationContextType::ValidationContext(
+                CertificateValidationContext {
+                    trusted_ca: file("/etc/edge/ca.pem"),
+                    ..Default::default()
+                },
+            ),
+        ),
+        alpn_protocols: vec!["h2".into(), "http/1.1".into()],
+        ..Default::default()
+    };
+    let socket = |any: Any| TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(any)),
+    };
+    let downstream = |key| DownstreamTlsContext {
+        common_tls_context: Some(common(key)),
+        require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
+            value: true,
+        }),
+        ..Default::default()
+    };
+
+    let mut l = listener("edge", "r");
+    l.filter_chains[0].transport_socket =
+        Some(socket(pack(&downstream(file("/etc/edge/key.pem")))));
+    let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let raw = XdsListener::decode(&pack(&l))
+        .unwrap()
+        .section(Some(&r), &Default::default());
+    let tls = raw.tls.unwrap();
+    assert_eq!(tls.certificates[0].cert_chain, "/etc/edge/cert.pem");
+    assert_eq!(tls.certificates[0].private_key, "/etc/edge/key.pem");
+    assert_eq!(tls.alpn.unwrap(), ["h2", "http/1.1"]);
+    let client = tls.client_certificate.unwrap();
+    assert_eq!(
+        (client.ca.as_str(), client.required),
+        ("/etc/edge/ca.pem", Some(true))
+    );
+
+    let inline = Some(DataSource {
+        specifier: Some(data_source::Specifier::InlineString("-----BEGIN".into())),
+        ..Default::default()
+    });
+    l.filter_chains[0].transport_socket = Some(socket(pack(&downstream(inline))));
+    let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
+    assert!(
+        error.contains("private_key") && error.contains("files only"),
+        "{error}"
+    );
+
+    let mut c = eds_cluster("web");
+    c.transport_socket = Some(socket(pack(&UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            validation_context_type: Some(
+                common_tls_context::ValidationContextType::ValidationContext(
+                    CertificateValidationContext {
+                        trusted_ca: file("/etc/edge/ca.pem"),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            ..Default::default()
+        }),
+        sni: "api.internal".into(),
+        ..Default::default()
+    })));
+    let tls = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None)
+        .tls
+        .unwrap();
+    assert_eq!(tls.ca.as_deref(), Some("/etc/edge/ca.pem"));
+    assert_eq!(tls.server_name.as_deref(), Some("api.internal"));
+    assert!(tls.client_certificate.is_none());
+}
