@@ -404,3 +404,110 @@ async fn state_of_the_world_survives_the_server_going_away() {
 async fn delta_survives_the_server_going_away() {
     survives_the_server_going_away("delta").await;
 }
+
+/// An ext_authz filter from the server, calling the sidecar its cluster names; a route that
+/// turns it off by `typed_per_filter_config`. The listener waits for the authorization
+/// cluster, and its requests are checked from the first one served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_authz_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+        ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    use testbed::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
+
+    let (upstream, _) = upstreams().await;
+    let sidecar = AuthzSidecar::start(
+        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        SidecarMode::Grpc,
+        AuthzRules {
+            allow_if: Some(("x-user".into(), "alice".into())),
+            deny_status: 401,
+            ..AuthzRules::default()
+        },
+    )
+    .await
+    .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+
+    // The listener's chain: ext_authz (by the cluster `authz`), then the router.
+    let authz = ExtAuthz {
+        services: Some(ext_authz::Services::GrpcService(GrpcService {
+            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                grpc_service::EnvoyGrpc {
+                    cluster_name: "authz".into(),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let filter = HttpFilter {
+        name: "envoy.filters.http.ext_authz".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&authz))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![filter],
+    );
+    let mut open = resources::forward("/public", "backend");
+    open.typed_per_filter_config.insert(
+        "envoy.filters.http.ext_authz".into(),
+        any(&ExtAuthzPerRoute {
+            r#override: Some(ext_authz_per_route::Override::Disabled(true)),
+        }),
+    );
+    let routes =
+        resources::route_config("web-routes", vec![open, resources::forward("/", "backend")]);
+
+    server.set(type_url::LISTENER, vec![("web".into(), any(&l))]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            named(eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            named(eds_cluster("authz", cluster::LbPolicy::RoundRobin)),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![assignment("backend", &[upstream.local_addr()])],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 1);
+    // Without the authorization cluster's endpoint the listener waits.
+    assert!(
+        server
+            .wait_for(LIMIT, |requests, _| requests
+                .iter()
+                .any(|r| r.type_url == type_url::ENDPOINT && r.is_ack()))
+            .await
+    );
+    assert_eq!(
+        config_dump(&proxy)["xds"]["warming_listeners"],
+        serde_json::json!(["web"])
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            assignment("backend", &[upstream.local_addr()]),
+            assignment("authz", &[sidecar.local_addr().unwrap()]),
+        ],
+    );
+    let addr = listener_address(&proxy, "web").await;
+    assert_eq!(answer(addr, "/private").await.0, 401, "checked, refused");
+    let alice = send_h1(addr, get("/private", &[("x-user", "alice")])).await;
+    assert_eq!(alice.status(), 200, "checked, allowed");
+    let checks = sidecar.checks();
+    assert_eq!(answer(addr, "/public/x").await.0, 200, "not checked");
+    assert_eq!(sidecar.checks(), checks);
+    server.shutdown();
+}

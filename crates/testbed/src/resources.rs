@@ -52,19 +52,30 @@ pub fn ads() -> Option<ConfigSource> {
 /// A listener on `addr`: one HTTP connection manager with the router, routes from RDS under
 /// `routes`.
 pub fn listener(name: &str, addr: SocketAddr, routes: &str) -> Listener {
+    listener_with_filters(name, addr, routes, Vec::new())
+}
+
+/// As [`listener`], with `filters` before the router.
+pub fn listener_with_filters(
+    name: &str,
+    addr: SocketAddr,
+    routes: &str,
+    mut filters: Vec<HttpFilter>,
+) -> Listener {
+    filters.push(HttpFilter {
+        name: "envoy.filters.http.router".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(
+            any(&Router::default()),
+        )),
+        ..Default::default()
+    });
     let hcm = HttpConnectionManager {
         stat_prefix: name.into(),
         route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(Rds {
             route_config_name: routes.into(),
             config_source: ads(),
         })),
-        http_filters: vec![HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(
-                any(&Router::default()),
-            )),
-            ..Default::default()
-        }],
+        http_filters: filters,
         ..Default::default()
     };
     Listener {

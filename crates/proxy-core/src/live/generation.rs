@@ -153,7 +153,12 @@ impl Generation {
     /// Propagation is measured from now (after the wait for DNS answers, which is not the
     /// workers').
     pub(crate) fn accepted_now(&mut self) {
-        self.progress.accepted_at = Instant::now();
+        self.accepted_at(Instant::now());
+    }
+
+    /// Propagation is measured from `at` (an xDS response's arrival) rather than from now.
+    pub(crate) fn accepted_at(&mut self, at: Instant) {
+        self.progress.accepted_at = at;
     }
 
     /// A worker serves with this generation from now on.

@@ -283,7 +283,7 @@ impl LiveConfig {
             None => Err(ReloadError::NoFile),
         };
         let result = match loaded {
-            Ok(config) => self.put_in_force(&mut reloads, config).await,
+            Ok(config) => self.put_in_force(&mut reloads, config, None).await,
             Err(error) => Err(error),
         };
         self.record(&reloads, &result);
@@ -299,9 +299,11 @@ impl LiveConfig {
 
     /// Puts the file's config in force with `dynamic` (from the management server) beside
     /// it, replacing what came from there before. On an error nothing changes.
+    /// `arrived`: when the update came, the start of the propagation recorded.
     pub(crate) async fn put_dynamic(
         &self,
         dynamic: DynamicSections,
+        arrived: std::time::Instant,
     ) -> Result<ReloadReport, ReloadError> {
         let mut reloads = self.reloads.lock().await;
         let origin = Arc::clone(&self.current().config.origin);
@@ -310,7 +312,9 @@ impl LiveConfig {
             dynamic.listeners.clone(),
             dynamic.clusters.clone(),
         )?;
-        let report = self.put_in_force(&mut reloads, config).await?;
+        let report = self
+            .put_in_force(&mut reloads, config, Some(arrived))
+            .await?;
         *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = dynamic;
         Ok(report)
     }
@@ -330,10 +334,12 @@ impl LiveConfig {
         &self.stats
     }
 
+    /// `arrived`: when the change came, if not now (propagation is measured from it).
     async fn put_in_force(
         &self,
         reloads: &mut Reloads,
         config: Config,
+        arrived: Option<std::time::Instant>,
     ) -> Result<ReloadReport, ReloadError> {
         let previous = self.current();
         let mut sockets = Sockets::default();
@@ -357,7 +363,10 @@ impl LiveConfig {
             let _ = tokio::task::spawn_blocking(move || wait_for_dns(&clusters)).await;
         }
         let mut generation = generation;
-        generation.accepted_now();
+        match arrived {
+            Some(at) => generation.accepted_at(at),
+            None => generation.accepted_now(),
+        }
         let generation = Arc::new(generation);
         self.generations.send_replace(Arc::clone(&generation));
         reloads.generation.set(generation.number as i64);

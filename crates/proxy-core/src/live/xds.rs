@@ -177,6 +177,7 @@ impl Applier {
     }
 
     async fn put_in_force(&mut self, kind: Kind, update: Update) -> Result<(), String> {
+        let arrived = std::time::Instant::now();
         let Some(live) = self.live.upgrade() else {
             return Err("the proxy is stopping".into());
         };
@@ -193,10 +194,13 @@ impl Applier {
         };
         merged.map_err(|e| e.to_string())?;
         let (listeners, clusters, warming) = next.sections();
-        live.put_dynamic(DynamicSections {
-            listeners,
-            clusters,
-        })
+        live.put_dynamic(
+            DynamicSections {
+                listeners,
+                clusters,
+            },
+            arrived,
+        )
         .await
         .map_err(|e| e.to_string())?;
         self.resources = next;

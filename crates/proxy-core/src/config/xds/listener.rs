@@ -1,6 +1,6 @@
 //! Listener + HttpConnectionManager -> a listener; its routes inline or by RDS name.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtocolOptions};
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -11,9 +11,10 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::Any;
 
+use super::ext_authz::{self, XdsAuthz};
 use super::route::XdsRoutes;
 use super::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
-use crate::config::raw::{RawHttp, RawListener};
+use crate::config::raw::{RawHttp, RawHttpFilter, RawListener};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -36,6 +37,8 @@ pub struct XdsListener {
     pub rds: Option<String>,
     /// Upgrades (`websocket`) every route allows.
     upgrades: Vec<String>,
+    /// The ext_authz filter, if the chain has one.
+    authz: Option<XdsAuthz>,
 }
 
 impl XdsListener {
@@ -44,17 +47,27 @@ impl XdsListener {
         translate(listener)
     }
 
-    /// As the config file writes it, with `routes` (from RDS) when it takes them from there.
+    /// The cluster its authorization service is found in, if any.
+    pub fn authz_cluster(&self) -> Option<&str> {
+        self.authz.as_ref().and_then(XdsAuthz::cluster)
+    }
+
+    /// As the config file writes it, with `routes` (from RDS) when it takes them from there;
+    /// `None` while its authorization cluster has no single host to call.
     pub(super) fn section(
         &self,
         routes: Option<&XdsRoutes>,
         ready: &BTreeSet<&str>,
-    ) -> RawListener {
+        single_hosts: &BTreeMap<&str, &str>,
+    ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
         if let Some(routes) = routes.or(self.inline.as_ref()) {
             raw.virtual_hosts = routes.section(ready, &self.upgrades);
         }
-        raw
+        if let Some(authz) = &self.authz {
+            raw.http_filters = vec![RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)];
+        }
+        Some(raw)
     }
 }
 
@@ -154,7 +167,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         virtual_hosts: Vec::new(),
         dynamic: true,
     };
-    let (inline, rds, upgrades) =
+    let (inline, rds, upgrades, authz) =
         connection_manager(hcm, &mut raw.http, &name, &format!("{at}.filters[0]"))?;
     Ok(XdsListener {
         name,
@@ -162,10 +175,16 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         inline,
         rds,
         upgrades,
+        authz,
     })
 }
 
-type Routing = (Option<XdsRoutes>, Option<String>, Vec<String>);
+type Routing = (
+    Option<XdsRoutes>,
+    Option<String>,
+    Vec<String>,
+    Option<XdsAuthz>,
+);
 
 fn connection_manager(
     mut hcm: HttpConnectionManager,
@@ -194,7 +213,7 @@ fn connection_manager(
             });
         }
     };
-    http_filters(std::mem::take(&mut hcm.http_filters), at)?;
+    let authz = http_filters(std::mem::take(&mut hcm.http_filters), at)?;
     if let Some(common) = hcm.common_http_protocol_options.take() {
         common_options(common, http, &format!("{at}.common_http_protocol_options"))?;
     }
@@ -233,39 +252,54 @@ fn connection_manager(
         });
     }
     nothing_else(&hcm, fields::HTTP_CONNECTION_MANAGER, at)?;
-    Ok((inline, rds, upgrades))
+    Ok((inline, rds, upgrades, authz))
 }
 
-/// Only the router, last, is supported: requests go to the route's cluster.
-fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<(), ResourceError> {
-    let is_router = |f: &HttpFilter| match &f.config_type {
-        Some(http_filter::ConfigType::TypedConfig(any)) => any.type_url == ROUTER,
-        None => f.name == "envoy.filters.http.router",
-        _ => false,
+/// ext_authz (at most once) and the router, last: requests are authorized, then go to the
+/// route's cluster. Other filters are refused.
+fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<Option<XdsAuthz>, ResourceError> {
+    let typed = |f: &HttpFilter| match &f.config_type {
+        Some(http_filter::ConfigType::TypedConfig(any)) => Some(any.clone()),
+        _ => None,
     };
+    let is_router = |f: &HttpFilter| match typed(f) {
+        Some(any) => any.type_url == ROUTER,
+        None => f.name == "envoy.filters.http.router",
+    };
+    let mut authz = None;
+    let filters: Vec<HttpFilter> = filters.into_iter().filter(|f| !f.disabled).collect();
     for (i, f) in filters.iter().enumerate() {
-        if f.disabled || (f.is_optional && !is_router(f)) {
+        let at = format!("{at}.http_filters[{i}]");
+        if is_router(f) {
+            if typed(f).is_some_and(|any| !any.value.is_empty()) {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec!["router settings".into()],
+                });
+            }
+            if i + 1 != filters.len() {
+                return Err(ResourceError::invalid(
+                    at,
+                    "the router must be the last filter",
+                ));
+            }
             continue;
         }
-        if !is_router(f) {
-            return Err(ResourceError::Unsupported {
-                at: format!("{at}.http_filters[{i}]"),
-                fields: vec![format!("HTTP filter `{}` (the router only)", f.name)],
-            });
-        }
-        if let Some(http_filter::ConfigType::TypedConfig(any)) = &f.config_type
-            && !any.value.is_empty()
-        {
-            return Err(ResourceError::Unsupported {
-                at: format!("{at}.http_filters[{i}]"),
-                fields: vec!["router settings".into()],
-            });
-        }
-        if i + 1 != filters.len() {
-            return Err(ResourceError::invalid(
-                format!("{at}.http_filters[{i}]"),
-                "the router must be the last filter",
-            ));
+        match typed(f) {
+            Some(any) if any.type_url == ext_authz::TYPE_URL && authz.is_none() => {
+                authz = Some(XdsAuthz::decode(&any, &at)?);
+            }
+            // An optional filter that is not known is skipped, as Envoy does.
+            _ if f.is_optional => {}
+            _ => {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![format!(
+                        "HTTP filter `{}` (ext_authz and the router only)",
+                        f.name
+                    )],
+                });
+            }
         }
     }
     if !filters.last().is_some_and(is_router) {
@@ -274,7 +308,7 @@ fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<(), ResourceError>
             "expected the router as the last filter",
         ));
     }
-    Ok(())
+    Ok(authz)
 }
 
 fn common_options(

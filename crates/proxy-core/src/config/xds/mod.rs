@@ -14,12 +14,14 @@
 //! route.rs     RouteConfiguration -> virtual hosts and routes
 //! cluster.rs   Cluster -> a cluster (endpoints inline, or by EDS name)
 //! endpoint.rs  ClusterLoadAssignment -> endpoints
+//! ext_authz.rs the ext_authz filter (gRPC) and its per-route settings
 //! tls.rs       TLS transport sockets -> a listener's or a cluster's `tls`
 //! fields.rs    field numbers and names, to name what is not supported
 //! ```
 
 mod cluster;
 mod endpoint;
+mod ext_authz;
 mod fields;
 mod listener;
 mod route;
@@ -42,7 +44,8 @@ pub use route::XdsRoutes;
 
 use super::ConfigError;
 use super::raw::{
-    RawAds, RawCluster, RawConfig, RawDirectResponse, RawDynamicResources, RawListener, RawNode,
+    RawAds, RawCluster, RawConfig, RawDirectResponse, RawDynamicResources, RawEndpoint,
+    RawListener, RawNode,
 };
 
 /// The resource types, as their type URLs name them.
@@ -360,13 +363,25 @@ impl Resources {
             clusters.push(held.value.section(endpoints));
         }
         let ready: BTreeSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+        // Clusters with one host: where an ext_authz filter naming one sends its checks.
+        let single_hosts: BTreeMap<&str, &str> = clusters
+            .iter()
+            .filter_map(|c| match c.endpoints.as_slice() {
+                [RawEndpoint::Weighted(e)] => Some((c.name.as_str(), e.address.as_str())),
+                [RawEndpoint::Address(a)] => Some((c.name.as_str(), a.as_str())),
+                _ => None,
+            })
+            .collect();
         let mut listeners = Vec::with_capacity(self.listeners.len());
         self.serving
             .retain(|name, _| self.listeners.contains_key(name));
         for (name, held) in &self.listeners {
-            let warm = |l: &XdsListener| match &l.rds {
-                None => true,
-                Some(routes) => self.routes.contains_key(routes),
+            let warm = |l: &XdsListener| {
+                let routes = l.rds.as_ref().is_none_or(|r| self.routes.contains_key(r));
+                let authz = l
+                    .authz_cluster()
+                    .is_none_or(|c| single_hosts.contains_key(c));
+                routes && authz
             };
             let listener = if warm(&held.value) {
                 self.serving.insert(name.clone(), Arc::clone(&held.value));
@@ -383,7 +398,9 @@ impl Resources {
                 .as_ref()
                 .and_then(|name| self.routes.get(name))
                 .map(|r| &*r.value);
-            listeners.push(listener.section(routes, &ready));
+            if let Some(section) = listener.section(routes, &ready, &single_hosts) {
+                listeners.push(section);
+            }
         }
         (listeners, clusters, warming)
     }

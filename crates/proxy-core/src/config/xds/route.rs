@@ -14,9 +14,12 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher;
 use envoy_types::pb::google::protobuf::Any;
 
-use super::{ResourceError, cluster_not_found, decode, duration, fields, nothing_else, type_url};
+use super::{
+    ResourceError, cluster_not_found, decode, duration, ext_authz, fields, nothing_else, type_url,
+};
 use crate::config::raw::{
-    RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
+    RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawRouteAuthz,
+    RawRouteFilters, RawVirtualHost,
 };
 
 /// Envoy's `timeout: 0s` means no timeout; here the longest a route may wait is a day.
@@ -107,6 +110,14 @@ impl XdsRoutes {
     }
 }
 
+/// A route's or host's `filters:` with ext_authz's entry, if it has one.
+fn filters(authz: Option<RawRouteAuthz>) -> Option<RawRouteFilters> {
+    authz.map(|authz| RawRouteFilters {
+        ext_authz: Some(authz),
+        ..Default::default()
+    })
+}
+
 /// A route that answers 404 to everything.
 fn not_found() -> RawRoute {
     RawRoute {
@@ -140,6 +151,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         .map(|r| retry(r, &format!("{at}.retry_policy")))
         .transpose()?;
     host.metadata = None;
+    let authz = ext_authz::per_route(std::mem::take(&mut host.typed_per_filter_config), at)?;
     nothing_else(&host, fields::VIRTUAL_HOST, at)?;
     let routes = routes
         .into_iter()
@@ -150,7 +162,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         name,
         domains,
         retry_policy,
-        filters: None,
+        filters: filters(authz),
         routes,
     })
 }
@@ -162,6 +174,7 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
     r.metadata = None;
     r.decorator = None;
     r.stat_prefix.clear();
+    let authz = ext_authz::per_route(std::mem::take(&mut r.typed_per_filter_config), at)?;
     nothing_else(&r, fields::ROUTE, at)?;
     let mut raw = RawRoute {
         matcher,
@@ -172,7 +185,7 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
         retry_policy: None,
         upgrades: Vec::new(),
         ext_authz: None,
-        filters: None,
+        filters: filters(authz),
     };
     match action {
         Some(route::Action::Route(action)) => forward(action, &mut raw, &format!("{at}.route"))?,

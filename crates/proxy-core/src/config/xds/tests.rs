@@ -259,7 +259,10 @@ fn a_dynamic_name_clashing_with_the_files_is_named_in_the_error() {
     let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
     let error = compose(
         &config.origin,
-        vec![l.section(Some(&r), &Default::default())],
+        vec![
+            l.section(Some(&r), &Default::default(), &Default::default())
+                .unwrap(),
+        ],
         vec![],
     )
     .unwrap_err()
@@ -393,7 +396,8 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
     let raw = XdsListener::decode(&pack(&l))
         .unwrap()
-        .section(Some(&r), &Default::default());
+        .section(Some(&r), &Default::default(), &Default::default())
+        .unwrap();
     let tls = raw.tls.unwrap();
     assert_eq!(tls.certificates[0].cert_chain, "/etc/edge/cert.pem");
     assert_eq!(tls.certificates[0].private_key, "/etc/edge/key.pem");
@@ -439,4 +443,91 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     assert_eq!(tls.ca.as_deref(), Some("/etc/edge/ca.pem"));
     assert_eq!(tls.server_name.as_deref(), Some("api.internal"));
     assert!(tls.client_certificate.is_none());
+}
+
+#[test]
+fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+        ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    let authz = ExtAuthz {
+        services: Some(ext_authz::Services::GrpcService(GrpcService {
+            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                grpc_service::EnvoyGrpc {
+                    cluster_name: "authz".into(),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "edge",
+        "127.0.0.1:0".parse().unwrap(),
+        "r",
+        vec![HttpFilter {
+            name: "envoy.filters.http.ext_authz".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(pack(&authz))),
+            ..Default::default()
+        }],
+    );
+    let mut open = resources::forward("/public", "web");
+    open.typed_per_filter_config.insert(
+        "envoy.filters.http.ext_authz".into(),
+        pack(&ExtAuthzPerRoute {
+            r#override: Some(ext_authz_per_route::Override::Disabled(true)),
+        }),
+    );
+    let r = resources::route_config("r", vec![open, resources::forward("/", "web")]);
+    let mut resources = Resources::default();
+    resources
+        .listeners
+        .insert("edge".into(), held(XdsListener::decode(&pack(&l)).unwrap()));
+    resources
+        .routes
+        .insert("r".into(), held(XdsRoutes::decode(&pack(&r)).unwrap()));
+    for name in ["web", "authz"] {
+        resources.clusters.insert(
+            name.into(),
+            held(XdsCluster::decode(&pack(&eds_cluster(name))).unwrap()),
+        );
+    }
+    let cla = assignment("web", vec![lb_endpoint(8001, HealthStatus::Healthy, None)]);
+    resources.endpoints.insert(
+        "web".into(),
+        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
+    );
+    let (listeners, _, warming) = resources.sections();
+    assert!(listeners.is_empty(), "waits for the authorization cluster");
+    assert_eq!(warming.listeners, ["edge"]);
+
+    let cla = assignment(
+        "authz",
+        vec![lb_endpoint(9191, HealthStatus::Healthy, None)],
+    );
+    resources.endpoints.insert(
+        "authz".into(),
+        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
+    );
+    let (listeners, clusters, _) = resources.sections();
+    let config = compose(
+        &crate::config::Config::from_yaml(
+            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+        )
+        .unwrap()
+        .origin,
+        listeners,
+        clusters,
+    )
+    .unwrap();
+    let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
+    assert_eq!(
+        dumped["http_filters"][0]["ext_authz"]["grpc"]["address"], "127.0.0.1:9191",
+        "{dumped}"
+    );
 }
