@@ -511,3 +511,80 @@ async fn ext_authz_from_the_management_server() {
     assert_eq!(sidecar.checks(), checks);
     server.shutdown();
 }
+
+/// A file listener beside the server's: reloading the file keeps the server's resources, an
+/// xDS update keeps the file's, and a server listener named like a file one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_and_the_server_share_the_config() {
+    let (upstream, _) = upstreams().await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    server.set(
+        type_url::CLUSTER,
+        vec![named(eds_cluster("backend", cluster::LbPolicy::RoundRobin))],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![assignment("backend", &[upstream.local_addr()])],
+    );
+    server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
+    server.set(
+        type_url::ROUTE,
+        vec![route_config("web-routes", &[("/", "backend")])],
+    );
+    let file = |status: u16| {
+        format!(
+            "{}listeners:\n  - name: health\n    address: 127.0.0.1:0\n    routes:\n      - match: {{ prefix: / }}\n        direct_response: {{ status: {status} }}\n",
+            bootstrap(server.local_addr(), "sotw")
+        )
+    };
+    let proxy = Proxy::start(&file(200), 1);
+    let health = proxy.addr();
+    let web = listener_address(&proxy, "web").await;
+    eventually("the server's routes", async || {
+        answer(web, "/").await.0 == 200
+    })
+    .await;
+
+    proxy.rewrite_config(&file(204));
+    let (status, body) = admin_request(proxy.admin.unwrap(), "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(answer(health, "/").await.0, 204, "the file's change");
+    assert_eq!(answer(web, "/").await.0, 200, "the server's listener stays");
+
+    server.set(
+        type_url::ROUTE,
+        vec![route_config("web-routes", &[("/", "")])],
+    );
+    eventually("the server's change", async || {
+        answer(web, "/").await.0 == 204
+    })
+    .await;
+    assert_eq!(
+        answer(health, "/").await.0,
+        204,
+        "the file's listener stays"
+    );
+
+    server.set(
+        type_url::LISTENER,
+        vec![
+            listener("web", "web-routes"),
+            listener("health", "web-routes"),
+        ],
+    );
+    assert!(
+        server
+            .wait_for(LIMIT, |requests, _| requests.iter().any(|r| r.is_nack()))
+            .await
+    );
+    let nack = server.requests().into_iter().find(|r| r.is_nack()).unwrap();
+    let detail = nack.error_detail.unwrap();
+    assert!(
+        detail.contains("listener `health`") && detail.contains("duplicate listener name"),
+        "{detail}"
+    );
+    assert_eq!(answer(web, "/").await.0, 204);
+    server.shutdown();
+}
