@@ -314,6 +314,28 @@ async fn follows_the_management_server(protocol: &str) {
         "{} of {sent} failed: {failures:?}",
         failures.len()
     );
+
+    // Removal: the listener goes (and its port with it), then the cluster.
+    server.set(type_url::LISTENER, vec![]);
+    eventually("the listener removed", async || {
+        config_dump(&proxy)["listeners"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "its port is closed"
+    );
+    server.set(type_url::CLUSTER, vec![]);
+    eventually("the cluster removed", async || {
+        config_dump(&proxy)["clusters"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    })
+    .await;
     server.shutdown();
     drop(proxy);
 }
