@@ -821,3 +821,28 @@ fn validate_reports_a_missing_certificate_file_by_key_path() {
         "{stderr}"
     );
 }
+
+/// Certificates and keys may be written inline as PEM text instead of paths (as management
+/// servers send them); `/config_dump` says `inline` and never shows the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_pem_certificates_serve() {
+    let (up, _upstream) = upstream().await;
+    let ca = Ca::new("inline ca");
+    let leaf = ca.leaf(&["localhost"]);
+    let quoted = |pem: &str| serde_json::to_string(pem).unwrap();
+    let block = one_certificate(&quoted(&leaf.cert_pem), &quoted(&leaf.key_pem), "");
+    let proxy = Proxy::start(&tls_config(&block, up), 1);
+    let client = client_config(ca.roots(), ClientOptions::default());
+    let stream = tls_connect(proxy.addr(), &client, "localhost")
+        .await
+        .unwrap();
+    assert_eq!(peer_leaf(&stream), leaf.der);
+    let mut sender = h1_over(stream).await;
+    let response = sender.send_request(get("/", &[])).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let (_, dump) = admin_request(proxy.admin.unwrap(), "GET", "/config_dump");
+    let parsed: serde_json::Value = serde_json::from_str(&dump).unwrap();
+    let certificate = &parsed["listeners"][0]["tls"]["certificates"][0];
+    assert_eq!(certificate["private_key"], "inline", "{dump}");
+    assert!(!dump.contains("PRIVATE KEY"), "the key is never dumped");
+}

@@ -11,14 +11,13 @@ mod client;
 mod server;
 pub mod settings;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use settings::TlsVersion;
+use settings::{PemSource, TlsVersion};
 
 pub(crate) use client::{UpstreamIo, UpstreamTls};
 pub(crate) use server::{Handshake, ServerTls, TlsListeners};
@@ -26,26 +25,26 @@ pub(crate) use server::{Handshake, ServerTls, TlsListeners};
 /// Why TLS material could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {path}: {source}")]
     Pem {
-        path: PathBuf,
+        path: PemSource,
         source: rustls::pki_types::pem::Error,
     },
-    #[error("{}: no certificate in the file", path.display())]
-    NoCertificate { path: PathBuf },
-    #[error("{}: unusable private key: {source}", path.display())]
+    #[error("{path}: no certificate in it")]
+    NoCertificate { path: PemSource },
+    #[error("{path}: unusable private key: {source}")]
     Key {
-        path: PathBuf,
+        path: PemSource,
         source: rustls::Error,
     },
-    #[error("{} does not hold the key of {}: {source}", key.display(), cert.display())]
+    #[error("{key} does not hold the key of {cert}: {source}")]
     KeyMismatch {
-        cert: PathBuf,
-        key: PathBuf,
+        cert: PemSource,
+        key: PemSource,
         source: rustls::Error,
     },
-    #[error("{}: unusable CA certificate: {reason}", path.display())]
-    Ca { path: PathBuf, reason: String },
+    #[error("{path}: unusable CA certificate: {reason}")]
+    Ca { path: PemSource, reason: String },
     #[error("{0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -77,34 +76,41 @@ fn versions(min: TlsVersion) -> &'static [&'static rustls::SupportedProtocolVers
 }
 
 /// A PEM certificate chain, leaf first.
-fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+fn load_certs(path: &PemSource) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem_error = |source| TlsError::Pem {
-        path: path.to_owned(),
+        path: path.clone(),
         source,
     };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(pem_error)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(pem_error)?;
+    let certs = match path {
+        PemSource::File(file) => CertificateDer::pem_file_iter(file)
+            .map_err(pem_error)?
+            .collect::<Result<Vec<_>, _>>(),
+        PemSource::Inline(text) => {
+            CertificateDer::pem_slice_iter(text.as_bytes()).collect::<Result<Vec<_>, _>>()
+        }
+    }
+    .map_err(pem_error)?;
     if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: path.to_owned(),
-        });
+        return Err(TlsError::NoCertificate { path: path.clone() });
     }
     Ok(certs)
 }
 
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|source| TlsError::Pem {
-        path: path.to_owned(),
+fn load_key(path: &PemSource) -> Result<PrivateKeyDer<'static>, TlsError> {
+    match path {
+        PemSource::File(file) => PrivateKeyDer::from_pem_file(file),
+        PemSource::Inline(text) => PrivateKeyDer::from_pem_slice(text.as_bytes()),
+    }
+    .map_err(|source| TlsError::Pem {
+        path: path.clone(),
         source,
     })
 }
 
 /// A chain and its key, checked to belong together.
 fn certified_key(
-    cert_path: &Path,
-    key_path: &Path,
+    cert_path: &PemSource,
+    key_path: &PemSource,
     provider: &CryptoProvider,
 ) -> Result<rustls::sign::CertifiedKey, TlsError> {
     let certs = load_certs(cert_path)?;
@@ -113,7 +119,7 @@ fn certified_key(
         .key_provider
         .load_private_key(key)
         .map_err(|source| TlsError::Key {
-            path: key_path.to_owned(),
+            path: key_path.clone(),
             source,
         })?;
     let certified = rustls::sign::CertifiedKey::new(certs, signing_key);
@@ -122,19 +128,19 @@ fn certified_key(
             Ok(certified)
         }
         Err(source) => Err(TlsError::KeyMismatch {
-            cert: cert_path.to_owned(),
-            key: key_path.to_owned(),
+            cert: cert_path.clone(),
+            key: key_path.clone(),
             source,
         }),
     }
 }
 
 /// The CA certificates of a PEM bundle.
-fn load_roots(path: &Path) -> Result<rustls::RootCertStore, TlsError> {
+fn load_roots(path: &PemSource) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in load_certs(path)? {
         roots.add(cert).map_err(|e| TlsError::Ca {
-            path: path.to_owned(),
+            path: path.clone(),
             reason: e.to_string(),
         })?;
     }

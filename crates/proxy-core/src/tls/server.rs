@@ -313,7 +313,7 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::settings::{AlpnProtocol, CertificateConfig, TlsVersion};
+    use crate::tls::settings::{AlpnProtocol, CertificateConfig, PemSource, TlsVersion};
 
     fn cert_files(dir: &std::path::Path, name: &str) -> CertificateConfig {
         let key = rcgen::KeyPair::generate().expect("key");
@@ -324,8 +324,8 @@ mod tests {
         std::fs::write(&cert_chain, cert.pem()).expect("write");
         std::fs::write(&private_key, key.serialize_pem()).expect("write");
         CertificateConfig {
-            cert_chain,
-            private_key,
+            cert_chain: PemSource::File(cert_chain),
+            private_key: PemSource::File(private_key),
             server_names: Vec::new(),
         }
     }
@@ -404,8 +404,8 @@ mod tests {
             .expect_err("mismatched key");
         assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err}");
         let missing = CertificateConfig {
-            cert_chain: dir.join("missing.pem"),
-            private_key: dir.join("missing.key"),
+            cert_chain: PemSource::File(dir.join("missing.pem")),
+            private_key: PemSource::File(dir.join("missing.key")),
             server_names: Vec::new(),
         };
         let err = ServerTls::check(&spec(vec![missing], UnknownServerName::Default))

@@ -1,6 +1,7 @@
 //! TLS settings of listeners (termination) and clusters (origination), validated.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Serialize, Serializer};
@@ -44,10 +45,10 @@ impl ListenerTlsConfig {
 /// A certificate chain with its key, and the SNI names it is served for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CertificateConfig {
-    /// PEM file: the leaf first, then intermediates.
-    pub cert_chain: PathBuf,
-    /// PEM file: PKCS#8, SEC1 (EC) or PKCS#1 (RSA).
-    pub private_key: PathBuf,
+    /// PEM: the leaf first, then intermediates.
+    pub cert_chain: PemSource,
+    /// PEM: PKCS#8, SEC1 (EC) or PKCS#1 (RSA).
+    pub private_key: PemSource,
     /// Exact names (`api.example.com`) or wildcards (`*.example.com`, one label), lowercase.
     pub server_names: Vec<ServerNameMatch>,
 }
@@ -110,7 +111,7 @@ impl AlpnProtocol {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClientCertificateConfig {
     /// PEM bundle of the CAs client certificates must chain to.
-    pub ca: PathBuf,
+    pub ca: PemSource,
     /// Refuse clients without a certificate; when false a certificate is asked for and
     /// verified if given.
     pub required: bool,
@@ -121,7 +122,7 @@ pub struct ClientCertificateConfig {
 pub struct ClusterTlsConfig {
     /// PEM bundle to verify the hosts against; `None`: the system's roots.
     #[serde(serialize_with = "ca_or_system")]
-    pub ca: Option<PathBuf>,
+    pub ca: Option<PemSource>,
     /// Name sent as SNI and checked against the certificate; `None`: the host's IP address
     /// (checked against the certificate's IP addresses, no SNI sent).
     pub server_name: Option<String>,
@@ -130,18 +131,46 @@ pub struct ClusterTlsConfig {
     pub min_version: TlsVersion,
 }
 
-/// A certificate chain and its private key, PEM files.
+/// A certificate chain and its private key, PEM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyPairConfig {
-    pub cert_chain: PathBuf,
-    pub private_key: PathBuf,
+    pub cert_chain: PemSource,
+    pub private_key: PemSource,
+}
+
+/// Where PEM data comes from: a file (read again by `/reload_certs`), or the text itself,
+/// written in place of a path (`"-----BEGIN CERTIFICATE-----\n..."`), as management servers
+/// send it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PemSource {
+    File(PathBuf),
+    Inline(Arc<str>),
+}
+
+impl std::fmt::Display for PemSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PemSource::File(path) => write!(f, "{}", path.display()),
+            PemSource::Inline(_) => f.write_str("inline PEM"),
+        }
+    }
+}
+
+impl Serialize for PemSource {
+    /// The path, or `inline`: never the PEM itself (it may be a private key).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PemSource::File(path) => s.collect_str(&path.display()),
+            PemSource::Inline(_) => s.serialize_str("inline"),
+        }
+    }
 }
 
 /// As `/config_dump` shows it: the bundle's path, or `system` (never a `null` that could read
 /// as "not verified").
-fn ca_or_system<S: serde::Serializer>(ca: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+fn ca_or_system<S: serde::Serializer>(ca: &Option<PemSource>, s: S) -> Result<S::Ok, S::Error> {
     match ca {
-        Some(path) => s.collect_str(&path.display()),
+        Some(source) => source.serialize(s),
         None => s.serialize_str("system"),
     }
 }

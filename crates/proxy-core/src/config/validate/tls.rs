@@ -159,11 +159,19 @@ pub(super) fn cluster_tls(raw: RawClusterTls, path: &str) -> Result<ClusterTlsCo
     Ok(config)
 }
 
-fn file(value: String, path: &str) -> Result<PathBuf, ConfigError> {
+/// A file path, or the PEM text itself.
+fn file(value: String, path: &str) -> Result<PemSource, ConfigError> {
     if value.is_empty() {
-        return Err(ConfigError::invalid(path, "expected a file path"));
+        return Err(ConfigError::invalid(
+            path,
+            "expected a file path or PEM text",
+        ));
     }
-    Ok(PathBuf::from(value))
+    Ok(if value.trim_start().starts_with("-----BEGIN ") {
+        PemSource::Inline(value.into())
+    } else {
+        PemSource::File(PathBuf::from(value))
+    })
 }
 
 fn version(value: Option<&str>, path: &str) -> Result<TlsVersion, ConfigError> {

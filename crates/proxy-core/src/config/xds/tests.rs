@@ -408,14 +408,27 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
         ("/etc/edge/ca.pem", Some(true))
     );
 
-    let inline = Some(DataSource {
-        specifier: Some(data_source::Specifier::InlineString("-----BEGIN".into())),
-        ..Default::default()
-    });
-    l.filter_chains[0].transport_socket = Some(socket(pack(&downstream(inline))));
+    let inline = |text: &str| {
+        Some(DataSource {
+            specifier: Some(data_source::Specifier::InlineString(text.into())),
+            ..Default::default()
+        })
+    };
+    let pem = "Bag Attributes\n-----BEGIN PRIVATE KEY-----\nMC4=\n-----END PRIVATE KEY-----\n";
+    l.filter_chains[0].transport_socket = Some(socket(pack(&downstream(inline(pem)))));
+    let raw = XdsListener::decode(&pack(&l))
+        .unwrap()
+        .section(Some(&r), &Default::default(), &Default::default())
+        .unwrap();
+    assert!(
+        raw.tls.unwrap().certificates[0]
+            .private_key
+            .starts_with("-----BEGIN PRIVATE KEY")
+    );
+    l.filter_chains[0].transport_socket = Some(socket(pack(&downstream(inline("no pem")))));
     let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
     assert!(
-        error.contains("private_key") && error.contains("files only"),
+        error.contains("private_key") && error.contains("without a PEM block"),
         "{error}"
     );
 

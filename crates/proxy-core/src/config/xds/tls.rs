@@ -1,6 +1,6 @@
 //! TLS transport sockets: DownstreamTlsContext -> a listener's `tls`, UpstreamTlsContext -> a
-//! cluster's. Certificates, keys and CAs are files (`filename`); inline ones and SDS are not
-//! supported yet and are refused.
+//! cluster's. Certificates, keys and CAs are files (`filename`) or inline PEM; SDS is not
+//! supported yet and is refused.
 
 use envoy_types::pb::envoy::config::core::v3::{
     DataSource, TransportSocket, data_source, transport_socket,
@@ -172,14 +172,30 @@ fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts,
     Ok(parts)
 }
 
-/// A file name; inline PEM is not supported yet.
+/// A file name, or inline PEM (from its first `-----BEGIN`: the config takes text that
+/// starts so as PEM, not as a path).
 fn file(source: Option<DataSource>, at: &str) -> Result<String, ResourceError> {
+    let inline = |text: String| match text.find("-----BEGIN ") {
+        Some(start) => Ok(text[start..].to_owned()),
+        None => Err(ResourceError::invalid(
+            at,
+            "inline data without a PEM block",
+        )),
+    };
     match source.and_then(|s| s.specifier) {
         Some(data_source::Specifier::Filename(path)) if !path.is_empty() => Ok(path),
+        Some(data_source::Specifier::InlineString(text)) => inline(text),
+        Some(data_source::Specifier::InlineBytes(bytes)) => inline(
+            String::from_utf8(bytes)
+                .map_err(|_| ResourceError::invalid(at, "PEM that is not text"))?,
+        ),
         Some(_) => Err(ResourceError::Unsupported {
             at: at.to_owned(),
-            fields: vec!["inline or environment data (files only, `filename`)".into()],
+            fields: vec!["environment_variable (files or inline PEM)".into()],
         }),
-        None => Err(ResourceError::invalid(at, "expected a `filename`")),
+        None => Err(ResourceError::invalid(
+            at,
+            "expected a `filename` or inline PEM",
+        )),
     }
 }
