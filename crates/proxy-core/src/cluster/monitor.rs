@@ -144,6 +144,11 @@ fn follow(
                 lookups: HashMap::new(),
                 stats: None,
             });
+        // Only lookups and checks record on this shard: a cluster with neither (most of a
+        // management server's) gets no series cells here.
+        if cluster.dns.is_none() && cluster.health_check.is_none() {
+            continue;
+        }
         let cluster_stats = entry
             .stats
             .get_or_insert_with(|| Rc::new(stats.catalog.cluster(shard, &cluster.name)));
