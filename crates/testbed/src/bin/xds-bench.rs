@@ -11,7 +11,7 @@
 //!    connection that asks back to back. p50/p99/max over `--flips`.
 //! 2. Scale: `--clusters` EDS clusters with 10 endpoints each pushed at once; the time until
 //!    the proxy ACKs the endpoints of all of them, its CPU time meanwhile (/proc), and its
-//!    resident memory before and after.
+//!    resident memory before and after (at the ACK, and again a second later).
 //!
 //! The proxy's ACKs of every type are listed too: the server speaks the protocol as real
 //! control planes do if Envoy accepts it. The proxy is started by this program and ended by
@@ -354,14 +354,20 @@ async fn run(args: &Args, server: &ManagementServer, port: u16, pid: u32) -> Res
             return Err(format!("{wanted} clusters' endpoints never ACKed"));
         }
         let (cpu1, rss1) = usage(pid);
+        // Workers may still be taking the clusters in after the ACK (Envoy ACKs from its main
+        // thread): a second look once they are surely done.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (cpu2, rss2) = usage(pid);
         println!(
-            "{} {wanted} clusters x 10 endpoints ({}): applied and ACKed in {:.0} ms, CPU {:.2} s, RSS {:.1} -> {:.1} MiB",
+            "{} {wanted} clusters x 10 endpoints ({}): applied and ACKed in {:.0} ms, CPU {:.2} s ({:.2} s a second later), RSS {:.1} -> {:.1} MiB ({:.1} MiB a second later)",
             args.proxy,
             args.protocol,
             took.as_secs_f64() * 1e3,
             cpu1 - cpu0,
+            cpu2 - cpu0,
             rss0 as f64 / 1048576.0,
             rss1 as f64 / 1048576.0,
+            rss2 as f64 / 1048576.0,
         );
     }
     let nacks: Vec<String> = server
