@@ -610,3 +610,24 @@ async fn the_file_and_the_server_share_the_config() {
     assert_eq!(answer(web, "/").await.0, 204);
     server.shutdown();
 }
+
+/// The management server on a Unix socket (`address: unix:/path`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_management_server_on_a_unix_socket() {
+    let dir = ScratchDir::new();
+    let socket = dir.0.join("xds.sock");
+    let server = ManagementServer::start_unix(&socket).await.unwrap();
+    server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
+    server.set(
+        type_url::ROUTE,
+        vec![route_config("web-routes", &[("/", "")])],
+    );
+    let bootstrap = format!(
+        "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1 }}\ndynamic_resources: {{ ads: {{ address: \"unix:{}\" }} }}\n",
+        socket.display()
+    );
+    let proxy = Proxy::start(&bootstrap, 1);
+    let web = listener_address(&proxy, "web").await;
+    assert_eq!(answer(web, "/").await.0, 204);
+    server.shutdown();
+}

@@ -179,6 +179,18 @@ impl ManagementServer {
     pub async fn start(addr: SocketAddr) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        Ok(Self::serve(listener, addr))
+    }
+
+    /// Serves on a Unix socket at `path` (an existing file there is replaced).
+    /// [`local_addr`](Self::local_addr) is then `0.0.0.0:0`.
+    pub async fn start_unix(path: &std::path::Path) -> io::Result<Self> {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path)?;
+        Ok(Self::serve(listener, SocketAddr::from(([0, 0, 0, 0], 0))))
+    }
+
+    fn serve<L: Incoming>(listener: L, addr: SocketAddr) -> Self {
         let state = Arc::new(State {
             types: Mutex::new(HashMap::new()),
             log: Mutex::new(Log::default()),
@@ -189,11 +201,11 @@ impl ManagementServer {
         });
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(accept_loop(listener, Arc::clone(&state), stopped));
-        Ok(Self {
+        Self {
             addr,
             state,
             stop: Arc::new(stop),
-        })
+        }
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -268,11 +280,37 @@ impl ManagementServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watch::Receiver<bool>) {
+/// A listening socket the server accepts connections on: TCP or Unix.
+trait Incoming: Send + 'static {
+    type Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    fn next(&self) -> impl Future<Output = io::Result<Self::Io>> + Send;
+}
+
+impl Incoming for TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn next(&self) -> io::Result<Self::Io> {
+        let (stream, _) = self.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+}
+
+impl Incoming for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn next(&self) -> io::Result<Self::Io> {
+        Ok(self.accept().await?.0)
+    }
+}
+
+async fn accept_loop<L: Incoming>(
+    listener: L,
+    state: Arc<State>,
+    mut stopped: watch::Receiver<bool>,
+) {
     loop {
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+            accepted = listener.next() => match accepted {
+                Ok(stream) => stream,
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
@@ -280,7 +318,6 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watc
             },
             () = until_stopped(&mut stopped) => return,
         };
-        let _ = stream.set_nodelay(true);
         let service = AggregatedDiscoveryServiceServer::new(Ads {
             state: Arc::clone(&state),
             stopped: stopped.clone(),
