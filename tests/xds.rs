@@ -432,13 +432,6 @@ async fn delta_survives_the_server_going_away() {
 /// cluster, and its requests are checked from the first one served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ext_authz_from_the_management_server() {
-    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
-    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
-        ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
-    };
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-        HttpFilter, http_filter,
-    };
     use testbed::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
 
     let (upstream, _) = upstreams().await;
@@ -458,36 +451,13 @@ async fn ext_authz_from_the_management_server() {
         .unwrap();
 
     // The listener's chain: ext_authz (by the cluster `authz`), then the router.
-    let authz = ExtAuthz {
-        services: Some(ext_authz::Services::GrpcService(GrpcService {
-            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
-                grpc_service::EnvoyGrpc {
-                    cluster_name: "authz".into(),
-                    ..Default::default()
-                },
-            )),
-            ..Default::default()
-        })),
-        ..Default::default()
-    };
-    let filter = HttpFilter {
-        name: "envoy.filters.http.ext_authz".into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(any(&authz))),
-        ..Default::default()
-    };
     let l = resources::listener_with_filters(
         "web",
         "127.0.0.1:0".parse().unwrap(),
         "web-routes",
-        vec![filter],
+        vec![resources::ext_authz_filter("authz")],
     );
-    let mut open = resources::forward("/public", "backend");
-    open.typed_per_filter_config.insert(
-        "envoy.filters.http.ext_authz".into(),
-        any(&ExtAuthzPerRoute {
-            r#override: Some(ext_authz_per_route::Override::Disabled(true)),
-        }),
-    );
+    let open = resources::without_ext_authz(resources::forward("/public", "backend"));
     let routes =
         resources::route_config("web-routes", vec![open, resources::forward("/", "backend")]);
 

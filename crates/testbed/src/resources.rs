@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     Address, AggregatedConfigSource, ApiVersion, ConfigSource, SocketAddress, address,
     config_source, socket_address,
 };
+use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
 };
@@ -17,6 +18,9 @@ use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener
 use envoy_types::pb::envoy::config::route::v3::{
     DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route,
     route_action, route_match,
+};
+use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+    ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
 };
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
@@ -47,6 +51,38 @@ pub fn ads() -> Option<ConfigSource> {
         )),
         ..Default::default()
     })
+}
+
+/// The ext_authz HTTP filter, checking with the gRPC service of `cluster`.
+pub fn ext_authz_filter(cluster: &str) -> HttpFilter {
+    let authz = ExtAuthz {
+        services: Some(ext_authz::Services::GrpcService(GrpcService {
+            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                grpc_service::EnvoyGrpc {
+                    cluster_name: cluster.into(),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    HttpFilter {
+        name: "envoy.filters.http.ext_authz".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&authz))),
+        ..Default::default()
+    }
+}
+
+/// `route` with ext_authz turned off.
+pub fn without_ext_authz(mut route: Route) -> Route {
+    route.typed_per_filter_config.insert(
+        "envoy.filters.http.ext_authz".into(),
+        any(&ExtAuthzPerRoute {
+            r#override: Some(ext_authz_per_route::Override::Disabled(true)),
+        }),
+    );
+    route
 }
 
 /// A listener on `addr`: one HTTP connection manager with the router, routes from RDS under

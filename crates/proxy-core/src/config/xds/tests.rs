@@ -460,42 +460,13 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
 
 #[test]
 fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
-    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
-    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
-        ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
-    };
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-        HttpFilter, http_filter,
-    };
-    let authz = ExtAuthz {
-        services: Some(ext_authz::Services::GrpcService(GrpcService {
-            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
-                grpc_service::EnvoyGrpc {
-                    cluster_name: "authz".into(),
-                    ..Default::default()
-                },
-            )),
-            ..Default::default()
-        })),
-        ..Default::default()
-    };
     let l = resources::listener_with_filters(
         "edge",
         "127.0.0.1:0".parse().unwrap(),
         "r",
-        vec![HttpFilter {
-            name: "envoy.filters.http.ext_authz".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(pack(&authz))),
-            ..Default::default()
-        }],
+        vec![resources::ext_authz_filter("authz")],
     );
-    let mut open = resources::forward("/public", "web");
-    open.typed_per_filter_config.insert(
-        "envoy.filters.http.ext_authz".into(),
-        pack(&ExtAuthzPerRoute {
-            r#override: Some(ext_authz_per_route::Override::Disabled(true)),
-        }),
-    );
+    let open = resources::without_ext_authz(resources::forward("/public", "web"));
     let r = resources::route_config("r", vec![open, resources::forward("/", "web")]);
     let mut resources = Resources::default();
     resources
