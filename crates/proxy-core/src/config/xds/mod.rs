@@ -203,7 +203,7 @@ fn decode<M: prost::Message + Default>(
     })
 }
 
-/// A protobuf duration as a std one; negative ones are refused.
+/// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.
 fn duration(
     value: Option<envoy_types::pb::google::protobuf::Duration>,
     at: &str,
@@ -213,6 +213,10 @@ fn duration(
     };
     if d.seconds < 0 || d.nanos < 0 {
         return Err(ResourceError::invalid(at, "a negative duration"));
+    }
+    // The file's bound too: deadlines computed from it must not overflow.
+    if d.seconds > 1_000_000_000 {
+        return Err(ResourceError::invalid(at, "longer than 10^9 seconds"));
     }
     Ok(Some(
         Duration::from_secs(d.seconds as u64) + Duration::from_nanos(d.nanos as u64),

@@ -108,6 +108,16 @@ fn a_cluster_keeps_envoys_defaults_and_names_its_eds_service() {
 }
 
 #[test]
+fn durations_out_of_bounds_are_refused() {
+    for seconds in [-1, 1_000_000_001, i64::MAX] {
+        let mut c = eds_cluster("web");
+        c.connect_timeout = Some(PbDuration { seconds, nanos: 0 });
+        let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+        assert!(error.contains("connect_timeout"), "{error}");
+    }
+}
+
+#[test]
 fn outlier_detection_enforces_as_envoy_does() {
     let mut c = eds_cluster("web");
     c.outlier_detection = Some(OutlierDetection::default());
