@@ -32,7 +32,7 @@ mod shared;
 mod upgrade;
 
 use std::cell::RefCell;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -63,7 +63,9 @@ pub(crate) struct Cluster {
 struct Pools {
     /// The host set's version these pools follow.
     version: u64,
-    hosts: Vec<Rc<HostPool>>,
+    /// Each host of the set, with its pool once a request has gone to it: a host this worker
+    /// never sends to (most of a large fleet's) holds no pool and no stats here.
+    hosts: Vec<(SocketAddr, Option<Rc<HostPool>>)>,
 }
 
 impl Cluster {
@@ -111,20 +113,16 @@ impl Cluster {
         if pools.version == snapshot.version() {
             return;
         }
-        let name = &self.settings.shared.name;
         let hosts = snapshot
             .hosts()
             .map(|host| {
                 let addr = host.addr();
-                match pools.hosts.iter().find(|p| p.addr() == addr) {
-                    Some(pool) => Rc::clone(pool),
-                    None => Rc::new(HostPool::new(
-                        Rc::clone(&self.stats),
-                        self.catalog.host(&self.shard, name, &addr.to_string()),
-                        addr,
-                        Rc::clone(&self.settings),
-                    )),
-                }
+                let pool = pools
+                    .hosts
+                    .iter()
+                    .find(|(a, _)| *a == addr)
+                    .and_then(|(_, pool)| pool.clone());
+                (addr, pool)
             })
             .collect();
         *pools = Pools {
@@ -150,16 +148,26 @@ impl Cluster {
         Some((pool, picked))
     }
 
+    /// The pool of the picked host, made on its first request; `None` if the host is not in
+    /// the set these pools follow.
     fn pool_of(&self, picked: &Picked) -> Option<Rc<HostPool>> {
-        let pools = self.pools.borrow();
-        match pools.hosts.get(picked.index()) {
-            Some(pool) if pool.addr() == picked.addr() => Some(Rc::clone(pool)),
-            _ => pools
-                .hosts
-                .iter()
-                .find(|p| p.addr() == picked.addr())
-                .cloned(),
-        }
+        let mut pools = self.pools.borrow_mut();
+        let addr = picked.addr();
+        let slot = match pools.hosts.get(picked.index()) {
+            Some((a, _)) if *a == addr => picked.index(),
+            _ => pools.hosts.iter().position(|(a, _)| *a == addr)?,
+        };
+        let (_, pool) = &mut pools.hosts[slot];
+        let pool = pool.get_or_insert_with(|| {
+            Rc::new(HostPool::new(
+                Rc::clone(&self.stats),
+                self.catalog
+                    .host(&self.shard, &self.settings.shared.name, &addr.to_string()),
+                addr,
+                Rc::clone(&self.settings),
+            ))
+        });
+        Some(Rc::clone(pool))
     }
 }
 
