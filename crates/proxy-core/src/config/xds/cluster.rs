@@ -127,10 +127,17 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .map(|v| u64::from(v.value));
     let mut max_requests_per_connection = c.max_requests_per_connection.take().map(|v| v.value);
     let mut protocol = None;
-    if c.http2_protocol_options.take().is_some() {
+    if let Some(h2) = c.http2_protocol_options.take() {
+        only_defaults_h2(&h2, &at)?;
         protocol = Some("http2".to_owned());
     }
-    if c.http_protocol_options.take().is_some() {
+    if let Some(h1) = c.http_protocol_options.take() {
+        if h1 != Default::default() {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec!["http_protocol_options settings".into()],
+            });
+        }
         protocol.get_or_insert_with(|| "http1".to_owned());
     }
     if let Some(common) = c.common_http_protocol_options.take() {
@@ -306,7 +313,15 @@ fn upstream_options(value: &Any, at: &str) -> Result<(&'static str, Option<u32>)
     let protocol = match options.upstream_protocol_options.take() {
         Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) => {
             match explicit.protocol_config {
-                Some(ProtocolConfig::HttpProtocolOptions(_)) => "http1",
+                Some(ProtocolConfig::HttpProtocolOptions(h1)) if h1 == Default::default() => {
+                    "http1"
+                }
+                Some(ProtocolConfig::HttpProtocolOptions(_)) => {
+                    return Err(ResourceError::Unsupported {
+                        at: at.to_owned(),
+                        fields: vec!["http_protocol_options settings".into()],
+                    });
+                }
                 Some(ProtocolConfig::Http2ProtocolOptions(h2)) => {
                     only_defaults_h2(&h2, at)?;
                     "http2"

@@ -37,15 +37,16 @@ impl XdsEndpoints {
         };
         let localities = std::mem::take(&mut cla.endpoints);
         cla.cluster_name.clear();
-        // Only the drop and overprovisioning policy is there: drops are not supported, the
-        // overprovisioning factor matters only across priorities, which are not either.
-        if let Some(policy) = cla.policy.take()
-            && !policy.drop_overloads.is_empty()
-        {
-            return Err(ResourceError::Unsupported {
-                at,
-                fields: vec!["policy.drop_overloads".into()],
-            });
+        // The overprovisioning factor matters only across priorities, which are not
+        // supported; any other policy (drops, staleness, priority health) is refused.
+        if let Some(mut policy) = cla.policy.take() {
+            policy.overprovisioning_factor = None;
+            if policy != Default::default() {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec!["policy (besides overprovisioning_factor)".into()],
+                });
+            }
         }
         nothing_else(&cla, fields::CLUSTER_LOAD_ASSIGNMENT, &at)?;
         let mut hosts: Vec<(String, u32)> = Vec::new();

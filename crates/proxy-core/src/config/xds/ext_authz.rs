@@ -49,11 +49,20 @@ impl XdsAuthz {
             return Err(unsupported("http_service (the gRPC service only)"));
         };
         let target = match service.target_specifier.take() {
-            Some(grpc_service::TargetSpecifier::EnvoyGrpc(grpc)) => {
-                Target::Cluster(grpc.cluster_name)
+            // Only the target: credentials (TLS), authority or retries are not supported.
+            Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
+                let cluster = std::mem::take(&mut grpc.cluster_name);
+                if grpc != Default::default() {
+                    return Err(unsupported("envoy_grpc besides cluster_name"));
+                }
+                Target::Cluster(cluster)
             }
-            Some(grpc_service::TargetSpecifier::GoogleGrpc(grpc)) => {
-                Target::Address(grpc.target_uri)
+            Some(grpc_service::TargetSpecifier::GoogleGrpc(mut grpc)) => {
+                let target = std::mem::take(&mut grpc.target_uri);
+                if grpc != Default::default() {
+                    return Err(unsupported("google_grpc besides target_uri (credentials)"));
+                }
+                Target::Address(target)
             }
             None => {
                 return Err(ResourceError::invalid(
@@ -69,20 +78,32 @@ impl XdsAuthz {
         if service != Default::default() {
             return Err(unsupported("grpc_service (besides the target and timeout)"));
         }
+        if filter
+            .with_request_body
+            .as_ref()
+            .is_some_and(|b| b.pack_as_bytes)
+        {
+            return Err(unsupported("with_request_body.pack_as_bytes"));
+        }
         let with_request_body = filter.with_request_body.take().map(|b| RawAuthzBody {
             max_request_bytes: Some(u64::from(b.max_request_bytes)),
             allow_partial_message: Some(b.allow_partial_message),
         });
+        let status_on_error = match filter.status_on_error.take().map(|s| s.code) {
+            None | Some(0) => None,
+            Some(code) => Some(u16::try_from(code).map_err(|_| {
+                ResourceError::invalid(
+                    format!("{at}.status_on_error"),
+                    format!("{code} is not a status"),
+                )
+            })?),
+        };
         let raw = RawExtAuthz {
             grpc: None,
             http: None,
             timeout,
             failure_mode_allow: Some(std::mem::take(&mut filter.failure_mode_allow)),
-            status_on_error: filter
-                .status_on_error
-                .take()
-                .and_then(|s| u16::try_from(s.code).ok())
-                .filter(|code| *code != 0),
+            status_on_error,
             with_request_body,
         };
         // The v3 API is the only one, and the stats prefix changes nothing.

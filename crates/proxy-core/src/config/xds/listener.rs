@@ -238,13 +238,9 @@ fn connection_manager(
         }
         upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
     }
-    // Explicitly off is the behaviour here; on is not supported.
-    if hcm.use_remote_address.take().is_some_and(|v| v.value) {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: vec!["use_remote_address".into()],
-        });
-    }
+    // Legate always appends the peer's address to x-forwarded-for (Envoy's behaviour with
+    // `use_remote_address: true`); docs/xds.md says so for `false`, the default.
+    hcm.use_remote_address = None;
     if hcm.normalize_path.take().is_some_and(|v| v.value) || hcm.merge_slashes {
         return Err(ResourceError::Unsupported {
             at: at.to_owned(),

@@ -49,6 +49,12 @@ pub(super) fn listener_tls(
     let required = tls.require_client_certificate.take().map(|v| v.value);
     nothing_else(&tls, fields::DOWNSTREAM_TLS_CONTEXT, &at)?;
     let parts = common_context(common, &format!("{at}.common_tls_context"))?;
+    if required == Some(true) && parts.ca.is_none() {
+        return Err(ResourceError::invalid(
+            at,
+            "require_client_certificate needs a validation_context with trusted_ca",
+        ));
+    }
     if parts.certificates.is_empty() {
         return Err(ResourceError::invalid(
             at,
@@ -88,6 +94,15 @@ pub(super) fn cluster_tls(
     let sni = std::mem::take(&mut tls.sni);
     nothing_else(&tls, fields::UPSTREAM_TLS_CONTEXT, &at)?;
     let mut parts = common_context(common, &format!("{at}.common_tls_context"))?;
+    // The protocol offered is the cluster's own (`h2` or `http/1.1`).
+    if !parts.alpn.is_empty() {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec![
+                "common_tls_context.alpn_protocols (the cluster's protocol decides)".into(),
+            ],
+        });
+    }
     if parts.certificates.len() > 1 {
         return Err(ResourceError::invalid(at, "at most one client certificate"));
     }
