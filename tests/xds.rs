@@ -152,6 +152,16 @@ impl SteadyClient {
         }
     }
 
+    /// Returns once three more requests have been answered: called after each change, it
+    /// makes sure traffic ran on both sides of it.
+    async fn keeps_going(&self) {
+        let from = self.sent.load(Ordering::Relaxed);
+        eventually("three more steady requests", async || {
+            self.sent.load(Ordering::Relaxed) >= from + 3
+        })
+        .await;
+    }
+
     /// Stops once at least 50 requests were sent, and returns (requests sent, failures).
     async fn finish(self) -> (u64, Vec<String>) {
         let sent = Arc::clone(&self.sent);
@@ -208,6 +218,7 @@ async fn follows_the_management_server(protocol: &str) {
     })
     .await;
     let steady = SteadyClient::start(addr).await;
+    steady.keeps_going().await;
 
     // An endpoint-only change.
     server.set(
@@ -218,6 +229,7 @@ async fn follows_the_management_server(protocol: &str) {
         answer(addr, "/").await == (200, two.local_addr().to_string())
     })
     .await;
+    steady.keeps_going().await;
 
     // A route change.
     server.set(
@@ -231,6 +243,7 @@ async fn follows_the_management_server(protocol: &str) {
         answer(addr, "/direct").await.0 == 204
     })
     .await;
+    steady.keeps_going().await;
 
     // A cluster change: another policy, the same endpoints.
     server.set(
@@ -245,6 +258,31 @@ async fn follows_the_management_server(protocol: &str) {
     })
     .await;
     assert_eq!(answer(addr, "/").await, (200, two.local_addr().to_string()));
+    steady.keeps_going().await;
+
+    // The same endpoints again (in state of the world, under a new version): ACKed, and
+    // no new config is built for them.
+    let generation = config_dump(&proxy)["generation"].clone();
+    let acks = |requests: &[testbed::xds::SeenRequest]| {
+        requests
+            .iter()
+            .filter(|r| r.type_url == type_url::ENDPOINT && r.is_ack())
+            .count()
+    };
+    let acked = acks(&server.requests());
+    server.set(
+        type_url::ENDPOINT,
+        vec![assignment("backend", &[two.local_addr()])],
+    );
+    if protocol == "sotw" {
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| acks(requests) > acked)
+                .await,
+            "the resend is ACKed"
+        );
+    }
+    assert_eq!(config_dump(&proxy)["generation"], generation);
 
     // An unsupported field: NACKed with the reason; the last good config keeps serving.
     let mut bad = eds_cluster("backend", cluster::LbPolicy::Random);
@@ -276,6 +314,29 @@ async fn follows_the_management_server(protocol: &str) {
         .unwrap();
     assert_eq!(nack.response_nonce, refused.nonce);
     assert_eq!(answer(addr, "/").await, (200, two.local_addr().to_string()));
+    steady.keeps_going().await;
+    // The NACK is the last word on clusters until the server changes them: no retry loop.
+    // (Whatever the proxy sent after it went out before the endpoints' next ACK below.)
+    let acked = acks(&server.requests());
+    server.set(
+        type_url::ENDPOINT,
+        vec![assignment("backend", &[two.local_addr(), one.local_addr()])],
+    );
+    assert!(
+        server
+            .wait_for(LIMIT, |requests, _| acks(requests) > acked)
+            .await,
+        "the endpoints' change is ACKed"
+    );
+    let requests = server.requests();
+    let at = requests.iter().position(|r| r.is_nack()).unwrap();
+    assert!(
+        requests[at + 1..]
+            .iter()
+            .all(|r| r.type_url != type_url::CLUSTER),
+        "{:?}",
+        &requests[at + 1..]
+    );
     let admin = proxy.admin.unwrap();
     assert!(stat(admin, "xds_update_rejected_total") >= 1);
     assert!(stat(admin, "xds_update_success_total") >= 5);
@@ -336,7 +397,12 @@ async fn follows_the_management_server(protocol: &str) {
             .is_empty()
     })
     .await;
-    server.shutdown();
+    // The routes and endpoints nothing names any more are gone too.
+    assert_eq!(
+        config_dump(&proxy)["xds"]["resources"],
+        serde_json::json!([])
+    );
+    server.shutdown().await;
     drop(proxy);
 }
 
@@ -377,7 +443,7 @@ async fn survives_the_server_going_away(protocol: &str) {
     let steady = SteadyClient::start(addr).await;
     let admin = proxy.admin.unwrap();
 
-    server.shutdown();
+    server.shutdown().await;
     eventually("the stream seen down", async || {
         stat(admin, "control_plane_connected_state") == 0
     })
@@ -414,7 +480,7 @@ async fn survives_the_server_going_away(protocol: &str) {
         "{} of {sent} failed: {failures:?}",
         failures.len()
     );
-    again.shutdown();
+    again.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -501,7 +567,7 @@ async fn ext_authz_from_the_management_server() {
     let checks = sidecar.checks();
     assert_eq!(answer(addr, "/public/x").await.0, 200, "not checked");
     assert_eq!(sidecar.checks(), checks);
-    server.shutdown();
+    server.shutdown().await;
 }
 
 /// A file listener beside the server's: reloading the file keeps the server's resources, an
@@ -578,7 +644,7 @@ async fn the_file_and_the_server_share_the_config() {
         "{detail}"
     );
     assert_eq!(answer(web, "/").await.0, 204);
-    server.shutdown();
+    server.shutdown().await;
 }
 
 /// The management server on a Unix socket (`address: unix:/path`).
@@ -599,5 +665,5 @@ async fn the_management_server_on_a_unix_socket() {
     let proxy = Proxy::start(&bootstrap, 1);
     let web = listener_address(&proxy, "web").await;
     assert_eq!(answer(web, "/").await.0, 204);
-    server.shutdown();
+    server.shutdown().await;
 }

@@ -98,8 +98,6 @@ pub struct SentResponse {
     pub delta: bool,
     pub stream: u64,
     pub type_url: String,
-    /// State of the world: the type's version; incremental: empty.
-    pub version_info: String,
     pub nonce: String,
     /// Names of the resources carried.
     pub names: Vec<String>,
@@ -171,6 +169,8 @@ pub struct ManagementServer {
     addr: SocketAddr,
     state: Arc<State>,
     stop: Arc<watch::Sender<bool>>,
+    /// Becomes true once the listening socket is closed.
+    closed: watch::Receiver<bool>,
 }
 
 impl ManagementServer {
@@ -199,12 +199,19 @@ impl ManagementServer {
             streams: AtomicU64::new(0),
             nonces: AtomicU64::new(0),
         });
+        let state_for_loop = Arc::clone(&state);
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, Arc::clone(&state), stopped));
+        let (close, closed) = watch::channel(false);
+        tokio::spawn(async move {
+            accept_loop(listener, state_for_loop, stopped).await;
+            // The listener is dropped by now: its port is free.
+            close.send_replace(true);
+        });
         Self {
             addr,
             state,
             stop: Arc::new(stop),
+            closed,
         }
     }
 
@@ -245,11 +252,6 @@ impl ManagementServer {
         lock(&self.state.log).responses.clone()
     }
 
-    /// Streams opened so far.
-    pub fn streams(&self) -> u64 {
-        self.state.streams.load(Ordering::Relaxed)
-    }
-
     /// Waits until `done` holds for the requests and responses recorded, or `limit` passes.
     /// Returns whether it held.
     pub async fn wait_for(
@@ -274,9 +276,13 @@ impl ManagementServer {
         tokio::time::timeout(limit, check).await.is_ok()
     }
 
-    /// Closes the listener and every stream, as a management server going away does.
-    pub fn shutdown(&self) {
+    /// Closes the listener and every stream, as a management server going away does, and
+    /// returns once the port is free (a new server may bind it at once).
+    pub async fn shutdown(&self) {
         self.stop.send_replace(true);
+        let mut closed = self.closed.clone();
+        // An error means the accept task is gone, and the listener with it.
+        let _ = closed.wait_for(|closed| *closed).await;
     }
 }
 
@@ -509,7 +515,6 @@ impl Variant for SotwStream {
             delta: false,
             stream: self.id,
             type_url: type_url.to_owned(),
-            version_info: version.to_string(),
             nonce: nonce.clone(),
             names: resources.iter().map(|(n, _)| n.clone()).collect(),
             removed: Vec::new(),
@@ -628,7 +633,6 @@ impl Variant for DeltaStream {
             delta: true,
             stream: self.id,
             type_url: type_url.to_owned(),
-            version_info: String::new(),
             nonce: nonce.clone(),
             names: resources.iter().map(|r| r.name.clone()).collect(),
             removed: removed.clone(),

@@ -74,20 +74,25 @@ async fn receive<H: Handler>(
         tracing::warn!(type_url = %response.type_url, "xDS response of a type not subscribed; ignored");
         return None;
     }
-    let versions: Vec<(String, String)> = response
-        .resources
-        .iter()
-        .map(|r| (r.name.clone(), r.version.clone()))
-        .collect();
+    let held = subscriptions
+        .get_mut(&response.type_url)
+        .map(|state| &state.held);
+    let mut versions = Vec::with_capacity(response.resources.len());
     let mut resources = Vec::with_capacity(response.resources.len());
     let mut missing = None;
     for resource in response.resources {
         match resource.resource {
-            Some(value) => resources.push(Resource {
-                name: resource.name,
-                version: resource.version,
-                value,
-            }),
+            Some(value) => {
+                versions.push((resource.name.clone(), resource.version.clone()));
+                resources.push(Resource {
+                    name: resource.name,
+                    version: resource.version,
+                    value,
+                });
+            }
+            // A resource without a body refreshes one held (a TTL heartbeat): it stays as
+            // it is. One that is not held cannot be put in force.
+            None if held.is_some_and(|h| h.contains_key(&resource.name)) => {}
             None => missing = Some(resource.name),
         }
     }
@@ -122,4 +127,77 @@ async fn receive<H: Handler>(
         error_detail,
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeSet;
+
+    use envoy_types::pb::envoy::service::discovery::v3::Resource as Envelope;
+
+    use super::*;
+    use crate::type_url;
+
+    #[derive(Default)]
+    struct Count {
+        updates: Vec<usize>,
+    }
+
+    impl Handler for Count {
+        async fn apply(&mut self, update: Update) -> Result<(), String> {
+            self.updates.push(update.resources.len());
+            Ok(())
+        }
+        fn wanted(&self, _: &str) -> BTreeSet<String> {
+            BTreeSet::new()
+        }
+        fn connected(&mut self, _: bool) {}
+    }
+
+    fn heartbeat(name: &str, nonce: &str) -> DeltaDiscoveryResponse {
+        DeltaDiscoveryResponse {
+            type_url: type_url::CLUSTER.into(),
+            resources: vec![Envelope {
+                name: name.into(),
+                version: "v1".into(),
+                ttl: Some(envoy_types::pb::google::protobuf::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            }],
+            nonce: nonce.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_resource_without_a_body_refreshes_one_held_and_is_refused_otherwise() {
+        let mut handler = Count::default();
+        let mut subscriptions = Subscriptions::new(&handler);
+        let state = subscriptions.get_mut(type_url::CLUSTER).unwrap();
+        state.held.insert("a".into(), "v1".into());
+
+        let ack = receive(heartbeat("a", "1"), &mut subscriptions, &mut handler)
+            .await
+            .unwrap();
+        assert_eq!((ack.response_nonce.as_str(), ack.error_detail), ("1", None));
+        assert_eq!(handler.updates, [0], "nothing changes");
+
+        let nack = receive(heartbeat("z", "2"), &mut subscriptions, &mut handler)
+            .await
+            .unwrap();
+        assert_eq!(nack.response_nonce, "2");
+        assert!(
+            nack.error_detail
+                .unwrap()
+                .message
+                .contains("`z` has no body")
+        );
+        assert_eq!(handler.updates, [0], "not handed on");
+        let held = &subscriptions.get_mut(type_url::CLUSTER).unwrap().held;
+        assert_eq!(held.keys().collect::<Vec<_>>(), ["a"]);
+    }
 }

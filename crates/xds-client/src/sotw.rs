@@ -36,7 +36,13 @@ pub(crate) async fn stream<H: Handler>(
             crate::send(&requests, ack)?;
         }
         for (type_url, _) in subscriptions.changes(handler) {
-            if let Some(state) = subscriptions.get_mut(type_url) {
+            // An empty list of names is a wildcard to a server of the legacy protocol: when
+            // the last name goes, nothing is asked, and what the server still sends of the
+            // type is not used.
+            if let Some(state) = subscriptions
+                .get_mut(type_url)
+                .filter(|s| s.is_subscribed())
+            {
                 crate::send(&requests, request(state, None, None))?;
             }
         }

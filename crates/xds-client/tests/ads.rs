@@ -223,7 +223,7 @@ async fn subscribes_acks_and_nacks(variant: Variant) {
         })
         .await;
     client.abort();
-    server.shutdown();
+    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,7 +252,7 @@ async fn a_new_server_gets_a_new_stream_with_what_the_client_holds() {
     recorder
         .wait("the first endpoints", |h| h.assignments.contains_key("a"))
         .await;
-    server.shutdown();
+    server.shutdown().await;
     recorder.wait("the stream to end", |h| !h.connected).await;
 
     let again = ManagementServer::start(address).await.expect("same port");
@@ -280,5 +280,78 @@ async fn a_new_server_gets_a_new_stream_with_what_the_client_holds() {
     assert_eq!(eds.names, ["a"]);
     assert_eq!(eds.initial_versions.keys().collect::<Vec<_>>(), ["a"]);
     client.abort();
-    again.shutdown();
+    again.shutdown().await;
+}
+
+/// The last cluster goes: state of the world asks for nothing more of the endpoints (an
+/// empty list would be a wildcard), delta unsubscribes; a new cluster subscribes again.
+async fn the_last_name_going_is_no_wildcard(variant: Variant) {
+    let server = ManagementServer::start(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect("server starts");
+    server.set(type_url::CLUSTER, vec![cluster("a")]);
+    server.set(type_url::ENDPOINT, vec![assignment("a"), assignment("b")]);
+    let recorder = Recorder::default();
+    let client = tokio::spawn(xds_client::run(options(&server, variant), recorder.clone()));
+    recorder
+        .wait("a's endpoints", |h| h.assignments.contains_key("a"))
+        .await;
+
+    server.set(type_url::CLUSTER, vec![]);
+    recorder
+        .wait("no clusters", |h| h.clusters.is_empty())
+        .await;
+    server.set(type_url::CLUSTER, vec![cluster("b")]);
+    recorder
+        .wait("b's endpoints", |h| h.assignments.contains_key("b"))
+        .await;
+
+    let eds: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.type_url == type_url::ENDPOINT)
+        .collect();
+    match variant {
+        Variant::StateOfTheWorld => {
+            // Every request (ACKs too) says what is wanted.
+            let mut asked: Vec<&[String]> = eds.iter().map(|r| r.names.as_slice()).collect();
+            asked.dedup();
+            assert_eq!(asked, [["a"], ["b"]], "never an empty list");
+        }
+        Variant::Delta => {
+            // Subscription changes carry no nonce; ACKs do.
+            let eds: Vec<_> = eds.iter().filter(|r| r.response_nonce.is_empty()).collect();
+            let removal = server
+                .responses()
+                .into_iter()
+                .find(|r| r.type_url == type_url::CLUSTER && !r.removed.is_empty())
+                .expect("the cluster's removal");
+            assert_eq!(removal.removed, ["a"]);
+            let changes: Vec<(&[String], &[String])> = eds
+                .iter()
+                .map(|r| (r.names.as_slice(), r.unsubscribed.as_slice()))
+                .collect();
+            let (a, b, none) = (["a".to_owned()], ["b".to_owned()], []);
+            assert_eq!(
+                changes,
+                [
+                    (&a[..], &none[..]),
+                    (&none[..], &a[..]),
+                    (&b[..], &none[..])
+                ]
+            );
+        }
+    }
+    client.abort();
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_of_the_world_never_asks_for_an_empty_list() {
+    the_last_name_going_is_no_wildcard(Variant::StateOfTheWorld).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_unsubscribes_the_last_name() {
+    the_last_name_going_is_no_wildcard(Variant::Delta).await;
 }

@@ -95,6 +95,8 @@ struct Stats {
 struct Applier {
     live: Weak<LiveConfig>,
     resources: Resources,
+    /// [`crate::config::xds::Sections::inputs`] of the sections in force.
+    in_force: Option<u64>,
     stats: Stats,
     status: XdsStatus,
 }
@@ -124,6 +126,7 @@ impl Applier {
         let applier = Self {
             live: Arc::downgrade(live),
             resources: Resources::default(),
+            in_force: None,
             stats,
             status: XdsStatus::default(),
         };
@@ -193,19 +196,25 @@ impl Applier {
             }),
         };
         merged.map_err(|e| e.to_string())?;
-        let (listeners, clusters, warming) = next.sections();
-        live.put_dynamic(
-            DynamicSections {
-                listeners,
-                clusters,
-            },
-            arrived,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let sections = next.sections();
+        next.retain_wanted();
+        // The same inputs make the same config: a response that repeats what is held (a
+        // resend, a new version of unchanged bytes, a resource nothing uses) swaps nothing.
+        if self.in_force != Some(sections.inputs) {
+            live.put_dynamic(
+                DynamicSections {
+                    listeners: sections.listeners,
+                    clusters: sections.clusters,
+                },
+                arrived,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            self.in_force = Some(sections.inputs);
+        }
         self.resources = next;
-        self.status.warming_clusters = warming.clusters;
-        self.status.warming_listeners = warming.listeners;
+        self.status.warming_clusters = sections.warming.clusters;
+        self.status.warming_listeners = sections.warming.listeners;
         Ok(())
     }
 }
@@ -224,6 +233,14 @@ fn merge<T>(
         let encoded = &resource.value.value;
         let value = decode(&resource.value)?;
         let key = name(&value).clone();
+        // Delta removes and versions resources by the envelope's name: it must be the one
+        // inside, or a later removal would miss.
+        if !resource.name.is_empty() && resource.name != key {
+            return Err(ResourceError::Invalid {
+                at: format!("`{}`", resource.name),
+                message: format!("the resource inside is named `{key}`"),
+            });
+        }
         let version = if resource.version.is_empty() {
             update.version_info.clone()
         } else {
@@ -288,5 +305,49 @@ impl xds_client::Handler for Applier {
         self.stats.connected.set(i64::from(up));
         self.status.connected = up;
         self.publish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+    use xds_client::Resource;
+
+    use super::*;
+
+    fn update(envelope: &str, inside: &str) -> Update {
+        Update {
+            type_url: type_url::CLUSTER.into(),
+            complete: false,
+            resources: vec![Resource {
+                name: envelope.into(),
+                version: "1".into(),
+                value: testbed::xds::any(&testbed::resources::eds_cluster(
+                    inside,
+                    LbPolicy::RoundRobin,
+                )),
+            }],
+            removed: Vec::new(),
+            version_info: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_delta_resource_is_known_by_the_name_inside_it() {
+        let mut held = BTreeMap::new();
+        merge(&mut held, &update("web", "web"), XdsCluster::decode, |c| {
+            &c.name
+        })
+        .expect("the same name");
+        assert_eq!(held["web"].version, "1");
+        let error = merge(&mut held, &update("web", "api"), XdsCluster::decode, |c| {
+            &c.name
+        })
+        .expect_err("another name");
+        assert_eq!(
+            error.to_string(),
+            "`web`: the resource inside is named `api`"
+        );
+        assert_eq!(held.keys().collect::<Vec<_>>(), ["web"]);
     }
 }

@@ -260,7 +260,7 @@ async fn main() {
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
-    server.shutdown();
+    server.shutdown().await;
     if let Err(e) = outcome {
         eprintln!("{}: {e}", args.proxy);
         std::process::exit(1);

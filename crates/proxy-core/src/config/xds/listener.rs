@@ -1,6 +1,6 @@
 //! Listener + HttpConnectionManager -> a listener; its routes inline or by RDS name.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtocolOptions};
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -57,7 +57,7 @@ impl XdsListener {
     pub(super) fn section(
         &self,
         routes: Option<&XdsRoutes>,
-        ready: &BTreeSet<&str>,
+        ready: &BTreeMap<&str, bool>,
         single_hosts: &BTreeMap<&str, &str>,
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();

@@ -305,7 +305,18 @@ pub struct Resources {
     pub endpoints: BTreeMap<String, Held<XdsEndpoints>>,
     /// The last version of each listener that had its routes: a listener updated to name a
     /// route configuration that has not arrived keeps serving with it (Envoy's warming).
-    serving: BTreeMap<String, Arc<XdsListener>>,
+    serving: BTreeMap<String, Held<XdsListener>>,
+}
+
+/// What [`Resources::sections`] makes: the listeners and clusters to put in force.
+#[derive(Debug, Default)]
+pub struct Sections {
+    pub listeners: Vec<RawListener>,
+    pub clusters: Vec<RawCluster>,
+    pub warming: Warming,
+    /// A hash of the resources the sections were made from (names and digests): equal
+    /// inputs make equal sections, so an update that changes none of them needs no swap.
+    pub inputs: u64,
 }
 
 /// What [`Resources::sections`] left out, and why.
@@ -330,12 +341,23 @@ impl Clone for Resources {
 }
 
 impl Resources {
-    /// The route configurations the listeners name (RDS subscriptions).
+    /// The route configurations the listeners name (RDS subscriptions), and those of the
+    /// earlier versions still serving while a listener warms.
     pub fn route_names(&self) -> BTreeSet<String> {
         self.listeners
             .values()
+            .chain(self.serving.values())
             .filter_map(|l| l.value.rds.clone())
             .collect()
+    }
+
+    /// Forgets route configurations and endpoints nothing names any more: they are
+    /// unsubscribed, and would otherwise linger (and show in `/config_dump`) forever.
+    pub fn retain_wanted(&mut self) {
+        let routes = self.route_names();
+        self.routes.retain(|name, _| routes.contains(name));
+        let endpoints = self.endpoint_names();
+        self.endpoints.retain(|name, _| endpoints.contains(name));
     }
 
     /// The endpoint sets the clusters name (EDS subscriptions).
@@ -350,23 +372,38 @@ impl Resources {
     /// cluster is left out until its endpoints have arrived, a listener until its routes
     /// have (an earlier version of it with routes keeps serving meanwhile); a route to a
     /// cluster that is not there answers 503, as Envoy's does.
-    pub fn sections(&mut self) -> (Vec<RawListener>, Vec<RawCluster>, Warming) {
+    pub fn sections(&mut self) -> Sections {
+        use std::hash::Hasher;
+        let mut inputs = twox_hash::XxHash64::with_seed(0);
+        let mut input = |kind: u8, name: &str, digest: u64| {
+            inputs.write_u8(kind);
+            inputs.write(name.as_bytes());
+            inputs.write_u64(digest);
+        };
         let mut warming = Warming::default();
         let mut clusters = Vec::with_capacity(self.clusters.len());
         for (name, held) in &self.clusters {
             let endpoints = match &held.value.eds {
                 None => None,
                 Some(service) => match self.endpoints.get(service) {
-                    Some(e) => Some(&*e.value),
+                    Some(e) => {
+                        input(0, service, e.digest);
+                        Some(&*e.value)
+                    }
                     None => {
                         warming.clusters.push(name.clone());
                         continue;
                     }
                 },
             };
+            input(1, name, held.digest);
             clusters.push(held.value.section(endpoints));
         }
-        let ready: BTreeSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+        // Clusters ready, and whether they speak HTTP/1.1 (which upgrades need).
+        let ready: BTreeMap<&str, bool> = clusters
+            .iter()
+            .map(|c| (c.name.as_str(), c.protocol.as_deref() != Some("http2")))
+            .collect();
         // Clusters with one host: where an ext_authz filter naming one sends its checks.
         let single_hosts: BTreeMap<&str, &str> = clusters
             .iter()
@@ -388,25 +425,31 @@ impl Resources {
                 routes && authz
             };
             let listener = if warm(&held.value) {
-                self.serving.insert(name.clone(), Arc::clone(&held.value));
-                Arc::clone(&held.value)
+                self.serving.insert(name.clone(), held.clone());
+                held
             } else {
                 warming.listeners.push(name.clone());
                 match self.serving.get(name) {
-                    Some(previous) if warm(previous) => Arc::clone(previous),
+                    Some(previous) if warm(&previous.value) => previous,
                     _ => continue,
                 }
             };
-            let routes = listener
-                .rds
-                .as_ref()
-                .and_then(|name| self.routes.get(name))
-                .map(|r| &*r.value);
-            if let Some(section) = listener.section(routes, &ready, &single_hosts) {
+            input(2, name, listener.digest);
+            let routes = listener.value.rds.as_ref().and_then(|name| {
+                let held = self.routes.get(name)?;
+                input(3, name, held.digest);
+                Some(&*held.value)
+            });
+            if let Some(section) = listener.value.section(routes, &ready, &single_hosts) {
                 listeners.push(section);
             }
         }
-        (listeners, clusters, warming)
+        Sections {
+            listeners,
+            clusters,
+            warming,
+            inputs: inputs.finish(),
+        }
     }
 }
 

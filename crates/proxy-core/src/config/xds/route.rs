@@ -3,7 +3,7 @@
 // Control planes still send deprecated fields (`exact_match`); they are read, not ignored.
 #![allow(deprecated)]
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::data_source;
@@ -66,10 +66,12 @@ impl XdsRoutes {
     }
 
     /// The virtual hosts as the config file writes them: routes to clusters not in `ready`
-    /// answer 503, and every forwarding route allows the listener's `upgrades`.
+    /// answer 503, and a route to an HTTP/1.1 cluster (`ready`'s `true`) allows the
+    /// listener's `upgrades`. Envoy applies those to every route and fails an upgrade to an
+    /// HTTP/2 cluster per request; here such a route simply does not offer them.
     pub(super) fn section(
         &self,
-        ready: &BTreeSet<&str>,
+        ready: &BTreeMap<&str, bool>,
         upgrades: &[String],
     ) -> Vec<RawVirtualHost> {
         let mut hosts = self.virtual_hosts.clone();
@@ -91,8 +93,8 @@ impl XdsRoutes {
             let Some(cluster) = &route.cluster else {
                 continue;
             };
-            if ready.contains(cluster.as_str()) {
-                for upgrade in upgrades {
+            if let Some(&http1) = ready.get(cluster.as_str()) {
+                for upgrade in upgrades.iter().filter(|_| http1) {
                     if !route.upgrades.contains(upgrade) {
                         route.upgrades.push(upgrade.clone());
                     }

@@ -189,7 +189,7 @@ fn endpoints_leave_out_hosts_that_take_no_requests_and_merge_repeats() {
 #[test]
 fn routes_translate_matches_and_timeouts() {
     let config = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
-    let ready = ["web"].into_iter().collect();
+    let ready = [("web", true)].into_iter().collect();
     let hosts = config.section(&ready, &["websocket".into()]);
     let route = &hosts[0].routes[0];
     assert_eq!(route.cluster.as_deref(), Some("web"));
@@ -199,6 +199,12 @@ fn routes_translate_matches_and_timeouts() {
     // `0s` is no timeout in Envoy: the longest wait here.
     assert_eq!(route.timeout, Some(Duration::from_secs(24 * 3600)));
     assert_eq!(route.upgrades, ["websocket"]);
+
+    // The listener's upgrades are offered only where the cluster speaks HTTP/1.1: the same
+    // routes to an HTTP/2 cluster are valid, without them.
+    let h2 = [("web", false)].into_iter().collect();
+    let hosts = config.section(&h2, &["websocket".into()]);
+    assert!(hosts[0].routes[0].upgrades.is_empty());
 }
 
 #[test]
@@ -223,7 +229,12 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     );
     assert_eq!(resources.endpoint_names(), ["web".to_owned()].into());
     assert_eq!(resources.route_names(), ["r1".to_owned()].into());
-    let (listeners, clusters, warming) = resources.sections();
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
     assert!(listeners.is_empty() && clusters.is_empty());
     assert_eq!(warming.clusters, ["web"]);
     assert_eq!(warming.listeners, ["edge"]);
@@ -237,7 +248,12 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
         "r1".into(),
         held(XdsRoutes::decode(&pack(&routes("r1", "web"))).unwrap()),
     );
-    let (listeners, clusters, warming) = resources.sections();
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
     assert_eq!(warming, Warming::default());
     assert!(
         matches!(&clusters[0].endpoints[..], [RawEndpoint::Weighted(e)] if e.address == "127.0.0.1:8001")
@@ -252,13 +268,51 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
         "edge".into(),
         held(XdsListener::decode(&pack(&listener("edge", "r2"))).unwrap()),
     );
-    let (listeners, _, warming) = resources.sections();
+    let Sections {
+        listeners, warming, ..
+    } = resources.sections();
     assert_eq!(warming.listeners, ["edge"]);
     assert_eq!(
         listeners.len(),
         1,
         "the version with routes serves meanwhile"
     );
+    // r1 stays wanted while the old version serves; r2 is asked for.
+    assert_eq!(
+        resources.route_names(),
+        ["r1".to_owned(), "r2".to_owned()].into()
+    );
+    let warming_inputs = resources.sections().inputs;
+
+    resources.routes.insert(
+        "r2".into(),
+        held(XdsRoutes::decode(&pack(&routes("r2", "web"))).unwrap()),
+    );
+    let Sections {
+        warming, inputs, ..
+    } = resources.sections();
+    assert_eq!(warming, Warming::default());
+    assert_ne!(inputs, warming_inputs, "the new routes are in force");
+    resources.retain_wanted();
+    assert_eq!(
+        resources.routes.keys().collect::<Vec<_>>(),
+        ["r2"],
+        "r1 is no longer named by anything"
+    );
+
+    // An update that changes nothing the sections are made of has the same inputs.
+    resources.routes.insert(
+        "r9".into(),
+        held(XdsRoutes::decode(&pack(&routes("r9", "web"))).unwrap()),
+    );
+    assert_eq!(resources.sections().inputs, inputs);
+    resources.retain_wanted();
+    assert!(!resources.routes.contains_key("r9"));
+
+    // Without its cluster the endpoints go too.
+    resources.clusters.clear();
+    resources.retain_wanted();
+    assert!(resources.endpoints.is_empty());
 }
 
 #[test]
@@ -496,7 +550,9 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
         "web".into(),
         held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
     );
-    let (listeners, _, warming) = resources.sections();
+    let Sections {
+        listeners, warming, ..
+    } = resources.sections();
     assert!(listeners.is_empty(), "waits for the authorization cluster");
     assert_eq!(warming.listeners, ["edge"]);
 
@@ -508,7 +564,11 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
         "authz".into(),
         held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
     );
-    let (listeners, clusters, _) = resources.sections();
+    let Sections {
+        listeners,
+        clusters,
+        ..
+    } = resources.sections();
     let config = compose(
         &crate::config::Config::from_yaml(
             "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
