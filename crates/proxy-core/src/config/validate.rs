@@ -227,6 +227,7 @@ fn listener(
             cluster_index,
             clusters,
             chain: &http_filters,
+            dynamic: raw.dynamic,
         },
     )?;
     let access_log = raw
@@ -423,15 +424,18 @@ fn circuit_breakers(
     path: &str,
 ) -> Result<CircuitBreakerConfig, ConfigError> {
     let defaults = CircuitBreakerConfig::default();
+    // Up to u32::MAX, which control planes (Istio) send for "no limit". Zero only for
+    // retries, where it means none; a zero elsewhere would refuse every request.
     let limit = |raw: Option<RawLimit>, default: LimitSpec, key: &str| match raw {
         None => Ok(default),
-        Some(RawLimit::Fixed(n @ 1..=1_000_000_000)) => Ok(LimitSpec::Fixed(n as u32)),
+        Some(RawLimit::Fixed(0)) if key == "max_retries" => Ok(LimitSpec::Fixed(0)),
+        Some(RawLimit::Fixed(n @ 1..=0xFFFF_FFFF)) => Ok(LimitSpec::Fixed(n as u32)),
         Some(RawLimit::PerCore(RawPerCore {
             per_core: n @ 1..=10_000_000,
         })) => Ok(LimitSpec::PerCore(n as u32)),
         Some(_) => Err(ConfigError::invalid(
             format!("{path}.{key}"),
-            "expected a number from 1 or `{ per_core: N }` with N from 1",
+            "expected a number from 1 to 4294967295 (0 for max_retries) or `{ per_core: N }` with N from 1",
         )),
     };
     Ok(CircuitBreakerConfig {

@@ -15,6 +15,8 @@ pub(super) struct RouteCtx<'a> {
     pub(super) cluster_index: &'a HashMap<&'a str, usize>,
     pub(super) clusters: &'a [ClusterConfig],
     pub(super) chain: &'a [HttpFilterConfig],
+    /// The listener came from a management server: its names follow control planes'.
+    pub(super) dynamic: bool,
 }
 
 /// A listener's `routes` (one virtual host for every domain) or its `virtual_hosts`.
@@ -94,7 +96,11 @@ fn virtual_host(
     ctx: &RouteCtx<'_>,
     routes: &mut Vec<RouteConfig>,
 ) -> Result<VirtualHostConfig, ConfigError> {
-    let name = name(raw.name, path)?;
+    let name = if ctx.dynamic {
+        super::dynamic_name(raw.name, path)?
+    } else {
+        name(raw.name, path)?
+    };
     if raw.domains.is_empty() {
         return Err(ConfigError::invalid(
             format!("{path}.domains"),
@@ -173,6 +179,7 @@ fn route(
         cluster_index,
         clusters,
         chain,
+        ..
     } = *ctx;
     let matcher = route_match(raw.matcher, &format!("{path}.match"))?;
     if raw.ext_authz.is_some() {

@@ -62,7 +62,7 @@ impl XdsListener {
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
         if let Some(routes) = routes.or(self.inline.as_ref()) {
-            raw.virtual_hosts = routes.section(ready, &self.upgrades);
+            raw.virtual_hosts = routes.section(ready, &self.upgrades, self.authz.is_some());
         }
         if let Some(authz) = &self.authz {
             raw.http_filters = vec![RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)];
@@ -221,10 +221,12 @@ fn connection_manager(
         h2_options(h2, http, &format!("{at}.http2_protocol_options"))?;
     }
     http.max_request_headers_kb = hcm.max_request_headers_kb.take().map(|v| v.value);
+    // `0s` is Envoy's default, "no timeout"; Legate keeps its own (a slow-headers defence).
     http.request_headers_timeout = duration(
         hcm.request_headers_timeout.take(),
         &format!("{at}.request_headers_timeout"),
-    )?;
+    )?
+    .filter(|t| !t.is_zero());
     let mut upgrades = Vec::new();
     for (i, upgrade) in std::mem::take(&mut hcm.upgrade_configs)
         .into_iter()
@@ -312,7 +314,8 @@ fn common_options(
     http: &mut RawHttp,
     at: &str,
 ) -> Result<(), ResourceError> {
-    http.idle_timeout = duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))?;
+    http.idle_timeout = duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))?
+        .map(|t| if t.is_zero() { super::NO_TIMEOUT } else { t });
     http.max_requests_per_connection = common.max_requests_per_connection.take().map(|v| v.value);
     nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
 }

@@ -203,6 +203,10 @@ fn decode<M: prost::Message + Default>(
     })
 }
 
+/// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
+/// the longest wait here is a day, so nothing is held forever.
+const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.
 fn duration(
     value: Option<envoy_types::pb::google::protobuf::Duration>,

@@ -4,7 +4,6 @@
 #![allow(deprecated)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::data_source;
 use envoy_types::pb::envoy::config::route::v3::{
@@ -21,9 +20,6 @@ use crate::config::raw::{
     RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawRouteAuthz,
     RawRouteFilters, RawVirtualHost,
 };
-
-/// Envoy's `timeout: 0s` means no timeout; here the longest a route may wait is a day.
-const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// A route configuration from the management server (RDS, or inline in a listener).
 #[derive(Debug, Clone)]
@@ -68,13 +64,24 @@ impl XdsRoutes {
     /// The virtual hosts as the config file writes them: routes to clusters not in `ready`
     /// answer 503, and a route to an HTTP/1.1 cluster (`ready`'s `true`) allows the
     /// listener's `upgrades`. Envoy applies those to every route and fails an upgrade to an
-    /// HTTP/2 cluster per request; here such a route simply does not offer them.
+    /// HTTP/2 cluster per request; here such a route simply does not offer them. Without
+    /// the ext_authz filter on the listener (`authz`), per-route ext_authz settings are
+    /// dropped, as Envoy ignores the settings of a filter not in the chain.
     pub(super) fn section(
         &self,
         ready: &BTreeMap<&str, bool>,
         upgrades: &[String],
+        authz: bool,
     ) -> Vec<RawVirtualHost> {
         let mut hosts = self.virtual_hosts.clone();
+        if !authz {
+            for host in &mut hosts {
+                host.filters = None;
+                for route in &mut host.routes {
+                    route.filters = None;
+                }
+            }
+        }
         // Envoy takes a configuration with no hosts, or a host with no routes, and answers
         // 404 for what they do not route; so does a catch-all 404 here.
         if hosts.is_empty() {
@@ -282,7 +289,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         }
     }
     raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
-        Some(t) if t.is_zero() => Some(NO_TIMEOUT),
+        Some(t) if t.is_zero() => Some(super::NO_TIMEOUT),
         other => other,
     };
     match a.host_rewrite_specifier.take() {

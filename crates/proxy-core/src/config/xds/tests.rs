@@ -190,7 +190,7 @@ fn endpoints_leave_out_hosts_that_take_no_requests_and_merge_repeats() {
 fn routes_translate_matches_and_timeouts() {
     let config = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
     let ready = [("web", true)].into_iter().collect();
-    let hosts = config.section(&ready, &["websocket".into()]);
+    let hosts = config.section(&ready, &["websocket".into()], false);
     let route = &hosts[0].routes[0];
     assert_eq!(route.cluster.as_deref(), Some("web"));
     assert_eq!(route.matcher.prefix.as_deref(), Some("/"));
@@ -203,14 +203,14 @@ fn routes_translate_matches_and_timeouts() {
     // The listener's upgrades are offered only where the cluster speaks HTTP/1.1: the same
     // routes to an HTTP/2 cluster are valid, without them.
     let h2 = [("web", false)].into_iter().collect();
-    let hosts = config.section(&h2, &["websocket".into()]);
+    let hosts = config.section(&h2, &["websocket".into()], false);
     assert!(hosts[0].routes[0].upgrades.is_empty());
 }
 
 #[test]
 fn a_route_to_a_cluster_not_there_answers_503() {
     let config = XdsRoutes::decode(&pack(&routes("r", "gone"))).unwrap();
-    let hosts = config.section(&Default::default(), &[]);
+    let hosts = config.section(&Default::default(), &[], false);
     let route = &hosts[0].routes[0];
     assert!(route.cluster.is_none() && route.timeout.is_none());
     assert_eq!(route.direct_response.as_ref().map(|d| d.status), Some(503));
@@ -342,7 +342,7 @@ fn a_route_configuration_without_routes_answers_404() {
     };
     let hosts = XdsRoutes::decode(&pack(&empty))
         .unwrap()
-        .section(&Default::default(), &[]);
+        .section(&Default::default(), &[], false);
     assert_eq!(hosts.len(), 1);
     assert_eq!(
         hosts[0].routes[0]
@@ -584,4 +584,97 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
         dumped["http_filters"][0]["ext_authz"]["grpc"]["address"], "127.0.0.1:9191",
         "{dumped}"
     );
+}
+
+/// What control planes send that Envoy takes: names with `:` and `|`, "no limit" breakers,
+/// no retries, `0s` for "no timeout", ext_authz settings on routes of a listener without
+/// the filter.
+#[test]
+fn what_envoy_accepts_from_control_planes_is_accepted() {
+    use envoy_types::pb::envoy::config::cluster::v3::CircuitBreakers;
+    use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
+    use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions;
+    use envoy_types::pb::envoy::config::listener::v3::filter;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+
+    let mut l = listener("0.0.0.0_8080", "8080");
+    let chain = &mut l.filter_chains[0].filters[0];
+    let Some(filter::ConfigType::TypedConfig(any)) = &chain.config_type else {
+        panic!("a typed HCM");
+    };
+    let mut hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let zero = Some(PbDuration {
+        seconds: 0,
+        nanos: 0,
+    });
+    hcm.request_headers_timeout = zero;
+    hcm.common_http_protocol_options = Some(HttpProtocolOptions {
+        idle_timeout: zero,
+        ..Default::default()
+    });
+    chain.config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
+
+    let service = "outbound|80||web.default.svc.cluster.local";
+    let mut r = resources::route_config(
+        "8080",
+        vec![resources::without_ext_authz(resources::forward(
+            "/", service,
+        ))],
+    );
+    r.virtual_hosts[0].name = "web.default.svc.cluster.local:80".into();
+
+    let mut c = eds_cluster(service);
+    let unlimited = Some(UInt32Value { value: u32::MAX });
+    c.circuit_breakers = Some(CircuitBreakers {
+        thresholds: vec![Thresholds {
+            max_connections: unlimited,
+            max_pending_requests: unlimited,
+            max_requests: unlimited,
+            max_retries: Some(UInt32Value { value: 0 }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+
+    let mut resources = Resources::default();
+    resources.listeners.insert(
+        "0.0.0.0_8080".into(),
+        held(XdsListener::decode(&pack(&l)).unwrap()),
+    );
+    resources
+        .routes
+        .insert("8080".into(), held(XdsRoutes::decode(&pack(&r)).unwrap()));
+    resources
+        .clusters
+        .insert(service.into(), held(XdsCluster::decode(&pack(&c)).unwrap()));
+    let cla = assignment(
+        service,
+        vec![lb_endpoint(8001, HealthStatus::Healthy, None)],
+    );
+    resources.endpoints.insert(
+        service.into(),
+        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
+    );
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
+    assert_eq!(warming, Warming::default());
+    let origin = crate::config::Config::from_yaml(
+        "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+    )
+    .unwrap()
+    .origin;
+    let config = compose(&origin, listeners, clusters).unwrap();
+    let http = &config.listeners[0].http;
+    assert_eq!(http.idle_timeout, Duration::from_secs(24 * 3600));
+    assert_eq!(
+        http.request_headers_timeout,
+        crate::config::DEFAULT_REQUEST_HEADERS_TIMEOUT
+    );
+    let breakers = &config.clusters[0].circuit_breakers;
+    assert_eq!(breakers.max_requests.resolve(2), u32::MAX);
+    assert_eq!(breakers.max_retries.resolve(2), 0);
 }
