@@ -46,7 +46,6 @@ mod http_mode;
 mod transport;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -55,20 +54,7 @@ use http::{HeaderMap, HeaderName, Method, Version};
 pub use decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation};
 
 /// Where the authorization service listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Tcp(addr) => write!(f, "{addr}"),
-            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
+pub use service_endpoint::Endpoint;
 
 /// HTTP mode's options.
 #[derive(Debug, Clone, Default)]

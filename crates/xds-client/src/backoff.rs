@@ -1,7 +1,6 @@
 //! The wait between streams: exponential, with full jitter so that a fleet whose server
 //! restarts does not come back in one wave.
 
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 /// Exponential backoff with full jitter: the n-th wait in a row is drawn uniformly from
@@ -39,22 +38,13 @@ impl Backoff {
             .saturating_mul(1u32 << self.failures.min(20))
             .min(self.max);
         self.failures = self.failures.saturating_add(1);
-        let fraction = random_u64() as f64 / u64::MAX as f64;
-        ceiling.mul_f64(fraction).max(FLOOR)
+        ceiling.mul_f64(rand::random::<f64>()).max(FLOOR)
     }
 
     /// After a stream that worked: the next wait starts again from `base`.
     pub fn reset(&mut self) {
         self.failures = 0;
     }
-}
-
-/// A random number from the standard library's per-process random hash keys (a fresh
-/// `RandomState` each call): enough for jitter, and no dependency.
-fn random_u64() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(0);
-    hasher.finish()
 }
 
 #[cfg(test)]

@@ -54,8 +54,6 @@ mod subscription;
 mod transport;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 pub use envoy_types::pb::envoy::config::core::v3::Node;
@@ -83,20 +81,7 @@ pub mod type_url {
 }
 
 /// Where the management server listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Tcp(addr) => write!(f, "{addr}"),
-            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
+pub use service_endpoint::Endpoint;
 
 /// The two variants of the ADS protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

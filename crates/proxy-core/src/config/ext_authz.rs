@@ -7,7 +7,7 @@ use serde::{Serialize, Serializer};
 
 use super::serialize as ser;
 
-pub use authz_client::Endpoint as AuthzEndpoint;
+use super::ServiceEndpoint;
 
 /// How long an authorization check may take, unless configured (Envoy's default).
 pub const DEFAULT_AUTHZ_TIMEOUT: Duration = Duration::from_millis(200);
@@ -36,12 +36,12 @@ pub enum AuthzService {
     /// `envoy.service.auth.v3.Authorization/Check`.
     Grpc {
         #[serde(rename = "address", serialize_with = "ser::display")]
-        endpoint: AuthzEndpoint,
+        endpoint: ServiceEndpoint,
     },
     /// Plain HTTP: a 2xx allows.
     Http {
         #[serde(rename = "address", serialize_with = "ser::display")]
-        endpoint: AuthzEndpoint,
+        endpoint: ServiceEndpoint,
         path_prefix: String,
         #[serde(serialize_with = "ser::header_names")]
         allowed_headers: Vec<HeaderName>,

@@ -40,8 +40,9 @@ pub use ext_authz::*;
 pub use filters::*;
 pub use header_rules::*;
 pub use local_rate_limit::*;
+pub use service_endpoint::Endpoint as ServiceEndpoint;
 pub use virtual_hosts::*;
-pub use xds::{AdsAddress, AdsProtocol, XdsConfig};
+pub use xds::{AdsProtocol, XdsConfig};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

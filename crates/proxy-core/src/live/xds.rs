@@ -8,12 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
 
 use tokio::sync::oneshot;
-use xds_client::{Any, Endpoint, Options, Update, Variant};
+use xds_client::{Any, Options, Update, Variant};
 
 use super::{DynamicSections, LiveConfig, XdsResourceStatus, XdsStatus};
 use crate::config::xds::{
-    AdsAddress, AdsProtocol, Held, ResourceError, Resources, XdsCluster, XdsEndpoints, XdsListener,
-    XdsRoutes, digest, type_url,
+    AdsProtocol, Held, ResourceError, Resources, XdsCluster, XdsEndpoints, XdsListener, XdsRoutes,
+    digest, type_url,
 };
 
 /// The running client; dropping it ends the stream.
@@ -26,16 +26,12 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>
     let Some(config) = live.current().config.xds.clone() else {
         return Ok(None);
     };
-    let endpoint = match config.address {
-        AdsAddress::Tcp(addr) => Endpoint::Tcp(addr),
-        AdsAddress::Unix(path) => Endpoint::Unix(path),
-    };
     let variant = match config.protocol {
         AdsProtocol::Sotw => Variant::StateOfTheWorld,
         AdsProtocol::Delta => Variant::Delta,
     };
     let options = Options::new(
-        endpoint,
+        config.address,
         variant,
         xds_client::node(&config.node.id, &config.node.cluster),
     );

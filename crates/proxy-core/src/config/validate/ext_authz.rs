@@ -1,7 +1,5 @@
 //! The `ext_authz` sections of listeners and routes.
 
-use std::path::PathBuf;
-
 use http::{HeaderName, StatusCode};
 
 use crate::config::raw::{RawExtAuthz, RawRouteAuthz};
@@ -14,7 +12,7 @@ pub(super) fn listener_authz(
 ) -> Result<ExtAuthzConfig, ConfigError> {
     let service = match (raw.grpc, raw.http) {
         (Some(grpc), None) => AuthzService::Grpc {
-            endpoint: endpoint(&grpc.address, &format!("{path}.grpc.address"))?,
+            endpoint: super::service_endpoint(&grpc.address, &format!("{path}.grpc.address"))?,
         },
         (None, Some(http)) => {
             let prefix = http.path_prefix.unwrap_or_default();
@@ -27,7 +25,7 @@ pub(super) fn listener_authz(
                 ));
             }
             AuthzService::Http {
-                endpoint: endpoint(&http.address, &format!("{path}.http.address"))?,
+                endpoint: super::service_endpoint(&http.address, &format!("{path}.http.address"))?,
                 path_prefix: prefix,
                 allowed_headers: header_names(
                     &http.allowed_headers,
@@ -105,20 +103,6 @@ pub(super) fn route_authz(
             context_extensions: settings.context_extensions.into_iter().collect(),
         }),
     }
-}
-
-/// `IP:PORT` or `unix:/path/to/socket`.
-fn endpoint(value: &str, path: &str) -> Result<AuthzEndpoint, ConfigError> {
-    if let Some(socket) = value.strip_prefix("unix:") {
-        if socket.is_empty() {
-            return Err(ConfigError::invalid(
-                path,
-                "expected a socket path after `unix:`",
-            ));
-        }
-        return Ok(AuthzEndpoint::Unix(PathBuf::from(socket)));
-    }
-    super::socket_addr(value, path).map(AuthzEndpoint::Tcp)
 }
 
 pub(super) fn header_names(values: &[String], path: &str) -> Result<Vec<HeaderName>, ConfigError> {

@@ -301,7 +301,7 @@ fn ext_authz_keys_are_checked() {
     assert_eq!(
         authz.service,
         AuthzService::Grpc {
-            endpoint: AuthzEndpoint::Unix("/run/authz.sock".into())
+            endpoint: ServiceEndpoint::Unix("/run/authz.sock".into())
         }
     );
     for (authz, expected) in [

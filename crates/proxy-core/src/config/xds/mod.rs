@@ -31,37 +31,31 @@ mod tls;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 pub use cluster::XdsCluster;
 pub use endpoint::XdsEndpoints;
 pub use listener::XdsListener;
 pub use route::XdsRoutes;
 
-use super::ConfigError;
 use super::raw::{
     RawAds, RawCluster, RawConfig, RawDirectResponse, RawDynamicResources, RawEndpoint,
     RawListener, RawNode,
 };
+use super::{ConfigError, ServiceEndpoint};
 
-/// The resource types, as their type URLs name them.
-pub mod type_url {
-    pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-    pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
-    pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-    pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-}
+pub use xds_client::type_url;
 
 /// `node` and `dynamic_resources.ads`: the management server this proxy takes listeners,
 /// routes, clusters and endpoints from, and who it says it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct XdsConfig {
     pub node: NodeConfig,
-    pub address: AdsAddress,
+    #[serde(serialize_with = "super::serialize::display")]
+    pub address: ServiceEndpoint,
     pub protocol: AdsProtocol,
 }
 
@@ -69,23 +63,6 @@ pub struct XdsConfig {
 pub struct NodeConfig {
     pub id: String,
     pub cluster: String,
-}
-
-/// Where the management server listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdsAddress {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-impl Serialize for AdsAddress {
-    /// As written: `IP:PORT` or `unix:/path`.
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            AdsAddress::Tcp(addr) => s.collect_str(addr),
-            AdsAddress::Unix(path) => s.collect_str(&format_args!("unix:{}", path.display())),
-        }
-    }
 }
 
 /// The variant of the ADS protocol spoken.
@@ -120,15 +97,7 @@ pub(super) fn bootstrap(
     if node.id.is_empty() {
         return Err(ConfigError::invalid("node.id", "expected a non-empty id"));
     }
-    let address = match address.strip_prefix("unix:") {
-        Some(path) if !path.is_empty() => AdsAddress::Unix(PathBuf::from(path)),
-        _ => AdsAddress::Tcp(address.parse().map_err(|_| {
-            ConfigError::invalid(
-                "dynamic_resources.ads.address",
-                format!("expected IP:PORT or unix:/path, found `{address}`"),
-            )
-        })?),
-    };
+    let address = super::validate::service_endpoint(&address, "dynamic_resources.ads.address")?;
     let protocol = match protocol.as_deref() {
         None | Some("sotw") => AdsProtocol::Sotw,
         Some("delta") => AdsProtocol::Delta,

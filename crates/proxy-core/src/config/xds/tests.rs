@@ -359,7 +359,10 @@ fn the_bootstrap_needs_a_node_and_an_address() {
     let config =
         crate::config::Config::from_yaml(&yaml("{ address: \"unix:/run/xds.sock\" }")).unwrap();
     let xds = config.xds.unwrap();
-    assert_eq!(xds.address, AdsAddress::Unix("/run/xds.sock".into()));
+    assert_eq!(
+        xds.address,
+        crate::config::ServiceEndpoint::Unix("/run/xds.sock".into())
+    );
     assert_eq!(xds.protocol, AdsProtocol::Sotw);
     assert!(
         config.listeners.is_empty(),
