@@ -150,13 +150,8 @@ impl Generation {
         }
     }
 
-    /// Propagation is measured from now (after the wait for DNS answers, which is not the
-    /// workers').
-    pub(crate) fn accepted_now(&mut self) {
-        self.accepted_at(Instant::now());
-    }
-
-    /// Propagation is measured from `at` (an xDS response's arrival) rather than from now.
+    /// Propagation is measured from `at`: when the change came (a reload asked for, an xDS
+    /// response received).
     pub(crate) fn accepted_at(&mut self, at: Instant) {
         self.progress.accepted_at = at;
     }

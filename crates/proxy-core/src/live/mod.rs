@@ -272,6 +272,7 @@ impl LiveConfig {
     }
 
     async fn reload_now(&self) -> Result<ReloadReport, ReloadError> {
+        let asked = std::time::Instant::now();
         let mut reloads = self.reloads.lock().await;
         let loaded = match &self.source {
             Some(path) => Config::load(path)
@@ -283,7 +284,7 @@ impl LiveConfig {
             None => Err(ReloadError::NoFile),
         };
         let result = match loaded {
-            Ok(config) => self.put_in_force(&mut reloads, config, None).await,
+            Ok(config) => self.put_in_force(&mut reloads, config, asked).await,
             Err(error) => Err(error),
         };
         self.record(&reloads, &result);
@@ -312,9 +313,7 @@ impl LiveConfig {
             dynamic.listeners.clone(),
             dynamic.clusters.clone(),
         )?;
-        let report = self
-            .put_in_force(&mut reloads, config, Some(arrived))
-            .await?;
+        let report = self.put_in_force(&mut reloads, config, arrived).await?;
         *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = dynamic;
         Ok(report)
     }
@@ -334,12 +333,13 @@ impl LiveConfig {
         &self.stats
     }
 
-    /// `arrived`: when the change came, if not now (propagation is measured from it).
+    /// `arrived`: when the change came (a reload asked for, an xDS response received); the
+    /// propagation recorded runs from it to the last worker serving with the new config.
     async fn put_in_force(
         &self,
         reloads: &mut Reloads,
         config: Config,
-        arrived: Option<std::time::Instant>,
+        arrived: std::time::Instant,
     ) -> Result<ReloadReport, ReloadError> {
         let previous = self.current();
         let mut sockets = Sockets::default();
@@ -363,10 +363,7 @@ impl LiveConfig {
             let _ = tokio::task::spawn_blocking(move || wait_for_dns(&clusters)).await;
         }
         let mut generation = generation;
-        match arrived {
-            Some(at) => generation.accepted_at(at),
-            None => generation.accepted_now(),
-        }
+        generation.accepted_at(arrived);
         let generation = Arc::new(generation);
         self.generations.send_replace(Arc::clone(&generation));
         reloads.generation.set(generation.number as i64);

@@ -201,8 +201,13 @@ async fn status(conn: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<u16>
 }
 
 /// (user + system CPU seconds, resident bytes) of `pid`.
-fn usage(pid: u32) -> (f64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+fn usage(pid: u32, ticks_per_second: f64) -> Result<(f64, u64), String> {
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+            .map_err(|e| format!("/proc/{pid}/{file}: {e}"))
+    };
+    let stat = read("stat")?;
+    // utime and stime are fields 14 and 15: 12 and 13 after the `)` closing the command name.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
@@ -211,18 +216,29 @@ fn usage(pid: u32) -> (f64, u64) {
         fields
             .get(i)
             .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
+            .ok_or_else(|| format!("/proc/{pid}/stat: no field {}", i + 3))
     };
-    // utime and stime are fields 14 and 15 (11 and 12 after the command name); 100 ticks/s.
-    let cpu = (ticks(11) + ticks(12)) / 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = status
+    let cpu = (ticks(11)? + ticks(12)?) / ticks_per_second;
+    let rss = read("status")?
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024;
-    (cpu, rss)
+        .ok_or_else(|| format!("/proc/{pid}/status: no VmRSS"))?;
+    Ok((cpu, rss * 1024))
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`), the unit of /proc CPU times.
+fn clock_ticks() -> Result<f64, String> {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .map_err(|e| format!("getconf CLK_TCK: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| *t > 0.0)
+        .ok_or_else(|| "getconf CLK_TCK: not a number".to_owned())
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -331,33 +347,44 @@ async fn run(args: &Args, server: &ManagementServer, port: u16, pid: u32) -> Res
     if args.clusters > 0 {
         // Settle: the flips' work is done before the baseline is taken.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let (cpu0, rss0) = usage(pid);
+        let ticks = clock_ticks()?;
+        let (cpu0, rss0) = usage(pid, ticks)?;
         let (clusters, assignments) = clusters(args.clusters);
+        let wanted: std::collections::BTreeSet<String> =
+            assignments.iter().map(|(name, _)| name.clone()).collect();
+        let from = server.responses().len();
         let start = Instant::now();
         server.set(type_url::ENDPOINT, assignments);
         server.set(type_url::CLUSTER, clusters);
-        let wanted = args.clusters;
+        // Done when every new cluster's endpoints were ACKed, in one response or several.
         let done = server
             .wait_for(LIMIT, |requests, responses| {
-                responses
+                let acked: std::collections::HashSet<&str> = requests
                     .iter()
-                    .filter(|r| r.type_url == type_url::ENDPOINT && r.names.len() >= wanted)
-                    .any(|sent| {
-                        requests
-                            .iter()
-                            .any(|r| r.is_ack() && r.response_nonce == sent.nonce)
+                    .filter(|r| r.is_ack())
+                    .map(|r| r.response_nonce.as_str())
+                    .collect();
+                let got: std::collections::BTreeSet<&String> = responses
+                    [from.min(responses.len())..]
+                    .iter()
+                    .filter(|r| {
+                        r.type_url == type_url::ENDPOINT && acked.contains(r.nonce.as_str())
                     })
+                    .flat_map(|r| r.names.iter())
+                    .collect();
+                wanted.iter().all(|name| got.contains(name))
             })
             .await;
+        let wanted = wanted.len();
         let took = start.elapsed();
         if !done {
             return Err(format!("{wanted} clusters' endpoints never ACKed"));
         }
-        let (cpu1, rss1) = usage(pid);
+        let (cpu1, rss1) = usage(pid, ticks)?;
         // Workers may still be taking the clusters in after the ACK (Envoy ACKs from its main
         // thread): a second look once they are surely done.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let (cpu2, rss2) = usage(pid);
+        let (cpu2, rss2) = usage(pid, ticks)?;
         println!(
             "{} {wanted} clusters x 10 endpoints ({}): applied and ACKed in {:.0} ms, CPU {:.2} s ({:.2} s a second later), RSS {:.1} -> {:.1} MiB ({:.1} MiB a second later)",
             args.proxy,
