@@ -6,7 +6,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use tokio::sync::mpsc;
 use tonic::codegen::tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::subscription::Subscriptions;
+use crate::subscription::{Subscriptions, TypeState};
 use crate::transport::AdsClient;
 use crate::{Handler, Node, Resource, StreamError, Update};
 
@@ -70,17 +70,24 @@ async fn receive<H: Handler>(
     subscriptions: &mut Subscriptions,
     handler: &mut H,
 ) -> Option<DeltaDiscoveryRequest> {
-    if subscriptions.get_mut(&response.type_url).is_none() {
+    let Some(state) = subscriptions.get_mut(&response.type_url) else {
         tracing::warn!(type_url = %response.type_url, "xDS response of a type not subscribed; ignored");
         return None;
-    }
-    let held = subscriptions
-        .get_mut(&response.type_url)
-        .map(|state| &state.held);
+    };
+    let state: &TypeState = state;
     let mut versions = Vec::with_capacity(response.resources.len());
     let mut resources = Vec::with_capacity(response.resources.len());
-    let mut missing = None;
+    let mut refused = None;
     for resource in response.resources {
+        if resource.name.is_empty() {
+            // Delta removes and versions resources by this name.
+            refused = Some("a resource without a name".to_owned());
+            continue;
+        }
+        if !state.is_wildcard() && !state.names.contains(&resource.name) {
+            // Sent before the server saw an unsubscribe: not wanted, not held.
+            continue;
+        }
         match resource.resource {
             Some(value) => {
                 versions.push((resource.name.clone(), resource.version.clone()));
@@ -90,14 +97,16 @@ async fn receive<H: Handler>(
                     value,
                 });
             }
-            // A resource without a body refreshes one held (a TTL heartbeat): it stays as
-            // it is. One that is not held cannot be put in force.
-            None if held.is_some_and(|h| h.contains_key(&resource.name)) => {}
-            None => missing = Some(resource.name),
+            // No body and the version held: a TTL heartbeat, nothing changes (TTLs are not
+            // tracked; a resource stays until removed). Anything else cannot be put in force.
+            None if state.held.get(&resource.name) == Some(&resource.version) => {}
+            None => refused = Some(format!("resource `{}` has no body", resource.name)),
         }
     }
-    let outcome = match missing {
-        Some(name) => Err(format!("resource `{name}` has no body")),
+    let outcome = match refused {
+        Some(reason) => Err(reason),
+        // Only heartbeats, or what is no longer wanted: nothing to put in force.
+        None if resources.is_empty() && response.removed_resources.is_empty() => Ok(()),
         None => {
             let update = Update {
                 type_url: response.type_url.clone(),
@@ -174,7 +183,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_resource_without_a_body_refreshes_one_held_and_is_refused_otherwise() {
+    async fn a_resource_without_a_body_is_a_heartbeat_of_the_version_held_and_refused_otherwise() {
         let mut handler = Count::default();
         let mut subscriptions = Subscriptions::new(&handler);
         let state = subscriptions.get_mut(type_url::CLUSTER).unwrap();
@@ -184,7 +193,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((ack.response_nonce.as_str(), ack.error_detail), ("1", None));
-        assert_eq!(handler.updates, [0], "nothing changes");
+        assert!(handler.updates.is_empty(), "nothing to put in force");
 
         let nack = receive(heartbeat("z", "2"), &mut subscriptions, &mut handler)
             .await
@@ -196,8 +205,47 @@ mod tests {
                 .message
                 .contains("`z` has no body")
         );
-        assert_eq!(handler.updates, [0], "not handed on");
+        // A new version without a body is no heartbeat.
+        let mut changed = heartbeat("a", "3");
+        changed.resources[0].version = "v2".into();
+        let nack = receive(changed, &mut subscriptions, &mut handler)
+            .await
+            .unwrap();
+        assert!(
+            nack.error_detail
+                .unwrap()
+                .message
+                .contains("`a` has no body")
+        );
+        assert!(handler.updates.is_empty(), "not handed on");
         let held = &subscriptions.get_mut(type_url::CLUSTER).unwrap().held;
-        assert_eq!(held.keys().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(
+            held.iter().collect::<Vec<_>>(),
+            [(&"a".to_owned(), &"v1".to_owned())]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_resource_not_subscribed_is_neither_applied_nor_held() {
+        let mut handler = Count::default();
+        let mut subscriptions = Subscriptions::new(&handler);
+        let late = DeltaDiscoveryResponse {
+            type_url: type_url::ENDPOINT.into(),
+            resources: vec![Envelope {
+                name: "gone".into(),
+                version: "v1".into(),
+                resource: Some(crate::Any::default()),
+                ..Default::default()
+            }],
+            nonce: "1".into(),
+            ..Default::default()
+        };
+        let ack = receive(late, &mut subscriptions, &mut handler)
+            .await
+            .unwrap();
+        assert_eq!(ack.error_detail, None);
+        assert!(handler.updates.is_empty());
+        let state = subscriptions.get_mut(type_url::ENDPOINT).unwrap();
+        assert!(state.held.is_empty());
     }
 }

@@ -89,15 +89,14 @@ async fn receive<H: Handler>(
 
 /// A request for `state`'s type: what it holds (version, last nonce), the names it wants,
 /// and the reason if it refuses the last response.
-fn request(state: &TypeState, node: Option<Node>, error: Option<String>) -> DiscoveryRequest {
+fn request(state: &mut TypeState, node: Option<Node>, error: Option<String>) -> DiscoveryRequest {
+    if !state.is_wildcard() && !state.names.is_empty() {
+        state.asked = state.names.iter().cloned().collect();
+    }
     DiscoveryRequest {
         version_info: state.accepted_version.clone(),
         node,
-        resource_names: if state.is_wildcard() {
-            Vec::new()
-        } else {
-            state.names.iter().cloned().collect()
-        },
+        resource_names: state.asked.clone(),
         type_url: state.type_url.to_owned(),
         response_nonce: state.nonce.clone(),
         error_detail: error.map(crate::nack_status),

@@ -16,6 +16,9 @@ pub(crate) struct TypeState {
     pub(crate) nonce: String,
     /// The names subscribed; unused for wildcard types.
     pub(crate) names: BTreeSet<String>,
+    /// State of the world: the names last sent on this stream. Once the last name has gone,
+    /// ACKs repeat these: an empty list would be a wildcard to the server.
+    pub(crate) asked: Vec<String>,
     /// Delta: the version of every resource held, by name.
     pub(crate) held: BTreeMap<String, String>,
 }
@@ -66,6 +69,7 @@ impl Subscriptions {
     pub(crate) fn new_stream<H: Handler>(&mut self, handler: &H) {
         for state in &mut self.types {
             state.nonce.clear();
+            state.asked.clear();
         }
         self.refresh_all(handler);
     }

@@ -154,8 +154,6 @@ fn dynamic_name(value: String, path: &str) -> Result<String, ConfigError> {
     }
 }
 
-/// `IP:PORT`, `[IPv6]:PORT` or `localhost:PORT`. Other host names are refused rather than
-/// resolved, so that loading a config never waits on DNS.
 /// Where a service beside the proxy listens: `IP:PORT` or `unix:/path/to/socket`.
 pub(super) fn service_endpoint(value: &str, path: &str) -> Result<ServiceEndpoint, ConfigError> {
     if let Some(socket) = value.strip_prefix("unix:") {
@@ -170,6 +168,8 @@ pub(super) fn service_endpoint(value: &str, path: &str) -> Result<ServiceEndpoin
     socket_addr(value, path).map(ServiceEndpoint::Tcp)
 }
 
+/// `IP:PORT`, `[IPv6]:PORT` or `localhost:PORT`. Other host names are refused rather than
+/// resolved, so that loading a config never waits on DNS.
 fn socket_addr(value: &str, path: &str) -> Result<SocketAddr, ConfigError> {
     if let Ok(addr) = value.parse::<SocketAddr>() {
         return Ok(addr);

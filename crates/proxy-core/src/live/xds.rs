@@ -92,7 +92,7 @@ struct Applier {
     live: Weak<LiveConfig>,
     resources: Resources,
     /// [`crate::config::xds::Sections::inputs`] of the sections in force.
-    in_force: Option<u64>,
+    in_force: u64,
     stats: Stats,
     status: XdsStatus,
 }
@@ -122,7 +122,8 @@ impl Applier {
         let applier = Self {
             live: Arc::downgrade(live),
             resources: Resources::default(),
-            in_force: None,
+            // Nothing from the server is in force at first: the sections of nothing.
+            in_force: Resources::default().sections().inputs,
             stats,
             status: XdsStatus::default(),
         };
@@ -196,7 +197,7 @@ impl Applier {
         next.retain_wanted();
         // The same inputs make the same config: a response that repeats what is held (a
         // resend, a new version of unchanged bytes, a resource nothing uses) swaps nothing.
-        if self.in_force != Some(sections.inputs) {
+        if self.in_force != sections.inputs {
             live.put_dynamic(
                 DynamicSections {
                     listeners: sections.listeners,
@@ -206,7 +207,7 @@ impl Applier {
             )
             .await
             .map_err(|e| e.to_string())?;
-            self.in_force = Some(sections.inputs);
+            self.in_force = sections.inputs;
         }
         self.resources = next;
         self.status.warming_clusters = sections.warming.clusters;

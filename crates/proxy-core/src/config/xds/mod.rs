@@ -350,6 +350,7 @@ impl Resources {
         let mut inputs = twox_hash::XxHash64::with_seed(0);
         let mut input = |kind: u8, name: &str, digest: u64| {
             inputs.write_u8(kind);
+            inputs.write_usize(name.len());
             inputs.write(name.as_bytes());
             inputs.write_u64(digest);
         };

@@ -64,7 +64,7 @@ impl XdsRoutes {
     /// The virtual hosts as the config file writes them: routes to clusters not in `ready`
     /// answer 503, and a route to an HTTP/1.1 cluster (`ready`'s `true`) allows the
     /// listener's `upgrades`. Envoy applies those to every route and fails an upgrade to an
-    /// HTTP/2 cluster per request; here such a route simply does not offer them. Without
+    /// HTTP/2 cluster per request; here such a route does not offer any. Without
     /// the ext_authz filter on the listener (`authz`), per-route ext_authz settings are
     /// dropped, as Envoy ignores the settings of a filter not in the chain.
     pub(super) fn section(
@@ -75,11 +75,11 @@ impl XdsRoutes {
     ) -> Vec<RawVirtualHost> {
         let mut hosts = self.virtual_hosts.clone();
         if !authz {
-            for host in &mut hosts {
-                host.filters = None;
-                for route in &mut host.routes {
-                    route.filters = None;
-                }
+            let filters = hosts.iter_mut().flat_map(|h| {
+                std::iter::once(&mut h.filters).chain(h.routes.iter_mut().map(|r| &mut r.filters))
+            });
+            for filters in filters.flatten() {
+                filters.ext_authz = None;
             }
         }
         // Envoy takes a configuration with no hosts, or a host with no routes, and answers
@@ -101,6 +101,11 @@ impl XdsRoutes {
                 continue;
             };
             if let Some(&http1) = ready.get(cluster.as_str()) {
+                if !http1 {
+                    // The route's own upgrade_configs too: Envoy takes them and fails each
+                    // upgrade to an HTTP/2 cluster; here they are not offered.
+                    route.upgrades.clear();
+                }
                 for upgrade in upgrades.iter().filter(|_| http1) {
                     if !route.upgrades.contains(upgrade) {
                         route.upgrades.push(upgrade.clone());
@@ -346,7 +351,9 @@ fn retry(
     let raw = RawRetryPolicy {
         retry_on,
         num_retries: r.num_retries.take().map(|v| v.value),
-        per_try_timeout: duration(r.per_try_timeout.take(), &format!("{at}.per_try_timeout"))?,
+        // `0s` is none in Envoy: each try has the route's timeout.
+        per_try_timeout: duration(r.per_try_timeout.take(), &format!("{at}.per_try_timeout"))?
+            .filter(|t| !t.is_zero()),
         retriable_status_codes: std::mem::take(&mut r.retriable_status_codes)
             .into_iter()
             .map(|code| {

@@ -205,6 +205,26 @@ fn routes_translate_matches_and_timeouts() {
     let h2 = [("web", false)].into_iter().collect();
     let hosts = config.section(&h2, &["websocket".into()], false);
     assert!(hosts[0].routes[0].upgrades.is_empty());
+
+    // Nor those the route itself names.
+    let mut own = routes("r", "web");
+    let Some(route::Action::Route(action)) = &mut own.virtual_hosts[0].routes[0].action else {
+        panic!("a forwarding route");
+    };
+    action.upgrade_configs = vec![route_action::UpgradeConfig {
+        upgrade_type: "websocket".into(),
+        ..Default::default()
+    }];
+    let own = XdsRoutes::decode(&pack(&own)).unwrap();
+    assert_eq!(
+        own.section(&ready, &[], false)[0].routes[0].upgrades,
+        ["websocket"]
+    );
+    assert!(
+        own.section(&h2, &[], false)[0].routes[0]
+            .upgrades
+            .is_empty()
+    );
 }
 
 #[test]
@@ -625,6 +645,14 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
         ))],
     );
     r.virtual_hosts[0].name = "web.default.svc.cluster.local:80".into();
+    let Some(route::Action::Route(action)) = &mut r.virtual_hosts[0].routes[0].action else {
+        panic!("a forwarding route");
+    };
+    action.retry_policy = Some(envoy_types::pb::envoy::config::route::v3::RetryPolicy {
+        retry_on: "5xx".into(),
+        per_try_timeout: zero,
+        ..Default::default()
+    });
 
     let mut c = eds_cluster(service);
     let unlimited = Some(UInt32Value { value: u32::MAX });
@@ -665,6 +693,10 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
         ..
     } = resources.sections();
     assert_eq!(warming, Warming::default());
+    let retry = listeners[0].virtual_hosts[0].routes[0]
+        .retry_policy
+        .as_ref();
+    assert_eq!(retry.map(|r| r.per_try_timeout), Some(None));
     let origin = crate::config::Config::from_yaml(
         "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
     )
