@@ -97,6 +97,22 @@ fn held<T>(value: T) -> Held<T> {
     Held::new(value, "1".into(), b"")
 }
 
+/// Endpoints of `name`: one healthy host on 127.0.0.1:`port`, as held.
+fn held_endpoints(name: &str, port: u16) -> Held<XdsEndpoints> {
+    let cla = assignment(name, vec![lb_endpoint(port, HealthStatus::Healthy, None)]);
+    held(XdsEndpoints::decode(&pack(&cla)).unwrap())
+}
+
+/// Routes `name` sending everything to `cluster`, as held.
+fn held_routes(name: &str, cluster: &str) -> Held<XdsRoutes> {
+    held(XdsRoutes::decode(&pack(&routes(name, cluster))).unwrap())
+}
+
+/// Listener `name` taking its routes from RDS `rds`, as held.
+fn held_listener(name: &str, rds: &str) -> Held<XdsListener> {
+    held(XdsListener::decode(&pack(&listener(name, rds))).unwrap())
+}
+
 #[test]
 fn a_cluster_keeps_envoys_defaults_and_names_its_eds_service() {
     let cluster = XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap();
@@ -243,10 +259,9 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
         "web".into(),
         held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
     );
-    resources.listeners.insert(
-        "edge".into(),
-        held(XdsListener::decode(&pack(&listener("edge", "r1"))).unwrap()),
-    );
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r1"));
     assert_eq!(resources.endpoint_names(), ["web".to_owned()].into());
     assert_eq!(resources.route_names(), ["r1".to_owned()].into());
     let Sections {
@@ -259,15 +274,12 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     assert_eq!(warming.clusters, ["web"]);
     assert_eq!(warming.listeners, ["edge"]);
 
-    let cla = assignment("web", vec![lb_endpoint(8001, HealthStatus::Healthy, None)]);
-    resources.endpoints.insert(
-        "web".into(),
-        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
-    );
-    resources.routes.insert(
-        "r1".into(),
-        held(XdsRoutes::decode(&pack(&routes("r1", "web"))).unwrap()),
-    );
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "web"));
     let Sections {
         listeners,
         clusters,
@@ -284,10 +296,9 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     );
 
     // Updated to routes that have not come: the previous version keeps serving.
-    resources.listeners.insert(
-        "edge".into(),
-        held(XdsListener::decode(&pack(&listener("edge", "r2"))).unwrap()),
-    );
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r2"));
     let Sections {
         listeners, warming, ..
     } = resources.sections();
@@ -304,10 +315,9 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     );
     let warming_inputs = resources.sections().inputs;
 
-    resources.routes.insert(
-        "r2".into(),
-        held(XdsRoutes::decode(&pack(&routes("r2", "web"))).unwrap()),
-    );
+    resources
+        .routes
+        .insert("r2".into(), held_routes("r2", "web"));
     let Sections {
         warming, inputs, ..
     } = resources.sections();
@@ -321,10 +331,9 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     );
 
     // An update that changes nothing the sections are made of has the same inputs.
-    resources.routes.insert(
-        "r9".into(),
-        held(XdsRoutes::decode(&pack(&routes("r9", "web"))).unwrap()),
-    );
+    resources
+        .routes
+        .insert("r9".into(), held_routes("r9", "web"));
     assert_eq!(resources.sections().inputs, inputs);
     resources.retain_wanted();
     assert!(!resources.routes.contains_key("r9"));
@@ -568,25 +577,18 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
             held(XdsCluster::decode(&pack(&eds_cluster(name))).unwrap()),
         );
     }
-    let cla = assignment("web", vec![lb_endpoint(8001, HealthStatus::Healthy, None)]);
-    resources.endpoints.insert(
-        "web".into(),
-        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
-    );
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
     let Sections {
         listeners, warming, ..
     } = resources.sections();
     assert!(listeners.is_empty(), "waits for the authorization cluster");
     assert_eq!(warming.listeners, ["edge"]);
 
-    let cla = assignment(
-        "authz",
-        vec![lb_endpoint(9191, HealthStatus::Healthy, None)],
-    );
-    resources.endpoints.insert(
-        "authz".into(),
-        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
-    );
+    resources
+        .endpoints
+        .insert("authz".into(), held_endpoints("authz", 9191));
     let Sections {
         listeners,
         clusters,
@@ -678,14 +680,9 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     resources
         .clusters
         .insert(service.into(), held(XdsCluster::decode(&pack(&c)).unwrap()));
-    let cla = assignment(
-        service,
-        vec![lb_endpoint(8001, HealthStatus::Healthy, None)],
-    );
-    resources.endpoints.insert(
-        service.into(),
-        held(XdsEndpoints::decode(&pack(&cla)).unwrap()),
-    );
+    resources
+        .endpoints
+        .insert(service.into(), held_endpoints(service, 8001));
     let Sections {
         listeners,
         clusters,
