@@ -388,6 +388,15 @@ pub struct RawHttp {
     pub request_headers_timeout: Option<Duration>,
     pub max_request_headers_kb: Option<u32>,
     pub max_requests_per_connection: Option<u32>,
+    pub path_normalization: Option<RawPathNormalization>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPathNormalization {
+    pub normalize: Option<bool>,
+    pub merge_slashes: Option<bool>,
+    pub escaped_slashes: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -293,6 +293,10 @@ fn listener(
             )?,
             // 0 means no limit, as in Envoy and the peer-bench template.
             max_requests_per_connection: raw.http.max_requests_per_connection.filter(|n| *n > 0),
+            path_normalization: path_normalization(
+                raw.http.path_normalization,
+                &format!("{path}.http.path_normalization"),
+            )?,
             max_request_headers_kb: match raw.http.max_request_headers_kb {
                 None => DEFAULT_MAX_REQUEST_HEADERS_KB,
                 Some(kb @ 1..=8192) => kb,
@@ -305,6 +309,36 @@ fn listener(
             },
         },
         route_config,
+    })
+}
+
+fn path_normalization(
+    raw: Option<RawPathNormalization>,
+    path: &str,
+) -> Result<PathNormalization, ConfigError> {
+    let defaults = PathNormalization::default();
+    let Some(raw) = raw else {
+        return Ok(defaults);
+    };
+    let escaped_slashes = match raw.escaped_slashes.as_deref() {
+        None => defaults.escaped_slashes,
+        Some("keep") => EscapedSlashes::Keep,
+        Some("reject") => EscapedSlashes::Reject,
+        Some("unescape_and_redirect") => EscapedSlashes::UnescapeAndRedirect,
+        Some("unescape_and_forward") => EscapedSlashes::UnescapeAndForward,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.escaped_slashes"),
+                format!(
+                    "expected `keep`, `reject`, `unescape_and_redirect` or `unescape_and_forward`, found `{other}`"
+                ),
+            ));
+        }
+    };
+    Ok(PathNormalization {
+        normalize: raw.normalize.unwrap_or(defaults.normalize),
+        merge_slashes: raw.merge_slashes.unwrap_or(defaults.merge_slashes),
+        escaped_slashes,
     })
 }
 

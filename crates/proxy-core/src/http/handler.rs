@@ -9,7 +9,7 @@ use http::header::{CONNECTION, HOST, HeaderValue, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
-use super::{HttpCtx, ResponseBody, local_reply, rewrite, upgrade};
+use super::{HttpCtx, ResponseBody, local_reply, path, rewrite, upgrade};
 use crate::cluster::Admitted;
 use crate::config::{ForwardAction, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
@@ -155,6 +155,9 @@ async fn route_and_forward(
     if let Some(limit) = conn.listener.head_limit {
         check_head_size(&req, limit)?;
     }
+    if let Some(redirect) = normalize_path(&mut req, &http.path_normalization)? {
+        return Ok(redirect);
+    }
     let host = request_host(&req)?;
     let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
     let matched = http.routes.find(host_text, req.uri().path(), req.headers());
@@ -194,6 +197,44 @@ async fn route_and_forward(
     };
     facts.host = host;
     Ok(response)
+}
+
+/// Rewrites the request's path to its one spelling (http/path.rs), before anything reads
+/// it; or the redirect `unescape_and_redirect` asks for.
+fn normalize_path(
+    req: &mut Request<RequestBody>,
+    settings: &crate::config::PathNormalization,
+) -> Result<Option<Response<ResponseBody>>, ProxyError> {
+    let normalized = path::normalize(req.uri().path(), settings)
+        .map_err(|e| ProxyError::BadRequest(e.message()))?;
+    let path = match normalized {
+        path::Normalized::Path(std::borrow::Cow::Borrowed(_)) => return Ok(None),
+        path::Normalized::Path(std::borrow::Cow::Owned(path)) => path,
+        path::Normalized::Redirect(path) => {
+            let location = match req.uri().query() {
+                Some(query) => format!("{path}?{query}"),
+                None => path,
+            };
+            let location = HeaderValue::try_from(location)
+                .map_err(|_| ProxyError::BadRequest("the normalised path is not a valid header"))?;
+            let mut reply = local_reply::text(StatusCode::TEMPORARY_REDIRECT, Bytes::new());
+            reply.headers_mut().insert(http::header::LOCATION, location);
+            return Ok(Some(reply));
+        }
+    };
+    let target = match req.uri().query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(
+        target
+            .parse()
+            .map_err(|_| ProxyError::BadRequest("the normalised path is not a valid path"))?,
+    );
+    *req.uri_mut() = http::Uri::from_parts(parts)
+        .map_err(|_| ProxyError::BadRequest("invalid request target"))?;
+    Ok(None)
 }
 
 /// Gives the request an `x-request-id` (logged) if the client sent none.

@@ -13,6 +13,7 @@
 mod forwarding;
 pub(crate) mod handler;
 mod local_reply;
+mod path;
 mod response_body;
 mod rewrite;
 mod upgrade;
@@ -38,6 +39,7 @@ pub(crate) struct HttpCtx {
     pub(crate) upgrade_idle_timeout: std::time::Duration,
     /// Bytes an upgraded connection holds per direction.
     pub(crate) upgrade_buffer: usize,
+    pub(crate) path_normalization: crate::config::PathNormalization,
 }
 
 /// A listener's current [`HttpCtx`] on one worker. A connection reads it once per request,

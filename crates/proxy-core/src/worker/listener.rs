@@ -215,5 +215,6 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         clusters: Rc::clone(parts.clusters),
         upgrade_idle_timeout: config.http.idle_timeout,
         upgrade_buffer: config.buffer_limit as usize,
+        path_normalization: config.http.path_normalization,
     }
 }

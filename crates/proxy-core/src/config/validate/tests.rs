@@ -41,6 +41,31 @@ fn fills_in_defaults() {
 }
 
 #[test]
+fn path_normalization_is_on_unless_turned_off() {
+    let config = Config::from_yaml(MINIMAL).unwrap();
+    assert_eq!(
+        config.listeners[0].http.path_normalization,
+        PathNormalization::default()
+    );
+    assert!(PathNormalization::default().normalize && PathNormalization::default().merge_slashes);
+    let with = |settings: &str| {
+        MINIMAL.replace(
+            "    routes:\n",
+            &format!("    http: {{ path_normalization: {settings} }}\n    routes:\n"),
+        )
+    };
+    let config =
+        Config::from_yaml(&with("{ merge_slashes: false, escaped_slashes: reject }")).unwrap();
+    let settings = config.listeners[0].http.path_normalization;
+    assert!(settings.normalize && !settings.merge_slashes);
+    assert_eq!(settings.escaped_slashes, EscapedSlashes::Reject);
+    assert_eq!(
+        error_of(&with("{ escaped_slashes: drop }")),
+        "listeners[0].http.path_normalization.escaped_slashes: expected `keep`, `reject`, `unescape_and_redirect` or `unescape_and_forward`, found `drop`"
+    );
+}
+
+#[test]
 fn unknown_keys_name_their_path() {
     let yaml = MINIMAL.replace(
         "    address: 127.0.0.1:8080",

@@ -14,7 +14,7 @@ use envoy_types::pb::google::protobuf::Any;
 use super::ext_authz::{self, XdsAuthz};
 use super::route::XdsRoutes;
 use super::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
-use crate::config::raw::{RawHttp, RawHttpFilter, RawListener};
+use crate::config::raw::{RawHttp, RawHttpFilter, RawListener, RawPathNormalization};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -243,12 +243,27 @@ fn connection_manager(
     // Legate always appends the peer's address to x-forwarded-for (Envoy's behaviour with
     // `use_remote_address: true`); docs/xds.md says so for `false`, the default.
     hcm.use_remote_address = None;
-    if hcm.normalize_path.take().is_some_and(|v| v.value) || hcm.merge_slashes {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: vec!["normalize_path / merge_slashes".into()],
-        });
-    }
+    // Path normalisation is on in Legate unless turned off. `normalize_path` says either
+    // way; `merge_slashes` is a plain bool whose `false` (the default) cannot be told from
+    // unset, so it can only turn merging on.
+    let escaped_slashes = match std::mem::take(&mut hcm.path_with_escaped_slashes_action) {
+        0 => None,
+        1 => Some("keep"),
+        2 => Some("reject"),
+        3 => Some("unescape_and_redirect"),
+        4 => Some("unescape_and_forward"),
+        other => {
+            return Err(ResourceError::invalid(
+                format!("{at}.path_with_escaped_slashes_action"),
+                format!("unknown action {other}"),
+            ));
+        }
+    };
+    http.path_normalization = Some(RawPathNormalization {
+        normalize: hcm.normalize_path.take().map(|v| v.value),
+        merge_slashes: std::mem::take(&mut hcm.merge_slashes).then_some(true),
+        escaped_slashes: escaped_slashes.map(str::to_owned),
+    });
     nothing_else(&hcm, fields::HTTP_CONNECTION_MANAGER, at)?;
     Ok((inline, rds, upgrades, authz))
 }

@@ -633,6 +633,8 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
         nanos: 0,
     });
     hcm.request_headers_timeout = zero;
+    hcm.normalize_path = Some(envoy_types::pb::google::protobuf::BoolValue { value: false });
+    hcm.path_with_escaped_slashes_action = 2; // REJECT_REQUEST
     hcm.common_http_protocol_options = Some(HttpProtocolOptions {
         idle_timeout: zero,
         ..Default::default()
@@ -705,6 +707,14 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     assert_eq!(
         http.request_headers_timeout,
         crate::config::DEFAULT_REQUEST_HEADERS_TIMEOUT
+    );
+    assert_eq!(
+        http.path_normalization,
+        crate::config::PathNormalization {
+            normalize: false,
+            merge_slashes: true,
+            escaped_slashes: crate::config::EscapedSlashes::Reject,
+        }
     );
     let breakers = &config.clusters[0].circuit_breakers;
     assert_eq!(breakers.max_requests.resolve(2), u32::MAX);

@@ -1,0 +1,291 @@
+//! Path normalisation, before routing, authorization and forwarding: the route, the
+//! authorization service and the upstream all see one spelling of a path, so `//private`,
+//! `/%70rivate` or `/x/../private` cannot reach `/private` past a guard written for it.
+//!
+//! RFC 3986 section 6.2.2: percent-encoded unreserved characters are decoded, the remaining
+//! escapes upper-cased, dot segments removed (section 5.2.4); then runs of slashes merged
+//! (Envoy's `merge_slashes`). Escaped slashes (`%2F`, `%5C`) are kept, refused, or unescaped
+//! as the listener says (Envoy's `path_with_escaped_slashes_action`). The query is untouched.
+
+use std::borrow::Cow;
+
+use crate::config::{EscapedSlashes, PathNormalization};
+
+/// Why a path cannot be normalised (the request gets 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PathError {
+    #[error("a `%` not followed by two hex digits")]
+    BadEscape,
+    #[error("an escaped slash (`%2F` or `%5C`) in the path")]
+    EscapedSlash,
+}
+
+impl PathError {
+    /// The reason, as the 400's log line gives it.
+    pub(crate) fn message(self) -> &'static str {
+        match self {
+            PathError::BadEscape => "a `%` in the path not followed by two hex digits",
+            PathError::EscapedSlash => "an escaped slash (`%2F` or `%5C`) in the path",
+        }
+    }
+}
+
+/// What to do with a request's path.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Normalized<'a> {
+    /// Route, check and forward with this path (borrowed: unchanged).
+    Path(Cow<'a, str>),
+    /// Redirect the client to this path (`unescape_and_redirect` found an escaped slash).
+    Redirect(String),
+}
+
+/// Normalises `path` (without its query) as `settings` say. A path that is not
+/// origin-form (`*`) is left alone.
+pub(crate) fn normalize<'a>(
+    path: &'a str,
+    settings: &PathNormalization,
+) -> Result<Normalized<'a>, PathError> {
+    if !path.starts_with('/') || !needs_work(path, settings) {
+        return Ok(Normalized::Path(Cow::Borrowed(path)));
+    }
+    let decode = settings.normalize || settings.escaped_slashes != EscapedSlashes::Keep;
+    let (mut out, unescaped_slash) = if decode {
+        decode_escapes(path, settings)?
+    } else {
+        (path.to_owned(), false)
+    };
+    if settings.normalize {
+        out = remove_dot_segments(&out);
+    }
+    if settings.merge_slashes {
+        out = merge_slashes(&out);
+    }
+    if unescaped_slash && settings.escaped_slashes == EscapedSlashes::UnescapeAndRedirect {
+        return Ok(Normalized::Redirect(out));
+    }
+    Ok(Normalized::Path(if out == path {
+        Cow::Borrowed(path)
+    } else {
+        Cow::Owned(out)
+    }))
+}
+
+/// Whether anything could change: most paths have no `%`, no `//` and no dot segment, and
+/// are passed through after one scan.
+fn needs_work(path: &str, settings: &PathNormalization) -> bool {
+    let bytes = path.as_bytes();
+    let escape = bytes.contains(&b'%');
+    let double_slash = bytes.windows(2).any(|w| w == b"//");
+    let dot_segment = path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..");
+    (escape && (settings.normalize || settings.escaped_slashes != EscapedSlashes::Keep))
+        || (settings.merge_slashes && double_slash)
+        || (settings.normalize && dot_segment)
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Decodes escapes of unreserved characters (when normalising), upper-cases the others,
+/// and applies the escaped-slash action. Returns the path and whether a slash was unescaped.
+fn decode_escapes(path: &str, settings: &PathNormalization) -> Result<(String, bool), PathError> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut unescaped_slash = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b != b'%' {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let (Some(hi), Some(lo)) = (
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) else {
+            return Err(PathError::BadEscape);
+        };
+        let value = hi << 4 | lo;
+        i += 3;
+        if value == b'/' || value == b'\\' {
+            match settings.escaped_slashes {
+                EscapedSlashes::Keep => {}
+                EscapedSlashes::Reject => return Err(PathError::EscapedSlash),
+                EscapedSlashes::UnescapeAndForward | EscapedSlashes::UnescapeAndRedirect => {
+                    // A backslash is a slash to most origins (and to browsers).
+                    out.push(b'/');
+                    unescaped_slash = true;
+                    continue;
+                }
+            }
+        } else if settings.normalize && is_unreserved(value) {
+            out.push(value);
+            continue;
+        }
+        out.push(b'%');
+        if settings.normalize {
+            out.extend_from_slice(format!("{value:02X}").as_bytes());
+        } else {
+            out.extend_from_slice(&bytes[i - 2..i]);
+        }
+    }
+    // Only ASCII bytes were added or copied from a `str`: still UTF-8.
+    Ok((String::from_utf8_lossy(&out).into_owned(), unescaped_slash))
+}
+
+/// RFC 3986 section 5.2.4 for an absolute path: `.` segments go, `..` takes the segment
+/// before it (never above the root). A path ending in a dot segment keeps its final `/`.
+fn remove_dot_segments(path: &str) -> String {
+    let mut segments: Vec<&str> = Vec::new();
+    let mut ends_in_dir = false;
+    // The leading "/" makes the first piece empty.
+    for segment in path.split('/').skip(1) {
+        ends_in_dir = false;
+        match segment {
+            "." => ends_in_dir = true,
+            ".." => {
+                segments.pop();
+                ends_in_dir = true;
+            }
+            _ => segments.push(segment),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for segment in &segments {
+        out.push('/');
+        out.push_str(segment);
+    }
+    if ends_in_dir || out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+fn merge_slashes(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut previous_slash = false;
+    for c in path.chars() {
+        if c == '/' && previous_slash {
+            continue;
+        }
+        previous_slash = c == '/';
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(escaped_slashes: EscapedSlashes) -> PathNormalization {
+        PathNormalization {
+            normalize: true,
+            merge_slashes: true,
+            escaped_slashes,
+        }
+    }
+
+    fn path(input: &str, settings: &PathNormalization) -> Result<String, PathError> {
+        match normalize(input, settings)? {
+            Normalized::Path(p) => Ok(p.into_owned()),
+            Normalized::Redirect(p) => Ok(format!("redirect {p}")),
+        }
+    }
+
+    #[test]
+    fn the_spellings_of_one_path_become_one() {
+        let s = settings(EscapedSlashes::Keep);
+        for (input, expected) in [
+            ("/private", "/private"),
+            ("//private", "/private"),
+            ("/%70rivate", "/private"),
+            ("/x/../private", "/private"),
+            ("/./private", "/private"),
+            ("/%2e%2e/private", "/private"),
+            ("/a/%2E/b/", "/a/b/"),
+            ("/..", "/"),
+            ("/../../x", "/x"),
+            ("/a/b/..", "/a/"),
+            ("/a/.", "/a/"),
+            ("/a//b///c", "/a/b/c"),
+            ("/a/%7euser", "/a/~user"),
+            // Reserved and other escapes stay, upper-cased.
+            ("/a%3fb", "/a%3Fb"),
+            ("/caf%c3%a9", "/caf%C3%A9"),
+            ("/a%2fb", "/a%2Fb"),
+            ("/", "/"),
+            ("*", "*"),
+        ] {
+            assert_eq!(path(input, &s).as_deref(), Ok(expected), "{input}");
+        }
+    }
+
+    #[test]
+    fn a_path_with_nothing_to_do_is_not_copied() {
+        let s = settings(EscapedSlashes::Keep);
+        let input = "/api/v1/users/42.json";
+        assert!(matches!(
+            normalize(input, &s),
+            Ok(Normalized::Path(Cow::Borrowed(p))) if p == input
+        ));
+    }
+
+    #[test]
+    fn a_broken_escape_is_refused() {
+        let s = settings(EscapedSlashes::Keep);
+        for input in ["/a%", "/a%2", "/a%zz", "/%G0"] {
+            assert_eq!(path(input, &s), Err(PathError::BadEscape), "{input}");
+        }
+    }
+
+    #[test]
+    fn escaped_slashes_follow_the_action() {
+        let input = "/a%2Fb/../%5cc";
+        assert_eq!(
+            path(input, &settings(EscapedSlashes::Keep)).as_deref(),
+            Ok("/%5Cc")
+        );
+        assert_eq!(
+            path(input, &settings(EscapedSlashes::Reject)),
+            Err(PathError::EscapedSlash)
+        );
+        assert_eq!(
+            path(input, &settings(EscapedSlashes::UnescapeAndForward)).as_deref(),
+            Ok("/a/c")
+        );
+        assert_eq!(
+            path(input, &settings(EscapedSlashes::UnescapeAndRedirect)).as_deref(),
+            Ok("redirect /a/c")
+        );
+    }
+
+    #[test]
+    fn turned_off_nothing_changes() {
+        let off = PathNormalization {
+            normalize: false,
+            merge_slashes: false,
+            escaped_slashes: EscapedSlashes::Keep,
+        };
+        for input in ["//private", "/%70rivate", "/x/../private", "/a%"] {
+            assert_eq!(path(input, &off).as_deref(), Ok(input));
+        }
+        let merge_only = PathNormalization {
+            merge_slashes: true,
+            ..off
+        };
+        assert_eq!(path("//x/../%70", &merge_only).as_deref(), Ok("/x/../%70"));
+    }
+}

@@ -1,0 +1,139 @@
+//! Path normalisation through the real binary: a guard on `/private` cannot be walked
+//! around by another spelling of the path, over HTTP/1.1 (raw request lines, so nothing
+//! on the client side rewrites them) and HTTP/2; the upstream gets the normalised path; the
+//! escaped-slash actions; and normalisation turned off.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::*;
+use testbed::{NoopHandle, NoopUpstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn upstream() -> NoopHandle {
+    NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// `/private` answers 403 from the proxy; everything else goes to `upstream`.
+fn config(upstream: SocketAddr, path_normalization: &str) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http: {{ {path_normalization} }}
+    routes:
+      - match: {{ prefix: /private }}
+        direct_response: {{ status: 403, body: "guarded\n" }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#
+    )
+}
+
+/// One HTTP/1.1 request with `target` as written: (status, the `location` header, the body).
+async fn raw_get(addr: SocketAddr, target: &str) -> (u16, Option<String>, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nhost: edge\r\nx-noop-echo: headers\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let location = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("location")
+            .then(|| value.trim().to_owned())
+    });
+    (status, location, body.to_owned())
+}
+
+/// The request line the upstream saw, from its echo.
+fn seen_target(body: &str) -> &str {
+    body.lines()
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_spellings_of_a_guarded_path_meet_the_guard() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let addr = proxy.addr();
+    for target in [
+        "/private",
+        "//private",
+        "/%70rivate",
+        "/x/../private",
+        "/./private/",
+        "/%2e%2e/private",
+        "/public/..//private",
+    ] {
+        let (status, _, body) = raw_get(addr, target).await;
+        assert_eq!((status, body.as_str()), (403, "guarded\n"), "{target}");
+    }
+
+    // Forwarded with the path in its one spelling; the query as sent.
+    let (status, _, body) = raw_get(addr, "/a//b/./c/../d%7e%2f?q=%2e%2E").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(seen_target(&body), "/a/b/d~%2F?q=%2e%2E");
+
+    let (status, _, _) = raw_get(addr, "/a%zz").await;
+    assert_eq!(status, 400, "a broken escape");
+
+    // HTTP/2 takes the same way.
+    let response = send_h2(addr, get_h2("/x/../private", &[])).await;
+    assert_eq!(response.status(), 403);
+    let response = send_h2(addr, get_h2("/a/./b", &[("x-noop-echo", "headers")])).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(seen_target(&text(response.into_body()).await), "/a/b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaped_slashes_are_kept_refused_or_unescaped_as_configured() {
+    let upstream = upstream().await;
+    let target = "/a%2Fb/..%5c?x=1";
+    for (action, expected) in [
+        ("keep", (200, None, "/a%2Fb/..%5C?x=1")),
+        ("reject", (400, None, "")),
+        ("unescape_and_forward", (200, None, "/a/?x=1")),
+        ("unescape_and_redirect", (307, Some("/a/?x=1"), "")),
+    ] {
+        let settings = format!("path_normalization: {{ escaped_slashes: {action} }}");
+        let proxy = Proxy::start(&config(upstream.local_addr(), &settings), 1);
+        let (status, location, body) = raw_get(proxy.addr(), target).await;
+        let seen = if status == 200 {
+            seen_target(&body)
+        } else {
+            ""
+        };
+        assert_eq!(
+            (status, location.as_deref(), seen),
+            expected,
+            "{action}: {body}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turned_off_the_path_goes_as_sent() {
+    let upstream = upstream().await;
+    let settings = "path_normalization: { normalize: false, merge_slashes: false }";
+    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    let (status, _, body) = raw_get(proxy.addr(), "//private/%70").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(seen_target(&body), "//private/%70");
+}
