@@ -288,7 +288,7 @@ listeners:
       - match: {{ path: /healthz }}
         direct_response: {{ status: 200, body: "ok\n" }}
         filters: {{ ext_authz: disabled }}
-      - match: {{ prefix: /private }}
+      - match: {{ prefix: /private, case_sensitive: false }}
         cluster: noop
       - match: {{ prefix: / }}
         cluster: noop

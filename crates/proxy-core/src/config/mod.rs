@@ -217,8 +217,16 @@ pub struct RouteMatch {
     pub host: HostMatch,
     #[serde(flatten)]
     pub path: PathMatch,
+    /// `false`: the path matches whatever its ASCII case (`/Private` takes a `/private`
+    /// route), for origins that ignore case; the prefix or path is then kept lowercase.
+    #[serde(skip_serializing_if = "is_true")]
+    pub case_sensitive: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderMatch>,
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// Matches the request's host (without its port), case-insensitively.

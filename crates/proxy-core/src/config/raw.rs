@@ -434,6 +434,7 @@ pub struct RawMatch {
     pub host: Option<String>,
     pub prefix: Option<String>,
     pub path: Option<String>,
+    pub case_sensitive: Option<bool>,
     #[serde(default)]
     pub headers: Vec<RawHeaderMatch>,
 }

@@ -27,6 +27,9 @@ pub(super) struct RouteIndex {
 struct PathIndex {
     exact: HashMap<Box<str>, Vec<u32>>,
     prefixes: PrefixTree,
+    /// Routes matching whatever the path's case (`case_sensitive: false`), keyed lowercase
+    /// and looked up with the path lowercased; `None` when the group has none.
+    folded: Option<Box<PathIndex>>,
 }
 
 /// A [`PathIndex`] being built.
@@ -34,13 +37,22 @@ struct PathIndex {
 struct PathIndexBuilder {
     exact: HashMap<Box<str>, Vec<u32>>,
     prefixes: prefix_tree::Builder,
+    folded: Option<Box<PathIndexBuilder>>,
 }
 
 impl PathIndexBuilder {
+    fn insert(&mut self, path: &PathMatch, i: u32) {
+        match path {
+            PathMatch::Exact(path) => self.exact.entry(path.as_str().into()).or_default().push(i),
+            PathMatch::Prefix(prefix) => self.prefixes.insert(prefix.as_bytes(), i),
+        }
+    }
+
     fn build(self) -> PathIndex {
         PathIndex {
             exact: self.exact,
             prefixes: self.prefixes.freeze(),
+            folded: self.folded.map(|f| Box::new(f.build())),
         }
     }
 }
@@ -61,11 +73,14 @@ impl RouteIndex {
             };
             // Tables past 4 billion routes are not a concern.
             let i = (span.start + i) as u32;
-            match &route.matcher.path {
-                PathMatch::Exact(path) => {
-                    group.exact.entry(path.as_str().into()).or_default().push(i)
-                }
-                PathMatch::Prefix(prefix) => group.prefixes.insert(prefix.as_bytes(), i),
+            if route.matcher.case_sensitive {
+                group.insert(&route.matcher.path, i);
+            } else {
+                // Validation stored the path lowercase.
+                group
+                    .folded
+                    .get_or_insert_with(Default::default)
+                    .insert(&route.matcher.path, i);
             }
         }
         let build = |groups: HashMap<Box<str>, PathIndexBuilder>| {
@@ -89,6 +104,7 @@ impl RouteIndex {
     ) -> Option<usize> {
         let search = Search {
             path,
+            lowercase: std::cell::OnceCell::new(),
             headers,
             routes,
         };
@@ -118,6 +134,8 @@ impl RouteIndex {
 /// One request, as the groups see it.
 struct Search<'a> {
     path: &'a str,
+    /// The path lowercased, made by the first group with case-insensitive routes.
+    lowercase: std::cell::OnceCell<String>,
     headers: &'a HeaderMap,
     routes: &'a [RouteConfig],
 }
@@ -136,13 +154,27 @@ impl Search<'_> {
 
 impl PathIndex {
     /// The first route of this group matching the request, if before `best`; else `best`.
-    fn first(&self, search: &Search<'_>, mut best: Option<u32>) -> Option<u32> {
+    fn first(&self, search: &Search<'_>, best: Option<u32>) -> Option<u32> {
+        let best = self.first_by(search.path, search, best);
+        match &self.folded {
+            None => best,
+            Some(folded) => {
+                let lowercase = search
+                    .lowercase
+                    .get_or_init(|| search.path.to_ascii_lowercase());
+                folded.first_by(lowercase, search, best)
+            }
+        }
+    }
+
+    /// [`first`](Self::first) among this index's own routes, for `path`.
+    fn first_by(&self, path: &str, search: &Search<'_>, mut best: Option<u32>) -> Option<u32> {
         if !self.exact.is_empty()
-            && let Some(candidates) = self.exact.get(search.path)
+            && let Some(candidates) = self.exact.get(path)
         {
             best = search.first_of(candidates, best);
         }
-        self.prefixes.walk(search.path.as_bytes(), |candidates| {
+        self.prefixes.walk(path.as_bytes(), |candidates| {
             best = search.first_of(candidates, best);
         });
         best

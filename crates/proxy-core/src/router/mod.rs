@@ -153,9 +153,15 @@ fn strip_port(host: &str) -> &str {
 
 /// Whether route `m` takes the request; `host` is lowercase, without its port.
 fn matches(m: &RouteMatch, host: &str, path: &str, headers: &HeaderMap) -> bool {
-    let path_ok = match &m.path {
-        PathMatch::Prefix(prefix) => path.starts_with(prefix.as_str()),
-        PathMatch::Exact(exact) => path == exact,
+    let path_ok = match (&m.path, m.case_sensitive) {
+        (PathMatch::Prefix(prefix), true) => path.starts_with(prefix.as_str()),
+        (PathMatch::Exact(exact), true) => path == exact,
+        // Stored lowercase.
+        (PathMatch::Prefix(prefix), false) => path
+            .as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes())),
+        (PathMatch::Exact(exact), false) => path.eq_ignore_ascii_case(exact),
     };
     if !path_ok {
         return false;
@@ -345,7 +351,10 @@ listeners:
             "*.b.a.test",
             "A.Test",
         ];
-        const PATHS: &[&str] = &["/", "/a", "/ab", "/abc", "/a/b", "/b", "/ba", "/abd"];
+        const PATHS: &[&str] = &[
+            "/", "/a", "/ab", "/abc", "/a/b", "/b", "/ba", "/abd", "/A", "/aB",
+        ];
+        const CASE: &[&str] = &["", ", case_sensitive: false", ", case_sensitive: true"];
         const HEADERS: &[&str] = &[
             "",
             ", headers: [{ name: x-h, exact: \"1\" }]",
@@ -359,12 +368,13 @@ listeners:
                 any::<bool>(),
                 0..PATHS.len(),
                 0..HEADERS.len(),
+                0..CASE.len(),
             )
-                .prop_map(|(h, exact, p, hd)| {
+                .prop_map(|(h, exact, p, hd, c)| {
                     let kind = if exact { "path" } else { "prefix" };
                     format!(
-                        "      - match: {{ {kind}: \"{}\", host: \"{}\"{} }}\n        direct_response: {{ status: 200 }}\n",
-                        PATHS[p], HOSTS[h], HEADERS[hd]
+                        "      - match: {{ {kind}: \"{}\", host: \"{}\"{}{} }}\n        direct_response: {{ status: 200 }}\n",
+                        PATHS[p], HOSTS[h], HEADERS[hd], CASE[c]
                     )
                 })
         }
@@ -391,7 +401,7 @@ listeners:
                 ]),
                 prop::sample::select(vec![
                     "/", "/a", "/ab", "/abc", "/abcd", "/a/b", "/a/bc", "/b", "/ba", "/abd", "/c",
-                    "",
+                    "", "/A", "/AB", "/aB", "/A/b", "/Abc", "/ABD",
                 ]),
                 prop::sample::select(vec![None, Some("1"), Some("2")]),
             )
@@ -500,6 +510,21 @@ listeners:
                 agrees_with_scan(&table_of(&hosts), requests)?;
             }
         }
+    }
+
+    #[test]
+    fn a_route_may_match_the_path_in_any_case() {
+        let yaml = "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: { prefix: /Private, case_sensitive: false }\n        direct_response: { status: 403 }\n      - match: { path: /Exact, case_sensitive: false }\n        direct_response: { status: 200 }\n      - match: { prefix: /Cased }\n        direct_response: { status: 200 }\n      - match: { prefix: / }\n        direct_response: { status: 404 }\n";
+        let config = Config::from_yaml(yaml).unwrap();
+        let t = RouteTable::new(config.listeners[0].route_config.clone());
+        let route = |path: &str| t.find("h", path, &HeaderMap::new()).route;
+        for path in ["/private", "/PRIVATE/x", "/pRiVaTe"] {
+            assert_eq!(route(path), Some(0), "{path}");
+        }
+        assert_eq!(route("/exact"), Some(1));
+        assert_eq!(route("/EXACT/"), Some(3), "exact stays exact");
+        assert_eq!(route("/Cased"), Some(2));
+        assert_eq!(route("/cased"), Some(3), "case-sensitive by default");
     }
 
     #[test]

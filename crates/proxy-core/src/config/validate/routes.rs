@@ -356,6 +356,12 @@ fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
         (Some(p), None) => PathMatch::Prefix(url_path(p, &format!("{path}.prefix"))?),
         (None, Some(p)) => PathMatch::Exact(url_path(p, &format!("{path}.path"))?),
     };
+    let case_sensitive = raw.case_sensitive.unwrap_or(true);
+    let path_match = match path_match {
+        _ if case_sensitive => path_match,
+        PathMatch::Prefix(p) => PathMatch::Prefix(p.to_ascii_lowercase()),
+        PathMatch::Exact(p) => PathMatch::Exact(p.to_ascii_lowercase()),
+    };
     let headers = raw
         .headers
         .into_iter()
@@ -365,6 +371,7 @@ fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
     Ok(RouteMatch {
         host,
         path: path_match,
+        case_sensitive,
         headers,
     })
 }

@@ -139,6 +139,7 @@ fn not_found() -> RawRoute {
             host: None,
             prefix: Some("/".into()),
             path: None,
+            case_sensitive: None,
             headers: Vec::new(),
         },
         cluster: None,
@@ -227,13 +228,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
             });
         }
     };
-    // Matching is case-sensitive here, Envoy's default.
-    if m.case_sensitive.take().is_some_and(|c| !c.value) {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: vec!["case_sensitive: false".into()],
-        });
-    }
+    let case_sensitive = m.case_sensitive.take().map(|c| c.value);
     let headers = std::mem::take(&mut m.headers)
         .into_iter()
         .enumerate()
@@ -246,6 +241,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
             .filter(|p| !p.is_empty())
             .or_else(|| path.is_none().then(|| "/".into())),
         path,
+        case_sensitive,
         headers,
     })
 }
