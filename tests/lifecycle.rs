@@ -63,6 +63,10 @@ fn validate_accepts_a_good_config_and_names_the_key_of_a_bad_one() {
             "drain_timeout",
         ),
         ("listeners: [".to_string(), "line"),
+        (
+            good.replace("127.0.0.1:0 }", "\"0.0.0.0:0\" }"),
+            "admin.address: 0.0.0.0:0 is reachable beyond this host",
+        ),
     ];
     for (yaml, expected) in cases {
         let (ok, out) = validate(&yaml);
@@ -268,7 +272,13 @@ async fn the_demo_serves_curlable_requests() {
     assert_eq!(response.status(), 503);
     // /private is guarded by the demo's authorization sidecar, however it is spelt (the
     // issue's bypasses: another case, a double slash, an escape, a dot segment).
-    for path in ["/private", "/Private", "//private", "/%70rivate", "/x/../private"] {
+    for path in [
+        "/private",
+        "/Private",
+        "//private",
+        "/%70rivate",
+        "/x/../private",
+    ] {
         let response = send_h1(proxy.addr(), get(path, &[])).await;
         assert_eq!(response.status(), 401, "{path}");
     }
@@ -388,7 +398,7 @@ fn the_readme_config_reference_is_valid() {
         );
         blocks += 1;
     }
-    // The reference, TLS, the filter chain and each filter, ext_authz, upgrades: a block that
-    // stops being fenced as yaml would stop being checked.
-    assert_eq!(blocks, 11, "README yaml blocks");
+    // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
+    // upgrades: a block that stops being fenced as yaml would stop being checked.
+    assert_eq!(blocks, 12, "README yaml blocks");
 }

@@ -83,7 +83,7 @@ impl Server {
         options: StartOptions,
     ) -> Result<Server, StartError> {
         let workers = workers.max(1);
-        let admin_address = config.admin;
+        let admin_address = config.admin.as_ref().map(|a| a.address);
         let stats = ProxyStats::new();
         let live = LiveConfig::start(
             config,

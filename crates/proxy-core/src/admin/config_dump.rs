@@ -96,7 +96,8 @@ mod tests {
         assert_eq!(dump["workers"], 3);
         assert_eq!(dump["concurrency"], "auto");
         assert_eq!(dump["drain_timeout"], "5s");
-        assert_eq!(dump["admin"], "127.0.0.1:9901");
+        assert_eq!(dump["admin"]["address"], "127.0.0.1:9901");
+        assert_eq!(dump["admin"]["allow"], serde_json::json!([]));
         let route = &dump["listeners"][0]["routes"][0];
         assert_eq!(route["match"], json!({ "prefix": "/" }));
         assert_eq!(route["cluster"], "c");

@@ -1,6 +1,7 @@
 //! The admin server: operators' endpoints on their own listener and thread, never on a
 //! worker, so a busy data plane cannot starve them and they cannot slow it down.
 
+mod access;
 mod config_dump;
 
 use std::convert::Infallible;
@@ -277,7 +278,7 @@ async fn serve(
         }
     };
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(err) => {
@@ -293,9 +294,23 @@ async fn serve(
             let service = service_fn(move |req: Request<Incoming>| {
                 let state = Arc::clone(&state);
                 async move {
-                    let response = match (req.method(), req.uri().path()) {
-                        (&Method::POST, "/reload") => reload(&state.live).await,
-                        _ => handle(req, &state),
+                    let allowed = match &state.live.current().config.admin {
+                        Some(admin) => access::check(
+                            admin,
+                            peer.ip(),
+                            req.method(),
+                            req.uri().path(),
+                            req.headers(),
+                        ),
+                        None => Ok(()),
+                    };
+                    let response = match (allowed, req.method(), req.uri().path()) {
+                        (Err((status, why)), _, path) => {
+                            tracing::warn!(%peer, path, status = status.as_u16(), "admin request refused");
+                            reply(status, "text/plain; charset=utf-8", why)
+                        }
+                        (Ok(()), &Method::POST, "/reload") => reload(&state.live).await,
+                        (Ok(()), _, _) => handle(req, &state),
                     };
                     Ok::<_, Infallible>(response)
                 }

@@ -4,6 +4,7 @@
 //! (`listeners[0].virtual_hosts[1].routes[0].cluster`) and what was expected; after that, the rest of the proxy
 //! reads plain values with defaults filled in and never re-checks them.
 
+mod admin;
 mod compression;
 mod cors;
 mod dns;
@@ -32,6 +33,7 @@ use serialize as ser;
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
 pub use crate::tls::settings::*;
 pub use crate::units::{parse_duration, parse_size};
+pub use admin::{AdminConfig, AdminToken, READ_ONLY_ENDPOINTS};
 pub use balancer::LbPolicy;
 pub use compression::*;
 pub use cors::*;
@@ -72,8 +74,8 @@ pub struct Config {
     pub concurrency: Concurrency,
     #[serde(serialize_with = "ser::duration")]
     pub drain_timeout: Duration,
-    /// The admin server's address; `None` when disabled.
-    pub admin: Option<SocketAddr>,
+    /// The admin server; `None` when disabled.
+    pub admin: Option<AdminConfig>,
     /// Downstream connections the whole process holds at most; `None`: no limit.
     pub max_connections: Option<usize>,
     /// Reload when the config file changes (checked once a second), besides `SIGHUP` and

@@ -51,11 +51,14 @@ pub struct RawAds {
     pub protocol: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub address: Option<String>,
     pub enabled: Option<bool>,
+    pub allow: Option<Vec<String>>,
+    pub token_file: Option<String>,
+    pub open: Option<Vec<String>>,
 }
 
 /// `concurrency: auto` or a number of workers.

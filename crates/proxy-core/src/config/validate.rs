@@ -80,34 +80,37 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
         listeners.push(l);
     }
 
-    let admin = match raw.admin {
-        None => Some(DEFAULT_ADMIN_ADDRESS),
-        Some(RawAdmin {
+    let admin = match raw.admin.unwrap_or_default() {
+        RawAdmin {
             enabled: Some(false),
             address: None,
-        }) => None,
-        Some(RawAdmin {
+            ..
+        } => None,
+        RawAdmin {
             enabled: Some(false),
-            address: Some(_),
-        }) => {
+            ..
+        } => {
             return Err(ConfigError::invalid(
                 "admin",
-                "`address` given but `enabled: false`",
+                "settings given but `enabled: false`",
             ));
         }
-        Some(RawAdmin { address, .. }) => Some(match address {
-            Some(a) => socket_addr(&a, "admin.address")?,
-            None => DEFAULT_ADMIN_ADDRESS,
-        }),
+        raw => {
+            let address = match &raw.address {
+                Some(a) => socket_addr(a, "admin.address")?,
+                None => DEFAULT_ADMIN_ADDRESS,
+            };
+            Some(admin::admin(address, raw)?)
+        }
     };
-    if let Some(admin) = admin
+    if let Some(admin) = &admin
         && let Some(l) = listeners
             .iter()
-            .find(|l| l.address == admin && admin.port() != 0)
+            .find(|l| l.address == admin.address && admin.address.port() != 0)
     {
         return Err(ConfigError::invalid(
             "admin.address",
-            format!("{admin} is already used by listener `{}`", l.name),
+            format!("{} is already used by listener `{}`", admin.address, l.name),
         ));
     }
 
