@@ -276,7 +276,7 @@ fn request_host(req: &Request<RequestBody>) -> Result<Option<HeaderValue>, Proxy
         return Err(ProxyError::BadRequest("more than one host header"));
     }
     if let Some(host) = host
-        && (host.is_empty() || host.to_str().is_err())
+        && !is_authority(host.as_bytes())
     {
         return Err(ProxyError::BadRequest("invalid host header"));
     }
@@ -286,11 +286,55 @@ fn request_host(req: &Request<RequestBody>) -> Result<Option<HeaderValue>, Proxy
         ));
     }
     if let Some(authority) = req.uri().authority() {
+        if !is_authority(authority.as_str().as_bytes()) {
+            return Err(ProxyError::BadRequest("invalid authority"));
+        }
         return HeaderValue::from_str(authority.as_str())
             .map(Some)
             .map_err(|_| ProxyError::BadRequest("invalid authority"));
     }
     Ok(host.cloned())
+}
+
+/// Whether `value` is `host[:port]` as RFC 3986 writes it (section 3.2.2): an IP literal in
+/// brackets, or a name of unreserved characters, escapes and sub-delimiters; no user info
+/// (`@`), no path, no spaces. Anything else could be read differently by the upstream (or a
+/// cache keyed on it), so it is never forwarded.
+fn is_authority(value: &[u8]) -> bool {
+    let (host, port) = match value.first() {
+        Some(b'[') => match value.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let literal = &value[1..end];
+                let ok = !literal.is_empty()
+                    && literal
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
+                if !ok {
+                    return false;
+                }
+                match &value[end + 1..] {
+                    [] => return true,
+                    [b':', port @ ..] => (&value[..0], port),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        _ => match value.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&value[..colon], &value[colon + 1..]),
+            None => (value, &value[..0]),
+        },
+    };
+    let port_ok = port.len() <= 5 && port.iter().all(u8::is_ascii_digit);
+    let host_ok = host.iter().enumerate().all(|(i, &b)| {
+        b.is_ascii_alphanumeric()
+            || b"-._~!$&'()*+,;=".contains(&b)
+            || (b == b'%'
+                && host.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && host.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    });
+    // A bracketed literal has no name part; otherwise the name is required.
+    port_ok && host_ok && (!host.is_empty() || value.first() == Some(&b'['))
 }
 
 async fn forward_request(
@@ -391,4 +435,51 @@ async fn forward_upgrade(
         head,
         ResponseBody::local(Bytes::new()),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_authority;
+
+    #[test]
+    fn hosts_are_host_and_port_and_nothing_else() {
+        for good in [
+            "example.com",
+            "example.com:8080",
+            "EXAMPLE.com:",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:8443",
+            "[::ffff:10.0.0.1]:1",
+            "a-b_c~d.e",
+            "xn--bcher-kva.example",
+            "caf%C3%A9.example",
+            "a!$&'()*+,;=",
+        ] {
+            assert!(is_authority(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            "",
+            ":80",
+            "a b",
+            "a/b",
+            "user@host",
+            "a/b@c",
+            "host:port",
+            "host:123456",
+            "::1",
+            "[::1",
+            "[zz::1]",
+            "[::1]x",
+            "[]",
+            "a%2",
+            "a%zz",
+            "a\\b",
+            "a?b",
+            "a#b",
+            "a\"b",
+        ] {
+            assert!(!is_authority(bad.as_bytes()), "{bad}");
+        }
+    }
 }

@@ -1,7 +1,8 @@
-//! Path normalisation through the real binary: a guard on `/private` cannot be walked
-//! around by another spelling of the path, over HTTP/1.1 (raw request lines, so nothing
-//! on the client side rewrites them) and HTTP/2; the upstream gets the normalised path; the
-//! escaped-slash actions; and normalisation turned off.
+//! Edge defences through the real binary (docs/security.md). Path normalisation: a guard on
+//! `/private` cannot be walked around by another spelling of the path, over HTTP/1.1 (raw
+//! request lines, so nothing on the client side rewrites them) and HTTP/2; the upstream gets
+//! the normalised path; the escaped-slash actions; normalisation turned off. Hosts: anything
+//! but `host[:port]` gets 400 and reaches no upstream.
 
 #![allow(clippy::unwrap_used)]
 
@@ -42,9 +43,14 @@ clusters:
 
 /// One HTTP/1.1 request with `target` as written: (status, the `location` header, the body).
 async fn raw_get(addr: SocketAddr, target: &str) -> (u16, Option<String>, String) {
+    raw_request(addr, target, "edge").await
+}
+
+/// The same with `host` as written.
+async fn raw_request(addr: SocketAddr, target: &str, host: &str) -> (u16, Option<String>, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "GET {target} HTTP/1.1\r\nhost: edge\r\nx-noop-echo: headers\r\nconnection: close\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nhost: {host}\r\nx-noop-echo: headers\r\nconnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = Vec::new();
@@ -136,4 +142,26 @@ async fn turned_off_the_path_goes_as_sent() {
     let (status, _, body) = raw_get(proxy.addr(), "//private/%70").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(seen_target(&body), "//private/%70");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_is_not_host_and_port_is_refused_and_never_forwarded() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let addr = proxy.addr();
+    for host in ["a b", "a/b@c", "user@edge", "edge:port", "[::1", "a%zz"] {
+        let (status, _, body) = raw_request(addr, "/", host).await;
+        assert_eq!(status, 400, "{host}: {body}");
+    }
+    let (status, _, body) = raw_request(addr, "/", "edge.example:8080").await;
+    assert_eq!(status, 200, "{body}");
+    // Only the good one reached the upstream.
+    assert_eq!(upstream.requests(), 1);
+
+    // HTTP/2: user info in :authority.
+    let request = http::Request::get("http://user@edge/")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert_eq!(send_h2(addr, request).await.status(), 400);
+    assert_eq!(upstream.requests(), 1);
 }
