@@ -93,22 +93,38 @@ async fn an_allow_adds_headers_and_a_denial_is_the_sidecars_answer() {
     );
     assert_eq!(headers["x-authz-checked"], "yes");
 
+    // A client naming the added header as hop-by-hop does not strip it: hop-by-hop headers
+    // go before the filter adds its own.
+    let (status, _, body) = send(
+        &proxy,
+        &[
+            ("x-user", "alice"),
+            ("x-noop-echo", "headers"),
+            ("connection", "keep-alive, x-authz-user"),
+            ("x-authz-user", "forged"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("x-authz-user: alice"), "{body}");
+    assert!(!body.contains("forged"), "{body}");
+
     let (status, headers, body) = send(&proxy, &[("x-user", "mallory")]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(headers["www-authenticate"], "Bearer realm=\"test\"");
     assert_eq!(body, "no entry\n");
     assert_eq!(
         upstream.requests(),
-        1,
+        2,
         "a denied request never reaches the upstream"
     );
 
-    assert_eq!(stat(admin, "ext_authz_ok"), 1);
+    assert_eq!(stat(admin, "ext_authz_ok"), 2);
     assert_eq!(stat(admin, "ext_authz_denied"), 1);
     assert_eq!(stat(admin, "ext_authz_error"), 0);
     let time = admin_request(admin, "GET", "/stats?filter=^ext_authz_time").1;
-    assert!(time.contains("count=2"), "{time}");
-    assert_eq!(sidecar.checks(), 2);
+    assert!(time.contains("count=3"), "{time}");
+    assert_eq!(sidecar.checks(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

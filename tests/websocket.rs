@@ -177,6 +177,24 @@ async fn websocket_messages_flow_both_ways_over_http1() {
     assert_eq!(stat(admin, "downstream_cx_upgrades_active"), 5);
 }
 
+/// With a filter chain: hop-by-hop headers are stripped before the filters run, and the
+/// upgrade's own (`Connection: upgrade`, `Upgrade`) must survive that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_through_a_filter_chain() {
+    let noop = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let echo = echo_server().await;
+    let yaml = config(echo, noop.local_addr(), "").replace(
+        "    routes:\n",
+        "    http_filters:\n      - headers: { request: { set: { x-through: filters } } }\n    routes:\n",
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let mut ws = connect(&proxy, "/ws").await;
+    exchange(&mut ws).await;
+    close(ws).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_over_http2_extended_connect() {
     let (proxy, _noop) = start("").await;

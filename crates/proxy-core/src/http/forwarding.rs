@@ -27,13 +27,8 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         return;
     }
     if headers.contains_key(CONNECTION) {
-        let listed: Vec<HeaderName> = crate::header_list::items(headers, CONNECTION)
-            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
-            .collect();
+        strip_connection_listed(headers, true);
         headers.remove(CONNECTION);
-        for name in listed {
-            headers.remove(name);
-        }
     }
     headers.remove(&KEEP_ALIVE);
     headers.remove(&PROXY_CONNECTION);
@@ -46,6 +41,33 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
             .any(|te| !te.as_bytes().eq_ignore_ascii_case(b"trailers"))
     {
         headers.remove(TE);
+    }
+}
+
+/// Removes the headers `Connection` names. With `upgrade` false, `Upgrade` stays, and so
+/// does `Connection: upgrade` if it was there (the upgrade still needs them); the rest of
+/// `Connection` goes. Done before the filters run, so that a client cannot name a header a
+/// filter adds (ext_authz's) and have it stripped on the way out.
+pub(crate) fn strip_connection_listed(headers: &mut HeaderMap, upgrade: bool) {
+    if !headers.contains_key(CONNECTION) {
+        return;
+    }
+    let listed: Vec<HeaderName> = crate::header_list::items(headers, CONNECTION)
+        .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
+        .collect();
+    let mut upgrading = false;
+    for name in listed {
+        if !upgrade && name == UPGRADE {
+            upgrading = true;
+        } else {
+            headers.remove(name);
+        }
+    }
+    if !upgrade {
+        headers.remove(CONNECTION);
+        if upgrading {
+            headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        }
     }
 }
 

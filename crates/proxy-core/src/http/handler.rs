@@ -163,6 +163,8 @@ async fn route_and_forward(
     let matched = http.routes.find(host_text, req.uri().path(), req.headers());
     facts.matched = matched;
     if !http.filters.is_empty() {
+        // Hop-by-hop headers go before a filter adds any.
+        super::forwarding::strip_connection_listed(req.headers_mut(), false);
         if http.filters.uses_request_id() {
             // Filters, the authorization service and the upstream all see the same request id.
             ensure_request_id(req.headers_mut(), in_flight);
