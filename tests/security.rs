@@ -2,13 +2,16 @@
 //! `/private` cannot be walked around by another spelling of the path, over HTTP/1.1 (raw
 //! request lines, so nothing on the client side rewrites them) and HTTP/2; the upstream gets
 //! the normalised path; the escaped-slash actions; normalisation turned off. Hosts: anything
-//! but `host[:port]` gets 400 and reaches no upstream.
+//! but `host[:port]` gets 400 and reaches no upstream. A response whose length could be read
+//! two ways is a 502.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use testbed::{NoopHandle, NoopUpstream};
@@ -164,4 +167,49 @@ async fn a_host_that_is_not_host_and_port_is_refused_and_never_forwarded() {
         .unwrap();
     assert_eq!(send_h2(addr, request).await.status(), 400);
     assert_eq!(upstream.requests(), 1);
+}
+
+/// An upstream on a raw socket: every connection it accepts is counted, and each request
+/// (one per connection) is answered with `response` as written.
+async fn raw_upstream(response: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(response.as_bytes()).await;
+                // Held open: the proxy decides whether to use the connection again.
+                let _ = stream.read(&mut buf).await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_with_two_lengths_is_a_502_and_its_connection_is_dropped() {
+    // Both headers: a chunked reader sees an empty body and then a second response; a
+    // length reader sees five bytes. Neither is relayed.
+    let (upstream, accepted) = raw_upstream(
+        "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+    )
+    .await;
+    let proxy = Proxy::start(&config(upstream, ""), 1);
+    for round in 1..=2 {
+        let (status, _, body) = raw_get(proxy.addr(), "/").await;
+        assert_eq!((status, body.as_str()), (502, "upstream protocol error\n"));
+        // A new connection each time: the first was not pooled.
+        assert_eq!(accepted.load(Ordering::SeqCst), round);
+    }
 }

@@ -112,6 +112,12 @@ pub enum ProxyError {
         addr: SocketAddr,
         source: hyper::Error,
     },
+    /// A response whose length could be read two ways (smuggling): never relayed.
+    #[error("upstream {addr} sent a response with {what}")]
+    UpstreamFraming {
+        addr: SocketAddr,
+        what: &'static str,
+    },
 }
 
 impl ProxyError {
@@ -138,9 +144,9 @@ impl ProxyError {
             | ProxyError::NoHealthyUpstream
             | ProxyError::Overflow(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamReset { .. } | ProxyError::UpstreamProtocol { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            ProxyError::UpstreamReset { .. }
+            | ProxyError::UpstreamProtocol { .. }
+            | ProxyError::UpstreamFraming { .. } => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -158,7 +164,9 @@ impl ProxyError {
             | ProxyError::ConnectTimeout { .. } => ResponseFlag::UpstreamConnectFailure,
             ProxyError::Timeout { .. } => ResponseFlag::UpstreamTimeout,
             ProxyError::UpstreamReset { .. } => ResponseFlag::UpstreamReset,
-            ProxyError::UpstreamProtocol { .. } => ResponseFlag::UpstreamProtocolError,
+            ProxyError::UpstreamProtocol { .. } | ProxyError::UpstreamFraming { .. } => {
+                ResponseFlag::UpstreamProtocolError
+            }
         }
     }
 
@@ -178,7 +186,9 @@ impl ProxyError {
             ProxyError::UpstreamTls { .. } => "upstream TLS handshake failure\n",
             ProxyError::Timeout { .. } => "upstream request timeout\n",
             ProxyError::UpstreamReset { .. } => "upstream connection reset\n",
-            ProxyError::UpstreamProtocol { .. } => "upstream protocol error\n",
+            ProxyError::UpstreamProtocol { .. } | ProxyError::UpstreamFraming { .. } => {
+                "upstream protocol error\n"
+            }
         }
     }
 }

@@ -65,6 +65,14 @@ impl PoolReturn {
     }
 }
 
+/// What makes a response's length ambiguous, if anything: a client (or a cache between)
+/// could frame it differently from the way it was read here (RFC 9112 section 6.3).
+fn framing_conflict(headers: &http::HeaderMap) -> Option<&'static str> {
+    use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+    (headers.contains_key(CONTENT_LENGTH) && headers.contains_key(TRANSFER_ENCODING))
+        .then_some("both content-length and transfer-encoding")
+}
+
 impl HostPool {
     pub(super) async fn send_h1(
         self: &Rc<Self>,
@@ -86,6 +94,14 @@ impl HostPool {
             };
             match conn.sender.try_send_request(req).await {
                 Ok(response) => {
+                    if let Some(what) = framing_conflict(response.headers()) {
+                        // Dropped unread with its connection: nothing more is read from
+                        // an upstream whose framing cannot be trusted.
+                        return Err(SendError::sent(ProxyError::UpstreamFraming {
+                            addr: self.addr,
+                            what,
+                        }));
+                    }
                     conn.uses += 1;
                     let (head, body) = response.into_parts();
                     let pool_return = PoolReturn {

@@ -184,7 +184,9 @@ fn error_retriable(on: RetryOn, error: &ProxyError) -> bool {
         ProxyError::UpstreamReset { source, .. } => {
             on.reset || no_response || (on.refused_stream && is_refused_stream(source))
         }
-        ProxyError::Timeout { .. } | ProxyError::UpstreamProtocol { .. } => no_response,
+        ProxyError::Timeout { .. }
+        | ProxyError::UpstreamProtocol { .. }
+        | ProxyError::UpstreamFraming { .. } => no_response,
         _ => false,
     }
 }
