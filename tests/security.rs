@@ -213,3 +213,79 @@ async fn a_response_with_two_lengths_is_a_502_and_its_connection_is_dropped() {
         assert_eq!(accepted.load(Ordering::SeqCst), round);
     }
 }
+
+/// Reads `stream` to its end (the proxy closing it), within a generous bound; returns the
+/// bytes read.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the proxy never closed the connection");
+    seen
+}
+
+/// The frame types of an HTTP/2 byte stream from the server (no preface on that side).
+fn frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while bytes.len() >= 9 {
+        let len =
+            (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+        types.push(bytes[3]);
+        bytes = &bytes[(9 + len).min(bytes.len())..];
+    }
+    types
+}
+
+const PREFACE_AND_SETTINGS: &[u8] =
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+const GOAWAY: u8 = 0x7;
+const PING: u8 = 0x6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_http2_connections_are_closed() {
+    let upstream = upstream().await;
+    let settings = "idle_timeout: 300ms, request_headers_timeout: 300ms";
+    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    let admin = proxy.admin.unwrap();
+
+    // A connection that never asks for anything: GOAWAY after request_headers_timeout.
+    let mut silent = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    silent.write_all(PREFACE_AND_SETTINGS).await.unwrap();
+    let frames = frame_types(&read_until_closed(&mut silent).await);
+    assert!(frames.contains(&GOAWAY), "{frames:?}");
+    assert_eq!(stat(admin, "downstream_cx_headers_timeout"), 1);
+
+    // One that asked once and then went quiet: GOAWAY after idle_timeout.
+    let (mut sender, connection) = h2_client(proxy.addr()).await;
+    let response = sender.send_request(get_h2("/", &[])).await.unwrap();
+    assert_eq!(response.status(), 200);
+    text(response.into_body()).await;
+    tokio::time::timeout(std::time::Duration::from_secs(20), connection)
+        .await
+        .expect("the idle connection is closed")
+        .unwrap();
+    assert_eq!(stat(admin, "downstream_cx_idle_timeout"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_peer_that_does_not_answer_pings_is_dropped() {
+    let upstream = upstream().await;
+    // The header timeout is far off: only the unanswered PING can close the connection
+    // within the bound.
+    let settings =
+        "http2_keepalive: { interval: 200ms, timeout: 200ms }, request_headers_timeout: 60s";
+    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    let mut mute = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    mute.write_all(PREFACE_AND_SETTINGS).await.unwrap();
+    // Its SETTINGS are never acknowledged nor its PINGs answered.
+    let frames = frame_types(&read_until_closed(&mut mute).await);
+    assert!(frames.contains(&PING), "{frames:?}");
+}

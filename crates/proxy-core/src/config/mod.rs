@@ -163,6 +163,16 @@ pub struct HttpConfig {
     /// `connection: close` on the last response; HTTP/2: GOAWAY). `None`: no limit.
     pub max_requests_per_connection: Option<u32>,
     pub path_normalization: PathNormalization,
+    /// HTTP/2: PING a connection this often; no answer within the timeout closes it.
+    pub http2_keepalive: Option<Keepalive>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Keepalive {
+    #[serde(serialize_with = "ser::duration")]
+    pub interval: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub timeout: Duration,
 }
 
 /// How a request's path is normalised before routing, authorization and forwarding.

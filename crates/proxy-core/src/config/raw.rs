@@ -392,6 +392,16 @@ pub struct RawHttp {
     pub max_request_headers_kb: Option<u32>,
     pub max_requests_per_connection: Option<u32>,
     pub path_normalization: Option<RawPathNormalization>,
+    pub http2_keepalive: Option<RawKeepalive>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKeepalive {
+    #[serde(deserialize_with = "crate::units::de_duration")]
+    pub interval: Duration,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

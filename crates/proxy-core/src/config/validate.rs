@@ -300,6 +300,21 @@ fn listener(
                 raw.http.path_normalization,
                 &format!("{path}.http.path_normalization"),
             )?,
+            http2_keepalive: raw
+                .http
+                .http2_keepalive
+                .map(|k| -> Result<Keepalive, ConfigError> {
+                    let at = format!("{path}.http.http2_keepalive");
+                    Ok(Keepalive {
+                        interval: positive(k.interval, &format!("{at}.interval"))?,
+                        // Envoy's default: 20 s.
+                        timeout: positive(
+                            k.timeout.unwrap_or(Duration::from_secs(20)),
+                            &format!("{at}.timeout"),
+                        )?,
+                    })
+                })
+                .transpose()?,
             max_request_headers_kb: match raw.http.max_request_headers_kb {
                 None => DEFAULT_MAX_REQUEST_HEADERS_KB,
                 Some(kb @ 1..=8192) => kb,

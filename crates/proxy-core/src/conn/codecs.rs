@@ -16,6 +16,8 @@ pub(crate) struct Codecs {
     pub(super) h1: http1::Builder,
     pub(super) h2: http2::Builder<LocalExec>,
     pub(super) idle_timeout: Duration,
+    /// HTTP/2: a connection without a request this long after it opened is closed.
+    pub(super) request_headers_timeout: Duration,
     /// Idle time before an HTTP/1.1 codec is parked: [`PARK_AFTER`], or sooner when the
     /// header timeout is shorter, since hyper's header timer also runs between requests.
     pub(super) park_after: Duration,
@@ -57,6 +59,12 @@ impl Codecs {
             .initial_stream_window_size(limit)
             .initial_connection_window_size(limit.max(65_535))
             .max_send_buf_size(limit as usize);
+        if let Some(keepalive) = listener.http.http2_keepalive {
+            // PINGs on a quiet connection; no answer within the timeout closes it.
+            h2.timer(hyper_util::rt::TokioTimer::new())
+                .keep_alive_interval(keepalive.interval)
+                .keep_alive_timeout(keepalive.timeout);
+        }
         // WebSocket over HTTP/2 (RFC 8441) is offered where a route takes it.
         let websocket = listener.route_config.routes.iter().any(|r| {
             matches!(&r.action, RouteAction::Forward(f) if f.upgrades.iter().any(|u| u == "websocket"))
@@ -68,6 +76,7 @@ impl Codecs {
             h1,
             h2,
             idle_timeout: listener.http.idle_timeout,
+            request_headers_timeout: listener.http.request_headers_timeout,
             park_after: PARK_AFTER.min(listener.http.request_headers_timeout / 2),
         }
     }

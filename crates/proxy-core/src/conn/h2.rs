@@ -1,5 +1,7 @@
-//! HTTP/2 connections: the codec until the client is done, GOAWAY on drain or once the
-//! connection has served its `max_requests_per_connection`.
+//! HTTP/2 connections: the codec until the client is done, GOAWAY on drain, once the
+//! connection has served its `max_requests_per_connection`, when no request has come within
+//! `request_headers_timeout` of the connection opening, or when it has had no stream open for
+//! `idle_timeout`.
 
 use std::rc::Rc;
 
@@ -10,6 +12,9 @@ use super::Codecs;
 use super::io::DownstreamIo;
 use super::service::ProxyService;
 
+/// How long a quiet connection's GOAWAY may take before the socket is closed.
+const QUIET_CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(super) async fn serve_h2(
     io: DownstreamIo,
     service: ProxyService,
@@ -19,17 +24,48 @@ pub(super) async fn serve_h2(
     let ctx = Rc::clone(&service.conn);
     let conn = codecs.h2.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
-    // GOAWAY on drain, or once the connection has taken its share of requests: streams in
-    // flight finish, the client opens a new connection for the rest.
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        _ = drain.wait_for(|draining| *draining) => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-        _ = ctx.retire.notified() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    // GOAWAY on drain, once the connection has taken its share of requests, or when it has
+    // been quiet too long: streams in flight finish, the client opens a new connection for
+    // the rest.
+    let mut quiet_check = ctx.last_active.get() + codecs.request_headers_timeout;
+    let result = loop {
+        tokio::select! {
+            result = conn.as_mut() => break result,
+            _ = drain.wait_for(|draining| *draining) => {
+                conn.as_mut().graceful_shutdown();
+                break conn.await;
+            }
+            _ = ctx.retire.notified() => {
+                conn.as_mut().graceful_shutdown();
+                break conn.await;
+            }
+            _ = tokio::time::sleep_until(quiet_check) => {
+                let now = tokio::time::Instant::now();
+                if ctx.in_flight.get() > 0 {
+                    // Busy: look again once it could have been idle long enough.
+                    quiet_check = now + codecs.idle_timeout;
+                    continue;
+                }
+                let first = ctx.requests.get() == 0;
+                let wait = if first { codecs.request_headers_timeout } else { codecs.idle_timeout };
+                let due = ctx.last_active.get() + wait;
+                if due > now {
+                    quiet_check = due;
+                    continue;
+                }
+                if first {
+                    ctx.listener.stats.cx_headers_timeout.inc();
+                } else {
+                    ctx.listener.stats.cx_idle_timeout.inc();
+                }
+                // No stream is open: GOAWAY, and a peer that does not take part in the
+                // shutdown (hyper waits for a PING's answer) is cut off a moment later.
+                conn.as_mut().graceful_shutdown();
+                match tokio::time::timeout(QUIET_CLOSE_GRACE, conn.as_mut()).await {
+                    Ok(result) => break result,
+                    Err(_) => return,
+                }
+            }
         }
     };
     if let Err(err) = result {
