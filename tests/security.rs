@@ -289,3 +289,60 @@ async fn an_http2_peer_that_does_not_answer_pings_is_dropped() {
     let frames = frame_types(&read_until_closed(&mut mute).await);
     assert!(frames.contains(&PING), "{frames:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_retired_at_their_maximum_duration() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(upstream.local_addr(), "max_connection_duration: 500ms"),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    let bound = std::time::Duration::from_secs(20);
+
+    // HTTP/1.1 in use: a response says `connection: close` once the connection is old.
+    let stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let closed = tokio::time::timeout(bound, async {
+        loop {
+            let response = sender.send_request(get("/", &[])).await.unwrap();
+            let close = response
+                .headers()
+                .get("connection")
+                .is_some_and(|v| v == "close");
+            text(response.into_body()).await;
+            if close {
+                return;
+            }
+            // Paced, not synchronised: any number of requests may come before the close.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "no connection: close");
+    let _ = tokio::time::timeout(bound, connection).await;
+
+    // HTTP/1.1 idle: closed at the deadline (idle_timeout is five minutes).
+    let mut idle = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    idle.write_all(b"GET / HTTP/1.1\r\nhost: edge\r\n\r\n")
+        .await
+        .unwrap();
+    let seen = read_until_closed(&mut idle).await;
+    assert!(seen.starts_with(b"HTTP/1.1 200"), "{seen:?}");
+
+    // HTTP/2: GOAWAY at the deadline.
+    let (mut sender, connection) = h2_client(proxy.addr()).await;
+    let response = sender.send_request(get_h2("/", &[])).await.unwrap();
+    assert_eq!(response.status(), 200);
+    text(response.into_body()).await;
+    tokio::time::timeout(bound, connection)
+        .await
+        .expect("the HTTP/2 connection is retired")
+        .unwrap();
+
+    assert_eq!(stat(admin, "downstream_cx_max_duration_reached"), 3);
+}

@@ -16,6 +16,7 @@ pub(crate) struct Catalog {
     downstream_cx_overflow: CounterFamily,
     downstream_cx_idle_timeout: CounterFamily,
     downstream_cx_max_requests: CounterFamily,
+    downstream_cx_max_duration: CounterFamily,
     downstream_cx_headers_timeout: CounterFamily,
     downstream_rq_total: CounterFamily,
     downstream_rq_active: GaugeFamily,
@@ -138,6 +139,11 @@ impl Catalog {
             downstream_cx_max_requests: r.counter(
                 "downstream_cx_max_requests_reached",
                 "Client connections retired after max_requests_per_connection (connection: close or GOAWAY).",
+                l,
+            ),
+            downstream_cx_max_duration: r.counter(
+                "downstream_cx_max_duration_reached",
+                "Client connections retired after max_connection_duration (connection: close, a close when idle, or GOAWAY).",
                 l,
             ),
             downstream_cx_idle_timeout: r.counter(
@@ -445,6 +451,7 @@ impl Catalog {
             cx_overflow: shard.counter(self.downstream_cx_overflow, &[listener]),
             cx_idle_timeout: shard.counter(self.downstream_cx_idle_timeout, &[listener]),
             cx_max_requests: shard.counter(self.downstream_cx_max_requests, &[listener]),
+            cx_max_duration: shard.counter(self.downstream_cx_max_duration, &[listener]),
             cx_headers_timeout: shard.counter(self.downstream_cx_headers_timeout, &[listener]),
             rq_total: shard.counter(self.downstream_rq_total, &[listener]),
             rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
@@ -631,6 +638,7 @@ pub(crate) struct ListenerStats {
     pub(crate) cx_overflow: stats::Counter,
     pub(crate) cx_idle_timeout: stats::Counter,
     pub(crate) cx_max_requests: stats::Counter,
+    pub(crate) cx_max_duration: stats::Counter,
     pub(crate) cx_headers_timeout: stats::Counter,
     pub(crate) rq_total: stats::Counter,
     pub(crate) rq_active: stats::Gauge,

@@ -165,6 +165,10 @@ pub struct HttpConfig {
     pub path_normalization: PathNormalization,
     /// HTTP/2: PING a connection this often; no answer within the timeout closes it.
     pub http2_keepalive: Option<Keepalive>,
+    /// A client connection older than this is retired (HTTP/1.1: `connection: close` on its
+    /// next response, or closed if idle; HTTP/2: GOAWAY). `None`: no limit.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub max_connection_duration: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

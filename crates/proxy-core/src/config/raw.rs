@@ -393,6 +393,8 @@ pub struct RawHttp {
     pub max_requests_per_connection: Option<u32>,
     pub path_normalization: Option<RawPathNormalization>,
     pub http2_keepalive: Option<RawKeepalive>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_connection_duration: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -315,6 +315,11 @@ fn listener(
                     })
                 })
                 .transpose()?,
+            max_connection_duration: raw
+                .http
+                .max_connection_duration
+                .map(|d| positive(d, &format!("{path}.http.max_connection_duration")))
+                .transpose()?,
             max_request_headers_kb: match raw.http.max_request_headers_kb {
                 None => DEFAULT_MAX_REQUEST_HEADERS_KB,
                 Some(kb @ 1..=8192) => kb,

@@ -40,6 +40,11 @@ pub(super) async fn serve_h1(
                     let _ = io.shutdown().await;
                     return;
                 }
+                () = crate::context::sleep_until_some(ctx.expires_at()) => {
+                    ctx.listener.stats.cx_max_duration.inc();
+                    let _ = io.shutdown().await;
+                    return;
+                }
             }
         }
         // Boxed, so that the state of an active connection is not part of every connection's

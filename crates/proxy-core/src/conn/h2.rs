@@ -1,7 +1,7 @@
 //! HTTP/2 connections: the codec until the client is done, GOAWAY on drain, once the
 //! connection has served its `max_requests_per_connection`, when no request has come within
 //! `request_headers_timeout` of the connection opening, or when it has had no stream open for
-//! `idle_timeout`.
+//! `idle_timeout`, or once it is `max_connection_duration` old.
 
 use std::rc::Rc;
 
@@ -28,9 +28,17 @@ pub(super) async fn serve_h2(
     // been quiet too long: streams in flight finish, the client opens a new connection for
     // the rest.
     let mut quiet_check = ctx.last_active.get() + codecs.request_headers_timeout;
+    let expires = ctx.expires_at();
+    let mut expired = false;
     let result = loop {
         tokio::select! {
             result = conn.as_mut() => break result,
+            () = crate::context::sleep_until_some(expires), if !expired => {
+                expired = true;
+                ctx.listener.stats.cx_max_duration.inc();
+                // GOAWAY: the streams in flight finish, under the other timers.
+                conn.as_mut().graceful_shutdown();
+            }
             _ = drain.wait_for(|draining| *draining) => {
                 conn.as_mut().graceful_shutdown();
                 break conn.await;

@@ -20,6 +20,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) forwarded_proto: HeaderValue,
     /// Requests one client connection may carry; `None`: no limit.
     pub(crate) max_requests_per_connection: Option<u32>,
+    /// How long one client connection may live; `None`: no limit.
+    pub(crate) max_connection_duration: Option<std::time::Duration>,
     /// The request-head limit in bytes, when the codec's buffer is larger and so does not
     /// enforce it (HTTP/1.1 with a buffer limit above `max_request_headers_kb`).
     pub(crate) head_limit: Option<usize>,
@@ -51,6 +53,8 @@ pub(crate) struct ConnCtx {
     pub(crate) retire: tokio::sync::Notify,
     /// When the last response finished.
     pub(crate) last_active: Cell<Instant>,
+    /// When the connection was accepted.
+    pub(crate) opened: Instant,
     /// An upgrade the upstream accepted: once the codec has written the `101`, the connection
     /// becomes a byte relay to this.
     pub(crate) tunnel: RefCell<Option<Box<Tunnel>>>,
@@ -80,8 +84,29 @@ impl ConnCtx {
             requests: Cell::new(0),
             retire: tokio::sync::Notify::new(),
             last_active: Cell::new(Instant::now()),
+            opened: Instant::now(),
             tunnel: RefCell::new(None),
         }
+    }
+
+    /// When the connection reaches its `max_connection_duration`, if it has one.
+    pub(crate) fn expires_at(&self) -> Option<Instant> {
+        self.listener
+            .max_connection_duration
+            .map(|d| self.opened + d)
+    }
+
+    /// Whether the connection has reached its `max_connection_duration`.
+    pub(crate) fn expired(&self) -> bool {
+        self.expires_at().is_some_and(|at| at <= Instant::now())
+    }
+}
+
+/// Waits for `at`, or forever without one.
+pub(crate) async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

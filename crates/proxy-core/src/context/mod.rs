@@ -12,6 +12,6 @@ mod in_flight;
 mod request_body;
 pub(crate) mod request_id;
 
-pub(crate) use conn::{ConnCtx, ListenerCtx, Tunnel, WorkerCtx};
+pub(crate) use conn::{ConnCtx, ListenerCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{Replay, RequestBody};

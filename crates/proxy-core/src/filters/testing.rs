@@ -57,6 +57,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
             tls: false,
             forwarded_proto: HeaderValue::from_static("http"),
             max_requests_per_connection: None,
+            max_connection_duration: None,
             head_limit: None,
             stats: stats.catalog.listener(&shard, "l"),
             access_log: None,

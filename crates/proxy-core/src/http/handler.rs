@@ -38,6 +38,10 @@ pub(crate) async fn handle(
         close = true;
         conn.listener.stats.cx_max_requests.inc();
     }
+    if version <= Version::HTTP_11 && !close && conn.expired() {
+        close = true;
+        conn.listener.stats.cx_max_duration.inc();
+    }
     let mut state = FilterState::default();
     let mut facts = Facts::default();
     let routed = route_and_forward(req, &conn, &http, &mut in_flight, &mut state, &mut facts);

@@ -185,6 +185,7 @@ fn listener_ctx(
         tls: tls.is_some(),
         forwarded_proto: HeaderValue::from_static(if tls.is_some() { "https" } else { "http" }),
         max_requests_per_connection: config.http.max_requests_per_connection,
+        max_connection_duration: config.http.max_connection_duration,
         head_limit: Codecs::head_limit_to_check(config),
         stats: parts.catalog.listener(parts.shard, name),
         access_log,
