@@ -74,14 +74,26 @@ pub(crate) fn normalize<'a>(
 /// are passed through after one scan.
 fn needs_work(path: &str, settings: &PathNormalization) -> bool {
     let bytes = path.as_bytes();
-    let escape = bytes.contains(&b'%');
-    let double_slash = bytes.windows(2).any(|w| w == b"//");
-    let dot_segment = path
-        .split('/')
-        .any(|segment| segment == "." || segment == "..");
-    (escape && (settings.normalize || settings.escaped_slashes != EscapedSlashes::Keep))
-        || (settings.merge_slashes && double_slash)
-        || (settings.normalize && dot_segment)
+    let decode = settings.normalize || settings.escaped_slashes != EscapedSlashes::Keep;
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'%' if decode => return true,
+            b'/' => match bytes.get(i + 1) {
+                Some(b'/') if settings.merge_slashes => return true,
+                Some(b'.') if settings.normalize => {
+                    let rest = &bytes[i + 1..];
+                    let segment =
+                        &rest[..rest.iter().position(|&c| c == b'/').unwrap_or(rest.len())];
+                    if segment == b"." || segment == b".." {
+                        return true;
+                    }
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    false
 }
 
 fn is_unreserved(b: u8) -> bool {
