@@ -138,6 +138,22 @@ async fn escaped_slashes_are_kept_refused_or_unescaped_as_configured() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_never_leaves_the_site() {
+    let upstream = upstream().await;
+    let settings =
+        "path_normalization: { merge_slashes: false, escaped_slashes: unescape_and_redirect }";
+    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    for target in ["/%2Fevil.example/x", "/%5Cevil.example/x"] {
+        let (status, location, _) = raw_get(proxy.addr(), target).await;
+        assert_eq!(
+            (status, location.as_deref()),
+            (307, Some("/evil.example/x")),
+            "{target}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turned_off_the_path_goes_as_sent() {
     let upstream = upstream().await;
     let settings = "path_normalization: { normalize: false, merge_slashes: false }";
@@ -252,7 +268,7 @@ const PING: u8 = 0x6;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiet_http2_connections_are_closed() {
     let upstream = upstream().await;
-    let settings = "idle_timeout: 300ms, request_headers_timeout: 300ms";
+    let settings = "request_headers_timeout: 300ms";
     let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
     let admin = proxy.admin.unwrap();
 
@@ -263,7 +279,11 @@ async fn quiet_http2_connections_are_closed() {
     assert!(frames.contains(&GOAWAY), "{frames:?}");
     assert_eq!(stat(admin, "downstream_cx_headers_timeout"), 1);
 
-    // One that asked once and then went quiet: GOAWAY after idle_timeout.
+    // One that asked once and then went quiet: GOAWAY after idle_timeout. (The header
+    // timeout is far off here, so a slow first request cannot be taken for it.)
+    let settings = "idle_timeout: 300ms, request_headers_timeout: 60s";
+    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    let admin = proxy.admin.unwrap();
     let (mut sender, connection) = h2_client(proxy.addr()).await;
     let response = sender.send_request(get_h2("/", &[])).await.unwrap();
     assert_eq!(response.status(), 200);

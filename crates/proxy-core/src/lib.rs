@@ -3,7 +3,7 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! units, template, header_list, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
+//! units, template, header_list, path, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
 //! config      the typed, validated configuration
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
@@ -22,6 +22,7 @@
 //! worker/accept.rs         each worker's own SO_REUSEPORT socket and accept loop
 //! tls/server.rs            TLS handshake on TLS listeners: SNI, ALPN, client certificates
 //! conn/                    HTTP/1.1 or HTTP/2 codec for one connection, drain on shutdown
+//! path.rs                  the path in its one spelling (normalisation), before anything reads it
 //! http/handler.rs          route, filters, then a direct response or a relayed request
 //! router/                  first matching route: host, path prefix or exact path, headers;
 //!                           found by hash and radix tree (index.rs), not by a scan
@@ -66,6 +67,7 @@ mod http;
 mod listener;
 mod live;
 mod memory;
+mod path;
 pub mod router;
 mod runtime;
 mod server;

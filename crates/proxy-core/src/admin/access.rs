@@ -82,6 +82,7 @@ mod tests {
             "::1",
             "::ffff:127.0.0.1",
             "10.1.2.3",
+            "::ffff:10.1.2.3",
             "192.0.2.7",
         ] {
             assert!(may(peer, &Method::POST, "/healthcheck/fail"), "{peer}");

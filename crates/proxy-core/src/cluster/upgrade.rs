@@ -36,6 +36,14 @@ impl Admitted<'_> {
                     after: timeout,
                 }
             })??;
+        if sent.status() != http::StatusCode::SWITCHING_PROTOCOLS
+            && let Some(what) = super::h1_pool::framing_conflict(sent.headers())
+        {
+            return Err(ProxyError::UpstreamFraming {
+                addr: host.addr(),
+                what,
+            });
+        }
         host.stats.response(sent.status());
         let response = sent.map(|body| UpstreamBody::new(body, None, request));
         Ok((host, response))

@@ -78,17 +78,9 @@ fn nets<S: Serializer>(nets: &[IpNet], s: S) -> Result<S::Ok, S::Error> {
 impl AdminConfig {
     /// Whether `peer` may use every endpoint without a token.
     pub fn trusts(&self, peer: IpAddr) -> bool {
-        is_loopback(peer) || self.allow.iter().any(|net| net.contains(&peer))
-    }
-}
-
-/// Loopback, also as an IPv4-mapped IPv6 address (a dual-stack socket's view of 127.0.0.1).
-fn is_loopback(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
+        // A dual-stack socket shows an IPv4 peer as ::ffff:a.b.c.d.
+        let peer = peer.to_canonical();
+        peer.is_loopback() || self.allow.iter().any(|net| net.contains(&peer))
     }
 }
 
@@ -142,7 +134,11 @@ pub(super) fn admin(address: SocketAddr, raw: RawAdmin) -> Result<AdminConfig, C
             ));
         }
     }
-    if !is_loopback(address.ip()) && allow.is_empty() && token.is_none() && open.is_empty() {
+    if !address.ip().to_canonical().is_loopback()
+        && allow.is_empty()
+        && token.is_none()
+        && open.is_empty()
+    {
         return Err(ConfigError::invalid(
             "admin.address",
             format!(

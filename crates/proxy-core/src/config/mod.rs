@@ -31,6 +31,7 @@ use serde::{Serialize, Serializer};
 use serialize as ser;
 
 pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
+pub use crate::path::{EscapedSlashes, PathNormalization};
 pub use crate::tls::settings::*;
 pub use crate::units::{parse_duration, parse_size};
 pub use admin::{AdminConfig, AdminToken, READ_ONLY_ENDPOINTS};
@@ -177,42 +178,6 @@ pub struct Keepalive {
     pub interval: Duration,
     #[serde(serialize_with = "ser::duration")]
     pub timeout: Duration,
-}
-
-/// How a request's path is normalised before routing, authorization and forwarding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PathNormalization {
-    /// RFC 3986 section 6: decode escaped unreserved characters, upper-case the other
-    /// escapes, remove dot segments. Envoy's `normalize_path`.
-    pub normalize: bool,
-    /// `//` becomes `/`. Envoy's `merge_slashes`.
-    pub merge_slashes: bool,
-    pub escaped_slashes: EscapedSlashes,
-}
-
-impl Default for PathNormalization {
-    /// On: the route, the authorization service and the upstream see one spelling.
-    fn default() -> Self {
-        Self {
-            normalize: true,
-            merge_slashes: true,
-            escaped_slashes: EscapedSlashes::Keep,
-        }
-    }
-}
-
-/// What to do with `%2F` and `%5C` in a path (Envoy's `path_with_escaped_slashes_action`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EscapedSlashes {
-    /// Forwarded as they are (upper-cased when normalising).
-    Keep,
-    /// 400.
-    Reject,
-    /// A redirect (307) to the path with them unescaped.
-    UnescapeAndRedirect,
-    /// Unescaped to `/`, then routed and forwarded.
-    UnescapeAndForward,
 }
 
 #[derive(Debug, Clone, Serialize)]

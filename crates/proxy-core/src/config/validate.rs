@@ -84,7 +84,9 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
         RawAdmin {
             enabled: Some(false),
             address: None,
-            ..
+            allow: None,
+            token_file: None,
+            open: None,
         } => None,
         RawAdmin {
             enabled: Some(false),
@@ -236,6 +238,10 @@ fn listener(
         &format!("{path}.http_filters"),
         buffer_limit,
     )?;
+    let path_normalization = path_normalization(
+        raw.http.path_normalization.clone(),
+        &format!("{path}.http.path_normalization"),
+    )?;
     let route_config = routes::route_configuration(
         raw.routes,
         raw.virtual_hosts,
@@ -245,6 +251,7 @@ fn listener(
             clusters,
             chain: &http_filters,
             dynamic: raw.dynamic,
+            path_normalization,
         },
     )?;
     let access_log = raw
@@ -296,10 +303,7 @@ fn listener(
             )?,
             // 0 means no limit, as in Envoy and the peer-bench template.
             max_requests_per_connection: raw.http.max_requests_per_connection.filter(|n| *n > 0),
-            path_normalization: path_normalization(
-                raw.http.path_normalization,
-                &format!("{path}.http.path_normalization"),
-            )?,
+            path_normalization,
             http2_keepalive: raw
                 .http
                 .http2_keepalive

@@ -27,7 +27,11 @@ pub(super) async fn serve_h2(
     // GOAWAY on drain, once the connection has taken its share of requests, or when it has
     // been quiet too long: streams in flight finish, the client opens a new connection for
     // the rest.
-    let mut quiet_check = ctx.last_active.get() + codecs.request_headers_timeout;
+    // The quiet check runs at the first request's deadline, at the end of an idle spell, and
+    // at least every `recheck` while it waits for the first request (which may come and go
+    // before that deadline).
+    let recheck = codecs.idle_timeout.min(codecs.request_headers_timeout);
+    let mut quiet_check = ctx.opened + recheck;
     let expires = ctx.expires_at();
     let mut expired = false;
     let result = loop {
@@ -55,10 +59,13 @@ pub(super) async fn serve_h2(
                     continue;
                 }
                 let first = ctx.requests.get() == 0;
-                let wait = if first { codecs.request_headers_timeout } else { codecs.idle_timeout };
-                let due = ctx.last_active.get() + wait;
+                let due = if first {
+                    ctx.opened + codecs.request_headers_timeout
+                } else {
+                    ctx.last_active.get() + codecs.idle_timeout
+                };
                 if due > now {
-                    quiet_check = due;
+                    quiet_check = if first { due.min(now + recheck) } else { due };
                     continue;
                 }
                 if first {
@@ -71,6 +78,8 @@ pub(super) async fn serve_h2(
                 conn.as_mut().graceful_shutdown();
                 match tokio::time::timeout(QUIET_CLOSE_GRACE, conn.as_mut()).await {
                     Ok(result) => break result,
+                    // A stream that raced the GOAWAY is served to its end.
+                    Err(_) if ctx.in_flight.get() > 0 => break conn.await,
                     Err(_) => return,
                 }
             }

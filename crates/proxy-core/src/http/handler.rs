@@ -9,13 +9,14 @@ use http::header::{CONNECTION, HOST, HeaderValue, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
-use super::{HttpCtx, ResponseBody, local_reply, path, rewrite, upgrade};
+use super::{HttpCtx, ResponseBody, local_reply, rewrite, upgrade};
 use crate::cluster::Admitted;
 use crate::config::{ForwardAction, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::ProxyError;
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
+use crate::path;
 use crate::router::Matched;
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
@@ -217,6 +218,8 @@ fn normalize_path(
         path::Normalized::Path(std::borrow::Cow::Borrowed(_)) => return Ok(None),
         path::Normalized::Path(std::borrow::Cow::Owned(path)) => path,
         path::Normalized::Redirect(path) => {
+            // `//host` or `/\host` would send the client to another site.
+            let path = format!("/{}", path.trim_start_matches(['/', '\\']));
             let location = match req.uri().query() {
                 Some(query) => format!("{path}?{query}"),
                 None => path,

@@ -13,7 +13,6 @@
 mod forwarding;
 pub(crate) mod handler;
 mod local_reply;
-mod path;
 mod response_body;
 mod rewrite;
 mod upgrade;

@@ -17,6 +17,8 @@ pub(super) struct RouteCtx<'a> {
     pub(super) chain: &'a [HttpFilterConfig],
     /// The listener came from a management server: its names follow control planes'.
     pub(super) dynamic: bool,
+    /// Requests' paths are normalised so before matching: a route path must be too.
+    pub(super) path_normalization: PathNormalization,
 }
 
 /// A listener's `routes` (one virtual host for every domain) or its `virtual_hosts`.
@@ -181,7 +183,11 @@ fn route(
         chain,
         ..
     } = *ctx;
-    let matcher = route_match(raw.matcher, &format!("{path}.match"))?;
+    let matcher = route_match(
+        raw.matcher,
+        &format!("{path}.match"),
+        &ctx.path_normalization,
+    )?;
     if raw.ext_authz.is_some() {
         return Err(ConfigError::invalid(
             format!("{path}.ext_authz"),
@@ -313,7 +319,11 @@ fn route(
     })
 }
 
-fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
+fn route_match(
+    raw: RawMatch,
+    path: &str,
+    normalization: &PathNormalization,
+) -> Result<RouteMatch, ConfigError> {
     let host = match raw.host {
         None => HostMatch::Any,
         Some(h) if h == "*" => HostMatch::Any,
@@ -353,8 +363,10 @@ fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
                 "expected a `prefix` (e.g. `/`) or an exact `path`",
             ));
         }
-        (Some(p), None) => PathMatch::Prefix(url_path(p, &format!("{path}.prefix"))?),
-        (None, Some(p)) => PathMatch::Exact(url_path(p, &format!("{path}.path"))?),
+        (Some(p), None) => {
+            PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization)?)
+        }
+        (None, Some(p)) => PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization)?),
     };
     let case_sensitive = raw.case_sensitive.unwrap_or(true);
     let path_match = match path_match {
@@ -376,9 +388,28 @@ fn route_match(raw: RawMatch, path: &str) -> Result<RouteMatch, ConfigError> {
     })
 }
 
-fn url_path(value: String, path: &str) -> Result<String, ConfigError> {
+fn url_path(
+    value: String,
+    path: &str,
+    normalization: &PathNormalization,
+) -> Result<String, ConfigError> {
     if value.starts_with('/') && !value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        Ok(value)
+        // Requests are matched after normalisation: a path it would change never matches.
+        match crate::path::normalize(&value, normalization) {
+            Ok(crate::path::Normalized::Path(std::borrow::Cow::Borrowed(_))) => Ok(value),
+            Ok(crate::path::Normalized::Path(std::borrow::Cow::Owned(normal))) => {
+                Err(ConfigError::invalid(
+                    path,
+                    format!(
+                        "`{value}` would never match: request paths are normalised first (http.path_normalization); write `{normal}`"
+                    ),
+                ))
+            }
+            Ok(crate::path::Normalized::Redirect(_)) | Err(_) => Err(ConfigError::invalid(
+                path,
+                format!("`{value}` would never match a normalised request path"),
+            )),
+        }
     } else {
         Err(ConfigError::invalid(
             path,

@@ -60,6 +60,16 @@ fn path_normalization_is_on_unless_turned_off() {
     assert!(settings.normalize && !settings.merge_slashes);
     assert_eq!(settings.escaped_slashes, EscapedSlashes::Reject);
     assert_eq!(
+        error_of(&MINIMAL.replace("prefix: /healthz", "prefix: /a//b")),
+        "listeners[0].routes[0].match.prefix: `/a//b` would never match: request paths are normalised first (http.path_normalization); write `/a/b`"
+    );
+    assert!(
+        Config::from_yaml(
+            &with("{ merge_slashes: false }").replace("prefix: /healthz", "prefix: /a//b")
+        )
+        .is_ok()
+    );
+    assert_eq!(
         error_of(&with("{ escaped_slashes: drop }")),
         "listeners[0].http.path_normalization.escaped_slashes: expected `keep`, `reject`, `unescape_and_redirect` or `unescape_and_forward`, found `drop`"
     );

@@ -5,11 +5,49 @@
 //! RFC 3986 section 6.2.2: percent-encoded unreserved characters are decoded, the remaining
 //! escapes upper-cased, dot segments removed (section 5.2.4); then runs of slashes merged
 //! (Envoy's `merge_slashes`). Escaped slashes (`%2F`, `%5C`) are kept, refused, or unescaped
-//! as the listener says (Envoy's `path_with_escaped_slashes_action`). The query is untouched.
+//! as the listener says (Envoy's `path_with_escaped_slashes_action`). A raw backslash is a
+//! slash here, as it is to browsers and many origins. The query is untouched. A leaf: the
+//! config uses it to check route paths, the request path to rewrite requests.
 
 use std::borrow::Cow;
 
-use crate::config::{EscapedSlashes, PathNormalization};
+use serde::Serialize;
+
+/// How a request's path is normalised before routing, authorization and forwarding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PathNormalization {
+    /// RFC 3986 section 6: decode escaped unreserved characters, upper-case the other
+    /// escapes, remove dot segments. Envoy's `normalize_path`.
+    pub normalize: bool,
+    /// `//` becomes `/`. Envoy's `merge_slashes`.
+    pub merge_slashes: bool,
+    pub escaped_slashes: EscapedSlashes,
+}
+
+impl Default for PathNormalization {
+    /// On: the route, the authorization service and the upstream see one spelling.
+    fn default() -> Self {
+        Self {
+            normalize: true,
+            merge_slashes: true,
+            escaped_slashes: EscapedSlashes::Keep,
+        }
+    }
+}
+
+/// What to do with `%2F` and `%5C` in a path (Envoy's `path_with_escaped_slashes_action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EscapedSlashes {
+    /// Forwarded as they are (upper-cased when normalising).
+    Keep,
+    /// 400.
+    Reject,
+    /// A redirect (307) to the path with them unescaped.
+    UnescapeAndRedirect,
+    /// Unescaped to `/`, then routed and forwarded.
+    UnescapeAndForward,
+}
 
 /// Why a path cannot be normalised (the request gets 400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -78,6 +116,7 @@ fn needs_work(path: &str, settings: &PathNormalization) -> bool {
     for (i, &b) in bytes.iter().enumerate() {
         match b {
             b'%' if decode => return true,
+            b'\\' if settings.normalize => return true,
             b'/' => match bytes.get(i + 1) {
                 Some(b'/') if settings.merge_slashes => return true,
                 Some(b'.') if settings.normalize => {
@@ -119,7 +158,12 @@ fn decode_escapes(path: &str, settings: &PathNormalization) -> Result<(String, b
     while i < bytes.len() {
         let b = bytes[i];
         if b != b'%' {
-            out.push(b);
+            // A raw backslash is a slash to browsers and many origins.
+            out.push(if b == b'\\' && settings.normalize {
+                b'/'
+            } else {
+                b
+            });
             i += 1;
             continue;
         }
@@ -238,6 +282,9 @@ mod tests {
             ("/a%3fb", "/a%3Fb"),
             ("/caf%c3%a9", "/caf%C3%A9"),
             ("/a%2fb", "/a%2Fb"),
+            // A raw backslash is a slash.
+            ("/\\private", "/private"),
+            ("/x/..\\private", "/private"),
             ("/", "/"),
             ("*", "*"),
         ] {
