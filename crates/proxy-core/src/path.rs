@@ -2,9 +2,9 @@
 //! authorization service and the upstream all see one spelling of a path, so `//private`,
 //! `/%70rivate` or `/x/../private` cannot reach `/private` past a guard written for it.
 //!
-//! RFC 3986 section 6.2.2: percent-encoded unreserved characters are decoded, the remaining
-//! escapes upper-cased, dot segments removed (section 5.2.4); then runs of slashes merged
-//! (Envoy's `merge_slashes`). Escaped slashes (`%2F`, `%5C`) are kept, refused, or unescaped
+//! RFC 3986 section 6.2.2: percent-encoded unreserved characters are decoded and the
+//! remaining escapes upper-cased; runs of slashes merged (Envoy's `merge_slashes`); then dot
+//! segments removed (section 5.2.4). Escaped slashes (`%2F`, `%5C`) are kept, refused, or unescaped
 //! as the listener says (Envoy's `path_with_escaped_slashes_action`). A raw backslash is a
 //! slash here, as it is to browsers and many origins. The query is untouched. A leaf: the
 //! config uses it to check route paths, the request path to rewrite requests.
@@ -92,11 +92,12 @@ pub(crate) fn normalize<'a>(
     } else {
         (path.to_owned(), false)
     };
-    if settings.normalize {
-        out = remove_dot_segments(&out);
-    }
+    // Slashes first: `/a//../b` is `/b`, as to an origin that merges them itself.
     if settings.merge_slashes {
         out = merge_slashes(&out);
+    }
+    if settings.normalize {
+        out = remove_dot_segments(&out);
     }
     if unescaped_slash && settings.escaped_slashes == EscapedSlashes::UnescapeAndRedirect {
         return Ok(Normalized::Redirect(out));
@@ -346,5 +347,75 @@ mod tests {
             ..off
         };
         assert_eq!(path("//x/../%70", &merge_only).as_deref(), Ok("/x/../%70"));
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Paths of a few segments, from letters, digits and the unreserved marks.
+        fn plain_path() -> impl Strategy<Value = String> {
+            prop::collection::vec("[a-zA-Z0-9._~-]{1,6}", 0..5)
+                .prop_map(|segments| format!("/{}", segments.join("/")))
+        }
+
+        /// Another spelling of `path`: a doubled slash, a `.` segment, a detour through a
+        /// `..`, or an escaped unreserved character, at a place `pick` chooses.
+        fn respell(path: &str, how: u8, pick: usize) -> String {
+            let slashes: Vec<usize> = path.match_indices('/').map(|(i, _)| i).collect();
+            let at = slashes[pick % slashes.len()];
+            let (head, tail) = path.split_at(at);
+            match how % 4 {
+                0 => format!("{head}/{tail}"),
+                1 => format!("{head}/.{tail}"),
+                2 => format!("{head}/detour/..{tail}"),
+                _ => match tail.char_indices().nth(1) {
+                    // An unreserved character (not `.`, which could make a dot segment).
+                    Some((i, c))
+                        if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '~' =>
+                    {
+                        format!(
+                            "{head}{}%{:02x}{}",
+                            &tail[..i],
+                            c as u32,
+                            &tail[i + c.len_utf8()..]
+                        )
+                    }
+                    _ => path.to_owned(),
+                },
+            }
+        }
+
+        fn normal(path: &str) -> String {
+            match normalize(path, &PathNormalization::default()) {
+                Ok(Normalized::Path(p)) => p.into_owned(),
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn every_spelling_of_a_path_normalises_alike(
+                path in plain_path(),
+                edits in prop::collection::vec((any::<u8>(), any::<usize>()), 1..4),
+            ) {
+                let mut spelt = path.clone();
+                for (how, pick) in edits {
+                    spelt = respell(&spelt, how, pick);
+                }
+                prop_assert_eq!(normal(&spelt), normal(&path), "{}", spelt);
+            }
+
+            #[test]
+            fn normalising_twice_changes_nothing(path in "(/[a-zA-Z0-9%./~_-]{0,5}){1,5}") {
+                if let Ok(Normalized::Path(once)) = normalize(&path, &PathNormalization::default()) {
+                    let once = once.into_owned();
+                    let twice = normal(&once);
+                    prop_assert_eq!(&twice, &once);
+                    prop_assert!(!once.contains("//") && !once.split('/').any(|s| s == "." || s == ".."));
+                }
+            }
+        }
     }
 }
