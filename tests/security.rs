@@ -366,3 +366,60 @@ async fn connections_are_retired_at_their_maximum_duration() {
 
     assert_eq!(stat(admin, "downstream_cx_max_duration_reached"), 3);
 }
+
+/// An HTTP/2 frame: length, type, flags, stream, payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rapid_reset_flood_ends_the_connection() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let admin = proxy.admin.unwrap();
+    let mut flood = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    // GET / with :authority edge, from HPACK's static table: 0x82 :method GET, 0x86 :scheme
+    // http, 0x84 :path /, then :authority (index 1) with a literal value.
+    let headers: &[u8] = b"\x82\x86\x84\x41\x04edge";
+    let mut burst = PREFACE_AND_SETTINGS.to_vec();
+    for i in 0..1000u32 {
+        let stream = 2 * i + 1;
+        // HEADERS with END_STREAM | END_HEADERS, then RST_STREAM CANCEL (0x8) at once.
+        burst.extend(frame(0x1, 0x5, stream, headers));
+        burst.extend(frame(0x3, 0x0, stream, &8u32.to_be_bytes()));
+    }
+    // The proxy may close mid-burst; what matters is how the connection ends.
+    let _ = flood.write_all(&burst).await;
+    let frames = read_until_closed(&mut flood).await;
+    assert!(frame_types(&frames).contains(&GOAWAY));
+    // GOAWAY's payload: last stream id, then the error code: ENHANCE_YOUR_CALM is 0xb.
+    let goaway = goaway_code(&frames);
+    assert_eq!(goaway, Some(0xb), "{:?}", frame_types(&frames));
+    // Counted as the connection task ends, which may be just after the socket closes.
+    assert_eq!(stat_settled(admin, "downstream_cx_h2_flood", 1), 1);
+    assert!(
+        upstream.requests() < 1000,
+        "{} of 1000 reset streams reached the upstream",
+        upstream.requests()
+    );
+}
+
+/// The error code of the first GOAWAY in a server's frames.
+fn goaway_code(mut bytes: &[u8]) -> Option<u32> {
+    while bytes.len() >= 9 {
+        let len =
+            (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+        let payload = bytes.get(9..9 + len)?;
+        if bytes[3] == GOAWAY && payload.len() >= 8 {
+            return Some(u32::from_be_bytes([
+                payload[4], payload[5], payload[6], payload[7],
+            ]));
+        }
+        bytes = &bytes[9 + len..];
+    }
+    None
+}

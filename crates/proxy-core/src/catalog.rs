@@ -17,6 +17,7 @@ pub(crate) struct Catalog {
     downstream_cx_idle_timeout: CounterFamily,
     downstream_cx_max_requests: CounterFamily,
     downstream_cx_max_duration: CounterFamily,
+    downstream_cx_h2_flood: CounterFamily,
     downstream_cx_headers_timeout: CounterFamily,
     downstream_rq_total: CounterFamily,
     downstream_rq_active: GaugeFamily,
@@ -144,6 +145,11 @@ impl Catalog {
             downstream_cx_max_duration: r.counter(
                 "downstream_cx_max_duration_reached",
                 "Client connections retired after max_connection_duration (connection: close, a close when idle, or GOAWAY).",
+                l,
+            ),
+            downstream_cx_h2_flood: r.counter(
+                "downstream_cx_h2_flood",
+                "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM: a flood of resets (rapid reset) or of stream errors.",
                 l,
             ),
             downstream_cx_idle_timeout: r.counter(
@@ -452,6 +458,7 @@ impl Catalog {
             cx_idle_timeout: shard.counter(self.downstream_cx_idle_timeout, &[listener]),
             cx_max_requests: shard.counter(self.downstream_cx_max_requests, &[listener]),
             cx_max_duration: shard.counter(self.downstream_cx_max_duration, &[listener]),
+            cx_h2_flood: shard.counter(self.downstream_cx_h2_flood, &[listener]),
             cx_headers_timeout: shard.counter(self.downstream_cx_headers_timeout, &[listener]),
             rq_total: shard.counter(self.downstream_rq_total, &[listener]),
             rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
@@ -639,6 +646,7 @@ pub(crate) struct ListenerStats {
     pub(crate) cx_idle_timeout: stats::Counter,
     pub(crate) cx_max_requests: stats::Counter,
     pub(crate) cx_max_duration: stats::Counter,
+    pub(crate) cx_h2_flood: stats::Counter,
     pub(crate) cx_headers_timeout: stats::Counter,
     pub(crate) rq_total: stats::Counter,
     pub(crate) rq_active: stats::Gauge,

@@ -8,6 +8,10 @@ use hyper::server::conn::{http1, http2};
 use crate::config::{ListenerConfig, RouteAction};
 use crate::runtime::LocalExec;
 
+/// HTTP/2 flood limits (h2's defaults, stated here).
+const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
 /// How long an HTTP/1.1 connection stays idle before its codec is dropped.
 const PARK_AFTER: Duration = Duration::from_secs(1);
 
@@ -58,7 +62,13 @@ impl Codecs {
             .adaptive_window(false)
             .initial_stream_window_size(limit)
             .initial_connection_window_size(limit.max(65_535))
-            .max_send_buf_size(limit as usize);
+            .max_send_buf_size(limit as usize)
+            // Floods end the connection with GOAWAY ENHANCE_YOUR_CALM: streams the client
+            // resets before they are served (rapid reset, CVE-2023-44487), and streams reset
+            // for the client's protocol errors. (Oversized header blocks, CONTINUATION floods
+            // included, are bounded by max_header_list_size above.)
+            .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
+            .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS);
         if let Some(keepalive) = listener.http.http2_keepalive {
             // PINGs on a quiet connection; no answer within the timeout closes it.
             h2.timer(hyper_util::rt::TokioTimer::new())
