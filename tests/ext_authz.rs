@@ -23,26 +23,14 @@ async fn upstream() -> testbed::NoopHandle {
         .unwrap()
 }
 
-async fn grpc_sidecar(rules: AuthzRules) -> AuthzSidecar {
-    AuthzSidecar::start(
-        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
-        SidecarMode::Grpc,
-        rules,
-    )
-    .await
-    .unwrap()
-}
-
 /// Alice gets in; anyone else gets the sidecar's 401.
 fn alice_only() -> AuthzRules {
     AuthzRules {
-        allow_if: Some(("x-user".into(), "alice".into())),
-        deny_status: 401,
         deny_body: "no entry\n".into(),
         deny_headers: vec![("www-authenticate".into(), "Bearer realm=\"test\"".into())],
         add_headers: vec![("x-authz-user".into(), "alice".into())],
         response_headers: vec![("x-authz-checked".into(), "yes".into())],
-        ..AuthzRules::default()
+        ..alice_or_401()
     }
 }
 

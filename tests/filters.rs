@@ -15,7 +15,6 @@ use common::*;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use sha2::{Digest, Sha256};
-use testbed::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
 
 async fn upstream() -> testbed::NoopHandle {
     testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
@@ -180,17 +179,7 @@ async fn rate_limits_by_key_by_route_and_refilled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_skips_the_filters_after_it_but_not_those_before() {
     let upstream = upstream().await;
-    let sidecar = AuthzSidecar::start(
-        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
-        SidecarMode::Grpc,
-        AuthzRules {
-            allow_if: Some(("x-user".into(), "alice".into())),
-            deny_status: 401,
-            ..AuthzRules::default()
-        },
-    )
-    .await
-    .unwrap();
+    let sidecar = grpc_sidecar(alice_or_401()).await;
     let sidecar_addr = sidecar.local_addr().unwrap();
     let proxy = Proxy::start(
         &config(

@@ -500,20 +500,8 @@ async fn delta_survives_the_server_going_away() {
 /// cluster, and its requests are checked from the first one served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ext_authz_from_the_management_server() {
-    use testbed::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
-
     let (upstream, _) = upstreams().await;
-    let sidecar = AuthzSidecar::start(
-        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
-        SidecarMode::Grpc,
-        AuthzRules {
-            allow_if: Some(("x-user".into(), "alice".into())),
-            deny_status: 401,
-            ..AuthzRules::default()
-        },
-    )
-    .await
-    .unwrap();
+    let sidecar = grpc_sidecar(alice_or_401()).await;
     let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();

@@ -547,3 +547,23 @@ impl Drop for HeldUpstream {
         self.task.abort();
     }
 }
+
+/// A gRPC authorization sidecar on 127.0.0.1 with `rules`.
+pub async fn grpc_sidecar(rules: testbed::AuthzRules) -> testbed::AuthzSidecar {
+    testbed::AuthzSidecar::start(
+        testbed::SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        testbed::SidecarMode::Grpc,
+        rules,
+    )
+    .await
+    .unwrap()
+}
+
+/// `x-user: alice` gets in; anyone else gets the sidecar's 401.
+pub fn alice_or_401() -> testbed::AuthzRules {
+    testbed::AuthzRules {
+        allow_if: Some(("x-user".into(), "alice".into())),
+        deny_status: 401,
+        ..testbed::AuthzRules::default()
+    }
+}

@@ -120,6 +120,18 @@ pub enum ProxyError {
     },
 }
 
+/// The HTTP/2 error code behind a hyper error, if an h2 error is among its causes.
+pub(crate) fn h2_reason(error: &hyper::Error) -> Option<h2::Reason> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason();
+        }
+        source = e.source();
+    }
+    None
+}
+
 impl ProxyError {
     /// Sorts a hyper client error into a reset or a protocol error.
     pub(crate) fn from_upstream(addr: SocketAddr, source: hyper::Error) -> Self {

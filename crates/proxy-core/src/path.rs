@@ -50,11 +50,9 @@ pub enum EscapedSlashes {
 }
 
 /// Why a path cannot be normalised (the request gets 400).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PathError {
-    #[error("a `%` not followed by two hex digits")]
     BadEscape,
-    #[error("an escaped slash (`%2F` or `%5C`) in the path")]
     EscapedSlash,
 }
 
@@ -149,6 +147,17 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
+/// The byte a `%XX` escape at `at` stands for: `None` unless `bytes[at]` is `%` followed by
+/// two hex digits.
+pub(crate) fn escaped_byte(bytes: &[u8], at: usize) -> Option<u8> {
+    if bytes.get(at) != Some(&b'%') {
+        return None;
+    }
+    let hi = hex(*bytes.get(at + 1)?)?;
+    let lo = hex(*bytes.get(at + 2)?)?;
+    Some(hi << 4 | lo)
+}
+
 /// Decodes escapes of unreserved characters (when normalising), upper-cases the others,
 /// and applies the escaped-slash action. Returns the path and whether a slash was unescaped.
 fn decode_escapes(path: &str, settings: &PathNormalization) -> Result<(String, bool), PathError> {
@@ -168,13 +177,7 @@ fn decode_escapes(path: &str, settings: &PathNormalization) -> Result<(String, b
             i += 1;
             continue;
         }
-        let (Some(hi), Some(lo)) = (
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) else {
-            return Err(PathError::BadEscape);
-        };
-        let value = hi << 4 | lo;
+        let value = escaped_byte(bytes, i).ok_or(PathError::BadEscape)?;
         i += 3;
         if value == b'/' || value == b'\\' {
             match settings.escaped_slashes {
@@ -193,7 +196,11 @@ fn decode_escapes(path: &str, settings: &PathNormalization) -> Result<(String, b
         }
         out.push(b'%');
         if settings.normalize {
-            out.extend_from_slice(format!("{value:02X}").as_bytes());
+            const UPPER: &[u8; 16] = b"0123456789ABCDEF";
+            out.extend_from_slice(&[
+                UPPER[usize::from(value >> 4)],
+                UPPER[usize::from(value & 15)],
+            ]);
         } else {
             out.extend_from_slice(&bytes[i - 2..i]);
         }

@@ -203,10 +203,7 @@ fn percent_decode(value: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| value.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        let escaped = crate::path::escaped_byte(bytes, i);
         match (escaped, bytes[i]) {
             (Some(b), _) => {
                 out.push(b);

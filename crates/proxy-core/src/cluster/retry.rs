@@ -182,23 +182,14 @@ fn error_retriable(on: RetryOn, error: &ProxyError) -> bool {
         | ProxyError::UpstreamTls { .. }
         | ProxyError::ConnectTimeout { .. } => on.connect_failure || no_response,
         ProxyError::UpstreamReset { source, .. } => {
-            on.reset || no_response || (on.refused_stream && is_refused_stream(source))
+            on.reset
+                || no_response
+                || (on.refused_stream
+                    && crate::error::h2_reason(source) == Some(h2::Reason::REFUSED_STREAM))
         }
         ProxyError::Timeout { .. }
         | ProxyError::UpstreamProtocol { .. }
         | ProxyError::UpstreamFraming { .. } => no_response,
         _ => false,
     }
-}
-
-/// An HTTP/2 stream the upstream refused (REFUSED_STREAM): it was not processed at all.
-fn is_refused_stream(error: &hyper::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = source {
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
-        }
-        source = e.source();
-    }
-    false
 }

@@ -86,21 +86,10 @@ pub(super) async fn serve_h2(
         }
     };
     if let Err(err) = result {
-        if is_calm_down(&err) {
+        // GOAWAY ENHANCE_YOUR_CALM: a flood the codec cut off.
+        if crate::error::h2_reason(&err) == Some(h2::Reason::ENHANCE_YOUR_CALM) {
             ctx.listener.stats.cx_h2_flood.inc();
         }
         tracing::debug!(error = %err, "downstream HTTP/2 connection ended with an error");
     }
-}
-
-/// Whether the connection ended with GOAWAY ENHANCE_YOUR_CALM: a flood the codec cut off.
-fn is_calm_down(error: &hyper::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = source {
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
-        }
-        source = e.source();
-    }
-    false
 }

@@ -52,8 +52,11 @@ pub(crate) fn strip_connection_listed(headers: &mut HeaderMap, upgrade: bool) {
     if !headers.contains_key(CONNECTION) {
         return;
     }
+    // Only names present are kept: `keep-alive` and `close`, the usual tokens, name no header
+    // a request carries, so the common case allocates nothing.
     let listed: Vec<HeaderName> = crate::header_list::items(headers, CONNECTION)
         .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
+        .filter(|name| name == UPGRADE || headers.contains_key(name))
         .collect();
     let mut upgrading = false;
     for name in listed {
