@@ -131,6 +131,19 @@ async fn serve_h1_until_idle(
         .await;
         return None;
     }
+    // hyper's head timer runs from the end of the last exchange, not from the next request's
+    // first byte, so on a loaded worker it can fire before the park timer: a connection with
+    // nothing of a new request read is idle, not slow, and parks.
+    let idle_head_timeout = matches!(&result, Err(err) if err.is_timeout())
+        && parts.read_buf.is_empty()
+        && ctx.in_flight.get() == 0
+        && !draining
+        && !closing_after_exchange;
+    if idle_head_timeout {
+        tracing::trace!(peer = %ctx.peer, "parked on the head timer");
+        crate::memory::codec_released();
+        return Some(io);
+    }
     if let Err(err) = result {
         if err.is_timeout() {
             ctx.listener.stats.cx_headers_timeout.inc();
