@@ -185,3 +185,36 @@ async fn rq_headroom_is_the_limit_over_rate_times_latency() {
         "headroom {headroom}% vs {expected:.0}% expected at 200 ms a request"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_of_an_http2_cluster_speak_http2() {
+    // What the check sends first, read off a bare socket: HTTP/2's connection preface.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = forward_config(
+        &[listener.local_addr().unwrap()],
+        "    protocol: http2\n    health_check: { path: /healthz, interval: 100ms, jitter: 20ms, timeout: 1s }",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let (mut check, _) = tokio::time::timeout(Duration::from_secs(20), listener.accept())
+        .await
+        .expect("a health check connects")
+        .unwrap();
+    let mut first = [0u8; 24];
+    tokio::io::AsyncReadExt::read_exact(&mut check, &mut first)
+        .await
+        .unwrap();
+    assert_eq!(&first, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    drop(proxy);
+
+    // And it passes against a host that answers in HTTP/2.
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let host = NoopUpstream::start_in_thread(any).unwrap();
+    let config = forward_config(
+        &[host.local_addr()],
+        "    protocol: http2\n    health_check: { path: /healthz, interval: 100ms, jitter: 20ms, timeout: 1s }",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+    eventually("checks pass", || stat(admin, "health_check_success") >= 2);
+    assert_eq!(stat(admin, "health_check_failure"), 0);
+}

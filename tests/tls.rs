@@ -473,6 +473,64 @@ async fn sessions_resume_with_tls_1_3_and_1_2() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_client_ca_ends_resumption_of_sessions_verified_under_the_old_one() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("server ca");
+    let clients = Ca::new("client ca");
+    let (cert, key) = ca.leaf(&["localhost"]).write(&dir, "edge");
+    let client_ca = dir.write("clients.pem", &clients.pem());
+    let tls = one_certificate(
+        &cert,
+        &key,
+        &format!(
+            "      client_certificate: {{ ca: {} }}\n",
+            client_ca.display()
+        ),
+    );
+    let proxy = Proxy::start(&tls_config(&tls, up), 1);
+    let admin = proxy.admin.unwrap();
+    let leaf = clients.leaf(&["client"]);
+    let client = client_config(
+        ca.roots(),
+        ClientOptions {
+            client_cert: Some((leaf.der.clone(), leaf.key_der())),
+            ..Default::default()
+        },
+    );
+    // Connects with the client's session store and makes one request (which also reads
+    // the TLS 1.3 tickets): how the handshake went, or None if it was refused.
+    let visit = || async {
+        let stream = tls_connect(proxy.addr(), &client, "localhost").await.ok()?;
+        let kind = stream.get_ref().1.handshake_kind();
+        let response = h1_over(stream)
+            .await
+            .send_request(get("/", &[]))
+            .await
+            .ok()?;
+        (response.status() == StatusCode::OK).then_some(kind)
+    };
+    assert_eq!(visit().await, Some(Some(rustls::HandshakeKind::Full)));
+    assert_eq!(visit().await, Some(Some(rustls::HandshakeKind::Resumed)));
+
+    // The same CA read again: sessions keep resuming.
+    let (status, body) = admin_request(admin, "POST", "/reload_certs");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(visit().await, Some(Some(rustls::HandshakeKind::Resumed)));
+
+    // Another CA: the client's certificate is no longer trusted, and its session does not
+    // get it in either.
+    dir.write("clients.pem", &Ca::new("new client ca").pem());
+    let (status, body) = admin_request(admin, "POST", "/reload_certs");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        visit().await,
+        None,
+        "a session from before the CA change resumed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_version_1_3_refuses_tls_1_2_clients() {
     let (up, _upstream) = upstream().await;
     let dir = ScratchDir::new();

@@ -94,6 +94,9 @@ pub(crate) struct Catalog {
     host_rq_active: GaugeFamily,
     worker_downstream_cx_active: GaugeFamily,
     worker_downstream_rq_total: CounterFamily,
+    overload_action_applied: CounterFamily,
+    pub(crate) overload_action_active: GaugeFamily,
+    pub(crate) overload_resource_pressure: GaugeFamily,
     pub(crate) server_concurrency: GaugeFamily,
     pub(crate) server_uptime: GaugeFamily,
     pub(crate) server_memory_resident: GaugeFamily,
@@ -266,6 +269,21 @@ impl Catalog {
             upstream_rq_pending_time: r.histogram("upstream_rq_pending_time", "Time requests waited for an upstream connection.", c),
             worker_downstream_cx_active: r.per_shard_gauge("worker_downstream_cx_active", "Downstream connections open on each worker (Envoy's worker_N.downstream_cx_active).", &[]),
             worker_downstream_rq_total: r.per_shard_counter("worker_downstream_rq_total", "Downstream requests received by each worker.", &[]),
+            overload_action_applied: r.counter(
+                "overload_action_applied_total",
+                "What the overload manager did, by action: disable_keepalive (a response that closed its connection, or an HTTP/2 GOAWAY), refuse_connections (a connection closed as accepted), shed_requests (a 503 with x-legate-overloaded).",
+                &["action"],
+            ),
+            overload_action_active: r.gauge(
+                "overload_action_active",
+                "1 while the overload manager's action is in force.",
+                &["action"],
+            ),
+            overload_resource_pressure: r.gauge(
+                "overload_resource_pressure_percent",
+                "Use of a resource the overload manager watches, in percent of its limit (-1: not watched).",
+                &["resource"],
+            ),
             host_cx_active: r.gauge(
                 "host_cx_active",
                 "Upstream connections open, per host.",
@@ -603,6 +621,25 @@ impl Catalog {
             cx_active: shard.gauge(self.worker_downstream_cx_active, &[]),
             rq_total: shard.counter(self.worker_downstream_rq_total, &[]),
             config_generation: shard.gauge(self.worker_config_generation, &[]),
+            overload_keepalive_disabled: shard
+                .counter(self.overload_action_applied, &["disable_keepalive"]),
+            overload_cx_refused: shard
+                .counter(self.overload_action_applied, &["refuse_connections"]),
+            overload_rq_shed: shard.counter(self.overload_action_applied, &["shed_requests"]),
+        }
+    }
+
+    /// The overload thread's gauges, on the process shard.
+    pub(crate) fn overload_gauges(&self, process: &Shard) -> crate::overload::OverloadGauges {
+        let active = |action: crate::overload::Level| {
+            process.shared_gauge(self.overload_action_active, &[action.name()])
+        };
+        let [keepalive, refuse, shed] = crate::overload::Level::ACTIONS;
+        crate::overload::OverloadGauges {
+            active: [active(keepalive), active(refuse), active(shed)],
+            memory_percent: process.shared_gauge(self.overload_resource_pressure, &["memory"]),
+            connection_percent: process
+                .shared_gauge(self.overload_resource_pressure, &["connections"]),
         }
     }
 }
@@ -613,6 +650,9 @@ pub(crate) struct WorkerStats {
     pub(crate) rq_total: stats::Counter,
     /// The config generation the worker applied last.
     pub(crate) config_generation: stats::Gauge,
+    pub(crate) overload_keepalive_disabled: stats::Counter,
+    pub(crate) overload_cx_refused: stats::Counter,
+    pub(crate) overload_rq_shed: stats::Counter,
 }
 
 /// A cluster's process-wide gauges.

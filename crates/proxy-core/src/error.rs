@@ -32,6 +32,8 @@ pub enum ResponseFlag {
     UnauthorizedExternalService,
     /// RL: a local rate limit refused the request.
     RateLimited,
+    /// OM: the overload manager shed the request.
+    OverloadManager,
 }
 
 impl ResponseFlag {
@@ -48,6 +50,7 @@ impl ResponseFlag {
             ResponseFlag::UpstreamOverflow => "UO",
             ResponseFlag::UnauthorizedExternalService => "UAEX",
             ResponseFlag::RateLimited => "RL",
+            ResponseFlag::OverloadManager => "OM",
         }
     }
 }
@@ -88,6 +91,8 @@ pub enum ProxyError {
     NoHealthyUpstream,
     #[error("circuit breaker open: {}", .0.as_str())]
     Overflow(Overflow),
+    #[error("the proxy is overloaded and sheds new requests")]
+    Overloaded,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
     #[error("request head of {size} bytes is over the {limit}-byte limit")]
@@ -154,7 +159,8 @@ impl ProxyError {
             | ProxyError::UpstreamTls { .. }
             | ProxyError::ConnectTimeout { .. }
             | ProxyError::NoHealthyUpstream
-            | ProxyError::Overflow(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | ProxyError::Overflow(_)
+            | ProxyError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamReset { .. }
             | ProxyError::UpstreamProtocol { .. }
@@ -167,6 +173,7 @@ impl ProxyError {
             ProxyError::NoRoute => ResponseFlag::NoRoute,
             ProxyError::NoHealthyUpstream => ResponseFlag::NoHealthyUpstream,
             ProxyError::Overflow(_) => ResponseFlag::UpstreamOverflow,
+            ProxyError::Overloaded => ResponseFlag::OverloadManager,
             ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. } => {
                 ResponseFlag::DownstreamProtocolError
             }
@@ -189,6 +196,7 @@ impl ProxyError {
             ProxyError::NoRoute => "no route\n",
             ProxyError::NoHealthyUpstream => "no healthy upstream\n",
             ProxyError::Overflow(_) => "upstream overloaded\n",
+            ProxyError::Overloaded => "proxy overloaded\n",
             ProxyError::BadRequest(_) => "bad request\n",
             ProxyError::HeadersTooLarge { .. } => "request headers too large\n",
             ProxyError::ClientAborted { .. } => "request body incomplete\n",

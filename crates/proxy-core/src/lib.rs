@@ -67,6 +67,7 @@ mod http;
 mod listener;
 mod live;
 mod memory;
+pub mod overload;
 mod path;
 pub mod router;
 mod runtime;

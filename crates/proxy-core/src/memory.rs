@@ -55,6 +55,13 @@ pub(crate) fn start_trimmer() {
     });
 }
 
+/// Returns freed memory to the system now: the overload manager's `shrink_heap`, under
+/// memory pressure.
+pub(crate) fn trim_now() {
+    RELEASED.store(0, Ordering::Relaxed);
+    trim();
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)] // one FFI call into the C library, which has no safe wrapper
 fn trim() {

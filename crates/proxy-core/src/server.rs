@@ -28,6 +28,8 @@ pub enum StartError {
     },
     #[error("cannot start the cluster monitor thread: {source}")]
     Monitor { source: io::Error },
+    #[error("cannot start the overload manager thread: {source}")]
+    Overload { source: io::Error },
     #[error("cannot start the xDS client thread: {source}")]
     Xds { source: io::Error },
     #[error("cannot start worker thread {worker}: {source}")]
@@ -92,8 +94,10 @@ impl Server {
             &stats,
             options.inherited,
         )?;
+        let overload = Arc::new(crate::overload::Overload::default());
         let admin_state = Arc::new(AdminState::new(
             Arc::clone(&live),
+            Arc::clone(&overload),
             workers,
             Arc::clone(&stats),
         ));
@@ -105,6 +109,13 @@ impl Server {
             None => None,
         };
         crate::memory::start_trimmer();
+        let weak_live = Arc::downgrade(&live);
+        crate::overload::start(
+            Arc::downgrade(&overload),
+            move || Some(weak_live.upgrade()?.current().config.overload),
+            stats.catalog.overload_gauges(&stats.process),
+        )
+        .map_err(|source| StartError::Overload { source })?;
         crate::cluster::monitor::start(live.subscribe_clusters(), Arc::clone(&stats))
             .map_err(|source| StartError::Monitor { source })?;
         // Clusters of DNS names start with their first answers, not with no hosts.
@@ -121,6 +132,7 @@ impl Server {
                 stats: Arc::clone(&stats),
                 balance: Arc::clone(&balance),
                 handoff,
+                overload: Arc::clone(&overload),
             };
             match worker::spawn(spec) {
                 Ok(handle) => handles.push(handle),

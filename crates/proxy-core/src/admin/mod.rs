@@ -45,6 +45,8 @@ POST /reload_certs        read TLS certificates, keys and CAs again
 pub(crate) struct AdminState {
     /// The config in force, and reloads.
     live: Arc<LiveConfig>,
+    /// What the overload manager has in force, for `/ready`.
+    overload: Arc<crate::overload::Overload>,
     pub(crate) workers: usize,
     stats: Arc<ProxyStats>,
     server: ServerGauges,
@@ -56,7 +58,12 @@ pub(crate) struct AdminState {
 }
 
 impl AdminState {
-    pub(crate) fn new(live: Arc<LiveConfig>, workers: usize, stats: Arc<ProxyStats>) -> Self {
+    pub(crate) fn new(
+        live: Arc<LiveConfig>,
+        overload: Arc<crate::overload::Overload>,
+        workers: usize,
+        stats: Arc<ProxyStats>,
+    ) -> Self {
         let shard = &stats.process;
         let catalog = &stats.catalog;
         let server = ServerGauges {
@@ -69,6 +76,7 @@ impl AdminState {
         server.live.set(1);
         Self {
             live,
+            overload,
             workers,
             stats,
             server,
@@ -93,7 +101,7 @@ impl AdminState {
         self.server
             .uptime
             .set(self.started.elapsed().as_secs() as i64);
-        if let Some(rss) = resident_bytes() {
+        if let Some(rss) = crate::overload::resident_bytes() {
             self.server.memory_resident.set(rss as i64);
         }
         let live = !self.draining.load(Ordering::Relaxed);
@@ -105,11 +113,20 @@ impl AdminState {
     }
 }
 
-/// Resident set size from `/proc/self/statm` (Linux), in bytes.
-fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+/// `/ready` while serving: `LIVE`, and what the overload manager has in force. A proxy that
+/// refuses connections or sheds requests answers 503 (`OVERLOADED`), so the balancer in
+/// front sends its traffic elsewhere until it recovers.
+fn ready_under_overload(overload: &crate::overload::Overload) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let (status, word) = if overload.level() >= crate::overload::Level::RefuseConnections {
+        (StatusCode::SERVICE_UNAVAILABLE, "OVERLOADED")
+    } else {
+        (StatusCode::OK, "LIVE")
+    };
+    match overload.describe() {
+        Some(detail) => reply(status, TEXT, format!("{word}\n{detail}\n")),
+        None => reply(status, TEXT, format!("{word}\n")),
+    }
 }
 
 /// Per-worker totals: which worker holds how many connections, and has served how much.
@@ -341,7 +358,7 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             } else if state.health_failed.load(Ordering::Relaxed) {
                 reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "FAILED\n")
             } else {
-                reply(StatusCode::OK, TEXT, "LIVE\n")
+                ready_under_overload(&state.overload)
             }
         }
         (&Method::GET, "/config_dump") => {

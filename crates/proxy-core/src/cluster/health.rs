@@ -178,7 +178,8 @@ impl HostHealth {
             return Ejection::Overflow;
         }
         host.ejections += 1;
-        host.ejected_until = Some(now + config.base_ejection_time * host.ejections);
+        let time = config.base_ejection_time.saturating_mul(host.ejections);
+        host.ejected_until = Some(now + time.min(config.max_ejection_time));
         host.counters.consecutive_5xx.store(0, Ordering::Relaxed);
         host.counters
             .consecutive_gateway
@@ -273,7 +274,31 @@ mod tests {
             consecutive_5xx: 3,
             consecutive_gateway_failure: 0,
             base_ejection_time: Duration::from_millis(50),
+            max_ejection_time: Duration::from_millis(120),
             max_ejection_percent,
+        }
+    }
+
+    #[test]
+    fn ejection_time_grows_with_each_ejection_up_to_the_cap() {
+        let hosts = set(2);
+        let health = HostHealth::new(&hosts, Some(config(50)));
+        let mut lengths = Vec::new();
+        for _ in 0..4 {
+            for _ in 0..3 {
+                report(&health, &hosts, 0, TryOutcome::Status(503));
+            }
+            let mut state = health.lock();
+            let host = state.iter_mut().find(|h| h.addr == addr(0)).unwrap();
+            let until = host.ejected_until.take().expect("ejected");
+            lengths.push(until.saturating_duration_since(Instant::now()));
+        }
+        // 50 ms, 100 ms, then the 120 ms cap instead of 150 ms and 200 ms.
+        assert!(lengths[0] <= Duration::from_millis(50), "{lengths:?}");
+        assert!(lengths[1] > Duration::from_millis(50), "{lengths:?}");
+        for capped in &lengths[2..] {
+            assert!(*capped > Duration::from_millis(100), "{lengths:?}");
+            assert!(*capped <= Duration::from_millis(120), "{lengths:?}");
         }
     }
 

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use super::SharedCluster;
 use crate::catalog::{ClusterStats, ProxyStats};
-use crate::config::HealthCheckConfig;
+use crate::config::{HealthCheckConfig, UpstreamProtocol};
 use crate::runtime::LocalExec;
 use crate::tls::UpstreamTls;
 
@@ -269,7 +269,7 @@ async fn check_host(
     tokio::time::sleep(rng.up_to(config.jitter)).await;
     loop {
         stats.health_check_attempt.inc();
-        let ok = check_once(addr, &config, cluster.tls.as_ref()).await;
+        let ok = check_once(addr, &config, cluster.tls.as_ref(), cluster.protocol).await;
         if ok {
             stats.health_check_success.inc();
             successes += 1;
@@ -292,12 +292,13 @@ async fn check_host(
     }
 }
 
-/// One `GET path` on a new connection (over TLS if the cluster uses it): passes on a 2xx
-/// within the timeout.
+/// One `GET path` on a new connection, over TLS if the cluster uses it and in the protocol
+/// its hosts speak: passes on a 2xx within the timeout.
 async fn check_once(
     addr: SocketAddr,
     config: &HealthCheckConfig,
     tls: Option<&UpstreamTls>,
+    protocol: UpstreamProtocol,
 ) -> bool {
     let attempt = async {
         let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
@@ -308,19 +309,14 @@ async fn check_once(
             .body(Empty::<Bytes>::new())
             .ok()?;
         let status = match tls {
+            // Cleartext HTTP/2 clusters speak it with prior knowledge.
+            None if protocol == UpstreamProtocol::Http2 => send_h2(stream, req, "http").await?,
             None => send_h1(stream, req).await?,
             Some(tls) => {
                 let stream = tls.connect(addr, stream).await.ok()?;
                 // ALPN `h2` on an HTTP/2 cluster: the check speaks HTTP/2 too.
                 if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    let (mut sender, conn) =
-                        hyper::client::conn::http2::handshake(LocalExec, TokioIo::new(stream))
-                            .await
-                            .ok()?;
-                    tokio::task::spawn_local(async move {
-                        let _ = conn.await;
-                    });
-                    sender.send_request(req).await.ok()?.status()
+                    send_h2(stream, req, "https").await?
                 } else {
                     send_h1(stream, req).await?
                 }
@@ -339,6 +335,31 @@ where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    Some(sender.send_request(req).await.ok()?.status())
+}
+
+/// HTTP/2 wants the scheme and authority as pseudo-headers: the URI is made absolute.
+async fn send_h2<T>(
+    stream: T,
+    mut req: Request<Empty<Bytes>>,
+    scheme: &str,
+) -> Option<http::StatusCode>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let authority = req.headers_mut().remove(http::header::HOST)?;
+    *req.uri_mut() = http::Uri::builder()
+        .scheme(scheme)
+        .authority(authority.to_str().ok()?)
+        .path_and_query(req.uri().path_and_query()?.as_str())
+        .build()
+        .ok()?;
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(LocalExec, TokioIo::new(stream))
         .await
         .ok()?;
     tokio::task::spawn_local(async move {

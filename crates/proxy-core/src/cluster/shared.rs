@@ -7,7 +7,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::catalog::{ClusterGauges, ProxyStats};
-use crate::config::{ClusterConfig, Endpoint, HealthCheckConfig};
+use crate::config::{ClusterConfig, Endpoint, HealthCheckConfig, UpstreamProtocol};
 use crate::tls::UpstreamTls;
 
 use super::breaker::CircuitBreakers;
@@ -24,6 +24,8 @@ pub(crate) struct SharedCluster {
     pub(crate) tls: Option<UpstreamTls>,
     /// Active health checking, run by the monitor thread.
     pub(crate) health_check: Option<HealthCheckConfig>,
+    /// What the hosts speak; health checks speak it too.
+    pub(crate) protocol: UpstreamProtocol,
     /// The resolver of the names among the endpoints, if there are any.
     pub(crate) dns: Option<DnsResolver>,
     /// What the host set is made of; held while the host set is replaced, so that a reload
@@ -59,6 +61,7 @@ impl SharedCluster {
             gauges,
             tls,
             health_check: config.health_check.clone(),
+            protocol: config.protocol,
             dns,
             membership: Mutex::new(membership),
             answered: Condvar::new(),

@@ -12,6 +12,7 @@ mod ext_authz;
 mod filters;
 mod header_rules;
 mod local_rate_limit;
+mod overload;
 pub(crate) mod raw;
 mod serialize;
 mod validate;
@@ -43,6 +44,7 @@ pub use ext_authz::*;
 pub use filters::*;
 pub use header_rules::*;
 pub use local_rate_limit::*;
+pub use overload::{Environment as OverloadEnvironment, OverloadConfig, RawOverload};
 pub use service_endpoint::Endpoint as ServiceEndpoint;
 pub use virtual_hosts::*;
 pub use xds::{AdsProtocol, XdsConfig};
@@ -79,6 +81,8 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// Downstream connections the whole process holds at most; `None`: no limit.
     pub max_connections: Option<usize>,
+    /// When to shed load as memory or connections run short.
+    pub overload: OverloadConfig,
     /// Reload when the config file changes (checked once a second), besides `SIGHUP` and
     /// `POST /reload`.
     pub watch: bool,
@@ -464,9 +468,12 @@ pub struct OutlierDetectionConfig {
     pub consecutive_5xx: u32,
     /// Consecutive 502/503/504 and connect failures or resets that eject a host; 0: off.
     pub consecutive_gateway_failure: u32,
-    /// An ejection lasts this times the host's number of ejections so far.
+    /// An ejection lasts this times the host's number of ejections so far...
     #[serde(serialize_with = "ser::duration")]
     pub base_ejection_time: Duration,
+    /// ...but never longer than this (at least `base_ejection_time`).
+    #[serde(serialize_with = "ser::duration")]
+    pub max_ejection_time: Duration,
     /// At most this share of the cluster's hosts is ejected at once.
     pub max_ejection_percent: u32,
 }

@@ -18,6 +18,8 @@ pub struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub max_connections: Option<u64>,
     #[serde(default)]
+    pub overload: Option<super::RawOverload>,
+    #[serde(default)]
     pub watch: bool,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
@@ -552,6 +554,8 @@ pub struct RawOutlierDetection {
     pub consecutive_gateway_failure: Option<u32>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub base_ejection_time: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_ejection_time: Option<Duration>,
     pub max_ejection_percent: Option<u32>,
 }
 

@@ -116,11 +116,17 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
         ));
     }
 
+    let max_connections = limit(raw.max_connections, "max_connections")?;
     Ok(Config {
         concurrency,
         drain_timeout: raw.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
         admin,
-        max_connections: limit(raw.max_connections, "max_connections")?,
+        max_connections,
+        overload: super::overload::overload(
+            raw.overload,
+            max_connections,
+            super::OverloadEnvironment::current(),
+        )?,
         watch: raw.watch,
         listeners,
         clusters,
@@ -585,15 +591,20 @@ fn outlier_detection(
             format!("expected 0 to 100, found {max_ejection_percent}"),
         ));
     }
-    // Envoy's defaults.
+    let base_ejection_time = positive(
+        raw.base_ejection_time
+            .unwrap_or(std::time::Duration::from_secs(30)),
+        &format!("{path}.base_ejection_time"),
+    )?;
+    // Envoy's defaults; the cap is never below one base time.
     Ok(OutlierDetectionConfig {
         consecutive_5xx: raw.consecutive_5xx.unwrap_or(5),
         consecutive_gateway_failure: raw.consecutive_gateway_failure.unwrap_or(0),
-        base_ejection_time: positive(
-            raw.base_ejection_time
-                .unwrap_or(std::time::Duration::from_secs(30)),
-            &format!("{path}.base_ejection_time"),
-        )?,
+        base_ejection_time,
+        max_ejection_time: raw
+            .max_ejection_time
+            .unwrap_or(std::time::Duration::from_secs(300))
+            .max(base_ejection_time),
         max_ejection_percent,
     })
 }

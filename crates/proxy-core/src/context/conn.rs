@@ -34,6 +34,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) stats: WorkerStats,
     /// Set when the drain starts: responses then tell HTTP/1.1 clients to close.
     pub(crate) draining: Cell<bool>,
+    /// The process's overload level, read on every connection and request.
+    pub(crate) overload: std::sync::Arc<crate::overload::Overload>,
 }
 
 /// What a request on this connection needs to know about where it came from.

@@ -65,6 +65,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
         Rc::new(WorkerCtx {
             stats: stats.catalog.worker(&shard),
             draining: Cell::new(false),
+            overload: Default::default(),
         }),
     ));
     Setup {

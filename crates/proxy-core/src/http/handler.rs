@@ -31,6 +31,15 @@ pub(crate) async fn handle(
     let uri = req.uri().clone();
     let version = req.version();
     let mut close = conn.worker.draining.get();
+    if conn.worker.overload.keepalive_disabled() {
+        // Clients reconnect, and the balancer in front spreads them over other proxies.
+        conn.worker.stats.overload_keepalive_disabled.inc();
+        if version <= Version::HTTP_11 {
+            close = true;
+        } else {
+            conn.retire.notify_one();
+        }
+    }
     if version <= Version::HTTP_11
         && let Some(max) = conn.listener.max_requests_per_connection
         && conn.requests.get() >= max
@@ -45,8 +54,13 @@ pub(crate) async fn handle(
     }
     let mut state = FilterState::default();
     let mut facts = Facts::default();
-    let routed = route_and_forward(req, &conn, &http, &mut in_flight, &mut state, &mut facts);
-    let mut response = match routed.await {
+    let routed = if conn.worker.overload.shedding_requests() {
+        conn.worker.stats.overload_rq_shed.inc();
+        Err(ProxyError::Overloaded)
+    } else {
+        route_and_forward(req, &conn, &http, &mut in_flight, &mut state, &mut facts).await
+    };
+    let mut response = match routed {
         Ok(response) => response,
         Err(err) => {
             if let Some(log) = in_flight.log() {
@@ -61,7 +75,7 @@ pub(crate) async fn handle(
                 err.status(),
                 Bytes::from_static(err.client_body().as_bytes()),
             );
-            if matches!(err, ProxyError::Overflow(_)) {
+            if matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded) {
                 // Tells a client (or the next proxy) that this was load shedding, not a
                 // failed upstream: worth backing off, not worth marking the host down. (The
                 // pool logs refusals, at most a line a second.)

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use rustls::pki_types::TrustAnchor;
 use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, crypto::CryptoProvider};
@@ -93,17 +94,28 @@ impl ResolvesServerCert for SniResolver {
 }
 
 /// One listener's TLS: the current `rustls` config, swapped whole on reload. Session tickets
-/// keys and the session cache outlive a reload, so clients keep resuming across it.
+/// keys and the session cache outlive a reload, so clients keep resuming across it, unless
+/// the client CA changed: a resumed session is not verified again, so sessions of clients
+/// verified under the old CA must not resume.
 pub(crate) struct ServerTls {
     listener: String,
     spec: ListenerTlsConfig,
     config: ArcSwap<ServerConfig>,
-    ticketer: Option<Arc<dyn ProducesTickets>>,
-    sessions: Arc<dyn StoresServerSessions>,
+    resumption: Mutex<Resumption>,
 }
 
-impl ServerTls {
-    pub(crate) fn new(listener: &str, spec: &ListenerTlsConfig) -> Result<Self, TlsError> {
+/// What resumes sessions, and the client CA the sessions it holds were verified under.
+struct Resumption {
+    ticketer: Option<Arc<dyn ProducesTickets>>,
+    sessions: Arc<dyn StoresServerSessions>,
+    client_ca: Option<Vec<TrustAnchor<'static>>>,
+}
+
+impl Resumption {
+    fn new(
+        spec: &ListenerTlsConfig,
+        client_ca: Option<Vec<TrustAnchor<'static>>>,
+    ) -> Result<Self, TlsError> {
         let ticketer = if spec.session_tickets {
             Some(ticketer()?)
         } else {
@@ -114,24 +126,35 @@ impl ServerTls {
         } else {
             Arc::new(rustls::server::NoServerSessionStorage {})
         };
-        let config = build(spec, ticketer.as_ref(), &sessions)?;
+        Ok(Self {
+            ticketer,
+            sessions,
+            client_ca,
+        })
+    }
+}
+
+impl ServerTls {
+    pub(crate) fn new(listener: &str, spec: &ListenerTlsConfig) -> Result<Self, TlsError> {
+        let client_ca = client_ca(spec)?;
+        let resumption = Resumption::new(spec, client_ca.as_ref().map(|r| r.roots.clone()))?;
+        let config = build(spec, client_ca, &resumption)?;
         Ok(Self {
             listener: listener.to_owned(),
             spec: spec.clone(),
             config: ArcSwap::from_pointee(config),
-            ticketer,
-            sessions,
+            resumption: Mutex::new(resumption),
         })
     }
 
     /// Loads everything `spec` names, as a start would, and drops it.
     pub(crate) fn check(spec: &ListenerTlsConfig) -> Result<(), TlsError> {
-        build(
-            spec,
-            None,
-            &(Arc::new(rustls::server::NoServerSessionStorage {}) as Arc<_>),
-        )
-        .map(drop)
+        let resumption = Resumption {
+            ticketer: None,
+            sessions: Arc::new(rustls::server::NoServerSessionStorage {}),
+            client_ca: None,
+        };
+        build(spec, client_ca(spec)?, &resumption).map(drop)
     }
 
     pub(crate) fn listener(&self) -> &str {
@@ -146,7 +169,22 @@ impl ServerTls {
     /// Reads the certificate, key and CA files again. New handshakes use them; connections
     /// already established are not touched. On an error the current config stays.
     pub(crate) fn reload(&self) -> Result<(), TlsError> {
-        let config = build(&self.spec, self.ticketer.as_ref(), &self.sessions)?;
+        let client_ca = client_ca(&self.spec)?;
+        let anchors = client_ca.as_ref().map(|r| r.roots.clone());
+        let mut resumption = self.resumption.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = if resumption.client_ca != anchors {
+            tracing::info!(
+                listener = self.listener,
+                "client CA changed: sessions issued under the old one no longer resume"
+            );
+            Some(Resumption::new(&self.spec, anchors)?)
+        } else {
+            None
+        };
+        let config = build(&self.spec, client_ca, fresh.as_ref().unwrap_or(&resumption))?;
+        if let Some(fresh) = fresh {
+            *resumption = fresh;
+        }
         self.config.store(Arc::new(config));
         Ok(())
     }
@@ -156,19 +194,26 @@ impl ServerTls {
     }
 }
 
+/// The roots client certificates are verified against, read from their file.
+fn client_ca(spec: &ListenerTlsConfig) -> Result<Option<rustls::RootCertStore>, TlsError> {
+    spec.client_certificate
+        .as_ref()
+        .map(|client| load_roots(&client.ca))
+        .transpose()
+}
+
 fn build(
     spec: &ListenerTlsConfig,
-    ticketer: Option<&Arc<dyn ProducesTickets>>,
-    sessions: &Arc<dyn StoresServerSessions>,
+    client_ca: Option<rustls::RootCertStore>,
+    resumption: &Resumption,
 ) -> Result<ServerConfig, TlsError> {
     let provider = provider();
     let resolver = SniResolver::new(spec, &provider)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(versions(spec.min_version))?;
-    let builder = match &spec.client_certificate {
-        None => builder.with_no_client_auth(),
-        Some(client) => {
-            let roots = Arc::new(load_roots(&client.ca)?);
+    let builder = match (&spec.client_certificate, client_ca) {
+        (Some(client), Some(roots)) => {
+            let roots = Arc::new(roots);
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 roots,
                 Arc::clone(&provider),
@@ -184,14 +229,15 @@ fn build(
             })?;
             builder.with_client_cert_verifier(verifier)
         }
+        _ => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = spec.alpn.iter().map(|p| p.id().to_vec()).collect();
-    config.session_storage = Arc::clone(sessions);
-    if let Some(ticketer) = ticketer {
+    config.session_storage = Arc::clone(&resumption.sessions);
+    if let Some(ticketer) = &resumption.ticketer {
         config.ticketer = Arc::clone(ticketer);
     }
-    if ticketer.is_none() && spec.session_cache_size == 0 {
+    if resumption.ticketer.is_none() && spec.session_cache_size == 0 {
         // Nothing to resume with: do not hand out TLS 1.3 tickets that cannot be used.
         config.send_tls13_tickets = 0;
     }

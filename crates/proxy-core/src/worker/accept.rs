@@ -38,6 +38,7 @@ impl Accepted {
         let ctx = &state.ctx;
         tracing::debug!(worker = self.worker_id, listener = %ctx.name, %peer, "accepted connection");
         let guard = ConnGuard::new(&self.tracker);
+        let open = self.worker.overload.connection_opened();
         ctx.stats.cx_total.inc();
         ctx.stats.cx_active.inc();
         self.worker.stats.cx_active.inc();
@@ -67,6 +68,7 @@ impl Accepted {
             ctx.stats.cx_destroy.inc();
             balance.closed(worker_id);
             drop(permit);
+            drop(open);
             drop(guard);
         });
     }
@@ -90,6 +92,12 @@ pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, at:
                 continue;
             }
         };
+        if at.worker.overload.refusing_connections() {
+            // As the limits below: closed at once, so the client tries another proxy.
+            at.worker.stats.overload_cx_refused.inc();
+            drop(stream);
+            continue;
+        }
         let Some(permit) = state.limits.try_admit() else {
             // Closed at once: the client learns now, not after a timeout.
             state.ctx.stats.cx_overflow.inc();

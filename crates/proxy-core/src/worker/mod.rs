@@ -49,6 +49,7 @@ pub(crate) struct WorkerSpec {
     /// Open connections per worker, for `exact` balancing; and this worker's hand-off queue.
     pub(crate) balance: Arc<ExactBalance>,
     pub(crate) handoff: tokio::sync::mpsc::UnboundedReceiver<Handoff>,
+    pub(crate) overload: Arc<crate::overload::Overload>,
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
@@ -162,11 +163,13 @@ async fn run(spec: WorkerSpec) {
         stats,
         balance,
         mut handoff,
+        overload,
     } = spec;
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
     let worker_ctx = Rc::new(WorkerCtx {
         stats: stats.catalog.worker(&shard),
         draining: Cell::new(false),
+        overload,
     });
     let tracker = Rc::new(ConnTracker::default());
     let mut worker = Worker {

@@ -436,6 +436,10 @@ fn outliers(mut o: OutlierDetection, at: &str) -> Result<RawOutlierDetection, Re
             o.base_ejection_time.take(),
             &format!("{at}.base_ejection_time"),
         )?,
+        max_ejection_time: duration(
+            o.max_ejection_time.take(),
+            &format!("{at}.max_ejection_time"),
+        )?,
         max_ejection_percent: o.max_ejection_percent.take().map(|v| v.value),
     };
     // Ejections are decided as results come in, not on a timer; the interval is unused.

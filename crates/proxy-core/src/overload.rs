@@ -1,0 +1,354 @@
+//! The overload manager: sheds load before the process runs out of memory or descriptors.
+//!
+//! A thread measures the process's resident memory and its open downstream connections,
+//! each against its limit (`overload` in the config), and publishes one level. As the
+//! pressure (the higher of the two shares) rises, the actions start in order: responses stop
+//! keeping connections alive (clients reconnect, and the balancer in front spreads them
+//! elsewhere), new connections are closed as soon as they are accepted, then new requests get
+//! 503 with `x-legate-overloaded: true`. An action ends once the pressure falls
+//! [`RECOVERY_MARGIN`] points below where it started, so a pressure hovering at a threshold
+//! does not flap. Workers read the level with one relaxed atomic load per connection or
+//! request. While memory is past the first threshold, freed memory is also handed back to
+//! the system once a second (Envoy's `shrink_heap`), so that the resident size, and with it
+//! the pressure, falls as soon as the load that caused it is gone.
+//!
+//! ```
+//! # use proxy_core::overload::{Level, level_for};
+//! # let config = proxy_core::config::OverloadConfig {
+//! #     enabled: true, memory_limit: Some(100), connection_limit: None,
+//! #     disable_keepalive_at: 80, refuse_connections_at: 90, shed_requests_at: 95,
+//! #     interval: std::time::Duration::from_millis(250),
+//! # };
+//! assert_eq!(level_for(&config, 91, Level::Normal), Level::RefuseConnections);
+//! // Falling back to 87 keeps refusing (within the margin); 84 does not.
+//! assert_eq!(level_for(&config, 87, Level::RefuseConnections), Level::RefuseConnections);
+//! assert_eq!(level_for(&config, 84, Level::RefuseConnections), Level::DisableKeepalive);
+//! ```
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use crate::config::OverloadConfig;
+
+/// Points of pressure below its threshold at which an action ends.
+pub const RECOVERY_MARGIN: u32 = 5;
+
+/// How often freed memory is handed back while memory is under pressure.
+const SHRINK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How far the overload manager has gone, each level including the ones below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Level {
+    Normal = 0,
+    DisableKeepalive = 1,
+    RefuseConnections = 2,
+    ShedRequests = 3,
+}
+
+impl Level {
+    /// The actions, in the order they start.
+    pub const ACTIONS: [Level; 3] = [
+        Level::DisableKeepalive,
+        Level::RefuseConnections,
+        Level::ShedRequests,
+    ];
+
+    fn from_u8(value: u8) -> Level {
+        match value {
+            0 => Level::Normal,
+            1 => Level::DisableKeepalive,
+            2 => Level::RefuseConnections,
+            _ => Level::ShedRequests,
+        }
+    }
+
+    /// The action's name in stats and `/ready`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Normal => "none",
+            Level::DisableKeepalive => "disable_keepalive",
+            Level::RefuseConnections => "refuse_connections",
+            Level::ShedRequests => "shed_requests",
+        }
+    }
+
+    fn threshold(self, config: &OverloadConfig) -> u32 {
+        match self {
+            Level::Normal => 0,
+            Level::DisableKeepalive => config.disable_keepalive_at,
+            Level::RefuseConnections => config.refuse_connections_at,
+            Level::ShedRequests => config.shed_requests_at,
+        }
+    }
+}
+
+/// The level for `pressure` (percent of a limit), coming from `current`: an action starts at
+/// its threshold and ends [`RECOVERY_MARGIN`] points below it.
+pub fn level_for(config: &OverloadConfig, pressure: u32, current: Level) -> Level {
+    let mut level = Level::Normal;
+    for action in Level::ACTIONS {
+        let threshold = action.threshold(config);
+        let holds = if action <= current {
+            pressure > 0 && pressure + RECOVERY_MARGIN >= threshold
+        } else {
+            pressure >= threshold
+        };
+        if holds {
+            level = action;
+        }
+    }
+    level
+}
+
+/// The state workers read, and the overload thread writes.
+#[derive(Debug, Default)]
+pub struct Overload {
+    level: AtomicU8,
+    /// Open downstream connections of the process.
+    connections: AtomicU64,
+    /// The last measurements, for `/ready` and stats: percent of each limit (`u32::MAX`:
+    /// not watched).
+    memory_percent: AtomicU32,
+    connection_percent: AtomicU32,
+    resident: AtomicU64,
+}
+
+impl Overload {
+    pub fn level(&self) -> Level {
+        Level::from_u8(self.level.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn keepalive_disabled(&self) -> bool {
+        self.level() >= Level::DisableKeepalive
+    }
+
+    pub(crate) fn refusing_connections(&self) -> bool {
+        self.level() >= Level::RefuseConnections
+    }
+
+    pub(crate) fn shedding_requests(&self) -> bool {
+        self.level() >= Level::ShedRequests
+    }
+
+    /// Counts a connection as open until the guard is dropped.
+    pub(crate) fn connection_opened(self: &Arc<Self>) -> OpenConnection {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(Arc::clone(self))
+    }
+
+    /// Measures once and publishes the level: (the level before, the level now).
+    fn update(&self, config: &OverloadConfig, resident: Option<u64>) -> (Level, Level) {
+        let before = self.level();
+        let memory = share(resident, config.memory_limit);
+        let connections = share(
+            Some(self.connections.load(Ordering::Relaxed)),
+            config.connection_limit,
+        );
+        self.memory_percent
+            .store(memory.unwrap_or(u32::MAX), Ordering::Relaxed);
+        self.connection_percent
+            .store(connections.unwrap_or(u32::MAX), Ordering::Relaxed);
+        self.resident
+            .store(resident.unwrap_or(0), Ordering::Relaxed);
+        let pressure = memory.unwrap_or(0).max(connections.unwrap_or(0));
+        let now = if config.enabled {
+            level_for(config, pressure, before)
+        } else {
+            Level::Normal
+        };
+        self.level.store(now as u8, Ordering::Relaxed);
+        (before, now)
+    }
+
+    /// `/ready`'s line about overload: the actions in force and the pressure behind them;
+    /// `None` when nothing is in force.
+    pub fn describe(&self) -> Option<String> {
+        let level = self.level();
+        if level == Level::Normal {
+            return None;
+        }
+        let mut text = String::from("overload:");
+        for action in Level::ACTIONS.into_iter().filter(|a| *a <= level) {
+            let _ = write!(text, " {}", action.name());
+            if action < level {
+                text.push(',');
+            }
+        }
+        let mut sep = " (";
+        for (what, percent) in [
+            ("memory", self.memory_percent.load(Ordering::Relaxed)),
+            (
+                "connections",
+                self.connection_percent.load(Ordering::Relaxed),
+            ),
+        ] {
+            if percent != u32::MAX {
+                let _ = write!(text, "{sep}{what} at {percent}% of its limit");
+                sep = ", ";
+            }
+        }
+        if sep == ", " {
+            text.push(')');
+        }
+        Some(text)
+    }
+}
+
+/// `used` as a percentage of `limit`, when both are known.
+fn share(used: Option<u64>, limit: Option<u64>) -> Option<u32> {
+    let (used, limit) = (used?, limit?);
+    Some((used.saturating_mul(100) / limit.max(1)).min(u64::from(u32::MAX - 1)) as u32)
+}
+
+/// An open connection, counted until dropped.
+pub(crate) struct OpenConnection(Arc<Overload>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What the overload thread publishes besides the level.
+pub(crate) struct OverloadGauges {
+    /// Per action, in [`Level::ACTIONS`] order: 1 while in force.
+    pub(crate) active: [stats::SharedGauge; 3],
+    pub(crate) memory_percent: stats::SharedGauge,
+    pub(crate) connection_percent: stats::SharedGauge,
+}
+
+/// Resident set size from `/proc/self/statm` (Linux), in bytes.
+pub(crate) fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Starts the thread that measures every `interval` of the settings `settings` gives, until
+/// it gives `None` (the server is gone).
+pub(crate) fn start(
+    overload: Weak<Overload>,
+    settings: impl Fn() -> Option<OverloadConfig> + Send + 'static,
+    gauges: OverloadGauges,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("legate-overload".into())
+        .spawn(move || {
+            let mut last_shrink = std::time::Instant::now();
+            while let Some(config) = settings() {
+                std::thread::sleep(config.interval);
+                let Some(overload) = overload.upgrade() else {
+                    return;
+                };
+                let (before, now) = overload.update(&config, resident_bytes());
+                let memory = overload.memory_percent.load(Ordering::Relaxed);
+                if memory != u32::MAX
+                    && memory >= config.disable_keepalive_at
+                    && last_shrink.elapsed() >= SHRINK_EVERY
+                {
+                    crate::memory::trim_now();
+                    last_shrink = std::time::Instant::now();
+                }
+                for (gauge, action) in gauges.active.iter().zip(Level::ACTIONS) {
+                    gauge.set(i64::from(now >= action));
+                }
+                let percent = |p: &AtomicU32| match p.load(Ordering::Relaxed) {
+                    u32::MAX => -1,
+                    p => i64::from(p),
+                };
+                gauges.memory_percent.set(percent(&overload.memory_percent));
+                gauges
+                    .connection_percent
+                    .set(percent(&overload.connection_percent));
+                if now > before {
+                    tracing::warn!(
+                        action = now.name(),
+                        detail = overload.describe().unwrap_or_default(),
+                        "overloaded: shedding load"
+                    );
+                } else if now < before {
+                    tracing::info!(action = now.name(), "overload eased");
+                }
+            }
+        })
+        .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn config() -> OverloadConfig {
+        OverloadConfig {
+            enabled: true,
+            memory_limit: Some(1000),
+            connection_limit: Some(10),
+            disable_keepalive_at: 80,
+            refuse_connections_at: 90,
+            shed_requests_at: 95,
+            interval: Duration::from_millis(10),
+        }
+    }
+
+    #[test]
+    fn actions_start_in_order_and_end_below_their_margin() {
+        let c = config();
+        let mut level = Level::Normal;
+        let mut seen = Vec::new();
+        for pressure in (0..=100).chain((0..=100).rev()) {
+            let next = level_for(&c, pressure, level);
+            if next != level {
+                seen.push((pressure, next));
+                level = next;
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                (80, Level::DisableKeepalive),
+                (90, Level::RefuseConnections),
+                (95, Level::ShedRequests),
+                (89, Level::RefuseConnections),
+                (84, Level::DisableKeepalive),
+                (74, Level::Normal),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_higher_pressure_of_memory_and_connections_decides() {
+        let overload = Arc::new(Overload::default());
+        let c = config();
+        assert_eq!(overload.update(&c, Some(100)).1, Level::Normal);
+        let held: Vec<_> = (0..9).map(|_| overload.connection_opened()).collect();
+        assert_eq!(overload.update(&c, Some(100)).1, Level::RefuseConnections);
+        assert!(overload.refusing_connections() && !overload.shedding_requests());
+        assert_eq!(overload.update(&c, Some(960)).1, Level::ShedRequests);
+        let text = overload.describe().unwrap();
+        assert!(
+            text.contains("disable_keepalive, refuse_connections, shed_requests")
+                && text.contains("memory at 96%")
+                && text.contains("connections at 90%"),
+            "{text}"
+        );
+        drop(held);
+        assert_eq!(overload.update(&c, Some(100)).1, Level::Normal);
+        assert_eq!(overload.describe(), None);
+    }
+
+    #[test]
+    fn unwatched_or_disabled_means_normal() {
+        let overload = Overload::default();
+        let mut c = config();
+        c.memory_limit = None;
+        c.connection_limit = None;
+        assert_eq!(overload.update(&c, Some(u64::MAX)).1, Level::Normal);
+        let mut c = config();
+        c.enabled = false;
+        assert_eq!(overload.update(&c, Some(999)).1, Level::Normal);
+    }
+}
