@@ -66,6 +66,12 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
+    // Before the config is read: the overload manager's connection limit follows it.
+    if let Some((before, after)) = proxy_core::raise_open_file_limit()
+        && after > before
+    {
+        tracing::debug!(before, after, "raised the open-file limit");
+    }
     let result = match cli.command {
         Some(Command::Validate { config }) => validate(&config),
         Some(Command::Demo {

@@ -180,26 +180,35 @@ async fn slow_uploads_drive_memory_up_until_requests_are_shed() {
 
     // Connections opened before the pressure: uploads keep coming on them after new
     // connections are refused.
-    let mut idle: Vec<TcpStream> = (0..600).map(|_| open_connection(proxy.addr())).collect();
-    let accepted = stat_settled(admin, "downstream_cx_active", 600);
-    assert_eq!(accepted, 600);
+    let mut idle: Vec<TcpStream> = (0..400).map(|_| open_connection(proxy.addr())).collect();
+    let accepted = stat_settled(admin, "downstream_cx_active", 400);
+    assert_eq!(accepted, 400);
     let mut uploads = Vec::new();
     let mut seen: Vec<String> = Vec::new();
     let mut shedding = false;
     while idle.len() > 1 && !shedding {
-        for _ in 0..5 {
-            let mut upload = idle.pop().unwrap();
-            upload
-                .write_all(
-                    b"POST /upload HTTP/1.1\r\nhost: legate\r\ncontent-length: 1048576\r\n\r\n",
-                )
-                .unwrap();
-            upload.write_all(&[b'x'; 16 * 1024]).unwrap();
-            uploads.push(upload);
-        }
-        held.wait_for_requests(uploads.len()).await;
-        let (_, body) = ready(admin);
-        let actions = body.lines().nth(1).unwrap_or("").to_string();
+        let mut upload = idle.pop().unwrap();
+        upload
+            .write_all(b"POST /upload HTTP/1.1\r\nhost: legate\r\ncontent-length: 1048576\r\n\r\n")
+            .unwrap();
+        upload.write_all(&[b'x'; 16 * 1024]).unwrap();
+        uploads.push(upload);
+        // The upload reaches the upstream, or the proxy has started shedding (and answered
+        // it with a 503).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let actions = loop {
+            let (_, body) = ready(admin);
+            let actions = body.lines().nth(1).unwrap_or("").to_string();
+            if held.arrived() >= uploads.len() || actions.contains("shed_requests") {
+                break actions;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "upload {} went nowhere",
+                uploads.len()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
         if seen.last() != Some(&actions) {
             seen.push(actions.clone());
         }

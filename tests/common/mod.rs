@@ -536,6 +536,11 @@ impl HeldUpstream {
         .await;
     }
 
+    /// How many requests have arrived so far.
+    pub fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::SeqCst)
+    }
+
     /// Answers the requests held, and every later one at once.
     pub fn release(&self) {
         self.release.send_replace(true);

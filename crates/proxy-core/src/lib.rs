@@ -82,6 +82,6 @@ pub use config::{Config, ConfigError};
 pub use error::{Overflow, ProxyError, ResponseFlag};
 pub use live::upgrade::Predecessor;
 pub use live::{BuildError, ReloadError, ReloadReport};
-pub use runtime::usable_cores;
+pub use runtime::{raise_open_file_limit, usable_cores};
 pub use server::{Server, StartError, StartOptions};
 pub use tls::TlsError;

@@ -5,10 +5,10 @@
 //! pressure (the higher of the two shares) rises, the actions start in order: responses stop
 //! keeping connections alive (clients reconnect, and the balancer in front spreads them
 //! elsewhere), new connections are closed as soon as they are accepted, then new requests get
-//! 503 with `x-legate-overloaded: true`. An action ends once the pressure falls
+//! 503 with `x-legate-overloaded: true`. An action ends once the pressure falls more than
 //! [`RECOVERY_MARGIN`] points below where it started, so a pressure hovering at a threshold
 //! does not flap. Workers read the level with one relaxed atomic load per connection or
-//! request. While memory is past the first threshold, freed memory is also handed back to
+//! request. While memory is near or past the first threshold, freed memory is also handed back to
 //! the system once a second (Envoy's `shrink_heap`), so that the resident size, and with it
 //! the pressure, falls as soon as the load that caused it is gone.
 //!
@@ -85,13 +85,13 @@ impl Level {
 }
 
 /// The level for `pressure` (percent of a limit), coming from `current`: an action starts at
-/// its threshold and ends [`RECOVERY_MARGIN`] points below it.
+/// its threshold and ends more than [`RECOVERY_MARGIN`] points below it.
 pub fn level_for(config: &OverloadConfig, pressure: u32, current: Level) -> Level {
     let mut level = Level::Normal;
     for action in Level::ACTIONS {
         let threshold = action.threshold(config);
         let holds = if action <= current {
-            pressure > 0 && pressure + RECOVERY_MARGIN >= threshold
+            pressure > 0 && pressure.saturating_add(RECOVERY_MARGIN) >= threshold
         } else {
             pressure >= threshold
         };
@@ -105,7 +105,9 @@ pub fn level_for(config: &OverloadConfig, pressure: u32, current: Level) -> Leve
 /// The state workers read, and the overload thread writes.
 #[derive(Debug, Default)]
 pub struct Overload {
-    level: AtomicU8,
+    /// Read on every request: on a cache line of its own, away from `connections`, which
+    /// every worker writes on every connection.
+    level: CacheLine<AtomicU8>,
     /// Open downstream connections of the process.
     connections: AtomicU64,
     /// The last measurements, for `/ready` and stats: percent of each limit (`u32::MAX`:
@@ -196,10 +198,22 @@ impl Overload {
     }
 }
 
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct CacheLine<T>(T);
+
+impl<T> std::ops::Deref for CacheLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// `used` as a percentage of `limit`, when both are known.
 fn share(used: Option<u64>, limit: Option<u64>) -> Option<u32> {
     let (used, limit) = (used?, limit?);
-    Some((used.saturating_mul(100) / limit.max(1)).min(u64::from(u32::MAX - 1)) as u32)
+    // Capped well below `u32::MAX`, which stands for "not watched".
+    Some((used.saturating_mul(100) / limit.max(1)).min(1_000_000) as u32)
 }
 
 /// An open connection, counted until dropped.
@@ -219,11 +233,17 @@ pub(crate) struct OverloadGauges {
     pub(crate) connection_percent: stats::SharedGauge,
 }
 
-/// Resident set size from `/proc/self/statm` (Linux), in bytes.
+/// Resident set size from `/proc/self/status` (Linux), in bytes: `VmRSS` is in kB whatever
+/// the page size.
 pub(crate) fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line["VmRSS:".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// Starts the thread that measures every `interval` of the settings `settings` gives, until
@@ -244,8 +264,11 @@ pub(crate) fn start(
                 };
                 let (before, now) = overload.update(&config, resident_bytes());
                 let memory = overload.memory_percent.load(Ordering::Relaxed);
-                if memory != u32::MAX
-                    && memory >= config.disable_keepalive_at
+                // From where the first action could still be in force, so that the pressure
+                // can fall far enough to end it.
+                if config.enabled
+                    && memory != u32::MAX
+                    && memory.saturating_add(RECOVERY_MARGIN) >= config.disable_keepalive_at
                     && last_shrink.elapsed() >= SHRINK_EVERY
                 {
                     crate::memory::trim_now();

@@ -35,6 +35,40 @@ pub fn usable_cores() -> usize {
         .unwrap_or(1)
 }
 
+/// Raises the soft limit on open files to the hard limit, as nginx's `worker_rlimit_nofile`
+/// and Go's runtime do: a proxied connection holds two descriptors, and the usual soft
+/// default (1,024) is far below what the hard limit allows. Returns (before, after).
+#[cfg(unix)]
+#[allow(unsafe_code)] // two FFI calls into the C library, which has no safe wrapper
+pub fn raise_open_file_limit() -> Option<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a plain struct owned by this frame, written by the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    let before = limit.rlim_cur;
+    if before >= limit.rlim_max {
+        return Some((before, before));
+    }
+    let raised = libc::rlimit {
+        rlim_cur: limit.rlim_max,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: as above; the call only reads `raised`.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Some((before, before));
+    }
+    Some((before, raised.rlim_cur))
+}
+
+#[cfg(not(unix))]
+pub fn raise_open_file_limit() -> Option<(u64, u64)> {
+    None
+}
+
 /// Resolves once `last_activity` has stood still for `timeout`: the idle timeout of a relay,
 /// and a request's timeout, which (as in Envoy) runs from the end of its body, so a large
 /// upload that keeps moving is not cut off and one that stalls for the timeout is.

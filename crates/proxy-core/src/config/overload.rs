@@ -2,8 +2,9 @@
 //! of a limit at which each action starts.
 //!
 //! Defaults come from where the process runs: the memory limit is the cgroup's (what the
-//! kernel's OOM killer enforces), the connection limit is `max_connections`, or else half the
-//! open-file limit (a proxied connection holds a client and an upstream descriptor).
+//! kernel's OOM killer enforces), the connection limit half the open-file limit (a proxied
+//! connection holds a client and an upstream descriptor). `max_connections` is not a default
+//! for it: that is a hard limit of its own, which the actions must not cut short.
 
 use std::time::Duration;
 
@@ -12,6 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::ConfigError;
 use super::ser;
 use crate::units::{de_opt_duration, de_opt_size};
+
+/// Below this a memory limit is a typo (`16` meant as GiB), not a limit.
+const MIN_MEMORY_LIMIT: u64 = 1 << 20;
 
 /// How often pressure is measured unless configured.
 const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
@@ -67,7 +71,6 @@ impl Environment {
 
 pub(super) fn overload(
     raw: Option<RawOverload>,
-    max_connections: Option<usize>,
     env: Environment,
 ) -> Result<OverloadConfig, ConfigError> {
     let raw = raw.unwrap_or_default();
@@ -98,10 +101,10 @@ pub(super) fn overload(
         ));
     }
     let memory_limit = match raw.memory_limit {
-        Some(0) => {
+        Some(bytes) if bytes < MIN_MEMORY_LIMIT => {
             return Err(ConfigError::invalid(
                 "overload.memory_limit",
-                "expected more than 0 bytes",
+                format!("expected at least 1MiB, found {bytes} bytes"),
             ));
         }
         Some(bytes) => Some(bytes),
@@ -115,9 +118,7 @@ pub(super) fn overload(
             ));
         }
         Some(n) => Some(n),
-        None => max_connections
-            .map(|n| n as u64)
-            .or(env.open_files.map(|n| (n / 2).max(1))),
+        None => env.open_files.map(|n| (n / 2).max(1)),
     };
     Ok(OverloadConfig {
         enabled: raw.enabled.unwrap_or(true),
@@ -155,17 +156,19 @@ fn cgroup_memory_limit() -> Option<u64> {
         } else {
             continue;
         };
-        let text = std::fs::read_to_string(&file)
-            .or_else(|_| {
-                // Inside a container the cgroup is often mounted as the root.
-                let root = if controllers.is_empty() {
-                    "/sys/fs/cgroup/memory.max"
-                } else {
-                    "/sys/fs/cgroup/memory/memory.limit_in_bytes"
-                };
-                std::fs::read_to_string(root)
-            })
-            .ok()?;
+        let text = std::fs::read_to_string(&file).or_else(|_| {
+            // Inside a container the cgroup is often mounted as the root.
+            let root = if controllers.is_empty() {
+                "/sys/fs/cgroup/memory.max"
+            } else {
+                "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+            };
+            std::fs::read_to_string(root)
+        });
+        let Ok(text) = text else {
+            // A hybrid host lists v2 first; its v1 memory controller may come next.
+            continue;
+        };
         // "max", or v1's "no limit" (a page-rounded i64::MAX).
         return text.trim().parse::<u64>().ok().filter(|&b| b < (1 << 62));
     }
@@ -195,8 +198,8 @@ mod tests {
     }
 
     #[test]
-    fn defaults_come_from_the_environment_and_max_connections() {
-        let config = overload(None, None, env()).unwrap();
+    fn defaults_come_from_the_environment() {
+        let config = overload(None, env()).unwrap();
         assert_eq!(config.memory_limit, Some(1 << 30));
         assert_eq!(config.connection_limit, Some(512));
         assert_eq!(
@@ -207,9 +210,8 @@ mod tests {
             ),
             (80, 90, 95)
         );
-        let config = overload(None, Some(100), Environment::default()).unwrap();
-        assert_eq!(config.memory_limit, None);
-        assert_eq!(config.connection_limit, Some(100));
+        let config = overload(None, Environment::default()).unwrap();
+        assert_eq!((config.memory_limit, config.connection_limit), (None, None));
     }
 
     #[test]
@@ -218,13 +220,13 @@ mod tests {
             refuse_connections_at: Some(70),
             ..Default::default()
         };
-        let err = overload(Some(raw), None, env()).unwrap_err().to_string();
+        let err = overload(Some(raw), env()).unwrap_err().to_string();
         assert!(err.contains("in order"), "{err}");
         let raw = RawOverload {
             shed_requests_at: Some(101),
             ..Default::default()
         };
-        let err = overload(Some(raw), None, env()).unwrap_err().to_string();
+        let err = overload(Some(raw), env()).unwrap_err().to_string();
         assert!(err.contains("overload.shed_requests_at"), "{err}");
     }
 

@@ -116,17 +116,12 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
         ));
     }
 
-    let max_connections = limit(raw.max_connections, "max_connections")?;
     Ok(Config {
         concurrency,
         drain_timeout: raw.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
         admin,
-        max_connections,
-        overload: super::overload::overload(
-            raw.overload,
-            max_connections,
-            super::OverloadEnvironment::current(),
-        )?,
+        max_connections: limit(raw.max_connections, "max_connections")?,
+        overload: super::overload::overload(raw.overload, super::OverloadEnvironment::current())?,
         watch: raw.watch,
         listeners,
         clusters,

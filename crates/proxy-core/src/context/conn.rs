@@ -53,6 +53,8 @@ pub(crate) struct ConnCtx {
     pub(crate) requests: Cell<u32>,
     /// Set when the connection has served its `max_requests_per_connection`.
     pub(crate) retire: tokio::sync::Notify,
+    /// Whether the overload manager has told this connection to go (HTTP/2: a GOAWAY).
+    pub(crate) retiring: Cell<bool>,
     /// When the last response finished.
     pub(crate) last_active: Cell<Instant>,
     /// When the connection was accepted.
@@ -85,6 +87,7 @@ impl ConnCtx {
             in_flight: Cell::new(0),
             requests: Cell::new(0),
             retire: tokio::sync::Notify::new(),
+            retiring: Cell::new(false),
             last_active: Cell::new(Instant::now()),
             opened: Instant::now(),
             tunnel: RefCell::new(None),

@@ -33,11 +33,18 @@ pub(crate) async fn handle(
     let mut close = conn.worker.draining.get();
     if conn.worker.overload.keepalive_disabled() {
         // Clients reconnect, and the balancer in front spreads them over other proxies.
-        conn.worker.stats.overload_keepalive_disabled.inc();
-        if version <= Version::HTTP_11 {
-            close = true;
+        // Counted once per connection told so.
+        let told = if version <= Version::HTTP_11 {
+            !std::mem::replace(&mut close, true)
         } else {
-            conn.retire.notify_one();
+            let first = !conn.retiring.replace(true);
+            if first {
+                conn.retire.notify_one(); // GOAWAY
+            }
+            first
+        };
+        if told {
+            conn.worker.stats.overload_keepalive_disabled.inc();
         }
     }
     if version <= Version::HTTP_11
