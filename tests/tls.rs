@@ -356,9 +356,9 @@ async fn sni_picks_the_certificate_and_unknown_names_get_the_default_or_a_refusa
     assert_eq!(stat_settled(admin, "ssl_handshake", 1), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_certificates_are_required_when_configured() {
-    let (up, _upstream) = upstream().await;
+/// A proxy whose listener requires client certificates from `clients.pem` in the scratch
+/// directory: (that directory, the server's CA, the clients' CA, the proxy).
+fn requiring_client_certificates(up: SocketAddr) -> (ScratchDir, Ca, Ca, Proxy) {
     let dir = ScratchDir::new();
     let ca = Ca::new("server ca");
     let clients = Ca::new("client ca");
@@ -373,6 +373,13 @@ async fn client_certificates_are_required_when_configured() {
         ),
     );
     let proxy = Proxy::start(&tls_config(&tls, up), 1);
+    (dir, ca, clients, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_when_configured() {
+    let (up, _upstream) = upstream().await;
+    let (_dir, ca, clients, proxy) = requiring_client_certificates(up);
     let admin = proxy.admin.unwrap();
 
     // Without a certificate: TLS 1.3 clients learn of the refusal on their first read.
@@ -475,20 +482,7 @@ async fn sessions_resume_with_tls_1_3_and_1_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_client_ca_ends_resumption_of_sessions_verified_under_the_old_one() {
     let (up, _upstream) = upstream().await;
-    let dir = ScratchDir::new();
-    let ca = Ca::new("server ca");
-    let clients = Ca::new("client ca");
-    let (cert, key) = ca.leaf(&["localhost"]).write(&dir, "edge");
-    let client_ca = dir.write("clients.pem", &clients.pem());
-    let tls = one_certificate(
-        &cert,
-        &key,
-        &format!(
-            "      client_certificate: {{ ca: {} }}\n",
-            client_ca.display()
-        ),
-    );
-    let proxy = Proxy::start(&tls_config(&tls, up), 1);
+    let (dir, ca, clients, proxy) = requiring_client_certificates(up);
     let admin = proxy.admin.unwrap();
     let leaf = clients.leaf(&["client"]);
     let client = client_config(

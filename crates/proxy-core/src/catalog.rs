@@ -628,20 +628,6 @@ impl Catalog {
             overload_rq_shed: shard.counter(self.overload_action_applied, &["shed_requests"]),
         }
     }
-
-    /// The overload thread's gauges, on the process shard.
-    pub(crate) fn overload_gauges(&self, process: &Shard) -> crate::overload::OverloadGauges {
-        let active = |action: crate::overload::Level| {
-            process.shared_gauge(self.overload_action_active, &[action.name()])
-        };
-        let [keepalive, refuse, shed] = crate::overload::Level::ACTIONS;
-        crate::overload::OverloadGauges {
-            active: [active(keepalive), active(refuse), active(shed)],
-            memory_percent: process.shared_gauge(self.overload_resource_pressure, &["memory"]),
-            connection_percent: process
-                .shared_gauge(self.overload_resource_pressure, &["connections"]),
-        }
-    }
 }
 
 /// One worker's totals over all its listeners: the balance between workers (lesson L3).

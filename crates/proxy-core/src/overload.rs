@@ -228,9 +228,24 @@ impl Drop for OpenConnection {
 /// What the overload thread publishes besides the level.
 pub(crate) struct OverloadGauges {
     /// Per action, in [`Level::ACTIONS`] order: 1 while in force.
-    pub(crate) active: [stats::SharedGauge; 3],
-    pub(crate) memory_percent: stats::SharedGauge,
-    pub(crate) connection_percent: stats::SharedGauge,
+    active: [stats::SharedGauge; 3],
+    memory_percent: stats::SharedGauge,
+    connection_percent: stats::SharedGauge,
+}
+
+impl OverloadGauges {
+    /// The gauges, on the process shard.
+    pub(crate) fn new(catalog: &crate::catalog::Catalog, process: &stats::Shard) -> Self {
+        let active =
+            |action: Level| process.shared_gauge(catalog.overload_action_active, &[action.name()]);
+        let [keepalive, refuse, shed] = Level::ACTIONS;
+        Self {
+            active: [active(keepalive), active(refuse), active(shed)],
+            memory_percent: process.shared_gauge(catalog.overload_resource_pressure, &["memory"]),
+            connection_percent: process
+                .shared_gauge(catalog.overload_resource_pressure, &["connections"]),
+        }
+    }
 }
 
 /// Resident set size from `/proc/self/status` (Linux), in bytes: `VmRSS` is in kB whatever

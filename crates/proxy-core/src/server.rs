@@ -113,7 +113,7 @@ impl Server {
         crate::overload::start(
             Arc::downgrade(&overload),
             move || Some(weak_live.upgrade()?.current().config.overload),
-            stats.catalog.overload_gauges(&stats.process),
+            crate::overload::OverloadGauges::new(&stats.catalog, &stats.process),
         )
         .map_err(|source| StartError::Overload { source })?;
         crate::cluster::monitor::start(live.subscribe_clusters(), Arc::clone(&stats))
