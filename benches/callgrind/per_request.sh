@@ -8,6 +8,7 @@
 #
 # CONFIG_TEMPLATE is a legate config with {listen_port} and {upstream_port} placeholders (the
 # peer-bench template works; {run_dir} is a scratch directory). Prints instructions/request.
+# REQUEST_PATH (default /) is the path requested, e.g. a longer one to weigh path handling.
 # Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client) and a release
 # build of noop-upstream (cargo build --release -p testbed --bin noop-upstream).
 set -euo pipefail
@@ -26,7 +27,7 @@ count() { # requests -> total instructions
     valgrind --tool=callgrind --callgrind-out-file="$run/cg.$1" "$bin" -c "$run/legate.yaml" 2>"$run/log.$1" &
     local pid=$!
     for _ in $(seq 200); do grep -q "legate ready" "$run/log.$1" 2>/dev/null && break; sleep 0.1; done
-    h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port/" > "$run/h2load.$1"
+    h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
     # Only a run where every request got a 2xx measures the request path.
     grep -q "status codes: $1 2xx" "$run/h2load.$1" \
         || { echo "not every request succeeded:" >&2; cat "$run/h2load.$1" >&2; exit 1; }
