@@ -26,8 +26,8 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use crate::config::OverloadConfig;
 
@@ -105,16 +105,12 @@ pub fn level_for(config: &OverloadConfig, pressure: u32, current: Level) -> Leve
 /// The state workers read, and the overload thread writes.
 #[derive(Debug, Default)]
 pub struct Overload {
-    /// Read on every request: on a cache line of its own, away from `connections`, which
-    /// every worker writes on every connection.
-    level: CacheLine<AtomicU8>,
-    /// Open downstream connections of the process.
-    connections: AtomicU64,
+    /// Read on every request; written only by the overload thread.
+    level: AtomicU8,
     /// The last measurements, for `/ready` and stats: percent of each limit (`u32::MAX`:
     /// not watched).
     memory_percent: AtomicU32,
     connection_percent: AtomicU32,
-    resident: AtomicU64,
 }
 
 impl Overload {
@@ -134,26 +130,20 @@ impl Overload {
         self.level() >= Level::ShedRequests
     }
 
-    /// Counts a connection as open until the guard is dropped.
-    pub(crate) fn connection_opened(self: &Arc<Self>) -> OpenConnection {
-        self.connections.fetch_add(1, Ordering::Relaxed);
-        OpenConnection(Arc::clone(self))
-    }
-
     /// Measures once and publishes the level: (the level before, the level now).
-    fn update(&self, config: &OverloadConfig, resident: Option<u64>) -> (Level, Level) {
+    fn update(
+        &self,
+        config: &OverloadConfig,
+        resident: Option<u64>,
+        connections: u64,
+    ) -> (Level, Level) {
         let before = self.level();
         let memory = share(resident, config.memory_limit);
-        let connections = share(
-            Some(self.connections.load(Ordering::Relaxed)),
-            config.connection_limit,
-        );
+        let connections = share(Some(connections), config.connection_limit);
         self.memory_percent
             .store(memory.unwrap_or(u32::MAX), Ordering::Relaxed);
         self.connection_percent
             .store(connections.unwrap_or(u32::MAX), Ordering::Relaxed);
-        self.resident
-            .store(resident.unwrap_or(0), Ordering::Relaxed);
         let pressure = memory.unwrap_or(0).max(connections.unwrap_or(0));
         let now = if config.enabled {
             level_for(config, pressure, before)
@@ -198,31 +188,11 @@ impl Overload {
     }
 }
 
-#[derive(Debug, Default)]
-#[repr(align(64))]
-struct CacheLine<T>(T);
-
-impl<T> std::ops::Deref for CacheLine<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 /// `used` as a percentage of `limit`, when both are known.
 fn share(used: Option<u64>, limit: Option<u64>) -> Option<u32> {
     let (used, limit) = (used?, limit?);
     // Capped well below `u32::MAX`, which stands for "not watched".
     Some((used.saturating_mul(100) / limit.max(1)).min(1_000_000) as u32)
-}
-
-/// An open connection, counted until dropped.
-pub(crate) struct OpenConnection(Arc<Overload>);
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// What the overload thread publishes besides the level.
@@ -262,10 +232,12 @@ pub(crate) fn resident_bytes() -> Option<u64> {
 }
 
 /// Starts the thread that measures every `interval` of the settings `settings` gives, until
-/// it gives `None` (the server is gone).
+/// it gives `None` (the server is gone). `connections` counts the open client connections
+/// (the workers already keep that count, for connection balancing).
 pub(crate) fn start(
     overload: Weak<Overload>,
     settings: impl Fn() -> Option<OverloadConfig> + Send + 'static,
+    connections: impl Fn() -> u64 + Send + 'static,
     gauges: OverloadGauges,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -277,7 +249,7 @@ pub(crate) fn start(
                 let Some(overload) = overload.upgrade() else {
                     return;
                 };
-                let (before, now) = overload.update(&config, resident_bytes());
+                let (before, now) = overload.update(&config, resident_bytes(), connections());
                 let memory = overload.memory_percent.load(Ordering::Relaxed);
                 // From where the first action could still be in force, so that the pressure
                 // can fall far enough to end it.
@@ -359,13 +331,15 @@ mod tests {
 
     #[test]
     fn the_higher_pressure_of_memory_and_connections_decides() {
-        let overload = Arc::new(Overload::default());
+        let overload = Overload::default();
         let c = config();
-        assert_eq!(overload.update(&c, Some(100)).1, Level::Normal);
-        let held: Vec<_> = (0..9).map(|_| overload.connection_opened()).collect();
-        assert_eq!(overload.update(&c, Some(100)).1, Level::RefuseConnections);
+        assert_eq!(overload.update(&c, Some(100), 0).1, Level::Normal);
+        assert_eq!(
+            overload.update(&c, Some(100), 9).1,
+            Level::RefuseConnections
+        );
         assert!(overload.refusing_connections() && !overload.shedding_requests());
-        assert_eq!(overload.update(&c, Some(960)).1, Level::ShedRequests);
+        assert_eq!(overload.update(&c, Some(960), 9).1, Level::ShedRequests);
         let text = overload.describe().unwrap();
         assert!(
             text.contains("disable_keepalive, refuse_connections, shed_requests")
@@ -373,8 +347,7 @@ mod tests {
                 && text.contains("connections at 90%"),
             "{text}"
         );
-        drop(held);
-        assert_eq!(overload.update(&c, Some(100)).1, Level::Normal);
+        assert_eq!(overload.update(&c, Some(100), 0).1, Level::Normal);
         assert_eq!(overload.describe(), None);
     }
 
@@ -384,9 +357,12 @@ mod tests {
         let mut c = config();
         c.memory_limit = None;
         c.connection_limit = None;
-        assert_eq!(overload.update(&c, Some(u64::MAX)).1, Level::Normal);
+        assert_eq!(
+            overload.update(&c, Some(u64::MAX), u64::MAX).1,
+            Level::Normal
+        );
         let mut c = config();
         c.enabled = false;
-        assert_eq!(overload.update(&c, Some(999)).1, Level::Normal);
+        assert_eq!(overload.update(&c, Some(999), 0).1, Level::Normal);
     }
 }

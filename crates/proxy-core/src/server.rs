@@ -110,9 +110,12 @@ impl Server {
         };
         crate::memory::start_trimmer();
         let weak_live = Arc::downgrade(&live);
+        let (balance, handoffs) = ExactBalance::new(workers);
+        let weak_balance = Arc::downgrade(&balance);
         crate::overload::start(
             Arc::downgrade(&overload),
             move || Some(weak_live.upgrade()?.current().config.overload),
+            move || weak_balance.upgrade().map_or(0, |b| b.open_connections()),
             crate::overload::OverloadGauges::new(&stats.catalog, &stats.process),
         )
         .map_err(|source| StartError::Overload { source })?;
@@ -121,7 +124,6 @@ impl Server {
         // Clusters of DNS names start with their first answers, not with no hosts.
         live.wait_for_dns();
 
-        let (balance, handoffs) = ExactBalance::new(workers);
         let (drain, drain_rx) = watch::channel(false);
         let mut handles = Vec::with_capacity(workers);
         for (id, handoff) in handoffs.into_iter().enumerate() {

@@ -231,10 +231,11 @@ mod tests {
     }
 
     #[test]
-    fn this_machine_s_limits_read_without_error() {
-        // Whatever the machine has, reading it must not fail or claim a zero limit.
+    #[cfg(target_os = "linux")]
+    fn this_machine_s_open_file_limit_is_read() {
+        // /proc/self/limits always has the line; a parse that misses it returns None.
         let env = Environment::current();
+        assert!(env.open_files.is_some_and(|n| n > 0), "{env:?}");
         assert_ne!(env.memory_limit, Some(0));
-        assert_ne!(env.open_files, Some(0));
     }
 }

@@ -38,7 +38,6 @@ impl Accepted {
         let ctx = &state.ctx;
         tracing::debug!(worker = self.worker_id, listener = %ctx.name, %peer, "accepted connection");
         let guard = ConnGuard::new(&self.tracker);
-        let open = self.worker.overload.connection_opened();
         ctx.stats.cx_total.inc();
         ctx.stats.cx_active.inc();
         self.worker.stats.cx_active.inc();
@@ -68,7 +67,6 @@ impl Accepted {
             ctx.stats.cx_destroy.inc();
             balance.closed(worker_id);
             drop(permit);
-            drop(open);
             drop(guard);
         });
     }

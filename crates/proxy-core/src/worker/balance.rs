@@ -57,6 +57,14 @@ impl ExactBalance {
         self.loads[worker].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Open client connections over every worker.
+    pub(crate) fn open_connections(&self) -> u64 {
+        self.loads
+            .iter()
+            .map(|l| l.load(Ordering::Relaxed) as u64)
+            .sum()
+    }
+
     pub(crate) fn closed(&self, worker: usize) {
         self.loads[worker].fetch_sub(1, Ordering::Relaxed);
     }
