@@ -206,7 +206,9 @@ fn decode_escapes(path: &str, settings: &PathNormalization) -> Result<(String, b
         }
     }
     // Only ASCII bytes were added or copied from a `str`: still UTF-8.
-    Ok((String::from_utf8_lossy(&out).into_owned(), unescaped_slash))
+    let out = String::from_utf8(out)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    Ok((out, unescaped_slash))
 }
 
 /// RFC 3986 section 5.2.4 for an absolute path: `.` segments go, `..` takes the segment

@@ -39,16 +39,9 @@ pub fn usable_cores() -> usize {
 /// and Go's runtime do: a proxied connection holds two descriptors, and the usual soft
 /// default (1,024) is far below what the hard limit allows. Returns (before, after).
 #[cfg(unix)]
-#[allow(unsafe_code)] // two FFI calls into the C library, which has no safe wrapper
+#[allow(unsafe_code)] // an FFI call into the C library, which has no safe wrapper
 pub fn raise_open_file_limit() -> Option<(u64, u64)> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a plain struct owned by this frame, written by the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return None;
-    }
+    let limit = open_file_limits()?;
     let before = limit.rlim_cur;
     if before >= limit.rlim_max {
         return Some((before, before));
@@ -67,6 +60,28 @@ pub fn raise_open_file_limit() -> Option<(u64, u64)> {
 #[cfg(not(unix))]
 pub fn raise_open_file_limit() -> Option<(u64, u64)> {
     None
+}
+
+/// The soft limit on open files.
+#[cfg(unix)]
+pub(crate) fn open_file_limit() -> Option<u64> {
+    open_file_limits().map(|l| l.rlim_cur)
+}
+
+#[cfg(not(unix))]
+pub(crate) fn open_file_limit() -> Option<u64> {
+    None
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)] // an FFI call into the C library, which has no safe wrapper
+fn open_file_limits() -> Option<libc::rlimit> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a plain struct owned by this frame, written by the call.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit)
 }
 
 /// Resolves once `last_activity` has stood still for `timeout`: the idle timeout of a relay,

@@ -22,16 +22,23 @@ pub(super) fn check(
     if admin.trusts(peer) {
         return Ok(());
     }
+    // Open endpoints first: a scraper sending a stale token still reads them.
+    if method == Method::GET && admin.open.iter().any(|open| open == path) {
+        return Ok(());
+    }
     if let Some(token) = &admin.token
         && let Some(presented) = headers.get(AUTHORIZATION)
     {
-        return match presented.as_bytes().strip_prefix(b"Bearer ") {
+        // The scheme is case-insensitive (RFC 9110 section 11.1).
+        let bytes = presented.as_bytes();
+        let credentials = bytes
+            .get(..7)
+            .filter(|scheme| scheme.eq_ignore_ascii_case(b"Bearer "))
+            .map(|_| &bytes[7..]);
+        return match credentials {
             Some(presented) if token.matches(presented) => Ok(()),
             _ => Err((StatusCode::UNAUTHORIZED, "wrong admin token\n")),
         };
-    }
-    if method == Method::GET && admin.open.iter().any(|open| open == path) {
-        return Ok(());
     }
     Err((
         StatusCode::FORBIDDEN,
@@ -92,6 +99,17 @@ mod tests {
             assert!(!may(peer, &Method::GET, "/config_dump"), "{peer}");
             assert!(may(peer, &Method::GET, "/ready"), "{peer}: open");
             assert!(
+                check(
+                    &admin,
+                    peer.parse().unwrap(),
+                    &Method::GET,
+                    "/ready",
+                    &bearer("stale")
+                )
+                .is_ok(),
+                "{peer}: open, whatever token comes along"
+            );
+            assert!(
                 !may(peer, &Method::POST, "/ready"),
                 "{peer}: open is GET only"
             );
@@ -111,6 +129,13 @@ mod tests {
         let peer: IpAddr = "203.0.113.5".parse().unwrap();
         let post = |headers: &HeaderMap| check(&admin, peer, &Method::POST, "/reload", headers);
         assert_eq!(post(&bearer("s3cret-admin-token-0123")), Ok(()));
+        // The scheme in any case.
+        let mut lower = HeaderMap::new();
+        lower.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("bearer s3cret-admin-token-0123"),
+        );
+        assert_eq!(post(&lower), Ok(()));
         assert_eq!(
             post(&bearer("s3cret-admin-token-0124")).unwrap_err().0,
             StatusCode::UNAUTHORIZED

@@ -64,7 +64,7 @@ impl Environment {
     pub fn current() -> Self {
         Self {
             memory_limit: cgroup_memory_limit(),
-            open_files: open_files_limit(),
+            open_files: crate::runtime::open_file_limit(),
         }
     }
 }
@@ -175,17 +175,6 @@ fn cgroup_memory_limit() -> Option<u64> {
     None
 }
 
-/// The soft limit on open files, from `/proc/self/limits`.
-fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line["Max open files".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,7 +222,7 @@ mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn this_machine_s_open_file_limit_is_read() {
-        // /proc/self/limits always has the line; a parse that misses it returns None.
+        // getrlimit always answers for RLIMIT_NOFILE.
         let env = Environment::current();
         assert!(env.open_files.is_some_and(|n| n > 0), "{env:?}");
         assert_ne!(env.memory_limit, Some(0));

@@ -52,11 +52,12 @@ pub(crate) fn strip_connection_listed(headers: &mut HeaderMap, upgrade: bool) {
     if !headers.contains_key(CONNECTION) {
         return;
     }
-    // Only names present are kept: `keep-alive` and `close`, the usual tokens, name no header
-    // a request carries, so the common case allocates nothing.
+    // Only names present are kept, looked up by the token itself: `keep-alive` and `close`,
+    // the usual tokens, name no header a request carries, so the common case allocates
+    // nothing (a `HeaderName` of a non-standard name is an allocation).
     let listed: Vec<HeaderName> = crate::header_list::items(headers, CONNECTION)
+        .filter(|token| token.eq_ignore_ascii_case("upgrade") || headers.contains_key(*token))
         .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
-        .filter(|name| name == UPGRADE || headers.contains_key(name))
         .collect();
     let mut upgrading = false;
     for name in listed {

@@ -355,13 +355,14 @@ fn is_authority(value: &[u8]) -> bool {
             None => (value, &value[..0]),
         },
     };
-    let port_ok = port.len() <= 5 && port.iter().all(u8::is_ascii_digit);
+    let port_ok = port.is_empty()
+        || (port.len() <= 5
+            && port.iter().all(u8::is_ascii_digit)
+            && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65535);
     let host_ok = host.iter().enumerate().all(|(i, &b)| {
         b.is_ascii_alphanumeric()
             || b"-._~!$&'()*+,;=".contains(&b)
-            || (b == b'%'
-                && host.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                && host.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+            || crate::path::escaped_byte(host, i).is_some()
     });
     // A bracketed literal has no name part; otherwise the name is required.
     port_ok && host_ok && (!host.is_empty() || value.first() == Some(&b'['))
@@ -476,6 +477,7 @@ mod tests {
         for good in [
             "example.com",
             "example.com:8080",
+            "example.com:65535",
             "EXAMPLE.com:",
             "127.0.0.1:80",
             "[::1]",
@@ -497,6 +499,8 @@ mod tests {
             "a/b@c",
             "host:port",
             "host:123456",
+            "host:65536",
+            "host:99999",
             "::1",
             "[::1",
             "[zz::1]",

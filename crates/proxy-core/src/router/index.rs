@@ -134,8 +134,9 @@ impl RouteIndex {
 /// One request, as the groups see it.
 struct Search<'a> {
     path: &'a str,
-    /// The path lowercased, made by the first group with case-insensitive routes.
-    lowercase: std::cell::OnceCell<String>,
+    /// The path lowercased (copied only if it has capitals), made by the first group with
+    /// case-insensitive routes.
+    lowercase: std::cell::OnceCell<std::borrow::Cow<'a, str>>,
     headers: &'a HeaderMap,
     routes: &'a [RouteConfig],
 }
@@ -161,7 +162,7 @@ impl PathIndex {
             Some(folded) => {
                 let lowercase = search
                     .lowercase
-                    .get_or_init(|| search.path.to_ascii_lowercase());
+                    .get_or_init(|| super::lowercase(search.path));
                 folded.first_by(lowercase, search, best)
             }
         }

@@ -110,7 +110,7 @@ impl RouteTable {
     }
 }
 
-/// `host` in lowercase, copied only when it has capitals.
+/// `host` (or a path) in lowercase, copied only when it has capitals.
 fn lowercase(host: &str) -> std::borrow::Cow<'_, str> {
     let mut rest = host.as_bytes();
     let mut upper = false;

@@ -229,7 +229,15 @@ fn build(
             })?;
             builder.with_client_cert_verifier(verifier)
         }
-        _ => builder.with_no_client_auth(),
+        (None, _) => builder.with_no_client_auth(),
+        // Never reached (client_ca reads the CA whenever certificates are asked for), and
+        // never taken as "no client authentication".
+        (Some(client), None) => {
+            return Err(TlsError::Ca {
+                path: client.ca.clone(),
+                reason: "client certificates asked for without their CA".into(),
+            });
+        }
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = spec.alpn.iter().map(|p| p.id().to_vec()).collect();

@@ -364,9 +364,11 @@ fn route_match(
             ));
         }
         (Some(p), None) => {
-            PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization)?)
+            PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization, true)?)
         }
-        (None, Some(p)) => PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization)?),
+        (None, Some(p)) => {
+            PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization, false)?)
+        }
     };
     let case_sensitive = raw.case_sensitive.unwrap_or(true);
     let path_match = match path_match {
@@ -392,10 +394,19 @@ fn url_path(
     value: String,
     path: &str,
     normalization: &PathNormalization,
+    prefix: bool,
 ) -> Result<String, ConfigError> {
     if value.starts_with('/') && !value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
         // Requests are matched after normalisation: a path it would change never matches.
-        match crate::path::normalize(&value, normalization) {
+        // A prefix's last segment may be the start of a longer one (`/.` for `/.git`,
+        // `/..` for `/..data`): a `.` or `..` there is not a dot segment.
+        let last = &value[value.rfind('/').map_or(0, |i| i + 1)..];
+        let checked = if prefix && matches!(last, "." | "..") {
+            &value[..value.len() - last.len()]
+        } else {
+            value.as_str()
+        };
+        match crate::path::normalize(checked, normalization) {
             Ok(crate::path::Normalized::Path(std::borrow::Cow::Borrowed(_))) => Ok(value),
             Ok(crate::path::Normalized::Path(std::borrow::Cow::Owned(normal))) => {
                 Err(ConfigError::invalid(

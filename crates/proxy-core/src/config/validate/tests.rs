@@ -69,6 +69,16 @@ fn path_normalization_is_on_unless_turned_off() {
         )
         .is_ok()
     );
+    // A prefix may end in the start of a dotted name (`/.` guards `/.git`, `/.env`); a path
+    // or a dot segment inside a prefix is still one that would never match.
+    for prefix in ["/.", "/..", "/static/."] {
+        let yaml = MINIMAL.replace("prefix: /healthz", &format!("prefix: {prefix}"));
+        assert!(Config::from_yaml(&yaml).is_ok(), "{prefix}");
+    }
+    for refused in ["prefix: /a/./b", "prefix: /./", "path: /."] {
+        let yaml = MINIMAL.replace("prefix: /healthz", refused);
+        assert!(Config::from_yaml(&yaml).is_err(), "{refused}");
+    }
     assert_eq!(
         error_of(&with("{ escaped_slashes: drop }")),
         "listeners[0].http.path_normalization.escaped_slashes: expected `keep`, `reject`, `unescape_and_redirect` or `unescape_and_forward`, found `drop`"
