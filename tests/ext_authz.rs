@@ -506,3 +506,68 @@ fn a_bad_ext_authz_config_names_its_key() {
         "{stderr}"
     );
 }
+
+/// A service that names a framing header (`content-length`, `transfer-encoding`) or a
+/// hop-by-hop one cannot desynchronise the client: the proxy frames its replies itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_cannot_set_framing_headers() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let upstream = upstream().await;
+    let framing = |value: &str| {
+        vec![
+            ("content-length".to_string(), value.to_string()),
+            ("transfer-encoding".to_string(), "chunked".to_string()),
+            ("connection".to_string(), "close".to_string()),
+        ]
+    };
+    let sidecar = grpc_sidecar(AuthzRules {
+        deny_body: "no entry\n".into(),
+        deny_headers: framing("3"),
+        add_headers: framing("1"),
+        response_headers: framing("2"),
+        ..alice_or_401()
+    })
+    .await;
+    let authz = format!(
+        "{{ grpc: {{ address: {} }} }}",
+        sidecar.local_addr().unwrap()
+    );
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+
+    // Two denials pipelined on one connection: each is exactly its own 9-byte body.
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    stream
+        .write_all(
+            b"GET / HTTP/1.1\r\nhost: legate.test\r\n\r\n\
+              GET / HTTP/1.1\r\nhost: legate.test\r\nconnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+        .await
+        .expect("the proxy closes after the second reply")
+        .unwrap();
+    let response = String::from_utf8_lossy(&response).to_ascii_lowercase();
+    assert_eq!(response.matches("http/1.1 401").count(), 2, "{response}");
+    assert_eq!(
+        response.matches("content-length: 9\r\n").count(),
+        2,
+        "{response}"
+    );
+    assert_eq!(response.matches("no entry\n").count(), 2, "{response}");
+    assert!(!response.contains("transfer-encoding"), "{response}");
+
+    // An allow: the upstream gets the request as the client framed it, and the client the
+    // whole response.
+    let request = Request::post("/")
+        .header("host", "legate.test")
+        .header("x-user", "alice")
+        .header("x-noop-echo", "body")
+        .body(Full::new(Bytes::from_static(b"twelve bytes")))
+        .unwrap();
+    let response = send_h1(proxy.addr(), request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(text(response.into_body()).await, "twelve bytes");
+}

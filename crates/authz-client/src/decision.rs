@@ -55,6 +55,24 @@ pub struct Denied {
     pub body: Bytes,
 }
 
+/// Whether a service may not set or remove `name`: the headers that frame a message or
+/// describe one hop. A `content-length` from the service would otherwise sit beside a body of
+/// another length, and the client or the upstream would read the stream differently from the
+/// proxy (request or response smuggling). `host` is the proxy's to set. Decisions never carry
+/// these; docs/security.md lists them.
+pub fn is_protected(name: &HeaderName) -> bool {
+    use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+    *name == CONTENT_LENGTH
+        || *name == TRANSFER_ENCODING
+        || *name == CONNECTION
+        || *name == UPGRADE
+        || *name == TE
+        || *name == TRAILER
+        || *name == HOST
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
 /// One header to add or change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderMutation {

@@ -22,7 +22,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
-use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation};
+use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
 use crate::transport::{Backoff, connect};
 use crate::{AuthzError, CheckInput, Endpoint};
 
@@ -255,7 +255,7 @@ fn protocol(version: Version) -> &'static str {
 
 /// An OK status allows (with the ok response's changes); any other denies with the denied
 /// response's status (403 if none), headers and body; an error response is an error.
-fn decision(response: CheckResponse) -> Result<Decision, AuthzError> {
+pub(crate) fn decision(response: CheckResponse) -> Result<Decision, AuthzError> {
     let code = response.status.as_ref().map_or(0, |s| s.code);
     match response.http_response {
         Some(HttpResponse::ErrorResponse(error)) => Err(AuthzError::ErrorResponse {
@@ -267,6 +267,7 @@ fn decision(response: CheckResponse) -> Result<Decision, AuthzError> {
                 .headers_to_remove
                 .iter()
                 .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+                .filter(|name| !is_protected(name))
                 .collect(),
             response_headers: mutations(&ok.response_headers_to_add, HeaderAction::Append),
         })),
@@ -300,7 +301,9 @@ fn mutations(options: &[HeaderValueOption], default_action: HeaderAction) -> Vec
         .iter()
         .filter_map(|option| {
             let header = option.header.as_ref()?;
-            let name = HeaderName::from_bytes(header.key.as_bytes()).ok()?;
+            let name = HeaderName::from_bytes(header.key.as_bytes())
+                .ok()
+                .filter(|name| !is_protected(name))?;
             let raw = if header.raw_value.is_empty() {
                 header.value.as_bytes()
             } else {
@@ -425,6 +428,57 @@ mod tests {
             decision(error),
             Err(AuthzError::ErrorResponse { .. })
         ));
+    }
+
+    #[test]
+    fn framing_and_hop_by_hop_headers_are_never_taken_from_the_service() {
+        // A `content-length` beside a body of another length would desynchronise the client
+        // (a denial) or the upstream (an allow).
+        let framing = |name: &str| option(name, "5", HeaderAppendAction::OverwriteIfExistsOrAdd);
+        let allow = CheckResponse {
+            status: Some(Status::default()),
+            http_response: Some(HttpResponse::OkResponse(OkHttpResponse {
+                headers: vec![framing("content-length"), framing("x-user")],
+                headers_to_remove: vec!["transfer-encoding".into(), "x-gone".into()],
+                response_headers_to_add: vec![framing("Transfer-Encoding"), framing("x-auth")],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let Ok(Decision::Allow(allowed)) = decision(allow) else {
+            panic!("expected an allow");
+        };
+        assert_eq!(allowed.upstream_headers.len(), 1);
+        assert_eq!(allowed.upstream_headers[0].name, "x-user");
+        assert_eq!(allowed.headers_to_remove, ["x-gone"]);
+        assert_eq!(allowed.response_headers.len(), 1);
+        assert_eq!(allowed.response_headers[0].name, "x-auth");
+        let deny = CheckResponse {
+            status: Some(Status {
+                code: tonic::Code::PermissionDenied as i32,
+                ..Default::default()
+            }),
+            http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
+                headers: [
+                    "content-length",
+                    "connection",
+                    "keep-alive",
+                    "host",
+                    "x-why",
+                ]
+                .into_iter()
+                .map(framing)
+                .collect(),
+                body: "a body of another length".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let Ok(Decision::Deny(denied)) = decision(deny) else {
+            panic!("expected a denial");
+        };
+        let names: Vec<_> = denied.headers.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["x-why"]);
     }
 
     #[test]

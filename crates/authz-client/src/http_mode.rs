@@ -5,13 +5,13 @@
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::header::{AUTHORIZATION, HOST};
 use http::{HeaderMap, Request};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
-use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation};
+use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
 use crate::transport::{Backoff, connect};
 use crate::{AuthzError, CheckInput, Endpoint, HttpOptions};
 
@@ -95,32 +95,7 @@ impl HttpChannel {
                 idle.push(sender);
             }
         }
-        if head.status.is_success() {
-            let upstream_headers = self
-                .options
-                .allowed_upstream_headers
-                .iter()
-                .flat_map(|name| {
-                    head.headers
-                        .get_all(name)
-                        .iter()
-                        .map(|value| HeaderMutation {
-                            name: name.clone(),
-                            value: value.clone(),
-                            action: HeaderAction::Set,
-                        })
-                })
-                .collect();
-            return Ok(Decision::Allow(Allowed {
-                upstream_headers,
-                ..Allowed::default()
-            }));
-        }
-        Ok(Decision::Deny(Denied {
-            status: head.status,
-            headers: client_headers(&head.headers),
-            body,
-        }))
+        Ok(decide(&self.options, &head, body))
     }
 
     fn request(&self, input: &CheckInput<'_>) -> Result<Request<Full<Bytes>>, AuthzError> {
@@ -143,18 +118,99 @@ impl HttpChannel {
     }
 }
 
+/// A 2xx allows, with the allowed upstream headers; anything else is the denial for the client.
+pub(crate) fn decide(options: &HttpOptions, head: &http::response::Parts, body: Bytes) -> Decision {
+    if head.status.is_success() {
+        let upstream_headers = options
+            .allowed_upstream_headers
+            .iter()
+            .filter(|name| !is_protected(name))
+            .flat_map(|name| {
+                head.headers
+                    .get_all(name)
+                    .iter()
+                    .map(|value| HeaderMutation {
+                        name: name.clone(),
+                        value: value.clone(),
+                        action: HeaderAction::Set,
+                    })
+            })
+            .collect();
+        return Decision::Allow(Allowed {
+            upstream_headers,
+            ..Allowed::default()
+        });
+    }
+    Decision::Deny(Denied {
+        status: head.status,
+        headers: client_headers(&head.headers),
+        body,
+    })
+}
+
 /// The service's answer headers for the client, without those that describe the hop.
 fn client_headers(headers: &HeaderMap) -> Vec<HeaderMutation> {
     headers
         .iter()
-        .filter(|(name, _)| {
-            ![CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING].contains(name)
-                && name.as_str() != "keep-alive"
-        })
+        .filter(|(name, _)| !is_protected(name))
         .map(|(name, value)| HeaderMutation {
             name: name.clone(),
             value: value.clone(),
             action: HeaderAction::Append,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderName, Response, StatusCode};
+
+    use super::*;
+
+    fn head(status: u16, headers: &[(&str, &str)]) -> http::response::Parts {
+        let mut builder = Response::builder().status(status);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let Ok(response) = builder.body(()) else {
+            panic!("a valid test head");
+        };
+        response.into_parts().0
+    }
+
+    #[test]
+    fn framing_and_hop_by_hop_headers_are_never_taken_from_the_service() {
+        let options = HttpOptions {
+            allowed_upstream_headers: vec![
+                HeaderName::from_static("x-user"),
+                HeaderName::from_static("content-length"),
+            ],
+            ..HttpOptions::default()
+        };
+        let ok = head(200, &[("x-user", "alice"), ("content-length", "9")]);
+        let Decision::Allow(allowed) = decide(&options, &ok, Bytes::new()) else {
+            panic!("a 2xx allows");
+        };
+        let names: Vec<_> = allowed
+            .upstream_headers
+            .iter()
+            .map(|h| h.name.as_str())
+            .collect();
+        assert_eq!(names, ["x-user"]);
+        let denial = head(
+            401,
+            &[
+                ("www-authenticate", "Bearer"),
+                ("content-length", "3"),
+                ("transfer-encoding", "chunked"),
+                ("trailer", "x-t"),
+            ],
+        );
+        let Decision::Deny(denied) = decide(&options, &denial, Bytes::from_static(b"nope")) else {
+            panic!("a 401 denies");
+        };
+        assert_eq!(denied.status, StatusCode::UNAUTHORIZED);
+        let names: Vec<_> = denied.headers.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["www-authenticate"]);
+    }
 }
