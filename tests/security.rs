@@ -264,6 +264,9 @@ const PREFACE_AND_SETTINGS: &[u8] =
     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 const GOAWAY: u8 = 0x7;
 const PING: u8 = 0x6;
+const SETTINGS: u8 = 0x4;
+const CONTINUATION: u8 = 0x9;
+const RST_STREAM: u8 = 0x3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiet_http2_connections_are_closed() {
@@ -374,6 +377,133 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&stream.to_be_bytes());
     out.extend_from_slice(payload);
     out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ping_or_settings_flood_ends_the_connection() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let admin = proxy.admin.unwrap();
+    for kind in [PING, SETTINGS] {
+        let mut flood = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut burst = PREFACE_AND_SETTINGS.to_vec();
+        // Over the budget of 1000 in 10 seconds; each is a valid frame the codec answers.
+        for i in 0..1100u64 {
+            let payload = if kind == PING {
+                i.to_be_bytes().to_vec()
+            } else {
+                Vec::new()
+            };
+            burst.extend(frame(kind, 0x0, 0, &payload));
+        }
+        let (mut read, mut write) = flood.split();
+        // Written while the answers are read, so the proxy never waits on its writes.
+        let (_, answers) = tokio::join!(async { write.write_all(&burst).await }, async {
+            let mut seen = Vec::new();
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                read.read_to_end(&mut seen),
+            )
+            .await
+            .expect("the proxy closes the connection");
+            seen
+        });
+        let types = frame_types(&answers);
+        assert!(
+            types.iter().filter(|&&t| t == kind).count() <= 1001,
+            "{kind}: more answers than the budget"
+        );
+    }
+    assert_eq!(stat_settled(admin, "downstream_cx_h2_control_flood", 2), 2);
+    assert_eq!(stat(admin, "downstream_cx_h2_flood"), 0);
+
+    // A client that pings within reason is served.
+    let (mut sender, _connection) = h2_client(proxy.addr()).await;
+    let response = sender.send_request(get_h2("/", &[])).await.unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuation_flood_ends_the_connection() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let admin = proxy.admin.unwrap();
+    let mut flood = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut burst = PREFACE_AND_SETTINGS.to_vec();
+    // HEADERS with END_STREAM but not END_HEADERS, then CONTINUATIONs that never end the
+    // block, a byte each: the codec keeps at most a few before it gives up.
+    burst.extend(frame(0x1, 0x1, 1, b"\x82\x86\x84"));
+    for _ in 0..100 {
+        burst.extend(frame(CONTINUATION, 0x0, 1, b"\x41"));
+    }
+    let _ = flood.write_all(&burst).await;
+    let frames = read_until_closed(&mut flood).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(0xb),
+        "{:?}",
+        frame_types(&frames)
+    );
+    assert_eq!(
+        stat_settled(admin, "downstream_cx_h2_continuation_flood", 1),
+        1
+    );
+    assert_eq!(stat(admin, "downstream_cx_h2_flood"), 0);
+    assert_eq!(upstream.requests(), 0);
+}
+
+/// A zero-window stall: the client sets its stream window to 0 and asks for a body it never
+/// makes room for. The stream, and the upstream request behind it, end after
+/// stream_idle_timeout; the connection stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_client_never_opens_its_window_for_is_reset() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(upstream.local_addr(), "stream_idle_timeout: 300ms"),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    let mut stalled = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // SETTINGS_INITIAL_WINDOW_SIZE (0x4) = 0.
+    hello.extend(frame(SETTINGS, 0x0, 0, &[0, 4, 0, 0, 0, 0]));
+    // GET / (:authority edge), x-noop-size: 100000; END_STREAM | END_HEADERS.
+    hello.extend(frame(
+        0x1,
+        0x5,
+        1,
+        b"\x82\x86\x84\x41\x04edge\x00\x0bx-noop-size\x06100000",
+    ));
+    stalled.write_all(&hello).await.unwrap();
+    let mut seen = Vec::new();
+    let reset = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = stalled.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the connection closed: {:?}", frame_types(&seen));
+            seen.extend_from_slice(&buf[..n]);
+            if frame_types(&seen).contains(&RST_STREAM) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(reset.is_ok(), "no RST_STREAM: {:?}", frame_types(&seen));
+    assert!(!frame_types(&seen).contains(&GOAWAY));
+    assert_eq!(stat(admin, "downstream_rq_idle_timeout"), 1);
+    // The request reached the upstream and was given up with the stream.
+    assert_eq!(upstream.requests(), 1);
+
+    // Streams that move are not touched, however long they take in all.
+    let (mut sender, _connection) = h2_client(proxy.addr()).await;
+    for _ in 0..3 {
+        let response = sender
+            .send_request(get_h2("/", &[("x-noop-size", "200000")]))
+            .await
+            .unwrap();
+        assert_eq!(digest(response.into_body()).await.0, 200_000);
+    }
+    assert_eq!(stat(admin, "downstream_rq_idle_timeout"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, HOST};
-use http::{HeaderMap, Request};
+use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -118,7 +118,8 @@ impl HttpChannel {
     }
 }
 
-/// A 2xx allows, with the allowed upstream headers; anything else is the denial for the client.
+/// A 2xx allows, with the allowed upstream headers; anything else is the denial for the client
+/// (a 1xx becomes 403).
 pub(crate) fn decide(options: &HttpOptions, head: &http::response::Parts, body: Bytes) -> Decision {
     if head.status.is_success() {
         let upstream_headers = options
@@ -142,7 +143,12 @@ pub(crate) fn decide(options: &HttpOptions, head: &http::response::Parts, body: 
         });
     }
     Decision::Deny(Denied {
-        status: head.status,
+        // A 1xx (a 101 above all) would tell the client something else than a denial.
+        status: if head.status.is_informational() {
+            StatusCode::FORBIDDEN
+        } else {
+            head.status
+        },
         headers: client_headers(&head.headers),
         body,
     })
@@ -163,7 +169,7 @@ fn client_headers(headers: &HeaderMap) -> Vec<HeaderMutation> {
 
 #[cfg(test)]
 mod tests {
-    use http::{HeaderName, Response, StatusCode};
+    use http::{HeaderName, Response};
 
     use super::*;
 
@@ -212,5 +218,9 @@ mod tests {
         assert_eq!(denied.status, StatusCode::UNAUTHORIZED);
         let names: Vec<_> = denied.headers.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(names, ["www-authenticate"]);
+        let Decision::Deny(denied) = decide(&options, &head(101, &[]), Bytes::new()) else {
+            panic!("a 101 denies");
+        };
+        assert_eq!(denied.status, StatusCode::FORBIDDEN);
     }
 }

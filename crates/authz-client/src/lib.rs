@@ -53,31 +53,10 @@ use http::{HeaderMap, HeaderName, Method, Version};
 
 pub use decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
 
-/// The answer mappings alone, for the fuzz targets in `fuzz/` (feature `fuzzing`). Not an API.
-#[cfg(feature = "fuzzing")]
+/// The fuzz target of the service's answers (`fuzz/`, feature `fuzzing`). Not an API.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
-pub mod fuzzing {
-    use bytes::Bytes;
-    use prost::Message;
-
-    use crate::{AuthzError, Decision, HttpOptions};
-
-    /// A gRPC `CheckResponse` as its bytes arrive; `None` when they do not decode.
-    pub fn grpc_decision(message: &[u8]) -> Option<Result<Decision, AuthzError>> {
-        let response =
-            envoy_types::pb::envoy::service::auth::v3::CheckResponse::decode(message).ok()?;
-        Some(crate::grpc::decision(response))
-    }
-
-    /// An HTTP-mode answer: its head and body.
-    pub fn http_decision(
-        options: &HttpOptions,
-        head: &http::response::Parts,
-        body: Bytes,
-    ) -> Decision {
-        crate::http_mode::decide(options, head, body)
-    }
-}
+pub mod fuzzing;
 
 /// Where the authorization service listens.
 pub use service_endpoint::Endpoint;

@@ -90,6 +90,9 @@
 
 mod balancer;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod hash;
 mod host;
 mod least_request;

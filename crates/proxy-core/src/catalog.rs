@@ -18,6 +18,9 @@ pub(crate) struct Catalog {
     downstream_cx_max_requests: CounterFamily,
     downstream_cx_max_duration: CounterFamily,
     downstream_cx_h2_flood: CounterFamily,
+    downstream_cx_h2_continuation_flood: CounterFamily,
+    downstream_rq_idle_timeout: CounterFamily,
+    downstream_cx_h2_control_flood: CounterFamily,
     downstream_cx_headers_timeout: CounterFamily,
     downstream_rq_total: CounterFamily,
     downstream_rq_active: GaugeFamily,
@@ -153,6 +156,21 @@ impl Catalog {
             downstream_cx_h2_flood: r.counter(
                 "downstream_cx_h2_flood",
                 "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM: a flood of resets (rapid reset) or of stream errors.",
+                l,
+            ),
+            downstream_rq_idle_timeout: r.counter(
+                "downstream_rq_idle_timeout",
+                "HTTP/2 streams reset after stream_idle_timeout with nothing moving (a zero-window stall, a body never finished).",
+                l,
+            ),
+            downstream_cx_h2_continuation_flood: r.counter(
+                "downstream_cx_h2_continuation_flood",
+                "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM for a header block of too many CONTINUATION frames.",
+                l,
+            ),
+            downstream_cx_h2_control_flood: r.counter(
+                "downstream_cx_h2_control_flood",
+                "HTTP/2 connections closed for sending more than 1000 PING or SETTINGS frames in 10 seconds.",
                 l,
             ),
             downstream_cx_idle_timeout: r.counter(
@@ -467,6 +485,12 @@ impl Catalog {
         }
     }
 
+    /// The listener's count of HTTP/2 streams ended by `stream_idle_timeout` (kept by the
+    /// codec's executor, not by a connection).
+    pub(crate) fn stream_idle_timeouts(&self, shard: &Shard, listener: &str) -> stats::Counter {
+        shard.counter(self.downstream_rq_idle_timeout, &[listener])
+    }
+
     pub(crate) fn listener(&self, shard: &Shard, listener: &str) -> ListenerStats {
         ListenerStats {
             cx_total: shard.counter(self.downstream_cx_total, &[listener]),
@@ -477,6 +501,9 @@ impl Catalog {
             cx_max_requests: shard.counter(self.downstream_cx_max_requests, &[listener]),
             cx_max_duration: shard.counter(self.downstream_cx_max_duration, &[listener]),
             cx_h2_flood: shard.counter(self.downstream_cx_h2_flood, &[listener]),
+            cx_h2_continuation_flood: shard
+                .counter(self.downstream_cx_h2_continuation_flood, &[listener]),
+            cx_h2_control_flood: shard.counter(self.downstream_cx_h2_control_flood, &[listener]),
             cx_headers_timeout: shard.counter(self.downstream_cx_headers_timeout, &[listener]),
             rq_total: shard.counter(self.downstream_rq_total, &[listener]),
             rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
@@ -673,6 +700,8 @@ pub(crate) struct ListenerStats {
     pub(crate) cx_max_requests: stats::Counter,
     pub(crate) cx_max_duration: stats::Counter,
     pub(crate) cx_h2_flood: stats::Counter,
+    pub(crate) cx_h2_continuation_flood: stats::Counter,
+    pub(crate) cx_h2_control_flood: stats::Counter,
     pub(crate) cx_headers_timeout: stats::Counter,
     pub(crate) rq_total: stats::Counter,
     pub(crate) rq_active: stats::Gauge,

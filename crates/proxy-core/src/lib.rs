@@ -62,6 +62,9 @@ mod conn;
 mod context;
 mod error;
 mod filters;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod header_list;
 mod http;
 mod listener;

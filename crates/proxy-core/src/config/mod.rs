@@ -60,6 +60,8 @@ pub const DEFAULT_ADMIN_ADDRESS: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9901);
 /// How long an HTTP/1.1 connection may sit without a request, unless configured.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Envoy's stream idle timeout default: 5 minutes.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a request head may take to arrive, unless configured.
 pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest request head, in KiB, unless configured (Envoy's default).
@@ -162,6 +164,10 @@ pub struct HttpConfig {
     /// A request head must arrive whole within this (slowloris); the connection is closed.
     #[serde(serialize_with = "ser::duration")]
     pub request_headers_timeout: Duration,
+    /// HTTP/2: a stream on which nothing moves for this long is reset (a zero-window stall,
+    /// a body never finished).
+    #[serde(serialize_with = "ser::duration")]
+    pub stream_idle_timeout: Duration,
     /// Largest request head accepted, in KiB; a larger one gets 431.
     pub max_request_headers_kb: u32,
     /// Requests served on one client connection before it is retired (HTTP/1.1:

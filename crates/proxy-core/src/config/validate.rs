@@ -302,6 +302,12 @@ fn listener(
                     .unwrap_or(DEFAULT_REQUEST_HEADERS_TIMEOUT),
                 &format!("{path}.http.request_headers_timeout"),
             )?,
+            stream_idle_timeout: positive(
+                raw.http
+                    .stream_idle_timeout
+                    .unwrap_or(DEFAULT_STREAM_IDLE_TIMEOUT),
+                &format!("{path}.http.stream_idle_timeout"),
+            )?,
             // 0 means no limit, as in Envoy and the peer-bench template.
             max_requests_per_connection: raw.http.max_requests_per_connection.filter(|n| *n > 0),
             path_normalization,

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 
+use super::stream_exec::StreamExec;
 use crate::config::{ListenerConfig, RouteAction};
-use crate::runtime::LocalExec;
 
 /// HTTP/2 flood limits (h2's defaults, stated here).
 const MAX_PENDING_ACCEPT_RESETS: usize = 20;
@@ -18,13 +18,15 @@ const PARK_AFTER: Duration = Duration::from_secs(1);
 /// The codec settings of one listener, built once per worker.
 pub(crate) struct Codecs {
     pub(super) h1: http1::Builder,
-    pub(super) h2: http2::Builder<LocalExec>,
+    pub(super) h2: http2::Builder<StreamExec>,
     pub(super) idle_timeout: Duration,
     /// HTTP/2: a connection without a request this long after it opened is closed.
     pub(super) request_headers_timeout: Duration,
     /// Idle time before an HTTP/1.1 codec is parked: [`PARK_AFTER`], or sooner when the
     /// header timeout is shorter, since hyper's header timer also runs between requests.
     pub(super) park_after: Duration,
+    /// What the HTTP/2 codec takes; the frame meter follows the same CONTINUATION limit.
+    pub(super) h2_max_header_list_size: usize,
 }
 
 impl Codecs {
@@ -40,7 +42,8 @@ impl Codecs {
         (listener.buffer_limit as usize).max(max_head).max(8192)
     }
 
-    pub(crate) fn new(listener: &ListenerConfig) -> Self {
+    /// `stream_idle_timeouts` counts the HTTP/2 streams ended by `stream_idle_timeout`.
+    pub(crate) fn new(listener: &ListenerConfig, stream_idle_timeouts: stats::Counter) -> Self {
         let max_head = listener.http.max_request_headers_kb as usize * 1024;
         let limit = listener.buffer_limit;
         let mut h1 = http1::Builder::new();
@@ -54,7 +57,10 @@ impl Codecs {
             // larger than the buffer is answered 431 by hyper, a smaller one over the head
             // limit by the handler). Never below hyper's 8 KiB minimum.
             .max_buf_size(Self::h1_buffer(listener));
-        let mut h2 = http2::Builder::new(LocalExec);
+        let mut h2 = http2::Builder::new(StreamExec::new(
+            listener.http.stream_idle_timeout,
+            stream_idle_timeouts,
+        ));
         h2.max_concurrent_streams(listener.http.max_concurrent_streams)
             .max_header_list_size(max_head as u32)
             // Fixed windows: a client can send at most `limit` bytes per stream before the
@@ -65,8 +71,9 @@ impl Codecs {
             .max_send_buf_size(limit as usize)
             // Floods end the connection with GOAWAY ENHANCE_YOUR_CALM: streams the client
             // resets before they are served (rapid reset, CVE-2023-44487), and streams reset
-            // for the client's protocol errors. (Oversized header blocks, CONTINUATION floods
-            // included, are bounded by max_header_list_size above.)
+            // for the client's protocol errors. (Oversized header blocks are bounded by
+            // max_header_list_size above, CONTINUATION floods by the codec's frame count; PING
+            // and SETTINGS floods by conn/h2_frames.rs.)
             .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
             .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS);
         if let Some(keepalive) = listener.http.http2_keepalive {
@@ -88,6 +95,7 @@ impl Codecs {
             idle_timeout: listener.http.idle_timeout,
             request_headers_timeout: listener.http.request_headers_timeout,
             park_after: PARK_AFTER.min(listener.http.request_headers_timeout / 2),
+            h2_max_header_list_size: max_head,
         }
     }
 }

@@ -1,14 +1,17 @@
 //! HTTP/2 connections: the codec until the client is done, GOAWAY on drain, once the
 //! connection has served its `max_requests_per_connection`, when no request has come within
 //! `request_headers_timeout` of the connection opening, or when it has had no stream open for
-//! `idle_timeout`, or once it is `max_connection_duration` old.
+//! `idle_timeout`, or once it is `max_connection_duration` old. The input is metered for floods
+//! the codec does not name (h2_frames.rs).
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use super::Codecs;
+use super::h2_frames::{Flood, FrameMeter};
 use super::io::DownstreamIo;
 use super::service::ProxyService;
 
@@ -22,6 +25,8 @@ pub(super) async fn serve_h2(
     mut drain: watch::Receiver<bool>,
 ) {
     let ctx = Rc::clone(&service.conn);
+    let flood = Rc::new(Cell::new(None));
+    let io = FrameMeter::new(io, codecs.h2_max_header_list_size, Rc::clone(&flood));
     let conn = codecs.h2.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     // GOAWAY on drain, once the connection has taken its share of requests, or when it has
@@ -86,9 +91,13 @@ pub(super) async fn serve_h2(
         }
     };
     if let Err(err) = result {
-        // GOAWAY ENHANCE_YOUR_CALM: a flood the codec cut off.
-        if crate::error::h2_reason(&err) == Some(h2::Reason::ENHANCE_YOUR_CALM) {
-            ctx.listener.stats.cx_h2_flood.inc();
+        let stats = &ctx.listener.stats;
+        match flood.get() {
+            Some(Flood::Control) => stats.cx_h2_control_flood.inc(),
+            // GOAWAY ENHANCE_YOUR_CALM: a flood the codec cut off.
+            _ if crate::error::h2_reason(&err) != Some(h2::Reason::ENHANCE_YOUR_CALM) => {}
+            Some(Flood::Continuation) => stats.cx_h2_continuation_flood.inc(),
+            None => stats.cx_h2_flood.inc(),
         }
         tracing::debug!(error = %err, "downstream HTTP/2 connection ended with an error");
     }

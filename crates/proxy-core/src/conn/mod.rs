@@ -7,15 +7,20 @@
 //! codecs.rs   hyper's builders with the listener's limits
 //! h1.rs       HTTP/1.1, with idle connections parked without a codec
 //! h2.rs       HTTP/2, GOAWAY on drain or max_requests_per_connection
+//! h2_frames.rs  the HTTP/2 input's frame headers, metered for PING, SETTINGS and
+//!             CONTINUATION floods
 //! service.rs  the per-connection service: one call per request, into http/handler.rs
+//! stream_exec.rs  HTTP/2 stream tasks, each ended after stream_idle_timeout without a wake
 //! io.rs       the socket as the codec sees it, with a lingering close
 //! ```
 
 mod codecs;
 mod h1;
 mod h2;
+mod h2_frames;
 mod io;
 mod service;
+mod stream_exec;
 
 use std::rc::Rc;
 use std::time::Duration;

@@ -5,18 +5,17 @@ use std::convert::Infallible;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, HOST, HeaderValue, UPGRADE};
+use http::header::{CONNECTION, HeaderValue, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
-use super::{HttpCtx, ResponseBody, local_reply, rewrite, upgrade};
+use super::{HttpCtx, ResponseBody, head, local_reply, rewrite, upgrade};
 use crate::cluster::Admitted;
 use crate::config::{ForwardAction, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::ProxyError;
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
-use crate::path;
 use crate::router::Matched;
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
@@ -175,18 +174,15 @@ async fn route_and_forward(
     state: &mut FilterState,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    if req.method() == Method::CONNECT && !upgrade::is_extended_connect(&req) {
-        return Err(ProxyError::BadRequest("CONNECT is not supported"));
-    }
-    if let Some(limit) = conn.listener.head_limit {
-        check_head_size(&req, limit)?;
-    }
-    if let Some(redirect) = normalize_path(&mut req, &http.path_normalization)? {
-        return Ok(redirect);
-    }
-    let host = request_host(&req)?;
-    let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
-    let matched = http.routes.find(host_text, req.uri().path(), req.headers());
+    let (host, matched) = match head::admit(
+        &mut req,
+        conn.listener.head_limit,
+        &http.path_normalization,
+        &http.routes,
+    )? {
+        head::Admitted::Routed { host, matched } => (host, matched),
+        head::Admitted::Redirect(location) => return Ok(local_reply::redirect(location)),
+    };
     facts.matched = matched;
     if !http.filters.is_empty() {
         // Hop-by-hop headers go before a filter adds any.
@@ -227,46 +223,6 @@ async fn route_and_forward(
     Ok(response)
 }
 
-/// Rewrites the request's path to its one spelling (http/path.rs), before anything reads
-/// it; or the redirect `unescape_and_redirect` asks for.
-fn normalize_path(
-    req: &mut Request<RequestBody>,
-    settings: &crate::config::PathNormalization,
-) -> Result<Option<Response<ResponseBody>>, ProxyError> {
-    let normalized = path::normalize(req.uri().path(), settings)
-        .map_err(|e| ProxyError::BadRequest(e.message()))?;
-    let path = match normalized {
-        path::Normalized::Path(std::borrow::Cow::Borrowed(_)) => return Ok(None),
-        path::Normalized::Path(std::borrow::Cow::Owned(path)) => path,
-        path::Normalized::Redirect(path) => {
-            // `//host` or `/\host` would send the client to another site.
-            let path = format!("/{}", path.trim_start_matches(['/', '\\']));
-            let location = match req.uri().query() {
-                Some(query) => format!("{path}?{query}"),
-                None => path,
-            };
-            let location = HeaderValue::try_from(location)
-                .map_err(|_| ProxyError::BadRequest("the normalised path is not a valid header"))?;
-            let mut reply = local_reply::text(StatusCode::TEMPORARY_REDIRECT, Bytes::new());
-            reply.headers_mut().insert(http::header::LOCATION, location);
-            return Ok(Some(reply));
-        }
-    };
-    let target = match req.uri().query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path,
-    };
-    let mut parts = req.uri().clone().into_parts();
-    parts.path_and_query = Some(
-        target
-            .parse()
-            .map_err(|_| ProxyError::BadRequest("the normalised path is not a valid path"))?,
-    );
-    *req.uri_mut() = http::Uri::from_parts(parts)
-        .map_err(|_| ProxyError::BadRequest("invalid request target"))?;
-    Ok(None)
-}
-
 /// Gives the request an `x-request-id` (logged) if the client sent none.
 fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
     if headers.contains_key(&X_REQUEST_ID) {
@@ -277,95 +233,6 @@ fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
         log.request_id = Some(id.clone());
     }
     headers.insert(X_REQUEST_ID.clone(), id);
-}
-
-/// Refuses a request whose head is larger than `limit` bytes, counted as Envoy does: the
-/// request line's target plus every header name and value.
-fn check_head_size<B>(req: &Request<B>, limit: usize) -> Result<(), ProxyError> {
-    let target = req.uri().authority().map_or(0, |a| a.as_str().len())
-        + req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-    let size = target
-        + req
-            .headers()
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len())
-            .sum::<usize>();
-    if size > limit {
-        return Err(ProxyError::HeadersTooLarge { size, limit });
-    }
-    Ok(())
-}
-
-/// The host the client asked for: the URI's authority (HTTP/2's `:authority`, or an
-/// absolute-form HTTP/1.1 target, which RFC 9112 section 3.2.2 says overrides `Host`), else
-/// the `Host` header. HTTP/1.1 requires exactly one `Host` line (RFC 9112 section 3.2).
-fn request_host(req: &Request<RequestBody>) -> Result<Option<HeaderValue>, ProxyError> {
-    let mut hosts = req.headers().get_all(HOST).iter();
-    let host = hosts.next();
-    if hosts.next().is_some() {
-        return Err(ProxyError::BadRequest("more than one host header"));
-    }
-    if let Some(host) = host
-        && !is_authority(host.as_bytes())
-    {
-        return Err(ProxyError::BadRequest("invalid host header"));
-    }
-    if host.is_none() && req.version() == Version::HTTP_11 {
-        return Err(ProxyError::BadRequest(
-            "HTTP/1.1 request without a host header",
-        ));
-    }
-    if let Some(authority) = req.uri().authority() {
-        if !is_authority(authority.as_str().as_bytes()) {
-            return Err(ProxyError::BadRequest("invalid authority"));
-        }
-        return HeaderValue::from_str(authority.as_str())
-            .map(Some)
-            .map_err(|_| ProxyError::BadRequest("invalid authority"));
-    }
-    Ok(host.cloned())
-}
-
-/// Whether `value` is `host[:port]` as RFC 3986 writes it (section 3.2.2): an IP literal in
-/// brackets, or a name of unreserved characters, escapes and sub-delimiters; no user info
-/// (`@`), no path, no spaces. Anything else could be read differently by the upstream (or a
-/// cache keyed on it), so it is never forwarded.
-fn is_authority(value: &[u8]) -> bool {
-    let (host, port) = match value.first() {
-        Some(b'[') => match value.iter().position(|&b| b == b']') {
-            Some(end) => {
-                let literal = &value[1..end];
-                let ok = !literal.is_empty()
-                    && literal
-                        .iter()
-                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
-                if !ok {
-                    return false;
-                }
-                match &value[end + 1..] {
-                    [] => return true,
-                    [b':', port @ ..] => (&value[..0], port),
-                    _ => return false,
-                }
-            }
-            None => return false,
-        },
-        _ => match value.iter().rposition(|&b| b == b':') {
-            Some(colon) => (&value[..colon], &value[colon + 1..]),
-            None => (value, &value[..0]),
-        },
-    };
-    let port_ok = port.is_empty()
-        || (port.len() <= 5
-            && port.iter().all(u8::is_ascii_digit)
-            && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65535);
-    let host_ok = host.iter().enumerate().all(|(i, &b)| {
-        b.is_ascii_alphanumeric()
-            || b"-._~!$&'()*+,;=".contains(&b)
-            || crate::path::escaped_byte(host, i).is_some()
-    });
-    // A bracketed literal has no name part; otherwise the name is required.
-    port_ok && host_ok && (!host.is_empty() || value.first() == Some(&b'['))
 }
 
 async fn forward_request(
@@ -466,54 +333,4 @@ async fn forward_upgrade(
         head,
         ResponseBody::local(Bytes::new()),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_authority;
-
-    #[test]
-    fn hosts_are_host_and_port_and_nothing_else() {
-        for good in [
-            "example.com",
-            "example.com:8080",
-            "example.com:65535",
-            "EXAMPLE.com:",
-            "127.0.0.1:80",
-            "[::1]",
-            "[::1]:8443",
-            "[::ffff:10.0.0.1]:1",
-            "a-b_c~d.e",
-            "xn--bcher-kva.example",
-            "caf%C3%A9.example",
-            "a!$&'()*+,;=",
-        ] {
-            assert!(is_authority(good.as_bytes()), "{good}");
-        }
-        for bad in [
-            "",
-            ":80",
-            "a b",
-            "a/b",
-            "user@host",
-            "a/b@c",
-            "host:port",
-            "host:123456",
-            "host:65536",
-            "host:99999",
-            "::1",
-            "[::1",
-            "[zz::1]",
-            "[::1]x",
-            "[]",
-            "a%2",
-            "a%zz",
-            "a\\b",
-            "a?b",
-            "a#b",
-            "a\"b",
-        ] {
-            assert!(!is_authority(bad.as_bytes()), "{bad}");
-        }
-    }
 }

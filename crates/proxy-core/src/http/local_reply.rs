@@ -17,6 +17,14 @@ pub(crate) fn text(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
     response
 }
 
+/// A 307 to `location`: `escaped_slashes: unescape_and_redirect` sends the client to the path
+/// with its escaped slashes unescaped.
+pub(crate) fn redirect(location: HeaderValue) -> Response<ResponseBody> {
+    let mut reply = text(StatusCode::TEMPORARY_REDIRECT, Bytes::new());
+    reply.headers_mut().insert(http::header::LOCATION, location);
+    reply
+}
+
 /// A filter's answer (a denial, a 429, a CORS preflight) as a response. Its own headers win
 /// over the default content type, and an empty body gets none.
 pub(crate) fn from_filter(reply: LocalReply) -> Response<ResponseBody> {

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! handler.rs        one request: route, filters, then a local reply or the forward
+//! head.rs           the head's checks before anything reads it: size, path, host, route
 //! rewrite.rs        the request head as the upstream gets it, and the response head back
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
 //! response_body.rs  the body sent downstream, holding the request's bookkeeping
@@ -10,8 +11,9 @@
 //! upgrade.rs        WebSocket and other upgrades: the handshake relayed, then bytes both ways
 //! ```
 
-mod forwarding;
+pub(crate) mod forwarding;
 pub(crate) mod handler;
+pub(crate) mod head;
 mod local_reply;
 mod response_body;
 mod rewrite;

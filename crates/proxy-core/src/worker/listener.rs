@@ -198,7 +198,12 @@ fn conn_settings(
     parts: &Parts<'_>,
 ) -> ConnSettings {
     ConnSettings {
-        codecs: Codecs::new(config),
+        codecs: Codecs::new(
+            config,
+            parts
+                .catalog
+                .stream_idle_timeouts(parts.shard, &config.name),
+        ),
         tls: tls.map(|server| {
             Handshake::new(
                 Arc::clone(server),

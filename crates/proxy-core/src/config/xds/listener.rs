@@ -227,6 +227,12 @@ fn connection_manager(
         &format!("{at}.request_headers_timeout"),
     )?
     .filter(|t| !t.is_zero());
+    // `0s` turns Envoy's stream idle timer off.
+    http.stream_idle_timeout = duration(
+        hcm.stream_idle_timeout.take(),
+        &format!("{at}.stream_idle_timeout"),
+    )?
+    .map(|t| if t.is_zero() { super::NO_TIMEOUT } else { t });
     let mut upgrades = Vec::new();
     for (i, upgrade) in std::mem::take(&mut hcm.upgrade_configs)
         .into_iter()

@@ -633,6 +633,7 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
         nanos: 0,
     });
     hcm.request_headers_timeout = zero;
+    hcm.stream_idle_timeout = zero;
     hcm.normalize_path = Some(envoy_types::pb::google::protobuf::BoolValue { value: false });
     hcm.path_with_escaped_slashes_action = 2; // REJECT_REQUEST
     hcm.common_http_protocol_options = Some(HttpProtocolOptions {
@@ -704,6 +705,7 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     let config = compose(&origin, listeners, clusters).unwrap();
     let http = &config.listeners[0].http;
     assert_eq!(http.idle_timeout, Duration::from_secs(24 * 3600));
+    assert_eq!(http.stream_idle_timeout, Duration::from_secs(24 * 3600));
     assert_eq!(
         http.request_headers_timeout,
         crate::config::DEFAULT_REQUEST_HEADERS_TIMEOUT

@@ -1,0 +1,360 @@
+//! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`): the config loader, the
+//! path normaliser with the router, and the HTTP/1.1 head checks. Each runs the code the proxy
+//! runs and asserts what must hold for any input, so a fuzzer finds wrong answers as well as
+//! panics. `fuzz/fuzz_targets/` runs them; the unit test below replays the corpus and
+//! `fuzz/regressions/` (a crash found later goes there, and stays a test). Not an API.
+
+use std::sync::OnceLock;
+
+use http::header::{CONNECTION, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery};
+use http::{HeaderMap, Method, Request, Uri, Version};
+
+use crate::config::{Config, EscapedSlashes, PathNormalization};
+use crate::http::forwarding::{strip_connection_listed, strip_hop_by_hop};
+use crate::http::head::{Admitted, admit, is_authority};
+use crate::path::{self, Normalized};
+use crate::router::RouteTable;
+
+/// Loads `text` as a config file. What loads must serialise (the admin's /config_dump) and
+/// route (each listener's table finds what a scan of its routes finds).
+pub fn config(text: &str) {
+    let Ok(config) = Config::from_yaml(text) else {
+        return;
+    };
+    if let Err(e) = serde_json::to_string(&config) {
+        panic!("a loaded config does not serialise: {e}");
+    }
+    let headers = HeaderMap::new();
+    for listener in &config.listeners {
+        let table = RouteTable::new(listener.route_config.clone());
+        for (host, path) in [("example.com", "/"), ("a", "/a/b"), ("", "/x.y")] {
+            assert_eq!(
+                table.find(host, path, &headers),
+                table.find_by_scan(host, path, &headers),
+                "{host}{path}"
+            );
+        }
+    }
+}
+
+/// The route table the path and head targets route with: a guard on `/private`, a
+/// case-insensitive one on `/admin`, exact and prefix routes under a few hosts.
+const ROUTES: &str = r#"
+listeners:
+  - name: fuzz
+    address: 127.0.0.1:1
+    virtual_hosts:
+      - name: api
+        domains: ["api.example.com", "*.api.example.com"]
+        routes:
+          - match: { path: /v1/exact }
+            direct_response: { status: 200 }
+          - match: { prefix: /v1/ }
+            direct_response: { status: 200 }
+      - name: any
+        domains: ["*"]
+        routes:
+          - match: { prefix: /private }
+            direct_response: { status: 401 }
+          - match: { prefix: /admin, case_sensitive: false }
+            direct_response: { status: 401 }
+          - match: { prefix: /. }
+            direct_response: { status: 404 }
+          - match: { prefix: /static/, headers: [{ name: x-v, exact: "2" }] }
+            direct_response: { status: 200 }
+          - match: { prefix: / }
+            direct_response: { status: 200 }
+"#;
+
+/// The index of the `/private` guard in the `*` host's routes of [`ROUTES`], and of the
+/// `/admin` one.
+const PRIVATE: usize = 2;
+const ADMIN: usize = 3;
+
+fn routes() -> &'static RouteTable {
+    static TABLE: OnceLock<RouteTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let config = Config::from_yaml(ROUTES).unwrap_or_else(|e| panic!("{e}"));
+        RouteTable::new(config.listeners[0].route_config.clone())
+    })
+}
+
+/// The normalisation settings a fuzz input's first byte picks.
+fn settings(byte: u8) -> PathNormalization {
+    PathNormalization {
+        normalize: byte & 1 == 0,
+        merge_slashes: byte & 2 == 0,
+        escaped_slashes: match (byte >> 2) & 3 {
+            0 => EscapedSlashes::Keep,
+            1 => EscapedSlashes::Reject,
+            2 => EscapedSlashes::UnescapeAndRedirect,
+            _ => EscapedSlashes::UnescapeAndForward,
+        },
+    }
+}
+
+/// The first byte picks the settings; the rest is a request target as hyper accepts it. The
+/// normalised path is in its one spelling (normalising it again changes nothing), is a valid
+/// target, and routes as a scan of the routes does; the guards hold on it.
+pub fn path(data: &[u8]) {
+    let Some((&mode, target)) = data.split_first() else {
+        return;
+    };
+    let settings = settings(mode);
+    let Ok(target) = PathAndQuery::try_from(target) else {
+        return;
+    };
+    let normalized = match path::normalize(target.path(), &settings) {
+        Ok(Normalized::Path(normalized)) => normalized,
+        Ok(Normalized::Redirect(location)) => {
+            assert!(location.starts_with('/'), "{location}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let normalized: &str = &normalized;
+    if target.path().starts_with('/') {
+        check_normal(normalized, &settings);
+    }
+    let rebuilt = match target.query() {
+        Some(query) => format!("{normalized}?{query}"),
+        None => normalized.to_owned(),
+    };
+    assert!(
+        PathAndQuery::try_from(rebuilt.as_str()).is_ok(),
+        "the normalised target {rebuilt:?} is not a valid target"
+    );
+    check_routes("legate.test", normalized, &HeaderMap::new(), &settings);
+}
+
+/// What a normalised path is, whatever it was before.
+fn check_normal(path: &str, settings: &PathNormalization) {
+    assert!(path.starts_with('/'), "{path:?}");
+    if settings.merge_slashes {
+        assert!(!path.contains("//"), "{path:?} has an empty segment");
+    }
+    if settings.normalize {
+        assert!(
+            !path.split('/').any(|s| s == "." || s == ".."),
+            "{path:?} has a dot segment"
+        );
+        assert!(!path.contains('\\'), "{path:?} has a backslash");
+        let bytes = path.as_bytes();
+        for (i, _) in path.match_indices('%') {
+            let byte = path::escaped_byte(bytes, i);
+            assert!(
+                byte.is_some_and(|b| !(b.is_ascii_alphanumeric() || b"-._~".contains(&b))),
+                "{path:?}: an escape at {i} is not one that must stay"
+            );
+            assert!(
+                !bytes[i + 1..i + 3].iter().any(u8::is_ascii_lowercase),
+                "{path:?}: a lower-case escape"
+            );
+        }
+    }
+    match path::normalize(path, settings) {
+        Ok(Normalized::Path(again)) => assert_eq!(again, path, "normalising twice differs"),
+        other => panic!("{path:?} normalised again: {other:?}"),
+    }
+}
+
+/// The index finds what a scan finds, and the guards hold on a normalised path.
+fn check_routes(host: &str, path: &str, headers: &HeaderMap, settings: &PathNormalization) {
+    let table = routes();
+    let matched = table.find(host, path, headers);
+    assert_eq!(
+        matched,
+        table.find_by_scan(host, path, headers),
+        "{host} {path}"
+    );
+    let any_host = matched.virtual_host == Some(1);
+    if any_host && settings.normalize && settings.merge_slashes {
+        if path.starts_with("/private") {
+            assert_eq!(matched.route, Some(PRIVATE), "{path} passed the guard");
+        }
+        if path.len() >= 6 && path.as_bytes()[..6].eq_ignore_ascii_case(b"/admin") {
+            assert_eq!(matched.route, Some(ADMIN), "{path} passed the guard");
+        }
+    }
+}
+
+/// Hop-by-hop headers, none of which may reach an upstream.
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// The first byte picks the settings; the rest is an HTTP/1.1 request head, parsed as hyper
+/// parses one. A head the checks admit has its path in its one spelling and a host an upstream
+/// reads as the proxy does, routes as a scan does, and loses every hop-by-hop header on the way
+/// upstream; written out, it parses back to the same request line and header names. A redirect
+/// never leaves the site.
+pub fn h1_head(data: &[u8]) {
+    let Some((&mode, head)) = data.split_first() else {
+        return;
+    };
+    let settings = settings(mode);
+    let Some(mut req) = parse_head(head) else {
+        return;
+    };
+    let admitted = match admit(&mut req, Some(60 * 1024), &settings, routes()) {
+        Ok(admitted) => admitted,
+        Err(_) => return,
+    };
+    let host = match admitted {
+        Admitted::Redirect(location) => {
+            let location = location.as_bytes();
+            assert!(
+                location.starts_with(b"/") && !matches!(location.get(1), Some(b'/' | b'\\')),
+                "{location:?} could leave the site"
+            );
+            return;
+        }
+        Admitted::Routed { host, .. } => host,
+    };
+    if req.uri().path().starts_with('/') {
+        check_normal(req.uri().path(), &settings);
+    }
+    if let Some(host) = &host {
+        assert!(is_authority(host.as_bytes()), "{host:?}");
+        assert!(
+            Authority::try_from(host.as_bytes()).is_ok(),
+            "{host:?} is not an authority to http"
+        );
+    }
+    let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
+    check_routes(host_text, req.uri().path(), req.headers(), &settings);
+
+    // On the way upstream, as the handler and rewrite.rs do it.
+    let listed: Vec<HeaderName> = req
+        .headers()
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    let headers = req.headers_mut();
+    strip_connection_listed(headers, false);
+    strip_hop_by_hop(headers);
+    for name in HOP_BY_HOP {
+        let kept_te = name == "te"
+            && headers
+                .get_all(name)
+                .iter()
+                .all(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+        assert!(kept_te || !headers.contains_key(name), "{name} kept");
+    }
+    for name in listed {
+        let te_trailers = name == "te";
+        assert!(
+            te_trailers || !headers.contains_key(&name),
+            "{name}, named in Connection, kept"
+        );
+    }
+    check_written(&req);
+}
+
+/// A head as hyper's HTTP/1.1 server builds it; `None` where hyper refuses it.
+fn parse_head(head: &[u8]) -> Option<Request<()>> {
+    let mut slots = [httparse::EMPTY_HEADER; 100];
+    let mut parsed = httparse::Request::new(&mut slots);
+    match parsed.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return None,
+    }
+    let method = Method::from_bytes(parsed.method?.as_bytes()).ok()?;
+    let uri = Uri::try_from(parsed.path?).ok()?;
+    let version = match parsed.version? {
+        1 => Version::HTTP_11,
+        _ => Version::HTTP_10,
+    };
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .version(version)
+        .body(())
+        .ok()?;
+    for header in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(header.name.as_bytes()).ok()?;
+        let value = HeaderValue::from_bytes(header.value).ok()?;
+        req.headers_mut().append(name, value);
+    }
+    Some(req)
+}
+
+/// The request line and headers an HTTP/1.1 upstream gets parse back to what was sent.
+fn check_written(req: &Request<()>) {
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let mut head = format!("{} {target} HTTP/1.1\r\n", req.method()).into_bytes();
+    for (name, value) in req.headers() {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    let mut slots = [httparse::EMPTY_HEADER; 128];
+    let mut parsed = httparse::Request::new(&mut slots);
+    match parsed.parse(&head) {
+        Ok(httparse::Status::Complete(len)) => assert_eq!(len, head.len()),
+        other => panic!("the upstream head does not parse ({other:?}): {head:?}"),
+    }
+    assert_eq!(parsed.method, Some(req.method().as_str()));
+    assert_eq!(parsed.path, Some(target));
+    let names: Vec<&str> = req.headers().iter().map(|(n, _)| n.as_str()).collect();
+    let parsed_names: Vec<String> = parsed
+        .headers
+        .iter()
+        .map(|h| h.name.to_ascii_lowercase())
+        .collect();
+    assert_eq!(names, parsed_names, "the upstream reads other headers");
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every input of `fuzz/corpus/TARGET` and `fuzz/regressions/TARGET` through `run`.
+    fn replay(target: &str, run: fn(&[u8])) {
+        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+        let mut inputs = 0;
+        for dir in ["corpus", "regressions"] {
+            let Ok(entries) = std::fs::read_dir(fuzz.join(dir).join(target)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let data = std::fs::read(entry.path()).unwrap_or_default();
+                run(&data);
+                inputs += 1;
+            }
+        }
+        assert!(
+            inputs > 0,
+            "no corpus for {target} under {}",
+            fuzz.display()
+        );
+    }
+
+    #[test]
+    fn the_config_corpus_and_regressions_hold() {
+        replay("config", |data| {
+            if let Ok(text) = std::str::from_utf8(data) {
+                super::config(text);
+            }
+        });
+    }
+
+    #[test]
+    fn the_path_corpus_and_regressions_hold() {
+        replay("path_router", super::path);
+    }
+
+    #[test]
+    fn the_head_corpus_and_regressions_hold() {
+        replay("h1_head", super::h1_head);
+    }
+}

@@ -1,0 +1,225 @@
+//! The checks a request head passes before anything else reads it: the head's size, the path
+//! in its one spelling, a valid host, and the route it matches. Synchronous and free of I/O, so
+//! the fuzz targets run the same code the request path does.
+
+use http::header::{HOST, HeaderValue};
+use http::{Method, Request, Version};
+
+use super::upgrade;
+use crate::config::PathNormalization;
+use crate::error::ProxyError;
+use crate::path;
+use crate::router::{Matched, RouteTable};
+
+/// What the head checks decided.
+#[derive(Debug)]
+pub(crate) enum Admitted {
+    /// Go on with the request: the host the client asked for, and the route it matched.
+    Routed {
+        host: Option<HeaderValue>,
+        matched: Matched,
+    },
+    /// Answer with a 307 to this location (`escaped_slashes: unescape_and_redirect`).
+    Redirect(HeaderValue),
+}
+
+/// Checks a request's head and routes it. The request's path is rewritten to its normalised
+/// spelling. An error is the 4xx to answer with.
+pub(crate) fn admit<B>(
+    req: &mut Request<B>,
+    head_limit: Option<usize>,
+    normalization: &PathNormalization,
+    routes: &RouteTable,
+) -> Result<Admitted, ProxyError> {
+    if req.method() == Method::CONNECT && !upgrade::is_extended_connect(req) {
+        return Err(ProxyError::BadRequest("CONNECT is not supported"));
+    }
+    if let Some(limit) = head_limit {
+        check_head_size(req, limit)?;
+    }
+    if let Some(location) = normalize_path(req, normalization)? {
+        return Ok(Admitted::Redirect(location));
+    }
+    let host = request_host(req)?;
+    let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
+    let matched = routes.find(host_text, req.uri().path(), req.headers());
+    Ok(Admitted::Routed { host, matched })
+}
+
+/// Rewrites the request's path to its one spelling (path.rs), before anything reads it; or
+/// gives the location `unescape_and_redirect` asks for.
+fn normalize_path<B>(
+    req: &mut Request<B>,
+    settings: &PathNormalization,
+) -> Result<Option<HeaderValue>, ProxyError> {
+    let normalized = path::normalize(req.uri().path(), settings)
+        .map_err(|e| ProxyError::BadRequest(e.message()))?;
+    let path = match normalized {
+        path::Normalized::Path(std::borrow::Cow::Borrowed(_)) => return Ok(None),
+        path::Normalized::Path(std::borrow::Cow::Owned(path)) => path,
+        path::Normalized::Redirect(path) => {
+            // `//host` or `/\host` would send the client to another site.
+            let path = format!("/{}", path.trim_start_matches(['/', '\\']));
+            let location = match req.uri().query() {
+                Some(query) => format!("{path}?{query}"),
+                None => path,
+            };
+            let location = HeaderValue::try_from(location)
+                .map_err(|_| ProxyError::BadRequest("the normalised path is not a valid header"))?;
+            return Ok(Some(location));
+        }
+    };
+    let target = match req.uri().query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(
+        target
+            .parse()
+            .map_err(|_| ProxyError::BadRequest("the normalised path is not a valid path"))?,
+    );
+    *req.uri_mut() = http::Uri::from_parts(parts)
+        .map_err(|_| ProxyError::BadRequest("invalid request target"))?;
+    Ok(None)
+}
+
+/// Refuses a request whose head is larger than `limit` bytes, counted as Envoy does: the
+/// request line's target plus every header name and value.
+fn check_head_size<B>(req: &Request<B>, limit: usize) -> Result<(), ProxyError> {
+    let target = req.uri().authority().map_or(0, |a| a.as_str().len())
+        + req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let size = target
+        + req
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len())
+            .sum::<usize>();
+    if size > limit {
+        return Err(ProxyError::HeadersTooLarge { size, limit });
+    }
+    Ok(())
+}
+
+/// The host the client asked for: the URI's authority (HTTP/2's `:authority`, or an
+/// absolute-form HTTP/1.1 target, which RFC 9112 section 3.2.2 says overrides `Host`), else
+/// the `Host` header. HTTP/1.1 requires exactly one `Host` line (RFC 9112 section 3.2).
+fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, ProxyError> {
+    let mut hosts = req.headers().get_all(HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(ProxyError::BadRequest("more than one host header"));
+    }
+    if let Some(host) = host
+        && !is_authority(host.as_bytes())
+    {
+        return Err(ProxyError::BadRequest("invalid host header"));
+    }
+    if host.is_none() && req.version() == Version::HTTP_11 {
+        return Err(ProxyError::BadRequest(
+            "HTTP/1.1 request without a host header",
+        ));
+    }
+    if let Some(authority) = req.uri().authority() {
+        if !is_authority(authority.as_str().as_bytes()) {
+            return Err(ProxyError::BadRequest("invalid authority"));
+        }
+        return HeaderValue::from_str(authority.as_str())
+            .map(Some)
+            .map_err(|_| ProxyError::BadRequest("invalid authority"));
+    }
+    Ok(host.cloned())
+}
+
+/// Whether `value` is `host[:port]` as RFC 3986 writes it (section 3.2.2): an IP literal in
+/// brackets, or a name of unreserved characters and sub-delimiters; no user info (`@`), no
+/// path, no spaces. Anything else could be read differently by the upstream (or a cache keyed
+/// on it), so it is never forwarded. Percent escapes, which RFC 3986 allows in a name, are
+/// refused: DNS names never carry them (IDNs travel as punycode) and the `http` crate, so an
+/// HTTP/2 upstream's request, cannot carry them (found by the `h1_head` fuzz target).
+pub(crate) fn is_authority(value: &[u8]) -> bool {
+    let (host, port) = match value.first() {
+        Some(b'[') => match value.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let literal = &value[1..end];
+                let ok = !literal.is_empty()
+                    && literal
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
+                if !ok {
+                    return false;
+                }
+                match &value[end + 1..] {
+                    [] => return true,
+                    [b':', port @ ..] => (&value[..0], port),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        _ => match value.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&value[..colon], &value[colon + 1..]),
+            None => (value, &value[..0]),
+        },
+    };
+    let port_ok = port.is_empty()
+        || (port.len() <= 5
+            && port.iter().all(u8::is_ascii_digit)
+            && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65535);
+    let host_ok = host
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b));
+    // A bracketed literal has no name part; otherwise the name is required.
+    port_ok && host_ok && (!host.is_empty() || value.first() == Some(&b'['))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_authority;
+
+    #[test]
+    fn hosts_are_host_and_port_and_nothing_else() {
+        for good in [
+            "example.com",
+            "example.com:8080",
+            "example.com:65535",
+            "EXAMPLE.com:",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:8443",
+            "[::ffff:10.0.0.1]:1",
+            "a-b_c~d.e",
+            "xn--bcher-kva.example",
+            "a!$&'()*+,;=",
+        ] {
+            assert!(is_authority(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            "",
+            ":80",
+            "a b",
+            "a/b",
+            "user@host",
+            "a/b@c",
+            "host:port",
+            "host:123456",
+            "host:65536",
+            "host:99999",
+            "::1",
+            "[::1",
+            "[zz::1]",
+            "[::1]x",
+            "[]",
+            "a%2",
+            "a%zz",
+            "caf%C3%A9.example",
+            "b.example%c5:",
+            "a\\b",
+            "a?b",
+            "a#b",
+            "a\"b",
+        ] {
+            assert!(!is_authority(bad.as_bytes()), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs the fuzz targets for SECONDS each (default 20): fuzz/run.sh [SECONDS] [TARGET...]
+#
+# Each target starts from its corpus in fuzz/corpus/TARGET and works on a scratch copy
+# (fuzz/target/work/TARGET), so the checkout stays as it is. A crash stops the run: the input
+# is in fuzz/artifacts/TARGET/. Put it in fuzz/regressions/TARGET/ once fixed: `cargo test`
+# replays every corpus and regression input through the same checks.
+#
+# Needs Rust nightly (rustup) and cargo-fuzz; both are installed when missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+seconds=${1:-20}
+shift || true
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    targets=(config path_router h1_head ext_authz_answer balancer)
+fi
+
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version 0.13.2 --locked
+
+# cargo-fuzz's default: optimised, with debug assertions and overflow checks, under
+# AddressSanitizer.
+cargo +nightly fuzz build
+
+for target in "${targets[@]}"; do
+    work=target/work/$target
+    mkdir -p "$work" "artifacts/$target"
+    echo "== $target: $seconds s"
+    set +e
+    cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        > "target/work/$target.log" 2>&1
+    status=$?
+    set -e
+    grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)' \
+        "target/work/$target.log" || true
+    if [ $status -ne 0 ]; then
+        tail -n 60 "target/work/$target.log" >&2
+        echo "$target failed (exit $status); the input is in fuzz/artifacts/$target/" >&2
+        exit 1
+    fi
+done
