@@ -15,7 +15,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
 use envoy_types::pb::envoy::config::core::v3::{BindConfig, SocketAddress};
 use envoy_types::pb::google::protobuf::Any;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use testbed::resources::{self, eds_cluster};
@@ -128,7 +128,12 @@ impl SteadyClient {
                         {
                             Ok(())
                         }
-                        Ok(r) => Err(format!("status {}", r.status())),
+                        // The body names the cause (the response flag's text).
+                        Ok(r) => {
+                            let status = r.status();
+                            let body = r.into_body().collect().await.map(|b| b.to_bytes());
+                            Err(format!("status {status}: {body:?}"))
+                        }
                         Err(e) => Err(e.to_string()),
                     };
                     sent.fetch_add(1, Ordering::Relaxed);
@@ -386,10 +391,12 @@ async fn follows_the_management_server(protocol: &str) {
             .is_empty()
     })
     .await;
-    assert!(
-        tokio::net::TcpStream::connect(addr).await.is_err(),
-        "its port is closed"
-    );
+    // Each worker closes its socket as it applies the change, which may be just after the
+    // dump shows it.
+    eventually("its port closed", async || {
+        tokio::net::TcpStream::connect(addr).await.is_err()
+    })
+    .await;
     server.set(type_url::CLUSTER, vec![]);
     eventually("the cluster removed", async || {
         config_dump(&proxy)["clusters"]

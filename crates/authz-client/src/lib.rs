@@ -54,7 +54,7 @@ use http::{HeaderMap, HeaderName, Method, Version};
 pub use decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
 
 /// The fuzz target of the service's answers (`fuzz/`, feature `fuzzing`). Not an API.
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 

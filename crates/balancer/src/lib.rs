@@ -90,7 +90,7 @@
 
 mod balancer;
 mod error;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod hash;

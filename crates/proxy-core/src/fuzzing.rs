@@ -1,7 +1,7 @@
 //! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`): the config loader, the
 //! path normaliser with the router, and the HTTP/1.1 head checks. Each runs the code the proxy
 //! runs and asserts what must hold for any input, so a fuzzer finds wrong answers as well as
-//! panics. `fuzz/fuzz_targets/` runs them; the unit test below replays the corpus and
+//! panics. `fuzz/fuzz_targets/` runs them; tests/fuzz_corpus.rs replays the corpus and
 //! `fuzz/regressions/` (a crash found later goes there, and stays a test). Not an API.
 
 use std::sync::OnceLock;
@@ -314,47 +314,4 @@ fn check_written(req: &Request<()>) {
         .map(|h| h.name.to_ascii_lowercase())
         .collect();
     assert_eq!(names, parsed_names, "the upstream reads other headers");
-}
-
-#[cfg(test)]
-mod tests {
-    /// Every input of `fuzz/corpus/TARGET` and `fuzz/regressions/TARGET` through `run`.
-    fn replay(target: &str, run: fn(&[u8])) {
-        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
-        let mut inputs = 0;
-        for dir in ["corpus", "regressions"] {
-            let Ok(entries) = std::fs::read_dir(fuzz.join(dir).join(target)) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let data = std::fs::read(entry.path()).unwrap_or_default();
-                run(&data);
-                inputs += 1;
-            }
-        }
-        assert!(
-            inputs > 0,
-            "no corpus for {target} under {}",
-            fuzz.display()
-        );
-    }
-
-    #[test]
-    fn the_config_corpus_and_regressions_hold() {
-        replay("config", |data| {
-            if let Ok(text) = std::str::from_utf8(data) {
-                super::config(text);
-            }
-        });
-    }
-
-    #[test]
-    fn the_path_corpus_and_regressions_hold() {
-        replay("path_router", super::path);
-    }
-
-    #[test]
-    fn the_head_corpus_and_regressions_hold() {
-        replay("h1_head", super::h1_head);
-    }
 }

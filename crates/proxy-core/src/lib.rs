@@ -62,7 +62,7 @@ mod conn;
 mod context;
 mod error;
 mod filters;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod header_list;

@@ -19,14 +19,17 @@ use super::service::ProxyService;
 const QUIET_CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(super) async fn serve_h2(
-    io: DownstreamIo,
+    mut io: DownstreamIo,
     service: ProxyService,
     codecs: &Codecs,
     mut drain: watch::Receiver<bool>,
 ) {
     let ctx = Rc::clone(&service.conn);
     let flood = Rc::new(Cell::new(None));
-    let io = FrameMeter::new(io, codecs.h2_max_header_list_size, Rc::clone(&flood));
+    io.meter(FrameMeter::new(
+        codecs.h2_max_header_list_size,
+        Rc::clone(&flood),
+    ));
     let conn = codecs.h2.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     // GOAWAY on drain, once the connection has taken its share of requests, or when it has

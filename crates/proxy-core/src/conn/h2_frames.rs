@@ -1,6 +1,6 @@
-//! A meter on an HTTP/2 connection's input. It reads the frame headers as the bytes pass to
-//! the codec (payloads are skipped, never copied) to catch what the codec has no limit or no
-//! name for:
+//! A meter on an HTTP/2 connection's input (io.rs runs it on what it reads). It reads the
+//! frame headers as the bytes pass to the codec (payloads are skipped, never copied) to catch
+//! what the codec has no limit or no name for:
 //!
 //! - PING and SETTINGS floods: each such frame costs an answer. The codec queues one answer of
 //!   each at most and stops reading until it is written, so a peer that does not read cannot
@@ -11,12 +11,9 @@
 
 use std::cell::Cell;
 use std::io;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 /// PING and SETTINGS frames (not their acknowledgements) a client may send in one window.
@@ -45,21 +42,36 @@ pub(super) enum Flood {
     Continuation,
 }
 
-/// The connection's input, metered. `flood` says what the meter saw, for the connection task.
-pub(super) struct FrameMeter<T> {
-    io: T,
+/// Follows an HTTP/2 connection's input, frame header by frame header.
+pub(super) struct FrameMeter {
     scan: Scan,
+    /// What it saw, for the connection task once the codec is done.
     flood: Rc<Cell<Option<Flood>>>,
 }
 
-impl<T> FrameMeter<T> {
+impl FrameMeter {
     /// `max_header_list_size`: the codec's; with the default frame size it sets how many
     /// CONTINUATION frames a header block may take.
-    pub(super) fn new(io: T, max_header_list_size: usize, flood: Rc<Cell<Option<Flood>>>) -> Self {
+    pub(super) fn new(max_header_list_size: usize, flood: Rc<Cell<Option<Flood>>>) -> Self {
         Self {
-            io,
             scan: Scan::new(max_continuation_frames(max_header_list_size)),
             flood,
+        }
+    }
+
+    /// Follows `bytes`, the next bytes read. An error ends the connection (a PING or SETTINGS
+    /// flood); a CONTINUATION flood is only noted, as the codec ends it itself.
+    pub(super) fn read(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self.scan.bytes(bytes) {
+            None => Ok(()),
+            Some(Flood::Control) => {
+                self.flood.set(Some(Flood::Control));
+                Err(io::Error::other("HTTP/2 PING or SETTINGS flood"))
+            }
+            Some(flood) => {
+                self.flood.set(Some(flood));
+                Ok(())
+            }
         }
     }
 }
@@ -159,64 +171,6 @@ impl Scan {
             _ => {}
         }
         None
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for FrameMeter<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
-        match this.scan.bytes(&buf.filled()[before..]) {
-            None => Poll::Ready(Ok(())),
-            Some(Flood::Control) => {
-                this.flood.set(Some(Flood::Control));
-                Poll::Ready(Err(io::Error::other("HTTP/2 PING or SETTINGS flood")))
-            }
-            Some(flood) => {
-                this.flood.set(Some(flood));
-                Poll::Ready(Ok(()))
-            }
-        }
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for FrameMeter<T> {
-    #[inline]
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    #[inline]
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    #[inline]
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    #[inline]
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    #[inline]
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

@@ -13,6 +13,8 @@ use tokio::time::Sleep;
 use tokio_rustls::server::TlsStream;
 use tokio_util::either::Either;
 
+use super::h2_frames::FrameMeter;
+
 /// How long a closing connection keeps reading (and discarding) what the client still sends.
 const LINGER: Duration = Duration::from_secs(1);
 /// How much it reads at most while lingering.
@@ -32,6 +34,8 @@ pub(crate) struct DownstreamIo {
     prefix: Bytes,
     linger: Option<Pin<Box<Sleep>>>,
     drained: usize,
+    /// HTTP/2 only: the frame headers of what is read, followed for floods.
+    meter: Option<Box<FrameMeter>>,
 }
 
 impl DownstreamIo {
@@ -49,7 +53,13 @@ impl DownstreamIo {
             prefix: Bytes::new(),
             linger: None,
             drained: 0,
+            meter: None,
         }
+    }
+
+    /// Follows the frames read from now on (the connection speaks HTTP/2).
+    pub(crate) fn meter(&mut self, meter: FrameMeter) {
+        self.meter = Some(Box::new(meter));
     }
 
     /// The TCP socket under any TLS.
@@ -111,15 +121,20 @@ impl AsyncRead for DownstreamIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        let before = buf.filled().len();
         if !this.prefix.is_empty() {
             let n = this.prefix.len().min(buf.remaining());
             buf.put_slice(&this.prefix.split_to(n));
             if this.prefix.is_empty() {
                 this.prefix = Bytes::new();
             }
-            return Poll::Ready(Ok(()));
+        } else {
+            ready!(Pin::new(&mut this.transport).poll_read(cx, buf))?;
         }
-        Pin::new(&mut this.transport).poll_read(cx, buf)
+        if let Some(meter) = &mut this.meter {
+            meter.read(&buf.filled()[before..])?;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
