@@ -6,7 +6,7 @@
 # is in fuzz/artifacts/TARGET/. Put it in fuzz/regressions/TARGET/ once fixed: `cargo test`
 # replays every corpus and regression input through the same checks.
 #
-# Needs Rust nightly (rustup) and cargo-fuzz; both are installed when missing.
+# Needs rustup and a C++ compiler; Rust nightly and cargo-fuzz are installed when missing.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,8 +17,14 @@ if [ ${#targets[@]} -eq 0 ]; then
     targets=(config path_router h1_head ext_authz_answer balancer)
 fi
 
-rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v rustup >/dev/null || { echo "fuzz/run.sh needs rustup (for Rust nightly)" >&2; exit 1; }
+rustup run nightly rustc -V >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version 0.13.2 --locked
+# libFuzzer itself is C++, built by libfuzzer-sys.
+command -v c++ >/dev/null || command -v clang++ >/dev/null || {
+    echo "fuzz/run.sh needs a C++ compiler (Debian: apt-get install g++)" >&2
+    exit 1
+}
 
 # cargo-fuzz's default: optimised, with debug assertions and overflow checks, under
 # AddressSanitizer.

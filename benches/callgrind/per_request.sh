@@ -9,6 +9,8 @@
 # CONFIG_TEMPLATE is a legate config with {listen_port} and {upstream_port} placeholders (the
 # peer-bench template works; {run_dir} is a scratch directory). Prints instructions/request.
 # REQUEST_PATH (default /) is the path requested, e.g. a longer one to weigh path handling.
+# PROTOCOL=h2c sends the requests over HTTP/2 without TLS (to {h2c_port}, 10 streams at once
+# per connection) instead of HTTP/1.1.
 # Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client) and a release
 # build of noop-upstream (cargo build --release -p testbed --bin noop-upstream).
 set -euo pipefail
@@ -27,7 +29,11 @@ count() { # requests -> total instructions
     valgrind --tool=callgrind --callgrind-out-file="$run/cg.$1" "$bin" -c "$run/legate.yaml" 2>"$run/log.$1" &
     local pid=$!
     for _ in $(seq 200); do grep -q "legate ready" "$run/log.$1" 2>/dev/null && break; sleep 0.1; done
-    h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
+    if [ "${PROTOCOL:-h1}" = h2c ]; then
+        h2load -n "$1" -c 8 -m 10 "http://127.0.0.1:$((port + 3))${REQUEST_PATH:-/}" > "$run/h2load.$1"
+    else
+        h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
+    fi
     # Only a run where every request got a 2xx measures the request path.
     grep -q "status codes: $1 2xx" "$run/h2load.$1" \
         || { echo "not every request succeeded:" >&2; cat "$run/h2load.$1" >&2; exit 1; }
@@ -35,5 +41,5 @@ count() { # requests -> total instructions
     grep -m1 '^summary:\|^totals:' "$run/cg.$1" | awk '{print $2}'
 }
 a=$(count "$n1"); b=$(count "$n2")
-echo "$(( (b - a) / (n2 - n1) )) instructions/request ($bin, $(basename "$template"))"
+echo "$(( (b - a) / (n2 - n1) )) instructions/request (${PROTOCOL:-h1}, $bin, $(basename "$template"))"
 [ -z "${KEEP:-}" ] || echo "callgrind outputs kept in $run"

@@ -170,7 +170,7 @@ impl Catalog {
             ),
             downstream_cx_h2_control_flood: r.counter(
                 "downstream_cx_h2_control_flood",
-                "HTTP/2 connections closed for sending more than 1000 PING or SETTINGS frames in 10 seconds.",
+                "HTTP/2 connections closed for more than 1000 PING or SETTINGS frames in a 10-second window with no response data or headers sent between them.",
                 l,
             ),
             downstream_cx_idle_timeout: r.counter(

@@ -191,9 +191,9 @@ const HOP_BY_HOP: [&str; 6] = [
 
 /// The first byte picks the settings; the rest is an HTTP/1.1 request head, parsed as hyper
 /// parses one. A head the checks admit has its path in its one spelling and a host an upstream
-/// reads as the proxy does, routes as a scan does, and loses every hop-by-hop header on the way
-/// upstream; written out, it parses back to the same request line and header names. A redirect
-/// never leaves the site.
+/// reads as the proxy does, and routes as a scan does; after the hop-by-hop removal (as the
+/// handler and rewrite.rs do it) no hop-by-hop header is left, and written out it parses back to
+/// the same request line and header names. A redirect never leaves the site.
 pub fn h1_head(data: &[u8]) {
     let Some((&mode, head)) = data.split_first() else {
         return;

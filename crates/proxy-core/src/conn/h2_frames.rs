@@ -1,11 +1,13 @@
-//! A meter on an HTTP/2 connection's input (io.rs runs it on what it reads). It reads the
-//! frame headers as the bytes pass to the codec (payloads are skipped, never copied) to catch
-//! what the codec has no limit or no name for:
+//! A meter on an HTTP/2 connection (io.rs runs it on what it reads and writes). It reads the
+//! frame headers as the bytes pass (payloads are skipped, never copied) to catch what the
+//! codec has no limit or no name for:
 //!
 //! - PING and SETTINGS floods: each such frame costs an answer. The codec queues one answer of
 //!   each at most and stops reading until it is written, so a peer that does not read cannot
 //!   grow memory; a peer that does read could keep a core busy answering. More than
-//!   [`CONTROL_FRAMES_PER_WINDOW`] in [`CONTROL_WINDOW`] ends the connection.
+//!   [`CONTROL_FRAMES_PER_WINDOW`] in one [`CONTROL_WINDOW`] with no response data or headers
+//!   sent between them ends the connection (gRPC clients ping once per round trip while they
+//!   receive data; the count starts again with each response frame).
 //! - CONTINUATION floods: the codec ends them with GOAWAY ENHANCE_YOUR_CALM, as it ends reset
 //!   floods; the meter tells which one it was, for the counters.
 
@@ -25,6 +27,7 @@ pub(super) const CONTROL_WINDOW: Duration = Duration::from_secs(10);
 const PREFACE_LEN: usize = 24;
 const FRAME_HEADER_LEN: usize = 9;
 
+const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
@@ -42,9 +45,11 @@ pub(super) enum Flood {
     Continuation,
 }
 
-/// Follows an HTTP/2 connection's input, frame header by frame header.
+/// Follows an HTTP/2 connection's input, frame header by frame header, and what the proxy
+/// writes back (response data or headers end a run of control frames).
 pub(super) struct FrameMeter {
     scan: Scan,
+    written: Framing,
     /// What it saw, for the connection task once the codec is done.
     flood: Rc<Cell<Option<Flood>>>,
 }
@@ -55,6 +60,7 @@ impl FrameMeter {
     pub(super) fn new(max_header_list_size: usize, flood: Rc<Cell<Option<Flood>>>) -> Self {
         Self {
             scan: Scan::new(max_continuation_frames(max_header_list_size)),
+            written: Framing::new(0),
             flood,
         }
     }
@@ -74,55 +80,54 @@ impl FrameMeter {
             }
         }
     }
+
+    /// Follows `bytes`, the next bytes written to the client. A client receiving responses
+    /// may ping as it likes (gRPC clients ping once per round trip while data flows, to
+    /// size their windows): response data or headers start the count of control frames
+    /// again.
+    pub(super) fn wrote(&mut self, bytes: &[u8]) {
+        let scan = &mut self.scan;
+        self.written.follow(bytes, |kind, _| {
+            if kind == DATA || kind == HEADERS {
+                scan.control_frames = 0;
+            }
+            false
+        });
+    }
 }
 
 /// The codec's own limit (h2's `calc_max_continuation_frames`, with its default 16 KiB frame
-/// size): enough frames for the largest header list, plus a quarter, and at least 5.
+/// size, which the codecs keep): enough frames for the largest header list, plus a quarter,
+/// and at least 5.
 fn max_continuation_frames(max_header_list_size: usize) -> usize {
     let frames = (max_header_list_size / 16_384).max(1);
     (frames + (frames >> 2)).max(5)
 }
 
-/// Where the meter is in the byte stream.
-struct Scan {
-    preface_left: usize,
+/// Frame boundaries in a byte stream: headers gathered, payloads passed over.
+struct Framing {
+    /// Bytes to pass before the next frame header: the rest of a payload (or the preface).
+    pass: usize,
     header: [u8; FRAME_HEADER_LEN],
     header_len: usize,
-    /// Payload bytes of the current frame still to pass.
-    skip: usize,
-    /// CONTINUATION frames in the header block being received.
-    continuations: usize,
-    max_continuations: usize,
-    window_start: Option<Instant>,
-    control_frames: u32,
 }
 
-impl Scan {
-    fn new(max_continuations: usize) -> Self {
+impl Framing {
+    fn new(pass: usize) -> Self {
         Self {
-            preface_left: PREFACE_LEN,
+            pass,
             header: [0; FRAME_HEADER_LEN],
             header_len: 0,
-            skip: 0,
-            continuations: 0,
-            max_continuations,
-            window_start: None,
-            control_frames: 0,
         }
     }
 
-    /// Follows `bytes`, the next bytes of the input.
-    fn bytes(&mut self, mut bytes: &[u8]) -> Option<Flood> {
-        let mut seen = None;
+    /// Calls `frame` with the type and flags of each frame header `bytes` completes, until
+    /// it returns true.
+    fn follow(&mut self, mut bytes: &[u8], mut frame: impl FnMut(u8, u8) -> bool) {
         while !bytes.is_empty() {
-            if self.preface_left > 0 || self.skip > 0 {
-                let pass = if self.preface_left > 0 {
-                    &mut self.preface_left
-                } else {
-                    &mut self.skip
-                };
-                let n = (*pass).min(bytes.len());
-                *pass -= n;
+            if self.pass > 0 {
+                let n = self.pass.min(bytes.len());
+                self.pass -= n;
                 bytes = &bytes[n..];
                 continue;
             }
@@ -133,14 +138,54 @@ impl Scan {
             if self.header_len == FRAME_HEADER_LEN {
                 self.header_len = 0;
                 let [l0, l1, l2, kind, flags, ..] = self.header;
-                self.skip = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
-                match self.frame(kind, flags) {
-                    Some(Flood::Control) => return Some(Flood::Control),
-                    Some(flood) => seen = Some(flood),
-                    None => {}
+                self.pass = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
+                if frame(kind, flags) {
+                    return;
                 }
             }
         }
+    }
+}
+
+/// Where the meter is in the input, and what it counts.
+struct Scan {
+    framing: Framing,
+    /// CONTINUATION frames in the header block being received.
+    continuations: usize,
+    max_continuations: usize,
+    window_start: Option<Instant>,
+    /// PING and SETTINGS frames in this window since the proxy last sent response data or
+    /// headers.
+    control_frames: u32,
+}
+
+impl Scan {
+    fn new(max_continuations: usize) -> Self {
+        Self {
+            framing: Framing::new(PREFACE_LEN),
+            continuations: 0,
+            max_continuations,
+            window_start: None,
+            control_frames: 0,
+        }
+    }
+
+    /// Follows `bytes`, the next bytes of the input.
+    fn bytes(&mut self, bytes: &[u8]) -> Option<Flood> {
+        let mut seen = None;
+        let mut framing = std::mem::replace(&mut self.framing, Framing::new(0));
+        framing.follow(bytes, |kind, flags| match self.frame(kind, flags) {
+            Some(Flood::Control) => {
+                seen = Some(Flood::Control);
+                true
+            }
+            Some(flood) => {
+                seen = Some(flood);
+                false
+            }
+            None => false,
+        });
+        self.framing = framing;
         seen
     }
 
@@ -224,7 +269,7 @@ mod tests {
             }
         }
         assert_eq!(found, Some(Flood::Control));
-        // Every data frame payload was skipped: one PING over the budget, exactly.
+        // Every data frame payload was passed over: one PING over the budget, exactly.
         assert_eq!(scan.control_frames, CONTROL_FRAMES_PER_WINDOW + 1);
     }
 
@@ -245,5 +290,33 @@ mod tests {
             flood.extend(frame(CONTINUATION, 0, 0));
         }
         assert_eq!(scan.bytes(&flood), Some(Flood::Continuation));
+        // Noted, and the frames after it still followed.
+        assert_eq!(scan.bytes(&frame(HEADERS, END_HEADERS, 3)), None);
+        assert_eq!(scan.continuations, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn response_frames_written_start_the_count_again() {
+        let flood = Rc::new(Cell::new(None));
+        let mut meter = FrameMeter::new(60 * 1024, Rc::clone(&flood));
+        let mut input = preface();
+        input.extend(frame(SETTINGS, 0, 0));
+        assert!(meter.read(&input).is_ok());
+        let ping = frame(PING, 0, 8);
+        // A client pinging after every response frame it receives, far more than the budget.
+        let response = [frame(HEADERS, END_HEADERS, 5), frame(DATA, 0, 100)].concat();
+        for _ in 0..3 * CONTROL_FRAMES_PER_WINDOW {
+            assert!(meter.read(&ping).is_ok());
+            // Written in pieces, as a socket may take them.
+            for piece in response.chunks(7) {
+                meter.wrote(piece);
+            }
+        }
+        // With nothing sent back, the same pings are a flood.
+        let burst: Vec<u8> = (0..=CONTROL_FRAMES_PER_WINDOW)
+            .flat_map(|_| frame(PING, 0, 8))
+            .collect();
+        assert!(meter.read(&burst).is_err());
+        assert_eq!(flood.get(), Some(Flood::Control));
     }
 }

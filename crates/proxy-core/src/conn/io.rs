@@ -145,7 +145,12 @@ impl AsyncWrite for DownstreamIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().transport).poll_write(cx, buf)
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.transport).poll_write(cx, buf))?;
+        if let Some(meter) = &mut this.meter {
+            meter.wrote(&buf[..n]);
+        }
+        Poll::Ready(Ok(n))
     }
 
     #[inline]
@@ -154,7 +159,20 @@ impl AsyncWrite for DownstreamIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().transport).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.transport).poll_write_vectored(cx, bufs))?;
+        if let Some(meter) = &mut this.meter {
+            let mut left = n;
+            for buf in bufs {
+                let take = left.min(buf.len());
+                meter.wrote(&buf[..take]);
+                left -= take;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        Poll::Ready(Ok(n))
     }
 
     #[inline]

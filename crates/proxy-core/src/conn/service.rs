@@ -33,7 +33,12 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
             conn.retire.notify_one();
         }
         let in_flight = InFlight::new(conn, &req);
-        let req = req.map(|body| RequestBody::new(body, in_flight.received_counter()));
+        let mut req = req.map(|body| RequestBody::new(body, in_flight.received_counter()));
+        if req.version() == http::Version::HTTP_2 {
+            // The codec spawns this request's stream task next (conn/stream_exec.rs): its idle
+            // timer also counts the body's frames going upstream.
+            super::stream_exec::next_stream(req.body_mut().track_progress());
+        }
         Box::pin(handler::handle(
             req,
             Rc::clone(conn),

@@ -1,9 +1,16 @@
-//! The executor of the HTTP/2 codec's stream tasks: each runs on the worker's thread, and ends
-//! when nothing has moved on it for the listener's `stream_idle_timeout` (Envoy's stream idle
-//! timeout). A client that keeps a stream's window at zero, or never finishes sending its
-//! body, would otherwise hold the stream, and the upstream request behind it, for as long as
-//! the connection lives. Ending the task drops the stream: the codec resets it (CANCEL).
+//! The executor of the HTTP/2 codec's tasks. Each stream task ends when nothing has moved on
+//! its stream for the listener's `stream_idle_timeout` (Envoy's stream idle timeout): neither
+//! a wake of its own (response data, window) nor a frame of its request body going upstream
+//! (read by the upstream connection's task, so marked on a clock the body moves). A client
+//! that keeps a stream's window at zero, or stops sending its body half way, would otherwise
+//! hold the stream, and the upstream request behind it, for as long as the connection lives.
+//! Ending the task drops the stream: the codec resets it (CANCEL).
+//!
+//! The codec spawns other tasks through the same executor (the server-to-client half of an
+//! HTTP/2 WebSocket, which the tunnel's own idle timeout bounds): only the task spawned right
+//! after [`next_stream`] is a stream task.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -12,6 +19,21 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
+
+/// Marks the task the codec spawns next as a stream task, moving `activity` as its request
+/// body goes upstream. The codec spawns it at once, right after calling the service.
+struct StreamToken {
+    activity: Option<Rc<Cell<Instant>>>,
+}
+
+thread_local! {
+    static NEXT_STREAM: Cell<Option<StreamToken>> = const { Cell::new(None) };
+}
+
+/// Called by the service for an HTTP/2 request, just before the codec spawns its stream task.
+pub(super) fn next_stream(activity: Option<Rc<Cell<Instant>>>) {
+    NEXT_STREAM.set(Some(StreamToken { activity }));
+}
 
 #[derive(Clone)]
 pub(crate) struct StreamExec {
@@ -33,18 +55,28 @@ where
     F: Future + 'static,
 {
     fn execute(&self, fut: F) {
-        tokio::task::spawn_local(IdleLimit {
-            inner: fut,
-            timer: tokio::time::sleep(self.timeout),
-            timeout: self.timeout,
-            last: Instant::now(),
-            expired: Rc::clone(&self.expired),
-        });
+        match NEXT_STREAM.take() {
+            Some(StreamToken { activity }) => {
+                tokio::task::spawn_local(IdleLimit {
+                    inner: fut,
+                    timer: tokio::time::sleep(self.timeout),
+                    timeout: self.timeout,
+                    last: Instant::now(),
+                    activity,
+                    expired: Rc::clone(&self.expired),
+                });
+            }
+            None => {
+                tokio::task::spawn_local(async move {
+                    fut.await;
+                });
+            }
+        }
     }
 }
 
 pin_project! {
-    /// `inner`, ended once it has not been woken for `timeout`.
+    /// `inner`, ended once neither a wake of its own nor `activity` has moved for `timeout`.
     struct IdleLimit<F> {
         #[pin]
         inner: F,
@@ -53,6 +85,7 @@ pin_project! {
         timeout: Duration,
         // When `inner` was last polled for a wake of its own.
         last: Instant,
+        activity: Option<Rc<Cell<Instant>>>,
         expired: Rc<stats::Counter>,
     }
 }
@@ -66,12 +99,15 @@ impl<F: Future> Future for IdleLimit<F> {
         // The timer is moved only when it fires, not on every wake: most streams end first.
         let by_timer = this.timer.is_elapsed();
         if by_timer {
-            if now.duration_since(*this.last) >= *this.timeout {
+            let last = match this.activity {
+                Some(activity) => activity.get().max(*this.last),
+                None => *this.last,
+            };
+            if now.duration_since(last) >= *this.timeout {
                 this.expired.inc();
                 return Poll::Ready(());
             }
-            let deadline = *this.last + *this.timeout;
-            this.timer.as_mut().reset(deadline);
+            this.timer.as_mut().reset(last + *this.timeout);
         }
         if this.inner.poll(cx).is_ready() {
             return Poll::Ready(());
@@ -118,6 +154,7 @@ mod tests {
                 let exec = exec();
                 let ended = Rc::new(Cell::new(false));
                 let guard = Ended(Rc::clone(&ended));
+                next_stream(None);
                 exec.execute(async move {
                     let _guard = guard;
                     std::future::pending::<()>().await;
@@ -139,6 +176,7 @@ mod tests {
                 let exec = exec();
                 let finished = Rc::new(Cell::new(false));
                 let done = Rc::clone(&finished);
+                next_stream(None);
                 exec.execute(async move {
                     // Woken every 2/3 of the timeout, for ten timeouts in all.
                     for _ in 0..15 {
@@ -149,6 +187,42 @@ mod tests {
                 tokio::time::sleep(TIMEOUT * 11).await;
                 assert!(finished.get(), "the stream was ended");
                 assert_eq!(exec.expired.get(), 0);
+            })
+            .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_going_upstream_keeps_its_stream_and_other_tasks_are_left_alone() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let exec = exec();
+                // A stream task never woken itself, whose body moves every 2/3 of the timeout.
+                let activity = Rc::new(Cell::new(Instant::now()));
+                let stream_ended = Rc::new(Cell::new(false));
+                let guard = Ended(Rc::clone(&stream_ended));
+                next_stream(Some(Rc::clone(&activity)));
+                exec.execute(async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await;
+                });
+                // A task spawned without the mark (a WebSocket's send half), never woken.
+                let other_ended = Rc::new(Cell::new(false));
+                let guard = Ended(Rc::clone(&other_ended));
+                exec.execute(async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await;
+                });
+                for _ in 0..15 {
+                    tokio::time::sleep(TIMEOUT * 2 / 3).await;
+                    activity.set(Instant::now());
+                }
+                assert!(!stream_ended.get(), "a stream whose body moves was ended");
+                // The body stops: the stream ends a timeout later; the other task never does.
+                tokio::time::sleep(TIMEOUT + Duration::from_secs(1)).await;
+                assert!(stream_ended.get());
+                assert!(!other_ended.get());
+                assert_eq!(exec.expired.get(), 1);
             })
             .await;
     }

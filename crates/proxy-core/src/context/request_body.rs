@@ -90,10 +90,15 @@ impl RequestBody {
     }
 
     /// A clock the body moves forward each time a frame goes upstream, and when it ends;
-    /// `None` for a body that is already complete (no request body).
+    /// `None` for a body that is already complete (no request body). Asked again, the same
+    /// clock, set to now.
     pub(crate) fn track_progress(&mut self) -> Option<Rc<Cell<Instant>>> {
         if self.is_end_stream() {
             return None;
+        }
+        if let Some(clock) = &self.progress {
+            clock.set(Instant::now());
+            return Some(Rc::clone(clock));
         }
         let clock = Rc::new(Cell::new(Instant::now()));
         self.progress = Some(Rc::clone(&clock));
