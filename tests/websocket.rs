@@ -232,6 +232,33 @@ async fn websocket_over_http2_extended_connect() {
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
 }
 
+/// An HTTP/2 WebSocket quiet for longer than stream_idle_timeout still works: that timer is
+/// for streams, the tunnel has its own idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_http2_websocket_outlives_the_stream_idle_timeout() {
+    let (proxy, _noop) = start("stream_idle_timeout: 200ms").await;
+    let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
+    let mut req = Request::builder()
+        .method(Method::CONNECT)
+        .uri("http://legate.test/ws")
+        .header("sec-websocket-version", "13")
+        .body(Empty::new())
+        .unwrap();
+    req.extensions_mut()
+        .insert(hyper::ext::Protocol::from_static("websocket"));
+    let mut response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let stream = hyper::upgrade::on(&mut response).await.unwrap();
+    let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(stream), Role::Client, None).await;
+    ws.send(Message::text("before")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("before"));
+    // Quiet for five times the stream idle timeout: the quiet is what is tested.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    exchange(&mut ws).await;
+    close(ws).await;
+    assert_eq!(stat(proxy.admin.unwrap(), "downstream_rq_idle_timeout"), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrades_a_route_does_not_allow_or_an_upstream_declines_are_plain_requests() {
     let (proxy, _noop) = start("").await;
