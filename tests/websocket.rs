@@ -96,6 +96,26 @@ async fn connect(proxy: &Proxy, path: &str) -> WebSocketStream<TcpStream> {
     ws
 }
 
+/// A WebSocket to `/ws` over HTTP/2 extended CONNECT (RFC 8441): a 200 without the HTTP/1.1
+/// handshake's headers, then the stream is the tunnel.
+async fn connect_h2(
+    sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+) -> WebSocketStream<TokioIo<hyper::upgrade::Upgraded>> {
+    let mut req = Request::builder()
+        .method(Method::CONNECT)
+        .uri("http://legate.test/ws")
+        .header("sec-websocket-version", "13")
+        .body(Empty::new())
+        .unwrap();
+    req.extensions_mut()
+        .insert(hyper::ext::Protocol::from_static("websocket"));
+    let mut response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(!response.headers().contains_key("sec-websocket-accept"));
+    let stream = hyper::upgrade::on(&mut response).await.unwrap();
+    WebSocketStream::from_raw_socket(TokioIo::new(stream), Role::Client, None).await
+}
+
 /// Sends a few messages, large and fragmented among them, and checks each echo.
 async fn exchange<S>(ws: &mut WebSocketStream<S>)
 where
@@ -199,19 +219,7 @@ async fn websocket_through_a_filter_chain() {
 async fn websocket_over_http2_extended_connect() {
     let (proxy, _noop) = start("").await;
     let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
-    let mut req = Request::builder()
-        .method(Method::CONNECT)
-        .uri("http://legate.test/ws")
-        .header("sec-websocket-version", "13")
-        .body(Empty::new())
-        .unwrap();
-    req.extensions_mut()
-        .insert(hyper::ext::Protocol::from_static("websocket"));
-    let mut response = sender.send_request(req).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    assert!(!response.headers().contains_key("sec-websocket-accept"));
-    let stream = hyper::upgrade::on(&mut response).await.unwrap();
-    let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(stream), Role::Client, None).await;
+    let mut ws = connect_h2(&mut sender).await;
     exchange(&mut ws).await;
     close(ws).await;
     let admin = proxy.admin.unwrap();
@@ -238,18 +246,7 @@ async fn websocket_over_http2_extended_connect() {
 async fn a_quiet_http2_websocket_outlives_the_stream_idle_timeout() {
     let (proxy, _noop) = start("stream_idle_timeout: 200ms").await;
     let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
-    let mut req = Request::builder()
-        .method(Method::CONNECT)
-        .uri("http://legate.test/ws")
-        .header("sec-websocket-version", "13")
-        .body(Empty::new())
-        .unwrap();
-    req.extensions_mut()
-        .insert(hyper::ext::Protocol::from_static("websocket"));
-    let mut response = sender.send_request(req).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let stream = hyper::upgrade::on(&mut response).await.unwrap();
-    let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(stream), Role::Client, None).await;
+    let mut ws = connect_h2(&mut sender).await;
     ws.send(Message::text("before")).await.unwrap();
     assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("before"));
     // Quiet for five times the stream idle timeout: the quiet is what is tested.
