@@ -1,0 +1,66 @@
+//! Legate's HTTP/1.1 server codec, without I/O policy: what bytes mean and what bytes to
+//! write. The connection that drives it (reads, timeouts, keep-alive, drain) is the proxy's.
+//!
+//! - [`parse_request`] reads a request head straight from the read buffer with httparse and
+//!   decides the one way its body is delimited. It is strict where parsers have disagreed
+//!   (request smuggling): a request with both `Content-Length` and `Transfer-Encoding` is
+//!   refused, as are differing lengths, a final coding other than `chunked`, and
+//!   `Transfer-Encoding` in HTTP/1.0.
+//! - [`Input`] is a connection's read side: the buffer, the socket, and the body of the
+//!   request being served, which an [`IncomingBody`] reads on demand (backpressure: nothing
+//!   is read that the consumer has not asked for).
+//! - [`encode_head`], [`encode_chunk`] and [`encode_last_chunk`] write a response.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use h1::{BodyLength, parse_request};
+//!
+//! let mut buf = BytesMut::from(&b"POST /upload HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\n\r\nabc"[..]);
+//! let head = parse_request(&mut buf, 8192)?.expect("a whole head");
+//! assert_eq!(head.request.uri().path(), "/upload");
+//! assert_eq!(head.body, BodyLength::Length(3));
+//! assert_eq!(&buf[..], b"abc"); // the body stays in the buffer
+//!
+//! let mut smuggled = BytesMut::from(
+//!     &b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+//! );
+//! assert!(parse_request(&mut smuggled, 8192).is_err());
+//! # Ok::<(), h1::HeadError>(())
+//! ```
+
+mod body;
+mod chunked;
+mod date;
+mod request;
+mod response;
+
+pub use body::{IncomingBody, Input, Io};
+pub use chunked::{Chunk, ChunkedDecoder};
+pub use request::{BodyLength, HeadError, MAX_HEADERS, RequestHead, parse_request};
+pub use response::{
+    Answering, Framed, ResponseLength, encode_chunk, encode_head, encode_last_chunk, is_framing,
+};
+
+/// Why a request body could not be read to its end.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BodyError {
+    #[error("the client closed the connection before the body's end")]
+    Incomplete,
+    #[error("invalid chunk size line")]
+    InvalidChunkSize,
+    #[error("chunk size over 16 hex digits")]
+    ChunkSizeTooLarge,
+    #[error("chunk not followed by CRLF")]
+    MissingCrlf,
+    #[error("chunk extensions over the limit")]
+    ExtensionsTooLong,
+    #[error("trailer section over the limit")]
+    TrailersTooLarge,
+    #[error("malformed trailer section")]
+    InvalidTrailers,
+    #[error("reading the request body failed: {0}")]
+    Io(String),
+    /// The exchange the body belonged to is over (answered without reading it all).
+    #[error("the exchange ended before its body was read")]
+    Abandoned,
+}

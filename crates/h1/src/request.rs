@@ -1,0 +1,295 @@
+//! Request heads: the request line and header fields, tokenized by httparse in place, then
+//! checked for the one reading of the message's length (RFC 9112 section 6).
+
+use std::mem::MaybeUninit;
+
+use bytes::BytesMut;
+use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
+
+/// More header fields than this is a 431, as in hyper.
+pub const MAX_HEADERS: usize = 100;
+
+/// A request head that cannot be served. Each names its cause; [`HeadError::status`] is the
+/// answer to send before closing the connection.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HeadError {
+    #[error("request head over the {limit}-byte limit")]
+    TooLarge { limit: usize },
+    #[error("more than {MAX_HEADERS} header fields")]
+    TooManyHeaders,
+    #[error("malformed request head: {0}")]
+    Malformed(&'static str),
+    #[error("HTTP version not supported")]
+    Version,
+    #[error("invalid request target")]
+    InvalidTarget,
+    /// Both lengths: a message two parsers could split differently (request smuggling).
+    #[error("both Content-Length and Transfer-Encoding")]
+    ContentLengthAndTransferEncoding,
+    #[error("invalid Content-Length")]
+    InvalidContentLength,
+    /// Transfer-Encoding whose final coding is not `chunked`, or chunked twice.
+    #[error("invalid Transfer-Encoding")]
+    InvalidTransferEncoding,
+    /// A transfer coding other than chunked (gzip, deflate, ...), which is not decoded here.
+    #[error("unsupported transfer coding")]
+    UnsupportedTransferCoding,
+    #[error("Transfer-Encoding in an HTTP/1.0 request")]
+    TransferEncodingInHttp10,
+}
+
+impl HeadError {
+    /// The status to answer with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            HeadError::TooLarge { .. } | HeadError::TooManyHeaders => {
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+            }
+            HeadError::Version => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            HeadError::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// How the request's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLength {
+    /// No body (neither Content-Length nor Transfer-Encoding, or `Content-Length: 0`).
+    Empty,
+    Length(u64),
+    Chunked,
+}
+
+/// A parsed request head and what it says about the connection.
+#[derive(Debug)]
+pub struct RequestHead {
+    /// Method, target, version and header fields; the values share the read buffer's memory.
+    pub request: Request<()>,
+    pub body: BodyLength,
+    /// Whether the client keeps the connection open after this exchange (HTTP/1.1 unless
+    /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`).
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` on an HTTP/1.1 request with a body.
+    pub expect_continue: bool,
+}
+
+/// Parses a request head from the front of `buf`, removing it from `buf` when complete.
+/// `Ok(None)`: the head is not all there yet (and is within `max_head` bytes so far).
+pub fn parse_request(
+    buf: &mut BytesMut,
+    max_head: usize,
+) -> Result<Option<RequestHead>, HeadError> {
+    let mut fields: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
+        [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        buf,
+        &mut fields,
+    );
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= max_head => {
+            return Err(HeadError::TooLarge { limit: max_head });
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(httparse::Error::Version) if names_a_version(buf) => return Err(HeadError::Version),
+        Err(err) => return Err(HeadError::Malformed(malformed(err))),
+    };
+    if len > max_head {
+        return Err(HeadError::TooLarge { limit: max_head });
+    }
+    let version = match req.version {
+        Some(1) => Version::HTTP_11,
+        Some(0) => Version::HTTP_10,
+        _ => return Err(HeadError::Version),
+    };
+    // Where each piece sits in the buffer, so that the head can be split off as one `Bytes`
+    // and the target and values sliced from it without copying.
+    let base = buf.as_ptr() as usize;
+    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
+        .map_err(|_| HeadError::Malformed("invalid method"))?;
+    let target = offset(req.path.unwrap_or_default().as_bytes());
+    let mut positions = [((0usize, 0usize), (0usize, 0usize)); MAX_HEADERS];
+    let count = req.headers.len();
+    for (slot, field) in positions.iter_mut().zip(req.headers.iter()) {
+        *slot = (offset(field.name.as_bytes()), offset(field.value));
+    }
+    let head = buf.split_to(len).freeze();
+    let slice = |(at, len): (usize, usize)| head.slice(at..at + len);
+
+    let uri = Uri::from_maybe_shared(slice(target)).map_err(|_| HeadError::InvalidTarget)?;
+    let mut headers = HeaderMap::with_capacity(count);
+    let mut framing = Framing::new(version);
+    for &(name, value) in &positions[..count] {
+        let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
+            .map_err(|_| HeadError::Malformed("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(slice(value))
+            .map_err(|_| HeadError::Malformed("invalid header value"))?;
+        framing.field(&name, &value)?;
+        headers.append(name, value);
+    }
+    let body = framing.body()?;
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = version;
+    *request.headers_mut() = headers;
+    Ok(Some(RequestHead {
+        request,
+        body,
+        keep_alive: framing.keep_alive(),
+        expect_continue: framing.expect_continue && body != BodyLength::Empty,
+    }))
+}
+
+/// Whether the request line ends in `HTTP/<digit>.<digit>`: a version, if not one of ours
+/// (505), rather than something that is not HTTP at all (400).
+fn names_a_version(buf: &[u8]) -> bool {
+    let line = buf
+        .split(|&b| b == b'\n')
+        .find(|l| !l.trim_ascii().is_empty());
+    line.map(<[u8]>::trim_ascii_end).is_some_and(|line| {
+        line.len() >= 8 && {
+            let v = &line[line.len() - 8..];
+            v.starts_with(b"HTTP/")
+                && v[5].is_ascii_digit()
+                && v[6] == b'.'
+                && v[7].is_ascii_digit()
+        }
+    })
+}
+
+fn malformed(err: httparse::Error) -> &'static str {
+    match err {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token in the request line",
+        httparse::Error::Version => "not an HTTP request line",
+        _ => "malformed head",
+    }
+}
+
+/// What the header fields say about the body and the connection, as they are read.
+struct Framing {
+    version: Version,
+    content_length: Option<u64>,
+    /// Transfer-Encoding seen; whether its last coding so far is chunked.
+    transfer_encoding: Option<bool>,
+    chunked_count: usize,
+    other_coding: bool,
+    close: bool,
+    keep_alive_token: bool,
+    expect_continue: bool,
+}
+
+impl Framing {
+    fn new(version: Version) -> Self {
+        Self {
+            version,
+            content_length: None,
+            transfer_encoding: None,
+            chunked_count: 0,
+            other_coding: false,
+            close: false,
+            keep_alive_token: false,
+            expect_continue: false,
+        }
+    }
+
+    fn field(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), HeadError> {
+        if name == CONTENT_LENGTH {
+            // `42`, or a list of the same length (`42, 42`) as RFC 9110 section 8.6 allows.
+            for item in value.as_bytes().split(|&b| b == b',') {
+                let len = parse_length(trim(item)).ok_or(HeadError::InvalidContentLength)?;
+                match self.content_length {
+                    Some(seen) if seen != len => return Err(HeadError::InvalidContentLength),
+                    _ => self.content_length = Some(len),
+                }
+            }
+        } else if name == TRANSFER_ENCODING {
+            for coding in value.as_bytes().split(|&b| b == b',') {
+                let coding = trim(coding);
+                if coding.is_empty() {
+                    continue;
+                }
+                let chunked = coding.eq_ignore_ascii_case(b"chunked");
+                if chunked {
+                    self.chunked_count += 1;
+                } else {
+                    self.other_coding = true;
+                }
+                self.transfer_encoding = Some(chunked);
+            }
+            if self.transfer_encoding.is_none() {
+                return Err(HeadError::InvalidTransferEncoding);
+            }
+        } else if name == CONNECTION {
+            for token in value.as_bytes().split(|&b| b == b',') {
+                let token = trim(token);
+                if token.eq_ignore_ascii_case(b"close") {
+                    self.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    self.keep_alive_token = true;
+                }
+            }
+        } else if name == EXPECT {
+            self.expect_continue = trim(value.as_bytes()).eq_ignore_ascii_case(b"100-continue")
+                && self.version == Version::HTTP_11;
+        }
+        Ok(())
+    }
+
+    fn body(&self) -> Result<BodyLength, HeadError> {
+        match (self.transfer_encoding, self.content_length) {
+            (Some(_), Some(_)) => Err(HeadError::ContentLengthAndTransferEncoding),
+            (Some(_), None) if self.version == Version::HTTP_10 => {
+                Err(HeadError::TransferEncodingInHttp10)
+            }
+            (Some(true), None) if self.chunked_count == 1 && !self.other_coding => {
+                Ok(BodyLength::Chunked)
+            }
+            (Some(true), None) if self.chunked_count == 1 => {
+                Err(HeadError::UnsupportedTransferCoding)
+            }
+            (Some(_), None) => Err(HeadError::InvalidTransferEncoding),
+            (None, Some(0)) | (None, None) => Ok(BodyLength::Empty),
+            (None, Some(len)) => Ok(BodyLength::Length(len)),
+        }
+    }
+
+    fn keep_alive(&self) -> bool {
+        !self.close && (self.version == Version::HTTP_11 || self.keep_alive_token)
+    }
+}
+
+/// `1*DIGIT`, without a sign or spaces, that fits a u64.
+pub(crate) fn parse_length(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |len, &d| {
+        d.is_ascii_digit().then(|| len * 10 + u64::from(d - b'0'))
+    })
+}
+
+fn trim(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |i| i + 1);
+    &bytes[start..end.max(start)]
+}
+
+#[cfg(test)]
+mod tests;
