@@ -49,6 +49,16 @@ fn h1_head() {
 }
 
 #[test]
+fn h1_request() {
+    replay("h1_request", h1::fuzzing::request_head);
+}
+
+#[test]
+fn h1_chunked() {
+    replay("h1_chunked", h1::fuzzing::chunked_body);
+}
+
+#[test]
 fn ext_authz_answer() {
     replay("ext_authz_answer", authz_client::fuzzing::answer);
 }

@@ -68,6 +68,13 @@ impl<IO: Io> Input<IO> {
     }
 }
 
+impl<IO: Io> Input<IO> {
+    /// The socket and what was read beyond the last request (for an upgraded connection).
+    pub fn into_parts(self) -> (IO, BytesMut) {
+        (self.io, self.buf)
+    }
+}
+
 impl<IO: Io + ?Sized> Input<IO> {
     /// Starts the body of the next request; its generation, for its [`IncomingBody`].
     pub fn start_body(&mut self, length: BodyLength, expect_continue: bool) -> u64 {

@@ -31,6 +31,9 @@
 mod body;
 mod chunked;
 mod date;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod request;
 mod response;
 
@@ -38,7 +41,8 @@ pub use body::{IncomingBody, Input, Io};
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use request::{BodyLength, HeadError, MAX_HEADERS, RequestHead, parse_request};
 pub use response::{
-    Answering, Framed, ResponseLength, encode_chunk, encode_head, encode_last_chunk, is_framing,
+    Answering, Framed, ResponseLength, encode_chunk, encode_chunk_header, encode_head,
+    encode_last_chunk, is_framing,
 };
 
 /// Why a request body could not be read to its end.

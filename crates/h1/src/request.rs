@@ -205,13 +205,12 @@ impl Framing {
 
     fn field(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), HeadError> {
         if name == CONTENT_LENGTH {
-            // `42`, or a list of the same length (`42, 42`) as RFC 9110 section 8.6 allows.
-            for item in value.as_bytes().split(|&b| b == b',') {
-                let len = parse_length(trim(item)).ok_or(HeadError::InvalidContentLength)?;
-                match self.content_length {
-                    Some(seen) if seen != len => return Err(HeadError::InvalidContentLength),
-                    _ => self.content_length = Some(len),
-                }
+            // Digits only; repeated lines must agree. (A list, `42, 42`, is refused: RFC 9110
+            // section 8.6 lets a recipient take it, but an upstream might not.)
+            let len = parse_length(value.as_bytes()).ok_or(HeadError::InvalidContentLength)?;
+            match self.content_length {
+                Some(seen) if seen != len => return Err(HeadError::InvalidContentLength),
+                _ => self.content_length = Some(len),
             }
         } else if name == TRANSFER_ENCODING {
             for coding in value.as_bytes().split(|&b| b == b',') {
@@ -271,11 +270,14 @@ impl Framing {
 
 /// `1*DIGIT`, without a sign or spaces, that fits a u64.
 pub(crate) fn parse_length(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 19 {
+    if digits.is_empty() {
         return None;
     }
     digits.iter().try_fold(0u64, |len, &d| {
-        d.is_ascii_digit().then(|| len * 10 + u64::from(d - b'0'))
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        len.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
 }
 

@@ -173,9 +173,15 @@ pub fn encode_chunk(data: &[u8], out: &mut BytesMut) {
     if data.is_empty() {
         return;
     }
-    let _ = write!(out, "{:X}\r\n", data.len());
+    encode_chunk_header(data.len(), out);
     out.put_slice(data);
     out.put_slice(b"\r\n");
+}
+
+/// Writes the size line of a chunk of `len` bytes (non-zero), for data written from its own
+/// memory; a CRLF must follow the data.
+pub fn encode_chunk_header(len: usize, out: &mut BytesMut) {
+    let _ = write!(out, "{len:X}\r\n");
 }
 
 /// Writes the last chunk of a chunked body, with its trailer fields. Fields that would change

@@ -111,7 +111,7 @@ pub enum ProxyError {
         source: hyper::Error,
     },
     #[error("client went away while its request body was being sent: {source}")]
-    ClientAborted { source: hyper::Error },
+    ClientAborted { source: crate::context::BodyError },
     #[error("upstream {addr} sent an invalid response: {source}")]
     UpstreamProtocol {
         addr: SocketAddr,
@@ -142,7 +142,9 @@ impl ProxyError {
     pub(crate) fn from_upstream(addr: SocketAddr, source: hyper::Error) -> Self {
         if source.is_user() {
             // The request body we were relaying (the client's) failed: not the upstream's doing.
-            ProxyError::ClientAborted { source }
+            ProxyError::ClientAborted {
+                source: source.into(),
+            }
         } else if source.is_parse() || source.is_parse_status() || source.is_parse_too_large() {
             ProxyError::UpstreamProtocol { addr, source }
         } else {

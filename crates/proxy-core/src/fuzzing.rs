@@ -6,9 +6,9 @@
 
 use std::sync::OnceLock;
 
-use http::header::{CONNECTION, HeaderName, HeaderValue};
+use http::header::{CONNECTION, HeaderName};
 use http::uri::{Authority, PathAndQuery};
-use http::{HeaderMap, Method, Request, Uri, Version};
+use http::{HeaderMap, Request};
 
 use crate::config::{Config, EscapedSlashes, PathNormalization};
 use crate::http::forwarding::{strip_connection_listed, strip_hop_by_hop};
@@ -189,8 +189,8 @@ const HOP_BY_HOP: [&str; 6] = [
     "te",
 ];
 
-/// The first byte picks the settings; the rest is an HTTP/1.1 request head, parsed as hyper
-/// parses one. A head the checks admit has its path in its one spelling and a host an upstream
+/// The first byte picks the settings; the rest is an HTTP/1.1 request head, parsed by the
+/// codec. A head the checks admit has its path in its one spelling and a host an upstream
 /// reads as the proxy does, and routes as a scan does; after the hop-by-hop removal (as the
 /// handler and rewrite.rs do it) no hop-by-hop header is left, and written out it parses back to
 /// the same request line and header names. A redirect never leaves the site.
@@ -260,32 +260,13 @@ pub fn h1_head(data: &[u8]) {
     check_written(&req);
 }
 
-/// A head as hyper's HTTP/1.1 server builds it; `None` where hyper refuses it.
+/// A head as the HTTP/1.1 codec (crates/h1) reads it; `None` where it refuses it.
 fn parse_head(head: &[u8]) -> Option<Request<()>> {
-    let mut slots = [httparse::EMPTY_HEADER; 100];
-    let mut parsed = httparse::Request::new(&mut slots);
-    match parsed.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        _ => return None,
-    }
-    let method = Method::from_bytes(parsed.method?.as_bytes()).ok()?;
-    let uri = Uri::try_from(parsed.path?).ok()?;
-    let version = match parsed.version? {
-        1 => Version::HTTP_11,
-        _ => Version::HTTP_10,
-    };
-    let mut req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .version(version)
-        .body(())
-        .ok()?;
-    for header in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(header.name.as_bytes()).ok()?;
-        let value = HeaderValue::from_bytes(header.value).ok()?;
-        req.headers_mut().append(name, value);
-    }
-    Some(req)
+    let mut buf = bytes::BytesMut::from(head);
+    h1::parse_request(&mut buf, 64 * 1024)
+        .ok()
+        .flatten()
+        .map(|head| head.request)
 }
 
 /// The request line and headers an HTTP/1.1 upstream gets parse back to what was sent.

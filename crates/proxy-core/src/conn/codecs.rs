@@ -1,9 +1,9 @@
-//! The codec settings of one listener: hyper's HTTP/1.1 and HTTP/2 builders with the
-//! listener's limits, built once per worker.
+//! The codec settings of one listener: the HTTP/1.1 codec's limits and hyper's HTTP/2
+//! builder, built once per worker.
 
 use std::time::Duration;
 
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 
 use super::stream_exec::StreamExec;
 use crate::config::{ListenerConfig, RouteAction};
@@ -17,20 +17,32 @@ const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// The codec settings of one listener, built once per worker.
 pub(crate) struct Codecs {
-    pub(super) h1: http1::Builder,
+    pub(super) h1: H1Limits,
     pub(super) h2: http2::Builder<StreamExec>,
     pub(super) idle_timeout: Duration,
     /// HTTP/2: a connection without a request this long after it opened is closed.
     pub(super) request_headers_timeout: Duration,
-    /// Idle time before an HTTP/1.1 codec is parked: [`PARK_AFTER`], or sooner when the
-    /// header timeout is shorter, since hyper's header timer also runs between requests.
+    /// How long a begun HTTP/1.1 head may sit unfinished before its read buffer is given up
+    /// (its bytes kept): [`PARK_AFTER`], or sooner when the header timeout is shorter.
     pub(super) park_after: Duration,
     /// What the HTTP/2 codec takes; the frame meter follows the same CONTINUATION limit.
     pub(super) h2_max_header_list_size: usize,
 }
 
+/// The HTTP/1.1 codec's sizes.
+pub(super) struct H1Limits {
+    /// The largest request head read: the buffer limit, or the head limit when that is
+    /// larger. (A head over the head limit but within this is refused by the handler, which
+    /// counts its size as Envoy does.)
+    pub(super) max_head: usize,
+    /// How much a request body read asks for at once.
+    pub(super) read_size: usize,
+    /// How much of a response is gathered before it is written.
+    pub(super) write_buffer: usize,
+}
+
 impl Codecs {
-    /// The request-head limit the handler must check itself: hyper's HTTP/1.1 buffer only
+    /// The request-head limit the handler must check itself: the HTTP/1.1 codec only
     /// enforces it when the buffer limit is not larger. (HTTP/2 enforces it in the codec.)
     pub(crate) fn head_limit_to_check(listener: &ListenerConfig) -> Option<usize> {
         let max_head = listener.http.max_request_headers_kb as usize * 1024;
@@ -46,17 +58,11 @@ impl Codecs {
     pub(crate) fn new(listener: &ListenerConfig, stream_idle_timeouts: stats::Counter) -> Self {
         let max_head = listener.http.max_request_headers_kb as usize * 1024;
         let limit = listener.buffer_limit;
-        let mut h1 = http1::Builder::new();
-        h1.keep_alive(true)
-            .timer(hyper_util::rt::TokioTimer::new())
-            // A codec is created when a request starts arriving (idle connections are parked
-            // without one), so this bounds the head itself, not the idle time between requests.
-            .header_read_timeout(listener.http.request_headers_timeout)
-            // hyper reads heads and bodies into one buffer, and bounds its write queue by the
-            // same size: the buffer limit, or the head limit when that is larger (a head
-            // larger than the buffer is answered 431 by hyper, a smaller one over the head
-            // limit by the handler). Never below hyper's 8 KiB minimum.
-            .max_buf_size(Self::h1_buffer(listener));
+        let h1 = H1Limits {
+            max_head: Self::h1_buffer(listener),
+            read_size: limit as usize,
+            write_buffer: limit as usize,
+        };
         let mut h2 = http2::Builder::new(StreamExec::new(
             listener.http.stream_idle_timeout,
             stream_idle_timeouts,

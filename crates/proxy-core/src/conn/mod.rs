@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! mod.rs      accept-side setup: TLS, sniffing, choosing the codec
-//! codecs.rs   hyper's builders with the listener's limits
-//! h1.rs       HTTP/1.1, with idle connections parked without a codec
+//! codecs.rs   the HTTP/1.1 codec's limits and hyper's HTTP/2 builder, per listener
+//! h1/         HTTP/1.1 on crates/h1, with idle connections parked without a buffer
 //! h2.rs       HTTP/2, GOAWAY on drain or max_requests_per_connection
 //! h2_frames.rs  the HTTP/2 input's frame headers, metered for PING, SETTINGS and
 //!             CONTINUATION floods

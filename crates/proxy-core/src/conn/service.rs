@@ -1,5 +1,8 @@
-//! The per-connection service handed to the codec: one call per request.
+//! The per-connection service: one call per request, into http/handler.rs. HTTP/2 requests
+//! come from hyper's codec through the `Service` impl; HTTP/1.1 requests from h1/.
 
+use std::cell::Cell;
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::rc::Rc;
 
@@ -15,13 +18,18 @@ pub(super) struct ProxyService {
     pub(super) http: Rc<HttpSlot>,
 }
 
-impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
-    type Response = http::Response<ResponseBody>;
-    type Error = std::convert::Infallible;
-    // Boxed so the codec can be taken apart when parked (that needs Unpin futures).
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>>>>;
+/// A request being served: the response it will get.
+pub(super) type Serving =
+    Pin<Box<dyn Future<Output = Result<http::Response<ResponseBody>, Infallible>>>>;
 
-    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+impl ProxyService {
+    /// Counts the request and starts serving it; `body` makes its body, given the counter
+    /// of bytes received for the access log.
+    pub(super) fn serve<B>(
+        &self,
+        req: http::Request<B>,
+        body: impl FnOnce(B, Option<Rc<Cell<u64>>>) -> RequestBody,
+    ) -> Serving {
         let conn = &self.conn;
         let served = conn.requests.get() + 1;
         conn.requests.set(served);
@@ -33,7 +41,8 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
             conn.retire.notify_one();
         }
         let in_flight = InFlight::new(conn, &req);
-        let mut req = req.map(|body| RequestBody::new(body, in_flight.received_counter()));
+        let received = in_flight.received_counter();
+        let mut req = req.map(|b| body(b, received));
         if req.version() == http::Version::HTTP_2 {
             // The codec spawns this request's stream task next (conn/stream_exec.rs): its idle
             // timer also counts the body's frames going upstream.
@@ -45,5 +54,16 @@ impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
             self.http.current(),
             in_flight,
         ))
+    }
+}
+
+impl hyper::service::Service<http::Request<Incoming>> for ProxyService {
+    type Response = http::Response<ResponseBody>;
+    type Error = Infallible;
+    // Boxed so the codec can be taken apart when parked (that needs Unpin futures).
+    type Future = Serving;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        self.serve(req, RequestBody::new)
     }
 }

@@ -21,15 +21,21 @@ pub struct RequestBody {
     replay: Option<Rc<RefCell<Replay>>>,
 }
 
+/// Why a request body could not be relayed: the codec's error (HTTP/2: hyper's; HTTP/1.1:
+/// [`h1::BodyError`]).
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 enum Source {
     Client(hyper::body::Incoming),
+    /// An HTTP/1.1 body, read from the connection as it is asked for.
+    Http1(h1::IncomingBody),
     /// A retry: the frames recorded from the first try.
     Replayed(VecDeque<Bytes>),
     /// The client's body, of which the first frames were read ahead (for an authorization
     /// check) and are sent before the rest.
     ReadAhead {
         front: VecDeque<Frame<Bytes>>,
-        rest: hyper::body::Incoming,
+        rest: Box<Source>,
     },
 }
 
@@ -78,8 +84,17 @@ impl RequestBody {
         }
     }
 
-    /// A body with nothing in it: for requests the proxy makes up (tests, benchmarks).
-    #[cfg(any(test, feature = "bench"))]
+    /// An HTTP/1.1 request's body.
+    pub(crate) fn http1(inner: h1::IncomingBody, received: Option<Rc<Cell<u64>>>) -> Self {
+        Self {
+            source: Source::Http1(inner),
+            received,
+            progress: None,
+            replay: None,
+        }
+    }
+
+    /// A body with nothing in it: a request without one, or one the proxy makes up.
     pub(crate) fn empty() -> Self {
         Self {
             source: Source::Replayed(VecDeque::new()),
@@ -107,11 +122,12 @@ impl RequestBody {
 
     /// Reads the body ahead until `max` bytes or its end, keeping what it read to send first:
     /// `(the first max bytes, whether that is the whole body)`.
-    pub(crate) async fn read_ahead(&mut self, max: usize) -> Result<(Bytes, bool), hyper::Error> {
+    pub(crate) async fn read_ahead(&mut self, max: usize) -> Result<(Bytes, bool), BodyError> {
         use http_body_util::BodyExt;
-        let Source::Client(inner) = &mut self.source else {
+        if !matches!(self.source, Source::Client(_) | Source::Http1(_)) {
             return Ok((Bytes::new(), self.source_ended()));
-        };
+        }
+        let inner = &mut self.source;
         let mut front = VecDeque::new();
         let mut start = bytes::BytesMut::new();
         let mut read = 0usize;
@@ -131,9 +147,10 @@ impl RequestBody {
         }
         let whole = inner.is_end_stream() && read <= max;
         let rest = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
-        if let Source::Client(rest) = rest {
-            self.source = Source::ReadAhead { front, rest };
-        }
+        self.source = Source::ReadAhead {
+            front,
+            rest: Box::new(rest),
+        };
         Ok((start.freeze(), whole))
     }
 
@@ -160,26 +177,73 @@ impl Drop for RequestBody {
     }
 }
 
-impl Body for RequestBody {
+impl Body for Source {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        let polled = match &mut this.source {
-            Source::Client(inner) => Pin::new(inner).poll_frame(cx),
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            Source::Client(inner) => Pin::new(inner).poll_frame(cx).map_err(Into::into),
+            Source::Http1(inner) => Pin::new(inner).poll_frame(cx).map_err(Into::into),
             Source::Replayed(frames) => {
-                return Poll::Ready(frames.pop_front().map(|data| Ok(Frame::data(data))));
+                Poll::Ready(frames.pop_front().map(|data| Ok(Frame::data(data))))
             }
             Source::ReadAhead { front, rest } => match front.pop_front() {
                 Some(frame) => Poll::Ready(Some(Ok(frame))),
-                None => Pin::new(rest).poll_frame(cx),
+                None => Pin::new(rest.as_mut()).poll_frame(cx),
             },
-        };
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Source::Client(inner) => inner.is_end_stream(),
+            Source::Http1(inner) => inner.is_end_stream(),
+            Source::Replayed(frames) => frames.is_empty(),
+            Source::ReadAhead { front, rest } => front.is_empty() && rest.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Source::Client(inner) => inner.size_hint(),
+            Source::Http1(inner) => inner.size_hint(),
+            Source::Replayed(frames) => {
+                SizeHint::with_exact(frames.iter().map(|f| f.len() as u64).sum())
+            }
+            Source::ReadAhead { front, rest } => {
+                let ahead: u64 = front
+                    .iter()
+                    .filter_map(|f| f.data_ref().map(|d| d.len() as u64))
+                    .sum();
+                let rest = rest.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + ahead);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + ahead);
+                }
+                hint
+            }
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.source).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
@@ -208,35 +272,13 @@ impl Body for RequestBody {
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        match &self.source {
-            Source::Client(inner) => inner.size_hint(),
-            Source::Replayed(frames) => {
-                SizeHint::with_exact(frames.iter().map(|f| f.len() as u64).sum())
-            }
-            Source::ReadAhead { front, rest } => {
-                let ahead: u64 = front
-                    .iter()
-                    .filter_map(|f| f.data_ref().map(|d| d.len() as u64))
-                    .sum();
-                let rest = rest.size_hint();
-                let mut hint = SizeHint::new();
-                hint.set_lower(rest.lower() + ahead);
-                if let Some(upper) = rest.upper() {
-                    hint.set_upper(upper + ahead);
-                }
-                hint
-            }
-        }
+        self.source.size_hint()
     }
 }
 
 impl RequestBody {
     #[inline]
     fn source_ended(&self) -> bool {
-        match &self.source {
-            Source::Client(inner) => inner.is_end_stream(),
-            Source::Replayed(frames) => frames.is_empty(),
-            Source::ReadAhead { front, rest } => front.is_empty() && rest.is_end_stream(),
-        }
+        self.source.is_end_stream()
     }
 }

@@ -14,7 +14,7 @@
 pub(crate) mod forwarding;
 pub(crate) mod handler;
 pub(crate) mod head;
-mod local_reply;
+pub(crate) mod local_reply;
 mod response_body;
 mod rewrite;
 mod upgrade;

@@ -1,0 +1,235 @@
+//! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`): the codec against a
+//! reference reading of the same bytes. Not an API.
+
+use bytes::BytesMut;
+use http::{HeaderMap, Method, Uri, Version};
+
+use crate::{
+    BodyLength, Chunk, ChunkedDecoder, HeadError, encode_chunk, encode_last_chunk, parse_request,
+};
+
+const MAX_HEAD: usize = 64 * 1024;
+
+/// How hyper 1.x's HTTP/1.1 server reads a request head: httparse, then its framing rules
+/// (proto/h1/role.rs). The reference the codec is compared with.
+enum Reference {
+    Partial,
+    Refused,
+    Accepted {
+        method: Method,
+        uri: Uri,
+        version: Version,
+        headers: Vec<(String, Vec<u8>)>,
+        body: BodyLength,
+        keep_alive: bool,
+        /// Content-Length beside Transfer-Encoding: hyper drops the length and closes after.
+        both_lengths: bool,
+        /// A coding before the final chunked, or chunked twice: hyper takes it.
+        odd_coding: bool,
+    },
+}
+
+fn hyper_reading(data: &[u8]) -> Reference {
+    let mut slots = [httparse::EMPTY_HEADER; crate::MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut slots);
+    match req.parse(data) {
+        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => {}
+        Ok(httparse::Status::Partial) if data.len() < MAX_HEAD => return Reference::Partial,
+        _ => return Reference::Refused,
+    }
+    let version = if req.version == Some(1) {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    let (Some(method), Some(path)) = (req.method, req.path) else {
+        return Reference::Refused;
+    };
+    let (Ok(method), Ok(uri)) = (Method::from_bytes(method.as_bytes()), Uri::try_from(path)) else {
+        return Reference::Refused;
+    };
+    let mut length = None;
+    let (mut te, mut chunked, mut chunked_count, mut other) = (false, false, 0, false);
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut headers = Vec::new();
+    for field in req.headers.iter() {
+        let name = field.name.to_ascii_lowercase();
+        let value = field.value;
+        let tokens = || {
+            value
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .filter(|t| !t.is_empty())
+        };
+        match name.as_str() {
+            "transfer-encoding" => {
+                if version == Version::HTTP_10 {
+                    return Reference::Refused;
+                }
+                te = true;
+                chunked = tokens()
+                    .next_back()
+                    .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
+                for t in tokens() {
+                    if t.eq_ignore_ascii_case(b"chunked") {
+                        chunked_count += 1;
+                    } else {
+                        other = true;
+                    }
+                }
+            }
+            "content-length" => {
+                let Some(len) = crate::request::parse_length(value) else {
+                    return Reference::Refused;
+                };
+                if length.is_some_and(|seen| seen != len) {
+                    return Reference::Refused;
+                }
+                length = Some(len);
+            }
+            "connection" => {
+                close |= tokens().any(|t| t.eq_ignore_ascii_case(b"close"));
+                keep_alive_token |= tokens().any(|t| t.eq_ignore_ascii_case(b"keep-alive"));
+            }
+            _ => {}
+        }
+        headers.push((name, value.to_vec()));
+    }
+    if te && !chunked {
+        return Reference::Refused;
+    }
+    let body = match (te, length) {
+        (true, _) => BodyLength::Chunked,
+        (false, Some(0) | None) => BodyLength::Empty,
+        (false, Some(len)) => BodyLength::Length(len),
+    };
+    Reference::Accepted {
+        method,
+        uri,
+        version,
+        headers,
+        body,
+        keep_alive: !close && (version == Version::HTTP_11 || keep_alive_token),
+        both_lengths: te && length.is_some(),
+        odd_coding: te && (chunked_count > 1 || other),
+    }
+}
+
+/// Differential: the codec reads a head as hyper does (same method, target, version, fields
+/// and framing), except where it is stricter on purpose: Content-Length beside
+/// Transfer-Encoding, and codings other than one final `chunked`. It never takes what hyper
+/// refuses.
+pub fn request_head(data: &[u8]) {
+    let mut buf = BytesMut::from(data);
+    let ours = parse_request(&mut buf, MAX_HEAD);
+    match (ours, hyper_reading(data)) {
+        (Ok(None), Reference::Partial) | (Err(_), Reference::Refused) => {}
+        (Ok(Some(head)), Reference::Refused) => {
+            panic!("taken here, refused by hyper: {:?}", head.request)
+        }
+        (
+            Ok(Some(head)),
+            Reference::Accepted {
+                method,
+                uri,
+                version,
+                headers,
+                body,
+                keep_alive,
+                both_lengths,
+                odd_coding,
+            },
+        ) => {
+            assert!(
+                !both_lengths && !odd_coding,
+                "a stricter refusal was missed"
+            );
+            let req = &head.request;
+            assert_eq!(req.method(), method);
+            assert_eq!(req.uri(), &uri);
+            assert_eq!(req.version(), version);
+            let ours: Vec<(String, Vec<u8>)> = req
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect();
+            // The map groups repeated names; the order within a name is kept.
+            let mut theirs = headers;
+            let mut ours_sorted = ours;
+            theirs.sort_by(|a, b| a.0.cmp(&b.0));
+            ours_sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(ours_sorted, theirs);
+            assert_eq!(head.body, body);
+            assert_eq!(head.keep_alive, keep_alive);
+        }
+        (
+            Err(err),
+            Reference::Accepted {
+                both_lengths,
+                odd_coding,
+                ..
+            },
+        ) => match err {
+            HeadError::ContentLengthAndTransferEncoding => assert!(both_lengths),
+            HeadError::InvalidTransferEncoding | HeadError::UnsupportedTransferCoding => {
+                assert!(odd_coding, "{err}")
+            }
+            other => panic!("refused here, taken by hyper: {other}"),
+        },
+        (Ok(None), _) | (Err(_) | Ok(Some(_)), Reference::Partial) => {
+            // Incomplete to one and not the other: only when the head is over the limit.
+            assert!(data.len() >= MAX_HEAD, "disagree on completeness");
+        }
+    }
+}
+
+/// A chunked body decoded the same however the bytes arrive (the first input byte sets
+/// the read size), and, re-encoded, decoded back to the same data and trailers.
+pub fn chunked_body(data: &[u8]) {
+    let Some((&stride, body)) = data.split_first() else {
+        return;
+    };
+    let whole = decode(body, body.len().max(1));
+    let split = decode(body, usize::from(stride % 16) + 1);
+    assert_eq!(whole, split, "the split changed the reading");
+    if let Ok((data, trailers, _)) = whole {
+        let mut encoded = BytesMut::new();
+        for piece in data.chunks(1000) {
+            encode_chunk(piece, &mut encoded);
+        }
+        encode_last_chunk(trailers.as_ref(), &mut encoded);
+        let again = decode(&encoded, encoded.len().max(1));
+        let Ok((data_again, trailers_again, rest)) = again else {
+            panic!("re-encoded body does not decode: {again:?}");
+        };
+        assert_eq!(data_again, data);
+        assert_eq!(trailers_again, trailers);
+        assert!(rest.is_empty());
+    }
+}
+
+type Decoded = (Vec<u8>, Option<HeaderMap>, Vec<u8>);
+
+fn decode(input: &[u8], stride: usize) -> Result<Decoded, String> {
+    let mut decoder = ChunkedDecoder::new(8 * 1024);
+    let mut buf = BytesMut::new();
+    let mut body = Vec::new();
+    let mut pieces = input.chunks(stride).peekable();
+    while let Some(piece) = pieces.next() {
+        buf.extend_from_slice(piece);
+        while let Some(chunk) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+            let trailers = match chunk {
+                Chunk::Data(data) => {
+                    body.extend_from_slice(&data);
+                    continue;
+                }
+                Chunk::Trailers(trailers) => Some(trailers),
+                Chunk::End => None,
+            };
+            let rest = buf.iter().chain(pieces.flatten()).copied().collect();
+            return Ok((body, trailers, rest));
+        }
+    }
+    Err("incomplete".into())
+}

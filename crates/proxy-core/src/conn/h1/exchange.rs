@@ -1,0 +1,190 @@
+//! One HTTP/1.1 exchange: the request head read and checked by the codec, the request served
+//! by the handler (its body read from the connection as the upstream takes it), the response
+//! written.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use h1::{Answering, BodyLength, HeadError, IncomingBody, RequestHead};
+use http::{Method, StatusCode, Version};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::write::{self, Written};
+use super::{FIRST_READ, Shared};
+use crate::conn::Codecs;
+use crate::conn::service::ProxyService;
+use crate::context::{ConnCtx, RequestBody, Tunnel};
+use crate::http::local_reply;
+
+/// What the connection does after an exchange.
+pub(super) enum Next {
+    KeepAlive,
+    Close,
+    /// The response was a 101: the connection is relayed to the upstream from here on.
+    Tunnel(Box<Tunnel>),
+}
+
+/// Serves the request whose first bytes are in the buffer.
+pub(super) async fn serve(
+    input: &Shared,
+    service: &ProxyService,
+    codecs: &Codecs,
+    drain: &mut watch::Receiver<bool>,
+) -> Next {
+    let ctx = &*service.conn;
+    let head = match read_head(input, ctx, codecs).await {
+        Ok(head) => head,
+        Err(None) => return Next::Close,
+        Err(Some(refused)) => return refuse(input, refused, codecs).await,
+    };
+    let RequestHead {
+        request,
+        body: length,
+        keep_alive,
+        expect_continue,
+    } = head;
+    let answering = Answering {
+        head_request: request.method() == Method::HEAD,
+        version: request.version(),
+        keep_alive,
+    };
+    let generation = input.borrow_mut().start_body(length, expect_continue);
+    let body = (length != BodyLength::Empty).then(|| {
+        let shared: Rc<RefCell<h1::Input<dyn h1::Io>>> = input.clone();
+        IncomingBody::new(shared, generation)
+    });
+    let mut serving = service.serve(request, move |(), received| match body {
+        Some(body) => RequestBody::http1(body, received),
+        None => RequestBody::empty(),
+    });
+    let mut draining = *drain.borrow();
+    let mut watching = true;
+    let response = loop {
+        tokio::select! {
+            biased;
+            response = &mut serving => break response,
+            _ = drain.wait_for(|draining| *draining), if !draining => draining = true,
+            gone = client_gone(input, codecs.h1.max_head), if watching => {
+                if gone {
+                    // The request is cancelled: its upstream try too.
+                    tracing::debug!(peer = %ctx.peer, "client closed the connection mid-request");
+                    return Next::Close;
+                }
+                watching = false;
+            }
+        }
+    };
+    drop(serving);
+    let Ok(response) = response;
+    let tunnel = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        ctx.tunnel.borrow_mut().take()
+    } else {
+        None
+    };
+    let answering = Answering {
+        keep_alive: answering.keep_alive && !draining,
+        ..answering
+    };
+    let written = write::response(input, response, answering, codecs.h1.write_buffer).await;
+    // A body the exchange did not read to its end (the response came first) must end in what
+    // is already buffered for the connection to go on to the next request.
+    let body_finished = {
+        let mut input = input.borrow_mut();
+        let finished = input.body_done() || input.skip_buffered_body();
+        input.end_exchange();
+        finished
+    };
+    match (written, tunnel) {
+        (Written::Complete { .. }, Some(tunnel)) => Next::Tunnel(tunnel),
+        (Written::Complete { keep_alive: true }, None) if body_finished && !*drain.borrow() => {
+            Next::KeepAlive
+        }
+        _ => Next::Close,
+    }
+}
+
+/// Whether the client closes the connection while its request is served (`true`), which
+/// cancels the request; `false` when it cannot be watched. Only watched once the request's
+/// body is all read: until then the body's reader owns the socket's read readiness (a second
+/// reader would take its wake-ups). What arrives meanwhile (the next pipelined request) is
+/// kept, up to a head's worth.
+async fn client_gone(input: &Shared, max_buffered: usize) -> bool {
+    poll_fn(|cx| {
+        let mut input = input.borrow_mut();
+        loop {
+            if !input.body_done() || input.buf.len() >= max_buffered {
+                return Poll::Ready(false);
+            }
+            match std::task::ready!(input.poll_read_more(cx, FIRST_READ)) {
+                Ok(0) | Err(_) => return Poll::Ready(true),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+}
+
+/// Reads until the buffer holds a whole request head. `Err(None)`: the connection is to
+/// close without an answer (the client went away, or took longer than
+/// `request_headers_timeout` from its first byte); `Err(Some(_))`: a head to refuse.
+async fn read_head(
+    input: &Shared,
+    ctx: &ConnCtx,
+    codecs: &Codecs,
+) -> Result<RequestHead, Option<HeadError>> {
+    let started = Instant::now();
+    let deadline = started + codecs.request_headers_timeout;
+    let mut park_at = Some(started + codecs.park_after);
+    loop {
+        let parsed = h1::parse_request(&mut input.borrow_mut().buf, codecs.h1.max_head);
+        match parsed {
+            Ok(Some(head)) => return Ok(head),
+            Ok(None) => {}
+            Err(refused) => return Err(Some(refused)),
+        }
+        let want = input.borrow().buf.len().max(FIRST_READ);
+        tokio::select! {
+            read = poll_fn(|cx| input.borrow_mut().poll_read_more(cx, want)) => match read {
+                Ok(0) | Err(_) => return Err(None),
+                Ok(_) => {}
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                ctx.listener.stats.cx_headers_timeout.inc();
+                return Err(None);
+            }
+            _ = tokio::time::sleep_until(park_at.unwrap_or(deadline)), if park_at.is_some() => {
+                // A head begun and not finished: keep only its bytes, not the read buffer.
+                park_at = None;
+                let mut input = input.borrow_mut();
+                let kept = BytesMut::from(&input.buf[..]);
+                tracing::trace!(peer = %ctx.peer, buffered = kept.len(), "parked");
+                input.buf = kept;
+            }
+        }
+    }
+}
+
+/// Answers a head the codec refused, then closes: after a malformed head the stream may
+/// hold anything.
+async fn refuse(input: &Shared, refused: HeadError, codecs: &Codecs) -> Next {
+    tracing::debug!(error = %refused, "refused a request head");
+    let status = refused.status();
+    let body = match status {
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "request headers too large\n",
+        StatusCode::HTTP_VERSION_NOT_SUPPORTED => "HTTP version not supported\n",
+        StatusCode::NOT_IMPLEMENTED => "transfer coding not supported\n",
+        _ => "bad request\n",
+    };
+    let reply = local_reply::text(status, Bytes::from_static(body.as_bytes()));
+    let answering = Answering {
+        head_request: false,
+        version: Version::HTTP_11,
+        keep_alive: false,
+    };
+    write::response(input, reply, answering, codecs.h1.write_buffer).await;
+    Next::Close
+}

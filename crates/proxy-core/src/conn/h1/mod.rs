@@ -1,0 +1,139 @@
+//! HTTP/1.1 connections, on the codec in crates/h1: one task reads each request head, serves
+//! the request, and writes its response, then reads the next. Between requests a connection
+//! is *parked*: it holds no buffer, only its socket, until the client sends again, which is
+//! what lets a proxy hold tens of thousands of idle connections (lesson L2).
+//!
+//! ```text
+//! mod.rs       the connection: parked between requests, an exchange at a time, upgrades
+//! exchange.rs  one request: its head read (within request_headers_timeout) and served
+//! write.rs     one response: its head and body written, with the framing the codec chose
+//! ```
+
+mod exchange;
+mod write;
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::Poll;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWrite;
+use tokio::sync::watch;
+
+use super::io::DownstreamIo;
+use super::service::ProxyService;
+use super::{Codecs, ConnCtx};
+use exchange::Next;
+
+/// The connection's input (its socket and what has been read), shared with the body of the
+/// request being served. It is borrowed only within a poll, never across an await.
+type Shared = Rc<RefCell<h1::Input<DownstreamIo>>>;
+
+/// What the first read of a request asks room for: most heads fit.
+const FIRST_READ: usize = 4096;
+
+pub(super) async fn serve_h1(
+    io: DownstreamIo,
+    service: ProxyService,
+    codecs: &Codecs,
+    mut drain: watch::Receiver<bool>,
+) {
+    let ctx = Rc::clone(&service.conn);
+    let input: Shared = Rc::new(RefCell::new(h1::Input::new(
+        io,
+        codecs.h1.read_size,
+        codecs.h1.max_head,
+    )));
+    let next = loop {
+        if input.borrow().buf.is_empty() && !park(&input, &ctx, codecs, &mut drain).await {
+            break Next::Close;
+        }
+        // Boxed, so that the state of an exchange is not part of every connection's task: a
+        // parked one costs only what `park` needs.
+        match Box::pin(exchange::serve(&input, &service, codecs, &mut drain)).await {
+            Next::KeepAlive => {}
+            next => break next,
+        }
+    };
+    if let Next::Tunnel(tunnel) = next {
+        // The 101 is out: from here on the connection is a byte relay, not HTTP. Nothing else
+        // holds the input (an upgrade request's body is empty).
+        if let Ok(input) = Rc::try_unwrap(input) {
+            let (io, rest) = input.into_inner().into_parts();
+            let http = service.http.current();
+            // Boxed: only upgraded connections carry the relay's state.
+            Box::pin(crate::http::relay_tunnel(
+                io,
+                rest.freeze(),
+                *tunnel,
+                &ctx,
+                http.upgrade_idle_timeout,
+                http.upgrade_buffer,
+            ))
+            .await;
+        }
+        return;
+    }
+    // A lingering close: the client gets what was written even if it is still sending.
+    let _ = poll_fn(|cx| {
+        let mut input = input.borrow_mut();
+        std::pin::Pin::new(&mut input.io).poll_shutdown(cx)
+    })
+    .await;
+}
+
+/// Waits, holding nothing but the socket, until the client sends again: `true` once bytes of
+/// its next request are in the buffer, `false` when the connection should close (the client
+/// closed it, it idled out or reached its maximum duration, or the proxy drains).
+async fn park(
+    input: &Shared,
+    ctx: &ConnCtx,
+    codecs: &Codecs,
+    drain: &mut watch::Receiver<bool>,
+) -> bool {
+    {
+        let mut input = input.borrow_mut();
+        if input.buf.capacity() > 0 {
+            input.buf = BytesMut::new();
+            crate::memory::codec_released();
+        }
+    }
+    loop {
+        let buffered = input.borrow_mut().io.has_buffered();
+        if !buffered {
+            tracing::trace!(peer = %ctx.peer, buffered = 0, "parked");
+            let last_active = ctx.last_active.get();
+            let idle_until = last_active + codecs.idle_timeout;
+            // A connection in use (idle for less than park_after) is retired by a response
+            // saying `connection: close`, not by closing it under a request on its way.
+            let expires_at = ctx
+                .expires_at()
+                .map(|at| at.max(last_active + codecs.park_after));
+            tokio::select! {
+                ready = poll_fn(|cx| input.borrow().io.tcp().poll_read_ready(cx)) => {
+                    if ready.is_err() {
+                        return false;
+                    }
+                }
+                _ = drain.wait_for(|draining| *draining) => return false,
+                _ = tokio::time::sleep_until(idle_until) => {
+                    ctx.listener.stats.cx_idle_timeout.inc();
+                    return false;
+                }
+                () = crate::context::sleep_until_some(expires_at) => {
+                    ctx.listener.stats.cx_max_duration.inc();
+                    return false;
+                }
+            }
+        }
+        // Readiness can be stale, or TLS records without data: a read that would wait means
+        // the connection is still idle.
+        let read = poll_fn(|cx| Poll::Ready(input.borrow_mut().poll_read_more(cx, FIRST_READ)));
+        match read.await {
+            Poll::Ready(Ok(0) | Err(_)) => return false,
+            Poll::Ready(Ok(_)) => return true,
+            Poll::Pending => {}
+        }
+    }
+}
