@@ -128,15 +128,7 @@ impl<IO: Io + ?Sized> Input<IO> {
             // Not begun: the final response comes instead.
             self.continue_left = 0;
         }
-        while self.continue_left > 0 {
-            let from = CONTINUE.len() - self.continue_left;
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &CONTINUE[from..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.continue_left -= n;
-        }
-        Poll::Ready(Ok(()))
+        self.poll_write_continue(cx)
     }
 
     /// Reads more from the socket into the buffer, with room for at least `want` bytes:
@@ -168,7 +160,7 @@ impl<IO: Io + ?Sized> Input<IO> {
             }
             if self.continue_left > 0 {
                 if self.buf.is_empty() || self.continue_left < CONTINUE.len() {
-                    if let Err(err) = ready!(self.poll_finish_continue_begun(cx)) {
+                    if let Err(err) = ready!(self.poll_write_continue(cx)) {
                         self.body = BodyState::Failed;
                         return Poll::Ready(Some(Err(BodyError::Io(err.to_string()))));
                     }
@@ -197,7 +189,11 @@ impl<IO: Io + ?Sized> Input<IO> {
         }
     }
 
-    fn poll_finish_continue_begun(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// Writes what is left of the `100 Continue`, and flushes it.
+    fn poll_write_continue(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.continue_left == 0 {
+            return Poll::Ready(Ok(()));
+        }
         while self.continue_left > 0 {
             let from = CONTINUE.len() - self.continue_left;
             let n = ready!(Pin::new(&mut self.io).poll_write(cx, &CONTINUE[from..]))?;

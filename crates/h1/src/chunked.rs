@@ -133,6 +133,9 @@ impl ChunkedDecoder {
     }
 
     fn trailers(&mut self, buf: &mut BytesMut) -> Result<Option<Chunk>, BodyError> {
+        if buf.first() == Some(&b'\n') {
+            return Err(BodyError::MissingCrlf);
+        }
         if buf.len() < 2 {
             return Ok(None);
         }
@@ -154,6 +157,14 @@ impl ChunkedDecoder {
         if len > self.max_trailers {
             return Err(BodyError::TrailersTooLarge);
         }
+        // httparse takes a bare LF as a line end; framing here takes CRLF only.
+        if buf[..len]
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b == b'\n' && (i == 0 || buf[i - 1] != b'\r'))
+        {
+            return Err(BodyError::MissingCrlf);
+        }
         let mut trailers = HeaderMap::with_capacity(fields.len());
         for field in fields.iter() {
             let name = HeaderName::from_bytes(field.name.as_bytes())
@@ -166,6 +177,10 @@ impl ChunkedDecoder {
         }
         buf.advance(len);
         self.state = State::Done;
+        // Nothing left of them (framing fields only): the body simply ends.
+        if trailers.is_empty() {
+            return Ok(Some(Chunk::End));
+        }
         Ok(Some(Chunk::Trailers(trailers)))
     }
 }
@@ -247,6 +262,8 @@ mod tests {
             (b"10000000000000000\r\n", BodyError::ChunkSizeTooLarge),
             (b"1;a\0b\r\n", BodyError::InvalidChunkSize),
             (b"0\r\nbad header\r\n\r\n", BodyError::InvalidTrailers),
+            (b"0\r\n\n", BodyError::MissingCrlf),
+            (b"0\r\nx: y\n\r\n", BodyError::MissingCrlf),
         ] {
             assert_eq!(
                 decode_all(input).unwrap_err(),

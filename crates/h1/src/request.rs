@@ -114,18 +114,20 @@ pub fn parse_request(
     let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
         .map_err(|_| HeadError::Malformed("invalid method"))?;
     let target = offset(req.path.unwrap_or_default().as_bytes());
-    let mut positions = [((0usize, 0usize), (0usize, 0usize)); MAX_HEADERS];
-    let count = req.headers.len();
-    for (slot, field) in positions.iter_mut().zip(req.headers.iter()) {
-        *slot = (offset(field.name.as_bytes()), offset(field.value));
-    }
+    // Sized to the head (a zeroed array of MAX_HEADERS would cost more than the allocation).
+    let positions: Vec<_> = req
+        .headers
+        .iter()
+        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
+        .collect();
+    let count = positions.len();
     let head = buf.split_to(len).freeze();
     let slice = |(at, len): (usize, usize)| head.slice(at..at + len);
 
     let uri = Uri::from_maybe_shared(slice(target)).map_err(|_| HeadError::InvalidTarget)?;
     let mut headers = HeaderMap::with_capacity(count);
     let mut framing = Framing::new(version);
-    for &(name, value) in &positions[..count] {
+    for &(name, value) in &positions {
         let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
             .map_err(|_| HeadError::Malformed("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(slice(value))

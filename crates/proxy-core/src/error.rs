@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+/// Why a request body could not be relayed: the codec's error (HTTP/2: hyper's; HTTP/1.1:
+/// `h1::BodyError`).
+pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Envoy's response flags: the short code an operator greps for in a log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResponseFlag {
@@ -111,7 +115,7 @@ pub enum ProxyError {
         source: hyper::Error,
     },
     #[error("client went away while its request body was being sent: {source}")]
-    ClientAborted { source: crate::context::BodyError },
+    ClientAborted { source: BodyError },
     #[error("upstream {addr} sent an invalid response: {source}")]
     UpstreamProtocol {
         addr: SocketAddr,

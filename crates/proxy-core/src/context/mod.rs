@@ -14,4 +14,4 @@ pub(crate) mod request_id;
 
 pub(crate) use conn::{ConnCtx, ListenerCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use in_flight::InFlight;
-pub(crate) use request_body::{BodyError, Replay, RequestBody};
+pub(crate) use request_body::{Replay, RequestBody};

@@ -21,9 +21,7 @@ pub struct RequestBody {
     replay: Option<Rc<RefCell<Replay>>>,
 }
 
-/// Why a request body could not be relayed: the codec's error (HTTP/2: hyper's; HTTP/1.1:
-/// [`h1::BodyError`]).
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+use crate::error::BodyError;
 
 enum Source {
     Client(hyper::body::Incoming),
