@@ -32,23 +32,7 @@ async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> String {
 async fn send_raw_bytes(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(bytes).await.unwrap();
-    read_to_close(&mut stream).await
-}
-
-async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
-    let mut seen = Vec::new();
-    let read = tokio::time::timeout(BOUND, async {
-        let mut buf = [0u8; 8192];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => seen.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(read.is_ok(), "the proxy never closed the connection");
-    seen
+    read_until_closed(&mut stream).await
 }
 
 /// Reads one response with a `content-length` (or none: no body) from a kept connection.
@@ -287,7 +271,15 @@ async fn a_client_gone_mid_body_costs_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_while_waiting_cancels_its_request() {
-    let (_noop, proxy) = setup().await;
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    // A route timeout longer than the wait below, so only the cancellation can end it.
+    let config = forward_config(&[noop.local_addr()], "").replace(
+        "        cluster: backend",
+        "        cluster: backend\n        timeout: 120s",
+    );
+    let proxy = Proxy::start(&config, 1);
     let admin = proxy.admin.unwrap();
     let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
     stream

@@ -230,24 +230,6 @@ async fn a_response_with_two_lengths_is_a_502_and_its_connection_is_dropped() {
     }
 }
 
-/// Reads `stream` to its end (the proxy closing it), within a generous bound; returns the
-/// bytes read.
-async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
-    let mut seen = Vec::new();
-    let read = tokio::time::timeout(std::time::Duration::from_secs(20), async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => seen.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(read.is_ok(), "the proxy never closed the connection");
-    seen
-}
-
 /// The frame types of an HTTP/2 byte stream from the server (no preface on that side).
 fn frame_types(mut bytes: &[u8]) -> Vec<u8> {
     let mut types = Vec::new();

@@ -572,3 +572,21 @@ pub fn alice_or_401() -> testbed::AuthzRules {
         ..testbed::AuthzRules::default()
     }
 }
+
+/// Reads what the proxy sends until it closes the connection (within 20 s).
+pub async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the proxy never closed the connection");
+    seen
+}

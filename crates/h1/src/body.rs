@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, ready};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -66,9 +66,7 @@ impl<IO: Io> Input<IO> {
             io,
         }
     }
-}
 
-impl<IO: Io> Input<IO> {
     /// The socket and what was read beyond the last request (for an upgraded connection).
     pub fn into_parts(self) -> (IO, BytesMut) {
         (self.io, self.buf)
@@ -246,11 +244,6 @@ impl<IO: Io + ?Sized> Input<IO> {
             BodyState::Length(left) => Some(left),
             _ => None,
         }
-    }
-
-    /// Drops the bytes a caller has used from the front of the buffer.
-    pub fn consume(&mut self, n: usize) {
-        self.buf.advance(n);
     }
 }
 

@@ -7,6 +7,8 @@ use bytes::BytesMut;
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
 
+use crate::response::has_token;
+
 /// More header fields than this is a 431, as in hyper.
 pub const MAX_HEADERS: usize = 100;
 
@@ -216,7 +218,7 @@ impl Framing {
             }
         } else if name == TRANSFER_ENCODING {
             for coding in value.as_bytes().split(|&b| b == b',') {
-                let coding = trim(coding);
+                let coding = coding.trim_ascii();
                 if coding.is_empty() {
                     continue;
                 }
@@ -232,16 +234,13 @@ impl Framing {
                 return Err(HeadError::InvalidTransferEncoding);
             }
         } else if name == CONNECTION {
-            for token in value.as_bytes().split(|&b| b == b',') {
-                let token = trim(token);
-                if token.eq_ignore_ascii_case(b"close") {
-                    self.close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                    self.keep_alive_token = true;
-                }
-            }
+            self.close |= has_token(value.as_bytes(), b"close");
+            self.keep_alive_token |= has_token(value.as_bytes(), b"keep-alive");
         } else if name == EXPECT {
-            self.expect_continue = trim(value.as_bytes()).eq_ignore_ascii_case(b"100-continue")
+            self.expect_continue = value
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"100-continue")
                 && self.version == Version::HTTP_11;
         }
         Ok(())
@@ -281,18 +280,6 @@ pub(crate) fn parse_length(digits: &[u8]) -> Option<u64> {
         }
         len.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
-}
-
-fn trim(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |i| i + 1);
-    &bytes[start..end.max(start)]
 }
 
 #[cfg(test)]
