@@ -64,6 +64,9 @@ pub enum BodyLength {
     Chunked,
 }
 
+/// Header fields a request head's map has room for beyond its own.
+const ADDED_FIELDS: usize = 6;
+
 /// A parsed request head and what it says about the connection.
 #[derive(Debug)]
 pub struct RequestHead {
@@ -127,7 +130,9 @@ pub fn parse_request(
     let slice = |(at, len): (usize, usize)| head.slice(at..at + len);
 
     let uri = Uri::from_maybe_shared(slice(target)).map_err(|_| HeadError::InvalidTarget)?;
-    let mut headers = HeaderMap::with_capacity(count);
+    // Room for the fields a proxy adds (request id, forwarding headers) without the map
+    // growing, which would copy and rehash it.
+    let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
     let mut framing = Framing::new(version);
     for &(name, value) in &positions {
         let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])

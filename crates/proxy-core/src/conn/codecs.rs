@@ -22,8 +22,9 @@ pub(crate) struct Codecs {
     pub(super) idle_timeout: Duration,
     /// HTTP/2: a connection without a request this long after it opened is closed.
     pub(super) request_headers_timeout: Duration,
-    /// How long a begun HTTP/1.1 head may sit unfinished before its read buffer is given up
-    /// (its bytes kept): [`PARK_AFTER`], or sooner when the header timeout is shorter.
+    /// How long an idle HTTP/1.1 connection keeps its read buffer, and a begun head may sit
+    /// unfinished before the buffer is given up (its bytes kept): [`PARK_AFTER`], or sooner
+    /// when the header timeout is shorter.
     pub(super) park_after: Duration,
     /// What the HTTP/2 codec takes; the frame meter follows the same CONTINUATION limit.
     pub(super) h2_max_header_list_size: usize,

@@ -1,7 +1,8 @@
 //! HTTP/1.1 connections, on the codec in crates/h1: one task reads each request head, serves
-//! the request, and writes its response, then reads the next. Between requests a connection
-//! is *parked*: it holds no buffer, only its socket, until the client sends again, which is
-//! what lets a proxy hold tens of thousands of idle connections (lesson L2).
+//! the request, and writes its response, then reads the next. A connection idle for a moment
+//! (`park_after`, a second) is *parked*: it holds no buffer, only its socket, until the client
+//! sends again, which is what lets a proxy hold tens of thousands of idle connections (lesson
+//! L2); a busy one keeps its buffer from one request to the next.
 //!
 //! ```text
 //! mod.rs       the connection: parked between requests, an exchange at a time, upgrades
@@ -14,12 +15,14 @@ mod write;
 
 use std::cell::RefCell;
 use std::future::poll_fn;
+use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::task::Poll;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWrite;
 use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
 
 use super::io::DownstreamIo;
 use super::service::ProxyService;
@@ -45,8 +48,15 @@ pub(super) async fn serve_h1(
         codecs.h1.read_size,
         codecs.h1.max_head,
     )));
+    // One timer for the connection's life, re-armed only when it fires (see `park`): a busy
+    // connection adds and removes no timer per request.
+    let mut timer = pin!(tokio::time::sleep_until(
+        ctx.last_active.get() + codecs.park_after
+    ));
     let next = loop {
-        if input.borrow().buf.is_empty() && !park(&input, &ctx, codecs, &mut drain).await {
+        if input.borrow().buf.is_empty()
+            && !park(&input, &ctx, codecs, &mut drain, timer.as_mut()).await
+        {
             break Next::Close;
         }
         // Boxed, so that the state of an exchange is not part of every connection's task: a
@@ -83,33 +93,25 @@ pub(super) async fn serve_h1(
     .await;
 }
 
-/// Waits, holding nothing but the socket, until the client sends again: `true` once bytes of
-/// its next request are in the buffer, `false` when the connection should close (the client
-/// closed it, it idled out or reached its maximum duration, or the proxy drains).
+/// Waits until the client sends again: `true` once bytes of its next request are in the
+/// buffer, `false` when the connection should close (the client closed it, it idled out or
+/// reached its maximum duration, or the proxy drains). For `park_after` after its last request
+/// the connection keeps its read buffer, so a busy client's next request costs no allocation;
+/// past that it holds nothing but the socket.
+///
+/// `timer` may be armed for an earlier time than any deadline here (they all move later as
+/// the connection is used): when it fires, the deadlines are checked and it is re-armed for
+/// the next one.
 async fn park(
     input: &Shared,
     ctx: &ConnCtx,
     codecs: &Codecs,
     drain: &mut watch::Receiver<bool>,
+    mut timer: Pin<&mut Sleep>,
 ) -> bool {
-    {
-        let mut input = input.borrow_mut();
-        if input.buf.capacity() > 0 {
-            input.buf = BytesMut::new();
-            crate::memory::codec_released();
-        }
-    }
     loop {
         let buffered = input.borrow_mut().io.has_buffered();
         if !buffered {
-            tracing::trace!(peer = %ctx.peer, buffered = 0, "parked");
-            let last_active = ctx.last_active.get();
-            let idle_until = last_active + codecs.idle_timeout;
-            // A connection in use (idle for less than park_after) is retired by a response
-            // saying `connection: close`, not by closing it under a request on its way.
-            let expires_at = ctx
-                .expires_at()
-                .map(|at| at.max(last_active + codecs.park_after));
             tokio::select! {
                 ready = poll_fn(|cx| input.borrow().io.tcp().poll_read_ready(cx)) => {
                     if ready.is_err() {
@@ -117,13 +119,12 @@ async fn park(
                     }
                 }
                 _ = drain.wait_for(|draining| *draining) => return false,
-                _ = tokio::time::sleep_until(idle_until) => {
-                    ctx.listener.stats.cx_idle_timeout.inc();
-                    return false;
-                }
-                () = crate::context::sleep_until_some(expires_at) => {
-                    ctx.listener.stats.cx_max_duration.inc();
-                    return false;
+                () = timer.as_mut() => {
+                    let Some(next) = parked_deadline(input, ctx, codecs) else {
+                        return false;
+                    };
+                    timer.as_mut().reset(next);
+                    continue;
                 }
             }
         }
@@ -136,4 +137,37 @@ async fn park(
             Poll::Pending => {}
         }
     }
+}
+
+/// On the parked connection's timer: drops its read buffer once it has been idle for
+/// `park_after`, and says when to look again, or `None` if it is to close now (idle timeout,
+/// maximum duration).
+fn parked_deadline(input: &Shared, ctx: &ConnCtx, codecs: &Codecs) -> Option<Instant> {
+    let now = Instant::now();
+    let last_active = ctx.last_active.get();
+    let idle_until = last_active + codecs.idle_timeout;
+    if now >= idle_until {
+        ctx.listener.stats.cx_idle_timeout.inc();
+        return None;
+    }
+    // A connection in use (idle for less than park_after) is retired by a response saying
+    // `connection: close`, not by closing it under a request on its way.
+    let release_at = last_active + codecs.park_after;
+    let expires_at = ctx.expires_at().map(|at| at.max(release_at));
+    if expires_at.is_some_and(|at| now >= at) {
+        ctx.listener.stats.cx_max_duration.inc();
+        return None;
+    }
+    let mut next = expires_at.map_or(idle_until, |at| at.min(idle_until));
+    if now >= release_at {
+        let mut input = input.borrow_mut();
+        if input.buf.capacity() > 0 {
+            input.buf = BytesMut::new();
+            crate::memory::codec_released();
+            tracing::trace!(peer = %ctx.peer, buffered = 0, "parked");
+        }
+    } else {
+        next = next.min(release_at);
+    }
+    Some(next)
 }
