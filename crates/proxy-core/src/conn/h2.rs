@@ -8,12 +8,12 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use hyper_util::rt::TokioIo;
-use tokio::sync::watch;
 
 use super::Codecs;
 use super::h2_frames::{Flood, FrameMeter};
 use super::io::DownstreamIo;
 use super::service::ProxyService;
+use crate::context::SignalWatch;
 
 /// How long a quiet connection's GOAWAY may take before the socket is closed.
 const QUIET_CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -22,7 +22,7 @@ pub(super) async fn serve_h2(
     mut io: DownstreamIo,
     service: ProxyService,
     codecs: &Codecs,
-    mut drain: watch::Receiver<bool>,
+    mut drain: SignalWatch,
 ) {
     let ctx = Rc::clone(&service.conn);
     let flood = Rc::new(Cell::new(None));
@@ -51,7 +51,7 @@ pub(super) async fn serve_h2(
                 // GOAWAY: the streams in flight finish, under the other timers.
                 conn.as_mut().graceful_shutdown();
             }
-            _ = drain.wait_for(|draining| *draining) => {
+            () = drain.raised() => {
                 conn.as_mut().graceful_shutdown();
                 break conn.await;
             }

@@ -27,13 +27,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 pub(crate) use codecs::Codecs;
 use io::DownstreamIo;
 use service::ProxyService;
 
-use crate::context::ConnCtx;
+use crate::context::{ConnCtx, SignalWatch};
 use crate::http::HttpSlot;
 use crate::tls::Handshake;
 
@@ -57,7 +56,7 @@ pub(crate) async fn serve(
     ctx: Rc<ConnCtx>,
     http: Rc<HttpSlot>,
     settings: Rc<ConnSettings>,
-    mut drain: watch::Receiver<bool>,
+    mut drain: SignalWatch,
 ) {
     let _ = stream.set_nodelay(true);
     let codecs = &settings.codecs;
@@ -102,7 +101,7 @@ async fn sniff(
     io: &mut DownstreamIo,
     ctx: &ConnCtx,
     idle_timeout: Duration,
-    drain: &mut watch::Receiver<bool>,
+    drain: &mut SignalWatch,
 ) -> Sniffed {
     let mut head = [0u8; H2_PREFACE.len()];
     let mut len = 0;
@@ -112,7 +111,7 @@ async fn sniff(
     loop {
         let read = tokio::select! {
             read = io.read(&mut head[len..]) => read,
-            _ = drain.wait_for(|draining| *draining), if !draining => {
+            () = drain.raised(), if !draining => {
                 draining = true;
                 let grace = tokio::time::Instant::now() + FIRST_REQUEST_GRACE;
                 if grace < deadline.deadline() {

@@ -11,7 +11,9 @@ mod conn;
 mod in_flight;
 mod request_body;
 pub(crate) mod request_id;
+mod signal;
 
 pub(crate) use conn::{ConnCtx, ListenerCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{Replay, RequestBody};
+pub(crate) use signal::{Signal, SignalWatch};

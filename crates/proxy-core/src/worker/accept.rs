@@ -50,8 +50,8 @@ impl Accepted {
         ));
         let http = Rc::clone(&listener.http);
         let settings = Rc::clone(&state.conn);
-        let drain = listener.drain.subscribe();
-        let mut close = listener.close.subscribe();
+        let drain = listener.drain.watch();
+        let mut close = listener.close.watch();
         let ctx = Rc::clone(ctx);
         let worker = Rc::clone(&self.worker);
         let balance = Arc::clone(&self.balance);
@@ -60,7 +60,7 @@ impl Accepted {
             tokio::select! {
                 () = conn::serve(stream, conn_ctx, http, settings, drain) => {}
                 // The listener was removed and its drain time is up.
-                _ = close.wait_for(|closed| *closed) => {}
+                () = close.raised() => {}
             }
             worker.stats.cx_active.dec();
             ctx.stats.cx_active.dec();
@@ -74,11 +74,11 @@ impl Accepted {
 
 /// Accepts on `socket` until the listener drains (removed, or the process stops).
 pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, at: Rc<Accepted>) {
-    let mut drain = listener.drain.subscribe();
+    let mut drain = listener.drain.watch();
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
-            _ = drain.wait_for(|draining| *draining) => return,
+            () = drain.raised() => return,
         };
         let state = listener.state();
         let (stream, peer) = match accepted {

@@ -9,14 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
-use tokio::sync::watch;
 
 use crate::access_log::{LogSinks, WorkerLog};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::config::{ConnectionBalance, ListenerConfig};
 use crate::conn::{Codecs, ConnSettings};
-use crate::context::ListenerCtx;
+use crate::context::{ListenerCtx, Signal};
 use crate::filters::FilterChain;
 use crate::http::{HttpCtx, HttpSlot};
 use crate::listener::ConnectionLimits;
@@ -31,9 +30,9 @@ pub(super) struct Listener {
     /// The routes, filters and clusters of the next request on any of its connections.
     pub(super) http: Rc<HttpSlot>,
     /// Turned on to stop accepting and drain the listener's connections.
-    pub(super) drain: watch::Sender<bool>,
+    pub(super) drain: Signal,
     /// Turned on when the drain time is up: the connections left are closed.
-    pub(super) close: watch::Sender<bool>,
+    pub(super) close: Signal,
     /// Contexts replaced while connections still held them, so their access log lines keep
     /// being flushed.
     retired: RefCell<Vec<Weak<ListenerCtx>>>,
@@ -75,8 +74,8 @@ impl Listener {
             id: shared.id,
             state: RefCell::new(Rc::new(state)),
             http: Rc::new(HttpSlot::new(http_ctx(config, shared, parts))),
-            drain: watch::Sender::new(false),
-            close: watch::Sender::new(false),
+            drain: Signal::default(),
+            close: Signal::default(),
             retired: RefCell::new(Vec::new()),
         }
     }
@@ -107,11 +106,11 @@ impl Listener {
     /// Stops accepting and drains the listener's connections; those still open after
     /// `drain_timeout` are closed.
     pub(super) fn remove(self: &Rc<Self>, drain_timeout: Duration) {
-        self.drain.send_replace(true);
+        self.drain.raise();
         let close = self.close.clone();
         tokio::task::spawn_local(async move {
             tokio::time::sleep(drain_timeout).await;
-            close.send_replace(true);
+            close.raise();
         });
     }
 

@@ -245,7 +245,7 @@ async fn run(spec: WorkerSpec) {
     worker_ctx.draining.set(true);
     let listeners = worker.listeners.borrow().clone();
     for listener in &listeners {
-        listener.drain.send_replace(true);
+        listener.drain.raise();
     }
     // Accept loops end on the drain and close their sockets.
     for (_, task) in worker.accept_loops.drain() {

@@ -10,14 +10,13 @@ use std::task::Poll;
 use bytes::{Bytes, BytesMut};
 use h1::{Answering, BodyLength, HeadError, IncomingBody, RequestHead};
 use http::{Method, StatusCode, Version};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::write::{self, Written};
 use super::{FIRST_READ, Shared};
 use crate::conn::Codecs;
 use crate::conn::service::ProxyService;
-use crate::context::{ConnCtx, RequestBody, Tunnel};
+use crate::context::{ConnCtx, RequestBody, SignalWatch, Tunnel};
 use crate::http::local_reply;
 
 /// What the connection does after an exchange.
@@ -33,7 +32,7 @@ pub(super) async fn serve(
     input: &Shared,
     service: &ProxyService,
     codecs: &Codecs,
-    drain: &mut watch::Receiver<bool>,
+    drain: &mut SignalWatch,
 ) -> Next {
     let ctx = &*service.conn;
     let head = match read_head(input, ctx, codecs).await {
@@ -61,13 +60,13 @@ pub(super) async fn serve(
         Some(body) => RequestBody::http1(body, received),
         None => RequestBody::empty(),
     });
-    let mut draining = *drain.borrow();
+    let mut draining = drain.is_raised();
     let mut watching = true;
     let response = loop {
         tokio::select! {
             biased;
             response = &mut serving => break response,
-            _ = drain.wait_for(|draining| *draining), if !draining => draining = true,
+            () = drain.raised(), if !draining => draining = true,
             gone = client_gone(input, codecs.h1.max_head), if watching => {
                 if gone {
                     // The request is cancelled: its upstream try too.
@@ -100,7 +99,7 @@ pub(super) async fn serve(
     };
     match (written, tunnel) {
         (Written::Complete { .. }, Some(tunnel)) => Next::Tunnel(tunnel),
-        (Written::Complete { keep_alive: true }, None) if body_finished && !*drain.borrow() => {
+        (Written::Complete { keep_alive: true }, None) if body_finished && !drain.is_raised() => {
             Next::KeepAlive
         }
         _ => Next::Close,

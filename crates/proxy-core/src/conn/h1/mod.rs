@@ -21,12 +21,12 @@ use std::task::Poll;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWrite;
-use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
 use super::io::DownstreamIo;
 use super::service::ProxyService;
 use super::{Codecs, ConnCtx};
+use crate::context::SignalWatch;
 use exchange::Next;
 
 /// The connection's input (its socket and what has been read), shared with the body of the
@@ -40,7 +40,7 @@ pub(super) async fn serve_h1(
     io: DownstreamIo,
     service: ProxyService,
     codecs: &Codecs,
-    mut drain: watch::Receiver<bool>,
+    mut drain: SignalWatch,
 ) {
     let ctx = Rc::clone(&service.conn);
     let input: Shared = Rc::new(RefCell::new(h1::Input::new(
@@ -106,7 +106,7 @@ async fn park(
     input: &Shared,
     ctx: &ConnCtx,
     codecs: &Codecs,
-    drain: &mut watch::Receiver<bool>,
+    drain: &mut SignalWatch,
     mut timer: Pin<&mut Sleep>,
 ) -> bool {
     loop {
@@ -118,7 +118,7 @@ async fn park(
                         return false;
                     }
                 }
-                _ = drain.wait_for(|draining| *draining) => return false,
+                () = drain.raised() => return false,
                 () = timer.as_mut() => {
                     let Some(next) = parked_deadline(input, ctx, codecs) else {
                         return false;
