@@ -45,13 +45,13 @@ listeners:
         cluster: origin
   - name: tcp
     address: 127.0.0.1:21501
-    ext_authz: { grpc: { address: 127.0.0.1:21511 } }
+    http_filters: [{ ext_authz: { grpc: { address: 127.0.0.1:21511 } } }]
     routes:
       - match: { prefix: / }
         cluster: origin
   - name: uds
     address: 127.0.0.1:21502
-    ext_authz: { grpc: { address: "unix:$dir/authz.sock" } }
+    http_filters: [{ ext_authz: { grpc: { address: "unix:$dir/authz.sock" } } }]
     routes:
       - match: { prefix: / }
         cluster: origin

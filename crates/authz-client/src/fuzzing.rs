@@ -21,7 +21,7 @@ pub fn answer(data: &[u8]) {
         else {
             return;
         };
-        match crate::grpc::decision(response) {
+        match crate::check_message::decision(response) {
             Ok(decision) => decision,
             Err(_) => return,
         }

@@ -1,83 +1,68 @@
 //! gRPC mode: `envoy.service.auth.v3.Authorization/Check` over one HTTP/2 connection.
 //!
-//! tonic encodes the call and decodes the answer; the connection under it is ours (a hyper
-//! HTTP/2 client over TCP or a Unix socket), so it is exactly one per client, made again after
-//! it fails, with backoff.
+//! A check is one unary call on the h2 crate directly: the CheckRequest encoded once, into the
+//! one buffer that is its gRPC frame and the request's only DATA frame; the answer read as
+//! one message and the trailers' `grpc-status`. Nothing is spawned per check, and nothing sits
+//! between the call and the connection (a tonic client over hyper cost more than the rest of
+//! the request). The connection is exactly one per client, made again after it fails, with
+//! backoff.
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use envoy_types::pb::envoy::config::core::v3::{
-    Address, HeaderValueOption, SocketAddress, address, header_value_option::HeaderAppendAction,
-    socket_address,
-};
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer, Request};
-use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
-use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
-use http::{HeaderName, HeaderValue, StatusCode, Version};
-use hyper::body::Incoming;
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use bytes::{BufMut, Bytes, BytesMut};
+use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use h2::RecvStream;
+use h2::client::SendRequest;
+use http::header::{CONTENT_TYPE, TE};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use prost::Message;
 
-use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
+use crate::check_message::{check_request, decision};
+use crate::decision::Decision;
 use crate::transport::{Backoff, connect};
 use crate::{AuthzError, CheckInput, Endpoint};
 
-type Sender = SendRequest<tonic::body::Body>;
+type Sender = SendRequest<Bytes>;
 
-const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
+const CHECK_URI: &str = "http://ext-authz/envoy.service.auth.v3.Authorization/Check";
 
-/// tonic's prost codec with buffers sized for check messages (a few hundred bytes) instead of
-/// its 8 KiB default, allocated on every call.
-#[derive(Clone, Copy)]
-struct CheckCodec;
+/// The largest answer read: gRPC's usual limit on a received message.
+const MAX_ANSWER: usize = 4 * 1024 * 1024;
 
-type Prost = tonic_prost::ProstCodec<CheckRequest, CheckResponse>;
+/// The length-prefixed message framing of gRPC: a compression flag and a 4-byte length.
+const FRAME_PREFIX: usize = 5;
 
-impl tonic::codec::Codec for CheckCodec {
-    type Encode = CheckRequest;
-    type Decode = CheckResponse;
-    type Encoder = <Prost as tonic::codec::Codec>::Encoder;
-    type Decoder = <Prost as tonic::codec::Codec>::Decoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        Prost::raw_encoder(tonic::codec::BufferSettings::new(1024, 32 * 1024))
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        Prost::raw_decoder(tonic::codec::BufferSettings::new(1024, 32 * 1024))
-    }
+/// The open connection: its sender, and whether the task driving it has ended.
+struct Conn {
+    sender: Sender,
+    closed: Arc<AtomicBool>,
 }
 
 pub(crate) struct GrpcChannel {
     endpoint: Endpoint,
     /// The open connection, if any.
-    sender: Mutex<Option<Sender>>,
+    conn: Mutex<Option<Conn>>,
     /// Held while connecting, so a burst of checks opens one connection.
     connecting: tokio::sync::Mutex<()>,
     backoff: Backoff,
-    /// `:authority` of the calls.
-    origin: http::Uri,
 }
 
 impl GrpcChannel {
     pub(crate) fn new(endpoint: Endpoint) -> Self {
         Self {
             endpoint,
-            sender: Mutex::new(None),
+            conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             backoff: Backoff::default(),
-            origin: http::Uri::from_static("http://ext-authz"),
         }
     }
 
     fn live(&self) -> Option<Sender> {
-        let mut slot = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_ref() {
-            Some(sender) if !sender.is_closed() => Some(sender.clone()),
+            Some(conn) if !conn.closed.load(Ordering::Acquire) => Some(conn.sender.clone()),
             Some(_) => {
                 *slot = None;
                 None
@@ -97,13 +82,12 @@ impl GrpcChannel {
         self.backoff.check(&self.endpoint)?;
         let connected = async {
             let stream = connect(&self.endpoint).await?;
-            hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-                .handshake(TokioIo::new(stream))
+            h2::client::handshake(stream)
                 .await
                 .map_err(std::io::Error::other)
         }
         .await;
-        let (sender, conn) = match connected {
+        let (sender, connection) = match connected {
             Ok(pair) => pair,
             Err(source) => {
                 self.backoff.failed();
@@ -114,416 +98,268 @@ impl GrpcChannel {
             }
         };
         self.backoff.succeeded();
+        let closed = Arc::new(AtomicBool::new(false));
+        let ended = Arc::clone(&closed);
         let endpoint = self.endpoint.clone();
         tokio::spawn(async move {
-            if let Err(error) = conn.await {
+            if let Err(error) = connection.await {
                 tracing::debug!(%endpoint, %error, "authorization service connection ended");
             }
+            ended.store(true, Ordering::Release);
         });
-        *self.sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(Conn {
+            sender: sender.clone(),
+            closed,
+        });
         Ok(sender)
     }
 
     pub(crate) async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
         let sender = self.sender().await?;
-        let mut grpc = tonic::client::Grpc::with_origin(H2Service(sender), self.origin.clone());
-        grpc.ready()
-            .await
-            .map_err(|e| AuthzError::Transport(e.to_string()))?;
-        let call = grpc.unary(
-            tonic::Request::new(check_request(input)),
-            http::uri::PathAndQuery::from_static(CHECK_PATH),
-            CheckCodec,
-        );
-        match call.await {
-            Ok(response) => decision(response.into_inner()),
-            Err(status) => {
-                // A failed connection is noticed here and replaced on the next check.
-                if self.live().is_none() {
-                    return Err(AuthzError::Transport(status.message().to_owned()));
-                }
-                Err(AuthzError::Status {
-                    code: status.code(),
-                    message: status.message().to_owned(),
-                })
+        let frame = grpc_frame(&check_request(input))?;
+        let call = async {
+            let mut sender = sender.ready().await?;
+            let (response, mut request_body) = sender.send_request(call_head(), false)?;
+            request_body.send_data(frame, true)?;
+            response.await
+        };
+        let response = call.await.map_err(transport)?;
+        decision(read_answer(response).await?)
+    }
+}
+
+/// The head of a Check call.
+fn call_head() -> Request<()> {
+    let mut head = Request::new(());
+    *head.method_mut() = Method::POST;
+    *head.uri_mut() = Uri::from_static(CHECK_URI);
+    let headers = head.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(TE, HeaderValue::from_static("trailers"));
+    head
+}
+
+/// The message as one gRPC frame, uncompressed.
+fn grpc_frame(message: &CheckRequest) -> Result<Bytes, AuthzError> {
+    let len = message.encoded_len();
+    let prefix = u32::try_from(len)
+        .map_err(|_| AuthzError::Transport(format!("a check of {len} bytes is too large")))?;
+    let mut frame = BytesMut::with_capacity(FRAME_PREFIX + len);
+    frame.put_u8(0);
+    frame.put_u32(prefix);
+    message
+        .encode(&mut frame)
+        .map_err(|e| AuthzError::Transport(format!("cannot encode the check: {e}")))?;
+    Ok(frame.freeze())
+}
+
+fn transport(error: h2::Error) -> AuthzError {
+    AuthzError::Transport(error.to_string())
+}
+
+fn status(code: tonic::Code, message: impl Into<String>) -> AuthzError {
+    AuthzError::Status {
+        code,
+        message: message.into(),
+    }
+}
+
+/// The answer's one message, once its status says OK.
+async fn read_answer(response: Response<RecvStream>) -> Result<CheckResponse, AuthzError> {
+    let (head, mut body) = response.into_parts();
+    if head.status != StatusCode::OK {
+        return Err(status(
+            code_of_http_status(head.status),
+            format!("the service answered HTTP {}", head.status),
+        ));
+    }
+    // A trailers-only answer: the status is in the head, and there is no message.
+    if let Some(outcome) = grpc_status(&head.headers) {
+        outcome?;
+        return Err(status(
+            tonic::Code::Internal,
+            "an OK answer without a message",
+        ));
+    }
+    let mut message = BytesMut::new();
+    while let Some(data) = body.data().await {
+        let data = data.map_err(transport)?;
+        // The window is given back as data arrives: the answer is bounded below, not by it.
+        let _ = body.flow_control().release_capacity(data.len());
+        if message.len() + data.len() > FRAME_PREFIX + MAX_ANSWER {
+            return Err(status(
+                tonic::Code::ResourceExhausted,
+                format!("an answer larger than {MAX_ANSWER} bytes"),
+            ));
+        }
+        message.extend_from_slice(&data);
+    }
+    let trailers = body.trailers().await.map_err(transport)?;
+    match trailers.as_ref().and_then(grpc_status) {
+        Some(outcome) => outcome?,
+        None => {
+            return Err(status(
+                tonic::Code::Internal,
+                "an answer without grpc-status",
+            ));
+        }
+    }
+    decode_frame(&message)
+}
+
+/// The one message of a unary answer.
+fn decode_frame(frame: &[u8]) -> Result<CheckResponse, AuthzError> {
+    let Some((prefix, message)) = frame.split_first_chunk::<FRAME_PREFIX>() else {
+        return Err(status(
+            tonic::Code::Internal,
+            "an OK answer without a message",
+        ));
+    };
+    if prefix[0] != 0 {
+        // No compression was offered, so none may be used.
+        return Err(status(tonic::Code::Internal, "a compressed answer"));
+    }
+    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if message.len() != len {
+        return Err(status(
+            tonic::Code::Internal,
+            format!(
+                "an answer framed as {len} bytes with {} bytes after the prefix",
+                message.len()
+            ),
+        ));
+    }
+    CheckResponse::decode(message).map_err(|e| {
+        status(
+            tonic::Code::Internal,
+            format!("cannot decode the answer: {e}"),
+        )
+    })
+}
+
+/// `grpc-status` (and `grpc-message`) of a head or trailers: `None` if absent.
+fn grpc_status(fields: &HeaderMap) -> Option<Result<(), AuthzError>> {
+    let value = fields.get("grpc-status")?;
+    let code = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .map_or(tonic::Code::Unknown, tonic::Code::from_i32);
+    if code == tonic::Code::Ok {
+        return Some(Ok(()));
+    }
+    let message = fields
+        .get("grpc-message")
+        .map(|m| percent_decode(m.as_bytes()))
+        .unwrap_or_default();
+    Some(Err(status(code, message)))
+}
+
+/// `grpc-message` is percent-encoded UTF-8.
+fn percent_decode(text: &[u8]) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let decoded = (text[i] == b'%')
+            .then(|| Some(hex(*text.get(i + 1)?)? * 16 + hex(*text.get(i + 2)?)?))
+            .flatten();
+        match decoded {
+            Some(byte) => {
+                out.push(byte as u8);
+                i += 3;
+            }
+            None => {
+                out.push(text[i]);
+                i += 1;
             }
         }
     }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
-/// hyper's HTTP/2 sender as the service tonic calls through.
-struct H2Service(Sender);
-
-impl tower_service::Service<http::Request<tonic::body::Body>> for H2Service {
-    type Response = http::Response<Incoming>;
-    type Error = hyper::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
+/// The gRPC status of an answer that is not HTTP 200, as gRPC's HTTP mapping gives it.
+fn code_of_http_status(status: StatusCode) -> tonic::Code {
+    match status.as_u16() {
+        400 => tonic::Code::Internal,
+        401 => tonic::Code::Unauthenticated,
+        403 => tonic::Code::PermissionDenied,
+        404 => tonic::Code::Unimplemented,
+        429 | 502..=504 => tonic::Code::Unavailable,
+        _ => tonic::Code::Unknown,
     }
-
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        Box::pin(self.0.send_request(req))
-    }
-}
-
-fn peer(addr: std::net::SocketAddr) -> Peer {
-    Peer {
-        address: Some(Address {
-            address: Some(address::Address::SocketAddress(SocketAddress {
-                address: addr.ip().to_string(),
-                port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
-                    addr.port(),
-                ))),
-                ..Default::default()
-            })),
-        }),
-        ..Default::default()
-    }
-}
-
-/// The CheckRequest Envoy would send: the request's attributes, its headers (values of a
-/// repeated header joined with `,`, plus the pseudo-headers), both peers, and the route's
-/// context extensions.
-fn check_request(input: &CheckInput<'_>) -> CheckRequest {
-    let mut headers: HashMap<String, String> = HashMap::with_capacity(input.headers.len() + 3);
-    for (name, value) in input.headers {
-        let value = String::from_utf8_lossy(value.as_bytes());
-        headers
-            .entry(name.as_str().to_owned())
-            .and_modify(|v| {
-                v.push(',');
-                v.push_str(&value);
-            })
-            .or_insert_with(|| value.into_owned());
-    }
-    headers.insert(":authority".into(), input.host.to_owned());
-    headers.insert(":method".into(), input.method.as_str().to_owned());
-    headers.insert(":path".into(), input.path.to_owned());
-    // A text body goes as `body`, anything else as `raw_body` (never both: it would double
-    // the message).
-    let (body, raw_body, size) = match input.body {
-        Some(body) => match std::str::from_utf8(body) {
-            Ok(text) => (text.to_owned(), Vec::new(), body.len() as i64),
-            Err(_) => (String::new(), body.to_vec(), body.len() as i64),
-        },
-        None => (
-            String::new(),
-            Vec::new(),
-            input
-                .headers
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(-1),
-        ),
-    };
-    CheckRequest {
-        attributes: Some(AttributeContext {
-            source: Some(peer(input.source)),
-            destination: Some(peer(input.destination)),
-            request: Some(Request {
-                http: Some(HttpRequest {
-                    id: input.request_id.to_owned(),
-                    method: input.method.as_str().to_owned(),
-                    headers,
-                    path: input.path.to_owned(),
-                    host: input.host.to_owned(),
-                    scheme: input.scheme.to_owned(),
-                    size,
-                    protocol: protocol(input.version).to_owned(),
-                    body,
-                    raw_body,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            context_extensions: input.context_extensions.iter().cloned().collect(),
-            ..Default::default()
-        }),
-    }
-}
-
-fn protocol(version: Version) -> &'static str {
-    match version {
-        Version::HTTP_10 => "HTTP/1.0",
-        Version::HTTP_2 => "HTTP/2",
-        Version::HTTP_3 => "HTTP/3",
-        _ => "HTTP/1.1",
-    }
-}
-
-/// An OK status allows (with the ok response's changes); any other denies with the denied
-/// response's status (403 if none), headers and body; an error response is an error.
-pub(crate) fn decision(response: CheckResponse) -> Result<Decision, AuthzError> {
-    let code = response.status.as_ref().map_or(0, |s| s.code);
-    match response.http_response {
-        Some(HttpResponse::ErrorResponse(error)) => Err(AuthzError::ErrorResponse {
-            status: status_or_forbidden(error.status.map(|s| s.code)),
-        }),
-        Some(HttpResponse::OkResponse(ok)) if code == 0 => Ok(Decision::Allow(Allowed {
-            upstream_headers: mutations(&ok.headers, HeaderAction::Set),
-            headers_to_remove: ok
-                .headers_to_remove
-                .iter()
-                .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
-                .filter(|name| !is_protected(name))
-                .collect(),
-            response_headers: mutations(&ok.response_headers_to_add, HeaderAction::Append),
-        })),
-        _ if code == 0 => Ok(Decision::Allow(Allowed::default())),
-        Some(HttpResponse::DeniedResponse(denied)) => Ok(Decision::Deny(Denied {
-            status: status_or_forbidden(denied.status.map(|s| s.code)),
-            headers: mutations(&denied.headers, HeaderAction::Set),
-            body: denied.body.into(),
-        })),
-        _ => Ok(Decision::Deny(Denied {
-            status: StatusCode::FORBIDDEN,
-            headers: Vec::new(),
-            body: bytes::Bytes::new(),
-        })),
-    }
-}
-
-fn status_or_forbidden(code: Option<i32>) -> StatusCode {
-    code.and_then(|c| u16::try_from(c).ok())
-        .and_then(|c| StatusCode::from_u16(c).ok())
-        .filter(|s| s.as_u16() >= 200)
-        .unwrap_or(StatusCode::FORBIDDEN)
-}
-
-/// Header options as mutations. The deprecated `append` flag wins when given; otherwise the
-/// action, where the proto's default (`APPEND_IF_EXISTS_OR_ADD`) means `default_action`:
-/// Envoy documents ok-response headers as replacing by default.
-#[allow(deprecated)]
-fn mutations(options: &[HeaderValueOption], default_action: HeaderAction) -> Vec<HeaderMutation> {
-    options
-        .iter()
-        .filter_map(|option| {
-            let header = option.header.as_ref()?;
-            let name = HeaderName::from_bytes(header.key.as_bytes())
-                .ok()
-                .filter(|name| !is_protected(name))?;
-            let raw = if header.raw_value.is_empty() {
-                header.value.as_bytes()
-            } else {
-                &header.raw_value
-            };
-            let value = HeaderValue::from_bytes(raw).ok()?;
-            let action = match option.append.as_ref().map(|a| a.value) {
-                Some(true) => HeaderAction::Append,
-                Some(false) => HeaderAction::Set,
-                None => match HeaderAppendAction::try_from(option.append_action) {
-                    Ok(HeaderAppendAction::AddIfAbsent) => HeaderAction::AddIfAbsent,
-                    Ok(HeaderAppendAction::OverwriteIfExistsOrAdd) => HeaderAction::Set,
-                    Ok(HeaderAppendAction::OverwriteIfExists) => HeaderAction::OverwriteIfExists,
-                    _ => default_action,
-                },
-            };
-            Some(HeaderMutation {
-                name,
-                value,
-                action,
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::config::core::v3::HeaderValue as PbHeader;
-    use envoy_types::pb::envoy::service::auth::v3::{DeniedHttpResponse, OkHttpResponse};
-    use envoy_types::pb::envoy::r#type::v3::HttpStatus;
-    use envoy_types::pb::google::rpc::Status;
+    use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+    use envoy_types::pb::envoy::service::auth::v3::{CheckResponse, DeniedHttpResponse};
 
-    fn option(key: &str, value: &str, action: HeaderAppendAction) -> HeaderValueOption {
-        HeaderValueOption {
-            header: Some(PbHeader {
-                key: key.into(),
-                value: value.into(),
+    #[test]
+    fn a_check_is_one_uncompressed_frame_of_its_message() {
+        let request = CheckRequest::default();
+        let frame = grpc_frame(&request).unwrap_or_default();
+        assert_eq!(&frame[..], &[0, 0, 0, 0, 0]);
+        let answer = CheckResponse {
+            http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
+                body: "no".into(),
                 ..Default::default()
-            }),
-            append_action: action as i32,
+            })),
             ..Default::default()
+        };
+        let mut framed = vec![0];
+        framed.extend_from_slice(&(answer.encoded_len() as u32).to_be_bytes());
+        framed.extend_from_slice(&answer.encode_to_vec());
+        assert_eq!(decode_frame(&framed).ok(), Some(answer));
+        // Short, long, compressed, or no message at all: errors, not a guess.
+        for bad in [
+            &framed[..framed.len() - 1],
+            &[&framed[..], b"x"].concat()[..],
+            &[1, 0, 0, 0, 0],
+            &[],
+        ] {
+            assert!(matches!(
+                decode_frame(bad),
+                Err(AuthzError::Status {
+                    code: tonic::Code::Internal,
+                    ..
+                })
+            ));
         }
     }
 
     #[test]
-    fn an_ok_answer_carries_its_header_changes() {
-        let response = CheckResponse {
-            status: Some(Status::default()),
-            http_response: Some(HttpResponse::OkResponse(OkHttpResponse {
-                headers: vec![
-                    option("x-user", "alice", HeaderAppendAction::AppendIfExistsOrAdd),
-                    option("x-tag", "t", HeaderAppendAction::AddIfAbsent),
-                    option("bad header", "x", HeaderAppendAction::AddIfAbsent),
-                ],
-                headers_to_remove: vec!["authorization".into()],
-                response_headers_to_add: vec![option(
-                    "x-auth",
-                    "ok",
-                    HeaderAppendAction::AppendIfExistsOrAdd,
-                )],
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
-        let Ok(Decision::Allow(allowed)) = decision(response) else {
-            panic!("expected an allow");
-        };
-        assert_eq!(
-            allowed.upstream_headers.len(),
-            2,
-            "the invalid name is skipped"
+    fn grpc_status_and_message_are_read_from_the_fields() {
+        let mut fields = HeaderMap::new();
+        assert!(grpc_status(&fields).is_none());
+        fields.insert("grpc-status", HeaderValue::from_static("0"));
+        assert!(matches!(grpc_status(&fields), Some(Ok(()))));
+        fields.insert("grpc-status", HeaderValue::from_static("14"));
+        fields.insert(
+            "grpc-message",
+            HeaderValue::from_static("down%20for%3A now%2"),
         );
-        assert_eq!(allowed.upstream_headers[0].action, HeaderAction::Set);
-        assert_eq!(
-            allowed.upstream_headers[1].action,
-            HeaderAction::AddIfAbsent
-        );
-        assert_eq!(allowed.headers_to_remove, [http::header::AUTHORIZATION]);
-        assert_eq!(allowed.response_headers[0].action, HeaderAction::Append);
-    }
-
-    #[test]
-    fn a_denial_carries_status_headers_and_body_and_defaults_to_403() {
-        let denied = CheckResponse {
-            status: Some(Status {
-                code: tonic::Code::PermissionDenied as i32,
-                ..Default::default()
-            }),
-            http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
-                status: Some(HttpStatus { code: 401 }),
-                headers: vec![option(
-                    "www-authenticate",
-                    "Bearer",
-                    HeaderAppendAction::AppendIfExistsOrAdd,
-                )],
-                body: "who are you?".into(),
-            })),
-            ..Default::default()
+        let Some(Err(AuthzError::Status { code, message })) = grpc_status(&fields) else {
+            panic!("a failed status");
         };
-        let Ok(Decision::Deny(d)) = decision(denied) else {
-            panic!("expected a denial");
-        };
-        assert_eq!(d.status, StatusCode::UNAUTHORIZED);
-        assert_eq!(d.headers[0].name, "www-authenticate");
-        assert_eq!(d.body, "who are you?");
-        let bare = CheckResponse {
-            status: Some(Status {
-                code: tonic::Code::PermissionDenied as i32,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert!(
-            matches!(decision(bare), Ok(Decision::Deny(d)) if d.status == StatusCode::FORBIDDEN)
-        );
-        let error = CheckResponse {
-            http_response: Some(HttpResponse::ErrorResponse(DeniedHttpResponse::default())),
-            ..Default::default()
-        };
+        assert_eq!(code, tonic::Code::Unavailable);
+        assert_eq!(message, "down for: now%2");
+        fields.insert("grpc-status", HeaderValue::from_static("nine"));
         assert!(matches!(
-            decision(error),
-            Err(AuthzError::ErrorResponse { .. })
+            grpc_status(&fields),
+            Some(Err(AuthzError::Status {
+                code: tonic::Code::Unknown,
+                ..
+            }))
         ));
-    }
-
-    #[test]
-    fn framing_and_hop_by_hop_headers_are_never_taken_from_the_service() {
-        // A `content-length` beside a body of another length would desynchronise the client
-        // (a denial) or the upstream (an allow).
-        let framing = |name: &str| option(name, "5", HeaderAppendAction::OverwriteIfExistsOrAdd);
-        let allow = CheckResponse {
-            status: Some(Status::default()),
-            http_response: Some(HttpResponse::OkResponse(OkHttpResponse {
-                headers: vec![framing("content-length"), framing("x-user")],
-                headers_to_remove: vec!["transfer-encoding".into(), "x-gone".into()],
-                response_headers_to_add: vec![framing("Transfer-Encoding"), framing("x-auth")],
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
-        let Ok(Decision::Allow(allowed)) = decision(allow) else {
-            panic!("expected an allow");
-        };
-        assert_eq!(allowed.upstream_headers.len(), 1);
-        assert_eq!(allowed.upstream_headers[0].name, "x-user");
-        assert_eq!(allowed.headers_to_remove, ["x-gone"]);
-        assert_eq!(allowed.response_headers.len(), 1);
-        assert_eq!(allowed.response_headers[0].name, "x-auth");
-        let deny = CheckResponse {
-            status: Some(Status {
-                code: tonic::Code::PermissionDenied as i32,
-                ..Default::default()
-            }),
-            http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
-                headers: [
-                    "content-length",
-                    "connection",
-                    "keep-alive",
-                    "host",
-                    "x-why",
-                ]
-                .into_iter()
-                .map(framing)
-                .collect(),
-                body: "a body of another length".into(),
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
-        let Ok(Decision::Deny(denied)) = decision(deny) else {
-            panic!("expected a denial");
-        };
-        let names: Vec<_> = denied.headers.iter().map(|h| h.name.as_str()).collect();
-        assert_eq!(names, ["x-why"]);
-    }
-
-    #[test]
-    fn the_request_carries_what_envoy_sends() {
-        let mut headers = http::HeaderMap::new();
-        headers.append("x-multi", HeaderValue::from_static("a"));
-        headers.append("x-multi", HeaderValue::from_static("b"));
-        let context = [("tenant".to_string(), "blue".to_string())];
-        let input = CheckInput {
-            method: &http::Method::POST,
-            path: "/orders?id=7",
-            host: "shop.test",
-            scheme: "https",
-            version: Version::HTTP_2,
-            headers: &headers,
-            request_id: "req-1",
-            source: "192.0.2.7:51000".parse().unwrap_or_else(|_| unreachable!()),
-            destination: "127.0.0.1:8443".parse().unwrap_or_else(|_| unreachable!()),
-            context_extensions: &context,
-            body: None,
-        };
-        let request = check_request(&input);
-        let attributes = request.attributes.unwrap_or_default();
-        let http = attributes.request.and_then(|r| r.http).unwrap_or_default();
-        assert_eq!(http.method, "POST");
-        assert_eq!(http.path, "/orders?id=7");
-        assert_eq!(http.host, "shop.test");
-        assert_eq!(http.scheme, "https");
-        assert_eq!(http.protocol, "HTTP/2");
-        assert_eq!(http.id, "req-1");
-        assert_eq!(http.size, -1);
-        assert_eq!(http.headers["x-multi"], "a,b");
-        assert_eq!(http.headers[":path"], "/orders?id=7");
-        assert_eq!(attributes.context_extensions["tenant"], "blue");
-        let source = attributes
-            .source
-            .and_then(|p| p.address)
-            .and_then(|a| a.address);
-        let Some(address::Address::SocketAddress(source)) = source else {
-            panic!("source address");
-        };
-        assert_eq!(source.address, "192.0.2.7");
         assert_eq!(
-            source.port_specifier,
-            Some(socket_address::PortSpecifier::PortValue(51000))
+            code_of_http_status(StatusCode::SERVICE_UNAVAILABLE),
+            tonic::Code::Unavailable
+        );
+        assert_eq!(
+            code_of_http_status(StatusCode::IM_A_TEAPOT),
+            tonic::Code::Unknown
         );
     }
 }
