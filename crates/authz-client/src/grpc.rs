@@ -250,32 +250,14 @@ fn grpc_status(fields: &HeaderMap) -> Option<Result<(), AuthzError>> {
     }
     let message = fields
         .get("grpc-message")
-        .map(|m| percent_decode(m.as_bytes()))
+        // Percent-encoded UTF-8.
+        .map(|m| {
+            percent_encoding::percent_decode(m.as_bytes())
+                .decode_utf8_lossy()
+                .into_owned()
+        })
         .unwrap_or_default();
     Some(Err(status(code, message)))
-}
-
-/// `grpc-message` is percent-encoded UTF-8.
-fn percent_decode(text: &[u8]) -> String {
-    let hex = |b: u8| (b as char).to_digit(16);
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        let decoded = (text[i] == b'%')
-            .then(|| Some(hex(*text.get(i + 1)?)? * 16 + hex(*text.get(i + 2)?)?))
-            .flatten();
-        match decoded {
-            Some(byte) => {
-                out.push(byte as u8);
-                i += 3;
-            }
-            None => {
-                out.push(text[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The gRPC status of an answer that is not HTTP 200, as gRPC's HTTP mapping gives it.

@@ -49,9 +49,10 @@ pub(super) async fn serve_h1(
         codecs.h1.max_head,
     )));
     // One timer for the connection's life, re-armed only when it fires (see `park`): a busy
-    // connection adds and removes no timer per request.
+    // connection adds and removes no timer per request. First armed for the earliest deadline
+    // there can be.
     let mut timer = pin!(tokio::time::sleep_until(
-        ctx.last_active.get() + codecs.park_after
+        ctx.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
     ));
     let next = loop {
         if input.borrow().buf.is_empty()
