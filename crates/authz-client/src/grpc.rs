@@ -31,6 +31,12 @@ const CHECK_URI: &str = "http://ext-authz/envoy.service.auth.v3.Authorization/Ch
 /// The largest answer read: gRPC's usual limit on a received message.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
 
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+const INITIAL_MAX_SEND_STREAMS: usize = 100;
+const MAX_SEND_BUFFER: usize = 1024 * 1024;
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+
 /// The length-prefixed message framing of gRPC: a compression flag and a 4-byte length.
 const FRAME_PREFIX: usize = 5;
 
@@ -82,7 +88,16 @@ impl GrpcChannel {
         self.backoff.check(&self.endpoint)?;
         let connected = async {
             let stream = connect(&self.endpoint).await?;
-            h2::client::handshake(stream)
+            // hyper's client settings, which the checks ran on before: windows wide enough
+            // that a thousand answers in flight never wait for WINDOW_UPDATEs, and at most 100
+            // streams opened before the service's SETTINGS say how many it takes.
+            h2::client::Builder::new()
+                .initial_window_size(STREAM_WINDOW)
+                .initial_connection_window_size(CONNECTION_WINDOW)
+                .initial_max_send_streams(INITIAL_MAX_SEND_STREAMS)
+                .max_send_buffer_size(MAX_SEND_BUFFER)
+                .max_header_list_size(MAX_HEADER_LIST)
+                .handshake(stream)
                 .await
                 .map_err(std::io::Error::other)
         }
