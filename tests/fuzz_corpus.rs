@@ -64,6 +64,11 @@ fn ext_authz_answer() {
 }
 
 #[test]
+fn ext_authz_check() {
+    replay("ext_authz_check", authz_client::fuzzing::check_request);
+}
+
+#[test]
 fn balancer() {
     replay("balancer", balancer::fuzzing::operations);
 }

@@ -1,104 +1,15 @@
-//! The gRPC mode's messages: the `CheckRequest` Envoy would send for a request, and the
-//! decision a `CheckResponse` carries.
-
-use std::collections::HashMap;
+//! The decision a gRPC `CheckResponse` carries. (The `CheckRequest` is written by
+//! `check_encoding`.)
 
 use envoy_types::pb::envoy::config::core::v3::{
-    Address, HeaderValueOption, SocketAddress, address, header_value_option::HeaderAppendAction,
-    socket_address,
+    HeaderValueOption, header_value_option::HeaderAppendAction,
 };
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer, Request};
+use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
-use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
-use http::{HeaderName, HeaderValue, StatusCode, Version};
+use http::{HeaderName, HeaderValue, StatusCode};
 
+use crate::AuthzError;
 use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
-use crate::{AuthzError, CheckInput};
-
-fn peer(addr: std::net::SocketAddr) -> Peer {
-    Peer {
-        address: Some(Address {
-            address: Some(address::Address::SocketAddress(SocketAddress {
-                address: addr.ip().to_string(),
-                port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
-                    addr.port(),
-                ))),
-                ..Default::default()
-            })),
-        }),
-        ..Default::default()
-    }
-}
-
-/// The CheckRequest Envoy would send: the request's attributes, its headers (values of a
-/// repeated header joined with `,`, plus the pseudo-headers), both peers, and the route's
-/// context extensions.
-pub(crate) fn check_request(input: &CheckInput<'_>) -> CheckRequest {
-    let mut headers: HashMap<String, String> = HashMap::with_capacity(input.headers.len() + 3);
-    for (name, value) in input.headers {
-        let value = String::from_utf8_lossy(value.as_bytes());
-        headers
-            .entry(name.as_str().to_owned())
-            .and_modify(|v| {
-                v.push(',');
-                v.push_str(&value);
-            })
-            .or_insert_with(|| value.into_owned());
-    }
-    headers.insert(":authority".into(), input.host.to_owned());
-    headers.insert(":method".into(), input.method.as_str().to_owned());
-    headers.insert(":path".into(), input.path.to_owned());
-    // A text body goes as `body`, anything else as `raw_body` (never both: it would double
-    // the message).
-    let (body, raw_body, size) = match input.body {
-        Some(body) => match std::str::from_utf8(body) {
-            Ok(text) => (text.to_owned(), Vec::new(), body.len() as i64),
-            Err(_) => (String::new(), body.to_vec(), body.len() as i64),
-        },
-        None => (
-            String::new(),
-            Vec::new(),
-            input
-                .headers
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(-1),
-        ),
-    };
-    CheckRequest {
-        attributes: Some(AttributeContext {
-            source: Some(peer(input.source)),
-            destination: Some(peer(input.destination)),
-            request: Some(Request {
-                http: Some(HttpRequest {
-                    id: input.request_id.to_owned(),
-                    method: input.method.as_str().to_owned(),
-                    headers,
-                    path: input.path.to_owned(),
-                    host: input.host.to_owned(),
-                    scheme: input.scheme.to_owned(),
-                    size,
-                    protocol: protocol(input.version).to_owned(),
-                    body,
-                    raw_body,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            context_extensions: input.context_extensions.iter().cloned().collect(),
-            ..Default::default()
-        }),
-    }
-}
-
-fn protocol(version: Version) -> &'static str {
-    match version {
-        Version::HTTP_10 => "HTTP/1.0",
-        Version::HTTP_2 => "HTTP/2",
-        Version::HTTP_3 => "HTTP/3",
-        _ => "HTTP/1.1",
-    }
-}
 
 /// An OK status allows (with the ok response's changes); any other denies with the denied
 /// response's status (403 if none), headers and body; an error response is an error.
@@ -326,51 +237,5 @@ mod tests {
         };
         let names: Vec<_> = denied.headers.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(names, ["x-why"]);
-    }
-
-    #[test]
-    fn the_request_carries_what_envoy_sends() {
-        let mut headers = http::HeaderMap::new();
-        headers.append("x-multi", HeaderValue::from_static("a"));
-        headers.append("x-multi", HeaderValue::from_static("b"));
-        let context = [("tenant".to_string(), "blue".to_string())];
-        let input = CheckInput {
-            method: &http::Method::POST,
-            path: "/orders?id=7",
-            host: "shop.test",
-            scheme: "https",
-            version: Version::HTTP_2,
-            headers: &headers,
-            request_id: "req-1",
-            source: "192.0.2.7:51000".parse().unwrap_or_else(|_| unreachable!()),
-            destination: "127.0.0.1:8443".parse().unwrap_or_else(|_| unreachable!()),
-            context_extensions: &context,
-            body: None,
-        };
-        let request = check_request(&input);
-        let attributes = request.attributes.unwrap_or_default();
-        let http = attributes.request.and_then(|r| r.http).unwrap_or_default();
-        assert_eq!(http.method, "POST");
-        assert_eq!(http.path, "/orders?id=7");
-        assert_eq!(http.host, "shop.test");
-        assert_eq!(http.scheme, "https");
-        assert_eq!(http.protocol, "HTTP/2");
-        assert_eq!(http.id, "req-1");
-        assert_eq!(http.size, -1);
-        assert_eq!(http.headers["x-multi"], "a,b");
-        assert_eq!(http.headers[":path"], "/orders?id=7");
-        assert_eq!(attributes.context_extensions["tenant"], "blue");
-        let source = attributes
-            .source
-            .and_then(|p| p.address)
-            .and_then(|a| a.address);
-        let Some(address::Address::SocketAddress(source)) = source else {
-            panic!("source address");
-        };
-        assert_eq!(source.address, "192.0.2.7");
-        assert_eq!(
-            source.port_specifier,
-            Some(socket_address::PortSpecifier::PortValue(51000))
-        );
     }
 }

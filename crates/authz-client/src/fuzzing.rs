@@ -1,15 +1,86 @@
-//! The fuzz target of the service's answers, gRPC (a `CheckResponse`'s bytes) and HTTP (a
-//! response head and body), mapped to decisions: never a panic, and never a change to the
-//! headers that frame a message or describe a hop, on the request, its response or a denial.
-//! `fuzz/fuzz_targets/ext_authz_answer.rs` runs it; tests/fuzz_corpus.rs replays the corpus
-//! and `fuzz/regressions/ext_authz_answer`.
+//! The fuzz targets of ext_authz, run by `fuzz/fuzz_targets/ext_authz_*.rs`; tests/fuzz_corpus.rs
+//! replays their corpora and `fuzz/regressions/`.
+//!
+//! - [`answer`]: the service's answers, gRPC (a `CheckResponse`'s bytes) and HTTP (a response
+//!   head and body), mapped to decisions: never a panic, and never a change to the headers
+//!   that frame a message or describe a hop, on the request, its response or a denial.
+//! - [`check_request`]: the CheckRequest written for any request decodes to the message the
+//!   generated types build for it.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, HOST, HeaderName, HeaderValue, TRANSFER_ENCODING};
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, Method, Response, StatusCode, Version};
 use prost::Message;
 
-use crate::{Decision, HeaderMutation, HttpOptions, is_protected};
+use crate::{CheckInput, Decision, HeaderMutation, HttpOptions, is_protected};
+
+/// A request made of the input: a flags byte, then parts split at each 0 byte: path, host,
+/// request id, scheme, body, the two peers' addresses, then name and value pairs, each a
+/// header when it is a valid one and a context extension when not.
+pub fn check_request(data: &[u8]) {
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let mut parts = rest.split(|&b| b == 0);
+    let mut text = || String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+    let (path, host, request_id, scheme) = (text(), text(), text(), text());
+    let body = Bytes::copy_from_slice(parts.next().unwrap_or_default());
+    let addresses = parts.next().unwrap_or_default();
+    let (source, destination) = addresses.split_at(addresses.len() / 2);
+    let mut headers = HeaderMap::new();
+    let mut context_extensions = Vec::new();
+    while let (Some(name), Some(value)) = (parts.next(), parts.next()) {
+        match (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            (Ok(name), Ok(value)) => {
+                headers.append(name, value);
+            }
+            _ => context_extensions.push((
+                String::from_utf8_lossy(name).into_owned(),
+                String::from_utf8_lossy(value).into_owned(),
+            )),
+        }
+    }
+    let methods = [Method::GET, Method::POST, Method::HEAD, Method::OPTIONS];
+    let versions = [
+        Version::HTTP_10,
+        Version::HTTP_11,
+        Version::HTTP_2,
+        Version::HTTP_3,
+    ];
+    let input = CheckInput {
+        method: &methods[usize::from(flags & 3)],
+        path: &path,
+        host: &host,
+        scheme: &scheme,
+        version: versions[usize::from(flags >> 2 & 3)],
+        headers: &headers,
+        request_id: &request_id,
+        source: socket_address(source),
+        destination: socket_address(destination),
+        context_extensions: &context_extensions,
+        body: (flags & 16 != 0).then_some(&body),
+    };
+    let (decoded, reference) = crate::check_encoding::decoded_and_reference(&input);
+    assert_eq!(decoded, reference);
+}
+
+/// IPv6 from 18 bytes or more, else IPv4; the last two bytes are the port.
+fn socket_address(bytes: &[u8]) -> SocketAddr {
+    let mut padded = [0u8; 18];
+    let len = bytes.len().min(18);
+    padded[..len].copy_from_slice(&bytes[..len]);
+    let port = u16::from_be_bytes([padded[16], padded[17]]);
+    let ip = if bytes.len() >= 18 {
+        let mut octets = [0u8; 16];
+        octets.copy_from_slice(&padded[..16]);
+        IpAddr::V6(Ipv6Addr::from(octets))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(padded[0], padded[1], padded[2], padded[3]))
+    };
+    SocketAddr::new(ip, port)
+}
 
 /// The first byte picks the protocol (even: gRPC); the rest is the service's answer.
 pub fn answer(data: &[u8]) {

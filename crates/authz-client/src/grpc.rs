@@ -11,15 +11,16 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use bytes::{Bytes, BytesMut};
+use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use h2::RecvStream;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use prost::Message;
 
-use crate::check_message::{check_request, decision};
+use crate::check_encoding::{FRAME_PREFIX, check_frame};
+use crate::check_message::decision;
 use crate::decision::Decision;
 use crate::transport::{Backoff, connect};
 use crate::{AuthzError, CheckInput, Endpoint};
@@ -36,9 +37,6 @@ const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 const INITIAL_MAX_SEND_STREAMS: usize = 100;
 const MAX_SEND_BUFFER: usize = 1024 * 1024;
 const MAX_HEADER_LIST: u32 = 16 * 1024;
-
-/// The length-prefixed message framing of gRPC: a compression flag and a 4-byte length.
-const FRAME_PREFIX: usize = 5;
 
 /// The open connection: its sender, and whether the task driving it has ended.
 struct Conn {
@@ -131,7 +129,7 @@ impl GrpcChannel {
 
     pub(crate) async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
         let sender = self.sender().await?;
-        let frame = grpc_frame(&check_request(input))?;
+        let frame = check_frame(input)?;
         let call = async {
             let mut sender = sender.ready().await?;
             let (response, mut request_body) = sender.send_request(call_head(), false)?;
@@ -152,20 +150,6 @@ fn call_head() -> Request<()> {
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(TE, HeaderValue::from_static("trailers"));
     head
-}
-
-/// The message as one gRPC frame, uncompressed.
-fn grpc_frame(message: &CheckRequest) -> Result<Bytes, AuthzError> {
-    let len = message.encoded_len();
-    let prefix = u32::try_from(len)
-        .map_err(|_| AuthzError::Transport(format!("a check of {len} bytes is too large")))?;
-    let mut frame = BytesMut::with_capacity(FRAME_PREFIX + len);
-    frame.put_u8(0);
-    frame.put_u32(prefix);
-    message
-        .encode(&mut frame)
-        .map_err(|e| AuthzError::Transport(format!("cannot encode the check: {e}")))?;
-    Ok(frame.freeze())
 }
 
 fn transport(error: h2::Error) -> AuthzError {
@@ -294,10 +278,7 @@ mod tests {
     use envoy_types::pb::envoy::service::auth::v3::{CheckResponse, DeniedHttpResponse};
 
     #[test]
-    fn a_check_is_one_uncompressed_frame_of_its_message() {
-        let request = CheckRequest::default();
-        let frame = grpc_frame(&request).unwrap_or_default();
-        assert_eq!(&frame[..], &[0, 0, 0, 0, 0]);
+    fn an_answer_is_one_uncompressed_frame_of_its_message() {
         let answer = CheckResponse {
             http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
                 body: "no".into(),

@@ -40,6 +40,7 @@
 //! # }
 //! ```
 
+mod check_encoding;
 mod check_message;
 mod decision;
 mod grpc;
