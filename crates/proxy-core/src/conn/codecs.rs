@@ -12,7 +12,8 @@ use crate::config::{ListenerConfig, RouteAction};
 const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
-/// How long an HTTP/1.1 connection stays idle before its codec is dropped.
+/// How long a begun HTTP/1.1 request head may sit unfinished before the read buffer is given
+/// up (its bytes kept), and how long after a request a connection counts as in use.
 const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// The codec settings of one listener, built once per worker.
@@ -22,9 +23,10 @@ pub(crate) struct Codecs {
     pub(super) idle_timeout: Duration,
     /// HTTP/2: a connection without a request this long after it opened is closed.
     pub(super) request_headers_timeout: Duration,
-    /// How long an idle HTTP/1.1 connection keeps its read buffer, and a begun head may sit
-    /// unfinished before the buffer is given up (its bytes kept): [`PARK_AFTER`], or sooner
-    /// when the header timeout is shorter.
+    /// How long a begun head may sit unfinished before the buffer is given up (its bytes
+    /// kept), and a connection counts as in use after a request (a maximum duration does not
+    /// close it under the next one): [`PARK_AFTER`], or sooner when the header timeout is
+    /// shorter.
     pub(super) park_after: Duration,
     /// What the HTTP/2 codec takes; the frame meter follows the same CONTINUATION limit.
     pub(super) h2_max_header_list_size: usize,

@@ -13,7 +13,7 @@ use http::{Method, StatusCode, Version};
 use tokio::time::Instant;
 
 use super::write::{self, Written};
-use super::{FIRST_READ, Shared};
+use super::{FIRST_READ, Shared, buffer_pool};
 use crate::conn::Codecs;
 use crate::conn::service::ProxyService;
 use crate::context::{ConnCtx, RequestBody, SignalWatch, Tunnel};
@@ -161,7 +161,7 @@ async fn read_head(
                 let mut input = input.borrow_mut();
                 let kept = BytesMut::from(&input.buf[..]);
                 tracing::trace!(peer = %ctx.peer, buffered = kept.len(), "parked");
-                input.buf = kept;
+                buffer_pool::give(std::mem::replace(&mut input.buf, kept));
             }
         }
     }

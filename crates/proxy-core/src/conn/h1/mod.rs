@@ -1,15 +1,17 @@
 //! HTTP/1.1 connections, on the codec in crates/h1: one task reads each request head, serves
-//! the request, and writes its response, then reads the next. A connection idle for a moment
-//! (`park_after`, a second) is *parked*: it holds no buffer, only its socket, until the client
-//! sends again, which is what lets a proxy hold tens of thousands of idle connections (lesson
-//! L2); a busy one keeps its buffer from one request to the next.
+//! the request, and writes its response, then reads the next. Between requests a connection is
+//! *parked*: it gives its read buffer back to the worker's pool and holds only its socket until
+//! the client sends again, which is what lets a proxy hold tens of thousands of idle
+//! connections (lesson L2).
 //!
 //! ```text
-//! mod.rs       the connection: parked between requests, an exchange at a time, upgrades
-//! exchange.rs  one request: its head read (within request_headers_timeout) and served
-//! write.rs     one response: its head and body written, with the framing the codec chose
+//! mod.rs          the connection: parked between requests, an exchange at a time, upgrades
+//! exchange.rs     one request: its head read (within request_headers_timeout) and served
+//! write.rs        one response: its head and body written, with the framing the codec chose
+//! buffer_pool.rs  the worker's read buffers, lent to connections while they read
 //! ```
 
+mod buffer_pool;
 mod exchange;
 mod write;
 
@@ -19,7 +21,6 @@ use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::task::Poll;
 
-use bytes::BytesMut;
 use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
 
@@ -34,7 +35,7 @@ use exchange::Next;
 type Shared = Rc<RefCell<h1::Input<DownstreamIo>>>;
 
 /// What the first read of a request asks room for: most heads fit.
-const FIRST_READ: usize = 4096;
+const FIRST_READ: usize = buffer_pool::BUFFER;
 
 pub(super) async fn serve_h1(
     io: DownstreamIo,
@@ -49,8 +50,8 @@ pub(super) async fn serve_h1(
         codecs.h1.max_head,
     )));
     // One timer for the connection's life, re-armed only when it fires (see `park`): a busy
-    // connection adds and removes no timer per request. First armed for the earliest deadline
-    // there can be.
+    // connection adds and removes no timer per request. First armed no later than the
+    // earliest deadline there can be.
     let mut timer = pin!(tokio::time::sleep_until(
         ctx.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
     ));
@@ -86,6 +87,7 @@ pub(super) async fn serve_h1(
         }
         return;
     }
+    buffer_pool::give(std::mem::take(&mut input.borrow_mut().buf));
     // A lingering close: the client gets what was written even if it is still sending.
     let _ = poll_fn(|cx| {
         let mut input = input.borrow_mut();
@@ -96,9 +98,8 @@ pub(super) async fn serve_h1(
 
 /// Waits until the client sends again: `true` once bytes of its next request are in the
 /// buffer, `false` when the connection should close (the client closed it, it idled out or
-/// reached its maximum duration, or the proxy drains). For `park_after` after its last request
-/// the connection keeps its read buffer, so a busy client's next request costs no allocation;
-/// past that it holds nothing but the socket.
+/// reached its maximum duration, or the proxy drains). Meanwhile the connection holds no
+/// buffer: it takes one from the worker's pool to read once the socket is readable.
 ///
 /// `timer` may be armed for an earlier time than any deadline here (they all move later as
 /// the connection is used): when it fires, the deadlines are checked and it is re-armed for
@@ -111,7 +112,14 @@ async fn park(
     mut timer: Pin<&mut Sleep>,
 ) -> bool {
     loop {
-        let buffered = input.borrow_mut().io.has_buffered();
+        let buffered = {
+            let mut input = input.borrow_mut();
+            if input.buf.capacity() > 0 {
+                buffer_pool::give(std::mem::take(&mut input.buf));
+                tracing::trace!(peer = %ctx.peer, buffered = 0, "parked");
+            }
+            input.io.has_buffered()
+        };
         if !buffered {
             tokio::select! {
                 ready = poll_fn(|cx| input.borrow().io.tcp().poll_read_ready(cx)) => {
@@ -121,7 +129,7 @@ async fn park(
                 }
                 () = drain.raised() => return false,
                 () = timer.as_mut() => {
-                    let Some(next) = parked_deadline(input, ctx, codecs) else {
+                    let Some(next) = parked_deadline(ctx, codecs) else {
                         return false;
                     };
                     timer.as_mut().reset(next);
@@ -131,7 +139,13 @@ async fn park(
         }
         // Readiness can be stale, or TLS records without data: a read that would wait means
         // the connection is still idle.
-        let read = poll_fn(|cx| Poll::Ready(input.borrow_mut().poll_read_more(cx, FIRST_READ)));
+        let read = poll_fn(|cx| {
+            let mut input = input.borrow_mut();
+            if input.buf.capacity() == 0 {
+                input.buf = buffer_pool::take();
+            }
+            Poll::Ready(input.poll_read_more(cx, FIRST_READ))
+        });
         match read.await {
             Poll::Ready(Ok(0) | Err(_)) => return false,
             Poll::Ready(Ok(_)) => return true,
@@ -140,10 +154,9 @@ async fn park(
     }
 }
 
-/// On the parked connection's timer: drops its read buffer once it has been idle for
-/// `park_after`, and says when to look again, or `None` if it is to close now (idle timeout,
-/// maximum duration).
-fn parked_deadline(input: &Shared, ctx: &ConnCtx, codecs: &Codecs) -> Option<Instant> {
+/// On the parked connection's timer: when to look again, or `None` if it is to close now
+/// (idle timeout, maximum duration).
+fn parked_deadline(ctx: &ConnCtx, codecs: &Codecs) -> Option<Instant> {
     let now = Instant::now();
     let last_active = ctx.last_active.get();
     let idle_until = last_active + codecs.idle_timeout;
@@ -153,22 +166,12 @@ fn parked_deadline(input: &Shared, ctx: &ConnCtx, codecs: &Codecs) -> Option<Ins
     }
     // A connection in use (idle for less than park_after) is retired by a response saying
     // `connection: close`, not by closing it under a request on its way.
-    let release_at = last_active + codecs.park_after;
-    let expires_at = ctx.expires_at().map(|at| at.max(release_at));
+    let expires_at = ctx
+        .expires_at()
+        .map(|at| at.max(last_active + codecs.park_after));
     if expires_at.is_some_and(|at| now >= at) {
         ctx.listener.stats.cx_max_duration.inc();
         return None;
     }
-    let mut next = expires_at.map_or(idle_until, |at| at.min(idle_until));
-    if now >= release_at {
-        let mut input = input.borrow_mut();
-        if input.buf.capacity() > 0 {
-            input.buf = BytesMut::new();
-            crate::memory::codec_released();
-            tracing::trace!(peer = %ctx.peer, buffered = 0, "parked");
-        }
-    } else {
-        next = next.min(release_at);
-    }
-    Some(next)
+    Some(expires_at.map_or(idle_until, |at| at.min(idle_until)))
 }
