@@ -22,8 +22,12 @@ mod io;
 mod service;
 mod stream_exec;
 
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::Either;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -51,38 +55,83 @@ const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 
 /// Serves `stream` until the client is done or, after `drain` turns true, until the requests
 /// in flight are answered: HTTP/1.1 then closes with `connection: close`, HTTP/2 sends GOAWAY.
-pub(crate) async fn serve(
+///
+/// Two stages, the second started when the first is over: the handshake and sniffing, then
+/// the codec. As one `async` block the connection's state would hold the arguments and the
+/// socket a second time beside the codec's state, for the connection's whole life, and every
+/// idle connection holds this state.
+pub(crate) fn serve(
     stream: TcpStream,
     ctx: Rc<ConnCtx>,
     http: Rc<HttpSlot>,
     settings: Rc<ConnSettings>,
+    drain: SignalWatch,
+) -> impl Future<Output = ()> {
+    // Boxed: the handshake's and sniffing's state is over once the codec starts, and would
+    // otherwise take room in every connection for its whole life.
+    Box::pin(prepare(stream, ctx, settings, drain)).then(move |prepared| {
+        let Some(Prepared {
+            io,
+            sniffed,
+            ctx,
+            settings,
+            drain,
+        }) = prepared
+        else {
+            return Either::Right(
+                Box::pin(std::future::ready(())) as Pin<Box<dyn Future<Output = ()>>>
+            );
+        };
+        let service = ProxyService { conn: ctx, http };
+        match sniffed {
+            Sniffed::Http1 => Either::Left(h1::serve_h1(io, service, settings, drain)),
+            // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
+            Sniffed::Http2 => Either::Right(Box::pin(async move {
+                h2::serve_h2(io, service, &settings.codecs, drain).await;
+            })),
+            Sniffed::Closed => Either::Right(Box::pin(async move {
+                let mut io = io;
+                let _ = io.shutdown().await;
+            })),
+        }
+    })
+}
+
+/// A connection past its handshake, with the protocol it speaks.
+struct Prepared {
+    io: DownstreamIo,
+    sniffed: Sniffed,
+    ctx: Rc<ConnCtx>,
+    settings: Rc<ConnSettings>,
+    drain: SignalWatch,
+}
+
+/// The TLS handshake on a TLS listener, then the protocol: `None` when the handshake failed.
+async fn prepare(
+    stream: TcpStream,
+    ctx: Rc<ConnCtx>,
+    settings: Rc<ConnSettings>,
     mut drain: SignalWatch,
-) {
+) -> Option<Prepared> {
     let _ = stream.set_nodelay(true);
-    let codecs = &settings.codecs;
     let mut io = match &settings.tls {
         None => DownstreamIo::plain(stream),
         // Boxed: the handshake's state is large and over once it is done.
-        Some(tls) => match Box::pin(tls.accept(stream)).await {
-            Some(stream) => DownstreamIo::tls(stream),
-            None => return,
-        },
+        Some(tls) => DownstreamIo::tls(Box::pin(tls.accept(stream)).await?),
     };
     // ALPN, when it chose, says the protocol; otherwise the first bytes do.
     let sniffed = match io.alpn() {
         Some(b"h2") => Sniffed::Http2,
         Some(b"http/1.1") => Sniffed::Http1,
-        _ => sniff(&mut io, &ctx, codecs.idle_timeout, &mut drain).await,
+        _ => sniff(&mut io, &ctx, settings.codecs.idle_timeout, &mut drain).await,
     };
-    let service = ProxyService { conn: ctx, http };
-    match sniffed {
-        // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
-        Sniffed::Http2 => Box::pin(h2::serve_h2(io, service, codecs, drain)).await,
-        Sniffed::Http1 => h1::serve_h1(io, service, codecs, drain).await,
-        Sniffed::Closed => {
-            let _ = io.shutdown().await;
-        }
-    }
+    Some(Prepared {
+        io,
+        sniffed,
+        ctx,
+        settings,
+        drain,
+    })
 }
 
 enum Sniffed {

@@ -3,17 +3,20 @@
 //! an accepted connection.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::balance::{ExactBalance, Handoff};
 use super::listener::Listener;
 use super::tracker::{ConnGuard, ConnTracker};
 use crate::conn;
-use crate::context::{ConnCtx, WorkerCtx};
+use crate::context::{ConnCtx, ListenerCtx, SignalWatch, WorkerCtx};
 use crate::listener::ConnPermit;
 
 /// What serving an accepted connection on this worker needs.
@@ -51,24 +54,63 @@ impl Accepted {
         let http = Rc::clone(&listener.http);
         let settings = Rc::clone(&state.conn);
         let drain = listener.drain.watch();
-        let mut close = listener.close.watch();
-        let ctx = Rc::clone(ctx);
-        let worker = Rc::clone(&self.worker);
-        let balance = Arc::clone(&self.balance);
-        let worker_id = self.worker_id;
-        tokio::task::spawn_local(async move {
-            tokio::select! {
-                () = conn::serve(stream, conn_ctx, http, settings, drain) => {}
-                // The listener was removed and its drain time is up.
-                () = close.raised() => {}
-            }
-            worker.stats.cx_active.dec();
-            ctx.stats.cx_active.dec();
-            ctx.stats.cx_destroy.inc();
-            balance.closed(worker_id);
-            drop(permit);
-            drop(guard);
+        tokio::task::spawn_local(Served {
+            conn: conn::serve(stream, conn_ctx, http, settings, drain),
+            close: listener.close.watch(),
+            _closed: Closed {
+                worker: Rc::clone(&self.worker),
+                ctx: Rc::clone(ctx),
+                balance: Arc::clone(&self.balance),
+                worker_id: self.worker_id,
+                _permit: permit,
+                _guard: guard,
+            },
         });
+    }
+}
+
+pin_project! {
+    /// A connection's task: served until it ends or its listener is removed and the drain
+    /// time is up. A future of its own rather than an `async` block around `select!`, which
+    /// would hold a second copy of everything it captures: this is what every idle connection
+    /// keeps in memory.
+    struct Served<F> {
+        #[pin]
+        conn: F,
+        close: SignalWatch,
+        _closed: Closed,
+    }
+}
+
+impl<F: Future<Output = ()>> Future for Served<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.close.poll_raised(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        this.conn.poll(cx)
+    }
+}
+
+/// What a connection gives back when its task ends, however it ends (after the connection
+/// itself, which is dropped first).
+struct Closed {
+    worker: Rc<WorkerCtx>,
+    ctx: Rc<ListenerCtx>,
+    balance: Arc<ExactBalance>,
+    worker_id: usize,
+    _permit: ConnPermit,
+    _guard: ConnGuard,
+}
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.worker.stats.cx_active.dec();
+        self.ctx.stats.cx_active.dec();
+        self.ctx.stats.cx_destroy.inc();
+        self.balance.closed(self.worker_id);
     }
 }
 

@@ -26,8 +26,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::io::DownstreamIo;
 use super::service::ProxyService;
-use super::{Codecs, ConnCtx};
-use crate::context::SignalWatch;
+use super::{Codecs, ConnCtx, ConnSettings};
+use crate::context::{SignalWatch, Tunnel};
 use exchange::Next;
 
 /// The connection's input (its socket and what has been read), shared with the body of the
@@ -37,62 +37,72 @@ type Shared = Rc<RefCell<h1::Input<DownstreamIo>>>;
 /// What the first read of a request asks room for: most heads fit.
 const FIRST_READ: usize = buffer_pool::BUFFER;
 
-pub(super) async fn serve_h1(
+/// Serves the connection until it closes. The input is made before the `async` block so that
+/// the socket is not also kept, moved-from, in the connection's state.
+pub(super) fn serve_h1(
     io: DownstreamIo,
     service: ProxyService,
-    codecs: &Codecs,
+    settings: Rc<ConnSettings>,
     mut drain: SignalWatch,
-) {
-    let ctx = Rc::clone(&service.conn);
+) -> impl Future<Output = ()> {
     let input: Shared = Rc::new(RefCell::new(h1::Input::new(
         io,
-        codecs.h1.read_size,
-        codecs.h1.max_head,
+        settings.codecs.h1.read_size,
+        settings.codecs.h1.max_head,
     )));
-    // One timer for the connection's life, re-armed only when it fires (see `park`): a busy
-    // connection adds and removes no timer per request. First armed no later than the
-    // earliest deadline there can be.
-    let mut timer = pin!(tokio::time::sleep_until(
-        ctx.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
-    ));
-    let next = loop {
-        if input.borrow().buf.is_empty()
-            && !park(&input, &ctx, codecs, &mut drain, timer.as_mut()).await
-        {
-            break Next::Close;
-        }
-        // Boxed, so that the state of an exchange is not part of every connection's task: a
-        // parked one costs only what `park` needs.
-        match Box::pin(exchange::serve(&input, &service, codecs, &mut drain)).await {
-            Next::KeepAlive => {}
-            next => break next,
-        }
-    };
-    if let Next::Tunnel(tunnel) = next {
-        // The 101 is out: from here on the connection is a byte relay, not HTTP. Nothing else
-        // holds the input (an upgrade request's body is empty).
-        if let Ok(input) = Rc::try_unwrap(input) {
-            let (io, rest) = input.into_inner().into_parts();
-            let http = service.http.current();
+    async move {
+        let codecs = &settings.codecs;
+        let ctx = &service.conn;
+        // One timer for the connection's life, re-armed only when it fires (see `park`): a busy
+        // connection adds and removes no timer per request. First armed no later than the
+        // earliest deadline there can be.
+        let mut timer = pin!(tokio::time::sleep_until(
+            ctx.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
+        ));
+        let next = loop {
+            if input.borrow().buf.is_empty()
+                && !park(&input, ctx, codecs, &mut drain, timer.as_mut()).await
+            {
+                break Next::Close;
+            }
+            // Boxed, so that the state of an exchange is not part of every connection's task: a
+            // parked one costs only what `park` needs.
+            match Box::pin(exchange::serve(&input, &service, codecs, &mut drain)).await {
+                Next::KeepAlive => {}
+                next => break next,
+            }
+        };
+        if let Next::Tunnel(tunnel) = next {
             // Boxed: only upgraded connections carry the relay's state.
-            Box::pin(crate::http::relay_tunnel(
-                io,
-                rest.freeze(),
-                *tunnel,
-                &ctx,
-                http.upgrade_idle_timeout,
-                http.upgrade_buffer,
-            ))
-            .await;
+            Box::pin(relay_upgraded(input, *tunnel, &service)).await;
+            return;
         }
-        return;
+        buffer_pool::give(std::mem::take(&mut input.borrow_mut().buf));
+        // A lingering close: the client gets what was written even if it is still sending.
+        let _ = poll_fn(|cx| {
+            let mut input = input.borrow_mut();
+            std::pin::Pin::new(&mut input.io).poll_shutdown(cx)
+        })
+        .await;
     }
-    buffer_pool::give(std::mem::take(&mut input.borrow_mut().buf));
-    // A lingering close: the client gets what was written even if it is still sending.
-    let _ = poll_fn(|cx| {
-        let mut input = input.borrow_mut();
-        std::pin::Pin::new(&mut input.io).poll_shutdown(cx)
-    })
+}
+
+/// The 101 is out: from here on the connection is a byte relay, not HTTP. Nothing else holds
+/// the input (an upgrade request's body is empty).
+async fn relay_upgraded(input: Shared, tunnel: Tunnel, service: &ProxyService) {
+    let Ok(input) = Rc::try_unwrap(input) else {
+        return;
+    };
+    let (io, rest) = input.into_inner().into_parts();
+    let http = service.http.current();
+    crate::http::relay_tunnel(
+        io,
+        rest.freeze(),
+        tunnel,
+        &service.conn,
+        http.upgrade_idle_timeout,
+        http.upgrade_buffer,
+    )
     .await;
 }
 
