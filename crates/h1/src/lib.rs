@@ -1,5 +1,5 @@
-//! Legate's HTTP/1.1 server codec, without I/O policy: what bytes mean and what bytes to
-//! write. The connection that drives it (reads, timeouts, keep-alive, drain) is the proxy's.
+//! Legate's HTTP/1.1 codec, without I/O policy: what bytes mean and what bytes to write. The
+//! connections that drive it (reads, timeouts, keep-alive, drain, pooling) are the proxy's.
 //!
 //! - [`parse_request`] reads a request head straight from the read buffer with httparse and
 //!   decides the one way its body is delimited. It is strict where parsers have disagreed
@@ -10,6 +10,8 @@
 //!   request being served, which an [`IncomingBody`] reads on demand (backpressure: nothing
 //!   is read that the consumer has not asked for).
 //! - [`encode_head`], [`encode_chunk`] and [`encode_last_chunk`] write a response.
+//! - [`client`] is the other side, for upstream connections: requests written, response
+//!   heads parsed (as strictly) and response bodies decoded.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -30,6 +32,7 @@
 
 mod body;
 mod chunked;
+pub mod client;
 mod date;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -48,7 +51,7 @@ pub use response::{
 /// Why a request body could not be read to its end.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BodyError {
-    #[error("the client closed the connection before the body's end")]
+    #[error("the connection closed before the body's end")]
     Incomplete,
     #[error("invalid chunk size line")]
     InvalidChunkSize,

@@ -156,7 +156,7 @@ fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
 }
 
 /// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut at = buf.len();
     loop {
         at -= 1;
@@ -218,7 +218,7 @@ pub(crate) fn has_token(list: &[u8], token: &[u8]) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
-fn last_token_is(list: &[u8], token: &[u8]) -> bool {
+pub(crate) fn last_token_is(list: &[u8], token: &[u8]) -> bool {
     list.split(|&b| b == b',')
         .map(<[u8]>::trim_ascii)
         .rfind(|t| !t.is_empty())

@@ -1,0 +1,20 @@
+//! The client side of the codec, for a proxy's upstream connections: request heads written
+//! with the one framing their body goes with, response heads parsed with httparse straight
+//! from the read buffer, and response bodies decoded as they arrive.
+//!
+//! ```text
+//! request.rs   a request head, written, and how its body is framed
+//! response.rs  a response head, parsed, and how its body is delimited (RFC 9112 section 6.3)
+//! body.rs      a response body, decoded from the read buffer
+//! ```
+
+mod body;
+mod request;
+mod response;
+
+pub use body::{Decoded, ResponseDecoder};
+pub use request::{OutgoingBody, encode_request_head};
+pub use response::{ResponseError, ResponseHead, parse_response};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! Request heads as an upstream connection writes them.
+
+use bytes::{BufMut, BytesMut};
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{Method, Version};
+
+use crate::BodyLength;
+use crate::request::parse_length;
+use crate::response::last_token_is;
+
+/// What is known of a request's body before it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutgoingBody {
+    /// There is none (the body is at its end before it starts).
+    None,
+    /// Exactly this many bytes.
+    Known(u64),
+    /// A length not known in advance.
+    Unknown,
+}
+
+/// Writes the request line and header fields of `head` into `out`, and says how its body must
+/// be written: as hyper's client decides it. The request's own `Content-Length` or
+/// `Transfer-Encoding` are kept when they say how the body goes; otherwise the fitting one is
+/// added. An HTTP/1.0 request is written as such, and never chunked; any other as HTTP/1.1.
+/// `GET`, `HEAD` and `CONNECT` with a body of unknown length are sent without one.
+pub fn encode_request_head(
+    head: &http::request::Parts,
+    body: OutgoingBody,
+    out: &mut BytesMut,
+) -> BodyLength {
+    let headers = &head.headers;
+    let http10 = head.version == Version::HTTP_10;
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| parse_length(v.as_bytes()));
+    let te = headers.get_all(TRANSFER_ENCODING).iter().next_back();
+    let mut keep_cl = false;
+    let mut keep_te = false;
+    let mut add = Added::None;
+    let length = match body {
+        OutgoingBody::None => BodyLength::Empty,
+        _ if http10 => {
+            if let Some(len) = declared {
+                keep_cl = true;
+                BodyLength::Length(len)
+            } else if let OutgoingBody::Known(len) = body {
+                add = Added::ContentLength(len);
+                BodyLength::Length(len)
+            } else {
+                // An HTTP/1.0 request without a length cannot carry a body.
+                BodyLength::Empty
+            }
+        }
+        _ if te.is_some() => {
+            keep_te = true;
+            if !te.is_some_and(|v| last_token_is(v.as_bytes(), b"chunked")) {
+                add = Added::ChunkedCoding;
+            }
+            BodyLength::Chunked
+        }
+        _ if declared.is_some() => {
+            keep_cl = true;
+            BodyLength::Length(declared.unwrap_or_default())
+        }
+        OutgoingBody::Known(len) => {
+            add = Added::ContentLength(len);
+            BodyLength::Length(len)
+        }
+        OutgoingBody::Unknown => {
+            if matches!(head.method, Method::GET | Method::HEAD | Method::CONNECT) {
+                BodyLength::Empty
+            } else {
+                add = Added::TransferEncoding;
+                BodyLength::Chunked
+            }
+        }
+    };
+    // A body that is not sent leaves the request's own framing fields as they are (a HEAD
+    // or GET may well say `content-length: 0`), except a Transfer-Encoding that would tell the
+    // server a chunked body follows.
+    if length == BodyLength::Empty && body == OutgoingBody::None {
+        keep_cl = true;
+    }
+    let target = match &head.method {
+        &Method::CONNECT => head.uri.authority().map(|a| a.as_str()),
+        _ => head.uri.path_and_query().map(|p| p.as_str()),
+    }
+    .filter(|t| !t.is_empty())
+    .unwrap_or("/");
+
+    out.reserve(32 + target.len() + headers.len() * 32);
+    out.put_slice(head.method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(target.as_bytes());
+    out.put_slice(if http10 {
+        b" HTTP/1.0\r\n"
+    } else {
+        b" HTTP/1.1\r\n"
+    });
+    let mut te_lines = headers.get_all(TRANSFER_ENCODING).iter().count();
+    for (name, value) in headers {
+        if name == CONTENT_LENGTH && !keep_cl || name == TRANSFER_ENCODING && !keep_te {
+            continue;
+        }
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        if name == TRANSFER_ENCODING {
+            te_lines -= 1;
+            if te_lines == 0 && matches!(add, Added::ChunkedCoding) {
+                // The last coding must be chunked, the one this body is sent with.
+                out.put_slice(b", chunked");
+            }
+        }
+        out.put_slice(b"\r\n");
+    }
+    match add {
+        Added::None | Added::ChunkedCoding => {}
+        Added::ContentLength(len) => {
+            let mut digits = [0u8; 20];
+            out.put_slice(b"content-length: ");
+            out.put_slice(crate::response::decimal(len, &mut digits));
+            out.put_slice(b"\r\n");
+        }
+        Added::TransferEncoding => out.put_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.put_slice(b"\r\n");
+    length
+}
+
+enum Added {
+    None,
+    ContentLength(u64),
+    TransferEncoding,
+    /// `, chunked` after the request's own codings.
+    ChunkedCoding,
+}

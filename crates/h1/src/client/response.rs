@@ -1,0 +1,194 @@
+//! Response heads as an upstream connection reads them: the status line and header fields
+//! tokenized by httparse in place, then the one reading of the body's length.
+
+use std::mem::MaybeUninit;
+
+use bytes::BytesMut;
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+
+use crate::request::parse_length;
+use crate::response::has_token;
+use crate::{MAX_HEADERS, ResponseLength};
+
+/// A response head that cannot be relayed. An upstream that sends one gets no more requests
+/// on the connection, and the client gets a 502.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ResponseError {
+    #[error("response head over the {limit}-byte limit")]
+    TooLarge { limit: usize },
+    #[error("more than {MAX_HEADERS} header fields in a response")]
+    TooManyHeaders,
+    #[error("malformed response head: {0}")]
+    Malformed(&'static str),
+    #[error("response version is not HTTP/1.0 or HTTP/1.1")]
+    Version,
+    /// Both lengths: a message a client (or a cache between) could split differently.
+    #[error("both content-length and transfer-encoding")]
+    ContentLengthAndTransferEncoding,
+    #[error("invalid content-length")]
+    InvalidContentLength,
+    #[error("transfer-encoding chunked more than once")]
+    ChunkedTwice,
+    #[error("transfer-encoding in an HTTP/1.0 response")]
+    TransferEncodingInHttp10,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    /// Status, version and header fields; the values share the read buffer's memory.
+    pub parts: http::response::Parts,
+    pub length: ResponseLength,
+    /// Whether the connection can carry another request after this response's body:
+    /// HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`, and
+    /// never after a body that ends with the connection.
+    pub keep_alive: bool,
+}
+
+/// Parses a response head from the front of `buf`, removing it from `buf` when complete.
+/// `Ok(None)`: the head is not all there yet (and is within `max_head` bytes so far).
+/// `head_request`: the request was a HEAD, so no body follows whatever the head says.
+///
+/// The length is read as RFC 9112 section 6.3 says: no body after a 1xx, 204 or 304 or a
+/// response to HEAD; a body to the connection's close when the final transfer coding is not
+/// chunked or nothing gives a length. Where parsers could disagree, the response is refused:
+/// both lengths, lengths that differ, chunked twice, a transfer coding in HTTP/1.0.
+pub fn parse_response(
+    buf: &mut BytesMut,
+    max_head: usize,
+    head_request: bool,
+) -> Result<Option<ResponseHead>, ResponseError> {
+    let mut fields: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
+        [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut res,
+        buf,
+        &mut fields,
+    );
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= max_head => {
+            return Err(ResponseError::TooLarge { limit: max_head });
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(ResponseError::TooManyHeaders),
+        Err(httparse::Error::Version) => return Err(ResponseError::Version),
+        Err(err) => return Err(ResponseError::Malformed(malformed(err))),
+    };
+    if len > max_head {
+        return Err(ResponseError::TooLarge { limit: max_head });
+    }
+    let version = match res.version {
+        Some(1) => Version::HTTP_11,
+        Some(0) => Version::HTTP_10,
+        _ => return Err(ResponseError::Version),
+    };
+    let status = res
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or(ResponseError::Malformed("invalid status code"))?;
+    let base = buf.as_ptr() as usize;
+    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
+    let positions: Vec<_> = res
+        .headers
+        .iter()
+        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
+        .collect();
+    let head = buf.split_to(len).freeze();
+
+    let mut headers = HeaderMap::with_capacity(positions.len());
+    let mut framing = Framing::default();
+    for &((name_at, name_len), (value_at, value_len)) in &positions {
+        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
+            .map_err(|_| ResponseError::Malformed("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
+            .map_err(|_| ResponseError::Malformed("invalid header value"))?;
+        framing.field(&name, &value)?;
+        headers.append(name, value);
+    }
+    let bodiless = head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let length = framing.length(version, bodiless)?;
+    let keep_alive = length != ResponseLength::UntilClose
+        && !framing.close
+        && (version == Version::HTTP_11 || framing.keep_alive_token);
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status = status;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Some(ResponseHead {
+        parts,
+        length,
+        keep_alive,
+    }))
+}
+
+fn malformed(err: httparse::Error) -> &'static str {
+    match err {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token in the status line",
+        _ => "malformed head",
+    }
+}
+
+/// What the header fields say about the body and the connection, as they are read.
+#[derive(Default)]
+struct Framing {
+    content_length: Option<u64>,
+    /// Transfer-Encoding seen; whether its last coding so far is chunked.
+    transfer_encoding: Option<bool>,
+    chunked_count: usize,
+    close: bool,
+    keep_alive_token: bool,
+}
+
+impl Framing {
+    fn field(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), ResponseError> {
+        if name == CONTENT_LENGTH {
+            let len = parse_length(value.as_bytes()).ok_or(ResponseError::InvalidContentLength)?;
+            match self.content_length {
+                Some(seen) if seen != len => return Err(ResponseError::InvalidContentLength),
+                _ => self.content_length = Some(len),
+            }
+        } else if name == TRANSFER_ENCODING {
+            for coding in value.as_bytes().split(|&b| b == b',') {
+                let coding = coding.trim_ascii();
+                if coding.is_empty() {
+                    continue;
+                }
+                let chunked = coding.eq_ignore_ascii_case(b"chunked");
+                self.chunked_count += usize::from(chunked);
+                self.transfer_encoding = Some(chunked);
+            }
+        } else if name == CONNECTION {
+            self.close |= has_token(value.as_bytes(), b"close");
+            self.keep_alive_token |= has_token(value.as_bytes(), b"keep-alive");
+        }
+        Ok(())
+    }
+
+    fn length(&self, version: Version, bodiless: bool) -> Result<ResponseLength, ResponseError> {
+        if bodiless {
+            return Ok(ResponseLength::NoBody);
+        }
+        match (self.transfer_encoding, self.content_length) {
+            (Some(_), Some(_)) => Err(ResponseError::ContentLengthAndTransferEncoding),
+            (Some(_), None) if version == Version::HTTP_10 => {
+                Err(ResponseError::TransferEncodingInHttp10)
+            }
+            (Some(_), None) if self.chunked_count > 1 => Err(ResponseError::ChunkedTwice),
+            (Some(true), None) => Ok(ResponseLength::Chunked),
+            // Another coding last: the body runs to the close (RFC 9112 section 6.3).
+            (Some(false), None) => Ok(ResponseLength::UntilClose),
+            (None, Some(len)) => Ok(ResponseLength::Length(len)),
+            (None, None) => Ok(ResponseLength::UntilClose),
+        }
+    }
+}
