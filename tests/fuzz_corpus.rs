@@ -54,6 +54,11 @@ fn h1_request() {
 }
 
 #[test]
+fn h1_response() {
+    replay("h1_response", h1::fuzzing::response_head);
+}
+
+#[test]
 fn h1_chunked() {
     replay("h1_chunked", h1::fuzzing::chunked_body);
 }

@@ -4,8 +4,10 @@
 use bytes::BytesMut;
 use http::{HeaderMap, Method, Uri, Version};
 
+use crate::client::ResponseError;
 use crate::{
-    BodyLength, Chunk, ChunkedDecoder, HeadError, encode_chunk, encode_last_chunk, parse_request,
+    BodyLength, Chunk, ChunkedDecoder, HeadError, ResponseLength, encode_chunk, encode_last_chunk,
+    parse_request,
 };
 
 const MAX_HEAD: usize = 64 * 1024;
@@ -232,4 +234,215 @@ fn decode(input: &[u8], stride: usize) -> Result<Decoded, String> {
         }
     }
     Err("incomplete".into())
+}
+
+/// How hyper 1.x's HTTP/1.1 client reads a response head: httparse, then its framing rules
+/// (proto/h1/role.rs, `Client::decoder`).
+enum ResponseReference {
+    Partial,
+    Refused,
+    /// An informational response hyper skips (100, 102-199).
+    Skipped,
+    Accepted {
+        status: u16,
+        version: Version,
+        headers: Vec<(String, Vec<u8>)>,
+        length: ResponseLength,
+        keep_alive: bool,
+        /// Content-Length beside Transfer-Encoding: hyper takes the chunked reading.
+        both_lengths: bool,
+        /// `chunked` more than once: hyper reads the last.
+        chunked_twice: bool,
+        /// A Content-Length list (`5, 5`), which hyper takes, or one it does not read (a
+        /// bodiless status, or beside Transfer-Encoding).
+        odd_length: bool,
+        /// The head's length in bytes.
+        head_len: usize,
+    },
+}
+
+fn hyper_client_reading(data: &[u8], head_request: bool) -> ResponseReference {
+    let mut slots = [httparse::EMPTY_HEADER; crate::MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut slots);
+    let head_len = match res.parse(data) {
+        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => len,
+        Ok(httparse::Status::Partial) if data.len() < MAX_HEAD => {
+            return ResponseReference::Partial;
+        }
+        _ => return ResponseReference::Refused,
+    };
+    let version = if res.version == Some(1) {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    let Some(status) = res
+        .code
+        .filter(|code| http::StatusCode::from_u16(*code).is_ok())
+    else {
+        return ResponseReference::Refused;
+    };
+    let mut headers = Vec::new();
+    let (mut te, mut chunked, mut chunked_count) = (false, false, 0);
+    let (mut lengths, mut length_list, mut bad_length) = (Vec::new(), false, false);
+    let (mut close, mut keep_alive_token) = (false, false);
+    for field in res.headers.iter() {
+        let name = field.name.to_ascii_lowercase();
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+            || http::HeaderValue::from_bytes(field.value).is_err()
+        {
+            return ResponseReference::Refused;
+        }
+        let tokens = || {
+            field
+                .value
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .filter(|t| !t.is_empty())
+        };
+        match name.as_str() {
+            "transfer-encoding" => {
+                te = true;
+                if let Some(last) = tokens().next_back() {
+                    chunked = last.eq_ignore_ascii_case(b"chunked");
+                }
+                chunked_count += tokens()
+                    .filter(|t| t.eq_ignore_ascii_case(b"chunked"))
+                    .count();
+            }
+            "content-length" => {
+                // hyper takes a list of equal values.
+                length_list |= field.value.contains(&b',');
+                for t in field.value.split(|&b| b == b',') {
+                    match crate::request::parse_length(t.trim_ascii()) {
+                        Some(len) => lengths.push(len),
+                        None => bad_length = true,
+                    }
+                }
+            }
+            "connection" => {
+                close |= tokens().any(|t| t.eq_ignore_ascii_case(b"close"));
+                keep_alive_token |= tokens().any(|t| t.eq_ignore_ascii_case(b"keep-alive"));
+            }
+            _ => {}
+        }
+        headers.push((name, field.value.to_vec()));
+    }
+    let differing = lengths.windows(2).any(|w| w[0] != w[1]);
+    let length = match status {
+        101 | 204 | 304 => ResponseLength::NoBody,
+        100..=199 => return ResponseReference::Skipped,
+        _ if head_request => ResponseLength::NoBody,
+        _ if te && version == Version::HTTP_10 => return ResponseReference::Refused,
+        _ if te && chunked => ResponseLength::Chunked,
+        _ if te => ResponseLength::UntilClose,
+        _ if bad_length || differing => {
+            return ResponseReference::Refused;
+        }
+        _ => match lengths.first() {
+            Some(&len) => ResponseLength::Length(len),
+            None => ResponseLength::UntilClose,
+        },
+    };
+    ResponseReference::Accepted {
+        status,
+        version,
+        headers,
+        keep_alive: length != ResponseLength::UntilClose
+            && !close
+            && (version == Version::HTTP_11 || keep_alive_token),
+        length,
+        both_lengths: te && !lengths.is_empty(),
+        chunked_twice: te && chunked_count > 1,
+        odd_length: length_list || bad_length || differing,
+        head_len,
+    }
+}
+
+/// Differential: the codec reads a response head as hyper's client does (same status,
+/// version, fields and framing; the first input byte says whether the request was a HEAD),
+/// except where it is stricter on purpose: both lengths, `chunked` twice, a Content-Length
+/// list. It never takes what hyper refuses.
+pub fn response_head(data: &[u8]) {
+    let Some((&flags, data)) = data.split_first() else {
+        return;
+    };
+    let head_request = flags & 1 == 1;
+    let mut buf = BytesMut::from(data);
+    let ours = crate::client::parse_response(&mut buf, MAX_HEAD, head_request);
+    match (ours, hyper_client_reading(data, head_request)) {
+        (Ok(None), ResponseReference::Partial) | (Err(_), ResponseReference::Refused) => {}
+        (Ok(Some(head)), ResponseReference::Skipped) => {
+            assert!(head.parts.status.is_informational());
+            assert_eq!(head.length, ResponseLength::NoBody);
+        }
+        (Err(err), ResponseReference::Skipped) => {
+            // hyper skips an informational head before looking at its framing fields.
+            assert!(
+                matches!(
+                    err,
+                    ResponseError::InvalidContentLength | ResponseError::ChunkedTwice
+                ),
+                "refused here, skipped by hyper: {err}"
+            );
+        }
+        (Ok(Some(head)), ResponseReference::Refused) => {
+            panic!("taken here, refused by hyper: {:?}", head.parts)
+        }
+        (
+            Ok(Some(head)),
+            ResponseReference::Accepted {
+                status,
+                version,
+                headers,
+                length,
+                keep_alive,
+                both_lengths,
+                chunked_twice,
+                odd_length,
+                head_len,
+            },
+        ) => {
+            assert!(!odd_length, "a stricter refusal was missed");
+            // A bodiless response's other framing fields are not read for its length.
+            if length != ResponseLength::NoBody {
+                assert!(
+                    !both_lengths && !chunked_twice,
+                    "a stricter refusal was missed"
+                );
+            }
+            assert_eq!(head.parts.status.as_u16(), status);
+            assert_eq!(head.parts.version, version);
+            let mut ours: Vec<(String, Vec<u8>)> = head
+                .parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect();
+            let mut theirs = headers;
+            ours.sort_by(|a, b| a.0.cmp(&b.0));
+            theirs.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(ours, theirs);
+            assert_eq!(head.length, length);
+            assert_eq!(head.keep_alive, keep_alive);
+            assert_eq!(data.len() - buf.len(), head_len, "the head's end");
+        }
+        (
+            Err(err),
+            ResponseReference::Accepted {
+                both_lengths,
+                chunked_twice,
+                odd_length,
+                ..
+            },
+        ) => match err {
+            ResponseError::ContentLengthAndTransferEncoding => assert!(both_lengths),
+            ResponseError::ChunkedTwice => assert!(chunked_twice),
+            ResponseError::InvalidContentLength => assert!(odd_length),
+            other => panic!("refused here, taken by hyper: {other}"),
+        },
+        (Ok(None), _) | (Err(_) | Ok(Some(_)), ResponseReference::Partial) => {
+            assert!(data.len() >= MAX_HEAD, "disagree on completeness");
+        }
+    }
 }

@@ -158,6 +158,8 @@ impl Framing {
                 _ => self.content_length = Some(len),
             }
         } else if name == TRANSFER_ENCODING {
+            // Present, even empty: the length is not the Content-Length's.
+            self.transfer_encoding.get_or_insert(false);
             for coding in value.as_bytes().split(|&b| b == b',') {
                 let coding = coding.trim_ascii();
                 if coding.is_empty() {
