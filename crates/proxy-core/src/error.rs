@@ -110,17 +110,11 @@ pub enum ProxyError {
     #[error("upstream {addr} sent no response within {after:?}")]
     Timeout { addr: SocketAddr, after: Duration },
     #[error("upstream {addr} closed or reset the connection: {source}")]
-    UpstreamReset {
-        addr: SocketAddr,
-        source: hyper::Error,
-    },
+    UpstreamReset { addr: SocketAddr, source: BodyError },
     #[error("client went away while its request body was being sent: {source}")]
     ClientAborted { source: BodyError },
     #[error("upstream {addr} sent an invalid response: {source}")]
-    UpstreamProtocol {
-        addr: SocketAddr,
-        source: hyper::Error,
-    },
+    UpstreamProtocol { addr: SocketAddr, source: BodyError },
     /// A response whose length could be read two ways (smuggling): never relayed.
     #[error("upstream {addr} sent a response with {what}")]
     UpstreamFraming {
@@ -129,9 +123,9 @@ pub enum ProxyError {
     },
 }
 
-/// The HTTP/2 error code behind a hyper error, if an h2 error is among its causes.
-pub(crate) fn h2_reason(error: &hyper::Error) -> Option<h2::Reason> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+/// The HTTP/2 error code behind an error, if an h2 error is among its causes.
+pub(crate) fn h2_reason(error: &(dyn std::error::Error + 'static)) -> Option<h2::Reason> {
+    let mut source = Some(error);
     while let Some(e) = source {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
             return h2.reason();
@@ -150,9 +144,15 @@ impl ProxyError {
                 source: source.into(),
             }
         } else if source.is_parse() || source.is_parse_status() || source.is_parse_too_large() {
-            ProxyError::UpstreamProtocol { addr, source }
+            ProxyError::UpstreamProtocol {
+                addr,
+                source: Box::new(source),
+            }
         } else {
-            ProxyError::UpstreamReset { addr, source }
+            ProxyError::UpstreamReset {
+                addr,
+                source: Box::new(source),
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! Giving freed memory back to the system after connections go idle.
 //!
 //! An HTTP/1.1 connection gives its read buffer back to the worker's pool between requests
-//! (conn/h1/buffer_pool.rs); buffers beyond what the pool keeps are freed. glibc's malloc
+//! (buffer_pool.rs); buffers beyond what the pool keeps are freed. glibc's malloc
 //! keeps freed memory in its arenas, and pages that sit between live allocations (the parked
 //! connections' own small state) are never handed back by `free`: 10,000 connections that made
 //! one request each would keep ~14 KiB apiece resident long after they went quiet.

@@ -4,7 +4,7 @@
 use tokio::time::Instant;
 
 use super::breaker::Slot;
-use super::h1_pool::H1Conn;
+use super::h1_conn::H1Conn;
 use super::{Cluster, HostPool};
 use crate::config::UpstreamProtocol;
 use crate::error::{Overflow, ProxyError};
@@ -24,7 +24,7 @@ impl Cluster {
 impl HostPool {
     /// Waits in the cluster's pending queue until a connection to this host is put back on
     /// this worker (`Some`) or a connection slot is taken for this request (`None`).
-    pub(super) async fn wait_pending(&self) -> Result<Option<H1Conn>, ProxyError> {
+    pub(super) async fn wait_pending(&self) -> Result<Option<Box<H1Conn>>, ProxyError> {
         let breakers = &self.settings.shared.breakers;
         let Some(_pending) = Slot::try_take(&breakers.pending) else {
             self.stats.rq_pending_overflow.inc();
@@ -46,7 +46,7 @@ impl HostPool {
             returned.as_mut().enable();
             freed.as_mut().enable();
             if self.settings.protocol == UpstreamProtocol::Http1
-                && let Some(conn) = self.idle_h1().await
+                && let Some(conn) = self.idle_h1()
             {
                 break Ok(Some(conn));
             }

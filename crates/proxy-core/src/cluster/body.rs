@@ -12,28 +12,34 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::HostPool;
-use super::h1_pool::PoolReturn;
+use super::h1_conn::H1Response;
+use crate::error::BodyError;
 
-/// A response body from an upstream. When it has been read to the end, its HTTP/1.1
-/// connection goes back to the pool; dropped earlier, the connection is closed, since the rest
-/// of the response would still be on the wire.
+/// A response body from an upstream: read from its HTTP/1.1 connection (which goes back to
+/// the pool once the body has been read to its end, and closes if it is dropped earlier), or
+/// an HTTP/2 stream's.
 pub struct UpstreamBody {
-    inner: Incoming,
-    ended: bool,
-    pool_return: Option<PoolReturn>,
+    inner: Inner,
     _request: UpstreamRequest,
 }
 
+enum Inner {
+    Http1(H1Response),
+    /// HTTP/2, or the answer to an upgrade request.
+    Hyper(Incoming),
+}
+
 impl UpstreamBody {
-    pub(super) fn new(
-        inner: Incoming,
-        pool_return: Option<PoolReturn>,
-        request: UpstreamRequest,
-    ) -> Self {
+    pub(super) fn http1(body: H1Response, request: UpstreamRequest) -> Self {
         Self {
-            inner,
-            ended: false,
-            pool_return,
+            inner: Inner::Http1(body),
+            _request: request,
+        }
+    }
+
+    pub(super) fn hyper(body: Incoming, request: UpstreamRequest) -> Self {
+        Self {
+            inner: Inner::Hyper(body),
             _request: request,
         }
     }
@@ -76,36 +82,34 @@ impl Drop for UpstreamRequest {
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            this.ended = true;
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match &mut self.get_mut().inner {
+            Inner::Http1(body) => Pin::new(body).poll_frame(cx),
+            Inner::Hyper(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map_err(|error| Box::new(error) as BodyError),
         }
-        polled
     }
 
     #[inline]
     fn is_end_stream(&self) -> bool {
-        self.ended || self.inner.is_end_stream()
+        match &self.inner {
+            Inner::Http1(body) => body.is_end_stream(),
+            Inner::Hyper(body) => body.is_end_stream(),
+        }
     }
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for UpstreamBody {
-    fn drop(&mut self) {
-        if let Some(pool_return) = self.pool_return.take() {
-            pool_return.body_done(self.ended || self.inner.is_end_stream());
+        match &self.inner {
+            Inner::Http1(body) => body.size_hint(),
+            Inner::Hyper(body) => body.size_hint(),
         }
     }
 }

@@ -60,22 +60,26 @@ impl HostPool {
         }
     }
 
-    /// Drives an upstream connection on this worker, counting it while it is open. It holds
-    /// a `max_connections` slot, given back when it closes.
+    /// Counts a new connection as open until the returned guard is dropped, which also gives
+    /// back its `max_connections` slot.
+    pub(super) fn open_connection(self: &Rc<Self>, slot: ConnectionSlot) -> OpenConn {
+        self.stats.cx_total.inc();
+        self.stats.cx_active.inc();
+        self.host_stats.cx_active.inc();
+        OpenConn { slot }
+    }
+
+    /// Drives an upstream connection on this worker (HTTP/2, or one being upgraded), counting
+    /// it while it is open.
     pub(super) fn spawn_connection(
         self: &Rc<Self>,
         slot: ConnectionSlot,
         conn: impl Future<Output = ()> + 'static,
     ) {
-        self.stats.cx_total.inc();
-        self.stats.cx_active.inc();
-        self.host_stats.cx_active.inc();
-        let pool = Rc::clone(self);
+        let open = self.open_connection(slot);
         tokio::task::spawn_local(async move {
             conn.await;
-            pool.stats.cx_active.dec();
-            pool.host_stats.cx_active.dec();
-            drop(slot);
+            drop(open);
         });
     }
 
@@ -99,6 +103,19 @@ impl HostPool {
 /// given back when dropped however that ends: a failed connect or handshake, a timeout, a
 /// client that went away while the request waited.
 pub(super) struct ConnectionSlot(Rc<HostPool>);
+
+/// An open connection, counted in the cluster's and the host's `cx_active` until dropped.
+pub(super) struct OpenConn {
+    slot: ConnectionSlot,
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        let pool = &self.slot.0;
+        pool.stats.cx_active.dec();
+        pool.host_stats.cx_active.dec();
+    }
+}
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {

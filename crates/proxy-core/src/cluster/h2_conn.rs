@@ -11,7 +11,6 @@ use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
 use super::HostPool;
-use super::h1_pool::PoolReturn;
 use super::host::SendError;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
@@ -34,7 +33,7 @@ impl HostPool {
     pub(super) async fn send_h2(
         self: &Rc<Self>,
         req: Request<RequestBody>,
-    ) -> Result<(http::response::Parts, Incoming, Option<PoolReturn>), SendError> {
+    ) -> Result<(http::response::Parts, Incoming), SendError> {
         let mut sender = match self.h2_sender().await {
             Ok(sender) => sender,
             Err(error) => return Err(SendError::unsent(error, req)),
@@ -52,8 +51,7 @@ impl HostPool {
             .send_request(req)
             .await
             .map_err(|e| SendError::sent(ProxyError::from_upstream(self.addr, e)))?;
-        let (head, body) = response.into_parts();
-        Ok((head, body, None))
+        Ok(response.into_parts())
     }
 
     async fn h2_sender(self: &Rc<Self>) -> Result<http2::SendRequest<RequestBody>, ProxyError> {

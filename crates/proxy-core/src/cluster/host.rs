@@ -98,11 +98,17 @@ impl HostPool {
         admitted.hand_over();
         let request = UpstreamRequest::start(self, picked);
         let sent = match self.settings.protocol {
-            UpstreamProtocol::Http1 => self.send_h1(req).await,
-            UpstreamProtocol::Http2 => self.send_h2(req).await,
+            UpstreamProtocol::Http1 => self
+                .send_h1(req)
+                .await
+                .map(|(head, body)| (head, UpstreamBody::http1(body, request))),
+            UpstreamProtocol::Http2 => self
+                .send_h2(req)
+                .await
+                .map(|(head, body)| (head, UpstreamBody::hyper(body, request))),
         };
         let outcome = match &sent {
-            Ok((head, _, _)) => Some(TryOutcome::Status(head.status.as_u16())),
+            Ok((head, _)) => Some(TryOutcome::Status(head.status.as_u16())),
             // Not the host's doing: the breaker refused, or the client went away.
             Err(SendError {
                 error: ProxyError::Overflow(_) | ProxyError::ClientAborted { .. },
@@ -113,12 +119,9 @@ impl HostPool {
         if let Some(outcome) = outcome {
             self.report(outcome);
         }
-        let (head, body, pool_return) = sent?;
+        let (head, body) = sent?;
         self.stats.response(head.status);
-        Ok(Response::from_parts(
-            head,
-            UpstreamBody::new(body, pool_return, request),
-        ))
+        Ok(Response::from_parts(head, body))
     }
 
     /// Counts a try's outcome for outlier detection.

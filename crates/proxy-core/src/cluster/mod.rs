@@ -8,6 +8,7 @@
 //! admission.rs   the max_requests slot, and the pending queue under max_connections
 //! host.rs        one host on one worker: send a try, report its outcome
 //! h1_pool.rs     HTTP/1.1 keep-alive connections    h2_conn.rs   the HTTP/2 connection
+//! h1_conn.rs     one HTTP/1.1 connection on crates/h1, driven by the request using it
 //! connect.rs     TCP and TLS within connect_timeout  body.rs      the response body
 //! breaker.rs     the four circuit breakers           health.rs    outlier ejection, checks
 //! shared.rs      what all workers share              monitor.rs   health checks, headroom
@@ -21,6 +22,7 @@ mod breaker;
 mod connect;
 mod dns;
 mod forward;
+mod h1_conn;
 mod h1_pool;
 mod h2_conn;
 mod health;

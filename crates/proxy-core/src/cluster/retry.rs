@@ -185,7 +185,7 @@ fn error_retriable(on: RetryOn, error: &ProxyError) -> bool {
             on.reset
                 || no_response
                 || (on.refused_stream
-                    && crate::error::h2_reason(source) == Some(h2::Reason::REFUSED_STREAM))
+                    && crate::error::h2_reason(source.as_ref()) == Some(h2::Reason::REFUSED_STREAM))
         }
         ProxyError::Timeout { .. }
         | ProxyError::UpstreamProtocol { .. }

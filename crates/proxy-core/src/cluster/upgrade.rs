@@ -45,7 +45,7 @@ impl Admitted<'_> {
             });
         }
         host.stats.response(sent.status());
-        let response = sent.map(|body| UpstreamBody::new(body, None, request));
+        let response = sent.map(|body| UpstreamBody::hyper(body, request));
         Ok((host, response))
     }
 }

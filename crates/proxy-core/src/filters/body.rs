@@ -10,6 +10,7 @@ use http_body::{Body, Frame};
 
 use super::compression::Compressor;
 use crate::catalog::CompressionStats;
+use crate::error::BodyError;
 
 /// A change to a response body as it streams. Boxed by its owner: most responses have none.
 pub(crate) enum BodyFilter {
@@ -33,9 +34,9 @@ impl BodyFilter {
         &mut self,
         inner: Pin<&mut B>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>>
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>>
     where
-        B: Body<Data = Bytes, Error = hyper::Error>,
+        B: Body<Data = Bytes, Error = BodyError>,
     {
         match self {
             BodyFilter::Compress(c) => c.poll_frame(inner, cx),
@@ -69,9 +70,9 @@ impl Compress {
         &mut self,
         mut inner: Pin<&mut B>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>>
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>>
     where
-        B: Body<Data = Bytes, Error = hyper::Error>,
+        B: Body<Data = Bytes, Error = BodyError>,
     {
         loop {
             let Some(compressor) = self.compressor.as_mut() else {

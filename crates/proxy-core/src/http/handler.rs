@@ -320,7 +320,7 @@ async fn forward_upgrade(
             .await
             .map_err(|source| ProxyError::UpstreamReset {
                 addr: upstream.addr(),
-                source,
+                source: Box::new(source),
             })?;
     let (mut head, _) = response.into_parts();
     rewrite::response_for_client(&mut head);

@@ -9,6 +9,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::cluster::UpstreamBody;
 use crate::context::InFlight;
+use crate::error::BodyError;
 use crate::filters::BodyFilter;
 
 /// A response body: either streamed from an upstream or a small local reply. It holds its
@@ -54,13 +55,13 @@ impl ResponseBody {
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let polled = match &mut this.filter {
             None => Pin::new(&mut this.inner).poll_frame(cx),
@@ -94,13 +95,13 @@ impl Body for ResponseBody {
 
 impl Body for Inner {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream(body) => Pin::new(body).poll_frame(cx),

@@ -13,7 +13,8 @@ use http::{Method, StatusCode, Version};
 use tokio::time::Instant;
 
 use super::write::{self, Written};
-use super::{FIRST_READ, Shared, buffer_pool};
+use super::{FIRST_READ, Shared};
+use crate::buffer_pool;
 use crate::conn::Codecs;
 use crate::conn::service::ProxyService;
 use crate::context::{ConnCtx, RequestBody, SignalWatch, Tunnel};

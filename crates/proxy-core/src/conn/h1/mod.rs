@@ -8,10 +8,8 @@
 //! mod.rs          the connection: parked between requests, an exchange at a time, upgrades
 //! exchange.rs     one request: its head read (within request_headers_timeout) and served
 //! write.rs        one response: its head and body written, with the framing the codec chose
-//! buffer_pool.rs  the worker's read buffers, lent to connections while they read
 //! ```
 
-mod buffer_pool;
 mod exchange;
 mod write;
 
@@ -27,6 +25,7 @@ use tokio::time::{Instant, Sleep};
 use super::io::DownstreamIo;
 use super::service::ProxyService;
 use super::{Codecs, ConnCtx, ConnSettings};
+use crate::buffer_pool;
 use crate::context::{SignalWatch, Tunnel};
 use exchange::Next;
 

@@ -1,6 +1,6 @@
-//! A worker's HTTP/1.1 read buffers. A connection holds one only while it reads a request or
-//! has unread bytes (a pipelined request, a body the handler is reading); between requests it
-//! gives it back. So an idle connection holds no buffer, and a busy worker cycles a few
+//! A worker's HTTP/1.1 read buffers, for client and upstream connections alike. A connection
+//! holds one only while it reads a message or has unread bytes (a pipelined request, a body
+//! being read); between messages it gives it back. So an idle connection holds no buffer, and a busy worker cycles a few
 //! buffers that stay in cache instead of freeing and allocating one per request.
 //!
 //! It also keeps idle memory low. Freed, these page-sized buffers would leave holes between
@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use bytes::BytesMut;
 
 /// A buffer's size: what the first read of a request asks room for (most heads fit).
-pub(super) const BUFFER: usize = 4096;
+pub(crate) const BUFFER: usize = 4096;
 
 /// Buffers kept per worker: 1 MiB at most. More in use at once are freed when given back.
 const MAX_POOLED: usize = 256;
@@ -26,14 +26,14 @@ thread_local! {
 }
 
 /// An empty buffer with room for at least [`BUFFER`] bytes.
-pub(super) fn take() -> BytesMut {
+pub(crate) fn take() -> BytesMut {
     POOL.with_borrow_mut(Vec::pop)
         .unwrap_or_else(|| BytesMut::with_capacity(BUFFER))
 }
 
 /// Takes a connection's buffer back, dropping what it holds. One still shared with a request
 /// that outlived its exchange, or grown large, is freed instead.
-pub(super) fn give(mut buf: BytesMut) {
+pub(crate) fn give(mut buf: BytesMut) {
     if buf.capacity() == 0 {
         return;
     }
