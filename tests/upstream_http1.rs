@@ -169,14 +169,19 @@ fn proxy_for(upstream: &Upstream) -> Proxy {
     Proxy::start(&forward_config(&[upstream.addr], ""), 1)
 }
 
+/// What a client gets for one GET through a proxy in front of an upstream following `script`.
+async fn answer_to_get(script: Script) -> String {
+    let upstream = Upstream::start(script).await;
+    let proxy = proxy_for(&upstream);
+    exchange(proxy.addr(), GET_CLOSE).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_head_sent_a_byte_at_a_time_is_relayed() {
-    let upstream = Upstream::start(Script::ByteByByte(
+    let answer = answer_to_get(Script::ByteByByte(
         b"HTTP/1.1 200 OK\r\nx-split: yes\r\ncontent-length: 5\r\n\r\nhello",
     ))
     .await;
-    let proxy = proxy_for(&upstream);
-    let answer = exchange(proxy.addr(), GET_CLOSE).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     assert!(answer.contains("x-split: yes\r\n"), "{answer}");
     assert!(answer.ends_with("\r\n\r\nhello"), "{answer}");
@@ -184,24 +189,18 @@ async fn a_response_head_sent_a_byte_at_a_time_is_relayed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interim_responses_are_skipped_for_the_final_one() {
-    let upstream = Upstream::start(Script::Reply(
+    let answer = answer_to_get(Script::Reply(
         b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok",
-    ))
-    .await;
-    let proxy = proxy_for(&upstream);
-    let answer = exchange(proxy.addr(), GET_CLOSE).await;
+    )).await;
     assert!(answer.starts_with("HTTP/1.1 201 Created\r\n"), "{answer}");
     assert!(answer.ends_with("\r\n\r\nok"), "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_responses_lose_their_extensions_and_keep_their_trailers() {
-    let upstream = Upstream::start(Script::Reply(
+    let answer = answer_to_get(Script::Reply(
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nx-checksum: 42\r\n\r\n",
-    ))
-    .await;
-    let proxy = proxy_for(&upstream);
-    let answer = exchange(proxy.addr(), GET_CLOSE).await;
+    )).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     assert!(!answer.contains("name=value"), "{answer}");
     let (_, body) = answer.split_once("\r\n\r\n").unwrap();
@@ -277,9 +276,7 @@ async fn an_oversized_response_head_is_502() {
         head.extend(b"content-length: 0\r\n\r\n");
         head.leak()
     });
-    let upstream = Upstream::start(Script::Reply(&HEAD)).await;
-    let proxy = proxy_for(&upstream);
-    let answer = exchange(proxy.addr(), GET_CLOSE).await;
+    let answer = answer_to_get(Script::Reply(&HEAD)).await;
     assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
 }
 
