@@ -1,6 +1,7 @@
 //! The client side of the codec, for a proxy's upstream connections: request heads written
-//! with the one framing their body goes with, response heads parsed with httparse straight
-//! from the read buffer, and response bodies decoded as they arrive.
+//! with the one framing their body goes with, response heads parsed with httparse in the
+//! read buffer (then copied out, so that nothing pins the buffer), and response bodies decoded
+//! as they arrive, sharing the buffer's memory.
 //!
 //! ```text
 //! request.rs   a request head, written, and how its body is framed

@@ -3,7 +3,7 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 
@@ -37,7 +37,7 @@ pub enum ResponseError {
 /// A parsed response head.
 #[derive(Debug)]
 pub struct ResponseHead {
-    /// Status, version and header fields; the values share the read buffer's memory.
+    /// Status, version and header fields; the values share one copy of the head.
     pub parts: http::response::Parts,
     pub length: ResponseLength,
     /// Whether the connection can carry another request after this response's body:
@@ -96,7 +96,10 @@ pub fn parse_response(
         .iter()
         .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
         .collect();
-    let head = buf.split_to(len).freeze();
+    // Copied out (a few hundred bytes), so that the read buffer is not shared with a head
+    // that lives on (in an HTTP/2 client's HPACK table, say) and can be used again.
+    let head = bytes::Bytes::copy_from_slice(&buf[..len]);
+    buf.advance(len);
 
     let mut headers = HeaderMap::with_capacity(positions.len());
     let mut framing = Framing::default();
