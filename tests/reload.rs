@@ -318,13 +318,17 @@ async fn hosts_that_stay_keep_their_pooled_connections() {
     );
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
 
-    // Only `two` left: `one` gets no more requests.
+    // Only `two` left: `one` gets no more requests, and its idle connection is closed.
     proxy.rewrite_config(&forward_config(&[two.addr], ""));
     assert_eq!(reload(admin).0, 200);
     for _ in 0..5 {
         let (_, body) = body_of(send_on(&mut client, get("/", &[])).await.unwrap()).await;
         assert_eq!(body, "two");
     }
+    let open = tokio::task::spawn_blocking(move || stat_settled(admin, "upstream_cx_active", 1))
+        .await
+        .unwrap();
+    assert_eq!(open, 1, "the removed host's pooled connection was closed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -366,3 +366,23 @@ async fn a_switch_of_protocols_nobody_asked_for_is_502_and_the_connection_droppe
     // Never pooled: each request had a connection of its own.
     assert_eq!(upstream.connections(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_the_upstream_closes_is_closed_at_once() {
+    // The answer keeps the connection; the upstream closes it right after.
+    let mut upstream = Upstream::start(Script::ReplyAndClose(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+    ))
+    .await;
+    let proxy = proxy_for(&upstream);
+    let admin = proxy.admin.unwrap();
+    let response = send_h1(proxy.addr(), get("/x", &[])).await;
+    assert_eq!(text(response.into_body()).await, "ok");
+    upstream.closed.recv().await.unwrap();
+    // No request comes to find it closed: the proxy notices by itself, and the connection
+    // (and its max_connections slot) is given up.
+    let open = tokio::task::spawn_blocking(move || stat_settled(admin, "upstream_cx_active", 0))
+        .await
+        .unwrap();
+    assert_eq!(open, 0);
+}

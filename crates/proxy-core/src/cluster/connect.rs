@@ -1,13 +1,15 @@
 //! New connections to a host: TCP and, for TLS clusters, the handshake, both within the
 //! cluster's connect timeout; and the task that drives a connection while it is open.
 
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
-use super::HostPool;
+use super::{HostPool, SharedCluster};
+use crate::catalog::ClusterStats;
 use crate::error::ProxyError;
 use crate::tls::UpstreamIo;
 
@@ -66,7 +68,11 @@ impl HostPool {
         self.stats.cx_total.inc();
         self.stats.cx_active.inc();
         self.host_stats.cx_active.inc();
-        OpenConn { slot }
+        OpenConn {
+            _slot: slot,
+            pool: Rc::downgrade(self),
+            stats: Rc::clone(&self.stats),
+        }
     }
 
     /// Drives an upstream connection on this worker (HTTP/2, or one being upgraded), counting
@@ -77,9 +83,12 @@ impl HostPool {
         conn: impl Future<Output = ()> + 'static,
     ) {
         let open = self.open_connection(slot);
+        // The task keeps the pool, so that the host's count is kept to the connection's end.
+        let pool = Rc::clone(self);
         tokio::task::spawn_local(async move {
             conn.await;
             drop(open);
+            drop(pool);
         });
     }
 
@@ -90,35 +99,41 @@ impl HostPool {
         breakers
             .connections
             .try_acquire()
-            .then(|| ConnectionSlot(Rc::clone(self)))
+            .then(|| ConnectionSlot(Arc::clone(&self.settings.shared)))
     }
 
     /// The slot [`HostPool::wait_pending`] took for its caller.
-    pub(super) fn taken_connection_slot(self: &Rc<Self>) -> ConnectionSlot {
-        ConnectionSlot(Rc::clone(self))
+    pub(super) fn taken_connection_slot(&self) -> ConnectionSlot {
+        ConnectionSlot(Arc::clone(&self.settings.shared))
     }
 }
 
 /// One `max_connections` slot, held from a connect attempt until the connection closes, and
 /// given back when dropped however that ends: a failed connect or handshake, a timeout, a
 /// client that went away while the request waited.
-pub(super) struct ConnectionSlot(Rc<HostPool>);
+pub(super) struct ConnectionSlot(Arc<SharedCluster>);
 
 /// An open connection, counted in the cluster's and the host's `cx_active` until dropped.
+/// It refers to its host's pool weakly: an idle connection is owned by that pool, and a strong
+/// reference would keep a removed host's pool, and its connections, alive for ever.
 pub(super) struct OpenConn {
-    slot: ConnectionSlot,
+    _slot: ConnectionSlot,
+    pool: Weak<HostPool>,
+    stats: Rc<ClusterStats>,
 }
 
 impl Drop for OpenConn {
     fn drop(&mut self) {
-        let pool = &self.slot.0;
-        pool.stats.cx_active.dec();
-        pool.host_stats.cx_active.dec();
+        self.stats.cx_active.dec();
+        // A pool being dropped counts its idle connections out itself (HostPool's Drop).
+        if let Some(pool) = self.pool.upgrade() {
+            pool.host_stats.cx_active.dec();
+        }
     }
 }
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.0.settings.shared.breakers.connection_closed();
+        self.0.breakers.connection_closed();
     }
 }

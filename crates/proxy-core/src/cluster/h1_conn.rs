@@ -52,11 +52,16 @@ impl H1Conn {
     /// An upstream that closed it (or sent bytes nobody asked for) is seen here, before a
     /// request is written to it, so the request goes on another connection instead.
     pub(super) fn is_reusable(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
+        self.poll_open(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// Whether an idle connection is still open, registering `cx` to be woken when its
+    /// upstream closes it (or sends anything, which also ends it).
+    pub(super) fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
         let mut probe = [0u8; 1];
         let mut probe = ReadBuf::new(&mut probe);
         Pin::new(&mut self.io)
-            .poll_read(&mut cx, &mut probe)
+            .poll_read(cx, &mut probe)
             .is_pending()
     }
 

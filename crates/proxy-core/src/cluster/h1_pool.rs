@@ -2,7 +2,8 @@
 //! one request at a time (h1_conn.rs).
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
 
 use http::Request;
 
@@ -27,6 +28,82 @@ pub(super) struct H1Pool {
     pub(super) waiters: Cell<u32>,
     /// Woken when a connection is put back while requests wait.
     pub(super) returned: tokio::sync::Notify,
+    /// The task that closes idle connections as soon as their upstream closes them
+    /// ([`watch_idle`]), once started; and the first `watched` idle connections it has
+    /// looked at since.
+    watcher: RefCell<Option<Waker>>,
+    watching: Cell<bool>,
+    watched: Cell<usize>,
+    /// A connection was put back since the watcher last looked.
+    put_back_since: Cell<bool>,
+}
+
+impl H1Pool {
+    /// Drops the idle connections whose upstream closed them, and registers `cx` to be woken
+    /// when another does. Woken by a put-back, it looks only at the connections it has not
+    /// seen: a burst of requests costs it nothing per pooled connection. (A close that comes
+    /// at the same moment as a put-back is seen when its connection is next taken.)
+    fn sweep(&self, cx: &mut Context<'_>) {
+        let mut idle = self.idle.borrow_mut();
+        let from = if self.put_back_since.replace(false) {
+            self.watched.get().min(idle.len())
+        } else {
+            0
+        };
+        let mut at = from;
+        while at < idle.len() {
+            if idle[at].poll_open(cx) {
+                at += 1;
+            } else {
+                // Dropped: its slot goes back.
+                idle.remove(at);
+            }
+        }
+        self.watched.set(idle.len());
+        let mut watcher = self.watcher.borrow_mut();
+        if !watcher.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *watcher = Some(cx.waker().clone());
+        }
+    }
+
+    /// The idle connections, for a pool being dropped.
+    pub(super) fn take_idle(&mut self) -> Vec<Box<H1Conn>> {
+        std::mem::take(self.idle.get_mut())
+    }
+
+    /// Tells the watcher to look at a connection put back, starting it the first time.
+    fn watch(&self, pool: &Rc<HostPool>) {
+        self.put_back_since.set(true);
+        if let Some(watcher) = self.watcher.borrow().as_ref() {
+            watcher.wake_by_ref();
+        } else if !self.watching.replace(true) {
+            tokio::task::spawn_local(watch_idle(Rc::downgrade(pool)));
+        }
+    }
+}
+
+impl Drop for H1Pool {
+    fn drop(&mut self) {
+        // The watcher ends once it finds the pool gone.
+        if let Some(watcher) = self.watcher.get_mut().take() {
+            watcher.wake();
+        }
+    }
+}
+
+/// Closes a host's idle connections on this worker as soon as the upstream closes them, so
+/// that they give back their `max_connections` slots at once (as a task per connection
+/// would, without one): one task per host and worker, woken by any idle connection's socket
+/// or by a connection put back. Ends with the pool.
+async fn watch_idle(pool: Weak<HostPool>) {
+    std::future::poll_fn(|cx| match pool.upgrade() {
+        Some(pool) => {
+            pool.h1.sweep(cx);
+            Poll::Pending
+        }
+        None => Poll::Ready(()),
+    })
+    .await;
 }
 
 /// What makes a response's length ambiguous, if anything: a client (or a cache between)
@@ -96,7 +173,10 @@ impl HostPool {
     /// The most recently used idle connection that is still open.
     pub(super) fn idle_h1(&self) -> Option<Box<H1Conn>> {
         loop {
-            let mut conn = self.h1.idle.borrow_mut().pop()?;
+            let mut idle = self.h1.idle.borrow_mut();
+            let mut conn = idle.pop()?;
+            self.h1.watched.set(self.h1.watched.get().min(idle.len()));
+            drop(idle);
             if conn.is_reusable() {
                 return Some(conn);
             }
@@ -110,7 +190,7 @@ impl HostPool {
         Ok(H1Conn::new(stream, self.open_connection(slot)))
     }
 
-    pub(super) fn put_back(&self, conn: Box<H1Conn>) {
+    pub(super) fn put_back(self: &Rc<Self>, conn: Box<H1Conn>) {
         if self
             .settings
             .max_requests
@@ -129,6 +209,7 @@ impl HostPool {
         if idle.len() < MAX_IDLE_PER_HOST {
             idle.push(conn);
             drop(idle);
+            self.h1.watch(self);
             if self.h1.waiters.get() > 0 {
                 self.h1.returned.notify_one();
             }

@@ -138,6 +138,16 @@ impl HostPool {
     }
 }
 
+impl Drop for HostPool {
+    fn drop(&mut self) {
+        // Its idle connections close with it, and cannot reach it any more to count
+        // themselves out (connect.rs `OpenConn`).
+        for _ in self.h1.take_idle() {
+            self.host_stats.cx_active.dec();
+        }
+    }
+}
+
 /// Why a request got no response, and the request itself when none of it was sent (so it
 /// can be tried again as it is).
 pub(crate) struct SendError {
