@@ -300,15 +300,17 @@ async fn an_upstream_closing_mid_body_cuts_the_clients_response_short() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chunked_upload_reaches_the_upstream_chunked_with_its_trailers() {
+async fn a_chunked_upload_reaches_the_upstream_chunked_with_its_declared_trailers() {
     let mut upstream = Upstream::start(Script::Reply(
         b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
     ))
     .await;
     let proxy = proxy_for(&upstream);
+    // Declared: x-sum (sent) and authorization (never sent as a trailer); x-undeclared is
+    // not declared (not sent).
     let answer = exchange(
         proxy.addr(),
-        b"POST /up HTTP/1.1\r\nhost: legate.test\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n4;ext=1\r\nabcd\r\n3\r\nefg\r\n0\r\nx-sum: 7\r\n\r\n",
+        b"POST /up HTTP/1.1\r\nhost: legate.test\r\nconnection: close\r\ntrailer: x-sum, authorization\r\ntransfer-encoding: chunked\r\n\r\n4;ext=1\r\nabcd\r\n3\r\nefg\r\n0\r\nx-sum: 7\r\nauthorization: secret\r\nx-undeclared: 1\r\n\r\n",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");

@@ -60,8 +60,8 @@ impl ResponseDecoder {
         }
     }
 
-    /// How much the next read should ask for, at most `read_size`: no more than the body has
-    /// left when its length is known, so that a read never takes bytes beyond it.
+    /// How much room the next read should ask for, at most `read_size`: no more than the body
+    /// has left when its length is known.
     pub fn next_read(&self, read_size: usize) -> usize {
         match self.state {
             State::Length(left) => read_size.min(usize::try_from(left).unwrap_or(usize::MAX)),

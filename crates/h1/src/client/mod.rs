@@ -14,7 +14,9 @@ mod request;
 mod response;
 
 pub use body::{Decoded, ResponseDecoder};
-pub use request::{OutgoingBody, encode_request_head};
+pub use request::{
+    OutgoingBody, declared_trailers, encode_request_head, encode_request_last_chunk,
+};
 pub use response::{ResponseError, ResponseHead, parse_response};
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! Request heads as an upstream connection writes them.
 
 use bytes::{BufMut, BytesMut};
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{Method, Version};
+use http::header::{
+    AUTHORIZATION, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE,
+    HOST, MAX_FORWARDS, SET_COOKIE, TE, TRAILER, TRANSFER_ENCODING,
+};
+use http::{HeaderMap, HeaderName, Method, Version};
 
 use crate::BodyLength;
 use crate::request::parse_length;
@@ -135,4 +138,56 @@ enum Added {
     TransferEncoding,
     /// `, chunked` after the request's own codings.
     ChunkedCoding,
+}
+
+/// The trailer fields a request declared in its `Trailer` header, the only ones sent after
+/// its body (as hyper's client does). `None` when it declared none.
+pub fn declared_trailers(headers: &HeaderMap) -> Option<Box<[HeaderName]>> {
+    let names: Vec<HeaderName> = headers
+        .get_all(TRAILER)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim_ascii()).ok())
+        .collect();
+    (!names.is_empty()).then(|| names.into_boxed_slice())
+}
+
+/// Writes the last chunk of a chunked request body with the trailer fields that were
+/// declared, leaving out those no trailer may carry (RFC 9110 section 6.5.1: framing,
+/// routing, authentication, and how the content is to be read).
+pub fn encode_request_last_chunk(
+    trailers: &HeaderMap,
+    declared: &[HeaderName],
+    out: &mut BytesMut,
+) {
+    out.put_slice(b"0\r\n");
+    for (name, value) in trailers {
+        if declared.contains(name) && is_allowed_trailer(name) {
+            out.put_slice(name.as_str().as_bytes());
+            out.put_slice(b": ");
+            out.put_slice(value.as_bytes());
+            out.put_slice(b"\r\n");
+        }
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// hyper's list of fields never sent as trailers, and the framing fields.
+fn is_allowed_trailer(name: &HeaderName) -> bool {
+    !crate::is_framing(name)
+        && !matches!(
+            *name,
+            AUTHORIZATION
+                | CACHE_CONTROL
+                | CONTENT_ENCODING
+                | CONTENT_LENGTH
+                | CONTENT_RANGE
+                | CONTENT_TYPE
+                | HOST
+                | MAX_FORWARDS
+                | SET_COOKIE
+                | TRAILER
+                | TRANSFER_ENCODING
+                | TE
+        )
 }

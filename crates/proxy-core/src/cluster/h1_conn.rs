@@ -24,6 +24,10 @@ use crate::tls::UpstreamIo;
 /// A write buffer that grew past this (a large head) is freed rather than kept while idle.
 const MAX_KEPT_WRITE_BUFFER: usize = 4096;
 
+/// The most room a response body read asks for. A read buffer that data frames still share
+/// cannot be reused, so each read may allocate this much: bounded whatever the buffer limit.
+const MAX_READ: usize = 16 * 1024;
+
 /// An open HTTP/1.1 connection to a host.
 pub(super) struct H1Conn {
     io: UpstreamIo,
@@ -172,6 +176,8 @@ impl Outgoing {
 pub(super) struct Upload {
     body: RequestBody,
     length: BodyLength,
+    /// The trailer fields the request declared (`Trailer`), the only ones sent.
+    trailers: Option<Box<[http::HeaderName]>>,
     sent: u64,
     done: bool,
     /// The upstream stopped taking the body; what it answered is still read.
@@ -215,9 +221,12 @@ impl Upload {
                     }
                     Err(frame) => {
                         // Trailers go only where the framing carries them.
-                        if chunked {
-                            let trailers = frame.into_trailers().ok();
-                            h1::encode_last_chunk(trailers.as_ref(), &mut conn.out.framing);
+                        if chunked && let Ok(trailers) = frame.into_trailers() {
+                            h1::client::encode_request_last_chunk(
+                                &trailers,
+                                self.trailers.as_deref().unwrap_or_default(),
+                                &mut conn.out.framing,
+                            );
                             self.done = true;
                         }
                     }
@@ -316,9 +325,10 @@ pub(super) async fn exchange(
         return Err((ExchangeError::Unsent(error), Some(body)));
     }
     conn.uses += 1;
-    let mut upload = (length != BodyLength::Empty).then_some(Upload {
+    let mut upload = (length != BodyLength::Empty).then(|| Upload {
         body,
         length,
+        trailers: h1::client::declared_trailers(&head.headers),
         sent: 0,
         done: false,
         failed: false,
@@ -342,7 +352,7 @@ pub(super) async fn exchange(
         keep_alive: response.keep_alive && !failed_upload,
         // Boxed: only a response that came before its request body was sent has one.
         upload: upload.filter(|upload| !upload.failed).map(Box::new),
-        read_size: pool.settings.buffer_limit,
+        read_size: pool.settings.buffer_limit.min(MAX_READ),
         conn: Some(conn),
         pool: Rc::clone(pool),
     };
@@ -394,7 +404,11 @@ impl Body for H1Response {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let Some(conn) = this.conn.as_mut() else {
-            return Poll::Ready(None);
+            // Over: read to its end, or failed (and failed it stays).
+            return Poll::Ready(
+                (!this.decoder.is_done())
+                    .then(|| Err("the upstream response failed before its end".into())),
+            );
         };
         if let Some(upload) = this.upload.as_mut() {
             match upload.poll(conn, cx) {
@@ -435,7 +449,7 @@ impl Body for H1Response {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.conn.is_none() || self.decoder.is_done()
+        self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {

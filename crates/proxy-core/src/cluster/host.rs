@@ -142,7 +142,7 @@ impl Drop for HostPool {
     fn drop(&mut self) {
         // Its idle connections close with it, and cannot reach it any more to count
         // themselves out (connect.rs `OpenConn`).
-        for _ in self.h1.take_idle() {
+        for _ in 0..self.h1.close_idle() {
             self.host_stats.cx_active.dec();
         }
     }
