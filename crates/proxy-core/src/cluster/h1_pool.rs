@@ -28,38 +28,17 @@ pub(super) struct H1Pool {
     pub(super) waiters: Cell<u32>,
     /// Woken when a connection is put back while requests wait.
     pub(super) returned: tokio::sync::Notify,
-    /// The task that closes idle connections as soon as their upstream closes them
-    /// ([`watch_idle`]), once started; and the first `watched` idle connections it has
-    /// looked at since.
+    /// The waker of the task that closes idle connections as soon as their upstream closes
+    /// them ([`watch_idle`]), once it has run.
     watcher: RefCell<Option<Waker>>,
     watching: Cell<bool>,
-    watched: Cell<usize>,
-    /// A connection was put back since the watcher last looked.
-    put_back_since: Cell<bool>,
 }
 
 impl H1Pool {
     /// Drops the idle connections whose upstream closed them, and registers `cx` to be woken
-    /// when another does. Woken by a put-back, it looks only at the connections it has not
-    /// seen: a burst of requests costs it nothing per pooled connection. (A close that comes
-    /// at the same moment as a put-back is seen when its connection is next taken.)
+    /// when another does.
     fn sweep(&self, cx: &mut Context<'_>) {
-        let mut idle = self.idle.borrow_mut();
-        let from = if self.put_back_since.replace(false) {
-            self.watched.get().min(idle.len())
-        } else {
-            0
-        };
-        let mut at = from;
-        while at < idle.len() {
-            if idle[at].poll_open(cx) {
-                at += 1;
-            } else {
-                // Dropped: its slot goes back.
-                idle.remove(at);
-            }
-        }
-        self.watched.set(idle.len());
+        self.idle.borrow_mut().retain_mut(|conn| conn.poll_open(cx));
         let mut watcher = self.watcher.borrow_mut();
         if !watcher.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             *watcher = Some(cx.waker().clone());
@@ -72,13 +51,19 @@ impl H1Pool {
         idle.len()
     }
 
-    /// Tells the watcher to look at a connection put back, starting it the first time.
-    fn watch(&self, pool: &Rc<HostPool>) {
-        self.put_back_since.set(true);
-        if let Some(watcher) = self.watcher.borrow().as_ref() {
-            watcher.wake_by_ref();
-        } else if !self.watching.replace(true) {
-            tokio::task::spawn_local(watch_idle(Rc::downgrade(pool)));
+    /// Registers a connection being put back with the watcher, so that its socket wakes the
+    /// watcher if the upstream closes it: no task runs per request. `false` if it is closed
+    /// already. The first put-back starts the watcher, whose first look covers what came
+    /// before it ran.
+    fn watch(&self, conn: &mut H1Conn, pool: &Rc<HostPool>) -> bool {
+        match self.watcher.borrow().as_ref() {
+            Some(watcher) => conn.poll_open(&mut Context::from_waker(watcher)),
+            None => {
+                if !self.watching.replace(true) {
+                    tokio::task::spawn_local(watch_idle(Rc::downgrade(pool)));
+                }
+                conn.is_reusable()
+            }
         }
     }
 }
@@ -94,8 +79,8 @@ impl Drop for H1Pool {
 
 /// Closes a host's idle connections on this worker as soon as the upstream closes them, so
 /// that they give back their `max_connections` slots at once (as a task per connection
-/// would, without one): one task per host and worker, woken by any idle connection's socket
-/// or by a connection put back. Ends with the pool.
+/// would, without one): one task per host and worker, woken by any idle connection's socket.
+/// Ends with the pool.
 async fn watch_idle(pool: Weak<HostPool>) {
     std::future::poll_fn(|cx| match pool.upgrade() {
         Some(pool) => {
@@ -174,10 +159,7 @@ impl HostPool {
     /// The most recently used idle connection that is still open.
     pub(super) fn idle_h1(&self) -> Option<Box<H1Conn>> {
         loop {
-            let mut idle = self.h1.idle.borrow_mut();
-            let mut conn = idle.pop()?;
-            self.h1.watched.set(self.h1.watched.get().min(idle.len()));
-            drop(idle);
+            let mut conn = self.h1.idle.borrow_mut().pop()?;
             if conn.is_reusable() {
                 return Some(conn);
             }
@@ -191,7 +173,7 @@ impl HostPool {
         Ok(H1Conn::new(stream, self.open_connection(slot)))
     }
 
-    pub(super) fn put_back(self: &Rc<Self>, conn: Box<H1Conn>) {
+    pub(super) fn put_back(self: &Rc<Self>, mut conn: Box<H1Conn>) {
         if self
             .settings
             .max_requests
@@ -206,14 +188,13 @@ impl HostPool {
             // here: closing this idle connection frees its slot for them.
             return;
         }
-        let mut idle = self.h1.idle.borrow_mut();
-        if idle.len() < MAX_IDLE_PER_HOST {
-            idle.push(conn);
-            drop(idle);
-            self.h1.watch(self);
-            if self.h1.waiters.get() > 0 {
-                self.h1.returned.notify_one();
-            }
+        // Full, or closed by the upstream already: dropped.
+        if self.h1.idle.borrow().len() >= MAX_IDLE_PER_HOST || !self.h1.watch(&mut conn, self) {
+            return;
+        }
+        self.h1.idle.borrow_mut().push(conn);
+        if self.h1.waiters.get() > 0 {
+            self.h1.returned.notify_one();
         }
     }
 }
