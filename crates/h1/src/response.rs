@@ -148,7 +148,7 @@ enum Added {
     Chunked,
 }
 
-fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+pub(crate) fn field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
     out.put_slice(name);
     out.put_slice(b": ");
     out.put_slice(value);
@@ -187,9 +187,18 @@ pub fn encode_chunk_header(len: usize, out: &mut BytesMut) {
 /// Writes the last chunk of a chunked body, with its trailer fields. Fields that would change
 /// the message's framing are left out.
 pub fn encode_last_chunk(trailers: Option<&HeaderMap>, out: &mut BytesMut) {
+    encode_last_chunk_with(trailers, |name| !is_framing(name), out);
+}
+
+/// Writes the last chunk of a chunked body with the trailer fields `send` keeps.
+pub(crate) fn encode_last_chunk_with(
+    trailers: Option<&HeaderMap>,
+    send: impl Fn(&HeaderName) -> bool,
+    out: &mut BytesMut,
+) {
     out.put_slice(b"0\r\n");
     for (name, value) in trailers.into_iter().flatten() {
-        if !is_framing(name) {
+        if send(name) {
             field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }

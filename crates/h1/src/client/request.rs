@@ -3,13 +3,13 @@
 use bytes::{BufMut, BytesMut};
 use http::header::{
     AUTHORIZATION, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE,
-    HOST, MAX_FORWARDS, SET_COOKIE, TE, TRAILER, TRANSFER_ENCODING,
+    MAX_FORWARDS, SET_COOKIE, TRAILER, TRANSFER_ENCODING,
 };
 use http::{HeaderMap, HeaderName, Method, Version};
 
 use crate::BodyLength;
 use crate::request::parse_length;
-use crate::response::last_token_is;
+use crate::response::{decimal, field, last_token_is};
 
 /// What is known of a request's body before it is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,11 @@ pub fn encode_request_head(
     } else {
         b" HTTP/1.1\r\n"
     });
-    let mut te_lines = headers.get_all(TRANSFER_ENCODING).iter().count();
+    // Only when `, chunked` is to be added to the last of them.
+    let mut te_lines = match add {
+        Added::ChunkedCoding => headers.get_all(TRANSFER_ENCODING).iter().count(),
+        _ => 0,
+    };
     for (name, value) in headers {
         if name == CONTENT_LENGTH && !keep_cl || name == TRANSFER_ENCODING && !keep_te {
             continue;
@@ -109,9 +113,9 @@ pub fn encode_request_head(
         out.put_slice(name.as_str().as_bytes());
         out.put_slice(b": ");
         out.put_slice(value.as_bytes());
-        if name == TRANSFER_ENCODING {
+        if name == TRANSFER_ENCODING && te_lines > 0 {
             te_lines -= 1;
-            if te_lines == 0 && matches!(add, Added::ChunkedCoding) {
+            if te_lines == 0 {
                 // The last coding must be chunked, the one this body is sent with.
                 out.put_slice(b", chunked");
             }
@@ -122,11 +126,9 @@ pub fn encode_request_head(
         Added::None | Added::ChunkedCoding => {}
         Added::ContentLength(len) => {
             let mut digits = [0u8; 20];
-            out.put_slice(b"content-length: ");
-            out.put_slice(crate::response::decimal(len, &mut digits));
-            out.put_slice(b"\r\n");
+            field(out, b"content-length", decimal(len, &mut digits));
         }
-        Added::TransferEncoding => out.put_slice(b"transfer-encoding: chunked\r\n"),
+        Added::TransferEncoding => field(out, b"transfer-encoding", b"chunked"),
     }
     out.put_slice(b"\r\n");
     length
@@ -160,19 +162,11 @@ pub fn encode_request_last_chunk(
     declared: &[HeaderName],
     out: &mut BytesMut,
 ) {
-    out.put_slice(b"0\r\n");
-    for (name, value) in trailers {
-        if declared.contains(name) && is_allowed_trailer(name) {
-            out.put_slice(name.as_str().as_bytes());
-            out.put_slice(b": ");
-            out.put_slice(value.as_bytes());
-            out.put_slice(b"\r\n");
-        }
-    }
-    out.put_slice(b"\r\n");
+    let send = |name: &HeaderName| declared.contains(name) && is_allowed_trailer(name);
+    crate::response::encode_last_chunk_with(Some(trailers), send, out);
 }
 
-/// hyper's list of fields never sent as trailers, and the framing fields.
+/// The framing fields, and the rest of hyper's list of fields never sent as trailers.
 fn is_allowed_trailer(name: &HeaderName) -> bool {
     !crate::is_framing(name)
         && !matches!(
@@ -180,14 +174,9 @@ fn is_allowed_trailer(name: &HeaderName) -> bool {
             AUTHORIZATION
                 | CACHE_CONTROL
                 | CONTENT_ENCODING
-                | CONTENT_LENGTH
                 | CONTENT_RANGE
                 | CONTENT_TYPE
-                | HOST
                 | MAX_FORWARDS
                 | SET_COOKIE
-                | TRAILER
-                | TRANSFER_ENCODING
-                | TE
         )
 }

@@ -400,7 +400,7 @@ fn a_close_before_the_end_is_an_error_except_for_a_body_delimited_by_it() {
 }
 
 #[test]
-fn reads_ask_for_no_more_than_the_body_has_left() {
+fn reads_ask_for_no_more_room_than_the_body_has_left() {
     let decoder = ResponseDecoder::new(ResponseLength::Length(10), 1024);
     assert_eq!(decoder.next_read(4096), 10);
     assert_eq!(decoder.remaining(), Some(10));

@@ -92,14 +92,6 @@ async fn watch_idle(pool: Weak<HostPool>) {
     .await;
 }
 
-/// What makes a response's length ambiguous, if anything: a client (or a cache between)
-/// could frame it differently from the way it was read here (RFC 9112 section 6.3).
-pub(super) fn framing_conflict(headers: &http::HeaderMap) -> Option<&'static str> {
-    use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-    (headers.contains_key(CONTENT_LENGTH) && headers.contains_key(TRANSFER_ENCODING))
-        .then_some("both content-length and transfer-encoding")
-}
-
 impl HostPool {
     pub(super) async fn send_h1(
         self: &Rc<Self>,

@@ -37,7 +37,7 @@ impl Admitted<'_> {
                 }
             })??;
         if sent.status() != http::StatusCode::SWITCHING_PROTOCOLS
-            && let Some(what) = super::h1_pool::framing_conflict(sent.headers())
+            && let Some(what) = framing_conflict(sent.headers())
         {
             return Err(ProxyError::UpstreamFraming {
                 addr: host.addr(),
@@ -79,4 +79,13 @@ impl HostPool {
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))
     }
+}
+
+/// What makes a response's length ambiguous, if anything: a client (or a cache between)
+/// could frame it differently from the way hyper read it (RFC 9112 section 6.3). Pooled
+/// requests have the same check in the codec (crates/h1 `parse_response`).
+fn framing_conflict(headers: &http::HeaderMap) -> Option<&'static str> {
+    use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+    (headers.contains_key(CONTENT_LENGTH) && headers.contains_key(TRANSFER_ENCODING))
+        .then_some("both content-length and transfer-encoding")
 }
