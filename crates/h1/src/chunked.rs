@@ -3,7 +3,7 @@
 //! data (no bare LF), hexadecimal sizes of at most 16 digits, extensions and trailers bounded.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 
 use crate::BodyError;
 
@@ -167,7 +167,7 @@ impl ChunkedDecoder {
         }
         let mut trailers = HeaderMap::with_capacity(fields.len());
         for field in fields.iter() {
-            let name = HeaderName::from_bytes(field.name.as_bytes())
+            let name = crate::names::header_name(field.name.as_bytes())
                 .map_err(|_| BodyError::InvalidTrailers)?;
             let value =
                 HeaderValue::from_bytes(field.value).map_err(|_| BodyError::InvalidTrailers)?;

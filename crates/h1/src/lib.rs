@@ -37,11 +37,14 @@ mod date;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod maps;
+mod names;
 mod request;
 mod response;
 
 pub use body::{IncomingBody, Input, Io};
 pub use chunked::{Chunk, ChunkedDecoder};
+pub use maps::recycle_header_map;
 pub use request::{BodyLength, HeadError, MAX_HEADERS, RequestHead, parse_request};
 pub use response::{
     Answering, Framed, ResponseLength, encode_chunk, encode_chunk_header, encode_head,

@@ -3,9 +3,9 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::BytesMut;
+use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
 
 use crate::response::has_token;
 
@@ -112,36 +112,34 @@ pub fn parse_request(
         Some(0) => Version::HTTP_10,
         _ => return Err(HeadError::Version),
     };
-    // Where each piece sits in the buffer, so that the head can be split off as one `Bytes`
-    // and the target and values sliced from it without copying.
-    let base = buf.as_ptr() as usize;
-    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
         .map_err(|_| HeadError::Malformed("invalid method"))?;
-    let target = offset(req.path.unwrap_or_default().as_bytes());
-    // Sized to the head (a zeroed array of MAX_HEADERS would cost more than the allocation).
-    let positions: Vec<_> = req
-        .headers
-        .iter()
-        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
-        .collect();
-    let count = positions.len();
-    let head = buf.split_to(len).freeze();
-    let slice = |(at, len): (usize, usize)| head.slice(at..at + len);
+    // The head is copied out (a few hundred bytes, one allocation) and the target and values
+    // are sliced from the copy. The read buffer then stays the connection's alone and is
+    // refilled in place: one shared with a request's fields would need a new allocation for
+    // the next read, and a shared-state one to be split.
+    let head = Bytes::copy_from_slice(&buf[..len]);
+    let base = buf.as_ptr() as usize;
+    let slice = |s: &[u8]| match (s.as_ptr() as usize).checked_sub(base) {
+        Some(at) if at + s.len() <= len => head.slice(at..at + s.len()),
+        _ => Bytes::copy_from_slice(s),
+    };
 
-    let uri = Uri::from_maybe_shared(slice(target)).map_err(|_| HeadError::InvalidTarget)?;
+    let uri = Uri::from_maybe_shared(slice(req.path.unwrap_or_default().as_bytes()))
+        .map_err(|_| HeadError::InvalidTarget)?;
     // Room for the fields a proxy adds (request id, forwarding headers) without the map
     // growing, which would copy and rehash it.
-    let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
+    let mut headers = crate::maps::take(req.headers.len() + ADDED_FIELDS);
     let mut framing = Framing::new(version);
-    for &(name, value) in &positions {
-        let name = HeaderName::from_bytes(&head[name.0..name.0 + name.1])
+    for field in req.headers.iter() {
+        let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| HeadError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(slice(value))
+        let value = HeaderValue::from_maybe_shared(slice(field.value))
             .map_err(|_| HeadError::Malformed("invalid header value"))?;
         framing.field(&name, &value)?;
         headers.append(name, value);
     }
+    buf.advance(len);
     let body = framing.body()?;
     let mut request = Request::new(());
     *request.method_mut() = method;

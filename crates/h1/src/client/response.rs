@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 
 use bytes::{Buf, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+use http::{HeaderName, HeaderValue, StatusCode, Version};
 
 use crate::request::parse_length;
 use crate::response::has_token;
@@ -89,28 +89,25 @@ pub fn parse_response(
         .code
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(ResponseError::Malformed("invalid status code"))?;
-    let base = buf.as_ptr() as usize;
-    let offset = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
-    let positions: Vec<_> = res
-        .headers
-        .iter()
-        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
-        .collect();
     // Copied out (a few hundred bytes), so that the read buffer is not shared with a head
     // that lives on (in an HTTP/2 client's HPACK table, say) and can be used again.
     let head = bytes::Bytes::copy_from_slice(&buf[..len]);
-    buf.advance(len);
-
-    let mut headers = HeaderMap::with_capacity(positions.len());
+    let base = buf.as_ptr() as usize;
+    let slice = |s: &[u8]| match (s.as_ptr() as usize).checked_sub(base) {
+        Some(at) if at + s.len() <= len => head.slice(at..at + s.len()),
+        _ => bytes::Bytes::copy_from_slice(s),
+    };
+    let mut headers = crate::maps::take(res.headers.len());
     let mut framing = Framing::default();
-    for &((name_at, name_len), (value_at, value_len)) in &positions {
-        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
+    for field in res.headers.iter() {
+        let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| ResponseError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
+        let value = HeaderValue::from_maybe_shared(slice(field.value))
             .map_err(|_| ResponseError::Malformed("invalid header value"))?;
         framing.field(&name, &value)?;
         headers.append(name, value);
     }
+    buf.advance(len);
     let bodiless = head_request
         || status.is_informational()
         || status == StatusCode::NO_CONTENT

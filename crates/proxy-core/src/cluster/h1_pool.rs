@@ -114,7 +114,11 @@ impl HostPool {
                 },
             };
             match h1_conn::exchange(conn, &head, body, self).await {
-                Ok(response) => return Ok(response),
+                Ok(response) => {
+                    // The head is written: its map goes back to the worker's pool.
+                    h1::recycle_header_map(head.headers);
+                    return Ok(response);
+                }
                 Err((ExchangeError::Unsent(_), Some(unsent))) if !fresh => body = unsent,
                 Err((error, unsent)) => {
                     let error = error.into_proxy_error(self);

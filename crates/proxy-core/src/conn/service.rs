@@ -24,12 +24,25 @@ pub(super) type Serving =
 
 impl ProxyService {
     /// Counts the request and starts serving it; `body` makes its body, given the counter
-    /// of bytes received for the access log.
-    pub(super) fn serve<B>(
+    /// of bytes received for the access log. Boxed, for hyper's HTTP/2 codec.
+    pub(super) fn serve<B: 'static, F>(&self, req: http::Request<B>, body: F) -> Serving
+    where
+        F: FnOnce(B, Option<Rc<Cell<u64>>>) -> RequestBody + 'static,
+    {
+        Box::pin(self.serve_inline(req, body))
+    }
+
+    /// As [`Self::serve`], unboxed: the HTTP/1.1 exchange holds the future in its own state
+    /// (itself boxed once), which saves an allocation and a copy of the handler's state per
+    /// request.
+    pub(super) fn serve_inline<B, F>(
         &self,
         req: http::Request<B>,
-        body: impl FnOnce(B, Option<Rc<Cell<u64>>>) -> RequestBody,
-    ) -> Serving {
+        body: F,
+    ) -> impl Future<Output = Result<http::Response<ResponseBody>, Infallible>> + use<B, F>
+    where
+        F: FnOnce(B, Option<Rc<Cell<u64>>>) -> RequestBody,
+    {
         let conn = &self.conn;
         let served = conn.requests.get() + 1;
         conn.requests.set(served);
@@ -48,12 +61,7 @@ impl ProxyService {
             // timer also counts the body's frames going upstream.
             super::stream_exec::next_stream(req.body_mut().track_progress());
         }
-        Box::pin(handler::handle(
-            req,
-            Rc::clone(conn),
-            self.http.current(),
-            in_flight,
-        ))
+        handler::handle(req, Rc::clone(conn), self.http.current(), in_flight)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::future::poll_fn;
+use std::pin::pin;
 use std::rc::Rc;
 use std::task::Poll;
 
@@ -57,28 +58,34 @@ pub(super) async fn serve(
         let shared: Rc<RefCell<h1::Input<dyn h1::Io>>> = input.clone();
         IncomingBody::new(shared, generation)
     });
-    let mut serving = service.serve(request, move |(), received| match body {
-        Some(body) => RequestBody::http1(body, received),
-        None => RequestBody::empty(),
-    });
     let mut draining = drain.is_raised();
-    let mut watching = true;
-    let response = loop {
-        tokio::select! {
-            biased;
-            response = &mut serving => break response,
-            () = drain.raised(), if !draining => draining = true,
-            gone = client_gone(input, codecs.h1.max_head), if watching => {
-                if gone {
-                    // The request is cancelled: its upstream try too.
-                    tracing::debug!(peer = %ctx.peer, "client closed the connection mid-request");
-                    return Next::Close;
+    // The handler's state lives in this block, so it is dropped before the response is
+    // written; it is part of this exchange's state (boxed once by the connection), not boxed
+    // on its own.
+    let response = {
+        let mut serving = pin!(
+            service.serve_inline(request, move |(), received| match body {
+                Some(body) => RequestBody::http1(body, received),
+                None => RequestBody::empty(),
+            })
+        );
+        let mut watching = true;
+        loop {
+            tokio::select! {
+                biased;
+                response = serving.as_mut() => break response,
+                () = drain.raised(), if !draining => draining = true,
+                gone = client_gone(input, codecs.h1.max_head), if watching => {
+                    if gone {
+                        // The request is cancelled: its upstream try too.
+                        tracing::debug!(peer = %ctx.peer, "client closed the connection mid-request");
+                        return Next::Close;
+                    }
+                    watching = false;
                 }
-                watching = false;
             }
         }
     };
-    drop(serving);
     let Ok(response) = response;
     let tunnel = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         ctx.tunnel.borrow_mut().take()

@@ -49,6 +49,8 @@ pub(super) async fn response(
         answering,
         &mut out,
     );
+    // Its fields are written: the map goes back to the worker's pool for the next head.
+    h1::recycle_header_map(parts.headers);
     let mut sent = 0u64;
     let mut ended = framed.length == ResponseLength::NoBody;
     while !ended {

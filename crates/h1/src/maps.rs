@@ -1,0 +1,83 @@
+//! A per-thread pool of emptied header maps. Each HTTP/1.1 request through the proxy parses two
+//! heads (the request, the upstream's response); their maps are given back once written on the
+//! other side, so a busy worker reuses the same few maps instead of allocating and freeing two
+//! tables each per request.
+
+use std::cell::RefCell;
+
+use http::HeaderMap;
+
+/// Enough for the requests in flight on a worker at once; beyond it, maps are freed.
+const KEPT: usize = 32;
+/// A map grown by an unusual head is freed rather than kept at its size.
+const MAX_KEPT_CAPACITY: usize = 128;
+
+thread_local! {
+    static POOL: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A new map has room for this many fields at least, so that one made for a short response
+/// head also fits the next request's.
+const MIN_ROOM: usize = 24;
+
+/// An empty map with room for `fields` entries, pooled when there is one.
+pub(crate) fn take(fields: usize) -> HeaderMap {
+    match POOL.with(|pool| pool.borrow_mut().pop()) {
+        Some(mut map) => {
+            if map.capacity() < fields {
+                map.reserve(fields);
+            }
+            map
+        }
+        None => HeaderMap::with_capacity(fields.max(MIN_ROOM)),
+    }
+}
+
+/// Gives a map back to this thread's pool once its head is written: its entries are dropped
+/// now, its tables kept for the next head.
+pub fn recycle_header_map(mut map: HeaderMap) {
+    if map.capacity() == 0 || map.capacity() > MAX_KEPT_CAPACITY {
+        return;
+    }
+    map.clear();
+    POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        if pool.len() < KEPT {
+            pool.push(map);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recycled_map_comes_back_empty_with_its_room() {
+        let mut map = HeaderMap::with_capacity(20);
+        map.insert("x-a", "1".parse().unwrap());
+        map.append("x-a", "2".parse().unwrap());
+        let room = map.capacity();
+        recycle_header_map(map);
+        let again = take(10);
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), room);
+    }
+
+    #[test]
+    fn a_pooled_map_too_small_grows() {
+        recycle_header_map(HeaderMap::with_capacity(4));
+        assert!(take(100).capacity() >= 100);
+    }
+
+    #[test]
+    fn the_pool_keeps_a_bounded_number_of_bounded_maps() {
+        while POOL.with(|pool| pool.borrow_mut().pop()).is_some() {}
+        recycle_header_map(HeaderMap::with_capacity(1000));
+        assert_eq!(POOL.with(|pool| pool.borrow().len()), 0);
+        for _ in 0..KEPT + 10 {
+            recycle_header_map(HeaderMap::with_capacity(8));
+        }
+        assert_eq!(POOL.with(|pool| pool.borrow().len()), KEPT);
+    }
+}
