@@ -25,7 +25,11 @@ pub(crate) fn header_name(wire: &[u8]) -> Result<HeaderName, InvalidHeaderName> 
     let cached = CACHE.with(|cache| {
         cache.borrow()[slot]
             .as_ref()
-            .filter(|name| name.as_str().as_bytes().eq_ignore_ascii_case(wire))
+            .filter(|name| {
+                // Most peers send names in lower case already: one comparison of the bytes.
+                let cached = name.as_str().as_bytes();
+                cached == wire || cached.eq_ignore_ascii_case(wire)
+            })
             .cloned()
     });
     if let Some(name) = cached {

@@ -1,16 +1,24 @@
 //! `x-request-id`: a random UUID for each request that comes without one, so the
 //! authorization service, the upstream and the access log all name it the same way.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::hash::{BuildHasher, Hasher};
 
+use bytes::BytesMut;
 use http::header::{HeaderName, HeaderValue};
 
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 thread_local! {
     static RNG: Cell<u64> = Cell::new(seed());
+    /// The ids of the requests this thread names are written one after the other into a
+    /// shared chunk, each a reference to its part of it: one allocation per [`CHUNK`] bytes
+    /// instead of one per request.
+    static IDS: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
+
+/// Room for 112 ids.
+const CHUNK: usize = 36 * 112;
 
 fn seed() -> u64 {
     // RandomState is seeded from the OS once per thread: good enough to keep workers and
@@ -52,7 +60,14 @@ pub(crate) fn new_request_id() -> HeaderValue {
         text[pos + 1] = HEX[(b & 0xf) as usize];
         pos += 2;
     }
-    HeaderValue::from_bytes(&text).expect("hex digits and dashes are valid header bytes")
+    let text = IDS.with_borrow_mut(|ids| {
+        if ids.capacity() < text.len() {
+            *ids = BytesMut::with_capacity(CHUNK);
+        }
+        ids.extend_from_slice(&text);
+        ids.split().freeze()
+    });
+    HeaderValue::from_maybe_shared(text).expect("hex digits and dashes are valid header bytes")
 }
 
 #[cfg(test)]
@@ -69,5 +84,18 @@ mod tests {
         assert_eq!(&text[14..15], "4");
         assert!(matches!(&text[19..20], "8" | "9" | "a" | "b"));
         assert_eq!(text.matches('-').count(), 4);
+    }
+
+    #[test]
+    fn ids_from_one_chunk_and_the_next_stay_whole_and_distinct() {
+        let ids: Vec<HeaderValue> = (0..CHUNK / 36 * 3 + 5).map(|_| new_request_id()).collect();
+        let distinct: std::collections::HashSet<&[u8]> =
+            ids.iter().map(|id| id.as_bytes()).collect();
+        assert_eq!(distinct.len(), ids.len());
+        for id in &ids {
+            let text = id.to_str().unwrap();
+            assert_eq!(text.len(), 36);
+            assert_eq!(&text[14..15], "4");
+        }
     }
 }

@@ -14,6 +14,7 @@ use http_body::Body;
 use tokio::io::AsyncWrite;
 
 use super::Shared;
+use crate::buffer_pool;
 use crate::http::ResponseBody;
 
 /// Frames at least this large are written from their own memory, not copied.
@@ -33,6 +34,20 @@ pub(super) async fn response(
     answering: Answering,
     buffer: usize,
 ) -> Written {
+    // The worker's pooled buffers serve writes too: no allocation per response.
+    let mut out = buffer_pool::take();
+    let written = gather_and_write(input, response, answering, buffer, &mut out).await;
+    buffer_pool::give(out);
+    written
+}
+
+async fn gather_and_write(
+    input: &Shared,
+    response: Response<ResponseBody>,
+    answering: Answering,
+    buffer: usize,
+    out: &mut BytesMut,
+) -> Written {
     let (parts, mut body) = response.into_parts();
     // A 100 (Continue) already begun goes out whole before the final response.
     if poll_fn(|cx| input.borrow_mut().poll_finish_continue(cx))
@@ -41,13 +56,12 @@ pub(super) async fn response(
     {
         return Written::Failed;
     }
-    let mut out = BytesMut::with_capacity(512);
     let framed = h1::encode_head(
         parts.status,
         &parts.headers,
         body.size_hint().exact(),
         answering,
-        &mut out,
+        out,
     );
     // Its fields are written: the map goes back to the worker's pool for the next head.
     h1::recycle_header_map(parts.headers);
@@ -58,7 +72,7 @@ pub(super) async fn response(
             Poll::Ready(frame) => frame,
             Poll::Pending => {
                 // Nothing more yet: what is gathered goes out while the body waits.
-                if write_all(input, &mut out, None).await.is_err() {
+                if write_all(input, out, None).await.is_err() {
                     return Written::Failed;
                 }
                 poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
@@ -70,7 +84,7 @@ pub(super) async fn response(
             Some(Err(err)) => {
                 tracing::debug!(error = %err, "response body failed mid-way");
                 // What was whole goes out; the close tells the client the rest is missing.
-                let _ = write_all(input, &mut out, None).await;
+                let _ = write_all(input, out, None).await;
                 return Written::Failed;
             }
         };
@@ -80,7 +94,7 @@ pub(super) async fn response(
                 if let (Ok(trailers), ResponseLength::Chunked) =
                     (frame.into_trailers(), framed.length)
                 {
-                    h1::encode_last_chunk(Some(&trailers), &mut out);
+                    h1::encode_last_chunk(Some(&trailers), out);
                     ended = true;
                 }
                 continue;
@@ -91,37 +105,37 @@ pub(super) async fn response(
             && sent > declared
         {
             tracing::debug!(declared, "response body longer than its length");
-            let _ = write_all(input, &mut out, None).await;
+            let _ = write_all(input, out, None).await;
             return Written::Failed;
         }
         let large = data.len() >= COPY_BELOW;
         if framed.length == ResponseLength::Chunked {
             if large {
-                h1::encode_chunk_header(data.len(), &mut out);
+                h1::encode_chunk_header(data.len(), out);
                 let mut data = data;
-                if write_all(input, &mut out, Some(&mut data)).await.is_err() {
+                if write_all(input, out, Some(&mut data)).await.is_err() {
                     return Written::Failed;
                 }
                 out.extend_from_slice(b"\r\n");
             } else {
-                h1::encode_chunk(&data, &mut out);
+                h1::encode_chunk(&data, out);
             }
         } else if large {
             let mut data = data;
-            if write_all(input, &mut out, Some(&mut data)).await.is_err() {
+            if write_all(input, out, Some(&mut data)).await.is_err() {
                 return Written::Failed;
             }
         } else {
             out.extend_from_slice(&data);
         }
-        if out.len() >= buffer && write_all(input, &mut out, None).await.is_err() {
+        if out.len() >= buffer && write_all(input, out, None).await.is_err() {
             return Written::Failed;
         }
     }
     if framed.length == ResponseLength::Chunked && !ended {
-        h1::encode_last_chunk(None, &mut out);
+        h1::encode_last_chunk(None, out);
     }
-    if write_all(input, &mut out, None).await.is_err() {
+    if write_all(input, out, None).await.is_err() {
         return Written::Failed;
     }
     if let ResponseLength::Length(declared) = framed.length
