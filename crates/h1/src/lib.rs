@@ -12,6 +12,9 @@
 //! - [`encode_head`], [`encode_chunk`] and [`encode_last_chunk`] write a response.
 //! - [`client`] is the other side, for upstream connections: requests written, response
 //!   heads parsed (as strictly) and response bodies decoded.
+//! - Heads are parsed into header maps from a per-thread pool: [`recycle_header_map`] gives
+//!   one back once its head is written. Header names go through a per-thread cache, so a
+//!   non-standard name read again is not allocated again.
 //!
 //! ```
 //! use bytes::BytesMut;

@@ -70,7 +70,8 @@ const ADDED_FIELDS: usize = 6;
 /// A parsed request head and what it says about the connection.
 #[derive(Debug)]
 pub struct RequestHead {
-    /// Method, target, version and header fields; the values share the read buffer's memory.
+    /// Method, target, version and header fields; the target and values share one copy of the
+    /// head, apart from the read buffer.
     pub request: Request<()>,
     pub body: BodyLength,
     /// Whether the client keeps the connection open after this exchange (HTTP/1.1 unless
