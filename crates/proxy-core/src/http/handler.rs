@@ -225,14 +225,15 @@ async fn route_and_forward(
 
 /// Gives the request an `x-request-id` (logged) if the client sent none.
 fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
-    if headers.contains_key(&X_REQUEST_ID) {
+    // One lookup: the name is hashed once whether or not the client sent an id.
+    let http::header::Entry::Vacant(slot) = headers.entry(&X_REQUEST_ID) else {
         return;
-    }
+    };
     let id = new_request_id();
     if let Some(log) = in_flight.log() {
         log.request_id = Some(id.clone());
     }
-    headers.insert(X_REQUEST_ID.clone(), id);
+    slot.insert(id);
 }
 
 async fn forward_request(
