@@ -3,53 +3,16 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use balancer::{Health, HostSet, LbPolicy, LeastRequestOptions, LoadBalancer};
 use common::*;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
-// const-initialized thread-local Cell, which neither allocates nor re-enters the allocator.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
+static GLOBAL: alloc_meter::Counting = alloc_meter::Counting;
 
 #[test]
 fn picks_do_not_allocate() {
     // The meter works.
-    assert!(allocations_during(|| drop(std::hint::black_box(vec![1u8; 10]))) > 0);
+    assert!(alloc_meter::allocations_during(|| drop(std::hint::black_box(vec![1u8; 10]))) > 0);
 
     let mut policies = all_policies();
     policies.push(LbPolicy::LeastRequest(LeastRequestOptions {
@@ -66,7 +29,7 @@ fn picks_do_not_allocate() {
             let lb = LoadBalancer::new(hosts, policy).expect("valid policy");
             drop(lb.pick(Some(1)));
             let mut held = Vec::with_capacity(16);
-            let count = allocations_during(|| {
+            let count = alloc_meter::allocations_during(|| {
                 for i in 0..10_000u64 {
                     let picked = lb.pick(key_for(&policy, i)).expect("a host");
                     if held.len() < held.capacity() {

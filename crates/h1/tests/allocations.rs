@@ -5,47 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use bytes::BytesMut;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
-// const-initialized thread-local Cell, which neither allocates nor re-enters the allocator.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
+static GLOBAL: alloc_meter::Counting = alloc_meter::Counting;
 
 const REQUEST: &[u8] = b"GET /api/v1/users/12345/orders?page=2 HTTP/1.1\r\n\
 Host: api.example.com\r\n\
@@ -71,7 +34,7 @@ Server-Timing: db;dur=1.2\r\n\
 #[test]
 fn a_warm_worker_parses_a_head_in_two_allocations() {
     // The meter works.
-    assert!(allocations_during(|| drop(std::hint::black_box(vec![1u8; 10]))) > 0);
+    assert!(alloc_meter::allocations_during(|| drop(std::hint::black_box(vec![1u8; 10]))) > 0);
 
     const HEADS: u64 = 1000;
     let mut buf = BytesMut::with_capacity(4096);
@@ -83,7 +46,7 @@ fn a_warm_worker_parses_a_head_in_two_allocations() {
         h1::recycle_header_map(head.request.into_parts().0.headers);
     };
     request();
-    let counted = allocations_during(|| (0..HEADS).for_each(|_| request()));
+    let counted = alloc_meter::allocations_during(|| (0..HEADS).for_each(|_| request()));
     assert_eq!(counted, 2 * HEADS, "request heads");
 
     let mut buf = BytesMut::with_capacity(4096);
@@ -98,6 +61,6 @@ fn a_warm_worker_parses_a_head_in_two_allocations() {
         h1::recycle_header_map(head.parts.headers);
     };
     response();
-    let counted = allocations_during(|| (0..HEADS).for_each(|_| response()));
+    let counted = alloc_meter::allocations_during(|| (0..HEADS).for_each(|_| response()));
     assert_eq!(counted, 2 * HEADS, "response heads");
 }

@@ -2,45 +2,11 @@
 //! costs: tried on real filters built from config, with made-up requests.
 
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
 use super::*;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
-// const-initialized thread-local Cell, which neither allocates nor re-enters the allocator.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+static GLOBAL: alloc_meter::Counting = alloc_meter::Counting;
 
 use super::testing::{Setup, setup, setup_hosts};
 
@@ -412,11 +378,11 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
         );
     };
     run();
-    let before = allocations();
+    let before = alloc_meter::allocations();
     for _ in 0..100 {
         run();
     }
-    assert_eq!(allocations() - before, 0);
+    assert_eq!(alloc_meter::allocations() - before, 0);
     // The meter works: the same loop over a filter with something to do allocates (a header
     // value per request).
     let s = setup(
@@ -429,11 +395,11 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
         virtual_host: Some(0),
         route: Some(0),
     };
-    let before = allocations();
+    let before = alloc_meter::allocations();
     for _ in 0..100 {
         let mut state = FilterState::default();
         let flow = runtime.block_on(s.chain.on_request(&mut req, &exchange, &mut state));
         assert!(matches!(flow, Ok(Flow::Continue)));
     }
-    assert!(allocations() - before >= 100);
+    assert!(alloc_meter::allocations() - before >= 100);
 }
