@@ -91,10 +91,13 @@ impl Admitted<'_> {
                     .await
                     .map(|response| (Rc::clone(&host), response))
                     .map_err(|e| e.error),
+                // Boxed: the retry loop's state is twice a single try's, and without the box
+                // every request's future (and each copy of it as it is awaited, level by
+                // level) would carry it, retries configured or not.
                 Some((policy, plan)) => {
-                    retry::send_with_retries(
+                    Box::pin(retry::send_with_retries(
                         request, &host, slot, picked, policy, plan, cluster, client, timeout,
-                    )
+                    ))
                     .await
                 }
             }
