@@ -119,12 +119,8 @@ pub fn parse_request(
     // are sliced from the copy. The read buffer then stays the connection's alone and is
     // refilled in place: one shared with a request's fields would need a new allocation for
     // the next read, and a shared-state one to be split.
-    let head = Bytes::copy_from_slice(&buf[..len]);
-    let base = buf.as_ptr() as usize;
-    let slice = |s: &[u8]| match (s.as_ptr() as usize).checked_sub(base) {
-        Some(at) if at + s.len() <= len => head.slice(at..at + s.len()),
-        _ => Bytes::copy_from_slice(s),
-    };
+    let head = HeadCopy::new(&buf[..len]);
+    let slice = |s: &[u8]| head.slice(s);
 
     let uri = Uri::from_maybe_shared(slice(req.path.unwrap_or_default().as_bytes()))
         .map_err(|_| HeadError::InvalidTarget)?;
@@ -153,6 +149,33 @@ pub fn parse_request(
         keep_alive: framing.keep_alive(),
         expect_continue: framing.expect_continue && body != BodyLength::Empty,
     }))
+}
+
+/// A head copied out of the read buffer, and the pieces httparse found in the buffer sliced
+/// from the copy: one allocation for the head, none per field.
+pub(crate) struct HeadCopy {
+    copy: Bytes,
+    base: usize,
+}
+
+impl HeadCopy {
+    pub(crate) fn new(head: &[u8]) -> Self {
+        Self {
+            copy: Bytes::copy_from_slice(head),
+            base: head.as_ptr() as usize,
+        }
+    }
+
+    /// The copy of `piece`, a slice of the head that was copied (a piece from elsewhere is
+    /// copied on its own).
+    pub(crate) fn slice(&self, piece: &[u8]) -> Bytes {
+        match (piece.as_ptr() as usize).checked_sub(self.base) {
+            Some(at) if at + piece.len() <= self.copy.len() => {
+                self.copy.slice(at..at + piece.len())
+            }
+            _ => Bytes::copy_from_slice(piece),
+        }
+    }
 }
 
 /// Whether the request line ends in `HTTP/<digit>.<digit>`: a version, if not one of ours

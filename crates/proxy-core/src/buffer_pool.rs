@@ -1,4 +1,5 @@
-//! A worker's HTTP/1.1 read buffers, for client and upstream connections alike. A connection
+//! A worker's HTTP/1.1 buffers: read buffers for client and upstream connections alike, and
+//! the buffer a response is gathered in while it is written. A connection
 //! holds one only while it reads a message or has unread bytes (a pipelined request, a body
 //! being read); between messages it gives it back. So an idle connection holds no buffer, and a busy worker cycles a few
 //! buffers that stay in cache instead of freeing and allocating one per request.

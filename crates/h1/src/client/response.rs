@@ -7,7 +7,7 @@ use bytes::{Buf, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, StatusCode, Version};
 
-use crate::request::parse_length;
+use crate::request::{HeadCopy, parse_length};
 use crate::response::has_token;
 use crate::{MAX_HEADERS, ResponseLength};
 
@@ -91,18 +91,13 @@ pub fn parse_response(
         .ok_or(ResponseError::Malformed("invalid status code"))?;
     // Copied out (a few hundred bytes), so that the read buffer is not shared with a head
     // that lives on (in an HTTP/2 client's HPACK table, say) and can be used again.
-    let head = bytes::Bytes::copy_from_slice(&buf[..len]);
-    let base = buf.as_ptr() as usize;
-    let slice = |s: &[u8]| match (s.as_ptr() as usize).checked_sub(base) {
-        Some(at) if at + s.len() <= len => head.slice(at..at + s.len()),
-        _ => bytes::Bytes::copy_from_slice(s),
-    };
+    let head = HeadCopy::new(&buf[..len]);
     let mut headers = crate::maps::take(res.headers.len());
     let mut framing = Framing::default();
     for field in res.headers.iter() {
         let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| ResponseError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(slice(field.value))
+        let value = HeaderValue::from_maybe_shared(head.slice(field.value))
             .map_err(|_| ResponseError::Malformed("invalid header value"))?;
         framing.field(&name, &value)?;
         headers.append(name, value);
