@@ -1,7 +1,8 @@
 //! A counting global allocator, for the tests that hold a path to a number of allocations
-//! (the balancer's picks, the filter chain, the HTTP/1.1 codec's heads). It forwards every
-//! call to the system allocator and counts allocations per thread, so tests running on other
-//! threads do not disturb the count.
+//! (the balancer's picks, the filter chain, the HTTP/1.1 codec's heads, a whole proxied
+//! request). It forwards every call to the system allocator and counts allocations per thread,
+//! so tests running on other threads do not disturb the count, and in all threads together, for
+//! a path that runs on threads the test does not own (a proxy's worker).
 //!
 //! ```
 //! #[global_allocator]
@@ -16,6 +17,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static ALL_THREADS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
@@ -29,7 +33,7 @@ pub struct Counting;
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        count();
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
     }
@@ -40,10 +44,15 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        count();
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
+}
+
+fn count() {
+    ALLOCATIONS.with(|c| c.set(c.get() + 1));
+    ALL_THREADS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Allocations (and reallocations) made by this thread so far.
@@ -56,4 +65,9 @@ pub fn allocations_during(f: impl FnOnce()) -> u64 {
     let before = allocations();
     f();
     allocations() - before
+}
+
+/// Allocations (and reallocations) made by all threads of the process so far.
+pub fn allocations_all_threads() -> u64 {
+    ALL_THREADS.load(Ordering::Relaxed)
 }

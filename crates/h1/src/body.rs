@@ -220,7 +220,10 @@ impl<IO: Io + ?Sized> Input<IO> {
                 if *left == 0 {
                     self.body = BodyState::Done;
                 }
-                Ok(Step::Frame(Frame::data(self.buf.split_to(n).freeze())))
+                Ok(Step::Frame(Frame::data(crate::shared_copy::take_front(
+                    &mut self.buf,
+                    n,
+                ))))
             }
             BodyState::Chunked(decoder) => match decoder.decode(&mut self.buf)? {
                 None => Ok(Step::NeedMore),

@@ -84,7 +84,7 @@ impl ChunkedDecoder {
                     if self.size == 0 {
                         self.state = State::DataCr;
                     }
-                    return Ok(Some(Chunk::Data(buf.split_to(n).freeze())));
+                    return Ok(Some(Chunk::Data(crate::shared_copy::take_front(buf, n))));
                 }
                 State::Trailers => return self.trailers(buf),
                 State::Done => return Ok(Some(Chunk::End)),

@@ -14,7 +14,9 @@
 //!   heads parsed (as strictly) and response bodies decoded.
 //! - Heads are parsed into header maps from a per-thread pool: [`recycle_header_map`] gives
 //!   one back once its head is written. Header names go through a per-thread cache, so a
-//!   non-standard name read again is not allocated again.
+//!   non-standard name read again is not allocated again. A head is copied out of the read
+//!   buffer into a per-thread chunk shared by many ([`copy_shared`]), so a warm worker
+//!   parses heads without allocating.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -44,6 +46,7 @@ mod maps;
 mod names;
 mod request;
 mod response;
+mod shared_copy;
 
 pub use body::{IncomingBody, Input, Io};
 pub use chunked::{Chunk, ChunkedDecoder};
@@ -53,6 +56,7 @@ pub use response::{
     Answering, Framed, ResponseLength, encode_chunk, encode_chunk_header, encode_head,
     encode_last_chunk, is_framing,
 };
+pub use shared_copy::copy_shared;
 
 /// Why a request body could not be read to its end.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -55,6 +55,7 @@ mod admin;
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod bench;
+mod box_pool;
 mod buffer_pool;
 mod catalog;
 mod cluster;

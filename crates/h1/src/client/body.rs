@@ -83,10 +83,13 @@ impl ResponseDecoder {
                 if *left == 0 {
                     self.state = State::Done;
                 }
-                Ok(Decoded::Data(buf.split_to(n).freeze()))
+                Ok(Decoded::Data(crate::shared_copy::take_front(buf, n)))
             }
             State::UntilClose if buf.is_empty() => Ok(Decoded::NeedMore),
-            State::UntilClose => Ok(Decoded::Data(buf.split().freeze())),
+            State::UntilClose => Ok(Decoded::Data(crate::shared_copy::take_front(
+                buf,
+                buf.len(),
+            ))),
             State::Chunked(decoder) => Ok(match decoder.decode(buf)? {
                 None => Decoded::NeedMore,
                 Some(Chunk::Data(data)) => Decoded::Data(data),

@@ -13,6 +13,7 @@ use http::{HeaderMap, Request, Response};
 use super::breaker::Slot;
 use super::retry::{self, RetryPlan};
 use super::{Cluster, HostPool, UpstreamBody};
+use crate::box_pool::PooledBox;
 use crate::config::RetryPolicy;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
@@ -93,9 +94,10 @@ impl Admitted<'_> {
                     .map_err(|e| e.error),
                 // Boxed: the retry loop's state is twice a single try's, and without the box
                 // every request's future (and each copy of it as it is awaited, level by
-                // level) would carry it, retries configured or not.
+                // level) would carry it, retries configured or not. From the worker's pool of
+                // boxes: no allocation per request.
                 Some((policy, plan)) => {
-                    Box::pin(retry::send_with_retries(
+                    PooledBox::pin(retry::send_with_retries(
                         request, &host, slot, picked, policy, plan, cluster, client, timeout,
                     ))
                     .await

@@ -166,6 +166,11 @@ impl Outgoing {
         n -= from_framing;
         let from_data = n.min(self.data.len());
         self.data.advance(from_data);
+        if self.data.is_empty() {
+            // Written: an empty slice would still hold the memory it was cut from (the client
+            // connection's buffer, a chunk of copies) for as long as this connection lives.
+            self.data = Bytes::new();
+        }
         n -= from_data;
         self.suffix = &self.suffix[n.min(self.suffix.len())..];
     }

@@ -20,10 +20,12 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use crate::context::ProgressClock;
+
 /// Marks the task the codec spawns next as a stream task, moving `activity` as its request
 /// body goes upstream. The codec spawns it at once, right after calling the service.
 struct StreamToken {
-    activity: Option<Rc<Cell<Instant>>>,
+    activity: Option<ProgressClock>,
 }
 
 thread_local! {
@@ -31,7 +33,7 @@ thread_local! {
 }
 
 /// Called by the service for an HTTP/2 request, just before the codec spawns its stream task.
-pub(super) fn next_stream(activity: Option<Rc<Cell<Instant>>>) {
+pub(super) fn next_stream(activity: Option<ProgressClock>) {
     NEXT_STREAM.set(Some(StreamToken { activity }));
 }
 
@@ -85,7 +87,7 @@ pin_project! {
         timeout: Duration,
         // When `inner` was last polled for a wake of its own.
         last: Instant,
-        activity: Option<Rc<Cell<Instant>>>,
+        activity: Option<ProgressClock>,
         expired: Rc<stats::Counter>,
     }
 }
@@ -198,10 +200,10 @@ mod tests {
             .run_until(async {
                 let exec = exec();
                 // A stream task never woken itself, whose body moves every 2/3 of the timeout.
-                let activity = Rc::new(Cell::new(Instant::now()));
+                let activity = ProgressClock::new();
                 let stream_ended = Rc::new(Cell::new(false));
                 let guard = Ended(Rc::clone(&stream_ended));
-                next_stream(Some(Rc::clone(&activity)));
+                next_stream(Some(activity.clone()));
                 exec.execute(async move {
                     let _guard = guard;
                     std::future::pending::<()>().await;

@@ -15,5 +15,5 @@ mod signal;
 
 pub(crate) use conn::{ConnCtx, ListenerCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use in_flight::InFlight;
-pub(crate) use request_body::{Replay, RequestBody};
+pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{Signal, SignalWatch};

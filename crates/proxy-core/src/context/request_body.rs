@@ -16,7 +16,7 @@ pub struct RequestBody {
     source: Source,
     received: Option<Rc<Cell<u64>>>,
     /// When the last frame was handed upstream, if someone watches.
-    progress: Option<Rc<Cell<Instant>>>,
+    progress: Option<ProgressClock>,
     /// A copy of the frames sent so far, kept for a retry while it fits the buffer limit.
     replay: Option<Rc<RefCell<Replay>>>,
 }
@@ -35,6 +35,54 @@ enum Source {
         front: VecDeque<Frame<Bytes>>,
         rest: Box<Source>,
     },
+}
+
+/// When a body last moved, shared by the body and the route timeout that watches it. Clocks
+/// come from a per-worker pool and go back to it with their last holder: a request with a
+/// body allocates none.
+#[derive(Clone)]
+pub(crate) struct ProgressClock(Rc<Cell<Instant>>);
+
+/// Clocks kept per worker.
+const CLOCKS_KEPT: usize = 64;
+
+thread_local! {
+    static CLOCKS: RefCell<Vec<Rc<Cell<Instant>>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl ProgressClock {
+    /// A clock set to now.
+    pub(crate) fn new() -> Self {
+        let now = Instant::now();
+        let clock = CLOCKS
+            .with_borrow_mut(Vec::pop)
+            .unwrap_or_else(|| Rc::new(Cell::new(now)));
+        clock.set(now);
+        Self(clock)
+    }
+}
+
+impl std::ops::Deref for ProgressClock {
+    type Target = Cell<Instant>;
+
+    fn deref(&self) -> &Cell<Instant> {
+        &self.0
+    }
+}
+
+impl Drop for ProgressClock {
+    fn drop(&mut self) {
+        if Rc::strong_count(&self.0) == 1 {
+            let clock = Rc::clone(&self.0);
+            // At thread exit the pool may be gone: the clock is freed then.
+            let _ = CLOCKS.try_with(|pool| {
+                let mut pool = pool.borrow_mut();
+                if pool.len() < CLOCKS_KEPT {
+                    pool.push(clock);
+                }
+            });
+        }
+    }
 }
 
 /// The frames of a request body, recorded as they go upstream so a retry can send them again.
@@ -105,16 +153,16 @@ impl RequestBody {
     /// A clock the body moves forward each time a frame goes upstream, and when it ends;
     /// `None` for a body that is already complete (no request body). Asked again, the same
     /// clock, set to now.
-    pub(crate) fn track_progress(&mut self) -> Option<Rc<Cell<Instant>>> {
+    pub(crate) fn track_progress(&mut self) -> Option<ProgressClock> {
         if self.is_end_stream() {
             return None;
         }
         if let Some(clock) = &self.progress {
             clock.set(Instant::now());
-            return Some(Rc::clone(clock));
+            return Some(clock.clone());
         }
-        let clock = Rc::new(Cell::new(Instant::now()));
-        self.progress = Some(Rc::clone(&clock));
+        let clock = ProgressClock::new();
+        self.progress = Some(clock.clone());
         Some(clock)
     }
 

@@ -1,25 +1,16 @@
 //! `x-request-id`: a random UUID for each request that comes without one, so the
 //! authorization service, the upstream and the access log all name it the same way.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 
-use bytes::BytesMut;
 use http::header::{HeaderName, HeaderValue};
 
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 thread_local! {
     static RNG: Cell<u64> = Cell::new(seed());
-    /// The ids of the requests this thread names are written one after the other into a
-    /// shared chunk, each a reference to its part of it: one allocation per [`CHUNK`] bytes
-    /// instead of one per request. Small, because an id kept long (in an HTTP/2 upstream's
-    /// HPACK table, say) keeps its whole chunk.
-    static IDS: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
-
-/// Room for 16 ids.
-const CHUNK: usize = 36 * 16;
 
 fn seed() -> u64 {
     // RandomState is seeded from the OS once per thread: good enough to keep workers and
@@ -61,14 +52,9 @@ pub(crate) fn new_request_id() -> HeaderValue {
         text[pos + 1] = HEX[(b & 0xf) as usize];
         pos += 2;
     }
-    let text = IDS.with_borrow_mut(|ids| {
-        if ids.capacity() < text.len() {
-            *ids = BytesMut::with_capacity(CHUNK);
-        }
-        ids.extend_from_slice(&text);
-        ids.split().freeze()
-    });
-    HeaderValue::from_maybe_shared(text).expect("hex digits and dashes are valid header bytes")
+    // Into the thread's chunk of copies, shared with the heads: no allocation per id.
+    HeaderValue::from_maybe_shared(h1::copy_shared(&text))
+        .expect("hex digits and dashes are valid header bytes")
 }
 
 #[cfg(test)]
@@ -89,7 +75,7 @@ mod tests {
 
     #[test]
     fn ids_from_one_chunk_and_the_next_stay_whole_and_distinct() {
-        let ids: Vec<HeaderValue> = (0..CHUNK / 36 * 3 + 5).map(|_| new_request_id()).collect();
+        let ids: Vec<HeaderValue> = (0..400).map(|_| new_request_id()).collect();
         let distinct: std::collections::HashSet<&[u8]> =
             ids.iter().map(|id| id.as_bytes()).collect();
         assert_eq!(distinct.len(), ids.len());

@@ -25,6 +25,7 @@ use tokio::time::{Instant, Sleep};
 use super::io::DownstreamIo;
 use super::service::ProxyService;
 use super::{Codecs, ConnCtx, ConnSettings};
+use crate::box_pool::PooledBox;
 use crate::buffer_pool;
 use crate::context::{SignalWatch, Tunnel};
 use exchange::Next;
@@ -65,8 +66,9 @@ pub(super) fn serve_h1(
                 break Next::Close;
             }
             // Boxed, so that the state of an exchange is not part of every connection's task: a
-            // parked one costs only what `park` needs.
-            match Box::pin(exchange::serve(&input, &service, codecs, &mut drain)).await {
+            // parked one costs only what `park` needs. The box is from the worker's pool: no
+            // allocation per request.
+            match PooledBox::pin(exchange::serve(&input, &service, codecs, &mut drain)).await {
                 Next::KeepAlive => {}
                 next => break next,
             }

@@ -1,0 +1,214 @@
+//! Boxes for the futures a worker starts once per request and keeps apart from the
+//! connection's own state (an HTTP/1.1 exchange, a retry loop), from a per-worker pool.
+//!
+//! An exchange's state is boxed so that a parked connection does not carry it, but a box per
+//! request is a malloc and a free of a few KiB on every request. [`PooledBox`] takes its memory
+//! from the worker's pool and gives it back when the future is dropped: a busy worker reuses a
+//! few blocks, which stay in cache, and allocates nothing.
+
+use std::alloc::{self, Layout};
+use std::cell::RefCell;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::task::{Context, Poll};
+
+/// Free blocks kept per worker and per layout; more in use at once are freed when given back.
+const KEPT: usize = 32;
+
+/// Layouts pooled per worker: one per kind of future that uses the pool.
+const LAYOUTS: usize = 4;
+
+struct Pool {
+    /// Free blocks, by layout.
+    free: Vec<(Layout, Vec<NonNull<u8>>)>,
+}
+
+impl Pool {
+    fn take(&mut self, layout: Layout) -> Option<NonNull<u8>> {
+        self.free
+            .iter_mut()
+            .find(|(kind, _)| *kind == layout)
+            .and_then(|(_, blocks)| blocks.pop())
+    }
+
+    /// Keeps `block`, or gives it back to the caller to free.
+    fn give(&mut self, layout: Layout, block: NonNull<u8>) -> Option<NonNull<u8>> {
+        let index = match self.free.iter().position(|(kind, _)| *kind == layout) {
+            Some(index) => index,
+            None if self.free.len() < LAYOUTS => {
+                self.free.push((layout, Vec::with_capacity(KEPT)));
+                self.free.len() - 1
+            }
+            None => return Some(block),
+        };
+        let blocks = &mut self.free[index].1;
+        if blocks.len() < KEPT {
+            blocks.push(block);
+            None
+        } else {
+            Some(block)
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for (layout, blocks) in self.free.drain(..) {
+            for block in blocks {
+                // SAFETY: every block in the pool was allocated with the layout it is listed
+                // under, and is not in use (it was given back).
+                unsafe { alloc::dealloc(block.as_ptr(), layout) };
+            }
+        }
+    }
+}
+
+thread_local! {
+    static POOL: RefCell<Pool> = const { RefCell::new(Pool { free: Vec::new() }) };
+}
+
+/// A future in a block of memory from the worker's pool: a `Pin<Box<F>>` whose memory is
+/// reused.
+pub(crate) struct PooledBox<F> {
+    future: NonNull<F>,
+    /// It owns an `F` (for the drop check), and is neither `Send` nor `Sync`: the pool is the
+    /// thread's.
+    _owns: PhantomData<F>,
+}
+
+#[allow(unsafe_code)]
+impl<F: Future> PooledBox<F> {
+    pub(crate) fn pin(future: F) -> Self {
+        let layout = Layout::new::<F>();
+        if layout.size() == 0 {
+            let at = NonNull::<F>::dangling();
+            // SAFETY: a dangling, aligned pointer is valid for a zero-sized write.
+            unsafe { at.as_ptr().write(future) };
+            return Self {
+                future: at,
+                _owns: PhantomData,
+            };
+        }
+        let block = POOL
+            .with_borrow_mut(|pool| pool.take(layout))
+            .unwrap_or_else(|| {
+                // SAFETY: the layout's size is not zero.
+                let block = unsafe { alloc::alloc(layout) };
+                NonNull::new(block).unwrap_or_else(|| alloc::handle_alloc_error(layout))
+            });
+        let at = block.cast::<F>();
+        // SAFETY: the block is unused, and sized and aligned for an `F`.
+        unsafe { at.as_ptr().write(future) };
+        Self {
+            future: at,
+            _owns: PhantomData,
+        }
+    }
+}
+
+// The future stays where it was written until it is dropped in place: moving the box moves
+// only the pointer, as with `Pin<Box<F>>`.
+impl<F> Unpin for PooledBox<F> {}
+
+#[allow(unsafe_code)]
+impl<F: Future> Future for PooledBox<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: the future is valid until the box is dropped and never moves (see `Unpin`
+        // above); `&mut self` makes this the only reference to it.
+        unsafe { Pin::new_unchecked(&mut *self.future.as_ptr()) }.poll(cx)
+    }
+}
+
+#[allow(unsafe_code)]
+impl<F> Drop for PooledBox<F> {
+    fn drop(&mut self) {
+        let layout = Layout::new::<F>();
+        // SAFETY: the future was written in `pin` and is dropped only here, once.
+        unsafe { std::ptr::drop_in_place(self.future.as_ptr()) };
+        if layout.size() == 0 {
+            return;
+        }
+        let block = self.future.cast::<u8>();
+        // At thread exit the pool may be gone already: the block is freed then.
+        let refused = POOL
+            .try_with(|pool| pool.borrow_mut().give(layout, block))
+            .unwrap_or(Some(block));
+        if let Some(block) = refused {
+            // SAFETY: allocated in `pin` with this layout, and no longer in use.
+            unsafe { alloc::dealloc(block.as_ptr(), layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::task::Waker;
+
+    use super::*;
+
+    fn poll_once<F: Future>(future: &mut PooledBox<F>) -> Poll<F::Output> {
+        Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn a_future_runs_to_its_end_and_its_block_is_reused() {
+        let state = [7u8; 300];
+        let mut first = PooledBox::pin(async move { state.iter().map(|&b| u32::from(b)).sum() });
+        let address = first.future.as_ptr() as usize;
+        assert_eq!(poll_once(&mut first), Poll::Ready(2100u32));
+        drop(first);
+        let state = [1u8; 300];
+        let mut second = PooledBox::pin(async move { state.iter().map(|&b| u32::from(b)).sum() });
+        assert_eq!(
+            second.future.as_ptr() as usize,
+            address,
+            "the block was not reused"
+        );
+        assert_eq!(poll_once(&mut second), Poll::Ready(300u32));
+    }
+
+    #[test]
+    fn a_future_dropped_while_waiting_drops_what_it_holds() {
+        let held = Rc::new(Cell::new(0));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let counted = Rc::clone(&held);
+        let mut waiting = PooledBox::pin(async move {
+            let _ = rx.await;
+            counted.set(1);
+        });
+        assert_eq!(poll_once(&mut waiting), Poll::Pending);
+        assert_eq!(Rc::strong_count(&held), 2);
+        drop(waiting);
+        assert_eq!(
+            Rc::strong_count(&held),
+            1,
+            "the future's state was not dropped"
+        );
+        assert_eq!(held.get(), 0);
+        drop(tx);
+    }
+
+    #[test]
+    fn blocks_beyond_the_pool_are_freed_and_layouts_are_kept_apart() {
+        let futures: Vec<_> = (0..KEPT as u64 + 10)
+            .map(|i| PooledBox::pin(std::future::ready(i)))
+            .collect();
+        drop(futures);
+        let kept = POOL.with_borrow(|pool| {
+            pool.free
+                .iter()
+                .find(|(layout, _)| *layout == Layout::new::<std::future::Ready<u64>>())
+                .map_or(0, |(_, blocks)| blocks.len())
+        });
+        assert_eq!(kept, KEPT);
+        let mut other = PooledBox::pin(std::future::ready(1u8));
+        assert_eq!(poll_once(&mut other), Poll::Ready(1u8));
+    }
+}
