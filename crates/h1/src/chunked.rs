@@ -69,7 +69,8 @@ impl ChunkedDecoder {
     }
 
     /// Decodes what `buf` holds: `Ok(None)` when it needs more bytes. Data comes out as it
-    /// arrives, not a whole chunk at a time, and shares `buf`'s memory.
+    /// arrives, not a whole chunk at a time: small pieces are copied out (`take_front`), large
+    /// ones share `buf`'s memory.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Chunk>, BodyError> {
         loop {
             match self.state {

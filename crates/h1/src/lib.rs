@@ -16,7 +16,7 @@
 //!   one back once its head is written. Header names go through a per-thread cache, so a
 //!   non-standard name read again is not allocated again. A head is copied out of the read
 //!   buffer into a per-thread chunk shared by many ([`copy_shared`]), so a warm worker
-//!   parses heads without allocating.
+//!   parses heads without allocating; [`own_values`] detaches a head's values from it.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -56,7 +56,7 @@ pub use response::{
     Answering, Framed, ResponseLength, encode_chunk, encode_chunk_header, encode_head,
     encode_last_chunk, is_framing,
 };
-pub use shared_copy::copy_shared;
+pub use shared_copy::{copy_shared, own_values};
 
 /// Why a request body could not be read to its end.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

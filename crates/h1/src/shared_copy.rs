@@ -4,12 +4,16 @@
 //!
 //! One allocation serves a whole chunk of copies, and a chunk whose copies are all gone is
 //! reused in place: a worker relaying one request after another allocates nothing for them.
-//! The price is that a copy kept long (a header value in an HTTP/2 peer's HPACK table, say)
-//! keeps its whole chunk alive, so the chunk is small and large pieces get their own memory.
+//! The price is that a piece kept long keeps its whole chunk alive, so the chunk is small and
+//! large pieces get their own memory. A head that goes to an HTTP/2 peer is given memory of
+//! its own first ([`own_values`]): HPACK tables keep the values they index for as long as the
+//! connection lives. A request served for long (a WebSocket, a long poll) keeps its chunk, as
+//! nginx's request keeps its 4 KiB pool.
 
 use std::cell::RefCell;
 
 use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue};
 
 /// A chunk's size.
 const CHUNK: usize = 4096;
@@ -35,6 +39,31 @@ pub fn copy_shared(bytes: &[u8]) -> Bytes {
         chunk.extend_from_slice(bytes);
         chunk.split().freeze()
     })
+}
+
+/// Gives `headers`' values memory of their own, one allocation for all of them, so that they
+/// no longer keep the chunks they were cut from: for a head whose values may be kept long (an
+/// HTTP/2 peer's HPACK table keeps those it indexes).
+pub fn own_values(headers: &mut HeaderMap) {
+    let total: usize = headers.values().map(HeaderValue::len).sum();
+    if total == 0 {
+        return;
+    }
+    let mut copy = BytesMut::with_capacity(total);
+    for value in headers.values() {
+        copy.extend_from_slice(value.as_bytes());
+    }
+    let copy = copy.freeze();
+    let mut at = 0;
+    for value in headers.values_mut() {
+        let len = value.len();
+        // The same bytes, already checked: this cannot fail.
+        if let Ok(mut owned) = HeaderValue::from_maybe_shared(copy.slice(at..at + len)) {
+            owned.set_sensitive(value.is_sensitive());
+            *value = owned;
+        }
+        at += len;
+    }
 }
 
 /// The first `n` bytes of `buf` (a read buffer), taken out of it: a small piece of a body is
@@ -98,6 +127,33 @@ mod tests {
             let piece = take_front(&mut buf, n);
             assert_eq!(&piece[..], &data[..n]);
             assert_eq!(&buf[..], &data[n..]);
+        }
+    }
+
+    #[test]
+    fn owned_values_are_the_same_and_no_longer_in_the_chunk() {
+        let mut headers = HeaderMap::new();
+        let first = HeaderValue::from_maybe_shared(copy_shared(b"text/plain")).unwrap();
+        headers.insert("content-type", first.clone());
+        headers.append("via", HeaderValue::from_static("1.1 a"));
+        let mut secret = HeaderValue::from_maybe_shared(copy_shared(b"Bearer x")).unwrap();
+        secret.set_sensitive(true);
+        headers.insert("authorization", secret);
+        headers.append(
+            "via",
+            HeaderValue::from_maybe_shared(copy_shared(b"1.1 b")).unwrap(),
+        );
+        let before = headers.clone();
+        own_values(&mut headers);
+        assert_eq!(headers, before);
+        assert!(headers["authorization"].is_sensitive());
+        let chunk = first.as_bytes().as_ptr() as usize;
+        for value in headers.values() {
+            let at = value.as_bytes().as_ptr() as usize;
+            assert!(
+                !(chunk..chunk + CHUNK).contains(&at),
+                "a value still in the chunk"
+            );
         }
     }
 

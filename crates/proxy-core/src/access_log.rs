@@ -316,9 +316,12 @@ impl WorkerLog {
     }
 
     /// Returns a record after its line is written.
-    pub(crate) fn give_back(&self, pending: Box<PendingLog>) {
+    pub(crate) fn give_back(&self, mut pending: Box<PendingLog>) {
         let mut spare = self.spare.borrow_mut();
         if spare.len() < PENDING_POOL {
+            // A kept record must not keep its request's path and id (pieces of a shared chunk
+            // of head copies) alive.
+            pending.record = LogRecord::default();
             spare.push(pending);
         }
     }

@@ -93,7 +93,9 @@ impl<F: Future> PooledBox<F> {
             };
         }
         let block = POOL
-            .with_borrow_mut(|pool| pool.take(layout))
+            .try_with(|pool| pool.borrow_mut().take(layout))
+            .ok()
+            .flatten()
             .unwrap_or_else(|| {
                 // SAFETY: the layout's size is not zero.
                 let block = unsafe { alloc::alloc(layout) };

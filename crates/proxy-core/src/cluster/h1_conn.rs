@@ -147,7 +147,7 @@ fn is_interim(head: &ResponseHead) -> bool {
 }
 
 /// Bytes queued for the socket, written in order with one vectored write where the socket
-/// takes them: a chunk's size line, its data (never copied), its CRLF.
+/// takes them: a chunk's size line, its data (not copied again here), its CRLF.
 #[derive(Default)]
 struct Outgoing {
     framing: BytesMut,

@@ -47,6 +47,9 @@ impl HostPool {
                 self.stats.cx_max_requests.inc();
             }
         }
+        let mut req = req;
+        // The upstream's HPACK table may keep these values for the connection's life.
+        h1::own_values(req.headers_mut());
         let response = sender
             .send_request(req)
             .await

@@ -56,6 +56,21 @@ impl InFlight {
         self.log.as_mut().map(|l| &mut l.record)
     }
 
+    /// For a request that stays on (a tunnel): its log record's path and id get memory of
+    /// their own, so they do not keep the chunk of head copies they were cut from for hours.
+    pub(crate) fn outlive_exchange(&mut self) {
+        if let Some(record) = self.log() {
+            record.path = record
+                .path
+                .take()
+                .and_then(|path| http::uri::PathAndQuery::try_from(path.as_str()).ok());
+            record.request_id = record
+                .request_id
+                .take()
+                .and_then(|id| http::HeaderValue::from_bytes(id.as_bytes()).ok());
+        }
+    }
+
     /// Counts response body bytes handed to the codec.
     pub(crate) fn sent(&mut self, bytes: usize) {
         if let Some(log) = &mut self.log {

@@ -133,6 +133,7 @@ pub(crate) async fn handle(
         None => response.body_mut().hold(in_flight),
         // HTTP/1.1: the connection picks the tunnel up once the codec has written the 101.
         Some((upstream, None)) => {
+            in_flight.outlive_exchange();
             *conn.tunnel.borrow_mut() = Some(Box::new(Tunnel {
                 upstream,
                 in_flight,
@@ -140,6 +141,7 @@ pub(crate) async fn handle(
         }
         // HTTP/2: the stream becomes the tunnel once the 200 has gone.
         Some((upstream, Some(on_upgrade))) => {
+            in_flight.outlive_exchange();
             tokio::task::spawn_local(upgrade::relay_h2_stream(
                 on_upgrade,
                 Tunnel {
