@@ -29,16 +29,7 @@ impl ProxyService {
     where
         F: FnOnce(B, Option<Rc<Cell<u64>>>) -> RequestBody + 'static,
     {
-        let serving = self.serve_inline(req, body);
-        Box::pin(async move {
-            let mut response = serving.await;
-            // The client's HPACK table may keep these values for the connection's life: they
-            // must not hold the chunk an HTTP/1.1 upstream's head was copied into.
-            if let Ok(response) = &mut response {
-                h1::own_values(response.headers_mut());
-            }
-            response
-        })
+        Box::pin(self.serve_inline(req, body))
     }
 
     /// As [`Self::serve`], unboxed: the HTTP/1.1 exchange holds the future in its own state
