@@ -3,7 +3,8 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! units, template, header_list, path, runtime, memory, throttle, catalog, error, access_log, tls, listener   leaves
+//! units, template, header_list, path, runtime, memory, buffer_pool, box_pool, throttle, catalog,
+//!             error, access_log, tls, listener   leaves
 //! config      the typed, validated configuration
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
