@@ -41,9 +41,10 @@ pub fn copy_shared(bytes: &[u8]) -> Bytes {
     })
 }
 
-/// Gives `headers`' values memory of their own, one allocation for all of them, so that they
-/// no longer keep the chunks they were cut from: for a head whose values may be kept long (an
-/// HTTP/2 peer's HPACK table keeps those it indexes).
+/// Gives `headers`' values memory of their own, one buffer for all of them (two allocations:
+/// the buffer and its shared count), so that they no longer keep the chunks they were cut
+/// from: for a head whose values may be kept long (an HTTP/2 peer's HPACK table may keep those
+/// it indexes as long as the connection lives).
 pub fn own_values(headers: &mut HeaderMap) {
     let total: usize = headers.values().map(HeaderValue::len).sum();
     if total == 0 {
@@ -111,11 +112,16 @@ mod tests {
             "a new chunk was allocated"
         );
         let held = copy_shared(b"held");
+        let mut latest = 0;
         for _ in 0..CHUNK / 100 + 1 {
-            drop(copy_shared(&[b'y'; 100]));
+            latest = copy_shared(&[b'y'; 100]).as_ptr() as usize;
         }
         // A copy still alive keeps its chunk: the next copies went to a new one, and `held`
         // still reads the same.
+        assert!(
+            !(address..address + CHUNK).contains(&latest),
+            "a chunk in use was reused"
+        );
         assert_eq!(&held[..], b"held");
     }
 

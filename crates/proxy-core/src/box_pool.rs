@@ -210,7 +210,22 @@ mod tests {
                 .map_or(0, |(_, blocks)| blocks.len())
         });
         assert_eq!(kept, KEPT);
+        // Another layout gets a block of its own, not one of those.
+        let pooled: Vec<usize> = POOL.with_borrow(|pool| {
+            pool.free
+                .iter()
+                .flat_map(|(_, blocks)| blocks.iter().map(|b| b.as_ptr() as usize))
+                .collect()
+        });
         let mut other = PooledBox::pin(std::future::ready(1u8));
+        assert!(!pooled.contains(&(other.future.as_ptr() as usize)));
         assert_eq!(poll_once(&mut other), Poll::Ready(1u8));
+        let still_kept = POOL.with_borrow(|pool| {
+            pool.free
+                .iter()
+                .find(|(layout, _)| *layout == Layout::new::<std::future::Ready<u64>>())
+                .map_or(0, |(_, blocks)| blocks.len())
+        });
+        assert_eq!(still_kept, KEPT);
     }
 }
