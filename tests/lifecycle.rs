@@ -399,6 +399,6 @@ fn the_readme_config_reference_is_valid() {
         blocks += 1;
     }
     // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
-    // upgrades: a block that stops being fenced as yaml would stop being checked.
-    assert_eq!(blocks, 12, "README yaml blocks");
+    // upgrades, routing: a block that stops being fenced as yaml would stop being checked.
+    assert_eq!(blocks, 13, "README yaml blocks");
 }

@@ -142,19 +142,23 @@ fn route_match(c: &mut Criterion) {
             let last = format!("{}:8080", host_name((n - 1) % hosts));
             let path = format!("/api/v{}/items", n - 1);
             let id = format!("{shape}/{n}_routes_{hosts}_hosts");
-            let found = t.find(&last, &path, &headers).route;
-            assert_eq!(found, t.find_by_scan(&last, &path, &headers).route);
+            let found = t.find(&last, &path, None, &headers).route;
+            assert_eq!(found, t.find_by_scan(&last, &path, None, &headers).route);
             group.bench_with_input(BenchmarkId::new("last_host_route", &id), &n, |b, _| {
-                b.iter(|| black_box(t.find(black_box(&last), black_box(&path), &headers)))
+                b.iter(|| black_box(t.find(black_box(&last), black_box(&path), None, &headers)))
             });
             if shape == "vhosts" {
                 let wildcard = format!("eu.{}", host_name((n - 1) % hosts));
                 group.bench_with_input(BenchmarkId::new("wildcard_host", &id), &n, |b, _| {
-                    b.iter(|| black_box(t.find(black_box(&wildcard), black_box(&path), &headers)))
+                    b.iter(|| {
+                        black_box(t.find(black_box(&wildcard), black_box(&path), None, &headers))
+                    })
                 });
             }
             group.bench_with_input(BenchmarkId::new("catch_all", &id), &n, |b, _| {
-                b.iter(|| black_box(t.find(black_box("other.test"), black_box("/"), &headers)))
+                b.iter(|| {
+                    black_box(t.find(black_box("other.test"), black_box("/"), None, &headers))
+                })
             });
             if n <= 10_000 && shape == "flat" {
                 // The scan the index replaced, for the ratio.
@@ -163,7 +167,12 @@ fn route_match(c: &mut Criterion) {
                     &n,
                     |b, _| {
                         b.iter(|| {
-                            black_box(t.find_by_scan(black_box(&last), black_box(&path), &headers))
+                            black_box(t.find_by_scan(
+                                black_box(&last),
+                                black_box(&path),
+                                None,
+                                &headers,
+                            ))
                         })
                     },
                 );

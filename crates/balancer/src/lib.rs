@@ -104,6 +104,7 @@ mod rng;
 mod round_robin;
 #[cfg(feature = "tower")]
 mod service;
+mod split;
 
 pub use balancer::LoadBalancer;
 pub use error::BuildError;
@@ -120,6 +121,7 @@ pub use service::{
     Balance, BalanceLayer, BoxError, Endpoints, NoHashKey, NoHostAvailable, RequestHashKey,
     ResponseFuture,
 };
+pub use split::WeightedSplit;
 
 #[cfg(test)]
 mod tests {

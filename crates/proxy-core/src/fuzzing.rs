@@ -30,8 +30,8 @@ pub fn config(text: &str) {
         let table = RouteTable::new(listener.route_config.clone());
         for (host, path) in [("example.com", "/"), ("a", "/a/b"), ("", "/x.y")] {
             assert_eq!(
-                table.find(host, path, &headers),
-                table.find_by_scan(host, path, &headers),
+                table.find(host, path, None, &headers),
+                table.find_by_scan(host, path, None, &headers),
                 "{host}{path}"
             );
         }
@@ -162,10 +162,10 @@ fn check_normal(path: &str, settings: &PathNormalization) {
 /// The index finds what a scan finds, and the guards hold on a normalised path.
 fn check_routes(host: &str, path: &str, headers: &HeaderMap, settings: &PathNormalization) {
     let table = routes();
-    let matched = table.find(host, path, headers);
+    let matched = table.find(host, path, None, headers);
     assert_eq!(
         matched,
-        table.find_by_scan(host, path, headers),
+        table.find_by_scan(host, path, None, headers),
         "{host} {path}"
     );
     let any_host = matched.virtual_host == Some(1);

@@ -175,7 +175,7 @@ impl Cluster {
 
 /// The hash of the request attribute a consistent-hashing cluster balances on. A request
 /// without it hashes as if it had no key (the policy then picks like random).
-fn hash_of(key: &HashKey, headers: &HeaderMap, client: IpAddr) -> Option<u64> {
+pub(crate) fn hash_of(key: &HashKey, headers: &HeaderMap, client: IpAddr) -> Option<u64> {
     match key {
         HashKey::Header(name) => headers.get(name).map(|v| balancer::hash_key(v.as_bytes())),
         HashKey::Cookie(name) => headers

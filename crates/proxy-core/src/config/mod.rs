@@ -14,6 +14,7 @@ mod header_rules;
 mod local_rate_limit;
 mod overload;
 pub(crate) mod raw;
+mod routing;
 mod serialize;
 mod validate;
 mod virtual_hosts;
@@ -45,6 +46,7 @@ pub use filters::*;
 pub use header_rules::*;
 pub use local_rate_limit::*;
 pub use overload::{Environment as OverloadEnvironment, OverloadConfig, RawOverload};
+pub use routing::*;
 pub use service_endpoint::Endpoint as ServiceEndpoint;
 pub use virtual_hosts::*;
 pub use xds::{AdsProtocol, XdsConfig};
@@ -214,6 +216,19 @@ pub struct RouteMatch {
     pub case_sensitive: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderMatch>,
+    /// Parameters of the request's query, percent-decoded; all must match.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub query_parameters: Vec<QueryMatch>,
+}
+
+impl RouteMatch {
+    /// Whether the route is decided by more than its host and path (or its path is a regex):
+    /// the index must then check each candidate in full.
+    pub(crate) fn has_conditions(&self) -> bool {
+        !self.headers.is_empty()
+            || !self.query_parameters.is_empty()
+            || matches!(self.path, PathMatch::Regex(_))
+    }
 }
 
 fn is_true(value: &bool) -> bool {
@@ -252,6 +267,8 @@ pub enum PathMatch {
     Prefix(String),
     #[serde(rename = "path")]
     Exact(String),
+    /// The whole path (without the query) must match.
+    Regex(Pattern),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -265,6 +282,8 @@ pub struct HeaderMatch {
 #[derive(Debug, Clone)]
 pub enum HeaderValueMatch {
     Exact(HeaderValue),
+    /// `prefix`, `suffix`, `contains` or `regex`: one of the header's values matches.
+    Pattern(StringMatch),
     Present,
     Absent,
 }
@@ -278,6 +297,7 @@ impl Serialize for HeaderValueMatch {
             HeaderValueMatch::Exact(value) => {
                 map.serialize_entry("exact", &String::from_utf8_lossy(value.as_bytes()))?
             }
+            HeaderValueMatch::Pattern(pattern) => pattern.write(&mut map)?,
             HeaderValueMatch::Present => map.serialize_entry("present", &true)?,
             HeaderValueMatch::Absent => map.serialize_entry("present", &false)?,
         }
@@ -295,19 +315,32 @@ pub enum RouteAction {
         #[serde(serialize_with = "ser::bytes_text")]
         body: Bytes,
     },
+    /// Answer with a redirect.
+    Redirect(RedirectAction),
     /// Forward to a cluster.
     #[serde(untagged)]
-    Forward(ForwardAction),
+    Forward(Box<ForwardAction>),
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ForwardAction {
-    /// Index into [`Config::clusters`].
+    /// Index into [`Config::clusters`]; with a split, its first cluster.
     #[serde(skip)]
     pub cluster: usize,
     /// The cluster's name.
-    #[serde(rename = "cluster")]
+    #[serde(rename = "cluster", skip_serializing_if = "String::is_empty")]
     pub cluster_name: String,
+    /// `weighted_clusters`: the cluster is drawn per request, `cluster` is not used.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub split: Option<TrafficSplit>,
+    /// `prefix_rewrite` or `regex_rewrite` of the path sent upstream.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub path_rewrite: Option<PathRewrite>,
+    #[serde(
+        rename = "request_mirror_policies",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub mirrors: Vec<MirrorPolicy>,
     /// Time allowed for the response head to arrive after the request body has been sent
     /// (as Envoy's route timeout); while the body is still going up, time it stands still.
     #[serde(serialize_with = "ser::duration")]

@@ -418,13 +418,22 @@ pub struct RawPathNormalization {
     pub escaped_slashes: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
     #[serde(rename = "match")]
     pub matcher: RawMatch,
     pub cluster: Option<String>,
+    pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
+    /// With `weighted_clusters`: what keeps one client on one side.
+    pub hash_key: Option<RawHashKey>,
     pub direct_response: Option<RawDirectResponse>,
+    pub redirect: Option<RawRedirect>,
+    pub https_redirect: Option<bool>,
+    pub prefix_rewrite: Option<String>,
+    pub regex_rewrite: Option<RawRegexRewrite>,
+    #[serde(default)]
+    pub request_mirror_policies: Vec<RawMirrorPolicy>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
@@ -447,23 +456,66 @@ pub struct RawRetryPolicy {
     pub retriable_status_codes: Vec<u16>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMatch {
     pub host: Option<String>,
     pub prefix: Option<String>,
     pub path: Option<String>,
+    pub regex: Option<String>,
     pub case_sensitive: Option<bool>,
     #[serde(default)]
     pub headers: Vec<RawHeaderMatch>,
+    #[serde(default)]
+    pub query_parameters: Vec<RawHeaderMatch>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// A header's or query parameter's match: `name` and one of the rest.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaderMatch {
     pub name: String,
     pub exact: Option<String>,
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+    pub contains: Option<String>,
+    pub regex: Option<String>,
     pub present: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWeightedCluster {
+    pub cluster: String,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedirect {
+    pub scheme: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub path: Option<String>,
+    pub prefix_rewrite: Option<String>,
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub strip_query: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegexRewrite {
+    pub pattern: String,
+    pub substitution: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMirrorPolicy {
+    pub cluster: String,
+    /// `10%`, `0.5%` or a number of percent; default 100%.
+    pub fraction: Option<serde_yaml::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

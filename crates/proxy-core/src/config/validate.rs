@@ -414,37 +414,11 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
         endpoints.push(Endpoint { address, weight });
     }
     let lb_policy = lb_policy(&raw, path)?;
-    let hash_key = match &raw.hash_key {
-        None => None,
-        Some(RawHashKey {
-            header: Some(h),
-            cookie: None,
-            source_ip: None,
-        }) => Some(HashKey::Header(
-            HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
-                ConfigError::invalid(
-                    format!("{path}.hash_key.header"),
-                    format!("expected a header name, found `{h}`"),
-                )
-            })?,
-        )),
-        Some(RawHashKey {
-            header: None,
-            cookie: Some(c),
-            source_ip: None,
-        }) if !c.is_empty() => Some(HashKey::Cookie(c.clone())),
-        Some(RawHashKey {
-            header: None,
-            cookie: None,
-            source_ip: Some(true),
-        }) => Some(HashKey::SourceIp),
-        Some(_) => {
-            return Err(ConfigError::invalid(
-                format!("{path}.hash_key"),
-                "expected exactly one of `header: NAME`, `cookie: NAME` or `source_ip: true`",
-            ));
-        }
-    };
+    let hash_key = raw
+        .hash_key
+        .as_ref()
+        .map(|k| hash_key(k, &format!("{path}.hash_key")))
+        .transpose()?;
     if hash_key.is_some() && !matches!(lb_policy, LbPolicy::RingHash(_) | LbPolicy::Maglev(_)) {
         return Err(ConfigError::invalid(
             format!("{path}.hash_key"),
@@ -499,6 +473,38 @@ fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
             .transpose()?,
         dns,
     })
+}
+
+/// `header: NAME`, `cookie: NAME` or `source_ip: true`.
+pub(super) fn hash_key(raw: &RawHashKey, path: &str) -> Result<HashKey, ConfigError> {
+    match raw {
+        RawHashKey {
+            header: Some(h),
+            cookie: None,
+            source_ip: None,
+        } => Ok(HashKey::Header(
+            HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                ConfigError::invalid(
+                    format!("{path}.header"),
+                    format!("expected a header name, found `{h}`"),
+                )
+            })?,
+        )),
+        RawHashKey {
+            header: None,
+            cookie: Some(c),
+            source_ip: None,
+        } if !c.is_empty() => Ok(HashKey::Cookie(c.clone())),
+        RawHashKey {
+            header: None,
+            cookie: None,
+            source_ip: Some(true),
+        } => Ok(HashKey::SourceIp),
+        _ => Err(ConfigError::invalid(
+            path,
+            "expected exactly one of `header: NAME`, `cookie: NAME` or `source_ip: true`",
+        )),
+    }
 }
 
 fn circuit_breakers(
@@ -715,6 +721,7 @@ mod ext_authz;
 mod filters;
 mod header_rules;
 mod local_rate_limit;
+mod route_actions;
 mod routes;
 mod tls;
 

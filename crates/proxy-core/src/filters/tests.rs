@@ -39,7 +39,12 @@ impl Setup {
         let host = req.headers().get(http::header::HOST).cloned();
         let host = host.unwrap_or_else(|| TEST_HOST.clone());
         let matched = crate::router::RouteTable::new(self.config.listeners[0].route_config.clone())
-            .find(host.to_str().unwrap(), req.uri().path(), req.headers());
+            .find(
+                host.to_str().unwrap(),
+                req.uri().path(),
+                req.uri().query(),
+                req.headers(),
+            );
         let exchange = Exchange {
             conn: &self.conn,
             host: Some(&host),

@@ -2,6 +2,7 @@
 //! response or a relayed one, and the filters' response phases on whatever the answer is.
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -9,9 +10,9 @@ use http::header::{CONNECTION, HeaderValue, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
-use super::{HttpCtx, ResponseBody, head, local_reply, rewrite, upgrade};
+use super::{HttpCtx, ResponseBody, head, local_reply, redirect, rewrite, upgrade};
 use crate::cluster::Admitted;
-use crate::config::{ForwardAction, RouteAction};
+use crate::config::{ForwardAction, PathMatch, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::ProxyError;
@@ -222,8 +223,25 @@ async fn route_and_forward(
     }
     let response = match &route.action {
         RouteAction::DirectResponse { status, body } => local_reply::text(*status, body.clone()),
+        RouteAction::Redirect(action) => redirect::respond(
+            action,
+            &route.matcher.path,
+            host.as_ref(),
+            req.uri(),
+            conn.listener.tls,
+        )?,
         RouteAction::Forward(forward) => {
-            forward_request(req, host.clone(), forward, conn, http, in_flight, facts).await?
+            forward_request(
+                req,
+                host.clone(),
+                forward,
+                &route.matcher.path,
+                conn,
+                http,
+                in_flight,
+                facts,
+            )
+            .await?
         }
     };
     facts.host = host;
@@ -243,10 +261,12 @@ fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
     slot.insert(id);
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn forward_request(
     req: Request<RequestBody>,
     host: Option<HeaderValue>,
     forward: &ForwardAction,
+    matched_path: &PathMatch,
     conn: &ConnCtx,
     http: &HttpCtx,
     in_flight: &mut InFlight,
@@ -257,9 +277,17 @@ async fn forward_request(
     if asked.is_none() && upgrade::is_extended_connect(&req) {
         return Err(ProxyError::BadRequest("this route allows no such upgrade"));
     }
-    let admitted = http.clusters[forward.cluster].admit(req.headers(), conn.peer.ip())?;
+    let cluster = pick_cluster(forward, req.headers(), conn.peer.ip());
+    let admitted = http.clusters[cluster].admit(req.headers(), conn.peer.ip())?;
     let upstream = Rc::clone(admitted.host());
     let (mut parts, body) = req.into_parts();
+    if let Some(rewrite) = &forward.path_rewrite {
+        let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
+        uri.path_and_query = Some(target);
+        parts.uri = http::Uri::from_parts(uri)
+            .map_err(|_| ProxyError::BadRequest("the rewritten path is not a valid path"))?;
+    }
     ensure_request_id(&mut parts.headers, in_flight);
     if let Some(log) = in_flight.log() {
         log.upstream = Some(upstream.addr_text().clone());
@@ -300,6 +328,21 @@ async fn forward_request(
     let (mut head, body) = response.into_parts();
     rewrite::response_for_client(&mut head);
     Ok(Response::from_parts(head, ResponseBody::upstream(body)))
+}
+
+/// The cluster a request goes to: the route's, or one drawn from its split (by the hash key
+/// if the split has one, so one client stays on one side).
+fn pick_cluster(forward: &ForwardAction, headers: &http::HeaderMap, client: IpAddr) -> usize {
+    match &forward.split {
+        None => forward.cluster,
+        Some(split) => {
+            let key = split
+                .hash_key
+                .as_ref()
+                .and_then(|key| crate::cluster::hash_of(key, headers, client));
+            split.clusters[split.split.pick(key)].index
+        }
+    }
 }
 
 /// Sends an upgrade request on a connection of its own. On a `101` the response head goes to

@@ -42,7 +42,12 @@ pub(crate) fn admit<B>(
     }
     let host = request_host(req)?;
     let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
-    let matched = routes.find(host_text, req.uri().path(), req.headers());
+    let matched = routes.find(
+        host_text,
+        req.uri().path(),
+        req.uri().query(),
+        req.headers(),
+    );
     Ok(Admitted::Routed { host, matched })
 }
 

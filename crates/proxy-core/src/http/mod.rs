@@ -5,6 +5,7 @@
 //! handler.rs        one request: route, filters, then a local reply or the forward
 //! head.rs           the head's checks before anything reads it: size, path, host, route
 //! rewrite.rs        the request head as the upstream gets it, and the response head back
+//! redirect.rs       a redirect's location; the path a prefix or regex rewrite forwards
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
 //! response_body.rs  the body sent downstream, holding the request's bookkeeping
 //! local_reply.rs    responses the proxy writes itself
@@ -15,6 +16,7 @@ pub(crate) mod forwarding;
 pub(crate) mod handler;
 pub(crate) mod head;
 pub(crate) mod local_reply;
+mod redirect;
 mod response_body;
 mod rewrite;
 mod upgrade;

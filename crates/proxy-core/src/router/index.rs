@@ -8,8 +8,8 @@
 use std::ops::Range;
 
 use foldhash::fast::RandomState;
-use http::HeaderMap;
 
+use super::Request;
 use super::prefix_tree::{self, PrefixTree};
 use crate::config::{HostMatch, PathMatch, RouteConfig};
 
@@ -27,6 +27,8 @@ pub(super) struct RouteIndex {
 struct PathIndex {
     exact: HashMap<Box<str>, Vec<u32>>,
     prefixes: PrefixTree,
+    /// Routes whose path is a regex: each is a candidate, checked in full.
+    regexes: Vec<u32>,
     /// Routes matching whatever the path's case (`case_sensitive: false`), keyed lowercase
     /// and looked up with the path lowercased; `None` when the group has none.
     folded: Option<Box<PathIndex>>,
@@ -37,6 +39,7 @@ struct PathIndex {
 struct PathIndexBuilder {
     exact: HashMap<Box<str>, Vec<u32>>,
     prefixes: prefix_tree::Builder,
+    regexes: Vec<u32>,
     folded: Option<Box<PathIndexBuilder>>,
 }
 
@@ -45,6 +48,7 @@ impl PathIndexBuilder {
         match path {
             PathMatch::Exact(path) => self.exact.entry(path.as_str().into()).or_default().push(i),
             PathMatch::Prefix(prefix) => self.prefixes.insert(prefix.as_bytes(), i),
+            PathMatch::Regex(_) => self.regexes.push(i),
         }
     }
 
@@ -52,6 +56,7 @@ impl PathIndexBuilder {
         PathIndex {
             exact: self.exact,
             prefixes: self.prefixes.freeze(),
+            regexes: self.regexes,
             folded: self.folded.map(|f| Box::new(f.build())),
         }
     }
@@ -73,7 +78,8 @@ impl RouteIndex {
             };
             // Tables past 4 billion routes are not a concern.
             let i = (span.start + i) as u32;
-            if route.matcher.case_sensitive {
+            // A regex folds case itself, and sees the path as sent.
+            if route.matcher.case_sensitive || matches!(route.matcher.path, PathMatch::Regex(_)) {
                 group.insert(&route.matcher.path, i);
             } else {
                 // Validation stored the path lowercase.
@@ -98,14 +104,13 @@ impl RouteIndex {
     pub(super) fn position(
         &self,
         host: &str,
-        path: &str,
-        headers: &HeaderMap,
+        request: &Request<'_>,
         routes: &[RouteConfig],
     ) -> Option<usize> {
         let search = Search {
-            path,
+            path: request.path,
             lowercase: std::cell::OnceCell::new(),
-            headers,
+            request,
             routes,
         };
         // Host-specific groups first: the routes for any host usually come last (the
@@ -137,17 +142,18 @@ struct Search<'a> {
     /// The path lowercased (copied only if it has capitals), made by the first group with
     /// case-insensitive routes.
     lowercase: std::cell::OnceCell<std::borrow::Cow<'a, str>>,
-    headers: &'a HeaderMap,
+    request: &'a Request<'a>,
     routes: &'a [RouteConfig],
 }
 
 impl Search<'_> {
-    /// The first route of `candidates` (in config order) before `best` whose headers match.
+    /// The first route of `candidates` (in config order) before `best` whose other
+    /// conditions (headers, query, a regex path) hold.
     fn first_of(&self, candidates: &[u32], best: Option<u32>) -> Option<u32> {
         candidates
             .iter()
             .take_while(|&&i| best.is_none_or(|b| i < b))
-            .find(|&&i| super::headers_match(&self.routes[i as usize].matcher, self.headers))
+            .find(|&&i| super::conditions_match(&self.routes[i as usize].matcher, self.request))
             .copied()
             .or(best)
     }
@@ -178,6 +184,9 @@ impl PathIndex {
         self.prefixes.walk(path.as_bytes(), |candidates| {
             best = search.first_of(candidates, best);
         });
+        if !self.regexes.is_empty() {
+            best = search.first_of(&self.regexes, best);
+        }
         best
     }
 }

@@ -13,6 +13,7 @@ mod index;
 mod prefix_tree;
 
 use http::HeaderMap;
+use percent_encoding::percent_decode;
 
 use crate::config::{
     HeaderValueMatch, HostMatch, PathMatch, RouteConfig, RouteConfiguration, RouteMatch,
@@ -63,14 +64,25 @@ impl RouteTable {
 
     /// The virtual host and route for a request. `host` is the request's host with or
     /// without a port, in any case; `path` is the path without the query.
-    pub fn find(&self, host: &str, path: &str, headers: &HeaderMap) -> Matched {
+    pub fn find(
+        &self,
+        host: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Matched {
         let host = lowercase(host);
         let host = host.as_ref();
         let bare = strip_port(host);
         let Some(virtual_host) = self.hosts.find(host, bare) else {
             return Matched::default();
         };
-        let route = self.indexes[virtual_host].position(bare, path, headers, &self.config.routes);
+        let request = Request {
+            path,
+            query,
+            headers,
+        };
+        let route = self.indexes[virtual_host].position(bare, &request, &self.config.routes);
         Matched {
             virtual_host: Some(virtual_host),
             route,
@@ -79,16 +91,27 @@ impl RouteTable {
 
     /// [`RouteTable::find`] by trying every domain and then every route of the host in
     /// order: what the index must agree with, and the baseline it is measured against.
-    pub fn find_by_scan(&self, host: &str, path: &str, headers: &HeaderMap) -> Matched {
+    pub fn find_by_scan(
+        &self,
+        host: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Matched {
         let host = lowercase(host);
         let Some(virtual_host) = hosts::find_by_scan(&self.config.virtual_hosts, &host) else {
             return Matched::default();
         };
         let span = self.config.virtual_hosts[virtual_host].routes.clone();
         let bare = strip_port(&host);
+        let request = Request {
+            path,
+            query,
+            headers,
+        };
         let route = self.config.routes[span.clone()]
             .iter()
-            .position(|r| matches(&r.matcher, bare, path, headers))
+            .position(|r| matches(&r.matcher, bare, &request))
             .map(|i| span.start + i);
         Matched {
             virtual_host: Some(virtual_host),
@@ -151,8 +174,17 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
+/// What routes look at besides the host.
+pub(crate) struct Request<'a> {
+    /// Without the query.
+    pub(crate) path: &'a str,
+    pub(crate) query: Option<&'a str>,
+    pub(crate) headers: &'a HeaderMap,
+}
+
 /// Whether route `m` takes the request; `host` is lowercase, without its port.
-fn matches(m: &RouteMatch, host: &str, path: &str, headers: &HeaderMap) -> bool {
+fn matches(m: &RouteMatch, host: &str, request: &Request<'_>) -> bool {
+    let path = request.path;
     let path_ok = match (&m.path, m.case_sensitive) {
         (PathMatch::Prefix(prefix), true) => path.starts_with(prefix.as_str()),
         (PathMatch::Exact(exact), true) => path == exact,
@@ -162,6 +194,8 @@ fn matches(m: &RouteMatch, host: &str, path: &str, headers: &HeaderMap) -> bool 
             .get(..prefix.len())
             .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes())),
         (PathMatch::Exact(exact), false) => path.eq_ignore_ascii_case(exact),
+        // Checked with the other conditions.
+        (PathMatch::Regex(_), _) => true,
     };
     if !path_ok {
         return false;
@@ -176,14 +210,46 @@ fn matches(m: &RouteMatch, host: &str, path: &str, headers: &HeaderMap) -> bool 
                     .is_some_and(|end| end.eq_ignore_ascii_case(suffix))
         }
     };
-    host_ok && headers_match(m, headers)
+    host_ok && conditions_match(m, request)
 }
 
-fn headers_match(m: &RouteMatch, headers: &HeaderMap) -> bool {
-    m.headers.iter().all(|h| match &h.value {
+/// What the index cannot decide by hashing: a regex path, headers, query parameters.
+fn conditions_match(m: &RouteMatch, request: &Request<'_>) -> bool {
+    if !m.has_conditions() {
+        return true;
+    }
+    if let PathMatch::Regex(pattern) = &m.path
+        && !pattern.is_match(request.path.as_bytes())
+    {
+        return false;
+    }
+    let headers = request.headers;
+    let headers_ok = m.headers.iter().all(|h| match &h.value {
         HeaderValueMatch::Present => headers.contains_key(&h.name),
         HeaderValueMatch::Absent => !headers.contains_key(&h.name),
         HeaderValueMatch::Exact(v) => headers.get_all(&h.name).iter().any(|got| got == v),
+        HeaderValueMatch::Pattern(p) => headers
+            .get_all(&h.name)
+            .iter()
+            .any(|got| p.matches(got.as_bytes())),
+    });
+    headers_ok
+        && m.query_parameters.iter().all(|q| {
+            match query_value(request.query.unwrap_or(""), &q.name) {
+                None => false,
+                Some(value) => q.value.as_ref().is_none_or(|v| v.matches(&value)),
+            }
+        })
+}
+
+/// The first value of parameter `name` in `query`, percent-decoded (`a=1&b` gives `b` the
+/// empty value); `None` when it is absent.
+fn query_value<'a>(query: &'a str, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
+    query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let key: std::borrow::Cow<'_, [u8]> = percent_decode(key.as_bytes()).into();
+        (!pair.is_empty() && key.as_ref() == name.as_bytes())
+            .then(|| percent_decode(value.as_bytes()).into())
     })
 }
 
@@ -242,7 +308,7 @@ listeners:
     }
 
     fn body_for(table: &RouteTable, host: &str, path: &str, headers: &HeaderMap) -> String {
-        let matched = table.find(host, path, headers);
+        let matched = table.find(host, path, None, headers);
         match &table.route(matched.route.expect("a route")).action {
             crate::config::RouteAction::DirectResponse { body, .. } => {
                 String::from_utf8(body.to_vec()).unwrap()
@@ -272,7 +338,7 @@ listeners:
 
     /// The name of the virtual host `host` picks.
     fn host_for(table: &RouteTable, host: &str) -> Option<String> {
-        let matched = table.find(host, "/", &HeaderMap::new());
+        let matched = table.find(host, "/", None, &HeaderMap::new());
         matched
             .virtual_host
             .map(|i| table.config().virtual_hosts[i].name.clone())
@@ -313,10 +379,10 @@ listeners:
         assert_eq!(picks("api.test:8080").as_deref(), Some("prefix"));
         assert_eq!(picks("other.org").as_deref(), Some("any"));
         // A virtual host without a matching route is the answer: no falling through to `*`.
-        let matched = t.find("api.example.com", "/", &HeaderMap::new());
+        let matched = t.find("api.example.com", "/", None, &HeaderMap::new());
         assert_eq!(matched.virtual_host, Some(1));
         assert_eq!(matched.route, None);
-        let matched = t.find("elsewhere", "/x", &HeaderMap::new());
+        let matched = t.find("elsewhere", "/x", None, &HeaderMap::new());
         assert_eq!(matched.route, Some(0));
     }
 
@@ -333,8 +399,14 @@ listeners:
         )
         .unwrap();
         let t = RouteTable::new(config.listeners[0].route_config.clone());
-        assert_eq!(t.find("b.test", "/", &HeaderMap::new()), Matched::default());
-        assert_eq!(t.find("a.test", "/", &HeaderMap::new()).route, Some(0));
+        assert_eq!(
+            t.find("b.test", "/", None, &HeaderMap::new()),
+            Matched::default()
+        );
+        assert_eq!(
+            t.find("a.test", "/", None, &HeaderMap::new()).route,
+            Some(0)
+        );
     }
 
     mod differential {
@@ -360,26 +432,37 @@ listeners:
             ", headers: [{ name: x-h, exact: \"1\" }]",
             ", headers: [{ name: x-h, present: true }]",
             ", headers: [{ name: x-h, present: false }]",
+            ", headers: [{ name: x-h, regex: \"[12]\" }]",
+            ", query_parameters: [{ name: q, exact: \"1\" }]",
+            ", query_parameters: [{ name: q }]",
         ];
+        /// Regex paths, standing in for `prefix` or `path` now and then.
+        const REGEXES: &[&str] = &["/a.*", "/[ab]", "/a/.+", ".*c"];
 
         fn route() -> impl Strategy<Value = String> {
             (
                 0..HOSTS.len(),
-                any::<bool>(),
+                0..3u8,
                 0..PATHS.len(),
                 0..HEADERS.len(),
                 0..CASE.len(),
             )
-                .prop_map(|(h, exact, p, hd, c)| {
-                    let kind = if exact { "path" } else { "prefix" };
+                .prop_map(|(h, kind, p, hd, c)| {
+                    let (kind, path) = match kind {
+                        0 => ("path", PATHS[p]),
+                        1 => ("prefix", PATHS[p]),
+                        _ => ("regex", REGEXES[p % REGEXES.len()]),
+                    };
                     format!(
-                        "      - match: {{ {kind}: \"{}\", host: \"{}\"{}{} }}\n        direct_response: {{ status: 200 }}\n",
-                        PATHS[p], HOSTS[h], HEADERS[hd], CASE[c]
+                        "      - match: {{ {kind}: \"{path}\", host: \"{}\"{}{} }}\n        direct_response: {{ status: 200 }}\n",
+                        HOSTS[h], HEADERS[hd], CASE[c]
                     )
                 })
         }
 
-        fn request() -> impl Strategy<Value = (String, String, Option<&'static str>)> {
+        type Generated = (String, String, Option<&'static str>, Option<&'static str>);
+
+        fn request() -> impl Strategy<Value = Generated> {
             (
                 prop::sample::select(vec![
                     "a.test",
@@ -404,8 +487,15 @@ listeners:
                     "", "/A", "/AB", "/aB", "/A/b", "/Abc", "/ABD",
                 ]),
                 prop::sample::select(vec![None, Some("1"), Some("2")]),
+                prop::sample::select(vec![
+                    None,
+                    Some("q=1"),
+                    Some("a=2&q"),
+                    Some("q=2"),
+                    Some("%71=1"),
+                ]),
             )
-                .prop_map(|(h, p, v)| (h.to_string(), p.to_string(), v))
+                .prop_map(|(h, p, v, q)| (h.to_string(), p.to_string(), v, q))
         }
 
         /// Domains virtual hosts are given from: overlapping exact, suffix, prefix and port
@@ -438,20 +528,21 @@ listeners:
 
         fn agrees_with_scan(
             table: &RouteTable,
-            requests: Vec<(String, String, Option<&'static str>)>,
+            requests: Vec<Generated>,
         ) -> Result<(), TestCaseError> {
-            for (host, path, value) in requests {
+            for (host, path, value, query) in requests {
                 let mut headers = HeaderMap::new();
                 if let Some(v) = value {
                     headers.insert("x-h", HeaderValue::from_static(v));
                 }
                 prop_assert_eq!(
-                    table.find(&host, &path, &headers),
-                    table.find_by_scan(&host, &path, &headers),
-                    "host {} path {} x-h {:?}",
+                    table.find(&host, &path, query, &headers),
+                    table.find_by_scan(&host, &path, query, &headers),
+                    "host {} path {} x-h {:?} query {:?}",
                     host,
                     path,
-                    value
+                    value,
+                    query
                 );
             }
             Ok(())
@@ -517,7 +608,7 @@ listeners:
         let yaml = "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: { prefix: /Private, case_sensitive: false }\n        direct_response: { status: 403 }\n      - match: { path: /Exact, case_sensitive: false }\n        direct_response: { status: 200 }\n      - match: { prefix: /Cased }\n        direct_response: { status: 200 }\n      - match: { prefix: / }\n        direct_response: { status: 404 }\n";
         let config = Config::from_yaml(yaml).unwrap();
         let t = RouteTable::new(config.listeners[0].route_config.clone());
-        let route = |path: &str| t.find("h", path, &HeaderMap::new()).route;
+        let route = |path: &str| t.find("h", path, None, &HeaderMap::new()).route;
         for path in ["/private", "/PRIVATE/x", "/pRiVaTe"] {
             assert_eq!(route(path), Some(0), "{path}");
         }
@@ -525,6 +616,68 @@ listeners:
         assert_eq!(route("/EXACT/"), Some(3), "exact stays exact");
         assert_eq!(route("/Cased"), Some(2));
         assert_eq!(route("/cased"), Some(3), "case-sensitive by default");
+    }
+
+    #[test]
+    fn regex_paths_query_parameters_and_header_patterns() {
+        let yaml = r#"
+listeners:
+  - name: l
+    address: 127.0.0.1:1
+    routes:
+      - match: { regex: "/users/[0-9]+" }
+        direct_response: { status: 200, body: user }
+      - match: { regex: "/Shop/.*", case_sensitive: false }
+        direct_response: { status: 200, body: shop }
+      - match: { prefix: /, query_parameters: [{ name: debug, exact: "on" }] }
+        direct_response: { status: 200, body: debug }
+      - match: { prefix: /, query_parameters: [{ name: "a b", present: true }, { name: v, regex: "[0-9]+" }] }
+        direct_response: { status: 200, body: query }
+      - match: { prefix: /, headers: [{ name: x-agent, prefix: curl/ }] }
+        direct_response: { status: 200, body: curl }
+      - match: { prefix: /, headers: [{ name: x-agent, suffix: bot }] }
+        direct_response: { status: 200, body: bot }
+      - match: { prefix: /, headers: [{ name: x-agent, contains: mobile }] }
+        direct_response: { status: 200, body: mobile }
+      - match: { prefix: / }
+        direct_response: { status: 200, body: fallback }
+"#;
+        let t = RouteTable::new(
+            Config::from_yaml(yaml).unwrap().listeners[0]
+                .route_config
+                .clone(),
+        );
+        let none = HeaderMap::new();
+        let at = |path: &str, query: Option<&str>, headers: &HeaderMap| {
+            let matched = t.find("h", path, query, headers);
+            match &t.route(matched.route.expect("a route")).action {
+                crate::config::RouteAction::DirectResponse { body, .. } => {
+                    String::from_utf8(body.to_vec()).unwrap()
+                }
+                other => panic!("unexpected action {other:?}"),
+            }
+        };
+        // A regex matches the whole path.
+        assert_eq!(at("/users/42", None, &none), "user");
+        assert_eq!(at("/users/42/x", None, &none), "fallback");
+        assert_eq!(at("/x/users/42", None, &none), "fallback");
+        assert_eq!(at("/SHOP/cart", None, &none), "shop");
+        // Parameters are decoded before they are compared; the first of a name counts.
+        assert_eq!(at("/", Some("debug=on"), &none), "debug");
+        assert_eq!(at("/", Some("x=1&debug=o%6E"), &none), "debug");
+        assert_eq!(at("/", Some("debug=off&debug=on"), &none), "fallback");
+        assert_eq!(at("/", Some("a%20b&v=12"), &none), "query");
+        assert_eq!(at("/", Some("a%20b=&v=1x"), &none), "fallback");
+        assert_eq!(at("/", Some("v=12"), &none), "fallback");
+        let agent = |value: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert("x-agent", HeaderValue::from_static(value));
+            h
+        };
+        assert_eq!(at("/", None, &agent("curl/8.1")), "curl");
+        assert_eq!(at("/", None, &agent("googlebot")), "bot");
+        assert_eq!(at("/", None, &agent("a mobile b")), "mobile");
+        assert_eq!(at("/", None, &agent("wget")), "fallback");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::super::raw::*;
 use super::super::*;
-use super::{filters, name, positive};
+use super::{filters, name, positive, route_actions};
 
 /// What routes are checked against: the clusters they may name and the listener's filters.
 pub(super) struct RouteCtx<'a> {
@@ -208,109 +208,171 @@ fn route(
     } else {
         host.ext_authz.clone()
     };
-    let action = match (raw.cluster, raw.direct_response) {
-        (Some(_), Some(_)) => {
+    let forwards = raw.cluster.is_some() || raw.weighted_clusters.is_some();
+    let actions = [
+        ("cluster", raw.cluster.is_some()),
+        ("weighted_clusters", raw.weighted_clusters.is_some()),
+        ("direct_response", raw.direct_response.is_some()),
+        ("redirect", raw.redirect.is_some()),
+        ("https_redirect", raw.https_redirect == Some(true)),
+    ];
+    let given: Vec<&str> = actions
+        .iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| *name)
+        .collect();
+    match given.as_slice() {
+        [_] | ["redirect", "https_redirect"] => {}
+        [] => {
             return Err(ConfigError::invalid(
                 path,
-                "expected either `cluster` or `direct_response`, not both",
+                "expected a `cluster` to forward to (or `weighted_clusters`), a \
+                 `direct_response` or a `redirect` (or `https_redirect: true`)",
             ));
         }
-        (None, None) => {
+        [first, second, ..] => {
             return Err(ConfigError::invalid(
                 path,
-                "expected a `cluster` to forward to or a `direct_response`",
+                format!("expected one action: `{first}` or `{second}`, not both"),
             ));
         }
-        (None, Some(direct)) => {
-            if raw.timeout.is_some()
-                || raw.host_rewrite.is_some()
-                || raw.retry_policy.is_some()
-                || !raw.upgrades.is_empty()
-            {
-                return Err(ConfigError::invalid(
-                    path,
-                    "`timeout`, `host_rewrite`, `retry_policy` and `upgrades` apply only to routes with a `cluster`",
-                ));
-            }
-            let status = StatusCode::from_u16(direct.status)
-                .ok()
-                .filter(|s| !s.is_informational())
-                .ok_or_else(|| {
-                    ConfigError::invalid(
-                        format!("{path}.direct_response.status"),
-                        format!(
-                            "expected an HTTP status from 200 to 999, found {}",
-                            direct.status
-                        ),
-                    )
-                })?;
-            RouteAction::DirectResponse {
-                status,
-                body: Bytes::from(direct.body),
-            }
-        }
-        (Some(cluster), None) => {
-            let index = *cluster_index.get(cluster.as_str()).ok_or_else(|| {
-                let known: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    }
+    if !forwards
+        && (raw.timeout.is_some()
+            || raw.host_rewrite.is_some()
+            || raw.retry_policy.is_some()
+            || !raw.upgrades.is_empty()
+            || raw.prefix_rewrite.is_some()
+            || raw.regex_rewrite.is_some()
+            || !raw.request_mirror_policies.is_empty())
+    {
+        return Err(ConfigError::invalid(
+            path,
+            "`timeout`, `host_rewrite`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+             `regex_rewrite` and `request_mirror_policies` apply only to routes with a \
+             `cluster` or `weighted_clusters`",
+        ));
+    }
+    if raw.hash_key.is_some() && raw.weighted_clusters.is_none() {
+        return Err(ConfigError::invalid(
+            format!("{path}.hash_key"),
+            "a route's `hash_key` keeps a client on one side of `weighted_clusters`; \
+             for hosts, set it on the cluster",
+        ));
+    }
+    let action = if let Some(direct) = raw.direct_response {
+        let status = StatusCode::from_u16(direct.status)
+            .ok()
+            .filter(|s| !s.is_informational())
+            .ok_or_else(|| {
                 ConfigError::invalid(
-                    format!("{path}.cluster"),
-                    if known.is_empty() {
-                        format!("unknown cluster `{cluster}`: no clusters are defined")
-                    } else {
-                        format!(
-                            "unknown cluster `{cluster}`; defined clusters: {}",
-                            known.join(", ")
-                        )
-                    },
+                    format!("{path}.direct_response.status"),
+                    format!(
+                        "expected an HTTP status from 200 to 999, found {}",
+                        direct.status
+                    ),
                 )
             })?;
-            let timeout = raw.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
-            if timeout.is_zero() {
-                return Err(ConfigError::invalid(
-                    format!("{path}.timeout"),
-                    "expected a duration above zero",
-                ));
-            }
-            let host_rewrite = raw
-                .host_rewrite
-                .map(|h| {
-                    // It becomes the upstream's `host` or `:authority`, so it must be one.
-                    h.parse::<http::uri::Authority>()
-                        .ok()
-                        .filter(|a| !a.as_str().contains('@'))
-                        .and_then(|_| HeaderValue::from_str(&h).ok())
-                        .ok_or_else(|| {
-                            ConfigError::invalid(
-                                format!("{path}.host_rewrite"),
-                                format!("expected a host name, found `{h}`"),
-                            )
-                        })
-                })
-                .transpose()?;
-            let retry_policy = raw
-                .retry_policy
-                .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
-                .transpose()?
-                .or_else(|| host.retry_policy.clone());
-            let upgrades = upgrades(raw.upgrades, &format!("{path}.upgrades"))?;
-            if !upgrades.is_empty() && clusters[index].protocol != UpstreamProtocol::Http1 {
-                return Err(ConfigError::invalid(
-                    format!("{path}.upgrades"),
-                    format!(
-                        "upgrades are relayed to HTTP/1.1 upstreams; cluster `{}` speaks HTTP/2",
-                        clusters[index].name
-                    ),
-                ));
-            }
-            RouteAction::Forward(ForwardAction {
-                cluster: index,
-                cluster_name: cluster,
-                timeout,
-                host_rewrite,
-                retry_policy,
-                upgrades,
-            })
+        RouteAction::DirectResponse {
+            status,
+            body: Bytes::from(direct.body),
         }
+    } else if !forwards {
+        let at = if raw.redirect.is_some() {
+            format!("{path}.redirect")
+        } else {
+            format!("{path}.https_redirect")
+        };
+        RouteAction::Redirect(route_actions::redirect(
+            raw.redirect.unwrap_or_default(),
+            raw.https_redirect == Some(true),
+            &matcher,
+            &at,
+        )?)
+    } else {
+        let (index, cluster_name, split) = match (raw.cluster, raw.weighted_clusters) {
+            (Some(cluster), _) => (
+                route_actions::cluster(
+                    &cluster,
+                    cluster_index,
+                    clusters,
+                    &format!("{path}.cluster"),
+                )?,
+                cluster,
+                None,
+            ),
+            (None, weighted) => {
+                let split = route_actions::split(
+                    weighted.unwrap_or_default(),
+                    raw.hash_key,
+                    cluster_index,
+                    clusters,
+                    path,
+                )?;
+                (split.clusters[0].index, String::new(), Some(split))
+            }
+        };
+        let timeout = raw.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
+        if timeout.is_zero() {
+            return Err(ConfigError::invalid(
+                format!("{path}.timeout"),
+                "expected a duration above zero",
+            ));
+        }
+        let host_rewrite = raw
+            .host_rewrite
+            .map(|h| {
+                // It becomes the upstream's `host` or `:authority`, so it must be one.
+                h.parse::<http::uri::Authority>()
+                    .ok()
+                    .filter(|a| !a.as_str().contains('@'))
+                    .and_then(|_| HeaderValue::from_str(&h).ok())
+                    .ok_or_else(|| {
+                        ConfigError::invalid(
+                            format!("{path}.host_rewrite"),
+                            format!("expected a host name, found `{h}`"),
+                        )
+                    })
+            })
+            .transpose()?;
+        let retry_policy = raw
+            .retry_policy
+            .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
+            .transpose()?
+            .or_else(|| host.retry_policy.clone());
+        let upgrades = upgrades(raw.upgrades, &format!("{path}.upgrades"))?;
+        let targets: Vec<usize> = match &split {
+            Some(split) => split.clusters.iter().map(|c| c.index).collect(),
+            None => vec![index],
+        };
+        if let Some(&h2) = targets
+            .iter()
+            .find(|&&i| clusters[i].protocol != UpstreamProtocol::Http1)
+            && !upgrades.is_empty()
+        {
+            return Err(ConfigError::invalid(
+                format!("{path}.upgrades"),
+                format!(
+                    "upgrades are relayed to HTTP/1.1 upstreams; cluster `{}` speaks HTTP/2",
+                    clusters[h2].name
+                ),
+            ));
+        }
+        let path_rewrite =
+            route_actions::path_rewrite(raw.prefix_rewrite, raw.regex_rewrite, &matcher, path)?;
+        let mirrors =
+            route_actions::mirrors(raw.request_mirror_policies, cluster_index, clusters, path)?;
+        RouteAction::Forward(Box::new(ForwardAction {
+            cluster: index,
+            cluster_name,
+            split,
+            path_rewrite,
+            mirrors,
+            timeout,
+            host_rewrite,
+            retry_policy,
+            upgrades,
+        }))
     };
     Ok(RouteConfig {
         matcher,
@@ -350,31 +412,37 @@ fn route_match(
             }
         }
     };
-    let path_match = match (raw.prefix, raw.path) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected either `prefix` or `path`, not both",
-            ));
-        }
-        (None, None) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected a `prefix` (e.g. `/`) or an exact `path`",
-            ));
-        }
-        (Some(p), None) => {
+    let case_sensitive = raw.case_sensitive.unwrap_or(true);
+    let path_match = match (raw.prefix, raw.path, raw.regex) {
+        (Some(p), None, None) => {
             PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization, true)?)
         }
-        (None, Some(p)) => {
+        (None, Some(p), None) => {
             PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization, false)?)
         }
+        (None, None, Some(r)) => PathMatch::Regex(route_actions::pattern(
+            &r,
+            !case_sensitive,
+            &format!("{path}.regex"),
+        )?),
+        (None, None, None) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected a `prefix` (e.g. `/`), an exact `path` or a `regex`",
+            ));
+        }
+        _ => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected one of `prefix`, `path` or `regex`",
+            ));
+        }
     };
-    let case_sensitive = raw.case_sensitive.unwrap_or(true);
     let path_match = match path_match {
         _ if case_sensitive => path_match,
         PathMatch::Prefix(p) => PathMatch::Prefix(p.to_ascii_lowercase()),
         PathMatch::Exact(p) => PathMatch::Exact(p.to_ascii_lowercase()),
+        regex @ PathMatch::Regex(_) => regex,
     };
     let headers = raw
         .headers
@@ -382,11 +450,18 @@ fn route_match(
         .enumerate()
         .map(|(i, h)| header_match(h, &format!("{path}.headers[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
+    let query_parameters = raw
+        .query_parameters
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| query_match(q, &format!("{path}.query_parameters[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(RouteMatch {
         host,
         path: path_match,
         case_sensitive,
         headers,
+        query_parameters,
     })
 }
 
@@ -436,23 +511,40 @@ fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigEr
             format!("expected a header name, found `{}`", raw.name),
         )
     })?;
-    let value = match (raw.exact, raw.present) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected either `exact` or `present`, not both",
-            ));
+    let value = match route_actions::string_match(&raw, path)? {
+        Some(StringMatch::Exact(v)) => {
+            HeaderValueMatch::Exact(HeaderValue::from_str(&v).map_err(|_| {
+                ConfigError::invalid(
+                    format!("{path}.exact"),
+                    format!("expected a header value of visible ASCII, found `{v}`"),
+                )
+            })?)
         }
-        (Some(v), None) => HeaderValueMatch::Exact(HeaderValue::from_str(&v).map_err(|_| {
-            ConfigError::invalid(
-                format!("{path}.exact"),
-                format!("expected a header value of visible ASCII, found `{v}`"),
-            )
-        })?),
-        (None, Some(true)) | (None, None) => HeaderValueMatch::Present,
-        (None, Some(false)) => HeaderValueMatch::Absent,
+        Some(pattern) => HeaderValueMatch::Pattern(pattern),
+        None if raw.present == Some(false) => HeaderValueMatch::Absent,
+        None => HeaderValueMatch::Present,
     };
     Ok(HeaderMatch { name, value })
+}
+
+fn query_match(raw: RawHeaderMatch, path: &str) -> Result<QueryMatch, ConfigError> {
+    if raw.name.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.name"),
+            "expected a parameter name",
+        ));
+    }
+    if raw.present == Some(false) {
+        return Err(ConfigError::invalid(
+            format!("{path}.present"),
+            "`present: false` is not supported for query parameters",
+        ));
+    }
+    let value = route_actions::string_match(&raw, path)?;
+    Ok(QueryMatch {
+        name: raw.name,
+        value,
+    })
 }
 
 fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigError> {

@@ -136,23 +136,14 @@ fn filters(authz: Option<RawRouteAuthz>) -> Option<RawRouteFilters> {
 fn not_found() -> RawRoute {
     RawRoute {
         matcher: RawMatch {
-            host: None,
             prefix: Some("/".into()),
-            path: None,
-            case_sensitive: None,
-            headers: Vec::new(),
+            ..Default::default()
         },
-        cluster: None,
         direct_response: Some(RawDirectResponse {
             status: 404,
             body: String::new(),
         }),
-        timeout: None,
-        host_rewrite: None,
-        retry_policy: None,
-        upgrades: Vec::new(),
-        ext_authz: None,
-        filters: None,
+        ..Default::default()
     }
 }
 
@@ -193,14 +184,8 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
     nothing_else(&r, fields::ROUTE, at)?;
     let mut raw = RawRoute {
         matcher,
-        cluster: None,
-        direct_response: None,
-        timeout: None,
-        host_rewrite: None,
-        retry_policy: None,
-        upgrades: Vec::new(),
-        ext_authz: None,
         filters: filters(authz),
+        ..Default::default()
     };
     match action {
         Some(route::Action::Route(action)) => forward(action, &mut raw, &format!("{at}.route"))?,
@@ -243,6 +228,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
         path,
         case_sensitive,
         headers,
+        ..Default::default()
     })
 }
 
@@ -276,6 +262,7 @@ fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, ResourceErro
         name,
         exact,
         present,
+        ..Default::default()
     })
 }
 

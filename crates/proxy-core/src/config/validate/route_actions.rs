@@ -1,0 +1,393 @@
+//! A route's redirect, path rewrites, traffic split and mirrors, and the string matchers of
+//! its headers and query parameters.
+
+use std::collections::HashMap;
+
+use http::StatusCode;
+
+use super::super::raw::*;
+use super::super::*;
+
+/// `{ exact | prefix | suffix | contains | regex: VALUE }`, or `present: true` (`None`).
+/// `present: false` is the caller's to allow.
+pub(super) fn string_match(
+    raw: &RawHeaderMatch,
+    path: &str,
+) -> Result<Option<StringMatch>, ConfigError> {
+    let given = [
+        ("exact", &raw.exact),
+        ("prefix", &raw.prefix),
+        ("suffix", &raw.suffix),
+        ("contains", &raw.contains),
+        ("regex", &raw.regex),
+    ];
+    let mut set = given.iter().filter(|(_, v)| v.is_some());
+    let first = set.next();
+    if set.next().is_some() || (first.is_some() && raw.present.is_some()) {
+        return Err(ConfigError::invalid(
+            path,
+            "expected one of `exact`, `prefix`, `suffix`, `contains`, `regex` or `present`",
+        ));
+    }
+    let Some((key, Some(value))) = first else {
+        return Ok(None);
+    };
+    let value = value.clone();
+    Ok(Some(match *key {
+        "exact" => StringMatch::Exact(value),
+        "prefix" => StringMatch::Prefix(value),
+        "suffix" => StringMatch::Suffix(value),
+        "contains" => StringMatch::Contains(value),
+        _ => StringMatch::Regex(pattern(&value, false, &format!("{path}.regex"))?),
+    }))
+}
+
+/// A regex that must match a whole value.
+pub(super) fn pattern(value: &str, ignore_case: bool, path: &str) -> Result<Pattern, ConfigError> {
+    Pattern::new(value, ignore_case)
+        .map_err(|e| ConfigError::invalid(path, format!("invalid regex `{value}`: {e}")))
+}
+
+/// `redirect: { ... }`, or `https_redirect: true` (`raw` empty, `https` set).
+pub(super) fn redirect(
+    raw: RawRedirect,
+    https: bool,
+    matcher: &RouteMatch,
+    path: &str,
+) -> Result<RedirectAction, ConfigError> {
+    let scheme = match (raw.scheme, https) {
+        (Some(_), true) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected `https_redirect: true` or `redirect: { scheme }`, not both",
+            ));
+        }
+        (None, true) => Some("https".to_owned()),
+        (Some(s), false) => {
+            let lower = s.to_ascii_lowercase();
+            if lower != "http" && lower != "https" {
+                return Err(ConfigError::invalid(
+                    format!("{path}.scheme"),
+                    format!("expected `http` or `https`, found `{s}`"),
+                ));
+            }
+            Some(lower)
+        }
+        (None, false) => None,
+    };
+    let host = raw
+        .host
+        .map(|h| {
+            let valid = !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+            if valid {
+                Ok(h.to_ascii_lowercase())
+            } else {
+                Err(ConfigError::invalid(
+                    format!("{path}.host"),
+                    format!("expected a host name without a port (see `port`), found `{h}`"),
+                ))
+            }
+        })
+        .transpose()?;
+    if raw.port == Some(0) {
+        return Err(ConfigError::invalid(
+            format!("{path}.port"),
+            "expected a port from 1 to 65535",
+        ));
+    }
+    let redirect_path = match (raw.path, raw.prefix_rewrite) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected `path` or `prefix_rewrite`, not both",
+            ));
+        }
+        (Some(p), None) => Some(RedirectPath::Path(location_path(
+            p,
+            &format!("{path}.path"),
+        )?)),
+        (None, Some(p)) => {
+            prefix_route(matcher, &format!("{path}.prefix_rewrite"))?;
+            Some(RedirectPath::PrefixRewrite(rewritten_prefix(
+                p,
+                &format!("{path}.prefix_rewrite"),
+            )?))
+        }
+        (None, None) => None,
+    };
+    let status = match raw.status {
+        None => StatusCode::MOVED_PERMANENTLY,
+        Some(code @ (301 | 302 | 303 | 307 | 308)) => {
+            StatusCode::from_u16(code).unwrap_or(StatusCode::MOVED_PERMANENTLY)
+        }
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.status"),
+                format!("expected 301, 302, 303, 307 or 308, found {other}"),
+            ));
+        }
+    };
+    Ok(RedirectAction {
+        scheme,
+        host,
+        port: raw.port,
+        path: redirect_path,
+        status,
+        strip_query: raw.strip_query,
+    })
+}
+
+/// A redirect's or rewrite's prefix replaces what the route's prefix or path matched: a regex
+/// route has no such part.
+fn prefix_route(matcher: &RouteMatch, path: &str) -> Result<(), ConfigError> {
+    if matches!(matcher.path, PathMatch::Regex(_)) {
+        return Err(ConfigError::invalid(
+            path,
+            "a prefix rewrite needs a route matching by `prefix` or `path` (use `regex_rewrite` with `regex`)",
+        ));
+    }
+    Ok(())
+}
+
+/// Characters a path may carry as it is (RFC 3986 `pchar`, `/`, and `%` escapes).
+fn is_path_text(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%".contains(&b))
+}
+
+fn location_path(value: String, path: &str) -> Result<String, ConfigError> {
+    if value.starts_with('/') && is_path_text(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::invalid(
+            path,
+            format!("expected a path starting with `/`, found `{value}`"),
+        ))
+    }
+}
+
+/// What a matched prefix becomes: empty, or path text (a missing leading `/` is the
+/// request's business: `/api` rewritten to `v2` gives `v2/x`, which Envoy sends as it is).
+fn rewritten_prefix(value: String, path: &str) -> Result<String, ConfigError> {
+    if is_path_text(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::invalid(
+            path,
+            format!("expected path characters, found `{value}`"),
+        ))
+    }
+}
+
+/// `prefix_rewrite` or `regex_rewrite` of a forwarding route.
+pub(super) fn path_rewrite(
+    prefix: Option<String>,
+    regex: Option<RawRegexRewrite>,
+    matcher: &RouteMatch,
+    path: &str,
+) -> Result<Option<PathRewrite>, ConfigError> {
+    match (prefix, regex) {
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            path,
+            "expected `prefix_rewrite` or `regex_rewrite`, not both",
+        )),
+        (Some(p), None) => {
+            prefix_route(matcher, &format!("{path}.prefix_rewrite"))?;
+            Ok(Some(PathRewrite::PrefixRewrite(rewritten_prefix(
+                p,
+                &format!("{path}.prefix_rewrite"),
+            )?)))
+        }
+        (None, Some(raw)) => {
+            let at = format!("{path}.regex_rewrite");
+            let pattern = regex::RegexBuilder::new(&raw.pattern)
+                .size_limit(1 << 20)
+                .build()
+                .map_err(|e| {
+                    ConfigError::invalid(
+                        format!("{at}.pattern"),
+                        format!("invalid regex `{}`: {e}", raw.pattern),
+                    )
+                })?;
+            let replacement = substitution(&raw.substitution, pattern.captures_len())
+                .map_err(|e| ConfigError::invalid(format!("{at}.substitution"), e))?;
+            Ok(Some(PathRewrite::RegexRewrite(RegexRewrite {
+                pattern,
+                substitution: raw.substitution,
+                replacement,
+            })))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// An RE2-style substitution (`\1` for group 1, `\\` for a backslash) in the `regex` crate's
+/// form (`${1}`, `$$` for a dollar), checked for path characters and known groups.
+fn substitution(value: &str, groups: usize) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len() + 8);
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(d) if d.is_ascii_digit() => {
+                    let group = d as usize - '0' as usize;
+                    if group >= groups {
+                        return Err(format!(
+                            "`\\{group}` names a group the pattern does not have"
+                        ));
+                    }
+                    out.push_str(&format!("${{{group}}}"));
+                }
+                Some('\\') => return Err("a backslash is not a path character".into()),
+                _ => return Err("expected a digit after `\\`".into()),
+            },
+            '$' => out.push_str("$$"),
+            c if c.is_ascii() && is_path_text(c.encode_utf8(&mut [0; 4])) => out.push(c),
+            c => return Err(format!("`{c}` is not a path character")),
+        }
+    }
+    Ok(out)
+}
+
+/// `weighted_clusters` (and its `hash_key`).
+pub(super) fn split(
+    raw: Vec<RawWeightedCluster>,
+    key: Option<RawHashKey>,
+    clusters: &HashMap<&str, usize>,
+    known: &[ClusterConfig],
+    path: &str,
+) -> Result<TrafficSplit, ConfigError> {
+    let mut list = Vec::with_capacity(raw.len());
+    for (i, w) in raw.into_iter().enumerate() {
+        let at = format!("{path}.weighted_clusters[{i}]");
+        let index = cluster(&w.cluster, clusters, known, &format!("{at}.cluster"))?;
+        if list.iter().any(|c: &WeightedCluster| c.index == index) {
+            return Err(ConfigError::invalid(
+                format!("{at}.cluster"),
+                format!("`{}` is listed twice", w.cluster),
+            ));
+        }
+        if w.weight == 0 {
+            return Err(ConfigError::invalid(
+                format!("{at}.weight"),
+                "expected a weight of at least 1 (leave a cluster out to send it nothing)",
+            ));
+        }
+        list.push(WeightedCluster {
+            index,
+            name: w.cluster,
+            weight: w.weight,
+        });
+    }
+    let weights: Vec<u32> = list.iter().map(|c| c.weight).collect();
+    let split = balancer::WeightedSplit::new(&weights).ok_or_else(|| {
+        ConfigError::invalid(
+            format!("{path}.weighted_clusters"),
+            "expected at least one cluster",
+        )
+    })?;
+    let hash_key = key
+        .map(|k| super::hash_key(&k, &format!("{path}.hash_key")))
+        .transpose()?;
+    Ok(TrafficSplit {
+        clusters: list,
+        hash_key,
+        split,
+    })
+}
+
+/// A cluster's index by name.
+pub(super) fn cluster(
+    name: &str,
+    clusters: &HashMap<&str, usize>,
+    known: &[ClusterConfig],
+    path: &str,
+) -> Result<usize, ConfigError> {
+    clusters.get(name).copied().ok_or_else(|| {
+        let known: Vec<&str> = known.iter().map(|c| c.name.as_str()).collect();
+        ConfigError::invalid(
+            path,
+            if known.is_empty() {
+                format!("unknown cluster `{name}`: no clusters are defined")
+            } else {
+                format!(
+                    "unknown cluster `{name}`; defined clusters: {}",
+                    known.join(", ")
+                )
+            },
+        )
+    })
+}
+
+/// `request_mirror_policies`.
+pub(super) fn mirrors(
+    raw: Vec<RawMirrorPolicy>,
+    clusters: &HashMap<&str, usize>,
+    known: &[ClusterConfig],
+    path: &str,
+) -> Result<Vec<MirrorPolicy>, ConfigError> {
+    raw.into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let at = format!("{path}.request_mirror_policies[{i}]");
+            let cluster = cluster(&m.cluster, clusters, known, &format!("{at}.cluster"))?;
+            let fraction = match m.fraction {
+                None => 1_000_000,
+                Some(value) => fraction(&value).ok_or_else(|| {
+                    ConfigError::invalid(
+                        format!("{at}.fraction"),
+                        "expected a percentage from 0% to 100% (`10%`, `0.5%`)",
+                    )
+                })?,
+            };
+            Ok(MirrorPolicy {
+                cluster,
+                cluster_name: m.cluster,
+                fraction,
+            })
+        })
+        .collect()
+}
+
+/// `10%`, `0.5%` or a number of percent, in millionths.
+fn fraction(value: &serde_yaml::Value) -> Option<u32> {
+    let percent = match value {
+        serde_yaml::Value::Number(n) => n.as_f64()?,
+        serde_yaml::Value::String(s) => s.trim().strip_suffix('%')?.trim().parse().ok()?,
+        _ => return None,
+    };
+    (0.0..=100.0)
+        .contains(&percent)
+        .then(|| (percent * 10_000.0).round() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substitutions_become_the_regex_crates_form() {
+        assert_eq!(substitution("/v2/\\1", 2).unwrap(), "/v2/${1}");
+        assert_eq!(substitution("/a$b", 1).unwrap(), "/a$$b");
+        assert!(substitution("/\\2", 2).unwrap_err().contains("group"));
+        assert!(
+            substitution("/a b", 1)
+                .unwrap_err()
+                .contains("path character")
+        );
+        assert!(substitution("/\\x", 1).is_err());
+    }
+
+    #[test]
+    fn fractions_are_percentages() {
+        let f = |s: &str| fraction(&serde_yaml::from_str(s).unwrap());
+        assert_eq!(f("10%"), Some(100_000));
+        assert_eq!(f("\"0.5%\""), Some(5_000));
+        assert_eq!(f("100"), Some(1_000_000));
+        assert_eq!(f("101%"), None);
+        assert_eq!(f("ten"), None);
+    }
+}

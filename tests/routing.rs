@@ -1,0 +1,239 @@
+//! Routing at the edge through the real binary: traffic splits, redirects, path rewrites,
+//! regex and query matching.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use testbed::NoopUpstream;
+
+async fn upstream() -> testbed::NoopHandle {
+    NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+fn served_by(r: &http::Response<hyper::body::Incoming>) -> String {
+    r.headers()
+        .get("x-noop-served-by")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// The request line the upstream received, from its `x-noop-echo: headers` answer.
+async fn request_line(r: http::Response<hyper::body::Incoming>) -> String {
+    text(r.into_body())
+        .await
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn two_clusters(a: &testbed::NoopHandle, b: &testbed::NoopHandle) -> String {
+    format!(
+        "clusters:\n  - name: v1\n    endpoints: [{}]\n  - name: v2\n    endpoints: [{}]\n",
+        a.local_addr(),
+        b.local_addr()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_clusters_split_by_weight_and_stick_by_key() {
+    let (v1, v2) = (upstream().await, upstream().await);
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /sticky }}
+        weighted_clusters: [{{ cluster: v1, weight: 50 }}, {{ cluster: v2, weight: 50 }}]
+        hash_key: {{ header: x-user }}
+      - match: {{ prefix: / }}
+        weighted_clusters: [{{ cluster: v1, weight: 80 }}, {{ cluster: v2, weight: 20 }}]
+{}"#,
+        two_clusters(&v1, &v2)
+    );
+    let proxy = Proxy::start(&config, 2);
+    let v1_addr = v1.local_addr().to_string();
+
+    // 10,000 requests over four HTTP/2 connections.
+    let total = 10_000u32;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let addr = proxy.addr();
+        let v1_addr = v1_addr.clone();
+        clients.push(tokio::spawn(async move {
+            let (mut sender, _conn) = h2_client(addr).await;
+            let mut to_v1 = 0u32;
+            for _ in 0..total / 4 {
+                let r = sender.send_request(get_h2("/", &[])).await.unwrap();
+                assert_eq!(r.status(), 200);
+                if served_by(&r) == v1_addr {
+                    to_v1 += 1;
+                }
+                let _ = text(r.into_body()).await;
+            }
+            to_v1
+        }));
+    }
+    let mut to_v1 = 0;
+    for client in clients {
+        to_v1 += client.await.unwrap();
+    }
+    // Chi-square with one degree of freedom against 80/20: 10.83 is the 0.1% tail.
+    let expected = [0.8 * f64::from(total), 0.2 * f64::from(total)];
+    let got = [f64::from(to_v1), f64::from(total - to_v1)];
+    let chi2: f64 = got
+        .iter()
+        .zip(expected)
+        .map(|(g, e)| (g - e).powi(2) / e)
+        .sum();
+    assert!(chi2 < 10.83, "{to_v1} of {total} to v1: chi2 {chi2}");
+
+    // A user keeps their side whichever worker and connection the request arrives on;
+    // users are spread over both sides.
+    let mut sides: HashMap<String, String> = HashMap::new();
+    for round in 0..3 {
+        for user in 0..60 {
+            let user = format!("user-{user}");
+            let r = send_h1(proxy.addr(), get("/sticky", &[("x-user", &user)])).await;
+            let side = served_by(&r);
+            if round == 0 {
+                sides.insert(user, side);
+            } else {
+                assert_eq!(sides[&user], side, "{user} moved in round {round}");
+            }
+        }
+    }
+    let on_v1 = sides.values().filter(|s| **s == v1_addr).count();
+    assert!((10..=50).contains(&on_v1), "{on_v1} of 60 users on v1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_answer_with_their_location() {
+    let config = r#"
+admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: { prefix: /secure }
+        https_redirect: true
+      - match: { prefix: /moved }
+        redirect: { host: new.test, prefix_rewrite: /v2, status: 308 }
+      - match: { path: /old-page }
+        redirect: { path: /new-page, strip_query: true, status: 302 }
+      - match: { prefix: /port }
+        redirect: { scheme: https, port: 8443, status: 307 }
+      - match: { prefix: / }
+        direct_response: { status: 200 }
+"#;
+    let proxy = Proxy::start(config, 1);
+    let location = |r: &http::Response<hyper::body::Incoming>| {
+        r.headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let cases = [
+        (
+            "/secure/a?b=1",
+            "legate.test",
+            301,
+            "https://legate.test/secure/a?b=1",
+        ),
+        (
+            "/secure",
+            "legate.test:80",
+            301,
+            "https://legate.test/secure",
+        ),
+        (
+            "/moved/x/y?z",
+            "legate.test",
+            308,
+            "http://new.test/v2/x/y?z",
+        ),
+        (
+            "/old-page?utm=1",
+            "legate.test:8080",
+            302,
+            "http://legate.test:8080/new-page",
+        ),
+        (
+            "/port/p",
+            "legate.test",
+            307,
+            "https://legate.test:8443/port/p",
+        ),
+    ];
+    for (path, host, status, expected) in cases {
+        let request = http::Request::get(path)
+            .header("host", host)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let r = send_h1(proxy.addr(), request).await;
+        assert_eq!(r.status(), status, "{path}");
+        assert_eq!(location(&r).as_deref(), Some(expected), "{path}");
+    }
+    // HTTP/2 too: the authority is the host.
+    let r = send_h2(proxy.addr(), get_h2("/secure/h2", &[])).await;
+    assert_eq!(r.status(), 301);
+    assert_eq!(
+        location(&r).as_deref(),
+        Some("https://legate.test/secure/h2")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrites_reach_the_upstream_and_regex_and_query_routes_match() {
+    let (v1, v2) = (upstream().await, upstream().await);
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /api/ }}
+        cluster: v1
+        prefix_rewrite: /v2/
+      - match: {{ regex: "/users/[0-9]+/orders" }}
+        cluster: v1
+        regex_rewrite: {{ pattern: "^/users/([0-9]+)/orders$", substitution: "/orders/by-user/\\1" }}
+      - match: {{ prefix: /, query_parameters: [{{ name: canary, exact: "1" }}] }}
+        cluster: v2
+      - match: {{ prefix: /, headers: [{{ name: user-agent, regex: ".*[Bb]ot.*" }}] }}
+        direct_response: {{ status: 403, body: "no bots\n" }}
+      - match: {{ prefix: / }}
+        cluster: v1
+{}"#,
+        two_clusters(&v1, &v2)
+    );
+    let proxy = Proxy::start(&config, 1);
+    let echo = [("x-noop-echo", "headers")];
+
+    let r = send_h1(proxy.addr(), get("/api/items?page=2", &echo)).await;
+    assert_eq!(request_line(r).await, "GET /v2/items?page=2 HTTP/1.1");
+    let r = send_h2(proxy.addr(), get_h2("/api/items", &echo)).await;
+    assert_eq!(request_line(r).await, "GET /v2/items HTTP/1.1");
+    let r = send_h1(proxy.addr(), get("/users/42/orders", &echo)).await;
+    assert_eq!(served_by(&r), v1.local_addr().to_string());
+    assert_eq!(request_line(r).await, "GET /orders/by-user/42 HTTP/1.1");
+    let r = send_h1(proxy.addr(), get("/users/x/orders", &echo)).await;
+    assert_eq!(request_line(r).await, "GET /users/x/orders HTTP/1.1");
+
+    let r = send_h1(proxy.addr(), get("/page?a=b&canary=1", &[])).await;
+    assert_eq!(served_by(&r), v2.local_addr().to_string());
+    let r = send_h1(proxy.addr(), get("/page?canary=0", &[])).await;
+    assert_eq!(served_by(&r), v1.local_addr().to_string());
+    let r = send_h1(proxy.addr(), get("/", &[("user-agent", "Googlebot/2.1")])).await;
+    assert_eq!(r.status(), 403);
+    let r = send_h1(proxy.addr(), get("/", &[("user-agent", "curl/8")])).await;
+    assert_eq!(r.status(), 200);
+}
