@@ -39,6 +39,7 @@ impl FilterChainBench {
         }
         let exchange = Exchange {
             conn: &self.setup.conn,
+            client: &self.setup.client,
             host: Some(&HeaderValue::from_static("bench.test")),
             virtual_host: Some(0),
             route: Some(0),

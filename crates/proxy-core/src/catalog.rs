@@ -22,6 +22,7 @@ pub(crate) struct Catalog {
     downstream_rq_idle_timeout: CounterFamily,
     downstream_cx_h2_control_flood: CounterFamily,
     downstream_cx_headers_timeout: CounterFamily,
+    downstream_cx_proxy_proto_error: CounterFamily,
     downstream_rq_total: CounterFamily,
     downstream_rq_active: GaugeFamily,
     downstream_rq_class: CounterFamily,
@@ -46,6 +47,8 @@ pub(crate) struct Catalog {
     upstream_rq_retry_success: CounterFamily,
     upstream_rq_retry_overflow: CounterFamily,
     upstream_rq_retry_limit_exceeded: CounterFamily,
+    upstream_rq_shadow: CounterFamily,
+    upstream_rq_shadow_failed: CounterFamily,
     outlier_detection_ejections_enforced_total: CounterFamily,
     outlier_detection_ejections_overflow: CounterFamily,
     health_check_attempt: CounterFamily,
@@ -178,6 +181,11 @@ impl Catalog {
                 "Connections closed after idle_timeout without a request.",
                 l,
             ),
+            downstream_cx_proxy_proto_error: r.counter(
+                "downstream_cx_proxy_proto_error",
+                "Connections closed because their PROXY protocol header was missing, malformed, too long, of a version not accepted, or late (request_headers_timeout).",
+                l,
+            ),
             downstream_cx_headers_timeout: r.counter(
                 "downstream_cx_headers_timeout",
                 "Connections closed because a request head did not arrive within request_headers_timeout.",
@@ -264,6 +272,8 @@ impl Catalog {
             upstream_rq_retry_success: r.counter("upstream_rq_retry_success", "Retries that got a response not itself retried.", c),
             upstream_rq_retry_overflow: r.counter("upstream_rq_retry_overflow", "Retries not sent because max_retries was reached.", c),
             upstream_rq_retry_limit_exceeded: r.counter("upstream_rq_retry_limit_exceeded", "Requests still failing after num_retries retries.", c),
+            upstream_rq_shadow: r.counter("upstream_rq_shadow", "Copies of requests sent to this cluster by routes' request_mirror_policies.", c),
+            upstream_rq_shadow_failed: r.counter("upstream_rq_shadow_failed", "Copies that got no response: refused (no host, a full breaker), failed, timed out, or given up when the original's body outgrew the buffer limit.", c),
             outlier_detection_ejections_enforced_total: r.counter("outlier_detection_ejections_enforced_total", "Hosts ejected by outlier detection.", c),
             outlier_detection_ejections_overflow: r.counter("outlier_detection_ejections_overflow", "Ejections skipped because max_ejection_percent was reached.", c),
             health_check_attempt: r.counter("health_check_attempt", "Active health checks made.", c),
@@ -505,6 +515,7 @@ impl Catalog {
                 .counter(self.downstream_cx_h2_continuation_flood, &[listener]),
             cx_h2_control_flood: shard.counter(self.downstream_cx_h2_control_flood, &[listener]),
             cx_headers_timeout: shard.counter(self.downstream_cx_headers_timeout, &[listener]),
+            cx_proxy_proto_error: shard.counter(self.downstream_cx_proxy_proto_error, &[listener]),
             rq_total: shard.counter(self.downstream_rq_total, &[listener]),
             rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
             rq_class: CLASSES
@@ -599,6 +610,8 @@ impl Catalog {
             rq_retry_overflow: shard.counter(self.upstream_rq_retry_overflow, &[cluster]),
             rq_retry_limit_exceeded: shard
                 .counter(self.upstream_rq_retry_limit_exceeded, &[cluster]),
+            rq_shadow: shard.counter(self.upstream_rq_shadow, &[cluster]),
+            rq_shadow_failed: shard.counter(self.upstream_rq_shadow_failed, &[cluster]),
             outlier_detection_ejections_enforced_total: shard
                 .counter(self.outlier_detection_ejections_enforced_total, &[cluster]),
             outlier_detection_ejections_overflow: shard
@@ -703,6 +716,7 @@ pub(crate) struct ListenerStats {
     pub(crate) cx_h2_continuation_flood: stats::Counter,
     pub(crate) cx_h2_control_flood: stats::Counter,
     pub(crate) cx_headers_timeout: stats::Counter,
+    pub(crate) cx_proxy_proto_error: stats::Counter,
     pub(crate) rq_total: stats::Counter,
     pub(crate) rq_active: stats::Gauge,
     rq_class: [stats::Counter; 5],
@@ -803,6 +817,8 @@ pub(crate) struct ClusterStats {
     pub(crate) rq_retry_success: stats::Counter,
     pub(crate) rq_retry_overflow: stats::Counter,
     pub(crate) rq_retry_limit_exceeded: stats::Counter,
+    pub(crate) rq_shadow: stats::Counter,
+    pub(crate) rq_shadow_failed: stats::Counter,
     pub(crate) outlier_detection_ejections_enforced_total: stats::Counter,
     pub(crate) outlier_detection_ejections_overflow: stats::Counter,
     pub(crate) health_check_attempt: stats::Counter,

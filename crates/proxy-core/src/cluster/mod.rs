@@ -97,6 +97,15 @@ impl Cluster {
         cluster
     }
 
+    pub(crate) fn stats(&self) -> &ClusterStats {
+        &self.stats
+    }
+
+    /// The cluster's `per_connection_buffer_limit_bytes`.
+    pub(crate) fn buffer_limit(&self) -> usize {
+        self.settings.buffer_limit
+    }
+
     /// The shared state this worker's cluster was built on.
     pub(crate) fn shared(&self) -> &Arc<SharedCluster> {
         &self.settings.shared

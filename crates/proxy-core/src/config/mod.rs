@@ -134,6 +134,9 @@ pub struct ListenerConfig {
     pub http: HttpConfig,
     /// One line per request, if configured.
     pub access_log: Option<AccessLogConfig>,
+    /// A PROXY protocol header read before anything else, naming the client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocolConfig>,
     /// TLS termination; `None`: cleartext (HTTP/1.1 and h2c).
     pub tls: Option<ListenerTlsConfig>,
     /// The HTTP filters requests pass through, in order (routes may turn one off or give it
@@ -182,6 +185,37 @@ pub struct HttpConfig {
     /// next response, or closed if idle; HTTP/2: GOAWAY). `None`: no limit.
     #[serde(serialize_with = "ser::opt_duration")]
     pub max_connection_duration: Option<Duration>,
+    /// The connection's peer is the client and is appended to `x-forwarded-for` (an edge
+    /// proxy's setting, the default here); `false`: `x-forwarded-for` is passed on as it
+    /// came, and names the client (Envoy's `use_remote_address`).
+    pub use_remote_address: bool,
+    /// Proxies in front whose `x-forwarded-for` entries are trusted (Envoy's meaning); with
+    /// any, their `x-forwarded-proto` is kept too.
+    pub xff_num_trusted_hops: u32,
+}
+
+/// A listener's PROXY protocol (HAProxy's, v1 text and v2 binary), as cloud TCP load
+/// balancers send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProxyProtocolConfig {
+    #[serde(serialize_with = "ser_versions")]
+    pub versions: ProxyProtocolVersions,
+    /// `false`: a connection without the header is served with its own peer address.
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyProtocolVersions {
+    pub v1: bool,
+    pub v2: bool,
+}
+
+fn ser_versions<S: Serializer>(v: &ProxyProtocolVersions, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        [(v.v1, "v1"), (v.v2, "v2")]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n)),
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

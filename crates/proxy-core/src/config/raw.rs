@@ -83,6 +83,7 @@ pub struct RawListener {
     #[serde(default)]
     pub http: RawHttp,
     pub access_log: Option<RawAccessLog>,
+    pub proxy_protocol: Option<RawProxyProtocol>,
     pub tls: Option<RawListenerTls>,
     /// Moved into `http_filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
@@ -399,6 +400,15 @@ pub struct RawHttp {
     pub http2_keepalive: Option<RawKeepalive>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub max_connection_duration: Option<Duration>,
+    pub use_remote_address: Option<bool>,
+    pub xff_num_trusted_hops: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProxyProtocol {
+    pub versions: Option<Vec<String>>,
+    pub required: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -516,6 +526,7 @@ pub struct RawMirrorPolicy {
     pub cluster: String,
     /// `10%`, `0.5%` or a number of percent; default 100%.
     pub fraction: Option<serde_yaml::Value>,
+    pub disable_shadow_host_suffix_append: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -207,6 +207,9 @@ pub struct MirrorPolicy {
     /// The share of requests mirrored, in millionths (Envoy's `runtime_fraction`).
     #[serde(serialize_with = "ser_fraction")]
     pub fraction: u32,
+    /// `false` (the default): the copy's host gets `-shadow` appended (before any port), so
+    /// the shadow's logs tell copies from real requests, as Envoy does.
+    pub disable_shadow_host_suffix_append: bool,
 }
 
 /// Millionths as a percentage, as written (`10%`).

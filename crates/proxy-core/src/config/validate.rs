@@ -281,6 +281,10 @@ fn listener(
         .tls
         .map(|t| tls::listener_tls(t, &format!("{path}.tls")))
         .transpose()?;
+    let proxy_protocol = raw
+        .proxy_protocol
+        .map(|p| proxy_protocol(p, &format!("{path}.proxy_protocol")))
+        .transpose()?;
     Ok(ListenerConfig {
         name,
         address,
@@ -288,6 +292,7 @@ fn listener(
         connection_balance,
         buffer_limit,
         access_log,
+        proxy_protocol,
         tls,
         http_filters,
         http: HttpConfig {
@@ -331,6 +336,8 @@ fn listener(
                 .max_connection_duration
                 .map(|d| positive(d, &format!("{path}.http.max_connection_duration")))
                 .transpose()?,
+            use_remote_address: raw.http.use_remote_address.unwrap_or(true),
+            xff_num_trusted_hops: raw.http.xff_num_trusted_hops.unwrap_or(0),
             max_request_headers_kb: match raw.http.max_request_headers_kb {
                 None => DEFAULT_MAX_REQUEST_HEADERS_KB,
                 Some(kb @ 1..=8192) => kb,
@@ -343,6 +350,37 @@ fn listener(
             },
         },
         route_config,
+    })
+}
+
+/// `proxy_protocol: { versions: [v1, v2], required: true }` (both versions and required by
+/// default).
+fn proxy_protocol(raw: RawProxyProtocol, path: &str) -> Result<ProxyProtocolConfig, ConfigError> {
+    let mut versions = ProxyProtocolVersions {
+        v1: raw.versions.is_none(),
+        v2: raw.versions.is_none(),
+    };
+    for (i, v) in raw.versions.iter().flatten().enumerate() {
+        match v.as_str() {
+            "v1" => versions.v1 = true,
+            "v2" => versions.v2 = true,
+            other => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.versions[{i}]"),
+                    format!("expected `v1` or `v2`, found `{other}`"),
+                ));
+            }
+        }
+    }
+    if !versions.v1 && !versions.v2 {
+        return Err(ConfigError::invalid(
+            format!("{path}.versions"),
+            "expected at least one of `v1` and `v2`",
+        ));
+    }
+    Ok(ProxyProtocolConfig {
+        versions,
+        required: raw.required.unwrap_or(true),
     })
 }
 

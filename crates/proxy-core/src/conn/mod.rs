@@ -3,7 +3,8 @@
 //! asks it to finish.
 //!
 //! ```text
-//! mod.rs      accept-side setup: TLS, sniffing, choosing the codec
+//! mod.rs      accept-side setup: PROXY protocol, TLS, sniffing, choosing the codec
+//! proxy_protocol.rs  the PROXY protocol header a TCP load balancer sends first
 //! codecs.rs   the HTTP/1.1 codec's limits and hyper's HTTP/2 builder, per listener
 //! h1/         HTTP/1.1 on crates/h1, with idle connections parked without a buffer
 //! h2.rs       HTTP/2, GOAWAY on drain or max_requests_per_connection
@@ -19,6 +20,7 @@ mod h1;
 mod h2;
 mod h2_frames;
 mod io;
+mod proxy_protocol;
 mod service;
 mod stream_exec;
 
@@ -48,6 +50,8 @@ pub(crate) struct ConnSettings {
     pub(crate) codecs: Codecs,
     /// The TLS handshake, on a TLS listener.
     pub(crate) tls: Option<Handshake>,
+    /// The PROXY protocol header expected before anything else.
+    pub(crate) proxy_protocol: Option<crate::config::ProxyProtocolConfig>,
 }
 
 /// How long a connection accepted before a drain has to start its first request.
@@ -106,16 +110,45 @@ struct Prepared {
     drain: SignalWatch,
 }
 
-/// The TLS handshake on a TLS listener, then the protocol: `None` when the handshake failed.
+/// The PROXY protocol header and the TLS handshake where the listener has them, then the
+/// protocol: `None` when the connection ended before it.
 async fn prepare(
-    stream: TcpStream,
-    ctx: Rc<ConnCtx>,
+    mut stream: TcpStream,
+    mut ctx: Rc<ConnCtx>,
     settings: Rc<ConnSettings>,
     mut drain: SignalWatch,
 ) -> Option<Prepared> {
     let _ = stream.set_nodelay(true);
+    let mut taken = Vec::new();
+    if let Some(expected) = &settings.proxy_protocol {
+        let timeout = settings.codecs.request_headers_timeout;
+        match proxy_protocol::read(&mut stream, expected, timeout).await {
+            Ok(proxy_protocol::Header::Client(client)) => match Rc::get_mut(&mut ctx) {
+                Some(ctx) => ctx.set_peer(client),
+                // Nothing else holds the context before the codec starts.
+                None => unreachable_shared(),
+            },
+            Ok(proxy_protocol::Header::Local) => {}
+            Ok(proxy_protocol::Header::Absent { taken: first }) => taken = first,
+            Err(error) => {
+                ctx.listener.stats.cx_proxy_proto_error.inc();
+                tracing::debug!(peer = %ctx.peer, %error, "connection closed");
+                return None;
+            }
+        }
+    }
     let mut io = match &settings.tls {
-        None => DownstreamIo::plain(stream),
+        None => {
+            let mut io = DownstreamIo::plain(stream);
+            io.set_prefix(&taken);
+            io
+        }
+        // Bytes taken while they could have begun a PROXY header (`PRO`, `\r\n`) begin no
+        // TLS handshake.
+        Some(_) if !taken.is_empty() => {
+            ctx.listener.stats.cx_proxy_proto_error.inc();
+            return None;
+        }
         // Boxed: the handshake's state is large and over once it is done.
         Some(tls) => DownstreamIo::tls(Box::pin(tls.accept(stream)).await?),
     };
@@ -132,6 +165,11 @@ async fn prepare(
         settings,
         drain,
     })
+}
+
+#[cold]
+fn unreachable_shared() {
+    tracing::warn!("the PROXY protocol's client was not applied: the connection context is shared");
 }
 
 enum Sniffed {

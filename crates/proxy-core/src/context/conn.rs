@@ -18,6 +18,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) tls: bool,
     /// `https` on TLS listeners, `http` otherwise, as header text.
     pub(crate) forwarded_proto: HeaderValue,
+    /// Whether `x-forwarded-for` is appended to, and how many proxies in front are trusted.
+    pub(crate) forwarded_trust: super::ForwardedTrust,
     /// Requests one client connection may carry; `None`: no limit.
     pub(crate) max_requests_per_connection: Option<u32>,
     /// How long one client connection may live; `None`: no limit.
@@ -92,6 +94,12 @@ impl ConnCtx {
             opened: Instant::now(),
             tunnel: RefCell::new(None),
         }
+    }
+
+    /// The client a PROXY protocol header named, in place of the connection's peer.
+    pub(crate) fn set_peer(&mut self, peer: SocketAddr) {
+        self.peer = peer;
+        self.peer_ip = ip_header_value(peer.ip());
     }
 
     /// When the connection reaches its `max_connection_duration`, if it has one.

@@ -7,12 +7,15 @@
 //! use them without importing a layer above itself. Nothing here is `Send`: a connection and
 //! everything it touches stay on their worker.
 
+mod client;
 mod conn;
 mod in_flight;
+mod mirror_feed;
 mod request_body;
 pub(crate) mod request_id;
 mod signal;
 
+pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR};
 pub(crate) use conn::{ConnCtx, ListenerCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};

@@ -1,5 +1,5 @@
 //! The request body as it travels upstream: counted for the access log, timed for the route
-//! timeout, recorded for a retry, or read ahead for an authorization check.
+//! timeout, recorded for a retry, read ahead for an authorization check, or copied to mirrors.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -21,6 +21,7 @@ pub struct RequestBody {
     replay: Option<Rc<RefCell<Replay>>>,
 }
 
+use super::mirror_feed::{FeedReceiver, FeedSender, feed};
 use crate::error::BodyError;
 
 enum Source {
@@ -35,6 +36,13 @@ enum Source {
         front: VecDeque<Frame<Bytes>>,
         rest: Box<Source>,
     },
+    /// The client's body, each frame also queued for the copies sent to mirrors.
+    Teed {
+        inner: Box<Source>,
+        copies: Vec<FeedSender>,
+    },
+    /// A mirror's copy of another request's body.
+    Mirrored(FeedReceiver),
 }
 
 /// When a body last moved, shared by the body and the route timeout that watches it. Clocks
@@ -200,6 +208,31 @@ impl RequestBody {
         Ok((start.freeze(), whole))
     }
 
+    /// A body for a copy of this request sent to a mirror: its frames as this body's go
+    /// upstream, as long as the copy keeps within `limit` bytes of them.
+    pub(crate) fn copy_for_mirror(&mut self, limit: usize) -> RequestBody {
+        if self.is_end_stream() {
+            return RequestBody::empty();
+        }
+        let (sender, receiver) = feed(limit, self.source.size_hint());
+        match &mut self.source {
+            Source::Teed { copies, .. } => copies.push(sender),
+            _ => {
+                let inner = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
+                self.source = Source::Teed {
+                    inner: Box::new(inner),
+                    copies: vec![sender],
+                };
+            }
+        }
+        RequestBody {
+            source: Source::Mirrored(receiver),
+            received: None,
+            progress: None,
+            replay: None,
+        }
+    }
+
     /// Starts recording the frames for a retry, up to `limit` bytes.
     pub(crate) fn record_for_replay(&mut self, limit: usize) -> Rc<RefCell<Replay>> {
         let replay = Rc::new(RefCell::new(Replay {
@@ -242,6 +275,26 @@ impl Body for Source {
                 Some(frame) => Poll::Ready(Some(Ok(frame))),
                 None => Pin::new(rest.as_mut()).poll_frame(cx),
             },
+            Source::Teed { inner, copies } => {
+                let polled = Pin::new(inner.as_mut()).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        let ended = inner.is_end_stream();
+                        for copy in copies.iter() {
+                            copy.send(frame);
+                            if ended {
+                                copy.end();
+                            }
+                        }
+                    }
+                    Poll::Ready(None) => copies.iter().for_each(FeedSender::end),
+                    // A failed body: dropping the senders gives the copies up.
+                    Poll::Ready(Some(Err(_))) => copies.clear(),
+                    Poll::Pending => {}
+                }
+                polled
+            }
+            Source::Mirrored(receiver) => receiver.poll_frame(cx),
         }
     }
 
@@ -252,6 +305,8 @@ impl Body for Source {
             Source::Http1(inner) => inner.is_end_stream(),
             Source::Replayed(frames) => frames.is_empty(),
             Source::ReadAhead { front, rest } => front.is_empty() && rest.is_end_stream(),
+            Source::Teed { inner, .. } => inner.is_end_stream(),
+            Source::Mirrored(receiver) => receiver.is_end_stream(),
         }
     }
 
@@ -275,6 +330,8 @@ impl Body for Source {
                 }
                 hint
             }
+            Source::Teed { inner, .. } => inner.size_hint(),
+            Source::Mirrored(receiver) => receiver.size_hint(),
         }
     }
 }

@@ -183,21 +183,21 @@ impl Value {
     fn render(&self, vars: &Vars<'_>) -> Option<HeaderValue> {
         let template = match self {
             Value::Static(value) => return Some(value.clone()),
-            Value::ClientIp => return Some(vars.exchange.conn.peer_ip.clone()),
+            Value::ClientIp => return Some(vars.exchange.client.ip.clone()),
             Value::RequestId => return vars.request_id.cloned(),
             Value::UpstreamHost => return vars.upstream.cloned(),
             Value::Template(template) => template,
         };
         let mut out = vars.scratch.borrow_mut();
         out.clear();
-        let conn = vars.exchange.conn;
+        let client = vars.exchange.client;
         for part in &template.0 {
             match part {
                 TemplatePart::Literal(text) => out.extend_from_slice(text.as_bytes()),
                 TemplatePart::ClientAddress => {
-                    let _ = write!(out, "{}", conn.peer);
+                    let _ = write!(out, "{}", client.addr);
                 }
-                TemplatePart::ClientIp => out.extend_from_slice(conn.peer_ip.as_bytes()),
+                TemplatePart::ClientIp => out.extend_from_slice(client.ip.as_bytes()),
                 TemplatePart::RequestId => out.extend_from_slice(vars.request_id?.as_bytes()),
                 TemplatePart::UpstreamHost => out.extend_from_slice(vars.upstream?.as_bytes()),
             }

@@ -142,7 +142,7 @@ impl LocalRateLimit {
         let Some(limiter) = self.limiter(exchange) else {
             return Flow::Continue;
         };
-        let taken = limiter.try_take(req.headers(), exchange.conn.peer.ip(), Instant::now());
+        let taken = limiter.try_take(req.headers(), exchange.client.addr.ip(), Instant::now());
         let config = &limiter.config;
         let verdict = Verdict {
             limit: limiter.max_tokens,

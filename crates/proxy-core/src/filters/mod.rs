@@ -48,7 +48,7 @@ use per_route::PerRouteSettings;
 use crate::catalog::Catalog;
 use crate::config::{HttpFilterConfig, ListenerConfig};
 use crate::context::request_id::X_REQUEST_ID;
-use crate::context::{ConnCtx, RequestBody};
+use crate::context::{Client, ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
 
 /// One filter of a chain.
@@ -106,6 +106,9 @@ enum HeadersFlow {
 /// The exchange as the phases see it.
 pub(crate) struct Exchange<'a> {
     pub(crate) conn: &'a ConnCtx,
+    /// Where the request comes from (the peer, or behind trusted proxies an address from
+    /// `x-forwarded-for`).
+    pub(crate) client: &'a Client,
     /// The host the client asked for (`host`, or the authority of the request target).
     pub(crate) host: Option<&'a HeaderValue>,
     /// The index of the virtual host the request's host picked; `None` when none did.

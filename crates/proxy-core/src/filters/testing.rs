@@ -19,6 +19,8 @@ pub(crate) struct Setup {
     pub(crate) config: Config,
     pub(crate) chain: FilterChain,
     pub(crate) conn: Rc<ConnCtx>,
+    /// The connection's peer, as the client of every request.
+    pub(crate) client: crate::context::Client,
     /// The registry the chain's stats record into.
     pub(crate) _stats: Arc<ProxyStats>,
 }
@@ -56,6 +58,10 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
             name: "l".into(),
             tls: false,
             forwarded_proto: HeaderValue::from_static("http"),
+            forwarded_trust: crate::context::ForwardedTrust {
+                use_remote_address: true,
+                trusted_hops: 0,
+            },
             max_requests_per_connection: None,
             max_connection_duration: None,
             head_limit: None,
@@ -72,6 +78,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
         #[cfg(test)]
         config,
         chain,
+        client: crate::context::Client::peer(&conn),
         conn,
         _stats: stats,
     }

@@ -47,6 +47,7 @@ impl Setup {
             );
         let exchange = Exchange {
             conn: &self.conn,
+            client: &self.client,
             host: Some(&host),
             virtual_host: matched.virtual_host,
             route: matched.route,
@@ -359,6 +360,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
     );
     let exchange = Exchange {
         conn: &s.conn,
+        client: &s.client,
         host: Some(&TEST_HOST),
         virtual_host: Some(0),
         route: Some(0),
@@ -396,6 +398,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
     );
     let exchange = Exchange {
         conn: &s.conn,
+        client: &s.client,
         host: Some(&TEST_HOST),
         virtual_host: Some(0),
         route: Some(0),

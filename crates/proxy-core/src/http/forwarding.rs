@@ -3,7 +3,8 @@
 use http::HeaderMap;
 use http::header::{CONNECTION, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE};
 
-pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+use crate::context::X_FORWARDED_FOR;
+
 pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) static X_LEGATE_OVERLOADED: HeaderName = HeaderName::from_static("x-legate-overloaded");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");

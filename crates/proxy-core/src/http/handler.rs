@@ -10,11 +10,11 @@ use http::header::{CONNECTION, HeaderValue, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
-use super::{HttpCtx, ResponseBody, head, local_reply, redirect, rewrite, upgrade};
+use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite, upgrade};
 use crate::cluster::Admitted;
 use crate::config::{ForwardAction, PathMatch, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{ConnCtx, InFlight, RequestBody, Tunnel};
+use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::ProxyError;
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
@@ -59,13 +59,24 @@ pub(crate) async fn handle(
         close = true;
         conn.listener.stats.cx_max_duration.inc();
     }
+    let client = Client::of(&conn, req.headers());
+    if let Some(log) = in_flight.log()
+        && client.addr != conn.peer
+    {
+        log.peer = Some(client.addr);
+    }
     let mut state = FilterState::default();
     let mut facts = Facts::default();
     let routed = if conn.worker.overload.shedding_requests() {
         conn.worker.stats.overload_rq_shed.inc();
         Err(ProxyError::Overloaded)
     } else {
-        route_and_forward(req, &conn, &http, &mut in_flight, &mut state, &mut facts).await
+        let scope = Scope {
+            conn: &conn,
+            client: &client,
+            http: &http,
+        };
+        route_and_forward(req, scope, &mut in_flight, &mut state, &mut facts).await
     };
     let mut response = match routed {
         Ok(response) => response,
@@ -107,6 +118,7 @@ pub(crate) async fn handle(
     if !http.filters.is_empty() {
         let exchange = Exchange {
             conn: &conn,
+            client: &client,
             host: facts.host.as_ref(),
             virtual_host: facts.matched.virtual_host,
             route: facts.matched.route,
@@ -163,6 +175,15 @@ pub(crate) async fn handle(
     Ok(response)
 }
 
+/// What every stage of one request reads.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    conn: &'a Rc<ConnCtx>,
+    client: &'a Client,
+    /// The listener's routes, filters and clusters, as of the request's start.
+    http: &'a HttpCtx,
+}
+
 /// What the request phases learned, for the response phases (which run whatever the outcome).
 #[derive(Default)]
 struct Facts {
@@ -176,12 +197,12 @@ struct Facts {
 
 async fn route_and_forward(
     mut req: Request<RequestBody>,
-    conn: &ConnCtx,
-    http: &HttpCtx,
+    scope: Scope<'_>,
     in_flight: &mut InFlight,
     state: &mut FilterState,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
+    let Scope { conn, http, .. } = scope;
     let (host, matched) = match head::admit(
         &mut req,
         conn.listener.head_limit,
@@ -201,6 +222,7 @@ async fn route_and_forward(
         }
         let exchange = Exchange {
             conn,
+            client: scope.client,
             host: host.as_ref(),
             virtual_host: matched.virtual_host,
             route: matched.route,
@@ -236,8 +258,7 @@ async fn route_and_forward(
                 host.clone(),
                 forward,
                 &route.matcher.path,
-                conn,
-                http,
+                scope,
                 in_flight,
                 facts,
             )
@@ -267,20 +288,21 @@ async fn forward_request(
     host: Option<HeaderValue>,
     forward: &ForwardAction,
     matched_path: &PathMatch,
-    conn: &ConnCtx,
-    http: &HttpCtx,
+    scope: Scope<'_>,
     in_flight: &mut InFlight,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
+    let Scope { conn, client, http } = scope;
+    let client = client.addr.ip();
     let mut req = req;
     let asked = upgrade::asked(&mut req, &forward.upgrades);
     if asked.is_none() && upgrade::is_extended_connect(&req) {
         return Err(ProxyError::BadRequest("this route allows no such upgrade"));
     }
-    let cluster = pick_cluster(forward, req.headers(), conn.peer.ip());
-    let admitted = http.clusters[cluster].admit(req.headers(), conn.peer.ip())?;
+    let cluster = pick_cluster(forward, req.headers(), client);
+    let admitted = http.clusters[cluster].admit(req.headers(), client)?;
     let upstream = Rc::clone(admitted.host());
-    let (mut parts, body) = req.into_parts();
+    let (mut parts, mut body) = req.into_parts();
     if let Some(rewrite) = &forward.path_rewrite {
         let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
         let mut uri = std::mem::take(&mut parts.uri).into_parts();
@@ -293,6 +315,17 @@ async fn forward_request(
         log.upstream = Some(upstream.addr_text().clone());
     }
     let authority = forward.host_rewrite.clone().or(host);
+    if !forward.mirrors.is_empty() && asked.is_none() {
+        mirror::start(
+            forward,
+            &http.clusters,
+            &parts,
+            authority.as_ref(),
+            &mut body,
+            conn,
+            client,
+        );
+    }
     rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
     if let Some(asked) = asked {
         // Boxed: only upgrade requests carry this state, not every request's future.
@@ -316,7 +349,7 @@ async fn forward_request(
             Request::from_parts(parts, body),
             forward.timeout,
             forward.retry_policy.as_ref(),
-            conn.peer.ip(),
+            client,
         )
         .await?;
     if let Some(log) = in_flight.log()

@@ -6,6 +6,7 @@
 //! head.rs           the head's checks before anything reads it: size, path, host, route
 //! rewrite.rs        the request head as the upstream gets it, and the response head back
 //! redirect.rs       a redirect's location; the path a prefix or regex rewrite forwards
+//! mirror.rs         copies of requests sent to mirror clusters, their answers discarded
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
 //! response_body.rs  the body sent downstream, holding the request's bookkeeping
 //! local_reply.rs    responses the proxy writes itself
@@ -16,6 +17,7 @@ pub(crate) mod forwarding;
 pub(crate) mod handler;
 pub(crate) mod head;
 pub(crate) mod local_reply;
+mod mirror;
 mod redirect;
 mod response_body;
 mod rewrite;

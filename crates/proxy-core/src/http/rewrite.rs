@@ -24,11 +24,19 @@ pub(crate) fn request_for_upstream(
     // The downstream codec already answered any `100-continue`; the upstream gets the body
     // as it streams.
     parts.headers.remove(EXPECT);
-    append_forwarded_for(&mut parts.headers, &conn.peer_ip);
-    parts.headers.insert(
-        X_FORWARDED_PROTO.clone(),
-        conn.listener.forwarded_proto.clone(),
-    );
+    let trust = conn.listener.forwarded_trust;
+    if trust.use_remote_address {
+        // The peer, whichever entry the client was read from (as Envoy appends it).
+        append_forwarded_for(&mut parts.headers, &conn.peer_ip);
+    }
+    if trust.overwrites_proto() {
+        parts.headers.insert(
+            X_FORWARDED_PROTO.clone(),
+            conn.listener.forwarded_proto.clone(),
+        );
+    } else if let http::header::Entry::Vacant(slot) = parts.headers.entry(&X_FORWARDED_PROTO) {
+        slot.insert(conn.listener.forwarded_proto.clone());
+    }
     let authority = match authority {
         Some(authority) => authority,
         None => host.addr_text().clone(),

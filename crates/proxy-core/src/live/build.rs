@@ -320,6 +320,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         buffer_limit,
         http,
         access_log,
+        proxy_protocol,
         tls,
         http_filters: _,
         route_config: _,
@@ -332,6 +333,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         buffer_limit,
         http,
         access_log,
+        proxy_protocol,
         tls,
     ))
 }

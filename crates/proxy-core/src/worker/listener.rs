@@ -15,7 +15,7 @@ use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::config::{ConnectionBalance, ListenerConfig};
 use crate::conn::{Codecs, ConnSettings};
-use crate::context::{ListenerCtx, Signal};
+use crate::context::{ForwardedTrust, ListenerCtx, Signal};
 use crate::filters::FilterChain;
 use crate::http::{HttpCtx, HttpSlot};
 use crate::listener::ConnectionLimits;
@@ -183,6 +183,10 @@ fn listener_ctx(
         name: name.clone(),
         tls: tls.is_some(),
         forwarded_proto: HeaderValue::from_static(if tls.is_some() { "https" } else { "http" }),
+        forwarded_trust: ForwardedTrust {
+            use_remote_address: config.http.use_remote_address,
+            trusted_hops: config.http.xff_num_trusted_hops,
+        },
         max_requests_per_connection: config.http.max_requests_per_connection,
         max_connection_duration: config.http.max_connection_duration,
         head_limit: Codecs::head_limit_to_check(config),
@@ -210,6 +214,7 @@ fn conn_settings(
                 config.buffer_limit,
             )
         }),
+        proxy_protocol: config.proxy_protocol,
     }
 }
 

@@ -347,6 +347,9 @@ pub(super) fn mirrors(
                 cluster,
                 cluster_name: m.cluster,
                 fraction,
+                disable_shadow_host_suffix_append: m
+                    .disable_shadow_host_suffix_append
+                    .unwrap_or(false),
             })
         })
         .collect()

@@ -41,6 +41,15 @@ pub(super) const LISTENER: &[(u32, &str)] = &[
     (39, "stats_matcher"),
 ];
 
+pub(super) const PROXY_PROTOCOL: &[(u32, &str)] = &[
+    (1, "rules"),
+    (2, "allow_requests_without_proxy_protocol"),
+    (3, "pass_through_tlvs"),
+    (4, "disallowed_versions"),
+    (5, "stat_prefix"),
+    (6, "tlv_location"),
+];
+
 pub(super) const FILTER_CHAIN: &[(u32, &str)] = &[
     (1, "filter_chain_match"),
     (3, "filters"),

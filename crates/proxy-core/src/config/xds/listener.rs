@@ -6,6 +6,7 @@ use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtoco
 use envoy_types::pb::envoy::config::listener::v3::{
     FilterChain, Listener, filter, listener_filter,
 };
+use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, http_connection_manager, http_filter,
 };
@@ -14,7 +15,9 @@ use envoy_types::pb::google::protobuf::Any;
 use super::ext_authz::{self, XdsAuthz};
 use super::route::XdsRoutes;
 use super::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
-use crate::config::raw::{RawHttp, RawHttpFilter, RawListener, RawPathNormalization};
+use crate::config::raw::{
+    RawHttp, RawHttpFilter, RawListener, RawPathNormalization, RawProxyProtocol,
+};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -24,6 +27,45 @@ const INSPECTORS: [&str; 2] = [
     "envoy.filters.listener.tls_inspector",
     "envoy.filters.listener.http_inspector",
 ];
+
+const PROXY_PROTOCOL_FILTER: &str = "envoy.filters.listener.proxy_protocol";
+const PROXY_PROTOCOL: &str =
+    "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol";
+
+/// The `envoy.filters.listener.proxy_protocol` listener filter as the listener's
+/// `proxy_protocol`. TLVs are never read, so rules that keep them are refused.
+fn proxy_protocol_filter(
+    config: Option<listener_filter::ConfigType>,
+    at: &str,
+) -> Result<RawProxyProtocol, ResourceError> {
+    let mut filter = match config {
+        None => ProxyProtocol::default(),
+        Some(listener_filter::ConfigType::TypedConfig(any)) => {
+            decode::<ProxyProtocol>(&any, PROXY_PROTOCOL, "a ProxyProtocol listener filter")?
+        }
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["config_discovery".into()],
+            });
+        }
+    };
+    // `core.v3.ProxyProtocolConfig.Version`: V1 = 0, V2 = 1.
+    let disallowed = std::mem::take(&mut filter.disallowed_versions);
+    let versions = [(0, "v1"), (1, "v2")]
+        .into_iter()
+        .filter(|(number, _)| !disallowed.contains(number))
+        .map(|(_, name)| name.to_owned())
+        .collect();
+    let required = !std::mem::take(&mut filter.allow_requests_without_proxy_protocol);
+    filter.stat_prefix.clear();
+    filter.tlv_location = 0;
+    nothing_else(&filter, fields::PROXY_PROTOCOL, at)?;
+    Ok(RawProxyProtocol {
+        versions: Some(versions),
+        required: Some(required),
+    })
+}
 
 /// A listener from the management server.
 #[derive(Debug, Clone)]
@@ -79,10 +121,18 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         .per_connection_buffer_limit_bytes
         .take()
         .map(|v| u64::from(v.value));
+    let mut proxy_protocol = None;
     for (i, f) in std::mem::take(&mut l.listener_filters)
         .into_iter()
         .enumerate()
     {
+        if f.name == PROXY_PROTOCOL_FILTER {
+            proxy_protocol = Some(proxy_protocol_filter(
+                f.config_type,
+                &format!("{at}.listener_filters[{i}]"),
+            )?);
+            continue;
+        }
         let harmless = INSPECTORS.contains(&f.name.as_str())
             && matches!(
                 f.config_type,
@@ -160,6 +210,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),
         access_log: None,
+        proxy_protocol,
         tls,
         ext_authz: None,
         http_filters: Vec::new(),
@@ -246,9 +297,10 @@ fn connection_manager(
         }
         upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
     }
-    // Legate always appends the peer's address to x-forwarded-for (Envoy's behaviour with
-    // `use_remote_address: true`); docs/xds.md says so for `false`, the default.
-    hcm.use_remote_address = None;
+    // Envoy's defaults, not the config file's: a listener from a control plane behaves as
+    // the same listener would in Envoy.
+    http.use_remote_address = Some(hcm.use_remote_address.take().is_some_and(|v| v.value));
+    http.xff_num_trusted_hops = Some(std::mem::take(&mut hcm.xff_num_trusted_hops));
     // Path normalisation is on in Legate unless turned off. `normalize_path` says either
     // way; `merge_slashes` is a plain bool whose `false` (the default) cannot be told from
     // unset, so it can only turn merging on.

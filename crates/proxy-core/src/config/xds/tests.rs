@@ -722,3 +722,71 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     assert_eq!(breakers.max_requests.resolve(2), u32::MAX);
     assert_eq!(breakers.max_retries.resolve(2), 0);
 }
+
+#[test]
+fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
+    use envoy_types::pb::envoy::config::listener::v3::{ListenerFilter, filter, listener_filter};
+    use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::{
+        ProxyProtocol, proxy_protocol,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use envoy_types::pb::google::protobuf::BoolValue;
+
+    let proxy_protocol = |config: &ProxyProtocol| ListenerFilter {
+        name: "envoy.filters.listener.proxy_protocol".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack(config))),
+        ..Default::default()
+    };
+    let section = |l: &Listener| {
+        XdsListener::decode(&pack(l))
+            .unwrap()
+            .section(
+                None,
+                &std::collections::BTreeMap::new(),
+                &std::collections::BTreeMap::new(),
+            )
+            .unwrap()
+    };
+
+    // Without the filter nor the HCM fields: Envoy's defaults.
+    let raw = section(&listener("edge", "routes"));
+    assert!(raw.proxy_protocol.is_none());
+    assert_eq!(raw.http.use_remote_address, Some(false));
+    assert_eq!(raw.http.xff_num_trusted_hops, Some(0));
+
+    let mut l = listener("edge", "routes");
+    l.listener_filters = vec![proxy_protocol(&ProxyProtocol {
+        allow_requests_without_proxy_protocol: true,
+        disallowed_versions: vec![0],
+        stat_prefix: "nlb".into(),
+        ..Default::default()
+    })];
+    let Some(filter::ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type
+    else {
+        panic!("an HCM");
+    };
+    let mut hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    hcm.use_remote_address = Some(BoolValue { value: true });
+    hcm.xff_num_trusted_hops = 2;
+    l.filter_chains[0].filters[0].config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
+    let raw = section(&l);
+    let pp = raw.proxy_protocol.unwrap();
+    assert_eq!(pp.versions, Some(vec!["v2".to_string()]));
+    assert_eq!(pp.required, Some(false));
+    assert_eq!(raw.http.use_remote_address, Some(true));
+    assert_eq!(raw.http.xff_num_trusted_hops, Some(2));
+
+    // TLVs kept as metadata are never read: refused by name.
+    l.listener_filters = vec![proxy_protocol(&ProxyProtocol {
+        rules: vec![proxy_protocol::Rule {
+            tlv_type: 0xEA,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })];
+    let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
+    assert!(
+        error.contains("listener_filters[0]") && error.contains("rules"),
+        "{error}"
+    );
+}

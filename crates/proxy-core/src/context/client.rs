@@ -1,0 +1,155 @@
+//! Which address a request comes from: the connection's peer (after any PROXY protocol
+//! header), or, behind proxies the listener trusts, an address from `x-forwarded-for`, as
+//! Envoy's `use_remote_address` and `xff_num_trusted_hops` define it. That address is the one
+//! access logs, ext_authz, rate limits, hash keys and header templates see.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::ConnCtx;
+
+pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// A listener's trust in the proxies in front of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ForwardedTrust {
+    /// The peer is appended to `x-forwarded-for`; `false`: the header goes on as it came.
+    pub(crate) use_remote_address: bool,
+    /// Proxies in front whose `x-forwarded-for` entries (and `x-forwarded-proto`) count.
+    pub(crate) trusted_hops: u32,
+}
+
+impl ForwardedTrust {
+    /// How many entries from the right of `x-forwarded-for` are skipped to reach the client;
+    /// `None`: the peer is the client and the header is not read.
+    fn skipped(self) -> Option<u32> {
+        if self.use_remote_address {
+            // The peer, appended, is the first hop from the right.
+            self.trusted_hops.checked_sub(1)
+        } else {
+            Some(self.trusted_hops)
+        }
+    }
+
+    /// Whether the proxy names the scheme itself: an `x-forwarded-proto` from the client is
+    /// kept only when it came from a trusted proxy (or the listener passes headers on as
+    /// they came).
+    pub(crate) fn overwrites_proto(self) -> bool {
+        self.use_remote_address && self.trusted_hops == 0
+    }
+}
+
+/// The address a request comes from.
+#[derive(Debug, Clone)]
+pub(crate) struct Client {
+    /// From `x-forwarded-for`, the port is 0.
+    pub(crate) addr: SocketAddr,
+    /// The IP as header text.
+    pub(crate) ip: HeaderValue,
+}
+
+impl Client {
+    /// The client of a request with `headers` on `conn`. Falls back to the peer when
+    /// `x-forwarded-for` has fewer entries than the trusted hops, or the entry is not an IP
+    /// address (Envoy does the same).
+    pub(crate) fn of(conn: &ConnCtx, headers: &HeaderMap) -> Client {
+        if let Some(skip) = conn.listener.forwarded_trust.skipped()
+            && let Some(ip) = forwarded_for(headers, skip)
+        {
+            let ip_text =
+                HeaderValue::from_str(&ip.to_string()).expect("an IP address is valid header text");
+            return Client {
+                addr: SocketAddr::new(ip, 0),
+                ip: ip_text,
+            };
+        }
+        Client {
+            addr: conn.peer,
+            ip: conn.peer_ip.clone(),
+        }
+    }
+
+    /// The connection's own peer.
+    #[cfg(any(test, feature = "bench"))]
+    pub(crate) fn peer(conn: &ConnCtx) -> Client {
+        Client {
+            addr: conn.peer,
+            ip: conn.peer_ip.clone(),
+        }
+    }
+}
+
+/// The entry `skip` places from the right end of `x-forwarded-for` (its lines read in order
+/// as one list), if it is an IP address.
+fn forwarded_for(headers: &HeaderMap, skip: u32) -> Option<IpAddr> {
+    let mut left = skip;
+    for line in headers.get_all(&X_FORWARDED_FOR).iter().rev() {
+        for entry in line.as_bytes().rsplit(|&b| b == b',') {
+            if left == 0 {
+                return std::str::from_utf8(entry).ok()?.trim().parse().ok();
+            }
+            left -= 1;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xff(lines: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for line in lines {
+            headers.append("x-forwarded-for", line.parse().unwrap());
+        }
+        headers
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn entries_are_counted_from_the_right_across_lines() {
+        let one_line = xff(&["203.0.113.128, 203.0.113.10,203.0.113.1"]);
+        let two_lines = xff(&["203.0.113.128, 203.0.113.10", " 203.0.113.1 "]);
+        for headers in [one_line, two_lines] {
+            assert_eq!(forwarded_for(&headers, 0), ip("203.0.113.1"));
+            assert_eq!(forwarded_for(&headers, 1), ip("203.0.113.10"));
+            assert_eq!(forwarded_for(&headers, 2), ip("203.0.113.128"));
+            assert_eq!(forwarded_for(&headers, 3), None);
+        }
+        assert_eq!(forwarded_for(&HeaderMap::new(), 0), None);
+        assert_eq!(forwarded_for(&xff(&["2001:db8::7"]), 0), ip("2001:db8::7"));
+    }
+
+    #[test]
+    fn an_entry_that_is_no_address_gives_none() {
+        // Not an address, a port, an empty entry: the peer will stand (as in Envoy).
+        assert_eq!(forwarded_for(&xff(&["unknown"]), 0), None);
+        assert_eq!(forwarded_for(&xff(&["192.0.2.1:80"]), 0), None);
+        assert_eq!(forwarded_for(&xff(&["192.0.2.1,"]), 0), None);
+        // Entries skipped are not read.
+        assert_eq!(
+            forwarded_for(&xff(&["192.0.2.1, junk"]), 1),
+            ip("192.0.2.1")
+        );
+    }
+
+    #[test]
+    fn trust_says_how_far_to_look() {
+        let trust = |use_remote_address, trusted_hops| ForwardedTrust {
+            use_remote_address,
+            trusted_hops,
+        };
+        assert_eq!(trust(true, 0).skipped(), None);
+        assert_eq!(trust(true, 2).skipped(), Some(1));
+        assert_eq!(trust(false, 0).skipped(), Some(0));
+        assert_eq!(trust(false, 2).skipped(), Some(2));
+        assert!(trust(true, 0).overwrites_proto());
+        assert!(!trust(true, 1).overwrites_proto());
+        assert!(!trust(false, 0).overwrites_proto());
+    }
+}
