@@ -45,8 +45,8 @@ impl ForwardedTrust {
 pub(crate) struct Client {
     /// From `x-forwarded-for`, the port is 0.
     pub(crate) addr: SocketAddr,
-    /// The IP as header text.
-    pub(crate) ip: HeaderValue,
+    /// The IP as header text when it is not the peer's (which the connection keeps).
+    forwarded_ip: Option<HeaderValue>,
 }
 
 impl Client {
@@ -61,22 +61,23 @@ impl Client {
                 HeaderValue::from_str(&ip.to_string()).expect("an IP address is valid header text");
             return Client {
                 addr: SocketAddr::new(ip, 0),
-                ip: ip_text,
+                forwarded_ip: Some(ip_text),
             };
         }
-        Client {
-            addr: conn.peer,
-            ip: conn.peer_ip.clone(),
-        }
+        Client::peer(conn)
     }
 
     /// The connection's own peer.
-    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn peer(conn: &ConnCtx) -> Client {
         Client {
             addr: conn.peer,
-            ip: conn.peer_ip.clone(),
+            forwarded_ip: None,
         }
+    }
+
+    /// The IP as header text.
+    pub(crate) fn ip<'a>(&'a self, conn: &'a ConnCtx) -> &'a HeaderValue {
+        self.forwarded_ip.as_ref().unwrap_or(&conn.peer_ip)
     }
 }
 

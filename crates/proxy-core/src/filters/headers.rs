@@ -183,7 +183,9 @@ impl Value {
     fn render(&self, vars: &Vars<'_>) -> Option<HeaderValue> {
         let template = match self {
             Value::Static(value) => return Some(value.clone()),
-            Value::ClientIp => return Some(vars.exchange.client.ip.clone()),
+            Value::ClientIp => {
+                return Some(vars.exchange.client.ip(vars.exchange.conn).clone());
+            }
             Value::RequestId => return vars.request_id.cloned(),
             Value::UpstreamHost => return vars.upstream.cloned(),
             Value::Template(template) => template,
@@ -197,7 +199,9 @@ impl Value {
                 TemplatePart::ClientAddress => {
                     let _ = write!(out, "{}", client.addr);
                 }
-                TemplatePart::ClientIp => out.extend_from_slice(client.ip.as_bytes()),
+                TemplatePart::ClientIp => {
+                    out.extend_from_slice(client.ip(vars.exchange.conn).as_bytes());
+                }
                 TemplatePart::RequestId => out.extend_from_slice(vars.request_id?.as_bytes()),
                 TemplatePart::UpstreamHost => out.extend_from_slice(vars.upstream?.as_bytes()),
             }
