@@ -664,3 +664,198 @@ async fn the_management_server_on_a_unix_socket() {
     assert_eq!(answer(web, "/").await.0, 204);
     server.shutdown().await;
 }
+
+/// Routes from the management server that use splits, a mirror, a redirect, a rewrite and
+/// regex, header-prefix and query matching behave as the same routes from the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_features_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+    use envoy_types::pb::envoy::config::route::v3::{
+        HeaderMatcher, QueryParameterMatcher, RedirectAction, Route, RouteAction, WeightedCluster,
+        header_matcher, query_parameter_matcher, redirect_action, route, route_action, route_match,
+        weighted_cluster,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        RegexMatcher, StringMatcher, string_matcher,
+    };
+    use envoy_types::pb::envoy::r#type::v3::FractionalPercent;
+    use envoy_types::pb::google::protobuf::UInt32Value;
+
+    let (one, two) = upstreams().await;
+    let shadow = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let split = |clusters: &[(&str, u32)]| {
+        route_action::ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: clusters
+                .iter()
+                .map(|(name, weight)| weighted_cluster::ClusterWeight {
+                    name: (*name).into(),
+                    weight: Some(UInt32Value { value: *weight }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+    };
+    let with_action = |mut r: Route, action: RouteAction| {
+        r.action = Some(route::Action::Route(action));
+        r
+    };
+    let mut routes = Vec::new();
+    // 3:1 between one and two; a cluster of weight 0 gets nothing.
+    routes.push(with_action(
+        resources::forward("/split", "one"),
+        RouteAction {
+            cluster_specifier: Some(split(&[("one", 3), ("two", 1), ("shadow", 0)])),
+            ..Default::default()
+        },
+    ));
+    // Half of a split names a cluster the server never sent: the rest takes it all.
+    routes.push(with_action(
+        resources::forward("/half-missing", "one"),
+        RouteAction {
+            cluster_specifier: Some(split(&[("two", 1), ("not-sent", 1)])),
+            ..Default::default()
+        },
+    ));
+    // Rewritten, and every request copied to `shadow` (100 of 100).
+    routes.push(with_action(
+        resources::forward("/api/", "one"),
+        RouteAction {
+            cluster_specifier: Some(route_action::ClusterSpecifier::Cluster("one".into())),
+            prefix_rewrite: "/v2/".into(),
+            request_mirror_policies: vec![route_action::RequestMirrorPolicy {
+                cluster: "shadow".into(),
+                runtime_fraction: Some(RuntimeFractionalPercent {
+                    default_value: Some(FractionalPercent {
+                        numerator: 100,
+                        denominator: 0,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    ));
+    // https, a new prefix, 308.
+    let mut old = resources::direct("/old/", 200);
+    old.action = Some(route::Action::Redirect(RedirectAction {
+        scheme_rewrite_specifier: Some(redirect_action::SchemeRewriteSpecifier::HttpsRedirect(
+            true,
+        )),
+        path_rewrite_specifier: Some(redirect_action::PathRewriteSpecifier::PrefixRewrite(
+            "/new/".into(),
+        )),
+        response_code: redirect_action::RedirectResponseCode::PermanentRedirect as i32,
+        ..Default::default()
+    }));
+    routes.push(old);
+    // A whole-path regex, with a header prefix and a query parameter.
+    let mut regex = resources::direct("/", 202);
+    let matcher = regex.r#match.as_mut().unwrap();
+    matcher.path_specifier = Some(route_match::PathSpecifier::SafeRegex(RegexMatcher {
+        regex: "/users/[0-9]+".into(),
+        ..Default::default()
+    }));
+    matcher.headers = vec![HeaderMatcher {
+        name: "user-agent".into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+            StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Prefix("curl/".into())),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }];
+    matcher.query_parameters = vec![QueryParameterMatcher {
+        name: "debug".into(),
+        query_parameter_match_specifier: Some(
+            query_parameter_matcher::QueryParameterMatchSpecifier::PresentMatch(true),
+        ),
+    }];
+    routes.push(regex);
+    routes.push(resources::direct("/", 404));
+
+    let (name, l) = listener("web", "web-routes");
+    server.set(type_url::LISTENER, vec![(name, l)]);
+    server.set(
+        type_url::ROUTE,
+        vec![(
+            "web-routes".into(),
+            any(&resources::route_config("web-routes", routes)),
+        )],
+    );
+    server.set(
+        type_url::CLUSTER,
+        ["one", "two", "shadow"]
+            .iter()
+            .map(|n| named(eds_cluster(n, cluster::LbPolicy::RoundRobin)))
+            .collect(),
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            assignment("one", &[one.local_addr()]),
+            assignment("two", &[two.local_addr()]),
+            assignment("shadow", &[shadow.local_addr()]),
+        ],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 2);
+    let addr = listener_address(&proxy, "web").await;
+    let (one_addr, two_addr) = (one.local_addr().to_string(), two.local_addr().to_string());
+
+    // 400 requests at 3:1: two's share has a standard deviation of 8.7; 60 to 140 is more
+    // than four and a half of them either way. None reaches the weight-0 cluster.
+    let mut to_two = 0;
+    for _ in 0..400 {
+        let (status, by) = answer(addr, "/split").await;
+        assert_eq!(status, 200);
+        assert!(by == one_addr || by == two_addr, "{by}");
+        to_two += usize::from(by == two_addr);
+    }
+    assert!((60..=140).contains(&to_two), "{to_two} of 400 to two");
+    for _ in 0..20 {
+        assert_eq!(answer(addr, "/half-missing").await, (200, two_addr.clone()));
+    }
+
+    let echoed = send_h1(addr, get("/api/users", &[("x-noop-echo", "headers")])).await;
+    assert_eq!(echoed.status(), 200);
+    let text = text(echoed.into_body()).await;
+    assert!(text.starts_with("GET /v2/users "), "{text}");
+    let admin = proxy.admin.unwrap();
+    assert_eq!(stat_settled(admin, "upstream_rq_shadow", 1), 1);
+
+    let moved = send_h1(addr, get("/old/page?x=1", &[])).await;
+    assert_eq!(moved.status(), 308);
+    assert_eq!(
+        moved.headers()["location"],
+        "https://legate.test/new/page?x=1"
+    );
+
+    let curl = [("user-agent", "curl/8.5")];
+    assert_eq!(
+        send_h1(addr, get("/users/42?debug", &curl)).await.status(),
+        202
+    );
+    for (path, headers) in [
+        ("/users/42", &curl[..]),
+        ("/users/42?debug", &[("user-agent", "Mozilla/5.0")][..]),
+        ("/users/4x2?debug", &curl[..]),
+    ] {
+        assert_eq!(
+            send_h1(addr, get(path, headers)).await.status(),
+            404,
+            "{path}"
+        );
+    }
+    assert!(
+        server.requests().iter().all(|r| !r.is_nack()),
+        "every resource taken"
+    );
+    server.shutdown().await;
+}

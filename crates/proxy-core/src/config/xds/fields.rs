@@ -266,6 +266,54 @@ pub(super) const ROUTE_ACTION: &[(u32, &str)] = &[
     (45, "path_rewrite"),
 ];
 
+pub(super) const WEIGHTED_CLUSTER: &[(u32, &str)] = &[
+    (1, "clusters"),
+    (2, "runtime_key_prefix"),
+    (3, "total_weight"),
+    (4, "random_value_specifier"),
+    (5, "random_value_specifier"),
+];
+
+pub(super) const CLUSTER_WEIGHT: &[(u32, &str)] = &[
+    (1, "name"),
+    (2, "weight"),
+    (3, "metadata_match"),
+    (4, "request_headers_to_add"),
+    (5, "response_headers_to_add"),
+    (6, "response_headers_to_remove"),
+    (9, "request_headers_to_remove"),
+    (10, "typed_per_filter_config"),
+    (11, "host_rewrite_specifier"),
+    (12, "cluster_header"),
+];
+
+pub(super) const REQUEST_MIRROR_POLICY: &[(u32, &str)] = &[
+    (1, "cluster"),
+    (3, "runtime_fraction"),
+    (4, "trace_sampled"),
+    (5, "cluster_header"),
+    (6, "disable_shadow_host_suffix_append"),
+];
+
+pub(super) const REDIRECT_ACTION: &[(u32, &str)] = &[
+    (1, "host_redirect"),
+    (2, "path_rewrite_specifier"),
+    (3, "response_code"),
+    (4, "scheme_rewrite_specifier"),
+    (5, "path_rewrite_specifier"),
+    (6, "strip_query"),
+    (7, "scheme_rewrite_specifier"),
+    (8, "port_redirect"),
+    (9, "path_rewrite_specifier"),
+    (10, "path_rewrite_specifier"),
+];
+
+pub(super) const QUERY_PARAMETER_MATCHER: &[(u32, &str)] = &[
+    (1, "name"),
+    (5, "query_parameter_match_specifier"),
+    (6, "query_parameter_match_specifier"),
+];
+
 pub(super) const RETRY_POLICY: &[(u32, &str)] = &[
     (1, "retry_on"),
     (2, "num_retries"),

@@ -25,6 +25,7 @@ mod ext_authz;
 mod fields;
 mod listener;
 mod route;
+mod route_action;
 #[cfg(test)]
 mod tests;
 mod tls;

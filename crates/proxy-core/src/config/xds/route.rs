@@ -6,15 +6,16 @@
 use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::data_source;
+use envoy_types::pb::envoy::config::route::v3::route_action as action;
 use envoy_types::pb::envoy::config::route::v3::{
     DirectResponseAction, HeaderMatcher, Route, RouteAction, RouteConfiguration, RouteMatch,
-    VirtualHost, header_matcher, route, route_action, route_match,
+    VirtualHost, header_matcher, route, route_match,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::{
-    ResourceError, cluster_not_found, decode, duration, ext_authz, fields, nothing_else, type_url,
+    ResourceError, cluster_not_found, decode, duration, ext_authz, fields, nothing_else,
+    route_action, type_url,
 };
 use crate::config::raw::{
     RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawRouteAuthz,
@@ -97,27 +98,42 @@ impl XdsRoutes {
             host.routes.push(not_found());
         }
         for route in hosts.iter_mut().flat_map(|h| h.routes.iter_mut()) {
-            let Some(cluster) = &route.cluster else {
-                continue;
+            // A copy for a cluster not there is not sent (Envoy's shadow fails quietly).
+            route
+                .request_mirror_policies
+                .retain(|m| ready.contains_key(m.cluster.as_str()));
+            // Of a split, the clusters that are there share its traffic.
+            if let Some(split) = &mut route.weighted_clusters {
+                split.retain(|c| ready.contains_key(c.cluster.as_str()));
+            }
+            let clusters: Vec<&str> = match (&route.cluster, &route.weighted_clusters) {
+                (Some(cluster), _) => vec![cluster.as_str()],
+                (None, Some(split)) => split.iter().map(|c| c.cluster.as_str()).collect(),
+                (None, None) => continue,
             };
-            if let Some(&http1) = ready.get(cluster.as_str()) {
-                if !http1 {
-                    // The route's own upgrade_configs too: Envoy takes them and fails each
-                    // upgrade to an HTTP/2 cluster; here they are not offered.
-                    route.upgrades.clear();
-                }
-                for upgrade in upgrades.iter().filter(|_| http1) {
-                    if !route.upgrades.contains(upgrade) {
-                        route.upgrades.push(upgrade.clone());
-                    }
-                }
-            } else {
-                route.cluster = None;
-                route.timeout = None;
-                route.host_rewrite = None;
-                route.retry_policy = None;
+            let known: Vec<bool> = clusters
+                .iter()
+                .filter_map(|c| ready.get(c).copied())
+                .collect();
+            if known.is_empty() || known.len() < clusters.len() {
+                *route = RawRoute {
+                    matcher: std::mem::take(&mut route.matcher),
+                    filters: route.filters.take(),
+                    direct_response: Some(cluster_not_found()),
+                    ..Default::default()
+                };
+                continue;
+            }
+            let http1 = known.iter().all(|&http1| http1);
+            if !http1 {
+                // The route's own upgrade_configs too: Envoy takes them and fails each
+                // upgrade to an HTTP/2 cluster; here they are not offered.
                 route.upgrades.clear();
-                route.direct_response = Some(cluster_not_found());
+            }
+            for upgrade in upgrades.iter().filter(|_| http1) {
+                if !route.upgrades.contains(upgrade) {
+                    route.upgrades.push(upgrade.clone());
+                }
             }
         }
         hosts
@@ -192,10 +208,13 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
         Some(route::Action::DirectResponse(direct)) => {
             raw.direct_response = Some(direct_response(direct, &format!("{at}.direct_response"))?);
         }
+        Some(route::Action::Redirect(redirect)) => {
+            raw.redirect = Some(route_action::redirect(redirect, &format!("{at}.redirect"))?);
+        }
         _ => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["action (route and direct_response only)".into()],
+                fields: vec!["action (route, redirect and direct_response only)".into()],
             });
         }
     }
@@ -203,13 +222,16 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
 }
 
 fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
-    let (prefix, path) = match m.path_specifier.take() {
-        Some(route_match::PathSpecifier::Prefix(p)) => (Some(p), None),
-        Some(route_match::PathSpecifier::Path(p)) => (None, Some(p)),
+    let (prefix, path, regex) = match m.path_specifier.take() {
+        Some(route_match::PathSpecifier::Prefix(p)) => (Some(p), None, None),
+        Some(route_match::PathSpecifier::Path(p)) => (None, Some(p), None),
+        Some(route_match::PathSpecifier::SafeRegex(r)) => {
+            (None, None, Some(route_action::regex(r)))
+        }
         _ => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["path_specifier (prefix and path only)".into()],
+                fields: vec!["path_specifier (prefix, path and safe_regex only)".into()],
             });
         }
     };
@@ -219,70 +241,99 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
         .enumerate()
         .map(|(i, h)| header(h, &format!("{at}.headers[{i}]")))
         .collect::<Result<_, _>>()?;
+    let query_parameters = std::mem::take(&mut m.query_parameters)
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| route_action::query_parameter(q, &format!("{at}.query_parameters[{i}]")))
+        .collect::<Result<_, _>>()?;
     nothing_else(&m, fields::ROUTE_MATCH, at)?;
     Ok(RawMatch {
         host: None,
         prefix: prefix
             .filter(|p| !p.is_empty())
-            .or_else(|| path.is_none().then(|| "/".into())),
+            .or_else(|| (path.is_none() && regex.is_none()).then(|| "/".into())),
         path,
+        regex,
         case_sensitive,
         headers,
-        ..Default::default()
+        query_parameters,
     })
 }
 
 fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, ResourceError> {
     use header_matcher::HeaderMatchSpecifier as Spec;
     let invert = std::mem::take(&mut h.invert_match);
-    let (exact, present) = match h.header_match_specifier.take() {
-        Some(Spec::PresentMatch(present)) => (None, Some(present != invert)),
-        Some(Spec::ExactMatch(value)) if !invert => (Some(value), None),
-        Some(Spec::StringMatch(s)) if !invert && !s.ignore_case => match s.match_pattern {
-            Some(string_matcher::MatchPattern::Exact(value)) => (Some(value), None),
-            _ => {
-                return Err(ResourceError::Unsupported {
-                    at: at.to_owned(),
-                    fields: vec!["string_match (exact only)".into()],
-                });
-            }
+    let name = std::mem::take(&mut h.name);
+    let with = |set: fn(&mut RawHeaderMatch, String), value: String| {
+        let mut raw = RawHeaderMatch {
+            name: name.clone(),
+            ..Default::default()
+        };
+        set(&mut raw, value);
+        raw
+    };
+    let raw = match h.header_match_specifier.take() {
+        Some(Spec::PresentMatch(present)) => RawHeaderMatch {
+            name: name.clone(),
+            present: Some(present != invert),
+            ..Default::default()
         },
+        Some(_) if invert => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["invert_match (with present_match only)".into()],
+            });
+        }
+        Some(Spec::ExactMatch(value)) => with(|r, v| r.exact = Some(v), value),
+        Some(Spec::PrefixMatch(value)) => with(|r, v| r.prefix = Some(v), value),
+        Some(Spec::SuffixMatch(value)) => with(|r, v| r.suffix = Some(v), value),
+        Some(Spec::ContainsMatch(value)) => with(|r, v| r.contains = Some(v), value),
+        Some(Spec::SafeRegexMatch(r)) => with(|r, v| r.regex = Some(v), route_action::regex(r)),
+        Some(Spec::StringMatch(s)) => {
+            route_action::string_match(name.clone(), s, &format!("{at}.string_match"))?
+        }
         _ => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec![
-                    "header_match_specifier (exact and present, not inverted exact)".into(),
-                ],
+                fields: vec!["header_match_specifier (range_match)".into()],
             });
         }
     };
-    let name = std::mem::take(&mut h.name);
     nothing_else(&h, fields::HEADER_MATCHER, at)?;
-    Ok(RawHeaderMatch {
-        name,
-        exact,
-        present,
-        ..Default::default()
-    })
+    Ok(raw)
 }
 
 fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), ResourceError> {
     match a.cluster_specifier.take() {
-        Some(route_action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
+        Some(action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
+        Some(action::ClusterSpecifier::WeightedClusters(weighted)) => {
+            raw.weighted_clusters = Some(route_action::weighted_clusters(
+                weighted,
+                &format!("{at}.weighted_clusters"),
+            )?);
+        }
         _ => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["cluster_specifier (one cluster by name only)".into()],
+                fields: vec!["cluster_specifier (a cluster by name, or weighted_clusters)".into()],
             });
         }
     }
+    raw.prefix_rewrite = Some(std::mem::take(&mut a.prefix_rewrite)).filter(|p| !p.is_empty());
+    raw.regex_rewrite = a
+        .regex_rewrite
+        .take()
+        .map(|r| route_action::regex_rewrite(r, &format!("{at}.regex_rewrite")))
+        .transpose()?;
+    raw.request_mirror_policies =
+        route_action::mirrors(std::mem::take(&mut a.request_mirror_policies), at)?;
     raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
         Some(t) if t.is_zero() => Some(super::NO_TIMEOUT),
         other => other,
     };
     match a.host_rewrite_specifier.take() {
         None => {}
-        Some(route_action::HostRewriteSpecifier::HostRewriteLiteral(host)) => {
+        Some(action::HostRewriteSpecifier::HostRewriteLiteral(host)) => {
             raw.host_rewrite = Some(host)
         }
         Some(_) => {
@@ -312,7 +363,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
     }
     // Envoy's default answer for an unknown cluster is 503, as here.
     if a.cluster_not_found_response_code
-        == route_action::ClusterNotFoundResponseCode::ServiceUnavailable as i32
+        == action::ClusterNotFoundResponseCode::ServiceUnavailable as i32
     {
         a.cluster_not_found_response_code = 0;
     }

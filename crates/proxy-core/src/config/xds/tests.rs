@@ -790,3 +790,104 @@ fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
         "{error}"
     );
 }
+
+#[test]
+#[allow(deprecated)] // control planes send `total_weight` and `prefix_match` still
+fn route_features_beyond_one_cluster_are_refused_by_name_where_they_cannot_hold() {
+    use envoy_types::pb::envoy::config::route::v3::{WeightedCluster, weighted_cluster};
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    let with = |change: &dyn Fn(&mut Route)| {
+        let mut config = routes("r", "web");
+        change(&mut config.virtual_hosts[0].routes[0]);
+        XdsRoutes::decode(&pack(&config)).map(|c| {
+            let ready = [("web", true), ("v2", true)].into_iter().collect();
+            c.section(&ready, &[], false)
+        })
+    };
+    fn action(r: &mut Route) -> &mut RouteAction {
+        match &mut r.action {
+            Some(route::Action::Route(action)) => action,
+            _ => panic!("a forwarding route"),
+        }
+    }
+    let weights = |clusters: &[(&str, u32)], total: Option<u32>| {
+        route_action::ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: clusters
+                .iter()
+                .map(|(name, weight)| weighted_cluster::ClusterWeight {
+                    name: (*name).into(),
+                    weight: Some(UInt32Value { value: *weight }),
+                    ..Default::default()
+                })
+                .collect(),
+            total_weight: total.map(|value| UInt32Value { value }),
+            ..Default::default()
+        })
+    };
+
+    // A split: weight 0 left out; a cluster not there left out too.
+    let hosts = with(&|r| {
+        action(r).cluster_specifier = Some(weights(
+            &[("web", 2), ("v2", 1), ("v3", 0), ("gone", 1)],
+            Some(4),
+        ))
+    })
+    .unwrap();
+    let split = hosts[0].routes[0].weighted_clusters.as_ref().unwrap();
+    let names: Vec<(&str, u32)> = split
+        .iter()
+        .map(|c| (c.cluster.as_str(), c.weight))
+        .collect();
+    assert_eq!(names, [("web", 2), ("v2", 1)]);
+
+    let refused = |change: &dyn Fn(&mut Route), needle: &str| {
+        let error = with(change).unwrap_err().to_string();
+        assert!(error.contains(needle), "{needle}: {error}");
+    };
+    refused(
+        &|r| action(r).cluster_specifier = Some(weights(&[("web", 1)], Some(3))),
+        "total_weight",
+    );
+    refused(
+        &|r| action(r).cluster_specifier = Some(weights(&[("web", 0)], None)),
+        "above 0",
+    );
+    refused(
+        &|r| {
+            action(r).request_mirror_policies = vec![route_action::RequestMirrorPolicy {
+                cluster_header: "x-mirror".into(),
+                ..Default::default()
+            }]
+        },
+        "cluster_header",
+    );
+    refused(
+        &|r| {
+            r.r#match.as_mut().unwrap().headers = vec![HeaderMatcher {
+                name: "x-a".into(),
+                invert_match: true,
+                header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::PrefixMatch(
+                    "b".into(),
+                )),
+                ..Default::default()
+            }]
+        },
+        "invert_match",
+    );
+    refused(
+        &|r| {
+            r.r#match.as_mut().unwrap().headers = vec![HeaderMatcher {
+                name: "x-a".into(),
+                header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+                    StringMatcher {
+                        ignore_case: true,
+                        match_pattern: Some(string_matcher::MatchPattern::Exact("b".into())),
+                    },
+                )),
+                ..Default::default()
+            }]
+        },
+        "ignore_case",
+    );
+}
