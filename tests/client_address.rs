@@ -457,17 +457,22 @@ async fn trusted_hops_pick_the_client_as_envoy_does() {
         ["192.0.2.5", four, "http"]
     );
     // 2: an internal proxy behind that edge: the last entry; the header goes on as it came.
+    // No proxy is trusted, so x-forwarded-proto is the listener's own.
     assert_eq!(
         ask(internal, "10.11.12.13", Some(four), Some("https")).await,
-        ["192.0.2.5", four, "https"]
+        ["192.0.2.5", four, "http"]
     );
-    // 3: an edge proxy behind two trusted proxies: the second entry from the right once the
-    // peer is appended; their x-forwarded-proto is believed.
+    // 3: an edge proxy behind two trusted proxies: the second entry from the right of the
+    // header as it came; their x-forwarded-proto is believed.
     assert_eq!(
         ask(edge2, "192.0.2.5", Some(three), Some("https")).await,
         ["203.0.113.10", four, "https"]
     );
     // 4: an internal proxy behind the edge of 3.
+    assert_eq!(
+        ask(internal2, "10.11.12.13", Some(four), Some("https")).await,
+        ["203.0.113.10", four, "https"]
+    );
     assert_eq!(
         ask(internal2, "10.11.12.13", Some(four), None).await,
         ["203.0.113.10", four, "http"]

@@ -77,3 +77,8 @@ fn ext_authz_check() {
 fn balancer() {
     replay("balancer", balancer::fuzzing::operations);
 }
+
+#[test]
+fn proxy_protocol() {
+    replay("proxy_protocol", proxy_core::fuzzing::proxy_protocol);
+}

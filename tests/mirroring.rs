@@ -211,6 +211,8 @@ clusters:
     let admin = proxy.admin.unwrap();
     let sent = expected.len() as i64 + 1;
     assert_eq!(stat_settled(admin, "upstream_rq_shadow", sent), sent);
+    // Every copy done, answer read: none failed.
+    assert_eq!(stat_settled(admin, "upstream_rq_active", 0), 0);
     assert_eq!(stat(admin, "upstream_rq_shadow_failed"), 0);
 
     // A quarter of the requests, drawn per request: 2,000 requests, 500 expected, the
@@ -267,6 +269,7 @@ listeners:
     routes:
       - match: {{ prefix: /slow }}
         cluster: primary
+        timeout: 300s                  # the copies wait on the deaf mirror for the whole test
         request_mirror_policies: [{{ cluster: deaf }}]
       - match: {{ prefix: /dead }}
         cluster: primary
@@ -300,9 +303,11 @@ clusters:
         .body(Full::new(body))
         .unwrap();
     assert_eq!(primary_saw(send_h1(proxy.addr(), upload).await).await, sha);
+    // Within the 300 s timeout: given up by the feed, not timed out.
     assert_eq!(stat_settled(admin, "upstream_rq_shadow_failed", 1), 1);
-    // The other ten copies are still waiting for their answer.
+    // The other ten copies are still waiting for their answer (the primary has none open).
     assert_eq!(stat(admin, "upstream_rq_shadow"), 11);
+    assert_eq!(stat_settled(admin, "upstream_rq_active", 10), 10);
 
     // The mirror cannot be reached: every client gets its answer; every copy fails.
     let (mut h2, _conn) = h2_client(proxy.addr()).await;

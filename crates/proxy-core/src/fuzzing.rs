@@ -1,5 +1,5 @@
 //! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`): the config loader, the
-//! path normaliser with the router, and the HTTP/1.1 head checks. Each runs the code the proxy
+//! path normaliser with the router, the HTTP/1.1 head checks, and the PROXY protocol reader. Each runs the code the proxy
 //! runs and asserts what must hold for any input, so a fuzzer finds wrong answers as well as
 //! panics. `fuzz/fuzz_targets/` runs them; tests/fuzz_corpus.rs replays the corpus and
 //! `fuzz/regressions/` (a crash found later goes there, and stays a test). Not an API.
@@ -295,4 +295,88 @@ fn check_written(req: &Request<()>) {
         .map(|h| h.name.to_ascii_lowercase())
         .collect();
     assert_eq!(names, parsed_names, "the upstream reads other headers");
+}
+
+/// The PROXY protocol reader on arbitrary first bytes of a connection. The first byte picks
+/// the listener's settings (versions, required) and how the bytes arrive; the rest are the
+/// bytes. Whatever they are, the reader must come to the same outcome whether they arrive in
+/// one piece or a few at a time, take no byte past a header, and hand back as its own first
+/// bytes exactly what it took when there is no header.
+pub fn proxy_protocol(data: &[u8]) {
+    use crate::config::{ProxyProtocolConfig, ProxyProtocolVersions};
+    use crate::conn::proxy_protocol::{Header, HeaderReader, ProxyProtocolError, Step};
+
+    let Some((&settings, bytes)) = data.split_first() else {
+        return;
+    };
+    let config = ProxyProtocolConfig {
+        versions: ProxyProtocolVersions {
+            v1: settings & 1 == 0,
+            v2: settings & 2 == 0,
+        },
+        required: settings & 4 == 0,
+    };
+    if !config.versions.v1 && !config.versions.v2 {
+        return;
+    }
+    // What the reader ends with, and how many of the bytes it took.
+    #[derive(Debug, PartialEq)]
+    enum Outcome {
+        Header(Header, usize),
+        Error(ProxyProtocolError),
+    }
+    // Bytes arrive `piece` at a time (0: all at once); a peek sees at most 256 of them.
+    let run = |piece: usize| -> Outcome {
+        let mut reader = HeaderReader::new(config);
+        let mut arrived = if piece == 0 { bytes.len() } else { piece };
+        let mut taken = 0;
+        loop {
+            arrived = arrived.min(bytes.len());
+            if taken == arrived {
+                if arrived == bytes.len() {
+                    return Outcome::Error(ProxyProtocolError::Closed);
+                }
+                arrived += piece;
+                continue;
+            }
+            let seen = &bytes[taken..arrived.min(taken + 256)];
+            let take = match reader.next(seen) {
+                Err(e) => return Outcome::Error(e),
+                Ok(Step::Done(Header::Absent { taken: first })) => {
+                    assert_eq!(first, &bytes[..taken], "handed back what it took");
+                    return Outcome::Header(Header::Absent { taken: Vec::new() }, 0);
+                }
+                Ok(Step::Done(header)) => return Outcome::Header(header, taken),
+                Ok(Step::Take(take)) => take,
+            };
+            assert!(
+                take > 0 && take <= seen.len(),
+                "takes {take} of {}",
+                seen.len()
+            );
+            reader.room(take).copy_from_slice(&seen[..take]);
+            taken += take;
+            match reader.taken() {
+                Err(e) => return Outcome::Error(e),
+                Ok(Some(header)) => return Outcome::Header(header, taken),
+                Ok(None) => {}
+            }
+        }
+    };
+    let whole = run(0);
+    if let Outcome::Header(Header::Client { .. } | Header::Local, taken) = &whole {
+        // The header's own bytes, and not one more.
+        let end = if bytes.starts_with(b"PROXY ") {
+            bytes.iter().position(|&b| b == b'\n').map(|at| at + 1)
+        } else {
+            bytes
+                .get(14..16)
+                .map(|len| 16 + usize::from(u16::from_be_bytes([len[0], len[1]])))
+        };
+        assert_eq!(Some(*taken), end, "the header's end");
+    }
+    let piece = usize::from(settings >> 3) + 1;
+    for piece in [1, piece] {
+        assert_eq!(whole, run(piece), "{piece} at a time");
+    }
 }

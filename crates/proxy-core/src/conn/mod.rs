@@ -20,7 +20,7 @@ mod h1;
 mod h2;
 mod h2_frames;
 mod io;
-mod proxy_protocol;
+pub(crate) mod proxy_protocol;
 mod service;
 mod stream_exec;
 
@@ -123,8 +123,11 @@ async fn prepare(
     if let Some(expected) = &settings.proxy_protocol {
         let timeout = settings.codecs.request_headers_timeout;
         match proxy_protocol::read(&mut stream, expected, timeout).await {
-            Ok(proxy_protocol::Header::Client(client)) => match Rc::get_mut(&mut ctx) {
-                Some(ctx) => ctx.set_peer(client),
+            Ok(proxy_protocol::Header::Client {
+                source,
+                destination,
+            }) => match Rc::get_mut(&mut ctx) {
+                Some(ctx) => ctx.set_addresses(source, destination),
                 // Nothing else holds the context before the codec starts.
                 None => unreachable_shared(),
             },

@@ -30,8 +30,11 @@ const V2_MAX: usize = 2048;
 /// What a connection's first bytes said.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Header {
-    /// A header naming the client.
-    Client(SocketAddr),
+    /// A header naming the client, and the address it connected to (the balancer's).
+    Client {
+        source: SocketAddr,
+        destination: SocketAddr,
+    },
     /// A header without an address (v1 `UNKNOWN`, v2 `LOCAL` or a non-IP family): the
     /// connection's own peer stands.
     Local,
@@ -68,7 +71,7 @@ pub(crate) async fn read(
         .unwrap_or(Err(ProxyProtocolError::TimedOut(timeout)))
 }
 
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 enum Version {
     V1,
     V2,
@@ -78,9 +81,7 @@ async fn read_header(
     stream: &mut TcpStream,
     config: &ProxyProtocolConfig,
 ) -> Result<Header, ProxyProtocolError> {
-    // What has been taken from the socket so far.
-    let mut header = Vec::with_capacity(64);
-    let mut version = None;
+    let mut reader = HeaderReader::new(*config);
     let mut peeked = [0u8; 256];
     loop {
         let n = stream
@@ -90,46 +91,102 @@ async fn read_header(
         if n == 0 {
             return Err(ProxyProtocolError::Closed);
         }
-        let seen = &peeked[..n];
-        let take = match version {
-            Some(version) => still_header(version, &header, seen)?,
-            None => match classify(&header, seen) {
-                Kind::Neither if config.required => return Err(ProxyProtocolError::Missing),
-                Kind::Neither => return Ok(Header::Absent { taken: header }),
+        let take = match reader.next(&peeked[..n])? {
+            Step::Take(take) => take,
+            Step::Done(header) => return Ok(header),
+        };
+        let into = reader.room(take);
+        stream
+            .read_exact(into)
+            .await
+            .map_err(|_| ProxyProtocolError::Closed)?;
+        if let Some(header) = reader.taken()? {
+            return Ok(header);
+        }
+    }
+}
+
+/// What to do with the bytes seen next.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Take this many of them (at least one): they are the header's, or may be.
+    Take(usize),
+    /// Take none: the connection's bytes start here.
+    Done(Header),
+}
+
+/// The header's framing, apart from the socket: told what the next bytes are, it says how
+/// many belong to the header, and once they are taken, whether the header is complete.
+pub(crate) struct HeaderReader {
+    config: ProxyProtocolConfig,
+    /// The bytes taken so far.
+    header: Vec<u8>,
+    version: Option<Version>,
+}
+
+impl HeaderReader {
+    pub(crate) fn new(config: ProxyProtocolConfig) -> Self {
+        Self {
+            config,
+            header: Vec::with_capacity(64),
+            version: None,
+        }
+    }
+
+    /// How many of `seen` (not empty: the next bytes) to take.
+    pub(crate) fn next(&mut self, seen: &[u8]) -> Result<Step, ProxyProtocolError> {
+        let take = match self.version {
+            Some(version) => still_header(version, &self.header, seen)?,
+            None => match classify(&self.header, seen) {
+                Kind::Neither if self.config.required => {
+                    return Err(ProxyProtocolError::Missing);
+                }
+                Kind::Neither => {
+                    let taken = std::mem::take(&mut self.header);
+                    return Ok(Step::Done(Header::Absent { taken }));
+                }
                 // Taken, so that the next peek waits for bytes not seen yet; all of them are
                 // shorter than the signature they may begin.
                 Kind::Undecided => seen.len(),
-                Kind::Decided(Version::V1) if !config.versions.v1 => {
+                Kind::Decided(Version::V1) if !self.config.versions.v1 => {
                     return Err(ProxyProtocolError::Version("v1"));
                 }
-                Kind::Decided(Version::V2) if !config.versions.v2 => {
+                Kind::Decided(Version::V2) if !self.config.versions.v2 => {
                     return Err(ProxyProtocolError::Version("v2"));
                 }
                 Kind::Decided(decided) => {
-                    version = Some(decided);
-                    still_header(decided, &header, seen)?
+                    self.version = Some(decided);
+                    still_header(decided, &self.header, seen)?
                 }
             },
         };
-        let start = header.len();
-        header.resize(start + take, 0);
-        stream
-            .read_exact(&mut header[start..])
-            .await
-            .map_err(|_| ProxyProtocolError::Closed)?;
-        match version {
-            Some(Version::V1) if header.ends_with(b"\n") => return parse_v1(&header),
+        Ok(Step::Take(take))
+    }
+
+    /// Room for the `take` bytes [`next`](Self::next) asked for, to be filled with them.
+    pub(crate) fn room(&mut self, take: usize) -> &mut [u8] {
+        let start = self.header.len();
+        self.header.resize(start + take, 0);
+        &mut self.header[start..]
+    }
+
+    /// After the bytes are in: the header, once complete.
+    pub(crate) fn taken(&mut self) -> Result<Option<Header>, ProxyProtocolError> {
+        let header = &self.header;
+        match self.version {
+            Some(Version::V1) if header.ends_with(b"\n") => parse_v1(header).map(Some),
             Some(Version::V2) if header.len() >= V2_FIXED => {
-                let total = v2_length(&header);
+                let total = v2_length(header);
                 if total > V2_MAX {
                     // Said as soon as the length is known, not after waiting for the bytes.
                     return Err(ProxyProtocolError::TooLong(V2_MAX));
                 }
                 if header.len() == total {
-                    return parse_v2(&header);
+                    return parse_v2(header).map(Some);
                 }
+                Ok(None)
             }
-            _ => {}
+            _ => Ok(None),
         }
     }
 }
@@ -184,17 +241,24 @@ fn malformed(error: impl std::fmt::Display) -> ProxyProtocolError {
 
 /// The source address of a complete v2 header. TLVs after the addresses are not read.
 fn parse_v2(header: &[u8]) -> Result<Header, ProxyProtocolError> {
+    // LOCAL (version 2, command 0): the block, family included, is discarded unread, as the
+    // protocol says (a balancer's health check).
+    if header[12] == 0x20 {
+        return Ok(Header::Local);
+    }
     let parsed = ppp::v2::Header::try_from(header).map_err(malformed)?;
     if parsed.command == ppp::v2::Command::Local {
         return Ok(Header::Local);
     }
     Ok(match parsed.addresses {
-        ppp::v2::Addresses::IPv4(a) => {
-            Header::Client(SocketAddr::new(a.source_address.into(), a.source_port))
-        }
-        ppp::v2::Addresses::IPv6(a) => {
-            Header::Client(SocketAddr::new(a.source_address.into(), a.source_port))
-        }
+        ppp::v2::Addresses::IPv4(a) => Header::Client {
+            source: SocketAddr::new(a.source_address.into(), a.source_port),
+            destination: SocketAddr::new(a.destination_address.into(), a.destination_port),
+        },
+        ppp::v2::Addresses::IPv6(a) => Header::Client {
+            source: SocketAddr::new(a.source_address.into(), a.source_port),
+            destination: SocketAddr::new(a.destination_address.into(), a.destination_port),
+        },
         ppp::v2::Addresses::Unspecified | ppp::v2::Addresses::Unix(_) => Header::Local,
     })
 }
@@ -206,12 +270,14 @@ fn parse_v1(header: &[u8]) -> Result<Header, ProxyProtocolError> {
     }
     let parsed = ppp::v1::Header::try_from(header).map_err(malformed)?;
     Ok(match parsed.addresses {
-        ppp::v1::Addresses::Tcp4(a) => {
-            Header::Client(SocketAddr::new(a.source_address.into(), a.source_port))
-        }
-        ppp::v1::Addresses::Tcp6(a) => {
-            Header::Client(SocketAddr::new(a.source_address.into(), a.source_port))
-        }
+        ppp::v1::Addresses::Tcp4(a) => Header::Client {
+            source: SocketAddr::new(a.source_address.into(), a.source_port),
+            destination: SocketAddr::new(a.destination_address.into(), a.destination_port),
+        },
+        ppp::v1::Addresses::Tcp6(a) => Header::Client {
+            source: SocketAddr::new(a.source_address.into(), a.source_port),
+            destination: SocketAddr::new(a.destination_address.into(), a.destination_port),
+        },
         ppp::v1::Addresses::Unknown => Header::Local,
     })
 }
@@ -289,7 +355,10 @@ mod tests {
             // In one piece, and byte by byte.
             for chunks in [vec![input.clone()], bytewise(&input)] {
                 let (header, after) = exchange(BOTH, chunks).await;
-                assert_eq!(header, Ok(Header::Client(client)));
+                assert!(
+                    matches!(header, Ok(Header::Client { source, .. }) if source == client),
+                    "{header:?}"
+                );
                 assert_eq!(after, rest);
             }
         }
@@ -303,6 +372,17 @@ mod tests {
         local.extend_from_slice(&[0x20, 0x00, 0, 0]);
         let (header, _) = exchange(BOTH, vec![local]).await;
         assert_eq!(header, Ok(Header::Local));
+        // LOCAL with a family, with or without its addresses: the block is discarded.
+        for block in [
+            &[0x20, 0x11, 0, 0][..],
+            &[0x20, 0x11, 0, 12, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 0, 2],
+        ] {
+            let mut local = V2_SIGNATURE.to_vec();
+            local.extend_from_slice(block);
+            local.extend_from_slice(b"GET");
+            let (header, rest) = exchange(BOTH, vec![local]).await;
+            assert_eq!((header, rest), (Ok(Header::Local), b"GET".to_vec()));
+        }
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use super::ConnCtx;
 
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// A listener's trust in the proxies in front of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,10 +34,24 @@ impl ForwardedTrust {
     }
 
     /// Whether the proxy names the scheme itself: an `x-forwarded-proto` from the client is
-    /// kept only when it came from a trusted proxy (or the listener passes headers on as
-    /// they came).
+    /// believed only when proxies in front are trusted (Envoy's rule, whatever
+    /// `use_remote_address` says).
     pub(crate) fn overwrites_proto(self) -> bool {
-        self.use_remote_address && self.trusted_hops == 0
+        self.trusted_hops == 0
+    }
+
+    /// The scheme the client used: the listener's, or what a trusted proxy's
+    /// `x-forwarded-proto` says.
+    pub(crate) fn scheme(self, tls: bool, headers: &HeaderMap) -> &'static str {
+        let listener = if tls { "https" } else { "http" };
+        if self.overwrites_proto() {
+            return listener;
+        }
+        match headers.get(&X_FORWARDED_PROTO).map(HeaderValue::as_bytes) {
+            Some(proto) if proto.eq_ignore_ascii_case(b"https") => "https",
+            Some(proto) if proto.eq_ignore_ascii_case(b"http") => "http",
+            _ => listener,
+        }
     }
 }
 
@@ -151,6 +166,13 @@ mod tests {
         assert_eq!(trust(false, 2).skipped(), Some(2));
         assert!(trust(true, 0).overwrites_proto());
         assert!(!trust(true, 1).overwrites_proto());
-        assert!(!trust(false, 0).overwrites_proto());
+        assert!(trust(false, 0).overwrites_proto());
+        assert!(!trust(false, 1).overwrites_proto());
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-proto", "HTTPS".parse().unwrap());
+        assert_eq!(trust(true, 0).scheme(false, &headers), "http");
+        assert_eq!(trust(true, 1).scheme(false, &headers), "https");
+        headers.insert("x-forwarded-proto", "gopher".parse().unwrap());
+        assert_eq!(trust(true, 1).scheme(true, &headers), "https");
     }
 }

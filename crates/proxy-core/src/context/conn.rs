@@ -96,10 +96,12 @@ impl ConnCtx {
         }
     }
 
-    /// The client a PROXY protocol header named, in place of the connection's peer.
-    pub(crate) fn set_peer(&mut self, peer: SocketAddr) {
+    /// The client a PROXY protocol header named, and the address it connected to, in place
+    /// of the connection's own.
+    pub(crate) fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
         self.peer = peer;
         self.peer_ip = ip_header_value(peer.ip());
+        self.local = local;
     }
 
     /// When the connection reaches its `max_connection_duration`, if it has one.

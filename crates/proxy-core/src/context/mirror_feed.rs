@@ -20,6 +20,10 @@ use crate::error::BodyError;
 )]
 pub(crate) struct MirrorAbandoned;
 
+/// What a queued frame costs besides its bytes (the frame and its slot), so that many small
+/// frames count against the limit too.
+const FRAME_COST: usize = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Open,
@@ -29,7 +33,7 @@ enum State {
 
 struct Queue {
     frames: VecDeque<Frame<Bytes>>,
-    /// Data bytes queued.
+    /// Data bytes queued, and [`FRAME_COST`] a frame.
     queued: usize,
     limit: usize,
     state: State,
@@ -85,18 +89,19 @@ impl FeedSender {
             queue.abandon();
             return;
         }
+        let cost = frame.data_ref().map_or(0, Bytes::len) + FRAME_COST;
+        if queue.queued + cost > queue.limit {
+            queue.abandon();
+            return;
+        }
         let copy = if let Some(data) = frame.data_ref() {
-            if queue.queued + data.len() > queue.limit {
-                queue.abandon();
-                return;
-            }
-            queue.queued += data.len();
             Frame::data(data.clone())
         } else if let Some(trailers) = frame.trailers_ref() {
             Frame::trailers(trailers.clone())
         } else {
             return;
         };
+        queue.queued += cost;
         queue.frames.push_back(copy);
         queue.wake();
     }
@@ -128,9 +133,7 @@ impl FeedReceiver {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let mut queue = self.0.borrow_mut();
         if let Some(frame) = queue.frames.pop_front() {
-            if let Some(data) = frame.data_ref() {
-                queue.queued -= data.len();
-            }
+            queue.queued -= frame.data_ref().map_or(0, Bytes::len) + FRAME_COST;
             return Poll::Ready(Some(Ok(frame)));
         }
         match queue.state {
@@ -170,7 +173,7 @@ mod tests {
 
     #[test]
     fn frames_pass_in_order_and_the_end_follows_them() {
-        let (tx, mut rx) = feed(10, SizeHint::with_exact(6));
+        let (tx, mut rx) = feed(3 * FRAME_COST + 6, SizeHint::with_exact(6));
         assert!(poll(&mut rx).is_pending());
         tx.send(&Frame::data(Bytes::from_static(b"abc")));
         tx.send(&Frame::data(Bytes::from_static(b"def")));
@@ -189,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_copy_that_falls_behind_the_limit_is_given_up() {
-        let (tx, mut rx) = feed(5, SizeHint::default());
+        let (tx, mut rx) = feed(FRAME_COST + 5, SizeHint::default());
         tx.send(&Frame::data(Bytes::from_static(b"abcd")));
         assert_eq!(data(poll(&mut rx)), "abcd");
         // Read: the room is back.
@@ -201,6 +204,20 @@ mod tests {
         tx.send(&Frame::data(Bytes::from_static(b"k")));
         tx.end();
         assert!(matches!(poll(&mut rx), Poll::Ready(Some(Err(_)))));
+
+        // Many small frames count too: ten fit in room for ten frames' cost, not eleven.
+        let (tx, mut rx) = feed(10 * (FRAME_COST + 1), SizeHint::default());
+        for _ in 0..10 {
+            tx.send(&Frame::data(Bytes::from_static(b"x")));
+        }
+        assert_eq!(data(poll(&mut rx)), "x");
+        tx.send(&Frame::data(Bytes::from_static(b"x")));
+        tx.send(&Frame::data(Bytes::from_static(b"x")));
+        let mut frames = 0;
+        while let Poll::Ready(Some(Ok(_))) = poll(&mut rx) {
+            frames += 1;
+        }
+        assert_eq!(frames, 0, "given up once over, what was queued goes");
     }
 
     #[test]

@@ -4,8 +4,8 @@ use http::HeaderMap;
 use http::header::{CONNECTION, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE};
 
 use crate::context::X_FORWARDED_FOR;
+pub(crate) use crate::context::X_FORWARDED_PROTO;
 
-pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) static X_LEGATE_OVERLOADED: HeaderName = HeaderName::from_static("x-legate-overloaded");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");

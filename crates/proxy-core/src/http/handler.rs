@@ -250,7 +250,9 @@ async fn route_and_forward(
             &route.matcher.path,
             host.as_ref(),
             req.uri(),
-            conn.listener.tls,
+            conn.listener
+                .forwarded_trust
+                .scheme(conn.listener.tls, req.headers()),
         )?,
         RouteAction::Forward(forward) => {
             forward_request(

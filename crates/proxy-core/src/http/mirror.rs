@@ -129,9 +129,17 @@ impl Copy {
         let (host, response) = admitted
             .send(Request::from_parts(head, body), timeout, None, client)
             .await?;
-        // Read to its end, so the connection goes back to the pool.
-        match tokio::time::timeout(timeout, response.into_body().collect()).await {
-            Ok(Ok(_)) => Ok(()),
+        // Read to its end, each frame dropped as it comes, so the connection goes back to the
+        // pool.
+        let mut body = response.into_body();
+        let drained = async {
+            while let Some(frame) = body.frame().await {
+                frame?;
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(timeout, drained).await {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(source)) => Err(ProxyError::UpstreamReset {
                 addr: host.addr(),
                 source,

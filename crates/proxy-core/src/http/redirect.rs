@@ -11,16 +11,16 @@ use super::{ResponseBody, local_reply};
 use crate::config::{PathMatch, PathRewrite, RedirectAction, RedirectPath};
 use crate::error::ProxyError;
 
-/// The redirect `action` answers a request for `uri` on `host` with. `tls`: whether the
-/// client came over TLS (the scheme kept when the action names none).
+/// The redirect `action` answers a request for `uri` on `host` with. `asked`: the scheme
+/// the client used (kept when the action names none).
 pub(crate) fn respond(
     action: &RedirectAction,
     matched: &PathMatch,
     host: Option<&HeaderValue>,
     uri: &Uri,
-    tls: bool,
+    asked: &'static str,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let location = location(action, matched, host, uri, tls)?;
+    let location = location(action, matched, host, uri, asked)?;
     let mut reply = local_reply::text(action.status, bytes::Bytes::new());
     reply.headers_mut().remove(http::header::CONTENT_TYPE);
     reply.headers_mut().insert(LOCATION, location);
@@ -32,9 +32,8 @@ fn location(
     matched: &PathMatch,
     host: Option<&HeaderValue>,
     uri: &Uri,
-    tls: bool,
+    asked: &'static str,
 ) -> Result<HeaderValue, ProxyError> {
-    let asked = if tls { "https" } else { "http" };
     let scheme = action.scheme.as_deref().unwrap_or(asked);
     // The request's host was checked to be an authority before routing.
     let (asked_host, asked_port) = match host.and_then(|h| h.to_str().ok()) {
@@ -49,6 +48,8 @@ fn location(
     let name = action.host.as_deref().unwrap_or(asked_host);
     let port = match (action.port, asked_port) {
         (Some(port), _) => Some(port),
+        // The request's port was the old host's, not the new one's (as in Envoy).
+        (None, _) if action.host.is_some() => None,
         // A port that only said "the default" of the old scheme does not carry over to
         // the new one (`http://a:80` becomes `https://a`), as in Envoy.
         (None, Some(port)) if scheme != asked && port == default_port(asked) => None,
@@ -161,7 +162,8 @@ mod tests {
         let uri: Uri = target.parse().unwrap();
         let host = HeaderValue::from_str(host).unwrap();
         let matched = PathMatch::Prefix("/old".into());
-        let reply = respond(&action(yaml), &matched, Some(&host), &uri, tls).unwrap();
+        let asked = if tls { "https" } else { "http" };
+        let reply = respond(&action(yaml), &matched, Some(&host), &uri, asked).unwrap();
         reply.headers()[LOCATION].to_str().unwrap().to_string()
     }
 
@@ -182,6 +184,15 @@ mod tests {
         );
         assert_eq!(
             l("redirect: { host: b.test }", "a.test:8443", "/old", true),
+            "https://b.test/old"
+        );
+        assert_eq!(
+            l(
+                "redirect: { host: b.test, port: 8443 }",
+                "a.test",
+                "/old",
+                true
+            ),
             "https://b.test:8443/old"
         );
         assert_eq!(

@@ -148,13 +148,23 @@ pub(super) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, R
             ));
         }
     };
-    let port = match std::mem::take(&mut r.port_redirect) {
+    let mut port = match std::mem::take(&mut r.port_redirect) {
         0 => None,
         port => Some(u16::try_from(port).map_err(|_| {
             ResourceError::invalid(format!("{at}.port_redirect"), format!("{port} is no port"))
         })?),
     };
-    let host = Some(std::mem::take(&mut r.host_redirect)).filter(|h| !h.is_empty());
+    let mut host = Some(std::mem::take(&mut r.host_redirect)).filter(|h| !h.is_empty());
+    // `host_redirect` may carry a port (`example.com:8443`); `port_redirect` wins over it.
+    if let Some(name) = &host
+        && let Some((bare, given)) = name.rsplit_once(':')
+        && !bare.is_empty()
+        && (!bare.contains(':') || bare.ends_with(']'))
+        && let Ok(given) = given.parse::<u16>()
+    {
+        port = port.or(Some(given));
+        host = Some(bare.to_owned());
+    }
     let strip_query = std::mem::take(&mut r.strip_query);
     r.response_code = 0;
     nothing_else(&r, fields::REDIRECT_ACTION, at)?;
