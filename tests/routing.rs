@@ -86,7 +86,8 @@ listeners:
     for client in clients {
         to_v1 += client.await.unwrap();
     }
-    // Chi-square with one degree of freedom against 80/20: 10.83 is the 0.1% tail.
+    // Chi-square with one degree of freedom against 80/20: 15.14 is the 0.01% tail (a split
+    // off by two points, 82/18, lands near 25).
     let expected = [0.8 * f64::from(total), 0.2 * f64::from(total)];
     let got = [f64::from(to_v1), f64::from(total - to_v1)];
     let chi2: f64 = got
@@ -94,7 +95,7 @@ listeners:
         .zip(expected)
         .map(|(g, e)| (g - e).powi(2) / e)
         .sum();
-    assert!(chi2 < 10.83, "{to_v1} of {total} to v1: chi2 {chi2}");
+    assert!(chi2 < 15.14, "{to_v1} of {total} to v1: chi2 {chi2}");
 
     // A user keeps their side whichever worker and connection the request arrives on;
     // users are spread over both sides.
