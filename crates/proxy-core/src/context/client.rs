@@ -55,13 +55,12 @@ impl ForwardedTrust {
     }
 }
 
-/// The address a request comes from.
-#[derive(Debug, Clone)]
+/// The address a request comes from: the connection's peer, or one from `x-forwarded-for`.
+/// Small and `Copy`: it lives in every request's state, and the peer's address and text are
+/// the connection's.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Client {
-    /// From `x-forwarded-for`, the port is 0.
-    pub(crate) addr: SocketAddr,
-    /// The IP as header text when it is not the peer's (which the connection keeps).
-    forwarded_ip: Option<HeaderValue>,
+    forwarded: Option<IpAddr>,
 }
 
 impl Client {
@@ -69,30 +68,40 @@ impl Client {
     /// `x-forwarded-for` has fewer entries than the trusted hops, or the entry is not an IP
     /// address (Envoy does the same).
     pub(crate) fn of(conn: &ConnCtx, headers: &HeaderMap) -> Client {
-        if let Some(skip) = conn.listener.forwarded_trust.skipped()
-            && let Some(ip) = forwarded_for(headers, skip)
-        {
-            let ip_text =
-                HeaderValue::from_str(&ip.to_string()).expect("an IP address is valid header text");
-            return Client {
-                addr: SocketAddr::new(ip, 0),
-                forwarded_ip: Some(ip_text),
-            };
-        }
-        Client::peer(conn)
+        let forwarded = conn
+            .listener
+            .forwarded_trust
+            .skipped()
+            .and_then(|skip| forwarded_for(headers, skip));
+        Client { forwarded }
     }
 
     /// The connection's own peer.
-    pub(crate) fn peer(conn: &ConnCtx) -> Client {
-        Client {
-            addr: conn.peer,
-            forwarded_ip: None,
+    #[cfg(any(test, feature = "bench"))]
+    pub(crate) fn peer() -> Client {
+        Client { forwarded: None }
+    }
+
+    /// The address; from `x-forwarded-for`, with port 0.
+    pub(crate) fn addr(self, conn: &ConnCtx) -> SocketAddr {
+        match self.forwarded {
+            None => conn.peer,
+            Some(ip) => SocketAddr::new(ip, 0),
         }
     }
 
-    /// The IP as header text.
-    pub(crate) fn ip<'a>(&'a self, conn: &'a ConnCtx) -> &'a HeaderValue {
-        self.forwarded_ip.as_ref().unwrap_or(&conn.peer_ip)
+    pub(crate) fn ip(self, conn: &ConnCtx) -> IpAddr {
+        self.forwarded.unwrap_or(conn.peer.ip())
+    }
+
+    /// The IP as header text (the peer's is formatted once per connection).
+    pub(crate) fn ip_text(self, conn: &ConnCtx) -> HeaderValue {
+        match self.forwarded {
+            None => conn.peer_ip.clone(),
+            Some(ip) => {
+                HeaderValue::from_str(&ip.to_string()).expect("an IP address is valid header text")
+            }
+        }
     }
 }
 

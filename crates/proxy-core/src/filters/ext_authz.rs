@@ -142,7 +142,7 @@ impl ExtAuthz {
             request_id: request_id
                 .as_ref()
                 .map_or("", |id| id.to_str().unwrap_or("")),
-            source: exchange.client.addr,
+            source: exchange.client.addr(conn),
             destination: conn.local,
             context_extensions: &self.route(exchange).context_extensions,
             body,

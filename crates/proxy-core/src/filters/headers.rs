@@ -184,7 +184,7 @@ impl Value {
         let template = match self {
             Value::Static(value) => return Some(value.clone()),
             Value::ClientIp => {
-                return Some(vars.exchange.client.ip(vars.exchange.conn).clone());
+                return Some(vars.exchange.client.ip_text(vars.exchange.conn));
             }
             Value::RequestId => return vars.request_id.cloned(),
             Value::UpstreamHost => return vars.upstream.cloned(),
@@ -197,11 +197,16 @@ impl Value {
             match part {
                 TemplatePart::Literal(text) => out.extend_from_slice(text.as_bytes()),
                 TemplatePart::ClientAddress => {
-                    let _ = write!(out, "{}", client.addr);
+                    let _ = write!(out, "{}", client.addr(vars.exchange.conn));
                 }
-                TemplatePart::ClientIp => {
-                    out.extend_from_slice(client.ip(vars.exchange.conn).as_bytes());
-                }
+                TemplatePart::ClientIp => match client.ip(vars.exchange.conn) {
+                    std::net::IpAddr::V4(ip) => {
+                        let _ = write!(out, "{ip}");
+                    }
+                    std::net::IpAddr::V6(ip) => {
+                        let _ = write!(out, "{ip}");
+                    }
+                },
                 TemplatePart::RequestId => out.extend_from_slice(vars.request_id?.as_bytes()),
                 TemplatePart::UpstreamHost => out.extend_from_slice(vars.upstream?.as_bytes()),
             }

@@ -142,7 +142,11 @@ impl LocalRateLimit {
         let Some(limiter) = self.limiter(exchange) else {
             return Flow::Continue;
         };
-        let taken = limiter.try_take(req.headers(), exchange.client.addr.ip(), Instant::now());
+        let taken = limiter.try_take(
+            req.headers(),
+            exchange.client.ip(exchange.conn),
+            Instant::now(),
+        );
         let config = &limiter.config;
         let verdict = Verdict {
             limit: limiter.max_tokens,

@@ -78,7 +78,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
         #[cfg(test)]
         config,
         chain,
-        client: crate::context::Client::peer(&conn),
+        client: crate::context::Client::peer(),
         conn,
         _stats: stats,
     }

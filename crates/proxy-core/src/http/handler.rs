@@ -60,10 +60,8 @@ pub(crate) async fn handle(
         conn.listener.stats.cx_max_duration.inc();
     }
     let client = Client::of(&conn, req.headers());
-    if let Some(log) = in_flight.log()
-        && client.addr != conn.peer
-    {
-        log.peer = Some(client.addr);
+    if let Some(log) = in_flight.log() {
+        log.peer = Some(client.addr(&conn));
     }
     let mut state = FilterState::default();
     let mut facts = Facts::default();
@@ -76,7 +74,7 @@ pub(crate) async fn handle(
             client: &client,
             http: &http,
         };
-        route_and_forward(req, scope, &mut in_flight, &mut state, &mut facts).await
+        route_and_forward(req, &scope, &mut in_flight, &mut state, &mut facts).await
     };
     let mut response = match routed {
         Ok(response) => response,
@@ -197,46 +195,53 @@ struct Facts {
 
 async fn route_and_forward(
     mut req: Request<RequestBody>,
-    scope: Scope<'_>,
+    scope: &Scope<'_>,
     in_flight: &mut InFlight,
     state: &mut FilterState,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let Scope { conn, http, .. } = scope;
     let (host, matched) = match head::admit(
         &mut req,
-        conn.listener.head_limit,
-        &http.path_normalization,
-        &http.routes,
+        scope.conn.listener.head_limit,
+        &scope.http.path_normalization,
+        &scope.http.routes,
     )? {
         head::Admitted::Routed { host, matched } => (host, matched),
         head::Admitted::Redirect(location) => return Ok(local_reply::redirect(location)),
     };
     facts.matched = matched;
-    if !http.filters.is_empty() {
+    if !scope.http.filters.is_empty() {
         // Hop-by-hop headers go before a filter adds any.
         super::forwarding::strip_connection_listed(req.headers_mut(), false);
-        if http.filters.uses_request_id() {
+        if scope.http.filters.uses_request_id() {
             // Filters, the authorization service and the upstream all see the same request id.
             ensure_request_id(req.headers_mut(), in_flight);
         }
         let exchange = Exchange {
-            conn,
+            conn: scope.conn,
             client: scope.client,
             host: host.as_ref(),
             virtual_host: matched.virtual_host,
             route: matched.route,
         };
-        if let Flow::Respond(reply) = http.filters.on_request(&mut req, &exchange, state).await? {
+        if let Flow::Respond(reply) = scope
+            .http
+            .filters
+            .on_request(&mut req, &exchange, state)
+            .await?
+        {
             if let Some(log) = in_flight.log() {
                 log.flag = reply.flag;
             }
             facts.host = host;
             return Ok(local_reply::from_filter(*reply));
         }
-        http.filters.note_request_id(state, req.headers());
+        scope.http.filters.note_request_id(state, req.headers());
     }
-    let route = http.routes.route(matched.route.ok_or(ProxyError::NoRoute)?);
+    let route = scope
+        .http
+        .routes
+        .route(matched.route.ok_or(ProxyError::NoRoute)?);
     if upgrade::is_extended_connect(&req) && !matches!(route.action, RouteAction::Forward(_)) {
         // A 200 would tell the client its tunnel is open.
         return Err(ProxyError::BadRequest(
@@ -250,9 +255,11 @@ async fn route_and_forward(
             &route.matcher.path,
             host.as_ref(),
             req.uri(),
-            conn.listener
+            scope
+                .conn
+                .listener
                 .forwarded_trust
-                .scheme(conn.listener.tls, req.headers()),
+                .scheme(scope.conn.listener.tls, req.headers()),
         )?,
         RouteAction::Forward(forward) => {
             forward_request(
@@ -290,12 +297,12 @@ async fn forward_request(
     host: Option<HeaderValue>,
     forward: &ForwardAction,
     matched_path: &PathMatch,
-    scope: Scope<'_>,
+    scope: &Scope<'_>,
     in_flight: &mut InFlight,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let Scope { conn, client, http } = scope;
-    let client = client.addr.ip();
+    let Scope { conn, client, http } = *scope;
+    let client = client.ip(conn);
     let mut req = req;
     let asked = upgrade::asked(&mut req, &forward.upgrades);
     if asked.is_none() && upgrade::is_extended_connect(&req) {
@@ -342,7 +349,7 @@ async fn forward_request(
         .await;
         // Declined, or failed on the way (connect, timeout, breaker, the switch itself).
         if facts.tunnel.is_none() {
-            conn.listener.stats.upgrades_failed.inc();
+            scope.conn.listener.stats.upgrades_failed.inc();
         }
         return answer;
     }

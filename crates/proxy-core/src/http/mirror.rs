@@ -127,7 +127,7 @@ impl Copy {
         let admitted = cluster.admit(&head.headers, client)?;
         rewrite::request_for_upstream(&mut head, authority, admitted.host(), conn)?;
         let (host, response) = admitted
-            .send(Request::from_parts(head, body), timeout, None, client)
+            .send_copy(Request::from_parts(head, body), timeout)
             .await?;
         // Read to its end, each frame dropped as it comes, so the connection goes back to the
         // pool.

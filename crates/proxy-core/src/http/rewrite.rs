@@ -29,13 +29,12 @@ pub(crate) fn request_for_upstream(
         // The peer, whichever entry the client was read from (as Envoy appends it).
         append_forwarded_for(&mut parts.headers, &conn.peer_ip);
     }
-    if trust.overwrites_proto() {
+    // Behind trusted proxies, theirs is kept.
+    if trust.overwrites_proto() || !parts.headers.contains_key(&X_FORWARDED_PROTO) {
         parts.headers.insert(
             X_FORWARDED_PROTO.clone(),
             conn.listener.forwarded_proto.clone(),
         );
-    } else if let http::header::Entry::Vacant(slot) = parts.headers.entry(&X_FORWARDED_PROTO) {
-        slot.insert(conn.listener.forwarded_proto.clone());
     }
     let authority = match authority {
         Some(authority) => authority,
