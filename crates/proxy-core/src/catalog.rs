@@ -23,6 +23,7 @@ pub(crate) struct Catalog {
     downstream_cx_h2_control_flood: CounterFamily,
     downstream_cx_headers_timeout: CounterFamily,
     downstream_cx_proxy_proto_error: CounterFamily,
+    downstream_cx_parked: GaugeFamily,
     downstream_rq_total: CounterFamily,
     downstream_rq_active: GaugeFamily,
     downstream_rq_class: CounterFamily,
@@ -184,6 +185,11 @@ impl Catalog {
             downstream_cx_proxy_proto_error: r.counter(
                 "downstream_cx_proxy_proto_error",
                 "Connections closed because their PROXY protocol header was missing, malformed, too long, of a version not accepted, or late (request_headers_timeout).",
+                l,
+            ),
+            downstream_cx_parked: r.gauge(
+                "downstream_cx_parked",
+                "Idle HTTP/1.1 connections held as their sockets alone, without a task (idle for a second or more).",
                 l,
             ),
             downstream_cx_headers_timeout: r.counter(
@@ -516,6 +522,7 @@ impl Catalog {
             cx_h2_control_flood: shard.counter(self.downstream_cx_h2_control_flood, &[listener]),
             cx_headers_timeout: shard.counter(self.downstream_cx_headers_timeout, &[listener]),
             cx_proxy_proto_error: shard.counter(self.downstream_cx_proxy_proto_error, &[listener]),
+            cx_parked: shard.gauge(self.downstream_cx_parked, &[listener]),
             rq_total: shard.counter(self.downstream_rq_total, &[listener]),
             rq_active: shard.gauge(self.downstream_rq_active, &[listener]),
             rq_class: CLASSES
@@ -717,6 +724,7 @@ pub(crate) struct ListenerStats {
     pub(crate) cx_h2_control_flood: stats::Counter,
     pub(crate) cx_headers_timeout: stats::Counter,
     pub(crate) cx_proxy_proto_error: stats::Counter,
+    pub(crate) cx_parked: stats::Gauge,
     pub(crate) rq_total: stats::Counter,
     pub(crate) rq_active: stats::Gauge,
     rq_class: [stats::Counter; 5],

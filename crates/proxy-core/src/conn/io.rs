@@ -77,6 +77,20 @@ impl DownstreamIo {
         }
     }
 
+    /// Whether the connection is cleartext with nothing carried over or metered: then its
+    /// socket alone is the connection, and it can be parked as just that.
+    pub(crate) fn is_plain(&self) -> bool {
+        matches!(self.transport, Either::Left(_)) && self.prefix.is_empty() && self.meter.is_none()
+    }
+
+    /// The cleartext socket ([`is_plain`](Self::is_plain) connections).
+    pub(crate) fn into_plain_tcp(self) -> Result<TcpStream, Self> {
+        match self.transport {
+            Either::Left(stream) => Ok(stream),
+            transport => Err(Self { transport, ..self }),
+        }
+    }
+
     /// The protocol ALPN chose, on a TLS connection.
     pub(crate) fn alpn(&self) -> Option<&[u8]> {
         match &self.transport {

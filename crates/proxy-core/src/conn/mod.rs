@@ -33,6 +33,7 @@ use futures_util::future::Either;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 pub(crate) use codecs::Codecs;
 use io::DownstreamIo;
@@ -52,6 +53,9 @@ pub(crate) struct ConnSettings {
     pub(crate) tls: Option<Handshake>,
     /// The PROXY protocol header expected before anything else.
     pub(crate) proxy_protocol: Option<crate::config::ProxyProtocolConfig>,
+    /// Idle HTTP/1.1 connections are handed back as [`Parked`] (the worker has a lot for
+    /// them); otherwise they stay with their task.
+    pub(crate) park_idle: bool,
 }
 
 /// How long a connection accepted before a drain has to start its first request.
@@ -64,13 +68,16 @@ const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 /// the codec. As one `async` block the connection's state would hold the arguments and the
 /// socket a second time beside the codec's state, for the connection's whole life, and every
 /// idle connection holds this state.
+///
+/// Ends with the connection closed, or with it [`Parked`]: idle, handed back to be held as its
+/// socket alone until the client sends again.
 pub(crate) fn serve(
     stream: TcpStream,
     ctx: Rc<ConnCtx>,
     http: Rc<HttpSlot>,
     settings: Rc<ConnSettings>,
     drain: SignalWatch,
-) -> impl Future<Output = ()> {
+) -> impl Future<Output = Option<Parked>> {
     // Boxed: the handshake's and sniffing's state is over once the codec starts, and would
     // otherwise take room in every connection for its whole life.
     Box::pin(prepare(stream, ctx, settings, drain)).then(move |prepared| {
@@ -83,22 +90,57 @@ pub(crate) fn serve(
         }) = prepared
         else {
             return Either::Right(
-                Box::pin(std::future::ready(())) as Pin<Box<dyn Future<Output = ()>>>
+                Box::pin(std::future::ready(None)) as Pin<Box<dyn Future<Output = Option<Parked>>>>
             );
         };
         let service = ProxyService { conn: ctx, http };
         match sniffed {
-            Sniffed::Http1 => Either::Left(h1::serve_h1(io, service, settings, drain)),
+            Sniffed::Http1 => Either::Left(h1::serve_h1(io, service, settings, drain, false)),
             // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
             Sniffed::Http2 => Either::Right(Box::pin(async move {
                 h2::serve_h2(io, service, &settings.codecs, drain).await;
+                None
             })),
             Sniffed::Closed => Either::Right(Box::pin(async move {
                 let mut io = io;
                 let _ = io.shutdown().await;
+                None
             })),
         }
     })
+}
+
+/// An idle HTTP/1.1 connection as its task hands it back: the socket alone (no task, no
+/// buffer, no registration with the runtime) and what serving it again needs. A worker holds
+/// many of these for the price of few connections (see `worker/parking.rs`).
+pub(crate) struct Parked {
+    pub(crate) socket: std::net::TcpStream,
+    pub(crate) ctx: Rc<ConnCtx>,
+    pub(crate) http: Rc<HttpSlot>,
+    pub(crate) settings: Rc<ConnSettings>,
+    /// Closed then if the client sends nothing (idle timeout, maximum duration).
+    pub(crate) close_at: Instant,
+}
+
+impl Parked {
+    /// When a parked connection is due to close: `None` if now (counted as an idle timeout
+    /// or a maximum duration reached), else a later time.
+    pub(crate) fn deadline(ctx: &ConnCtx, settings: &ConnSettings) -> Option<Instant> {
+        h1::parked_deadline(ctx, &settings.codecs)
+    }
+}
+
+/// Serves a [`Parked`] connection whose client has sent again, on `stream` (its socket, back
+/// with the runtime).
+pub(crate) fn resume(
+    stream: TcpStream,
+    ctx: Rc<ConnCtx>,
+    http: Rc<HttpSlot>,
+    settings: Rc<ConnSettings>,
+    drain: SignalWatch,
+) -> impl Future<Output = Option<Parked>> {
+    let service = ProxyService { conn: ctx, http };
+    h1::serve_h1(DownstreamIo::plain(stream), service, settings, drain, true)
 }
 
 /// A connection past its handshake, with the protocol it speaks.

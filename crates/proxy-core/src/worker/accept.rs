@@ -14,8 +14,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::balance::{ExactBalance, Handoff};
 use super::listener::Listener;
+use super::parking::ParkingLot;
 use super::tracker::{ConnGuard, ConnTracker};
-use crate::conn;
+use crate::conn::{self, Parked};
 use crate::context::{ConnCtx, ListenerCtx, SignalWatch, WorkerCtx};
 use crate::listener::ConnPermit;
 
@@ -25,6 +26,8 @@ pub(super) struct Accepted {
     pub(super) worker: Rc<WorkerCtx>,
     pub(super) tracker: Rc<ConnTracker>,
     pub(super) balance: Arc<ExactBalance>,
+    /// Where idle connections wait without a task; `None` if the worker could not make one.
+    pub(super) lot: Option<Rc<ParkingLot>>,
 }
 
 impl Accepted {
@@ -34,7 +37,7 @@ impl Accepted {
         &self,
         stream: TcpStream,
         peer: SocketAddr,
-        listener: &Listener,
+        listener: &Rc<Listener>,
         permit: ConnPermit,
     ) {
         let state = listener.state();
@@ -54,35 +57,59 @@ impl Accepted {
         let http = Rc::clone(&listener.http);
         let settings = Rc::clone(&state.conn);
         let drain = listener.drain.watch();
-        tokio::task::spawn_local(Served {
-            conn: conn::serve(stream, conn_ctx, http, settings, drain),
-            close: listener.close.watch(),
-            _closed: Closed {
-                worker: Rc::clone(&self.worker),
-                ctx: Rc::clone(ctx),
-                balance: Arc::clone(&self.balance),
-                worker_id: self.worker_id,
-                _permit: permit,
-                _guard: guard,
-            },
-        });
+        let closed = Closed {
+            worker: Rc::clone(&self.worker),
+            ctx: Rc::clone(ctx),
+            balance: Arc::clone(&self.balance),
+            worker_id: self.worker_id,
+            _permit: permit,
+            _guard: guard,
+        };
+        let parking = self
+            .lot
+            .as_ref()
+            .map(|lot| (Rc::clone(lot), Rc::clone(listener)));
+        tokio::task::spawn_local(Served::new(
+            conn::serve(stream, conn_ctx, http, settings, drain),
+            listener.close.watch(),
+            closed,
+            parking,
+        ));
     }
 }
 
 pin_project! {
-    /// A connection's task: served until it ends or its listener is removed and the drain
-    /// time is up. A future of its own rather than an `async` block around `select!`, which
-    /// would hold a second copy of everything it captures: this is what every idle connection
-    /// keeps in memory.
-    struct Served<F> {
+    /// A connection's task: served until it ends, is parked, or its listener is removed and
+    /// the drain time is up. A future of its own rather than an `async` block around
+    /// `select!`, which would hold a second copy of everything it captures: this is what
+    /// every connection between two requests keeps in memory.
+    pub(super) struct Served<F> {
         #[pin]
         conn: F,
         close: SignalWatch,
-        _closed: Closed,
+        // After the connection: dropped after it.
+        closed: Option<Closed>,
+        parking: Option<(Rc<ParkingLot>, Rc<Listener>)>,
     }
 }
 
-impl<F: Future<Output = ()>> Future for Served<F> {
+impl<F> Served<F> {
+    pub(super) fn new(
+        conn: F,
+        close: SignalWatch,
+        closed: Closed,
+        parking: Option<(Rc<ParkingLot>, Rc<Listener>)>,
+    ) -> Self {
+        Self {
+            conn,
+            close,
+            closed: Some(closed),
+            parking,
+        }
+    }
+}
+
+impl<F: Future<Output = Option<Parked>>> Future for Served<F> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -90,13 +117,21 @@ impl<F: Future<Output = ()>> Future for Served<F> {
         if this.close.poll_raised(cx).is_ready() {
             return Poll::Ready(());
         }
-        this.conn.poll(cx)
+        let Some(parked) = std::task::ready!(this.conn.poll(cx)) else {
+            return Poll::Ready(());
+        };
+        // Idle: the socket waits in the lot, with the connection's accounting; this task
+        // ends. (Without a lot it closes, as after an idle timeout.)
+        if let (Some((lot, listener)), Some(closed)) = (this.parking.take(), this.closed.take()) {
+            lot.park(parked, listener, closed);
+        }
+        Poll::Ready(())
     }
 }
 
 /// What a connection gives back when its task ends, however it ends (after the connection
-/// itself, which is dropped first).
-struct Closed {
+/// itself, which is dropped first), or when the lot lets it go.
+pub(super) struct Closed {
     worker: Rc<WorkerCtx>,
     ctx: Rc<ListenerCtx>,
     balance: Arc<ExactBalance>,

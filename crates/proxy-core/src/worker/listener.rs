@@ -65,6 +65,8 @@ pub(super) struct Parts<'a> {
     pub(super) log_sinks: &'a Arc<LogSinks>,
     /// The worker's clusters, in config order.
     pub(super) clusters: &'a Rc<[Rc<Cluster>]>,
+    /// Whether the worker has a parking lot for idle connections.
+    pub(super) park_idle: bool,
 }
 
 impl Listener {
@@ -215,6 +217,7 @@ fn conn_settings(
             )
         }),
         proxy_protocol: config.proxy_protocol,
+        park_idle: parts.park_idle,
     }
 }
 

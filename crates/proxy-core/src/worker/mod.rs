@@ -9,6 +9,7 @@
 //! mod.rs       the thread: apply generations, run until the drain, wait for connections
 //! listener.rs  one listener on this worker across generations: its state, routes, drain
 //! accept.rs    accept loops, connection limits, hand-offs, the connection's task
+//! parking.rs   idle HTTP/1.1 connections held as their sockets alone, without a task
 //! balance.rs   `connection_balance: exact` across workers
 //! tracker.rs   open connections, for the drain
 //! ```
@@ -16,6 +17,7 @@
 mod accept;
 mod balance;
 mod listener;
+mod parking;
 mod tracker;
 
 use std::cell::{Cell, RefCell};
@@ -106,6 +108,7 @@ impl Worker {
             shard: &self.shard,
             log_sinks: &generation.log_sinks,
             clusters: &self.clusters,
+            park_idle: self.accepted.lot.is_some(),
         };
         let current = self.listeners.borrow().clone();
         let mut next = Vec::with_capacity(generation.listeners.len());
@@ -172,6 +175,14 @@ async fn run(spec: WorkerSpec) {
         overload,
     });
     let tracker = Rc::new(ConnTracker::default());
+    let lot = match parking::ParkingLot::new() {
+        Ok((lot, task)) => Some((lot, tokio::task::spawn_local(task))),
+        Err(err) => {
+            // Idle connections then keep their task, as they did before the lot.
+            tracing::warn!(worker = id, error = %err, "no parking lot for idle connections");
+            None
+        }
+    };
     let mut worker = Worker {
         id,
         stats: Arc::clone(&stats),
@@ -181,6 +192,7 @@ async fn run(spec: WorkerSpec) {
             worker: Rc::clone(&worker_ctx),
             tracker: Rc::clone(&tracker),
             balance,
+            lot: lot.as_ref().map(|(lot, _)| Rc::clone(lot)),
         }),
         clusters: Rc::new([]),
         listeners: Rc::default(),
@@ -252,6 +264,11 @@ async fn run(spec: WorkerSpec) {
         let _ = task.await;
     }
     receiver.abort();
+    // Parked connections are idle: closed now, not after the drain time.
+    if let Some((lot, task)) = lot {
+        lot.close_all();
+        task.abort();
+    }
     tracker.wait_for_all_closed(worker.drain_timeout).await;
     housekeeping.0.abort();
     flush_logs(&listeners);

@@ -2,7 +2,9 @@
 //! the request, and writes its response, then reads the next. Between requests a connection is
 //! *parked*: it gives its read buffer back to the worker's pool and holds only its socket until
 //! the client sends again, which is what lets a proxy hold tens of thousands of idle
-//! connections (lesson L2).
+//! connections (lesson L2). A cleartext connection idle for `park_after` (a second) goes
+//! further: its task ends and hands back the socket alone ([`Parked`]), for the worker to
+//! hold without a task until the client sends again.
 //!
 //! ```text
 //! mod.rs          the connection: parked between requests, an exchange at a time, upgrades
@@ -24,7 +26,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::io::DownstreamIo;
 use super::service::ProxyService;
-use super::{Codecs, ConnCtx, ConnSettings};
+use super::{Codecs, ConnCtx, ConnSettings, Parked};
 use crate::box_pool::PooledBox;
 use crate::buffer_pool;
 use crate::context::{SignalWatch, Tunnel};
@@ -37,15 +39,17 @@ type Shared = Rc<RefCell<h1::Input<DownstreamIo>>>;
 /// What the first read of a request asks room for: most heads fit.
 const FIRST_READ: usize = buffer_pool::BUFFER;
 
-/// Serves the connection until it closes. The input is made before the `async` block so that
-/// the socket is not also kept, moved-from, in the connection's state.
+/// Serves the connection until it closes or is [`Parked`]. The input is made before the
+/// `async` block so that the socket is not also kept, moved-from, in the connection's state.
+/// `resumed`: a parked connection whose client has sent again, read before anything else.
 pub(super) fn serve_h1(
     io: DownstreamIo,
     service: ProxyService,
     settings: Rc<ConnSettings>,
     mut drain: SignalWatch,
-) -> impl Future<Output = ()> {
-    let input: Shared = Rc::new(RefCell::new(h1::Input::new(
+    resumed: bool,
+) -> impl Future<Output = Option<Parked>> {
+    let mut input: Shared = Rc::new(RefCell::new(h1::Input::new(
         io,
         settings.codecs.h1.read_size,
         settings.codecs.h1.max_head,
@@ -59,11 +63,36 @@ pub(super) fn serve_h1(
         let mut timer = pin!(tokio::time::sleep_until(
             ctx.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
         ));
+        if resumed {
+            // The socket is readable (that is why it was resumed), but the runtime learns so
+            // only from its next event: the timer must not find the connection idle first.
+            timer.as_mut().reset(Instant::now() + codecs.park_after);
+        }
         let next = loop {
-            if input.borrow().buf.is_empty()
-                && !park(&input, ctx, codecs, &mut drain, timer.as_mut()).await
-            {
-                break Next::Close;
+            if input.borrow().buf.is_empty() {
+                let waited = park(
+                    &input,
+                    ctx,
+                    codecs,
+                    &mut drain,
+                    timer.as_mut(),
+                    settings.park_idle,
+                );
+                match waited.await {
+                    Waited::Request => {}
+                    Waited::Close => break Next::Close,
+                    Waited::Idle(close_at) => {
+                        match into_parked(input, &service, &settings, close_at) {
+                            Ok(parked) => return parked,
+                            // TLS, or still shared: the connection stays as it is.
+                            Err(kept) => {
+                                input = kept;
+                                timer.as_mut().reset(close_at);
+                                continue;
+                            }
+                        }
+                    }
+                }
             }
             // Boxed, so that the state of an exchange is not part of every connection's task: a
             // parked one costs only what `park` needs. The box is from the worker's pool: no
@@ -76,7 +105,7 @@ pub(super) fn serve_h1(
         if let Next::Tunnel(tunnel) = next {
             // Boxed: only upgraded connections carry the relay's state.
             Box::pin(relay_upgraded(input, *tunnel, &service)).await;
-            return;
+            return None;
         }
         buffer_pool::give(std::mem::take(&mut input.borrow_mut().buf));
         // A lingering close: the client gets what was written even if it is still sending.
@@ -85,7 +114,38 @@ pub(super) fn serve_h1(
             std::pin::Pin::new(&mut input.io).poll_shutdown(cx)
         })
         .await;
+        None
     }
+}
+
+/// The idle connection as its socket alone (`None` in the rare case that the runtime will not
+/// let the socket go: it is closed), if it is cleartext with nothing carried over and nothing
+/// else holds it; else the input back.
+fn into_parked(
+    input: Shared,
+    service: &ProxyService,
+    settings: &Rc<ConnSettings>,
+    close_at: Instant,
+) -> Result<Option<Parked>, Shared> {
+    let plain = {
+        let input = input.borrow();
+        input.buf.is_empty() && input.io.is_plain()
+    };
+    if !plain {
+        return Err(input);
+    }
+    let (io, buf) = Rc::try_unwrap(input)?.into_inner().into_parts();
+    buffer_pool::give(buf);
+    let Ok(tcp) = io.into_plain_tcp() else {
+        return Ok(None);
+    };
+    Ok(tcp.into_std().ok().map(|socket| Parked {
+        socket,
+        ctx: Rc::clone(&service.conn),
+        http: Rc::clone(&service.http),
+        settings: Rc::clone(settings),
+        close_at,
+    }))
 }
 
 /// The 101 is out: from here on the connection is a byte relay, not HTTP. Nothing else holds
@@ -107,21 +167,32 @@ async fn relay_upgraded(input: Shared, tunnel: Tunnel, service: &ProxyService) {
     .await;
 }
 
-/// Waits until the client sends again: `true` once bytes of its next request are in the
-/// buffer, `false` when the connection should close (the client closed it, it idled out or
-/// reached its maximum duration, or the proxy drains). Meanwhile the connection holds no
-/// buffer: it takes one from the worker's pool to read once the socket is readable.
+/// What waiting for the client's next request came to.
+enum Waited {
+    /// Bytes of the next request are in the buffer.
+    Request,
+    /// The connection is to close: the client closed it, it idled out or reached its maximum
+    /// duration, or the proxy drains.
+    Close,
+    /// Idle for `park_after`: to be parked as its socket alone, and closed at this time unless
+    /// the client sends again.
+    Idle(Instant),
+}
+
+/// Waits until the client sends again. Meanwhile the connection holds no buffer: it takes one
+/// from the worker's pool to read once the socket is readable.
 ///
 /// `timer` may be armed for an earlier time than any deadline here (they all move later as
 /// the connection is used): when it fires, the deadlines are checked and it is re-armed for
-/// the next one.
+/// the next one, or the connection is found idle for `park_after`.
 async fn park(
     input: &Shared,
     ctx: &ConnCtx,
     codecs: &Codecs,
     drain: &mut SignalWatch,
     mut timer: Pin<&mut Sleep>,
-) -> bool {
+    park_idle: bool,
+) -> Waited {
     loop {
         let buffered = {
             let mut input = input.borrow_mut();
@@ -135,15 +206,22 @@ async fn park(
             tokio::select! {
                 ready = poll_fn(|cx| input.borrow().io.tcp().poll_read_ready(cx)) => {
                     if ready.is_err() {
-                        return false;
+                        return Waited::Close;
                     }
                 }
-                () = drain.raised() => return false,
+                () = drain.raised() => return Waited::Close,
                 () = timer.as_mut() => {
                     let Some(next) = parked_deadline(ctx, codecs) else {
-                        return false;
+                        return Waited::Close;
                     };
-                    timer.as_mut().reset(next);
+                    let idle_from = ctx.last_active.get() + codecs.park_after;
+                    if !park_idle {
+                        timer.as_mut().reset(next);
+                    } else if Instant::now() >= idle_from {
+                        return Waited::Idle(next);
+                    } else {
+                        timer.as_mut().reset(next.min(idle_from));
+                    }
                     continue;
                 }
             }
@@ -158,8 +236,8 @@ async fn park(
             Poll::Ready(input.poll_read_more(cx, FIRST_READ))
         });
         match read.await {
-            Poll::Ready(Ok(0) | Err(_)) => return false,
-            Poll::Ready(Ok(_)) => return true,
+            Poll::Ready(Ok(0) | Err(_)) => return Waited::Close,
+            Poll::Ready(Ok(_)) => return Waited::Request,
             Poll::Pending => {}
         }
     }
@@ -167,7 +245,7 @@ async fn park(
 
 /// On the parked connection's timer: when to look again, or `None` if it is to close now
 /// (idle timeout, maximum duration).
-fn parked_deadline(ctx: &ConnCtx, codecs: &Codecs) -> Option<Instant> {
+pub(super) fn parked_deadline(ctx: &ConnCtx, codecs: &Codecs) -> Option<Instant> {
     let now = Instant::now();
     let last_active = ctx.last_active.get();
     let idle_until = last_active + codecs.idle_timeout;
