@@ -22,14 +22,51 @@ const MAX_POOLED: usize = 256;
 /// A buffer that grew past this (a large head, a body read) is freed rather than kept.
 const MAX_POOLED_CAPACITY: usize = 2 * BUFFER;
 
+/// How often buffers that sat unused are freed ([`release_unused`]).
+pub(crate) const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+struct Pool {
+    buffers: Vec<BytesMut>,
+    /// The fewest buffers the pool held since the last release: that many went unused.
+    low: usize,
+}
+
 thread_local! {
-    static POOL: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Pool> = const {
+        RefCell::new(Pool {
+            buffers: Vec::new(),
+            low: 0,
+        })
+    };
 }
 
 /// An empty buffer with room for at least [`BUFFER`] bytes.
 pub(crate) fn take() -> BytesMut {
-    POOL.with_borrow_mut(Vec::pop)
-        .unwrap_or_else(|| BytesMut::with_capacity(BUFFER))
+    POOL.with_borrow_mut(|pool| {
+        let buffer = pool.buffers.pop();
+        pool.low = pool.low.min(pool.buffers.len());
+        buffer
+    })
+    .unwrap_or_else(|| BytesMut::with_capacity(BUFFER))
+}
+
+/// Frees the buffers none of this worker's connections took since the last call: a worker
+/// that went quiet after a burst keeps no megabyte of buffers for nothing, and one in steady
+/// use keeps what it uses. Called every [`RELEASE_EVERY`].
+pub(crate) fn release_unused() {
+    let freed = POOL.with_borrow_mut(|pool| {
+        let unused = pool.low;
+        let keep = pool.buffers.len() - unused;
+        let freed: Vec<BytesMut> = pool.buffers.drain(..unused).collect();
+        debug_assert_eq!(pool.buffers.len(), keep);
+        pool.low = pool.buffers.len();
+        freed
+    });
+    for _ in &freed {
+        crate::memory::codec_released();
+    }
+    // Freed outside the pool's borrow.
+    drop(freed);
 }
 
 /// Takes a connection's buffer back, dropping what it holds. One still shared with a request
@@ -41,8 +78,8 @@ pub(crate) fn give(mut buf: BytesMut) {
     buf.clear();
     if buf.try_reclaim(BUFFER) && buf.capacity() <= MAX_POOLED_CAPACITY {
         let refused = POOL.with_borrow_mut(|pool| {
-            if pool.len() < MAX_POOLED {
-                pool.push(buf);
+            if pool.buffers.len() < MAX_POOLED {
+                pool.buffers.push(buf);
                 None
             } else {
                 Some(buf)
@@ -79,22 +116,47 @@ mod tests {
 
     #[test]
     fn shared_or_grown_buffers_are_not_kept() {
-        POOL.with_borrow_mut(Vec::clear);
+        POOL.with_borrow_mut(|pool| pool.buffers.clear());
         let mut shared = take();
         shared.extend_from_slice(&[b'x'; BUFFER]);
         let head = shared.split_to(BUFFER - 10).freeze();
         give(shared);
-        assert_eq!(POOL.with_borrow(Vec::len), 0, "its start is still in use");
+        assert_eq!(
+            POOL.with_borrow(|pool| pool.buffers.len()),
+            0,
+            "its start is still in use"
+        );
         drop(head);
 
         let mut grown = take();
         grown.reserve(4 * BUFFER);
         give(grown);
-        assert_eq!(POOL.with_borrow(Vec::len), 0);
+        assert_eq!(POOL.with_borrow(|pool| pool.buffers.len()), 0);
 
         for _ in 0..MAX_POOLED + 10 {
             give(BytesMut::with_capacity(BUFFER));
         }
-        assert_eq!(POOL.with_borrow(Vec::len), MAX_POOLED);
+        assert_eq!(POOL.with_borrow(|pool| pool.buffers.len()), MAX_POOLED);
+    }
+
+    #[test]
+    fn buffers_unused_for_a_round_are_freed() {
+        let len = || POOL.with_borrow(|pool| pool.buffers.len());
+        POOL.with_borrow_mut(|pool| pool.buffers.clear());
+        release_unused();
+        for _ in 0..10 {
+            give(BytesMut::with_capacity(BUFFER));
+        }
+        // Given during the round: not yet unused for a whole one.
+        release_unused();
+        assert_eq!(len(), 10);
+        // Up to 3 in use at once during the round: 7 never left the pool.
+        let taken: Vec<BytesMut> = (0..3).map(|_| take()).collect();
+        taken.into_iter().for_each(give);
+        release_unused();
+        assert_eq!(len(), 3);
+        // A round without any use frees the rest.
+        release_unused();
+        assert_eq!(len(), 0);
     }
 }

@@ -6,7 +6,8 @@
 //! connections' own small state) are never handed back by `free`: 10,000 connections that made
 //! one request each would keep ~14 KiB apiece resident long after they went quiet.
 //! `malloc_trim` returns every whole free page inside the heaps, so a background thread calls
-//! it, at most twice a second and only after enough codecs were freed since the last call.
+//! it, at most twice a second, after enough codecs were freed since the last call or once a
+//! burst of freeing has settled.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -36,12 +37,19 @@ pub(crate) fn start_trimmer() {
             .name("legate-trim".into())
             .spawn(|| {
                 let mut last_trim = Instant::now();
+                let mut seen = 0;
                 loop {
                     std::thread::sleep(CHECK_EVERY);
-                    if RELEASED.load(Ordering::Relaxed) >= TRIM_AFTER
+                    let released = RELEASED.load(Ordering::Relaxed);
+                    // Enough freed, or the last of a burst: some freed, and nothing since the
+                    // last look (so the burst's tail is given back too).
+                    let settled = released > 0 && released == seen;
+                    seen = released;
+                    if (released >= TRIM_AFTER || settled)
                         && last_trim.elapsed() >= MIN_TRIM_INTERVAL
                     {
                         RELEASED.store(0, Ordering::Relaxed);
+                        seen = 0;
                         let started = Instant::now();
                         trim();
                         last_trim = Instant::now();

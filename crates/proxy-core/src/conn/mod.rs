@@ -39,7 +39,7 @@ pub(crate) use codecs::Codecs;
 use io::DownstreamIo;
 use service::ProxyService;
 
-use crate::context::{ConnCtx, SignalWatch};
+use crate::context::{ConnCtx, ParkedCtx, SignalWatch};
 use crate::http::HttpSlot;
 use crate::tls::Handshake;
 
@@ -115,7 +115,7 @@ pub(crate) fn serve(
 /// many of these for the price of few connections (see `worker/parking.rs`).
 pub(crate) struct Parked {
     pub(crate) socket: std::net::TcpStream,
-    pub(crate) ctx: Rc<ConnCtx>,
+    pub(crate) ctx: ParkedCtx,
     pub(crate) http: Rc<HttpSlot>,
     pub(crate) settings: Rc<ConnSettings>,
     /// Closed then if the client sends nothing (idle timeout, maximum duration).
@@ -123,10 +123,15 @@ pub(crate) struct Parked {
 }
 
 impl Parked {
-    /// When a parked connection is due to close: `None` if now (counted as an idle timeout
-    /// or a maximum duration reached), else a later time.
-    pub(crate) fn deadline(ctx: &ConnCtx, settings: &ConnSettings) -> Option<Instant> {
-        h1::parked_deadline(ctx, &settings.codecs)
+    /// When the connection is due to close: `None` if now (counted as an idle timeout or a
+    /// maximum duration reached), else a later time.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        h1::parked_deadline(
+            self.ctx.last_active(),
+            self.ctx.expires_at(),
+            self.ctx.listener(),
+            &self.settings.codecs,
+        )
     }
 }
 
@@ -134,12 +139,15 @@ impl Parked {
 /// with the runtime).
 pub(crate) fn resume(
     stream: TcpStream,
-    ctx: Rc<ConnCtx>,
+    ctx: ParkedCtx,
     http: Rc<HttpSlot>,
     settings: Rc<ConnSettings>,
     drain: SignalWatch,
 ) -> impl Future<Output = Option<Parked>> {
-    let service = ProxyService { conn: ctx, http };
+    let service = ProxyService {
+        conn: ctx.resume(),
+        http,
+    };
     h1::serve_h1(DownstreamIo::plain(stream), service, settings, drain, true)
 }
 

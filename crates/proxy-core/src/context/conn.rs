@@ -117,6 +117,61 @@ impl ConnCtx {
     }
 }
 
+/// A parked connection's context, as its own fields: the context's allocation goes with the
+/// task's, so that all a parked connection keeps is its place in the worker's lot.
+pub(crate) struct ParkedCtx {
+    peer: SocketAddr,
+    local: SocketAddr,
+    listener: Rc<ListenerCtx>,
+    worker: Rc<WorkerCtx>,
+    requests: u32,
+    last_active: Instant,
+    opened: Instant,
+}
+
+impl ConnCtx {
+    /// The context's fields for parking, if nothing else holds it (else the context back).
+    /// Only an idle HTTP/1.1 connection is parked: nothing is in flight, no tunnel is open,
+    /// and nothing waits on `retire`.
+    pub(crate) fn park(this: Rc<ConnCtx>) -> Result<ParkedCtx, Rc<ConnCtx>> {
+        let ctx = Rc::try_unwrap(this)?;
+        Ok(ParkedCtx {
+            peer: ctx.peer,
+            local: ctx.local,
+            listener: ctx.listener,
+            worker: ctx.worker,
+            requests: ctx.requests.get(),
+            last_active: ctx.last_active.get(),
+            opened: ctx.opened,
+        })
+    }
+}
+
+impl ParkedCtx {
+    /// The context again, for the connection's next request.
+    pub(crate) fn resume(self) -> Rc<ConnCtx> {
+        let mut ctx = ConnCtx::new(self.peer, self.local, self.listener, self.worker);
+        ctx.requests.set(self.requests);
+        ctx.last_active.set(self.last_active);
+        ctx.opened = self.opened;
+        Rc::new(ctx)
+    }
+
+    pub(crate) fn listener(&self) -> &ListenerCtx {
+        &self.listener
+    }
+
+    pub(crate) fn last_active(&self) -> Instant {
+        self.last_active
+    }
+
+    pub(crate) fn expires_at(&self) -> Option<Instant> {
+        self.listener
+            .max_connection_duration
+            .map(|d| self.opened + d)
+    }
+}
+
 /// Waits for `at`, or forever without one.
 pub(crate) async fn sleep_until_some(at: Option<Instant>) {
     match at {

@@ -16,7 +16,7 @@ pub(crate) mod request_id;
 mod signal;
 
 pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PROTO};
-pub(crate) use conn::{ConnCtx, ListenerCtx, Tunnel, WorkerCtx, sleep_until_some};
+pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{Signal, SignalWatch};

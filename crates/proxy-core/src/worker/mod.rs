@@ -222,18 +222,24 @@ async fn run(spec: WorkerSpec) {
         })
     };
     // Buffered access log lines reach their writer at least this often; hosts removed from
-    // a cluster (a reload, DNS) leave this worker's pools at least this often too.
+    // a cluster (a reload, DNS) leave this worker's pools at least this often too, and
+    // buffers unused for a second are freed.
     let housekeeping = {
         let listeners = Rc::clone(&worker.listeners);
         let clusters = Rc::new(RefCell::new(Rc::clone(&worker.clusters)));
         let kept = Rc::clone(&clusters);
         let task = tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(access_log::FLUSH_EVERY);
+            let mut released = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 flush_logs(&listeners.borrow());
                 for cluster in kept.borrow().iter() {
                     cluster.sync_pools();
+                }
+                if released.elapsed() >= crate::buffer_pool::RELEASE_EVERY {
+                    crate::buffer_pool::release_unused();
+                    released = tokio::time::Instant::now();
                 }
             }
         });

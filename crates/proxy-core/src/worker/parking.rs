@@ -111,7 +111,7 @@ impl ParkingLot {
         if new_listener {
             lot.drains.push((id, listener.drain.watch()));
         }
-        conn.ctx.listener.stats.cx_parked.inc();
+        conn.ctx.listener().stats.cx_parked.inc();
         lot.parked.insert(Car {
             conn,
             generation,
@@ -150,7 +150,7 @@ impl ParkingLot {
         let _ = self
             .registry
             .deregister(&mut SourceFd(&car.conn.socket.as_raw_fd()));
-        car.conn.ctx.listener.stats.cx_parked.dec();
+        car.conn.ctx.listener().stats.cx_parked.dec();
         Some(car)
     }
 
@@ -216,7 +216,7 @@ impl ParkingLot {
             };
             // Counted as the task would have counted it (idle timeout, maximum duration); a
             // deadline moved later by a clock check parks it again.
-            match Parked::deadline(&car.conn.ctx, &car.conn.settings) {
+            match car.conn.deadline() {
                 None => drop(car),
                 Some(later) => {
                     let Car {

@@ -29,7 +29,7 @@ use super::service::ProxyService;
 use super::{Codecs, ConnCtx, ConnSettings, Parked};
 use crate::box_pool::PooledBox;
 use crate::buffer_pool;
-use crate::context::{SignalWatch, Tunnel};
+use crate::context::{ListenerCtx, SignalWatch, Tunnel};
 use exchange::Next;
 
 /// The connection's input (its socket and what has been read), shared with the body of the
@@ -44,7 +44,7 @@ const FIRST_READ: usize = buffer_pool::BUFFER;
 /// `resumed`: a parked connection whose client has sent again, read before anything else.
 pub(super) fn serve_h1(
     io: DownstreamIo,
-    service: ProxyService,
+    mut service: ProxyService,
     settings: Rc<ConnSettings>,
     mut drain: SignalWatch,
     resumed: bool,
@@ -56,12 +56,11 @@ pub(super) fn serve_h1(
     )));
     async move {
         let codecs = &settings.codecs;
-        let ctx = &service.conn;
         // One timer for the connection's life, re-armed only when it fires (see `park`): a busy
         // connection adds and removes no timer per request. First armed no later than the
         // earliest deadline there can be.
         let mut timer = pin!(tokio::time::sleep_until(
-            ctx.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
+            service.conn.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
         ));
         if resumed {
             // The socket is readable (that is why it was resumed), but the runtime learns so
@@ -72,7 +71,7 @@ pub(super) fn serve_h1(
             if input.borrow().buf.is_empty() {
                 let waited = park(
                     &input,
-                    ctx,
+                    &service.conn,
                     codecs,
                     &mut drain,
                     timer.as_mut(),
@@ -82,11 +81,11 @@ pub(super) fn serve_h1(
                     Waited::Request => {}
                     Waited::Close => break Next::Close,
                     Waited::Idle(close_at) => {
-                        match into_parked(input, &service, &settings, close_at) {
+                        match into_parked(input, service, &settings, close_at) {
                             Ok(parked) => return parked,
                             // TLS, or still shared: the connection stays as it is.
                             Err(kept) => {
-                                input = kept;
+                                (input, service) = kept;
                                 timer.as_mut().reset(close_at);
                                 continue;
                             }
@@ -118,31 +117,36 @@ pub(super) fn serve_h1(
     }
 }
 
-/// The idle connection as its socket alone (`None` in the rare case that the runtime will not
-/// let the socket go: it is closed), if it is cleartext with nothing carried over and nothing
-/// else holds it; else the input back.
+/// The idle connection as its socket and context alone (`None` in the rare case that the
+/// runtime will not let the socket go: it is closed), if it is cleartext with nothing
+/// carried over and nothing else holds its input or context; else both back.
 fn into_parked(
     input: Shared,
-    service: &ProxyService,
+    service: ProxyService,
     settings: &Rc<ConnSettings>,
     close_at: Instant,
-) -> Result<Option<Parked>, Shared> {
-    let plain = {
+) -> Result<Option<Parked>, (Shared, ProxyService)> {
+    let parkable = {
         let input = input.borrow();
         input.buf.is_empty() && input.io.is_plain()
     };
-    if !plain {
-        return Err(input);
+    if !parkable || Rc::strong_count(&input) > 1 || Rc::strong_count(&service.conn) > 1 {
+        return Err((input, service));
     }
-    let (io, buf) = Rc::try_unwrap(input)?.into_inner().into_parts();
+    let ProxyService { conn, http } = service;
+    // Both held once (checked above): neither can fail.
+    let (Ok(input), Ok(ctx)) = (Rc::try_unwrap(input), ConnCtx::park(conn)) else {
+        return Ok(None);
+    };
+    let (io, buf) = input.into_inner().into_parts();
     buffer_pool::give(buf);
     let Ok(tcp) = io.into_plain_tcp() else {
         return Ok(None);
     };
     Ok(tcp.into_std().ok().map(|socket| Parked {
         socket,
-        ctx: Rc::clone(&service.conn),
-        http: Rc::clone(&service.http),
+        ctx,
+        http,
         settings: Rc::clone(settings),
         close_at,
     }))
@@ -211,7 +215,9 @@ async fn park(
                 }
                 () = drain.raised() => return Waited::Close,
                 () = timer.as_mut() => {
-                    let Some(next) = parked_deadline(ctx, codecs) else {
+                    let deadline =
+                        parked_deadline(ctx.last_active.get(), ctx.expires_at(), &ctx.listener, codecs);
+                    let Some(next) = deadline else {
                         return Waited::Close;
                     };
                     let idle_from = ctx.last_active.get() + codecs.park_after;
@@ -244,22 +250,24 @@ async fn park(
 }
 
 /// On the parked connection's timer: when to look again, or `None` if it is to close now
-/// (idle timeout, maximum duration).
-pub(super) fn parked_deadline(ctx: &ConnCtx, codecs: &Codecs) -> Option<Instant> {
+/// (idle timeout, maximum duration: counted in `listener`'s stats).
+pub(super) fn parked_deadline(
+    last_active: Instant,
+    expires_at: Option<Instant>,
+    listener: &ListenerCtx,
+    codecs: &Codecs,
+) -> Option<Instant> {
     let now = Instant::now();
-    let last_active = ctx.last_active.get();
     let idle_until = last_active + codecs.idle_timeout;
     if now >= idle_until {
-        ctx.listener.stats.cx_idle_timeout.inc();
+        listener.stats.cx_idle_timeout.inc();
         return None;
     }
     // A connection in use (idle for less than park_after) is retired by a response saying
     // `connection: close`, not by closing it under a request on its way.
-    let expires_at = ctx
-        .expires_at()
-        .map(|at| at.max(last_active + codecs.park_after));
+    let expires_at = expires_at.map(|at| at.max(last_active + codecs.park_after));
     if expires_at.is_some_and(|at| now >= at) {
-        ctx.listener.stats.cx_max_duration.inc();
+        listener.stats.cx_max_duration.inc();
         return None;
     }
     Some(expires_at.map_or(idle_until, |at| at.min(idle_until)))
