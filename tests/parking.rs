@@ -213,3 +213,38 @@ async fn stopping_closes_parked_connections_at_once() {
         assert!(read_until_closed(stream).await.is_empty());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_listener_closes_its_parked_connections_at_once() {
+    let backend = upstream().await;
+    let two = |second: bool| {
+        let mut yaml = config(backend.local_addr(), "");
+        if second {
+            yaml = yaml.replace(
+                "clusters:",
+                "  - name: second\n    address: 127.0.0.1:0\n    routes:\n      - match: { prefix: / }\n        cluster: backend\nclusters:",
+            );
+        }
+        yaml
+    };
+    let proxy = Proxy::start(&two(true), 1);
+    let admin = proxy.admin.unwrap();
+    let mut stream = TcpStream::connect(proxy.addrs[1]).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    wait_parked(admin, 1);
+    // The second listener goes (the drain time is 120 s): its parked connection closes now.
+    proxy.rewrite_config(&two(false));
+    let (status, body) = admin_request(admin, "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    assert!(read_until_closed(&mut stream).await.is_empty());
+    assert_eq!(stat(admin, "downstream_cx_parked"), 0);
+    // The first listener serves on.
+    let r = send_h1(proxy.addr(), get("/", &[])).await;
+    assert_eq!(r.status(), 200);
+}
