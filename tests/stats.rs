@@ -188,3 +188,80 @@ async fn connect_failures_and_timeouts_are_counted() {
     assert_eq!(stats["upstream_rq_timeout{cluster=slow}"], 1.0);
     assert_eq!(stats["downstream_rq_xx{code_class=5xx,listener=main}"], 4.0);
 }
+
+/// A histogram's cumulative bucket counts by `le`, from /stats/prometheus.
+fn buckets(admin: SocketAddr, metric: &str, label: (&str, &str)) -> Vec<(f64, f64)> {
+    let text = admin_get(admin, "/stats/prometheus");
+    let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("valid Prometheus text");
+    parsed
+        .samples
+        .into_iter()
+        .find_map(|sample| match sample.value {
+            prometheus_parse::Value::Histogram(counts)
+                if sample.metric == metric && sample.labels.get(label.0) == Some(label.1) =>
+            {
+                Some(counts.iter().map(|c| (c.less_than, c.count)).collect())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no histogram {metric} in\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucketed_histograms_add_up_across_processes() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = forward_config(&[noop.local_addr()], "").replace(
+        "listeners:",
+        "stats: { histogram_buckets: [100ms, 150ms, 10s] }\nlisteners:",
+    );
+    let (slow, fast) = (Proxy::start(&config, 1), Proxy::start(&config, 1));
+    // Ten requests the upstream holds for 200 ms through one proxy, thirty at once through
+    // the other.
+    let (n_slow, n_fast) = (10u32, 30u32);
+    for _ in 0..n_slow {
+        let r = send_h1(slow.addr(), get("/", &[("x-noop-delay", "200ms")])).await;
+        assert_eq!(r.status(), 200);
+        text(r.into_body()).await;
+    }
+    for _ in 0..n_fast {
+        let r = send_h1(fast.addr(), get("/", &[])).await;
+        assert_eq!(r.status(), 200);
+        text(r.into_body()).await;
+    }
+    let label = ("cluster", "backend");
+    let metric = "upstream_rq_time_seconds";
+    let mut per_process = Vec::new();
+    for proxy in [&slow, &fast] {
+        let admin = proxy.admin.unwrap();
+        // Counted once the exchange is done: wait for the count.
+        let want = if std::ptr::eq(proxy, &slow) {
+            n_slow
+        } else {
+            n_fast
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let counts = loop {
+            let counts = buckets(admin, metric, label);
+            if counts.last().map(|c| c.1) == Some(f64::from(want)) || Instant::now() > deadline {
+                break counts;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let les: Vec<f64> = counts.iter().map(|c| c.0).collect();
+        assert_eq!(les, [0.1, 0.15, 10.0, f64::INFINITY]);
+        assert!(counts.windows(2).all(|w| w[0].1 <= w[1].1), "{counts:?}");
+        per_process.push(counts);
+    }
+    // Summed bucket by bucket, as a fleet's query sums them: every request is counted once,
+    // and none held for 200 ms falls at or under 100 ms or 150 ms.
+    let summed: Vec<f64> = (0..4)
+        .map(|i| per_process.iter().map(|c| c[i].1).sum())
+        .collect();
+    assert_eq!(summed[3], f64::from(n_slow + n_fast));
+    assert!(summed[0] <= f64::from(n_fast), "{summed:?}");
+    assert!(summed[1] <= f64::from(n_fast), "{summed:?}");
+    assert_eq!(per_process[0][1].1, 0.0, "held 200 ms, none under 150 ms");
+}

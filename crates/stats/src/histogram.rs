@@ -331,6 +331,32 @@ impl HistogramSnapshot {
         }
     }
 
+    /// For each of `bounds` (microseconds, ascending), how many values were at most that: the
+    /// cumulative counts of a Prometheus histogram's `_bucket{le}` series. A bucket of this
+    /// histogram that straddles a bound counts below it when its midpoint does, as quantiles
+    /// read it, so a count is off only by values within 1/256 of the bound; bounds at or past
+    /// the largest value count everything, and bounds below the smallest nothing, exactly.
+    pub fn cumulative_counts(&self, bounds: &[u64]) -> Vec<u64> {
+        let mut out = Vec::with_capacity(bounds.len());
+        let mut buckets = self.buckets.iter().peekable();
+        let mut seen = 0u64;
+        for &bound in bounds {
+            if self.count == 0 || bound < self.min {
+                out.push(0);
+                continue;
+            }
+            if bound >= self.max {
+                out.push(self.count);
+                continue;
+            }
+            while let Some(b) = buckets.next_if(|b| bucket_midpoint(b.index as usize) <= bound) {
+                seen = seen.saturating_add(b.count);
+            }
+            out.push(seen.min(self.count));
+        }
+        out
+    }
+
     /// The non-empty buckets, in increasing order, as `(lowest, highest, count)` with inclusive
     /// bounds in microseconds.
     pub fn buckets(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {

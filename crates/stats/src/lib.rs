@@ -90,9 +90,12 @@
 //!
 //! [`Snapshot::render_prometheus`] writes the text exposition format 0.0.4, merged over
 //! shards. Counters and gauges keep their names. A histogram `x` becomes, in seconds, a
-//! summary `x_seconds` (quantiles 0.5, 0.9, 0.99, 0.999, `x_seconds_sum`, `x_seconds_count`)
-//! and gauges `x_seconds_mean` and `x_seconds_max`: declare histograms without a unit suffix.
-//! Label values and help texts are escaped.
+//! histogram `x_seconds` (cumulative `x_seconds_bucket{le}` series at
+//! [`PrometheusOptions::buckets`], `x_seconds_sum`, `x_seconds_count`: they add up across
+//! processes), the gauge `x_seconds_quantile` (quantiles 0.5, 0.9, 0.99, 0.999 of this
+//! process, unless [`PrometheusOptions::quantiles`] is off) and the gauges `x_seconds_mean` and
+//! `x_seconds_max`: declare histograms without a unit suffix. Label values and help texts are
+//! escaped.
 
 #![warn(missing_docs)]
 
@@ -108,6 +111,7 @@ mod text;
 pub use counter::Counter;
 pub use gauge::{Gauge, SharedGauge};
 pub use histogram::{Histogram, HistogramSnapshot, MAX_TRACKED_US, RELATIVE_ERROR};
+pub use prometheus::{DEFAULT_BUCKETS_US, PrometheusOptions};
 pub use registry::{
     CounterFamily, GaugeFamily, HistogramFamily, MetricKind, Registry, Shard, ShardId,
 };

@@ -3,13 +3,17 @@
 //! Counters and gauges are exported under their own names. A histogram `x` (microseconds)
 //! becomes, in seconds as Prometheus wants:
 //!
-//! - a `summary` named `x_seconds`: quantiles 0.5, 0.9, 0.99 and 0.999, `x_seconds_sum` and
-//!   `x_seconds_count`;
+//! - a `histogram` named `x_seconds`: cumulative `x_seconds_bucket{le="..."}` series at the
+//!   [`PrometheusOptions::buckets`] bounds and `+Inf`, `x_seconds_sum` and `x_seconds_count`.
+//!   Buckets add up across processes, so `histogram_quantile` over a fleet's sum is a fleet's
+//!   quantile;
+//! - unless [`PrometheusOptions::quantiles`] is off, a gauge `x_seconds_quantile` with this
+//!   process's quantiles 0.5, 0.9, 0.99 and 0.999 (from all its values, not the buckets);
 //! - a gauge `x_seconds_mean` and a gauge `x_seconds_max`.
 //!
 //! An empty histogram exports `NaN` quantiles, mean and max. The series merged over shards are
-//! exported (summaries cannot be summed in PromQL, so one process-wide series is what a query
-//! wants), except for families declared per shard, which appear once per shard with its labels.
+//! exported, except for families declared per shard, which appear once per shard with its
+//! labels.
 
 use std::fmt::{Display, Write};
 
@@ -17,18 +21,52 @@ use crate::histogram::{HistogramSnapshot, REPORTED_QUANTILES};
 use crate::registry::MetricKind;
 use crate::snapshot::{FamilySnapshot, SeriesSnapshot, Snapshot, Value};
 
+/// How histograms are exported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrometheusOptions {
+    /// The upper bounds of the `_bucket` series, in microseconds, ascending (`+Inf` is
+    /// always added).
+    pub buckets: Vec<u64>,
+    /// Whether each histogram also exports its quantiles as the gauge `x_seconds_quantile`.
+    pub quantiles: bool,
+}
+
+/// The bucket bounds used unless configured: 50 us to 10 s, for latencies from a loopback
+/// hop to a slow upstream.
+pub const DEFAULT_BUCKETS_US: [u64; 17] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+
+impl Default for PrometheusOptions {
+    fn default() -> Self {
+        Self {
+            buckets: DEFAULT_BUCKETS_US.to_vec(),
+            quantiles: true,
+        }
+    }
+}
+
 /// The names a family's samples are exported under, to refuse families that would collide.
 pub(crate) fn exposed_names(kind: MetricKind, name: &str) -> Vec<String> {
     match kind {
         MetricKind::Counter | MetricKind::Gauge => vec![name.to_owned()],
-        MetricKind::Histogram => ["", "_sum", "_count", "_mean", "_max"]
-            .iter()
-            .map(|suffix| format!("{name}_seconds{suffix}"))
-            .collect(),
+        MetricKind::Histogram => [
+            "",
+            "_bucket",
+            "_sum",
+            "_count",
+            "_quantile",
+            "_mean",
+            "_max",
+        ]
+        .iter()
+        .map(|suffix| format!("{name}_seconds{suffix}"))
+        .collect(),
     }
 }
 
-pub(crate) fn render(snapshot: &Snapshot) -> String {
+pub(crate) fn render(snapshot: &Snapshot, options: &PrometheusOptions) -> String {
     // About 60 bytes a line, eight lines for a histogram.
     let lines: usize = snapshot
         .families()
@@ -36,7 +74,7 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
         .map(|f| {
             f.series().len()
                 * if f.kind() == MetricKind::Histogram {
-                    8
+                    options.buckets.len() + 9
                 } else {
                     1
                 }
@@ -75,31 +113,53 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
                     }
                 }
             }
-            MetricKind::Histogram => render_histogram(&mut out, family),
+            MetricKind::Histogram => render_histogram(&mut out, family, options),
         }
     }
     out
 }
 
-fn render_histogram<'a>(out: &mut String, family: &'a FamilySnapshot) {
+fn render_histogram<'a>(out: &mut String, family: &'a FamilySnapshot, options: &PrometheusOptions) {
     let empty = HistogramSnapshot::default();
     let hist = |series: &'a SeriesSnapshot| series.value().as_histogram().unwrap_or(&empty);
-    header(out, family.name(), "_seconds", family.help(), "summary");
+    // `le="0.0001"`: the bounds' labels, written once for every series.
+    let bounds: Vec<String> = options
+        .buckets
+        .iter()
+        .map(|&us| format!("le=\"{}\"", us as f64 / 1e6))
+        .collect();
+    header(out, family.name(), "_seconds", family.help(), "histogram");
     for series in family.series() {
         let h = hist(series);
         let labels = series.rendered_labels();
-        let estimates = h.quantiles(REPORTED_QUANTILES.map(|(q, _, _)| q));
-        for ((_, label, _), estimate) in REPORTED_QUANTILES.iter().zip(estimates) {
-            sample_name(out, family, "_seconds", labels, label);
-            push(out, seconds(estimate));
+        for (le, count) in bounds.iter().zip(h.cumulative_counts(&options.buckets)) {
+            sample_name(out, family, "_seconds_bucket", labels, le);
+            push(out, count);
             out.push('\n');
         }
+        sample_name(out, family, "_seconds_bucket", labels, "le=\"+Inf\"");
+        push(out, h.count());
+        out.push('\n');
         sample_name(out, family, "_seconds_sum", labels, "");
         push(out, h.sum() as f64 / 1e6);
         out.push('\n');
         sample_name(out, family, "_seconds_count", labels, "");
         push(out, h.count());
         out.push('\n');
+    }
+    if options.quantiles {
+        let help = format!("Quantiles of {}_seconds in this process.", family.name());
+        header(out, family.name(), "_seconds_quantile", &help, "gauge");
+        for series in family.series() {
+            let h = hist(series);
+            let labels = series.rendered_labels();
+            let estimates = h.quantiles(REPORTED_QUANTILES.map(|(q, _, _)| q));
+            for ((_, label, _), estimate) in REPORTED_QUANTILES.iter().zip(estimates) {
+                sample_name(out, family, "_seconds_quantile", labels, label);
+                push(out, seconds(estimate));
+                out.push('\n');
+            }
+        }
     }
     let help = format!("Mean of {}_seconds.", family.name());
     header(out, family.name(), "_seconds_mean", &help, "gauge");

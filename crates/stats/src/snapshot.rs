@@ -7,10 +7,11 @@
 use std::sync::Arc;
 
 use crate::histogram::{HistogramSnapshot, Scratch};
+use crate::prometheus::{self, PrometheusOptions};
 use crate::registry::{
     CellRef, FamilyMeta, MetricKind, Series, SeriesLabels, ShardId, ShardLabels, State,
 };
-use crate::{prometheus, text};
+use crate::text;
 
 /// The value of one series (or of one shard's part of it).
 #[derive(Clone, Debug, PartialEq)]
@@ -266,10 +267,15 @@ impl Snapshot {
         text::render(self, filter)
     }
 
-    /// The Prometheus text exposition format 0.0.4, series merged over shards. See
-    /// [`prometheus`](crate#prometheus-format).
+    /// The Prometheus text exposition format 0.0.4, series merged over shards, histograms
+    /// with the default buckets and quantiles. See [`prometheus`](crate#prometheus-format).
     pub fn render_prometheus(&self) -> String {
-        prometheus::render(self)
+        prometheus::render(self, &PrometheusOptions::default())
+    }
+
+    /// [`render_prometheus`](Self::render_prometheus) with histograms as `options` say.
+    pub fn render_prometheus_with(&self, options: &PrometheusOptions) -> String {
+        prometheus::render(self, options)
     }
 }
 

@@ -109,6 +109,15 @@ fn every_parsed_value_equals_the_snapshot() {
                     "{name}"
                 );
             }
+            Parsed::Gauge(v) if name.ends_with("_seconds_quantile") => {
+                let family = name.strip_suffix("_seconds_quantile").unwrap();
+                let values = values_for(&snapshot, family, sample);
+                let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                let h = snapshot.histogram(family, &values).unwrap();
+                let q: f64 = labels(sample)["quantile"].parse().unwrap();
+                assert!([0.5, 0.9, 0.99, 0.999].contains(&q), "{q}");
+                assert!(same(seconds(h.quantile(q)), *v), "{name} {q}");
+            }
             Parsed::Gauge(v) => {
                 let (family, pick): (&str, fn(&stats::HistogramSnapshot) -> f64) =
                     if let Some(f) = name.strip_suffix("_seconds_mean") {
@@ -131,23 +140,23 @@ fn every_parsed_value_equals_the_snapshot() {
                 let h = snapshot.histogram(family, &values).unwrap();
                 assert!(same(pick(h), *v), "{name}: {} vs {v}", pick(h));
             }
-            Parsed::Summary(quantiles) => {
+            Parsed::Histogram(buckets) => {
                 let family = name.strip_suffix("_seconds").unwrap();
                 let values = values_for(&snapshot, family, sample);
                 let values: Vec<&str> = values.iter().map(String::as_str).collect();
                 let h = snapshot.histogram(family, &values).unwrap();
-                let qs: Vec<f64> = quantiles.iter().map(|q| q.quantile).collect();
-                assert_eq!(qs, [0.5, 0.9, 0.99, 0.999]);
-                for q in quantiles {
-                    assert!(
-                        same(seconds(h.quantile(q.quantile)), q.count),
-                        "{name} {}",
-                        q.quantile
-                    );
-                }
+                let mut want: Vec<(f64, f64)> = stats::DEFAULT_BUCKETS_US
+                    .iter()
+                    .zip(h.cumulative_counts(&stats::DEFAULT_BUCKETS_US))
+                    .map(|(&us, count)| (us as f64 / 1e6, count as f64))
+                    .collect();
+                want.push((f64::INFINITY, h.count() as f64));
+                let got: Vec<(f64, f64)> = buckets.iter().map(|b| (b.less_than, b.count)).collect();
+                assert_eq!(got, want, "{name}");
             }
+            Parsed::Summary(_) => panic!("no summaries are exported"),
             Parsed::Untyped(v) => {
-                // `_sum` and `_count` of a summary.
+                // `_sum` and `_count` of a histogram.
                 let (family, want) = if let Some(f) = name.strip_suffix("_seconds_sum") {
                     let values = values_for(&snapshot, f, sample);
                     let values: Vec<&str> = values.iter().map(String::as_str).collect();
@@ -163,12 +172,12 @@ fn every_parsed_value_equals_the_snapshot() {
                 };
                 assert_eq!(want, *v, "{family}");
             }
-            Parsed::Histogram(_) => panic!("no native histograms are exported"),
         }
         checked += 1;
     }
-    // 6 + 1 counters, 1 gauge, 3 histogram series x (summary, sum, count, mean, max).
-    assert_eq!(checked, 6 + 1 + 1 + 3 * 5);
+    // 6 + 1 counters, 1 gauge, 3 histogram series x (buckets, sum, count, 4 quantiles, mean,
+    // max).
+    assert_eq!(checked, 6 + 1 + 1 + 3 * 9);
     assert_eq!(scrape.docs["downstream_rq_total"], "Requests received.");
     assert_eq!(
         scrape.docs["upstream_rq_time_seconds"],
@@ -184,12 +193,16 @@ fn types_and_shapes_follow_the_exposition_format() {
         "# TYPE downstream_cx_active gauge",
         "downstream_cx_active{listener=\"public\"} -15",
         "upstream_rq_pending_overflow 3",
-        "# TYPE upstream_rq_time_seconds summary",
+        "# TYPE upstream_rq_time_seconds histogram",
+        "# TYPE upstream_rq_time_seconds_quantile gauge",
+        "upstream_rq_time_seconds_bucket{cluster=\"backend\",le=\"+Inf\"} 3000",
+        "upstream_rq_time_seconds_bucket{cluster=\"backend\",le=\"0.00005\"} 1",
         "# TYPE upstream_rq_time_seconds_mean gauge",
         "# TYPE upstream_rq_time_seconds_max gauge",
         "upstream_rq_time_seconds_count{cluster=\"backend\"} 3000",
         "upstream_rq_time_seconds_max{cluster=\"backend\"} 0.111",
-        "upstream_rq_time_seconds{cluster=\"empty\",quantile=\"0.99\"} NaN",
+        "upstream_rq_time_seconds_quantile{cluster=\"empty\",quantile=\"0.99\"} NaN",
+        "upstream_rq_time_seconds_bucket{cluster=\"empty\",le=\"10\"} 0",
         "upstream_rq_time_seconds_count{cluster=\"empty\"} 0",
         "idle_time_seconds_sum 0",
     ] {
@@ -260,4 +273,61 @@ fn per_shard_families_appear_once_per_shard_with_its_labels() {
     );
     assert!(!text.contains("worker_cx_active 8"), "{text}");
     assert!(text.contains("rq_total 6\n"), "{text}");
+}
+
+#[test]
+fn bucket_counts_are_cumulative_and_close_to_exact() {
+    let registry = Registry::new();
+    let family = registry.histogram("t", "", &[]);
+    let shard = registry.shard(&[]);
+    let h = shard.histogram(family, &[]);
+    // 1 us to 2 s, spread log-uniformly.
+    let values: Vec<u64> = (0..20_000)
+        .map(|i| (2_000_000f64.powf(f64::from(i) / 20_000.0)) as u64)
+        .collect();
+    for &v in &values {
+        h.record(v);
+    }
+    let snapshot = registry.snapshot();
+    let h = snapshot.histogram("t", &[]).unwrap();
+    let bounds = stats::DEFAULT_BUCKETS_US;
+    let counts = h.cumulative_counts(&bounds);
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    for (&bound, &count) in bounds.iter().zip(&counts) {
+        let exact = values.iter().filter(|&&v| v <= bound).count() as u64;
+        // Off only by values within 1/256 of the bound.
+        let near = values
+            .iter()
+            .filter(|&&v| (v as f64 - bound as f64).abs() <= bound as f64 / 256.0 + 1.0)
+            .count() as u64;
+        assert!(count.abs_diff(exact) <= near, "{bound}: {count} vs {exact}");
+    }
+    // Past the largest value, everything; an empty histogram, nothing.
+    assert_eq!(h.cumulative_counts(&[3_000_000]), [20_000]);
+    assert_eq!(
+        stats::HistogramSnapshot::default().cumulative_counts(&bounds),
+        vec![0; bounds.len()]
+    );
+
+    // Fewer buckets, no quantiles: as configured.
+    let options = stats::PrometheusOptions {
+        buckets: vec![1_000, 1_000_000],
+        quantiles: false,
+    };
+    let text = snapshot.render_prometheus_with(&options);
+    let buckets: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("t_seconds_bucket"))
+        .collect();
+    assert_eq!(buckets.len(), 3, "{text}");
+    assert!(
+        buckets[0].starts_with("t_seconds_bucket{le=\"0.001\"} "),
+        "{text}"
+    );
+    assert!(
+        buckets[2].starts_with("t_seconds_bucket{le=\"+Inf\"} 20000"),
+        "{text}"
+    );
+    assert!(!text.contains("_quantile"), "{text}");
+    assert!(text.contains("t_seconds_mean"), "{text}");
 }

@@ -397,7 +397,9 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
         (&Method::GET, "/stats/prometheus") => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            state.snapshot().render_prometheus(),
+            state
+                .snapshot()
+                .render_prometheus_with(&state.live.current().config.stats.prometheus()),
         ),
         (&Method::GET, "/workers") => json(&workers_json(&state.snapshot())),
         (&Method::GET, "/clusters") => {

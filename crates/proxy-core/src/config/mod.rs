@@ -16,6 +16,7 @@ mod overload;
 pub(crate) mod raw;
 mod routing;
 mod serialize;
+mod stats;
 mod validate;
 mod virtual_hosts;
 pub mod xds;
@@ -48,6 +49,7 @@ pub use local_rate_limit::*;
 pub use overload::{Environment as OverloadEnvironment, OverloadConfig, RawOverload};
 pub use routing::*;
 pub use service_endpoint::Endpoint as ServiceEndpoint;
+pub use stats::StatsConfig;
 pub use virtual_hosts::*;
 pub use xds::{AdsProtocol, XdsConfig};
 
@@ -90,6 +92,8 @@ pub struct Config {
     /// Reload when the config file changes (checked once a second), besides `SIGHUP` and
     /// `POST /reload`.
     pub watch: bool,
+    /// How latency histograms are exported to Prometheus.
+    pub stats: StatsConfig,
     pub listeners: Vec<ListenerConfig>,
     pub clusters: Vec<ClusterConfig>,
     /// The management server listeners, routes, clusters and endpoints also come from.

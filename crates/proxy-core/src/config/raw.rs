@@ -21,6 +21,7 @@ pub struct RawConfig {
     pub overload: Option<super::RawOverload>,
     #[serde(default)]
     pub watch: bool,
+    pub stats: Option<RawStats>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
     #[serde(default)]
@@ -29,6 +30,14 @@ pub struct RawConfig {
     pub node: Option<RawNode>,
     /// Where listeners, routes, clusters and endpoints come from besides this file.
     pub dynamic_resources: Option<RawDynamicResources>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStats {
+    /// Durations (`100us`, `2.5ms`), ascending.
+    pub histogram_buckets: Option<Vec<String>>,
+    pub quantiles: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
