@@ -31,8 +31,19 @@ struct Cli {
     /// listening sockets, start serving, then tell it to drain.
     #[arg(long, value_name = "PATH", requires = "config")]
     upgrade_from: Option<PathBuf>,
+    /// The process log on stderr: `text` lines, or `json` (one object a line, for log
+    /// pipelines); also `LEGATE_LOG_FORMAT`, which the subcommands take too. `RUST_LOG` sets
+    /// the level (default `info`).
+    #[arg(long, value_enum, default_value_t = LogStyle::Text, env = "LEGATE_LOG_FORMAT")]
+    log_format: LogStyle,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogStyle {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -57,15 +68,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogStyle::Text => log.with_ansi(std::io::stderr().is_terminal()).init(),
+        // `{"timestamp":..,"level":..,"target":..,"message":..,"addr":..}`: the event's fields
+        // beside its message, not nested.
+        LogStyle::Json => log.json().flatten_event(true).with_ansi(false).init(),
+    }
     // Before the config is read: the overload manager's connection limit follows it.
     if let Some((before, after)) = proxy_core::raise_open_file_limit()
         && after > before

@@ -108,12 +108,29 @@ impl LogFormat {
     }
 }
 
+/// A JSON line's keys, in order, each with the format of its value (`json_format`): one
+/// object per request. A value that is one numeric field (`%RESPONSE_CODE%`, `%DURATION%`,
+/// the byte counts) is a JSON number; a value that is one field with nothing to say (`-` in a
+/// text line) is `null`; anything else is a string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonFormat(pub Vec<(String, LogFormat)>);
+
+impl Serialize for JsonFormat {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(key, value)| (key, value)))
+    }
+}
+
 /// A listener's access log settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AccessLogConfig {
     #[serde(rename = "path")]
     pub target: LogTarget,
+    /// The text line; not used with `json_format`.
     pub format: LogFormat,
+    /// A JSON object per line instead of the text format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json_format: Option<JsonFormat>,
 }
 
 /// What one request leaves behind for its log line.
@@ -213,6 +230,9 @@ fn write_loop(rx: Receiver<Vec<u8>>, mut out: Box<dyn Write + Send>) {
 /// listener's config was replaced and its last connection closed) are handed on then.
 pub(crate) struct WorkerLog {
     format: LogFormat,
+    json: Option<JsonFormat>,
+    /// A JSON value being rendered before it is escaped.
+    scratch: RefCell<Vec<u8>>,
     buf: RefCell<Vec<u8>>,
     // Boxed: a request holds its record by pointer, keeping its future small; the pool hands
     // the same boxes round.
@@ -230,9 +250,15 @@ impl Drop for WorkerLog {
 }
 
 impl WorkerLog {
-    pub(crate) fn new(format: LogFormat, tx: SyncSender<Vec<u8>>, dropped: Arc<AtomicU64>) -> Self {
+    pub(crate) fn new(
+        config: &AccessLogConfig,
+        tx: SyncSender<Vec<u8>>,
+        dropped: Arc<AtomicU64>,
+    ) -> Self {
         Self {
-            format,
+            format: config.format.clone(),
+            json: config.json_format.clone(),
+            scratch: RefCell::new(Vec::new()),
             buf: RefCell::new(Vec::with_capacity(FLUSH_AT)),
             spare: RefCell::new(Vec::new()),
             clock: RefCell::new(SecondCache::default()),
@@ -245,53 +271,102 @@ impl WorkerLog {
         let full = {
             let mut buf = self.buf.borrow_mut();
             let line: &mut Vec<u8> = &mut buf;
-            for field in &self.format.0 {
-                match field {
-                    Field::Text(t) => line.extend_from_slice(t.as_bytes()),
-                    Field::StartTime => self.clock.borrow_mut().write(line, started),
-                    Field::Method => match &record.method {
-                        Some(m) => line.extend_from_slice(m.as_str().as_bytes()),
-                        None => line.push(b'-'),
-                    },
-                    Field::Path => match &record.path {
-                        Some(p) => line.extend_from_slice(p.as_str().as_bytes()),
-                        None => line.push(b'-'),
-                    },
-                    Field::Protocol => line.extend_from_slice(match record.version {
-                        Some(Version::HTTP_2) => b"HTTP/2",
-                        Some(Version::HTTP_10) => b"HTTP/1.0",
-                        Some(Version::HTTP_11) => b"HTTP/1.1",
-                        _ => b"-",
-                    }),
-                    Field::ResponseCode => match record.status {
-                        Some(s) => line.extend_from_slice(s.as_str().as_bytes()),
-                        None => line.push(b'0'),
-                    },
-                    Field::ResponseFlags => match record.flag {
-                        Some(f) => line.extend_from_slice(f.as_str().as_bytes()),
-                        None => line.push(b'-'),
-                    },
-                    Field::BytesReceived => push_u64(line, record.bytes_received),
-                    Field::BytesSent => push_u64(line, record.bytes_sent),
-                    Field::Duration => push_u64(line, duration.as_millis() as u64),
-                    Field::UpstreamHost => match &record.upstream {
-                        Some(a) => line.extend_from_slice(a.as_bytes()),
-                        None => line.push(b'-'),
-                    },
-                    Field::RequestId => match &record.request_id {
-                        Some(id) => line.extend_from_slice(id.as_bytes()),
-                        None => line.push(b'-'),
-                    },
-                    Field::DownstreamRemoteAddress => match record.peer {
-                        Some(a) => push_socket_addr(line, a),
-                        None => line.push(b'-'),
-                    },
+            match &self.json {
+                None => {
+                    for field in &self.format.0 {
+                        self.write_field(line, field, record, started, duration);
+                    }
                 }
+                Some(json) => self.write_json(line, json, record, started, duration),
             }
             line.len() >= FLUSH_AT
         };
         if full {
             self.flush();
+        }
+    }
+
+    /// `{"key":value,...}` and the line's end.
+    fn write_json(
+        &self,
+        line: &mut Vec<u8>,
+        json: &JsonFormat,
+        record: &LogRecord,
+        started: SystemTime,
+        duration: Duration,
+    ) {
+        let mut scratch = self.scratch.borrow_mut();
+        line.push(b'{');
+        for (i, (key, value)) in json.0.iter().enumerate() {
+            if i > 0 {
+                line.push(b',');
+            }
+            push_json_string(line, key.as_bytes());
+            line.push(b':');
+            scratch.clear();
+            for field in &value.0 {
+                self.write_field(&mut scratch, field, record, started, duration);
+            }
+            match value.0.as_slice() {
+                [field] if is_numeric(field) => line.extend_from_slice(&scratch),
+                [field] if !matches!(field, Field::Text(_)) && *scratch == *b"-" => {
+                    line.extend_from_slice(b"null");
+                }
+                _ => push_json_string(line, &scratch),
+            }
+        }
+        line.extend_from_slice(b"}\n");
+    }
+
+    /// One field's text, as a text line has it.
+    fn write_field(
+        &self,
+        line: &mut Vec<u8>,
+        field: &Field,
+        record: &LogRecord,
+        started: SystemTime,
+        duration: Duration,
+    ) {
+        match field {
+            Field::Text(t) => line.extend_from_slice(t.as_bytes()),
+            Field::StartTime => self.clock.borrow_mut().write(line, started),
+            Field::Method => match &record.method {
+                Some(m) => line.extend_from_slice(m.as_str().as_bytes()),
+                None => line.push(b'-'),
+            },
+            Field::Path => match &record.path {
+                Some(p) => line.extend_from_slice(p.as_str().as_bytes()),
+                None => line.push(b'-'),
+            },
+            Field::Protocol => line.extend_from_slice(match record.version {
+                Some(Version::HTTP_2) => b"HTTP/2",
+                Some(Version::HTTP_10) => b"HTTP/1.0",
+                Some(Version::HTTP_11) => b"HTTP/1.1",
+                _ => b"-",
+            }),
+            Field::ResponseCode => match record.status {
+                Some(s) => line.extend_from_slice(s.as_str().as_bytes()),
+                None => line.push(b'0'),
+            },
+            Field::ResponseFlags => match record.flag {
+                Some(f) => line.extend_from_slice(f.as_str().as_bytes()),
+                None => line.push(b'-'),
+            },
+            Field::BytesReceived => push_u64(line, record.bytes_received),
+            Field::BytesSent => push_u64(line, record.bytes_sent),
+            Field::Duration => push_u64(line, duration.as_millis() as u64),
+            Field::UpstreamHost => match &record.upstream {
+                Some(a) => line.extend_from_slice(a.as_bytes()),
+                None => line.push(b'-'),
+            },
+            Field::RequestId => match &record.request_id {
+                Some(id) => line.extend_from_slice(id.as_bytes()),
+                None => line.push(b'-'),
+            },
+            Field::DownstreamRemoteAddress => match record.peer {
+                Some(a) => push_socket_addr(line, a),
+                None => line.push(b'-'),
+            },
         }
     }
 
@@ -345,6 +420,42 @@ impl WorkerLog {
             }
         }
     }
+}
+
+/// Fields whose text is always a number.
+fn is_numeric(field: &Field) -> bool {
+    matches!(
+        field,
+        Field::ResponseCode | Field::BytesReceived | Field::BytesSent | Field::Duration
+    )
+}
+
+/// `text` as a JSON string: quotes, backslashes and control characters escaped, bytes that
+/// are not UTF-8 (a client's path may have them) as U+FFFD.
+fn push_json_string(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b'"');
+    for chunk in text.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.extend_from_slice(b"\\\""),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c => {
+                    let mut utf8 = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                }
+            }
+        }
+        if !chunk.invalid().is_empty() {
+            out.extend_from_slice("\u{fffd}".as_bytes());
+        }
+    }
+    out.push(b'"');
 }
 
 /// `a.b.c.d:port` written directly (the common case); IPv6 through `Display`.
@@ -518,12 +629,15 @@ mod tests {
     #[test]
     fn lines_reach_the_writer_on_flush() {
         let (tx, rx) = sync_channel(4);
-        let log = WorkerLog::new(
-            LogFormat::parse("%METHOD% %PATH% %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_SENT%\n")
-                .unwrap(),
-            tx,
-            Arc::new(AtomicU64::new(0)),
-        );
+        let config = AccessLogConfig {
+            target: LogTarget::Stdout,
+            format: LogFormat::parse(
+                "%METHOD% %PATH% %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_SENT%\n",
+            )
+            .unwrap(),
+            json_format: None,
+        };
+        let log = WorkerLog::new(&config, tx, Arc::new(AtomicU64::new(0)));
         let record = LogRecord {
             method: Some(Method::GET),
             path: Some(http::uri::PathAndQuery::from_static("/x?y")),
@@ -536,5 +650,62 @@ mod tests {
         assert!(rx.try_recv().is_err(), "buffered until flushed");
         log.flush();
         assert_eq!(rx.try_recv().unwrap(), b"GET /x?y 503 UF 1234567\n");
+    }
+
+    #[test]
+    fn json_lines_are_objects_with_numbers_nulls_and_escaped_strings() {
+        let (tx, rx) = sync_channel(4);
+        let field = |f: &str| LogFormat::parse(f).unwrap();
+        let config = AccessLogConfig {
+            target: LogTarget::Stdout,
+            format: LogFormat::parse(DEFAULT_FORMAT).unwrap(),
+            json_format: Some(JsonFormat(vec![
+                ("method".into(), field("%METHOD%")),
+                ("path".into(), field("%PATH%")),
+                ("status".into(), field("%RESPONSE_CODE%")),
+                ("flags".into(), field("%RESPONSE_FLAGS%")),
+                ("upstream".into(), field("%UPSTREAM_HOST%")),
+                ("ms".into(), field("%DURATION%")),
+                ("line".into(), field("%METHOD% \"%PATH%\"")),
+                ("fixed".into(), field("edge-1")),
+            ])),
+        };
+        let log = WorkerLog::new(&config, tx, Arc::new(AtomicU64::new(0)));
+        let record = LogRecord {
+            method: Some(Method::GET),
+            path: Some(http::uri::PathAndQuery::from_static("/a%22b?q=\\")),
+            status: Some(StatusCode::OK),
+            ..Default::default()
+        };
+        log.record(&record, SystemTime::now(), Duration::from_millis(7));
+        log.flush();
+        let line = rx.try_recv().unwrap();
+        assert_eq!(line.last(), Some(&b'\n'));
+        let parsed: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!({
+                "method": "GET",
+                "path": "/a%22b?q=\\",
+                "status": 200,
+                "flags": null,
+                "upstream": null,
+                "ms": 7,
+                "line": "GET \"/a%22b?q=\\\"",
+                "fixed": "edge-1",
+            })
+        );
+        // The keys keep their order.
+        let text = String::from_utf8(line).unwrap();
+        assert!(text.starts_with("{\"method\":\"GET\",\"path\":"), "{text}");
+    }
+
+    #[test]
+    fn json_strings_escape_what_json_requires() {
+        let mut out = Vec::new();
+        push_json_string(&mut out, b"a\"b\\c\nd\te\x01f\xffg");
+        assert_eq!(out, "\"a\\\"b\\\\c\\nd\\te\\u0001f\u{fffd}g\"".as_bytes());
+        let back: String = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, "a\"b\\c\nd\te\u{1}f\u{fffd}g");
     }
 }

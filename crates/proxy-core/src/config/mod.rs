@@ -33,7 +33,7 @@ use serde::{Serialize, Serializer};
 
 use serialize as ser;
 
-pub use crate::access_log::{AccessLogConfig, LogFormat, LogTarget};
+pub use crate::access_log::{AccessLogConfig, JsonFormat, LogFormat, LogTarget};
 pub use crate::path::{EscapedSlashes, PathNormalization};
 pub use crate::tls::settings::*;
 pub use crate::units::{parse_duration, parse_size};

@@ -391,6 +391,8 @@ pub struct RawKeyPair {
 pub struct RawAccessLog {
     pub path: String,
     pub format: Option<String>,
+    /// `{ key: "%FIELD%", ... }`, in order.
+    pub json_format: Option<serde_yaml::Mapping>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

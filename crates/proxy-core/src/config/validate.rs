@@ -275,7 +275,23 @@ fn listener(
                     .unwrap_or(crate::access_log::DEFAULT_FORMAT),
             )
             .map_err(|e| ConfigError::invalid(format!("{path}.access_log.format"), e))?;
-            Ok(AccessLogConfig { target, format })
+            let json_format = log
+                .json_format
+                .map(|json| {
+                    if log.format.is_some() {
+                        return Err(ConfigError::invalid(
+                            format!("{path}.access_log"),
+                            "expected `format` or `json_format`, not both",
+                        ));
+                    }
+                    json_format(json, &format!("{path}.access_log.json_format"))
+                })
+                .transpose()?;
+            Ok(AccessLogConfig {
+                target,
+                format,
+                json_format,
+            })
         })
         .transpose()?;
     let tls = raw
@@ -352,6 +368,30 @@ fn listener(
         },
         route_config,
     })
+}
+
+/// `json_format: { key: "%FIELD%", ... }`: keys and value formats, in order.
+fn json_format(raw: serde_yaml::Mapping, path: &str) -> Result<JsonFormat, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError::invalid(path, "expected at least one key"));
+    }
+    raw.into_iter()
+        .map(|(key, value)| {
+            let Some(key) = key.as_str().map(str::to_owned) else {
+                return Err(ConfigError::invalid(path, "expected text keys"));
+            };
+            let at = format!("{path}.{key}");
+            let Some(value) = value.as_str() else {
+                return Err(ConfigError::invalid(
+                    at,
+                    "expected a format string (`%FIELD%`)",
+                ));
+            };
+            let format = LogFormat::parse(value).map_err(|e| ConfigError::invalid(&at, e))?;
+            Ok((key, format))
+        })
+        .collect::<Result<_, _>>()
+        .map(JsonFormat)
 }
 
 /// `proxy_protocol: { versions: [v1, v2], required: true }` (both versions and required by

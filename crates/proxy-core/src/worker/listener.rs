@@ -175,11 +175,7 @@ fn listener_ctx(
     let log_sinks = parts.log_sinks;
     let access_log = config.access_log.as_ref().and_then(|log| {
         let tx = log_sinks.sender(&log.target)?;
-        Some(WorkerLog::new(
-            log.format.clone(),
-            tx,
-            Arc::clone(&log_sinks.dropped),
-        ))
+        Some(WorkerLog::new(log, tx, Arc::clone(&log_sinks.dropped)))
     });
     ListenerCtx {
         name: name.clone(),
