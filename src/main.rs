@@ -5,6 +5,9 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+#[cfg(feature = "demo")]
+mod demo;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use proxy_core::{Config, Predecessor, Server, StartOptions, usable_cores};
@@ -48,12 +51,20 @@ enum LogStyle {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Ask a running proxy's admin server whether it is ready: exit 0 on `GET /ready` 200, 1
+    /// otherwise (for a container's HEALTHCHECK, where no HTTP client is installed).
+    Ready {
+        /// The admin server's address.
+        #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9901")]
+        admin: std::net::SocketAddr,
+    },
     /// Check a config file and exit: 0 if it is valid, 1 with the reason if not.
     Validate {
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
     },
     /// Run a proxy on 127.0.0.1 in front of a built-in no-op upstream.
+    #[cfg(feature = "demo")]
     Demo {
         /// Port for the proxy's listener.
         #[arg(long, default_value_t = 8080)]
@@ -88,11 +99,13 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Some(Command::Validate { config }) => validate(&config),
+        Some(Command::Ready { admin }) => ready(admin),
+        #[cfg(feature = "demo")]
         Some(Command::Demo {
             port,
             concurrency,
             admin_port,
-        }) => demo(port, admin_port, concurrency),
+        }) => demo::demo(port, admin_port, concurrency),
         None => match &cli.config {
             Some(path) => run_file(path, &cli),
             None => Err(anyhow::anyhow!(
@@ -118,6 +131,31 @@ fn validate(path: &Path) -> anyhow::Result<()> {
         config.clusters.len()
     );
     Ok(())
+}
+
+/// `GET /ready` on the admin server, within two seconds: `Ok` on 200.
+fn ready(admin: std::net::SocketAddr) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let limit = std::time::Duration::from_secs(2);
+    let mut stream = std::net::TcpStream::connect_timeout(&admin, limit)
+        .with_context(|| format!("cannot reach the admin server at {admin}"))?;
+    stream.set_read_timeout(Some(limit))?;
+    stream.set_write_timeout(Some(limit))?;
+    stream.write_all(b"GET /ready HTTP/1.1\r\nhost: legate\r\nconnection: close\r\n\r\n")?;
+    let mut answer = Vec::new();
+    // The status line and a little of the body say all there is.
+    let _ = stream.take(4096).read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.split_whitespace().nth(1).unwrap_or("");
+    let said = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, body)| body.lines().next().unwrap_or(""));
+    if status == "200" {
+        println!("{said}");
+        Ok(())
+    } else {
+        anyhow::bail!("not ready: {status} {said}")
+    }
 }
 
 fn run_file(path: &Path, cli: &Cli) -> anyhow::Result<()> {
@@ -274,79 +312,4 @@ impl ShutdownSignals {
             }
         }
     }
-}
-
-fn demo(port: u16, admin_port: u16, concurrency: Option<NonZeroUsize>) -> anyhow::Result<()> {
-    let upstream = testbed::NoopUpstream::start_in_thread(([127, 0, 0, 1], 0).into())
-        .context("cannot start the demo upstream")?;
-    let upstream_addr = upstream.local_addr();
-    // An authorization sidecar guarding /private: `authorization: Bearer demo` gets in.
-    let sidecar = testbed::AuthzSidecar::start_in_thread(
-        testbed::SidecarAddr::Tcp(([127, 0, 0, 1], 0).into()),
-        testbed::SidecarMode::Grpc,
-        testbed::AuthzRules {
-            allow_if: Some(("authorization".into(), "Bearer demo".into())),
-            deny_status: 401,
-            deny_body: "say `authorization: Bearer demo`\n".into(),
-            add_headers: vec![("x-authz-user".into(), "demo".into())],
-            ..testbed::AuthzRules::default()
-        },
-    )
-    .context("cannot start the demo authorization sidecar")?;
-    let sidecar_addr = sidecar
-        .local_addr()
-        .context("the demo sidecar listens on TCP")?;
-    let yaml = format!(
-        r#"
-admin: {{ address: 127.0.0.1:{admin_port} }}
-listeners:
-  - name: demo
-    address: 127.0.0.1:{port}
-    http_filters:
-      - ext_authz: {{ grpc: {{ address: {sidecar_addr} }}, timeout: 200ms }}
-    routes:
-      - match: {{ path: /healthz }}
-        direct_response: {{ status: 200, body: "ok\n" }}
-        filters: {{ ext_authz: disabled }}
-      - match: {{ prefix: /private, case_sensitive: false }}
-        cluster: noop
-      - match: {{ prefix: / }}
-        cluster: noop
-        filters: {{ ext_authz: disabled }}
-clusters:
-  - name: noop
-    endpoints: [{upstream_addr}]
-"#
-    );
-    let config = Config::from_yaml(&yaml).context("demo config")?;
-    if port == 0 {
-        // The system picks the port; the `listening` log line names it.
-        println!(
-            "legate demo: proxy on the address of the `listening` line below, in front of a no-op upstream on {upstream_addr}"
-        );
-        return run(
-            config,
-            concurrency,
-            StartOptions::default(),
-            Upgrade::default(),
-        );
-    }
-    println!(
-        "legate demo: proxy on http://127.0.0.1:{port} in front of a no-op upstream on {upstream_addr}"
-    );
-    println!("try, in another terminal:");
-    println!("  curl -i http://127.0.0.1:{port}/hello -H 'x-noop-echo: headers'");
-    println!(
-        "  curl -i --http2-prior-knowledge http://127.0.0.1:{port}/slow -H 'x-noop-delay: 200ms' -H 'x-noop-status: 503'"
-    );
-    println!(
-        "  curl -i http://127.0.0.1:{port}/private -H 'authorization: Bearer demo' -H 'x-noop-echo: headers'   # ext_authz allows (401 without the header)"
-    );
-    println!("stop with Ctrl-C");
-    run(
-        config,
-        concurrency,
-        StartOptions::default(),
-        Upgrade::default(),
-    )
 }
