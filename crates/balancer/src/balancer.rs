@@ -43,6 +43,8 @@ pub struct LoadBalancer {
     compiled: ArcSwap<Compiled>,
     rebuild: Mutex<()>,
     cursors: [Cursor; 3],
+    #[cfg(feature = "metrics")]
+    meters: crate::meters::Meters,
 }
 
 /// A round-robin position, on its own cache line: it is the one word every round-robin pick
@@ -73,6 +75,18 @@ impl LoadBalancer {
         // Start each balancer's rotation at a random place, as Envoy seeds each worker's, so
         // that per-worker balancers do not all send their first requests to the same host.
         let start = rng::next_u64() >> 1;
+        #[cfg(feature = "metrics")]
+        let meters = {
+            let meters = crate::meters::Meters::new(policy.name());
+            meters
+                .panic_mode
+                .set(if matches!(compiled.route, Route::Panic(_)) {
+                    1.0
+                } else {
+                    0.0
+                });
+            meters
+        };
         Ok(Self {
             hosts,
             policy,
@@ -80,6 +94,8 @@ impl LoadBalancer {
             compiled: ArcSwap::from_pointee(compiled),
             rebuild: Mutex::new(()),
             cursors: [0, 1, 2].map(|_| Cursor(AtomicU64::new(start))),
+            #[cfg(feature = "metrics")]
+            meters,
         })
     }
 
@@ -92,11 +108,18 @@ impl LoadBalancer {
     #[inline]
     pub fn pick(&self, hash_key: Option<u64>) -> Option<Picked> {
         let compiled = self.compiled.load();
-        if compiled.version == self.hosts.version() {
-            return compiled.pick(hash_key, &self.cursors);
+        let picked = if compiled.version == self.hosts.version() {
+            compiled.pick(hash_key, &self.cursors)
+        } else {
+            drop(compiled);
+            self.try_refresh().pick(hash_key, &self.cursors)
+        };
+        #[cfg(feature = "metrics")]
+        match &picked {
+            Some(_) => self.meters.picks.increment(1),
+            None => self.meters.pick_failures.increment(1),
         }
-        drop(compiled);
-        self.try_refresh().pick(hash_key, &self.cursors)
+        picked
     }
 
     /// The host set this balancer picks from.
@@ -170,6 +193,11 @@ impl LoadBalancer {
             self.panic_threshold,
         ));
         self.compiled.store(Arc::clone(&fresh));
+        #[cfg(feature = "metrics")]
+        self.meters.rebuilt(
+            matches!(current.route, Route::Panic(_)),
+            matches!(fresh.route, Route::Panic(_)),
+        );
         fresh
     }
 }

@@ -247,6 +247,8 @@ struct Inner {
     version: AtomicU64,
     // Serializes writers (read-modify-write of the snapshot); readers never take it.
     writer: Mutex<()>,
+    #[cfg(feature = "metrics")]
+    updates: metrics::Counter,
 }
 
 impl HostSet {
@@ -270,6 +272,8 @@ impl HostSet {
                 current: ArcSwap::from_pointee(snapshot),
                 version: AtomicU64::new(0),
                 writer: Mutex::new(()),
+                #[cfg(feature = "metrics")]
+                updates: crate::meters::host_set_updates(),
             }),
         })
     }
@@ -358,6 +362,8 @@ impl HostSet {
             entries: entries.into_boxed_slice(),
         }));
         self.inner.version.store(version, Ordering::Release);
+        #[cfg(feature = "metrics")]
+        self.inner.updates.increment(1);
     }
 
     fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {

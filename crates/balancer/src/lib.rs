@@ -85,6 +85,15 @@
 //! # #[cfg(not(feature = "tower"))]
 //! # fn main() {}
 //! ```
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, each balancer records its picks, failed picks, panic-mode
+//! entries and table rebuilds, and each host set its updates, through the `metrics` facade
+//! (the names are in `src/meters.rs`), for the embedding service to export with the recorder
+//! it installs. `examples/metrics.rs` exports them with metrics-exporter-prometheus
+//! (`cargo run -p balancer --features metrics --example metrics`). Handles are made with the
+//! balancer: a pick costs one counter increment.
 
 #![deny(unsafe_code)]
 
@@ -97,6 +106,8 @@ mod hash;
 mod host;
 mod least_request;
 mod maglev;
+#[cfg(feature = "metrics")]
+mod meters;
 mod policy;
 mod random;
 mod ring_hash;

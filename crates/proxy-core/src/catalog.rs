@@ -864,6 +864,49 @@ impl ProxyStats {
             process,
         })
     }
+
+    /// Makes this registry the process's `metrics` recorder: what any library records with
+    /// `metrics::counter!` and the like is exported beside Legate's own stats. The first
+    /// server of a process takes it (a recorder is set once per process); `false` for the
+    /// others.
+    pub(crate) fn record_the_metrics_facade(&self) -> bool {
+        metrics::set_global_recorder(stats::MetricsRecorder::new(self.registry.clone())).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod facade_tests {
+    use super::*;
+
+    #[test]
+    fn a_librarys_metrics_appear_beside_the_proxys_own() {
+        let stats = ProxyStats::new();
+        let recorder = stats::MetricsRecorder::new(stats.registry.clone());
+        metrics::with_local_recorder(&recorder, || {
+            // As a library would, not knowing who records.
+            metrics::counter!("library_jobs_total", "queue" => "mail").increment(2);
+            metrics::gauge!("library_workers").set(3.0);
+            metrics::histogram!("library_job_seconds").record(0.25);
+            // A name the proxy's stats already use is refused, not mixed in.
+            metrics::counter!("downstream_rq_total").increment(1);
+        });
+        let text = stats.registry.snapshot().render_prometheus();
+        assert!(
+            text.contains("library_jobs_total{queue=\"mail\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("library_workers 3\n"), "{text}");
+        assert!(text.contains("library_job_seconds_count 1\n"), "{text}");
+        assert!(
+            text.contains("library_job_seconds_bucket{le=\"0.25\"} 1\n"),
+            "{text}"
+        );
+        let refused = recorder.refused();
+        assert!(
+            refused.len() == 1 && refused[0].contains("downstream_rq_total"),
+            "{refused:?}"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@ impl Server {
         let workers = workers.max(1);
         let admin_address = config.admin.as_ref().map(|a| a.address);
         let stats = ProxyStats::new();
+        stats.record_the_metrics_facade();
         let live = LiveConfig::start(
             config,
             options.config_file,

@@ -96,11 +96,19 @@
 //! process, unless [`PrometheusOptions::quantiles`] is off) and the gauges `x_seconds_mean` and
 //! `x_seconds_max`: declare histograms without a unit suffix. Label values and help texts are
 //! escaped.
+//!
+//! # The `metrics` facade
+//!
+//! With the `metrics` feature, [`MetricsRecorder`] is a `metrics::Recorder` into a registry:
+//! what any library records with `metrics::counter!`, `gauge!` and `histogram!` is exported
+//! with the registry's own families.
 
 #![warn(missing_docs)]
 
 mod cell;
 mod counter;
+#[cfg(feature = "metrics")]
+mod facade;
 mod gauge;
 mod histogram;
 mod prometheus;
@@ -109,6 +117,8 @@ mod snapshot;
 mod text;
 
 pub use counter::Counter;
+#[cfg(feature = "metrics")]
+pub use facade::MetricsRecorder;
 pub use gauge::{Gauge, SharedGauge};
 pub use histogram::{Histogram, HistogramSnapshot, MAX_TRACKED_US, RELATIVE_ERROR};
 pub use prometheus::{DEFAULT_BUCKETS_US, PrometheusOptions};

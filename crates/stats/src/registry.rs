@@ -260,42 +260,84 @@ impl Registry {
         label_names: &[&str],
         per_shard: bool,
     ) -> FamilyId {
-        assert!(is_metric_name(name), "stats: invalid metric name {name:?}");
-        check_label_names(label_names.iter().copied());
-        if kind == MetricKind::Histogram {
-            assert!(
-                !label_names.contains(&"quantile"),
-                "stats: histogram {name:?} may not have a label named \"quantile\""
-            );
+        self.try_define(kind, name, help, label_names, per_shard)
+            .unwrap_or_else(|e| panic!("stats: {e}"))
+    }
+
+    /// A counter family, or what is wrong with the name or labels (names that come from
+    /// elsewhere: the `metrics` facade).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn try_counter(&self, name: &str, labels: &[&str]) -> Result<CounterFamily, String> {
+        self.try_define(MetricKind::Counter, name, "", labels, false)
+            .map(CounterFamily)
+    }
+
+    /// As [`try_counter`](Self::try_counter), a gauge family.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn try_gauge(&self, name: &str, labels: &[&str]) -> Result<GaugeFamily, String> {
+        self.try_define(MetricKind::Gauge, name, "", labels, false)
+            .map(GaugeFamily)
+    }
+
+    /// As [`try_counter`](Self::try_counter), a histogram family.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn try_histogram(
+        &self,
+        name: &str,
+        labels: &[&str],
+    ) -> Result<HistogramFamily, String> {
+        self.try_define(MetricKind::Histogram, name, "", labels, false)
+            .map(HistogramFamily)
+    }
+
+    /// [`define`](Self::define), saying what is wrong instead of panicking.
+    fn try_define(
+        &self,
+        kind: MetricKind,
+        name: &str,
+        help: &str,
+        label_names: &[&str],
+        per_shard: bool,
+    ) -> Result<FamilyId, String> {
+        if !is_metric_name(name) {
+            return Err(format!("invalid metric name {name:?}"));
+        }
+        label_names_error(label_names.iter().copied()).map_or(Ok(()), Err)?;
+        if kind == MetricKind::Histogram && label_names.contains(&"quantile") {
+            return Err(format!(
+                "histogram {name:?} may not have a label named \"quantile\""
+            ));
         }
         let mut state = self.lock();
         if let Some(index) = state.families.iter().position(|f| &*f.meta.name == name) {
             let meta = &state.families[index].meta;
-            assert!(
-                meta.kind == kind
-                    && meta.per_shard == per_shard
-                    && meta
-                        .label_names
-                        .iter()
-                        .map(|l| &**l)
-                        .eq(label_names.iter().copied()),
-                "stats: {name:?} is already a {} with labels {:?}",
-                meta.kind,
-                meta.label_names
-            );
-            return FamilyId {
+            let same = meta.kind == kind
+                && meta.per_shard == per_shard
+                && meta
+                    .label_names
+                    .iter()
+                    .map(|l| &**l)
+                    .eq(label_names.iter().copied());
+            if !same {
+                return Err(format!(
+                    "{name:?} is already a {} with labels {:?}",
+                    meta.kind, meta.label_names
+                ));
+            }
+            return Ok(FamilyId {
                 registry: self.inner.id,
                 index,
-            };
+            });
         }
         let exposed = prometheus::exposed_names(kind, name);
         for family in &state.families {
             for taken in prometheus::exposed_names(family.meta.kind, &family.meta.name) {
-                assert!(
-                    !exposed.contains(&taken),
-                    "stats: {name:?} would export {taken:?}, which {:?} exports",
-                    family.meta.name
-                );
+                if exposed.contains(&taken) {
+                    return Err(format!(
+                        "{name:?} would export {taken:?}, which {:?} exports",
+                        family.meta.name
+                    ));
+                }
             }
         }
         state.families.push(Family {
@@ -308,10 +350,10 @@ impl Registry {
             }),
             series: BTreeMap::new(),
         });
-        FamilyId {
+        Ok(FamilyId {
             registry: self.inner.id,
             index: state.families.len() - 1,
-        }
+        })
     }
 }
 
@@ -512,11 +554,20 @@ fn is_label_name(name: &str) -> bool {
 }
 
 fn check_label_names<'a>(names: impl Iterator<Item = &'a str> + Clone) {
-    for (i, name) in names.clone().enumerate() {
-        assert!(is_label_name(name), "stats: invalid label name {name:?}");
-        assert!(
-            names.clone().take(i).all(|earlier| earlier != name),
-            "stats: label {name:?} given twice"
-        );
+    if let Some(error) = label_names_error(names) {
+        panic!("stats: {error}");
     }
+}
+
+/// What is wrong with a list of label names, if anything.
+fn label_names_error<'a>(names: impl Iterator<Item = &'a str> + Clone) -> Option<String> {
+    for (i, name) in names.clone().enumerate() {
+        if !is_label_name(name) {
+            return Some(format!("invalid label name {name:?}"));
+        }
+        if names.clone().take(i).any(|earlier| earlier == name) {
+            return Some(format!("label {name:?} given twice"));
+        }
+    }
+    None
 }
