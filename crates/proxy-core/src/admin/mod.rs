@@ -3,6 +3,7 @@
 
 mod access;
 mod config_dump;
+mod stats_json;
 
 use std::convert::Infallible;
 use std::io;
@@ -29,8 +30,10 @@ use crate::live::{Generation, LiveConfig};
 
 /// The endpoints, listed in every 404 so an operator can find the right one.
 const ENDPOINTS: &str = "\
+GET  /                    a dashboard: workers, latency, clusters, config (HTML)
 GET  /ready               200 while serving, 503 when draining or failed by /healthcheck/fail
-GET  /stats               every stat as text; ?filter=REGEX keeps the lines whose name matches
+GET  /stats               every stat as text; ?filter=REGEX keeps the lines whose name matches;
+                          ?format=json: as JSON, histograms with their buckets
 GET  /stats/prometheus    every stat in the Prometheus text format
 GET  /workers             per-worker open connections and requests, as JSON
 GET  /clusters            per-host connections and requests in flight, as JSON
@@ -40,6 +43,9 @@ POST /healthcheck/ok      undo /healthcheck/fail
 POST /reload              read the config file again and put it in force (as SIGHUP)
 POST /reload_certs        read TLS certificates, keys and CAs again
 ";
+
+/// The dashboard at `/`: one page, no build step, polling the JSON endpoints.
+const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// What the admin endpoints read.
 pub(crate) struct AdminState {
@@ -366,6 +372,19 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
                 Ok(dump) => json(&dump),
                 Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, error + "\n"),
             }
+        }
+        (&Method::GET, "/") => reply(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            Bytes::from_static(DASHBOARD.as_bytes()),
+        ),
+        (&Method::GET, "/stats")
+            if req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|pair| pair == "format=json")) =>
+        {
+            json(&stats_json::stats_json(&state.snapshot()))
         }
         (&Method::GET, "/stats") => {
             let filter = req.uri().query().and_then(|q| {
