@@ -2,7 +2,8 @@
 # Idle memory per connection, HTTP/1.1 (8900 connections) and h2c (1000), for nginx, HAProxy and
 # Legate side by side, each a fresh process with one worker in front of the testbed upstream,
 # configured from ../shared/bench/conf and benches/peer. Ports stay below the ephemeral range
-# so that client sockets in TIME_WAIT never hold them. Needs nginx, haproxy, python3.
+# so that client sockets in TIME_WAIT never hold them. Needs nginx, haproxy, python3. The lines
+# also go to idle-DATE.txt here, and a bar chart of them to idle-DATE.png.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 conf="$repo/../shared/bench/conf"
@@ -33,6 +34,10 @@ measure() { # name h1|h2 connections
   H2=$([ "$proto" = h2 ] && echo 1 || echo 0) python3 "$repo/benches/idle/idle_client.py" 127.0.0.1 "$port" "$n" "$pid"
   kill "$master"; wait "$master" 2>/dev/null || true; sleep 1
 }
-for name in nginx haproxy legate; do measure "$name" h2 1000; done
-for name in nginx haproxy legate; do measure "$name" h1 8900; done
+out="$repo/idle-$(date -u +%Y%m%d-%H%M%S).txt"
+{
+  for name in nginx haproxy legate; do measure "$name" h2 1000; done
+  for name in nginx haproxy legate; do measure "$name" h1 8900; done
+} | tee "$out"
 rm -rf "$run"
+bash "$repo/benches/plot/plot.sh" idle "$out" "${out%.txt}.png"
