@@ -54,18 +54,20 @@ clusters:
             backend.local_addr()
         ),
     );
-    let mut child = Command::new(BIN)
-        .args(["--log-format", "json", "-c"])
-        .arg(&config)
-        .args(["--concurrency", "1"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args(["--log-format", "json", "-c"])
+            .arg(&config)
+            .args(["--concurrency", "1"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let (tx, rx) = mpsc::channel::<String>();
-    let stderr = child.stderr.take().unwrap();
+    let stderr = child.0.stderr.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
@@ -136,7 +138,14 @@ clusters:
     assert_eq!(local["upstream"], Value::Null);
     // The keys in the order the config gives them.
     assert!(logged.starts_with("{\"method\":"), "{logged}");
+}
 
-    let _ = child.kill();
-    let _ = child.wait();
+/// The proxy, stopped however the test ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
