@@ -41,6 +41,19 @@ clusters:
     )
 }
 
+/// A keep-alive connection to `addr` that has had one request answered, and stays open.
+async fn served_once(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    stream
+}
+
 /// Waits until `n` connections are parked.
 fn wait_parked(admin: SocketAddr, n: i64) {
     assert_eq!(stat_settled(admin, "downstream_cx_parked", n), n, "parked");
@@ -163,14 +176,7 @@ clusters:
         (proxy.addrs[0], "downstream_cx_idle_timeout"),
         (proxy.addrs[1], "downstream_cx_max_duration_reached"),
     ] {
-        let mut stream = TcpStream::connect(at).await.unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 4096];
-        let n = stream.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        let mut stream = served_once(at).await;
         wait_parked(admin, 1);
         // Closed by the lot: the client reads the end, and it is counted as the task would.
         let rest = read_until_closed(&mut stream).await;
@@ -193,15 +199,7 @@ async fn stopping_closes_parked_connections_at_once() {
     let admin = proxy.admin.unwrap();
     let mut streams = Vec::new();
     for _ in 0..10 {
-        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 4096];
-        let n = stream.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-        streams.push(stream);
+        streams.push(served_once(proxy.addr()).await);
     }
     wait_parked(admin, 10);
     proxy.terminate();
@@ -229,14 +227,7 @@ async fn a_removed_listener_closes_its_parked_connections_at_once() {
     };
     let proxy = Proxy::start(&two(true), 1);
     let admin = proxy.admin.unwrap();
-    let mut stream = TcpStream::connect(proxy.addrs[1]).await.unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 4096];
-    let n = stream.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let mut stream = served_once(proxy.addrs[1]).await;
     wait_parked(admin, 1);
     // The second listener goes (the drain time is 120 s): its parked connection closes now.
     proxy.rewrite_config(&two(false));
