@@ -399,7 +399,7 @@ fn the_readme_config_reference_is_valid() {
         blocks += 1;
     }
     // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
-    // upgrades, routing, mirroring, the client's address: a block that stops being fenced as
-    // yaml would stop being checked.
-    assert_eq!(blocks, 15, "README yaml blocks");
+    // upgrades, routing, mirroring, the client's address, tracing: a block that stops being
+    // fenced as yaml would stop being checked.
+    assert_eq!(blocks, 16, "README yaml blocks");
 }

@@ -44,6 +44,8 @@ fn check_round_trip(c: &mut Criterion) {
         destination: "127.0.0.1:21500".parse().expect("addr"),
         context_extensions: &[],
         body: None,
+        traceparent: None,
+        tracestate: None,
     };
     let mut group = c.benchmark_group("authz/check_round_trip");
     for (name, endpoint) in [

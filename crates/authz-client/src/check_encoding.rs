@@ -435,6 +435,8 @@ mod tests {
             destination: "127.0.0.1:8443".parse().unwrap_or_else(|_| unreachable!()),
             context_extensions: context,
             body,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

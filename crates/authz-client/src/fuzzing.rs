@@ -61,6 +61,8 @@ pub fn check_request(data: &[u8]) {
         destination: socket_address(destination),
         context_extensions: &context_extensions,
         body: (flags & 16 != 0).then_some(&body),
+        traceparent: None,
+        tracestate: None,
     };
     let (decoded, reference) = crate::check_encoding::decoded_and_reference(&input);
     assert_eq!(decoded, reference);

@@ -132,7 +132,7 @@ impl GrpcChannel {
         let frame = check_frame(input)?;
         let call = async {
             let mut sender = sender.ready().await?;
-            let (response, mut request_body) = sender.send_request(call_head(), false)?;
+            let (response, mut request_body) = sender.send_request(call_head(input), false)?;
             request_body.send_data(frame, true)?;
             response.await
         };
@@ -142,13 +142,14 @@ impl GrpcChannel {
 }
 
 /// The head of a Check call.
-fn call_head() -> Request<()> {
+fn call_head(input: &CheckInput<'_>) -> Request<()> {
     let mut head = Request::new(());
     *head.method_mut() = Method::POST;
     *head.uri_mut() = Uri::from_static(CHECK_URI);
     let headers = head.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(TE, HeaderValue::from_static("trailers"));
+    input.put_trace_context(headers);
     head
 }
 

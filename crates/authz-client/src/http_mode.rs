@@ -114,6 +114,7 @@ impl HttpChannel {
                 headers.append(name.clone(), value.clone());
             }
         }
+        input.put_trace_context(headers);
         Ok(request)
     }
 }

@@ -31,6 +31,8 @@
 //!     destination: "10.0.0.1:443".parse().unwrap(),
 //!     context_extensions: &[],
 //!     body: None,
+//!     traceparent: None,
+//!     tracestate: None,
 //! };
 //! match client.check(&input).await? {
 //!     Decision::Allow(allowed) => allowed.apply_to_request(&mut headers),
@@ -51,7 +53,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 
 pub use decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
 
@@ -95,7 +97,26 @@ pub struct CheckInput<'a> {
     pub context_extensions: &'a [(String, String)],
     /// The request body, or its first bytes, when the service is to see it.
     pub body: Option<&'a Bytes>,
+    /// W3C trace context for the check itself, sent as the call's own `traceparent` and
+    /// `tracestate` headers (gRPC metadata), so the service's span joins the request's trace.
+    pub traceparent: Option<&'a HeaderValue>,
+    pub tracestate: Option<&'a HeaderValue>,
 }
+
+impl CheckInput<'_> {
+    /// Puts the check's trace context on the call's headers, replacing any of the names.
+    fn put_trace_context(&self, headers: &mut HeaderMap) {
+        if let Some(value) = self.traceparent {
+            headers.insert(TRACEPARENT.clone(), value.clone());
+        }
+        if let Some(value) = self.tracestate {
+            headers.insert(TRACESTATE.clone(), value.clone());
+        }
+    }
+}
+
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// Why a check gave no decision. The caller's failure mode decides what happens then.
 #[derive(Debug, thiserror::Error)]

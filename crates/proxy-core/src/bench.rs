@@ -43,6 +43,7 @@ impl FilterChainBench {
             host: Some(&HeaderValue::from_static("bench.test")),
             virtual_host: Some(0),
             route: Some(0),
+            trace: None,
         };
         let mut state = FilterState::default();
         let mut req = Request::new(RequestBody::empty());

@@ -102,6 +102,9 @@ pub(crate) struct Catalog {
     worker_downstream_cx_active: GaugeFamily,
     worker_downstream_rq_total: CounterFamily,
     overload_action_applied: CounterFamily,
+    /// Spans by outcome: sampled and dropped on the workers, exported and failed on the
+    /// exporter's thread.
+    pub(crate) tracing_spans: CounterFamily,
     pub(crate) overload_action_active: GaugeFamily,
     pub(crate) overload_resource_pressure: GaugeFamily,
     pub(crate) server_concurrency: GaugeFamily,
@@ -303,6 +306,11 @@ impl Catalog {
             upstream_rq_pending_time: r.histogram("upstream_rq_pending_time", "Time requests waited for an upstream connection.", c),
             worker_downstream_cx_active: r.per_shard_gauge("worker_downstream_cx_active", "Downstream connections open on each worker (Envoy's worker_N.downstream_cx_active).", &[]),
             worker_downstream_rq_total: r.per_shard_counter("worker_downstream_rq_total", "Downstream requests received by each worker.", &[]),
+            tracing_spans: r.counter(
+                "tracing_spans_total",
+                "Spans of sampled requests, by outcome: sampled (recorded), dropped (the export queue was full), exported (taken by the collector), failed (the export failed; the spans are lost).",
+                &["outcome"],
+            ),
             overload_action_applied: r.counter(
                 "overload_action_applied_total",
                 "What the overload manager did, by action: disable_keepalive (a response that closed its connection, or an HTTP/2 GOAWAY), refuse_connections (a connection closed as accepted), shed_requests (a 503 with x-legate-overloaded).",

@@ -318,6 +318,11 @@ impl Authorization for GrpcRules {
             tokio::time::sleep(rules.delay).await;
         }
         self.counters.checks.fetch_add(1, Ordering::Relaxed);
+        let traceparent = request
+            .metadata()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let attributes = request.into_inner().attributes.unwrap_or_default();
         let http = attributes.request.and_then(|r| r.http).unwrap_or_default();
         let allowed = rules
@@ -336,6 +341,9 @@ impl Authorization for GrpcRules {
             if !context.is_empty() {
                 let text: Vec<String> = context.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 headers.push(option("x-ext-authz-context", &text.join(";")));
+            }
+            if let Some(traceparent) = &traceparent {
+                headers.push(option("x-ext-authz-traceparent", traceparent));
             }
             if !http.raw_body.is_empty() || !http.body.is_empty() {
                 headers.push(option(
@@ -414,6 +422,11 @@ async fn http_check(
         // What the proxy sent, for tests to read back upstream.
         if let Ok(v) = http::HeaderValue::from_str(&format!("{} {}", parts.method, parts.uri)) {
             response.headers_mut().insert("x-ext-authz-saw", v);
+        }
+        if let Some(traceparent) = parts.headers.get("traceparent") {
+            response
+                .headers_mut()
+                .insert("x-ext-authz-traceparent", traceparent.clone());
         }
         if body_len > 0 {
             response

@@ -11,6 +11,8 @@
 //! * [`DnsServer`]: a DNS server whose answers a test changes while the proxy resolves them.
 //! * [`ManagementServer`]: an xDS management server (ADS, state of the world and incremental)
 //!   whose resources a test sets while clients are connected; it records every request.
+//! * [`OtlpCollector`]: an OpenTelemetry collector (OTLP traces over gRPC and HTTP) that
+//!   keeps the spans it receives, and can stall or refuse exports on demand.
 //! * [`pattern_bytes`] / [`pattern_sha256`]: the deterministic bodies both sides use, so a
 //!   test can check a body of any size by digest.
 //!
@@ -68,8 +70,10 @@ mod failing;
 mod handle;
 mod noop;
 mod options;
+mod otlp;
 mod pattern;
 pub mod resources;
+mod signal;
 pub mod xds;
 
 pub use authz::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
@@ -77,5 +81,7 @@ pub use dns::DnsServer;
 pub use failing::{FailingOrigin, FailureMode};
 pub use handle::NoopHandle;
 pub use noop::NoopUpstream;
+pub use otlp::{CollectorMode, OtlpCollector, ReceivedSpan};
 pub use pattern::{pattern_bytes, pattern_sha256};
+pub use signal::StopSignal;
 pub use xds::ManagementServer;

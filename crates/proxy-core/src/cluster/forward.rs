@@ -11,11 +11,12 @@ use balancer::Picked;
 use http::{HeaderMap, Request, Response};
 
 use super::breaker::Slot;
+use super::host::SendError;
 use super::retry::{self, RetryPlan};
 use super::{Cluster, HostPool, UpstreamBody};
 use crate::box_pool::PooledBox;
 use crate::config::RetryPolicy;
-use crate::context::RequestBody;
+use crate::context::{RequestBody, RequestTrace, TRACEPARENT};
 use crate::error::ProxyError;
 
 /// A request admitted to a host of a cluster: the host is counted as having it in flight and
@@ -64,6 +65,7 @@ impl Admitted<'_> {
         timeout: Duration,
         retry_policy: Option<&RetryPolicy>,
         client: IpAddr,
+        trace: Option<&RequestTrace>,
     ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
         let Admitted {
             cluster,
@@ -87,8 +89,7 @@ impl Admitted<'_> {
         };
         let attempt = async {
             match retry {
-                None => host
-                    .send(request, picked, slot)
+                None => try_host(&host, request, picked, slot, trace)
                     .await
                     .map(|response| (Rc::clone(&host), response))
                     .map_err(|e| e.error),
@@ -98,7 +99,7 @@ impl Admitted<'_> {
                 // boxes: no allocation per request.
                 Some((policy, plan)) => {
                     PooledBox::pin(retry::send_with_retries(
-                        request, &host, slot, picked, policy, plan, cluster, client, timeout,
+                        request, &host, slot, picked, policy, plan, cluster, client, timeout, trace,
                     ))
                     .await
                 }
@@ -148,4 +149,31 @@ impl Admitted<'_> {
         };
         Ok((Rc::clone(&host), response.map_err(|e| e.error)?))
     }
+}
+
+/// One try at `host`: a span of its own when the request is sampled (Envoy's upstream span,
+/// `router CLUSTER egress`), whose `traceparent` the host sees, ended at the response head.
+pub(super) async fn try_host(
+    host: &Rc<HostPool>,
+    mut request: Request<RequestBody>,
+    picked: Picked,
+    slot: Slot<'_>,
+    trace: Option<&RequestTrace>,
+) -> Result<Response<UpstreamBody>, SendError> {
+    let cluster = &host.shared().name;
+    let Some(mut span) = trace.and_then(|t| t.child(format!("router {cluster} egress"))) else {
+        return host.send(request, picked, slot).await;
+    };
+    request
+        .headers_mut()
+        .insert(TRACEPARENT.clone(), span.traceparent());
+    span.set("component", "proxy");
+    span.set("upstream_cluster", cluster.clone());
+    span.set("upstream_address", host.addr().to_string());
+    let sent = host.send(request, picked, slot).await;
+    match &sent {
+        Ok(response) => span.answered(response.status()),
+        Err(failed) => span.fail(failed.error.to_string()),
+    }
+    sent
 }

@@ -16,7 +16,7 @@ use super::breaker::Slot;
 use super::host::SendError;
 use super::{Cluster, HostPool, SharedCluster, UpstreamBody};
 use crate::config::{RetryOn, RetryPolicy};
-use crate::context::{Replay, RequestBody};
+use crate::context::{Replay, RequestBody, RequestTrace};
 use crate::error::ProxyError;
 
 /// What a retry rebuilds its request from.
@@ -75,6 +75,7 @@ pub(crate) async fn send_with_retries(
     cluster: &Cluster,
     client: IpAddr,
     route_timeout: std::time::Duration,
+    trace: Option<&RequestTrace>,
 ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
     let mut retries_left = policy.num_retries;
     let mut retrying: Option<RetrySlot> = None;
@@ -88,7 +89,8 @@ pub(crate) async fn send_with_retries(
             Some(slot) => slot,
             None => cluster.request_slot()?,
         };
-        let outcome = match tokio::time::timeout(per_try, tried.send(request, picked, slot)).await {
+        let attempt = super::forward::try_host(&tried, request, picked, slot, trace);
+        let outcome = match tokio::time::timeout(per_try, attempt).await {
             Ok(outcome) => outcome,
             Err(_) => {
                 tried.stats().rq_timeout.inc();

@@ -17,6 +17,7 @@ pub(crate) mod raw;
 mod routing;
 mod serialize;
 mod stats;
+mod tracing;
 mod validate;
 mod virtual_hosts;
 pub mod xds;
@@ -50,6 +51,7 @@ pub use overload::{Environment as OverloadEnvironment, OverloadConfig, RawOverlo
 pub use routing::*;
 pub use service_endpoint::Endpoint as ServiceEndpoint;
 pub use stats::StatsConfig;
+pub use tracing::{OtlpProtocol, TracingConfig};
 pub use virtual_hosts::*;
 pub use xds::{AdsProtocol, XdsConfig};
 
@@ -94,6 +96,9 @@ pub struct Config {
     pub watch: bool,
     /// How latency histograms are exported to Prometheus.
     pub stats: StatsConfig,
+    /// Trace context propagation and span export; `None`: requests are not traced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingConfig>,
     pub listeners: Vec<ListenerConfig>,
     pub clusters: Vec<ClusterConfig>,
     /// The management server listeners, routes, clusters and endpoints also come from.

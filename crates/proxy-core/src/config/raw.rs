@@ -22,6 +22,7 @@ pub struct RawConfig {
     #[serde(default)]
     pub watch: bool,
     pub stats: Option<RawStats>,
+    pub tracing: Option<RawTracing>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
     #[serde(default)]
@@ -38,6 +39,29 @@ pub struct RawStats {
     /// Durations (`100us`, `2.5ms`), ascending.
     pub histogram_buckets: Option<Vec<String>>,
     pub quantiles: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    pub otlp: RawOtlp,
+    pub service_name: Option<String>,
+    /// Percent, 0 to 100.
+    pub random_sampling: Option<f64>,
+    /// Empty: no header forces a trace.
+    pub force_trace_header: Option<String>,
+    pub max_queued_spans: Option<usize>,
+    pub max_export_batch: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOtlp {
+    pub endpoint: String,
+    /// `grpc` (default) or `http`.
+    pub protocol: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

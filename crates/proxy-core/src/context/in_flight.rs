@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use super::ConnCtx;
+use super::{ConnCtx, RequestTrace};
 use crate::access_log::{LogRecord, PendingLog};
 
 /// A request from its head until its response body is dropped (written out or abandoned):
@@ -17,6 +17,8 @@ pub(crate) struct InFlight {
     status: Option<http::StatusCode>,
     /// Filled in along the way when the listener keeps an access log.
     log: Option<Box<PendingLog>>,
+    /// The request's trace, when the listener traces; its span ends with the request.
+    trace: Option<Box<RequestTrace>>,
 }
 
 impl InFlight {
@@ -44,11 +46,25 @@ impl InFlight {
             started: Instant::now(),
             status: None,
             log,
+            trace: None,
         }
     }
 
     pub(crate) fn set_status(&mut self, status: http::StatusCode) {
         self.status = Some(status);
+    }
+
+    pub(crate) fn set_trace(&mut self, trace: Box<RequestTrace>) {
+        self.trace = Some(trace);
+    }
+
+    pub(crate) fn trace(&self) -> Option<&RequestTrace> {
+        self.trace.as_deref()
+    }
+
+    /// The trace, when the request is sampled: for attributes of its span.
+    pub(crate) fn sampled_trace(&mut self) -> Option<&mut RequestTrace> {
+        self.trace.as_deref_mut().filter(|t| t.sampled())
     }
 
     /// The access log's record, when this listener keeps one.

@@ -13,7 +13,7 @@ use super::{Exchange, FilterState, Flow, HeadersFlow, LocalReply, ResponseHead};
 use crate::catalog::AuthzStats;
 use crate::config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};
 use crate::context::request_id::X_REQUEST_ID;
-use crate::context::{ConnCtx, RequestBody};
+use crate::context::{ConnCtx, RequestBody, TRACESTATE};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::throttle::LogThrottle;
 
@@ -65,6 +65,14 @@ impl ExtAuthz {
             routes: routes.iter().map(|r| r.filters.ext_authz.clone()).collect(),
             stats,
             errors: LogThrottle::default(),
+        }
+    }
+
+    /// The check's span name, as Envoy's: the gRPC method, or the service's cluster.
+    fn span_name(&self) -> &'static str {
+        match self.config.service {
+            AuthzService::Grpc { .. } => "async envoy.service.auth.v3.Authorization.Check egress",
+            AuthzService::Http { .. } => "async ext_authz egress",
         }
     }
 
@@ -132,6 +140,16 @@ impl ExtAuthz {
     ) -> Result<Flow, ProxyError> {
         let conn = exchange.conn;
         let request_id = req.headers().get(&X_REQUEST_ID).cloned();
+        // The check is a span of its own when the request is sampled; otherwise the service
+        // sees the proxy hop as its caller.
+        let mut span = exchange
+            .trace
+            .and_then(|trace| trace.child(self.span_name()));
+        let traceparent = match (&span, exchange.trace) {
+            (Some(span), _) => Some(span.traceparent()),
+            (None, Some(trace)) => Some(trace.traceparent()),
+            (None, None) => None,
+        };
         let input = CheckInput {
             method: req.method(),
             path: req.uri().path_and_query().map_or("/", |p| p.as_str()),
@@ -146,10 +164,28 @@ impl ExtAuthz {
             destination: conn.local,
             context_extensions: &self.route(exchange).context_extensions,
             body,
+            traceparent: traceparent.as_ref(),
+            tracestate: exchange.trace.and(req.headers().get(&TRACESTATE)),
         };
         let started = Instant::now();
         let decision = self.client.check(&input).await;
         self.stats.time.record_duration(started.elapsed());
+        if let Some(span) = &mut span {
+            // Envoy's tags for the check's outcome.
+            match &decision {
+                Ok(Decision::Allow(_)) => {
+                    span.done();
+                    span.set("ext_authz_status", "ext_authz_ok");
+                }
+                Ok(Decision::Deny(denied)) => {
+                    span.done();
+                    span.set("ext_authz_status", "ext_authz_unauthorized");
+                    span.set("ext_authz_http_status", i64::from(denied.status.as_u16()));
+                }
+                Err(error) => span.fail(error.to_string()),
+            }
+        }
+        drop(span);
         match decision {
             Ok(Decision::Allow(allowed)) => {
                 self.stats.ok.inc();

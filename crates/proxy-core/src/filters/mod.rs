@@ -48,7 +48,7 @@ use per_route::PerRouteSettings;
 use crate::catalog::Catalog;
 use crate::config::{HttpFilterConfig, ListenerConfig};
 use crate::context::request_id::X_REQUEST_ID;
-use crate::context::{Client, ConnCtx, RequestBody};
+use crate::context::{Client, ConnCtx, RequestBody, RequestTrace};
 use crate::error::{ProxyError, ResponseFlag};
 
 /// One filter of a chain.
@@ -116,6 +116,8 @@ pub(crate) struct Exchange<'a> {
     /// The matched route's index; `None` when no route matched (filters use the host's or
     /// the listener's settings, then the client gets 404).
     pub(crate) route: Option<usize>,
+    /// The request's trace, when the listener traces: calls a filter makes join it.
+    pub(crate) trace: Option<&'a RequestTrace>,
 }
 
 impl Exchange<'_> {

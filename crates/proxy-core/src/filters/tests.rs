@@ -51,6 +51,7 @@ impl Setup {
             host: Some(&host),
             virtual_host: matched.virtual_host,
             route: matched.route,
+            trace: None,
         };
         let mut state = FilterState::default();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -364,6 +365,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
         host: Some(&TEST_HOST),
         virtual_host: Some(0),
         route: Some(0),
+        trace: None,
     };
     let info = ResponseInfo {
         upstream: None,
@@ -402,6 +404,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
         host: Some(&TEST_HOST),
         virtual_host: Some(0),
         route: Some(0),
+        trace: None,
     };
     let before = alloc_meter::allocations();
     for _ in 0..100 {

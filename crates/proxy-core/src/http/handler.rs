@@ -14,8 +14,8 @@ use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite,
 use crate::cluster::Admitted;
 use crate::config::{ForwardAction, PathMatch, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
-use crate::error::ProxyError;
+use crate::context::{Client, ConnCtx, InFlight, RequestBody, TRACEPARENT, Tunnel};
+use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
 
@@ -63,6 +63,9 @@ pub(crate) async fn handle(
     if let Some(log) = in_flight.log() {
         log.peer = Some(client.addr(&conn));
     }
+    if let Some(tracer) = &http.tracer {
+        in_flight.set_trace(tracer.start(&req, client.ip(&conn)));
+    }
     let mut state = FilterState::default();
     let mut facts = Facts::default();
     let routed = if conn.worker.overload.shedding_requests() {
@@ -76,9 +79,11 @@ pub(crate) async fn handle(
         };
         route_and_forward(req, &scope, &mut in_flight, &mut state, &mut facts).await
     };
+    let mut flag = facts.flag;
     let mut response = match routed {
         Ok(response) => response,
         Err(err) => {
+            flag = Some(err.flag());
             if let Some(log) = in_flight.log() {
                 log.flag = Some(err.flag());
             }
@@ -120,6 +125,7 @@ pub(crate) async fn handle(
             host: facts.host.as_ref(),
             virtual_host: facts.matched.virtual_host,
             route: facts.matched.route,
+            trace: in_flight.trace(),
         };
         let info = ResponseInfo {
             upstream: facts.upstream.as_ref(),
@@ -143,6 +149,9 @@ pub(crate) async fn handle(
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    if let Some(trace) = in_flight.sampled_trace() {
+        trace.answered(response.status(), flag);
     }
     in_flight.set_status(response.status());
     match facts.tunnel {
@@ -189,6 +198,8 @@ struct Facts {
     matched: Matched,
     /// The upstream host that answered, as text.
     upstream: Option<HeaderValue>,
+    /// Why a filter answered in the upstream's place.
+    flag: Option<ResponseFlag>,
     /// An upgrade the upstream accepted, and for an HTTP/2 stream the client side to await.
     tunnel: Option<(hyper::upgrade::Upgraded, Option<hyper::upgrade::OnUpgrade>)>,
 }
@@ -223,6 +234,7 @@ async fn route_and_forward(
             host: host.as_ref(),
             virtual_host: matched.virtual_host,
             route: matched.route,
+            trace: in_flight.trace(),
         };
         if let Flow::Respond(reply) = scope
             .http
@@ -233,6 +245,7 @@ async fn route_and_forward(
             if let Some(log) = in_flight.log() {
                 log.flag = reply.flag;
             }
+            facts.flag = reply.flag;
             facts.host = host;
             return Ok(local_reply::from_filter(*reply));
         }
@@ -323,6 +336,24 @@ async fn forward_request(
     if let Some(log) = in_flight.log() {
         log.upstream = Some(upstream.addr_text().clone());
     }
+    if let Some(trace) = in_flight.trace() {
+        // The proxy hop as the upstream's caller; a sampled request's tries put their own.
+        parts
+            .headers
+            .insert(TRACEPARENT.clone(), trace.traceparent());
+    }
+    if let Some(trace) = in_flight.sampled_trace() {
+        trace.set(
+            "upstream_cluster",
+            http.clusters[cluster].shared().name.clone(),
+        );
+        if let Some(id) = parts.headers.get(&X_REQUEST_ID) {
+            trace.set(
+                "guid:x-request-id",
+                String::from_utf8_lossy(id.as_bytes()).into_owned(),
+            );
+        }
+    }
     let authority = forward.host_rewrite.clone().or(host);
     if !forward.mirrors.is_empty() && asked.is_none() {
         mirror::start(
@@ -359,12 +390,16 @@ async fn forward_request(
             forward.timeout,
             forward.retry_policy.as_ref(),
             client,
+            in_flight.trace(),
         )
         .await?;
     if let Some(log) = in_flight.log()
         && !Rc::ptr_eq(&answered_by, &upstream)
     {
         log.upstream = Some(answered_by.addr_text().clone());
+    }
+    if let Some(trace) = in_flight.sampled_trace() {
+        trace.set("upstream_address", answered_by.addr().to_string());
     }
     facts.upstream = Some(answered_by.addr_text().clone());
     let (mut head, body) = response.into_parts();

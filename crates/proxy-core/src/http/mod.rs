@@ -45,6 +45,8 @@ pub(crate) struct HttpCtx {
     /// Bytes an upgraded connection holds per direction.
     pub(crate) upgrade_buffer: usize,
     pub(crate) path_normalization: crate::config::PathNormalization,
+    /// Starts each request's trace, when `tracing` is configured.
+    pub(crate) tracer: Option<Rc<crate::context::WorkerTracer>>,
 }
 
 /// A listener's current [`HttpCtx`] on one worker. A connection reads it once per request,

@@ -16,6 +16,7 @@ use crate::access_log::LogSinks;
 use crate::catalog::ProxyStats;
 use crate::cluster::SharedCluster;
 use crate::config::{ClusterConfig, Config, ConnectionBalance, Endpoint, ListenerConfig};
+use crate::context::SharedTracer;
 use crate::filters::SharedFilters;
 use crate::listener::{ConnectionLimits, Limit, reuse_port_supported};
 use crate::router::RouteTable;
@@ -85,6 +86,20 @@ pub(crate) fn build(
             LogSinks::open(log_targets(&config))
                 .map_err(|source| BuildError::AccessLog { source })?,
         ),
+    };
+
+    let tracer = match (&config.tracing, previous) {
+        (None, _) => None,
+        (Some(tracing), Some(p)) if p.tracer.as_ref().is_some_and(|t| t.config == *tracing) => {
+            p.tracer.clone()
+        }
+        (Some(tracing), _) => {
+            let node = config.xds.as_ref().map(|x| x.node.id.as_str());
+            Some(Arc::new(
+                SharedTracer::start(tracing, node, stats)
+                    .map_err(|source| BuildError::Tracing { source })?,
+            ))
+        }
     };
 
     let mut clusters = Vec::with_capacity(config.clusters.len());
@@ -251,6 +266,7 @@ pub(crate) fn build(
         listeners,
         log_sinks,
         tls,
+        tracer,
         ctx.workers,
     );
     Ok((generation, commit))

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::access_log::LogSinks;
 use crate::cluster::SharedCluster;
 use crate::config::Config;
+use crate::context::SharedTracer;
 use crate::filters::SharedFilters;
 use crate::listener::ConnectionLimits;
 use crate::router::RouteTable;
@@ -29,6 +30,8 @@ pub(crate) struct Generation {
     pub(crate) listeners: Vec<SharedListener>,
     pub(crate) log_sinks: Arc<LogSinks>,
     pub(crate) tls: Arc<TlsListeners>,
+    /// The span exporter, when `tracing` is configured; kept while it stays the same.
+    pub(crate) tracer: Option<Arc<SharedTracer>>,
     progress: Progress,
 }
 
@@ -130,6 +133,7 @@ impl Generation {
         listeners: Vec<SharedListener>,
         log_sinks: Arc<LogSinks>,
         tls: Arc<TlsListeners>,
+        tracer: Option<Arc<SharedTracer>>,
         workers: usize,
     ) -> Self {
         Self {
@@ -141,6 +145,7 @@ impl Generation {
             listeners,
             log_sinks,
             tls,
+            tracer,
             progress: Progress {
                 accepted_at: Instant::now(),
                 workers,

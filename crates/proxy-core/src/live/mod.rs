@@ -63,6 +63,8 @@ pub enum BuildError {
     },
     #[error("access log: {source}")]
     AccessLog { source: std::io::Error },
+    #[error("tracing: cannot start the span exporter: {source}")]
+    Tracing { source: std::io::Error },
     #[error("cluster `{cluster}`: {source}")]
     Dns {
         cluster: String,

@@ -15,6 +15,7 @@ use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::config::{ConnectionBalance, ListenerConfig};
 use crate::conn::{Codecs, ConnSettings};
+use crate::context::WorkerTracer;
 use crate::context::{ForwardedTrust, ListenerCtx, Signal};
 use crate::filters::FilterChain;
 use crate::http::{HttpCtx, HttpSlot};
@@ -67,6 +68,8 @@ pub(super) struct Parts<'a> {
     pub(super) clusters: &'a Rc<[Rc<Cluster>]>,
     /// Whether the worker has a parking lot for idle connections.
     pub(super) park_idle: bool,
+    /// The worker's tracer, when `tracing` is configured.
+    pub(super) tracer: Option<&'a Rc<WorkerTracer>>,
 }
 
 impl Listener {
@@ -225,5 +228,6 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         upgrade_idle_timeout: config.http.idle_timeout,
         upgrade_buffer: config.buffer_limit as usize,
         path_normalization: config.http.path_normalization,
+        tracer: parts.tracer.cloned(),
     }
 }

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use crate::access_log;
 use crate::catalog::ProxyStats;
 use crate::cluster::{Cluster, SharedCluster};
-use crate::context::WorkerCtx;
+use crate::context::{WorkerCtx, WorkerTracer};
 use crate::live::Generation;
 use accept::{Accepted, accept_loop};
 pub(crate) use balance::ExactBalance;
@@ -77,6 +77,9 @@ struct Worker {
     /// Accept loops, by listener id.
     accept_loops: HashMap<u64, tokio::task::JoinHandle<()>>,
     drain_timeout: std::time::Duration,
+    /// The generation's tracer on this worker; shared with the housekeeping task, which
+    /// hands its spans to the exporter.
+    tracer: Rc<RefCell<Option<Rc<WorkerTracer>>>>,
 }
 
 impl Worker {
@@ -103,12 +106,28 @@ impl Worker {
                 None => Rc::new(Cluster::new(c, shared, catalog, &self.shard)),
             })
             .collect();
+        let tracer = match &generation.tracer {
+            None => None,
+            Some(shared) => match self.tracer.borrow().as_ref() {
+                Some(kept) if kept.serves(shared) => Some(Rc::clone(kept)),
+                _ => Some(Rc::new(WorkerTracer::new(
+                    Arc::clone(shared),
+                    &self.stats,
+                    &self.shard,
+                ))),
+            },
+        };
+        // The old tracer's spans go out now, not when its last request ends.
+        if let Some(old) = self.tracer.replace(tracer.clone()) {
+            old.flush();
+        }
         let parts = Parts {
             catalog,
             shard: &self.shard,
             log_sinks: &generation.log_sinks,
             clusters: &self.clusters,
             park_idle: self.accepted.lot.is_some(),
+            tracer: tracer.as_ref(),
         };
         let current = self.listeners.borrow().clone();
         let mut next = Vec::with_capacity(generation.listeners.len());
@@ -198,6 +217,7 @@ async fn run(spec: WorkerSpec) {
         listeners: Rc::default(),
         accept_loops: HashMap::new(),
         drain_timeout: crate::config::DEFAULT_DRAIN_TIMEOUT,
+        tracer: Rc::default(),
     };
     let first = Arc::clone(&generations.borrow_and_update());
     worker.apply(&first).await;
@@ -228,12 +248,16 @@ async fn run(spec: WorkerSpec) {
         let listeners = Rc::clone(&worker.listeners);
         let clusters = Rc::new(RefCell::new(Rc::clone(&worker.clusters)));
         let kept = Rc::clone(&clusters);
+        let tracer = Rc::clone(&worker.tracer);
         let task = tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(access_log::FLUSH_EVERY);
             let mut released = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 flush_logs(&listeners.borrow());
+                if let Some(tracer) = tracer.borrow().as_ref() {
+                    tracer.flush();
+                }
                 for cluster in kept.borrow().iter() {
                     cluster.sync_pools();
                 }
@@ -278,6 +302,9 @@ async fn run(spec: WorkerSpec) {
     tracker.wait_for_all_closed(worker.drain_timeout).await;
     housekeeping.0.abort();
     flush_logs(&listeners);
+    if let Some(tracer) = worker.tracer.borrow().as_ref() {
+        tracer.flush();
+    }
     tracing::debug!(worker = id, "worker stopped");
 }
 

@@ -119,6 +119,8 @@ async fn check(client: &AuthzClient) -> Result<authz_client::Decision, authz_cli
         destination: ([127, 0, 0, 1], 21501).into(),
         context_extensions: &[],
         body: None,
+        traceparent: None,
+        tracestate: None,
     };
     client.check(&input).await
 }

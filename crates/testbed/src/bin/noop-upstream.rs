@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use testbed::NoopUpstream;
+use testbed::{NoopUpstream, StopSignal};
 
 const USAGE: &str = "\
 usage: noop-upstream [--listen ADDR]
@@ -88,34 +88,4 @@ async fn main() -> ExitCode {
     }
     upstream.shutdown();
     ExitCode::SUCCESS
-}
-
-/// SIGINT, and on Unix SIGTERM, registered up front.
-struct StopSignal {
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-}
-
-impl StopSignal {
-    fn register() -> std::io::Result<Self> {
-        Ok(Self {
-            #[cfg(unix)]
-            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
-        })
-    }
-
-    /// Resolves on SIGINT or (on Unix) SIGTERM.
-    async fn recv(mut self) -> std::io::Result<()> {
-        #[cfg(unix)]
-        {
-            tokio::select! {
-                res = tokio::signal::ctrl_c() => res,
-                _ = self.term.recv() => Ok(()),
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            tokio::signal::ctrl_c().await
-        }
-    }
 }

@@ -1,0 +1,577 @@
+//! Distributed tracing on the request path (Envoy's OpenTelemetry tracer, in spirit).
+//!
+//! Every request on a traced listener gets a span id of its own for the proxy hop. The W3C
+//! `traceparent` the upstream and the authorization service see names that hop (or, when
+//! sampled, the span of the call that carries it) under the caller's trace, or under a new
+//! trace when the request came without a valid context; `tracestate` goes on as it came.
+//!
+//! A request from an internal address follows its caller's decision (the `traceparent`
+//! sampled flag), or is sampled when it carries the force header; any other request is
+//! sampled by `random_sampling`. A client on the internet decides nothing.
+//! Sampled requests record spans: the downstream request (ended with the response's last
+//! byte), the ext_authz check, and each upstream try (ended at its response head). Spans
+//! gather per worker and go to the exporter's queue in batches; a full queue drops them, and
+//! requests never wait for the collector.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
+use trace_export::{
+    ExportError, ExportObserver, ExporterConfig, Protocol, Span, SpanId, SpanKind, SpanSink,
+    TraceId, TraceParent, Value,
+};
+
+use super::request_id::next_u64;
+use crate::catalog::ProxyStats;
+use crate::config::{OtlpProtocol, TracingConfig};
+use crate::error::ResponseFlag;
+use crate::throttle::LogThrottle;
+
+pub(crate) static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub(crate) static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// What every worker shares: the settings and the exporter's queue. Kept across reloads
+/// that leave `tracing` as it was.
+pub(crate) struct SharedTracer {
+    pub(crate) config: TracingConfig,
+    sink: SpanSink,
+    /// `random_sampling` as a bound on 64 random bits.
+    threshold: u64,
+}
+
+impl SharedTracer {
+    /// Starts the exporter's thread for `config`.
+    pub(crate) fn start(
+        config: &TracingConfig,
+        node_id: Option<&str>,
+        stats: &ProxyStats,
+    ) -> std::io::Result<SharedTracer> {
+        let mut resource: Vec<(String, Value)> =
+            vec![("service.name".into(), config.service_name.clone().into())];
+        if let Some(node) = node_id {
+            resource.push(("service.instance.id".into(), node.to_owned().into()));
+        }
+        resource.push(("service.version".into(), env!("CARGO_PKG_VERSION").into()));
+        // A shard of its own: the exporter's thread is the one writer of its counters.
+        let shard = stats.registry.shard(&[]);
+        let catalog = &stats.catalog;
+        let observer = Observer {
+            exported: shard.counter(catalog.tracing_spans, &["exported"]),
+            failed: shard.counter(catalog.tracing_spans, &["failed"]),
+            errors: LogThrottle::default(),
+            endpoint: config.endpoint.to_string(),
+        };
+        let sink = trace_export::start(
+            ExporterConfig {
+                endpoint: config.endpoint.clone(),
+                protocol: match config.protocol {
+                    OtlpProtocol::Grpc => Protocol::Grpc,
+                    OtlpProtocol::Http => Protocol::HttpProtobuf,
+                },
+                timeout: config.timeout,
+                max_queued_spans: config.max_queued_spans,
+                max_export_batch: config.max_export_batch,
+                resource,
+            },
+            observer,
+        )?;
+        Ok(SharedTracer {
+            config: config.clone(),
+            sink,
+            threshold: threshold(config.random_sampling),
+        })
+    }
+}
+
+/// `percent` of the range of a u64; `u64::MAX` stands for always.
+fn threshold(percent: f64) -> u64 {
+    if percent >= 100.0 {
+        return u64::MAX;
+    }
+    // Exact enough: a sampling rate is not a precise quantity.
+    (percent / 100.0 * 18_446_744_073_709_551_616.0) as u64
+}
+
+/// Counts each export's spans, and logs failures at most once a second.
+struct Observer {
+    exported: stats::Counter,
+    failed: stats::Counter,
+    errors: LogThrottle,
+    endpoint: String,
+}
+
+impl ExportObserver for Observer {
+    fn exported(&mut self, spans: usize) {
+        self.exported.add(spans as u64);
+    }
+
+    fn failed(&mut self, spans: usize, error: &ExportError) {
+        self.failed.add(spans as u64);
+        if let Some(failed) = self.errors.hit() {
+            tracing::warn!(endpoint = %self.endpoint, failed, %error, "span export failed; spans were lost");
+        }
+    }
+}
+
+/// One worker's tracer: its batch of finished spans, handed to the exporter when full and on
+/// the worker's housekeeping tick.
+pub(crate) struct WorkerTracer {
+    shared: Arc<SharedTracer>,
+    batch: RefCell<Vec<Span>>,
+    sampled: stats::Counter,
+    dropped: stats::Counter,
+}
+
+impl WorkerTracer {
+    pub(crate) fn new(shared: Arc<SharedTracer>, stats: &ProxyStats, shard: &stats::Shard) -> Self {
+        let catalog = &stats.catalog;
+        Self {
+            shared,
+            batch: RefCell::new(Vec::new()),
+            sampled: shard.counter(catalog.tracing_spans, &["sampled"]),
+            dropped: shard.counter(catalog.tracing_spans, &["dropped"]),
+        }
+    }
+
+    /// Whether this tracer was made for `shared`.
+    pub(crate) fn serves(&self, shared: &Arc<SharedTracer>) -> bool {
+        Arc::ptr_eq(&self.shared, shared)
+    }
+
+    fn record(&self, span: Span) {
+        self.sampled.inc();
+        let full = {
+            let mut batch = self.batch.borrow_mut();
+            batch.push(span);
+            batch.len() >= self.shared.config.max_export_batch
+        };
+        if full {
+            self.flush();
+        }
+    }
+
+    /// Hands the batch to the exporter, or counts it dropped when the queue is full.
+    pub(crate) fn flush(&self) {
+        let batch = std::mem::take(&mut *self.batch.borrow_mut());
+        if let Err(dropped) = self.shared.sink.send(batch) {
+            self.dropped.add(dropped.0 as u64);
+        }
+    }
+
+    /// Starts `req`'s trace: reads its context and decides whether it is sampled. `client`
+    /// decides whether the caller's decision and the force header are trusted. The
+    /// requests sent on carry [`RequestTrace::traceparent`] (or a child span's).
+    pub(crate) fn start<B>(self: &Rc<Self>, req: &Request<B>, client: IpAddr) -> Box<RequestTrace> {
+        let headers = req.headers();
+        let parent = headers
+            .get(&TRACEPARENT)
+            .and_then(|value| TraceParent::parse(value.as_bytes()));
+        let internal = is_internal(client);
+        let config = &self.shared.config;
+        let forced = internal
+            && config
+                .force_trace_header
+                .as_ref()
+                .is_some_and(|name| headers.contains_key(name));
+        let sampled = forced
+            || match parent {
+                // A caller inside decides for its trace, either way.
+                Some(parent) if internal => parent.sampled,
+                _ => self.shared.threshold == u64::MAX || next_u64() < self.shared.threshold,
+            };
+        let trace_id = match parent {
+            Some(parent) => parent.trace_id,
+            None => new_trace_id(),
+        };
+        let span_id = new_span_id();
+        let server = sampled.then(|| server_span(req, trace_id, span_id, parent, client));
+        Box::new(RequestTrace {
+            tracer: Rc::clone(self),
+            trace_id,
+            span_id,
+            server,
+        })
+    }
+}
+
+impl Drop for WorkerTracer {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Loopback and private addresses: the proxy's own network, whose callers' trace decisions
+/// are trusted (Envoy's internal addresses).
+fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_private(),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return v4.is_loopback() || v4.is_private();
+            }
+            v6.is_loopback() || (v6.segments()[0] & 0xfe00) == 0xfc00
+        }
+    }
+}
+
+fn new_trace_id() -> TraceId {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&next_u64().to_le_bytes());
+    id[8..].copy_from_slice(&next_u64().to_le_bytes());
+    TraceId(id)
+}
+
+fn new_span_id() -> SpanId {
+    // Never all zeros, which would be invalid.
+    SpanId((next_u64() | 1).to_le_bytes())
+}
+
+fn header(trace_id: TraceId, span: SpanId, sampled: bool) -> HeaderValue {
+    let text = trace_export::traceparent(trace_id, span, sampled);
+    // Into the thread's chunk of copies, as the request id: no allocation per request.
+    HeaderValue::from_maybe_shared(h1::copy_shared(&text))
+        .expect("hex digits and dashes are valid header bytes")
+}
+
+/// The downstream request's span as it starts.
+fn server_span<B>(
+    req: &Request<B>,
+    trace_id: TraceId,
+    span_id: SpanId,
+    parent: Option<TraceParent>,
+    client: IpAddr,
+) -> Span {
+    let headers = req.headers();
+    let mut span = Span {
+        trace_id,
+        span_id,
+        parent_span_id: parent.map(|p| p.parent_id),
+        trace_state: text(headers, &TRACESTATE),
+        name: "ingress".into(),
+        kind: SpanKind::Server,
+        start: SystemTime::now(),
+        end: SystemTime::UNIX_EPOCH,
+        error: None,
+        attributes: Vec::with_capacity(12),
+    };
+    span.set("component", "proxy");
+    span.set("http.method", req.method().as_str().to_owned());
+    let host = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| text(headers, &http::header::HOST))
+        .unwrap_or_default();
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    span.set("http.url", format!("{host}{path}"));
+    span.set("http.protocol", format!("{:?}", req.version()));
+    span.set("peer.address", client.to_string());
+    if let Some(agent) = text(headers, &http::header::USER_AGENT) {
+        span.set("user_agent", agent);
+    }
+    span
+}
+
+fn text(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+}
+
+/// One request's trace, from its head until its response's last byte.
+pub(crate) struct RequestTrace {
+    tracer: Rc<WorkerTracer>,
+    trace_id: TraceId,
+    /// The proxy hop's span id.
+    span_id: SpanId,
+    /// The downstream request's span, while open; `None` when not sampled.
+    server: Option<Span>,
+}
+
+impl RequestTrace {
+    pub(crate) fn sampled(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Adds an attribute to the downstream request's span, when sampled.
+    pub(crate) fn set(&mut self, key: &'static str, value: impl Into<Value>) {
+        if let Some(span) = &mut self.server {
+            span.set(key, value);
+        }
+    }
+
+    /// The request's answer: its status and, for a local reply, why.
+    pub(crate) fn answered(&mut self, status: StatusCode, flag: Option<ResponseFlag>) {
+        let Some(span) = &mut self.server else {
+            return;
+        };
+        span.set("http.status_code", i64::from(status.as_u16()));
+        span.set("response_flags", flag.map_or("-", ResponseFlag::as_str));
+        if status.is_server_error() {
+            span.set("error", true);
+            span.error = Some(flag.map_or_else(
+                || format!("status {}", status.as_u16()),
+                |flag| flag.as_str().to_owned(),
+            ));
+        }
+    }
+
+    /// A span for a call the proxy makes on the request's behalf, when sampled: a child of
+    /// the downstream request's span.
+    pub(crate) fn child(&self, name: impl Into<Cow<'static, str>>) -> Option<ChildSpan<'_>> {
+        let server = self.server.as_ref()?;
+        Some(ChildSpan {
+            trace: self,
+            outcome_known: false,
+            span: Some(Span {
+                trace_id: self.trace_id,
+                span_id: new_span_id(),
+                parent_span_id: Some(self.span_id),
+                trace_state: server.trace_state.clone(),
+                name: name.into(),
+                kind: SpanKind::Client,
+                start: SystemTime::now(),
+                end: SystemTime::UNIX_EPOCH,
+                error: None,
+                attributes: Vec::with_capacity(6),
+            }),
+        })
+    }
+
+    /// The `traceparent` naming the proxy hop.
+    pub(crate) fn traceparent(&self) -> HeaderValue {
+        header(self.trace_id, self.span_id, self.sampled())
+    }
+}
+
+impl Drop for RequestTrace {
+    /// Ends the downstream request's span: the request is done with.
+    fn drop(&mut self) {
+        if let Some(mut span) = self.server.take() {
+            span.end = SystemTime::now();
+            self.tracer.record(span);
+        }
+    }
+}
+
+/// An open span of a call made for a sampled request: an upstream try, an authorization
+/// check. Recorded when dropped; one dropped before its outcome was set (a timeout, the
+/// client gone) is recorded as abandoned.
+pub(crate) struct ChildSpan<'a> {
+    trace: &'a RequestTrace,
+    span: Option<Span>,
+    outcome_known: bool,
+}
+
+impl ChildSpan<'_> {
+    /// The `traceparent` the call carries: this span as the callee's parent.
+    pub(crate) fn traceparent(&self) -> HeaderValue {
+        match &self.span {
+            Some(span) => header(span.trace_id, span.span_id, true),
+            None => self.trace.traceparent(),
+        }
+    }
+
+    pub(crate) fn set(&mut self, key: &'static str, value: impl Into<Value>) {
+        if let Some(span) = &mut self.span {
+            span.set(key, value);
+        }
+    }
+
+    /// The call got an answer; a 5xx marks the span an error, as Envoy's do.
+    pub(crate) fn answered(&mut self, status: StatusCode) {
+        self.outcome_known = true;
+        self.set("http.status_code", i64::from(status.as_u16()));
+        if status.is_server_error() {
+            self.set("error", true);
+            if let Some(span) = &mut self.span {
+                span.error = Some(format!("status {}", status.as_u16()));
+            }
+        }
+    }
+
+    /// The call got no answer, for this reason.
+    pub(crate) fn fail(&mut self, message: String) {
+        self.outcome_known = true;
+        self.set("error", true);
+        if let Some(span) = &mut self.span {
+            span.error = Some(message);
+        }
+    }
+
+    /// The call's outcome, when it has no HTTP status: an authorization decision.
+    pub(crate) fn done(&mut self) {
+        self.outcome_known = true;
+    }
+}
+
+impl Drop for ChildSpan<'_> {
+    fn drop(&mut self) {
+        if !self.outcome_known {
+            self.fail("abandoned before an answer (a timeout, or the client went away)".into());
+        }
+        if let Some(mut span) = self.span.take() {
+            span.end = SystemTime::now();
+            self.trace.tracer.record(span);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_addresses_are_loopback_and_private_ones() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "::1",
+            "fd00::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(is_internal(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["8.8.8.8", "172.32.0.1", "2001:db8::1", "::ffff:8.8.8.8"] {
+            assert!(!is_internal(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn the_sampling_bound_follows_the_percentage() {
+        assert_eq!(threshold(0.0), 0);
+        assert_eq!(threshold(100.0), u64::MAX);
+        let half = threshold(50.0);
+        assert!(half.abs_diff(u64::MAX / 2) < 1 << 12, "{half}");
+        let one = threshold(1.0) as f64 / u64::MAX as f64;
+        assert!((one - 0.01).abs() < 1e-9, "{one}");
+    }
+
+    /// A worker's tracer whose exporter has nowhere to send: these tests read decisions.
+    fn tracer(random_sampling: f64, force: Option<&'static str>) -> Rc<WorkerTracer> {
+        let stats = ProxyStats::new();
+        let config = TracingConfig {
+            endpoint: "http://127.0.0.1:9".parse().unwrap(),
+            protocol: OtlpProtocol::Grpc,
+            timeout: std::time::Duration::from_secs(1),
+            service_name: "test".into(),
+            random_sampling,
+            force_trace_header: force.map(HeaderName::from_static),
+            max_queued_spans: 16,
+            max_export_batch: 16,
+        };
+        let shared = Arc::new(SharedTracer::start(&config, None, &stats).unwrap());
+        let shard = stats.registry.shard(&[]);
+        Rc::new(WorkerTracer::new(shared, &stats, &shard))
+    }
+
+    const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const NOT_SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+    fn request(headers: &[(&'static str, &'static str)]) -> Request<()> {
+        let mut req = Request::get("http://edge.test/a?b=1").body(()).unwrap();
+        for (name, value) in headers {
+            req.headers_mut()
+                .insert(*name, HeaderValue::from_static(value));
+        }
+        req
+    }
+
+    fn fields(trace: &RequestTrace) -> (String, String, String) {
+        let text = trace.traceparent();
+        let text = text.to_str().unwrap();
+        let parts: Vec<&str> = text.split('-').collect();
+        (parts[1].into(), parts[2].into(), parts[3].into())
+    }
+
+    #[test]
+    fn a_client_outside_decides_nothing() {
+        let outside: IpAddr = "203.0.113.9".parse().unwrap();
+        let tracer = tracer(0.0, Some("x-legate-force-trace"));
+        let req = request(&[("traceparent", SAMPLED), ("x-legate-force-trace", "1")]);
+        let trace = tracer.start(&req, outside);
+        assert!(
+            !trace.sampled(),
+            "neither its flag nor the force header count"
+        );
+        let (trace_id, hop, flags) = fields(&trace);
+        assert_eq!(
+            trace_id, "4bf92f3577b34da6a3ce929d0e0e4736",
+            "the trace goes on"
+        );
+        assert_ne!(hop, "00f067aa0ba902b7");
+        assert_eq!(flags, "00");
+
+        let tracer = self::tracer(100.0, None);
+        let trace = tracer.start(&request(&[("traceparent", NOT_SAMPLED)]), outside);
+        assert!(trace.sampled(), "sampled by rate, whatever it says");
+    }
+
+    #[test]
+    fn a_client_inside_decides_for_its_trace() {
+        let inside: IpAddr = "10.1.2.3".parse().unwrap();
+        let tracer = tracer(0.0, Some("x-legate-force-trace"));
+        let trace = tracer.start(&request(&[("traceparent", SAMPLED)]), inside);
+        assert!(trace.sampled());
+        assert_eq!(fields(&trace).2, "01");
+        let parent = trace.server.as_ref().unwrap().parent_span_id.unwrap();
+        assert_eq!(parent.to_string(), "00f067aa0ba902b7");
+
+        let trace = tracer.start(&request(&[("x-legate-force-trace", "")]), inside);
+        assert!(trace.sampled(), "forced");
+        assert_eq!(trace.server.as_ref().unwrap().parent_span_id, None);
+
+        let tracer = self::tracer(100.0, None);
+        let trace = tracer.start(&request(&[("traceparent", NOT_SAMPLED)]), inside);
+        assert!(!trace.sampled(), "its own decision, even at 100%");
+        let trace = tracer.start(&request(&[("x-legate-force-trace", "1")]), inside);
+        assert!(trace.sampled(), "sampled by rate: no caller decision");
+        let trace = tracer.start(&request(&[]), inside);
+        assert!(trace.sampled());
+    }
+
+    #[test]
+    fn a_child_span_names_itself_as_the_callee_parent() {
+        let tracer = tracer(100.0, None);
+        let trace = tracer.start(&request(&[]), "127.0.0.1".parse().unwrap());
+        let child = trace.child("router backend egress").unwrap();
+        let (trace_id, hop, _) = fields(&trace);
+        let text = child.traceparent();
+        let text = text.to_str().unwrap();
+        assert!(text.starts_with(&format!("00-{trace_id}-")));
+        assert!(text.ends_with("-01"));
+        assert!(!text.contains(&hop), "its own span id, not the hop's");
+        let span = child.span.as_ref().unwrap();
+        assert_eq!(span.parent_span_id, Some(trace.span_id));
+
+        // Dropped before an outcome (a timeout cancelled the try): recorded as abandoned.
+        drop(child);
+        let mut answered = trace.child("router backend egress").unwrap();
+        answered.answered(StatusCode::BAD_GATEWAY);
+        drop(answered);
+        let batch = tracer.batch.borrow();
+        assert_eq!(batch.len(), 2);
+        assert!(batch[0].error.as_deref().unwrap().starts_with("abandoned"));
+        assert_eq!(batch[1].error.as_deref(), Some("status 502"));
+        assert!(
+            batch[1]
+                .attributes
+                .contains(&("http.status_code", Value::Int(502)))
+        );
+    }
+
+    #[test]
+    fn span_ids_are_never_zero_and_trace_ids_differ() {
+        for _ in 0..1000 {
+            assert_ne!(new_span_id().0, [0; 8]);
+        }
+        assert_ne!(new_trace_id(), new_trace_id());
+    }
+}

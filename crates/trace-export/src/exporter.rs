@@ -1,0 +1,129 @@
+//! The exporter: a thread of its own that takes batches of finished spans from a bounded
+//! queue and sends them to the collector, so no request ever waits for the collector.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::otlp::export_request;
+use crate::span::{Span, Value};
+use crate::transport::Transport;
+use crate::{ExportError, Protocol};
+
+/// Where and how spans are exported.
+#[derive(Debug, Clone)]
+pub struct ExporterConfig {
+    /// `http://host:4317` for gRPC; the whole URL (`http://host:4318/v1/traces`) for HTTP.
+    pub endpoint: http::Uri,
+    pub protocol: Protocol,
+    /// Bounds each export, connecting included.
+    pub timeout: Duration,
+    /// Spans waiting for export at most; a batch that would go past it is dropped whole.
+    pub max_queued_spans: usize,
+    /// Spans sent in one export at most.
+    pub max_export_batch: usize,
+    /// What describes the process: `service.name` and the like.
+    pub resource: Vec<(String, Value)>,
+}
+
+/// Told how each export went, on the exporter's thread: for counters and logs.
+pub trait ExportObserver: Send + 'static {
+    fn exported(&mut self, spans: usize);
+    fn failed(&mut self, spans: usize, error: &ExportError);
+}
+
+/// The sending side of the exporter's queue. Cheap to clone, one per worker. When the last
+/// clone is dropped, the exporter sends what is queued and its thread ends.
+#[derive(Clone)]
+pub struct SpanSink {
+    tx: mpsc::UnboundedSender<Vec<Span>>,
+    queued: Arc<AtomicUsize>,
+    max_queued: usize,
+}
+
+/// A batch the queue had no room for (or the exporter is gone): these spans are lost.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Dropped(pub usize);
+
+impl SpanSink {
+    /// Queues a batch for export, or drops it whole when the queue is full: spans are
+    /// worth less than the memory and time of the requests they describe.
+    pub fn send(&self, batch: Vec<Span>) -> Result<(), Dropped> {
+        let n = batch.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let reserved = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued + n <= self.max_queued).then_some(queued + n)
+            });
+        if reserved.is_err() {
+            return Err(Dropped(n));
+        }
+        self.tx.send(batch).map_err(|_| {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+            Dropped(n)
+        })
+    }
+
+    /// Spans queued and not yet taken by the exporter.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+}
+
+/// Starts the exporter's thread and returns the queue's sending side.
+pub fn start(config: ExporterConfig, observer: impl ExportObserver) -> std::io::Result<SpanSink> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let sink = SpanSink {
+        tx,
+        queued: Arc::clone(&queued),
+        max_queued: config.max_queued_spans.max(1),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("legate-otlp".into())
+        .spawn(move || runtime.block_on(export_loop(config, rx, queued, observer)))?;
+    Ok(sink)
+}
+
+async fn export_loop(
+    config: ExporterConfig,
+    mut rx: mpsc::UnboundedReceiver<Vec<Span>>,
+    queued: Arc<AtomicUsize>,
+    mut observer: impl ExportObserver,
+) {
+    let mut transport = Transport::new(&config.endpoint, config.protocol, config.timeout);
+    let limit = config.max_export_batch.max(1);
+    while let Some(first) = rx.recv().await {
+        let mut spans = first;
+        while spans.len() < limit {
+            match rx.try_recv() {
+                Ok(more) => spans.extend(more),
+                Err(_) => break,
+            }
+        }
+        // Taken off the queue: room for the workers' next batches while this one goes.
+        queued.fetch_sub(spans.len(), Ordering::AcqRel);
+        while !spans.is_empty() {
+            let rest = spans.split_off(spans.len().min(limit));
+            let n = spans.len();
+            let request = export_request(&config.resource, std::mem::replace(&mut spans, rest));
+            let outcome =
+                match tokio::time::timeout(config.timeout, transport.export(request)).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(ExportError::Timeout(config.timeout)),
+                };
+            match outcome {
+                Ok(()) => observer.exported(n),
+                Err(error) => observer.failed(n, &error),
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The two ways OTLP reaches a collector: gRPC (`TraceService/Export`, usually port 4317)
+//! and HTTP (a protobuf body POSTed to `/v1/traces`, usually port 4318).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use prost::Message;
+use tonic::transport::Channel;
+
+use crate::{ExportError, Protocol};
+
+/// The collector's client, made once; it connects on first use and again after a failure.
+pub(crate) enum Transport {
+    Grpc(TraceServiceClient<Channel>),
+    /// Boxed: the client is several times the gRPC one's size.
+    Http(Box<HttpTransport>),
+}
+
+pub(crate) struct HttpTransport {
+    client: Client<HttpConnector, Full<Bytes>>,
+    uri: http::Uri,
+}
+
+impl Transport {
+    pub(crate) fn new(endpoint: &http::Uri, protocol: Protocol, timeout: Duration) -> Transport {
+        match protocol {
+            Protocol::Grpc => {
+                let channel = tonic::transport::Endpoint::from(endpoint.clone())
+                    .connect_timeout(timeout)
+                    .timeout(timeout)
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                Transport::Grpc(TraceServiceClient::new(channel))
+            }
+            Protocol::HttpProtobuf => {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(timeout));
+                connector.set_nodelay(true);
+                Transport::Http(Box::new(HttpTransport {
+                    client: Client::builder(TokioExecutor::new()).build(connector),
+                    uri: endpoint.clone(),
+                }))
+            }
+        }
+    }
+
+    /// Sends one batch; `Ok` once the collector has taken it.
+    pub(crate) async fn export(
+        &mut self,
+        request: ExportTraceServiceRequest,
+    ) -> Result<(), ExportError> {
+        match self {
+            Transport::Grpc(client) => {
+                client
+                    .export(request)
+                    .await
+                    .map(drop)
+                    .map_err(|status| ExportError::Grpc {
+                        code: status.code(),
+                        message: status.message().to_owned(),
+                    })
+            }
+            Transport::Http(http) => {
+                let HttpTransport { client, uri } = &**http;
+                let body = Full::new(Bytes::from(request.encode_to_vec()));
+                let post = http::Request::post(uri.clone())
+                    .header(CONTENT_TYPE, "application/x-protobuf")
+                    .body(body)
+                    .map_err(|e| ExportError::Transport(e.to_string()))?;
+                let response = client
+                    .request(post)
+                    .await
+                    .map_err(|e| ExportError::Transport(error_chain(&e)))?;
+                let status = response.status();
+                // Read to the end, so the connection can carry the next batch.
+                let _ = response.into_body().collect().await;
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(ExportError::Http(status))
+                }
+            }
+        }
+    }
+}
+
+/// An error with its causes: a client error alone often says only "client error".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
