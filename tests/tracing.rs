@@ -19,6 +19,7 @@ use testbed::{CollectorMode, OtlpCollector, ReceivedSpan};
 const PATIENCE: Duration = Duration::from_secs(20);
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER: &str = "00f067aa0ba902b7";
+const SAMPLED_BY_CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 async fn upstream() -> testbed::NoopHandle {
     testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
@@ -241,7 +242,7 @@ async fn unsampled_requests_carry_the_proxy_hop_and_a_header_forces_a_trace() {
         "ext_authz: {{ http: {{ address: {}, allowed_upstream_headers: [x-ext-authz-traceparent] }} }}",
         sidecar.local_addr().unwrap()
     );
-    let proxy = Proxy::start(&config(&tracing, &authz, upstream.local_addr()), 1);
+    let mut proxy = Proxy::start(&config(&tracing, &authz, upstream.local_addr()), 1);
     let admin = proxy.admin.unwrap();
 
     // The caller did not sample: the upstream sees the same trace, not sampled, with the
@@ -259,9 +260,14 @@ async fn unsampled_requests_carry_the_proxy_hop_and_a_header_forces_a_trace() {
         "the service too sees the proxy hop as its caller"
     );
 
-    // No context at all, or one that is not valid: a new trace, not sampled at 0%.
-    for headers in [
+    // No context at all, or one that is not valid: a new trace, not sampled at 0%, and the
+    // client's tracestate does not go on with it.
+    for mut headers in [
         vec![],
+        vec![
+            ("traceparent", SAMPLED_BY_CALLER),
+            ("traceparent", SAMPLED_BY_CALLER),
+        ],
         vec![(
             "traceparent",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
@@ -271,7 +277,9 @@ async fn unsampled_requests_carry_the_proxy_hop_and_a_header_forces_a_trace() {
             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
         )],
     ] {
+        headers.push(("tracestate", "vendor=stale"));
         let seen = get_echo(&proxy, &headers).await;
+        assert!(!seen.contains_key("tracestate"), "{seen:?}");
         let (version, trace, hop, flags) = fields(&seen["traceparent"]);
         assert_eq!((version.as_str(), flags.as_str()), ("00", "00"));
         assert_ne!(trace, "0".repeat(32));
@@ -284,9 +292,15 @@ async fn unsampled_requests_carry_the_proxy_hop_and_a_header_forces_a_trace() {
     let (_, forced, _, flags) = fields(&seen["traceparent"]);
     assert_eq!(flags, "01");
     let (_, _, check_span, _) = fields(&seen["x-ext-authz-traceparent"]);
-    assert!(collector.wait_for(PATIENCE, |spans| spans.len() >= 3).await);
-    // The spans of the forced request only: none of the earlier requests was sampled (one
-    // worker hands its spans over in order, so any would have come first).
+    eventually("the forced request's spans recorded", async || {
+        spans_stat(admin, "sampled") >= 3
+    })
+    .await;
+    assert_eq!(spans_stat(admin, "sampled"), 3);
+    // Stopped, the proxy sends every span it holds before it exits: those of the forced
+    // request only, since no earlier request was sampled.
+    proxy.terminate();
+    assert!(proxy.wait(PATIENCE).is_some_and(|s| s.success()));
     let spans = collector.spans();
     assert_eq!(spans.len(), 3, "{spans:#?}");
     assert!(
@@ -299,7 +313,6 @@ async fn unsampled_requests_carry_the_proxy_hop_and_a_header_forces_a_trace() {
     let check = span(&spans, "async ext_authz egress");
     assert_eq!(check.span_id, check_span);
     assert_eq!(check.parent_span_id, ingress.span_id);
-    assert_eq!(spans_stat(admin, "sampled"), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,7 +323,7 @@ async fn at_full_sampling_every_request_without_a_decision_is_traced() {
         "{{ otlp: {{ endpoint: \"{}\" }}, random_sampling: 100 }}",
         collector.grpc_endpoint()
     );
-    let proxy = Proxy::start(&config(&tracing, "", upstream.local_addr()), 2);
+    let mut proxy = Proxy::start(&config(&tracing, "", upstream.local_addr()), 2);
     for _ in 0..20 {
         let response = send_h1(proxy.addr(), get("/", &[])).await;
         assert_eq!(response.status(), StatusCode::OK);
@@ -323,20 +336,23 @@ async fn at_full_sampling_every_request_without_a_decision_is_traced() {
     )
     .await;
     assert!(seen["traceparent"].ends_with("-00"));
+    let admin = proxy.admin.unwrap();
+    eventually("every span recorded", async || {
+        spans_stat(admin, "sampled") >= 40
+    })
+    .await;
 
-    assert!(
-        collector
-            .wait_for(PATIENCE, |spans| spans.len() >= 40)
-            .await
-    );
+    // A stopping proxy sends what it holds before it exits: every span is there after.
+    proxy.terminate();
+    assert!(proxy.wait(PATIENCE).is_some_and(|s| s.success()));
     let spans = collector.spans();
+    assert_eq!(spans.len(), 40, "{spans:#?}");
     let roots: Vec<_> = spans.iter().filter(|s| s.name == "ingress").collect();
     assert_eq!(roots.len(), 20);
     let traces: std::collections::BTreeSet<_> = roots.iter().map(|s| &s.trace_id).collect();
     assert_eq!(traces.len(), 20, "a trace each");
     assert!(roots.iter().all(|s| s.parent_span_id.is_empty()));
     assert!(!spans.iter().any(|s| s.trace_id == TRACE));
-    assert_eq!(spans_stat(proxy.admin.unwrap(), "sampled"), 40);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,4 +455,75 @@ async fn tracing_starts_with_a_reload() {
     assert_ne!(hop, CALLER);
     assert!(collector.wait_for(PATIENCE, |spans| spans.len() >= 2).await);
     assert_eq!(span(&collector.spans(), "ingress").parent_span_id, CALLER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_try_is_a_span_and_a_timed_out_one_is_abandoned() {
+    let upstream = upstream().await;
+    let collector = collector().await;
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+tracing: {{ otlp: {{ endpoint: "{}" }}, random_sampling: 100 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /retried }}
+        cluster: backend
+        retry_policy: {{ retry_on: [5xx], num_retries: 1 }}
+      - match: {{ prefix: /slow }}
+        cluster: backend
+        timeout: 300ms
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        collector.grpc_endpoint(),
+        upstream.local_addr()
+    );
+    let mut proxy = Proxy::start(&yaml, 1);
+
+    // Every try answers 503: two tries, each its own span under the request's.
+    let response = send_h1(proxy.addr(), get("/retried", &[("x-noop-status", "503")])).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    text(response.into_body()).await;
+    // The upstream is slower than the route's timeout: 504, and a try without an answer.
+    let response = send_h1(proxy.addr(), get("/slow", &[("x-noop-delay", "10s")])).await;
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    text(response.into_body()).await;
+    proxy.terminate();
+    assert!(proxy.wait(PATIENCE).is_some_and(|s| s.success()));
+
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 5, "{spans:#?}");
+    let ingress_of = |path: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == "ingress" && s.attributes["http.url"].ends_with(path))
+            .unwrap_or_else(|| panic!("no ingress span for {path}: {spans:#?}"))
+    };
+    let retried = ingress_of("/retried");
+    assert_eq!(retried.attributes["http.status_code"], "503");
+    assert_eq!(retried.status_code, 2, "a 5xx is an error");
+    let tries: Vec<_> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == retried.span_id)
+        .collect();
+    assert_eq!(tries.len(), 2, "{spans:#?}");
+    assert!(tries.iter().all(|t| t.name == "router backend egress"
+        && t.attributes["http.status_code"] == "503"
+        && t.status_code == 2));
+    assert_ne!(tries[0].span_id, tries[1].span_id);
+
+    let slow = ingress_of("/slow");
+    assert_eq!(slow.attributes["http.status_code"], "504");
+    assert_eq!(slow.attributes["response_flags"], "UT");
+    let abandoned = spans
+        .iter()
+        .find(|s| s.parent_span_id == slow.span_id)
+        .expect("the slow try's span");
+    assert_eq!(abandoned.status_code, 2);
+    assert!(!abandoned.attributes.contains_key("http.status_code"));
+    assert_eq!(abandoned.attributes["error"], "true");
 }

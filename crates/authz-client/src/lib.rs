@@ -105,12 +105,18 @@ pub struct CheckInput<'a> {
 
 impl CheckInput<'_> {
     /// Puts the check's trace context on the call's headers, replacing any of the names.
+    /// Marked sensitive: HPACK never indexes them, so the connection's header table keeps
+    /// neither these values, unique to one call, nor the memory they were cut from.
     fn put_trace_context(&self, headers: &mut HeaderMap) {
-        if let Some(value) = self.traceparent {
-            headers.insert(TRACEPARENT.clone(), value.clone());
-        }
-        if let Some(value) = self.tracestate {
-            headers.insert(TRACESTATE.clone(), value.clone());
+        for (name, value) in [
+            (&TRACEPARENT, self.traceparent),
+            (&TRACESTATE, self.tracestate),
+        ] {
+            if let Some(value) = value {
+                let mut value = value.clone();
+                value.set_sensitive(true);
+                headers.insert(name.clone(), value);
+            }
         }
     }
 }

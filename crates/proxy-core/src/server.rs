@@ -224,6 +224,10 @@ impl Server {
                 tracing::error!("a worker thread panicked");
             }
         }
+        // The workers handed over their last spans as they ended.
+        if let Some(tracer) = &self.live.current().tracer {
+            tracer.drain();
+        }
         if let Some(admin) = self.admin {
             admin.stop();
         }

@@ -34,11 +34,18 @@ pub trait ExportObserver: Send + 'static {
     fn failed(&mut self, spans: usize, error: &ExportError);
 }
 
+/// What the exporter's queue carries.
+enum Message {
+    Spans(Vec<Span>),
+    /// Answered once everything queued before it has been sent (or has failed).
+    Drain(std::sync::mpsc::Sender<()>),
+}
+
 /// The sending side of the exporter's queue. Cheap to clone, one per worker. When the last
 /// clone is dropped, the exporter sends what is queued and its thread ends.
 #[derive(Clone)]
 pub struct SpanSink {
-    tx: mpsc::UnboundedSender<Vec<Span>>,
+    tx: mpsc::UnboundedSender<Message>,
     queued: Arc<AtomicUsize>,
     max_queued: usize,
 }
@@ -63,10 +70,20 @@ impl SpanSink {
         if reserved.is_err() {
             return Err(Dropped(n));
         }
-        self.tx.send(batch).map_err(|_| {
+        self.tx.send(Message::Spans(batch)).map_err(|_| {
             self.queued.fetch_sub(n, Ordering::AcqRel);
             Dropped(n)
         })
+    }
+
+    /// Waits, blocking the calling thread up to `limit`, until everything queued so far has
+    /// been sent: for a process about to exit. Returns whether it was.
+    pub fn drain(&self, limit: Duration) -> bool {
+        let (done, drained) = std::sync::mpsc::channel();
+        if self.tx.send(Message::Drain(done)).is_err() {
+            return self.queued() == 0;
+        }
+        drained.recv_timeout(limit).is_ok()
     }
 
     /// Spans queued and not yet taken by the exporter.
@@ -95,17 +112,28 @@ pub fn start(config: ExporterConfig, observer: impl ExportObserver) -> std::io::
 
 async fn export_loop(
     config: ExporterConfig,
-    mut rx: mpsc::UnboundedReceiver<Vec<Span>>,
+    mut rx: mpsc::UnboundedReceiver<Message>,
     queued: Arc<AtomicUsize>,
     mut observer: impl ExportObserver,
 ) {
     let mut transport = Transport::new(&config.endpoint, config.protocol, config.timeout);
     let limit = config.max_export_batch.max(1);
     while let Some(first) = rx.recv().await {
-        let mut spans = first;
+        let mut drained = None;
+        let mut spans = match first {
+            Message::Spans(spans) => spans,
+            Message::Drain(done) => {
+                let _ = done.send(());
+                continue;
+            }
+        };
         while spans.len() < limit {
             match rx.try_recv() {
-                Ok(more) => spans.extend(more),
+                Ok(Message::Spans(more)) => spans.extend(more),
+                Ok(Message::Drain(done)) => {
+                    drained = Some(done);
+                    break;
+                }
                 Err(_) => break,
             }
         }
@@ -124,6 +152,9 @@ async fn export_loop(
                 Ok(()) => observer.exported(n),
                 Err(error) => observer.failed(n, &error),
             }
+        }
+        if let Some(done) = drained {
+            let _ = done.send(());
         }
     }
 }

@@ -88,8 +88,14 @@ impl Admitted<'_> {
             }
         };
         let attempt = async {
-            match retry {
-                None => try_host(&host, request, picked, slot, trace)
+            match (retry, trace.filter(|t| t.sampled())) {
+                (None, None) => host
+                    .send(request, picked, slot)
+                    .await
+                    .map(|response| (Rc::clone(&host), response))
+                    .map_err(|e| e.error),
+                // Boxed, as the retry loop below: only sampled requests carry a span's state.
+                (None, Some(trace)) => Box::pin(traced_try(&host, request, picked, slot, trace))
                     .await
                     .map(|response| (Rc::clone(&host), response))
                     .map_err(|e| e.error),
@@ -97,7 +103,7 @@ impl Admitted<'_> {
                 // every request's future (and each copy of it as it is awaited, level by
                 // level) would carry it, retries configured or not. From the worker's pool of
                 // boxes: no allocation per request.
-                Some((policy, plan)) => {
+                (Some((policy, plan)), _) => {
                     PooledBox::pin(retry::send_with_retries(
                         request, &host, slot, picked, policy, plan, cluster, client, timeout, trace,
                     ))
@@ -151,17 +157,17 @@ impl Admitted<'_> {
     }
 }
 
-/// One try at `host`: a span of its own when the request is sampled (Envoy's upstream span,
+/// One try of a sampled request at `host`: a span of its own (Envoy's upstream span,
 /// `router CLUSTER egress`), whose `traceparent` the host sees, ended at the response head.
-pub(super) async fn try_host(
+pub(super) async fn traced_try(
     host: &Rc<HostPool>,
     mut request: Request<RequestBody>,
     picked: Picked,
     slot: Slot<'_>,
-    trace: Option<&RequestTrace>,
+    trace: &RequestTrace,
 ) -> Result<Response<UpstreamBody>, SendError> {
     let cluster = &host.shared().name;
-    let Some(mut span) = trace.and_then(|t| t.child(format!("router {cluster} egress"))) else {
+    let Some(mut span) = trace.child(format!("router {cluster} egress")) else {
         return host.send(request, picked, slot).await;
     };
     request

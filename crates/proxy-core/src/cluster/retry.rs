@@ -89,7 +89,17 @@ pub(crate) async fn send_with_retries(
             Some(slot) => slot,
             None => cluster.request_slot()?,
         };
-        let attempt = super::forward::try_host(&tried, request, picked, slot, trace);
+        let attempt = async {
+            match trace.filter(|t| t.sampled()) {
+                None => tried.send(request, picked, slot).await,
+                Some(trace) => {
+                    Box::pin(super::forward::traced_try(
+                        &tried, request, picked, slot, trace,
+                    ))
+                    .await
+                }
+            }
+        };
         let outcome = match tokio::time::timeout(per_try, attempt).await {
             Ok(outcome) => outcome,
             Err(_) => {

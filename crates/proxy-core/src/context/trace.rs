@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
 use trace_export::{
@@ -39,6 +39,8 @@ pub(crate) static TRACESTATE: HeaderName = HeaderName::from_static("tracestate")
 /// that leave `tracing` as it was.
 pub(crate) struct SharedTracer {
     pub(crate) config: TracingConfig,
+    /// The xDS node id, the resource's `service.instance.id`.
+    node_id: Option<String>,
     sink: SpanSink,
     /// `random_sampling` as a bound on 64 random bits.
     threshold: u64,
@@ -82,9 +84,30 @@ impl SharedTracer {
         )?;
         Ok(SharedTracer {
             config: config.clone(),
+            node_id: node_id.map(str::to_owned),
             sink,
             threshold: threshold(config.random_sampling),
         })
+    }
+}
+
+impl SharedTracer {
+    /// Whether this exporter is the one `config` and `node_id` ask for.
+    pub(crate) fn is_for(&self, config: &TracingConfig, node_id: Option<&str>) -> bool {
+        self.config == *config && self.node_id.as_deref() == node_id
+    }
+
+    /// Waits until the spans queued so far are sent, for at most the export timeout (and
+    /// 5 s): the last ones of a stopping process.
+    pub(crate) fn drain(&self) {
+        let limit = self.config.timeout.min(std::time::Duration::from_secs(5));
+        if !self.sink.drain(limit) {
+            tracing::warn!(
+                endpoint = %self.config.endpoint,
+                queued = self.sink.queued(),
+                "the span exporter did not finish within {limit:?}; its last spans are lost"
+            );
+        }
     }
 }
 
@@ -168,9 +191,12 @@ impl WorkerTracer {
     /// requests sent on carry [`RequestTrace::traceparent`] (or a child span's).
     pub(crate) fn start<B>(self: &Rc<Self>, req: &Request<B>, client: IpAddr) -> Box<RequestTrace> {
         let headers = req.headers();
-        let parent = headers
-            .get(&TRACEPARENT)
-            .and_then(|value| TraceParent::parse(value.as_bytes()));
+        // Two traceparent headers are no valid context (the recommendation's test suite).
+        let mut values = headers.get_all(&TRACEPARENT).iter();
+        let parent = match (values.next(), values.next()) {
+            (Some(value), None) => TraceParent::parse(value.as_bytes()),
+            _ => None,
+        };
         let internal = is_internal(client);
         let config = &self.shared.config;
         let forced = internal
@@ -189,11 +215,14 @@ impl WorkerTracer {
             None => new_trace_id(),
         };
         let span_id = new_span_id();
-        let server = sampled.then(|| server_span(req, trace_id, span_id, parent, client));
+        let server =
+            sampled.then(|| Open::new(server_span(req, trace_id, span_id, parent, client)));
         Box::new(RequestTrace {
             tracer: Rc::clone(self),
             trace_id,
             span_id,
+            continued: parent.is_some(),
+            answered: false,
             server,
         })
     }
@@ -251,7 +280,9 @@ fn server_span<B>(
         trace_id,
         span_id,
         parent_span_id: parent.map(|p| p.parent_id),
-        trace_state: text(headers, &TRACESTATE),
+        // Only a trace that goes on keeps its state; past the recommendation's 512 bytes a
+        // vendor may drop it, and a span does.
+        trace_state: parent.and_then(|_| trace_state(headers)),
         name: "ingress".into(),
         kind: SpanKind::Server,
         start: SystemTime::now(),
@@ -268,11 +299,13 @@ fn server_span<B>(
         .or_else(|| text(headers, &http::header::HOST))
         .unwrap_or_default();
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    span.set("http.url", format!("{host}{path}"));
+    let mut url = host;
+    url.push_str(path);
+    span.set("http.url", bounded(url));
     span.set("http.protocol", format!("{:?}", req.version()));
     span.set("peer.address", client.to_string());
     if let Some(agent) = text(headers, &http::header::USER_AGENT) {
-        span.set("user_agent", agent);
+        span.set("user_agent", bounded(agent));
     }
     span
 }
@@ -283,14 +316,72 @@ fn text(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
 }
 
+/// The recommendation's limit on a `tracestate` a vendor must keep.
+const MAX_TRACE_STATE: usize = 512;
+
+/// A request's `tracestate`, its lines joined as one list; `None` past 512 bytes.
+fn trace_state(headers: &HeaderMap) -> Option<String> {
+    let mut state = String::new();
+    for line in headers.get_all(&TRACESTATE) {
+        if !state.is_empty() {
+            state.push(',');
+        }
+        state.push_str(&String::from_utf8_lossy(line.as_bytes()));
+        if state.len() > MAX_TRACE_STATE {
+            return None;
+        }
+    }
+    (!state.is_empty()).then_some(state)
+}
+
+/// Envoy's `max_path_tag_length`: client text in a span stops here, so a queued span's size
+/// is bounded whatever the client sends.
+const MAX_TAG: usize = 256;
+
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_TAG {
+        let mut end = MAX_TAG;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// A span being recorded, with the monotonic time of its start: its end is the start plus
+/// the time elapsed, so a step of the wall clock cannot make it end before it starts.
+struct Open {
+    span: Span,
+    started: Instant,
+}
+
+impl Open {
+    fn new(span: Span) -> Box<Open> {
+        Box::new(Open {
+            span,
+            started: Instant::now(),
+        })
+    }
+
+    fn finish(self) -> Span {
+        let Open { mut span, started } = self;
+        span.end = span.start + started.elapsed();
+        span
+    }
+}
+
 /// One request's trace, from its head until its response's last byte.
 pub(crate) struct RequestTrace {
     tracer: Rc<WorkerTracer>,
     trace_id: TraceId,
     /// The proxy hop's span id.
     span_id: SpanId,
+    /// Whether the request came with a valid context, whose `tracestate` then goes on.
+    continued: bool,
+    answered: bool,
     /// The downstream request's span, while open; `None` when not sampled.
-    server: Option<Span>,
+    server: Option<Box<Open>>,
 }
 
 impl RequestTrace {
@@ -298,18 +389,26 @@ impl RequestTrace {
         self.server.is_some()
     }
 
+    /// Whether the request's trace context goes on (`false`: a new trace, whose requests
+    /// must not carry the client's `tracestate`).
+    pub(crate) fn continued(&self) -> bool {
+        self.continued
+    }
+
     /// Adds an attribute to the downstream request's span, when sampled.
     pub(crate) fn set(&mut self, key: &'static str, value: impl Into<Value>) {
-        if let Some(span) = &mut self.server {
-            span.set(key, value);
+        if let Some(open) = &mut self.server {
+            open.span.set(key, value);
         }
     }
 
     /// The request's answer: its status and, for a local reply, why.
     pub(crate) fn answered(&mut self, status: StatusCode, flag: Option<ResponseFlag>) {
-        let Some(span) = &mut self.server else {
+        self.answered = true;
+        let Some(open) = &mut self.server else {
             return;
         };
+        let span = &mut open.span;
         span.set("http.status_code", i64::from(status.as_u16()));
         span.set("response_flags", flag.map_or("-", ResponseFlag::as_str));
         if status.is_server_error() {
@@ -328,18 +427,18 @@ impl RequestTrace {
         Some(ChildSpan {
             trace: self,
             outcome_known: false,
-            span: Some(Span {
+            open: Some(Open::new(Span {
                 trace_id: self.trace_id,
                 span_id: new_span_id(),
                 parent_span_id: Some(self.span_id),
-                trace_state: server.trace_state.clone(),
+                trace_state: server.span.trace_state.clone(),
                 name: name.into(),
                 kind: SpanKind::Client,
                 start: SystemTime::now(),
                 end: SystemTime::UNIX_EPOCH,
                 error: None,
                 attributes: Vec::with_capacity(6),
-            }),
+            })),
         })
     }
 
@@ -352,8 +451,12 @@ impl RequestTrace {
 impl Drop for RequestTrace {
     /// Ends the downstream request's span: the request is done with.
     fn drop(&mut self) {
-        if let Some(mut span) = self.server.take() {
-            span.end = SystemTime::now();
+        if let Some(open) = self.server.take() {
+            let mut span = (*open).finish();
+            if !self.answered {
+                span.set("error", true);
+                span.error = Some("the client went away before the answer".into());
+            }
             self.tracer.record(span);
         }
     }
@@ -364,22 +467,22 @@ impl Drop for RequestTrace {
 /// client gone) is recorded as abandoned.
 pub(crate) struct ChildSpan<'a> {
     trace: &'a RequestTrace,
-    span: Option<Span>,
+    open: Option<Box<Open>>,
     outcome_known: bool,
 }
 
 impl ChildSpan<'_> {
     /// The `traceparent` the call carries: this span as the callee's parent.
     pub(crate) fn traceparent(&self) -> HeaderValue {
-        match &self.span {
-            Some(span) => header(span.trace_id, span.span_id, true),
+        match &self.open {
+            Some(open) => header(open.span.trace_id, open.span.span_id, true),
             None => self.trace.traceparent(),
         }
     }
 
     pub(crate) fn set(&mut self, key: &'static str, value: impl Into<Value>) {
-        if let Some(span) = &mut self.span {
-            span.set(key, value);
+        if let Some(open) = &mut self.open {
+            open.span.set(key, value);
         }
     }
 
@@ -389,8 +492,8 @@ impl ChildSpan<'_> {
         self.set("http.status_code", i64::from(status.as_u16()));
         if status.is_server_error() {
             self.set("error", true);
-            if let Some(span) = &mut self.span {
-                span.error = Some(format!("status {}", status.as_u16()));
+            if let Some(open) = &mut self.open {
+                open.span.error = Some(format!("status {}", status.as_u16()));
             }
         }
     }
@@ -399,8 +502,8 @@ impl ChildSpan<'_> {
     pub(crate) fn fail(&mut self, message: String) {
         self.outcome_known = true;
         self.set("error", true);
-        if let Some(span) = &mut self.span {
-            span.error = Some(message);
+        if let Some(open) = &mut self.open {
+            open.span.error = Some(message);
         }
     }
 
@@ -415,9 +518,8 @@ impl Drop for ChildSpan<'_> {
         if !self.outcome_known {
             self.fail("abandoned before an answer (a timeout, or the client went away)".into());
         }
-        if let Some(mut span) = self.span.take() {
-            span.end = SystemTime::now();
-            self.trace.tracer.record(span);
+        if let Some(open) = self.open.take() {
+            self.trace.tracer.record((*open).finish());
         }
     }
 }
@@ -521,12 +623,12 @@ mod tests {
         let trace = tracer.start(&request(&[("traceparent", SAMPLED)]), inside);
         assert!(trace.sampled());
         assert_eq!(fields(&trace).2, "01");
-        let parent = trace.server.as_ref().unwrap().parent_span_id.unwrap();
+        let parent = trace.server.as_ref().unwrap().span.parent_span_id.unwrap();
         assert_eq!(parent.to_string(), "00f067aa0ba902b7");
 
         let trace = tracer.start(&request(&[("x-legate-force-trace", "")]), inside);
         assert!(trace.sampled(), "forced");
-        assert_eq!(trace.server.as_ref().unwrap().parent_span_id, None);
+        assert_eq!(trace.server.as_ref().unwrap().span.parent_span_id, None);
 
         let tracer = self::tracer(100.0, None);
         let trace = tracer.start(&request(&[("traceparent", NOT_SAMPLED)]), inside);
@@ -535,6 +637,45 @@ mod tests {
         assert!(trace.sampled(), "sampled by rate: no caller decision");
         let trace = tracer.start(&request(&[]), inside);
         assert!(trace.sampled());
+    }
+
+    #[test]
+    fn two_contexts_are_none_and_client_text_in_a_span_is_bounded() {
+        let inside: IpAddr = "127.0.0.1".parse().unwrap();
+        let tracer = tracer(100.0, None);
+        let mut req = request(&[("traceparent", SAMPLED)]);
+        req.headers_mut()
+            .append("traceparent", HeaderValue::from_static(SAMPLED));
+        let trace = tracer.start(&req, inside);
+        assert!(!trace.continued(), "two headers: a new trace");
+        assert_ne!(fields(&trace).0, "4bf92f3577b34da6a3ce929d0e0e4736");
+
+        let long = "x".repeat(600);
+        let mut req = Request::get(format!("http://edge.test/{long}"))
+            .body(())
+            .unwrap();
+        let headers = req.headers_mut();
+        headers.insert("traceparent", HeaderValue::from_static(SAMPLED));
+        headers.insert("user-agent", HeaderValue::from_str(&long).unwrap());
+        headers.append("tracestate", HeaderValue::from_static("a=1"));
+        headers.append("tracestate", HeaderValue::from_static("b=2"));
+        let trace = tracer.start(&req, inside);
+        let span = &trace.server.as_ref().unwrap().span;
+        assert_eq!(span.trace_state.as_deref(), Some("a=1,b=2"), "one list");
+        for key in ["http.url", "user_agent"] {
+            let (_, value) = span.attributes.iter().find(|(k, _)| *k == key).unwrap();
+            let Value::Str(text) = value else {
+                panic!("{key}: {value:?}")
+            };
+            assert_eq!(text.len(), MAX_TAG, "{key}");
+        }
+
+        let mut req = request(&[("traceparent", SAMPLED)]);
+        req.headers_mut()
+            .insert("tracestate", HeaderValue::from_str(&long).unwrap());
+        let trace = tracer.start(&req, inside);
+        assert!(trace.continued());
+        assert_eq!(trace.server.as_ref().unwrap().span.trace_state, None);
     }
 
     #[test]
@@ -548,7 +689,7 @@ mod tests {
         assert!(text.starts_with(&format!("00-{trace_id}-")));
         assert!(text.ends_with("-01"));
         assert!(!text.contains(&hop), "its own span id, not the hop's");
-        let span = child.span.as_ref().unwrap();
+        let span = &child.open.as_ref().unwrap().span;
         assert_eq!(span.parent_span_id, Some(trace.span_id));
 
         // Dropped before an outcome (a timeout cancelled the try): recorded as abandoned.

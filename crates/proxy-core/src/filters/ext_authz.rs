@@ -165,7 +165,10 @@ impl ExtAuthz {
             context_extensions: &self.route(exchange).context_extensions,
             body,
             traceparent: traceparent.as_ref(),
-            tracestate: exchange.trace.and(req.headers().get(&TRACESTATE)),
+            tracestate: exchange
+                .trace
+                .filter(|trace| trace.continued())
+                .and(req.headers().get(&TRACESTATE)),
         };
         let started = Instant::now();
         let decision = self.client.check(&input).await;

@@ -14,7 +14,7 @@ use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite,
 use crate::cluster::Admitted;
 use crate::config::{ForwardAction, PathMatch, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{Client, ConnCtx, InFlight, RequestBody, TRACEPARENT, Tunnel};
+use crate::context::{Client, ConnCtx, InFlight, RequestBody, TRACEPARENT, TRACESTATE, Tunnel};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
@@ -341,6 +341,10 @@ async fn forward_request(
         parts
             .headers
             .insert(TRACEPARENT.clone(), trace.traceparent());
+        if !trace.continued() {
+            // A new trace: the client's state belonged to no trace that goes on.
+            parts.headers.remove(&TRACESTATE);
+        }
     }
     if let Some(trace) = in_flight.sampled_trace() {
         trace.set(

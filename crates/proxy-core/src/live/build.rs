@@ -88,18 +88,16 @@ pub(crate) fn build(
         ),
     };
 
+    let node = config.xds.as_ref().map(|x| x.node.id.as_str());
     let tracer = match (&config.tracing, previous) {
         (None, _) => None,
-        (Some(tracing), Some(p)) if p.tracer.as_ref().is_some_and(|t| t.config == *tracing) => {
+        (Some(tracing), Some(p)) if p.tracer.as_ref().is_some_and(|t| t.is_for(tracing, node)) => {
             p.tracer.clone()
         }
-        (Some(tracing), _) => {
-            let node = config.xds.as_ref().map(|x| x.node.id.as_str());
-            Some(Arc::new(
-                SharedTracer::start(tracing, node, stats)
-                    .map_err(|source| BuildError::Tracing { source })?,
-            ))
-        }
+        (Some(tracing), _) => Some(Arc::new(
+            SharedTracer::start(tracing, node, stats)
+                .map_err(|source| BuildError::Tracing { source })?,
+        )),
     };
 
     let mut clusters = Vec::with_capacity(config.clusters.len());

@@ -77,9 +77,37 @@ struct Worker {
     /// Accept loops, by listener id.
     accept_loops: HashMap<u64, tokio::task::JoinHandle<()>>,
     drain_timeout: std::time::Duration,
-    /// The generation's tracer on this worker; shared with the housekeeping task, which
-    /// hands its spans to the exporter.
-    tracer: Rc<RefCell<Option<Rc<WorkerTracer>>>>,
+    /// Shared with the housekeeping task, which hands their spans to the exporter.
+    tracers: Rc<RefCell<Tracers>>,
+}
+
+/// The worker's tracers: the generation's, and those of earlier generations that requests
+/// still hold (a long stream, a tunnel), whose spans must not wait for the last of them.
+#[derive(Default)]
+struct Tracers {
+    current: Option<Rc<WorkerTracer>>,
+    retired: Vec<Rc<WorkerTracer>>,
+}
+
+impl Tracers {
+    /// `tracer` serves from now on; the one before keeps being flushed while held.
+    fn replace(&mut self, tracer: Option<Rc<WorkerTracer>>) {
+        let old = std::mem::replace(&mut self.current, tracer);
+        if let Some(old) = old
+            && !self.current.as_ref().is_some_and(|t| Rc::ptr_eq(t, &old))
+        {
+            old.flush();
+            self.retired.push(old);
+        }
+    }
+
+    /// Hands every tracer's batch to the exporter; a retired one no request holds goes.
+    fn flush(&mut self) {
+        for tracer in self.current.iter().chain(&self.retired) {
+            tracer.flush();
+        }
+        self.retired.retain(|t| Rc::strong_count(t) > 1);
+    }
 }
 
 impl Worker {
@@ -108,7 +136,7 @@ impl Worker {
             .collect();
         let tracer = match &generation.tracer {
             None => None,
-            Some(shared) => match self.tracer.borrow().as_ref() {
+            Some(shared) => match &self.tracers.borrow().current {
                 Some(kept) if kept.serves(shared) => Some(Rc::clone(kept)),
                 _ => Some(Rc::new(WorkerTracer::new(
                     Arc::clone(shared),
@@ -117,10 +145,7 @@ impl Worker {
                 ))),
             },
         };
-        // The old tracer's spans go out now, not when its last request ends.
-        if let Some(old) = self.tracer.replace(tracer.clone()) {
-            old.flush();
-        }
+        self.tracers.borrow_mut().replace(tracer.clone());
         let parts = Parts {
             catalog,
             shard: &self.shard,
@@ -217,7 +242,7 @@ async fn run(spec: WorkerSpec) {
         listeners: Rc::default(),
         accept_loops: HashMap::new(),
         drain_timeout: crate::config::DEFAULT_DRAIN_TIMEOUT,
-        tracer: Rc::default(),
+        tracers: Rc::default(),
     };
     let first = Arc::clone(&generations.borrow_and_update());
     worker.apply(&first).await;
@@ -248,16 +273,14 @@ async fn run(spec: WorkerSpec) {
         let listeners = Rc::clone(&worker.listeners);
         let clusters = Rc::new(RefCell::new(Rc::clone(&worker.clusters)));
         let kept = Rc::clone(&clusters);
-        let tracer = Rc::clone(&worker.tracer);
+        let tracers = Rc::clone(&worker.tracers);
         let task = tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(access_log::FLUSH_EVERY);
             let mut released = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 flush_logs(&listeners.borrow());
-                if let Some(tracer) = tracer.borrow().as_ref() {
-                    tracer.flush();
-                }
+                tracers.borrow_mut().flush();
                 for cluster in kept.borrow().iter() {
                     cluster.sync_pools();
                 }
@@ -302,9 +325,7 @@ async fn run(spec: WorkerSpec) {
     tracker.wait_for_all_closed(worker.drain_timeout).await;
     housekeeping.0.abort();
     flush_logs(&listeners);
-    if let Some(tracer) = worker.tracer.borrow().as_ref() {
-        tracer.flush();
-    }
+    worker.tracers.borrow_mut().flush();
     tracing::debug!(worker = id, "worker stopped");
 }
 
