@@ -16,7 +16,7 @@ use super::retry::{self, RetryPlan};
 use super::{Cluster, HostPool, UpstreamBody};
 use crate::box_pool::PooledBox;
 use crate::config::RetryPolicy;
-use crate::context::{RequestBody, RequestTrace, TRACEPARENT};
+use crate::context::{RequestBody, RequestTrace, TRACEPARENT, text_of};
 use crate::error::ProxyError;
 
 /// A request admitted to a host of a cluster: the host is counted as having it in flight and
@@ -175,7 +175,7 @@ pub(super) async fn traced_try(
         .insert(TRACEPARENT.clone(), span.traceparent());
     span.set("component", "proxy");
     span.set("upstream_cluster", cluster.clone());
-    span.set("upstream_address", host.addr().to_string());
+    span.set("upstream_address", text_of(host.addr_text()));
     let sent = host.send(request, picked, slot).await;
     match &sent {
         Ok(response) => span.answered(response.status()),

@@ -21,4 +21,6 @@ pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{Signal, SignalWatch};
-pub(crate) use trace::{RequestTrace, SharedTracer, TRACEPARENT, TRACESTATE, WorkerTracer};
+pub(crate) use trace::{
+    RequestTrace, SharedTracer, TRACEPARENT, TRACESTATE, WorkerTracer, text_of,
+};

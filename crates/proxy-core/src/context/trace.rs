@@ -291,7 +291,7 @@ fn server_span<B>(
         attributes: Vec::with_capacity(12),
     };
     span.set("component", "proxy");
-    span.set("http.method", req.method().as_str().to_owned());
+    span.set("http.method", method_text(req.method()));
     let host = req
         .uri()
         .authority()
@@ -302,8 +302,8 @@ fn server_span<B>(
     let mut url = host;
     url.push_str(path);
     span.set("http.url", bounded(url));
-    span.set("http.protocol", format!("{:?}", req.version()));
-    span.set("peer.address", client.to_string());
+    span.set("http.protocol", version_text(req.version()));
+    span.set("peer.address", ip_text(client));
     if let Some(agent) = text(headers, &http::header::USER_AGENT) {
         span.set("user_agent", bounded(agent));
     }
@@ -314,6 +314,62 @@ fn text(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     headers
         .get(name)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+}
+
+// The texts below are built by hand: `format!` and the standard library's `Display` of
+// addresses were a quarter of a sampled request's cost on the worker.
+
+fn method_text(method: &http::Method) -> Value {
+    // A standard method's name as a static string: no allocation.
+    match method.as_str() {
+        "GET" => "GET".into(),
+        "POST" => "POST".into(),
+        "PUT" => "PUT".into(),
+        "DELETE" => "DELETE".into(),
+        "HEAD" => "HEAD".into(),
+        "OPTIONS" => "OPTIONS".into(),
+        "PATCH" => "PATCH".into(),
+        other => other.to_owned().into(),
+    }
+}
+
+fn version_text(version: http::Version) -> &'static str {
+    match version {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2.0",
+        http::Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP",
+    }
+}
+
+/// A header's value as an attribute's text.
+pub(crate) fn text_of(value: &HeaderValue) -> String {
+    String::from_utf8_lossy(value.as_bytes()).into_owned()
+}
+
+/// An address as text: IPv4 digit by digit.
+pub(crate) fn ip_text(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut text = String::with_capacity(15);
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    text.push('.');
+                }
+                if octet >= 100 {
+                    text.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    text.push(char::from(b'0' + octet / 10 % 10));
+                }
+                text.push(char::from(b'0' + octet % 10));
+            }
+            text
+        }
+        IpAddr::V6(v6) => v6.to_string(),
+    }
 }
 
 /// The recommendation's limit on a `tracestate` a vendor must keep.
@@ -706,6 +762,26 @@ mod tests {
                 .attributes
                 .contains(&("http.status_code", Value::Int(502)))
         );
+    }
+
+    #[test]
+    fn texts_built_by_hand_match_the_standard_ones() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.20.30.40",
+            "255.255.255.255",
+            "1.100.9.250",
+            "::1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_text(ip), ip.to_string());
+        }
+        for method in ["GET", "POST", "TRACE", "CONNECT", "PURGE"] {
+            let parsed = http::Method::from_bytes(method.as_bytes()).unwrap();
+            assert_eq!(method_text(&parsed), Value::from(method.to_owned()));
+        }
+        assert_eq!(version_text(http::Version::HTTP_2), "HTTP/2.0");
     }
 
     #[test]

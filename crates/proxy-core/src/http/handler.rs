@@ -14,7 +14,9 @@ use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite,
 use crate::cluster::Admitted;
 use crate::config::{ForwardAction, PathMatch, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{Client, ConnCtx, InFlight, RequestBody, TRACEPARENT, TRACESTATE, Tunnel};
+use crate::context::{
+    Client, ConnCtx, InFlight, RequestBody, TRACEPARENT, TRACESTATE, Tunnel, text_of,
+};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
@@ -352,10 +354,7 @@ async fn forward_request(
             http.clusters[cluster].shared().name.clone(),
         );
         if let Some(id) = parts.headers.get(&X_REQUEST_ID) {
-            trace.set(
-                "guid:x-request-id",
-                String::from_utf8_lossy(id.as_bytes()).into_owned(),
-            );
+            trace.set("guid:x-request-id", text_of(id));
         }
     }
     let authority = forward.host_rewrite.clone().or(host);
@@ -403,7 +402,7 @@ async fn forward_request(
         log.upstream = Some(answered_by.addr_text().clone());
     }
     if let Some(trace) = in_flight.sampled_trace() {
-        trace.set("upstream_address", answered_by.addr().to_string());
+        trace.set("upstream_address", text_of(answered_by.addr_text()));
     }
     facts.upstream = Some(answered_by.addr_text().clone());
     let (mut head, body) = response.into_parts();
