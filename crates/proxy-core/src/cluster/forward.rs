@@ -73,13 +73,16 @@ impl Admitted<'_> {
             picked,
             slot,
         } = self;
-        let (parts, mut body) = request.into_parts();
-        let progress = body.track_progress();
-        let retry = retry_policy.map(|policy| {
-            let plan = RetryPlan::prepare(&parts, &mut body, host.buffer_limit());
-            (policy, plan)
-        });
-        let request = Request::from_parts(parts, body);
+        // In a block: borrowed locals in scope at an await would be kept in the future.
+        let (request, progress, retry) = {
+            let (parts, mut body) = request.into_parts();
+            let progress = body.track_progress();
+            let retry = retry_policy.map(|policy| {
+                let plan = RetryPlan::prepare(&parts, &mut body, host.buffer_limit());
+                (policy, plan)
+            });
+            (Request::from_parts(parts, body), progress, retry)
+        };
         let timed_out = || {
             host.stats().rq_timeout.inc();
             ProxyError::Timeout {

@@ -24,7 +24,7 @@ use crate::router::Matched;
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
 pub(crate) async fn handle(
-    req: Request<RequestBody>,
+    mut req: Request<RequestBody>,
     conn: Rc<ConnCtx>,
     http: Rc<HttpCtx>,
     mut in_flight: InFlight,
@@ -79,7 +79,7 @@ pub(crate) async fn handle(
             client: &client,
             http: &http,
         };
-        route_and_forward(req, &scope, &mut in_flight, &mut state, &mut facts).await
+        route_and_forward(&mut req, &scope, &mut in_flight, &mut state, &mut facts).await
     };
     let mut flag = facts.flag;
     let mut response = match routed {
@@ -206,15 +206,18 @@ struct Facts {
     tunnel: Option<(hyper::upgrade::Upgraded, Option<hyper::upgrade::OnUpgrade>)>,
 }
 
+/// Takes the request by reference: a request moved into each level of the path would sit in
+/// every level's future twice (as the parameter and as its local), and each future is copied
+/// whole when it is started.
 async fn route_and_forward(
-    mut req: Request<RequestBody>,
+    req: &mut Request<RequestBody>,
     scope: &Scope<'_>,
     in_flight: &mut InFlight,
     state: &mut FilterState,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let (host, matched) = match head::admit(
-        &mut req,
+        req,
         scope.conn.listener.head_limit,
         &scope.http.path_normalization,
         &scope.http.routes,
@@ -238,12 +241,7 @@ async fn route_and_forward(
             route: matched.route,
             trace: in_flight.trace(),
         };
-        if let Flow::Respond(reply) = scope
-            .http
-            .filters
-            .on_request(&mut req, &exchange, state)
-            .await?
-        {
+        if let Flow::Respond(reply) = scope.http.filters.on_request(req, &exchange, state).await? {
             if let Some(log) = in_flight.log() {
                 log.flag = reply.flag;
             }
@@ -257,7 +255,7 @@ async fn route_and_forward(
         .http
         .routes
         .route(matched.route.ok_or(ProxyError::NoRoute)?);
-    if upgrade::is_extended_connect(&req) && !matches!(route.action, RouteAction::Forward(_)) {
+    if upgrade::is_extended_connect(req) && !matches!(route.action, RouteAction::Forward(_)) {
         // A 200 would tell the client its tunnel is open.
         return Err(ProxyError::BadRequest(
             "extended CONNECT needs a route to a cluster",
@@ -308,7 +306,7 @@ fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
 
 #[allow(clippy::too_many_arguments)]
 async fn forward_request(
-    req: Request<RequestBody>,
+    req: &mut Request<RequestBody>,
     host: Option<HeaderValue>,
     forward: &ForwardAction,
     matched_path: &PathMatch,
@@ -318,64 +316,68 @@ async fn forward_request(
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let Scope { conn, client, http } = *scope;
     let client = client.ip(conn);
-    let mut req = req;
-    let asked = upgrade::asked(&mut req, &forward.upgrades);
-    if asked.is_none() && upgrade::is_extended_connect(&req) {
+    let asked = upgrade::asked(req, &forward.upgrades);
+    if asked.is_none() && upgrade::is_extended_connect(req) {
         return Err(ProxyError::BadRequest("this route allows no such upgrade"));
     }
     let cluster = pick_cluster(forward, req.headers(), client);
     let admitted = http.clusters[cluster].admit(req.headers(), client)?;
     let upstream = Rc::clone(admitted.host());
-    let (mut parts, mut body) = req.into_parts();
-    if let Some(rewrite) = &forward.path_rewrite {
-        let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
-        let mut uri = std::mem::take(&mut parts.uri).into_parts();
-        uri.path_and_query = Some(target);
-        parts.uri = http::Uri::from_parts(uri)
-            .map_err(|_| ProxyError::BadRequest("the rewritten path is not a valid path"))?;
-    }
-    ensure_request_id(&mut parts.headers, in_flight);
-    if let Some(log) = in_flight.log() {
-        log.upstream = Some(upstream.addr_text().clone());
-    }
-    if let Some(trace) = in_flight.trace() {
-        // The proxy hop as the upstream's caller; a sampled request's tries put their own.
-        parts
-            .headers
-            .insert(TRACEPARENT.clone(), trace.traceparent());
-        if !trace.continued() {
-            // A new trace: the client's state belonged to no trace that goes on.
-            parts.headers.remove(&TRACESTATE);
+    // Built in a block: its parts are borrowed on the way, and a borrowed local in scope
+    // at an await is kept in the future.
+    let request = {
+        let taken = std::mem::replace(req, Request::new(RequestBody::empty()));
+        let (mut parts, mut body) = taken.into_parts();
+        if let Some(rewrite) = &forward.path_rewrite {
+            let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
+            let mut uri = std::mem::take(&mut parts.uri).into_parts();
+            uri.path_and_query = Some(target);
+            parts.uri = http::Uri::from_parts(uri)
+                .map_err(|_| ProxyError::BadRequest("the rewritten path is not a valid path"))?;
         }
-    }
-    if let Some(trace) = in_flight.sampled_trace() {
-        trace.set(
-            "upstream_cluster",
-            http.clusters[cluster].shared().name.clone(),
-        );
-        if let Some(id) = parts.headers.get(&X_REQUEST_ID) {
-            trace.set("guid:x-request-id", text_of(id));
+        ensure_request_id(&mut parts.headers, in_flight);
+        if let Some(log) = in_flight.log() {
+            log.upstream = Some(upstream.addr_text().clone());
         }
-    }
-    let authority = forward.host_rewrite.clone().or(host);
-    if !forward.mirrors.is_empty() && asked.is_none() {
-        mirror::start(
-            forward,
-            &http.clusters,
-            &parts,
-            authority.as_ref(),
-            &mut body,
-            conn,
-            client,
-        );
-    }
-    rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
+        if let Some(trace) = in_flight.trace() {
+            // The proxy hop as the upstream's caller; a sampled request's tries put their own.
+            parts
+                .headers
+                .insert(TRACEPARENT.clone(), trace.traceparent());
+            if !trace.continued() {
+                // A new trace: the client's state belonged to no trace that goes on.
+                parts.headers.remove(&TRACESTATE);
+            }
+        }
+        if let Some(trace) = in_flight.sampled_trace() {
+            trace.set(
+                "upstream_cluster",
+                http.clusters[cluster].shared().name.clone(),
+            );
+            if let Some(id) = parts.headers.get(&X_REQUEST_ID) {
+                trace.set("guid:x-request-id", text_of(id));
+            }
+        }
+        let authority = forward.host_rewrite.clone().or(host);
+        if !forward.mirrors.is_empty() && asked.is_none() {
+            mirror::start(
+                forward,
+                &http.clusters,
+                &parts,
+                authority.as_ref(),
+                &mut body,
+                conn,
+                client,
+            );
+        }
+        rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
+        Request::from_parts(parts, body)
+    };
     if let Some(asked) = asked {
         // Boxed: only upgrade requests carry this state, not every request's future.
         let answer = Box::pin(forward_upgrade(
             asked,
-            parts,
-            body,
+            request,
             admitted,
             forward.timeout,
             facts,
@@ -389,7 +391,7 @@ async fn forward_request(
     }
     let (answered_by, response) = admitted
         .send(
-            Request::from_parts(parts, body),
+            request,
             forward.timeout,
             forward.retry_policy.as_ref(),
             client,
@@ -430,14 +432,16 @@ fn pick_cluster(forward: &ForwardAction, headers: &http::HeaderMap, client: IpAd
 /// to the client as it is.
 async fn forward_upgrade(
     asked: upgrade::Asked,
-    mut parts: http::request::Parts,
-    body: RequestBody,
+    request: Request<RequestBody>,
     admitted: Admitted<'_>,
     timeout: std::time::Duration,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    asked.prepare(&mut parts);
-    let request = Request::from_parts(parts, body);
+    let request = {
+        let (mut parts, body) = request.into_parts();
+        asked.prepare(&mut parts);
+        Request::from_parts(parts, body)
+    };
     let (upstream, mut response) = admitted.send_upgrade(request, timeout).await?;
     facts.upstream = Some(upstream.addr_text().clone());
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
