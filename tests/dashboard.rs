@@ -80,6 +80,26 @@ async fn the_dashboard_draws_workers_latency_clusters_and_config() {
         assert_eq!(r.status(), 200);
         text(r.into_body()).await;
     }
+    // Each exchange is counted once it is done, a moment after the client has its answer:
+    // the page must find all fifty in both histograms.
+    eventually("both latency histograms count 50", async || {
+        let (_, json) = admin_request(admin, "GET", "/stats?format=json");
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        ["downstream_rq_time", "upstream_rq_time"]
+            .iter()
+            .all(|name| {
+                json["stats"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|family| family["name"] == *name)
+                    .flat_map(|family| family["series"].as_array().into_iter().flatten())
+                    .map(|series| series["count"].as_u64().unwrap_or(0))
+                    .sum::<u64>()
+                    == 50
+            })
+    })
+    .await;
     // Three connections left open: they show in the workers' bars.
     let mut open = Vec::new();
     for _ in 0..3 {

@@ -97,11 +97,13 @@ impl Admitted<'_> {
                     .await
                     .map(|response| (Rc::clone(&host), response))
                     .map_err(|e| e.error),
-                // Boxed, as the retry loop below: only sampled requests carry a span's state.
-                (None, Some(trace)) => Box::pin(traced_try(&host, request, picked, slot, trace))
-                    .await
-                    .map(|response| (Rc::clone(&host), response))
-                    .map_err(|e| e.error),
+                // From the pool, as the retry loop below: only sampled requests carry a span's state.
+                (None, Some(trace)) => {
+                    PooledBox::pin(traced_try(&host, request, picked, slot, trace))
+                        .await
+                        .map(|response| (Rc::clone(&host), response))
+                        .map_err(|e| e.error)
+                }
                 // Boxed: the retry loop's state is twice a single try's, and without the box
                 // every request's future (and each copy of it as it is awaited, level by
                 // level) would carry it, retries configured or not. From the worker's pool of

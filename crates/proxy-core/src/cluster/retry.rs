@@ -15,6 +15,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use super::breaker::Slot;
 use super::host::SendError;
 use super::{Cluster, HostPool, SharedCluster, UpstreamBody};
+use crate::box_pool::PooledBox;
 use crate::config::{RetryOn, RetryPolicy};
 use crate::context::{Replay, RequestBody, RequestTrace};
 use crate::error::ProxyError;
@@ -93,7 +94,7 @@ pub(crate) async fn send_with_retries(
             match trace.filter(|t| t.sampled()) {
                 None => tried.send(request, picked, slot).await,
                 Some(trace) => {
-                    Box::pin(super::forward::traced_try(
+                    PooledBox::pin(super::forward::traced_try(
                         &tried, request, picked, slot, trace,
                     ))
                     .await

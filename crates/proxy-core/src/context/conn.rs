@@ -31,6 +31,13 @@ pub(crate) struct ListenerCtx {
     pub(crate) access_log: Option<WorkerLog>,
 }
 
+impl ListenerCtx {
+    /// When a connection opened at `opened` reaches `max_connection_duration`, if any.
+    pub(crate) fn expires_at(&self, opened: Instant) -> Option<Instant> {
+        self.max_connection_duration.map(|d| opened + d)
+    }
+}
+
 /// What a request needs to know about its worker.
 pub(crate) struct WorkerCtx {
     pub(crate) stats: WorkerStats,
@@ -106,9 +113,7 @@ impl ConnCtx {
 
     /// When the connection reaches its `max_connection_duration`, if it has one.
     pub(crate) fn expires_at(&self) -> Option<Instant> {
-        self.listener
-            .max_connection_duration
-            .map(|d| self.opened + d)
+        self.listener.expires_at(self.opened)
     }
 
     /// Whether the connection has reached its `max_connection_duration`.
@@ -166,9 +171,7 @@ impl ParkedCtx {
     }
 
     pub(crate) fn expires_at(&self) -> Option<Instant> {
-        self.listener
-            .max_connection_duration
-            .map(|d| self.opened + d)
+        self.listener.expires_at(self.opened)
     }
 }
 

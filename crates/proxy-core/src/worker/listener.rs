@@ -216,7 +216,9 @@ fn conn_settings(
             )
         }),
         proxy_protocol: config.proxy_protocol,
-        park_idle: parts.park_idle,
+        // A TLS connection never parks (its session would have to be kept whole): decided
+        // here, not found out at each idle gap.
+        park_idle: parts.park_idle && tls.is_none(),
     }
 }
 
