@@ -22,18 +22,18 @@ pub enum OutgoingBody {
     Unknown,
 }
 
-/// Writes the request line and header fields of `head` into `out`, and says how its body must
-/// be written: as hyper's client decides it. The request's own `Content-Length` or
+/// Writes the request line and header fields of `head` into `out` (its body is not looked
+/// at: the caller may have taken it already), and says how its body must be written: as hyper's client decides it. The request's own `Content-Length` or
 /// `Transfer-Encoding` are kept when they say how the body goes; otherwise the fitting one is
 /// added. An HTTP/1.0 request is written as such, and never chunked; any other as HTTP/1.1.
 /// `GET`, `HEAD` and `CONNECT` with a body of unknown length are sent without one.
-pub fn encode_request_head(
-    head: &http::request::Parts,
+pub fn encode_request_head<B>(
+    head: &http::Request<B>,
     body: OutgoingBody,
     out: &mut BytesMut,
 ) -> BodyLength {
-    let headers = &head.headers;
-    let http10 = head.version == Version::HTTP_10;
+    let headers = head.headers();
+    let http10 = head.version() == Version::HTTP_10;
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| parse_length(v.as_bytes()));
@@ -71,7 +71,7 @@ pub fn encode_request_head(
             BodyLength::Length(len)
         }
         OutgoingBody::Unknown => {
-            if matches!(head.method, Method::GET | Method::HEAD | Method::CONNECT) {
+            if matches!(*head.method(), Method::GET | Method::HEAD | Method::CONNECT) {
                 BodyLength::Empty
             } else {
                 add = Added::TransferEncoding;
@@ -85,15 +85,15 @@ pub fn encode_request_head(
     if length == BodyLength::Empty && body == OutgoingBody::None {
         keep_cl = true;
     }
-    let target = match &head.method {
-        &Method::CONNECT => head.uri.authority().map(|a| a.as_str()),
-        _ => head.uri.path_and_query().map(|p| p.as_str()),
+    let target = match *head.method() {
+        Method::CONNECT => head.uri().authority().map(|a| a.as_str()),
+        _ => head.uri().path_and_query().map(|p| p.as_str()),
     }
     .filter(|t| !t.is_empty())
     .unwrap_or("/");
 
     out.reserve(32 + target.len() + headers.len() * 32);
-    out.put_slice(head.method.as_str().as_bytes());
+    out.put_slice(head.method().as_str().as_bytes());
     out.put_u8(b' ');
     out.put_slice(target.as_bytes());
     out.put_slice(if http10 {

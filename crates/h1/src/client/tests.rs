@@ -4,15 +4,15 @@ use http::{HeaderValue, Method, Request, StatusCode, Version};
 use super::*;
 use crate::{BodyError, BodyLength, ResponseLength, parse_request};
 
-fn request(method: Method, target: &str, fields: &[(&str, &str)]) -> http::request::Parts {
+fn request(method: Method, target: &str, fields: &[(&str, &str)]) -> Request<()> {
     let mut req = Request::builder().method(method).uri(target);
     for (name, value) in fields {
         req = req.header(*name, *value);
     }
-    req.body(()).unwrap().into_parts().0
+    req.body(()).unwrap()
 }
 
-fn encoded(head: &http::request::Parts, body: OutgoingBody) -> (String, BodyLength) {
+fn encoded(head: &Request<()>, body: OutgoingBody) -> (String, BodyLength) {
     let mut out = BytesMut::new();
     let length = encode_request_head(head, body, &mut out);
     (String::from_utf8(out.to_vec()).unwrap(), length)
@@ -107,7 +107,7 @@ fn a_request_without_a_body_drops_transfer_encoding_but_keeps_content_length() {
 #[test]
 fn http10_requests_are_never_chunked() {
     let mut head = request(Method::POST, "/", &[("transfer-encoding", "chunked")]);
-    head.version = Version::HTTP_10;
+    *head.version_mut() = Version::HTTP_10;
     let (text, length) = encoded(&head, OutgoingBody::Unknown);
     assert_eq!(text, "POST / HTTP/1.0\r\n\r\n");
     assert_eq!(length, BodyLength::Empty);
@@ -165,12 +165,12 @@ fn written_requests_parse_back_with_the_same_framing() {
         let length = encode_request_head(&head, body, &mut out);
         let parsed = parse_request(&mut out, 8192).unwrap().unwrap();
         assert_eq!(parsed.body, length);
-        assert_eq!(parsed.request.method(), head.method);
+        assert_eq!(parsed.request.method(), head.method());
         assert_eq!(
             parsed.request.uri().path_and_query(),
-            head.uri.path_and_query()
+            head.uri().path_and_query()
         );
-        for (name, value) in &head.headers {
+        for (name, value) in head.headers() {
             assert_eq!(parsed.request.headers().get(name), Some(value));
         }
         assert!(out.is_empty());

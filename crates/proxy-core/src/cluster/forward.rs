@@ -58,10 +58,11 @@ impl Admitted<'_> {
     /// Sends the request and waits for the response head: `(the host that answered, its
     /// response)`. `timeout` runs from the end of the request body (as Envoy's route timeout);
     /// while the body is still going up, only time it stands still counts. Failed tries are
-    /// sent again as `retry_policy` allows.
+    /// sent again as `retry_policy` allows. The request is taken from `request` as it is sent
+    /// (by reference: each level of the send would otherwise keep a copy in its future).
     pub(crate) async fn send(
         self,
-        request: Request<RequestBody>,
+        request: &mut Request<RequestBody>,
         timeout: Duration,
         retry_policy: Option<&RetryPolicy>,
         client: IpAddr,
@@ -73,16 +74,11 @@ impl Admitted<'_> {
             picked,
             slot,
         } = self;
-        // In a block: borrowed locals in scope at an await would be kept in the future.
-        let (request, progress, retry) = {
-            let (parts, mut body) = request.into_parts();
-            let progress = body.track_progress();
-            let retry = retry_policy.map(|policy| {
-                let plan = RetryPlan::prepare(&parts, &mut body, host.buffer_limit());
-                (policy, plan)
-            });
-            (Request::from_parts(parts, body), progress, retry)
-        };
+        let progress = request.body_mut().track_progress();
+        let retry = retry_policy.map(|policy| {
+            let plan = RetryPlan::prepare(request, host.buffer_limit());
+            (policy, plan)
+        });
         let timed_out = || {
             host.stats().rq_timeout.inc();
             ProxyError::Timeout {
@@ -133,15 +129,14 @@ impl Admitted<'_> {
     /// compiler from inlining it into the request path (+190 instructions a request).
     pub(crate) async fn send_copy(
         self,
-        request: Request<RequestBody>,
+        mut request: Request<RequestBody>,
         timeout: Duration,
     ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
         let Admitted {
             host, picked, slot, ..
         } = self;
-        let (parts, mut body) = request.into_parts();
-        let progress = body.track_progress();
-        let attempt = host.send(Request::from_parts(parts, body), picked, slot);
+        let progress = request.body_mut().track_progress();
+        let attempt = host.send(&mut request, picked, slot);
         let timed_out = || {
             host.stats().rq_timeout.inc();
             ProxyError::Timeout {
@@ -166,7 +161,7 @@ impl Admitted<'_> {
 /// `router CLUSTER egress`), whose `traceparent` the host sees, ended at the response head.
 pub(super) async fn traced_try(
     host: &Rc<HostPool>,
-    mut request: Request<RequestBody>,
+    request: &mut Request<RequestBody>,
     picked: Picked,
     slot: Slot<'_>,
     trace: &RequestTrace,

@@ -11,6 +11,7 @@ use std::task::{Context, Poll, Waker, ready};
 use bytes::{Buf, Bytes, BytesMut};
 use h1::BodyLength;
 use h1::client::{Decoded, OutgoingBody, ResponseDecoder, ResponseError, ResponseHead};
+use http::Request;
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -311,44 +312,46 @@ impl ExchangeError {
 }
 
 /// Sends a request on `conn` and reads its response head. The body, if the upstream
-/// answered before taking all of it, goes on being sent as the response body is read.
+/// answered before taking all of it, goes on being sent as the response body is read. The
+/// request stays in `req` until its head is written: after `ExchangeError::Unsent` it is there
+/// whole, to be sent elsewhere. Taken by reference, so that no level of the send keeps a copy.
 pub(super) async fn exchange(
     mut conn: Box<H1Conn>,
-    head: &http::request::Parts,
-    body: RequestBody,
+    req: &mut Request<RequestBody>,
     pool: &Rc<HostPool>,
-) -> Result<(http::response::Parts, H1Response), (ExchangeError, Option<RequestBody>)> {
-    let outgoing = if body.is_end_stream() {
+) -> Result<(http::response::Parts, H1Response), ExchangeError> {
+    let outgoing = if req.body().is_end_stream() {
         OutgoingBody::None
-    } else if let Some(len) = body.size_hint().exact() {
+    } else if let Some(len) = req.body().size_hint().exact() {
         OutgoingBody::Known(len)
     } else {
         OutgoingBody::Unknown
     };
-    let length = h1::client::encode_request_head(head, outgoing, &mut conn.out.framing);
+    let length = h1::client::encode_request_head(req, outgoing, &mut conn.out.framing);
     if let Err(error) = std::future::poll_fn(|cx| conn.poll_write_out(cx)).await {
-        return Err((ExchangeError::Unsent(error), Some(body)));
+        return Err(ExchangeError::Unsent(error));
     }
     conn.uses += 1;
+    let body = std::mem::replace(req.body_mut(), RequestBody::empty());
     let mut upload = (length != BodyLength::Empty).then(|| Upload {
         body,
         length,
-        trailers: h1::client::declared_trailers(&head.headers),
+        trailers: h1::client::declared_trailers(req.headers()),
         sent: 0,
         done: false,
         failed: false,
     });
     let limits = Limits {
         max_head: pool.settings.buffer_limit.max(8192),
-        head_request: head.method == http::Method::HEAD,
+        head_request: req.method() == http::Method::HEAD,
     };
     let response = std::future::poll_fn(|cx| conn.poll_head(cx, &mut upload, &limits)).await;
     let response = match response {
         Ok(response) if response.parts.status == http::StatusCode::SWITCHING_PROTOCOLS => {
-            return Err((ExchangeError::UnaskedUpgrade, None));
+            return Err(ExchangeError::UnaskedUpgrade);
         }
         Ok(response) => response,
-        Err(error) => return Err((error, None)),
+        Err(error) => return Err(error),
     };
     let failed_upload = upload.as_ref().is_some_and(|upload| upload.failed);
     let decoder = ResponseDecoder::new(response.length, pool.settings.buffer_limit);

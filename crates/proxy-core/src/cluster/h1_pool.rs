@@ -93,11 +93,12 @@ async fn watch_idle(pool: Weak<HostPool>) {
 }
 
 impl HostPool {
+    /// Sends `req` on a pooled or new connection. The request is taken once its head is
+    /// written; until then it stays in `req`, whole, and an error says so (`unsent`).
     pub(super) async fn send_h1(
         self: &Rc<Self>,
-        req: Request<RequestBody>,
+        req: &mut Request<RequestBody>,
     ) -> Result<(http::response::Parts, H1Response), SendError> {
-        let (head, mut body) = req.into_parts();
         // A pooled connection may have been closed by the upstream while idle. If the
         // request's head could not be written, it is sent on a fresh connection instead. A
         // fresh connection that fails is reported, so a dead host cannot loop us.
@@ -108,23 +109,23 @@ impl HostPool {
                 // request's future.
                 None => match Box::pin(self.connect_h1_within_limit()).await {
                     Ok(conn) => conn,
-                    Err(error) => {
-                        return Err(SendError::unsent(error, Request::from_parts(head, body)));
-                    }
+                    Err(error) => return Err(SendError::unsent(error)),
                 },
             };
-            match h1_conn::exchange(conn, &head, body, self).await {
+            match h1_conn::exchange(conn, req, self).await {
                 Ok(response) => {
                     // The head is written: its map goes back to the worker's pool.
-                    h1::recycle_header_map(head.headers);
+                    h1::recycle_header_map(std::mem::take(req.headers_mut()));
                     return Ok(response);
                 }
-                Err((ExchangeError::Unsent(_), Some(unsent))) if !fresh => body = unsent,
-                Err((error, unsent)) => {
+                Err(ExchangeError::Unsent(_)) if !fresh => {}
+                Err(error) => {
+                    let unsent = matches!(error, ExchangeError::Unsent(_));
                     let error = error.into_proxy_error(self);
-                    return Err(match unsent {
-                        Some(body) => SendError::unsent(error, Request::from_parts(head, body)),
-                        None => SendError::sent(error),
+                    return Err(if unsent {
+                        SendError::unsent(error)
+                    } else {
+                        SendError::sent(error)
                     });
                 }
             }

@@ -32,11 +32,11 @@ pub(super) struct H2Conn {
 impl HostPool {
     pub(super) async fn send_h2(
         self: &Rc<Self>,
-        req: Request<RequestBody>,
+        req: &mut Request<RequestBody>,
     ) -> Result<(http::response::Parts, Incoming), SendError> {
         let mut sender = match self.h2_sender().await {
             Ok(sender) => sender,
-            Err(error) => return Err(SendError::unsent(error, req)),
+            Err(error) => return Err(SendError::unsent(error)),
         };
         if let Some(max) = self.settings.max_requests {
             let uses = self.h2.uses.get() + 1;
@@ -47,7 +47,7 @@ impl HostPool {
                 self.stats.cx_max_requests.inc();
             }
         }
-        let mut req = req;
+        let mut req = std::mem::replace(req, Request::new(RequestBody::empty()));
         // The upstream's HPACK table may keep these values for the connection's life.
         h1::own_values(req.headers_mut());
         let response = sender

@@ -86,11 +86,13 @@ impl HostPool {
 
     /// Sends `req` and waits for the response head. The response body streams on; for
     /// HTTP/1.1 the connection returns to the pool when that body has been read to its end.
-    /// A request refused or failed before any of it was sent comes back with the error.
+    /// The request is taken from `req` as it is sent: one refused or failed before any of it
+    /// was sent is still there, whole, and the error says so (`unsent`). By reference, so that
+    /// the request is not kept again in each level of the send's future.
     /// `admitted` is the slot [`HostPool::admit`] took; it is held until the response is done.
     pub(crate) async fn send(
         self: &Rc<Self>,
-        req: Request<RequestBody>,
+        req: &mut Request<RequestBody>,
         picked: Picked,
         admitted: Slot<'_>,
     ) -> Result<Response<UpstreamBody>, SendError> {
@@ -148,25 +150,26 @@ impl Drop for HostPool {
     }
 }
 
-/// Why a request got no response, and the request itself when none of it was sent (so it
-/// can be tried again as it is).
+/// Why a request got no response, and whether none of it was sent (so that it can be tried
+/// again as it is).
 pub(crate) struct SendError {
     pub(crate) error: ProxyError,
-    pub(crate) unsent: Option<Request<RequestBody>>,
+    /// Nothing of the request went: it is still whole where the send took it from.
+    pub(crate) unsent: bool,
 }
 
 impl SendError {
-    pub(super) fn unsent(error: ProxyError, req: Request<RequestBody>) -> Self {
+    pub(super) fn unsent(error: ProxyError) -> Self {
         Self {
             error,
-            unsent: Some(req),
+            unsent: true,
         }
     }
 
     pub(super) fn sent(error: ProxyError) -> Self {
         Self {
             error,
-            unsent: None,
+            unsent: false,
         }
     }
 }

@@ -31,17 +31,13 @@ pub(crate) struct RetryPlan {
 
 impl RetryPlan {
     /// Keeps a copy of the request head and starts recording the body.
-    pub(crate) fn prepare(
-        parts: &http::request::Parts,
-        body: &mut RequestBody,
-        buffer_limit: usize,
-    ) -> Self {
+    pub(crate) fn prepare(request: &mut Request<RequestBody>, buffer_limit: usize) -> Self {
         Self {
-            method: parts.method.clone(),
-            uri: parts.uri.clone(),
-            version: parts.version,
-            headers: parts.headers.clone(),
-            replay: body.record_for_replay(buffer_limit),
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            version: request.version(),
+            headers: request.headers().clone(),
+            replay: request.body_mut().record_for_replay(buffer_limit),
         }
     }
 
@@ -64,10 +60,11 @@ impl Drop for RetrySlot {
     }
 }
 
-/// Sends `request` to `upstream`, and again as `policy` says while tries fail.
+/// Sends `request` to `upstream`, and again as `policy` says while tries fail. The request
+/// is taken from `request` as it is sent.
 #[allow(clippy::too_many_arguments)] // the request's whole context; called from one place
 pub(crate) async fn send_with_retries(
-    mut request: Request<RequestBody>,
+    request: &mut Request<RequestBody>,
     first: &Rc<HostPool>,
     admitted: Slot<'_>,
     mut picked: balancer::Picked,
@@ -110,7 +107,7 @@ pub(crate) async fn send_with_retries(
                         addr: tried.addr(),
                         after: per_try,
                     },
-                    unsent: None,
+                    unsent: false,
                 })
             }
         };
@@ -123,7 +120,7 @@ pub(crate) async fn send_with_retries(
                     }
                     return Ok((tried, response));
                 }
-                (Ok(response), None)
+                (Ok(response), false)
             }
             Err(SendError { error, unsent }) => {
                 if !error_retriable(policy.retry_on, &error) {
@@ -139,10 +136,13 @@ pub(crate) async fn send_with_retries(
             tried.stats().rq_retry_limit_exceeded.inc();
             return give_up(retriable);
         }
-        let Some(body) = unsent
-            .map(|req| req.into_body())
-            .or_else(|| plan.replay.borrow().body())
-        else {
+        // Unsent, the request is still whole in `request`; else its body is replayed.
+        let body = if unsent {
+            Some(std::mem::replace(request.body_mut(), RequestBody::empty()))
+        } else {
+            plan.replay.borrow().body()
+        };
+        let Some(body) = body else {
             return give_up(retriable);
         };
         let shared = tried.shared();
@@ -157,7 +157,7 @@ pub(crate) async fn send_with_retries(
         drop(retriable);
         (upstream, picked) = pick_other(cluster, &plan.headers, client, tried.addr())
             .ok_or(ProxyError::NoHealthyUpstream)?;
-        request = plan.rebuild(body);
+        *request = plan.rebuild(body);
     }
 }
 

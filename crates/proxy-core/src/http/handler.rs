@@ -323,9 +323,10 @@ async fn forward_request(
     let cluster = pick_cluster(forward, req.headers(), client);
     let admitted = http.clusters[cluster].admit(req.headers(), client)?;
     let upstream = Rc::clone(admitted.host());
-    // Built in a block: its parts are borrowed on the way, and a borrowed local in scope
-    // at an await is kept in the future.
-    let request = {
+    // The request for the upstream is built in a block (its parts are borrowed on the way,
+    // and a borrowed local in scope at an await is kept in the future), and put back in `req`:
+    // the sends below take it from there, so that it is kept once, in the handler's future.
+    {
         let taken = std::mem::replace(req, Request::new(RequestBody::empty()));
         let (mut parts, mut body) = taken.into_parts();
         if let Some(rewrite) = &forward.path_rewrite {
@@ -371,13 +372,13 @@ async fn forward_request(
             );
         }
         rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
-        Request::from_parts(parts, body)
-    };
+        *req = Request::from_parts(parts, body);
+    }
     if let Some(asked) = asked {
         // Boxed: only upgrade requests carry this state, not every request's future.
         let answer = Box::pin(forward_upgrade(
             asked,
-            request,
+            std::mem::replace(req, Request::new(RequestBody::empty())),
             admitted,
             forward.timeout,
             facts,
@@ -391,7 +392,7 @@ async fn forward_request(
     }
     let (answered_by, response) = admitted
         .send(
-            request,
+            req,
             forward.timeout,
             forward.retry_policy.as_ref(),
             client,
