@@ -17,8 +17,9 @@ use std::task::{Context, Poll};
 /// Free blocks kept per worker and per layout; more in use at once are freed when given back.
 const KEPT: usize = 32;
 
-/// Layouts pooled per worker: one per kind of future that uses the pool.
-const LAYOUTS: usize = 4;
+/// Layouts pooled per worker: one per kind of future that uses the pool (an exchange, a retry
+/// loop, a traced try, an HTTP/2 upstream send), with room for more.
+const LAYOUTS: usize = 8;
 
 struct Pool {
     /// Free blocks, by layout.

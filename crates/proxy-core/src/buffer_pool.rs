@@ -77,15 +77,18 @@ pub(crate) fn give(mut buf: BytesMut) {
     }
     buf.clear();
     if buf.try_reclaim(BUFFER) && buf.capacity() <= MAX_POOLED_CAPACITY {
-        let refused = POOL.with_borrow_mut(|pool| {
+        // `try_with`: a buffer can be given back from a drop while the thread exits, after
+        // its pool is gone; it is freed then.
+        let kept = POOL.try_with(|pool| {
+            let mut pool = pool.borrow_mut();
             if pool.buffers.len() < MAX_POOLED {
-                pool.buffers.push(buf);
-                None
+                pool.buffers.push(std::mem::take(&mut buf));
+                true
             } else {
-                Some(buf)
+                false
             }
         });
-        if refused.is_none() {
+        if kept == Ok(true) {
             return;
         }
     }

@@ -12,7 +12,7 @@ use http::{HeaderMap, Request, Response};
 
 use super::breaker::Slot;
 use super::host::SendError;
-use super::retry::{self, RetryPlan};
+use super::retry;
 use super::{Cluster, HostPool, UpstreamBody};
 use crate::box_pool::PooledBox;
 use crate::config::RetryPolicy;
@@ -75,10 +75,6 @@ impl Admitted<'_> {
             slot,
         } = self;
         let progress = request.body_mut().track_progress();
-        let retry = retry_policy.map(|policy| {
-            let plan = RetryPlan::prepare(request, host.buffer_limit());
-            (policy, plan)
-        });
         let timed_out = || {
             host.stats().rq_timeout.inc();
             ProxyError::Timeout {
@@ -87,7 +83,7 @@ impl Admitted<'_> {
             }
         };
         let attempt = async {
-            match (retry, trace.filter(|t| t.sampled())) {
+            match (retry_policy, trace.filter(|t| t.sampled())) {
                 (None, None) => host
                     .send(request, picked, slot)
                     .await
@@ -104,9 +100,10 @@ impl Admitted<'_> {
                 // every request's future (and each copy of it as it is awaited, level by
                 // level) would carry it, retries configured or not. From the worker's pool of
                 // boxes: no allocation per request.
-                (Some((policy, plan)), _) => {
+                // The retry plan (the head's copy) is made there too.
+                (Some(policy), _) => {
                     PooledBox::pin(retry::send_with_retries(
-                        request, &host, slot, picked, policy, plan, cluster, client, timeout, trace,
+                        request, &host, slot, picked, policy, cluster, client, timeout, trace,
                     ))
                     .await
                 }

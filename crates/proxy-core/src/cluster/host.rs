@@ -16,6 +16,7 @@ use super::h1_pool::H1Pool;
 use super::h2_conn::H2Conn;
 use super::health::{Counters, Ejection, TryOutcome};
 use super::settings::UpstreamSettings;
+use crate::box_pool::PooledBox;
 use crate::catalog::{ClusterStats, HostStats};
 use crate::config::UpstreamProtocol;
 use crate::context::RequestBody;
@@ -104,8 +105,9 @@ impl HostPool {
                 .send_h1(req)
                 .await
                 .map(|(head, body)| (head, UpstreamBody::http1(body, request))),
-            UpstreamProtocol::Http2 => self
-                .send_h2(req)
+            // From the worker's pool of boxes: the HTTP/2 send's state is twice the HTTP/1.1
+            // one's, and every request's future (each level of it) would carry it.
+            UpstreamProtocol::Http2 => PooledBox::pin(self.send_h2(req))
                 .await
                 .map(|(head, body)| (head, UpstreamBody::hyper(body, request))),
         };

@@ -21,7 +21,7 @@ use crate::context::{Replay, RequestBody, RequestTrace};
 use crate::error::ProxyError;
 
 /// What a retry rebuilds its request from.
-pub(crate) struct RetryPlan {
+struct RetryPlan {
     method: Method,
     uri: Uri,
     version: Version,
@@ -31,7 +31,7 @@ pub(crate) struct RetryPlan {
 
 impl RetryPlan {
     /// Keeps a copy of the request head and starts recording the body.
-    pub(crate) fn prepare(request: &mut Request<RequestBody>, buffer_limit: usize) -> Self {
+    fn prepare(request: &mut Request<RequestBody>, buffer_limit: usize) -> Self {
         Self {
             method: request.method().clone(),
             uri: request.uri().clone(),
@@ -69,12 +69,13 @@ pub(crate) async fn send_with_retries(
     admitted: Slot<'_>,
     mut picked: balancer::Picked,
     policy: &RetryPolicy,
-    plan: RetryPlan,
     cluster: &Cluster,
     client: IpAddr,
     route_timeout: std::time::Duration,
     trace: Option<&RequestTrace>,
 ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
+    // Before the first try takes any of the body.
+    let plan = RetryPlan::prepare(request, first.buffer_limit());
     let mut retries_left = policy.num_retries;
     let mut retrying: Option<RetrySlot> = None;
     let mut upstream = Rc::clone(first);

@@ -23,165 +23,172 @@ use crate::router::Matched;
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
-pub(crate) async fn handle(
+///
+/// A plain function returning an `async move` block, not an `async fn`: an `async fn` keeps
+/// each argument twice in its future (as the argument and as the local it is moved into), and
+/// the request is 296 bytes.
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn handle(
     mut req: Request<RequestBody>,
     conn: Rc<ConnCtx>,
     http: Rc<HttpCtx>,
     mut in_flight: InFlight,
-) -> Result<Response<ResponseBody>, Infallible> {
-    let method = req.method().clone();
-    let uri = req.uri().clone();
-    let version = req.version();
-    let mut close = conn.worker.draining.get();
-    if conn.worker.overload.keepalive_disabled() {
-        // Clients reconnect, and the balancer in front spreads them over other proxies.
-        // Counted once per connection told so.
-        let told = if version <= Version::HTTP_11 {
-            !std::mem::replace(&mut close, true)
-        } else {
-            let first = !conn.retiring.replace(true);
-            if first {
-                conn.retire.notify_one(); // GOAWAY
-            }
-            first
-        };
-        if told {
-            conn.worker.stats.overload_keepalive_disabled.inc();
-        }
-    }
-    if version <= Version::HTTP_11
-        && let Some(max) = conn.listener.max_requests_per_connection
-        && conn.requests.get() >= max
-    {
-        // The last request this connection takes: say so, so the client reconnects.
-        close = true;
-        conn.listener.stats.cx_max_requests.inc();
-    }
-    if version <= Version::HTTP_11 && !close && conn.expired() {
-        close = true;
-        conn.listener.stats.cx_max_duration.inc();
-    }
-    let client = Client::of(&conn, req.headers());
-    if let Some(log) = in_flight.log() {
-        log.peer = Some(client.addr(&conn));
-    }
-    if let Some(tracer) = &http.tracer {
-        in_flight.set_trace(tracer.start(&req, client.ip(&conn)));
-    }
-    let mut state = FilterState::default();
-    let mut facts = Facts::default();
-    let routed = if conn.worker.overload.shedding_requests() {
-        conn.worker.stats.overload_rq_shed.inc();
-        Err(ProxyError::Overloaded)
-    } else {
-        let scope = Scope {
-            conn: &conn,
-            client: &client,
-            http: &http,
-        };
-        route_and_forward(&mut req, &scope, &mut in_flight, &mut state, &mut facts).await
-    };
-    let mut flag = facts.flag;
-    let mut response = match routed {
-        Ok(response) => response,
-        Err(err) => {
-            flag = Some(err.flag());
-            if let Some(log) = in_flight.log() {
-                log.flag = Some(err.flag());
-            }
-            // After a malformed request the stream may hold anything; do not read on.
-            close |= matches!(
-                err,
-                ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. }
-            );
-            let mut reply = local_reply::text(
-                err.status(),
-                Bytes::from_static(err.client_body().as_bytes()),
-            );
-            if matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded) {
-                // Tells a client (or the next proxy) that this was load shedding, not a
-                // failed upstream: worth backing off, not worth marking the host down. (The
-                // pool logs refusals, at most a line a second.)
-                reply.headers_mut().insert(
-                    X_LEGATE_OVERLOADED.clone(),
-                    HeaderValue::from_static("true"),
-                );
+) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> {
+    async move {
+        let method = req.method().clone();
+        let uri = req.uri().clone();
+        let version = req.version();
+        let mut close = conn.worker.draining.get();
+        if conn.worker.overload.keepalive_disabled() {
+            // Clients reconnect, and the balancer in front spreads them over other proxies.
+            // Counted once per connection told so.
+            let told = if version <= Version::HTTP_11 {
+                !std::mem::replace(&mut close, true)
             } else {
-                tracing::warn!(
-                    flag = %err.flag(),
-                    status = err.status().as_u16(),
-                    listener = %conn.listener.name,
-                    %method,
-                    path = uri.path(),
-                    error = %err,
-                    "local reply"
-                );
+                let first = !conn.retiring.replace(true);
+                if first {
+                    conn.retire.notify_one(); // GOAWAY
+                }
+                first
+            };
+            if told {
+                conn.worker.stats.overload_keepalive_disabled.inc();
             }
-            reply
         }
-    };
-    if !http.filters.is_empty() {
-        let exchange = Exchange {
-            conn: &conn,
-            client: &client,
-            host: facts.host.as_ref(),
-            virtual_host: facts.matched.virtual_host,
-            route: facts.matched.route,
-            trace: in_flight.trace(),
-        };
-        let info = ResponseInfo {
-            upstream: facts.upstream.as_ref(),
-            head_request: method == Method::HEAD,
-        };
-        if let Some(filter) = http
-            .filters
-            .on_response(&mut response, &exchange, &info, &mut state)
+        if version <= Version::HTTP_11
+            && let Some(max) = conn.listener.max_requests_per_connection
+            && conn.requests.get() >= max
         {
-            response.body_mut().filter(filter);
+            // The last request this connection takes: say so, so the client reconnects.
+            close = true;
+            conn.listener.stats.cx_max_requests.inc();
         }
-    }
-    if version == Version::HTTP_2 {
-        // The client's HPACK table may keep these values for the connection's life: they
-        // must not hold the chunk an HTTP/1.1 upstream's head was copied into.
-        h1::own_values(response.headers_mut());
-    }
-    if close && version <= Version::HTTP_11 && facts.tunnel.is_none() {
-        // hyper closes the connection after a response that says so; while draining, saying
-        // it lets the client reconnect elsewhere instead of finding the connection gone.
-        response
-            .headers_mut()
-            .insert(CONNECTION, HeaderValue::from_static("close"));
-    }
-    if let Some(trace) = in_flight.sampled_trace() {
-        trace.answered(response.status(), flag);
-    }
-    in_flight.set_status(response.status());
-    match facts.tunnel {
-        None => response.body_mut().hold(in_flight),
-        // HTTP/1.1: the connection picks the tunnel up once the codec has written the 101.
-        Some((upstream, None)) => {
-            in_flight.outlive_exchange();
-            *conn.tunnel.borrow_mut() = Some(Box::new(Tunnel {
-                upstream,
-                in_flight,
-            }));
+        if version <= Version::HTTP_11 && !close && conn.expired() {
+            close = true;
+            conn.listener.stats.cx_max_duration.inc();
         }
-        // HTTP/2: the stream becomes the tunnel once the 200 has gone.
-        Some((upstream, Some(on_upgrade))) => {
-            in_flight.outlive_exchange();
-            tokio::task::spawn_local(upgrade::relay_h2_stream(
-                on_upgrade,
-                Tunnel {
+        let client = Client::of(&conn, req.headers());
+        if let Some(log) = in_flight.log() {
+            log.peer = Some(client.addr(&conn));
+        }
+        if let Some(tracer) = &http.tracer {
+            in_flight.set_trace(tracer.start(&req, client.ip(&conn)));
+        }
+        let mut state = FilterState::default();
+        let mut facts = Facts::default();
+        let routed = if conn.worker.overload.shedding_requests() {
+            conn.worker.stats.overload_rq_shed.inc();
+            Err(ProxyError::Overloaded)
+        } else {
+            let scope = Scope {
+                conn: &conn,
+                client: &client,
+                http: &http,
+            };
+            route_and_forward(&mut req, &scope, &mut in_flight, &mut state, &mut facts).await
+        };
+        let mut flag = facts.flag;
+        let mut response = match routed {
+            Ok(response) => response,
+            Err(err) => {
+                flag = Some(err.flag());
+                if let Some(log) = in_flight.log() {
+                    log.flag = Some(err.flag());
+                }
+                // After a malformed request the stream may hold anything; do not read on.
+                close |= matches!(
+                    err,
+                    ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. }
+                );
+                let mut reply = local_reply::text(
+                    err.status(),
+                    Bytes::from_static(err.client_body().as_bytes()),
+                );
+                if matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded) {
+                    // Tells a client (or the next proxy) that this was load shedding, not a
+                    // failed upstream: worth backing off, not worth marking the host down. (The
+                    // pool logs refusals, at most a line a second.)
+                    reply.headers_mut().insert(
+                        X_LEGATE_OVERLOADED.clone(),
+                        HeaderValue::from_static("true"),
+                    );
+                } else {
+                    tracing::warn!(
+                        flag = %err.flag(),
+                        status = err.status().as_u16(),
+                        listener = %conn.listener.name,
+                        %method,
+                        path = uri.path(),
+                        error = %err,
+                        "local reply"
+                    );
+                }
+                reply
+            }
+        };
+        if !http.filters.is_empty() {
+            let exchange = Exchange {
+                conn: &conn,
+                client: &client,
+                host: facts.host.as_ref(),
+                virtual_host: facts.matched.virtual_host,
+                route: facts.matched.route,
+                trace: in_flight.trace(),
+            };
+            let info = ResponseInfo {
+                upstream: facts.upstream.as_ref(),
+                head_request: method == Method::HEAD,
+            };
+            if let Some(filter) =
+                http.filters
+                    .on_response(&mut response, &exchange, &info, &mut state)
+            {
+                response.body_mut().filter(filter);
+            }
+        }
+        if version == Version::HTTP_2 {
+            // The client's HPACK table may keep these values for the connection's life: they
+            // must not hold the chunk an HTTP/1.1 upstream's head was copied into.
+            h1::own_values(response.headers_mut());
+        }
+        if close && version <= Version::HTTP_11 && facts.tunnel.is_none() {
+            // hyper closes the connection after a response that says so; while draining, saying
+            // it lets the client reconnect elsewhere instead of finding the connection gone.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let Some(trace) = in_flight.sampled_trace() {
+            trace.answered(response.status(), flag);
+        }
+        in_flight.set_status(response.status());
+        match facts.tunnel {
+            None => response.body_mut().hold(in_flight),
+            // HTTP/1.1: the connection picks the tunnel up once the codec has written the 101.
+            Some((upstream, None)) => {
+                in_flight.outlive_exchange();
+                *conn.tunnel.borrow_mut() = Some(Box::new(Tunnel {
                     upstream,
                     in_flight,
-                },
-                Rc::clone(&conn),
-                http.upgrade_idle_timeout,
-                http.upgrade_buffer,
-            ));
+                }));
+            }
+            // HTTP/2: the stream becomes the tunnel once the 200 has gone.
+            Some((upstream, Some(on_upgrade))) => {
+                in_flight.outlive_exchange();
+                tokio::task::spawn_local(upgrade::relay_h2_stream(
+                    on_upgrade,
+                    Tunnel {
+                        upstream,
+                        in_flight,
+                    },
+                    Rc::clone(&conn),
+                    http.upgrade_idle_timeout,
+                    http.upgrade_buffer,
+                ));
+            }
         }
+        Ok(response)
     }
-    Ok(response)
 }
 
 /// What every stage of one request reads.

@@ -28,124 +28,129 @@ pub(super) enum Written {
 }
 
 /// Writes `response`, gathering at most `buffer` bytes before writing.
-pub(super) async fn response(
+///
+/// One `async move` block that takes the response apart before it starts, not nested `async
+/// fn`s: each of those would keep the response (280 bytes) again in its future, and a future
+/// is copied whole when it is started.
+pub(super) fn response(
     input: &Shared,
     response: Response<ResponseBody>,
     answering: Answering,
     buffer: usize,
-) -> Written {
-    // The worker's pooled buffers serve writes too: no allocation per response.
-    let mut out = buffer_pool::take();
-    let written = gather_and_write(input, response, answering, buffer, &mut out).await;
-    buffer_pool::give(out);
-    written
-}
-
-async fn gather_and_write(
-    input: &Shared,
-    response: Response<ResponseBody>,
-    answering: Answering,
-    buffer: usize,
-    out: &mut BytesMut,
-) -> Written {
+) -> impl Future<Output = Written> + use<'_> {
     let (parts, mut body) = response.into_parts();
-    // A 100 (Continue) already begun goes out whole before the final response.
-    if poll_fn(|cx| input.borrow_mut().poll_finish_continue(cx))
-        .await
-        .is_err()
-    {
-        return Written::Failed;
-    }
-    let framed = h1::encode_head(
-        parts.status,
-        &parts.headers,
-        body.size_hint().exact(),
-        answering,
-        out,
-    );
-    // Its fields are written: the map goes back to the worker's pool for the next head.
-    h1::recycle_header_map(parts.headers);
-    let mut sent = 0u64;
-    let mut ended = framed.length == ResponseLength::NoBody;
-    while !ended {
-        let frame = match poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await {
-            Poll::Ready(frame) => frame,
-            Poll::Pending => {
-                // Nothing more yet: what is gathered goes out while the body waits.
-                if write_all(input, out, None).await.is_err() {
+    async move {
+        // The worker's pooled buffers serve writes too: no allocation per response.
+        let mut out = OutBuffer(buffer_pool::take());
+        let out = &mut out.0;
+        // A 100 (Continue) already begun goes out whole before the final response.
+        if poll_fn(|cx| input.borrow_mut().poll_finish_continue(cx))
+            .await
+            .is_err()
+        {
+            return Written::Failed;
+        }
+        let framed = h1::encode_head(
+            parts.status,
+            &parts.headers,
+            body.size_hint().exact(),
+            answering,
+            out,
+        );
+        // Its fields are written: the map goes back to the worker's pool for the next head.
+        h1::recycle_header_map(parts.headers);
+        let mut sent = 0u64;
+        let mut ended = framed.length == ResponseLength::NoBody;
+        while !ended {
+            let frame = match poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    // Nothing more yet: what is gathered goes out while the body waits.
+                    if write_all(input, out, None).await.is_err() {
+                        return Written::Failed;
+                    }
+                    poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+                }
+            };
+            let frame = match frame {
+                None => break,
+                Some(Ok(frame)) => frame,
+                Some(Err(err)) => {
+                    tracing::debug!(error = %err, "response body failed mid-way");
+                    // What was whole goes out; the close tells the client the rest is missing.
+                    let _ = write_all(input, out, None).await;
                     return Written::Failed;
                 }
-                poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
-            }
-        };
-        let frame = match frame {
-            None => break,
-            Some(Ok(frame)) => frame,
-            Some(Err(err)) => {
-                tracing::debug!(error = %err, "response body failed mid-way");
-                // What was whole goes out; the close tells the client the rest is missing.
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => {
+                    if let (Ok(trailers), ResponseLength::Chunked) =
+                        (frame.into_trailers(), framed.length)
+                    {
+                        h1::encode_last_chunk(Some(&trailers), out);
+                        ended = true;
+                    }
+                    continue;
+                }
+            };
+            sent += data.len() as u64;
+            if let ResponseLength::Length(declared) = framed.length
+                && sent > declared
+            {
+                tracing::debug!(declared, "response body longer than its length");
                 let _ = write_all(input, out, None).await;
                 return Written::Failed;
             }
-        };
-        let data = match frame.into_data() {
-            Ok(data) => data,
-            Err(frame) => {
-                if let (Ok(trailers), ResponseLength::Chunked) =
-                    (frame.into_trailers(), framed.length)
-                {
-                    h1::encode_last_chunk(Some(&trailers), out);
-                    ended = true;
+            let large = data.len() >= COPY_BELOW;
+            if framed.length == ResponseLength::Chunked {
+                if large {
+                    h1::encode_chunk_header(data.len(), out);
+                    let mut data = data;
+                    if write_all(input, out, Some(&mut data)).await.is_err() {
+                        return Written::Failed;
+                    }
+                    out.extend_from_slice(b"\r\n");
+                } else {
+                    h1::encode_chunk(&data, out);
                 }
-                continue;
-            }
-        };
-        sent += data.len() as u64;
-        if let ResponseLength::Length(declared) = framed.length
-            && sent > declared
-        {
-            tracing::debug!(declared, "response body longer than its length");
-            let _ = write_all(input, out, None).await;
-            return Written::Failed;
-        }
-        let large = data.len() >= COPY_BELOW;
-        if framed.length == ResponseLength::Chunked {
-            if large {
-                h1::encode_chunk_header(data.len(), out);
+            } else if large {
                 let mut data = data;
                 if write_all(input, out, Some(&mut data)).await.is_err() {
                     return Written::Failed;
                 }
-                out.extend_from_slice(b"\r\n");
             } else {
-                h1::encode_chunk(&data, out);
+                out.extend_from_slice(&data);
             }
-        } else if large {
-            let mut data = data;
-            if write_all(input, out, Some(&mut data)).await.is_err() {
+            if out.len() >= buffer && write_all(input, out, None).await.is_err() {
                 return Written::Failed;
             }
-        } else {
-            out.extend_from_slice(&data);
         }
-        if out.len() >= buffer && write_all(input, out, None).await.is_err() {
+        if framed.length == ResponseLength::Chunked && !ended {
+            h1::encode_last_chunk(None, out);
+        }
+        if write_all(input, out, None).await.is_err() {
             return Written::Failed;
         }
+        if let ResponseLength::Length(declared) = framed.length
+            && sent < declared
+        {
+            tracing::debug!(declared, sent, "response body shorter than its length");
+            return Written::Failed;
+        }
+        Written::Complete {
+            keep_alive: framed.keep_alive,
+        }
     }
-    if framed.length == ResponseLength::Chunked && !ended {
-        h1::encode_last_chunk(None, out);
-    }
-    if write_all(input, out, None).await.is_err() {
-        return Written::Failed;
-    }
-    if let ResponseLength::Length(declared) = framed.length
-        && sent < declared
-    {
-        tracing::debug!(declared, sent, "response body shorter than its length");
-        return Written::Failed;
-    }
-    Written::Complete {
-        keep_alive: framed.keep_alive,
+}
+
+/// The write buffer, back to the worker's pool however the write ends (a dropped exchange
+/// included).
+struct OutBuffer(BytesMut);
+
+impl Drop for OutBuffer {
+    fn drop(&mut self) {
+        buffer_pool::give(std::mem::take(&mut self.0));
     }
 }
 
