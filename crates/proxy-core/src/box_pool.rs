@@ -82,12 +82,17 @@ pub(crate) struct PooledBox<F> {
 
 #[allow(unsafe_code)]
 impl<F: Future> PooledBox<F> {
-    pub(crate) fn pin(future: F) -> Self {
+    /// The future `make` returns, in a block from the worker's pool. Made once its block is
+    /// there: the compiler can then build it in the block, where a future passed in would be
+    /// copied in whole (a future's size is that of its largest state, however little its
+    /// first state holds: 340 instructions an HTTP/1.1 exchange).
+    #[inline(always)]
+    pub(crate) fn pin_with(make: impl FnOnce() -> F) -> Self {
         let layout = Layout::new::<F>();
         if layout.size() == 0 {
             let at = NonNull::<F>::dangling();
             // SAFETY: a dangling, aligned pointer is valid for a zero-sized write.
-            unsafe { at.as_ptr().write(future) };
+            unsafe { at.as_ptr().write(make()) };
             return Self {
                 future: at,
                 _owns: PhantomData,
@@ -104,7 +109,7 @@ impl<F: Future> PooledBox<F> {
             });
         let at = block.cast::<F>();
         // SAFETY: the block is unused, and sized and aligned for an `F`.
-        unsafe { at.as_ptr().write(future) };
+        unsafe { at.as_ptr().write(make()) };
         Self {
             future: at,
             _owns: PhantomData,
@@ -131,7 +136,7 @@ impl<F: Future> Future for PooledBox<F> {
 impl<F> Drop for PooledBox<F> {
     fn drop(&mut self) {
         let layout = Layout::new::<F>();
-        // SAFETY: the future was written in `pin` and is dropped only here, once.
+        // SAFETY: the future was written in `pin_with` and is dropped only here, once.
         unsafe { std::ptr::drop_in_place(self.future.as_ptr()) };
         if layout.size() == 0 {
             return;
@@ -163,12 +168,14 @@ mod tests {
     #[test]
     fn a_future_runs_to_its_end_and_its_block_is_reused() {
         let state = [7u8; 300];
-        let mut first = PooledBox::pin(async move { state.iter().map(|&b| u32::from(b)).sum() });
+        let mut first =
+            PooledBox::pin_with(|| async move { state.iter().map(|&b| u32::from(b)).sum() });
         let address = first.future.as_ptr() as usize;
         assert_eq!(poll_once(&mut first), Poll::Ready(2100u32));
         drop(first);
         let state = [1u8; 300];
-        let mut second = PooledBox::pin(async move { state.iter().map(|&b| u32::from(b)).sum() });
+        let mut second =
+            PooledBox::pin_with(|| async move { state.iter().map(|&b| u32::from(b)).sum() });
         assert_eq!(
             second.future.as_ptr() as usize,
             address,
@@ -182,7 +189,7 @@ mod tests {
         let held = Rc::new(Cell::new(0));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let counted = Rc::clone(&held);
-        let mut waiting = PooledBox::pin(async move {
+        let mut waiting = PooledBox::pin_with(|| async move {
             let _ = rx.await;
             counted.set(1);
         });
@@ -201,7 +208,7 @@ mod tests {
     #[test]
     fn blocks_beyond_the_pool_are_freed_and_layouts_are_kept_apart() {
         let futures: Vec<_> = (0..KEPT as u64 + 10)
-            .map(|i| PooledBox::pin(std::future::ready(i)))
+            .map(|i| PooledBox::pin_with(|| std::future::ready(i)))
             .collect();
         drop(futures);
         let kept = POOL.with_borrow(|pool| {
@@ -218,7 +225,7 @@ mod tests {
                 .flat_map(|(_, blocks)| blocks.iter().map(|b| b.as_ptr() as usize))
                 .collect()
         });
-        let mut other = PooledBox::pin(std::future::ready(1u8));
+        let mut other = PooledBox::pin_with(|| std::future::ready(1u8));
         assert!(!pooled.contains(&(other.future.as_ptr() as usize)));
         assert_eq!(poll_once(&mut other), Poll::Ready(1u8));
         let still_kept = POOL.with_borrow(|pool| {

@@ -91,7 +91,7 @@ impl Admitted<'_> {
                     .map_err(|e| e.error),
                 // From the pool, as the retry loop below: only sampled requests carry a span's state.
                 (None, Some(trace)) => {
-                    PooledBox::pin(traced_try(&host, request, picked, slot, trace))
+                    PooledBox::pin_with(|| traced_try(&host, request, picked, slot, trace))
                         .await
                         .map(|response| (Rc::clone(&host), response))
                         .map_err(|e| e.error)
@@ -102,9 +102,11 @@ impl Admitted<'_> {
                 // boxes: no allocation per request.
                 // The retry plan (the head's copy) is made there too.
                 (Some(policy), _) => {
-                    PooledBox::pin(retry::send_with_retries(
-                        request, &host, slot, picked, policy, cluster, client, timeout, trace,
-                    ))
+                    PooledBox::pin_with(|| {
+                        retry::send_with_retries(
+                            request, &host, slot, picked, policy, cluster, client, timeout, trace,
+                        )
+                    })
                     .await
                 }
             }

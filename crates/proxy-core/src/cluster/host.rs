@@ -107,7 +107,7 @@ impl HostPool {
                 .map(|(head, body)| (head, UpstreamBody::http1(body, request))),
             // From the worker's pool of boxes: the HTTP/2 send's state is twice the HTTP/1.1
             // one's, and every request's future (each level of it) would carry it.
-            UpstreamProtocol::Http2 => PooledBox::pin(self.send_h2(req))
+            UpstreamProtocol::Http2 => PooledBox::pin_with(|| self.send_h2(req))
                 .await
                 .map(|(head, body)| (head, UpstreamBody::hyper(body, request))),
         };

@@ -92,9 +92,9 @@ pub(crate) async fn send_with_retries(
             match trace.filter(|t| t.sampled()) {
                 None => tried.send(request, picked, slot).await,
                 Some(trace) => {
-                    PooledBox::pin(super::forward::traced_try(
-                        &tried, request, picked, slot, trace,
-                    ))
+                    PooledBox::pin_with(|| {
+                        super::forward::traced_try(&tried, request, picked, slot, trace)
+                    })
                     .await
                 }
             }

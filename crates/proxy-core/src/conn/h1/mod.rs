@@ -96,7 +96,9 @@ pub(super) fn serve_h1(
             // Boxed, so that the state of an exchange is not part of every connection's task: a
             // parked one costs only what `park` needs. The box is from the worker's pool: no
             // allocation per request.
-            match PooledBox::pin(exchange::serve(&input, &service, codecs, &mut drain)).await {
+            let exchange =
+                PooledBox::pin_with(|| exchange::serve(&input, &service, codecs, &mut drain));
+            match exchange.await {
                 Next::KeepAlive => {}
                 next => break next,
             }
