@@ -126,11 +126,18 @@ impl H1Conn {
             }
         }
         loop {
-            match h1::client::parse_response(&mut self.buf, limits.max_head, limits.head_request) {
-                Ok(Some(head)) if is_interim(&head) => continue,
-                Ok(Some(head)) => return Poll::Ready(Ok(head)),
-                Ok(None) => {}
-                Err(error) => return Poll::Ready(Err(ExchangeError::Response(error))),
+            // Nothing read yet (the usual case when the request has just gone): no parse.
+            if !self.buf.is_empty() {
+                match h1::client::parse_response(
+                    &mut self.buf,
+                    limits.max_head,
+                    limits.head_request,
+                ) {
+                    Ok(Some(head)) if is_interim(&head) => continue,
+                    Ok(Some(head)) => return Poll::Ready(Ok(head)),
+                    Ok(None) => {}
+                    Err(error) => return Poll::Ready(Err(ExchangeError::Response(error))),
+                }
             }
             match ready!(self.poll_read_more(cx, buffer_pool::BUFFER)) {
                 Ok(0) => return Poll::Ready(Err(ExchangeError::Closed)),
