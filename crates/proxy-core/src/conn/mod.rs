@@ -95,7 +95,7 @@ pub(crate) fn serve(
         };
         let service = ProxyService { conn: ctx, http };
         match sniffed {
-            Sniffed::Http1 => Either::Left(h1::serve_h1(io, service, settings, drain, false)),
+            Sniffed::Http1 => Either::Left(h1::serve_h1(io, service, settings, drain)),
             // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
             Sniffed::Http2 => Either::Right(Box::pin(async move {
                 h2::serve_h2(io, service, &settings.codecs, drain).await;
@@ -148,7 +148,7 @@ pub(crate) fn resume(
         conn: ctx.resume(),
         http,
     };
-    h1::serve_h1(DownstreamIo::plain(stream), service, settings, drain, true)
+    h1::serve_h1(DownstreamIo::plain(stream), service, settings, drain)
 }
 
 /// A connection past its handshake, with the protocol it speaks.

@@ -153,11 +153,11 @@ impl ConnCtx {
 }
 
 impl ParkedCtx {
-    /// The context again, for the connection's next request.
+    /// The context again, for the connection's next request. Active now: its client has just
+    /// sent (that is why it is resumed), so its idle time starts again from here.
     pub(crate) fn resume(self) -> Rc<ConnCtx> {
         let mut ctx = ConnCtx::new(self.peer, self.local, self.listener, self.worker);
         ctx.requests.set(self.requests);
-        ctx.last_active.set(self.last_active);
         ctx.opened = self.opened;
         Rc::new(ctx)
     }

@@ -41,13 +41,11 @@ const FIRST_READ: usize = buffer_pool::BUFFER;
 
 /// Serves the connection until it closes or is [`Parked`]. The input is made before the
 /// `async` block so that the socket is not also kept, moved-from, in the connection's state.
-/// `resumed`: a parked connection whose client has sent again, read before anything else.
 pub(super) fn serve_h1(
     io: DownstreamIo,
     mut service: ProxyService,
     settings: Rc<ConnSettings>,
     mut drain: SignalWatch,
-    resumed: bool,
 ) -> impl Future<Output = Option<Parked>> {
     let mut input: Shared = Rc::new(RefCell::new(h1::Input::new(
         io,
@@ -62,11 +60,6 @@ pub(super) fn serve_h1(
         let mut timer = pin!(tokio::time::sleep_until(
             service.conn.last_active.get() + codecs.park_after.min(codecs.idle_timeout)
         ));
-        if resumed {
-            // The socket is readable (that is why it was resumed), but the runtime learns so
-            // only from its next event: the timer must not find the connection idle first.
-            timer.as_mut().reset(Instant::now() + codecs.park_after);
-        }
         let next = loop {
             if input.borrow().buf.is_empty() {
                 let waited = park(
