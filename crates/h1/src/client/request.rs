@@ -22,11 +22,12 @@ pub enum OutgoingBody {
     Unknown,
 }
 
-/// Writes the request line and header fields of `head` into `out` (its body is not looked
-/// at: the caller may have taken it already), and says how its body must be written: as hyper's client decides it. The request's own `Content-Length` or
-/// `Transfer-Encoding` are kept when they say how the body goes; otherwise the fitting one is
-/// added. An HTTP/1.0 request is written as such, and never chunked; any other as HTTP/1.1.
-/// `GET`, `HEAD` and `CONNECT` with a body of unknown length are sent without one.
+/// Writes the request line and header fields of `head` into `out` (its body is not looked at: the
+/// caller may have taken it already), and says how its body must be written: as hyper's client
+/// decides it. The request's own `Content-Length` or `Transfer-Encoding` are kept when they say how
+/// the body goes; otherwise the fitting one is added. An HTTP/1.0 request is written as such, and
+/// never chunked; any other as HTTP/1.1. `GET`, `HEAD` and `CONNECT` with a body of unknown length
+/// are sent without one.
 pub fn encode_request_head<B>(
     head: &http::Request<B>,
     body: OutgoingBody,

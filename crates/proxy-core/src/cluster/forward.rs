@@ -89,7 +89,8 @@ impl Admitted<'_> {
                     .await
                     .map(|response| (Rc::clone(&host), response))
                     .map_err(|e| e.error),
-                // From the pool, as the retry loop below: only sampled requests carry a span's state.
+                // From the pool, as the retry loop below: only sampled requests carry a
+                // span's state.
                 (None, Some(trace)) => {
                     PooledBox::pin_with(|| traced_try(&host, request, picked, slot, trace))
                         .await

@@ -120,12 +120,9 @@ impl HostPool {
                 }
                 Err(ExchangeError::Unsent(_)) if !fresh => {}
                 Err(error) => {
-                    let unsent = matches!(error, ExchangeError::Unsent(_));
-                    let error = error.into_proxy_error(self);
-                    return Err(if unsent {
-                        SendError::unsent(error)
-                    } else {
-                        SendError::sent(error)
+                    return Err(SendError {
+                        unsent: matches!(error, ExchangeError::Unsent(_)),
+                        error: error.into_proxy_error(self),
                     });
                 }
             }
