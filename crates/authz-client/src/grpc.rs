@@ -7,18 +7,22 @@
 //! the request). The connection is exactly one per client, made again after it fails, with
 //! backoff.
 
+use std::future::{Future as _, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use h2::RecvStream;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use prost::Message;
 
+use crate::batched_writes;
 use crate::check_encoding::{FRAME_PREFIX, check_frame};
 use crate::check_message::decision;
 use crate::decision::Decision;
@@ -28,6 +32,9 @@ use crate::{AuthzError, CheckInput, Endpoint};
 type Sender = SendRequest<Bytes>;
 
 const CHECK_URI: &str = "http://ext-authz/envoy.service.auth.v3.Authorization/Check";
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// The largest answer read: gRPC's usual limit on a received message.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
@@ -51,6 +58,8 @@ pub(crate) struct GrpcChannel {
     /// Held while connecting, so a burst of checks opens one connection.
     connecting: tokio::sync::Mutex<()>,
     backoff: Backoff,
+    /// The call's URI, parsed once: a check clones it.
+    check_uri: Uri,
 }
 
 impl GrpcChannel {
@@ -60,6 +69,7 @@ impl GrpcChannel {
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             backoff: Backoff::default(),
+            check_uri: Uri::from_static(CHECK_URI),
         }
     }
 
@@ -85,7 +95,7 @@ impl GrpcChannel {
         }
         self.backoff.check(&self.endpoint)?;
         let connected = async {
-            let stream = connect(&self.endpoint).await?;
+            let (io, writer) = batched_writes::split(connect(&self.endpoint).await?);
             // hyper's client settings, which the checks ran on before: windows wide enough
             // that a thousand answers in flight never wait for WINDOW_UPDATEs, and at most 100
             // streams opened before the service's SETTINGS say how many it takes.
@@ -95,12 +105,13 @@ impl GrpcChannel {
                 .initial_max_send_streams(INITIAL_MAX_SEND_STREAMS)
                 .max_send_buffer_size(MAX_SEND_BUFFER)
                 .max_header_list_size(MAX_HEADER_LIST)
-                .handshake(stream)
+                .handshake(io)
                 .await
+                .map(|(sender, connection)| (sender, connection, writer))
                 .map_err(std::io::Error::other)
         }
         .await;
-        let (sender, connection) = match connected {
+        let (sender, mut connection, writer) = match connected {
             Ok(pair) => pair,
             Err(source) => {
                 self.backoff.failed();
@@ -115,7 +126,16 @@ impl GrpcChannel {
         let ended = Arc::clone(&closed);
         let endpoint = self.endpoint.clone();
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            // One write of everything the poll buffered: checks made in the same turn share it.
+            let ended_with = poll_fn(|cx| {
+                let polled = Pin::new(&mut connection).poll(cx);
+                if let Poll::Ready(Err(error)) = writer.poll_write_out(cx) {
+                    return Poll::Ready(Err(error.to_string()));
+                }
+                polled.map_err(|error| error.to_string())
+            })
+            .await;
+            if let Err(error) = ended_with {
                 tracing::debug!(%endpoint, %error, "authorization service connection ended");
             }
             ended.store(true, Ordering::Release);
@@ -132,7 +152,8 @@ impl GrpcChannel {
         let frame = check_frame(input)?;
         let call = async {
             let mut sender = sender.ready().await?;
-            let (response, mut request_body) = sender.send_request(call_head(input), false)?;
+            let (response, mut request_body) =
+                sender.send_request(call_head(input, self.check_uri.clone()), false)?;
             request_body.send_data(frame, true)?;
             response.await
         };
@@ -142,10 +163,10 @@ impl GrpcChannel {
 }
 
 /// The head of a Check call.
-fn call_head(input: &CheckInput<'_>) -> Request<()> {
+fn call_head(input: &CheckInput<'_>, uri: Uri) -> Request<()> {
     let mut head = Request::new(());
     *head.method_mut() = Method::POST;
-    *head.uri_mut() = Uri::from_static(CHECK_URI);
+    *head.uri_mut() = uri;
     let headers = head.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(TE, HeaderValue::from_static("trailers"));
@@ -181,18 +202,27 @@ async fn read_answer(response: Response<RecvStream>) -> Result<CheckResponse, Au
             "an OK answer without a message",
         ));
     }
-    let mut message = BytesMut::new();
+    // Usually the message is one DATA frame, kept as it came; more are gathered.
+    let mut message = Bytes::new();
+    let mut gathered = BytesMut::new();
     while let Some(data) = body.data().await {
         let data = data.map_err(transport)?;
         // The window is given back as data arrives: the answer is bounded below, not by it.
         let _ = body.flow_control().release_capacity(data.len());
-        if message.len() + data.len() > FRAME_PREFIX + MAX_ANSWER {
+        if message.len() + gathered.len() + data.len() > FRAME_PREFIX + MAX_ANSWER {
             return Err(status(
                 tonic::Code::ResourceExhausted,
                 format!("an answer larger than {MAX_ANSWER} bytes"),
             ));
         }
-        message.extend_from_slice(&data);
+        if message.is_empty() && gathered.is_empty() {
+            message = data;
+        } else {
+            if gathered.is_empty() {
+                gathered.extend_from_slice(&std::mem::take(&mut message));
+            }
+            gathered.extend_from_slice(&data);
+        }
     }
     let trailers = body.trailers().await.map_err(transport)?;
     match trailers.as_ref().and_then(grpc_status) {
@@ -204,7 +234,11 @@ async fn read_answer(response: Response<RecvStream>) -> Result<CheckResponse, Au
             ));
         }
     }
-    decode_frame(&message)
+    if gathered.is_empty() {
+        decode_frame(&message)
+    } else {
+        decode_frame(&gathered)
+    }
 }
 
 /// The one message of a unary answer.
@@ -239,17 +273,19 @@ fn decode_frame(frame: &[u8]) -> Result<CheckResponse, AuthzError> {
 
 /// `grpc-status` (and `grpc-message`) of a head or trailers: `None` if absent.
 fn grpc_status(fields: &HeaderMap) -> Option<Result<(), AuthzError>> {
-    let value = fields.get("grpc-status")?;
-    let code = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.parse::<i32>().ok())
-        .map_or(tonic::Code::Unknown, tonic::Code::from_i32);
+    let value = fields.get(&GRPC_STATUS)?;
+    let code = match value.as_bytes() {
+        b"0" => tonic::Code::Ok,
+        other => std::str::from_utf8(other)
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok())
+            .map_or(tonic::Code::Unknown, tonic::Code::from_i32),
+    };
     if code == tonic::Code::Ok {
         return Some(Ok(()));
     }
     let message = fields
-        .get("grpc-message")
+        .get(&GRPC_MESSAGE)
         // Percent-encoded UTF-8.
         .map(|m| {
             percent_encoding::percent_decode(m.as_bytes())
@@ -305,6 +341,81 @@ mod tests {
                     ..
                 })
             ));
+        }
+    }
+
+    /// A service on 127.0.0.1 that answers every check with `answer`, its frame cut into
+    /// DATA frames at `cuts`, and an OK status in the trailers.
+    async fn service_sending_pieces(answer: CheckResponse, cuts: Vec<usize>) -> Endpoint {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let mut framed = vec![0];
+        framed.extend_from_slice(&(answer.encoded_len() as u32).to_be_bytes());
+        framed.extend_from_slice(&answer.encode_to_vec());
+        let framed = Bytes::from(framed);
+        tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.expect("accept");
+            let mut conn = h2::server::handshake(socket).await.expect("handshake");
+            while let Some(Ok((_request, mut respond))) = conn.accept().await {
+                let head = http::Response::builder()
+                    .header(CONTENT_TYPE, "application/grpc")
+                    .body(())
+                    .expect("head");
+                let mut body = respond.send_response(head, false).expect("head sent");
+                let mut from = 0;
+                for &cut in cuts.iter().chain([&framed.len()]) {
+                    body.send_data(framed.slice(from..cut), false)
+                        .expect("data sent");
+                    from = cut;
+                }
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                body.send_trailers(trailers).expect("trailers sent");
+            }
+        });
+        Endpoint::Tcp(addr)
+    }
+
+    #[tokio::test]
+    async fn an_answer_in_several_data_frames_is_read_whole() {
+        let denied = CheckResponse {
+            status: Some(envoy_types::pb::google::rpc::Status {
+                code: tonic::Code::PermissionDenied as i32,
+                ..Default::default()
+            }),
+            http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
+                body: "not you".repeat(40),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let headers = HeaderMap::new();
+        let input = CheckInput {
+            method: &Method::GET,
+            path: "/",
+            host: "example.test",
+            scheme: "http",
+            version: http::Version::HTTP_11,
+            headers: &headers,
+            request_id: "1",
+            source: "127.0.0.1:1000".parse().expect("address"),
+            destination: "127.0.0.1:80".parse().expect("address"),
+            context_extensions: &[],
+            body: None,
+            traceparent: None,
+            tracestate: None,
+        };
+        // Whole; cut inside the prefix; an empty frame first; three pieces.
+        for cuts in [vec![], vec![2], vec![0, 5], vec![1, 100, 200]] {
+            let endpoint = service_sending_pieces(denied.clone(), cuts.clone()).await;
+            let channel = GrpcChannel::new(endpoint);
+            let Ok(Decision::Deny(answer)) = channel.check(&input).await else {
+                panic!("a denial, cut at {cuts:?}");
+            };
+            assert_eq!(answer.status, StatusCode::FORBIDDEN, "cut at {cuts:?}");
+            assert_eq!(answer.body, "not you".repeat(40), "cut at {cuts:?}");
         }
     }
 

@@ -42,6 +42,7 @@
 //! # }
 //! ```
 
+mod batched_writes;
 mod check_encoding;
 mod check_message;
 mod decision;
