@@ -150,6 +150,25 @@ async fn a_known_request_sequence_is_counted_exactly() {
     assert!(!text.contains("downstream_cx_total"), "{text}");
     let text = admin_get(admin, "/stats?filter=%5Edownstream_rq_xx.*5xx.*worker");
     assert_eq!(text.lines().count(), 2, "one 5xx line per worker: {text}");
+    // The same filter over JSON: the series whose text name matches, families left out.
+    let filtered: serde_json::Value = serde_json::from_str(&admin_get(
+        admin,
+        "/stats?format=json&filter=%5Eupstream_rq_time%5C%7B",
+    ))
+    .unwrap();
+    let names: Vec<&str> = filtered["stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|family| family["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["upstream_rq_time"], "{filtered}");
+    assert_eq!(
+        filtered["stats"][0]["series"][0]["count"], 1000,
+        "{filtered}"
+    );
+    let (status, _) = admin_request(admin, "GET", "/stats?format=json&filter=(");
+    assert_eq!(status, 400);
 
     let clusters: serde_json::Value = serde_json::from_str(&admin_get(admin, "/clusters")).unwrap();
     assert_eq!(

@@ -114,6 +114,13 @@ impl SeriesSnapshot {
     pub(crate) fn rendered_labels(&self) -> &str {
         &self.labels.rendered
     }
+
+    /// The series as the `/stats` text names it, `family{labels}`: what a filter looks at.
+    pub fn text_key(&self, family: &str) -> String {
+        let mut key = String::from(family);
+        crate::prometheus::push_label_set(&mut key, &[self.rendered_labels()]);
+        key
+    }
 }
 
 /// One family: its name, help, kind, label names, and its series sorted by label values.

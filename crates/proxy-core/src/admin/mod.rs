@@ -33,7 +33,7 @@ const ENDPOINTS: &str = "\
 GET  /                    a dashboard: workers, latency, clusters, config (HTML)
 GET  /ready               200 while serving, 503 when draining or failed by /healthcheck/fail
 GET  /stats               every stat as text; ?filter=REGEX keeps the lines whose name matches;
-                          ?format=json: as JSON, histograms with their buckets
+                          ?format=json: as JSON, histograms with their buckets (filter= too)
 GET  /stats/prometheus    every stat in the Prometheus text format
 GET  /workers             per-worker open connections and requests, as JSON
 GET  /clusters            per-host connections and requests in flight, as JSON
@@ -378,25 +378,27 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             "text/html; charset=utf-8",
             Bytes::from_static(DASHBOARD.as_bytes()),
         ),
-        (&Method::GET, "/stats")
-            if req
-                .uri()
-                .query()
-                .is_some_and(|q| q.split('&').any(|pair| pair == "format=json")) =>
-        {
-            json(&stats_json::stats_json(&state.snapshot()))
-        }
         (&Method::GET, "/stats") => {
-            let filter = req.uri().query().and_then(|q| {
-                q.split('&')
-                    .find_map(|pair| pair.strip_prefix("filter="))
-                    .map(percent_decode)
-            });
-            let text = state.snapshot().render_text(None);
-            match filter.map(|pattern| regex::Regex::new(&pattern)) {
-                None => reply(StatusCode::OK, TEXT, text),
+            let query = req.uri().query().unwrap_or("");
+            let as_json = query.split('&').any(|pair| pair == "format=json");
+            let filter = query
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("filter="))
+                .map(|pattern| regex::Regex::new(&percent_decode(pattern)))
+                .transpose();
+            match filter {
+                Err(err) => reply(
+                    StatusCode::BAD_REQUEST,
+                    TEXT,
+                    format!("invalid filter regex: {err}\n"),
+                ),
+                Ok(filter) if as_json => {
+                    json(&stats_json::stats_json(&state.snapshot(), filter.as_ref()))
+                }
+                Ok(None) => reply(StatusCode::OK, TEXT, state.snapshot().render_text(None)),
                 // A line is `key: value`; the filter looks at the key, as Envoy's does.
-                Some(Ok(re)) => {
+                Ok(Some(re)) => {
+                    let text = state.snapshot().render_text(None);
                     let mut kept = String::new();
                     for line in text.lines() {
                         if re.is_match(line.split(": ").next().unwrap_or(line)) {
@@ -406,11 +408,6 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
                     }
                     reply(StatusCode::OK, TEXT, kept)
                 }
-                Some(Err(err)) => reply(
-                    StatusCode::BAD_REQUEST,
-                    TEXT,
-                    format!("invalid filter regex: {err}\n"),
-                ),
             }
         }
         (&Method::GET, "/stats/prometheus") => reply(
