@@ -234,11 +234,11 @@ async fn read_answer(response: Response<RecvStream>) -> Result<CheckResponse, Au
             ));
         }
     }
-    if gathered.is_empty() {
-        decode_frame(&message)
+    decode_frame(if gathered.is_empty() {
+        &message
     } else {
-        decode_frame(&gathered)
-    }
+        &gathered
+    })
 }
 
 /// The one message of a unary answer.
@@ -274,13 +274,11 @@ fn decode_frame(frame: &[u8]) -> Result<CheckResponse, AuthzError> {
 /// `grpc-status` (and `grpc-message`) of a head or trailers: `None` if absent.
 fn grpc_status(fields: &HeaderMap) -> Option<Result<(), AuthzError>> {
     let value = fields.get(&GRPC_STATUS)?;
-    let code = match value.as_bytes() {
-        b"0" => tonic::Code::Ok,
-        other => std::str::from_utf8(other)
-            .ok()
-            .and_then(|v| v.parse::<i32>().ok())
-            .map_or(tonic::Code::Unknown, tonic::Code::from_i32),
-    };
+    let code = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .map_or(tonic::Code::Unknown, tonic::Code::from_i32);
     if code == tonic::Code::Ok {
         return Some(Ok(()));
     }

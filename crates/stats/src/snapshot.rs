@@ -117,8 +117,8 @@ impl SeriesSnapshot {
 
     /// The series as the `/stats` text names it, `family{labels}`: what a filter looks at.
     pub fn text_key(&self, family: &str) -> String {
-        let mut key = String::from(family);
-        crate::prometheus::push_label_set(&mut key, &[self.rendered_labels()]);
+        let mut key = String::new();
+        crate::text::write_key(&mut key, family, &[self.rendered_labels()]);
         key
     }
 }

@@ -28,9 +28,7 @@ pub(crate) fn render(snapshot: &Snapshot, filter: Option<&str>) -> String {
     for family in families {
         for series in family.series() {
             let labels = series.rendered_labels();
-            key.clear();
-            key.push_str(family.name());
-            push_label_set(&mut key, &[labels]);
+            write_key(&mut key, family.name(), &[labels]);
             if keep(&key) {
                 line(&mut out, &key, series.value());
             }
@@ -42,9 +40,7 @@ pub(crate) fn render(snapshot: &Snapshot, filter: Option<&str>) -> String {
                 if shard_labels.is_empty() {
                     continue;
                 }
-                key.clear();
-                key.push_str(family.name());
-                push_label_set(&mut key, &[labels, shard_labels]);
+                write_key(&mut key, family.name(), &[labels, shard_labels]);
                 if keep(&key) {
                     line(&mut out, &key, value);
                 }
@@ -52,6 +48,13 @@ pub(crate) fn render(snapshot: &Snapshot, filter: Option<&str>) -> String {
         }
     }
     out
+}
+
+/// A line's key, `family{labels}`, into `key` (emptied first): what a `/stats` filter looks at.
+pub(crate) fn write_key(key: &mut String, family: &str, labels: &[&str]) {
+    key.clear();
+    key.push_str(family);
+    push_label_set(key, labels);
 }
 
 fn line(out: &mut String, key: &str, value: &Value) {
