@@ -9,7 +9,6 @@ use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,12 +16,10 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, StatusCode, Version};
-use serde::{Serialize, Serializer};
+
+use config::access_log::{AccessLogConfig, Field, JsonFormat, LogFormat, LogTarget};
 
 use crate::error::ResponseFlag;
-
-/// Envoy's default line, with the proxy's own field names.
-pub const DEFAULT_FORMAT: &str = "[%START_TIME%] \"%METHOD% %PATH% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% \"%UPSTREAM_HOST%\" \"%REQ_ID%\"\n";
 
 /// How often a worker hands its partial buffer to the writer.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
@@ -30,108 +27,6 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
 const FLUSH_AT: usize = 16 * 1024;
 /// Chunks queued per destination before new ones are dropped.
 const QUEUE_CHUNKS: usize = 1024;
-
-/// Where lines go.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum LogTarget {
-    Stdout,
-    File(PathBuf),
-}
-
-impl Serialize for LogTarget {
-    /// As written: `stdout` or the file's path.
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            LogTarget::Stdout => s.serialize_str("stdout"),
-            LogTarget::File(path) => s.collect_str(&path.display()),
-        }
-    }
-}
-
-/// One piece of a line format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Field {
-    Text(String),
-    StartTime,
-    Method,
-    Path,
-    Protocol,
-    ResponseCode,
-    ResponseFlags,
-    BytesReceived,
-    BytesSent,
-    /// Milliseconds from request head to the end of the response.
-    Duration,
-    UpstreamHost,
-    RequestId,
-    DownstreamRemoteAddress,
-}
-
-/// The `%NAME%` of each field.
-const NAMED_FIELDS: [(&str, Field); 12] = [
-    ("START_TIME", Field::StartTime),
-    ("METHOD", Field::Method),
-    ("PATH", Field::Path),
-    ("PROTOCOL", Field::Protocol),
-    ("RESPONSE_CODE", Field::ResponseCode),
-    ("RESPONSE_FLAGS", Field::ResponseFlags),
-    ("BYTES_RECEIVED", Field::BytesReceived),
-    ("BYTES_SENT", Field::BytesSent),
-    ("DURATION", Field::Duration),
-    ("UPSTREAM_HOST", Field::UpstreamHost),
-    ("REQ_ID", Field::RequestId),
-    ("DOWNSTREAM_REMOTE_ADDRESS", Field::DownstreamRemoteAddress),
-];
-
-/// A parsed `format:` string.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogFormat(pub Vec<Field>);
-
-impl Serialize for LogFormat {
-    /// As written: the format string.
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&crate::template::write(
-            &self.0,
-            &NAMED_FIELDS,
-            |field| match field {
-                Field::Text(literal) => Some(literal),
-                _ => None,
-            },
-        ))
-    }
-}
-
-impl LogFormat {
-    /// Parses `%FIELD%` tokens; `%%` is a literal `%`.
-    pub fn parse(text: &str) -> Result<LogFormat, String> {
-        crate::template::parse(text, &NAMED_FIELDS, Field::Text, "field").map(LogFormat)
-    }
-}
-
-/// A JSON line's keys, in order, each with the format of its value (`json_format`): one
-/// object per request. A value that is one numeric field (`%RESPONSE_CODE%`, `%DURATION%`,
-/// the byte counts) is a JSON number; a value that is one field with nothing to say (`-` in a
-/// text line) is `null`; anything else is a string.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JsonFormat(pub Vec<(String, LogFormat)>);
-
-impl Serialize for JsonFormat {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(key, value)| (key, value)))
-    }
-}
-
-/// A listener's access log settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AccessLogConfig {
-    #[serde(rename = "path")]
-    pub target: LogTarget,
-    /// The text line; not used with `json_format`.
-    pub format: LogFormat,
-    /// A JSON object per line instead of the text format.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub json_format: Option<JsonFormat>,
-}
 
 /// What one request leaves behind for its log line.
 #[derive(Debug, Default)]
@@ -553,6 +448,7 @@ fn write_rfc3339(out: &mut String, at: SystemTime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use config::access_log::DEFAULT_FORMAT;
 
     #[test]
     fn formats_parse_into_fields() {

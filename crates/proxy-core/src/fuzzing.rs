@@ -10,11 +10,11 @@ use http::header::{CONNECTION, HeaderName};
 use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, Request};
 
-use crate::config::{Config, EscapedSlashes, PathNormalization};
 use crate::http::forwarding::{strip_connection_listed, strip_hop_by_hop};
 use crate::http::head::{Admitted, admit, is_authority};
-use crate::path::{self, Normalized};
 use crate::router::RouteTable;
+use config::path::{self, Normalized};
+use config::{Config, EscapedSlashes, PathNormalization};
 
 /// Loads `text` as a config file. What loads must serialise (the admin's /config_dump) and
 /// route (each listener's table finds what a scan of its routes finds).
@@ -303,8 +303,8 @@ fn check_written(req: &Request<()>) {
 /// one piece or a few at a time, take no byte past a header, and hand back as its own first
 /// bytes exactly what it took when there is no header.
 pub fn proxy_protocol(data: &[u8]) {
-    use crate::config::{ProxyProtocolConfig, ProxyProtocolVersions};
     use crate::conn::proxy_protocol::{Header, HeaderReader, ProxyProtocolError, Step};
+    use config::{ProxyProtocolConfig, ProxyProtocolVersions};
 
     let Some((&settings, bytes)) = data.split_first() else {
         return;

@@ -3,9 +3,8 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! units, template, header_list, path, runtime, memory, buffer_pool, box_pool, throttle, catalog,
-//!             error, access_log, tls, listener   leaves
-//! config      the typed, validated configuration
+//! header_list, runtime, memory, buffer_pool, box_pool, throttle, catalog,
+//!             error, access_log, tls, listener   leaves (the configuration is the `config` crate)
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
 //! router      the route table
@@ -60,7 +59,6 @@ mod box_pool;
 mod buffer_pool;
 mod catalog;
 mod cluster;
-pub mod config;
 mod conn;
 mod context;
 mod error;
@@ -74,20 +72,17 @@ mod listener;
 mod live;
 mod memory;
 pub mod overload;
-mod path;
 pub mod router;
 mod runtime;
 mod server;
-mod template;
 mod throttle;
 mod tls;
-mod units;
 mod worker;
 
-pub use config::{Config, ConfigError};
+pub use config::machine::{raise_open_file_limit, usable_cores};
+pub use config::{self, Config, ConfigError};
 pub use error::{Overflow, ProxyError, ResponseFlag};
 pub use live::upgrade::Predecessor;
 pub use live::{BuildError, ReloadError, ReloadReport};
-pub use runtime::{raise_open_file_limit, usable_cores};
 pub use server::{Server, StartError, StartOptions};
 pub use tls::TlsError;

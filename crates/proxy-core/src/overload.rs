@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::sync::Weak;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
-use crate::config::OverloadConfig;
+use config::OverloadConfig;
 
 /// Points of pressure below its threshold at which an action ends.
 pub const RECOVERY_MARGIN: u32 = 5;

@@ -11,10 +11,10 @@ use tokio::sync::{oneshot, watch};
 
 use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
-use crate::config::Config;
 use crate::live::upgrade::Predecessor;
 use crate::live::{BuildError, LiveConfig, ReloadError, ReloadReport, Sockets};
 use crate::worker::{self, ExactBalance, WorkerSpec};
+use config::Config;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

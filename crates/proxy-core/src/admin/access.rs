@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use http::header::AUTHORIZATION;
 use http::{HeaderMap, Method, StatusCode};
 
-use crate::config::AdminConfig;
+use config::AdminConfig;
 
 /// Why a request is refused: the status and the body that says so.
 pub(super) type Refusal = (StatusCode, &'static str);
@@ -53,7 +53,7 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
-    use crate::config::Config;
+    use config::Config;
 
     /// A config with `admin: { settings }` and one listener.
     fn yaml(settings: &str) -> String {

@@ -5,8 +5,8 @@
 
 use serde_json::{Value, json};
 
-use crate::config::{Config, LimitSpec};
 use crate::live::LiveConfig;
+use config::{Config, LimitSpec};
 
 /// The dump of the config in force, with its version, when it was loaded, and how the last
 /// reload went (its error, if it failed: the config in force is then the last good one).

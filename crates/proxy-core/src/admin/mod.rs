@@ -226,7 +226,7 @@ fn percent_decode(value: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let escaped = crate::path::escaped_byte(bytes, i);
+        let escaped = config::path::escaped_byte(bytes, i);
         match (escaped, bytes[i]) {
             (Some(b), _) => {
                 out.push(b);

@@ -6,8 +6,8 @@ use tokio::time::Instant;
 use super::breaker::Slot;
 use super::h1_conn::H1Conn;
 use super::{Cluster, HostPool};
-use crate::config::UpstreamProtocol;
 use crate::error::{Overflow, ProxyError};
+use config::UpstreamProtocol;
 
 impl Cluster {
     /// Takes a `max_requests` slot for one try, before any work is spent on the request; a

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::config::CircuitBreakerConfig;
+use config::CircuitBreakerConfig;
 
 /// One limit and what is held against it.
 #[derive(Debug)]
@@ -121,7 +121,7 @@ impl Drop for Slot<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::LimitSpec;
+    use config::LimitSpec;
 
     #[test]
     fn a_breaker_admits_up_to_its_limit_and_frees_on_release() {

@@ -18,7 +18,7 @@ use hickory_resolver::{Resolver, TokioResolver};
 
 use super::SharedCluster;
 use crate::catalog::ClusterStats;
-use crate::config::{DnsConfig, DnsLookupFamily, Endpoint, EndpointAddress};
+use config::{DnsConfig, DnsLookupFamily, Endpoint, EndpointAddress};
 
 /// How long one query waits for a server; it is sent once (the next refresh is the retry).
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);

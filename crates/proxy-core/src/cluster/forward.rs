@@ -15,9 +15,9 @@ use super::host::SendError;
 use super::retry;
 use super::{Cluster, HostPool, UpstreamBody};
 use crate::box_pool::PooledBox;
-use crate::config::RetryPolicy;
 use crate::context::{RequestBody, RequestTrace, TRACEPARENT, text_of};
 use crate::error::ProxyError;
+use config::RetryPolicy;
 
 /// A request admitted to a host of a cluster: the host is counted as having it in flight and
 /// a `max_requests` slot is held, until the request is sent or dropped.

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use balancer::{Health, HostSet};
 
-use crate::config::OutlierDetectionConfig;
+use config::OutlierDetectionConfig;
 
 /// How one try at a host ended, as outlier detection counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

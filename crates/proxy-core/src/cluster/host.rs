@@ -18,9 +18,9 @@ use super::health::{Counters, Ejection, TryOutcome};
 use super::settings::UpstreamSettings;
 use crate::box_pool::PooledBox;
 use crate::catalog::{ClusterStats, HostStats};
-use crate::config::UpstreamProtocol;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
+use config::UpstreamProtocol;
 
 pub(crate) struct HostPool {
     /// The host's failure counts, shared with every worker for outlier detection.

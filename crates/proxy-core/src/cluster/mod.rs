@@ -42,8 +42,8 @@ use balancer::{LoadBalancer, Picked};
 use http::HeaderMap;
 
 use crate::catalog::{Catalog, ClusterStats};
-use crate::config::{ClusterConfig, HashKey};
 pub use body::UpstreamBody;
+use config::{ClusterConfig, HashKey};
 pub use dns::DnsError;
 pub(crate) use forward::Admitted;
 pub(crate) use host::HostPool;

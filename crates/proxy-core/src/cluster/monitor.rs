@@ -22,9 +22,9 @@ use tokio::sync::watch;
 
 use super::SharedCluster;
 use crate::catalog::{ClusterStats, ProxyStats};
-use crate::config::{HealthCheckConfig, UpstreamProtocol};
 use crate::runtime::LocalExec;
 use crate::tls::UpstreamTls;
+use config::{HealthCheckConfig, UpstreamProtocol};
 
 /// How often headroom and ejections are looked at.
 const TICK: Duration = Duration::from_secs(1);

@@ -16,9 +16,9 @@ use super::breaker::Slot;
 use super::host::SendError;
 use super::{Cluster, HostPool, SharedCluster, UpstreamBody};
 use crate::box_pool::PooledBox;
-use crate::config::{RetryOn, RetryPolicy};
 use crate::context::{Replay, RequestBody, RequestTrace};
 use crate::error::ProxyError;
+use config::{RetryOn, RetryPolicy};
 
 /// What a retry rebuilds its request from.
 struct RetryPlan {

@@ -7,10 +7,10 @@ use std::time::Duration;
 use hyper::client::conn::{http1, http2};
 
 use super::SharedCluster;
-use crate::config::{ClusterConfig, UpstreamProtocol};
 use crate::error::Overflow;
 use crate::runtime::LocalExec;
 use crate::throttle::LogThrottle;
+use config::{ClusterConfig, UpstreamProtocol};
 
 pub(crate) struct UpstreamSettings {
     pub(super) protocol: UpstreamProtocol,

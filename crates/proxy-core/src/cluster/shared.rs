@@ -7,8 +7,8 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::catalog::{ClusterGauges, ProxyStats};
-use crate::config::{ClusterConfig, Endpoint, HealthCheckConfig, UpstreamProtocol};
 use crate::tls::UpstreamTls;
+use config::{ClusterConfig, Endpoint, HealthCheckConfig, UpstreamProtocol};
 
 use super::breaker::CircuitBreakers;
 use super::dns::{DnsError, DnsResolver, Membership};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use hyper::server::conn::http2;
 
 use super::stream_exec::StreamExec;
-use crate::config::{ListenerConfig, RouteAction};
+use config::{ListenerConfig, RouteAction};
 
 /// HTTP/2 flood limits (h2's defaults, stated here).
 const MAX_PENDING_ACCEPT_RESETS: usize = 20;

@@ -52,7 +52,7 @@ pub(crate) struct ConnSettings {
     /// The TLS handshake, on a TLS listener.
     pub(crate) tls: Option<Handshake>,
     /// The PROXY protocol header expected before anything else.
-    pub(crate) proxy_protocol: Option<crate::config::ProxyProtocolConfig>,
+    pub(crate) proxy_protocol: Option<config::ProxyProtocolConfig>,
     /// Idle HTTP/1.1 connections are handed back as [`Parked`] (the worker has a lot for
     /// them); otherwise they stay with their task.
     pub(crate) park_idle: bool,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::config::ProxyProtocolConfig;
+use config::ProxyProtocolConfig;
 
 const V1_PREFIX: &[u8] = b"PROXY ";
 /// The longest v1 line, `\r\n` included (the protocol's own limit).
@@ -285,7 +285,7 @@ fn parse_v1(header: &[u8]) -> Result<Header, ProxyProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ProxyProtocolVersions;
+    use config::ProxyProtocolVersions;
     use tokio::io::AsyncWriteExt;
 
     const BOTH: ProxyProtocolConfig = ProxyProtocolConfig {

@@ -28,9 +28,9 @@ use trace_export::{
 
 use super::request_id::next_u64;
 use crate::catalog::ProxyStats;
-use crate::config::{OtlpProtocol, TracingConfig};
 use crate::error::ResponseFlag;
 use crate::throttle::LogThrottle;
+use config::{OtlpProtocol, TracingConfig};
 
 pub(crate) static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub(crate) static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");

@@ -17,9 +17,9 @@ use http::{Request, StatusCode};
 use super::body::BodyFilter;
 use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
 use crate::catalog::CompressionStats;
-use crate::config::{CompressionConfig, Encoding, RouteConfiguration};
 use crate::context::RequestBody;
 use crate::header_list;
+use config::{CompressionConfig, Encoding, RouteConfiguration};
 
 /// The filter on one worker.
 pub(crate) struct Compression {

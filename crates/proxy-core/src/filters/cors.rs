@@ -12,8 +12,8 @@ use http::header::{
 use http::{Method, Request, StatusCode};
 
 use super::{Exchange, FilterState, Flow, LocalReply, PerRouteSettings, ResponseHead};
-use crate::config::{CorsConfig, OriginMatch, RouteConfiguration};
 use crate::context::RequestBody;
+use config::{CorsConfig, OriginMatch, RouteConfiguration};
 
 /// One policy, its fixed header values made once.
 struct Policy {

@@ -11,11 +11,11 @@ use tokio::time::Instant;
 
 use super::{Exchange, FilterState, Flow, HeadersFlow, LocalReply, ResponseHead};
 use crate::catalog::AuthzStats;
-use crate::config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};
 use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{ConnCtx, RequestBody, TRACESTATE};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::throttle::LogThrottle;
+use config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};
 
 static X_LEGATE_AUTH_FAILURE_MODE_ALLOWED: HeaderName =
     HeaderName::from_static("x-legate-auth-failure-mode-allowed");

@@ -8,11 +8,11 @@ use std::io::Write as _;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
 use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
-use crate::config::{
-    HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteConfiguration, TemplatePart,
-};
 use crate::context::RequestBody;
 use crate::context::request_id::X_REQUEST_ID;
+use config::{
+    HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteConfiguration, TemplatePart,
+};
 
 /// The filter on one worker: rules with their static values made into headers once.
 pub(crate) struct Headers {

@@ -14,12 +14,12 @@ use tokio::time::Instant;
 use super::token_bucket::{KeyedBuckets, Taken, TokenBucket};
 use super::{Exchange, FilterState, Flow, LocalReply, PerRouteSettings, ResponseHead};
 use crate::catalog::RateLimitStats;
-use crate::config::{
+use crate::context::RequestBody;
+use crate::error::ResponseFlag;
+use config::{
     LocalRateLimitConfig, PerRoute, RateLimitHeaders, RateLimitKey, RateLimitScope,
     RouteConfiguration, RouteFilters,
 };
-use crate::context::RequestBody;
-use crate::error::ResponseFlag;
 
 static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");

@@ -46,10 +46,10 @@ pub(crate) use local_rate_limit::SharedLimits;
 use per_route::PerRouteSettings;
 
 use crate::catalog::Catalog;
-use crate::config::{HttpFilterConfig, ListenerConfig};
 use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{Client, ConnCtx, RequestBody, RequestTrace};
 use crate::error::{ProxyError, ResponseFlag};
+use config::{HttpFilterConfig, ListenerConfig};
 
 /// One filter of a chain.
 pub(crate) enum Filter {

@@ -2,7 +2,7 @@
 //! route's, or none (`disabled`), resolved by index without a lookup by name.
 
 use super::Exchange;
-use crate::config::{PerRoute, RouteConfiguration, RouteFilters};
+use config::{PerRoute, RouteConfiguration, RouteFilters};
 
 /// The listener's settings and what each virtual host and route says, in the route table's
 /// order. The most specific entry wins: a route's over its host's over the listener's.

@@ -10,8 +10,8 @@ use http::HeaderValue;
 
 use super::{FilterChain, SharedFilters};
 use crate::catalog::ProxyStats;
-use crate::config::Config;
 use crate::context::{ConnCtx, ListenerCtx, WorkerCtx};
+use config::Config;
 
 /// A listener with `filters` (YAML list items) and `routes`, its chain and a connection.
 pub(crate) struct Setup {

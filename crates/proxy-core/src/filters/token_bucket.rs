@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::TokenBucketConfig;
+use config::TokenBucketConfig;
 
 /// One bucket. The state is `(fill index << 32) | tokens` in one atomic, so taking a token
 /// and accounting the fills since the last take are one compare-and-swap.

@@ -12,7 +12,6 @@ use http::{Method, Request, Response, StatusCode, Version};
 use super::forwarding::X_LEGATE_OVERLOADED;
 use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite, upgrade};
 use crate::cluster::Admitted;
-use crate::config::{ForwardAction, PathMatch, RouteAction};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{
     Client, ConnCtx, InFlight, RequestBody, TRACEPARENT, TRACESTATE, Tunnel, text_of,
@@ -20,6 +19,7 @@ use crate::context::{
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
+use config::{ForwardAction, PathMatch, RouteAction};
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.

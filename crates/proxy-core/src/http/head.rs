@@ -6,10 +6,10 @@ use http::header::{HOST, HeaderValue};
 use http::{Method, Request, Version};
 
 use super::upgrade;
-use crate::config::PathNormalization;
 use crate::error::ProxyError;
-use crate::path;
 use crate::router::{Matched, RouteTable};
+use config::PathNormalization;
+use config::path;
 
 /// What the head checks decided.
 #[derive(Debug)]

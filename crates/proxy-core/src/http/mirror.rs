@@ -16,9 +16,9 @@ use http_body_util::BodyExt;
 
 use super::rewrite;
 use crate::cluster::Cluster;
-use crate::config::ForwardAction;
 use crate::context::{ConnCtx, RequestBody};
 use crate::error::ProxyError;
+use config::ForwardAction;
 
 /// Starts the copies the route's mirror policies draw for this request. `parts` is the
 /// request as it will be forwarded (path rewritten, before the upstream's own rewrite),

@@ -44,7 +44,7 @@ pub(crate) struct HttpCtx {
     pub(crate) upgrade_idle_timeout: std::time::Duration,
     /// Bytes an upgraded connection holds per direction.
     pub(crate) upgrade_buffer: usize,
-    pub(crate) path_normalization: crate::config::PathNormalization,
+    pub(crate) path_normalization: config::PathNormalization,
     /// Starts each request's trace, when `tracing` is configured.
     pub(crate) tracer: Option<Rc<crate::context::WorkerTracer>>,
 }

@@ -8,8 +8,8 @@ use http::header::{HeaderValue, LOCATION};
 use http::{Response, Uri};
 
 use super::{ResponseBody, local_reply};
-use crate::config::{PathMatch, PathRewrite, RedirectAction, RedirectPath};
 use crate::error::ProxyError;
+use config::{PathMatch, PathRewrite, RedirectAction, RedirectPath};
 
 /// The redirect `action` answers a request for `uri` on `host` with. `asked`: the scheme
 /// the client used (kept when the action names none).
@@ -148,12 +148,12 @@ mod tests {
     use http::StatusCode;
 
     fn action(yaml: &str) -> RedirectAction {
-        let config = crate::config::Config::from_yaml(&format!(
+        let config = config::Config::from_yaml(&format!(
             "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - {{ match: {{ prefix: /old }}, {yaml} }}\n"
         ))
         .unwrap();
         match &config.listeners[0].route_config.routes[0].action {
-            crate::config::RouteAction::Redirect(r) => r.clone(),
+            config::RouteAction::Redirect(r) => r.clone(),
             other => panic!("{other:?}"),
         }
     }
@@ -254,7 +254,7 @@ mod tests {
                 "`cluster` or `redirect`, not both",
             ),
         ] {
-            let err = crate::config::Config::from_yaml(&format!(
+            let err = config::Config::from_yaml(&format!(
                 "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - {{ match: {{ prefix: /old }}, {yaml} }}\nclusters: [{{ name: c, endpoints: [127.0.0.1:2] }}]\n"
             ))
             .unwrap_err()
@@ -279,7 +279,7 @@ mod tests {
                 .as_str(),
             "/"
         );
-        let regex = PathRewrite::RegexRewrite(crate::config::RegexRewrite {
+        let regex = PathRewrite::RegexRewrite(config::RegexRewrite {
             pattern: regex::Regex::new("^/api/users/([0-9]+)$").unwrap(),
             substitution: "/people/\\1".into(),
             replacement: "/people/${1}".into(),

@@ -8,9 +8,9 @@ use http::{Uri, Version};
 
 use super::forwarding::{X_FORWARDED_PROTO, append_forwarded_for, strip_hop_by_hop};
 use crate::cluster::HostPool;
-use crate::config::UpstreamProtocol;
 use crate::context::ConnCtx;
 use crate::error::ProxyError;
+use config::UpstreamProtocol;
 
 /// Rewrites a request head for `host`. `authority` is what the client asked for, after any
 /// `host_rewrite`; without one, the host's address stands in.

@@ -15,12 +15,12 @@ use super::sockets::Sockets;
 use crate::access_log::LogSinks;
 use crate::catalog::ProxyStats;
 use crate::cluster::SharedCluster;
-use crate::config::{ClusterConfig, Config, ConnectionBalance, Endpoint, ListenerConfig};
 use crate::context::SharedTracer;
 use crate::filters::SharedFilters;
 use crate::listener::{ConnectionLimits, Limit, reuse_port_supported};
 use crate::router::RouteTable;
 use crate::tls::{ServerTls, TlsListeners, UpstreamTls};
+use config::{ClusterConfig, Config, ConnectionBalance, Endpoint, ListenerConfig};
 
 /// What a build draws on besides the config.
 pub(crate) struct BuildCtx<'a> {
@@ -185,7 +185,7 @@ pub(crate) fn build(
             {
                 // Same files: read them again (new certificates are picked up), keeping the
                 // session tickets and cache.
-                ServerTls::check(spec).map_err(|source| BuildError::Tls {
+                config::tls_material::check_listener(spec).map_err(|source| BuildError::Tls {
                     scope: format!("listener `{}`", listener.name),
                     source: Box::new(source),
                 })?;
@@ -270,7 +270,7 @@ pub(crate) fn build(
     Ok((generation, commit))
 }
 
-fn log_targets(config: &Config) -> impl Iterator<Item = crate::access_log::LogTarget> + '_ {
+fn log_targets(config: &Config) -> impl Iterator<Item = config::LogTarget> + '_ {
     config
         .listeners
         .iter()

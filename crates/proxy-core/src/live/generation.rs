@@ -10,12 +10,12 @@ use tokio::sync::watch;
 
 use crate::access_log::LogSinks;
 use crate::cluster::SharedCluster;
-use crate::config::Config;
 use crate::context::SharedTracer;
 use crate::filters::SharedFilters;
 use crate::listener::ConnectionLimits;
 use crate::router::RouteTable;
 use crate::tls::{ServerTls, TlsListeners};
+use config::Config;
 
 pub(crate) struct Generation {
     /// 1 at start, one more per successful reload.

@@ -35,8 +35,8 @@ use tokio::sync::watch as channel;
 
 use crate::catalog::ProxyStats;
 use crate::cluster::monitor::ClusterList;
-use crate::config::raw::{RawCluster, RawListener};
-use crate::config::{Config, ConfigError};
+use config::raw::{RawCluster, RawListener};
+use config::{Config, ConfigError};
 pub(crate) use generation::{Generation, SharedListener};
 use serde::Serialize;
 pub(crate) use sockets::{Inherited, Sockets};
@@ -280,7 +280,7 @@ impl LiveConfig {
             Some(path) => Config::load(path)
                 .and_then(|config| {
                     let dynamic = self.dynamic();
-                    crate::config::xds::compose(&config.origin, dynamic.listeners, dynamic.clusters)
+                    config::xds::compose(config.origin(), dynamic.listeners, dynamic.clusters)
                 })
                 .map_err(ReloadError::from),
             None => Err(ReloadError::NoFile),
@@ -309,12 +309,9 @@ impl LiveConfig {
         arrived: std::time::Instant,
     ) -> Result<ReloadReport, ReloadError> {
         let mut reloads = self.reloads.lock().await;
-        let origin = Arc::clone(&self.current().config.origin);
-        let config = crate::config::xds::compose(
-            &origin,
-            dynamic.listeners.clone(),
-            dynamic.clusters.clone(),
-        )?;
+        let origin = Arc::clone(self.current().config.origin());
+        let config =
+            config::xds::compose(&origin, dynamic.listeners.clone(), dynamic.clusters.clone())?;
         let report = self.put_in_force(&mut reloads, config, arrived).await?;
         *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = dynamic;
         Ok(report)

@@ -5,8 +5,8 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 
 use super::generation::BoundSockets;
-use crate::config::{ConnectionBalance, ListenerConfig};
 use crate::listener::{bind_per_worker, bind_shared, join_reuse_port};
+use config::{ConnectionBalance, ListenerConfig};
 
 /// Listening sockets handed over by a previous process, by address.
 #[derive(Default)]

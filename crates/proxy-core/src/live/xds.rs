@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use xds_client::{Any, Options, Update, Variant};
 
 use super::{DynamicSections, LiveConfig, XdsResourceStatus, XdsStatus};
-use crate::config::xds::{
+use config::xds::{
     AdsProtocol, Held, ResourceError, Resources, XdsCluster, XdsEndpoints, XdsListener, XdsRoutes,
     digest, type_url,
 };
@@ -91,7 +91,7 @@ struct Stats {
 struct Applier {
     live: Weak<LiveConfig>,
     resources: Resources,
-    /// [`crate::config::xds::Sections::inputs`] of the sections in force.
+    /// [`config::xds::Sections::inputs`] of the sections in force.
     in_force: u64,
     stats: Stats,
     status: XdsStatus,

@@ -3,7 +3,7 @@
 
 use foldhash::fast::RandomState;
 
-use crate::config::{Domain, VirtualHostConfig};
+use config::{Domain, VirtualHostConfig};
 
 /// Keys come from the config; requests only look up, so a fast hash is safe here.
 type HashMap<K, V> = std::collections::HashMap<K, V, RandomState>;

@@ -11,7 +11,7 @@ use foldhash::fast::RandomState;
 
 use super::Request;
 use super::prefix_tree::{self, PrefixTree};
-use crate::config::{HostMatch, PathMatch, RouteConfig};
+use config::{HostMatch, PathMatch, RouteConfig};
 
 /// Keys come from the config; requests only look up, so a fast hash is safe here.
 type HashMap<K, V> = std::collections::HashMap<K, V, RandomState>;

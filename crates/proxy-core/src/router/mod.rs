@@ -15,9 +15,7 @@ mod prefix_tree;
 use http::HeaderMap;
 use percent_encoding::percent_decode;
 
-use crate::config::{
-    HeaderValueMatch, HostMatch, PathMatch, RouteConfig, RouteConfiguration, RouteMatch,
-};
+use config::{HeaderValueMatch, HostMatch, PathMatch, RouteConfig, RouteConfiguration, RouteMatch};
 use hosts::HostIndex;
 use index::RouteIndex;
 
@@ -256,7 +254,7 @@ fn query_value<'a>(query: &'a str, name: &str) -> Option<std::borrow::Cow<'a, [u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use config::Config;
     use http::HeaderValue;
 
     #[test]
@@ -310,7 +308,7 @@ listeners:
     fn body_for(table: &RouteTable, host: &str, path: &str, headers: &HeaderMap) -> String {
         let matched = table.find(host, path, None, headers);
         match &table.route(matched.route.expect("a route")).action {
-            crate::config::RouteAction::DirectResponse { body, .. } => {
+            config::RouteAction::DirectResponse { body, .. } => {
                 String::from_utf8(body.to_vec()).unwrap()
             }
             other => panic!("unexpected action {other:?}"),
@@ -651,7 +649,7 @@ listeners:
         let at = |path: &str, query: Option<&str>, headers: &HeaderMap| {
             let matched = t.find("h", path, query, headers);
             match &t.route(matched.route.expect("a route")).action {
-                crate::config::RouteAction::DirectResponse { body, .. } => {
+                config::RouteAction::DirectResponse { body, .. } => {
                     String::from_utf8(body.to_vec()).unwrap()
                 }
                 other => panic!("unexpected action {other:?}"),

@@ -5,14 +5,13 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
 
-use super::settings::ClusterTlsConfig;
-use super::{TlsError, load_certs, load_key, load_roots, provider, versions};
+use config::tls_material::{TlsError, client_config, load_roots};
+use config::tls_settings::ClusterTlsConfig;
 
 /// A cluster's TLS client settings, built once at start and shared by every worker.
 pub(crate) struct UpstreamTls {
@@ -31,7 +30,7 @@ impl UpstreamTls {
             Some(ca) => load_roots(ca)?,
             None => system_roots(),
         };
-        let mut config = build(spec, roots)?;
+        let mut config = client_config(spec, roots)?;
         config.alpn_protocols = vec![alpn.to_vec()];
         let server_name = spec
             .server_name
@@ -50,15 +49,6 @@ impl UpstreamTls {
         })
     }
 
-    /// Loads the files `spec` names, as a start would (the system's roots are read at start).
-    pub(crate) fn check(spec: &ClusterTlsConfig) -> Result<(), TlsError> {
-        let roots = match &spec.ca {
-            Some(ca) => load_roots(ca)?,
-            None => rustls::RootCertStore::empty(),
-        };
-        build(spec, roots).map(drop)
-    }
-
     /// The TLS handshake over a connected socket, verifying the host's certificate.
     pub(crate) async fn connect(
         &self,
@@ -71,17 +61,6 @@ impl UpstreamTls {
         };
         self.connector.connect(name, tcp).await
     }
-}
-
-fn build(spec: &ClusterTlsConfig, roots: rustls::RootCertStore) -> Result<ClientConfig, TlsError> {
-    let builder = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(versions(spec.min_version))?
-        .with_root_certificates(roots);
-    Ok(match &spec.client_certificate {
-        None => builder.with_no_client_auth(),
-        Some(pair) => builder
-            .with_client_auth_cert(load_certs(&pair.cert_chain)?, load_key(&pair.private_key)?)?,
-    })
 }
 
 /// The system's trusted roots (`/etc/ssl/certs` and the like). Unreadable ones are skipped

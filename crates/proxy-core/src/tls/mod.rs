@@ -1,61 +1,18 @@
 //! TLS with rustls: termination on listeners ([`ServerTls`]) and origination to clusters
 //! ([`UpstreamTls`]).
 //!
-//! The whole process uses one crypto provider, chosen at build time: aws-lc-rs by default
-//! (about 20% more handshakes and AES-GCM throughput than ring on the machines we measure on,
-//! and the post-quantum X25519MLKEM768 key exchange browsers offer), or ring with the `ring`
-//! feature for targets where aws-lc's C build is a problem. Configs are always built with
-//! this provider explicitly, never with a process default.
+//! The material (certificates, keys, CA bundles) and the crypto provider come from
+//! `config::tls_material`, which validation uses to check the same files.
 
 mod client;
 mod server;
-pub mod settings;
 
 use std::sync::Arc;
 
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-use settings::{PemSource, TlsVersion};
+pub use config::tls_material::TlsError;
 
 pub(crate) use client::{UpstreamIo, UpstreamTls};
 pub(crate) use server::{Handshake, ServerTls, TlsListeners};
-
-/// Why TLS material could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("cannot read {path}: {source}")]
-    Pem {
-        path: PemSource,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("{path}: no certificate in it")]
-    NoCertificate { path: PemSource },
-    #[error("{path}: unusable private key: {source}")]
-    Key {
-        path: PemSource,
-        source: rustls::Error,
-    },
-    #[error("{key} does not hold the key of {cert}: {source}")]
-    KeyMismatch {
-        cert: PemSource,
-        key: PemSource,
-        source: rustls::Error,
-    },
-    #[error("{path}: unusable CA certificate: {reason}")]
-    Ca { path: PemSource, reason: String },
-    #[error("{0}")]
-    Rustls(#[from] rustls::Error),
-}
-
-/// The crypto provider every TLS config of the process is built with.
-pub(crate) fn provider() -> Arc<CryptoProvider> {
-    #[cfg(feature = "aws-lc-rs")]
-    return Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
-    return Arc::new(rustls::crypto::ring::default_provider());
-}
 
 /// Session-ticket encryption with keys that rotate (every 6 hours), from the provider.
 fn ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, rustls::Error> {
@@ -63,86 +20,4 @@ fn ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, rustls::Error>
     return rustls::crypto::aws_lc_rs::Ticketer::new();
     #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
     return rustls::crypto::ring::Ticketer::new();
-}
-
-fn versions(min: TlsVersion) -> &'static [&'static rustls::SupportedProtocolVersion] {
-    static FROM_1_2: [&rustls::SupportedProtocolVersion; 2] =
-        [&rustls::version::TLS13, &rustls::version::TLS12];
-    static ONLY_1_3: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
-    match min {
-        TlsVersion::Tls12 => &FROM_1_2,
-        TlsVersion::Tls13 => &ONLY_1_3,
-    }
-}
-
-/// A PEM certificate chain, leaf first.
-fn load_certs(path: &PemSource) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem_error = |source| TlsError::Pem {
-        path: path.clone(),
-        source,
-    };
-    let certs = match path {
-        PemSource::File(file) => CertificateDer::pem_file_iter(file)
-            .map_err(pem_error)?
-            .collect::<Result<Vec<_>, _>>(),
-        PemSource::Inline(text) => {
-            CertificateDer::pem_slice_iter(text.as_bytes()).collect::<Result<Vec<_>, _>>()
-        }
-    }
-    .map_err(pem_error)?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate { path: path.clone() });
-    }
-    Ok(certs)
-}
-
-fn load_key(path: &PemSource) -> Result<PrivateKeyDer<'static>, TlsError> {
-    match path {
-        PemSource::File(file) => PrivateKeyDer::from_pem_file(file),
-        PemSource::Inline(text) => PrivateKeyDer::from_pem_slice(text.as_bytes()),
-    }
-    .map_err(|source| TlsError::Pem {
-        path: path.clone(),
-        source,
-    })
-}
-
-/// A chain and its key, checked to belong together.
-fn certified_key(
-    cert_path: &PemSource,
-    key_path: &PemSource,
-    provider: &CryptoProvider,
-) -> Result<rustls::sign::CertifiedKey, TlsError> {
-    let certs = load_certs(cert_path)?;
-    let key = load_key(key_path)?;
-    let signing_key = provider
-        .key_provider
-        .load_private_key(key)
-        .map_err(|source| TlsError::Key {
-            path: key_path.clone(),
-            source,
-        })?;
-    let certified = rustls::sign::CertifiedKey::new(certs, signing_key);
-    match certified.keys_match() {
-        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
-            Ok(certified)
-        }
-        Err(source) => Err(TlsError::KeyMismatch {
-            cert: cert_path.clone(),
-            key: key_path.clone(),
-            source,
-        }),
-    }
-}
-
-/// The CA certificates of a PEM bundle.
-fn load_roots(path: &PemSource) -> Result<rustls::RootCertStore, TlsError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in load_certs(path)? {
-        roots.add(cert).map_err(|e| TlsError::Ca {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-    }
-    Ok(roots)
 }

@@ -14,8 +14,12 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 
-use super::settings::{ListenerTlsConfig, ServerNameMatch, UnknownServerName};
-use super::{TlsError, certified_key, load_roots, provider, ticketer, versions};
+use config::tls_material::{
+    TlsError, certified_key, client_verifier, load_roots, provider, versions,
+};
+use config::tls_settings::{ListenerTlsConfig, ServerNameMatch, UnknownServerName};
+
+use super::ticketer;
 use crate::catalog::TlsStats;
 
 /// Picks the certificate for a handshake by its SNI name: exact names first, then a wildcard
@@ -147,16 +151,6 @@ impl ServerTls {
         })
     }
 
-    /// Loads everything `spec` names, as a start would, and drops it.
-    pub(crate) fn check(spec: &ListenerTlsConfig) -> Result<(), TlsError> {
-        let resumption = Resumption {
-            ticketer: None,
-            sessions: Arc::new(rustls::server::NoServerSessionStorage {}),
-            client_ca: None,
-        };
-        build(spec, client_ca(spec)?, &resumption).map(drop)
-    }
-
     pub(crate) fn listener(&self) -> &str {
         &self.listener
     }
@@ -213,21 +207,7 @@ fn build(
         .with_protocol_versions(versions(spec.min_version))?;
     let builder = match (&spec.client_certificate, client_ca) {
         (Some(client), Some(roots)) => {
-            let roots = Arc::new(roots);
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                roots,
-                Arc::clone(&provider),
-            );
-            let verifier = if client.required {
-                verifier
-            } else {
-                verifier.allow_unauthenticated()
-            };
-            let verifier = verifier.build().map_err(|e| TlsError::Ca {
-                path: client.ca.clone(),
-                reason: e.to_string(),
-            })?;
-            builder.with_client_cert_verifier(verifier)
+            builder.with_client_cert_verifier(client_verifier(client, roots, &provider)?)
         }
         (None, _) => builder.with_no_client_auth(),
         // Never reached (client_ca reads the CA whenever certificates are asked for), and
@@ -367,7 +347,7 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::settings::{AlpnProtocol, CertificateConfig, PemSource, TlsVersion};
+    use config::tls_settings::{AlpnProtocol, CertificateConfig, PemSource, TlsVersion};
 
     fn cert_files(dir: &std::path::Path, name: &str) -> CertificateConfig {
         let key = rcgen::KeyPair::generate().expect("key");
@@ -454,16 +434,18 @@ mod tests {
             private_key: b.private_key,
             ..a
         };
-        let err = ServerTls::check(&spec(vec![mixed], UnknownServerName::Default))
-            .expect_err("mismatched key");
+        let err =
+            config::tls_material::check_listener(&spec(vec![mixed], UnknownServerName::Default))
+                .expect_err("mismatched key");
         assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err}");
         let missing = CertificateConfig {
             cert_chain: PemSource::File(dir.join("missing.pem")),
             private_key: PemSource::File(dir.join("missing.key")),
             server_names: Vec::new(),
         };
-        let err = ServerTls::check(&spec(vec![missing], UnknownServerName::Default))
-            .expect_err("missing file");
+        let err =
+            config::tls_material::check_listener(&spec(vec![missing], UnknownServerName::Default))
+                .expect_err("missing file");
         assert!(err.to_string().contains("missing.pem"), "{err}");
         let _ = std::fs::remove_dir_all(dir);
     }

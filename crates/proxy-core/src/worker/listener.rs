@@ -13,7 +13,6 @@ use http::HeaderValue;
 use crate::access_log::{LogSinks, WorkerLog};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
-use crate::config::{ConnectionBalance, ListenerConfig};
 use crate::conn::{Codecs, ConnSettings};
 use crate::context::WorkerTracer;
 use crate::context::{ForwardedTrust, ListenerCtx, Signal};
@@ -22,6 +21,7 @@ use crate::http::{HttpCtx, HttpSlot};
 use crate::listener::ConnectionLimits;
 use crate::live::SharedListener;
 use crate::tls::{Handshake, ServerTls};
+use config::{ConnectionBalance, ListenerConfig};
 
 pub(super) struct Listener {
     /// Kept across generations; hand-offs between workers name it.

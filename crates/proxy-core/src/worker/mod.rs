@@ -241,7 +241,7 @@ async fn run(spec: WorkerSpec) {
         clusters: Rc::new([]),
         listeners: Rc::default(),
         accept_loops: HashMap::new(),
-        drain_timeout: crate::config::DEFAULT_DRAIN_TIMEOUT,
+        drain_timeout: config::DEFAULT_DRAIN_TIMEOUT,
         tracers: Rc::default(),
     };
     let first = Arc::clone(&generations.borrow_and_update());

@@ -1,0 +1,266 @@
+//! External authorization settings of listeners and routes, validated.
+
+pub(crate) mod xds;
+
+use std::time::Duration;
+
+use http::{HeaderName, StatusCode};
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::ServiceEndpoint;
+use crate::serialize as ser;
+use crate::units::{de_opt_duration, de_opt_size};
+use crate::*;
+
+/// How long an authorization check may take, unless configured (Envoy's default).
+pub const DEFAULT_AUTHZ_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// A listener's external authorization: every request is checked before it is routed on,
+/// unless its route turns the check off.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExtAuthzConfig {
+    #[serde(flatten)]
+    pub service: AuthzService,
+    /// A check with no answer within this is an error.
+    #[serde(serialize_with = "ser::duration")]
+    pub timeout: Duration,
+    /// On an error or timeout, let the request through (marked with
+    /// `x-legate-auth-failure-mode-allowed: true`) instead of answering `status_on_error`.
+    pub failure_mode_allow: bool,
+    #[serde(serialize_with = "ser::status")]
+    pub status_on_error: StatusCode,
+    /// Send the request body (or its start) with the check.
+    pub with_request_body: Option<AuthzBodyConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthzService {
+    /// `envoy.service.auth.v3.Authorization/Check`.
+    Grpc {
+        #[serde(rename = "address", serialize_with = "ser::display")]
+        endpoint: ServiceEndpoint,
+    },
+    /// Plain HTTP: a 2xx allows.
+    Http {
+        #[serde(rename = "address", serialize_with = "ser::display")]
+        endpoint: ServiceEndpoint,
+        path_prefix: String,
+        #[serde(serialize_with = "ser::header_names")]
+        allowed_headers: Vec<HeaderName>,
+        #[serde(serialize_with = "ser::header_names")]
+        allowed_upstream_headers: Vec<HeaderName>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AuthzBodyConfig {
+    /// Bytes of body sent at most; at most the listener's buffer limit.
+    pub max_request_bytes: u32,
+    /// A longer body: send its first `max_request_bytes` (true) or answer 413 (false).
+    pub allow_partial_message: bool,
+}
+
+/// A route's view of its listener's check.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteAuthz {
+    /// No check for this route.
+    pub disabled: bool,
+    /// Sent with every check of this route (gRPC mode).
+    pub context_extensions: Vec<(String, String)>,
+}
+
+impl RouteAuthz {
+    pub(crate) fn is_default(&self) -> bool {
+        *self == RouteAuthz::default()
+    }
+}
+
+impl Serialize for RouteAuthz {
+    /// As written: `disabled`, or the context extensions.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        if self.disabled {
+            return s.serialize_str("disabled");
+        }
+        let mut map = s.serialize_map(Some(1))?;
+        let extensions: std::collections::BTreeMap<_, _> =
+            self.context_extensions.iter().cloned().collect();
+        map.serialize_entry("context_extensions", &extensions)?;
+        map.end()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExtAuthz {
+    pub grpc: Option<RawAuthzGrpc>,
+    pub http: Option<RawAuthzHttp>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    pub failure_mode_allow: Option<bool>,
+    pub status_on_error: Option<u16>,
+    pub with_request_body: Option<RawAuthzBody>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthzGrpc {
+    pub address: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthzHttp {
+    pub address: String,
+    pub path_prefix: Option<String>,
+    #[serde(default)]
+    pub allowed_headers: Vec<String>,
+    #[serde(default)]
+    pub allowed_upstream_headers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthzBody {
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub max_request_bytes: Option<u64>,
+    pub allow_partial_message: Option<bool>,
+}
+
+/// `ext_authz: disabled` or `ext_authz: { context_extensions: { k: v } }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawRouteAuthz {
+    Word(String),
+    Settings(RawRouteAuthzSettings),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteAuthzSettings {
+    pub disabled: Option<bool>,
+    #[serde(default)]
+    pub context_extensions: std::collections::BTreeMap<String, String>,
+}
+
+pub(super) fn listener_authz(
+    raw: RawExtAuthz,
+    path: &str,
+    buffer_limit: u32,
+) -> Result<ExtAuthzConfig, ConfigError> {
+    let service = match (raw.grpc, raw.http) {
+        (Some(grpc), None) => AuthzService::Grpc {
+            endpoint: crate::check::service_endpoint(
+                &grpc.address,
+                &format!("{path}.grpc.address"),
+            )?,
+        },
+        (None, Some(http)) => {
+            let prefix = http.path_prefix.unwrap_or_default();
+            if !prefix.is_empty() && (!prefix.starts_with('/') || prefix.ends_with('/')) {
+                return Err(ConfigError::invalid(
+                    format!("{path}.http.path_prefix"),
+                    format!(
+                        "expected a path such as `/authz` (leading /, no trailing /), found `{prefix}`"
+                    ),
+                ));
+            }
+            AuthzService::Http {
+                endpoint: crate::check::service_endpoint(
+                    &http.address,
+                    &format!("{path}.http.address"),
+                )?,
+                path_prefix: prefix,
+                allowed_headers: header_names(
+                    &http.allowed_headers,
+                    &format!("{path}.http.allowed_headers"),
+                )?,
+                allowed_upstream_headers: header_names(
+                    &http.allowed_upstream_headers,
+                    &format!("{path}.http.allowed_upstream_headers"),
+                )?,
+            }
+        }
+        _ => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected exactly one of `grpc: { address: ... }` or `http: { address: ... }`",
+            ));
+        }
+    };
+    let status_on_error = match raw.status_on_error {
+        None => StatusCode::FORBIDDEN,
+        Some(code) => StatusCode::from_u16(code)
+            .ok()
+            .filter(|s| s.as_u16() >= 200)
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    format!("{path}.status_on_error"),
+                    format!("expected an HTTP status from 200 to 599, found {code}"),
+                )
+            })?,
+    };
+    let with_request_body = raw
+        .with_request_body
+        .map(|body| -> Result<_, ConfigError> {
+            let max = body.max_request_bytes.unwrap_or(u64::from(buffer_limit));
+            if max == 0 || max > u64::from(buffer_limit) {
+                return Err(ConfigError::invalid(
+                    format!("{path}.with_request_body.max_request_bytes"),
+                    format!("expected 1 byte up to the listener's buffer limit ({buffer_limit} bytes), found {max}"),
+                ));
+            }
+            Ok(AuthzBodyConfig {
+                max_request_bytes: max as u32,
+                allow_partial_message: body.allow_partial_message.unwrap_or(false),
+            })
+        })
+        .transpose()?;
+    Ok(ExtAuthzConfig {
+        service,
+        timeout: crate::check::positive(
+            raw.timeout.unwrap_or(DEFAULT_AUTHZ_TIMEOUT),
+            &format!("{path}.timeout"),
+        )?,
+        failure_mode_allow: raw.failure_mode_allow.unwrap_or(false),
+        status_on_error,
+        with_request_body,
+    })
+}
+
+pub(super) fn route_authz(
+    raw: Option<RawRouteAuthz>,
+    path: &str,
+) -> Result<RouteAuthz, ConfigError> {
+    match raw {
+        None => Ok(RouteAuthz::default()),
+        Some(RawRouteAuthz::Word(word)) if word == "disabled" => Ok(RouteAuthz {
+            disabled: true,
+            context_extensions: Vec::new(),
+        }),
+        Some(RawRouteAuthz::Word(other)) => Err(ConfigError::invalid(
+            path,
+            format!("expected `disabled` or `{{ context_extensions: {{...}} }}`, found `{other}`"),
+        )),
+        Some(RawRouteAuthz::Settings(settings)) => Ok(RouteAuthz {
+            disabled: settings.disabled.unwrap_or(false),
+            context_extensions: settings.context_extensions.into_iter().collect(),
+        }),
+    }
+}
+
+pub(super) fn header_names(values: &[String], path: &str) -> Result<Vec<HeaderName>, ConfigError> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            HeaderName::from_bytes(v.as_bytes()).map_err(|_| {
+                ConfigError::invalid(
+                    format!("{path}[{i}]"),
+                    format!("expected a header name, found `{v}`"),
+                )
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,178 @@
+//! The ext_authz HTTP filter (gRPC service) and its per-route settings.
+//!
+//! Envoy names the authorization service by a cluster (`envoy_grpc.cluster_name`); here the
+//! filter talks to one address, so that cluster must have exactly one endpoint (a sidecar on
+//! the same host, as is usual). A listener whose authorization cluster is not there yet waits
+//! for it like one waiting for its routes. `google_grpc.target_uri` may give the address
+//! directly (`IP:PORT` or `unix:/path`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use envoy_types::pb::envoy::config::core::v3::grpc_service;
+use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+    ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
+};
+use envoy_types::pb::google::protobuf::Any;
+
+use super::{RawAuthzBody, RawAuthzGrpc, RawExtAuthz, RawRouteAuthz, RawRouteAuthzSettings};
+use crate::xds::{ResourceError, duration};
+
+pub(crate) const TYPE_URL: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz";
+const PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute";
+
+/// The filter, with its service's address or the cluster that has it.
+#[derive(Debug, Clone)]
+pub(crate) struct XdsAuthz {
+    raw: RawExtAuthz,
+    target: Target,
+}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Address(String),
+    Cluster(String),
+}
+
+impl XdsAuthz {
+    pub(crate) fn decode(value: &Any, at: &str) -> Result<Self, ResourceError> {
+        let mut filter: ExtAuthz = prost::Message::decode(value.value.as_slice())
+            .map_err(|e| ResourceError::invalid(at, format!("cannot decode ExtAuthz: {e}")))?;
+        let unsupported = |what: &str| ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec![what.to_owned()],
+        };
+        let Some(ext_authz::Services::GrpcService(mut service)) = filter.services.take() else {
+            return Err(unsupported("http_service (the gRPC service only)"));
+        };
+        let target = match service.target_specifier.take() {
+            // Only the target: credentials (TLS), authority or retries are not supported.
+            Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
+                let cluster = std::mem::take(&mut grpc.cluster_name);
+                if grpc != Default::default() {
+                    return Err(unsupported("envoy_grpc besides cluster_name"));
+                }
+                Target::Cluster(cluster)
+            }
+            Some(grpc_service::TargetSpecifier::GoogleGrpc(mut grpc)) => {
+                let target = std::mem::take(&mut grpc.target_uri);
+                if grpc != Default::default() {
+                    return Err(unsupported("google_grpc besides target_uri (credentials)"));
+                }
+                Target::Address(target)
+            }
+            None => {
+                return Err(ResourceError::invalid(
+                    at,
+                    "the gRPC service names no target",
+                ));
+            }
+        };
+        let timeout = duration(
+            service.timeout.take(),
+            &format!("{at}.grpc_service.timeout"),
+        )?;
+        if service != Default::default() {
+            return Err(unsupported("grpc_service (besides the target and timeout)"));
+        }
+        if filter
+            .with_request_body
+            .as_ref()
+            .is_some_and(|b| b.pack_as_bytes)
+        {
+            return Err(unsupported("with_request_body.pack_as_bytes"));
+        }
+        let with_request_body = filter.with_request_body.take().map(|b| RawAuthzBody {
+            max_request_bytes: Some(u64::from(b.max_request_bytes)),
+            allow_partial_message: Some(b.allow_partial_message),
+        });
+        let status_on_error = match filter.status_on_error.take().map(|s| s.code) {
+            None | Some(0) => None,
+            Some(code) => Some(u16::try_from(code).map_err(|_| {
+                ResourceError::invalid(
+                    format!("{at}.status_on_error"),
+                    format!("{code} is not a status"),
+                )
+            })?),
+        };
+        let raw = RawExtAuthz {
+            grpc: None,
+            http: None,
+            timeout,
+            failure_mode_allow: Some(std::mem::take(&mut filter.failure_mode_allow)),
+            status_on_error,
+            with_request_body,
+        };
+        // The v3 API is the only one, and the stats prefix changes nothing.
+        filter.transport_api_version = 0;
+        filter.stat_prefix.clear();
+        if filter != Default::default() {
+            return Err(unsupported(
+                "ext_authz settings besides grpc_service, failure_mode_allow, status_on_error and with_request_body",
+            ));
+        }
+        Ok(Self { raw, target })
+    }
+
+    /// The cluster the service's address comes from, if it is named by one.
+    pub(crate) fn cluster(&self) -> Option<&str> {
+        match &self.target {
+            Target::Cluster(name) => Some(name),
+            Target::Address(_) => None,
+        }
+    }
+
+    /// The filter's section, with the address of its cluster's one host; `None` while that
+    /// cluster is not known.
+    pub(crate) fn section(&self, single_hosts: &BTreeMap<&str, &str>) -> Option<RawExtAuthz> {
+        let address = match &self.target {
+            Target::Address(address) => address.clone(),
+            Target::Cluster(cluster) => (*single_hosts.get(cluster.as_str())?).to_owned(),
+        };
+        let mut raw = self.raw.clone();
+        raw.grpc = Some(RawAuthzGrpc { address });
+        Some(raw)
+    }
+}
+
+/// `typed_per_filter_config` of a route or virtual host: ext_authz's entry (disabled, or
+/// context extensions). Settings for other filters are refused.
+pub(crate) fn per_route(
+    config: HashMap<String, Any>,
+    at: &str,
+) -> Result<Option<RawRouteAuthz>, ResourceError> {
+    let mut authz = None;
+    for (name, value) in config {
+        if value.type_url != PER_ROUTE {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.typed_per_filter_config"),
+                fields: vec![format!("settings for `{name}` (ext_authz only)")],
+            });
+        }
+        let per_route: ExtAuthzPerRoute =
+            prost::Message::decode(value.value.as_slice()).map_err(|e| {
+                ResourceError::invalid(at, format!("cannot decode ExtAuthzPerRoute: {e}"))
+            })?;
+        authz = match per_route.r#override {
+            Some(ext_authz_per_route::Override::Disabled(true)) => {
+                Some(RawRouteAuthz::Word("disabled".into()))
+            }
+            Some(ext_authz_per_route::Override::CheckSettings(mut settings)) => {
+                let context_extensions = std::mem::take(&mut settings.context_extensions);
+                if settings != Default::default() {
+                    return Err(ResourceError::Unsupported {
+                        at: format!("{at}.typed_per_filter_config.{name}"),
+                        fields: vec!["check_settings besides context_extensions".into()],
+                    });
+                }
+                Some(RawRouteAuthz::Settings(RawRouteAuthzSettings {
+                    disabled: None,
+                    context_extensions: context_extensions.into_iter().collect(),
+                }))
+            }
+            _ => None,
+        };
+    }
+    Ok(authz)
+}

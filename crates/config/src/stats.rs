@@ -1,0 +1,121 @@
+//! `stats:` how the admin server exports latency histograms to Prometheus.
+
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use super::ConfigError;
+use super::raw::RawStats;
+
+/// Most bucket bounds a histogram exports: each is a series per histogram series.
+const MAX_BUCKETS: usize = 64;
+
+/// Validated `stats` settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatsConfig {
+    /// The upper bounds of each histogram's `_bucket` series, ascending.
+    #[serde(serialize_with = "ser_durations")]
+    pub histogram_buckets: Vec<Duration>,
+    /// Whether each histogram also exports this process's quantiles (`x_seconds_quantile`).
+    pub quantiles: bool,
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        Self {
+            histogram_buckets: stats::DEFAULT_BUCKETS_US
+                .iter()
+                .map(|&us| Duration::from_micros(us))
+                .collect(),
+            quantiles: true,
+        }
+    }
+}
+
+impl StatsConfig {
+    /// The Prometheus renderer's options.
+    pub fn prometheus(&self) -> stats::PrometheusOptions {
+        stats::PrometheusOptions {
+            buckets: self
+                .histogram_buckets
+                .iter()
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+                .collect(),
+            quantiles: self.quantiles,
+        }
+    }
+}
+
+fn ser_durations<S: Serializer>(bounds: &[Duration], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(bounds.iter().map(|d| crate::units::format_duration(*d)))
+}
+
+/// `stats: { histogram_buckets: [100us, 1ms, ...], quantiles: true }`.
+pub(super) fn stats(raw: Option<RawStats>) -> Result<StatsConfig, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(StatsConfig::default());
+    };
+    let mut config = StatsConfig::default();
+    if let Some(bounds) = raw.histogram_buckets {
+        if bounds.is_empty() || bounds.len() > MAX_BUCKETS {
+            return Err(ConfigError::invalid(
+                "stats.histogram_buckets",
+                format!("expected 1 to {MAX_BUCKETS} bounds"),
+            ));
+        }
+        let mut parsed: Vec<Duration> = Vec::with_capacity(bounds.len());
+        for (i, text) in bounds.iter().enumerate() {
+            let at = format!("stats.histogram_buckets[{i}]");
+            let bound =
+                crate::units::parse_duration(text).map_err(|e| ConfigError::invalid(&at, e))?;
+            if bound < Duration::from_micros(1) {
+                return Err(ConfigError::invalid(at, "expected at least 1us"));
+            }
+            if parsed.last().is_some_and(|last| *last >= bound) {
+                return Err(ConfigError::invalid(
+                    at,
+                    "expected bounds in increasing order",
+                ));
+            }
+            parsed.push(bound);
+        }
+        config.histogram_buckets = parsed;
+    }
+    if let Some(quantiles) = raw.quantiles {
+        config.quantiles = quantiles;
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(buckets: &[&str]) -> Option<RawStats> {
+        Some(RawStats {
+            histogram_buckets: Some(buckets.iter().map(|s| (*s).to_owned()).collect()),
+            quantiles: Some(false),
+        })
+    }
+
+    #[test]
+    fn bounds_are_durations_in_increasing_order() {
+        let config = stats(raw(&["250us", "1ms", "1.5s"])).unwrap();
+        assert_eq!(config.prometheus().buckets, [250, 1_000, 1_500_000]);
+        assert!(!config.quantiles);
+        for (bad, says) in [
+            (&["1ms", "1ms"][..], "increasing"),
+            (&["2ms", "1ms"], "increasing"),
+            (&["0s"], "at least"),
+            (&["fast"], "histogram_buckets[0]"),
+            (&[], "1 to 64"),
+        ] {
+            let err = stats(raw(bad)).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
+        assert_eq!(
+            stats(None).unwrap().prometheus(),
+            stats::PrometheusOptions::default()
+        );
+    }
+}

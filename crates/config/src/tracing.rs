@@ -1,0 +1,257 @@
+//! `tracing:` distributed tracing. Requests carry W3C trace context to the upstream and the
+//! authorization service; sampled ones become spans exported over OTLP.
+
+use std::time::Duration;
+
+use http::HeaderName;
+use serde::{Serialize, Serializer};
+
+use super::ConfigError;
+use super::raw::RawTracing;
+use super::serialize as ser;
+
+/// Percent of requests sampled unless configured. An edge proxy sees every request of the
+/// services behind it: all of them would be more spans than a collector wants.
+pub const DEFAULT_RANDOM_SAMPLING: f64 = 1.0;
+pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_QUEUED_SPANS: usize = 8192;
+pub const DEFAULT_MAX_EXPORT_BATCH: usize = 512;
+/// Asks that a request be traced; honoured only from internal addresses.
+pub const DEFAULT_FORCE_TRACE_HEADER: &str = "x-legate-force-trace";
+const MAX_QUEUED_SPANS: usize = 1 << 20;
+
+/// How spans reach the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    Grpc,
+    Http,
+}
+
+/// Validated `tracing` settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TracingConfig {
+    /// The collector: `http://host:4317` for gRPC, a URL ending in `/v1/traces` for HTTP.
+    #[serde(serialize_with = "ser_uri")]
+    pub endpoint: http::Uri,
+    pub protocol: OtlpProtocol,
+    #[serde(serialize_with = "ser::duration")]
+    pub timeout: Duration,
+    /// The resource's `service.name`.
+    pub service_name: String,
+    /// Percent (0 to 100) of requests sampled that come without a trusted decision.
+    pub random_sampling: f64,
+    /// Present on a request from an internal address: the request is sampled.
+    #[serde(serialize_with = "ser_opt_name")]
+    pub force_trace_header: Option<HeaderName>,
+    pub max_queued_spans: usize,
+    pub max_export_batch: usize,
+}
+
+fn ser_uri<S: Serializer>(uri: &http::Uri, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(uri)
+}
+
+fn ser_opt_name<S: Serializer>(name: &Option<HeaderName>, s: S) -> Result<S::Ok, S::Error> {
+    match name {
+        Some(name) => ser::header_name(name, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// `tracing: { otlp: { endpoint, protocol, timeout }, service_name, random_sampling, ... }`.
+pub(super) fn tracing(raw: Option<RawTracing>) -> Result<Option<TracingConfig>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let protocol = match raw.otlp.protocol.as_deref() {
+        None | Some("grpc") => OtlpProtocol::Grpc,
+        Some("http") | Some("http/protobuf") => OtlpProtocol::Http,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "tracing.otlp.protocol",
+                format!("expected `grpc` or `http`, got `{other}`"),
+            ));
+        }
+    };
+    let endpoint = endpoint(&raw.otlp.endpoint, protocol)?;
+    let random_sampling = raw.random_sampling.unwrap_or(DEFAULT_RANDOM_SAMPLING);
+    if !(0.0..=100.0).contains(&random_sampling) {
+        return Err(ConfigError::invalid(
+            "tracing.random_sampling",
+            "expected a percentage from 0 to 100",
+        ));
+    }
+    let force_trace_header = match raw.force_trace_header {
+        None => Some(HeaderName::from_static(DEFAULT_FORCE_TRACE_HEADER)),
+        Some(name) if name.is_empty() => None,
+        Some(name) => Some(HeaderName::try_from(name.as_str()).map_err(|_| {
+            ConfigError::invalid("tracing.force_trace_header", "expected a header name")
+        })?),
+    };
+    let max_queued_spans = raw.max_queued_spans.unwrap_or(DEFAULT_MAX_QUEUED_SPANS);
+    if !(1..=MAX_QUEUED_SPANS).contains(&max_queued_spans) {
+        return Err(ConfigError::invalid(
+            "tracing.max_queued_spans",
+            format!("expected 1 to {MAX_QUEUED_SPANS}"),
+        ));
+    }
+    let max_export_batch = raw.max_export_batch.unwrap_or(DEFAULT_MAX_EXPORT_BATCH);
+    if !(1..=max_queued_spans).contains(&max_export_batch) {
+        return Err(ConfigError::invalid(
+            "tracing.max_export_batch",
+            "expected 1 to max_queued_spans",
+        ));
+    }
+    let timeout = raw.otlp.timeout.unwrap_or(DEFAULT_EXPORT_TIMEOUT);
+    if timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            "tracing.otlp.timeout",
+            "expected more than 0s",
+        ));
+    }
+    let service_name = raw.service_name.unwrap_or_else(|| "legate".to_owned());
+    if service_name.is_empty() {
+        return Err(ConfigError::invalid(
+            "tracing.service_name",
+            "expected a name",
+        ));
+    }
+    Ok(Some(TracingConfig {
+        endpoint,
+        protocol,
+        timeout,
+        service_name,
+        random_sampling,
+        force_trace_header,
+        max_queued_spans,
+        max_export_batch,
+    }))
+}
+
+/// An `http://` URL with a host. For HTTP, a URL without a path gets the OTLP one,
+/// `/v1/traces`; for gRPC, the path must be empty (the call names its own).
+fn endpoint(text: &str, protocol: OtlpProtocol) -> Result<http::Uri, ConfigError> {
+    let at = "tracing.otlp.endpoint";
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|_| ConfigError::invalid(at, "expected a URL such as http://127.0.0.1:4317"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(ConfigError::invalid(
+                at,
+                "OTLP over TLS is not supported: export to a collector on this host or network over http://",
+            ));
+        }
+        _ => {
+            return Err(ConfigError::invalid(
+                at,
+                "expected a URL such as http://127.0.0.1:4317",
+            ));
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(ConfigError::invalid(at, "expected a host"));
+    }
+    let path = uri.path();
+    let bare = path.is_empty() || path == "/";
+    match protocol {
+        OtlpProtocol::Grpc if !bare => Err(ConfigError::invalid(
+            at,
+            "a gRPC endpoint has no path (http://host:4317)",
+        )),
+        OtlpProtocol::Grpc => Ok(uri),
+        OtlpProtocol::Http if bare => {
+            let mut parts = uri.into_parts();
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/v1/traces"));
+            http::Uri::from_parts(parts).map_err(|e| ConfigError::invalid(at, e.to_string()))
+        }
+        OtlpProtocol::Http => Ok(uri),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    const LISTENER: &str = "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      - match: { prefix: / }\n        direct_response: { status: 200 }\n";
+
+    fn load(tracing: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(&format!("tracing:\n{tracing}\n{LISTENER}"))
+    }
+
+    #[test]
+    fn defaults_fill_in_around_the_endpoint() {
+        let config = load("  otlp: { endpoint: http://127.0.0.1:4317 }").unwrap();
+        let tracing = config.tracing.unwrap();
+        assert_eq!(tracing.protocol, OtlpProtocol::Grpc);
+        assert_eq!(tracing.random_sampling, DEFAULT_RANDOM_SAMPLING);
+        assert_eq!(tracing.service_name, "legate");
+        assert_eq!(
+            tracing.force_trace_header.unwrap().as_str(),
+            DEFAULT_FORCE_TRACE_HEADER
+        );
+        assert_eq!(tracing.max_queued_spans, DEFAULT_MAX_QUEUED_SPANS);
+    }
+
+    #[test]
+    fn an_http_endpoint_without_a_path_gets_the_otlp_one() {
+        let config = load("  otlp: { endpoint: 'http://collector:4318', protocol: http }").unwrap();
+        assert_eq!(
+            config.tracing.unwrap().endpoint.to_string(),
+            "http://collector:4318/v1/traces"
+        );
+    }
+
+    #[test]
+    fn bad_settings_name_their_key() {
+        let cases = [
+            (
+                "  otlp: { endpoint: 'https://c:4317' }",
+                "tracing.otlp.endpoint",
+            ),
+            ("  otlp: { endpoint: 'c:4317' }", "tracing.otlp.endpoint"),
+            (
+                "  otlp: { endpoint: 'http://c:4317/v1/traces' }",
+                "tracing.otlp.endpoint",
+            ),
+            (
+                "  otlp: { endpoint: 'http://c:4317', protocol: zipkin }",
+                "tracing.otlp.protocol",
+            ),
+            (
+                "  otlp: { endpoint: 'http://c:4317', timeout: 0s }",
+                "tracing.otlp.timeout",
+            ),
+            (
+                "  otlp: { endpoint: 'http://c:4317' }\n  random_sampling: 101",
+                "tracing.random_sampling",
+            ),
+            (
+                "  otlp: { endpoint: 'http://c:4317' }\n  max_queued_spans: 0",
+                "tracing.max_queued_spans",
+            ),
+            (
+                "  otlp: { endpoint: 'http://c:4317' }\n  max_queued_spans: 4\n  max_export_batch: 5",
+                "tracing.max_export_batch",
+            ),
+            (
+                "  otlp: { endpoint: 'http://c:4317' }\n  force_trace_header: 'bad header'",
+                "tracing.force_trace_header",
+            ),
+        ];
+        for (yaml, key) in cases {
+            let error = load(yaml).unwrap_err().to_string();
+            assert!(error.contains(key), "{yaml}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_empty_force_header_turns_forcing_off() {
+        let config =
+            load("  otlp: { endpoint: 'http://c:4317' }\n  force_trace_header: ''").unwrap();
+        assert_eq!(config.tracing.unwrap().force_trace_header, None);
+    }
+}

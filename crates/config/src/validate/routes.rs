@@ -1,0 +1,790 @@
+//! Routes and virtual hosts: domains checked (unique across a listener's hosts), routes
+//! resolved to their clusters, a host's defaults filled in on its routes.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+
+use super::super::raw::*;
+use super::super::*;
+use super::{filters, name, positive, route_actions};
+
+/// What routes are checked against: the clusters they may name and the listener's filters.
+pub(super) struct RouteCtx<'a> {
+    pub(super) cluster_index: &'a HashMap<&'a str, usize>,
+    pub(super) clusters: &'a [ClusterConfig],
+    pub(super) chain: &'a [HttpFilterConfig],
+    /// The listener came from a management server: its names follow control planes'.
+    pub(super) dynamic: bool,
+    /// Requests' paths are normalised so before matching: a route path must be too.
+    pub(super) path_normalization: PathNormalization,
+}
+
+/// A listener's `routes` (one virtual host for every domain) or its `virtual_hosts`.
+pub(super) fn route_configuration(
+    routes: Vec<RawRoute>,
+    virtual_hosts: Vec<RawVirtualHost>,
+    path: &str,
+    ctx: &RouteCtx<'_>,
+) -> Result<RouteConfiguration, ConfigError> {
+    match (routes.is_empty(), virtual_hosts.is_empty()) {
+        (false, false) => Err(ConfigError::invalid(
+            path,
+            "expected `routes` (for every host) or `virtual_hosts`, not both",
+        )),
+        (true, true) => Err(ConfigError::invalid(
+            format!("{path}.routes"),
+            "expected at least one route (or `virtual_hosts`)",
+        )),
+        (false, true) => {
+            let none = HostDefaults::default();
+            let routes = routes
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| route(r, &format!("{path}.routes[{i}]"), ctx, &none))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(RouteConfiguration::flat(routes))
+        }
+        (true, false) => {
+            let mut routes = Vec::new();
+            let mut hosts = Vec::with_capacity(virtual_hosts.len());
+            // Where each domain and name was first seen, to name both in an error.
+            let mut domains: HashMap<Domain, usize> = HashMap::new();
+            let mut names: HashMap<String, usize> = HashMap::new();
+            for (i, raw) in virtual_hosts.into_iter().enumerate() {
+                let at = format!("{path}.virtual_hosts[{i}]");
+                let host = virtual_host(raw, &at, ctx, &mut routes)?;
+                if let Some(first) = names.insert(host.name.clone(), i) {
+                    return Err(ConfigError::invalid(
+                        format!("{at}.name"),
+                        format!(
+                            "virtual host `{}` is already defined at {path}.virtual_hosts[{first}]",
+                            host.name
+                        ),
+                    ));
+                }
+                for (j, domain) in host.domains.iter().enumerate() {
+                    if let Some(first) = domains.insert(domain.clone(), i) {
+                        return Err(ConfigError::invalid(
+                            format!("{at}.domains[{j}]"),
+                            format!(
+                                "domain `{domain}` is already served by {path}.virtual_hosts[{first}]"
+                            ),
+                        ));
+                    }
+                }
+                hosts.push(host);
+            }
+            Ok(RouteConfiguration {
+                routes: routes.into(),
+                virtual_hosts: hosts,
+                flat: false,
+            })
+        }
+    }
+}
+
+/// What a virtual host gives the routes that say nothing of their own.
+#[derive(Default)]
+struct HostDefaults {
+    retry_policy: Option<RetryPolicy>,
+    ext_authz: RouteAuthz,
+}
+
+fn virtual_host(
+    raw: RawVirtualHost,
+    path: &str,
+    ctx: &RouteCtx<'_>,
+    routes: &mut Vec<RouteConfig>,
+) -> Result<VirtualHostConfig, ConfigError> {
+    let name = if ctx.dynamic {
+        crate::check::dynamic_name(raw.name, path)?
+    } else {
+        name(raw.name, path)?
+    };
+    if raw.domains.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.domains"),
+            "expected at least one domain (`*` for every host)",
+        ));
+    }
+    let domains = raw
+        .domains
+        .iter()
+        .enumerate()
+        .map(|(i, d)| domain(d, &format!("{path}.domains[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let retry_policy = raw
+        .retry_policy
+        .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
+        .transpose()?;
+    let filters = filters::route_filters(raw.filters, &format!("{path}.filters"), ctx.chain)?;
+    let defaults = HostDefaults {
+        retry_policy: retry_policy.clone(),
+        ext_authz: filters.ext_authz.clone(),
+    };
+    let start = routes.len();
+    for (i, r) in raw.routes.into_iter().enumerate() {
+        routes.push(route(r, &format!("{path}.routes[{i}]"), ctx, &defaults)?);
+    }
+    Ok(VirtualHostConfig {
+        name,
+        domains,
+        routes: start..routes.len(),
+        retry_policy,
+        filters,
+    })
+}
+
+/// `example.com`, `example.com:8443`, `*.example.com`, `*-eu.example.com`, `example.*` or `*`.
+fn domain(value: &str, path: &str) -> Result<Domain, ConfigError> {
+    if value == "*" {
+        return Ok(Domain::Any);
+    }
+    let lower = value.to_ascii_lowercase();
+    let invalid = || {
+        ConfigError::invalid(
+            path,
+            format!(
+                "expected a host name, optionally with `:PORT`, with at most one `*` at its start or end (or `*` alone), found `{value}`"
+            ),
+        )
+    };
+    let domain = match lower.matches('*').count() {
+        0 => Domain::Exact(lower),
+        1 => match (lower.strip_prefix('*'), lower.strip_suffix('*')) {
+            (Some(rest), _) => Domain::Suffix(rest.to_string()),
+            (_, Some(rest)) => Domain::Prefix(rest.to_string()),
+            _ => return Err(invalid()),
+        },
+        _ => return Err(invalid()),
+    };
+    let text = match &domain {
+        Domain::Exact(t) | Domain::Suffix(t) | Domain::Prefix(t) => t,
+        Domain::Any => return Ok(domain),
+    };
+    let valid = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b));
+    if valid { Ok(domain) } else { Err(invalid()) }
+}
+
+fn route(
+    raw: RawRoute,
+    path: &str,
+    ctx: &RouteCtx<'_>,
+    host: &HostDefaults,
+) -> Result<RouteConfig, ConfigError> {
+    let RouteCtx {
+        cluster_index,
+        clusters,
+        chain,
+        ..
+    } = *ctx;
+    let matcher = route_match(
+        raw.matcher,
+        &format!("{path}.match"),
+        &ctx.path_normalization,
+    )?;
+    if raw.ext_authz.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{path}.ext_authz"),
+            "a route's ext_authz settings go under `filters: { ext_authz: ... }`",
+        ));
+    }
+    let own_authz = raw.filters.as_ref().is_some_and(|f| f.ext_authz.is_some());
+    let mut filters = filters::route_filters(raw.filters, &format!("{path}.filters"), chain)?;
+    filters.ext_authz = if own_authz {
+        // Envoy merges context extensions from the host down; the route's win.
+        let mut merged: std::collections::BTreeMap<String, String> =
+            host.ext_authz.context_extensions.iter().cloned().collect();
+        merged.extend(filters.ext_authz.context_extensions);
+        RouteAuthz {
+            disabled: filters.ext_authz.disabled,
+            context_extensions: merged.into_iter().collect(),
+        }
+    } else {
+        host.ext_authz.clone()
+    };
+    let forwards = raw.cluster.is_some() || raw.weighted_clusters.is_some();
+    let actions = [
+        ("cluster", raw.cluster.is_some()),
+        ("weighted_clusters", raw.weighted_clusters.is_some()),
+        ("direct_response", raw.direct_response.is_some()),
+        ("redirect", raw.redirect.is_some()),
+        ("https_redirect", raw.https_redirect == Some(true)),
+    ];
+    let given: Vec<&str> = actions
+        .iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| *name)
+        .collect();
+    match given.as_slice() {
+        [_] | ["redirect", "https_redirect"] => {}
+        [] => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected a `cluster` to forward to (or `weighted_clusters`), a \
+                 `direct_response` or a `redirect` (or `https_redirect: true`)",
+            ));
+        }
+        [first, second, ..] => {
+            return Err(ConfigError::invalid(
+                path,
+                format!("expected one action: `{first}` or `{second}`, not both"),
+            ));
+        }
+    }
+    if !forwards
+        && (raw.timeout.is_some()
+            || raw.host_rewrite.is_some()
+            || raw.retry_policy.is_some()
+            || !raw.upgrades.is_empty()
+            || raw.prefix_rewrite.is_some()
+            || raw.regex_rewrite.is_some()
+            || !raw.request_mirror_policies.is_empty())
+    {
+        return Err(ConfigError::invalid(
+            path,
+            "`timeout`, `host_rewrite`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+             `regex_rewrite` and `request_mirror_policies` apply only to routes with a \
+             `cluster` or `weighted_clusters`",
+        ));
+    }
+    if raw.hash_key.is_some() && raw.weighted_clusters.is_none() {
+        return Err(ConfigError::invalid(
+            format!("{path}.hash_key"),
+            "a route's `hash_key` keeps a client on one side of `weighted_clusters`; \
+             for hosts, set it on the cluster",
+        ));
+    }
+    let action = if let Some(direct) = raw.direct_response {
+        let status = StatusCode::from_u16(direct.status)
+            .ok()
+            .filter(|s| !s.is_informational())
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    format!("{path}.direct_response.status"),
+                    format!(
+                        "expected an HTTP status from 200 to 999, found {}",
+                        direct.status
+                    ),
+                )
+            })?;
+        RouteAction::DirectResponse {
+            status,
+            body: Bytes::from(direct.body),
+        }
+    } else if !forwards {
+        let at = if raw.redirect.is_some() {
+            format!("{path}.redirect")
+        } else {
+            format!("{path}.https_redirect")
+        };
+        RouteAction::Redirect(route_actions::redirect(
+            raw.redirect.unwrap_or_default(),
+            raw.https_redirect == Some(true),
+            &matcher,
+            &at,
+        )?)
+    } else {
+        let (index, cluster_name, split) = match (raw.cluster, raw.weighted_clusters) {
+            (Some(cluster), _) => (
+                route_actions::cluster(
+                    &cluster,
+                    cluster_index,
+                    clusters,
+                    &format!("{path}.cluster"),
+                )?,
+                cluster,
+                None,
+            ),
+            (None, weighted) => {
+                let split = route_actions::split(
+                    weighted.unwrap_or_default(),
+                    raw.hash_key,
+                    cluster_index,
+                    clusters,
+                    path,
+                )?;
+                (split.clusters[0].index, String::new(), Some(split))
+            }
+        };
+        let timeout = raw.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
+        if timeout.is_zero() {
+            return Err(ConfigError::invalid(
+                format!("{path}.timeout"),
+                "expected a duration above zero",
+            ));
+        }
+        let host_rewrite = raw
+            .host_rewrite
+            .map(|h| {
+                // It becomes the upstream's `host` or `:authority`, so it must be one.
+                h.parse::<http::uri::Authority>()
+                    .ok()
+                    .filter(|a| !a.as_str().contains('@'))
+                    .and_then(|_| HeaderValue::from_str(&h).ok())
+                    .ok_or_else(|| {
+                        ConfigError::invalid(
+                            format!("{path}.host_rewrite"),
+                            format!("expected a host name, found `{h}`"),
+                        )
+                    })
+            })
+            .transpose()?;
+        let retry_policy = raw
+            .retry_policy
+            .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
+            .transpose()?
+            .or_else(|| host.retry_policy.clone());
+        let upgrades = upgrades(raw.upgrades, &format!("{path}.upgrades"))?;
+        let targets: Vec<usize> = match &split {
+            Some(split) => split.clusters.iter().map(|c| c.index).collect(),
+            None => vec![index],
+        };
+        if let Some(&h2) = targets
+            .iter()
+            .find(|&&i| clusters[i].protocol != UpstreamProtocol::Http1)
+            && !upgrades.is_empty()
+        {
+            return Err(ConfigError::invalid(
+                format!("{path}.upgrades"),
+                format!(
+                    "upgrades are relayed to HTTP/1.1 upstreams; cluster `{}` speaks HTTP/2",
+                    clusters[h2].name
+                ),
+            ));
+        }
+        let path_rewrite =
+            route_actions::path_rewrite(raw.prefix_rewrite, raw.regex_rewrite, &matcher, path)?;
+        let mirrors =
+            route_actions::mirrors(raw.request_mirror_policies, cluster_index, clusters, path)?;
+        RouteAction::Forward(Box::new(ForwardAction {
+            cluster: index,
+            cluster_name,
+            split,
+            path_rewrite,
+            mirrors,
+            timeout,
+            host_rewrite,
+            retry_policy,
+            upgrades,
+        }))
+    };
+    Ok(RouteConfig {
+        matcher,
+        action,
+        filters,
+    })
+}
+
+fn route_match(
+    raw: RawMatch,
+    path: &str,
+    normalization: &PathNormalization,
+) -> Result<RouteMatch, ConfigError> {
+    let host = match raw.host {
+        None => HostMatch::Any,
+        Some(h) if h == "*" => HostMatch::Any,
+        Some(h) => {
+            let lower = h.to_ascii_lowercase();
+            let (suffix, rest) = match lower.strip_prefix('*') {
+                Some(rest) if rest.starts_with('.') => (true, rest.to_string()),
+                _ => (false, lower.clone()),
+            };
+            let valid = !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+            if !valid {
+                return Err(ConfigError::invalid(
+                    format!("{path}.host"),
+                    format!("expected a host name or `*.domain`, found `{h}`"),
+                ));
+            }
+            if suffix {
+                HostMatch::Suffix(rest)
+            } else {
+                HostMatch::Exact(rest)
+            }
+        }
+    };
+    let case_sensitive = raw.case_sensitive.unwrap_or(true);
+    let path_match = match (raw.prefix, raw.path, raw.regex) {
+        (Some(p), None, None) => {
+            PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization, true)?)
+        }
+        (None, Some(p), None) => {
+            PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization, false)?)
+        }
+        (None, None, Some(r)) => PathMatch::Regex(route_actions::pattern(
+            &r,
+            !case_sensitive,
+            &format!("{path}.regex"),
+        )?),
+        (None, None, None) => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected a `prefix` (e.g. `/`), an exact `path` or a `regex`",
+            ));
+        }
+        _ => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected one of `prefix`, `path` or `regex`",
+            ));
+        }
+    };
+    let path_match = match path_match {
+        _ if case_sensitive => path_match,
+        PathMatch::Prefix(p) => PathMatch::Prefix(p.to_ascii_lowercase()),
+        PathMatch::Exact(p) => PathMatch::Exact(p.to_ascii_lowercase()),
+        regex @ PathMatch::Regex(_) => regex,
+    };
+    let headers = raw
+        .headers
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| header_match(h, &format!("{path}.headers[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let query_parameters = raw
+        .query_parameters
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| query_match(q, &format!("{path}.query_parameters[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RouteMatch {
+        host,
+        path: path_match,
+        case_sensitive,
+        headers,
+        query_parameters,
+    })
+}
+
+fn url_path(
+    value: String,
+    path: &str,
+    normalization: &PathNormalization,
+    prefix: bool,
+) -> Result<String, ConfigError> {
+    if value.starts_with('/') && !value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        // Requests are matched after normalisation: a path it would change never matches.
+        // A prefix's last segment may be the start of a longer one (`/.` for `/.git`,
+        // `/..` for `/..data`): a `.` or `..` there is not a dot segment.
+        let last = &value[value.rfind('/').map_or(0, |i| i + 1)..];
+        let checked = if prefix && matches!(last, "." | "..") {
+            &value[..value.len() - last.len()]
+        } else {
+            value.as_str()
+        };
+        match crate::path::normalize(checked, normalization) {
+            Ok(crate::path::Normalized::Path(std::borrow::Cow::Borrowed(_))) => Ok(value),
+            Ok(crate::path::Normalized::Path(std::borrow::Cow::Owned(normal))) => {
+                Err(ConfigError::invalid(
+                    path,
+                    format!(
+                        "`{value}` would never match: request paths are normalised first (http.path_normalization); write `{normal}`"
+                    ),
+                ))
+            }
+            Ok(crate::path::Normalized::Redirect(_)) | Err(_) => Err(ConfigError::invalid(
+                path,
+                format!("`{value}` would never match a normalised request path"),
+            )),
+        }
+    } else {
+        Err(ConfigError::invalid(
+            path,
+            format!("expected a path starting with `/`, found `{value}`"),
+        ))
+    }
+}
+
+fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigError> {
+    let name = HeaderName::from_bytes(raw.name.as_bytes()).map_err(|_| {
+        ConfigError::invalid(
+            format!("{path}.name"),
+            format!("expected a header name, found `{}`", raw.name),
+        )
+    })?;
+    let value = match route_actions::string_match(&raw, path)? {
+        Some(StringMatch::Exact(v)) => {
+            HeaderValueMatch::Exact(HeaderValue::from_str(&v).map_err(|_| {
+                ConfigError::invalid(
+                    format!("{path}.exact"),
+                    format!("expected a header value of visible ASCII, found `{v}`"),
+                )
+            })?)
+        }
+        Some(pattern) => HeaderValueMatch::Pattern(pattern),
+        None if raw.present == Some(false) => HeaderValueMatch::Absent,
+        None => HeaderValueMatch::Present,
+    };
+    Ok(HeaderMatch { name, value })
+}
+
+fn query_match(raw: RawHeaderMatch, path: &str) -> Result<QueryMatch, ConfigError> {
+    if raw.name.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.name"),
+            "expected a parameter name",
+        ));
+    }
+    if raw.present == Some(false) {
+        return Err(ConfigError::invalid(
+            format!("{path}.present"),
+            "`present: false` is not supported for query parameters",
+        ));
+    }
+    let value = route_actions::string_match(&raw, path)?;
+    Ok(QueryMatch {
+        name: raw.name,
+        value,
+    })
+}
+
+fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigError> {
+    let mut on = RetryOn::default();
+    for (i, condition) in raw.retry_on.iter().enumerate() {
+        let flag = match condition.as_str() {
+            "connect-failure" => &mut on.connect_failure,
+            "refused-stream" => &mut on.refused_stream,
+            "reset" => &mut on.reset,
+            "5xx" => &mut on.server_error,
+            "gateway-error" => &mut on.gateway_error,
+            "retriable-status-codes" => &mut on.retriable_status_codes,
+            other => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.retry_on[{i}]"),
+                    format!(
+                        "unknown condition `{other}`; expected connect-failure, refused-stream, \
+                         reset, 5xx, gateway-error or retriable-status-codes"
+                    ),
+                ));
+            }
+        };
+        *flag = true;
+    }
+    if raw.retry_on.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.retry_on"),
+            "expected at least one condition",
+        ));
+    }
+    if on.retriable_status_codes == raw.retriable_status_codes.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.retriable_status_codes"),
+            "`retriable_status_codes` and the `retriable-status-codes` condition go together",
+        ));
+    }
+    if let Some(code) = raw
+        .retriable_status_codes
+        .iter()
+        .find(|c| !(100..=599).contains(*c))
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.retriable_status_codes"),
+            format!("expected status codes from 100 to 599, found {code}"),
+        ));
+    }
+    let per_try_timeout = raw
+        .per_try_timeout
+        .map(|t| positive(t, &format!("{path}.per_try_timeout")))
+        .transpose()?;
+    Ok(RetryPolicy {
+        retry_on: on,
+        // Envoy's default.
+        num_retries: raw.num_retries.unwrap_or(1),
+        per_try_timeout,
+        retriable_status_codes: raw.retriable_status_codes,
+    })
+}
+
+/// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
+fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::with_capacity(raw.len());
+    for (i, token) in raw.into_iter().enumerate() {
+        let lower = token.to_ascii_lowercase();
+        // An HTTP token (RFC 9110 section 5.6.2), without a version.
+        let valid = !lower.is_empty()
+            && lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !valid {
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}]"),
+                format!("expected a protocol name such as `websocket`, found `{token}`"),
+            ));
+        }
+        if out.contains(&lower) {
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}]"),
+                format!("`{token}` is listed twice"),
+            ));
+        }
+        out.push(lower);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::*;
+
+    fn with_hosts(filters: &str, hosts: &str) -> String {
+        format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n{filters}    virtual_hosts:\n{hosts}clusters:\n  - name: c\n    endpoints: [127.0.0.1:2]\n"
+        )
+    }
+
+    fn error_of(yaml: &str) -> String {
+        Config::from_yaml(yaml).unwrap_err().to_string()
+    }
+
+    const ROUTE: &str = "[{ match: { prefix: / }, cluster: c }]";
+
+    #[test]
+    fn virtual_hosts_are_checked() {
+        for (hosts, expected) in [
+            (
+                format!("      - {{ name: a, domains: [a.test, \"*\"], routes: {ROUTE} }}\n      - {{ name: b, domains: [\"*.test\", A.Test], routes: {ROUTE} }}\n"),
+                "listeners[0].virtual_hosts[1].domains[1]: domain `a.test` is already served by listeners[0].virtual_hosts[0]",
+            ),
+            (
+                format!("      - {{ name: a, domains: [a.test], routes: {ROUTE} }}\n      - {{ name: a, domains: [b.test] }}\n"),
+                "listeners[0].virtual_hosts[1].name: virtual host `a` is already defined",
+            ),
+            (
+                "      - { name: a, domains: [] }\n".to_string(),
+                "listeners[0].virtual_hosts[0].domains: expected at least one domain",
+            ),
+            (
+                "      - { name: a, domains: [\"a.*.test\"] }\n".to_string(),
+                "listeners[0].virtual_hosts[0].domains[0]: expected a host name",
+            ),
+            (
+                "      - { name: a, domains: [\"*a*\"] }\n".to_string(),
+                "listeners[0].virtual_hosts[0].domains[0]: expected a host name",
+            ),
+            (
+                "      - { name: a, domains: [\"a test\"] }\n".to_string(),
+                "listeners[0].virtual_hosts[0].domains[0]: expected a host name",
+            ),
+            (
+                "      - { name: a, domains: [a.test], routes: [{ match: { prefix: / }, cluster: nowhere }] }\n".to_string(),
+                "listeners[0].virtual_hosts[0].routes[0].cluster: unknown cluster `nowhere`",
+            ),
+            (
+                "      - { name: a, domains: [a.test], filters: { cors: disabled } }\n".to_string(),
+                "listeners[0].virtual_hosts[0].filters.cors: the listener has no `cors` filter",
+            ),
+        ] {
+            let err = error_of(&with_hosts("", &hosts));
+            assert!(err.starts_with(expected), "{hosts}: {err}");
+        }
+        let both = with_hosts(
+            "    routes: [{ match: { prefix: / }, cluster: c }]\n",
+            "      - { name: a, domains: [\"*\"] }\n",
+        );
+        assert!(
+            error_of(&both)
+                .contains("expected `routes` (for every host) or `virtual_hosts`, not both"),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn a_hosts_retry_policy_and_authz_settings_reach_its_routes() {
+        let yaml = with_hosts(
+            "    http_filters:\n      - ext_authz: { grpc: { address: 127.0.0.1:9191 } }\n",
+            r#"      - name: api
+        domains: [api.test]
+        retry_policy: { retry_on: [5xx], num_retries: 3 }
+        filters: { ext_authz: { context_extensions: { tier: api, team: core } } }
+        routes:
+          - { match: { prefix: /own }, cluster: c, retry_policy: { retry_on: [reset] }, filters: { ext_authz: { context_extensions: { team: edge } } } }
+          - { match: { prefix: /open }, cluster: c, filters: { ext_authz: disabled } }
+          - { match: { prefix: / }, cluster: c }
+      - name: static
+        domains: ["*"]
+        filters: { ext_authz: disabled }
+        routes:
+          - { match: { prefix: / }, direct_response: { status: 200 } }
+"#,
+        );
+        let config = Config::from_yaml(&yaml).unwrap();
+        let table = &config.listeners[0].route_config;
+        let retry = |i: usize| match &table.routes[i].action {
+            RouteAction::Forward(f) => f.retry_policy.as_ref().map(|r| r.num_retries),
+            _ => None,
+        };
+        // A route's own policy replaces the host's whole (Envoy: not merged).
+        assert_eq!(retry(0), Some(1));
+        assert_eq!(retry(2), Some(3));
+        let authz = |i: usize| &table.routes[i].filters.ext_authz;
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            authz(0).context_extensions,
+            pairs(&[("team", "edge"), ("tier", "api")])
+        );
+        assert!(!authz(0).disabled);
+        assert!(authz(1).disabled);
+        assert_eq!(
+            authz(2).context_extensions,
+            pairs(&[("team", "core"), ("tier", "api")])
+        );
+        assert!(authz(3).disabled);
+        assert_eq!(table.virtual_hosts[1].routes, 3..4);
+    }
+
+    #[test]
+    fn the_dump_keeps_the_form_written() {
+        let flat = Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes: [{ match: { prefix: / }, direct_response: { status: 200 } }]\n",
+        )
+        .unwrap();
+        let dump = serde_json::to_value(&flat.listeners[0]).unwrap();
+        assert!(dump.get("virtual_hosts").is_none(), "{dump}");
+        assert_eq!(dump["routes"][0]["match"]["prefix"], "/");
+
+        let yaml = with_hosts(
+            "",
+            &format!(
+                "      - {{ name: a, domains: [A.test, \"*.b.test:8443\", \"c.*\"], routes: {ROUTE} }}\n      - {{ name: b, domains: [\"*\"] }}\n"
+            ),
+        );
+        let config = Config::from_yaml(&yaml).unwrap();
+        let dump = serde_json::to_value(&config.listeners[0]).unwrap();
+        assert!(dump.get("routes").is_none(), "{dump}");
+        let hosts = &dump["virtual_hosts"];
+        assert_eq!(
+            hosts[0]["domains"],
+            serde_json::json!(["a.test", "*.b.test:8443", "c.*"])
+        );
+        assert_eq!(hosts[0]["routes"][0]["cluster"], "c");
+        assert_eq!(hosts[1]["routes"], serde_json::json!([]));
+        // What the dump says loads again, to the same thing.
+        let mut again = serde_json::to_value(&config).unwrap();
+        again["listeners"][0]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| ["name", "address", "virtual_hosts"].contains(&k.as_str()));
+        let again = serde_json::json!({
+            "listeners": [again["listeners"][0].clone()],
+            "clusters": [{ "name": "c", "endpoints": ["127.0.0.1:2"] }],
+        });
+        let reloaded = Config::from_yaml(&serde_json::to_string(&again).unwrap()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&reloaded.listeners[0].route_config).unwrap(),
+            serde_json::to_value(&config.listeners[0].route_config).unwrap()
+        );
+    }
+}

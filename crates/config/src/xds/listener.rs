@@ -1,0 +1,402 @@
+//! Listener + HttpConnectionManager -> a listener; its routes inline or by RDS name.
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtocolOptions};
+use envoy_types::pb::envoy::config::listener::v3::{
+    FilterChain, Listener, filter, listener_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, http_connection_manager, http_filter,
+};
+use envoy_types::pb::google::protobuf::Any;
+
+use super::route::XdsRoutes;
+use super::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
+use crate::filters::RawHttpFilter;
+use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
+use crate::raw::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
+
+const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+/// Listener filters that only look at the first bytes to pick a filter chain; with one chain
+/// they change nothing.
+const INSPECTORS: [&str; 2] = [
+    "envoy.filters.listener.tls_inspector",
+    "envoy.filters.listener.http_inspector",
+];
+
+const PROXY_PROTOCOL_FILTER: &str = "envoy.filters.listener.proxy_protocol";
+const PROXY_PROTOCOL: &str =
+    "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol";
+
+/// The `envoy.filters.listener.proxy_protocol` listener filter as the listener's
+/// `proxy_protocol`. TLVs are never read, so rules that keep them are refused.
+fn proxy_protocol_filter(
+    config: Option<listener_filter::ConfigType>,
+    at: &str,
+) -> Result<RawProxyProtocol, ResourceError> {
+    let mut filter = match config {
+        None => ProxyProtocol::default(),
+        Some(listener_filter::ConfigType::TypedConfig(any)) => {
+            decode::<ProxyProtocol>(&any, PROXY_PROTOCOL, "a ProxyProtocol listener filter")?
+        }
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["config_discovery".into()],
+            });
+        }
+    };
+    // `core.v3.ProxyProtocolConfig.Version`: V1 = 0, V2 = 1.
+    let disallowed = std::mem::take(&mut filter.disallowed_versions);
+    let versions = [(0, "v1"), (1, "v2")]
+        .into_iter()
+        .filter(|(number, _)| !disallowed.contains(number))
+        .map(|(_, name)| name.to_owned())
+        .collect();
+    let required = !std::mem::take(&mut filter.allow_requests_without_proxy_protocol);
+    filter.stat_prefix.clear();
+    filter.tlv_location = 0;
+    nothing_else(&filter, fields::PROXY_PROTOCOL, at)?;
+    Ok(RawProxyProtocol {
+        versions: Some(versions),
+        required: Some(required),
+    })
+}
+
+/// A listener from the management server.
+#[derive(Debug, Clone)]
+pub struct XdsListener {
+    pub name: String,
+    /// The listener as the config file would write it, without routes.
+    raw: RawListener,
+    /// Routes given with it.
+    inline: Option<XdsRoutes>,
+    /// The route configuration it takes from RDS.
+    pub rds: Option<String>,
+    /// Upgrades (`websocket`) every route allows.
+    upgrades: Vec<String>,
+    /// The ext_authz filter, if the chain has one.
+    authz: Option<XdsAuthz>,
+}
+
+impl XdsListener {
+    pub fn decode(value: &Any) -> Result<Self, ResourceError> {
+        let listener: Listener = decode(value, type_url::LISTENER, "a Listener")?;
+        translate(listener)
+    }
+
+    /// The cluster its authorization service is found in, if any.
+    pub fn authz_cluster(&self) -> Option<&str> {
+        self.authz.as_ref().and_then(XdsAuthz::cluster)
+    }
+
+    /// As the config file writes it, with `routes` (from RDS) when it takes them from there;
+    /// `None` while its authorization cluster has no single host to call.
+    pub(super) fn section(
+        &self,
+        routes: Option<&XdsRoutes>,
+        ready: &BTreeMap<&str, bool>,
+        single_hosts: &BTreeMap<&str, &str>,
+    ) -> Option<RawListener> {
+        let mut raw = self.raw.clone();
+        if let Some(routes) = routes.or(self.inline.as_ref()) {
+            raw.virtual_hosts = routes.section(ready, &self.upgrades, self.authz.is_some());
+        }
+        if let Some(authz) = &self.authz {
+            raw.http_filters = vec![RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)];
+        }
+        Some(raw)
+    }
+}
+
+fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
+    let name = std::mem::take(&mut l.name);
+    let at = format!("listener `{name}`");
+    let address = socket_address(l.address.take(), &format!("{at}.address"))?;
+    let buffer = l
+        .per_connection_buffer_limit_bytes
+        .take()
+        .map(|v| u64::from(v.value));
+    let mut proxy_protocol = None;
+    for (i, f) in std::mem::take(&mut l.listener_filters)
+        .into_iter()
+        .enumerate()
+    {
+        if f.name == PROXY_PROTOCOL_FILTER {
+            proxy_protocol = Some(proxy_protocol_filter(
+                f.config_type,
+                &format!("{at}.listener_filters[{i}]"),
+            )?);
+            continue;
+        }
+        let harmless = INSPECTORS.contains(&f.name.as_str())
+            && matches!(
+                f.config_type,
+                None | Some(listener_filter::ConfigType::TypedConfig(_))
+            );
+        if !harmless {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.listener_filters[{i}]"),
+                fields: vec![format!("listener filter `{}`", f.name)],
+            });
+        }
+    }
+    let mut chains = std::mem::take(&mut l.filter_chains);
+    if let Some(default) = l.default_filter_chain.take() {
+        chains.push(default);
+    }
+    let [chain] =
+        <[FilterChain; 1]>::try_from(chains).map_err(|chains| ResourceError::Unsupported {
+            at: at.clone(),
+            fields: vec![format!("{} filter chains (exactly one)", chains.len())],
+        })?;
+    l.stat_prefix.clear();
+    l.metadata = None;
+    l.traffic_direction = 0;
+    nothing_else(&l, fields::LISTENER, &at)?;
+
+    let at = format!("{at}.filter_chains[0]");
+    let mut chain = chain;
+    let filters = std::mem::take(&mut chain.filters);
+    let tls = chain
+        .transport_socket
+        .take()
+        .map(|socket| super::tls::listener_tls(socket, &at))
+        .transpose()?;
+    chain.name.clear();
+    chain.metadata = None;
+    if chain
+        .filter_chain_match
+        .take()
+        .is_some_and(|m| m != Default::default())
+    {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec!["filter_chain_match".into()],
+        });
+    }
+    nothing_else(&chain, fields::FILTER_CHAIN, &at)?;
+    let hcm = match filters.as_slice() {
+        [only] => match &only.config_type {
+            Some(filter::ConfigType::TypedConfig(any)) if any.type_url == HCM => {
+                decode::<HttpConnectionManager>(any, HCM, "an HttpConnectionManager")?
+            }
+            _ => {
+                return Err(ResourceError::Unsupported {
+                    at: format!("{at}.filters[0]"),
+                    fields: vec![format!(
+                        "network filter `{}` (http_connection_manager only)",
+                        only.name
+                    )],
+                });
+            }
+        },
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec!["filters (exactly one: http_connection_manager)".into()],
+            });
+        }
+    };
+    let mut raw = RawListener {
+        name: name.clone(),
+        address,
+        connection_limit: None,
+        connection_balance: None,
+        per_connection_buffer_limit_bytes: buffer,
+        http: RawHttp::default(),
+        access_log: None,
+        proxy_protocol,
+        tls,
+        ext_authz: None,
+        http_filters: Vec::new(),
+        routes: Vec::new(),
+        virtual_hosts: Vec::new(),
+        dynamic: true,
+    };
+    let (inline, rds, upgrades, authz) =
+        connection_manager(hcm, &mut raw.http, &name, &format!("{at}.filters[0]"))?;
+    Ok(XdsListener {
+        name,
+        raw,
+        inline,
+        rds,
+        upgrades,
+        authz,
+    })
+}
+
+type Routing = (
+    Option<XdsRoutes>,
+    Option<String>,
+    Vec<String>,
+    Option<XdsAuthz>,
+);
+
+fn connection_manager(
+    mut hcm: HttpConnectionManager,
+    http: &mut RawHttp,
+    listener: &str,
+    at: &str,
+) -> Result<Routing, ResourceError> {
+    if hcm.codec_type != http_connection_manager::CodecType::Auto as i32 {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["codec_type (AUTO only: both HTTP/1.1 and HTTP/2 are served)".into()],
+        });
+    }
+    hcm.stat_prefix.clear();
+    let (inline, rds) = match hcm.route_specifier.take() {
+        Some(http_connection_manager::RouteSpecifier::Rds(rds)) => {
+            (None, Some(rds.route_config_name))
+        }
+        Some(http_connection_manager::RouteSpecifier::RouteConfig(config)) => {
+            (Some(XdsRoutes::translate(config, Some(listener))?), None)
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["route_specifier (rds or route_config)".into()],
+            });
+        }
+    };
+    let authz = http_filters(std::mem::take(&mut hcm.http_filters), at)?;
+    if let Some(common) = hcm.common_http_protocol_options.take() {
+        common_options(common, http, &format!("{at}.common_http_protocol_options"))?;
+    }
+    if let Some(h2) = hcm.http2_protocol_options.take() {
+        h2_options(h2, http, &format!("{at}.http2_protocol_options"))?;
+    }
+    http.max_request_headers_kb = hcm.max_request_headers_kb.take().map(|v| v.value);
+    // `0s` is Envoy's default, "no timeout"; Legate keeps its own (a slow-headers defence).
+    http.request_headers_timeout = duration(
+        hcm.request_headers_timeout.take(),
+        &format!("{at}.request_headers_timeout"),
+    )?
+    .filter(|t| !t.is_zero());
+    // `0s` turns Envoy's stream idle timer off.
+    http.stream_idle_timeout = duration(
+        hcm.stream_idle_timeout.take(),
+        &format!("{at}.stream_idle_timeout"),
+    )?
+    .map(|t| if t.is_zero() { super::NO_TIMEOUT } else { t });
+    let mut upgrades = Vec::new();
+    for (i, upgrade) in std::mem::take(&mut hcm.upgrade_configs)
+        .into_iter()
+        .enumerate()
+    {
+        if upgrade.enabled.is_some_and(|e| !e.value) || !upgrade.filters.is_empty() {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.upgrade_configs[{i}]"),
+                fields: vec!["enabled: false / filters".into()],
+            });
+        }
+        upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
+    }
+    // Envoy's defaults, not the config file's: a listener from a control plane behaves as
+    // the same listener would in Envoy.
+    http.use_remote_address = Some(hcm.use_remote_address.take().is_some_and(|v| v.value));
+    http.xff_num_trusted_hops = Some(std::mem::take(&mut hcm.xff_num_trusted_hops));
+    // Path normalisation is on in Legate unless turned off. `normalize_path` says either
+    // way; `merge_slashes` is a plain bool whose `false` (the default) cannot be told from
+    // unset, so it can only turn merging on.
+    let escaped_slashes = match std::mem::take(&mut hcm.path_with_escaped_slashes_action) {
+        0 => None,
+        1 => Some("keep"),
+        2 => Some("reject"),
+        3 => Some("unescape_and_redirect"),
+        4 => Some("unescape_and_forward"),
+        other => {
+            return Err(ResourceError::invalid(
+                format!("{at}.path_with_escaped_slashes_action"),
+                format!("unknown action {other}"),
+            ));
+        }
+    };
+    http.path_normalization = Some(RawPathNormalization {
+        normalize: hcm.normalize_path.take().map(|v| v.value),
+        merge_slashes: std::mem::take(&mut hcm.merge_slashes).then_some(true),
+        escaped_slashes: escaped_slashes.map(str::to_owned),
+    });
+    nothing_else(&hcm, fields::HTTP_CONNECTION_MANAGER, at)?;
+    Ok((inline, rds, upgrades, authz))
+}
+
+/// ext_authz (at most once) and the router, last: requests are authorized, then go to the
+/// route's cluster. Other filters are refused.
+fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<Option<XdsAuthz>, ResourceError> {
+    let typed = |f: &HttpFilter| match &f.config_type {
+        Some(http_filter::ConfigType::TypedConfig(any)) => Some(any.clone()),
+        _ => None,
+    };
+    let is_router = |f: &HttpFilter| match typed(f) {
+        Some(any) => any.type_url == ROUTER,
+        None => f.name == "envoy.filters.http.router",
+    };
+    let mut authz = None;
+    let filters: Vec<HttpFilter> = filters.into_iter().filter(|f| !f.disabled).collect();
+    for (i, f) in filters.iter().enumerate() {
+        let at = format!("{at}.http_filters[{i}]");
+        if is_router(f) {
+            if typed(f).is_some_and(|any| !any.value.is_empty()) {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec!["router settings".into()],
+                });
+            }
+            if i + 1 != filters.len() {
+                return Err(ResourceError::invalid(
+                    at,
+                    "the router must be the last filter",
+                ));
+            }
+            continue;
+        }
+        match typed(f) {
+            Some(any) if any.type_url == ext_authz::TYPE_URL && authz.is_none() => {
+                authz = Some(XdsAuthz::decode(&any, &at)?);
+            }
+            // An optional filter that is not known is skipped, as Envoy does.
+            _ if f.is_optional => {}
+            _ => {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![format!(
+                        "HTTP filter `{}` (ext_authz and the router only)",
+                        f.name
+                    )],
+                });
+            }
+        }
+    }
+    if !filters.last().is_some_and(is_router) {
+        return Err(ResourceError::invalid(
+            format!("{at}.http_filters"),
+            "expected the router as the last filter",
+        ));
+    }
+    Ok(authz)
+}
+
+fn common_options(
+    mut common: HttpProtocolOptions,
+    http: &mut RawHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    http.idle_timeout = duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))?
+        .map(|t| if t.is_zero() { super::NO_TIMEOUT } else { t });
+    http.max_requests_per_connection = common.max_requests_per_connection.take().map(|v| v.value);
+    nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
+}
+
+fn h2_options(
+    mut h2: Http2ProtocolOptions,
+    http: &mut RawHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    http.max_concurrent_streams = h2.max_concurrent_streams.take().map(|v| v.value);
+    nothing_else(&h2, fields::HTTP2_PROTOCOL_OPTIONS, at)
+}

@@ -1,0 +1,470 @@
+//! Resources from a management server (xDS) as config sections.
+//!
+//! A Listener, RouteConfiguration, Cluster or ClusterLoadAssignment is decoded and checked
+//! once, when it arrives ([`XdsListener::decode`] and the others): a field that would change
+//! behaviour and that Legate does not honour makes the resource invalid (the response is
+//! NACKed), never silently ignored. [`Resources`] holds what was accepted, by type and name,
+//! and [`Resources::sections`] joins it into listeners and clusters as the config file would
+//! write them, which are then validated with the file's own ([`compose`]). docs/xds.md lists
+//! the fields honoured.
+//!
+//! ```text
+//! mod.rs       the bootstrap keys, the resources held, joining them into config sections
+//! listener.rs  Listener + HttpConnectionManager -> a listener (routes inline or by RDS name)
+//! route.rs     RouteConfiguration -> virtual hosts and routes
+//! cluster.rs   Cluster -> a cluster (endpoints inline, or by EDS name)
+//! endpoint.rs  ClusterLoadAssignment -> endpoints
+//! ext_authz.rs the ext_authz filter (gRPC) and its per-route settings
+//! tls.rs       TLS transport sockets -> a listener's or a cluster's `tls`
+//! fields.rs    field numbers and names, to name what is not supported
+//! ```
+
+mod cluster;
+mod endpoint;
+mod fields;
+mod listener;
+mod route;
+mod route_action;
+#[cfg(test)]
+mod tests;
+mod tls;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+pub use cluster::XdsCluster;
+pub use endpoint::XdsEndpoints;
+pub use listener::XdsListener;
+pub use route::XdsRoutes;
+
+use super::raw::{
+    RawAds, RawCluster, RawConfig, RawDirectResponse, RawDynamicResources, RawEndpoint,
+    RawListener, RawNode,
+};
+use super::{ConfigError, ServiceEndpoint};
+
+pub use xds_client::type_url;
+
+/// `node` and `dynamic_resources.ads`: the management server this proxy takes listeners,
+/// routes, clusters and endpoints from, and who it says it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct XdsConfig {
+    pub node: NodeConfig,
+    #[serde(serialize_with = "super::serialize::display")]
+    pub address: ServiceEndpoint,
+    pub protocol: AdsProtocol,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeConfig {
+    pub id: String,
+    pub cluster: String,
+}
+
+/// The variant of the ADS protocol spoken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdsProtocol {
+    /// State of the world.
+    Sotw,
+    /// Incremental.
+    Delta,
+}
+
+pub(super) fn bootstrap(
+    node: Option<RawNode>,
+    dynamic: Option<RawDynamicResources>,
+) -> Result<Option<XdsConfig>, ConfigError> {
+    let Some(RawDynamicResources {
+        ads: RawAds { address, protocol },
+    }) = dynamic
+    else {
+        if node.is_some() {
+            tracing::debug!("`node` is given without `dynamic_resources`; it has no use");
+        }
+        return Ok(None);
+    };
+    let Some(node) = node else {
+        return Err(ConfigError::invalid(
+            "node",
+            "`dynamic_resources` needs `node: { id, cluster }`: the management server knows this proxy by it",
+        ));
+    };
+    if node.id.is_empty() {
+        return Err(ConfigError::invalid("node.id", "expected a non-empty id"));
+    }
+    let address = crate::check::service_endpoint(&address, "dynamic_resources.ads.address")?;
+    let protocol = match protocol.as_deref() {
+        None | Some("sotw") => AdsProtocol::Sotw,
+        Some("delta") => AdsProtocol::Delta,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "dynamic_resources.ads.protocol",
+                format!("expected `sotw` or `delta`, found `{other}`"),
+            ));
+        }
+    };
+    Ok(Some(XdsConfig {
+        node: NodeConfig {
+            id: node.id,
+            cluster: node.cluster.unwrap_or_default(),
+        },
+        address,
+        protocol,
+    }))
+}
+
+/// Why a resource from the management server was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResourceError {
+    #[error("cannot decode {kind}: {message}")]
+    Decode { kind: &'static str, message: String },
+    #[error("{at}: not supported: {} (docs/xds.md lists what is)", fields.join(", "))]
+    Unsupported { at: String, fields: Vec<String> },
+    #[error("{at}: {message}")]
+    Invalid { at: String, message: String },
+}
+
+impl ResourceError {
+    pub(crate) fn invalid(at: impl Into<String>, message: impl Into<String>) -> Self {
+        ResourceError::Invalid {
+            at: at.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Refuses `rest` (a message with the supported fields taken out) if anything is left.
+pub(crate) fn nothing_else(
+    rest: &impl prost::Message,
+    names: &[(u32, &str)],
+    at: &str,
+) -> Result<(), ResourceError> {
+    let fields = fields::set_fields(rest, names);
+    if fields.is_empty() {
+        Ok(())
+    } else {
+        Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields,
+        })
+    }
+}
+
+pub(crate) fn decode<M: prost::Message + Default>(
+    value: &envoy_types::pb::google::protobuf::Any,
+    type_url: &str,
+    kind: &'static str,
+) -> Result<M, ResourceError> {
+    if value.type_url != type_url {
+        return Err(ResourceError::Decode {
+            kind,
+            message: format!("expected type {type_url}, found {}", value.type_url),
+        });
+    }
+    M::decode(value.value.as_slice()).map_err(|e| ResourceError::Decode {
+        kind,
+        message: e.to_string(),
+    })
+}
+
+/// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
+/// the longest wait here is a day, so nothing is held forever.
+const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.
+pub(crate) fn duration(
+    value: Option<envoy_types::pb::google::protobuf::Duration>,
+    at: &str,
+) -> Result<Option<Duration>, ResourceError> {
+    let Some(d) = value else {
+        return Ok(None);
+    };
+    if d.seconds < 0 || d.nanos < 0 {
+        return Err(ResourceError::invalid(at, "a negative duration"));
+    }
+    // The file's bound too: deadlines computed from it must not overflow.
+    if d.seconds > 1_000_000_000 {
+        return Err(ResourceError::invalid(at, "longer than 10^9 seconds"));
+    }
+    Ok(Some(
+        Duration::from_secs(d.seconds as u64) + Duration::from_nanos(d.nanos as u64),
+    ))
+}
+
+/// `IP:PORT` (`[IPv6]:PORT`) or, where names are allowed, `NAME:PORT`, from an Envoy address.
+pub(crate) fn socket_address(
+    address: Option<envoy_types::pb::envoy::config::core::v3::Address>,
+    at: &str,
+) -> Result<String, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::{SocketAddress, address, socket_address};
+    let Some(address::Address::SocketAddress(socket)) = address.and_then(|a| a.address) else {
+        return Err(ResourceError::invalid(
+            at,
+            "expected a socket_address (pipes and internal addresses are not supported)",
+        ));
+    };
+    let port = match socket.port_specifier {
+        Some(socket_address::PortSpecifier::PortValue(port)) if port <= 65535 => port,
+        _ => {
+            return Err(ResourceError::invalid(
+                at,
+                "expected a port_value of 0 to 65535 (named ports are not supported)",
+            ));
+        }
+    };
+    let rest = SocketAddress {
+        address: String::new(),
+        port_specifier: None,
+        ..socket.clone()
+    };
+    nothing_else(&rest, fields::SOCKET_ADDRESS, at)?;
+    Ok(match socket.address.parse::<std::net::IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, port as u16).to_string(),
+        Err(_) => format!("{}:{port}", socket.address),
+    })
+}
+
+/// A resource held, with the version the server gave it and when it arrived.
+#[derive(Debug)]
+pub struct Held<T> {
+    pub value: Arc<T>,
+    pub version: String,
+    pub updated: SystemTime,
+    /// A hash of the encoded resource: the same bytes again are not an update.
+    pub digest: u64,
+}
+
+impl<T> Clone for Held<T> {
+    fn clone(&self) -> Self {
+        Self {
+            value: Arc::clone(&self.value),
+            version: self.version.clone(),
+            updated: self.updated,
+            digest: self.digest,
+        }
+    }
+}
+
+impl<T> Held<T> {
+    pub fn new(value: T, version: String, encoded: &[u8]) -> Self {
+        Self {
+            value: Arc::new(value),
+            version,
+            updated: SystemTime::now(),
+            digest: digest(encoded),
+        }
+    }
+}
+
+/// The hash [`Held::digest`] keeps.
+pub fn digest(encoded: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    hasher.write(encoded);
+    hasher.finish()
+}
+
+/// Everything accepted from the management server, by type and name.
+#[derive(Debug, Default)]
+pub struct Resources {
+    pub listeners: BTreeMap<String, Held<XdsListener>>,
+    pub routes: BTreeMap<String, Held<XdsRoutes>>,
+    pub clusters: BTreeMap<String, Held<XdsCluster>>,
+    pub endpoints: BTreeMap<String, Held<XdsEndpoints>>,
+    /// The last version of each listener that had its routes: a listener updated to name a
+    /// route configuration that has not arrived keeps serving with it (Envoy's warming).
+    serving: BTreeMap<String, Held<XdsListener>>,
+}
+
+/// What [`Resources::sections`] makes: the listeners and clusters to put in force.
+#[derive(Debug, Default)]
+pub struct Sections {
+    pub listeners: Vec<RawListener>,
+    pub clusters: Vec<RawCluster>,
+    pub warming: Warming,
+    /// A hash of the resources the sections were made from (names and digests): equal
+    /// inputs make equal sections, so an update that changes none of them needs no swap.
+    pub inputs: u64,
+}
+
+/// What [`Resources::sections`] left out, and why.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Warming {
+    /// Clusters waiting for their endpoints (EDS).
+    pub clusters: Vec<String>,
+    /// Listeners waiting for their routes (RDS).
+    pub listeners: Vec<String>,
+}
+
+impl Clone for Resources {
+    fn clone(&self) -> Self {
+        Self {
+            listeners: self.listeners.clone(),
+            routes: self.routes.clone(),
+            clusters: self.clusters.clone(),
+            endpoints: self.endpoints.clone(),
+            serving: self.serving.clone(),
+        }
+    }
+}
+
+impl Resources {
+    /// The route configurations the listeners name (RDS subscriptions), and those of the
+    /// earlier versions still serving while a listener warms.
+    pub fn route_names(&self) -> BTreeSet<String> {
+        self.listeners
+            .values()
+            .chain(self.serving.values())
+            .filter_map(|l| l.value.rds.clone())
+            .collect()
+    }
+
+    /// Forgets route configurations and endpoints nothing names any more: they are
+    /// unsubscribed, and would otherwise linger (and show in `/config_dump`) forever.
+    pub fn retain_wanted(&mut self) {
+        let routes = self.route_names();
+        self.routes.retain(|name, _| routes.contains(name));
+        let endpoints = self.endpoint_names();
+        self.endpoints.retain(|name, _| endpoints.contains(name));
+    }
+
+    /// The endpoint sets the clusters name (EDS subscriptions).
+    pub fn endpoint_names(&self) -> BTreeSet<String> {
+        self.clusters
+            .values()
+            .filter_map(|c| c.value.eds.clone())
+            .collect()
+    }
+
+    /// The listeners and clusters to put beside the file's, as the file would write them. A
+    /// cluster is left out until its endpoints have arrived, a listener until its routes
+    /// have (an earlier version of it with routes keeps serving meanwhile); a route to a
+    /// cluster that is not there answers 503, as Envoy's does.
+    pub fn sections(&mut self) -> Sections {
+        use std::hash::Hasher;
+        let mut inputs = twox_hash::XxHash64::with_seed(0);
+        let mut input = |kind: u8, name: &str, digest: u64| {
+            inputs.write_u8(kind);
+            inputs.write_usize(name.len());
+            inputs.write(name.as_bytes());
+            inputs.write_u64(digest);
+        };
+        let mut warming = Warming::default();
+        let mut clusters = Vec::with_capacity(self.clusters.len());
+        for (name, held) in &self.clusters {
+            let endpoints = match &held.value.eds {
+                None => None,
+                Some(service) => match self.endpoints.get(service) {
+                    Some(e) => {
+                        input(0, service, e.digest);
+                        Some(&*e.value)
+                    }
+                    None => {
+                        warming.clusters.push(name.clone());
+                        continue;
+                    }
+                },
+            };
+            input(1, name, held.digest);
+            clusters.push(held.value.section(endpoints));
+        }
+        // Clusters ready, and whether they speak HTTP/1.1 (which upgrades need).
+        let ready: BTreeMap<&str, bool> = clusters
+            .iter()
+            .map(|c| (c.name.as_str(), c.protocol.as_deref() != Some("http2")))
+            .collect();
+        // Clusters with one host: where an ext_authz filter naming one sends its checks.
+        let single_hosts: BTreeMap<&str, &str> = clusters
+            .iter()
+            .filter_map(|c| match c.endpoints.as_slice() {
+                [RawEndpoint::Weighted(e)] => Some((c.name.as_str(), e.address.as_str())),
+                [RawEndpoint::Address(a)] => Some((c.name.as_str(), a.as_str())),
+                _ => None,
+            })
+            .collect();
+        let mut listeners = Vec::with_capacity(self.listeners.len());
+        self.serving
+            .retain(|name, _| self.listeners.contains_key(name));
+        for (name, held) in &self.listeners {
+            let warm = |l: &XdsListener| {
+                let routes = l.rds.as_ref().is_none_or(|r| self.routes.contains_key(r));
+                let authz = l
+                    .authz_cluster()
+                    .is_none_or(|c| single_hosts.contains_key(c));
+                routes && authz
+            };
+            let listener = if warm(&held.value) {
+                self.serving.insert(name.clone(), held.clone());
+                held
+            } else {
+                warming.listeners.push(name.clone());
+                match self.serving.get(name) {
+                    Some(previous) if warm(&previous.value) => previous,
+                    _ => continue,
+                }
+            };
+            input(2, name, listener.digest);
+            let routes = listener.value.rds.as_ref().and_then(|name| {
+                let held = self.routes.get(name)?;
+                input(3, name, held.digest);
+                Some(&*held.value)
+            });
+            if let Some(section) = listener.value.section(routes, &ready, &single_hosts) {
+                listeners.push(section);
+            }
+        }
+        Sections {
+            listeners,
+            clusters,
+            warming,
+            inputs: inputs.finish(),
+        }
+    }
+}
+
+/// The answer of a route whose cluster is not (yet) known.
+fn cluster_not_found() -> RawDirectResponse {
+    RawDirectResponse {
+        status: 503,
+        body: "cluster not found\n".into(),
+    }
+}
+
+/// The file's config with `listeners` and `clusters` from the management server beside its
+/// own, validated as one. An error names a resource from the server by its name.
+pub fn compose(
+    origin: &Arc<RawConfig>,
+    listeners: Vec<RawListener>,
+    clusters: Vec<RawCluster>,
+) -> Result<super::Config, ConfigError> {
+    let mut raw = RawConfig::clone(origin);
+    let (own_listeners, own_clusters) = (raw.listeners.len(), raw.clusters.len());
+    let names = (
+        listeners.iter().map(|l| l.name.clone()).collect::<Vec<_>>(),
+        clusters.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+    );
+    raw.listeners.extend(listeners);
+    raw.clusters.extend(clusters);
+    super::validate::validate(raw, Arc::clone(origin)).map_err(|error| match error {
+        ConfigError::Invalid { path, message } => ConfigError::Invalid {
+            path: rename(&path, "listeners", own_listeners, &names.0, "listener")
+                .or_else(|| rename(&path, "clusters", own_clusters, &names.1, "cluster"))
+                .unwrap_or(path),
+            message,
+        },
+        other => other,
+    })
+}
+
+/// `listeners[7].routes[0]` -> ``listener `web`.routes[0]`` when listener 7 is the server's.
+fn rename(path: &str, key: &str, own: usize, names: &[String], kind: &str) -> Option<String> {
+    let rest = path.strip_prefix(key)?.strip_prefix('[')?;
+    let (index, rest) = rest.split_once(']')?;
+    let name = names.get(index.parse::<usize>().ok()?.checked_sub(own)?)?;
+    Some(format!("{kind} `{name}`{rest}"))
+}

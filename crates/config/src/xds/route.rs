@@ -1,0 +1,433 @@
+//! RouteConfiguration -> virtual hosts and their routes.
+
+// Control planes still send deprecated fields (`exact_match`); they are read, not ignored.
+#![allow(deprecated)]
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::core::v3::data_source;
+use envoy_types::pb::envoy::config::route::v3::route_action as action;
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, HeaderMatcher, Route, RouteAction, RouteConfiguration, RouteMatch,
+    VirtualHost, header_matcher, route, route_match,
+};
+use envoy_types::pb::google::protobuf::Any;
+
+use super::{
+    ResourceError, cluster_not_found, decode, duration, fields, nothing_else, route_action,
+    type_url,
+};
+use crate::filters::ext_authz::xds as ext_authz;
+use crate::raw::{
+    RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
+};
+use crate::{RawRouteAuthz, RawRouteFilters};
+
+/// A route configuration from the management server (RDS, or inline in a listener).
+#[derive(Debug, Clone)]
+pub struct XdsRoutes {
+    pub name: String,
+    virtual_hosts: Vec<RawVirtualHost>,
+}
+
+impl XdsRoutes {
+    pub fn decode(value: &Any) -> Result<Self, ResourceError> {
+        let config: RouteConfiguration = decode(value, type_url::ROUTE, "a RouteConfiguration")?;
+        Self::translate(config, None)
+    }
+
+    /// `listener`: the listener an inline `route_config` belongs to (names the errors).
+    pub(super) fn translate(
+        mut config: RouteConfiguration,
+        listener: Option<&str>,
+    ) -> Result<Self, ResourceError> {
+        let name = std::mem::take(&mut config.name);
+        let at = match listener {
+            Some(l) => format!("listener `{l}`.route_config"),
+            None => format!("routes `{name}`"),
+        };
+        let hosts = std::mem::take(&mut config.virtual_hosts);
+        // Checking that routes name known clusters is the server's option; a route to an
+        // unknown cluster answers 503 here either way.
+        config.validate_clusters = None;
+        config.metadata = None;
+        nothing_else(&config, fields::ROUTE_CONFIGURATION, &at)?;
+        let virtual_hosts = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, host)| virtual_host(host, &format!("{at}.virtual_hosts[{i}]")))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            name,
+            virtual_hosts,
+        })
+    }
+
+    /// The virtual hosts as the config file writes them: routes to clusters not in `ready`
+    /// answer 503, and a route to an HTTP/1.1 cluster (`ready`'s `true`) allows the
+    /// listener's `upgrades`. Envoy applies those to every route and fails an upgrade to an
+    /// HTTP/2 cluster per request; here such a route does not offer any. Without
+    /// the ext_authz filter on the listener (`authz`), per-route ext_authz settings are
+    /// dropped, as Envoy ignores the settings of a filter not in the chain.
+    pub(super) fn section(
+        &self,
+        ready: &BTreeMap<&str, bool>,
+        upgrades: &[String],
+        authz: bool,
+    ) -> Vec<RawVirtualHost> {
+        let mut hosts = self.virtual_hosts.clone();
+        if !authz {
+            let filters = hosts.iter_mut().flat_map(|h| {
+                std::iter::once(&mut h.filters).chain(h.routes.iter_mut().map(|r| &mut r.filters))
+            });
+            for filters in filters.flatten() {
+                filters.ext_authz = None;
+            }
+        }
+        // Envoy takes a configuration with no hosts, or a host with no routes, and answers
+        // 404 for what they do not route; so does a catch-all 404 here.
+        if hosts.is_empty() {
+            hosts.push(RawVirtualHost {
+                name: "no_routes".into(),
+                domains: vec!["*".into()],
+                retry_policy: None,
+                filters: None,
+                routes: Vec::new(),
+            });
+        }
+        for host in hosts.iter_mut().filter(|h| h.routes.is_empty()) {
+            host.routes.push(not_found());
+        }
+        for route in hosts.iter_mut().flat_map(|h| h.routes.iter_mut()) {
+            // A copy for a cluster not there is not sent (Envoy's shadow fails quietly).
+            route
+                .request_mirror_policies
+                .retain(|m| ready.contains_key(m.cluster.as_str()));
+            // Of a split, the clusters that are there share its traffic.
+            if let Some(split) = &mut route.weighted_clusters {
+                split.retain(|c| ready.contains_key(c.cluster.as_str()));
+            }
+            let clusters: Vec<&str> = match (&route.cluster, &route.weighted_clusters) {
+                (Some(cluster), _) => vec![cluster.as_str()],
+                (None, Some(split)) => split.iter().map(|c| c.cluster.as_str()).collect(),
+                (None, None) => continue,
+            };
+            let known: Vec<bool> = clusters
+                .iter()
+                .filter_map(|c| ready.get(c).copied())
+                .collect();
+            if known.is_empty() || known.len() < clusters.len() {
+                *route = RawRoute {
+                    matcher: std::mem::take(&mut route.matcher),
+                    filters: route.filters.take(),
+                    direct_response: Some(cluster_not_found()),
+                    ..Default::default()
+                };
+                continue;
+            }
+            let http1 = known.iter().all(|&http1| http1);
+            if !http1 {
+                // The route's own upgrade_configs too: Envoy takes them and fails each
+                // upgrade to an HTTP/2 cluster; here they are not offered.
+                route.upgrades.clear();
+            }
+            for upgrade in upgrades.iter().filter(|_| http1) {
+                if !route.upgrades.contains(upgrade) {
+                    route.upgrades.push(upgrade.clone());
+                }
+            }
+        }
+        hosts
+    }
+}
+
+/// A route's or host's `filters:` with ext_authz's entry, if it has one.
+fn filters(authz: Option<RawRouteAuthz>) -> Option<RawRouteFilters> {
+    authz.map(|authz| RawRouteFilters {
+        ext_authz: Some(authz),
+        ..Default::default()
+    })
+}
+
+/// A route that answers 404 to everything.
+fn not_found() -> RawRoute {
+    RawRoute {
+        matcher: RawMatch {
+            prefix: Some("/".into()),
+            ..Default::default()
+        },
+        direct_response: Some(RawDirectResponse {
+            status: 404,
+            body: String::new(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, ResourceError> {
+    let name = std::mem::take(&mut host.name);
+    let domains = std::mem::take(&mut host.domains);
+    let routes = std::mem::take(&mut host.routes);
+    let retry_policy = host
+        .retry_policy
+        .take()
+        .map(|r| retry(r, &format!("{at}.retry_policy")))
+        .transpose()?;
+    host.metadata = None;
+    let authz = ext_authz::per_route(std::mem::take(&mut host.typed_per_filter_config), at)?;
+    nothing_else(&host, fields::VIRTUAL_HOST, at)?;
+    let routes = routes
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| self::route(r, &format!("{at}.routes[{i}]")))
+        .collect::<Result<_, _>>()?;
+    Ok(RawVirtualHost {
+        name,
+        domains,
+        retry_policy,
+        filters: filters(authz),
+        routes,
+    })
+}
+
+fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
+    let matcher = matcher(r.r#match.take().unwrap_or_default(), &format!("{at}.match"))?;
+    let action = r.action.take();
+    r.name.clear();
+    r.metadata = None;
+    r.decorator = None;
+    r.stat_prefix.clear();
+    let authz = ext_authz::per_route(std::mem::take(&mut r.typed_per_filter_config), at)?;
+    nothing_else(&r, fields::ROUTE, at)?;
+    let mut raw = RawRoute {
+        matcher,
+        filters: filters(authz),
+        ..Default::default()
+    };
+    match action {
+        Some(route::Action::Route(action)) => forward(action, &mut raw, &format!("{at}.route"))?,
+        Some(route::Action::DirectResponse(direct)) => {
+            raw.direct_response = Some(direct_response(direct, &format!("{at}.direct_response"))?);
+        }
+        Some(route::Action::Redirect(redirect)) => {
+            raw.redirect = Some(route_action::redirect(redirect, &format!("{at}.redirect"))?);
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["action (route, redirect and direct_response only)".into()],
+            });
+        }
+    }
+    Ok(raw)
+}
+
+fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
+    let (prefix, path, regex) = match m.path_specifier.take() {
+        Some(route_match::PathSpecifier::Prefix(p)) => (Some(p), None, None),
+        Some(route_match::PathSpecifier::Path(p)) => (None, Some(p), None),
+        Some(route_match::PathSpecifier::SafeRegex(r)) => {
+            (None, None, Some(route_action::regex(r)))
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["path_specifier (prefix, path and safe_regex only)".into()],
+            });
+        }
+    };
+    let case_sensitive = m.case_sensitive.take().map(|c| c.value);
+    let headers = std::mem::take(&mut m.headers)
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| header(h, &format!("{at}.headers[{i}]")))
+        .collect::<Result<_, _>>()?;
+    let query_parameters = std::mem::take(&mut m.query_parameters)
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| route_action::query_parameter(q, &format!("{at}.query_parameters[{i}]")))
+        .collect::<Result<_, _>>()?;
+    nothing_else(&m, fields::ROUTE_MATCH, at)?;
+    Ok(RawMatch {
+        host: None,
+        prefix: prefix
+            .filter(|p| !p.is_empty())
+            .or_else(|| (path.is_none() && regex.is_none()).then(|| "/".into())),
+        path,
+        regex,
+        case_sensitive,
+        headers,
+        query_parameters,
+    })
+}
+
+fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, ResourceError> {
+    use header_matcher::HeaderMatchSpecifier as Spec;
+    let invert = std::mem::take(&mut h.invert_match);
+    let name = std::mem::take(&mut h.name);
+    let with = |set: fn(&mut RawHeaderMatch, String), value: String| {
+        let mut raw = RawHeaderMatch {
+            name: name.clone(),
+            ..Default::default()
+        };
+        set(&mut raw, value);
+        raw
+    };
+    let raw = match h.header_match_specifier.take() {
+        Some(Spec::PresentMatch(present)) => RawHeaderMatch {
+            name: name.clone(),
+            present: Some(present != invert),
+            ..Default::default()
+        },
+        Some(_) if invert => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["invert_match (with present_match only)".into()],
+            });
+        }
+        Some(Spec::ExactMatch(value)) => with(|r, v| r.exact = Some(v), value),
+        Some(Spec::PrefixMatch(value)) => with(|r, v| r.prefix = Some(v), value),
+        Some(Spec::SuffixMatch(value)) => with(|r, v| r.suffix = Some(v), value),
+        Some(Spec::ContainsMatch(value)) => with(|r, v| r.contains = Some(v), value),
+        Some(Spec::SafeRegexMatch(r)) => with(|r, v| r.regex = Some(v), route_action::regex(r)),
+        Some(Spec::StringMatch(s)) => {
+            route_action::string_match(name.clone(), s, &format!("{at}.string_match"))?
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["header_match_specifier (range_match)".into()],
+            });
+        }
+    };
+    nothing_else(&h, fields::HEADER_MATCHER, at)?;
+    Ok(raw)
+}
+
+fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), ResourceError> {
+    match a.cluster_specifier.take() {
+        Some(action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
+        Some(action::ClusterSpecifier::WeightedClusters(weighted)) => {
+            raw.weighted_clusters = Some(route_action::weighted_clusters(
+                weighted,
+                &format!("{at}.weighted_clusters"),
+            )?);
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["cluster_specifier (a cluster by name, or weighted_clusters)".into()],
+            });
+        }
+    }
+    raw.prefix_rewrite = Some(std::mem::take(&mut a.prefix_rewrite)).filter(|p| !p.is_empty());
+    raw.regex_rewrite = a
+        .regex_rewrite
+        .take()
+        .map(|r| route_action::regex_rewrite(r, &format!("{at}.regex_rewrite")))
+        .transpose()?;
+    raw.request_mirror_policies =
+        route_action::mirrors(std::mem::take(&mut a.request_mirror_policies), at)?;
+    raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
+        Some(t) if t.is_zero() => Some(super::NO_TIMEOUT),
+        other => other,
+    };
+    match a.host_rewrite_specifier.take() {
+        None => {}
+        Some(action::HostRewriteSpecifier::HostRewriteLiteral(host)) => {
+            raw.host_rewrite = Some(host)
+        }
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["host_rewrite_specifier (host_rewrite_literal only)".into()],
+            });
+        }
+    }
+    raw.retry_policy = a
+        .retry_policy
+        .take()
+        .map(|r| retry(r, &format!("{at}.retry_policy")))
+        .transpose()?;
+    for (i, upgrade) in std::mem::take(&mut a.upgrade_configs)
+        .into_iter()
+        .enumerate()
+    {
+        let enabled = upgrade.enabled.is_none_or(|e| e.value);
+        if !enabled || upgrade.connect_config.is_some() {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.upgrade_configs[{i}]"),
+                fields: vec!["enabled: false / connect_config".into()],
+            });
+        }
+        raw.upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
+    }
+    // Envoy's default answer for an unknown cluster is 503, as here.
+    if a.cluster_not_found_response_code
+        == action::ClusterNotFoundResponseCode::ServiceUnavailable as i32
+    {
+        a.cluster_not_found_response_code = 0;
+    }
+    nothing_else(&a, fields::ROUTE_ACTION, at)
+}
+
+fn retry(
+    mut r: envoy_types::pb::envoy::config::route::v3::RetryPolicy,
+    at: &str,
+) -> Result<RawRetryPolicy, ResourceError> {
+    let retry_on = r
+        .retry_on
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    r.retry_on.clear();
+    let raw = RawRetryPolicy {
+        retry_on,
+        num_retries: r.num_retries.take().map(|v| v.value),
+        // `0s` is none in Envoy: each try has the route's timeout.
+        per_try_timeout: duration(r.per_try_timeout.take(), &format!("{at}.per_try_timeout"))?
+            .filter(|t| !t.is_zero()),
+        retriable_status_codes: std::mem::take(&mut r.retriable_status_codes)
+            .into_iter()
+            .map(|code| {
+                u16::try_from(code).map_err(|_| {
+                    ResourceError::invalid(
+                        format!("{at}.retriable_status_codes"),
+                        format!("{code} is not a status"),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    nothing_else(&r, fields::RETRY_POLICY, at)?;
+    Ok(raw)
+}
+
+fn direct_response(
+    mut d: DirectResponseAction,
+    at: &str,
+) -> Result<RawDirectResponse, ResourceError> {
+    let body = match d.body.take().and_then(|b| b.specifier) {
+        None => String::new(),
+        Some(data_source::Specifier::InlineString(s)) => s,
+        Some(data_source::Specifier::InlineBytes(b)) => String::from_utf8(b)
+            .map_err(|_| ResourceError::invalid(format!("{at}.body"), "expected UTF-8 text"))?,
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.body"),
+                fields: vec!["filename / environment_variable (inline bodies only)".into()],
+            });
+        }
+    };
+    let status = u16::try_from(d.status).map_err(|_| {
+        ResourceError::invalid(
+            format!("{at}.status"),
+            format!("{} is not a status", d.status),
+        )
+    })?;
+    d.status = 0;
+    nothing_else(&d, fields::DIRECT_RESPONSE_ACTION, at)?;
+    Ok(RawDirectResponse { status, body })
+}

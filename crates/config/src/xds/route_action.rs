@@ -1,0 +1,255 @@
+//! The parts of Envoy's routes beyond one cluster by name: weighted clusters, mirror policies,
+//! redirects, path rewrites, and the string, regex and query matchers, as the config file
+//! writes them.
+
+// Control planes still send deprecated fields (`total_weight`); they are read, not ignored.
+#![allow(deprecated)]
+
+use envoy_types::pb::envoy::config::route::v3::route_action::RequestMirrorPolicy;
+use envoy_types::pb::envoy::config::route::v3::{
+    QueryParameterMatcher, RedirectAction, WeightedCluster, query_parameter_matcher,
+    redirect_action,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher,
+};
+use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType;
+
+use super::{ResourceError, fields, nothing_else};
+use crate::raw::{
+    RawHeaderMatch, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster,
+};
+
+fn unsupported(at: &str, what: &str) -> ResourceError {
+    ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![what.to_owned()],
+    }
+}
+
+/// `weighted_clusters`: clusters of weight 0 are left out (they are never drawn).
+pub(super) fn weighted_clusters(
+    mut w: WeightedCluster,
+    at: &str,
+) -> Result<Vec<RawWeightedCluster>, ResourceError> {
+    let mut clusters = Vec::new();
+    let mut sum = 0u64;
+    for (i, mut c) in std::mem::take(&mut w.clusters).into_iter().enumerate() {
+        let at = format!("{at}.clusters[{i}]");
+        let weight = c.weight.take().map_or(0, |w| w.value);
+        sum += u64::from(weight);
+        let name = std::mem::take(&mut c.name);
+        nothing_else(&c, fields::CLUSTER_WEIGHT, &at)?;
+        if name.is_empty() {
+            return Err(unsupported(&at, "cluster_header (a cluster by name only)"));
+        }
+        if weight > 0 {
+            clusters.push(RawWeightedCluster {
+                cluster: name,
+                weight,
+            });
+        }
+    }
+    // Deprecated, but when given it must be the sum, as Envoy checks.
+    if let Some(total) = w.total_weight.take()
+        && u64::from(total.value) != sum
+    {
+        return Err(ResourceError::invalid(
+            format!("{at}.total_weight"),
+            format!("{} is not the sum of the weights ({sum})", total.value),
+        ));
+    }
+    // Runtime overrides of the weights: there is no runtime here, so the weights stand.
+    w.runtime_key_prefix.clear();
+    nothing_else(&w, fields::WEIGHTED_CLUSTER, at)?;
+    if clusters.is_empty() {
+        return Err(ResourceError::invalid(
+            at.to_owned(),
+            "expected a cluster with a weight above 0",
+        ));
+    }
+    Ok(clusters)
+}
+
+/// `request_mirror_policies`, each with its `runtime_fraction`'s default share.
+pub(super) fn mirrors(
+    policies: Vec<RequestMirrorPolicy>,
+    at: &str,
+) -> Result<Vec<RawMirrorPolicy>, ResourceError> {
+    policies
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut m)| {
+            let at = format!("{at}.request_mirror_policies[{i}]");
+            let percent = match m.runtime_fraction.take().and_then(|f| f.default_value) {
+                None => 100.0,
+                Some(share) => {
+                    let denominator = match DenominatorType::try_from(share.denominator) {
+                        Ok(DenominatorType::Hundred) => 100.0,
+                        Ok(DenominatorType::TenThousand) => 10_000.0,
+                        Ok(DenominatorType::Million) => 1_000_000.0,
+                        Err(_) => {
+                            return Err(ResourceError::invalid(
+                                format!("{at}.runtime_fraction.default_value.denominator"),
+                                format!("unknown denominator {}", share.denominator),
+                            ));
+                        }
+                    };
+                    // Above 1 is 1, as in Envoy.
+                    (f64::from(share.numerator) * 100.0 / denominator).min(100.0)
+                }
+            };
+            let cluster = std::mem::take(&mut m.cluster);
+            let disable_suffix = std::mem::take(&mut m.disable_shadow_host_suffix_append);
+            // Tracing is not done here: nothing to sample.
+            m.trace_sampled = None;
+            nothing_else(&m, fields::REQUEST_MIRROR_POLICY, &at)?;
+            if cluster.is_empty() {
+                return Err(unsupported(&at, "cluster_header (a cluster by name only)"));
+            }
+            Ok(RawMirrorPolicy {
+                cluster,
+                fraction: Some(serde_yaml::Value::Number(percent.into())),
+                disable_shadow_host_suffix_append: Some(disable_suffix),
+            })
+        })
+        .collect()
+}
+
+/// A route's `redirect` action.
+pub(super) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, ResourceError> {
+    use redirect_action::{PathRewriteSpecifier, RedirectResponseCode, SchemeRewriteSpecifier};
+    let scheme = match r.scheme_rewrite_specifier.take() {
+        None | Some(SchemeRewriteSpecifier::HttpsRedirect(false)) => None,
+        Some(SchemeRewriteSpecifier::HttpsRedirect(true)) => Some("https".to_owned()),
+        Some(SchemeRewriteSpecifier::SchemeRedirect(scheme)) => Some(scheme),
+    };
+    let (path, prefix_rewrite) = match r.path_rewrite_specifier.take() {
+        None => (None, None),
+        Some(PathRewriteSpecifier::PathRedirect(path)) => (Some(path), None),
+        Some(PathRewriteSpecifier::PrefixRewrite(prefix)) => (None, Some(prefix)),
+        Some(_) => {
+            return Err(unsupported(
+                at,
+                "path_rewrite_specifier (path_redirect and prefix_rewrite only)",
+            ));
+        }
+    };
+    let status = match RedirectResponseCode::try_from(r.response_code) {
+        Ok(RedirectResponseCode::MovedPermanently) => 301,
+        Ok(RedirectResponseCode::Found) => 302,
+        Ok(RedirectResponseCode::SeeOther) => 303,
+        Ok(RedirectResponseCode::TemporaryRedirect) => 307,
+        Ok(RedirectResponseCode::PermanentRedirect) => 308,
+        Err(_) => {
+            return Err(ResourceError::invalid(
+                format!("{at}.response_code"),
+                format!("unknown response code {}", r.response_code),
+            ));
+        }
+    };
+    let mut port = match std::mem::take(&mut r.port_redirect) {
+        0 => None,
+        port => Some(u16::try_from(port).map_err(|_| {
+            ResourceError::invalid(format!("{at}.port_redirect"), format!("{port} is no port"))
+        })?),
+    };
+    let mut host = Some(std::mem::take(&mut r.host_redirect)).filter(|h| !h.is_empty());
+    // `host_redirect` may carry a port (`example.com:8443`); `port_redirect` wins over it.
+    if let Some(name) = &host
+        && let Some((bare, given)) = name.rsplit_once(':')
+        && !bare.is_empty()
+        && (!bare.contains(':') || bare.ends_with(']'))
+        && let Ok(given) = given.parse::<u16>()
+    {
+        port = port.or(Some(given));
+        host = Some(bare.to_owned());
+    }
+    let strip_query = std::mem::take(&mut r.strip_query);
+    r.response_code = 0;
+    nothing_else(&r, fields::REDIRECT_ACTION, at)?;
+    Ok(RawRedirect {
+        scheme,
+        host,
+        port,
+        path,
+        prefix_rewrite,
+        status: Some(status),
+        strip_query,
+    })
+}
+
+/// A `safe_regex`'s pattern (RE2's syntax; the `regex` crate takes the same, linear-time).
+pub(super) fn regex(r: RegexMatcher) -> String {
+    // `google_re2.max_program_size` is deprecated; patterns are bounded at load instead.
+    r.regex
+}
+
+/// A route's `regex_rewrite`.
+pub(super) fn regex_rewrite(
+    r: RegexMatchAndSubstitute,
+    at: &str,
+) -> Result<RawRegexRewrite, ResourceError> {
+    let pattern = r
+        .pattern
+        .ok_or_else(|| ResourceError::invalid(format!("{at}.pattern"), "expected a pattern"))?;
+    Ok(RawRegexRewrite {
+        pattern: regex(pattern),
+        substitution: r.substitution,
+    })
+}
+
+/// A `StringMatcher` as a header or query parameter match of `name`.
+pub(super) fn string_match(
+    name: String,
+    s: StringMatcher,
+    at: &str,
+) -> Result<RawHeaderMatch, ResourceError> {
+    use string_matcher::MatchPattern;
+    if s.ignore_case {
+        return Err(unsupported(at, "ignore_case"));
+    }
+    let mut raw = RawHeaderMatch {
+        name,
+        ..Default::default()
+    };
+    match s.match_pattern {
+        Some(MatchPattern::Exact(v)) => raw.exact = Some(v),
+        Some(MatchPattern::Prefix(v)) => raw.prefix = Some(v),
+        Some(MatchPattern::Suffix(v)) => raw.suffix = Some(v),
+        Some(MatchPattern::Contains(v)) => raw.contains = Some(v),
+        Some(MatchPattern::SafeRegex(r)) => raw.regex = Some(regex(r)),
+        _ => {
+            return Err(unsupported(
+                at,
+                "match_pattern (exact, prefix, suffix, contains and safe_regex only)",
+            ));
+        }
+    }
+    Ok(raw)
+}
+
+/// A route's `query_parameters` entry.
+pub(super) fn query_parameter(
+    mut q: QueryParameterMatcher,
+    at: &str,
+) -> Result<RawHeaderMatch, ResourceError> {
+    use query_parameter_matcher::QueryParameterMatchSpecifier as Spec;
+    let name = std::mem::take(&mut q.name);
+    let raw = match q.query_parameter_match_specifier.take() {
+        Some(Spec::StringMatch(s)) => string_match(name, s, &format!("{at}.string_match"))?,
+        Some(Spec::PresentMatch(true)) => RawHeaderMatch {
+            name,
+            present: Some(true),
+            ..Default::default()
+        },
+        _ => {
+            return Err(unsupported(
+                at,
+                "query_parameter_match_specifier (string_match and present_match: true only)",
+            ));
+        }
+    };
+    nothing_else(&q, fields::QUERY_PARAMETER_MATCHER, at)?;
+    Ok(raw)
+}

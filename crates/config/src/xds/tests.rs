@@ -1,0 +1,890 @@
+//! Translation of Envoy's messages into config sections: what is honoured, what is refused
+//! (by name), and how held resources are joined (warming, unknown clusters).
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, OutlierDetection, cluster};
+use envoy_types::pb::envoy::config::core::v3::{BindConfig, HealthStatus};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+};
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::{
+    HeaderMatcher, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, header_matcher,
+    route, route_action, route_match,
+};
+use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration, UInt32Value};
+use prost::{Message, Name};
+
+use testbed::resources;
+
+use super::*;
+use crate::raw::RawEndpoint;
+
+fn pack<M: Message + Name>(message: &M) -> Any {
+    testbed::xds::any(message)
+}
+
+fn listener(name: &str, rds: &str) -> Listener {
+    resources::listener(name, "127.0.0.1:0".parse().unwrap(), rds)
+}
+
+fn routes(name: &str, cluster: &str) -> RouteConfiguration {
+    RouteConfiguration {
+        name: name.into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
+                    headers: vec![HeaderMatcher {
+                        name: "x-canary".into(),
+                        header_match_specifier: Some(
+                            header_matcher::HeaderMatchSpecifier::PresentMatch(true),
+                        ),
+                        invert_match: true,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                action: Some(route::Action::Route(RouteAction {
+                    cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                        cluster.into(),
+                    )),
+                    timeout: Some(PbDuration {
+                        seconds: 0,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn eds_cluster(name: &str) -> Cluster {
+    resources::eds_cluster(name, cluster::LbPolicy::LeastRequest)
+}
+
+fn lb_endpoint(port: u16, status: HealthStatus, weight: Option<u32>) -> LbEndpoint {
+    LbEndpoint {
+        host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+            address: resources::socket(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+            ..Default::default()
+        })),
+        health_status: status as i32,
+        load_balancing_weight: weight.map(|value| UInt32Value { value }),
+        ..Default::default()
+    }
+}
+
+fn assignment(name: &str, endpoints: Vec<LbEndpoint>) -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
+        cluster_name: name.into(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: endpoints,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn held<T>(value: T) -> Held<T> {
+    Held::new(value, "1".into(), b"")
+}
+
+/// Endpoints of `name`: one healthy host on 127.0.0.1:`port`, as held.
+fn held_endpoints(name: &str, port: u16) -> Held<XdsEndpoints> {
+    let cla = assignment(name, vec![lb_endpoint(port, HealthStatus::Healthy, None)]);
+    held(XdsEndpoints::decode(&pack(&cla)).unwrap())
+}
+
+/// Routes `name` sending everything to `cluster`, as held.
+fn held_routes(name: &str, cluster: &str) -> Held<XdsRoutes> {
+    held(XdsRoutes::decode(&pack(&routes(name, cluster))).unwrap())
+}
+
+/// Listener `name` taking its routes from RDS `rds`, as held.
+fn held_listener(name: &str, rds: &str) -> Held<XdsListener> {
+    held(XdsListener::decode(&pack(&listener(name, rds))).unwrap())
+}
+
+#[test]
+fn a_cluster_keeps_envoys_defaults_and_names_its_eds_service() {
+    let cluster = XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap();
+    assert_eq!(cluster.eds.as_deref(), Some("web"));
+    let raw = cluster.section(None);
+    assert_eq!(raw.lb_policy.as_deref(), Some("least_request"));
+    assert_eq!(raw.connect_timeout, Some(Duration::from_secs(5)));
+    assert!(raw.dynamic && raw.endpoints.is_empty());
+}
+
+#[test]
+fn durations_out_of_bounds_are_refused() {
+    for seconds in [-1, 1_000_000_001, i64::MAX] {
+        let mut c = eds_cluster("web");
+        c.connect_timeout = Some(PbDuration { seconds, nanos: 0 });
+        let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+        assert!(error.contains("connect_timeout"), "{error}");
+    }
+}
+
+#[test]
+fn outlier_detection_enforces_as_envoy_does() {
+    let mut c = eds_cluster("web");
+    c.outlier_detection = Some(OutlierDetection::default());
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let outliers = raw.outlier_detection.unwrap();
+    // 5xx enforced by default, gateway failures only when asked.
+    assert_eq!(outliers.consecutive_5xx, Some(5));
+    assert_eq!(outliers.consecutive_gateway_failure, Some(0));
+}
+
+#[test]
+fn an_unsupported_field_is_refused_by_name() {
+    let mut c = eds_cluster("web");
+    c.upstream_bind_config = Some(BindConfig::default());
+    c.close_connections_on_host_health_failure = true;
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(
+        error.contains("cluster `web`")
+            && error.contains("upstream_bind_config")
+            && error.contains("close_connections_on_host_health_failure"),
+        "{error}"
+    );
+
+    let mut l = listener("edge", "routes");
+    l.transparent = Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
+    let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
+    assert!(
+        error.contains("listener `edge`") && error.contains("transparent"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_wrong_type_is_refused() {
+    let error = XdsListener::decode(&pack(&eds_cluster("web"))).unwrap_err();
+    assert!(matches!(error, ResourceError::Decode { .. }), "{error}");
+}
+
+#[test]
+fn endpoints_leave_out_hosts_that_take_no_requests_and_merge_repeats() {
+    let cla = assignment(
+        "web",
+        vec![
+            lb_endpoint(8001, HealthStatus::Healthy, Some(2)),
+            lb_endpoint(8002, HealthStatus::Draining, None),
+            lb_endpoint(8003, HealthStatus::Unknown, None),
+            lb_endpoint(8001, HealthStatus::Unknown, Some(3)),
+            lb_endpoint(8004, HealthStatus::Unhealthy, None),
+        ],
+    );
+    let endpoints = XdsEndpoints::decode(&pack(&cla)).unwrap();
+    assert_eq!(
+        endpoints.hosts,
+        [
+            ("127.0.0.1:8001".to_owned(), 5),
+            ("127.0.0.1:8003".to_owned(), 1)
+        ]
+    );
+    let mut failover = cla.clone();
+    failover.endpoints[0].priority = 1;
+    assert!(
+        XdsEndpoints::decode(&pack(&failover))
+            .unwrap_err()
+            .to_string()
+            .contains("priority")
+    );
+}
+
+#[test]
+fn routes_translate_matches_and_timeouts() {
+    let config = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let ready = [("web", true)].into_iter().collect();
+    let hosts = config.section(&ready, &["websocket".into()], false);
+    let route = &hosts[0].routes[0];
+    assert_eq!(route.cluster.as_deref(), Some("web"));
+    assert_eq!(route.matcher.prefix.as_deref(), Some("/"));
+    // Present, inverted: the header must be absent.
+    assert_eq!(route.matcher.headers[0].present, Some(false));
+    // `0s` is no timeout in Envoy: the longest wait here.
+    assert_eq!(route.timeout, Some(Duration::from_secs(24 * 3600)));
+    assert_eq!(route.upgrades, ["websocket"]);
+
+    // The listener's upgrades are offered only where the cluster speaks HTTP/1.1: the same
+    // routes to an HTTP/2 cluster are valid, without them.
+    let h2 = [("web", false)].into_iter().collect();
+    let hosts = config.section(&h2, &["websocket".into()], false);
+    assert!(hosts[0].routes[0].upgrades.is_empty());
+
+    // Nor those the route itself names.
+    let mut own = routes("r", "web");
+    let Some(route::Action::Route(action)) = &mut own.virtual_hosts[0].routes[0].action else {
+        panic!("a forwarding route");
+    };
+    action.upgrade_configs = vec![route_action::UpgradeConfig {
+        upgrade_type: "websocket".into(),
+        ..Default::default()
+    }];
+    let own = XdsRoutes::decode(&pack(&own)).unwrap();
+    assert_eq!(
+        own.section(&ready, &[], false)[0].routes[0].upgrades,
+        ["websocket"]
+    );
+    assert!(
+        own.section(&h2, &[], false)[0].routes[0]
+            .upgrades
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_route_to_a_cluster_not_there_answers_503() {
+    let config = XdsRoutes::decode(&pack(&routes("r", "gone"))).unwrap();
+    let hosts = config.section(&Default::default(), &[], false);
+    let route = &hosts[0].routes[0];
+    assert!(route.cluster.is_none() && route.timeout.is_none());
+    assert_eq!(route.direct_response.as_ref().map(|d| d.status), Some(503));
+}
+
+#[test]
+fn clusters_wait_for_endpoints_and_listeners_for_routes() {
+    let mut resources = Resources::default();
+    resources.clusters.insert(
+        "web".into(),
+        held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
+    );
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r1"));
+    assert_eq!(resources.endpoint_names(), ["web".to_owned()].into());
+    assert_eq!(resources.route_names(), ["r1".to_owned()].into());
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
+    assert!(listeners.is_empty() && clusters.is_empty());
+    assert_eq!(warming.clusters, ["web"]);
+    assert_eq!(warming.listeners, ["edge"]);
+
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "web"));
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
+    assert_eq!(warming, Warming::default());
+    assert!(
+        matches!(&clusters[0].endpoints[..], [RawEndpoint::Weighted(e)] if e.address == "127.0.0.1:8001")
+    );
+    assert_eq!(
+        listeners[0].virtual_hosts[0].routes[0].cluster.as_deref(),
+        Some("web")
+    );
+
+    // Updated to routes that have not come: the previous version keeps serving.
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r2"));
+    let Sections {
+        listeners, warming, ..
+    } = resources.sections();
+    assert_eq!(warming.listeners, ["edge"]);
+    assert_eq!(
+        listeners.len(),
+        1,
+        "the version with routes serves meanwhile"
+    );
+    // r1 stays wanted while the old version serves; r2 is asked for.
+    assert_eq!(
+        resources.route_names(),
+        ["r1".to_owned(), "r2".to_owned()].into()
+    );
+    let warming_inputs = resources.sections().inputs;
+
+    resources
+        .routes
+        .insert("r2".into(), held_routes("r2", "web"));
+    let Sections {
+        warming, inputs, ..
+    } = resources.sections();
+    assert_eq!(warming, Warming::default());
+    assert_ne!(inputs, warming_inputs, "the new routes are in force");
+    resources.retain_wanted();
+    assert_eq!(
+        resources.routes.keys().collect::<Vec<_>>(),
+        ["r2"],
+        "r1 is no longer named by anything"
+    );
+
+    // An update that changes nothing the sections are made of has the same inputs.
+    resources
+        .routes
+        .insert("r9".into(), held_routes("r9", "web"));
+    assert_eq!(resources.sections().inputs, inputs);
+    resources.retain_wanted();
+    assert!(!resources.routes.contains_key("r9"));
+
+    // Without its cluster the endpoints go too.
+    resources.clusters.clear();
+    resources.retain_wanted();
+    assert!(resources.endpoints.is_empty());
+}
+
+#[test]
+fn a_dynamic_name_clashing_with_the_files_is_named_in_the_error() {
+    let file = "listeners:\n  - name: edge\n    address: 127.0.0.1:0\n    routes:\n      - { match: { prefix: / }, direct_response: { status: 200 } }\n";
+    let config = crate::Config::from_yaml(file).unwrap();
+    let l = XdsListener::decode(&pack(&listener("edge", "r"))).unwrap();
+    let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let error = compose(
+        &config.origin,
+        vec![
+            l.section(Some(&r), &Default::default(), &Default::default())
+                .unwrap(),
+        ],
+        vec![],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.starts_with("listener `edge`.name"), "{error}");
+}
+
+#[test]
+fn a_route_configuration_without_routes_answers_404() {
+    let empty = RouteConfiguration {
+        name: "r".into(),
+        ..Default::default()
+    };
+    let hosts = XdsRoutes::decode(&pack(&empty))
+        .unwrap()
+        .section(&Default::default(), &[], false);
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(
+        hosts[0].routes[0]
+            .direct_response
+            .as_ref()
+            .map(|d| d.status),
+        Some(404)
+    );
+}
+
+#[test]
+fn the_bootstrap_needs_a_node_and_an_address() {
+    let yaml = |ads: &str| format!("node: {{ id: edge-1 }}\ndynamic_resources: {{ ads: {ads} }}\n");
+    let config = crate::Config::from_yaml(&yaml("{ address: \"unix:/run/xds.sock\" }")).unwrap();
+    let xds = config.xds.unwrap();
+    assert_eq!(
+        xds.address,
+        crate::ServiceEndpoint::Unix("/run/xds.sock".into())
+    );
+    assert_eq!(xds.protocol, AdsProtocol::Sotw);
+    assert!(
+        config.listeners.is_empty(),
+        "every listener may come from the server"
+    );
+    for (bad, key) in [
+        (
+            yaml("{ address: nowhere }"),
+            "dynamic_resources.ads.address",
+        ),
+        (
+            yaml("{ address: \"127.0.0.1:1\", protocol: rest }"),
+            "dynamic_resources.ads.protocol",
+        ),
+        (
+            "dynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n".into(),
+            "node",
+        ),
+    ] {
+        let error = crate::Config::from_yaml(&bad).unwrap_err().to_string();
+        assert!(error.starts_with(key), "{error}");
+    }
+}
+
+#[test]
+#[allow(deprecated)] // a field set only to be found
+fn set_fields_reads_field_numbers_of_every_wire_type() {
+    let mut c = Cluster {
+        name: "x".into(),
+        use_tcp_for_dns_lookups: true,
+        ..Default::default()
+    };
+    c.per_connection_buffer_limit_bytes = Some(UInt32Value { value: 7 });
+    let names = fields::set_fields(&c, fields::CLUSTER);
+    assert_eq!(
+        names,
+        [
+            "name",
+            "per_connection_buffer_limit_bytes",
+            "use_tcp_for_dns_lookups"
+        ]
+    );
+    assert_eq!(
+        fields::set_fields(&c, &[]),
+        ["field 1", "field 5", "field 45"]
+    );
+}
+
+#[test]
+fn tls_contexts_take_files_and_refuse_inline_keys() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        DataSource, TransportSocket, data_source, transport_socket,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, TlsCertificate,
+        UpstreamTlsContext, common_tls_context,
+    };
+    let file = |path: &str| {
+        Some(DataSource {
+            specifier: Some(data_source::Specifier::Filename(path.into())),
+            ..Default::default()
+        })
+    };
+    let common = |key: Option<DataSource>| CommonTlsContext {
+        tls_certificates: vec![TlsCertificate {
+            certificate_chain: file("/etc/edge/cert.pem"),
+            private_key: key,
+            ..Default::default()
+        }],
+        validation_context_type: Some(
+            common_tls_context::ValidationContextType::ValidationContext(
+                CertificateValidationContext {
+                    trusted_ca: file("/etc/edge/ca.pem"),
+                    ..Default::default()
+                },
+            ),
+        ),
+        alpn_protocols: vec!["h2".into(), "http/1.1".into()],
+        ..Default::default()
+    };
+    let socket = |any: Any| TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(any)),
+    };
+    let downstream = |key| DownstreamTlsContext {
+        common_tls_context: Some(common(key)),
+        require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
+            value: true,
+        }),
+        ..Default::default()
+    };
+
+    let mut l = listener("edge", "r");
+    l.filter_chains[0].transport_socket =
+        Some(socket(pack(&downstream(file("/etc/edge/key.pem")))));
+    let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let raw = XdsListener::decode(&pack(&l))
+        .unwrap()
+        .section(Some(&r), &Default::default(), &Default::default())
+        .unwrap();
+    let tls = raw.tls.unwrap();
+    assert_eq!(tls.certificates[0].cert_chain, "/etc/edge/cert.pem");
+    assert_eq!(tls.certificates[0].private_key, "/etc/edge/key.pem");
+    assert_eq!(tls.alpn.unwrap(), ["h2", "http/1.1"]);
+    let client = tls.client_certificate.unwrap();
+    assert_eq!(
+        (client.ca.as_str(), client.required),
+        ("/etc/edge/ca.pem", Some(true))
+    );
+
+    let inline = |text: &str| {
+        Some(DataSource {
+            specifier: Some(data_source::Specifier::InlineString(text.into())),
+            ..Default::default()
+        })
+    };
+    let pem = "Bag Attributes\n-----BEGIN PRIVATE KEY-----\nMC4=\n-----END PRIVATE KEY-----\n";
+    l.filter_chains[0].transport_socket = Some(socket(pack(&downstream(inline(pem)))));
+    let raw = XdsListener::decode(&pack(&l))
+        .unwrap()
+        .section(Some(&r), &Default::default(), &Default::default())
+        .unwrap();
+    assert!(
+        raw.tls.unwrap().certificates[0]
+            .private_key
+            .starts_with("-----BEGIN PRIVATE KEY")
+    );
+    l.filter_chains[0].transport_socket = Some(socket(pack(&downstream(inline("no pem")))));
+    let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
+    assert!(
+        error.contains("private_key") && error.contains("without a PEM block"),
+        "{error}"
+    );
+
+    let mut c = eds_cluster("web");
+    c.transport_socket = Some(socket(pack(&UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            validation_context_type: Some(
+                common_tls_context::ValidationContextType::ValidationContext(
+                    CertificateValidationContext {
+                        trusted_ca: file("/etc/edge/ca.pem"),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            ..Default::default()
+        }),
+        sni: "api.internal".into(),
+        ..Default::default()
+    })));
+    let tls = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None)
+        .tls
+        .unwrap();
+    assert_eq!(tls.ca.as_deref(), Some("/etc/edge/ca.pem"));
+    assert_eq!(tls.server_name.as_deref(), Some("api.internal"));
+    assert!(tls.client_certificate.is_none());
+}
+
+#[test]
+fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
+    let l = resources::listener_with_filters(
+        "edge",
+        "127.0.0.1:0".parse().unwrap(),
+        "r",
+        vec![resources::ext_authz_filter("authz")],
+    );
+    let open = resources::without_ext_authz(resources::forward("/public", "web"));
+    let r = resources::route_config("r", vec![open, resources::forward("/", "web")]);
+    let mut resources = Resources::default();
+    resources
+        .listeners
+        .insert("edge".into(), held(XdsListener::decode(&pack(&l)).unwrap()));
+    resources
+        .routes
+        .insert("r".into(), held(XdsRoutes::decode(&pack(&r)).unwrap()));
+    for name in ["web", "authz"] {
+        resources.clusters.insert(
+            name.into(),
+            held(XdsCluster::decode(&pack(&eds_cluster(name))).unwrap()),
+        );
+    }
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    let Sections {
+        listeners, warming, ..
+    } = resources.sections();
+    assert!(listeners.is_empty(), "waits for the authorization cluster");
+    assert_eq!(warming.listeners, ["edge"]);
+
+    resources
+        .endpoints
+        .insert("authz".into(), held_endpoints("authz", 9191));
+    let Sections {
+        listeners,
+        clusters,
+        ..
+    } = resources.sections();
+    let config = compose(
+        &crate::Config::from_yaml(
+            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+        )
+        .unwrap()
+        .origin,
+        listeners,
+        clusters,
+    )
+    .unwrap();
+    let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
+    assert_eq!(
+        dumped["http_filters"][0]["ext_authz"]["grpc"]["address"], "127.0.0.1:9191",
+        "{dumped}"
+    );
+}
+
+/// What control planes send that Envoy takes: names with `:` and `|`, "no limit" breakers,
+/// no retries, `0s` for "no timeout", ext_authz settings on routes of a listener without
+/// the filter.
+#[test]
+fn what_envoy_accepts_from_control_planes_is_accepted() {
+    use envoy_types::pb::envoy::config::cluster::v3::CircuitBreakers;
+    use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
+    use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions;
+    use envoy_types::pb::envoy::config::listener::v3::filter;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+
+    let mut l = listener("0.0.0.0_8080", "8080");
+    let chain = &mut l.filter_chains[0].filters[0];
+    let Some(filter::ConfigType::TypedConfig(any)) = &chain.config_type else {
+        panic!("a typed HCM");
+    };
+    let mut hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let zero = Some(PbDuration {
+        seconds: 0,
+        nanos: 0,
+    });
+    hcm.request_headers_timeout = zero;
+    hcm.stream_idle_timeout = zero;
+    hcm.normalize_path = Some(envoy_types::pb::google::protobuf::BoolValue { value: false });
+    hcm.path_with_escaped_slashes_action = 2; // REJECT_REQUEST
+    hcm.common_http_protocol_options = Some(HttpProtocolOptions {
+        idle_timeout: zero,
+        ..Default::default()
+    });
+    chain.config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
+
+    let service = "outbound|80||web.default.svc.cluster.local";
+    let mut r = resources::route_config(
+        "8080",
+        vec![resources::without_ext_authz(resources::forward(
+            "/", service,
+        ))],
+    );
+    r.virtual_hosts[0].name = "web.default.svc.cluster.local:80".into();
+    let Some(route::Action::Route(action)) = &mut r.virtual_hosts[0].routes[0].action else {
+        panic!("a forwarding route");
+    };
+    action.retry_policy = Some(envoy_types::pb::envoy::config::route::v3::RetryPolicy {
+        retry_on: "5xx".into(),
+        per_try_timeout: zero,
+        ..Default::default()
+    });
+
+    let mut c = eds_cluster(service);
+    let unlimited = Some(UInt32Value { value: u32::MAX });
+    c.circuit_breakers = Some(CircuitBreakers {
+        thresholds: vec![Thresholds {
+            max_connections: unlimited,
+            max_pending_requests: unlimited,
+            max_requests: unlimited,
+            max_retries: Some(UInt32Value { value: 0 }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+
+    let mut resources = Resources::default();
+    resources.listeners.insert(
+        "0.0.0.0_8080".into(),
+        held(XdsListener::decode(&pack(&l)).unwrap()),
+    );
+    resources
+        .routes
+        .insert("8080".into(), held(XdsRoutes::decode(&pack(&r)).unwrap()));
+    resources
+        .clusters
+        .insert(service.into(), held(XdsCluster::decode(&pack(&c)).unwrap()));
+    resources
+        .endpoints
+        .insert(service.into(), held_endpoints(service, 8001));
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
+    assert_eq!(warming, Warming::default());
+    let retry = listeners[0].virtual_hosts[0].routes[0]
+        .retry_policy
+        .as_ref();
+    assert_eq!(retry.map(|r| r.per_try_timeout), Some(None));
+    let origin = crate::Config::from_yaml(
+        "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+    )
+    .unwrap()
+    .origin;
+    let config = compose(&origin, listeners, clusters).unwrap();
+    let http = &config.listeners[0].http;
+    assert_eq!(http.idle_timeout, Duration::from_secs(24 * 3600));
+    assert_eq!(http.stream_idle_timeout, Duration::from_secs(24 * 3600));
+    assert_eq!(
+        http.request_headers_timeout,
+        crate::DEFAULT_REQUEST_HEADERS_TIMEOUT
+    );
+    assert_eq!(
+        http.path_normalization,
+        crate::PathNormalization {
+            normalize: false,
+            merge_slashes: true,
+            escaped_slashes: crate::EscapedSlashes::Reject,
+        }
+    );
+    let breakers = &config.clusters[0].circuit_breakers;
+    assert_eq!(breakers.max_requests.resolve(2), u32::MAX);
+    assert_eq!(breakers.max_retries.resolve(2), 0);
+}
+
+#[test]
+fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
+    use envoy_types::pb::envoy::config::listener::v3::{ListenerFilter, filter, listener_filter};
+    use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::{
+        ProxyProtocol, proxy_protocol,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use envoy_types::pb::google::protobuf::BoolValue;
+
+    let proxy_protocol = |config: &ProxyProtocol| ListenerFilter {
+        name: "envoy.filters.listener.proxy_protocol".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack(config))),
+        ..Default::default()
+    };
+    let section = |l: &Listener| {
+        XdsListener::decode(&pack(l))
+            .unwrap()
+            .section(
+                None,
+                &std::collections::BTreeMap::new(),
+                &std::collections::BTreeMap::new(),
+            )
+            .unwrap()
+    };
+
+    // Without the filter nor the HCM fields: Envoy's defaults.
+    let raw = section(&listener("edge", "routes"));
+    assert!(raw.proxy_protocol.is_none());
+    assert_eq!(raw.http.use_remote_address, Some(false));
+    assert_eq!(raw.http.xff_num_trusted_hops, Some(0));
+
+    let mut l = listener("edge", "routes");
+    l.listener_filters = vec![proxy_protocol(&ProxyProtocol {
+        allow_requests_without_proxy_protocol: true,
+        disallowed_versions: vec![0],
+        stat_prefix: "nlb".into(),
+        ..Default::default()
+    })];
+    let Some(filter::ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type
+    else {
+        panic!("an HCM");
+    };
+    let mut hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    hcm.use_remote_address = Some(BoolValue { value: true });
+    hcm.xff_num_trusted_hops = 2;
+    l.filter_chains[0].filters[0].config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
+    let raw = section(&l);
+    let pp = raw.proxy_protocol.unwrap();
+    assert_eq!(pp.versions, Some(vec!["v2".to_string()]));
+    assert_eq!(pp.required, Some(false));
+    assert_eq!(raw.http.use_remote_address, Some(true));
+    assert_eq!(raw.http.xff_num_trusted_hops, Some(2));
+
+    // TLVs kept as metadata are never read: refused by name.
+    l.listener_filters = vec![proxy_protocol(&ProxyProtocol {
+        rules: vec![proxy_protocol::Rule {
+            tlv_type: 0xEA,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })];
+    let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
+    assert!(
+        error.contains("listener_filters[0]") && error.contains("rules"),
+        "{error}"
+    );
+}
+
+#[test]
+#[allow(deprecated)] // control planes send `total_weight` and `prefix_match` still
+fn route_features_beyond_one_cluster_are_refused_by_name_where_they_cannot_hold() {
+    use envoy_types::pb::envoy::config::route::v3::{WeightedCluster, weighted_cluster};
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    let with = |change: &dyn Fn(&mut Route)| {
+        let mut config = routes("r", "web");
+        change(&mut config.virtual_hosts[0].routes[0]);
+        XdsRoutes::decode(&pack(&config)).map(|c| {
+            let ready = [("web", true), ("v2", true)].into_iter().collect();
+            c.section(&ready, &[], false)
+        })
+    };
+    fn action(r: &mut Route) -> &mut RouteAction {
+        match &mut r.action {
+            Some(route::Action::Route(action)) => action,
+            _ => panic!("a forwarding route"),
+        }
+    }
+    let weights = |clusters: &[(&str, u32)], total: Option<u32>| {
+        route_action::ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: clusters
+                .iter()
+                .map(|(name, weight)| weighted_cluster::ClusterWeight {
+                    name: (*name).into(),
+                    weight: Some(UInt32Value { value: *weight }),
+                    ..Default::default()
+                })
+                .collect(),
+            total_weight: total.map(|value| UInt32Value { value }),
+            ..Default::default()
+        })
+    };
+
+    // A split: weight 0 left out; a cluster not there left out too.
+    let hosts = with(&|r| {
+        action(r).cluster_specifier = Some(weights(
+            &[("web", 2), ("v2", 1), ("v3", 0), ("gone", 1)],
+            Some(4),
+        ))
+    })
+    .unwrap();
+    let split = hosts[0].routes[0].weighted_clusters.as_ref().unwrap();
+    let names: Vec<(&str, u32)> = split
+        .iter()
+        .map(|c| (c.cluster.as_str(), c.weight))
+        .collect();
+    assert_eq!(names, [("web", 2), ("v2", 1)]);
+
+    let refused = |change: &dyn Fn(&mut Route), needle: &str| {
+        let error = with(change).unwrap_err().to_string();
+        assert!(error.contains(needle), "{needle}: {error}");
+    };
+    refused(
+        &|r| action(r).cluster_specifier = Some(weights(&[("web", 1)], Some(3))),
+        "total_weight",
+    );
+    refused(
+        &|r| action(r).cluster_specifier = Some(weights(&[("web", 0)], None)),
+        "above 0",
+    );
+    refused(
+        &|r| {
+            action(r).request_mirror_policies = vec![route_action::RequestMirrorPolicy {
+                cluster_header: "x-mirror".into(),
+                ..Default::default()
+            }]
+        },
+        "cluster_header",
+    );
+    refused(
+        &|r| {
+            r.r#match.as_mut().unwrap().headers = vec![HeaderMatcher {
+                name: "x-a".into(),
+                invert_match: true,
+                header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::PrefixMatch(
+                    "b".into(),
+                )),
+                ..Default::default()
+            }]
+        },
+        "invert_match",
+    );
+    refused(
+        &|r| {
+            r.r#match.as_mut().unwrap().headers = vec![HeaderMatcher {
+                name: "x-a".into(),
+                header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+                    StringMatcher {
+                        ignore_case: true,
+                        match_pattern: Some(string_matcher::MatchPattern::Exact("b".into())),
+                    },
+                )),
+                ..Default::default()
+            }]
+        },
+        "ignore_case",
+    );
+}

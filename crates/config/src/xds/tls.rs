@@ -1,0 +1,214 @@
+//! TLS transport sockets: DownstreamTlsContext -> a listener's `tls`, UpstreamTlsContext -> a
+//! cluster's. Certificates, keys and CAs are files (`filename`) or inline PEM; SDS is not
+//! supported yet and is refused.
+
+use envoy_types::pb::envoy::config::core::v3::{
+    DataSource, TransportSocket, data_source, transport_socket,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CommonTlsContext, DownstreamTlsContext, UpstreamTlsContext, common_tls_context,
+    tls_parameters::TlsProtocol,
+};
+
+use super::{ResourceError, fields, nothing_else};
+use crate::raw::{RawCertificate, RawClientCertificate, RawClusterTls, RawKeyPair, RawListenerTls};
+
+const DOWNSTREAM: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
+const UPSTREAM: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+
+/// The TLS context inside a transport socket, or an error if it is another kind of socket.
+fn context<M: prost::Message + Default>(
+    socket: TransportSocket,
+    type_url: &str,
+    at: &str,
+) -> Result<M, ResourceError> {
+    match socket.config_type {
+        Some(transport_socket::ConfigType::TypedConfig(any)) if any.type_url == type_url => {
+            M::decode(any.value.as_slice()).map_err(|e| {
+                ResourceError::invalid(at, format!("cannot decode the TLS context: {e}"))
+            })
+        }
+        _ => Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec![format!("transport socket `{}` (TLS only)", socket.name)],
+        }),
+    }
+}
+
+pub(super) fn listener_tls(
+    socket: TransportSocket,
+    at: &str,
+) -> Result<RawListenerTls, ResourceError> {
+    let at = format!("{at}.transport_socket");
+    let mut tls: DownstreamTlsContext = context(socket, DOWNSTREAM, &at)?;
+    let common = tls.common_tls_context.take().unwrap_or_default();
+    let required = tls.require_client_certificate.take().map(|v| v.value);
+    nothing_else(&tls, fields::DOWNSTREAM_TLS_CONTEXT, &at)?;
+    let parts = common_context(common, &format!("{at}.common_tls_context"))?;
+    if required == Some(true) && parts.ca.is_none() {
+        return Err(ResourceError::invalid(
+            at,
+            "require_client_certificate needs a validation_context with trusted_ca",
+        ));
+    }
+    if parts.certificates.is_empty() {
+        return Err(ResourceError::invalid(
+            at,
+            "expected at least one tls_certificate",
+        ));
+    }
+    Ok(RawListenerTls {
+        certificates: parts
+            .certificates
+            .into_iter()
+            .map(|(cert_chain, private_key)| RawCertificate {
+                cert_chain,
+                private_key,
+                server_names: Vec::new(),
+            })
+            .collect(),
+        unknown_server_name: None,
+        min_version: parts.min_version,
+        alpn: (!parts.alpn.is_empty()).then_some(parts.alpn),
+        session_tickets: None,
+        session_cache_size: None,
+        handshake_timeout: None,
+        client_certificate: parts.ca.map(|ca| RawClientCertificate {
+            ca,
+            required: required.or(Some(false)),
+        }),
+    })
+}
+
+pub(super) fn cluster_tls(
+    socket: TransportSocket,
+    at: &str,
+) -> Result<RawClusterTls, ResourceError> {
+    let at = format!("{at}.transport_socket");
+    let mut tls: UpstreamTlsContext = context(socket, UPSTREAM, &at)?;
+    let common = tls.common_tls_context.take().unwrap_or_default();
+    let sni = std::mem::take(&mut tls.sni);
+    nothing_else(&tls, fields::UPSTREAM_TLS_CONTEXT, &at)?;
+    let mut parts = common_context(common, &format!("{at}.common_tls_context"))?;
+    // The protocol offered is the cluster's own (`h2` or `http/1.1`).
+    if !parts.alpn.is_empty() {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec![
+                "common_tls_context.alpn_protocols (the cluster's protocol decides)".into(),
+            ],
+        });
+    }
+    if parts.certificates.len() > 1 {
+        return Err(ResourceError::invalid(at, "at most one client certificate"));
+    }
+    Ok(RawClusterTls {
+        ca: parts.ca,
+        server_name: (!sni.is_empty()).then_some(sni),
+        client_certificate: parts
+            .certificates
+            .pop()
+            .map(|(cert_chain, private_key)| RawKeyPair {
+                cert_chain,
+                private_key,
+            }),
+        min_version: parts.min_version,
+    })
+}
+
+#[derive(Default)]
+struct CommonParts {
+    /// (certificate chain file, private key file).
+    certificates: Vec<(String, String)>,
+    ca: Option<String>,
+    alpn: Vec<String>,
+    min_version: Option<String>,
+}
+
+fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts, ResourceError> {
+    let mut parts = CommonParts::default();
+    for (i, mut cert) in std::mem::take(&mut common.tls_certificates)
+        .into_iter()
+        .enumerate()
+    {
+        let at = format!("{at}.tls_certificates[{i}]");
+        let chain = file(
+            cert.certificate_chain.take(),
+            &format!("{at}.certificate_chain"),
+        )?;
+        let key = file(cert.private_key.take(), &format!("{at}.private_key"))?;
+        nothing_else(&cert, fields::TLS_CERTIFICATE, &at)?;
+        parts.certificates.push((chain, key));
+    }
+    match common.validation_context_type.take() {
+        None => {}
+        Some(common_tls_context::ValidationContextType::ValidationContext(mut v)) => {
+            let at = format!("{at}.validation_context");
+            parts.ca = Some(file(v.trusted_ca.take(), &format!("{at}.trusted_ca"))?);
+            nothing_else(&v, fields::CERTIFICATE_VALIDATION_CONTEXT, &at)?;
+        }
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["validation_context_type (an inline validation_context only)".into()],
+            });
+        }
+    }
+    parts.alpn = std::mem::take(&mut common.alpn_protocols);
+    if let Some(mut params) = common.tls_params.take() {
+        let at = format!("{at}.tls_params");
+        let min = TlsProtocol::try_from(params.tls_minimum_protocol_version)
+            .unwrap_or(TlsProtocol::TlsAuto);
+        parts.min_version = match min {
+            TlsProtocol::TlsAuto | TlsProtocol::TlSv12 => None,
+            TlsProtocol::TlSv13 => Some("1.3".into()),
+            _ => {
+                return Err(ResourceError::invalid(
+                    format!("{at}.tls_minimum_protocol_version"),
+                    "TLS 1.0 and 1.1 are not offered: the minimum is 1.2",
+                ));
+            }
+        };
+        params.tls_minimum_protocol_version = 0;
+        // The maximum is always 1.3 here.
+        if matches!(
+            TlsProtocol::try_from(params.tls_maximum_protocol_version),
+            Ok(TlsProtocol::TlsAuto | TlsProtocol::TlSv13)
+        ) {
+            params.tls_maximum_protocol_version = 0;
+        }
+        nothing_else(&params, fields::TLS_PARAMETERS, &at)?;
+    }
+    nothing_else(&common, fields::COMMON_TLS_CONTEXT, at)?;
+    Ok(parts)
+}
+
+/// A file name, or inline PEM (from its first `-----BEGIN`: the config takes text that
+/// starts so as PEM, not as a path).
+fn file(source: Option<DataSource>, at: &str) -> Result<String, ResourceError> {
+    let inline = |text: String| match text.find("-----BEGIN ") {
+        Some(start) => Ok(text[start..].to_owned()),
+        None => Err(ResourceError::invalid(
+            at,
+            "inline data without a PEM block",
+        )),
+    };
+    match source.and_then(|s| s.specifier) {
+        Some(data_source::Specifier::Filename(path)) if !path.is_empty() => Ok(path),
+        Some(data_source::Specifier::InlineString(text)) => inline(text),
+        Some(data_source::Specifier::InlineBytes(bytes)) => inline(
+            String::from_utf8(bytes)
+                .map_err(|_| ResourceError::invalid(at, "PEM that is not text"))?,
+        ),
+        Some(_) => Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["environment_variable (files or inline PEM)".into()],
+        }),
+        None => Err(ResourceError::invalid(
+            at,
+            "expected a `filename` or inline PEM",
+        )),
+    }
+}
