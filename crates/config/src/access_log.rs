@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::ConfigError;
 
 /// Envoy's default line, with the proxy's own field names.
 pub const DEFAULT_FORMAT: &str = "[%START_TIME%] \"%METHOD% %PATH% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% \"%UPSTREAM_HOST%\" \"%REQ_ID%\"\n";
@@ -108,4 +110,37 @@ pub struct AccessLogConfig {
     /// A JSON object per line instead of the text format.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub json_format: Option<JsonFormat>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccessLog {
+    pub path: String,
+    pub format: Option<String>,
+    /// `{ key: "%FIELD%", ... }`, in order.
+    pub json_format: Option<serde_yaml::Mapping>,
+}
+
+/// `json_format: { key: "%FIELD%", ... }`: keys and value formats, in order.
+pub(crate) fn json_format(raw: serde_yaml::Mapping, path: &str) -> Result<JsonFormat, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError::invalid(path, "expected at least one key"));
+    }
+    raw.into_iter()
+        .map(|(key, value)| {
+            let Some(key) = key.as_str().map(str::to_owned) else {
+                return Err(ConfigError::invalid(path, "expected text keys"));
+            };
+            let at = format!("{path}.{key}");
+            let Some(value) = value.as_str() else {
+                return Err(ConfigError::invalid(
+                    at,
+                    "expected a format string (`%FIELD%`)",
+                ));
+            };
+            let format = LogFormat::parse(value).map_err(|e| ConfigError::invalid(&at, e))?;
+            Ok((key, format))
+        })
+        .collect::<Result<_, _>>()
+        .map(JsonFormat)
 }

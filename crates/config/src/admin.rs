@@ -9,10 +9,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use ipnet::IpNet;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::ConfigError;
-use super::raw::RawAdmin;
 
 /// Endpoints that only read, which `open` may list.
 pub const READ_ONLY_ENDPOINTS: &[&str] = &[
@@ -85,7 +84,7 @@ impl AdminConfig {
 }
 
 /// `address` already parsed; the rest of `raw` checked here.
-pub(super) fn admin(address: SocketAddr, raw: RawAdmin) -> Result<AdminConfig, ConfigError> {
+pub(crate) fn admin(address: SocketAddr, raw: RawAdmin) -> Result<AdminConfig, ConfigError> {
     let allow = raw
         .allow
         .unwrap_or_default()
@@ -152,4 +151,14 @@ pub(super) fn admin(address: SocketAddr, raw: RawAdmin) -> Result<AdminConfig, C
         token,
         open,
     })
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub address: Option<String>,
+    pub enabled: Option<bool>,
+    pub allow: Option<Vec<String>>,
+    pub token_file: Option<String>,
+    pub open: Option<Vec<String>>,
 }

@@ -69,7 +69,7 @@ impl Environment {
     }
 }
 
-pub(super) fn overload(
+pub(crate) fn overload(
     raw: Option<RawOverload>,
     env: Environment,
 ) -> Result<OverloadConfig, ConfigError> {

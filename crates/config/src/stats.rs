@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::ConfigError;
-use super::raw::RawStats;
 
 /// Most bucket bounds a histogram exports: each is a series per histogram series.
 const MAX_BUCKETS: usize = 64;
@@ -51,7 +50,7 @@ fn ser_durations<S: Serializer>(bounds: &[Duration], s: S) -> Result<S::Ok, S::E
 }
 
 /// `stats: { histogram_buckets: [100us, 1ms, ...], quantiles: true }`.
-pub(super) fn stats(raw: Option<RawStats>) -> Result<StatsConfig, ConfigError> {
+pub(crate) fn stats(raw: Option<RawStats>) -> Result<StatsConfig, ConfigError> {
     let Some(raw) = raw else {
         return Ok(StatsConfig::default());
     };
@@ -85,6 +84,14 @@ pub(super) fn stats(raw: Option<RawStats>) -> Result<StatsConfig, ConfigError> {
         config.quantiles = quantiles;
     }
     Ok(config)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStats {
+    /// Durations (`100us`, `2.5ms`), ascending.
+    pub histogram_buckets: Option<Vec<String>>,
+    pub quantiles: Option<bool>,
 }
 
 #[cfg(test)]

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use http::HeaderName;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::ConfigError;
-use super::raw::RawTracing;
 use super::serialize as ser;
+use crate::units::de_opt_duration;
 
 /// Percent of requests sampled unless configured. An edge proxy sees every request of the
 /// services behind it: all of them would be more spans than a collector wants.
@@ -60,7 +60,7 @@ fn ser_opt_name<S: Serializer>(name: &Option<HeaderName>, s: S) -> Result<S::Ok,
 }
 
 /// `tracing: { otlp: { endpoint, protocol, timeout }, service_name, random_sampling, ... }`.
-pub(super) fn tracing(raw: Option<RawTracing>) -> Result<Option<TracingConfig>, ConfigError> {
+pub(crate) fn tracing(raw: Option<RawTracing>) -> Result<Option<TracingConfig>, ConfigError> {
     let Some(raw) = raw else {
         return Ok(None);
     };
@@ -169,6 +169,29 @@ fn endpoint(text: &str, protocol: OtlpProtocol) -> Result<http::Uri, ConfigError
         }
         OtlpProtocol::Http => Ok(uri),
     }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    pub otlp: RawOtlp,
+    pub service_name: Option<String>,
+    /// Percent, 0 to 100.
+    pub random_sampling: Option<f64>,
+    /// Empty: no header forces a trace.
+    pub force_trace_header: Option<String>,
+    pub max_queued_spans: Option<usize>,
+    pub max_export_batch: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOtlp {
+    pub endpoint: String,
+    /// `grpc` (default) or `http`.
+    pub protocol: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
 }
 
 #[cfg(test)]

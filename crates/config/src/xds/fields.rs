@@ -1,7 +1,7 @@
 //! Field numbers and names of the Envoy messages the translation reads, to name a field it
 //! does not support (generated from envoy-types' protos).
 
-pub(super) const LISTENER: &[(u32, &str)] = &[
+pub(crate) const LISTENER: &[(u32, &str)] = &[
     (1, "name"),
     (2, "address"),
     (3, "filter_chains"),
@@ -41,7 +41,7 @@ pub(super) const LISTENER: &[(u32, &str)] = &[
     (39, "stats_matcher"),
 ];
 
-pub(super) const PROXY_PROTOCOL: &[(u32, &str)] = &[
+pub(crate) const PROXY_PROTOCOL: &[(u32, &str)] = &[
     (1, "rules"),
     (2, "allow_requests_without_proxy_protocol"),
     (3, "pass_through_tlvs"),
@@ -50,7 +50,7 @@ pub(super) const PROXY_PROTOCOL: &[(u32, &str)] = &[
     (6, "tlv_location"),
 ];
 
-pub(super) const FILTER_CHAIN: &[(u32, &str)] = &[
+pub(crate) const FILTER_CHAIN: &[(u32, &str)] = &[
     (1, "filter_chain_match"),
     (3, "filters"),
     (4, "use_proxy_proto"),
@@ -60,7 +60,7 @@ pub(super) const FILTER_CHAIN: &[(u32, &str)] = &[
     (9, "transport_socket_connect_timeout"),
 ];
 
-pub(super) const HTTP_CONNECTION_MANAGER: &[(u32, &str)] = &[
+pub(crate) const HTTP_CONNECTION_MANAGER: &[(u32, &str)] = &[
     (1, "codec_type"),
     (2, "stat_prefix"),
     (3, "route_specifier"),
@@ -123,7 +123,7 @@ pub(super) const HTTP_CONNECTION_MANAGER: &[(u32, &str)] = &[
     (62, "drain_timeout_jitter"),
 ];
 
-pub(super) const ROUTE_CONFIGURATION: &[(u32, &str)] = &[
+pub(crate) const ROUTE_CONFIGURATION: &[(u32, &str)] = &[
     (1, "name"),
     (2, "virtual_hosts"),
     (3, "internal_only_headers"),
@@ -145,7 +145,7 @@ pub(super) const ROUTE_CONFIGURATION: &[(u32, &str)] = &[
     (19, "route_specifiers"),
 ];
 
-pub(super) const VIRTUAL_HOST: &[(u32, &str)] = &[
+pub(crate) const VIRTUAL_HOST: &[(u32, &str)] = &[
     (1, "name"),
     (2, "domains"),
     (3, "routes"),
@@ -172,7 +172,7 @@ pub(super) const VIRTUAL_HOST: &[(u32, &str)] = &[
     (26, "route_specifiers"),
 ];
 
-pub(super) const ROUTE: &[(u32, &str)] = &[
+pub(crate) const ROUTE: &[(u32, &str)] = &[
     (1, "match"),
     (2, "action"),
     (3, "action"),
@@ -194,7 +194,7 @@ pub(super) const ROUTE: &[(u32, &str)] = &[
     (21, "route_specifiers"),
 ];
 
-pub(super) const ROUTE_MATCH: &[(u32, &str)] = &[
+pub(crate) const ROUTE_MATCH: &[(u32, &str)] = &[
     (1, "path_specifier"),
     (2, "path_specifier"),
     (4, "case_sensitive"),
@@ -212,7 +212,7 @@ pub(super) const ROUTE_MATCH: &[(u32, &str)] = &[
     (17, "cookies"),
 ];
 
-pub(super) const HEADER_MATCHER: &[(u32, &str)] = &[
+pub(crate) const HEADER_MATCHER: &[(u32, &str)] = &[
     (1, "name"),
     (4, "header_match_specifier"),
     (6, "header_match_specifier"),
@@ -226,7 +226,7 @@ pub(super) const HEADER_MATCHER: &[(u32, &str)] = &[
     (14, "treat_missing_header_as_empty"),
 ];
 
-pub(super) const ROUTE_ACTION: &[(u32, &str)] = &[
+pub(crate) const ROUTE_ACTION: &[(u32, &str)] = &[
     (1, "cluster_specifier"),
     (2, "cluster_specifier"),
     (3, "cluster_specifier"),
@@ -266,7 +266,7 @@ pub(super) const ROUTE_ACTION: &[(u32, &str)] = &[
     (45, "path_rewrite"),
 ];
 
-pub(super) const WEIGHTED_CLUSTER: &[(u32, &str)] = &[
+pub(crate) const WEIGHTED_CLUSTER: &[(u32, &str)] = &[
     (1, "clusters"),
     (2, "runtime_key_prefix"),
     (3, "total_weight"),
@@ -274,7 +274,7 @@ pub(super) const WEIGHTED_CLUSTER: &[(u32, &str)] = &[
     (5, "random_value_specifier"),
 ];
 
-pub(super) const CLUSTER_WEIGHT: &[(u32, &str)] = &[
+pub(crate) const CLUSTER_WEIGHT: &[(u32, &str)] = &[
     (1, "name"),
     (2, "weight"),
     (3, "metadata_match"),
@@ -287,7 +287,7 @@ pub(super) const CLUSTER_WEIGHT: &[(u32, &str)] = &[
     (12, "cluster_header"),
 ];
 
-pub(super) const REQUEST_MIRROR_POLICY: &[(u32, &str)] = &[
+pub(crate) const REQUEST_MIRROR_POLICY: &[(u32, &str)] = &[
     (1, "cluster"),
     (3, "runtime_fraction"),
     (4, "trace_sampled"),
@@ -295,7 +295,7 @@ pub(super) const REQUEST_MIRROR_POLICY: &[(u32, &str)] = &[
     (6, "disable_shadow_host_suffix_append"),
 ];
 
-pub(super) const REDIRECT_ACTION: &[(u32, &str)] = &[
+pub(crate) const REDIRECT_ACTION: &[(u32, &str)] = &[
     (1, "host_redirect"),
     (2, "path_rewrite_specifier"),
     (3, "response_code"),
@@ -308,13 +308,13 @@ pub(super) const REDIRECT_ACTION: &[(u32, &str)] = &[
     (10, "path_rewrite_specifier"),
 ];
 
-pub(super) const QUERY_PARAMETER_MATCHER: &[(u32, &str)] = &[
+pub(crate) const QUERY_PARAMETER_MATCHER: &[(u32, &str)] = &[
     (1, "name"),
     (5, "query_parameter_match_specifier"),
     (6, "query_parameter_match_specifier"),
 ];
 
-pub(super) const RETRY_POLICY: &[(u32, &str)] = &[
+pub(crate) const RETRY_POLICY: &[(u32, &str)] = &[
     (1, "retry_on"),
     (2, "num_retries"),
     (3, "per_try_timeout"),
@@ -331,10 +331,10 @@ pub(super) const RETRY_POLICY: &[(u32, &str)] = &[
     (14, "refresh_cluster_on_retry"),
 ];
 
-pub(super) const DIRECT_RESPONSE_ACTION: &[(u32, &str)] =
+pub(crate) const DIRECT_RESPONSE_ACTION: &[(u32, &str)] =
     &[(1, "status"), (2, "body"), (3, "body_format")];
 
-pub(super) const CLUSTER: &[(u32, &str)] = &[
+pub(crate) const CLUSTER: &[(u32, &str)] = &[
     (1, "name"),
     (2, "cluster_discovery_type"),
     (3, "eds_cluster_config"),
@@ -394,10 +394,10 @@ pub(super) const CLUSTER: &[(u32, &str)] = &[
     (62, "queuing_policies"),
 ];
 
-pub(super) const CIRCUIT_BREAKERS: &[(u32, &str)] =
+pub(crate) const CIRCUIT_BREAKERS: &[(u32, &str)] =
     &[(1, "thresholds"), (2, "per_host_thresholds")];
 
-pub(super) const THRESHOLDS: &[(u32, &str)] = &[
+pub(crate) const THRESHOLDS: &[(u32, &str)] = &[
     (1, "priority"),
     (2, "max_connections"),
     (3, "max_pending_requests"),
@@ -408,7 +408,7 @@ pub(super) const THRESHOLDS: &[(u32, &str)] = &[
     (8, "retry_budget"),
 ];
 
-pub(super) const OUTLIER_DETECTION: &[(u32, &str)] = &[
+pub(crate) const OUTLIER_DETECTION: &[(u32, &str)] = &[
     (1, "consecutive_5xx"),
     (2, "interval"),
     (3, "base_ejection_time"),
@@ -437,14 +437,14 @@ pub(super) const OUTLIER_DETECTION: &[(u32, &str)] = &[
     (26, "detect_degraded_hosts"),
 ];
 
-pub(super) const CLUSTER_LOAD_ASSIGNMENT: &[(u32, &str)] = &[
+pub(crate) const CLUSTER_LOAD_ASSIGNMENT: &[(u32, &str)] = &[
     (1, "cluster_name"),
     (2, "endpoints"),
     (4, "policy"),
     (5, "named_endpoints"),
 ];
 
-pub(super) const LOCALITY_LB_ENDPOINTS: &[(u32, &str)] = &[
+pub(crate) const LOCALITY_LB_ENDPOINTS: &[(u32, &str)] = &[
     (1, "locality"),
     (2, "lb_endpoints"),
     (3, "load_balancing_weight"),
@@ -455,7 +455,7 @@ pub(super) const LOCALITY_LB_ENDPOINTS: &[(u32, &str)] = &[
     (9, "metadata"),
 ];
 
-pub(super) const LB_ENDPOINT: &[(u32, &str)] = &[
+pub(crate) const LB_ENDPOINT: &[(u32, &str)] = &[
     (1, "host_identifier"),
     (2, "health_status"),
     (3, "metadata"),
@@ -463,7 +463,7 @@ pub(super) const LB_ENDPOINT: &[(u32, &str)] = &[
     (5, "host_identifier"),
 ];
 
-pub(super) const ENDPOINT: &[(u32, &str)] = &[
+pub(crate) const ENDPOINT: &[(u32, &str)] = &[
     (1, "address"),
     (2, "health_check_config"),
     (3, "hostname"),
@@ -471,7 +471,7 @@ pub(super) const ENDPOINT: &[(u32, &str)] = &[
     (5, "observability_name"),
 ];
 
-pub(super) const HEALTH_CHECK: &[(u32, &str)] = &[
+pub(crate) const HEALTH_CHECK: &[(u32, &str)] = &[
     (1, "timeout"),
     (2, "interval"),
     (3, "interval_jitter"),
@@ -499,7 +499,7 @@ pub(super) const HEALTH_CHECK: &[(u32, &str)] = &[
     (26, "always_log_health_check_success"),
 ];
 
-pub(super) const HTTP_HEALTH_CHECK: &[(u32, &str)] = &[
+pub(crate) const HTTP_HEALTH_CHECK: &[(u32, &str)] = &[
     (1, "host"),
     (2, "path"),
     (3, "send"),
@@ -514,7 +514,7 @@ pub(super) const HTTP_HEALTH_CHECK: &[(u32, &str)] = &[
     (14, "response_buffer_size"),
 ];
 
-pub(super) const SOCKET_ADDRESS: &[(u32, &str)] = &[
+pub(crate) const SOCKET_ADDRESS: &[(u32, &str)] = &[
     (1, "protocol"),
     (2, "address"),
     (3, "port_specifier"),
@@ -524,7 +524,7 @@ pub(super) const SOCKET_ADDRESS: &[(u32, &str)] = &[
     (7, "network_namespace_filepath"),
 ];
 
-pub(super) const HTTP_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
+pub(crate) const HTTP_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (1, "idle_timeout"),
     (2, "max_headers_count"),
     (3, "max_connection_duration"),
@@ -535,7 +535,7 @@ pub(super) const HTTP_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (8, "max_connection_duration_jitter"),
 ];
 
-pub(super) const HTTP2_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
+pub(crate) const HTTP2_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (1, "hpack_table_size"),
     (2, "max_concurrent_streams"),
     (3, "initial_stream_window_size"),
@@ -560,7 +560,7 @@ pub(super) const HTTP2_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (22, "stream_reset_rate"),
 ];
 
-pub(super) const DOWNSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
+pub(crate) const DOWNSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
     (1, "common_tls_context"),
     (2, "require_client_certificate"),
     (3, "require_sni"),
@@ -574,7 +574,7 @@ pub(super) const DOWNSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
     (11, "prefer_client_ciphers"),
 ];
 
-pub(super) const UPSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
+pub(crate) const UPSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
     (1, "common_tls_context"),
     (2, "sni"),
     (3, "allow_renegotiation"),
@@ -584,7 +584,7 @@ pub(super) const UPSTREAM_TLS_CONTEXT: &[(u32, &str)] = &[
     (7, "auto_sni_san_validation"),
 ];
 
-pub(super) const COMMON_TLS_CONTEXT: &[(u32, &str)] = &[
+pub(crate) const COMMON_TLS_CONTEXT: &[(u32, &str)] = &[
     (1, "tls_params"),
     (2, "tls_certificates"),
     (3, "validation_context_type"),
@@ -602,7 +602,7 @@ pub(super) const COMMON_TLS_CONTEXT: &[(u32, &str)] = &[
     (16, "custom_tls_certificate_selector"),
 ];
 
-pub(super) const TLS_CERTIFICATE: &[(u32, &str)] = &[
+pub(crate) const TLS_CERTIFICATE: &[(u32, &str)] = &[
     (1, "certificate_chain"),
     (2, "private_key"),
     (3, "password"),
@@ -614,7 +614,7 @@ pub(super) const TLS_CERTIFICATE: &[(u32, &str)] = &[
     (9, "tls_params"),
 ];
 
-pub(super) const CERTIFICATE_VALIDATION_CONTEXT: &[(u32, &str)] = &[
+pub(crate) const CERTIFICATE_VALIDATION_CONTEXT: &[(u32, &str)] = &[
     (1, "trusted_ca"),
     (2, "verify_certificate_hash"),
     (3, "verify_certificate_spki"),
@@ -633,7 +633,7 @@ pub(super) const CERTIFICATE_VALIDATION_CONTEXT: &[(u32, &str)] = &[
     (18, "suppress_client_ca_list"),
 ];
 
-pub(super) const TLS_PARAMETERS: &[(u32, &str)] = &[
+pub(crate) const TLS_PARAMETERS: &[(u32, &str)] = &[
     (1, "tls_minimum_protocol_version"),
     (2, "tls_maximum_protocol_version"),
     (3, "cipher_suites"),
@@ -644,7 +644,7 @@ pub(super) const TLS_PARAMETERS: &[(u32, &str)] = &[
 
 /// The names of the fields set in `rest` (what is left of a message once the supported fields
 /// are taken out), by `names`; a number when the table does not know it.
-pub(super) fn set_fields(rest: &impl prost::Message, names: &[(u32, &str)]) -> Vec<String> {
+pub(crate) fn set_fields(rest: &impl prost::Message, names: &[(u32, &str)]) -> Vec<String> {
     let bytes = rest.encode_to_vec();
     let mut found: Vec<String> = Vec::new();
     let mut at = 0;

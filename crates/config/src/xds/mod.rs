@@ -8,26 +8,23 @@
 //! write them, which are then validated with the file's own ([`compose`]). docs/xds.md lists
 //! the fields honoured.
 //!
+//! Each resource's mapping is in its topic, beside the settings it becomes:
+//!
 //! ```text
-//! mod.rs       the bootstrap keys, the resources held, joining them into config sections
-//! listener.rs  Listener + HttpConnectionManager -> a listener (routes inline or by RDS name)
-//! route.rs     RouteConfiguration -> virtual hosts and routes
-//! cluster.rs   Cluster -> a cluster (endpoints inline, or by EDS name)
-//! endpoint.rs  ClusterLoadAssignment -> endpoints
-//! ext_authz.rs the ext_authz filter (gRPC) and its per-route settings
-//! tls.rs       TLS transport sockets -> a listener's or a cluster's `tls`
-//! fields.rs    field numbers and names, to name what is not supported
+//! xds/mod.rs                    the bootstrap keys, the resources held, joining them into sections
+//! xds/fields.rs                 field numbers and names, to name what is not supported
+//! listener/xds.rs               Listener + HttpConnectionManager -> a listener (routes inline or by RDS)
+//! route/xds.rs, xds_actions.rs  RouteConfiguration -> virtual hosts and routes
+//! cluster/xds.rs                Cluster -> a cluster (endpoints inline, or by EDS name)
+//! cluster/xds_endpoints.rs      ClusterLoadAssignment -> endpoints
+//! filters/ext_authz/xds.rs      the ext_authz filter (gRPC) and its per-route settings
+//! tls/xds.rs                    TLS transport sockets -> a listener's or a cluster's `tls`
 //! ```
 
-mod cluster;
-mod endpoint;
-mod fields;
-mod listener;
-mod route;
-mod route_action;
+pub(crate) mod fields;
+
 #[cfg(test)]
 mod tests;
-mod tls;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -36,16 +33,16 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-pub use cluster::XdsCluster;
-pub use endpoint::XdsEndpoints;
-pub use listener::XdsListener;
-pub use route::XdsRoutes;
+use serde::Deserialize;
 
-use super::raw::{
-    RawAds, RawCluster, RawConfig, RawDirectResponse, RawDynamicResources, RawEndpoint,
-    RawListener, RawNode,
+pub use crate::cluster::xds::XdsCluster;
+pub use crate::cluster::xds_endpoints::XdsEndpoints;
+pub use crate::listener::xds::XdsListener;
+pub use crate::route::xds::XdsRoutes;
+use crate::{
+    ConfigError, RawCluster, RawConfig, RawDirectResponse, RawEndpoint, RawListener,
+    ServiceEndpoint,
 };
-use super::{ConfigError, ServiceEndpoint};
 
 pub use xds_client::type_url;
 
@@ -75,7 +72,7 @@ pub enum AdsProtocol {
     Delta,
 }
 
-pub(super) fn bootstrap(
+pub(crate) fn bootstrap(
     node: Option<RawNode>,
     dynamic: Option<RawDynamicResources>,
 ) -> Result<Option<XdsConfig>, ConfigError> {
@@ -97,7 +94,7 @@ pub(super) fn bootstrap(
     if node.id.is_empty() {
         return Err(ConfigError::invalid("node.id", "expected a non-empty id"));
     }
-    let address = crate::check::service_endpoint(&address, "dynamic_resources.ads.address")?;
+    let address = crate::values::service_endpoint(&address, "dynamic_resources.ads.address")?;
     let protocol = match protocol.as_deref() {
         None | Some("sotw") => AdsProtocol::Sotw,
         Some("delta") => AdsProtocol::Delta,
@@ -174,7 +171,7 @@ pub(crate) fn decode<M: prost::Message + Default>(
 
 /// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
 /// the longest wait here is a day, so nothing is held forever.
-const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.
 pub(crate) fn duration(
@@ -428,7 +425,7 @@ impl Resources {
 }
 
 /// The answer of a route whose cluster is not (yet) known.
-fn cluster_not_found() -> RawDirectResponse {
+pub(crate) fn cluster_not_found() -> RawDirectResponse {
     RawDirectResponse {
         status: 503,
         body: "cluster not found\n".into(),
@@ -467,4 +464,26 @@ fn rename(path: &str, key: &str, own: usize, names: &[String], kind: &str) -> Op
     let (index, rest) = rest.split_once(']')?;
     let name = names.get(index.parse::<usize>().ok()?.checked_sub(own)?)?;
     Some(format!("{kind} `{name}`{rest}"))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    pub id: String,
+    pub cluster: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDynamicResources {
+    pub ads: RawAds,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAds {
+    /// `IP:PORT` or `unix:/path`.
+    pub address: String,
+    /// `sotw` (the default) or `delta`.
+    pub protocol: Option<String>,
 }

@@ -19,7 +19,7 @@ use prost::{Message, Name};
 use testbed::resources;
 
 use super::*;
-use crate::raw::RawEndpoint;
+use crate::RawEndpoint;
 
 fn pack<M: Message + Name>(message: &M) -> Any {
     testbed::xds::any(message)

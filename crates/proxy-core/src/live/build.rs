@@ -185,7 +185,7 @@ pub(crate) fn build(
             {
                 // Same files: read them again (new certificates are picked up), keeping the
                 // session tickets and cache.
-                config::tls_material::check_listener(spec).map_err(|source| BuildError::Tls {
+                config::tls::material::check_listener(spec).map_err(|source| BuildError::Tls {
                     scope: format!("listener `{}`", listener.name),
                     source: Box::new(source),
                 })?;

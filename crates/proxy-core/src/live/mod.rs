@@ -35,7 +35,7 @@ use tokio::sync::watch as channel;
 
 use crate::catalog::ProxyStats;
 use crate::cluster::monitor::ClusterList;
-use config::raw::{RawCluster, RawListener};
+use config::{RawCluster, RawListener};
 use config::{Config, ConfigError};
 pub(crate) use generation::{Generation, SharedListener};
 use serde::Serialize;

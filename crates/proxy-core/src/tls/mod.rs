@@ -9,7 +9,7 @@ mod server;
 
 use std::sync::Arc;
 
-pub use config::tls_material::TlsError;
+pub use config::tls::material::TlsError;
 
 pub(crate) use client::{UpstreamIo, UpstreamTls};
 pub(crate) use server::{Handshake, ServerTls, TlsListeners};

@@ -14,10 +14,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 
-use config::tls_material::{
+use config::tls::material::{
     TlsError, certified_key, client_verifier, load_roots, provider, versions,
 };
-use config::tls_settings::{ListenerTlsConfig, ServerNameMatch, UnknownServerName};
+use config::tls::{ListenerTlsConfig, ServerNameMatch, UnknownServerName};
 
 use super::ticketer;
 use crate::catalog::TlsStats;
@@ -347,7 +347,7 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use config::tls_settings::{AlpnProtocol, CertificateConfig, PemSource, TlsVersion};
+    use config::tls::{AlpnProtocol, CertificateConfig, PemSource, TlsVersion};
 
     fn cert_files(dir: &std::path::Path, name: &str) -> CertificateConfig {
         let key = rcgen::KeyPair::generate().expect("key");
@@ -435,7 +435,7 @@ mod tests {
             ..a
         };
         let err =
-            config::tls_material::check_listener(&spec(vec![mixed], UnknownServerName::Default))
+            config::tls::material::check_listener(&spec(vec![mixed], UnknownServerName::Default))
                 .expect_err("mismatched key");
         assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err}");
         let missing = CertificateConfig {
@@ -444,7 +444,7 @@ mod tests {
             server_names: Vec::new(),
         };
         let err =
-            config::tls_material::check_listener(&spec(vec![missing], UnknownServerName::Default))
+            config::tls::material::check_listener(&spec(vec![missing], UnknownServerName::Default))
                 .expect_err("missing file");
         assert!(err.to_string().contains("missing.pem"), "{err}");
         let _ = std::fs::remove_dir_all(dir);

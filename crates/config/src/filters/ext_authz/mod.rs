@@ -151,7 +151,7 @@ pub(super) fn listener_authz(
 ) -> Result<ExtAuthzConfig, ConfigError> {
     let service = match (raw.grpc, raw.http) {
         (Some(grpc), None) => AuthzService::Grpc {
-            endpoint: crate::check::service_endpoint(
+            endpoint: crate::values::service_endpoint(
                 &grpc.address,
                 &format!("{path}.grpc.address"),
             )?,
@@ -167,7 +167,7 @@ pub(super) fn listener_authz(
                 ));
             }
             AuthzService::Http {
-                endpoint: crate::check::service_endpoint(
+                endpoint: crate::values::service_endpoint(
                     &http.address,
                     &format!("{path}.http.address"),
                 )?,
@@ -219,7 +219,7 @@ pub(super) fn listener_authz(
         .transpose()?;
     Ok(ExtAuthzConfig {
         service,
-        timeout: crate::check::positive(
+        timeout: crate::values::positive(
             raw.timeout.unwrap_or(DEFAULT_AUTHZ_TIMEOUT),
             &format!("{path}.timeout"),
         )?,

@@ -20,9 +20,9 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
 };
 use envoy_types::pb::google::protobuf::Any;
 
-use super::endpoint::XdsEndpoints;
-use super::{ResourceError, decode, duration, fields, nothing_else, type_url};
-use crate::raw::{
+use super::xds_endpoints::XdsEndpoints;
+use crate::xds::{ResourceError, decode, duration, fields, nothing_else, type_url};
+use crate::{
     RawCircuitBreakers, RawCluster, RawHealthCheck, RawLeastRequest, RawLimit, RawMaglev,
     RawOutlierDetection, RawRingHash,
 };
@@ -51,7 +51,7 @@ impl XdsCluster {
     }
 
     /// As the config file writes it, with `endpoints` (from EDS) when it takes them from there.
-    pub(super) fn section(&self, endpoints: Option<&XdsEndpoints>) -> RawCluster {
+    pub(crate) fn section(&self, endpoints: Option<&XdsEndpoints>) -> RawCluster {
         let mut raw = self.raw.clone();
         if let Some(endpoints) = endpoints.or(self.inline.as_ref()) {
             raw.endpoints = endpoints.raw();
@@ -172,7 +172,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
     let tls = c
         .transport_socket
         .take()
-        .map(|socket| super::tls::cluster_tls(socket, &at))
+        .map(|socket| crate::tls::xds::cluster_tls(socket, &at))
         .transpose()?;
     let dns_refresh_rate = duration(c.dns_refresh_rate.take(), &sub("dns_refresh_rate"))?;
     let respect_dns_ttl = std::mem::take(&mut c.respect_dns_ttl);

@@ -1,4 +1,13 @@
 //! TLS settings of listeners (termination) and clusters (origination), validated.
+//!
+//! The topic's files, side by side: this one holds the typed settings; `raw.rs` the file's
+//! form; `check.rs` the checks (which load the files, `material.rs`); `xds.rs` the mapping of
+//! Envoy's TLS transport sockets.
+
+pub(crate) mod check;
+pub mod material;
+pub mod raw;
+pub mod xds;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -4,10 +4,10 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use crate::raw::{RawClusterTls, RawListenerTls};
 use crate::*;
+use crate::{RawClusterTls, RawListenerTls};
 
-pub(super) fn listener_tls(
+pub(crate) fn listener_tls(
     raw: RawListenerTls,
     path: &str,
 ) -> Result<ListenerTlsConfig, ConfigError> {
@@ -107,18 +107,18 @@ pub(super) fn listener_tls(
         alpn,
         session_tickets: raw.session_tickets.unwrap_or(true),
         session_cache_size,
-        handshake_timeout: crate::check::positive(
+        handshake_timeout: crate::values::positive(
             raw.handshake_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT),
             &format!("{path}.handshake_timeout"),
         )?,
         client_certificate,
     };
-    crate::tls_material::check_listener(&config)
+    crate::tls::material::check_listener(&config)
         .map_err(|e| ConfigError::invalid(path, e.to_string()))?;
     Ok(config)
 }
 
-pub(super) fn cluster_tls(raw: RawClusterTls, path: &str) -> Result<ClusterTlsConfig, ConfigError> {
+pub(crate) fn cluster_tls(raw: RawClusterTls, path: &str) -> Result<ClusterTlsConfig, ConfigError> {
     let server_name = match raw.server_name {
         None => None,
         Some(name) => {
@@ -155,7 +155,7 @@ pub(super) fn cluster_tls(raw: RawClusterTls, path: &str) -> Result<ClusterTlsCo
         client_certificate,
         min_version: version(raw.min_version.as_deref(), &format!("{path}.min_version"))?,
     };
-    crate::tls_material::check_cluster(&config)
+    crate::tls::material::check_cluster(&config)
         .map_err(|e| ConfigError::invalid(path, e.to_string()))?;
     Ok(config)
 }

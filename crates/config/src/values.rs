@@ -1,5 +1,5 @@
-//! Checks shared by every topic: names, addresses, positive durations, limits. Each returns
-//! the value or a [`ConfigError`] naming the key path.
+//! Checks of values every topic shares: names, addresses, positive durations, limits. Each
+//! returns the value or a [`ConfigError`] naming the key path.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 

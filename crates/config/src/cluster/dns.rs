@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
-use super::serialize as ser;
+use crate::serialize as ser;
 
 /// How often a name is resolved again, unless configured (Envoy's default).
 pub const DEFAULT_DNS_REFRESH_RATE: Duration = Duration::from_secs(5);

@@ -2,12 +2,12 @@
 
 use std::net::SocketAddr;
 
-use crate::raw::RawCluster;
+use crate::RawCluster;
 use crate::*;
 
 /// `IP:PORT`, `localhost:PORT`, or `NAME:PORT` with a DNS name (resolved while serving).
-pub(super) fn endpoint_address(value: &str, path: &str) -> Result<EndpointAddress, ConfigError> {
-    if let Ok(addr) = crate::check::socket_addr(value, path) {
+pub(crate) fn endpoint_address(value: &str, path: &str) -> Result<EndpointAddress, ConfigError> {
+    if let Ok(addr) = crate::values::socket_addr(value, path) {
         return Ok(EndpointAddress::Ip(addr));
     }
     let invalid = |why: &str| {
@@ -51,7 +51,7 @@ fn is_dns_name(host: &str) -> bool {
     labels_ok && !last.bytes().all(|b| b.is_ascii_digit())
 }
 
-pub(super) fn dns_config(raw: &RawCluster, path: &str) -> Result<DnsConfig, ConfigError> {
+pub(crate) fn dns_config(raw: &RawCluster, path: &str) -> Result<DnsConfig, ConfigError> {
     let defaults = DnsConfig::default();
     let refresh_rate = raw.dns_refresh_rate.unwrap_or(defaults.refresh_rate);
     if refresh_rate.is_zero() {

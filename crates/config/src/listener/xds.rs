@@ -12,11 +12,11 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::Any;
 
-use super::route::XdsRoutes;
-use super::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
 use crate::filters::RawHttpFilter;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
-use crate::raw::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
+use crate::route::xds::XdsRoutes;
+use crate::xds::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
+use crate::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
@@ -95,7 +95,7 @@ impl XdsListener {
 
     /// As the config file writes it, with `routes` (from RDS) when it takes them from there;
     /// `None` while its authorization cluster has no single host to call.
-    pub(super) fn section(
+    pub(crate) fn section(
         &self,
         routes: Option<&XdsRoutes>,
         ready: &BTreeMap<&str, bool>,
@@ -164,7 +164,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let tls = chain
         .transport_socket
         .take()
-        .map(|socket| super::tls::listener_tls(socket, &at))
+        .map(|socket| crate::tls::xds::listener_tls(socket, &at))
         .transpose()?;
     chain.name.clear();
     chain.metadata = None;
@@ -282,7 +282,13 @@ fn connection_manager(
         hcm.stream_idle_timeout.take(),
         &format!("{at}.stream_idle_timeout"),
     )?
-    .map(|t| if t.is_zero() { super::NO_TIMEOUT } else { t });
+    .map(|t| {
+        if t.is_zero() {
+            crate::xds::NO_TIMEOUT
+        } else {
+            t
+        }
+    });
     let mut upgrades = Vec::new();
     for (i, upgrade) in std::mem::take(&mut hcm.upgrade_configs)
         .into_iter()
@@ -386,8 +392,14 @@ fn common_options(
     http: &mut RawHttp,
     at: &str,
 ) -> Result<(), ResourceError> {
-    http.idle_timeout = duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))?
-        .map(|t| if t.is_zero() { super::NO_TIMEOUT } else { t });
+    http.idle_timeout =
+        duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))?.map(|t| {
+            if t.is_zero() {
+                crate::xds::NO_TIMEOUT
+            } else {
+                t
+            }
+        });
     http.max_requests_per_connection = common.max_requests_per_connection.take().map(|v| v.value);
     nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
 }

@@ -6,23 +6,23 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use super::super::raw::*;
-use super::super::*;
-use super::{filters, name, positive, route_actions};
+use crate::route::check_actions as route_actions;
+use crate::values::{name, positive};
+use crate::*;
 
 /// What routes are checked against: the clusters they may name and the listener's filters.
-pub(super) struct RouteCtx<'a> {
-    pub(super) cluster_index: &'a HashMap<&'a str, usize>,
-    pub(super) clusters: &'a [ClusterConfig],
-    pub(super) chain: &'a [HttpFilterConfig],
+pub(crate) struct RouteCtx<'a> {
+    pub(crate) cluster_index: &'a HashMap<&'a str, usize>,
+    pub(crate) clusters: &'a [ClusterConfig],
+    pub(crate) chain: &'a [HttpFilterConfig],
     /// The listener came from a management server: its names follow control planes'.
-    pub(super) dynamic: bool,
+    pub(crate) dynamic: bool,
     /// Requests' paths are normalised so before matching: a route path must be too.
-    pub(super) path_normalization: PathNormalization,
+    pub(crate) path_normalization: PathNormalization,
 }
 
 /// A listener's `routes` (one virtual host for every domain) or its `virtual_hosts`.
-pub(super) fn route_configuration(
+pub(crate) fn route_configuration(
     routes: Vec<RawRoute>,
     virtual_hosts: Vec<RawVirtualHost>,
     path: &str,
@@ -99,7 +99,7 @@ fn virtual_host(
     routes: &mut Vec<RouteConfig>,
 ) -> Result<VirtualHostConfig, ConfigError> {
     let name = if ctx.dynamic {
-        crate::check::dynamic_name(raw.name, path)?
+        crate::values::dynamic_name(raw.name, path)?
     } else {
         name(raw.name, path)?
     };
@@ -481,9 +481,9 @@ fn url_path(
         } else {
             value.as_str()
         };
-        match crate::path::normalize(checked, normalization) {
-            Ok(crate::path::Normalized::Path(std::borrow::Cow::Borrowed(_))) => Ok(value),
-            Ok(crate::path::Normalized::Path(std::borrow::Cow::Owned(normal))) => {
+        match crate::listener::path::normalize(checked, normalization) {
+            Ok(crate::listener::path::Normalized::Path(std::borrow::Cow::Borrowed(_))) => Ok(value),
+            Ok(crate::listener::path::Normalized::Path(std::borrow::Cow::Owned(normal))) => {
                 Err(ConfigError::invalid(
                     path,
                     format!(
@@ -491,10 +491,12 @@ fn url_path(
                     ),
                 ))
             }
-            Ok(crate::path::Normalized::Redirect(_)) | Err(_) => Err(ConfigError::invalid(
-                path,
-                format!("`{value}` would never match a normalised request path"),
-            )),
+            Ok(crate::listener::path::Normalized::Redirect(_)) | Err(_) => {
+                Err(ConfigError::invalid(
+                    path,
+                    format!("`{value}` would never match a normalised request path"),
+                ))
+            }
         }
     } else {
         Err(ConfigError::invalid(
@@ -633,7 +635,7 @@ fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::*;
+    use crate::*;
 
     fn with_hosts(filters: &str, hosts: &str) -> String {
         format!(

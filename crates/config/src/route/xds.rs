@@ -13,12 +13,12 @@ use envoy_types::pb::envoy::config::route::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 
-use super::{
-    ResourceError, cluster_not_found, decode, duration, fields, nothing_else, route_action,
-    type_url,
-};
+use super::xds_actions as route_action;
 use crate::filters::ext_authz::xds as ext_authz;
-use crate::raw::{
+use crate::xds::{
+    ResourceError, cluster_not_found, decode, duration, fields, nothing_else, type_url,
+};
+use crate::{
     RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
 };
 use crate::{RawRouteAuthz, RawRouteFilters};
@@ -37,7 +37,7 @@ impl XdsRoutes {
     }
 
     /// `listener`: the listener an inline `route_config` belongs to (names the errors).
-    pub(super) fn translate(
+    pub(crate) fn translate(
         mut config: RouteConfiguration,
         listener: Option<&str>,
     ) -> Result<Self, ResourceError> {
@@ -69,7 +69,7 @@ impl XdsRoutes {
     /// HTTP/2 cluster per request; here such a route does not offer any. Without
     /// the ext_authz filter on the listener (`authz`), per-route ext_authz settings are
     /// dropped, as Envoy ignores the settings of a filter not in the chain.
-    pub(super) fn section(
+    pub(crate) fn section(
         &self,
         ready: &BTreeMap<&str, bool>,
         upgrades: &[String],
@@ -329,7 +329,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
     raw.request_mirror_policies =
         route_action::mirrors(std::mem::take(&mut a.request_mirror_policies), at)?;
     raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
-        Some(t) if t.is_zero() => Some(super::NO_TIMEOUT),
+        Some(t) if t.is_zero() => Some(crate::xds::NO_TIMEOUT),
         other => other,
     };
     match a.host_rewrite_specifier.take() {

@@ -6,8 +6,8 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 
-use super::{ResourceError, decode, fields, nothing_else, socket_address, type_url};
-use crate::raw::{RawEndpoint, RawWeightedEndpoint};
+use crate::xds::{ResourceError, decode, fields, nothing_else, socket_address, type_url};
+use crate::{RawEndpoint, RawWeightedEndpoint};
 
 /// The hosts of a cluster, with their weights. Hosts the server marks unhealthy, draining,
 /// timed out or degraded are left out: they take no new requests.
@@ -26,7 +26,7 @@ impl XdsEndpoints {
     }
 
     /// `cluster`: the cluster an inline `load_assignment` belongs to (names the errors).
-    pub(super) fn from_assignment(
+    pub(crate) fn from_assignment(
         mut cla: ClusterLoadAssignment,
         cluster: Option<&str>,
     ) -> Result<Self, ResourceError> {
@@ -57,7 +57,7 @@ impl XdsEndpoints {
     }
 
     /// As the config file writes endpoints.
-    pub(super) fn raw(&self) -> Vec<RawEndpoint> {
+    pub(crate) fn raw(&self) -> Vec<RawEndpoint> {
         self.hosts
             .iter()
             .map(|(address, weight)| {

@@ -6,8 +6,8 @@ use http::StatusCode;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use super::HashKey;
-use super::serialize as ser;
+use crate::HashKey;
+use crate::serialize as ser;
 
 /// A regular expression (the `regex` crate's syntax, RE2-like: no backreferences, linear
 /// time) that must match a whole value, as Envoy's `safe_regex` does.
@@ -87,7 +87,7 @@ impl StringMatch {
     }
 
     /// The key and value as written (`prefix: /v1`), into a map being serialised.
-    pub(super) fn write<M: SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+    pub(crate) fn write<M: SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
         match self {
             StringMatch::Exact(s) => map.serialize_entry("exact", s),
             StringMatch::Prefix(s) => map.serialize_entry("prefix", s),

@@ -17,7 +17,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::danger::ClientCertVerifier;
 
-use crate::tls_settings::{
+use crate::tls::{
     ClientCertificateConfig, ClusterTlsConfig, ListenerTlsConfig, PemSource, TlsVersion,
 };
 

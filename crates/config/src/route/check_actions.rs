@@ -5,12 +5,11 @@ use std::collections::HashMap;
 
 use http::StatusCode;
 
-use super::super::raw::*;
-use super::super::*;
+use crate::*;
 
 /// `{ exact | prefix | suffix | contains | regex: VALUE }`, or `present: true` (`None`).
 /// `present: false` is the caller's to allow.
-pub(super) fn string_match(
+pub(crate) fn string_match(
     raw: &RawHeaderMatch,
     path: &str,
 ) -> Result<Option<StringMatch>, ConfigError> {
@@ -43,13 +42,13 @@ pub(super) fn string_match(
 }
 
 /// A regex that must match a whole value.
-pub(super) fn pattern(value: &str, ignore_case: bool, path: &str) -> Result<Pattern, ConfigError> {
+pub(crate) fn pattern(value: &str, ignore_case: bool, path: &str) -> Result<Pattern, ConfigError> {
     Pattern::new(value, ignore_case)
         .map_err(|e| ConfigError::invalid(path, format!("invalid regex `{value}`: {e}")))
 }
 
 /// `redirect: { ... }`, or `https_redirect: true` (`raw` empty, `https` set).
-pub(super) fn redirect(
+pub(crate) fn redirect(
     raw: RawRedirect,
     https: bool,
     matcher: &RouteMatch,
@@ -183,7 +182,7 @@ fn rewritten_prefix(value: String, path: &str) -> Result<String, ConfigError> {
 }
 
 /// `prefix_rewrite` or `regex_rewrite` of a forwarding route.
-pub(super) fn path_rewrite(
+pub(crate) fn path_rewrite(
     prefix: Option<String>,
     regex: Option<RawRegexRewrite>,
     matcher: &RouteMatch,
@@ -253,7 +252,7 @@ fn substitution(value: &str, groups: usize) -> Result<String, String> {
 }
 
 /// `weighted_clusters` (and its `hash_key`).
-pub(super) fn split(
+pub(crate) fn split(
     raw: Vec<RawWeightedCluster>,
     key: Option<RawHashKey>,
     clusters: &HashMap<&str, usize>,
@@ -290,7 +289,7 @@ pub(super) fn split(
         )
     })?;
     let hash_key = key
-        .map(|k| super::hash_key(&k, &format!("{path}.hash_key")))
+        .map(|k| crate::cluster::check::hash_key(&k, &format!("{path}.hash_key")))
         .transpose()?;
     Ok(TrafficSplit {
         clusters: list,
@@ -300,7 +299,7 @@ pub(super) fn split(
 }
 
 /// A cluster's index by name.
-pub(super) fn cluster(
+pub(crate) fn cluster(
     name: &str,
     clusters: &HashMap<&str, usize>,
     known: &[ClusterConfig],
@@ -323,7 +322,7 @@ pub(super) fn cluster(
 }
 
 /// `request_mirror_policies`.
-pub(super) fn mirrors(
+pub(crate) fn mirrors(
     raw: Vec<RawMirrorPolicy>,
     clusters: &HashMap<&str, usize>,
     known: &[ClusterConfig],

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
 
-use super::{RetryPolicy, RouteConfig, RouteFilters};
+use crate::{RetryPolicy, RouteConfig, RouteFilters};
 
 /// The virtual hosts of a listener and their routes. A request is served by the one virtual
 /// host its `host` picks (see [`Domain`]), and then by the first of that host's routes that

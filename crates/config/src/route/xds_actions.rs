@@ -15,10 +15,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType;
 
-use super::{ResourceError, fields, nothing_else};
-use crate::raw::{
-    RawHeaderMatch, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster,
-};
+use crate::xds::{ResourceError, fields, nothing_else};
+use crate::{RawHeaderMatch, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
 
 fn unsupported(at: &str, what: &str) -> ResourceError {
     ResourceError::Unsupported {
@@ -28,7 +26,7 @@ fn unsupported(at: &str, what: &str) -> ResourceError {
 }
 
 /// `weighted_clusters`: clusters of weight 0 are left out (they are never drawn).
-pub(super) fn weighted_clusters(
+pub(crate) fn weighted_clusters(
     mut w: WeightedCluster,
     at: &str,
 ) -> Result<Vec<RawWeightedCluster>, ResourceError> {
@@ -72,7 +70,7 @@ pub(super) fn weighted_clusters(
 }
 
 /// `request_mirror_policies`, each with its `runtime_fraction`'s default share.
-pub(super) fn mirrors(
+pub(crate) fn mirrors(
     policies: Vec<RequestMirrorPolicy>,
     at: &str,
 ) -> Result<Vec<RawMirrorPolicy>, ResourceError> {
@@ -117,7 +115,7 @@ pub(super) fn mirrors(
 }
 
 /// A route's `redirect` action.
-pub(super) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, ResourceError> {
+pub(crate) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, ResourceError> {
     use redirect_action::{PathRewriteSpecifier, RedirectResponseCode, SchemeRewriteSpecifier};
     let scheme = match r.scheme_rewrite_specifier.take() {
         None | Some(SchemeRewriteSpecifier::HttpsRedirect(false)) => None,
@@ -180,13 +178,13 @@ pub(super) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, R
 }
 
 /// A `safe_regex`'s pattern (RE2's syntax; the `regex` crate takes the same, linear-time).
-pub(super) fn regex(r: RegexMatcher) -> String {
+pub(crate) fn regex(r: RegexMatcher) -> String {
     // `google_re2.max_program_size` is deprecated; patterns are bounded at load instead.
     r.regex
 }
 
 /// A route's `regex_rewrite`.
-pub(super) fn regex_rewrite(
+pub(crate) fn regex_rewrite(
     r: RegexMatchAndSubstitute,
     at: &str,
 ) -> Result<RawRegexRewrite, ResourceError> {
@@ -200,7 +198,7 @@ pub(super) fn regex_rewrite(
 }
 
 /// A `StringMatcher` as a header or query parameter match of `name`.
-pub(super) fn string_match(
+pub(crate) fn string_match(
     name: String,
     s: StringMatcher,
     at: &str,
@@ -230,7 +228,7 @@ pub(super) fn string_match(
 }
 
 /// A route's `query_parameters` entry.
-pub(super) fn query_parameter(
+pub(crate) fn query_parameter(
     mut q: QueryParameterMatcher,
     at: &str,
 ) -> Result<RawHeaderMatch, ResourceError> {

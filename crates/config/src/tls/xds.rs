@@ -10,8 +10,8 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     tls_parameters::TlsProtocol,
 };
 
-use super::{ResourceError, fields, nothing_else};
-use crate::raw::{RawCertificate, RawClientCertificate, RawClusterTls, RawKeyPair, RawListenerTls};
+use crate::xds::{ResourceError, fields, nothing_else};
+use crate::{RawCertificate, RawClientCertificate, RawClusterTls, RawKeyPair, RawListenerTls};
 
 const DOWNSTREAM: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
@@ -37,7 +37,7 @@ fn context<M: prost::Message + Default>(
     }
 }
 
-pub(super) fn listener_tls(
+pub(crate) fn listener_tls(
     socket: TransportSocket,
     at: &str,
 ) -> Result<RawListenerTls, ResourceError> {
@@ -82,7 +82,7 @@ pub(super) fn listener_tls(
     })
 }
 
-pub(super) fn cluster_tls(
+pub(crate) fn cluster_tls(
     socket: TransportSocket,
     at: &str,
 ) -> Result<RawClusterTls, ResourceError> {

@@ -1,0 +1,309 @@
+//! A cluster, checked: its name, endpoints, balancing, breakers, health checks and outliers.
+
+use http::{HeaderName, HeaderValue};
+
+use crate::values::*;
+use crate::*;
+
+pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, ConfigError> {
+    let name = if raw.dynamic {
+        dynamic_name(raw.name.clone(), path)?
+    } else {
+        name(raw.name.clone(), path)?
+    };
+    // A cluster from a management server may have no endpoints (yet, or any more).
+    if raw.endpoints.is_empty() && !raw.dynamic {
+        return Err(ConfigError::invalid(
+            format!("{path}.endpoints"),
+            "expected at least one endpoint `IP:PORT` or `NAME:PORT`",
+        ));
+    }
+    let mut endpoints: Vec<Endpoint> = Vec::with_capacity(raw.endpoints.len());
+    for (i, e) in raw.endpoints.iter().enumerate() {
+        let at = format!("{path}.endpoints[{i}]");
+        let (address, weight) = match e {
+            RawEndpoint::Address(a) => (crate::cluster::check_dns::endpoint_address(a, &at)?, 1),
+            RawEndpoint::Weighted(w) => (
+                crate::cluster::check_dns::endpoint_address(&w.address, &format!("{at}.address"))?,
+                w.weight.unwrap_or(1),
+            ),
+        };
+        if weight == 0 {
+            return Err(ConfigError::invalid(
+                format!("{at}.weight"),
+                "expected a weight of at least 1",
+            ));
+        }
+        if endpoints.iter().any(|other| other.address == address) {
+            return Err(ConfigError::invalid(
+                at,
+                format!("{address} is listed twice"),
+            ));
+        }
+        endpoints.push(Endpoint { address, weight });
+    }
+    let lb_policy = lb_policy(&raw, path)?;
+    let hash_key = raw
+        .hash_key
+        .as_ref()
+        .map(|k| hash_key(k, &format!("{path}.hash_key")))
+        .transpose()?;
+    if hash_key.is_some() && !matches!(lb_policy, LbPolicy::RingHash(_) | LbPolicy::Maglev(_)) {
+        return Err(ConfigError::invalid(
+            format!("{path}.hash_key"),
+            "a hash key is used only by `ring_hash` and `maglev`",
+        ));
+    }
+    let protocol = match raw.protocol.as_deref() {
+        None | Some("http1") => UpstreamProtocol::Http1,
+        Some("http2") => UpstreamProtocol::Http2,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.protocol"),
+                format!("expected `http1` or `http2`, found `{other}`"),
+            ));
+        }
+    };
+    let dns = crate::cluster::check_dns::dns_config(&raw, path)?;
+    let connect_timeout = raw.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+    if connect_timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            format!("{path}.connect_timeout"),
+            "expected a duration above zero",
+        ));
+    }
+    Ok(ClusterConfig {
+        name,
+        endpoints,
+        lb_policy,
+        hash_key,
+        max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
+        protocol,
+        connect_timeout,
+        buffer_limit: buffer_limit(
+            raw.per_connection_buffer_limit_bytes,
+            &format!("{path}.per_connection_buffer_limit_bytes"),
+        )?,
+        circuit_breakers: circuit_breakers(
+            raw.circuit_breakers.unwrap_or_default(),
+            &format!("{path}.circuit_breakers"),
+        )?,
+        health_check: raw
+            .health_check
+            .map(|h| health_check(h, &format!("{path}.health_check")))
+            .transpose()?,
+        outlier_detection: raw
+            .outlier_detection
+            .map(|o| outlier_detection(o, &format!("{path}.outlier_detection")))
+            .transpose()?,
+        tls: raw
+            .tls
+            .map(|t| crate::tls::check::cluster_tls(t, &format!("{path}.tls")))
+            .transpose()?,
+        dns,
+    })
+}
+
+/// `header: NAME`, `cookie: NAME` or `source_ip: true`.
+pub(crate) fn hash_key(raw: &RawHashKey, path: &str) -> Result<HashKey, ConfigError> {
+    match raw {
+        RawHashKey {
+            header: Some(h),
+            cookie: None,
+            source_ip: None,
+        } => Ok(HashKey::Header(
+            HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                ConfigError::invalid(
+                    format!("{path}.header"),
+                    format!("expected a header name, found `{h}`"),
+                )
+            })?,
+        )),
+        RawHashKey {
+            header: None,
+            cookie: Some(c),
+            source_ip: None,
+        } if !c.is_empty() => Ok(HashKey::Cookie(c.clone())),
+        RawHashKey {
+            header: None,
+            cookie: None,
+            source_ip: Some(true),
+        } => Ok(HashKey::SourceIp),
+        _ => Err(ConfigError::invalid(
+            path,
+            "expected exactly one of `header: NAME`, `cookie: NAME` or `source_ip: true`",
+        )),
+    }
+}
+
+pub(crate) fn circuit_breakers(
+    raw: RawCircuitBreakers,
+    path: &str,
+) -> Result<CircuitBreakerConfig, ConfigError> {
+    let defaults = CircuitBreakerConfig::default();
+    // Up to u32::MAX, which control planes (Istio) send for "no limit". Zero only for
+    // retries, where it means none; a zero elsewhere would refuse every request.
+    let limit = |raw: Option<RawLimit>, default: LimitSpec, key: &str| match raw {
+        None => Ok(default),
+        Some(RawLimit::Fixed(0)) if key == "max_retries" => Ok(LimitSpec::Fixed(0)),
+        Some(RawLimit::Fixed(n @ 1..=0xFFFF_FFFF)) => Ok(LimitSpec::Fixed(n as u32)),
+        Some(RawLimit::PerCore(RawPerCore {
+            per_core: n @ 1..=10_000_000,
+        })) => Ok(LimitSpec::PerCore(n as u32)),
+        Some(_) => Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            "expected a number from 1 to 4294967295 (0 for max_retries) or `{ per_core: N }` with N from 1",
+        )),
+    };
+    Ok(CircuitBreakerConfig {
+        max_connections: limit(
+            raw.max_connections,
+            defaults.max_connections,
+            "max_connections",
+        )?,
+        max_pending_requests: limit(
+            raw.max_pending_requests,
+            defaults.max_pending_requests,
+            "max_pending_requests",
+        )?,
+        max_requests: limit(raw.max_requests, defaults.max_requests, "max_requests")?,
+        max_retries: limit(raw.max_retries, defaults.max_retries, "max_retries")?,
+        pending_timeout: positive(
+            raw.pending_timeout.unwrap_or(defaults.pending_timeout),
+            &format!("{path}.pending_timeout"),
+        )?,
+    })
+}
+
+pub(crate) fn health_check(
+    raw: RawHealthCheck,
+    path: &str,
+) -> Result<HealthCheckConfig, ConfigError> {
+    if !raw.path.starts_with('/') || raw.path.parse::<http::uri::PathAndQuery>().is_err() {
+        return Err(ConfigError::invalid(
+            format!("{path}.path"),
+            format!("expected a path starting with `/`, found `{}`", raw.path),
+        ));
+    }
+    if let Some(host) = &raw.host
+        && HeaderValue::from_str(host).is_err()
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.host"),
+            format!("expected a host name, found `{host}`"),
+        ));
+    }
+    let interval = positive(
+        raw.interval.unwrap_or(std::time::Duration::from_secs(5)),
+        &format!("{path}.interval"),
+    )?;
+    let timeout = positive(
+        raw.timeout.unwrap_or(std::time::Duration::from_secs(1)),
+        &format!("{path}.timeout"),
+    )?;
+    let threshold = |n: Option<u32>, default: u32, key: &str| match n.unwrap_or(default) {
+        0 => Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            "expected at least 1",
+        )),
+        n => Ok(n),
+    };
+    Ok(HealthCheckConfig {
+        path: raw.path,
+        host: raw.host,
+        interval,
+        jitter: raw.jitter.unwrap_or(interval / 10),
+        timeout,
+        healthy_threshold: threshold(raw.healthy_threshold, 1, "healthy_threshold")?,
+        unhealthy_threshold: threshold(raw.unhealthy_threshold, 2, "unhealthy_threshold")?,
+    })
+}
+
+pub(crate) fn outlier_detection(
+    raw: RawOutlierDetection,
+    path: &str,
+) -> Result<OutlierDetectionConfig, ConfigError> {
+    let max_ejection_percent = raw.max_ejection_percent.unwrap_or(10);
+    if max_ejection_percent > 100 {
+        return Err(ConfigError::invalid(
+            format!("{path}.max_ejection_percent"),
+            format!("expected 0 to 100, found {max_ejection_percent}"),
+        ));
+    }
+    let base_ejection_time = positive(
+        raw.base_ejection_time
+            .unwrap_or(std::time::Duration::from_secs(30)),
+        &format!("{path}.base_ejection_time"),
+    )?;
+    // Envoy's defaults; the cap is never below one base time.
+    Ok(OutlierDetectionConfig {
+        consecutive_5xx: raw.consecutive_5xx.unwrap_or(5),
+        consecutive_gateway_failure: raw.consecutive_gateway_failure.unwrap_or(0),
+        base_ejection_time,
+        max_ejection_time: raw
+            .max_ejection_time
+            .unwrap_or(std::time::Duration::from_secs(300))
+            .max(base_ejection_time),
+        max_ejection_percent,
+    })
+}
+
+/// `lb_policy` and the options section that belongs to it.
+pub(crate) fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, ConfigError> {
+    let name = raw.lb_policy.as_deref().unwrap_or("round_robin");
+    for (key, given) in [
+        ("least_request", raw.least_request.is_some()),
+        ("ring_hash", raw.ring_hash.is_some()),
+        ("maglev", raw.maglev.is_some()),
+    ] {
+        if given && name != key {
+            return Err(ConfigError::invalid(
+                format!("{path}.{key}"),
+                format!("options for `{key}` given, but lb_policy is `{name}`"),
+            ));
+        }
+    }
+    let (policy, key) = match name {
+        "round_robin" => (LbPolicy::RoundRobin, "lb_policy"),
+        "random" => (LbPolicy::Random, "lb_policy"),
+        "least_request" => {
+            let mut options = balancer::LeastRequestOptions::default();
+            if let Some(lr) = &raw.least_request {
+                options.choice_count = lr.choice_count.unwrap_or(options.choice_count);
+                options.active_request_bias = lr
+                    .active_request_bias
+                    .unwrap_or(options.active_request_bias);
+            }
+            (LbPolicy::LeastRequest(options), "least_request")
+        }
+        "ring_hash" => {
+            let mut options = balancer::RingHashOptions::default();
+            if let Some(rh) = &raw.ring_hash {
+                options.minimum_ring_size =
+                    rh.minimum_ring_size.unwrap_or(options.minimum_ring_size);
+                options.maximum_ring_size =
+                    rh.maximum_ring_size.unwrap_or(options.maximum_ring_size);
+            }
+            (LbPolicy::RingHash(options), "ring_hash")
+        }
+        "maglev" => {
+            let mut options = balancer::MaglevOptions::default();
+            if let Some(m) = &raw.maglev {
+                options.table_size = m.table_size.unwrap_or(options.table_size);
+            }
+            (LbPolicy::Maglev(options), "maglev")
+        }
+        other => {
+            return Err(ConfigError::invalid(
+                format!("{path}.lb_policy"),
+                format!(
+                    "expected round_robin, least_request, random, ring_hash or maglev, found `{other}`"
+                ),
+            ));
+        }
+    };
+    policy
+        .validate()
+        .map_err(|e| ConfigError::invalid(format!("{path}.{key}"), e.to_string()))?;
+    Ok(policy)
+}

@@ -1,0 +1,199 @@
+//! Clusters: upstream hosts, how requests are balanced over them, their breakers, health
+//! checks and outlier detection.
+//!
+//! The topic's files, side by side: this one holds the typed settings and defaults; `dns.rs`
+//! endpoints by name; `raw.rs` the file's form; `check.rs` and `check_dns.rs` the checks;
+//! `xds.rs` and `xds_endpoints.rs` the mapping of Envoy's `Cluster` and
+//! `ClusterLoadAssignment`.
+
+pub(crate) mod check;
+pub(crate) mod check_dns;
+pub mod dns;
+pub mod raw;
+pub mod xds;
+pub mod xds_endpoints;
+
+use std::time::Duration;
+
+use http::HeaderName;
+use serde::{Serialize, Serializer};
+
+use crate::serialize as ser;
+use crate::*;
+
+/// Time allowed for a TCP connect to an upstream host, unless the cluster says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest a request waits for an upstream connection when `max_connections` is reached.
+pub const DEFAULT_PENDING_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterConfig {
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+    #[serde(flatten, serialize_with = "ser::lb_policy")]
+    pub lb_policy: LbPolicy,
+    /// What consistent-hashing policies hash; `None` picks as if without a key.
+    pub hash_key: Option<HashKey>,
+    pub protocol: UpstreamProtocol,
+    #[serde(serialize_with = "ser::duration")]
+    pub connect_timeout: Duration,
+    /// Requests sent on one upstream connection before it is retired; `None`: no limit.
+    pub max_requests_per_connection: Option<u32>,
+    /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
+    #[serde(rename = "per_connection_buffer_limit_bytes")]
+    pub buffer_limit: u32,
+    pub circuit_breakers: CircuitBreakerConfig,
+    pub health_check: Option<HealthCheckConfig>,
+    pub outlier_detection: Option<OutlierDetectionConfig>,
+    /// TLS to the hosts; `None`: cleartext.
+    pub tls: Option<ClusterTlsConfig>,
+    /// How names among the endpoints are resolved.
+    #[serde(flatten)]
+    pub dns: DnsConfig,
+}
+
+impl ClusterConfig {
+    /// Whether some endpoint is a DNS name (the cluster then resolves while serving).
+    pub fn has_names(&self) -> bool {
+        self.endpoints.iter().any(|e| e.address.is_name())
+    }
+}
+
+/// A circuit-breaker limit as written: a number for the whole process, or a number per
+/// worker, multiplied out when the worker count is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitSpec {
+    PerCore(u32),
+    #[serde(untagged)]
+    Fixed(u32),
+}
+
+impl LimitSpec {
+    /// The limit for a process with `workers` workers.
+    pub fn resolve(self, workers: usize) -> u32 {
+        match self {
+            LimitSpec::Fixed(n) => n,
+            LimitSpec::PerCore(n) => n.saturating_mul(workers.max(1) as u32),
+        }
+    }
+}
+
+/// Envoy's four circuit breakers of a cluster, for the whole process (all workers together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CircuitBreakerConfig {
+    /// Upstream connections open at once.
+    pub max_connections: LimitSpec,
+    /// Requests waiting for a connection at once.
+    pub max_pending_requests: LimitSpec,
+    /// Requests in flight at once.
+    pub max_requests: LimitSpec,
+    /// Retries in flight at once.
+    pub max_retries: LimitSpec,
+    /// Longest a request waits for a connection before it gets 503.
+    #[serde(serialize_with = "ser::duration")]
+    pub pending_timeout: Duration,
+}
+
+impl Default for CircuitBreakerConfig {
+    /// Per core, so that a bigger machine gets proportionally more (lesson L1): one core relays
+    /// tens of thousands of requests a second, which at 100 ms mean latency is thousands in
+    /// flight.
+    fn default() -> Self {
+        Self {
+            max_connections: LimitSpec::PerCore(1024),
+            max_pending_requests: LimitSpec::PerCore(1024),
+            max_requests: LimitSpec::PerCore(4096),
+            max_retries: LimitSpec::PerCore(32),
+            pending_timeout: DEFAULT_PENDING_TIMEOUT,
+        }
+    }
+}
+
+/// Active health checking of a cluster's hosts: `GET path`, once per process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthCheckConfig {
+    pub path: String,
+    /// `host` header of the check; the host's address if not given.
+    pub host: Option<String>,
+    #[serde(serialize_with = "ser::duration")]
+    pub interval: Duration,
+    /// Up to this much is added at random to each interval, so checks do not line up.
+    #[serde(serialize_with = "ser::duration")]
+    pub jitter: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub timeout: Duration,
+    /// Consecutive passes that make an unhealthy host healthy.
+    pub healthy_threshold: u32,
+    /// Consecutive failures that make a healthy host unhealthy.
+    pub unhealthy_threshold: u32,
+}
+
+/// Passive health: hosts that keep failing are ejected for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OutlierDetectionConfig {
+    /// Consecutive 5xx responses (including local 502/503/504) that eject a host; 0: off.
+    pub consecutive_5xx: u32,
+    /// Consecutive 502/503/504 and connect failures or resets that eject a host; 0: off.
+    pub consecutive_gateway_failure: u32,
+    /// An ejection lasts this times the host's number of ejections so far...
+    #[serde(serialize_with = "ser::duration")]
+    pub base_ejection_time: Duration,
+    /// ...but never longer than this (at least `base_ejection_time`).
+    #[serde(serialize_with = "ser::duration")]
+    pub max_ejection_time: Duration,
+    /// At most this share of the cluster's hosts is ejected at once.
+    pub max_ejection_percent: u32,
+}
+
+/// An upstream host of a cluster, or a name whose addresses are its hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub address: EndpointAddress,
+    /// Relative share of traffic, at least 1.
+    pub weight: u32,
+}
+
+/// The request attribute that ring hash and maglev hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    Header(HeaderName),
+    Cookie(String),
+    SourceIp,
+}
+
+impl Serialize for HashKey {
+    /// As written: `header: NAME`, `cookie: NAME` or `source_ip: true`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        match self {
+            HashKey::Header(name) => map.serialize_entry("header", name.as_str())?,
+            HashKey::Cookie(name) => map.serialize_entry("cookie", name)?,
+            HashKey::SourceIp => map.serialize_entry("source_ip", &true)?,
+        }
+        map.end()
+    }
+}
+
+/// The protocol spoken to a cluster's hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with a keep-alive pool of connections per host.
+    Http1,
+    /// HTTP/2 (prior knowledge in cleartext, ALPN `h2` over TLS): one multiplexed
+    /// connection per host.
+    Http2,
+}
+
+impl UpstreamProtocol {
+    /// The protocol's ALPN identifier, offered to TLS hosts.
+    pub fn alpn(self) -> &'static [u8] {
+        match self {
+            UpstreamProtocol::Http1 => b"http/1.1",
+            UpstreamProtocol::Http2 => b"h2",
+        }
+    }
+}

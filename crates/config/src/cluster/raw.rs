@@ -1,0 +1,138 @@
+//! Clusters as the file writes them (serde, unknown keys refused).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::units::{de_opt_duration, de_opt_size};
+use crate::*;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub name: String,
+    pub endpoints: Vec<RawEndpoint>,
+    #[serde(default)]
+    pub lb_policy: Option<String>,
+    pub least_request: Option<RawLeastRequest>,
+    pub ring_hash: Option<RawRingHash>,
+    pub maglev: Option<RawMaglev>,
+    pub hash_key: Option<RawHashKey>,
+    #[serde(default)]
+    pub protocol: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub connect_timeout: Option<Duration>,
+    pub max_requests_per_connection: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub per_connection_buffer_limit_bytes: Option<u64>,
+    pub circuit_breakers: Option<RawCircuitBreakers>,
+    pub health_check: Option<RawHealthCheck>,
+    pub outlier_detection: Option<RawOutlierDetection>,
+    pub tls: Option<RawClusterTls>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub dns_refresh_rate: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub dns_min_refresh_rate: Option<Duration>,
+    pub respect_dns_ttl: Option<bool>,
+    pub dns_lookup_family: Option<String>,
+    pub dns_resolvers: Option<Vec<String>>,
+    /// Set on clusters from a management server: names as control planes write them, and
+    /// possibly no endpoints.
+    #[serde(skip)]
+    pub dynamic: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCircuitBreakers {
+    pub max_connections: Option<RawLimit>,
+    pub max_pending_requests: Option<RawLimit>,
+    pub max_requests: Option<RawLimit>,
+    pub max_retries: Option<RawLimit>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub pending_timeout: Option<Duration>,
+}
+
+/// `1000` or `{ per_core: 250 }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+pub enum RawLimit {
+    Fixed(u64),
+    PerCore(RawPerCore),
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPerCore {
+    pub per_core: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    pub path: String,
+    pub host: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub interval: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub jitter: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    pub healthy_threshold: Option<u32>,
+    pub unhealthy_threshold: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutlierDetection {
+    pub consecutive_5xx: Option<u32>,
+    pub consecutive_gateway_failure: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub base_ejection_time: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_ejection_time: Option<Duration>,
+    pub max_ejection_percent: Option<u32>,
+}
+
+/// `127.0.0.1:9000`, `backend.internal:9000`, or `{ address: 127.0.0.1:9000, weight: 3 }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawEndpoint {
+    Address(String),
+    Weighted(RawWeightedEndpoint),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWeightedEndpoint {
+    pub address: String,
+    pub weight: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLeastRequest {
+    pub choice_count: Option<u32>,
+    pub active_request_bias: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRingHash {
+    pub minimum_ring_size: Option<u64>,
+    pub maximum_ring_size: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMaglev {
+    pub table_size: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHashKey {
+    pub header: Option<String>,
+    pub cookie: Option<String>,
+    pub source_ip: Option<bool>,
+}

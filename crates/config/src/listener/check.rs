@@ -1,0 +1,248 @@
+//! A listener, checked: its address, limits, HTTP settings, TLS, log, filters and routes.
+
+use std::collections::HashMap;
+
+use crate::values::*;
+use crate::*;
+
+pub(crate) fn listener(
+    raw: RawListener,
+    path: &str,
+    cluster_index: &HashMap<&str, usize>,
+    clusters: &[ClusterConfig],
+) -> Result<ListenerConfig, ConfigError> {
+    let name = if raw.dynamic {
+        dynamic_name(raw.name, path)?
+    } else {
+        name(raw.name, path)?
+    };
+    let address = socket_addr(&raw.address, &format!("{path}.address"))?;
+    let connection_limit = limit(raw.connection_limit, &format!("{path}.connection_limit"))?;
+    let connection_balance = match raw.connection_balance.as_deref() {
+        None | Some("reuse_port") => ConnectionBalance::ReusePort,
+        Some("exact") => ConnectionBalance::Exact,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.connection_balance"),
+                format!("expected `reuse_port` or `exact`, found `{other}`"),
+            ));
+        }
+    };
+    let max_concurrent_streams = raw
+        .http
+        .max_concurrent_streams
+        .unwrap_or(DEFAULT_MAX_CONCURRENT_STREAMS);
+    if max_concurrent_streams == 0 {
+        return Err(ConfigError::invalid(
+            format!("{path}.http.max_concurrent_streams"),
+            "expected at least 1",
+        ));
+    }
+    let buffer_limit = buffer_limit(
+        raw.per_connection_buffer_limit_bytes,
+        &format!("{path}.per_connection_buffer_limit_bytes"),
+    )?;
+    if raw.ext_authz.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{path}.ext_authz"),
+            "ext_authz is a filter now: write it as `http_filters: [{ ext_authz: { ... } }]`",
+        ));
+    }
+    let http_filters = filters::http_filters(
+        raw.http_filters,
+        &format!("{path}.http_filters"),
+        buffer_limit,
+    )?;
+    let path_normalization = path_normalization(
+        raw.http.path_normalization.clone(),
+        &format!("{path}.http.path_normalization"),
+    )?;
+    let route_config = crate::route::check::route_configuration(
+        raw.routes,
+        raw.virtual_hosts,
+        path,
+        &crate::route::check::RouteCtx {
+            cluster_index,
+            clusters,
+            chain: &http_filters,
+            dynamic: raw.dynamic,
+            path_normalization,
+        },
+    )?;
+    let access_log = raw
+        .access_log
+        .map(|log| -> Result<AccessLogConfig, ConfigError> {
+            let target = match log.path.as_str() {
+                "stdout" => LogTarget::Stdout,
+                "" => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.access_log.path"),
+                        "expected `stdout` or a file path",
+                    ));
+                }
+                file => LogTarget::File(file.into()),
+            };
+            let format = LogFormat::parse(
+                log.format
+                    .as_deref()
+                    .unwrap_or(crate::access_log::DEFAULT_FORMAT),
+            )
+            .map_err(|e| ConfigError::invalid(format!("{path}.access_log.format"), e))?;
+            let json_format = log
+                .json_format
+                .map(|json| {
+                    if log.format.is_some() {
+                        return Err(ConfigError::invalid(
+                            format!("{path}.access_log"),
+                            "expected `format` or `json_format`, not both",
+                        ));
+                    }
+                    crate::access_log::json_format(json, &format!("{path}.access_log.json_format"))
+                })
+                .transpose()?;
+            Ok(AccessLogConfig {
+                target,
+                format,
+                json_format,
+            })
+        })
+        .transpose()?;
+    let tls = raw
+        .tls
+        .map(|t| crate::tls::check::listener_tls(t, &format!("{path}.tls")))
+        .transpose()?;
+    let proxy_protocol = raw
+        .proxy_protocol
+        .map(|p| proxy_protocol(p, &format!("{path}.proxy_protocol")))
+        .transpose()?;
+    Ok(ListenerConfig {
+        name,
+        address,
+        connection_limit,
+        connection_balance,
+        buffer_limit,
+        access_log,
+        proxy_protocol,
+        tls,
+        http_filters,
+        http: HttpConfig {
+            max_concurrent_streams,
+            idle_timeout: positive(
+                raw.http.idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT),
+                &format!("{path}.http.idle_timeout"),
+            )?,
+            request_headers_timeout: positive(
+                raw.http
+                    .request_headers_timeout
+                    .unwrap_or(DEFAULT_REQUEST_HEADERS_TIMEOUT),
+                &format!("{path}.http.request_headers_timeout"),
+            )?,
+            stream_idle_timeout: positive(
+                raw.http
+                    .stream_idle_timeout
+                    .unwrap_or(DEFAULT_STREAM_IDLE_TIMEOUT),
+                &format!("{path}.http.stream_idle_timeout"),
+            )?,
+            // 0 means no limit, as in Envoy and the peer-bench template.
+            max_requests_per_connection: raw.http.max_requests_per_connection.filter(|n| *n > 0),
+            path_normalization,
+            http2_keepalive: raw
+                .http
+                .http2_keepalive
+                .map(|k| -> Result<Keepalive, ConfigError> {
+                    let at = format!("{path}.http.http2_keepalive");
+                    Ok(Keepalive {
+                        interval: positive(k.interval, &format!("{at}.interval"))?,
+                        // Envoy's default: 20 s.
+                        timeout: positive(
+                            k.timeout.unwrap_or(Duration::from_secs(20)),
+                            &format!("{at}.timeout"),
+                        )?,
+                    })
+                })
+                .transpose()?,
+            max_connection_duration: raw
+                .http
+                .max_connection_duration
+                .map(|d| positive(d, &format!("{path}.http.max_connection_duration")))
+                .transpose()?,
+            use_remote_address: raw.http.use_remote_address.unwrap_or(true),
+            xff_num_trusted_hops: raw.http.xff_num_trusted_hops.unwrap_or(0),
+            max_request_headers_kb: match raw.http.max_request_headers_kb {
+                None => DEFAULT_MAX_REQUEST_HEADERS_KB,
+                Some(kb @ 1..=8192) => kb,
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.http.max_request_headers_kb"),
+                        format!("expected 1 to 8192 (KiB), found {other}"),
+                    ));
+                }
+            },
+        },
+        route_config,
+    })
+}
+
+/// `proxy_protocol: { versions: [v1, v2], required: true }` (both versions and required by
+/// default).
+pub(crate) fn proxy_protocol(
+    raw: RawProxyProtocol,
+    path: &str,
+) -> Result<ProxyProtocolConfig, ConfigError> {
+    let mut versions = ProxyProtocolVersions {
+        v1: raw.versions.is_none(),
+        v2: raw.versions.is_none(),
+    };
+    for (i, v) in raw.versions.iter().flatten().enumerate() {
+        match v.as_str() {
+            "v1" => versions.v1 = true,
+            "v2" => versions.v2 = true,
+            other => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.versions[{i}]"),
+                    format!("expected `v1` or `v2`, found `{other}`"),
+                ));
+            }
+        }
+    }
+    if !versions.v1 && !versions.v2 {
+        return Err(ConfigError::invalid(
+            format!("{path}.versions"),
+            "expected at least one of `v1` and `v2`",
+        ));
+    }
+    Ok(ProxyProtocolConfig {
+        versions,
+        required: raw.required.unwrap_or(true),
+    })
+}
+
+pub(crate) fn path_normalization(
+    raw: Option<RawPathNormalization>,
+    path: &str,
+) -> Result<PathNormalization, ConfigError> {
+    let defaults = PathNormalization::default();
+    let Some(raw) = raw else {
+        return Ok(defaults);
+    };
+    let escaped_slashes = match raw.escaped_slashes.as_deref() {
+        None => defaults.escaped_slashes,
+        Some("keep") => EscapedSlashes::Keep,
+        Some("reject") => EscapedSlashes::Reject,
+        Some("unescape_and_redirect") => EscapedSlashes::UnescapeAndRedirect,
+        Some("unescape_and_forward") => EscapedSlashes::UnescapeAndForward,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.escaped_slashes"),
+                format!(
+                    "expected `keep`, `reject`, `unescape_and_redirect` or `unescape_and_forward`, found `{other}`"
+                ),
+            ));
+        }
+    };
+    Ok(PathNormalization {
+        normalize: raw.normalize.unwrap_or(defaults.normalize),
+        merge_slashes: raw.merge_slashes.unwrap_or(defaults.merge_slashes),
+        escaped_slashes,
+    })
+}

@@ -1,0 +1,144 @@
+//! A listener: its address, limits, HTTP settings, TLS, access log, filters and routes.
+//!
+//! The topic's files, side by side: this one holds the typed settings and their defaults;
+//! `raw.rs` the file's form; `check.rs` the checks from one to the other; `xds.rs` the mapping
+//! of Envoy's `Listener` and its connection manager; `path.rs` path normalisation.
+
+pub(crate) mod check;
+pub mod path;
+pub mod raw;
+pub mod xds;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use crate::serialize as ser;
+use crate::*;
+
+/// How long an HTTP/1.1 connection may sit without a request, unless configured.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Envoy's stream idle timeout default: 5 minutes.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long a request head may take to arrive, unless configured.
+pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest request head, in KiB, unless configured (Envoy's default).
+pub const DEFAULT_MAX_REQUEST_HEADERS_KB: u32 = 60;
+
+/// HTTP/2 streams a downstream client may have open on one connection.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
+
+/// Bytes held per connection and direction unless configured (`per_connection_buffer_limit_bytes`).
+pub const DEFAULT_BUFFER_LIMIT: u32 = 32 * 1024;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub address: SocketAddr,
+    /// Connections this listener holds at most, over all workers; `None`: no limit. Past it
+    /// a new connection is closed at once and counted in `downstream_cx_overflow`.
+    pub connection_limit: Option<usize>,
+    pub connection_balance: ConnectionBalance,
+    /// What the proxy holds for one client connection in each direction, in bytes: the
+    /// HTTP/1.1 read buffer and write queue, the HTTP/2 stream window and send buffer. A slow
+    /// peer makes the proxy stop reading from the other side rather than queue more.
+    #[serde(rename = "per_connection_buffer_limit_bytes")]
+    pub buffer_limit: u32,
+    pub http: HttpConfig,
+    /// One line per request, if configured.
+    pub access_log: Option<AccessLogConfig>,
+    /// A PROXY protocol header read before anything else, naming the client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocolConfig>,
+    /// TLS termination; `None`: cleartext (HTTP/1.1 and h2c).
+    pub tls: Option<ListenerTlsConfig>,
+    /// The HTTP filters requests pass through, in order (routes may turn one off or give it
+    /// settings of their own).
+    pub http_filters: Vec<HttpFilterConfig>,
+    /// Written `routes:` (one virtual host for every domain) or `virtual_hosts:`.
+    #[serde(flatten)]
+    pub route_config: RouteConfiguration,
+}
+
+/// How a listener's new connections are spread over the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionBalance {
+    /// Each worker accepts on its own `SO_REUSEPORT` socket; the kernel spreads connections.
+    ReusePort,
+    /// One shared socket; each accepted connection goes to the worker with the fewest open
+    /// connections at that moment (Envoy's exact balancer), for few, long-lived connections.
+    Exact,
+}
+
+/// HTTP options of a listener.
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpConfig {
+    pub max_concurrent_streams: u32,
+    /// An HTTP/1.1 connection with no request for this long is closed (checked about once a
+    /// second).
+    #[serde(serialize_with = "ser::duration")]
+    pub idle_timeout: Duration,
+    /// A request head must arrive whole within this (slowloris); the connection is closed.
+    #[serde(serialize_with = "ser::duration")]
+    pub request_headers_timeout: Duration,
+    /// HTTP/2: a stream on which nothing moves for this long is reset (a zero-window stall,
+    /// a body never finished).
+    #[serde(serialize_with = "ser::duration")]
+    pub stream_idle_timeout: Duration,
+    /// Largest request head accepted, in KiB; a larger one gets 431.
+    pub max_request_headers_kb: u32,
+    /// Requests served on one client connection before it is retired (HTTP/1.1:
+    /// `connection: close` on the last response; HTTP/2: GOAWAY). `None`: no limit.
+    pub max_requests_per_connection: Option<u32>,
+    pub path_normalization: PathNormalization,
+    /// HTTP/2: PING a connection this often; no answer within the timeout closes it.
+    pub http2_keepalive: Option<Keepalive>,
+    /// A client connection older than this is retired (HTTP/1.1: `connection: close` on its
+    /// next response, or closed if idle; HTTP/2: GOAWAY). `None`: no limit.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub max_connection_duration: Option<Duration>,
+    /// The connection's peer is the client and is appended to `x-forwarded-for` (an edge
+    /// proxy's setting, the default here); `false`: `x-forwarded-for` is passed on as it
+    /// came, and names the client (Envoy's `use_remote_address`).
+    pub use_remote_address: bool,
+    /// Proxies in front whose `x-forwarded-for` entries are trusted (Envoy's meaning); with
+    /// any, their `x-forwarded-proto` is kept too.
+    pub xff_num_trusted_hops: u32,
+}
+
+/// A listener's PROXY protocol (HAProxy's, v1 text and v2 binary), as cloud TCP load
+/// balancers send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProxyProtocolConfig {
+    #[serde(serialize_with = "ser_versions")]
+    pub versions: ProxyProtocolVersions,
+    /// `false`: a connection without the header is served with its own peer address.
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyProtocolVersions {
+    pub v1: bool,
+    pub v2: bool,
+}
+
+fn ser_versions<S: Serializer>(v: &ProxyProtocolVersions, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        [(v.v1, "v1"), (v.v2, "v2")]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n)),
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Keepalive {
+    #[serde(serialize_with = "ser::duration")]
+    pub interval: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub timeout: Duration,
+}

@@ -1,0 +1,81 @@
+//! A listener as the file writes it (serde, unknown keys refused).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::units::{de_opt_duration, de_opt_size};
+use crate::*;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListener {
+    pub name: String,
+    pub address: String,
+    pub connection_limit: Option<u64>,
+    pub connection_balance: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub per_connection_buffer_limit_bytes: Option<u64>,
+    #[serde(default)]
+    pub http: RawHttp,
+    pub access_log: Option<RawAccessLog>,
+    pub proxy_protocol: Option<RawProxyProtocol>,
+    pub tls: Option<RawListenerTls>,
+    /// Moved into `http_filters`; kept here to say so.
+    pub ext_authz: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    pub http_filters: Vec<RawHttpFilter>,
+    /// One virtual host for every domain, or
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    /// routes grouped by the hosts they serve.
+    #[serde(default)]
+    pub virtual_hosts: Vec<RawVirtualHost>,
+    /// Set on listeners from a management server: names as control planes write them.
+    #[serde(skip)]
+    pub dynamic: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    pub max_concurrent_streams: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub idle_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub request_headers_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub stream_idle_timeout: Option<Duration>,
+    pub max_request_headers_kb: Option<u32>,
+    pub max_requests_per_connection: Option<u32>,
+    pub path_normalization: Option<RawPathNormalization>,
+    pub http2_keepalive: Option<RawKeepalive>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_connection_duration: Option<Duration>,
+    pub use_remote_address: Option<bool>,
+    pub xff_num_trusted_hops: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProxyProtocol {
+    pub versions: Option<Vec<String>>,
+    pub required: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKeepalive {
+    #[serde(deserialize_with = "crate::units::de_duration")]
+    pub interval: Duration,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPathNormalization {
+    pub normalize: Option<bool>,
+    pub merge_slashes: Option<bool>,
+    pub escaped_slashes: Option<String>,
+}

@@ -1,0 +1,231 @@
+//! Routes: what a request is matched on and what is done with it.
+//!
+//! The topic's files, side by side: this one holds a route's typed settings and defaults;
+//! `virtual_host.rs` a listener's route table by domain; `action.rs` redirects, rewrites,
+//! splits and mirrors; `raw.rs` the file's form; `check.rs` and `check_actions.rs` the checks;
+//! `xds.rs` and `xds_actions.rs` the mapping of Envoy's `RouteConfiguration`.
+
+pub mod action;
+pub(crate) mod check;
+pub(crate) mod check_actions;
+pub mod raw;
+pub mod virtual_host;
+pub mod xds;
+pub mod xds_actions;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde::{Serialize, Serializer};
+
+use crate::serialize as ser;
+use crate::*;
+
+/// Time allowed for an upstream response to start, unless the route says otherwise.
+pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteConfig {
+    #[serde(rename = "match")]
+    pub matcher: RouteMatch,
+    #[serde(flatten)]
+    pub action: RouteAction,
+    /// What this route changes about its listener's filters.
+    #[serde(skip_serializing_if = "RouteFilters::is_default")]
+    pub filters: RouteFilters,
+}
+
+/// What a request must look like for a route to take it. All parts must match.
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteMatch {
+    #[serde(skip_serializing_if = "HostMatch::is_any")]
+    pub host: HostMatch,
+    #[serde(flatten)]
+    pub path: PathMatch,
+    /// `false`: the path matches whatever its ASCII case (`/Private` takes a `/private`
+    /// route), for origins that ignore case; the prefix or path is then kept lowercase.
+    #[serde(skip_serializing_if = "is_true")]
+    pub case_sensitive: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderMatch>,
+    /// Parameters of the request's query, percent-decoded; all must match.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub query_parameters: Vec<QueryMatch>,
+}
+
+impl RouteMatch {
+    /// Whether the route is decided by more than its host and path (or its path is a regex):
+    /// the index must then check each candidate in full.
+    pub fn has_conditions(&self) -> bool {
+        !self.headers.is_empty()
+            || !self.query_parameters.is_empty()
+            || matches!(self.path, PathMatch::Regex(_))
+    }
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+/// Matches the request's host (without its port), case-insensitively.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    Any,
+    /// `api.example.com`, stored lowercase.
+    Exact(String),
+    /// `*.example.com` is stored as `.example.com`: any host ending in it.
+    Suffix(String),
+}
+
+impl HostMatch {
+    fn is_any(&self) -> bool {
+        *self == HostMatch::Any
+    }
+}
+
+impl Serialize for HostMatch {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            HostMatch::Any => s.serialize_str("*"),
+            HostMatch::Exact(name) => s.serialize_str(name),
+            HostMatch::Suffix(suffix) => s.collect_str(&format_args!("*{suffix}")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathMatch {
+    Prefix(String),
+    #[serde(rename = "path")]
+    Exact(String),
+    /// The whole path (without the query) must match.
+    Regex(Pattern),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HeaderMatch {
+    #[serde(serialize_with = "ser::header_name")]
+    pub name: HeaderName,
+    #[serde(flatten)]
+    pub value: HeaderValueMatch,
+}
+
+#[derive(Debug, Clone)]
+pub enum HeaderValueMatch {
+    Exact(HeaderValue),
+    /// `prefix`, `suffix`, `contains` or `regex`: one of the header's values matches.
+    Pattern(StringMatch),
+    Present,
+    Absent,
+}
+
+impl Serialize for HeaderValueMatch {
+    /// As written: `exact: VALUE`, `present: true` or `present: false`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        match self {
+            HeaderValueMatch::Exact(value) => {
+                map.serialize_entry("exact", &String::from_utf8_lossy(value.as_bytes()))?
+            }
+            HeaderValueMatch::Pattern(pattern) => pattern.write(&mut map)?,
+            HeaderValueMatch::Present => map.serialize_entry("present", &true)?,
+            HeaderValueMatch::Absent => map.serialize_entry("present", &false)?,
+        }
+        map.end()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteAction {
+    /// Answer from the proxy itself.
+    DirectResponse {
+        #[serde(serialize_with = "ser::status")]
+        status: StatusCode,
+        #[serde(serialize_with = "ser::bytes_text")]
+        body: Bytes,
+    },
+    /// Answer with a redirect.
+    Redirect(RedirectAction),
+    /// Forward to a cluster.
+    #[serde(untagged)]
+    Forward(Box<ForwardAction>),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ForwardAction {
+    /// Index into [`Config::clusters`]; with a split, its first cluster.
+    #[serde(skip)]
+    pub cluster: usize,
+    /// The cluster's name.
+    #[serde(rename = "cluster", skip_serializing_if = "String::is_empty")]
+    pub cluster_name: String,
+    /// `weighted_clusters`: the cluster is drawn per request, `cluster` is not used.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub split: Option<TrafficSplit>,
+    /// `prefix_rewrite` or `regex_rewrite` of the path sent upstream.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub path_rewrite: Option<PathRewrite>,
+    #[serde(
+        rename = "request_mirror_policies",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub mirrors: Vec<MirrorPolicy>,
+    /// Time allowed for the response head to arrive after the request body has been sent
+    /// (as Envoy's route timeout); while the body is still going up, time it stands still.
+    #[serde(serialize_with = "ser::duration")]
+    pub timeout: Duration,
+    /// Replaces the `host` (or `:authority`) sent upstream.
+    #[serde(serialize_with = "ser::opt_header_value")]
+    pub host_rewrite: Option<HeaderValue>,
+    pub retry_policy: Option<RetryPolicy>,
+    /// Protocols clients may switch to on this route (`websocket`): the upgrade is relayed
+    /// to the upstream and, once it agrees, bytes flow both ways.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upgrades: Vec<String>,
+}
+
+/// When and how often a failed request is tried again, on another host if there is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryPolicy {
+    pub retry_on: RetryOn,
+    pub num_retries: u32,
+    /// Time allowed for each try; the route timeout still bounds them all together.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub per_try_timeout: Option<Duration>,
+    pub retriable_status_codes: Vec<u16>,
+}
+
+/// Envoy's `retry_on` conditions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryOn {
+    pub connect_failure: bool,
+    pub refused_stream: bool,
+    pub reset: bool,
+    /// Any 5xx, and no response at all (connect failure, reset, try timeout).
+    pub server_error: bool,
+    /// 502, 503, 504, and no response at all.
+    pub gateway_error: bool,
+    pub retriable_status_codes: bool,
+}
+
+impl Serialize for RetryOn {
+    /// As written: the list of condition names.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            [
+                (self.connect_failure, "connect-failure"),
+                (self.refused_stream, "refused-stream"),
+                (self.reset, "reset"),
+                (self.server_error, "5xx"),
+                (self.gateway_error, "gateway-error"),
+                (self.retriable_status_codes, "retriable-status-codes"),
+            ]
+            .into_iter()
+            .filter_map(|(set, name)| set.then_some(name)),
+        )
+    }
+}

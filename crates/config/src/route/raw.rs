@@ -1,0 +1,128 @@
+//! Virtual hosts and routes as the file writes them (serde, unknown keys refused).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::units::de_opt_duration;
+use crate::*;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVirtualHost {
+    pub name: String,
+    pub domains: Vec<String>,
+    pub retry_policy: Option<RawRetryPolicy>,
+    pub filters: Option<RawRouteFilters>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(rename = "match")]
+    pub matcher: RawMatch,
+    pub cluster: Option<String>,
+    pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
+    /// With `weighted_clusters`: what keeps one client on one side.
+    pub hash_key: Option<RawHashKey>,
+    pub direct_response: Option<RawDirectResponse>,
+    pub redirect: Option<RawRedirect>,
+    pub https_redirect: Option<bool>,
+    pub prefix_rewrite: Option<String>,
+    pub regex_rewrite: Option<RawRegexRewrite>,
+    #[serde(default)]
+    pub request_mirror_policies: Vec<RawMirrorPolicy>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    pub host_rewrite: Option<String>,
+    pub retry_policy: Option<RawRetryPolicy>,
+    #[serde(default)]
+    pub upgrades: Vec<String>,
+    /// Moved into `filters`; kept here to say so.
+    pub ext_authz: Option<serde::de::IgnoredAny>,
+    pub filters: Option<RawRouteFilters>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetryPolicy {
+    pub retry_on: Vec<String>,
+    pub num_retries: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub per_try_timeout: Option<Duration>,
+    #[serde(default)]
+    pub retriable_status_codes: Vec<u16>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMatch {
+    pub host: Option<String>,
+    pub prefix: Option<String>,
+    pub path: Option<String>,
+    pub regex: Option<String>,
+    pub case_sensitive: Option<bool>,
+    #[serde(default)]
+    pub headers: Vec<RawHeaderMatch>,
+    #[serde(default)]
+    pub query_parameters: Vec<RawHeaderMatch>,
+}
+
+/// A header's or query parameter's match: `name` and one of the rest.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderMatch {
+    pub name: String,
+    pub exact: Option<String>,
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+    pub contains: Option<String>,
+    pub regex: Option<String>,
+    pub present: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWeightedCluster {
+    pub cluster: String,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedirect {
+    pub scheme: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub path: Option<String>,
+    pub prefix_rewrite: Option<String>,
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub strip_query: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegexRewrite {
+    pub pattern: String,
+    pub substitution: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMirrorPolicy {
+    pub cluster: String,
+    /// `10%`, `0.5%` or a number of percent; default 100%.
+    pub fraction: Option<serde_yaml::Value>,
+    pub disable_shadow_host_suffix_append: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDirectResponse {
+    pub status: u16,
+    #[serde(default)]
+    pub body: String,
+}
