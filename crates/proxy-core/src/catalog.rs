@@ -929,4 +929,52 @@ mod tests {
         assert_eq!(class_index(StatusCode::from_u16(599).unwrap()), 4);
         assert_eq!(class_index(StatusCode::from_u16(999).unwrap()), 4);
     }
+
+    /// docs/stats.md lists every family the catalogue declares, with its type, and nothing
+    /// that it does not declare.
+    #[test]
+    fn the_stats_doc_lists_exactly_the_catalogue() {
+        let registry = Registry::new();
+        Catalog::declare(&registry);
+        let declared: std::collections::BTreeSet<(String, &str)> = registry
+            .snapshot()
+            .families()
+            .iter()
+            .map(|family| {
+                let kind = match family.kind() {
+                    stats::MetricKind::Counter => "counter",
+                    stats::MetricKind::Gauge => "gauge",
+                    stats::MetricKind::Histogram => "histogram",
+                };
+                (family.name().to_owned(), kind)
+            })
+            .collect();
+        let doc = include_str!("../../../docs/stats.md");
+        let documented: std::collections::BTreeSet<(String, &str)> = doc
+            .lines()
+            .filter_map(|line| {
+                // `| `name`, `name` | type | meaning |`
+                let mut cells = line.strip_prefix('|')?.split('|');
+                let names = cells.next()?.trim();
+                let kind = cells.next()?.trim();
+                let kind = ["counter", "gauge", "histogram"]
+                    .into_iter()
+                    .find(|k| *k == kind)?;
+                Some(
+                    names
+                        .split(", ")
+                        .filter_map(|name| name.strip_prefix('`')?.strip_suffix('`'))
+                        .map(move |name| (name.to_owned(), kind))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .flatten()
+            .collect();
+        let undocumented: Vec<_> = declared.difference(&documented).collect();
+        let unknown: Vec<_> = documented.difference(&declared).collect();
+        assert!(
+            undocumented.is_empty() && unknown.is_empty(),
+            "declared but not in docs/stats.md: {undocumented:?}\nin docs/stats.md but not declared: {unknown:?}"
+        );
+    }
 }

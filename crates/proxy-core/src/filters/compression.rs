@@ -15,7 +15,11 @@ use http::header::{
 use http::{Request, StatusCode};
 
 use super::body::BodyFilter;
-use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
+use super::{
+    BuildCtx, Exchange, HeadersFlow, HttpFilter, PerRouteSettings, ResponseCtx, ResponseHead,
+    ResponseInfo,
+};
+use crate::error::ProxyError;
 use crate::catalog::CompressionStats;
 use crate::context::RequestBody;
 use crate::header_list;
@@ -119,8 +123,41 @@ fn parse_qvalue(text: &str) -> Option<u16> {
     Some((int * 1000 + thousandths).min(1000))
 }
 
+impl HttpFilter for Compression {
+    type Config = CompressionConfig;
+    type Shared = ();
+    /// The encodings the client accepts.
+    type State = Accepted;
+
+    fn new(config: &CompressionConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
+        let stats = Rc::new(ctx.catalog.compression(ctx.shard, &ctx.listener.name));
+        Self::with_stats(config, ctx.table, stats)
+    }
+
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        accept: &mut Accepted,
+    ) -> Result<HeadersFlow, ProxyError> {
+        if self.settings.get(exchange).is_some() {
+            *accept = Accepted::parse(req.headers().get_all(ACCEPT_ENCODING));
+        }
+        Ok(HeadersFlow::Flow(super::Flow::Continue))
+    }
+
+    fn on_response_headers(
+        &self,
+        head: &mut ResponseHead<'_>,
+        ctx: &ResponseCtx<'_>,
+        accept: &mut Accepted,
+    ) -> Option<BodyFilter> {
+        self.compress(head, ctx.exchange, ctx.info, accept)
+    }
+}
+
 impl Compression {
-    pub(crate) fn new(
+    pub(crate) fn with_stats(
         config: &CompressionConfig,
         table: &RouteConfiguration,
         stats: Rc<CompressionStats>,
@@ -131,25 +168,14 @@ impl Compression {
         }
     }
 
-    pub(crate) fn on_request(
-        &self,
-        req: &Request<RequestBody>,
-        exchange: &Exchange<'_>,
-        state: &mut FilterState,
-    ) {
-        if self.settings.get(exchange).is_some() {
-            state.accept = Accepted::parse(req.headers().get_all(ACCEPT_ENCODING));
-        }
-    }
-
     /// Decides whether this response is compressed; if so, rewrites its head and returns the
     /// body filter that compresses it.
-    pub(crate) fn on_response(
+    fn compress(
         &self,
         head: &mut ResponseHead<'_>,
         exchange: &Exchange<'_>,
         info: &ResponseInfo<'_>,
-        state: &FilterState,
+        accept: &Accepted,
     ) -> Option<BodyFilter> {
         let config = self.settings.get(exchange)?;
         let headers = &head.headers;
@@ -175,7 +201,7 @@ impl Compression {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .is_some_and(|len| len < config.min_content_length);
-        let encoding = state.accept.choose(&config.encodings);
+        let encoding = accept.choose(&config.encodings);
         let (Some(encoding), false, false, false, false, false) = (
             encoding,
             bodiless,

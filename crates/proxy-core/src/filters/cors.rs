@@ -11,7 +11,11 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode};
 
-use super::{Exchange, FilterState, Flow, LocalReply, PerRouteSettings, ResponseHead};
+use super::{
+    BodyFilter, BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings,
+    ResponseCtx, ResponseHead,
+};
+use crate::error::ProxyError;
 use crate::context::RequestBody;
 use config::{CorsConfig, OriginMatch, RouteConfiguration};
 
@@ -84,18 +88,48 @@ impl Policy {
     }
 }
 
+impl HttpFilter for Cors {
+    type Config = CorsConfig;
+    type Shared = ();
+    /// The request's allowed `Origin`, for the response's headers.
+    type State = Option<HeaderValue>;
+
+    fn new(config: &CorsConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
+        Self::from_table(config, ctx.table)
+    }
+
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut Option<HeaderValue>,
+    ) -> Result<HeadersFlow, ProxyError> {
+        Ok(HeadersFlow::Flow(self.on_request(req, exchange, state)))
+    }
+
+    fn on_response_headers(
+        &self,
+        head: &mut ResponseHead<'_>,
+        ctx: &ResponseCtx<'_>,
+        state: &mut Option<HeaderValue>,
+    ) -> Option<BodyFilter> {
+        self.on_response(head, ctx.exchange, state);
+        None
+    }
+}
+
 impl Cors {
-    pub(crate) fn new(config: &CorsConfig, table: &RouteConfiguration) -> Self {
+    pub(crate) fn from_table(config: &CorsConfig, table: &RouteConfiguration) -> Self {
         Self {
             policies: PerRouteSettings::new(config, table, |f| &f.cors, Policy::new),
         }
     }
 
-    pub(crate) fn on_request(
+    fn on_request(
         &self,
         req: &Request<RequestBody>,
         exchange: &Exchange<'_>,
-        state: &mut FilterState,
+        state: &mut Option<HeaderValue>,
     ) -> Flow {
         let Some(policy) = self.policies.get(exchange) else {
             return Flow::Continue;
@@ -109,7 +143,7 @@ impl Cors {
         let preflight = req.method() == Method::OPTIONS
             && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD);
         if !preflight {
-            state.cors_origin = Some(policy.allow_origin(origin));
+            *state = Some(policy.allow_origin(origin));
             return Flow::Continue;
         }
         let mut reply = LocalReply::new(StatusCode::NO_CONTENT, Bytes::new());
@@ -139,17 +173,17 @@ impl Cors {
         Flow::Respond(Box::new(reply))
     }
 
-    pub(crate) fn on_response(
+    fn on_response(
         &self,
         head: &mut ResponseHead<'_>,
         exchange: &Exchange<'_>,
-        state: &mut FilterState,
+        state: &mut Option<HeaderValue>,
     ) {
         let Some(policy) = self.policies.get(exchange) else {
             return;
         };
         let headers = &mut *head.headers;
-        if let Some(origin) = state.cors_origin.take() {
+        if let Some(origin) = state.take() {
             headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
             if let Some(expose) = &policy.expose_headers {
                 headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, expose.clone());

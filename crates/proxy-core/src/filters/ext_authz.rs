@@ -9,7 +9,10 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use tokio::time::Instant;
 
-use super::{Exchange, FilterState, Flow, HeadersFlow, LocalReply, ResponseHead};
+use super::{
+    BodyFilter, BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, ResponseCtx,
+    ResponseHead,
+};
 use crate::catalog::AuthzStats;
 use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{ConnCtx, RequestBody, TRACESTATE};
@@ -20,8 +23,11 @@ use config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};
 static X_LEGATE_AUTH_FAILURE_MODE_ALLOWED: HeaderName =
     HeaderName::from_static("x-legate-auth-failure-mode-allowed");
 
-/// A worker's authorization client for one listener.
-pub(crate) struct ExtAuthz {
+/// A worker's authorization client for one listener. Boxed: its client state is large, and
+/// the chain's other filters are a few words.
+pub(crate) struct ExtAuthz(Box<Inner>);
+
+struct Inner {
     client: AuthzClient,
     config: ExtAuthzConfig,
     /// Per route, in the route table's order.
@@ -38,10 +44,63 @@ static NO_ROUTE: RouteAuthz = RouteAuthz {
     context_extensions: Vec::new(),
 };
 
-impl ExtAuthz {
+/// An allow's headers for the response, kept from the request phase.
+pub(crate) type State = Option<Box<authz_client::Allowed>>;
+
+impl HttpFilter for ExtAuthz {
+    type Config = ExtAuthzConfig;
+    type Shared = ();
+    type State = State;
+
+    fn new(config: &ExtAuthzConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
+        let stats = ctx.catalog.authz(ctx.shard, &ctx.listener.name);
+        ExtAuthz(Box::new(Inner::new(config, &ctx.table.routes, stats)))
+    }
+
+    /// It sends the request id to the service.
+    fn uses_request_id(&self) -> bool {
+        true
+    }
+
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut State,
+    ) -> Result<HeadersFlow, ProxyError> {
+        // Boxed: the check's future is large, and only this filter needs it.
+        Box::pin(self.0.on_request_headers(req, exchange, state)).await
+    }
+
+    async fn on_request_body(
+        &self,
+        req: &mut Request<RequestBody>,
+        start: &Bytes,
+        whole: bool,
+        exchange: &Exchange<'_>,
+        state: &mut State,
+    ) -> Result<Flow, ProxyError> {
+        Box::pin(self.0.on_request_body(req, start, whole, exchange, state)).await
+    }
+
+    /// The headers an allow asked to add.
+    fn on_response_headers(
+        &self,
+        head: &mut ResponseHead<'_>,
+        _: &ResponseCtx<'_>,
+        state: &mut State,
+    ) -> Option<BodyFilter> {
+        if let Some(allowed) = state.take() {
+            allowed.apply_to_response(head.headers);
+        }
+        None
+    }
+}
+
+impl Inner {
     /// A route's settings already include its virtual host's (merged when the config was
     /// loaded).
-    pub(crate) fn new(config: &ExtAuthzConfig, routes: &[RouteConfig], stats: AuthzStats) -> Self {
+    fn new(config: &ExtAuthzConfig, routes: &[RouteConfig], stats: AuthzStats) -> Self {
         let client = match &config.service {
             AuthzService::Grpc { endpoint } => AuthzClient::grpc(endpoint.clone(), config.timeout),
             AuthzService::Http {
@@ -83,11 +142,11 @@ impl ExtAuthz {
             .unwrap_or(&NO_ROUTE)
     }
 
-    pub(super) async fn on_request_headers(
+    async fn on_request_headers(
         &self,
         req: &mut Request<RequestBody>,
         exchange: &Exchange<'_>,
-        state: &mut FilterState,
+        state: &mut State,
     ) -> Result<HeadersFlow, ProxyError> {
         if self.route(exchange).disabled {
             return Ok(HeadersFlow::Flow(Flow::Continue));
@@ -100,13 +159,13 @@ impl ExtAuthz {
             .map(HeadersFlow::Flow)
     }
 
-    pub(super) async fn on_request_body(
+    async fn on_request_body(
         &self,
         req: &mut Request<RequestBody>,
         start: &Bytes,
         whole: bool,
         exchange: &Exchange<'_>,
-        state: &mut FilterState,
+        state: &mut State,
     ) -> Result<Flow, ProxyError> {
         let partial_allowed = self
             .config
@@ -123,20 +182,13 @@ impl ExtAuthz {
         self.check(req, Some(start), exchange, state).await
     }
 
-    /// The response-headers phase: the headers an allow asked to add.
-    pub(super) fn on_response(&self, head: &mut ResponseHead<'_>, state: &mut FilterState) {
-        if let Some(allowed) = state.authz_response.take() {
-            allowed.apply_to_response(head.headers);
-        }
-    }
-
     /// Asks the service about `req`, applying an allow's request header changes to it.
     async fn check(
         &self,
         req: &mut Request<RequestBody>,
         body: Option<&Bytes>,
         exchange: &Exchange<'_>,
-        state: &mut FilterState,
+        state: &mut State,
     ) -> Result<Flow, ProxyError> {
         let conn = exchange.conn;
         let request_id = req.headers().get(&X_REQUEST_ID).cloned();
@@ -194,7 +246,7 @@ impl ExtAuthz {
                 self.stats.ok.inc();
                 allowed.apply_to_request(req.headers_mut());
                 if !allowed.response_headers.is_empty() {
-                    state.authz_response = Some(Box::new(allowed));
+                    *state = Some(Box::new(allowed));
                 }
                 Ok(Flow::Continue)
             }

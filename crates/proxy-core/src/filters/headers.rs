@@ -7,7 +7,11 @@ use std::io::Write as _;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
-use super::{Exchange, FilterState, PerRouteSettings, ResponseHead, ResponseInfo};
+use super::{
+    BodyFilter, BuildCtx, Exchange, HeadersFlow, HttpFilter, PerRouteSettings, ResponseCtx,
+    ResponseHead,
+};
+use crate::error::ProxyError;
 use crate::context::RequestBody;
 use crate::context::request_id::X_REQUEST_ID;
 use config::{
@@ -52,15 +56,62 @@ struct Vars<'a> {
     scratch: &'a RefCell<Vec<u8>>,
 }
 
+impl HttpFilter for Headers {
+    type Config = HeaderRulesConfig;
+    type Shared = ();
+    type State = ();
+
+    fn new(config: &HeaderRulesConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
+        Self::from_table(config, ctx.table)
+    }
+
+    /// Whether a rule writes `%REQ_ID%`: the request then gets its id before the filters run.
+    fn uses_request_id(&self) -> bool {
+        self.rules
+            .all()
+            .any(|r| r.request.uses_request_id || r.response.uses_request_id)
+    }
+
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        _: &mut (),
+    ) -> Result<HeadersFlow, ProxyError> {
+        self.on_request(req, exchange);
+        Ok(HeadersFlow::Flow(super::Flow::Continue))
+    }
+
+    fn on_response_headers(
+        &self,
+        head: &mut ResponseHead<'_>,
+        ctx: &ResponseCtx<'_>,
+        _: &mut (),
+    ) -> Option<BodyFilter> {
+        let vars = Vars {
+            exchange: ctx.exchange,
+            request_id: ctx.request_id,
+            upstream: ctx.info.upstream,
+            scratch: &self.scratch,
+        };
+        for rules in self.rules.layered(ctx.exchange).into_iter().flatten() {
+            if !rules.response.is_empty() {
+                rules.response.apply(head.headers, &vars);
+            }
+        }
+        None
+    }
+}
+
 impl Headers {
-    pub(crate) fn new(config: &HeaderRulesConfig, table: &RouteConfiguration) -> Self {
+    pub(crate) fn from_table(config: &HeaderRulesConfig, table: &RouteConfiguration) -> Self {
         Self {
             rules: PerRouteSettings::new(config, table, |f| &f.headers, Rules::new),
             scratch: RefCell::new(Vec::with_capacity(128)),
         }
     }
 
-    pub(crate) fn on_request(&self, req: &mut Request<RequestBody>, exchange: &Exchange<'_>) {
+    fn on_request(&self, req: &mut Request<RequestBody>, exchange: &Exchange<'_>) {
         let rules = self.rules.layered(exchange);
         let rules = rules.iter().flatten().filter(|r| !r.request.is_empty());
         // Most requests meet no rule, or rules without variables: look nothing up for them.
@@ -83,32 +134,6 @@ impl Headers {
         }
     }
 
-    pub(crate) fn on_response(
-        &self,
-        head: &mut ResponseHead<'_>,
-        exchange: &Exchange<'_>,
-        info: &ResponseInfo<'_>,
-        state: &FilterState,
-    ) {
-        let vars = Vars {
-            exchange,
-            request_id: state.request_id.as_ref(),
-            upstream: info.upstream,
-            scratch: &self.scratch,
-        };
-        for rules in self.rules.layered(exchange).into_iter().flatten() {
-            if !rules.response.is_empty() {
-                rules.response.apply(head.headers, &vars);
-            }
-        }
-    }
-
-    /// Whether a rule writes `%REQ_ID%`: the request then gets its id before the filters run.
-    pub(crate) fn uses_request_id(&self) -> bool {
-        self.rules
-            .all()
-            .any(|r| r.request.uses_request_id || r.response.uses_request_id)
-    }
 }
 
 impl Rules {

@@ -12,7 +12,11 @@ use http::{HeaderMap, Request};
 use tokio::time::Instant;
 
 use super::token_bucket::{KeyedBuckets, Taken, TokenBucket};
-use super::{Exchange, FilterState, Flow, LocalReply, PerRouteSettings, ResponseHead};
+use super::{
+    BodyFilter, BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings,
+    ResponseCtx, ResponseHead,
+};
+use crate::error::ProxyError;
 use crate::catalog::RateLimitStats;
 use crate::context::RequestBody;
 use crate::error::ResponseFlag;
@@ -108,9 +112,51 @@ pub(crate) struct Verdict {
     taken: Taken,
 }
 
+impl HttpFilter for LocalRateLimit {
+    type Config = LocalRateLimitConfig;
+    type Shared = Arc<SharedLimits>;
+    /// The verdict, for `x-ratelimit-*` headers on the response.
+    type State = Option<Verdict>;
+
+    /// The buckets with `scope: process`, which every worker takes from.
+    fn shared(config: &LocalRateLimitConfig, listener: &config::ListenerConfig) -> Option<Self::Shared> {
+        Some(Arc::new(SharedLimits::new(config, &listener.route_config)))
+    }
+
+    fn new(
+        config: &LocalRateLimitConfig,
+        shared: Option<&Arc<SharedLimits>>,
+        ctx: &BuildCtx<'_>,
+    ) -> Self {
+        let stats = ctx.catalog.rate_limit(ctx.shard, &ctx.listener.name);
+        Self::with_buckets(config, ctx.table, shared, stats)
+    }
+
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut Option<Verdict>,
+    ) -> Result<HeadersFlow, ProxyError> {
+        Ok(HeadersFlow::Flow(self.take(req, exchange, state)))
+    }
+
+    fn on_response_headers(
+        &self,
+        head: &mut ResponseHead<'_>,
+        _: &ResponseCtx<'_>,
+        state: &mut Option<Verdict>,
+    ) -> Option<BodyFilter> {
+        if let Some(verdict) = state.take() {
+            verdict.add_headers(head.headers);
+        }
+        None
+    }
+}
+
 impl LocalRateLimit {
     /// Buckets with `scope: process` come from `shared`; per-worker ones are made here.
-    pub(crate) fn new(
+    fn with_buckets(
         config: &LocalRateLimitConfig,
         table: &RouteConfiguration,
         shared: Option<&Arc<SharedLimits>>,
@@ -133,11 +179,12 @@ impl LocalRateLimit {
         self.buckets.get(exchange).and_then(Option::as_deref)
     }
 
-    pub(crate) fn on_request(
+    /// Takes a token from the request's bucket, or answers with the configured status.
+    fn take(
         &self,
         req: &Request<RequestBody>,
         exchange: &Exchange<'_>,
-        state: &mut FilterState,
+        state: &mut Option<Verdict>,
     ) -> Flow {
         let Some(limiter) = self.limiter(exchange) else {
             return Flow::Continue;
@@ -155,7 +202,7 @@ impl LocalRateLimit {
         if taken.allowed {
             self.stats.ok.inc();
             if config.x_ratelimit_headers == RateLimitHeaders::Always {
-                state.rate_limit = Some(verdict);
+                *state = Some(verdict);
             }
             return Flow::Continue;
         }
@@ -171,11 +218,6 @@ impl LocalRateLimit {
         Flow::Respond(Box::new(reply))
     }
 
-    pub(crate) fn on_response(&self, head: &mut ResponseHead<'_>, state: &mut FilterState) {
-        if let Some(verdict) = state.rate_limit.take() {
-            verdict.add_headers(head.headers);
-        }
-    }
 }
 
 impl Verdict {

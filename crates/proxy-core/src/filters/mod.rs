@@ -1,7 +1,8 @@
 //! HTTP filters: the extension seam of the request path.
 //!
 //! A listener's `http_filters` become a [`FilterChain`], built once per worker from config.
-//! Requests and responses pass through fixed phases:
+//! Requests and responses pass through fixed phases, each a method of [`HttpFilter`] whose
+//! default does nothing:
 //!
 //! ```text
 //! request headers   in chain order; a filter continues, answers locally, or asks for the body
@@ -9,7 +10,6 @@
 //!    ... route action: the upstream's response, a direct response or an error reply ...
 //! response headers  in reverse order, over the filters whose request phase let the request on
 //! response body     frames through the body filter a response phase set up (compression)
-//! log               once the response is done with, however it ended
 //! ```
 //!
 //! Every phase can change what it sees. A filter answering locally (a denial, a 429, a CORS
@@ -17,48 +17,200 @@
 //! the filters before it, so their headers (CORS, `headers`) still apply. Routes can turn a
 //! filter off or give it settings of their own; each filter resolves that by route index.
 //!
-//! Dispatch is static: the chain is a slice of [`Filter`], an enum with one variant per
-//! filter, matched in each phase. A request through a chain of filters that do nothing costs
-//! a loop over the slice and no allocation. `docs/architecture.md` says how to add a filter.
+//! A filter is one module here: a type implementing [`HttpFilter`], with its settings from its
+//! config topic (`crates/config/src/filters/<name>.rs`), its per-exchange state and its stats.
+//! It is registered by one line in the `filters!` list below, which writes the chain's
+//! [`Filter`] enum, the per-exchange [`FilterState`], the per-listener [`SharedFilters`] and
+//! the dispatch of each phase. Dispatch is static (a match over the enum, no boxing, no
+//! dynamic call): a request through filters that do nothing costs a loop over the slice and
+//! no allocation.
 
 mod body;
-mod compression;
-mod cors;
-mod ext_authz;
-mod headers;
-mod local_rate_limit;
 mod per_route;
 mod token_bucket;
-
-use std::rc::Rc;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, StatusCode};
 
 pub(crate) use body::BodyFilter;
-use compression::Compression;
-use cors::Cors;
-use ext_authz::ExtAuthz;
-use headers::Headers;
-use local_rate_limit::LocalRateLimit;
-pub(crate) use local_rate_limit::SharedLimits;
 use per_route::PerRouteSettings;
 
 use crate::catalog::Catalog;
 use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{Client, ConnCtx, RequestBody, RequestTrace};
 use crate::error::{ProxyError, ResponseFlag};
-use config::{HttpFilterConfig, ListenerConfig};
+use config::{HttpFilterConfig, ListenerConfig, RouteConfiguration};
 
-/// One filter of a chain.
-pub(crate) enum Filter {
-    /// Boxed: its client state is large, and the others are a few words.
-    ExtAuthz(Box<ExtAuthz>),
-    LocalRateLimit(LocalRateLimit),
-    Headers(Headers),
-    Compression(Compression),
-    Cors(Cors),
+/// An HTTP filter on one worker. Only [`HttpFilter::new`] must be written; each phase it does
+/// not take part in keeps its default, which lets the exchange on untouched.
+pub(crate) trait HttpFilter: Sized {
+    /// Its settings, validated (the filter's config topic).
+    type Config;
+    /// What the workers share for one listener (process-wide buckets, say); `()` for none.
+    type Shared;
+    /// What it remembers about one exchange between its phases; `()` for nothing. Small and
+    /// allocation-free by default: every exchange makes one.
+    type State: Default;
+
+    /// The shared part, built once per listener and generation.
+    fn shared(_config: &Self::Config, _listener: &ListenerConfig) -> Option<Self::Shared> {
+        None
+    }
+
+    /// The filter on one worker.
+    fn new(config: &Self::Config, shared: Option<&Self::Shared>, ctx: &BuildCtx<'_>) -> Self;
+
+    /// Whether it reads the request id: the request then gets one before the filters run.
+    fn uses_request_id(&self) -> bool {
+        false
+    }
+
+    /// The request's head: continue, answer, or ask for the start of the body.
+    async fn on_request_headers(
+        &self,
+        _req: &mut Request<RequestBody>,
+        _exchange: &Exchange<'_>,
+        _state: &mut Self::State,
+    ) -> Result<HeadersFlow, ProxyError> {
+        Ok(HeadersFlow::Flow(Flow::Continue))
+    }
+
+    /// The start of the body (`whole`: all of it), for a filter that asked for it.
+    async fn on_request_body(
+        &self,
+        _req: &mut Request<RequestBody>,
+        _start: &Bytes,
+        _whole: bool,
+        _exchange: &Exchange<'_>,
+        _state: &mut Self::State,
+    ) -> Result<Flow, ProxyError> {
+        Ok(Flow::Continue)
+    }
+
+    /// The response's head, changed in place; a filter that changes the body returns the
+    /// body filter that does it.
+    fn on_response_headers(
+        &self,
+        _head: &mut ResponseHead<'_>,
+        _ctx: &ResponseCtx<'_>,
+        _state: &mut Self::State,
+    ) -> Option<BodyFilter> {
+        None
+    }
+}
+
+/// What a filter is built from on a worker, besides its settings.
+pub(crate) struct BuildCtx<'a> {
+    pub(crate) listener: &'a ListenerConfig,
+    /// The listener's route table: per-route settings are resolved against it.
+    pub(crate) table: &'a RouteConfiguration,
+    pub(crate) catalog: &'a Catalog,
+    /// The worker's stats shard.
+    pub(crate) shard: &'a stats::Shard,
+}
+
+/// The filters, one line each: `Variant(module::Type)`, the variant named as in
+/// `config::HttpFilterConfig`. Writes the modules, [`Filter`], [`FilterState`],
+/// [`SharedFilters`] and each phase's dispatch.
+macro_rules! filters {
+    ($($variant:ident($module:ident::$filter:ident)),* $(,)?) => {
+        $(mod $module;)*
+
+        /// One filter of a chain.
+        pub(crate) enum Filter {
+            $($variant($module::$filter),)*
+        }
+
+        /// What the filters remember about one exchange between its phases.
+        #[derive(Default)]
+        pub(crate) struct FilterState {
+            /// How many filters let the request on: the response phases run over these.
+            entered: usize,
+            /// The request's `x-request-id`, for filters that write it into the response.
+            request_id: Option<HeaderValue>,
+            $($module: <$module::$filter as HttpFilter>::State,)*
+        }
+
+        /// State the filters share across workers, built once per listener.
+        pub(crate) struct SharedFilters {
+            $($module: Option<<$module::$filter as HttpFilter>::Shared>,)*
+        }
+
+        impl SharedFilters {
+            pub(crate) fn new(listener: &ListenerConfig) -> Self {
+                let mut shared = Self { $($module: None,)* };
+                for config in &listener.http_filters {
+                    match config {
+                        $(HttpFilterConfig::$variant(config) => {
+                            shared.$module = <$module::$filter as HttpFilter>::shared(config, listener);
+                        })*
+                    }
+                }
+                shared
+            }
+        }
+
+        impl Filter {
+            fn new(config: &HttpFilterConfig, shared: &SharedFilters, ctx: &BuildCtx<'_>) -> Self {
+                match config {
+                    $(HttpFilterConfig::$variant(config) => Filter::$variant(
+                        <$module::$filter as HttpFilter>::new(config, shared.$module.as_ref(), ctx),
+                    ),)*
+                }
+            }
+
+            fn uses_request_id(&self) -> bool {
+                match self {
+                    $(Filter::$variant(f) => f.uses_request_id(),)*
+                }
+            }
+
+            async fn on_request_headers(
+                &self,
+                req: &mut Request<RequestBody>,
+                exchange: &Exchange<'_>,
+                state: &mut FilterState,
+            ) -> Result<HeadersFlow, ProxyError> {
+                match self {
+                    $(Filter::$variant(f) => f.on_request_headers(req, exchange, &mut state.$module).await,)*
+                }
+            }
+
+            async fn on_request_body(
+                &self,
+                req: &mut Request<RequestBody>,
+                start: &Bytes,
+                whole: bool,
+                exchange: &Exchange<'_>,
+                state: &mut FilterState,
+            ) -> Result<Flow, ProxyError> {
+                match self {
+                    $(Filter::$variant(f) => {
+                        f.on_request_body(req, start, whole, exchange, &mut state.$module).await
+                    })*
+                }
+            }
+
+            fn on_response_headers(
+                &self,
+                head: &mut ResponseHead<'_>,
+                ctx: &ResponseCtx<'_>,
+                state: &mut FilterState,
+            ) -> Option<BodyFilter> {
+                match self {
+                    $(Filter::$variant(f) => f.on_response_headers(head, ctx, &mut state.$module),)*
+                }
+            }
+        }
+    };
+}
+
+filters! {
+    ExtAuthz(ext_authz::ExtAuthz),
+    LocalRateLimit(local_rate_limit::LocalRateLimit),
+    Headers(headers::Headers),
+    Compression(compression::Compression),
+    Cors(cors::Cors),
 }
 
 /// A listener's filters on one worker, in order.
@@ -97,7 +249,7 @@ pub(crate) enum Flow {
 }
 
 /// What one filter's request-headers phase decided.
-enum HeadersFlow {
+pub(crate) enum HeadersFlow {
     Flow(Flow),
     /// Read up to this many bytes of the body ahead, then run the request-body phase.
     ReadBody(usize),
@@ -128,24 +280,6 @@ impl Exchange<'_> {
     }
 }
 
-/// What the filters remember about one exchange between its phases. Small and allocation-free
-/// unless a filter has something to keep.
-#[derive(Default)]
-pub(crate) struct FilterState {
-    /// How many filters let the request on: the response phases run over these.
-    entered: usize,
-    /// Headers the authorization service asked to add to the response.
-    authz_response: Option<Box<authz_client::Allowed>>,
-    /// The rate limit's verdict, for `x-ratelimit-*` headers on the response.
-    rate_limit: Option<local_rate_limit::Verdict>,
-    /// The encodings the client accepts, for compression.
-    accept: compression::Accepted,
-    /// The request's allowed `Origin`, for CORS response headers.
-    cors_origin: Option<HeaderValue>,
-    /// The request's `x-request-id`, for `%REQ_ID%` in response header rules.
-    request_id: Option<HeaderValue>,
-}
-
 /// The response head as the response phases see it: changed in place, not taken apart.
 pub(crate) struct ResponseHead<'a> {
     pub(crate) status: StatusCode,
@@ -160,21 +294,12 @@ pub(crate) struct ResponseInfo<'a> {
     pub(crate) head_request: bool,
 }
 
-/// State the filters share across workers, built once per listener.
-pub(crate) struct SharedFilters {
-    limits: Option<Arc<SharedLimits>>,
-}
-
-impl SharedFilters {
-    pub(crate) fn new(listener: &ListenerConfig) -> Self {
-        let limits = listener.http_filters.iter().find_map(|f| match f {
-            HttpFilterConfig::LocalRateLimit(config) => {
-                Some(Arc::new(SharedLimits::new(config, &listener.route_config)))
-            }
-            _ => None,
-        });
-        Self { limits }
-    }
+/// The exchange as a response phase sees it.
+pub(crate) struct ResponseCtx<'a> {
+    pub(crate) exchange: &'a Exchange<'a>,
+    pub(crate) info: &'a ResponseInfo<'a>,
+    /// The request's `x-request-id`, when a filter of the chain reads it.
+    pub(crate) request_id: Option<&'a HeaderValue>,
 }
 
 impl FilterChain {
@@ -185,39 +310,18 @@ impl FilterChain {
         catalog: &Catalog,
         shard: &stats::Shard,
     ) -> Self {
-        let name = listener.name.as_str();
-        let table = &listener.route_config;
+        let ctx = BuildCtx {
+            listener,
+            table: &listener.route_config,
+            catalog,
+            shard,
+        };
         let filters = listener
             .http_filters
             .iter()
-            .map(|config| match config {
-                HttpFilterConfig::ExtAuthz(config) => Filter::ExtAuthz(Box::new(ExtAuthz::new(
-                    config,
-                    &table.routes,
-                    catalog.authz(shard, name),
-                ))),
-                HttpFilterConfig::LocalRateLimit(config) => {
-                    Filter::LocalRateLimit(LocalRateLimit::new(
-                        config,
-                        table,
-                        shared.limits.as_ref(),
-                        catalog.rate_limit(shard, name),
-                    ))
-                }
-                HttpFilterConfig::Headers(config) => Filter::Headers(Headers::new(config, table)),
-                HttpFilterConfig::Compression(config) => Filter::Compression(Compression::new(
-                    config,
-                    table,
-                    Rc::new(catalog.compression(shard, name)),
-                )),
-                HttpFilterConfig::Cors(config) => Filter::Cors(Cors::new(config, table)),
-            })
+            .map(|config| Filter::new(config, shared, &ctx))
             .collect::<Box<[Filter]>>();
-        let uses_request_id = filters.iter().any(|f| match f {
-            Filter::ExtAuthz(_) => true,
-            Filter::Headers(headers) => headers.uses_request_id(),
-            _ => false,
-        });
+        let uses_request_id = filters.iter().any(Filter::uses_request_id);
         Self {
             filters,
             uses_request_id,
@@ -284,62 +388,20 @@ impl FilterChain {
             status,
             headers: response.headers_mut(),
         };
+        let request_id = state.request_id.take();
+        let ctx = ResponseCtx {
+            exchange,
+            info,
+            request_id: request_id.as_ref(),
+        };
         let mut body = None;
         for filter in self.filters[..state.entered].iter().rev() {
-            match filter {
-                Filter::ExtAuthz(f) => f.on_response(head, state),
-                Filter::LocalRateLimit(f) => f.on_response(head, state),
-                Filter::Headers(f) => f.on_response(head, exchange, info, state),
-                Filter::Compression(f) => {
-                    if let Some(compress) = f.on_response(head, exchange, info, state) {
-                        body = Some(compress);
-                    }
-                }
-                Filter::Cors(f) => f.on_response(head, exchange, state),
+            if let Some(filter) = filter.on_response_headers(head, &ctx, state) {
+                body = Some(filter);
             }
         }
+        state.request_id = request_id;
         body
-    }
-}
-
-impl Filter {
-    async fn on_request_headers(
-        &self,
-        req: &mut Request<RequestBody>,
-        exchange: &Exchange<'_>,
-        state: &mut FilterState,
-    ) -> Result<HeadersFlow, ProxyError> {
-        Ok(match self {
-            // Boxed: the check's state is large, and only this filter needs it.
-            Filter::ExtAuthz(f) => Box::pin(f.on_request_headers(req, exchange, state)).await?,
-            Filter::LocalRateLimit(f) => HeadersFlow::Flow(f.on_request(req, exchange, state)),
-            Filter::Headers(f) => {
-                f.on_request(req, exchange);
-                HeadersFlow::Flow(Flow::Continue)
-            }
-            Filter::Compression(f) => {
-                f.on_request(req, exchange, state);
-                HeadersFlow::Flow(Flow::Continue)
-            }
-            Filter::Cors(f) => HeadersFlow::Flow(f.on_request(req, exchange, state)),
-        })
-    }
-
-    async fn on_request_body(
-        &self,
-        req: &mut Request<RequestBody>,
-        start: &Bytes,
-        whole: bool,
-        exchange: &Exchange<'_>,
-        state: &mut FilterState,
-    ) -> Result<Flow, ProxyError> {
-        match self {
-            Filter::ExtAuthz(f) => {
-                Box::pin(f.on_request_body(req, start, whole, exchange, state)).await
-            }
-            // Only filters that asked for the body get here.
-            _ => Ok(Flow::Continue),
-        }
     }
 }
 

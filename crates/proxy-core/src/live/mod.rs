@@ -35,8 +35,8 @@ use tokio::sync::watch as channel;
 
 use crate::catalog::ProxyStats;
 use crate::cluster::monitor::ClusterList;
-use config::{RawCluster, RawListener};
 use config::{Config, ConfigError};
+use config::{RawCluster, RawListener};
 pub(crate) use generation::{Generation, SharedListener};
 use serde::Serialize;
 pub(crate) use sockets::{Inherited, Sockets};

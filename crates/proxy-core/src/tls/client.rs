@@ -10,8 +10,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
 
-use config::tls::material::{TlsError, client_config, load_roots};
 use config::tls::ClusterTlsConfig;
+use config::tls::material::{TlsError, client_config, load_roots};
 
 /// A cluster's TLS client settings, built once at start and shared by every worker.
 pub(crate) struct UpstreamTls {
