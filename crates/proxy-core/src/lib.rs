@@ -3,8 +3,9 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! header_list, runtime, memory, buffer_pool, box_pool, throttle, catalog,
-//!             error, access_log, tls, listener   leaves (the configuration is the `config` crate)
+//! header_list, runtime, memory, buffer_pool, box_pool, random, throttle, catalog,
+//!             error, access_log, tls, listen   leaves (the configuration is the `config` crate)
+//! trace       the request's W3C trace context and its spans
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
 //! router      the route table
@@ -22,7 +23,7 @@
 //! worker/accept.rs         each worker's own SO_REUSEPORT socket and accept loop
 //! tls/server.rs            TLS handshake on TLS listeners: SNI, ALPN, client certificates
 //! conn/                    HTTP/1.1 or HTTP/2 codec for one connection, drain on shutdown
-//! path.rs                  the path in its one spelling (normalisation), before anything reads it
+//! config::listener::path   the path in its one spelling (normalisation), before anything reads it
 //! http/handler.rs          route, filters, then a direct response or a relayed request
 //! router/                  first matching route: host, path prefix or exact path, headers;
 //!                           found by hash and radix tree (index.rs), not by a scan
@@ -68,21 +69,23 @@ mod filters;
 pub mod fuzzing;
 mod header_list;
 mod http;
-mod listener;
+mod listen;
 mod live;
 mod memory;
 pub mod overload;
+mod random;
 pub mod router;
 mod runtime;
 mod server;
 mod throttle;
 mod tls;
+mod trace;
 mod worker;
 
 pub use config::machine::{raise_open_file_limit, usable_cores};
 pub use config::{self, Config, ConfigError};
 pub use error::{Overflow, ProxyError, ResponseFlag};
-pub use live::upgrade::Predecessor;
+pub use live::binary_upgrade::Predecessor;
 pub use live::{BuildError, ReloadError, ReloadReport};
 pub use server::{Server, StartError, StartOptions};
 pub use tls::TlsError;

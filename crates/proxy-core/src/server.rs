@@ -11,7 +11,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::admin::{AdminServer, AdminState};
 use crate::catalog::ProxyStats;
-use crate::live::upgrade::Predecessor;
+use crate::live::binary_upgrade::Predecessor;
 use crate::live::{BuildError, LiveConfig, ReloadError, ReloadReport, Sockets};
 use crate::worker::{self, ExactBalance, WorkerSpec};
 use config::Config;
@@ -180,7 +180,7 @@ impl Server {
     /// listening sockets. The receiver fires when the new process serves and asked this one
     /// to drain (see [`Predecessor`]).
     pub fn listen_for_upgrades(&self, path: &Path) -> io::Result<oneshot::Receiver<()>> {
-        crate::live::upgrade::serve(path, Arc::downgrade(&self.live))
+        crate::live::binary_upgrade::serve(path, Arc::downgrade(&self.live))
     }
 
     /// `(listener name, bound address)` for every listener of the config in force, with

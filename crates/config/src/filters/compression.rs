@@ -168,3 +168,17 @@ pub(super) fn compression(
         zstd_level: level(raw.zstd_level.map(i64::from), 3, 1..=19, "zstd_level")? as i32,
     })
 }
+
+impl FilterSettings for CompressionConfig {
+    type Raw = RawCompression;
+    type RawRoute = RawPerRoute<RawCompression>;
+    type Route = PerRoute<CompressionConfig>;
+
+    fn check(raw: RawCompression, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
+        compression(raw, path)
+    }
+
+    fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
+        super::per_route(raw, path, compression)
+    }
+}

@@ -88,6 +88,20 @@ fn header_map<S: Serializer>(
     )
 }
 
+impl FilterSettings for HeaderRulesConfig {
+    type Raw = RawHeaderRules;
+    type RawRoute = RawPerRoute<RawHeaderRules>;
+    type Route = PerRoute<HeaderRulesConfig>;
+
+    fn check(raw: RawHeaderRules, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
+        header_rules(raw, path)
+    }
+
+    fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
+        super::per_route(raw, path, header_rules)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

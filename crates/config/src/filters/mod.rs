@@ -1,61 +1,176 @@
-//! The HTTP filter chain of a listener, and what each route says about its filters. Each
-//! filter's settings (the file's form, the typed form, their checks, and the xDS mapping where
-//! Envoy has one) are in a module of their own below.
+//! The HTTP filter chain of a listener, and what each route says about its filters.
+//!
+//! Each filter's settings are a module below holding side by side the file's form, the typed
+//! form (which implements [`FilterSettings`]), the checks from one to the other, and the xDS
+//! mapping where Envoy has the filter. A filter is listed once, in `http_filters!` below,
+//! which writes [`HttpFilterConfig`], [`RawHttpFilter`], a route's [`RawRouteFilters`] and
+//! [`RouteFilters`], and the checks of a chain and of a route's `filters:`. The module's name
+//! is the filter's name in the file.
 
-pub mod compression;
-pub mod cors;
-pub mod ext_authz;
-pub mod headers;
-pub mod local_rate_limit;
-
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::*;
 
-/// One filter of a listener's chain. Requests meet the filters in the order written;
-/// responses pass back through them in reverse.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HttpFilterConfig {
-    /// Ask an authorization service (Envoy's `ext_authz`).
-    ExtAuthz(ExtAuthzConfig),
-    /// A token bucket per listener, route or key (Envoy's `local_ratelimit`).
-    LocalRateLimit(LocalRateLimitConfig),
-    /// Add, set and remove request and response headers.
-    Headers(HeaderRulesConfig),
-    /// gzip, brotli or zstd for responses the client accepts them for.
-    Compression(CompressionConfig),
-    /// Cross-origin resource sharing: preflights answered, response headers added.
-    Cors(CorsConfig),
+/// A filter's settings: how its entry in `http_filters` and a route's `filters:` are read
+/// and checked.
+pub trait FilterSettings: Sized {
+    /// The listener's `- NAME: { ... }` as written (a bare `- NAME:` is `{}`).
+    type Raw: DeserializeOwned + Clone + std::fmt::Debug;
+    /// A route's or virtual host's `filters: { NAME: ... }` as written.
+    type RawRoute: DeserializeOwned + Clone + std::fmt::Debug;
+    /// What a route or virtual host says about the filter, checked; the default: as the
+    /// listener configures it.
+    type Route: Clone + Default + PartialEq + Serialize + std::fmt::Debug;
+
+    /// The listener's settings, checked; `path` is their key path.
+    fn check(raw: Self::Raw, path: &str, chain: &ChainCtx) -> Result<Self, ConfigError>;
+
+    /// A route's or virtual host's entry, checked.
+    fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError>;
 }
 
-impl HttpFilterConfig {
-    /// The filter's name, as the config writes it (`http_filters` and a route's `filters`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            HttpFilterConfig::ExtAuthz(_) => "ext_authz",
-            HttpFilterConfig::LocalRateLimit(_) => "local_rate_limit",
-            HttpFilterConfig::Headers(_) => "headers",
-            HttpFilterConfig::Compression(_) => "compression",
-            HttpFilterConfig::Cors(_) => "cors",
+/// What a filter's listener settings are checked against besides themselves.
+pub struct ChainCtx {
+    /// The listener's `per_connection_buffer_limit_bytes`.
+    pub buffer_limit: u32,
+}
+
+/// The filters, one line each: `Variant(module::Settings)`, the module named as the filter
+/// is in the file, in the order `/config_dump` shows a route's settings.
+macro_rules! http_filters {
+    ($($(#[$doc:meta])* $variant:ident($module:ident::$settings:ident)),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// One filter of a listener's chain. Requests meet the filters in the order written;
+        /// responses pass back through them in reverse.
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum HttpFilterConfig {
+            $($(#[$doc])* $variant($module::$settings),)*
         }
-    }
+
+        impl HttpFilterConfig {
+            /// The filter's name, as the config writes it (`http_filters` and a route's
+            /// `filters`).
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(HttpFilterConfig::$variant(_) => stringify!($module),)*
+                }
+            }
+        }
+
+        /// One entry of `http_filters`: `- NAME: { settings }`.
+        #[derive(Debug, Clone)]
+        pub enum RawHttpFilter {
+            $($variant(<$module::$settings as FilterSettings>::Raw),)*
+        }
+
+        /// The filters `http_filters` knows, by name.
+        const FILTER_NAMES: &[&str] = &[$(stringify!($module)),*];
+
+        impl RawHttpFilter {
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(RawHttpFilter::$variant(_) => stringify!($module),)*
+                }
+            }
+
+            /// The settings of the filter called `name`.
+            fn parse<E: serde::de::Error>(name: &str, settings: serde_yaml::Value) -> Result<Self, E> {
+                $(if name == stringify!($module) {
+                    return parse_settings(name, settings).map(RawHttpFilter::$variant);
+                })*
+                Err(E::custom(format!(
+                    "unknown filter `{name}`; known: {}",
+                    FILTER_NAMES.join(", ")
+                )))
+            }
+
+            fn check(self, path: &str, chain: &ChainCtx) -> Result<HttpFilterConfig, ConfigError> {
+                match self {
+                    $(RawHttpFilter::$variant(raw) => {
+                        <$module::$settings as FilterSettings>::check(raw, path, chain)
+                            .map(HttpFilterConfig::$variant)
+                    })*
+                }
+            }
+        }
+
+        /// A route's `filters:`, by filter name.
+        #[derive(Debug, Clone, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct RawRouteFilters {
+            $(pub $module: Option<<$module::$settings as FilterSettings>::RawRoute>,)*
+        }
+
+        /// A route's settings for its listener's filters: by default each filter applies as
+        /// the listener configures it.
+        #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+        pub struct RouteFilters {
+            $(
+                #[serde(skip_serializing_if = "is_default")]
+                pub $module: <$module::$settings as FilterSettings>::Route,
+            )*
+        }
+
+        /// A route's or virtual host's `filters:`, each named filter in the listener's chain.
+        fn check_route_filters(
+            raw: RawRouteFilters,
+            path: &str,
+            chain: &[HttpFilterConfig],
+        ) -> Result<RouteFilters, ConfigError> {
+            $(in_chain(stringify!($module), raw.$module.is_some(), path, chain)?;)*
+            Ok(RouteFilters {
+                $($module: match raw.$module {
+                    None => Default::default(),
+                    Some(raw) => <$module::$settings as FilterSettings>::check_route(
+                        raw,
+                        &format!("{path}.{}", stringify!($module)),
+                    )?,
+                },)*
+            })
+        }
+    };
 }
 
-/// A route's settings for its listener's filters: by default each filter applies as the
-/// listener configures it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct RouteFilters {
-    #[serde(skip_serializing_if = "RouteAuthz::is_default")]
-    pub ext_authz: RouteAuthz,
-    #[serde(skip_serializing_if = "PerRoute::is_inherit")]
-    pub local_rate_limit: PerRoute<LocalRateLimitConfig>,
-    #[serde(skip_serializing_if = "PerRoute::is_inherit")]
-    pub headers: PerRoute<HeaderRulesConfig>,
-    #[serde(skip_serializing_if = "PerRoute::is_inherit")]
-    pub compression: PerRoute<CompressionConfig>,
-    #[serde(skip_serializing_if = "PerRoute::is_inherit")]
-    pub cors: PerRoute<CorsConfig>,
+http_filters! {
+    /// Ask an authorization service (Envoy's `ext_authz`).
+    ExtAuthz(ext_authz::ExtAuthzConfig),
+    /// A token bucket per listener, route or key (Envoy's `local_ratelimit`).
+    LocalRateLimit(local_rate_limit::LocalRateLimitConfig),
+    /// Add, set and remove request and response headers.
+    Headers(headers::HeaderRulesConfig),
+    /// gzip, brotli or zstd for responses the client accepts them for.
+    Compression(compression::CompressionConfig),
+    /// Cross-origin resource sharing: preflights answered, response headers added.
+    Cors(cors::CorsConfig),
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+fn in_chain(
+    name: &str,
+    given: bool,
+    path: &str,
+    chain: &[HttpFilterConfig],
+) -> Result<(), ConfigError> {
+    if given && !chain.iter().any(|f| f.name() == name) {
+        return Err(ConfigError::invalid(
+            format!("{path}.{name}"),
+            format!("the listener has no `{name}` filter in its http_filters"),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_settings<T: DeserializeOwned, E: serde::de::Error>(
+    name: &str,
+    settings: serde_yaml::Value,
+) -> Result<T, E> {
+    serde_yaml::from_value(settings).map_err(|e| E::custom(format!("{name}: {e}")))
 }
 
 impl RouteFilters {
@@ -77,12 +192,6 @@ pub enum PerRoute<T> {
     Override(Box<T>),
 }
 
-impl<T> PerRoute<T> {
-    pub(crate) fn is_inherit(&self) -> bool {
-        matches!(self, PerRoute::Inherit)
-    }
-}
-
 impl<T: Serialize> Serialize for PerRoute<T> {
     /// As written: `disabled`, or the route's settings.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -94,80 +203,6 @@ impl<T: Serialize> Serialize for PerRoute<T> {
     }
 }
 
-/// One entry of `http_filters`: `- NAME: { settings }`.
-#[derive(Debug, Clone)]
-pub enum RawHttpFilter {
-    ExtAuthz(RawExtAuthz),
-    LocalRateLimit(Option<RawLocalRateLimit>),
-    Headers(Option<RawHeaderRules>),
-    Compression(Option<RawCompression>),
-    Cors(Option<RawCors>),
-}
-
-/// The filters `http_filters` knows, by name.
-const FILTER_NAMES: &str = "ext_authz, local_rate_limit, headers, compression, cors";
-
-impl<'de> Deserialize<'de> for RawHttpFilter {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let map = serde_yaml::Mapping::deserialize(d)?;
-        let mut entries = map.into_iter();
-        let (Some((serde_yaml::Value::String(name), settings)), None) =
-            (entries.next(), entries.next())
-        else {
-            return Err(D::Error::custom(format!(
-                "expected one filter per item, written `- NAME: {{ settings }}` with NAME one of {FILTER_NAMES}"
-            )));
-        };
-        // A bare `- compression:` means the defaults.
-        let settings = match settings {
-            serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
-            other => other,
-        };
-        fn parse<T: serde::de::DeserializeOwned, E: Error>(
-            name: &str,
-            settings: serde_yaml::Value,
-        ) -> Result<T, E> {
-            serde_yaml::from_value(settings).map_err(|e| E::custom(format!("{name}: {e}")))
-        }
-        Ok(match name.as_str() {
-            "ext_authz" => RawHttpFilter::ExtAuthz(parse(&name, settings)?),
-            "local_rate_limit" => RawHttpFilter::LocalRateLimit(parse(&name, settings)?),
-            "headers" => RawHttpFilter::Headers(parse(&name, settings)?),
-            "compression" => RawHttpFilter::Compression(parse(&name, settings)?),
-            "cors" => RawHttpFilter::Cors(parse(&name, settings)?),
-            other => {
-                return Err(D::Error::custom(format!(
-                    "unknown filter `{other}`; known: {FILTER_NAMES}"
-                )));
-            }
-        })
-    }
-}
-
-impl RawHttpFilter {
-    pub fn name(&self) -> &'static str {
-        match self {
-            RawHttpFilter::ExtAuthz(_) => "ext_authz",
-            RawHttpFilter::LocalRateLimit(_) => "local_rate_limit",
-            RawHttpFilter::Headers(_) => "headers",
-            RawHttpFilter::Compression(_) => "compression",
-            RawHttpFilter::Cors(_) => "cors",
-        }
-    }
-}
-
-/// A route's `filters:`, by filter name.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRouteFilters {
-    pub ext_authz: Option<RawRouteAuthz>,
-    pub local_rate_limit: Option<RawPerRoute<RawLocalRateLimit>>,
-    pub headers: Option<RawPerRoute<RawHeaderRules>>,
-    pub compression: Option<RawPerRoute<RawCompression>>,
-    pub cors: Option<RawPerRoute<RawCors>>,
-}
-
 /// `disabled`, or settings for the route.
 #[derive(Debug, Clone)]
 pub enum RawPerRoute<T> {
@@ -175,7 +210,7 @@ pub enum RawPerRoute<T> {
     Settings(T),
 }
 
-impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for RawPerRoute<T> {
+impl<'de, T: DeserializeOwned> Deserialize<'de> for RawPerRoute<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // Read as a value first, so that settings get their own precise error rather than
         // "did not match any variant".
@@ -188,11 +223,35 @@ impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for RawPerRoute<T> {
     }
 }
 
-pub(super) fn http_filters(
+impl<'de> Deserialize<'de> for RawHttpFilter {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let map = serde_yaml::Mapping::deserialize(d)?;
+        let mut entries = map.into_iter();
+        let (Some((serde_yaml::Value::String(name), settings)), None) =
+            (entries.next(), entries.next())
+        else {
+            return Err(D::Error::custom(format!(
+                "expected one filter per item, written `- NAME: {{ settings }}` with NAME one of {}",
+                FILTER_NAMES.join(", ")
+            )));
+        };
+        // A bare `- compression:` means the defaults.
+        let settings = match settings {
+            serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+            other => other,
+        };
+        RawHttpFilter::parse(&name, settings)
+    }
+}
+
+/// A listener's `http_filters`, checked: each filter at most once.
+pub(crate) fn http_filters(
     raw: Vec<RawHttpFilter>,
     path: &str,
     buffer_limit: u32,
 ) -> Result<Vec<HttpFilterConfig>, ConfigError> {
+    let ctx = ChainCtx { buffer_limit };
     let mut chain: Vec<HttpFilterConfig> = Vec::with_capacity(raw.len());
     for (i, filter) in raw.into_iter().enumerate() {
         let at = format!("{path}[{i}]");
@@ -204,85 +263,35 @@ pub(super) fn http_filters(
                 format!("`{name}` is already in the chain; a filter may appear once"),
             ));
         }
-        let at = format!("{at}.{name}");
-        chain.push(match filter {
-            RawHttpFilter::ExtAuthz(raw) => {
-                HttpFilterConfig::ExtAuthz(ext_authz::listener_authz(raw, &at, buffer_limit)?)
-            }
-            RawHttpFilter::LocalRateLimit(raw) => HttpFilterConfig::LocalRateLimit(
-                local_rate_limit::local_rate_limit(raw.unwrap_or_default(), &at, false)?,
-            ),
-            RawHttpFilter::Headers(raw) => {
-                HttpFilterConfig::Headers(headers::header_rules(raw.unwrap_or_default(), &at)?)
-            }
-            RawHttpFilter::Compression(raw) => HttpFilterConfig::Compression(
-                compression::compression(raw.unwrap_or_default(), &at)?,
-            ),
-            RawHttpFilter::Cors(raw) => {
-                HttpFilterConfig::Cors(cors::cors(raw.unwrap_or_default(), &at)?)
-            }
-        });
+        chain.push(filter.check(&format!("{at}.{name}"), &ctx)?);
     }
     Ok(chain)
 }
 
-pub(super) fn route_filters(
+/// A route's or virtual host's `filters:`, checked against the listener's chain.
+pub(crate) fn route_filters(
     raw: Option<RawRouteFilters>,
     path: &str,
     chain: &[HttpFilterConfig],
 ) -> Result<RouteFilters, ConfigError> {
-    let Some(raw) = raw else {
-        return Ok(RouteFilters::default());
-    };
-    let in_chain = |name: &str, given: bool| {
-        if given && !chain.iter().any(|f| f.name() == name) {
-            return Err(ConfigError::invalid(
-                format!("{path}.{name}"),
-                format!("the listener has no `{name}` filter in its http_filters"),
-            ));
-        }
-        Ok(())
-    };
-    in_chain("ext_authz", raw.ext_authz.is_some())?;
-    in_chain("local_rate_limit", raw.local_rate_limit.is_some())?;
-    in_chain("headers", raw.headers.is_some())?;
-    in_chain("compression", raw.compression.is_some())?;
-    in_chain("cors", raw.cors.is_some())?;
-    Ok(RouteFilters {
-        ext_authz: ext_authz::route_authz(raw.ext_authz, &format!("{path}.ext_authz"))?,
-        local_rate_limit: per_route(
-            raw.local_rate_limit,
-            &format!("{path}.local_rate_limit"),
-            |raw, at| local_rate_limit::local_rate_limit(raw, at, true),
-        )?,
-        headers: per_route(
-            raw.headers,
-            &format!("{path}.headers"),
-            headers::header_rules,
-        )?,
-        compression: per_route(
-            raw.compression,
-            &format!("{path}.compression"),
-            compression::compression,
-        )?,
-        cors: per_route(raw.cors, &format!("{path}.cors"), cors::cors)?,
-    })
+    match raw {
+        None => Ok(RouteFilters::default()),
+        Some(raw) => check_route_filters(raw, path, chain),
+    }
 }
 
-fn per_route<R, T>(
-    raw: Option<RawPerRoute<R>>,
+/// A route's entry for a filter whose route settings are `disabled` or its own settings.
+pub(crate) fn per_route<R, T>(
+    raw: RawPerRoute<R>,
     path: &str,
     settings: impl FnOnce(R, &str) -> Result<T, ConfigError>,
 ) -> Result<PerRoute<T>, ConfigError> {
     match raw {
-        None => Ok(PerRoute::Inherit),
-        Some(RawPerRoute::Word(word)) if word == "disabled" => Ok(PerRoute::Disabled),
-        Some(RawPerRoute::Word(other)) => Err(ConfigError::invalid(
+        RawPerRoute::Word(word) if word == "disabled" => Ok(PerRoute::Disabled),
+        RawPerRoute::Word(other) => Err(ConfigError::invalid(
             path,
             format!("expected `disabled` or the route's settings, found `{other}`"),
         )),
-        Some(RawPerRoute::Settings(raw)) => {
-            settings(raw, path).map(|s| PerRoute::Override(Box::new(s)))
-        }
+        RawPerRoute::Settings(raw) => settings(raw, path).map(|s| PerRoute::Override(Box::new(s))),
     }
 }

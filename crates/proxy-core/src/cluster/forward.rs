@@ -15,8 +15,9 @@ use super::host::SendError;
 use super::retry;
 use super::{Cluster, HostPool, UpstreamBody};
 use crate::box_pool::PooledBox;
-use crate::context::{RequestBody, RequestTrace, TRACEPARENT, text_of};
+use crate::context::RequestBody;
 use crate::error::ProxyError;
+use crate::trace::{RequestTrace, TRACEPARENT, text_of};
 use config::RetryPolicy;
 
 /// A request admitted to a host of a cluster: the host is counted as having it in flight and

@@ -16,8 +16,9 @@ use super::breaker::Slot;
 use super::host::SendError;
 use super::{Cluster, HostPool, SharedCluster, UpstreamBody};
 use crate::box_pool::PooledBox;
-use crate::context::{Replay, RequestBody, RequestTrace};
+use crate::context::{Replay, RequestBody};
 use crate::error::ProxyError;
+use crate::trace::RequestTrace;
 use config::{RetryOn, RetryPolicy};
 
 /// What a retry rebuilds its request from.

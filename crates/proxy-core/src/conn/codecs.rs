@@ -82,7 +82,7 @@ impl Codecs {
             // resets before they are served (rapid reset, CVE-2023-44487), and streams reset
             // for the client's protocol errors. (Oversized header blocks are bounded by
             // max_header_list_size above, CONTINUATION floods by the codec's frame count; PING
-            // and SETTINGS floods by conn/h2_frames.rs.)
+            // and SETTINGS floods by conn/http2_frames.rs.)
             .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
             .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS);
         if let Some(keepalive) = listener.http.http2_keepalive {

@@ -13,7 +13,7 @@ use tokio::time::Sleep;
 use tokio_rustls::server::TlsStream;
 use tokio_util::either::Either;
 
-use super::h2_frames::FrameMeter;
+use super::http2_frames::FrameMeter;
 
 /// How long a closing connection keeps reading (and discarding) what the client still sends.
 const LINGER: Duration = Duration::from_secs(1);

@@ -3,22 +3,22 @@
 //! asks it to finish.
 //!
 //! ```text
-//! mod.rs      accept-side setup: PROXY protocol, TLS, sniffing, choosing the codec
-//! proxy_protocol.rs  the PROXY protocol header a TCP load balancer sends first
-//! codecs.rs   the HTTP/1.1 codec's limits and hyper's HTTP/2 builder, per listener
-//! h1/         HTTP/1.1 on crates/h1, with idle connections parked without a buffer
-//! h2.rs       HTTP/2, GOAWAY on drain or max_requests_per_connection
-//! h2_frames.rs  the HTTP/2 input's frame headers, metered for PING, SETTINGS and
-//!             CONTINUATION floods
-//! service.rs  the per-connection service: one call per request, into http/handler.rs
-//! stream_exec.rs  HTTP/2 stream tasks, each ended after stream_idle_timeout without a wake
-//! io.rs       the socket as the codec sees it, with a lingering close
+//! mod.rs            accept-side setup: PROXY protocol, TLS, sniffing, choosing the codec
+//! proxy_protocol.rs the PROXY protocol header a TCP load balancer sends first
+//! codecs.rs         the HTTP/1.1 codec's limits and hyper's HTTP/2 builder, per listener
+//! http1/            HTTP/1.1 on crates/h1, with idle connections parked without a buffer
+//! http2.rs          HTTP/2 (hyper), GOAWAY on drain or max_requests_per_connection
+//! http2_frames.rs   the HTTP/2 input's frame headers, metered for PING, SETTINGS and
+//!                   CONTINUATION floods
+//! service.rs        the per-connection service: one call per request, into http/handler.rs
+//! stream_exec.rs    HTTP/2 stream tasks, each ended after stream_idle_timeout without a wake
+//! io.rs             the socket as the codec sees it, with a lingering close
 //! ```
 
 mod codecs;
-mod h1;
-mod h2;
-mod h2_frames;
+mod http1;
+mod http2;
+mod http2_frames;
 mod io;
 pub(crate) mod proxy_protocol;
 mod service;
@@ -95,10 +95,10 @@ pub(crate) fn serve(
         };
         let service = ProxyService { conn: ctx, http };
         match sniffed {
-            Sniffed::Http1 => Either::Left(h1::serve_h1(io, service, settings, drain)),
+            Sniffed::Http1 => Either::Left(http1::serve_h1(io, service, settings, drain)),
             // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
             Sniffed::Http2 => Either::Right(Box::pin(async move {
-                h2::serve_h2(io, service, &settings.codecs, drain).await;
+                http2::serve_h2(io, service, &settings.codecs, drain).await;
                 None
             })),
             Sniffed::Closed => Either::Right(Box::pin(async move {
@@ -126,7 +126,7 @@ impl Parked {
     /// When the connection is due to close: `None` if now (counted as an idle timeout or a
     /// maximum duration reached), else a later time.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        h1::parked_deadline(
+        http1::parked_deadline(
             self.ctx.last_active(),
             self.ctx.expires_at(),
             self.ctx.listener(),
@@ -148,7 +148,7 @@ pub(crate) fn resume(
         conn: ctx.resume(),
         http,
     };
-    h1::serve_h1(DownstreamIo::plain(stream), service, settings, drain)
+    http1::serve_h1(DownstreamIo::plain(stream), service, settings, drain)
 }
 
 /// A connection past its handshake, with the protocol it speaks.

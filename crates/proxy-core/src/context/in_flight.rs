@@ -6,8 +6,9 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use super::{ConnCtx, RequestTrace};
+use super::ConnCtx;
 use crate::access_log::{LogRecord, PendingLog};
+use crate::trace::RequestTrace;
 
 /// A request from its head until its response body is dropped (written out or abandoned):
 /// counted as in flight, timed, and its status class counted.

@@ -14,13 +14,9 @@ mod mirror_feed;
 mod request_body;
 pub(crate) mod request_id;
 mod signal;
-pub(crate) mod trace;
 
 pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{Signal, SignalWatch};
-pub(crate) use trace::{
-    RequestTrace, SharedTracer, TRACEPARENT, TRACESTATE, WorkerTracer, text_of,
-};

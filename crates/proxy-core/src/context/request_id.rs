@@ -1,37 +1,11 @@
 //! `x-request-id`: a random UUID for each request that comes without one, so the
 //! authorization service, the upstream and the access log all name it the same way.
 
-use std::cell::Cell;
-use std::hash::{BuildHasher, Hasher};
-
 use http::header::{HeaderName, HeaderValue};
 
+use crate::random::next_u64;
+
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-thread_local! {
-    static RNG: Cell<u64> = Cell::new(seed());
-}
-
-fn seed() -> u64 {
-    // RandomState is seeded from the OS once per thread: good enough to keep workers and
-    // restarts from producing the same id sequence.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0x9E37_79B9_7F4A_7C15);
-    h.finish() | 1
-}
-
-/// 64 random bits from this thread's generator: unique, not secret.
-pub(crate) fn next_u64() -> u64 {
-    // xorshift64*: fast, per thread, and request ids need uniqueness, not secrecy.
-    RNG.with(|state| {
-        let mut x = state.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        state.set(x);
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    })
-}
 
 /// A random (version 4) UUID in its text form, for `x-request-id`.
 #[allow(unsafe_code)]

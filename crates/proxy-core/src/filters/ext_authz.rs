@@ -15,7 +15,8 @@ use super::{
 };
 use crate::catalog::AuthzStats;
 use crate::context::request_id::X_REQUEST_ID;
-use crate::context::{ConnCtx, RequestBody, TRACESTATE};
+use crate::context::{ConnCtx, RequestBody};
+use crate::trace::TRACESTATE;
 use crate::error::{ProxyError, ResponseFlag};
 use crate::throttle::LogThrottle;
 use config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};

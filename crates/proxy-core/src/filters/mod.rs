@@ -37,8 +37,9 @@ use per_route::PerRouteSettings;
 
 use crate::catalog::Catalog;
 use crate::context::request_id::X_REQUEST_ID;
-use crate::context::{Client, ConnCtx, RequestBody, RequestTrace};
+use crate::context::{Client, ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
+use crate::trace::RequestTrace;
 use config::{HttpFilterConfig, ListenerConfig, RouteConfiguration};
 
 /// An HTTP filter on one worker. Only [`HttpFilter::new`] must be written; each phase it does

@@ -13,12 +13,11 @@ use super::forwarding::X_LEGATE_OVERLOADED;
 use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite, upgrade};
 use crate::cluster::Admitted;
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{
-    Client, ConnCtx, InFlight, RequestBody, TRACEPARENT, TRACESTATE, Tunnel, text_of,
-};
+use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
+use crate::trace::{TRACEPARENT, TRACESTATE, text_of};
 use config::{ForwardAction, PathMatch, RouteAction};
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a

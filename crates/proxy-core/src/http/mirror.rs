@@ -64,7 +64,7 @@ fn drawn(millionths: u32) -> bool {
     match millionths {
         1_000_000.. => true,
         0 => false,
-        share => crate::context::request_id::next_u64() % 1_000_000 < u64::from(share),
+        share => crate::random::next_u64() % 1_000_000 < u64::from(share),
     }
 }
 

@@ -46,7 +46,7 @@ pub(crate) struct HttpCtx {
     pub(crate) upgrade_buffer: usize,
     pub(crate) path_normalization: config::PathNormalization,
     /// Starts each request's trace, when `tracing` is configured.
-    pub(crate) tracer: Option<Rc<crate::context::WorkerTracer>>,
+    pub(crate) tracer: Option<Rc<crate::trace::WorkerTracer>>,
 }
 
 /// A listener's current [`HttpCtx`] on one worker. A connection reads it once per request,

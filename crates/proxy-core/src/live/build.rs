@@ -15,11 +15,11 @@ use super::sockets::Sockets;
 use crate::access_log::LogSinks;
 use crate::catalog::ProxyStats;
 use crate::cluster::SharedCluster;
-use crate::context::SharedTracer;
 use crate::filters::SharedFilters;
-use crate::listener::{ConnectionLimits, Limit, reuse_port_supported};
+use crate::listen::{ConnectionLimits, Limit, reuse_port_supported};
 use crate::router::RouteTable;
 use crate::tls::{ServerTls, TlsListeners, UpstreamTls};
+use crate::trace::SharedTracer;
 use config::{ClusterConfig, Config, ConnectionBalance, Endpoint, ListenerConfig};
 
 /// What a build draws on besides the config.

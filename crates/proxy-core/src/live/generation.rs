@@ -10,11 +10,11 @@ use tokio::sync::watch;
 
 use crate::access_log::LogSinks;
 use crate::cluster::SharedCluster;
-use crate::context::SharedTracer;
 use crate::filters::SharedFilters;
-use crate::listener::ConnectionLimits;
+use crate::listen::ConnectionLimits;
 use crate::router::RouteTable;
 use crate::tls::{ServerTls, TlsListeners};
+use crate::trace::SharedTracer;
 use config::Config;
 
 pub(crate) struct Generation {

@@ -19,10 +19,10 @@
 //! upgrade.rs     binary upgrade: hand the listening sockets to a new process
 //! ```
 
+pub(crate) mod binary_upgrade;
 mod build;
 mod generation;
 mod sockets;
-pub(crate) mod upgrade;
 mod watch;
 pub(crate) mod xds;
 

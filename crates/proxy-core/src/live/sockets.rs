@@ -5,7 +5,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 
 use super::generation::BoundSockets;
-use crate::listener::{bind_per_worker, bind_shared, join_reuse_port};
+use crate::listen::{bind_per_worker, bind_shared, join_reuse_port};
 use config::{ConnectionBalance, ListenerConfig};
 
 /// Listening sockets handed over by a previous process, by address.

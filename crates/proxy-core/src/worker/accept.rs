@@ -18,7 +18,7 @@ use super::parking::ParkingLot;
 use super::tracker::{ConnGuard, ConnTracker};
 use crate::conn::{self, Parked};
 use crate::context::{ConnCtx, ListenerCtx, SignalWatch, WorkerCtx};
-use crate::listener::ConnPermit;
+use crate::listen::ConnPermit;
 
 /// What serving an accepted connection on this worker needs.
 pub(super) struct Accepted {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::listener::ConnPermit;
+use crate::listen::ConnPermit;
 
 /// A connection accepted by one worker for another.
 pub(crate) struct Handoff {

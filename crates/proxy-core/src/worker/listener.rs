@@ -14,13 +14,13 @@ use crate::access_log::{LogSinks, WorkerLog};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::conn::{Codecs, ConnSettings};
-use crate::context::WorkerTracer;
 use crate::context::{ForwardedTrust, ListenerCtx, Signal};
 use crate::filters::FilterChain;
 use crate::http::{HttpCtx, HttpSlot};
-use crate::listener::ConnectionLimits;
+use crate::listen::ConnectionLimits;
 use crate::live::SharedListener;
 use crate::tls::{Handshake, ServerTls};
+use crate::trace::WorkerTracer;
 use config::{ConnectionBalance, ListenerConfig};
 
 pub(super) struct Listener {

@@ -70,12 +70,6 @@ pub struct RouteAuthz {
     pub context_extensions: Vec<(String, String)>,
 }
 
-impl RouteAuthz {
-    pub(crate) fn is_default(&self) -> bool {
-        *self == RouteAuthz::default()
-    }
-}
-
 impl Serialize for RouteAuthz {
     /// As written: `disabled`, or the context extensions.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -263,4 +257,18 @@ pub(super) fn header_names(values: &[String], path: &str) -> Result<Vec<HeaderNa
             })
         })
         .collect()
+}
+
+impl FilterSettings for ExtAuthzConfig {
+    type Raw = RawExtAuthz;
+    type RawRoute = RawRouteAuthz;
+    type Route = RouteAuthz;
+
+    fn check(raw: RawExtAuthz, path: &str, chain: &ChainCtx) -> Result<Self, ConfigError> {
+        listener_authz(raw, path, chain.buffer_limit)
+    }
+
+    fn check_route(raw: RawRouteAuthz, path: &str) -> Result<RouteAuthz, ConfigError> {
+        route_authz(Some(raw), path)
+    }
 }

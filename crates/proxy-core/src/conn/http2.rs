@@ -2,7 +2,7 @@
 //! connection has served its `max_requests_per_connection`, when no request has come within
 //! `request_headers_timeout` of the connection opening, or when it has had no stream open for
 //! `idle_timeout`, or once it is `max_connection_duration` old. The input is metered for floods
-//! the codec does not name (h2_frames.rs).
+//! the codec does not name (http2_frames.rs).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -10,7 +10,7 @@ use std::rc::Rc;
 use hyper_util::rt::TokioIo;
 
 use super::Codecs;
-use super::h2_frames::{Flood, FrameMeter};
+use super::http2_frames::{Flood, FrameMeter};
 use super::io::DownstreamIo;
 use super::service::ProxyService;
 use crate::context::SignalWatch;

@@ -26,9 +26,9 @@ use trace_export::{
     TraceId, TraceParent, Value,
 };
 
-use super::request_id::next_u64;
 use crate::catalog::ProxyStats;
 use crate::error::ResponseFlag;
+use crate::random::next_u64;
 use crate::throttle::LogThrottle;
 use config::{OtlpProtocol, TracingConfig};
 
