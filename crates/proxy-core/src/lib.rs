@@ -3,8 +3,8 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! header_list, runtime, memory, buffer_pool, box_pool, random, throttle, catalog,
-//!             error, access_log, tls, listen   leaves (the configuration is the `config` crate)
+//! header_list, runtime, memory, buffer_pool, box_pool, random, throttle, catalog, error,
+//!             access_log, tls, listen, overload   leaves (the configuration is the `config` crate)
 //! trace       the request's W3C trace context and its spans
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries

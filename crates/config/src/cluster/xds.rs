@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_endpoints::XdsEndpoints;
-use crate::xds::{ResourceError, decode, duration, fields, nothing_else, type_url};
+use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::{
     RawCircuitBreakers, RawCluster, RawHealthCheck, RawLeastRequest, RawLimit, RawMaglev,
     RawOutlierDetection, RawRingHash,

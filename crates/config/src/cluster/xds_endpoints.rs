@@ -6,7 +6,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 
-use crate::xds::{ResourceError, decode, fields, nothing_else, socket_address, type_url};
+use crate::envoy::{ResourceError, decode, fields, nothing_else, socket_address, type_url};
 use crate::{RawEndpoint, RawWeightedEndpoint};
 
 /// The hosts of a cluster, with their weights. Hosts the server marks unhealthy, draining,

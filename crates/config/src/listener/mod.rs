@@ -2,10 +2,10 @@
 //!
 //! The topic's files, side by side: this one holds the typed settings and their defaults;
 //! `raw.rs` the file's form; `check.rs` the checks from one to the other; `xds.rs` the mapping
-//! of Envoy's `Listener` and its connection manager; `path.rs` path normalisation.
+//! of Envoy's `Listener` and its connection manager. Path normalisation, which routes are
+//! checked against too, is `crate::path`.
 
 pub(crate) mod check;
-pub mod path;
 pub mod raw;
 pub mod xds;
 

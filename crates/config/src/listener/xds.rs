@@ -12,10 +12,12 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::Any;
 
+use crate::envoy::{
+    ResourceError, decode, duration, fields, nothing_else, socket_address, type_url,
+};
 use crate::filters::RawHttpFilter;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::route::xds::XdsRoutes;
-use crate::xds::{ResourceError, decode, duration, fields, nothing_else, socket_address, type_url};
 use crate::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
@@ -284,7 +286,7 @@ fn connection_manager(
     )?
     .map(|t| {
         if t.is_zero() {
-            crate::xds::NO_TIMEOUT
+            crate::envoy::NO_TIMEOUT
         } else {
             t
         }
@@ -395,7 +397,7 @@ fn common_options(
     http.idle_timeout =
         duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))?.map(|t| {
             if t.is_zero() {
-                crate::xds::NO_TIMEOUT
+                crate::envoy::NO_TIMEOUT
             } else {
                 t
             }

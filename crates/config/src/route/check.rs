@@ -481,9 +481,9 @@ fn url_path(
         } else {
             value.as_str()
         };
-        match crate::listener::path::normalize(checked, normalization) {
-            Ok(crate::listener::path::Normalized::Path(std::borrow::Cow::Borrowed(_))) => Ok(value),
-            Ok(crate::listener::path::Normalized::Path(std::borrow::Cow::Owned(normal))) => {
+        match crate::path::normalize(checked, normalization) {
+            Ok(crate::path::Normalized::Path(std::borrow::Cow::Borrowed(_))) => Ok(value),
+            Ok(crate::path::Normalized::Path(std::borrow::Cow::Owned(normal))) => {
                 Err(ConfigError::invalid(
                     path,
                     format!(
@@ -491,12 +491,10 @@ fn url_path(
                     ),
                 ))
             }
-            Ok(crate::listener::path::Normalized::Redirect(_)) | Err(_) => {
-                Err(ConfigError::invalid(
-                    path,
-                    format!("`{value}` would never match a normalised request path"),
-                ))
-            }
+            Ok(crate::path::Normalized::Redirect(_)) | Err(_) => Err(ConfigError::invalid(
+                path,
+                format!("`{value}` would never match a normalised request path"),
+            )),
         }
     } else {
         Err(ConfigError::invalid(

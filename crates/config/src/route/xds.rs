@@ -14,10 +14,8 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_actions as route_action;
+use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::filters::ext_authz::xds as ext_authz;
-use crate::xds::{
-    ResourceError, cluster_not_found, decode, duration, fields, nothing_else, type_url,
-};
 use crate::{
     RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
 };
@@ -329,7 +327,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
     raw.request_mirror_policies =
         route_action::mirrors(std::mem::take(&mut a.request_mirror_policies), at)?;
     raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
-        Some(t) if t.is_zero() => Some(crate::xds::NO_TIMEOUT),
+        Some(t) if t.is_zero() => Some(crate::envoy::NO_TIMEOUT),
         other => other,
     };
     match a.host_rewrite_specifier.take() {
@@ -430,4 +428,12 @@ fn direct_response(
     d.status = 0;
     nothing_else(&d, fields::DIRECT_RESPONSE_ACTION, at)?;
     Ok(RawDirectResponse { status, body })
+}
+
+/// The answer of a route whose cluster is not (yet) known.
+pub(crate) fn cluster_not_found() -> RawDirectResponse {
+    RawDirectResponse {
+        status: 503,
+        body: "cluster not found\n".into(),
+    }
 }

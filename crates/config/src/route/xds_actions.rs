@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType;
 
-use crate::xds::{ResourceError, fields, nothing_else};
+use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::{RawHeaderMatch, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
 
 fn unsupported(at: &str, what: &str) -> ResourceError {

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     tls_parameters::TlsProtocol,
 };
 
-use crate::xds::{ResourceError, fields, nothing_else};
+use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::{RawCertificate, RawClientCertificate, RawClusterTls, RawKeyPair, RawListenerTls};
 
 const DOWNSTREAM: &str =

@@ -20,6 +20,7 @@ use testbed::resources;
 
 use super::*;
 use crate::RawEndpoint;
+use crate::envoy::fields;
 
 fn pack<M: Message + Name>(message: &M) -> Any {
     testbed::xds::any(message)

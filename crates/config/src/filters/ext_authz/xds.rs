@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
 use envoy_types::pb::google::protobuf::Any;
 
 use super::{RawAuthzBody, RawAuthzGrpc, RawExtAuthz, RawRouteAuthz, RawRouteAuthzSettings};
-use crate::xds::{ResourceError, duration};
+use crate::envoy::{ResourceError, duration};
 
 pub(crate) const TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz";

@@ -1,0 +1,121 @@
+//! Reading Envoy's messages: decoding an `Any`, durations and addresses as Envoy writes them,
+//! and refusing, by name, every field a mapping did not take out of its message. Each
+//! resource's mapping (`listener/xds.rs`, `route/xds.rs`, ...) is built on these.
+
+pub(crate) mod fields;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use xds_client::type_url;
+
+/// Why a resource from the management server was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResourceError {
+    #[error("cannot decode {kind}: {message}")]
+    Decode { kind: &'static str, message: String },
+    #[error("{at}: not supported: {} (docs/xds.md lists what is)", fields.join(", "))]
+    Unsupported { at: String, fields: Vec<String> },
+    #[error("{at}: {message}")]
+    Invalid { at: String, message: String },
+}
+
+impl ResourceError {
+    pub(crate) fn invalid(at: impl Into<String>, message: impl Into<String>) -> Self {
+        ResourceError::Invalid {
+            at: at.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Refuses `rest` (a message with the supported fields taken out) if anything is left.
+pub(crate) fn nothing_else(
+    rest: &impl prost::Message,
+    names: &[(u32, &str)],
+    at: &str,
+) -> Result<(), ResourceError> {
+    let fields = fields::set_fields(rest, names);
+    if fields.is_empty() {
+        Ok(())
+    } else {
+        Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields,
+        })
+    }
+}
+
+pub(crate) fn decode<M: prost::Message + Default>(
+    value: &envoy_types::pb::google::protobuf::Any,
+    type_url: &str,
+    kind: &'static str,
+) -> Result<M, ResourceError> {
+    if value.type_url != type_url {
+        return Err(ResourceError::Decode {
+            kind,
+            message: format!("expected type {type_url}, found {}", value.type_url),
+        });
+    }
+    M::decode(value.value.as_slice()).map_err(|e| ResourceError::Decode {
+        kind,
+        message: e.to_string(),
+    })
+}
+
+/// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
+/// the longest wait here is a day, so nothing is held forever.
+pub(crate) const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.
+pub(crate) fn duration(
+    value: Option<envoy_types::pb::google::protobuf::Duration>,
+    at: &str,
+) -> Result<Option<Duration>, ResourceError> {
+    let Some(d) = value else {
+        return Ok(None);
+    };
+    if d.seconds < 0 || d.nanos < 0 {
+        return Err(ResourceError::invalid(at, "a negative duration"));
+    }
+    // The file's bound too: deadlines computed from it must not overflow.
+    if d.seconds > 1_000_000_000 {
+        return Err(ResourceError::invalid(at, "longer than 10^9 seconds"));
+    }
+    Ok(Some(
+        Duration::from_secs(d.seconds as u64) + Duration::from_nanos(d.nanos as u64),
+    ))
+}
+
+/// `IP:PORT` (`[IPv6]:PORT`) or, where names are allowed, `NAME:PORT`, from an Envoy address.
+pub(crate) fn socket_address(
+    address: Option<envoy_types::pb::envoy::config::core::v3::Address>,
+    at: &str,
+) -> Result<String, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::{SocketAddress, address, socket_address};
+    let Some(address::Address::SocketAddress(socket)) = address.and_then(|a| a.address) else {
+        return Err(ResourceError::invalid(
+            at,
+            "expected a socket_address (pipes and internal addresses are not supported)",
+        ));
+    };
+    let port = match socket.port_specifier {
+        Some(socket_address::PortSpecifier::PortValue(port)) if port <= 65535 => port,
+        _ => {
+            return Err(ResourceError::invalid(
+                at,
+                "expected a port_value of 0 to 65535 (named ports are not supported)",
+            ));
+        }
+    };
+    let rest = SocketAddress {
+        address: String::new(),
+        port_specifier: None,
+        ..socket.clone()
+    };
+    nothing_else(&rest, fields::SOCKET_ADDRESS, at)?;
+    Ok(match socket.address.parse::<std::net::IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, port as u16).to_string(),
+        Err(_) => format!("{}:{port}", socket.address),
+    })
+}
