@@ -122,8 +122,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// Needs only the configuration crate: the same checks as a start, TLS files loaded included.
 fn validate(path: &Path) -> anyhow::Result<()> {
-    let config = Config::load(path)?;
+    let config = config::Config::load(path)?;
     println!(
         "{}: ok ({} listeners, {} clusters)",
         path.display(),

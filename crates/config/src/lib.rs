@@ -1,9 +1,26 @@
 //! Legate's configuration: parsed once from YAML (or translated from Envoy's xDS resources),
 //! validated, then trusted.
 //!
-//! [`Config::from_yaml`] is the only way in. Every error names the key path that is wrong
-//! (`listeners[0].virtual_hosts[1].routes[0].cluster`) and what was expected; after that, the rest of the proxy
-//! reads plain values with defaults filled in and never re-checks them.
+//! [`Config::from_yaml`] (or [`Config::load`]) is the only way in. Every error names the key
+//! path that is wrong (`listeners[0].virtual_hosts[1].routes[0].cluster`) and what was
+//! expected; after that, the data plane reads plain values with defaults filled in and never
+//! re-checks them. Checking a file needs nothing else (`legate validate` is this crate):
+//!
+//! ```
+//! let config = config::Config::from_yaml(
+//!     "listeners:\n  - { name: web, address: 127.0.0.1:8080, routes: [{ match: { prefix: / }, direct_response: { status: 200 } }] }",
+//! )?;
+//! assert_eq!(config.listeners[0].http.max_request_headers_kb, config::DEFAULT_MAX_REQUEST_HEADERS_KB);
+//!
+//! let error = config::Config::from_yaml("listeners:\n  - { name: web, address: nowhere }").unwrap_err();
+//! assert!(error.to_string().starts_with("listeners[0].address:"), "{error}");
+//! # Ok::<(), config::ConfigError>(())
+//! ```
+//!
+//! The model is organised by topic, a folder or file each (`listener/`, `route/`, `cluster/`,
+//! `tls/`, `filters/<name>`, `admin.rs`, ...), holding side by side the file's form (`raw`),
+//! the typed settings and their defaults, the checks, and the mapping of Envoy's xDS
+//! resources; docs/architecture.md lists them.
 
 pub mod access_log;
 pub mod admin;
