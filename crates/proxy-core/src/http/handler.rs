@@ -51,7 +51,7 @@ pub(crate) fn handle(
                 first
             };
             if told {
-                conn.worker.stats.overload_keepalive_disabled.inc();
+                conn.worker.stats.overload_keepalive_disabled().inc();
             }
         }
         if version <= Version::HTTP_11
@@ -76,7 +76,7 @@ pub(crate) fn handle(
         let mut state = FilterState::default();
         let mut facts = Facts::default();
         let routed = if conn.worker.overload.shedding_requests() {
-            conn.worker.stats.overload_rq_shed.inc();
+            conn.worker.stats.overload_rq_shed().inc();
             Err(ProxyError::Overloaded)
         } else {
             let scope = Scope {

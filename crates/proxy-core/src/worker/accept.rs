@@ -169,7 +169,7 @@ pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, at:
         };
         if at.worker.overload.refusing_connections() {
             // As the limits below: closed at once, so the client tries another proxy.
-            at.worker.stats.overload_cx_refused.inc();
+            at.worker.stats.overload_cx_refused().inc();
             drop(stream);
             continue;
         }
