@@ -889,3 +889,226 @@ fn route_features_beyond_one_cluster_are_refused_by_name_where_they_cannot_hold(
         "ignore_case",
     );
 }
+
+/// docs/xds.md against the code, field by field, for the messages whose table names their
+/// own fields (Listener, HttpConnectionManager, Cluster): each field of the message is set
+/// on a resource that is otherwise accepted, and the translation must refuse it by name
+/// exactly when the docs do not list it as honoured or accepted.
+mod docs {
+    use envoy_types::pb::envoy::config::listener::v3::filter;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+
+    use super::*;
+
+    /// The first-level fields a section of docs/xds.md lists as honoured or accepted: the
+    /// first segment of each `field` in its rows' first cells, except rows that refuse.
+    fn documented(section: &str) -> BTreeSet<String> {
+        let doc = include_str!("../../../../docs/xds.md");
+        let start = doc
+            .find(&format!("\n### {section}\n"))
+            .unwrap_or_else(|| panic!("docs/xds.md has no section `### {section}`"));
+        let body = &doc[start + section.len() + 6..];
+        let body = &body[..body.find("\n#").unwrap_or(body.len())];
+        let mut fields = BTreeSet::new();
+        for row in body.lines().filter(|l| l.starts_with("| `")) {
+            let mut cells = row.split('|').skip(1);
+            let (Some(names), Some(honoured)) = (cells.next(), cells.next()) else {
+                continue;
+            };
+            let honoured = honoured.trim();
+            if honoured.starts_with("**not yet**") || honoured == "refused" {
+                continue;
+            }
+            for name in names.split('`').skip(1).step_by(2) {
+                let first = name.split(['.', '[', ' ']).next().unwrap_or(name);
+                fields.insert(first.to_owned());
+            }
+        }
+        fields
+    }
+
+    /// `base` with field `number` set to a value of its own type (an empty message, a short
+    /// string, or 1), found by trying each encoding until one decodes and sets the field.
+    fn with_field<M: Message + Default>(base: &M, number: u32, table: &[(u32, &str)]) -> Option<M> {
+        let name = table.iter().find(|(n, _)| *n == number)?.1;
+        let key = |wire: u32| u64::from(number << 3 | wire);
+        let mut encodings: Vec<Vec<u8>> = Vec::new();
+        for (wire, value) in [
+            (2, vec![0u8]),
+            (2, vec![1u8, b'x']),
+            (0, vec![1u8]),
+            (1, 1u64.to_le_bytes().to_vec()),
+            (5, 1u32.to_le_bytes().to_vec()),
+        ] {
+            let mut bytes = base.encode_to_vec();
+            prost::encoding::encode_varint(key(wire), &mut bytes);
+            bytes.extend_from_slice(&value);
+            encodings.push(bytes);
+        }
+        encodings.into_iter().find_map(|bytes| {
+            let message = M::decode(bytes.as_slice()).ok()?;
+            let set = fields::set_fields(&message, table);
+            let before = fields::set_fields(base, table);
+            // Set now, and not by the base (or set again on top of it).
+            (set.iter().any(|f| f == name) && (set != before || before.iter().any(|f| f == name)))
+                .then_some(message)
+        })
+    }
+
+    /// The name docs/xds.md would give the field: its own, or for a member of a `oneof` (named
+    /// by the oneof in the table) the member's, as `Debug` shows it.
+    fn doc_name<M: std::fmt::Debug>(message: &M, table_name: &str) -> String {
+        let shown = format!("{message:?}");
+        let marker = format!("{table_name}: Some(");
+        match shown.find(&marker) {
+            Some(at) => {
+                let variant: String = shown[at + marker.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric())
+                    .collect();
+                let mut snake = String::new();
+                for (i, c) in variant.chars().enumerate() {
+                    if c.is_uppercase() && i > 0 {
+                        snake.push('_');
+                    }
+                    snake.push(c.to_ascii_lowercase());
+                }
+                if variant.is_empty()
+                    || table_name.contains("specifier")
+                    || table_name.ends_with("_type")
+                    || table_name == "lb_config"
+                {
+                    snake
+                } else {
+                    table_name.to_owned()
+                }
+            }
+            None => table_name.to_owned(),
+        }
+    }
+
+    /// Whether `error` refuses the field by name.
+    fn refuses(error: &ResourceError, name: &str) -> bool {
+        match error {
+            // `name`, or `name (what of it)`.
+            ResourceError::Unsupported { fields, .. } => fields
+                .iter()
+                .any(|f| f == name || f.starts_with(&format!("{name} ("))),
+            ResourceError::Invalid { message, .. } => {
+                message.contains(name)
+                    && (message.contains("not supported") || message.contains("refused"))
+            }
+            ResourceError::Decode { .. } => false,
+        }
+    }
+
+    /// Whether `error` refuses the field by its bare name (no reason, no key given).
+    fn plainly_refuses(error: &ResourceError, table_name: &str, name: &str) -> bool {
+        let keyed = documented_keys()
+            .iter()
+            .any(|k| k == name || k == table_name);
+        matches!(error, ResourceError::Unsupported { fields, .. }
+            if !keyed && fields.iter().any(|f| f == table_name || f == name))
+    }
+
+    /// Map fields docs/xds.md lists with the one key honoured (`field["key"]`): other keys are
+    /// refused by the field's name.
+    fn documented_keys() -> Vec<String> {
+        include_str!("../../../../docs/xds.md")
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|token| token.split_once("[\"").map(|(field, _)| field.to_owned()))
+            .collect()
+    }
+
+    /// Every field of `table` checked on `base`: (field, documented, refused) where the two
+    /// disagree.
+    fn disagreements<M: Message + Default + std::fmt::Debug>(
+        section: &str,
+        base: &M,
+        table: &[(u32, &str)],
+        translate: impl Fn(&M) -> Result<(), ResourceError>,
+    ) -> Vec<String> {
+        translate(base).unwrap_or_else(|e| panic!("the base {section} is refused: {e}"));
+        let documented = documented(section);
+        let mut wrong = Vec::new();
+        let mut named = BTreeSet::new();
+        for &(number, table_name) in table {
+            let Some(message) = with_field(base, number, table) else {
+                wrong.push(format!(
+                    "{section}: field {number} ({table_name}) could not be set"
+                ));
+                continue;
+            };
+            let name = doc_name(&message, table_name);
+            named.insert(name.clone());
+            let refused = match translate(&message) {
+                Ok(()) => false,
+                Err(error) => refuses(&error, table_name) || refuses(&error, &name),
+            };
+            let listed = documented.contains(&name) || documented.contains(table_name);
+            // A listed field may refuse the sample value with a reason (`codec_type (AUTO
+            // only)`), or a map's key it does not take; refused by its bare name, it is not
+            // honoured at all.
+            let refused = refused
+                && (!listed
+                    || translate(&message).is_err_and(|e| plainly_refuses(&e, table_name, &name)));
+            if listed == refused {
+                wrong.push(format!(
+                    "{section}.{name}: {} in docs/xds.md, {} by the code",
+                    if listed { "honoured" } else { "not listed" },
+                    if refused { "refused" } else { "accepted" },
+                ));
+            }
+        }
+        for name in documented.difference(&named) {
+            if !table.iter().any(|(_, n)| n == name) {
+                wrong.push(format!(
+                    "{section}.{name}: in docs/xds.md, not a field of the message"
+                ));
+            }
+        }
+        wrong
+    }
+
+    fn hcm_of(listener: &Listener) -> HttpConnectionManager {
+        let Some(filter::ConfigType::TypedConfig(any)) =
+            &listener.filter_chains[0].filters[0].config_type
+        else {
+            panic!("the test listener has its connection manager inline");
+        };
+        HttpConnectionManager::decode(any.value.as_slice()).expect("a connection manager")
+    }
+
+    #[test]
+    fn the_field_tables_of_docs_xds_md_are_what_the_code_does() {
+        let base = listener("web", "routes");
+        let mut wrong = disagreements("Listener", &base, fields::LISTENER, |l| {
+            XdsListener::decode(&pack(l)).map(drop)
+        });
+        let hcm = hcm_of(&base);
+        wrong.extend(disagreements(
+            "HttpConnectionManager",
+            &hcm,
+            fields::HTTP_CONNECTION_MANAGER,
+            |hcm| {
+                let mut l = base.clone();
+                l.filter_chains[0].filters[0].config_type =
+                    Some(filter::ConfigType::TypedConfig(pack(hcm)));
+                XdsListener::decode(&pack(&l)).map(drop)
+            },
+        ));
+        wrong.extend(disagreements(
+            "Cluster",
+            &eds_cluster("web"),
+            fields::CLUSTER,
+            |c| XdsCluster::decode(&pack(c)).map(drop),
+        ));
+        assert!(
+            wrong.is_empty(),
+            "docs/xds.md and the code disagree:\n{}",
+            wrong.join("\n")
+        );
+    }
+}
