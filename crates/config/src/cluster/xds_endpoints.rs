@@ -118,7 +118,7 @@ fn host(mut endpoint: LbEndpoint, at: &str) -> Result<Option<(String, u32)>, Res
     let Some(lb_endpoint::HostIdentifier::Endpoint(mut inner)) = identifier else {
         return Err(ResourceError::invalid(
             at,
-            "expected an endpoint (named endpoints are not supported)",
+            "expected an endpoint (named endpoints, `endpoint_name`, are not supported)",
         ));
     };
     let address = socket_address(inner.address.take(), &format!("{at}.endpoint.address"))?;

@@ -41,6 +41,7 @@ pub struct ChainCtx {
 macro_rules! http_filters {
     ($($(#[$doc:meta])* $variant:ident($module:ident::$settings:ident)),* $(,)?) => {
         $(pub mod $module;)*
+        $(pub use $module::*;)*
 
         /// One filter of a listener's chain. Requests meet the filters in the order written;
         /// responses pass back through them in reverse.
