@@ -69,8 +69,17 @@ impl HttpFilter for ExtAuthz {
         exchange: &Exchange<'_>,
         state: &mut State,
     ) -> Result<HeadersFlow, ProxyError> {
+        let authz = &*self.0;
+        if authz.route(exchange).disabled {
+            return Ok(HeadersFlow::Flow(Flow::Continue));
+        }
+        if let Some(limits) = authz.config.with_request_body {
+            return Ok(HeadersFlow::ReadBody(limits.max_request_bytes as usize));
+        }
         // Boxed: the check's future is large, and only this filter needs it.
-        Box::pin(self.0.on_request_headers(req, exchange, state)).await
+        Box::pin(authz.check(req, None, exchange, state))
+            .await
+            .map(HeadersFlow::Flow)
     }
 
     async fn on_request_body(
@@ -81,7 +90,20 @@ impl HttpFilter for ExtAuthz {
         exchange: &Exchange<'_>,
         state: &mut State,
     ) -> Result<Flow, ProxyError> {
-        Box::pin(self.0.on_request_body(req, start, whole, exchange, state)).await
+        let authz = &*self.0;
+        let partial_allowed = authz
+            .config
+            .with_request_body
+            .is_some_and(|limits| limits.allow_partial_message);
+        if !whole && !partial_allowed {
+            let mut reply = LocalReply::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Bytes::from_static(b"request body too large for authorization\n"),
+            );
+            reply.flag = Some(ResponseFlag::UnauthorizedExternalService);
+            return Ok(Flow::Respond(Box::new(reply)));
+        }
+        Box::pin(authz.check(req, Some(start), exchange, state)).await
     }
 
     /// The headers an allow asked to add.
@@ -141,46 +163,6 @@ impl Inner {
             .route
             .and_then(|i| self.routes.get(i))
             .unwrap_or(&NO_ROUTE)
-    }
-
-    async fn on_request_headers(
-        &self,
-        req: &mut Request<RequestBody>,
-        exchange: &Exchange<'_>,
-        state: &mut State,
-    ) -> Result<HeadersFlow, ProxyError> {
-        if self.route(exchange).disabled {
-            return Ok(HeadersFlow::Flow(Flow::Continue));
-        }
-        if let Some(limits) = self.config.with_request_body {
-            return Ok(HeadersFlow::ReadBody(limits.max_request_bytes as usize));
-        }
-        self.check(req, None, exchange, state)
-            .await
-            .map(HeadersFlow::Flow)
-    }
-
-    async fn on_request_body(
-        &self,
-        req: &mut Request<RequestBody>,
-        start: &Bytes,
-        whole: bool,
-        exchange: &Exchange<'_>,
-        state: &mut State,
-    ) -> Result<Flow, ProxyError> {
-        let partial_allowed = self
-            .config
-            .with_request_body
-            .is_some_and(|limits| limits.allow_partial_message);
-        if !whole && !partial_allowed {
-            let mut reply = LocalReply::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                Bytes::from_static(b"request body too large for authorization\n"),
-            );
-            reply.flag = Some(ResponseFlag::UnauthorizedExternalService);
-            return Ok(Flow::Respond(Box::new(reply)));
-        }
-        self.check(req, Some(start), exchange, state).await
     }
 
     /// Asks the service about `req`, applying an allow's request header changes to it.
