@@ -82,6 +82,7 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the admin server listens unless configured.
 pub const DEFAULT_ADMIN_ADDRESS: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9901);
+
 /// A validated configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {

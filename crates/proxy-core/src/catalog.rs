@@ -533,7 +533,12 @@ const TLS_VERSIONS: [&str; 3] = ["TLSv1_2", "TLSv1_3", "other"];
 const ALPN_LABELS: [&str; 4] = ["h2", "http/1.1", "none", "other"];
 /// In `config::Encoding`'s order.
 const ENCODINGS: [&str; 3] = ["zstd", "br", "gzip"];
+/// The overload manager's actions, as `overload_action_applied` labels them; indexed by the
+/// constants below.
 const OVERLOAD_ACTIONS: [&str; 3] = ["disable_keepalive", "refuse_connections", "shed_requests"];
+const DISABLE_KEEPALIVE: usize = 0;
+const REFUSE_CONNECTIONS: usize = 1;
+const SHED_REQUESTS: usize = 2;
 
 /// Index into [`CLASSES`] for a status.
 fn class_index(status: StatusCode) -> usize {
@@ -575,17 +580,17 @@ impl ClusterStats {
 impl WorkerStats {
     /// Responses that closed their connection, or HTTP/2 GOAWAYs, for the overload manager.
     pub(crate) fn overload_keepalive_disabled(&self) -> &stats::Counter {
-        &self.overload_applied[0]
+        &self.overload_applied[DISABLE_KEEPALIVE]
     }
 
     /// Connections closed as accepted by the overload manager.
     pub(crate) fn overload_cx_refused(&self) -> &stats::Counter {
-        &self.overload_applied[1]
+        &self.overload_applied[REFUSE_CONNECTIONS]
     }
 
     /// Requests answered 503 by the overload manager.
     pub(crate) fn overload_rq_shed(&self) -> &stats::Counter {
-        &self.overload_applied[2]
+        &self.overload_applied[SHED_REQUESTS]
     }
 }
 

@@ -169,16 +169,4 @@ pub(super) fn compression(
     })
 }
 
-impl FilterSettings for CompressionConfig {
-    type Raw = RawCompression;
-    type RawRoute = RawPerRoute<RawCompression>;
-    type Route = PerRoute<CompressionConfig>;
-
-    fn check(raw: RawCompression, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
-        compression(raw, path)
-    }
-
-    fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
-        super::per_route(raw, path, compression)
-    }
-}
+per_route_settings!(CompressionConfig, RawCompression, |raw, path, _| compression(raw, path));

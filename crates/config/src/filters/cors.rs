@@ -166,16 +166,4 @@ pub(super) fn cors(raw: RawCors, path: &str) -> Result<CorsConfig, ConfigError> 
     })
 }
 
-impl FilterSettings for CorsConfig {
-    type Raw = RawCors;
-    type RawRoute = RawPerRoute<RawCors>;
-    type Route = PerRoute<CorsConfig>;
-
-    fn check(raw: RawCors, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
-        cors(raw, path)
-    }
-
-    fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
-        super::per_route(raw, path, cors)
-    }
-}
+per_route_settings!(CorsConfig, RawCors, |raw, path, _| cors(raw, path));

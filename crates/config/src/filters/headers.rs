@@ -88,19 +88,7 @@ fn header_map<S: Serializer>(
     )
 }
 
-impl FilterSettings for HeaderRulesConfig {
-    type Raw = RawHeaderRules;
-    type RawRoute = RawPerRoute<RawHeaderRules>;
-    type Route = PerRoute<HeaderRulesConfig>;
-
-    fn check(raw: RawHeaderRules, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
-        header_rules(raw, path)
-    }
-
-    fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
-        super::per_route(raw, path, header_rules)
-    }
-}
+per_route_settings!(HeaderRulesConfig, RawHeaderRules, |raw, path, _| header_rules(raw, path));
 
 #[cfg(test)]
 mod tests {

@@ -224,16 +224,4 @@ pub(super) fn local_rate_limit(
     })
 }
 
-impl FilterSettings for LocalRateLimitConfig {
-    type Raw = RawLocalRateLimit;
-    type RawRoute = RawPerRoute<RawLocalRateLimit>;
-    type Route = PerRoute<LocalRateLimitConfig>;
-
-    fn check(raw: RawLocalRateLimit, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
-        local_rate_limit(raw, path, false)
-    }
-
-    fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
-        super::per_route(raw, path, |raw, at| local_rate_limit(raw, at, true))
-    }
-}
+per_route_settings!(LocalRateLimitConfig, RawLocalRateLimit, local_rate_limit);

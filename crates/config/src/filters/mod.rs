@@ -36,6 +36,26 @@ pub struct ChainCtx {
     pub buffer_limit: u32,
 }
 
+/// [`FilterSettings`] for a filter whose entry on a route or virtual host is `disabled` or
+/// settings of its own, checked by `check(raw, path, on_route)` as the listener's are.
+macro_rules! per_route_settings {
+    ($settings:ty, $raw:ty, $check:expr) => {
+        impl FilterSettings for $settings {
+            type Raw = $raw;
+            type RawRoute = RawPerRoute<$raw>;
+            type Route = PerRoute<$settings>;
+
+            fn check(raw: $raw, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
+                ($check)(raw, path, false)
+            }
+
+            fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
+                per_route(raw, path, |raw, at| ($check)(raw, at, true))
+            }
+        }
+    };
+}
+
 /// The filters, one line each: `Variant(module::Settings)`, the module named as the filter
 /// is in the file, in the order `/config_dump` shows a route's settings.
 macro_rules! http_filters {

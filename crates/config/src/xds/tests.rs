@@ -970,10 +970,9 @@ mod docs {
         }
         encodings.into_iter().find_map(|bytes| {
             let message = M::decode(bytes.as_slice()).ok()?;
-            let set = fields::set_fields(&message, table);
-            let before = fields::set_fields(base, table);
-            // Set now, and not by the base (or set again on top of it).
-            (set.iter().any(|f| f == name) && (set != before || before.iter().any(|f| f == name)))
+            fields::set_fields(&message, table)
+                .iter()
+                .any(|f| f == name)
                 .then_some(message)
         })
     }

@@ -2,7 +2,7 @@
 //! ([`UpstreamTls`]).
 //!
 //! The material (certificates, keys, CA bundles) and the crypto provider come from
-//! `config::tls_material`, which validation uses to check the same files.
+//! `config::tls::material`, which validation uses to check the same files.
 
 mod client;
 mod server;
