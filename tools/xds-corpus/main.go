@@ -246,7 +246,7 @@ func rewriteAddresses(m proto.Message) {
 }
 
 // tracker records what the proxy was sent and how it first answered, per type; lastSeen is
-// when the last of those happened.
+// when the last of those happened (zero until the first response is sent).
 type tracker struct {
 	mu       sync.Mutex
 	sent     map[string]bool
@@ -256,7 +256,7 @@ type tracker struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{sent: map[string]bool{}, answer: map[string]outcome{}, lastSeen: time.Now(), changed: make(chan struct{}, 1)}
+	return &tracker{sent: map[string]bool{}, answer: map[string]outcome{}, changed: make(chan struct{}, 1)}
 }
 
 func (t *tracker) poke() {
@@ -367,9 +367,10 @@ func runScenario(sc scenario, proxyName, proxyPath, mode string, quiet, deadline
 				answered = false
 			}
 		}
-		idle := time.Since(t.lastSeen)
+		// Quiet counts from the first response sent: a proxy slow to start is waited for.
+		idle := !t.lastSeen.IsZero() && time.Since(t.lastSeen) > quiet
 		t.mu.Unlock()
-		if answered || idle > quiet || time.Now().After(end) {
+		if answered || idle || time.Now().After(end) {
 			break
 		}
 		select {

@@ -141,6 +141,14 @@ catalog! {
             "downstream_cx_max_requests_reached",
             "Client connections retired after max_requests_per_connection (connection: close or GOAWAY).",
         ),
+        rq_rejected_underscores: counter = downstream_rq_rejected_underscores(
+            "downstream_rq_rejected_with_underscores_in_headers",
+            "Requests answered 400 for a header named with an underscore (headers_with_underscores_action: reject_request).",
+        ),
+        headers_dropped_underscores: counter = downstream_headers_dropped_underscores(
+            "downstream_headers_dropped_with_underscores",
+            "Request headers named with an underscore removed (headers_with_underscores_action: drop_header).",
+        ),
         cx_max_duration: counter = downstream_cx_max_duration(
             "downstream_cx_max_duration_reached",
             "Client connections retired after max_connection_duration (connection: close, a close when idle, or GOAWAY).",

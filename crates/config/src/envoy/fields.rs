@@ -41,6 +41,19 @@ pub(crate) const LISTENER: &[(u32, &str)] = &[
     (39, "stats_matcher"),
 ];
 
+pub(crate) const ROUTER: &[(u32, &str)] = &[
+    (1, "dynamic_stats"),
+    (2, "start_child_span"),
+    (3, "upstream_log"),
+    (4, "suppress_envoy_headers"),
+    (5, "strict_check_headers"),
+    (6, "respect_expected_rq_timeout"),
+    (7, "suppress_grpc_request_failure_code_stats"),
+    (8, "upstream_http_filters"),
+    (9, "upstream_log_options"),
+    (10, "reject_connect_request_early_data"),
+];
+
 pub(crate) const PROXY_PROTOCOL: &[(u32, &str)] = &[
     (1, "rules"),
     (2, "allow_requests_without_proxy_protocol"),

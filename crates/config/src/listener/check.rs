@@ -28,6 +28,16 @@ pub(crate) fn listener(
             ));
         }
     };
+    let max_connections_to_accept_per_socket_event =
+        match raw.max_connections_to_accept_per_socket_event {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.max_connections_to_accept_per_socket_event"),
+                    "expected at least 1",
+                ));
+            }
+            other => other,
+        };
     let max_concurrent_streams = raw
         .http
         .max_concurrent_streams
@@ -120,6 +130,7 @@ pub(crate) fn listener(
         address,
         connection_limit,
         connection_balance,
+        max_connections_to_accept_per_socket_event,
         buffer_limit,
         access_log,
         proxy_protocol,
@@ -166,6 +177,37 @@ pub(crate) fn listener(
                 .max_connection_duration
                 .map(|d| positive(d, &format!("{path}.http.max_connection_duration")))
                 .transpose()?,
+            headers_with_underscores_action: match raw
+                .http
+                .headers_with_underscores_action
+                .as_deref()
+            {
+                None | Some("allow") => HeadersWithUnderscores::Allow,
+                Some("reject_request") => HeadersWithUnderscores::RejectRequest,
+                Some("drop_header") => HeadersWithUnderscores::DropHeader,
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.http.headers_with_underscores_action"),
+                        format!(
+                            "expected `allow`, `reject_request` or `drop_header`, found `{other}`"
+                        ),
+                    ));
+                }
+            },
+            initial_stream_window_size: window(
+                raw.http.initial_stream_window_size,
+                &format!("{path}.http.initial_stream_window_size"),
+            )?,
+            initial_connection_window_size: window(
+                raw.http.initial_connection_window_size,
+                &format!("{path}.http.initial_connection_window_size"),
+            )?,
+            server_header: server_header(
+                raw.http.server_header_transformation.as_deref(),
+                raw.http.server_name,
+                &format!("{path}.http"),
+            )?,
+            suppress_proxy_headers: raw.http.suppress_proxy_headers.unwrap_or(false),
             use_remote_address: raw.http.use_remote_address.unwrap_or(true),
             xff_num_trusted_hops: raw.http.xff_num_trusted_hops.unwrap_or(0),
             max_request_headers_kb: match raw.http.max_request_headers_kb {
@@ -181,6 +223,59 @@ pub(crate) fn listener(
         },
         route_config,
     })
+}
+
+/// An HTTP/2 flow-control window: RFC 9113's range, as Envoy's (65535 to 2^31 - 1).
+fn window(value: Option<u32>, path: &str) -> Result<Option<u32>, ConfigError> {
+    match value {
+        Some(v) if !(65_535..=0x7fff_ffff).contains(&v) => Err(ConfigError::invalid(
+            path,
+            format!("expected 65535 to 2147483647 (bytes), found {v}"),
+        )),
+        other => Ok(other),
+    }
+}
+
+/// `server_header_transformation` (`pass_through`, `overwrite`, `append_if_absent`) and
+/// `server_name`. A name alone means `overwrite`; nothing means `pass_through`.
+fn server_header(
+    transformation: Option<&str>,
+    name: Option<String>,
+    path: &str,
+) -> Result<ServerHeader, ConfigError> {
+    let name = name
+        .map(|n| {
+            if n.is_empty()
+                || !n
+                    .bytes()
+                    .all(|b| b == b' ' || b == b'\t' || b.is_ascii_graphic())
+            {
+                Err(ConfigError::invalid(
+                    format!("{path}.server_name"),
+                    "expected a header value: visible ASCII, not empty",
+                ))
+            } else {
+                Ok(n)
+            }
+        })
+        .transpose()?;
+    match (transformation, name) {
+        (None, None) | (Some("pass_through"), None) => Ok(ServerHeader::PassThrough),
+        (Some("pass_through"), Some(_)) => Err(ConfigError::invalid(
+            format!("{path}.server_name"),
+            "a name is never sent with `server_header_transformation: pass_through`",
+        )),
+        (None | Some("overwrite"), Some(name)) => Ok(ServerHeader::Overwrite(name)),
+        (Some("append_if_absent"), Some(name)) => Ok(ServerHeader::AppendIfAbsent(name)),
+        (Some("overwrite" | "append_if_absent"), None) => Err(ConfigError::invalid(
+            format!("{path}.server_name"),
+            "expected the name the `server` header is to carry",
+        )),
+        (Some(other), _) => Err(ConfigError::invalid(
+            format!("{path}.server_header_transformation"),
+            format!("expected `pass_through`, `overwrite` or `append_if_absent`, found `{other}`"),
+        )),
+    }
 }
 
 /// `proxy_protocol: { versions: [v1, v2], required: true }` (both versions and required by

@@ -43,6 +43,10 @@ pub struct ListenerConfig {
     /// a new connection is closed at once and counted in `downstream_cx_overflow`.
     pub connection_limit: Option<usize>,
     pub connection_balance: ConnectionBalance,
+    /// Connections one worker accepts in a row before it serves its other work and accepts
+    /// again; `None`: every connection pending (Envoy's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections_to_accept_per_socket_event: Option<u32>,
     /// What the proxy holds for one client connection in each direction, in bytes: the
     /// HTTP/1.1 read buffer and write queue, the HTTP/2 stream window and send buffer. A slow
     /// peer makes the proxy stop reading from the other side rather than queue more.
@@ -109,6 +113,46 @@ pub struct HttpConfig {
     /// Proxies in front whose `x-forwarded-for` entries are trusted (Envoy's meaning); with
     /// any, their `x-forwarded-proto` is kept too.
     pub xff_num_trusted_hops: u32,
+    /// What a request header whose name has an underscore gets.
+    pub headers_with_underscores_action: HeadersWithUnderscores,
+    /// HTTP/2: the bytes a client may send on one stream, and on the connection, before the
+    /// proxy has passed them on. `None`: the buffer limit (at least 65535 for the connection).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_stream_window_size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_connection_window_size: Option<u32>,
+    /// The `server` header of every response.
+    pub server_header: ServerHeader,
+    /// The proxy's own response headers (`x-legate-overloaded`) are not added (Envoy's
+    /// router `suppress_envoy_headers`).
+    pub suppress_proxy_headers: bool,
+}
+
+/// What a request header whose name holds `_` gets (Envoy's `headers_with_underscores_action`):
+/// such names can smuggle a header past a backend that reads `_` as `-`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadersWithUnderscores {
+    /// Passed on.
+    Allow,
+    /// The request is answered 400 and, on HTTP/1.1, the connection closed; counted in
+    /// `downstream_rq_rejected_with_underscores_in_headers`.
+    RejectRequest,
+    /// The header is removed; counted in `downstream_headers_dropped_with_underscores`.
+    DropHeader,
+}
+
+/// The `server` header of the responses a listener sends (Envoy's
+/// `server_header_transformation` and `server_name`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerHeader {
+    /// The upstream's, if it sent one; none on the proxy's own replies.
+    PassThrough,
+    /// Always this name, the upstream's replaced.
+    Overwrite(String),
+    /// This name where the upstream sent none.
+    AppendIfAbsent(String),
 }
 
 /// A listener's PROXY protocol (HAProxy's, v1 text and v2 binary), as cloud TCP load

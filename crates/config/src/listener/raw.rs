@@ -14,6 +14,7 @@ pub struct RawListener {
     pub address: String,
     pub connection_limit: Option<u64>,
     pub connection_balance: Option<String>,
+    pub max_connections_to_accept_per_socket_event: Option<u32>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
     #[serde(default)]
@@ -54,6 +55,12 @@ pub struct RawHttp {
     pub max_connection_duration: Option<Duration>,
     pub use_remote_address: Option<bool>,
     pub xff_num_trusted_hops: Option<u32>,
+    pub headers_with_underscores_action: Option<String>,
+    pub initial_stream_window_size: Option<u32>,
+    pub initial_connection_window_size: Option<u32>,
+    pub server_header_transformation: Option<String>,
+    pub server_name: Option<String>,
+    pub suppress_proxy_headers: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -6,6 +6,7 @@ use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtoco
 use envoy_types::pb::envoy::config::listener::v3::{
     FilterChain, Listener, filter, listener_filter,
 };
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, http_connection_manager, http_filter,
@@ -122,6 +123,10 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         .per_connection_buffer_limit_bytes
         .take()
         .map(|v| u64::from(v.value));
+    let accept_per_event = l
+        .max_connections_to_accept_per_socket_event
+        .take()
+        .map(|v| v.value);
     let mut proxy_protocol = None;
     for (i, f) in std::mem::take(&mut l.listener_filters)
         .into_iter()
@@ -208,6 +213,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         address,
         connection_limit: None,
         connection_balance: None,
+        max_connections_to_accept_per_socket_event: accept_per_event,
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),
         access_log: None,
@@ -265,7 +271,31 @@ fn connection_manager(
             });
         }
     };
-    let authz = http_filters(std::mem::take(&mut hcm.http_filters), at)?;
+    let authz = http_filters(std::mem::take(&mut hcm.http_filters), http, at)?;
+    // Envoy's default is `OVERWRITE` with its own name; here the name is this proxy's.
+    let name = std::mem::take(&mut hcm.server_name);
+    let name = if name.is_empty() {
+        "legate".to_owned()
+    } else {
+        name
+    };
+    match std::mem::take(&mut hcm.server_header_transformation) {
+        0 => {
+            http.server_header_transformation = Some("overwrite".into());
+            http.server_name = Some(name);
+        }
+        1 => {
+            http.server_header_transformation = Some("append_if_absent".into());
+            http.server_name = Some(name);
+        }
+        2 => http.server_header_transformation = Some("pass_through".into()),
+        other => {
+            return Err(ResourceError::invalid(
+                format!("{at}.server_header_transformation"),
+                format!("unknown transformation {other}"),
+            ));
+        }
+    }
     if let Some(common) = hcm.common_http_protocol_options.take() {
         common_options(common, http, &format!("{at}.common_http_protocol_options"))?;
     }
@@ -335,7 +365,11 @@ fn connection_manager(
 
 /// ext_authz (at most once) and the router, last: requests are authorized, then go to the
 /// route's cluster. Other filters are refused.
-fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<Option<XdsAuthz>, ResourceError> {
+fn http_filters(
+    filters: Vec<HttpFilter>,
+    http: &mut RawHttp,
+    at: &str,
+) -> Result<Option<XdsAuthz>, ResourceError> {
     let typed = |f: &HttpFilter| match &f.config_type {
         Some(http_filter::ConfigType::TypedConfig(any)) => Some(any.clone()),
         _ => None,
@@ -349,11 +383,8 @@ fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<Option<XdsAuthz>, 
     for (i, f) in filters.iter().enumerate() {
         let at = format!("{at}.http_filters[{i}]");
         if is_router(f) {
-            if typed(f).is_some_and(|any| !any.value.is_empty()) {
-                return Err(ResourceError::Unsupported {
-                    at,
-                    fields: vec!["router settings".into()],
-                });
+            if let Some(any) = typed(f) {
+                router(&any, http, &at)?;
             }
             if i + 1 != filters.len() {
                 return Err(ResourceError::invalid(
@@ -389,6 +420,16 @@ fn http_filters(filters: Vec<HttpFilter>, at: &str) -> Result<Option<XdsAuthz>, 
     Ok(authz)
 }
 
+/// The router's settings: `suppress_envoy_headers` (this proxy's own headers); the stats
+/// switches change no behaviour.
+fn router(any: &Any, http: &mut RawHttp, at: &str) -> Result<(), ResourceError> {
+    let mut router = decode::<Router>(any, ROUTER, "a Router")?;
+    http.suppress_proxy_headers = Some(std::mem::take(&mut router.suppress_envoy_headers));
+    router.dynamic_stats = None;
+    router.suppress_grpc_request_failure_code_stats = false;
+    nothing_else(&router, fields::ROUTER, at)
+}
+
 fn common_options(
     mut common: HttpProtocolOptions,
     http: &mut RawHttp,
@@ -403,6 +444,20 @@ fn common_options(
             }
         });
     http.max_requests_per_connection = common.max_requests_per_connection.take().map(|v| v.value);
+    http.headers_with_underscores_action = Some(
+        match std::mem::take(&mut common.headers_with_underscores_action) {
+            0 => "allow",
+            1 => "reject_request",
+            2 => "drop_header",
+            other => {
+                return Err(ResourceError::invalid(
+                    format!("{at}.headers_with_underscores_action"),
+                    format!("unknown action {other}"),
+                ));
+            }
+        }
+        .to_owned(),
+    );
     nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
 }
 
@@ -412,5 +467,7 @@ fn h2_options(
     at: &str,
 ) -> Result<(), ResourceError> {
     http.max_concurrent_streams = h2.max_concurrent_streams.take().map(|v| v.value);
+    http.initial_stream_window_size = h2.initial_stream_window_size.take().map(|v| v.value);
+    http.initial_connection_window_size = h2.initial_connection_window_size.take().map(|v| v.value);
     nothing_else(&h2, fields::HTTP2_PROTOCOL_OPTIONS, at)
 }

@@ -259,6 +259,78 @@ fn buffer_limits_default_to_32_kib_and_take_units() {
     assert!(error_of(&unitless).starts_with("clusters[0]"));
 }
 
+#[test]
+fn control_plane_http_settings_are_checked() {
+    let with_http = |http: &str| {
+        MINIMAL.replace(
+            "    address: 127.0.0.1:8080\n",
+            &format!("    address: 127.0.0.1:8080\n    http: {{ {http} }}\n"),
+        )
+    };
+    let config = Config::from_yaml(MINIMAL).unwrap();
+    let http = &config.listeners[0].http;
+    assert_eq!(
+        http.headers_with_underscores_action,
+        HeadersWithUnderscores::Allow
+    );
+    assert_eq!(http.server_header, ServerHeader::PassThrough);
+    assert_eq!(http.initial_stream_window_size, None);
+    assert!(!http.suppress_proxy_headers);
+
+    let config = Config::from_yaml(&with_http(
+        "headers_with_underscores_action: reject_request, server_name: edge, initial_stream_window_size: 65535",
+    ))
+    .unwrap();
+    let http = &config.listeners[0].http;
+    assert_eq!(
+        http.headers_with_underscores_action,
+        HeadersWithUnderscores::RejectRequest
+    );
+    assert_eq!(http.server_header, ServerHeader::Overwrite("edge".into()));
+    assert_eq!(http.initial_stream_window_size, Some(65535));
+
+    for (http, error) in [
+        (
+            "headers_with_underscores_action: drop",
+            "listeners[0].http.headers_with_underscores_action: expected `allow`",
+        ),
+        (
+            "initial_stream_window_size: 1024",
+            "listeners[0].http.initial_stream_window_size: expected 65535 to 2147483647",
+        ),
+        (
+            "initial_connection_window_size: 2147483648",
+            "listeners[0].http.initial_connection_window_size: expected 65535",
+        ),
+        (
+            "server_header_transformation: overwrite",
+            "listeners[0].http.server_name: expected the name",
+        ),
+        (
+            "server_header_transformation: pass_through, server_name: edge",
+            "listeners[0].http.server_name: a name is never sent",
+        ),
+        (
+            "server_name: \"a\\nb\"",
+            "listeners[0].http.server_name: expected a header value",
+        ),
+        (
+            "server_header_transformation: replace, server_name: edge",
+            "listeners[0].http.server_header_transformation: expected",
+        ),
+    ] {
+        let found = error_of(&with_http(http));
+        assert!(found.starts_with(error), "{http}: {found}");
+    }
+    let zero = MINIMAL.replace(
+        "    address: 127.0.0.1:8080\n",
+        "    address: 127.0.0.1:8080\n    max_connections_to_accept_per_socket_event: 0\n",
+    );
+    assert!(error_of(&zero).starts_with(
+        "listeners[0].max_connections_to_accept_per_socket_event: expected at least 1"
+    ));
+}
+
 /// MINIMAL with a `tls:` section (given indented) on its listener.
 fn with_listener_tls(tls: &str) -> String {
     MINIMAL.replace(

@@ -73,10 +73,16 @@ impl Codecs {
         h2.max_concurrent_streams(listener.http.max_concurrent_streams)
             .max_header_list_size(max_head as u32)
             // Fixed windows: a client can send at most `limit` bytes per stream before the
-            // upstream has taken them, and the connection window caps all streams together.
+            // upstream has taken them, and the connection window caps all streams together
+            // (unless the listener sets its windows, as control planes do).
             .adaptive_window(false)
-            .initial_stream_window_size(limit)
-            .initial_connection_window_size(limit.max(65_535))
+            .initial_stream_window_size(listener.http.initial_stream_window_size.unwrap_or(limit))
+            .initial_connection_window_size(
+                listener
+                    .http
+                    .initial_connection_window_size
+                    .unwrap_or(limit.max(65_535)),
+            )
             .max_send_buf_size(limit as usize)
             // Floods end the connection with GOAWAY ENHANCE_YOUR_CALM: streams the client
             // resets before they are served (rapid reset, CVE-2023-44487), and streams reset

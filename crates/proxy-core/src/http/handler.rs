@@ -18,7 +18,7 @@ use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
 use crate::trace::{TRACEPARENT, TRACESTATE, text_of};
-use config::{ForwardAction, PathMatch, RouteAction};
+use config::{ForwardAction, HeadersWithUnderscores, PathMatch, RouteAction};
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
@@ -103,7 +103,9 @@ pub(crate) fn handle(
                     err.status(),
                     Bytes::from_static(err.client_body().as_bytes()),
                 );
-                if matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded) {
+                if matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded)
+                    && !http.suppress_proxy_headers
+                {
                     // Tells a client (or the next proxy) that this was load shedding, not a
                     // failed upstream: worth backing off, not worth marking the host down. (The
                     // pool logs refusals, at most a line a second.)
@@ -111,7 +113,7 @@ pub(crate) fn handle(
                         X_LEGATE_OVERLOADED.clone(),
                         HeaderValue::from_static("true"),
                     );
-                } else {
+                } else if !matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded) {
                     tracing::warn!(
                         flag = %err.flag(),
                         status = err.status().as_u16(),
@@ -145,6 +147,7 @@ pub(crate) fn handle(
                 response.body_mut().filter(filter);
             }
         }
+        http.server_header.apply(response.headers_mut());
         if version == Version::HTTP_2 {
             // The client's HPACK table may keep these values for the connection's life: they
             // must not hold the chunk an HTTP/1.1 upstream's head was copied into.
@@ -212,6 +215,26 @@ struct Facts {
     tunnel: Option<(hyper::upgrade::Upgraded, Option<hyper::upgrade::OnUpgrade>)>,
 }
 
+/// `headers_with_underscores_action`: a request with a header named with `_` is refused, or
+/// loses those headers, before anything reads them.
+fn underscores(req: &mut Request<RequestBody>, scope: &Scope<'_>) -> Result<(), ProxyError> {
+    let stats = &scope.conn.listener.stats;
+    match head::drop_underscored_headers(
+        req.headers_mut(),
+        scope.http.headers_with_underscores == HeadersWithUnderscores::RejectRequest,
+    ) {
+        Err(err) => {
+            stats.rq_rejected_underscores.inc();
+            Err(err)
+        }
+        Ok(0) => Ok(()),
+        Ok(dropped) => {
+            stats.headers_dropped_underscores.add(dropped as u64);
+            Ok(())
+        }
+    }
+}
+
 /// Takes the request by reference: a request moved into each level of the path would sit in
 /// every level's future twice (as the parameter and as its local), and each future is copied
 /// whole when it is started.
@@ -222,6 +245,9 @@ async fn route_and_forward(
     state: &mut FilterState,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
+    if scope.http.headers_with_underscores != HeadersWithUnderscores::Allow {
+        underscores(req, scope)?;
+    }
     let (host, matched) = match head::admit(
         req,
         scope.conn.listener.head_limit,

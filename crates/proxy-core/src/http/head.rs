@@ -51,6 +51,31 @@ pub(crate) fn admit<B>(
     Ok(Admitted::Routed { host, matched })
 }
 
+/// Headers whose names hold `_`: with `reject`, a request carrying any is an error (400);
+/// otherwise they are removed and counted. Names are lower-case ASCII here (the codecs
+/// refuse anything else), so a byte search is the whole test.
+pub(crate) fn drop_underscored_headers(
+    headers: &mut http::HeaderMap,
+    reject: bool,
+) -> Result<usize, ProxyError> {
+    let underscored = |name: &http::HeaderName| name.as_str().as_bytes().contains(&b'_');
+    if !headers.keys().any(underscored) {
+        return Ok(0);
+    }
+    if reject {
+        return Err(ProxyError::BadRequest("a header name holds an underscore"));
+    }
+    let names: Vec<http::HeaderName> = headers.keys().filter(|n| underscored(n)).cloned().collect();
+    let mut dropped = 0;
+    for name in names {
+        if let http::header::Entry::Occupied(entry) = headers.entry(name) {
+            dropped += entry.iter().count();
+            entry.remove_entry_mult().1.for_each(drop);
+        }
+    }
+    Ok(dropped)
+}
+
 /// Rewrites the request's path to its one spelling (path.rs), before anything reads it; or
 /// gives the location `unescape_and_redirect` asks for.
 fn normalize_path<B>(

@@ -47,6 +47,49 @@ pub(crate) struct HttpCtx {
     pub(crate) path_normalization: config::PathNormalization,
     /// Starts each request's trace, when `tracing` is configured.
     pub(crate) tracer: Option<Rc<crate::trace::WorkerTracer>>,
+    /// What a request header named with `_` gets.
+    pub(crate) headers_with_underscores: config::HeadersWithUnderscores,
+    /// The `server` header of every response.
+    pub(crate) server_header: ServerHeader,
+    /// The proxy's own response headers (`x-legate-overloaded`) are left out.
+    pub(crate) suppress_proxy_headers: bool,
+}
+
+/// The `server` header of a listener's responses, as header text made once.
+pub(crate) enum ServerHeader {
+    PassThrough,
+    Overwrite(http::HeaderValue),
+    AppendIfAbsent(http::HeaderValue),
+}
+
+impl ServerHeader {
+    pub(crate) fn new(config: &config::ServerHeader) -> Self {
+        // The name was checked as visible ASCII when the config was loaded.
+        let value = |name: &str| {
+            http::HeaderValue::try_from(name)
+                .unwrap_or_else(|_| http::HeaderValue::from_static("legate"))
+        };
+        match config {
+            config::ServerHeader::PassThrough => Self::PassThrough,
+            config::ServerHeader::Overwrite(name) => Self::Overwrite(value(name)),
+            config::ServerHeader::AppendIfAbsent(name) => Self::AppendIfAbsent(value(name)),
+        }
+    }
+
+    /// Sets the header on a response about to go to the client.
+    pub(crate) fn apply(&self, headers: &mut http::HeaderMap) {
+        match self {
+            Self::PassThrough => {}
+            Self::Overwrite(value) => {
+                headers.insert(http::header::SERVER, value.clone());
+            }
+            Self::AppendIfAbsent(value) => {
+                if !headers.contains_key(http::header::SERVER) {
+                    headers.insert(http::header::SERVER, value.clone());
+                }
+            }
+        }
+    }
 }
 
 /// A listener's current [`HttpCtx`] on one worker. A connection reads it once per request,

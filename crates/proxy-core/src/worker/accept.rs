@@ -152,11 +152,24 @@ impl Drop for Closed {
 /// Accepts on `socket` until the listener drains (removed, or the process stops).
 pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, at: Rc<Accepted>) {
     let mut drain = listener.drain.watch();
+    // Connections accepted since the worker last served its other tasks.
+    let mut in_a_row = 0u32;
     loop {
+        if listener
+            .state()
+            .accept_per_event
+            .is_some_and(|max| in_a_row >= max)
+        {
+            // `max_connections_to_accept_per_socket_event`: the connections still pending
+            // wait for the worker's next turn, after the work already in.
+            in_a_row = 0;
+            tokio::task::yield_now().await;
+        }
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
             () = drain.raised() => return,
         };
+        in_a_row += 1;
         let state = listener.state();
         let (stream, peer) = match accepted {
             Ok(pair) => pair,

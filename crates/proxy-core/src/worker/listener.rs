@@ -16,7 +16,7 @@ use crate::cluster::Cluster;
 use crate::conn::{Codecs, ConnSettings};
 use crate::context::{ForwardedTrust, ListenerCtx, Signal};
 use crate::filters::FilterChain;
-use crate::http::{HttpCtx, HttpSlot};
+use crate::http::{HttpCtx, HttpSlot, ServerHeader};
 use crate::listen::ConnectionLimits;
 use crate::live::SharedListener;
 use crate::tls::{Handshake, ServerTls};
@@ -43,6 +43,9 @@ pub(super) struct Listener {
 pub(super) struct ListenerState {
     /// `connection_balance: exact`: each connection goes to the least-loaded worker.
     pub(super) exact: bool,
+    /// Connections accepted in a row before the worker serves its other tasks; `None`: as
+    /// many as are pending.
+    pub(super) accept_per_event: Option<u32>,
     pub(super) limits: ConnectionLimits,
     /// What requests need to know about the listener.
     pub(super) ctx: Rc<ListenerCtx>,
@@ -161,6 +164,7 @@ impl ListenerState {
         };
         Self {
             exact: config.connection_balance == ConnectionBalance::Exact,
+            accept_per_event: config.max_connections_to_accept_per_socket_event,
             limits: shared.limits.clone(),
             ctx,
             conn,
@@ -231,5 +235,8 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         upgrade_buffer: config.buffer_limit as usize,
         path_normalization: config.http.path_normalization,
         tracer: parts.tracer.cloned(),
+        headers_with_underscores: config.http.headers_with_underscores_action,
+        server_header: ServerHeader::new(&config.http.server_header),
+        suppress_proxy_headers: config.http.suppress_proxy_headers,
     }
 }

@@ -1,0 +1,422 @@
+//! What control planes put in every listener, honoured through the real binary: a listener
+//! and connection manager shaped as Envoy Gateway sends them (underscored headers refused or
+//! dropped, HTTP/2 windows, the `server` header, the router's `suppress_envoy_headers`,
+//! `max_connections_to_accept_per_socket_event`), over xDS from the testbed's management
+//! server and from the config file; fields not honoured NACKed by name, the last good
+//! config serving on.
+
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::cluster;
+use envoy_types::pb::envoy::config::core::v3::{
+    Http2ProtocolOptions, HttpProtocolOptions, http_protocol_options,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager, http_filter,
+};
+use envoy_types::pb::google::protobuf::{Any, BoolValue, UInt32Value};
+use prost::Message;
+use testbed::resources::{self, eds_cluster};
+use testbed::xds::{any, type_url};
+use testbed::{ManagementServer, NoopUpstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The connection manager's settings a test varies.
+struct Manager {
+    underscores: http_protocol_options::HeadersWithUnderscoresAction,
+    /// `server_header_transformation` and `server_name`.
+    server: (
+        http_connection_manager::ServerHeaderTransformation,
+        &'static str,
+    ),
+    router: Router,
+    stream_window: u32,
+}
+
+/// The listener `web` as Envoy Gateway writes it (its `http-route` scenario), on
+/// 127.0.0.1, routes from RDS `web-routes`.
+fn gateway_listener(m: &Manager) -> (String, Any) {
+    let mut l: Listener = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    l.max_connections_to_accept_per_socket_event = Some(UInt32Value { value: 1 });
+    l.per_connection_buffer_limit_bytes = Some(UInt32Value { value: 32768 });
+    let chain = &mut l.filter_chains[0];
+    let Some(filter::ConfigType::TypedConfig(hcm_any)) = &chain.filters[0].config_type else {
+        unreachable!()
+    };
+    let mut hcm = HttpConnectionManager::decode(hcm_any.value.as_slice()).unwrap();
+    hcm.common_http_protocol_options = Some(HttpProtocolOptions {
+        headers_with_underscores_action: m.underscores as i32,
+        ..Default::default()
+    });
+    hcm.http2_protocol_options = Some(Http2ProtocolOptions {
+        initial_connection_window_size: Some(UInt32Value { value: 1_048_576 }),
+        initial_stream_window_size: Some(UInt32Value {
+            value: m.stream_window,
+        }),
+        max_concurrent_streams: Some(UInt32Value { value: 100 }),
+        ..Default::default()
+    });
+    hcm.server_header_transformation = m.server.0 as i32;
+    hcm.server_name = m.server.1.into();
+    hcm.use_remote_address = Some(BoolValue { value: true });
+    hcm.normalize_path = Some(BoolValue { value: true });
+    hcm.merge_slashes = true;
+    let router = hcm.http_filters.last_mut().unwrap();
+    router.config_type = Some(http_filter::ConfigType::TypedConfig(any(&m.router)));
+    chain.filters[0].config_type = Some(filter::ConfigType::TypedConfig(any(&hcm)));
+    ("web".into(), any(&l))
+}
+
+fn bootstrap(server: SocketAddr) -> String {
+    format!(
+        "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{server}\" }} }}\n"
+    )
+}
+
+/// The listener's bound address once it is in force.
+async fn bound(proxy: &Proxy) -> SocketAddr {
+    let mut found = None;
+    eventually("listener web in force", async || {
+        let (_, body) = admin_request(proxy.admin.unwrap(), "GET", "/config_dump");
+        let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
+        found = dump["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "web")
+            .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
+        found.is_some()
+    })
+    .await;
+    found.unwrap()
+}
+
+/// Sends the listener and waits for the proxy's answer to it: the NACK's reason, or `None`
+/// for an ACK.
+async fn serve_listener(server: &ManagementServer, listener: (String, Any)) -> Option<String> {
+    let mut sent_before = 0;
+    server
+        .wait_for(LIMIT, |_, responses| {
+            sent_before = responses.len();
+            true
+        })
+        .await;
+    server.set(type_url::LISTENER, vec![listener]);
+    let mut answer = None;
+    assert!(
+        server
+            .wait_for(LIMIT, |requests, responses| {
+                let nonces: Vec<&str> = responses[sent_before.min(responses.len())..]
+                    .iter()
+                    .filter(|r| r.type_url == type_url::LISTENER)
+                    .map(|r| r.nonce.as_str())
+                    .collect();
+                answer = requests
+                    .iter()
+                    .filter(|r| nonces.contains(&r.response_nonce.as_str()))
+                    .map(|r| r.error_detail.clone())
+                    .next_back();
+                answer.is_some()
+            })
+            .await,
+        "the proxy answered the listener"
+    );
+    answer.unwrap()
+}
+
+/// A request with `x_user` (a name with an underscore) on a new HTTP/1.1 connection: the
+/// status line, once the proxy has closed the connection.
+async fn underscored_h1(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: web\r\nx_user: alice\r\n\r\n")
+        .await
+        .unwrap();
+    let bytes = tokio::time::timeout(LIMIT, read_until_closed(&mut stream))
+        .await
+        .expect("the proxy closes the connection");
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    text.lines().next().unwrap_or("").to_owned()
+}
+
+/// The HTTP/2 server preface's SETTINGS_INITIAL_WINDOW_SIZE and the connection window the
+/// proxy's first WINDOW_UPDATE opens (65535 + its increment).
+async fn h2_windows(addr: SocketAddr) -> (u32, u32) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let (mut stream_window, mut connection_window) = (65_535, None);
+    let read = async {
+        let mut settings_seen = false;
+        while !(settings_seen && connection_window.is_some()) {
+            let mut head = [0u8; 9];
+            stream.read_exact(&mut head).await.unwrap();
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let (kind, flags) = (head[3], head[4]);
+            let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+            let mut payload = vec![0u8; len];
+            stream.read_exact(&mut payload).await.unwrap();
+            match kind {
+                4 if flags & 1 == 0 => {
+                    settings_seen = true;
+                    for setting in payload.chunks_exact(6) {
+                        if u16::from_be_bytes([setting[0], setting[1]]) == 4 {
+                            stream_window = u32::from_be_bytes([
+                                setting[2], setting[3], setting[4], setting[5],
+                            ]);
+                        }
+                    }
+                }
+                8 if stream_id == 0 => {
+                    let increment =
+                        u32::from_be_bytes([payload[0] & 0x7f, payload[1], payload[2], payload[3]]);
+                    connection_window = Some(65_535 + increment);
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, read)
+        .await
+        .expect("the server's preface");
+    (stream_window, connection_window.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
+    use http_connection_manager::ServerHeaderTransformation as Server;
+    use http_protocol_options::HeadersWithUnderscoresAction as Underscores;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config(
+        "web-routes",
+        vec![
+            resources::forward("/missing", "not-sent"),
+            resources::forward("/", "backend"),
+        ],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![(
+            "backend".into(),
+            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+        )],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream.local_addr()])),
+        )],
+    );
+    let gateway = Manager {
+        underscores: Underscores::RejectRequest,
+        server: (Server::PassThrough, ""),
+        router: Router {
+            suppress_envoy_headers: true,
+            ..Default::default()
+        },
+        stream_window: 65536,
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(&server, gateway_listener(&gateway)).await,
+        None
+    );
+    let addr = bound(&proxy).await;
+    let admin = proxy.admin.unwrap();
+
+    // REJECT_REQUEST: 400, and an HTTP/1.1 connection is closed after it; HTTP/2 gets 400.
+    assert_eq!(underscored_h1(addr).await, "HTTP/1.1 400 Bad Request");
+    let h2 = send_h2(addr, get_h2("/", &[("x_user", "alice")])).await;
+    assert_eq!(h2.status(), 400);
+    assert_eq!(
+        stat(admin, "downstream_rq_rejected_with_underscores_in_headers"),
+        2
+    );
+    assert_eq!(upstream.requests(), 0, "neither reached the upstream");
+
+    // PASS_THROUGH: the upstream's `server` header as it is, none on the proxy's replies.
+    let res = send_h1(
+        addr,
+        get("/", &[("x-noop-response-header", "server: noop/1")]),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["server"], "noop/1");
+    let res = send_h1(addr, get("/missing", &[])).await;
+    assert_eq!(res.status(), 503);
+    assert!(res.headers().get("server").is_none());
+
+    // The windows of http2_protocol_options, as the server's preface announces them.
+    assert_eq!(h2_windows(addr).await, (65536, 1_048_576));
+
+    // DROP_HEADER and OVERWRITE with a name: the upstream never sees `x_user`, and every
+    // response, the upstream's and the proxy's own, says `server: edge-gw`.
+    let update = Manager {
+        underscores: Underscores::DropHeader,
+        server: (Server::Overwrite, "edge-gw"),
+        ..gateway
+    };
+    assert_eq!(
+        serve_listener(&server, gateway_listener(&update)).await,
+        None
+    );
+    eventually("the update serving", async || {
+        let res = send_h1(addr, get("/missing", &[])).await;
+        res.headers().get("server").is_some_and(|v| v == "edge-gw")
+    })
+    .await;
+    let res = send_h1(
+        addr,
+        get(
+            "/",
+            &[
+                ("x_user", "alice"),
+                ("x-noop-echo", "headers"),
+                ("x-noop-response-header", "server: noop/1"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["server"], "edge-gw");
+    let echoed = text(res.into_body()).await;
+    assert!(!echoed.contains("x_user"), "{echoed}");
+    assert!(echoed.contains("x-noop-echo: headers"), "{echoed}");
+    assert_eq!(
+        stat(admin, "downstream_headers_dropped_with_underscores"),
+        1
+    );
+
+    // Refused by name, the last good listener serving on: a window under HTTP/2's least,
+    // and a router setting not honoured.
+    let small_window = Manager {
+        stream_window: 100,
+        ..update
+    };
+    let nack = serve_listener(&server, gateway_listener(&small_window))
+        .await
+        .expect("NACK");
+    assert!(nack.contains("initial_stream_window_size"), "{nack}");
+    assert!(nack.contains("65535"), "{nack}");
+    let child_span = Manager {
+        router: Router {
+            respect_expected_rq_timeout: true,
+            ..Default::default()
+        },
+        stream_window: 65536,
+        ..small_window
+    };
+    let nack = serve_listener(&server, gateway_listener(&child_span))
+        .await
+        .expect("NACK");
+    assert!(nack.contains("listener `web`"), "{nack}");
+    assert!(nack.contains("respect_expected_rq_timeout"), "{nack}");
+    let res = send_h1(addr, get("/", &[])).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["server"], "edge-gw");
+    server.shutdown().await;
+}
+
+/// The same settings from the config file; `append_if_absent` names only responses that
+/// carry no `server` header; `suppress_proxy_headers` leaves `x-legate-overloaded` out; one
+/// connection accepted per turn still serves a burst of connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_settings_from_the_config_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let held = HeldUpstream::start().await;
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    max_connections_to_accept_per_socket_event: 1
+    http:
+      headers_with_underscores_action: drop_header
+      server_header_transformation: append_if_absent
+      server_name: edge
+      suppress_proxy_headers: true
+      initial_stream_window_size: 70000
+      initial_connection_window_size: 200000
+    routes:
+      - match: {{ prefix: /held }}
+        cluster: held
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+  - name: held
+    endpoints: [{}]
+    circuit_breakers: {{ max_requests: 1 }}
+"#,
+        upstream.local_addr(),
+        held.addr
+    );
+    let proxy = Proxy::start(&config, 1);
+    let addr = proxy.addr();
+    let res = send_h1(
+        addr,
+        get("/", &[("x-noop-response-header", "server: noop/1")]),
+    )
+    .await;
+    assert_eq!(res.headers()["server"], "noop/1");
+    let res = send_h1(addr, get("/", &[("x-noop-echo", "headers"), ("a_b", "1")])).await;
+    assert_eq!(res.headers()["server"], "edge");
+    let echoed = text(res.into_body()).await;
+    assert!(!echoed.contains("a_b"), "{echoed}");
+    assert_eq!(h2_windows(addr).await, (70000, 200000));
+
+    // One request holds the cluster's only slot; the next is refused, without the header.
+    let first = tokio::spawn(async move { send_h1(addr, get("/held", &[])).await.status() });
+    held.wait_for_requests(1).await;
+    let refused = send_h1(addr, get("/held", &[])).await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().get("x-legate-overloaded").is_none());
+    assert_eq!(refused.headers()["server"], "edge");
+    held.release();
+    assert_eq!(first.await.unwrap(), 200);
+
+    // Forty connections at once, accepted one per turn, all served.
+    let burst: Vec<_> = (0..40)
+        .map(|_| tokio::spawn(async move { send_h1(addr, get("/", &[])).await.status() }))
+        .collect();
+    for request in burst {
+        assert_eq!(request.await.unwrap(), 200);
+    }
+    let (_, dump) = admin_request(proxy.admin.unwrap(), "GET", "/config_dump");
+    let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
+    let main = &dump["listeners"][0];
+    assert_eq!(main["max_connections_to_accept_per_socket_event"], 1);
+    assert_eq!(
+        main["http"]["headers_with_underscores_action"],
+        "drop_header"
+    );
+    assert_eq!(
+        main["http"]["server_header"],
+        serde_json::json!({ "append_if_absent": "edge" })
+    );
+}
