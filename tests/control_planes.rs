@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     Http2ProtocolOptions, HttpProtocolOptions, http_protocol_options,
 };
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{VirtualHost, route, route_action};
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager, http_filter,
@@ -206,12 +207,30 @@ async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
     let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let routes = resources::route_config(
+    // As Envoy Gateway writes them: hosts matched without their port, and a route whose
+    // backend is not there answering 500.
+    let mut gone = resources::forward("/gone", "not-sent-either");
+    if let Some(route::Action::Route(action)) = &mut gone.action {
+        action.cluster_not_found_response_code =
+            route_action::ClusterNotFoundResponseCode::InternalServerError as i32;
+    }
+    let mut routes = resources::route_config(
         "web-routes",
         vec![
             resources::forward("/missing", "not-sent"),
+            gone,
             resources::forward("/", "backend"),
         ],
+    );
+    routes.ignore_port_in_host_matching = true;
+    routes.virtual_hosts.insert(
+        0,
+        VirtualHost {
+            name: "ported".into(),
+            domains: vec!["ported.test:9999".into()],
+            routes: vec![resources::direct("/", 418)],
+            ..Default::default()
+        },
     );
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
     server.set(
@@ -266,6 +285,20 @@ async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
     let res = send_h1(addr, get("/missing", &[])).await;
     assert_eq!(res.status(), 503);
     assert!(res.headers().get("server").is_none());
+
+    let res = send_h1(addr, get("/gone", &[])).await;
+    assert_eq!(res.status(), 500, "cluster_not_found_response_code");
+    // A domain that names a port matches nothing once ports are ignored: `*` answers.
+    let mut ported = get("/", &[]);
+    ported
+        .headers_mut()
+        .insert("host", "ported.test:9999".parse().unwrap());
+    let res = send_h1(addr, ported).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.headers()["x-noop-served-by"],
+        upstream.local_addr().to_string()
+    );
 
     // The windows of http2_protocol_options, as the server's preface announces them.
     assert_eq!(h2_windows(addr).await, (65536, 1_048_576));

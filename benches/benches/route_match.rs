@@ -113,6 +113,7 @@ fn vhosts(n: usize, hosts: usize) -> RouteConfiguration {
         routes: routes.into(),
         virtual_hosts,
         flat: false,
+        ignore_port_in_host_matching: false,
     }
 }
 

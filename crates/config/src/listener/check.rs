@@ -67,7 +67,7 @@ pub(crate) fn listener(
         raw.http.path_normalization.clone(),
         &format!("{path}.http.path_normalization"),
     )?;
-    let route_config = crate::route::check::route_configuration(
+    let mut route_config = crate::route::check::route_configuration(
         raw.routes,
         raw.virtual_hosts,
         path,
@@ -79,6 +79,7 @@ pub(crate) fn listener(
             path_normalization,
         },
     )?;
+    route_config.ignore_port_in_host_matching = raw.ignore_port_in_host_matching.unwrap_or(false);
     let access_log = raw
         .access_log
         .map(|log| -> Result<AccessLogConfig, ConfigError> {

@@ -32,6 +32,8 @@ pub struct RawListener {
     /// routes grouped by the hosts they serve.
     #[serde(default)]
     pub virtual_hosts: Vec<RawVirtualHost>,
+    /// Hosts matched without their port (Envoy's `ignore_port_in_host_matching`).
+    pub ignore_port_in_host_matching: Option<bool>,
     /// Set on listeners from a management server: names as control planes write them.
     #[serde(skip)]
     pub dynamic: bool,

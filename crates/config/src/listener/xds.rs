@@ -107,6 +107,7 @@ impl XdsListener {
         let mut raw = self.raw.clone();
         if let Some(routes) = routes.or(self.inline.as_ref()) {
             raw.virtual_hosts = routes.section(ready, &self.upgrades, self.authz.is_some());
+            raw.ignore_port_in_host_matching = Some(routes.ignore_port_in_host_matching);
         }
         if let Some(authz) = &self.authz {
             raw.http_filters = vec![RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)];
@@ -223,6 +224,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         http_filters: Vec::new(),
         routes: Vec::new(),
         virtual_hosts: Vec::new(),
+        ignore_port_in_host_matching: None,
         dynamic: true,
     };
     let (inline, rds, upgrades, authz) =

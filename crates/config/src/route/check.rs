@@ -80,6 +80,7 @@ pub(crate) fn route_configuration(
                 routes: routes.into(),
                 virtual_hosts: hosts,
                 flat: false,
+                ignore_port_in_host_matching: false,
             })
         }
     }

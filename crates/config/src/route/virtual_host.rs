@@ -21,6 +21,9 @@ pub struct RouteConfiguration {
     /// Written as a flat `routes:` list: one virtual host for every domain, dumped back in
     /// the same form.
     pub flat: bool,
+    /// A request's host is matched without its port, so domains that name one match nothing
+    /// (Envoy's `ignore_port_in_host_matching`).
+    pub ignore_port_in_host_matching: bool,
 }
 
 impl RouteConfiguration {
@@ -37,6 +40,7 @@ impl RouteConfiguration {
             routes: routes.into(),
             virtual_hosts,
             flat: true,
+            ignore_port_in_host_matching: false,
         }
     }
 
@@ -98,7 +102,10 @@ impl Serialize for Domain {
 impl Serialize for RouteConfiguration {
     /// As written: `routes: [...]`, or `virtual_hosts: [...]` each with its own routes.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(1))?;
+        let mut map = s.serialize_map(None)?;
+        if self.ignore_port_in_host_matching {
+            map.serialize_entry("ignore_port_in_host_matching", &true)?;
+        }
         if self.flat {
             map.serialize_entry("routes", &self.routes[..])?;
         } else {

@@ -26,6 +26,7 @@ use crate::{RawRouteAuthz, RawRouteFilters};
 pub struct XdsRoutes {
     pub name: String,
     virtual_hosts: Vec<RawVirtualHost>,
+    pub(crate) ignore_port_in_host_matching: bool,
 }
 
 impl XdsRoutes {
@@ -49,6 +50,7 @@ impl XdsRoutes {
         // unknown cluster answers 503 here either way.
         config.validate_clusters = None;
         config.metadata = None;
+        let ignore_port_in_host_matching = std::mem::take(&mut config.ignore_port_in_host_matching);
         nothing_else(&config, fields::ROUTE_CONFIGURATION, &at)?;
         let virtual_hosts = hosts
             .into_iter()
@@ -58,6 +60,7 @@ impl XdsRoutes {
         Ok(Self {
             name,
             virtual_hosts,
+            ignore_port_in_host_matching,
         })
     }
 
@@ -118,7 +121,7 @@ impl XdsRoutes {
                 *route = RawRoute {
                     matcher: std::mem::take(&mut route.matcher),
                     filters: route.filters.take(),
-                    direct_response: Some(cluster_not_found()),
+                    direct_response: Some(cluster_not_found(route.cluster_not_found_status)),
                     ..Default::default()
                 };
                 continue;
@@ -360,12 +363,17 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         }
         raw.upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
     }
-    // Envoy's default answer for an unknown cluster is 503, as here.
-    if a.cluster_not_found_response_code
-        == action::ClusterNotFoundResponseCode::ServiceUnavailable as i32
-    {
-        a.cluster_not_found_response_code = 0;
-    }
+    raw.cluster_not_found_status = match std::mem::take(&mut a.cluster_not_found_response_code) {
+        0 => None,
+        1 => Some(404),
+        2 => Some(500),
+        other => {
+            return Err(ResourceError::invalid(
+                format!("{at}.cluster_not_found_response_code"),
+                format!("unknown code {other}"),
+            ));
+        }
+    };
     nothing_else(&a, fields::ROUTE_ACTION, at)
 }
 
@@ -430,10 +438,10 @@ fn direct_response(
     Ok(RawDirectResponse { status, body })
 }
 
-/// The answer of a route whose cluster is not (yet) known.
-pub(crate) fn cluster_not_found() -> RawDirectResponse {
+/// The answer of a route whose cluster is not (yet) known: 503 unless the route says.
+pub(crate) fn cluster_not_found(status: Option<u16>) -> RawDirectResponse {
     RawDirectResponse {
-        status: 503,
+        status: status.unwrap_or(503),
         body: "cluster not found\n".into(),
     }
 }

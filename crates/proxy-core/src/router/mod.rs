@@ -72,6 +72,11 @@ impl RouteTable {
         let host = lowercase(host);
         let host = host.as_ref();
         let bare = strip_port(host);
+        let host = if self.config.ignore_port_in_host_matching {
+            bare
+        } else {
+            host
+        };
         let Some(virtual_host) = self.hosts.find(host, bare) else {
             return Matched::default();
         };
@@ -97,11 +102,16 @@ impl RouteTable {
         headers: &HeaderMap,
     ) -> Matched {
         let host = lowercase(host);
-        let Some(virtual_host) = hosts::find_by_scan(&self.config.virtual_hosts, &host) else {
+        let host = if self.config.ignore_port_in_host_matching {
+            strip_port(&host)
+        } else {
+            &host
+        };
+        let Some(virtual_host) = hosts::find_by_scan(&self.config.virtual_hosts, host) else {
             return Matched::default();
         };
         let span = self.config.virtual_hosts[virtual_host].routes.clone();
-        let bare = strip_port(&host);
+        let bare = strip_port(host);
         let request = Request {
             path,
             query,
@@ -382,6 +392,40 @@ listeners:
         assert_eq!(matched.route, None);
         let matched = t.find("elsewhere", "/x", None, &HeaderMap::new());
         assert_eq!(matched.route, Some(0));
+    }
+
+    #[test]
+    fn ignore_port_in_host_matching_matches_the_host_without_its_port() {
+        let yaml = |ignore: bool| {
+            format!(
+                r#"
+listeners:
+  - name: l
+    address: 127.0.0.1:1
+    ignore_port_in_host_matching: {ignore}
+    virtual_hosts:
+      - {{ name: any, domains: ["*"], routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: 200 }} }}] }}
+      - {{ name: exact, domains: [api.example.com] }}
+      - {{ name: exact-port, domains: ["api.example.com:8443"] }}
+"#
+            )
+        };
+        for ignore in [false, true] {
+            let config = Config::from_yaml(&yaml(ignore)).unwrap();
+            let t = RouteTable::new(config.listeners[0].route_config.clone());
+            let ported = if ignore { "exact" } else { "exact-port" };
+            assert_eq!(
+                host_for(&t, "api.example.com:8443").as_deref(),
+                Some(ported)
+            );
+            assert_eq!(host_for(&t, "api.example.com:80").as_deref(), Some("exact"));
+            assert_eq!(
+                t.find_by_scan("api.example.com:8443", "/", None, &HeaderMap::new())
+                    .virtual_host,
+                t.find("api.example.com:8443", "/", None, &HeaderMap::new())
+                    .virtual_host,
+            );
+        }
     }
 
     #[test]
