@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster;
 use envoy_types::pb::envoy::config::core::v3::{
-    Http2ProtocolOptions, HttpProtocolOptions, http_protocol_options,
+    HeaderValue, HeaderValueOption, Http2ProtocolOptions, HttpProtocolOptions, header_value_option,
+    http_protocol_options,
 };
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::config::route::v3::{VirtualHost, route, route_action};
@@ -452,4 +453,134 @@ clusters:
         main["http"]["server_header"],
         serde_json::json!({ "append_if_absent": "edge" })
     );
+}
+
+/// `OVERWRITE_IF_EXISTS_OR_ADD` (`set`) or `APPEND_IF_EXISTS_OR_ADD` (`add`) of `name: value`.
+fn header(name: &str, value: &str, set: bool) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: name.into(),
+            value: value.into(),
+            ..Default::default()
+        }),
+        append_action: if set {
+            header_value_option::HeaderAppendAction::OverwriteIfExistsOrAdd
+        } else {
+            header_value_option::HeaderAppendAction::AppendIfExistsOrAdd
+        } as i32,
+        ..Default::default()
+    }
+}
+
+/// The values of `name` the upstream echoed, in order.
+fn echoed(echo: &str, name: &str) -> Vec<String> {
+    echo.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Header mutations at the route configuration, the virtual host and the route, in Envoy's
+/// order: by default the route's first and the configuration's last (its `set` wins);
+/// with `most_specific_header_mutations_wins` the other way round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_mutations_of_three_levels_apply_in_envoys_order() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = |most_specific_wins: bool| {
+        let level = |name: &str| {
+            vec![
+                header("x-level", name, true),
+                header("x-trail", name, false),
+            ]
+        };
+        let mut route = resources::forward("/", "backend");
+        route.request_headers_to_add = level("route");
+        route.request_headers_to_remove = vec!["x-drop".into()];
+        route.response_headers_to_add = vec![header("x-answered-by", "route", true)];
+        let mut config = resources::route_config("web-routes", vec![route]);
+        let host = &mut config.virtual_hosts[0];
+        host.request_headers_to_add = level("host");
+        host.response_headers_to_remove = vec!["x-noop-served-by".into()];
+        config.request_headers_to_add = level("configuration");
+        config.response_headers_to_add = vec![
+            header("x-answered-by", "configuration", true),
+            HeaderValueOption {
+                append_action: header_value_option::HeaderAppendAction::AddIfAbsent as i32,
+                ..header("x-kept", "configuration", false)
+            },
+        ];
+        config.most_specific_header_mutations_wins = most_specific_wins;
+        ("web-routes".to_owned(), any(&config))
+    };
+    server.set(type_url::ROUTE, vec![routes(false)]);
+    server.set(
+        type_url::CLUSTER,
+        vec![(
+            "backend".into(),
+            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+        )],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream.local_addr()])),
+        )],
+    );
+    server.set(
+        type_url::LISTENER,
+        vec![(
+            "web".into(),
+            any(&resources::listener(
+                "web",
+                "127.0.0.1:0".parse().unwrap(),
+                "web-routes",
+            )),
+        )],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    let addr = bound(&proxy).await;
+    let ask = async || {
+        let res = send_h1(
+            addr,
+            get(
+                "/",
+                &[
+                    ("x-noop-echo", "headers"),
+                    ("x-drop", "1"),
+                    ("x-level", "client"),
+                    ("x-noop-response-header", "x-kept: upstream"),
+                ],
+            ),
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+        let head = res.headers().clone();
+        (head, text(res.into_body()).await)
+    };
+
+    let (head, echo) = ask().await;
+    assert_eq!(echoed(&echo, "x-level"), ["configuration"]);
+    assert_eq!(echoed(&echo, "x-trail"), ["route", "host", "configuration"]);
+    assert!(echoed(&echo, "x-drop").is_empty(), "{echo}");
+    assert_eq!(head["x-answered-by"], "configuration");
+    assert_eq!(head["x-kept"], "upstream", "add if absent");
+    assert!(head.get("x-noop-served-by").is_none());
+
+    server.set(type_url::ROUTE, vec![routes(true)]);
+    let mut echo = String::new();
+    let mut head = http::HeaderMap::new();
+    eventually("the most specific level winning", async || {
+        (head, echo) = ask().await;
+        echoed(&echo, "x-level") == ["route"]
+    })
+    .await;
+    assert_eq!(echoed(&echo, "x-trail"), ["configuration", "host", "route"]);
+    assert_eq!(head["x-answered-by"], "route");
+    server.shutdown().await;
 }

@@ -463,15 +463,10 @@ static_resources:
 	return cmd, nil
 }
 
-// stopProxy ends the proxy it started: SIGTERM, then SIGKILL if it has not exited in 3 s.
+// stopProxy ends the proxy it started, at once: nothing it holds needs a graceful end.
 func stopProxy(cmd *exec.Cmd, exited <-chan struct{}) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(3 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-	}
+	_ = cmd.Process.Kill()
+	<-exited
 }
 
 func tail(path string) string {

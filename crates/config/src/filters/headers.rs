@@ -10,13 +10,32 @@ use crate::*;
 
 /// Header changes to requests (before they are forwarded) and responses (before the client
 /// gets them).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HeaderRulesConfig {
     pub request: HeaderMutations,
     pub response: HeaderMutations,
+    /// The listener's rules, then the virtual host's, then the route's, so the most specific
+    /// `set` wins (the default); `false`: the other way round, the listener's last (Envoy's
+    /// default for a route configuration's header mutations). Set on the listener's entry.
+    #[serde(skip_serializing_if = "is_true")]
+    pub most_specific_wins: bool,
 }
 
-/// Applied in this order: remove, set, add.
+impl Default for HeaderRulesConfig {
+    fn default() -> Self {
+        Self {
+            request: HeaderMutations::default(),
+            response: HeaderMutations::default(),
+            most_specific_wins: true,
+        }
+    }
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+/// Applied in this order: remove, set, add, add_if_absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct HeaderMutations {
     /// Replaces every value of the header.
@@ -25,6 +44,9 @@ pub struct HeaderMutations {
     /// Appends a value, keeping those there.
     #[serde(serialize_with = "header_map")]
     pub add: Vec<(HeaderName, HeaderTemplate)>,
+    /// Adds the header only where the message has none.
+    #[serde(serialize_with = "header_map", skip_serializing_if = "Vec::is_empty")]
+    pub add_if_absent: Vec<(HeaderName, HeaderTemplate)>,
     #[serde(serialize_with = "ser::header_names")]
     pub remove: Vec<HeaderName>,
 }
@@ -88,7 +110,7 @@ fn header_map<S: Serializer>(
     )
 }
 
-per_route_settings!(HeaderRulesConfig, RawHeaderRules, |raw, path, _| header_rules(raw, path));
+per_route_settings!(HeaderRulesConfig, RawHeaderRules, header_rules);
 
 #[cfg(test)]
 mod tests {
@@ -128,6 +150,7 @@ mod tests {
 pub struct RawHeaderRules {
     pub request: Option<RawHeaderMutations>,
     pub response: Option<RawHeaderMutations>,
+    pub most_specific_wins: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -137,6 +160,8 @@ pub struct RawHeaderMutations {
     pub set: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub add: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub add_if_absent: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub remove: Vec<String>,
 }
@@ -156,8 +181,16 @@ const PROTECTED: [HeaderName; 7] = [
 pub(super) fn header_rules(
     raw: RawHeaderRules,
     path: &str,
+    on_route: bool,
 ) -> Result<HeaderRulesConfig, ConfigError> {
+    if on_route && raw.most_specific_wins.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{path}.most_specific_wins"),
+            "the order of the levels is the listener's to say",
+        ));
+    }
     Ok(HeaderRulesConfig {
+        most_specific_wins: raw.most_specific_wins.unwrap_or(true),
         request: mutations(
             raw.request.unwrap_or_default(),
             &format!("{path}.request"),
@@ -228,6 +261,7 @@ fn mutations(
     Ok(HeaderMutations {
         set: values(raw.set, "set")?,
         add: values(raw.add, "add")?,
+        add_if_absent: values(raw.add_if_absent, "add_if_absent")?,
         remove,
     })
 }

@@ -105,12 +105,19 @@ impl XdsListener {
         single_hosts: &BTreeMap<&str, &str>,
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
-        if let Some(routes) = routes.or(self.inline.as_ref()) {
+        let routes = routes.or(self.inline.as_ref());
+        if let Some(routes) = routes {
             raw.virtual_hosts = routes.section(ready, &self.upgrades, self.authz.is_some());
             raw.ignore_port_in_host_matching = Some(routes.ignore_port_in_host_matching);
         }
+        raw.http_filters.clear();
         if let Some(authz) = &self.authz {
-            raw.http_filters = vec![RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)];
+            raw.http_filters
+                .push(RawHttpFilter::ExtAuthz(authz.section(single_hosts)?));
+        }
+        // The routes' header mutations, last: Envoy's router applies them after every filter.
+        if let Some(rules) = routes.and_then(XdsRoutes::headers_filter) {
+            raw.http_filters.push(RawHttpFilter::Headers(rules.clone()));
         }
         Some(raw)
     }

@@ -12,6 +12,7 @@ pub mod raw;
 pub mod virtual_host;
 pub mod xds;
 pub mod xds_actions;
+pub(crate) mod xds_headers;
 
 use std::time::Duration;
 

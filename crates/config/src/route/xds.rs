@@ -14,12 +14,13 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_actions as route_action;
+use super::xds_headers::{self, Lists};
 use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::filters::ext_authz::xds as ext_authz;
 use crate::{
     RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
 };
-use crate::{RawRouteAuthz, RawRouteFilters};
+use crate::{RawHeaderRules, RawPerRoute, RawRouteAuthz, RawRouteFilters};
 
 /// A route configuration from the management server (RDS, or inline in a listener).
 #[derive(Debug, Clone)]
@@ -27,6 +28,9 @@ pub struct XdsRoutes {
     pub name: String,
     virtual_hosts: Vec<RawVirtualHost>,
     pub(crate) ignore_port_in_host_matching: bool,
+    /// The `headers` filter's listener entry, when any level changes headers: the route
+    /// configuration's own mutations, in Envoy's order of the levels.
+    headers: Option<RawHeaderRules>,
 }
 
 impl XdsRoutes {
@@ -51,17 +55,42 @@ impl XdsRoutes {
         config.validate_clusters = None;
         config.metadata = None;
         let ignore_port_in_host_matching = std::mem::take(&mut config.ignore_port_in_host_matching);
+        let own_headers = xds_headers::rules(
+            Lists {
+                request_add: std::mem::take(&mut config.request_headers_to_add),
+                request_remove: std::mem::take(&mut config.request_headers_to_remove),
+                response_add: std::mem::take(&mut config.response_headers_to_add),
+                response_remove: std::mem::take(&mut config.response_headers_to_remove),
+            },
+            &at,
+        )?;
+        let most_specific_wins = std::mem::take(&mut config.most_specific_header_mutations_wins);
         nothing_else(&config, fields::ROUTE_CONFIGURATION, &at)?;
-        let virtual_hosts = hosts
+        let virtual_hosts: Vec<RawVirtualHost> = hosts
             .into_iter()
             .enumerate()
             .map(|(i, host)| virtual_host(host, &format!("{at}.virtual_hosts[{i}]")))
             .collect::<Result<_, _>>()?;
+        let levels_below = virtual_hosts.iter().any(|h: &RawVirtualHost| {
+            std::iter::once(&h.filters)
+                .chain(h.routes.iter().map(|r| &r.filters))
+                .any(|f| f.as_ref().is_some_and(|f| f.headers.is_some()))
+        });
+        let headers = (own_headers.is_some() || levels_below).then(|| RawHeaderRules {
+            most_specific_wins: Some(most_specific_wins),
+            ..own_headers.unwrap_or_default()
+        });
         Ok(Self {
             name,
             virtual_hosts,
             ignore_port_in_host_matching,
+            headers,
         })
+    }
+
+    /// The `headers` filter's listener entry, when the routes change headers at any level.
+    pub(crate) fn headers_filter(&self) -> Option<&RawHeaderRules> {
+        self.headers.as_ref()
     }
 
     /// The virtual hosts as the config file writes them: routes to clusters not in `ready`
@@ -142,10 +171,18 @@ impl XdsRoutes {
     }
 }
 
-/// A route's or host's `filters:` with ext_authz's entry, if it has one.
-fn filters(authz: Option<RawRouteAuthz>) -> Option<RawRouteFilters> {
-    authz.map(|authz| RawRouteFilters {
-        ext_authz: Some(authz),
+/// A route's or host's `filters:` with ext_authz's and the headers filter's entries, if it
+/// has them.
+fn filters(
+    authz: Option<RawRouteAuthz>,
+    headers: Option<RawHeaderRules>,
+) -> Option<RawRouteFilters> {
+    if authz.is_none() && headers.is_none() {
+        return None;
+    }
+    Some(RawRouteFilters {
+        ext_authz: authz,
+        headers: headers.map(RawPerRoute::Settings),
         ..Default::default()
     })
 }
@@ -176,6 +213,15 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         .transpose()?;
     host.metadata = None;
     let authz = ext_authz::per_route(std::mem::take(&mut host.typed_per_filter_config), at)?;
+    let headers = xds_headers::rules(
+        Lists {
+            request_add: std::mem::take(&mut host.request_headers_to_add),
+            request_remove: std::mem::take(&mut host.request_headers_to_remove),
+            response_add: std::mem::take(&mut host.response_headers_to_add),
+            response_remove: std::mem::take(&mut host.response_headers_to_remove),
+        },
+        at,
+    )?;
     nothing_else(&host, fields::VIRTUAL_HOST, at)?;
     let routes = routes
         .into_iter()
@@ -186,7 +232,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         name,
         domains,
         retry_policy,
-        filters: filters(authz),
+        filters: filters(authz, headers),
         routes,
     })
 }
@@ -199,10 +245,19 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
     r.decorator = None;
     r.stat_prefix.clear();
     let authz = ext_authz::per_route(std::mem::take(&mut r.typed_per_filter_config), at)?;
+    let headers = xds_headers::rules(
+        Lists {
+            request_add: std::mem::take(&mut r.request_headers_to_add),
+            request_remove: std::mem::take(&mut r.request_headers_to_remove),
+            response_add: std::mem::take(&mut r.response_headers_to_add),
+            response_remove: std::mem::take(&mut r.response_headers_to_remove),
+        },
+        at,
+    )?;
     nothing_else(&r, fields::ROUTE, at)?;
     let mut raw = RawRoute {
         matcher,
-        filters: filters(authz),
+        filters: filters(authz, headers),
         ..Default::default()
     };
     match action {

@@ -331,6 +331,39 @@ fn control_plane_http_settings_are_checked() {
     ));
 }
 
+#[test]
+fn header_rules_take_add_if_absent_and_the_order_of_levels_on_the_listener_only() {
+    let yaml = |route_rules: &str| {
+        format!(
+            r#"
+listeners:
+  - name: public
+    address: 127.0.0.1:8080
+    http_filters:
+      - headers: {{ most_specific_wins: false, response: {{ add_if_absent: {{ x-a: "1" }} }} }}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+        filters: {{ headers: {route_rules} }}
+clusters:
+  - name: backend
+    endpoints: [127.0.0.1:9000]
+"#
+        )
+    };
+    let config = Config::from_yaml(&yaml("{ request: { set: { x-b: \"2\" } } }")).unwrap();
+    let HttpFilterConfig::Headers(rules) = &config.listeners[0].http_filters[0] else {
+        panic!("a headers filter");
+    };
+    assert!(!rules.most_specific_wins);
+    assert_eq!(rules.response.add_if_absent[0].0, "x-a");
+    let found = error_of(&yaml("{ most_specific_wins: true }"));
+    assert!(
+        found.starts_with("listeners[0].routes[0].filters.headers.most_specific_wins"),
+        "{found}"
+    );
+}
+
 /// MINIMAL with a `tls:` section (given indented) on its listener.
 fn with_listener_tls(tls: &str) -> String {
     MINIMAL.replace(

@@ -1,6 +1,7 @@
 //! The `headers` filter: header changes to requests before they are forwarded and to
 //! responses before the client gets them, with a few variables. A route's rules apply after
-//! its listener's, so a route's `set` wins.
+//! its listener's, so a route's `set` wins (or before them, where the listener says
+//! `most_specific_wins: false`, as Envoy's route configurations do by default).
 
 use std::cell::RefCell;
 use std::io::Write as _;
@@ -21,6 +22,8 @@ use config::{
 /// The filter on one worker: rules with their static values made into headers once.
 pub(crate) struct Headers {
     rules: PerRouteSettings<Rules>,
+    /// Levels applied listener first (the route's `set` wins), or route first.
+    most_specific_wins: bool,
     /// Where templated values are written before they become header values: one buffer per
     /// worker, so rendering allocates only the value itself.
     scratch: RefCell<Vec<u8>>,
@@ -35,6 +38,7 @@ struct Mutations {
     remove: Vec<HeaderName>,
     set: Vec<(HeaderName, Value)>,
     add: Vec<(HeaderName, Value)>,
+    add_if_absent: Vec<(HeaderName, Value)>,
     /// A value writes `%REQ_ID%`.
     uses_request_id: bool,
 }
@@ -94,7 +98,7 @@ impl HttpFilter for Headers {
             upstream: ctx.info.upstream,
             scratch: &self.scratch,
         };
-        for rules in self.rules.layered(ctx.exchange).into_iter().flatten() {
+        for rules in self.in_order(self.rules.layered(ctx.exchange)).flatten() {
             if !rules.response.is_empty() {
                 rules.response.apply(head.headers, &vars);
             }
@@ -107,13 +111,27 @@ impl Headers {
     pub(crate) fn from_table(config: &HeaderRulesConfig, table: &RouteConfiguration) -> Self {
         Self {
             rules: PerRouteSettings::new(config, table, |f| &f.headers, Rules::new),
+            most_specific_wins: config.most_specific_wins,
             scratch: RefCell::new(Vec::with_capacity(128)),
         }
     }
 
+    /// The levels in the order their rules apply: the last one's `set` wins.
+    fn in_order<'a>(
+        &self,
+        mut levels: [Option<&'a Rules>; 3],
+    ) -> impl Iterator<Item = Option<&'a Rules>> + Clone {
+        if !self.most_specific_wins {
+            levels.reverse();
+        }
+        levels.into_iter()
+    }
+
     fn on_request(&self, req: &mut Request<RequestBody>, exchange: &Exchange<'_>) {
-        let rules = self.rules.layered(exchange);
-        let rules = rules.iter().flatten().filter(|r| !r.request.is_empty());
+        let rules = self
+            .in_order(self.rules.layered(exchange))
+            .flatten()
+            .filter(|r| !r.request.is_empty());
         // Most requests meet no rule, or rules without variables: look nothing up for them.
         if rules.clone().next().is_none() {
             return;
@@ -157,17 +175,22 @@ impl Mutations {
             .set
             .iter()
             .chain(&config.add)
+            .chain(&config.add_if_absent)
             .any(|(_, template)| template.uses(&TemplatePart::RequestId));
         Self {
             remove: config.remove.clone(),
             set: values(&config.set),
             add: values(&config.add),
+            add_if_absent: values(&config.add_if_absent),
             uses_request_id,
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+        self.remove.is_empty()
+            && self.set.is_empty()
+            && self.add.is_empty()
+            && self.add_if_absent.is_empty()
     }
 
     fn apply(&self, headers: &mut HeaderMap, vars: &Vars<'_>) {
@@ -182,6 +205,13 @@ impl Mutations {
         for (name, value) in &self.add {
             if let Some(value) = value.render(vars) {
                 headers.append(name.clone(), value);
+            }
+        }
+        for (name, value) in &self.add_if_absent {
+            if !headers.contains_key(name)
+                && let Some(value) = value.render(vars)
+            {
+                headers.insert(name.clone(), value);
             }
         }
     }

@@ -1,0 +1,124 @@
+//! Envoy's header mutations of a route configuration, its virtual hosts and its routes
+//! (`request_headers_to_add`, `request_headers_to_remove`, `response_headers_to_add`,
+//! `response_headers_to_remove`) as the `headers` filter's rules at the same three levels:
+//! the filter runs last before the router, as Envoy's router applies them.
+
+// Control planes still send the deprecated `append`; it is read, not ignored.
+#![allow(deprecated)]
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
+
+use crate::envoy::ResourceError;
+use crate::{RawHeaderMutations, RawHeaderRules};
+
+/// One level's four lists, as Envoy's messages hold them.
+pub(crate) struct Lists {
+    pub request_add: Vec<HeaderValueOption>,
+    pub request_remove: Vec<String>,
+    pub response_add: Vec<HeaderValueOption>,
+    pub response_remove: Vec<String>,
+}
+
+/// The level's rules; `None` when it changes no header.
+pub(crate) fn rules(lists: Lists, at: &str) -> Result<Option<RawHeaderRules>, ResourceError> {
+    let request = mutations(
+        lists.request_add,
+        lists.request_remove,
+        &format!("{at}.request_headers_to_add"),
+    )?;
+    let response = mutations(
+        lists.response_add,
+        lists.response_remove,
+        &format!("{at}.response_headers_to_add"),
+    )?;
+    if request.is_none() && response.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(RawHeaderRules {
+        request,
+        response,
+        most_specific_wins: None,
+    }))
+}
+
+fn mutations(
+    add: Vec<HeaderValueOption>,
+    remove: Vec<String>,
+    at: &str,
+) -> Result<Option<RawHeaderMutations>, ResourceError> {
+    if add.is_empty() && remove.is_empty() {
+        return Ok(None);
+    }
+    let mut out = RawHeaderMutations {
+        remove,
+        ..Default::default()
+    };
+    for (i, option) in add.into_iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let header = option.header.unwrap_or_default();
+        let value = if header.raw_value.is_empty() {
+            header.value
+        } else {
+            String::from_utf8(header.raw_value).map_err(|_| {
+                ResourceError::invalid(format!("{at}.header.raw_value"), "expected UTF-8 text")
+            })?
+        };
+        // Envoy skips a header whose value is empty unless told to keep it.
+        if value.is_empty() && !option.keep_empty_value {
+            continue;
+        }
+        let key = header.key.to_ascii_lowercase();
+        // `append_action` is the current field; the deprecated `append` (true when unset)
+        // speaks only where the action is left at its default.
+        let action = match (option.append_action, option.append.map(|a| a.value)) {
+            (0, Some(false)) => 2,
+            (action, _) => action,
+        };
+        match action {
+            // APPEND_IF_EXISTS_OR_ADD: two values of one name become one list, as a
+            // comma-separated value means the same (RFC 9110 5.3), except for cookies.
+            0 => match out.add.get_mut(&key) {
+                Some(_) if key == "set-cookie" => {
+                    return Err(ResourceError::Unsupported {
+                        at,
+                        fields: vec!["a second set-cookie value".into()],
+                    });
+                }
+                Some(values) => {
+                    values.push(',');
+                    values.push_str(&value);
+                }
+                None => {
+                    out.add.insert(key, value);
+                }
+            },
+            // ADD_IF_ABSENT: the first one given is the one added.
+            1 => {
+                out.add_if_absent.entry(key).or_insert(value);
+            }
+            // OVERWRITE_IF_EXISTS_OR_ADD: the last one given stays.
+            2 => {
+                out.set.insert(key, value);
+            }
+            3 => {
+                return Err(ResourceError::Unsupported {
+                    at: format!("{at}.append_action"),
+                    fields: vec!["OVERWRITE_IF_EXISTS".into()],
+                });
+            }
+            other => {
+                return Err(ResourceError::invalid(
+                    format!("{at}.append_action"),
+                    format!("unknown action {other}"),
+                ));
+            }
+        }
+    }
+    let empty = |m: &BTreeMap<String, String>| m.is_empty();
+    if out.remove.is_empty() && empty(&out.add) && empty(&out.set) && empty(&out.add_if_absent) {
+        return Ok(None);
+    }
+    Ok(Some(out))
+}
