@@ -138,6 +138,40 @@ async fn connection_pressure_turns_the_actions_on_in_order_and_off_again() {
     assert_eq!(applied(admin, "shed_requests"), 0);
 }
 
+/// A listener with `bypass_overload_manager` (a health-check port) is left alone by every
+/// action: its connections are taken, kept alive and served while the other listener's are
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_bypasses_the_overload_manager_keeps_serving() {
+    let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let health = "  - name: health\n    address: 127.0.0.1:0\n    bypass_overload_manager: true\n    routes:\n      - match: { path: /healthz }\n        direct_response: { status: 200, body: \"ok\\n\" }\n";
+    let base = config(
+        upstream.local_addr(),
+        "connection_limit: 10, memory_limit: 64GiB, interval: 20ms",
+    );
+    let yaml = base.replacen("clusters:\n", &format!("{health}clusters:\n"), 1);
+    let proxy = Proxy::start(&yaml, 1);
+    let admin = proxy.admin.unwrap();
+    let (main, health) = (proxy.addrs[0], proxy.addrs[1]);
+
+    let _open: Vec<TcpStream> = (0..9).map(|_| open_connection(main)).collect();
+    ready_until(admin, "connections are refused", |s, _| s == 503);
+    let mut refused = open_connection(main);
+    let _ = refused.write_all(b"GET /healthz HTTP/1.1\r\nhost: legate\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = refused.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "a refused connection was answered");
+
+    // 10 of 10 with it: requests would be shed too, but not this listener's.
+    let mut kept = open_connection(health);
+    for _ in 0..2 {
+        let head = exchange(&mut kept);
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(!head.contains("connection: close"), "{head}");
+        assert!(!head.contains("x-legate-overloaded"), "{head}");
+    }
+}
+
 fn stat_settled_labelled(admin: SocketAddr, action: &str, expected: i64) -> i64 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {

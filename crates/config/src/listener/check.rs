@@ -132,6 +132,7 @@ pub(crate) fn listener(
         connection_limit,
         connection_balance,
         max_connections_to_accept_per_socket_event,
+        bypass_overload_manager: raw.bypass_overload_manager.unwrap_or(false),
         buffer_limit,
         access_log,
         proxy_protocol,

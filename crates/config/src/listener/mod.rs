@@ -47,6 +47,9 @@ pub struct ListenerConfig {
     /// again; `None`: every connection pending (Envoy's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections_to_accept_per_socket_event: Option<u32>,
+    /// The overload manager's actions (connections refused, requests shed, keep-alive
+    /// turned off) leave this listener alone: for health checks and admin-like traffic.
+    pub bypass_overload_manager: bool,
     /// What the proxy holds for one client connection in each direction, in bytes: the
     /// HTTP/1.1 read buffer and write queue, the HTTP/2 stream window and send buffer. A slow
     /// peer makes the proxy stop reading from the other side rather than queue more.

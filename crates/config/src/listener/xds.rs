@@ -135,6 +135,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         .max_connections_to_accept_per_socket_event
         .take()
         .map(|v| v.value);
+    let bypass_overload_manager = std::mem::take(&mut l.bypass_overload_manager);
     let mut proxy_protocol = None;
     for (i, f) in std::mem::take(&mut l.listener_filters)
         .into_iter()
@@ -222,6 +223,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         connection_limit: None,
         connection_balance: None,
         max_connections_to_accept_per_socket_event: accept_per_event,
+        bypass_overload_manager: Some(bypass_overload_manager),
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),
         access_log: None,

@@ -27,6 +27,8 @@ pub(crate) struct ListenerCtx {
     /// The request-head limit in bytes, when the codec's buffer is larger and so does not
     /// enforce it (HTTP/1.1 with a buffer limit above `max_request_headers_kb`).
     pub(crate) head_limit: Option<usize>,
+    /// The overload manager's actions do not apply (`bypass_overload_manager`).
+    pub(crate) bypass_overload: bool,
     pub(crate) stats: ListenerStats,
     pub(crate) access_log: Option<WorkerLog>,
 }

@@ -64,6 +64,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
             },
             max_requests_per_connection: None,
             max_connection_duration: None,
+            bypass_overload: false,
             head_limit: None,
             stats: stats.catalog.listener(&shard, "l"),
             access_log: None,

@@ -38,7 +38,8 @@ pub(crate) fn handle(
         let uri = req.uri().clone();
         let version = req.version();
         let mut close = conn.worker.draining.get();
-        if conn.worker.overload.keepalive_disabled() {
+        let overload = &conn.worker.overload;
+        if !conn.listener.bypass_overload && overload.keepalive_disabled() {
             // Clients reconnect, and the balancer in front spreads them over other proxies.
             // Counted once per connection told so.
             let told = if version <= Version::HTTP_11 {
@@ -75,7 +76,7 @@ pub(crate) fn handle(
         }
         let mut state = FilterState::default();
         let mut facts = Facts::default();
-        let routed = if conn.worker.overload.shedding_requests() {
+        let routed = if !conn.listener.bypass_overload && overload.shedding_requests() {
             conn.worker.stats.overload_rq_shed().inc();
             Err(ProxyError::Overloaded)
         } else {

@@ -332,6 +332,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         connection_limit,
         connection_balance,
         max_connections_to_accept_per_socket_event,
+        bypass_overload_manager,
         buffer_limit,
         http,
         access_log,
@@ -347,6 +348,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         (
             connection_balance,
             max_connections_to_accept_per_socket_event,
+            bypass_overload_manager,
         ),
         buffer_limit,
         http,

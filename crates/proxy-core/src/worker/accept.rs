@@ -180,7 +180,7 @@ pub(super) async fn accept_loop(socket: TcpListener, listener: Rc<Listener>, at:
                 continue;
             }
         };
-        if at.worker.overload.refusing_connections() {
+        if !state.ctx.bypass_overload && at.worker.overload.refusing_connections() {
             // As the limits below: closed at once, so the client tries another proxy.
             at.worker.stats.overload_cx_refused().inc();
             drop(stream);

@@ -195,6 +195,7 @@ fn listener_ctx(
         max_requests_per_connection: config.http.max_requests_per_connection,
         max_connection_duration: config.http.max_connection_duration,
         head_limit: Codecs::head_limit_to_check(config),
+        bypass_overload: config.bypass_overload_manager,
         stats: parts.catalog.listener(parts.shard, name),
         access_log,
     }
