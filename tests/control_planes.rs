@@ -584,3 +584,101 @@ async fn header_mutations_of_three_levels_apply_in_envoys_order() {
     assert_eq!(head["x-answered-by"], "route");
     server.shutdown().await;
 }
+
+/// The listener with its connection manager changed by `change`.
+fn with_manager(
+    (name, listener): (String, Any),
+    change: impl FnOnce(&mut HttpConnectionManager),
+) -> (String, Any) {
+    let mut l = Listener::decode(listener.value.as_slice()).unwrap();
+    let filter = &mut l.filter_chains[0].filters[0];
+    let Some(filter::ConfigType::TypedConfig(hcm_any)) = &filter.config_type else {
+        unreachable!()
+    };
+    let mut hcm = HttpConnectionManager::decode(hcm_any.value.as_slice()).unwrap();
+    change(&mut hcm);
+    filter.config_type = Some(filter::ConfigType::TypedConfig(any(&hcm)));
+    (name, any(&l))
+}
+
+/// `x-request-id` as Envoy treats it on an edge listener: a client's id replaced unless
+/// `preserve_external_request_id`, none made with `generate_request_id: false`, and the id
+/// in the response with `always_set_request_id_in_response`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_follow_the_connection_manager() {
+    use http_connection_manager::ServerHeaderTransformation as Server;
+    use http_protocol_options::HeadersWithUnderscoresAction as Underscores;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![(
+            "backend".into(),
+            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+        )],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream.local_addr()])),
+        )],
+    );
+    let gateway = gateway_listener(&Manager {
+        underscores: Underscores::Allow,
+        server: (Server::PassThrough, ""),
+        router: Router::default(),
+        stream_window: 65536,
+    });
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, gateway.clone()).await, None);
+    let addr = bound(&proxy).await;
+    let ask = async |id: Option<&str>| {
+        let mut headers = vec![("x-noop-echo", "headers")];
+        headers.extend(id.map(|id| ("x-request-id", id)));
+        let res = send_h1(addr, get("/", &headers)).await;
+        let answered = res.headers().get("x-request-id").cloned();
+        let seen = echoed(&text(res.into_body()).await, "x-request-id");
+        (seen, answered)
+    };
+
+    // Envoy's defaults on an edge listener: the client's id is replaced by a UUID.
+    let (seen, answered) = ask(Some("client-id")).await;
+    assert_eq!(seen.len(), 1);
+    assert_ne!(seen[0], "client-id");
+    assert_eq!(seen[0].len(), 36, "{seen:?}");
+    assert!(answered.is_none());
+
+    let preserve = with_manager(gateway.clone(), |hcm| {
+        hcm.preserve_external_request_id = true;
+        hcm.always_set_request_id_in_response = true;
+    });
+    assert_eq!(serve_listener(&server, preserve).await, None);
+    let (seen, answered) = ask(Some("client-id")).await;
+    assert_eq!(seen, ["client-id"]);
+    assert_eq!(answered.unwrap(), "client-id");
+    let (seen, answered) = ask(None).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        answered.unwrap(),
+        seen[0].as_str(),
+        "the id made is the one answered"
+    );
+
+    let none = with_manager(gateway, |hcm| {
+        hcm.generate_request_id = Some(BoolValue { value: false });
+    });
+    assert_eq!(serve_listener(&server, none).await, None);
+    let (seen, _) = ask(None).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    let (seen, _) = ask(Some("client-id")).await;
+    assert_eq!(seen, ["client-id"], "nothing to replace it with");
+    server.shutdown().await;
+}

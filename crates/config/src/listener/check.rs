@@ -210,6 +210,14 @@ pub(crate) fn listener(
                 &format!("{path}.http"),
             )?,
             suppress_proxy_headers: raw.http.suppress_proxy_headers.unwrap_or(false),
+            request_id: {
+                let raw = raw.http.request_id.clone().unwrap_or_default();
+                RequestIdConfig {
+                    generate: raw.generate.unwrap_or(true),
+                    preserve_external: raw.preserve_external.unwrap_or(true),
+                    always_set_in_response: raw.always_set_in_response.unwrap_or(false),
+                }
+            },
             use_remote_address: raw.http.use_remote_address.unwrap_or(true),
             xff_num_trusted_hops: raw.http.xff_num_trusted_hops.unwrap_or(0),
             max_request_headers_kb: match raw.http.max_request_headers_kb {

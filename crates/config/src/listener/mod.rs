@@ -129,6 +129,21 @@ pub struct HttpConfig {
     /// The proxy's own response headers (`x-legate-overloaded`) are not added (Envoy's
     /// router `suppress_envoy_headers`).
     pub suppress_proxy_headers: bool,
+    pub request_id: RequestIdConfig,
+}
+
+/// `x-request-id`: made, kept or replaced (Envoy's `generate_request_id`,
+/// `preserve_external_request_id`, `always_set_request_id_in_response`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RequestIdConfig {
+    /// A request without an id gets a random UUID.
+    pub generate: bool,
+    /// A client's id is kept; `false`, on a listener that takes its peer as the client
+    /// (`use_remote_address`): replaced by a new one, as a client is not to be trusted with
+    /// the id that ties the logs of every hop together.
+    pub preserve_external: bool,
+    /// The response carries the request's id.
+    pub always_set_in_response: bool,
 }
 
 /// What a request header whose name holds `_` gets (Envoy's `headers_with_underscores_action`):

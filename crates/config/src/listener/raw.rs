@@ -64,6 +64,15 @@ pub struct RawHttp {
     pub server_header_transformation: Option<String>,
     pub server_name: Option<String>,
     pub suppress_proxy_headers: Option<bool>,
+    pub request_id: Option<RawRequestId>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRequestId {
+    pub generate: Option<bool>,
+    pub preserve_external: Option<bool>,
+    pub always_set_in_response: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

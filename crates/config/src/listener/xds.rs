@@ -346,7 +346,12 @@ fn connection_manager(
         upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
     }
     // Envoy's defaults, not the config file's: a listener from a control plane behaves as
-    // the same listener would in Envoy.
+    // the same listener would in Envoy (which trusts no client's id unless told).
+    http.request_id = Some(crate::RawRequestId {
+        generate: Some(hcm.generate_request_id.take().is_none_or(|v| v.value)),
+        preserve_external: Some(std::mem::take(&mut hcm.preserve_external_request_id)),
+        always_set_in_response: Some(std::mem::take(&mut hcm.always_set_request_id_in_response)),
+    });
     http.use_remote_address = Some(hcm.use_remote_address.take().is_some_and(|v| v.value));
     http.xff_num_trusted_hops = Some(std::mem::take(&mut hcm.xff_num_trusted_hops));
     // Path normalisation is on in Legate unless turned off. `normalize_path` says either

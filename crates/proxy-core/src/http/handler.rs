@@ -149,6 +149,9 @@ pub(crate) fn handle(
             }
         }
         http.server_header.apply(response.headers_mut());
+        if let Some(id) = facts.request_id.take() {
+            response.headers_mut().insert(X_REQUEST_ID.clone(), id);
+        }
         if version == Version::HTTP_2 {
             // The client's HPACK table may keep these values for the connection's life: they
             // must not hold the chunk an HTTP/1.1 upstream's head was copied into.
@@ -214,6 +217,8 @@ struct Facts {
     flag: Option<ResponseFlag>,
     /// An upgrade the upstream accepted, and for an HTTP/2 stream the client side to await.
     tunnel: Option<(hyper::upgrade::Upgraded, Option<hyper::upgrade::OnUpgrade>)>,
+    /// The request's `x-request-id`, when the response is to carry it.
+    request_id: Option<HeaderValue>,
 }
 
 /// `headers_with_underscores_action`: a request with a header named with `_` is refused, or
@@ -249,6 +254,17 @@ async fn route_and_forward(
     if scope.http.headers_with_underscores != HeadersWithUnderscores::Allow {
         underscores(req, scope)?;
     }
+    let ids = scope.http.request_id;
+    if ids.replace_external {
+        // A client's id is not trusted: every request gets a new one.
+        req.headers_mut().remove(&X_REQUEST_ID);
+        ensure_request_id(req.headers_mut(), in_flight);
+    } else if ids.in_response && ids.generate {
+        ensure_request_id(req.headers_mut(), in_flight);
+    }
+    if ids.in_response {
+        facts.request_id = req.headers().get(&X_REQUEST_ID).cloned();
+    }
     let (host, matched) = match head::admit(
         req,
         scope.conn.listener.head_limit,
@@ -262,7 +278,7 @@ async fn route_and_forward(
     if !scope.http.filters.is_empty() {
         // Hop-by-hop headers go before a filter adds any.
         super::forwarding::strip_connection_listed(req.headers_mut(), false);
-        if scope.http.filters.uses_request_id() {
+        if scope.http.filters.uses_request_id() && ids.generate {
             // Filters, the authorization service and the upstream all see the same request id.
             ensure_request_id(req.headers_mut(), in_flight);
         }
@@ -369,7 +385,9 @@ async fn forward_request(
             parts.uri = http::Uri::from_parts(uri)
                 .map_err(|_| ProxyError::BadRequest("the rewritten path is not a valid path"))?;
         }
-        ensure_request_id(&mut parts.headers, in_flight);
+        if http.request_id.generate {
+            ensure_request_id(&mut parts.headers, in_flight);
+        }
         if let Some(log) = in_flight.log() {
             log.upstream = Some(upstream.addr_text().clone());
         }

@@ -53,6 +53,29 @@ pub(crate) struct HttpCtx {
     pub(crate) server_header: ServerHeader,
     /// The proxy's own response headers (`x-legate-overloaded`) are left out.
     pub(crate) suppress_proxy_headers: bool,
+    pub(crate) request_id: RequestIdPolicy,
+}
+
+/// What is done with `x-request-id`, decided once per config.
+#[derive(Clone, Copy)]
+pub(crate) struct RequestIdPolicy {
+    /// A request without one gets one (when it is forwarded or a filter needs it).
+    pub(crate) generate: bool,
+    /// The client's is replaced by a new one, on every request.
+    pub(crate) replace_external: bool,
+    /// The response carries it.
+    pub(crate) in_response: bool,
+}
+
+impl RequestIdPolicy {
+    pub(crate) fn new(http: &config::HttpConfig) -> Self {
+        let id = http.request_id;
+        Self {
+            generate: id.generate,
+            replace_external: id.generate && !id.preserve_external && http.use_remote_address,
+            in_response: id.always_set_in_response,
+        }
+    }
 }
 
 /// The `server` header of a listener's responses, as header text made once.

@@ -16,7 +16,7 @@ use crate::cluster::Cluster;
 use crate::conn::{Codecs, ConnSettings};
 use crate::context::{ForwardedTrust, ListenerCtx, Signal};
 use crate::filters::FilterChain;
-use crate::http::{HttpCtx, HttpSlot, ServerHeader};
+use crate::http::{HttpCtx, HttpSlot, RequestIdPolicy, ServerHeader};
 use crate::listen::ConnectionLimits;
 use crate::live::SharedListener;
 use crate::tls::{Handshake, ServerTls};
@@ -239,5 +239,6 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         headers_with_underscores: config.http.headers_with_underscores_action,
         server_header: ServerHeader::new(&config.http.server_header),
         suppress_proxy_headers: config.http.suppress_proxy_headers,
+        request_id: RequestIdPolicy::new(&config.http),
     }
 }
