@@ -41,6 +41,13 @@ pub(crate) const LISTENER: &[(u32, &str)] = &[
     (39, "stats_matcher"),
 ];
 
+pub(crate) const KEEPALIVE_SETTINGS: &[(u32, &str)] = &[
+    (1, "interval"),
+    (2, "timeout"),
+    (3, "interval_jitter"),
+    (4, "connection_idle_interval"),
+];
+
 pub(crate) const ROUTER: &[(u32, &str)] = &[
     (1, "dynamic_stats"),
     (2, "start_child_span"),

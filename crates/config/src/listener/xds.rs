@@ -460,6 +460,12 @@ fn common_options(
             }
         });
     http.max_requests_per_connection = common.max_requests_per_connection.take().map(|v| v.value);
+    // `0s` (or none) is no limit, as Envoy's.
+    http.max_connection_duration = duration(
+        common.max_connection_duration.take(),
+        &format!("{at}.max_connection_duration"),
+    )?
+    .filter(|d| !d.is_zero());
     http.headers_with_underscores_action = Some(
         match std::mem::take(&mut common.headers_with_underscores_action) {
             0 => "allow",
@@ -485,5 +491,15 @@ fn h2_options(
     http.max_concurrent_streams = h2.max_concurrent_streams.take().map(|v| v.value);
     http.initial_stream_window_size = h2.initial_stream_window_size.take().map(|v| v.value);
     http.initial_connection_window_size = h2.initial_connection_window_size.take().map(|v| v.value);
+    if let Some(mut keepalive) = h2.connection_keepalive.take() {
+        let at = format!("{at}.connection_keepalive");
+        let interval = duration(keepalive.interval.take(), &format!("{at}.interval"))?;
+        let timeout = duration(keepalive.timeout.take(), &format!("{at}.timeout"))?;
+        // hyper pings at the interval itself: the jitter that spreads Envoy's pings is not
+        // applied (it changes when, not whether, a dead peer is found).
+        keepalive.interval_jitter = None;
+        nothing_else(&keepalive, fields::KEEPALIVE_SETTINGS, &at)?;
+        http.http2_keepalive = interval.map(|interval| crate::RawKeepalive { interval, timeout });
+    }
     nothing_else(&h2, fields::HTTP2_PROTOCOL_OPTIONS, at)
 }

@@ -636,8 +636,30 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     hcm.path_with_escaped_slashes_action = 2; // REJECT_REQUEST
     hcm.common_http_protocol_options = Some(HttpProtocolOptions {
         idle_timeout: zero,
+        max_connection_duration: zero,
         ..Default::default()
     });
+    hcm.http2_protocol_options = Some(
+        envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions {
+            connection_keepalive: Some(
+                envoy_types::pb::envoy::config::core::v3::KeepaliveSettings {
+                    interval: Some(PbDuration {
+                        seconds: 30,
+                        nanos: 0,
+                    }),
+                    timeout: Some(PbDuration {
+                        seconds: 5,
+                        nanos: 0,
+                    }),
+                    interval_jitter: Some(envoy_types::pb::envoy::r#type::v3::Percent {
+                        value: 15.0,
+                    }),
+                    ..Default::default()
+                },
+            ),
+            ..Default::default()
+        },
+    );
     chain.config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
 
     let service = "outbound|80||web.default.svc.cluster.local";
@@ -703,6 +725,21 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     let config = compose(&origin, listeners, clusters).unwrap();
     let http = &config.listeners[0].http;
     assert_eq!(http.idle_timeout, Duration::from_secs(24 * 3600));
+    assert_eq!(http.max_connection_duration, None, "0s: no limit");
+    assert_eq!(
+        http.http2_keepalive,
+        Some(crate::Keepalive {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(5),
+        })
+    );
+    // Envoy's defaults: the server header overwritten (with this proxy's name), and a
+    // client's request id not trusted on an edge listener.
+    assert_eq!(
+        http.server_header,
+        crate::ServerHeader::Overwrite("legate".into())
+    );
+    assert!(http.request_id.generate && !http.request_id.preserve_external);
     assert_eq!(http.stream_idle_timeout, Duration::from_secs(24 * 3600));
     assert_eq!(
         http.request_headers_timeout,
