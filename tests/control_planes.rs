@@ -682,3 +682,177 @@ async fn request_ids_follow_the_connection_manager() {
     assert_eq!(seen, ["client-id"], "nothing to replace it with");
     server.shutdown().await;
 }
+
+/// A file access log as a control plane writes it (`FileAccessLog`, a text or JSON
+/// `log_format` with `%REQ(...)%` and `%RESP(...)%`), its lines parsed back; the listener's
+/// own `NR` log accepted; loggers and filters not honoured refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_logs_from_the_connection_manager() {
+    use envoy_types::pb::envoy::config::accesslog::v3::{
+        AccessLog, AccessLogFilter, ResponseFlagFilter, access_log, access_log_filter,
+    };
+    use envoy_types::pb::envoy::config::core::v3::{
+        DataSource, SubstitutionFormatString, data_source, substitution_format_string,
+    };
+    use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+        FileAccessLog, file_access_log,
+    };
+    use envoy_types::pb::google::protobuf::{Struct, Value, value};
+    use http_connection_manager::ServerHeaderTransformation as Server;
+    use http_protocol_options::HeadersWithUnderscoresAction as Underscores;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let logs = ScratchDir::new();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![(
+            "backend".into(),
+            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+        )],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream.local_addr()])),
+        )],
+    );
+    let file_log = |path: &std::path::Path, format: substitution_format_string::Format| AccessLog {
+        name: "envoy.access_loggers.file".into(),
+        config_type: Some(access_log::ConfigType::TypedConfig(any(&FileAccessLog {
+            path: path.display().to_string(),
+            access_log_format: Some(file_access_log::AccessLogFormat::LogFormat(
+                SubstitutionFormatString {
+                    format: Some(format),
+                    ..Default::default()
+                },
+            )),
+        }))),
+        ..Default::default()
+    };
+    let no_route_only = Some(AccessLogFilter {
+        filter_specifier: Some(access_log_filter::FilterSpecifier::ResponseFlagFilter(
+            ResponseFlagFilter {
+                flags: vec!["NR".into()],
+            },
+        )),
+    });
+    let text_path = logs.0.join("text.log");
+    let text = substitution_format_string::Format::TextFormatSource(DataSource {
+        specifier: Some(data_source::Specifier::InlineString(
+            "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %REQ(USER-AGENT):4% \"%REQ(X-ABSENT)%\" %RESP(X-NOOP-SERVED-BY)% %RESPONSE_CODE%\n".into(),
+        )),
+        ..Default::default()
+    });
+    let base = gateway_listener(&Manager {
+        underscores: Underscores::Allow,
+        server: (Server::PassThrough, ""),
+        router: Router::default(),
+        stream_window: 65536,
+    });
+    let with_logs = |hcm_log: AccessLog| {
+        let (name, l) = with_manager(base.clone(), |hcm| hcm.access_log = vec![hcm_log]);
+        let mut l = Listener::decode(l.value.as_slice()).unwrap();
+        l.access_log = vec![AccessLog {
+            name: "envoy.access_loggers.file".into(),
+            filter: no_route_only.clone(),
+            config_type: file_log(&logs.0.join("never.log"), text.clone()).config_type,
+        }];
+        (name, any(&l))
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(&server, with_logs(file_log(&text_path, text.clone()))).await,
+        None
+    );
+    let addr = bound(&proxy).await;
+    let res = send_h1(addr, get("/logged?q=1", &[("user-agent", "curl/8.0")])).await;
+    assert_eq!(res.status(), 200);
+    text_of(res).await;
+    let served_by = upstream.local_addr().to_string();
+    let lines = wait_for_lines(&text_path, 1).await;
+    assert_eq!(
+        lines,
+        [format!("GET /logged?q=1 curl \"-\" {served_by} 200")]
+    );
+
+    // A JSON object a line, its keys the format's.
+    let json_path = logs.0.join("json.log");
+    let keys = |pairs: &[(&str, &str)]| Struct {
+        fields: pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    (*k).to_owned(),
+                    Value {
+                        kind: Some(value::Kind::StringValue((*v).to_owned())),
+                    },
+                )
+            })
+            .collect(),
+    };
+    let json = substitution_format_string::Format::JsonFormat(keys(&[
+        ("method", "%REQ(:METHOD)%"),
+        ("authority", "%REQ(:AUTHORITY)%"),
+        ("code", "%RESPONSE_CODE%"),
+    ]));
+    assert_eq!(
+        serve_listener(&server, with_logs(file_log(&json_path, json))).await,
+        None
+    );
+    let res = send_h1(addr, get("/json", &[])).await;
+    text_of(res).await;
+    let lines = wait_for_lines(&json_path, 1).await;
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(
+        line,
+        serde_json::json!({ "authority": "legate.test", "code": 200, "method": "GET" })
+    );
+    let never = std::fs::read_to_string(logs.0.join("never.log")).unwrap_or_default();
+    assert!(never.is_empty(), "the listener's NR log wrote: {never}");
+
+    // Refused by name: another logger, a filter on the connection manager's log.
+    let mut otel = file_log(&text_path, text.clone());
+    otel.name = "envoy.access_loggers.open_telemetry".into();
+    otel.config_type = Some(access_log::ConfigType::TypedConfig(Any {
+        type_url: "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig".into(),
+        value: Vec::new(),
+    }));
+    let nack = serve_listener(&server, with_logs(otel))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("envoy.access_loggers.open_telemetry"),
+        "{nack}"
+    );
+    let mut filtered = file_log(&text_path, text.clone());
+    filtered.filter = no_route_only.clone();
+    let nack = serve_listener(&server, with_logs(filtered))
+        .await
+        .expect("NACK");
+    assert!(nack.contains("access_log[0].filter"), "{nack}");
+    server.shutdown().await;
+}
+
+async fn text_of(res: http::Response<hyper::body::Incoming>) -> String {
+    text(res.into_body()).await
+}
+
+/// The lines of `path` once it has at least `n` (for up to 20 s).
+async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    eventually(&format!("{n} lines in {}", path.display()), async || {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        lines = text.lines().map(str::to_owned).collect();
+        lines.len() >= n
+    })
+    .await;
+    lines
+}

@@ -10,6 +10,18 @@ pub(crate) fn parse<T: Clone>(
     literal: impl Fn(String) -> T,
     kind: &str,
 ) -> Result<Vec<T>, String> {
+    parse_with(text, known, |_| Ok(None), literal, kind)
+}
+
+/// As [`parse`], with `operator` trying each placeholder `known` does not name first (for
+/// operators with arguments, `%REQ(user-agent)%`): `Ok(None)` when it is not one of its.
+pub(crate) fn parse_with<T: Clone>(
+    text: &str,
+    known: &[(&str, T)],
+    operator: impl Fn(&str) -> Result<Option<T>, String>,
+    literal: impl Fn(String) -> T,
+    kind: &str,
+) -> Result<Vec<T>, String> {
     let mut parts = Vec::new();
     let mut run = String::new();
     let mut rest = text;
@@ -23,14 +35,17 @@ pub(crate) fn parse<T: Clone>(
         if name.is_empty() {
             run.push('%');
         } else {
-            let (_, part) = known.iter().find(|(n, _)| *n == name).ok_or_else(|| {
-                let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
-                format!("unknown {kind} `%{name}%`; known: {}", names.join(", "))
-            })?;
+            let part = match known.iter().find(|(n, _)| *n == name) {
+                Some((_, part)) => part.clone(),
+                None => operator(name)?.ok_or_else(|| {
+                    let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+                    format!("unknown {kind} `%{name}%`; known: {}", names.join(", "))
+                })?,
+            };
             if !run.is_empty() {
                 parts.push(literal(std::mem::take(&mut run)));
             }
-            parts.push(part.clone());
+            parts.push(part);
         }
         rest = &after[end + 1..];
     }
@@ -48,14 +63,29 @@ pub(crate) fn write<T: PartialEq>(
     known: &[(&str, T)],
     as_literal: impl Fn(&T) -> Option<&str>,
 ) -> String {
+    write_with(parts, known, |_| None, as_literal)
+}
+
+/// As [`write`], with `operator` giving the placeholder text of parts `known` does not name.
+pub(crate) fn write_with<T: PartialEq>(
+    parts: &[T],
+    known: &[(&str, T)],
+    operator: impl Fn(&T) -> Option<String>,
+    as_literal: impl Fn(&T) -> Option<&str>,
+) -> String {
     let mut text = String::new();
     for part in parts {
         match as_literal(part) {
             Some(literal) => text.push_str(&literal.replace('%', "%%")),
             None => {
-                if let Some((name, _)) = known.iter().find(|(_, p)| p == part) {
+                let name = known
+                    .iter()
+                    .find(|(_, p)| p == part)
+                    .map(|(name, _)| (*name).to_owned())
+                    .or_else(|| operator(part));
+                if let Some(name) = name {
                     text.push('%');
-                    text.push_str(name);
+                    text.push_str(&name);
                     text.push('%');
                 }
             }

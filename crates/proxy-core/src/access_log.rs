@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, StatusCode, Version};
 
-use config::access_log::{AccessLogConfig, Field, JsonFormat, LogFormat, LogTarget};
+use config::access_log::{AccessLogConfig, Field, HeaderField, JsonFormat, LogFormat, LogTarget};
 
 use crate::error::ResponseFlag;
 
@@ -42,6 +42,10 @@ pub(crate) struct LogRecord {
     pub(crate) upstream: Option<http::HeaderValue>,
     pub(crate) request_id: Option<http::HeaderValue>,
     pub(crate) peer: Option<SocketAddr>,
+    /// The request headers the format shows, in the order of [`WorkerLog`]'s list.
+    pub(crate) request_headers: Vec<Option<http::HeaderValue>>,
+    /// The same for response headers.
+    pub(crate) response_headers: Vec<Option<http::HeaderValue>>,
 }
 
 /// A log line in the making, recycled through its worker's [`WorkerLog`] so a logged request
@@ -126,6 +130,9 @@ fn write_loop(rx: Receiver<Vec<u8>>, mut out: Box<dyn Write + Send>) {
 pub(crate) struct WorkerLog {
     format: LogFormat,
     json: Option<JsonFormat>,
+    /// The headers `%REQ(...)%` and `%RESP(...)%` show, each once: what a request captures.
+    request_fields: Vec<HeaderField>,
+    response_fields: Vec<HeaderField>,
     /// A JSON value being rendered before it is escaped.
     scratch: RefCell<Vec<u8>>,
     buf: RefCell<Vec<u8>>,
@@ -150,9 +157,27 @@ impl WorkerLog {
         tx: SyncSender<Vec<u8>>,
         dropped: Arc<AtomicU64>,
     ) -> Self {
+        let fields: Vec<&Field> = match &config.json_format {
+            None => config.format.0.iter().collect(),
+            Some(json) => json.0.iter().flat_map(|(_, f)| &f.0).collect(),
+        };
+        let mut request_fields: Vec<HeaderField> = Vec::new();
+        let mut response_fields: Vec<HeaderField> = Vec::new();
+        for field in fields {
+            let (list, header) = match field {
+                Field::RequestHeader(h) => (&mut request_fields, h),
+                Field::ResponseHeader(h) => (&mut response_fields, h),
+                _ => continue,
+            };
+            if !list.contains(header) {
+                list.push(header.clone());
+            }
+        }
         Self {
             format: config.format.clone(),
             json: config.json_format.clone(),
+            request_fields,
+            response_fields,
             scratch: RefCell::new(Vec::new()),
             buf: RefCell::new(Vec::with_capacity(FLUSH_AT)),
             spare: RefCell::new(Vec::new()),
@@ -160,6 +185,59 @@ impl WorkerLog {
             tx,
             dropped,
         }
+    }
+
+    /// Keeps the request headers the format shows. `tls`: the scheme, for `:scheme`.
+    pub(crate) fn capture_request<B>(
+        &self,
+        record: &mut LogRecord,
+        req: &http::Request<B>,
+        tls: bool,
+    ) {
+        if self.request_fields.is_empty() {
+            return;
+        }
+        let one = |name: &str| -> Option<http::HeaderValue> {
+            match name {
+                ":method" => Some(http::HeaderValue::from_str(req.method().as_str()).ok()?),
+                ":path" => {
+                    Some(http::HeaderValue::from_str(req.uri().path_and_query()?.as_str()).ok()?)
+                }
+                ":authority" => match req.uri().authority() {
+                    Some(a) => http::HeaderValue::from_str(a.as_str()).ok(),
+                    None => req.headers().get(http::header::HOST).cloned(),
+                },
+                ":scheme" => Some(http::HeaderValue::from_static(
+                    match req.uri().scheme_str() {
+                        Some("https") => "https",
+                        Some(_) => "http",
+                        None if tls => "https",
+                        None => "http",
+                    },
+                )),
+                name => req.headers().get(name).cloned(),
+            }
+        };
+        record.request_headers.clear();
+        record.request_headers.extend(
+            self.request_fields
+                .iter()
+                .map(|f| one(&f.name).or_else(|| f.alternative.as_deref().and_then(one))),
+        );
+    }
+
+    /// Keeps the response headers the format shows.
+    pub(crate) fn capture_response(&self, record: &mut LogRecord, headers: &http::HeaderMap) {
+        if self.response_fields.is_empty() {
+            return;
+        }
+        let one = |name: &str| headers.get(name).cloned();
+        record.response_headers.clear();
+        record.response_headers.extend(
+            self.response_fields
+                .iter()
+                .map(|f| one(&f.name).or_else(|| f.alternative.as_deref().and_then(one))),
+        );
     }
 
     pub(crate) fn record(&self, record: &LogRecord, started: SystemTime, duration: Duration) {
@@ -262,6 +340,14 @@ impl WorkerLog {
                 Some(a) => push_socket_addr(line, a),
                 None => line.push(b'-'),
             },
+            Field::RequestHeader(h) => {
+                let at = self.request_fields.iter().position(|f| f == h);
+                push_header(line, h, at.and_then(|i| record.request_headers.get(i)));
+            }
+            Field::ResponseHeader(h) => {
+                let at = self.response_fields.iter().position(|f| f == h);
+                push_header(line, h, at.and_then(|i| record.response_headers.get(i)));
+            }
         }
     }
 
@@ -290,8 +376,16 @@ impl WorkerLog {
         let mut spare = self.spare.borrow_mut();
         if spare.len() < PENDING_POOL {
             // A kept record must not keep its request's path and id (pieces of a shared chunk
-            // of head copies) alive.
-            pending.record = LogRecord::default();
+            // of head copies) alive; the header lists keep their room.
+            let mut request_headers = std::mem::take(&mut pending.record.request_headers);
+            let mut response_headers = std::mem::take(&mut pending.record.response_headers);
+            request_headers.clear();
+            response_headers.clear();
+            pending.record = LogRecord {
+                request_headers,
+                response_headers,
+                ..LogRecord::default()
+            };
             spare.push(pending);
         }
     }
@@ -318,6 +412,20 @@ impl WorkerLog {
 }
 
 /// Fields whose text is always a number.
+/// A captured header's value, cut to the field's length; `-` when the message had none.
+fn push_header(line: &mut Vec<u8>, field: &HeaderField, value: Option<&Option<http::HeaderValue>>) {
+    match value {
+        Some(Some(value)) => {
+            let bytes = value.as_bytes();
+            let len = field
+                .max_len
+                .map_or(bytes.len(), |max| max.min(bytes.len()));
+            line.extend_from_slice(&bytes[..len]);
+        }
+        _ => line.push(b'-'),
+    }
+}
+
 fn is_numeric(field: &Field) -> bool {
     matches!(
         field,

@@ -169,6 +169,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             at: at.clone(),
             fields: vec![format!("{} filter chains (exactly one)", chains.len())],
         })?;
+    crate::access_log::xds::listener_logs(&std::mem::take(&mut l.access_log), &at)?;
     l.stat_prefix.clear();
     l.metadata = None;
     l.traffic_direction = 0;
@@ -195,7 +196,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         });
     }
     nothing_else(&chain, fields::FILTER_CHAIN, &at)?;
-    let hcm = match filters.as_slice() {
+    let mut hcm = match filters.as_slice() {
         [only] => match &only.config_type {
             Some(filter::ConfigType::TypedConfig(any)) if any.type_url == HCM => {
                 decode::<HttpConnectionManager>(any, HCM, "an HttpConnectionManager")?
@@ -217,6 +218,10 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             });
         }
     };
+    let access_log = crate::access_log::xds::connection_manager_log(
+        std::mem::take(&mut hcm.access_log),
+        &format!("{at}.filters[0]"),
+    )?;
     let mut raw = RawListener {
         name: name.clone(),
         address,
@@ -226,7 +231,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         bypass_overload_manager: Some(bypass_overload_manager),
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),
-        access_log: None,
+        access_log,
         proxy_protocol,
         tls,
         ext_authz: None,

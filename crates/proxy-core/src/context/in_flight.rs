@@ -31,14 +31,13 @@ impl InFlight {
         conn.worker.stats.rq_total.inc();
         let log = conn.listener.access_log.as_ref().map(|log| {
             let mut pending = log.take_pending();
-            pending.record = LogRecord {
-                method: Some(req.method().clone()),
-                path: req.uri().path_and_query().cloned(),
-                version: Some(req.version()),
-                peer: Some(conn.peer),
-                request_id: req.headers().get("x-request-id").cloned(),
-                ..LogRecord::default()
-            };
+            let record = &mut pending.record;
+            record.method = Some(req.method().clone());
+            record.path = req.uri().path_and_query().cloned();
+            record.version = Some(req.version());
+            record.peer = Some(conn.peer);
+            record.request_id = req.headers().get("x-request-id").cloned();
+            log.capture_request(record, req, conn.listener.tls);
             pending.wall_start = SystemTime::now();
             pending
         });
@@ -53,6 +52,13 @@ impl InFlight {
 
     pub(crate) fn set_status(&mut self, status: http::StatusCode) {
         self.status = Some(status);
+    }
+
+    /// The response's head as the client gets it, for the headers the access log shows.
+    pub(crate) fn answered_with(&mut self, headers: &http::HeaderMap) {
+        if let (Some(pending), Some(log)) = (&mut self.log, &self.conn.listener.access_log) {
+            log.capture_response(&mut pending.record, headers);
+        }
     }
 
     pub(crate) fn set_trace(&mut self, trace: Box<RequestTrace>) {
@@ -85,6 +91,11 @@ impl InFlight {
                 .request_id
                 .take()
                 .and_then(|id| http::HeaderValue::from_bytes(id.as_bytes()).ok());
+            for value in record.request_headers.iter_mut() {
+                *value = value
+                    .take()
+                    .and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok());
+            }
         }
     }
 

@@ -167,6 +167,7 @@ pub(crate) fn handle(
         if let Some(trace) = in_flight.sampled_trace() {
             trace.answered(response.status(), flag);
         }
+        in_flight.answered_with(response.headers());
         in_flight.set_status(response.status());
         match facts.tunnel {
             None => response.body_mut().hold(in_flight),
