@@ -856,3 +856,76 @@ async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<String> {
     .await;
     lines
 }
+
+/// One HTTP/1.0 request without a host on a new connection: the whole answer, once the
+/// proxy has closed the connection (HTTP/1.0 without keep-alive).
+async fn http10(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.0\r\nx-noop-echo: headers\r\n\r\n")
+        .await
+        .unwrap();
+    let bytes = tokio::time::timeout(LIMIT, read_until_closed(&mut stream))
+        .await
+        .expect("the proxy closes the connection");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// HTTP/1.0 as Envoy takes it: 426 unless `accept_http_10`, and then routed with
+/// `default_host_for_http_10` when the request names no host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_follows_http_protocol_options() {
+    use envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions;
+    use http_connection_manager::ServerHeaderTransformation as Server;
+    use http_protocol_options::HeadersWithUnderscoresAction as Underscores;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut routes =
+        resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    routes.virtual_hosts[0].domains = vec!["web.test".into()];
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![(
+            "backend".into(),
+            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+        )],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream.local_addr()])),
+        )],
+    );
+    let gateway = gateway_listener(&Manager {
+        underscores: Underscores::Allow,
+        server: (Server::PassThrough, ""),
+        router: Router::default(),
+        stream_window: 65536,
+    });
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, gateway.clone()).await, None);
+    let addr = bound(&proxy).await;
+    let refused = http10(addr).await;
+    assert!(refused.starts_with("HTTP/1.1 426"), "{refused}");
+    assert_eq!(upstream.requests(), 0);
+
+    let accepted = with_manager(gateway, |hcm| {
+        hcm.http_protocol_options = Some(Http1ProtocolOptions {
+            accept_http_10: true,
+            default_host_for_http_10: "web.test".into(),
+            ..Default::default()
+        });
+    });
+    assert_eq!(serve_listener(&server, accepted).await, None);
+    let answer = http10(addr).await;
+    assert!(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("host: web.test"), "{answer}");
+    server.shutdown().await;
+}

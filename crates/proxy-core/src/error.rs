@@ -99,6 +99,8 @@ pub enum ProxyError {
     Overloaded,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
+    #[error("an HTTP/1.0 request on a listener that takes HTTP/1.1 and later only")]
+    Http10Refused,
     #[error("request head of {size} bytes is over the {limit}-byte limit")]
     HeadersTooLarge { size: usize, limit: usize },
     #[error("cannot connect to {addr}: {source}")]
@@ -161,6 +163,7 @@ impl ProxyError {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
+            ProxyError::Http10Refused => StatusCode::UPGRADE_REQUIRED,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
             | ProxyError::ConnectTimeout { .. }
@@ -180,9 +183,9 @@ impl ProxyError {
             ProxyError::NoHealthyUpstream => ResponseFlag::NoHealthyUpstream,
             ProxyError::Overflow(_) => ResponseFlag::UpstreamOverflow,
             ProxyError::Overloaded => ResponseFlag::OverloadManager,
-            ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. } => {
-                ResponseFlag::DownstreamProtocolError
-            }
+            ProxyError::BadRequest(_)
+            | ProxyError::HeadersTooLarge { .. }
+            | ProxyError::Http10Refused => ResponseFlag::DownstreamProtocolError,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
@@ -204,6 +207,7 @@ impl ProxyError {
             ProxyError::Overflow(_) => "upstream overloaded\n",
             ProxyError::Overloaded => "proxy overloaded\n",
             ProxyError::BadRequest(_) => "bad request\n",
+            ProxyError::Http10Refused => "HTTP/1.1 or later required\n",
             ProxyError::HeadersTooLarge { .. } => "request headers too large\n",
             ProxyError::ClientAborted { .. } => "request body incomplete\n",
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {

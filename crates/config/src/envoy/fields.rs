@@ -41,6 +41,20 @@ pub(crate) const LISTENER: &[(u32, &str)] = &[
     (39, "stats_matcher"),
 ];
 
+pub(crate) const HTTP1_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
+    (1, "allow_absolute_url"),
+    (2, "accept_http_10"),
+    (3, "default_host_for_http_10"),
+    (4, "header_key_format"),
+    (5, "enable_trailers"),
+    (6, "allow_chunked_length"),
+    (7, "override_stream_error_on_invalid_http_message"),
+    (8, "send_fully_qualified_url"),
+    (9, "use_balsa_parser"),
+    (10, "allow_custom_methods"),
+    (11, "ignore_http_11_upgrade"),
+];
+
 pub(crate) const KEEPALIVE_SETTINGS: &[(u32, &str)] = &[
     (1, "interval"),
     (2, "timeout"),

@@ -210,6 +210,19 @@ pub(crate) fn listener(
                 &format!("{path}.http"),
             )?,
             suppress_proxy_headers: raw.http.suppress_proxy_headers.unwrap_or(false),
+            accept_http_10: raw.http.accept_http_10.unwrap_or(true),
+            default_host_for_http_10: match raw.http.default_host_for_http_10.clone() {
+                Some(host) if !host.is_empty() && http::uri::Authority::try_from(host.as_str()).is_ok() => {
+                    Some(host)
+                }
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.http.default_host_for_http_10"),
+                        format!("expected a host (`example.com` or `example.com:8080`), found `{other}`"),
+                    ));
+                }
+                None => None,
+            },
             request_id: {
                 let raw = raw.http.request_id.clone().unwrap_or_default();
                 RequestIdConfig {

@@ -130,6 +130,11 @@ pub struct HttpConfig {
     /// router `suppress_envoy_headers`).
     pub suppress_proxy_headers: bool,
     pub request_id: RequestIdConfig,
+    /// HTTP/1.0 requests are served; `false`: answered 426 and the connection closed.
+    pub accept_http_10: bool,
+    /// The host an HTTP/1.0 request without one is routed and forwarded with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_host_for_http_10: Option<String>,
 }
 
 /// `x-request-id`: made, kept or replaced (Envoy's `generate_request_id`,

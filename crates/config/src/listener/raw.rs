@@ -65,6 +65,8 @@ pub struct RawHttp {
     pub server_name: Option<String>,
     pub suppress_proxy_headers: Option<bool>,
     pub request_id: Option<RawRequestId>,
+    pub accept_http_10: Option<bool>,
+    pub default_host_for_http_10: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

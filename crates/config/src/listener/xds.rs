@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtocolOptions};
+use envoy_types::pb::envoy::config::core::v3::{
+    Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions,
+};
 use envoy_types::pb::envoy::config::listener::v3::{
     FilterChain, Listener, filter, listener_filter,
 };
@@ -315,6 +317,11 @@ fn connection_manager(
     if let Some(common) = hcm.common_http_protocol_options.take() {
         common_options(common, http, &format!("{at}.common_http_protocol_options"))?;
     }
+    // Envoy answers HTTP/1.0 with 426 unless told otherwise.
+    http.accept_http_10 = Some(false);
+    if let Some(h1) = hcm.http_protocol_options.take() {
+        h1_options(h1, http, &format!("{at}.http_protocol_options"))?;
+    }
     if let Some(h2) = hcm.http2_protocol_options.take() {
         h2_options(h2, http, &format!("{at}.http2_protocol_options"))?;
     }
@@ -486,6 +493,28 @@ fn common_options(
         .to_owned(),
     );
     nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
+}
+
+fn h1_options(
+    mut h1: Http1ProtocolOptions,
+    http: &mut RawHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    http.accept_http_10 = Some(std::mem::take(&mut h1.accept_http_10));
+    let host = std::mem::take(&mut h1.default_host_for_http_10);
+    http.default_host_for_http_10 = (!host.is_empty()).then_some(host);
+    // Absolute request targets are taken, as Envoy's default; the parser is this proxy's own.
+    if h1.allow_absolute_url.take().is_some_and(|v| !v.value) {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["allow_absolute_url: false".into()],
+        });
+    }
+    #[allow(deprecated)]
+    {
+        h1.use_balsa_parser = None;
+    }
+    nothing_else(&h1, fields::HTTP1_PROTOCOL_OPTIONS, at)
 }
 
 fn h2_options(

@@ -98,7 +98,9 @@ pub(crate) fn handle(
                 // After a malformed request the stream may hold anything; do not read on.
                 close |= matches!(
                     err,
-                    ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. }
+                    ProxyError::BadRequest(_)
+                        | ProxyError::HeadersTooLarge { .. }
+                        | ProxyError::Http10Refused
                 );
                 let mut reply = local_reply::text(
                     err.status(),
@@ -222,6 +224,22 @@ struct Facts {
     request_id: Option<HeaderValue>,
 }
 
+/// `accept_http_10` (426 otherwise, as Envoy), and `default_host_for_http_10` for a request
+/// that names no host.
+fn http10(req: &mut Request<RequestBody>, http: &HttpCtx) -> Result<(), ProxyError> {
+    if !http.accept_http_10 {
+        return Err(ProxyError::Http10Refused);
+    }
+    if let Some(host) = &http.default_host_for_http_10
+        && req.uri().authority().is_none()
+    {
+        req.headers_mut()
+            .entry(http::header::HOST)
+            .or_insert_with(|| host.clone());
+    }
+    Ok(())
+}
+
 /// `headers_with_underscores_action`: a request with a header named with `_` is refused, or
 /// loses those headers, before anything reads them.
 fn underscores(req: &mut Request<RequestBody>, scope: &Scope<'_>) -> Result<(), ProxyError> {
@@ -252,6 +270,9 @@ async fn route_and_forward(
     state: &mut FilterState,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
+    if req.version() == Version::HTTP_10 {
+        http10(req, scope.http)?;
+    }
     if scope.http.headers_with_underscores != HeadersWithUnderscores::Allow {
         underscores(req, scope)?;
     }

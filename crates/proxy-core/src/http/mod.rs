@@ -54,6 +54,10 @@ pub(crate) struct HttpCtx {
     /// The proxy's own response headers (`x-legate-overloaded`) are left out.
     pub(crate) suppress_proxy_headers: bool,
     pub(crate) request_id: RequestIdPolicy,
+    /// HTTP/1.0 requests are served (426 otherwise).
+    pub(crate) accept_http_10: bool,
+    /// The host of an HTTP/1.0 request that names none.
+    pub(crate) default_host_for_http_10: Option<http::HeaderValue>,
 }
 
 /// What is done with `x-request-id`, decided once per config.

@@ -240,5 +240,12 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         server_header: ServerHeader::new(&config.http.server_header),
         suppress_proxy_headers: config.http.suppress_proxy_headers,
         request_id: RequestIdPolicy::new(&config.http),
+        accept_http_10: config.http.accept_http_10,
+        // Checked as a host at load.
+        default_host_for_http_10: config
+            .http
+            .default_host_for_http_10
+            .as_deref()
+            .and_then(|h| HeaderValue::from_str(h).ok()),
     }
 }
