@@ -925,7 +925,10 @@ async fn http10_follows_http_protocol_options() {
     });
     assert_eq!(serve_listener(&server, accepted).await, None);
     let answer = http10(addr).await;
-    assert!(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
     assert!(answer.contains("host: web.test"), "{answer}");
     server.shutdown().await;
 }

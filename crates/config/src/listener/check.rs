@@ -212,13 +212,18 @@ pub(crate) fn listener(
             suppress_proxy_headers: raw.http.suppress_proxy_headers.unwrap_or(false),
             accept_http_10: raw.http.accept_http_10.unwrap_or(true),
             default_host_for_http_10: match raw.http.default_host_for_http_10.clone() {
-                Some(host) if !host.is_empty() && http::uri::Authority::try_from(host.as_str()).is_ok() => {
+                Some(host)
+                    if !host.is_empty()
+                        && http::uri::Authority::try_from(host.as_str()).is_ok() =>
+                {
                     Some(host)
                 }
                 Some(other) => {
                     return Err(ConfigError::invalid(
                         format!("{path}.http.default_host_for_http_10"),
-                        format!("expected a host (`example.com` or `example.com:8080`), found `{other}`"),
+                        format!(
+                            "expected a host (`example.com` or `example.com:8080`), found `{other}`"
+                        ),
                     ));
                 }
                 None => None,
