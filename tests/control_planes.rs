@@ -932,3 +932,125 @@ async fn http10_follows_http_protocol_options() {
     assert!(answer.contains("host: web.test"), "{answer}");
     server.shutdown().await;
 }
+
+/// The fault filter as Istio writes it: empty in the chain, with each route's `HTTPFault`
+/// in `typed_per_filter_config`; fields not honoured refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_injection_from_the_management_server() {
+    use envoy_types::pb::envoy::config::route::v3::FilterConfig;
+    use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{FaultDelay, fault_delay};
+    use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+        FaultAbort, HttpFault, fault_abort,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::r#type::v3::FractionalPercent;
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let all = Some(FractionalPercent {
+        numerator: 100,
+        denominator: 0,
+    });
+    let abort = HttpFault {
+        abort: Some(FaultAbort {
+            error_type: Some(fault_abort::ErrorType::HttpStatus(503)),
+            percentage: all,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let delay = HttpFault {
+        delay: Some(FaultDelay {
+            fault_delay_secifier: Some(fault_delay::FaultDelaySecifier::FixedDelay(PbDuration {
+                seconds: 0,
+                nanos: 200_000_000,
+            })),
+            percentage: all,
+        }),
+        ..Default::default()
+    };
+    let with_fault = |prefix: &str, settings: Any| {
+        let mut route = resources::forward(prefix, "backend");
+        route
+            .typed_per_filter_config
+            .insert("envoy.filters.http.fault".into(), settings);
+        route
+    };
+    let wrapped = any(&FilterConfig {
+        config: Some(any(&abort)),
+        ..Default::default()
+    });
+    let routes = resources::route_config(
+        "web-routes",
+        vec![
+            with_fault("/aborted", any(&abort)),
+            with_fault("/wrapped", wrapped),
+            with_fault("/delayed", any(&delay)),
+            resources::forward("/", "backend"),
+        ],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![(
+            "backend".into(),
+            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+        )],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream.local_addr()])),
+        )],
+    );
+    let fault_filter = |fault: &HttpFault| HttpFilter {
+        name: "envoy.filters.http.fault".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(fault))),
+        ..Default::default()
+    };
+    let listener = |fault: HttpFault| {
+        let l = resources::listener_with_filters(
+            "web",
+            "127.0.0.1:0".parse().unwrap(),
+            "web-routes",
+            vec![fault_filter(&fault)],
+        );
+        ("web".to_owned(), any(&l))
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(&server, listener(HttpFault::default())).await,
+        None
+    );
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/aborted", &[])).await.status() == 503
+    })
+    .await;
+    assert_eq!(send_h1(addr, get("/wrapped", &[])).await.status(), 503);
+    assert_eq!(send_h1(addr, get("/plain", &[])).await.status(), 200);
+    let started = std::time::Instant::now();
+    assert_eq!(send_h1(addr, get("/delayed", &[])).await.status(), 200);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+
+    // Faults only for requests with a header: refused by name.
+    let matching = HttpFault {
+        headers: vec![Default::default()],
+        ..Default::default()
+    };
+    let nack = serve_listener(&server, listener(matching))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("listener `web`") && nack.contains("headers"),
+        "{nack}"
+    );
+    assert_eq!(send_h1(addr, get("/aborted", &[])).await.status(), 503);
+    server.shutdown().await;
+}

@@ -599,3 +599,87 @@ async fn cors_answers_preflights_and_marks_allowed_responses() {
     assert_eq!(other.status(), 200);
     assert!(!other.headers().contains_key("access-control-allow-origin"));
 }
+
+/// The fault filter: a fixed delay and a fixed abort on their routes, a share of requests
+/// aborted within statistical bounds, faults asked for by request headers, and a route that
+/// turns the filter off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_delay_and_abort_their_share_of_requests() {
+    let noop = upstream().await;
+    let routes = r#"      - match: { prefix: /delayed }
+        cluster: backend
+        filters: { fault: { delay: { fixed: 300ms, percentage: 100% } } }
+      - match: { prefix: /aborted }
+        cluster: backend
+        filters: { fault: { abort: { status: 503, percentage: 100% } } }
+      - match: { prefix: /half }
+        cluster: backend
+        filters: { fault: { abort: { status: 500, percentage: 50%, body: "injected\n" } } }
+      - match: { prefix: /asked }
+        cluster: backend
+        filters: { fault: { abort: { header: true, percentage: 100% }, delay: { header: true, percentage: 100% } } }
+      - match: { prefix: /untouched }
+        cluster: backend
+        filters: { fault: disabled }
+"#;
+    let filters = "      - fault: { abort: { status: 418, percentage: 100% } }";
+    let proxy = Proxy::start(&config(filters, routes, noop.local_addr()), 2);
+    let addr = proxy.addr();
+    let admin = proxy.admin.unwrap();
+
+    let started = Instant::now();
+    let res = send_h1(addr, get("/delayed", &[])).await;
+    assert_eq!(res.status(), 200);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let res = send_h1(addr, get("/aborted", &[])).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(text(res.into_body()).await, "fault filter abort");
+    // The listener's own settings where a route has none; none where a route turns it off.
+    assert_eq!(send_h1(addr, get("/other", &[])).await.status(), 418);
+    assert_eq!(send_h1(addr, get("/untouched", &[])).await.status(), 200);
+
+    // 400 requests at 50%: the count of aborts is within 8 standard deviations (10 each).
+    let mut aborted: i64 = 0;
+    for _ in 0..400 {
+        let res = send_h1(addr, get("/half", &[])).await;
+        if res.status() == 500 {
+            assert_eq!(text(res.into_body()).await, "injected\n");
+            aborted += 1;
+        }
+    }
+    assert!((120..=280).contains(&aborted), "{aborted} of 400 aborted");
+
+    // Asked for by the request: no header, no fault; then a 429 after 200 ms.
+    assert_eq!(send_h1(addr, get("/asked", &[])).await.status(), 200);
+    let started = Instant::now();
+    let res = send_h1(
+        addr,
+        get(
+            "/asked",
+            &[
+                ("x-envoy-fault-abort-request", "429"),
+                ("x-envoy-fault-delay-request", "200"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 429);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let res = send_h1(
+        addr,
+        get(
+            "/asked",
+            &[
+                ("x-envoy-fault-abort-request", "429"),
+                ("x-envoy-fault-abort-request-percentage", "0"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200, "the request's own 0%");
+    assert_eq!(stat_settled(admin, "http_fault_delays_injected", 2), 2);
+    assert_eq!(
+        stat_settled(admin, "http_fault_aborts_injected", aborted + 3),
+        aborted + 3
+    );
+}

@@ -279,6 +279,17 @@ catalog! {
             "Requests a local rate limit refused (429 unless configured; flag RL).",
         ),
     }
+    /// One worker's handles for one listener's fault filter.
+    fault -> FaultStats(listener) {
+        delays_injected: counter = http_fault_delays_injected(
+            "http_fault_delays_injected",
+            "Requests the fault filter delayed.",
+        ),
+        aborts_injected: counter = http_fault_aborts_injected(
+            "http_fault_aborts_injected",
+            "Requests the fault filter answered in the upstream's place (flag FI).",
+        ),
+    }
     /// One worker's handles for one listener's compression.
     compression -> CompressionStats(listener) {
         /// Indexed by `config::Encoding as usize`.

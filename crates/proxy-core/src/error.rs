@@ -38,6 +38,8 @@ pub enum ResponseFlag {
     RateLimited,
     /// OM: the overload manager shed the request.
     OverloadManager,
+    /// FI: the fault filter answered in the upstream's place.
+    FaultInjected,
 }
 
 impl ResponseFlag {
@@ -55,6 +57,7 @@ impl ResponseFlag {
             ResponseFlag::UnauthorizedExternalService => "UAEX",
             ResponseFlag::RateLimited => "RL",
             ResponseFlag::OverloadManager => "OM",
+            ResponseFlag::FaultInjected => "FI",
         }
     }
 }

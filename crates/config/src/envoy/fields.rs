@@ -55,6 +55,36 @@ pub(crate) const HTTP1_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (11, "ignore_http_11_upgrade"),
 ];
 
+pub(crate) const HTTP_FAULT: &[(u32, &str)] = &[
+    (1, "delay"),
+    (2, "abort"),
+    (3, "upstream_cluster"),
+    (4, "headers"),
+    (5, "downstream_nodes"),
+    (6, "max_active_faults"),
+    (7, "response_rate_limit"),
+    (8, "delay_percent_runtime"),
+    (9, "abort_percent_runtime"),
+    (10, "delay_duration_runtime"),
+    (11, "abort_http_status_runtime"),
+    (12, "max_active_faults_runtime"),
+    (13, "response_rate_limit_percent_runtime"),
+    (14, "abort_grpc_status_runtime"),
+    (15, "disable_downstream_cluster_stats"),
+    (16, "filter_metadata"),
+];
+
+pub(crate) const FAULT_DELAY: &[(u32, &str)] =
+    &[(3, "fixed_delay"), (4, "percentage"), (5, "header_delay")];
+
+pub(crate) const FAULT_ABORT: &[(u32, &str)] = &[
+    (2, "http_status"),
+    (3, "percentage"),
+    (4, "header_abort"),
+    (5, "grpc_status"),
+    (6, "response_body"),
+];
+
 pub(crate) const KEEPALIVE_SETTINGS: &[(u32, &str)] = &[
     (1, "interval"),
     (2, "timeout"),

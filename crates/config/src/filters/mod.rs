@@ -7,6 +7,8 @@
 //! [`RouteFilters`], and the checks of a chain and of a route's `filters:`. The module's name
 //! is the filter's name in the file.
 
+pub(crate) mod xds;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -125,6 +127,20 @@ macro_rules! http_filters {
             $(pub $module: Option<<$module::$settings as FilterSettings>::RawRoute>,)*
         }
 
+        impl RawRouteFilters {
+            /// Drops the entries of filters not in `chain` (their names): Envoy ignores a
+            /// route's settings for a filter its listener does not have.
+            pub(crate) fn retain(&mut self, chain: &[&str]) {
+                $(if !chain.contains(&stringify!($module)) {
+                    self.$module = None;
+                })*
+            }
+
+            pub(crate) fn is_empty(&self) -> bool {
+                true $(&& self.$module.is_none())*
+            }
+        }
+
         /// A route's settings for its listener's filters: by default each filter applies as
         /// the listener configures it.
         #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -166,6 +182,8 @@ http_filters! {
     Compression(compression::CompressionConfig),
     /// Cross-origin resource sharing: preflights answered, response headers added.
     Cors(cors::CorsConfig),
+    /// Delays and aborts injected into a share of requests (Envoy's `fault`).
+    Fault(fault::FaultConfig),
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {

@@ -20,6 +20,7 @@ use crate::envoy::{
 };
 use crate::filters::RawHttpFilter;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
+use crate::filters::fault::xds as fault;
 use crate::route::xds::XdsRoutes;
 use crate::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
@@ -83,8 +84,17 @@ pub struct XdsListener {
     pub rds: Option<String>,
     /// Upgrades (`websocket`) every route allows.
     upgrades: Vec<String>,
-    /// The ext_authz filter, if the chain has one.
-    authz: Option<XdsAuthz>,
+    /// The HTTP filters before the router, in order.
+    filters: Vec<XdsHttpFilter>,
+}
+
+/// One HTTP filter of a listener from the management server.
+#[derive(Debug, Clone)]
+enum XdsHttpFilter {
+    /// Its service's address is known once its cluster has a single host.
+    ExtAuthz(XdsAuthz),
+    /// Settled as it came.
+    Settled(RawHttpFilter),
 }
 
 impl XdsListener {
@@ -95,7 +105,10 @@ impl XdsListener {
 
     /// The cluster its authorization service is found in, if any.
     pub fn authz_cluster(&self) -> Option<&str> {
-        self.authz.as_ref().and_then(XdsAuthz::cluster)
+        self.filters.iter().find_map(|f| match f {
+            XdsHttpFilter::ExtAuthz(authz) => authz.cluster(),
+            XdsHttpFilter::Settled(_) => None,
+        })
     }
 
     /// As the config file writes it, with `routes` (from RDS) when it takes them from there;
@@ -108,18 +121,23 @@ impl XdsListener {
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
         let routes = routes.or(self.inline.as_ref());
-        if let Some(routes) = routes {
-            raw.virtual_hosts = routes.section(ready, &self.upgrades, self.authz.is_some());
-            raw.ignore_port_in_host_matching = Some(routes.ignore_port_in_host_matching);
-        }
         raw.http_filters.clear();
-        if let Some(authz) = &self.authz {
-            raw.http_filters
-                .push(RawHttpFilter::ExtAuthz(authz.section(single_hosts)?));
+        for filter in &self.filters {
+            raw.http_filters.push(match filter {
+                XdsHttpFilter::ExtAuthz(authz) => {
+                    RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)
+                }
+                XdsHttpFilter::Settled(filter) => filter.clone(),
+            });
         }
         // The routes' header mutations, last: Envoy's router applies them after every filter.
         if let Some(rules) = routes.and_then(XdsRoutes::headers_filter) {
             raw.http_filters.push(RawHttpFilter::Headers(rules.clone()));
+        }
+        if let Some(routes) = routes {
+            let chain: Vec<&str> = raw.http_filters.iter().map(RawHttpFilter::name).collect();
+            raw.virtual_hosts = routes.section(ready, &self.upgrades, &chain);
+            raw.ignore_port_in_host_matching = Some(routes.ignore_port_in_host_matching);
         }
         Some(raw)
     }
@@ -243,7 +261,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         ignore_port_in_host_matching: None,
         dynamic: true,
     };
-    let (inline, rds, upgrades, authz) =
+    let (inline, rds, upgrades, filters) =
         connection_manager(hcm, &mut raw.http, &name, &format!("{at}.filters[0]"))?;
     Ok(XdsListener {
         name,
@@ -251,7 +269,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         inline,
         rds,
         upgrades,
-        authz,
+        filters,
     })
 }
 
@@ -259,7 +277,7 @@ type Routing = (
     Option<XdsRoutes>,
     Option<String>,
     Vec<String>,
-    Option<XdsAuthz>,
+    Vec<XdsHttpFilter>,
 );
 
 fn connection_manager(
@@ -289,7 +307,7 @@ fn connection_manager(
             });
         }
     };
-    let authz = http_filters(std::mem::take(&mut hcm.http_filters), http, at)?;
+    let filters = http_filters(std::mem::take(&mut hcm.http_filters), http, at)?;
     // Envoy's default is `OVERWRITE` with its own name; here the name is this proxy's.
     let name = std::mem::take(&mut hcm.server_name);
     let name = if name.is_empty() {
@@ -388,16 +406,16 @@ fn connection_manager(
         escaped_slashes: escaped_slashes.map(str::to_owned),
     });
     nothing_else(&hcm, fields::HTTP_CONNECTION_MANAGER, at)?;
-    Ok((inline, rds, upgrades, authz))
+    Ok((inline, rds, upgrades, filters))
 }
 
-/// ext_authz (at most once) and the router, last: requests are authorized, then go to the
-/// route's cluster. Other filters are refused.
+/// The filters Legate has (each at most once, as a route names a filter by its type), then
+/// the router, last. Other filters are refused by name, unless marked optional.
 fn http_filters(
     filters: Vec<HttpFilter>,
     http: &mut RawHttp,
     at: &str,
-) -> Result<Option<XdsAuthz>, ResourceError> {
+) -> Result<Vec<XdsHttpFilter>, ResourceError> {
     let typed = |f: &HttpFilter| match &f.config_type {
         Some(http_filter::ConfigType::TypedConfig(any)) => Some(any.clone()),
         _ => None,
@@ -406,7 +424,7 @@ fn http_filters(
         Some(any) => any.type_url == ROUTER,
         None => f.name == "envoy.filters.http.router",
     };
-    let mut authz = None;
+    let mut chain: Vec<XdsHttpFilter> = Vec::new();
     let filters: Vec<HttpFilter> = filters.into_iter().filter(|f| !f.disabled).collect();
     for (i, f) in filters.iter().enumerate() {
         let at = format!("{at}.http_filters[{i}]");
@@ -422,22 +440,40 @@ fn http_filters(
             }
             continue;
         }
-        match typed(f) {
-            Some(any) if any.type_url == ext_authz::TYPE_URL && authz.is_none() => {
-                authz = Some(XdsAuthz::decode(&any, &at)?);
+        let filter = match typed(f) {
+            Some(any) if any.type_url == ext_authz::TYPE_URL => {
+                XdsHttpFilter::ExtAuthz(XdsAuthz::decode(&any, &at)?)
+            }
+            Some(any) if any.type_url == fault::TYPE_URL => {
+                XdsHttpFilter::Settled(RawHttpFilter::Fault(fault::settings(&any, &at)?))
             }
             // An optional filter that is not known is skipped, as Envoy does.
-            _ if f.is_optional => {}
+            _ if f.is_optional => continue,
             _ => {
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (ext_authz and the router only)",
+                        "HTTP filter `{}` (ext_authz, fault and the router only)",
                         f.name
                     )],
                 });
             }
+        };
+        let name = match &filter {
+            XdsHttpFilter::ExtAuthz(_) => "ext_authz",
+            XdsHttpFilter::Settled(raw) => raw.name(),
+        };
+        let seen = chain.iter().any(|f| match f {
+            XdsHttpFilter::ExtAuthz(_) => name == "ext_authz",
+            XdsHttpFilter::Settled(raw) => raw.name() == name,
+        });
+        if seen {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec![format!("a second `{name}` filter (one of each)")],
+            });
         }
+        chain.push(filter);
     }
     if !filters.last().is_some_and(is_router) {
         return Err(ResourceError::invalid(
@@ -445,7 +481,7 @@ fn http_filters(
             "expected the router as the last filter",
         ));
     }
-    Ok(authz)
+    Ok(chain)
 }
 
 /// The router's settings: `suppress_envoy_headers` (this proxy's own headers); the stats

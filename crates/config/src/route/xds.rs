@@ -16,11 +16,11 @@ use envoy_types::pb::google::protobuf::Any;
 use super::xds_actions as route_action;
 use super::xds_headers::{self, Lists};
 use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
-use crate::filters::ext_authz::xds as ext_authz;
+use crate::filters::xds::route_filters;
 use crate::{
     RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
 };
-use crate::{RawHeaderRules, RawPerRoute, RawRouteAuthz, RawRouteFilters};
+use crate::{RawHeaderRules, RawPerRoute, RawRouteFilters};
 
 /// A route configuration from the management server (RDS, or inline in a listener).
 #[derive(Debug, Clone)]
@@ -96,22 +96,26 @@ impl XdsRoutes {
     /// The virtual hosts as the config file writes them: routes to clusters not in `ready`
     /// answer 503, and a route to an HTTP/1.1 cluster (`ready`'s `true`) allows the
     /// listener's `upgrades`. Envoy applies those to every route and fails an upgrade to an
-    /// HTTP/2 cluster per request; here such a route does not offer any. Without
-    /// the ext_authz filter on the listener (`authz`), per-route ext_authz settings are
-    /// dropped, as Envoy ignores the settings of a filter not in the chain.
+    /// HTTP/2 cluster per request; here such a route does not offer any. Settings for a
+    /// filter not in the listener's `chain` (the filters' names) are dropped, as Envoy
+    /// ignores the settings of a filter it does not run.
     pub(crate) fn section(
         &self,
         ready: &BTreeMap<&str, bool>,
         upgrades: &[String],
-        authz: bool,
+        chain: &[&str],
     ) -> Vec<RawVirtualHost> {
         let mut hosts = self.virtual_hosts.clone();
-        if !authz {
-            let filters = hosts.iter_mut().flat_map(|h| {
-                std::iter::once(&mut h.filters).chain(h.routes.iter_mut().map(|r| &mut r.filters))
-            });
-            for filters in filters.flatten() {
-                filters.ext_authz = None;
+        for host in &mut hosts {
+            let levels = std::iter::once(&mut host.filters)
+                .chain(host.routes.iter_mut().map(|r| &mut r.filters));
+            for filters in levels {
+                if let Some(f) = filters {
+                    f.retain(chain);
+                }
+                if filters.as_ref().is_some_and(RawRouteFilters::is_empty) {
+                    *filters = None;
+                }
             }
         }
         // Envoy takes a configuration with no hosts, or a host with no routes, and answers
@@ -171,20 +175,18 @@ impl XdsRoutes {
     }
 }
 
-/// A route's or host's `filters:` with ext_authz's and the headers filter's entries, if it
-/// has them.
+/// A route's or host's `filters:`: its `typed_per_filter_config` entries and the headers
+/// filter's rules, if it has them.
 fn filters(
-    authz: Option<RawRouteAuthz>,
+    per_filter: Option<RawRouteFilters>,
     headers: Option<RawHeaderRules>,
 ) -> Option<RawRouteFilters> {
-    if authz.is_none() && headers.is_none() {
+    if per_filter.is_none() && headers.is_none() {
         return None;
     }
-    Some(RawRouteFilters {
-        ext_authz: authz,
-        headers: headers.map(RawPerRoute::Settings),
-        ..Default::default()
-    })
+    let mut filters = per_filter.unwrap_or_default();
+    filters.headers = headers.map(RawPerRoute::Settings);
+    Some(filters)
 }
 
 /// A route that answers 404 to everything.
@@ -212,7 +214,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         .map(|r| retry(r, &format!("{at}.retry_policy")))
         .transpose()?;
     host.metadata = None;
-    let authz = ext_authz::per_route(std::mem::take(&mut host.typed_per_filter_config), at)?;
+    let per_filter = route_filters(std::mem::take(&mut host.typed_per_filter_config), at)?;
     let headers = xds_headers::rules(
         Lists {
             request_add: std::mem::take(&mut host.request_headers_to_add),
@@ -232,7 +234,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         name,
         domains,
         retry_policy,
-        filters: filters(authz, headers),
+        filters: filters(per_filter, headers),
         routes,
     })
 }
@@ -244,7 +246,7 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
     r.metadata = None;
     r.decorator = None;
     r.stat_prefix.clear();
-    let authz = ext_authz::per_route(std::mem::take(&mut r.typed_per_filter_config), at)?;
+    let per_filter = route_filters(std::mem::take(&mut r.typed_per_filter_config), at)?;
     let headers = xds_headers::rules(
         Lists {
             request_add: std::mem::take(&mut r.request_headers_to_add),
@@ -257,7 +259,7 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
     nothing_else(&r, fields::ROUTE, at)?;
     let mut raw = RawRoute {
         matcher,
-        filters: filters(authz, headers),
+        filters: filters(per_filter, headers),
         ..Default::default()
     };
     match action {

@@ -207,7 +207,7 @@ fn endpoints_leave_out_hosts_that_take_no_requests_and_merge_repeats() {
 fn routes_translate_matches_and_timeouts() {
     let config = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
     let ready = [("web", true)].into_iter().collect();
-    let hosts = config.section(&ready, &["websocket".into()], false);
+    let hosts = config.section(&ready, &["websocket".into()], &[]);
     let route = &hosts[0].routes[0];
     assert_eq!(route.cluster.as_deref(), Some("web"));
     assert_eq!(route.matcher.prefix.as_deref(), Some("/"));
@@ -220,7 +220,7 @@ fn routes_translate_matches_and_timeouts() {
     // The listener's upgrades are offered only where the cluster speaks HTTP/1.1: the same
     // routes to an HTTP/2 cluster are valid, without them.
     let h2 = [("web", false)].into_iter().collect();
-    let hosts = config.section(&h2, &["websocket".into()], false);
+    let hosts = config.section(&h2, &["websocket".into()], &[]);
     assert!(hosts[0].routes[0].upgrades.is_empty());
 
     // Nor those the route itself names.
@@ -234,20 +234,16 @@ fn routes_translate_matches_and_timeouts() {
     }];
     let own = XdsRoutes::decode(&pack(&own)).unwrap();
     assert_eq!(
-        own.section(&ready, &[], false)[0].routes[0].upgrades,
+        own.section(&ready, &[], &[])[0].routes[0].upgrades,
         ["websocket"]
     );
-    assert!(
-        own.section(&h2, &[], false)[0].routes[0]
-            .upgrades
-            .is_empty()
-    );
+    assert!(own.section(&h2, &[], &[])[0].routes[0].upgrades.is_empty());
 }
 
 #[test]
 fn a_route_to_a_cluster_not_there_answers_503() {
     let config = XdsRoutes::decode(&pack(&routes("r", "gone"))).unwrap();
-    let hosts = config.section(&Default::default(), &[], false);
+    let hosts = config.section(&Default::default(), &[], &[]);
     let route = &hosts[0].routes[0];
     assert!(route.cluster.is_none() && route.timeout.is_none());
     assert_eq!(route.direct_response.as_ref().map(|d| d.status), Some(503));
@@ -372,7 +368,7 @@ fn a_route_configuration_without_routes_answers_404() {
     };
     let hosts = XdsRoutes::decode(&pack(&empty))
         .unwrap()
-        .section(&Default::default(), &[], false);
+        .section(&Default::default(), &[], &[]);
     assert_eq!(hosts.len(), 1);
     assert_eq!(
         hosts[0].routes[0]
@@ -837,7 +833,7 @@ fn route_features_beyond_one_cluster_are_refused_by_name_where_they_cannot_hold(
         change(&mut config.virtual_hosts[0].routes[0]);
         XdsRoutes::decode(&pack(&config)).map(|c| {
             let ready = [("web", true), ("v2", true)].into_iter().collect();
-            c.section(&ready, &[], false)
+            c.section(&ready, &[], &[])
         })
     };
     fn action(r: &mut Route) -> &mut RouteAction {

@@ -212,6 +212,7 @@ filters! {
     Headers(headers::Headers),
     Compression(compression::Compression),
     Cors(cors::Cors),
+    Fault(fault::Fault),
 }
 
 /// A listener's filters on one worker, in order.

@@ -6,7 +6,7 @@
 //! for it like one waiting for its routes. `google_grpc.target_uri` may give the address
 //! directly (`IP:PORT` or `unix:/path`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::grpc_service;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
@@ -19,7 +19,7 @@ use crate::envoy::{ResourceError, duration};
 
 pub(crate) const TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz";
-const PER_ROUTE: &str =
+pub(crate) const PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute";
 
 /// The filter, with its service's address or the cluster that has it.
@@ -136,43 +136,28 @@ impl XdsAuthz {
     }
 }
 
-/// `typed_per_filter_config` of a route or virtual host: ext_authz's entry (disabled, or
-/// context extensions). Settings for other filters are refused.
-pub(crate) fn per_route(
-    config: HashMap<String, Any>,
-    at: &str,
-) -> Result<Option<RawRouteAuthz>, ResourceError> {
-    let mut authz = None;
-    for (name, value) in config {
-        if value.type_url != PER_ROUTE {
-            return Err(ResourceError::Unsupported {
-                at: format!("{at}.typed_per_filter_config"),
-                fields: vec![format!("settings for `{name}` (ext_authz only)")],
-            });
+/// ext_authz's entry in a route's or virtual host's `typed_per_filter_config`: disabled,
+/// or context extensions; `None` for an entry that changes nothing.
+pub(crate) fn per_route(value: &Any, at: &str) -> Result<Option<RawRouteAuthz>, ResourceError> {
+    let per_route: ExtAuthzPerRoute = prost::Message::decode(value.value.as_slice())
+        .map_err(|e| ResourceError::invalid(at, format!("cannot decode ExtAuthzPerRoute: {e}")))?;
+    Ok(match per_route.r#override {
+        Some(ext_authz_per_route::Override::Disabled(true)) => {
+            Some(RawRouteAuthz::Word("disabled".into()))
         }
-        let per_route: ExtAuthzPerRoute =
-            prost::Message::decode(value.value.as_slice()).map_err(|e| {
-                ResourceError::invalid(at, format!("cannot decode ExtAuthzPerRoute: {e}"))
-            })?;
-        authz = match per_route.r#override {
-            Some(ext_authz_per_route::Override::Disabled(true)) => {
-                Some(RawRouteAuthz::Word("disabled".into()))
+        Some(ext_authz_per_route::Override::CheckSettings(mut settings)) => {
+            let context_extensions = std::mem::take(&mut settings.context_extensions);
+            if settings != Default::default() {
+                return Err(ResourceError::Unsupported {
+                    at: at.to_owned(),
+                    fields: vec!["check_settings besides context_extensions".into()],
+                });
             }
-            Some(ext_authz_per_route::Override::CheckSettings(mut settings)) => {
-                let context_extensions = std::mem::take(&mut settings.context_extensions);
-                if settings != Default::default() {
-                    return Err(ResourceError::Unsupported {
-                        at: format!("{at}.typed_per_filter_config.{name}"),
-                        fields: vec!["check_settings besides context_extensions".into()],
-                    });
-                }
-                Some(RawRouteAuthz::Settings(RawRouteAuthzSettings {
-                    disabled: None,
-                    context_extensions: context_extensions.into_iter().collect(),
-                }))
-            }
-            _ => None,
-        };
-    }
-    Ok(authz)
+            Some(RawRouteAuthz::Settings(RawRouteAuthzSettings {
+                disabled: None,
+                context_extensions: context_extensions.into_iter().collect(),
+            }))
+        }
+        _ => None,
+    })
 }
