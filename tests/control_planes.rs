@@ -1014,12 +1014,31 @@ async fn fault_injection_from_the_management_server() {
         config_type: Some(http_filter::ConfigType::TypedConfig(any(fault))),
         ..Default::default()
     };
+    // Istio's chain, less its own extensions: grpc_stats, fault, cors, then the router.
     let listener = |fault: HttpFault| {
+        let grpc_stats = HttpFilter {
+            name: "envoy.filters.http.grpc_stats".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+                type_url:
+                    "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig"
+                        .into(),
+                value: vec![8, 1], // emit_filter_state: true
+            })),
+            ..Default::default()
+        };
+        let cors = HttpFilter {
+            name: "envoy.filters.http.cors".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+                type_url: "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors".into(),
+                value: Vec::new(),
+            })),
+            ..Default::default()
+        };
         let l = resources::listener_with_filters(
             "web",
             "127.0.0.1:0".parse().unwrap(),
             "web-routes",
-            vec![fault_filter(&fault)],
+            vec![grpc_stats, fault_filter(&fault), cors],
         );
         ("web".to_owned(), any(&l))
     };

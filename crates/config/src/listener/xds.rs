@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::listener::v3::{
     FilterChain, Listener, filter, listener_filter,
 };
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
@@ -26,6 +27,9 @@ use crate::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+const CORS: &str = "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors";
+const GRPC_STATS: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig";
 /// Listener filters that only look at the first bytes to pick a filter chain; with one chain
 /// they change nothing.
 const INSPECTORS: [&str; 2] = [
@@ -447,6 +451,15 @@ fn http_filters(
             Some(any) if any.type_url == fault::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Fault(fault::settings(&any, &at)?))
             }
+            // Envoy's CORS filter holds no settings (v3): it acts on a route's or host's
+            // policy, which is refused until mapped. Without one it does nothing.
+            Some(any) if any.type_url == CORS => {
+                decode::<Cors>(&any, CORS, "a Cors filter")?;
+                continue;
+            }
+            // gRPC statistics only (counters per method, filter state for other filters):
+            // nothing a request meets. Its counters are not kept here.
+            Some(any) if any.type_url == GRPC_STATS => continue,
             // An optional filter that is not known is skipped, as Envoy does.
             _ if f.is_optional => continue,
             _ => {
