@@ -18,7 +18,9 @@ use envoy_types::pb::envoy::config::core::v3::{
     http_protocol_options,
 };
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
-use envoy_types::pb::envoy::config::route::v3::{VirtualHost, route, route_action};
+use envoy_types::pb::envoy::config::route::v3::{
+    RouteMatch, VirtualHost, route, route_action, route_match,
+};
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager, http_filter,
@@ -215,11 +217,20 @@ async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
         action.cluster_not_found_response_code =
             route_action::ClusterNotFoundResponseCode::InternalServerError as i32;
     }
+    // Envoy Gateway's prefix match: `/sep` and below it, not `/seps`.
+    let mut separated = resources::direct("/sep", 418);
+    separated.r#match = Some(RouteMatch {
+        path_specifier: Some(route_match::PathSpecifier::PathSeparatedPrefix(
+            "/sep".into(),
+        )),
+        ..Default::default()
+    });
     let mut routes = resources::route_config(
         "web-routes",
         vec![
             resources::forward("/missing", "not-sent"),
             gone,
+            separated,
             resources::forward("/", "backend"),
         ],
     );
@@ -287,6 +298,9 @@ async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
     assert_eq!(res.status(), 503);
     assert!(res.headers().get("server").is_none());
 
+    assert_eq!(send_h1(addr, get("/sep/x", &[])).await.status(), 418);
+    assert_eq!(send_h1(addr, get("/sep?q", &[])).await.status(), 418);
+    assert_eq!(send_h1(addr, get("/seps", &[])).await.status(), 200);
     let res = send_h1(addr, get("/gone", &[])).await;
     assert_eq!(res.status(), 500, "cluster_not_found_response_code");
     // A domain that names a port matches nothing once ports are ignored: `*` answers.

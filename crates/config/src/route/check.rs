@@ -414,19 +414,30 @@ fn route_match(
         }
     };
     let case_sensitive = raw.case_sensitive.unwrap_or(true);
-    let path_match = match (raw.prefix, raw.path, raw.regex) {
-        (Some(p), None, None) => {
+    let path_match = match (raw.prefix, raw.path, raw.regex, raw.path_separated_prefix) {
+        (Some(p), None, None, None) => {
             PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization, true)?)
         }
-        (None, Some(p), None) => {
+        (None, Some(p), None, None) => {
             PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization, false)?)
         }
-        (None, None, Some(r)) => PathMatch::Regex(route_actions::pattern(
+        (None, None, Some(r), None) => PathMatch::Regex(route_actions::pattern(
             &r,
             !case_sensitive,
             &format!("{path}.regex"),
         )?),
-        (None, None, None) => {
+        (None, None, None, Some(p)) => {
+            let at = format!("{path}.path_separated_prefix");
+            // Envoy's rule: the separator is implied, so the prefix does not end with one.
+            if p.ends_with('/') || p.contains(['?', '#']) {
+                return Err(ConfigError::invalid(
+                    at,
+                    format!("expected a path prefix not ending in `/`, found `{p}`"),
+                ));
+            }
+            PathMatch::SeparatedPrefix(url_path(p, &at, normalization, false)?)
+        }
+        (None, None, None, None) => {
             return Err(ConfigError::invalid(
                 path,
                 "expected a `prefix` (e.g. `/`), an exact `path` or a `regex`",
@@ -435,7 +446,7 @@ fn route_match(
         _ => {
             return Err(ConfigError::invalid(
                 path,
-                "expected one of `prefix`, `path` or `regex`",
+                "expected one of `prefix`, `path`, `path_separated_prefix` or `regex`",
             ));
         }
     };
@@ -443,6 +454,7 @@ fn route_match(
         _ if case_sensitive => path_match,
         PathMatch::Prefix(p) => PathMatch::Prefix(p.to_ascii_lowercase()),
         PathMatch::Exact(p) => PathMatch::Exact(p.to_ascii_lowercase()),
+        PathMatch::SeparatedPrefix(p) => PathMatch::SeparatedPrefix(p.to_ascii_lowercase()),
         regex @ PathMatch::Regex(_) => regex,
     };
     let headers = raw

@@ -61,7 +61,10 @@ impl RouteMatch {
     pub fn has_conditions(&self) -> bool {
         !self.headers.is_empty()
             || !self.query_parameters.is_empty()
-            || matches!(self.path, PathMatch::Regex(_))
+            || matches!(
+                self.path,
+                PathMatch::Regex(_) | PathMatch::SeparatedPrefix(_)
+            )
     }
 }
 
@@ -101,6 +104,10 @@ pub enum PathMatch {
     Prefix(String),
     #[serde(rename = "path")]
     Exact(String),
+    /// The path is this, or goes on with `/` after it (`/api` takes `/api` and `/api/x`, not
+    /// `/apis`); the query is not part of it.
+    #[serde(rename = "path_separated_prefix")]
+    SeparatedPrefix(String),
     /// The whole path (without the query) must match.
     Regex(Pattern),
 }

@@ -67,6 +67,7 @@ pub struct RawMatch {
     pub prefix: Option<String>,
     pub path: Option<String>,
     pub regex: Option<String>,
+    pub path_separated_prefix: Option<String>,
     pub case_sensitive: Option<bool>,
     #[serde(default)]
     pub headers: Vec<RawHeaderMatch>,

@@ -281,19 +281,22 @@ fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
 }
 
 fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
-    let (prefix, path, regex) = match m.path_specifier.take() {
-        Some(route_match::PathSpecifier::Prefix(p)) => (Some(p), None, None),
-        Some(route_match::PathSpecifier::Path(p)) => (None, Some(p), None),
-        Some(route_match::PathSpecifier::SafeRegex(r)) => {
-            (None, None, Some(route_action::regex(r)))
-        }
+    let (mut prefix, mut path, mut regex, mut separated) = (None, None, None, None);
+    match m.path_specifier.take() {
+        Some(route_match::PathSpecifier::Prefix(p)) => prefix = Some(p),
+        Some(route_match::PathSpecifier::Path(p)) => path = Some(p),
+        Some(route_match::PathSpecifier::SafeRegex(r)) => regex = Some(route_action::regex(r)),
+        Some(route_match::PathSpecifier::PathSeparatedPrefix(p)) => separated = Some(p),
         _ => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["path_specifier (prefix, path and safe_regex only)".into()],
+                fields: vec![
+                    "path_specifier (prefix, path, safe_regex and path_separated_prefix only)"
+                        .into(),
+                ],
             });
         }
-    };
+    }
     let case_sensitive = m.case_sensitive.take().map(|c| c.value);
     let headers = std::mem::take(&mut m.headers)
         .into_iter()
@@ -308,11 +311,12 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
     nothing_else(&m, fields::ROUTE_MATCH, at)?;
     Ok(RawMatch {
         host: None,
-        prefix: prefix
-            .filter(|p| !p.is_empty())
-            .or_else(|| (path.is_none() && regex.is_none()).then(|| "/".into())),
+        prefix: prefix.filter(|p| !p.is_empty()).or_else(|| {
+            (path.is_none() && regex.is_none() && separated.is_none()).then(|| "/".into())
+        }),
         path,
         regex,
+        path_separated_prefix: separated,
         case_sensitive,
         headers,
         query_parameters,

@@ -100,7 +100,7 @@ fn default_port(scheme: &str) -> u16 {
 /// `path` with the part a prefix (or exact path) route matched replaced by `new`.
 fn replace_matched<'a>(matched: &PathMatch, path: &'a str, new: &str) -> Cow<'a, str> {
     let len = match matched {
-        PathMatch::Prefix(prefix) => prefix.len(),
+        PathMatch::Prefix(prefix) | PathMatch::SeparatedPrefix(prefix) => prefix.len(),
         PathMatch::Exact(_) => path.len(),
         // Validation allows a prefix rewrite only on prefix and path routes.
         PathMatch::Regex(_) => 0,

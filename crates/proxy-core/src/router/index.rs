@@ -47,7 +47,10 @@ impl PathIndexBuilder {
     fn insert(&mut self, path: &PathMatch, i: u32) {
         match path {
             PathMatch::Exact(path) => self.exact.entry(path.as_str().into()).or_default().push(i),
-            PathMatch::Prefix(prefix) => self.prefixes.insert(prefix.as_bytes(), i),
+            // A candidate by its prefix; the separator after it is checked in full.
+            PathMatch::Prefix(prefix) | PathMatch::SeparatedPrefix(prefix) => {
+                self.prefixes.insert(prefix.as_bytes(), i)
+            }
             PathMatch::Regex(_) => self.regexes.push(i),
         }
     }

@@ -194,10 +194,12 @@ pub(crate) struct Request<'a> {
 fn matches(m: &RouteMatch, host: &str, request: &Request<'_>) -> bool {
     let path = request.path;
     let path_ok = match (&m.path, m.case_sensitive) {
-        (PathMatch::Prefix(prefix), true) => path.starts_with(prefix.as_str()),
+        (PathMatch::Prefix(prefix) | PathMatch::SeparatedPrefix(prefix), true) => {
+            path.starts_with(prefix.as_str())
+        }
         (PathMatch::Exact(exact), true) => path == exact,
         // Stored lowercase.
-        (PathMatch::Prefix(prefix), false) => path
+        (PathMatch::Prefix(prefix) | PathMatch::SeparatedPrefix(prefix), false) => path
             .as_bytes()
             .get(..prefix.len())
             .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes())),
@@ -228,6 +230,13 @@ fn conditions_match(m: &RouteMatch, request: &Request<'_>) -> bool {
     }
     if let PathMatch::Regex(pattern) = &m.path
         && !pattern.is_match(request.path.as_bytes())
+    {
+        return false;
+    }
+    // The prefix itself matched (by the index or by `matches`): the path ends there or goes
+    // on with a `/`.
+    if let PathMatch::SeparatedPrefix(prefix) = &m.path
+        && !matches!(request.path.as_bytes().get(prefix.len()), None | Some(b'/'))
     {
         return false;
     }
@@ -392,6 +401,50 @@ listeners:
         assert_eq!(matched.route, None);
         let matched = t.find("elsewhere", "/x", None, &HeaderMap::new());
         assert_eq!(matched.route, Some(0));
+    }
+
+    #[test]
+    fn a_path_separated_prefix_takes_its_path_and_what_is_below_it() {
+        let config = Config::from_yaml(
+            r#"
+listeners:
+  - name: l
+    address: 127.0.0.1:1
+    routes:
+      - match: { path_separated_prefix: /api }
+        direct_response: { status: 200, body: api }
+      - match: { path_separated_prefix: /Docs, case_sensitive: false }
+        direct_response: { status: 200, body: docs }
+      - match: { prefix: / }
+        direct_response: { status: 404 }
+"#,
+        )
+        .unwrap();
+        let t = RouteTable::new(config.listeners[0].route_config.clone());
+        for (path, route) in [
+            ("/api", 0),
+            ("/api/", 0),
+            ("/api/v1/x", 0),
+            ("/apis", 2),
+            ("/ap", 2),
+            ("/docs/a", 1),
+            ("/DOCS", 1),
+            ("/docsx", 2),
+        ] {
+            let by_index = t.find("h", path, None, &HeaderMap::new()).route;
+            let by_scan = t.find_by_scan("h", path, None, &HeaderMap::new()).route;
+            assert_eq!(by_index, Some(route), "{path}");
+            assert_eq!(by_scan, Some(route), "{path}");
+        }
+        let ends_in_slash = Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes: [{ match: { path_separated_prefix: /api/ }, direct_response: { status: 200 } }]\n",
+        );
+        assert!(
+            ends_in_slash
+                .unwrap_err()
+                .to_string()
+                .contains("not ending in `/`")
+        );
     }
 
     #[test]
