@@ -1087,3 +1087,70 @@ async fn fault_injection_from_the_management_server() {
     assert_eq!(send_h1(addr, get("/aborted", &[])).await.status(), 503);
     server.shutdown().await;
 }
+
+/// Retries as Istio's routes ask for them: a gRPC answer with `grpc-status: 14` in its head
+/// is retried on `unavailable`; each retry waits a jittered back-off below its ceiling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_wait_their_back_off_and_retry_grpc_unavailable() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /grpc }}
+        cluster: backend
+        retry_policy:
+          retry_on: [connect-failure, refused-stream, unavailable, cancelled, retriable-status-codes]
+          retriable_status_codes: [503]
+          num_retries: 2
+          retry_back_off: {{ base_interval: 1ms }}
+      - match: {{ prefix: /slow }}
+        cluster: backend
+        retry_policy:
+          retry_on: [5xx]
+          num_retries: 1
+          retry_back_off: {{ base_interval: 200ms, max_interval: 200ms }}
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let addr = proxy.addr();
+
+    // Unavailable: tried three times; a status the policy does not name: once.
+    let res = send_h1(
+        addr,
+        get("/grpc", &[("x-noop-response-header", "grpc-status: 14")]),
+    )
+    .await;
+    assert_eq!(res.headers()["grpc-status"], "14");
+    assert_eq!(upstream.requests(), 3);
+    send_h1(
+        addr,
+        get("/grpc", &[("x-noop-response-header", "grpc-status: 2")]),
+    )
+    .await;
+    assert_eq!(upstream.requests(), 4);
+
+    // 40 requests, each retried once after a wait uniform below 200 ms: 4 s on average,
+    // under 2 s with a chance of about 1 in 10^8, and never over 8 s plus the requests.
+    let started = std::time::Instant::now();
+    for _ in 0..40 {
+        let res = send_h1(addr, get("/slow", &[("x-noop-status", "503")])).await;
+        assert_eq!(res.status(), 503);
+    }
+    let took = started.elapsed();
+    assert_eq!(upstream.requests(), 4 + 80);
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    assert!(
+        took < Duration::from_secs(8) + Duration::from_secs(10),
+        "{took:?}"
+    );
+}

@@ -570,12 +570,19 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
             "5xx" => &mut on.server_error,
             "gateway-error" => &mut on.gateway_error,
             "retriable-status-codes" => &mut on.retriable_status_codes,
+            "retriable-4xx" => &mut on.retriable_4xx,
+            "cancelled" => &mut on.grpc_cancelled,
+            "deadline-exceeded" => &mut on.grpc_deadline_exceeded,
+            "resource-exhausted" => &mut on.grpc_resource_exhausted,
+            "internal" => &mut on.grpc_internal,
+            "unavailable" => &mut on.grpc_unavailable,
             other => {
                 return Err(ConfigError::invalid(
                     format!("{path}.retry_on[{i}]"),
                     format!(
                         "unknown condition `{other}`; expected connect-failure, refused-stream, \
-                         reset, 5xx, gateway-error or retriable-status-codes"
+                         reset, 5xx, gateway-error, retriable-status-codes, retriable-4xx, \
+                         cancelled, deadline-exceeded, resource-exhausted, internal or unavailable"
                     ),
                 ));
             }
@@ -608,12 +615,38 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
         .per_try_timeout
         .map(|t| positive(t, &format!("{path}.per_try_timeout")))
         .transpose()?;
+    let back_off = match raw.retry_back_off {
+        None => RetryBackOff {
+            base_interval: DEFAULT_RETRY_BASE_INTERVAL,
+            max_interval: DEFAULT_RETRY_BASE_INTERVAL * 10,
+        },
+        Some(b) => {
+            let at = format!("{path}.retry_back_off");
+            let base_interval = positive(b.base_interval, &format!("{at}.base_interval"))?;
+            // Envoy's default: ten times the base.
+            let max_interval = b.max_interval.unwrap_or(base_interval * 10);
+            if max_interval < base_interval {
+                return Err(ConfigError::invalid(
+                    format!("{at}.max_interval"),
+                    "expected at least base_interval",
+                ));
+            }
+            RetryBackOff {
+                base_interval,
+                max_interval,
+            }
+        }
+    };
     Ok(RetryPolicy {
         retry_on: on,
         // Envoy's default.
         num_retries: raw.num_retries.unwrap_or(1),
         per_try_timeout,
         retriable_status_codes: raw.retriable_status_codes,
+        back_off,
+        // The file's default: a retry avoids the hosts tried, picking up to 3 times more.
+        previous_hosts: raw.previous_hosts.unwrap_or(true),
+        host_selection_attempts: 1 + raw.host_selection_retry_max_attempts.unwrap_or(3).min(16),
     })
 }
 

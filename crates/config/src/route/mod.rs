@@ -205,6 +205,34 @@ pub struct RetryPolicy {
     #[serde(serialize_with = "ser::opt_duration")]
     pub per_try_timeout: Option<Duration>,
     pub retriable_status_codes: Vec<u16>,
+    /// The wait before retry N: a random time below `base_interval` x 2^(N-1), at most
+    /// `max_interval` (Envoy's fully jittered exponential back-off).
+    pub back_off: RetryBackOff,
+    /// A retry goes to a host no try of the request went to, when one turns up within
+    /// `host_selection_attempts` picks (Envoy's `previous_hosts` predicate).
+    pub previous_hosts: bool,
+    pub host_selection_attempts: u32,
+}
+
+/// Envoy's default: 25 ms, doubling up to 250 ms.
+pub const DEFAULT_RETRY_BASE_INTERVAL: Duration = Duration::from_millis(25);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RetryBackOff {
+    #[serde(serialize_with = "ser::duration")]
+    pub base_interval: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub max_interval: Duration,
+}
+
+impl RetryBackOff {
+    /// The longest wait before retry `n` (from 1).
+    pub fn ceiling(&self, n: u32) -> Duration {
+        let doubled = self
+            .base_interval
+            .saturating_mul(1u32 << (n.saturating_sub(1)).min(20));
+        doubled.min(self.max_interval)
+    }
 }
 
 /// Envoy's `retry_on` conditions.
@@ -218,6 +246,37 @@ pub struct RetryOn {
     /// 502, 503, 504, and no response at all.
     pub gateway_error: bool,
     pub retriable_status_codes: bool,
+    /// 409, as Envoy's `retriable-4xx`.
+    pub retriable_4xx: bool,
+    /// gRPC statuses in a response's head (a trailers-only answer): `cancelled` (1),
+    /// `deadline-exceeded` (4), `resource-exhausted` (8), `internal` (13), `unavailable` (14).
+    pub grpc_cancelled: bool,
+    pub grpc_deadline_exceeded: bool,
+    pub grpc_resource_exhausted: bool,
+    pub grpc_internal: bool,
+    pub grpc_unavailable: bool,
+}
+
+impl RetryOn {
+    /// Whether a response's `grpc-status` is one to retry.
+    pub fn grpc_status(&self, code: u32) -> bool {
+        match code {
+            1 => self.grpc_cancelled,
+            4 => self.grpc_deadline_exceeded,
+            8 => self.grpc_resource_exhausted,
+            13 => self.grpc_internal,
+            14 => self.grpc_unavailable,
+            _ => false,
+        }
+    }
+
+    pub fn any_grpc(&self) -> bool {
+        self.grpc_cancelled
+            || self.grpc_deadline_exceeded
+            || self.grpc_resource_exhausted
+            || self.grpc_internal
+            || self.grpc_unavailable
+    }
 }
 
 impl Serialize for RetryOn {
@@ -231,6 +290,12 @@ impl Serialize for RetryOn {
                 (self.server_error, "5xx"),
                 (self.gateway_error, "gateway-error"),
                 (self.retriable_status_codes, "retriable-status-codes"),
+                (self.retriable_4xx, "retriable-4xx"),
+                (self.grpc_cancelled, "cancelled"),
+                (self.grpc_deadline_exceeded, "deadline-exceeded"),
+                (self.grpc_resource_exhausted, "resource-exhausted"),
+                (self.grpc_internal, "internal"),
+                (self.grpc_unavailable, "unavailable"),
             ]
             .into_iter()
             .filter_map(|(set, name)| set.then_some(name)),

@@ -58,6 +58,20 @@ pub struct RawRetryPolicy {
     pub per_try_timeout: Option<Duration>,
     #[serde(default)]
     pub retriable_status_codes: Vec<u16>,
+    pub retry_back_off: Option<RawRetryBackOff>,
+    /// A retry goes to a host not tried yet, if one turns up in
+    /// `host_selection_retry_max_attempts` more picks.
+    pub previous_hosts: Option<bool>,
+    pub host_selection_retry_max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetryBackOff {
+    #[serde(deserialize_with = "crate::units::de_duration")]
+    pub base_interval: Duration,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_interval: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -450,7 +450,51 @@ fn retry(
         .map(str::to_owned)
         .collect();
     r.retry_on.clear();
+    let retry_back_off = match r.retry_back_off.take() {
+        None => None,
+        Some(b) => {
+            let at = format!("{at}.retry_back_off");
+            let base = duration(b.base_interval, &format!("{at}.base_interval"))?
+                .ok_or_else(|| ResourceError::invalid(&at, "expected base_interval"))?;
+            Some(crate::RawRetryBackOff {
+                base_interval: base,
+                max_interval: duration(b.max_interval, &format!("{at}.max_interval"))?,
+            })
+        }
+    };
+    // Envoy's hosts predicates: `previous_hosts` only.
+    let mut previous_hosts = false;
+    for (i, predicate) in std::mem::take(&mut r.retry_host_predicate)
+        .into_iter()
+        .enumerate()
+    {
+        let typed = match &predicate.config_type {
+            Some(envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(any)) => any.type_url.as_str(),
+            None => "",
+        };
+        if predicate.name == "envoy.retry_host_predicates.previous_hosts"
+            || typed
+                .ends_with("envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate")
+        {
+            previous_hosts = true;
+        } else {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.retry_host_predicate[{i}]"),
+                fields: vec![format!("retry host predicate `{}`", predicate.name)],
+            });
+        }
+    }
+    // Envoy picks again this many times (1 when unset) before taking a host tried already.
+    let reattempts = std::mem::take(&mut r.host_selection_retry_max_attempts);
+    let reattempts = if reattempts <= 0 {
+        1
+    } else {
+        reattempts.min(16) as u32
+    };
     let raw = RawRetryPolicy {
+        retry_back_off,
+        previous_hosts: Some(previous_hosts),
+        host_selection_retry_max_attempts: Some(reattempts),
         retry_on,
         num_retries: r.num_retries.take().map(|v| v.value),
         // `0s` is none in Envoy: each try has the route's timeout.

@@ -669,9 +669,26 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     let Some(route::Action::Route(action)) = &mut r.virtual_hosts[0].routes[0].action else {
         panic!("a forwarding route");
     };
+    // Istio's retry policy on every route.
+    use envoy_types::pb::envoy::config::route::v3::retry_policy::{
+        RetryHostPredicate, retry_host_predicate,
+    };
     action.retry_policy = Some(envoy_types::pb::envoy::config::route::v3::RetryPolicy {
-        retry_on: "5xx".into(),
+        retry_on: "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+            .into(),
+        num_retries: Some(UInt32Value { value: 2 }),
+        retriable_status_codes: vec![503],
         per_try_timeout: zero,
+        retry_host_predicate: vec![RetryHostPredicate {
+            name: "envoy.retry_host_predicates.previous_hosts".into(),
+            config_type: Some(retry_host_predicate::ConfigType::TypedConfig(
+                envoy_types::pb::google::protobuf::Any {
+                    type_url: "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate".into(),
+                    value: Vec::new(),
+                },
+            )),
+        }],
+        host_selection_retry_max_attempts: 5,
         ..Default::default()
     });
 
@@ -748,6 +765,19 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
             merge_slashes: true,
             escaped_slashes: crate::EscapedSlashes::Reject,
         }
+    );
+    let crate::RouteAction::Forward(forward) = &config.listeners[0].route_config.routes[0].action
+    else {
+        panic!("a forwarding route");
+    };
+    let retry = forward.retry_policy.as_ref().expect("a retry policy");
+    assert!(retry.retry_on.grpc_unavailable && retry.retry_on.grpc_cancelled);
+    assert!(retry.previous_hosts);
+    assert_eq!(retry.host_selection_attempts, 6);
+    assert_eq!(retry.num_retries, 2);
+    assert_eq!(
+        retry.back_off.base_interval,
+        std::time::Duration::from_millis(25)
     );
     let breakers = &config.clusters[0].circuit_breakers;
     assert_eq!(breakers.max_requests.resolve(2), u32::MAX);

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, Uri, Version};
 
 use super::breaker::Slot;
 use super::host::SendError;
@@ -78,6 +78,8 @@ pub(crate) async fn send_with_retries(
     // Before the first try takes any of the body.
     let plan = RetryPlan::prepare(request, first.buffer_limit());
     let mut retries_left = policy.num_retries;
+    // Every host a try went to, for the `previous_hosts` predicate.
+    let mut tried_hosts: Vec<std::net::SocketAddr> = Vec::new();
     let mut retrying: Option<RetrySlot> = None;
     let mut upstream = Rc::clone(first);
     let mut admitted = Some(admitted);
@@ -116,7 +118,7 @@ pub(crate) async fn send_with_retries(
         let was_retry = retrying.take().is_some();
         let (retriable, unsent) = match outcome {
             Ok(response) => {
-                if !status_retriable(policy, response.status()) {
+                if !response_retriable(policy, &response) {
                     if was_retry {
                         tried.stats().rq_retry_success.inc();
                     }
@@ -157,23 +159,43 @@ pub(crate) async fn send_with_retries(
         tried.stats().rq_retry.inc();
         // The failed try's response, if any, is dropped here: its connection is closed.
         drop(retriable);
-        (upstream, picked) = pick_other(cluster, &plan.headers, client, tried.addr())
-            .ok_or(ProxyError::NoHealthyUpstream)?;
+        let attempt = policy.num_retries - retries_left;
+        let ceiling = policy.back_off.ceiling(attempt).as_micros() as u64;
+        if ceiling > 0 {
+            // Fully jittered, as Envoy's: anywhere below the ceiling.
+            let wait = crate::random::next_u64() % ceiling;
+            tokio::time::sleep(std::time::Duration::from_micros(wait)).await;
+        }
+        tried_hosts.push(tried.addr());
+        let avoid: &[std::net::SocketAddr] = if policy.previous_hosts {
+            &tried_hosts
+        } else {
+            &[]
+        };
+        (upstream, picked) = pick_other(
+            cluster,
+            &plan.headers,
+            client,
+            avoid,
+            policy.host_selection_attempts,
+        )
+        .ok_or(ProxyError::NoHealthyUpstream)?;
         *request = plan.rebuild(body);
     }
 }
 
-/// A host for a retry, preferring one other than `avoid` (a few picks, as Envoy's
-/// previous-hosts predicate).
+/// A host for a retry, preferring one not in `avoid` within `picks` picks (Envoy's
+/// `previous_hosts` predicate and `host_selection_retry_max_attempts`); the last pick stands.
 fn pick_other(
     cluster: &Cluster,
     headers: &HeaderMap,
     client: IpAddr,
-    avoid: std::net::SocketAddr,
+    avoid: &[std::net::SocketAddr],
+    picks: u32,
 ) -> Option<(Rc<HostPool>, balancer::Picked)> {
     let mut choice = cluster.pick(headers, client)?;
-    for _ in 0..3 {
-        if choice.0.addr() != avoid {
+    for _ in 1..picks {
+        if !avoid.contains(&choice.0.addr()) {
             break;
         }
         choice = cluster.pick(headers, client)?;
@@ -181,12 +203,23 @@ fn pick_other(
     Some(choice)
 }
 
-fn status_retriable(policy: &RetryPolicy, status: StatusCode) -> bool {
+fn response_retriable<B>(policy: &RetryPolicy, response: &Response<B>) -> bool {
     let on = policy.retry_on;
+    let status = response.status();
     let code = status.as_u16();
     (on.server_error && status.is_server_error())
         || (on.gateway_error && matches!(code, 502..=504))
         || (on.retriable_status_codes && policy.retriable_status_codes.contains(&code))
+        || (on.retriable_4xx && code == 409)
+        || (on.any_grpc() && grpc_retriable(on, response.headers()))
+}
+
+/// A gRPC answer whose head already holds its status (trailers-only), as Envoy reads it.
+fn grpc_retriable(on: RetryOn, headers: &HeaderMap) -> bool {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u32>().ok())
+        .is_some_and(|code| on.grpc_status(code))
 }
 
 fn error_retriable(on: RetryOn, error: &ProxyError) -> bool {
