@@ -28,6 +28,9 @@ use crate::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const CORS: &str = "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors";
+const RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
+const LOCAL_RATELIMIT: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 const GRPC_STATS: &str =
     "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig";
 /// Listener filters that only look at the first bytes to pick a filter chain; with one chain
@@ -460,6 +463,12 @@ fn http_filters(
             // gRPC statistics only (counters per method, filter state for other filters):
             // nothing a request meets. Its counters are not kept here.
             Some(any) if any.type_url == GRPC_STATS => continue,
+            // Contour's chain: an RBAC filter without rules and a local rate limit without a
+            // bucket enforce nothing, in Envoy as here. With settings they are refused.
+            Some(any) if any.type_url == RBAC && empty_rbac(&any)? => continue,
+            Some(any) if any.type_url == LOCAL_RATELIMIT && empty_local_ratelimit(&any)? => {
+                continue;
+            }
             // An optional filter that is not known is skipped, as Envoy does.
             _ if f.is_optional => continue,
             _ => {
@@ -495,6 +504,22 @@ fn http_filters(
         ));
     }
     Ok(chain)
+}
+
+/// Whether an RBAC filter has no rules at all (Envoy enforces nothing then).
+fn empty_rbac(any: &Any) -> Result<bool, ResourceError> {
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac;
+    let mut rbac: Rbac = decode(any, RBAC, "an RBAC filter")?;
+    rbac.rules_stat_prefix.clear();
+    Ok(rbac == Rbac::default())
+}
+
+/// Whether a local rate limit has nothing but its stats prefix (no bucket: it limits nothing).
+fn empty_local_ratelimit(any: &Any) -> Result<bool, ResourceError> {
+    use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::LocalRateLimit;
+    let mut limit: LocalRateLimit = decode(any, LOCAL_RATELIMIT, "a LocalRateLimit filter")?;
+    limit.stat_prefix.clear();
+    Ok(limit == LocalRateLimit::default())
 }
 
 /// The router's settings: `suppress_envoy_headers` (this proxy's own headers); the stats

@@ -65,12 +65,33 @@ impl XdsRoutes {
             &at,
         )?;
         let most_specific_wins = std::mem::take(&mut config.most_specific_header_mutations_wins);
+        // Envoy refuses a configuration whose direct responses carry more than this (4 KiB
+        // unless raised).
+        let max_body = config
+            .max_direct_response_body_size_bytes
+            .take()
+            .map_or(4096, |v| v.value as usize);
         nothing_else(&config, fields::ROUTE_CONFIGURATION, &at)?;
         let virtual_hosts: Vec<RawVirtualHost> = hosts
             .into_iter()
             .enumerate()
             .map(|(i, host)| virtual_host(host, &format!("{at}.virtual_hosts[{i}]")))
             .collect::<Result<_, _>>()?;
+        for (i, host) in virtual_hosts.iter().enumerate() {
+            for (j, route) in host.routes.iter().enumerate() {
+                if let Some(direct) = &route.direct_response
+                    && direct.body.len() > max_body
+                {
+                    return Err(ResourceError::invalid(
+                        format!("{at}.virtual_hosts[{i}].routes[{j}].direct_response.body"),
+                        format!(
+                            "{} bytes, over max_direct_response_body_size_bytes ({max_body})",
+                            direct.body.len()
+                        ),
+                    ));
+                }
+            }
+        }
         let levels_below = virtual_hosts.iter().any(|h: &RawVirtualHost| {
             std::iter::once(&h.filters)
                 .chain(h.routes.iter().map(|r| &r.filters))

@@ -1323,3 +1323,68 @@ mod docs {
         );
     }
 }
+
+/// Contour's chain: an RBAC filter without rules and a local rate limit with only its stats
+/// prefix enforce nothing, and are taken; with rules they are refused by name. Direct
+/// responses are held to `max_direct_response_body_size_bytes` (4096 by default).
+#[test]
+fn filters_that_enforce_nothing_are_taken_and_direct_bodies_are_bounded() {
+    use envoy_types::pb::envoy::config::rbac::v3::Rbac as Rules;
+    use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::LocalRateLimit;
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    let filter = |name: &str, any: Any| HttpFilter {
+        name: name.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any)),
+        ..Default::default()
+    };
+    let chain = |rbac: Rbac| {
+        resources::listener_with_filters(
+            "contour",
+            "127.0.0.1:0".parse().unwrap(),
+            "ingress_http",
+            vec![
+                filter("envoy.filters.http.rbac", pack(&rbac)),
+                filter(
+                    "envoy.filters.http.local_ratelimit",
+                    pack(&LocalRateLimit {
+                        stat_prefix: "http".into(),
+                        ..Default::default()
+                    }),
+                ),
+            ],
+        )
+    };
+    assert!(XdsListener::decode(&pack(&chain(Rbac::default()))).is_ok());
+    let with_rules = Rbac {
+        rules: Some(Rules::default()),
+        ..Default::default()
+    };
+    let refused = XdsListener::decode(&pack(&chain(with_rules)))
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("envoy.filters.http.rbac"), "{refused}");
+
+    let mut big = resources::route_config("r", vec![resources::direct("/", 200)]);
+    let Some(route::Action::DirectResponse(direct)) = &mut big.virtual_hosts[0].routes[0].action
+    else {
+        panic!("a direct response");
+    };
+    direct.body = Some(envoy_types::pb::envoy::config::core::v3::DataSource {
+        specifier: Some(
+            envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineString(
+                "x".repeat(5000),
+            ),
+        ),
+        ..Default::default()
+    });
+    let refused = XdsRoutes::decode(&pack(&big)).unwrap_err().to_string();
+    assert!(
+        refused.contains("max_direct_response_body_size_bytes"),
+        "{refused}"
+    );
+    big.max_direct_response_body_size_bytes = Some(UInt32Value { value: 1 << 20 });
+    assert!(XdsRoutes::decode(&pack(&big)).is_ok());
+}
