@@ -1154,3 +1154,50 @@ clusters:
         "{took:?}"
     );
 }
+
+/// `grpc_timeout_header_max` (Istio's `max_grpc_timeout: 0s`): a gRPC request's deadline is
+/// its `grpc-timeout`, not the route's timeout; other requests keep the route's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_requests_take_their_own_deadline() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        r#"
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+        timeout: 200ms
+        grpc_timeout_header_max: 0s
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let addr = proxy.addr();
+    let slow = ("x-noop-delay", "600ms");
+    let grpc = ("content-type", "application/grpc");
+    assert_eq!(send_h1(addr, get("/", &[slow])).await.status(), 504);
+    assert_eq!(
+        send_h1(addr, get("/", &[slow, grpc, ("grpc-timeout", "5S")]))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        send_h1(addr, get("/", &[slow, grpc])).await.status(),
+        200,
+        "no deadline"
+    );
+    assert_eq!(
+        send_h1(addr, get("/", &[slow, grpc, ("grpc-timeout", "100m")]))
+            .await
+            .status(),
+        504
+    );
+}

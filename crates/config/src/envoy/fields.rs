@@ -85,6 +85,12 @@ pub(crate) const FAULT_ABORT: &[(u32, &str)] = &[
     (6, "response_body"),
 ];
 
+pub(crate) const MAX_STREAM_DURATION: &[(u32, &str)] = &[
+    (1, "max_stream_duration"),
+    (2, "grpc_timeout_header_max"),
+    (3, "grpc_timeout_header_offset"),
+];
+
 pub(crate) const KEEPALIVE_SETTINGS: &[(u32, &str)] = &[
     (1, "interval"),
     (2, "timeout"),

@@ -241,6 +241,7 @@ fn route(
     if !forwards
         && (raw.timeout.is_some()
             || raw.host_rewrite.is_some()
+            || raw.grpc_timeout_header_max.is_some()
             || raw.retry_policy.is_some()
             || !raw.upgrades.is_empty()
             || raw.prefix_rewrite.is_some()
@@ -249,7 +250,7 @@ fn route(
     {
         return Err(ConfigError::invalid(
             path,
-            "`timeout`, `host_rewrite`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+            "`timeout`, `host_rewrite`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
              `regex_rewrite` and `request_mirror_policies` apply only to routes with a \
              `cluster` or `weighted_clusters`",
         ));
@@ -371,6 +372,7 @@ fn route(
             mirrors,
             timeout,
             host_rewrite,
+            grpc_timeout_header_max: raw.grpc_timeout_header_max,
             retry_policy,
             upgrades,
         }))

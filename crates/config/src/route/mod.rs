@@ -189,6 +189,13 @@ pub struct ForwardAction {
     /// Replaces the `host` (or `:authority`) sent upstream.
     #[serde(serialize_with = "ser::opt_header_value")]
     pub host_rewrite: Option<HeaderValue>,
+    /// A gRPC request's timeout is its `grpc-timeout` header (none: no timeout) instead of
+    /// `timeout`, at most this; zero: no most (Envoy's `grpc_timeout_header_max`).
+    #[serde(
+        serialize_with = "ser::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub grpc_timeout_header_max: Option<Duration>,
     pub retry_policy: Option<RetryPolicy>,
     /// Protocols clients may switch to on this route (`websocket`): the upgrade is relayed
     /// to the upstream and, once it agrees, bytes flow both ways.

@@ -37,6 +37,9 @@ pub struct RawRoute {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
+    /// gRPC requests: the timeout is their `grpc-timeout`, at most this (`0s`: no most).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub grpc_timeout_header_max: Option<Duration>,
     pub retry_policy: Option<RawRetryPolicy>,
     #[serde(default)]
     pub upgrades: Vec<String>,

@@ -415,6 +415,32 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         Some(t) if t.is_zero() => Some(crate::envoy::NO_TIMEOUT),
         other => other,
     };
+    // gRPC's own deadline: the deprecated `max_grpc_timeout` (Istio's) or its successor.
+    #[allow(deprecated)]
+    let legacy = a.max_grpc_timeout.take();
+    raw.grpc_timeout_header_max = duration(legacy, &format!("{at}.max_grpc_timeout"))?;
+    if let Some(mut stream) = a.max_stream_duration.take() {
+        let at = format!("{at}.max_stream_duration");
+        if let Some(max) = duration(
+            stream.grpc_timeout_header_max.take(),
+            &format!("{at}.grpc_timeout_header_max"),
+        )? {
+            raw.grpc_timeout_header_max = Some(max);
+        }
+        // `0s` is no limit on the stream, as without the field.
+        if duration(
+            stream.max_stream_duration.take(),
+            &format!("{at}.max_stream_duration"),
+        )?
+        .is_some_and(|d| !d.is_zero())
+        {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec!["max_stream_duration (other than 0s)".into()],
+            });
+        }
+        nothing_else(&stream, fields::MAX_STREAM_DURATION, &at)?;
+    }
     match a.host_rewrite_specifier.take() {
         None => {}
         Some(action::HostRewriteSpecifier::HostRewriteLiteral(host)) => {

@@ -224,6 +224,47 @@ struct Facts {
     request_id: Option<HeaderValue>,
 }
 
+/// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
+fn route_timeout(forward: &ForwardAction, headers: &http::HeaderMap) -> std::time::Duration {
+    let Some(max) = forward.grpc_timeout_header_max else {
+        return forward.timeout;
+    };
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
+    if !grpc {
+        return forward.timeout;
+    }
+    // No header: no deadline (a day, the longest wait here), as Envoy's "infinity".
+    let asked = headers
+        .get("grpc-timeout")
+        .and_then(|v| grpc_timeout(v.as_bytes()))
+        .unwrap_or(std::time::Duration::from_secs(24 * 3600));
+    if max.is_zero() { asked } else { asked.min(max) }
+}
+
+/// gRPC's `grpc-timeout`: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
+fn grpc_timeout(value: &[u8]) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(
+        match unit {
+            b'H' => Duration::from_secs(n * 3600),
+            b'M' => Duration::from_secs(n * 60),
+            b'S' => Duration::from_secs(n),
+            b'm' => Duration::from_millis(n),
+            b'u' => Duration::from_micros(n),
+            b'n' => Duration::from_nanos(n),
+            _ => return None,
+        }
+        .min(Duration::from_secs(24 * 3600)),
+    )
+}
+
 /// `accept_http_10` (426 otherwise, as Envoy), and `default_host_for_http_10` for a request
 /// that names no host.
 fn http10(req: &mut Request<RequestBody>, http: &HttpCtx) -> Result<(), ProxyError> {
@@ -463,10 +504,11 @@ async fn forward_request(
         }
         return answer;
     }
+    let timeout = route_timeout(forward, req.headers());
     let (answered_by, response) = admitted
         .send(
             req,
-            forward.timeout,
+            timeout,
             forward.retry_policy.as_ref(),
             client,
             in_flight.trace(),
@@ -542,4 +584,34 @@ async fn forward_upgrade(
         head,
         ResponseBody::local(Bytes::new()),
     ))
+}
+
+#[cfg(test)]
+mod grpc_timeout_tests {
+    use std::time::Duration;
+
+    use super::grpc_timeout;
+
+    #[test]
+    fn grpc_timeouts_read_their_unit() {
+        assert_eq!(grpc_timeout(b"1S"), Some(Duration::from_secs(1)));
+        assert_eq!(grpc_timeout(b"250m"), Some(Duration::from_millis(250)));
+        assert_eq!(grpc_timeout(b"2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(grpc_timeout(b"100n"), Some(Duration::from_nanos(100)));
+        assert_eq!(
+            grpc_timeout(b"99999H"),
+            Some(Duration::from_secs(24 * 3600))
+        );
+        for bad in [
+            &b""[..],
+            b"S",
+            b"10",
+            b"123456789S",
+            b"1.5S",
+            b"10x",
+            b"-1S",
+        ] {
+            assert_eq!(grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
 }
