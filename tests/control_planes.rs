@@ -1201,3 +1201,56 @@ clusters:
         504
     );
 }
+
+/// Istio's `include_request_attempt_count`: every try carries its number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_try_carries_its_number() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        r#"
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    virtual_hosts:
+      - name: counted
+        domains: [counted.test]
+        include_request_attempt_count: true
+        routes:
+          - match: {{ prefix: / }}
+            cluster: backend
+            retry_policy: {{ retry_on: [5xx], num_retries: 2, retry_back_off: {{ base_interval: 1ms }} }}
+      - name: plain
+        domains: ["*"]
+        routes:
+          - match: {{ prefix: / }}
+            cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let ask = |host: &'static str, status: &'static str| {
+        let mut req = get(
+            "/",
+            &[("x-noop-echo", "headers"), ("x-noop-status", status)],
+        );
+        req.headers_mut().insert("host", host.parse().unwrap());
+        req
+    };
+    let res = send_h1(proxy.addr(), ask("counted.test", "503")).await;
+    assert_eq!(
+        echoed(&text(res.into_body()).await, "x-envoy-attempt-count"),
+        ["3"]
+    );
+    let res = send_h1(proxy.addr(), ask("counted.test", "200")).await;
+    assert_eq!(
+        echoed(&text(res.into_body()).await, "x-envoy-attempt-count"),
+        ["1"]
+    );
+    let res = send_h1(proxy.addr(), ask("other.test", "200")).await;
+    assert!(echoed(&text(res.into_body()).await, "x-envoy-attempt-count").is_empty());
+}

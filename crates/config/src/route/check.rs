@@ -91,6 +91,7 @@ pub(crate) fn route_configuration(
 struct HostDefaults {
     retry_policy: Option<RetryPolicy>,
     ext_authz: RouteAuthz,
+    include_attempt_count: bool,
 }
 
 fn virtual_host(
@@ -124,6 +125,7 @@ fn virtual_host(
     let defaults = HostDefaults {
         retry_policy: retry_policy.clone(),
         ext_authz: filters.ext_authz.clone(),
+        include_attempt_count: raw.include_request_attempt_count.unwrap_or(false),
     };
     let start = routes.len();
     for (i, r) in raw.routes.into_iter().enumerate() {
@@ -374,6 +376,7 @@ fn route(
             host_rewrite,
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
             retry_policy,
+            include_attempt_count: host.include_attempt_count,
             upgrades,
         }))
     };

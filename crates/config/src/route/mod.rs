@@ -197,6 +197,10 @@ pub struct ForwardAction {
     )]
     pub grpc_timeout_header_max: Option<Duration>,
     pub retry_policy: Option<RetryPolicy>,
+    /// Each try carries `x-envoy-attempt-count: N` (its virtual host's
+    /// `include_request_attempt_count`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub include_attempt_count: bool,
     /// Protocols clients may switch to on this route (`websocket`): the upgrade is relayed
     /// to the upstream and, once it agrees, bytes flow both ways.
     #[serde(skip_serializing_if = "Vec::is_empty")]

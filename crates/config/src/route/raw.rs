@@ -13,6 +13,8 @@ pub struct RawVirtualHost {
     pub name: String,
     pub domains: Vec<String>,
     pub retry_policy: Option<RawRetryPolicy>,
+    /// Each try sent upstream carries `x-envoy-attempt-count: N`.
+    pub include_request_attempt_count: Option<bool>,
     pub filters: Option<RawRouteFilters>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,

@@ -146,6 +146,7 @@ impl XdsRoutes {
                 name: "no_routes".into(),
                 domains: vec!["*".into()],
                 retry_policy: None,
+                include_request_attempt_count: None,
                 filters: None,
                 routes: Vec::new(),
             });
@@ -245,6 +246,8 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         },
         at,
     )?;
+    let include_request_attempt_count =
+        Some(std::mem::take(&mut host.include_request_attempt_count));
     nothing_else(&host, fields::VIRTUAL_HOST, at)?;
     let routes = routes
         .into_iter()
@@ -255,6 +258,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         name,
         domains,
         retry_policy,
+        include_request_attempt_count,
         filters: filters(per_filter, headers),
         routes,
     })

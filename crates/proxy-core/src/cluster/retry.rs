@@ -28,6 +28,8 @@ struct RetryPlan {
     version: Version,
     headers: HeaderMap,
     replay: Rc<RefCell<Replay>>,
+    /// Each retry carries its number in `x-envoy-attempt-count`.
+    count_attempts: bool,
 }
 
 impl RetryPlan {
@@ -38,6 +40,7 @@ impl RetryPlan {
             uri: request.uri().clone(),
             version: request.version(),
             headers: request.headers().clone(),
+            count_attempts: request.extensions().get::<CountAttempts>().is_some(),
             replay: request.body_mut().record_for_replay(buffer_limit),
         }
     }
@@ -181,8 +184,23 @@ pub(crate) async fn send_with_retries(
         )
         .ok_or(ProxyError::NoHealthyUpstream)?;
         *request = plan.rebuild(body);
+        // The try's number, where the route counts them (the first try's `1` is the plan's).
+        if plan.count_attempts {
+            let n = policy.num_retries - retries_left + 1;
+            request
+                .headers_mut()
+                .insert(X_ENVOY_ATTEMPT_COUNT.clone(), http::HeaderValue::from(n));
+        }
     }
 }
+
+/// The try's number on requests of routes that count them (`include_request_attempt_count`).
+pub(crate) static X_ENVOY_ATTEMPT_COUNT: http::HeaderName =
+    http::HeaderName::from_static("x-envoy-attempt-count");
+
+/// Marks a request whose route counts its tries.
+#[derive(Clone, Copy)]
+pub(crate) struct CountAttempts;
 
 /// A host for a retry, preferring one not in `avoid` within `picks` picks (Envoy's
 /// `previous_hosts` predicate and `host_selection_retry_max_attempts`); the last pick stands.

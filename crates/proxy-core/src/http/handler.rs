@@ -12,6 +12,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use super::forwarding::X_LEGATE_OVERLOADED;
 use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite, upgrade};
 use crate::cluster::Admitted;
+use crate::cluster::{CountAttempts, X_ENVOY_ATTEMPT_COUNT};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::{ProxyError, ResponseFlag};
@@ -505,6 +506,11 @@ async fn forward_request(
         return answer;
     }
     let timeout = route_timeout(forward, req.headers());
+    if forward.include_attempt_count {
+        req.headers_mut()
+            .insert(X_ENVOY_ATTEMPT_COUNT.clone(), HeaderValue::from_static("1"));
+        req.extensions_mut().insert(CountAttempts);
+    }
     let (answered_by, response) = admitted
         .send(
             req,
