@@ -88,6 +88,24 @@ fn bootstrap(server: SocketAddr) -> String {
     )
 }
 
+/// The cluster `backend` (EDS) with `upstream` as its one endpoint.
+fn serve_backend(server: &ManagementServer, upstream: SocketAddr) {
+    server.set(
+        type_url::CLUSTER,
+        vec![(
+            "backend".into(),
+            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+        )],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream])),
+        )],
+    );
+}
+
 /// The listener's bound address once it is in force.
 async fn bound(proxy: &Proxy) -> SocketAddr {
     let mut found = None;
@@ -245,20 +263,7 @@ async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
         },
     );
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
-    server.set(
-        type_url::CLUSTER,
-        vec![(
-            "backend".into(),
-            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
-        )],
-    );
-    server.set(
-        type_url::ENDPOINT,
-        vec![(
-            "backend".into(),
-            any(&resources::assignment("backend", &[upstream.local_addr()])),
-        )],
-    );
+    serve_backend(&server, upstream.local_addr());
     let gateway = Manager {
         underscores: Underscores::RejectRequest,
         server: (Server::PassThrough, ""),
@@ -532,20 +537,7 @@ async fn header_mutations_of_three_levels_apply_in_envoys_order() {
         ("web-routes".to_owned(), any(&config))
     };
     server.set(type_url::ROUTE, vec![routes(false)]);
-    server.set(
-        type_url::CLUSTER,
-        vec![(
-            "backend".into(),
-            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
-        )],
-    );
-    server.set(
-        type_url::ENDPOINT,
-        vec![(
-            "backend".into(),
-            any(&resources::assignment("backend", &[upstream.local_addr()])),
-        )],
-    );
+    serve_backend(&server, upstream.local_addr());
     server.set(
         type_url::LISTENER,
         vec![(
@@ -631,20 +623,7 @@ async fn request_ids_follow_the_connection_manager() {
         .unwrap();
     let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
-    server.set(
-        type_url::CLUSTER,
-        vec![(
-            "backend".into(),
-            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
-        )],
-    );
-    server.set(
-        type_url::ENDPOINT,
-        vec![(
-            "backend".into(),
-            any(&resources::assignment("backend", &[upstream.local_addr()])),
-        )],
-    );
+    serve_backend(&server, upstream.local_addr());
     let gateway = gateway_listener(&Manager {
         underscores: Underscores::Allow,
         server: (Server::PassThrough, ""),
@@ -724,20 +703,7 @@ async fn access_logs_from_the_connection_manager() {
     let logs = ScratchDir::new();
     let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
-    server.set(
-        type_url::CLUSTER,
-        vec![(
-            "backend".into(),
-            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
-        )],
-    );
-    server.set(
-        type_url::ENDPOINT,
-        vec![(
-            "backend".into(),
-            any(&resources::assignment("backend", &[upstream.local_addr()])),
-        )],
-    );
+    serve_backend(&server, upstream.local_addr());
     let file_log = |path: &std::path::Path, format: substitution_format_string::Format| AccessLog {
         name: "envoy.access_loggers.file".into(),
         config_type: Some(access_log::ConfigType::TypedConfig(any(&FileAccessLog {
@@ -903,20 +869,7 @@ async fn http10_follows_http_protocol_options() {
         resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
     routes.virtual_hosts[0].domains = vec!["web.test".into()];
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
-    server.set(
-        type_url::CLUSTER,
-        vec![(
-            "backend".into(),
-            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
-        )],
-    );
-    server.set(
-        type_url::ENDPOINT,
-        vec![(
-            "backend".into(),
-            any(&resources::assignment("backend", &[upstream.local_addr()])),
-        )],
-    );
+    serve_backend(&server, upstream.local_addr());
     let gateway = gateway_listener(&Manager {
         underscores: Underscores::Allow,
         server: (Server::PassThrough, ""),
@@ -1009,20 +962,7 @@ async fn fault_injection_from_the_management_server() {
         ],
     );
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
-    server.set(
-        type_url::CLUSTER,
-        vec![(
-            "backend".into(),
-            any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
-        )],
-    );
-    server.set(
-        type_url::ENDPOINT,
-        vec![(
-            "backend".into(),
-            any(&resources::assignment("backend", &[upstream.local_addr()])),
-        )],
-    );
+    serve_backend(&server, upstream.local_addr());
     let fault_filter = |fault: &HttpFault| HttpFilter {
         name: "envoy.filters.http.fault".into(),
         config_type: Some(http_filter::ConfigType::TypedConfig(any(fault))),

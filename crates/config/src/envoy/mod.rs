@@ -63,6 +63,27 @@ pub(crate) fn decode<M: prost::Message + Default>(
     })
 }
 
+/// A fractional percentage as percent (above its denominator: 100, as Envoy) and the
+/// denominator (100, 10,000 or 1,000,000).
+pub(crate) fn fractional_percent(
+    value: &envoy_types::pb::envoy::r#type::v3::FractionalPercent,
+    at: &str,
+) -> Result<(f64, u32), ResourceError> {
+    let denominator: u32 = match value.denominator {
+        0 => 100,
+        1 => 10_000,
+        2 => 1_000_000,
+        other => {
+            return Err(ResourceError::invalid(
+                format!("{at}.denominator"),
+                format!("unknown denominator {other}"),
+            ));
+        }
+    };
+    let percent = f64::from(value.numerator.min(denominator)) * 100.0 / f64::from(denominator);
+    Ok((percent, denominator))
+}
+
 /// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
 /// the longest wait here is a day, so nothing is held forever.
 pub(crate) const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);

@@ -355,7 +355,7 @@ pub(crate) fn mirrors(
 }
 
 /// `10%`, `0.5%` or a number of percent, in millionths.
-fn fraction(value: &serde_yaml::Value) -> Option<u32> {
+pub(crate) fn fraction(value: &serde_yaml::Value) -> Option<u32> {
     let percent = match value {
         serde_yaml::Value::Number(n) => n.as_f64()?,
         serde_yaml::Value::String(s) => s.trim().strip_suffix('%')?.trim().parse().ok()?,

@@ -13,7 +13,6 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher,
 };
-use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType;
 
 use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::{RawHeaderMatch, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
@@ -82,19 +81,11 @@ pub(crate) fn mirrors(
             let percent = match m.runtime_fraction.take().and_then(|f| f.default_value) {
                 None => 100.0,
                 Some(share) => {
-                    let denominator = match DenominatorType::try_from(share.denominator) {
-                        Ok(DenominatorType::Hundred) => 100.0,
-                        Ok(DenominatorType::TenThousand) => 10_000.0,
-                        Ok(DenominatorType::Million) => 1_000_000.0,
-                        Err(_) => {
-                            return Err(ResourceError::invalid(
-                                format!("{at}.runtime_fraction.default_value.denominator"),
-                                format!("unknown denominator {}", share.denominator),
-                            ));
-                        }
-                    };
-                    // Above 1 is 1, as in Envoy.
-                    (f64::from(share.numerator) * 100.0 / denominator).min(100.0)
+                    crate::envoy::fractional_percent(
+                        &share,
+                        &format!("{at}.runtime_fraction.default_value"),
+                    )?
+                    .0
                 }
             };
             let cluster = std::mem::take(&mut m.cluster);

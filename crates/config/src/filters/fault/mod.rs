@@ -133,30 +133,23 @@ pub struct RawFaultAbort {
     pub denominator: Option<u32>,
 }
 
-/// `10%`, `0.5%` or a number of percent, as millionths: Envoy's finest denominator.
+/// `10%`, `0.5%` or a number of percent (the share of mirrored requests is read the same
+/// way), as millionths.
 fn share(
     value: &serde_yaml::Value,
     denominator: Option<u32>,
     path: &str,
 ) -> Result<FaultShare, ConfigError> {
-    let percent = match value {
-        serde_yaml::Value::Number(n) => n.as_f64(),
-        serde_yaml::Value::String(s) => s
-            .trim()
-            .strip_suffix('%')
-            .and_then(|p| p.trim().parse().ok()),
-        _ => None,
-    };
-    match percent {
-        Some(p) if (0.0..=100.0).contains(&p) => Ok(FaultShare {
-            per_million: (p * 10_000.0).round() as u32,
-            header_denominator: denominator.unwrap_or(100),
-        }),
-        _ => Err(ConfigError::invalid(
+    let per_million = crate::route::check_actions::fraction(value).ok_or_else(|| {
+        ConfigError::invalid(
             path,
             "expected a percentage from 0% to 100% (`10%`, `0.5%`)",
-        )),
-    }
+        )
+    })?;
+    Ok(FaultShare {
+        per_million,
+        header_denominator: denominator.unwrap_or(100),
+    })
 }
 
 pub(crate) fn fault(raw: RawFault, path: &str, _on_route: bool) -> Result<FaultConfig, ConfigError> {

@@ -99,18 +99,7 @@ fn percentage(
     let Some(value) = value else {
         return Ok((serde_yaml::Value::Number(0.into()), 100));
     };
-    let denominator: u32 = match value.denominator {
-        0 => 100,
-        1 => 10_000,
-        2 => 1_000_000,
-        other => {
-            return Err(ResourceError::invalid(
-                format!("{at}.percentage.denominator"),
-                format!("unknown denominator {other}"),
-            ));
-        }
-    };
-    // Above the denominator is all of them, as Envoy.
-    let percent = f64::from(value.numerator.min(denominator)) * 100.0 / f64::from(denominator);
+    let (percent, denominator) =
+        crate::envoy::fractional_percent(&value, &format!("{at}.percentage"))?;
     Ok((serde_yaml::Value::Number(percent.into()), denominator))
 }
