@@ -127,6 +127,11 @@ async fn bound(proxy: &Proxy) -> SocketAddr {
 /// Sends the listener and waits for the proxy's answer to it: the NACK's reason, or `None`
 /// for an ACK.
 async fn serve_listener(server: &ManagementServer, listener: (String, Any)) -> Option<String> {
+    serve(server, type_url::LISTENER, listener).await
+}
+
+/// Sends one resource of a type (the type's only one) and waits for the proxy's answer.
+async fn serve(server: &ManagementServer, kind: &str, resource: (String, Any)) -> Option<String> {
     let mut sent_before = 0;
     server
         .wait_for(LIMIT, |_, responses| {
@@ -134,14 +139,14 @@ async fn serve_listener(server: &ManagementServer, listener: (String, Any)) -> O
             true
         })
         .await;
-    server.set(type_url::LISTENER, vec![listener]);
+    server.set(kind, vec![resource]);
     let mut answer = None;
     assert!(
         server
             .wait_for(LIMIT, |requests, responses| {
                 let nonces: Vec<&str> = responses[sent_before.min(responses.len())..]
                     .iter()
-                    .filter(|r| r.type_url == type_url::LISTENER)
+                    .filter(|r| r.type_url == kind)
                     .map(|r| r.nonce.as_str())
                     .collect();
                 answer = requests
@@ -152,7 +157,7 @@ async fn serve_listener(server: &ManagementServer, listener: (String, Any)) -> O
                 answer.is_some()
             })
             .await,
-        "the proxy answered the listener"
+        "the proxy answered the {kind}"
     );
     answer.unwrap()
 }
@@ -1193,4 +1198,214 @@ clusters:
     );
     let res = send_h1(proxy.addr(), ask("other.test", "200")).await;
     assert!(echoed(&text(res.into_body()).await, "x-envoy-attempt-count").is_empty());
+}
+
+/// CORS as Envoy Gateway and Istio write it: the empty `cors` filter in the chain, a
+/// `CorsPolicy` on the virtual host and on routes, a route's empty fields taken from its
+/// host's; preflights and requests answered by Envoy's rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_policies_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+    use envoy_types::pb::envoy::config::route::v3::FilterConfig;
+    use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+    use envoy_types::pb::envoy::r#type::v3::FractionalPercent;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let matcher = |pattern| StringMatcher {
+        match_pattern: Some(pattern),
+        ..Default::default()
+    };
+    let host_policy = CorsPolicy {
+        allow_origin_string_match: vec![
+            matcher(string_matcher::MatchPattern::Exact(
+                "https://app.test".into(),
+            )),
+            StringMatcher {
+                ignore_case: true,
+                ..matcher(string_matcher::MatchPattern::Suffix(".Example.com".into()))
+            },
+        ],
+        allow_methods: "GET, PUT".into(),
+        allow_headers: "*".into(),
+        expose_headers: "x-trace".into(),
+        max_age: "600".into(),
+        allow_credentials: Some(BoolValue { value: true }),
+        ..Default::default()
+    };
+    // Only what differs from the host's: the rest is the host's, as Envoy reads it.
+    let merged = CorsPolicy {
+        allow_methods: "*".into(),
+        forward_not_matching_preflights: Some(BoolValue { value: false }),
+        ..Default::default()
+    };
+    let with_policy = |prefix: &str, settings: Any| {
+        let mut route = resources::forward(prefix, "backend");
+        route
+            .typed_per_filter_config
+            .insert("envoy.filters.http.cors".into(), settings);
+        route
+    };
+    let off = any(&FilterConfig {
+        disabled: true,
+        ..Default::default()
+    });
+    let routes = |route_policy: CorsPolicy| {
+        let mut config = resources::route_config(
+            "web-routes",
+            vec![
+                with_policy("/merged", any(&route_policy)),
+                with_policy("/off", off.clone()),
+                resources::forward("/", "backend"),
+            ],
+        );
+        config.virtual_hosts[0]
+            .typed_per_filter_config
+            .insert("envoy.filters.http.cors".into(), any(&host_policy));
+        ("web-routes".to_owned(), any(&config))
+    };
+    server.set(type_url::ROUTE, vec![routes(merged.clone())]);
+    serve_backend(&server, upstream.local_addr());
+    let cors = HttpFilter {
+        name: "envoy.filters.http.cors".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+            type_url: "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors".into(),
+            value: Vec::new(),
+        })),
+        ..Default::default()
+    };
+    let listener = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![cors],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(&server, ("web".into(), any(&listener))).await,
+        None
+    );
+    let addr = bound(&proxy).await;
+    let preflight = |path: &str, origin: &str, method: &str| {
+        let mut req = get(
+            path,
+            &[
+                ("origin", origin),
+                ("access-control-request-method", method),
+                ("access-control-request-headers", "x-a, x-b"),
+                // A preflight the upstream answers comes back 299.
+                ("x-noop-status", "299"),
+            ],
+        );
+        *req.method_mut() = http::Method::OPTIONS;
+        req
+    };
+    let header = |res: &http::Response<hyper::body::Incoming>, name: &str| {
+        res.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    eventually("the routes in force", async || {
+        send_h1(addr, preflight("/plain", "https://app.test", "PUT"))
+            .await
+            .status()
+            == 200
+    })
+    .await;
+
+    // The host's policy: answered by the proxy with 200 and the policy's values.
+    let res = send_h1(addr, preflight("/plain", "https://app.test", "PUT")).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        header(&res, "access-control-allow-origin").as_deref(),
+        Some("https://app.test")
+    );
+    assert_eq!(
+        header(&res, "access-control-allow-methods").as_deref(),
+        Some("GET, PUT")
+    );
+    // `*`: the headers the preflight asked for.
+    assert_eq!(
+        header(&res, "access-control-allow-headers").as_deref(),
+        Some("x-a, x-b")
+    );
+    assert_eq!(
+        header(&res, "access-control-max-age").as_deref(),
+        Some("600")
+    );
+    assert_eq!(
+        header(&res, "access-control-allow-credentials").as_deref(),
+        Some("true")
+    );
+    // A suffix matched without regard to case.
+    let res = send_h1(addr, preflight("/plain", "https://a.EXAMPLE.com", "GET")).await;
+    assert_eq!(res.status(), 200);
+    // Another origin's preflight goes on to the upstream (Envoy's default).
+    let res = send_h1(addr, preflight("/plain", "https://evil.test", "PUT")).await;
+    assert_eq!(res.status(), 299);
+    assert_eq!(header(&res, "access-control-allow-origin"), None);
+
+    // The route's policy with the host's origins and headers: methods asked for are allowed,
+    // another origin's preflight is answered here, without allowing it.
+    let res = send_h1(addr, preflight("/merged", "https://app.test", "PATCH")).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        header(&res, "access-control-allow-methods").as_deref(),
+        Some("PATCH")
+    );
+    assert_eq!(
+        header(&res, "access-control-max-age").as_deref(),
+        Some("600")
+    );
+    let res = send_h1(addr, preflight("/merged", "https://evil.test", "PATCH")).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(header(&res, "access-control-allow-origin"), None);
+
+    // A request from an allowed origin: the origin, credentials and exposed headers.
+    let res = send_h1(addr, get("/plain", &[("origin", "https://app.test")])).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        header(&res, "access-control-allow-origin").as_deref(),
+        Some("https://app.test")
+    );
+    assert_eq!(
+        header(&res, "access-control-expose-headers").as_deref(),
+        Some("x-trace")
+    );
+    let res = send_h1(addr, get("/plain", &[("origin", "https://evil.test")])).await;
+    assert_eq!(header(&res, "access-control-allow-origin"), None);
+    // Off for a route: its preflights go to the upstream.
+    let res = send_h1(addr, preflight("/off", "https://app.test", "PUT")).await;
+    assert_eq!(res.status(), 299);
+
+    // Enabled for a share of requests: refused by name; the last good routes serve on.
+    let partial = CorsPolicy {
+        filter_enabled: Some(RuntimeFractionalPercent {
+            default_value: Some(FractionalPercent {
+                numerator: 50,
+                denominator: 0,
+            }),
+            runtime_key: String::new(),
+        }),
+        ..merged
+    };
+    let nack = serve(&server, type_url::ROUTE, routes(partial))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("routes `web-routes`") && nack.contains("filter_enabled"),
+        "{nack}"
+    );
+    let res = send_h1(addr, preflight("/merged", "https://app.test", "PATCH")).await;
+    assert_eq!(
+        header(&res, "access-control-allow-methods").as_deref(),
+        Some("PATCH")
+    );
+    server.shutdown().await;
 }

@@ -600,6 +600,75 @@ async fn cors_answers_preflights_and_marks_allowed_responses() {
     assert!(!other.headers().contains_key("access-control-allow-origin"));
 }
 
+/// The Envoy-style CORS settings from the file: origins by string matcher, a 200 answer,
+/// the methods asked for, no headers named, other origins' preflights answered here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_settings_as_envoy_has_them() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(
+        &config(
+            "      - cors:
+          allow_origins: [{ suffix: .example.com, ignore_case: true }, { exact: \"*\" }]
+          allow_methods: [\"*\"]
+          allow_headers: []
+          preflight_status: 200
+          forward_not_matching_preflights: false
+          allow_private_network_access: true",
+            "",
+            upstream.local_addr(),
+        ),
+        1,
+    );
+    let preflight = |origin: &str| {
+        Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/api")
+            .header("host", "legate.test")
+            .header("origin", origin)
+            .header("access-control-request-method", "DELETE")
+            .header("access-control-request-headers", "x-api-key")
+            .header("access-control-request-private-network", "true")
+            .header("x-noop-status", "500")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    // A matcher that matches `*` allows every origin, as Envoy's: the origin is echoed.
+    let answer = send_h1(proxy.addr(), preflight("https://anyone.test")).await;
+    assert_eq!(answer.status(), StatusCode::OK, "answered by the proxy");
+    let h = answer.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://anyone.test");
+    assert_eq!(h["access-control-allow-methods"], "DELETE");
+    assert!(!h.contains_key("access-control-allow-headers"));
+    assert_eq!(h["access-control-allow-private-network"], "true");
+    let proxy2 = Proxy::start(
+        &config(
+            "      - cors:
+          allow_origins: [{ suffix: .example.com, ignore_case: true }]
+          preflight_status: 200
+          forward_not_matching_preflights: false",
+            "",
+            upstream.local_addr(),
+        ),
+        1,
+    );
+    let answer = send_h1(proxy2.addr(), preflight("https://App.EXAMPLE.com")).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(
+        answer.headers()["access-control-allow-origin"],
+        "https://App.EXAMPLE.com"
+    );
+    assert!(
+        !answer
+            .headers()
+            .contains_key("access-control-allow-private-network")
+    );
+    // Not allowed, and not forwarded: answered without `access-control-allow-origin`.
+    let answer = send_h1(proxy2.addr(), preflight("https://evil.test")).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert!(!answer.headers().contains_key("access-control-allow-origin"));
+    assert_eq!(answer.headers()["access-control-allow-methods"], "DELETE");
+}
+
 /// The fault filter: a fixed delay and a fixed abort on their routes, a share of requests
 /// aborted within statistical bounds, faults asked for by request headers, and a route that
 /// turns the filter off.

@@ -8,23 +8,30 @@ use std::collections::HashMap;
 use envoy_types::pb::envoy::config::route::v3::FilterConfig;
 use envoy_types::pb::google::protobuf::Any;
 
-use super::{RawPerRoute, RawRouteAuthz, RawRouteFilters, ext_authz, fault};
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
+
+use super::{RawPerRoute, RawRouteAuthz, RawRouteFilters, cors, ext_authz, fault};
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 2] = [
+const NAMES: [(&str, &str); 3] = [
+    ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.ext_authz", "ext_authz"),
     ("envoy.filters.http.fault", "fault"),
 ];
 
 /// The entries of `config`, as a route's or host's `filters:`; `None` when there are none.
+/// Also the level's CORS policy as Envoy sent it: a route's takes what it leaves empty from
+/// its virtual host's (`cors_parent`).
 pub(crate) fn route_filters(
     config: HashMap<String, Any>,
     at: &str,
-) -> Result<Option<RawRouteFilters>, ResourceError> {
+    cors_parent: Option<&CorsPolicy>,
+) -> Result<(Option<RawRouteFilters>, Option<CorsPolicy>), ResourceError> {
     let mut filters = RawRouteFilters::default();
+    let mut cors_policy = None;
     let mut entries: Vec<(String, Any)> = config.into_iter().collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, mut value) in entries {
@@ -43,6 +50,7 @@ pub(crate) fn route_filters(
                     Some((_, "fault")) => {
                         filters.fault = Some(RawPerRoute::Word("disabled".into()))
                     }
+                    Some((_, "cors")) => filters.cors = Some(RawPerRoute::Word("disabled".into())),
                     _ if optional => {}
                     _ => {
                         return Err(ResourceError::Unsupported {
@@ -64,6 +72,11 @@ pub(crate) fn route_filters(
                     filters.ext_authz = Some(entry);
                 }
             }
+            cors::xds::TYPE_URL => {
+                let policy = cors::xds::decode_policy(&value)?;
+                filters.cors = Some(cors::xds::settings(policy.clone(), cors_parent, &at)?);
+                cors_policy = Some(policy);
+            }
             fault::xds::TYPE_URL => {
                 filters.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));
             }
@@ -79,5 +92,5 @@ pub(crate) fn route_filters(
             }
         }
     }
-    Ok((!filters.is_empty()).then_some(filters))
+    Ok(((!filters.is_empty()).then_some(filters), cors_policy))
 }

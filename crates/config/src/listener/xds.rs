@@ -23,11 +23,11 @@ use crate::filters::RawHttpFilter;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
 use crate::route::xds::XdsRoutes;
-use crate::{RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
+use crate::{RawCors, RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
-const CORS: &str = "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors";
+const CORS: &str = crate::filters::cors::xds::FILTER_TYPE_URL;
 const RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
 const LOCAL_RATELIMIT: &str =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
@@ -454,11 +454,11 @@ fn http_filters(
             Some(any) if any.type_url == fault::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Fault(fault::settings(&any, &at)?))
             }
-            // Envoy's CORS filter holds no settings (v3): it acts on a route's or host's
-            // policy, which is refused until mapped. Without one it does nothing.
+            // Envoy's CORS filter holds no settings (v3): it acts on the policies of routes
+            // and hosts. Here, a listener entry without origins: routes' policies only.
             Some(any) if any.type_url == CORS => {
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
-                continue;
+                XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
             // gRPC statistics only (counters per method, filter state for other filters):
             // nothing a request meets. Its counters are not kept here.
@@ -475,7 +475,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (ext_authz, fault and the router only)",
+                        "HTTP filter `{}` (cors, ext_authz, fault and the router only)",
                         f.name
                     )],
                 });

@@ -21,6 +21,7 @@ use crate::{
     RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
 };
 use crate::{RawHeaderRules, RawPerRoute, RawRouteFilters};
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 /// A route configuration from the management server (RDS, or inline in a listener).
 #[derive(Debug, Clone)]
@@ -236,7 +237,8 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         .map(|r| retry(r, &format!("{at}.retry_policy")))
         .transpose()?;
     host.metadata = None;
-    let per_filter = route_filters(std::mem::take(&mut host.typed_per_filter_config), at)?;
+    let (per_filter, host_cors) =
+        route_filters(std::mem::take(&mut host.typed_per_filter_config), at, None)?;
     let headers = xds_headers::rules(
         Lists {
             request_add: std::mem::take(&mut host.request_headers_to_add),
@@ -252,7 +254,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
     let routes = routes
         .into_iter()
         .enumerate()
-        .map(|(i, r)| self::route(r, &format!("{at}.routes[{i}]")))
+        .map(|(i, r)| self::route(r, host_cors.as_ref(), &format!("{at}.routes[{i}]")))
         .collect::<Result<_, _>>()?;
     Ok(RawVirtualHost {
         name,
@@ -264,14 +266,23 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
     })
 }
 
-fn route(mut r: Route, at: &str) -> Result<RawRoute, ResourceError> {
+/// `host_cors`: the virtual host's CORS policy, whose fields the route's may leave empty.
+fn route(
+    mut r: Route,
+    host_cors: Option<&CorsPolicy>,
+    at: &str,
+) -> Result<RawRoute, ResourceError> {
     let matcher = matcher(r.r#match.take().unwrap_or_default(), &format!("{at}.match"))?;
     let action = r.action.take();
     r.name.clear();
     r.metadata = None;
     r.decorator = None;
     r.stat_prefix.clear();
-    let per_filter = route_filters(std::mem::take(&mut r.typed_per_filter_config), at)?;
+    let (per_filter, _) = route_filters(
+        std::mem::take(&mut r.typed_per_filter_config),
+        at,
+        host_cors,
+    )?;
     let headers = xds_headers::rules(
         Lists {
             request_add: std::mem::take(&mut r.request_headers_to_add),

@@ -586,6 +586,22 @@ fn filter_keys_are_checked() {
             "      - cors: { allow_origins: [app.test] }\n",
             "expected an origin `scheme://host[:port]`",
         ),
+        (
+            "      - cors: { allow_origins: [{ regex: \"(\" }] }\n",
+            "listeners[0].http_filters[0].cors.allow_origins[0].regex: invalid regex",
+        ),
+        (
+            "      - cors: { allow_origins: [{ ignore_case: true }] }\n",
+            "listeners[0].http_filters[0].cors.allow_origins[0]: expected one of",
+        ),
+        (
+            "      - cors: { allow_origins: [\"*\"], allow_methods: [\"*\", GET] }\n",
+            "listeners[0].http_filters[0].cors.allow_methods: `*` (what the preflight asks for) stands alone",
+        ),
+        (
+            "      - cors: { allow_origins: [\"*\"], preflight_status: 302 }\n",
+            "listeners[0].http_filters[0].cors.preflight_status: expected a 2xx status",
+        ),
     ] {
         let err = error_of(&with_filters(filters));
         assert!(err.contains(expected), "{filters}: {err}");

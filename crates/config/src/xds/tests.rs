@@ -1388,3 +1388,33 @@ fn filters_that_enforce_nothing_are_taken_and_direct_bodies_are_bounded() {
     big.max_direct_response_body_size_bytes = Some(UInt32Value { value: 1 << 20 });
     assert!(XdsRoutes::decode(&pack(&big)).is_ok());
 }
+
+#[test]
+fn cors_policies_with_values_envoy_would_not_read_are_refused() {
+    use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
+    let with_policy = |policy: CorsPolicy| {
+        let mut config = resources::route_config("r", vec![resources::forward("/", "backend")]);
+        config.virtual_hosts[0].routes[0]
+            .typed_per_filter_config
+            .insert("envoy.filters.http.cors".into(), pack(&policy));
+        XdsRoutes::decode(&pack(&config)).map(|_| ())
+    };
+    assert!(
+        with_policy(CorsPolicy {
+            max_age: "600".into(),
+            allow_methods: "GET,POST".into(),
+            ..Default::default()
+        })
+        .is_ok()
+    );
+    let refused = with_policy(CorsPolicy {
+        max_age: "ten minutes".into(),
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("typed_per_filter_config.envoy.filters.http.cors.max_age"),
+        "{refused}"
+    );
+}

@@ -9,7 +9,7 @@ use http::header::{
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, HeaderMap, HeaderValue, ORIGIN,
     VARY,
 };
-use http::{Method, Request, StatusCode};
+use http::{HeaderName, Method, Request, StatusCode};
 
 use super::{
     BodyFilter, BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings,
@@ -17,18 +17,50 @@ use super::{
 };
 use crate::error::ProxyError;
 use crate::context::RequestBody;
-use config::{CorsConfig, OriginMatch, RouteConfiguration};
+use config::{AllowList, CorsConfig, OriginMatch, RouteConfiguration};
+
+const ACCESS_CONTROL_REQUEST_PRIVATE_NETWORK: HeaderName =
+    HeaderName::from_static("access-control-request-private-network");
+const ACCESS_CONTROL_ALLOW_PRIVATE_NETWORK: HeaderName =
+    HeaderName::from_static("access-control-allow-private-network");
 
 /// One policy, its fixed header values made once.
 struct Policy {
+    /// None: the filter does nothing for these requests (policies are on routes).
     origins: Vec<OriginMatch>,
     /// Any origin may read, without credentials: the answer is `*`, the same for everyone.
     wildcard: bool,
     allow_credentials: bool,
-    allow_methods: Option<HeaderValue>,
-    allow_headers: Option<HeaderValue>,
+    allow_methods: Allowed,
+    allow_headers: Allowed,
     expose_headers: Option<HeaderValue>,
     max_age: Option<HeaderValue>,
+    preflight_status: StatusCode,
+    forward_not_matching_preflights: bool,
+    allow_private_network_access: bool,
+}
+
+/// A preflight answer's list: what was asked for, this value, or nothing.
+enum Allowed {
+    Asked,
+    Value(Option<HeaderValue>),
+}
+
+impl Allowed {
+    fn new<T: AsRef<str>>(list: &AllowList<T>) -> Self {
+        match list {
+            AllowList::Asked => Allowed::Asked,
+            AllowList::Listed(items) => Allowed::Value(joined(items)),
+        }
+    }
+
+    /// The answer's value, given what the preflight asked for.
+    fn answer(&self, asked: Option<&HeaderValue>) -> Option<HeaderValue> {
+        match self {
+            Allowed::Asked => asked.cloned(),
+            Allowed::Value(value) => value.clone(),
+        }
+    }
 }
 
 /// The filter on one worker.
@@ -46,19 +78,18 @@ fn joined<T: AsRef<str>>(items: &[T]) -> Option<HeaderValue> {
 
 impl Policy {
     fn new(config: &CorsConfig) -> Self {
-        let methods: Vec<&str> = config.allow_methods.iter().map(Method::as_str).collect();
-        let names = |names: &[http::HeaderName]| {
-            joined(&names.iter().map(|n| n.as_str()).collect::<Vec<_>>())
-        };
         Self {
-            allow_methods: joined(&methods),
-            allow_headers: names(&config.allow_headers),
-            expose_headers: names(&config.expose_headers),
+            allow_methods: Allowed::new(&config.allow_methods),
+            allow_headers: Allowed::new(&config.allow_headers),
+            expose_headers: joined(&config.expose_headers),
             max_age: config.max_age.map(|age| HeaderValue::from(age.as_secs())),
             origins: config.allow_origins.clone(),
             // Validation refuses `*` with credentials.
             wildcard: config.allow_origins.contains(&OriginMatch::Any) && !config.allow_credentials,
             allow_credentials: config.allow_credentials,
+            preflight_status: config.preflight_status,
+            forward_not_matching_preflights: config.forward_not_matching_preflights,
+            allow_private_network_access: config.allow_private_network_access,
         }
     }
 
@@ -74,6 +105,10 @@ impl Policy {
                     && origin[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes())
                     && origin[origin.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
             }
+            OriginMatch::Matcher {
+                matcher,
+                ignore_case,
+            } => OriginMatch::matcher_allows(matcher, *ignore_case, origin),
         })
     }
 
@@ -134,39 +169,57 @@ impl Cors {
         let Some(policy) = self.policies.get(exchange) else {
             return Flow::Continue;
         };
-        let Some(origin) = req.headers().get(ORIGIN) else {
+        if policy.origins.is_empty() {
+            return Flow::Continue;
+        }
+        let Some(origin) = req.headers().get(ORIGIN).filter(|o| !o.is_empty()) else {
             return Flow::Continue;
         };
-        if !policy.allows(origin) {
-            return Flow::Continue;
-        }
+        let allowed = policy.allows(origin);
         let preflight = req.method() == Method::OPTIONS
-            && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD);
+            && req
+                .headers()
+                .get(ACCESS_CONTROL_REQUEST_METHOD)
+                .is_some_and(|m| !m.is_empty());
         if !preflight {
-            *state = Some(policy.allow_origin(origin));
+            if allowed {
+                *state = Some(policy.allow_origin(origin));
+            }
             return Flow::Continue;
         }
-        let mut reply = LocalReply::new(StatusCode::NO_CONTENT, Bytes::new());
+        // The upstream may know the origin (the default); or the proxy answers without
+        // allowing it, and the browser stops there.
+        if !allowed && policy.forward_not_matching_preflights {
+            return Flow::Continue;
+        }
+        let mut reply = LocalReply::new(policy.preflight_status, Bytes::new());
         let headers = &mut reply.headers;
-        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, policy.allow_origin(origin));
-        let asked = |name| req.headers().get(name).cloned();
-        // Unconfigured lists allow what the preflight asks for.
+        if allowed {
+            headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, policy.allow_origin(origin));
+        }
+        let asked = |name| req.headers().get(name);
         if let Some(methods) = policy
             .allow_methods
-            .clone()
-            .or_else(|| asked(ACCESS_CONTROL_REQUEST_METHOD))
+            .answer(asked(ACCESS_CONTROL_REQUEST_METHOD))
         {
             headers.insert(ACCESS_CONTROL_ALLOW_METHODS, methods);
         }
         if let Some(names) = policy
             .allow_headers
-            .clone()
-            .or_else(|| asked(ACCESS_CONTROL_REQUEST_HEADERS))
+            .answer(asked(ACCESS_CONTROL_REQUEST_HEADERS))
         {
             headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, names);
         }
         if let Some(age) = &policy.max_age {
             headers.insert(ACCESS_CONTROL_MAX_AGE, age.clone());
+        }
+        if policy.allow_private_network_access
+            && asked(ACCESS_CONTROL_REQUEST_PRIVATE_NETWORK).is_some_and(|v| v == "true")
+        {
+            headers.insert(
+                ACCESS_CONTROL_ALLOW_PRIVATE_NETWORK,
+                HeaderValue::from_static("true"),
+            );
         }
         add_credentials(headers, policy);
         add_vary(headers, policy);
@@ -179,7 +232,7 @@ impl Cors {
         exchange: &Exchange<'_>,
         state: &mut Option<HeaderValue>,
     ) {
-        let Some(policy) = self.policies.get(exchange) else {
+        let Some(policy) = self.policies.get(exchange).filter(|p| !p.origins.is_empty()) else {
             return;
         };
         let headers = &mut *head.headers;
