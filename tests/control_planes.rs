@@ -1409,3 +1409,148 @@ async fn cors_policies_from_the_management_server() {
     );
     server.shutdown().await;
 }
+
+/// What a request through a route split over `backend` and `backend-b` (both the one
+/// upstream, each cluster with header rules of its own) came to: the `x-side` the upstream
+/// saw and the one the response carries, and the `x-order` values in the order added.
+async fn through_split(addr: SocketAddr) -> (Vec<String>, String, Vec<String>) {
+    let res = send_h1(addr, get("/", &[("x-noop-echo", "headers")])).await;
+    assert_eq!(res.status(), 200);
+    let answered = res.headers()["x-side"].to_str().unwrap().to_owned();
+    let echo = text(res.into_body()).await;
+    (echoed(&echo, "x-side"), answered, echoed(&echo, "x-order"))
+}
+
+/// Each side of the split seen, every request carrying its own side's rules, applied before
+/// the route's (Envoy's order).
+async fn each_side_gets_its_rules(addr: SocketAddr) {
+    let mut sides = std::collections::BTreeSet::new();
+    // Two sides of equal weight: 40 draws all on one side would be a 1 in 2^39 chance.
+    for _ in 0..40 {
+        let (sent, answered, order) = through_split(addr).await;
+        assert_eq!(
+            sent,
+            [answered.as_str()],
+            "one draw for the request and its answer"
+        );
+        assert_eq!(order, ["cluster", "route"]);
+        sides.insert(answered);
+    }
+    assert_eq!(sides.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+}
+
+/// Header rules on the clusters of `weighted_clusters`, as Envoy Gateway writes them for a
+/// backend's own filters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_clusters_carry_header_rules_of_their_own() {
+    use envoy_types::pb::envoy::config::route::v3::{WeightedCluster, weighted_cluster};
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let side = |cluster: &str, name: &str| weighted_cluster::ClusterWeight {
+        name: cluster.into(),
+        weight: Some(UInt32Value { value: 1 }),
+        request_headers_to_add: vec![
+            header("x-side", name, true),
+            header("x-order", "cluster", false),
+        ],
+        response_headers_to_add: vec![header("x-side", name, true)],
+        ..Default::default()
+    };
+    let mut route = resources::forward("/", "backend");
+    route.request_headers_to_add = vec![header("x-order", "route", false)];
+    let Some(route::Action::Route(action)) = &mut route.action else {
+        unreachable!()
+    };
+    action.cluster_specifier = Some(route_action::ClusterSpecifier::WeightedClusters(
+        WeightedCluster {
+            clusters: vec![side("backend", "a"), side("backend-b", "b")],
+            ..Default::default()
+        },
+    ));
+    let config = resources::route_config("web-routes", vec![route]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&config))]);
+    let clusters = ["backend", "backend-b"];
+    server.set(
+        type_url::CLUSTER,
+        (clusters.iter())
+            .map(|c| {
+                (
+                    c.to_string(),
+                    any(&eds_cluster(c, cluster::LbPolicy::RoundRobin)),
+                )
+            })
+            .collect(),
+    );
+    server.set(
+        type_url::ENDPOINT,
+        (clusters.iter())
+            .map(|c| {
+                (
+                    c.to_string(),
+                    any(&resources::assignment(c, &[upstream.local_addr()])),
+                )
+            })
+            .collect(),
+    );
+    server.set(
+        type_url::LISTENER,
+        vec![(
+            "web".into(),
+            any(&resources::listener(
+                "web",
+                "127.0.0.1:0".parse().unwrap(),
+                "web-routes",
+            )),
+        )],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    let addr = bound(&proxy).await;
+    eventually("both clusters in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    each_side_gets_its_rules(addr).await;
+    server.shutdown().await;
+}
+
+/// The same from the config file: `headers` on a cluster of `weighted_clusters`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_clusters_carry_header_rules_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let up = upstream.local_addr();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{up}\"] }}
+  - {{ name: backend-b, endpoints: [\"{up}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http_filters:
+      - headers: {{}}
+    routes:
+      - match: {{ prefix: / }}
+        filters: {{ headers: {{ request: {{ add: {{ x-order: route }} }} }} }}
+        weighted_clusters:
+          - cluster: backend
+            weight: 1
+            headers:
+              request: {{ set: {{ x-side: a }}, add: {{ x-order: cluster }} }}
+              response: {{ set: {{ x-side: a }} }}
+          - cluster: backend-b
+            weight: 1
+            headers:
+              request: {{ set: {{ x-side: b }}, add: {{ x-order: cluster }} }}
+              response: {{ set: {{ x-side: b }} }}
+"
+    );
+    let proxy = Proxy::start(&config, 1);
+    each_side_gets_its_rules(proxy.addr()).await;
+}

@@ -43,6 +43,7 @@ impl FilterChainBench {
             host: Some(&HeaderValue::from_static("bench.test")),
             virtual_host: Some(0),
             route: Some(0),
+            weighted_cluster: None,
             trace: None,
         };
         let mut state = FilterState::default();

@@ -178,7 +178,7 @@ const PROTECTED: [HeaderName; 7] = [
     header::TRAILER,
 ];
 
-pub(super) fn header_rules(
+pub(crate) fn header_rules(
     raw: RawHeaderRules,
     path: &str,
     on_route: bool,

@@ -181,6 +181,9 @@ pub struct WeightedCluster {
     #[serde(rename = "cluster")]
     pub name: String,
     pub weight: u32,
+    /// Applied by the `headers` filter before the levels' rules, to requests drawn here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<crate::HeaderRulesConfig>,
 }
 
 /// A route's traffic split over clusters.

@@ -311,6 +311,7 @@ fn route(
                     raw.hash_key,
                     cluster_index,
                     clusters,
+                    chain,
                     path,
                 )?;
                 (split.clusters[0].index, String::new(), Some(split))

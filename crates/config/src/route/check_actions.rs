@@ -257,6 +257,7 @@ pub(crate) fn split(
     key: Option<RawHashKey>,
     clusters: &HashMap<&str, usize>,
     known: &[ClusterConfig],
+    chain: &[HttpFilterConfig],
     path: &str,
 ) -> Result<TrafficSplit, ConfigError> {
     let mut list = Vec::with_capacity(raw.len());
@@ -275,10 +276,29 @@ pub(crate) fn split(
                 "expected a weight of at least 1 (leave a cluster out to send it nothing)",
             ));
         }
+        let headers = match w.headers {
+            None => None,
+            Some(_)
+                if !chain
+                    .iter()
+                    .any(|f| matches!(f, HttpFilterConfig::Headers(_))) =>
+            {
+                return Err(ConfigError::invalid(
+                    format!("{at}.headers"),
+                    "the listener has no `headers` filter in its http_filters",
+                ));
+            }
+            Some(raw) => Some(crate::filters::headers::header_rules(
+                raw,
+                &format!("{at}.headers"),
+                true,
+            )?),
+        };
         list.push(WeightedCluster {
             index,
             name: w.cluster,
             weight: w.weight,
+            headers,
         });
     }
     let weights: Vec<u32> = list.iter().map(|c| c.weight).collect();

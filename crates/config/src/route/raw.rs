@@ -112,6 +112,9 @@ pub struct RawHeaderMatch {
 pub struct RawWeightedCluster {
     pub cluster: String,
     pub weight: u32,
+    /// Header rules for the requests drawn to this cluster (and their responses), applied
+    /// before the route's, virtual host's and listener's (Envoy's order).
+    pub headers: Option<crate::RawHeaderRules>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

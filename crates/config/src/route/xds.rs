@@ -97,6 +97,9 @@ impl XdsRoutes {
             std::iter::once(&h.filters)
                 .chain(h.routes.iter().map(|r| &r.filters))
                 .any(|f| f.as_ref().is_some_and(|f| f.headers.is_some()))
+                || h.routes
+                    .iter()
+                    .any(|r| (r.weighted_clusters.iter().flatten()).any(|c| c.headers.is_some()))
         });
         let headers = (own_headers.is_some() || levels_below).then(|| RawHeaderRules {
             most_specific_wins: Some(most_specific_wins),

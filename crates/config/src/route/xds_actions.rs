@@ -36,6 +36,15 @@ pub(crate) fn weighted_clusters(
         let weight = c.weight.take().map_or(0, |w| w.value);
         sum += u64::from(weight);
         let name = std::mem::take(&mut c.name);
+        let headers = super::xds_headers::rules(
+            super::xds_headers::Lists {
+                request_add: std::mem::take(&mut c.request_headers_to_add),
+                request_remove: std::mem::take(&mut c.request_headers_to_remove),
+                response_add: std::mem::take(&mut c.response_headers_to_add),
+                response_remove: std::mem::take(&mut c.response_headers_to_remove),
+            },
+            &at,
+        )?;
         nothing_else(&c, fields::CLUSTER_WEIGHT, &at)?;
         if name.is_empty() {
             return Err(unsupported(&at, "cluster_header (a cluster by name only)"));
@@ -44,6 +53,7 @@ pub(crate) fn weighted_clusters(
             clusters.push(RawWeightedCluster {
                 cluster: name,
                 weight,
+                headers,
             });
         }
     }

@@ -657,3 +657,28 @@ fn dns_names_and_their_settings() {
     let twice = MINIMAL.replace("127.0.0.1:9000", "api.internal:80, API.internal:80");
     assert!(error_of(&twice).contains("api.internal:80 is listed twice"));
 }
+
+#[test]
+fn a_weighted_clusters_header_rules_need_the_headers_filter() {
+    let split = MINIMAL.replace(
+        "        cluster: backend\n",
+        "        weighted_clusters:\n          - { cluster: backend, weight: 1, headers: { request: { set: { x-side: a } } } }\n",
+    );
+    assert!(
+        error_of(&split).contains(
+            "listeners[0].routes[1].weighted_clusters[0].headers: the listener has no `headers` filter"
+        ),
+        "{}",
+        error_of(&split)
+    );
+    let with_filter = split.replace(
+        "    routes:\n",
+        "    http_filters:\n      - headers: {}\n    routes:\n",
+    );
+    let config = Config::from_yaml(&with_filter).unwrap();
+    let RouteAction::Forward(forward) = &config.listeners[0].route_config.routes[1].action else {
+        panic!("a forward");
+    };
+    let rules = forward.split.as_ref().unwrap().clusters[0].headers.as_ref();
+    assert_eq!(rules.unwrap().request.set[0].0, "x-side");
+}

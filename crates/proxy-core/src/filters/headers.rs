@@ -16,12 +16,16 @@ use crate::error::ProxyError;
 use crate::context::RequestBody;
 use crate::context::request_id::X_REQUEST_ID;
 use config::{
-    HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteConfiguration, TemplatePart,
+    HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteAction, RouteConfiguration,
+    TemplatePart,
 };
 
 /// The filter on one worker: rules with their static values made into headers once.
 pub(crate) struct Headers {
     rules: PerRouteSettings<Rules>,
+    /// Per route, the rules of each cluster of its `weighted_clusters` (empty without one):
+    /// applied first, to the requests drawn there (Envoy's order).
+    weighted: Box<[Box<[Option<Rules>]>]>,
     /// Levels applied listener first (the route's `set` wins), or route first.
     most_specific_wins: bool,
     /// Where templated values are written before they become header values: one buffer per
@@ -71,8 +75,8 @@ impl HttpFilter for Headers {
 
     /// Whether a rule writes `%REQ_ID%`: the request then gets its id before the filters run.
     fn uses_request_id(&self) -> bool {
-        self.rules
-            .all()
+        let weighted = self.weighted.iter().flat_map(|r| r.iter().flatten());
+        (self.rules.all().chain(weighted))
             .any(|r| r.request.uses_request_id || r.response.uses_request_id)
     }
 
@@ -98,7 +102,7 @@ impl HttpFilter for Headers {
             upstream: ctx.info.upstream,
             scratch: &self.scratch,
         };
-        for rules in self.in_order(self.rules.layered(ctx.exchange)).flatten() {
+        for rules in self.in_order(ctx.exchange) {
             if !rules.response.is_empty() {
                 rules.response.apply(head.headers, &vars);
             }
@@ -109,29 +113,41 @@ impl HttpFilter for Headers {
 
 impl Headers {
     pub(crate) fn from_table(config: &HeaderRulesConfig, table: &RouteConfiguration) -> Self {
+        let weighted = table
+            .routes
+            .iter()
+            .map(|route| match &route.action {
+                RouteAction::Forward(forward) => (forward.split.iter())
+                    .flat_map(|split| &split.clusters)
+                    .map(|c| c.headers.as_ref().map(Rules::new))
+                    .collect(),
+                _ => Box::default(),
+            })
+            .collect();
         Self {
             rules: PerRouteSettings::new(config, table, |f| &f.headers, Rules::new),
+            weighted,
             most_specific_wins: config.most_specific_wins,
             scratch: RefCell::new(Vec::with_capacity(128)),
         }
     }
 
-    /// The levels in the order their rules apply: the last one's `set` wins.
-    fn in_order<'a>(
-        &self,
-        mut levels: [Option<&'a Rules>; 3],
-    ) -> impl Iterator<Item = Option<&'a Rules>> + Clone {
+    /// The rules in the order they apply (the last one's `set` wins): the drawn weighted
+    /// cluster's first, then the levels'.
+    fn in_order<'a>(&'a self, exchange: &Exchange<'_>) -> impl Iterator<Item = &'a Rules> + Clone {
+        let mut levels = self.rules.layered(exchange);
         if !self.most_specific_wins {
             levels.reverse();
         }
-        levels.into_iter()
+        let drawn = exchange
+            .route
+            .zip(exchange.weighted_cluster)
+            .and_then(|(route, drawn)| self.weighted.get(route)?.get(drawn)?.as_ref());
+        drawn.into_iter().chain(levels.into_iter().flatten())
     }
 
     fn on_request(&self, req: &mut Request<RequestBody>, exchange: &Exchange<'_>) {
-        let rules = self
-            .in_order(self.rules.layered(exchange))
-            .flatten()
-            .filter(|r| !r.request.is_empty());
+        let rules = self.in_order(exchange).filter(|r| !r.request.is_empty());
         // Most requests meet no rule, or rules without variables: look nothing up for them.
         if rules.clone().next().is_none() {
             return;

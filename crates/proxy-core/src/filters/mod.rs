@@ -270,6 +270,8 @@ pub(crate) struct Exchange<'a> {
     /// The matched route's index; `None` when no route matched (filters use the host's or
     /// the listener's settings, then the client gets 404).
     pub(crate) route: Option<usize>,
+    /// The cluster drawn from the route's `weighted_clusters` (its place in the list).
+    pub(crate) weighted_cluster: Option<usize>,
     /// The request's trace, when the listener traces: calls a filter makes join it.
     pub(crate) trace: Option<&'a RequestTrace>,
 }

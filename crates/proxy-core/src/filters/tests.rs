@@ -51,6 +51,7 @@ impl Setup {
             host: Some(&host),
             virtual_host: matched.virtual_host,
             route: matched.route,
+            weighted_cluster: matched.weighted,
             trace: None,
         };
         let mut state = FilterState::default();
@@ -365,6 +366,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
         host: Some(&TEST_HOST),
         virtual_host: Some(0),
         route: Some(0),
+        weighted_cluster: None,
         trace: None,
     };
     let info = ResponseInfo {
@@ -404,6 +406,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
         host: Some(&TEST_HOST),
         virtual_host: Some(0),
         route: Some(0),
+        weighted_cluster: None,
         trace: None,
     };
     let before = alloc_meter::allocations();

@@ -2,7 +2,6 @@
 //! response or a relayed one, and the filters' response phases on whatever the answer is.
 
 use std::convert::Infallible;
-use std::net::IpAddr;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -138,6 +137,7 @@ pub(crate) fn handle(
                 host: facts.host.as_ref(),
                 virtual_host: facts.matched.virtual_host,
                 route: facts.matched.route,
+                weighted_cluster: facts.matched.weighted,
                 trace: in_flight.trace(),
             };
             let info = ResponseInfo {
@@ -338,6 +338,7 @@ async fn route_and_forward(
         head::Admitted::Routed { host, matched } => (host, matched),
         head::Admitted::Redirect(location) => return Ok(local_reply::redirect(location)),
     };
+    let matched = draw_weighted(matched, req.headers(), scope);
     facts.matched = matched;
     if !scope.http.filters.is_empty() {
         // Hop-by-hop headers go before a filter adds any.
@@ -352,6 +353,7 @@ async fn route_and_forward(
             host: host.as_ref(),
             virtual_host: matched.virtual_host,
             route: matched.route,
+            weighted_cluster: matched.weighted,
             trace: in_flight.trace(),
         };
         if let Flow::Respond(reply) = scope.http.filters.on_request(req, &exchange, state).await? {
@@ -391,7 +393,7 @@ async fn route_and_forward(
             forward_request(
                 req,
                 host.clone(),
-                forward,
+                (forward, matched.weighted),
                 &route.matcher.path,
                 scope,
                 in_flight,
@@ -421,7 +423,7 @@ fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
 async fn forward_request(
     req: &mut Request<RequestBody>,
     host: Option<HeaderValue>,
-    forward: &ForwardAction,
+    (forward, weighted): (&ForwardAction, Option<usize>),
     matched_path: &PathMatch,
     scope: &Scope<'_>,
     in_flight: &mut InFlight,
@@ -433,7 +435,10 @@ async fn forward_request(
     if asked.is_none() && upgrade::is_extended_connect(req) {
         return Err(ProxyError::BadRequest("this route allows no such upgrade"));
     }
-    let cluster = pick_cluster(forward, req.headers(), client);
+    let cluster = match (&forward.split, weighted) {
+        (Some(split), Some(drawn)) => split.clusters[drawn].index,
+        _ => forward.cluster,
+    };
     let admitted = http.clusters[cluster].admit(req.headers(), client)?;
     let upstream = Rc::clone(admitted.host());
     // The request for the upstream is built in a block (its parts are borrowed on the way,
@@ -534,19 +539,22 @@ async fn forward_request(
     Ok(Response::from_parts(head, ResponseBody::upstream(body)))
 }
 
-/// The cluster a request goes to: the route's, or one drawn from its split (by the hash key
+/// `matched` with the cluster drawn from its route's split, if it has one (by the hash key
 /// if the split has one, so one client stays on one side).
-fn pick_cluster(forward: &ForwardAction, headers: &http::HeaderMap, client: IpAddr) -> usize {
-    match &forward.split {
-        None => forward.cluster,
-        Some(split) => {
-            let key = split
-                .hash_key
-                .as_ref()
-                .and_then(|key| crate::cluster::hash_of(key, headers, client));
-            split.clusters[split.split.pick(key)].index
-        }
+fn draw_weighted(mut matched: Matched, headers: &http::HeaderMap, scope: &Scope<'_>) -> Matched {
+    let Some(route) = matched.route else {
+        return matched;
+    };
+    if let RouteAction::Forward(forward) = &scope.http.routes.route(route).action
+        && let Some(split) = &forward.split
+    {
+        let key = split
+            .hash_key
+            .as_ref()
+            .and_then(|key| crate::cluster::hash_of(key, headers, scope.client.ip(scope.conn)));
+        matched.weighted = Some(split.split.pick(key));
     }
+    matched
 }
 
 /// Sends an upgrade request on a connection of its own. On a `101` the response head goes to

@@ -26,6 +26,10 @@ pub struct Matched {
     pub virtual_host: Option<usize>,
     /// The index of the route, in [`RouteConfiguration::routes`]; `None` when none matched.
     pub route: Option<usize>,
+    /// The cluster drawn from the route's `weighted_clusters` (its place in the list), drawn
+    /// once the route is known, before the filters (as Envoy): the `headers` filter applies
+    /// its rules, and the request goes there.
+    pub weighted: Option<usize>,
 }
 
 /// An immutable route configuration and its lookup, built once per listener and config
@@ -89,6 +93,7 @@ impl RouteTable {
         Matched {
             virtual_host: Some(virtual_host),
             route,
+            weighted: None,
         }
     }
 
@@ -124,6 +129,7 @@ impl RouteTable {
         Matched {
             virtual_host: Some(virtual_host),
             route,
+            weighted: None,
         }
     }
 
