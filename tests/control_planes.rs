@@ -1554,3 +1554,103 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     each_side_gets_its_rules(proxy.addr()).await;
 }
+
+/// A prober's view of a listener whose `/ready` is the proxy's health check: 200 (no body),
+/// 503 with `x-envoy-immediate-health-check-fail` once failed by the admin, 200 again once
+/// restored; other requests (another target, the same path with a query) go to the routes.
+async fn probes_follow_the_admin(addr: SocketAddr, admin: SocketAddr) {
+    let res = send_h1(addr, get("/ready", &[])).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(text(res.into_body()).await, "");
+    assert_eq!(send_h1(addr, get("/other", &[])).await.status(), 500);
+    assert_eq!(send_h1(addr, get("/ready?full=1", &[])).await.status(), 500);
+    assert_eq!(admin_request(admin, "POST", "/healthcheck/fail").0, 200);
+    let res = send_h1(addr, get("/ready", &[])).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["x-envoy-immediate-health-check-fail"], "true");
+    assert_eq!(send_h1(addr, get("/other", &[])).await.status(), 500);
+    assert_eq!(admin_request(admin, "POST", "/healthcheck/ok").0, 200);
+    assert_eq!(send_h1(addr, get("/ready", &[])).await.status(), 200);
+}
+
+/// Envoy Gateway's readiness listener: the `health_check` filter matching `:path` `/ready`,
+/// without pass-through, before routes that answer everything else 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readiness_listener_answers_probes() {
+    use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
+    use envoy_types::pb::envoy::extensions::filters::http::health_check::v3::HealthCheck;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let probe = |pass_through: bool| HealthCheck {
+        pass_through_mode: Some(BoolValue {
+            value: pass_through,
+        }),
+        headers: vec![HeaderMatcher {
+            name: ":path".into(),
+            header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+                StringMatcher {
+                    match_pattern: Some(string_matcher::MatchPattern::Exact("/ready".into())),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let listener = |check: HealthCheck| {
+        let filter = HttpFilter {
+            name: "envoy.filters.http.health_check".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(any(&check))),
+            ..Default::default()
+        };
+        let l = resources::listener_with_filters(
+            "web",
+            "127.0.0.1:0".parse().unwrap(),
+            "unused",
+            vec![filter],
+        );
+        with_manager(("web".into(), any(&l)), |hcm| {
+            let mut routes = resources::route_config("ready_route", vec![]);
+            routes.virtual_hosts[0].routes = vec![resources::direct("/", 500)];
+            hcm.route_specifier =
+                Some(http_connection_manager::RouteSpecifier::RouteConfig(routes));
+        })
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener(probe(false))).await, None);
+    let addr = bound(&proxy).await;
+    probes_follow_the_admin(addr, proxy.admin.unwrap()).await;
+    // A probe passed through to the upstream (with its cache) is not done here: refused.
+    let nack = serve_listener(&server, listener(probe(true)))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("listener `web`") && nack.contains("pass_through_mode: true"),
+        "{nack}"
+    );
+    assert_eq!(send_h1(addr, get("/ready", &[])).await.status(), 200);
+    server.shutdown().await;
+}
+
+/// The same from the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_filter_from_the_file() {
+    let proxy = Proxy::start(
+        "admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: ready
+    address: 127.0.0.1:0
+    http_filters:
+      - health_check: { path: /ready }
+    routes:
+      - match: { prefix: / }
+        direct_response: { status: 500 }
+",
+        1,
+    );
+    probes_follow_the_admin(proxy.addr(), proxy.admin.unwrap()).await;
+}

@@ -4,7 +4,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use tokio::sync::{oneshot, watch};
@@ -136,6 +135,7 @@ impl Server {
                 balance: Arc::clone(&balance),
                 handoff,
                 overload: Arc::clone(&overload),
+                health: Arc::clone(&admin_state.health),
             };
             match worker::spawn(spec) {
                 Ok(handle) => handles.push(handle),
@@ -209,7 +209,7 @@ impl Server {
     /// Stops accepting, lets in-flight requests finish (up to the drain timeout), and waits
     /// for every worker to exit. Blocks the calling thread.
     pub fn drain_and_join(self) {
-        self.admin_state.draining.store(true, Ordering::Relaxed);
+        self.admin_state.health.start_draining();
         // No config changes while draining.
         drop(self.xds);
         // The listening sockets close once the accept loops end: new connections are refused

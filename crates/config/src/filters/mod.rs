@@ -184,6 +184,8 @@ http_filters! {
     Cors(cors::CorsConfig),
     /// Delays and aborts injected into a share of requests (Envoy's `fault`).
     Fault(fault::FaultConfig),
+    /// A load balancer's probes of this proxy, answered here (Envoy's `health_check`).
+    HealthCheck(health_check::ProbeConfig),
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {

@@ -22,6 +22,7 @@ use crate::envoy::{
 use crate::filters::RawHttpFilter;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
+use crate::filters::health_check::xds as health_check;
 use crate::route::xds::XdsRoutes;
 use crate::{RawCors, RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
@@ -454,6 +455,9 @@ fn http_filters(
             Some(any) if any.type_url == fault::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Fault(fault::settings(&any, &at)?))
             }
+            Some(any) if any.type_url == health_check::TYPE_URL => XdsHttpFilter::Settled(
+                RawHttpFilter::HealthCheck(health_check::settings(&any, &at)?),
+            ),
             // Envoy's CORS filter holds no settings (v3): it acts on the policies of routes
             // and hosts. Here, a listener entry without origins: routes' policies only.
             Some(any) if any.type_url == CORS => {
@@ -475,7 +479,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (cors, ext_authz, fault and the router only)",
+                        "HTTP filter `{}` (cors, ext_authz, fault, health_check and the router only)",
                         f.name
                     )],
                 });

@@ -523,7 +523,7 @@ fn url_path(
     }
 }
 
-fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigError> {
+pub(crate) fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigError> {
     let name = HeaderName::from_bytes(raw.name.as_bytes()).map_err(|_| {
         ConfigError::invalid(
             format!("{path}.name"),

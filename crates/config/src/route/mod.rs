@@ -112,7 +112,7 @@ pub enum PathMatch {
     Regex(Pattern),
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HeaderMatch {
     #[serde(serialize_with = "ser::header_name")]
     pub name: HeaderName,
@@ -120,7 +120,22 @@ pub struct HeaderMatch {
     pub value: HeaderValueMatch,
 }
 
-#[derive(Debug, Clone)]
+impl HeaderMatch {
+    /// Whether `headers` satisfy the match (one of the header's values, for a value match).
+    pub fn matches(&self, headers: &http::HeaderMap) -> bool {
+        match &self.value {
+            HeaderValueMatch::Present => headers.contains_key(&self.name),
+            HeaderValueMatch::Absent => !headers.contains_key(&self.name),
+            HeaderValueMatch::Exact(v) => headers.get_all(&self.name).iter().any(|got| got == v),
+            HeaderValueMatch::Pattern(p) => headers
+                .get_all(&self.name)
+                .iter()
+                .any(|got| p.matches(got.as_bytes())),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub enum HeaderValueMatch {
     Exact(HeaderValue),
     /// `prefix`, `suffix`, `contains` or `regex`: one of the header's values matches.

@@ -362,7 +362,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
     })
 }
 
-fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, ResourceError> {
+pub(crate) fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, ResourceError> {
     use header_matcher::HeaderMatchSpecifier as Spec;
     let invert = std::mem::take(&mut h.invert_match);
     let name = std::mem::take(&mut h.name);

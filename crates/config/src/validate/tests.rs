@@ -599,6 +599,14 @@ fn filter_keys_are_checked() {
             "listeners[0].http_filters[0].cors.allow_methods: `*` (what the preflight asks for) stands alone",
         ),
         (
+            "      - health_check: {}\n",
+            "listeners[0].http_filters[0].health_check: expected a `path` or `headers`",
+        ),
+        (
+            "      - health_check: { path: ready }\n",
+            "listeners[0].http_filters[0].health_check.path: expected a path starting with `/`",
+        ),
+        (
             "      - cors: { allow_origins: [\"*\"], preflight_status: 302 }\n",
             "listeners[0].http_filters[0].cors.preflight_status: expected a 2xx status",
         ),

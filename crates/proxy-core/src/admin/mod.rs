@@ -9,7 +9,6 @@ use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -57,10 +56,8 @@ pub(crate) struct AdminState {
     stats: Arc<ProxyStats>,
     server: ServerGauges,
     started: Instant,
-    /// Set by `POST /healthcheck/fail`.
-    pub(crate) health_failed: AtomicBool,
-    /// Set when the drain starts.
-    pub(crate) draining: AtomicBool,
+    /// Failed by `POST /healthcheck/fail`, or draining; shared with the workers.
+    pub(crate) health: Arc<crate::context::ServerHealth>,
 }
 
 impl AdminState {
@@ -87,8 +84,7 @@ impl AdminState {
             stats,
             server,
             started: Instant::now(),
-            health_failed: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
+            health: Arc::default(),
         }
     }
 }
@@ -110,7 +106,7 @@ impl AdminState {
         if let Some(rss) = crate::overload::resident_bytes() {
             self.server.memory_resident.set(rss as i64);
         }
-        let live = !self.draining.load(Ordering::Relaxed);
+        let live = !self.health.draining();
         self.server.live.set(i64::from(live));
         for cluster in self.live.current().clusters.iter() {
             cluster.refresh_gauges();
@@ -359,9 +355,9 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/ready") => {
-            if state.draining.load(Ordering::Relaxed) {
+            if state.health.draining() {
                 reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "DRAINING\n")
-            } else if state.health_failed.load(Ordering::Relaxed) {
+            } else if state.health.failed() {
                 reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "FAILED\n")
             } else {
                 ready_under_overload(&state.overload)
@@ -422,11 +418,11 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             json(&clusters_json(&state.live.current(), &state.snapshot()))
         }
         (&Method::POST, "/healthcheck/fail") => {
-            state.health_failed.store(true, Ordering::Relaxed);
+            state.health.set_failed(true);
             reply(StatusCode::OK, TEXT, "OK\n")
         }
         (&Method::POST, "/healthcheck/ok") => {
-            state.health_failed.store(false, Ordering::Relaxed);
+            state.health.set_failed(false);
             reply(StatusCode::OK, TEXT, "OK\n")
         }
         (&Method::POST, "/reload_certs") => reload_certs(&state.live.current().tls),

@@ -47,6 +47,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) draining: Cell<bool>,
     /// The process's overload level, read on every connection and request.
     pub(crate) overload: std::sync::Arc<crate::overload::Overload>,
+    /// Whether the process is failed by the admin or draining (the `health_check` filter).
+    pub(crate) health: std::sync::Arc<super::ServerHealth>,
 }
 
 /// What a request on this connection needs to know about where it came from.

@@ -9,6 +9,7 @@
 
 mod client;
 mod conn;
+mod health;
 mod in_flight;
 mod mirror_feed;
 mod request_body;
@@ -17,6 +18,7 @@ mod signal;
 
 pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some};
+pub(crate) use health::ServerHealth;
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{Signal, SignalWatch};

@@ -213,6 +213,7 @@ filters! {
     Compression(compression::Compression),
     Cors(cors::Cors),
     Fault(fault::Fault),
+    HealthCheck(health_check::HealthCheck),
 }
 
 /// A listener's filters on one worker, in order.

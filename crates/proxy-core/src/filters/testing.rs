@@ -73,6 +73,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
             stats: stats.catalog.worker(&shard),
             draining: Cell::new(false),
             overload: Default::default(),
+            health: Default::default(),
         }),
     ));
     Setup {

@@ -15,7 +15,7 @@ mod prefix_tree;
 use http::HeaderMap;
 use percent_encoding::percent_decode;
 
-use config::{HeaderValueMatch, HostMatch, PathMatch, RouteConfig, RouteConfiguration, RouteMatch};
+use config::{HostMatch, PathMatch, RouteConfig, RouteConfiguration, RouteMatch};
 use hosts::HostIndex;
 use index::RouteIndex;
 
@@ -247,15 +247,7 @@ fn conditions_match(m: &RouteMatch, request: &Request<'_>) -> bool {
         return false;
     }
     let headers = request.headers;
-    let headers_ok = m.headers.iter().all(|h| match &h.value {
-        HeaderValueMatch::Present => headers.contains_key(&h.name),
-        HeaderValueMatch::Absent => !headers.contains_key(&h.name),
-        HeaderValueMatch::Exact(v) => headers.get_all(&h.name).iter().any(|got| got == v),
-        HeaderValueMatch::Pattern(p) => headers
-            .get_all(&h.name)
-            .iter()
-            .any(|got| p.matches(got.as_bytes())),
-    });
+    let headers_ok = m.headers.iter().all(|h| h.matches(headers));
     headers_ok
         && m.query_parameters.iter().all(|q| {
             match query_value(request.query.unwrap_or(""), &q.name) {

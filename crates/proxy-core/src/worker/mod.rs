@@ -53,6 +53,7 @@ pub(crate) struct WorkerSpec {
     pub(crate) balance: Arc<ExactBalance>,
     pub(crate) handoff: tokio::sync::mpsc::UnboundedReceiver<Handoff>,
     pub(crate) overload: Arc<crate::overload::Overload>,
+    pub(crate) health: Arc<crate::context::ServerHealth>,
 }
 
 pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
@@ -212,12 +213,14 @@ async fn run(spec: WorkerSpec) {
         balance,
         mut handoff,
         overload,
+        health,
     } = spec;
     let shard = stats.registry.shard(&[("worker", &id.to_string())]);
     let worker_ctx = Rc::new(WorkerCtx {
         stats: stats.catalog.worker(&shard),
         draining: Cell::new(false),
         overload,
+        health,
     });
     let tracker = Rc::new(ConnTracker::default());
     let lot = match parking::ParkingLot::new() {
