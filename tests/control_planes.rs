@@ -419,6 +419,8 @@ listeners:
       suppress_proxy_headers: true
       initial_stream_window_size: 70000
       initial_connection_window_size: 200000
+      strip_host_port: any
+      strip_trailing_host_dot: true
     routes:
       - match: {{ prefix: /held }}
         cluster: held
@@ -442,10 +444,14 @@ clusters:
     )
     .await;
     assert_eq!(res.headers()["server"], "noop/1");
-    let res = send_h1(addr, get("/", &[("x-noop-echo", "headers"), ("a_b", "1")])).await;
+    let mut req = get("/", &[("x-noop-echo", "headers"), ("a_b", "1")]);
+    req.headers_mut()
+        .insert("host", "a.example.:8443".parse().unwrap());
+    let res = send_h1(addr, req).await;
     assert_eq!(res.headers()["server"], "edge");
     let echoed = text(res.into_body()).await;
     assert!(!echoed.contains("a_b"), "{echoed}");
+    assert!(echoed.contains("\nhost: a.example\n"), "{echoed}");
     assert_eq!(h2_windows(addr).await, (70000, 200000));
 
     // One request holds the cluster's only slot; the next is refused, without the header.
@@ -477,6 +483,7 @@ clusters:
         main["http"]["server_header"],
         serde_json::json!({ "append_if_absent": "edge" })
     );
+    assert_eq!(main["http"]["strip_host_port"], "any");
 }
 
 /// `OVERWRITE_IF_EXISTS_OR_ADD` (`set`) or `APPEND_IF_EXISTS_OR_ADD` (`add`) of `name: value`.
@@ -1653,4 +1660,65 @@ listeners:
         1,
     );
     probes_follow_the_admin(proxy.addr(), proxy.admin.unwrap()).await;
+}
+
+/// The host a request routes by and the upstream gets: `strip_any_host_port` or
+/// `strip_matching_host_port`, and `strip_trailing_host_dot`, from the connection manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_lose_the_port_and_dot_the_connection_manager_strips() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut routes =
+        resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    routes.virtual_hosts[0].domains = vec!["a.example".into()];
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let listener = |any_port: bool| {
+        let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+        with_manager(("web".into(), any(&l)), |hcm| {
+            if any_port {
+                hcm.strip_port_mode = Some(
+                    http_connection_manager::StripPortMode::StripAnyHostPort(true),
+                );
+            } else {
+                hcm.strip_matching_host_port = true;
+            }
+            hcm.strip_trailing_host_dot = true;
+        })
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener(true)).await, None);
+    let addr = bound(&proxy).await;
+    let host_seen = async |addr: SocketAddr, host: &str| {
+        let mut req = get("/", &[("x-noop-echo", "headers")]);
+        req.headers_mut().insert("host", host.parse().unwrap());
+        let res = send_h1(addr, req).await;
+        assert_eq!(res.status(), 200);
+        echoed(&text(res.into_body()).await, "host")
+    };
+    eventually("the routes in force", async || {
+        let mut req = get("/", &[]);
+        req.headers_mut()
+            .insert("host", "a.example".parse().unwrap());
+        send_h1(addr, req).await.status() == 200
+    })
+    .await;
+    assert_eq!(host_seen(addr, "a.example.:9999").await, ["a.example"]);
+    assert_eq!(host_seen(addr, "a.example:1").await, ["a.example"]);
+
+    // Only the listener's own port.
+    assert_eq!(serve_listener(&server, listener(false)).await, None);
+    let mut addr = addr;
+    eventually("the matching port only stripped", async || {
+        addr = bound(&proxy).await;
+        host_seen(addr, "a.example:1").await == ["a.example:1"]
+    })
+    .await;
+    let own = format!("a.example.:{}", addr.port());
+    assert_eq!(host_seen(addr, &own).await, ["a.example"]);
+    server.shutdown().await;
 }

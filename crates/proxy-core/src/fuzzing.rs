@@ -11,10 +11,10 @@ use http::uri::{Authority, PathAndQuery};
 use http::{HeaderMap, Request};
 
 use crate::http::forwarding::{strip_connection_listed, strip_hop_by_hop};
-use crate::http::head::{Admitted, admit, is_authority};
+use crate::http::head::{Admitted, HostRules, admit, is_authority};
 use crate::router::RouteTable;
 use config::path::{self, Normalized};
-use config::{Config, EscapedSlashes, PathNormalization};
+use config::{Config, EscapedSlashes, PathNormalization, StripHostPort};
 
 /// Loads `text` as a config file. What loads must serialise (the admin's /config_dump) and
 /// route (each listener's table finds what a scan of its routes finds).
@@ -202,7 +202,16 @@ pub fn h1_head(data: &[u8]) {
     let Some(mut req) = parse_head(head) else {
         return;
     };
-    let admitted = match admit(&mut req, Some(60 * 1024), &settings, routes()) {
+    let host_rules = HostRules {
+        strip_port: match (mode >> 4) & 3 {
+            0 => StripHostPort::None,
+            1 => StripHostPort::Any,
+            _ => StripHostPort::Matching,
+        },
+        strip_trailing_dot: mode & 0x40 != 0,
+        local_port: 80,
+    };
+    let admitted = match admit(&mut req, Some(60 * 1024), &settings, host_rules, routes()) {
         Ok(admitted) => admitted,
         Err(_) => return,
     };

@@ -228,6 +228,18 @@ pub(crate) fn listener(
                 }
                 None => None,
             },
+            strip_host_port: match raw.http.strip_host_port.as_deref() {
+                None | Some("none") => StripHostPort::None,
+                Some("any") => StripHostPort::Any,
+                Some("matching") => StripHostPort::Matching,
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.http.strip_host_port"),
+                        format!("expected `none`, `any` or `matching`, found `{other}`"),
+                    ));
+                }
+            },
+            strip_trailing_host_dot: raw.http.strip_trailing_host_dot.unwrap_or(false),
             request_id: {
                 let raw = raw.http.request_id.clone().unwrap_or_default();
                 RequestIdConfig {

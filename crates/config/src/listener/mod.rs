@@ -135,6 +135,22 @@ pub struct HttpConfig {
     /// The host an HTTP/1.0 request without one is routed and forwarded with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_host_for_http_10: Option<String>,
+    /// The port taken off the request's host before filters, routing and forwarding
+    /// (Envoy's `strip_any_host_port` / `strip_matching_host_port`).
+    pub strip_host_port: StripHostPort,
+    /// A trailing dot taken off the request's host (`example.com.` is `example.com`).
+    pub strip_trailing_host_dot: bool,
+}
+
+/// Which port of a request's host is taken off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StripHostPort {
+    None,
+    /// Any port.
+    Any,
+    /// The listener's own port only (the one the client connected to).
+    Matching,
 }
 
 /// `x-request-id`: made, kept or replaced (Envoy's `generate_request_id`,

@@ -67,6 +67,8 @@ pub struct RawHttp {
     pub request_id: Option<RawRequestId>,
     pub accept_http_10: Option<bool>,
     pub default_host_for_http_10: Option<String>,
+    pub strip_host_port: Option<String>,
+    pub strip_trailing_host_dot: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

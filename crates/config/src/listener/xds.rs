@@ -352,6 +352,28 @@ fn connection_manager(
         h2_options(h2, http, &format!("{at}.http2_protocol_options"))?;
     }
     http.max_request_headers_kb = hcm.max_request_headers_kb.take().map(|v| v.value);
+    let strip_any = matches!(
+        hcm.strip_port_mode.take(),
+        Some(http_connection_manager::StripPortMode::StripAnyHostPort(
+            true
+        ))
+    );
+    let strip_matching = std::mem::take(&mut hcm.strip_matching_host_port);
+    http.strip_host_port = Some(
+        match (strip_any, strip_matching) {
+            (true, true) => {
+                return Err(ResourceError::invalid(
+                    at.to_owned(),
+                    "strip_any_host_port and strip_matching_host_port together",
+                ));
+            }
+            (true, false) => "any",
+            (false, true) => "matching",
+            (false, false) => "none",
+        }
+        .to_owned(),
+    );
+    http.strip_trailing_host_dot = Some(std::mem::take(&mut hcm.strip_trailing_host_dot));
     // `0s` is Envoy's default, "no timeout"; Legate keeps its own (a slow-headers defence).
     http.request_headers_timeout = duration(
         hcm.request_headers_timeout.take(),
@@ -390,6 +412,9 @@ fn connection_manager(
         preserve_external: Some(std::mem::take(&mut hcm.preserve_external_request_id)),
         always_set_in_response: Some(std::mem::take(&mut hcm.always_set_request_id_in_response)),
     });
+    if let Some(extension) = hcm.request_id_extension.take() {
+        request_id_extension(extension, &format!("{at}.request_id_extension"))?;
+    }
     http.use_remote_address = Some(hcm.use_remote_address.take().is_some_and(|v| v.value));
     http.xff_num_trusted_hops = Some(std::mem::take(&mut hcm.xff_num_trusted_hops));
     // Path normalisation is on in Legate unless turned off. `normalize_path` says either
@@ -415,6 +440,39 @@ fn connection_manager(
     });
     nothing_else(&hcm, fields::HTTP_CONNECTION_MANAGER, at)?;
     Ok((inline, rds, upgrades, filters))
+}
+
+/// Envoy's UUID request ids (Istio sends the extension on every connection manager): the ids
+/// made here are UUIDs v4. Its two settings act on the connection manager's `tracing` only
+/// (the trace decision packed into the id, sampling by the id), which is refused: with no
+/// tracing there, Envoy leaves the ids as made too.
+fn request_id_extension(
+    extension: envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::RequestIdExtension,
+    at: &str,
+) -> Result<(), ResourceError> {
+    use envoy_types::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
+    const UUID: &str =
+        "type.googleapis.com/envoy.extensions.request_id.uuid.v3.UuidRequestIdConfig";
+    match extension.typed_config {
+        Some(any) if any.type_url == UUID => {
+            let UuidRequestIdConfig {
+                pack_trace_reason: _,
+                use_request_id_for_trace_sampling: _,
+            } = decode(&any, UUID, "a UuidRequestIdConfig")?;
+            Ok(())
+        }
+        Some(any) => Err(ResourceError::Unsupported {
+            at: format!("{at}.typed_config"),
+            fields: vec![format!(
+                "request id extension {} (UUIDs only)",
+                any.type_url.rsplit('/').next().unwrap_or_default()
+            )],
+        }),
+        None => Err(ResourceError::invalid(
+            at.to_owned(),
+            "expected a typed_config",
+        )),
+    }
 }
 
 /// The filters Legate has (each at most once, as a route names a filter by its type), then

@@ -1418,3 +1418,37 @@ fn cors_policies_with_values_envoy_would_not_read_are_refused() {
         "{refused}"
     );
 }
+
+#[test]
+fn istios_uuid_request_ids_are_taken_and_other_extensions_refused() {
+    use envoy_types::pb::envoy::config::listener::v3::filter;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, RequestIdExtension,
+    };
+    use envoy_types::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
+
+    let with_extension = |typed_config: Any| {
+        let mut l = listener("istio", "8080");
+        let chain = &mut l.filter_chains[0].filters[0];
+        let Some(filter::ConfigType::TypedConfig(any)) = &chain.config_type else {
+            panic!("a typed HCM");
+        };
+        let mut hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+        hcm.request_id_extension = Some(RequestIdExtension {
+            typed_config: Some(typed_config),
+        });
+        chain.config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
+        XdsListener::decode(&pack(&l)).map(|_| ())
+    };
+    assert!(with_extension(pack(&UuidRequestIdConfig::default())).is_ok());
+    let refused = with_extension(Any {
+        type_url: "type.googleapis.com/example.RequestId".into(),
+        value: Vec::new(),
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("request_id_extension") && refused.contains("example.RequestId"),
+        "{refused}"
+    );
+}

@@ -333,6 +333,10 @@ async fn route_and_forward(
         req,
         scope.conn.listener.head_limit,
         &scope.http.path_normalization,
+        head::HostRules {
+            local_port: scope.conn.local.port(),
+            ..scope.http.host_rules
+        },
         &scope.http.routes,
     )? {
         head::Admitted::Routed { host, matched } => (host, matched),

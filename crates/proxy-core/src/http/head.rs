@@ -8,8 +8,8 @@ use http::{Method, Request, Version};
 use super::upgrade;
 use crate::error::ProxyError;
 use crate::router::{Matched, RouteTable};
-use config::PathNormalization;
 use config::path;
+use config::{PathNormalization, StripHostPort};
 
 /// What the head checks decided.
 #[derive(Debug)]
@@ -23,12 +23,62 @@ pub(crate) enum Admitted {
     Redirect(HeaderValue),
 }
 
+/// What a listener takes off a request's host before anything reads it (Envoy's
+/// `strip_any_host_port`, `strip_matching_host_port` and `strip_trailing_host_dot`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostRules {
+    pub(crate) strip_port: StripHostPort,
+    pub(crate) strip_trailing_dot: bool,
+    /// The port the client connected to (for `Matching`).
+    pub(crate) local_port: u16,
+}
+
+impl HostRules {
+    #[cfg(test)]
+    pub(crate) const NONE: HostRules = HostRules {
+        strip_port: StripHostPort::None,
+        strip_trailing_dot: false,
+        local_port: 0,
+    };
+
+    /// `host` with the port and trailing dot these rules take off; `None` when it stays.
+    fn apply(self, host: &[u8]) -> Option<HeaderValue> {
+        if matches!(self.strip_port, StripHostPort::None) && !self.strip_trailing_dot {
+            return None;
+        }
+        // An IP literal's colons are inside its brackets.
+        let name_end = match host.first() {
+            Some(b'[') => host.iter().position(|&b| b == b']')? + 1,
+            _ => host.iter().position(|&b| b == b':').unwrap_or(host.len()),
+        };
+        let (mut name, port) = host.split_at(name_end);
+        let port_number = port
+            .strip_prefix(b":")
+            .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u16>().ok());
+        let drop_port = !port.is_empty()
+            && match self.strip_port {
+                StripHostPort::None => false,
+                StripHostPort::Any => true,
+                StripHostPort::Matching => port_number == Some(self.local_port),
+            };
+        if self.strip_trailing_dot && name.len() > 1 && name.ends_with(b".") {
+            name = &name[..name.len() - 1];
+        }
+        if !drop_port && name.len() == name_end {
+            return None;
+        }
+        let port = if drop_port { &b""[..] } else { port };
+        HeaderValue::from_bytes(&[name, port].concat()).ok()
+    }
+}
+
 /// Checks a request's head and routes it. The request's path is rewritten to its normalised
-/// spelling. An error is the 4xx to answer with.
+/// spelling, its host as `host_rules` say. An error is the 4xx to answer with.
 pub(crate) fn admit<B>(
     req: &mut Request<B>,
     head_limit: Option<usize>,
     normalization: &PathNormalization,
+    host_rules: HostRules,
     routes: &RouteTable,
 ) -> Result<Admitted, ProxyError> {
     if req.method() == Method::CONNECT && !upgrade::is_extended_connect(req) {
@@ -40,7 +90,14 @@ pub(crate) fn admit<B>(
     if let Some(location) = normalize_path(req, normalization)? {
         return Ok(Admitted::Redirect(location));
     }
-    let host = request_host(req)?;
+    let mut host = request_host(req)?;
+    if let Some(stripped) = host.as_ref().and_then(|h| host_rules.apply(h.as_bytes())) {
+        // Filters and the upstream see the host as routing does.
+        if req.headers().contains_key(HOST) {
+            req.headers_mut().insert(HOST, stripped.clone());
+        }
+        host = Some(stripped);
+    }
     let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
     let matched = routes.find(
         host_text,
@@ -205,7 +262,7 @@ pub(crate) fn is_authority(value: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_authority;
+    use super::{HostRules, StripHostPort, is_authority};
 
     #[test]
     fn hosts_are_host_and_port_and_nothing_else() {
@@ -250,6 +307,40 @@ mod tests {
             "a\"b",
         ] {
             assert!(!is_authority(bad.as_bytes()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hosts_lose_what_the_listener_strips() {
+        let rules = |strip_port, strip_trailing_dot| HostRules {
+            strip_port,
+            strip_trailing_dot,
+            local_port: 8080,
+        };
+        let any = rules(StripHostPort::Any, false);
+        let matching = rules(StripHostPort::Matching, false);
+        let dot = rules(StripHostPort::None, true);
+        let both = rules(StripHostPort::Any, true);
+        for (rules, host, stripped) in [
+            (any, "a.example:9000", Some("a.example")),
+            (any, "a.example", None),
+            (any, "[::1]:8080", Some("[::1]")),
+            (matching, "a.example:8080", Some("a.example")),
+            (matching, "a.example:9000", None),
+            (matching, "[::1]:8080", Some("[::1]")),
+            (dot, "a.example.", Some("a.example")),
+            (dot, "a.example.:8080", Some("a.example:8080")),
+            (dot, "a.example", None),
+            (dot, ".", None),
+            (both, "a.example.:8080", Some("a.example")),
+            (HostRules::NONE, "a.example.:8080", None),
+        ] {
+            let got = rules.apply(host.as_bytes());
+            assert_eq!(
+                got.as_ref().map(|h| h.to_str().unwrap()),
+                stripped,
+                "{host}"
+            );
         }
     }
 }

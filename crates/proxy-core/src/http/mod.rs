@@ -58,6 +58,8 @@ pub(crate) struct HttpCtx {
     pub(crate) accept_http_10: bool,
     /// The host of an HTTP/1.0 request that names none.
     pub(crate) default_host_for_http_10: Option<http::HeaderValue>,
+    /// What is taken off a request's host (its `local_port` filled in per connection).
+    pub(crate) host_rules: head::HostRules,
 }
 
 /// What is done with `x-request-id`, decided once per config.

@@ -247,5 +247,10 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
             .default_host_for_http_10
             .as_deref()
             .and_then(|h| HeaderValue::from_str(h).ok()),
+        host_rules: crate::http::head::HostRules {
+            strip_port: config.http.strip_host_port,
+            strip_trailing_dot: config.http.strip_trailing_host_dot,
+            local_port: 0,
+        },
     }
 }
