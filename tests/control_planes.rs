@@ -1563,21 +1563,29 @@ listeners:
 }
 
 /// A prober's view of a listener whose `/ready` is the proxy's health check: 200 (no body),
-/// 503 with `x-envoy-immediate-health-check-fail` once failed by the admin, 200 again once
-/// restored; other requests (another target, the same path with a query) go to the routes.
+/// 503 once failed by the admin, 200 again once restored; other requests (another target,
+/// the same path with a query) go to the routes, their responses marked
+/// `x-envoy-immediate-health-check-fail` while the proxy fails.
 async fn probes_follow_the_admin(addr: SocketAddr, admin: SocketAddr) {
+    const FAIL: &str = "x-envoy-immediate-health-check-fail";
     let res = send_h1(addr, get("/ready", &[])).await;
     assert_eq!(res.status(), 200);
     assert_eq!(text(res.into_body()).await, "");
-    assert_eq!(send_h1(addr, get("/other", &[])).await.status(), 500);
+    let other = send_h1(addr, get("/other", &[])).await;
+    assert_eq!(other.status(), 500);
+    assert!(other.headers().get(FAIL).is_none());
     assert_eq!(send_h1(addr, get("/ready?full=1", &[])).await.status(), 500);
     assert_eq!(admin_request(admin, "POST", "/healthcheck/fail").0, 200);
     let res = send_h1(addr, get("/ready", &[])).await;
     assert_eq!(res.status(), 503);
-    assert_eq!(res.headers()["x-envoy-immediate-health-check-fail"], "true");
-    assert_eq!(send_h1(addr, get("/other", &[])).await.status(), 500);
+    assert!(res.headers().get(FAIL).is_none(), "the probe's own answer");
+    let other = send_h1(addr, get("/other", &[])).await;
+    assert_eq!(other.status(), 500);
+    assert_eq!(other.headers()[FAIL], "true");
     assert_eq!(admin_request(admin, "POST", "/healthcheck/ok").0, 200);
     assert_eq!(send_h1(addr, get("/ready", &[])).await.status(), 200);
+    let other = send_h1(addr, get("/other", &[])).await;
+    assert!(other.headers().get(FAIL).is_none());
 }
 
 /// Envoy Gateway's readiness listener: the `health_check` filter matching `:path` `/ready`,

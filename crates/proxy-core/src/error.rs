@@ -40,6 +40,8 @@ pub enum ResponseFlag {
     OverloadManager,
     /// FI: the fault filter answered in the upstream's place.
     FaultInjected,
+    /// LH: a health check of this proxy failed (failed by the admin, or draining).
+    FailedLocalHealthCheck,
 }
 
 impl ResponseFlag {
@@ -58,6 +60,7 @@ impl ResponseFlag {
             ResponseFlag::RateLimited => "RL",
             ResponseFlag::OverloadManager => "OM",
             ResponseFlag::FaultInjected => "FI",
+            ResponseFlag::FailedLocalHealthCheck => "LH",
         }
     }
 }

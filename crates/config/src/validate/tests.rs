@@ -599,6 +599,14 @@ fn filter_keys_are_checked() {
             "listeners[0].http_filters[0].cors.allow_methods: `*` (what the preflight asks for) stands alone",
         ),
         (
+            "      - cors: { allow_origins: [{ exact: \"*\" }], allow_credentials: true }\n",
+            "listeners[0].http_filters[0].cors.allow_origins[0]: this matcher allows every origin",
+        ),
+        (
+            "      - cors: { allow_origins: [{ regex: \".*\", ignore_case: true }] }\n",
+            "listeners[0].http_filters[0].cors.allow_origins[0].ignore_case: has no effect on a regex",
+        ),
+        (
             "      - health_check: {}\n",
             "listeners[0].http_filters[0].health_check: expected a `path` or `headers`",
         ),

@@ -26,7 +26,7 @@ const ACCESS_CONTROL_ALLOW_PRIVATE_NETWORK: HeaderName =
 
 /// One policy, its fixed header values made once.
 struct Policy {
-    /// None: the filter does nothing for these requests (policies are on routes).
+    /// None: no origin may read (a listener's entry whose policies are on routes).
     origins: Vec<OriginMatch>,
     /// Any origin may read, without credentials: the answer is `*`, the same for everyone.
     wildcard: bool,
@@ -169,9 +169,6 @@ impl Cors {
         let Some(policy) = self.policies.get(exchange) else {
             return Flow::Continue;
         };
-        if policy.origins.is_empty() {
-            return Flow::Continue;
-        }
         let Some(origin) = req.headers().get(ORIGIN).filter(|o| !o.is_empty()) else {
             return Flow::Continue;
         };
@@ -232,7 +229,7 @@ impl Cors {
         exchange: &Exchange<'_>,
         state: &mut Option<HeaderValue>,
     ) {
-        let Some(policy) = self.policies.get(exchange).filter(|p| !p.origins.is_empty()) else {
+        let Some(policy) = self.policies.get(exchange) else {
             return;
         };
         let headers = &mut *head.headers;
@@ -259,7 +256,8 @@ fn add_credentials(headers: &mut HeaderMap, policy: &Policy) {
 /// Unless the answer is `*` for everyone, it depends on the origin asking, also when it is
 /// no answer: a cache must not give one origin's response to another.
 fn add_vary(headers: &mut HeaderMap, policy: &Policy) {
-    if !policy.wildcard {
+    // No origin allowed: the answer is the same for all.
+    if !policy.wildcard && !policy.origins.is_empty() {
         headers.append(VARY, HeaderValue::from_static("origin"));
     }
 }

@@ -55,7 +55,8 @@ impl HostRules {
         let port_number = port
             .strip_prefix(b":")
             .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u16>().ok());
-        let drop_port = !port.is_empty()
+        // A port that is a number, as Envoy strips only those.
+        let drop_port = port_number.is_some()
             && match self.strip_port {
                 StripHostPort::None => false,
                 StripHostPort::Any => true,
@@ -92,9 +93,15 @@ pub(crate) fn admit<B>(
     }
     let mut host = request_host(req)?;
     if let Some(stripped) = host.as_ref().and_then(|h| host_rules.apply(h.as_bytes())) {
-        // Filters and the upstream see the host as routing does.
+        // Filters, logs and the upstream see the host as routing does.
         if req.headers().contains_key(HOST) {
             req.headers_mut().insert(HOST, stripped.clone());
+        }
+        if req.uri().authority().is_some() {
+            let mut parts = std::mem::take(req.uri_mut()).into_parts();
+            parts.authority = http::uri::Authority::try_from(stripped.as_bytes()).ok();
+            *req.uri_mut() = http::Uri::from_parts(parts)
+                .map_err(|_| ProxyError::BadRequest("invalid authority"))?;
         }
         host = Some(stripped);
     }
@@ -324,6 +331,7 @@ mod tests {
         for (rules, host, stripped) in [
             (any, "a.example:9000", Some("a.example")),
             (any, "a.example", None),
+            (any, "a.example:", None),
             (any, "[::1]:8080", Some("[::1]")),
             (matching, "a.example:8080", Some("a.example")),
             (matching, "a.example:9000", None),

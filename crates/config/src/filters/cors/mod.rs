@@ -72,7 +72,7 @@ pub enum OriginMatch {
     },
     /// Allows an origin it matches, and every origin when it matches `*` (as Envoy).
     Matcher {
-        /// Lowercase where `ignore_case` (a regex excepted, as Envoy's).
+        /// Lowercase where `ignore_case` (never a regex: its own `(?i)` says).
         matcher: StringMatch,
         ignore_case: bool,
     },
@@ -84,7 +84,7 @@ impl OriginMatch {
         if matcher.matches(b"*") {
             return true;
         }
-        if ignore_case && !matches!(matcher, StringMatch::Regex(_)) {
+        if ignore_case {
             matcher.matches(&origin.to_ascii_lowercase())
         } else {
             matcher.matches(origin)
@@ -131,6 +131,10 @@ pub struct RawCors {
     pub preflight_status: Option<u16>,
     pub forward_not_matching_preflights: Option<bool>,
     pub allow_private_network_access: Option<bool>,
+    /// Set by the xDS mapping: Envoy's rules, which let a matcher that matches `*` allow
+    /// every origin with credentials (the file refuses that, as it refuses `*`).
+    #[serde(skip)]
+    pub from_envoy: bool,
 }
 
 /// An origin as text, or `{ exact | prefix | suffix | contains | regex: ..., ignore_case }`.
@@ -167,6 +171,22 @@ pub(super) fn cors(raw: RawCors, path: &str) -> Result<CorsConfig, ConfigError> 
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if allow_credentials && !raw.from_envoy {
+        let any = allow_origins.iter().position(|o| match o {
+            OriginMatch::Matcher { matcher, ignore_case } => {
+                OriginMatch::matcher_allows(matcher, *ignore_case, b"*")
+            }
+            _ => false,
+        });
+        if let Some(i) = any {
+            // It allows every origin: with credentials, any site could read a user's data.
+            return Err(ConfigError::invalid(
+                format!("{path}.allow_origins[{i}]"),
+                "this matcher allows every origin (it matches `*`), which cannot go with \
+                 `allow_credentials: true`; list the origins",
+            ));
+        }
+    }
     let allow_methods = allow_list(raw.allow_methods, &format!("{path}.allow_methods"), |m, at| {
         Method::from_bytes(m.as_bytes()).map_err(|_| {
             ConfigError::invalid(at, format!("expected a method such as GET, found `{m}`"))
@@ -280,6 +300,13 @@ fn origin_text(text: &str, allow_credentials: bool, at: &str) -> Result<OriginMa
 }
 
 fn origin_matcher(raw: &RawOriginMatcher, at: &str) -> Result<OriginMatch, ConfigError> {
+    if raw.ignore_case && raw.regex.is_some() {
+        // As Envoy: a regex says its own case rules.
+        return Err(ConfigError::invalid(
+            format!("{at}.ignore_case"),
+            "has no effect on a regex (write `(?i)` in it)",
+        ));
+    }
     let lower = |v: &Option<String>| {
         v.as_ref()
             .map(|v| if raw.ignore_case { v.to_ascii_lowercase() } else { v.clone() })

@@ -81,6 +81,7 @@ pub(crate) fn settings(
         preflight_status: Some(ENVOY_PREFLIGHT_STATUS),
         forward_not_matching_preflights: forward_not_matching_preflights.map(|v| v.value),
         allow_private_network_access: allow_private_network_access.map(|v| v.value),
+        from_envoy: true,
     }))
 }
 
