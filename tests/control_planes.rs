@@ -1730,3 +1730,127 @@ async fn hosts_lose_the_port_and_dot_the_connection_manager_strips() {
     assert_eq!(host_seen(addr, &own).await, ["a.example"]);
     server.shutdown().await;
 }
+
+/// An HTTP/2 upload to `path` that sends one frame, then stalls for `stall` before finishing:
+/// `Ok(status)`, or `Err(elapsed)` when the proxy reset the stream first.
+async fn stalled_upload(addr: SocketAddr, path: &str, stall: Duration) -> Result<u16, Duration> {
+    let (mut sender, _connection) = h2_client(addr).await;
+    let (mut body, channel) =
+        http_body_util::channel::Channel::<bytes::Bytes, std::convert::Infallible>::new(1);
+    let request = http::Request::post(format!("http://legate.test{path}"))
+        .body(channel)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let response = tokio::spawn(sender.send_request(request));
+    body.send_data(bytes::Bytes::from_static(&[7; 100]))
+        .await
+        .unwrap();
+    // Paced, not synchronised: the stall is what is tested. A reset ends the wait early.
+    let mut response = response;
+    tokio::select! {
+        answer = &mut response => {
+            return match answer.unwrap() {
+                Ok(res) => Ok(res.status().as_u16()),
+                Err(_) => Err(started.elapsed()),
+            };
+        }
+        () = tokio::time::sleep(stall) => {}
+    }
+    let _ = body.send_data(bytes::Bytes::from_static(&[7; 100])).await;
+    drop(body);
+    match response.await.unwrap() {
+        Ok(res) => Ok(res.status().as_u16()),
+        Err(_) => Err(started.elapsed()),
+    }
+}
+
+/// Routes' idle timeouts over the listener's `stream_idle_timeout` of 2 s: `/patient`'s
+/// (an hour) lets a 3 s stall finish, `/impatient`'s (200 ms) resets the stream well before
+/// the listener's would; `/plain` keeps the listener's.
+async fn route_idle_timeouts_hold(addr: SocketAddr, admin: SocketAddr) {
+    assert_eq!(
+        stalled_upload(addr, "/patient", Duration::from_secs(3)).await,
+        Ok(200)
+    );
+    let reset = stalled_upload(addr, "/impatient", Duration::from_secs(10))
+        .await
+        .expect_err("reset");
+    assert!(reset < Duration::from_millis(1900), "{reset:?}");
+    let reset = stalled_upload(addr, "/plain", Duration::from_secs(10))
+        .await
+        .expect_err("reset");
+    assert!(reset >= Duration::from_secs(2), "{reset:?}");
+    assert_eq!(stat(admin, "downstream_rq_idle_timeout"), 2);
+}
+
+/// Route idle timeouts as Envoy Gateway writes them (`route.idle_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_idle_timeouts_from_the_management_server() {
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let with_idle = |prefix: &str, seconds: i64, nanos: i32| {
+        let mut route = resources::forward(prefix, "backend");
+        let Some(route::Action::Route(action)) = &mut route.action else {
+            unreachable!()
+        };
+        action.idle_timeout = Some(PbDuration { seconds, nanos });
+        route
+    };
+    let routes = resources::route_config(
+        "web-routes",
+        vec![
+            with_idle("/patient", 3600, 0),
+            with_idle("/impatient", 0, 200_000_000),
+            resources::forward("/", "backend"),
+        ],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let listener = with_manager(("web".into(), any(&l)), |hcm| {
+        hcm.stream_idle_timeout = Some(PbDuration {
+            seconds: 2,
+            nanos: 0,
+        });
+    });
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    route_idle_timeouts_hold(addr, proxy.admin.unwrap()).await;
+    server.shutdown().await;
+}
+
+/// The same from the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_idle_timeouts_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http: {{ stream_idle_timeout: 2s }}
+    routes:
+      - {{ match: {{ prefix: /patient }}, cluster: backend, idle_timeout: 1h }}
+      - {{ match: {{ prefix: /impatient }}, cluster: backend, idle_timeout: 200ms }}
+      - {{ match: {{ prefix: / }}, cluster: backend }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    route_idle_timeouts_hold(proxy.addr(), proxy.admin.unwrap()).await;
+}

@@ -242,6 +242,7 @@ fn route(
     }
     if !forwards
         && (raw.timeout.is_some()
+            || raw.idle_timeout.is_some()
             || raw.host_rewrite.is_some()
             || raw.grpc_timeout_header_max.is_some()
             || raw.retry_policy.is_some()
@@ -252,7 +253,7 @@ fn route(
     {
         return Err(ConfigError::invalid(
             path,
-            "`timeout`, `host_rewrite`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+            "`timeout`, `idle_timeout`, `host_rewrite`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
              `regex_rewrite` and `request_mirror_policies` apply only to routes with a \
              `cluster` or `weighted_clusters`",
         ));
@@ -374,6 +375,19 @@ fn route(
             path_rewrite,
             mirrors,
             timeout,
+            idle_timeout: raw
+                .idle_timeout
+                .map(|t| {
+                    if t.is_zero() {
+                        Err(ConfigError::invalid(
+                            format!("{path}.idle_timeout"),
+                            "expected a duration above zero",
+                        ))
+                    } else {
+                        Ok(t)
+                    }
+                })
+                .transpose()?,
             host_rewrite,
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
             retry_policy,

@@ -201,6 +201,13 @@ pub struct ForwardAction {
     /// (as Envoy's route timeout); while the body is still going up, time it stands still.
     #[serde(serialize_with = "ser::duration")]
     pub timeout: Duration,
+    /// HTTP/2: the route's streams are reset after this long with nothing moving (Envoy's
+    /// route `idle_timeout`); `None`: the listener's `stream_idle_timeout`.
+    #[serde(
+        serialize_with = "ser::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_timeout: Option<Duration>,
     /// Replaces the `host` (or `:authority`) sent upstream.
     #[serde(serialize_with = "ser::opt_header_value")]
     pub host_rewrite: Option<HeaderValue>,

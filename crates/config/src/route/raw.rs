@@ -38,6 +38,10 @@ pub struct RawRoute {
     pub request_mirror_policies: Vec<RawMirrorPolicy>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
+    /// HTTP/2: this route's streams are reset after this long with nothing moving, instead
+    /// of after the listener's `stream_idle_timeout`.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub idle_timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
     /// gRPC requests: the timeout is their `grpc-timeout`, at most this (`0s`: no most).
     #[serde(default, deserialize_with = "de_opt_duration")]

@@ -433,6 +433,11 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         Some(t) if t.is_zero() => Some(crate::envoy::NO_TIMEOUT),
         other => other,
     };
+    // `0s` turns the stream's idle timer off for the route, the listener's too.
+    raw.idle_timeout = match duration(a.idle_timeout.take(), &format!("{at}.idle_timeout"))? {
+        Some(t) if t.is_zero() => Some(crate::envoy::NO_TIMEOUT),
+        other => other,
+    };
     // gRPC's own deadline: the deprecated `max_grpc_timeout` (Istio's) or its successor.
     #[allow(deprecated)]
     let legacy = a.max_grpc_timeout.take();

@@ -4,7 +4,8 @@
 //! (read by the upstream connection's task, so marked on a clock the body moves). A client
 //! that keeps a stream's window at zero, or stops sending its body half way, would otherwise
 //! hold the stream, and the upstream request behind it, for as long as the connection lives.
-//! Ending the task drops the stream: the codec resets it (CANCEL).
+//! Ending the task drops the stream: the codec resets it (CANCEL). A route's `idle_timeout`
+//! replaces the listener's for its streams, from the poll that routed the request.
 //!
 //! The codec spawns other tasks through the same executor (the server-to-client half of an
 //! HTTP/2 WebSocket, which the tunnel's own idle timeout bounds): only the task spawned right
@@ -20,7 +21,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-use crate::context::ProgressClock;
+use crate::context::{ProgressClock, stream_idle};
 
 /// Marks the task the codec spawns next as a stream task, moving `activity` as its request
 /// body goes upstream. The codec spawns it at once, right after calling the service.
@@ -111,7 +112,14 @@ impl<F: Future> Future for IdleLimit<F> {
             }
             this.timer.as_mut().reset(last + *this.timeout);
         }
-        if this.inner.poll(cx).is_ready() {
+        stream_idle::clear_route_idle_timeout();
+        let ready = this.inner.poll(cx).is_ready();
+        if let Some(timeout) = stream_idle::take_route_idle_timeout() {
+            // Routed just now: the route's timeout counts from here.
+            *this.timeout = timeout;
+            this.timer.as_mut().reset(now + timeout);
+        }
+        if ready {
             return Poll::Ready(());
         }
         if !by_timer {

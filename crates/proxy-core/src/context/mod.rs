@@ -15,6 +15,7 @@ mod mirror_feed;
 mod request_body;
 pub(crate) mod request_id;
 mod signal;
+pub(crate) mod stream_idle;
 
 pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some};

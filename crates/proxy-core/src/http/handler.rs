@@ -434,6 +434,11 @@ async fn forward_request(
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let Scope { conn, client, http } = *scope;
+    if let Some(idle) = forward.idle_timeout
+        && req.version() == http::Version::HTTP_2
+    {
+        crate::context::stream_idle::set_route_idle_timeout(idle);
+    }
     let client = client.ip(conn);
     let asked = upgrade::asked(req, &forward.upgrades);
     if asked.is_none() && upgrade::is_extended_connect(req) {
