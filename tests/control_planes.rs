@@ -1446,8 +1446,20 @@ async fn each_side_gets_its_rules(addr: SocketAddr) {
     assert_eq!(sides.into_iter().collect::<Vec<_>>(), ["a", "b"]);
 }
 
+/// Requests carrying `x-pick: N` go to side `a` for an even N and `b` for an odd one (two
+/// sides of weight 1: N modulo the total weight, 2, picks).
+async fn a_number_picks_the_side(addr: SocketAddr) {
+    for (pick, side) in [("0", "a"), ("1", "b"), ("4", "a"), ("7", "b")] {
+        for _ in 0..3 {
+            let res = send_h1(addr, get("/", &[("x-pick", pick)])).await;
+            assert_eq!(res.headers()["x-side"], side, "x-pick: {pick}");
+        }
+    }
+}
+
 /// Header rules on the clusters of `weighted_clusters`, as Envoy Gateway writes them for a
-/// backend's own filters.
+/// backend's own filters, and a header's number picking the cluster
+/// (`random_value_specifier`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weighted_clusters_carry_header_rules_of_their_own() {
     use envoy_types::pb::envoy::config::route::v3::{WeightedCluster, weighted_cluster};
@@ -1476,6 +1488,9 @@ async fn weighted_clusters_carry_header_rules_of_their_own() {
     action.cluster_specifier = Some(route_action::ClusterSpecifier::WeightedClusters(
         WeightedCluster {
             clusters: vec![side("backend", "a"), side("backend-b", "b")],
+            random_value_specifier: Some(weighted_cluster::RandomValueSpecifier::HeaderName(
+                "x-pick".into(),
+            )),
             ..Default::default()
         },
     ));
@@ -1522,6 +1537,7 @@ async fn weighted_clusters_carry_header_rules_of_their_own() {
     })
     .await;
     each_side_gets_its_rules(addr).await;
+    a_number_picks_the_side(addr).await;
     server.shutdown().await;
 }
 
@@ -1545,6 +1561,7 @@ listeners:
     routes:
       - match: {{ prefix: / }}
         filters: {{ headers: {{ request: {{ add: {{ x-order: route }} }} }} }}
+        random_value_header: x-pick
         weighted_clusters:
           - cluster: backend
             weight: 1
@@ -1560,6 +1577,7 @@ listeners:
     );
     let proxy = Proxy::start(&config, 1);
     each_side_gets_its_rules(proxy.addr()).await;
+    a_number_picks_the_side(proxy.addr()).await;
 }
 
 /// A prober's view of a listener whose `/ready` is the proxy's health check: 200 (no body),

@@ -39,6 +39,20 @@ impl WeightedSplit {
         self.ends.last().copied().unwrap_or(0)
     }
 
+    /// A target's index by a number a request brings (Envoy's `random_value_specifier`): the
+    /// target whose share of `0..total()` holds `value % total()`.
+    ///
+    /// ```
+    /// let split = balancer::WeightedSplit::new(&[95, 5]).expect("weights above zero");
+    /// assert_eq!(split.pick_value(94), 0);
+    /// assert_eq!(split.pick_value(95), 1);
+    /// assert_eq!(split.pick_value(100), 0);
+    /// ```
+    pub fn pick_value(&self, value: u64) -> usize {
+        let at = value % self.total().max(1);
+        self.ends.iter().position(|&end| at < end).unwrap_or(0)
+    }
+
     /// A target's index: by `key` (a [`hash_key`](crate::hash_key)) when given, so one key
     /// keeps its target while the weights stay; otherwise at random.
     pub fn pick(&self, key: Option<u64>) -> usize {

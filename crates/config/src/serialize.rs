@@ -19,6 +19,16 @@ pub(crate) fn header_name<S: Serializer>(name: &HeaderName, s: S) -> Result<S::O
     s.serialize_str(name.as_str())
 }
 
+pub(crate) fn opt_header_name<S: Serializer>(
+    name: &Option<HeaderName>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match name {
+        Some(name) => s.serialize_str(name.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
 pub(crate) fn header_names<S: Serializer>(names: &[HeaderName], s: S) -> Result<S::Ok, S::Error> {
     let mut seq = s.serialize_seq(Some(names.len()))?;
     for name in names {

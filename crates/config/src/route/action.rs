@@ -195,6 +195,14 @@ pub struct TrafficSplit {
     /// random.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash_key: Option<HashKey>,
+    /// A request with this header holding a number goes to the cluster whose share of the
+    /// total weight holds the number modulo the total (Envoy's `random_value_specifier`);
+    /// others are drawn as without it.
+    #[serde(
+        serialize_with = "crate::serialize::opt_header_name",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub random_value_header: Option<http::HeaderName>,
     #[serde(skip)]
     pub split: balancer::WeightedSplit,
 }

@@ -258,6 +258,12 @@ fn route(
              `cluster` or `weighted_clusters`",
         ));
     }
+    if raw.random_value_header.is_some() && raw.weighted_clusters.is_none() {
+        return Err(ConfigError::invalid(
+            format!("{path}.random_value_header"),
+            "picks one of `weighted_clusters`, which this route has none of",
+        ));
+    }
     if raw.hash_key.is_some() && raw.weighted_clusters.is_none() {
         return Err(ConfigError::invalid(
             format!("{path}.hash_key"),
@@ -309,7 +315,7 @@ fn route(
             (None, weighted) => {
                 let split = route_actions::split(
                     weighted.unwrap_or_default(),
-                    raw.hash_key,
+                    (raw.hash_key, raw.random_value_header),
                     cluster_index,
                     clusters,
                     chain,

@@ -254,7 +254,7 @@ fn substitution(value: &str, groups: usize) -> Result<String, String> {
 /// `weighted_clusters` (and its `hash_key`).
 pub(crate) fn split(
     raw: Vec<RawWeightedCluster>,
-    key: Option<RawHashKey>,
+    (key, random_value_header): (Option<RawHashKey>, Option<String>),
     clusters: &HashMap<&str, usize>,
     known: &[ClusterConfig],
     chain: &[HttpFilterConfig],
@@ -311,9 +311,26 @@ pub(crate) fn split(
     let hash_key = key
         .map(|k| crate::cluster::check::hash_key(&k, &format!("{path}.hash_key")))
         .transpose()?;
+    let random_value_header = random_value_header
+        .map(|name| {
+            http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                ConfigError::invalid(
+                    format!("{path}.random_value_header"),
+                    format!("expected a header name, found `{name}`"),
+                )
+            })
+        })
+        .transpose()?;
+    if hash_key.is_some() && random_value_header.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{path}.random_value_header"),
+            "either `hash_key` or `random_value_header`, not both",
+        ));
+    }
     Ok(TrafficSplit {
         clusters: list,
         hash_key,
+        random_value_header,
         split,
     })
 }

@@ -29,6 +29,8 @@ pub struct RawRoute {
     pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
     /// With `weighted_clusters`: what keeps one client on one side.
     pub hash_key: Option<RawHashKey>,
+    /// With `weighted_clusters`: a header whose number picks the cluster.
+    pub random_value_header: Option<String>,
     pub direct_response: Option<RawDirectResponse>,
     pub redirect: Option<RawRedirect>,
     pub https_redirect: Option<bool>,

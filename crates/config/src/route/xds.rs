@@ -258,6 +258,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         .into_iter()
         .enumerate()
         .map(|(i, r)| self::route(r, host_cors.as_ref(), &format!("{at}.routes[{i}]")))
+        .filter_map(Result::transpose)
         .collect::<Result<_, _>>()?;
     Ok(RawVirtualHost {
         name,
@@ -270,11 +271,13 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
 }
 
 /// `host_cors`: the virtual host's CORS policy, whose fields the route's may leave empty.
+/// `None` for a route whose path can never match (a path or prefix without its leading `/`,
+/// which Envoy takes and never matches): it is left out, which changes nothing.
 fn route(
     mut r: Route,
     host_cors: Option<&CorsPolicy>,
     at: &str,
-) -> Result<RawRoute, ResourceError> {
+) -> Result<Option<RawRoute>, ResourceError> {
     let matcher = matcher(r.r#match.take().unwrap_or_default(), &format!("{at}.match"))?;
     let action = r.action.take();
     r.name.clear();
@@ -316,7 +319,12 @@ fn route(
             });
         }
     }
-    Ok(raw)
+    let never = |p: &Option<String>| p.as_ref().is_some_and(|p| !p.starts_with('/'));
+    let m = &raw.matcher;
+    if never(&m.prefix) || never(&m.path) || never(&m.path_separated_prefix) {
+        return Ok(None);
+    }
+    Ok(Some(raw))
 }
 
 fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
@@ -409,10 +417,10 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
     match a.cluster_specifier.take() {
         Some(action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
         Some(action::ClusterSpecifier::WeightedClusters(weighted)) => {
-            raw.weighted_clusters = Some(route_action::weighted_clusters(
-                weighted,
-                &format!("{at}.weighted_clusters"),
-            )?);
+            let (clusters, random_value_header) =
+                route_action::weighted_clusters(weighted, &format!("{at}.weighted_clusters"))?;
+            raw.weighted_clusters = Some(clusters);
+            raw.random_value_header = random_value_header;
         }
         _ => {
             return Err(ResourceError::Unsupported {

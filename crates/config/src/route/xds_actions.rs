@@ -8,7 +8,7 @@
 use envoy_types::pb::envoy::config::route::v3::route_action::RequestMirrorPolicy;
 use envoy_types::pb::envoy::config::route::v3::{
     QueryParameterMatcher, RedirectAction, WeightedCluster, query_parameter_matcher,
-    redirect_action,
+    redirect_action, weighted_cluster,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher,
@@ -25,10 +25,11 @@ fn unsupported(at: &str, what: &str) -> ResourceError {
 }
 
 /// `weighted_clusters`: clusters of weight 0 are left out (they are never drawn).
+/// And the header whose number picks one (`random_value_specifier`).
 pub(crate) fn weighted_clusters(
     mut w: WeightedCluster,
     at: &str,
-) -> Result<Vec<RawWeightedCluster>, ResourceError> {
+) -> Result<(Vec<RawWeightedCluster>, Option<String>), ResourceError> {
     let mut clusters = Vec::new();
     let mut sum = 0u64;
     for (i, mut c) in std::mem::take(&mut w.clusters).into_iter().enumerate() {
@@ -68,6 +69,13 @@ pub(crate) fn weighted_clusters(
     }
     // Runtime overrides of the weights: there is no runtime here, so the weights stand.
     w.runtime_key_prefix.clear();
+    let random_value_header = match w.random_value_specifier.take() {
+        Some(weighted_cluster::RandomValueSpecifier::HeaderName(name)) => Some(name),
+        Some(weighted_cluster::RandomValueSpecifier::UseHashPolicy(_)) => {
+            return Err(unsupported(at, "random_value_specifier.use_hash_policy"));
+        }
+        None => None,
+    };
     nothing_else(&w, fields::WEIGHTED_CLUSTER, at)?;
     if clusters.is_empty() {
         return Err(ResourceError::invalid(
@@ -75,7 +83,7 @@ pub(crate) fn weighted_clusters(
             "expected a cluster with a weight above 0",
         ));
     }
-    Ok(clusters)
+    Ok((clusters, random_value_header))
 }
 
 /// `request_mirror_policies`, each with its `runtime_fraction`'s default share.

@@ -1452,3 +1452,24 @@ fn istios_uuid_request_ids_are_taken_and_other_extensions_refused() {
         "{refused}"
     );
 }
+
+#[test]
+fn routes_whose_path_can_never_match_are_left_out() {
+    let mut config = resources::route_config(
+        "r",
+        vec![
+            resources::forward("/", "backend"),
+            resources::forward("/", "backend"),
+        ],
+    );
+    // As Envoy Gateway writes a path without its `/`: taken, and never matched.
+    config.virtual_hosts[0].routes[0].r#match = Some(RouteMatch {
+        path_specifier: Some(route_match::PathSpecifier::Path("foo/bar".into())),
+        ..Default::default()
+    });
+    let routes = XdsRoutes::decode(&pack(&config)).unwrap();
+    let ready = BTreeMap::from([("backend", true)]);
+    let hosts = routes.section(&ready, &[], &[]);
+    assert_eq!(hosts[0].routes.len(), 1);
+    assert_eq!(hosts[0].routes[0].matcher.prefix.as_deref(), Some("/"));
+}

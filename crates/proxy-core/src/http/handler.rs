@@ -557,11 +557,20 @@ fn draw_weighted(mut matched: Matched, headers: &http::HeaderMap, scope: &Scope<
     if let RouteAction::Forward(forward) = &scope.http.routes.route(route).action
         && let Some(split) = &forward.split
     {
-        let key = split
-            .hash_key
-            .as_ref()
-            .and_then(|key| crate::cluster::hash_of(key, headers, scope.client.ip(scope.conn)));
-        matched.weighted = Some(split.split.pick(key));
+        // A number the request brings (Envoy's random_value_specifier), else the hash key,
+        // else at random.
+        let value = split.random_value_header.as_ref().and_then(|name| {
+            std::str::from_utf8(headers.get(name)?.as_bytes())
+                .ok()?
+                .parse::<u64>()
+                .ok()
+        });
+        matched.weighted = Some(match value {
+            Some(value) => split.split.pick_value(value),
+            None => split.split.pick(split.hash_key.as_ref().and_then(|key| {
+                crate::cluster::hash_of(key, headers, scope.client.ip(scope.conn))
+            })),
+        });
     }
     matched
 }
