@@ -1872,3 +1872,126 @@ clusters:
     let proxy = Proxy::start(&config, 1);
     route_idle_timeouts_hold(proxy.addr(), proxy.admin.unwrap()).await;
 }
+
+/// What the upstream saw of a request with `host` (and `x-forwarded-host`, if given): the
+/// `host` and `x-forwarded-host` lines; `None` when no route took it (404).
+async fn forwarded_host(
+    addr: SocketAddr,
+    host: &str,
+    xfh: Option<&str>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let mut req = get("/origin", &[("x-noop-echo", "headers")]);
+    req.headers_mut().insert("host", host.parse().unwrap());
+    if let Some(xfh) = xfh {
+        req.headers_mut()
+            .insert("x-forwarded-host", xfh.parse().unwrap());
+    }
+    let res = send_h1(addr, req).await;
+    if res.status() == 404 {
+        return None;
+    }
+    assert_eq!(res.status(), 200);
+    let echo = text(res.into_body()).await;
+    Some((echoed(&echo, "host"), echoed(&echo, "x-forwarded-host")))
+}
+
+/// A route matching `:authority` exactly (the port is part of it), its host rewritten and the
+/// client's host appended to `x-forwarded-host`.
+async fn authority_routes_and_forwarded_host_hold(addr: SocketAddr) {
+    let rewritten = || vec!["rewritten.internal".to_owned()];
+    assert_eq!(
+        forwarded_host(addr, "gateway.example", None).await,
+        Some((rewritten(), vec!["gateway.example".to_owned()]))
+    );
+    assert_eq!(
+        forwarded_host(addr, "gateway.example", Some("edge.example")).await,
+        Some((rewritten(), vec!["edge.example,gateway.example".to_owned()]))
+    );
+    // Already the last value: not appended twice.
+    assert_eq!(
+        forwarded_host(addr, "gateway.example", Some("gateway.example")).await,
+        Some((rewritten(), vec!["gateway.example".to_owned()]))
+    );
+    assert_eq!(
+        forwarded_host(addr, "gateway.example:8080", None).await,
+        None
+    );
+    assert_eq!(forwarded_host(addr, "other.example", None).await, None);
+}
+
+/// Envoy Gateway's URL host rewrite: `:authority` matched, `host_rewrite_literal` and
+/// `append_x_forwarded_host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authority_matches_and_forwarded_host_from_the_management_server() {
+    use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut route = resources::forward("/origin", "backend");
+    route.r#match.as_mut().unwrap().headers = vec![HeaderMatcher {
+        name: ":authority".into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+            StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Exact(
+                    "gateway.example".into(),
+                )),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }];
+    let Some(route::Action::Route(action)) = &mut route.action else {
+        unreachable!()
+    };
+    action.host_rewrite_specifier = Some(route_action::HostRewriteSpecifier::HostRewriteLiteral(
+        "rewritten.internal".into(),
+    ));
+    action.append_x_forwarded_host = true;
+    let routes = resources::route_config("web-routes", vec![route]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        forwarded_host(addr, "gateway.example", None)
+            .await
+            .is_some()
+    })
+    .await;
+    authority_routes_and_forwarded_host_hold(addr).await;
+    server.shutdown().await;
+}
+
+/// The same from the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authority_matches_and_forwarded_host_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match:
+          prefix: /origin
+          headers: [{{ name: \":authority\", exact: gateway.example }}]
+        cluster: backend
+        host_rewrite: rewritten.internal
+        append_x_forwarded_host: true
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    authority_routes_and_forwarded_host_hold(proxy.addr()).await;
+}

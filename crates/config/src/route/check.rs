@@ -244,6 +244,7 @@ fn route(
         && (raw.timeout.is_some()
             || raw.idle_timeout.is_some()
             || raw.host_rewrite.is_some()
+            || raw.append_x_forwarded_host.is_some()
             || raw.grpc_timeout_header_max.is_some()
             || raw.retry_policy.is_some()
             || !raw.upgrades.is_empty()
@@ -253,7 +254,7 @@ fn route(
     {
         return Err(ConfigError::invalid(
             path,
-            "`timeout`, `idle_timeout`, `host_rewrite`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+            "`timeout`, `idle_timeout`, `host_rewrite`, `append_x_forwarded_host`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
              `regex_rewrite` and `request_mirror_policies` apply only to routes with a \
              `cluster` or `weighted_clusters`",
         ));
@@ -395,6 +396,7 @@ fn route(
                 })
                 .transpose()?,
             host_rewrite,
+            append_x_forwarded_host: raw.append_x_forwarded_host.unwrap_or(false),
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
             retry_policy,
             include_attempt_count: host.include_attempt_count,
@@ -483,12 +485,21 @@ fn route_match(
         PathMatch::SeparatedPrefix(p) => PathMatch::SeparatedPrefix(p.to_ascii_lowercase()),
         regex @ PathMatch::Regex(_) => regex,
     };
-    let headers = raw
-        .headers
-        .into_iter()
-        .enumerate()
-        .map(|(i, h)| header_match(h, &format!("{path}.headers[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut headers = Vec::new();
+    let mut authority = Vec::new();
+    for (i, h) in raw.headers.into_iter().enumerate() {
+        let at = format!("{path}.headers[{i}]");
+        if h.name == ":authority" {
+            // The pseudo-header: the host as the client sent it. Checked as a header would be.
+            let host = RawHeaderMatch {
+                name: "host".into(),
+                ..h
+            };
+            authority.push(header_match(host, &at)?.value);
+        } else {
+            headers.push(header_match(h, &at)?);
+        }
+    }
     let query_parameters = raw
         .query_parameters
         .into_iter()
@@ -500,6 +511,7 @@ fn route_match(
         path: path_match,
         case_sensitive,
         headers,
+        authority,
         query_parameters,
     })
 }

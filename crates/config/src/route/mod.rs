@@ -50,6 +50,10 @@ pub struct RouteMatch {
     pub case_sensitive: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderMatch>,
+    /// Matches on the `:authority` pseudo-header (a header named so in `headers`): the host
+    /// as the client sent it, port and letter case included, as Envoy compares it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub authority: Vec<HeaderValueMatch>,
     /// Parameters of the request's query, percent-decoded; all must match.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub query_parameters: Vec<QueryMatch>,
@@ -60,6 +64,7 @@ impl RouteMatch {
     /// the index must then check each candidate in full.
     pub fn has_conditions(&self) -> bool {
         !self.headers.is_empty()
+            || !self.authority.is_empty()
             || !self.query_parameters.is_empty()
             || matches!(
                 self.path,
@@ -118,6 +123,19 @@ pub struct HeaderMatch {
     pub name: HeaderName,
     #[serde(flatten)]
     pub value: HeaderValueMatch,
+}
+
+impl HeaderValueMatch {
+    /// Whether a single value (`None`: absent) satisfies the match.
+    pub fn matches_value(&self, value: Option<&[u8]>) -> bool {
+        match (self, value) {
+            (HeaderValueMatch::Present, found) => found.is_some(),
+            (HeaderValueMatch::Absent, found) => found.is_none(),
+            (HeaderValueMatch::Exact(v), Some(found)) => v.as_bytes() == found,
+            (HeaderValueMatch::Pattern(p), Some(found)) => p.matches(found),
+            (_, None) => false,
+        }
+    }
 }
 
 impl HeaderMatch {
@@ -211,6 +229,10 @@ pub struct ForwardAction {
     /// Replaces the `host` (or `:authority`) sent upstream.
     #[serde(serialize_with = "ser::opt_header_value")]
     pub host_rewrite: Option<HeaderValue>,
+    /// With `host_rewrite`: the request's own host is appended to `x-forwarded-host` (unless
+    /// it is already the last value there), as Envoy's `append_x_forwarded_host`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub append_x_forwarded_host: bool,
     /// A gRPC request's timeout is its `grpc-timeout` header (none: no timeout) instead of
     /// `timeout`, at most this; zero: no most (Envoy's `grpc_timeout_header_max`).
     #[serde(

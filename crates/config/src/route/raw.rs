@@ -45,6 +45,8 @@ pub struct RawRoute {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub idle_timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
+    /// With `host_rewrite`: the request's own host is appended to `x-forwarded-host`.
+    pub append_x_forwarded_host: Option<bool>,
     /// gRPC requests: the timeout is their `grpc-timeout`, at most this (`0s`: no most).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub grpc_timeout_header_max: Option<Duration>,

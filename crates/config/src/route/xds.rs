@@ -484,6 +484,9 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
             });
         }
     }
+    // Acts on a host rewrite only, as Envoy's.
+    raw.append_x_forwarded_host = Some(std::mem::take(&mut a.append_x_forwarded_host))
+        .filter(|append| *append && raw.host_rewrite.is_some());
     raw.retry_policy = a
         .retry_policy
         .take()

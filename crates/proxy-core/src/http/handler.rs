@@ -488,6 +488,12 @@ async fn forward_request(
                 trace.set("guid:x-request-id", text_of(id));
             }
         }
+        if forward.append_x_forwarded_host
+            && forward.host_rewrite.is_some()
+            && let Some(original) = &host
+        {
+            append_forwarded_host(&mut parts.headers, original);
+        }
         let authority = forward.host_rewrite.clone().or(host);
         if !forward.mirrors.is_empty() && asked.is_none() {
             mirror::start(
@@ -546,6 +552,35 @@ async fn forward_request(
     let (mut head, body) = response.into_parts();
     rewrite::response_for_client(&mut head);
     Ok(Response::from_parts(head, ResponseBody::upstream(body)))
+}
+
+/// Appends the request's own host to `x-forwarded-host` (a host rewrite's
+/// `append_x_forwarded_host`), unless it is already the last value there, as Envoy does.
+fn append_forwarded_host(headers: &mut http::HeaderMap, host: &HeaderValue) {
+    static X_FORWARDED_HOST: http::HeaderName = http::HeaderName::from_static("x-forwarded-host");
+    let mut lines = headers.get_all(&X_FORWARDED_HOST).iter();
+    let (first, last) = (lines.next(), lines.next_back());
+    let last_value = last
+        .or(first)
+        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next());
+    if last_value.is_some_and(|l| l.trim_ascii() == host.as_bytes()) {
+        return;
+    }
+    // One line (the usual case) stays one comma-separated line, as Envoy writes it.
+    let joined = match (first, last) {
+        (Some(only), None) => {
+            HeaderValue::from_bytes(&[only.as_bytes(), b",", host.as_bytes()].concat()).ok()
+        }
+        _ => None,
+    };
+    match joined {
+        Some(value) => {
+            headers.insert(&X_FORWARDED_HOST, value);
+        }
+        None => {
+            headers.append(&X_FORWARDED_HOST, host.clone());
+        }
+    }
 }
 
 /// `matched` with the cluster drawn from its route's split, if it has one (by the hash key

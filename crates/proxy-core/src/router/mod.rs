@@ -73,6 +73,7 @@ impl RouteTable {
         query: Option<&str>,
         headers: &HeaderMap,
     ) -> Matched {
+        let raw_host = host;
         let host = lowercase(host);
         let host = host.as_ref();
         let bare = strip_port(host);
@@ -85,6 +86,7 @@ impl RouteTable {
             return Matched::default();
         };
         let request = Request {
+            authority: raw_host,
             path,
             query,
             headers,
@@ -106,6 +108,7 @@ impl RouteTable {
         query: Option<&str>,
         headers: &HeaderMap,
     ) -> Matched {
+        let raw_host = host;
         let host = lowercase(host);
         let host = if self.config.ignore_port_in_host_matching {
             strip_port(&host)
@@ -118,6 +121,7 @@ impl RouteTable {
         let span = self.config.virtual_hosts[virtual_host].routes.clone();
         let bare = strip_port(host);
         let request = Request {
+            authority: raw_host,
             path,
             query,
             headers,
@@ -190,6 +194,8 @@ fn strip_port(host: &str) -> &str {
 
 /// What routes look at besides the host.
 pub(crate) struct Request<'a> {
+    /// The host as the client sent it (`:authority`); empty when none.
+    pub(crate) authority: &'a str,
     /// Without the query.
     pub(crate) path: &'a str,
     pub(crate) query: Option<&'a str>,
@@ -247,7 +253,9 @@ fn conditions_match(m: &RouteMatch, request: &Request<'_>) -> bool {
         return false;
     }
     let headers = request.headers;
-    let headers_ok = m.headers.iter().all(|h| h.matches(headers));
+    let authority = Some(request.authority.as_bytes()).filter(|a| !a.is_empty());
+    let headers_ok = m.headers.iter().all(|h| h.matches(headers))
+        && m.authority.iter().all(|a| a.matches_value(authority));
     headers_ok
         && m.query_parameters.iter().all(|q| {
             match query_value(request.query.unwrap_or(""), &q.name) {
