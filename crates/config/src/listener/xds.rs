@@ -650,6 +650,9 @@ fn h1_options(
     {
         h1.use_balsa_parser = None;
     }
+    // HTTP/1.1 trailers go on both ways here (those a request declares in `trailer`), which
+    // is what `true` asks; Envoy's default, `false`, drops them, and is not done here.
+    h1.enable_trailers = false;
     nothing_else(&h1, fields::HTTP1_PROTOCOL_OPTIONS, at)
 }
 

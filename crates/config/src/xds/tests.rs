@@ -1473,3 +1473,23 @@ fn routes_whose_path_can_never_match_are_left_out() {
     assert_eq!(hosts[0].routes.len(), 1);
     assert_eq!(hosts[0].routes[0].matcher.prefix.as_deref(), Some("/"));
 }
+
+#[test]
+fn http1_trailers_turned_on_are_what_legate_does() {
+    use envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions;
+    use envoy_types::pb::envoy::config::listener::v3::filter;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+
+    let mut l = listener("trailers", "8080");
+    let chain = &mut l.filter_chains[0].filters[0];
+    let Some(filter::ConfigType::TypedConfig(any)) = &chain.config_type else {
+        panic!("a typed HCM");
+    };
+    let mut hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    hcm.http_protocol_options = Some(Http1ProtocolOptions {
+        enable_trailers: true,
+        ..Default::default()
+    });
+    chain.config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
+    assert!(XdsListener::decode(&pack(&l)).is_ok());
+}
