@@ -29,6 +29,7 @@ mod envoy;
 pub mod filters;
 pub mod listener;
 pub mod machine;
+mod matchers;
 pub mod overload;
 pub mod path;
 pub mod raw;

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode};
 
+use crate::matchers::{header_match, pattern};
 use crate::route::check_actions as route_actions;
 use crate::values::{name, positive};
 use crate::*;
@@ -449,11 +450,9 @@ fn route_match(
         (None, Some(p), None, None) => {
             PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization, false)?)
         }
-        (None, None, Some(r), None) => PathMatch::Regex(route_actions::pattern(
-            &r,
-            !case_sensitive,
-            &format!("{path}.regex"),
-        )?),
+        (None, None, Some(r), None) => {
+            PathMatch::Regex(pattern(&r, !case_sensitive, &format!("{path}.regex"))?)
+        }
         (None, None, None, Some(p)) => {
             let at = format!("{path}.path_separated_prefix");
             // Envoy's rule: the separator is implied, so the prefix does not end with one.
@@ -555,29 +554,6 @@ fn url_path(
     }
 }
 
-pub(crate) fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatch, ConfigError> {
-    let name = HeaderName::from_bytes(raw.name.as_bytes()).map_err(|_| {
-        ConfigError::invalid(
-            format!("{path}.name"),
-            format!("expected a header name, found `{}`", raw.name),
-        )
-    })?;
-    let value = match route_actions::string_match(&raw, path)? {
-        Some(StringMatch::Exact(v)) => {
-            HeaderValueMatch::Exact(HeaderValue::from_str(&v).map_err(|_| {
-                ConfigError::invalid(
-                    format!("{path}.exact"),
-                    format!("expected a header value of visible ASCII, found `{v}`"),
-                )
-            })?)
-        }
-        Some(pattern) => HeaderValueMatch::Pattern(pattern),
-        None if raw.present == Some(false) => HeaderValueMatch::Absent,
-        None => HeaderValueMatch::Present,
-    };
-    Ok(HeaderMatch { name, value })
-}
-
 fn query_match(raw: RawHeaderMatch, path: &str) -> Result<QueryMatch, ConfigError> {
     if raw.name.is_empty() {
         return Err(ConfigError::invalid(
@@ -591,7 +567,7 @@ fn query_match(raw: RawHeaderMatch, path: &str) -> Result<QueryMatch, ConfigErro
             "`present: false` is not supported for query parameters",
         ));
     }
-    let value = route_actions::string_match(&raw, path)?;
+    let value = crate::matchers::string_match(&raw, path)?;
     Ok(QueryMatch {
         name: raw.name,
         value,

@@ -1,51 +1,12 @@
-//! A route's redirect, path rewrites, traffic split and mirrors, and the string matchers of
-//! its headers and query parameters.
+//! A route's redirect, path rewrites, traffic split and mirrors (the string matchers of its
+//! headers and query parameters are in matchers.rs, shared with the filters).
 
 use std::collections::HashMap;
 
 use http::StatusCode;
 
+use crate::matchers::fraction;
 use crate::*;
-
-/// `{ exact | prefix | suffix | contains | regex: VALUE }`, or `present: true` (`None`).
-/// `present: false` is the caller's to allow.
-pub(crate) fn string_match(
-    raw: &RawHeaderMatch,
-    path: &str,
-) -> Result<Option<StringMatch>, ConfigError> {
-    let given = [
-        ("exact", &raw.exact),
-        ("prefix", &raw.prefix),
-        ("suffix", &raw.suffix),
-        ("contains", &raw.contains),
-        ("regex", &raw.regex),
-    ];
-    let mut set = given.iter().filter(|(_, v)| v.is_some());
-    let first = set.next();
-    if set.next().is_some() || (first.is_some() && raw.present.is_some()) {
-        return Err(ConfigError::invalid(
-            path,
-            "expected one of `exact`, `prefix`, `suffix`, `contains`, `regex` or `present`",
-        ));
-    }
-    let Some((key, Some(value))) = first else {
-        return Ok(None);
-    };
-    let value = value.clone();
-    Ok(Some(match *key {
-        "exact" => StringMatch::Exact(value),
-        "prefix" => StringMatch::Prefix(value),
-        "suffix" => StringMatch::Suffix(value),
-        "contains" => StringMatch::Contains(value),
-        _ => StringMatch::Regex(pattern(&value, false, &format!("{path}.regex"))?),
-    }))
-}
-
-/// A regex that must match a whole value.
-pub(crate) fn pattern(value: &str, ignore_case: bool, path: &str) -> Result<Pattern, ConfigError> {
-    Pattern::new(value, ignore_case)
-        .map_err(|e| ConfigError::invalid(path, format!("invalid regex `{value}`: {e}")))
-}
 
 /// `redirect: { ... }`, or `https_redirect: true` (`raw` empty, `https` set).
 pub(crate) fn redirect(
@@ -389,18 +350,6 @@ pub(crate) fn mirrors(
             })
         })
         .collect()
-}
-
-/// `10%`, `0.5%` or a number of percent, in millionths.
-pub(crate) fn fraction(value: &serde_yaml::Value) -> Option<u32> {
-    let percent = match value {
-        serde_yaml::Value::Number(n) => n.as_f64()?,
-        serde_yaml::Value::String(s) => s.trim().strip_suffix('%')?.trim().parse().ok()?,
-        _ => return None,
-    };
-    (0.0..=100.0)
-        .contains(&percent)
-        .then(|| (percent * 10_000.0).round() as u32)
 }
 
 #[cfg(test)]

@@ -8,18 +8,17 @@ use std::collections::BTreeMap;
 use envoy_types::pb::envoy::config::core::v3::data_source;
 use envoy_types::pb::envoy::config::route::v3::route_action as action;
 use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, HeaderMatcher, Route, RouteAction, RouteConfiguration, RouteMatch,
-    VirtualHost, header_matcher, route, route_match,
+    DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route,
+    route_match,
 };
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_actions as route_action;
 use super::xds_headers::{self, Lists};
+use crate::envoy::matchers;
 use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::filters::xds::route_filters;
-use crate::{
-    RawDirectResponse, RawHeaderMatch, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
-};
+use crate::{RawDirectResponse, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost};
 use crate::{RawHeaderRules, RawPerRoute, RawRouteFilters};
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
@@ -332,7 +331,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
     match m.path_specifier.take() {
         Some(route_match::PathSpecifier::Prefix(p)) => prefix = Some(p),
         Some(route_match::PathSpecifier::Path(p)) => path = Some(p),
-        Some(route_match::PathSpecifier::SafeRegex(r)) => regex = Some(route_action::regex(r)),
+        Some(route_match::PathSpecifier::SafeRegex(r)) => regex = Some(matchers::regex(r)),
         Some(route_match::PathSpecifier::PathSeparatedPrefix(p)) => separated = Some(p),
         _ => {
             return Err(ResourceError::Unsupported {
@@ -348,7 +347,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
     let headers = std::mem::take(&mut m.headers)
         .into_iter()
         .enumerate()
-        .map(|(i, h)| header(h, &format!("{at}.headers[{i}]")))
+        .map(|(i, h)| matchers::header(h, &format!("{at}.headers[{i}]")))
         .collect::<Result<_, _>>()?;
     let query_parameters = std::mem::take(&mut m.query_parameters)
         .into_iter()
@@ -368,49 +367,6 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
         headers,
         query_parameters,
     })
-}
-
-pub(crate) fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, ResourceError> {
-    use header_matcher::HeaderMatchSpecifier as Spec;
-    let invert = std::mem::take(&mut h.invert_match);
-    let name = std::mem::take(&mut h.name);
-    let with = |set: fn(&mut RawHeaderMatch, String), value: String| {
-        let mut raw = RawHeaderMatch {
-            name: name.clone(),
-            ..Default::default()
-        };
-        set(&mut raw, value);
-        raw
-    };
-    let raw = match h.header_match_specifier.take() {
-        Some(Spec::PresentMatch(present)) => RawHeaderMatch {
-            name: name.clone(),
-            present: Some(present != invert),
-            ..Default::default()
-        },
-        Some(_) if invert => {
-            return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
-                fields: vec!["invert_match (with present_match only)".into()],
-            });
-        }
-        Some(Spec::ExactMatch(value)) => with(|r, v| r.exact = Some(v), value),
-        Some(Spec::PrefixMatch(value)) => with(|r, v| r.prefix = Some(v), value),
-        Some(Spec::SuffixMatch(value)) => with(|r, v| r.suffix = Some(v), value),
-        Some(Spec::ContainsMatch(value)) => with(|r, v| r.contains = Some(v), value),
-        Some(Spec::SafeRegexMatch(r)) => with(|r, v| r.regex = Some(v), route_action::regex(r)),
-        Some(Spec::StringMatch(s)) => {
-            route_action::string_match(name.clone(), s, &format!("{at}.string_match"))?
-        }
-        _ => {
-            return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
-                fields: vec!["header_match_specifier (range_match)".into()],
-            });
-        }
-    };
-    nothing_else(&h, fields::HEADER_MATCHER, at)?;
-    Ok(raw)
 }
 
 fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), ResourceError> {

@@ -1,6 +1,6 @@
 //! The parts of Envoy's routes beyond one cluster by name: weighted clusters, mirror policies,
-//! redirects, path rewrites, and the string, regex and query matchers, as the config file
-//! writes them.
+//! redirects, path rewrites and query matchers, as the config file writes them (Envoy's
+//! string, regex and header matchers are in envoy/matchers.rs).
 
 // Control planes still send deprecated fields (`total_weight`); they are read, not ignored.
 #![allow(deprecated)]
@@ -10,10 +10,9 @@ use envoy_types::pb::envoy::config::route::v3::{
     QueryParameterMatcher, RedirectAction, WeightedCluster, query_parameter_matcher,
     redirect_action, weighted_cluster,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::{
-    RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher,
-};
+use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 
+use crate::envoy::matchers::{regex, string_match};
 use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::{RawHeaderMatch, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
 
@@ -186,12 +185,6 @@ pub(crate) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, R
     })
 }
 
-/// A `safe_regex`'s pattern (RE2's syntax; the `regex` crate takes the same, linear-time).
-pub(crate) fn regex(r: RegexMatcher) -> String {
-    // `google_re2.max_program_size` is deprecated; patterns are bounded at load instead.
-    r.regex
-}
-
 /// A route's `regex_rewrite`.
 pub(crate) fn regex_rewrite(
     r: RegexMatchAndSubstitute,
@@ -204,36 +197,6 @@ pub(crate) fn regex_rewrite(
         pattern: regex(pattern),
         substitution: r.substitution,
     })
-}
-
-/// A `StringMatcher` as a header or query parameter match of `name`.
-pub(crate) fn string_match(
-    name: String,
-    s: StringMatcher,
-    at: &str,
-) -> Result<RawHeaderMatch, ResourceError> {
-    use string_matcher::MatchPattern;
-    if s.ignore_case {
-        return Err(unsupported(at, "ignore_case"));
-    }
-    let mut raw = RawHeaderMatch {
-        name,
-        ..Default::default()
-    };
-    match s.match_pattern {
-        Some(MatchPattern::Exact(v)) => raw.exact = Some(v),
-        Some(MatchPattern::Prefix(v)) => raw.prefix = Some(v),
-        Some(MatchPattern::Suffix(v)) => raw.suffix = Some(v),
-        Some(MatchPattern::Contains(v)) => raw.contains = Some(v),
-        Some(MatchPattern::SafeRegex(r)) => raw.regex = Some(regex(r)),
-        _ => {
-            return Err(unsupported(
-                at,
-                "match_pattern (exact, prefix, suffix, contains and safe_regex only)",
-            ));
-        }
-    }
-    Ok(raw)
 }
 
 /// A route's `query_parameters` entry.

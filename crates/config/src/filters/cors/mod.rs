@@ -320,7 +320,7 @@ fn origin_matcher(raw: &RawOriginMatcher, at: &str) -> Result<OriginMatch, Confi
         regex: raw.regex.clone(),
         present: None,
     };
-    match crate::route::check_actions::string_match(&as_header, at)? {
+    match crate::matchers::string_match(&as_header, at)? {
         Some(matcher) => Ok(OriginMatch::Matcher {
             matcher,
             ignore_case: raw.ignore_case,

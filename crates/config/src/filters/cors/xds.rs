@@ -4,7 +4,7 @@
 //! merged, so it stands alone.
 
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
-use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::{RawCors, RawOrigin, RawOriginMatcher};
@@ -127,26 +127,16 @@ fn list(value: &str) -> Vec<String> {
         .collect()
 }
 
-fn origin(m: StringMatcher, at: &str) -> Result<RawOrigin, ResourceError> {
-    use string_matcher::MatchPattern;
-    let mut raw = RawOriginMatcher {
-        ignore_case: m.ignore_case,
-        ..Default::default()
-    };
-    match m.match_pattern {
-        Some(MatchPattern::Exact(v)) => raw.exact = Some(v),
-        Some(MatchPattern::Prefix(v)) => raw.prefix = Some(v),
-        Some(MatchPattern::Suffix(v)) => raw.suffix = Some(v),
-        Some(MatchPattern::Contains(v)) => raw.contains = Some(v),
-        Some(MatchPattern::SafeRegex(r)) => {
-            raw.regex = Some(crate::route::xds_actions::regex(r));
-        }
-        _ => {
-            return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
-                fields: vec!["match_pattern (exact, prefix, suffix, contains and safe_regex only)".into()],
-            });
-        }
-    }
-    Ok(RawOrigin::Matcher(raw))
+fn origin(mut m: StringMatcher, at: &str) -> Result<RawOrigin, ResourceError> {
+    // `ignore_case` is the origin's own setting here (the file checks it against a regex).
+    let ignore_case = std::mem::take(&mut m.ignore_case);
+    let raw = crate::envoy::matchers::string_match(String::new(), m, at)?;
+    Ok(RawOrigin::Matcher(RawOriginMatcher {
+        exact: raw.exact,
+        prefix: raw.prefix,
+        suffix: raw.suffix,
+        contains: raw.contains,
+        regex: raw.regex,
+        ignore_case,
+    }))
 }

@@ -140,7 +140,7 @@ fn share(
     denominator: Option<u32>,
     path: &str,
 ) -> Result<FaultShare, ConfigError> {
-    let per_million = crate::route::check_actions::fraction(value).ok_or_else(|| {
+    let per_million = crate::matchers::fraction(value).ok_or_else(|| {
         ConfigError::invalid(
             path,
             "expected a percentage from 0% to 100% (`10%`, `0.5%`)",

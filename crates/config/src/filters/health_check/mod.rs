@@ -5,7 +5,7 @@ pub(crate) mod xds;
 
 use serde::{Deserialize, Serialize};
 
-use crate::route::check::header_match;
+use crate::matchers::header_match;
 use crate::*;
 
 /// Requests matching all of these are answered by the proxy: 200 while it serves, 503 once

@@ -41,7 +41,7 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<RawProbe, ResourceError> {
     for (i, h) in headers.into_iter().enumerate() {
         let at = format!("{at}.headers[{i}]");
         let name = h.name.clone();
-        let matcher = crate::route::xds::header(h, &at)?;
+        let matcher = crate::envoy::matchers::header(h, &at)?;
         match name.as_str() {
             // Envoy's `:path` is the request target, query included.
             ":path" => match matcher.exact {
