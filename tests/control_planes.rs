@@ -2000,3 +2000,349 @@ clusters:
     let proxy = Proxy::start(&config, 1);
     authority_routes_and_forwarded_host_hold(proxy.addr()).await;
 }
+
+/// What a request to the rate-limited routes gets: its status and `x-ratelimit-remaining`.
+async fn limited(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let res = send_h1(addr, get(path, headers)).await;
+    let remaining = res
+        .headers()
+        .get("x-ratelimit-remaining")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (res.status().as_u16(), remaining)
+}
+
+/// Descriptors as Envoy Gateway writes a BackendTrafficPolicy's local rate limit rules: one
+/// bucket for requests whose headers match, one per distinct value of a header, one per
+/// client within a range (in shadow mode), and routes whose default bucket is not enforced.
+async fn descriptors_hold(addr: SocketAddr, admin: SocketAddr) {
+    // Matching headers: two an hour, with the draft's headers on each answer.
+    let one = [("x-user-id", "one"), ("x-org-id", "foo")];
+    assert_eq!(limited(addr, "/a", &one).await, (200, "1".into()));
+    assert_eq!(limited(addr, "/a", &one).await, (200, "0".into()));
+    let refused = send_h1(addr, get("/a", &one)).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["x-ratelimit-limit"], "2");
+    assert_eq!(refused.headers()["x-rate-limited-by"], "edge");
+    // Only one of the two headers: the rule does not describe the request; the default
+    // bucket (1000) takes it.
+    assert_eq!(limited(addr, "/a", &one[..1]).await, (200, "999".into()));
+    // A bucket per tenant.
+    let t1 = [("x-tenant", "t1")];
+    assert_eq!(limited(addr, "/a", &t1).await.0, 200);
+    assert_eq!(limited(addr, "/a", &t1).await.0, 429);
+    assert_eq!(limited(addr, "/a", &[("x-tenant", "t2")]).await.0, 200);
+    // Shadow mode: over the limit, counted, let through.
+    for _ in 0..3 {
+        assert_eq!(limited(addr, "/b", &[]).await.0, 200);
+    }
+    assert_eq!(
+        stat_settled(admin, "http_local_rate_limit_shadow_mode", 2),
+        2
+    );
+    // Not enforced: over the limit, counted, let through.
+    let enforced = stat(admin, "http_local_rate_limit_enforced");
+    let over = stat(admin, "http_local_rate_limit_rate_limited");
+    for _ in 0..3 {
+        assert_eq!(limited(addr, "/c", &[]).await.0, 200);
+    }
+    assert_eq!(
+        stat_settled(admin, "http_local_rate_limit_rate_limited", over + 2),
+        over + 2
+    );
+    assert_eq!(stat(admin, "http_local_rate_limit_enforced"), enforced);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_rate_limit_descriptors_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+    use envoy_types::pb::envoy::config::route::v3::{
+        HeaderMatcher, RateLimit, header_matcher, rate_limit,
+    };
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        LocalRateLimitDescriptor, rate_limit_descriptor,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::LocalRateLimit;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        AddressMatcher, StringMatcher, string_matcher,
+    };
+    use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, TokenBucket};
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+    use envoy_types::pb::xds::core::v3::CidrRange;
+    use rate_limit::action::{self, ActionSpecifier};
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let bucket = |max: u32, seconds: i64| TokenBucket {
+        max_tokens: max,
+        tokens_per_fill: Some(UInt32Value { value: max }),
+        fill_interval: Some(PbDuration { seconds, nanos: 0 }),
+    };
+    let percent = |numerator| {
+        Some(RuntimeFractionalPercent {
+            default_value: Some(FractionalPercent {
+                numerator,
+                denominator: 0,
+            }),
+            ..Default::default()
+        })
+    };
+    let entry = |key: &str, value: &str| rate_limit_descriptor::Entry {
+        key: key.into(),
+        value: value.into(),
+    };
+    let descriptor = |entries, max, shadow_mode| LocalRateLimitDescriptor {
+        entries,
+        token_bucket: Some(bucket(max, 3600)),
+        shadow_mode,
+    };
+    let header_is = |name: &str, value: &str| HeaderMatcher {
+        name: name.into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+            StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Exact(value.into())),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    let header_value_match = |key: &str, name: &str, value: &str| rate_limit::Action {
+        action_specifier: Some(ActionSpecifier::HeaderValueMatch(
+            action::HeaderValueMatch {
+                descriptor_key: key.into(),
+                descriptor_value: key.into(),
+                expect_match: Some(BoolValue { value: true }),
+                headers: vec![header_is(name, value)],
+                ..Default::default()
+            },
+        )),
+    };
+    let in_range = |key: &str, value: &str| rate_limit::Action {
+        action_specifier: Some(ActionSpecifier::RemoteAddressMatch(
+            action::RemoteAddressMatch {
+                descriptor_key: key.into(),
+                descriptor_value: value.into(),
+                address_matcher: Some(AddressMatcher {
+                    ranges: vec![CidrRange {
+                        address_prefix: "127.0.0.0".into(),
+                        prefix_len: Some(UInt32Value { value: 8 }),
+                    }],
+                    invert_match: false,
+                }),
+                ..Default::default()
+            },
+        )),
+    };
+    let base = LocalRateLimit {
+        stat_prefix: "http_local_rate_limiter".into(),
+        token_bucket: Some(bucket(1000, 60)),
+        filter_enabled: percent(100),
+        filter_enforced: percent(100),
+        enable_x_ratelimit_headers: 1, // DRAFT_VERSION_03
+        always_consume_default_token_bucket: Some(BoolValue { value: false }),
+        ..Default::default()
+    };
+    let a = LocalRateLimit {
+        descriptors: vec![
+            descriptor(
+                vec![
+                    entry("rule-0-match-0", "rule-0-match-0"),
+                    entry("rule-0-match-1", "rule-0-match-1"),
+                ],
+                2,
+                false,
+            ),
+            descriptor(vec![entry("rule-1-tenant", "")], 1, false),
+        ],
+        rate_limits: vec![
+            RateLimit {
+                actions: vec![
+                    header_value_match("rule-0-match-0", "x-user-id", "one"),
+                    header_value_match("rule-0-match-1", "x-org-id", "foo"),
+                ],
+                ..Default::default()
+            },
+            RateLimit {
+                actions: vec![rate_limit::Action {
+                    action_specifier: Some(ActionSpecifier::RequestHeaders(
+                        action::RequestHeaders {
+                            header_name: "x-tenant".into(),
+                            descriptor_key: "rule-1-tenant".into(),
+                            skip_if_absent: false,
+                        },
+                    )),
+                }],
+                ..Default::default()
+            },
+        ],
+        response_headers_to_add: vec![header("x-rate-limited-by", "edge", true)],
+        ..base.clone()
+    };
+    let b = LocalRateLimit {
+        descriptors: vec![descriptor(
+            vec![
+                entry("rule-0-masked", "127.0.0.0/8"),
+                entry("rule-0-client", ""),
+            ],
+            1,
+            true,
+        )],
+        rate_limits: vec![RateLimit {
+            actions: vec![
+                in_range("rule-0-masked", "127.0.0.0/8"),
+                in_range("rule-0-client", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+            ],
+            ..Default::default()
+        }],
+        ..base.clone()
+    };
+    let c = LocalRateLimit {
+        token_bucket: Some(bucket(1, 3600)),
+        filter_enforced: percent(0),
+        ..base.clone()
+    };
+    let with_limit = |prefix: &str, limit: &LocalRateLimit| {
+        let mut route = resources::forward(prefix, "backend");
+        route
+            .typed_per_filter_config
+            .insert("envoy.filters.http.local_ratelimit".into(), any(limit));
+        route
+    };
+    let routes = |a: &LocalRateLimit| {
+        (
+            "web-routes".to_owned(),
+            any(&resources::route_config(
+                "web-routes",
+                vec![
+                    with_limit("/a", a),
+                    with_limit("/b", &b),
+                    with_limit("/c", &c),
+                    resources::forward("/", "backend"),
+                ],
+            )),
+        )
+    };
+    server.set(type_url::ROUTE, vec![routes(&a)]);
+    serve_backend(&server, upstream.local_addr());
+    // Envoy Gateway's listener entry: no bucket, no share enabled; the routes say.
+    let listener_filter = HttpFilter {
+        name: "envoy.filters.http.local_ratelimit".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&LocalRateLimit {
+            stat_prefix: "http_local_rate_limiter".into(),
+            max_dynamic_descriptors: Some(UInt32Value { value: 10000 }),
+            ..Default::default()
+        }))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![listener_filter],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    descriptors_hold(addr, proxy.admin.unwrap()).await;
+
+    // A descriptor's bucket that never fills, and buckets per connection: refused by name,
+    // the routes in force serving on.
+    let mut never = a.clone();
+    never.descriptors[0]
+        .token_bucket
+        .as_mut()
+        .unwrap()
+        .fill_interval = Some(PbDuration::default());
+    let nack = serve(&server, type_url::ROUTE, routes(&never))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("descriptors[0].token_bucket.fill_interval"),
+        "{nack}"
+    );
+    let per_connection = LocalRateLimit {
+        local_rate_limit_per_downstream_connection: true,
+        ..a.clone()
+    };
+    let nack = serve(&server, type_url::ROUTE, routes(&per_connection))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("local_rate_limit_per_downstream_connection"),
+        "{nack}"
+    );
+    assert_eq!(limited(addr, "/a", &[("x-tenant", "t1")]).await.0, 429);
+    server.shutdown().await;
+}
+
+/// The same from the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_rate_limit_descriptors_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let limit = |own: &str| {
+        format!(
+            "{{ token_bucket: {{ max_tokens: 1000, fill_interval: 60s }}, x_ratelimit_headers: always, always_consume_default_token_bucket: false, {own} }}"
+        )
+    };
+    let a = limit(
+        "descriptors: [
+              { entries: [{ key: m0, value: m0 }, { key: m1, value: m1 }], token_bucket: { max_tokens: 2, fill_interval: 1h } },
+              { entries: [{ key: tenant }], token_bucket: { max_tokens: 1, fill_interval: 1h } } ],
+            rate_limits: [
+              { actions: [
+                  { header_value_match: { descriptor_key: m0, descriptor_value: m0, headers: [{ name: x-user-id, exact: one }] } },
+                  { header_value_match: { descriptor_key: m1, descriptor_value: m1, headers: [{ name: x-org-id, exact: foo }] } } ] },
+              { actions: [{ request_headers: { header_name: x-tenant, descriptor_key: tenant } }] } ],
+            response_headers: { set: { x-rate-limited-by: edge } }",
+    );
+    let b = limit(
+        "descriptors: [{ entries: [{ key: r }, { key: ip }], token_bucket: { max_tokens: 1, fill_interval: 1h }, shadow_mode: true }],
+            rate_limits: [{ actions: [
+              { remote_address_match: { descriptor_key: r, descriptor_value: 127.0.0.0/8, ranges: [127.0.0.0/8] } },
+              { remote_address_match: { descriptor_key: ip, descriptor_value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%', ranges: [127.0.0.0/8] } } ] }]",
+    );
+    let c = "{ token_bucket: { max_tokens: 1, fill_interval: 1h }, enforced: 0% }";
+    let proxy = Proxy::start(
+        &format!(
+            "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: backend
+    endpoints: [{}]
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http_filters:
+      - local_rate_limit: {{}}
+    routes:
+      - match: {{ prefix: /a }}
+        cluster: backend
+        filters:
+          local_rate_limit: {a}
+      - match: {{ prefix: /b }}
+        cluster: backend
+        filters:
+          local_rate_limit: {b}
+      - match: {{ prefix: /c }}
+        cluster: backend
+        filters:
+          local_rate_limit: {c}
+      - match: {{ prefix: / }}
+        cluster: backend
+",
+            upstream.local_addr()
+        ),
+        1,
+    );
+    descriptors_hold(proxy.addr(), proxy.admin.unwrap()).await;
+}

@@ -53,7 +53,18 @@ pub(crate) fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatc
             format!("expected a header name, found `{}`", raw.name),
         )
     })?;
-    let value = match string_match(&raw, path)? {
+    Ok(HeaderMatch {
+        name,
+        value: value_match(&raw, path)?,
+    })
+}
+
+/// What a header match asks of the header's value (its name is the caller's).
+pub(crate) fn value_match(
+    raw: &RawHeaderMatch,
+    path: &str,
+) -> Result<HeaderValueMatch, ConfigError> {
+    Ok(match string_match(raw, path)? {
         Some(StringMatch::Exact(v)) => {
             HeaderValueMatch::Exact(HeaderValue::from_str(&v).map_err(|_| {
                 ConfigError::invalid(
@@ -65,8 +76,7 @@ pub(crate) fn header_match(raw: RawHeaderMatch, path: &str) -> Result<HeaderMatc
         Some(pattern) => HeaderValueMatch::Pattern(pattern),
         None if raw.present == Some(false) => HeaderValueMatch::Absent,
         None => HeaderValueMatch::Present,
-    };
-    Ok(HeaderMatch { name, value })
+    })
 }
 
 /// `10%`, `0.5%` or a number of percent, in millionths.
@@ -79,4 +89,62 @@ pub(crate) fn fraction(value: &serde_yaml::Value) -> Option<u32> {
     (0.0..=100.0)
         .contains(&percent)
         .then(|| (percent * 10_000.0).round() as u32)
+}
+
+/// A query parameter's match: its name, and a value match or presence.
+pub(crate) fn query_match(raw: RawHeaderMatch, path: &str) -> Result<QueryMatch, ConfigError> {
+    if raw.name.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.name"),
+            "expected a parameter name",
+        ));
+    }
+    if raw.present == Some(false) {
+        return Err(ConfigError::invalid(
+            format!("{path}.present"),
+            "`present: false` is not supported for query parameters",
+        ));
+    }
+    let value = string_match(&raw, path)?;
+    Ok(QueryMatch {
+        name: raw.name,
+        value,
+    })
+}
+
+/// A share of requests, in millionths (`100%` is 1 000 000), written as a percentage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share(pub u32);
+
+impl Share {
+    pub const ALL: Share = Share(1_000_000);
+    pub const NONE: Share = Share(0);
+
+    /// Whether a request whose draw is `draw` (uniform in 0..1 000 000) falls in the share.
+    pub fn holds(self, draw: u64) -> bool {
+        draw < u64::from(self.0)
+    }
+}
+
+impl serde::Serialize for Share {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{}%", f64::from(self.0) / 10_000.0))
+    }
+}
+
+/// `10%`, `0.5%` or a number of percent; `default` when not written.
+pub(crate) fn share(
+    value: Option<&serde_yaml::Value>,
+    default: Share,
+    path: &str,
+) -> Result<Share, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(value) => fraction(value).map(Share).ok_or_else(|| {
+            ConfigError::invalid(
+                path,
+                "expected a percentage from 0% to 100% (`10%`, `0.5%`)",
+            )
+        }),
+    }
 }

@@ -276,7 +276,15 @@ catalog! {
         ),
         rate_limited: counter = http_local_rate_limit_rate_limited(
             "http_local_rate_limit_rate_limited",
+            "Requests over a local rate limit (refused, or let through where not enforced).",
+        ),
+        enforced: counter = http_local_rate_limit_enforced(
+            "http_local_rate_limit_enforced",
             "Requests a local rate limit refused (429 unless configured; flag RL).",
+        ),
+        shadow_mode: counter = http_local_rate_limit_shadow_mode(
+            "http_local_rate_limit_shadow_mode",
+            "Requests over a shadow-mode descriptor's limit, let through.",
         ),
     }
     /// One worker's handles for one listener's fault filter.

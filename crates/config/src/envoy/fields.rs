@@ -756,3 +756,34 @@ fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
     }
     None
 }
+
+pub(crate) const LOCAL_RATE_LIMIT: &[(u32, &str)] = &[
+    (1, "stat_prefix"),
+    (2, "status"),
+    (3, "token_bucket"),
+    (4, "filter_enabled"),
+    (5, "filter_enforced"),
+    (6, "response_headers_to_add"),
+    (8, "descriptors"),
+    (9, "stage"),
+    (10, "request_headers_to_add_when_not_enforced"),
+    (11, "local_rate_limit_per_downstream_connection"),
+    (12, "enable_x_ratelimit_headers"),
+    (13, "vh_rate_limits"),
+    (14, "always_consume_default_token_bucket"),
+    (15, "rate_limited_as_resource_exhausted"),
+    (16, "local_cluster_rate_limit"),
+    (17, "rate_limits"),
+    (18, "max_dynamic_descriptors"),
+    (19, "enable_retry_after_header"),
+];
+
+pub(crate) const RATE_LIMIT: &[(u32, &str)] = &[
+    (1, "stage"),
+    (2, "disable_key"),
+    (3, "actions"),
+    (4, "limit"),
+    (5, "hits_addend"),
+    (6, "apply_on_stream_done"),
+    (7, "x_ratelimit_option"),
+];

@@ -4,7 +4,9 @@
 // Control planes still send the deprecated header match forms; they are read, not ignored.
 #![allow(deprecated)]
 
-use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
+use envoy_types::pb::envoy::config::route::v3::{
+    HeaderMatcher, QueryParameterMatcher, header_matcher, query_parameter_matcher,
+};
 use envoy_types::pb::envoy::r#type::matcher::v3::{RegexMatcher, StringMatcher, string_matcher};
 
 use super::{ResourceError, fields, nothing_else};
@@ -91,5 +93,30 @@ pub(crate) fn header(mut h: HeaderMatcher, at: &str) -> Result<RawHeaderMatch, R
         }
     };
     nothing_else(&h, fields::HEADER_MATCHER, at)?;
+    Ok(raw)
+}
+
+/// A `QueryParameterMatcher` (a route's, a rate limit action's).
+pub(crate) fn query_parameter(
+    mut q: QueryParameterMatcher,
+    at: &str,
+) -> Result<RawHeaderMatch, ResourceError> {
+    use query_parameter_matcher::QueryParameterMatchSpecifier as Spec;
+    let name = std::mem::take(&mut q.name);
+    let raw = match q.query_parameter_match_specifier.take() {
+        Some(Spec::StringMatch(s)) => string_match(name, s, &format!("{at}.string_match"))?,
+        Some(Spec::PresentMatch(true)) => RawHeaderMatch {
+            name,
+            present: Some(true),
+            ..Default::default()
+        },
+        _ => {
+            return Err(unsupported(
+                at,
+                "query_parameter_match_specifier (string_match and present_match: true only)",
+            ));
+        }
+    };
+    nothing_else(&q, fields::QUERY_PARAMETER_MATCHER, at)?;
     Ok(raw)
 }

@@ -3,6 +3,7 @@
 //! resource's mapping (`listener/xds.rs`, `route/xds.rs`, ...) is built on these.
 
 pub(crate) mod fields;
+pub(crate) mod headers;
 pub(crate) mod matchers;
 
 use std::net::SocketAddr;

@@ -51,6 +51,15 @@ pub struct HeaderMutations {
     pub remove: Vec<HeaderName>,
 }
 
+impl HeaderMutations {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+            && self.add.is_empty()
+            && self.add_if_absent.is_empty()
+            && self.remove.is_empty()
+    }
+}
+
 /// A header value as written, with `%VARIABLE%`s filled in per request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderTemplate(pub Vec<TemplatePart>);
@@ -204,7 +213,7 @@ pub(crate) fn header_rules(
     })
 }
 
-fn mutations(
+pub(crate) fn mutations(
     raw: RawHeaderMutations,
     path: &str,
     response: bool,

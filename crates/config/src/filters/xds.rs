@@ -10,16 +10,19 @@ use envoy_types::pb::google::protobuf::Any;
 
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
-use super::{RawPerRoute, RawRouteAuthz, RawRouteFilters, cors, ext_authz, fault};
+use super::{
+    RawPerRoute, RawRouteAuthz, RawRouteFilters, cors, ext_authz, fault, local_rate_limit,
+};
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 3] = [
+const NAMES: [(&str, &str); 4] = [
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.ext_authz", "ext_authz"),
     ("envoy.filters.http.fault", "fault"),
+    ("envoy.filters.http.local_ratelimit", "local_rate_limit"),
 ];
 
 /// The entries of `config`, as a route's or host's `filters:`; `None` when there are none.
@@ -51,6 +54,9 @@ pub(crate) fn route_filters(
                         filters.fault = Some(RawPerRoute::Word("disabled".into()))
                     }
                     Some((_, "cors")) => filters.cors = Some(RawPerRoute::Word("disabled".into())),
+                    Some((_, "local_rate_limit")) => {
+                        filters.local_rate_limit = Some(RawPerRoute::Word("disabled".into()))
+                    }
                     _ if optional => {}
                     _ => {
                         return Err(ResourceError::Unsupported {
@@ -79,6 +85,11 @@ pub(crate) fn route_filters(
             }
             fault::xds::TYPE_URL => {
                 filters.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));
+            }
+            local_rate_limit::xds::TYPE_URL => {
+                filters.local_rate_limit = Some(RawPerRoute::Settings(
+                    local_rate_limit::xds::settings(&value, &at)?,
+                ));
             }
             _ if optional => {}
             other => {

@@ -23,6 +23,7 @@ use crate::filters::RawHttpFilter;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
 use crate::filters::health_check::xds as health_check;
+use crate::filters::local_rate_limit::xds as local_rate_limit;
 use crate::route::xds::XdsRoutes;
 use crate::{RawCors, RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
@@ -30,8 +31,6 @@ const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_con
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const CORS: &str = crate::filters::cors::xds::FILTER_TYPE_URL;
 const RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
-const LOCAL_RATELIMIT: &str =
-    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 const GRPC_STATS: &str =
     "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig";
 /// Listener filters that only look at the first bytes to pick a filter chain; with one chain
@@ -516,6 +515,9 @@ fn http_filters(
             Some(any) if any.type_url == health_check::TYPE_URL => XdsHttpFilter::Settled(
                 RawHttpFilter::HealthCheck(health_check::settings(&any, &at)?),
             ),
+            Some(any) if any.type_url == local_rate_limit::TYPE_URL => XdsHttpFilter::Settled(
+                RawHttpFilter::LocalRateLimit(local_rate_limit::settings(&any, &at)?),
+            ),
             // Envoy's CORS filter holds no settings (v3): it acts on the policies of routes
             // and hosts. Here, a listener entry without origins: routes' policies only.
             Some(any) if any.type_url == CORS => {
@@ -525,19 +527,16 @@ fn http_filters(
             // gRPC statistics only (counters per method, filter state for other filters):
             // nothing a request meets. Its counters are not kept here.
             Some(any) if any.type_url == GRPC_STATS => continue,
-            // Contour's chain: an RBAC filter without rules and a local rate limit without a
-            // bucket enforce nothing, in Envoy as here. With settings they are refused.
+            // Contour's chain: an RBAC filter without rules enforces nothing, in Envoy as
+            // here. With rules it is refused.
             Some(any) if any.type_url == RBAC && empty_rbac(&any)? => continue,
-            Some(any) if any.type_url == LOCAL_RATELIMIT && empty_local_ratelimit(&any)? => {
-                continue;
-            }
             // An optional filter that is not known is skipped, as Envoy does.
             _ if f.is_optional => continue,
             _ => {
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (cors, ext_authz, fault, health_check and the router only)",
+                        "HTTP filter `{}` (cors, ext_authz, fault, health_check, local_ratelimit and the router only)",
                         f.name
                     )],
                 });
@@ -574,14 +573,6 @@ fn empty_rbac(any: &Any) -> Result<bool, ResourceError> {
     let mut rbac: Rbac = decode(any, RBAC, "an RBAC filter")?;
     rbac.rules_stat_prefix.clear();
     Ok(rbac == Rbac::default())
-}
-
-/// Whether a local rate limit has nothing but its stats prefix (no bucket: it limits nothing).
-fn empty_local_ratelimit(any: &Any) -> Result<bool, ResourceError> {
-    use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::LocalRateLimit;
-    let mut limit: LocalRateLimit = decode(any, LOCAL_RATELIMIT, "a LocalRateLimit filter")?;
-    limit.stat_prefix.clear();
-    Ok(limit == LocalRateLimit::default())
 }
 
 /// The router's settings: `suppress_envoy_headers` (this proxy's own headers); the stats

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 
-use crate::matchers::{header_match, pattern};
+use crate::matchers::{header_match, pattern, query_match};
 use crate::route::check_actions as route_actions;
 use crate::values::{name, positive};
 use crate::*;
@@ -552,26 +552,6 @@ fn url_path(
             format!("expected a path starting with `/`, found `{value}`"),
         ))
     }
-}
-
-fn query_match(raw: RawHeaderMatch, path: &str) -> Result<QueryMatch, ConfigError> {
-    if raw.name.is_empty() {
-        return Err(ConfigError::invalid(
-            format!("{path}.name"),
-            "expected a parameter name",
-        ));
-    }
-    if raw.present == Some(false) {
-        return Err(ConfigError::invalid(
-            format!("{path}.present"),
-            "`present: false` is not supported for query parameters",
-        ));
-    }
-    let value = crate::matchers::string_match(&raw, path)?;
-    Ok(QueryMatch {
-        name: raw.name,
-        value,
-    })
 }
 
 fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigError> {

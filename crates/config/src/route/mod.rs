@@ -12,7 +12,6 @@ pub mod raw;
 pub mod virtual_host;
 pub mod xds;
 pub mod xds_actions;
-pub(crate) mod xds_headers;
 
 use std::time::Duration;
 
@@ -141,14 +140,19 @@ impl HeaderValueMatch {
 impl HeaderMatch {
     /// Whether `headers` satisfy the match (one of the header's values, for a value match).
     pub fn matches(&self, headers: &http::HeaderMap) -> bool {
-        match &self.value {
-            HeaderValueMatch::Present => headers.contains_key(&self.name),
-            HeaderValueMatch::Absent => !headers.contains_key(&self.name),
-            HeaderValueMatch::Exact(v) => headers.get_all(&self.name).iter().any(|got| got == v),
-            HeaderValueMatch::Pattern(p) => headers
-                .get_all(&self.name)
-                .iter()
-                .any(|got| p.matches(got.as_bytes())),
+        self.value
+            .matches_any(headers.get_all(&self.name).iter().map(|v| v.as_bytes()))
+    }
+}
+
+impl HeaderValueMatch {
+    /// Whether a header with these values (none: absent) satisfies the match: presence, or
+    /// one of the values.
+    pub fn matches_any<'a>(&self, mut values: impl Iterator<Item = &'a [u8]>) -> bool {
+        match self {
+            HeaderValueMatch::Present => values.next().is_some(),
+            HeaderValueMatch::Absent => values.next().is_none(),
+            _ => values.any(|got| self.matches_value(Some(got))),
         }
     }
 }

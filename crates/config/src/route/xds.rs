@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_actions as route_action;
-use super::xds_headers::{self, Lists};
+use crate::envoy::headers::{self as xds_headers, Lists};
 use crate::envoy::matchers;
 use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::filters::xds::route_filters;
@@ -352,7 +352,9 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
     let query_parameters = std::mem::take(&mut m.query_parameters)
         .into_iter()
         .enumerate()
-        .map(|(i, q)| route_action::query_parameter(q, &format!("{at}.query_parameters[{i}]")))
+        .map(|(i, q)| {
+            crate::envoy::matchers::query_parameter(q, &format!("{at}.query_parameters[{i}]"))
+        })
         .collect::<Result<_, _>>()?;
     nothing_else(&m, fields::ROUTE_MATCH, at)?;
     Ok(RawMatch {

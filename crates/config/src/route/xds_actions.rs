@@ -7,14 +7,13 @@
 
 use envoy_types::pb::envoy::config::route::v3::route_action::RequestMirrorPolicy;
 use envoy_types::pb::envoy::config::route::v3::{
-    QueryParameterMatcher, RedirectAction, WeightedCluster, query_parameter_matcher,
-    redirect_action, weighted_cluster,
+    RedirectAction, WeightedCluster, redirect_action, weighted_cluster,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 
-use crate::envoy::matchers::{regex, string_match};
+use crate::envoy::matchers::regex;
 use crate::envoy::{ResourceError, fields, nothing_else};
-use crate::{RawHeaderMatch, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
+use crate::{RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
 
 fn unsupported(at: &str, what: &str) -> ResourceError {
     ResourceError::Unsupported {
@@ -36,8 +35,8 @@ pub(crate) fn weighted_clusters(
         let weight = c.weight.take().map_or(0, |w| w.value);
         sum += u64::from(weight);
         let name = std::mem::take(&mut c.name);
-        let headers = super::xds_headers::rules(
-            super::xds_headers::Lists {
+        let headers = crate::envoy::headers::rules(
+            crate::envoy::headers::Lists {
                 request_add: std::mem::take(&mut c.request_headers_to_add),
                 request_remove: std::mem::take(&mut c.request_headers_to_remove),
                 response_add: std::mem::take(&mut c.response_headers_to_add),
@@ -197,29 +196,4 @@ pub(crate) fn regex_rewrite(
         pattern: regex(pattern),
         substitution: r.substitution,
     })
-}
-
-/// A route's `query_parameters` entry.
-pub(crate) fn query_parameter(
-    mut q: QueryParameterMatcher,
-    at: &str,
-) -> Result<RawHeaderMatch, ResourceError> {
-    use query_parameter_matcher::QueryParameterMatchSpecifier as Spec;
-    let name = std::mem::take(&mut q.name);
-    let raw = match q.query_parameter_match_specifier.take() {
-        Some(Spec::StringMatch(s)) => string_match(name, s, &format!("{at}.string_match"))?,
-        Some(Spec::PresentMatch(true)) => RawHeaderMatch {
-            name,
-            present: Some(true),
-            ..Default::default()
-        },
-        _ => {
-            return Err(unsupported(
-                at,
-                "query_parameter_match_specifier (string_match and present_match: true only)",
-            ));
-        }
-    };
-    nothing_else(&q, fields::QUERY_PARAMETER_MATCHER, at)?;
-    Ok(raw)
 }

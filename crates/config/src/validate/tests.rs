@@ -559,6 +559,34 @@ fn filter_keys_are_checked() {
             "listeners[0].http_filters[0].local_rate_limit.key: expected exactly one",
         ),
         (
+            "      - local_rate_limit: { descriptors: [{ entries: [{ key: a }], token_bucket: { max_tokens: 1 } }] }\n",
+            "listeners[0].http_filters[0].local_rate_limit: `descriptors` and `rate_limits` go together",
+        ),
+        (
+            "      - local_rate_limit: { descriptors: [{ entries: [{ key: a }], token_bucket: { max_tokens: 1 } }, { entries: [{ key: a, value: '' }], token_bucket: { max_tokens: 2 } }], rate_limits: [{ actions: [{ remote_address: {} }] }] }\n",
+            "listeners[0].http_filters[0].local_rate_limit.descriptors[1].entries: another descriptor has the same entries",
+        ),
+        (
+            "      - local_rate_limit: { descriptors: [{ entries: [{ key: a }], token_bucket: { max_tokens: 1 } }], rate_limits: [{ actions: [{ remote_address: {}, generic_key: { descriptor_value: x } }] }] }\n",
+            "listeners[0].http_filters[0].local_rate_limit.rate_limits[0].actions[0]: expected exactly one of",
+        ),
+        (
+            "      - local_rate_limit: { descriptors: [{ entries: [{ key: a }], token_bucket: { max_tokens: 1 } }], rate_limits: [{ actions: [{ remote_address_match: { descriptor_value: x, ranges: [10.0.0.0/33] } }] }] }\n",
+            "listeners[0].http_filters[0].local_rate_limit.rate_limits[0].actions[0].remote_address_match.ranges[0]: expected a CIDR range",
+        ),
+        (
+            "      - local_rate_limit: { descriptors: [{ entries: [{ key: a }], token_bucket: { max_tokens: 1 } }], rate_limits: [{ actions: [{ remote_address_match: { descriptor_value: '%REQ(x)%', ranges: [10.0.0.0/8] } }] }] }\n",
+            "remote_address_match.descriptor_value: `%REQ(x)%`: the only operator here is %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%",
+        ),
+        (
+            "      - local_rate_limit: { descriptors: [{ entries: [{ key: a }], token_bucket: { max_tokens: 1 } }], rate_limits: [{ actions: [{ header_value_match: { descriptor_value: x, headers: [{ name: ':scheme', exact: https }] } }] }] }\n",
+            "header_value_match.headers[0].name: expected a header name or :method, :path or :authority, found `:scheme`",
+        ),
+        (
+            "      - local_rate_limit: { enabled: 120% }\n",
+            "listeners[0].http_filters[0].local_rate_limit.enabled: expected a percentage",
+        ),
+        (
             "      - headers: { request: { set: { content-length: \"0\" } } }\n",
             "listeners[0].http_filters[0].headers.request.set.content-length: `content-length` frames or routes",
         ),

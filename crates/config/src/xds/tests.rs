@@ -1325,7 +1325,7 @@ mod docs {
 }
 
 /// Contour's chain: an RBAC filter without rules and a local rate limit with only its stats
-/// prefix enforce nothing, and are taken; with rules they are refused by name. Direct
+/// prefix (no share enabled) enforce nothing, and are taken; RBAC rules are refused by name. Direct
 /// responses are held to `max_direct_response_body_size_bytes` (4096 by default).
 #[test]
 fn filters_that_enforce_nothing_are_taken_and_direct_bodies_are_bounded() {

@@ -38,7 +38,9 @@ struct Rules {
     response: Mutations,
 }
 
-struct Mutations {
+/// One direction's changes, ready to apply (also the headers another filter puts on its
+/// local replies).
+pub(crate) struct Mutations {
     remove: Vec<HeaderName>,
     set: Vec<(HeaderName, Value)>,
     add: Vec<(HeaderName, Value)>,
@@ -180,7 +182,7 @@ impl Rules {
 }
 
 impl Mutations {
-    fn new(config: &HeaderMutations) -> Self {
+    pub(crate) fn new(config: &HeaderMutations) -> Self {
         let values = |entries: &[(HeaderName, HeaderTemplate)]| {
             entries
                 .iter()
@@ -202,7 +204,21 @@ impl Mutations {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    /// Applies the changes to a reply made here: no upstream, and a request id only if the
+    /// reply carries one already.
+    pub(crate) fn apply_to_reply(&self, headers: &mut HeaderMap, exchange: &Exchange<'_>) {
+        let request_id = headers.get(&X_REQUEST_ID).cloned();
+        let scratch = RefCell::new(Vec::new());
+        let vars = Vars {
+            exchange,
+            request_id: request_id.as_ref(),
+            upstream: None,
+            scratch: &scratch,
+        };
+        self.apply(headers, &vars);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
         self.remove.is_empty()
             && self.set.is_empty()
             && self.add.is_empty()

@@ -417,3 +417,106 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
     }
     assert!(alloc_meter::allocations() - before >= 100);
 }
+
+/// Descriptor buckets are taken slowest first; the first empty one refuses the request and
+/// leaves the rest untouched; the default bucket is taken too unless told otherwise.
+#[test]
+fn descriptor_buckets_are_taken_slowest_first_and_stop_at_the_first_empty_one() {
+    let s = setup(
+        "      - local_rate_limit:
+          token_bucket: { max_tokens: 3, fill_interval: 1h }
+          x_ratelimit_headers: always
+          descriptors:
+            - { entries: [{ key: fast }], token_bucket: { max_tokens: 5, fill_interval: 1s } }
+            - { entries: [{ key: slow, value: yes }], token_bucket: { max_tokens: 1, fill_interval: 1h } }
+          rate_limits:
+            - actions: [{ generic_key: { descriptor_key: fast, descriptor_value: any } }]
+            - actions: [{ header_value_match: { descriptor_key: slow, descriptor_value: yes, headers: [{ name: x-slow, present: true }] } }]",
+        ONE_ROUTE,
+    );
+    let limit_and_left = |o: &Outcome| {
+        let h = &o.response.headers;
+        (
+            o.answered,
+            h["x-ratelimit-limit"].to_str().unwrap().to_owned(),
+            h["x-ratelimit-remaining"].to_str().unwrap().to_owned(),
+        )
+    };
+    let slow = [("x-slow", "1")];
+    // The slow bucket first: its headers; the fast one and the default give a token each.
+    assert_eq!(
+        limit_and_left(&s.send("/", &slow)),
+        (None, "1".into(), "0".into())
+    );
+    // Refused by the slow bucket: the fast one and the default are not touched.
+    let refused = s.send("/", &slow);
+    assert_eq!(
+        limit_and_left(&refused),
+        (Some(StatusCode::TOO_MANY_REQUESTS), "1".into(), "0".into())
+    );
+    // The fast bucket alone: 5 - 2 = 3 left; the default has 3 - 2 = 1.
+    assert_eq!(
+        limit_and_left(&s.send("/", &[])),
+        (None, "5".into(), "3".into())
+    );
+    assert_eq!(
+        limit_and_left(&s.send("/", &[])),
+        (None, "5".into(), "2".into())
+    );
+    // The default bucket is empty now.
+    assert_eq!(
+        limit_and_left(&s.send("/", &[])),
+        (Some(StatusCode::TOO_MANY_REQUESTS), "3".into(), "0".into())
+    );
+}
+
+/// The client's address in descriptors: `remote_address`, its network, and a match on
+/// ranges (the test client is 192.0.2.7). A request a rule describes with the descriptor's
+/// entry takes from its bucket (7), others from the default one (3).
+#[test]
+fn descriptors_name_the_client_by_address_and_network() {
+    for (action, entry, found) in [
+        (
+            "remote_address: {}",
+            "{ key: remote_address, value: 192.0.2.7 }",
+            true,
+        ),
+        (
+            "remote_address: {}",
+            "{ key: remote_address, value: 192.0.2.8 }",
+            false,
+        ),
+        (
+            "masked_remote_address: { v4_prefix_mask_len: 24 }",
+            "{ key: masked_remote_address, value: 192.0.2.0/24 }",
+            true,
+        ),
+        (
+            "remote_address_match: { descriptor_key: in, descriptor_value: x, ranges: [192.0.2.0/24], invert: true }",
+            "{ key: in }",
+            false,
+        ),
+        (
+            "remote_address_match: { descriptor_key: in, descriptor_value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%!', ranges: [10.0.0.0/8, 192.0.2.0/28] }",
+            "{ key: in, value: 192.0.2.7! }",
+            true,
+        ),
+    ] {
+        let s = setup(
+            &format!(
+                "      - local_rate_limit:
+          token_bucket: {{ max_tokens: 3, fill_interval: 1h }}
+          x_ratelimit_headers: always
+          descriptors: [{{ entries: [{entry}], token_bucket: {{ max_tokens: 7, fill_interval: 1h }} }}]
+          rate_limits: [{{ actions: [{{ {action} }}] }}]"
+            ),
+            ONE_ROUTE,
+        );
+        let sent = s.send("/", &[]);
+        let expected = if found { "7" } else { "3" };
+        assert_eq!(
+            sent.response.headers["x-ratelimit-limit"], expected,
+            "{action} {entry}"
+        );
+    }
+}

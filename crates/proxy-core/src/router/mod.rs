@@ -267,7 +267,7 @@ fn conditions_match(m: &RouteMatch, request: &Request<'_>) -> bool {
 
 /// The first value of parameter `name` in `query`, percent-decoded (`a=1&b` gives `b` the
 /// empty value); `None` when it is absent.
-fn query_value<'a>(query: &'a str, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
+pub(crate) fn query_value<'a>(query: &'a str, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
     query.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let key: std::borrow::Cow<'_, [u8]> = percent_decode(key.as_bytes()).into();

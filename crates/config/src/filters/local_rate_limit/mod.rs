@@ -1,10 +1,18 @@
-//! Settings of the `local_rate_limit` filter: token buckets, validated.
+//! Settings of the `local_rate_limit` filter: token buckets, validated. A default bucket
+//! (one per key, when keyed), and buckets for the requests its descriptors name.
+
+mod descriptors;
+pub(crate) mod xds;
+
+pub use descriptors::*;
 
 use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::headers::mutations;
+use crate::matchers::share;
 use crate::serialize as ser;
 use crate::units::de_opt_duration;
 use crate::*;
@@ -14,7 +22,7 @@ pub const DEFAULT_RATE_LIMIT_MAX_KEYS: usize = 10_000;
 
 /// A local rate limit: requests take a token from a bucket, and get `status` (429) when it is
 /// empty.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LocalRateLimitConfig {
     /// `None`: the filter limits only the routes that set a bucket of their own.
     pub token_bucket: Option<TokenBucketConfig>,
@@ -29,6 +37,25 @@ pub struct LocalRateLimitConfig {
     pub status: StatusCode,
     /// Which responses carry `x-ratelimit-limit`, `-remaining` and `-reset`.
     pub x_ratelimit_headers: RateLimitHeaders,
+    /// A `retry-after` header on the refused responses.
+    pub retry_after: bool,
+    /// Buckets for the requests whose `rate_limits` lists they name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub descriptors: Vec<DescriptorLimit>,
+    /// How a request is described for `descriptors`: a list of entries per rule.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RateLimitRule>,
+    /// Whether a request a descriptor limits also takes from `token_bucket` (Envoy's
+    /// `always_consume_default_token_bucket`).
+    pub always_consume_default_token_bucket: bool,
+    /// The share of requests the filter looks at; the others pass untouched.
+    pub enabled: Share,
+    /// The share of requests over the limit that are refused; the others are counted and
+    /// pass.
+    pub enforced: Share,
+    /// Changes to the headers of the refused responses.
+    #[serde(skip_serializing_if = "HeaderMutations::is_empty")]
+    pub response_headers: HeaderMutations,
 }
 
 /// Envoy's token bucket: it starts full, and every `fill_interval` gets `tokens_per_fill`
@@ -88,6 +115,16 @@ pub struct RawLocalRateLimit {
     pub max_keys: Option<u64>,
     pub status: Option<u16>,
     pub x_ratelimit_headers: Option<String>,
+    pub retry_after: Option<bool>,
+    #[serde(default)]
+    pub descriptors: Vec<RawDescriptor>,
+    #[serde(default)]
+    pub rate_limits: Vec<RawRateLimitRule>,
+    pub always_consume_default_token_bucket: Option<bool>,
+    pub enabled: Option<serde_yaml::Value>,
+    pub enforced: Option<serde_yaml::Value>,
+    /// Boxed: most limits have none, and the chain's entries stay small.
+    pub response_headers: Option<Box<RawHeaderMutations>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -109,6 +146,33 @@ pub struct RawRateLimitKey {
 /// Envoy's default fill interval is required; ours defaults to a second.
 const DEFAULT_FILL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Envoy's token bucket, checked.
+pub(super) fn token_bucket(b: RawTokenBucket, at: &str) -> Result<TokenBucketConfig, ConfigError> {
+    let count = |n: u64, key: &str| {
+        u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            ConfigError::invalid(
+                format!("{at}.{key}"),
+                format!("expected 1 to {}, found {n}", u32::MAX),
+            )
+        })
+    };
+    let max_tokens = count(b.max_tokens, "max_tokens")?;
+    let tokens_per_fill = count(b.tokens_per_fill.unwrap_or(b.max_tokens), "tokens_per_fill")?;
+    let fill_interval = b.fill_interval.unwrap_or(DEFAULT_FILL_INTERVAL);
+    // The bucket counts fills in milliseconds.
+    if fill_interval < Duration::from_millis(1) {
+        return Err(ConfigError::invalid(
+            format!("{at}.fill_interval"),
+            "expected at least 1ms",
+        ));
+    }
+    Ok(TokenBucketConfig {
+        max_tokens,
+        tokens_per_fill,
+        fill_interval,
+    })
+}
+
 /// `per_route`: a route's own limit, which must have a bucket.
 pub(super) fn local_rate_limit(
     raw: RawLocalRateLimit,
@@ -117,33 +181,7 @@ pub(super) fn local_rate_limit(
 ) -> Result<LocalRateLimitConfig, ConfigError> {
     let token_bucket = raw
         .token_bucket
-        .map(|b| -> Result<TokenBucketConfig, ConfigError> {
-            let at = format!("{path}.token_bucket");
-            let count = |n: u64, key: &str| {
-                u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    ConfigError::invalid(
-                        format!("{at}.{key}"),
-                        format!("expected 1 to {}, found {n}", u32::MAX),
-                    )
-                })
-            };
-            let max_tokens = count(b.max_tokens, "max_tokens")?;
-            let tokens_per_fill =
-                count(b.tokens_per_fill.unwrap_or(b.max_tokens), "tokens_per_fill")?;
-            let fill_interval = b.fill_interval.unwrap_or(DEFAULT_FILL_INTERVAL);
-            // The bucket counts fills in milliseconds.
-            if fill_interval < Duration::from_millis(1) {
-                return Err(ConfigError::invalid(
-                    format!("{at}.fill_interval"),
-                    "expected at least 1ms",
-                ));
-            }
-            Ok(TokenBucketConfig {
-                max_tokens,
-                tokens_per_fill,
-                fill_interval,
-            })
-        })
+        .map(|b| token_bucket(b, &format!("{path}.token_bucket")))
         .transpose()?;
     if per_route && token_bucket.is_none() {
         return Err(ConfigError::invalid(
@@ -214,6 +252,15 @@ pub(super) fn local_rate_limit(
             ));
         }
     };
+    let descriptors = descriptors(raw.descriptors, &format!("{path}.descriptors"))?;
+    let rate_limits = rules(raw.rate_limits, &format!("{path}.rate_limits"))?;
+    if descriptors.is_empty() != rate_limits.is_empty() {
+        return Err(ConfigError::invalid(
+            path,
+            "`descriptors` and `rate_limits` go together: the rules describe requests, the \
+             descriptors give buckets to what they describe",
+        ));
+    }
     Ok(LocalRateLimitConfig {
         token_bucket,
         scope,
@@ -221,6 +268,19 @@ pub(super) fn local_rate_limit(
         max_keys,
         status,
         x_ratelimit_headers,
+        retry_after: raw.retry_after.unwrap_or(true),
+        descriptors,
+        rate_limits,
+        always_consume_default_token_bucket: raw
+            .always_consume_default_token_bucket
+            .unwrap_or(true),
+        enabled: share(raw.enabled.as_ref(), Share::ALL, &format!("{path}.enabled"))?,
+        enforced: share(raw.enforced.as_ref(), Share::ALL, &format!("{path}.enforced"))?,
+        response_headers: mutations(
+            raw.response_headers.map(|h| *h).unwrap_or_default(),
+            &format!("{path}.response_headers"),
+            true,
+        )?,
     })
 }
 

@@ -1,7 +1,8 @@
-//! Envoy's header mutations of a route configuration, its virtual hosts and its routes
-//! (`request_headers_to_add`, `request_headers_to_remove`, `response_headers_to_add`,
-//! `response_headers_to_remove`) as the `headers` filter's rules at the same three levels:
-//! the filter runs last before the router, as Envoy's router applies them.
+//! Envoy's header mutations (`HeaderValueOption` lists and lists of names to remove) as the
+//! file writes them: a route configuration's, virtual host's and route's four lists become
+//! the `headers` filter's rules at the same three levels (the filter runs last before the
+//! router, as Envoy's router applies them); other filters' lists (the headers of a local
+//! rate limit's reply) become their mutations.
 
 // Control planes still send the deprecated `append`; it is read, not ignored.
 #![allow(deprecated)]
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
 
-use crate::envoy::ResourceError;
+use super::ResourceError;
 use crate::{RawHeaderMutations, RawHeaderRules};
 
 /// One level's four lists, as Envoy's messages hold them.
@@ -43,7 +44,8 @@ pub(crate) fn rules(lists: Lists, at: &str) -> Result<Option<RawHeaderRules>, Re
     }))
 }
 
-fn mutations(
+/// One direction's additions and removals; `None` when there are none.
+pub(crate) fn mutations(
     add: Vec<HeaderValueOption>,
     remove: Vec<String>,
     at: &str,
