@@ -2346,3 +2346,99 @@ listeners:
     );
     descriptors_hold(proxy.addr(), proxy.admin.unwrap()).await;
 }
+
+/// A request timeout of 300 ms: a body that stalls gets 408 (HTTP/1.1: and the connection
+/// closed; HTTP/2: the stream answered), well before the stream idle timeout; a body that
+/// ends in time waits for a slow upstream as long as the route allows.
+async fn request_timeouts_hold(addr: SocketAddr) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    stream
+        .write_all(b"POST / HTTP/1.1\r\nhost: legate.test\r\ncontent-length: 10\r\n\r\nabcde")
+        .await
+        .unwrap();
+    let bytes = tokio::time::timeout(LIMIT, read_until_closed(&mut stream))
+        .await
+        .expect("the proxy closes the connection");
+    let answer = String::from_utf8_lossy(&bytes);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.ends_with("request timeout\n"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        stalled_upload(addr, "/", Duration::from_secs(10)).await,
+        Ok(408)
+    );
+    let slow_upstream = http::Request::post("/")
+        .header("host", "legate.test")
+        .header("x-noop-delay", "600ms")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            b"whole",
+        )))
+        .unwrap();
+    let res = send_h1(addr, slow_upstream).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["x-noop-request-bytes"], "5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeout_from_the_management_server() {
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    // Envoy Gateway's ClientTrafficPolicy `requestReceivedTimeout`.
+    let listener = with_manager(("web".into(), any(&l)), |hcm| {
+        hcm.request_timeout = Some(PbDuration {
+            seconds: 0,
+            nanos: 300_000_000,
+        });
+        hcm.stream_idle_timeout = Some(PbDuration {
+            seconds: 3600,
+            nanos: 0,
+        });
+    });
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    request_timeouts_hold(addr).await;
+    server.shutdown().await;
+}
+
+/// The same from the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeout_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let proxy = Proxy::start(
+        &format!(
+            "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: backend
+    endpoints: [{}]
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http: {{ request_timeout: 300ms, stream_idle_timeout: 1h }}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+",
+            upstream.local_addr()
+        ),
+        1,
+    );
+    request_timeouts_hold(proxy.addr()).await;
+}

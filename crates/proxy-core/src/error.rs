@@ -131,6 +131,11 @@ pub enum ProxyError {
     },
 }
 
+/// A request body that had not ended when the listener's `request_timeout` ran out.
+#[derive(Debug, thiserror::Error)]
+#[error("the request did not arrive whole within the request timeout")]
+pub(crate) struct RequestTimedOut;
+
 /// The HTTP/2 error code behind an error, if an h2 error is among its causes.
 pub(crate) fn h2_reason(error: &(dyn std::error::Error + 'static)) -> Option<h2::Reason> {
     let mut source = Some(error);
@@ -168,6 +173,9 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::ClientAborted { .. } if self.is_request_timeout() => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
             ProxyError::Http10Refused => StatusCode::UPGRADE_REQUIRED,
             ProxyError::ConnectFailure { .. }
@@ -183,8 +191,13 @@ impl ProxyError {
         }
     }
 
-    pub fn flag(&self) -> ResponseFlag {
-        match self {
+    /// The response flag of the failure; `None` for a request that took longer than the
+    /// listener's `request_timeout` (Envoy sets none).
+    pub fn flag(&self) -> Option<ResponseFlag> {
+        if self.is_request_timeout() {
+            return None;
+        }
+        Some(match self {
             ProxyError::NoRoute => ResponseFlag::NoRoute,
             ProxyError::NoHealthyUpstream => ResponseFlag::NoHealthyUpstream,
             ProxyError::Overflow(_) => ResponseFlag::UpstreamOverflow,
@@ -201,7 +214,22 @@ impl ProxyError {
             ProxyError::UpstreamProtocol { .. } | ProxyError::UpstreamFraming { .. } => {
                 ResponseFlag::UpstreamProtocolError
             }
+        })
+    }
+
+    /// The client's body did not end within the listener's `request_timeout`.
+    pub(crate) fn is_request_timeout(&self) -> bool {
+        let ProxyError::ClientAborted { source } = self else {
+            return false;
+        };
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+        while let Some(e) = cause {
+            if e.is::<RequestTimedOut>() {
+                return true;
+            }
+            cause = e.source();
         }
+        false
     }
 
     /// The short plain-text body sent to the client. It names the failure, never internals
@@ -215,6 +243,7 @@ impl ProxyError {
             ProxyError::BadRequest(_) => "bad request\n",
             ProxyError::Http10Refused => "HTTP/1.1 or later required\n",
             ProxyError::HeadersTooLarge { .. } => "request headers too large\n",
+            ProxyError::ClientAborted { .. } if self.is_request_timeout() => "request timeout\n",
             ProxyError::ClientAborted { .. } => "request body incomplete\n",
             ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. } => {
                 "upstream connect failure\n"

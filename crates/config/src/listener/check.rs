@@ -150,6 +150,11 @@ pub(crate) fn listener(
                     .unwrap_or(DEFAULT_REQUEST_HEADERS_TIMEOUT),
                 &format!("{path}.http.request_headers_timeout"),
             )?,
+            request_timeout: raw
+                .http
+                .request_timeout
+                .map(|t| positive(t, &format!("{path}.http.request_timeout")))
+                .transpose()?,
             stream_idle_timeout: positive(
                 raw.http
                     .stream_idle_timeout

@@ -93,6 +93,11 @@ pub struct HttpConfig {
     /// A request head must arrive whole within this (slowloris); the connection is closed.
     #[serde(serialize_with = "ser::duration")]
     pub request_headers_timeout: Duration,
+    /// A request's body must arrive whole within this from its head, unless the response
+    /// has begun (Envoy's `request_timeout`): 408 otherwise. `None`: no limit (the stream
+    /// idle timeout still holds).
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub request_timeout: Option<Duration>,
     /// HTTP/2: a stream on which nothing moves for this long is reset (a zero-window stall,
     /// a body never finished).
     #[serde(serialize_with = "ser::duration")]

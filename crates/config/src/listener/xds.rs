@@ -379,6 +379,9 @@ fn connection_manager(
         &format!("{at}.request_headers_timeout"),
     )?
     .filter(|t| !t.is_zero());
+    // `0s` (Envoy's default) is no request timeout.
+    http.request_timeout = duration(hcm.request_timeout.take(), &format!("{at}.request_timeout"))?
+        .filter(|t| !t.is_zero());
     // `0s` turns Envoy's stream idle timer off.
     http.stream_idle_timeout = duration(
         hcm.stream_idle_timeout.take(),

@@ -19,10 +19,28 @@ pub struct RequestBody {
     progress: Option<ProgressClock>,
     /// A copy of the frames sent so far, kept for a retry while it fits the buffer limit.
     replay: Option<Rc<RefCell<Replay>>>,
+    /// The listener's `request_timeout`, if it has one. Boxed: most bodies have none.
+    deadline: Option<Box<Deadline>>,
+}
+
+/// Envoy's request timeout: the body must end by then, unless the response has begun.
+struct Deadline {
+    timer: Pin<Box<tokio::time::Sleep>>,
+    answered: ResponseBegun,
+}
+
+/// Set once the response head is there: the request timeout no longer runs.
+#[derive(Clone, Default)]
+pub(crate) struct ResponseBegun(Rc<Cell<bool>>);
+
+impl ResponseBegun {
+    pub(crate) fn set(&self) {
+        self.0.set(true);
+    }
 }
 
 use super::mirror_feed::{FeedReceiver, FeedSender, feed};
-use crate::error::BodyError;
+use crate::error::{BodyError, RequestTimedOut};
 
 enum Source {
     Client(hyper::body::Incoming),
@@ -111,6 +129,7 @@ impl Replay {
             received: None,
             progress: None,
             replay: None,
+            deadline: None,
         })
     }
 
@@ -135,6 +154,7 @@ impl RequestBody {
             received,
             progress: None,
             replay: None,
+            deadline: None,
         }
     }
 
@@ -145,6 +165,18 @@ impl RequestBody {
             received,
             progress: None,
             replay: None,
+            deadline: None,
+        }
+    }
+
+    /// The body fails with [`RequestTimedOut`] if it has not ended by `at`, unless `begun`
+    /// is set first. Nothing for a body already complete.
+    pub(crate) fn end_by(&mut self, at: Instant, begun: &ResponseBegun) {
+        if !self.is_end_stream() {
+            self.deadline = Some(Box::new(Deadline {
+                timer: Box::pin(tokio::time::sleep_until(at)),
+                answered: begun.clone(),
+            }));
         }
     }
 
@@ -155,6 +187,7 @@ impl RequestBody {
             received: None,
             progress: None,
             replay: None,
+            deadline: None,
         }
     }
 
@@ -230,6 +263,7 @@ impl RequestBody {
             received: None,
             progress: None,
             replay: None,
+            deadline: None,
         }
     }
 
@@ -347,6 +381,15 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.source).poll_frame(cx);
+        if let Some(deadline) = &mut this.deadline {
+            if matches!(polled, Poll::Ready(None)) || this.source.is_end_stream() {
+                // Whole in time: the request timeout is done with.
+                this.deadline = None;
+            } else if !deadline.answered.0.get() && deadline.timer.as_mut().poll(cx).is_ready() {
+                this.deadline = None;
+                return Poll::Ready(Some(Err(Box::new(RequestTimedOut))));
+            }
+        }
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {

@@ -13,7 +13,7 @@ use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite,
 use crate::cluster::Admitted;
 use crate::cluster::{CountAttempts, X_ENVOY_ATTEMPT_COUNT};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
+use crate::context::{Client, ConnCtx, InFlight, RequestBody, ResponseBegun, Tunnel};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
@@ -76,6 +76,12 @@ pub(crate) fn handle(
         }
         let mut state = FilterState::default();
         let mut facts = Facts::default();
+        let begun = http.request_timeout.map(|timeout| {
+            let begun = ResponseBegun::default();
+            req.body_mut()
+                .end_by(tokio::time::Instant::now() + timeout, &begun);
+            begun
+        });
         let routed = if !conn.listener.bypass_overload && overload.shedding_requests() {
             conn.worker.stats.overload_rq_shed().inc();
             Err(ProxyError::Overloaded)
@@ -87,13 +93,16 @@ pub(crate) fn handle(
             };
             route_and_forward(&mut req, &scope, &mut in_flight, &mut state, &mut facts).await
         };
+        if let Some(begun) = &begun {
+            begun.set();
+        }
         let mut flag = facts.flag;
         let mut response = match routed {
             Ok(response) => response,
             Err(err) => {
-                flag = Some(err.flag());
+                flag = err.flag();
                 if let Some(log) = in_flight.log() {
-                    log.flag = Some(err.flag());
+                    log.flag = err.flag();
                 }
                 // After a malformed request the stream may hold anything; do not read on.
                 close |= matches!(
@@ -118,7 +127,7 @@ pub(crate) fn handle(
                     );
                 } else if !matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded) {
                     tracing::warn!(
-                        flag = %err.flag(),
+                        flag = %err.flag().map_or("-", |f| f.as_str()),
                         status = err.status().as_u16(),
                         listener = %conn.listener.name,
                         %method,

@@ -241,6 +241,7 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         suppress_proxy_headers: config.http.suppress_proxy_headers,
         request_id: RequestIdPolicy::new(&config.http),
         accept_http_10: config.http.accept_http_10,
+        request_timeout: config.http.request_timeout,
         // Checked as a host at load.
         default_host_for_http_10: config
             .http
