@@ -2442,3 +2442,215 @@ listeners:
     );
     request_timeouts_hold(proxy.addr()).await;
 }
+
+/// The spans Envoy Gateway's tracing asks for: every request sampled, tagged with a literal,
+/// a request header (or its default) and an environment variable's default; exported to
+/// the collector its provider names, called by the provider's authority with its metadata.
+async fn listener_tracing_holds(addr: SocketAddr, collector: &testbed::OtlpCollector) {
+    assert_eq!(
+        send_h1(addr, get("/traced", &[("x-request-id", "r-1")]))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(send_h1(addr, get("/traced", &[])).await.status(), 200);
+    let traced =
+        |s: &&testbed::ReceivedSpan| s.kind == 2 && s.attributes["http.url"].ends_with("/traced");
+    assert!(
+        collector
+            .wait_for(LIMIT, |spans| spans.iter().filter(traced).count() >= 2)
+            .await
+    );
+    let spans = collector.spans();
+    let ingress: Vec<_> = spans.iter().filter(traced).collect();
+    let mut ids: Vec<&str> = ingress
+        .iter()
+        .map(|s| s.attributes["req1"].as_str())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["-", "r-1"],
+        "the header's value, or the default without it"
+    );
+    for span in ingress {
+        assert_eq!(span.attributes["literal1"], "value1");
+        assert_eq!(span.attributes["env1"], "fallback");
+        assert_eq!(span.service_name, "gateway.edge");
+    }
+    let caller = &collector.callers()[0];
+    assert_eq!(caller.authority, "otel-collector.monitoring.svc");
+    assert_eq!(caller.headers["x-tenant-id"], "tenant-123");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_manager_tracing_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+    use envoy_types::pb::envoy::config::trace::v3::{OpenTelemetryConfig, tracing};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
+    use envoy_types::pb::envoy::r#type::tracing::v3::{CustomTag, custom_tag};
+    use envoy_types::pb::envoy::r#type::v3::Percent;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let collector = testbed::OtlpCollector::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            (
+                "backend".into(),
+                any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            ),
+            (
+                "tracing-0".into(),
+                any(&eds_cluster("tracing-0", cluster::LbPolicy::RoundRobin)),
+            ),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            (
+                "backend".into(),
+                any(&resources::assignment("backend", &[upstream.local_addr()])),
+            ),
+            (
+                "tracing-0".into(),
+                any(&resources::assignment(
+                    "tracing-0",
+                    &[collector.local_addr()],
+                )),
+            ),
+        ],
+    );
+    let tag = |name: &str, kind: custom_tag::Type| CustomTag {
+        tag: name.into(),
+        r#type: Some(kind),
+    };
+    let tracing = |spawn_upstream_span: bool| Tracing {
+        client_sampling: Some(Percent { value: 0.0 }),
+        random_sampling: Some(Percent { value: 100.0 }),
+        overall_sampling: Some(Percent { value: 100.0 }),
+        spawn_upstream_span: Some(BoolValue {
+            value: spawn_upstream_span,
+        }),
+        custom_tags: vec![
+            tag(
+                "env1",
+                custom_tag::Type::Environment(custom_tag::Environment {
+                    name: "LEGATE_TEST_UNSET_VARIABLE".into(),
+                    default_value: "fallback".into(),
+                }),
+            ),
+            tag(
+                "literal1",
+                custom_tag::Type::Literal(custom_tag::Literal {
+                    value: "value1".into(),
+                }),
+            ),
+            tag(
+                "req1",
+                custom_tag::Type::RequestHeader(custom_tag::Header {
+                    name: "X-Request-Id".into(),
+                    default_value: "-".into(),
+                }),
+            ),
+        ],
+        provider: Some(tracing::Http {
+            name: "envoy.tracers.opentelemetry".into(),
+            config_type: Some(tracing::http::ConfigType::TypedConfig(any(
+                &OpenTelemetryConfig {
+                    grpc_service: Some(GrpcService {
+                        target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                            grpc_service::EnvoyGrpc {
+                                cluster_name: "tracing-0".into(),
+                                authority: "otel-collector.monitoring.svc".into(),
+                                ..Default::default()
+                            },
+                        )),
+                        initial_metadata: vec![HeaderValue {
+                            key: "X-Tenant-ID".into(),
+                            value: "tenant-123".into(),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                    service_name: "gateway.edge".into(),
+                    ..Default::default()
+                },
+            ))),
+        }),
+        ..Default::default()
+    };
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let traced = |t: Tracing| {
+        with_manager(("web".into(), any(&l)), move |hcm| {
+            hcm.tracing = Some(t);
+        })
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, traced(tracing(true))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    listener_tracing_holds(addr, &collector).await;
+    // No upstream spans asked for: refused by name, the listener in force serving on.
+    let nack = serve_listener(&server, traced(tracing(false)))
+        .await
+        .expect("NACK");
+    assert!(nack.contains("spawn_upstream_span: false"), "{nack}");
+    assert_eq!(send_h1(addr, get("/", &[])).await.status(), 200);
+    server.shutdown().await;
+}
+
+/// The same from the config file: the process's collector, the listener's tags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_tracing_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let collector = testbed::OtlpCollector::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let proxy = Proxy::start(
+        &format!(
+            "admin: {{ address: 127.0.0.1:0 }}
+tracing:
+  otlp:
+    endpoint: {}
+    authority: otel-collector.monitoring.svc
+    headers: {{ x-tenant-id: tenant-123 }}
+  service_name: gateway.edge
+clusters:
+  - name: backend
+    endpoints: [{}]
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    tracing:
+      random_sampling: 100
+      custom_tags:
+        - {{ tag: env1, environment: {{ name: LEGATE_TEST_UNSET_VARIABLE, default_value: fallback }} }}
+        - {{ tag: literal1, literal: value1 }}
+        - {{ tag: req1, request_header: {{ name: x-request-id, default_value: '-' }} }}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+",
+            collector.grpc_endpoint(),
+            upstream.local_addr()
+        ),
+        1,
+    );
+    listener_tracing_holds(proxy.addr(), &collector).await;
+}

@@ -76,7 +76,10 @@ pub use service_endpoint::Endpoint as ServiceEndpoint;
 pub use stats::{RawStats, StatsConfig};
 pub use tls::raw::*;
 pub use tls::*;
-pub use tracing::{OtlpProtocol, RawOtlp, RawTracing, TracingConfig};
+pub use tracing::{
+    CustomTag, CustomTagValue, ListenerTracing, OtlpProtocol, RawCustomTag, RawListenerTracing,
+    RawOtlp, RawTagSource, RawTracing, TracingConfig,
+};
 pub use xds::{AdsProtocol, RawAds, RawDynamicResources, RawNode, XdsConfig};
 
 /// How long in-flight requests may run after a shutdown signal, unless configured.

@@ -55,10 +55,29 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
             "expected at least one listener",
         ));
     }
+    // The collector a management server names in its listeners is the process's, unless
+    // the file has one: one per process, so listeners naming another are refused.
+    let mut raw_tracing = raw.tracing;
+    for (i, l) in raw.listeners.iter().enumerate() {
+        let Some(provider) = &l.tracing_provider else {
+            continue;
+        };
+        match &raw_tracing {
+            None => raw_tracing = Some(provider.clone()),
+            Some(chosen) if chosen == provider => {}
+            Some(_) => {
+                return Err(ConfigError::invalid(
+                    format!("listeners[{i}].tracing"),
+                    "its tracing provider is not the process's collector (one per process)",
+                ));
+            }
+        }
+    }
+    let tracing = super::tracing::tracing(raw_tracing)?;
     let mut listeners: Vec<ListenerConfig> = Vec::with_capacity(raw.listeners.len());
     for (i, l) in raw.listeners.into_iter().enumerate() {
         let path = format!("listeners[{i}]");
-        let l = listener::check::listener(l, &path, &cluster_index, &clusters)?;
+        let l = listener::check::listener(l, &path, &cluster_index, &clusters, tracing.is_some())?;
         if listeners.iter().any(|other| other.name == l.name) {
             return Err(ConfigError::invalid(
                 format!("{path}.name"),
@@ -122,7 +141,7 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
         overload: super::overload::overload(raw.overload, super::OverloadEnvironment::current())?,
         watch: raw.watch,
         stats: super::stats::stats(raw.stats)?,
-        tracing: super::tracing::tracing(raw.tracing)?,
+        tracing,
         listeners,
         clusters,
         xds,

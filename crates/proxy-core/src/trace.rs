@@ -30,7 +30,7 @@ use crate::catalog::ProxyStats;
 use crate::error::ResponseFlag;
 use crate::random::next_u64;
 use crate::throttle::LogThrottle;
-use config::{OtlpProtocol, TracingConfig};
+use config::{CustomTag, CustomTagValue, ListenerTracing, OtlpProtocol, TracingConfig};
 
 pub(crate) static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub(crate) static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
@@ -75,6 +75,9 @@ impl SharedTracer {
                     OtlpProtocol::Grpc => Protocol::Grpc,
                     OtlpProtocol::Http => Protocol::HttpProtobuf,
                 },
+                // Checked at load.
+                authority: config.authority.as_deref().and_then(|a| a.parse().ok()),
+                headers: config.headers.clone(),
                 timeout: config.timeout,
                 max_queued_spans: config.max_queued_spans,
                 max_export_batch: config.max_export_batch,
@@ -187,9 +190,15 @@ impl WorkerTracer {
     }
 
     /// Starts `req`'s trace: reads its context and decides whether it is sampled. `client`
-    /// decides whether the caller's decision and the force header are trusted. The
-    /// requests sent on carry [`RequestTrace::traceparent`] (or a child span's).
-    pub(crate) fn start<B>(self: &Rc<Self>, req: &Request<B>, client: IpAddr) -> Box<RequestTrace> {
+    /// decides whether the caller's decision and the force header are trusted; `policy` is
+    /// the listener's sampling and tags. The requests sent on carry
+    /// [`RequestTrace::traceparent`] (or a child span's).
+    pub(crate) fn start<B>(
+        self: &Rc<Self>,
+        req: &Request<B>,
+        client: IpAddr,
+        policy: &TracePolicy,
+    ) -> Box<RequestTrace> {
         let headers = req.headers();
         // Two traceparent headers are no valid context (the recommendation's test suite).
         let mut values = headers.get_all(&TRACEPARENT).iter();
@@ -208,15 +217,21 @@ impl WorkerTracer {
             || match parent {
                 // A caller inside decides for its trace, either way.
                 Some(parent) if internal => parent.sampled,
-                _ => self.shared.threshold == u64::MAX || next_u64() < self.shared.threshold,
+                _ => policy.draw(
+                    headers.contains_key(&X_CLIENT_TRACE_ID),
+                    policy.random.unwrap_or(self.shared.threshold),
+                ),
             };
         let trace_id = match parent {
             Some(parent) => parent.trace_id,
             None => new_trace_id(),
         };
         let span_id = new_span_id();
-        let server =
-            sampled.then(|| Open::new(server_span(req, trace_id, span_id, parent, client)));
+        let server = sampled.then(|| {
+            let mut span = server_span(req, trace_id, span_id, parent, client);
+            policy.tag(&mut span, headers);
+            Open::new(span)
+        });
         Box::new(RequestTrace {
             tracer: Rc::clone(self),
             trace_id,
@@ -231,6 +246,65 @@ impl WorkerTracer {
 impl Drop for WorkerTracer {
     fn drop(&mut self) {
         self.flush();
+    }
+}
+
+/// Asks that a request be sampled at the listener's `client_sampling` (Envoy's).
+static X_CLIENT_TRACE_ID: HeaderName = HeaderName::from_static("x-client-trace-id");
+
+/// A listener's sampling and tags (Envoy's connection manager `tracing`), made once per
+/// config.
+pub(crate) struct TracePolicy {
+    /// The listener's `random_sampling` as a bound on 64 random bits; `None`: the process's.
+    random: Option<u64>,
+    client: u64,
+    overall: u64,
+    tags: Vec<CustomTag>,
+}
+
+impl TracePolicy {
+    pub(crate) fn new(config: &ListenerTracing) -> Self {
+        Self {
+            random: config.random_sampling.map(threshold),
+            client: threshold(config.client_sampling),
+            overall: threshold(config.overall_sampling),
+            tags: config.custom_tags.clone(),
+        }
+    }
+
+    /// Whether a request without a trusted decision is sampled: one draw, as Envoy's one
+    /// request id, against the client share (when it asks), else the random one, and the
+    /// overall cap.
+    fn draw(&self, client_asks: bool, random: u64) -> bool {
+        let below = |bound: u64, draw: u64| bound == u64::MAX || draw < bound;
+        let draw = next_u64();
+        ((client_asks && below(self.client, draw)) || below(random, draw))
+            && below(self.overall, draw)
+    }
+
+    fn tag(&self, span: &mut Span, headers: &HeaderMap) {
+        for tag in &self.tags {
+            let value = match &tag.value {
+                CustomTagValue::Literal(text) => text.clone(),
+                CustomTagValue::RequestHeader {
+                    name,
+                    default_value,
+                } => match headers.get(name) {
+                    Some(value) => bounded(text_of(value)),
+                    None => match default_value {
+                        Some(text) => text.clone(),
+                        None => continue,
+                    },
+                },
+            };
+            span.set(tag.tag.clone(), value);
+        }
+    }
+}
+
+impl Default for TracePolicy {
+    fn default() -> Self {
+        Self::new(&ListenerTracing::default())
     }
 }
 
@@ -616,6 +690,8 @@ mod tests {
     fn tracer(random_sampling: f64, force: Option<&'static str>) -> Rc<WorkerTracer> {
         let stats = ProxyStats::new();
         let config = TracingConfig {
+            authority: None,
+            headers: Vec::new(),
             endpoint: "http://127.0.0.1:9".parse().unwrap(),
             protocol: OtlpProtocol::Grpc,
             timeout: std::time::Duration::from_secs(1),
@@ -654,7 +730,7 @@ mod tests {
         let outside: IpAddr = "203.0.113.9".parse().unwrap();
         let tracer = tracer(0.0, Some("x-legate-force-trace"));
         let req = request(&[("traceparent", SAMPLED), ("x-legate-force-trace", "1")]);
-        let trace = tracer.start(&req, outside);
+        let trace = tracer.start(&req, outside, &TracePolicy::default());
         assert!(
             !trace.sampled(),
             "neither its flag nor the force header count"
@@ -668,30 +744,80 @@ mod tests {
         assert_eq!(flags, "00");
 
         let tracer = self::tracer(100.0, None);
-        let trace = tracer.start(&request(&[("traceparent", NOT_SAMPLED)]), outside);
+        let trace = tracer.start(
+            &request(&[("traceparent", NOT_SAMPLED)]),
+            outside,
+            &TracePolicy::default(),
+        );
         assert!(trace.sampled(), "sampled by rate, whatever it says");
+    }
+
+    /// A listener's shares: `x-client-trace-id` is sampled at the client share, others at
+    /// the random one (the listener's over the process's), and the overall share caps both.
+    #[test]
+    fn a_listeners_shares_decide_for_requests_without_a_trusted_decision() {
+        let outside: IpAddr = "203.0.113.9".parse().unwrap();
+        let tracer = tracer(100.0, None);
+        let policy = |random: f64, client: f64, overall: f64| {
+            TracePolicy::new(&ListenerTracing {
+                random_sampling: Some(random),
+                client_sampling: client,
+                overall_sampling: overall,
+                ..Default::default()
+            })
+        };
+        let asks = request(&[("x-client-trace-id", "c-1")]);
+        let plain = request(&[]);
+        let client_only = policy(0.0, 100.0, 100.0);
+        assert!(tracer.start(&asks, outside, &client_only).sampled());
+        assert!(!tracer.start(&plain, outside, &client_only).sampled());
+        let capped = policy(100.0, 100.0, 0.0);
+        assert!(!tracer.start(&asks, outside, &capped).sampled());
+        assert!(!tracer.start(&plain, outside, &capped).sampled());
+        // No share of its own: the process's 100%.
+        assert!(
+            tracer
+                .start(&plain, outside, &TracePolicy::default())
+                .sampled()
+        );
     }
 
     #[test]
     fn a_client_inside_decides_for_its_trace() {
         let inside: IpAddr = "10.1.2.3".parse().unwrap();
         let tracer = tracer(0.0, Some("x-legate-force-trace"));
-        let trace = tracer.start(&request(&[("traceparent", SAMPLED)]), inside);
+        let trace = tracer.start(
+            &request(&[("traceparent", SAMPLED)]),
+            inside,
+            &TracePolicy::default(),
+        );
         assert!(trace.sampled());
         assert_eq!(fields(&trace).2, "01");
         let parent = trace.server.as_ref().unwrap().span.parent_span_id.unwrap();
         assert_eq!(parent.to_string(), "00f067aa0ba902b7");
 
-        let trace = tracer.start(&request(&[("x-legate-force-trace", "")]), inside);
+        let trace = tracer.start(
+            &request(&[("x-legate-force-trace", "")]),
+            inside,
+            &TracePolicy::default(),
+        );
         assert!(trace.sampled(), "forced");
         assert_eq!(trace.server.as_ref().unwrap().span.parent_span_id, None);
 
         let tracer = self::tracer(100.0, None);
-        let trace = tracer.start(&request(&[("traceparent", NOT_SAMPLED)]), inside);
+        let trace = tracer.start(
+            &request(&[("traceparent", NOT_SAMPLED)]),
+            inside,
+            &TracePolicy::default(),
+        );
         assert!(!trace.sampled(), "its own decision, even at 100%");
-        let trace = tracer.start(&request(&[("x-legate-force-trace", "1")]), inside);
+        let trace = tracer.start(
+            &request(&[("x-legate-force-trace", "1")]),
+            inside,
+            &TracePolicy::default(),
+        );
         assert!(trace.sampled(), "sampled by rate: no caller decision");
-        let trace = tracer.start(&request(&[]), inside);
+        let trace = tracer.start(&request(&[]), inside, &TracePolicy::default());
         assert!(trace.sampled());
     }
 
@@ -702,7 +828,7 @@ mod tests {
         let mut req = request(&[("traceparent", SAMPLED)]);
         req.headers_mut()
             .append("traceparent", HeaderValue::from_static(SAMPLED));
-        let trace = tracer.start(&req, inside);
+        let trace = tracer.start(&req, inside, &TracePolicy::default());
         assert!(!trace.continued(), "two headers: a new trace");
         assert_ne!(fields(&trace).0, "4bf92f3577b34da6a3ce929d0e0e4736");
 
@@ -715,7 +841,7 @@ mod tests {
         headers.insert("user-agent", HeaderValue::from_str(&long).unwrap());
         headers.append("tracestate", HeaderValue::from_static("a=1"));
         headers.append("tracestate", HeaderValue::from_static("b=2"));
-        let trace = tracer.start(&req, inside);
+        let trace = tracer.start(&req, inside, &TracePolicy::default());
         let span = &trace.server.as_ref().unwrap().span;
         assert_eq!(span.trace_state.as_deref(), Some("a=1,b=2"), "one list");
         for key in ["http.url", "user_agent"] {
@@ -729,7 +855,7 @@ mod tests {
         let mut req = request(&[("traceparent", SAMPLED)]);
         req.headers_mut()
             .insert("tracestate", HeaderValue::from_str(&long).unwrap());
-        let trace = tracer.start(&req, inside);
+        let trace = tracer.start(&req, inside, &TracePolicy::default());
         assert!(trace.continued());
         assert_eq!(trace.server.as_ref().unwrap().span.trace_state, None);
     }
@@ -737,7 +863,11 @@ mod tests {
     #[test]
     fn a_child_span_names_itself_as_the_callee_parent() {
         let tracer = tracer(100.0, None);
-        let trace = tracer.start(&request(&[]), "127.0.0.1".parse().unwrap());
+        let trace = tracer.start(
+            &request(&[]),
+            "127.0.0.1".parse().unwrap(),
+            &TracePolicy::default(),
+        );
         let child = trace.child("router backend egress").unwrap();
         let (trace_id, hop, _) = fields(&trace);
         let text = child.traceparent();
@@ -760,7 +890,7 @@ mod tests {
         assert!(
             batch[1]
                 .attributes
-                .contains(&("http.status_code", Value::Int(502)))
+                .contains(&("http.status_code".into(), Value::Int(502)))
         );
     }
 

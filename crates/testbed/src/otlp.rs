@@ -68,6 +68,15 @@ pub enum CollectorMode {
 struct Received {
     spans: Vec<ReceivedSpan>,
     exports: u64,
+    callers: Vec<Caller>,
+}
+
+/// Who an export said it was for, and what it carried besides spans.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// gRPC's `:authority` or HTTP's `host`.
+    pub authority: String,
+    pub headers: http::HeaderMap,
 }
 
 struct State {
@@ -120,6 +129,11 @@ impl OtlpCollector {
     /// Every span received so far, in arrival order.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         lock(&self.state.received).spans.clone()
+    }
+
+    /// Who each export (gRPC call or POST) was addressed to, in order.
+    pub fn callers(&self) -> Vec<Caller> {
+        lock(&self.state.received).callers.clone()
     }
 
     /// Export calls received so far (stalled and refused ones included).
@@ -298,6 +312,19 @@ async fn route(
     state: &State,
     grpc: &mut TraceServiceServer<Grpc>,
 ) -> http::Response<AnyBody> {
+    let authority = request
+        .uri()
+        .authority()
+        .map(|a| a.to_string())
+        .or_else(|| {
+            let host = request.headers().get(http::header::HOST)?;
+            host.to_str().ok().map(str::to_owned)
+        })
+        .unwrap_or_default();
+    lock(&state.received).callers.push(Caller {
+        authority,
+        headers: request.headers().clone(),
+    });
     let is_grpc = request
         .headers()
         .get(http::header::CONTENT_TYPE)

@@ -18,6 +18,11 @@ pub struct ExporterConfig {
     /// `http://host:4317` for gRPC; the whole URL (`http://host:4318/v1/traces`) for HTTP.
     pub endpoint: http::Uri,
     pub protocol: Protocol,
+    /// The collector's name on each export (gRPC's `:authority`, HTTP's `host`) when it is
+    /// not the endpoint's host.
+    pub authority: Option<http::uri::Authority>,
+    /// Sent with each export: gRPC metadata, HTTP headers.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
     /// Bounds each export, connecting included.
     pub timeout: Duration,
     /// Spans waiting for export at most; a batch that would go past it is dropped whole.
@@ -116,7 +121,7 @@ async fn export_loop(
     queued: Arc<AtomicUsize>,
     mut observer: impl ExportObserver,
 ) {
-    let mut transport = Transport::new(&config.endpoint, config.protocol, config.timeout);
+    let mut transport = Transport::new(&config);
     let limit = config.max_export_batch.max(1);
     while let Some(first) = rx.recv().await {
         let mut drained = None;

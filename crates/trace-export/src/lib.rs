@@ -25,6 +25,8 @@
 //!     ExporterConfig {
 //!         endpoint: "http://127.0.0.1:4317".parse().unwrap(),
 //!         protocol: Protocol::Grpc,
+//!         authority: None,
+//!         headers: Vec::new(),
 //!         timeout: Duration::from_secs(5),
 //!         max_queued_spans: 8192,
 //!         max_export_batch: 512,
@@ -45,7 +47,7 @@
 //!     start: now,
 //!     end: now,
 //!     error: None,
-//!     attributes: vec![("http.status_code", 200_i64.into())],
+//!     attributes: vec![("http.status_code".into(), 200_i64.into())],
 //! };
 //! let _ = sink.send(vec![span]);
 //! # Ok(())

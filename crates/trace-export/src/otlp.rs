@@ -77,7 +77,7 @@ fn span_message(span: Span) -> opentelemetry_proto::tonic::trace::v1::Span {
         attributes: span
             .attributes
             .into_iter()
-            .map(|(key, value)| key_value(key.to_owned(), value))
+            .map(|(key, value)| key_value(key.into_owned(), value))
             .collect(),
         status: span.error.map(|message| Status {
             message,

@@ -62,12 +62,13 @@ pub struct Span {
     pub end: SystemTime,
     /// Set when the operation failed: the span's status is then an error with this message.
     pub error: Option<String>,
-    pub attributes: Vec<(&'static str, Value)>,
+    /// Names are the proxy's own, or configured (a listener's custom tags).
+    pub attributes: Vec<(Cow<'static, str>, Value)>,
 }
 
 impl Span {
     /// Adds an attribute.
-    pub fn set(&mut self, key: &'static str, value: impl Into<Value>) {
-        self.attributes.push((key, value.into()));
+    pub fn set(&mut self, key: impl Into<Cow<'static, str>>, value: impl Into<Value>) {
+        self.attributes.push((key.into(), value.into()));
     }
 }

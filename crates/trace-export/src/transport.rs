@@ -1,8 +1,6 @@
 //! The two ways OTLP reaches a collector: gRPC (`TraceService/Export`, usually port 4317)
 //! and HTTP (a protobuf body POSTed to `/v1/traces`, usually port 4318).
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http_body_util::{BodyExt, Full};
@@ -14,11 +12,16 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::Trac
 use prost::Message;
 use tonic::transport::Channel;
 
-use crate::{ExportError, Protocol};
+use crate::{ExportError, ExporterConfig, Protocol};
 
 /// The collector's client, made once; it connects on first use and again after a failure.
 pub(crate) enum Transport {
-    Grpc(TraceServiceClient<Channel>),
+    /// With the metadata every export carries (boxed: most exporters have none, and the
+    /// map is larger than the client).
+    Grpc(
+        TraceServiceClient<Channel>,
+        Box<tonic::metadata::MetadataMap>,
+    ),
     /// Boxed: the client is several times the gRPC one's size.
     Http(Box<HttpTransport>),
 }
@@ -26,26 +29,47 @@ pub(crate) enum Transport {
 pub(crate) struct HttpTransport {
     client: Client<HttpConnector, Full<Bytes>>,
     uri: http::Uri,
+    /// `host` (when an authority is given) and the configured headers.
+    headers: http::HeaderMap,
 }
 
 impl Transport {
-    pub(crate) fn new(endpoint: &http::Uri, protocol: Protocol, timeout: Duration) -> Transport {
-        match protocol {
+    pub(crate) fn new(config: &ExporterConfig) -> Transport {
+        let (endpoint, timeout) = (&config.endpoint, config.timeout);
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in &config.headers {
+            headers.append(name.clone(), value.clone());
+        }
+        match config.protocol {
             Protocol::Grpc => {
-                let channel = tonic::transport::Endpoint::from(endpoint.clone())
+                let mut channel = tonic::transport::Endpoint::from(endpoint.clone())
                     .connect_timeout(timeout)
                     .timeout(timeout)
-                    .tcp_nodelay(true)
-                    .connect_lazy();
-                Transport::Grpc(TraceServiceClient::new(channel))
+                    .tcp_nodelay(true);
+                if let Some(authority) = &config.authority {
+                    // Checked at load: `http://` and a valid authority make a valid URI.
+                    if let Ok(origin) = format!("http://{authority}").parse::<http::Uri>() {
+                        channel = channel.origin(origin);
+                    }
+                }
+                Transport::Grpc(
+                    TraceServiceClient::new(channel.connect_lazy()),
+                    Box::new(tonic::metadata::MetadataMap::from_headers(headers)),
+                )
             }
             Protocol::HttpProtobuf => {
+                if let Some(authority) = &config.authority
+                    && let Ok(host) = http::HeaderValue::from_str(authority.as_str())
+                {
+                    headers.insert(http::header::HOST, host);
+                }
                 let mut connector = HttpConnector::new();
                 connector.set_connect_timeout(Some(timeout));
                 connector.set_nodelay(true);
                 Transport::Http(Box::new(HttpTransport {
                     client: Client::builder(TokioExecutor::new()).build(connector),
                     uri: endpoint.clone(),
+                    headers,
                 }))
             }
         }
@@ -57,7 +81,9 @@ impl Transport {
         request: ExportTraceServiceRequest,
     ) -> Result<(), ExportError> {
         match self {
-            Transport::Grpc(client) => {
+            Transport::Grpc(client, metadata) => {
+                let mut request = tonic::Request::new(request);
+                *request.metadata_mut() = (**metadata).clone();
                 client
                     .export(request)
                     .await
@@ -68,12 +94,18 @@ impl Transport {
                     })
             }
             Transport::Http(http) => {
-                let HttpTransport { client, uri } = &**http;
+                let HttpTransport {
+                    client,
+                    uri,
+                    headers,
+                } = &**http;
                 let body = Full::new(Bytes::from(request.encode_to_vec()));
-                let post = http::Request::post(uri.clone())
+                let mut post = http::Request::post(uri.clone())
                     .header(CONTENT_TYPE, "application/x-protobuf")
                     .body(body)
                     .map_err(|e| ExportError::Transport(e.to_string()))?;
+                post.headers_mut()
+                    .extend(headers.iter().map(|(k, v)| (k.clone(), v.clone())));
                 let response = client
                     .request(post)
                     .await

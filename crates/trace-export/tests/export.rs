@@ -48,6 +48,8 @@ fn exporter(
         ExporterConfig {
             endpoint: endpoint.parse().expect("endpoint"),
             protocol,
+            authority: None,
+            headers: Vec::new(),
             timeout: Duration::from_secs(30),
             max_queued_spans,
             max_export_batch,

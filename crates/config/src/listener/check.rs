@@ -10,6 +10,7 @@ pub(crate) fn listener(
     path: &str,
     cluster_index: &HashMap<&str, usize>,
     clusters: &[ClusterConfig],
+    traced: bool,
 ) -> Result<ListenerConfig, ConfigError> {
     let name = if raw.dynamic {
         dynamic_name(raw.name, path)?
@@ -137,6 +138,7 @@ pub(crate) fn listener(
         access_log,
         proxy_protocol,
         tls,
+        tracing: crate::tracing::listener_tracing(raw.tracing, path, traced)?,
         http_filters,
         http: HttpConfig {
             max_concurrent_streams,

@@ -63,6 +63,8 @@ pub struct ListenerConfig {
     pub proxy_protocol: Option<ProxyProtocolConfig>,
     /// TLS termination; `None`: cleartext (HTTP/1.1 and h2c).
     pub tls: Option<ListenerTlsConfig>,
+    /// Whether and how its requests are traced, when the process traces.
+    pub tracing: ListenerTracing,
     /// The HTTP filters requests pass through, in order (routes may turn one off or give it
     /// settings of their own).
     pub http_filters: Vec<HttpFilterConfig>,

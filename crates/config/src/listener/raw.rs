@@ -35,6 +35,11 @@ pub struct RawListener {
     pub virtual_hosts: Vec<RawVirtualHost>,
     /// Hosts matched without their port (Envoy's `ignore_port_in_host_matching`).
     pub ignore_port_in_host_matching: Option<bool>,
+    pub tracing: Option<RawListenerTracing>,
+    /// From a management server: the collector this listener's connection manager names,
+    /// which becomes the process's (there is one per process).
+    #[serde(skip)]
+    pub tracing_provider: Option<RawTracing>,
     /// Set on listeners from a management server: names as control planes write them.
     #[serde(skip)]
     pub dynamic: bool,

@@ -25,6 +25,7 @@ use crate::filters::fault::xds as fault;
 use crate::filters::health_check::xds as health_check;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
 use crate::route::xds::XdsRoutes;
+use crate::tracing::xds::XdsCollector;
 use crate::{RawCors, RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
@@ -93,6 +94,8 @@ pub struct XdsListener {
     upgrades: Vec<String>,
     /// The HTTP filters before the router, in order.
     filters: Vec<XdsHttpFilter>,
+    /// The collector its connection manager's tracing names.
+    collector: Option<XdsCollector>,
 }
 
 /// One HTTP filter of a listener from the management server.
@@ -108,6 +111,11 @@ impl XdsListener {
     pub fn decode(value: &Any) -> Result<Self, ResourceError> {
         let listener: Listener = decode(value, type_url::LISTENER, "a Listener")?;
         translate(listener)
+    }
+
+    /// The cluster its tracing collector is found in, if any.
+    pub fn tracing_cluster(&self) -> Option<&str> {
+        self.collector.as_ref().map(|c| c.cluster.as_str())
     }
 
     /// The cluster its authorization service is found in, if any.
@@ -127,6 +135,9 @@ impl XdsListener {
         single_hosts: &BTreeMap<&str, &str>,
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
+        if let Some(collector) = &self.collector {
+            raw.tracing_provider = Some(collector.section(single_hosts)?);
+        }
         let routes = routes.or(self.inline.as_ref());
         raw.http_filters.clear();
         for filter in &self.filters {
@@ -249,6 +260,8 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         std::mem::take(&mut hcm.access_log),
         &format!("{at}.filters[0]"),
     )?;
+    let (tracing, collector) =
+        crate::tracing::xds::tracing(hcm.tracing.take(), &format!("{at}.filters[0]"))?;
     let mut raw = RawListener {
         name: name.clone(),
         address,
@@ -266,6 +279,8 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         routes: Vec::new(),
         virtual_hosts: Vec::new(),
         ignore_port_in_host_matching: None,
+        tracing: Some(tracing),
+        tracing_provider: None,
         dynamic: true,
     };
     let (inline, rds, upgrades, filters) =
@@ -277,6 +292,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         rds,
         upgrades,
         filters,
+        collector,
     })
 }
 

@@ -276,7 +276,10 @@ impl Resources {
                 let authz = l
                     .authz_cluster()
                     .is_none_or(|c| single_hosts.contains_key(c));
-                routes && authz
+                let collector = l
+                    .tracing_cluster()
+                    .is_none_or(|c| single_hosts.contains_key(c));
+                routes && authz && collector
             };
             let listener = if warm(&held.value) {
                 self.serving.insert(name.clone(), held.clone());

@@ -1493,3 +1493,61 @@ fn http1_trailers_turned_on_are_what_legate_does() {
     chain.config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
     assert!(XdsListener::decode(&pack(&l)).is_ok());
 }
+
+/// One collector per process: a listener naming another than the one in force is refused
+/// by name; the file's own `tracing` counts as the one in force.
+#[test]
+fn listeners_naming_another_collector_are_refused() {
+    let file = "dynamic_resources: { ads: { address: '127.0.0.1:1' } }\nnode: { id: n }\n";
+    let config = crate::Config::from_yaml(file).unwrap();
+    let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let with_collector = |name: &str, endpoint: &str| {
+        let mut raw = XdsListener::decode(&pack(&listener(name, "r")))
+            .unwrap()
+            .section(Some(&r), &Default::default(), &Default::default())
+            .unwrap();
+        raw.tracing = Some(crate::RawListenerTracing::default());
+        raw.tracing_provider = Some(crate::RawTracing {
+            otlp: crate::RawOtlp {
+                endpoint: endpoint.into(),
+                protocol: None,
+                authority: None,
+                headers: Default::default(),
+                timeout: None,
+            },
+            service_name: None,
+            random_sampling: None,
+            force_trace_header: None,
+            max_queued_spans: None,
+            max_export_batch: None,
+        });
+        raw
+    };
+    let same = compose(
+        &config.origin,
+        vec![
+            with_collector("a", "http://127.0.0.1:4317"),
+            with_collector("b", "http://127.0.0.1:4317"),
+        ],
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(
+        same.tracing.unwrap().endpoint.to_string(),
+        "http://127.0.0.1:4317/"
+    );
+    let error = compose(
+        &config.origin,
+        vec![
+            with_collector("a", "http://127.0.0.1:4317"),
+            with_collector("b", "http://127.0.0.2:4317"),
+        ],
+        vec![],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.starts_with("listener `b`.tracing: its tracing provider is not the process's"),
+        "{error}"
+    );
+}

@@ -72,7 +72,7 @@ pub(crate) fn handle(
             log.peer = Some(client.addr(&conn));
         }
         if let Some(tracer) = &http.tracer {
-            in_flight.set_trace(tracer.start(&req, client.ip(&conn)));
+            in_flight.set_trace(tracer.start(&req, client.ip(&conn), &http.trace_policy));
         }
         let mut state = FilterState::default();
         let mut facts = Facts::default();

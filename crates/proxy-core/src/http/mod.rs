@@ -45,8 +45,10 @@ pub(crate) struct HttpCtx {
     /// Bytes an upgraded connection holds per direction.
     pub(crate) upgrade_buffer: usize,
     pub(crate) path_normalization: config::PathNormalization,
-    /// Starts each request's trace, when `tracing` is configured.
+    /// Starts each request's trace, when `tracing` is configured and the listener traces.
     pub(crate) tracer: Option<Rc<crate::trace::WorkerTracer>>,
+    /// The listener's sampling and span tags.
+    pub(crate) trace_policy: crate::trace::TracePolicy,
     /// What a request header named with `_` gets.
     pub(crate) headers_with_underscores: config::HeadersWithUnderscores,
     /// The `server` header of every response.

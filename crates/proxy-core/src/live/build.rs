@@ -338,6 +338,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         access_log,
         proxy_protocol,
         tls,
+        tracing,
         http_filters: _,
         route_config: _,
     } = listener;
@@ -354,7 +355,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         http,
         access_log,
         proxy_protocol,
-        tls,
+        (tls, tracing),
     ))
 }
 

@@ -1,6 +1,8 @@
 //! `tracing:` distributed tracing. Requests carry W3C trace context to the upstream and the
 //! authorization service; sampled ones become spans exported over OTLP.
 
+pub(crate) mod xds;
+
 use std::time::Duration;
 
 use http::HeaderName;
@@ -35,6 +37,13 @@ pub struct TracingConfig {
     #[serde(serialize_with = "ser_uri")]
     pub endpoint: http::Uri,
     pub protocol: OtlpProtocol,
+    /// The name the collector is called by (gRPC's `:authority`, HTTP's `host`) when it is
+    /// not the endpoint's host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authority: Option<String>,
+    /// Sent with every export (gRPC metadata, HTTP headers): a collector's API key.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "ser_pairs")]
+    pub headers: Vec<(HeaderName, http::HeaderValue)>,
     #[serde(serialize_with = "ser::duration")]
     pub timeout: Duration,
     /// The resource's `service.name`.
@@ -46,6 +55,14 @@ pub struct TracingConfig {
     pub force_trace_header: Option<HeaderName>,
     pub max_queued_spans: usize,
     pub max_export_batch: usize,
+}
+
+fn ser_pairs<S: Serializer>(
+    pairs: &[(HeaderName, http::HeaderValue)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    // Values may be secrets (API keys): the dump names the headers only.
+    s.collect_seq(pairs.iter().map(|(name, _)| name.as_str()))
 }
 
 fn ser_uri<S: Serializer>(uri: &http::Uri, s: S) -> Result<S::Ok, S::Error> {
@@ -117,9 +134,30 @@ pub(crate) fn tracing(raw: Option<RawTracing>) -> Result<Option<TracingConfig>, 
             "expected a name",
         ));
     }
+    let authority = match raw.otlp.authority {
+        None => None,
+        Some(a) if a.parse::<http::uri::Authority>().is_ok() => Some(a),
+        Some(a) => {
+            return Err(ConfigError::invalid(
+                "tracing.otlp.authority",
+                format!("expected a host name (and port), found `{a}`"),
+            ));
+        }
+    };
+    let mut headers = Vec::with_capacity(raw.otlp.headers.len());
+    for (name, value) in raw.otlp.headers {
+        let at = format!("tracing.otlp.headers.{name}");
+        let header = HeaderName::try_from(name.to_ascii_lowercase().as_str())
+            .map_err(|_| ConfigError::invalid(&at, "expected a header name"))?;
+        let value = http::HeaderValue::from_str(&value)
+            .map_err(|_| ConfigError::invalid(&at, "expected a header value of visible ASCII"))?;
+        headers.push((header, value));
+    }
     Ok(Some(TracingConfig {
         endpoint,
         protocol,
+        authority,
+        headers,
         timeout,
         service_name,
         random_sampling,
@@ -171,7 +209,7 @@ fn endpoint(text: &str, protocol: OtlpProtocol) -> Result<http::Uri, ConfigError
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTracing {
     pub otlp: RawOtlp,
@@ -184,14 +222,164 @@ pub struct RawTracing {
     pub max_export_batch: Option<usize>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOtlp {
     pub endpoint: String,
     /// `grpc` (default) or `http`.
     pub protocol: Option<String>,
+    pub authority: Option<String>,
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
+}
+
+/// A listener's tracing: whether its requests are traced (when the process traces), and
+/// how they are sampled and tagged there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ListenerTracing {
+    pub enabled: bool,
+    /// Percent of requests sampled that bring no trusted decision; `None`: the process's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub random_sampling: Option<f64>,
+    /// Percent of requests with `x-client-trace-id` sampled for it (Envoy's client sampling).
+    pub client_sampling: f64,
+    /// Percent of the sampled requests kept: a cap over the other two.
+    pub overall_sampling: f64,
+    /// Attributes of every request's span.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub custom_tags: Vec<CustomTag>,
+}
+
+impl Default for ListenerTracing {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            random_sampling: None,
+            client_sampling: 0.0,
+            overall_sampling: 100.0,
+            custom_tags: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CustomTag {
+    pub tag: String,
+    pub value: CustomTagValue,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CustomTagValue {
+    Literal(String),
+    /// The request header's first value, or `default_value` without it (no tag without
+    /// either).
+    RequestHeader {
+        #[serde(serialize_with = "ser::header_name")]
+        name: HeaderName,
+        default_value: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListenerTracing {
+    pub enabled: Option<bool>,
+    pub random_sampling: Option<f64>,
+    pub client_sampling: Option<f64>,
+    pub overall_sampling: Option<f64>,
+    #[serde(default)]
+    pub custom_tags: Vec<RawCustomTag>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCustomTag {
+    pub tag: String,
+    pub literal: Option<String>,
+    pub request_header: Option<RawTagSource>,
+    /// Read once, at load.
+    pub environment: Option<RawTagSource>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTagSource {
+    pub name: String,
+    pub default_value: Option<String>,
+}
+
+/// A listener's `tracing`, checked; `traced`: whether the process has `tracing` at all.
+pub(crate) fn listener_tracing(
+    raw: Option<RawListenerTracing>,
+    path: &str,
+    traced: bool,
+) -> Result<ListenerTracing, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(ListenerTracing::default());
+    };
+    let at = format!("{path}.tracing");
+    if !traced && raw.enabled != Some(false) {
+        return Err(ConfigError::invalid(
+            at,
+            "a listener's tracing needs the top-level `tracing` (its collector)",
+        ));
+    }
+    let percent = |value: Option<f64>, key: &str, default: f64| {
+        let value = value.unwrap_or(default);
+        if (0.0..=100.0).contains(&value) {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                format!("{at}.{key}"),
+                "expected a percentage from 0 to 100",
+            ))
+        }
+    };
+    let random_sampling = raw
+        .random_sampling
+        .map(|r| percent(Some(r), "random_sampling", 0.0))
+        .transpose()?;
+    let mut custom_tags = Vec::with_capacity(raw.custom_tags.len());
+    for (i, t) in raw.custom_tags.into_iter().enumerate() {
+        let at = format!("{at}.custom_tags[{i}]");
+        if t.tag.is_empty() {
+            return Err(ConfigError::invalid(format!("{at}.tag"), "expected a name"));
+        }
+        let value = match (t.literal, t.request_header, t.environment) {
+            (Some(text), None, None) => CustomTagValue::Literal(text),
+            (None, Some(h), None) => CustomTagValue::RequestHeader {
+                name: HeaderName::try_from(h.name.to_ascii_lowercase().as_str()).map_err(|_| {
+                    ConfigError::invalid(
+                        format!("{at}.request_header.name"),
+                        format!("expected a header name, found `{}`", h.name),
+                    )
+                })?,
+                default_value: h.default_value,
+            },
+            // Envoy reads the variable once, when the configuration loads.
+            (None, None, Some(e)) => match std::env::var(&e.name).ok().or(e.default_value) {
+                Some(text) => CustomTagValue::Literal(text),
+                None => continue,
+            },
+            _ => {
+                return Err(ConfigError::invalid(
+                    at,
+                    "expected exactly one of `literal`, `request_header` or `environment`",
+                ));
+            }
+        };
+        custom_tags.push(CustomTag { tag: t.tag, value });
+    }
+    Ok(ListenerTracing {
+        enabled: raw.enabled.unwrap_or(true),
+        random_sampling,
+        client_sampling: percent(raw.client_sampling, "client_sampling", 0.0)?,
+        overall_sampling: percent(raw.overall_sampling, "overall_sampling", 100.0)?,
+        custom_tags,
+    })
 }
 
 #[cfg(test)]
@@ -276,5 +464,57 @@ mod tests {
         let config =
             load("  otlp: { endpoint: 'http://c:4317' }\n  force_trace_header: ''").unwrap();
         assert_eq!(config.tracing.unwrap().force_trace_header, None);
+    }
+
+    /// A listener's tracing: it needs the process's collector (unless it turns tracing
+    /// off), and each custom tag takes exactly one source.
+    #[test]
+    fn a_listeners_tracing_is_checked() {
+        let with = |top: &str, listener: &str| {
+            Config::from_yaml(&format!(
+                "{top}listeners:\n  - name: main\n    address: 127.0.0.1:0\n    tracing: {listener}\n    routes:\n      - match: {{ prefix: / }}\n        direct_response: {{ status: 200 }}\n"
+            ))
+        };
+        let top = "tracing: { otlp: { endpoint: 'http://c:4317' } }\n";
+        let err = with("", "{ random_sampling: 5 }").unwrap_err().to_string();
+        assert!(
+            err.contains("listeners[0].tracing: a listener's tracing needs"),
+            "{err}"
+        );
+        assert!(with("", "{ enabled: false }").is_ok());
+        let err = with(
+            top,
+            "{ custom_tags: [{ tag: a, literal: b, request_header: { name: c } }] }",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("listeners[0].tracing.custom_tags[0]: expected exactly one"),
+            "{err}"
+        );
+        let err = with(top, "{ overall_sampling: 101 }")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("listeners[0].tracing.overall_sampling"),
+            "{err}"
+        );
+        let config = with(
+            top,
+            "{ client_sampling: 20, custom_tags: [{ tag: h, request_header: { name: X-Id } }] }",
+        )
+        .unwrap();
+        let tracing = &config.listeners[0].tracing;
+        assert_eq!(
+            (tracing.client_sampling, tracing.overall_sampling),
+            (20.0, 100.0)
+        );
+        assert_eq!(
+            tracing.custom_tags[0].value,
+            CustomTagValue::RequestHeader {
+                name: HeaderName::from_static("x-id"),
+                default_value: None
+            }
+        );
     }
 }

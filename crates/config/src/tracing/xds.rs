@@ -1,0 +1,214 @@
+//! A connection manager's `tracing` as the listener's `tracing`, and its OpenTelemetry
+//! provider as the process's collector: the provider's cluster, once it has a single host,
+//! is the OTLP/gRPC endpoint. Without `tracing`, the listener is not traced (Envoy's).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::grpc_service;
+use envoy_types::pb::envoy::config::trace::v3::OpenTelemetryConfig;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
+use envoy_types::pb::envoy::r#type::tracing::v3::custom_tag;
+use envoy_types::pb::envoy::r#type::v3::Percent;
+
+use super::{RawCustomTag, RawListenerTracing, RawOtlp, RawTagSource, RawTracing};
+use crate::envoy::{ResourceError, decode, duration, nothing_else};
+
+const OPEN_TELEMETRY: &str = "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig";
+
+/// Field numbers of the messages read here, to name what is refused.
+const TRACING: &[(u32, &str)] = &[
+    (3, "client_sampling"),
+    (4, "random_sampling"),
+    (5, "overall_sampling"),
+    (6, "verbose"),
+    (7, "max_path_tag_length"),
+    (8, "custom_tags"),
+    (9, "provider"),
+    (10, "spawn_upstream_span"),
+    (11, "operation"),
+    (12, "upstream_operation"),
+    (13, "no_context_propagation"),
+];
+
+const OPEN_TELEMETRY_FIELDS: &[(u32, &str)] = &[
+    (1, "grpc_service"),
+    (2, "service_name"),
+    (3, "http_service"),
+    (4, "resource_detectors"),
+    (5, "sampler"),
+    (6, "max_cache_size"),
+    (7, "set_telemetry_sdk_resource_attributes"),
+    (8, "set_service_name_resource_attribute"),
+    (9, "set_instrumentation_scope"),
+    (10, "exporter"),
+];
+
+/// The collector a listener names: its cluster's single host, called by `authority`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct XdsCollector {
+    pub(crate) cluster: String,
+    authority: Option<String>,
+    headers: BTreeMap<String, String>,
+    service_name: Option<String>,
+    timeout: Option<Duration>,
+}
+
+impl XdsCollector {
+    /// The process's `tracing` for it; `None` while its cluster has no single host.
+    pub(crate) fn section(&self, single_hosts: &BTreeMap<&str, &str>) -> Option<RawTracing> {
+        let host = single_hosts.get(self.cluster.as_str())?;
+        Some(RawTracing {
+            otlp: RawOtlp {
+                endpoint: format!("http://{host}"),
+                protocol: Some("grpc".into()),
+                authority: self.authority.clone(),
+                headers: self.headers.clone(),
+                timeout: self.timeout,
+            },
+            service_name: self.service_name.clone(),
+            // Sampling is the listeners' to say; a collector from a management server
+            // brings nothing else.
+            random_sampling: None,
+            force_trace_header: None,
+            max_queued_spans: None,
+            max_export_batch: None,
+        })
+    }
+}
+
+/// The listener's tracing and the collector it names; `None` (no tracing): not traced.
+pub(crate) fn tracing(
+    value: Option<Tracing>,
+    at: &str,
+) -> Result<(RawListenerTracing, Option<XdsCollector>), ResourceError> {
+    let Some(mut t) = value else {
+        return Ok((
+            RawListenerTracing {
+                enabled: Some(false),
+                ..Default::default()
+            },
+            None,
+        ));
+    };
+    let at = format!("{at}.tracing");
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.clone(),
+        fields: vec![what.to_owned()],
+    };
+    // Envoy's three shares default to 100%.
+    let percent = |p: Option<Percent>| p.map_or(100.0, |p| p.value);
+    let listener = RawListenerTracing {
+        enabled: Some(true),
+        random_sampling: Some(percent(t.random_sampling.take())),
+        client_sampling: Some(percent(t.client_sampling.take())),
+        overall_sampling: Some(percent(t.overall_sampling.take())),
+        custom_tags: std::mem::take(&mut t.custom_tags)
+            .into_iter()
+            .map(|tag| {
+                let mut raw = RawCustomTag {
+                    tag: tag.tag,
+                    ..Default::default()
+                };
+                match tag.r#type {
+                    Some(custom_tag::Type::Literal(l)) => raw.literal = Some(l.value),
+                    Some(custom_tag::Type::RequestHeader(h)) => {
+                        raw.request_header = Some(source(h.name, h.default_value));
+                    }
+                    Some(custom_tag::Type::Environment(e)) => {
+                        raw.environment = Some(source(e.name, e.default_value));
+                    }
+                    _ => {
+                        return Err(unsupported(
+                            "custom_tags (literal, request_header and environment only)",
+                        ));
+                    }
+                }
+                Ok(raw)
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    // Spans for each upstream try are made here always: `false` would ask for none.
+    if t.spawn_upstream_span.take().is_some_and(|b| !b.value) {
+        return Err(unsupported("spawn_upstream_span: false"));
+    }
+    let provider = t
+        .provider
+        .take()
+        .ok_or_else(|| unsupported("tracing without a provider"))?;
+    let Some(envoy_types::pb::envoy::config::trace::v3::tracing::http::ConfigType::TypedConfig(
+        any,
+    )) = provider.config_type
+    else {
+        return Err(unsupported("provider without settings"));
+    };
+    if any.type_url != OPEN_TELEMETRY {
+        return Err(unsupported(&format!(
+            "provider `{}` (envoy.tracers.opentelemetry only)",
+            provider.name
+        )));
+    }
+    let collector = collector(decode(&any, OPEN_TELEMETRY, "an OpenTelemetryConfig")?, &at)?;
+    nothing_else(&t, TRACING, &at)?;
+    Ok((listener, Some(collector)))
+}
+
+fn source(name: String, default_value: String) -> RawTagSource {
+    RawTagSource {
+        name,
+        default_value: (!default_value.is_empty()).then_some(default_value),
+    }
+}
+
+fn collector(mut otel: OpenTelemetryConfig, at: &str) -> Result<XdsCollector, ResourceError> {
+    let at = format!("{at}.provider");
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.clone(),
+        fields: vec![what.to_owned()],
+    };
+    let Some(mut service) = otel.grpc_service.take() else {
+        return Err(unsupported("http_service (the gRPC service only)"));
+    };
+    let Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) = service.target_specifier.take()
+    else {
+        return Err(unsupported("grpc_service without envoy_grpc (a cluster)"));
+    };
+    let cluster = std::mem::take(&mut grpc.cluster_name);
+    let authority = Some(std::mem::take(&mut grpc.authority)).filter(|a| !a.is_empty());
+    if grpc != Default::default() {
+        return Err(unsupported("envoy_grpc besides cluster_name and authority"));
+    }
+    let timeout = duration(
+        service.timeout.take(),
+        &format!("{at}.grpc_service.timeout"),
+    )?
+    .filter(|t| !t.is_zero());
+    let mut headers = BTreeMap::new();
+    for header in std::mem::take(&mut service.initial_metadata) {
+        let value = if header.raw_value.is_empty() {
+            header.value
+        } else {
+            String::from_utf8(header.raw_value).map_err(|_| {
+                ResourceError::invalid(
+                    format!("{at}.grpc_service.initial_metadata"),
+                    "expected UTF-8 text",
+                )
+            })?
+        };
+        headers.insert(header.key.to_ascii_lowercase(), value);
+    }
+    if service != Default::default() {
+        return Err(unsupported(
+            "grpc_service besides envoy_grpc, timeout and initial_metadata",
+        ));
+    }
+    let service_name = Some(std::mem::take(&mut otel.service_name)).filter(|s| !s.is_empty());
+    nothing_else(&otel, OPEN_TELEMETRY_FIELDS, &at)?;
+    Ok(XdsCollector {
+        cluster,
+        authority,
+        headers,
+        service_name,
+        timeout,
+    })
+}
