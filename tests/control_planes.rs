@@ -2654,3 +2654,60 @@ listeners:
     );
     listener_tracing_holds(proxy.addr(), &collector).await;
 }
+
+/// Envoy Gateway's HTTPRoute cookie matches (its `http-route` scenario): a route whose
+/// cookies all match, or the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_match_cookies_from_the_management_server() {
+    use envoy_types::pb::envoy::config::route::v3::CookieMatcher;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        RegexMatcher, StringMatcher, string_matcher,
+    };
+
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let cookie = |name: &str, pattern: string_matcher::MatchPattern| CookieMatcher {
+        name: name.into(),
+        string_match: Some(StringMatcher {
+            match_pattern: Some(pattern),
+            ..Default::default()
+        }),
+        invert_match: false,
+    };
+    let mut matched = resources::direct("/", 200);
+    if let Some(m) = matched.r#match.as_mut() {
+        m.cookies = vec![
+            cookie(
+                "cookie-1",
+                string_matcher::MatchPattern::Exact("xxx".into()),
+            ),
+            cookie(
+                "cookie-2",
+                string_matcher::MatchPattern::SafeRegex(RegexMatcher {
+                    regex: "foo.*".into(),
+                    ..Default::default()
+                }),
+            ),
+        ];
+    }
+    let routes = resources::route_config("web-routes", vec![matched, resources::direct("/", 404)]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    let status = async |cookie: &str| {
+        send_h1(addr, get("/", &[("cookie", cookie)]))
+            .await
+            .status()
+    };
+    eventually("the routes in force", async || {
+        status("cookie-1=xxx; cookie-2=foobar").await == 200
+    })
+    .await;
+    assert_eq!(status("cookie-2=foobar; cookie-1=xxx").await, 200);
+    assert_eq!(status("cookie-1=xxx; cookie-2=bar").await, 404);
+    assert_eq!(status("cookie-1=xxx").await, 404);
+    server.shutdown().await;
+}

@@ -505,6 +505,12 @@ fn route_match(
         .enumerate()
         .map(|(i, q)| query_match(q, &format!("{path}.query_parameters[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
+    let cookies = raw
+        .cookies
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| cookie_match(c, &format!("{path}.cookies[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(RouteMatch {
         host,
         path: path_match,
@@ -512,6 +518,36 @@ fn route_match(
         headers,
         authority,
         query_parameters,
+        cookies,
+    })
+}
+
+fn cookie_match(raw: RawCookieMatch, path: &str) -> Result<CookieMatch, ConfigError> {
+    if raw.name.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.name"),
+            "expected a cookie name",
+        ));
+    }
+    let as_header = RawHeaderMatch {
+        name: raw.name,
+        exact: raw.exact,
+        prefix: raw.prefix,
+        suffix: raw.suffix,
+        contains: raw.contains,
+        regex: raw.regex,
+        present: None,
+    };
+    let Some(value) = crate::matchers::string_match(&as_header, path)? else {
+        return Err(ConfigError::invalid(
+            path,
+            "expected one of `exact`, `prefix`, `suffix`, `contains` or `regex`",
+        ));
+    };
+    Ok(CookieMatch {
+        name: as_header.name,
+        value,
+        invert: raw.invert.unwrap_or(false),
     })
 }
 

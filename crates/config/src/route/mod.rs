@@ -56,6 +56,59 @@ pub struct RouteMatch {
     /// Parameters of the request's query, percent-decoded; all must match.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub query_parameters: Vec<QueryMatch>,
+    /// Cookies of the `cookie` header; all must match.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cookies: Vec<CookieMatch>,
+}
+
+/// A cookie's value matched (Envoy's `CookieMatcher`): an absent cookie does not match, so
+/// with `invert` it does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CookieMatch {
+    pub name: String,
+    pub value: StringMatch,
+    pub invert: bool,
+}
+
+impl Serialize for CookieMatch {
+    /// As written: `name`, the value's match, and `invert: true` when set.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("name", &self.name)?;
+        self.value.write(&mut map)?;
+        if self.invert {
+            map.serialize_entry("invert", &true)?;
+        }
+        map.end()
+    }
+}
+
+impl CookieMatch {
+    pub fn matches(&self, headers: &http::HeaderMap) -> bool {
+        let found = cookie_value(headers, &self.name).is_some_and(|v| self.value.matches(v));
+        found != self.invert
+    }
+}
+
+/// The value of the first cookie named `name` in the `cookie` headers, without the quotes
+/// around it if it has them (as Envoy reads it): for route matches and hash keys alike.
+pub fn cookie_value<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a [u8]> {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .flat_map(|h| h.as_bytes().split(|b| *b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let at = pair.iter().position(|b| *b == b'=')?;
+            let (key, value) = (&pair[..at], &pair[at + 1..]);
+            (key == name.as_bytes()).then(|| {
+                value
+                    .strip_prefix(b"\"")
+                    .and_then(|v| v.strip_suffix(b"\""))
+                    .unwrap_or(value)
+            })
+        })
 }
 
 impl RouteMatch {
@@ -65,6 +118,7 @@ impl RouteMatch {
         !self.headers.is_empty()
             || !self.authority.is_empty()
             || !self.query_parameters.is_empty()
+            || !self.cookies.is_empty()
             || matches!(
                 self.path,
                 PathMatch::Regex(_) | PathMatch::SeparatedPrefix(_)

@@ -100,6 +100,21 @@ pub struct RawMatch {
     pub headers: Vec<RawHeaderMatch>,
     #[serde(default)]
     pub query_parameters: Vec<RawHeaderMatch>,
+    #[serde(default)]
+    pub cookies: Vec<RawCookieMatch>,
+}
+
+/// A cookie's match: `name`, one value match, and `invert`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCookieMatch {
+    pub name: String,
+    pub exact: Option<String>,
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+    pub contains: Option<String>,
+    pub regex: Option<String>,
+    pub invert: Option<bool>,
 }
 
 /// A header's or query parameter's match: `name` and one of the rest.

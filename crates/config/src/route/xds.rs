@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use envoy_types::pb::envoy::config::core::v3::data_source;
 use envoy_types::pb::envoy::config::route::v3::route_action as action;
 use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route,
-    route_match,
+    CookieMatcher, DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch,
+    VirtualHost, route, route_match,
 };
 use envoy_types::pb::google::protobuf::Any;
 
@@ -18,7 +18,9 @@ use crate::envoy::headers::{self as xds_headers, Lists};
 use crate::envoy::matchers;
 use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::filters::xds::route_filters;
-use crate::{RawDirectResponse, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost};
+use crate::{
+    RawCookieMatch, RawDirectResponse, RawMatch, RawRetryPolicy, RawRoute, RawVirtualHost,
+};
 use crate::{RawHeaderRules, RawPerRoute, RawRouteFilters};
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
@@ -356,6 +358,11 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
             crate::envoy::matchers::query_parameter(q, &format!("{at}.query_parameters[{i}]"))
         })
         .collect::<Result<_, _>>()?;
+    let cookies = std::mem::take(&mut m.cookies)
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| cookie(c, &format!("{at}.cookies[{i}]")))
+        .collect::<Result<_, _>>()?;
     nothing_else(&m, fields::ROUTE_MATCH, at)?;
     Ok(RawMatch {
         host: None,
@@ -368,6 +375,24 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
         case_sensitive,
         headers,
         query_parameters,
+        cookies,
+    })
+}
+
+/// A `CookieMatcher`: its string match (required) and `invert_match`.
+fn cookie(c: CookieMatcher, at: &str) -> Result<RawCookieMatch, ResourceError> {
+    let string_match = c
+        .string_match
+        .ok_or_else(|| ResourceError::invalid(at, "expected a string_match"))?;
+    let m = matchers::string_match(c.name, string_match, &format!("{at}.string_match"))?;
+    Ok(RawCookieMatch {
+        name: m.name,
+        exact: m.exact,
+        prefix: m.prefix,
+        suffix: m.suffix,
+        contains: m.contains,
+        regex: m.regex,
+        invert: Some(c.invert_match),
     })
 }
 

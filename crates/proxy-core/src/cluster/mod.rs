@@ -188,15 +188,7 @@ impl Cluster {
 pub(crate) fn hash_of(key: &HashKey, headers: &HeaderMap, client: IpAddr) -> Option<u64> {
     match key {
         HashKey::Header(name) => headers.get(name).map(|v| balancer::hash_key(v.as_bytes())),
-        HashKey::Cookie(name) => headers
-            .get_all(http::header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .find_map(|pair| {
-                let (k, v) = pair.trim().split_once('=')?;
-                (k == name).then(|| balancer::hash_key(v.as_bytes()))
-            }),
+        HashKey::Cookie(name) => config::cookie_value(headers, name).map(balancer::hash_key),
         HashKey::SourceIp => Some(match client {
             IpAddr::V4(ip) => balancer::hash_key(&ip.octets()),
             IpAddr::V6(ip) => balancer::hash_key(&ip.octets()),

@@ -255,7 +255,8 @@ fn conditions_match(m: &RouteMatch, request: &Request<'_>) -> bool {
     let headers = request.headers;
     let authority = Some(request.authority.as_bytes()).filter(|a| !a.is_empty());
     let headers_ok = m.headers.iter().all(|h| h.matches(headers))
-        && m.authority.iter().all(|a| a.matches_value(authority));
+        && m.authority.iter().all(|a| a.matches_value(authority))
+        && m.cookies.iter().all(|c| c.matches(headers));
     headers_ok
         && m.query_parameters.iter().all(|q| {
             match query_value(request.query.unwrap_or(""), &q.name) {
@@ -779,6 +780,53 @@ listeners:
         assert_eq!(at("/", None, &agent("googlebot")), "bot");
         assert_eq!(at("/", None, &agent("a mobile b")), "mobile");
         assert_eq!(at("/", None, &agent("wget")), "fallback");
+    }
+
+    /// Cookies as Envoy Gateway's HTTPRoute matches write them: every matcher on the value of
+    /// the first cookie of its name (quotes taken off); `invert` matches an absent cookie.
+    #[test]
+    fn cookies_match_by_value() {
+        let yaml = r#"
+listeners:
+  - name: l
+    address: 127.0.0.1:1
+    routes:
+      - match: { prefix: /, cookies: [{ name: c1, exact: xxx }, { name: c2, regex: "foo.*" }] }
+        direct_response: { status: 200, body: both }
+      - match: { prefix: /, cookies: [{ name: session, prefix: a, invert: true }] }
+        direct_response: { status: 200, body: not-a }
+      - match: { prefix: / }
+        direct_response: { status: 200, body: fallback }
+"#;
+        let t = RouteTable::new(
+            Config::from_yaml(yaml).unwrap().listeners[0]
+                .route_config
+                .clone(),
+        );
+        let at = |cookies: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for c in cookies {
+                h.append(http::header::COOKIE, HeaderValue::from_static(c));
+            }
+            let matched = t.find("h", "/", None, &h);
+            match &t.route(matched.route.expect("a route")).action {
+                config::RouteAction::DirectResponse { body, .. } => {
+                    String::from_utf8(body.to_vec()).unwrap()
+                }
+                other => panic!("unexpected action {other:?}"),
+            }
+        };
+        assert_eq!(at(&["c1=xxx; c2=foobar; session=abc"]), "both");
+        assert_eq!(at(&["c1=\"xxx\"", "c2=food; session=abc"]), "both");
+        assert_eq!(
+            at(&["c1=xxx; c1=yyy; c2=foo"]),
+            "both",
+            "the first of a name counts"
+        );
+        assert_eq!(at(&["c1=xxy; c2=foo; session=abc"]), "fallback");
+        assert_eq!(at(&["c2=foo; session=bcd"]), "not-a");
+        assert_eq!(at(&[]), "not-a", "an absent cookie matches inverted");
+        assert_eq!(at(&["xc1=xxx; c2=foo; session=a"]), "fallback");
     }
 
     #[test]
