@@ -1430,6 +1430,8 @@ async fn through_split(addr: SocketAddr) -> (Vec<String>, String, Vec<String>) {
     assert_eq!(res.status(), 200);
     let answered = res.headers()["x-side"].to_str().unwrap().to_owned();
     let echo = text(res.into_body()).await;
+    // Each side's own host goes upstream in the client's place.
+    assert_eq!(echoed(&echo, "host"), [format!("{answered}.backend")]);
     (echoed(&echo, "x-side"), answered, echoed(&echo, "x-order"))
 }
 
@@ -1483,6 +1485,11 @@ async fn weighted_clusters_carry_header_rules_of_their_own() {
             header("x-order", "cluster", false),
         ],
         response_headers_to_add: vec![header("x-side", name, true)],
+        host_rewrite_specifier: Some(
+            weighted_cluster::cluster_weight::HostRewriteSpecifier::HostRewriteLiteral(format!(
+                "{name}.backend"
+            )),
+        ),
         ..Default::default()
     };
     let mut route = resources::forward("/", "backend");
@@ -1570,11 +1577,13 @@ listeners:
         weighted_clusters:
           - cluster: backend
             weight: 1
+            host_rewrite: a.backend
             headers:
               request: {{ set: {{ x-side: a }}, add: {{ x-order: cluster }} }}
               response: {{ set: {{ x-side: a }} }}
           - cluster: backend-b
             weight: 1
+            host_rewrite: b.backend
             headers:
               request: {{ set: {{ x-side: b }}, add: {{ x-order: cluster }} }}
               response: {{ set: {{ x-side: b }} }}

@@ -184,6 +184,12 @@ pub struct WeightedCluster {
     /// Applied by the `headers` filter before the levels' rules, to requests drawn here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<crate::HeaderRulesConfig>,
+    /// The host sent upstream for requests drawn here, over the route's `host_rewrite`.
+    #[serde(
+        serialize_with = "crate::serialize::opt_header_value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub host_rewrite: Option<http::HeaderValue>,
 }
 
 /// A route's traffic split over clusters.

@@ -335,19 +335,7 @@ fn route(
         }
         let host_rewrite = raw
             .host_rewrite
-            .map(|h| {
-                // It becomes the upstream's `host` or `:authority`, so it must be one.
-                h.parse::<http::uri::Authority>()
-                    .ok()
-                    .filter(|a| !a.as_str().contains('@'))
-                    .and_then(|_| HeaderValue::from_str(&h).ok())
-                    .ok_or_else(|| {
-                        ConfigError::invalid(
-                            format!("{path}.host_rewrite"),
-                            format!("expected a host name, found `{h}`"),
-                        )
-                    })
-            })
+            .map(|h| host_rewrite(&h, &format!("{path}.host_rewrite")))
             .transpose()?;
         let retry_policy = raw
             .retry_policy
@@ -520,6 +508,16 @@ fn route_match(
         query_parameters,
         cookies,
     })
+}
+
+/// A host to send upstream instead of the client's: it becomes the upstream's `host` or
+/// `:authority`, so it must be one.
+pub(crate) fn host_rewrite(h: &str, path: &str) -> Result<HeaderValue, ConfigError> {
+    h.parse::<http::uri::Authority>()
+        .ok()
+        .filter(|a| !a.as_str().contains('@'))
+        .and_then(|_| HeaderValue::from_str(h).ok())
+        .ok_or_else(|| ConfigError::invalid(path, format!("expected a host name, found `{h}`")))
 }
 
 fn cookie_match(raw: RawCookieMatch, path: &str) -> Result<CookieMatch, ConfigError> {

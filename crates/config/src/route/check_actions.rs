@@ -255,11 +255,16 @@ pub(crate) fn split(
                 true,
             )?),
         };
+        let host_rewrite = w
+            .host_rewrite
+            .map(|h| super::check::host_rewrite(&h, &format!("{at}.host_rewrite")))
+            .transpose()?;
         list.push(WeightedCluster {
             index,
             name: w.cluster,
             weight: w.weight,
             headers,
+            host_rewrite,
         });
     }
     let weights: Vec<u32> = list.iter().map(|c| c.weight).collect();

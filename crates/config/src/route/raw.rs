@@ -138,6 +138,8 @@ pub struct RawWeightedCluster {
     /// Header rules for the requests drawn to this cluster (and their responses), applied
     /// before the route's, virtual host's and listener's (Envoy's order).
     pub headers: Option<crate::RawHeaderRules>,
+    /// The host sent upstream for requests drawn here (over the route's `host_rewrite`).
+    pub host_rewrite: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -6,6 +6,7 @@
 #![allow(deprecated)]
 
 use envoy_types::pb::envoy::config::route::v3::route_action::RequestMirrorPolicy;
+use envoy_types::pb::envoy::config::route::v3::weighted_cluster::cluster_weight;
 use envoy_types::pb::envoy::config::route::v3::{
     RedirectAction, WeightedCluster, redirect_action, weighted_cluster,
 };
@@ -44,6 +45,11 @@ pub(crate) fn weighted_clusters(
             },
             &at,
         )?;
+        // The literal is the oneof's only member.
+        let host_rewrite = c
+            .host_rewrite_specifier
+            .take()
+            .map(|cluster_weight::HostRewriteSpecifier::HostRewriteLiteral(host)| host);
         nothing_else(&c, fields::CLUSTER_WEIGHT, &at)?;
         if name.is_empty() {
             return Err(unsupported(&at, "cluster_header (a cluster by name only)"));
@@ -53,6 +59,7 @@ pub(crate) fn weighted_clusters(
                 cluster: name,
                 weight,
                 headers,
+                host_rewrite,
             });
         }
     }

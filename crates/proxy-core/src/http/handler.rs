@@ -497,13 +497,19 @@ async fn forward_request(
                 trace.set("guid:x-request-id", text_of(id));
             }
         }
+        // The drawn cluster's own host rewrite, over the route's (Envoy's order).
+        let rewrite = match (&forward.split, weighted) {
+            (Some(split), Some(drawn)) => split.clusters[drawn].host_rewrite.as_ref(),
+            _ => None,
+        }
+        .or(forward.host_rewrite.as_ref());
         if forward.append_x_forwarded_host
-            && forward.host_rewrite.is_some()
+            && rewrite.is_some()
             && let Some(original) = &host
         {
             append_forwarded_host(&mut parts.headers, original);
         }
-        let authority = forward.host_rewrite.clone().or(host);
+        let authority = rewrite.cloned().or(host);
         if !forward.mirrors.is_empty() && asked.is_none() {
             mirror::start(
                 forward,
