@@ -1933,8 +1933,36 @@ async fn authority_routes_and_forwarded_host_hold(addr: SocketAddr) {
     assert_eq!(forwarded_host(addr, "other.example", None).await, None);
 }
 
+/// The host from a request header (left as it was without the header), or from the path
+/// by a regex substitution (on the path as it came, before its own rewrite).
+async fn host_rewrites_hold(addr: SocketAddr) {
+    let upstream_host = async |path: &str, headers: &[(&str, &str)]| {
+        let mut all = vec![("x-noop-echo", "headers")];
+        all.extend_from_slice(headers);
+        let res = send_h1(addr, get(path, &all)).await;
+        assert_eq!(res.status(), 200);
+        let echo = text(res.into_body()).await;
+        (echoed(&echo, "host"), echoed(&echo, "x-forwarded-host"))
+    };
+    assert_eq!(
+        upstream_host("/by-header", &[("x-target", "picked.internal")]).await,
+        (
+            vec!["picked.internal".to_owned()],
+            vec!["legate.test".to_owned()]
+        )
+    );
+    assert_eq!(
+        upstream_host("/by-header", &[]).await,
+        (vec!["legate.test".to_owned()], vec![])
+    );
+    assert_eq!(
+        upstream_host("/node/42/api/x", &[]).await,
+        (vec!["backend-42.svc".to_owned()], vec![])
+    );
+}
+
 /// Envoy Gateway's URL host rewrite: `:authority` matched, `host_rewrite_literal` and
-/// `append_x_forwarded_host`.
+/// `append_x_forwarded_host`; `host_rewrite_header` and `host_rewrite_path_regex`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authority_matches_and_forwarded_host_from_the_management_server() {
     use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
@@ -1966,7 +1994,34 @@ async fn authority_matches_and_forwarded_host_from_the_management_server() {
         "rewritten.internal".into(),
     ));
     action.append_x_forwarded_host = true;
-    let routes = resources::route_config("web-routes", vec![route]);
+    let with_rewrite = |prefix: &str, rewrite: route_action::HostRewriteSpecifier, append| {
+        let mut route = resources::forward(prefix, "backend");
+        let Some(route::Action::Route(action)) = &mut route.action else {
+            unreachable!()
+        };
+        action.host_rewrite_specifier = Some(rewrite);
+        action.append_x_forwarded_host = append;
+        route
+    };
+    let by_header = with_rewrite(
+        "/by-header",
+        route_action::HostRewriteSpecifier::HostRewriteHeader("X-Target".into()),
+        true,
+    );
+    let by_path = with_rewrite(
+        "/node/",
+        route_action::HostRewriteSpecifier::HostRewritePathRegex(
+            envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute {
+                pattern: Some(envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher {
+                    regex: "^/node/([0-9]+)/api.*".into(),
+                    ..Default::default()
+                }),
+                substitution: "backend-\\1.svc".into(),
+            },
+        ),
+        false,
+    );
+    let routes = resources::route_config("web-routes", vec![route, by_header, by_path]);
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
     serve_backend(&server, upstream.local_addr());
     let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
@@ -1980,6 +2035,7 @@ async fn authority_matches_and_forwarded_host_from_the_management_server() {
     })
     .await;
     authority_routes_and_forwarded_host_hold(addr).await;
+    host_rewrites_hold(addr).await;
     server.shutdown().await;
 }
 
@@ -2001,6 +2057,13 @@ listeners:
         cluster: backend
         host_rewrite: rewritten.internal
         append_x_forwarded_host: true
+      - match: {{ prefix: /by-header }}
+        cluster: backend
+        host_rewrite_header: x-target
+        append_x_forwarded_host: true
+      - match: {{ prefix: /node/ }}
+        cluster: backend
+        host_rewrite_path_regex: {{ pattern: \"^/node/([0-9]+)/api.*\", substitution: \"backend-\\\\1.svc\" }}
 clusters:
   - {{ name: backend, endpoints: [\"{}\"] }}
 ",
@@ -2008,6 +2071,7 @@ clusters:
     );
     let proxy = Proxy::start(&config, 1);
     authority_routes_and_forwarded_host_hold(proxy.addr()).await;
+    host_rewrites_hold(proxy.addr()).await;
 }
 
 /// What a request to the rate-limited routes gets: its status and `x-ratelimit-remaining`.

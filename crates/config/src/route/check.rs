@@ -245,6 +245,8 @@ fn route(
         && (raw.timeout.is_some()
             || raw.idle_timeout.is_some()
             || raw.host_rewrite.is_some()
+            || raw.host_rewrite_header.is_some()
+            || raw.host_rewrite_path_regex.is_some()
             || raw.append_x_forwarded_host.is_some()
             || raw.grpc_timeout_header_max.is_some()
             || raw.retry_policy.is_some()
@@ -255,7 +257,7 @@ fn route(
     {
         return Err(ConfigError::invalid(
             path,
-            "`timeout`, `idle_timeout`, `host_rewrite`, `append_x_forwarded_host`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+            "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
              `regex_rewrite` and `request_mirror_policies` apply only to routes with a \
              `cluster` or `weighted_clusters`",
         ));
@@ -333,9 +335,35 @@ fn route(
                 "expected a duration above zero",
             ));
         }
+        let rewrites = [
+            raw.host_rewrite.is_some(),
+            raw.host_rewrite_header.is_some(),
+            raw.host_rewrite_path_regex.is_some(),
+        ];
+        if rewrites.iter().filter(|r| **r).count() > 1 {
+            return Err(ConfigError::invalid(
+                path,
+                "expected one of `host_rewrite`, `host_rewrite_header` and `host_rewrite_path_regex`",
+            ));
+        }
         let host_rewrite = raw
             .host_rewrite
             .map(|h| host_rewrite(&h, &format!("{path}.host_rewrite")))
+            .transpose()?;
+        let host_rewrite_header = raw
+            .host_rewrite_header
+            .map(|h| {
+                http::HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                    ConfigError::invalid(
+                        format!("{path}.host_rewrite_header"),
+                        format!("expected a header name, found `{h}`"),
+                    )
+                })
+            })
+            .transpose()?;
+        let host_rewrite_path_regex = raw
+            .host_rewrite_path_regex
+            .map(|r| route_actions::regex_rewrite(r, &format!("{path}.host_rewrite_path_regex")))
             .transpose()?;
         let retry_policy = raw
             .retry_policy
@@ -385,6 +413,8 @@ fn route(
                 })
                 .transpose()?,
             host_rewrite,
+            host_rewrite_header,
+            host_rewrite_path_regex,
             append_x_forwarded_host: raw.append_x_forwarded_host.unwrap_or(false),
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
             retry_policy,

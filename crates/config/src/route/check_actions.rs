@@ -161,27 +161,32 @@ pub(crate) fn path_rewrite(
                 &format!("{path}.prefix_rewrite"),
             )?)))
         }
-        (None, Some(raw)) => {
-            let at = format!("{path}.regex_rewrite");
-            let pattern = regex::RegexBuilder::new(&raw.pattern)
-                .size_limit(1 << 20)
-                .build()
-                .map_err(|e| {
-                    ConfigError::invalid(
-                        format!("{at}.pattern"),
-                        format!("invalid regex `{}`: {e}", raw.pattern),
-                    )
-                })?;
-            let replacement = substitution(&raw.substitution, pattern.captures_len())
-                .map_err(|e| ConfigError::invalid(format!("{at}.substitution"), e))?;
-            Ok(Some(PathRewrite::RegexRewrite(RegexRewrite {
-                pattern,
-                substitution: raw.substitution,
-                replacement,
-            })))
-        }
+        (None, Some(raw)) => Ok(Some(PathRewrite::RegexRewrite(regex_rewrite(
+            raw,
+            &format!("{path}.regex_rewrite"),
+        )?))),
         (None, None) => Ok(None),
     }
+}
+
+/// A pattern and its substitution (`\\1` for a group), checked.
+pub(crate) fn regex_rewrite(raw: RawRegexRewrite, at: &str) -> Result<RegexRewrite, ConfigError> {
+    let pattern = regex::RegexBuilder::new(&raw.pattern)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| {
+            ConfigError::invalid(
+                format!("{at}.pattern"),
+                format!("invalid regex `{}`: {e}", raw.pattern),
+            )
+        })?;
+    let replacement = substitution(&raw.substitution, pattern.captures_len())
+        .map_err(|e| ConfigError::invalid(format!("{at}.substitution"), e))?;
+    Ok(RegexRewrite {
+        pattern,
+        substitution: raw.substitution,
+        replacement,
+    })
 }
 
 /// An RE2-style substitution (`\1` for group 1, `\\` for a backslash) in the `regex` crate's

@@ -287,6 +287,17 @@ pub struct ForwardAction {
     /// Replaces the `host` (or `:authority`) sent upstream.
     #[serde(serialize_with = "ser::opt_header_value")]
     pub host_rewrite: Option<HeaderValue>,
+    /// The host sent upstream is this request header's value, when it has one (Envoy's
+    /// `host_rewrite_header`).
+    #[serde(
+        serialize_with = "ser::opt_header_name",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub host_rewrite_header: Option<http::HeaderName>,
+    /// The host sent upstream is the request's path (without its query) with this
+    /// substitution made (Envoy's `host_rewrite_path_regex`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_rewrite_path_regex: Option<RegexRewrite>,
     /// With `host_rewrite`: the request's own host is appended to `x-forwarded-host` (unless
     /// it is already the last value there), as Envoy's `append_x_forwarded_host`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]

@@ -45,7 +45,11 @@ pub struct RawRoute {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub idle_timeout: Option<Duration>,
     pub host_rewrite: Option<String>,
-    /// With `host_rewrite`: the request's own host is appended to `x-forwarded-host`.
+    /// The host sent upstream is this request header's value (unchanged without it).
+    pub host_rewrite_header: Option<String>,
+    /// The host sent upstream is the path with this substitution made.
+    pub host_rewrite_path_regex: Option<RawRegexRewrite>,
+    /// With a host rewrite: the request's own host is appended to `x-forwarded-host`.
     pub append_x_forwarded_host: Option<bool>,
     /// gRPC requests: the timeout is their `grpc-timeout`, at most this (`0s`: no most).
     #[serde(default, deserialize_with = "de_opt_duration")]

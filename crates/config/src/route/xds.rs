@@ -460,16 +460,31 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         Some(action::HostRewriteSpecifier::HostRewriteLiteral(host)) => {
             raw.host_rewrite = Some(host)
         }
+        Some(action::HostRewriteSpecifier::HostRewriteHeader(header)) => {
+            raw.host_rewrite_header = Some(header.to_ascii_lowercase())
+        }
+        Some(action::HostRewriteSpecifier::HostRewritePathRegex(r)) => {
+            raw.host_rewrite_path_regex = Some(super::xds_actions::regex_rewrite(
+                r,
+                &format!("{at}.host_rewrite_path_regex"),
+            )?)
+        }
         Some(_) => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["host_rewrite_specifier (host_rewrite_literal only)".into()],
+                fields: vec![
+                    "host_rewrite_specifier (host_rewrite_literal, host_rewrite_header and host_rewrite_path_regex only)"
+                        .into(),
+                ],
             });
         }
     }
     // Acts on a host rewrite only, as Envoy's.
-    raw.append_x_forwarded_host = Some(std::mem::take(&mut a.append_x_forwarded_host))
-        .filter(|append| *append && raw.host_rewrite.is_some());
+    let rewrites = raw.host_rewrite.is_some()
+        || raw.host_rewrite_header.is_some()
+        || raw.host_rewrite_path_regex.is_some();
+    raw.append_x_forwarded_host =
+        Some(std::mem::take(&mut a.append_x_forwarded_host)).filter(|append| *append && rewrites);
     raw.retry_policy = a
         .retry_policy
         .take()

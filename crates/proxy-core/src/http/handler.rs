@@ -465,6 +465,8 @@ async fn forward_request(
     {
         let taken = std::mem::replace(req, Request::new(RequestBody::empty()));
         let (mut parts, mut body) = taken.into_parts();
+        // From the request as it came: its header, or its path before any rewrite.
+        let asked_rewrite = rewrite::host_from_request(forward, &parts);
         if let Some(rewrite) = &forward.path_rewrite {
             let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
             let mut uri = std::mem::take(&mut parts.uri).into_parts();
@@ -499,17 +501,18 @@ async fn forward_request(
         }
         // The drawn cluster's own host rewrite, over the route's (Envoy's order).
         let rewrite = match (&forward.split, weighted) {
-            (Some(split), Some(drawn)) => split.clusters[drawn].host_rewrite.as_ref(),
+            (Some(split), Some(drawn)) => split.clusters[drawn].host_rewrite.clone(),
             _ => None,
         }
-        .or(forward.host_rewrite.as_ref());
+        .or_else(|| forward.host_rewrite.clone())
+        .or(asked_rewrite);
         if forward.append_x_forwarded_host
             && rewrite.is_some()
             && let Some(original) = &host
         {
             append_forwarded_host(&mut parts.headers, original);
         }
-        let authority = rewrite.cloned().or(host);
+        let authority = rewrite.or(host);
         if !forward.mirrors.is_empty() && asked.is_none() {
             mirror::start(
                 forward,

@@ -12,6 +12,23 @@ use crate::context::ConnCtx;
 use crate::error::ProxyError;
 use config::UpstreamProtocol;
 
+/// The host a route's `host_rewrite_header` or `host_rewrite_path_regex` makes of the
+/// request as it came; `None` without one, or when the header is absent or empty (the host
+/// is then left as it is, as Envoy's), or when the substitution is no header value.
+pub(crate) fn host_from_request(
+    forward: &config::ForwardAction,
+    parts: &http::request::Parts,
+) -> Option<HeaderValue> {
+    if let Some(name) = &forward.host_rewrite_header {
+        return parts.headers.get(name).filter(|v| !v.is_empty()).cloned();
+    }
+    let rewrite = forward.host_rewrite_path_regex.as_ref()?;
+    let host = rewrite
+        .pattern
+        .replace_all(parts.uri.path(), rewrite.replacement.as_str());
+    HeaderValue::from_str(&host).ok().filter(|v| !v.is_empty())
+}
+
 /// Rewrites a request head for `host`. `authority` is what the client asked for, after any
 /// `host_rewrite`; without one, the host's address stands in.
 pub(crate) fn request_for_upstream(
