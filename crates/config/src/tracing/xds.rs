@@ -1,6 +1,7 @@
 //! A connection manager's `tracing` as the listener's `tracing`, and its OpenTelemetry
 //! provider as the process's collector: the provider's cluster, once it has a single host,
-//! is the OTLP/gRPC endpoint. Without `tracing`, the listener is not traced (Envoy's).
+//! is the OTLP/gRPC endpoint; without a provider, the file's `tracing` is the collector (as
+//! Envoy falls back to the bootstrap's). Without `tracing`, the listener is not traced.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -132,10 +133,11 @@ pub(crate) fn tracing(
     if t.spawn_upstream_span.take().is_some_and(|b| !b.value) {
         return Err(unsupported("spawn_upstream_span: false"));
     }
-    let provider = t
-        .provider
-        .take()
-        .ok_or_else(|| unsupported("tracing without a provider"))?;
+    // Without a provider, Envoy traces with the bootstrap's: here, the file's `tracing`.
+    let Some(provider) = t.provider.take() else {
+        nothing_else(&t, TRACING, &at)?;
+        return Ok((listener, None));
+    };
     let Some(envoy_types::pb::envoy::config::trace::v3::tracing::http::ConfigType::TypedConfig(
         any,
     )) = provider.config_type
@@ -211,4 +213,39 @@ fn collector(mut otel: OpenTelemetryConfig, at: &str) -> Result<XdsCollector, Re
         service_name,
         timeout,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
+    use super::*;
+
+    #[test]
+    fn without_tracing_no_trace_and_without_a_provider_the_files_collector() {
+        let (listener, collector) = tracing(None, "at").unwrap();
+        assert_eq!(listener.enabled, Some(false));
+        assert!(collector.is_none());
+        let (listener, collector) = tracing(Some(Tracing::default()), "at").unwrap();
+        assert_eq!(listener.enabled, Some(true));
+        // Envoy's three shares: 100% unless given.
+        assert_eq!(
+            (
+                listener.random_sampling,
+                listener.client_sampling,
+                listener.overall_sampling
+            ),
+            (Some(100.0), Some(100.0), Some(100.0))
+        );
+        assert!(collector.is_none());
+        let verbose = Tracing {
+            verbose: true,
+            ..Default::default()
+        };
+        let err = tracing(Some(verbose), "at").unwrap_err().to_string();
+        assert!(
+            err.contains("at.tracing") && err.contains("verbose"),
+            "{err}"
+        );
+    }
 }
