@@ -21,5 +21,5 @@ pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PRO
 pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some};
 pub(crate) use health::ServerHealth;
 pub(crate) use in_flight::InFlight;
-pub(crate) use request_body::{ProgressClock, Replay, RequestBody, ResponseBegun};
+pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{Signal, SignalWatch};

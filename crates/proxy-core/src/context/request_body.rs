@@ -169,15 +169,18 @@ impl RequestBody {
         }
     }
 
-    /// The body fails with [`RequestTimedOut`] if it has not ended by `at`, unless `begun`
-    /// is set first. Nothing for a body already complete.
-    pub(crate) fn end_by(&mut self, at: Instant, begun: &ResponseBegun) {
-        if !self.is_end_stream() {
-            self.deadline = Some(Box::new(Deadline {
-                timer: Box::pin(tokio::time::sleep_until(at)),
-                answered: begun.clone(),
-            }));
+    /// The body fails with [`RequestTimedOut`] if it has not ended by `at`, unless the
+    /// returned flag is set first. `None` (nothing made) for a body already complete.
+    pub(crate) fn end_by(&mut self, at: Instant) -> Option<ResponseBegun> {
+        if self.is_end_stream() {
+            return None;
         }
+        let begun = ResponseBegun::default();
+        self.deadline = Some(Box::new(Deadline {
+            timer: Box::pin(tokio::time::sleep_until(at)),
+            answered: begun.clone(),
+        }));
+        Some(begun)
     }
 
     /// A body with nothing in it: a request without one, or one the proxy makes up.

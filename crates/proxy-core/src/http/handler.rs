@@ -13,7 +13,7 @@ use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite,
 use crate::cluster::Admitted;
 use crate::cluster::{CountAttempts, X_ENVOY_ATTEMPT_COUNT};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{Client, ConnCtx, InFlight, RequestBody, ResponseBegun, Tunnel};
+use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
@@ -76,12 +76,10 @@ pub(crate) fn handle(
         }
         let mut state = FilterState::default();
         let mut facts = Facts::default();
-        let begun = http.request_timeout.map(|timeout| {
-            let begun = ResponseBegun::default();
-            req.body_mut()
-                .end_by(tokio::time::Instant::now() + timeout, &begun);
-            begun
-        });
+        // A request without a body (most) is whole already: nothing to time.
+        let begun = http
+            .request_timeout
+            .and_then(|timeout| req.body_mut().end_by(tokio::time::Instant::now() + timeout));
         let routed = if !conn.listener.bypass_overload && overload.shedding_requests() {
             conn.worker.stats.overload_rq_shed().inc();
             Err(ProxyError::Overloaded)
