@@ -2784,3 +2784,263 @@ async fn routes_match_cookies_from_the_management_server() {
     assert_eq!(status("cookie-1=xxx").await, 404);
     server.shutdown().await;
 }
+
+/// The upstream that served a request to `path` with `headers`, and the `set-cookie` sent
+/// back, if any.
+async fn served_by(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (String, Option<String>) {
+    let res = send_h1(addr, get(path, headers)).await;
+    assert_eq!(res.status(), 200, "{path} {headers:?}");
+    let cookie = res
+        .headers()
+        .get("set-cookie")
+        .map(|c| c.to_str().unwrap().to_owned());
+    let by = res.headers()["x-noop-served-by"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (by, cookie)
+}
+
+/// Requests alike stay on one host of the ring-hash cluster `sticky` (four hosts) and on one
+/// side of a `use_hash_policy` split, while different keys spread; a client without the
+/// cookie gets one made, and the cookie then keeps it on one host; a round-robin cluster's
+/// route makes no cookie (its policy never asks for the hash, as in Envoy).
+async fn hash_policies_hold(addr: SocketAddr) {
+    let mut hosts = std::collections::BTreeSet::new();
+    let mut sides = std::collections::BTreeSet::new();
+    for user in 0..16 {
+        let user = format!("user-{user}");
+        let headers = [("x-user", user.as_str())];
+        let (first, cookie) = served_by(addr, "/sticky", &headers).await;
+        assert_eq!(cookie, None, "the header was enough: no cookie made");
+        let (side, _) = served_by(addr, "/split", &headers).await;
+        for _ in 0..4 {
+            assert_eq!(
+                served_by(addr, "/sticky", &headers).await.0,
+                first,
+                "{user}"
+            );
+            assert_eq!(served_by(addr, "/split", &headers).await.0, side, "{user}");
+        }
+        hosts.insert(first);
+        sides.insert(side);
+    }
+    // Sixteen keys all on one of four hosts (or one of two sides): 1 in 4^15 (2^15).
+    assert!(hosts.len() > 1, "keys spread over the hosts: {hosts:?}");
+    assert_eq!(sides.len(), 2, "keys spread over both sides");
+
+    let (_, made) = served_by(addr, "/sticky", &[]).await;
+    let made = made.expect("a cookie made for a client without one");
+    let value = made
+        .strip_prefix("session=\"")
+        .and_then(|rest| rest.split_once('"'))
+        .map(|(value, attributes)| {
+            assert_eq!(attributes, "; Max-Age=60; Path=/; HttpOnly");
+            value.to_owned()
+        })
+        .unwrap_or_else(|| panic!("a set-cookie as Envoy writes it: {made}"));
+    assert_eq!(value.len(), 16, "{value}");
+    let cookie = format!("session=\"{value}\"");
+    let (host, again) = served_by(addr, "/sticky", &[("cookie", &cookie)]).await;
+    assert_eq!(again, None, "the client sent the cookie: none made");
+    for _ in 0..8 {
+        assert_eq!(
+            served_by(addr, "/sticky", &[("cookie", &cookie)]).await.0,
+            host
+        );
+    }
+    let (_, none) = served_by(addr, "/round-robin", &[]).await;
+    assert_eq!(none, None, "a round-robin cluster asks for no hash");
+}
+
+/// Four upstreams, each answering with its own address.
+async fn four_upstreams() -> Vec<testbed::NoopHandle> {
+    let mut upstreams = Vec::new();
+    for _ in 0..4 {
+        upstreams.push(
+            NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap(),
+        );
+    }
+    upstreams
+}
+
+/// Istio's consistent-hash destination rules and Envoy Gateway's: a route's `hash_policy`
+/// (a header, terminal; a cookie with a `ttl`), a split drawn by it (`use_hash_policy`);
+/// `filter_state` and a header's `regex_rewrite` are refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_policies_from_the_management_server() {
+    use envoy_types::pb::envoy::config::route::v3::route_action::{HashPolicy, hash_policy};
+    use envoy_types::pb::envoy::config::route::v3::{WeightedCluster, weighted_cluster};
+
+    let upstreams = four_upstreams().await;
+    let addrs: Vec<SocketAddr> = upstreams.iter().map(|u| u.local_addr()).collect();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let by_user = HashPolicy {
+        policy_specifier: Some(hash_policy::PolicySpecifier::Header(hash_policy::Header {
+            header_name: "X-User".into(),
+            regex_rewrite: None,
+        })),
+        terminal: true,
+    };
+    let by_cookie = HashPolicy {
+        policy_specifier: Some(hash_policy::PolicySpecifier::Cookie(hash_policy::Cookie {
+            name: "session".into(),
+            ttl: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            path: "/".into(),
+            attributes: Vec::new(),
+        })),
+        terminal: false,
+    };
+    let with_policy = |prefix: &str, cluster: &str, policy: Vec<HashPolicy>| {
+        let mut route = resources::forward(prefix, cluster);
+        let Some(route::Action::Route(action)) = &mut route.action else {
+            unreachable!()
+        };
+        action.hash_policy = policy;
+        route
+    };
+    let sticky = with_policy(
+        "/sticky",
+        "sticky",
+        vec![by_user.clone(), by_cookie.clone()],
+    );
+    let round_robin = with_policy("/round-robin", "backend", vec![by_cookie.clone()]);
+    let mut split = with_policy("/split", "sticky", vec![by_user.clone()]);
+    let Some(route::Action::Route(action)) = &mut split.action else {
+        unreachable!()
+    };
+    let side = |cluster: &str| weighted_cluster::ClusterWeight {
+        name: cluster.into(),
+        weight: Some(UInt32Value { value: 1 }),
+        ..Default::default()
+    };
+    action.cluster_specifier = Some(route_action::ClusterSpecifier::WeightedClusters(
+        WeightedCluster {
+            clusters: vec![side("side-a"), side("side-b")],
+            random_value_specifier: Some(weighted_cluster::RandomValueSpecifier::UseHashPolicy(
+                BoolValue { value: true },
+            )),
+            ..Default::default()
+        },
+    ));
+    let routes = resources::route_config("web-routes", vec![sticky, round_robin, split]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    let clusters = [
+        ("sticky", cluster::LbPolicy::RingHash, &addrs[..]),
+        ("backend", cluster::LbPolicy::RoundRobin, &addrs[..1]),
+        ("side-a", cluster::LbPolicy::RoundRobin, &addrs[..1]),
+        ("side-b", cluster::LbPolicy::RoundRobin, &addrs[1..2]),
+    ];
+    server.set(
+        type_url::CLUSTER,
+        (clusters.iter())
+            .map(|(name, policy, _)| (name.to_string(), any(&eds_cluster(name, *policy))))
+            .collect(),
+    );
+    server.set(
+        type_url::ENDPOINT,
+        (clusters.iter())
+            .map(|(name, _, hosts)| (name.to_string(), any(&resources::assignment(name, hosts))))
+            .collect(),
+    );
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 2);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the clusters in force", async || {
+        send_h1(addr, get("/split", &[])).await.status() == 200
+            && send_h1(addr, get("/sticky", &[])).await.status() == 200
+    })
+    .await;
+    hash_policies_hold(addr).await;
+
+    for (policy, refused) in [
+        (
+            hash_policy::PolicySpecifier::FilterState(hash_policy::FilterState {
+                key: "io.istio.peer".into(),
+            }),
+            "hash_policy[0]: not supported: filter_state",
+        ),
+        (
+            hash_policy::PolicySpecifier::Header(hash_policy::Header {
+                header_name: "x-user".into(),
+                regex_rewrite: Some(Default::default()),
+            }),
+            "hash_policy[0].header: not supported: regex_rewrite",
+        ),
+    ] {
+        let bad = with_policy(
+            "/sticky",
+            "sticky",
+            vec![HashPolicy {
+                policy_specifier: Some(policy),
+                terminal: false,
+            }],
+        );
+        let config = resources::route_config("web-routes", vec![bad]);
+        let nack = serve(
+            &server,
+            type_url::ROUTE,
+            ("web-routes".into(), any(&config)),
+        )
+        .await
+        .expect("refused");
+        assert!(nack.contains(refused), "{nack}");
+    }
+    // The last good routes serve on.
+    hash_policies_hold(addr).await;
+    server.shutdown().await;
+}
+
+/// The same from the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_policies_from_the_file() {
+    let upstreams = four_upstreams().await;
+    let all: Vec<String> = upstreams
+        .iter()
+        .map(|u| format!("\"{}\"", u.local_addr()))
+        .collect();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: sticky, lb_policy: ring_hash, endpoints: [{all}] }}
+  - {{ name: backend, endpoints: [{first}] }}
+  - {{ name: side-a, endpoints: [{first}] }}
+  - {{ name: side-b, endpoints: [{second}] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /sticky }}
+        cluster: sticky
+        hash_policy:
+          - {{ header: x-user, terminal: true }}
+          - cookie: {{ name: session, ttl: 60s, path: / }}
+      - match: {{ prefix: /round-robin }}
+        cluster: backend
+        hash_policy: [{{ cookie: {{ name: session, ttl: 60s, path: / }} }}]
+      - match: {{ prefix: /split }}
+        hash_policy: [{{ header: x-user, terminal: true }}]
+        use_hash_policy: true
+        weighted_clusters:
+          - {{ cluster: side-a, weight: 1 }}
+          - {{ cluster: side-b, weight: 1 }}
+",
+        all = all.join(", "),
+        first = all[0],
+        second = all[1],
+    );
+    let proxy = Proxy::start(&config, 2);
+    hash_policies_hold(proxy.addr()).await;
+}

@@ -22,6 +22,17 @@ pub fn hash_key(bytes: &[u8]) -> u64 {
     xxh64(bytes, 0)
 }
 
+/// The hash of several values, in order: each value's xxHash64 seeded with the hash of the
+/// ones before (Envoy's hash of a header with several values, sorted by the caller).
+///
+/// ```
+/// assert_eq!(balancer::hash_keys([&b"a"[..]]), balancer::hash_key(b"a"));
+/// assert_ne!(balancer::hash_keys([&b"a"[..], b"b"]), balancer::hash_keys([&b"b"[..], b"a"]));
+/// ```
+pub fn hash_keys<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    values.into_iter().fold(0, |seed, value| xxh64(value, seed))
+}
+
 /// xxHash64 of `input` with `seed`.
 pub(crate) fn xxh64(input: &[u8], seed: u64) -> u64 {
     let len = input.len();

@@ -119,7 +119,7 @@ mod split;
 
 pub use balancer::LoadBalancer;
 pub use error::BuildError;
-pub use hash::hash_key;
+pub use hash::{hash_key, hash_keys};
 pub use host::{Health, Host, HostSet, HostSpec, Picked, Snapshot};
 pub use policy::{
     DEFAULT_ACTIVE_REQUEST_BIAS, DEFAULT_CHOICE_COUNT, DEFAULT_MAGLEV_TABLE_SIZE,

@@ -70,6 +70,12 @@ impl LbPolicy {
         }
     }
 
+    /// Whether the policy picks by the request's hash key (ring hash, maglev); the others
+    /// ignore it.
+    pub fn hashes(&self) -> bool {
+        matches!(self, LbPolicy::RingHash(_) | LbPolicy::Maglev(_))
+    }
+
     /// Checks the options, as [`LoadBalancer::new`](crate::LoadBalancer::new) does.
     pub fn validate(&self) -> Result<(), BuildError> {
         match self {

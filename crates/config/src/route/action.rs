@@ -209,6 +209,10 @@ pub struct TrafficSplit {
         skip_serializing_if = "Option::is_none"
     )]
     pub random_value_header: Option<http::HeaderName>,
+    /// The cluster is drawn by the route's `hash_policy` (Envoy's `use_hash_policy`); a
+    /// request it finds nothing to hash in is drawn at random.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub use_hash_policy: bool,
     #[serde(skip)]
     pub split: balancer::WeightedSplit,
 }

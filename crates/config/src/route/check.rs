@@ -253,12 +253,13 @@ fn route(
             || !raw.upgrades.is_empty()
             || raw.prefix_rewrite.is_some()
             || raw.regex_rewrite.is_some()
+            || !raw.hash_policy.is_empty()
             || !raw.request_mirror_policies.is_empty())
     {
         return Err(ConfigError::invalid(
             path,
             "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
-             `regex_rewrite` and `request_mirror_policies` apply only to routes with a \
+             `regex_rewrite`, `hash_policy` and `request_mirror_policies` apply only to routes with a \
              `cluster` or `weighted_clusters`",
         ));
     }
@@ -266,6 +267,14 @@ fn route(
         return Err(ConfigError::invalid(
             format!("{path}.random_value_header"),
             "picks one of `weighted_clusters`, which this route has none of",
+        ));
+    }
+    if raw.use_hash_policy == Some(true)
+        && (raw.weighted_clusters.is_none() || raw.hash_policy.is_empty())
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.use_hash_policy"),
+            "draws one of `weighted_clusters` by the route's `hash_policy`: the route needs both",
         ));
     }
     if raw.hash_key.is_some() && raw.weighted_clusters.is_none() {
@@ -319,7 +328,11 @@ fn route(
             (None, weighted) => {
                 let split = route_actions::split(
                     weighted.unwrap_or_default(),
-                    (raw.hash_key, raw.random_value_header),
+                    (
+                        raw.hash_key,
+                        raw.random_value_header,
+                        raw.use_hash_policy.unwrap_or(false),
+                    ),
                     cluster_index,
                     clusters,
                     chain,
@@ -418,6 +431,10 @@ fn route(
             append_x_forwarded_host: raw.append_x_forwarded_host.unwrap_or(false),
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
             retry_policy,
+            hash_policy: super::hash_policy::hash_policy(
+                raw.hash_policy,
+                &format!("{path}.hash_policy"),
+            )?,
             include_attempt_count: host.include_attempt_count,
             upgrades,
         }))

@@ -217,10 +217,11 @@ fn substitution(value: &str, groups: usize) -> Result<String, String> {
     Ok(out)
 }
 
-/// `weighted_clusters` (and its `hash_key`).
+/// `weighted_clusters` (and what draws one: `hash_key`, `random_value_header` or
+/// `use_hash_policy`).
 pub(crate) fn split(
     raw: Vec<RawWeightedCluster>,
-    (key, random_value_header): (Option<RawHashKey>, Option<String>),
+    (key, random_value_header, use_hash_policy): (Option<RawHashKey>, Option<String>, bool),
     clusters: &HashMap<&str, usize>,
     known: &[ClusterConfig],
     chain: &[HttpFilterConfig],
@@ -292,16 +293,22 @@ pub(crate) fn split(
             })
         })
         .transpose()?;
-    if hash_key.is_some() && random_value_header.is_some() {
+    let given = [
+        hash_key.is_some(),
+        random_value_header.is_some(),
+        use_hash_policy,
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
         return Err(ConfigError::invalid(
-            format!("{path}.random_value_header"),
-            "either `hash_key` or `random_value_header`, not both",
+            path,
+            "expected one of `hash_key`, `random_value_header` and `use_hash_policy`",
         ));
     }
     Ok(TrafficSplit {
         clusters: list,
         hash_key,
         random_value_header,
+        use_hash_policy,
         split,
     })
 }

@@ -31,6 +31,12 @@ pub struct RawRoute {
     pub hash_key: Option<RawHashKey>,
     /// With `weighted_clusters`: a header whose number picks the cluster.
     pub random_value_header: Option<String>,
+    /// What a request is hashed on, for a consistent-hashing cluster's host (and, with
+    /// `use_hash_policy`, the side of `weighted_clusters`).
+    #[serde(default)]
+    pub hash_policy: Vec<crate::route::hash_policy::RawHashRule>,
+    /// With `weighted_clusters`: the cluster is drawn by `hash_policy`'s hash.
+    pub use_hash_policy: Option<bool>,
     pub direct_response: Option<RawDirectResponse>,
     pub redirect: Option<RawRedirect>,
     pub https_redirect: Option<bool>,

@@ -400,10 +400,11 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
     match a.cluster_specifier.take() {
         Some(action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
         Some(action::ClusterSpecifier::WeightedClusters(weighted)) => {
-            let (clusters, random_value_header) =
+            let (clusters, random_value_header, use_hash_policy) =
                 route_action::weighted_clusters(weighted, &format!("{at}.weighted_clusters"))?;
             raw.weighted_clusters = Some(clusters);
             raw.random_value_header = random_value_header;
+            raw.use_hash_policy = Some(use_hash_policy).filter(|u| *u);
         }
         _ => {
             return Err(ResourceError::Unsupported {
@@ -420,6 +421,11 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         .transpose()?;
     raw.request_mirror_policies =
         route_action::mirrors(std::mem::take(&mut a.request_mirror_policies), at)?;
+    raw.hash_policy = route_action::hash_policy(std::mem::take(&mut a.hash_policy), at)?;
+    if raw.hash_policy.is_empty() {
+        // Nothing to hash: Envoy draws such a split at random.
+        raw.use_hash_policy = None;
+    }
     raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
         Some(t) if t.is_zero() => Some(crate::envoy::NO_TIMEOUT),
         other => other,

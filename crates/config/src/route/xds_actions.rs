@@ -5,7 +5,9 @@
 // Control planes still send deprecated fields (`total_weight`); they are read, not ignored.
 #![allow(deprecated)]
 
-use envoy_types::pb::envoy::config::route::v3::route_action::RequestMirrorPolicy;
+use envoy_types::pb::envoy::config::route::v3::route_action::{
+    HashPolicy, RequestMirrorPolicy, hash_policy,
+};
 use envoy_types::pb::envoy::config::route::v3::weighted_cluster::cluster_weight;
 use envoy_types::pb::envoy::config::route::v3::{
     RedirectAction, WeightedCluster, redirect_action, weighted_cluster,
@@ -14,6 +16,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 
 use crate::envoy::matchers::regex;
 use crate::envoy::{ResourceError, fields, nothing_else};
+use crate::route::hash_policy::{RawCookieAttribute, RawCookieHash, RawHashRule};
 use crate::{RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
 
 fn unsupported(at: &str, what: &str) -> ResourceError {
@@ -23,12 +26,75 @@ fn unsupported(at: &str, what: &str) -> ResourceError {
     }
 }
 
+/// A route's `hash_policy`. A `connection_properties` rule without `source_ip` hashes
+/// nothing and is left out, as Envoy does.
+pub(crate) fn hash_policy(
+    policies: Vec<HashPolicy>,
+    at: &str,
+) -> Result<Vec<RawHashRule>, ResourceError> {
+    let mut rules = Vec::with_capacity(policies.len());
+    for (i, policy) in policies.into_iter().enumerate() {
+        let at = format!("{at}.hash_policy[{i}]");
+        let mut rule = RawHashRule {
+            terminal: policy.terminal,
+            ..RawHashRule::default()
+        };
+        match policy.policy_specifier {
+            Some(hash_policy::PolicySpecifier::Header(h)) => {
+                if h.regex_rewrite.is_some() {
+                    return Err(unsupported(&format!("{at}.header"), "regex_rewrite"));
+                }
+                rule.header = Some(h.header_name.to_ascii_lowercase());
+            }
+            Some(hash_policy::PolicySpecifier::Cookie(c)) => {
+                let ttl = crate::envoy::duration(c.ttl, &format!("{at}.cookie.ttl"))?;
+                rule.cookie = Some(RawCookieHash {
+                    name: c.name,
+                    ttl,
+                    path: Some(c.path).filter(|p| !p.is_empty() && ttl.is_some()),
+                    // Only a made cookie carries them; without a `ttl` none is made.
+                    attributes: match ttl {
+                        None => Vec::new(),
+                        Some(_) => c
+                            .attributes
+                            .into_iter()
+                            .map(|a| RawCookieAttribute {
+                                name: a.name,
+                                value: a.value,
+                            })
+                            .collect(),
+                    },
+                });
+            }
+            Some(hash_policy::PolicySpecifier::ConnectionProperties(p)) => {
+                if !p.source_ip {
+                    continue;
+                }
+                rule.source_ip = Some(true);
+            }
+            Some(hash_policy::PolicySpecifier::QueryParameter(q)) => {
+                rule.query_parameter = Some(q.name);
+            }
+            Some(hash_policy::PolicySpecifier::FilterState(_)) => {
+                return Err(unsupported(
+                    &at,
+                    "filter_state (header, cookie, connection_properties and query_parameter only)",
+                ));
+            }
+            None => return Err(ResourceError::invalid(at, "expected a policy_specifier")),
+        }
+        rules.push(rule);
+    }
+    Ok(rules)
+}
+
 /// `weighted_clusters`: clusters of weight 0 are left out (they are never drawn).
-/// And the header whose number picks one (`random_value_specifier`).
+/// And what draws one: the header whose number picks it (`random_value_specifier`), or
+/// (`true`) the route's hash policy.
 pub(crate) fn weighted_clusters(
     mut w: WeightedCluster,
     at: &str,
-) -> Result<(Vec<RawWeightedCluster>, Option<String>), ResourceError> {
+) -> Result<(Vec<RawWeightedCluster>, Option<String>, bool), ResourceError> {
     let mut clusters = Vec::new();
     let mut sum = 0u64;
     for (i, mut c) in std::mem::take(&mut w.clusters).into_iter().enumerate() {
@@ -74,12 +140,10 @@ pub(crate) fn weighted_clusters(
     }
     // Runtime overrides of the weights: there is no runtime here, so the weights stand.
     w.runtime_key_prefix.clear();
-    let random_value_header = match w.random_value_specifier.take() {
-        Some(weighted_cluster::RandomValueSpecifier::HeaderName(name)) => Some(name),
-        Some(weighted_cluster::RandomValueSpecifier::UseHashPolicy(_)) => {
-            return Err(unsupported(at, "random_value_specifier.use_hash_policy"));
-        }
-        None => None,
+    let (random_value_header, use_hash_policy) = match w.random_value_specifier.take() {
+        Some(weighted_cluster::RandomValueSpecifier::HeaderName(name)) => (Some(name), false),
+        Some(weighted_cluster::RandomValueSpecifier::UseHashPolicy(on)) => (None, on.value),
+        None => (None, false),
     };
     nothing_else(&w, fields::WEIGHTED_CLUSTER, at)?;
     if clusters.is_empty() {
@@ -88,7 +152,7 @@ pub(crate) fn weighted_clusters(
             "expected a cluster with a weight above 0",
         ));
     }
-    Ok((clusters, random_value_header))
+    Ok((clusters, random_value_header, use_hash_policy))
 }
 
 /// `request_mirror_policies`, each with its `runtime_fraction`'s default share.

@@ -27,25 +27,29 @@ pub(crate) struct Admitted<'a> {
     pub(super) host: Rc<HostPool>,
     pub(super) picked: Picked,
     pub(super) slot: Slot<'a>,
+    /// The request's hash, for the hosts of retries.
+    pub(super) key: Option<u64>,
 }
 
 impl Cluster {
     /// Picks a host for the request and takes a `max_requests` slot for it: refused at once
-    /// when the cluster has no host to offer or its breaker is full.
+    /// when the cluster has no host to offer or its breaker is full. `route_hash`: the hash
+    /// the route's hash policy gave the request, over the cluster's own `hash_key`.
     pub(crate) fn admit(
         &self,
         headers: &HeaderMap,
         client: IpAddr,
+        route_hash: Option<u64>,
     ) -> Result<Admitted<'_>, ProxyError> {
-        let (host, picked) = self
-            .pick(headers, client)
-            .ok_or(ProxyError::NoHealthyUpstream)?;
+        let key = self.request_key(headers, client, route_hash);
+        let (host, picked) = self.pick(key).ok_or(ProxyError::NoHealthyUpstream)?;
         let slot = self.request_slot()?;
         Ok(Admitted {
             cluster: self,
             host,
             picked,
             slot,
+            key,
         })
     }
 }
@@ -66,7 +70,6 @@ impl Admitted<'_> {
         request: &mut Request<RequestBody>,
         timeout: Duration,
         retry_policy: Option<&RetryPolicy>,
-        client: IpAddr,
         trace: Option<&RequestTrace>,
     ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
         let Admitted {
@@ -74,6 +77,7 @@ impl Admitted<'_> {
             host,
             picked,
             slot,
+            key,
         } = self;
         let progress = request.body_mut().track_progress();
         let timed_out = || {
@@ -106,7 +110,7 @@ impl Admitted<'_> {
                 (Some(policy), _) => {
                     PooledBox::pin_with(|| {
                         retry::send_with_retries(
-                            request, &host, slot, picked, policy, cluster, client, timeout, trace,
+                            request, &host, slot, picked, policy, cluster, key, timeout, trace,
                         )
                     })
                     .await

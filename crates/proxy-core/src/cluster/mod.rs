@@ -143,13 +143,33 @@ impl Cluster {
         };
     }
 
+    /// Whether the cluster picks hosts by a request's hash (ring hash, maglev): only then is
+    /// a route's hash policy worth evaluating.
+    pub(crate) fn hashes(&self) -> bool {
+        self.balancer.policy().hashes()
+    }
+
+    /// The hash a request is picked by: its route's (`route_hash`), else the cluster's own
+    /// `hash_key`'s; `None` for a policy that does not hash.
+    fn request_key(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+        route_hash: Option<u64>,
+    ) -> Option<u64> {
+        if !self.hashes() {
+            return None;
+        }
+        route_hash.or_else(|| {
+            self.hash_key
+                .as_ref()
+                .and_then(|k| hash_of(k, headers, client))
+        })
+    }
+
     /// The host for the next request, counted as in flight on it while the guard lives.
     /// `None` when the cluster has no host to offer.
-    fn pick(&self, headers: &HeaderMap, client: IpAddr) -> Option<(Rc<HostPool>, Picked)> {
-        let key = self
-            .hash_key
-            .as_ref()
-            .and_then(|k| hash_of(k, headers, client));
+    fn pick(&self, key: Option<u64>) -> Option<(Rc<HostPool>, Picked)> {
         let picked = self.balancer.pick(key)?;
         if let Some(pool) = self.pool_of(&picked) {
             return Some((pool, picked));

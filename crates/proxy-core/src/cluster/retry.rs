@@ -6,7 +6,6 @@
 //! at the buffer limit. A body streamed past the limit is never retried.
 
 use std::cell::RefCell;
-use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -74,7 +73,7 @@ pub(crate) async fn send_with_retries(
     mut picked: balancer::Picked,
     policy: &RetryPolicy,
     cluster: &Cluster,
-    client: IpAddr,
+    key: Option<u64>,
     route_timeout: std::time::Duration,
     trace: Option<&RequestTrace>,
 ) -> Result<(Rc<HostPool>, Response<UpstreamBody>), ProxyError> {
@@ -175,14 +174,8 @@ pub(crate) async fn send_with_retries(
         } else {
             &[]
         };
-        (upstream, picked) = pick_other(
-            cluster,
-            &plan.headers,
-            client,
-            avoid,
-            policy.host_selection_attempts,
-        )
-        .ok_or(ProxyError::NoHealthyUpstream)?;
+        (upstream, picked) = pick_other(cluster, key, avoid, policy.host_selection_attempts)
+            .ok_or(ProxyError::NoHealthyUpstream)?;
         *request = plan.rebuild(body);
         // The try's number, where the route counts them (the first try's `1` is the plan's).
         if plan.count_attempts {
@@ -206,17 +199,16 @@ pub(crate) struct CountAttempts;
 /// `previous_hosts` predicate and `host_selection_retry_max_attempts`); the last pick stands.
 fn pick_other(
     cluster: &Cluster,
-    headers: &HeaderMap,
-    client: IpAddr,
+    key: Option<u64>,
     avoid: &[std::net::SocketAddr],
     picks: u32,
 ) -> Option<(Rc<HostPool>, balancer::Picked)> {
-    let mut choice = cluster.pick(headers, client)?;
+    let mut choice = cluster.pick(key)?;
     for _ in 1..picks {
         if !avoid.contains(&choice.0.addr()) {
             break;
         }
-        choice = cluster.pick(headers, client)?;
+        choice = cluster.pick(key)?;
     }
     Some(choice)
 }

@@ -159,6 +159,13 @@ pub(crate) fn handle(
             }
         }
         http.server_header.apply(response.headers_mut());
+        if let Some(cookie) = facts.set_cookie.take()
+            && facts.upstream.is_some()
+        {
+            response
+                .headers_mut()
+                .append(http::header::SET_COOKIE, cookie);
+        }
         if let Some(id) = facts.request_id.take() {
             response.headers_mut().insert(X_REQUEST_ID.clone(), id);
         }
@@ -230,6 +237,8 @@ struct Facts {
     tunnel: Option<(hyper::upgrade::Upgraded, Option<hyper::upgrade::OnUpgrade>)>,
     /// The request's `x-request-id`, when the response is to carry it.
     request_id: Option<HeaderValue>,
+    /// A hash policy's cookie made for the client, for the upstream's answer.
+    set_cookie: Option<HeaderValue>,
 }
 
 /// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
@@ -349,7 +358,7 @@ async fn route_and_forward(
         head::Admitted::Routed { host, matched } => (host, matched),
         head::Admitted::Redirect(location) => return Ok(local_reply::redirect(location)),
     };
-    let matched = draw_weighted(matched, req.headers(), scope);
+    let matched = draw_weighted(matched, req, scope);
     facts.matched = matched;
     if !scope.http.filters.is_empty() {
         // Hop-by-hop headers go before a filter adds any.
@@ -455,7 +464,22 @@ async fn forward_request(
         (Some(split), Some(drawn)) => split.clusters[drawn].index,
         _ => forward.cluster,
     };
-    let admitted = http.clusters[cluster].admit(req.headers(), client)?;
+    let cluster_ref = &http.clusters[cluster];
+    // Evaluated only for a cluster that picks by it, as Envoy: no cookie is made otherwise.
+    let route_hash = match &forward.hash_policy {
+        Some(policy) if cluster_ref.hashes() => super::hash_policy::hash_request(
+            policy,
+            req,
+            client,
+            Some(super::hash_policy::Connection {
+                peer: conn.peer,
+                local: conn.local,
+            }),
+        ),
+        _ => Default::default(),
+    };
+    let admitted = cluster_ref.admit(req.headers(), client, route_hash.hash)?;
+    facts.set_cookie = route_hash.set_cookie;
     let upstream = Rc::clone(admitted.host());
     // The request for the upstream is built in a block (its parts are borrowed on the way,
     // and a borrowed local in scope at an await is kept in the future), and put back in `req`:
@@ -552,7 +576,6 @@ async fn forward_request(
             req,
             timeout,
             forward.retry_policy.as_ref(),
-            client,
             in_flight.trace(),
         )
         .await?;
@@ -601,10 +624,11 @@ fn append_forwarded_host(headers: &mut http::HeaderMap, host: &HeaderValue) {
 
 /// `matched` with the cluster drawn from its route's split, if it has one (by the hash key
 /// if the split has one, so one client stays on one side).
-fn draw_weighted(mut matched: Matched, headers: &http::HeaderMap, scope: &Scope<'_>) -> Matched {
+fn draw_weighted<B>(mut matched: Matched, request: &Request<B>, scope: &Scope<'_>) -> Matched {
     let Some(route) = matched.route else {
         return matched;
     };
+    let headers = request.headers();
     if let RouteAction::Forward(forward) = &scope.http.routes.route(route).action
         && let Some(split) = &forward.split
     {
@@ -616,11 +640,21 @@ fn draw_weighted(mut matched: Matched, headers: &http::HeaderMap, scope: &Scope<
                 .parse::<u64>()
                 .ok()
         });
+        let client = scope.client.ip(scope.conn);
         matched.weighted = Some(match value {
             Some(value) => split.split.pick_value(value),
-            None => split.split.pick(split.hash_key.as_ref().and_then(|key| {
-                crate::cluster::hash_of(key, headers, scope.client.ip(scope.conn))
-            })),
+            None if split.use_hash_policy => {
+                let hash = forward.hash_policy.as_ref().and_then(|policy| {
+                    super::hash_policy::hash_request(policy, request, client, None).hash
+                });
+                split.split.pick(hash)
+            }
+            None => split.split.pick(
+                split
+                    .hash_key
+                    .as_ref()
+                    .and_then(|key| crate::cluster::hash_of(key, headers, client)),
+            ),
         });
     }
     matched

@@ -124,7 +124,7 @@ impl Copy {
             authority,
             body,
         } = self;
-        let admitted = cluster.admit(&head.headers, client)?;
+        let admitted = cluster.admit(&head.headers, client, None)?;
         rewrite::request_for_upstream(&mut head, authority, admitted.host(), conn)?;
         let (host, response) = admitted
             .send_copy(Request::from_parts(head, body), timeout)
