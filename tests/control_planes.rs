@@ -811,19 +811,16 @@ async fn access_logs_from_the_connection_manager() {
     assert!(never.is_empty(), "the listener's NR log wrote: {never}");
 
     // Refused by name: another logger, a filter on the connection manager's log.
-    let mut otel = file_log(&text_path, text.clone());
-    otel.name = "envoy.access_loggers.open_telemetry".into();
-    otel.config_type = Some(access_log::ConfigType::TypedConfig(Any {
-        type_url: "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig".into(),
+    let mut als = file_log(&text_path, text.clone());
+    als.name = "envoy.access_loggers.http_grpc".into();
+    als.config_type = Some(access_log::ConfigType::TypedConfig(Any {
+        type_url:
+            "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig"
+                .into(),
         value: Vec::new(),
     }));
-    let nack = serve_listener(&server, with_logs(otel))
-        .await
-        .expect("NACK");
-    assert!(
-        nack.contains("envoy.access_loggers.open_telemetry"),
-        "{nack}"
-    );
+    let nack = serve_listener(&server, with_logs(als)).await.expect("NACK");
+    assert!(nack.contains("envoy.access_loggers.http_grpc"), "{nack}");
     let mut filtered = file_log(&text_path, text.clone());
     filtered.filter = no_route_only.clone();
     let nack = serve_listener(&server, with_logs(filtered))
@@ -3043,4 +3040,241 @@ listeners:
     );
     let proxy = Proxy::start(&config, 2);
     hash_policies_hold(proxy.addr()).await;
+}
+
+/// A request to `/logged` and what each logger made of it: a text line, a JSON line and an
+/// OpenTelemetry record (its body, attributes and resource as Envoy Gateway configures them,
+/// sent with the collector's authority and metadata).
+async fn every_logger_logs(
+    addr: SocketAddr,
+    collector: &testbed::OtlpCollector,
+    (text_path, json_path): (&std::path::Path, &std::path::Path),
+) {
+    let res = send_h1(addr, get("/logged", &[("user-agent", "curl/8.0")])).await;
+    assert_eq!(res.status(), 200);
+    text_of(res).await;
+    assert_eq!(wait_for_lines(text_path, 1).await, ["GET /logged 200"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&wait_for_lines(json_path, 1).await[0]).unwrap();
+    assert_eq!(json, serde_json::json!({ "method": "GET", "code": 200 }));
+    assert!(
+        collector
+            .wait_for_logs(LIMIT, |logs| !logs.is_empty())
+            .await,
+        "the collector got the record"
+    );
+    let record = &collector.logs()[0];
+    assert_eq!(record.body, "GET /logged curl/8.0 200");
+    assert_eq!(record.attributes["k8s.namespace.name"], "edge-ns");
+    assert_eq!(record.attributes["k8s.pod.name"], "-", "an unset variable");
+    assert_eq!(record.attributes["response_code"], "200");
+    assert_eq!(record.resource["log_name"], "otel_envoy_accesslog");
+    assert_eq!(record.resource["k8s.cluster.name"], "cluster-1");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    assert!(
+        record.time_unix_nano <= now && now - record.time_unix_nano < 60_000_000_000,
+        "the request's time"
+    );
+    let caller = &collector.callers()[0];
+    assert_eq!(caller.authority, "otel-collector.default.svc.cluster.local");
+    assert_eq!(caller.headers["authorization"], "Bearer my-api-key");
+}
+
+/// Envoy Gateway's access logs: two file loggers (text and JSON) and an OpenTelemetry one
+/// whose collector is a cluster's host, all on one connection manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(deprecated)] // the deprecated forms are the ones Envoy Gateway sends
+async fn open_telemetry_access_logs_from_the_management_server() {
+    use envoy_types::pb::envoy::config::accesslog::v3::{AccessLog, access_log};
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+    use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+        FileAccessLog, file_access_log,
+    };
+    use envoy_types::pb::envoy::extensions::access_loggers::grpc::v3::CommonGrpcAccessLogConfig;
+    use envoy_types::pb::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;
+    use envoy_types::pb::google::protobuf::{Struct, Value, value};
+    use envoy_types::pb::opentelemetry::proto::common::v1::{
+        AnyValue, KeyValue, KeyValueList, any_value,
+    };
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let collector = testbed::OtlpCollector::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let logs = ScratchDir::new();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    let clusters = [
+        ("backend", upstream.local_addr()),
+        ("accesslog-0", collector.local_addr()),
+    ];
+    server.set(
+        type_url::CLUSTER,
+        (clusters.iter())
+            .map(|(name, _)| {
+                let cluster = eds_cluster(name, cluster::LbPolicy::RoundRobin);
+                (name.to_string(), any(&cluster))
+            })
+            .collect(),
+    );
+    server.set(
+        type_url::ENDPOINT,
+        (clusters.iter())
+            .map(|(name, addr)| {
+                (
+                    name.to_string(),
+                    any(&resources::assignment(name, &[*addr])),
+                )
+            })
+            .collect(),
+    );
+    let (text_path, json_path) = (logs.0.join("text.log"), logs.0.join("json.log"));
+    let file = |path: &std::path::Path, format: file_access_log::AccessLogFormat| AccessLog {
+        name: "envoy.access_loggers.file".into(),
+        config_type: Some(access_log::ConfigType::TypedConfig(any(&FileAccessLog {
+            path: path.display().to_string(),
+            access_log_format: Some(format),
+        }))),
+        ..Default::default()
+    };
+    let string = |text: &str| AnyValue {
+        value: Some(any_value::Value::StringValue(text.into())),
+    };
+    let pairs = |list: &[(&str, &str)]| KeyValueList {
+        values: list
+            .iter()
+            .map(|(key, value)| KeyValue {
+                key: (*key).into(),
+                value: Some(string(value)),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let otel = AccessLog {
+        name: "envoy.access_loggers.open_telemetry".into(),
+        config_type: Some(access_log::ConfigType::TypedConfig(any(
+            &OpenTelemetryAccessLogConfig {
+                common_config: Some(CommonGrpcAccessLogConfig {
+                    log_name: "otel_envoy_accesslog".into(),
+                    transport_api_version: 2, // V3
+                    grpc_service: Some(GrpcService {
+                        target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                            grpc_service::EnvoyGrpc {
+                                cluster_name: "accesslog-0".into(),
+                                authority: "otel-collector.default.svc.cluster.local".into(),
+                                ..Default::default()
+                            },
+                        )),
+                        initial_metadata: vec![HeaderValue {
+                            key: "Authorization".into(),
+                            value: "Bearer my-api-key".into(),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                body: Some(string(
+                    "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %REQ(USER-AGENT)% %RESPONSE_CODE%",
+                )),
+                attributes: Some(pairs(&[
+                    ("k8s.namespace.name", "%ENVIRONMENT(ENVOY_POD_NAMESPACE)%"),
+                    ("k8s.pod.name", "%ENVIRONMENT(LEGATE_TEST_UNSET_POD_NAME)%"),
+                    ("response_code", "%RESPONSE_CODE%"),
+                ])),
+                resource_attributes: Some(pairs(&[("k8s.cluster.name", "cluster-1")])),
+                ..Default::default()
+            },
+        ))),
+        ..Default::default()
+    };
+    let json = Struct {
+        fields: [("method", "%REQ(:METHOD)%"), ("code", "%RESPONSE_CODE%")]
+            .iter()
+            .map(|(k, v)| {
+                (
+                    (*k).to_owned(),
+                    Value {
+                        kind: Some(value::Kind::StringValue((*v).to_owned())),
+                    },
+                )
+            })
+            .collect(),
+    };
+    let loggers = vec![
+        file(
+            &text_path,
+            file_access_log::AccessLogFormat::Format(
+                "%REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE%\n".into(),
+            ),
+        ),
+        file(
+            &json_path,
+            file_access_log::AccessLogFormat::JsonFormat(json),
+        ),
+        otel,
+    ];
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let listener = with_manager(("web".into(), any(&l)), |hcm| hcm.access_log = loggers);
+    let proxy = Proxy::start_with_env(
+        &bootstrap(server.local_addr()),
+        1,
+        &[("ENVOY_POD_NAMESPACE", "edge-ns")],
+    );
+    assert_eq!(serve_listener(&server, listener).await, None);
+    let addr = bound(&proxy).await;
+    every_logger_logs(addr, &collector, (&text_path, &json_path)).await;
+    server.shutdown().await;
+}
+
+/// The same from the config file: `access_log` as a list, one logger an `otlp` collector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_telemetry_access_logs_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let collector = testbed::OtlpCollector::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let logs = ScratchDir::new();
+    let (text_path, json_path) = (logs.0.join("text.log"), logs.0.join("json.log"));
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{up}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    access_log:
+      - {{ path: \"{text}\", format: \"%METHOD% %PATH% %RESPONSE_CODE%\\n\" }}
+      - {{ path: \"{json}\", json_format: {{ method: \"%METHOD%\", code: \"%RESPONSE_CODE%\" }} }}
+      - otlp:
+          endpoint: \"{endpoint}\"
+          authority: otel-collector.default.svc.cluster.local
+          headers: {{ authorization: Bearer my-api-key }}
+          log_name: otel_envoy_accesslog
+          resource_attributes: {{ k8s.cluster.name: cluster-1 }}
+        format: \"%METHOD% %PATH% %REQ(USER-AGENT)% %RESPONSE_CODE%\"
+        attributes:
+          k8s.namespace.name: \"%ENVIRONMENT(ENVOY_POD_NAMESPACE)%\"
+          k8s.pod.name: \"%ENVIRONMENT(LEGATE_TEST_UNSET_POD_NAME)%\"
+          response_code: \"%RESPONSE_CODE%\"
+    routes:
+      - {{ match: {{ prefix: / }}, cluster: backend }}
+",
+        up = upstream.local_addr(),
+        text = text_path.display(),
+        json = json_path.display(),
+        endpoint = collector.grpc_endpoint(),
+    );
+    let proxy = Proxy::start_with_env(&config, 1, &[("ENVOY_POD_NAMESPACE", "edge-ns")]);
+    every_logger_logs(proxy.addr(), &collector, (&text_path, &json_path)).await;
 }

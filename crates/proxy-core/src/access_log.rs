@@ -1,8 +1,11 @@
-//! Access log: one line per request, per listener, off by default.
+//! Access log: one line (or OpenTelemetry record) per request and logger of a listener, off
+//! by default.
 //!
-//! A worker formats lines into its own buffer; full buffers, and every buffer at least every
-//! [`FLUSH_EVERY`], go over a bounded channel to a writer thread per destination. A worker
-//! never waits for the disk: if the writer falls behind, chunks are dropped and counted.
+//! A worker formats lines into its own buffer per logger; full buffers, and every buffer at
+//! least every [`FLUSH_EVERY`], go over a bounded channel to a writer thread per destination.
+//! Records for a collector go the same way, in batches, to an OTLP exporter thread per
+//! collector. A worker never waits for the disk or the collector: if the writer falls behind,
+//! chunks (or batches) are dropped and counted.
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
@@ -17,7 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, StatusCode, Version};
 
-use config::access_log::{AccessLogConfig, Field, HeaderField, JsonFormat, LogFormat, LogTarget};
+use config::access_log::{
+    AccessLogConfig, Field, HeaderField, JsonFormat, LogFormat, LogTarget, OtlpLogTarget,
+};
 
 use crate::error::ResponseFlag;
 
@@ -27,6 +32,10 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(200);
 const FLUSH_AT: usize = 16 * 1024;
 /// Chunks queued per destination before new ones are dropped.
 const QUEUE_CHUNKS: usize = 1024;
+/// A worker hands its records for a collector over once it holds this many.
+const FLUSH_RECORDS: usize = 512;
+/// Records queued per collector before new batches are dropped.
+const QUEUE_RECORDS: usize = 8192;
 
 /// What one request leaves behind for its log line.
 #[derive(Debug, Default)]
@@ -60,17 +69,27 @@ pub(crate) struct PendingLog {
 /// Log records kept for reuse per worker and listener.
 const PENDING_POOL: usize = 256;
 
-/// The writer threads, one per destination, shared by every worker.
+/// A destination's sending side.
+#[derive(Clone)]
+pub(crate) enum SinkTx {
+    /// Chunks of lines for a writer thread.
+    Lines(SyncSender<Vec<u8>>),
+    /// Batches of records for a collector's exporter.
+    Records(trace_export::LogSink),
+}
+
+/// The writer threads (and collectors' exporters), one per destination, shared by every
+/// worker.
 pub(crate) struct LogSinks {
-    senders: Vec<(LogTarget, SyncSender<Vec<u8>>)>,
+    senders: Vec<(LogTarget, SinkTx)>,
     pub(crate) dropped: Arc<AtomicU64>,
 }
 
 impl LogSinks {
     /// Opens every destination the config names (files in append mode) and starts a writer
-    /// thread for each.
+    /// thread (or an exporter) for each.
     pub(crate) fn open(targets: impl Iterator<Item = LogTarget>) -> io::Result<LogSinks> {
-        let mut senders: Vec<(LogTarget, SyncSender<Vec<u8>>)> = Vec::new();
+        let mut senders: Vec<(LogTarget, SinkTx)> = Vec::new();
         for target in targets {
             if senders.iter().any(|(t, _)| *t == target) {
                 continue;
@@ -80,12 +99,18 @@ impl LogSinks {
                 LogTarget::File(path) => {
                     Box::new(OpenOptions::new().create(true).append(true).open(path)?)
                 }
+                LogTarget::Otlp(otlp) => {
+                    let sink =
+                        trace_export::start_logs(exporter_config(otlp), Observer::new(otlp))?;
+                    senders.push((target, SinkTx::Records(sink)));
+                    continue;
+                }
             };
             let (tx, rx) = sync_channel(QUEUE_CHUNKS);
             std::thread::Builder::new()
                 .name("legate-access-log".into())
                 .spawn(move || write_loop(rx, out))?;
-            senders.push((target, tx));
+            senders.push((target, SinkTx::Lines(tx)));
         }
         Ok(LogSinks {
             senders,
@@ -102,11 +127,53 @@ impl LogSinks {
             && self.senders.iter().all(|(t, _)| targets.contains(t))
     }
 
-    pub(crate) fn sender(&self, target: &LogTarget) -> Option<SyncSender<Vec<u8>>> {
+    pub(crate) fn sender(&self, target: &LogTarget) -> Option<SinkTx> {
         self.senders
             .iter()
             .find(|(t, _)| t == target)
             .map(|(_, tx)| tx.clone())
+    }
+}
+
+fn exporter_config(otlp: &OtlpLogTarget) -> trace_export::ExporterConfig {
+    trace_export::ExporterConfig {
+        endpoint: otlp.endpoint.clone(),
+        protocol: trace_export::Protocol::Grpc,
+        authority: otlp.authority.clone(),
+        headers: otlp.headers.clone(),
+        timeout: otlp.timeout,
+        max_queued_spans: QUEUE_RECORDS,
+        max_export_batch: FLUSH_RECORDS,
+        resource: otlp
+            .resource
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect(),
+    }
+}
+
+/// Logs a collector's failed exports, at most once a second.
+struct Observer {
+    errors: crate::throttle::LogThrottle,
+    endpoint: String,
+}
+
+impl Observer {
+    fn new(otlp: &OtlpLogTarget) -> Self {
+        Self {
+            errors: crate::throttle::LogThrottle::default(),
+            endpoint: otlp.endpoint.to_string(),
+        }
+    }
+}
+
+impl trace_export::ExportObserver for Observer {
+    fn exported(&mut self, _records: usize) {}
+
+    fn failed(&mut self, records: usize, error: &trace_export::ExportError) {
+        if let Some(failed) = self.errors.hit() {
+            tracing::warn!(endpoint = %self.endpoint, records, failed, %error, "access log export failed; records were lost");
+        }
     }
 }
 
@@ -125,24 +192,43 @@ fn write_loop(rx: Receiver<Vec<u8>>, mut out: Box<dyn Write + Send>) {
     let _ = out.flush();
 }
 
-/// One worker's access log for one listener. Lines still buffered when it is dropped (its
-/// listener's config was replaced and its last connection closed) are handed on then.
+/// One worker's access logs for one listener: the record each request fills, and its
+/// loggers. Lines still buffered when it is dropped (its listener's config was replaced and
+/// its last connection closed) are handed on then.
 pub(crate) struct WorkerLog {
-    format: LogFormat,
-    json: Option<JsonFormat>,
-    /// The headers `%REQ(...)%` and `%RESP(...)%` show, each once: what a request captures.
+    outputs: Vec<Output>,
+    /// The headers `%REQ(...)%` and `%RESP(...)%` show in any logger, each once: what a
+    /// request captures.
     request_fields: Vec<HeaderField>,
     response_fields: Vec<HeaderField>,
-    /// A JSON value being rendered before it is escaped.
+    /// A JSON value (or record part) being rendered before it is escaped.
     scratch: RefCell<Vec<u8>>,
-    buf: RefCell<Vec<u8>>,
     // Boxed: a request holds its record by pointer, keeping its future small; the pool hands
     // the same boxes round.
     #[allow(clippy::vec_box)]
     spare: RefCell<Vec<Box<PendingLog>>>,
     clock: RefCell<SecondCache>,
-    tx: SyncSender<Vec<u8>>,
     dropped: Arc<AtomicU64>,
+}
+
+/// One logger: its format and where its lines (or records) go.
+struct Output {
+    format: LogFormat,
+    json: Option<JsonFormat>,
+    /// A record's attributes (collectors only).
+    attributes: Vec<(String, LogFormat)>,
+    sink: OutputSink,
+}
+
+enum OutputSink {
+    Lines {
+        buf: RefCell<Vec<u8>>,
+        tx: SyncSender<Vec<u8>>,
+    },
+    Records {
+        batch: RefCell<Vec<trace_export::LogRecord>>,
+        tx: trace_export::LogSink,
+    },
 }
 
 impl Drop for WorkerLog {
@@ -152,37 +238,50 @@ impl Drop for WorkerLog {
 }
 
 impl WorkerLog {
-    pub(crate) fn new(
-        config: &AccessLogConfig,
-        tx: SyncSender<Vec<u8>>,
-        dropped: Arc<AtomicU64>,
-    ) -> Self {
-        let fields: Vec<&Field> = match &config.json_format {
-            None => config.format.0.iter().collect(),
-            Some(json) => json.0.iter().flat_map(|(_, f)| &f.0).collect(),
-        };
+    /// `loggers`: each logger's settings and its destination's sending side.
+    pub(crate) fn new(loggers: Vec<(&AccessLogConfig, SinkTx)>, dropped: Arc<AtomicU64>) -> Self {
         let mut request_fields: Vec<HeaderField> = Vec::new();
         let mut response_fields: Vec<HeaderField> = Vec::new();
-        for field in fields {
-            let (list, header) = match field {
-                Field::RequestHeader(h) => (&mut request_fields, h),
-                Field::ResponseHeader(h) => (&mut response_fields, h),
-                _ => continue,
+        let mut outputs = Vec::with_capacity(loggers.len());
+        for (config, tx) in loggers {
+            let mut fields: Vec<&Field> = match &config.json_format {
+                None => config.format.0.iter().collect(),
+                Some(json) => json.0.iter().flat_map(|(_, f)| &f.0).collect(),
             };
-            if !list.contains(header) {
-                list.push(header.clone());
+            fields.extend(config.attributes.iter().flat_map(|(_, f)| &f.0));
+            for field in fields {
+                let (list, header) = match field {
+                    Field::RequestHeader(h) => (&mut request_fields, h),
+                    Field::ResponseHeader(h) => (&mut response_fields, h),
+                    _ => continue,
+                };
+                if !list.contains(header) {
+                    list.push(header.clone());
+                }
             }
+            outputs.push(Output {
+                format: config.format.clone(),
+                json: config.json_format.clone(),
+                attributes: config.attributes.clone(),
+                sink: match tx {
+                    SinkTx::Lines(tx) => OutputSink::Lines {
+                        buf: RefCell::new(Vec::with_capacity(FLUSH_AT)),
+                        tx,
+                    },
+                    SinkTx::Records(tx) => OutputSink::Records {
+                        batch: RefCell::new(Vec::new()),
+                        tx,
+                    },
+                },
+            });
         }
         Self {
-            format: config.format.clone(),
-            json: config.json_format.clone(),
+            outputs,
             request_fields,
             response_fields,
             scratch: RefCell::new(Vec::new()),
-            buf: RefCell::new(Vec::with_capacity(FLUSH_AT)),
             spare: RefCell::new(Vec::new()),
             clock: RefCell::new(SecondCache::default()),
-            tx,
             dropped,
         }
     }
@@ -241,21 +340,47 @@ impl WorkerLog {
     }
 
     pub(crate) fn record(&self, record: &LogRecord, started: SystemTime, duration: Duration) {
-        let full = {
-            let mut buf = self.buf.borrow_mut();
-            let line: &mut Vec<u8> = &mut buf;
-            match &self.json {
-                None => {
-                    for field in &self.format.0 {
-                        self.write_field(line, field, record, started, duration);
+        for output in &self.outputs {
+            let full = match &output.sink {
+                OutputSink::Lines { buf, .. } => {
+                    let mut buf = buf.borrow_mut();
+                    let line: &mut Vec<u8> = &mut buf;
+                    match &output.json {
+                        None => {
+                            for field in &output.format.0 {
+                                self.write_field(line, field, record, started, duration);
+                            }
+                        }
+                        Some(json) => self.write_json(line, json, record, started, duration),
                     }
+                    line.len() >= FLUSH_AT
                 }
-                Some(json) => self.write_json(line, json, record, started, duration),
+                OutputSink::Records { batch, .. } => {
+                    let text = |format: &LogFormat| {
+                        let mut scratch = self.scratch.borrow_mut();
+                        scratch.clear();
+                        for field in &format.0 {
+                            self.write_field(&mut scratch, field, record, started, duration);
+                        }
+                        String::from_utf8_lossy(&scratch).into_owned()
+                    };
+                    let entry = trace_export::LogRecord {
+                        time: started,
+                        body: text(&output.format),
+                        attributes: output
+                            .attributes
+                            .iter()
+                            .map(|(key, format)| (key.clone(), text(format).into()))
+                            .collect(),
+                    };
+                    let mut batch = batch.borrow_mut();
+                    batch.push(entry);
+                    batch.len() >= FLUSH_RECORDS
+                }
+            };
+            if full {
+                self.flush_output(output);
             }
-            line.len() >= FLUSH_AT
-        };
-        if full {
-            self.flush();
         }
     }
 
@@ -348,6 +473,10 @@ impl WorkerLog {
                 let at = self.response_fields.iter().position(|f| f == h);
                 push_header(line, h, at.and_then(|i| record.response_headers.get(i)));
             }
+            Field::Environment(e) => match &e.value {
+                Some(value) => line.extend_from_slice(value.as_bytes()),
+                None => line.push(b'-'),
+            },
         }
     }
 
@@ -390,23 +519,38 @@ impl WorkerLog {
         }
     }
 
-    /// Hands the buffered lines to the writer thread without waiting.
+    /// Hands the buffered lines (and records) to their writers without waiting.
     ///
     /// Also on drop.
     pub(crate) fn flush(&self) {
-        let chunk = {
-            let mut buf = self.buf.borrow_mut();
-            if buf.is_empty() {
-                return;
+        for output in &self.outputs {
+            self.flush_output(output);
+        }
+    }
+
+    fn flush_output(&self, output: &Output) {
+        let handed = match &output.sink {
+            OutputSink::Lines { buf, tx } => {
+                let chunk = {
+                    let mut buf = buf.borrow_mut();
+                    if buf.is_empty() {
+                        return;
+                    }
+                    std::mem::replace(&mut *buf, Vec::with_capacity(FLUSH_AT))
+                };
+                match tx.try_send(chunk) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+                }
             }
-            std::mem::replace(&mut *buf, Vec::with_capacity(FLUSH_AT))
+            OutputSink::Records { batch, tx } => {
+                let records = std::mem::take(&mut *batch.borrow_mut());
+                records.is_empty() || tx.send(records).is_ok()
+            }
         };
-        match self.tx.try_send(chunk) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                // Relaxed: a count for operators, read at scrape.
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        if !handed {
+            // Relaxed: a count for operators, read at scrape.
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -640,8 +784,12 @@ mod tests {
             )
             .unwrap(),
             json_format: None,
+            attributes: Vec::new(),
         };
-        let log = WorkerLog::new(&config, tx, Arc::new(AtomicU64::new(0)));
+        let log = WorkerLog::new(
+            vec![(&config, SinkTx::Lines(tx))],
+            Arc::new(AtomicU64::new(0)),
+        );
         let record = LogRecord {
             method: Some(Method::GET),
             path: Some(http::uri::PathAndQuery::from_static("/x?y")),
@@ -673,8 +821,12 @@ mod tests {
                 ("line".into(), field("%METHOD% \"%PATH%\"")),
                 ("fixed".into(), field("edge-1")),
             ])),
+            attributes: Vec::new(),
         };
-        let log = WorkerLog::new(&config, tx, Arc::new(AtomicU64::new(0)));
+        let log = WorkerLog::new(
+            vec![(&config, SinkTx::Lines(tx))],
+            Arc::new(AtomicU64::new(0)),
+        );
         let record = LogRecord {
             method: Some(Method::GET),
             path: Some(http::uri::PathAndQuery::from_static("/a%22b?q=\\")),

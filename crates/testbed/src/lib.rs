@@ -81,7 +81,7 @@ pub use dns::DnsServer;
 pub use failing::{FailingOrigin, FailureMode};
 pub use handle::NoopHandle;
 pub use noop::NoopUpstream;
-pub use otlp::{Caller, CollectorMode, OtlpCollector, ReceivedSpan};
+pub use otlp::{Caller, CollectorMode, OtlpCollector, ReceivedLog, ReceivedSpan};
 pub use pattern::{pattern_bytes, pattern_sha256};
 pub use signal::StopSignal;
 pub use xds::ManagementServer;

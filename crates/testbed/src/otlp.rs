@@ -1,5 +1,6 @@
 //! An OpenTelemetry collector for tests: OTLP traces over gRPC (`TraceService/Export`) and
-//! over HTTP (a protobuf POST to `/v1/traces`) on one port. It keeps every span it receives,
+//! over HTTP (a protobuf POST to `/v1/traces`), and OTLP logs over gRPC
+//! (`LogsService/Export`), on one port. It keeps every span and log record it receives,
 //! flattened for assertions, and can be told to stall or to refuse, so a test can watch an
 //! exporter's queue fill and its failures be counted.
 
@@ -15,6 +16,12 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
+    LogsService, LogsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -54,6 +61,18 @@ pub struct ReceivedSpan {
     pub protocol: &'static str,
 }
 
+/// A log record as the collector received it.
+#[derive(Debug, Clone)]
+pub struct ReceivedLog {
+    pub time_unix_nano: u64,
+    /// The body, when it is text.
+    pub body: String,
+    /// Values as text.
+    pub attributes: BTreeMap<String, String>,
+    /// The resource's attributes, values as text.
+    pub resource: BTreeMap<String, String>,
+}
+
 /// What the collector does with an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CollectorMode {
@@ -67,6 +86,7 @@ pub enum CollectorMode {
 #[derive(Default)]
 struct Received {
     spans: Vec<ReceivedSpan>,
+    logs: Vec<ReceivedLog>,
     exports: u64,
     callers: Vec<Caller>,
 }
@@ -131,6 +151,32 @@ impl OtlpCollector {
         lock(&self.state.received).spans.clone()
     }
 
+    /// Every log record received so far, in arrival order.
+    pub fn logs(&self) -> Vec<ReceivedLog> {
+        lock(&self.state.received).logs.clone()
+    }
+
+    /// Waits until `done` holds for the log records received, or `limit` passes. Returns
+    /// whether it held.
+    pub async fn wait_for_logs(
+        &self,
+        limit: Duration,
+        mut done: impl FnMut(&[ReceivedLog]) -> bool,
+    ) -> bool {
+        let mut changed = self.state.changed.subscribe();
+        let check = async {
+            loop {
+                if done(&lock(&self.state.received).logs) {
+                    return;
+                }
+                if changed.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(limit, check).await.is_ok()
+    }
+
     /// Who each export (gRPC call or POST) was addressed to, in order.
     pub fn callers(&self) -> Vec<Caller> {
         lock(&self.state.received).callers.clone()
@@ -187,6 +233,24 @@ impl State {
         request: ExportTraceServiceRequest,
         protocol: &'static str,
     ) -> Result<(), ()> {
+        self.admit().await?;
+        let spans = flatten(request, protocol);
+        lock(&self.received).spans.extend(spans);
+        self.changed.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// The same for log records.
+    async fn take_logs(&self, request: ExportLogsServiceRequest) -> Result<(), ()> {
+        self.admit().await?;
+        let logs = flatten_logs(request);
+        lock(&self.received).logs.extend(logs);
+        self.changed.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Counts an export and waits while stalled; `Err` when refusing.
+    async fn admit(&self) -> Result<(), ()> {
         lock(&self.received).exports += 1;
         self.changed.send_modify(|n| *n += 1);
         let mut mode = self.mode.subscribe();
@@ -197,11 +261,47 @@ impl State {
         if mode == CollectorMode::Refuse {
             return Err(());
         }
-        let spans = flatten(request, protocol);
-        lock(&self.received).spans.extend(spans);
-        self.changed.send_modify(|n| *n += 1);
         Ok(())
     }
+}
+
+fn attributes(
+    list: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+) -> BTreeMap<String, String> {
+    list.into_iter()
+        .map(|kv| {
+            let value = kv.value.and_then(|v| v.value);
+            (kv.key, value.as_ref().map(text).unwrap_or_default())
+        })
+        .collect()
+}
+
+fn flatten_logs(request: ExportLogsServiceRequest) -> Vec<ReceivedLog> {
+    let mut out = Vec::new();
+    for resource_logs in request.resource_logs {
+        let resource = attributes(
+            resource_logs
+                .resource
+                .map(|r| r.attributes)
+                .unwrap_or_default(),
+        );
+        for scope in resource_logs.scope_logs {
+            for record in scope.log_records {
+                out.push(ReceivedLog {
+                    time_unix_nano: record.time_unix_nano,
+                    body: record
+                        .body
+                        .and_then(|b| b.value)
+                        .as_ref()
+                        .map(text)
+                        .unwrap_or_default(),
+                    attributes: attributes(record.attributes),
+                    resource: resource.clone(),
+                });
+            }
+        }
+    }
+    out
 }
 
 fn flatten(request: ExportTraceServiceRequest, protocol: &'static str) -> Vec<ReceivedSpan> {
@@ -274,8 +374,31 @@ impl TraceService for Grpc {
     }
 }
 
+#[tonic::async_trait]
+impl LogsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        match self.0.take_logs(request.into_inner()).await {
+            Ok(()) => Ok(tonic::Response::new(ExportLogsServiceResponse::default())),
+            Err(()) => Err(tonic::Status::unavailable("refused by the test collector")),
+        }
+    }
+}
+
+/// The gRPC services, one per signal.
+#[derive(Clone)]
+struct GrpcServices {
+    traces: TraceServiceServer<Grpc>,
+    logs: LogsServiceServer<Grpc>,
+}
+
 async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watch::Receiver<bool>) {
-    let grpc = TraceServiceServer::new(Grpc(Arc::clone(&state)));
+    let grpc = GrpcServices {
+        traces: TraceServiceServer::new(Grpc(Arc::clone(&state))),
+        logs: LogsServiceServer::new(Grpc(Arc::clone(&state))),
+    };
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -306,11 +429,12 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watc
     }
 }
 
-/// gRPC calls to the trace service, protobuf POSTs to `/v1/traces`; 404 for anything else.
+/// gRPC calls to the trace and logs services, protobuf POSTs to `/v1/traces`; 404 for
+/// anything else.
 async fn route(
     request: http::Request<hyper::body::Incoming>,
     state: &State,
-    grpc: &mut TraceServiceServer<Grpc>,
+    grpc: &mut GrpcServices,
 ) -> http::Response<AnyBody> {
     let authority = request
         .uri()
@@ -330,7 +454,12 @@ async fn route(
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
     if is_grpc {
-        return match grpc.call(request).await {
+        let answer = if request.uri().path().contains(".logs.") {
+            grpc.logs.call(request).await
+        } else {
+            grpc.traces.call(request).await
+        };
+        return match answer {
             Ok(response) => response.map(|body| body.map_err(BoxError::from).boxed_unsync()),
             Err(never) => match never {},
         };

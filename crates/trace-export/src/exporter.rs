@@ -1,5 +1,6 @@
-//! The exporter: a thread of its own that takes batches of finished spans from a bounded
-//! queue and sends them to the collector, so no request ever waits for the collector.
+//! The exporter: a thread of its own that takes batches of finished spans (or log records)
+//! from a bounded queue and sends them to the collector, so no request ever waits for the
+//! collector.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -7,12 +8,13 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::otlp::export_request;
+use crate::log::LogRecord;
+use crate::otlp::{export_request, logs_request};
 use crate::span::{Span, Value};
-use crate::transport::Transport;
+use crate::transport::{Export, Transport};
 use crate::{ExportError, Protocol};
 
-/// Where and how spans are exported.
+/// Where and how spans (or log records) are exported.
 #[derive(Debug, Clone)]
 pub struct ExporterConfig {
     /// `http://host:4317` for gRPC; the whole URL (`http://host:4318/v1/traces`) for HTTP.
@@ -25,9 +27,10 @@ pub struct ExporterConfig {
     pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
     /// Bounds each export, connecting included.
     pub timeout: Duration,
-    /// Spans waiting for export at most; a batch that would go past it is dropped whole.
+    /// Spans (or log records) waiting for export at most; a batch that would go past it is
+    /// dropped whole.
     pub max_queued_spans: usize,
-    /// Spans sent in one export at most.
+    /// Spans (or log records) sent in one export at most.
     pub max_export_batch: usize,
     /// What describes the process: `service.name` and the like.
     pub resource: Vec<(String, Value)>,
@@ -39,30 +42,63 @@ pub trait ExportObserver: Send + 'static {
     fn failed(&mut self, spans: usize, error: &ExportError);
 }
 
+/// What an exporter sends: each kind becomes its own OTLP export request.
+pub(crate) trait Exported: Send + 'static {
+    fn request(resource: &[(String, Value)], batch: Vec<Self>) -> Export
+    where
+        Self: Sized;
+}
+
+impl Exported for Span {
+    fn request(resource: &[(String, Value)], batch: Vec<Self>) -> Export {
+        Export::Traces(export_request(resource, batch))
+    }
+}
+
+impl Exported for LogRecord {
+    fn request(resource: &[(String, Value)], batch: Vec<Self>) -> Export {
+        Export::Logs(logs_request(resource, batch))
+    }
+}
+
 /// What the exporter's queue carries.
-enum Message {
-    Spans(Vec<Span>),
+enum Message<T> {
+    Items(Vec<T>),
     /// Answered once everything queued before it has been sent (or has failed).
     Drain(std::sync::mpsc::Sender<()>),
 }
 
-/// The sending side of the exporter's queue. Cheap to clone, one per worker. When the last
+/// The sending side of an exporter's queue. Cheap to clone, one per worker. When the last
 /// clone is dropped, the exporter sends what is queued and its thread ends.
-#[derive(Clone)]
-pub struct SpanSink {
-    tx: mpsc::UnboundedSender<Message>,
+pub struct Sink<T> {
+    tx: mpsc::UnboundedSender<Message<T>>,
     queued: Arc<AtomicUsize>,
     max_queued: usize,
 }
 
-/// A batch the queue had no room for (or the exporter is gone): these spans are lost.
+impl<T> Clone for Sink<T> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            queued: Arc::clone(&self.queued),
+            max_queued: self.max_queued,
+        }
+    }
+}
+
+/// The queue of a span exporter.
+pub type SpanSink = Sink<Span>;
+/// The queue of a log exporter.
+pub type LogSink = Sink<LogRecord>;
+
+/// A batch the queue had no room for (or the exporter is gone): these are lost.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Dropped(pub usize);
 
-impl SpanSink {
-    /// Queues a batch for export, or drops it whole when the queue is full: spans are
-    /// worth less than the memory and time of the requests they describe.
-    pub fn send(&self, batch: Vec<Span>) -> Result<(), Dropped> {
+impl<T> Sink<T> {
+    /// Queues a batch for export, or drops it whole when the queue is full: spans and logs
+    /// are worth less than the memory and time of the requests they describe.
+    pub fn send(&self, batch: Vec<T>) -> Result<(), Dropped> {
         let n = batch.len();
         if n == 0 {
             return Ok(());
@@ -75,7 +111,7 @@ impl SpanSink {
         if reserved.is_err() {
             return Err(Dropped(n));
         }
-        self.tx.send(Message::Spans(batch)).map_err(|_| {
+        self.tx.send(Message::Items(batch)).map_err(|_| {
             self.queued.fetch_sub(n, Ordering::AcqRel);
             Dropped(n)
         })
@@ -91,17 +127,33 @@ impl SpanSink {
         drained.recv_timeout(limit).is_ok()
     }
 
-    /// Spans queued and not yet taken by the exporter.
+    /// Items queued and not yet taken by the exporter.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Acquire)
     }
 }
 
-/// Starts the exporter's thread and returns the queue's sending side.
+/// Starts a span exporter's thread and returns the queue's sending side.
 pub fn start(config: ExporterConfig, observer: impl ExportObserver) -> std::io::Result<SpanSink> {
+    start_sink(config, observer)
+}
+
+/// Starts a log exporter's thread (OTLP logs: `LogsService/Export`, or the HTTP endpoint
+/// given, usually `/v1/logs`) and returns the queue's sending side.
+pub fn start_logs(
+    config: ExporterConfig,
+    observer: impl ExportObserver,
+) -> std::io::Result<LogSink> {
+    start_sink(config, observer)
+}
+
+fn start_sink<T: Exported>(
+    config: ExporterConfig,
+    observer: impl ExportObserver,
+) -> std::io::Result<Sink<T>> {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let sink = SpanSink {
+    let sink = Sink {
         tx,
         queued: Arc::clone(&queued),
         max_queued: config.max_queued_spans.max(1),
@@ -115,9 +167,9 @@ pub fn start(config: ExporterConfig, observer: impl ExportObserver) -> std::io::
     Ok(sink)
 }
 
-async fn export_loop(
+async fn export_loop<T: Exported>(
     config: ExporterConfig,
-    mut rx: mpsc::UnboundedReceiver<Message>,
+    mut rx: mpsc::UnboundedReceiver<Message<T>>,
     queued: Arc<AtomicUsize>,
     mut observer: impl ExportObserver,
 ) {
@@ -125,16 +177,16 @@ async fn export_loop(
     let limit = config.max_export_batch.max(1);
     while let Some(first) = rx.recv().await {
         let mut drained = None;
-        let mut spans = match first {
-            Message::Spans(spans) => spans,
+        let mut items = match first {
+            Message::Items(items) => items,
             Message::Drain(done) => {
                 let _ = done.send(());
                 continue;
             }
         };
-        while spans.len() < limit {
+        while items.len() < limit {
             match rx.try_recv() {
-                Ok(Message::Spans(more)) => spans.extend(more),
+                Ok(Message::Items(more)) => items.extend(more),
                 Ok(Message::Drain(done)) => {
                     drained = Some(done);
                     break;
@@ -143,11 +195,11 @@ async fn export_loop(
             }
         }
         // Taken off the queue: room for the workers' next batches while this one goes.
-        queued.fetch_sub(spans.len(), Ordering::AcqRel);
-        while !spans.is_empty() {
-            let rest = spans.split_off(spans.len().min(limit));
-            let n = spans.len();
-            let request = export_request(&config.resource, std::mem::replace(&mut spans, rest));
+        queued.fetch_sub(items.len(), Ordering::AcqRel);
+        while !items.is_empty() {
+            let rest = items.split_off(items.len().min(limit));
+            let n = items.len();
+            let request = T::request(&config.resource, std::mem::replace(&mut items, rest));
             let outcome =
                 match tokio::time::timeout(config.timeout, transport.export(request)).await {
                     Ok(outcome) => outcome,

@@ -5,7 +5,8 @@
 //! a [`SpanSink`]; the exporter's own thread turns them into OTLP messages (the
 //! `opentelemetry-proto` definitions) and sends them to a collector over gRPC or HTTP. The
 //! queue between the two is bounded in spans: when the collector is slow or gone, batches
-//! are dropped and counted, and requests never wait.
+//! are dropped and counted, and requests never wait. Log records (access logs for an
+//! OpenTelemetry collector) travel the same way, through [`start_logs`] and a [`LogSink`].
 //!
 //! ```no_run
 //! use std::time::{Duration, SystemTime};
@@ -56,6 +57,7 @@
 
 mod context;
 mod exporter;
+mod log;
 mod otlp;
 mod span;
 mod transport;
@@ -63,7 +65,10 @@ mod transport;
 use std::time::Duration;
 
 pub use context::{SpanId, TRACEPARENT_LEN, TraceId, TraceParent, traceparent};
-pub use exporter::{Dropped, ExportObserver, ExporterConfig, SpanSink, start};
+pub use exporter::{
+    Dropped, ExportObserver, ExporterConfig, LogSink, Sink, SpanSink, start, start_logs,
+};
+pub use log::LogRecord;
 pub use span::{Span, SpanKind, Value};
 
 /// How spans travel to the collector.

@@ -1,13 +1,17 @@
-//! Spans as OTLP messages: one `ExportTraceServiceRequest` per batch, under the process's
-//! resource and this crate as the instrumentation scope.
+//! Spans and log records as OTLP messages: one `ExportTraceServiceRequest` (or
+//! `ExportLogsServiceRequest`) per batch, under the process's resource and this crate as the
+//! instrumentation scope.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Status, span, status};
 
+use crate::log::LogRecord;
 use crate::span::{Span, SpanKind, Value};
 
 /// OTLP `flags`: the W3C sampled flag (every exported span was sampled), and that the
@@ -21,27 +25,70 @@ pub(crate) fn export_request(
     resource: &[(String, Value)],
     spans: Vec<Span>,
 ) -> ExportTraceServiceRequest {
-    let resource = Resource {
-        attributes: resource
-            .iter()
-            .map(|(key, value)| key_value(key.clone(), value.clone()))
-            .collect(),
-        ..Resource::default()
-    };
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
-            resource: Some(resource),
+            resource: Some(resource_message(resource)),
             scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: env!("CARGO_PKG_NAME").to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                    ..InstrumentationScope::default()
-                }),
+                scope: Some(scope()),
                 spans: spans.into_iter().map(span_message).collect(),
                 schema_url: String::new(),
             }],
             schema_url: String::new(),
         }],
+    }
+}
+
+/// The request that exports log `records` under `resource`.
+pub(crate) fn logs_request(
+    resource: &[(String, Value)],
+    records: Vec<LogRecord>,
+) -> ExportLogsServiceRequest {
+    ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            resource: Some(resource_message(resource)),
+            scope_logs: vec![ScopeLogs {
+                scope: Some(scope()),
+                log_records: records
+                    .into_iter()
+                    .map(|record| {
+                        let time = unix_nanos(record.time);
+                        opentelemetry_proto::tonic::logs::v1::LogRecord {
+                            time_unix_nano: time,
+                            observed_time_unix_nano: time,
+                            body: Some(AnyValue {
+                                value: Some(any_value::Value::StringValue(record.body)),
+                            }),
+                            attributes: record
+                                .attributes
+                                .into_iter()
+                                .map(|(key, value)| key_value(key, value))
+                                .collect(),
+                            ..Default::default()
+                        }
+                    })
+                    .collect(),
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
+
+fn resource_message(resource: &[(String, Value)]) -> Resource {
+    Resource {
+        attributes: resource
+            .iter()
+            .map(|(key, value)| key_value(key.clone(), value.clone()))
+            .collect(),
+        ..Resource::default()
+    }
+}
+
+fn scope() -> InstrumentationScope {
+    InstrumentationScope {
+        name: env!("CARGO_PKG_NAME").to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        ..InstrumentationScope::default()
     }
 }
 
@@ -108,6 +155,31 @@ fn unix_nanos(time: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_record_becomes_its_otlp_message() {
+        let time = UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let request = logs_request(
+            &[("log_name".into(), "access".into())],
+            vec![LogRecord {
+                time,
+                body: "GET / 200".into(),
+                attributes: vec![("response_code".into(), "200".to_owned().into())],
+            }],
+        );
+        let logs = &request.resource_logs[0];
+        assert_eq!(
+            logs.resource.as_ref().unwrap().attributes[0].key,
+            "log_name"
+        );
+        let record = &logs.scope_logs[0].log_records[0];
+        assert_eq!(record.time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(
+            record.body.as_ref().unwrap().value,
+            Some(any_value::Value::StringValue("GET / 200".into()))
+        );
+        assert_eq!(record.attributes[0].key, "response_code");
+    }
     use crate::context::{SpanId, TraceId};
     use std::time::Duration;
 

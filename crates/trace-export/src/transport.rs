@@ -1,5 +1,6 @@
-//! The two ways OTLP reaches a collector: gRPC (`TraceService/Export`, usually port 4317)
-//! and HTTP (a protobuf body POSTed to `/v1/traces`, usually port 4318).
+//! The two ways OTLP reaches a collector: gRPC (`TraceService/Export` or
+//! `LogsService/Export`, usually port 4317) and HTTP (a protobuf body POSTed to the URL
+//! given, usually `/v1/traces` or `/v1/logs` on port 4318).
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -7,6 +8,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use prost::Message;
@@ -14,14 +17,17 @@ use tonic::transport::Channel;
 
 use crate::{ExportError, ExporterConfig, Protocol};
 
+/// One batch's export request.
+pub(crate) enum Export {
+    Traces(ExportTraceServiceRequest),
+    Logs(ExportLogsServiceRequest),
+}
+
 /// The collector's client, made once; it connects on first use and again after a failure.
 pub(crate) enum Transport {
     /// With the metadata every export carries (boxed: most exporters have none, and the
-    /// map is larger than the client).
-    Grpc(
-        TraceServiceClient<Channel>,
-        Box<tonic::metadata::MetadataMap>,
-    ),
+    /// map is larger than the channel).
+    Grpc(Channel, Box<tonic::metadata::MetadataMap>),
     /// Boxed: the client is several times the gRPC one's size.
     Http(Box<HttpTransport>),
 }
@@ -53,7 +59,7 @@ impl Transport {
                     }
                 }
                 Transport::Grpc(
-                    TraceServiceClient::new(channel.connect_lazy()),
+                    channel.connect_lazy(),
                     Box::new(tonic::metadata::MetadataMap::from_headers(headers)),
                 )
             }
@@ -76,22 +82,32 @@ impl Transport {
     }
 
     /// Sends one batch; `Ok` once the collector has taken it.
-    pub(crate) async fn export(
-        &mut self,
-        request: ExportTraceServiceRequest,
-    ) -> Result<(), ExportError> {
+    pub(crate) async fn export(&mut self, request: Export) -> Result<(), ExportError> {
         match self {
-            Transport::Grpc(client, metadata) => {
-                let mut request = tonic::Request::new(request);
-                *request.metadata_mut() = (**metadata).clone();
-                client
-                    .export(request)
-                    .await
-                    .map(drop)
-                    .map_err(|status| ExportError::Grpc {
-                        code: status.code(),
-                        message: status.message().to_owned(),
-                    })
+            Transport::Grpc(channel, metadata) => {
+                // A client per export is a clone of the channel: no new connection.
+                let answer = match request {
+                    Export::Traces(request) => {
+                        let mut request = tonic::Request::new(request);
+                        *request.metadata_mut() = (**metadata).clone();
+                        TraceServiceClient::new(channel.clone())
+                            .export(request)
+                            .await
+                            .map(drop)
+                    }
+                    Export::Logs(request) => {
+                        let mut request = tonic::Request::new(request);
+                        *request.metadata_mut() = (**metadata).clone();
+                        LogsServiceClient::new(channel.clone())
+                            .export(request)
+                            .await
+                            .map(drop)
+                    }
+                };
+                answer.map_err(|status| ExportError::Grpc {
+                    code: status.code(),
+                    message: status.message().to_owned(),
+                })
             }
             Transport::Http(http) => {
                 let HttpTransport {
@@ -99,7 +115,10 @@ impl Transport {
                     uri,
                     headers,
                 } = &**http;
-                let body = Full::new(Bytes::from(request.encode_to_vec()));
+                let body = Full::new(Bytes::from(match request {
+                    Export::Traces(request) => request.encode_to_vec(),
+                    Export::Logs(request) => request.encode_to_vec(),
+                }));
                 let mut post = http::Request::post(uri.clone())
                     .header(CONTENT_TYPE, "application/x-protobuf")
                     .body(body)

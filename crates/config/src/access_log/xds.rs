@@ -1,9 +1,11 @@
-//! Envoy's access logs as a listener's `access_log`: the connection manager's file logger
-//! (text or flat JSON, Envoy's default line when it gives none), and the listener's own logs
-//! where they can never write.
+//! Envoy's access logs as a listener's `access_log`: the connection manager's loggers (files,
+//! text or flat JSON, Envoy's default line when it gives none; OpenTelemetry collectors, a
+//! cluster's single host), and the listener's own logs where they can never write.
 
 // Control planes still send the deprecated format fields; they are read, not ignored.
 #![allow(deprecated)]
+
+use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::accesslog::v3::{
     AccessLog, AccessLogFilter, access_log, access_log_filter,
@@ -14,30 +16,82 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
     FileAccessLog, file_access_log,
 };
+use envoy_types::pb::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;
 use envoy_types::pb::google::protobuf::{Struct, value};
+use opentelemetry_kinds::{any_text, key_values};
 
-use crate::RawAccessLog;
-use crate::envoy::{ResourceError, decode};
+use super::{RawAccessLog, RawOtlpLog};
+use crate::envoy::{ResourceError, decode, nothing_else};
 
 const FILE_LOG: &str = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog";
+const OTEL_LOG: &str = "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig";
+
+/// Field numbers of `OpenTelemetryAccessLogConfig`, to name what is refused.
+const OTEL_FIELDS: &[(u32, &str)] = &[
+    (1, "common_config"),
+    (2, "body"),
+    (3, "attributes"),
+    (4, "resource_attributes"),
+    (5, "disable_builtin_labels"),
+    (6, "stat_prefix"),
+    (7, "formatters"),
+    (8, "http_service"),
+    (9, "grpc_service"),
+    (10, "log_name"),
+    (11, "buffer_flush_interval"),
+    (12, "buffer_size_bytes"),
+    (13, "filter_state_objects_to_log"),
+    (14, "custom_tags"),
+    (15, "resource_detectors"),
+];
 
 /// Envoy's line when a file logger gives no format, in the operators it uses.
 pub const ENVOY_DEFAULT_FORMAT: &str = "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% \"%REQ(X-FORWARDED-FOR)%\" \"%REQ(USER-AGENT)%\" \"%REQ(X-REQUEST-ID)%\" \"%REQ(:AUTHORITY)%\" \"%UPSTREAM_HOST%\"\n";
 
-/// The connection manager's `access_log`: at most one file logger, without a filter.
-pub(crate) fn connection_manager_log(
+/// One of a connection manager's loggers.
+#[derive(Debug, Clone)]
+pub(crate) enum XdsAccessLog {
+    Settled(RawAccessLog),
+    /// An OpenTelemetry logger: its collector is the cluster's single host.
+    Collector {
+        cluster: String,
+        log: RawAccessLog,
+    },
+}
+
+impl XdsAccessLog {
+    /// The cluster its collector is found in, if any.
+    pub(crate) fn cluster(&self) -> Option<&str> {
+        match self {
+            XdsAccessLog::Settled(_) => None,
+            XdsAccessLog::Collector { cluster, .. } => Some(cluster),
+        }
+    }
+
+    /// As the config file writes it; `None` while its collector's cluster has no single host.
+    pub(crate) fn section(&self, single_hosts: &BTreeMap<&str, &str>) -> Option<RawAccessLog> {
+        match self {
+            XdsAccessLog::Settled(log) => Some(log.clone()),
+            XdsAccessLog::Collector { cluster, log } => {
+                let host = single_hosts.get(cluster.as_str())?;
+                let mut log = log.clone();
+                if let Some(otlp) = &mut log.otlp {
+                    otlp.endpoint = format!("http://{host}");
+                }
+                Some(log)
+            }
+        }
+    }
+}
+
+/// The connection manager's `access_log`: file and OpenTelemetry loggers, without filters.
+pub(crate) fn connection_manager_logs(
     logs: Vec<AccessLog>,
     at: &str,
-) -> Result<Option<RawAccessLog>, ResourceError> {
-    let mut found = None;
+) -> Result<Vec<XdsAccessLog>, ResourceError> {
+    let mut found = Vec::with_capacity(logs.len());
     for (i, log) in logs.into_iter().enumerate() {
         let at = format!("{at}.access_log[{i}]");
-        if found.is_some() {
-            return Err(ResourceError::Unsupported {
-                at,
-                fields: vec!["a second access log (one per listener)".into()],
-            });
-        }
         if log.filter.is_some() {
             return Err(ResourceError::Unsupported {
                 at: format!("{at}.filter"),
@@ -45,18 +99,130 @@ pub(crate) fn connection_manager_log(
             });
         }
         let any = match log.config_type {
-            Some(access_log::ConfigType::TypedConfig(any)) if any.type_url == FILE_LOG => any,
+            Some(access_log::ConfigType::TypedConfig(any))
+                if any.type_url == FILE_LOG || any.type_url == OTEL_LOG =>
+            {
+                any
+            }
             _ => {
                 return Err(ResourceError::Unsupported {
                     at,
-                    fields: vec![format!("access logger `{}` (file only)", log.name)],
+                    fields: vec![format!(
+                        "access logger `{}` (file and open_telemetry only)",
+                        log.name
+                    )],
                 });
             }
         };
-        let file: FileAccessLog = decode(&any, FILE_LOG, "a FileAccessLog")?;
-        found = Some(file_log(file, &at)?);
+        if any.type_url == FILE_LOG {
+            let file: FileAccessLog = decode(&any, FILE_LOG, "a FileAccessLog")?;
+            found.push(XdsAccessLog::Settled(file_log(file, &at)?));
+        } else {
+            let otel: OpenTelemetryAccessLogConfig =
+                decode(&any, OTEL_LOG, "an OpenTelemetryAccessLogConfig")?;
+            found.push(otel_log(otel, &at)?);
+        }
     }
     Ok(found)
+}
+
+/// An OpenTelemetry logger: its body and attributes (format strings), its resource
+/// attributes (`log_name` first, as Envoy's built-in label) and its collector.
+fn otel_log(
+    mut otel: OpenTelemetryAccessLogConfig,
+    at: &str,
+) -> Result<XdsAccessLog, ResourceError> {
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![what.to_owned()],
+    };
+    // The collector: the new top-level `grpc_service`, or the common config's.
+    let mut common = otel.common_config.take().unwrap_or_default();
+    let service = match (otel.grpc_service.take(), common.grpc_service.take()) {
+        (Some(service), _) => service,
+        (None, Some(service)) => service,
+        (None, None) => return Err(unsupported("http_service (a gRPC collector only)")),
+    };
+    let target = crate::envoy::grpc_service::grpc_target(service, &format!("{at}.grpc_service"))?;
+    let log_name = [
+        std::mem::take(&mut otel.log_name),
+        std::mem::take(&mut common.log_name),
+    ]
+    .into_iter()
+    .find(|n| !n.is_empty());
+    // V3 is the only version there is; batching settings are the proxy's own.
+    common.transport_api_version = 0;
+    if common != Default::default() {
+        return Err(unsupported(
+            "common_config besides log_name, grpc_service and transport_api_version",
+        ));
+    }
+    let format = match otel.body.take() {
+        None => String::new(),
+        Some(body) => {
+            any_text(body).ok_or_else(|| unsupported("body other than a string_value"))?
+        }
+    };
+    let attributes = key_values(otel.attributes.take())
+        .ok_or_else(|| unsupported("attributes other than string values"))?;
+    let resource = key_values(otel.resource_attributes.take())
+        .ok_or_else(|| unsupported("resource_attributes other than string values"))?;
+    // The built-in labels Envoy adds unless told not to: `log_name` (zone, cluster and node
+    // names are the node's, which a collector gets from the resource attributes here).
+    let log_name = if std::mem::take(&mut otel.disable_builtin_labels) {
+        None
+    } else {
+        log_name
+    };
+    nothing_else(&otel, OTEL_FIELDS, at)?;
+    let mapping = |pairs: Vec<(String, String)>| {
+        let mut map = serde_yaml::Mapping::new();
+        for (key, value) in pairs {
+            map.insert(key.into(), value.into());
+        }
+        map
+    };
+    Ok(XdsAccessLog::Collector {
+        cluster: target.cluster,
+        log: RawAccessLog {
+            path: None,
+            otlp: Some(RawOtlpLog {
+                // Filled in once the cluster has a single host.
+                endpoint: String::new(),
+                authority: target.authority,
+                headers: target.headers,
+                log_name,
+                resource_attributes: (!resource.is_empty()).then(|| mapping(resource)),
+                timeout: target.timeout,
+            }),
+            format: Some(format),
+            json_format: None,
+            attributes: (!attributes.is_empty()).then(|| mapping(attributes)),
+        },
+    })
+}
+
+/// OpenTelemetry's `AnyValue` and `KeyValueList` as text.
+mod opentelemetry_kinds {
+    use envoy_types::pb::opentelemetry::proto::common::v1::{AnyValue, KeyValueList, any_value};
+
+    /// A `string_value`; `None` for any other kind.
+    pub(super) fn any_text(value: AnyValue) -> Option<String> {
+        match value.value {
+            Some(any_value::Value::StringValue(text)) => Some(text),
+            None => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    /// Keys and their string values, in order; `None` if a value is of another kind.
+    pub(super) fn key_values(list: Option<KeyValueList>) -> Option<Vec<(String, String)>> {
+        list.unwrap_or_default()
+            .values
+            .into_iter()
+            .map(|kv| Some((kv.key, any_text(kv.value.unwrap_or_default())?)))
+            .collect()
+    }
 }
 
 fn file_log(file: FileAccessLog, at: &str) -> Result<RawAccessLog, ResourceError> {
@@ -87,9 +253,10 @@ fn file_log(file: FileAccessLog, at: &str) -> Result<RawAccessLog, ResourceError
         }
     };
     Ok(RawAccessLog {
-        path,
+        path: Some(path),
         format,
         json_format,
+        ..RawAccessLog::default()
     })
 }
 

@@ -3,6 +3,7 @@
 //! resource's mapping (`listener/xds.rs`, `route/xds.rs`, ...) is built on these.
 
 pub(crate) mod fields;
+pub(crate) mod grpc_service;
 pub(crate) mod headers;
 pub(crate) mod matchers;
 

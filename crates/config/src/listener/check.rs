@@ -81,44 +81,8 @@ pub(crate) fn listener(
         },
     )?;
     route_config.ignore_port_in_host_matching = raw.ignore_port_in_host_matching.unwrap_or(false);
-    let access_log = raw
-        .access_log
-        .map(|log| -> Result<AccessLogConfig, ConfigError> {
-            let target = match log.path.as_str() {
-                "stdout" => LogTarget::Stdout,
-                "" => {
-                    return Err(ConfigError::invalid(
-                        format!("{path}.access_log.path"),
-                        "expected `stdout` or a file path",
-                    ));
-                }
-                file => LogTarget::File(file.into()),
-            };
-            let format = LogFormat::parse(
-                log.format
-                    .as_deref()
-                    .unwrap_or(crate::access_log::DEFAULT_FORMAT),
-            )
-            .map_err(|e| ConfigError::invalid(format!("{path}.access_log.format"), e))?;
-            let json_format = log
-                .json_format
-                .map(|json| {
-                    if log.format.is_some() {
-                        return Err(ConfigError::invalid(
-                            format!("{path}.access_log"),
-                            "expected `format` or `json_format`, not both",
-                        ));
-                    }
-                    crate::access_log::json_format(json, &format!("{path}.access_log.json_format"))
-                })
-                .transpose()?;
-            Ok(AccessLogConfig {
-                target,
-                format,
-                json_format,
-            })
-        })
-        .transpose()?;
+    let access_logs =
+        crate::access_log::access_logs(raw.access_log, &format!("{path}.access_log"))?;
     let tls = raw
         .tls
         .map(|t| crate::tls::check::listener_tls(t, &format!("{path}.tls")))
@@ -135,7 +99,7 @@ pub(crate) fn listener(
         max_connections_to_accept_per_socket_event,
         bypass_overload_manager: raw.bypass_overload_manager.unwrap_or(false),
         buffer_limit,
-        access_log,
+        access_logs,
         proxy_protocol,
         tls,
         tracing: crate::tracing::listener_tracing(raw.tracing, path, traced)?,

@@ -56,8 +56,9 @@ pub struct ListenerConfig {
     #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,
     pub http: HttpConfig,
-    /// One line per request, if configured.
-    pub access_log: Option<AccessLogConfig>,
+    /// Its loggers: each writes one line (or record) per request.
+    #[serde(rename = "access_log", skip_serializing_if = "Vec::is_empty")]
+    pub access_logs: Vec<AccessLogConfig>,
     /// A PROXY protocol header read before anything else, naming the client.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocolConfig>,

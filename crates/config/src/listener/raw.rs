@@ -20,7 +20,9 @@ pub struct RawListener {
     pub per_connection_buffer_limit_bytes: Option<u64>,
     #[serde(default)]
     pub http: RawHttp,
-    pub access_log: Option<RawAccessLog>,
+    /// One logger or a list of them.
+    #[serde(default, deserialize_with = "crate::access_log::one_or_many")]
+    pub access_log: Vec<RawAccessLog>,
     pub proxy_protocol: Option<RawProxyProtocol>,
     pub tls: Option<RawListenerTls>,
     /// Moved into `http_filters`; kept here to say so.

@@ -96,6 +96,8 @@ pub struct XdsListener {
     filters: Vec<XdsHttpFilter>,
     /// The collector its connection manager's tracing names.
     collector: Option<XdsCollector>,
+    /// Its connection manager's loggers.
+    logs: Vec<crate::access_log::xds::XdsAccessLog>,
 }
 
 /// One HTTP filter of a listener from the management server.
@@ -118,6 +120,11 @@ impl XdsListener {
         self.collector.as_ref().map(|c| c.cluster.as_str())
     }
 
+    /// The clusters its loggers' collectors are found in.
+    pub fn log_clusters(&self) -> impl Iterator<Item = &str> {
+        self.logs.iter().filter_map(|l| l.cluster())
+    }
+
     /// The cluster its authorization service is found in, if any.
     pub fn authz_cluster(&self) -> Option<&str> {
         self.filters.iter().find_map(|f| match f {
@@ -138,6 +145,11 @@ impl XdsListener {
         if let Some(collector) = &self.collector {
             raw.tracing_provider = Some(collector.section(single_hosts)?);
         }
+        raw.access_log = self
+            .logs
+            .iter()
+            .map(|log| log.section(single_hosts))
+            .collect::<Option<_>>()?;
         let routes = routes.or(self.inline.as_ref());
         raw.http_filters.clear();
         for filter in &self.filters {
@@ -256,7 +268,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             });
         }
     };
-    let access_log = crate::access_log::xds::connection_manager_log(
+    let logs = crate::access_log::xds::connection_manager_logs(
         std::mem::take(&mut hcm.access_log),
         &format!("{at}.filters[0]"),
     )?;
@@ -271,7 +283,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         bypass_overload_manager: Some(bypass_overload_manager),
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),
-        access_log,
+        access_log: Vec::new(),
         proxy_protocol,
         tls,
         ext_authz: None,
@@ -293,6 +305,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         upgrades,
         filters,
         collector,
+        logs,
     })
 }
 

@@ -6,14 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::grpc_service;
 use envoy_types::pb::envoy::config::trace::v3::OpenTelemetryConfig;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
 use envoy_types::pb::envoy::r#type::tracing::v3::custom_tag;
 use envoy_types::pb::envoy::r#type::v3::Percent;
 
 use super::{RawCustomTag, RawListenerTracing, RawOtlp, RawTagSource, RawTracing};
-use crate::envoy::{ResourceError, decode, duration, nothing_else};
+use crate::envoy::{ResourceError, decode, nothing_else};
 
 const OPEN_TELEMETRY: &str = "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig";
 
@@ -168,50 +167,18 @@ fn collector(mut otel: OpenTelemetryConfig, at: &str) -> Result<XdsCollector, Re
         at: at.clone(),
         fields: vec![what.to_owned()],
     };
-    let Some(mut service) = otel.grpc_service.take() else {
+    let Some(service) = otel.grpc_service.take() else {
         return Err(unsupported("http_service (the gRPC service only)"));
     };
-    let Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) = service.target_specifier.take()
-    else {
-        return Err(unsupported("grpc_service without envoy_grpc (a cluster)"));
-    };
-    let cluster = std::mem::take(&mut grpc.cluster_name);
-    let authority = Some(std::mem::take(&mut grpc.authority)).filter(|a| !a.is_empty());
-    if grpc != Default::default() {
-        return Err(unsupported("envoy_grpc besides cluster_name and authority"));
-    }
-    let timeout = duration(
-        service.timeout.take(),
-        &format!("{at}.grpc_service.timeout"),
-    )?
-    .filter(|t| !t.is_zero());
-    let mut headers = BTreeMap::new();
-    for header in std::mem::take(&mut service.initial_metadata) {
-        let value = if header.raw_value.is_empty() {
-            header.value
-        } else {
-            String::from_utf8(header.raw_value).map_err(|_| {
-                ResourceError::invalid(
-                    format!("{at}.grpc_service.initial_metadata"),
-                    "expected UTF-8 text",
-                )
-            })?
-        };
-        headers.insert(header.key.to_ascii_lowercase(), value);
-    }
-    if service != Default::default() {
-        return Err(unsupported(
-            "grpc_service besides envoy_grpc, timeout and initial_metadata",
-        ));
-    }
+    let target = crate::envoy::grpc_service::grpc_target(service, &format!("{at}.grpc_service"))?;
     let service_name = Some(std::mem::take(&mut otel.service_name)).filter(|s| !s.is_empty());
     nothing_else(&otel, OPEN_TELEMETRY_FIELDS, &at)?;
     Ok(XdsCollector {
-        cluster,
-        authority,
-        headers,
+        cluster: target.cluster,
+        authority: target.authority,
+        headers: target.headers,
         service_name,
-        timeout,
+        timeout: target.timeout,
     })
 }
 

@@ -279,7 +279,8 @@ impl Resources {
                 let collector = l
                     .tracing_cluster()
                     .is_none_or(|c| single_hosts.contains_key(c));
-                routes && authz && collector
+                let logs = l.log_clusters().all(|c| single_hosts.contains_key(c));
+                routes && authz && collector && logs
             };
             let listener = if warm(&held.value) {
                 self.serving.insert(name.clone(), held.clone());

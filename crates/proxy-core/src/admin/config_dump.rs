@@ -148,8 +148,8 @@ clusters:
         );
         let listener = &dump["listeners"][0];
         assert_eq!(dump["concurrency"], 2);
-        assert_eq!(listener["access_log"]["path"], "stdout");
-        assert_eq!(listener["access_log"]["format"], "%METHOD% %%\n");
+        assert_eq!(listener["access_log"][0]["path"], "stdout");
+        assert_eq!(listener["access_log"][0]["format"], "%METHOD% %%\n");
         let authz = &listener["http_filters"][0]["ext_authz"];
         assert_eq!(authz["grpc"]["address"], "127.0.0.1:9191");
         assert_eq!(authz["timeout"], "200ms");

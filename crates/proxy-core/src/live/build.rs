@@ -274,7 +274,7 @@ fn log_targets(config: &Config) -> impl Iterator<Item = config::LogTarget> + '_ 
     config
         .listeners
         .iter()
-        .filter_map(|l| l.access_log.as_ref().map(|a| a.target.clone()))
+        .flat_map(|l| l.access_logs.iter().map(|a| a.target.clone()))
 }
 
 /// Settings the running process is built around: they take a restart (or a binary upgrade).
@@ -335,7 +335,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         bypass_overload_manager,
         buffer_limit,
         http,
-        access_log,
+        access_logs,
         proxy_protocol,
         tls,
         tracing,
@@ -353,7 +353,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         ),
         buffer_limit,
         http,
-        access_log,
+        access_logs,
         proxy_protocol,
         (tls, tracing),
     ))

@@ -180,10 +180,13 @@ fn listener_ctx(
 ) -> ListenerCtx {
     let name = &config.name;
     let log_sinks = parts.log_sinks;
-    let access_log = config.access_log.as_ref().and_then(|log| {
-        let tx = log_sinks.sender(&log.target)?;
-        Some(WorkerLog::new(log, tx, Arc::clone(&log_sinks.dropped)))
-    });
+    let loggers: Vec<_> = config
+        .access_logs
+        .iter()
+        .filter_map(|log| Some((log, log_sinks.sender(&log.target)?)))
+        .collect();
+    let access_log =
+        (!loggers.is_empty()).then(|| WorkerLog::new(loggers, Arc::clone(&log_sinks.dropped)));
     ListenerCtx {
         name: name.clone(),
         tls: tls.is_some(),
