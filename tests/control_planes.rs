@@ -2680,6 +2680,73 @@ async fn connection_manager_tracing_from_the_management_server() {
         .expect("NACK");
     assert!(nack.contains("spawn_upstream_span: false"), "{nack}");
     assert_eq!(send_h1(addr, get("/", &[])).await.status(), 200);
+
+    // Envoy Gateway's sampler: parent based over always on decides instead of a random
+    // share of 0%; a sampler Legate does not have is refused by name.
+    let with_sampler = |name: &str, sampler: Any| {
+        let mut t = tracing(true);
+        t.random_sampling = Some(Percent { value: 0.0 });
+        if let Some(tracing::Http {
+            config_type: Some(tracing::http::ConfigType::TypedConfig(provider)),
+            ..
+        }) = &mut t.provider
+        {
+            let mut otel = OpenTelemetryConfig::decode(provider.value.as_slice()).unwrap();
+            otel.sampler = Some(
+                envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig {
+                    name: name.into(),
+                    typed_config: Some(sampler),
+                },
+            );
+            *provider = any(&otel);
+        }
+        traced(t)
+    };
+    let always_on = Any {
+        type_url: "type.googleapis.com/envoy.extensions.tracers.opentelemetry.samplers.v3.AlwaysOnSamplerConfig".into(),
+        value: Vec::new(),
+    };
+    let parent_based = envoy_types::pb::envoy::extensions::tracers::opentelemetry::samplers::v3::ParentBasedSamplerConfig {
+        wrapped_sampler: Some(envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig {
+            name: "envoy.tracers.opentelemetry.samplers.always_on".into(),
+            typed_config: Some(always_on),
+        }),
+    };
+    assert_eq!(
+        serve_listener(
+            &server,
+            with_sampler(
+                "envoy.tracers.opentelemetry.samplers.parent_based",
+                any(&parent_based)
+            ),
+        )
+        .await,
+        None
+    );
+    let before = collector.spans().len();
+    assert_eq!(send_h1(addr, get("/sampled", &[])).await.status(), 200);
+    assert!(
+        collector
+            .wait_for(LIMIT, |spans| spans[before..].iter().any(
+                |s| s.kind == 2 && s.attributes["http.url"].ends_with("/sampled")
+            ))
+            .await,
+        "sampled by the sampler, not the 0% share"
+    );
+    let dynatrace = Any {
+        type_url: "type.googleapis.com/envoy.extensions.tracers.opentelemetry.samplers.v3.DynatraceSamplerConfig".into(),
+        value: Vec::new(),
+    };
+    let nack = serve_listener(
+        &server,
+        with_sampler("envoy.tracers.opentelemetry.samplers.dynatrace", dynatrace),
+    )
+    .await
+    .expect("NACK");
+    assert!(
+        nack.contains("sampler `envoy.tracers.opentelemetry.samplers.dynatrace`"),
+        "{nack}"
+    );
     server.shutdown().await;
 }
 

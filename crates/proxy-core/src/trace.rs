@@ -30,6 +30,7 @@ use crate::catalog::ProxyStats;
 use crate::error::ResponseFlag;
 use crate::random::next_u64;
 use crate::throttle::LogThrottle;
+use config::tracing::Sampler;
 use config::{CustomTag, CustomTagValue, ListenerTracing, OtlpProtocol, TracingConfig};
 
 pub(crate) static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -213,19 +214,20 @@ impl WorkerTracer {
                 .force_trace_header
                 .as_ref()
                 .is_some_and(|name| headers.contains_key(name));
-        let sampled = forced
-            || match parent {
-                // A caller inside decides for its trace, either way.
-                Some(parent) if internal => parent.sampled,
-                _ => policy.draw(
-                    headers.contains_key(&X_CLIENT_TRACE_ID),
-                    policy.random.unwrap_or(self.shared.threshold),
-                ),
-            };
         let trace_id = match parent {
             Some(parent) => parent.trace_id,
             None => new_trace_id(),
         };
+        let sampled = forced
+            || match (&policy.sampler, parent) {
+                // A caller inside decides for its trace (the sampler's parent too).
+                (Some(sampler), _) => sampler.samples(parent.filter(|_| internal), trace_id),
+                (None, Some(parent)) if internal => parent.sampled,
+                (None, _) => policy.draw(
+                    headers.contains_key(&X_CLIENT_TRACE_ID),
+                    policy.random.unwrap_or(self.shared.threshold),
+                ),
+            };
         let span_id = new_span_id();
         let server = sampled.then(|| {
             let mut span = server_span(req, trace_id, span_id, parent, client);
@@ -260,6 +262,43 @@ pub(crate) struct TracePolicy {
     client: u64,
     overall: u64,
     tags: Vec<CustomTag>,
+    /// OpenTelemetry's sampler: when set, it decides instead of the shares.
+    sampler: Option<SamplerBounds>,
+}
+
+/// A sampler with its ratios as bounds on 64 bits.
+enum SamplerBounds {
+    AlwaysOn,
+    /// Sampled when the trace id's last 8 bytes (big-endian) are below it, as OpenTelemetry's
+    /// `TraceIdRatioBased`: every hop with the same ratio decides alike.
+    TraceIdRatio(u64),
+    ParentBased(Box<SamplerBounds>),
+}
+
+impl SamplerBounds {
+    fn new(sampler: &Sampler) -> Self {
+        match sampler {
+            Sampler::AlwaysOn => SamplerBounds::AlwaysOn,
+            Sampler::TraceIdRatio(percent) => SamplerBounds::TraceIdRatio(threshold(*percent)),
+            Sampler::ParentBased(inner) => SamplerBounds::ParentBased(Box::new(Self::new(inner))),
+        }
+    }
+
+    /// `parent`: a trusted caller's context.
+    fn samples(&self, parent: Option<TraceParent>, trace_id: TraceId) -> bool {
+        match self {
+            SamplerBounds::AlwaysOn => true,
+            SamplerBounds::TraceIdRatio(bound) => {
+                let mut low = [0u8; 8];
+                low.copy_from_slice(&trace_id.0[8..]);
+                *bound == u64::MAX || u64::from_be_bytes(low) < *bound
+            }
+            SamplerBounds::ParentBased(inner) => match parent {
+                Some(parent) => parent.sampled,
+                None => inner.samples(None, trace_id),
+            },
+        }
+    }
 }
 
 impl TracePolicy {
@@ -269,6 +308,7 @@ impl TracePolicy {
             client: threshold(config.client_sampling),
             overall: threshold(config.overall_sampling),
             tags: config.custom_tags.clone(),
+            sampler: config.sampler.as_ref().map(SamplerBounds::new),
         }
     }
 
@@ -780,6 +820,72 @@ mod tests {
                 .start(&plain, outside, &TracePolicy::default())
                 .sampled()
         );
+    }
+
+    /// OpenTelemetry's samplers decide instead of the shares: always on; by the trace id's
+    /// last 8 bytes against the ratio; a trusted parent's flag, else the wrapped sampler.
+    #[test]
+    fn a_sampler_decides_instead_of_the_shares() {
+        let inside: IpAddr = "10.1.2.3".parse().unwrap();
+        let outside: IpAddr = "203.0.113.9".parse().unwrap();
+        let tracer = tracer(0.0, None);
+        let with = |sampler: Sampler| {
+            TracePolicy::new(&ListenerTracing {
+                random_sampling: Some(0.0),
+                sampler: Some(sampler),
+                ..Default::default()
+            })
+        };
+        let plain = request(&[]);
+        assert!(
+            tracer
+                .start(&plain, outside, &with(Sampler::AlwaysOn))
+                .sampled()
+        );
+        // The trace id's last 8 bytes against half of 2^64: 0xff is below, 0xff00... above.
+        let low = "00-000000000000000000000000000000ff-00f067aa0ba902b7-00";
+        let high = "00-0000000000000000ff00000000000000-00f067aa0ba902b7-01";
+        let half = with(Sampler::TraceIdRatio(50.0));
+        assert!(
+            tracer
+                .start(&request(&[("traceparent", low)]), outside, &half)
+                .sampled()
+        );
+        assert!(
+            !tracer
+                .start(&request(&[("traceparent", high)]), outside, &half)
+                .sampled()
+        );
+        let none = with(Sampler::TraceIdRatio(0.0));
+        assert!(!tracer.start(&plain, outside, &none).sampled());
+        let parent_based = with(Sampler::ParentBased(Box::new(Sampler::TraceIdRatio(0.0))));
+        assert!(
+            tracer
+                .start(&request(&[("traceparent", SAMPLED)]), inside, &parent_based)
+                .sampled(),
+            "a trusted parent's flag"
+        );
+        assert!(
+            !tracer
+                .start(
+                    &request(&[("traceparent", SAMPLED)]),
+                    outside,
+                    &parent_based
+                )
+                .sampled(),
+            "a client outside has no say: the wrapped sampler's 0%"
+        );
+        let parent_on = with(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)));
+        assert!(
+            !tracer
+                .start(
+                    &request(&[("traceparent", NOT_SAMPLED)]),
+                    inside,
+                    &parent_on
+                )
+                .sampled()
+        );
+        assert!(tracer.start(&plain, inside, &parent_on).sampled());
     }
 
     #[test]

@@ -250,6 +250,10 @@ pub struct ListenerTracing {
     /// Attributes of every request's span.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub custom_tags: Vec<CustomTag>,
+    /// OpenTelemetry's sampler (its provider's, in Envoy): when set, it alone decides which
+    /// requests are sampled, instead of the three shares.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampler: Option<Sampler>,
 }
 
 impl Default for ListenerTracing {
@@ -260,6 +264,64 @@ impl Default for ListenerTracing {
             client_sampling: 0.0,
             overall_sampling: 100.0,
             custom_tags: Vec::new(),
+            sampler: None,
+        }
+    }
+}
+
+/// OpenTelemetry's samplers, as Envoy's OpenTelemetry tracer has them. Written
+/// `always_on`, `{ trace_id_ratio: PERCENT }` or `{ parent_based: SAMPLER }`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sampler {
+    /// Every request.
+    AlwaysOn,
+    /// This percentage of traces, decided by the trace id (so every hop of a trace that
+    /// uses the same ratio decides alike).
+    TraceIdRatio(f64),
+    /// A caller's decision where there is a trusted one (a `traceparent` from inside the
+    /// network), else the wrapped sampler's.
+    ParentBased(Box<Sampler>),
+}
+
+impl<'de> Deserialize<'de> for Sampler {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        fn from(value: serde_yaml::Value) -> Result<Sampler, String> {
+            const EXPECTED: &str = "expected `always_on`, `{ trace_id_ratio: PERCENT }` or `{ parent_based: SAMPLER }`";
+            match value {
+                serde_yaml::Value::String(name) if name == "always_on" => Ok(Sampler::AlwaysOn),
+                serde_yaml::Value::Mapping(map) if map.len() == 1 => {
+                    let Some((key, value)) = map.into_iter().next() else {
+                        return Err(EXPECTED.into());
+                    };
+                    match (key.as_str(), value) {
+                        (Some("trace_id_ratio"), value) => value
+                            .as_f64()
+                            .map(Sampler::TraceIdRatio)
+                            .ok_or_else(|| "trace_id_ratio: expected a percentage".to_owned()),
+                        (Some("parent_based"), inner) => {
+                            Ok(Sampler::ParentBased(Box::new(from(inner)?)))
+                        }
+                        _ => Err(EXPECTED.into()),
+                    }
+                }
+                _ => Err(EXPECTED.into()),
+            }
+        }
+        from(serde_yaml::Value::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Sampler {
+    fn check(&self, at: &str) -> Result<(), ConfigError> {
+        match self {
+            Sampler::AlwaysOn => Ok(()),
+            Sampler::TraceIdRatio(percent) if (0.0..=100.0).contains(percent) => Ok(()),
+            Sampler::TraceIdRatio(_) => Err(ConfigError::invalid(
+                format!("{at}.trace_id_ratio"),
+                "expected a percentage from 0 to 100",
+            )),
+            Sampler::ParentBased(inner) => inner.check(&format!("{at}.parent_based")),
         }
     }
 }
@@ -292,6 +354,7 @@ pub struct RawListenerTracing {
     pub overall_sampling: Option<f64>,
     #[serde(default)]
     pub custom_tags: Vec<RawCustomTag>,
+    pub sampler: Option<Sampler>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -373,7 +436,11 @@ pub(crate) fn listener_tracing(
         };
         custom_tags.push(CustomTag { tag: t.tag, value });
     }
+    if let Some(sampler) = &raw.sampler {
+        sampler.check(&format!("{at}.sampler"))?;
+    }
     Ok(ListenerTracing {
+        sampler: raw.sampler,
         enabled: raw.enabled.unwrap_or(true),
         random_sampling,
         client_sampling: percent(raw.client_sampling, "client_sampling", 0.0)?,
@@ -464,6 +531,32 @@ mod tests {
         let config =
             load("  otlp: { endpoint: 'http://c:4317' }\n  force_trace_header: ''").unwrap();
         assert_eq!(config.tracing.unwrap().force_trace_header, None);
+    }
+
+    #[test]
+    fn a_listeners_sampler_is_read_and_checked() {
+        let with = |sampler: &str| {
+            Config::from_yaml(&format!(
+                "tracing: {{ otlp: {{ endpoint: 'http://c:4317' }} }}\nlisteners:\n  - name: main\n    address: 127.0.0.1:0\n    tracing: {{ sampler: {sampler} }}\n    routes:\n      - match: {{ prefix: / }}\n        direct_response: {{ status: 200 }}\n"
+            ))
+        };
+        let config = with("{ parent_based: { trace_id_ratio: 10 } }").unwrap();
+        assert_eq!(
+            config.listeners[0].tracing.sampler,
+            Some(Sampler::ParentBased(Box::new(Sampler::TraceIdRatio(10.0))))
+        );
+        assert_eq!(
+            with("always_on").unwrap().listeners[0].tracing.sampler,
+            Some(Sampler::AlwaysOn)
+        );
+        let err = with("{ parent_based: { trace_id_ratio: 101 } }")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("listeners[0].tracing.sampler.parent_based.trace_id_ratio"),
+            "{err}"
+        );
+        assert!(with("sometimes").is_err());
     }
 
     /// A listener's tracing: it needs the process's collector (unless it turns tracing

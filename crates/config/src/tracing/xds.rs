@@ -6,15 +6,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::trace::v3::OpenTelemetryConfig;
+use envoy_types::pb::envoy::extensions::tracers::opentelemetry::samplers::v3::{
+    AlwaysOnSamplerConfig, ParentBasedSamplerConfig, TraceIdRatioBasedSamplerConfig,
+};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
 use envoy_types::pb::envoy::r#type::tracing::v3::custom_tag;
 use envoy_types::pb::envoy::r#type::v3::Percent;
 
-use super::{RawCustomTag, RawListenerTracing, RawOtlp, RawTagSource, RawTracing};
+use super::{RawCustomTag, RawListenerTracing, RawOtlp, RawTagSource, RawTracing, Sampler};
 use crate::envoy::{ResourceError, decode, nothing_else};
 
 const OPEN_TELEMETRY: &str = "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig";
+const ALWAYS_ON: &str =
+    "type.googleapis.com/envoy.extensions.tracers.opentelemetry.samplers.v3.AlwaysOnSamplerConfig";
+const PARENT_BASED: &str = "type.googleapis.com/envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig";
+const TRACE_ID_RATIO: &str = "type.googleapis.com/envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig";
 
 /// Field numbers of the messages read here, to name what is refused.
 const TRACING: &[(u32, &str)] = &[
@@ -127,6 +135,7 @@ pub(crate) fn tracing(
                 Ok(raw)
             })
             .collect::<Result<_, _>>()?,
+        sampler: None,
     };
     // Spans for each upstream try are made here always: `false` would ask for none.
     if t.spawn_upstream_span.take().is_some_and(|b| !b.value) {
@@ -149,9 +158,59 @@ pub(crate) fn tracing(
             provider.name
         )));
     }
-    let collector = collector(decode(&any, OPEN_TELEMETRY, "an OpenTelemetryConfig")?, &at)?;
+    let mut otel: OpenTelemetryConfig = decode(&any, OPEN_TELEMETRY, "an OpenTelemetryConfig")?;
+    let mut listener = listener;
+    listener.sampler = otel
+        .sampler
+        .take()
+        .map(|s| sampler(s, &format!("{at}.provider.sampler")))
+        .transpose()?;
+    let collector = collector(otel, &at)?;
     nothing_else(&t, TRACING, &at)?;
     Ok((listener, Some(collector)))
+}
+
+/// An OpenTelemetry sampler extension: always on, trace id ratio, or parent based over one
+/// of them; others (Dynatrace's, CEL) are refused by name.
+fn sampler(config: TypedExtensionConfig, at: &str) -> Result<Sampler, ResourceError> {
+    let Some(any) = config.typed_config else {
+        return Err(ResourceError::invalid(at, "expected a typed_config"));
+    };
+    match any.type_url.as_str() {
+        ALWAYS_ON => {
+            decode::<AlwaysOnSamplerConfig>(&any, ALWAYS_ON, "an AlwaysOnSamplerConfig")?;
+            Ok(Sampler::AlwaysOn)
+        }
+        TRACE_ID_RATIO => {
+            let ratio: TraceIdRatioBasedSamplerConfig =
+                decode(&any, TRACE_ID_RATIO, "a TraceIdRatioBasedSamplerConfig")?;
+            let percent = match ratio.sampling_percentage {
+                None => 0.0,
+                Some(f) => {
+                    crate::envoy::fractional_percent(&f, &format!("{at}.sampling_percentage"))?.0
+                }
+            };
+            Ok(Sampler::TraceIdRatio(percent))
+        }
+        PARENT_BASED => {
+            let parent: ParentBasedSamplerConfig =
+                decode(&any, PARENT_BASED, "a ParentBasedSamplerConfig")?;
+            let wrapped = parent
+                .wrapped_sampler
+                .ok_or_else(|| ResourceError::invalid(at, "expected a wrapped_sampler"))?;
+            Ok(Sampler::ParentBased(Box::new(sampler(
+                wrapped,
+                &format!("{at}.wrapped_sampler"),
+            )?)))
+        }
+        _ => Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec![format!(
+                "sampler `{}` (always_on, trace_id_ratio_based and parent_based only)",
+                config.name
+            )],
+        }),
+    }
 }
 
 fn source(name: String, default_value: String) -> RawTagSource {
