@@ -3345,3 +3345,183 @@ listeners:
     let proxy = Proxy::start_with_env(&config, 1, &[("ENVOY_POD_NAMESPACE", "edge-ns")]);
     every_logger_logs(proxy.addr(), &collector, (&text_path, &json_path)).await;
 }
+
+/// The client the upstream was told of (`x-client`, filled by a header rule with
+/// `%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%`), and its `x-forwarded-for`; `Err(status)`
+/// when the proxy refused the request.
+async fn client_seen(
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+) -> Result<(Vec<String>, Vec<String>), u16> {
+    let mut all = vec![("x-noop-echo", "headers")];
+    all.extend_from_slice(headers);
+    let res = send_h1(addr, get("/", &all)).await;
+    if res.status() != 200 {
+        return Err(res.status().as_u16());
+    }
+    let echo = text(res.into_body()).await;
+    Ok((echoed(&echo, "x-client"), echoed(&echo, "x-forwarded-for")))
+}
+
+/// A header naming the client, refusing requests without it (403).
+async fn a_header_names_the_client_or_the_request_is_refused(addr: SocketAddr) {
+    assert_eq!(
+        client_seen(addr, &[("x-real-ip", "203.0.113.7")]).await,
+        Ok((vec!["203.0.113.7".into()], vec![]))
+    );
+    assert_eq!(client_seen(addr, &[]).await, Err(403));
+    assert_eq!(
+        client_seen(addr, &[("x-real-ip", "not-an-address")]).await,
+        Err(403)
+    );
+}
+
+/// A header naming the client, else `x-forwarded-for`'s entry one from the right, else the
+/// peer; `x-forwarded-for` goes on as it came (nothing appended).
+async fn a_header_then_forwarded_for_then_the_peer(addr: SocketAddr) {
+    let xff = ("x-forwarded-for", "198.51.100.1, 192.0.2.9");
+    assert_eq!(
+        client_seen(addr, &[("x-real-ip", "203.0.113.7"), xff]).await,
+        Ok((
+            vec!["203.0.113.7".into()],
+            vec!["198.51.100.1, 192.0.2.9".into()]
+        ))
+    );
+    assert_eq!(
+        client_seen(addr, &[xff]).await,
+        Ok((
+            vec!["198.51.100.1".into()],
+            vec!["198.51.100.1, 192.0.2.9".into()]
+        ))
+    );
+    assert_eq!(
+        client_seen(addr, &[]).await,
+        Ok((vec!["127.0.0.1".into()], vec![]))
+    );
+}
+
+/// Envoy Gateway's client IP detection (`original_ip_detection_extensions`): its custom
+/// header (refusing with 403, or not) and its `xff` by trusted hops; mixed with
+/// `use_remote_address`, refused as Envoy refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ip_detection_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::envoy::extensions::http::original_ip_detection::custom_header::v3::CustomHeaderConfig;
+    use envoy_types::pb::envoy::extensions::http::original_ip_detection::xff::v3::XffConfig;
+    use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode};
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut route = resources::forward("/", "backend");
+    route.request_headers_to_add = vec![header(
+        "x-client",
+        "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%",
+        true,
+    )];
+    let routes = resources::route_config("web-routes", vec![route]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let custom = |reject: bool| TypedExtensionConfig {
+        name: "envoy.extensions.http.original_ip_detection.custom_header".into(),
+        typed_config: Some(any(&CustomHeaderConfig {
+            header_name: "X-Real-IP".into(),
+            allow_extension_to_set_address_as_trusted: true,
+            reject_with_status: reject.then_some(HttpStatus {
+                code: StatusCode::Forbidden as i32,
+            }),
+        })),
+    };
+    let xff = TypedExtensionConfig {
+        name: "envoy.extensions.http.original_ip_detection.xff".into(),
+        typed_config: Some(any(&XffConfig {
+            xff_num_trusted_hops: 1,
+            skip_xff_append: Some(BoolValue { value: true }),
+            ..Default::default()
+        })),
+    };
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let detecting = |ways: Vec<TypedExtensionConfig>, remote: bool| {
+        with_manager(("web".into(), any(&l)), move |hcm| {
+            hcm.original_ip_detection_extensions = ways;
+            hcm.use_remote_address = Some(BoolValue { value: remote });
+        })
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(&server, detecting(vec![custom(true)], false)).await,
+        None
+    );
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        client_seen(addr, &[("x-real-ip", "203.0.113.7")])
+            .await
+            .is_ok()
+    })
+    .await;
+    a_header_names_the_client_or_the_request_is_refused(addr).await;
+
+    assert_eq!(
+        serve_listener(&server, detecting(vec![custom(false), xff.clone()], false)).await,
+        None
+    );
+    eventually("the second way in force", async || {
+        client_seen(addr, &[]).await.is_ok()
+    })
+    .await;
+    a_header_then_forwarded_for_then_the_peer(addr).await;
+
+    let nack = serve_listener(&server, detecting(vec![xff], true))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("may not be mixed with use_remote_address"),
+        "{nack}"
+    );
+    server.shutdown().await;
+}
+
+/// The same from the config file: `http.original_ip_detection` on two listeners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ip_detection_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let listener = |name: &str, ways: &str| {
+        format!(
+            "  - name: {name}
+    address: 127.0.0.1:0
+    http:
+      original_ip_detection: {ways}
+    http_filters:
+      - headers: {{}}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+        filters: {{ headers: {{ request: {{ set: {{ x-client: \"%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%\" }} }} }} }}
+"
+        )
+    };
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+listeners:
+{}{}",
+        upstream.local_addr(),
+        listener(
+            "strict",
+            "[{ custom_header: { name: X-Real-IP, reject_with_status: 403 } }]"
+        ),
+        listener(
+            "chain",
+            "[{ custom_header: { name: x-real-ip } }, { xff: { num_trusted_hops: 1 } }]"
+        ),
+    );
+    let proxy = Proxy::start(&config, 1);
+    a_header_names_the_client_or_the_request_is_refused(proxy.addrs[0]).await;
+    a_header_then_forwarded_for_then_the_peer(proxy.addrs[1]).await;
+}

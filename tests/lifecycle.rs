@@ -399,7 +399,7 @@ fn the_readme_config_reference_is_valid() {
         blocks += 1;
     }
     // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
-    // upgrades, routing, mirroring, the client's address, tracing: a block that stops being
-    // fenced as yaml would stop being checked.
-    assert_eq!(blocks, 19, "README yaml blocks");
+    // upgrades, routing, mirroring, the client's address (and its detection), tracing: a
+    // block that stops being fenced as yaml would stop being checked.
+    assert_eq!(blocks, 20, "README yaml blocks");
 }

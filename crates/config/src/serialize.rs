@@ -15,6 +15,16 @@ pub(crate) fn status<S: Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, 
     s.serialize_u16(status.as_u16())
 }
 
+pub(crate) fn opt_status<S: Serializer>(
+    status: &Option<StatusCode>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match status {
+        Some(status) => s.serialize_u16(status.as_u16()),
+        None => s.serialize_none(),
+    }
+}
+
 pub(crate) fn header_name<S: Serializer>(name: &HeaderName, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(name.as_str())
 }

@@ -105,6 +105,10 @@ pub enum ProxyError {
     Overloaded,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
+    /// The listener finds the client in a header that held no address, and refuses such
+    /// requests with this status.
+    #[error("the request's header names no client address")]
+    ClientUnknown(StatusCode),
     #[error("an HTTP/1.0 request on a listener that takes HTTP/1.1 and later only")]
     Http10Refused,
     #[error("request head of {size} bytes is over the {limit}-byte limit")]
@@ -178,6 +182,7 @@ impl ProxyError {
             }
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
             ProxyError::Http10Refused => StatusCode::UPGRADE_REQUIRED,
+            ProxyError::ClientUnknown(status) => *status,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
             | ProxyError::ConnectTimeout { .. }
@@ -194,7 +199,7 @@ impl ProxyError {
     /// The response flag of the failure; `None` for a request that took longer than the
     /// listener's `request_timeout` (Envoy sets none).
     pub fn flag(&self) -> Option<ResponseFlag> {
-        if self.is_request_timeout() {
+        if self.is_request_timeout() || matches!(self, ProxyError::ClientUnknown(_)) {
             return None;
         }
         Some(match self {
@@ -204,7 +209,8 @@ impl ProxyError {
             ProxyError::Overloaded => ResponseFlag::OverloadManager,
             ProxyError::BadRequest(_)
             | ProxyError::HeadersTooLarge { .. }
-            | ProxyError::Http10Refused => ResponseFlag::DownstreamProtocolError,
+            | ProxyError::Http10Refused
+            | ProxyError::ClientUnknown(_) => ResponseFlag::DownstreamProtocolError,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
@@ -242,6 +248,7 @@ impl ProxyError {
             ProxyError::Overloaded => "proxy overloaded\n",
             ProxyError::BadRequest(_) => "bad request\n",
             ProxyError::Http10Refused => "HTTP/1.1 or later required\n",
+            ProxyError::ClientUnknown(_) => "client address not found\n",
             ProxyError::HeadersTooLarge { .. } => "request headers too large\n",
             ProxyError::ClientAborted { .. } if self.is_request_timeout() => "request timeout\n",
             ProxyError::ClientAborted { .. } => "request body incomplete\n",

@@ -6,7 +6,7 @@ use crate::values::*;
 use crate::*;
 
 pub(crate) fn listener(
-    raw: RawListener,
+    mut raw: RawListener,
     path: &str,
     cluster_index: &HashMap<&str, usize>,
     clusters: &[ClusterConfig],
@@ -83,6 +83,20 @@ pub(crate) fn listener(
     route_config.ignore_port_in_host_matching = raw.ignore_port_in_host_matching.unwrap_or(false);
     let access_logs =
         crate::access_log::access_logs(raw.access_log, &format!("{path}.access_log"))?;
+    let detection = super::client_address::client_detection(
+        std::mem::take(&mut raw.http.original_ip_detection),
+        &format!("{path}.http.original_ip_detection"),
+    )?;
+    if !detection.is_empty()
+        && (raw.http.use_remote_address == Some(true)
+            || raw.http.xff_num_trusted_hops.is_some_and(|n| n > 0))
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.http.original_ip_detection"),
+            "finds the client instead of `use_remote_address` and `xff_num_trusted_hops`: \
+             not with them (as Envoy)",
+        ));
+    }
     let tls = raw
         .tls
         .map(|t| crate::tls::check::listener_tls(t, &format!("{path}.tls")))
@@ -219,8 +233,10 @@ pub(crate) fn listener(
                     always_set_in_response: raw.always_set_in_response.unwrap_or(false),
                 }
             },
-            use_remote_address: raw.http.use_remote_address.unwrap_or(true),
+            // With ways to find the client, Envoy refuses these two: none is read then.
+            use_remote_address: raw.http.use_remote_address.unwrap_or(detection.is_empty()),
             xff_num_trusted_hops: raw.http.xff_num_trusted_hops.unwrap_or(0),
+            original_ip_detection: detection,
             max_request_headers_kb: match raw.http.max_request_headers_kb {
                 None => DEFAULT_MAX_REQUEST_HEADERS_KB,
                 Some(kb @ 1..=8192) => kb,

@@ -6,6 +6,7 @@
 //! checked against too, is `crate::path`.
 
 pub(crate) mod check;
+pub mod client_address;
 pub mod raw;
 pub mod xds;
 
@@ -124,6 +125,10 @@ pub struct HttpConfig {
     /// Proxies in front whose `x-forwarded-for` entries are trusted (Envoy's meaning); with
     /// any, their `x-forwarded-proto` is kept too.
     pub xff_num_trusted_hops: u32,
+    /// Ways to find the client behind trusted proxies, in order (Envoy's
+    /// `original_ip_detection_extensions`); when given, the two above are off.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub original_ip_detection: Vec<client_address::ClientDetection>,
     /// What a request header whose name has an underscore gets.
     pub headers_with_underscores_action: HeadersWithUnderscores,
     /// HTTP/2: the bytes a client may send on one stream, and on the connection, before the

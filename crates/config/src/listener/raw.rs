@@ -67,6 +67,9 @@ pub struct RawHttp {
     pub max_connection_duration: Option<Duration>,
     pub use_remote_address: Option<bool>,
     pub xff_num_trusted_hops: Option<u32>,
+    /// Ways to find the client, in order, instead of the two above.
+    #[serde(default)]
+    pub original_ip_detection: Vec<crate::listener::client_address::RawClientDetection>,
     pub headers_with_underscores_action: Option<String>,
     pub initial_stream_window_size: Option<u32>,
     pub initial_connection_window_size: Option<u32>,

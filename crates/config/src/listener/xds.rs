@@ -24,6 +24,7 @@ use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
 use crate::filters::health_check::xds as health_check;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
+use crate::listener::client_address::{RawClientDetection, RawCustomHeader, RawXff};
 use crate::route::xds::XdsRoutes;
 use crate::tracing::xds::XdsCollector;
 use crate::{RawCors, RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
@@ -448,6 +449,21 @@ fn connection_manager(
     }
     http.use_remote_address = Some(hcm.use_remote_address.take().is_some_and(|v| v.value));
     http.xff_num_trusted_hops = Some(std::mem::take(&mut hcm.xff_num_trusted_hops));
+    http.original_ip_detection = original_ip_detection(
+        std::mem::take(&mut hcm.original_ip_detection_extensions),
+        &format!("{at}.original_ip_detection_extensions"),
+    )?;
+    if !http.original_ip_detection.is_empty() {
+        if http.use_remote_address == Some(true) || http.xff_num_trusted_hops != Some(0) {
+            return Err(ResourceError::invalid(
+                format!("{at}.original_ip_detection_extensions"),
+                "may not be mixed with use_remote_address or xff_num_trusted_hops (as Envoy)",
+            ));
+        }
+        // Left to the file's defaults, which follow the extensions.
+        http.use_remote_address = None;
+        http.xff_num_trusted_hops = None;
+    }
     // Path normalisation is on in Legate unless turned off. `normalize_path` says either
     // way; `merge_slashes` is a plain bool whose `false` (the default) cannot be told from
     // unset, so it can only turn merging on.
@@ -508,6 +524,77 @@ fn request_id_extension(
 
 /// The filters Legate has (each at most once, as a route names a filter by its type), then
 /// the router, last. Other filters are refused by name, unless marked optional.
+/// The connection manager's `original_ip_detection_extensions`: `custom_header` (its
+/// address marked trusted, as Envoy Gateway sends it) and `xff` by trusted hops, in order.
+fn original_ip_detection(
+    extensions: Vec<envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig>,
+    at: &str,
+) -> Result<Vec<RawClientDetection>, ResourceError> {
+    use envoy_types::pb::envoy::extensions::http::original_ip_detection::custom_header::v3::CustomHeaderConfig;
+    use envoy_types::pb::envoy::extensions::http::original_ip_detection::xff::v3::XffConfig;
+    const CUSTOM_HEADER: &str = "type.googleapis.com/envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig";
+    const XFF: &str =
+        "type.googleapis.com/envoy.extensions.http.original_ip_detection.xff.v3.XffConfig";
+    let mut ways = Vec::with_capacity(extensions.len());
+    for (i, extension) in extensions.into_iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let unsupported = |what: &str| ResourceError::Unsupported {
+            at: at.clone(),
+            fields: vec![what.to_owned()],
+        };
+        let Some(any) = extension.typed_config else {
+            return Err(ResourceError::invalid(at, "expected a typed_config"));
+        };
+        match any.type_url.as_str() {
+            CUSTOM_HEADER => {
+                let header: CustomHeaderConfig =
+                    decode(&any, CUSTOM_HEADER, "a CustomHeaderConfig")?;
+                if !header.allow_extension_to_set_address_as_trusted {
+                    // Legate's trust follows the address found; Envoy's would not.
+                    return Err(unsupported(
+                        "allow_extension_to_set_address_as_trusted: false",
+                    ));
+                }
+                ways.push(RawClientDetection {
+                    custom_header: Some(RawCustomHeader {
+                        name: header.header_name,
+                        // Envoy answers 403 for a status outside 400-511.
+                        reject_with_status: header.reject_with_status.map(|s| {
+                            u16::try_from(s.code)
+                                .ok()
+                                .filter(|c| (400..=511).contains(c))
+                                .unwrap_or(403)
+                        }),
+                    }),
+                    xff: None,
+                });
+            }
+            XFF => {
+                let xff: XffConfig = decode(&any, XFF, "an XffConfig")?;
+                if xff.xff_trusted_cidrs.is_some() {
+                    return Err(unsupported("xff_trusted_cidrs"));
+                }
+                if xff.skip_xff_append.is_some_and(|skip| !skip.value) {
+                    return Err(unsupported("skip_xff_append: false"));
+                }
+                ways.push(RawClientDetection {
+                    custom_header: None,
+                    xff: Some(RawXff {
+                        num_trusted_hops: xff.xff_num_trusted_hops,
+                    }),
+                });
+            }
+            _ => {
+                return Err(unsupported(&format!(
+                    "extension `{}` (custom_header and xff only)",
+                    extension.name
+                )));
+            }
+        }
+    }
+    Ok(ways)
+}
+
 fn http_filters(
     filters: Vec<HttpFilter>,
     http: &mut RawHttp,

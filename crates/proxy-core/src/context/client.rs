@@ -5,7 +5,9 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use config::listener::client_address::ClientDetection;
 
 use super::ConnCtx;
 
@@ -67,17 +69,49 @@ impl Client {
     /// The client of a request with `headers` on `conn`. Falls back to the peer when
     /// `x-forwarded-for` has fewer entries than the trusted hops, or the entry is not an IP
     /// address (Envoy does the same).
-    pub(crate) fn of(conn: &ConnCtx, headers: &HeaderMap) -> Client {
-        let forwarded = conn
-            .listener
-            .forwarded_trust
-            .skipped()
-            .and_then(|skip| forwarded_for(headers, skip));
-        Client { forwarded }
+    ///
+    /// With ways to find the client (`original_ip_detection`), those instead, in order, and
+    /// the peer when none finds one; `Err` when a header way refuses such a request.
+    pub(crate) fn of(conn: &ConnCtx, headers: &HeaderMap) -> Result<Client, StatusCode> {
+        let detection = &conn.listener.client_detection;
+        if detection.is_empty() {
+            let forwarded = conn
+                .listener
+                .forwarded_trust
+                .skipped()
+                .and_then(|skip| forwarded_for(headers, skip));
+            return Ok(Client { forwarded });
+        }
+        for way in detection.iter() {
+            let found = match way {
+                ClientDetection::CustomHeader {
+                    name,
+                    reject_with_status,
+                } => {
+                    // The first value only, as Envoy reads it.
+                    let found = headers
+                        .get(name)
+                        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+                        .and_then(|v| v.trim().parse::<IpAddr>().ok());
+                    if found.is_none()
+                        && let Some(status) = reject_with_status
+                    {
+                        return Err(*status);
+                    }
+                    found
+                }
+                ClientDetection::Xff { num_trusted_hops } => {
+                    forwarded_for(headers, *num_trusted_hops)
+                }
+            };
+            if found.is_some() {
+                return Ok(Client { forwarded: found });
+            }
+        }
+        Ok(Client { forwarded: None })
     }
 
     /// The connection's own peer.
-    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn peer() -> Client {
         Client { forwarded: None }
     }

@@ -20,6 +20,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) forwarded_proto: HeaderValue,
     /// Whether `x-forwarded-for` is appended to, and how many proxies in front are trusted.
     pub(crate) forwarded_trust: super::ForwardedTrust,
+    /// Ways to find the client instead (`original_ip_detection`), in order.
+    pub(crate) client_detection: Box<[config::listener::client_address::ClientDetection]>,
     /// Requests one client connection may carry; `None`: no limit.
     pub(crate) max_requests_per_connection: Option<u32>,
     /// How long one client connection may live; `None`: no limit.

@@ -58,6 +58,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
             name: "l".into(),
             tls: false,
             forwarded_proto: HeaderValue::from_static("http"),
+            client_detection: Box::default(),
             forwarded_trust: crate::context::ForwardedTrust {
                 use_remote_address: true,
                 trusted_hops: 0,

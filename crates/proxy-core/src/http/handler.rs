@@ -67,7 +67,10 @@ pub(crate) fn handle(
             close = true;
             conn.listener.stats.cx_max_duration.inc();
         }
-        let client = Client::of(&conn, req.headers());
+        let (client, unknown) = match Client::of(&conn, req.headers()) {
+            Ok(client) => (client, None),
+            Err(status) => (Client::peer(), Some(status)),
+        };
         if let Some(log) = in_flight.log() {
             log.peer = Some(client.addr(&conn));
         }
@@ -83,6 +86,8 @@ pub(crate) fn handle(
         let routed = if !conn.listener.bypass_overload && overload.shedding_requests() {
             conn.worker.stats.overload_rq_shed().inc();
             Err(ProxyError::Overloaded)
+        } else if let Some(status) = unknown {
+            Err(ProxyError::ClientUnknown(status))
         } else {
             let scope = Scope {
                 conn: &conn,

@@ -195,6 +195,7 @@ fn listener_ctx(
             use_remote_address: config.http.use_remote_address,
             trusted_hops: config.http.xff_num_trusted_hops,
         },
+        client_detection: config.http.original_ip_detection.clone().into_boxed_slice(),
         max_requests_per_connection: config.http.max_requests_per_connection,
         max_connection_duration: config.http.max_connection_duration,
         head_limit: Codecs::head_limit_to_check(config),
