@@ -3521,7 +3521,174 @@ listeners:
             "[{ custom_header: { name: x-real-ip } }, { xff: { num_trusted_hops: 1 } }]"
         ),
     );
+    let config = format!(
+        "{config}{}",
+        listener(
+            "ranges",
+            "[{ xff: { trusted_cidrs: [127.0.0.0/8, 10.0.0.0/8], append_peer: true } }]"
+        )
+    );
     let proxy = Proxy::start(&config, 1);
     a_header_names_the_client_or_the_request_is_refused(proxy.addrs[0]).await;
     a_header_then_forwarded_for_then_the_peer(proxy.addrs[1]).await;
+    // Trusted ranges: the first entry from the right outside them, the peer appended.
+    assert_eq!(
+        client_seen(
+            proxy.addrs[2],
+            &[("x-forwarded-for", "198.51.100.1, 10.0.0.5")]
+        )
+        .await,
+        Ok((
+            vec!["198.51.100.1".into()],
+            vec!["198.51.100.1, 10.0.0.5, 127.0.0.1".into()]
+        ))
+    );
+    assert_eq!(
+        client_seen(proxy.addrs[2], &[]).await,
+        Ok((vec!["127.0.0.1".into()], vec![])),
+        "nothing found: the peer, nothing appended"
+    );
+}
+
+/// What the upstream saw of a request whose early header changes route it: `x-tenant` is
+/// overwritten to `acme` before routing (the only route matches it), `x-secret` removed,
+/// `x-early` appended, `x-default` added where absent.
+async fn early_header_mutations_hold(addr: SocketAddr) {
+    let res = send_h1(
+        addr,
+        get(
+            "/",
+            &[
+                ("x-noop-echo", "headers"),
+                ("x-tenant", "other"),
+                ("x-secret", "s"),
+                ("x-default", "mine"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200, "routed by the header set before routing");
+    let echo = text(res.into_body()).await;
+    assert_eq!(echoed(&echo, "x-tenant"), ["acme"]);
+    assert_eq!(echoed(&echo, "x-secret"), Vec::<String>::new());
+    assert_eq!(echoed(&echo, "x-default"), ["mine"]);
+    assert_eq!(echoed(&echo, "x-early"), ["one"]);
+    let res = send_h1(addr, get("/", &[("x-noop-echo", "headers")])).await;
+    let echo = text(res.into_body()).await;
+    assert_eq!(echoed(&echo, "x-default"), ["d"]);
+}
+
+/// Envoy Gateway's early header mutation (`early_header_mutation_extensions`), before the
+/// route is chosen; a list that changes one header out of the rules' order is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_header_mutations_from_the_management_server() {
+    use envoy_types::pb::envoy::config::common::mutation_rules::v3::{
+        HeaderMutation as Mutation, header_mutation,
+    };
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
+    use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut route = resources::forward("/", "backend");
+    route.r#match.as_mut().unwrap().headers = vec![HeaderMatcher {
+        name: "x-tenant".into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+            StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Exact("acme".into())),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }];
+    let routes = resources::route_config("web-routes", vec![route]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let append =
+        |name: &str, value: &str, action: header_value_option::HeaderAppendAction| Mutation {
+            action: Some(header_mutation::Action::Append(HeaderValueOption {
+                header: Some(HeaderValue {
+                    key: name.into(),
+                    value: value.into(),
+                    ..Default::default()
+                }),
+                append_action: action as i32,
+                ..Default::default()
+            })),
+        };
+    let remove = |name: &str| Mutation {
+        action: Some(header_mutation::Action::Remove(name.into())),
+    };
+    use header_value_option::HeaderAppendAction as Action;
+    let extension = |mutations: Vec<Mutation>| TypedExtensionConfig {
+        name: "envoy.http.early_header_mutation.header_mutation".into(),
+        typed_config: Some(any(&HeaderMutation { mutations })),
+    };
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let mutating = |mutations: Vec<Mutation>| {
+        with_manager(("web".into(), any(&l)), move |hcm| {
+            hcm.early_header_mutation_extensions = vec![extension(mutations)];
+        })
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    let good = vec![
+        remove("X-Secret"),
+        append("x-tenant", "acme", Action::OverwriteIfExistsOrAdd),
+        append("x-early", "one", Action::AppendIfExistsOrAdd),
+        append("x-default", "d", Action::AddIfAbsent),
+    ];
+    assert_eq!(serve_listener(&server, mutating(good)).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    early_header_mutations_hold(addr).await;
+    let nack = serve_listener(
+        &server,
+        mutating(vec![
+            append("x-a", "1", Action::AppendIfExistsOrAdd),
+            remove("x-a"),
+        ]),
+    )
+    .await
+    .expect("NACK");
+    assert!(nack.contains("`x-a` changed again"), "{nack}");
+    early_header_mutations_hold(addr).await;
+    server.shutdown().await;
+}
+
+/// The same from the config file: `http.early_header_mutation`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_header_mutations_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http:
+      early_header_mutation:
+        remove: [x-secret]
+        set: {{ x-tenant: acme }}
+        add: {{ x-early: one }}
+        add_if_absent: {{ x-default: d }}
+    routes:
+      - match: {{ prefix: /, headers: [{{ name: x-tenant, exact: acme }}] }}
+        cluster: backend
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    early_header_mutations_hold(proxy.addr()).await;
 }

@@ -237,6 +237,18 @@ pub(crate) fn listener(
             use_remote_address: raw.http.use_remote_address.unwrap_or(detection.is_empty()),
             xff_num_trusted_hops: raw.http.xff_num_trusted_hops.unwrap_or(0),
             original_ip_detection: detection,
+            early_header_mutation: raw
+                .http
+                .early_header_mutation
+                .clone()
+                .map(|m| {
+                    crate::filters::headers::mutations(
+                        m,
+                        &format!("{path}.http.early_header_mutation"),
+                        false,
+                    )
+                })
+                .transpose()?,
             max_request_headers_kb: match raw.http.max_request_headers_kb {
                 None => DEFAULT_MAX_REQUEST_HEADERS_KB,
                 Some(kb @ 1..=8192) => kb,

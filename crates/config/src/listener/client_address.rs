@@ -23,8 +23,21 @@ pub enum ClientDetection {
         )]
         reject_with_status: Option<StatusCode>,
     },
-    /// The entry this many places from the right of `x-forwarded-for` (0: the last).
-    Xff { num_trusted_hops: u32 },
+    /// From `x-forwarded-for`: the entry `num_trusted_hops` places from the right (0: the
+    /// last); or, with `trusted_cidrs`, for a peer in them, the first entry from the right
+    /// that is not (the leftmost when all are). `append_peer`: the peer is appended to the
+    /// header when it found the client (Envoy's `skip_xff_append: false`).
+    Xff {
+        num_trusted_hops: u32,
+        #[serde(serialize_with = "ser_nets", skip_serializing_if = "Vec::is_empty")]
+        trusted_cidrs: Vec<ipnet::IpNet>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        append_peer: bool,
+    },
+}
+
+fn ser_nets<S: serde::Serializer>(nets: &[ipnet::IpNet], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(nets.iter().map(|n| n.to_string()))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -44,8 +57,11 @@ pub struct RawCustomHeader {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawXff {
+    pub num_trusted_hops: Option<u32>,
     #[serde(default)]
-    pub num_trusted_hops: u32,
+    pub trusted_cidrs: Vec<String>,
+    #[serde(default)]
+    pub append_peer: bool,
 }
 
 /// Checks `http.original_ip_detection` (`path`).
@@ -85,9 +101,37 @@ pub(crate) fn client_detection(
                         reject_with_status,
                     })
                 }
-                (None, Some(xff)) => Ok(ClientDetection::Xff {
-                    num_trusted_hops: xff.num_trusted_hops,
-                }),
+                (None, Some(xff)) => {
+                    if xff.num_trusted_hops.is_some() && !xff.trusted_cidrs.is_empty() {
+                        return Err(ConfigError::invalid(
+                            format!("{at}.xff"),
+                            "expected one of `num_trusted_hops` and `trusted_cidrs`",
+                        ));
+                    }
+                    let trusted_cidrs = xff
+                        .trusted_cidrs
+                        .iter()
+                        .enumerate()
+                        .map(|(j, net)| {
+                            net.parse::<ipnet::IpNet>()
+                                .or_else(|_| {
+                                    net.parse::<std::net::IpAddr>().map(ipnet::IpNet::from)
+                                })
+                                .map(|n| n.trunc())
+                                .map_err(|_| {
+                                    ConfigError::invalid(
+                                        format!("{at}.xff.trusted_cidrs[{j}]"),
+                                        format!("expected an address range, found `{net}`"),
+                                    )
+                                })
+                        })
+                        .collect::<Result<_, _>>()?;
+                    Ok(ClientDetection::Xff {
+                        num_trusted_hops: xff.num_trusted_hops.unwrap_or(0),
+                        trusted_cidrs,
+                        append_peer: xff.append_peer,
+                    })
+                }
                 _ => Err(ConfigError::invalid(
                     at,
                     "expected one of `custom_header: { name }` and `xff: { num_trusted_hops }`",

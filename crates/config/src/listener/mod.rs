@@ -125,6 +125,10 @@ pub struct HttpConfig {
     /// Proxies in front whose `x-forwarded-for` entries are trusted (Envoy's meaning); with
     /// any, their `x-forwarded-proto` is kept too.
     pub xff_num_trusted_hops: u32,
+    /// Request header changes made before the request is routed (Envoy's
+    /// `early_header_mutation_extensions`), as a `headers` rule's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub early_header_mutation: Option<HeaderMutations>,
     /// Ways to find the client behind trusted proxies, in order (Envoy's
     /// `original_ip_detection_extensions`); when given, the two above are off.
     #[serde(skip_serializing_if = "Vec::is_empty")]

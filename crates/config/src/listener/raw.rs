@@ -67,6 +67,8 @@ pub struct RawHttp {
     pub max_connection_duration: Option<Duration>,
     pub use_remote_address: Option<bool>,
     pub xff_num_trusted_hops: Option<u32>,
+    /// Request header changes made before the request is routed.
+    pub early_header_mutation: Option<RawHeaderMutations>,
     /// Ways to find the client, in order, instead of the two above.
     #[serde(default)]
     pub original_ip_detection: Vec<crate::listener::client_address::RawClientDetection>,

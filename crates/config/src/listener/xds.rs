@@ -449,6 +449,10 @@ fn connection_manager(
     }
     http.use_remote_address = Some(hcm.use_remote_address.take().is_some_and(|v| v.value));
     http.xff_num_trusted_hops = Some(std::mem::take(&mut hcm.xff_num_trusted_hops));
+    http.early_header_mutation = early_header_mutation(
+        std::mem::take(&mut hcm.early_header_mutation_extensions),
+        &format!("{at}.early_header_mutation_extensions"),
+    )?;
     http.original_ip_detection = original_ip_detection(
         std::mem::take(&mut hcm.original_ip_detection_extensions),
         &format!("{at}.original_ip_detection_extensions"),
@@ -524,6 +528,81 @@ fn request_id_extension(
 
 /// The filters Legate has (each at most once, as a route names a filter by its type), then
 /// the router, last. Other filters are refused by name, unless marked optional.
+/// The connection manager's `early_header_mutation_extensions`: Envoy's `header_mutation`
+/// ones, whose mutations apply in order before routing. Here they apply as the `headers`
+/// rules do (removals, then overwrites, then appends, then adds-if-absent), so a list that
+/// changes one header out of that order is refused rather than applied differently.
+fn early_header_mutation(
+    extensions: Vec<envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig>,
+    at: &str,
+) -> Result<Option<crate::RawHeaderMutations>, ResourceError> {
+    use envoy_types::pb::envoy::config::common::mutation_rules::v3::header_mutation::Action;
+    use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation;
+    const HEADER_MUTATION: &str = "type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation";
+    let (mut add, mut remove) = (Vec::new(), Vec::new());
+    // Each header's place in the order the rules apply: remove, set, add, add if absent.
+    let mut ranks: BTreeMap<String, u8> = BTreeMap::new();
+    for (i, extension) in extensions.into_iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let Some(any) = extension
+            .typed_config
+            .filter(|a| a.type_url == HEADER_MUTATION)
+        else {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec![format!(
+                    "extension `{}` (envoy.http.early_header_mutation.header_mutation only)",
+                    extension.name
+                )],
+            });
+        };
+        let mutation: HeaderMutation = decode(&any, HEADER_MUTATION, "a HeaderMutation")?;
+        for (j, m) in mutation.mutations.into_iter().enumerate() {
+            let at = format!("{at}.mutations[{j}]");
+            let (name, rank) = match m.action {
+                Some(Action::Remove(name)) => {
+                    remove.push(name.clone());
+                    (name, 0)
+                }
+                Some(Action::Append(option)) => {
+                    let name = option
+                        .header
+                        .as_ref()
+                        .map(|h| h.key.clone())
+                        .unwrap_or_default();
+                    #[allow(deprecated)]
+                    let rank = match (option.append_action, option.append.map(|a| a.value)) {
+                        (2, _) | (0, Some(false)) => 1,
+                        (1, _) => 3,
+                        _ => 2,
+                    };
+                    add.push(option);
+                    (name, rank)
+                }
+                Some(Action::RemoveOnMatch(_)) => {
+                    return Err(ResourceError::Unsupported {
+                        at,
+                        fields: vec!["remove_on_match".into()],
+                    });
+                }
+                None => return Err(ResourceError::invalid(at, "expected an action")),
+            };
+            let name = name.to_ascii_lowercase();
+            let last = ranks.entry(name.clone()).or_insert(rank);
+            if rank < *last {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![format!(
+                        "`{name}` changed again after a later kind of change (removals, overwrites, appends, adds-if-absent apply in that order here)"
+                    )],
+                });
+            }
+            *last = rank;
+        }
+    }
+    crate::envoy::headers::mutations(add, remove, at)
+}
+
 /// The connection manager's `original_ip_detection_extensions`: `custom_header` (its
 /// address marked trusted, as Envoy Gateway sends it) and `xff` by trusted hops, in order.
 fn original_ip_detection(
@@ -571,16 +650,27 @@ fn original_ip_detection(
             }
             XFF => {
                 let xff: XffConfig = decode(&any, XFF, "an XffConfig")?;
-                if xff.xff_trusted_cidrs.is_some() {
-                    return Err(unsupported("xff_trusted_cidrs"));
-                }
-                if xff.skip_xff_append.is_some_and(|skip| !skip.value) {
-                    return Err(unsupported("skip_xff_append: false"));
-                }
+                let trusted_cidrs = xff
+                    .xff_trusted_cidrs
+                    .map(|list| {
+                        list.cidrs
+                            .iter()
+                            .map(|c| {
+                                let len = c.prefix_len.as_ref().map_or(0, |l| l.value);
+                                format!("{}/{len}", c.address_prefix)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default();
                 ways.push(RawClientDetection {
                     custom_header: None,
                     xff: Some(RawXff {
-                        num_trusted_hops: xff.xff_num_trusted_hops,
+                        num_trusted_hops: (xff.xff_num_trusted_hops > 0
+                            || trusted_cidrs.is_empty())
+                        .then_some(xff.xff_num_trusted_hops),
+                        trusted_cidrs,
+                        // Unset: skipped, as Envoy (for backward compatibility).
+                        append_peer: xff.skip_xff_append.is_some_and(|skip| !skip.value),
                     }),
                 });
             }

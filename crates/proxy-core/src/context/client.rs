@@ -63,6 +63,8 @@ impl ForwardedTrust {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Client {
     forwarded: Option<IpAddr>,
+    /// The way that found it asks for the peer to be appended to `x-forwarded-for`.
+    pub(crate) append_peer: bool,
 }
 
 impl Client {
@@ -80,7 +82,10 @@ impl Client {
                 .forwarded_trust
                 .skipped()
                 .and_then(|skip| forwarded_for(headers, skip));
-            return Ok(Client { forwarded });
+            return Ok(Client {
+                forwarded,
+                append_peer: false,
+            });
         }
         for way in detection.iter() {
             let found = match way {
@@ -100,20 +105,41 @@ impl Client {
                     }
                     found
                 }
-                ClientDetection::Xff { num_trusted_hops } => {
-                    forwarded_for(headers, *num_trusted_hops)
+                ClientDetection::Xff {
+                    num_trusted_hops,
+                    trusted_cidrs,
+                    append_peer,
+                } => {
+                    let found = if trusted_cidrs.is_empty() {
+                        forwarded_for(headers, *num_trusted_hops)
+                    } else {
+                        beyond_trusted(headers, conn.peer.ip(), trusted_cidrs)
+                    };
+                    if found.is_some() {
+                        return Ok(Client {
+                            forwarded: found,
+                            append_peer: *append_peer,
+                        });
+                    }
+                    None
                 }
             };
             if found.is_some() {
-                return Ok(Client { forwarded: found });
+                return Ok(Client {
+                    forwarded: found,
+                    append_peer: false,
+                });
             }
         }
-        Ok(Client { forwarded: None })
+        Ok(Client::peer())
     }
 
     /// The connection's own peer.
     pub(crate) fn peer() -> Client {
-        Client { forwarded: None }
+        Client {
+            forwarded: None,
+            append_peer: false,
+        }
     }
 
     /// The address; from `x-forwarded-for`, with port 0.
@@ -137,6 +163,27 @@ impl Client {
             }
         }
     }
+}
+
+/// For a peer in `trusted`: the first `x-forwarded-for` entry from the right that is not in
+/// them, or the leftmost when all are (Envoy's `xff_trusted_cidrs`). `None` for a peer not
+/// trusted, no header, or an entry that is no address.
+fn beyond_trusted(headers: &HeaderMap, peer: IpAddr, trusted: &[ipnet::IpNet]) -> Option<IpAddr> {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(&peer) {
+        return None;
+    }
+    let mut last = None;
+    for line in headers.get_all(&X_FORWARDED_FOR).iter().rev() {
+        for entry in line.as_bytes().rsplit(|&b| b == b',') {
+            let ip: IpAddr = std::str::from_utf8(entry).ok()?.trim().parse().ok()?;
+            if !is_trusted(&ip) {
+                return Some(ip);
+            }
+            last = Some(ip);
+        }
+    }
+    last
 }
 
 /// The entry `skip` places from the right end of `x-forwarded-for` (its lines read in order
@@ -182,6 +229,28 @@ mod tests {
         }
         assert_eq!(forwarded_for(&HeaderMap::new(), 0), None);
         assert_eq!(forwarded_for(&xff(&["2001:db8::7"]), 0), ip("2001:db8::7"));
+    }
+
+    #[test]
+    fn trusted_ranges_skip_their_entries_from_the_right() {
+        let trusted: Vec<ipnet::IpNet> = vec![
+            "10.0.0.0/8".parse().unwrap(),
+            "127.0.0.0/8".parse().unwrap(),
+        ];
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        let headers = xff(&["198.51.100.1, 10.0.0.5", "10.1.1.1"]);
+        assert_eq!(beyond_trusted(&headers, peer, &trusted), ip("198.51.100.1"));
+        // All trusted: the leftmost.
+        let inside = xff(&["10.0.0.9, 10.0.0.5"]);
+        assert_eq!(beyond_trusted(&inside, peer, &trusted), ip("10.0.0.9"));
+        // A peer outside the ranges is believed about nothing; no header, nothing found.
+        let outside: IpAddr = "203.0.113.1".parse().unwrap();
+        assert_eq!(beyond_trusted(&headers, outside, &trusted), None);
+        assert_eq!(beyond_trusted(&HeaderMap::new(), peer, &trusted), None);
+        assert_eq!(
+            beyond_trusted(&xff(&["junk, 10.0.0.5"]), peer, &trusted),
+            None
+        );
     }
 
     #[test]

@@ -204,6 +204,23 @@ impl Mutations {
         }
     }
 
+    /// Applies the changes to a request before it is routed (a listener's early header
+    /// mutation): no route, host or upstream known yet.
+    pub(crate) fn apply_to_request(&self, headers: &mut HeaderMap, exchange: &Exchange<'_>) {
+        let request_id = if self.uses_request_id {
+            headers.get(&X_REQUEST_ID).cloned()
+        } else {
+            None
+        };
+        let vars = Vars {
+            exchange,
+            request_id: request_id.as_ref(),
+            upstream: None,
+            scratch: &RefCell::new(Vec::new()),
+        };
+        self.apply(headers, &vars);
+    }
+
     /// Applies the changes to a reply made here: no upstream, and a request id only if the
     /// reply carries one already.
     pub(crate) fn apply_to_reply(&self, headers: &mut HeaderMap, exchange: &Exchange<'_>) {

@@ -33,6 +33,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, StatusCode};
 
 pub(crate) use body::BodyFilter;
+pub(crate) use headers::Mutations;
 use per_route::PerRouteSettings;
 
 use crate::catalog::Catalog;

@@ -71,6 +71,9 @@ pub(crate) fn handle(
             Ok(client) => (client, None),
             Err(status) => (Client::peer(), Some(status)),
         };
+        if client.append_peer {
+            super::forwarding::append_forwarded_for(req.headers_mut(), &conn.peer_ip);
+        }
         if let Some(log) = in_flight.log() {
             log.peer = Some(client.addr(&conn));
         }
@@ -349,6 +352,18 @@ async fn route_and_forward(
     }
     if ids.in_response {
         facts.request_id = req.headers().get(&X_REQUEST_ID).cloned();
+    }
+    if let Some(early) = &scope.http.early_header_mutation {
+        let exchange = Exchange {
+            conn: scope.conn,
+            client: scope.client,
+            host: None,
+            virtual_host: None,
+            route: None,
+            weighted_cluster: None,
+            trace: in_flight.trace(),
+        };
+        early.apply_to_request(req.headers_mut(), &exchange);
     }
     let (host, matched) = match head::admit(
         req,

@@ -65,6 +65,8 @@ pub(crate) struct HttpCtx {
     pub(crate) default_host_for_http_10: Option<http::HeaderValue>,
     /// What is taken off a request's host (its `local_port` filled in per connection).
     pub(crate) host_rules: head::HostRules,
+    /// Request header changes made before routing.
+    pub(crate) early_header_mutation: Option<crate::filters::Mutations>,
 }
 
 /// What is done with `x-request-id`, decided once per config.

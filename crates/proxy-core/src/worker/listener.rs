@@ -258,5 +258,10 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
             strip_trailing_dot: config.http.strip_trailing_host_dot,
             local_port: 0,
         },
+        early_header_mutation: config
+            .http
+            .early_header_mutation
+            .as_ref()
+            .map(crate::filters::Mutations::new),
     }
 }
