@@ -145,6 +145,8 @@ pub enum RedirectPath {
     Path(String),
     /// Replaces the part the route's prefix (or exact path) matched.
     PrefixRewrite(String),
+    /// Every match of `pattern` in the path is replaced by `substitution`.
+    RegexRewrite(RegexRewrite),
 }
 
 /// How the path a route forwards differs from the request's.
@@ -167,6 +169,14 @@ pub struct RegexRewrite {
     #[serde(skip)]
     pub replacement: String,
 }
+
+impl PartialEq for RegexRewrite {
+    fn eq(&self, other: &Self) -> bool {
+        self.pattern.as_str() == other.pattern.as_str() && self.substitution == other.substitution
+    }
+}
+
+impl Eq for RegexRewrite {}
 
 fn ser_regex<S: Serializer>(regex: &regex::Regex, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(regex.as_str())

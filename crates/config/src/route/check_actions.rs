@@ -57,25 +57,29 @@ pub(crate) fn redirect(
             "expected a port from 1 to 65535",
         ));
     }
-    let redirect_path = match (raw.path, raw.prefix_rewrite) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                path,
-                "expected `path` or `prefix_rewrite`, not both",
-            ));
-        }
-        (Some(p), None) => Some(RedirectPath::Path(location_path(
+    let redirect_path = match (raw.path, raw.prefix_rewrite, raw.regex_rewrite) {
+        (Some(p), None, None) => Some(RedirectPath::Path(location_path(
             p,
             &format!("{path}.path"),
         )?)),
-        (None, Some(p)) => {
+        (None, Some(p), None) => {
             prefix_route(matcher, &format!("{path}.prefix_rewrite"))?;
             Some(RedirectPath::PrefixRewrite(rewritten_prefix(
                 p,
                 &format!("{path}.prefix_rewrite"),
             )?))
         }
-        (None, None) => None,
+        (None, None, Some(r)) => Some(RedirectPath::RegexRewrite(regex_rewrite(
+            r,
+            &format!("{path}.regex_rewrite"),
+        )?)),
+        (None, None, None) => None,
+        _ => {
+            return Err(ConfigError::invalid(
+                path,
+                "expected one of `path`, `prefix_rewrite` and `regex_rewrite`",
+            ));
+        }
     };
     let status = match raw.status {
         None => StatusCode::MOVED_PERMANENTLY,

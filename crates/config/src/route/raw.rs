@@ -160,6 +160,8 @@ pub struct RawRedirect {
     pub port: Option<u16>,
     pub path: Option<String>,
     pub prefix_rewrite: Option<String>,
+    /// The request's path with every match of `pattern` replaced.
+    pub regex_rewrite: Option<RawRegexRewrite>,
     pub status: Option<u16>,
     #[serde(default)]
     pub strip_query: bool,

@@ -200,17 +200,24 @@ pub(crate) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, R
         Some(SchemeRewriteSpecifier::HttpsRedirect(true)) => Some("https".to_owned()),
         Some(SchemeRewriteSpecifier::SchemeRedirect(scheme)) => Some(scheme),
     };
-    let (path, prefix_rewrite) = match r.path_rewrite_specifier.take() {
-        None => (None, None),
-        Some(PathRewriteSpecifier::PathRedirect(path)) => (Some(path), None),
-        Some(PathRewriteSpecifier::PrefixRewrite(prefix)) => (None, Some(prefix)),
-        Some(_) => {
+    let (mut path, mut prefix_rewrite, mut regex_rewrite) = (None, None, None);
+    match r.path_rewrite_specifier.take() {
+        None => {}
+        Some(PathRewriteSpecifier::PathRedirect(p)) => path = Some(p),
+        Some(PathRewriteSpecifier::PrefixRewrite(prefix)) => prefix_rewrite = Some(prefix),
+        Some(PathRewriteSpecifier::RegexRewrite(rewrite)) => {
+            regex_rewrite = Some(self::regex_rewrite(
+                rewrite,
+                &format!("{at}.regex_rewrite"),
+            )?)
+        }
+        Some(PathRewriteSpecifier::PathRewrite(_)) => {
             return Err(unsupported(
                 at,
-                "path_rewrite_specifier (path_redirect and prefix_rewrite only)",
+                "path_rewrite (URI templates; path_redirect, prefix_rewrite and regex_rewrite only)",
             ));
         }
-    };
+    }
     let status = match RedirectResponseCode::try_from(r.response_code) {
         Ok(RedirectResponseCode::MovedPermanently) => 301,
         Ok(RedirectResponseCode::Found) => 302,
@@ -250,6 +257,7 @@ pub(crate) fn redirect(mut r: RedirectAction, at: &str) -> Result<RawRedirect, R
         port,
         path,
         prefix_rewrite,
+        regex_rewrite,
         status: Some(status),
         strip_query,
     })

@@ -61,6 +61,7 @@ fn location(
         None => (Cow::Borrowed(path), true),
         Some(RedirectPath::Path(new)) => (Cow::Borrowed(new.as_str()), !new.contains('?')),
         Some(RedirectPath::PrefixRewrite(new)) => (replace_matched(matched, path, new), true),
+        Some(RedirectPath::RegexRewrite(r)) => (regex_replaced(r, path), true),
     };
     let mut location = String::with_capacity(scheme.len() + name.len() + path.len() + 16);
     location.push_str(scheme);
@@ -117,6 +118,16 @@ fn replace_matched<'a>(matched: &PathMatch, path: &'a str, new: &str) -> Cow<'a,
 }
 
 /// The path and query a rewriting route sends upstream: only the path changes.
+/// `path` with every match of the rewrite's pattern replaced; a result without a leading
+/// `/` gets one.
+fn regex_replaced<'a>(r: &config::RegexRewrite, path: &'a str) -> Cow<'a, str> {
+    let mut out = r.pattern.replace_all(path, r.replacement.as_str());
+    if !out.starts_with('/') {
+        out = Cow::Owned(format!("/{out}"));
+    }
+    out
+}
+
 pub(crate) fn rewrite_path(
     rewrite: &PathRewrite,
     matched: &PathMatch,
@@ -125,13 +136,7 @@ pub(crate) fn rewrite_path(
     let path = uri.path();
     let new = match rewrite {
         PathRewrite::PrefixRewrite(new) => replace_matched(matched, path, new),
-        PathRewrite::RegexRewrite(r) => {
-            let mut out = r.pattern.replace_all(path, r.replacement.as_str());
-            if !out.starts_with('/') {
-                out = Cow::Owned(format!("/{out}"));
-            }
-            out
-        }
+        PathRewrite::RegexRewrite(r) => regex_replaced(r, path),
     };
     let target = match uri.query() {
         Some(query) => format!("{new}?{query}"),
@@ -165,6 +170,29 @@ mod tests {
         let asked = if tls { "https" } else { "http" };
         let reply = respond(&action(yaml), &matched, Some(&host), &uri, asked).unwrap();
         reply.headers()[LOCATION].to_str().unwrap().to_string()
+    }
+
+    /// Envoy Gateway's redirect with a regex rewrite: the path's every match replaced, the
+    /// query kept.
+    #[test]
+    fn a_regex_rewrite_redirects_to_the_substituted_path() {
+        let l = location_of;
+        let yaml =
+            "redirect: { regex_rewrite: { pattern: '^/old/+', substitution: / }, status: 302 }";
+        assert_eq!(
+            l(yaml, "a.test", "/old//x?q=1", false),
+            "http://a.test/x?q=1"
+        );
+        let groups = "redirect: { regex_rewrite: { pattern: '^/old/([a-z]+)/(.*)$', substitution: '/\\2/\\1' } }";
+        assert_eq!(
+            l(groups, "a.test", "/old/ab/cd", false),
+            "http://a.test/cd/ab"
+        );
+        let config = config::Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - { match: { prefix: /old }, redirect: { path: /a, regex_rewrite: { pattern: x, substitution: y } } }\n",
+        );
+        let error = config.unwrap_err().to_string();
+        assert!(error.contains("expected one of `path`"), "{error}");
     }
 
     #[test]
@@ -248,7 +276,10 @@ mod tests {
             ("redirect: { scheme: ftp }", "expected `http` or `https`"),
             ("redirect: { host: \"a.test:80\" }", "without a port"),
             ("redirect: { path: x }", "starting with `/`"),
-            ("redirect: { path: /a, prefix_rewrite: /b }", "not both"),
+            (
+                "redirect: { path: /a, prefix_rewrite: /b }",
+                "expected one of `path`",
+            ),
             (
                 "redirect: {}, cluster: c",
                 "`cluster` or `redirect`, not both",
