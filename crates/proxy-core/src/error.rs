@@ -199,7 +199,7 @@ impl ProxyError {
     /// The response flag of the failure; `None` for a request that took longer than the
     /// listener's `request_timeout` (Envoy sets none).
     pub fn flag(&self) -> Option<ResponseFlag> {
-        if self.is_request_timeout() || matches!(self, ProxyError::ClientUnknown(_)) {
+        if self.is_request_timeout() {
             return None;
         }
         Some(match self {
@@ -209,8 +209,8 @@ impl ProxyError {
             ProxyError::Overloaded => ResponseFlag::OverloadManager,
             ProxyError::BadRequest(_)
             | ProxyError::HeadersTooLarge { .. }
-            | ProxyError::Http10Refused
-            | ProxyError::ClientUnknown(_) => ResponseFlag::DownstreamProtocolError,
+            | ProxyError::Http10Refused => ResponseFlag::DownstreamProtocolError,
+            ProxyError::ClientUnknown(_) => return None,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }

@@ -221,7 +221,15 @@ impl WorkerTracer {
         let sampled = forced
             || match (&policy.sampler, parent) {
                 // A caller inside decides for its trace (the sampler's parent too).
-                (Some(sampler), _) => sampler.samples(parent.filter(|_| internal), trace_id),
+                (Some(sampler), _) => {
+                    // A trace id from outside is the client's choice: the ratio then draws.
+                    let id = if parent.is_some() && !internal {
+                        next_u64()
+                    } else {
+                        trace_id_value(trace_id)
+                    };
+                    sampler.samples(parent.filter(|_| internal), id)
+                }
                 (None, Some(parent)) if internal => parent.sampled,
                 (None, _) => policy.draw(
                     headers.contains_key(&X_CLIENT_TRACE_ID),
@@ -269,9 +277,13 @@ pub(crate) struct TracePolicy {
 /// A sampler with its ratios as bounds on 64 bits.
 enum SamplerBounds {
     AlwaysOn,
-    /// Sampled when the trace id's last 8 bytes (big-endian) are below it, as OpenTelemetry's
-    /// `TraceIdRatioBased`: every hop with the same ratio decides alike.
-    TraceIdRatio(u64),
+    /// Sampled when the trace id's first 8 bytes (as Envoy reads them) modulo the
+    /// denominator are below the numerator, as Envoy's `TraceIdRatioBased`: every hop with
+    /// the same ratio decides alike.
+    TraceIdRatio {
+        numerator: u64,
+        denominator: u64,
+    },
     ParentBased(Box<SamplerBounds>),
 }
 
@@ -279,26 +291,46 @@ impl SamplerBounds {
     fn new(sampler: &Sampler) -> Self {
         match sampler {
             Sampler::AlwaysOn => SamplerBounds::AlwaysOn,
-            Sampler::TraceIdRatio(percent) => SamplerBounds::TraceIdRatio(threshold(*percent)),
+            Sampler::TraceIdRatio(percent) => {
+                // The smallest of Envoy's denominators that holds the share exactly.
+                let (numerator, denominator) = if percent.fract() == 0.0 {
+                    (*percent, 100)
+                } else if (percent * 100.0).fract() == 0.0 {
+                    (percent * 100.0, 10_000)
+                } else {
+                    ((percent * 10_000.0).round(), 1_000_000)
+                };
+                SamplerBounds::TraceIdRatio {
+                    numerator: numerator as u64,
+                    denominator,
+                }
+            }
             Sampler::ParentBased(inner) => SamplerBounds::ParentBased(Box::new(Self::new(inner))),
         }
     }
 
-    /// `parent`: a trusted caller's context.
-    fn samples(&self, parent: Option<TraceParent>, trace_id: TraceId) -> bool {
+    /// `parent`: a trusted caller's context; `id`: the trace id's value for the ratio.
+    fn samples(&self, parent: Option<TraceParent>, id: u64) -> bool {
         match self {
             SamplerBounds::AlwaysOn => true,
-            SamplerBounds::TraceIdRatio(bound) => {
-                let mut low = [0u8; 8];
-                low.copy_from_slice(&trace_id.0[8..]);
-                *bound == u64::MAX || u64::from_be_bytes(low) < *bound
-            }
+            SamplerBounds::TraceIdRatio {
+                numerator,
+                denominator,
+            } => id % denominator < *numerator,
             SamplerBounds::ParentBased(inner) => match parent {
                 Some(parent) => parent.sampled,
-                None => inner.samples(None, trace_id),
+                None => inner.samples(None, id),
             },
         }
     }
+}
+
+/// The trace id's first 8 bytes as a number, as Envoy's sampler reads them (copied into a
+/// 64-bit integer on a little-endian machine).
+fn trace_id_value(trace_id: TraceId) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&trace_id.0[..8]);
+    u64::from_le_bytes(first)
 }
 
 impl TracePolicy {
@@ -823,7 +855,7 @@ mod tests {
     }
 
     /// OpenTelemetry's samplers decide instead of the shares: always on; by the trace id's
-    /// last 8 bytes against the ratio; a trusted parent's flag, else the wrapped sampler.
+    /// first 8 bytes against the ratio; a trusted parent's flag, else the wrapped sampler.
     #[test]
     fn a_sampler_decides_instead_of_the_shares() {
         let inside: IpAddr = "10.1.2.3".parse().unwrap();
@@ -842,18 +874,19 @@ mod tests {
                 .start(&plain, outside, &with(Sampler::AlwaysOn))
                 .sampled()
         );
-        // The trace id's last 8 bytes against half of 2^64: 0xff is below, 0xff00... above.
-        let low = "00-000000000000000000000000000000ff-00f067aa0ba902b7-00";
-        let high = "00-0000000000000000ff00000000000000-00f067aa0ba902b7-01";
+        // The trace id's first 8 bytes, little-endian, modulo 100 against 50: 0x31 (49) is
+        // below, 0x32 (50) not; only a trusted caller's id counts.
+        let low = "00-31000000000000000000000000000000-00f067aa0ba902b7-00";
+        let high = "00-32000000000000000000000000000000-00f067aa0ba902b7-01";
         let half = with(Sampler::TraceIdRatio(50.0));
         assert!(
             tracer
-                .start(&request(&[("traceparent", low)]), outside, &half)
+                .start(&request(&[("traceparent", low)]), inside, &half)
                 .sampled()
         );
         assert!(
             !tracer
-                .start(&request(&[("traceparent", high)]), outside, &half)
+                .start(&request(&[("traceparent", high)]), inside, &half)
                 .sampled()
         );
         let none = with(Sampler::TraceIdRatio(0.0));

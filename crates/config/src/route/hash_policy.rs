@@ -33,7 +33,7 @@ pub enum HashSource {
     Cookie(CookieHash),
     /// The client's address (the trusted one `x-forwarded-for` gives, as Envoy's).
     SourceIp,
-    /// A query parameter's first value, percent-decoded.
+    /// A query parameter's first value, as sent (not decoded, as Envoy hashes it).
     QueryParameter(String),
 }
 

@@ -67,6 +67,20 @@ pub(crate) fn handle(
             close = true;
             conn.listener.stats.cx_max_duration.inc();
         }
+        if let Some(early) = &http.early_header_mutation {
+            // Before anything reads the headers (the client's address, the trace), as Envoy's
+            // early mutations: the peer stands for the client in their values.
+            let exchange = Exchange {
+                conn: &conn,
+                client: &Client::peer(),
+                host: None,
+                virtual_host: None,
+                route: None,
+                weighted_cluster: None,
+                trace: None,
+            };
+            early.apply_to_request(req.headers_mut(), &exchange);
+        }
         let (client, unknown) = match Client::of(&conn, req.headers()) {
             Ok(client) => (client, None),
             Err(status) => (Client::peer(), Some(status)),
@@ -352,18 +366,6 @@ async fn route_and_forward(
     }
     if ids.in_response {
         facts.request_id = req.headers().get(&X_REQUEST_ID).cloned();
-    }
-    if let Some(early) = &scope.http.early_header_mutation {
-        let exchange = Exchange {
-            conn: scope.conn,
-            client: scope.client,
-            host: None,
-            virtual_host: None,
-            route: None,
-            weighted_cluster: None,
-            trace: in_flight.trace(),
-        };
-        early.apply_to_request(req.headers_mut(), &exchange);
     }
     let (host, matched) = match head::admit(
         req,
@@ -667,7 +669,11 @@ fn draw_weighted<B>(mut matched: Matched, request: &Request<B>, scope: &Scope<'_
                 let hash = forward.hash_policy.as_ref().and_then(|policy| {
                     super::hash_policy::hash_request(policy, request, client, None).hash
                 });
-                split.split.pick(hash)
+                // The hash as Envoy's random value: modulo the total weight.
+                match hash {
+                    Some(hash) => split.split.pick_value(hash),
+                    None => split.split.pick(None),
+                }
             }
             None => split.split.pick(
                 split

@@ -40,21 +40,24 @@ pub(crate) fn hash_request<B>(
     for rule in &policy.0 {
         let found = match &rule.source {
             HashSource::Header(name) => header_hash(req.headers(), name),
-            HashSource::Cookie(cookie) => match config::cookie_value(req.headers(), &cookie.name) {
-                Some(value) => Some(balancer::hash_key(value)),
-                None => match connection {
-                    Some(connection) if cookie.ttl.is_some() && out.set_cookie.is_none() => {
-                        made_cookie(cookie, connection, &mut out.set_cookie)
-                    }
-                    _ => None,
-                },
-            },
+            // An empty value is no value, as Envoy reads a cookie.
+            HashSource::Cookie(cookie) => {
+                match config::cookie_value(req.headers(), &cookie.name).filter(|v| !v.is_empty()) {
+                    Some(value) => Some(balancer::hash_key(value)),
+                    None => match connection {
+                        Some(connection) if cookie.ttl.is_some() && out.set_cookie.is_none() => {
+                            made_cookie(cookie, connection, &mut out.set_cookie)
+                        }
+                        _ => None,
+                    },
+                }
+            }
             HashSource::SourceIp => Some(ip_hash(client)),
             HashSource::QueryParameter(name) => req
                 .uri()
                 .query()
-                .and_then(|query| crate::router::query_value(query, name))
-                .map(|value| balancer::hash_key(&value)),
+                .and_then(|query| raw_query_value(query, name))
+                .map(balancer::hash_key),
         };
         if let Some(value) = found {
             out.hash = Some(match out.hash {
@@ -67,6 +70,14 @@ pub(crate) fn hash_request<B>(
         }
     }
     out
+}
+
+/// The first value of the parameter `name`, as sent (Envoy hashes it undecoded).
+fn raw_query_value<'a>(query: &'a str, name: &str) -> Option<&'a [u8]> {
+    query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then_some(value.as_bytes())
+    })
 }
 
 /// All the header's values, sorted, hashed in turn (one value: its plain hash).
@@ -165,7 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn several_header_values_hash_sorted_and_query_parameters_decoded() {
+    fn several_header_values_hash_sorted_and_query_parameters_as_sent() {
         let policy = HashPolicy(vec![rule(
             HashSource::Header("x-k".parse().unwrap()),
             false,
@@ -180,7 +191,7 @@ mod tests {
         let query = HashPolicy(vec![rule(HashSource::QueryParameter("id".into()), false)]);
         let req = request(&[], "/p?x=1&id=a%20b&id=c");
         let by_query = hash_request(&query, &req, CLIENT, None);
-        assert_eq!(by_query.hash, Some(balancer::hash_key(b"a b")));
+        assert_eq!(by_query.hash, Some(balancer::hash_key(b"a%20b")));
         assert_eq!(
             hash_request(&query, &request(&[], "/p"), CLIENT, None).hash,
             None
@@ -200,6 +211,13 @@ mod tests {
             peer: "127.0.0.1:40000".parse().unwrap(),
             local: "127.0.0.1:8080".parse().unwrap(),
         };
+        // An empty cookie is none: one is made.
+        let empty = request(&[("cookie", "sticky=")], "/");
+        assert!(
+            hash_request(&policy, &empty, CLIENT, Some(connection))
+                .set_cookie
+                .is_some()
+        );
         let sent = request(&[("cookie", "a=1; sticky=\"v1\"")], "/");
         let kept = hash_request(&policy, &sent, CLIENT, Some(connection));
         assert_eq!(kept.hash, Some(balancer::hash_key(b"v1")));
