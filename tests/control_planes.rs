@@ -3692,3 +3692,273 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     early_header_mutations_hold(proxy.addr()).await;
 }
+
+/// Decodes a compressed body.
+fn decompressed(encoding: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match encoding {
+        "gzip" => {
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).unwrap();
+        }
+        "br" => brotli::BrotliDecompress(&mut &bytes[..], &mut out).unwrap(),
+        "zstd" => out = zstd::stream::decode_all(bytes).unwrap(),
+        other => panic!("unexpected encoding {other}"),
+    }
+    out
+}
+
+/// `(content-encoding, etag, decoded body length)` of `path`'s answer to a client taking
+/// `accept`.
+async fn fetched(addr: SocketAddr, path: &str, accept: &str) -> (String, String, usize) {
+    let res = send_h1(
+        addr,
+        get(
+            path,
+            &[
+                ("accept-encoding", accept),
+                ("x-noop-response-header", "etag: \"v1\""),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200, "{path}");
+    let header = |name: &str| {
+        res.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    let (encoding, etag) = (header("content-encoding"), header("etag"));
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let len = if encoding.is_empty() {
+        body.len()
+    } else {
+        decompressed(&encoding, &body).len()
+    };
+    (encoding, etag, len)
+}
+
+/// Filters off by default (`disabled`), turned on per route as Envoy Gateway does: its three
+/// compressors, one `compression` filter here, on for the routes whose `CompressorPerRoute`
+/// says so; an ext_authz filter on for the routes with `ExtAuthzPerRoute` settings or an
+/// empty `FilterConfig`, and off (no check) for the rest. Compressors that disagree on
+/// their settings are refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_off_by_default_turn_on_per_route() {
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::envoy::config::route::v3::FilterConfig;
+    use envoy_types::pb::envoy::extensions::compression::brotli::compressor::v3::Brotli;
+    use envoy_types::pb::envoy::extensions::compression::gzip::compressor::v3::Gzip;
+    use envoy_types::pb::envoy::extensions::compression::zstd::compressor::v3::Zstd;
+    use envoy_types::pb::envoy::extensions::filters::http::compressor::v3::{
+        Compressor, CompressorOverrides, CompressorPerRoute, ResponseDirectionOverrides,
+        compressor, compressor_per_route,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+        CheckSettings, ExtAuthzPerRoute, ext_authz_per_route,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let sidecar = grpc_sidecar(alice_or_401()).await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    const AUTHZ: &str = "envoy.filters.http.ext_authz/securitypolicy/default/policy";
+    let libraries = [
+        ("brotli", any(&Brotli::default())),
+        ("gzip", any(&Gzip::default())),
+        ("zstd", any(&Zstd::default())),
+    ];
+    let compressing = |mut route: envoy_types::pb::envoy::config::route::v3::Route| {
+        for (library, _) in &libraries {
+            route.typed_per_filter_config.insert(
+                format!("envoy.filters.http.compressor.{library}"),
+                any(&CompressorPerRoute {
+                    r#override: Some(compressor_per_route::Override::Overrides(
+                        CompressorOverrides {
+                            response_direction_config: Some(ResponseDirectionOverrides::default()),
+                            compressor_library: None,
+                        },
+                    )),
+                }),
+            );
+        }
+        route
+    };
+    let mut checked = resources::forward("/checked", "backend");
+    checked.typed_per_filter_config.insert(
+        AUTHZ.into(),
+        any(&ExtAuthzPerRoute {
+            r#override: Some(ext_authz_per_route::Override::CheckSettings(
+                CheckSettings::default(),
+            )),
+        }),
+    );
+    let mut wrapped = resources::forward("/wrapped", "backend");
+    wrapped
+        .typed_per_filter_config
+        .insert(AUTHZ.into(), any(&FilterConfig::default()));
+    let routes = resources::route_config(
+        "web-routes",
+        vec![
+            compressing(resources::forward("/zipped", "backend")),
+            checked,
+            wrapped,
+            resources::forward("/", "backend"),
+        ],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            (
+                "backend".into(),
+                any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            ),
+            (
+                "authz".into(),
+                any(&eds_cluster("authz", cluster::LbPolicy::RoundRobin)),
+            ),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            (
+                "backend".into(),
+                any(&resources::assignment("backend", &[upstream.local_addr()])),
+            ),
+            (
+                "authz".into(),
+                any(&resources::assignment(
+                    "authz",
+                    &[sidecar.local_addr().unwrap()],
+                )),
+            ),
+        ],
+    );
+    // Envoy Gateway's chain: the policy's ext_authz and the three compressors, all off.
+    let listener = |min_lengths: [u32; 3]| {
+        let mut authz = resources::ext_authz_filter("authz");
+        authz.name = AUTHZ.into();
+        authz.disabled = true;
+        let mut chain = vec![authz];
+        for ((library, config), min) in libraries.iter().zip(min_lengths) {
+            let compressor = Compressor {
+                compressor_library: Some(TypedExtensionConfig {
+                    name: format!("envoy.compression.{library}.compressor"),
+                    typed_config: Some(config.clone()),
+                }),
+                response_direction_config: Some(compressor::ResponseDirectionConfig {
+                    common_config: Some(compressor::CommonDirectionConfig {
+                        min_content_length: Some(UInt32Value { value: min }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            chain.push(HttpFilter {
+                name: format!("envoy.filters.http.compressor.{library}"),
+                config_type: Some(http_filter::ConfigType::TypedConfig(any(&compressor))),
+                disabled: true,
+                ..Default::default()
+            });
+        }
+        let l = resources::listener_with_filters(
+            "web",
+            "127.0.0.1:0".parse().unwrap(),
+            "web-routes",
+            chain,
+        );
+        ("web".to_owned(), any(&l))
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener([50, 50, 50])).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/checked", &[])).await.status() == 401
+    })
+    .await;
+    let holds = async || {
+        // The noop upstream's 100-byte text body, over the 50-byte minimum.
+        assert_eq!(
+            fetched(addr, "/zipped", "gzip, br").await,
+            ("br".into(), String::new(), 100),
+            "brotli first in the chain; a strong etag dropped, as Envoy"
+        );
+        assert_eq!(
+            fetched(addr, "/zipped", "gzip").await,
+            ("gzip".into(), String::new(), 100)
+        );
+        assert_eq!(
+            fetched(addr, "/", "gzip, br").await,
+            (String::new(), "\"v1\"".into(), 100),
+            "off where no route turns it on"
+        );
+        let checks = sidecar.checks();
+        assert_eq!(send_h1(addr, get("/open", &[])).await.status(), 200);
+        assert_eq!(sidecar.checks(), checks, "not checked where not turned on");
+        assert_eq!(send_h1(addr, get("/checked", &[])).await.status(), 401);
+        assert_eq!(send_h1(addr, get("/wrapped", &[])).await.status(), 401);
+        let alice = send_h1(addr, get("/checked", &[("x-user", "alice")])).await;
+        assert_eq!(alice.status(), 200);
+        assert_eq!(sidecar.checks(), checks + 3);
+    };
+    holds().await;
+    let nack = serve_listener(&server, listener([50, 100, 50]))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("listener `web`") && nack.contains("compressors that differ"),
+        "{nack}"
+    );
+    holds().await;
+    server.shutdown().await;
+}
+
+/// The same from the file: compression off on the virtual host, `enabled` on one route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_off_on_the_host_turns_on_for_a_route_in_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http_filters:
+      - compression: {{ encodings: [br, gzip], min_content_length: 50, etag: remove }}
+    virtual_hosts:
+      - name: all
+        domains: [\"*\"]
+        filters: {{ compression: disabled }}
+        routes:
+          - match: {{ prefix: /zipped }}
+            cluster: backend
+            filters: {{ compression: enabled }}
+          - match: {{ prefix: / }}
+            cluster: backend
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let addr = proxy.addr();
+    assert_eq!(
+        fetched(addr, "/zipped", "gzip, br").await,
+        ("br".into(), String::new(), 100)
+    );
+    assert_eq!(
+        fetched(addr, "/", "gzip, br").await,
+        (String::new(), "\"v1\"".into(), 100)
+    );
+}

@@ -30,6 +30,10 @@ pub trait FilterSettings: Sized {
 
     /// A route's or virtual host's entry, checked.
     fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError>;
+
+    /// A route's or virtual host's entry that turns the filter on with the listener's
+    /// settings (`on`), or off.
+    fn route_switch(on: bool) -> Self::RawRoute;
 }
 
 /// What a filter's listener settings are checked against besides themselves.
@@ -53,6 +57,10 @@ macro_rules! per_route_settings {
 
             fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError> {
                 per_route(raw, path, |raw, at| ($check)(raw, at, true))
+            }
+
+            fn route_switch(on: bool) -> Self::RawRoute {
+                RawPerRoute::Word(if on { "enabled" } else { "disabled" }.into())
             }
         }
     };
@@ -138,6 +146,21 @@ macro_rules! http_filters {
 
             pub(crate) fn is_empty(&self) -> bool {
                 true $(&& self.$module.is_none())*
+            }
+
+            /// Turns the filter called `name` off here unless this level says something
+            /// about it: a filter its listener has off by default.
+            pub(crate) fn off_unless_set(&mut self, name: &str) {
+                $(if name == stringify!($module) && self.$module.is_none() {
+                    self.$module = Some(<$module::$settings as FilterSettings>::route_switch(false));
+                })*
+            }
+
+            /// Turns the filter called `name` on here (with its listener's settings) or off.
+            pub(crate) fn switch(&mut self, name: &str, on: bool) {
+                $(if name == stringify!($module) {
+                    self.$module = Some(<$module::$settings as FilterSettings>::route_switch(on));
+                })*
             }
         }
 
@@ -228,17 +251,21 @@ pub enum PerRoute<T> {
     Inherit,
     /// Off for this route.
     Disabled,
+    /// On for this route with the listener's settings, where a virtual host (or the
+    /// listener's xDS chain) turns the filter off.
+    Enabled,
     /// These settings instead of the listener's (for `headers`: in addition to them). Boxed:
     /// most routes inherit, and a table may hold 100,000 routes.
     Override(Box<T>),
 }
 
 impl<T: Serialize> Serialize for PerRoute<T> {
-    /// As written: `disabled`, or the route's settings.
+    /// As written: `disabled`, `enabled`, or the route's settings.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             PerRoute::Inherit => s.serialize_none(),
             PerRoute::Disabled => s.serialize_str("disabled"),
+            PerRoute::Enabled => s.serialize_str("enabled"),
             PerRoute::Override(settings) => settings.serialize(s),
         }
     }
@@ -329,9 +356,10 @@ pub(crate) fn per_route<R, T>(
 ) -> Result<PerRoute<T>, ConfigError> {
     match raw {
         RawPerRoute::Word(word) if word == "disabled" => Ok(PerRoute::Disabled),
+        RawPerRoute::Word(word) if word == "enabled" => Ok(PerRoute::Enabled),
         RawPerRoute::Word(other) => Err(ConfigError::invalid(
             path,
-            format!("expected `disabled` or the route's settings, found `{other}`"),
+            format!("expected `disabled`, `enabled` or the route's settings, found `{other}`"),
         )),
         RawPerRoute::Settings(raw) => settings(raw, path).map(|s| PerRoute::Override(Box::new(s))),
     }

@@ -10,9 +10,7 @@ use envoy_types::pb::google::protobuf::Any;
 
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
-use super::{
-    RawPerRoute, RawRouteAuthz, RawRouteFilters, cors, ext_authz, fault, local_rate_limit,
-};
+use super::{RawPerRoute, RawRouteFilters, compression, cors, ext_authz, fault, local_rate_limit};
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
@@ -24,6 +22,20 @@ const NAMES: [(&str, &str); 4] = [
     ("envoy.filters.http.fault", "fault"),
     ("envoy.filters.http.local_ratelimit", "local_rate_limit"),
 ];
+
+/// The name here of the filter Envoy's chain calls `name` (`NAME/suffix` and the compressors'
+/// `envoy.filters.http.compressor.LIBRARY` included).
+fn legate_name(name: &str) -> Option<&'static str> {
+    let base = name.split('/').next().unwrap_or_default();
+    if base == "envoy.filters.http.compressor" || base.starts_with("envoy.filters.http.compressor.")
+    {
+        return Some("compression");
+    }
+    NAMES
+        .iter()
+        .find(|(envoy, _)| *envoy == base)
+        .map(|(_, here)| *here)
+}
 
 /// The entries of `config`, as a route's or host's `filters:`; `None` when there are none.
 /// Also the level's CORS policy as Envoy sent it: a route's takes what it leaves empty from
@@ -43,33 +55,31 @@ pub(crate) fn route_filters(
         if value.type_url == FILTER_CONFIG {
             let wrapper: FilterConfig = decode(&value, FILTER_CONFIG, "a FilterConfig")?;
             optional = wrapper.is_optional;
-            if wrapper.disabled {
-                // Off for this route: the filter is known by its name in the chain.
-                let base = name.split('/').next().unwrap_or_default();
-                match NAMES.iter().find(|(envoy, _)| *envoy == base) {
-                    Some((_, "ext_authz")) => {
-                        filters.ext_authz = Some(RawRouteAuthz::Word("disabled".into()));
-                    }
-                    Some((_, "fault")) => {
-                        filters.fault = Some(RawPerRoute::Word("disabled".into()))
-                    }
-                    Some((_, "cors")) => filters.cors = Some(RawPerRoute::Word("disabled".into())),
-                    Some((_, "local_rate_limit")) => {
-                        filters.local_rate_limit = Some(RawPerRoute::Word("disabled".into()))
-                    }
-                    _ if optional => {}
-                    _ => {
-                        return Err(ResourceError::Unsupported {
-                            at,
-                            fields: vec![format!("settings for `{name}`")],
-                        });
-                    }
+            let here = legate_name(&name);
+            match (here, wrapper.disabled, wrapper.config) {
+                // Off, or on with the listener's settings (where its chain has it off).
+                (Some(here), disabled, None) => {
+                    set_once(&mut filters, here, !disabled, &at)?;
+                    continue;
                 }
-                continue;
-            }
-            match wrapper.config {
-                Some(inner) => value = inner,
-                None => continue,
+                (Some(here), true, Some(_)) => {
+                    set_once(&mut filters, here, false, &at)?;
+                    continue;
+                }
+                (None, _, _) if optional => continue,
+                (None, true, _) => {
+                    return Err(ResourceError::Unsupported {
+                        at,
+                        fields: vec![format!("settings for `{name}`")],
+                    });
+                }
+                (None, false, None) => {
+                    return Err(ResourceError::Unsupported {
+                        at,
+                        fields: vec![format!("settings for `{name}` (a filter not known here)")],
+                    });
+                }
+                (_, false, Some(inner)) => value = inner,
             }
         }
         match value.type_url.as_str() {
@@ -85,6 +95,11 @@ pub(crate) fn route_filters(
             }
             fault::xds::TYPE_URL => {
                 filters.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));
+            }
+            compression::xds::PER_ROUTE => {
+                if let Some(on) = compression::xds::per_route(&value, &at)? {
+                    set_once(&mut filters, "compression", on, &at)?;
+                }
             }
             local_rate_limit::xds::TYPE_URL => {
                 filters.local_rate_limit = Some(RawPerRoute::Settings(
@@ -104,4 +119,27 @@ pub(crate) fn route_filters(
         }
     }
     Ok(((!filters.is_empty()).then_some(filters), cors_policy))
+}
+
+/// Turns the filter `here` on (with its listener's settings) or off at this level; the
+/// compressors, one filter here, must agree.
+fn set_once(
+    filters: &mut RawRouteFilters,
+    here: &str,
+    on: bool,
+    at: &str,
+) -> Result<(), ResourceError> {
+    if here == "compression"
+        && let Some(RawPerRoute::Word(before)) = &filters.compression
+        && (before == "enabled") != on
+    {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec![
+                "compressors turned on and off on one route (one compression filter here)".into(),
+            ],
+        });
+    }
+    filters.switch(here, on);
+    Ok(())
 }

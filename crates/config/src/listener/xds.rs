@@ -20,6 +20,7 @@ use crate::envoy::{
     ResourceError, decode, duration, fields, nothing_else, socket_address, type_url,
 };
 use crate::filters::RawHttpFilter;
+use crate::filters::compression::xds as compression;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
 use crate::filters::health_check::xds as health_check;
@@ -95,6 +96,9 @@ pub struct XdsListener {
     upgrades: Vec<String>,
     /// The HTTP filters before the router, in order.
     filters: Vec<XdsHttpFilter>,
+    /// Those of them off unless a virtual host or route turns them on (Envoy's `disabled`),
+    /// by their names here.
+    off_by_default: Vec<&'static str>,
     /// The collector its connection manager's tracing names.
     collector: Option<XdsCollector>,
     /// Its connection manager's loggers.
@@ -168,6 +172,14 @@ impl XdsListener {
         if let Some(routes) = routes {
             let chain: Vec<&str> = raw.http_filters.iter().map(RawHttpFilter::name).collect();
             raw.virtual_hosts = routes.section(ready, &self.upgrades, &chain);
+            // Off at each virtual host that says nothing of it; its routes inherit that.
+            for host in &mut raw.virtual_hosts {
+                for name in &self.off_by_default {
+                    host.filters
+                        .get_or_insert_with(Default::default)
+                        .off_unless_set(name);
+                }
+            }
             raw.ignore_port_in_host_matching = Some(routes.ignore_port_in_host_matching);
         }
         Some(raw)
@@ -296,7 +308,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         tracing_provider: None,
         dynamic: true,
     };
-    let (inline, rds, upgrades, filters) =
+    let (inline, rds, upgrades, (filters, off_by_default)) =
         connection_manager(hcm, &mut raw.http, &name, &format!("{at}.filters[0]"))?;
     Ok(XdsListener {
         name,
@@ -305,6 +317,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         rds,
         upgrades,
         filters,
+        off_by_default,
         collector,
         logs,
     })
@@ -314,7 +327,7 @@ type Routing = (
     Option<XdsRoutes>,
     Option<String>,
     Vec<String>,
-    Vec<XdsHttpFilter>,
+    (Vec<XdsHttpFilter>, Vec<&'static str>),
 );
 
 fn connection_manager(
@@ -685,11 +698,13 @@ fn original_ip_detection(
     Ok(ways)
 }
 
+/// The chain before the router, and the names of its filters that are off unless a route
+/// turns them on (`disabled`, as Envoy).
 fn http_filters(
     filters: Vec<HttpFilter>,
     http: &mut RawHttp,
     at: &str,
-) -> Result<Vec<XdsHttpFilter>, ResourceError> {
+) -> Result<(Vec<XdsHttpFilter>, Vec<&'static str>), ResourceError> {
     let typed = |f: &HttpFilter| match &f.config_type {
         Some(http_filter::ConfigType::TypedConfig(any)) => Some(any.clone()),
         _ => None,
@@ -699,7 +714,8 @@ fn http_filters(
         None => f.name == "envoy.filters.http.router",
     };
     let mut chain: Vec<XdsHttpFilter> = Vec::new();
-    let filters: Vec<HttpFilter> = filters.into_iter().filter(|f| !f.disabled).collect();
+    // The filters off unless a route turns them on, by their names here.
+    let mut off: Vec<&'static str> = Vec::new();
     for (i, f) in filters.iter().enumerate() {
         let at = format!("{at}.http_filters[{i}]");
         if is_router(f) {
@@ -733,14 +749,37 @@ fn http_filters(
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
                 XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
+            Some(any) if any.type_url == compression::TYPE_URL => {
+                let (raw, first) = compression::settings(&any, &at)?;
+                // Envoy's compressors, one per library, are one filter here.
+                let before = chain.iter_mut().find_map(|f| match f {
+                    XdsHttpFilter::Settled(RawHttpFilter::Compression(c)) => Some(c),
+                    _ => None,
+                });
+                if let Some(before) = before {
+                    if off.contains(&"compression") != f.disabled {
+                        return Err(ResourceError::Unsupported {
+                            at,
+                            fields: vec![
+                                "compressors on and off by default in one chain (one compression filter here)"
+                                    .into(),
+                            ],
+                        });
+                    }
+                    compression::merge(before, raw, first, &at)?;
+                    continue;
+                }
+                XdsHttpFilter::Settled(RawHttpFilter::Compression(raw))
+            }
             // gRPC statistics only (counters per method, filter state for other filters):
             // nothing a request meets. Its counters are not kept here.
             Some(any) if any.type_url == GRPC_STATS => continue,
             // Contour's chain: an RBAC filter without rules enforces nothing, in Envoy as
             // here. With rules it is refused.
             Some(any) if any.type_url == RBAC && empty_rbac(&any)? => continue,
-            // An optional filter that is not known is skipped, as Envoy does.
-            _ if f.is_optional => continue,
+            // An optional filter that is not known is skipped, as Envoy does; so is one off
+            // by default: a route that turns it on names settings this proxy refuses.
+            _ if f.is_optional || f.disabled => continue,
             _ => {
                 return Err(ResourceError::Unsupported {
                     at,
@@ -765,6 +804,15 @@ fn http_filters(
                 fields: vec![format!("a second `{name}` filter (one of each)")],
             });
         }
+        if f.disabled {
+            if name == "health_check" {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec!["disabled (a health_check filter is the listener's)".into()],
+                });
+            }
+            off.push(name);
+        }
         chain.push(filter);
     }
     if !filters.last().is_some_and(is_router) {
@@ -773,7 +821,7 @@ fn http_filters(
             "expected the router as the last filter",
         ));
     }
-    Ok(chain)
+    Ok((chain, off))
 }
 
 /// Whether an RBAC filter has no rules at all (Envoy enforces nothing then).

@@ -834,6 +834,7 @@ mod tests {
         domains: ["*"]
         filters: { ext_authz: disabled }
         routes:
+          - { match: { prefix: /checked }, direct_response: { status: 200 }, filters: { ext_authz: enabled } }
           - { match: { prefix: / }, direct_response: { status: 200 } }
 "#,
         );
@@ -862,8 +863,12 @@ mod tests {
             authz(2).context_extensions,
             pairs(&[("team", "core"), ("tier", "api")])
         );
-        assert!(authz(3).disabled);
-        assert_eq!(table.virtual_hosts[1].routes, 3..4);
+        assert!(
+            !authz(3).disabled,
+            "turned back on under its host's `disabled`"
+        );
+        assert!(authz(4).disabled);
+        assert_eq!(table.virtual_hosts[1].routes, 3..5);
     }
 
     #[test]

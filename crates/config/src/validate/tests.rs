@@ -607,6 +607,10 @@ fn filter_keys_are_checked() {
             "listeners[0].http_filters[0].compression.gzip_level: expected 1 to 9",
         ),
         (
+            "      - compression: { etag: keep }\n",
+            "listeners[0].http_filters[0].compression.etag: expected weaken, remove or skip",
+        ),
+        (
             "      - cors: { allow_origins: [\"*\"], allow_credentials: true }\n",
             "listeners[0].http_filters[0].cors.allow_origins[0]: `*` cannot be used with",
         ),

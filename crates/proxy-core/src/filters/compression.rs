@@ -1,7 +1,7 @@
 //! The `compression` filter: responses compressed with gzip, brotli or zstd when the client
 //! accepts one, the content type is compressible and the body is long enough. Never for
-//! responses already encoded, partial (206) responses, `cache-control: no-transform`, or
-//! bodiless ones; `vary: accept-encoding` goes on every response whose type is compressible,
+//! responses already encoded, partial (206) responses, `cache-control: no-transform`,
+//! bodiless ones, or (where configured) ones with an `etag`; `vary: accept-encoding` goes on every response whose type is compressible,
 //! so caches keep the variants apart.
 
 use std::io::Write;
@@ -23,7 +23,7 @@ use crate::error::ProxyError;
 use crate::catalog::CompressionStats;
 use crate::context::RequestBody;
 use crate::header_list;
-use config::{CompressionConfig, Encoding, RouteConfiguration};
+use config::{CompressionConfig, Encoding, EtagPolicy, RouteConfiguration};
 
 /// The filter on one worker.
 pub(crate) struct Compression {
@@ -201,14 +201,16 @@ impl Compression {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .is_some_and(|len| len < config.min_content_length);
+        let etag_kept = config.etag == EtagPolicy::Skip && headers.contains_key(ETAG);
         let encoding = accept.choose(&config.encodings);
-        let (Some(encoding), false, false, false, false, false) = (
+        let (Some(encoding), false, false, false, false, false, false) = (
             encoding,
             bodiless,
             partial,
             encoded,
             no_transform,
             too_short,
+            etag_kept,
         ) else {
             self.stats.not_compressed.inc();
             return None;
@@ -230,8 +232,13 @@ impl Compression {
         {
             let mut weak = b"W/".to_vec();
             weak.extend_from_slice(etag.as_bytes());
-            if let Ok(weak) = HeaderValue::from_bytes(&weak) {
-                headers.insert(ETAG, weak);
+            match HeaderValue::from_bytes(&weak) {
+                Ok(weak) if config.etag == EtagPolicy::Weaken => {
+                    headers.insert(ETAG, weak);
+                }
+                _ => {
+                    headers.remove(ETAG);
+                }
             }
         }
         self.stats.compressed[encoding as usize].inc();
@@ -411,6 +418,7 @@ mod tests {
             gzip_level: 6,
             brotli_quality: 4,
             zstd_level: 3,
+            etag: Default::default(),
         };
         let input: Vec<u8> = (0..200_000u32)
             .map(|i| (i % 251) as u8 ^ (i / 1000) as u8)

@@ -43,6 +43,7 @@ impl<T> PerRouteSettings<T> {
         let resolve = |level: Level, filters: &RouteFilters| match of(filters) {
             PerRoute::Inherit => PerRoute::Inherit,
             PerRoute::Disabled => PerRoute::Disabled,
+            PerRoute::Enabled => PerRoute::Enabled,
             PerRoute::Override(config) => PerRoute::Override(Box::new(build(level, config))),
         };
         Self {
@@ -58,7 +59,8 @@ impl<T> PerRouteSettings<T> {
 
     /// The settings that apply in turn, for filters where each level adds to the one above
     /// (header rules): the listener's, the host's, the route's. `disabled` on a host turns
-    /// off the listener's too; on a route, everything. Requests that matched no virtual host
+    /// off the listener's too; on a route, everything. `enabled` on a route under a host that
+    /// turns the filter off brings back the listener's. Requests that matched no virtual host
     /// get the listener's.
     pub(crate) fn layered(&self, exchange: &Exchange<'_>) -> [Option<&T>; 3] {
         fn entry<T>(list: &[PerRoute<T>], i: Option<usize>) -> &PerRoute<T> {
@@ -68,6 +70,7 @@ impl<T> PerRouteSettings<T> {
         let route = entry(&self.routes, exchange.route);
         match (host, route) {
             (_, PerRoute::Disabled) => [None, None, None],
+            (PerRoute::Disabled, PerRoute::Enabled) => [Some(&self.listener), None, None],
             (PerRoute::Disabled, route) => [None, None, own(route)],
             (host, route) => [Some(&self.listener), own(host), own(route)],
         }

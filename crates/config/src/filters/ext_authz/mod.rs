@@ -122,7 +122,7 @@ pub struct RawAuthzBody {
     pub allow_partial_message: Option<bool>,
 }
 
-/// `ext_authz: disabled` or `ext_authz: { context_extensions: { k: v } }`.
+/// `ext_authz: disabled`, `ext_authz: enabled` or `ext_authz: { context_extensions: { k: v } }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum RawRouteAuthz {
@@ -233,9 +233,13 @@ pub(super) fn route_authz(
             disabled: true,
             context_extensions: Vec::new(),
         }),
+        // Checked here even where its virtual host turns the check off.
+        Some(RawRouteAuthz::Word(word)) if word == "enabled" => Ok(RouteAuthz::default()),
         Some(RawRouteAuthz::Word(other)) => Err(ConfigError::invalid(
             path,
-            format!("expected `disabled` or `{{ context_extensions: {{...}} }}`, found `{other}`"),
+            format!(
+                "expected `disabled`, `enabled` or `{{ context_extensions: {{...}} }}`, found `{other}`"
+            ),
         )),
         Some(RawRouteAuthz::Settings(settings)) => Ok(RouteAuthz {
             disabled: settings.disabled.unwrap_or(false),
@@ -270,5 +274,9 @@ impl FilterSettings for ExtAuthzConfig {
 
     fn check_route(raw: RawRouteAuthz, path: &str) -> Result<RouteAuthz, ConfigError> {
         route_authz(Some(raw), path)
+    }
+
+    fn route_switch(on: bool) -> RawRouteAuthz {
+        RawRouteAuthz::Word(if on { "enabled" } else { "disabled" }.into())
     }
 }

@@ -71,4 +71,8 @@ impl FilterSettings for ProbeConfig {
             "the health_check filter has no settings per route",
         ))
     }
+
+    fn route_switch(_: bool) -> serde::de::IgnoredAny {
+        serde::de::IgnoredAny
+    }
 }

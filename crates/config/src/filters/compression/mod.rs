@@ -1,5 +1,7 @@
 //! Settings of the `compression` filter, validated.
 
+pub(crate) mod xds;
+
 use serde::{Deserialize, Serialize};
 
 use crate::units::de_opt_size;
@@ -42,6 +44,21 @@ pub struct CompressionConfig {
     pub brotli_quality: u32,
     /// zstd level, 1 to 19.
     pub zstd_level: i32,
+    /// What a compressed response's `etag` becomes.
+    pub etag: EtagPolicy,
+}
+
+/// A compressed body is not the bytes a strong `etag` names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtagPolicy {
+    /// A strong `etag` is made weak (`W/` before it); a weak one stays.
+    #[default]
+    Weaken,
+    /// A strong `etag` is removed; a weak one stays (Envoy's default).
+    Remove,
+    /// A response with any `etag` is sent uncompressed (Envoy's `disable_on_etag_header`).
+    Skip,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -75,6 +92,7 @@ pub struct RawCompression {
     pub gzip_level: Option<u32>,
     pub brotli_quality: Option<u32>,
     pub zstd_level: Option<i32>,
+    pub etag: Option<String>,
 }
 
 pub(super) fn compression(
@@ -154,7 +172,19 @@ pub(super) fn compression(
                 ))
             }
         };
+    let etag = match raw.etag.as_deref() {
+        None | Some("weaken") => EtagPolicy::Weaken,
+        Some("remove") => EtagPolicy::Remove,
+        Some("skip") => EtagPolicy::Skip,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.etag"),
+                format!("expected weaken, remove or skip, found `{other}`"),
+            ));
+        }
+    };
     Ok(CompressionConfig {
+        etag,
         encodings,
         min_content_length: raw.min_content_length.unwrap_or(DEFAULT_MIN_CONTENT_LENGTH),
         content_types,
