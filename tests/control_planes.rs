@@ -3962,3 +3962,185 @@ listeners:
         (String::new(), "\"v1\"".into(), 100)
     );
 }
+
+/// What the `header_mutation` filter does to a request and its response, checked through
+/// the upstream's echo: the request's changes (a pattern removing `x-strip-*`), and the
+/// response's, made after the route's own (`x-resp`: the filter's value wins).
+async fn header_mutation_filter_holds(addr: SocketAddr) {
+    let res = send_h1(
+        addr,
+        get(
+            "/",
+            &[
+                ("x-noop-echo", "headers"),
+                ("x-gone", "1"),
+                ("x-strip-a", "1"),
+                ("x-strip-b", "2"),
+                ("x-set", "old"),
+                ("x-noop-response-header", "token-secret: t"),
+                ("x-noop-response-header", "x-kept: k"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    let h = res.headers().clone();
+    assert_eq!(
+        h["x-resp"], "filter",
+        "the filter's change after the route's"
+    );
+    assert!(!h.contains_key("token-secret"), "removed by its pattern");
+    assert_eq!(h["x-kept"], "k");
+    let echo = text(res.into_body()).await;
+    assert_eq!(echoed(&echo, "x-added"), ["v1"]);
+    assert_eq!(echoed(&echo, "x-set"), ["s"]);
+    assert_eq!(echoed(&echo, "x-gone"), Vec::<String>::new());
+    assert_eq!(echoed(&echo, "x-strip-a"), Vec::<String>::new());
+    assert_eq!(echoed(&echo, "x-strip-b"), Vec::<String>::new());
+}
+
+/// Envoy Gateway's late header mutation: the `header_mutation` filter's ordered request and
+/// response mutations, with `remove_on_match`; a list that changes a header out of the order
+/// they apply in here is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_header_mutation_filter_from_the_management_server() {
+    use envoy_types::pb::envoy::config::common::mutation_rules::v3::{
+        HeaderMutation as Mutation, header_mutation,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::header_mutation::v3::{
+        HeaderMutation, Mutations,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut route = resources::forward("/", "backend");
+    route.response_headers_to_add = vec![header("x-resp", "route", true)];
+    let routes = resources::route_config("web-routes", vec![route]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let append = |name: &str, value: &str, set: bool| Mutation {
+        action: Some(header_mutation::Action::Append(header(name, value, set))),
+    };
+    let remove = |name: &str| Mutation {
+        action: Some(header_mutation::Action::Remove(name.into())),
+    };
+    let remove_on = |pattern: string_matcher::MatchPattern| Mutation {
+        action: Some(header_mutation::Action::RemoveOnMatch(
+            header_mutation::RemoveOnMatch {
+                key_matcher: Some(StringMatcher {
+                    match_pattern: Some(pattern),
+                    ..Default::default()
+                }),
+            },
+        )),
+    };
+    use string_matcher::MatchPattern;
+    let listener = |request: Vec<Mutation>, response: Vec<Mutation>| {
+        let filter = HttpFilter {
+            name: "envoy.filters.http.header_mutation".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(any(&HeaderMutation {
+                mutations: Some(Mutations {
+                    request_mutations: request,
+                    response_mutations: response,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }))),
+            ..Default::default()
+        };
+        let l = resources::listener_with_filters(
+            "web",
+            "127.0.0.1:0".parse().unwrap(),
+            "web-routes",
+            vec![filter],
+        );
+        ("web".to_owned(), any(&l))
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    let good = || {
+        listener(
+            vec![
+                append("x-added", "v1", false),
+                append("x-set", "s", true),
+                remove("x-gone"),
+                remove_on(MatchPattern::Prefix("x-strip-".into())),
+            ],
+            vec![
+                append("x-resp", "filter", true),
+                remove_on(MatchPattern::Suffix("-secret".into())),
+            ],
+        )
+    };
+    assert_eq!(serve_listener(&server, good()).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    header_mutation_filter_holds(addr).await;
+    for (request, refused) in [
+        (
+            vec![append("x-a", "1", false), remove("x-a")],
+            "`x-a` changed again",
+        ),
+        (
+            vec![
+                append("x-strip-me", "1", false),
+                remove_on(MatchPattern::Prefix("x-strip-".into())),
+            ],
+            "`x-strip-me` changed again",
+        ),
+    ] {
+        let nack = serve_listener(&server, listener(request, Vec::new()))
+            .await
+            .expect("NACK");
+        assert!(
+            nack.contains("listener `web`") && nack.contains(refused),
+            "{nack}"
+        );
+        header_mutation_filter_holds(addr).await;
+    }
+    server.shutdown().await;
+}
+
+/// The same from the file: a `header_mutation` filter, with a route's `headers` rule on the
+/// response before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_header_mutation_filter_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http_filters:
+      - header_mutation:
+          request:
+            add: {{ x-added: v1 }}
+            set: {{ x-set: s }}
+            remove: [x-gone]
+            remove_matching: [{{ prefix: x-strip- }}]
+          response:
+            set: {{ x-resp: filter }}
+            remove_matching: [{{ suffix: -secret }}]
+      - headers: {{}}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+        filters: {{ headers: {{ response: {{ set: {{ x-resp: route }} }} }} }}
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    header_mutation_filter_holds(proxy.addr()).await;
+}

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use envoy_types::pb::envoy::config::common::mutation_rules::v3::HeaderMutation;
 use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
 
 use super::ResourceError;
@@ -123,4 +124,84 @@ pub(crate) fn mutations(
         return Ok(None);
     }
     Ok(Some(out))
+}
+
+/// A list of Envoy's `HeaderMutation`s (early header mutations, the `header_mutation`
+/// filter), which apply one by one in order. Here they apply as the `headers` rules do
+/// (removals, removals by pattern, overwrites, appends, adds-if-absent), so a list that
+/// changes one header out of that order is refused rather than applied differently.
+pub(crate) fn ordered(
+    list: Vec<HeaderMutation>,
+    at: &str,
+) -> Result<Option<RawHeaderMutations>, ResourceError> {
+    use envoy_types::pb::envoy::config::common::mutation_rules::v3::header_mutation::Action;
+    let (mut add, mut remove, mut remove_matching) = (Vec::new(), Vec::new(), Vec::new());
+    // Each header's place in the order the rules apply: remove, set, add, add if absent.
+    let mut ranks: BTreeMap<String, u8> = BTreeMap::new();
+    for (j, m) in list.into_iter().enumerate() {
+        let at = format!("{at}[{j}]");
+        let (names, rank) = match m.action {
+            Some(Action::Remove(name)) => {
+                remove.push(name.clone());
+                (vec![name], 0)
+            }
+            Some(Action::Append(option)) => {
+                let name = option
+                    .header
+                    .as_ref()
+                    .map(|h| h.key.clone())
+                    .unwrap_or_default();
+                let rank = match (option.append_action, option.append.map(|a| a.value)) {
+                    (2, _) | (0, Some(false)) => 1,
+                    (1, _) => 3,
+                    _ => 2,
+                };
+                add.push(option);
+                (vec![name], rank)
+            }
+            Some(Action::RemoveOnMatch(on_match)) => {
+                let at = format!("{at}.remove_on_match.key_matcher");
+                let matcher = on_match
+                    .key_matcher
+                    .ok_or_else(|| ResourceError::invalid(&at, "expected a key_matcher"))?;
+                let raw = super::matchers::string_match(String::new(), matcher, &at)?;
+                let pattern = crate::matchers::string_match(&raw, &at)
+                    .map_err(|e| ResourceError::invalid(&at, e.to_string()))?
+                    .ok_or_else(|| ResourceError::invalid(&at, "expected a pattern"))?;
+                // The headers changed so far that it would remove.
+                let hits = ranks
+                    .keys()
+                    .filter(|name| pattern.matches(name.as_bytes()))
+                    .cloned()
+                    .collect();
+                remove_matching.push(crate::RawNameMatch {
+                    exact: raw.exact,
+                    prefix: raw.prefix,
+                    suffix: raw.suffix,
+                    contains: raw.contains,
+                    regex: raw.regex,
+                });
+                (hits, 0)
+            }
+            None => return Err(ResourceError::invalid(at, "expected an action")),
+        };
+        for name in names {
+            let name = name.to_ascii_lowercase();
+            let last = ranks.entry(name.clone()).or_insert(rank);
+            if rank < *last {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![format!(
+                        "`{name}` changed again after a later kind of change (removals, overwrites, appends, adds-if-absent apply in that order here)"
+                    )],
+                });
+            }
+            *last = rank;
+        }
+    }
+    let mut out = mutations(add, remove, at)?;
+    if !remove_matching.is_empty() {
+        out.get_or_insert_with(Default::default).remove_matching = remove_matching;
+    }
+    Ok(out)
 }

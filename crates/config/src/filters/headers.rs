@@ -49,6 +49,28 @@ pub struct HeaderMutations {
     pub add_if_absent: Vec<(HeaderName, HeaderTemplate)>,
     #[serde(serialize_with = "ser::header_names")]
     pub remove: Vec<HeaderName>,
+    /// Removes every header whose name matches (never one of the [`PROTECTED`] ones), after
+    /// `remove`.
+    #[serde(serialize_with = "name_matches", skip_serializing_if = "Vec::is_empty")]
+    pub remove_matching: Vec<StringMatch>,
+}
+
+/// Whether a header may be changed by a rule: not one that frames or routes the message.
+pub fn changeable(name: &HeaderName) -> bool {
+    !PROTECTED.contains(name) && name.as_str() != "keep-alive"
+}
+
+fn name_matches<S: Serializer>(list: &[StringMatch], s: S) -> Result<S::Ok, S::Error> {
+    struct One<'a>(&'a StringMatch);
+    impl Serialize for One<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut map = s.serialize_map(Some(1))?;
+            self.0.write(&mut map)?;
+            map.end()
+        }
+    }
+    s.collect_seq(list.iter().map(One))
 }
 
 impl HeaderMutations {
@@ -57,6 +79,7 @@ impl HeaderMutations {
             && self.add.is_empty()
             && self.add_if_absent.is_empty()
             && self.remove.is_empty()
+            && self.remove_matching.is_empty()
     }
 }
 
@@ -173,6 +196,20 @@ pub struct RawHeaderMutations {
     pub add_if_absent: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub remove: Vec<String>,
+    /// Names matched by `{ exact | prefix | suffix | contains | regex: ... }`.
+    #[serde(default)]
+    pub remove_matching: Vec<RawNameMatch>,
+}
+
+/// A header name pattern: one of its keys.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNameMatch {
+    pub exact: Option<String>,
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+    pub contains: Option<String>,
+    pub regex: Option<String>,
 }
 
 /// Headers that frame, route or upgrade a message: changing them would let a rule break the
@@ -222,7 +259,7 @@ pub(crate) fn mutations(
         let name = HeaderName::from_bytes(text.as_bytes()).map_err(|_| {
             ConfigError::invalid(&at, format!("expected a header name, found `{text}`"))
         })?;
-        if PROTECTED.contains(&name) || name.as_str() == "keep-alive" {
+        if !changeable(&name) {
             return Err(ConfigError::invalid(
                 at,
                 format!("`{name}` frames or routes the message and cannot be changed by a rule"),
@@ -267,7 +304,29 @@ pub(crate) fn mutations(
         .enumerate()
         .map(|(i, text)| name(text, format!("{path}.remove[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut remove_matching = Vec::with_capacity(raw.remove_matching.len());
+    for (i, m) in raw.remove_matching.into_iter().enumerate() {
+        let at = format!("{path}.remove_matching[{i}]");
+        let m = RawHeaderMatch {
+            exact: m.exact,
+            prefix: m.prefix,
+            suffix: m.suffix,
+            contains: m.contains,
+            regex: m.regex,
+            ..Default::default()
+        };
+        match crate::matchers::string_match(&m, &at)? {
+            Some(m) => remove_matching.push(m),
+            None => {
+                return Err(ConfigError::invalid(
+                    at,
+                    "expected one of `exact`, `prefix`, `suffix`, `contains` or `regex`",
+                ));
+            }
+        }
+    }
     Ok(HeaderMutations {
+        remove_matching,
         set: values(raw.set, "set")?,
         add: values(raw.add, "add")?,
         add_if_absent: values(raw.add_if_absent, "add_if_absent")?,

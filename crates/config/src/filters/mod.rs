@@ -201,6 +201,8 @@ http_filters! {
     LocalRateLimit(local_rate_limit::LocalRateLimitConfig),
     /// Add, set and remove request and response headers.
     Headers(headers::HeaderRulesConfig),
+    /// The same changes at a place of their own in the chain (Envoy's `header_mutation`).
+    HeaderMutation(header_mutation::HeaderMutationConfig),
     /// gzip, brotli or zstd for responses the client accepts them for.
     Compression(compression::CompressionConfig),
     /// Cross-origin resource sharing: preflights answered, response headers added.

@@ -23,6 +23,7 @@ use crate::filters::RawHttpFilter;
 use crate::filters::compression::xds as compression;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
+use crate::filters::header_mutation::xds as header_mutation;
 use crate::filters::health_check::xds as health_check;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
 use crate::listener::client_address::{RawClientDetection, RawCustomHeader, RawXff};
@@ -539,30 +540,22 @@ fn request_id_extension(
     }
 }
 
-/// The filters Legate has (each at most once, as a route names a filter by its type), then
-/// the router, last. Other filters are refused by name, unless marked optional.
 /// The connection manager's `early_header_mutation_extensions`: Envoy's `header_mutation`
-/// ones, whose mutations apply in order before routing. Here they apply as the `headers`
-/// rules do (removals, then overwrites, then appends, then adds-if-absent), so a list that
-/// changes one header out of that order is refused rather than applied differently.
+/// ones, whose mutations apply in order before routing.
 fn early_header_mutation(
     extensions: Vec<envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig>,
     at: &str,
 ) -> Result<Option<crate::RawHeaderMutations>, ResourceError> {
-    use envoy_types::pb::envoy::config::common::mutation_rules::v3::header_mutation::Action;
     use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation;
     const HEADER_MUTATION: &str = "type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation";
-    let (mut add, mut remove) = (Vec::new(), Vec::new());
-    // Each header's place in the order the rules apply: remove, set, add, add if absent.
-    let mut ranks: BTreeMap<String, u8> = BTreeMap::new();
+    let mut list = Vec::new();
     for (i, extension) in extensions.into_iter().enumerate() {
-        let at = format!("{at}[{i}]");
         let Some(any) = extension
             .typed_config
             .filter(|a| a.type_url == HEADER_MUTATION)
         else {
             return Err(ResourceError::Unsupported {
-                at,
+                at: format!("{at}[{i}]"),
                 fields: vec![format!(
                     "extension `{}` (envoy.http.early_header_mutation.header_mutation only)",
                     extension.name
@@ -570,50 +563,9 @@ fn early_header_mutation(
             });
         };
         let mutation: HeaderMutation = decode(&any, HEADER_MUTATION, "a HeaderMutation")?;
-        for (j, m) in mutation.mutations.into_iter().enumerate() {
-            let at = format!("{at}.mutations[{j}]");
-            let (name, rank) = match m.action {
-                Some(Action::Remove(name)) => {
-                    remove.push(name.clone());
-                    (name, 0)
-                }
-                Some(Action::Append(option)) => {
-                    let name = option
-                        .header
-                        .as_ref()
-                        .map(|h| h.key.clone())
-                        .unwrap_or_default();
-                    #[allow(deprecated)]
-                    let rank = match (option.append_action, option.append.map(|a| a.value)) {
-                        (2, _) | (0, Some(false)) => 1,
-                        (1, _) => 3,
-                        _ => 2,
-                    };
-                    add.push(option);
-                    (name, rank)
-                }
-                Some(Action::RemoveOnMatch(_)) => {
-                    return Err(ResourceError::Unsupported {
-                        at,
-                        fields: vec!["remove_on_match".into()],
-                    });
-                }
-                None => return Err(ResourceError::invalid(at, "expected an action")),
-            };
-            let name = name.to_ascii_lowercase();
-            let last = ranks.entry(name.clone()).or_insert(rank);
-            if rank < *last {
-                return Err(ResourceError::Unsupported {
-                    at,
-                    fields: vec![format!(
-                        "`{name}` changed again after a later kind of change (removals, overwrites, appends, adds-if-absent apply in that order here)"
-                    )],
-                });
-            }
-            *last = rank;
-        }
+        list.extend(mutation.mutations);
     }
-    crate::envoy::headers::mutations(add, remove, at)
+    crate::envoy::headers::ordered(list, &format!("{at}.mutations"))
 }
 
 /// The connection manager's `original_ip_detection_extensions`: `custom_header` (its
@@ -749,6 +701,9 @@ fn http_filters(
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
                 XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
+            Some(any) if any.type_url == header_mutation::TYPE_URL => XdsHttpFilter::Settled(
+                RawHttpFilter::HeaderMutation(header_mutation::settings(&any, &at)?),
+            ),
             Some(any) if any.type_url == compression::TYPE_URL => {
                 let (raw, first) = compression::settings(&any, &at)?;
                 // Envoy's compressors, one per library, are one filter here.
@@ -784,7 +739,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (cors, ext_authz, fault, health_check, local_ratelimit and the router only)",
+                        "HTTP filter `{}` (compressor, cors, ext_authz, fault, header_mutation, health_check, local_ratelimit and the router only)",
                         f.name
                     )],
                 });

@@ -607,6 +607,14 @@ fn filter_keys_are_checked() {
             "listeners[0].http_filters[0].compression.gzip_level: expected 1 to 9",
         ),
         (
+            "      - headers: { request: { remove_matching: [{ regex: \"(\" }] } }\n",
+            "listeners[0].http_filters[0].headers.request.remove_matching[0].regex: invalid regex",
+        ),
+        (
+            "      - header_mutation: { response: { remove_matching: [{}] } }\n",
+            "listeners[0].http_filters[0].header_mutation.response.remove_matching[0]: expected one of",
+        ),
+        (
             "      - compression: { etag: keep }\n",
             "listeners[0].http_filters[0].compression.etag: expected weaken, remove or skip",
         ),

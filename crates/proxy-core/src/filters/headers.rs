@@ -17,7 +17,7 @@ use crate::context::RequestBody;
 use crate::context::request_id::X_REQUEST_ID;
 use config::{
     HeaderMutations, HeaderRulesConfig, HeaderTemplate, RouteAction, RouteConfiguration,
-    TemplatePart,
+    StringMatch, TemplatePart,
 };
 
 /// The filter on one worker: rules with their static values made into headers once.
@@ -42,6 +42,7 @@ struct Rules {
 /// local replies).
 pub(crate) struct Mutations {
     remove: Vec<HeaderName>,
+    remove_matching: Vec<StringMatch>,
     set: Vec<(HeaderName, Value)>,
     add: Vec<(HeaderName, Value)>,
     add_if_absent: Vec<(HeaderName, Value)>,
@@ -197,6 +198,7 @@ impl Mutations {
             .any(|(_, template)| template.uses(&TemplatePart::RequestId));
         Self {
             remove: config.remove.clone(),
+            remove_matching: config.remove_matching.clone(),
             set: values(&config.set),
             add: values(&config.add),
             add_if_absent: values(&config.add_if_absent),
@@ -235,8 +237,33 @@ impl Mutations {
         self.apply(headers, &vars);
     }
 
+    /// Applies the changes with what the exchange knows at this point: its request id, and
+    /// (for a response) the upstream host that answered.
+    pub(crate) fn apply_in(
+        &self,
+        headers: &mut HeaderMap,
+        exchange: &Exchange<'_>,
+        request_id: Option<&HeaderValue>,
+        upstream: Option<&HeaderValue>,
+        scratch: &RefCell<Vec<u8>>,
+    ) {
+        let vars = Vars {
+            exchange,
+            request_id,
+            upstream,
+            scratch,
+        };
+        self.apply(headers, &vars);
+    }
+
+    /// A value writes `%REQ_ID%`.
+    pub(crate) fn uses_request_id(&self) -> bool {
+        self.uses_request_id
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.remove.is_empty()
+            && self.remove_matching.is_empty()
             && self.set.is_empty()
             && self.add.is_empty()
             && self.add_if_absent.is_empty()
@@ -245,6 +272,22 @@ impl Mutations {
     fn apply(&self, headers: &mut HeaderMap, vars: &Vars<'_>) {
         for name in &self.remove {
             headers.remove(name);
+        }
+        if !self.remove_matching.is_empty() {
+            let matched: Vec<HeaderName> = headers
+                .keys()
+                .filter(|name| {
+                    config::changeable(name)
+                        && self
+                            .remove_matching
+                            .iter()
+                            .any(|m| m.matches(name.as_str().as_bytes()))
+                })
+                .cloned()
+                .collect();
+            for name in matched {
+                headers.remove(name);
+            }
         }
         for (name, value) in &self.set {
             if let Some(value) = value.render(vars) {

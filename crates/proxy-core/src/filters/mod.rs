@@ -211,6 +211,7 @@ filters! {
     ExtAuthz(ext_authz::ExtAuthz),
     LocalRateLimit(local_rate_limit::LocalRateLimit),
     Headers(headers::Headers),
+    HeaderMutation(header_mutation::HeaderMutation),
     Compression(compression::Compression),
     Cors(cors::Cors),
     Fault(fault::Fault),
