@@ -4144,3 +4144,161 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     header_mutation_filter_holds(proxy.addr()).await;
 }
+
+/// An upstream that answers every request with mixed-case names, and sends each request head
+/// it read, as bytes, to the test.
+async fn spelling_upstream() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (heads, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let heads = heads.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n) = stream.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = buf.drain(..end + 4).collect();
+                        let _ = heads.send(String::from_utf8_lossy(&head).into_owned());
+                        let reply =
+                            b"HTTP/1.1 200 OK\r\nX-Served-By: raw\r\nContent-Length: 2\r\n\r\nok";
+                        if stream.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// A request with mixed-case names through the proxy on `addr`: the head the upstream read,
+/// and the response the client read.
+async fn spelled_exchange(
+    addr: SocketAddr,
+    heads: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+) -> (String, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Trace-ID: 7\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let response = tokio::time::timeout(LIMIT, read_until_closed(&mut stream))
+        .await
+        .expect("the proxy closes the connection");
+    let head = tokio::time::timeout(LIMIT, heads.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    (head, String::from_utf8_lossy(&response).into_owned())
+}
+
+/// Names keep the case they came with where the listener and the cluster both say so (Envoy
+/// Gateway's `preserve_case` header formatter on both), over xDS and from the file; lower case
+/// otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_names_keep_their_case_where_asked() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        Http1ProtocolOptions, TypedExtensionConfig, http1_protocol_options,
+    };
+    use envoy_types::pb::envoy::extensions::http::header_formatters::preserve_case::v3::PreserveCaseFormatterConfig;
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+        HttpProtocolOptions as UpstreamOptions, http_protocol_options as upstream_options,
+    };
+
+    let (upstream, mut heads) = spelling_upstream().await;
+    let cased = |yes: bool| {
+        format!(
+            "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{upstream}\"], preserve_header_case: {yes} }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http: {{ preserve_header_case: true }}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+"
+        )
+    };
+    let proxy = Proxy::start(&cased(true), 1);
+    let (head, response) = spelled_exchange(proxy.addr(), &mut heads).await;
+    assert!(head.contains("\r\nX-Trace-ID: 7\r\n"), "{head}");
+    assert!(response.contains("\r\nX-Served-By: raw\r\n"), "{response}");
+    drop(proxy);
+    let proxy = Proxy::start(&cased(false), 1);
+    let (head, response) = spelled_exchange(proxy.addr(), &mut heads).await;
+    assert!(head.contains("\r\nx-trace-id: 7\r\n"), "{head}");
+    assert!(response.contains("\r\nx-served-by: raw\r\n"), "{response}");
+    drop(proxy);
+
+    // Over xDS, as Envoy Gateway writes both sides.
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let h1 = || Http1ProtocolOptions {
+        header_key_format: Some(http1_protocol_options::HeaderKeyFormat {
+            header_format: Some(
+                http1_protocol_options::header_key_format::HeaderFormat::StatefulFormatter(
+                    TypedExtensionConfig {
+                        name: "preserve_case".into(),
+                        typed_config: Some(any(&PreserveCaseFormatterConfig::default())),
+                    },
+                ),
+            ),
+        }),
+        ..Default::default()
+    };
+    let mut backend = eds_cluster("backend", cluster::LbPolicy::RoundRobin);
+    backend.typed_extension_protocol_options.insert(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+        any(&UpstreamOptions {
+            upstream_protocol_options: Some(
+                upstream_options::UpstreamProtocolOptions::ExplicitHttpConfig(
+                    upstream_options::ExplicitHttpConfig {
+                        protocol_config: Some(
+                            upstream_options::explicit_http_config::ProtocolConfig::HttpProtocolOptions(h1()),
+                        ),
+                    },
+                ),
+            ),
+            ..Default::default()
+        }),
+    );
+    server.set(type_url::CLUSTER, vec![("backend".into(), any(&backend))]);
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream])),
+        )],
+    );
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let listener = with_manager(("web".into(), any(&l)), move |hcm| {
+        hcm.http_protocol_options = Some(h1());
+    });
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    while heads.try_recv().is_ok() {}
+    let (head, response) = spelled_exchange(addr, &mut heads).await;
+    assert!(head.contains("\r\nX-Trace-ID: 7\r\n"), "{head}");
+    assert!(response.contains("\r\nX-Served-By: raw\r\n"), "{response}");
+    server.shutdown().await;
+}

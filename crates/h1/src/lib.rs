@@ -10,6 +10,8 @@
 //!   request being served, which an [`IncomingBody`] reads on demand (backpressure: nothing
 //!   is read that the consumer has not asked for).
 //! - [`encode_head`], [`encode_chunk`] and [`encode_last_chunk`] write a response.
+//! - [`HeaderCase`] keeps the spelling of names read (for [`parse_request_keeping_case`]
+//!   and its client twin), to write them the same way ([`encode_head_cased`]).
 //! - [`client`] is the other side, for upstream connections: requests written, response
 //!   heads parsed (as strictly) and response bodies decoded.
 //! - Heads are parsed into header maps from a per-thread pool: [`recycle_header_map`] gives
@@ -36,6 +38,7 @@
 //! ```
 
 mod body;
+mod case;
 mod chunked;
 pub mod client;
 mod date;
@@ -49,12 +52,15 @@ mod response;
 mod shared_copy;
 
 pub use body::{IncomingBody, Input, Io};
+pub use case::HeaderCase;
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use maps::recycle_header_map;
-pub use request::{BodyLength, HeadError, MAX_HEADERS, RequestHead, parse_request};
+pub use request::{
+    BodyLength, HeadError, MAX_HEADERS, RequestHead, parse_request, parse_request_keeping_case,
+};
 pub use response::{
     Answering, Framed, ResponseLength, encode_chunk, encode_chunk_header, encode_head,
-    encode_last_chunk, is_framing,
+    encode_head_cased, encode_last_chunk, is_framing,
 };
 pub use shared_copy::{copy_shared, own_values};
 

@@ -87,6 +87,23 @@ pub fn parse_request(
     buf: &mut BytesMut,
     max_head: usize,
 ) -> Result<Option<RequestHead>, HeadError> {
+    parse(buf, max_head, false)
+}
+
+/// [`parse_request`], noting in the request's extensions how its names were spelled (a
+/// [`crate::HeaderCase`], when some had capitals).
+pub fn parse_request_keeping_case(
+    buf: &mut BytesMut,
+    max_head: usize,
+) -> Result<Option<RequestHead>, HeadError> {
+    parse(buf, max_head, true)
+}
+
+fn parse(
+    buf: &mut BytesMut,
+    max_head: usize,
+    keep_case: bool,
+) -> Result<Option<RequestHead>, HeadError> {
     let mut fields: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
         [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
@@ -128,12 +145,18 @@ pub fn parse_request(
     // growing, which would copy and rehash it.
     let mut headers = crate::maps::take(req.headers.len() + ADDED_FIELDS);
     let mut framing = Framing::new(version);
+    let mut case = crate::HeaderCase::default();
     for field in req.headers.iter() {
         let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| HeadError::Malformed("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(slice(field.value))
             .map_err(|_| HeadError::Malformed("invalid header value"))?;
         framing.field(&name, &value)?;
+        if keep_case {
+            case.note(&name, field.name.as_bytes(), || {
+                slice(field.name.as_bytes())
+            });
+        }
         headers.append(name, value);
     }
     buf.advance(len);
@@ -143,6 +166,9 @@ pub fn parse_request(
     *request.uri_mut() = uri;
     *request.version_mut() = version;
     *request.headers_mut() = headers;
+    if !case.is_empty() {
+        request.extensions_mut().insert(case);
+    }
     Ok(Some(RequestHead {
         request,
         body,

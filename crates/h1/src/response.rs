@@ -49,6 +49,18 @@ pub fn encode_head(
     answering: Answering,
     out: &mut BytesMut,
 ) -> Framed {
+    encode_head_cased(status, headers, None, exact_len, answering, out)
+}
+
+/// [`encode_head`], writing the names `case` spells as it spells them.
+pub fn encode_head_cased(
+    status: StatusCode,
+    headers: &HeaderMap,
+    case: Option<&crate::HeaderCase>,
+    exact_len: Option<u64>,
+    answering: Answering,
+    out: &mut BytesMut,
+) -> Framed {
     let mut keep_alive = answering.keep_alive;
     let says_close = headers
         .get_all(CONNECTION)
@@ -120,7 +132,7 @@ pub fn encode_head(
             continue;
         }
         has_date |= name == DATE;
-        field(out, name.as_str().as_bytes(), value.as_bytes());
+        field(out, crate::case::spelled(case, name), value.as_bytes());
     }
     match add {
         Added::None => {}

@@ -78,6 +78,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         lb_policy,
         hash_key,
         max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
+        preserve_header_case: raw.preserve_header_case.unwrap_or(false),
         protocol,
         connect_timeout,
         buffer_limit: buffer_limit(

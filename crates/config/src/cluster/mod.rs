@@ -40,6 +40,9 @@ pub struct ClusterConfig {
     pub connect_timeout: Duration,
     /// Requests sent on one upstream connection before it is retired; `None`: no limit.
     pub max_requests_per_connection: Option<u32>,
+    /// HTTP/1.1 header names written as the client spelled them (where its listener keeps
+    /// case too), and the responses' noted as the host spells them.
+    pub preserve_header_case: bool,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
     #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,

@@ -23,6 +23,7 @@ pub struct RawCluster {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub connect_timeout: Option<Duration>,
     pub max_requests_per_connection: Option<u32>,
+    pub preserve_header_case: Option<bool>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
     pub circuit_breakers: Option<RawCircuitBreakers>,

@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_endpoints::XdsEndpoints;
-use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
+use crate::envoy::{ResourceError, decode, duration, fields, headers, nothing_else, type_url};
 use crate::{
     RawCircuitBreakers, RawCluster, RawHealthCheck, RawLeastRequest, RawLimit, RawMaglev,
     RawOutlierDetection, RawRingHash,
@@ -131,7 +131,12 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         only_defaults_h2(&h2, &at)?;
         protocol = Some("http2".to_owned());
     }
-    if let Some(h1) = c.http_protocol_options.take() {
+    let mut preserve_header_case = None;
+    if let Some(mut h1) = c.http_protocol_options.take() {
+        preserve_header_case = Some(headers::preserve_case(
+            &mut h1,
+            &sub("http_protocol_options"),
+        )?);
         if h1 != Default::default() {
             return Err(ResourceError::Unsupported {
                 at,
@@ -145,8 +150,10 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
             .or(max_requests_per_connection);
     }
     if let Some(options) = c.typed_extension_protocol_options.remove(UPSTREAM_OPTIONS) {
-        let (p, max) = upstream_options(&options, &sub("typed_extension_protocol_options"))?;
+        let (p, max, preserve) =
+            upstream_options(&options, &sub("typed_extension_protocol_options"))?;
         protocol = Some(p.to_owned());
+        preserve_header_case = preserve_header_case.or(preserve);
         max_requests_per_connection = max.or(max_requests_per_connection);
     }
     let circuit_breakers = c
@@ -192,6 +199,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         protocol,
         connect_timeout,
         max_requests_per_connection,
+        preserve_header_case: preserve_header_case.filter(|keep| *keep),
         per_connection_buffer_limit_bytes,
         circuit_breakers,
         health_check,
@@ -298,8 +306,13 @@ fn common_options(mut common: HttpProtocolOptions, at: &str) -> Result<Option<u3
     Ok(max)
 }
 
-/// The upstream protocol (`explicit_http_config` only) and `max_requests_per_connection`.
-fn upstream_options(value: &Any, at: &str) -> Result<(&'static str, Option<u32>), ResourceError> {
+/// The upstream protocol (`explicit_http_config` only), `max_requests_per_connection` and
+/// whether HTTP/1.1 names keep their case.
+fn upstream_options(
+    value: &Any,
+    at: &str,
+) -> Result<(&'static str, Option<u32>, Option<bool>), ResourceError> {
+    let mut preserve = None;
     let mut options: UpstreamOptions =
         prost::Message::decode(value.value.as_slice()).map_err(|e| {
             ResourceError::invalid(at, format!("cannot decode {UPSTREAM_OPTIONS}: {e}"))
@@ -313,14 +326,15 @@ fn upstream_options(value: &Any, at: &str) -> Result<(&'static str, Option<u32>)
     let protocol = match options.upstream_protocol_options.take() {
         Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) => {
             match explicit.protocol_config {
-                Some(ProtocolConfig::HttpProtocolOptions(h1)) if h1 == Default::default() => {
+                Some(ProtocolConfig::HttpProtocolOptions(mut h1)) => {
+                    preserve = Some(headers::preserve_case(&mut h1, at)?);
+                    if h1 != Default::default() {
+                        return Err(ResourceError::Unsupported {
+                            at: at.to_owned(),
+                            fields: vec!["http_protocol_options settings".into()],
+                        });
+                    }
                     "http1"
-                }
-                Some(ProtocolConfig::HttpProtocolOptions(_)) => {
-                    return Err(ResourceError::Unsupported {
-                        at: at.to_owned(),
-                        fields: vec!["http_protocol_options settings".into()],
-                    });
                 }
                 Some(ProtocolConfig::Http2ProtocolOptions(h2)) => {
                     only_defaults_h2(&h2, at)?;
@@ -353,7 +367,7 @@ fn upstream_options(value: &Any, at: &str) -> Result<(&'static str, Option<u32>)
             ],
         });
     }
-    Ok((protocol, max))
+    Ok((protocol, max, preserve))
 }
 
 /// HTTP/2 to the upstream with its own settings is not supported; with Envoy's defaults it is.

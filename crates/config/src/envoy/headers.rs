@@ -205,3 +205,37 @@ pub(crate) fn ordered(
     }
     Ok(out)
 }
+
+/// An `Http1ProtocolOptions`' `header_key_format`, taken out of it: whether names keep the
+/// case they came with (the `preserve_case` stateful formatter). Other formats are refused.
+pub(crate) fn preserve_case(
+    h1: &mut envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions,
+    at: &str,
+) -> Result<bool, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::http1_protocol_options::header_key_format::HeaderFormat;
+    use envoy_types::pb::envoy::extensions::http::header_formatters::preserve_case::v3::PreserveCaseFormatterConfig;
+    const PRESERVE_CASE: &str = "type.googleapis.com/envoy.extensions.http.header_formatters.preserve_case.v3.PreserveCaseFormatterConfig";
+    let at = format!("{at}.header_key_format");
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.clone(),
+        fields: vec![what.to_owned()],
+    };
+    match h1.header_key_format.take().and_then(|f| f.header_format) {
+        None => Ok(false),
+        Some(HeaderFormat::StatefulFormatter(formatter)) => {
+            let any = formatter
+                .typed_config
+                .filter(|a| a.type_url == PRESERVE_CASE)
+                .ok_or_else(|| unsupported("stateful_formatter (preserve_case only)"))?;
+            let config: PreserveCaseFormatterConfig =
+                super::decode(&any, PRESERVE_CASE, "a PreserveCaseFormatterConfig")?;
+            if config.forward_reason_phrase || config.formatter_type_on_envoy_headers != 0 {
+                return Err(unsupported(
+                    "forward_reason_phrase, formatter_type_on_envoy_headers",
+                ));
+            }
+            Ok(true)
+        }
+        Some(HeaderFormat::ProperCaseWords(_)) => Err(unsupported("proper_case_words")),
+    }
+}

@@ -196,6 +196,7 @@ pub(crate) fn listener(
             )?,
             suppress_proxy_headers: raw.http.suppress_proxy_headers.unwrap_or(false),
             accept_http_10: raw.http.accept_http_10.unwrap_or(true),
+            preserve_header_case: raw.http.preserve_header_case.unwrap_or(false),
             default_host_for_http_10: match raw.http.default_host_for_http_10.clone() {
                 Some(host)
                     if !host.is_empty()

@@ -149,6 +149,10 @@ pub struct HttpConfig {
     pub request_id: RequestIdConfig,
     /// HTTP/1.0 requests are served; `false`: answered 426 and the connection closed.
     pub accept_http_10: bool,
+    /// HTTP/1.1 header names go on as the client spelled them (to clusters that also keep
+    /// case), and responses come back as the upstream spelled them (Envoy's `preserve_case`
+    /// header formatter). Otherwise they are written in lower case.
+    pub preserve_header_case: bool,
     /// The host an HTTP/1.0 request without one is routed and forwarded with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_host_for_http_10: Option<String>,

@@ -840,6 +840,8 @@ fn h1_options(
     at: &str,
 ) -> Result<(), ResourceError> {
     http.accept_http_10 = Some(std::mem::take(&mut h1.accept_http_10));
+    http.preserve_header_case =
+        Some(crate::envoy::headers::preserve_case(&mut h1, at)?).filter(|keep| *keep);
     let host = std::mem::take(&mut h1.default_host_for_http_10);
     http.default_host_for_http_10 = (!host.is_empty()).then_some(host);
     // Absolute request targets are taken, as Envoy's default; the parser is this proxy's own.

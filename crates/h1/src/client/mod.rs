@@ -15,9 +15,10 @@ mod response;
 
 pub use body::{Decoded, ResponseDecoder};
 pub use request::{
-    OutgoingBody, declared_trailers, encode_request_head, encode_request_last_chunk,
+    OutgoingBody, declared_trailers, encode_request_head, encode_request_head_cased,
+    encode_request_last_chunk,
 };
-pub use response::{ResponseError, ResponseHead, parse_response};
+pub use response::{ResponseError, ResponseHead, parse_response, parse_response_keeping_case};
 
 #[cfg(test)]
 mod tests;

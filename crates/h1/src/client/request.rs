@@ -33,6 +33,22 @@ pub fn encode_request_head<B>(
     body: OutgoingBody,
     out: &mut BytesMut,
 ) -> BodyLength {
+    encode_request_head_cased(head, body, false, out)
+}
+
+/// [`encode_request_head`], writing names as the request's [`crate::HeaderCase`] spells
+/// them when `keep_case` (and it has one).
+pub fn encode_request_head_cased<B>(
+    head: &http::Request<B>,
+    body: OutgoingBody,
+    keep_case: bool,
+    out: &mut BytesMut,
+) -> BodyLength {
+    let case = if keep_case {
+        head.extensions().get::<crate::HeaderCase>()
+    } else {
+        None
+    };
     let headers = head.headers();
     let http10 = head.version() == Version::HTTP_10;
     let declared = headers
@@ -111,7 +127,7 @@ pub fn encode_request_head<B>(
         if name == CONTENT_LENGTH && !keep_cl || name == TRANSFER_ENCODING && !keep_te {
             continue;
         }
-        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(crate::case::spelled(case, name));
         out.put_slice(b": ");
         out.put_slice(value.as_bytes());
         if name == TRANSFER_ENCODING && te_lines > 0 {

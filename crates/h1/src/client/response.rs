@@ -59,6 +59,25 @@ pub fn parse_response(
     max_head: usize,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, ResponseError> {
+    parse(buf, max_head, head_request, false)
+}
+
+/// [`parse_response`], noting in the response's extensions how its names were spelled (a
+/// [`crate::HeaderCase`], when some had capitals).
+pub fn parse_response_keeping_case(
+    buf: &mut BytesMut,
+    max_head: usize,
+    head_request: bool,
+) -> Result<Option<ResponseHead>, ResponseError> {
+    parse(buf, max_head, head_request, true)
+}
+
+fn parse(
+    buf: &mut BytesMut,
+    max_head: usize,
+    head_request: bool,
+    keep_case: bool,
+) -> Result<Option<ResponseHead>, ResponseError> {
     let mut fields: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
         [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
@@ -94,12 +113,18 @@ pub fn parse_response(
     let head = HeadCopy::new(&buf[..len]);
     let mut headers = crate::maps::take(res.headers.len());
     let mut framing = Framing::default();
+    let mut case = crate::HeaderCase::default();
     for field in res.headers.iter() {
         let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| ResponseError::Malformed("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(field.value))
             .map_err(|_| ResponseError::Malformed("invalid header value"))?;
         framing.field(&name, &value)?;
+        if keep_case {
+            case.note(&name, field.name.as_bytes(), || {
+                head.slice(field.name.as_bytes())
+            });
+        }
         headers.append(name, value);
     }
     buf.advance(len);
@@ -115,6 +140,9 @@ pub fn parse_response(
     parts.status = status;
     parts.version = version;
     parts.headers = headers;
+    if !case.is_empty() {
+        parts.extensions.insert(case);
+    }
     Ok(Some(ResponseHead {
         parts,
         length,

@@ -408,3 +408,61 @@ fn reads_ask_for_no_more_room_than_the_body_has_left() {
     assert_eq!(decoder.next_read(4096), 4096);
     assert_eq!(decoder.remaining(), None);
 }
+
+#[test]
+fn names_keep_the_spelling_read_when_asked() {
+    let mut buf = BytesMut::from(
+        &b"GET / HTTP/1.1\r\nHost: a\r\nX-Trace-ID: 1\r\nx-lower: 2\r\nX-Trace-Id: 3\r\n\r\n"[..],
+    );
+    let head = crate::parse_request_keeping_case(&mut buf, 8192)
+        .unwrap()
+        .unwrap();
+    let mut out = BytesMut::new();
+    encode_request_head_cased(&head.request, OutgoingBody::None, true, &mut out);
+    // One spelling per name (the first read), lower case where none had capitals.
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Trace-ID: 1\r\nX-Trace-ID: 3\r\nx-lower: 2\r\n\r\n"
+    );
+    let mut plain = BytesMut::new();
+    encode_request_head_cased(&head.request, OutgoingBody::None, false, &mut plain);
+    assert!(
+        std::str::from_utf8(&plain)
+            .unwrap()
+            .contains("x-trace-id: 1")
+    );
+    // Without asking, nothing is noted.
+    let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..]);
+    let head = crate::parse_request(&mut buf, 8192).unwrap().unwrap();
+    assert!(
+        head.request
+            .extensions()
+            .get::<crate::HeaderCase>()
+            .is_none()
+    );
+
+    let mut buf =
+        BytesMut::from(&b"HTTP/1.1 200 OK\r\nX-Served-By: u\r\nContent-Length: 0\r\n\r\n"[..]);
+    let res = parse_response_keeping_case(&mut buf, 8192, false)
+        .unwrap()
+        .unwrap();
+    let case = res.parts.extensions.get::<crate::HeaderCase>();
+    let mut out = BytesMut::new();
+    crate::encode_head_cased(
+        res.parts.status,
+        &res.parts.headers,
+        case,
+        Some(0),
+        crate::Answering {
+            version: http::Version::HTTP_11,
+            keep_alive: true,
+            head_request: false,
+        },
+        &mut out,
+    );
+    let text = std::str::from_utf8(&out).unwrap();
+    assert!(
+        text.contains("X-Served-By: u\r\nContent-Length: 0\r\n"),
+        "{text}"
+    );
+}

@@ -128,11 +128,12 @@ impl H1Conn {
         loop {
             // Nothing read yet (the usual case when the request has just gone): no parse.
             if !self.buf.is_empty() {
-                match h1::client::parse_response(
-                    &mut self.buf,
-                    limits.max_head,
-                    limits.head_request,
-                ) {
+                let parse = if limits.keep_case {
+                    h1::client::parse_response_keeping_case
+                } else {
+                    h1::client::parse_response
+                };
+                match parse(&mut self.buf, limits.max_head, limits.head_request) {
                     Ok(Some(head)) if is_interim(&head) => continue,
                     Ok(Some(head)) => return Poll::Ready(Ok(head)),
                     Ok(None) => {}
@@ -268,6 +269,7 @@ impl Upload {
 struct Limits {
     max_head: usize,
     head_request: bool,
+    keep_case: bool,
 }
 
 /// Why an exchange got no response.
@@ -334,7 +336,12 @@ pub(super) async fn exchange(
     } else {
         OutgoingBody::Unknown
     };
-    let length = h1::client::encode_request_head(req, outgoing, &mut conn.out.framing);
+    let length = h1::client::encode_request_head_cased(
+        req,
+        outgoing,
+        pool.settings.keep_case,
+        &mut conn.out.framing,
+    );
     if let Err(error) = std::future::poll_fn(|cx| conn.poll_write_out(cx)).await {
         return Err(ExchangeError::Unsent(error));
     }
@@ -351,6 +358,7 @@ pub(super) async fn exchange(
     let limits = Limits {
         max_head: pool.settings.buffer_limit.max(8192),
         head_request: req.method() == http::Method::HEAD,
+        keep_case: pool.settings.keep_case,
     };
     let response = std::future::poll_fn(|cx| conn.poll_head(cx, &mut upload, &limits)).await;
     let response = match response {

@@ -18,6 +18,8 @@ pub(crate) struct UpstreamSettings {
     /// Requests per connection before it is retired; `None`: no limit.
     pub(super) max_requests: Option<u32>,
     pub(super) buffer_limit: usize,
+    /// HTTP/1.1 names written as the client spelled them, and responses' noted.
+    pub(super) keep_case: bool,
     pub(super) h1: http1::Builder,
     pub(super) h2: http2::Builder<LocalExec>,
     pub(super) shared: Arc<SharedCluster>,
@@ -42,6 +44,7 @@ impl UpstreamSettings {
             connect_timeout: cluster.connect_timeout,
             max_requests: cluster.max_requests_per_connection,
             buffer_limit: limit as usize,
+            keep_case: cluster.preserve_header_case,
             h1,
             h2,
             shared,

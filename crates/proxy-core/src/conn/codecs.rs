@@ -32,7 +32,7 @@ pub(crate) struct Codecs {
     pub(super) h2_max_header_list_size: usize,
 }
 
-/// The HTTP/1.1 codec's sizes.
+/// The HTTP/1.1 codec's sizes, and how it spells names.
 pub(super) struct H1Limits {
     /// The largest request head read: the buffer limit, or the head limit when that is
     /// larger. (A head over the head limit but within this is refused by the handler, which
@@ -42,6 +42,9 @@ pub(super) struct H1Limits {
     pub(super) read_size: usize,
     /// How much of a response is gathered before it is written.
     pub(super) write_buffer: usize,
+    /// Request names are noted as spelled, and responses written as their upstream spelled
+    /// them (`preserve_header_case`).
+    pub(super) keep_case: bool,
 }
 
 impl Codecs {
@@ -65,6 +68,7 @@ impl Codecs {
             max_head: Self::h1_buffer(listener),
             read_size: limit as usize,
             write_buffer: limit as usize,
+            keep_case: listener.http.preserve_header_case,
         };
         let mut h2 = http2::Builder::new(StreamExec::new(
             listener.http.stream_idle_timeout,

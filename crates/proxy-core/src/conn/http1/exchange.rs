@@ -96,7 +96,14 @@ pub(super) async fn serve(
         keep_alive: answering.keep_alive && !draining,
         ..answering
     };
-    let written = write::response(input, response, answering, codecs.h1.write_buffer).await;
+    let written = write::response(
+        input,
+        response,
+        answering,
+        codecs.h1.write_buffer,
+        codecs.h1.keep_case,
+    )
+    .await;
     // A body the exchange did not read to its end (the response came first) must end in what
     // is already buffered for the connection to go on to the next request.
     let body_finished = {
@@ -147,7 +154,12 @@ async fn read_head(
     let deadline = started + codecs.request_headers_timeout;
     let mut park_at = Some(started + codecs.park_after);
     loop {
-        let parsed = h1::parse_request(&mut input.borrow_mut().buf, codecs.h1.max_head);
+        let parse = if codecs.h1.keep_case {
+            h1::parse_request_keeping_case
+        } else {
+            h1::parse_request
+        };
+        let parsed = parse(&mut input.borrow_mut().buf, codecs.h1.max_head);
         match parsed {
             Ok(Some(head)) => return Ok(head),
             Ok(None) => {}
@@ -192,6 +204,13 @@ async fn refuse(input: &Shared, refused: HeadError, codecs: &Codecs) -> Next {
         version: Version::HTTP_11,
         keep_alive: false,
     };
-    write::response(input, reply, answering, codecs.h1.write_buffer).await;
+    write::response(
+        input,
+        reply,
+        answering,
+        codecs.h1.write_buffer,
+        codecs.h1.keep_case,
+    )
+    .await;
     Next::Close
 }

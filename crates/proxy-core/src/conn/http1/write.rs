@@ -27,7 +27,8 @@ pub(super) enum Written {
     Failed,
 }
 
-/// Writes `response`, gathering at most `buffer` bytes before writing.
+/// Writes `response`, gathering at most `buffer` bytes before writing; with `keep_case`, its
+/// names as the upstream spelled them.
 ///
 /// One `async move` block that takes the response apart before it starts, not nested `async
 /// fn`s: each of those would keep the response (280 bytes) again in its future, and a future
@@ -37,6 +38,7 @@ pub(super) fn response(
     response: Response<ResponseBody>,
     answering: Answering,
     buffer: usize,
+    keep_case: bool,
 ) -> impl Future<Output = Written> + use<'_> {
     let (parts, mut body) = response.into_parts();
     async move {
@@ -50,9 +52,15 @@ pub(super) fn response(
         {
             return Written::Failed;
         }
-        let framed = h1::encode_head(
+        let case = if keep_case {
+            parts.extensions.get::<h1::HeaderCase>()
+        } else {
+            None
+        };
+        let framed = h1::encode_head_cased(
             parts.status,
             &parts.headers,
+            case,
             body.size_hint().exact(),
             answering,
             out,
