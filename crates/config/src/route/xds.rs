@@ -617,6 +617,12 @@ fn direct_response(
             });
         }
     };
+    // A body format without command operators is the body itself (Envoy Gateway's inline
+    // responses); one that formats the request, or another content type, is refused.
+    let body = match d.body_format.take() {
+        None => body,
+        Some(format) => literal_body(format, &format!("{at}.body_format"))?,
+    };
     let status = u16::try_from(d.status).map_err(|_| {
         ResourceError::invalid(
             format!("{at}.status"),
@@ -626,6 +632,39 @@ fn direct_response(
     d.status = 0;
     nothing_else(&d, fields::DIRECT_RESPONSE_ACTION, at)?;
     Ok(RawDirectResponse { status, body })
+}
+
+/// A `SubstitutionFormatString` that is plain text (`text_format` or an inline
+/// `text_format_source`, no `%`), sent as `text/plain`.
+fn literal_body(
+    format: envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString,
+    at: &str,
+) -> Result<String, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![what.to_owned()],
+    };
+    if !matches!(format.content_type.as_str(), "" | "text/plain")
+        || !format.formatters.is_empty()
+    {
+        return Err(unsupported("content_type (text/plain only), formatters"));
+    }
+    let text = match format.format {
+        #[allow(deprecated)]
+        Some(Format::TextFormat(text)) => text,
+        Some(Format::TextFormatSource(source)) => match source.specifier {
+            Some(data_source::Specifier::InlineString(s)) => s,
+            Some(data_source::Specifier::InlineBytes(b)) => String::from_utf8(b)
+                .map_err(|_| ResourceError::invalid(at, "expected UTF-8 text"))?,
+            _ => return Err(unsupported("text_format_source (inline only)")),
+        },
+        _ => return Err(unsupported("json_format (text only)")),
+    };
+    if text.contains('%') {
+        return Err(unsupported("a body with command operators (plain text only)"));
+    }
+    Ok(text)
 }
 
 /// The answer of a route whose cluster is not (yet) known: 503 unless the route says.

@@ -1551,3 +1551,42 @@ fn listeners_naming_another_collector_are_refused() {
         "{error}"
     );
 }
+
+/// A direct response's `body_format` (Envoy Gateway's inline responses): plain text is the
+/// body; one with command operators, or JSON, is refused by name.
+#[test]
+fn a_plain_body_format_is_the_direct_responses_body() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        DataSource, SubstitutionFormatString, data_source, substitution_format_string,
+    };
+    let with_format = |text: &str| {
+        let mut config = resources::route_config("r", vec![resources::direct("/", 502)]);
+        let Some(route::Action::DirectResponse(direct)) =
+            &mut config.virtual_hosts[0].routes[0].action
+        else {
+            panic!("a direct response");
+        };
+        direct.body_format = Some(SubstitutionFormatString {
+            format: Some(substitution_format_string::Format::TextFormatSource(
+                DataSource {
+                    specifier: Some(data_source::Specifier::InlineBytes(text.as_bytes().to_vec())),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        });
+        XdsRoutes::decode(&pack(&config))
+    };
+    let routes = with_format("{\"error\": \"Internal Server Error\"}").unwrap();
+    let hosts = routes.section(&BTreeMap::new(), &[], &[]);
+    let direct = hosts[0].routes[0].direct_response.as_ref().unwrap();
+    assert_eq!(
+        (direct.status, direct.body.as_str()),
+        (502, "{\"error\": \"Internal Server Error\"}")
+    );
+    let refused = with_format("%REQ(:path)%").unwrap_err().to_string();
+    assert!(
+        refused.contains("body_format") && refused.contains("command operators"),
+        "{refused}"
+    );
+}
