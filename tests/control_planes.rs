@@ -4302,3 +4302,208 @@ listeners:
     assert!(response.contains("\r\nX-Served-By: raw\r\n"), "{response}");
     server.shutdown().await;
 }
+
+/// Retries by the response's headers, for requests that name themselves retriable, with the
+/// tries counted in the response; and retries of tries that never left (a closed port).
+async fn retry_conditions_hold(addr: SocketAddr, upstream: &testbed::NoopHandle) {
+    let tries = async |headers: &[(&str, &str)]| {
+        let before = upstream.requests();
+        let res = send_h1(addr, get("/headers", headers)).await;
+        assert_eq!(res.status(), 200);
+        let count = res.headers()["x-envoy-attempt-count"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (count, upstream.requests() - before)
+    };
+    let flagged = ("x-noop-response-header", "x-retry-me: 1");
+    assert_eq!(
+        tries(&[flagged, ("x-retriable", "yes")]).await,
+        ("3".into(), 3),
+        "retried on the header, twice"
+    );
+    assert_eq!(
+        tries(&[flagged]).await,
+        ("1".into(), 1),
+        "a request the policy does not name is not retried"
+    );
+    assert_eq!(tries(&[("x-retriable", "yes")]).await, ("1".into(), 1));
+    // Round robin over a closed port and the upstream: every other first try fails before
+    // the request leaves, and is retried on the upstream.
+    let mut counts = Vec::new();
+    for _ in 0..4 {
+        let res = send_h1(addr, get("/unsent", &[])).await;
+        assert_eq!(res.status(), 200);
+        counts.push(
+            res.headers()["x-envoy-attempt-count"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert!(counts.iter().all(|c| c == "1" || c == "2"), "{counts:?}");
+    assert!(counts.iter().any(|c| c == "2"), "{counts:?}");
+}
+
+/// Envoy's `retriable-headers` with `retriable_headers` and `retriable_request_headers`,
+/// `reset-before-request`, the `previous_priorities` retry priority (every host is at
+/// priority 0 here, as there it changes nothing), and the virtual host's
+/// `include_attempt_count_in_response`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_conditions_from_the_management_server() {
+    use envoy_types::pb::envoy::config::route::v3::{
+        HeaderMatcher, RetryPolicy, header_matcher, retry_policy,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let closed = closed_port();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let with_retries = |mut route: envoy_types::pb::envoy::config::route::v3::Route,
+                        policy: RetryPolicy| {
+        if let Some(envoy_types::pb::envoy::config::route::v3::route::Action::Route(action)) =
+            &mut route.action
+        {
+            action.retry_policy = Some(policy);
+        }
+        route
+    };
+    let by_headers = RetryPolicy {
+        retry_on: "retriable-headers".into(),
+        num_retries: Some(UInt32Value { value: 2 }),
+        retriable_headers: vec![HeaderMatcher {
+            name: "x-retry-me".into(),
+            header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::PresentMatch(
+                true,
+            )),
+            ..Default::default()
+        }],
+        retriable_request_headers: vec![HeaderMatcher {
+            name: "x-retriable".into(),
+            header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+                StringMatcher {
+                    match_pattern: Some(string_matcher::MatchPattern::Exact("yes".into())),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }],
+        retry_back_off: Some(retry_policy::RetryBackOff {
+            base_interval: Some(PbDuration {
+                seconds: 0,
+                nanos: 1_000_000,
+            }),
+            max_interval: None,
+        }),
+        retry_priority: Some(retry_policy::RetryPriority {
+            name: "envoy.retry_priorities.previous_priorities".into(),
+            config_type: Some(retry_policy::retry_priority::ConfigType::TypedConfig(Any {
+                type_url: "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig".into(),
+                value: vec![8, 3], // update_frequency: 3
+            })),
+        }),
+        ..Default::default()
+    };
+    let unsent = RetryPolicy {
+        retry_on: "reset-before-request".into(),
+        num_retries: Some(UInt32Value { value: 1 }),
+        retry_host_predicate: vec![retry_policy::RetryHostPredicate {
+            name: "envoy.retry_host_predicates.previous_hosts".into(),
+            config_type: None,
+        }],
+        host_selection_retry_max_attempts: 3,
+        ..Default::default()
+    };
+    let mut routes = resources::route_config(
+        "web-routes",
+        vec![
+            with_retries(resources::forward("/headers", "backend"), by_headers),
+            with_retries(resources::forward("/unsent", "flaky"), unsent),
+        ],
+    );
+    routes.virtual_hosts[0].include_attempt_count_in_response = true;
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            (
+                "backend".into(),
+                any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            ),
+            (
+                "flaky".into(),
+                any(&eds_cluster("flaky", cluster::LbPolicy::RoundRobin)),
+            ),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            (
+                "backend".into(),
+                any(&resources::assignment("backend", &[upstream.local_addr()])),
+            ),
+            (
+                "flaky".into(),
+                any(&resources::assignment(
+                    "flaky",
+                    &[closed.addr, upstream.local_addr()],
+                )),
+            ),
+        ],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/headers", &[])).await.status() == 200
+    })
+    .await;
+    retry_conditions_hold(addr, &upstream).await;
+    server.shutdown().await;
+}
+
+/// The same from the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_conditions_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let closed = closed_port();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{up}\"] }}
+  - {{ name: flaky, endpoints: [\"{closed}\", \"{up}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    virtual_hosts:
+      - name: all
+        domains: [\"*\"]
+        include_attempt_count_in_response: true
+        routes:
+          - match: {{ prefix: /headers }}
+            cluster: backend
+            retry_policy:
+              retry_on: [retriable-headers]
+              num_retries: 2
+              retriable_headers: [{{ name: x-retry-me, present: true }}]
+              retriable_request_headers: [{{ name: x-retriable, exact: \"yes\" }}]
+              retry_back_off: {{ base_interval: 1ms }}
+          - match: {{ prefix: /unsent }}
+            cluster: flaky
+            retry_policy: {{ retry_on: [reset-before-request], num_retries: 1 }}
+",
+        up = upstream.local_addr(),
+        closed = closed.addr,
+    );
+    let proxy = Proxy::start(&config, 1);
+    retry_conditions_hold(proxy.addr(), &upstream).await;
+}

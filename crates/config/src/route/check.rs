@@ -93,6 +93,7 @@ struct HostDefaults {
     retry_policy: Option<RetryPolicy>,
     ext_authz: RouteAuthz,
     include_attempt_count: bool,
+    include_attempt_count_in_response: bool,
 }
 
 fn virtual_host(
@@ -127,6 +128,7 @@ fn virtual_host(
         retry_policy: retry_policy.clone(),
         ext_authz: filters.ext_authz.clone(),
         include_attempt_count: raw.include_request_attempt_count.unwrap_or(false),
+        include_attempt_count_in_response: raw.include_attempt_count_in_response.unwrap_or(false),
     };
     let start = routes.len();
     for (i, r) in raw.routes.into_iter().enumerate() {
@@ -436,6 +438,7 @@ fn route(
                 &format!("{path}.hash_policy"),
             )?,
             include_attempt_count: host.include_attempt_count,
+            include_attempt_count_in_response: host.include_attempt_count_in_response,
             upgrades,
         }))
     };
@@ -642,6 +645,8 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
             "connect-failure" => &mut on.connect_failure,
             "refused-stream" => &mut on.refused_stream,
             "reset" => &mut on.reset,
+            "reset-before-request" => &mut on.reset_before_request,
+            "retriable-headers" => &mut on.retriable_headers,
             "5xx" => &mut on.server_error,
             "gateway-error" => &mut on.gateway_error,
             "retriable-status-codes" => &mut on.retriable_status_codes,
@@ -656,8 +661,9 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
                     format!("{path}.retry_on[{i}]"),
                     format!(
                         "unknown condition `{other}`; expected connect-failure, refused-stream, \
-                         reset, 5xx, gateway-error, retriable-status-codes, retriable-4xx, \
-                         cancelled, deadline-exceeded, resource-exhausted, internal or unavailable"
+                         reset, reset-before-request, 5xx, gateway-error, retriable-status-codes, \
+                         retriable-headers, retriable-4xx, cancelled, deadline-exceeded, \
+                         resource-exhausted, internal or unavailable"
                     ),
                 ));
             }
@@ -676,6 +682,21 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
             "`retriable_status_codes` and the `retriable-status-codes` condition go together",
         ));
     }
+    if on.retriable_headers == raw.retriable_headers.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.retriable_headers"),
+            "`retriable_headers` and the `retriable-headers` condition go together",
+        ));
+    }
+    let matches = |list: Vec<RawHeaderMatch>, key: &str| {
+        list.into_iter()
+            .enumerate()
+            .map(|(i, m)| crate::matchers::header_match(m, &format!("{path}.{key}[{i}]")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let retriable_headers = matches(raw.retriable_headers, "retriable_headers")?;
+    let retriable_request_headers =
+        matches(raw.retriable_request_headers, "retriable_request_headers")?;
     if let Some(code) = raw
         .retriable_status_codes
         .iter()
@@ -722,6 +743,8 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
         // The file's default: a retry avoids the hosts tried, picking up to 3 times more.
         previous_hosts: raw.previous_hosts.unwrap_or(true),
         host_selection_attempts: 1 + raw.host_selection_retry_max_attempts.unwrap_or(3).min(16),
+        retriable_headers,
+        retriable_request_headers,
     })
 }
 
@@ -802,6 +825,14 @@ mod tests {
             (
                 "      - { name: a, domains: [a.test], filters: { cors: disabled } }\n".to_string(),
                 "listeners[0].virtual_hosts[0].filters.cors: the listener has no `cors` filter",
+            ),
+            (
+                "      - { name: a, domains: [a.test], retry_policy: { retry_on: [retriable-headers] } }\n".to_string(),
+                "listeners[0].virtual_hosts[0].retry_policy.retriable_headers: `retriable_headers` and the `retriable-headers` condition go together",
+            ),
+            (
+                "      - { name: a, domains: [a.test], retry_policy: { retry_on: [reset], retriable_request_headers: [{ name: x, regex: \"(\" }] } }\n".to_string(),
+                "listeners[0].virtual_hosts[0].retry_policy.retriable_request_headers[0].regex: invalid regex",
             ),
         ] {
             let err = error_of(&with_hosts("", &hosts));

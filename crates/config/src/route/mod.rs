@@ -319,6 +319,10 @@ pub struct ForwardAction {
     /// `include_request_attempt_count`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub include_attempt_count: bool,
+    /// The response carries `x-envoy-attempt-count: N`, the tries it took (its virtual
+    /// host's `include_attempt_count_in_response`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub include_attempt_count_in_response: bool,
     /// Protocols clients may switch to on this route (`websocket`): the upgrade is relayed
     /// to the upstream and, once it agrees, bytes flow both ways.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -326,7 +330,7 @@ pub struct ForwardAction {
 }
 
 /// When and how often a failed request is tried again, on another host if there is one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RetryPolicy {
     pub retry_on: RetryOn,
     pub num_retries: u32,
@@ -341,6 +345,12 @@ pub struct RetryPolicy {
     /// `host_selection_attempts` picks (Envoy's `previous_hosts` predicate).
     pub previous_hosts: bool,
     pub host_selection_attempts: u32,
+    /// Response headers that make a try worth retrying (`retriable-headers`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retriable_headers: Vec<HeaderMatch>,
+    /// Only requests matching one of these are retried; empty: every request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retriable_request_headers: Vec<HeaderMatch>,
 }
 
 /// Envoy's default: 25 ms, doubling up to 250 ms.
@@ -370,6 +380,11 @@ pub struct RetryOn {
     pub connect_failure: bool,
     pub refused_stream: bool,
     pub reset: bool,
+    /// A try that failed before any of the request went out (a connect failure, a
+    /// connection that closed before the head was written): safe for any method.
+    pub reset_before_request: bool,
+    /// A response with a header `retriable_headers` matches.
+    pub retriable_headers: bool,
     /// Any 5xx, and no response at all (connect failure, reset, try timeout).
     pub server_error: bool,
     /// 502, 503, 504, and no response at all.
@@ -416,6 +431,8 @@ impl Serialize for RetryOn {
                 (self.connect_failure, "connect-failure"),
                 (self.refused_stream, "refused-stream"),
                 (self.reset, "reset"),
+                (self.reset_before_request, "reset-before-request"),
+                (self.retriable_headers, "retriable-headers"),
                 (self.server_error, "5xx"),
                 (self.gateway_error, "gateway-error"),
                 (self.retriable_status_codes, "retriable-status-codes"),

@@ -15,6 +15,8 @@ pub struct RawVirtualHost {
     pub retry_policy: Option<RawRetryPolicy>,
     /// Each try sent upstream carries `x-envoy-attempt-count: N`.
     pub include_request_attempt_count: Option<bool>,
+    /// The response carries `x-envoy-attempt-count: N`, the tries it took.
+    pub include_attempt_count_in_response: Option<bool>,
     pub filters: Option<RawRouteFilters>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
@@ -86,6 +88,10 @@ pub struct RawRetryPolicy {
     /// `host_selection_retry_max_attempts` more picks.
     pub previous_hosts: Option<bool>,
     pub host_selection_retry_max_attempts: Option<u32>,
+    #[serde(default)]
+    pub retriable_headers: Vec<RawHeaderMatch>,
+    #[serde(default)]
+    pub retriable_request_headers: Vec<RawHeaderMatch>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -152,6 +152,7 @@ impl XdsRoutes {
                 domains: vec!["*".into()],
                 retry_policy: None,
                 include_request_attempt_count: None,
+                include_attempt_count_in_response: None,
                 filters: None,
                 routes: Vec::new(),
             });
@@ -254,6 +255,8 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
     )?;
     let include_request_attempt_count =
         Some(std::mem::take(&mut host.include_request_attempt_count));
+    let include_attempt_count_in_response =
+        Some(std::mem::take(&mut host.include_attempt_count_in_response));
     nothing_else(&host, fields::VIRTUAL_HOST, at)?;
     let routes = routes
         .into_iter()
@@ -266,6 +269,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         domains,
         retry_policy,
         include_request_attempt_count,
+        include_attempt_count_in_response,
         filters: filters(per_filter, headers),
         routes,
     })
@@ -523,11 +527,15 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
     nothing_else(&a, fields::ROUTE_ACTION, at)
 }
 
+fn retry_on_has(retry_on: &[String], condition: &str) -> bool {
+    retry_on.iter().any(|c| c == condition)
+}
+
 fn retry(
     mut r: envoy_types::pb::envoy::config::route::v3::RetryPolicy,
     at: &str,
 ) -> Result<RawRetryPolicy, ResourceError> {
-    let retry_on = r
+    let retry_on: Vec<String> = r
         .retry_on
         .split(',')
         .map(str::trim)
@@ -576,7 +584,44 @@ fn retry(
     } else {
         reattempts.min(16) as u32
     };
+    // Priorities: every host is at priority 0 here (others are refused), where Envoy's
+    // `previous_priorities` has no other level to move a retry to.
+    if let Some(priority) = r.retry_priority.take() {
+        let typed = match &priority.config_type {
+            Some(envoy_types::pb::envoy::config::route::v3::retry_policy::retry_priority::ConfigType::TypedConfig(any)) => any.type_url.as_str(),
+            None => "",
+        };
+        if !typed.ends_with(
+            "envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+        ) {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.retry_priority"),
+                fields: vec![format!("retry priority `{}`", priority.name)],
+            });
+        }
+    }
+    let headers = |list: Vec<envoy_types::pb::envoy::config::route::v3::HeaderMatcher>,
+                   key: &str| {
+        list.into_iter()
+            .enumerate()
+            .map(|(i, h)| matchers::header(h, &format!("{at}.{key}[{i}]")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let mut retriable_headers = headers(
+        std::mem::take(&mut r.retriable_headers),
+        "retriable_headers",
+    )?;
+    // Read only under the `retriable-headers` condition, in Envoy as here.
+    if !retry_on_has(&retry_on, "retriable-headers") {
+        retriable_headers.clear();
+    }
+    let retriable_request_headers = headers(
+        std::mem::take(&mut r.retriable_request_headers),
+        "retriable_request_headers",
+    )?;
     let raw = RawRetryPolicy {
+        retriable_headers,
+        retriable_request_headers,
         retry_back_off,
         previous_hosts: Some(previous_hosts),
         host_selection_retry_max_attempts: Some(reattempts),
@@ -645,9 +690,7 @@ fn literal_body(
         at: at.to_owned(),
         fields: vec![what.to_owned()],
     };
-    if !matches!(format.content_type.as_str(), "" | "text/plain")
-        || !format.formatters.is_empty()
-    {
+    if !matches!(format.content_type.as_str(), "" | "text/plain") || !format.formatters.is_empty() {
         return Err(unsupported("content_type (text/plain only), formatters"));
     }
     let text = match format.format {
@@ -662,7 +705,9 @@ fn literal_body(
         _ => return Err(unsupported("json_format (text only)")),
     };
     if text.contains('%') {
-        return Err(unsupported("a body with command operators (plain text only)"));
+        return Err(unsupported(
+            "a body with command operators (plain text only)",
+        ));
     }
     Ok(text)
 }

@@ -1569,7 +1569,9 @@ fn a_plain_body_format_is_the_direct_responses_body() {
         direct.body_format = Some(SubstitutionFormatString {
             format: Some(substitution_format_string::Format::TextFormatSource(
                 DataSource {
-                    specifier: Some(data_source::Specifier::InlineBytes(text.as_bytes().to_vec())),
+                    specifier: Some(data_source::Specifier::InlineBytes(
+                        text.as_bytes().to_vec(),
+                    )),
                     ..Default::default()
                 },
             )),

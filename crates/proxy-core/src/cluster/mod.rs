@@ -47,7 +47,7 @@ use config::{ClusterConfig, HashKey};
 pub use dns::DnsError;
 pub(crate) use forward::Admitted;
 pub(crate) use host::HostPool;
-pub(crate) use retry::{CountAttempts, X_ENVOY_ATTEMPT_COUNT};
+pub(crate) use retry::{CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT};
 use settings::UpstreamSettings;
 pub(crate) use shared::SharedCluster;
 

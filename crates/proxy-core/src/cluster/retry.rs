@@ -29,6 +29,8 @@ struct RetryPlan {
     replay: Rc<RefCell<Replay>>,
     /// Each retry carries its number in `x-envoy-attempt-count`.
     count_attempts: bool,
+    /// The response says in `x-envoy-attempt-count` how many tries it took.
+    count_in_response: bool,
 }
 
 impl RetryPlan {
@@ -40,6 +42,10 @@ impl RetryPlan {
             version: request.version(),
             headers: request.headers().clone(),
             count_attempts: request.extensions().get::<CountAttempts>().is_some(),
+            count_in_response: request
+                .extensions()
+                .get::<CountAttemptsInResponse>()
+                .is_some(),
             replay: request.body_mut().record_for_replay(buffer_limit),
         }
     }
@@ -80,6 +86,20 @@ pub(crate) async fn send_with_retries(
     // Before the first try takes any of the body.
     let plan = RetryPlan::prepare(request, first.buffer_limit());
     let mut retries_left = policy.num_retries;
+    // Only requests the policy names are retried, where it names some.
+    let named = &policy.retriable_request_headers;
+    if !named.is_empty() && !named.iter().any(|m| m.matches(request.headers())) {
+        retries_left = 0;
+    }
+    let initial = retries_left;
+    // The answer, with the number of tries it took where the route says.
+    let answer = |tried: Rc<HostPool>, mut response: Response<UpstreamBody>, left: u32| {
+        if plan.count_in_response {
+            let tries = initial - left + 1;
+            (response.headers_mut()).insert(X_ENVOY_ATTEMPT_COUNT.clone(), tries.into());
+        }
+        (tried, response)
+    };
     // Every host a try went to, for the `previous_hosts` predicate.
     let mut tried_hosts: Vec<std::net::SocketAddr> = Vec::new();
     let mut retrying: Option<RetrySlot> = None;
@@ -124,19 +144,19 @@ pub(crate) async fn send_with_retries(
                     if was_retry {
                         tried.stats().rq_retry_success.inc();
                     }
-                    return Ok((tried, response));
+                    return Ok(answer(tried, response, retries_left));
                 }
                 (Ok(response), false)
             }
             Err(SendError { error, unsent }) => {
-                if !error_retriable(policy.retry_on, &error) {
+                if !error_retriable(policy.retry_on, &error, unsent) {
                     return Err(error);
                 }
                 (Err(error), unsent)
             }
         };
         let give_up = |outcome: Result<Response<UpstreamBody>, ProxyError>| {
-            outcome.map(|response| (Rc::clone(&tried), response))
+            outcome.map(|response| answer(Rc::clone(&tried), response, retries_left))
         };
         if retries_left == 0 {
             tried.stats().rq_retry_limit_exceeded.inc();
@@ -179,7 +199,7 @@ pub(crate) async fn send_with_retries(
         *request = plan.rebuild(body);
         // The try's number, where the route counts them (the first try's `1` is the plan's).
         if plan.count_attempts {
-            let n = policy.num_retries - retries_left + 1;
+            let n = initial - retries_left + 1;
             request
                 .headers_mut()
                 .insert(X_ENVOY_ATTEMPT_COUNT.clone(), http::HeaderValue::from(n));
@@ -194,6 +214,10 @@ pub(crate) static X_ENVOY_ATTEMPT_COUNT: http::HeaderName =
 /// Marks a request whose route counts its tries.
 #[derive(Clone, Copy)]
 pub(crate) struct CountAttempts;
+
+/// Marks a request whose response says how many tries it took.
+#[derive(Clone, Copy)]
+pub(crate) struct CountAttemptsInResponse;
 
 /// A host for a retry, preferring one not in `avoid` within `picks` picks (Envoy's
 /// `previous_hosts` predicate and `host_selection_retry_max_attempts`); the last pick stands.
@@ -221,6 +245,8 @@ fn response_retriable<B>(policy: &RetryPolicy, response: &Response<B>) -> bool {
         || (on.gateway_error && matches!(code, 502..=504))
         || (on.retriable_status_codes && policy.retriable_status_codes.contains(&code))
         || (on.retriable_4xx && code == 409)
+        || (on.retriable_headers
+            && (policy.retriable_headers.iter()).any(|m| m.matches(response.headers())))
         || (on.any_grpc() && grpc_retriable(on, response.headers()))
 }
 
@@ -232,15 +258,19 @@ fn grpc_retriable(on: RetryOn, headers: &HeaderMap) -> bool {
         .is_some_and(|code| on.grpc_status(code))
 }
 
-fn error_retriable(on: RetryOn, error: &ProxyError) -> bool {
+/// Whether a try that got no response is retried; `unsent`: none of the request went out.
+fn error_retriable(on: RetryOn, error: &ProxyError, unsent: bool) -> bool {
     // Envoy: `5xx` and `gateway-error` also cover a try that got no response at all.
     let no_response = on.server_error || on.gateway_error;
     match error {
         ProxyError::ConnectFailure { .. }
         | ProxyError::UpstreamTls { .. }
-        | ProxyError::ConnectTimeout { .. } => on.connect_failure || no_response,
+        | ProxyError::ConnectTimeout { .. } => {
+            on.connect_failure || on.reset_before_request || no_response
+        }
         ProxyError::UpstreamReset { source, .. } => {
             on.reset
+                || (on.reset_before_request && unsent)
                 || no_response
                 || (on.refused_stream
                     && crate::error::h2_reason(source.as_ref()) == Some(h2::Reason::REFUSED_STREAM))

@@ -11,7 +11,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use super::forwarding::X_LEGATE_OVERLOADED;
 use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite, upgrade};
 use crate::cluster::Admitted;
-use crate::cluster::{CountAttempts, X_ENVOY_ATTEMPT_COUNT};
+use crate::cluster::{CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
 use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::{ProxyError, ResponseFlag};
@@ -593,6 +593,10 @@ async fn forward_request(
             .insert(X_ENVOY_ATTEMPT_COUNT.clone(), HeaderValue::from_static("1"));
         req.extensions_mut().insert(CountAttempts);
     }
+    let count_in_response = forward.include_attempt_count_in_response;
+    if count_in_response {
+        req.extensions_mut().insert(CountAttemptsInResponse);
+    }
     let (answered_by, response) = admitted
         .send(
             req,
@@ -612,6 +616,10 @@ async fn forward_request(
     facts.upstream = Some(answered_by.addr_text().clone());
     let (mut head, body) = response.into_parts();
     rewrite::response_for_client(&mut head);
+    // One try, where no retry policy counted them.
+    if count_in_response && forward.retry_policy.is_none() {
+        (head.headers).insert(X_ENVOY_ATTEMPT_COUNT.clone(), HeaderValue::from_static("1"));
+    }
     Ok(Response::from_parts(head, ResponseBody::upstream(body)))
 }
 
