@@ -4507,3 +4507,180 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     retry_conditions_hold(proxy.addr(), &upstream).await;
 }
+
+/// An upstream that sends a response head and the start of its body, then nothing more
+/// (the connection held open), for each request it reads.
+async fn stalling_upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial";
+                if stream.write_all(head).await.is_err() {
+                    return;
+                }
+                // Held until the proxy lets go.
+                let _ = stream.read(&mut chunk).await;
+            });
+        }
+    });
+    addr
+}
+
+/// `max_stream_duration` of 300 ms on the listener: a slow upstream's request gets 504 in
+/// time, a request whose body stops half way 408, a response whose body stalls is cut off;
+/// a route with `0s` has no limit. Each is counted.
+async fn stream_durations_hold(addr: SocketAddr, admin: SocketAddr) {
+    let started = std::time::Instant::now();
+    let res = send_h1(addr, get("/", &[("x-noop-delay", "5s")])).await;
+    assert_eq!(res.status(), 504);
+    assert_eq!(text(res.into_body()).await, "downstream duration timeout\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let res = send_h1(addr, get("/exempt", &[("x-noop-delay", "500ms")])).await;
+    assert_eq!(res.status(), 200, "no limit on the route");
+
+    // Half a body, then nothing: the request is not whole when the time runs out.
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 10\r\n\r\nhalf.")
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(LIMIT, stream.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+    // The head in time, the body not: the client gets the head and a cut body.
+    let res = send_h1(addr, get("/stalled", &[])).await;
+    assert_eq!(res.status(), 200);
+    let body = tokio::time::timeout(LIMIT, http_body_util::BodyExt::collect(res.into_body()))
+        .await
+        .expect("the body ends");
+    assert!(body.is_err(), "a cut body");
+    assert_eq!(
+        stat_settled(admin, "downstream_rq_max_duration_reached", 3),
+        3
+    );
+}
+
+/// Envoy's `common_http_protocol_options.max_stream_duration` and a route's
+/// `max_stream_duration.max_stream_duration` (`0s`: none), over xDS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_stream_duration_from_the_management_server() {
+    use envoy_types::pb::envoy::config::route::v3::route_action::MaxStreamDuration;
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let stalling = stalling_upstream().await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut exempt = resources::forward("/exempt", "backend");
+    if let Some(envoy_types::pb::envoy::config::route::v3::route::Action::Route(action)) =
+        &mut exempt.action
+    {
+        action.max_stream_duration = Some(MaxStreamDuration {
+            max_stream_duration: Some(PbDuration::default()),
+            ..Default::default()
+        });
+    }
+    let routes = resources::route_config(
+        "web-routes",
+        vec![
+            exempt,
+            resources::forward("/stalled", "stalling"),
+            resources::forward("/", "backend"),
+        ],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            (
+                "backend".into(),
+                any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            ),
+            (
+                "stalling".into(),
+                any(&eds_cluster("stalling", cluster::LbPolicy::RoundRobin)),
+            ),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            (
+                "backend".into(),
+                any(&resources::assignment("backend", &[upstream.local_addr()])),
+            ),
+            (
+                "stalling".into(),
+                any(&resources::assignment("stalling", &[stalling])),
+            ),
+        ],
+    );
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let listener = with_manager(("web".into(), any(&l)), |hcm| {
+        hcm.common_http_protocol_options = Some(HttpProtocolOptions {
+            max_stream_duration: Some(PbDuration {
+                seconds: 0,
+                nanos: 300_000_000,
+            }),
+            ..Default::default()
+        });
+    });
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/exempt", &[])).await.status() == 200
+    })
+    .await;
+    stream_durations_hold(addr, proxy.admin.unwrap()).await;
+    server.shutdown().await;
+}
+
+/// The same from the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_stream_duration_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let stalling = stalling_upstream().await;
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+  - {{ name: stalling, endpoints: [\"{stalling}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http: {{ max_stream_duration: 300ms }}
+    routes:
+      - {{ match: {{ prefix: /exempt }}, cluster: backend, max_stream_duration: 0s }}
+      - {{ match: {{ prefix: /stalled }}, cluster: stalling }}
+      - {{ match: {{ prefix: / }}, cluster: backend }}
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    stream_durations_hold(proxy.addr(), proxy.admin.unwrap()).await;
+}

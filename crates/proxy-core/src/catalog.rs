@@ -149,6 +149,10 @@ catalog! {
             "downstream_headers_dropped_with_underscores",
             "Request headers named with an underscore removed (headers_with_underscores_action: drop_header).",
         ),
+        rq_max_duration: counter = downstream_rq_max_duration(
+            "downstream_rq_max_duration_reached",
+            "Requests ended by max_stream_duration: 408 or 504 before the response began, a reset stream after.",
+        ),
         cx_max_duration: counter = downstream_cx_max_duration(
             "downstream_cx_max_duration_reached",
             "Client connections retired after max_connection_duration (connection: close, a close when idle, or GOAWAY).",

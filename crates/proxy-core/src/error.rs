@@ -133,7 +133,20 @@ pub enum ProxyError {
         addr: SocketAddr,
         what: &'static str,
     },
+    /// The request and its response ran past `max_stream_duration` before the response
+    /// began: 408 while the request was not whole yet, 504 after (as Envoy).
+    #[error("the request took longer than its max_stream_duration of {limit:?}")]
+    StreamDuration {
+        limit: Duration,
+        request_complete: bool,
+    },
 }
+
+/// A response body still streaming when its request's `max_stream_duration` ran out: the
+/// stream is reset.
+#[derive(Debug, thiserror::Error)]
+#[error("the response did not end within the max stream duration")]
+pub(crate) struct StreamDurationReached;
 
 /// A request body that had not ended when the listener's `request_timeout` ran out.
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +203,15 @@ impl ProxyError {
             | ProxyError::Overflow(_)
             | ProxyError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::StreamDuration {
+                request_complete, ..
+            } => {
+                if *request_complete {
+                    StatusCode::GATEWAY_TIMEOUT
+                } else {
+                    StatusCode::REQUEST_TIMEOUT
+                }
+            }
             ProxyError::UpstreamReset { .. }
             | ProxyError::UpstreamProtocol { .. }
             | ProxyError::UpstreamFraming { .. } => StatusCode::BAD_GATEWAY,
@@ -210,7 +232,8 @@ impl ProxyError {
             ProxyError::BadRequest(_)
             | ProxyError::HeadersTooLarge { .. }
             | ProxyError::Http10Refused => ResponseFlag::DownstreamProtocolError,
-            ProxyError::ClientUnknown(_) => return None,
+            // Envoy's downstream duration timeout sets no flag.
+            ProxyError::ClientUnknown(_) | ProxyError::StreamDuration { .. } => return None,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
@@ -257,6 +280,7 @@ impl ProxyError {
             }
             ProxyError::UpstreamTls { .. } => "upstream TLS handshake failure\n",
             ProxyError::Timeout { .. } => "upstream request timeout\n",
+            ProxyError::StreamDuration { .. } => "downstream duration timeout\n",
             ProxyError::UpstreamReset { .. } => "upstream connection reset\n",
             ProxyError::UpstreamProtocol { .. } | ProxyError::UpstreamFraming { .. } => {
                 "upstream protocol error\n"

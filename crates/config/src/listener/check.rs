@@ -135,6 +135,8 @@ pub(crate) fn listener(
                 .request_timeout
                 .map(|t| positive(t, &format!("{path}.http.request_timeout")))
                 .transpose()?,
+            // `0s` is no limit, as Envoy's.
+            max_stream_duration: raw.http.max_stream_duration.filter(|d| !d.is_zero()),
             stream_idle_timeout: positive(
                 raw.http
                     .stream_idle_timeout

@@ -102,6 +102,14 @@ pub struct HttpConfig {
     /// idle timeout still holds).
     #[serde(serialize_with = "ser::opt_duration")]
     pub request_timeout: Option<Duration>,
+    /// A request and its response must be done within this from the request's head (Envoy's
+    /// `max_stream_duration`): 408 (the request not whole yet) or 504 before the response,
+    /// the stream reset after. A route may set its own. `None`: no limit.
+    #[serde(
+        serialize_with = "ser::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_stream_duration: Option<Duration>,
     /// HTTP/2: a stream on which nothing moves for this long is reset (a zero-window stall,
     /// a body never finished).
     #[serde(serialize_with = "ser::duration")]

@@ -58,6 +58,8 @@ pub struct RawHttp {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub request_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_stream_duration: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
     pub stream_idle_timeout: Option<Duration>,
     pub max_request_headers_kb: Option<u32>,
     pub max_requests_per_connection: Option<u32>,

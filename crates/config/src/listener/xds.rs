@@ -811,6 +811,11 @@ fn common_options(
             }
         });
     http.max_requests_per_connection = common.max_requests_per_connection.take().map(|v| v.value);
+    http.max_stream_duration = duration(
+        common.max_stream_duration.take(),
+        &format!("{at}.max_stream_duration"),
+    )?
+    .filter(|d| !d.is_zero());
     // `0s` (or none) is no limit, as Envoy's.
     http.max_connection_duration = duration(
         common.max_connection_duration.take(),

@@ -251,6 +251,7 @@ fn route(
             || raw.host_rewrite_path_regex.is_some()
             || raw.append_x_forwarded_host.is_some()
             || raw.grpc_timeout_header_max.is_some()
+            || raw.max_stream_duration.is_some()
             || raw.retry_policy.is_some()
             || !raw.upgrades.is_empty()
             || raw.prefix_rewrite.is_some()
@@ -260,7 +261,7 @@ fn route(
     {
         return Err(ConfigError::invalid(
             path,
-            "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+            "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `max_stream_duration`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
              `regex_rewrite`, `hash_policy` and `request_mirror_policies` apply only to routes with a \
              `cluster` or `weighted_clusters`",
         ));
@@ -432,6 +433,7 @@ fn route(
             host_rewrite_path_regex,
             append_x_forwarded_host: raw.append_x_forwarded_host.unwrap_or(false),
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
+            max_stream_duration: raw.max_stream_duration,
             retry_policy,
             hash_policy: super::hash_policy::hash_policy(
                 raw.hash_policy,

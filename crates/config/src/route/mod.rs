@@ -311,6 +311,13 @@ pub struct ForwardAction {
         skip_serializing_if = "Option::is_none"
     )]
     pub grpc_timeout_header_max: Option<Duration>,
+    /// This route's limit on a request and its response, over the listener's
+    /// `max_stream_duration` (`0s`: none for the route).
+    #[serde(
+        serialize_with = "ser::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_stream_duration: Option<Duration>,
     pub retry_policy: Option<RetryPolicy>,
     /// What a request is hashed on for the cluster's host (its `hash_key` when `None`).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -62,6 +62,9 @@ pub struct RawRoute {
     /// gRPC requests: the timeout is their `grpc-timeout`, at most this (`0s`: no most).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub grpc_timeout_header_max: Option<Duration>,
+    /// The listener's `max_stream_duration` for this route's requests (`0s`: none).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_stream_duration: Option<Duration>,
     pub retry_policy: Option<RawRetryPolicy>,
     #[serde(default)]
     pub upgrades: Vec<String>,

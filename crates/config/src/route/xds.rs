@@ -451,18 +451,11 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         )? {
             raw.grpc_timeout_header_max = Some(max);
         }
-        // `0s` is no limit on the stream, as without the field.
-        if duration(
+        // `0s`: no limit for the route's streams, whatever the connection manager's.
+        raw.max_stream_duration = duration(
             stream.max_stream_duration.take(),
             &format!("{at}.max_stream_duration"),
-        )?
-        .is_some_and(|d| !d.is_zero())
-        {
-            return Err(ResourceError::Unsupported {
-                at,
-                fields: vec!["max_stream_duration (other than 0s)".into()],
-            });
-        }
+        )?;
         nothing_else(&stream, fields::MAX_STREAM_DURATION, &at)?;
     }
     match a.host_rewrite_specifier.take() {

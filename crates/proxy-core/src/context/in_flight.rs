@@ -50,6 +50,16 @@ impl InFlight {
         }
     }
 
+    /// When the request's head came.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Counts a request ended by its `max_stream_duration`.
+    pub(crate) fn stream_duration_reached(&self) {
+        self.conn.listener.stats.rq_max_duration.inc();
+    }
+
     pub(crate) fn set_status(&mut self, status: http::StatusCode) {
         self.status = Some(status);
     }

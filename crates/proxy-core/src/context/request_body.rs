@@ -21,6 +21,8 @@ pub struct RequestBody {
     replay: Option<Rc<RefCell<Replay>>>,
     /// The listener's `request_timeout`, if it has one. Boxed: most bodies have none.
     deadline: Option<Box<Deadline>>,
+    /// Set once the body has ended, for a watcher that asked (`max_stream_duration`).
+    ended: Option<Rc<Cell<bool>>>,
 }
 
 /// Envoy's request timeout: the body must end by then, unless the response has begun.
@@ -130,6 +132,7 @@ impl Replay {
             progress: None,
             replay: None,
             deadline: None,
+            ended: None,
         })
     }
 
@@ -155,6 +158,7 @@ impl RequestBody {
             progress: None,
             replay: None,
             deadline: None,
+            ended: None,
         }
     }
 
@@ -166,6 +170,7 @@ impl RequestBody {
             progress: None,
             replay: None,
             deadline: None,
+            ended: None,
         }
     }
 
@@ -183,6 +188,15 @@ impl RequestBody {
         Some(begun)
     }
 
+    /// A flag set once the body has ended (set already for a body complete now).
+    pub(crate) fn watch_end(&mut self) -> Rc<Cell<bool>> {
+        let ended = Rc::new(Cell::new(self.is_end_stream()));
+        if !ended.get() {
+            self.ended = Some(Rc::clone(&ended));
+        }
+        ended
+    }
+
     /// A body with nothing in it: a request without one, or one the proxy makes up.
     pub(crate) fn empty() -> Self {
         Self {
@@ -191,6 +205,7 @@ impl RequestBody {
             progress: None,
             replay: None,
             deadline: None,
+            ended: None,
         }
     }
 
@@ -267,6 +282,7 @@ impl RequestBody {
             progress: None,
             replay: None,
             deadline: None,
+            ended: None,
         }
     }
 
@@ -410,6 +426,11 @@ impl Body for RequestBody {
         }
         if let (Some(clock), Poll::Ready(_)) = (&this.progress, &polled) {
             clock.set(Instant::now());
+        }
+        if let Some(ended) = &this.ended
+            && (matches!(polled, Poll::Ready(None)) || this.source_ended())
+        {
+            ended.set(true);
         }
         polled
     }

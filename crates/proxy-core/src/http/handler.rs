@@ -208,6 +208,11 @@ pub(crate) fn handle(
         }
         in_flight.answered_with(response.headers());
         in_flight.set_status(response.status());
+        if let Some(at) = facts.stream_deadline
+            && facts.tunnel.is_none()
+        {
+            response.body_mut().end_by(at);
+        }
         match facts.tunnel {
             None => response.body_mut().hold(in_flight),
             // HTTP/1.1: the connection picks the tunnel up once the codec has written the 101.
@@ -253,6 +258,8 @@ struct Facts {
     matched: Matched,
     /// The upstream host that answered, as text.
     upstream: Option<HeaderValue>,
+    /// When the request's `max_stream_duration` runs out, for its response body.
+    stream_deadline: Option<tokio::time::Instant>,
     /// Why a filter answered in the upstream's place.
     flag: Option<ResponseFlag>,
     /// An upgrade the upstream accepted, and for an HTTP/2 stream the client side to await.
@@ -432,7 +439,20 @@ async fn route_and_forward(
                 .scheme(scope.conn.listener.tls, req.headers()),
         )?,
         RouteAction::Forward(forward) => {
-            forward_request(
+            // The route's `max_stream_duration` over the listener's; `0s`: none for it.
+            let limit = match forward.max_stream_duration {
+                Some(limit) if limit.is_zero() => None,
+                Some(limit) => Some(limit),
+                None => scope.http.max_stream_duration,
+            };
+            let deadline = limit.map(|limit| {
+                (
+                    limit,
+                    in_flight.started() + limit,
+                    req.body_mut().watch_end(),
+                )
+            });
+            let forwarding = forward_request(
                 req,
                 host.clone(),
                 (forward, matched.weighted),
@@ -440,8 +460,22 @@ async fn route_and_forward(
                 scope,
                 in_flight,
                 facts,
-            )
-            .await?
+            );
+            match deadline {
+                None => forwarding.await?,
+                Some((limit, at, ended)) => {
+                    let Ok(response) = tokio::time::timeout_at(at, forwarding).await else {
+                        in_flight.stream_duration_reached();
+                        return Err(ProxyError::StreamDuration {
+                            limit,
+                            request_complete: ended.get(),
+                        });
+                    };
+                    // The response body too must end by then.
+                    facts.stream_deadline = Some(at);
+                    response?
+                }
+            }
         }
     };
     facts.host = host;

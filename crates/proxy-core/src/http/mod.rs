@@ -61,6 +61,9 @@ pub(crate) struct HttpCtx {
     pub(crate) accept_http_10: bool,
     /// A request's body must end within this from its head, unless the response has begun.
     pub(crate) request_timeout: Option<std::time::Duration>,
+    /// A request and its response must be done within this from the head (a route may say
+    /// otherwise).
+    pub(crate) max_stream_duration: Option<std::time::Duration>,
     /// The host of an HTTP/1.0 request that names none.
     pub(crate) default_host_for_http_10: Option<http::HeaderValue>,
     /// What is taken off a request's host (its `local_port` filled in per connection).

@@ -9,7 +9,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::cluster::UpstreamBody;
 use crate::context::InFlight;
-use crate::error::BodyError;
+use crate::error::{BodyError, StreamDurationReached};
 use crate::filters::BodyFilter;
 
 /// A response body: either streamed from an upstream or a small local reply. It holds its
@@ -19,6 +19,9 @@ pub struct ResponseBody {
     /// Set by a filter's response phase (compression). Boxed: most responses have none.
     filter: Option<Box<BodyFilter>>,
     in_flight: Option<InFlight>,
+    /// The request's `max_stream_duration` end, when it has one: the body fails then, and
+    /// the codec resets the stream. Boxed: most responses have none.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 enum Inner {
@@ -41,7 +44,13 @@ impl ResponseBody {
             inner,
             filter: None,
             in_flight: None,
+            deadline: None,
         }
+    }
+
+    /// The body fails at `at` if it has not ended by then.
+    pub(crate) fn end_by(&mut self, at: tokio::time::Instant) {
+        self.deadline = Some(Box::pin(tokio::time::sleep_until(at)));
     }
 
     pub(crate) fn hold(&mut self, in_flight: InFlight) {
@@ -63,6 +72,15 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
+        if let Some(deadline) = &mut this.deadline
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            this.deadline = None;
+            if let Some(in_flight) = &this.in_flight {
+                in_flight.stream_duration_reached();
+            }
+            return Poll::Ready(Some(Err(Box::new(StreamDurationReached))));
+        }
         let polled = match &mut this.filter {
             None => Pin::new(&mut this.inner).poll_frame(cx),
             Some(filter) => filter.poll_frame(Pin::new(&mut this.inner), cx),

@@ -247,6 +247,7 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         request_id: RequestIdPolicy::new(&config.http),
         accept_http_10: config.http.accept_http_10,
         request_timeout: config.http.request_timeout,
+        max_stream_duration: config.http.max_stream_duration,
         // Checked as a host at load.
         default_host_for_http_10: config
             .http
