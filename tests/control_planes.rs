@@ -4684,3 +4684,235 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     stream_durations_hold(proxy.addr(), proxy.admin.unwrap()).await;
 }
+
+/// A gRPC upstream (HTTP/2, cleartext) that answers every call with the request's body and
+/// the trailers `grpc-status: 0`, `grpc-message: echoed`, and sends each request's
+/// `content-type` and `te` to the test.
+async fn grpc_echo() -> (
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (seen, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            let header = |name: &str| {
+                                req.headers()
+                                    .get(name)
+                                    .map(|v| v.to_str().unwrap().to_owned())
+                                    .unwrap_or_default()
+                            };
+                            let _ = seen.send((header("content-type"), header("te")));
+                            let body = req.into_body().collect().await?.to_bytes();
+                            let (mut tx, out) = http_body_util::channel::Channel::<
+                                bytes::Bytes,
+                                hyper::Error,
+                            >::new(4);
+                            tokio::spawn(async move {
+                                let _ = tx.send_data(body).await;
+                                let mut trailers = http::HeaderMap::new();
+                                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                                trailers.insert(
+                                    "grpc-message",
+                                    http::HeaderValue::from_static("echoed"),
+                                );
+                                let _ = tx.send_trailers(trailers).await;
+                            });
+                            let mut res = http::Response::new(out);
+                            res.headers_mut().insert(
+                                "content-type",
+                                http::HeaderValue::from_static("application/grpc"),
+                            );
+                            Ok::<_, hyper::Error>(res)
+                        }
+                    });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// A gRPC message: uncompressed, its length, its bytes.
+fn grpc_message(payload: &[u8]) -> Vec<u8> {
+    let mut m = vec![0u8];
+    m.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    m.extend_from_slice(payload);
+    m
+}
+
+/// gRPC-Web calls, binary and base64 text, answered by a gRPC upstream through the
+/// `grpc_web` filter: the upstream sees gRPC, the client gets gRPC-Web with the trailers as
+/// the last message.
+async fn grpc_web_holds(
+    addr: SocketAddr,
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let call = grpc_message(b"hello");
+    let trailer = b"grpc-status:0\r\ngrpc-message:echoed\r\n";
+    let mut expected = call.clone();
+    expected.push(0x80);
+    expected.extend_from_slice(&(trailer.len() as u32).to_be_bytes());
+    expected.extend_from_slice(trailer);
+
+    let post = |content_type: &str, accept: &str, body: Vec<u8>| {
+        http::Request::post("/echo.Echo/Say")
+            .header("host", "grpc.test")
+            .header("content-type", content_type)
+            .header("accept", accept)
+            .header("x-grpc-web", "1")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap()
+    };
+    let res = send_h1(
+        addr,
+        post(
+            "application/grpc-web+proto",
+            "application/grpc-web",
+            call.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "application/grpc-web+proto");
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(
+        &body[..],
+        &expected[..],
+        "the echo, then the trailers as a message"
+    );
+    assert_eq!(
+        seen.recv().await.unwrap(),
+        ("application/grpc".into(), "trailers".into())
+    );
+
+    let res = send_h1(
+        addr,
+        post(
+            "application/grpc-web-text",
+            "application/grpc-web-text",
+            b64.encode(&call).into_bytes(),
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/grpc-web-text+proto"
+    );
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(b64.decode(&body[..]).unwrap(), expected, "base64 both ways");
+    assert_eq!(seen.recv().await.unwrap().0, "application/grpc");
+
+    // Not base64: the upstream never gets it whole, and the client is told.
+    let res = send_h1(
+        addr,
+        post(
+            "application/grpc-web-text",
+            "application/grpc-web-text",
+            b"!!!!".to_vec(),
+        ),
+    )
+    .await;
+    assert_ne!(res.status(), 200);
+}
+
+/// Envoy Gateway's chain, `grpc_web` then `grpc_stats`, over xDS, to an HTTP/2 cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_web_from_the_management_server() {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    let (upstream, mut seen) = grpc_echo().await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut backend = eds_cluster("backend", cluster::LbPolicy::RoundRobin);
+    #[allow(deprecated)]
+    {
+        backend.http2_protocol_options = Some(Http2ProtocolOptions::default());
+    }
+    server.set(type_url::CLUSTER, vec![("backend".into(), any(&backend))]);
+    server.set(
+        type_url::ENDPOINT,
+        vec![(
+            "backend".into(),
+            any(&resources::assignment("backend", &[upstream])),
+        )],
+    );
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    let filter = |name: &str, type_url: &str, value: Vec<u8>| HttpFilter {
+        name: name.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+            type_url: type_url.into(),
+            value,
+        })),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![
+            filter(
+                "envoy.filters.http.grpc_web",
+                "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
+                Vec::new(),
+            ),
+            filter(
+                "envoy.filters.http.grpc_stats",
+                "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",
+                vec![8, 1],
+            ),
+        ],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() != 404
+    })
+    .await;
+    while seen.try_recv().is_ok() {}
+    grpc_web_holds(addr, &mut seen).await;
+    server.shutdown().await;
+}
+
+/// The same from the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_web_from_the_file() {
+    let (upstream, mut seen) = grpc_echo().await;
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{upstream}\"], protocol: http2 }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http_filters:
+      - grpc_web: {{}}
+    routes:
+      - {{ match: {{ prefix: / }}, cluster: backend }}
+"
+    );
+    let proxy = Proxy::start(&config, 1);
+    grpc_web_holds(proxy.addr(), &mut seen).await;
+}

@@ -207,6 +207,8 @@ http_filters! {
     Compression(compression::CompressionConfig),
     /// Cross-origin resource sharing: preflights answered, response headers added.
     Cors(cors::CorsConfig),
+    /// gRPC-Web requests as gRPC upstream, and the responses back (Envoy's `grpc_web`).
+    GrpcWeb(grpc_web::GrpcWebConfig),
     /// Delays and aborts injected into a share of requests (Envoy's `fault`).
     Fault(fault::FaultConfig),
     /// A load balancer's probes of this proxy, answered here (Envoy's `health_check`).

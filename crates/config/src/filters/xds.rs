@@ -16,10 +16,12 @@ use crate::envoy::{ResourceError, decode};
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 4] = [
+const NAMES: [(&str, &str); 6] = [
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.ext_authz", "ext_authz"),
     ("envoy.filters.http.fault", "fault"),
+    ("envoy.filters.http.grpc_web", "grpc_web"),
+    ("envoy.filters.http.header_mutation", "header_mutation"),
     ("envoy.filters.http.local_ratelimit", "local_rate_limit"),
 ];
 

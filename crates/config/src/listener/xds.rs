@@ -23,6 +23,7 @@ use crate::filters::RawHttpFilter;
 use crate::filters::compression::xds as compression;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
+use crate::filters::grpc_web::xds as grpc_web;
 use crate::filters::header_mutation::xds as header_mutation;
 use crate::filters::health_check::xds as health_check;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
@@ -701,6 +702,9 @@ fn http_filters(
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
                 XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
+            Some(any) if any.type_url == grpc_web::TYPE_URL => {
+                XdsHttpFilter::Settled(RawHttpFilter::GrpcWeb(grpc_web::settings(&any)?))
+            }
             Some(any) if any.type_url == header_mutation::TYPE_URL => XdsHttpFilter::Settled(
                 RawHttpFilter::HeaderMutation(header_mutation::settings(&any, &at)?),
             ),
@@ -739,7 +743,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (compressor, cors, ext_authz, fault, header_mutation, health_check, local_ratelimit and the router only)",
+                        "HTTP filter `{}` (compressor, cors, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
                         f.name
                     )],
                 });

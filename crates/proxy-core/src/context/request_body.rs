@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -63,6 +63,12 @@ enum Source {
     },
     /// A mirror's copy of another request's body.
     Mirrored(FeedReceiver),
+    /// gRPC-Web text: the client's base64, decoded as it comes, whole groups of four at a
+    /// time (a client may pad each of its messages).
+    Base64 {
+        inner: Box<Source>,
+        pending: Vec<u8>,
+    },
 }
 
 /// When a body last moved, shared by the body and the route timeout that watches it. Clocks
@@ -195,6 +201,16 @@ impl RequestBody {
             self.ended = Some(Rc::clone(&ended));
         }
         ended
+    }
+
+    /// The body is base64 (gRPC-Web text): it goes on decoded, and fails where it is not
+    /// base64.
+    pub(crate) fn decode_base64(&mut self) {
+        let inner = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
+        self.source = Source::Base64 {
+            inner: Box::new(inner),
+            pending: Vec::new(),
+        };
     }
 
     /// A body with nothing in it: a request without one, or one the proxy makes up.
@@ -348,6 +364,29 @@ impl Body for Source {
                 polled
             }
             Source::Mirrored(receiver) => receiver.poll_frame(cx),
+            Source::Base64 { inner, pending } => loop {
+                match ready!(Pin::new(inner.as_mut()).poll_frame(cx)) {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => {
+                            pending.extend(data.iter().filter(|b| !b.is_ascii_whitespace()));
+                            let whole = pending.len() / 4 * 4;
+                            if whole == 0 {
+                                continue;
+                            }
+                            let decoded = decode_base64(&pending[..whole]);
+                            pending.drain(..whole);
+                            return Poll::Ready(Some(decoded.map(Frame::data)));
+                        }
+                        Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                    },
+                    None if pending.is_empty() => return Poll::Ready(None),
+                    None => {
+                        pending.clear();
+                        return Poll::Ready(Some(Err(Box::new(InvalidBase64))));
+                    }
+                    Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                }
+            },
         }
     }
 
@@ -360,6 +399,7 @@ impl Body for Source {
             Source::ReadAhead { front, rest } => front.is_empty() && rest.is_end_stream(),
             Source::Teed { inner, .. } => inner.is_end_stream(),
             Source::Mirrored(receiver) => receiver.is_end_stream(),
+            Source::Base64 { inner, pending } => pending.is_empty() && inner.is_end_stream(),
         }
     }
 
@@ -385,6 +425,8 @@ impl Body for Source {
             }
             Source::Teed { inner, .. } => inner.size_hint(),
             Source::Mirrored(receiver) => receiver.size_hint(),
+            // Three bytes for four, whatever their number.
+            Source::Base64 { .. } => SizeHint::default(),
         }
     }
 }
@@ -451,4 +493,17 @@ impl RequestBody {
     fn source_ended(&self) -> bool {
         self.source.is_end_stream()
     }
+}
+
+/// A gRPC-Web text body that is not base64.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid base64 in a gRPC-Web text request body")]
+pub(crate) struct InvalidBase64;
+
+fn decode_base64(text: &[u8]) -> Result<Bytes, BodyError> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map(Bytes::from)
+        .map_err(|_| Box::new(InvalidBase64) as BodyError)
 }

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
 
 use super::compression::Compressor;
@@ -13,8 +13,10 @@ use crate::catalog::CompressionStats;
 use crate::error::BodyError;
 
 /// A change to a response body as it streams. Boxed by its owner: most responses have none.
+#[allow(clippy::large_enum_variant)] // boxed whole by its owner
 pub(crate) enum BodyFilter {
     Compress(Compress),
+    GrpcWeb(GrpcWebBody),
 }
 
 impl BodyFilter {
@@ -29,6 +31,14 @@ impl BodyFilter {
         })
     }
 
+    pub(super) fn grpc_web(text: bool) -> Self {
+        BodyFilter::GrpcWeb(GrpcWebBody {
+            text,
+            pending: BytesMut::new(),
+            done: false,
+        })
+    }
+
     /// The next frame of the filtered body, polling `inner` for input.
     pub(crate) fn poll_frame<B>(
         &mut self,
@@ -40,12 +50,14 @@ impl BodyFilter {
     {
         match self {
             BodyFilter::Compress(c) => c.poll_frame(inner, cx),
+            BodyFilter::GrpcWeb(g) => g.poll_frame(inner, cx),
         }
     }
 
     pub(crate) fn is_end_stream(&self) -> bool {
         match self {
             BodyFilter::Compress(c) => c.compressor.is_none() && c.trailers.is_none(),
+            BodyFilter::GrpcWeb(g) => g.done,
         }
     }
 }
@@ -129,5 +141,65 @@ impl Drop for Compress {
     fn drop(&mut self) {
         self.stats.uncompressed_bytes.add(self.bytes_in);
         self.stats.compressed_bytes.add(self.bytes_out);
+    }
+}
+
+/// A gRPC response's body as gRPC-Web: its trailers as a last message, and everything base64
+/// for a text client (three bytes at a time as they come, the rest padded at the end).
+pub(crate) struct GrpcWebBody {
+    text: bool,
+    /// Bytes not yet encoded (fewer than three between frames).
+    pending: BytesMut,
+    done: bool,
+}
+
+impl GrpcWebBody {
+    fn poll_frame<B>(
+        &mut self,
+        mut inner: Pin<&mut B>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>>
+    where
+        B: Body<Data = Bytes, Error = BodyError>,
+    {
+        use base64::Engine;
+        let encode =
+            |bytes: &[u8]| Bytes::from(base64::engine::general_purpose::STANDARD.encode(bytes));
+        loop {
+            if self.done {
+                return Poll::Ready(None);
+            }
+            let last = match std::task::ready!(inner.as_mut().poll_frame(cx)) {
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if !self.text => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(data) => {
+                        self.pending.extend_from_slice(&data);
+                        let whole = self.pending.len() / 3 * 3;
+                        if whole == 0 {
+                            continue;
+                        }
+                        let chunk = self.pending.split_to(whole);
+                        return Poll::Ready(Some(Ok(Frame::data(encode(&chunk)))));
+                    }
+                    Err(frame) => match frame.into_trailers() {
+                        Ok(trailers) => Some(super::grpc_web::trailer_message(&trailers)),
+                        Err(_) => continue,
+                    },
+                },
+                None => None,
+            };
+            self.done = true;
+            let out = match (self.text, last) {
+                (false, last) => last,
+                (true, last) => {
+                    if let Some(message) = last {
+                        self.pending.extend_from_slice(&message);
+                    }
+                    (!self.pending.is_empty()).then(|| encode(&self.pending.split()))
+                }
+            };
+            return Poll::Ready(out.map(|bytes| Ok(Frame::data(bytes))));
+        }
     }
 }

@@ -214,6 +214,7 @@ filters! {
     HeaderMutation(header_mutation::HeaderMutation),
     Compression(compression::Compression),
     Cors(cors::Cors),
+    GrpcWeb(grpc_web::GrpcWeb),
     Fault(fault::Fault),
     HealthCheck(health_check::HealthCheck),
 }
