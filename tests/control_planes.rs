@@ -4916,3 +4916,113 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     grpc_web_holds(proxy.addr(), &mut seen).await;
 }
+
+/// A POST of `size` bytes sent chunked (no `content-length`), with the upstream echoing the
+/// headers it got.
+async fn chunked_post(addr: SocketAddr, path: &str, size: usize) -> (u16, String) {
+    let (mut tx, body) = http_body_util::channel::Channel::<bytes::Bytes, std::io::Error>::new(2);
+    tokio::spawn(async move {
+        let _ = tx.send_data(bytes::Bytes::from(vec![b'x'; size])).await;
+    });
+    let req = http::Request::post(path)
+        .header("host", "a.test")
+        .header("x-noop-echo", "headers")
+        .body(body)
+        .unwrap();
+    let res = send_h1(addr, req).await;
+    let status = res.status().as_u16();
+    (status, text(res.into_body()).await)
+}
+
+/// The `buffer` filter off on the listener and on for one route (Envoy Gateway's
+/// BackendTrafficPolicy): a body within the limit goes upstream whole with its length, a
+/// longer one is answered 413 without reaching it; other routes stream as they came.
+async fn buffering_holds(addr: SocketAddr, upstream: &testbed::NoopHandle) {
+    let (status, echo) = chunked_post(addr, "/buffered", 500).await;
+    assert_eq!(status, 200);
+    assert_eq!(echoed(&echo, "content-length"), ["500"]);
+    assert_eq!(echoed(&echo, "transfer-encoding"), Vec::<String>::new());
+    let before = upstream.requests();
+    let (status, body) = chunked_post(addr, "/buffered", 2000).await;
+    assert_eq!((status, body.as_str()), (413, "Payload Too Large"));
+    assert_eq!(upstream.requests(), before, "never sent");
+    let (status, echo) = chunked_post(addr, "/streamed", 2000).await;
+    assert_eq!(status, 200);
+    assert_eq!(echoed(&echo, "content-length"), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_buffering_from_the_management_server() {
+    use envoy_types::pb::envoy::extensions::filters::http::buffer::v3::{
+        Buffer, BufferPerRoute, buffer_per_route,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut buffered = resources::forward("/buffered", "backend");
+    buffered.typed_per_filter_config.insert(
+        "envoy.filters.http.buffer".into(),
+        any(&BufferPerRoute {
+            r#override: Some(buffer_per_route::Override::Buffer(Buffer {
+                max_request_bytes: Some(UInt32Value { value: 1000 }),
+            })),
+        }),
+    );
+    let routes = resources::route_config(
+        "web-routes",
+        vec![buffered, resources::forward("/", "backend")],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let filter = HttpFilter {
+        name: "envoy.filters.http.buffer".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&Buffer {
+            max_request_bytes: Some(UInt32Value { value: 4_194_304 }),
+        }))),
+        disabled: true,
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![filter],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    buffering_holds(addr, &upstream).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_buffering_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http_filters:
+      - buffer: {{ max_request_bytes: 1000 }}
+    routes:
+      - {{ match: {{ prefix: /buffered }}, cluster: backend }}
+      - {{ match: {{ prefix: / }}, cluster: backend, filters: {{ buffer: disabled }} }}
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    buffering_holds(proxy.addr(), &upstream).await;
+}

@@ -199,6 +199,8 @@ http_filters! {
     ExtAuthz(ext_authz::ExtAuthzConfig),
     /// A token bucket per listener, route or key (Envoy's `local_ratelimit`).
     LocalRateLimit(local_rate_limit::LocalRateLimitConfig),
+    /// A request's whole body read before it goes upstream, up to a size (Envoy's `buffer`).
+    Buffer(buffer::BufferConfig),
     /// Add, set and remove request and response headers.
     Headers(headers::HeaderRulesConfig),
     /// The same changes at a place of their own in the chain (Envoy's `header_mutation`).

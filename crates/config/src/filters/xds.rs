@@ -10,13 +10,16 @@ use envoy_types::pb::google::protobuf::Any;
 
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
-use super::{RawPerRoute, RawRouteFilters, compression, cors, ext_authz, fault, local_rate_limit};
+use super::{
+    RawPerRoute, RawRouteFilters, buffer, compression, cors, ext_authz, fault, local_rate_limit,
+};
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 6] = [
+const NAMES: [(&str, &str); 7] = [
+    ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.ext_authz", "ext_authz"),
     ("envoy.filters.http.fault", "fault"),
@@ -97,6 +100,11 @@ pub(crate) fn route_filters(
             }
             fault::xds::TYPE_URL => {
                 filters.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));
+            }
+            buffer::xds::PER_ROUTE => {
+                if let Some(entry) = buffer::xds::per_route(&value)? {
+                    filters.buffer = Some(entry);
+                }
             }
             compression::xds::PER_ROUTE => {
                 if let Some(on) = compression::xds::per_route(&value, &at)? {

@@ -20,6 +20,7 @@ use crate::envoy::{
     ResourceError, decode, duration, fields, nothing_else, socket_address, type_url,
 };
 use crate::filters::RawHttpFilter;
+use crate::filters::buffer::xds as buffer;
 use crate::filters::compression::xds as compression;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
@@ -702,6 +703,9 @@ fn http_filters(
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
                 XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
+            Some(any) if any.type_url == buffer::TYPE_URL => {
+                XdsHttpFilter::Settled(RawHttpFilter::Buffer(buffer::settings(&any)?))
+            }
             Some(any) if any.type_url == grpc_web::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::GrpcWeb(grpc_web::settings(&any)?))
             }
@@ -743,7 +747,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (compressor, cors, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
+                        "HTTP filter `{}` (buffer, compressor, cors, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
                         f.name
                     )],
                 });

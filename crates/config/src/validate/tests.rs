@@ -615,6 +615,10 @@ fn filter_keys_are_checked() {
             "listeners[0].http_filters[0].header_mutation.response.remove_matching[0]: expected one of",
         ),
         (
+            "      - buffer: {}\n",
+            "listeners[0].http_filters[0].buffer.max_request_bytes: required",
+        ),
+        (
             "      - compression: { etag: keep }\n",
             "listeners[0].http_filters[0].compression.etag: expected weaken, remove or skip",
         ),

@@ -245,7 +245,11 @@ impl RequestBody {
     /// `(the first max bytes, whether that is the whole body)`.
     pub(crate) async fn read_ahead(&mut self, max: usize) -> Result<(Bytes, bool), BodyError> {
         use http_body_util::BodyExt;
-        if !matches!(self.source, Source::Client(_) | Source::Http1(_)) {
+        // The client's body, as it came or as a filter before read or decoded it.
+        if !matches!(
+            self.source,
+            Source::Client(_) | Source::Http1(_) | Source::ReadAhead { .. } | Source::Base64 { .. }
+        ) {
             return Ok((Bytes::new(), self.source_ended()));
         }
         let inner = &mut self.source;
@@ -273,6 +277,34 @@ impl RequestBody {
             rest: Box::new(rest),
         };
         Ok((start.freeze(), whole))
+    }
+
+    /// Reads the whole body ahead, if it is at most `max` bytes, to send as it came: its
+    /// length, or `None` (what was read is still sent) for a longer one.
+    pub(crate) async fn read_whole(&mut self, max: u64) -> Result<Option<u64>, BodyError> {
+        use http_body_util::BodyExt;
+        let mut front = VecDeque::new();
+        let mut read = 0u64;
+        let inner = &mut self.source;
+        while read <= max && !inner.is_end_stream() {
+            match inner.frame().await {
+                None => break,
+                Some(Err(error)) => return Err(error),
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        read += data.len() as u64;
+                    }
+                    front.push_back(frame);
+                }
+            }
+        }
+        let whole = inner.is_end_stream() && read <= max;
+        let rest = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
+        self.source = Source::ReadAhead {
+            front,
+            rest: Box::new(rest),
+        };
+        Ok(whole.then_some(read))
     }
 
     /// A body for a copy of this request sent to a mirror: its frames as this body's go

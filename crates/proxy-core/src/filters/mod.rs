@@ -210,6 +210,7 @@ macro_rules! filters {
 filters! {
     ExtAuthz(ext_authz::ExtAuthz),
     LocalRateLimit(local_rate_limit::LocalRateLimit),
+    Buffer(buffer::Buffer),
     Headers(headers::Headers),
     HeaderMutation(header_mutation::HeaderMutation),
     Compression(compression::Compression),
