@@ -5026,3 +5026,177 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     buffering_holds(proxy.addr(), &upstream).await;
 }
+
+/// A request of `method` to `path` on host `a.test` with these headers: its status.
+async fn status_of(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "a.test");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    send_h1(addr, req).await.status().as_u16()
+}
+
+/// CSRF checks as Envoy Gateway's CSRF policy sets them: off on the listener (0%), on for
+/// `/forms` with two more origins allowed, shadowed on `/shadow`.
+async fn csrf_holds(addr: SocketAddr, admin: SocketAddr) {
+    let post =
+        async |path: &str, headers: &[(&str, &str)]| status_of(addr, "POST", path, headers).await;
+    assert_eq!(
+        post("/forms", &[("origin", "https://a.test")]).await,
+        200,
+        "its own origin"
+    );
+    assert_eq!(
+        post("/forms", &[("origin", "https://evil.test")]).await,
+        403
+    );
+    assert_eq!(
+        post("/forms", &[("origin", "https://x.trusted.com")]).await,
+        200
+    );
+    assert_eq!(
+        post("/forms", &[("referer", "http://a.test/page?q")]).await,
+        200
+    );
+    assert_eq!(post("/forms", &[]).await, 403, "no origin at all");
+    assert_eq!(
+        status_of(addr, "GET", "/forms", &[("origin", "https://evil.test")]).await,
+        200,
+        "a GET changes nothing"
+    );
+    assert_eq!(
+        post("/", &[("origin", "https://evil.test")]).await,
+        200,
+        "0% here"
+    );
+    assert_eq!(
+        post("/shadow", &[("origin", "https://evil.test")]).await,
+        200,
+        "counted only"
+    );
+    assert_eq!(stat_settled(admin, "http_csrf_request_invalid", 3), 3);
+    assert_eq!(stat_settled(admin, "http_csrf_missing_source_origin", 1), 1);
+    assert_eq!(stat_settled(admin, "http_csrf_request_valid", 3), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csrf_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+    use envoy_types::pb::envoy::extensions::filters::http::csrf::v3::CsrfPolicy;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        RegexMatcher, StringMatcher, string_matcher,
+    };
+    use envoy_types::pb::envoy::r#type::v3::FractionalPercent;
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let percent = |numerator: u32| RuntimeFractionalPercent {
+        default_value: Some(FractionalPercent {
+            numerator,
+            denominator: 0,
+        }),
+        runtime_key: String::new(),
+    };
+    let with_policy = |prefix: &str, policy: CsrfPolicy| {
+        let mut route = resources::forward(prefix, "backend");
+        route
+            .typed_per_filter_config
+            .insert("envoy.filters.http.csrf".into(), any(&policy));
+        route
+    };
+    let forms = CsrfPolicy {
+        filter_enabled: Some(percent(100)),
+        shadow_enabled: None,
+        additional_origins: vec![
+            StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Exact(
+                    "www.example.com".into(),
+                )),
+                ..Default::default()
+            },
+            StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::SafeRegex(RegexMatcher {
+                    regex: r".*\.trusted\.com".into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+        ],
+    };
+    let shadow = CsrfPolicy {
+        filter_enabled: Some(percent(0)),
+        shadow_enabled: Some(percent(100)),
+        additional_origins: Vec::new(),
+    };
+    let routes = resources::route_config(
+        "web-routes",
+        vec![
+            with_policy("/forms", forms),
+            with_policy("/shadow", shadow),
+            resources::forward("/", "backend"),
+        ],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let filter = HttpFilter {
+        name: "envoy.filters.http.csrf".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&CsrfPolicy {
+            filter_enabled: Some(RuntimeFractionalPercent::default()),
+            ..Default::default()
+        }))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![filter],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        status_of(addr, "GET", "/forms", &[]).await == 200
+    })
+    .await;
+    csrf_holds(addr, proxy.admin.unwrap()).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csrf_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http_filters:
+      - csrf: {{ enabled: 0% }}
+    routes:
+      - match: {{ prefix: /forms }}
+        cluster: backend
+        filters:
+          csrf: {{ additional_origins: [{{ exact: www.example.com }}, {{ regex: \".*\\\\.trusted\\\\.com\" }}] }}
+      - {{ match: {{ prefix: /shadow }}, cluster: backend, filters: {{ csrf: {{ enabled: 0%, shadow: 100% }} }} }}
+      - {{ match: {{ prefix: / }}, cluster: backend }}
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    csrf_holds(proxy.addr(), proxy.admin.unwrap()).await;
+}

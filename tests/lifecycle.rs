@@ -401,5 +401,5 @@ fn the_readme_config_reference_is_valid() {
     // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
     // upgrades, routing, mirroring, the client's address (and its detection), tracing: a
     // block that stops being fenced as yaml would stop being checked.
-    assert_eq!(blocks, 23, "README yaml blocks");
+    assert_eq!(blocks, 24, "README yaml blocks");
 }

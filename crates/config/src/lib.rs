@@ -64,7 +64,7 @@ pub use cluster::*;
 pub use filters::*;
 pub use listener::raw::*;
 pub use listener::*;
-pub use matchers::Share;
+pub use matchers::{RawStringMatch, Share};
 pub use overload::{Environment as OverloadEnvironment, OverloadConfig, RawOverload};
 pub use path::{EscapedSlashes, PathNormalization};
 pub use raw::*;

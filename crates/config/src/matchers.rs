@@ -40,6 +40,44 @@ pub(crate) fn string_match(
     }))
 }
 
+/// A string pattern alone (no name): one of its keys.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStringMatch {
+    pub exact: Option<String>,
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+    pub contains: Option<String>,
+    pub regex: Option<String>,
+}
+
+/// A list of string patterns, each with exactly one key.
+pub(crate) fn string_patterns(
+    raw: Vec<RawStringMatch>,
+    path: &str,
+) -> Result<Vec<StringMatch>, ConfigError> {
+    raw.into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let at = format!("{path}[{i}]");
+            let m = RawHeaderMatch {
+                exact: m.exact,
+                prefix: m.prefix,
+                suffix: m.suffix,
+                contains: m.contains,
+                regex: m.regex,
+                ..Default::default()
+            };
+            string_match(&m, &at)?.ok_or_else(|| {
+                ConfigError::invalid(
+                    at,
+                    "expected one of `exact`, `prefix`, `suffix`, `contains` or `regex`",
+                )
+            })
+        })
+        .collect()
+}
+
 /// A regex that must match a whole value.
 pub(crate) fn pattern(value: &str, ignore_case: bool, path: &str) -> Result<Pattern, ConfigError> {
     Pattern::new(value, ignore_case)

@@ -291,6 +291,21 @@ catalog! {
             "Requests over a shadow-mode descriptor's limit, let through.",
         ),
     }
+    /// One worker's handles for one listener's CSRF filter.
+    csrf -> CsrfStats(listener) {
+        request_valid: counter = http_csrf_request_valid(
+            "http_csrf_request_valid",
+            "State-changing requests the csrf filter checked and found from their own or an allowed origin.",
+        ),
+        request_invalid: counter = http_csrf_request_invalid(
+            "http_csrf_request_invalid",
+            "State-changing requests from another origin (refused 403 where enforced, counted only where shadowed).",
+        ),
+        missing_source_origin: counter = http_csrf_missing_source_origin(
+            "http_csrf_missing_source_origin",
+            "State-changing requests the csrf filter checked that had neither origin nor referer.",
+        ),
+    }
     /// One worker's handles for one listener's fault filter.
     fault -> FaultStats(listener) {
         delays_injected: counter = http_fault_delays_injected(

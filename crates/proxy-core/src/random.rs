@@ -28,3 +28,12 @@ pub(crate) fn next_u64() -> u64 {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     })
 }
+
+/// Whether this request falls in `share` (drawn only for a share between none and all).
+pub(crate) fn drawn(share: config::Share) -> bool {
+    match share {
+        config::Share::ALL => true,
+        config::Share::NONE => false,
+        share => share.holds(next_u64() % 1_000_000),
+    }
+}

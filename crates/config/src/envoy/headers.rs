@@ -174,7 +174,7 @@ pub(crate) fn ordered(
                     .filter(|name| pattern.matches(name.as_bytes()))
                     .cloned()
                     .collect();
-                remove_matching.push(crate::RawNameMatch {
+                remove_matching.push(crate::RawStringMatch {
                     exact: raw.exact,
                     prefix: raw.prefix,
                     suffix: raw.suffix,

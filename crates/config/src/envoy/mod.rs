@@ -87,6 +87,19 @@ pub(crate) fn fractional_percent(
     Ok((percent, denominator))
 }
 
+/// A runtime percentage as its default value (there is no runtime here), in percent for the
+/// file's form; unset is 0%, as Envoy's.
+pub(crate) fn runtime_percent(
+    value: Option<envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent>,
+    at: &str,
+) -> Result<serde_yaml::Value, ResourceError> {
+    let percent = match value.and_then(|v| v.default_value) {
+        None => 0.0,
+        Some(p) => fractional_percent(&p, &format!("{at}.default_value"))?.0,
+    };
+    Ok(serde_yaml::Value::Number(percent.into()))
+}
+
 /// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
 /// the longest wait here is a day, so nothing is held forever.
 pub(crate) const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);

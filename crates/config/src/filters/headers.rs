@@ -51,7 +51,7 @@ pub struct HeaderMutations {
     pub remove: Vec<HeaderName>,
     /// Removes every header whose name matches (never one of the [`PROTECTED`] ones), after
     /// `remove`.
-    #[serde(serialize_with = "name_matches", skip_serializing_if = "Vec::is_empty")]
+    #[serde(serialize_with = "ser::string_matches", skip_serializing_if = "Vec::is_empty")]
     pub remove_matching: Vec<StringMatch>,
 }
 
@@ -60,18 +60,6 @@ pub fn changeable(name: &HeaderName) -> bool {
     !PROTECTED.contains(name) && name.as_str() != "keep-alive"
 }
 
-fn name_matches<S: Serializer>(list: &[StringMatch], s: S) -> Result<S::Ok, S::Error> {
-    struct One<'a>(&'a StringMatch);
-    impl Serialize for One<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            use serde::ser::SerializeMap;
-            let mut map = s.serialize_map(Some(1))?;
-            self.0.write(&mut map)?;
-            map.end()
-        }
-    }
-    s.collect_seq(list.iter().map(One))
-}
 
 impl HeaderMutations {
     pub fn is_empty(&self) -> bool {
@@ -198,19 +186,9 @@ pub struct RawHeaderMutations {
     pub remove: Vec<String>,
     /// Names matched by `{ exact | prefix | suffix | contains | regex: ... }`.
     #[serde(default)]
-    pub remove_matching: Vec<RawNameMatch>,
+    pub remove_matching: Vec<RawStringMatch>,
 }
 
-/// A header name pattern: one of its keys.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawNameMatch {
-    pub exact: Option<String>,
-    pub prefix: Option<String>,
-    pub suffix: Option<String>,
-    pub contains: Option<String>,
-    pub regex: Option<String>,
-}
 
 /// Headers that frame, route or upgrade a message: changing them would let a rule break the
 /// exchange (or smuggle a request), so rules may not touch them.
@@ -304,27 +282,10 @@ pub(crate) fn mutations(
         .enumerate()
         .map(|(i, text)| name(text, format!("{path}.remove[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut remove_matching = Vec::with_capacity(raw.remove_matching.len());
-    for (i, m) in raw.remove_matching.into_iter().enumerate() {
-        let at = format!("{path}.remove_matching[{i}]");
-        let m = RawHeaderMatch {
-            exact: m.exact,
-            prefix: m.prefix,
-            suffix: m.suffix,
-            contains: m.contains,
-            regex: m.regex,
-            ..Default::default()
-        };
-        match crate::matchers::string_match(&m, &at)? {
-            Some(m) => remove_matching.push(m),
-            None => {
-                return Err(ConfigError::invalid(
-                    at,
-                    "expected one of `exact`, `prefix`, `suffix`, `contains` or `regex`",
-                ));
-            }
-        }
-    }
+    let remove_matching = crate::matchers::string_patterns(
+        raw.remove_matching,
+        &format!("{path}.remove_matching"),
+    )?;
     Ok(HeaderMutations {
         remove_matching,
         set: values(raw.set, "set")?,

@@ -209,6 +209,8 @@ http_filters! {
     Compression(compression::CompressionConfig),
     /// Cross-origin resource sharing: preflights answered, response headers added.
     Cors(cors::CorsConfig),
+    /// State-changing requests from another origin refused (Envoy's `csrf`).
+    Csrf(csrf::CsrfConfig),
     /// gRPC-Web requests as gRPC upstream, and the responses back (Envoy's `grpc_web`).
     GrpcWeb(grpc_web::GrpcWebConfig),
     /// Delays and aborts injected into a share of requests (Envoy's `fault`).

@@ -11,16 +11,18 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 use super::{
-    RawPerRoute, RawRouteFilters, buffer, compression, cors, ext_authz, fault, local_rate_limit,
+    RawPerRoute, RawRouteFilters, buffer, compression, cors, csrf, ext_authz, fault,
+    local_rate_limit,
 };
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 7] = [
+const NAMES: [(&str, &str); 8] = [
     ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
+    ("envoy.filters.http.csrf", "csrf"),
     ("envoy.filters.http.ext_authz", "ext_authz"),
     ("envoy.filters.http.fault", "fault"),
     ("envoy.filters.http.grpc_web", "grpc_web"),
@@ -97,6 +99,9 @@ pub(crate) fn route_filters(
                 let policy = cors::xds::decode_policy(&value)?;
                 filters.cors = Some(cors::xds::settings(policy.clone(), cors_parent, &at)?);
                 cors_policy = Some(policy);
+            }
+            csrf::xds::TYPE_URL => {
+                filters.csrf = Some(RawPerRoute::Settings(csrf::xds::settings(&value, &at)?));
             }
             fault::xds::TYPE_URL => {
                 filters.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));

@@ -22,6 +22,7 @@ use crate::envoy::{
 use crate::filters::RawHttpFilter;
 use crate::filters::buffer::xds as buffer;
 use crate::filters::compression::xds as compression;
+use crate::filters::csrf::xds as csrf;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
 use crate::filters::grpc_web::xds as grpc_web;
@@ -703,6 +704,9 @@ fn http_filters(
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
                 XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
+            Some(any) if any.type_url == csrf::TYPE_URL => {
+                XdsHttpFilter::Settled(RawHttpFilter::Csrf(csrf::settings(&any, &at)?))
+            }
             Some(any) if any.type_url == buffer::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Buffer(buffer::settings(&any)?))
             }
@@ -747,7 +751,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (buffer, compressor, cors, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
+                        "HTTP filter `{}` (buffer, compressor, cors, csrf, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
                         f.name
                     )],
                 });

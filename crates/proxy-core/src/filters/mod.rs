@@ -215,6 +215,7 @@ filters! {
     HeaderMutation(header_mutation::HeaderMutation),
     Compression(compression::Compression),
     Cors(cors::Cors),
+    Csrf(csrf::Csrf),
     GrpcWeb(grpc_web::GrpcWeb),
     Fault(fault::Fault),
     HealthCheck(health_check::HealthCheck),

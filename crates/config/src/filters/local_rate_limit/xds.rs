@@ -2,7 +2,6 @@
 //! per-route settings) as the `local_rate_limit` filter's settings. Envoy's buckets are
 //! shared by its worker threads: `scope: process` here.
 
-use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
 use envoy_types::pb::envoy::config::route::v3::RateLimit;
 use envoy_types::pb::envoy::config::route::v3::rate_limit::action::ActionSpecifier;
 use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::LocalRateLimit;
@@ -16,7 +15,7 @@ use super::{
 };
 use crate::envoy::headers::mutations;
 use crate::envoy::matchers::{header, query_parameter};
-use crate::envoy::{ResourceError, decode, duration, fields, fractional_percent, nothing_else};
+use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, runtime_percent};
 
 pub(crate) const TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
@@ -48,8 +47,8 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<RawLocalRateLimit, Resourc
         .take()
         .map(|b| bucket(b, &format!("{at}.token_bucket")))
         .transpose()?;
-    let enabled = share(limit.filter_enabled.take(), &format!("{at}.filter_enabled"))?;
-    let enforced = share(limit.filter_enforced.take(), &format!("{at}.filter_enforced"))?;
+    let enabled = runtime_percent(limit.filter_enabled.take(), &format!("{at}.filter_enabled"))?;
+    let enforced = runtime_percent(limit.filter_enforced.take(), &format!("{at}.filter_enforced"))?;
     let response_headers = mutations(
         std::mem::take(&mut limit.response_headers_to_add),
         Vec::new(),
@@ -148,14 +147,6 @@ fn bucket(b: TokenBucket, at: &str) -> Result<RawTokenBucket, ResourceError> {
     })
 }
 
-/// A runtime percentage: its default (no runtime here); unset is 0%, as Envoy.
-fn share(value: Option<RuntimeFractionalPercent>, at: &str) -> Result<serde_yaml::Value, ResourceError> {
-    let percent = match value.and_then(|v| v.default_value) {
-        None => 0.0,
-        Some(p) => fractional_percent(&p, &format!("{at}.default_value"))?.0,
-    };
-    Ok(serde_yaml::Value::Number(percent.into()))
-}
 
 fn rule(mut r: RateLimit, at: &str) -> Result<RawRateLimitRule, ResourceError> {
     let actions = std::mem::take(&mut r.actions)

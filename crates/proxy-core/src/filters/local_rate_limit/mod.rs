@@ -26,10 +26,10 @@ use crate::error::ProxyError;
 use crate::catalog::RateLimitStats;
 use crate::context::RequestBody;
 use crate::error::ResponseFlag;
-use crate::random::next_u64;
+use crate::random::drawn;
 use config::{
     LocalRateLimitConfig, PerRoute, RateLimitHeaders, RateLimitKey, RateLimitScope,
-    RouteConfiguration, RouteFilters, Share,
+    RouteConfiguration, RouteFilters,
 };
 
 static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -395,14 +395,6 @@ impl LocalRateLimit {
     }
 }
 
-/// Whether this request falls in `share` (drawn only for a share between none and all).
-fn drawn(share: Share) -> bool {
-    match share {
-        Share::ALL => true,
-        Share::NONE => false,
-        share => share.holds(next_u64() % 1_000_000),
-    }
-}
 
 impl Verdict {
     /// The IETF draft's headers, as Envoy writes them: the bucket's size, what is left, and
