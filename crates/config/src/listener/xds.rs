@@ -176,6 +176,21 @@ impl XdsListener {
         if let Some(routes) = routes {
             let chain: Vec<&str> = raw.http_filters.iter().map(RawHttpFilter::name).collect();
             raw.virtual_hosts = routes.section(ready, &self.upgrades, &chain);
+            // A request no virtual host takes meets the listener's settings here; Envoy runs
+            // no filter that only routes turn on for it. A catch-all host without routes (its
+            // answer is the same 404) keeps such filters off there too.
+            let catch_all = (raw.virtual_hosts.iter()).any(|h| h.domains.iter().any(|d| d == "*"));
+            if !self.off_by_default.is_empty() && !catch_all {
+                raw.virtual_hosts.push(crate::RawVirtualHost {
+                    name: "no_virtual_host".into(),
+                    domains: vec!["*".into()],
+                    retry_policy: None,
+                    include_request_attempt_count: None,
+                    include_attempt_count_in_response: None,
+                    filters: None,
+                    routes: Vec::new(),
+                });
+            }
             // Off at each virtual host that says nothing of it; its routes inherit that.
             for host in &mut raw.virtual_hosts {
                 for name in &self.off_by_default {

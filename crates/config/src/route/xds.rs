@@ -456,6 +456,18 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
             stream.max_stream_duration.take(),
             &format!("{at}.max_stream_duration"),
         )?;
+        // With both, Envoy bounds the stream by the `grpc-timeout` (capped) instead: not done
+        // here, where `grpc-timeout` bounds the wait for the response.
+        if raw.max_stream_duration.is_some_and(|d| !d.is_zero())
+            && raw.grpc_timeout_header_max.is_some()
+        {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec![
+                    "grpc_timeout_header_max with a max_stream_duration (one or the other)".into(),
+                ],
+            });
+        }
         nothing_else(&stream, fields::MAX_STREAM_DURATION, &at)?;
     }
     match a.host_rewrite_specifier.take() {

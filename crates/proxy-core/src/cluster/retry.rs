@@ -31,6 +31,8 @@ struct RetryPlan {
     count_attempts: bool,
     /// The response says in `x-envoy-attempt-count` how many tries it took.
     count_in_response: bool,
+    /// How the client spelled its header names, for an upstream that keeps their case.
+    case: Option<h1::HeaderCase>,
 }
 
 impl RetryPlan {
@@ -46,6 +48,7 @@ impl RetryPlan {
                 .extensions()
                 .get::<CountAttemptsInResponse>()
                 .is_some(),
+            case: request.extensions().get::<h1::HeaderCase>().cloned(),
             replay: request.body_mut().record_for_replay(buffer_limit),
         }
     }
@@ -56,6 +59,9 @@ impl RetryPlan {
         *req.uri_mut() = self.uri.clone();
         *req.version_mut() = self.version;
         *req.headers_mut() = self.headers.clone();
+        if let Some(case) = &self.case {
+            req.extensions_mut().insert(case.clone());
+        }
         req
     }
 }
@@ -86,9 +92,11 @@ pub(crate) async fn send_with_retries(
     // Before the first try takes any of the body.
     let plan = RetryPlan::prepare(request, first.buffer_limit());
     let mut retries_left = policy.num_retries;
-    // Only requests the policy names are retried, where it names some.
+    // Only requests the policy names are retried, where it names some: the others are
+    // sent once, as without a policy.
     let named = &policy.retriable_request_headers;
-    if !named.is_empty() && !named.iter().any(|m| m.matches(request.headers())) {
+    let eligible = named.is_empty() || named.iter().any(|m| m.matches(request.headers()));
+    if !eligible {
         retries_left = 0;
     }
     let initial = retries_left;
@@ -159,7 +167,9 @@ pub(crate) async fn send_with_retries(
             outcome.map(|response| answer(Rc::clone(&tried), response, retries_left))
         };
         if retries_left == 0 {
-            tried.stats().rq_retry_limit_exceeded.inc();
+            if eligible {
+                tried.stats().rq_retry_limit_exceeded.inc();
+            }
             return give_up(retriable);
         }
         // Unsent, the request is still whole in `request`; else its body is replayed.

@@ -64,7 +64,7 @@ enum Source {
     /// A mirror's copy of another request's body.
     Mirrored(FeedReceiver),
     /// gRPC-Web text: the client's base64, decoded as it comes, whole groups of four at a
-    /// time (a client may pad each of its messages).
+    /// time. Padding inside a group of frames decoded together fails it, as in Envoy.
     Base64 {
         inner: Box<Source>,
         pending: Vec<u8>,
@@ -196,7 +196,7 @@ impl RequestBody {
 
     /// A flag set once the body has ended (set already for a body complete now).
     pub(crate) fn watch_end(&mut self) -> Rc<Cell<bool>> {
-        let ended = Rc::new(Cell::new(self.is_end_stream()));
+        let ended = Rc::new(Cell::new(self.source.client_done()));
         if !ended.get() {
             self.ended = Some(Rc::clone(&ended));
         }
@@ -244,7 +244,6 @@ impl RequestBody {
     /// Reads the body ahead until `max` bytes or its end, keeping what it read to send first:
     /// `(the first max bytes, whether that is the whole body)`.
     pub(crate) async fn read_ahead(&mut self, max: usize) -> Result<(Bytes, bool), BodyError> {
-        use http_body_util::BodyExt;
         // The client's body, as it came or as a filter before read or decoded it.
         if !matches!(
             self.source,
@@ -252,12 +251,11 @@ impl RequestBody {
         ) {
             return Ok((Bytes::new(), self.source_ended()));
         }
-        let inner = &mut self.source;
         let mut front = VecDeque::new();
         let mut start = bytes::BytesMut::new();
         let mut read = 0usize;
-        while read <= max && !inner.is_end_stream() {
-            match inner.frame().await {
+        while read <= max && !self.source.is_end_stream() {
+            match std::future::poll_fn(|cx| self.poll_client(cx)).await {
                 None => break,
                 Some(Err(error)) => return Err(error),
                 Some(Ok(frame)) => {
@@ -270,7 +268,7 @@ impl RequestBody {
                 }
             }
         }
-        let whole = inner.is_end_stream() && read <= max;
+        let whole = self.source.is_end_stream() && read <= max;
         let rest = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
         self.source = Source::ReadAhead {
             front,
@@ -282,12 +280,10 @@ impl RequestBody {
     /// Reads the whole body ahead, if it is at most `max` bytes, to send as it came: its
     /// length, or `None` (what was read is still sent) for a longer one.
     pub(crate) async fn read_whole(&mut self, max: u64) -> Result<Option<u64>, BodyError> {
-        use http_body_util::BodyExt;
         let mut front = VecDeque::new();
         let mut read = 0u64;
-        let inner = &mut self.source;
-        while read <= max && !inner.is_end_stream() {
-            match inner.frame().await {
+        while read <= max && !self.source.is_end_stream() {
+            match std::future::poll_fn(|cx| self.poll_client(cx)).await {
                 None => break,
                 Some(Err(error)) => return Err(error),
                 Some(Ok(frame)) => {
@@ -298,7 +294,7 @@ impl RequestBody {
                 }
             }
         }
-        let whole = inner.is_end_stream() && read <= max;
+        let whole = self.source.is_end_stream() && read <= max;
         let rest = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
         self.source = Source::ReadAhead {
             front,
@@ -353,6 +349,18 @@ impl Drop for RequestBody {
         // Dropped when the codec is done with it: the request has left, or failed.
         if let Some(clock) = &self.progress {
             clock.set(Instant::now());
+        }
+    }
+}
+
+impl Source {
+    /// Whether the client has sent its whole body (frames read ahead but not yet passed on
+    /// count as sent).
+    fn client_done(&self) -> bool {
+        match self {
+            Source::ReadAhead { rest, .. } => rest.client_done(),
+            Source::Teed { inner, .. } | Source::Base64 { inner, .. } => inner.client_done(),
+            other => other.is_end_stream(),
         }
     }
 }
@@ -473,16 +481,7 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.source).poll_frame(cx);
-        if let Some(deadline) = &mut this.deadline {
-            if matches!(polled, Poll::Ready(None)) || this.source.is_end_stream() {
-                // Whole in time: the request timeout is done with.
-                this.deadline = None;
-            } else if !deadline.answered.0.get() && deadline.timer.as_mut().poll(cx).is_ready() {
-                this.deadline = None;
-                return Poll::Ready(Some(Err(Box::new(RequestTimedOut))));
-            }
-        }
+        let polled = this.poll_client(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
@@ -500,11 +499,6 @@ impl Body for RequestBody {
         }
         if let (Some(clock), Poll::Ready(_)) = (&this.progress, &polled) {
             clock.set(Instant::now());
-        }
-        if let Some(ended) = &this.ended
-            && (matches!(polled, Poll::Ready(None)) || this.source_ended())
-        {
-            ended.set(true);
         }
         polled
     }
@@ -524,6 +518,30 @@ impl RequestBody {
     #[inline]
     fn source_ended(&self) -> bool {
         self.source.is_end_stream()
+    }
+
+    /// The next frame from the source, held to the request timeout until the client has sent
+    /// its whole body (frames read ahead count as sent); marks the end for a watcher.
+    #[inline]
+    fn poll_client(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let polled = Pin::new(&mut self.source).poll_frame(cx);
+        let done = matches!(polled, Poll::Ready(None)) || self.source.client_done();
+        if let Some(deadline) = &mut self.deadline {
+            if done {
+                // Whole in time: the request timeout is done with.
+                self.deadline = None;
+            } else if !deadline.answered.0.get() && deadline.timer.as_mut().poll(cx).is_ready() {
+                self.deadline = None;
+                return Poll::Ready(Some(Err(Box::new(RequestTimedOut))));
+            }
+        }
+        if done && let Some(ended) = &self.ended {
+            ended.set(true);
+        }
+        polled
     }
 }
 

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame};
 
 use super::compression::Compressor;
@@ -32,11 +32,7 @@ impl BodyFilter {
     }
 
     pub(super) fn grpc_web(text: bool) -> Self {
-        BodyFilter::GrpcWeb(GrpcWebBody {
-            text,
-            pending: BytesMut::new(),
-            done: false,
-        })
+        BodyFilter::GrpcWeb(GrpcWebBody { text, done: false })
     }
 
     /// The next frame of the filtered body, polling `inner` for input.
@@ -144,12 +140,10 @@ impl Drop for Compress {
     }
 }
 
-/// A gRPC response's body as gRPC-Web: its trailers as a last message, and everything base64
-/// for a text client (three bytes at a time as they come, the rest padded at the end).
+/// A gRPC response's body as gRPC-Web: its trailers as a last message, and for a text client
+/// every frame base64 (padded: a message is never held back for the next).
 pub(crate) struct GrpcWebBody {
     text: bool,
-    /// Bytes not yet encoded (fewer than three between frames).
-    pending: BytesMut,
     done: bool,
 }
 
@@ -163,43 +157,35 @@ impl GrpcWebBody {
         B: Body<Data = Bytes, Error = BodyError>,
     {
         use base64::Engine;
-        let encode =
-            |bytes: &[u8]| Bytes::from(base64::engine::general_purpose::STANDARD.encode(bytes));
+        let out = |bytes: Bytes, text: bool| {
+            let bytes = if text {
+                Bytes::from(base64::engine::general_purpose::STANDARD.encode(&bytes))
+            } else {
+                bytes
+            };
+            Poll::Ready(Some(Ok(Frame::data(bytes))))
+        };
         loop {
             if self.done {
                 return Poll::Ready(None);
             }
-            let last = match std::task::ready!(inner.as_mut().poll_frame(cx)) {
+            match std::task::ready!(inner.as_mut().poll_frame(cx)) {
                 Some(Err(error)) => return Poll::Ready(Some(Err(error))),
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if !self.text => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                    Ok(data) => {
-                        self.pending.extend_from_slice(&data);
-                        let whole = self.pending.len() / 3 * 3;
-                        if whole == 0 {
-                            continue;
+                    Ok(data) if data.is_empty() => continue,
+                    Ok(data) => return out(data, self.text),
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            self.done = true;
+                            return out(super::grpc_web::trailer_message(&trailers), self.text);
                         }
-                        let chunk = self.pending.split_to(whole);
-                        return Poll::Ready(Some(Ok(Frame::data(encode(&chunk)))));
                     }
-                    Err(frame) => match frame.into_trailers() {
-                        Ok(trailers) => Some(super::grpc_web::trailer_message(&trailers)),
-                        Err(_) => continue,
-                    },
                 },
-                None => None,
-            };
-            self.done = true;
-            let out = match (self.text, last) {
-                (false, last) => last,
-                (true, last) => {
-                    if let Some(message) = last {
-                        self.pending.extend_from_slice(&message);
-                    }
-                    (!self.pending.is_empty()).then(|| encode(&self.pending.split()))
+                None => {
+                    self.done = true;
+                    return Poll::Ready(None);
                 }
-            };
-            return Poll::Ready(out.map(|bytes| Ok(Frame::data(bytes))));
+            }
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::context::{ConnCtx, RequestBody};
 use crate::trace::TRACESTATE;
 use crate::error::{ProxyError, ResponseFlag};
 use crate::throttle::LogThrottle;
-use config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfig};
+use config::{AuthzService, ExtAuthzConfig, RouteAuthz, RouteConfiguration};
 
 static X_LEGATE_AUTH_FAILURE_MODE_ALLOWED: HeaderName =
     HeaderName::from_static("x-legate-auth-failure-mode-allowed");
@@ -33,13 +33,15 @@ struct Inner {
     config: ExtAuthzConfig,
     /// Per route, in the route table's order.
     routes: Vec<RouteAuthz>,
+    /// Per virtual host, for requests it took that no route matched.
+    hosts: Vec<RouteAuthz>,
     stats: AuthzStats,
     /// Failed checks, logged at most once a second: a dead service must not flood the log
     /// with a line per request.
     errors: LogThrottle,
 }
 
-/// For requests that matched no route: checked, without context extensions.
+/// For requests that matched no virtual host: checked, without context extensions.
 static NO_ROUTE: RouteAuthz = RouteAuthz {
     disabled: false,
     context_extensions: Vec::new(),
@@ -55,7 +57,7 @@ impl HttpFilter for ExtAuthz {
 
     fn new(config: &ExtAuthzConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
         let stats = ctx.catalog.authz(ctx.shard, &ctx.listener.name);
-        ExtAuthz(Box::new(Inner::new(config, &ctx.table.routes, stats)))
+        ExtAuthz(Box::new(Inner::new(config, ctx.table, stats)))
     }
 
     /// It sends the request id to the service.
@@ -123,7 +125,7 @@ impl HttpFilter for ExtAuthz {
 impl Inner {
     /// A route's settings already include its virtual host's (merged when the config was
     /// loaded).
-    fn new(config: &ExtAuthzConfig, routes: &[RouteConfig], stats: AuthzStats) -> Self {
+    fn new(config: &ExtAuthzConfig, table: &RouteConfiguration, stats: AuthzStats) -> Self {
         let client = match &config.service {
             AuthzService::Grpc { endpoint } => AuthzClient::grpc(endpoint.clone(), config.timeout),
             AuthzService::Http {
@@ -144,7 +146,12 @@ impl Inner {
         Self {
             client,
             config: config.clone(),
-            routes: routes.iter().map(|r| r.filters.ext_authz.clone()).collect(),
+            routes: (table.routes.iter())
+                .map(|r| r.filters.ext_authz.clone())
+                .collect(),
+            hosts: (table.virtual_hosts.iter())
+                .map(|h| h.filters.ext_authz.clone())
+                .collect(),
             stats,
             errors: LogThrottle::default(),
         }
@@ -158,11 +165,15 @@ impl Inner {
         }
     }
 
+    /// The route's settings; its virtual host's where no route matched (a host that turns
+    /// the check off is not checked for its 404s).
     fn route(&self, exchange: &Exchange<'_>) -> &RouteAuthz {
-        exchange
-            .route
-            .and_then(|i| self.routes.get(i))
-            .unwrap_or(&NO_ROUTE)
+        match (exchange.route, exchange.virtual_host) {
+            (Some(i), _) => self.routes.get(i),
+            (None, Some(h)) => self.hosts.get(h),
+            (None, None) => None,
+        }
+        .unwrap_or(&NO_ROUTE)
     }
 
     /// Asks the service about `req`, applying an allow's request header changes to it.

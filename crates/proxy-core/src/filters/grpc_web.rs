@@ -1,8 +1,9 @@
-//! The `grpc_web` filter (Envoy's): a gRPC-Web request (`application/grpc-web`, or its base64
-//! `-text` form) goes upstream as gRPC, and a gRPC response comes back as gRPC-Web: its
-//! trailers sent as a last body message (flag 0x80, then `name:value\r\n` lines), and the
-//! whole body base64 for a client that accepts `application/grpc-web-text`. Other requests and
-//! non-gRPC responses pass as they are.
+//! The `grpc_web` filter (Envoy's): a gRPC-Web request (`application/grpc-web[+proto]`, or
+//! its base64 `-text` form) goes upstream as gRPC, and a gRPC response comes back as gRPC-Web:
+//! its trailers sent as a last body message (flag 0x80, then `name:value\r\n` lines), and the
+//! body base64 for a client that accepts `application/grpc-web-text`, each frame padded as it
+//! goes (a streamed message is never held back). Other requests and non-gRPC responses pass
+//! as they are.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, TE};
@@ -59,19 +60,19 @@ impl HttpFilter for GrpcWeb {
         state.grpc_web = true;
         // The client's `accept` says whether it reads base64 (as Envoy decides it).
         let accepts = req.headers().get(ACCEPT).and_then(grpc_web_kind);
-        state.text_response = matches!(accepts, Some(Kind::Text { .. }));
+        state.text_response = accepts == Some(Kind::Text);
         let headers = req.headers_mut();
         // Its length is the gRPC-Web body's, not what goes upstream.
         headers.remove(CONTENT_LENGTH);
-        if kind.proto() {
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         headers.insert(TE, HeaderValue::from_static("trailers"));
-        headers.insert(
-            GRPC_ACCEPT_ENCODING,
-            HeaderValue::from_static("identity,deflate,gzip"),
-        );
-        if matches!(kind, Kind::Text { .. }) {
+        if !headers.contains_key(&GRPC_ACCEPT_ENCODING) {
+            headers.insert(
+                GRPC_ACCEPT_ENCODING,
+                HeaderValue::from_static("identity,deflate,gzip"),
+            );
+        }
+        if kind == Kind::Text {
             req.body_mut().decode_base64();
         }
         Ok(HeadersFlow::Flow(Flow::Continue))
@@ -101,41 +102,21 @@ impl HttpFilter for GrpcWeb {
     }
 }
 
-/// The gRPC-Web content types.
+/// The gRPC-Web content types Envoy takes: these four, exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    /// `application/grpc-web[+FORMAT]`; `proto`: no format or `+proto`.
-    Binary { proto: bool },
-    /// `application/grpc-web-text[+FORMAT]`.
-    Text { proto: bool },
-}
-
-impl Kind {
-    fn proto(self) -> bool {
-        match self {
-            Kind::Binary { proto } | Kind::Text { proto } => proto,
-        }
-    }
+    /// `application/grpc-web`, `application/grpc-web+proto`.
+    Binary,
+    /// `application/grpc-web-text`, `application/grpc-web-text+proto`.
+    Text,
 }
 
 fn grpc_web_kind(value: &HeaderValue) -> Option<Kind> {
-    let text = value.to_str().ok()?;
-    let media = text.split(';').next()?.trim().to_ascii_lowercase();
-    let rest = media.strip_prefix("application/grpc-web")?;
-    let (text, format) = match rest.strip_prefix("-text") {
-        Some(format) => (true, format),
-        None => (false, rest),
-    };
-    let proto = match format {
-        "" | "+proto" => true,
-        other if other.starts_with('+') => false,
-        _ => return None,
-    };
-    Some(if text {
-        Kind::Text { proto }
-    } else {
-        Kind::Binary { proto }
-    })
+    match value.as_bytes() {
+        b"application/grpc-web" | b"application/grpc-web+proto" => Some(Kind::Binary),
+        b"application/grpc-web-text" | b"application/grpc-web-text+proto" => Some(Kind::Text),
+        _ => None,
+    }
 }
 
 /// The trailers as gRPC-Web's last message: 0x80, the length, `name:value\r\n` lines.
@@ -161,21 +142,14 @@ mod tests {
     #[test]
     fn content_types_are_read_as_envoy_reads_them() {
         let kind = |t: &str| grpc_web_kind(&HeaderValue::from_str(t).unwrap());
-        assert_eq!(kind("application/grpc-web"), Some(Kind::Binary { proto: true }));
-        assert_eq!(
-            kind("application/grpc-web+proto"),
-            Some(Kind::Binary { proto: true })
-        );
-        assert_eq!(
-            kind("application/grpc-web+json"),
-            Some(Kind::Binary { proto: false })
-        );
-        assert_eq!(
-            kind("Application/GRPC-Web-Text; charset=utf-8"),
-            Some(Kind::Text { proto: true })
-        );
+        assert_eq!(kind("application/grpc-web"), Some(Kind::Binary));
+        assert_eq!(kind("application/grpc-web+proto"), Some(Kind::Binary));
+        assert_eq!(kind("application/grpc-web-text"), Some(Kind::Text));
+        assert_eq!(kind("application/grpc-web-text+proto"), Some(Kind::Text));
+        // Other formats, parameters and spellings are not Envoy's gRPC-Web.
+        assert_eq!(kind("application/grpc-web+json"), None);
+        assert_eq!(kind("application/grpc-web-text; charset=utf-8"), None);
         assert_eq!(kind("application/grpc"), None);
-        assert_eq!(kind("application/grpc-webby"), None);
     }
 
     #[test]

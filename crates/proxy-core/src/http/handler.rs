@@ -389,6 +389,50 @@ async fn route_and_forward(
     };
     let matched = draw_weighted(matched, req, scope);
     facts.matched = matched;
+    // The request and its response must be done within this from the head, whatever the
+    // filters and the upstream wait on.
+    let Some(limit) = stream_limit(scope.http, matched.route) else {
+        return filter_and_answer(req, host, matched, scope, in_flight, state, facts).await;
+    };
+    let at = in_flight.started() + limit;
+    let ended = req.body_mut().watch_end();
+    let answering = filter_and_answer(req, host, matched, scope, in_flight, state, facts);
+    let Ok(answer) = tokio::time::timeout_at(at, answering).await else {
+        in_flight.stream_duration_reached();
+        return Err(ProxyError::StreamDuration {
+            limit,
+            request_complete: ended.get(),
+        });
+    };
+    // The response body too must end by then.
+    facts.stream_deadline = Some(at);
+    answer
+}
+
+/// The route's `max_stream_duration` over the listener's (`0s`: none for the route).
+fn stream_limit(http: &HttpCtx, route: Option<usize>) -> Option<std::time::Duration> {
+    let own = route.and_then(|i| match &http.routes.route(i).action {
+        RouteAction::Forward(forward) => forward.max_stream_duration,
+        _ => None,
+    });
+    match own {
+        Some(limit) if limit.is_zero() => None,
+        Some(limit) => Some(limit),
+        None => http.max_stream_duration,
+    }
+}
+
+/// The filters' request phase, then the route's action.
+async fn filter_and_answer(
+    req: &mut Request<RequestBody>,
+    host: Option<HeaderValue>,
+    matched: Matched,
+    scope: &Scope<'_>,
+    in_flight: &mut InFlight,
+    state: &mut FilterState,
+    facts: &mut Facts,
+) -> Result<Response<ResponseBody>, ProxyError> {
+    let ids = scope.http.request_id;
     if !scope.http.filters.is_empty() {
         // Hop-by-hop headers go before a filter adds any.
         super::forwarding::strip_connection_listed(req.headers_mut(), false);
@@ -439,20 +483,7 @@ async fn route_and_forward(
                 .scheme(scope.conn.listener.tls, req.headers()),
         )?,
         RouteAction::Forward(forward) => {
-            // The route's `max_stream_duration` over the listener's; `0s`: none for it.
-            let limit = match forward.max_stream_duration {
-                Some(limit) if limit.is_zero() => None,
-                Some(limit) => Some(limit),
-                None => scope.http.max_stream_duration,
-            };
-            let deadline = limit.map(|limit| {
-                (
-                    limit,
-                    in_flight.started() + limit,
-                    req.body_mut().watch_end(),
-                )
-            });
-            let forwarding = forward_request(
+            forward_request(
                 req,
                 host.clone(),
                 (forward, matched.weighted),
@@ -460,22 +491,8 @@ async fn route_and_forward(
                 scope,
                 in_flight,
                 facts,
-            );
-            match deadline {
-                None => forwarding.await?,
-                Some((limit, at, ended)) => {
-                    let Ok(response) = tokio::time::timeout_at(at, forwarding).await else {
-                        in_flight.stream_duration_reached();
-                        return Err(ProxyError::StreamDuration {
-                            limit,
-                            request_complete: ended.get(),
-                        });
-                    };
-                    // The response body too must end by then.
-                    facts.stream_deadline = Some(at);
-                    response?
-                }
-            }
+            )
+            .await?
         }
     };
     facts.host = host;
