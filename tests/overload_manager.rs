@@ -225,7 +225,7 @@ async fn slow_uploads_drive_memory_up_until_requests_are_shed() {
         upload
             .write_all(b"POST /upload HTTP/1.1\r\nhost: legate\r\ncontent-length: 1048576\r\n\r\n")
             .unwrap();
-        upload.write_all(&[b'x'; 16 * 1024]).unwrap();
+        upload.write_all(&[b'x'; 32 * 1024]).unwrap();
         uploads.push(upload);
         // The upload reaches the upstream, or the proxy has started shedding (and answered
         // it with a 503).
