@@ -5225,3 +5225,120 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     csrf_holds(proxy.addr(), proxy.admin.unwrap()).await;
 }
+
+/// A WebSocket upgrade the listener is told to ignore goes upstream as a plain request.
+async fn ignored_upgrades_hold(addr: SocketAddr) {
+    let res = send_h1(
+        addr,
+        get(
+            "/",
+            &[
+                ("x-noop-echo", "headers"),
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    let echo = text(res.into_body()).await;
+    assert_eq!(echoed(&echo, "upgrade"), Vec::<String>::new(), "{echo}");
+}
+
+/// Envoy Gateway's `ignore_http_11_upgrade`, `scheme_header_transformation.match_upstream`
+/// (what this proxy does) and HTTP/2 `connection_idle_interval` (nothing a server sends)
+/// taken; a fixed `scheme_to_overwrite` refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_ignored_and_schemes_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        Http1ProtocolOptions, KeepaliveSettings, SchemeHeaderTransformation,
+        scheme_header_transformation,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let listener = |overwrite: Option<&'static str>| {
+        with_manager(("web".into(), any(&l)), move |hcm| {
+            hcm.upgrade_configs = vec![http_connection_manager::UpgradeConfig {
+                upgrade_type: "websocket".into(),
+                ..Default::default()
+            }];
+            hcm.http_protocol_options = Some(Http1ProtocolOptions {
+                ignore_http_11_upgrade: vec![StringMatcher {
+                    match_pattern: Some(string_matcher::MatchPattern::Exact("websocket".into())),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+            hcm.http2_protocol_options = Some(Http2ProtocolOptions {
+                connection_keepalive: Some(KeepaliveSettings {
+                    interval: Some(PbDuration {
+                        seconds: 60,
+                        nanos: 0,
+                    }),
+                    timeout: Some(PbDuration {
+                        seconds: 10,
+                        nanos: 0,
+                    }),
+                    connection_idle_interval: Some(PbDuration {
+                        seconds: 30,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            hcm.scheme_header_transformation = Some(SchemeHeaderTransformation {
+                match_upstream: true,
+                transformation: overwrite.map(|s| {
+                    scheme_header_transformation::Transformation::SchemeToOverwrite(s.into())
+                }),
+            });
+        })
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, listener(None)).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+    })
+    .await;
+    ignored_upgrades_hold(addr).await;
+    let nack = serve_listener(&server, listener(Some("https")))
+        .await
+        .expect("NACK");
+    assert!(nack.contains("scheme_to_overwrite"), "{nack}");
+    ignored_upgrades_hold(addr).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_ignored_from_the_file() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let config = format!(
+        "admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: backend, endpoints: [\"{}\"] }}
+listeners:
+  - name: web
+    address: 127.0.0.1:0
+    http: {{ ignore_http11_upgrade: [{{ exact: websocket }}] }}
+    routes:
+      - {{ match: {{ prefix: / }}, cluster: backend, upgrades: [websocket] }}
+",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    ignored_upgrades_hold(proxy.addr()).await;
+}

@@ -198,6 +198,10 @@ pub(crate) fn listener(
             )?,
             suppress_proxy_headers: raw.http.suppress_proxy_headers.unwrap_or(false),
             accept_http_10: raw.http.accept_http_10.unwrap_or(true),
+            ignore_http11_upgrade: crate::matchers::string_patterns(
+                raw.http.ignore_http11_upgrade.clone(),
+                &format!("{path}.http.ignore_http11_upgrade"),
+            )?,
             preserve_header_case: raw.http.preserve_header_case.unwrap_or(false),
             default_host_for_http_10: match raw.http.default_host_for_http_10.clone() {
                 Some(host)

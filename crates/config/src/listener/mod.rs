@@ -157,6 +157,13 @@ pub struct HttpConfig {
     pub request_id: RequestIdConfig,
     /// HTTP/1.0 requests are served; `false`: answered 426 and the connection closed.
     pub accept_http_10: bool,
+    /// HTTP/1.1 `Upgrade` values (the whole value) that are dropped, the request served as
+    /// a plain one (Envoy's `ignore_http_11_upgrade`: `TLS/1.2` upgrades, say).
+    #[serde(
+        serialize_with = "ser::string_matches",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub ignore_http11_upgrade: Vec<StringMatch>,
     /// HTTP/1.1 header names go on as the client spelled them (to clusters that also keep
     /// case), and responses come back as the upstream spelled them (Envoy's `preserve_case`
     /// header formatter). Otherwise they are written in lower case.

@@ -82,6 +82,8 @@ pub struct RawHttp {
     pub suppress_proxy_headers: Option<bool>,
     pub request_id: Option<RawRequestId>,
     pub accept_http_10: Option<bool>,
+    #[serde(default)]
+    pub ignore_http11_upgrade: Vec<crate::RawStringMatch>,
     pub preserve_header_case: Option<bool>,
     pub default_host_for_http_10: Option<String>,
     pub strip_host_port: Option<String>,

@@ -377,6 +377,16 @@ fn connection_manager(
         }
     };
     let filters = http_filters(std::mem::take(&mut hcm.http_filters), http, at)?;
+    // Requests go to an HTTP/2 upstream with the scheme of its transport (TLS or not), which
+    // is what `match_upstream` asks; a fixed scheme is not written.
+    if let Some(scheme) = hcm.scheme_header_transformation.take()
+        && scheme.transformation.is_some()
+    {
+        return Err(ResourceError::Unsupported {
+            at: format!("{at}.scheme_header_transformation"),
+            fields: vec!["scheme_to_overwrite".into()],
+        });
+    }
     // Envoy's default is `OVERWRITE` with its own name; here the name is this proxy's.
     let name = std::mem::take(&mut hcm.server_name);
     let name = if name.is_empty() {
@@ -872,6 +882,24 @@ fn h1_options(
     at: &str,
 ) -> Result<(), ResourceError> {
     http.accept_http_10 = Some(std::mem::take(&mut h1.accept_http_10));
+    http.ignore_http11_upgrade = std::mem::take(&mut h1.ignore_http_11_upgrade)
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let m = crate::envoy::matchers::string_match(
+                String::new(),
+                m,
+                &format!("{at}.ignore_http_11_upgrade[{i}]"),
+            )?;
+            Ok(crate::RawStringMatch {
+                exact: m.exact,
+                prefix: m.prefix,
+                suffix: m.suffix,
+                contains: m.contains,
+                regex: m.regex,
+            })
+        })
+        .collect::<Result<_, ResourceError>>()?;
     http.preserve_header_case =
         Some(crate::envoy::headers::preserve_case(&mut h1, at)?).filter(|keep| *keep);
     let host = std::mem::take(&mut h1.default_host_for_http_10);
@@ -908,6 +936,9 @@ fn h2_options(
         // hyper pings at the interval itself: the jitter that spreads Envoy's pings is not
         // applied (it changes when, not whether, a dead peer is found).
         keepalive.interval_jitter = None;
+        // A ping ahead of a new stream on an idle connection: a server opens no streams, so
+        // Envoy sends none on the connection manager's side either.
+        keepalive.connection_idle_interval = None;
         nothing_else(&keepalive, fields::KEEPALIVE_SETTINGS, &at)?;
         http.http2_keepalive = interval.map(|interval| crate::RawKeepalive { interval, timeout });
     }

@@ -360,6 +360,9 @@ async fn route_and_forward(
     if req.version() == Version::HTTP_10 {
         http10(req, scope.http)?;
     }
+    if !scope.http.ignore_http11_upgrade.is_empty() && req.version() == Version::HTTP_11 {
+        upgrade::ignore_listed(req.headers_mut(), &scope.http.ignore_http11_upgrade);
+    }
     if scope.http.headers_with_underscores != HeadersWithUnderscores::Allow {
         underscores(req, scope)?;
     }

@@ -64,6 +64,8 @@ pub(crate) struct HttpCtx {
     /// A request and its response must be done within this from the head (a route may say
     /// otherwise).
     pub(crate) max_stream_duration: Option<std::time::Duration>,
+    /// HTTP/1.1 `Upgrade` values dropped, the request then served as a plain one.
+    pub(crate) ignore_http11_upgrade: Box<[config::StringMatch]>,
     /// The host of an HTTP/1.0 request that names none.
     pub(crate) default_host_for_http_10: Option<http::HeaderValue>,
     /// What is taken off a request's host (its `local_port` filled in per connection).

@@ -64,6 +64,28 @@ pub(crate) fn asked(req: &mut Request<RequestBody>, allowed: &[String]) -> Optio
         .then(|| Asked::Http1(upgrade.clone()))
 }
 
+/// Drops an `Upgrade` whose value one of `ignored` matches (and `upgrade` from `Connection`):
+/// the request is then a plain one (Envoy's `ignore_http_11_upgrade`).
+pub(crate) fn ignore_listed(headers: &mut http::HeaderMap, ignored: &[config::StringMatch]) {
+    let listed = headers
+        .get(UPGRADE)
+        .is_some_and(|v| ignored.iter().any(|m| m.matches(v.as_bytes())));
+    if !listed {
+        return;
+    }
+    headers.remove(UPGRADE);
+    let others: Vec<String> = crate::header_list::items(headers, CONNECTION)
+        .filter(|t| !t.eq_ignore_ascii_case("upgrade"))
+        .map(str::to_owned)
+        .collect();
+    headers.remove(CONNECTION);
+    if let Ok(value) = HeaderValue::from_str(&others.join(", "))
+        && !others.is_empty()
+    {
+        headers.insert(CONNECTION, value);
+    }
+}
+
 fn connection_has_upgrade(headers: &http::HeaderMap) -> bool {
     crate::header_list::contains(headers, CONNECTION, "upgrade")
 }

@@ -248,6 +248,7 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         accept_http_10: config.http.accept_http_10,
         request_timeout: config.http.request_timeout,
         max_stream_duration: config.http.max_stream_duration,
+        ignore_http11_upgrade: config.http.ignore_http11_upgrade.clone().into(),
         // Checked as a host at load.
         default_host_for_http_10: config
             .http
