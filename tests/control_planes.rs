@@ -752,11 +752,32 @@ async fn access_logs_from_the_connection_manager() {
     let with_logs = |hcm_log: AccessLog| {
         let (name, l) = with_manager(base.clone(), |hcm| hcm.access_log = vec![hcm_log]);
         let mut l = Listener::decode(l.value.as_slice()).unwrap();
-        l.access_log = vec![AccessLog {
-            name: "envoy.access_loggers.file".into(),
-            filter: no_route_only.clone(),
-            config_type: file_log(&logs.0.join("never.log"), text.clone()).config_type,
-        }];
+        // Envoy Gateway's: `NR` alone, and `NR` with another term (whatever it is, only
+        // `NR` entries pass).
+        let no_route_and = AccessLogFilter {
+            filter_specifier: Some(access_log_filter::FilterSpecifier::AndFilter(
+                envoy_types::pb::envoy::config::accesslog::v3::AndFilter {
+                    filters: vec![
+                        AccessLogFilter {
+                            filter_specifier: Some(
+                                access_log_filter::FilterSpecifier::NotHealthCheckFilter(
+                                    Default::default(),
+                                ),
+                            ),
+                        },
+                        no_route_only.clone().unwrap(),
+                    ],
+                },
+            )),
+        };
+        l.access_log = [no_route_only.clone(), Some(no_route_and)]
+            .into_iter()
+            .map(|filter| AccessLog {
+                name: "envoy.access_loggers.file".into(),
+                filter,
+                config_type: file_log(&logs.0.join("never.log"), text.clone()).config_type,
+            })
+            .collect();
         (name, any(&l))
     };
     let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);

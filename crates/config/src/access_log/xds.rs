@@ -334,13 +334,20 @@ fn json_keys(json: Struct, at: &str) -> Result<serde_yaml::Mapping, ResourceErro
 /// every entry logs only `NR` connections, as control planes write it. With the one chain
 /// a listener has here, matching every connection, such an entry never writes.
 pub(crate) fn listener_logs(logs: &[AccessLog], at: &str) -> Result<(), ResourceError> {
-    for (i, log) in logs.iter().enumerate() {
-        let only_no_route = |f: &AccessLogFilter| match &f.filter_specifier {
+    /// Whether a filter lets only `NR` entries through: the flag filter itself, or an `and`
+    /// with it among its terms (the others can only narrow it).
+    fn only_no_route(f: &AccessLogFilter) -> bool {
+        match &f.filter_specifier {
             Some(access_log_filter::FilterSpecifier::ResponseFlagFilter(flags)) => {
                 !flags.flags.is_empty() && flags.flags.iter().all(|f| f == "NR")
             }
+            Some(access_log_filter::FilterSpecifier::AndFilter(and)) => {
+                and.filters.iter().any(only_no_route)
+            }
             _ => false,
-        };
+        }
+    }
+    for (i, log) in logs.iter().enumerate() {
         if !log.filter.as_ref().is_some_and(only_no_route) {
             return Err(ResourceError::Unsupported {
                 at: format!("{at}.access_log[{i}]"),
