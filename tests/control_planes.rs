@@ -2568,6 +2568,7 @@ async fn listener_tracing_holds(addr: SocketAddr, collector: &testbed::OtlpColle
         assert_eq!(span.attributes["literal1"], "value1");
         assert_eq!(span.attributes["env1"], "fallback");
         assert_eq!(span.service_name, "gateway.edge");
+        assert_eq!(span.resource["deployment.environment"], "test");
     }
     let caller = &collector.callers()[0];
     assert_eq!(caller.authority, "otel-collector.monitoring.svc");
@@ -2577,7 +2578,9 @@ async fn listener_tracing_holds(addr: SocketAddr, collector: &testbed::OtlpColle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_manager_tracing_from_the_management_server() {
     use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
     use envoy_types::pb::envoy::config::trace::v3::{OpenTelemetryConfig, tracing};
+    use envoy_types::pb::envoy::extensions::tracers::opentelemetry::resource_detectors::v3::StaticConfigResourceDetectorConfig;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
     use envoy_types::pb::envoy::r#type::tracing::v3::{CustomTag, custom_tag};
     use envoy_types::pb::envoy::r#type::v3::Percent;
@@ -2675,6 +2678,13 @@ async fn connection_manager_tracing_from_the_management_server() {
                         ..Default::default()
                     }),
                     service_name: "gateway.edge".into(),
+                    resource_detectors: vec![TypedExtensionConfig {
+                        name: "envoy.tracers.opentelemetry.resource_detectors.static_config".into(),
+                        typed_config: Some(any(&StaticConfigResourceDetectorConfig {
+                            attributes: [("deployment.environment".to_owned(), "test".to_owned())]
+                                .into(),
+                        })),
+                    }],
                     ..Default::default()
                 },
             ))),
@@ -2789,6 +2799,7 @@ tracing:
     authority: otel-collector.monitoring.svc
     headers: {{ x-tenant-id: tenant-123 }}
   service_name: gateway.edge
+  resource_attributes: {{ deployment.environment: test }}
 clusters:
   - name: backend
     endpoints: [{}]

@@ -60,6 +60,14 @@ impl SharedTracer {
             resource.push(("service.instance.id".into(), node.to_owned().into()));
         }
         resource.push(("service.version".into(), env!("CARGO_PKG_VERSION").into()));
+        // The configured attributes over the proxy's own, `service.name` included (as Envoy
+        // merges its resource detectors over its service name).
+        for (key, value) in &config.resource_attributes {
+            match resource.iter_mut().find(|(k, _)| k == key) {
+                Some(slot) => slot.1 = value.clone().into(),
+                None => resource.push((key.clone(), value.clone().into())),
+            }
+        }
         // A shard of its own: the exporter's thread is the one writer of its counters.
         let shard = stats.registry.shard(&[]);
         let catalog = &stats.catalog;
@@ -768,6 +776,7 @@ mod tests {
             protocol: OtlpProtocol::Grpc,
             timeout: std::time::Duration::from_secs(1),
             service_name: "test".into(),
+            resource_attributes: Default::default(),
             random_sampling,
             force_trace_header: force.map(HeaderName::from_static),
             max_queued_spans: 16,

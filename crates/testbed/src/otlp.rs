@@ -57,6 +57,8 @@ pub struct ReceivedSpan {
     pub attributes: BTreeMap<String, String>,
     /// The resource's `service.name`.
     pub service_name: String,
+    /// The resource's attributes, values as text.
+    pub resource: BTreeMap<String, String>,
     /// `grpc` or `http`: how the span arrived.
     pub protocol: &'static str,
 }
@@ -307,14 +309,13 @@ fn flatten_logs(request: ExportLogsServiceRequest) -> Vec<ReceivedLog> {
 fn flatten(request: ExportTraceServiceRequest, protocol: &'static str) -> Vec<ReceivedSpan> {
     let mut out = Vec::new();
     for resource_spans in request.resource_spans {
-        let service_name = resource_spans
-            .resource
-            .iter()
-            .flat_map(|r| &r.attributes)
-            .find(|kv| kv.key == "service.name")
-            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-            .map(text)
-            .unwrap_or_default();
+        let resource = attributes(
+            resource_spans
+                .resource
+                .map(|r| r.attributes)
+                .unwrap_or_default(),
+        );
+        let service_name = resource.get("service.name").cloned().unwrap_or_default();
         for scope in resource_spans.scope_spans {
             for span in scope.spans {
                 out.push(ReceivedSpan {
@@ -336,6 +337,7 @@ fn flatten(request: ExportTraceServiceRequest, protocol: &'static str) -> Vec<Re
                         })
                         .collect(),
                     service_name: service_name.clone(),
+                    resource: resource.clone(),
                     protocol,
                 });
             }

@@ -48,6 +48,10 @@ pub struct TracingConfig {
     pub timeout: Duration,
     /// The resource's `service.name`.
     pub service_name: String,
+    /// More resource attributes (`deployment.environment`, ...), over the ones the proxy
+    /// sets (`service.name` included).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub resource_attributes: std::collections::BTreeMap<String, String>,
     /// Percent (0 to 100) of requests sampled that come without a trusted decision.
     pub random_sampling: f64,
     /// Present on a request from an internal address: the request is sampled.
@@ -160,6 +164,7 @@ pub(crate) fn tracing(raw: Option<RawTracing>) -> Result<Option<TracingConfig>, 
         headers,
         timeout,
         service_name,
+        resource_attributes: raw.resource_attributes,
         random_sampling,
         force_trace_header,
         max_queued_spans,
@@ -214,6 +219,8 @@ fn endpoint(text: &str, protocol: OtlpProtocol) -> Result<http::Uri, ConfigError
 pub struct RawTracing {
     pub otlp: RawOtlp,
     pub service_name: Option<String>,
+    #[serde(default)]
+    pub resource_attributes: std::collections::BTreeMap<String, String>,
     /// Percent, 0 to 100.
     pub random_sampling: Option<f64>,
     /// Empty: no header forces a trace.

@@ -59,6 +59,7 @@ pub(crate) struct XdsCollector {
     authority: Option<String>,
     headers: BTreeMap<String, String>,
     service_name: Option<String>,
+    resource_attributes: BTreeMap<String, String>,
     timeout: Option<Duration>,
 }
 
@@ -75,6 +76,7 @@ impl XdsCollector {
                 timeout: self.timeout,
             },
             service_name: self.service_name.clone(),
+            resource_attributes: self.resource_attributes.clone(),
             // Sampling is the listeners' to say; a collector from a management server
             // brings nothing else.
             random_sampling: None,
@@ -231,14 +233,65 @@ fn collector(mut otel: OpenTelemetryConfig, at: &str) -> Result<XdsCollector, Re
     };
     let target = crate::envoy::grpc_service::grpc_target(service, &format!("{at}.grpc_service"))?;
     let service_name = Some(std::mem::take(&mut otel.service_name)).filter(|s| !s.is_empty());
+    let resource_attributes = resource_detectors(
+        std::mem::take(&mut otel.resource_detectors),
+        &format!("{at}.resource_detectors"),
+    )?;
     nothing_else(&otel, OPEN_TELEMETRY_FIELDS, &at)?;
     Ok(XdsCollector {
         cluster: target.cluster,
         authority: target.authority,
         headers: target.headers,
         service_name,
+        resource_attributes,
         timeout: target.timeout,
     })
+}
+
+/// The resource attributes detectors give, later ones over earlier ones (and over the
+/// service name), as Envoy merges them: `static_config`'s attributes, and `environment`'s
+/// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,...`) read at load. Other detectors are refused.
+fn resource_detectors(
+    detectors: Vec<envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig>,
+    at: &str,
+) -> Result<BTreeMap<String, String>, ResourceError> {
+    use envoy_types::pb::envoy::extensions::tracers::opentelemetry::resource_detectors::v3::StaticConfigResourceDetectorConfig;
+    const STATIC: &str = "type.googleapis.com/envoy.extensions.tracers.opentelemetry.resource_detectors.v3.StaticConfigResourceDetectorConfig";
+    const ENVIRONMENT: &str = "type.googleapis.com/envoy.extensions.tracers.opentelemetry.resource_detectors.v3.EnvironmentResourceDetectorConfig";
+    let mut attributes = BTreeMap::new();
+    for (i, detector) in detectors.into_iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        match detector.typed_config.as_ref().map(|a| a.type_url.as_str()) {
+            Some(STATIC) => {
+                let any = detector.typed_config.unwrap_or_default();
+                let config: StaticConfigResourceDetectorConfig =
+                    decode(&any, STATIC, "a StaticConfigResourceDetectorConfig")?;
+                attributes.extend(config.attributes);
+            }
+            Some(ENVIRONMENT) => {
+                let text = std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
+                for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
+                    let Some((key, value)) = pair.split_once('=') else {
+                        return Err(ResourceError::invalid(
+                            at,
+                            format!("OTEL_RESOURCE_ATTRIBUTES: expected key=value, found `{pair}`"),
+                        ));
+                    };
+                    attributes.insert(key.trim().to_owned(), value.trim().to_owned());
+                }
+            }
+            _ => {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![format!(
+                        "resource detector `{}` (static_config and environment only)",
+                        detector.name
+                    )],
+                });
+            }
+        }
+    }
+    Ok(attributes)
 }
 
 #[cfg(test)]

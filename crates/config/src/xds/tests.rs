@@ -1516,6 +1516,7 @@ fn listeners_naming_another_collector_are_refused() {
                 timeout: None,
             },
             service_name: None,
+            resource_attributes: Default::default(),
             random_sampling: None,
             force_trace_header: None,
             max_queued_spans: None,
