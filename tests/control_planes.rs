@@ -5374,3 +5374,133 @@ listeners:
     let proxy = Proxy::start(&config, 1);
     ignored_upgrades_hold(proxy.addr()).await;
 }
+
+/// Envoy Gateway's HTTP authorization: ext_authz with an `http_service` whose cluster has the
+/// sidecar, a path prefix, the request headers it may see and the answer's headers that go
+/// upstream on an allow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_authz_http_service_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::{HttpUri, http_uri};
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+        AuthorizationResponse, ExtAuthz, HttpService, ext_authz,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        ListStringMatcher, StringMatcher, string_matcher,
+    };
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let sidecar = testbed::AuthzSidecar::start(
+        testbed::SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        testbed::SidecarMode::Http,
+        testbed::AuthzRules {
+            add_headers: vec![("x-authz-user".into(), "alice".into())],
+            ..alice_or_401()
+        },
+    )
+    .await
+    .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            (
+                "backend".into(),
+                any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            ),
+            (
+                "authz".into(),
+                any(&eds_cluster("authz", cluster::LbPolicy::RoundRobin)),
+            ),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            (
+                "backend".into(),
+                any(&resources::assignment("backend", &[upstream.local_addr()])),
+            ),
+            (
+                "authz".into(),
+                any(&resources::assignment(
+                    "authz",
+                    &[sidecar.local_addr().unwrap()],
+                )),
+            ),
+        ],
+    );
+    let exact = |name: &str| StringMatcher {
+        match_pattern: Some(string_matcher::MatchPattern::Exact(name.into())),
+        ignore_case: true,
+    };
+    let authz = ExtAuthz {
+        services: Some(ext_authz::Services::HttpService(HttpService {
+            server_uri: Some(HttpUri {
+                uri: "http://authz.test/auth".into(),
+                timeout: Some(PbDuration {
+                    seconds: 10,
+                    nanos: 0,
+                }),
+                http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster("authz".into())),
+            }),
+            path_prefix: "/authz".into(),
+            authorization_response: Some(AuthorizationResponse {
+                allowed_upstream_headers: Some(ListStringMatcher {
+                    patterns: vec![exact("x-authz-user"), exact("x-ext-authz-saw")],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+        allowed_headers: Some(ListStringMatcher {
+            patterns: vec![exact("x-user")],
+        }),
+        transport_api_version: 2,
+        ..Default::default()
+    };
+    let filter = HttpFilter {
+        name: "envoy.filters.http.ext_authz".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&authz))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![filter],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 401
+    })
+    .await;
+    let res = send_h1(
+        addr,
+        get(
+            "/orders?id=7",
+            &[("x-user", "alice"), ("x-noop-echo", "headers")],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    let echo = text(res.into_body()).await;
+    assert_eq!(echoed(&echo, "x-authz-user"), ["alice"]);
+    assert_eq!(echoed(&echo, "x-ext-authz-saw"), ["GET /authz/orders?id=7"]);
+    assert_eq!(
+        send_h1(addr, get("/orders", &[("x-user", "eve")]))
+            .await
+            .status(),
+        401
+    );
+    server.shutdown().await;
+}

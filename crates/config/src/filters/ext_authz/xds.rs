@@ -1,4 +1,4 @@
-//! The ext_authz HTTP filter (gRPC service) and its per-route settings.
+//! The ext_authz HTTP filter (gRPC or HTTP service) and its per-route settings.
 //!
 //! Envoy names the authorization service by a cluster (`envoy_grpc.cluster_name`); here the
 //! filter talks to one address, so that cluster must have exactly one endpoint (a sidecar on
@@ -8,13 +8,17 @@
 
 use std::collections::BTreeMap;
 
-use envoy_types::pb::envoy::config::core::v3::grpc_service;
+use envoy_types::pb::envoy::config::core::v3::{grpc_service, http_uri};
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
-    ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
+    ExtAuthz, ExtAuthzPerRoute, HttpService, ext_authz, ext_authz_per_route,
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::ListStringMatcher;
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::google::protobuf::Any;
 
-use super::{RawAuthzBody, RawAuthzGrpc, RawExtAuthz, RawRouteAuthz, RawRouteAuthzSettings};
+use super::{
+    RawAuthzBody, RawAuthzGrpc, RawAuthzHttp, RawExtAuthz, RawRouteAuthz, RawRouteAuthzSettings,
+};
 use crate::envoy::{ResourceError, duration};
 
 pub(crate) const TYPE_URL: &str =
@@ -43,39 +47,19 @@ impl XdsAuthz {
             at: at.to_owned(),
             fields: vec![what.to_owned()],
         };
-        let Some(ext_authz::Services::GrpcService(mut service)) = filter.services.take() else {
-            return Err(unsupported("http_service (the gRPC service only)"));
+        let (target, timeout, http) = match filter.services.take() {
+            Some(ext_authz::Services::GrpcService(service)) => {
+                let (target, timeout) = grpc_target(service, at)?;
+                (target, timeout, None)
+            }
+            Some(ext_authz::Services::HttpService(service)) => {
+                // The modern list of request headers sent, over the deprecated one.
+                let allowed = filter.allowed_headers.take();
+                let (target, timeout, http) = http_target(service, allowed, at)?;
+                (target, timeout, Some(http))
+            }
+            None => return Err(ResourceError::invalid(at, "expected a grpc_service or an http_service")),
         };
-        let target = match service.target_specifier.take() {
-            // Only the target: credentials (TLS), authority or retries are not supported.
-            Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
-                let cluster = std::mem::take(&mut grpc.cluster_name);
-                if grpc != Default::default() {
-                    return Err(unsupported("envoy_grpc besides cluster_name"));
-                }
-                Target::Cluster(cluster)
-            }
-            Some(grpc_service::TargetSpecifier::GoogleGrpc(mut grpc)) => {
-                let target = std::mem::take(&mut grpc.target_uri);
-                if grpc != Default::default() {
-                    return Err(unsupported("google_grpc besides target_uri (credentials)"));
-                }
-                Target::Address(target)
-            }
-            None => {
-                return Err(ResourceError::invalid(
-                    at,
-                    "the gRPC service names no target",
-                ));
-            }
-        };
-        let timeout = duration(
-            service.timeout.take(),
-            &format!("{at}.grpc_service.timeout"),
-        )?;
-        if service != Default::default() {
-            return Err(unsupported("grpc_service (besides the target and timeout)"));
-        }
         if filter
             .with_request_body
             .as_ref()
@@ -98,7 +82,7 @@ impl XdsAuthz {
         };
         let raw = RawExtAuthz {
             grpc: None,
-            http: None,
+            http,
             timeout,
             failure_mode_allow: Some(std::mem::take(&mut filter.failure_mode_allow)),
             status_on_error,
@@ -109,7 +93,7 @@ impl XdsAuthz {
         filter.stat_prefix.clear();
         if filter != Default::default() {
             return Err(unsupported(
-                "ext_authz settings besides grpc_service, failure_mode_allow, status_on_error and with_request_body",
+                "ext_authz settings besides grpc_service or http_service, failure_mode_allow, status_on_error and with_request_body",
             ));
         }
         Ok(Self { raw, target })
@@ -131,9 +115,121 @@ impl XdsAuthz {
             Target::Cluster(cluster) => (*single_hosts.get(cluster.as_str())?).to_owned(),
         };
         let mut raw = self.raw.clone();
-        raw.grpc = Some(RawAuthzGrpc { address });
+        match &mut raw.http {
+            Some(http) => http.address = address,
+            None => raw.grpc = Some(RawAuthzGrpc { address }),
+        }
         Some(raw)
     }
+}
+
+/// A gRPC service's target (only the target: credentials, authority or retries are not
+/// supported) and timeout.
+fn grpc_target(
+    mut service: envoy_types::pb::envoy::config::core::v3::GrpcService,
+    at: &str,
+) -> Result<(Target, Option<std::time::Duration>), ResourceError> {
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![what.to_owned()],
+    };
+    let target = match service.target_specifier.take() {
+        Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
+            let cluster = std::mem::take(&mut grpc.cluster_name);
+            if grpc != Default::default() {
+                return Err(unsupported("envoy_grpc besides cluster_name"));
+            }
+            Target::Cluster(cluster)
+        }
+        Some(grpc_service::TargetSpecifier::GoogleGrpc(mut grpc)) => {
+            let target = std::mem::take(&mut grpc.target_uri);
+            if grpc != Default::default() {
+                return Err(unsupported("google_grpc besides target_uri (credentials)"));
+            }
+            Target::Address(target)
+        }
+        None => {
+            return Err(ResourceError::invalid(
+                at,
+                "the gRPC service names no target",
+            ));
+        }
+    };
+    let timeout = duration(
+        service.timeout.take(),
+        &format!("{at}.grpc_service.timeout"),
+    )?;
+    if service != Default::default() {
+        return Err(unsupported("grpc_service (besides the target and timeout)"));
+    }
+    Ok((target, timeout))
+}
+
+/// An HTTP service (Envoy Gateway's HTTP authorization): its cluster, timeout, path prefix,
+/// the request headers sent (`allowed_headers`, exact names) and the answer's headers that go
+/// upstream on an allow (`allowed_upstream_headers`, exact names). The address is filled in
+/// from the cluster.
+fn http_target(
+    mut service: HttpService,
+    allowed: Option<ListStringMatcher>,
+    at: &str,
+) -> Result<(Target, Option<std::time::Duration>, RawAuthzHttp), ResourceError> {
+    let at = format!("{at}.http_service");
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.clone(),
+        fields: vec![what.to_owned()],
+    };
+    let uri = service
+        .server_uri
+        .take()
+        .ok_or_else(|| ResourceError::invalid(&at, "expected a server_uri"))?;
+    let Some(http_uri::HttpUpstreamType::Cluster(cluster)) = uri.http_upstream_type else {
+        return Err(ResourceError::invalid(
+            format!("{at}.server_uri"),
+            "expected a cluster",
+        ));
+    };
+    let timeout = duration(uri.timeout, &format!("{at}.server_uri.timeout"))?;
+    let mut request = service.authorization_request.take().unwrap_or_default();
+    if !request.headers_to_add.is_empty() {
+        return Err(unsupported("authorization_request.headers_to_add"));
+    }
+    #[allow(deprecated)]
+    let allowed = allowed.or_else(|| request.allowed_headers.take());
+    let mut response = service.authorization_response.take().unwrap_or_default();
+    let allowed_upstream = response.allowed_upstream_headers.take();
+    if response != Default::default() {
+        return Err(unsupported(
+            "authorization_response besides allowed_upstream_headers (client headers, appends, dynamic metadata)",
+        ));
+    }
+    if service.retry_policy.is_some() || !service.path_override.is_empty() {
+        return Err(unsupported("retry_policy, path_override"));
+    }
+    let names = |list: Option<ListStringMatcher>, key: &str| {
+        list.map(|l| l.patterns)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| match m.match_pattern {
+                Some(MatchPattern::Exact(name)) => Ok(name.to_ascii_lowercase()),
+                _ => Err(ResourceError::Unsupported {
+                    at: format!("{at}.{key}[{i}]"),
+                    fields: vec!["a header pattern other than exact".into()],
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let http = RawAuthzHttp {
+        address: String::new(),
+        path_prefix: Some(std::mem::take(&mut service.path_prefix)).filter(|p| !p.is_empty()),
+        allowed_headers: names(allowed, "allowed_headers")?,
+        allowed_upstream_headers: names(
+            allowed_upstream,
+            "authorization_response.allowed_upstream_headers",
+        )?,
+    };
+    Ok((Target::Cluster(cluster), timeout, http))
 }
 
 /// ext_authz's entry in a route's or virtual host's `typed_per_filter_config`: disabled,
