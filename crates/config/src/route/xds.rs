@@ -253,6 +253,9 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         },
         at,
     )?;
+    // Statistics per request class only (Envoy's `vhost.*.vcluster.*` counters, not kept
+    // here): nothing a request meets.
+    host.virtual_clusters.clear();
     let include_request_attempt_count =
         Some(std::mem::take(&mut host.include_request_attempt_count));
     let include_attempt_count_in_response =

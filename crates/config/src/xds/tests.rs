@@ -1593,3 +1593,19 @@ fn a_plain_body_format_is_the_direct_responses_body() {
         "{refused}"
     );
 }
+
+/// Virtual clusters (request classes for statistics only) are taken, changing no route.
+#[test]
+fn virtual_clusters_are_taken() {
+    use envoy_types::pb::envoy::config::route::v3::VirtualCluster;
+    let mut config = resources::route_config("r", vec![resources::forward("/", "backend")]);
+    config.virtual_hosts[0].virtual_clusters = vec![VirtualCluster {
+        name: "*".into(),
+        ..Default::default()
+    }];
+    let with = XdsRoutes::decode(&pack(&config)).unwrap();
+    config.virtual_hosts[0].virtual_clusters.clear();
+    let without = XdsRoutes::decode(&pack(&config)).unwrap();
+    let section = |r: &XdsRoutes| format!("{:?}", r.section(&BTreeMap::new(), &[], &[]));
+    assert_eq!(section(&with), section(&without));
+}
