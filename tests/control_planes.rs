@@ -3781,6 +3781,7 @@ async fn fetched(addr: SocketAddr, path: &str, accept: &str) -> (String, String,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_off_by_default_turn_on_per_route() {
     use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
     use envoy_types::pb::envoy::config::route::v3::FilterConfig;
     use envoy_types::pb::envoy::extensions::compression::brotli::compressor::v3::Brotli;
     use envoy_types::pb::envoy::extensions::compression::gzip::compressor::v3::Gzip;
@@ -3790,7 +3791,7 @@ async fn filters_off_by_default_turn_on_per_route() {
         compressor, compressor_per_route,
     };
     use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
-        CheckSettings, ExtAuthzPerRoute, ext_authz_per_route,
+        CheckSettings, ExtAuthz, ExtAuthzPerRoute, ext_authz, ext_authz_per_route,
     };
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
 
@@ -3878,9 +3879,23 @@ async fn filters_off_by_default_turn_on_per_route() {
     );
     // Envoy Gateway's chain: the policy's ext_authz and the three compressors, all off.
     let listener = |min_lengths: [u32; 3]| {
+        // Envoy Gateway names the service's authority.
         let mut authz = resources::ext_authz_filter("authz");
         authz.name = AUTHZ.into();
         authz.disabled = true;
+        authz.config_type = Some(http_filter::ConfigType::TypedConfig(any(&ExtAuthz {
+            services: Some(ext_authz::Services::GrpcService(GrpcService {
+                target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                    grpc_service::EnvoyGrpc {
+                        cluster_name: "authz".into(),
+                        authority: "authz.test".into(),
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })));
         let mut chain = vec![authz];
         for ((library, config), min) in libraries.iter().zip(min_lengths) {
             let compressor = Compressor {
@@ -3948,6 +3963,11 @@ async fn filters_off_by_default_turn_on_per_route() {
         let alice = send_h1(addr, get("/checked", &[("x-user", "alice")])).await;
         assert_eq!(alice.status(), 200);
         assert_eq!(sidecar.checks(), checks + 3);
+        let authorities = sidecar.authorities();
+        assert!(
+            !authorities.is_empty() && authorities.iter().all(|a| a == "authz.test"),
+            "{authorities:?}"
+        );
     };
     holds().await;
     let nack = serve_listener(&server, listener([50, 100, 50]))

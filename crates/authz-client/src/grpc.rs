@@ -32,6 +32,7 @@ use crate::{AuthzError, CheckInput, Endpoint};
 type Sender = SendRequest<Bytes>;
 
 const CHECK_URI: &str = "http://ext-authz/envoy.service.auth.v3.Authorization/Check";
+const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
 
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
@@ -70,6 +71,18 @@ impl GrpcChannel {
             connecting: tokio::sync::Mutex::new(()),
             backoff: Backoff::default(),
             check_uri: Uri::from_static(CHECK_URI),
+        }
+    }
+
+    /// Calls go with this `:authority`; one that makes no URI keeps the default.
+    pub(crate) fn set_authority(&mut self, authority: &str) {
+        if let Ok(uri) = Uri::builder()
+            .scheme("http")
+            .authority(authority)
+            .path_and_query(&CHECK_URI[CHECK_URI.len() - CHECK_PATH.len()..])
+            .build()
+        {
+            self.check_uri = uri;
         }
     }
 

@@ -178,6 +178,15 @@ impl AuthzClient {
         }
     }
 
+    /// The gRPC calls' `:authority` (`ext-authz` by default): the name the service, or a
+    /// proxy in front of it, knows itself by.
+    pub fn with_authority(mut self, authority: &str) -> Self {
+        if let Mode::Grpc(channel) = &mut self.mode {
+            channel.set_authority(authority);
+        }
+        self
+    }
+
     /// An HTTP-mode client.
     pub fn http(endpoint: Endpoint, timeout: Duration, options: HttpOptions) -> Self {
         Self {

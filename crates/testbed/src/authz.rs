@@ -90,6 +90,8 @@ struct Counters {
     connections: AtomicU64,
     open: AtomicI64,
     checks: AtomicU64,
+    /// The `:authority` of each gRPC call, in order.
+    authorities: std::sync::Mutex<Vec<String>>,
 }
 
 impl AuthzSidecar {
@@ -211,6 +213,13 @@ impl AuthzSidecar {
     }
 
     /// Checks answered so far.
+    /// The `:authority` each gRPC check came with, in order.
+    pub fn authorities(&self) -> Vec<String> {
+        (self.counters.authorities.lock())
+            .map(|a| a.clone())
+            .unwrap_or_default()
+    }
+
     pub fn checks(&self) -> u64 {
         self.counters.checks.load(Ordering::Relaxed)
     }
@@ -259,14 +268,26 @@ async fn accept_loop<S, F, Fut>(
             let served = async {
                 match mode {
                     SidecarMode::Grpc => {
-                        let service = AuthorizationServer::new(GrpcRules {
-                            rules,
-                            counters: Arc::clone(&counters),
-                        });
-                        let _ = builder
-                            .http2_only()
-                            .serve_connection(io, TowerToHyperService::new(service))
-                            .await;
+                        let service =
+                            TowerToHyperService::new(AuthorizationServer::new(GrpcRules {
+                                rules,
+                                counters: Arc::clone(&counters),
+                            }));
+                        let counters = Arc::clone(&counters);
+                        let recorded = hyper::service::service_fn(
+                            move |req: http::Request<hyper::body::Incoming>| {
+                                let authority = req
+                                    .uri()
+                                    .authority()
+                                    .map(|a| a.to_string())
+                                    .unwrap_or_default();
+                                if let Ok(mut seen) = counters.authorities.lock() {
+                                    seen.push(authority);
+                                }
+                                hyper::service::Service::call(&service, req)
+                            },
+                        );
+                        let _ = builder.http2_only().serve_connection(io, recorded).await;
                     }
                     SidecarMode::Http => {
                         let counters = Arc::clone(&counters);

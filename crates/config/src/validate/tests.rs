@@ -451,7 +451,8 @@ fn ext_authz_keys_are_checked() {
     assert_eq!(
         authz.service,
         AuthzService::Grpc {
-            endpoint: ServiceEndpoint::Unix("/run/authz.sock".into())
+            endpoint: ServiceEndpoint::Unix("/run/authz.sock".into()),
+            authority: None,
         }
     );
     for (authz, expected) in [

@@ -127,7 +127,16 @@ impl Inner {
     /// loaded).
     fn new(config: &ExtAuthzConfig, table: &RouteConfiguration, stats: AuthzStats) -> Self {
         let client = match &config.service {
-            AuthzService::Grpc { endpoint } => AuthzClient::grpc(endpoint.clone(), config.timeout),
+            AuthzService::Grpc {
+                endpoint,
+                authority,
+            } => {
+                let client = AuthzClient::grpc(endpoint.clone(), config.timeout);
+                match authority {
+                    Some(authority) => client.with_authority(authority),
+                    None => client,
+                }
+            }
             AuthzService::Http {
                 endpoint,
                 path_prefix,

@@ -40,6 +40,9 @@ pub enum AuthzService {
     Grpc {
         #[serde(rename = "address", serialize_with = "ser::display")]
         endpoint: ServiceEndpoint,
+        /// The calls' `:authority` (`ext-authz` when not given).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        authority: Option<String>,
     },
     /// Plain HTTP: a 2xx allows.
     Http {
@@ -101,6 +104,7 @@ pub struct RawExtAuthz {
 #[serde(deny_unknown_fields)]
 pub struct RawAuthzGrpc {
     pub address: String,
+    pub authority: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -149,6 +153,15 @@ pub(super) fn listener_authz(
                 &grpc.address,
                 &format!("{path}.grpc.address"),
             )?,
+            authority: match grpc.authority {
+                Some(a) if a.parse::<http::uri::Authority>().is_err() => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.grpc.authority"),
+                        format!("expected a host name (and port), found `{a}`"),
+                    ));
+                }
+                other => other,
+            },
         },
         (None, Some(http)) => {
             let prefix = http.path_prefix.unwrap_or_default();

@@ -36,7 +36,8 @@ pub(crate) struct XdsAuthz {
 #[derive(Debug, Clone)]
 enum Target {
     Address(String),
-    Cluster(String),
+    /// A cluster, and for gRPC the calls' `:authority` when given.
+    Cluster(String, Option<String>),
 }
 
 impl XdsAuthz {
@@ -102,7 +103,7 @@ impl XdsAuthz {
     /// The cluster the service's address comes from, if it is named by one.
     pub(crate) fn cluster(&self) -> Option<&str> {
         match &self.target {
-            Target::Cluster(name) => Some(name),
+            Target::Cluster(name, _) => Some(name),
             Target::Address(_) => None,
         }
     }
@@ -110,14 +111,17 @@ impl XdsAuthz {
     /// The filter's section, with the address of its cluster's one host; `None` while that
     /// cluster is not known.
     pub(crate) fn section(&self, single_hosts: &BTreeMap<&str, &str>) -> Option<RawExtAuthz> {
-        let address = match &self.target {
-            Target::Address(address) => address.clone(),
-            Target::Cluster(cluster) => (*single_hosts.get(cluster.as_str())?).to_owned(),
+        let (address, authority) = match &self.target {
+            Target::Address(address) => (address.clone(), None),
+            Target::Cluster(cluster, authority) => (
+                (*single_hosts.get(cluster.as_str())?).to_owned(),
+                authority.clone(),
+            ),
         };
         let mut raw = self.raw.clone();
         match &mut raw.http {
             Some(http) => http.address = address,
-            None => raw.grpc = Some(RawAuthzGrpc { address }),
+            None => raw.grpc = Some(RawAuthzGrpc { address, authority }),
         }
         Some(raw)
     }
@@ -136,10 +140,13 @@ fn grpc_target(
     let target = match service.target_specifier.take() {
         Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
             let cluster = std::mem::take(&mut grpc.cluster_name);
+            let authority = Some(std::mem::take(&mut grpc.authority)).filter(|a| !a.is_empty());
             if grpc != Default::default() {
-                return Err(unsupported("envoy_grpc besides cluster_name"));
+                return Err(unsupported(
+                    "envoy_grpc besides cluster_name and authority (retry_policy, max_receive_message_length, skip_envoy_headers)",
+                ));
             }
-            Target::Cluster(cluster)
+            Target::Cluster(cluster, authority)
         }
         Some(grpc_service::TargetSpecifier::GoogleGrpc(mut grpc)) => {
             let target = std::mem::take(&mut grpc.target_uri);
@@ -229,7 +236,7 @@ fn http_target(
             "authorization_response.allowed_upstream_headers",
         )?,
     };
-    Ok((Target::Cluster(cluster), timeout, http))
+    Ok((Target::Cluster(cluster, None), timeout, http))
 }
 
 /// ext_authz's entry in a route's or virtual host's `typed_per_filter_config`: disabled,
