@@ -3725,20 +3725,6 @@ listeners:
     early_header_mutations_hold(proxy.addr()).await;
 }
 
-/// Decodes a compressed body.
-fn decompressed(encoding: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match encoding {
-        "gzip" => {
-            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).unwrap();
-        }
-        "br" => brotli::BrotliDecompress(&mut &bytes[..], &mut out).unwrap(),
-        "zstd" => out = zstd::stream::decode_all(bytes).unwrap(),
-        other => panic!("unexpected encoding {other}"),
-    }
-    out
-}
-
 /// `(content-encoding, etag, decoded body length)` of `path`'s answer to a client taking
 /// `accept`.
 async fn fetched(addr: SocketAddr, path: &str, accept: &str) -> (String, String, usize) {
@@ -3768,7 +3754,7 @@ async fn fetched(addr: SocketAddr, path: &str, accept: &str) -> (String, String,
     let len = if encoding.is_empty() {
         body.len()
     } else {
-        decompressed(&encoding, &body).len()
+        decompress(&encoding, &body).len()
     };
     (encoding, etag, len)
 }

@@ -300,19 +300,6 @@ async fn header_rules_change_requests_and_responses() {
     assert!(plain.headers().contains_key("x-noop-served-by"));
 }
 
-fn decode(encoding: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match encoding {
-        "gzip" => {
-            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).unwrap();
-        }
-        "br" => brotli::BrotliDecompress(&mut &bytes[..], &mut out).unwrap(),
-        "zstd" => out = zstd::stream::decode_all(bytes).unwrap(),
-        other => panic!("unexpected encoding {other}"),
-    }
-    out
-}
-
 fn sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
@@ -362,7 +349,7 @@ async fn compressed_bodies_decompress_to_the_original() {
                 body.len()
             );
             compressed_total += body.len();
-            let decoded = decode(encoding, &body);
+            let decoded = decompress(encoding, &body);
             assert_eq!(decoded.len() as u64, size, "{what}");
             assert_eq!(sha256(&decoded), testbed::pattern_sha256(size), "{what}");
         }

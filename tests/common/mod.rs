@@ -590,3 +590,17 @@ pub async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
     assert!(read.is_ok(), "the proxy never closed the connection");
     seen
 }
+
+/// A body compressed with `encoding` (`gzip`, `br`, `zstd`), decompressed.
+pub fn decompress(encoding: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match encoding {
+        "gzip" => {
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).unwrap();
+        }
+        "br" => brotli::BrotliDecompress(&mut &bytes[..], &mut out).unwrap(),
+        "zstd" => out = zstd::stream::decode_all(bytes).unwrap(),
+        other => panic!("unexpected encoding {other}"),
+    }
+    out
+}

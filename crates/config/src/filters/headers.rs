@@ -213,19 +213,32 @@ pub(crate) fn header_rules(
             "the order of the levels is the listener's to say",
         ));
     }
+    let (request, response) = both_ways(raw.request, raw.response, path)?;
     Ok(HeaderRulesConfig {
         most_specific_wins: raw.most_specific_wins.unwrap_or(true),
-        request: mutations(
-            raw.request.unwrap_or_default(),
+        request,
+        response,
+    })
+}
+
+/// A `request` and a `response` set of changes, checked (each may be absent).
+pub(crate) fn both_ways(
+    request: Option<RawHeaderMutations>,
+    response: Option<RawHeaderMutations>,
+    path: &str,
+) -> Result<(HeaderMutations, HeaderMutations), ConfigError> {
+    Ok((
+        mutations(
+            request.unwrap_or_default(),
             &format!("{path}.request"),
             false,
         )?,
-        response: mutations(
-            raw.response.unwrap_or_default(),
+        mutations(
+            response.unwrap_or_default(),
             &format!("{path}.response"),
             true,
         )?,
-    })
+    ))
 }
 
 pub(crate) fn mutations(

@@ -251,35 +251,31 @@ impl RequestBody {
         ) {
             return Ok((Bytes::new(), self.source_ended()));
         }
-        let mut front = VecDeque::new();
         let mut start = bytes::BytesMut::new();
-        let mut read = 0usize;
-        while read <= max && !self.source.is_end_stream() {
-            match std::future::poll_fn(|cx| self.poll_client(cx)).await {
-                None => break,
-                Some(Err(error)) => return Err(error),
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        read += data.len();
-                        let room = max.saturating_sub(start.len());
-                        start.extend_from_slice(&data[..data.len().min(room)]);
-                    }
-                    front.push_back(frame);
-                }
-            }
-        }
-        let whole = self.source.is_end_stream() && read <= max;
-        let rest = std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new()));
-        self.source = Source::ReadAhead {
-            front,
-            rest: Box::new(rest),
-        };
+        let (_, whole) = self
+            .read_front(max as u64, |data| {
+                let room = max.saturating_sub(start.len());
+                start.extend_from_slice(&data[..data.len().min(room)]);
+            })
+            .await?;
         Ok((start.freeze(), whole))
     }
 
     /// Reads the whole body ahead, if it is at most `max` bytes, to send as it came: its
     /// length, or `None` (what was read is still sent) for a longer one.
     pub(crate) async fn read_whole(&mut self, max: u64) -> Result<Option<u64>, BodyError> {
+        let (read, whole) = self.read_front(max, |_| {}).await?;
+        Ok(whole.then_some(read))
+    }
+
+    /// Reads frames until more than `max` bytes or the end (held to the request timeout),
+    /// showing each one's data to `seen`, and keeps them to be sent first:
+    /// `(bytes read, whether that is the whole body)`.
+    async fn read_front(
+        &mut self,
+        max: u64,
+        mut seen: impl FnMut(&Bytes),
+    ) -> Result<(u64, bool), BodyError> {
         let mut front = VecDeque::new();
         let mut read = 0u64;
         while read <= max && !self.source.is_end_stream() {
@@ -289,6 +285,7 @@ impl RequestBody {
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {
                         read += data.len() as u64;
+                        seen(data);
                     }
                     front.push_back(frame);
                 }
@@ -300,7 +297,7 @@ impl RequestBody {
             front,
             rest: Box::new(rest),
         };
-        Ok(whole.then_some(read))
+        Ok((read, whole))
     }
 
     /// A body for a copy of this request sent to a mirror: its frames as this body's go

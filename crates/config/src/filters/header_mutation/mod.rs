@@ -7,7 +7,7 @@ pub(crate) mod xds;
 
 use serde::{Deserialize, Serialize};
 
-use super::headers::mutations;
+use super::headers::both_ways;
 use crate::*;
 
 /// The changes to requests and to responses.
@@ -29,18 +29,8 @@ fn header_mutation(
     path: &str,
     _on_route: bool,
 ) -> Result<HeaderMutationConfig, ConfigError> {
-    Ok(HeaderMutationConfig {
-        request: mutations(
-            raw.request.unwrap_or_default(),
-            &format!("{path}.request"),
-            false,
-        )?,
-        response: mutations(
-            raw.response.unwrap_or_default(),
-            &format!("{path}.response"),
-            true,
-        )?,
-    })
+    let (request, response) = both_ways(raw.request, raw.response, path)?;
+    Ok(HeaderMutationConfig { request, response })
 }
 
 per_route_settings!(HeaderMutationConfig, RawHeaderMutation, header_mutation);
