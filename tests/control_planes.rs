@@ -4390,8 +4390,9 @@ async fn retry_conditions_hold(addr: SocketAddr, upstream: &testbed::NoopHandle)
 }
 
 /// Envoy's `retriable-headers` with `retriable_headers` and `retriable_request_headers`,
-/// `reset-before-request`, the `previous_priorities` retry priority (every host is at
-/// priority 0 here, as there it changes nothing), and the virtual host's
+/// `reset-before-request`, the `previous_priorities` retry priority (taken with its update
+/// frequency; tests/failover.rs shows it moving retries between priorities), and the
+/// virtual host's
 /// `include_attempt_count_in_response`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_conditions_from_the_management_server() {

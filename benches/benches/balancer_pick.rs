@@ -7,6 +7,11 @@
 //! different hash key each iteration (from a precomputed table of 4096), so their lookups
 //! are not served by one hot cache line.
 //!
+//! `balancer/levels` picks over 100 hosts in 3 localities x 2 priorities, with P0 short of
+//! healthy hosts so that both levels take load, locality-weighted for the policies that
+//! allow it; `balancer/update` publishes a new list of 1000 hosts (one host replaced, the
+//! rest kept with their state) and rebuilds the tables.
+//!
 //! Run: `cargo bench -p legate-benches --bench balancer_pick -- --warm-up-time 1 --measurement-time 2`
 
 use std::convert::Infallible;
@@ -18,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::thread;
 
-use balancer::{Balance, HostSet, HostSpec, LbPolicy, LoadBalancer};
+use balancer::{Balance, Health, HostSet, HostSpec, LbPolicy, LbSettings, LoadBalancer};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tower::Service;
 use tower::discover::ServiceList;
@@ -122,6 +127,74 @@ fn pick(c: &mut Criterion) {
     }
 }
 
+/// 100 hosts: priority `i % 2`, locality `i % 3` (weights 1, 2, 3); a third of P0 unhealthy
+/// (1.4 * 2/3 = 93%: P1 takes 7%).
+fn levels_set() -> HostSet {
+    HostSet::new(
+        (0..100)
+            .map(|i| {
+                let locality = (i % 3) as u32;
+                let health = if i % 2 == 0 && i % 6 == 0 {
+                    Health::Unhealthy
+                } else {
+                    Health::Healthy
+                };
+                HostSpec::new(addr(i))
+                    .with_priority((i % 2) as u32)
+                    .with_locality(locality, locality + 1)
+                    .with_health(health)
+            })
+            .collect(),
+    )
+    .expect("distinct hosts")
+}
+
+fn levels(c: &mut Criterion) {
+    let mut group = c.benchmark_group("balancer/levels/hosts=100");
+    for (name, policy) in policies() {
+        let settings = LbSettings {
+            locality_weighted: !policy.hashes(),
+            ..LbSettings::default()
+        };
+        let lb = LoadBalancer::with_settings(levels_set(), policy, settings).expect("valid");
+        let mut keys = Keys::for_policy(&policy);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let picked = lb.pick(keys.next());
+                black_box(&picked);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn update(c: &mut Criterion) {
+    let mut group = c.benchmark_group("balancer/update/hosts=1000");
+    for (name, policy) in [
+        ("round_robin", LbPolicy::RoundRobin),
+        ("least_request", LbPolicy::least_request()),
+        ("maglev", LbPolicy::maglev()),
+    ] {
+        let hosts = host_set(1000);
+        let lb = LoadBalancer::new(hosts.clone(), policy).expect("valid");
+        let lists: [Vec<HostSpec>; 2] = [1000, 1001].map(|last| {
+            (0..999)
+                .chain([last])
+                .map(|i| HostSpec::new(addr(i)))
+                .collect()
+        });
+        let mut turn = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                turn ^= 1;
+                hosts.update(lists[turn].clone()).expect("distinct hosts");
+                lb.refresh();
+            })
+        });
+    }
+    group.finish();
+}
+
 type ReadyService = tower::util::ServiceFn<fn(u64) -> Ready<Result<u64, Infallible>>>;
 
 /// A service that is always ready and answers at once.
@@ -198,5 +271,5 @@ fn p2c_vs_tower(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, pick, p2c_vs_tower);
+criterion_group!(benches, pick, levels, update, p2c_vs_tower);
 criterion_main!(benches);

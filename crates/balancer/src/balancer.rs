@@ -1,27 +1,76 @@
 //! The load balancer: a policy's tables over the current host-set snapshot, rebuilt lazily
 //! when the snapshot's version moves, and the lock-free pick.
 //!
-//! Health follows Envoy's single-priority rules. Each host is healthy, degraded or
-//! unavailable (unhealthy or ejected). With `h` healthy and `d` degraded hosts out of `n`,
-//! healthy availability is `min(100, 140 * h / n)` and degraded availability
-//! `min(100, 140 * d / n)` (Envoy's overprovisioning factor of 1.4); their sum, capped at 100,
-//! is the total availability. If it is below 100 and `100 * (h + d) / n` is below the panic
-//! threshold, the set is in *panic* and picks go to all hosts whatever their health.
-//! Otherwise picks go to healthy hosts, and degraded hosts take the share healthy ones cannot
-//! (`100 - min(100, healthy availability * 100 / total availability)` percent).
+//! Health and priorities follow Envoy. Each host is healthy, degraded or unavailable
+//! (unhealthy or ejected), and belongs to a priority level. `priority.rs` shares the load
+//! among the levels from their health (with the overprovisioning factor, 140% by default)
+//! and says which are in panic: a pick first draws a level and a kind of host (healthy or
+//! degraded) by those loads, then balances over those hosts with the policy, or over every
+//! host of the level if it is in panic. With locality-weighted balancing, a locality is
+//! drawn first by its effective weight (`locality.rs`), then a host of it.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use arc_swap::ArcSwap;
 
-use crate::host::{Host, HostSet, Picked, Snapshot};
+use crate::host::{Entry, Host, HostSet, Picked, Snapshot};
 use crate::policy::{DEFAULT_PANIC_THRESHOLD, LbPolicy};
-use crate::{BuildError, Health, least_request, maglev, random, ring_hash, rng, round_robin};
+use crate::priority::{self, LevelCounts};
+use crate::random::Alias;
+use crate::{
+    BuildError, Health, least_request, locality, maglev, random, ring_hash, rng, round_robin,
+};
 
 /// Envoy's default overprovisioning factor, in percent.
-const OVERPROVISIONING_PERCENT: u64 = 140;
+pub const DEFAULT_OVERPROVISIONING_FACTOR: u32 = 140;
+
+/// How a balancer shares load across health, priorities and localities (Envoy's
+/// `common_lb_config` and the endpoints' overprovisioning factor).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LbSettings {
+    /// The healthy panic threshold in percent (`0..=100`; 0 turns panic mode off, so that a
+    /// set with no available host yields no pick). Envoy's default: 50.
+    pub panic_threshold: f64,
+    /// How much a level's (and a locality's) available share is inflated before it is found
+    /// short, in percent (at least 1): with 140, a level with 5 of 7 hosts healthy still
+    /// takes all its load. Envoy's default: 140.
+    pub overprovisioning_factor: u32,
+    /// Draw a locality by its weight before a host (Envoy's `locality_weighted_lb_config`);
+    /// not with the hashing policies.
+    pub locality_weighted: bool,
+}
+
+impl Default for LbSettings {
+    fn default() -> Self {
+        Self {
+            panic_threshold: DEFAULT_PANIC_THRESHOLD,
+            overprovisioning_factor: DEFAULT_OVERPROVISIONING_FACTOR,
+            locality_weighted: false,
+        }
+    }
+}
+
+impl LbSettings {
+    /// Checks the settings for `policy`, as [`LoadBalancer::with_settings`] does.
+    pub fn validate(&self, policy: &LbPolicy) -> Result<(), BuildError> {
+        if !(0.0..=100.0).contains(&self.panic_threshold) {
+            return Err(BuildError::PanicThresholdOutOfRange {
+                threshold: self.panic_threshold,
+            });
+        }
+        if self.overprovisioning_factor == 0 {
+            return Err(BuildError::OverprovisioningFactorZero);
+        }
+        if self.locality_weighted && policy.hashes() {
+            return Err(BuildError::LocalityWeightedHashing {
+                policy: policy.name(),
+            });
+        }
+        Ok(())
+    }
+}
 
 /// Picks hosts from a [`HostSet`] with one [`LbPolicy`].
 ///
@@ -39,10 +88,9 @@ const OVERPROVISIONING_PERCENT: u64 = 140;
 pub struct LoadBalancer {
     hosts: HostSet,
     policy: LbPolicy,
-    panic_threshold: f64,
+    settings: LbSettings,
     compiled: ArcSwap<Compiled>,
     rebuild: Mutex<()>,
-    cursors: [Cursor; 3],
     #[cfg(feature = "metrics")]
     meters: crate::meters::Meters,
 }
@@ -53,9 +101,10 @@ pub struct LoadBalancer {
 struct Cursor(AtomicU64);
 
 impl LoadBalancer {
-    /// A balancer over `hosts` with Envoy's default panic threshold (50%).
+    /// A balancer over `hosts` with Envoy's default settings (panic threshold 50%,
+    /// overprovisioning factor 140%, no locality weighting).
     pub fn new(hosts: HostSet, policy: LbPolicy) -> Result<Self, BuildError> {
-        Self::with_panic_threshold(hosts, policy, DEFAULT_PANIC_THRESHOLD)
+        Self::with_settings(hosts, policy, LbSettings::default())
     }
 
     /// A balancer with another healthy panic threshold, in percent (`0..=100`; 0 turns panic
@@ -65,35 +114,38 @@ impl LoadBalancer {
         policy: LbPolicy,
         panic_threshold: f64,
     ) -> Result<Self, BuildError> {
+        let settings = LbSettings {
+            panic_threshold,
+            ..LbSettings::default()
+        };
+        Self::with_settings(hosts, policy, settings)
+    }
+
+    /// A balancer with these settings.
+    pub fn with_settings(
+        hosts: HostSet,
+        policy: LbPolicy,
+        settings: LbSettings,
+    ) -> Result<Self, BuildError> {
         policy.validate()?;
-        if !(0.0..=100.0).contains(&panic_threshold) {
-            return Err(BuildError::PanicThresholdOutOfRange {
-                threshold: panic_threshold,
-            });
-        }
-        let compiled = Compiled::build(&hosts.snapshot(), &policy, panic_threshold);
-        // Start each balancer's rotation at a random place, as Envoy seeds each worker's, so
+        settings.validate(&policy)?;
+        // Each source's rotation starts at a random place, as Envoy seeds each worker's, so
         // that per-worker balancers do not all send their first requests to the same host.
-        let start = rng::next_u64() >> 1;
+        let compiled = Compiled::build(&hosts.snapshot(), &policy, &settings, None);
         #[cfg(feature = "metrics")]
         let meters = {
             let meters = crate::meters::Meters::new(policy.name());
             meters
                 .panic_mode
-                .set(if matches!(compiled.route, Route::Panic(_)) {
-                    1.0
-                } else {
-                    0.0
-                });
+                .set(if compiled.panic { 1.0 } else { 0.0 });
             meters
         };
         Ok(Self {
             hosts,
             policy,
-            panic_threshold,
+            settings,
             compiled: ArcSwap::from_pointee(compiled),
             rebuild: Mutex::new(()),
-            cursors: [0, 1, 2].map(|_| Cursor(AtomicU64::new(start))),
             #[cfg(feature = "metrics")]
             meters,
         })
@@ -103,16 +155,18 @@ impl LoadBalancer {
     /// host with panic mode off).
     ///
     /// `hash_key` is what ring hash and maglev map to a host (see [`hash_key`](crate::hash_key));
-    /// without one they pick at random, as Envoy does. Other policies ignore it. The returned
-    /// guard counts one request in flight to the host until it is dropped.
+    /// without one they pick at random, as Envoy does. Other policies ignore it. With several
+    /// priority levels or kinds of host in use, it also draws the level (as Envoy's), so that
+    /// one key keeps to one level. The returned guard counts one request in flight to the host
+    /// until it is dropped.
     #[inline]
     pub fn pick(&self, hash_key: Option<u64>) -> Option<Picked> {
         let compiled = self.compiled.load();
         let picked = if compiled.version == self.hosts.version() {
-            compiled.pick(hash_key, &self.cursors)
+            compiled.pick(hash_key)
         } else {
             drop(compiled);
-            self.try_refresh().pick(hash_key, &self.cursors)
+            self.try_refresh().pick(hash_key)
         };
         #[cfg(feature = "metrics")]
         match &picked {
@@ -120,6 +174,17 @@ impl LoadBalancer {
             None => self.meters.pick_failures.increment(1),
         }
         picked
+    }
+
+    /// Chooses a host for a retry, leaving out of the priority loads the levels whose
+    /// priorities are in `excluded` (Envoy's `previous_priorities` retry priority: give it the
+    /// priorities of the hosts tried). When those levels are all that is available, picks as
+    /// [`pick`](Self::pick) does. Computes the loads anew on each call.
+    pub fn pick_excluding(&self, hash_key: Option<u64>, excluded: &[u32]) -> Option<Picked> {
+        if excluded.is_empty() {
+            return self.pick(hash_key);
+        }
+        self.current().pick_excluding(hash_key, excluded)
     }
 
     /// The host set this balancer picks from.
@@ -132,15 +197,20 @@ impl LoadBalancer {
         &self.policy
     }
 
-    /// The healthy panic threshold, in percent.
-    pub fn panic_threshold(&self) -> f64 {
-        self.panic_threshold
+    /// The settings this balancer runs with.
+    pub fn settings(&self) -> &LbSettings {
+        &self.settings
     }
 
-    /// True when the tables in use were built in panic mode (too few available hosts, so
-    /// picks ignore health).
+    /// The healthy panic threshold, in percent.
+    pub fn panic_threshold(&self) -> f64 {
+        self.settings.panic_threshold
+    }
+
+    /// True when the tables in use have a priority level in panic that takes load (too few
+    /// available hosts there, so picks that land on it ignore health).
     pub fn in_panic(&self) -> bool {
-        matches!(self.current().route, Route::Panic(_))
+        self.current().panic
     }
 
     /// Rebuilds the tables for the current host set now, waiting for a rebuild in progress.
@@ -190,14 +260,12 @@ impl LoadBalancer {
         let fresh = Arc::new(Compiled::build(
             &snapshot,
             &self.policy,
-            self.panic_threshold,
+            &self.settings,
+            Some(&current),
         ));
         self.compiled.store(Arc::clone(&fresh));
         #[cfg(feature = "metrics")]
-        self.meters.rebuilt(
-            matches!(current.route, Route::Panic(_)),
-            matches!(fresh.route, Route::Panic(_)),
-        );
+        self.meters.rebuilt(current.panic, fresh.panic);
         fresh
     }
 }
@@ -206,168 +274,348 @@ impl fmt::Debug for LoadBalancer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoadBalancer")
             .field("policy", &self.policy)
-            .field("panic_threshold", &self.panic_threshold)
+            .field("settings", &self.settings)
             .field("hosts", &self.hosts)
             .finish_non_exhaustive()
     }
 }
 
-/// The tables for one snapshot.
+/// The tables for one snapshot: for each priority level, a source per kind of host
+/// (healthy, degraded, and all of them when the level is in panic), and how load is shared
+/// among them.
 struct Compiled {
     version: u64,
-    route: Route,
+    /// Running sums of the loads (percent) and where each goes, healthy kinds of every level
+    /// first, as Envoy's `choosePriority`; only targets with load. Empty: no host may take
+    /// traffic.
+    targets: Box<[(u32, Target)]>,
+    levels: Box<[Level]>,
+    /// Whether some level with load is in panic.
+    panic: bool,
+    /// Each level's priority, ascending.
+    priorities: Box<[u32]>,
+    /// Each level's healthy and degraded availability (for retries that leave levels out).
+    availability: Box<[(u32, u32)]>,
 }
 
-enum Route {
-    /// No host may take traffic.
-    Nowhere,
-    /// Too few available hosts: balance over all of them.
-    Panic(Source),
-    /// Healthy hosts, and degraded ones for the share healthy ones cannot take.
-    Normal {
-        healthy: Option<Source>,
-        degraded: Option<Source>,
-        /// Percent of picks (1..=100) that go to healthy hosts when both kinds exist.
-        healthy_load: u64,
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    level: usize,
+    degraded: bool,
+}
+
+/// One priority level's sources.
+#[derive(Default)]
+struct Level {
+    panic: bool,
+    healthy: Option<Group>,
+    degraded: Option<Group>,
+    /// Every host of the level, when it is in panic.
+    all: Option<Group>,
+}
+
+/// Hosts of one kind in one level: balanced as one set, or by locality first (Envoy's
+/// locality-weighted balancing).
+enum Group {
+    Flat(Source),
+    Localities {
+        alias: Alias,
+        sources: Box<[Source]>,
     },
 }
 
-impl Compiled {
-    fn build(snapshot: &Snapshot, policy: &LbPolicy, panic_threshold: f64) -> Self {
-        let entries = snapshot.entries();
-        let positions_with = |health: Health| -> Vec<usize> {
-            (0..entries.len())
-                .filter(|&i| entries[i].health == health)
-                .collect()
-        };
-        let healthy = positions_with(Health::Healthy);
-        let degraded = positions_with(Health::Degraded);
-        let source =
-            |positions: &[usize], kind: usize| Source::build(snapshot, positions, policy, kind);
+/// Which source a round-robin cursor belongs to, so that a rebuild carries the position on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SourceKey {
+    level: usize,
+    kind: u8,
+    /// The locality, for a source of one locality.
+    locality: Option<u32>,
+}
 
-        let route = match plan(
-            healthy.len(),
-            degraded.len(),
-            entries.len(),
-            panic_threshold,
-        ) {
-            Plan::Nowhere => Route::Nowhere,
-            Plan::Panic => {
-                let all: Vec<usize> = (0..entries.len()).collect();
-                Route::Panic(source(&all, ALL))
+const HEALTHY: u8 = 0;
+const DEGRADED: u8 = 1;
+const ALL: u8 = 2;
+
+impl Compiled {
+    fn build(
+        snapshot: &Snapshot,
+        policy: &LbPolicy,
+        settings: &LbSettings,
+        previous: Option<&Compiled>,
+    ) -> Self {
+        let entries = snapshot.entries();
+        let mut priorities: Vec<u32> = entries.iter().map(|e| e.spec.priority).collect();
+        priorities.sort_unstable();
+        priorities.dedup();
+        // Each level's hosts, by position in the snapshot.
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); priorities.len()];
+        for (i, entry) in entries.iter().enumerate() {
+            if let Ok(level) = priorities.binary_search(&entry.spec.priority) {
+                members[level].push(i);
             }
-            Plan::Normal {
-                healthy_load,
-                use_degraded,
-            } => Route::Normal {
-                healthy: (!healthy.is_empty()).then(|| source(&healthy, HEALTHY)),
-                degraded: use_degraded.then(|| source(&degraded, DEGRADED)),
-                healthy_load,
-            },
+        }
+        let counts: Vec<LevelCounts> = members
+            .iter()
+            .map(|positions| {
+                let mut counts = LevelCounts {
+                    hosts: positions.len() as u64,
+                    ..LevelCounts::default()
+                };
+                for &i in positions {
+                    match entries[i].spec.health {
+                        Health::Healthy => counts.healthy += 1,
+                        Health::Degraded => counts.degraded += 1,
+                        Health::Unhealthy | Health::Ejected => {}
+                    }
+                }
+                counts
+            })
+            .collect();
+        let loads = priority::loads(
+            &counts,
+            settings.overprovisioning_factor,
+            settings.panic_threshold,
+        );
+        let cursor = |key: SourceKey| {
+            previous
+                .and_then(|p| p.cursor(key))
+                .unwrap_or_else(|| rng::next_u64() >> 1)
         };
+        let builder = GroupBuilder {
+            entries,
+            policy,
+            settings,
+            cursor: &cursor,
+        };
+
+        let mut targets = Vec::new();
+        let mut sum = 0;
+        for (degraded, kind_loads) in [(false, &loads.healthy), (true, &loads.degraded)] {
+            for (level, load) in kind_loads.iter().enumerate() {
+                if *load > 0 {
+                    sum += load;
+                    targets.push((sum, Target { level, degraded }));
+                }
+            }
+        }
+        let mut panic = false;
+        let levels = members
+            .iter()
+            .enumerate()
+            .map(|(level, all)| {
+                let wanted = |degraded: bool| {
+                    targets
+                        .iter()
+                        .any(|(_, t)| t.level == level && t.degraded == degraded)
+                };
+                let with = |health: Health| -> Vec<usize> {
+                    all.iter()
+                        .copied()
+                        .filter(|&i| entries[i].spec.health == health)
+                        .collect()
+                };
+                let in_panic = loads.panic[level];
+                panic |= in_panic && (wanted(false) || wanted(true));
+                // Every kind with hosts: a retry that leaves other levels out may land here.
+                if in_panic {
+                    Level {
+                        panic: true,
+                        all: builder.flat(level, ALL, all),
+                        ..Level::default()
+                    }
+                } else {
+                    Level {
+                        panic: false,
+                        healthy: builder.group(level, HEALTHY, &with(Health::Healthy), all),
+                        degraded: builder.group(level, DEGRADED, &with(Health::Degraded), all),
+                        all: None,
+                    }
+                }
+            })
+            .collect();
         Self {
             version: snapshot.version(),
-            route,
+            targets: targets.into_boxed_slice(),
+            levels,
+            panic,
+            priorities: priorities.into_boxed_slice(),
+            availability: loads.availability.into_boxed_slice(),
         }
+    }
+
+    /// The round-robin position of the source with this key.
+    fn cursor(&self, key: SourceKey) -> Option<u64> {
+        self.levels
+            .iter()
+            .flat_map(|l| [&l.healthy, &l.degraded, &l.all])
+            .flatten()
+            .flat_map(|group| match group {
+                Group::Flat(source) => std::slice::from_ref(source),
+                Group::Localities { sources, .. } => sources,
+            })
+            .find(|s| s.key == key)
+            .map(|s| s.cursor.0.load(Ordering::Relaxed))
     }
 
     #[inline]
-    fn pick(&self, hash_key: Option<u64>, cursors: &[Cursor; 3]) -> Option<Picked> {
-        let source = match &self.route {
-            Route::Normal {
-                healthy: Some(healthy),
-                degraded: None,
-                ..
-            } => healthy,
-            Route::Normal {
-                healthy,
-                degraded,
-                healthy_load,
-            } => match (healthy, degraded) {
-                (Some(healthy), Some(degraded)) => {
-                    // As Envoy's choosePriority: the hash key (or a random number) modulo 100
-                    // decides, so one key keeps going to the same kind of host.
-                    let bucket = hash_key.unwrap_or_else(rng::next_u64) % 100 + 1;
-                    if bucket <= *healthy_load {
-                        healthy
-                    } else {
-                        degraded
-                    }
-                }
-                (Some(only), None) | (None, Some(only)) => only,
-                (None, None) => return None,
-            },
-            Route::Panic(all) => all,
-            Route::Nowhere => return None,
+    fn pick(&self, hash_key: Option<u64>) -> Option<Picked> {
+        let target = match &*self.targets {
+            [(_, only)] => *only,
+            [] => return None,
+            targets => {
+                // As Envoy's choosePriority: the hash key (or a random number) modulo 100
+                // decides, so one key keeps going to the same level and kind.
+                let bucket = (hash_key.unwrap_or_else(rng::next_u64) % 100 + 1) as u32;
+                targets
+                    .iter()
+                    .find(|(upto, _)| bucket <= *upto)
+                    .map_or(targets[targets.len() - 1].1, |(_, t)| *t)
+            }
         };
-        source.pick(hash_key, &cursors[source.kind].0)
+        self.pick_at(target, hash_key)
     }
-}
 
-/// Where picks go, from the counts of healthy and degraded hosts among `total`.
-#[derive(Debug, PartialEq, Eq)]
-enum Plan {
-    Nowhere,
-    Panic,
-    Normal {
-        /// Percent of picks for healthy hosts; the rest go to degraded ones.
-        healthy_load: u64,
-        use_degraded: bool,
-    },
-}
-
-fn plan(healthy: usize, degraded: usize, total: usize, panic_threshold: f64) -> Plan {
-    let (h, d, n) = (healthy as u64, degraded as u64, total as u64);
-    let availability = |count: u64| {
-        (OVERPROVISIONING_PERCENT * count)
-            .checked_div(n)
-            .map_or(0, |a| a.min(100))
-    };
-    let (healthy_availability, degraded_availability) = (availability(h), availability(d));
-    let total_availability = (healthy_availability + degraded_availability).min(100);
-    if n == 0 {
-        return Plan::Nowhere;
-    }
-    let available_percent = 100.0 * (h + d) as f64 / n as f64;
-    if total_availability < 100 && available_percent < panic_threshold {
-        return Plan::Panic;
-    }
-    let share = |availability: u64| (availability * 100).checked_div(total_availability);
-    match (share(healthy_availability), share(degraded_availability)) {
-        (Some(healthy_load), Some(degraded_load)) => {
-            let healthy_load = healthy_load.min(100);
-            let degraded_load = degraded_load.min(100 - healthy_load);
-            Plan::Normal {
-                // Rounding leftovers go to healthy hosts when they have any availability,
-                // as in Envoy.
-                healthy_load: if healthy_availability > 0 {
-                    100 - degraded_load
-                } else {
-                    healthy_load
-                },
-                use_degraded: d > 0 && degraded_load > 0,
+    /// A pick with the levels of the `excluded` priorities left out of the loads (Envoy's
+    /// `previous_priorities`); as [`pick`](Self::pick) when that leaves nothing available.
+    #[cold]
+    fn pick_excluding(&self, hash_key: Option<u64>, excluded: &[u32]) -> Option<Picked> {
+        let mask: Vec<bool> = self
+            .priorities
+            .iter()
+            .map(|p| excluded.contains(p))
+            .collect();
+        if !mask.contains(&true) {
+            return self.pick(hash_key);
+        }
+        let Some((healthy, degraded)) = priority::excluding(&self.availability, &mask) else {
+            return self.pick(hash_key);
+        };
+        let bucket = (hash_key.unwrap_or_else(rng::next_u64) % 100 + 1) as u32;
+        let mut upto = 0;
+        for (is_degraded, loads) in [(false, &healthy), (true, &degraded)] {
+            for (level, load) in loads.iter().enumerate() {
+                upto += load;
+                if *load > 0 && bucket <= upto {
+                    let target = Target {
+                        level,
+                        degraded: is_degraded,
+                    };
+                    return self.pick_at(target, hash_key);
+                }
             }
         }
-        // Panic mode is off (threshold 0) and almost nothing is available: like Envoy, send
-        // everything to the healthy hosts, if any.
-        _ if h > 0 => Plan::Normal {
-            healthy_load: 100,
-            use_degraded: false,
-        },
-        _ => Plan::Nowhere,
+        self.pick(hash_key)
+    }
+
+    #[inline]
+    fn pick_at(&self, target: Target, hash_key: Option<u64>) -> Option<Picked> {
+        let level = &self.levels[target.level];
+        let group = if level.panic {
+            &level.all
+        } else if target.degraded {
+            &level.degraded
+        } else {
+            &level.healthy
+        };
+        group.as_ref()?.pick(hash_key)
     }
 }
 
-const HEALTHY: usize = 0;
-const DEGRADED: usize = 1;
-const ALL: usize = 2;
+/// Builds a level's groups.
+struct GroupBuilder<'a, C: Fn(SourceKey) -> u64> {
+    entries: &'a [Entry],
+    policy: &'a LbPolicy,
+    settings: &'a LbSettings,
+    cursor: &'a C,
+}
 
-/// One kind of host (healthy, degraded, or all in panic) and the policy's table over them.
-struct Source {
-    members: Box<[Member]>,
-    table: Table,
-    /// Which round-robin cursor this source advances.
-    kind: usize,
+impl<C: Fn(SourceKey) -> u64> GroupBuilder<'_, C> {
+    fn flat(&self, level: usize, kind: u8, positions: &[usize]) -> Option<Group> {
+        let key = SourceKey {
+            level,
+            kind,
+            locality: None,
+        };
+        (!positions.is_empty()).then(|| Group::Flat(self.source(key, positions)))
+    }
+
+    /// `positions`: the hosts of this kind; `level_hosts`: every host of the level, whose
+    /// count per locality is what a locality's health is measured against.
+    fn group(
+        &self,
+        level: usize,
+        kind: u8,
+        positions: &[usize],
+        level_hosts: &[usize],
+    ) -> Option<Group> {
+        if !self.settings.locality_weighted {
+            return self.flat(level, kind, positions);
+        }
+        let spec = |i: usize| &self.entries[i].spec;
+        let mut localities: Vec<u32> = level_hosts.iter().map(|&i| spec(i).locality).collect();
+        localities.sort_unstable();
+        localities.dedup();
+        let mut weights = Vec::new();
+        let mut sources = Vec::new();
+        for locality in localities {
+            let eligible: Vec<usize> = positions
+                .iter()
+                .copied()
+                .filter(|&i| spec(i).locality == locality)
+                .collect();
+            let mut members = level_hosts
+                .iter()
+                .filter(|&&i| spec(i).locality == locality);
+            let hosts = members.clone().count();
+            let weight = members.next().map_or(0, |&i| spec(i).locality_weight);
+            let weight = locality::effective_weight(
+                weight,
+                eligible.len(),
+                hosts,
+                self.settings.overprovisioning_factor,
+            );
+            if weight > 0.0 {
+                weights.push(weight);
+                let key = SourceKey {
+                    level,
+                    kind,
+                    locality: Some(locality),
+                };
+                sources.push(self.source(key, &eligible));
+            }
+        }
+        match sources.len() {
+            // No locality has weight and available hosts: as Envoy, balance over the kind.
+            0 => self.flat(level, kind, positions),
+            _ => Some(Group::Localities {
+                alias: Alias::from_weights(&weights),
+                sources: sources.into_boxed_slice(),
+            }),
+        }
+    }
+
+    fn source(&self, key: SourceKey, positions: &[usize]) -> Source {
+        Source::build(
+            self.entries,
+            positions,
+            self.policy,
+            key,
+            (self.cursor)(key),
+        )
+    }
+}
+
+impl Group {
+    #[inline]
+    fn pick(&self, hash_key: Option<u64>) -> Option<Picked> {
+        match self {
+            Group::Flat(source) => source.pick(hash_key),
+            Group::Localities { alias, sources } => {
+                sources[alias.sample(rng::next_u64())].pick(hash_key)
+            }
+        }
+    }
 }
 
 /// A host as a policy table sees it.
@@ -391,7 +639,8 @@ pub(crate) fn test_members(weights: &[u32], net: u8) -> Vec<Member> {
         .map(|(index, e)| Member {
             host: Arc::clone(&e.host),
             index,
-            weight: e.weight,
+            weight: e.spec.weight,
+            priority: e.spec.priority,
         })
         .collect()
 }
@@ -401,6 +650,16 @@ pub(crate) struct Member {
     /// Index in the snapshot.
     pub(crate) index: usize,
     pub(crate) weight: u32,
+    pub(crate) priority: u32,
+}
+
+/// The hosts of one source and the policy's table over them.
+struct Source {
+    members: Box<[Member]>,
+    table: Table,
+    key: SourceKey,
+    /// The round-robin position: the one word every round-robin pick writes.
+    cursor: Cursor,
 }
 
 enum Table {
@@ -412,14 +671,20 @@ enum Table {
 }
 
 impl Source {
-    fn build(snapshot: &Snapshot, positions: &[usize], policy: &LbPolicy, kind: usize) -> Self {
-        let entries = snapshot.entries();
+    fn build(
+        entries: &[Entry],
+        positions: &[usize],
+        policy: &LbPolicy,
+        key: SourceKey,
+        cursor: u64,
+    ) -> Self {
         let members: Box<[Member]> = positions
             .iter()
             .map(|&i| Member {
                 host: Arc::clone(&entries[i].host),
                 index: i,
-                weight: entries[i].weight,
+                weight: entries[i].spec.weight,
+                priority: entries[i].spec.priority,
             })
             .collect();
         let table = match policy {
@@ -436,48 +701,21 @@ impl Source {
         Self {
             members,
             table,
-            kind,
+            key,
+            cursor: Cursor(AtomicU64::new(cursor)),
         }
     }
 
     #[inline]
-    fn pick(&self, hash_key: Option<u64>, cursor: &AtomicU64) -> Option<Picked> {
+    fn pick(&self, hash_key: Option<u64>) -> Option<Picked> {
         let position = match &self.table {
-            Table::RoundRobin(schedule) => schedule.pick(cursor),
+            Table::RoundRobin(schedule) => schedule.pick(&self.cursor.0),
             Table::LeastRequest(chooser) => chooser.pick(&self.members),
             Table::Random(chooser) => chooser.pick(self.members.len()),
             Table::RingHash(ring) => ring.pick(hash_key.unwrap_or_else(rng::next_u64)),
             Table::Maglev(table) => table.pick(hash_key.unwrap_or_else(rng::next_u64)),
         };
         let member = self.members.get(position)?;
-        Some(Picked::new(&member.host, member.index))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plans_follow_envoys_arithmetic() {
-        let normal = |healthy_load, use_degraded| Plan::Normal {
-            healthy_load,
-            use_degraded,
-        };
-        assert_eq!(plan(0, 0, 0, 50.0), Plan::Nowhere);
-        assert_eq!(plan(10, 0, 10, 50.0), normal(100, false));
-        // 1.4 * 60% = 84% healthy, 1.4 * 40% = 56% degraded, total capped at 100.
-        assert_eq!(plan(6, 4, 10, 50.0), normal(84, true));
-        // 1.4 * 80% >= 100%: degraded hosts not needed.
-        assert_eq!(plan(8, 2, 10, 50.0), normal(100, false));
-        // 3 of 10 healthy, 2 degraded: 42% and 28%, total 70%, loads 60 / 40; 50% available is
-        // not below the threshold.
-        assert_eq!(plan(3, 2, 10, 50.0), normal(60, true));
-        assert_eq!(plan(3, 1, 10, 50.0), Plan::Panic);
-        assert_eq!(plan(0, 3, 3, 50.0), normal(0, true));
-        assert_eq!(plan(0, 0, 3, 50.0), Plan::Panic);
-        assert_eq!(plan(0, 0, 3, 0.0), Plan::Nowhere);
-        // 1 healthy of 200: availability rounds to 0; with panic off it still gets traffic.
-        assert_eq!(plan(1, 0, 200, 0.0), normal(100, false));
+        Some(Picked::new(&member.host, member.index, member.priority))
     }
 }

@@ -33,6 +33,11 @@ pub enum BuildError {
     TableSizeTooLarge { table_size: u64, limit: u64 },
     /// The healthy panic threshold is a percentage in `0..=100`.
     PanicThresholdOutOfRange { threshold: f64 },
+    /// The overprovisioning factor is a percentage of at least 1.
+    OverprovisioningFactorZero,
+    /// Locality-weighted balancing draws a locality before the host; a hashing policy maps
+    /// a key to one host over the whole level, so the two do not combine.
+    LocalityWeightedHashing { policy: &'static str },
 }
 
 impl fmt::Display for BuildError {
@@ -87,6 +92,13 @@ impl fmt::Display for BuildError {
             BuildError::PanicThresholdOutOfRange { threshold } => write!(
                 f,
                 "healthy panic threshold {threshold} is not a percentage between 0 and 100"
+            ),
+            BuildError::OverprovisioningFactorZero => {
+                f.write_str("the overprovisioning factor is 0; it must be at least 1 (percent)")
+            }
+            BuildError::LocalityWeightedHashing { policy } => write!(
+                f,
+                "locality-weighted balancing does not combine with {policy}, which hashes over every host of a priority"
             ),
         }
     }

@@ -56,7 +56,8 @@ impl Health {
     }
 }
 
-/// What a caller says about one host: its address, weight and health.
+/// What a caller says about one host: its address, weight, health, and where it stands
+/// (priority, locality).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HostSpec {
     /// The host's identity in the set: no two hosts share an address.
@@ -65,16 +66,43 @@ pub struct HostSpec {
     pub weight: u32,
     /// Current health.
     pub health: Health,
+    /// Envoy's endpoint priority: 0 is served first; higher levels take the load the levels
+    /// above cannot (see [`LoadBalancer`](crate::LoadBalancer)).
+    pub priority: u32,
+    /// The host's locality, as a number the caller gives each distinct locality (Envoy's
+    /// region/zone/sub-zone); hosts without one share locality 0.
+    pub locality: u32,
+    /// The weight of the host's locality within its priority (Envoy's locality
+    /// `load_balancing_weight`; 0: none given). Used only with locality-weighted balancing,
+    /// where a locality of weight 0 gets no load; hosts of one locality and priority give the
+    /// same weight.
+    pub locality_weight: u32,
 }
 
 impl HostSpec {
-    /// A healthy host of weight 1.
+    /// A healthy host of weight 1, at priority 0, in locality 0.
     pub fn new(addr: SocketAddr) -> Self {
         Self {
             addr,
             weight: 1,
             health: Health::Healthy,
+            priority: 0,
+            locality: 0,
+            locality_weight: 0,
         }
+    }
+
+    /// The same host at another priority.
+    pub fn with_priority(mut self, priority: u32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The same host in locality `locality`, whose weight is `weight`.
+    pub fn with_locality(mut self, locality: u32, weight: u32) -> Self {
+        self.locality = locality;
+        self.locality_weight = weight;
+        self
     }
 
     /// The same host with another weight.
@@ -155,13 +183,12 @@ impl fmt::Debug for Host {
     }
 }
 
-/// One host as a snapshot saw it: the shared state plus the weight and health at publication,
-/// which is what balancers build their tables from.
+/// One host as a snapshot saw it: the shared state plus the spec at publication (weight,
+/// health, priority, locality), which is what balancers build their tables from.
 #[derive(Clone)]
 pub(crate) struct Entry {
     pub(crate) host: Arc<Host>,
-    pub(crate) weight: u32,
-    pub(crate) health: Health,
+    pub(crate) spec: HostSpec,
 }
 
 /// An immutable view of the host set at one version.
@@ -205,14 +232,7 @@ impl Snapshot {
 
     /// The hosts as specs (address, weight and health as of this snapshot).
     pub fn specs(&self) -> Vec<HostSpec> {
-        self.entries
-            .iter()
-            .map(|e| HostSpec {
-                addr: e.host.addr,
-                weight: e.weight,
-                health: e.health,
-            })
-            .collect()
+        self.entries.iter().map(|e| e.spec).collect()
     }
 
     pub(crate) fn entries(&self) -> &[Entry] {
@@ -259,8 +279,7 @@ impl HostSet {
             .iter()
             .map(|spec| Entry {
                 host: Arc::new(Host::new(spec)),
-                weight: spec.weight,
-                health: spec.health,
+                spec: *spec,
             })
             .collect();
         let snapshot = Snapshot {
@@ -297,11 +316,7 @@ impl HostSet {
                     }
                     None => Arc::new(Host::new(spec)),
                 };
-                Entry {
-                    host,
-                    weight: spec.weight,
-                    health: spec.health,
-                }
+                Entry { host, spec: *spec }
             })
             .collect();
         self.publish(old.version + 1, entries);
@@ -343,15 +358,8 @@ impl HostSet {
         };
         let mut entries: Vec<Entry> = old.entries.to_vec();
         let entry = &mut entries[index];
-        let mut spec = HostSpec {
-            addr,
-            weight: entry.weight,
-            health: entry.health,
-        };
-        change(&mut spec);
-        entry.weight = spec.weight;
-        entry.health = spec.health;
-        entry.host.publish(&spec);
+        change(&mut entry.spec);
+        entry.host.publish(&entry.spec);
         self.publish(old.version + 1, entries);
         true
     }
@@ -403,16 +411,23 @@ fn validate(hosts: &[HostSpec]) -> Result<(), BuildError> {
 pub struct Picked {
     host: Arc<Host>,
     index: usize,
+    priority: u32,
 }
 
 impl Picked {
     #[inline]
-    pub(crate) fn new(host: &Arc<Host>, index: usize) -> Self {
+    pub(crate) fn new(host: &Arc<Host>, index: usize, priority: u32) -> Self {
         host.active.fetch_add(1, Ordering::Relaxed);
         Self {
             host: Arc::clone(host),
             index,
+            priority,
         }
+    }
+
+    /// The priority level the host was picked at.
+    pub fn priority(&self) -> u32 {
+        self.priority
     }
 
     /// The chosen host.

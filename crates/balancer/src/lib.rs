@@ -4,7 +4,8 @@
 //! The crate is independent of the proxy and of any async runtime. It is built from three
 //! things:
 //!
-//! - a [`HostSet`]: hosts ([`HostSpec`]: address, weight, [`Health`]) behind an atomically
+//! - a [`HostSet`]: hosts ([`HostSpec`]: address, weight, [`Health`], priority, locality)
+//!   behind an atomically
 //!   swapped snapshot. Updates (add, remove, reweight, health changes) never stop a pick, and
 //!   hosts that stay keep their state;
 //! - a [`LoadBalancer`]: one [`LbPolicy`] over a `HostSet`, `Send + Sync`, usable shared
@@ -14,7 +15,10 @@
 //!
 //! Picks are lock-free and allocate nothing. Unhealthy and ejected hosts are skipped;
 //! degraded hosts get traffic only when healthy ones are too few; below the panic threshold
-//! (50% by default) the balancer ignores health and uses every host, as Envoy does.
+//! (50% by default) the balancer ignores health and uses every host, as Envoy does. Hosts at
+//! priority 1 and beyond take the load that the levels above cannot (Envoy's overprovisioning
+//! factor, 140% by default), and with [`LbSettings::locality_weighted`] each pick draws a
+//! locality by its weight first.
 //!
 //! # Embedding
 //!
@@ -105,10 +109,12 @@ pub mod fuzzing;
 mod hash;
 mod host;
 mod least_request;
+mod locality;
 mod maglev;
 #[cfg(feature = "metrics")]
 mod meters;
 mod policy;
+mod priority;
 mod random;
 mod ring_hash;
 mod rng;
@@ -117,7 +123,7 @@ mod round_robin;
 mod service;
 mod split;
 
-pub use balancer::LoadBalancer;
+pub use balancer::{DEFAULT_OVERPROVISIONING_FACTOR, LbSettings, LoadBalancer};
 pub use error::BuildError;
 pub use hash::{hash_key, hash_keys};
 pub use host::{Health, Host, HostSet, HostSpec, Picked, Snapshot};

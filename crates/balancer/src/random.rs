@@ -39,13 +39,16 @@ pub(crate) struct Alias {
 
 impl Alias {
     pub(crate) fn build(members: &[Member]) -> Self {
-        let n = members.len();
-        let total: f64 = members.iter().map(|m| f64::from(m.weight)).sum();
+        let weights: Vec<f64> = members.iter().map(|m| f64::from(m.weight)).collect();
+        Self::from_weights(&weights)
+    }
+
+    /// A table over positive `weights` (their sum must be above 0).
+    pub(crate) fn from_weights(weights: &[f64]) -> Self {
+        let n = weights.len();
+        let total: f64 = weights.iter().sum();
         // Each column holds mass 1; weights are scaled so they sum to n.
-        let mut mass: Vec<f64> = members
-            .iter()
-            .map(|m| f64::from(m.weight) * n as f64 / total)
-            .collect();
+        let mut mass: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
         let mut columns = vec![(u32::MAX, 0u32); n];
         let (mut small, mut large): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| mass[i] < 1.0);
         while let (Some(&s), Some(&l)) = (small.last(), large.last()) {

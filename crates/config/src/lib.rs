@@ -57,7 +57,7 @@ use serialize as ser;
 pub use crate::access_log::{AccessLogConfig, JsonFormat, LogFormat, LogTarget, RawAccessLog};
 pub use crate::units::{parse_duration, parse_size};
 pub use admin::{AdminConfig, AdminToken, READ_ONLY_ENDPOINTS, RawAdmin};
-pub use balancer::LbPolicy;
+pub use balancer::{LbPolicy, LbSettings};
 pub use cluster::dns::*;
 pub use cluster::raw::*;
 pub use cluster::*;

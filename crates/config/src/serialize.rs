@@ -71,6 +71,19 @@ pub(crate) fn display<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::O
 }
 
 /// A load-balancing policy as written: `lb_policy: NAME`, and the section of its options.
+/// `healthy_panic_threshold`, `overprovisioning_factor` and `locality_weighted`.
+pub(crate) fn lb_settings<S: Serializer>(
+    settings: &balancer::LbSettings,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(3))?;
+    map.serialize_entry("healthy_panic_threshold", &settings.panic_threshold)?;
+    map.serialize_entry("overprovisioning_factor", &settings.overprovisioning_factor)?;
+    map.serialize_entry("locality_weighted", &settings.locality_weighted)?;
+    map.end()
+}
+
 pub(crate) fn lb_policy<S: Serializer>(
     policy: &balancer::LbPolicy,
     s: S,

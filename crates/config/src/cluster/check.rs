@@ -21,26 +21,35 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
     let mut endpoints: Vec<Endpoint> = Vec::with_capacity(raw.endpoints.len());
     for (i, e) in raw.endpoints.iter().enumerate() {
         let at = format!("{path}.endpoints[{i}]");
-        let (address, weight) = match e {
-            RawEndpoint::Address(a) => (crate::cluster::check_dns::endpoint_address(a, &at)?, 1),
-            RawEndpoint::Weighted(w) => (
-                crate::cluster::check_dns::endpoint_address(&w.address, &format!("{at}.address"))?,
-                w.weight.unwrap_or(1),
-            ),
+        let endpoint = match e {
+            RawEndpoint::Address(a) => {
+                Endpoint::new(crate::cluster::check_dns::endpoint_address(a, &at)?)
+            }
+            RawEndpoint::Weighted(w) => endpoint(w, &at)?,
         };
-        if weight == 0 {
-            return Err(ConfigError::invalid(
-                format!("{at}.weight"),
-                "expected a weight of at least 1",
-            ));
-        }
-        if endpoints.iter().any(|other| other.address == address) {
+        if endpoints
+            .iter()
+            .any(|other| other.address == endpoint.address)
+        {
             return Err(ConfigError::invalid(
                 at,
-                format!("{address} is listed twice"),
+                format!("{} is listed twice", endpoint.address),
             ));
         }
-        endpoints.push(Endpoint { address, weight });
+        if let Some(other) = endpoints.iter().find(|o| {
+            o.priority == endpoint.priority
+                && o.locality == endpoint.locality
+                && o.locality_weight != endpoint.locality_weight
+        }) {
+            return Err(ConfigError::invalid(
+                format!("{at}.locality_weight"),
+                format!(
+                    "{} gives its locality another weight ({:?}) at the same priority",
+                    other.address, other.locality_weight
+                ),
+            ));
+        }
+        endpoints.push(endpoint);
     }
     let lb_policy = lb_policy(&raw, path)?;
     let hash_key = raw
@@ -64,6 +73,23 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             ));
         }
     };
+    let lb_settings = LbSettings {
+        panic_threshold: raw
+            .healthy_panic_threshold
+            .unwrap_or(balancer::DEFAULT_PANIC_THRESHOLD),
+        overprovisioning_factor: raw
+            .overprovisioning_factor
+            .unwrap_or(balancer::DEFAULT_OVERPROVISIONING_FACTOR),
+        locality_weighted: raw.locality_weighted.unwrap_or(false),
+    };
+    lb_settings.validate(&lb_policy).map_err(|e| {
+        let key = match e {
+            balancer::BuildError::PanicThresholdOutOfRange { .. } => "healthy_panic_threshold",
+            balancer::BuildError::OverprovisioningFactorZero => "overprovisioning_factor",
+            _ => "locality_weighted",
+        };
+        ConfigError::invalid(format!("{path}.{key}"), e.to_string())
+    })?;
     let dns = crate::cluster::check_dns::dns_config(&raw, path)?;
     let connect_timeout = raw.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     if connect_timeout.is_zero() {
@@ -76,6 +102,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         name,
         endpoints,
         lb_policy,
+        lb_settings,
         hash_key,
         max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
         preserve_header_case: raw.preserve_header_case.unwrap_or(false),
@@ -102,6 +129,44 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             .map(|t| crate::tls::check::cluster_tls(t, &format!("{path}.tls")))
             .transpose()?,
         dns,
+    })
+}
+
+/// `{ address, weight, priority, locality, locality_weight, health }`.
+fn endpoint(raw: &RawWeightedEndpoint, at: &str) -> Result<Endpoint, ConfigError> {
+    let address =
+        crate::cluster::check_dns::endpoint_address(&raw.address, &format!("{at}.address"))?;
+    let weight = raw.weight.unwrap_or(1);
+    if weight == 0 {
+        return Err(ConfigError::invalid(
+            format!("{at}.weight"),
+            "expected a weight of at least 1",
+        ));
+    }
+    if raw.locality_weight == Some(0) {
+        return Err(ConfigError::invalid(
+            format!("{at}.locality_weight"),
+            "expected a weight of at least 1 (leave it out for a locality without load)",
+        ));
+    }
+    let health = match raw.health.as_deref() {
+        None | Some("healthy") => EndpointHealth::Healthy,
+        Some("degraded") => EndpointHealth::Degraded,
+        Some("unhealthy") => EndpointHealth::Unhealthy,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{at}.health"),
+                format!("expected healthy, degraded or unhealthy, found `{other}`"),
+            ));
+        }
+    };
+    Ok(Endpoint {
+        address,
+        weight,
+        priority: raw.priority.unwrap_or(0),
+        locality: raw.locality.clone().filter(|l| !l.is_empty()),
+        locality_weight: raw.locality_weight,
+        health,
     })
 }
 

@@ -12,6 +12,7 @@ pub mod dns;
 pub mod raw;
 pub mod xds;
 pub mod xds_endpoints;
+mod xds_lb;
 
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub struct ClusterConfig {
     pub endpoints: Vec<Endpoint>,
     #[serde(flatten, serialize_with = "ser::lb_policy")]
     pub lb_policy: LbPolicy,
+    /// Panic threshold, overprovisioning factor and locality weighting.
+    #[serde(flatten, serialize_with = "ser::lb_settings")]
+    pub lb_settings: LbSettings,
     /// What consistent-hashing policies hash; `None` picks as if without a key.
     pub hash_key: Option<HashKey>,
     pub protocol: UpstreamProtocol,
@@ -156,6 +160,58 @@ pub struct Endpoint {
     pub address: EndpointAddress,
     /// Relative share of traffic, at least 1.
     pub weight: u32,
+    /// Envoy's priority: 0 is served first, higher levels take what it cannot.
+    #[serde(skip_serializing_if = "is_first_priority")]
+    pub priority: u32,
+    /// The host's locality (Envoy's region/zone/sub-zone, joined with `/`); `None`: the
+    /// unnamed one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locality: Option<String>,
+    /// The locality's weight (with `locality_weighted` balancing); `None`: no load for the
+    /// locality there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locality_weight: Option<u32>,
+    /// The health the configuration (a management server) gives the host.
+    #[serde(skip_serializing_if = "EndpointHealth::is_healthy")]
+    pub health: EndpointHealth,
+}
+
+fn is_first_priority(priority: &u32) -> bool {
+    *priority == 0
+}
+
+impl Endpoint {
+    /// A healthy endpoint of weight 1 at priority 0, in no locality.
+    pub fn new(address: EndpointAddress) -> Self {
+        Self {
+            address,
+            weight: 1,
+            priority: 0,
+            locality: None,
+            locality_weight: None,
+            health: EndpointHealth::Healthy,
+        }
+    }
+}
+
+/// The health a management server (Envoy's EDS `health_status`) or the file gives a host.
+/// Active health checks and outlier detection can only make it worse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointHealth {
+    #[default]
+    Healthy,
+    /// Takes load only when healthy hosts are too few.
+    Degraded,
+    /// Takes no load unless its priority level is in panic (Envoy's UNHEALTHY, DRAINING and
+    /// TIMEOUT).
+    Unhealthy,
+}
+
+impl EndpointHealth {
+    fn is_healthy(&self) -> bool {
+        *self == EndpointHealth::Healthy
+    }
 }
 
 /// The request attribute that ring hash and maglev hash.

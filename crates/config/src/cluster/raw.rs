@@ -18,6 +18,9 @@ pub struct RawCluster {
     pub ring_hash: Option<RawRingHash>,
     pub maglev: Option<RawMaglev>,
     pub hash_key: Option<RawHashKey>,
+    pub healthy_panic_threshold: Option<f64>,
+    pub overprovisioning_factor: Option<u32>,
+    pub locality_weighted: Option<bool>,
     #[serde(default)]
     pub protocol: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -103,11 +106,15 @@ pub enum RawEndpoint {
     Weighted(RawWeightedEndpoint),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWeightedEndpoint {
     pub address: String,
     pub weight: Option<u32>,
+    pub priority: Option<u32>,
+    pub locality: Option<String>,
+    pub locality_weight: Option<u32>,
+    pub health: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

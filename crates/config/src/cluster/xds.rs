@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
-    ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, LbConfig, LbPolicy,
+    ClusterDiscoveryType, DiscoveryType, DnsLookupFamily,
 };
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
 use envoy_types::pb::envoy::config::core::v3::{
@@ -21,11 +21,9 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_endpoints::XdsEndpoints;
+use super::xds_lb::balancing;
 use crate::envoy::{ResourceError, decode, duration, fields, headers, nothing_else, type_url};
-use crate::{
-    RawCircuitBreakers, RawCluster, RawHealthCheck, RawLeastRequest, RawLimit, RawMaglev,
-    RawOutlierDetection, RawRingHash,
-};
+use crate::{RawCircuitBreakers, RawCluster, RawHealthCheck, RawLimit, RawOutlierDetection};
 
 /// The upstream HTTP options' key in `typed_extension_protocol_options`.
 const UPSTREAM_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
@@ -55,6 +53,7 @@ impl XdsCluster {
         let mut raw = self.raw.clone();
         if let Some(endpoints) = endpoints.or(self.inline.as_ref()) {
             raw.endpoints = endpoints.raw();
+            raw.overprovisioning_factor = endpoints.overprovisioning_factor;
         }
         raw
     }
@@ -101,7 +100,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
             let names = endpoints
                 .hosts
                 .iter()
-                .any(|(a, _)| a.parse::<std::net::SocketAddr>().is_err());
+                .any(|h| h.address.parse::<std::net::SocketAddr>().is_err());
             if kind == DiscoveryType::Static && names {
                 return Err(ResourceError::invalid(
                     sub("load_assignment"),
@@ -118,7 +117,11 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         }
     };
 
-    let (lb_policy, least_request, ring_hash, maglev) = lb(&mut c, &at)?;
+    let balancing = balancing(&mut c, &at)?;
+    // Hosts leave the set as soon as discovery removes them, whatever their health (Envoy's
+    // `ignore_health_on_host_removal: true`); keeping removed hosts while they pass health
+    // checks, Envoy's default, is not done.
+    c.ignore_health_on_host_removal = false;
     let connect_timeout = duration(c.connect_timeout.take(), &sub("connect_timeout"))?
         .or(Some(ENVOY_CONNECT_TIMEOUT));
     let per_connection_buffer_limit_bytes = c
@@ -191,11 +194,14 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
     let raw = RawCluster {
         name: name.clone(),
         endpoints: Vec::new(),
-        lb_policy: Some(lb_policy.to_owned()),
-        least_request,
-        ring_hash,
-        maglev,
+        lb_policy: Some(balancing.lb_policy.to_owned()),
+        least_request: balancing.least_request,
+        ring_hash: balancing.ring_hash,
+        maglev: balancing.maglev,
         hash_key: None,
+        healthy_panic_threshold: balancing.healthy_panic_threshold,
+        overprovisioning_factor: None,
+        locality_weighted: Some(balancing.locality_weighted),
         protocol,
         connect_timeout,
         max_requests_per_connection,
@@ -227,76 +233,6 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         inline,
         eds,
     })
-}
-
-type LbSections = (
-    &'static str,
-    Option<RawLeastRequest>,
-    Option<RawRingHash>,
-    Option<RawMaglev>,
-);
-
-fn lb(c: &mut Cluster, at: &str) -> Result<LbSections, ResourceError> {
-    let policy = LbPolicy::try_from(std::mem::take(&mut c.lb_policy))
-        .map_err(|_| ResourceError::invalid(format!("{at}.lb_policy"), "unknown policy"))?;
-    let name = match policy {
-        LbPolicy::RoundRobin => "round_robin",
-        LbPolicy::LeastRequest => "least_request",
-        LbPolicy::Random => "random",
-        LbPolicy::RingHash => "ring_hash",
-        LbPolicy::Maglev => "maglev",
-        other => {
-            return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
-                fields: vec![format!("lb_policy {}", other.as_str_name())],
-            });
-        }
-    };
-    let mut sections = (name, None, None, None);
-    let unsupported = |field: &str| ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![field.to_owned()],
-    };
-    match (policy, c.lb_config.take()) {
-        (_, None) => {}
-        (LbPolicy::LeastRequest, Some(LbConfig::LeastRequestLbConfig(mut config))) => {
-            let choice_count = config.choice_count.take().map(|v| v.value);
-            let bias = config.active_request_bias.take().map(|v| v.default_value);
-            if config != Default::default() {
-                return Err(unsupported(
-                    "least_request_lb_config (besides choice_count, active_request_bias)",
-                ));
-            }
-            sections.1 = Some(RawLeastRequest {
-                choice_count,
-                active_request_bias: bias,
-            });
-        }
-        (LbPolicy::RingHash, Some(LbConfig::RingHashLbConfig(mut config))) => {
-            let minimum = config.minimum_ring_size.take().map(|v| v.value);
-            let maximum = config.maximum_ring_size.take().map(|v| v.value);
-            if config != Default::default() {
-                return Err(unsupported(
-                    "ring_hash_lb_config.hash_function (xxHash only)",
-                ));
-            }
-            sections.2 = Some(RawRingHash {
-                minimum_ring_size: minimum,
-                maximum_ring_size: maximum,
-            });
-        }
-        (LbPolicy::Maglev, Some(LbConfig::MaglevLbConfig(mut config))) => {
-            let table_size = config.table_size.take().map(|v| v.value);
-            if config != Default::default() {
-                return Err(unsupported("maglev_lb_config (besides table_size)"));
-            }
-            sections.3 = Some(RawMaglev { table_size });
-        }
-        (LbPolicy::RoundRobin, Some(LbConfig::RoundRobinLbConfig(config)))
-            if config == Default::default() => {}
-        _ => return Err(unsupported("lb_config (for another policy, or slow start)")),
-    }
-    Ok(sections)
 }
 
 /// `max_requests_per_connection`; the rest of the common options is refused.

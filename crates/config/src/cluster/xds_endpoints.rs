@@ -9,13 +9,16 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::envoy::{ResourceError, decode, fields, nothing_else, socket_address, type_url};
 use crate::{RawEndpoint, RawWeightedEndpoint};
 
-/// The hosts of a cluster, with their weights. Hosts the server marks unhealthy, draining,
-/// timed out or degraded are left out: they take no new requests.
+/// The hosts of a cluster, with their weights, priorities, localities and the health the
+/// server gives them (unhealthy, draining and timed-out hosts stay in the set, counted as
+/// unavailable, as Envoy counts them for priority and panic arithmetic).
 #[derive(Debug, Clone, PartialEq)]
 pub struct XdsEndpoints {
     pub name: String,
-    /// `(IP:PORT or NAME:PORT, weight)`, each address once.
-    pub hosts: Vec<(String, u32)>,
+    /// Each address once.
+    pub hosts: Vec<RawWeightedEndpoint>,
+    /// The assignment's `policy.overprovisioning_factor`, if it gives one.
+    pub overprovisioning_factor: Option<u32>,
 }
 
 impl XdsEndpoints {
@@ -37,10 +40,10 @@ impl XdsEndpoints {
         };
         let localities = std::mem::take(&mut cla.endpoints);
         cla.cluster_name.clear();
-        // The overprovisioning factor matters only across priorities, which are not
-        // supported; any other policy (drops, staleness, priority health) is refused.
+        // Drops, staleness and weighted priority health are refused.
+        let mut overprovisioning_factor = None;
         if let Some(mut policy) = cla.policy.take() {
-            policy.overprovisioning_factor = None;
+            overprovisioning_factor = policy.overprovisioning_factor.take().map(|f| f.value);
             if policy != Default::default() {
                 return Err(ResourceError::Unsupported {
                     at,
@@ -49,60 +52,75 @@ impl XdsEndpoints {
             }
         }
         nothing_else(&cla, fields::CLUSTER_LOAD_ASSIGNMENT, &at)?;
-        let mut hosts: Vec<(String, u32)> = Vec::new();
+        let mut hosts = Vec::new();
         for (i, locality) in localities.into_iter().enumerate() {
             locality_hosts(locality, &format!("{at}.endpoints[{i}]"), &mut hosts)?;
         }
-        Ok(Self { name, hosts })
+        Ok(Self {
+            name,
+            hosts,
+            overprovisioning_factor,
+        })
     }
 
     /// As the config file writes endpoints.
     pub(crate) fn raw(&self) -> Vec<RawEndpoint> {
         self.hosts
             .iter()
-            .map(|(address, weight)| {
-                RawEndpoint::Weighted(RawWeightedEndpoint {
-                    address: address.clone(),
-                    weight: Some(*weight),
-                })
-            })
+            .cloned()
+            .map(RawEndpoint::Weighted)
             .collect()
     }
 }
 
 fn locality_hosts(
-    mut locality: LocalityLbEndpoints,
+    mut group: LocalityLbEndpoints,
     at: &str,
-    hosts: &mut Vec<(String, u32)>,
+    hosts: &mut Vec<RawWeightedEndpoint>,
 ) -> Result<(), ResourceError> {
-    if locality.priority != 0 {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: vec!["priority (failover between priorities)".into()],
-        });
+    let endpoints = std::mem::take(&mut group.lb_endpoints);
+    let priority = std::mem::take(&mut group.priority);
+    let locality = group.locality.take().map(|l| {
+        if l.zone.is_empty() && l.sub_zone.is_empty() {
+            l.region
+        } else {
+            format!("{}/{}/{}", l.region, l.zone, l.sub_zone)
+        }
+    });
+    let locality_weight = group.load_balancing_weight.take().map(|w| w.value);
+    if locality_weight == Some(0) {
+        return Err(ResourceError::invalid(
+            format!("{at}.load_balancing_weight"),
+            "expected at least 1",
+        ));
     }
-    let endpoints = std::mem::take(&mut locality.lb_endpoints);
-    // Locality weights apply only with locality-weighted balancing, which a cluster cannot
-    // ask for here (common_lb_config is refused), so they change nothing.
-    locality.locality = None;
-    locality.metadata = None;
-    locality.load_balancing_weight = None;
-    nothing_else(&locality, fields::LOCALITY_LB_ENDPOINTS, at)?;
+    group.metadata = None;
+    nothing_else(&group, fields::LOCALITY_LB_ENDPOINTS, at)?;
     for (i, endpoint) in endpoints.into_iter().enumerate() {
         let at = format!("{at}.lb_endpoints[{i}]");
-        if let Some((address, weight)) = host(endpoint, &at)? {
-            // The same address twice (in two localities) is one host with both weights.
-            match hosts.iter_mut().find(|(a, _)| *a == address) {
-                Some((_, w)) => *w = w.saturating_add(weight),
-                None => hosts.push((address, weight)),
-            }
+        let (address, weight, health) = host(endpoint, &at)?;
+        // The same address twice is one host: the first place it is listed, with both
+        // weights.
+        match hosts.iter_mut().find(|h| h.address == address) {
+            Some(h) => h.weight = Some(h.weight.unwrap_or(1).saturating_add(weight)),
+            None => hosts.push(RawWeightedEndpoint {
+                address,
+                weight: Some(weight),
+                priority: Some(priority),
+                locality: locality.clone(),
+                locality_weight,
+                health: health.map(str::to_owned),
+            }),
         }
     }
     Ok(())
 }
 
-/// The endpoint's address and weight; `None` if the server says it takes no requests.
-fn host(mut endpoint: LbEndpoint, at: &str) -> Result<Option<(String, u32)>, ResourceError> {
+/// The endpoint's address, weight and health (`None`: healthy).
+fn host(
+    mut endpoint: LbEndpoint,
+    at: &str,
+) -> Result<(String, u32, Option<&'static str>), ResourceError> {
     let weight = endpoint.load_balancing_weight.take().map_or(1, |w| w.value);
     if weight == 0 {
         return Err(ResourceError::invalid(
@@ -126,6 +144,12 @@ fn host(mut endpoint: LbEndpoint, at: &str) -> Result<Option<(String, u32)>, Res
     inner.hostname.clear();
     inner.observability_name.clear();
     nothing_else(&inner, fields::ENDPOINT, &format!("{at}.endpoint"))?;
-    let takes_requests = matches!(status, HealthStatus::Unknown | HealthStatus::Healthy);
-    Ok(takes_requests.then_some((address, weight)))
+    let health = match status {
+        HealthStatus::Unknown | HealthStatus::Healthy => None,
+        HealthStatus::Degraded => Some("degraded"),
+        HealthStatus::Unhealthy | HealthStatus::Draining | HealthStatus::Timeout => {
+            Some("unhealthy")
+        }
+    };
+    Ok((address, weight, health))
 }

@@ -787,3 +787,44 @@ pub(crate) const RATE_LIMIT: &[(u32, &str)] = &[
     (6, "apply_on_stream_done"),
     (7, "x_ratelimit_option"),
 ];
+
+pub(crate) const COMMON_LB_CONFIG: &[(u32, &str)] = &[
+    (1, "healthy_panic_threshold"),
+    (2, "zone_aware_lb_config"),
+    (3, "locality_weighted_lb_config"),
+    (4, "update_merge_window"),
+    (5, "ignore_new_hosts_until_first_hc"),
+    (6, "close_connections_on_host_set_change"),
+    (7, "consistent_hashing_lb_config"),
+    (8, "override_host_status"),
+];
+
+pub(crate) const ROUND_ROBIN: &[(u32, &str)] =
+    &[(1, "slow_start_config"), (2, "locality_lb_config")];
+
+pub(crate) const LEAST_REQUEST: &[(u32, &str)] = &[
+    (1, "choice_count"),
+    (2, "active_request_bias"),
+    (3, "slow_start_config"),
+    (4, "locality_lb_config"),
+    (5, "enable_full_scan"),
+    (6, "selection_method"),
+];
+
+pub(crate) const RANDOM: &[(u32, &str)] = &[(1, "locality_lb_config")];
+
+pub(crate) const RING_HASH: &[(u32, &str)] = &[
+    (1, "hash_function"),
+    (2, "minimum_ring_size"),
+    (3, "maximum_ring_size"),
+    (4, "use_hostname_for_hashing"),
+    (5, "hash_balance_factor"),
+    (6, "consistent_hashing_lb_config"),
+    (7, "locality_weighted_lb_config"),
+];
+
+pub(crate) const MAGLEV: &[(u32, &str)] = &[
+    (1, "table_size"),
+    (2, "consistent_hashing_lb_config"),
+    (3, "locality_weighted_lb_config"),
+];

@@ -735,6 +735,13 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
             }
         }
     };
+    if raw.previous_priorities == Some(0) {
+        return Err(ConfigError::invalid(
+            format!("{path}.previous_priorities"),
+            "expected an update frequency of at least 1",
+        ));
+    }
+    let previous_priorities = raw.previous_priorities;
     Ok(RetryPolicy {
         retry_on: on,
         // Envoy's default.
@@ -745,6 +752,7 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
         // The file's default: a retry avoids the hosts tried, picking up to 3 times more.
         previous_hosts: raw.previous_hosts.unwrap_or(true),
         host_selection_attempts: 1 + raw.host_selection_retry_max_attempts.unwrap_or(3).min(16),
+        previous_priorities,
         retriable_headers,
         retriable_request_headers,
     })

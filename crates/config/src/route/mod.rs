@@ -352,6 +352,10 @@ pub struct RetryPolicy {
     /// `host_selection_attempts` picks (Envoy's `previous_hosts` predicate).
     pub previous_hosts: bool,
     pub host_selection_attempts: u32,
+    /// A retry's priority loads leave out the priorities tried, counted again every this
+    /// many tries (Envoy's `previous_priorities` retry priority and its `update_frequency`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_priorities: Option<u32>,
     /// Response headers that make a try worth retrying (`retriable-headers`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub retriable_headers: Vec<HeaderMatch>,

@@ -91,6 +91,8 @@ pub struct RawRetryPolicy {
     /// `host_selection_retry_max_attempts` more picks.
     pub previous_hosts: Option<bool>,
     pub host_selection_retry_max_attempts: Option<u32>,
+    /// Retries leave out the priorities tried, counted again every N tries.
+    pub previous_priorities: Option<u32>,
     #[serde(default)]
     pub retriable_headers: Vec<RawHeaderMatch>,
     #[serde(default)]

@@ -592,21 +592,35 @@ fn retry(
     } else {
         reattempts.min(16) as u32
     };
-    // Priorities: every host is at priority 0 here (others are refused), where Envoy's
-    // `previous_priorities` has no other level to move a retry to.
+    // Envoy's `previous_priorities`: retries leave out the priority levels tried.
+    let mut previous_priorities = None;
     if let Some(priority) = r.retry_priority.take() {
-        let typed = match &priority.config_type {
-            Some(envoy_types::pb::envoy::config::route::v3::retry_policy::retry_priority::ConfigType::TypedConfig(any)) => any.type_url.as_str(),
-            None => "",
+        use envoy_types::pb::envoy::config::route::v3::retry_policy::retry_priority::ConfigType;
+        use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
+        let at = format!("{at}.retry_priority");
+        let Some(ConfigType::TypedConfig(any)) = &priority.config_type else {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec![format!("retry priority `{}`", priority.name)],
+            });
         };
-        if !typed.ends_with(
+        if !any.type_url.ends_with(
             "envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
         ) {
             return Err(ResourceError::Unsupported {
-                at: format!("{at}.retry_priority"),
+                at,
                 fields: vec![format!("retry priority `{}`", priority.name)],
             });
         }
+        let config: PreviousPrioritiesConfig = prost::Message::decode(any.value.as_slice())
+            .map_err(|e| ResourceError::invalid(&at, format!("cannot decode: {e}")))?;
+        if config.update_frequency <= 0 {
+            return Err(ResourceError::invalid(
+                format!("{at}.update_frequency"),
+                "expected at least 1",
+            ));
+        }
+        previous_priorities = Some(config.update_frequency as u32);
     }
     let headers = |list: Vec<envoy_types::pb::envoy::config::route::v3::HeaderMatcher>,
                    key: &str| {
@@ -633,6 +647,7 @@ fn retry(
         retry_back_off,
         previous_hosts: Some(previous_hosts),
         host_selection_retry_max_attempts: Some(reattempts),
+        previous_priorities,
         retry_on,
         num_retries: r.num_retries.take().map(|v| v.value),
         // `0s` is none in Envoy: each try has the route's timeout.

@@ -6,7 +6,8 @@ use std::time::Duration;
 use envoy_types::pb::envoy::config::cluster::v3::{Cluster, OutlierDetection, cluster};
 use envoy_types::pb::envoy::config::core::v3::{BindConfig, HealthStatus};
 use envoy_types::pb::envoy::config::endpoint::v3::{
-    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, cluster_load_assignment,
+    lb_endpoint,
 };
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::{
@@ -174,32 +175,89 @@ fn the_wrong_type_is_refused() {
 }
 
 #[test]
-fn endpoints_leave_out_hosts_that_take_no_requests_and_merge_repeats() {
-    let cla = assignment(
+fn endpoints_keep_their_health_priority_and_locality_and_merge_repeats() {
+    let mut cla = assignment(
         "web",
         vec![
             lb_endpoint(8001, HealthStatus::Healthy, Some(2)),
             lb_endpoint(8002, HealthStatus::Draining, None),
             lb_endpoint(8003, HealthStatus::Unknown, None),
             lb_endpoint(8001, HealthStatus::Unknown, Some(3)),
-            lb_endpoint(8004, HealthStatus::Unhealthy, None),
+            lb_endpoint(8004, HealthStatus::Degraded, None),
         ],
     );
+    let mut failover = cla.endpoints[0].clone();
+    failover.priority = 1;
+    failover.locality = Some(envoy_types::pb::envoy::config::core::v3::Locality {
+        region: "eu".into(),
+        zone: "b".into(),
+        ..Default::default()
+    });
+    failover.load_balancing_weight = Some(UInt32Value { value: 3 });
+    failover.lb_endpoints = vec![lb_endpoint(9001, HealthStatus::Timeout, None)];
+    cla.endpoints.push(failover);
+    cla.policy = Some(cluster_load_assignment::Policy {
+        overprovisioning_factor: Some(UInt32Value { value: 120 }),
+        ..Default::default()
+    });
     let endpoints = XdsEndpoints::decode(&pack(&cla)).unwrap();
+    let summary: Vec<_> = endpoints
+        .hosts
+        .iter()
+        .map(|h| {
+            (
+                h.address.as_str(),
+                h.weight,
+                h.priority,
+                h.locality.as_deref(),
+                h.locality_weight,
+                h.health.as_deref(),
+            )
+        })
+        .collect();
     assert_eq!(
-        endpoints.hosts,
+        summary,
         [
-            ("127.0.0.1:8001".to_owned(), 5),
-            ("127.0.0.1:8003".to_owned(), 1)
+            ("127.0.0.1:8001", Some(5), Some(0), None, None, None),
+            (
+                "127.0.0.1:8002",
+                Some(1),
+                Some(0),
+                None,
+                None,
+                Some("unhealthy")
+            ),
+            ("127.0.0.1:8003", Some(1), Some(0), None, None, None),
+            (
+                "127.0.0.1:8004",
+                Some(1),
+                Some(0),
+                None,
+                None,
+                Some("degraded")
+            ),
+            (
+                "127.0.0.1:9001",
+                Some(1),
+                Some(1),
+                Some("eu/b/"),
+                Some(3),
+                Some("unhealthy")
+            ),
         ]
     );
-    let mut failover = cla.clone();
-    failover.endpoints[0].priority = 1;
+    assert_eq!(endpoints.overprovisioning_factor, Some(120));
+
+    // What Envoy's priority arithmetic cannot follow is refused by name.
+    cla.policy = Some(cluster_load_assignment::Policy {
+        weighted_priority_health: true,
+        ..Default::default()
+    });
     assert!(
-        XdsEndpoints::decode(&pack(&failover))
+        XdsEndpoints::decode(&pack(&cla))
             .unwrap_err()
             .to_string()
-            .contains("priority")
+            .contains("policy")
     );
 }
 
@@ -689,6 +747,18 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
             )),
         }],
         host_selection_retry_max_attempts: 5,
+        // With locality failover, Istio adds its previous_priorities (update_frequency 2).
+        retry_priority: Some(envoy_types::pb::envoy::config::route::v3::retry_policy::RetryPriority {
+            name: "envoy.retry_priorities.previous_priorities".into(),
+            config_type: Some(
+                envoy_types::pb::envoy::config::route::v3::retry_policy::retry_priority::ConfigType::TypedConfig(
+                    envoy_types::pb::google::protobuf::Any {
+                        type_url: "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig".into(),
+                        value: vec![8, 2],
+                    },
+                ),
+            ),
+        }),
         ..Default::default()
     });
 
@@ -730,6 +800,7 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
         .retry_policy
         .as_ref();
     assert_eq!(retry.map(|r| r.per_try_timeout), Some(None));
+    assert_eq!(retry.and_then(|r| r.previous_priorities), Some(2));
     let origin = crate::Config::from_yaml(
         "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
     )
@@ -1608,4 +1679,98 @@ fn virtual_clusters_are_taken() {
     let without = XdsRoutes::decode(&pack(&config)).unwrap();
     let section = |r: &XdsRoutes| format!("{:?}", r.section(&BTreeMap::new(), &[], &[]));
     assert_eq!(section(&with), section(&without));
+}
+
+/// A `load_balancing_policy` of one typed extension, as Envoy Gateway writes it.
+fn with_policy(c: &mut Cluster, type_name: &str, value: Vec<u8>) {
+    use envoy_types::pb::envoy::config::cluster::v3::{LoadBalancingPolicy, load_balancing_policy};
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    c.load_balancing_policy = Some(LoadBalancingPolicy {
+        policies: vec![load_balancing_policy::Policy {
+            typed_extension_config: Some(TypedExtensionConfig {
+                name: "policy".into(),
+                typed_config: Some(Any {
+                    type_url: format!(
+                        "type.googleapis.com/envoy.extensions.load_balancing_policies.{type_name}"
+                    ),
+                    value,
+                }),
+            }),
+        }],
+    });
+}
+
+#[test]
+fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::common::v3::{
+        LocalityLbConfig, SlowStartConfig, locality_lb_config,
+    };
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
+    use envoy_types::pb::envoy::r#type::v3::Percent;
+    let weighted = LocalityLbConfig {
+        locality_config_specifier: Some(
+            locality_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
+                Default::default(),
+            ),
+        ),
+    };
+    let mut c = eds_cluster("web");
+    c.lb_policy = cluster::LbPolicy::Random as i32;
+    c.ignore_health_on_host_removal = true;
+    c.common_lb_config = Some(cluster::CommonLbConfig {
+        healthy_panic_threshold: Some(Percent { value: 66.0 }),
+        ..Default::default()
+    });
+    let lr = LeastRequest {
+        choice_count: Some(UInt32Value { value: 3 }),
+        locality_lb_config: Some(weighted),
+        ..Default::default()
+    };
+    with_policy(&mut c, "least_request.v3.LeastRequest", lr.encode_to_vec());
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    // The extension wins over the enum, as in Envoy.
+    assert_eq!(raw.lb_policy.as_deref(), Some("least_request"));
+    assert_eq!(raw.least_request.unwrap().choice_count, Some(3));
+    assert_eq!(raw.locality_weighted, Some(true));
+    assert_eq!(raw.healthy_panic_threshold, Some(66.0));
+
+    let refused = |c: &Cluster| XdsCluster::decode(&pack(c)).unwrap_err().to_string();
+    let slow = LeastRequest {
+        slow_start_config: Some(SlowStartConfig::default()),
+        ..Default::default()
+    };
+    with_policy(
+        &mut c,
+        "least_request.v3.LeastRequest",
+        slow.encode_to_vec(),
+    );
+    assert!(refused(&c).contains("slow_start_config"), "{}", refused(&c));
+    let zone = LeastRequest {
+        locality_lb_config: Some(LocalityLbConfig {
+            locality_config_specifier: Some(
+                locality_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(Default::default()),
+            ),
+        }),
+        ..Default::default()
+    };
+    with_policy(
+        &mut c,
+        "least_request.v3.LeastRequest",
+        zone.encode_to_vec(),
+    );
+    assert!(
+        refused(&c).contains("zone_aware_lb_config"),
+        "{}",
+        refused(&c)
+    );
+    with_policy(
+        &mut c,
+        "client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin",
+        Vec::new(),
+    );
+    assert!(
+        refused(&c).contains("client_side_weighted_round_robin"),
+        "{}",
+        refused(&c)
+    );
 }

@@ -167,8 +167,8 @@ fn workers_json(snapshot: &Snapshot) -> serde_json::Value {
     serde_json::json!({ "workers": list })
 }
 
-/// Each cluster's hosts: weight, health and requests in flight from the shared host set,
-/// open connections summed over the workers.
+/// Each cluster's hosts: weight, health, priority, locality and requests in flight from the
+/// shared host set, open connections summed over the workers.
 fn clusters_json(generation: &Generation, snapshot: &Snapshot) -> serde_json::Value {
     let clusters: Vec<serde_json::Value> = generation
         .config
@@ -176,11 +176,11 @@ fn clusters_json(generation: &Generation, snapshot: &Snapshot) -> serde_json::Va
         .iter()
         .zip(generation.clusters.iter())
         .map(|(c, shared)| {
-            let hosts: Vec<serde_json::Value> = shared
-                .host_set
-                .snapshot()
+            let set = shared.host_set.snapshot();
+            let hosts: Vec<serde_json::Value> = set
                 .hosts()
-                .map(|host| {
+                .zip(set.specs())
+                .map(|(host, spec)| {
                     let (ejected, ejections, passing) = shared
                         .health
                         .describe(host.addr())
@@ -190,6 +190,8 @@ fn clusters_json(generation: &Generation, snapshot: &Snapshot) -> serde_json::Va
                     serde_json::json!({
                         "address": addr,
                         "weight": host.weight(),
+                        "priority": spec.priority,
+                        "locality": shared.locality_name(spec.locality),
                         "health": format!("{:?}", host.health()).to_lowercase(),
                         "passing_health_checks": passing,
                         "ejected": ejected,
@@ -203,6 +205,7 @@ fn clusters_json(generation: &Generation, snapshot: &Snapshot) -> serde_json::Va
             serde_json::json!({
                 "name": c.name,
                 "lb_policy": c.lb_policy.name(),
+                "locality_weighted": c.lb_settings.locality_weighted,
                 "circuit_breakers": {
                     "remaining_cx": b.connections.remaining(),
                     "remaining_pending": b.pending.remaining(),

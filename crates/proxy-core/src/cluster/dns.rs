@@ -18,7 +18,7 @@ use hickory_resolver::{Resolver, TokioResolver};
 
 use super::SharedCluster;
 use crate::catalog::ClusterStats;
-use config::{DnsConfig, DnsLookupFamily, Endpoint, EndpointAddress};
+use config::{DnsConfig, DnsLookupFamily, Endpoint, EndpointAddress, EndpointHealth};
 
 /// How long one query waits for a server; it is sent once (the next refresh is the retry).
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -194,6 +194,8 @@ pub(crate) struct Membership {
     /// The hosts names gave before a reload, kept until the names it added have had their
     /// first answer: a reload that swaps one name for another leaves no gap without hosts.
     interim: Vec<balancer::HostSpec>,
+    /// The configured localities' names, sorted.
+    localities: Vec<String>,
 }
 
 impl Membership {
@@ -202,6 +204,7 @@ impl Membership {
             configured: Vec::new(),
             answers: HashMap::new(),
             interim: Vec::new(),
+            localities: Vec::new(),
         };
         membership.configure(configured);
         membership
@@ -211,6 +214,13 @@ impl Membership {
     pub(crate) fn configure(&mut self, configured: &[Endpoint]) {
         let before = self.named_hosts();
         self.configured = configured.to_vec();
+        let mut localities: Vec<String> = configured
+            .iter()
+            .filter_map(|e| e.locality.clone())
+            .collect();
+        localities.sort_unstable();
+        localities.dedup();
+        self.localities = localities;
         let names: HashSet<String> = self.names().map(str::to_owned).collect();
         self.answers.retain(|name, _| names.contains(name));
         for name in names {
@@ -275,6 +285,24 @@ impl Membership {
         specs
     }
 
+    /// The number the balancer knows a locality by: 0 for none, else 1 + its place among the
+    /// configured localities in name order.
+    fn locality_id(&self, name: Option<&str>) -> u32 {
+        name.and_then(|name| {
+            self.localities
+                .binary_search_by(|l| l.as_str().cmp(name))
+                .ok()
+        })
+        .map_or(0, |i| i as u32 + 1)
+    }
+
+    /// The name of the locality the balancer knows by `id`.
+    pub(crate) fn locality_name(&self, id: u32) -> Option<&str> {
+        id.checked_sub(1)
+            .and_then(|i| self.localities.get(i as usize))
+            .map(String::as_str)
+    }
+
     /// The hosts that names gave.
     fn named_hosts(&self) -> Vec<balancer::HostSpec> {
         self.hosts(EndpointAddress::is_name)
@@ -284,9 +312,20 @@ impl Membership {
         let mut seen = HashSet::new();
         let mut specs = Vec::with_capacity(self.configured.len());
         for endpoint in self.configured.iter().filter(|e| which(&e.address)) {
+            let locality = self.locality_id(endpoint.locality.as_deref());
             let mut add = |addr: SocketAddr| {
                 if seen.insert(addr) {
-                    specs.push(balancer::HostSpec::new(addr).with_weight(endpoint.weight));
+                    specs.push(
+                        balancer::HostSpec::new(addr)
+                            .with_weight(endpoint.weight)
+                            .with_priority(endpoint.priority)
+                            .with_locality(locality, endpoint.locality_weight.unwrap_or(0))
+                            .with_health(match endpoint.health {
+                                EndpointHealth::Healthy => balancer::Health::Healthy,
+                                EndpointHealth::Degraded => balancer::Health::Degraded,
+                                EndpointHealth::Unhealthy => balancer::Health::Unhealthy,
+                            }),
+                    );
                 }
             };
             match &endpoint.address {
@@ -359,19 +398,16 @@ mod tests {
 
     fn name(host: &str, port: u16, weight: u32) -> Endpoint {
         Endpoint {
-            address: EndpointAddress::Name {
+            weight,
+            ..Endpoint::new(EndpointAddress::Name {
                 host: host.into(),
                 port,
-            },
-            weight,
+            })
         }
     }
 
     fn ip(addr: &str) -> Endpoint {
-        Endpoint {
-            address: EndpointAddress::Ip(addr.parse().unwrap()),
-            weight: 1,
-        }
+        Endpoint::new(EndpointAddress::Ip(addr.parse().unwrap()))
     }
 
     fn hosts(m: &Membership) -> Vec<(String, u32)> {

@@ -34,6 +34,8 @@ pub(crate) struct Counters {
 #[derive(Debug, Clone)]
 struct HostState {
     addr: SocketAddr,
+    /// The health the configuration (EDS) gives the host.
+    configured: Health,
     passing_checks: bool,
     ejected_until: Option<Instant>,
     ejections: u32,
@@ -44,6 +46,7 @@ impl HostState {
     fn new(addr: SocketAddr) -> Self {
         Self {
             addr,
+            configured: Health::Healthy,
             passing_checks: true,
             ejected_until: None,
             ejections: 0,
@@ -76,7 +79,10 @@ impl HostHealth {
                 host_set
                     .snapshot()
                     .hosts()
-                    .map(|h| HostState::new(h.addr()))
+                    .map(|h| HostState {
+                        configured: h.health(),
+                        ..HostState::new(h.addr())
+                    })
                     .collect(),
             ),
         }
@@ -98,20 +104,31 @@ impl HostHealth {
         counters
     }
 
-    /// Follows the host set after its hosts changed: hosts that stayed keep their state
-    /// (ejections, checks), new ones start healthy, removed ones are forgotten.
-    pub(crate) fn sync(&self, host_set: &HostSet) {
-        let snapshot = host_set.snapshot();
+    /// Publishes a new host list: hosts that stay keep their state (ejections, checks), new
+    /// ones start passing checks, removed ones are forgotten. Each host's health is the one
+    /// the list gives (the configuration's) made worse by what checks and ejections found.
+    pub(crate) fn publish(
+        &self,
+        host_set: &HostSet,
+        mut specs: Vec<balancer::HostSpec>,
+    ) -> Result<(), balancer::BuildError> {
         let mut hosts = self.lock();
-        hosts.retain(|h| snapshot.position(h.addr).is_some());
-        for host in snapshot.hosts() {
-            if !hosts.iter().any(|h| h.addr == host.addr()) {
-                hosts.push(HostState::new(host.addr()));
-            }
+        let listed: std::collections::HashSet<SocketAddr> = specs.iter().map(|s| s.addr).collect();
+        hosts.retain(|h| listed.contains(&h.addr));
+        for spec in &mut specs {
+            let state = match hosts.iter_mut().position(|h| h.addr == spec.addr) {
+                Some(i) => &mut hosts[i],
+                None => {
+                    hosts.push(HostState::new(spec.addr));
+                    hosts.last_mut().expect("just pushed")
+                }
+            };
+            state.configured = spec.health;
+            spec.health = state.health();
         }
-        for host in hosts.iter() {
-            apply(host_set, host);
-        }
+        // Under the lock, so that a verdict or an ejection cannot land between the list and
+        // its publication.
+        host_set.update(specs)
     }
 
     /// Counts a try at the host at `addr`; ejects it when a threshold is reached.
@@ -213,14 +230,6 @@ impl HostHealth {
         }
     }
 
-    /// The health the balancers should see for the host at `addr`, if it is known.
-    pub(crate) fn health_of(&self, addr: SocketAddr) -> Option<Health> {
-        self.lock()
-            .iter()
-            .find(|h| h.addr == addr)
-            .map(HostState::health)
-    }
-
     /// (ejected now, ejections so far, passing health checks) of the host at `addr`.
     pub(crate) fn describe(&self, addr: SocketAddr) -> Option<(bool, u32, bool)> {
         self.lock()
@@ -241,7 +250,7 @@ impl HostState {
         } else if !self.passing_checks {
             Health::Unhealthy
         } else {
-            Health::Healthy
+            self.configured
         }
     }
 }
@@ -367,13 +376,15 @@ mod tests {
         for _ in 0..3 {
             report(&health, &hosts, 1, TryOutcome::Status(503));
         }
-        hosts
-            .update(vec![
-                balancer::HostSpec::new(addr(1)),
-                balancer::HostSpec::new(addr(7)),
-            ])
+        health
+            .publish(
+                &hosts,
+                vec![
+                    balancer::HostSpec::new(addr(1)),
+                    balancer::HostSpec::new(addr(7)).with_health(Health::Degraded),
+                ],
+            )
             .unwrap();
-        health.sync(&hosts);
         let snapshot = hosts.snapshot();
         let health_of = |i| {
             snapshot
@@ -382,7 +393,11 @@ mod tests {
                 .health()
         };
         assert_eq!(health_of(1), Health::Ejected, "the ejection survives");
-        assert_eq!(health_of(7), Health::Healthy);
+        assert_eq!(health_of(7), Health::Degraded, "as the configuration says");
+        // Passing checks make a host no better than its configured health.
+        health.set_passing(&hosts, addr(7), false);
+        health.set_passing(&hosts, addr(7), true);
+        assert_eq!(hosts.snapshot().get(1).unwrap().health(), Health::Degraded);
         assert_eq!(health.describe(addr(1)), Some((true, 1, true)));
         assert_eq!(
             health.describe(addr(0)),

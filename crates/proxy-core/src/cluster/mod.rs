@@ -80,8 +80,12 @@ impl Cluster {
     ) -> Self {
         let stats = Rc::new(catalog.cluster(shard, &config.name));
         let settings = Rc::new(UpstreamSettings::new(config, Arc::clone(shared)));
-        let balancer = LoadBalancer::new(shared.host_set.clone(), config.lb_policy)
-            .expect("the policy was validated with the config");
+        let balancer = LoadBalancer::with_settings(
+            shared.host_set.clone(),
+            config.lb_policy,
+            config.lb_settings,
+        )
+        .expect("the policy and settings were validated with the config");
         let cluster = Self {
             pools: RefCell::new(Pools {
                 version: u64::MAX,
@@ -170,7 +174,13 @@ impl Cluster {
     /// The host for the next request, counted as in flight on it while the guard lives.
     /// `None` when the cluster has no host to offer.
     fn pick(&self, key: Option<u64>) -> Option<(Rc<HostPool>, Picked)> {
-        let picked = self.balancer.pick(key)?;
+        self.pick_excluding(key, &[])
+    }
+
+    /// As [`pick`](Self::pick), with the levels of the `excluded` priorities left out of the
+    /// loads where others are available (a retry's `previous_priorities`).
+    fn pick_excluding(&self, key: Option<u64>, excluded: &[u32]) -> Option<(Rc<HostPool>, Picked)> {
+        let picked = self.balancer.pick_excluding(key, excluded)?;
         if let Some(pool) = self.pool_of(&picked) {
             return Some((pool, picked));
         }

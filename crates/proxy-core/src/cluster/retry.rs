@@ -108,13 +108,17 @@ pub(crate) async fn send_with_retries(
         }
         (tried, response)
     };
-    // Every host a try went to, for the `previous_hosts` predicate.
+    // Every host a try went to, for the `previous_hosts` predicate, and its priority, for
+    // `previous_priorities`.
     let mut tried_hosts: Vec<std::net::SocketAddr> = Vec::new();
+    let mut tried_priorities: Vec<u32> = Vec::new();
+    let mut excluded: Vec<u32> = Vec::new();
     let mut retrying: Option<RetrySlot> = None;
     let mut upstream = Rc::clone(first);
     let mut admitted = Some(admitted);
     loop {
         let tried = Rc::clone(&upstream);
+        tried_priorities.push(picked.priority());
         let per_try = policy.per_try_timeout.unwrap_or(route_timeout);
         // The first try was admitted by the caller; each retry is a request of its own.
         let slot = match admitted.take() {
@@ -204,8 +208,24 @@ pub(crate) async fn send_with_retries(
         } else {
             &[]
         };
-        (upstream, picked) = pick_other(cluster, key, avoid, policy.host_selection_attempts)
-            .ok_or(ProxyError::NoHealthyUpstream)?;
+        // As Envoy's: the tries before the first `update_frequency` use the loads as they
+        // are; every `update_frequency` tries, the levels tried so far are left out.
+        if let Some(every) = policy.previous_priorities {
+            let tries = tried_priorities.len() as u32;
+            if tries.is_multiple_of(every) {
+                excluded.extend_from_slice(&tried_priorities);
+                excluded.sort_unstable();
+                excluded.dedup();
+            }
+        }
+        (upstream, picked) = pick_other(
+            cluster,
+            key,
+            avoid,
+            &excluded,
+            policy.host_selection_attempts,
+        )
+        .ok_or(ProxyError::NoHealthyUpstream)?;
         *request = plan.rebuild(body);
         // The try's number, where the route counts them (the first try's `1` is the plan's).
         if plan.count_attempts {
@@ -229,20 +249,22 @@ pub(crate) struct CountAttempts;
 #[derive(Clone, Copy)]
 pub(crate) struct CountAttemptsInResponse;
 
-/// A host for a retry, preferring one not in `avoid` within `picks` picks (Envoy's
-/// `previous_hosts` predicate and `host_selection_retry_max_attempts`); the last pick stands.
+/// A host for a retry, outside the `excluded` priorities' levels where others are available,
+/// preferring one not in `avoid` within `picks` picks (Envoy's `previous_hosts` predicate and
+/// `host_selection_retry_max_attempts`); the last pick stands.
 fn pick_other(
     cluster: &Cluster,
     key: Option<u64>,
     avoid: &[std::net::SocketAddr],
+    excluded: &[u32],
     picks: u32,
 ) -> Option<(Rc<HostPool>, balancer::Picked)> {
-    let mut choice = cluster.pick(key)?;
+    let mut choice = cluster.pick_excluding(key, excluded)?;
     for _ in 1..picks {
         if !avoid.contains(&choice.0.addr()) {
             break;
         }
-        choice = cluster.pick(key)?;
+        choice = cluster.pick_excluding(key, excluded)?;
     }
     Some(choice)
 }

@@ -118,20 +118,15 @@ impl SharedCluster {
     /// flight, and every worker's pools for them.
     fn publish(&self, membership: &Membership) {
         // Hosts that stay are published with the health they have (an ejection stays).
-        let specs = membership
-            .host_specs()
-            .into_iter()
-            .map(|spec| match self.health.health_of(spec.addr) {
-                Some(health) => spec.with_health(health),
-                None => spec,
-            })
-            .collect();
-        if let Err(error) = self.host_set.update(specs) {
+        if let Err(error) = self.health.publish(&self.host_set, membership.host_specs()) {
             // Distinct addresses with weights >= 1 by construction.
             tracing::error!(cluster = %self.name, %error, "cannot update the hosts");
-            return;
         }
-        self.health.sync(&self.host_set);
+    }
+
+    /// The name of the locality the balancer knows by `id`.
+    pub(crate) fn locality_name(&self, id: u32) -> Option<String> {
+        self.membership().locality_name(id).map(str::to_owned)
     }
 
     /// Sets the breaker and membership gauges from the live counts.

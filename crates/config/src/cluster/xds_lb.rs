@@ -1,0 +1,272 @@
+//! A cluster's load balancing from Envoy's two forms: the `lb_policy` enum with its
+//! `*_lb_config` and `common_lb_config`, and the `load_balancing_policy` extensions
+//! (`envoy.extensions.load_balancing_policies.*`) that Envoy Gateway and newer control planes
+//! send.
+
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    CommonLbConfig, LbConfig, LbPolicy, common_lb_config,
+};
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, LoadBalancingPolicy};
+use envoy_types::pb::envoy::extensions::load_balancing_policies::common::v3::{
+    LocalityLbConfig, locality_lb_config,
+};
+use envoy_types::pb::envoy::extensions::load_balancing_policies::{
+    least_request::v3::LeastRequest, maglev::v3::Maglev, random::v3::Random,
+    ring_hash::v3::RingHash, round_robin::v3::RoundRobin,
+};
+use envoy_types::pb::google::protobuf::Any;
+
+use crate::envoy::{ResourceError, fields, nothing_else};
+use crate::{RawLeastRequest, RawMaglev, RawRingHash};
+
+const EXTENSIONS: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.";
+
+/// A cluster's balancing, as the file writes it.
+#[derive(Debug, Default)]
+pub(crate) struct Balancing {
+    pub(crate) lb_policy: &'static str,
+    pub(crate) least_request: Option<RawLeastRequest>,
+    pub(crate) ring_hash: Option<RawRingHash>,
+    pub(crate) maglev: Option<RawMaglev>,
+    pub(crate) locality_weighted: bool,
+    pub(crate) healthy_panic_threshold: Option<f64>,
+}
+
+fn unsupported(at: &str, field: impl Into<String>) -> ResourceError {
+    ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![field.into()],
+    }
+}
+
+/// Takes `lb_policy`, `lb_config`, `load_balancing_policy` and `common_lb_config` out of `c`.
+pub(crate) fn balancing(c: &mut Cluster, at: &str) -> Result<Balancing, ResourceError> {
+    let mut balancing = match c.load_balancing_policy.take() {
+        // As Envoy: the extension form wins over the enum.
+        Some(policy) => {
+            c.lb_policy = 0;
+            c.lb_config = None;
+            extension(policy, &format!("{at}.load_balancing_policy"))?
+        }
+        None => legacy(c, at)?,
+    };
+    if let Some(common) = c.common_lb_config.take() {
+        common_settings(common, &mut balancing, &format!("{at}.common_lb_config"))?;
+    }
+    Ok(balancing)
+}
+
+/// `lb_policy` and its `lb_config`.
+fn legacy(c: &mut Cluster, at: &str) -> Result<Balancing, ResourceError> {
+    let policy = LbPolicy::try_from(std::mem::take(&mut c.lb_policy))
+        .map_err(|_| ResourceError::invalid(format!("{at}.lb_policy"), "unknown policy"))?;
+    let lb_policy = match policy {
+        LbPolicy::RoundRobin => "round_robin",
+        LbPolicy::LeastRequest => "least_request",
+        LbPolicy::Random => "random",
+        LbPolicy::RingHash => "ring_hash",
+        LbPolicy::Maglev => "maglev",
+        other => {
+            return Err(unsupported(
+                at,
+                format!("lb_policy {}", other.as_str_name()),
+            ));
+        }
+    };
+    let mut balancing = Balancing {
+        lb_policy,
+        ..Balancing::default()
+    };
+    match (policy, c.lb_config.take()) {
+        (_, None) => {}
+        (LbPolicy::LeastRequest, Some(LbConfig::LeastRequestLbConfig(mut config))) => {
+            let choice_count = config.choice_count.take().map(|v| v.value);
+            let bias = config.active_request_bias.take().map(|v| v.default_value);
+            if config != Default::default() {
+                return Err(unsupported(
+                    at,
+                    "least_request_lb_config (besides choice_count, active_request_bias)",
+                ));
+            }
+            balancing.least_request = Some(RawLeastRequest {
+                choice_count,
+                active_request_bias: bias,
+            });
+        }
+        (LbPolicy::RingHash, Some(LbConfig::RingHashLbConfig(mut config))) => {
+            let minimum = config.minimum_ring_size.take().map(|v| v.value);
+            let maximum = config.maximum_ring_size.take().map(|v| v.value);
+            if config != Default::default() {
+                return Err(unsupported(
+                    at,
+                    "ring_hash_lb_config.hash_function (xxHash only)",
+                ));
+            }
+            balancing.ring_hash = Some(RawRingHash {
+                minimum_ring_size: minimum,
+                maximum_ring_size: maximum,
+            });
+        }
+        (LbPolicy::Maglev, Some(LbConfig::MaglevLbConfig(mut config))) => {
+            let table_size = config.table_size.take().map(|v| v.value);
+            if config != Default::default() {
+                return Err(unsupported(at, "maglev_lb_config (besides table_size)"));
+            }
+            balancing.maglev = Some(RawMaglev { table_size });
+        }
+        (LbPolicy::RoundRobin, Some(LbConfig::RoundRobinLbConfig(config)))
+            if config == Default::default() => {}
+        _ => {
+            return Err(unsupported(
+                at,
+                "lb_config (for another policy, or slow start)",
+            ));
+        }
+    }
+    Ok(balancing)
+}
+
+/// The first policy of the list: Envoy takes the first it knows, so one not honoured here
+/// is refused rather than passed over for a later one.
+// `enable_full_scan` is deprecated but still sent; it is read, not ignored.
+#[allow(deprecated)]
+fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, ResourceError> {
+    if policy.policies.is_empty() {
+        return Err(ResourceError::invalid(at, "expected at least one policy"));
+    }
+    let first = policy.policies.swap_remove(0);
+    let at = format!("{at}.policies[0].typed_extension_config");
+    let Some(config) = first.typed_extension_config.and_then(|t| t.typed_config) else {
+        return Err(ResourceError::invalid(at, "expected a typed_config"));
+    };
+    let kind = config
+        .type_url
+        .strip_prefix(EXTENSIONS)
+        .unwrap_or(&config.type_url);
+    let at = format!("{at} ({kind})");
+    let mut balancing = Balancing::default();
+    match kind {
+        "round_robin.v3.RoundRobin" => {
+            let mut rr: RoundRobin = decode(&config, &at)?;
+            balancing.lb_policy = "round_robin";
+            balancing.locality_weighted = locality(rr.locality_lb_config.take(), &at)?;
+            nothing_else(&rr, fields::ROUND_ROBIN, &at)?;
+        }
+        "least_request.v3.LeastRequest" => {
+            let mut lr: LeastRequest = decode(&config, &at)?;
+            balancing.lb_policy = "least_request";
+            balancing.least_request = Some(RawLeastRequest {
+                choice_count: lr.choice_count.take().map(|v| v.value),
+                active_request_bias: lr.active_request_bias.take().map(|v| v.default_value),
+            });
+            balancing.locality_weighted = locality(lr.locality_lb_config.take(), &at)?;
+            // Envoy's default selection: N random choices.
+            if lr.enable_full_scan.as_ref().is_some_and(|v| !v.value) {
+                lr.enable_full_scan = None;
+            }
+            nothing_else(&lr, fields::LEAST_REQUEST, &at)?;
+        }
+        "random.v3.Random" => {
+            let mut random: Random = decode(&config, &at)?;
+            balancing.lb_policy = "random";
+            balancing.locality_weighted = locality(random.locality_lb_config.take(), &at)?;
+            nothing_else(&random, fields::RANDOM, &at)?;
+        }
+        "ring_hash.v3.RingHash" => {
+            let mut ring: RingHash = decode(&config, &at)?;
+            balancing.lb_policy = "ring_hash";
+            balancing.ring_hash = Some(RawRingHash {
+                minimum_ring_size: ring.minimum_ring_size.take().map(|v| v.value),
+                maximum_ring_size: ring.maximum_ring_size.take().map(|v| v.value),
+            });
+            // DEFAULT_HASH and XX_HASH are xxHash.
+            if ring.hash_function <= 1 {
+                ring.hash_function = 0;
+            }
+            consistent_hashing(&mut ring.consistent_hashing_lb_config, &at)?;
+            nothing_else(&ring, fields::RING_HASH, &at)?;
+        }
+        "maglev.v3.Maglev" => {
+            let mut maglev: Maglev = decode(&config, &at)?;
+            balancing.lb_policy = "maglev";
+            balancing.maglev = Some(RawMaglev {
+                table_size: maglev.table_size.take().map(|v| v.value),
+            });
+            consistent_hashing(&mut maglev.consistent_hashing_lb_config, &at)?;
+            nothing_else(&maglev, fields::MAGLEV, &at)?;
+        }
+        other => {
+            return Err(unsupported(
+                &at,
+                format!(
+                    "load-balancing policy `{other}` (round_robin, least_request, random, ring_hash, maglev)"
+                ),
+            ));
+        }
+    }
+    Ok(balancing)
+}
+
+fn decode<M: prost::Message + Default>(config: &Any, at: &str) -> Result<M, ResourceError> {
+    M::decode(config.value.as_slice())
+        .map_err(|e| ResourceError::invalid(at, format!("cannot decode: {e}")))
+}
+
+/// Whether the extension's `locality_lb_config` asks for locality-weighted balancing.
+fn locality(config: Option<LocalityLbConfig>, at: &str) -> Result<bool, ResourceError> {
+    match config.and_then(|c| c.locality_config_specifier) {
+        None => Ok(false),
+        Some(locality_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_)) => Ok(true),
+        Some(locality_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(_)) => {
+            Err(unsupported(
+                at,
+                "locality_lb_config.zone_aware_lb_config (zone-aware routing)",
+            ))
+        }
+    }
+}
+
+/// The hashing options: only Envoy's defaults (hash by address, no balance factor).
+fn consistent_hashing<T: prost::Message + Default + PartialEq>(
+    config: &mut Option<T>,
+    at: &str,
+) -> Result<(), ResourceError> {
+    if config.take().is_some_and(|c| c != T::default()) {
+        return Err(unsupported(
+            at,
+            "consistent_hashing_lb_config (hostnames, balance factor, hash policies)",
+        ));
+    }
+    Ok(())
+}
+
+/// `healthy_panic_threshold` and locality weighting; `update_merge_window` is accepted
+/// (host updates apply at once here, as with a window of 0).
+fn common_settings(
+    mut common: CommonLbConfig,
+    balancing: &mut Balancing,
+    at: &str,
+) -> Result<(), ResourceError> {
+    balancing.healthy_panic_threshold = common.healthy_panic_threshold.take().map(|p| p.value);
+    common.update_merge_window = None;
+    match common.locality_config_specifier.take() {
+        None => {}
+        Some(common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_)) => {
+            balancing.locality_weighted = true;
+        }
+        Some(common_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(_)) => {
+            return Err(unsupported(at, "zone_aware_lb_config (zone-aware routing)"));
+        }
+    }
+    if common
+        .consistent_hashing_lb_config
+        .take()
+        .is_some_and(|c| c != Default::default())
+    {
+        return Err(unsupported(
+            at,
+            "consistent_hashing_lb_config (hostnames, balance factor, hash policies)",
+        ));
+    }
+    nothing_else(&common, fields::COMMON_LB_CONFIG, at)
+}
