@@ -103,3 +103,14 @@ pub(crate) fn limit(value: Option<u64>, path: &str) -> Result<Option<usize>, Con
         Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
     }
 }
+
+/// An HTTP/2 flow-control window: 65535 (the protocol's initial window) to 2^31 - 1.
+pub(crate) fn window(value: Option<u32>, path: &str) -> Result<Option<u32>, ConfigError> {
+    match value {
+        Some(v) if !(65_535..=0x7fff_ffff).contains(&v) => Err(ConfigError::invalid(
+            path,
+            format!("expected 65535 to 2147483647 (bytes), found {v}"),
+        )),
+        other => Ok(other),
+    }
+}

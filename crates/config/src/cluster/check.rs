@@ -106,6 +106,14 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         hash_key,
         max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
         preserve_header_case: raw.preserve_header_case.unwrap_or(false),
+        initial_stream_window_size: window(
+            raw.initial_stream_window_size,
+            &format!("{path}.initial_stream_window_size"),
+        )?,
+        initial_connection_window_size: window(
+            raw.initial_connection_window_size,
+            &format!("{path}.initial_connection_window_size"),
+        )?,
         protocol,
         connect_timeout,
         buffer_limit: buffer_limit(

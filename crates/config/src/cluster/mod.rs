@@ -13,6 +13,7 @@ pub mod raw;
 pub mod xds;
 pub mod xds_endpoints;
 mod xds_lb;
+mod xds_protocol;
 
 use std::time::Duration;
 
@@ -47,6 +48,12 @@ pub struct ClusterConfig {
     /// HTTP/1.1 header names written as the client spelled them (where its listener keeps
     /// case too), and the responses' noted as the host spells them.
     pub preserve_header_case: bool,
+    /// HTTP/2: the bytes a host may send on one stream, and on the connection, before the
+    /// proxy has passed them on. `None`: the buffer limit (at least 65535 for the connection).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_stream_window_size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_connection_window_size: Option<u32>,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
     #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,

@@ -27,6 +27,8 @@ pub struct RawCluster {
     pub connect_timeout: Option<Duration>,
     pub max_requests_per_connection: Option<u32>,
     pub preserve_header_case: Option<bool>,
+    pub initial_stream_window_size: Option<u32>,
+    pub initial_connection_window_size: Option<u32>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
     pub circuit_breakers: Option<RawCircuitBreakers>,

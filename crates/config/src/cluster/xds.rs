@@ -11,22 +11,15 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, DnsLookupFamily,
 };
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
-use envoy_types::pb::envoy::config::core::v3::{
-    HealthCheck, Http2ProtocolOptions, HttpProtocolOptions, RoutingPriority, health_check,
-};
-use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as UpstreamOptions;
-use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
-    UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
-};
+use envoy_types::pb::envoy::config::core::v3::{HealthCheck, RoutingPriority, health_check};
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_endpoints::XdsEndpoints;
 use super::xds_lb::balancing;
-use crate::envoy::{ResourceError, decode, duration, fields, headers, nothing_else, type_url};
+use super::xds_protocol::upstream_http;
+use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::{RawCircuitBreakers, RawCluster, RawHealthCheck, RawLimit, RawOutlierDetection};
 
-/// The upstream HTTP options' key in `typed_extension_protocol_options`.
-const UPSTREAM_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 /// Envoy's connect timeout when a cluster gives none.
 const ENVOY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -67,16 +60,26 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
     c.alt_stat_name.clear();
     c.metadata = None;
 
+    // Envoy's DnsCluster extension: STRICT_DNS with its settings in the extension.
+    let mut dns_cluster = None;
     let kind = match c.cluster_discovery_type.take() {
         None => DiscoveryType::Static,
         Some(ClusterDiscoveryType::Type(t)) => DiscoveryType::try_from(t).map_err(|_| {
             ResourceError::invalid(sub("type"), format!("unknown discovery type {t}"))
         })?,
-        Some(ClusterDiscoveryType::ClusterType(_)) => {
-            return Err(ResourceError::Unsupported {
-                at,
-                fields: vec!["cluster_type (custom clusters)".into()],
-            });
+        Some(ClusterDiscoveryType::ClusterType(custom)) => {
+            let typed = custom.typed_config.unwrap_or_default();
+            if typed.type_url != DNS_CLUSTER {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![format!(
+                        "cluster_type `{}` (the DNS cluster only)",
+                        custom.name
+                    )],
+                });
+            }
+            dns_cluster = Some(dns_cluster_settings(&typed, &sub("cluster_type"))?);
+            DiscoveryType::StrictDns
         }
     };
     let eds_config = c.eds_cluster_config.take();
@@ -128,37 +131,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .per_connection_buffer_limit_bytes
         .take()
         .map(|v| u64::from(v.value));
-    let mut max_requests_per_connection = c.max_requests_per_connection.take().map(|v| v.value);
-    let mut protocol = None;
-    if let Some(h2) = c.http2_protocol_options.take() {
-        only_defaults_h2(&h2, &at)?;
-        protocol = Some("http2".to_owned());
-    }
-    let mut preserve_header_case = None;
-    if let Some(mut h1) = c.http_protocol_options.take() {
-        preserve_header_case = Some(headers::preserve_case(
-            &mut h1,
-            &sub("http_protocol_options"),
-        )?);
-        if h1 != Default::default() {
-            return Err(ResourceError::Unsupported {
-                at,
-                fields: vec!["http_protocol_options settings".into()],
-            });
-        }
-        protocol.get_or_insert_with(|| "http1".to_owned());
-    }
-    if let Some(common) = c.common_http_protocol_options.take() {
-        max_requests_per_connection = common_options(common, &sub("common_http_protocol_options"))?
-            .or(max_requests_per_connection);
-    }
-    if let Some(options) = c.typed_extension_protocol_options.remove(UPSTREAM_OPTIONS) {
-        let (p, max, preserve) =
-            upstream_options(&options, &sub("typed_extension_protocol_options"))?;
-        protocol = Some(p.to_owned());
-        preserve_header_case = preserve_header_case.or(preserve);
-        max_requests_per_connection = max.or(max_requests_per_connection);
-    }
+    let http = upstream_http(&mut c, &at)?;
     let circuit_breakers = c
         .circuit_breakers
         .take()
@@ -184,10 +157,22 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .take()
         .map(|socket| crate::tls::xds::cluster_tls(socket, &at))
         .transpose()?;
-    let dns_refresh_rate = duration(c.dns_refresh_rate.take(), &sub("dns_refresh_rate"))?;
-    let respect_dns_ttl = std::mem::take(&mut c.respect_dns_ttl);
     let family = DnsLookupFamily::try_from(std::mem::take(&mut c.dns_lookup_family))
         .unwrap_or(DnsLookupFamily::Auto);
+    let legacy_dns = DnsSettings {
+        refresh_rate: duration(c.dns_refresh_rate.take(), &sub("dns_refresh_rate"))?,
+        min_refresh_rate: None,
+        respect_ttl: std::mem::take(&mut c.respect_dns_ttl),
+        family: match family {
+            // Envoy's AUTO prefers IPv6; the nearest here prefers IPv4 (docs/xds.md).
+            DnsLookupFamily::Auto | DnsLookupFamily::V4Preferred => "v4_preferred",
+            DnsLookupFamily::V4Only => "v4_only",
+            DnsLookupFamily::V6Only => "v6_only",
+            DnsLookupFamily::All => "all",
+        },
+    };
+    // With the extension, its settings are the ones Envoy reads.
+    let dns_settings = dns_cluster.unwrap_or(legacy_dns);
     nothing_else(&c, fields::CLUSTER, &at)?;
 
     let dns = kind == DiscoveryType::StrictDns;
@@ -202,28 +187,21 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         healthy_panic_threshold: balancing.healthy_panic_threshold,
         overprovisioning_factor: None,
         locality_weighted: Some(balancing.locality_weighted),
-        protocol,
+        protocol: http.protocol.map(str::to_owned),
         connect_timeout,
-        max_requests_per_connection,
-        preserve_header_case: preserve_header_case.filter(|keep| *keep),
+        max_requests_per_connection: http.max_requests_per_connection,
+        preserve_header_case: http.preserve_header_case.filter(|keep| *keep),
+        initial_stream_window_size: http.initial_stream_window_size,
+        initial_connection_window_size: http.initial_connection_window_size,
         per_connection_buffer_limit_bytes,
         circuit_breakers,
         health_check,
         outlier_detection,
         tls,
-        dns_refresh_rate: dns_refresh_rate.filter(|_| dns),
-        dns_min_refresh_rate: None,
-        respect_dns_ttl: dns.then_some(respect_dns_ttl),
-        dns_lookup_family: dns.then(|| {
-            match family {
-                // Envoy's AUTO prefers IPv6; the nearest here prefers IPv4 (docs/xds.md).
-                DnsLookupFamily::Auto | DnsLookupFamily::V4Preferred => "v4_preferred",
-                DnsLookupFamily::V4Only => "v4_only",
-                DnsLookupFamily::V6Only => "v6_only",
-                DnsLookupFamily::All => "all",
-            }
-            .to_owned()
-        }),
+        dns_refresh_rate: dns_settings.refresh_rate.filter(|_| dns),
+        dns_min_refresh_rate: dns_settings.min_refresh_rate.filter(|_| dns),
+        respect_dns_ttl: dns.then_some(dns_settings.respect_ttl),
+        dns_lookup_family: dns.then(|| dns_settings.family.to_owned()),
         dns_resolvers: None,
         dynamic: true,
     };
@@ -235,84 +213,46 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
     })
 }
 
-/// `max_requests_per_connection`; the rest of the common options is refused.
-fn common_options(mut common: HttpProtocolOptions, at: &str) -> Result<Option<u32>, ResourceError> {
-    let max = common.max_requests_per_connection.take().map(|v| v.value);
-    nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)?;
-    Ok(max)
+const DNS_CLUSTER: &str = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster";
+
+/// How a STRICT_DNS cluster resolves its names.
+struct DnsSettings {
+    refresh_rate: Option<Duration>,
+    min_refresh_rate: Option<Duration>,
+    respect_ttl: bool,
+    family: &'static str,
 }
 
-/// The upstream protocol (`explicit_http_config` only), `max_requests_per_connection` and
-/// whether HTTP/1.1 names keep their case.
-fn upstream_options(
-    value: &Any,
-    at: &str,
-) -> Result<(&'static str, Option<u32>, Option<bool>), ResourceError> {
-    let mut preserve = None;
-    let mut options: UpstreamOptions =
-        prost::Message::decode(value.value.as_slice()).map_err(|e| {
-            ResourceError::invalid(at, format!("cannot decode {UPSTREAM_OPTIONS}: {e}"))
-        })?;
-    let max = options
-        .common_http_protocol_options
-        .take()
-        .map(|c| common_options(c, &format!("{at}.common_http_protocol_options")))
-        .transpose()?
-        .flatten();
-    let protocol = match options.upstream_protocol_options.take() {
-        Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) => {
-            match explicit.protocol_config {
-                Some(ProtocolConfig::HttpProtocolOptions(mut h1)) => {
-                    preserve = Some(headers::preserve_case(&mut h1, at)?);
-                    if h1 != Default::default() {
-                        return Err(ResourceError::Unsupported {
-                            at: at.to_owned(),
-                            fields: vec!["http_protocol_options settings".into()],
-                        });
-                    }
-                    "http1"
-                }
-                Some(ProtocolConfig::Http2ProtocolOptions(h2)) => {
-                    only_defaults_h2(&h2, at)?;
-                    "http2"
-                }
-                _ => {
-                    return Err(ResourceError::Unsupported {
-                        at: at.to_owned(),
-                        fields: vec!["http3_protocol_options".into()],
-                    });
-                }
-            }
-        }
-        None => "http1",
-        Some(_) => {
-            return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
-                fields: vec![
-                    "use_downstream_protocol_config / auto_config (one explicit protocol only)"
-                        .into(),
-                ],
-            });
-        }
+/// Envoy's `DnsCluster`: strict DNS (each address a host) with its refresh, TTL and family
+/// settings; logical DNS, failure back-off, jitter and resolvers of its own are refused.
+fn dns_cluster_settings(typed: &Any, at: &str) -> Result<DnsSettings, ResourceError> {
+    use envoy_types::pb::envoy::extensions::clusters::common::dns::v3::DnsLookupFamily as Family;
+    use envoy_types::pb::envoy::extensions::clusters::dns::v3::DnsCluster;
+    let at = format!("{at} (DnsCluster)");
+    let mut dns: DnsCluster = prost::Message::decode(typed.value.as_slice())
+        .map_err(|e| ResourceError::invalid(&at, format!("cannot decode: {e}")))?;
+    let settings = DnsSettings {
+        refresh_rate: duration(
+            dns.dns_refresh_rate.take(),
+            &format!("{at}.dns_refresh_rate"),
+        )?,
+        min_refresh_rate: duration(
+            dns.dns_min_refresh_rate.take(),
+            &format!("{at}.dns_min_refresh_rate"),
+        )?,
+        respect_ttl: std::mem::take(&mut dns.respect_dns_ttl),
+        family: match Family::try_from(std::mem::take(&mut dns.dns_lookup_family))
+            .unwrap_or(Family::Unspecified)
+        {
+            // Unspecified is AUTO, which prefers IPv6 in Envoy; the nearest here prefers IPv4.
+            Family::Unspecified | Family::Auto | Family::V4Preferred => "v4_preferred",
+            Family::V4Only => "v4_only",
+            Family::V6Only => "v6_only",
+            Family::All => "all",
+        },
     };
-    if options != UpstreamOptions::default() {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: vec![
-                "upstream_http_protocol_options / http_filters / header_validation_config".into(),
-            ],
-        });
-    }
-    Ok((protocol, max, preserve))
-}
-
-/// HTTP/2 to the upstream with its own settings is not supported; with Envoy's defaults it is.
-fn only_defaults_h2(h2: &Http2ProtocolOptions, at: &str) -> Result<(), ResourceError> {
-    nothing_else(
-        h2,
-        fields::HTTP2_PROTOCOL_OPTIONS,
-        &format!("{at}.http2_protocol_options"),
-    )
+    nothing_else(&dns, fields::DNS_CLUSTER, &at)?;
+    Ok(settings)
 }
 
 fn breakers(mut b: CircuitBreakers, at: &str) -> Result<RawCircuitBreakers, ResourceError> {

@@ -828,3 +828,14 @@ pub(crate) const MAGLEV: &[(u32, &str)] = &[
     (2, "consistent_hashing_lb_config"),
     (3, "locality_weighted_lb_config"),
 ];
+
+pub(crate) const DNS_CLUSTER: &[(u32, &str)] = &[
+    (3, "dns_refresh_rate"),
+    (4, "dns_failure_refresh_rate"),
+    (5, "respect_dns_ttl"),
+    (6, "dns_jitter"),
+    (7, "typed_dns_resolver_config"),
+    (8, "dns_lookup_family"),
+    (9, "all_addresses_in_single_endpoint"),
+    (10, "dns_min_refresh_rate"),
+];

@@ -272,16 +272,6 @@ pub(crate) fn listener(
 }
 
 /// An HTTP/2 flow-control window: RFC 9113's range, as Envoy's (65535 to 2^31 - 1).
-fn window(value: Option<u32>, path: &str) -> Result<Option<u32>, ConfigError> {
-    match value {
-        Some(v) if !(65_535..=0x7fff_ffff).contains(&v) => Err(ConfigError::invalid(
-            path,
-            format!("expected 65535 to 2147483647 (bytes), found {v}"),
-        )),
-        other => Ok(other),
-    }
-}
-
 /// `server_header_transformation` (`pass_through`, `overwrite`, `append_if_absent`) and
 /// `server_name`. A name alone means `overwrite`; nothing means `pass_through`.
 fn server_header(

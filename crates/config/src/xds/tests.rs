@@ -1774,3 +1774,108 @@ fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
         refused(&c)
     );
 }
+
+#[test]
+fn the_dns_cluster_extension_is_strict_dns_with_its_own_settings() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::CustomClusterType;
+    use envoy_types::pb::envoy::extensions::clusters::common::dns::v3::DnsLookupFamily;
+    use envoy_types::pb::envoy::extensions::clusters::dns::v3::DnsCluster;
+    let dns = DnsCluster {
+        dns_refresh_rate: Some(PbDuration {
+            seconds: 30,
+            nanos: 0,
+        }),
+        respect_dns_ttl: true,
+        dns_lookup_family: DnsLookupFamily::All as i32,
+        ..Default::default()
+    };
+    let mut c = Cluster {
+        name: "collector".into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::ClusterType(
+            CustomClusterType {
+                name: "envoy.cluster.dns".into(),
+                typed_config: Some(pack(&dns)),
+            },
+        )),
+        load_assignment: Some(assignment(
+            "collector",
+            vec![lb_endpoint(4317, HealthStatus::Healthy, None)],
+        )),
+        ..Default::default()
+    };
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    assert_eq!(raw.dns_refresh_rate, Some(Duration::from_secs(30)));
+    assert_eq!(raw.respect_dns_ttl, Some(true));
+    assert_eq!(raw.dns_lookup_family.as_deref(), Some("all"));
+    assert_eq!(raw.endpoints.len(), 1);
+
+    let logical = DnsCluster {
+        all_addresses_in_single_endpoint: true,
+        ..Default::default()
+    };
+    c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::ClusterType(
+        CustomClusterType {
+            name: "envoy.cluster.dns".into(),
+            typed_config: Some(pack(&logical)),
+        },
+    ));
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(
+        error.contains("all_addresses_in_single_endpoint"),
+        "{error}"
+    );
+    c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::ClusterType(
+        CustomClusterType {
+            name: "envoy.clusters.dynamic_forward_proxy".into(),
+            typed_config: None,
+        },
+    ));
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(
+        error.contains("envoy.clusters.dynamic_forward_proxy"),
+        "{error}"
+    );
+}
+
+#[test]
+fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
+    use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as Upstream;
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+        ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
+    };
+    let with = |h2: Http2ProtocolOptions| {
+        let mut c = eds_cluster("web");
+        let options = Upstream {
+            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(h2)),
+                },
+            )),
+            ..Default::default()
+        };
+        c.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            pack(&options),
+        );
+        XdsCluster::decode(&pack(&c))
+    };
+    // Envoy Gateway's HTTP/2 backends.
+    let raw = with(Http2ProtocolOptions {
+        initial_stream_window_size: Some(UInt32Value { value: 65536 }),
+        initial_connection_window_size: Some(UInt32Value { value: 1_048_576 }),
+        ..Default::default()
+    })
+    .unwrap()
+    .section(None);
+    assert_eq!(raw.protocol.as_deref(), Some("http2"));
+    assert_eq!(raw.initial_stream_window_size, Some(65536));
+    assert_eq!(raw.initial_connection_window_size, Some(1_048_576));
+    let error = with(Http2ProtocolOptions {
+        max_concurrent_streams: Some(UInt32Value { value: 100 }),
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("max_concurrent_streams"), "{error}");
+}

@@ -35,9 +35,15 @@ impl UpstreamSettings {
         h1.max_buf_size((limit as usize).max(8192));
         let mut h2 = http2::Builder::new(LocalExec);
         h2.adaptive_window(false)
-            .initial_stream_window_size(limit)
+            // What a host may send ahead of the proxy: the buffer limit unless the cluster
+            // says otherwise (Envoy's http2_protocol_options windows).
+            .initial_stream_window_size(cluster.initial_stream_window_size.unwrap_or(limit))
             // The connection window cannot start below HTTP/2's 64 KiB default.
-            .initial_connection_window_size(limit.max(65_535))
+            .initial_connection_window_size(
+                cluster
+                    .initial_connection_window_size
+                    .unwrap_or(limit.max(65_535)),
+            )
             .max_send_buf_size(limit as usize);
         Self {
             protocol: cluster.protocol,

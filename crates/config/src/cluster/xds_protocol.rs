@@ -1,0 +1,152 @@
+//! How a cluster speaks HTTP to its hosts, from Envoy's two forms: the deprecated
+//! `http_protocol_options` / `http2_protocol_options` / `common_http_protocol_options` on the
+//! cluster, and `typed_extension_protocol_options` with the upstream `HttpProtocolOptions`.
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, HttpProtocolOptions};
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as UpstreamOptions;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+    UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
+};
+
+use crate::envoy::{ResourceError, fields, headers, nothing_else};
+
+/// The upstream HTTP options' key in `typed_extension_protocol_options`.
+const UPSTREAM_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+
+/// A cluster's HTTP settings, as the file writes them.
+#[derive(Debug, Default)]
+pub(crate) struct UpstreamHttp {
+    /// `http1` or `http2`; `None`: the file's default (HTTP/1.1).
+    pub(crate) protocol: Option<&'static str>,
+    pub(crate) max_requests_per_connection: Option<u32>,
+    pub(crate) preserve_header_case: Option<bool>,
+    pub(crate) initial_stream_window_size: Option<u32>,
+    pub(crate) initial_connection_window_size: Option<u32>,
+}
+
+/// Takes the protocol fields out of `c`.
+#[allow(deprecated)] // control planes still send the deprecated forms; they are read
+pub(crate) fn upstream_http(c: &mut Cluster, at: &str) -> Result<UpstreamHttp, ResourceError> {
+    let mut http = UpstreamHttp {
+        max_requests_per_connection: c.max_requests_per_connection.take().map(|v| v.value),
+        ..UpstreamHttp::default()
+    };
+    if let Some(h2) = c.http2_protocol_options.take() {
+        h2_settings(h2, &mut http, at)?;
+        http.protocol = Some("http2");
+    }
+    if let Some(h1) = c.http_protocol_options.take() {
+        h1_settings(h1, &mut http, &format!("{at}.http_protocol_options"))?;
+        http.protocol.get_or_insert("http1");
+    }
+    if let Some(common) = c.common_http_protocol_options.take() {
+        common_options(
+            common,
+            &mut http,
+            &format!("{at}.common_http_protocol_options"),
+        )?;
+    }
+    if let Some(options) = c.typed_extension_protocol_options.remove(UPSTREAM_OPTIONS) {
+        let at = format!("{at}.typed_extension_protocol_options");
+        let options: UpstreamOptions =
+            prost::Message::decode(options.value.as_slice()).map_err(|e| {
+                ResourceError::invalid(&at, format!("cannot decode {UPSTREAM_OPTIONS}: {e}"))
+            })?;
+        typed_options(options, &mut http, &at)?;
+    }
+    Ok(http)
+}
+
+/// `max_requests_per_connection`; the rest of the common options is refused.
+fn common_options(
+    mut common: HttpProtocolOptions,
+    http: &mut UpstreamHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    if let Some(max) = common.max_requests_per_connection.take() {
+        http.max_requests_per_connection = Some(max.value);
+    }
+    nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
+}
+
+/// HTTP/1.1: only the `preserve_case` header formatter.
+fn h1_settings(
+    mut h1: envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions,
+    http: &mut UpstreamHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    http.preserve_header_case = Some(headers::preserve_case(&mut h1, at)?);
+    if h1 != Default::default() {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["http_protocol_options settings".into()],
+        });
+    }
+    Ok(())
+}
+
+/// HTTP/2: the initial stream and connection windows; other settings are refused.
+fn h2_settings(
+    mut h2: Http2ProtocolOptions,
+    http: &mut UpstreamHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    http.initial_stream_window_size = h2.initial_stream_window_size.take().map(|v| v.value);
+    http.initial_connection_window_size = h2.initial_connection_window_size.take().map(|v| v.value);
+    nothing_else(
+        &h2,
+        fields::HTTP2_PROTOCOL_OPTIONS,
+        &format!("{at}.http2_protocol_options"),
+    )
+}
+
+/// The upstream `HttpProtocolOptions`: `explicit_http_config`, its common options.
+fn typed_options(
+    mut options: UpstreamOptions,
+    http: &mut UpstreamHttp,
+    at: &str,
+) -> Result<(), ResourceError> {
+    if let Some(common) = options.common_http_protocol_options.take() {
+        common_options(common, http, &format!("{at}.common_http_protocol_options"))?;
+    }
+    http.protocol = Some(match options.upstream_protocol_options.take() {
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) => {
+            match explicit.protocol_config {
+                Some(ProtocolConfig::HttpProtocolOptions(h1)) => {
+                    h1_settings(h1, http, at)?;
+                    "http1"
+                }
+                Some(ProtocolConfig::Http2ProtocolOptions(h2)) => {
+                    h2_settings(h2, http, at)?;
+                    "http2"
+                }
+                _ => {
+                    return Err(ResourceError::Unsupported {
+                        at: at.to_owned(),
+                        fields: vec!["http3_protocol_options".into()],
+                    });
+                }
+            }
+        }
+        None => "http1",
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec![
+                    "use_downstream_protocol_config / auto_config (one explicit protocol only)"
+                        .into(),
+                ],
+            });
+        }
+    });
+    if options != UpstreamOptions::default() {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec![
+                "upstream_http_protocol_options / http_filters / header_validation_config".into(),
+            ],
+        });
+    }
+    Ok(())
+}
