@@ -686,6 +686,15 @@ async fn tls_origin(
     leaf: &Leaf,
     client_ca: Option<&Ca>,
 ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    tls_origin_speaking(leaf, client_ca, &[b"h2", b"http/1.1"]).await
+}
+
+/// As [`tls_origin`], choosing among `alpn` only.
+async fn tls_origin_speaking(
+    leaf: &Leaf,
+    client_ca: Option<&Ca>,
+    alpn: &[&[u8]],
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap();
@@ -703,7 +712,7 @@ async fn tls_origin(
     let mut config = builder
         .with_single_cert(vec![leaf.der.clone()], leaf.key_der())
         .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -898,4 +907,69 @@ async fn inline_pem_certificates_serve() {
     let certificate = &parsed["listeners"][0]["tls"]["certificates"][0];
     assert_eq!(certificate["private_key"], "inline", "{dump}");
     assert!(!dump.contains("PRIVATE KEY"), "the key is never dumped");
+}
+
+/// `protocol: auto` (Envoy's `auto_config`): each host chooses HTTP/2 or HTTP/1.1 by ALPN,
+/// and a request goes to it in the form its choice wants, also when a cluster mixes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_clusters_speak_what_each_host_chooses_by_alpn() {
+    let dir = ScratchDir::new();
+    let ca = Ca::new("origin ca");
+    let leaf = ca.leaf(&["origin.internal"]);
+    let (both, _b) = tls_origin_speaking(&leaf, None, &[b"h2", b"http/1.1"]).await;
+    let (h1_only, _h) = tls_origin_speaking(&leaf, None, &[b"http/1.1"]).await;
+    let ca_file = dir.write("origin-ca.pem", &ca.pem()).display().to_string();
+    let cluster = |name: &str, endpoints: &str| {
+        format!(
+            "  - name: {name}\n    endpoints: [{endpoints}]\n    protocol: auto\n    tls: {{ ca: {ca_file}, server_name: origin.internal }}\n"
+        )
+    };
+    let yaml = format!(
+        r#"
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /both/ }}
+        cluster: both
+      - match: {{ prefix: /h1/ }}
+        cluster: h1_only
+      - match: {{ prefix: /mixed/ }}
+        cluster: mixed
+clusters:
+{}{}{}"#,
+        cluster("both", &both.to_string()),
+        cluster("h1_only", &h1_only.to_string()),
+        cluster("mixed", &format!("{both}, {h1_only}")),
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    let fetch = |path: &'static str| async move {
+        let response = send_h1(addr, get(path, &[])).await;
+        let status = response.status();
+        (status, text(response.into_body()).await)
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            fetch("/both/").await,
+            (StatusCode::OK, "alpn=h2 scheme=https".to_string())
+        );
+        assert_eq!(
+            fetch("/h1/").await,
+            (StatusCode::OK, "alpn=http/1.1".to_string())
+        );
+    }
+    // Round robin over one host of each kind: every request answered, in both protocols.
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..10 {
+        let (status, body) = fetch("/mixed/").await;
+        assert_eq!(status, StatusCode::OK);
+        seen.insert(body);
+    }
+    let expected: std::collections::HashSet<String> = [
+        "alpn=h2 scheme=https".to_string(),
+        "alpn=http/1.1".to_string(),
+    ]
+    .into();
+    assert_eq!(seen, expected);
 }

@@ -66,10 +66,17 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
     let protocol = match raw.protocol.as_deref() {
         None | Some("http1") => UpstreamProtocol::Http1,
         Some("http2") => UpstreamProtocol::Http2,
+        Some("auto") if raw.tls.is_some() => UpstreamProtocol::Auto,
+        Some("auto") => {
+            return Err(ConfigError::invalid(
+                format!("{path}.protocol"),
+                "`auto` is chosen by ALPN, which needs `tls`",
+            ));
+        }
         Some(other) => {
             return Err(ConfigError::invalid(
                 format!("{path}.protocol"),
-                format!("expected `http1` or `http2`, found `{other}`"),
+                format!("expected `http1`, `http2` or `auto`, found `{other}`"),
             ));
         }
     };

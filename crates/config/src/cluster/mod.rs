@@ -252,14 +252,18 @@ pub enum UpstreamProtocol {
     /// HTTP/2 (prior knowledge in cleartext, ALPN `h2` over TLS): one multiplexed
     /// connection per host.
     Http2,
+    /// Whichever of the two each host chooses by ALPN, HTTP/2 first (Envoy's `auto_config`);
+    /// TLS clusters only.
+    Auto,
 }
 
 impl UpstreamProtocol {
-    /// The protocol's ALPN identifier, offered to TLS hosts.
-    pub fn alpn(self) -> &'static [u8] {
+    /// The ALPN identifiers offered to TLS hosts, preferred first.
+    pub fn alpn(self) -> &'static [&'static [u8]] {
         match self {
-            UpstreamProtocol::Http1 => b"http/1.1",
-            UpstreamProtocol::Http2 => b"h2",
+            UpstreamProtocol::Http1 => &[b"http/1.1"],
+            UpstreamProtocol::Http2 => &[b"h2"],
+            UpstreamProtocol::Auto => &[b"h2", b"http/1.1"],
         }
     }
 }

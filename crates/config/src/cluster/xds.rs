@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 };
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
 use envoy_types::pb::envoy::config::core::v3::{HealthCheck, RoutingPriority, health_check};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::xds_endpoints::XdsEndpoints;
@@ -93,12 +94,12 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
             (None, Some(service))
         }
         DiscoveryType::Static | DiscoveryType::StrictDns => {
-            let Some(cla) = load_assignment else {
-                return Err(ResourceError::invalid(
-                    sub("load_assignment"),
-                    "a STATIC or STRICT_DNS cluster needs its endpoints here",
-                ));
-            };
+            // No assignment: a cluster without hosts (Envoy Gateway's placeholder for
+            // routes without backends), whose requests get 503.
+            let cla = load_assignment.unwrap_or_else(|| ClusterLoadAssignment {
+                cluster_name: name.clone(),
+                ..Default::default()
+            });
             let endpoints = XdsEndpoints::from_assignment(cla, Some(&name))?;
             let names = endpoints
                 .hosts

@@ -17,7 +17,7 @@ const UPSTREAM_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolO
 /// A cluster's HTTP settings, as the file writes them.
 #[derive(Debug, Default)]
 pub(crate) struct UpstreamHttp {
-    /// `http1` or `http2`; `None`: the file's default (HTTP/1.1).
+    /// `http1`, `http2` or `auto`; `None`: the file's default (HTTP/1.1).
     pub(crate) protocol: Option<&'static str>,
     pub(crate) max_requests_per_connection: Option<u32>,
     pub(crate) preserve_header_case: Option<bool>,
@@ -101,7 +101,8 @@ fn h2_settings(
     )
 }
 
-/// The upstream `HttpProtocolOptions`: `explicit_http_config`, its common options.
+/// The upstream `HttpProtocolOptions`: `explicit_http_config` or `auto_config`, the common
+/// options.
 fn typed_options(
     mut options: UpstreamOptions,
     http: &mut UpstreamHttp,
@@ -129,14 +130,32 @@ fn typed_options(
                 }
             }
         }
+        // HTTP/2 or HTTP/1.1 as each host chooses by ALPN (the cluster must use TLS).
+        Some(UpstreamProtocolOptions::AutoConfig(mut auto)) => {
+            let at = format!("{at}.auto_config");
+            if auto.http3_protocol_options.is_some()
+                || auto.alternate_protocols_cache_options.is_some()
+            {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![
+                        "http3_protocol_options / alternate_protocols_cache_options".into(),
+                    ],
+                });
+            }
+            if let Some(h1) = auto.http_protocol_options.take() {
+                h1_settings(h1, http, &format!("{at}.http_protocol_options"))?;
+            }
+            if let Some(h2) = auto.http2_protocol_options.take() {
+                h2_settings(h2, http, &at)?;
+            }
+            "auto"
+        }
         None => "http1",
-        Some(_) => {
+        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_)) => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec![
-                    "use_downstream_protocol_config / auto_config (one explicit protocol only)"
-                        .into(),
-                ],
+                fields: vec!["use_downstream_protocol_config".into()],
             });
         }
     });

@@ -393,13 +393,13 @@ fn route(
         };
         if let Some(&h2) = targets
             .iter()
-            .find(|&&i| clusters[i].protocol != UpstreamProtocol::Http1)
+            .find(|&&i| clusters[i].protocol == UpstreamProtocol::Http2)
             && !upgrades.is_empty()
         {
             return Err(ConfigError::invalid(
                 format!("{path}.upgrades"),
                 format!(
-                    "upgrades are relayed to HTTP/1.1 upstreams; cluster `{}` speaks HTTP/2",
+                    "upgrades are relayed over HTTP/1.1 (auto clusters offer it alone then); cluster `{}` speaks HTTP/2",
                     clusters[h2].name
                 ),
             ));

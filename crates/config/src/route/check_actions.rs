@@ -234,13 +234,9 @@ pub(crate) fn split(
     let mut list = Vec::with_capacity(raw.len());
     for (i, w) in raw.into_iter().enumerate() {
         let at = format!("{path}.weighted_clusters[{i}]");
+        // A cluster may be listed twice (Envoy Gateway merges backends so): each entry is
+        // drawn by its own weight, with its own header rules, as in Envoy.
         let index = cluster(&w.cluster, clusters, known, &format!("{at}.cluster"))?;
-        if list.iter().any(|c: &WeightedCluster| c.index == index) {
-            return Err(ConfigError::invalid(
-                format!("{at}.cluster"),
-                format!("`{}` is listed twice", w.cluster),
-            ));
-        }
         if w.weight == 0 {
             return Err(ConfigError::invalid(
                 format!("{at}.weight"),

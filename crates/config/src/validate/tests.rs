@@ -743,3 +743,47 @@ fn a_weighted_clusters_header_rules_need_the_headers_filter() {
     let rules = forward.split.as_ref().unwrap().clusters[0].headers.as_ref();
     assert_eq!(rules.unwrap().request.set[0].0, "x-side");
 }
+
+#[test]
+fn auto_protocol_needs_tls_and_endpoints_check_their_localities() {
+    let cluster = |extra: &str| {
+        format!(
+            "listeners: [{{ name: l, address: 127.0.0.1:0, routes: [{{ match: {{ prefix: / }}, cluster: c }}] }}]\nclusters: [{{ name: c, {extra} }}]\n"
+        )
+    };
+    let error = error_of(&cluster("endpoints: [127.0.0.1:1], protocol: auto"));
+    assert!(
+        error.contains("clusters[0].protocol") && error.contains("needs `tls`"),
+        "{error}"
+    );
+    // One locality at one priority has one weight.
+    let error = error_of(&cluster(
+        "endpoints: [{ address: 127.0.0.1:1, locality: a, locality_weight: 1 }, { address: 127.0.0.1:2, locality: a, locality_weight: 2 }]",
+    ));
+    assert!(error.contains("endpoints[1].locality_weight"), "{error}");
+    let error = error_of(&cluster(
+        "endpoints: [{ address: 127.0.0.1:1, health: sleepy }]",
+    ));
+    assert!(error.contains("endpoints[0].health"), "{error}");
+    let error = error_of(&cluster(
+        "endpoints: [127.0.0.1:1], lb_policy: maglev, locality_weighted: true",
+    ));
+    assert!(error.contains("clusters[0].locality_weighted"), "{error}");
+    let error = error_of(&cluster(
+        "endpoints: [127.0.0.1:1], healthy_panic_threshold: 101",
+    ));
+    assert!(
+        error.contains("clusters[0].healthy_panic_threshold"),
+        "{error}"
+    );
+    let config = Config::from_yaml(&cluster(
+        "endpoints: [{ address: 127.0.0.1:1, priority: 1, locality: eu/a, locality_weight: 2, health: degraded }], locality_weighted: true, overprovisioning_factor: 100",
+    ))
+    .unwrap();
+    let c = &config.clusters[0];
+    assert_eq!(c.endpoints[0].priority, 1);
+    assert_eq!(c.endpoints[0].locality.as_deref(), Some("eu/a"));
+    assert_eq!(c.endpoints[0].health, EndpointHealth::Degraded);
+    assert!(c.lb_settings.locality_weighted);
+    assert_eq!(c.lb_settings.overprovisioning_factor, 100);
+}

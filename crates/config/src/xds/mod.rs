@@ -253,7 +253,8 @@ impl Resources {
             input(1, name, held.digest);
             clusters.push(held.value.section(endpoints));
         }
-        // Clusters ready, and whether they speak HTTP/1.1 (which upgrades need).
+        // Clusters ready, and whether they can speak HTTP/1.1 (which upgrades need; an `auto`
+        // cluster offers it alone for them).
         let ready: BTreeMap<&str, bool> = clusters
             .iter()
             .map(|c| (c.name.as_str(), c.protocol.as_deref() != Some("http2")))

@@ -1878,4 +1878,26 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
     .unwrap_err()
     .to_string();
     assert!(error.contains("max_concurrent_streams"), "{error}");
+
+    // Envoy Gateway's TLS backends: `auto_config`, HTTP/2 or HTTP/1.1 by ALPN.
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::AutoHttpConfig;
+    let mut c = eds_cluster("web");
+    let options = Upstream {
+        upstream_protocol_options: Some(UpstreamProtocolOptions::AutoConfig(AutoHttpConfig {
+            http_protocol_options: Some(Default::default()),
+            http2_protocol_options: Some(Http2ProtocolOptions {
+                initial_stream_window_size: Some(UInt32Value { value: 65536 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    c.typed_extension_protocol_options.insert(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+        pack(&options),
+    );
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    assert_eq!(raw.protocol.as_deref(), Some("auto"));
+    assert_eq!(raw.initial_stream_window_size, Some(65536));
 }

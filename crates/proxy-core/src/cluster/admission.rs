@@ -45,7 +45,7 @@ impl HostPool {
             tokio::pin!(returned, freed);
             returned.as_mut().enable();
             freed.as_mut().enable();
-            if self.settings.protocol == UpstreamProtocol::Http1
+            if self.protocol() == UpstreamProtocol::Http1
                 && let Some(conn) = self.idle_h1()
             {
                 break Ok(Some(conn));

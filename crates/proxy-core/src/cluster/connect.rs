@@ -17,6 +17,15 @@ impl HostPool {
     /// A new connection to the host, with the TLS handshake done if the cluster uses TLS;
     /// both within the connect timeout.
     pub(super) async fn connect(&self) -> Result<UpstreamIo, ProxyError> {
+        self.connect_offering(false).await
+    }
+
+    /// A new connection that will speak HTTP/1.1: over TLS, only `http/1.1` is offered.
+    pub(super) async fn connect_http1(&self) -> Result<UpstreamIo, ProxyError> {
+        self.connect_offering(true).await
+    }
+
+    async fn connect_offering(&self, http1_only: bool) -> Result<UpstreamIo, ProxyError> {
         let addr = self.addr;
         let started = Instant::now();
         let timeout = self.settings.connect_timeout;
@@ -29,7 +38,12 @@ impl HostPool {
             let Some(tls) = &self.settings.shared.tls else {
                 return Ok(Either::Left(stream));
             };
-            match tls.connect(addr, stream).await {
+            let handshake = if http1_only {
+                tls.connect_http1(addr, stream).await
+            } else {
+                tls.connect(addr, stream).await
+            };
+            match handshake {
                 Ok(stream) => {
                     self.stats.ssl_handshake.inc();
                     Ok(Either::Right(Box::new(stream)))

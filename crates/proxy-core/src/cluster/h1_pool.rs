@@ -163,7 +163,7 @@ impl HostPool {
     /// Connects on a connection slot the caller took: the connection holds it while open, and
     /// a failure gives it back.
     async fn connect_h1(self: &Rc<Self>, slot: ConnectionSlot) -> Result<Box<H1Conn>, ProxyError> {
-        let stream = self.connect().await?;
+        let stream = self.connect_http1().await?;
         Ok(H1Conn::new(stream, self.open_connection(slot)))
     }
 

@@ -14,6 +14,7 @@ use super::HostPool;
 use super::host::SendError;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
+use config::UpstreamProtocol;
 
 /// One host's HTTP/2 connection on one worker.
 #[derive(Default)]
@@ -57,7 +58,9 @@ impl HostPool {
         Ok(response.into_parts())
     }
 
-    async fn h2_sender(self: &Rc<Self>) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
+    pub(super) async fn h2_sender(
+        self: &Rc<Self>,
+    ) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
         if let Some(sender) = self.live_h2() {
             return Ok(sender);
         }
@@ -101,6 +104,27 @@ impl HostPool {
                 return Err(err);
             }
         };
+        if self.settings.protocol == UpstreamProtocol::Auto {
+            let chose_h2 = match &stream {
+                tokio_util::either::Either::Right(tls) => {
+                    tls.get_ref().1.alpn_protocol() == Some(b"h2")
+                }
+                tokio_util::either::Either::Left(_) => false,
+            };
+            self.learned.set(Some(if chose_h2 {
+                UpstreamProtocol::Http2
+            } else {
+                UpstreamProtocol::Http1
+            }));
+            if !chose_h2 {
+                // The connection is dropped (its slot with it); the caller sees the host's
+                // choice in `learned` and sends over HTTP/1.1 instead of failing.
+                return Err(ProxyError::ConnectFailure {
+                    addr: self.addr,
+                    source: std::io::Error::other("the host chose HTTP/1.1 by ALPN"),
+                });
+            }
+        }
         let (sender, conn) = self
             .settings
             .h2

@@ -2,6 +2,7 @@
 //! connection), its stats, and the send of one try with its outcome reported to outlier
 //! detection. Nothing here is `Send`: each worker owns its hosts.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -33,6 +34,9 @@ pub(crate) struct HostPool {
     pub(super) settings: Rc<UpstreamSettings>,
     pub(super) h1: H1Pool,
     pub(super) h2: H2Conn,
+    /// For an `auto` cluster, what the host chose by ALPN on the last connection that asked;
+    /// `None` until then.
+    pub(super) learned: Cell<Option<UpstreamProtocol>>,
 }
 
 impl HostPool {
@@ -52,6 +56,7 @@ impl HostPool {
             settings,
             h1: H1Pool::default(),
             h2: H2Conn::default(),
+            learned: Cell::new(None),
         }
     }
 
@@ -63,8 +68,28 @@ impl HostPool {
         &self.addr_text
     }
 
+    /// The protocol requests to this host are written for: the cluster's, or for an `auto`
+    /// cluster the host's choice (HTTP/2 until it has made one).
     pub(crate) fn protocol(&self) -> UpstreamProtocol {
-        self.settings.protocol
+        match self.settings.protocol {
+            UpstreamProtocol::Auto => self.learned.get().unwrap_or(UpstreamProtocol::Http2),
+            protocol => protocol,
+        }
+    }
+
+    /// For an `auto` cluster: the host's choice, connecting to learn it if it has made none.
+    async fn learn_protocol(self: &Rc<Self>) -> Result<UpstreamProtocol, ProxyError> {
+        if let Some(protocol) = self.learned.get() {
+            return Ok(protocol);
+        }
+        // An HTTP/2 connection is kept for the requests to come; a host that chose HTTP/1.1
+        // is noted as such (its connection dropped).
+        let connected = self.h2_sender().await;
+        match (self.learned.get(), connected) {
+            (Some(protocol), _) => Ok(protocol),
+            (None, Ok(_)) => Ok(UpstreamProtocol::Http2),
+            (None, Err(error)) => Err(error),
+        }
     }
 
     /// Whether the cluster speaks TLS to its hosts.
@@ -100,16 +125,26 @@ impl HostPool {
         // The request guard, which outlives this borrow, gives the slot back instead.
         admitted.hand_over();
         let request = UpstreamRequest::start(self, picked);
-        let sent = match self.settings.protocol {
-            UpstreamProtocol::Http1 => self
+        let protocol = match self.settings.protocol {
+            UpstreamProtocol::Auto => Box::pin(self.learn_protocol()).await.inspect(|&protocol| {
+                // Written for another host of the cluster (a retry), or before this one chose.
+                super::request_form::fit_to_protocol(req, protocol, self.tls());
+            }),
+            protocol => Ok(protocol),
+        };
+        let sent = match protocol {
+            Err(error) => Err(SendError::unsent(error)),
+            Ok(UpstreamProtocol::Http1) => self
                 .send_h1(req)
                 .await
                 .map(|(head, body)| (head, UpstreamBody::http1(body, request))),
             // From the worker's pool of boxes: the HTTP/2 send's state is twice the HTTP/1.1
             // one's, and every request's future (each level of it) would carry it.
-            UpstreamProtocol::Http2 => PooledBox::pin_with(|| self.send_h2(req))
-                .await
-                .map(|(head, body)| (head, UpstreamBody::hyper(body, request))),
+            Ok(UpstreamProtocol::Http2 | UpstreamProtocol::Auto) => {
+                PooledBox::pin_with(|| self.send_h2(req))
+                    .await
+                    .map(|(head, body)| (head, UpstreamBody::hyper(body, request)))
+            }
         };
         let outcome = match &sent {
             Ok((head, _)) => Some(TryOutcome::Status(head.status.as_u16())),

@@ -14,6 +14,7 @@
 //! shared.rs      what all workers share              monitor.rs   health checks, headroom
 //! dns.rs         names among the endpoints, resolved and followed (STRICT_DNS)
 //! upgrade.rs     upgrade requests, each on a connection of its own
+//! request_form.rs  the request head as HTTP/1.1 or HTTP/2 writes it
 //! ```
 
 mod admission;
@@ -28,6 +29,7 @@ mod h2_conn;
 mod health;
 mod host;
 pub(crate) mod monitor;
+mod request_form;
 mod retry;
 mod settings;
 mod shared;
@@ -47,6 +49,7 @@ use config::{ClusterConfig, HashKey};
 pub use dns::DnsError;
 pub(crate) use forward::Admitted;
 pub(crate) use host::HostPool;
+pub(crate) use request_form::write_request_for;
 pub(crate) use retry::{CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT};
 use settings::UpstreamSettings;
 pub(crate) use shared::SharedCluster;

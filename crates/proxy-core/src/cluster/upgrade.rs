@@ -63,7 +63,7 @@ impl HostPool {
             self.settings.log_refused(Overflow::Pending);
             return Err(ProxyError::Overflow(Overflow::Pending));
         };
-        let stream = self.connect().await?;
+        let stream = self.connect_http1().await?;
         let (mut sender, conn) = self
             .settings
             .h1

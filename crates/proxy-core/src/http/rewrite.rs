@@ -2,15 +2,14 @@
 //! the authority and target in the form the upstream's protocol wants), and the response head
 //! as the client gets it.
 
-use http::header::{EXPECT, HOST, HeaderValue};
-use http::uri::{PathAndQuery, Scheme};
-use http::{Uri, Version};
+use http::Version;
+use http::header::{EXPECT, HeaderValue};
+use http::uri::PathAndQuery;
 
 use super::forwarding::{X_FORWARDED_PROTO, append_forwarded_for, strip_hop_by_hop};
 use crate::cluster::HostPool;
 use crate::context::ConnCtx;
 use crate::error::ProxyError;
-use config::UpstreamProtocol;
 
 /// The host a route's `host_rewrite_header` or `host_rewrite_path_regex` makes of the
 /// request as it came; `None` without one, or when the header is absent or empty (the host
@@ -62,29 +61,7 @@ pub(crate) fn request_for_upstream(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    match host.protocol() {
-        UpstreamProtocol::Http1 => {
-            parts.uri = Uri::from(path);
-            parts.version = Version::HTTP_11;
-            parts.headers.insert(HOST, authority);
-        }
-        UpstreamProtocol::Http2 => {
-            parts.headers.remove(HOST);
-            let scheme = if host.tls() {
-                Scheme::HTTPS
-            } else {
-                Scheme::HTTP
-            };
-            parts.uri = Uri::builder()
-                .scheme(scheme)
-                .authority(authority.as_bytes())
-                .path_and_query(path)
-                .build()
-                .map_err(|_| ProxyError::BadRequest("host is not a valid authority"))?;
-            parts.version = Version::HTTP_2;
-        }
-    }
-    Ok(())
+    crate::cluster::write_request_for(parts, path, authority, host.protocol(), host.tls())
 }
 
 /// Rewrites an upstream's response head for the client.

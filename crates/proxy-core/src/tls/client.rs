@@ -16,6 +16,9 @@ use config::tls::material::{TlsError, client_config, load_roots};
 /// A cluster's TLS client settings, built once at start and shared by every worker.
 pub(crate) struct UpstreamTls {
     connector: tokio_rustls::TlsConnector,
+    /// Offering `http/1.1` alone, where the cluster offers more (`auto`): for connections
+    /// that must speak HTTP/1.1 (a host that chose it before, an upgrade).
+    http1_only: Option<tokio_rustls::TlsConnector>,
     /// The configured name; `None`: each host's IP address.
     server_name: Option<ServerName<'static>>,
 }
@@ -23,15 +26,21 @@ pub(crate) struct UpstreamTls {
 impl UpstreamTls {
     pub(crate) fn new(
         spec: &ClusterTlsConfig,
-        // The ALPN protocol to offer: `h2` for HTTP/2 clusters, `http/1.1` otherwise.
-        alpn: &[u8],
+        // The ALPN protocols to offer, preferred first: `h2` for HTTP/2 clusters, `http/1.1`
+        // for HTTP/1.1 ones, both for `auto`.
+        alpn: &[&[u8]],
     ) -> Result<Self, TlsError> {
         let roots = match &spec.ca {
             Some(ca) => load_roots(ca)?,
             None => system_roots(),
         };
         let mut config = client_config(spec, roots)?;
-        config.alpn_protocols = vec![alpn.to_vec()];
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let http1_only = (alpn.len() > 1).then(|| {
+            let mut h1 = config.clone();
+            h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+            tokio_rustls::TlsConnector::from(Arc::new(h1))
+        });
         let server_name = spec
             .server_name
             .as_deref()
@@ -45,6 +54,7 @@ impl UpstreamTls {
             .transpose()?;
         Ok(Self {
             connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            http1_only,
             server_name,
         })
     }
@@ -55,11 +65,30 @@ impl UpstreamTls {
         addr: SocketAddr,
         tcp: TcpStream,
     ) -> io::Result<TlsStream<TcpStream>> {
+        self.connect_with(&self.connector, addr, tcp).await
+    }
+
+    /// As [`connect`](Self::connect), offering `http/1.1` alone.
+    pub(crate) async fn connect_http1(
+        &self,
+        addr: SocketAddr,
+        tcp: TcpStream,
+    ) -> io::Result<TlsStream<TcpStream>> {
+        let connector = self.http1_only.as_ref().unwrap_or(&self.connector);
+        self.connect_with(connector, addr, tcp).await
+    }
+
+    async fn connect_with(
+        &self,
+        connector: &tokio_rustls::TlsConnector,
+        addr: SocketAddr,
+        tcp: TcpStream,
+    ) -> io::Result<TlsStream<TcpStream>> {
         let name = match &self.server_name {
             Some(name) => name.clone(),
             None => ServerName::IpAddress(addr.ip().into()),
         };
-        self.connector.connect(name, tcp).await
+        connector.connect(name, tcp).await
     }
 }
 
