@@ -218,3 +218,84 @@ async fn health_checks_of_an_http2_cluster_speak_http2() {
     eventually("checks pass", || stat(admin, "health_check_success") >= 2);
     assert_eq!(stat(admin, "health_check_failure"), 0);
 }
+
+/// An origin that answers 503 to nine requests of ten (a host erroring, not dead), 200 to
+/// the tenth; `x-noop-served-by` names it as the no-op upstream does.
+async fn erroring_origin() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicU64::new(0));
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_req| {
+                    let n = count.fetch_add(1, Ordering::Relaxed);
+                    let status = if n % 10 == 9 { 200 } else { 503 };
+                    async move {
+                        let mut res = http::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::from_static(b"erroring\n"),
+                        ));
+                        *res.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                        res.headers_mut()
+                            .insert("x-noop-served-by", addr.to_string().parse().unwrap());
+                        Ok::<_, std::convert::Infallible>(res)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn success_rate_ejects_the_one_erroring_host_among_five() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let (bad, _task) = erroring_origin().await;
+    let mut good = Vec::new();
+    for _ in 0..4 {
+        good.push(NoopUpstream::bind(any).await.unwrap());
+    }
+    let mut endpoints = vec![bad];
+    endpoints.extend(good.iter().map(|g| g.local_addr()));
+    // Consecutive 5xx off: only the interval's success rates eject. Envoy's defaults
+    // otherwise (five hosts, 1.9 deviations), with 20 tries a host judged enough.
+    let config = forward_config(
+        &endpoints,
+        "    outlier_detection: { consecutive_5xx: 0, interval: 1s, max_ejection_percent: 20, success_rate: { request_volume: 20 } }",
+    );
+    let proxy = Proxy::start(&config, 2);
+    let admin = proxy.admin.unwrap();
+
+    // Traffic until an interval has judged the hosts: 10% success against 100% for the
+    // others (mean 82, deviation 36: the threshold is 13.6).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stat(admin, "outlier_detection_ejections_enforced_success_rate") == 0 {
+        assert!(Instant::now() < deadline, "never ejected");
+        for _ in 0..50 {
+            served_by(proxy.addr()).await;
+        }
+    }
+    assert_eq!(
+        stat(admin, "outlier_detection_ejections_enforced_success_rate"),
+        1
+    );
+    assert_eq!(host_state(admin, bad)["ejected"], true);
+    for g in &good {
+        assert_eq!(host_state(admin, g.local_addr())["ejected"], false);
+    }
+    // While it is out, nothing fails.
+    for _ in 0..100 {
+        let (status, by) = served_by(proxy.addr()).await;
+        assert_eq!(status, 200);
+        assert_ne!(by, bad.to_string());
+    }
+}

@@ -443,6 +443,22 @@ catalog! {
             "outlier_detection_ejections_overflow",
             "Ejections skipped because max_ejection_percent was reached.",
         ),
+        outlier_detection_ejections_detected_success_rate: counter = outlier_detection_ejections_detected_success_rate(
+            "outlier_detection_ejections_detected_success_rate",
+            "Hosts found below the success-rate threshold of an interval, ejected or not.",
+        ),
+        outlier_detection_ejections_enforced_success_rate: counter = outlier_detection_ejections_enforced_success_rate(
+            "outlier_detection_ejections_enforced_success_rate",
+            "Hosts ejected for their success rate.",
+        ),
+        outlier_detection_ejections_detected_failure_percentage: counter = outlier_detection_ejections_detected_failure_percentage(
+            "outlier_detection_ejections_detected_failure_percentage",
+            "Hosts found at or above the failure-percentage threshold of an interval, ejected or not.",
+        ),
+        outlier_detection_ejections_enforced_failure_percentage: counter = outlier_detection_ejections_enforced_failure_percentage(
+            "outlier_detection_ejections_enforced_failure_percentage",
+            "Hosts ejected for their failure percentage.",
+        ),
         health_check_attempt: counter = health_check_attempt(
             "health_check_attempt",
             "Active health checks made.",

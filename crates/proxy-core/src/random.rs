@@ -37,3 +37,12 @@ pub(crate) fn drawn(share: config::Share) -> bool {
         share => share.holds(next_u64() % 1_000_000),
     }
 }
+
+/// Whether a draw falls in `percent` of 100 (drawn only between 0 and 100).
+pub(crate) fn percent_drawn(percent: u32) -> bool {
+    match percent {
+        0 => false,
+        100.. => true,
+        p => next_u64() % 100 < u64::from(p),
+    }
+}

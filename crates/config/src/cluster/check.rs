@@ -316,8 +316,31 @@ pub(crate) fn outlier_detection(
             .unwrap_or(std::time::Duration::from_secs(30)),
         &format!("{path}.base_ejection_time"),
     )?;
+    let interval = positive(
+        raw.interval.unwrap_or(std::time::Duration::from_secs(10)),
+        &format!("{path}.interval"),
+    )?;
+    let success_rate = rate_ejection(
+        raw.success_rate.unwrap_or_default(),
+        RateEjection::SUCCESS_RATE,
+        "stdev_factor",
+        &format!("{path}.success_rate"),
+    )?;
+    let failure_percentage = rate_ejection(
+        raw.failure_percentage.unwrap_or_default(),
+        RateEjection::FAILURE_PERCENTAGE,
+        "threshold",
+        &format!("{path}.failure_percentage"),
+    )?;
     // Envoy's defaults; the cap is never below one base time.
     Ok(OutlierDetectionConfig {
+        always_eject_one_host: raw.always_eject_one_host.unwrap_or(false),
+        uneject_on_health_check: raw
+            .successful_active_health_check_uneject_host
+            .unwrap_or(true),
+        interval,
+        success_rate,
+        failure_percentage,
         consecutive_5xx: raw.consecutive_5xx.unwrap_or(5),
         consecutive_gateway_failure: raw.consecutive_gateway_failure.unwrap_or(0),
         base_ejection_time,
@@ -326,6 +349,42 @@ pub(crate) fn outlier_detection(
             .unwrap_or(std::time::Duration::from_secs(300))
             .max(base_ejection_time),
         max_ejection_percent,
+    })
+}
+
+/// A rate ejection's settings over `defaults`; `threshold_key` is the one its threshold has.
+fn rate_ejection(
+    raw: RawRateEjection,
+    defaults: RateEjection,
+    threshold_key: &str,
+    path: &str,
+) -> Result<RateEjection, ConfigError> {
+    let (threshold, other) = match threshold_key {
+        "stdev_factor" => (raw.stdev_factor, raw.threshold.map(|_| "threshold")),
+        _ => (raw.threshold, raw.stdev_factor.map(|_| "stdev_factor")),
+    };
+    if let Some(key) = other {
+        return Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            format!("not a key here (`{threshold_key}` is)"),
+        ));
+    }
+    let percent = |v: Option<u32>, default: u32, key: &str| match v.unwrap_or(default) {
+        n @ 0..=100 => Ok(n),
+        n => Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            format!("expected 0 to 100 (percent), found {n}"),
+        )),
+    };
+    let threshold = match threshold_key {
+        "threshold" => percent(threshold, defaults.threshold, "threshold")?,
+        _ => threshold.unwrap_or(defaults.threshold),
+    };
+    Ok(RateEjection {
+        enforcing: percent(raw.enforcing, defaults.enforcing, "enforcing")?,
+        minimum_hosts: raw.minimum_hosts.unwrap_or(defaults.minimum_hosts),
+        request_volume: raw.request_volume.unwrap_or(defaults.request_volume),
+        threshold,
     })
 }
 

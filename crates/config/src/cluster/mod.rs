@@ -157,8 +157,54 @@ pub struct OutlierDetectionConfig {
     /// ...but never longer than this (at least `base_ejection_time`).
     #[serde(serialize_with = "ser::duration")]
     pub max_ejection_time: Duration,
-    /// At most this share of the cluster's hosts is ejected at once.
+    /// At most this share of the cluster's hosts is ejected at once...
     pub max_ejection_percent: u32,
+    /// ...but one host may be when none is, whatever the share (Envoy's
+    /// `always_eject_one_host`).
+    pub always_eject_one_host: bool,
+    /// A passing active health check ends an ejection (Envoy's
+    /// `successful_active_health_check_uneject_host`, true by default).
+    pub uneject_on_health_check: bool,
+    /// How often success rates and failure percentages are computed over the hosts.
+    #[serde(serialize_with = "ser::duration")]
+    pub interval: Duration,
+    /// Envoy's success-rate ejection: a host whose success rate over the interval is below
+    /// the mean of the hosts' minus `stdev_factor / 1000` standard deviations.
+    pub success_rate: RateEjection,
+    /// Envoy's failure-percentage ejection: a host whose failures over the interval reach
+    /// `threshold` percent.
+    pub failure_percentage: RateEjection,
+}
+
+/// An ejection by rates measured over an interval (success rate, failure percentage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RateEjection {
+    /// Percent of detected outliers actually ejected (0: detection only).
+    pub enforcing: u32,
+    /// Hosts with at least `request_volume` requests in the interval needed to judge.
+    pub minimum_hosts: u32,
+    /// Requests a host needs in the interval to be judged.
+    pub request_volume: u32,
+    /// Success rate: standard deviations below the mean, x1000 (Envoy's 1900 = 1.9).
+    /// Failure percentage: the percent of failures that ejects.
+    pub threshold: u32,
+}
+
+impl RateEjection {
+    /// Envoy's success-rate defaults: enforced, 5 hosts of 100 requests, 1.9 deviations.
+    pub const SUCCESS_RATE: RateEjection = RateEjection {
+        enforcing: 100,
+        minimum_hosts: 5,
+        request_volume: 100,
+        threshold: 1900,
+    };
+    /// Envoy's failure-percentage defaults: not enforced, 5 hosts of 50 requests, 85%.
+    pub const FAILURE_PERCENTAGE: RateEjection = RateEjection {
+        enforcing: 0,
+        minimum_hosts: 5,
+        request_volume: 50,
+        threshold: 85,
+    };
 }
 
 /// An upstream host of a cluster, or a name whose addresses are its hosts.

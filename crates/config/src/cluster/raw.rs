@@ -98,6 +98,25 @@ pub struct RawOutlierDetection {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub max_ejection_time: Option<Duration>,
     pub max_ejection_percent: Option<u32>,
+    pub always_eject_one_host: Option<bool>,
+    pub successful_active_health_check_uneject_host: Option<bool>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub interval: Option<Duration>,
+    pub success_rate: Option<RawRateEjection>,
+    pub failure_percentage: Option<RawRateEjection>,
+}
+
+/// `{ enforcing, minimum_hosts, request_volume, stdev_factor | threshold }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateEjection {
+    pub enforcing: Option<u32>,
+    pub minimum_hosts: Option<u32>,
+    pub request_volume: Option<u32>,
+    /// Success rate only.
+    pub stdev_factor: Option<u32>,
+    /// Failure percentage only.
+    pub threshold: Option<u32>,
 }
 
 /// `127.0.0.1:9000`, `backend.internal:9000`, or `{ address: 127.0.0.1:9000, weight: 3 }`.

@@ -19,7 +19,9 @@ use super::xds_endpoints::XdsEndpoints;
 use super::xds_lb::balancing;
 use super::xds_protocol::upstream_http;
 use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
-use crate::{RawCircuitBreakers, RawCluster, RawHealthCheck, RawLimit, RawOutlierDetection};
+use crate::{
+    RawCircuitBreakers, RawCluster, RawHealthCheck, RawLimit, RawOutlierDetection, RawRateEjection,
+};
 
 /// Envoy's connect timeout when a cluster gives none.
 const ENVOY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -307,8 +309,9 @@ fn health(mut h: HealthCheck, at: &str) -> Result<RawHealthCheck, ResourceError>
 }
 
 /// Consecutive 5xx and gateway failures with Envoy's enforcement defaults (5xx enforced,
-/// gateway failures not unless `enforcing_consecutive_gateway_failure` says so). Success-rate
-/// and failure-percentage ejection are not supported and refused when configured.
+/// gateway failures not unless `enforcing_consecutive_gateway_failure` says so), success-rate
+/// and failure-percentage ejection every `interval` with Envoy's defaults (success rate
+/// enforced, failure percentage detected only). Local-origin splitting is refused.
 fn outliers(mut o: OutlierDetection, at: &str) -> Result<RawOutlierDetection, ResourceError> {
     let enforced = |v: Option<u32>, default: u32| v.unwrap_or(default) > 0;
     let five = o.consecutive_5xx.take().map_or(5, |v| v.value);
@@ -332,9 +335,41 @@ fn outliers(mut o: OutlierDetection, at: &str) -> Result<RawOutlierDetection, Re
             &format!("{at}.max_ejection_time"),
         )?,
         max_ejection_percent: o.max_ejection_percent.take().map(|v| v.value),
+        always_eject_one_host: o.always_eject_one_host.take().map(|v| v.value),
+        successful_active_health_check_uneject_host: o
+            .successful_active_health_check_uneject_host
+            .take()
+            .map(|v| v.value),
+        interval: duration(o.interval.take(), &format!("{at}.interval"))?,
+        success_rate: Some(RawRateEjection {
+            enforcing: o.enforcing_success_rate.take().map(|v| v.value),
+            minimum_hosts: o.success_rate_minimum_hosts.take().map(|v| v.value),
+            request_volume: o.success_rate_request_volume.take().map(|v| v.value),
+            stdev_factor: o.success_rate_stdev_factor.take().map(|v| v.value),
+            threshold: None,
+        }),
+        failure_percentage: Some(RawRateEjection {
+            enforcing: o.enforcing_failure_percentage.take().map(|v| v.value),
+            minimum_hosts: o.failure_percentage_minimum_hosts.take().map(|v| v.value),
+            request_volume: o.failure_percentage_request_volume.take().map(|v| v.value),
+            stdev_factor: None,
+            threshold: o.failure_percentage_threshold.take().map(|v| v.value),
+        }),
     };
-    // Ejections are decided as results come in, not on a timer; the interval is unused.
-    o.interval = None;
+    // Without `split_external_local_origin_errors`, Envoy reads none of the local-origin
+    // settings (connect failures and timeouts count as 5xx-like failures everywhere).
+    if !o.split_external_local_origin_errors {
+        o.consecutive_local_origin_failure = None;
+        o.enforcing_consecutive_local_origin_failure = None;
+        o.enforcing_local_origin_success_rate = None;
+        o.enforcing_failure_percentage_local_origin = None;
+    }
+    if o.max_ejection_time_jitter
+        .as_ref()
+        .is_some_and(|j| j.seconds == 0 && j.nanos == 0)
+    {
+        o.max_ejection_time_jitter = None;
+    }
     nothing_else(&o, fields::OUTLIER_DETECTION, at)?;
     Ok(raw)
 }

@@ -144,6 +144,36 @@ fn outlier_detection_enforces_as_envoy_does() {
     // 5xx enforced by default, gateway failures only when asked.
     assert_eq!(outliers.consecutive_5xx, Some(5));
     assert_eq!(outliers.consecutive_gateway_failure, Some(0));
+    // Success rate and failure percentage with Envoy's defaults once checked.
+    let config = crate::cluster::check::outlier_detection(outliers, "o").unwrap();
+    assert_eq!(config.success_rate, crate::RateEjection::SUCCESS_RATE);
+    assert_eq!(
+        config.failure_percentage,
+        crate::RateEjection::FAILURE_PERCENTAGE
+    );
+    assert_eq!(config.interval, Duration::from_secs(10));
+    assert!(!config.always_eject_one_host && config.uneject_on_health_check);
+
+    // Envoy Gateway's: local-origin settings that Envoy reads only when split.
+    c.outlier_detection = Some(OutlierDetection {
+        consecutive_local_origin_failure: Some(UInt32Value { value: 5 }),
+        failure_percentage_threshold: Some(UInt32Value { value: 90 }),
+        always_eject_one_host: Some(envoy_types::pb::google::protobuf::BoolValue { value: true }),
+        ..Default::default()
+    });
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let outliers = raw.outlier_detection.unwrap();
+    assert_eq!(outliers.always_eject_one_host, Some(true));
+    assert_eq!(outliers.failure_percentage.unwrap().threshold, Some(90));
+    c.outlier_detection = Some(OutlierDetection {
+        split_external_local_origin_errors: true,
+        ..Default::default()
+    });
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(
+        error.contains("split_external_local_origin_errors"),
+        "{error}"
+    );
 }
 
 #[test]

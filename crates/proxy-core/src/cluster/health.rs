@@ -7,7 +7,7 @@
 //! taken only when a host crosses a threshold (an ejection) and by the once-a-second monitor.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -24,11 +24,14 @@ pub(crate) enum TryOutcome {
     NoResponse,
 }
 
-/// A host's consecutive failures, counted by every worker's tries without a lock.
+/// A host's consecutive failures, and its tries and failures in the current interval,
+/// counted by every worker's tries without a lock.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     consecutive_5xx: AtomicU32,
     consecutive_gateway: AtomicU32,
+    tries: AtomicU64,
+    failures: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +58,17 @@ impl HostState {
     }
 }
 
+/// What an interval's success-rate and failure-percentage evaluation found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RateEjections {
+    pub(crate) success_rate_detected: u64,
+    pub(crate) success_rate_enforced: u64,
+    pub(crate) failure_percentage_detected: u64,
+    pub(crate) failure_percentage_enforced: u64,
+    /// Enforced ejections skipped because `max_ejection_percent` hosts were out already.
+    pub(crate) overflow: u64,
+}
+
 /// What an outlier report led to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ejection {
@@ -69,12 +83,15 @@ pub(crate) enum Ejection {
 pub(crate) struct HostHealth {
     outlier: Option<OutlierDetectionConfig>,
     hosts: Mutex<Vec<HostState>>,
+    /// When success rates and failure percentages were last evaluated.
+    evaluated_at: Mutex<Instant>,
 }
 
 impl HostHealth {
     pub(crate) fn new(host_set: &HostSet, outlier: Option<OutlierDetectionConfig>) -> Self {
         Self {
             outlier,
+            evaluated_at: Mutex::new(Instant::now()),
             hosts: Mutex::new(
                 host_set
                     .snapshot()
@@ -147,6 +164,12 @@ impl HostHealth {
             TryOutcome::Status(code) => (code >= 500, matches!(code, 502..=504)),
             TryOutcome::NoResponse => (true, true),
         };
+        // For the interval's success rate: a 5xx or no response is a failure (Envoy's
+        // counting when local-origin errors are not split out).
+        counters.tries.fetch_add(1, Ordering::Relaxed);
+        if server_error {
+            counters.failures.fetch_add(1, Ordering::Relaxed);
+        }
         let over = |counter: &AtomicU32, failed: bool, threshold: u32| {
             if !failed {
                 // Read first: a healthy host's counter stays 0 and its cache line clean.
@@ -182,32 +205,118 @@ impl HostHealth {
         config: &OutlierDetectionConfig,
     ) -> Ejection {
         let mut hosts = self.lock();
-        let now = Instant::now();
-        let ejected = hosts.iter().filter(|h| h.ejected_until.is_some()).count();
-        let allowed = (hosts.len() * config.max_ejection_percent as usize / 100).max(1);
-        let Some(host) = hosts.iter_mut().find(|h| h.addr == addr) else {
+        let Some(index) = hosts.iter().position(|h| h.addr == addr) else {
             return Ejection::None; // removed from the set meanwhile
         };
-        if host.ejected_until.is_some() {
-            return Ejection::None; // reported by another worker at the same moment
-        }
-        if config.max_ejection_percent == 0 || ejected >= allowed {
-            return Ejection::Overflow;
-        }
-        host.ejections += 1;
-        let time = config.base_ejection_time.saturating_mul(host.ejections);
-        host.ejected_until = Some(now + time.min(config.max_ejection_time));
-        host.counters.consecutive_5xx.store(0, Ordering::Relaxed);
-        host.counters
-            .consecutive_gateway
-            .store(0, Ordering::Relaxed);
-        let host = host.clone();
+        let ejection = eject_locked(&mut hosts, index, config, Instant::now());
+        let host = hosts[index].clone();
         drop(hosts);
-        tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host");
-        apply(host_set, &host);
-        Ejection::Ejected
+        if ejection == Ejection::Ejected {
+            tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host");
+            apply(host_set, &host);
+        }
+        ejection
     }
 
+    /// Every `interval`: Envoy's success-rate and failure-percentage ejections over the
+    /// tries since the last evaluation, of hosts not ejected with enough of them.
+    pub(crate) fn evaluate_rates(&self, host_set: &HostSet, now: Instant) -> RateEjections {
+        let mut found = RateEjections::default();
+        let Some(config) = self.outlier else {
+            return found;
+        };
+        {
+            let mut evaluated_at = self
+                .evaluated_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if now.duration_since(*evaluated_at) < config.interval {
+                return found;
+            }
+            *evaluated_at = now;
+        }
+        let mut hosts = self.lock();
+        // (index, success rate in percent, tries) of each host not ejected.
+        let rates: Vec<(usize, f64, u64)> = hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.ejected_until.is_none())
+            .map(|(i, h)| {
+                let tries = h.counters.tries.swap(0, Ordering::Relaxed);
+                let failures = h.counters.failures.swap(0, Ordering::Relaxed).min(tries);
+                let rate = if tries == 0 {
+                    100.0
+                } else {
+                    100.0 * (tries - failures) as f64 / tries as f64
+                };
+                (i, rate, tries)
+            })
+            .collect();
+        let judged = |rule: &config::RateEjection| -> Vec<(usize, f64)> {
+            let valid: Vec<(usize, f64)> = rates
+                .iter()
+                .filter(|(_, _, tries)| *tries >= u64::from(rule.request_volume))
+                .map(|(i, rate, _)| (*i, *rate))
+                .collect();
+            if valid.is_empty() || valid.len() < rule.minimum_hosts as usize {
+                Vec::new()
+            } else {
+                valid
+            }
+        };
+        let mut outliers: Vec<(usize, bool)> = Vec::new(); // (host, by success rate)
+        let valid = judged(&config.success_rate);
+        if let Some(threshold) = success_rate_threshold(&valid, config.success_rate.threshold) {
+            outliers.extend(
+                valid
+                    .iter()
+                    .filter(|(_, r)| *r < threshold)
+                    .map(|(i, _)| (*i, true)),
+            );
+        }
+        let limit = f64::from(config.failure_percentage.threshold);
+        for (i, rate) in judged(&config.failure_percentage) {
+            // Counted as found again when success rate found it too, as in Envoy; a host is
+            // ejected once.
+            if 100.0 - rate >= limit {
+                outliers.push((i, false));
+            }
+        }
+        let mut ejected = Vec::new();
+        for (index, by_success_rate) in outliers {
+            let (rule, detected, enforced) = if by_success_rate {
+                (
+                    &config.success_rate,
+                    &mut found.success_rate_detected,
+                    &mut found.success_rate_enforced,
+                )
+            } else {
+                (
+                    &config.failure_percentage,
+                    &mut found.failure_percentage_detected,
+                    &mut found.failure_percentage_enforced,
+                )
+            };
+            *detected += 1;
+            if !crate::random::percent_drawn(rule.enforcing) {
+                continue;
+            }
+            match eject_locked(&mut hosts, index, &config, now) {
+                Ejection::Ejected => {
+                    *enforced += 1;
+                    ejected.push(hosts[index].clone());
+                }
+                Ejection::Overflow => found.overflow += 1,
+                Ejection::None => {}
+            }
+        }
+        drop(hosts);
+        for host in ejected {
+            tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host by its rates");
+            apply(host_set, &host);
+        }
+        found
+    }
     /// Ends ejections whose time is up.
     pub(crate) fn expire_ejections(&self, host_set: &HostSet) {
         let mut hosts = self.lock();
@@ -218,6 +327,26 @@ impl HostHealth {
                 tracing::info!(host = %host.addr, "ejection ended");
                 apply(host_set, host);
             }
+        }
+    }
+
+    /// A health check passed: it ends the host's ejection where the configuration says so
+    /// (Envoy's `successful_active_health_check_uneject_host`).
+    pub(crate) fn check_passed(&self, host_set: &HostSet, addr: SocketAddr) {
+        if !self.outlier.is_some_and(|o| o.uneject_on_health_check) {
+            return;
+        }
+        let mut hosts = self.lock();
+        if let Some(host) = hosts.iter_mut().find(|h| h.addr == addr)
+            && host.ejected_until.is_some()
+        {
+            host.ejected_until = None;
+            host.counters.consecutive_5xx.store(0, Ordering::Relaxed);
+            host.counters
+                .consecutive_gateway
+                .store(0, Ordering::Relaxed);
+            tracing::info!(host = %host.addr, "a passing health check ended an ejection");
+            apply(host_set, host);
         }
     }
 
@@ -237,6 +366,47 @@ impl HostHealth {
             .find(|h| h.addr == addr)
             .map(|h| (h.ejected_until.is_some(), h.ejections, h.passing_checks))
     }
+}
+
+/// Ejects `hosts[index]` if Envoy's cap allows: `100 * (ejected + 1) / hosts` at most
+/// `max_ejection_percent`, or none ejected yet with `always_eject_one_host`.
+fn eject_locked(
+    hosts: &mut [HostState],
+    index: usize,
+    config: &OutlierDetectionConfig,
+    now: Instant,
+) -> Ejection {
+    if hosts[index].ejected_until.is_some() {
+        return Ejection::None; // reported by another worker at the same moment
+    }
+    let ejected = hosts.iter().filter(|h| h.ejected_until.is_some()).count();
+    let share = 100.0 * (ejected + 1) as f64 / hosts.len() as f64;
+    let allowed = share <= f64::from(config.max_ejection_percent)
+        || (config.always_eject_one_host && ejected == 0);
+    if !allowed {
+        return Ejection::Overflow;
+    }
+    let host = &mut hosts[index];
+    host.ejections += 1;
+    let time = config.base_ejection_time.saturating_mul(host.ejections);
+    host.ejected_until = Some(now + time.min(config.max_ejection_time));
+    host.counters.consecutive_5xx.store(0, Ordering::Relaxed);
+    host.counters
+        .consecutive_gateway
+        .store(0, Ordering::Relaxed);
+    Ejection::Ejected
+}
+
+/// Envoy's success-rate ejection threshold over the judged hosts' rates (percent): the mean
+/// less `stdev_factor / 1000` population standard deviations; `None` with no host judged.
+fn success_rate_threshold(rates: &[(usize, f64)], stdev_factor: u32) -> Option<f64> {
+    if rates.is_empty() {
+        return None;
+    }
+    let n = rates.len() as f64;
+    let mean = rates.iter().map(|(_, r)| r).sum::<f64>() / n;
+    let variance = rates.iter().map(|(_, r)| (r - mean).powi(2)).sum::<f64>() / n;
+    Some(mean - f64::from(stdev_factor) / 1000.0 * variance.sqrt())
 }
 
 fn apply(host_set: &HostSet, host: &HostState) {
@@ -285,6 +455,150 @@ mod tests {
             base_ejection_time: Duration::from_millis(50),
             max_ejection_time: Duration::from_millis(120),
             max_ejection_percent,
+            always_eject_one_host: false,
+            uneject_on_health_check: true,
+            interval: Duration::from_secs(10),
+            success_rate: config::RateEjection::SUCCESS_RATE,
+            failure_percentage: config::RateEjection::FAILURE_PERCENTAGE,
+        }
+    }
+
+    /// `tries` tries at host `i`, `failures` of them 503s (consecutive ejection off).
+    fn tries(health: &HostHealth, hosts: &HostSet, i: u16, tries: u32, failures: u32) {
+        let counters = health.counters(addr(i));
+        for n in 0..tries {
+            let status = if n < failures { 503 } else { 200 };
+            health.report(hosts, &counters, addr(i), TryOutcome::Status(status));
+        }
+    }
+
+    fn rates_config() -> OutlierDetectionConfig {
+        OutlierDetectionConfig {
+            consecutive_5xx: 0,
+            max_ejection_percent: 100,
+            ..config(100)
+        }
+    }
+
+    #[test]
+    fn success_rate_ejects_the_host_far_below_the_others() {
+        // Five hosts of 200 tries each; host 4 fails half of them. Rates 100, 99, 100, 99,
+        // 50: mean 89.6, deviation 19.8, threshold 89.6 - 1.9 x 19.8 = 52.0.
+        let hosts = set(5);
+        let health = HostHealth::new(&hosts, Some(rates_config()));
+        let start = Instant::now();
+        for (i, failures) in [(0, 0), (1, 2), (2, 0), (3, 2), (4, 100)] {
+            tries(&health, &hosts, i, 200, failures);
+        }
+        // Not before the interval.
+        assert_eq!(
+            health.evaluate_rates(&hosts, start),
+            RateEjections::default()
+        );
+        let found = health.evaluate_rates(&hosts, start + Duration::from_secs(11));
+        assert_eq!(found.success_rate_detected, 1);
+        assert_eq!(found.success_rate_enforced, 1);
+        assert_eq!(found.failure_percentage_detected, 0, "50% is under 85%");
+        assert_eq!(health.describe(addr(4)), Some((true, 1, true)));
+        assert_eq!(health.describe(addr(1)), Some((false, 0, true)));
+        // The counts start over: the next interval has nothing to judge.
+        let next = health.evaluate_rates(&hosts, start + Duration::from_secs(22));
+        assert_eq!(next, RateEjections::default());
+    }
+
+    #[test]
+    fn rates_need_enough_hosts_with_enough_tries() {
+        let hosts = set(5);
+        let health = HostHealth::new(&hosts, Some(rates_config()));
+        let start = Instant::now();
+        // Four hosts of 100 tries, one of 49: four judged (by either rule), under the
+        // minimum of five.
+        for i in 0..4 {
+            tries(&health, &hosts, i, 100, if i == 0 { 100 } else { 0 });
+        }
+        tries(&health, &hosts, 4, 49, 0);
+        let found = health.evaluate_rates(&hosts, start + Duration::from_secs(11));
+        assert_eq!(found, RateEjections::default());
+    }
+
+    #[test]
+    fn failure_percentage_is_detected_and_enforced_as_configured() {
+        let hosts = set(5);
+        let mut config = rates_config();
+        config.success_rate.enforcing = 0;
+        let health = HostHealth::new(&hosts, Some(config));
+        let start = Instant::now();
+        for i in 0..5 {
+            tries(&health, &hosts, i, 100, if i == 2 { 92 } else { 0 });
+        }
+        // Envoy's default: failure percentage detected, not enforced.
+        let found = health.evaluate_rates(&hosts, start + Duration::from_secs(11));
+        assert_eq!(found.success_rate_detected, 1);
+        assert_eq!(found.failure_percentage_detected, 1, "found by both rules");
+        assert_eq!(
+            found.success_rate_enforced + found.failure_percentage_enforced,
+            0
+        );
+        assert_eq!(health.describe(addr(2)), Some((false, 0, true)));
+
+        config.success_rate.minimum_hosts = 100; // success rate judges nothing
+        config.failure_percentage.enforcing = 100;
+        let health = HostHealth::new(&hosts, Some(config));
+        for i in 0..5 {
+            tries(&health, &hosts, i, 100, if i == 2 { 92 } else { 0 });
+        }
+        let found = health.evaluate_rates(&hosts, start + Duration::from_secs(11));
+        assert_eq!(found.failure_percentage_detected, 1);
+        assert_eq!(found.failure_percentage_enforced, 1);
+        assert_eq!(health.describe(addr(2)), Some((true, 1, true)));
+    }
+
+    #[test]
+    fn the_ejection_cap_is_envoys_and_one_host_may_go_when_asked() {
+        // 10% of 5 hosts is under one host: nothing may be ejected...
+        let hosts = set(5);
+        let health = HostHealth::new(&hosts, Some(config(10)));
+        for _ in 0..3 {
+            report(&health, &hosts, 0, TryOutcome::Status(503));
+        }
+        assert_eq!(health.describe(addr(0)), Some((false, 0, true)));
+        // ...unless always_eject_one_host says one may.
+        let one = OutlierDetectionConfig {
+            always_eject_one_host: true,
+            ..config(10)
+        };
+        let health = HostHealth::new(&hosts, Some(one));
+        for _ in 0..3 {
+            report(&health, &hosts, 0, TryOutcome::Status(503));
+        }
+        assert_eq!(health.describe(addr(0)), Some((true, 1, true)));
+        let mut last = Ejection::None;
+        for _ in 0..3 {
+            last = report(&health, &hosts, 1, TryOutcome::Status(503));
+        }
+        assert_eq!(last, Ejection::Overflow, "only the first");
+    }
+
+    #[test]
+    fn a_passing_health_check_ends_an_ejection_unless_told_otherwise() {
+        for uneject in [true, false] {
+            let hosts = set(2);
+            let config = OutlierDetectionConfig {
+                uneject_on_health_check: uneject,
+                ..config(50)
+            };
+            let health = HostHealth::new(&hosts, Some(config));
+            for _ in 0..3 {
+                report(&health, &hosts, 0, TryOutcome::Status(503));
+            }
+            assert_eq!(hosts.snapshot().get(0).unwrap().health(), Health::Ejected);
+            health.check_passed(&hosts, addr(0));
+            let expected = if uneject {
+                Health::Healthy
+            } else {
+                Health::Ejected
+            };
+            assert_eq!(hosts.snapshot().get(0).unwrap().health(), expected);
         }
     }
 
@@ -337,9 +651,10 @@ mod tests {
     }
 
     #[test]
-    fn max_ejection_percent_caps_ejections_but_allows_one() {
+    fn max_ejection_percent_caps_ejections() {
+        // 25% of 4 hosts: one.
         let hosts = set(4);
-        let health = HostHealth::new(&hosts, Some(config(10)));
+        let health = HostHealth::new(&hosts, Some(config(25)));
         for _ in 0..3 {
             report(&health, &hosts, 0, TryOutcome::Status(503));
         }

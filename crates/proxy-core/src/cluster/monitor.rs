@@ -21,6 +21,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use super::SharedCluster;
+use super::health::RateEjections;
 use crate::catalog::{ClusterStats, ProxyStats};
 use crate::runtime::LocalExec;
 use crate::tls::UpstreamTls;
@@ -99,8 +100,25 @@ async fn run(mut clusters: watch::Receiver<ClusterList>, stats: Arc<ProxyStats>)
             let Some(entry) = watched.get_mut(&Arc::as_ptr(cluster)) else {
                 continue;
             };
-            let headroom = &mut entry.headroom;
             cluster.health.expire_ejections(&cluster.host_set);
+            let rates = cluster.health.evaluate_rates(&cluster.host_set, now);
+            if rates != RateEjections::default() {
+                let s = entry
+                    .stats
+                    .get_or_insert_with(|| Rc::new(stats.catalog.cluster(shard, &cluster.name)));
+                s.outlier_detection_ejections_detected_success_rate
+                    .add(rates.success_rate_detected);
+                s.outlier_detection_ejections_enforced_success_rate
+                    .add(rates.success_rate_enforced);
+                s.outlier_detection_ejections_detected_failure_percentage
+                    .add(rates.failure_percentage_detected);
+                s.outlier_detection_ejections_enforced_failure_percentage
+                    .add(rates.failure_percentage_enforced);
+                s.outlier_detection_ejections_enforced_total
+                    .add(rates.success_rate_enforced + rates.failure_percentage_enforced);
+                s.outlier_detection_ejections_overflow.add(rates.overflow);
+            }
+            let headroom = &mut entry.headroom;
             let totals = |name: &str| {
                 snapshot
                     .histogram(name, &[&cluster.name])
@@ -274,6 +292,7 @@ async fn check_host(
             stats.health_check_success.inc();
             successes += 1;
             failures = 0;
+            cluster.health.check_passed(&cluster.host_set, addr);
         } else {
             stats.health_check_failure.inc();
             failures += 1;
