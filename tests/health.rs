@@ -299,3 +299,81 @@ async fn success_rate_ejects_the_one_erroring_host_among_five() {
         assert_ne!(by, bad.to_string());
     }
 }
+
+/// The `/clusters` entry of the first host of cluster `name`.
+fn first_host(admin: SocketAddr, name: &str) -> serde_json::Value {
+    let (_, body) = admin_request(admin, "GET", "/clusters");
+    let clusters: serde_json::Value = serde_json::from_str(&body).unwrap();
+    clusters["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()["hosts"][0]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_checks_exchange_bytes_and_http_checks_follow_envoys_statuses() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let up = NoopUpstream::bind(any).await.unwrap();
+    let dead = closed_port();
+    let up = up.local_addr();
+    // Bytes as Envoy writes them: hex text, or base64.
+    let request = "474554202f6865616c74687a20485454502f312e310d0a686f73743a20780d0a0d0a"; // GET /healthz HTTP/1.1, host: x
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: tcp_answering
+clusters:
+  - name: tcp_answering
+    endpoints: ["{up}"]
+    health_check: {{ tcp: true, send: {{ text: "{request}" }}, receive: [{{ binary: "MjAw" }}, {{ text: "4f4b" }}], interval: 100ms, timeout: 1s, unhealthy_threshold: 1 }}
+  - name: tcp_wrong_answer
+    endpoints: ["{up}"]
+    health_check: {{ tcp: true, send: {{ text: "{request}" }}, receive: [{{ text: "353030" }}], interval: 100ms, timeout: 200ms, unhealthy_threshold: 1 }}
+  - name: tcp_dead
+    endpoints: ["{}"]
+    health_check: {{ tcp: true, interval: 100ms, timeout: 1s, unhealthy_threshold: 1 }}
+  - name: http_unexpected
+    endpoints: ["{up}"]
+    health_check: {{ path: /healthz, expected_statuses: [{{ start: 204, end: 205 }}], interval: 100ms, timeout: 1s, unhealthy_threshold: 100 }}
+  - name: http_expected
+    endpoints: ["{up}"]
+    health_check: {{ path: /healthz, method: POST, send: {{ text: "70696e67" }}, expected_statuses: [{{ start: 200, end: 201 }}], interval: 100ms, timeout: 1s, unhealthy_threshold: 1 }}
+"#,
+        dead.addr
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+    let checked = |name: &'static str| {
+        move || {
+            stat(admin, "health_check_attempt") > 0
+                && first_host(admin, name)["passing_health_checks"] == false
+        }
+    };
+    // A status the check does not expect makes the host unhealthy at once, whatever
+    // unhealthy_threshold says (100 here); the others fail as their bytes say.
+    eventually("http_unexpected fails", checked("http_unexpected"));
+    eventually("tcp_wrong_answer fails", checked("tcp_wrong_answer"));
+    eventually("tcp_dead fails", checked("tcp_dead"));
+    // Several rounds later, the checks that should pass still do.
+    let attempts = stat(admin, "health_check_attempt");
+    eventually("more rounds of checks", || {
+        stat(admin, "health_check_attempt") >= attempts + 10
+    });
+    assert_eq!(
+        first_host(admin, "tcp_answering")["passing_health_checks"],
+        true
+    );
+    assert_eq!(
+        first_host(admin, "http_expected")["passing_health_checks"],
+        true
+    );
+    assert_eq!(send_h1(proxy.addr(), get("/", &[])).await.status(), 200);
+}

@@ -71,6 +71,35 @@ pub(crate) fn display<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::O
 }
 
 /// A load-balancing policy as written: `lb_policy: NAME`, and the section of its options.
+pub(crate) fn opt_method<S: Serializer>(
+    method: &Option<http::Method>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match method {
+        Some(m) => s.serialize_str(m.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
+/// Bytes as a health-check payload the file reads back: `{ text: HEX }`.
+pub(crate) fn opt_hex<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    match bytes {
+        Some(b) => serde::Serialize::serialize(
+            &serde_json::json!({ "text": crate::cluster::check::hex(b) }),
+            s,
+        ),
+        None => s.serialize_none(),
+    }
+}
+
+pub(crate) fn hex_list<S: Serializer>(list: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+    let list: Vec<serde_json::Value> = list
+        .iter()
+        .map(|b| serde_json::json!({ "text": crate::cluster::check::hex(b) }))
+        .collect();
+    serde::Serialize::serialize(&list, s)
+}
+
 /// `healthy_panic_threshold`, `overprovisioning_factor` and `locality_weighted`.
 pub(crate) fn lb_settings<S: Serializer>(
     settings: &balancer::LbSettings,

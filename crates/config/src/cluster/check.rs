@@ -260,7 +260,23 @@ pub(crate) fn health_check(
     raw: RawHealthCheck,
     path: &str,
 ) -> Result<HealthCheckConfig, ConfigError> {
-    if !raw.path.starts_with('/') || raw.path.parse::<http::uri::PathAndQuery>().is_err() {
+    let tcp = raw.tcp.unwrap_or(false);
+    if tcp {
+        for (key, given) in [
+            ("path", !raw.path.is_empty()),
+            ("host", raw.host.is_some()),
+            ("method", raw.method.is_some()),
+            ("expected_statuses", raw.expected_statuses.is_some()),
+            ("retriable_statuses", raw.retriable_statuses.is_some()),
+        ] {
+            if given {
+                return Err(ConfigError::invalid(
+                    format!("{path}.{key}"),
+                    "an HTTP setting, and this is a TCP check",
+                ));
+            }
+        }
+    } else if !raw.path.starts_with('/') || raw.path.parse::<http::uri::PathAndQuery>().is_err() {
         return Err(ConfigError::invalid(
             format!("{path}.path"),
             format!("expected a path starting with `/`, found `{}`", raw.path),
@@ -289,15 +305,96 @@ pub(crate) fn health_check(
         )),
         n => Ok(n),
     };
+    let method = raw
+        .method
+        .as_deref()
+        .map(|m| match m.parse::<http::Method>() {
+            Ok(method) if method != http::Method::CONNECT => Ok(method),
+            _ => Err(ConfigError::invalid(
+                format!("{path}.method"),
+                format!("expected an HTTP method other than CONNECT, found `{m}`"),
+            )),
+        })
+        .transpose()?;
+    let ranges = |list: Option<Vec<RawStatusRange>>, key: &str| {
+        list.unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                if (100..=599).contains(&r.start) && r.start < r.end && r.end <= 600 {
+                    Ok((r.start, r.end))
+                } else {
+                    Err(ConfigError::invalid(
+                        format!("{path}.{key}[{i}]"),
+                        "expected statuses from `start` (100 to 599) up to `end` (excluded, at most 600)",
+                    ))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let send = raw
+        .send
+        .as_ref()
+        .map(|p| payload(p, &format!("{path}.send")))
+        .transpose()?;
+    let receive = raw
+        .receive
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, p)| payload(p, &format!("{path}.receive[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(HealthCheckConfig {
         path: raw.path,
         host: raw.host,
+        method,
+        expected_statuses: ranges(raw.expected_statuses, "expected_statuses")?,
+        retriable_statuses: ranges(raw.retriable_statuses, "retriable_statuses")?,
+        tcp,
+        send,
+        receive,
         interval,
         jitter: raw.jitter.unwrap_or(interval / 10),
         timeout,
         healthy_threshold: threshold(raw.healthy_threshold, 1, "healthy_threshold")?,
         unhealthy_threshold: threshold(raw.unhealthy_threshold, 2, "unhealthy_threshold")?,
     })
+}
+
+/// `{ text: HEX }` or `{ binary: BASE64 }` as bytes.
+fn payload(raw: &RawPayload, path: &str) -> Result<Vec<u8>, ConfigError> {
+    use base64::Engine;
+    match (&raw.text, &raw.binary) {
+        (Some(text), None) => unhex(text).ok_or_else(|| {
+            ConfigError::invalid(
+                format!("{path}.text"),
+                "expected hexadecimal digits, in pairs",
+            )
+        }),
+        (None, Some(binary)) => base64::engine::general_purpose::STANDARD
+            .decode(binary)
+            .map_err(|_| ConfigError::invalid(format!("{path}.binary"), "expected base64")),
+        _ => Err(ConfigError::invalid(
+            path,
+            "expected one of `text` (hexadecimal) or `binary` (base64)",
+        )),
+    }
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digits = text.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    digits
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
+}
+
+/// Bytes as lowercase hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub(crate) fn outlier_detection(

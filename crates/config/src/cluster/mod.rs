@@ -125,12 +125,43 @@ impl Default for CircuitBreakerConfig {
     }
 }
 
-/// Active health checking of a cluster's hosts: `GET path`, once per process.
+/// Active health checking of a cluster's hosts, once per process: an HTTP request (in the
+/// protocol the cluster speaks), or a TCP connection with an optional exchange of bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HealthCheckConfig {
+    /// HTTP: the request's path; empty for a TCP check.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub path: String,
     /// `host` header of the check; the host's address if not given.
     pub host: Option<String>,
+    /// HTTP: the request's method (GET by default).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser::opt_method"
+    )]
+    pub method: Option<http::Method>,
+    /// HTTP: the statuses that pass, as `[start, end)` ranges; empty: any 2xx.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub expected_statuses: Vec<(u16, u16)>,
+    /// HTTP: statuses that count as a failure towards `unhealthy_threshold`; any other
+    /// status that does not pass makes the host unhealthy at once (as Envoy).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retriable_statuses: Vec<(u16, u16)>,
+    /// TCP instead of HTTP: connect, send `send` if any, and pass once every `receive`
+    /// block has been read, in order (not necessarily adjacent).
+    pub tcp: bool,
+    /// Bytes sent: the HTTP request's body, or on the TCP connection.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser::opt_hex"
+    )]
+    pub send: Option<Vec<u8>>,
+    /// Blocks the response (HTTP: the first 1024 bytes of its body) must hold, in order.
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "ser::hex_list"
+    )]
+    pub receive: Vec<Vec<u8>>,
     #[serde(serialize_with = "ser::duration")]
     pub interval: Duration,
     /// Up to this much is added at random to each interval, so checks do not line up.

@@ -73,11 +73,21 @@ pub struct RawPerCore {
     pub per_core: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHealthCheck {
+    #[serde(default)]
     pub path: String,
     pub host: Option<String>,
+    pub method: Option<String>,
+    /// `[{ start: 200, end: 300 }]`: `end` excluded.
+    pub expected_statuses: Option<Vec<RawStatusRange>>,
+    pub retriable_statuses: Option<Vec<RawStatusRange>>,
+    /// A TCP check instead of HTTP.
+    pub tcp: Option<bool>,
+    /// `{ text: HEX }` or `{ binary: BASE64 }`.
+    pub send: Option<RawPayload>,
+    pub receive: Option<Vec<RawPayload>>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub interval: Option<Duration>,
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -86,6 +96,21 @@ pub struct RawHealthCheck {
     pub timeout: Option<Duration>,
     pub healthy_threshold: Option<u32>,
     pub unhealthy_threshold: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStatusRange {
+    pub start: u16,
+    pub end: u16,
+}
+
+/// Bytes as Envoy's health-check `Payload` writes them: hex text or base64.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPayload {
+    pub text: Option<String>,
+    pub binary: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

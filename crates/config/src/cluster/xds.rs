@@ -279,33 +279,133 @@ fn breakers(mut b: CircuitBreakers, at: &str) -> Result<RawCircuitBreakers, Reso
 }
 
 fn health(mut h: HealthCheck, at: &str) -> Result<RawHealthCheck, ResourceError> {
-    let Some(health_check::HealthChecker::HttpHealthCheck(mut http)) = h.health_checker.take()
-    else {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: vec!["health_checker (HTTP checks only)".into()],
-        });
+    let mut raw = match h.health_checker.take() {
+        Some(health_check::HealthChecker::HttpHealthCheck(http)) => {
+            http_check(http, &format!("{at}.http_health_check"))?
+        }
+        Some(health_check::HealthChecker::TcpHealthCheck(mut tcp)) => {
+            let at = format!("{at}.tcp_health_check");
+            let raw = RawHealthCheck {
+                tcp: Some(true),
+                send: tcp.send.take().map(|p| payload(p, &at)).transpose()?,
+                receive: Some(
+                    std::mem::take(&mut tcp.receive)
+                        .into_iter()
+                        .map(|p| payload(p, &at))
+                        .collect::<Result<_, _>>()?,
+                ),
+                ..RawHealthCheck::default()
+            };
+            nothing_else(&tcp, fields::TCP_HEALTH_CHECK, &at)?;
+            raw
+        }
+        _ => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["health_checker (HTTP and TCP checks only)".into()],
+            });
+        }
     };
-    let path = std::mem::take(&mut http.path);
-    let host = Some(std::mem::take(&mut http.host)).filter(|h| !h.is_empty());
-    nothing_else(
-        &http,
-        fields::HTTP_HEALTH_CHECK,
-        &format!("{at}.http_health_check"),
-    )?;
-    let raw = RawHealthCheck {
-        path,
-        host,
+    raw = RawHealthCheck {
         interval: duration(h.interval.take(), &format!("{at}.interval"))?,
         jitter: duration(h.interval_jitter.take(), &format!("{at}.interval_jitter"))?,
         timeout: duration(h.timeout.take(), &format!("{at}.timeout"))?,
         healthy_threshold: h.healthy_threshold.take().map(|v| v.value),
         unhealthy_threshold: h.unhealthy_threshold.take().map(|v| v.value),
+        ..raw
     };
     // Whether checks reuse a connection changes no verdict.
     h.reuse_connection = None;
     nothing_else(&h, fields::HEALTH_CHECK, at)?;
     Ok(raw)
+}
+
+/// Envoy's HTTP check: path, host, method, body, expected and retriable statuses (200
+/// alone passes unless told otherwise), and the blocks the body must hold.
+fn http_check(
+    mut http: envoy_types::pb::envoy::config::core::v3::health_check::HttpHealthCheck,
+    at: &str,
+) -> Result<RawHealthCheck, ResourceError> {
+    let ranges = |list: Vec<envoy_types::pb::envoy::r#type::v3::Int64Range>, key: &str| {
+        list.into_iter()
+            .enumerate()
+            .map(
+                |(i, r)| match (u16::try_from(r.start), u16::try_from(r.end)) {
+                    (Ok(start), Ok(end)) => Ok(crate::RawStatusRange { start, end }),
+                    _ => Err(ResourceError::invalid(
+                        format!("{at}.{key}[{i}]"),
+                        "expected a range of statuses",
+                    )),
+                },
+            )
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let expected = ranges(
+        std::mem::take(&mut http.expected_statuses),
+        "expected_statuses",
+    )?;
+    let raw = RawHealthCheck {
+        path: std::mem::take(&mut http.path),
+        host: Some(std::mem::take(&mut http.host)).filter(|h| !h.is_empty()),
+        method: match http.method {
+            0 => None,
+            m => Some(
+                envoy_types::pb::envoy::config::core::v3::RequestMethod::try_from(m)
+                    .map_err(|_| ResourceError::invalid(format!("{at}.method"), "unknown method"))?
+                    .as_str_name()
+                    .to_owned(),
+            ),
+        },
+        // Envoy's default: 200 alone.
+        expected_statuses: Some(if expected.is_empty() {
+            vec![crate::RawStatusRange {
+                start: 200,
+                end: 201,
+            }]
+        } else {
+            expected
+        }),
+        retriable_statuses: Some(ranges(
+            std::mem::take(&mut http.retriable_statuses),
+            "retriable_statuses",
+        )?),
+        send: http.send.take().map(|p| payload(p, at)).transpose()?,
+        receive: Some(
+            std::mem::take(&mut http.receive)
+                .into_iter()
+                .map(|p| payload(p, at))
+                .collect::<Result<_, _>>()?,
+        ),
+        ..RawHealthCheck::default()
+    };
+    http.method = 0;
+    // Envoy's default buffer for `receive` is the 1024 bytes read here.
+    if http
+        .response_buffer_size
+        .as_ref()
+        .is_some_and(|v| v.value == 1024)
+    {
+        http.response_buffer_size = None;
+    }
+    nothing_else(&http, fields::HTTP_HEALTH_CHECK, at)?;
+    Ok(raw)
+}
+
+/// A check's payload as the file writes it (`text`: hex).
+fn payload(
+    p: envoy_types::pb::envoy::config::core::v3::health_check::Payload,
+    at: &str,
+) -> Result<crate::RawPayload, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::health_check::payload::Payload as Kind;
+    let text = match p.payload {
+        Some(Kind::Text(hex)) => hex,
+        Some(Kind::Binary(bytes)) => crate::cluster::check::hex(&bytes),
+        None => return Err(ResourceError::invalid(at, "a payload without bytes")),
+    };
+    Ok(crate::RawPayload {
+        text: Some(text),
+        binary: None,
+    })
 }
 
 /// Consecutive 5xx and gateway failures with Envoy's enforcement defaults (5xx enforced,

@@ -839,3 +839,6 @@ pub(crate) const DNS_CLUSTER: &[(u32, &str)] = &[
     (9, "all_addresses_in_single_endpoint"),
     (10, "dns_min_refresh_rate"),
 ];
+
+pub(crate) const TCP_HEALTH_CHECK: &[(u32, &str)] =
+    &[(1, "send"), (2, "receive"), (3, "proxy_protocol_config")];

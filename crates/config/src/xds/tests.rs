@@ -1931,3 +1931,83 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
     assert_eq!(raw.protocol.as_deref(), Some("auto"));
     assert_eq!(raw.initial_stream_window_size, Some(65536));
 }
+
+#[test]
+fn health_checks_as_envoy_gateway_writes_them() {
+    use envoy_types::pb::envoy::config::core::v3::{HealthCheck, health_check};
+    use envoy_types::pb::envoy::r#type::v3::Int64Range;
+    let payload = |hex: &str| health_check::Payload {
+        payload: Some(health_check::payload::Payload::Text(hex.into())),
+    };
+    let check = |checker| HealthCheck {
+        timeout: Some(PbDuration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        interval: Some(PbDuration {
+            seconds: 3,
+            nanos: 0,
+        }),
+        unhealthy_threshold: Some(UInt32Value { value: 3 }),
+        health_checker: Some(checker),
+        ..Default::default()
+    };
+    let mut c = eds_cluster("web");
+    c.health_checks = vec![check(health_check::HealthChecker::HttpHealthCheck(
+        health_check::HttpHealthCheck {
+            path: "/healthz".into(),
+            host: "*".into(),
+            method: envoy_types::pb::envoy::config::core::v3::RequestMethod::Post as i32,
+            send: Some(payload("70696e67")),
+            receive: vec![health_check::Payload {
+                payload: Some(health_check::payload::Payload::Binary(b"pong".to_vec())),
+            }],
+            expected_statuses: vec![Int64Range {
+                start: 200,
+                end: 202,
+            }],
+            retriable_statuses: vec![Int64Range {
+                start: 503,
+                end: 504,
+            }],
+            ..Default::default()
+        },
+    ))];
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
+    assert_eq!(config.method, Some(http::Method::POST));
+    assert_eq!(config.send.as_deref(), Some(&b"ping"[..]));
+    assert_eq!(config.receive, vec![b"pong".to_vec()]);
+    assert_eq!(config.expected_statuses, vec![(200, 202)]);
+    assert_eq!(config.retriable_statuses, vec![(503, 504)]);
+    assert_eq!(config.host.as_deref(), Some("*"));
+
+    // Without expected statuses, Envoy's default: 200 alone.
+    c.health_checks = vec![check(health_check::HealthChecker::HttpHealthCheck(
+        health_check::HttpHealthCheck {
+            path: "/".into(),
+            ..Default::default()
+        },
+    ))];
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
+    assert_eq!(config.expected_statuses, vec![(200, 201)]);
+
+    c.health_checks = vec![check(health_check::HealthChecker::TcpHealthCheck(
+        health_check::TcpHealthCheck {
+            send: Some(payload("70696e67")),
+            receive: vec![payload("706f6e67")],
+            ..Default::default()
+        },
+    ))];
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
+    assert!(config.tcp && config.path.is_empty());
+    assert_eq!(config.receive, vec![b"pong".to_vec()]);
+
+    c.health_checks = vec![check(health_check::HealthChecker::GrpcHealthCheck(
+        Default::default(),
+    ))];
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("health_checker"), "{error}");
+}

@@ -10,7 +10,8 @@
 //! h1_pool.rs     HTTP/1.1 keep-alive connections    h2_conn.rs   the HTTP/2 connection
 //! h1_conn.rs     one HTTP/1.1 connection on crates/h1, driven by the request using it
 //! connect.rs     TCP and TLS within connect_timeout  body.rs      the response body
-//! breaker.rs     the four circuit breakers           health.rs    outlier ejection, checks
+//! breaker.rs     the four circuit breakers           health.rs    outlier ejection, health
+//! health_check.rs  active health checks (HTTP, TCP), as the monitor runs them
 //! shared.rs      what all workers share              monitor.rs   health checks, headroom
 //! dns.rs         names among the endpoints, resolved and followed (STRICT_DNS)
 //! upgrade.rs     upgrade requests, each on a connection of its own
@@ -27,6 +28,7 @@ mod h1_conn;
 mod h1_pool;
 mod h2_conn;
 mod health;
+mod health_check;
 mod host;
 pub(crate) mod monitor;
 mod request_form;

@@ -1,7 +1,8 @@
 //! The once-per-process side of clusters, on one thread with its own runtime: active health
-//! checks (one task per checked host, results shared with every worker's balancer), DNS
-//! lookups of endpoint names (one task per name, see `dns.rs`), the end of outlier ejections,
-//! and the circuit-breaker headroom gauges.
+//! checks (one task per checked host, see `health_check.rs`; results shared with every
+//! worker's balancer), DNS lookups of endpoint names (one task per name, see `dns.rs`), the
+//! end of outlier ejections and the interval's rate ejections, and the circuit-breaker
+//! headroom gauges.
 //!
 //! Headroom is Little's law read off the stats: over the last 10 s, the requests in flight on
 //! average are the upstream request time summed over completed requests divided by the
@@ -14,18 +15,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::Request;
-use http_body_util::Empty;
-use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use super::SharedCluster;
 use super::health::RateEjections;
 use crate::catalog::{ClusterStats, ProxyStats};
-use crate::runtime::LocalExec;
-use crate::tls::UpstreamTls;
-use config::{HealthCheckConfig, UpstreamProtocol};
 
 /// How often headroom and ejections are looked at.
 const TICK: Duration = Duration::from_secs(1);
@@ -203,7 +197,7 @@ fn follow(
         for host in snapshot.hosts() {
             let addr = host.addr();
             entry.checks.entry(addr).or_insert_with(|| {
-                tokio::task::spawn_local(check_host(
+                tokio::task::spawn_local(super::health_check::check_host(
                     Arc::clone(cluster),
                     addr,
                     check.clone(),
@@ -274,143 +268,6 @@ impl Headroom {
     }
 }
 
-async fn check_host(
-    cluster: Arc<SharedCluster>,
-    addr: SocketAddr,
-    config: HealthCheckConfig,
-    stats: Rc<ClusterStats>,
-) {
-    let mut rng = Jitter::seeded(addr);
-    let mut passing = true;
-    let (mut successes, mut failures) = (0u32, 0u32);
-    // The first check soon after start, spread by the jitter.
-    tokio::time::sleep(rng.up_to(config.jitter)).await;
-    loop {
-        stats.health_check_attempt.inc();
-        let ok = check_once(addr, &config, cluster.tls.as_ref(), cluster.protocol).await;
-        if ok {
-            stats.health_check_success.inc();
-            successes += 1;
-            failures = 0;
-            cluster.health.check_passed(&cluster.host_set, addr);
-        } else {
-            stats.health_check_failure.inc();
-            failures += 1;
-            successes = 0;
-        }
-        if passing && failures >= config.unhealthy_threshold {
-            passing = false;
-            tracing::warn!(cluster = %cluster.name, host = %addr, "host failed its health checks");
-            cluster.health.set_passing(&cluster.host_set, addr, false);
-        } else if !passing && successes >= config.healthy_threshold {
-            passing = true;
-            tracing::info!(cluster = %cluster.name, host = %addr, "host passes its health checks again");
-            cluster.health.set_passing(&cluster.host_set, addr, true);
-        }
-        tokio::time::sleep(config.interval + rng.up_to(config.jitter)).await;
-    }
-}
-
-/// One `GET path` on a new connection, over TLS if the cluster uses it and in the protocol
-/// its hosts speak: passes on a 2xx within the timeout.
-async fn check_once(
-    addr: SocketAddr,
-    config: &HealthCheckConfig,
-    tls: Option<&UpstreamTls>,
-    protocol: UpstreamProtocol,
-) -> bool {
-    let attempt = async {
-        let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let host = config.host.clone().unwrap_or_else(|| addr.to_string());
-        let req = Request::get(config.path.as_str())
-            .header(http::header::HOST, host)
-            .header(http::header::USER_AGENT, "legate-health-check")
-            .body(Empty::<Bytes>::new())
-            .ok()?;
-        let status = match tls {
-            // Cleartext HTTP/2 clusters speak it with prior knowledge.
-            None if protocol == UpstreamProtocol::Http2 => send_h2(stream, req, "http").await?,
-            None => send_h1(stream, req).await?,
-            Some(tls) => {
-                let stream = tls.connect(addr, stream).await.ok()?;
-                // ALPN `h2` on an HTTP/2 cluster: the check speaks HTTP/2 too.
-                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    send_h2(stream, req, "https").await?
-                } else {
-                    send_h1(stream, req).await?
-                }
-            }
-        };
-        Some(status.is_success())
-    };
-    matches!(
-        tokio::time::timeout(config.timeout, attempt).await,
-        Ok(Some(true))
-    )
-}
-
-async fn send_h1<T>(stream: T, req: Request<Empty<Bytes>>) -> Option<http::StatusCode>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::task::spawn_local(async move {
-        let _ = conn.await;
-    });
-    Some(sender.send_request(req).await.ok()?.status())
-}
-
-/// HTTP/2 wants the scheme and authority as pseudo-headers: the URI is made absolute.
-async fn send_h2<T>(
-    stream: T,
-    mut req: Request<Empty<Bytes>>,
-    scheme: &str,
-) -> Option<http::StatusCode>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
-{
-    let authority = req.headers_mut().remove(http::header::HOST)?;
-    *req.uri_mut() = http::Uri::builder()
-        .scheme(scheme)
-        .authority(authority.to_str().ok()?)
-        .path_and_query(req.uri().path_and_query()?.as_str())
-        .build()
-        .ok()?;
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(LocalExec, TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::task::spawn_local(async move {
-        let _ = conn.await;
-    });
-    Some(sender.send_request(req).await.ok()?.status())
-}
-
-/// xorshift64: enough to keep checks of many hosts from lining up.
-struct Jitter(u64);
-
-impl Jitter {
-    fn seeded(addr: SocketAddr) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() as u64);
-        Jitter((u64::from(addr.port()) << 32 | nanos) | 1)
-    }
-
-    fn up_to(&mut self, max: Duration) -> Duration {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        let max_us = max.as_micros() as u64;
-        if max_us == 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_micros(self.0 % (max_us + 1))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,14 +310,5 @@ mod tests {
         assert!(h.warned);
         h.watch("c", 500, t0 + Duration::from_secs(32));
         assert!(!h.warned && h.low_since.is_none());
-    }
-
-    #[test]
-    fn jitter_stays_within_its_bound() {
-        let mut j = Jitter::seeded("127.0.0.1:80".parse().unwrap());
-        for _ in 0..1000 {
-            assert!(j.up_to(Duration::from_millis(100)) <= Duration::from_millis(100));
-        }
-        assert_eq!(j.up_to(Duration::ZERO), Duration::ZERO);
     }
 }

@@ -1,0 +1,333 @@
+//! Active health checks, run by the monitor thread: one task per host, checking every
+//! `interval` (plus jitter) on a new connection, with Envoy's verdicts. An HTTP check passes
+//! on an expected status (any 2xx unless the cluster lists some) whose body holds the
+//! `receive` blocks; a retriable status, a timeout or a failed connection counts towards
+//! `unhealthy_threshold`, any other status makes the host unhealthy at once. A TCP check
+//! connects, sends its bytes and passes once it has read every `receive` block.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::SharedCluster;
+use crate::catalog::ClusterStats;
+use crate::runtime::LocalExec;
+use crate::tls::UpstreamTls;
+use config::{HealthCheckConfig, UpstreamProtocol};
+
+/// The most of an HTTP check's body read for `receive` (Envoy's `response_buffer_size`),
+/// and of a TCP check's answer.
+const RESPONSE_BUFFER: usize = 1024;
+
+/// What one check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    /// Counted towards `unhealthy_threshold`.
+    Fail,
+    /// Unhealthy at once: a status neither expected nor retriable.
+    FailNow,
+}
+
+pub(super) async fn check_host(
+    cluster: Arc<SharedCluster>,
+    addr: SocketAddr,
+    config: HealthCheckConfig,
+    stats: Rc<ClusterStats>,
+) {
+    let mut rng = Jitter::seeded(addr);
+    let mut passing = true;
+    let (mut successes, mut failures) = (0u32, 0u32);
+    // The first check soon after start, spread by the jitter.
+    tokio::time::sleep(rng.up_to(config.jitter)).await;
+    loop {
+        stats.health_check_attempt.inc();
+        let verdict = check_once(addr, &config, cluster.tls.as_ref(), cluster.protocol).await;
+        if verdict == Verdict::Pass {
+            stats.health_check_success.inc();
+            successes += 1;
+            failures = 0;
+            cluster.health.check_passed(&cluster.host_set, addr);
+        } else {
+            stats.health_check_failure.inc();
+            failures += 1;
+            successes = 0;
+        }
+        let down = verdict == Verdict::FailNow || failures >= config.unhealthy_threshold;
+        if passing && down {
+            passing = false;
+            tracing::warn!(cluster = %cluster.name, host = %addr, "host failed its health checks");
+            cluster.health.set_passing(&cluster.host_set, addr, false);
+        } else if !passing && successes >= config.healthy_threshold {
+            passing = true;
+            tracing::info!(cluster = %cluster.name, host = %addr, "host passes its health checks again");
+            cluster.health.set_passing(&cluster.host_set, addr, true);
+        }
+        tokio::time::sleep(config.interval + rng.up_to(config.jitter)).await;
+    }
+}
+
+/// One check on a new connection, within the timeout.
+async fn check_once(
+    addr: SocketAddr,
+    config: &HealthCheckConfig,
+    tls: Option<&UpstreamTls>,
+    protocol: UpstreamProtocol,
+) -> Verdict {
+    let attempt = async {
+        if config.tcp {
+            return tcp_check(addr, config).await;
+        }
+        let Ok(stream) = tokio::net::TcpStream::connect(addr).await else {
+            return Verdict::Fail;
+        };
+        let host = config.host.clone().unwrap_or_else(|| addr.to_string());
+        let body = Bytes::from(config.send.clone().unwrap_or_default());
+        let Ok(req) = Request::builder()
+            .method(config.method.clone().unwrap_or(http::Method::GET))
+            .uri(config.path.as_str())
+            .header(http::header::HOST, host)
+            .header(http::header::USER_AGENT, "legate-health-check")
+            .body(Full::new(body))
+        else {
+            return Verdict::Fail;
+        };
+        let answer = match tls {
+            // Cleartext HTTP/2 clusters speak it with prior knowledge.
+            None if protocol == UpstreamProtocol::Http2 => send_h2(stream, req, "http").await,
+            None => send_h1(stream, req).await,
+            Some(tls) => match tls.connect(addr, stream).await {
+                // ALPN `h2` on an HTTP/2 cluster: the check speaks HTTP/2 too.
+                Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                    send_h2(stream, req, "https").await
+                }
+                Ok(stream) => send_h1(stream, req).await,
+                Err(_) => None,
+            },
+        };
+        let Some((status, body)) = answer else {
+            return Verdict::Fail;
+        };
+        http_verdict(config, status.as_u16(), &body)
+    };
+    tokio::time::timeout(config.timeout, attempt)
+        .await
+        .unwrap_or(Verdict::Fail)
+}
+
+fn in_ranges(ranges: &[(u16, u16)], status: u16) -> bool {
+    ranges
+        .iter()
+        .any(|&(start, end)| (start..end).contains(&status))
+}
+
+fn http_verdict(config: &HealthCheckConfig, status: u16, body: &[u8]) -> Verdict {
+    let expected = if config.expected_statuses.is_empty() {
+        (200..300).contains(&status)
+    } else {
+        in_ranges(&config.expected_statuses, status)
+    };
+    if expected && holds_in_order(body, &config.receive) {
+        Verdict::Pass
+    } else if expected || in_ranges(&config.retriable_statuses, status) {
+        // An expected status whose body lacks what was asked counts as a plain failure.
+        Verdict::Fail
+    } else {
+        Verdict::FailNow
+    }
+}
+
+/// Whether `blocks` are found in `data` in order, each after the one before (Envoy's
+/// "fuzzy" payload match).
+fn holds_in_order(data: &[u8], blocks: &[Vec<u8>]) -> bool {
+    let mut rest = data;
+    for block in blocks {
+        if block.is_empty() {
+            continue;
+        }
+        match rest
+            .windows(block.len())
+            .position(|w| w == block.as_slice())
+        {
+            Some(at) => rest = &rest[at + block.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+async fn tcp_check(addr: SocketAddr, config: &HealthCheckConfig) -> Verdict {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return Verdict::Fail;
+    };
+    if let Some(send) = &config.send
+        && stream.write_all(send).await.is_err()
+    {
+        return Verdict::Fail;
+    }
+    let mut read = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !holds_in_order(&read, &config.receive) {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return Verdict::Fail,
+            Ok(n) => read.extend_from_slice(&chunk[..n]),
+        }
+        if read.len() > RESPONSE_BUFFER {
+            return Verdict::Fail;
+        }
+    }
+    Verdict::Pass
+}
+
+/// The status and the first bytes of the body.
+async fn send_h1<T>(stream: T, req: Request<Full<Bytes>>) -> Option<(http::StatusCode, Vec<u8>)>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    let response = sender.send_request(req).await.ok()?;
+    Some((response.status(), body_start(response.into_body()).await))
+}
+
+/// HTTP/2 wants the scheme and authority as pseudo-headers: the URI is made absolute.
+async fn send_h2<T>(
+    stream: T,
+    mut req: Request<Full<Bytes>>,
+    scheme: &str,
+) -> Option<(http::StatusCode, Vec<u8>)>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let authority = req.headers_mut().remove(http::header::HOST)?;
+    *req.uri_mut() = http::Uri::builder()
+        .scheme(scheme)
+        .authority(authority.to_str().ok()?)
+        .path_and_query(req.uri().path_and_query()?.as_str())
+        .build()
+        .ok()?;
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(LocalExec, TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    let response = sender.send_request(req).await.ok()?;
+    Some((response.status(), body_start(response.into_body()).await))
+}
+
+/// Up to [`RESPONSE_BUFFER`] bytes of a body (what a failed read left, if it fails).
+async fn body_start(mut body: hyper::body::Incoming) -> Vec<u8> {
+    let mut start = Vec::new();
+    while start.len() < RESPONSE_BUFFER {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    start.extend_from_slice(&data);
+                }
+            }
+            _ => break,
+        }
+    }
+    start.truncate(RESPONSE_BUFFER);
+    start
+}
+
+/// xorshift64: enough to keep checks of many hosts from lining up.
+struct Jitter(u64);
+
+impl Jitter {
+    fn seeded(addr: SocketAddr) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+        Jitter((u64::from(addr.port()) << 32 | nanos) | 1)
+    }
+
+    fn up_to(&mut self, max: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let max_us = max.as_micros() as u64;
+        if max_us == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(self.0 % (max_us + 1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_its_bound() {
+        let mut j = Jitter::seeded("127.0.0.1:80".parse().unwrap());
+        for _ in 0..1000 {
+            assert!(j.up_to(Duration::from_millis(100)) <= Duration::from_millis(100));
+        }
+        assert_eq!(j.up_to(Duration::ZERO), Duration::ZERO);
+    }
+
+    fn http(
+        expected: &[(u16, u16)],
+        retriable: &[(u16, u16)],
+        receive: &[&[u8]],
+    ) -> HealthCheckConfig {
+        HealthCheckConfig {
+            path: "/healthz".into(),
+            host: None,
+            method: None,
+            expected_statuses: expected.to_vec(),
+            retriable_statuses: retriable.to_vec(),
+            tcp: false,
+            send: None,
+            receive: receive.iter().map(|b| b.to_vec()).collect(),
+            interval: Duration::from_secs(1),
+            jitter: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            healthy_threshold: 1,
+            unhealthy_threshold: 3,
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_envoys_statuses() {
+        let any_2xx = http(&[], &[], &[]);
+        assert_eq!(http_verdict(&any_2xx, 204, b""), Verdict::Pass);
+        assert_eq!(http_verdict(&any_2xx, 503, b""), Verdict::FailNow);
+        let listed = http(&[(200, 201), (300, 301)], &[(503, 504)], &[]);
+        assert_eq!(http_verdict(&listed, 300, b""), Verdict::Pass);
+        assert_eq!(http_verdict(&listed, 204, b""), Verdict::FailNow);
+        assert_eq!(http_verdict(&listed, 503, b""), Verdict::Fail, "retriable");
+        let body = http(&[(200, 201)], &[], &[b"ok", b"ready"]);
+        assert_eq!(http_verdict(&body, 200, b"ok, all ready"), Verdict::Pass);
+        assert_eq!(
+            http_verdict(&body, 200, b"ready, ok"),
+            Verdict::Fail,
+            "out of order"
+        );
+    }
+
+    #[test]
+    fn blocks_are_found_in_order_not_necessarily_adjacent() {
+        assert!(holds_in_order(b"pong", &[]));
+        assert!(holds_in_order(
+            b"xxpoyyng",
+            &[b"po".to_vec(), b"ng".to_vec()]
+        ));
+        assert!(!holds_in_order(b"ngpo", &[b"po".to_vec(), b"ng".to_vec()]));
+    }
+}
