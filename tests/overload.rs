@@ -242,3 +242,38 @@ async fn retries_stop_at_num_retries_and_at_max_retries() {
     );
     assert!(stat(admin, "upstream_rq_retry_overflow") >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_budget_takes_the_place_of_max_retries() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let retried = "        retry_policy: { retry_on: [retriable-status-codes], retriable_status_codes: [503], num_retries: 2 }\n";
+    let yaml = |budget: &str| {
+        forward_config(
+            &[noop.local_addr()],
+            &format!("    circuit_breakers: {{ max_retries: 100, retry_budget: {budget} }}"),
+        )
+        .replace(
+            "        cluster: backend\n",
+            &format!("        cluster: backend\n{retried}"),
+        )
+    };
+    // A budget of nothing: no retry, whatever max_retries says.
+    let proxy = Proxy::start(&yaml("{ budget_percent: 0, min_retry_concurrency: 0 }"), 1);
+    let admin = proxy.admin.unwrap();
+    let res = send_h1(proxy.addr(), get("/", &[("x-noop-status", "503")])).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(noop.requests(), 1);
+    assert_eq!(stat(admin, "upstream_rq_retry_overflow"), 1);
+    assert_eq!(stat(admin, "upstream_rq_retry"), 0);
+    drop(proxy);
+
+    // Envoy's defaults (20%, at least 3): one request alone may retry.
+    let proxy = Proxy::start(&yaml("{}"), 1);
+    let admin = proxy.admin.unwrap();
+    let res = send_h1(proxy.addr(), get("/", &[("x-noop-status", "503")])).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(noop.requests(), 4);
+    assert_eq!(stat(admin, "upstream_rq_retry"), 2);
+}

@@ -249,6 +249,22 @@ pub(crate) fn circuit_breakers(
         )?,
         max_requests: limit(raw.max_requests, defaults.max_requests, "max_requests")?,
         max_retries: limit(raw.max_retries, defaults.max_retries, "max_retries")?,
+        retry_budget: raw
+            .retry_budget
+            .map(|b| {
+                let budget_percent = b.budget_percent.unwrap_or(20.0);
+                if !(0.0..=100.0).contains(&budget_percent) {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.retry_budget.budget_percent"),
+                        format!("expected 0 to 100 (percent), found {budget_percent}"),
+                    ));
+                }
+                Ok(RetryBudget {
+                    budget_percent,
+                    min_retry_concurrency: b.min_retry_concurrency.unwrap_or(3),
+                })
+            })
+            .transpose()?,
         pending_timeout: positive(
             raw.pending_timeout.unwrap_or(defaults.pending_timeout),
             &format!("{path}.pending_timeout"),

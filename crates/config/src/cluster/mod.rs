@@ -95,7 +95,7 @@ impl LimitSpec {
 }
 
 /// Envoy's four circuit breakers of a cluster, for the whole process (all workers together).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CircuitBreakerConfig {
     /// Upstream connections open at once.
     pub max_connections: LimitSpec,
@@ -103,8 +103,12 @@ pub struct CircuitBreakerConfig {
     pub max_pending_requests: LimitSpec,
     /// Requests in flight at once.
     pub max_requests: LimitSpec,
-    /// Retries in flight at once.
+    /// Retries in flight at once...
     pub max_retries: LimitSpec,
+    /// ...or, where given, a share of the requests active and pending (Envoy's
+    /// `retry_budget`), in place of `max_retries`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<RetryBudget>,
     /// Longest a request waits for a connection before it gets 503.
     #[serde(serialize_with = "ser::duration")]
     pub pending_timeout: Duration,
@@ -120,9 +124,18 @@ impl Default for CircuitBreakerConfig {
             max_pending_requests: LimitSpec::PerCore(1024),
             max_requests: LimitSpec::PerCore(4096),
             max_retries: LimitSpec::PerCore(32),
+            retry_budget: None,
             pending_timeout: DEFAULT_PENDING_TIMEOUT,
         }
     }
+}
+
+/// Envoy's retry budget: retries in flight at most `budget_percent` of the requests active and
+/// pending, and never fewer than `min_retry_concurrency`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RetryBudget {
+    pub budget_percent: f64,
+    pub min_retry_concurrency: u32,
 }
 
 /// Active health checking of a cluster's hosts, once per process: an HTTP request (in the

@@ -55,8 +55,17 @@ pub struct RawCircuitBreakers {
     pub max_pending_requests: Option<RawLimit>,
     pub max_requests: Option<RawLimit>,
     pub max_retries: Option<RawLimit>,
+    pub retry_budget: Option<RawRetryBudget>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub pending_timeout: Option<Duration>,
+}
+
+/// Envoy's defaults: 20 percent, at least 3.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetryBudget {
+    pub budget_percent: Option<f64>,
+    pub min_retry_concurrency: Option<u32>,
 }
 
 /// `1000` or `{ per_core: 250 }`.

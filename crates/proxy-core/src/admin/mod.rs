@@ -210,7 +210,7 @@ fn clusters_json(generation: &Generation, snapshot: &Snapshot) -> serde_json::Va
                     "remaining_cx": b.connections.remaining(),
                     "remaining_pending": b.pending.remaining(),
                     "remaining_rq": b.requests.remaining(),
-                    "remaining_retries": b.retries.remaining(),
+                    "remaining_retries": b.retry_limit().saturating_sub(b.retries.active()),
                 },
                 "hosts": hosts,
             })

@@ -67,6 +67,8 @@ pub(crate) struct CircuitBreakers {
     pub(crate) pending: Breaker,
     pub(crate) requests: Breaker,
     pub(crate) retries: Breaker,
+    /// Where given, the retries' limit follows the load instead of `retries`' fixed one.
+    retry_budget: Option<config::RetryBudget>,
     pub(crate) pending_timeout: Duration,
     /// Woken when an upstream connection of the cluster closes, for requests pending on
     /// `max_connections` on any worker.
@@ -80,9 +82,36 @@ impl CircuitBreakers {
             pending: Breaker::new(config.max_pending_requests.resolve(workers)),
             requests: Breaker::new(config.max_requests.resolve(workers)),
             retries: Breaker::new(config.max_retries.resolve(workers)),
+            retry_budget: config.retry_budget,
             pending_timeout: config.pending_timeout,
             connection_freed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The retries allowed in flight now: the fixed limit, or the budget's share of the
+    /// requests active and pending (at least its minimum), as Envoy's `RetryBudget::max`.
+    pub(crate) fn retry_limit(&self) -> u32 {
+        match self.retry_budget {
+            None => self.retries.limit(),
+            Some(budget) => {
+                let active = u64::from(self.requests.active()) + u64::from(self.pending.active());
+                let share = (budget.budget_percent / 100.0 * active as f64) as u64;
+                share
+                    .max(u64::from(budget.min_retry_concurrency))
+                    .min(u64::from(u32::MAX)) as u32
+            }
+        }
+    }
+
+    /// Takes a retry slot if the limit allows; given back with `retries.release()`.
+    pub(crate) fn try_acquire_retry(&self) -> bool {
+        let limit = self.retry_limit();
+        self.retries
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |active| {
+                (active < limit).then_some(active + 1)
+            })
+            .is_ok()
     }
 
     /// Gives back a connection slot and wakes requests waiting for one.
@@ -174,5 +203,32 @@ mod tests {
         let held: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert_eq!(held, 100);
         assert_eq!(breaker.active(), 100);
+    }
+
+    #[test]
+    fn a_retry_budget_follows_the_requests_active_and_pending() {
+        let mut config = CircuitBreakerConfig {
+            max_retries: LimitSpec::Fixed(1),
+            ..CircuitBreakerConfig::default()
+        };
+        config.retry_budget = Some(config::RetryBudget {
+            budget_percent: 20.0,
+            min_retry_concurrency: 3,
+        });
+        let breakers = CircuitBreakers::new(&config, 1);
+        // Nothing active: the minimum, not max_retries.
+        assert_eq!(breakers.retry_limit(), 3);
+        for _ in 0..40 {
+            assert!(breakers.requests.try_acquire());
+        }
+        for _ in 0..10 {
+            assert!(breakers.pending.try_acquire());
+        }
+        // 20% of 50.
+        assert_eq!(breakers.retry_limit(), 10);
+        let taken = (0..20).filter(|_| breakers.try_acquire_retry()).count();
+        assert_eq!(taken, 10);
+        config.retry_budget = None;
+        assert_eq!(CircuitBreakers::new(&config, 1).retry_limit(), 1);
     }
 }

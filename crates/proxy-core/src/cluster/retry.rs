@@ -186,7 +186,7 @@ pub(crate) async fn send_with_retries(
             return give_up(retriable);
         };
         let shared = tried.shared();
-        if !shared.breakers.retries.try_acquire() {
+        if !shared.breakers.try_acquire_retry() {
             tried.stats().rq_retry_overflow.inc();
             return give_up(retriable);
         }

@@ -137,11 +137,16 @@ impl SharedCluster {
             (&b.connections, &g.cx_open, &g.remaining_cx),
             (&b.pending, &g.rq_pending_open, &g.remaining_pending),
             (&b.requests, &g.rq_open, &g.remaining_rq),
-            (&b.retries, &g.rq_retry_open, &g.remaining_retries),
         ] {
             open.set(i64::from(breaker.is_open()));
             remaining.set(i64::from(breaker.remaining()));
         }
+        // The retries' limit may follow the load (a retry budget).
+        let retry_limit = b.retry_limit();
+        g.rq_retry_open
+            .set(i64::from(b.retries.active() >= retry_limit));
+        g.remaining_retries
+            .set(i64::from(retry_limit.saturating_sub(b.retries.active())));
         let (mut healthy, mut ejected) = (0, 0);
         for host in self.host_set.snapshot().hosts() {
             match host.health() {
