@@ -358,16 +358,16 @@ impl Compiled {
         let counts: Vec<LevelCounts> = members
             .iter()
             .map(|positions| {
-                let mut counts = LevelCounts {
-                    hosts: positions.len() as u64,
-                    ..LevelCounts::default()
-                };
+                let mut counts = LevelCounts::default();
                 for &i in positions {
+                    // Draining hosts are excluded from the counts, as Envoy excludes them.
                     match entries[i].spec.health {
                         Health::Healthy => counts.healthy += 1,
                         Health::Degraded => counts.degraded += 1,
                         Health::Unhealthy | Health::Ejected => {}
+                        Health::Draining => continue,
                     }
+                    counts.hosts += 1;
                 }
                 counts
             })

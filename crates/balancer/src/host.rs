@@ -34,6 +34,9 @@ pub enum Health {
     Unhealthy,
     /// Removed from rotation by outlier detection; counted like [`Health::Unhealthy`].
     Ejected,
+    /// On its way out (Envoy's EDS `DRAINING`): left out of the counts a level's health is
+    /// measured by, and picked only when its level is in panic.
+    Draining,
 }
 
 impl Health {
@@ -43,6 +46,7 @@ impl Health {
             Health::Degraded => 1,
             Health::Unhealthy => 2,
             Health::Ejected => 3,
+            Health::Draining => 4,
         }
     }
 
@@ -51,7 +55,8 @@ impl Health {
             0 => Health::Healthy,
             1 => Health::Degraded,
             2 => Health::Unhealthy,
-            _ => Health::Ejected,
+            3 => Health::Ejected,
+            _ => Health::Draining,
         }
     }
 }

@@ -273,3 +273,27 @@ fn a_retry_leaves_out_the_priorities_already_tried() {
         assert_eq!(levels(&[0, 1, 2]), [0], "{}", policy.name());
     }
 }
+
+#[test]
+fn draining_hosts_leave_the_counts_and_get_nothing_outside_panic() {
+    use balancer::Health::Draining;
+    // A rollout: eight of ten P0 hosts draining. The two left are all of P0's hosts, whole:
+    // P0 keeps everything, and the draining ones get nothing.
+    let specs: Vec<(u32, u32, u32, Health)> = (0..12)
+        .map(|i| match i {
+            0 | 1 => (0, 0, 0, Healthy),
+            10 | 11 => (1, 0, 0, Healthy),
+            _ => (0, 0, 0, Draining),
+        })
+        .collect();
+    for policy in all_policies() {
+        let lb = LoadBalancer::new(set(&specs), policy).unwrap();
+        assert!(!lb.in_panic());
+        assert_eq!(
+            share(&lb, 2_000, |s| s.priority == 0 && s.health == Healthy),
+            1.0,
+            "{}",
+            policy.name()
+        );
+    }
+}

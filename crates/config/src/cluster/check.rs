@@ -168,10 +168,11 @@ fn endpoint(raw: &RawWeightedEndpoint, at: &str) -> Result<Endpoint, ConfigError
         None | Some("healthy") => EndpointHealth::Healthy,
         Some("degraded") => EndpointHealth::Degraded,
         Some("unhealthy") => EndpointHealth::Unhealthy,
+        Some("draining") => EndpointHealth::Draining,
         Some(other) => {
             return Err(ConfigError::invalid(
                 format!("{at}.health"),
-                format!("expected healthy, degraded or unhealthy, found `{other}`"),
+                format!("expected healthy, degraded, unhealthy or draining, found `{other}`"),
             ));
         }
     };

@@ -145,7 +145,7 @@ pub struct HealthCheckConfig {
     /// HTTP: the request's path; empty for a TCP check.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub path: String,
-    /// `host` header of the check; the host's address if not given.
+    /// `host` header of the check; the cluster's name if not given (as Envoy).
     pub host: Option<String>,
     /// HTTP: the request's method (GET by default).
     #[serde(
@@ -300,9 +300,11 @@ pub enum EndpointHealth {
     Healthy,
     /// Takes load only when healthy hosts are too few.
     Degraded,
-    /// Takes no load unless its priority level is in panic (Envoy's UNHEALTHY, DRAINING and
-    /// TIMEOUT).
+    /// Takes no load unless its priority level is in panic (Envoy's UNHEALTHY and TIMEOUT).
     Unhealthy,
+    /// On its way out (Envoy's DRAINING): not counted in its level's health, and takes load
+    /// only when the level is in panic.
+    Draining,
 }
 
 impl EndpointHealth {

@@ -99,10 +99,10 @@ fn locality_hosts(
     for (i, endpoint) in endpoints.into_iter().enumerate() {
         let at = format!("{at}.lb_endpoints[{i}]");
         let (address, weight, health) = host(endpoint, &at)?;
-        // The same address twice is one host: the first place it is listed, with both
-        // weights.
-        match hosts.iter_mut().find(|h| h.address == address) {
-            Some(h) => h.weight = Some(h.weight.unwrap_or(1).saturating_add(weight)),
+        // The same address twice is one host: the first place it is listed (Envoy skips
+        // the later ones).
+        match hosts.iter().find(|h| h.address == address) {
+            Some(_) => {}
             None => hosts.push(RawWeightedEndpoint {
                 address,
                 weight: Some(weight),
@@ -147,9 +147,8 @@ fn host(
     let health = match status {
         HealthStatus::Unknown | HealthStatus::Healthy => None,
         HealthStatus::Degraded => Some("degraded"),
-        HealthStatus::Unhealthy | HealthStatus::Draining | HealthStatus::Timeout => {
-            Some("unhealthy")
-        }
+        HealthStatus::Unhealthy | HealthStatus::Timeout => Some("unhealthy"),
+        HealthStatus::Draining => Some("draining"),
     };
     Ok((address, weight, health))
 }

@@ -41,6 +41,7 @@ fn unsupported(at: &str, field: impl Into<String>) -> ResourceError {
 
 /// Takes `lb_policy`, `lb_config`, `load_balancing_policy` and `common_lb_config` out of `c`.
 pub(crate) fn balancing(c: &mut Cluster, at: &str) -> Result<Balancing, ResourceError> {
+    let extension_form = c.load_balancing_policy.is_some();
     let mut balancing = match c.load_balancing_policy.take() {
         // As Envoy: the extension form wins over the enum.
         Some(policy) => {
@@ -51,7 +52,18 @@ pub(crate) fn balancing(c: &mut Cluster, at: &str) -> Result<Balancing, Resource
         None => legacy(c, at)?,
     };
     if let Some(common) = c.common_lb_config.take() {
-        common_settings(common, &mut balancing, &format!("{at}.common_lb_config"))?;
+        let at = format!("{at}.common_lb_config");
+        // Envoy refuses these beside the extension form (its own config says them).
+        if extension_form
+            && (common.locality_config_specifier.is_some()
+                || common.consistent_hashing_lb_config.is_some())
+        {
+            return Err(ResourceError::invalid(
+                at,
+                "locality_weighted_lb_config, zone_aware_lb_config and consistent_hashing_lb_config cannot be combined with load_balancing_policy",
+            ));
+        }
+        common_settings(common, &mut balancing, &at)?;
     }
     Ok(balancing)
 }
@@ -247,7 +259,11 @@ fn common_settings(
     balancing: &mut Balancing,
     at: &str,
 ) -> Result<(), ResourceError> {
-    balancing.healthy_panic_threshold = common.healthy_panic_threshold.take().map(|p| p.value);
+    // Rounded to a whole percent, as Envoy reads it.
+    balancing.healthy_panic_threshold = common
+        .healthy_panic_threshold
+        .take()
+        .map(|p| p.value.round());
     common.update_merge_window = None;
     match common.locality_config_specifier.take() {
         None => {}

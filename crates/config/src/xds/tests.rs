@@ -248,14 +248,15 @@ fn endpoints_keep_their_health_priority_and_locality_and_merge_repeats() {
     assert_eq!(
         summary,
         [
-            ("127.0.0.1:8001", Some(5), Some(0), None, None, None),
+            // Listed twice: the first, as Envoy keeps it.
+            ("127.0.0.1:8001", Some(2), Some(0), None, None, None),
             (
                 "127.0.0.1:8002",
                 Some(1),
                 Some(0),
                 None,
                 None,
-                Some("unhealthy")
+                Some("draining")
             ),
             ("127.0.0.1:8003", Some(1), Some(0), None, None, None),
             (
@@ -2010,4 +2011,32 @@ fn health_checks_as_envoy_gateway_writes_them() {
     ))];
     let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
     assert!(error.contains("health_checker"), "{error}");
+}
+
+#[test]
+fn the_extension_form_refuses_common_locality_settings_as_envoy_does() {
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
+    let mut c = eds_cluster("web");
+    with_policy(
+        &mut c,
+        "round_robin.v3.RoundRobin",
+        RoundRobin::default().encode_to_vec(),
+    );
+    c.common_lb_config = Some(cluster::CommonLbConfig {
+        locality_config_specifier: Some(
+            cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
+                Default::default(),
+            ),
+        ),
+        ..Default::default()
+    });
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("common_lb_config"), "{error}");
+    // The panic threshold, rounded to a whole percent as Envoy reads it.
+    c.common_lb_config = Some(cluster::CommonLbConfig {
+        healthy_panic_threshold: Some(envoy_types::pb::envoy::r#type::v3::Percent { value: 0.4 }),
+        ..Default::default()
+    });
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    assert_eq!(raw.healthy_panic_threshold, Some(0.0));
 }

@@ -324,6 +324,7 @@ impl Membership {
                                 EndpointHealth::Healthy => balancer::Health::Healthy,
                                 EndpointHealth::Degraded => balancer::Health::Degraded,
                                 EndpointHealth::Unhealthy => balancer::Health::Unhealthy,
+                                EndpointHealth::Draining => balancer::Health::Draining,
                             }),
                     );
                 }

@@ -209,11 +209,11 @@ impl HostHealth {
             return Ejection::None; // removed from the set meanwhile
         };
         let ejection = eject_locked(&mut hosts, index, config, Instant::now());
-        let host = hosts[index].clone();
-        drop(hosts);
+        let host = &hosts[index];
         if ejection == Ejection::Ejected {
             tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host");
-            apply(host_set, &host);
+            // Under the lock: a health check ending the ejection cannot land in between.
+            apply(host_set, host);
         }
         ejection
     }
@@ -236,20 +236,16 @@ impl HostHealth {
             *evaluated_at = now;
         }
         let mut hosts = self.lock();
-        // (index, success rate in percent, tries) of each host not ejected.
+        // (index, success rate in percent, tries) of each host not ejected that was tried;
+        // every host's counts start over, so an ejected host comes back with a clean slate.
         let rates: Vec<(usize, f64, u64)> = hosts
             .iter()
             .enumerate()
-            .filter(|(_, h)| h.ejected_until.is_none())
-            .map(|(i, h)| {
+            .filter_map(|(i, h)| {
                 let tries = h.counters.tries.swap(0, Ordering::Relaxed);
                 let failures = h.counters.failures.swap(0, Ordering::Relaxed).min(tries);
-                let rate = if tries == 0 {
-                    100.0
-                } else {
-                    100.0 * (tries - failures) as f64 / tries as f64
-                };
-                (i, rate, tries)
+                let judged = h.ejected_until.is_none() && tries > 0;
+                judged.then(|| (i, 100.0 * (tries - failures) as f64 / tries as f64, tries))
             })
             .collect();
         let judged = |rule: &config::RateEjection| -> Vec<(usize, f64)> {
@@ -282,7 +278,6 @@ impl HostHealth {
                 outliers.push((i, false));
             }
         }
-        let mut ejected = Vec::new();
         for (index, by_success_rate) in outliers {
             let (rule, detected, enforced) = if by_success_rate {
                 (
@@ -304,16 +299,13 @@ impl HostHealth {
             match eject_locked(&mut hosts, index, &config, now) {
                 Ejection::Ejected => {
                     *enforced += 1;
-                    ejected.push(hosts[index].clone());
+                    let host = &hosts[index];
+                    tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host by its rates");
+                    apply(host_set, host);
                 }
                 Ejection::Overflow => found.overflow += 1,
                 Ejection::None => {}
             }
-        }
-        drop(hosts);
-        for host in ejected {
-            tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host by its rates");
-            apply(host_set, &host);
         }
         found
     }
@@ -384,6 +376,15 @@ fn eject_locked(
     let allowed = share <= f64::from(config.max_ejection_percent)
         || (config.always_eject_one_host && ejected == 0);
     if !allowed {
+        // Counted again from zero, as after any detection in Envoy.
+        hosts[index]
+            .counters
+            .consecutive_5xx
+            .store(0, Ordering::Relaxed);
+        hosts[index]
+            .counters
+            .consecutive_gateway
+            .store(0, Ordering::Relaxed);
         return Ejection::Overflow;
     }
     let host = &mut hosts[index];

@@ -49,7 +49,14 @@ pub(super) async fn check_host(
     tokio::time::sleep(rng.up_to(config.jitter)).await;
     loop {
         stats.health_check_attempt.inc();
-        let verdict = check_once(addr, &config, cluster.tls.as_ref(), cluster.protocol).await;
+        let verdict = check_once(
+            addr,
+            &cluster.name,
+            &config,
+            cluster.tls.as_ref(),
+            cluster.protocol,
+        )
+        .await;
         if verdict == Verdict::Pass {
             stats.health_check_success.inc();
             successes += 1;
@@ -77,6 +84,7 @@ pub(super) async fn check_host(
 /// One check on a new connection, within the timeout.
 async fn check_once(
     addr: SocketAddr,
+    cluster: &str,
     config: &HealthCheckConfig,
     tls: Option<&UpstreamTls>,
     protocol: UpstreamProtocol,
@@ -88,7 +96,8 @@ async fn check_once(
         let Ok(stream) = tokio::net::TcpStream::connect(addr).await else {
             return Verdict::Fail;
         };
-        let host = config.host.clone().unwrap_or_else(|| addr.to_string());
+        // Envoy's default `host`: the cluster's name.
+        let host = config.host.clone().unwrap_or_else(|| cluster.to_owned());
         let body = Bytes::from(config.send.clone().unwrap_or_default());
         let Ok(req) = Request::builder()
             .method(config.method.clone().unwrap_or(http::Method::GET))
@@ -134,10 +143,12 @@ fn http_verdict(config: &HealthCheckConfig, status: u16, body: &[u8]) -> Verdict
     } else {
         in_ranges(&config.expected_statuses, status)
     };
-    if expected && holds_in_order(body, &config.receive) {
+    if !holds_in_order(body, &config.receive) {
+        // A body without what was asked makes the host unhealthy at once, as Envoy.
+        Verdict::FailNow
+    } else if expected {
         Verdict::Pass
-    } else if expected || in_ranges(&config.retriable_statuses, status) {
-        // An expected status whose body lacks what was asked counts as a plain failure.
+    } else if in_ranges(&config.retriable_statuses, status) {
         Verdict::Fail
     } else {
         Verdict::FailNow
@@ -316,7 +327,7 @@ mod tests {
         assert_eq!(http_verdict(&body, 200, b"ok, all ready"), Verdict::Pass);
         assert_eq!(
             http_verdict(&body, 200, b"ready, ok"),
-            Verdict::Fail,
+            Verdict::FailNow,
             "out of order"
         );
     }

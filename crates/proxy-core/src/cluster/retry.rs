@@ -226,6 +226,12 @@ pub(crate) async fn send_with_retries(
             policy.host_selection_attempts,
         )
         .ok_or(ProxyError::NoHealthyUpstream)?;
+        // Every level left out: the pick fell back to the loads as they are, and the levels
+        // tried are counted afresh from here, as Envoy resets them.
+        if excluded.contains(&picked.priority()) {
+            excluded.clear();
+            tried_priorities.clear();
+        }
         *request = plan.rebuild(body);
         // The try's number, where the route counts them (the first try's `1` is the plan's).
         if plan.count_attempts {

@@ -152,7 +152,7 @@ impl SharedCluster {
             match host.health() {
                 balancer::Health::Healthy | balancer::Health::Degraded => healthy += 1,
                 balancer::Health::Ejected => ejected += 1,
-                balancer::Health::Unhealthy => {}
+                balancer::Health::Unhealthy | balancer::Health::Draining => {}
             }
         }
         g.membership_healthy.set(healthy);
