@@ -84,10 +84,7 @@ pub(crate) fn opt_method<S: Serializer>(
 /// Bytes as a health-check payload the file reads back: `{ text: HEX }`.
 pub(crate) fn opt_hex<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
     match bytes {
-        Some(b) => serde::Serialize::serialize(
-            &serde_json::json!({ "text": crate::cluster::check::hex(b) }),
-            s,
-        ),
+        Some(b) => serde::Serialize::serialize(&serde_json::json!({ "text": hex(b) }), s),
         None => s.serialize_none(),
     }
 }
@@ -95,7 +92,7 @@ pub(crate) fn opt_hex<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S:
 pub(crate) fn hex_list<S: Serializer>(list: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
     let list: Vec<serde_json::Value> = list
         .iter()
-        .map(|b| serde_json::json!({ "text": crate::cluster::check::hex(b) }))
+        .map(|b| serde_json::json!({ "text": hex(b) }))
         .collect();
     serde::Serialize::serialize(&list, s)
 }
@@ -159,4 +156,9 @@ pub(crate) fn string_matches<S: Serializer>(
         }
     }
     s.collect_seq(list.iter().map(One))
+}
+
+/// Bytes as lowercase hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -409,11 +409,6 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Bytes as lowercase hexadecimal.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 pub(crate) fn outlier_detection(
     raw: RawOutlierDetection,
     path: &str,

@@ -404,7 +404,7 @@ fn payload(
     use envoy_types::pb::envoy::config::core::v3::health_check::payload::Payload as Kind;
     let text = match p.payload {
         Some(Kind::Text(hex)) => hex,
-        Some(Kind::Binary(bytes)) => crate::cluster::check::hex(&bytes),
+        Some(Kind::Binary(bytes)) => crate::serialize::hex(&bytes),
         None => return Err(ResourceError::invalid(at, "a payload without bytes")),
     };
     Ok(crate::RawPayload {
