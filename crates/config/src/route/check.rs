@@ -763,11 +763,17 @@ fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
     let mut out: Vec<String> = Vec::with_capacity(raw.len());
     for (i, token) in raw.into_iter().enumerate() {
         let lower = token.to_ascii_lowercase();
-        // An HTTP token (RFC 9110 section 5.6.2), without a version.
-        let valid = !lower.is_empty()
-            && lower
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        // A protocol as `Upgrade` names it (RFC 9110 section 7.8): a token, and a version
+        // after `/` if the route names one (`spdy/3.1`).
+        let is_token = |t: &str| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        };
+        let valid = match lower.split_once('/') {
+            None => is_token(&lower),
+            Some((name, version)) => is_token(name) && is_token(version),
+        };
         if !valid {
             return Err(ConfigError::invalid(
                 format!("{path}[{i}]"),

@@ -55,12 +55,19 @@ pub(crate) fn asked(req: &mut Request<RequestBody>, allowed: &[String]) -> Optio
         return None;
     }
     let upgrade = req.headers().get(UPGRADE)?;
-    // The first protocol offered, without a version: `websocket`, `h2c`, `foo/2`.
+    // The first protocol offered: `websocket`, `h2c`, `spdy/3.1`. A route's name without a
+    // version takes any version of it; one with a version, that version alone.
     let first = upgrade.to_str().ok()?.split(',').next()?.trim();
     let name = first.split('/').next()?.trim();
     allowed
         .iter()
-        .any(|a| a.eq_ignore_ascii_case(name))
+        .any(|a| {
+            if a.contains('/') {
+                a.eq_ignore_ascii_case(first)
+            } else {
+                a.eq_ignore_ascii_case(name)
+            }
+        })
         .then(|| Asked::Http1(upgrade.clone()))
 }
 
@@ -299,5 +306,23 @@ mod tests {
                 .bytes()
                 .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/')
         );
+    }
+
+    #[test]
+    fn a_route_names_a_protocol_with_or_without_its_version() {
+        let asks = |upgrade: &str, allowed: &[&str]| {
+            let mut req = Request::get("/")
+                .header("connection", "upgrade")
+                .header("upgrade", upgrade)
+                .body(RequestBody::empty())
+                .unwrap();
+            let allowed: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
+            asked(&mut req, &allowed).is_some()
+        };
+        assert!(asks("websocket", &["websocket"]));
+        assert!(asks("spdy/3.1", &["spdy"]), "any version");
+        assert!(asks("SPDY/3.1", &["spdy/3.1"]));
+        assert!(!asks("spdy/2", &["spdy/3.1"]), "that version alone");
+        assert!(!asks("h2c", &["spdy/3.1"]));
     }
 }
