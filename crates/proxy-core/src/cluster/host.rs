@@ -126,7 +126,12 @@ impl HostPool {
         admitted.hand_over();
         let request = UpstreamRequest::start(self, picked);
         let protocol = match self.settings.protocol {
-            UpstreamProtocol::Auto => Box::pin(self.learn_protocol()).await.inspect(|&protocol| {
+            UpstreamProtocol::Auto => match self.learned.get() {
+                Some(protocol) => Ok(protocol),
+                // Boxed: learning is once per host and worker, not in every request's future.
+                None => Box::pin(self.learn_protocol()).await,
+            }
+            .inspect(|&protocol| {
                 // Written for another host of the cluster (a retry), or before this one chose.
                 super::request_form::fit_to_protocol(req, protocol, self.tls());
             }),

@@ -118,7 +118,9 @@ pub(crate) async fn send_with_retries(
     let mut admitted = Some(admitted);
     loop {
         let tried = Rc::clone(&upstream);
-        tried_priorities.push(picked.priority());
+        // Noted here, kept only if the try is retried: a request that is not retried
+        // allocates nothing for it.
+        let priority = picked.priority();
         let per_try = policy.per_try_timeout.unwrap_or(route_timeout);
         // The first try was admitted by the caller; each retry is a request of its own.
         let slot = match admitted.take() {
@@ -203,6 +205,7 @@ pub(crate) async fn send_with_retries(
             tokio::time::sleep(std::time::Duration::from_micros(wait)).await;
         }
         tried_hosts.push(tried.addr());
+        tried_priorities.push(priority);
         let avoid: &[std::net::SocketAddr] = if policy.previous_hosts {
             &tried_hosts
         } else {
