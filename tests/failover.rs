@@ -3,7 +3,7 @@
 //! `ignore_health_on_host_removal`) with endpoints at two priorities, failing over as the
 //! management server marks hosts unhealthy and coming back; locality weights from the file;
 //! and failover driven by active health checks, where retries with `previous_priorities`
-//! lose no request.
+//! lose no request; zone-aware routing from the local cluster.
 
 #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
 
@@ -286,6 +286,89 @@ clusters:
     let to_c = share(&counts, &[c]);
     assert!((to_c - 0.75).abs() < 0.05, "locality eu/b took {to_c:.3}");
     assert!(share(&counts, &[a]) > 0.05 && share(&counts, &[b]) > 0.05);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_aware_routing_keeps_the_local_zones_share_and_spreads_the_rest_by_spare_capacity() {
+    // Envoy's worked example: the proxies are 40/40/20 % across three zones, the upstream
+    // hosts 25/50/25 %. This proxy, in zone a, keeps 25/40 = 62.5% of its requests in zone a
+    // and sends the rest to the zones with more hosts than proxies, b (1000 of 10000 spare)
+    // and c (500): 25% and 12.5%.
+    let upstreams = futures_upstreams(8).await;
+    let addrs: Vec<SocketAddr> = upstreams.iter().map(|u| u.local_addr()).collect();
+    let zone_of = |i: usize| match i {
+        0..=1 => "a",
+        2..=5 => "b",
+        _ => "c",
+    };
+    let endpoints: String = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            format!(
+                "      - {{ address: \"{a}\", locality: eu/{}/ }}\n",
+                zone_of(i)
+            )
+        })
+        .collect();
+    // The fleet's hosts are only counted, never connected to.
+    let fleet: String = (0..10)
+        .map(|i| {
+            let zone = ["a", "a", "a", "a", "b", "b", "b", "b", "c", "c"][i];
+            format!(
+                "      - {{ address: \"127.0.0.9:{}\", locality: eu/{zone}/ }}\n",
+                1000 + i
+            )
+        })
+        .collect();
+    let proxy = Proxy::start(
+        &format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+node: {{ locality: {{ region: eu, zone: a }} }}
+cluster_manager: {{ local_cluster_name: fleet }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: fleet
+    endpoints:
+{fleet}  - name: backend
+    zone_aware: {{ min_cluster_size: 6 }}
+    endpoints:
+{endpoints}"#
+        ),
+        2,
+    );
+    let total = 10_000;
+    let counts = served_by(proxy.addr(), total).await;
+    let zone_share = |zone: &str| {
+        let hosts: Vec<SocketAddr> = (0..8)
+            .filter(|&i| zone_of(i) == zone)
+            .map(|i| addrs[i])
+            .collect();
+        share(&counts, &hosts)
+    };
+    // 10,000 requests: each share within 0.025 of its mean at over five standard deviations.
+    for (zone, expected) in [("a", 0.625), ("b", 0.25), ("c", 0.125)] {
+        let got = zone_share(zone);
+        assert!(
+            (got - expected).abs() < 0.025,
+            "zone {zone} took {got:.4}, expected {expected}"
+        );
+    }
+    let admin = proxy.admin.unwrap();
+    let sampled = stat(admin, "lb_zone_routing_sampled");
+    let cross = stat(admin, "lb_zone_routing_cross_zone");
+    assert_eq!(sampled + cross, total as i64);
+    assert!(
+        (sampled as f64 / total as f64 - 0.625).abs() < 0.025,
+        "{sampled}"
+    );
+    assert_eq!(stat(admin, "lb_zone_routing_all_directly"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

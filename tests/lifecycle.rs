@@ -399,7 +399,7 @@ fn the_readme_config_reference_is_valid() {
         blocks += 1;
     }
     // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
-    // upgrades, routing, mirroring, the client's address (and its detection), tracing: a
-    // block that stops being fenced as yaml would stop being checked.
-    assert_eq!(blocks, 24, "README yaml blocks");
+    // upgrades, routing, mirroring, the client's address (and its detection), tracing, zone-
+    // aware routing: a block that stops being fenced as yaml would stop being checked.
+    assert_eq!(blocks, 25, "README yaml blocks");
 }

@@ -19,6 +19,7 @@ use crate::host::{Entry, Host, HostSet, Picked, Snapshot};
 use crate::policy::{DEFAULT_PANIC_THRESHOLD, LbPolicy};
 use crate::priority::{self, LevelCounts};
 use crate::random::Alias;
+use crate::zone::{self, LocalCluster, Plan, ZoneAwareSettings, ZoneRoute, ZoneRouting};
 use crate::{
     BuildError, Health, least_request, locality, maglev, random, ring_hash, rng, round_robin,
 };
@@ -40,6 +41,9 @@ pub struct LbSettings {
     /// Draw a locality by its weight before a host (Envoy's `locality_weighted_lb_config`);
     /// not with the hashing policies.
     pub locality_weighted: bool,
+    /// Zone-aware routing, in use when the balancer has a [`LocalCluster`] and neither
+    /// locality weighting nor a hashing policy.
+    pub zone_aware: ZoneAwareSettings,
 }
 
 impl Default for LbSettings {
@@ -48,6 +52,7 @@ impl Default for LbSettings {
             panic_threshold: DEFAULT_PANIC_THRESHOLD,
             overprovisioning_factor: DEFAULT_OVERPROVISIONING_FACTOR,
             locality_weighted: false,
+            zone_aware: ZoneAwareSettings::default(),
         }
     }
 }
@@ -66,6 +71,11 @@ impl LbSettings {
         if self.locality_weighted && policy.hashes() {
             return Err(BuildError::LocalityWeightedHashing {
                 policy: policy.name(),
+            });
+        }
+        if self.zone_aware.routing_enabled > 100 {
+            return Err(BuildError::RoutingEnabledOutOfRange {
+                percent: self.zone_aware.routing_enabled,
             });
         }
         Ok(())
@@ -89,6 +99,8 @@ pub struct LoadBalancer {
     hosts: HostSet,
     policy: LbPolicy,
     settings: LbSettings,
+    /// The proxy's own fleet, for zone-aware routing.
+    local: Option<LocalCluster>,
     compiled: ArcSwap<Compiled>,
     rebuild: Mutex<()>,
     #[cfg(feature = "metrics")]
@@ -127,11 +139,30 @@ impl LoadBalancer {
         policy: LbPolicy,
         settings: LbSettings,
     ) -> Result<Self, BuildError> {
+        Self::with_local_cluster(hosts, policy, settings, None)
+    }
+
+    /// A balancer that routes by zone (Envoy's zone-aware routing) from the proxy's own
+    /// fleet, `local`, whose localities are numbered as the hosts' are. Without locality
+    /// weighting and with a policy that does not hash; otherwise `local` has no effect.
+    pub fn with_local_cluster(
+        hosts: HostSet,
+        policy: LbPolicy,
+        settings: LbSettings,
+        local: Option<LocalCluster>,
+    ) -> Result<Self, BuildError> {
         policy.validate()?;
         settings.validate(&policy)?;
+        let local = local.filter(|_| !settings.locality_weighted && !policy.hashes());
         // Each source's rotation starts at a random place, as Envoy seeds each worker's, so
         // that per-worker balancers do not all send their first requests to the same host.
-        let compiled = Compiled::build(&hosts.snapshot(), &policy, &settings, None);
+        let compiled = Compiled::build(
+            &hosts.snapshot(),
+            &policy,
+            &settings,
+            local.as_ref().map(|l| (l.hosts.snapshot(), l.locality)),
+            None,
+        );
         #[cfg(feature = "metrics")]
         let meters = {
             let meters = crate::meters::Meters::new(policy.name());
@@ -144,6 +175,7 @@ impl LoadBalancer {
             hosts,
             policy,
             settings,
+            local,
             compiled: ArcSwap::from_pointee(compiled),
             rebuild: Mutex::new(()),
             #[cfg(feature = "metrics")]
@@ -162,7 +194,7 @@ impl LoadBalancer {
     #[inline]
     pub fn pick(&self, hash_key: Option<u64>) -> Option<Picked> {
         let compiled = self.compiled.load();
-        let picked = if compiled.version == self.hosts.version() {
+        let picked = if self.is_current(&compiled) {
             compiled.pick(hash_key)
         } else {
             drop(compiled);
@@ -207,6 +239,14 @@ impl LoadBalancer {
         self.settings.panic_threshold
     }
 
+    /// Where zone-aware routing stands for the current hosts.
+    pub fn zone_routing(&self) -> ZoneRouting {
+        self.current()
+            .zone
+            .as_ref()
+            .map_or(ZoneRouting::Off, |z| z.plan.state)
+    }
+
     /// True when the tables in use have a priority level in panic that takes load (too few
     /// available hosts there, so picks that land on it ignore health).
     pub fn in_panic(&self) -> bool {
@@ -230,9 +270,19 @@ impl LoadBalancer {
         self.compiled.load().version
     }
 
+    /// Whether `compiled` was built for the current hosts (and local cluster).
+    #[inline]
+    fn is_current(&self, compiled: &Compiled) -> bool {
+        compiled.version == self.hosts.version()
+            && self
+                .local
+                .as_ref()
+                .is_none_or(|l| compiled.local_version == l.hosts.version())
+    }
+
     fn current(&self) -> Arc<Compiled> {
         let compiled = self.compiled.load_full();
-        if compiled.version == self.hosts.version() {
+        if self.is_current(&compiled) {
             compiled
         } else {
             self.try_refresh()
@@ -253,14 +303,16 @@ impl LoadBalancer {
 
     fn rebuild_locked(&self, _rebuilding: MutexGuard<'_, ()>) -> Arc<Compiled> {
         let current = self.compiled.load_full();
-        let snapshot = self.hosts.snapshot();
-        if current.version == snapshot.version() {
+        if self.is_current(&current) {
             return current;
         }
         let fresh = Arc::new(Compiled::build(
-            &snapshot,
+            &self.hosts.snapshot(),
             &self.policy,
             &self.settings,
+            self.local
+                .as_ref()
+                .map(|l| (l.hosts.snapshot(), l.locality)),
             Some(&current),
         ));
         self.compiled.store(Arc::clone(&fresh));
@@ -285,6 +337,12 @@ impl fmt::Debug for LoadBalancer {
 /// among them.
 struct Compiled {
     version: u64,
+    /// The local cluster's version, with zone-aware routing.
+    local_version: u64,
+    /// Zone-aware routing at priority 0.
+    zone: Option<Box<Zone>>,
+    /// Fail picks that land on a level in panic (`fail_traffic_on_panic`).
+    fail_on_panic: bool,
     /// Running sums of the loads (percent) and where each goes, healthy kinds of every level
     /// first, as Envoy's `choosePriority`; only targets with load. Empty: no host may take
     /// traffic.
@@ -342,6 +400,7 @@ impl Compiled {
         snapshot: &Snapshot,
         policy: &LbPolicy,
         settings: &LbSettings,
+        local: Option<(Arc<Snapshot>, u32)>,
         previous: Option<&Compiled>,
     ) -> Self {
         let entries = snapshot.entries();
@@ -434,8 +493,15 @@ impl Compiled {
                 }
             })
             .collect();
+        let zone = local.as_ref().and_then(|(local, locality)| {
+            let level = priorities.binary_search(&0).ok()?;
+            Zone::build(&builder, level, &members[level], local, *locality, settings)
+        });
         Self {
             version: snapshot.version(),
+            local_version: local.as_ref().map_or(0, |(l, _)| l.version()),
+            zone,
+            fail_on_panic: settings.zone_aware.fail_traffic_on_panic && !policy.hashes(),
             targets: targets.into_boxed_slice(),
             levels,
             panic,
@@ -511,6 +577,20 @@ impl Compiled {
     #[inline]
     fn pick_at(&self, target: Target, hash_key: Option<u64>) -> Option<Picked> {
         let level = &self.levels[target.level];
+        if level.panic && self.fail_on_panic {
+            return None;
+        }
+        let mut unrouted = None;
+        if let Some(zone) = &self.zone
+            && zone.level == target.level
+            && !level.panic
+        {
+            match zone.pick(target.degraded, self.fail_on_panic, hash_key) {
+                ZonePick::Routed(picked) => return picked,
+                ZonePick::Unrouted => {}
+                ZonePick::LocalClusterInPanic => unrouted = Some(ZoneRoute::LocalClusterNotOk),
+            }
+        }
         let group = if level.panic {
             &level.all
         } else if target.degraded {
@@ -518,8 +598,114 @@ impl Compiled {
         } else {
             &level.healthy
         };
-        group.as_ref()?.pick(hash_key)
+        let picked = group.as_ref()?.pick(hash_key);
+        match unrouted {
+            Some(route) => picked.map(|p| p.routed(route)),
+            None => picked,
+        }
     }
+}
+
+/// Zone-aware routing over priority 0: its plan, and a source per locality and kind.
+struct Zone {
+    level: usize,
+    plan: Plan,
+    routing_enabled: u32,
+    /// By the plan's localities.
+    healthy: Box<[Option<Source>]>,
+    degraded: Box<[Option<Source>]>,
+}
+
+impl Zone {
+    fn build<C: Fn(SourceKey) -> u64>(
+        builder: &GroupBuilder<'_, C>,
+        level: usize,
+        members: &[usize],
+        local: &Snapshot,
+        locality: u32,
+        settings: &LbSettings,
+    ) -> Option<Box<Zone>> {
+        let entries = builder.entries;
+        let level_entries = members.iter().map(|&i| &entries[i]);
+        let local_entries = local.entries().iter().filter(|e| e.spec.priority == 0);
+        let plan = zone::plan(
+            level_entries,
+            local_entries,
+            locality,
+            &settings.zone_aware,
+            settings.panic_threshold,
+        );
+        let sources = |kind: u8, health: Health| -> Box<[Option<Source>]> {
+            if !plan.routes() {
+                return Box::default();
+            }
+            plan.localities
+                .iter()
+                .map(|&l| {
+                    let positions: Vec<usize> = members
+                        .iter()
+                        .copied()
+                        .filter(|&i| {
+                            entries[i].spec.locality == l && entries[i].spec.health == health
+                        })
+                        .collect();
+                    let key = SourceKey {
+                        level,
+                        kind,
+                        locality: Some(l),
+                    };
+                    (!positions.is_empty()).then(|| builder.source(key, &positions))
+                })
+                .collect()
+        };
+        Some(Box::new(Zone {
+            level,
+            routing_enabled: settings.zone_aware.routing_enabled,
+            healthy: sources(HEALTHY, Health::Healthy),
+            degraded: sources(DEGRADED, Health::Degraded),
+            plan,
+        }))
+    }
+
+    /// A pick routed by zone, or why this one is not.
+    #[inline]
+    fn pick(&self, degraded: bool, fail_on_panic: bool, hash_key: Option<u64>) -> ZonePick {
+        if !self.plan.routes() {
+            return ZonePick::Unrouted;
+        }
+        if self.routing_enabled < 100 && rng::next_u64() % 100 >= u64::from(self.routing_enabled) {
+            return ZonePick::Unrouted;
+        }
+        if self.plan.local_in_panic {
+            if fail_on_panic {
+                return ZonePick::Routed(None);
+            }
+            return ZonePick::LocalClusterInPanic;
+        }
+        let (locality, route) = self.plan.choose();
+        let sources = if degraded {
+            &self.degraded
+        } else {
+            &self.healthy
+        };
+        // As Envoy: a locality without hosts of the kind yields no host.
+        let picked = sources
+            .get(locality)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.pick(hash_key))
+            .map(|p| p.routed(route));
+        ZonePick::Routed(picked)
+    }
+}
+
+enum ZonePick {
+    /// Routed by zone: the host, or none (a locality without hosts of the kind, or the
+    /// local cluster in panic with `fail_traffic_on_panic`).
+    Routed(Option<Picked>),
+    /// Not routed by zone (routing off, or this request not in `routing_enabled`).
+    Unrouted,
+    /// Not routed by zone: the local cluster is in panic.
+    LocalClusterInPanic,
 }
 
 /// Builds a level's groups.

@@ -38,6 +38,8 @@ pub enum BuildError {
     /// Locality-weighted balancing draws a locality before the host; a hashing policy maps
     /// a key to one host over the whole level, so the two do not combine.
     LocalityWeightedHashing { policy: &'static str },
+    /// Zone-aware routing's `routing_enabled` is a percentage in `0..=100`.
+    RoutingEnabledOutOfRange { percent: u32 },
 }
 
 impl fmt::Display for BuildError {
@@ -99,6 +101,10 @@ impl fmt::Display for BuildError {
             BuildError::LocalityWeightedHashing { policy } => write!(
                 f,
                 "locality-weighted balancing does not combine with {policy}, which hashes over every host of a priority"
+            ),
+            BuildError::RoutingEnabledOutOfRange { percent } => write!(
+                f,
+                "zone-aware routing_enabled is {percent}%; it must be within 0..=100"
             ),
         }
     }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arc_swap::ArcSwap;
 
 use crate::BuildError;
+use crate::zone::ZoneRoute;
 
 /// A host's health, as health checking and outlier detection report it.
 ///
@@ -417,6 +418,7 @@ pub struct Picked {
     host: Arc<Host>,
     index: usize,
     priority: u32,
+    zone: Option<ZoneRoute>,
 }
 
 impl Picked {
@@ -427,7 +429,20 @@ impl Picked {
             host: Arc::clone(host),
             index,
             priority,
+            zone: None,
         }
+    }
+
+    /// The same pick, noted as routed by zone this way.
+    #[inline]
+    pub(crate) fn routed(mut self, route: ZoneRoute) -> Self {
+        self.zone = Some(route);
+        self
+    }
+
+    /// How zone-aware routing chose the host's locality; `None` when it played no part.
+    pub fn zone_route(&self) -> Option<ZoneRoute> {
+        self.zone
     }
 
     /// The priority level the host was picked at.

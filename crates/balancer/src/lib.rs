@@ -18,7 +18,9 @@
 //! (50% by default) the balancer ignores health and uses every host, as Envoy does. Hosts at
 //! priority 1 and beyond take the load that the levels above cannot (Envoy's overprovisioning
 //! factor, 140% by default), and with [`LbSettings::locality_weighted`] each pick draws a
-//! locality by its weight first.
+//! locality by its weight first. Given the proxy's own fleet ([`LocalCluster`]), a balancer
+//! routes by zone as Envoy does: as much traffic to its own locality as keeps the upstream
+//! hosts evenly loaded.
 //!
 //! # Embedding
 //!
@@ -122,6 +124,7 @@ mod round_robin;
 #[cfg(feature = "tower")]
 mod service;
 mod split;
+mod zone;
 
 pub use balancer::{DEFAULT_OVERPROVISIONING_FACTOR, LbSettings, LoadBalancer};
 pub use error::BuildError;
@@ -139,6 +142,7 @@ pub use service::{
     ResponseFuture,
 };
 pub use split::WeightedSplit;
+pub use zone::{LocalCluster, ZoneAwareSettings, ZoneRoute, ZoneRouting};
 
 #[cfg(test)]
 mod tests {

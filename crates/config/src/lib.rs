@@ -110,6 +110,9 @@ pub struct Config {
     pub tracing: Option<TracingConfig>,
     pub listeners: Vec<ListenerConfig>,
     pub clusters: Vec<ClusterConfig>,
+    /// The proxy's own fleet, which clusters route by zone from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_cluster: Option<cluster::local::LocalClusterConfig>,
     /// The management server listeners, routes, clusters and endpoints also come from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xds: Option<XdsConfig>,

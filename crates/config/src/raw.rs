@@ -33,6 +33,8 @@ pub struct RawConfig {
     pub node: Option<RawNode>,
     /// Where listeners, routes, clusters and endpoints come from besides this file.
     pub dynamic_resources: Option<RawDynamicResources>,
+    /// The proxy's own fleet, for zone-aware routing.
+    pub cluster_manager: Option<crate::cluster::local::RawClusterManager>,
 }
 
 /// `concurrency: auto` or a number of workers.

@@ -103,10 +103,21 @@ pub(crate) fn lb_settings<S: Serializer>(
     s: S,
 ) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(3))?;
+    let mut map = s.serialize_map(Some(4))?;
     map.serialize_entry("healthy_panic_threshold", &settings.panic_threshold)?;
     map.serialize_entry("overprovisioning_factor", &settings.overprovisioning_factor)?;
     map.serialize_entry("locality_weighted", &settings.locality_weighted)?;
+    let z = &settings.zone_aware;
+    map.serialize_entry(
+        "zone_aware",
+        &serde_json::json!({
+            "routing_enabled": z.routing_enabled,
+            "min_cluster_size": z.min_cluster_size,
+            "force_local_zone_min_size": z.force_local_zone_min_size,
+            "fail_traffic_on_panic": z.fail_traffic_on_panic,
+            "locality_basis": if z.weight_basis { "healthy_hosts_weight" } else { "healthy_hosts_num" },
+        }),
+    )?;
     map.end()
 }
 

@@ -47,7 +47,14 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
         }
     }
 
+    let node_locality = raw.node.as_ref().and_then(|n| n.locality.clone());
     let xds = xds::bootstrap(raw.node, raw.dynamic_resources)?;
+    let local_cluster = cluster::local::local_cluster(
+        raw.cluster_manager,
+        node_locality.as_ref(),
+        &clusters,
+        xds.is_some(),
+    )?;
     // With a management server, listeners may all come from it.
     if raw.listeners.is_empty() && xds.is_none() {
         return Err(ConfigError::invalid(
@@ -144,6 +151,7 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
         tracing,
         listeners,
         clusters,
+        local_cluster,
         xds,
         origin,
     })

@@ -435,6 +435,26 @@ catalog! {
             "upstream_rq_shadow_failed",
             "Copies that got no response: refused (no host, a full breaker), failed, timed out, or given up when the original's body outgrew the buffer limit.",
         ),
+        lb_zone_routing_all_directly: counter = lb_zone_routing_all_directly(
+            "lb_zone_routing_all_directly",
+            "Requests zone-aware routing sent to the local zone, which has enough hosts for all of it.",
+        ),
+        lb_zone_routing_sampled: counter = lb_zone_routing_sampled(
+            "lb_zone_routing_sampled",
+            "Requests zone-aware routing kept in the local zone, within the share its hosts can take.",
+        ),
+        lb_zone_routing_cross_zone: counter = lb_zone_routing_cross_zone(
+            "lb_zone_routing_cross_zone",
+            "Requests zone-aware routing sent to another zone, past the share the local zone's hosts can take.",
+        ),
+        lb_zone_no_capacity_left: counter = lb_zone_no_capacity_left(
+            "lb_zone_no_capacity_left",
+            "Cross-zone requests sent to a random zone because no zone had spare capacity (also in lb_zone_routing_cross_zone).",
+        ),
+        lb_local_cluster_not_ok: counter = lb_local_cluster_not_ok(
+            "lb_local_cluster_not_ok",
+            "Requests not routed by zone because the local cluster was in panic.",
+        ),
         outlier_detection_ejections_enforced_total: counter = outlier_detection_ejections_enforced_total(
             "outlier_detection_ejections_enforced_total",
             "Hosts ejected by outlier detection.",

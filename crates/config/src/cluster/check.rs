@@ -88,11 +88,19 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             .overprovisioning_factor
             .unwrap_or(balancer::DEFAULT_OVERPROVISIONING_FACTOR),
         locality_weighted: raw.locality_weighted.unwrap_or(false),
+        zone_aware: zone_aware(raw.zone_aware.as_ref(), path)?,
     };
+    if raw.zone_aware.is_some() && lb_settings.locality_weighted {
+        return Err(ConfigError::invalid(
+            format!("{path}.zone_aware"),
+            "zone-aware routing and locality_weighted are two ways to choose a locality; give one",
+        ));
+    }
     lb_settings.validate(&lb_policy).map_err(|e| {
         let key = match e {
             balancer::BuildError::PanicThresholdOutOfRange { .. } => "healthy_panic_threshold",
             balancer::BuildError::OverprovisioningFactorZero => "overprovisioning_factor",
+            balancer::BuildError::RoutingEnabledOutOfRange { .. } => "zone_aware.routing_enabled",
             _ => "locality_weighted",
         };
         ConfigError::invalid(format!("{path}.{key}"), e.to_string())
@@ -555,4 +563,43 @@ pub(crate) fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, Config
         .validate()
         .map_err(|e| ConfigError::invalid(format!("{path}.{key}"), e.to_string()))?;
     Ok(policy)
+}
+
+/// A cluster's `zone_aware` settings, Envoy's defaults where not given.
+fn zone_aware(
+    raw: Option<&RawZoneAware>,
+    path: &str,
+) -> Result<balancer::ZoneAwareSettings, ConfigError> {
+    let defaults = balancer::ZoneAwareSettings::default();
+    let Some(raw) = raw else {
+        return Ok(defaults);
+    };
+    let routing_enabled = match raw.routing_enabled {
+        None => defaults.routing_enabled,
+        // Rounded to a whole percent, as Envoy reads it.
+        Some(p) if (0.0..=100.0).contains(&p) => p.round() as u32,
+        Some(p) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.zone_aware.routing_enabled"),
+                format!("expected a percentage within 0..=100, found {p}"),
+            ));
+        }
+    };
+    let weight_basis = match raw.locality_basis.as_deref() {
+        None | Some("healthy_hosts_num") => false,
+        Some("healthy_hosts_weight") => true,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.zone_aware.locality_basis"),
+                format!("expected `healthy_hosts_num` or `healthy_hosts_weight`, found `{other}`"),
+            ));
+        }
+    };
+    Ok(balancer::ZoneAwareSettings {
+        routing_enabled,
+        min_cluster_size: raw.min_cluster_size.unwrap_or(defaults.min_cluster_size),
+        force_local_zone_min_size: raw.force_local_zone_min_size,
+        fail_traffic_on_panic: raw.fail_traffic_on_panic.unwrap_or(false),
+        weight_basis,
+    })
 }

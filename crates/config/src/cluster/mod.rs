@@ -9,6 +9,7 @@
 pub(crate) mod check;
 pub(crate) mod check_dns;
 pub mod dns;
+pub mod local;
 pub mod raw;
 pub mod xds;
 pub mod xds_endpoints;

@@ -21,6 +21,7 @@ pub struct RawCluster {
     pub healthy_panic_threshold: Option<f64>,
     pub overprovisioning_factor: Option<u32>,
     pub locality_weighted: Option<bool>,
+    pub zone_aware: Option<RawZoneAware>,
     #[serde(default)]
     pub protocol: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -170,6 +171,21 @@ pub struct RawWeightedEndpoint {
     pub locality: Option<String>,
     pub locality_weight: Option<u32>,
     pub health: Option<String>,
+}
+
+/// Zone-aware routing's settings (Envoy's `zone_aware_lb_config`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawZoneAware {
+    /// Percent of requests routed by zone (100).
+    pub routing_enabled: Option<f64>,
+    /// Fewer healthy hosts than this: no zone routing (6).
+    pub min_cluster_size: Option<u64>,
+    /// With this many healthy hosts in the local zone, everything goes there.
+    pub force_local_zone_min_size: Option<u32>,
+    pub fail_traffic_on_panic: Option<bool>,
+    /// `healthy_hosts_num` (the default) or `healthy_hosts_weight`.
+    pub locality_basis: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -190,6 +190,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         healthy_panic_threshold: balancing.healthy_panic_threshold,
         overprovisioning_factor: None,
         locality_weighted: Some(balancing.locality_weighted),
+        zone_aware: balancing.zone_aware,
         protocol: http.protocol.map(str::to_owned),
         connect_timeout,
         max_requests_per_connection: http.max_requests_per_connection,

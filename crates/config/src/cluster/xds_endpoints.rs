@@ -80,13 +80,10 @@ fn locality_hosts(
 ) -> Result<(), ResourceError> {
     let endpoints = std::mem::take(&mut group.lb_endpoints);
     let priority = std::mem::take(&mut group.priority);
-    let locality = group.locality.take().map(|l| {
-        if l.zone.is_empty() && l.sub_zone.is_empty() {
-            l.region
-        } else {
-            format!("{}/{}/{}", l.region, l.zone, l.sub_zone)
-        }
-    });
+    let locality = group
+        .locality
+        .take()
+        .map(|l| crate::cluster::local::locality_name(&l.region, &l.zone, &l.sub_zone));
     let locality_weight = group.load_balancing_weight.take().map(|w| w.value);
     if locality_weight == Some(0) {
         return Err(ResourceError::invalid(

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::{
 use envoy_types::pb::google::protobuf::Any;
 
 use crate::envoy::{ResourceError, fields, nothing_else};
-use crate::{RawLeastRequest, RawMaglev, RawRingHash};
+use crate::{RawLeastRequest, RawMaglev, RawRingHash, RawZoneAware};
 
 const EXTENSIONS: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.";
 
@@ -29,6 +29,7 @@ pub(crate) struct Balancing {
     pub(crate) ring_hash: Option<RawRingHash>,
     pub(crate) maglev: Option<RawMaglev>,
     pub(crate) locality_weighted: bool,
+    pub(crate) zone_aware: Option<RawZoneAware>,
     pub(crate) healthy_panic_threshold: Option<f64>,
 }
 
@@ -161,7 +162,7 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
         "round_robin.v3.RoundRobin" => {
             let mut rr: RoundRobin = decode(&config, &at)?;
             balancing.lb_policy = "round_robin";
-            balancing.locality_weighted = locality(rr.locality_lb_config.take(), &at)?;
+            locality(rr.locality_lb_config.take(), &mut balancing, &at)?;
             nothing_else(&rr, fields::ROUND_ROBIN, &at)?;
         }
         "least_request.v3.LeastRequest" => {
@@ -171,7 +172,7 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
                 choice_count: lr.choice_count.take().map(|v| v.value),
                 active_request_bias: lr.active_request_bias.take().map(|v| v.default_value),
             });
-            balancing.locality_weighted = locality(lr.locality_lb_config.take(), &at)?;
+            locality(lr.locality_lb_config.take(), &mut balancing, &at)?;
             // Envoy's default selection: N random choices.
             if lr.enable_full_scan.as_ref().is_some_and(|v| !v.value) {
                 lr.enable_full_scan = None;
@@ -181,7 +182,7 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
         "random.v3.Random" => {
             let mut random: Random = decode(&config, &at)?;
             balancing.lb_policy = "random";
-            balancing.locality_weighted = locality(random.locality_lb_config.take(), &at)?;
+            locality(random.locality_lb_config.take(), &mut balancing, &at)?;
             nothing_else(&random, fields::RANDOM, &at)?;
         }
         "ring_hash.v3.RingHash" => {
@@ -224,18 +225,49 @@ fn decode<M: prost::Message + Default>(config: &Any, at: &str) -> Result<M, Reso
         .map_err(|e| ResourceError::invalid(at, format!("cannot decode: {e}")))
 }
 
-/// Whether the extension's `locality_lb_config` asks for locality-weighted balancing.
-fn locality(config: Option<LocalityLbConfig>, at: &str) -> Result<bool, ResourceError> {
+/// The extension's `locality_lb_config`: locality-weighted balancing, or zone-aware
+/// routing's settings.
+// `force_locality_direct_routing` is deprecated but still sent; it is read, not ignored.
+#[allow(deprecated)]
+fn locality(
+    config: Option<LocalityLbConfig>,
+    balancing: &mut Balancing,
+    at: &str,
+) -> Result<(), ResourceError> {
+    use locality_lb_config::zone_aware_lb_config::LocalityBasis;
     match config.and_then(|c| c.locality_config_specifier) {
-        None => Ok(false),
-        Some(locality_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_)) => Ok(true),
-        Some(locality_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(_)) => {
-            Err(unsupported(
-                at,
-                "locality_lb_config.zone_aware_lb_config (zone-aware routing)",
-            ))
+        None => {}
+        Some(locality_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_)) => {
+            balancing.locality_weighted = true;
+        }
+        Some(locality_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(zone)) => {
+            let at = format!("{at}.locality_lb_config.zone_aware_lb_config");
+            let basis = LocalityBasis::try_from(zone.locality_basis).map_err(|_| {
+                ResourceError::invalid(format!("{at}.locality_basis"), "unknown basis")
+            })?;
+            // As Envoy: force_local_zone's size (1 when not given), else the deprecated
+            // flag's 1.
+            let force = match zone.force_local_zone {
+                Some(force) => Some(force.min_size.map_or(1, |v| v.value)),
+                None if zone.force_locality_direct_routing => Some(1),
+                None => None,
+            };
+            balancing.zone_aware = Some(RawZoneAware {
+                routing_enabled: zone.routing_enabled.map(|p| p.value),
+                min_cluster_size: zone.min_cluster_size.map(|v| v.value),
+                force_local_zone_min_size: force,
+                fail_traffic_on_panic: Some(zone.fail_traffic_on_panic),
+                locality_basis: Some(
+                    match basis {
+                        LocalityBasis::HealthyHostsNum => "healthy_hosts_num",
+                        LocalityBasis::HealthyHostsWeight => "healthy_hosts_weight",
+                    }
+                    .to_owned(),
+                ),
+            });
         }
     }
+    Ok(())
 }
 
 /// The hashing options: only Envoy's defaults (hash by address, no balance factor).
@@ -270,8 +302,13 @@ fn common_settings(
         Some(common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_)) => {
             balancing.locality_weighted = true;
         }
-        Some(common_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(_)) => {
-            return Err(unsupported(at, "zone_aware_lb_config (zone-aware routing)"));
+        Some(common_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(zone)) => {
+            balancing.zone_aware = Some(RawZoneAware {
+                routing_enabled: zone.routing_enabled.map(|p| p.value),
+                min_cluster_size: zone.min_cluster_size.map(|v| v.value),
+                fail_traffic_on_panic: Some(zone.fail_traffic_on_panic),
+                ..RawZoneAware::default()
+            });
         }
     }
     if common

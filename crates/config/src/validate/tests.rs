@@ -787,3 +787,38 @@ fn auto_protocol_needs_tls_and_endpoints_check_their_localities() {
     assert!(c.lb_settings.locality_weighted);
     assert_eq!(c.lb_settings.overprovisioning_factor, 100);
 }
+
+#[test]
+fn zone_aware_routing_needs_a_local_cluster_that_exists_and_the_nodes_locality() {
+    // `cluster` goes into the cluster `backend`, the last of MINIMAL.
+    let with = |top: &str, cluster: &str| format!("{top}\n{MINIMAL}    {cluster}\n");
+    let good = with(
+        "node: { locality: { region: eu, zone: a } }\ncluster_manager: { local_cluster_name: backend }",
+        "zone_aware: { routing_enabled: 90, min_cluster_size: 1, force_local_zone_min_size: 2 }",
+    );
+    let config = Config::from_yaml(&good).unwrap();
+    let local = config.local_cluster.as_ref().unwrap();
+    assert_eq!(
+        (local.name.as_str(), local.locality.as_str()),
+        ("backend", "eu/a/")
+    );
+    let zone = config.clusters[0].lb_settings.zone_aware;
+    assert_eq!(zone.routing_enabled, 90);
+    assert_eq!(zone.min_cluster_size, 1);
+    assert_eq!(zone.force_local_zone_min_size, Some(2));
+
+    let missing = error_of(&with(
+        "node: { locality: { zone: a } }\ncluster_manager: { local_cluster_name: fleet }",
+        "zone_aware: {}",
+    ));
+    assert!(missing.contains("no cluster is named `fleet`"), "{missing}");
+    let no_locality = error_of(&with(
+        "cluster_manager: { local_cluster_name: backend }",
+        "zone_aware: {}",
+    ));
+    assert!(no_locality.contains("node.locality"), "{no_locality}");
+    let both = error_of(&with("", "zone_aware: {}\n    locality_weighted: true"));
+    assert!(both.contains("clusters[0].zone_aware"), "{both}");
+    let over = error_of(&with("", "zone_aware: { routing_enabled: 101 }"));
+    assert!(over.contains("routing_enabled"), "{over}");
+}

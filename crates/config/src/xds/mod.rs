@@ -74,7 +74,7 @@ pub(crate) fn bootstrap(
         ads: RawAds { address, protocol },
     }) = dynamic
     else {
-        if node.is_some() {
+        if node.is_some_and(|n| n.locality.is_none()) {
             tracing::debug!("`node` is given without `dynamic_resources`; it has no use");
         }
         return Ok(None);
@@ -349,8 +349,11 @@ fn rename(path: &str, key: &str, own: usize, names: &[String], kind: &str) -> Op
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawNode {
+    #[serde(default)]
     pub id: String,
     pub cluster: Option<String>,
+    /// Where this proxy runs, for zone-aware routing.
+    pub locality: Option<crate::cluster::local::RawLocality>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

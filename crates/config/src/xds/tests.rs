@@ -1776,10 +1776,21 @@ fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
         slow.encode_to_vec(),
     );
     assert!(refused(&c).contains("slow_start_config"), "{}", refused(&c));
+    // Zone-aware routing as Envoy Gateway writes it (`force_local_zone` without a size: 1).
+    use locality_lb_config::zone_aware_lb_config::ForceLocalZone;
     let zone = LeastRequest {
         locality_lb_config: Some(LocalityLbConfig {
             locality_config_specifier: Some(
-                locality_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(Default::default()),
+                locality_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(
+                    locality_lb_config::ZoneAwareLbConfig {
+                        routing_enabled: Some(Percent { value: 90.0 }),
+                        min_cluster_size: Some(envoy_types::pb::google::protobuf::UInt64Value {
+                            value: 1,
+                        }),
+                        force_local_zone: Some(ForceLocalZone { min_size: None }),
+                        ..Default::default()
+                    },
+                ),
             ),
         }),
         ..Default::default()
@@ -1789,11 +1800,13 @@ fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
         "least_request.v3.LeastRequest",
         zone.encode_to_vec(),
     );
-    assert!(
-        refused(&c).contains("zone_aware_lb_config"),
-        "{}",
-        refused(&c)
-    );
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let zone = raw.zone_aware.unwrap();
+    assert_eq!(zone.routing_enabled, Some(90.0));
+    assert_eq!(zone.min_cluster_size, Some(1));
+    assert_eq!(zone.force_local_zone_min_size, Some(1));
+    assert_eq!(zone.locality_basis.as_deref(), Some("healthy_hosts_num"));
+    assert_eq!(raw.locality_weighted, Some(false));
     with_policy(
         &mut c,
         "client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin",

@@ -191,7 +191,7 @@ fn clusters_json(generation: &Generation, snapshot: &Snapshot) -> serde_json::Va
                         "address": addr,
                         "weight": host.weight(),
                         "priority": spec.priority,
-                        "locality": shared.locality_name(spec.locality),
+                        "locality": crate::cluster::locality::name(spec.locality),
                         "health": format!("{:?}", host.health()).to_lowercase(),
                         "passing_health_checks": passing,
                         "ejected": ejected,

@@ -194,8 +194,6 @@ pub(crate) struct Membership {
     /// The hosts names gave before a reload, kept until the names it added have had their
     /// first answer: a reload that swaps one name for another leaves no gap without hosts.
     interim: Vec<balancer::HostSpec>,
-    /// The configured localities' names, sorted.
-    localities: Vec<String>,
 }
 
 impl Membership {
@@ -204,7 +202,6 @@ impl Membership {
             configured: Vec::new(),
             answers: HashMap::new(),
             interim: Vec::new(),
-            localities: Vec::new(),
         };
         membership.configure(configured);
         membership
@@ -214,13 +211,6 @@ impl Membership {
     pub(crate) fn configure(&mut self, configured: &[Endpoint]) {
         let before = self.named_hosts();
         self.configured = configured.to_vec();
-        let mut localities: Vec<String> = configured
-            .iter()
-            .filter_map(|e| e.locality.clone())
-            .collect();
-        localities.sort_unstable();
-        localities.dedup();
-        self.localities = localities;
         let names: HashSet<String> = self.names().map(str::to_owned).collect();
         self.answers.retain(|name, _| names.contains(name));
         for name in names {
@@ -285,24 +275,6 @@ impl Membership {
         specs
     }
 
-    /// The number the balancer knows a locality by: 0 for none, else 1 + its place among the
-    /// configured localities in name order.
-    fn locality_id(&self, name: Option<&str>) -> u32 {
-        name.and_then(|name| {
-            self.localities
-                .binary_search_by(|l| l.as_str().cmp(name))
-                .ok()
-        })
-        .map_or(0, |i| i as u32 + 1)
-    }
-
-    /// The name of the locality the balancer knows by `id`.
-    pub(crate) fn locality_name(&self, id: u32) -> Option<&str> {
-        id.checked_sub(1)
-            .and_then(|i| self.localities.get(i as usize))
-            .map(String::as_str)
-    }
-
     /// The hosts that names gave.
     fn named_hosts(&self) -> Vec<balancer::HostSpec> {
         self.hosts(EndpointAddress::is_name)
@@ -312,7 +284,7 @@ impl Membership {
         let mut seen = HashSet::new();
         let mut specs = Vec::with_capacity(self.configured.len());
         for endpoint in self.configured.iter().filter(|e| which(&e.address)) {
-            let locality = self.locality_id(endpoint.locality.as_deref());
+            let locality = super::locality::id(endpoint.locality.as_deref());
             let mut add = |addr: SocketAddr| {
                 if seen.insert(addr) {
                     specs.push(

@@ -14,6 +14,7 @@
 //! health_check.rs  active health checks (HTTP, TCP), as the monitor runs them
 //! shared.rs      what all workers share              monitor.rs   health checks, headroom
 //! dns.rs         names among the endpoints, resolved and followed (STRICT_DNS)
+//! locality.rs    one number per locality name, for the whole process
 //! upgrade.rs     upgrade requests, each on a connection of its own
 //! request_form.rs  the request head as HTTP/1.1 or HTTP/2 writes it
 //! ```
@@ -30,6 +31,7 @@ mod h2_conn;
 mod health;
 mod health_check;
 mod host;
+pub(crate) mod locality;
 pub(crate) mod monitor;
 mod request_form;
 mod retry;
@@ -42,7 +44,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use balancer::{LoadBalancer, Picked};
+use balancer::{LoadBalancer, LocalCluster, Picked, ZoneRoute};
 use http::HeaderMap;
 
 use crate::catalog::{Catalog, ClusterStats};
@@ -60,6 +62,8 @@ pub(crate) struct Cluster {
     /// The worker's pools for the host set's hosts, in the set's order as of `version`.
     pools: RefCell<Pools>,
     balancer: LoadBalancer,
+    /// The local cluster this one routes by zone from, and this proxy's locality, if any.
+    local: Option<(Arc<SharedCluster>, u32)>,
     hash_key: Option<HashKey>,
     settings: Rc<UpstreamSettings>,
     stats: Rc<ClusterStats>,
@@ -77,18 +81,26 @@ struct Pools {
 }
 
 impl Cluster {
+    /// `local`: the local cluster and this proxy's locality (zone-aware routing).
     pub(crate) fn new(
         config: &ClusterConfig,
         shared: &Arc<SharedCluster>,
+        local: Option<(&Arc<SharedCluster>, &str)>,
         catalog: &Catalog,
         shard: &stats::Shard,
     ) -> Self {
         let stats = Rc::new(catalog.cluster(shard, &config.name));
         let settings = Rc::new(UpstreamSettings::new(config, Arc::clone(shared)));
-        let balancer = LoadBalancer::with_settings(
+        let local =
+            local.map(|(cluster, locality)| (Arc::clone(cluster), locality::id(Some(locality))));
+        let balancer = LoadBalancer::with_local_cluster(
             shared.host_set.clone(),
             config.lb_policy,
             config.lb_settings,
+            local.as_ref().map(|(cluster, locality)| LocalCluster {
+                hosts: cluster.host_set.clone(),
+                locality: *locality,
+            }),
         )
         .expect("the policy and settings were validated with the config");
         let cluster = Self {
@@ -97,6 +109,7 @@ impl Cluster {
                 hosts: Vec::new(),
             }),
             balancer,
+            local,
             hash_key: config.hash_key.clone(),
             settings,
             stats,
@@ -114,6 +127,18 @@ impl Cluster {
     /// The cluster's `per_connection_buffer_limit_bytes`.
     pub(crate) fn buffer_limit(&self) -> usize {
         self.settings.buffer_limit
+    }
+
+    /// Whether this cluster routes by zone from `local` (the same local cluster and
+    /// locality, or none).
+    pub(crate) fn has_local(&self, local: Option<(&Arc<SharedCluster>, &str)>) -> bool {
+        match (&self.local, local) {
+            (None, None) => true,
+            (Some((a, id)), Some((b, name))) => {
+                Arc::ptr_eq(a, b) && *id == locality::id(Some(name))
+            }
+            _ => false,
+        }
     }
 
     /// The shared state this worker's cluster was built on.
@@ -186,6 +211,9 @@ impl Cluster {
     /// loads where others are available (a retry's `previous_priorities`).
     fn pick_excluding(&self, key: Option<u64>, excluded: &[u32]) -> Option<(Rc<HostPool>, Picked)> {
         let picked = self.balancer.pick_excluding(key, excluded)?;
+        if let Some(route) = picked.zone_route() {
+            self.count_zone_route(route);
+        }
         if let Some(pool) = self.pool_of(&picked) {
             return Some((pool, picked));
         }
@@ -193,6 +221,20 @@ impl Cluster {
         self.sync_pools();
         let pool = self.pool_of(&picked)?;
         Some((pool, picked))
+    }
+
+    fn count_zone_route(&self, route: ZoneRoute) {
+        let s = &self.stats;
+        match route {
+            ZoneRoute::AllDirectly => s.lb_zone_routing_all_directly.inc(),
+            ZoneRoute::Sampled => s.lb_zone_routing_sampled.inc(),
+            ZoneRoute::CrossZone => s.lb_zone_routing_cross_zone.inc(),
+            ZoneRoute::NoCapacityLeft => {
+                s.lb_zone_routing_cross_zone.inc();
+                s.lb_zone_no_capacity_left.inc();
+            }
+            ZoneRoute::LocalClusterNotOk => s.lb_local_cluster_not_ok.inc(),
+        }
     }
 
     /// The pool of the picked host, made on its first request; `None` if the host is not in

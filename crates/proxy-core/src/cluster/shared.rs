@@ -124,11 +124,6 @@ impl SharedCluster {
         }
     }
 
-    /// The name of the locality the balancer knows by `id`.
-    pub(crate) fn locality_name(&self, id: u32) -> Option<String> {
-        self.membership().locality_name(id).map(str::to_owned)
-    }
-
     /// Sets the breaker and membership gauges from the live counts.
     pub(crate) fn refresh_gauges(&self) {
         let b = &self.breakers;

@@ -124,16 +124,21 @@ impl Worker {
             .iter()
             .map(|c| (Arc::as_ptr(c.shared()), Rc::clone(c)))
             .collect();
+        // The local cluster, which clusters route by zone from.
+        let local = config.local_cluster.as_ref().and_then(|local| {
+            let i = config.clusters.iter().position(|c| c.name == local.name)?;
+            Some((generation.clusters.get(i)?, local.locality.as_str()))
+        });
         self.clusters = config
             .clusters
             .iter()
             .zip(generation.clusters.iter())
             .map(|(c, shared)| match old.remove(&Arc::as_ptr(shared)) {
-                Some(kept) => {
+                Some(kept) if kept.has_local(local) => {
                     kept.sync_pools();
                     kept
                 }
-                None => Rc::new(Cluster::new(c, shared, catalog, &self.shard)),
+                _ => Rc::new(Cluster::new(c, shared, local, catalog, &self.shard)),
             })
             .collect();
         let tracer = match &generation.tracer {
