@@ -1,6 +1,8 @@
 //! HTTP/2 to the hosts with a cluster's own flow-control windows (Envoy's cluster
 //! `http2_protocol_options`, which Envoy Gateway sends with every HTTP/2 backend), as a host
 //! sees them in the proxy's connection preface.
+//! Connections closed after `idle_timeout` and retired at `max_connection_duration`, over
+//! both protocols.
 
 #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
 
@@ -98,5 +100,92 @@ async fn a_clusters_windows_are_what_its_hosts_are_offered() {
         // The host went away without answering: the request ends (502 or 503), not hangs.
         let answer = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
         assert!(answer.is_ok_and(|r| r.status().is_server_error()));
+    }
+}
+
+/// A proxy with one worker in front of `upstream`, speaking `protocol` to it, with the
+/// cluster settings `extra`.
+fn timed_proxy(upstream: SocketAddr, protocol: &str, extra: &str) -> Proxy {
+    Proxy::start(
+        &format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: ["{upstream}"]
+    protocol: {protocol}
+    {extra}
+"#
+        ),
+        1,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_connection_idle_past_idle_timeout_is_closed_over_both_protocols() {
+    for protocol in ["http1", "http2"] {
+        let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let proxy = timed_proxy(
+            upstream.local_addr(),
+            protocol,
+            "idle_timeout: 200ms\n    tcp_keepalive: { probes: 3, time: 60s, interval: 10s }",
+        );
+        let admin = proxy.admin.unwrap();
+        let (_, dump) = admin_request(admin, "GET", "/config_dump");
+        let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
+        let keepalive = &dump["clusters"][0]["tcp_keepalive"];
+        assert_eq!(
+            *keepalive,
+            serde_json::json!({ "probes": 3, "time": "60s", "interval": "10s" })
+        );
+        let res = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(res.status(), 200);
+        text(res.into_body()).await;
+        // Closed by the proxy with no request after it: nothing else would close it.
+        eventually("the idle connection closed", async || {
+            stat(admin, "upstream_cx_idle_timeout") == 1 && stat(admin, "upstream_cx_active") == 0
+        })
+        .await;
+        // The next request opens a new connection.
+        let res = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(res.status(), 200, "{protocol}");
+        assert_eq!(upstream.connections(), 2, "{protocol}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_upstream_connection_is_replaced_at_max_connection_duration_over_both_protocols() {
+    for protocol in ["http1", "http2"] {
+        let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let proxy = timed_proxy(
+            upstream.local_addr(),
+            protocol,
+            "max_connection_duration: 200ms",
+        );
+        let admin = proxy.admin.unwrap();
+        // Requests one after another, never idle long: the first connection is retired
+        // when it reaches 200 ms, and no request fails for it.
+        eventually("a second upstream connection", async || {
+            let res = send_h1(proxy.addr(), get("/", &[])).await;
+            assert_eq!(res.status(), 200, "{protocol}");
+            text(res.into_body()).await;
+            upstream.connections() >= 2
+        })
+        .await;
+        assert!(
+            stat(admin, "upstream_cx_max_duration_reached") >= 1,
+            "{protocol}"
+        );
+        assert_eq!(stat(admin, "upstream_cx_idle_timeout"), 0, "{protocol}");
     }
 }

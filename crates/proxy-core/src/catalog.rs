@@ -359,6 +359,14 @@ catalog! {
             "upstream_cx_connect_fail",
             "Upstream connects refused or failed.",
         ),
+        cx_idle_timeout: counter = upstream_cx_idle_timeout(
+            "upstream_cx_idle_timeout",
+            "Upstream connections closed after idle_timeout without a request.",
+        ),
+        cx_max_duration_reached: counter = upstream_cx_max_duration_reached(
+            "upstream_cx_max_duration_reached",
+            "Upstream connections retired at max_connection_duration.",
+        ),
         cx_max_requests: counter = upstream_cx_max_requests(
             "upstream_cx_max_requests",
             "Upstream connections retired after max_requests_per_connection.",

@@ -120,6 +120,16 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         lb_settings,
         hash_key,
         max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
+        idle_timeout: match raw.idle_timeout {
+            None => Some(DEFAULT_UPSTREAM_IDLE_TIMEOUT),
+            Some(d) => Some(d).filter(|d| !d.is_zero()),
+        },
+        max_connection_duration: raw.max_connection_duration.filter(|d| !d.is_zero()),
+        tcp_keepalive: raw.tcp_keepalive.map(|k| TcpKeepalive {
+            probes: k.probes,
+            time: k.time,
+            interval: k.interval,
+        }),
         preserve_header_case: raw.preserve_header_case.unwrap_or(false),
         initial_stream_window_size: window(
             raw.initial_stream_window_size,

@@ -46,6 +46,16 @@ pub struct ClusterConfig {
     pub connect_timeout: Duration,
     /// Requests sent on one upstream connection before it is retired; `None`: no limit.
     pub max_requests_per_connection: Option<u32>,
+    /// An upstream connection without a request for this long is closed; `None`: never.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub idle_timeout: Option<Duration>,
+    /// An upstream connection this old takes no new request and closes once its requests
+    /// are done; `None`: no limit.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub max_connection_duration: Option<Duration>,
+    /// TCP keep-alive on upstream connections; `None`: off (the system's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_keepalive: Option<TcpKeepalive>,
     /// HTTP/1.1 header names written as the client spelled them (where its listener keeps
     /// case too), and the responses' noted as the host spells them.
     pub preserve_header_case: bool,
@@ -73,6 +83,19 @@ impl ClusterConfig {
     pub fn has_names(&self) -> bool {
         self.endpoints.iter().any(|e| e.address.is_name())
     }
+}
+
+/// Envoy's default upstream idle timeout.
+pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// TCP keep-alive probes; `None` values are the system's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TcpKeepalive {
+    pub probes: Option<u32>,
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub time: Option<Duration>,
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub interval: Option<Duration>,
 }
 
 /// A circuit-breaker limit as written: a number for the whole process, or a number per

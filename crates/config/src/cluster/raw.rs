@@ -27,6 +27,13 @@ pub struct RawCluster {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub connect_timeout: Option<Duration>,
     pub max_requests_per_connection: Option<u32>,
+    /// An upstream connection with no request for this long is closed (`0s`: never).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub idle_timeout: Option<Duration>,
+    /// An upstream connection this old takes no new request and closes once idle.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max_connection_duration: Option<Duration>,
+    pub tcp_keepalive: Option<RawTcpKeepalive>,
     pub preserve_header_case: Option<bool>,
     pub initial_stream_window_size: Option<u32>,
     pub initial_connection_window_size: Option<u32>,
@@ -171,6 +178,20 @@ pub struct RawWeightedEndpoint {
     pub locality: Option<String>,
     pub locality_weight: Option<u32>,
     pub health: Option<String>,
+}
+
+/// TCP keep-alive probes on upstream connections; unset values are the system's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTcpKeepalive {
+    /// Unanswered probes before the connection is dropped.
+    pub probes: Option<u32>,
+    /// Idle time before the first probe.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub time: Option<Duration>,
+    /// Time between probes.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub interval: Option<Duration>,
 }
 
 /// Zone-aware routing's settings (Envoy's `zone_aware_lb_config`).

@@ -135,6 +135,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .take()
         .map(|v| u64::from(v.value));
     let http = upstream_http(&mut c, &at)?;
+    let tcp_keepalive = connection_options(&mut c, &at)?;
     let circuit_breakers = c
         .circuit_breakers
         .take()
@@ -194,6 +195,9 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         protocol: http.protocol.map(str::to_owned),
         connect_timeout,
         max_requests_per_connection: http.max_requests_per_connection,
+        idle_timeout: http.idle_timeout,
+        max_connection_duration: http.max_connection_duration,
+        tcp_keepalive,
         preserve_header_case: http.preserve_header_case.filter(|keep| *keep),
         initial_stream_window_size: http.initial_stream_window_size,
         initial_connection_window_size: http.initial_connection_window_size,
@@ -478,4 +482,32 @@ fn outliers(mut o: OutlierDetection, at: &str) -> Result<RawOutlierDetection, Re
     }
     nothing_else(&o, fields::OUTLIER_DETECTION, at)?;
     Ok(raw)
+}
+
+/// `upstream_connection_options`: TCP keep-alive (Envoy's seconds as durations);
+/// `happy_eyeballs_config` is refused (a host here is one address).
+fn connection_options(
+    c: &mut Cluster,
+    at: &str,
+) -> Result<Option<crate::RawTcpKeepalive>, ResourceError> {
+    let Some(mut options) = c.upstream_connection_options.take() else {
+        return Ok(None);
+    };
+    let at = format!("{at}.upstream_connection_options");
+    let keepalive = options
+        .tcp_keepalive
+        .take()
+        .map(|k| crate::RawTcpKeepalive {
+            probes: k.keepalive_probes.map(|v| v.value),
+            time: k
+                .keepalive_time
+                .map(|v| Duration::from_secs(v.value.into())),
+            interval: k
+                .keepalive_interval
+                .map(|v| Duration::from_secs(v.value.into())),
+        });
+    // The interface's name is only reported to filters that read it; none do here.
+    options.set_local_interface_name_on_upstream_connections = false;
+    nothing_else(&options, fields::UPSTREAM_CONNECTION_OPTIONS, &at)?;
+    Ok(keepalive)
 }

@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
     UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
 };
 
-use crate::envoy::{ResourceError, fields, headers, nothing_else};
+use crate::envoy::{ResourceError, duration, fields, headers, nothing_else};
 
 /// The upstream HTTP options' key in `typed_extension_protocol_options`.
 const UPSTREAM_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
@@ -20,6 +20,8 @@ pub(crate) struct UpstreamHttp {
     /// `http1`, `http2` or `auto`; `None`: the file's default (HTTP/1.1).
     pub(crate) protocol: Option<&'static str>,
     pub(crate) max_requests_per_connection: Option<u32>,
+    pub(crate) idle_timeout: Option<std::time::Duration>,
+    pub(crate) max_connection_duration: Option<std::time::Duration>,
     pub(crate) preserve_header_case: Option<bool>,
     pub(crate) initial_stream_window_size: Option<u32>,
     pub(crate) initial_connection_window_size: Option<u32>,
@@ -58,7 +60,8 @@ pub(crate) fn upstream_http(c: &mut Cluster, at: &str) -> Result<UpstreamHttp, R
     Ok(http)
 }
 
-/// `max_requests_per_connection`; the rest of the common options is refused.
+/// `max_requests_per_connection`, `idle_timeout` and `max_connection_duration` (`0s`: none,
+/// as Envoy); the rest of the common options is refused.
 fn common_options(
     mut common: HttpProtocolOptions,
     http: &mut UpstreamHttp,
@@ -66,6 +69,15 @@ fn common_options(
 ) -> Result<(), ResourceError> {
     if let Some(max) = common.max_requests_per_connection.take() {
         http.max_requests_per_connection = Some(max.value);
+    }
+    if let Some(idle) = duration(common.idle_timeout.take(), &format!("{at}.idle_timeout"))? {
+        http.idle_timeout = Some(idle);
+    }
+    if let Some(max) = duration(
+        common.max_connection_duration.take(),
+        &format!("{at}.max_connection_duration"),
+    )? {
+        http.max_connection_duration = Some(max);
     }
     nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
 }

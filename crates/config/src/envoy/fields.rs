@@ -594,6 +594,12 @@ pub(crate) const SOCKET_ADDRESS: &[(u32, &str)] = &[
     (7, "network_namespace_filepath"),
 ];
 
+pub(crate) const UPSTREAM_CONNECTION_OPTIONS: &[(u32, &str)] = &[
+    (1, "tcp_keepalive"),
+    (2, "set_local_interface_name_on_upstream_connections"),
+    (3, "happy_eyeballs_config"),
+];
+
 pub(crate) const HTTP_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (1, "idle_timeout"),
     (2, "max_headers_count"),

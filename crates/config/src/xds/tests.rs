@@ -1947,6 +1947,52 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
 }
 
 #[test]
+fn upstream_connection_times_and_keepalive_are_taken_as_envoy_gateway_writes_them() {
+    use envoy_types::pb::envoy::config::cluster::v3::UpstreamConnectionOptions;
+    use envoy_types::pb::envoy::config::core::v3::{HttpProtocolOptions, TcpKeepalive};
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as Upstream;
+    let seconds = |s| PbDuration {
+        seconds: s,
+        nanos: 0,
+    };
+    let mut c = eds_cluster("web");
+    let options = Upstream {
+        common_http_protocol_options: Some(HttpProtocolOptions {
+            idle_timeout: Some(seconds(16)),
+            max_connection_duration: Some(seconds(17)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    c.typed_extension_protocol_options.insert(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+        pack(&options),
+    );
+    c.upstream_connection_options = Some(UpstreamConnectionOptions {
+        tcp_keepalive: Some(TcpKeepalive {
+            keepalive_probes: Some(UInt32Value { value: 3 }),
+            keepalive_time: Some(UInt32Value { value: 1200 }),
+            keepalive_interval: Some(UInt32Value { value: 60 }),
+        }),
+        ..Default::default()
+    });
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    assert_eq!(raw.idle_timeout, Some(Duration::from_secs(16)));
+    assert_eq!(raw.max_connection_duration, Some(Duration::from_secs(17)));
+    let keepalive = raw.tcp_keepalive.unwrap();
+    assert_eq!(keepalive.probes, Some(3));
+    assert_eq!(keepalive.time, Some(Duration::from_secs(1200)));
+    assert_eq!(keepalive.interval, Some(Duration::from_secs(60)));
+
+    c.upstream_connection_options = Some(UpstreamConnectionOptions {
+        happy_eyeballs_config: Some(Default::default()),
+        ..Default::default()
+    });
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("happy_eyeballs_config"), "{error}");
+}
+
+#[test]
 fn health_checks_as_envoy_gateway_writes_them() {
     use envoy_types::pb::envoy::config::core::v3::{HealthCheck, health_check};
     use envoy_types::pb::envoy::r#type::v3::Int64Range;

@@ -35,6 +35,11 @@ impl HostPool {
                 .map_err(|source| ProxyError::ConnectFailure { addr, source })?;
             // Requests and responses are written whole; Nagle would only add latency.
             let _ = stream.set_nodelay(true);
+            if let Some(probes) = &self.settings.tcp_keepalive
+                && let Err(error) = socket2::SockRef::from(&stream).set_tcp_keepalive(probes)
+            {
+                tracing::debug!(%addr, %error, "cannot set TCP keep-alive on an upstream connection");
+            }
             let Some(tls) = &self.settings.shared.tls else {
                 return Ok(Either::Left(stream));
             };

@@ -14,6 +14,7 @@ use h1::client::{Decoded, OutgoingBody, ResponseDecoder, ResponseError, Response
 use http::Request;
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 
 use super::HostPool;
 use super::connect::OpenConn;
@@ -38,6 +39,10 @@ pub(super) struct H1Conn {
     out: Outgoing,
     /// Requests sent on the connection.
     pub(super) uses: u32,
+    /// When it was opened, and when it last went idle (`max_connection_duration`,
+    /// `idle_timeout`).
+    pub(super) opened: Instant,
+    pub(super) idle_since: Instant,
     _open: OpenConn,
 }
 
@@ -49,6 +54,8 @@ impl H1Conn {
             buf: BytesMut::new(),
             out: Outgoing::default(),
             uses: 0,
+            opened: Instant::now(),
+            idle_since: Instant::now(),
             _open: open,
         })
     }

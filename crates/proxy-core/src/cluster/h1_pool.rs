@@ -1,16 +1,20 @@
 //! HTTP/1.1 to a host: a keep-alive pool of connections per host and worker, each carrying
-//! one request at a time (h1_conn.rs).
+//! one request at a time (h1_conn.rs). Idle connections close when the upstream closes them,
+//! after the cluster's `idle_timeout`, or at its `max_connection_duration`.
 
 use std::cell::{Cell, RefCell};
+use std::pin::pin;
 use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use http::Request;
+use tokio::time::Instant;
 
 use super::HostPool;
 use super::connect::ConnectionSlot;
 use super::h1_conn::{self, ExchangeError, H1Conn, H1Response};
 use super::host::SendError;
+use super::settings::Expiry;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
 
@@ -32,17 +36,39 @@ pub(super) struct H1Pool {
     /// them ([`watch_idle`]), once it has run.
     watcher: RefCell<Option<Waker>>,
     watching: Cell<bool>,
+    /// When the watcher's timer next wakes it to close connections whose time is up.
+    armed: Cell<Option<Instant>>,
 }
 
 impl H1Pool {
-    /// Drops the idle connections whose upstream closed them, and registers `cx` to be woken
-    /// when another does.
-    fn sweep(&self, cx: &mut Context<'_>) {
-        self.idle.borrow_mut().retain_mut(|conn| conn.poll_open(cx));
+    /// Drops the idle connections whose upstream closed them or whose time is up, and
+    /// registers `cx` to be woken when another upstream closes one. When the next
+    /// connection's time is up.
+    fn sweep(&self, cx: &mut Context<'_>, pool: &HostPool) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        self.idle.borrow_mut().retain_mut(|conn| {
+            if !conn.poll_open(cx) {
+                return false;
+            }
+            match pool.settings.expiry(conn.opened, conn.idle_since) {
+                Some((at, why)) if at <= now => {
+                    pool.count_expiry(why);
+                    false
+                }
+                Some((at, _)) => {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                    true
+                }
+                None => true,
+            }
+        });
         let mut watcher = self.watcher.borrow_mut();
         if !watcher.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             *watcher = Some(cx.waker().clone());
         }
+        self.armed.set(next);
+        next
     }
 
     /// Closes the idle connections, for a pool being dropped: how many there were.
@@ -77,17 +103,25 @@ impl Drop for H1Pool {
     }
 }
 
-/// Closes a host's idle connections on this worker as soon as the upstream closes them, so
-/// that they give back their `max_connections` slots at once (as a task per connection
-/// would, without one): one task per host and worker, woken by any idle connection's socket.
-/// Ends with the pool.
+/// Closes a host's idle connections on this worker as soon as the upstream closes them or
+/// their time is up, so that they give back their `max_connections` slots at once (as a task
+/// per connection would, without one): one task per host and worker, woken by any idle
+/// connection's socket and by a timer for the next to expire. Ends with the pool.
 async fn watch_idle(pool: Weak<HostPool>) {
-    std::future::poll_fn(|cx| match pool.upgrade() {
-        Some(pool) => {
-            pool.h1.sweep(cx);
-            Poll::Pending
+    let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
+    std::future::poll_fn(|cx| {
+        loop {
+            let Some(pool) = pool.upgrade() else {
+                return Poll::Ready(());
+            };
+            let Some(next) = pool.h1.sweep(cx, &pool) else {
+                return Poll::Pending;
+            };
+            timer.as_mut().reset(next);
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
         }
-        None => Poll::Ready(()),
     })
     .await;
 }
@@ -150,13 +184,26 @@ impl HostPool {
         Ok((connected?, true))
     }
 
-    /// The most recently used idle connection that is still open.
+    /// The most recently used idle connection that is still open and within its time.
     pub(super) fn idle_h1(&self) -> Option<Box<H1Conn>> {
         loop {
             let mut conn = self.h1.idle.borrow_mut().pop()?;
+            if let Some((at, why)) = self.settings.expiry(conn.opened, conn.idle_since)
+                && at <= Instant::now()
+            {
+                self.count_expiry(why);
+                continue;
+            }
             if conn.is_reusable() {
                 return Some(conn);
             }
+        }
+    }
+
+    pub(super) fn count_expiry(&self, why: Expiry) {
+        match why {
+            Expiry::Idle => self.stats.cx_idle_timeout.inc(),
+            Expiry::MaxDuration => self.stats.cx_max_duration_reached.inc(),
         }
     }
 
@@ -182,11 +229,29 @@ impl HostPool {
             // here: closing this idle connection frees its slot for them.
             return;
         }
+        let now = Instant::now();
+        conn.idle_since = now;
+        let expiry = self.settings.expiry(conn.opened, now);
+        if let Some((at, why)) = expiry
+            && at <= now
+        {
+            self.count_expiry(why);
+            return;
+        }
         // Full, or closed by the upstream already: dropped.
         if self.h1.idle.borrow().len() >= MAX_IDLE_PER_HOST || !self.h1.watch(&mut conn, self) {
             return;
         }
         self.h1.idle.borrow_mut().push(conn);
+        // The watcher's timer is set for the earliest expiry it knows of; one that comes
+        // sooner (an old connection's maximum duration) wakes it to set it again.
+        if let Some((at, _)) = expiry
+            && self.h1.armed.get().is_none_or(|armed| at < armed)
+            && let Some(watcher) = self.h1.watcher.borrow().as_ref()
+        {
+            self.h1.armed.set(Some(at));
+            watcher.wake_by_ref();
+        }
         if self.h1.waiters.get() > 0 {
             self.h1.returned.notify_one();
         }

@@ -1,8 +1,12 @@
 //! HTTP/2 to a host: one multiplexed connection per host and worker, opened by the first
-//! request that needs it and replaced when it closes or has served its requests.
+//! request that needs it and replaced when it closes, has served its requests, or reaches
+//! the cluster's `max_connection_duration`. A connection that takes no new request for
+//! `idle_timeout` is retired. A retired connection takes no new stream and closes once its
+//! streams have ended.
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::pin::pin;
+use std::rc::{Rc, Weak};
 
 use http::Request;
 use hyper::body::Incoming;
@@ -28,6 +32,20 @@ pub(super) struct H2Conn {
     /// When the last connect failed: requests that queued behind that attempt fail with it
     /// rather than each waiting out its own connect timeout in turn.
     failed_at: Cell<Option<Instant>>,
+    /// The current connection's number, when it opened, and when it last took a request.
+    generation: Cell<u64>,
+    opened: Cell<Option<Instant>>,
+    last_sent: Cell<Option<Instant>>,
+}
+
+impl H2Conn {
+    /// Retires connection `generation` if it is still the current one.
+    fn retire(&self, generation: u64) -> bool {
+        if self.generation.get() != generation {
+            return false;
+        }
+        self.sender.borrow_mut().take().is_some()
+    }
 }
 
 impl HostPool {
@@ -47,6 +65,9 @@ impl HostPool {
                 *self.h2.sender.borrow_mut() = None;
                 self.stats.cx_max_requests.inc();
             }
+        }
+        if self.settings.idle_timeout.is_some() {
+            self.h2.last_sent.set(Some(Instant::now()));
         }
         let mut req = std::mem::replace(req, Request::new(RequestBody::empty()));
         // The upstream's HPACK table may keep these values for the connection's life.
@@ -131,7 +152,22 @@ impl HostPool {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
+        let generation = self.h2.generation.get() + 1;
+        self.h2.generation.set(generation);
+        let now = Instant::now();
+        self.h2.opened.set(Some(now));
+        self.h2.last_sent.set(Some(now));
+        let timed =
+            self.settings.idle_timeout.is_some() || self.settings.max_connection_duration.is_some();
+        let pool = Rc::downgrade(self);
         self.spawn_connection(slot, async move {
+            let mut conn = pin!(conn);
+            if timed {
+                tokio::select! {
+                    _ = conn.as_mut() => return,
+                    () = retire_when_due(pool, generation) => {}
+                }
+            }
             let _ = conn.await;
         });
         *self.h2.sender.borrow_mut() = Some(sender.clone());
@@ -149,5 +185,35 @@ impl HostPool {
             }
             None => None,
         }
+    }
+}
+
+/// Waits until connection `generation` of `pool` is idle past the idle timeout or reaches its
+/// maximum duration, then retires it (it closes once its streams end). Returns at once if the
+/// pool has gone or moved on to another connection.
+async fn retire_when_due(pool: Weak<HostPool>, generation: u64) {
+    loop {
+        let Some(due) = pool.upgrade().and_then(|pool| {
+            let h2 = &pool.h2;
+            if h2.generation.get() != generation || h2.sender.borrow().is_none() {
+                return None;
+            }
+            let opened = h2.opened.get()?;
+            let idle_since = h2.last_sent.get().unwrap_or(opened);
+            pool.settings.expiry(opened, idle_since)
+        }) else {
+            return;
+        };
+        let (at, why) = due;
+        if at > Instant::now() {
+            tokio::time::sleep_until(at).await;
+            continue; // a request may have come meanwhile: look again
+        }
+        if let Some(pool) = pool.upgrade()
+            && pool.h2.retire(generation)
+        {
+            pool.count_expiry(why);
+        }
+        return;
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::client::conn::{http1, http2};
+use tokio::time::Instant;
 
 use super::SharedCluster;
 use crate::error::Overflow;
@@ -17,6 +18,12 @@ pub(crate) struct UpstreamSettings {
     pub(super) connect_timeout: Duration,
     /// Requests per connection before it is retired; `None`: no limit.
     pub(super) max_requests: Option<u32>,
+    /// A connection without a request this long is closed; `None`: never.
+    pub(super) idle_timeout: Option<Duration>,
+    /// A connection this old is retired; `None`: no limit.
+    pub(super) max_connection_duration: Option<Duration>,
+    /// Keep-alive probes on each connection's socket.
+    pub(super) tcp_keepalive: Option<socket2::TcpKeepalive>,
     pub(super) buffer_limit: usize,
     /// HTTP/1.1 names written as the client spelled them, and responses' noted.
     pub(super) keep_case: bool,
@@ -25,6 +32,13 @@ pub(crate) struct UpstreamSettings {
     pub(super) shared: Arc<SharedCluster>,
     /// Requests refused by a breaker, logged at most once a second.
     refused: LogThrottle,
+}
+
+/// Why a connection's time is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expiry {
+    Idle,
+    MaxDuration,
 }
 
 impl UpstreamSettings {
@@ -49,12 +63,40 @@ impl UpstreamSettings {
             protocol: cluster.protocol,
             connect_timeout: cluster.connect_timeout,
             max_requests: cluster.max_requests_per_connection,
+            idle_timeout: cluster.idle_timeout,
+            max_connection_duration: cluster.max_connection_duration,
+            tcp_keepalive: cluster.tcp_keepalive.map(|k| {
+                let mut probes = socket2::TcpKeepalive::new();
+                if let Some(time) = k.time {
+                    probes = probes.with_time(time);
+                }
+                if let Some(interval) = k.interval {
+                    probes = probes.with_interval(interval);
+                }
+                if let Some(count) = k.probes {
+                    probes = probes.with_retries(count);
+                }
+                probes
+            }),
             buffer_limit: limit as usize,
             keep_case: cluster.preserve_header_case,
             h1,
             h2,
             shared,
             refused: LogThrottle::default(),
+        }
+    }
+
+    /// When a connection opened at `opened`, idle since `idle_since`, is to be closed: the
+    /// earlier of its idle timeout and its maximum duration; `None`: never.
+    pub(super) fn expiry(&self, opened: Instant, idle_since: Instant) -> Option<(Instant, Expiry)> {
+        let idle = self.idle_timeout.map(|t| (idle_since + t, Expiry::Idle));
+        let aged = self
+            .max_connection_duration
+            .map(|d| (opened + d, Expiry::MaxDuration));
+        match (idle, aged) {
+            (Some(a), Some(b)) => Some(if b.0 <= a.0 { b } else { a }),
+            (a, b) => a.or(b),
         }
     }
 
