@@ -1,5 +1,6 @@
 //! Host health through the real binary: active health checks and outlier detection take a
-//! failing host out of rotation and bring it back; the headroom gauge follows Little's law.
+//! failing host out of rotation and bring it back; the headroom gauge follows Little's law;
+//! gRPC checks against a real gRPC health service, with the event log.
 
 #![allow(clippy::unwrap_used)]
 
@@ -376,4 +377,96 @@ clusters:
         true
     );
     assert_eq!(send_h1(proxy.addr(), get("/", &[])).await.status(), 200);
+}
+
+/// A gRPC server with the standard health service (tonic-health), over cleartext HTTP/2.
+async fn grpc_health_server() -> (SocketAddr, tonic_health::server::HealthReporter) {
+    let (reporter, service) = tonic_health::server::health_reporter();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+            });
+        }
+    });
+    (addr, reporter)
+}
+
+/// The event log's lines that name `event`.
+fn events(path: &std::path::Path, event: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e.get(event).is_some())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_checks_follow_the_hosts_health_service_and_events_are_logged() {
+    use tonic_health::ServingStatus;
+    let (addr, reporter) = grpc_health_server().await;
+    reporter
+        .set_service_status("orders", ServingStatus::Serving)
+        .await;
+    let dir = ScratchDir::new();
+    let log = dir.0.join("health-events.jsonl");
+    let config = forward_config(
+        &[addr],
+        &format!(
+            "    protocol: http2\n    health_check: {{ grpc: {{ service_name: orders }}, interval: 100ms, jitter: 20ms, timeout: 1s, unhealthy_threshold: 2, healthy_threshold: 1, event_log_path: {}, always_log_health_check_failures: true }}",
+            log.display()
+        ),
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+    eventually("checks pass", || stat(admin, "health_check_success") >= 2);
+    assert_eq!(host_state(admin, addr)["health"], "healthy");
+
+    reporter
+        .set_service_status("orders", ServingStatus::NotServing)
+        .await;
+    eventually("the host fails its checks", || {
+        host_state(admin, addr)["health"] == "unhealthy"
+    });
+    let ejected = events(&log, "eject_unhealthy_event");
+    assert_eq!(ejected.len(), 1, "{ejected:?}");
+    assert_eq!(ejected[0]["health_checker_type"], "GRPC");
+    assert_eq!(ejected[0]["cluster_name"], "backend");
+    assert_eq!(
+        ejected[0]["eject_unhealthy_event"]["failure_type"],
+        "ACTIVE"
+    );
+    assert_eq!(
+        ejected[0]["host"]["socket_address"]["port_value"],
+        addr.port()
+    );
+    // The first failure came before the ejection (two are needed), and was logged as asked.
+    let failures = events(&log, "health_check_failure_event");
+    assert!(!failures.is_empty());
+
+    reporter
+        .set_service_status("orders", ServingStatus::Serving)
+        .await;
+    eventually("the host passes again", || {
+        host_state(admin, addr)["health"] == "healthy"
+    });
+    assert_eq!(events(&log, "add_healthy_event").len(), 1);
+    // A service the server does not know is not serving.
+    drop(proxy);
+    let config = forward_config(
+        &[addr],
+        "    protocol: http2\n    health_check: { grpc: { service_name: billing }, interval: 100ms, jitter: 20ms, timeout: 1s, unhealthy_threshold: 1 }",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+    eventually("the unknown service fails", || {
+        host_state(admin, addr)["health"] == "unhealthy"
+    });
 }

@@ -47,6 +47,19 @@ pub(crate) fn header_names<S: Serializer>(names: &[HeaderName], s: S) -> Result<
     seq.end()
 }
 
+/// Header pairs as a map of name to value.
+pub(crate) fn header_pairs<S: Serializer>(
+    pairs: &[(HeaderName, HeaderValue)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for (name, value) in pairs {
+        map.serialize_entry(name.as_str(), &String::from_utf8_lossy(value.as_bytes()))?;
+    }
+    map.end()
+}
+
 pub(crate) fn header_value<S: Serializer>(value: &HeaderValue, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&String::from_utf8_lossy(value.as_bytes()))
 }

@@ -673,7 +673,7 @@ impl SecondCache {
 }
 
 /// `2026-11-21T23:40:00.123Z`
-fn write_rfc3339(out: &mut String, at: SystemTime) {
+pub(crate) fn write_rfc3339(out: &mut String, at: SystemTime) {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);

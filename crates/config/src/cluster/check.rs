@@ -152,6 +152,17 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         health_check: raw
             .health_check
             .map(|h| health_check(h, &format!("{path}.health_check")))
+            .transpose()?
+            .map(|h| {
+                // As Envoy: gRPC checks need a cluster that speaks HTTP/2.
+                if h.grpc.is_some() && protocol == UpstreamProtocol::Http1 {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.health_check.grpc"),
+                        "a gRPC health check needs `protocol: http2` (or `auto`)",
+                    ));
+                }
+                Ok(h)
+            })
             .transpose()?,
         outlier_detection: raw
             .outlier_detection
@@ -296,18 +307,41 @@ pub(crate) fn health_check(
     path: &str,
 ) -> Result<HealthCheckConfig, ConfigError> {
     let tcp = raw.tcp.unwrap_or(false);
-    if tcp {
+    if tcp && raw.grpc.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{path}.grpc"),
+            "a check is TCP or gRPC, not both",
+        ));
+    }
+    let other = if tcp {
+        Some("TCP")
+    } else if raw.grpc.is_some() {
+        Some("gRPC")
+    } else {
+        None
+    };
+    if let Some(kind) = other {
         for (key, given) in [
             ("path", !raw.path.is_empty()),
             ("host", raw.host.is_some()),
             ("method", raw.method.is_some()),
             ("expected_statuses", raw.expected_statuses.is_some()),
             ("retriable_statuses", raw.retriable_statuses.is_some()),
+            (
+                "request_headers_to_add",
+                tcp && raw.request_headers_to_add.is_some(),
+            ),
+            (
+                "request_headers_to_remove",
+                tcp && raw.request_headers_to_remove.is_some(),
+            ),
+            ("send", raw.grpc.is_some() && raw.send.is_some()),
+            ("receive", raw.grpc.is_some() && raw.receive.is_some()),
         ] {
             if given {
                 return Err(ConfigError::invalid(
                     format!("{path}.{key}"),
-                    "an HTTP setting, and this is a TCP check",
+                    format!("not a setting of a {kind} check"),
                 ));
             }
         }
@@ -333,6 +367,10 @@ pub(crate) fn health_check(
         raw.timeout.unwrap_or(std::time::Duration::from_secs(1)),
         &format!("{path}.timeout"),
     )?;
+    let unhealthy_interval = match raw.unhealthy_interval {
+        Some(d) => positive(d, &format!("{path}.unhealthy_interval"))?,
+        None => interval,
+    };
     let threshold = |n: Option<u32>, default: u32, key: &str| match n.unwrap_or(default) {
         0 => Err(ConfigError::invalid(
             format!("{path}.{key}"),
@@ -393,6 +431,64 @@ pub(crate) fn health_check(
         timeout,
         healthy_threshold: threshold(raw.healthy_threshold, 1, "healthy_threshold")?,
         unhealthy_threshold: threshold(raw.unhealthy_threshold, 2, "unhealthy_threshold")?,
+        grpc: raw
+            .grpc
+            .map(|g| grpc_check(g, &format!("{path}.grpc")))
+            .transpose()?,
+        request_headers_to_add: raw
+            .request_headers_to_add
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, value)| {
+                let at = format!("{path}.request_headers_to_add.{name}");
+                let name = HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| ConfigError::invalid(&at, "expected a header name"))?;
+                let value = HeaderValue::from_str(&value)
+                    .map_err(|_| ConfigError::invalid(&at, "expected a header value"))?;
+                Ok((name, value))
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?,
+        request_headers_to_remove: raw
+            .request_headers_to_remove
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    ConfigError::invalid(
+                        format!("{path}.request_headers_to_remove[{i}]"),
+                        "expected a header name",
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?,
+        unhealthy_interval,
+        unhealthy_edge_interval: match raw.unhealthy_edge_interval {
+            Some(d) => positive(d, &format!("{path}.unhealthy_edge_interval"))?,
+            None => unhealthy_interval,
+        },
+        healthy_edge_interval: match raw.healthy_edge_interval {
+            Some(d) => positive(d, &format!("{path}.healthy_edge_interval"))?,
+            None => interval,
+        },
+        event_log_path: raw.event_log_path.filter(|p| !p.is_empty()),
+        always_log_health_check_failures: raw.always_log_health_check_failures.unwrap_or(false),
+        always_log_health_check_success: raw.always_log_health_check_success.unwrap_or(false),
+    })
+}
+
+fn grpc_check(raw: RawGrpcHealthCheck, path: &str) -> Result<GrpcHealthCheck, ConfigError> {
+    if let Some(authority) = &raw.authority
+        && authority.parse::<http::uri::Authority>().is_err()
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.authority"),
+            format!("expected a host name, found `{authority}`"),
+        ));
+    }
+    Ok(GrpcHealthCheck {
+        service_name: raw.service_name,
+        authority: raw.authority.filter(|a| !a.is_empty()),
     })
 }
 

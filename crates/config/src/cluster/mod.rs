@@ -210,6 +210,42 @@ pub struct HealthCheckConfig {
     pub healthy_threshold: u32,
     /// Consecutive failures that make a healthy host unhealthy.
     pub unhealthy_threshold: u32,
+    /// A gRPC check (`grpc.health.v1.Health/Check` over HTTP/2) instead of HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcHealthCheck>,
+    /// HTTP and gRPC: headers added to each check, and headers left out of it.
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "ser::header_pairs"
+    )]
+    pub request_headers_to_add: Vec<(HeaderName, http::HeaderValue)>,
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "ser::header_names"
+    )]
+    pub request_headers_to_remove: Vec<HeaderName>,
+    /// The interval while the host fails its checks, and right after it starts to and after
+    /// it passes again.
+    #[serde(serialize_with = "ser::duration")]
+    pub unhealthy_interval: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub unhealthy_edge_interval: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub healthy_edge_interval: Duration,
+    /// Where health events are logged as JSON lines; `None`: not logged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_log_path: Option<String>,
+    pub always_log_health_check_failures: bool,
+    pub always_log_health_check_success: bool,
+}
+
+/// A gRPC health check's request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GrpcHealthCheck {
+    /// The service asked about; empty: the server as a whole.
+    pub service_name: String,
+    /// The check's `:authority`; `None`: the cluster's name.
+    pub authority: Option<String>,
 }
 
 /// Passive health: hosts that keep failing are ejected for a while.

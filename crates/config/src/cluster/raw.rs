@@ -113,6 +113,35 @@ pub struct RawHealthCheck {
     pub timeout: Option<Duration>,
     pub healthy_threshold: Option<u32>,
     pub unhealthy_threshold: Option<u32>,
+    /// A gRPC check (grpc.health.v1) instead of HTTP.
+    pub grpc: Option<RawGrpcHealthCheck>,
+    /// HTTP and gRPC: headers added to each check (literal values), and headers removed.
+    pub request_headers_to_add: Option<std::collections::BTreeMap<String, String>>,
+    pub request_headers_to_remove: Option<Vec<String>>,
+    /// The interval while the host fails its checks (default: `interval`)...
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub unhealthy_interval: Option<Duration>,
+    /// ...right after it starts failing (default: `unhealthy_interval`)...
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub unhealthy_edge_interval: Option<Duration>,
+    /// ...and right after it passes again (default: `interval`).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub healthy_edge_interval: Option<Duration>,
+    /// A JSON line per health event (Envoy's `HealthCheckEvent`) is appended to this file.
+    pub event_log_path: Option<String>,
+    /// Also log every failed check, and every passed one, not only changes.
+    pub always_log_health_check_failures: Option<bool>,
+    pub always_log_health_check_success: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGrpcHealthCheck {
+    /// The service asked about; empty: the server as a whole.
+    #[serde(default)]
+    pub service_name: String,
+    /// The `:authority` of the check (default: the cluster's name).
+    pub authority: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

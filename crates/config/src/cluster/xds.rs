@@ -293,6 +293,23 @@ fn health(mut h: HealthCheck, at: &str) -> Result<RawHealthCheck, ResourceError>
         Some(health_check::HealthChecker::HttpHealthCheck(http)) => {
             http_check(http, &format!("{at}.http_health_check"))?
         }
+        Some(health_check::HealthChecker::GrpcHealthCheck(mut grpc)) => {
+            let at = format!("{at}.grpc_health_check");
+            let metadata = std::mem::take(&mut grpc.initial_metadata);
+            let (add, remove) =
+                check_headers(metadata, Vec::new(), &format!("{at}.initial_metadata"))?;
+            let raw = RawHealthCheck {
+                grpc: Some(crate::RawGrpcHealthCheck {
+                    service_name: std::mem::take(&mut grpc.service_name),
+                    authority: Some(std::mem::take(&mut grpc.authority)).filter(|a| !a.is_empty()),
+                }),
+                request_headers_to_add: add,
+                request_headers_to_remove: remove,
+                ..RawHealthCheck::default()
+            };
+            nothing_else(&grpc, fields::GRPC_HEALTH_CHECK, &at)?;
+            raw
+        }
         Some(health_check::HealthChecker::TcpHealthCheck(mut tcp)) => {
             let at = format!("{at}.tcp_health_check");
             let raw = RawHealthCheck {
@@ -312,7 +329,7 @@ fn health(mut h: HealthCheck, at: &str) -> Result<RawHealthCheck, ResourceError>
         _ => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["health_checker (HTTP and TCP checks only)".into()],
+                fields: vec!["health_checker (HTTP, gRPC and TCP checks only)".into()],
             });
         }
     };
@@ -322,6 +339,25 @@ fn health(mut h: HealthCheck, at: &str) -> Result<RawHealthCheck, ResourceError>
         timeout: duration(h.timeout.take(), &format!("{at}.timeout"))?,
         healthy_threshold: h.healthy_threshold.take().map(|v| v.value),
         unhealthy_threshold: h.unhealthy_threshold.take().map(|v| v.value),
+        unhealthy_interval: duration(
+            h.unhealthy_interval.take(),
+            &format!("{at}.unhealthy_interval"),
+        )?,
+        unhealthy_edge_interval: duration(
+            h.unhealthy_edge_interval.take(),
+            &format!("{at}.unhealthy_edge_interval"),
+        )?,
+        healthy_edge_interval: duration(
+            h.healthy_edge_interval.take(),
+            &format!("{at}.healthy_edge_interval"),
+        )?,
+        event_log_path: event_log_path(&mut h, at)?,
+        always_log_health_check_failures: Some(std::mem::take(
+            &mut h.always_log_health_check_failures,
+        )),
+        always_log_health_check_success: Some(std::mem::take(
+            &mut h.always_log_health_check_success,
+        )),
         ..raw
     };
     // Whether checks reuse a connection changes no verdict.
@@ -354,7 +390,14 @@ fn http_check(
         std::mem::take(&mut http.expected_statuses),
         "expected_statuses",
     )?;
+    let (headers_add, headers_remove) = check_headers(
+        std::mem::take(&mut http.request_headers_to_add),
+        std::mem::take(&mut http.request_headers_to_remove),
+        &format!("{at}.request_headers_to_add"),
+    )?;
     let raw = RawHealthCheck {
+        request_headers_to_add: headers_add,
+        request_headers_to_remove: headers_remove,
         path: std::mem::take(&mut http.path),
         host: Some(std::mem::take(&mut http.host)).filter(|h| !h.is_empty()),
         method: match http.method {
@@ -399,6 +442,69 @@ fn http_check(
     }
     nothing_else(&http, fields::HTTP_HEALTH_CHECK, at)?;
     Ok(raw)
+}
+
+/// The file an event logger writes to: the deprecated `event_log_path`, or one
+/// `envoy.health_check.event_sinks.file` logger (Envoy writes to both; one file here).
+fn event_log_path(h: &mut HealthCheck, at: &str) -> Result<Option<String>, ResourceError> {
+    use envoy_types::pb::envoy::extensions::health_check::event_sinks::file::v3::HealthCheckEventFileSink;
+    let mut paths = Vec::new();
+    let deprecated = std::mem::take(&mut h.event_log_path);
+    if !deprecated.is_empty() {
+        paths.push(deprecated);
+    }
+    for (i, logger) in std::mem::take(&mut h.event_logger).into_iter().enumerate() {
+        let at = format!("{at}.event_logger[{i}]");
+        const FILE_SINK: &str = "type.googleapis.com/envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink";
+        let config = logger.typed_config.unwrap_or_default();
+        if config.type_url != FILE_SINK {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec![format!(
+                    "event sink {} (the file sink only)",
+                    config.type_url
+                )],
+            });
+        }
+        let sink: HealthCheckEventFileSink = prost::Message::decode(config.value.as_slice())
+            .map_err(|e| ResourceError::invalid(&at, format!("cannot decode: {e}")))?;
+        paths.push(sink.event_log_path);
+    }
+    paths.dedup();
+    match paths.len() {
+        0 | 1 => Ok(paths.pop()),
+        _ => Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["event logs to more than one file".into()],
+        }),
+    }
+}
+
+/// A check's headers as the file writes them: literal values set, names removed.
+#[allow(clippy::type_complexity)]
+fn check_headers(
+    add: Vec<envoy_types::pb::envoy::config::core::v3::HeaderValueOption>,
+    remove: Vec<String>,
+    at: &str,
+) -> Result<
+    (
+        Option<std::collections::BTreeMap<String, String>>,
+        Option<Vec<String>>,
+    ),
+    ResourceError,
+> {
+    let Some(m) = crate::envoy::headers::mutations(add, remove, at)? else {
+        return Ok((None, None));
+    };
+    // A check's request starts with no header but its host: adding, adding if absent and
+    // setting are one here.
+    let mut set = m.add;
+    set.extend(m.add_if_absent);
+    set.extend(m.set);
+    Ok((
+        Some(set).filter(|s| !s.is_empty()),
+        Some(m.remove).filter(|r| !r.is_empty()),
+    ))
 }
 
 /// A check's payload as the file writes it (`text`: hex).

@@ -569,6 +569,12 @@ pub(crate) const HEALTH_CHECK: &[(u32, &str)] = &[
     (26, "always_log_health_check_success"),
 ];
 
+pub(crate) const GRPC_HEALTH_CHECK: &[(u32, &str)] = &[
+    (1, "service_name"),
+    (2, "authority"),
+    (3, "initial_metadata"),
+];
+
 pub(crate) const HTTP_HEALTH_CHECK: &[(u32, &str)] = &[
     (1, "host"),
     (2, "path"),

@@ -822,3 +822,21 @@ fn zone_aware_routing_needs_a_local_cluster_that_exists_and_the_nodes_locality()
     let over = error_of(&with("", "zone_aware: { routing_enabled: 101 }"));
     assert!(over.contains("routing_enabled"), "{over}");
 }
+
+#[test]
+fn grpc_health_checks_need_an_http2_cluster_and_no_http_settings() {
+    let with = |cluster: &str| format!("{MINIMAL}    {cluster}\n");
+    let http1 = error_of(&with("health_check: { grpc: { service_name: orders } }"));
+    assert!(http1.contains("clusters[0].health_check.grpc"), "{http1}");
+    let config = Config::from_yaml(&with(
+        "protocol: http2\n    health_check: { grpc: { service_name: orders }, request_headers_to_add: { x-probe: legate } }",
+    ))
+    .unwrap();
+    let check = config.clusters[0].health_check.as_ref().unwrap();
+    assert_eq!(check.grpc.as_ref().unwrap().service_name, "orders");
+    assert_eq!(check.request_headers_to_add[0].0, "x-probe");
+    let path = error_of(&with(
+        "protocol: http2\n    health_check: { grpc: {}, path: /healthz }",
+    ));
+    assert!(path.contains("not a setting of a gRPC check"), "{path}");
+}

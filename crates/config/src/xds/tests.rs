@@ -2065,9 +2065,44 @@ fn health_checks_as_envoy_gateway_writes_them() {
     assert!(config.tcp && config.path.is_empty());
     assert_eq!(config.receive, vec![b"pong".to_vec()]);
 
-    c.health_checks = vec![check(health_check::HealthChecker::GrpcHealthCheck(
+    // Envoy Gateway's gRPC checks of an ext_proc service, logged to a file sink.
+    use envoy_types::pb::envoy::extensions::health_check::event_sinks::file::v3::HealthCheckEventFileSink;
+    let mut grpc = check(health_check::HealthChecker::GrpcHealthCheck(
+        health_check::GrpcHealthCheck {
+            service_name: "envoy.service.ext_proc.v3.ExternalProcessor".into(),
+            ..Default::default()
+        },
+    ));
+    grpc.always_log_health_check_failures = true;
+    grpc.event_logger = vec![
+        envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig {
+            name: "envoy.health_check.event_sinks.file".into(),
+            typed_config: Some(pack(&HealthCheckEventFileSink {
+                event_log_path: "/dev/stdout".into(),
+            })),
+        },
+    ];
+    grpc.unhealthy_interval = Some(PbDuration {
+        seconds: 7,
+        nanos: 0,
+    });
+    c.health_checks = vec![grpc];
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
+    assert_eq!(
+        config.grpc.unwrap().service_name,
+        "envoy.service.ext_proc.v3.ExternalProcessor"
+    );
+    assert_eq!(config.event_log_path.as_deref(), Some("/dev/stdout"));
+    assert!(config.always_log_health_check_failures);
+    assert_eq!(config.unhealthy_interval, Duration::from_secs(7));
+    assert_eq!(config.unhealthy_edge_interval, Duration::from_secs(7));
+
+    let mut custom = check(health_check::HealthChecker::CustomHealthCheck(
         Default::default(),
-    ))];
+    ));
+    custom.no_traffic_interval = None;
+    c.health_checks = vec![custom];
     let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
     assert!(error.contains("health_checker"), "{error}");
 }

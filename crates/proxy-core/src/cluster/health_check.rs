@@ -1,9 +1,12 @@
 //! Active health checks, run by the monitor thread: one task per host, checking every
-//! `interval` (plus jitter) on a new connection, with Envoy's verdicts. An HTTP check passes
+//! `interval` (plus jitter; `unhealthy_interval` while the host fails, the edge intervals
+//! right after it changes) on a new connection, with Envoy's verdicts. An HTTP check passes
 //! on an expected status (any 2xx unless the cluster lists some) whose body holds the
 //! `receive` blocks; a retriable status, a timeout or a failed connection counts towards
-//! `unhealthy_threshold`, any other status makes the host unhealthy at once. A TCP check
-//! connects, sends its bytes and passes once it has read every `receive` block.
+//! `unhealthy_threshold`, any other status makes the host unhealthy at once. A gRPC check
+//! asks `grpc.health.v1.Health/Check` over HTTP/2 and passes on `SERVING`. A TCP check
+//! connects, sends its bytes and passes once it has read every `receive` block. Events go to
+//! the cluster's event log (`health_events.rs`) if it has one.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -17,6 +20,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::SharedCluster;
+use super::health_events::{EventLog, FailureType};
 use crate::catalog::ClusterStats;
 use crate::runtime::LocalExec;
 use crate::tls::UpstreamTls;
@@ -31,7 +35,7 @@ const RESPONSE_BUFFER: usize = 1024;
 enum Verdict {
     Pass,
     /// Counted towards `unhealthy_threshold`.
-    Fail,
+    Fail(FailureType),
     /// Unhealthy at once: a status neither expected nor retriable.
     FailNow,
 }
@@ -41,10 +45,12 @@ pub(super) async fn check_host(
     addr: SocketAddr,
     config: HealthCheckConfig,
     stats: Rc<ClusterStats>,
+    events: Option<Rc<EventLog>>,
 ) {
     let mut rng = Jitter::seeded(addr);
     let mut passing = true;
     let (mut successes, mut failures) = (0u32, 0u32);
+    let mut first_check = true;
     // The first check soon after start, spread by the jitter.
     tokio::time::sleep(rng.up_to(config.jitter)).await;
     loop {
@@ -68,16 +74,46 @@ pub(super) async fn check_host(
             successes = 0;
         }
         let down = verdict == Verdict::FailNow || failures >= config.unhealthy_threshold;
-        if passing && down {
+        let failure = match verdict {
+            Verdict::Pass => None,
+            Verdict::Fail(why) => Some(why),
+            Verdict::FailNow => Some(FailureType::Active),
+        };
+        let changed = if passing && down {
             passing = false;
             tracing::warn!(cluster = %cluster.name, host = %addr, "host failed its health checks");
             cluster.health.set_passing(&cluster.host_set, addr, false);
+            if let (Some(log), Some(why)) = (&events, failure) {
+                log.ejected(addr, why);
+            }
+            true
         } else if !passing && successes >= config.healthy_threshold {
             passing = true;
             tracing::info!(cluster = %cluster.name, host = %addr, "host passes its health checks again");
             cluster.health.set_passing(&cluster.host_set, addr, true);
-        }
-        tokio::time::sleep(config.interval + rng.up_to(config.jitter)).await;
+            if let Some(log) = &events {
+                log.added(addr);
+            }
+            true
+        } else {
+            if let Some(log) = &events {
+                match failure {
+                    Some(why) => log.failed(addr, why, first_check),
+                    None => log.passed(addr),
+                }
+            }
+            false
+        };
+        first_check = false;
+        // Envoy's intervals: right after a change, its edge interval; while failing, the
+        // unhealthy interval.
+        let interval = match (passing, changed) {
+            (true, true) => config.healthy_edge_interval,
+            (false, true) => config.unhealthy_edge_interval,
+            (false, false) => config.unhealthy_interval,
+            (true, false) => config.interval,
+        };
+        tokio::time::sleep(interval + rng.up_to(config.jitter)).await;
     }
 }
 
@@ -94,20 +130,21 @@ async fn check_once(
             return tcp_check(addr, config).await;
         }
         let Ok(stream) = tokio::net::TcpStream::connect(addr).await else {
-            return Verdict::Fail;
+            return Verdict::Fail(FailureType::Network);
         };
-        // Envoy's default `host`: the cluster's name.
-        let host = config.host.clone().unwrap_or_else(|| cluster.to_owned());
-        let body = Bytes::from(config.send.clone().unwrap_or_default());
-        let Ok(req) = Request::builder()
-            .method(config.method.clone().unwrap_or(http::Method::GET))
-            .uri(config.path.as_str())
-            .header(http::header::HOST, host)
-            .header(http::header::USER_AGENT, "legate-health-check")
-            .body(Full::new(body))
-        else {
-            return Verdict::Fail;
+        let Some(req) = check_request(config, cluster) else {
+            return Verdict::Fail(FailureType::Network);
         };
+        if config.grpc.is_some() {
+            let answer = match tls {
+                None => grpc_h2(stream, req, "http").await,
+                Some(tls) => match tls.connect(addr, stream).await {
+                    Ok(stream) => grpc_h2(stream, req, "https").await,
+                    Err(_) => None,
+                },
+            };
+            return answer.unwrap_or(Verdict::Fail(FailureType::Network));
+        }
         let answer = match tls {
             // Cleartext HTTP/2 clusters speak it with prior knowledge.
             None if protocol == UpstreamProtocol::Http2 => send_h2(stream, req, "http").await,
@@ -122,13 +159,152 @@ async fn check_once(
             },
         };
         let Some((status, body)) = answer else {
-            return Verdict::Fail;
+            return Verdict::Fail(FailureType::Network);
         };
         http_verdict(config, status.as_u16(), &body)
     };
     tokio::time::timeout(config.timeout, attempt)
         .await
-        .unwrap_or(Verdict::Fail)
+        .unwrap_or(Verdict::Fail(FailureType::NetworkTimeout))
+}
+
+/// The request of an HTTP or gRPC check, with the check's headers.
+fn check_request(config: &HealthCheckConfig, cluster: &str) -> Option<Request<Full<Bytes>>> {
+    let mut req = match &config.grpc {
+        Some(grpc) => {
+            // Envoy's default `:authority`: the cluster's name.
+            let authority = grpc.authority.as_deref().unwrap_or(cluster);
+            Request::builder()
+                .method(http::Method::POST)
+                .uri("/grpc.health.v1.Health/Check")
+                .header(http::header::HOST, authority)
+                .header(http::header::CONTENT_TYPE, "application/grpc")
+                .header(http::header::TE, "trailers")
+                .body(Full::new(grpc_check_request(&grpc.service_name)))
+                .ok()?
+        }
+        None => {
+            // Envoy's default `host`: the cluster's name.
+            let host = config.host.clone().unwrap_or_else(|| cluster.to_owned());
+            let body = Bytes::from(config.send.clone().unwrap_or_default());
+            Request::builder()
+                .method(config.method.clone().unwrap_or(http::Method::GET))
+                .uri(config.path.as_str())
+                .header(http::header::HOST, host)
+                .header(http::header::USER_AGENT, "legate-health-check")
+                .body(Full::new(body))
+                .ok()?
+        }
+    };
+    let headers = req.headers_mut();
+    for name in &config.request_headers_to_remove {
+        headers.remove(name);
+    }
+    for (name, value) in &config.request_headers_to_add {
+        headers.insert(name.clone(), value.clone());
+    }
+    Some(req)
+}
+
+/// `grpc.health.v1.HealthCheckRequest { service }` in a gRPC frame.
+fn grpc_check_request(service: &str) -> Bytes {
+    let mut message = Vec::with_capacity(service.len() + 3);
+    if !service.is_empty() {
+        message.push(0x0a); // field 1, length-delimited
+        let mut len = service.len();
+        while len >= 0x80 {
+            message.push((len as u8 & 0x7f) | 0x80);
+            len >>= 7;
+        }
+        message.push(len as u8);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut frame = Vec::with_capacity(message.len() + 5);
+    frame.push(0); // not compressed
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    Bytes::from(frame)
+}
+
+/// `HealthCheckResponse.status`, from a gRPC frame's message: 1 is `SERVING`.
+fn grpc_serving(body: &[u8]) -> bool {
+    let Some((&[compressed, a, b, c, d], message)) = body.split_first_chunk::<5>() else {
+        return false;
+    };
+    let len = u32::from_be_bytes([a, b, c, d]) as usize;
+    if compressed != 0 || message.len() < len {
+        return false;
+    }
+    // The message's fields: field 1 (varint) is the status; others are skipped.
+    let mut rest = &message[..len];
+    let mut status = 0u64;
+    while let Some((&key, after)) = rest.split_first() {
+        rest = after;
+        match key & 0x07 {
+            0 => {
+                let mut value = 0u64;
+                let mut shift = 0;
+                loop {
+                    let Some((&byte, after)) = rest.split_first() else {
+                        return false;
+                    };
+                    rest = after;
+                    if shift < 64 {
+                        value |= u64::from(byte & 0x7f) << shift;
+                    }
+                    shift += 7;
+                    if byte & 0x80 == 0 {
+                        break;
+                    }
+                }
+                if key >> 3 == 1 {
+                    status = value;
+                }
+            }
+            2 => {
+                let Some((&n, after)) = rest.split_first() else {
+                    return false;
+                };
+                if n >= 0x80 || after.len() < n as usize {
+                    return false;
+                }
+                rest = &after[n as usize..];
+            }
+            _ => return false,
+        }
+    }
+    status == 1
+}
+
+/// A gRPC check over HTTP/2: passes on status 200, `grpc-status: 0` and `SERVING`.
+async fn grpc_h2<T>(stream: T, req: Request<Full<Bytes>>, scheme: &str) -> Option<Verdict>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let response = h2_response(stream, req, scheme).await?;
+    let (parts, mut body) = response.into_parts();
+    let mut data = Vec::new();
+    let mut grpc_status = parts.headers.get("grpc-status").cloned();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.ok()?;
+        match frame.into_data() {
+            Ok(bytes) if data.len() < RESPONSE_BUFFER => data.extend_from_slice(&bytes),
+            Ok(_) => return Some(Verdict::Fail(FailureType::Active)),
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    grpc_status = trailers.get("grpc-status").cloned().or(grpc_status);
+                }
+            }
+        }
+    }
+    let ok = parts.status == http::StatusCode::OK
+        && grpc_status.is_some_and(|s| s == "0")
+        && grpc_serving(&data);
+    Some(if ok {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(FailureType::Active)
+    })
 }
 
 fn in_ranges(ranges: &[(u16, u16)], status: u16) -> bool {
@@ -149,7 +325,7 @@ fn http_verdict(config: &HealthCheckConfig, status: u16, body: &[u8]) -> Verdict
     } else if expected {
         Verdict::Pass
     } else if in_ranges(&config.retriable_statuses, status) {
-        Verdict::Fail
+        Verdict::Fail(FailureType::Active)
     } else {
         Verdict::FailNow
     }
@@ -176,22 +352,22 @@ fn holds_in_order(data: &[u8], blocks: &[Vec<u8>]) -> bool {
 
 async fn tcp_check(addr: SocketAddr, config: &HealthCheckConfig) -> Verdict {
     let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return Verdict::Fail;
+        return Verdict::Fail(FailureType::Network);
     };
     if let Some(send) = &config.send
         && stream.write_all(send).await.is_err()
     {
-        return Verdict::Fail;
+        return Verdict::Fail(FailureType::Network);
     }
     let mut read = Vec::new();
     let mut chunk = [0u8; 512];
     while !holds_in_order(&read, &config.receive) {
         match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return Verdict::Fail,
+            Ok(0) | Err(_) => return Verdict::Fail(FailureType::Network),
             Ok(n) => read.extend_from_slice(&chunk[..n]),
         }
         if read.len() > RESPONSE_BUFFER {
-            return Verdict::Fail;
+            return Verdict::Fail(FailureType::Active);
         }
     }
     Verdict::Pass
@@ -212,12 +388,24 @@ where
     Some((response.status(), body_start(response.into_body()).await))
 }
 
-/// HTTP/2 wants the scheme and authority as pseudo-headers: the URI is made absolute.
 async fn send_h2<T>(
+    stream: T,
+    req: Request<Full<Bytes>>,
+    scheme: &str,
+) -> Option<(http::StatusCode, Vec<u8>)>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let response = h2_response(stream, req, scheme).await?;
+    Some((response.status(), body_start(response.into_body()).await))
+}
+
+/// HTTP/2 wants the scheme and authority as pseudo-headers: the URI is made absolute.
+async fn h2_response<T>(
     stream: T,
     mut req: Request<Full<Bytes>>,
     scheme: &str,
-) -> Option<(http::StatusCode, Vec<u8>)>
+) -> Option<http::Response<hyper::body::Incoming>>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
 {
@@ -234,8 +422,7 @@ where
     tokio::task::spawn_local(async move {
         let _ = conn.await;
     });
-    let response = sender.send_request(req).await.ok()?;
-    Some((response.status(), body_start(response.into_body()).await))
+    sender.send_request(req).await.ok()
 }
 
 /// Up to [`RESPONSE_BUFFER`] bytes of a body (what a failed read left, if it fails).
@@ -311,6 +498,15 @@ mod tests {
             timeout: Duration::from_secs(1),
             healthy_threshold: 1,
             unhealthy_threshold: 3,
+            grpc: None,
+            request_headers_to_add: Vec::new(),
+            request_headers_to_remove: Vec::new(),
+            unhealthy_interval: Duration::from_secs(1),
+            unhealthy_edge_interval: Duration::from_secs(1),
+            healthy_edge_interval: Duration::from_secs(1),
+            event_log_path: None,
+            always_log_health_check_failures: false,
+            always_log_health_check_success: false,
         }
     }
 
@@ -322,7 +518,11 @@ mod tests {
         let listed = http(&[(200, 201), (300, 301)], &[(503, 504)], &[]);
         assert_eq!(http_verdict(&listed, 300, b""), Verdict::Pass);
         assert_eq!(http_verdict(&listed, 204, b""), Verdict::FailNow);
-        assert_eq!(http_verdict(&listed, 503, b""), Verdict::Fail, "retriable");
+        assert_eq!(
+            http_verdict(&listed, 503, b""),
+            Verdict::Fail(FailureType::Active),
+            "retriable"
+        );
         let body = http(&[(200, 201)], &[], &[b"ok", b"ready"]);
         assert_eq!(http_verdict(&body, 200, b"ok, all ready"), Verdict::Pass);
         assert_eq!(
@@ -330,6 +530,20 @@ mod tests {
             Verdict::FailNow,
             "out of order"
         );
+    }
+
+    #[test]
+    fn grpc_frames_are_written_and_read_as_grpc_health_v1_has_them() {
+        assert_eq!(&grpc_check_request("")[..], &[0, 0, 0, 0, 0]);
+        assert_eq!(
+            &grpc_check_request("svc")[..],
+            &[0, 0, 0, 0, 5, 0x0a, 3, b's', b'v', b'c']
+        );
+        assert!(grpc_serving(&[0, 0, 0, 0, 2, 0x08, 1]));
+        assert!(!grpc_serving(&[0, 0, 0, 0, 2, 0x08, 2]), "NOT_SERVING");
+        assert!(!grpc_serving(&[0, 0, 0, 0, 0]), "UNKNOWN");
+        assert!(!grpc_serving(&[0, 0, 0, 0, 2, 0x08]), "cut short");
+        assert!(!grpc_serving(&[1, 0, 0, 0, 2, 0x08, 1]), "compressed");
     }
 
     #[test]

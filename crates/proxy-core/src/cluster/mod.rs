@@ -11,7 +11,8 @@
 //! h1_conn.rs     one HTTP/1.1 connection on crates/h1, driven by the request using it
 //! connect.rs     TCP and TLS within connect_timeout  body.rs      the response body
 //! breaker.rs     the four circuit breakers           health.rs    outlier ejection, health
-//! health_check.rs  active health checks (HTTP, TCP), as the monitor runs them
+//! health_check.rs  active health checks (HTTP, gRPC, TCP), as the monitor runs them
+//! health_events.rs the health-check event log
 //! shared.rs      what all workers share              monitor.rs   health checks, headroom
 //! dns.rs         names among the endpoints, resolved and followed (STRICT_DNS)
 //! locality.rs    one number per locality name, for the whole process
@@ -30,6 +31,7 @@ mod h1_pool;
 mod h2_conn;
 mod health;
 mod health_check;
+mod health_events;
 mod host;
 pub(crate) mod locality;
 pub(crate) mod monitor;

@@ -59,6 +59,8 @@ struct Watched {
     /// One lookup task per endpoint name.
     lookups: HashMap<String, tokio::task::JoinHandle<()>>,
     stats: Option<Rc<ClusterStats>>,
+    /// The health-check event log, opened with the first check (`None` inside: none).
+    events: Option<Option<Rc<super::health_events::EventLog>>>,
 }
 
 impl Drop for Watched {
@@ -155,6 +157,7 @@ fn follow(
                 checks: HashMap::new(),
                 lookups: HashMap::new(),
                 stats: None,
+                events: None,
             });
         // Only lookups and checks record on this shard: a cluster with neither (most of a
         // management server's) gets no series cells here.
@@ -186,6 +189,10 @@ fn follow(
         let Some(check) = &entry.cluster.health_check else {
             continue;
         };
+        let events = entry
+            .events
+            .get_or_insert_with(|| super::health_events::EventLog::open(&cluster.name, check))
+            .clone();
         let snapshot = cluster.host_set.snapshot();
         entry.checks.retain(|addr, task| {
             let keep = snapshot.position(*addr).is_some();
@@ -202,6 +209,7 @@ fn follow(
                     addr,
                     check.clone(),
                     Rc::clone(cluster_stats),
+                    events.clone(),
                 ))
             });
         }
