@@ -12,6 +12,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
@@ -19,6 +20,7 @@ use crate::host::{Entry, Host, HostSet, Picked, Snapshot};
 use crate::policy::{DEFAULT_PANIC_THRESHOLD, LbPolicy};
 use crate::priority::{self, LevelCounts};
 use crate::random::Alias;
+use crate::slow_start::{self, SlowStart};
 use crate::zone::{self, LocalCluster, Plan, ZoneAwareSettings, ZoneRoute, ZoneRouting};
 use crate::{
     BuildError, Health, least_request, locality, maglev, random, ring_hash, rng, round_robin,
@@ -44,6 +46,9 @@ pub struct LbSettings {
     /// Zone-aware routing, in use when the balancer has a [`LocalCluster`] and neither
     /// locality weighting nor a hashing policy.
     pub zone_aware: ZoneAwareSettings,
+    /// Hosts that join, or pass their health checks again, ramp up to their weight over a
+    /// window (round robin and least request).
+    pub slow_start: Option<SlowStart>,
 }
 
 impl Default for LbSettings {
@@ -53,6 +58,7 @@ impl Default for LbSettings {
             overprovisioning_factor: DEFAULT_OVERPROVISIONING_FACTOR,
             locality_weighted: false,
             zone_aware: ZoneAwareSettings::default(),
+            slow_start: None,
         }
     }
 }
@@ -72,6 +78,14 @@ impl LbSettings {
             return Err(BuildError::LocalityWeightedHashing {
                 policy: policy.name(),
             });
+        }
+        if let Some(slow_start) = &self.slow_start {
+            if !matches!(policy, LbPolicy::RoundRobin | LbPolicy::LeastRequest(_)) {
+                return Err(BuildError::SlowStartPolicy {
+                    policy: policy.name(),
+                });
+            }
+            slow_start.validate()?;
         }
         if self.zone_aware.routing_enabled > 100 {
             return Err(BuildError::RoutingEnabledOutOfRange {
@@ -270,7 +284,8 @@ impl LoadBalancer {
         self.compiled.load().version
     }
 
-    /// Whether `compiled` was built for the current hosts (and local cluster).
+    /// Whether `compiled` was built for the current hosts (and local cluster), and no ramping
+    /// host's weight is due to grow.
     #[inline]
     fn is_current(&self, compiled: &Compiled) -> bool {
         compiled.version == self.hosts.version()
@@ -278,6 +293,7 @@ impl LoadBalancer {
                 .local
                 .as_ref()
                 .is_none_or(|l| compiled.local_version == l.hosts.version())
+            && compiled.ramp_until.is_none_or(|at| Instant::now() < at)
     }
 
     fn current(&self) -> Arc<Compiled> {
@@ -343,6 +359,8 @@ struct Compiled {
     zone: Option<Box<Zone>>,
     /// Fail picks that land on a level in panic (`fail_traffic_on_panic`).
     fail_on_panic: bool,
+    /// With a host in slow start: when its weight is next raised (the tables rebuilt).
+    ramp_until: Option<Instant>,
     /// Running sums of the loads (percent) and where each goes, healthy kinds of every level
     /// first, as Envoy's `choosePriority`; only targets with load. Empty: no host may take
     /// traffic.
@@ -441,8 +459,10 @@ impl Compiled {
                 .and_then(|p| p.cursor(key))
                 .unwrap_or_else(|| rng::next_u64() >> 1)
         };
+        let (weights, ramp_until) = ramped_weights(entries, settings.slow_start.as_ref());
         let builder = GroupBuilder {
             entries,
+            weights: &weights,
             policy,
             settings,
             cursor: &cursor,
@@ -502,6 +522,7 @@ impl Compiled {
             local_version: local.as_ref().map_or(0, |(l, _)| l.version()),
             zone,
             fail_on_panic: settings.zone_aware.fail_traffic_on_panic && !policy.hashes(),
+            ramp_until,
             targets: targets.into_boxed_slice(),
             levels,
             panic,
@@ -708,9 +729,42 @@ enum ZonePick {
     LocalClusterInPanic,
 }
 
+/// Each host's weight for the tables, and when to raise them again: the configured weights,
+/// or with a host in slow start every weight times [`slow_start::SCALE`], the ramping hosts'
+/// scaled down by their factor.
+fn ramped_weights(
+    entries: &[Entry],
+    slow_start: Option<&SlowStart>,
+) -> (Vec<u32>, Option<Instant>) {
+    let configured = || entries.iter().map(|e| e.spec.weight).collect();
+    let Some(slow_start) = slow_start else {
+        return (configured(), None);
+    };
+    let now = Instant::now();
+    let factor = |e: &Entry| match e.healthy_since {
+        Some(since) if e.spec.health == Health::Healthy => {
+            slow_start.factor(now.saturating_duration_since(since))
+        }
+        _ => 1.0,
+    };
+    if entries.iter().all(|e| factor(e) >= 1.0) {
+        return (configured(), None);
+    }
+    let weights = entries
+        .iter()
+        .map(|e| {
+            let scaled = f64::from(e.spec.weight) * slow_start::SCALE * factor(e);
+            scaled.round().clamp(1.0, f64::from(u32::MAX)) as u32
+        })
+        .collect();
+    (weights, Some(now + slow_start.step()))
+}
+
 /// Builds a level's groups.
 struct GroupBuilder<'a, C: Fn(SourceKey) -> u64> {
     entries: &'a [Entry],
+    /// Each entry's weight for the tables (slow start scales them).
+    weights: &'a [u32],
     policy: &'a LbPolicy,
     settings: &'a LbSettings,
     cursor: &'a C,
@@ -784,6 +838,7 @@ impl<C: Fn(SourceKey) -> u64> GroupBuilder<'_, C> {
     fn source(&self, key: SourceKey, positions: &[usize]) -> Source {
         Source::build(
             self.entries,
+            self.weights,
             positions,
             self.policy,
             key,
@@ -859,6 +914,7 @@ enum Table {
 impl Source {
     fn build(
         entries: &[Entry],
+        weights: &[u32],
         positions: &[usize],
         policy: &LbPolicy,
         key: SourceKey,
@@ -869,7 +925,7 @@ impl Source {
             .map(|&i| Member {
                 host: Arc::clone(&entries[i].host),
                 index: i,
-                weight: entries[i].spec.weight,
+                weight: weights[i],
                 priority: entries[i].spec.priority,
             })
             .collect();

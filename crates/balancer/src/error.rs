@@ -40,6 +40,11 @@ pub enum BuildError {
     LocalityWeightedHashing { policy: &'static str },
     /// Zone-aware routing's `routing_enabled` is a percentage in `0..=100`.
     RoutingEnabledOutOfRange { percent: u32 },
+    /// Slow start ramps weights, which only round robin and least request use per pick
+    /// (as in Envoy).
+    SlowStartPolicy { policy: &'static str },
+    /// A slow-start setting out of range.
+    InvalidSlowStart { reason: &'static str },
 }
 
 impl fmt::Display for BuildError {
@@ -102,6 +107,11 @@ impl fmt::Display for BuildError {
                 f,
                 "locality-weighted balancing does not combine with {policy}, which hashes over every host of a priority"
             ),
+            BuildError::SlowStartPolicy { policy } => write!(
+                f,
+                "slow start is for round_robin and least_request, not {policy}"
+            ),
+            BuildError::InvalidSlowStart { reason } => write!(f, "slow start: {reason}"),
             BuildError::RoutingEnabledOutOfRange { percent } => write!(
                 f,
                 "zone-aware routing_enabled is {percent}%; it must be within 0..=100"

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
@@ -195,6 +196,9 @@ impl fmt::Debug for Host {
 pub(crate) struct Entry {
     pub(crate) host: Arc<Host>,
     pub(crate) spec: HostSpec,
+    /// When the host joined the set or last passed its health checks again (slow start's
+    /// start); `None` for hosts the set began with.
+    pub(crate) healthy_since: Option<Instant>,
 }
 
 /// An immutable view of the host set at one version.
@@ -286,6 +290,7 @@ impl HostSet {
             .map(|spec| Entry {
                 host: Arc::new(Host::new(spec)),
                 spec: *spec,
+                healthy_since: None,
             })
             .collect();
         let snapshot = Snapshot {
@@ -310,19 +315,25 @@ impl HostSet {
         validate(&hosts)?;
         let _writer = self.lock_writer();
         let old = self.inner.current.load_full();
-        let mut kept: HashMap<SocketAddr, &Arc<Host>> =
-            old.entries.iter().map(|e| (e.host.addr, &e.host)).collect();
+        let mut kept: HashMap<SocketAddr, &Entry> =
+            old.entries.iter().map(|e| (e.host.addr, e)).collect();
+        let now = Instant::now();
         let entries = hosts
             .iter()
-            .map(|spec| {
-                let host = match kept.remove(&spec.addr) {
-                    Some(host) => {
-                        host.publish(spec);
-                        Arc::clone(host)
+            .map(|spec| match kept.remove(&spec.addr) {
+                Some(entry) => {
+                    entry.host.publish(spec);
+                    Entry {
+                        host: Arc::clone(&entry.host),
+                        spec: *spec,
+                        healthy_since: healthy_since(entry, spec.health, now),
                     }
-                    None => Arc::new(Host::new(spec)),
-                };
-                Entry { host, spec: *spec }
+                }
+                None => Entry {
+                    host: Arc::new(Host::new(spec)),
+                    spec: *spec,
+                    healthy_since: Some(now),
+                },
             })
             .collect();
         self.publish(old.version + 1, entries);
@@ -365,6 +376,7 @@ impl HostSet {
         let mut entries: Vec<Entry> = old.entries.to_vec();
         let entry = &mut entries[index];
         change(&mut entry.spec);
+        entry.healthy_since = healthy_since(&old.entries[index], entry.spec.health, Instant::now());
         entry.host.publish(&entry.spec);
         self.publish(old.version + 1, entries);
         true
@@ -392,6 +404,16 @@ impl HostSet {
 impl fmt::Debug for HostSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("HostSet").field(&self.snapshot()).finish()
+    }
+}
+
+/// Slow start's start for a host that stays: now if it passes its checks again (unhealthy
+/// before, healthy now), else what it was. A host back from an ejection does not ramp.
+fn healthy_since(old: &Entry, health: Health, now: Instant) -> Option<Instant> {
+    if old.spec.health == Health::Unhealthy && health == Health::Healthy {
+        Some(now)
+    } else {
+        old.healthy_since
     }
 }
 

@@ -123,6 +123,7 @@ mod rng;
 mod round_robin;
 #[cfg(feature = "tower")]
 mod service;
+mod slow_start;
 mod split;
 mod zone;
 
@@ -141,6 +142,7 @@ pub use service::{
     Balance, BalanceLayer, BoxError, Endpoints, NoHashKey, NoHostAvailable, RequestHashKey,
     ResponseFuture,
 };
+pub use slow_start::SlowStart;
 pub use split::WeightedSplit;
 pub use zone::{LocalCluster, ZoneAwareSettings, ZoneRoute, ZoneRouting};
 

@@ -116,7 +116,7 @@ pub(crate) fn lb_settings<S: Serializer>(
     s: S,
 ) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(4))?;
+    let mut map = s.serialize_map(Some(5))?;
     map.serialize_entry("healthy_panic_threshold", &settings.panic_threshold)?;
     map.serialize_entry("overprovisioning_factor", &settings.overprovisioning_factor)?;
     map.serialize_entry("locality_weighted", &settings.locality_weighted)?;
@@ -129,6 +129,16 @@ pub(crate) fn lb_settings<S: Serializer>(
             "force_local_zone_min_size": z.force_local_zone_min_size,
             "fail_traffic_on_panic": z.fail_traffic_on_panic,
             "locality_basis": if z.weight_basis { "healthy_hosts_weight" } else { "healthy_hosts_num" },
+        }),
+    )?;
+    map.serialize_entry(
+        "slow_start",
+        &settings.slow_start.map(|s| {
+            serde_json::json!({
+                "window": crate::units::format_duration(s.window),
+                "aggression": s.aggression,
+                "min_weight_percent": s.min_weight_percent,
+            })
         }),
     )?;
     map.end()

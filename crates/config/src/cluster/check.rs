@@ -89,6 +89,11 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             .unwrap_or(balancer::DEFAULT_OVERPROVISIONING_FACTOR),
         locality_weighted: raw.locality_weighted.unwrap_or(false),
         zone_aware: zone_aware(raw.zone_aware.as_ref(), path)?,
+        slow_start: raw.slow_start.map(|s| balancer::SlowStart {
+            window: s.window,
+            aggression: s.aggression.unwrap_or(1.0),
+            min_weight_percent: s.min_weight_percent.unwrap_or(10.0),
+        }),
     };
     if raw.zone_aware.is_some() && lb_settings.locality_weighted {
         return Err(ConfigError::invalid(
@@ -101,6 +106,8 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             balancer::BuildError::PanicThresholdOutOfRange { .. } => "healthy_panic_threshold",
             balancer::BuildError::OverprovisioningFactorZero => "overprovisioning_factor",
             balancer::BuildError::RoutingEnabledOutOfRange { .. } => "zone_aware.routing_enabled",
+            balancer::BuildError::SlowStartPolicy { .. }
+            | balancer::BuildError::InvalidSlowStart { .. } => "slow_start",
             _ => "locality_weighted",
         };
         ConfigError::invalid(format!("{path}.{key}"), e.to_string())

@@ -22,6 +22,7 @@ pub struct RawCluster {
     pub overprovisioning_factor: Option<u32>,
     pub locality_weighted: Option<bool>,
     pub zone_aware: Option<RawZoneAware>,
+    pub slow_start: Option<RawSlowStart>,
     #[serde(default)]
     pub protocol: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -221,6 +222,18 @@ pub struct RawTcpKeepalive {
     /// Time between probes.
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub interval: Option<Duration>,
+}
+
+/// Slow start (Envoy's `slow_start_config`): hosts that join ramp up to their weight.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSlowStart {
+    #[serde(deserialize_with = "crate::units::de_duration")]
+    pub window: Duration,
+    /// 1 (the default) is linear.
+    pub aggression: Option<f64>,
+    /// The least share of its weight a ramping host gets (10 by default).
+    pub min_weight_percent: Option<f64>,
 }
 
 /// Zone-aware routing's settings (Envoy's `zone_aware_lb_config`).

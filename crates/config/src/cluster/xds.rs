@@ -192,6 +192,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         overprovisioning_factor: None,
         locality_weighted: Some(balancing.locality_weighted),
         zone_aware: balancing.zone_aware,
+        slow_start: balancing.slow_start,
         protocol: http.protocol.map(str::to_owned),
         connect_timeout,
         max_requests_per_connection: http.max_requests_per_connection,

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::{
 use envoy_types::pb::google::protobuf::Any;
 
 use crate::envoy::{ResourceError, fields, nothing_else};
-use crate::{RawLeastRequest, RawMaglev, RawRingHash, RawZoneAware};
+use crate::{RawLeastRequest, RawMaglev, RawRingHash, RawSlowStart, RawZoneAware};
 
 const EXTENSIONS: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.";
 
@@ -30,6 +30,7 @@ pub(crate) struct Balancing {
     pub(crate) maglev: Option<RawMaglev>,
     pub(crate) locality_weighted: bool,
     pub(crate) zone_aware: Option<RawZoneAware>,
+    pub(crate) slow_start: Option<RawSlowStart>,
     pub(crate) healthy_panic_threshold: Option<f64>,
 }
 
@@ -93,6 +94,7 @@ fn legacy(c: &mut Cluster, at: &str) -> Result<Balancing, ResourceError> {
     match (policy, c.lb_config.take()) {
         (_, None) => {}
         (LbPolicy::LeastRequest, Some(LbConfig::LeastRequestLbConfig(mut config))) => {
+            balancing.slow_start = legacy_slow_start(config.slow_start_config.take(), at)?;
             let choice_count = config.choice_count.take().map(|v| v.value);
             let bias = config.active_request_bias.take().map(|v| v.default_value);
             if config != Default::default() {
@@ -127,8 +129,12 @@ fn legacy(c: &mut Cluster, at: &str) -> Result<Balancing, ResourceError> {
             }
             balancing.maglev = Some(RawMaglev { table_size });
         }
-        (LbPolicy::RoundRobin, Some(LbConfig::RoundRobinLbConfig(config)))
-            if config == Default::default() => {}
+        (LbPolicy::RoundRobin, Some(LbConfig::RoundRobinLbConfig(mut config))) => {
+            balancing.slow_start = legacy_slow_start(config.slow_start_config.take(), at)?;
+            if config != Default::default() {
+                return Err(unsupported(at, "round_robin_lb_config"));
+            }
+        }
         _ => {
             return Err(unsupported(
                 at,
@@ -162,12 +168,14 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
         "round_robin.v3.RoundRobin" => {
             let mut rr: RoundRobin = decode(&config, &at)?;
             balancing.lb_policy = "round_robin";
+            balancing.slow_start = slow_start(rr.slow_start_config.take(), &at)?;
             locality(rr.locality_lb_config.take(), &mut balancing, &at)?;
             nothing_else(&rr, fields::ROUND_ROBIN, &at)?;
         }
         "least_request.v3.LeastRequest" => {
             let mut lr: LeastRequest = decode(&config, &at)?;
             balancing.lb_policy = "least_request";
+            balancing.slow_start = slow_start(lr.slow_start_config.take(), &at)?;
             balancing.least_request = Some(RawLeastRequest {
                 choice_count: lr.choice_count.take().map(|v| v.value),
                 active_request_bias: lr.active_request_bias.take().map(|v| v.default_value),
@@ -218,6 +226,61 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
         }
     }
     Ok(balancing)
+}
+
+/// Slow start from the extension's `slow_start_config`.
+fn slow_start(
+    config: Option<
+        envoy_types::pb::envoy::extensions::load_balancing_policies::common::v3::SlowStartConfig,
+    >,
+    at: &str,
+) -> Result<Option<RawSlowStart>, ResourceError> {
+    let Some(config) = config else {
+        return Ok(None);
+    };
+    ramp(
+        config.slow_start_window,
+        config.aggression.map(|a| a.default_value),
+        config.min_weight_percent.map(|p| p.value),
+        &format!("{at}.slow_start_config"),
+    )
+}
+
+/// Slow start from the legacy `*_lb_config.slow_start_config`.
+fn legacy_slow_start(
+    config: Option<envoy_types::pb::envoy::config::cluster::v3::cluster::SlowStartConfig>,
+    at: &str,
+) -> Result<Option<RawSlowStart>, ResourceError> {
+    let Some(config) = config else {
+        return Ok(None);
+    };
+    ramp(
+        config.slow_start_window,
+        config.aggression.map(|a| a.default_value),
+        config.min_weight_percent.map(|p| p.value),
+        &format!("{at}.lb_config.slow_start_config"),
+    )
+}
+
+/// The aggression's runtime key is not read (no runtime here): its default value is used.
+fn ramp(
+    window: Option<envoy_types::pb::google::protobuf::Duration>,
+    aggression: Option<f64>,
+    min_weight_percent: Option<f64>,
+    at: &str,
+) -> Result<Option<RawSlowStart>, ResourceError> {
+    let Some(window) = crate::envoy::duration(window, &format!("{at}.slow_start_window"))? else {
+        // Envoy: no window, no slow start.
+        return Ok(None);
+    };
+    if window.is_zero() {
+        return Ok(None);
+    }
+    Ok(Some(RawSlowStart {
+        window,
+        aggression,
+        min_weight_percent,
+    }))
 }
 
 fn decode<M: prost::Message + Default>(config: &Any, at: &str) -> Result<M, ResourceError> {

@@ -840,3 +840,16 @@ fn grpc_health_checks_need_an_http2_cluster_and_no_http_settings() {
     ));
     assert!(path.contains("not a setting of a gRPC check"), "{path}");
 }
+
+#[test]
+fn slow_start_is_for_round_robin_and_least_request() {
+    let with = |cluster: &str| format!("{MINIMAL}    {cluster}\n");
+    let config = Config::from_yaml(&with("slow_start: { window: 30s, aggression: 2 }")).unwrap();
+    let ramp = config.clusters[0].lb_settings.slow_start.unwrap();
+    assert_eq!(ramp.window, std::time::Duration::from_secs(30));
+    assert_eq!((ramp.aggression, ramp.min_weight_percent), (2.0, 10.0));
+    let random = error_of(&with("lb_policy: random\n    slow_start: { window: 30s }"));
+    assert!(random.contains("clusters[0].slow_start"), "{random}");
+    let zero = error_of(&with("slow_start: { window: 0s }"));
+    assert!(zero.contains("the window is zero"), "{zero}");
+}
