@@ -369,6 +369,10 @@ clusters:
         "{sampled}"
     );
     assert_eq!(stat(admin, "lb_zone_routing_all_directly"), 0);
+    // Worked out once per worker that picked (two here), and found fit to route.
+    let recalculated = stat(admin, "lb_recalculate_zone_structures");
+    assert!((1..=2).contains(&recalculated), "{recalculated}");
+    assert_eq!(stat(admin, "lb_zone_cluster_too_small"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -162,6 +162,28 @@ async fn an_upstream_connection_idle_past_idle_timeout_is_closed_over_both_proto
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_with_a_request_longer_than_idle_timeout_is_not_idle() {
+    for protocol in ["http1", "http2"] {
+        let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let proxy = timed_proxy(upstream.local_addr(), protocol, "idle_timeout: 400ms");
+        let admin = proxy.admin.unwrap();
+        // The response takes three idle timeouts: the connection is busy, not idle, all along.
+        let res = send_h1(proxy.addr(), get("/", &[("x-noop-delay", "1200ms")])).await;
+        assert_eq!(res.status(), 200, "{protocol}");
+        text(res.into_body()).await;
+        assert_eq!(stat(admin, "upstream_cx_idle_timeout"), 0, "{protocol}");
+        // Idle from the response's end on.
+        eventually("the connection closed once idle", async || {
+            stat(admin, "upstream_cx_idle_timeout") == 1
+        })
+        .await;
+        assert_eq!(upstream.connections(), 1, "{protocol}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_upstream_connection_is_replaced_at_max_connection_duration_over_both_protocols() {
     for protocol in ["http1", "http2"] {
         let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())

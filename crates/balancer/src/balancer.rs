@@ -117,6 +117,8 @@ pub struct LoadBalancer {
     local: Option<LocalCluster>,
     compiled: ArcSwap<Compiled>,
     rebuild: Mutex<()>,
+    /// Tables built since this balancer was made.
+    rebuilds: AtomicU64,
     #[cfg(feature = "metrics")]
     meters: crate::meters::Meters,
 }
@@ -192,6 +194,7 @@ impl LoadBalancer {
             local,
             compiled: ArcSwap::from_pointee(compiled),
             rebuild: Mutex::new(()),
+            rebuilds: AtomicU64::new(0),
             #[cfg(feature = "metrics")]
             meters,
         })
@@ -251,6 +254,12 @@ impl LoadBalancer {
     /// The healthy panic threshold, in percent.
     pub fn panic_threshold(&self) -> f64 {
         self.settings.panic_threshold
+    }
+
+    /// How many times the tables have been rebuilt (host-set changes, a local cluster's, a
+    /// ramping host's weight): where zone routing is recalculated.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds.load(Ordering::Relaxed)
     }
 
     /// Where zone-aware routing stands for the current hosts.
@@ -332,6 +341,7 @@ impl LoadBalancer {
             Some(&current),
         ));
         self.compiled.store(Arc::clone(&fresh));
+        self.rebuilds.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
         self.meters.rebuilt(current.panic, fresh.panic);
         fresh

@@ -49,9 +49,9 @@ impl SlowStart {
     }
 
     /// How often a balancer with a ramping host rebuilds its tables: a twentieth of the
-    /// window, but not more often than every 10 ms.
+    /// window, but not more often than every 100 ms (a rebuild is on a request's path).
     pub(crate) fn step(&self) -> Duration {
-        (self.window / 20).max(Duration::from_millis(10))
+        (self.window / 20).max(Duration::from_millis(100))
     }
 
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
@@ -70,8 +70,9 @@ impl SlowStart {
 }
 
 /// Weights are multiplied by this while a host ramps, so that a fraction of a weight still
-/// orders hosts (a weight-1 host at 10% is 10 against its peers' 100).
-pub(crate) const SCALE: f64 = 100.0;
+/// orders hosts (a weight-1 host at 10% is 100 against its peers' 1000; 0.1% is the finest
+/// step).
+pub(crate) const SCALE: f64 = 1000.0;
 
 #[cfg(test)]
 mod tests {

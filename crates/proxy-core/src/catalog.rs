@@ -461,7 +461,15 @@ catalog! {
         ),
         lb_local_cluster_not_ok: counter = lb_local_cluster_not_ok(
             "lb_local_cluster_not_ok",
-            "Requests not routed by zone because the local cluster was in panic.",
+            "Requests not routed by zone because the local cluster was in panic, and recalculations that found the local cluster without a host in this proxy's zone.",
+        ),
+        lb_zone_cluster_too_small: counter = lb_zone_cluster_too_small(
+            "lb_zone_cluster_too_small",
+            "Zone-routing recalculations that found fewer healthy hosts than min_cluster_size.",
+        ),
+        lb_recalculate_zone_structures: counter = lb_recalculate_zone_structures(
+            "lb_recalculate_zone_structures",
+            "Times zone routing was recalculated (the balancer's tables rebuilt, per worker).",
         ),
         outlier_detection_ejections_enforced_total: counter = outlier_detection_ejections_enforced_total(
             "outlier_detection_ejections_enforced_total",

@@ -132,11 +132,10 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             Some(d) => Some(d).filter(|d| !d.is_zero()),
         },
         max_connection_duration: raw.max_connection_duration.filter(|d| !d.is_zero()),
-        tcp_keepalive: raw.tcp_keepalive.map(|k| TcpKeepalive {
-            probes: k.probes,
-            time: k.time,
-            interval: k.interval,
-        }),
+        tcp_keepalive: raw
+            .tcp_keepalive
+            .map(|k| tcp_keepalive(k, &format!("{path}.tcp_keepalive")))
+            .transpose()?,
         preserve_header_case: raw.preserve_header_case.unwrap_or(false),
         initial_stream_window_size: window(
             raw.initial_stream_window_size,
@@ -678,6 +677,33 @@ pub(crate) fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, Config
     Ok(policy)
 }
 
+/// Keep-alive settings the kernel takes: whole seconds from 1, at least one probe.
+fn tcp_keepalive(raw: RawTcpKeepalive, path: &str) -> Result<TcpKeepalive, ConfigError> {
+    for (key, value) in [("time", raw.time), ("interval", raw.interval)] {
+        if let Some(d) = value
+            && (d.as_secs() == 0 || d.subsec_nanos() != 0 || d.as_secs() > i32::MAX as u64)
+        {
+            return Err(ConfigError::invalid(
+                format!("{path}.{key}"),
+                "expected whole seconds, at least 1s",
+            ));
+        }
+    }
+    if let Some(probes) = raw.probes
+        && !(1..=i32::MAX as u32).contains(&probes)
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.probes"),
+            "expected at least 1",
+        ));
+    }
+    Ok(TcpKeepalive {
+        probes: raw.probes,
+        time: raw.time,
+        interval: raw.interval,
+    })
+}
+
 /// A cluster's `zone_aware` settings, Envoy's defaults where not given.
 fn zone_aware(
     raw: Option<&RawZoneAware>,
@@ -708,6 +734,12 @@ fn zone_aware(
             ));
         }
     };
+    if raw.force_local_zone_min_size == Some(0) {
+        return Err(ConfigError::invalid(
+            format!("{path}.zone_aware.force_local_zone_min_size"),
+            "expected at least 1 (0 would route to the local zone with no host there)",
+        ));
+    }
     Ok(balancer::ZoneAwareSettings {
         routing_enabled,
         min_cluster_size: raw.min_cluster_size.unwrap_or(defaults.min_cluster_size),

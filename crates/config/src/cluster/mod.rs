@@ -224,8 +224,8 @@ pub struct HealthCheckConfig {
         serialize_with = "ser::header_names"
     )]
     pub request_headers_to_remove: Vec<HeaderName>,
-    /// The interval while the host fails its checks, and right after it starts to and after
-    /// it passes again.
+    /// The interval after a failed check, and while a change is pending (short of the
+    /// threshold) after a failed and after a passed check.
     #[serde(serialize_with = "ser::duration")]
     pub unhealthy_interval: Duration,
     #[serde(serialize_with = "ser::duration")]

@@ -119,13 +119,14 @@ pub struct RawHealthCheck {
     /// HTTP and gRPC: headers added to each check (literal values), and headers removed.
     pub request_headers_to_add: Option<std::collections::BTreeMap<String, String>>,
     pub request_headers_to_remove: Option<Vec<String>>,
-    /// The interval while the host fails its checks (default: `interval`)...
+    /// The interval after a failed check (default: `interval`)...
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub unhealthy_interval: Option<Duration>,
-    /// ...right after it starts failing (default: `unhealthy_interval`)...
+    /// ...after a failed check while the host is still passing (a change pending; default:
+    /// `unhealthy_interval`)...
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub unhealthy_edge_interval: Option<Duration>,
-    /// ...and right after it passes again (default: `interval`).
+    /// ...and after a passed check while the host is still failing (default: `interval`).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub healthy_edge_interval: Option<Duration>,
     /// A JSON line per health event (Envoy's `HealthCheckEvent`) is appended to this file.

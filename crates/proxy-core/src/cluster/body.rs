@@ -52,6 +52,8 @@ pub(super) struct UpstreamRequest {
     started: Instant,
     /// The balancer's in-flight mark on the host, released with the request.
     _picked: Picked,
+    /// The HTTP/2 connection (its number) the request is a stream of.
+    h2_connection: Option<u64>,
 }
 
 impl UpstreamRequest {
@@ -63,7 +65,15 @@ impl UpstreamRequest {
             pool: Rc::clone(pool),
             started: Instant::now(),
             _picked: picked,
+            h2_connection: None,
         }
+    }
+
+    /// The request is a stream of HTTP/2 connection `connection`, which counts it as open
+    /// until the request is done.
+    pub(super) fn on_h2(mut self, connection: u64) -> Self {
+        self.h2_connection = Some(connection);
+        self
     }
 }
 
@@ -71,6 +81,9 @@ impl Drop for UpstreamRequest {
     fn drop(&mut self) {
         // The `max_requests` slot handed over when the try was sent.
         self.pool.settings.shared.breakers.requests.release();
+        if let Some(connection) = self.h2_connection {
+            self.pool.h2.stream_ended(connection);
+        }
         self.pool.stats.rq_active.dec();
         self.pool.host_stats.rq_active.dec();
         self.pool

@@ -1,8 +1,7 @@
 //! HTTP/2 to a host: one multiplexed connection per host and worker, opened by the first
 //! request that needs it and replaced when it closes, has served its requests, or reaches
-//! the cluster's `max_connection_duration`. A connection that takes no new request for
-//! `idle_timeout` is retired. A retired connection takes no new stream and closes once its
-//! streams have ended.
+//! the cluster's `max_connection_duration`, or has had no stream for `idle_timeout`. A
+//! retired connection takes no new stream and closes once its streams have ended.
 
 use std::cell::{Cell, RefCell};
 use std::pin::pin;
@@ -16,6 +15,7 @@ use tokio::time::Instant;
 
 use super::HostPool;
 use super::host::SendError;
+use super::settings::Expiry;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
 use config::UpstreamProtocol;
@@ -32,13 +32,30 @@ pub(super) struct H2Conn {
     /// When the last connect failed: requests that queued behind that attempt fail with it
     /// rather than each waiting out its own connect timeout in turn.
     failed_at: Cell<Option<Instant>>,
-    /// The current connection's number, when it opened, and when it last took a request.
+    /// The current connection's number, when it opened, its streams, and since when it has
+    /// had none.
     generation: Cell<u64>,
     opened: Cell<Option<Instant>>,
-    last_sent: Cell<Option<Instant>>,
+    streams: Cell<u32>,
+    idle_since: Cell<Option<Instant>>,
+    /// Woken when the current connection's last stream ends (its idle time starts).
+    went_idle: tokio::sync::Notify,
 }
 
 impl H2Conn {
+    /// A stream of connection `generation` ended.
+    pub(super) fn stream_ended(&self, generation: u64) {
+        if self.generation.get() != generation {
+            return;
+        }
+        let left = self.streams.get().saturating_sub(1);
+        self.streams.set(left);
+        if left == 0 {
+            self.idle_since.set(Some(Instant::now()));
+            self.went_idle.notify_one();
+        }
+    }
+
     /// Retires connection `generation` if it is still the current one.
     fn retire(&self, generation: u64) -> bool {
         if self.generation.get() != generation {
@@ -49,10 +66,12 @@ impl H2Conn {
 }
 
 impl HostPool {
+    /// Sends on the host's connection; with the response, the connection's number, whose
+    /// stream count the request holds until [`H2Conn::stream_ended`].
     pub(super) async fn send_h2(
         self: &Rc<Self>,
         req: &mut Request<RequestBody>,
-    ) -> Result<(http::response::Parts, Incoming), SendError> {
+    ) -> Result<(http::response::Parts, Incoming, u64), SendError> {
         let mut sender = match self.h2_sender().await {
             Ok(sender) => sender,
             Err(error) => return Err(SendError::unsent(error)),
@@ -66,9 +85,10 @@ impl HostPool {
                 self.stats.cx_max_requests.inc();
             }
         }
-        if self.settings.idle_timeout.is_some() {
-            self.h2.last_sent.set(Some(Instant::now()));
-        }
+        let generation = self.h2.generation.get();
+        self.h2.streams.set(self.h2.streams.get() + 1);
+        // Counted out if the send fails or is dropped; the request takes it over otherwise.
+        let stream = OpenStream(&self.h2, generation);
         let mut req = std::mem::replace(req, Request::new(RequestBody::empty()));
         // The upstream's HPACK table may keep these values for the connection's life.
         h1::own_values(req.headers_mut());
@@ -76,7 +96,9 @@ impl HostPool {
             .send_request(req)
             .await
             .map_err(|e| SendError::sent(ProxyError::from_upstream(self.addr, e)))?;
-        Ok(response.into_parts())
+        std::mem::forget(stream);
+        let (head, body) = response.into_parts();
+        Ok((head, body, generation))
     }
 
     pub(super) async fn h2_sender(
@@ -156,7 +178,8 @@ impl HostPool {
         self.h2.generation.set(generation);
         let now = Instant::now();
         self.h2.opened.set(Some(now));
-        self.h2.last_sent.set(Some(now));
+        self.h2.streams.set(0);
+        self.h2.idle_since.set(Some(now));
         let timed =
             self.settings.idle_timeout.is_some() || self.settings.max_connection_duration.is_some();
         let pool = Rc::downgrade(self);
@@ -188,32 +211,72 @@ impl HostPool {
     }
 }
 
-/// Waits until connection `generation` of `pool` is idle past the idle timeout or reaches its
-/// maximum duration, then retires it (it closes once its streams end). Returns at once if the
-/// pool has gone or moved on to another connection.
+/// A stream counted on connection `.1` until dropped.
+struct OpenStream<'a>(&'a H2Conn, u64);
+
+impl Drop for OpenStream<'_> {
+    fn drop(&mut self) {
+        self.0.stream_ended(self.1);
+    }
+}
+
+/// When connection `generation` of `pool` is due to retire: at its maximum duration, or
+/// `idle_timeout` after its last stream ended while it has none. `Err(())`: the pool has gone
+/// or moved on to another connection; `Ok(None)`: not until a stream ends.
+fn due(pool: &Weak<HostPool>, generation: u64) -> Result<Option<(Instant, Expiry)>, ()> {
+    let pool = pool.upgrade().ok_or(())?;
+    let h2 = &pool.h2;
+    if h2.generation.get() != generation || h2.sender.borrow().is_none() {
+        return Err(());
+    }
+    let opened = h2.opened.get().ok_or(())?;
+    let aged = pool
+        .settings
+        .max_connection_duration
+        .map(|d| (opened + d, Expiry::MaxDuration));
+    let idle = match (
+        h2.streams.get(),
+        h2.idle_since.get(),
+        pool.settings.idle_timeout,
+    ) {
+        (0, Some(since), Some(timeout)) => Some((since + timeout, Expiry::Idle)),
+        _ => None,
+    };
+    Ok(match (aged, idle) {
+        (Some(a), Some(i)) => Some(if a.0 <= i.0 { a } else { i }),
+        (a, i) => a.or(i),
+    })
+}
+
+/// Waits until connection `generation` of `pool` is due (see [`due`]), then retires it (it
+/// closes once its streams end). Returns at once if the pool has gone or moved on.
 async fn retire_when_due(pool: Weak<HostPool>, generation: u64) {
     loop {
-        let Some(due) = pool.upgrade().and_then(|pool| {
-            let h2 = &pool.h2;
-            if h2.generation.get() != generation || h2.sender.borrow().is_none() {
-                return None;
-            }
-            let opened = h2.opened.get()?;
-            let idle_since = h2.last_sent.get().unwrap_or(opened);
-            pool.settings.expiry(opened, idle_since)
-        }) else {
+        let Ok(due) = due(&pool, generation) else {
             return;
         };
-        let (at, why) = due;
-        if at > Instant::now() {
-            tokio::time::sleep_until(at).await;
-            continue; // a request may have come meanwhile: look again
+        // Woken by the last stream ending, to start (or restart) the idle count.
+        let Some(held) = pool.upgrade() else {
+            return;
+        };
+        let went_idle = held.h2.went_idle.notified();
+        match due {
+            Some((at, why)) if at <= Instant::now() => {
+                if let Some(pool) = pool.upgrade()
+                    && pool.h2.retire(generation)
+                {
+                    pool.count_expiry(why);
+                }
+                return;
+            }
+            Some((at, _)) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = went_idle => {}
+                }
+            }
+            None => went_idle.await,
         }
-        if let Some(pool) = pool.upgrade()
-            && pool.h2.retire(generation)
-        {
-            pool.count_expiry(why);
-        }
-        return;
+        drop(held);
     }
 }

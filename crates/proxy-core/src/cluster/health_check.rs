@@ -96,22 +96,25 @@ pub(super) async fn check_host(
             }
             true
         } else {
-            if let Some(log) = &events {
-                match failure {
-                    Some(why) => log.failed(addr, why, first_check),
-                    None => log.passed(addr),
-                }
+            if let (Some(log), None) = (&events, failure) {
+                log.passed(addr);
             }
             false
         };
+        if let (Some(log), Some(why)) = (&events, failure) {
+            log.failed(addr, why, first_check);
+        }
         first_check = false;
-        // Envoy's intervals: right after a change, its edge interval; while failing, the
-        // unhealthy interval.
-        let interval = match (passing, changed) {
-            (true, true) => config.healthy_edge_interval,
-            (false, true) => config.unhealthy_edge_interval,
-            (false, false) => config.unhealthy_interval,
-            (true, false) => config.interval,
+        // Envoy's intervals: while a change is pending (a failure on a passing host, a pass
+        // on a failing one, short of the threshold), the edge interval of this check's
+        // verdict; otherwise the unhealthy interval after a failure, the interval after a
+        // pass.
+        let pending = !changed && passing == failure.is_some();
+        let interval = match (failure.is_some(), pending) {
+            (true, true) => config.unhealthy_edge_interval,
+            (true, false) => config.unhealthy_interval,
+            (false, true) => config.healthy_edge_interval,
+            (false, false) => config.interval,
         };
         tokio::time::sleep(interval + rng.up_to(config.jitter)).await;
     }
@@ -139,8 +142,11 @@ async fn check_once(
             let answer = match tls {
                 None => grpc_h2(stream, req, "http").await,
                 Some(tls) => match tls.connect(addr, stream).await {
-                    Ok(stream) => grpc_h2(stream, req, "https").await,
-                    Err(_) => None,
+                    // An `auto` cluster's host may choose HTTP/1.1, which gRPC cannot use.
+                    Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                        grpc_h2(stream, req, "https").await
+                    }
+                    Ok(_) | Err(_) => None,
                 },
             };
             return answer.unwrap_or(Verdict::Fail(FailureType::Network));
@@ -276,7 +282,8 @@ fn grpc_serving(body: &[u8]) -> bool {
     status == 1
 }
 
-/// A gRPC check over HTTP/2: passes on status 200, `grpc-status: 0` and `SERVING`.
+/// A gRPC check over HTTP/2: passes on status 200, `grpc-status: 0` and `SERVING`; any
+/// other answer fails the host at once, as Envoy's.
 async fn grpc_h2<T>(stream: T, req: Request<Full<Bytes>>, scheme: &str) -> Option<Verdict>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
@@ -289,7 +296,7 @@ where
         let frame = frame.ok()?;
         match frame.into_data() {
             Ok(bytes) if data.len() < RESPONSE_BUFFER => data.extend_from_slice(&bytes),
-            Ok(_) => return Some(Verdict::Fail(FailureType::Active)),
+            Ok(_) => return Some(Verdict::FailNow),
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
                     grpc_status = trailers.get("grpc-status").cloned().or(grpc_status);
@@ -300,11 +307,8 @@ where
     let ok = parts.status == http::StatusCode::OK
         && grpc_status.is_some_and(|s| s == "0")
         && grpc_serving(&data);
-    Some(if ok {
-        Verdict::Pass
-    } else {
-        Verdict::Fail(FailureType::Active)
-    })
+    // As Envoy: an answer that is not `SERVING` fails the host at once.
+    Some(if ok { Verdict::Pass } else { Verdict::FailNow })
 }
 
 fn in_ranges(ranges: &[(u16, u16)], status: u16) -> bool {

@@ -1,8 +1,9 @@
 //! Envoy's health-check event log: a JSON line per event (its `HealthCheckEvent`, field
 //! names as Envoy writes them) appended to the cluster's `event_log_path`. A host that fails
 //! its checks (`eject_unhealthy_event`) and passes them again (`add_healthy_event`) is
-//! always logged; each failed and each passed check only when asked
-//! (`always_log_health_check_failures`, `always_log_health_check_success`).
+//! always logged; each failed check when asked (`always_log_health_check_failures`) or when
+//! it is the host's first, and each passed check without a change when asked
+//! (`always_log_health_check_success`).
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -86,9 +87,9 @@ impl EventLog {
         self.write(host, "add_healthy_event", json!({ "first_check": false }));
     }
 
-    /// A check failed without changing the host's state.
+    /// A check failed: logged when asked, and for a host's first check (as Envoy).
     pub(super) fn failed(&self, host: SocketAddr, why: FailureType, first_check: bool) {
-        if self.always_failures {
+        if self.always_failures || first_check {
             self.write(
                 host,
                 "health_check_failure_event",

@@ -148,7 +148,9 @@ impl HostPool {
             Ok(UpstreamProtocol::Http2 | UpstreamProtocol::Auto) => {
                 PooledBox::pin_with(|| self.send_h2(req))
                     .await
-                    .map(|(head, body)| (head, UpstreamBody::hyper(body, request)))
+                    .map(|(head, body, connection)| {
+                        (head, UpstreamBody::hyper(body, request.on_h2(connection)))
+                    })
             }
         };
         let outcome = match &sent {

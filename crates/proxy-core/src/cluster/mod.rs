@@ -41,12 +41,12 @@ mod settings;
 mod shared;
 mod upgrade;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use balancer::{LoadBalancer, LocalCluster, Picked, ZoneRoute};
+use balancer::{LbPolicy, LbSettings, LoadBalancer, LocalCluster, Picked, ZoneRoute, ZoneRouting};
 use http::HeaderMap;
 
 use crate::catalog::{Catalog, ClusterStats};
@@ -63,9 +63,12 @@ pub(crate) use shared::SharedCluster;
 pub(crate) struct Cluster {
     /// The worker's pools for the host set's hosts, in the set's order as of `version`.
     pools: RefCell<Pools>,
-    balancer: LoadBalancer,
+    /// Replaced, keeping the pools, when the local cluster is.
+    balancer: RefCell<LoadBalancer>,
     /// The local cluster this one routes by zone from, and this proxy's locality, if any.
-    local: Option<(Arc<SharedCluster>, u32)>,
+    local: RefCell<Option<(Arc<SharedCluster>, u32)>>,
+    /// The balancer's rebuilds counted so far, with zone routing (its recalculation stats).
+    zone_rebuilds: Cell<Option<u64>>,
     hash_key: Option<HashKey>,
     settings: Rc<UpstreamSettings>,
     stats: Rc<ClusterStats>,
@@ -93,25 +96,21 @@ impl Cluster {
     ) -> Self {
         let stats = Rc::new(catalog.cluster(shard, &config.name));
         let settings = Rc::new(UpstreamSettings::new(config, Arc::clone(shared)));
-        let local =
-            local.map(|(cluster, locality)| (Arc::clone(cluster), locality::id(Some(locality))));
-        let balancer = LoadBalancer::with_local_cluster(
-            shared.host_set.clone(),
+        let local = local_of(local);
+        let balancer = balancer_for(
+            &shared.host_set,
             config.lb_policy,
             config.lb_settings,
-            local.as_ref().map(|(cluster, locality)| LocalCluster {
-                hosts: cluster.host_set.clone(),
-                locality: *locality,
-            }),
-        )
-        .expect("the policy and settings were validated with the config");
+            local.as_ref(),
+        );
         let cluster = Self {
             pools: RefCell::new(Pools {
                 version: u64::MAX,
                 hosts: Vec::new(),
             }),
-            balancer,
-            local,
+            zone_rebuilds: Cell::new(local.is_some().then_some(u64::MAX)),
+            balancer: RefCell::new(balancer),
+            local: RefCell::new(local),
             hash_key: config.hash_key.clone(),
             settings,
             stats,
@@ -134,13 +133,31 @@ impl Cluster {
     /// Whether this cluster routes by zone from `local` (the same local cluster and
     /// locality, or none).
     pub(crate) fn has_local(&self, local: Option<(&Arc<SharedCluster>, &str)>) -> bool {
-        match (&self.local, local) {
+        match (&*self.local.borrow(), local) {
             (None, None) => true,
             (Some((a, id)), Some((b, name))) => {
                 Arc::ptr_eq(a, b) && *id == locality::id(Some(name))
             }
             _ => false,
         }
+    }
+
+    /// Routes by zone from `local` from now on (or not at all): a new balancer over the same
+    /// hosts, the pools kept.
+    pub(crate) fn set_local(&self, local: Option<(&Arc<SharedCluster>, &str)>) {
+        let local = local_of(local);
+        let balancer = {
+            let current = self.balancer.borrow();
+            balancer_for(
+                current.hosts(),
+                *current.policy(),
+                *current.settings(),
+                local.as_ref(),
+            )
+        };
+        *self.balancer.borrow_mut() = balancer;
+        self.zone_rebuilds.set(local.is_some().then_some(u64::MAX));
+        *self.local.borrow_mut() = local;
     }
 
     /// The shared state this worker's cluster was built on.
@@ -182,7 +199,7 @@ impl Cluster {
     /// Whether the cluster picks hosts by a request's hash (ring hash, maglev): only then is
     /// a route's hash policy worth evaluating.
     pub(crate) fn hashes(&self) -> bool {
-        self.balancer.policy().hashes()
+        self.balancer.borrow().policy().hashes()
     }
 
     /// The hash a request is picked by: its route's (`route_hash`), else the cluster's own
@@ -212,7 +229,13 @@ impl Cluster {
     /// As [`pick`](Self::pick), with the levels of the `excluded` priorities left out of the
     /// loads where others are available (a retry's `previous_priorities`).
     fn pick_excluding(&self, key: Option<u64>, excluded: &[u32]) -> Option<(Rc<HostPool>, Picked)> {
-        let picked = self.balancer.pick_excluding(key, excluded)?;
+        let balancer = self.balancer.borrow();
+        let picked = balancer.pick_excluding(key, excluded);
+        if let Some(seen) = self.zone_rebuilds.get() {
+            self.count_zone_recalculation(&balancer, seen);
+        }
+        drop(balancer);
+        let picked = picked?;
         if let Some(route) = picked.zone_route() {
             self.count_zone_route(route);
         }
@@ -223,6 +246,24 @@ impl Cluster {
         self.sync_pools();
         let pool = self.pool_of(&picked)?;
         Some((pool, picked))
+    }
+
+    /// Counts, once per rebuild of the balancer's tables, where zone routing was left (as
+    /// Envoy counts each recalculation).
+    #[cold]
+    fn count_zone_recalculation(&self, balancer: &LoadBalancer, seen: u64) {
+        let rebuilds = balancer.rebuilds();
+        if rebuilds == seen {
+            return;
+        }
+        self.zone_rebuilds.set(Some(rebuilds));
+        let s = &self.stats;
+        s.lb_recalculate_zone_structures.inc();
+        match balancer.zone_routing() {
+            ZoneRouting::LocalClusterNotOk => s.lb_local_cluster_not_ok.inc(),
+            ZoneRouting::ClusterTooSmall => s.lb_zone_cluster_too_small.inc(),
+            _ => {}
+        }
     }
 
     fn count_zone_route(&self, route: ZoneRoute) {
@@ -260,6 +301,29 @@ impl Cluster {
         });
         Some(Rc::clone(pool))
     }
+}
+
+/// The local cluster and this proxy's locality number.
+fn local_of(local: Option<(&Arc<SharedCluster>, &str)>) -> Option<(Arc<SharedCluster>, u32)> {
+    local.map(|(cluster, locality)| (Arc::clone(cluster), locality::id(Some(locality))))
+}
+
+fn balancer_for(
+    hosts: &balancer::HostSet,
+    policy: LbPolicy,
+    settings: LbSettings,
+    local: Option<&(Arc<SharedCluster>, u32)>,
+) -> LoadBalancer {
+    LoadBalancer::with_local_cluster(
+        hosts.clone(),
+        policy,
+        settings,
+        local.map(|(cluster, locality)| LocalCluster {
+            hosts: cluster.host_set.clone(),
+            locality: *locality,
+        }),
+    )
+    .expect("the policy and settings were validated with the config")
 }
 
 /// The hash of the request attribute a consistent-hashing cluster balances on. A request

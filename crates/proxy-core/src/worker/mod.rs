@@ -134,11 +134,14 @@ impl Worker {
             .iter()
             .zip(generation.clusters.iter())
             .map(|(c, shared)| match old.remove(&Arc::as_ptr(shared)) {
-                Some(kept) if kept.has_local(local) => {
+                Some(kept) => {
+                    if !kept.has_local(local) {
+                        kept.set_local(local);
+                    }
                     kept.sync_pools();
                     kept
                 }
-                _ => Rc::new(Cluster::new(c, shared, local, catalog, &self.shard)),
+                None => Rc::new(Cluster::new(c, shared, local, catalog, &self.shard)),
             })
             .collect();
         let tracer = match &generation.tracer {
