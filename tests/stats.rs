@@ -184,10 +184,10 @@ async fn connect_failures_and_timeouts_are_counted() {
     let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let config = forward_config(&[dead], "").replace(
+    let config = forward_config(&[dead], "    per_endpoint_stats: true").replace(
         "clusters:",
         &format!(
-            "clusters:\n  - name: slow\n    endpoints: [{}]\n",
+            "clusters:\n  - name: slow\n    endpoints: [{}]\n    per_endpoint_stats: true\n",
             noop.local_addr()
         ),
     )
@@ -202,10 +202,32 @@ async fn connect_failures_and_timeouts_are_counted() {
     }
     let r = send_h1(proxy.addr(), get("/slow", &[("x-noop-delay", "2s")])).await;
     assert_eq!(r.status(), 504);
-    let stats = scrape(proxy.admin.unwrap());
+    let r = send_h1(proxy.addr(), get("/slow", &[("x-noop-status", "503")])).await;
+    assert_eq!(r.status(), 503);
+    text(r.into_body()).await;
+    let r = send_h1(proxy.addr(), get("/slow", &[])).await;
+    assert_eq!(r.status(), 200);
+    text(r.into_body()).await;
+    let admin = proxy.admin.unwrap();
+    // The last response is counted as its body is dropped.
+    stat_settled(admin, "host_rq_success", 1);
+    let stats = scrape(admin);
     assert_eq!(stats["upstream_cx_connect_fail{cluster=backend}"], 3.0);
     assert_eq!(stats["upstream_rq_timeout{cluster=slow}"], 1.0);
-    assert_eq!(stats["downstream_rq_xx{code_class=5xx,listener=main}"], 4.0);
+    assert_eq!(stats["downstream_rq_xx{code_class=5xx,listener=main}"], 5.0);
+    // Each host's own counts (per_endpoint_stats).
+    let (dead, live) = (dead.to_string(), noop.local_addr().to_string());
+    let host = |name: &str, cluster: &str, host: &str| {
+        stats[&format!("{name}{{cluster={cluster},host={host}}}")]
+    };
+    assert_eq!(host("host_cx_connect_fail", "backend", &dead), 3.0);
+    assert_eq!(host("host_rq_total", "backend", &dead), 3.0);
+    assert_eq!(host("host_rq_error", "backend", &dead), 3.0);
+    assert_eq!(host("host_rq_total", "slow", &live), 3.0);
+    assert_eq!(host("host_rq_timeout", "slow", &live), 1.0);
+    assert_eq!(host("host_rq_error", "slow", &live), 1.0, "the 503");
+    assert_eq!(host("host_rq_success", "slow", &live), 1.0);
+    assert!(host("host_cx_total", "slow", &live) >= 1.0);
 }
 
 /// A histogram's cumulative bucket counts by `le`, from /stats/prometheus.

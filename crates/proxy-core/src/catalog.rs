@@ -586,6 +586,34 @@ catalog! {
             "Upstream requests in flight, per host.",
         ),
     }
+    /// One worker's per-endpoint counts for one upstream host, kept for clusters with
+    /// `per_endpoint_stats` (Envoy's `track_cluster_stats`).
+    endpoint -> EndpointStats(cluster, host) {
+        cx_total: counter = host_cx_total(
+            "host_cx_total",
+            "Upstream connections opened, per host (per_endpoint_stats).",
+        ),
+        cx_connect_fail: counter = host_cx_connect_fail(
+            "host_cx_connect_fail",
+            "Upstream connects refused, failed or timed out, per host (per_endpoint_stats).",
+        ),
+        rq_total: counter = host_rq_total(
+            "host_rq_total",
+            "Requests sent upstream, per host (per_endpoint_stats).",
+        ),
+        rq_success: counter = host_rq_success(
+            "host_rq_success",
+            "Upstream responses other than 5xx, per host (per_endpoint_stats).",
+        ),
+        rq_error: counter = host_rq_error(
+            "host_rq_error",
+            "Upstream 5xx responses and tries that got no response, per host (per_endpoint_stats).",
+        ),
+        rq_timeout: counter = host_rq_timeout(
+            "host_rq_timeout",
+            "Requests that hit the route timeout, per host (per_endpoint_stats).",
+        ),
+    }
     /// One worker's totals over all its listeners: the balance between workers (lesson L3).
     worker -> WorkerStats() {
         cx_active: per_shard_gauge = worker_downstream_cx_active(

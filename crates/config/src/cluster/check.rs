@@ -132,6 +132,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             Some(d) => Some(d).filter(|d| !d.is_zero()),
         },
         max_connection_duration: raw.max_connection_duration.filter(|d| !d.is_zero()),
+        per_endpoint_stats: raw.per_endpoint_stats.unwrap_or(false),
         tcp_keepalive: raw
             .tcp_keepalive
             .map(|k| tcp_keepalive(k, &format!("{path}.tcp_keepalive")))

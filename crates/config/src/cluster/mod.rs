@@ -53,6 +53,8 @@ pub struct ClusterConfig {
     /// are done; `None`: no limit.
     #[serde(serialize_with = "ser::opt_duration")]
     pub max_connection_duration: Option<Duration>,
+    /// Each host's own request and connection counts (`host_rq_total`, ...).
+    pub per_endpoint_stats: bool,
     /// TCP keep-alive on upstream connections; `None`: off (the system's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_keepalive: Option<TcpKeepalive>,

@@ -35,6 +35,8 @@ pub struct RawCluster {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub max_connection_duration: Option<Duration>,
     pub tcp_keepalive: Option<RawTcpKeepalive>,
+    /// Each host's own request and connection counts, as Envoy's `per_endpoint_stats`.
+    pub per_endpoint_stats: Option<bool>,
     pub preserve_header_case: Option<bool>,
     pub initial_stream_window_size: Option<u32>,
     pub initial_connection_window_size: Option<u32>,

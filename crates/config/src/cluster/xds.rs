@@ -136,6 +136,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .map(|v| u64::from(v.value));
     let http = upstream_http(&mut c, &at)?;
     let tcp_keepalive = connection_options(&mut c, &at)?;
+    let per_endpoint_stats = track_cluster_stats(&mut c, &at)?;
     let circuit_breakers = c
         .circuit_breakers
         .take()
@@ -199,6 +200,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         idle_timeout: http.idle_timeout,
         max_connection_duration: http.max_connection_duration,
         tcp_keepalive,
+        per_endpoint_stats,
         preserve_header_case: http.preserve_header_case.filter(|keep| *keep),
         initial_stream_window_size: http.initial_stream_window_size,
         initial_connection_window_size: http.initial_connection_window_size,
@@ -617,4 +619,19 @@ fn connection_options(
     options.set_local_interface_name_on_upstream_connections = false;
     nothing_else(&options, fields::UPSTREAM_CONNECTION_OPTIONS, &at)?;
     Ok(keepalive)
+}
+
+/// `track_cluster_stats`: `per_endpoint_stats` (each host's counts); the request and response
+/// size histograms and timeout budgets are refused by name.
+fn track_cluster_stats(c: &mut Cluster, at: &str) -> Result<Option<bool>, ResourceError> {
+    let Some(mut track) = c.track_cluster_stats.take() else {
+        return Ok(None);
+    };
+    let per_endpoint = std::mem::take(&mut track.per_endpoint_stats);
+    nothing_else(
+        &track,
+        fields::TRACK_CLUSTER_STATS,
+        &format!("{at}.track_cluster_stats"),
+    )?;
+    Ok(Some(per_endpoint).filter(|on| *on))
 }

@@ -600,6 +600,12 @@ pub(crate) const SOCKET_ADDRESS: &[(u32, &str)] = &[
     (7, "network_namespace_filepath"),
 ];
 
+pub(crate) const TRACK_CLUSTER_STATS: &[(u32, &str)] = &[
+    (1, "timeout_budgets"),
+    (2, "request_response_sizes"),
+    (3, "per_endpoint_stats"),
+];
+
 pub(crate) const UPSTREAM_CONNECTION_OPTIONS: &[(u32, &str)] = &[
     (1, "tcp_keepalive"),
     (2, "set_local_interface_name_on_upstream_connections"),

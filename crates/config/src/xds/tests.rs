@@ -2008,6 +2008,24 @@ fn upstream_connection_times_and_keepalive_are_taken_as_envoy_gateway_writes_the
 }
 
 #[test]
+fn track_cluster_stats_keeps_per_endpoint_stats_and_refuses_the_size_histograms() {
+    use envoy_types::pb::envoy::config::cluster::v3::TrackClusterStats;
+    let mut c = eds_cluster("web");
+    c.track_cluster_stats = Some(TrackClusterStats {
+        per_endpoint_stats: true,
+        ..Default::default()
+    });
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    assert_eq!(raw.per_endpoint_stats, Some(true));
+    c.track_cluster_stats = Some(TrackClusterStats {
+        request_response_sizes: true,
+        ..Default::default()
+    });
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("request_response_sizes"), "{error}");
+}
+
+#[test]
 fn health_checks_as_envoy_gateway_writes_them() {
     use envoy_types::pb::envoy::config::core::v3::{HealthCheck, health_check};
     use envoy_types::pb::envoy::r#type::v3::Int64Range;

@@ -61,6 +61,9 @@ impl UpstreamRequest {
         pool.stats.rq_total.inc();
         pool.stats.rq_active.inc();
         pool.host_stats.rq_active.inc();
+        if let Some(endpoint) = &pool.endpoint_stats {
+            endpoint.rq_total.inc();
+        }
         Self {
             pool: Rc::clone(pool),
             started: Instant::now(),

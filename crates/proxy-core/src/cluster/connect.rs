@@ -63,6 +63,9 @@ impl HostPool {
         match connected {
             Err(_) => {
                 self.stats.cx_connect_timeout.inc();
+                if let Some(endpoint) = &self.endpoint_stats {
+                    endpoint.cx_connect_fail.inc();
+                }
                 Err(ProxyError::ConnectTimeout {
                     addr,
                     after: timeout,
@@ -70,6 +73,9 @@ impl HostPool {
             }
             Ok(Err(error)) => {
                 self.stats.cx_connect_fail.inc();
+                if let Some(endpoint) = &self.endpoint_stats {
+                    endpoint.cx_connect_fail.inc();
+                }
                 Err(error)
             }
             Ok(Ok(stream)) => {
@@ -87,6 +93,9 @@ impl HostPool {
         self.stats.cx_total.inc();
         self.stats.cx_active.inc();
         self.host_stats.cx_active.inc();
+        if let Some(endpoint) = &self.endpoint_stats {
+            endpoint.cx_total.inc();
+        }
         OpenConn {
             _slot: slot,
             pool: Rc::downgrade(self),

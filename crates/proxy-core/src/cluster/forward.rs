@@ -81,7 +81,7 @@ impl Admitted<'_> {
         } = self;
         let progress = request.body_mut().track_progress();
         let timed_out = || {
-            host.stats().rq_timeout.inc();
+            host.count_timeout();
             ProxyError::Timeout {
                 addr: host.addr(),
                 after: timeout,
@@ -143,7 +143,7 @@ impl Admitted<'_> {
         let progress = request.body_mut().track_progress();
         let attempt = host.send(&mut request, picked, slot);
         let timed_out = || {
-            host.stats().rq_timeout.inc();
+            host.count_timeout();
             ProxyError::Timeout {
                 addr: host.addr(),
                 after: timeout,

@@ -18,7 +18,7 @@ use super::h2_conn::H2Conn;
 use super::health::{Counters, Ejection, TryOutcome};
 use super::settings::UpstreamSettings;
 use crate::box_pool::PooledBox;
-use crate::catalog::{ClusterStats, HostStats};
+use crate::catalog::{ClusterStats, EndpointStats, HostStats};
 use crate::context::RequestBody;
 use crate::error::ProxyError;
 use config::UpstreamProtocol;
@@ -28,6 +28,8 @@ pub(crate) struct HostPool {
     health: Arc<Counters>,
     pub(super) stats: Rc<ClusterStats>,
     pub(super) host_stats: HostStats,
+    /// With `per_endpoint_stats`: the host's own counts.
+    pub(super) endpoint_stats: Option<EndpointStats>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
@@ -43,6 +45,7 @@ impl HostPool {
     pub(super) fn new(
         stats: Rc<ClusterStats>,
         host_stats: HostStats,
+        endpoint_stats: Option<EndpointStats>,
         addr: SocketAddr,
         settings: Rc<UpstreamSettings>,
     ) -> Self {
@@ -50,6 +53,7 @@ impl HostPool {
             health: settings.shared.health.counters(addr),
             stats,
             host_stats,
+            endpoint_stats,
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
@@ -99,6 +103,14 @@ impl HostPool {
 
     pub(crate) fn stats(&self) -> &ClusterStats {
         &self.stats
+    }
+
+    /// Counts a request that hit its route timeout on this host.
+    pub(crate) fn count_timeout(&self) {
+        self.stats.rq_timeout.inc();
+        if let Some(endpoint) = &self.endpoint_stats {
+            endpoint.rq_timeout.inc();
+        }
     }
 
     pub(crate) fn shared(&self) -> &Arc<SharedCluster> {
@@ -164,6 +176,12 @@ impl HostPool {
         };
         if let Some(outcome) = outcome {
             self.report(outcome);
+            if let Some(endpoint) = &self.endpoint_stats {
+                match outcome {
+                    TryOutcome::Status(status) if status < 500 => endpoint.rq_success.inc(),
+                    _ => endpoint.rq_error.inc(),
+                }
+            }
         }
         let (head, body) = sent?;
         self.stats.response(head.status);

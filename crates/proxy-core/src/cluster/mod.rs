@@ -291,10 +291,13 @@ impl Cluster {
         };
         let (_, pool) = &mut pools.hosts[slot];
         let pool = pool.get_or_insert_with(|| {
+            let (cluster, host) = (&self.settings.shared.name, addr.to_string());
             Rc::new(HostPool::new(
                 Rc::clone(&self.stats),
-                self.catalog
-                    .host(&self.shard, &self.settings.shared.name, &addr.to_string()),
+                self.catalog.host(&self.shard, cluster, &host),
+                self.settings
+                    .per_endpoint_stats
+                    .then(|| self.catalog.endpoint(&self.shard, cluster, &host)),
                 addr,
                 Rc::clone(&self.settings),
             ))

@@ -141,7 +141,7 @@ pub(crate) async fn send_with_retries(
         let outcome = match tokio::time::timeout(per_try, attempt).await {
             Ok(outcome) => outcome,
             Err(_) => {
-                tried.stats().rq_timeout.inc();
+                tried.count_timeout();
                 Err(SendError {
                     error: ProxyError::Timeout {
                         addr: tried.addr(),

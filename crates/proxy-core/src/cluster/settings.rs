@@ -24,6 +24,8 @@ pub(crate) struct UpstreamSettings {
     pub(super) max_connection_duration: Option<Duration>,
     /// Keep-alive probes on each connection's socket.
     pub(super) tcp_keepalive: Option<socket2::TcpKeepalive>,
+    /// Each host's own counts (`host_rq_total`, ...).
+    pub(super) per_endpoint_stats: bool,
     pub(super) buffer_limit: usize,
     /// HTTP/1.1 names written as the client spelled them, and responses' noted.
     pub(super) keep_case: bool,
@@ -65,6 +67,7 @@ impl UpstreamSettings {
             max_requests: cluster.max_requests_per_connection,
             idle_timeout: cluster.idle_timeout,
             max_connection_duration: cluster.max_connection_duration,
+            per_endpoint_stats: cluster.per_endpoint_stats,
             tcp_keepalive: cluster.tcp_keepalive.map(|k| {
                 let mut probes = socket2::TcpKeepalive::new();
                 if let Some(time) = k.time {

@@ -30,7 +30,7 @@ impl Admitted<'_> {
         let sent = tokio::time::timeout(timeout, host.send_on_own_connection(req))
             .await
             .map_err(|_| {
-                host.stats().rq_timeout.inc();
+                host.count_timeout();
                 ProxyError::Timeout {
                     addr: host.addr(),
                     after: timeout,
