@@ -2,7 +2,7 @@
 //! `http2_protocol_options`, which Envoy Gateway sends with every HTTP/2 backend), as a host
 //! sees them in the proxy's connection preface.
 //! Connections closed after `idle_timeout` and retired at `max_connection_duration`, over
-//! both protocols.
+//! both protocols. A `downstream` cluster speaks the client's protocol to the host.
 
 #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
 
@@ -210,4 +210,26 @@ async fn a_busy_upstream_connection_is_replaced_at_max_connection_duration_over_
         );
         assert_eq!(stat(admin, "upstream_cx_idle_timeout"), 0, "{protocol}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_cluster_speaks_to_the_host_what_the_client_spoke() {
+    let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let proxy = timed_proxy(upstream.local_addr(), "downstream", "");
+    // The no-op upstream echoes its request line, version included.
+    let res = send_h1(proxy.addr(), get("/one", &[("x-noop-echo", "headers")])).await;
+    assert_eq!(res.status(), 200);
+    let echoed = text(res.into_body()).await;
+    assert!(echoed.starts_with("GET /one HTTP/1.1\n"), "{echoed}");
+    let res = send_h2(proxy.addr(), get_h2("/two", &[("x-noop-echo", "headers")])).await;
+    assert_eq!(res.status(), 200);
+    let echoed = text(res.into_body()).await;
+    assert!(echoed.starts_with("GET /two HTTP/2.0\n"), "{echoed}");
+    // And HTTP/1.1 again, on the connection it kept.
+    let res = send_h1(proxy.addr(), get("/three", &[("x-noop-echo", "headers")])).await;
+    let echoed = text(res.into_body()).await;
+    assert!(echoed.starts_with("GET /three HTTP/1.1\n"), "{echoed}");
+    assert_eq!(upstream.connections(), 2, "one connection per protocol");
 }

@@ -67,6 +67,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         None | Some("http1") => UpstreamProtocol::Http1,
         Some("http2") => UpstreamProtocol::Http2,
         Some("auto") if raw.tls.is_some() => UpstreamProtocol::Auto,
+        Some("downstream") => UpstreamProtocol::Downstream,
         Some("auto") => {
             return Err(ConfigError::invalid(
                 format!("{path}.protocol"),
@@ -76,7 +77,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         Some(other) => {
             return Err(ConfigError::invalid(
                 format!("{path}.protocol"),
-                format!("expected `http1`, `http2` or `auto`, found `{other}`"),
+                format!("expected `http1`, `http2`, `auto` or `downstream`, found `{other}`"),
             ));
         }
     };

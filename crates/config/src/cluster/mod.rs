@@ -409,6 +409,9 @@ pub enum UpstreamProtocol {
     /// Whichever of the two each host chooses by ALPN, HTTP/2 first (Envoy's `auto_config`);
     /// TLS clusters only.
     Auto,
+    /// The client's: HTTP/2 for requests that came over HTTP/2, HTTP/1.1 for the others
+    /// (Envoy's `use_downstream_protocol_config`).
+    Downstream,
 }
 
 impl UpstreamProtocol {
@@ -417,7 +420,7 @@ impl UpstreamProtocol {
         match self {
             UpstreamProtocol::Http1 => &[b"http/1.1"],
             UpstreamProtocol::Http2 => &[b"h2"],
-            UpstreamProtocol::Auto => &[b"h2", b"http/1.1"],
+            UpstreamProtocol::Auto | UpstreamProtocol::Downstream => &[b"h2", b"http/1.1"],
         }
     }
 }

@@ -164,11 +164,22 @@ fn typed_options(
             "auto"
         }
         None => "http1",
-        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_)) => {
-            return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
-                fields: vec!["use_downstream_protocol_config".into()],
-            });
+        // The client's protocol, HTTP/1.1 or HTTP/2, each with its settings.
+        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(mut downstream)) => {
+            let at = format!("{at}.use_downstream_protocol_config");
+            if downstream.http3_protocol_options.is_some() {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec!["http3_protocol_options".into()],
+                });
+            }
+            if let Some(h1) = downstream.http_protocol_options.take() {
+                h1_settings(h1, http, &format!("{at}.http_protocol_options"))?;
+            }
+            if let Some(h2) = downstream.http2_protocol_options.take() {
+                h2_settings(h2, http, &at)?;
+            }
+            "downstream"
         }
     });
     if options != UpstreamOptions::default() {

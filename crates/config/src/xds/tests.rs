@@ -1959,6 +1959,30 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
     let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
     assert_eq!(raw.protocol.as_deref(), Some("auto"));
     assert_eq!(raw.initial_stream_window_size, Some(65536));
+
+    // Envoy Gateway's backends that follow the client's protocol.
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::UseDownstreamHttpConfig;
+    let mut c = eds_cluster("web");
+    let options = Upstream {
+        upstream_protocol_options: Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(
+            UseDownstreamHttpConfig {
+                http_protocol_options: Some(Default::default()),
+                http2_protocol_options: Some(Http2ProtocolOptions {
+                    initial_connection_window_size: Some(UInt32Value { value: 1_048_576 }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    c.typed_extension_protocol_options.insert(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+        pack(&options),
+    );
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    assert_eq!(raw.protocol.as_deref(), Some("downstream"));
+    assert_eq!(raw.initial_connection_window_size, Some(1_048_576));
 }
 
 #[test]

@@ -7,7 +7,6 @@ use super::breaker::Slot;
 use super::h1_conn::H1Conn;
 use super::{Cluster, HostPool};
 use crate::error::{Overflow, ProxyError};
-use config::UpstreamProtocol;
 
 impl Cluster {
     /// Takes a `max_requests` slot for one try, before any work is spent on the request; a
@@ -24,7 +23,12 @@ impl Cluster {
 impl HostPool {
     /// Waits in the cluster's pending queue until a connection to this host is put back on
     /// this worker (`Some`) or a connection slot is taken for this request (`None`).
-    pub(super) async fn wait_pending(&self) -> Result<Option<Box<H1Conn>>, ProxyError> {
+    /// `reuse_h1`: an HTTP/1.1 connection put back on this worker may be taken instead of a
+    /// slot (for a request going over HTTP/1.1).
+    pub(super) async fn wait_pending(
+        &self,
+        reuse_h1: bool,
+    ) -> Result<Option<Box<H1Conn>>, ProxyError> {
         let breakers = &self.settings.shared.breakers;
         let Some(_pending) = Slot::try_take(&breakers.pending) else {
             self.stats.rq_pending_overflow.inc();
@@ -45,9 +49,7 @@ impl HostPool {
             tokio::pin!(returned, freed);
             returned.as_mut().enable();
             freed.as_mut().enable();
-            if self.protocol() == UpstreamProtocol::Http1
-                && let Some(conn) = self.idle_h1()
-            {
+            if reuse_h1 && let Some(conn) = self.idle_h1() {
                 break Ok(Some(conn));
             }
             if breakers.connections.try_acquire() {

@@ -171,7 +171,7 @@ impl HostPool {
             Some(slot) => slot,
             None => {
                 self.stats.cx_overflow.inc();
-                match self.wait_pending().await? {
+                match self.wait_pending(true).await? {
                     Some(conn) => return Ok((conn, false)),
                     // `None`: a connection slot is ours.
                     None => self.taken_connection_slot(),

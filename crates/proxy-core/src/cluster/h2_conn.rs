@@ -136,7 +136,7 @@ impl HostPool {
             None => {
                 self.stats.cx_overflow.inc();
                 // No connection to put back on HTTP/2: only a freed slot helps.
-                self.wait_pending().await?;
+                self.wait_pending(false).await?;
                 self.taken_connection_slot()
             }
         };
@@ -147,6 +147,17 @@ impl HostPool {
                 return Err(err);
             }
         };
+        if self.settings.protocol == UpstreamProtocol::Downstream
+            && let tokio_util::either::Either::Right(tls) = &stream
+            && tls.get_ref().1.alpn_protocol() != Some(b"h2")
+        {
+            // A request that came over HTTP/2 goes over HTTP/2: a host that will not speak it
+            // fails the try.
+            return Err(ProxyError::ConnectFailure {
+                addr: self.addr,
+                source: std::io::Error::other("the host did not choose h2 by ALPN"),
+            });
+        }
         if self.settings.protocol == UpstreamProtocol::Auto {
             let chose_h2 = match &stream {
                 tokio_util::either::Either::Right(tls) => {

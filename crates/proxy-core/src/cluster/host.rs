@@ -72,11 +72,13 @@ impl HostPool {
         &self.addr_text
     }
 
-    /// The protocol requests to this host are written for: the cluster's, or for an `auto`
-    /// cluster the host's choice (HTTP/2 until it has made one).
-    pub(crate) fn protocol(&self) -> UpstreamProtocol {
+    /// The protocol a request that came in as `version` is written for to this host: the
+    /// cluster's, for an `auto` cluster the host's choice (HTTP/2 until it has made one), for
+    /// a `downstream` one the client's.
+    pub(crate) fn protocol_for(&self, version: http::Version) -> UpstreamProtocol {
         match self.settings.protocol {
             UpstreamProtocol::Auto => self.learned.get().unwrap_or(UpstreamProtocol::Http2),
+            UpstreamProtocol::Downstream => downstream_protocol(version),
             protocol => protocol,
         }
     }
@@ -147,6 +149,8 @@ impl HostPool {
                 // Written for another host of the cluster (a retry), or before this one chose.
                 super::request_form::fit_to_protocol(req, protocol, self.tls());
             }),
+            // Written for the client's protocol already (rewrite.rs).
+            UpstreamProtocol::Downstream => Ok(downstream_protocol(req.version())),
             protocol => Ok(protocol),
         };
         let sent = match protocol {
@@ -157,7 +161,7 @@ impl HostPool {
                 .map(|(head, body)| (head, UpstreamBody::http1(body, request))),
             // From the worker's pool of boxes: the HTTP/2 send's state is twice the HTTP/1.1
             // one's, and every request's future (each level of it) would carry it.
-            Ok(UpstreamProtocol::Http2 | UpstreamProtocol::Auto) => {
+            Ok(UpstreamProtocol::Http2 | UpstreamProtocol::Auto | UpstreamProtocol::Downstream) => {
                 PooledBox::pin_with(|| self.send_h2(req))
                     .await
                     .map(|(head, body, connection)| {
@@ -209,6 +213,15 @@ impl Drop for HostPool {
         for _ in 0..self.h1.close_idle() {
             self.host_stats.cx_active.dec();
         }
+    }
+}
+
+/// A `downstream` cluster's protocol for a request that came in as `version`.
+fn downstream_protocol(version: http::Version) -> UpstreamProtocol {
+    if version >= http::Version::HTTP_2 {
+        UpstreamProtocol::Http2
+    } else {
+        UpstreamProtocol::Http1
     }
 }
 

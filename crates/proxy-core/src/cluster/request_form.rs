@@ -25,7 +25,8 @@ pub(crate) fn write_request_for(
             parts.version = Version::HTTP_11;
             parts.headers.insert(HOST, authority);
         }
-        UpstreamProtocol::Http2 | UpstreamProtocol::Auto => {
+        // `Downstream` is resolved to one of the two before a request is written.
+        UpstreamProtocol::Http2 | UpstreamProtocol::Auto | UpstreamProtocol::Downstream => {
             parts.headers.remove(HOST);
             let scheme = if tls { Scheme::HTTPS } else { Scheme::HTTP };
             parts.uri = Uri::builder()
@@ -54,7 +55,9 @@ pub(crate) fn fit_to_protocol(
     };
     let wanted = match protocol {
         UpstreamProtocol::Http1 => UpstreamProtocol::Http1,
-        UpstreamProtocol::Http2 | UpstreamProtocol::Auto => UpstreamProtocol::Http2,
+        UpstreamProtocol::Http2 | UpstreamProtocol::Auto | UpstreamProtocol::Downstream => {
+            UpstreamProtocol::Http2
+        }
     };
     if written == wanted {
         return;

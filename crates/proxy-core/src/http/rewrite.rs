@@ -61,7 +61,8 @@ pub(crate) fn request_for_upstream(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    crate::cluster::write_request_for(parts, path, authority, host.protocol(), host.tls())
+    let protocol = host.protocol_for(parts.version);
+    crate::cluster::write_request_for(parts, path, authority, protocol, host.tls())
 }
 
 /// Rewrites an upstream's response head for the client.
