@@ -82,13 +82,18 @@ fn common_options(
     nothing_else(&common, fields::HTTP_PROTOCOL_OPTIONS, at)
 }
 
-/// HTTP/1.1: only the `preserve_case` header formatter.
+/// HTTP/1.1: the `preserve_case` header formatter; `enable_trailers` (trailers go on both
+/// ways here anyway); `accept_http_10` and `default_host_for_http_10`, which only Envoy's
+/// server side reads (its upstream codec takes HTTP/1.0 responses either way, as here).
 fn h1_settings(
     mut h1: envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions,
     http: &mut UpstreamHttp,
     at: &str,
 ) -> Result<(), ResourceError> {
     http.preserve_header_case = Some(headers::preserve_case(&mut h1, at)?);
+    h1.enable_trailers = false;
+    h1.accept_http_10 = false;
+    h1.default_host_for_http_10 = String::new();
     if h1 != Default::default() {
         return Err(ResourceError::Unsupported {
             at: at.to_owned(),

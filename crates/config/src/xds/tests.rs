@@ -2032,6 +2032,48 @@ fn upstream_connection_times_and_keepalive_are_taken_as_envoy_gateway_writes_the
 }
 
 #[test]
+fn upstream_http1_settings_of_the_server_side_or_done_anyway_are_taken() {
+    use envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions;
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as Upstream;
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+        ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
+    };
+    let with = |h1: Http1ProtocolOptions| {
+        let mut c = eds_cluster("web");
+        let options = Upstream {
+            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::HttpProtocolOptions(h1)),
+                },
+            )),
+            ..Default::default()
+        };
+        c.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            pack(&options),
+        );
+        XdsCluster::decode(&pack(&c))
+    };
+    // Envoy Gateway's `http1-trailers` and `http10` backends.
+    let raw = with(Http1ProtocolOptions {
+        enable_trailers: true,
+        accept_http_10: true,
+        default_host_for_http_10: "foo.com".into(),
+        ..Default::default()
+    })
+    .unwrap()
+    .section(None);
+    assert_eq!(raw.protocol.as_deref(), Some("http1"));
+    let error = with(Http1ProtocolOptions {
+        allow_chunked_length: true,
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("http_protocol_options"), "{error}");
+}
+
+#[test]
 fn track_cluster_stats_keeps_per_endpoint_stats_and_refuses_the_size_histograms() {
     use envoy_types::pb::envoy::config::cluster::v3::TrackClusterStats;
     let mut c = eds_cluster("web");
