@@ -41,7 +41,8 @@ pub struct LbSettings {
     /// takes all its load. Envoy's default: 140.
     pub overprovisioning_factor: u32,
     /// Draw a locality by its weight before a host (Envoy's `locality_weighted_lb_config`);
-    /// not with the hashing policies.
+    /// with the hashing policies, each host's share of the ring or table is its share of its
+    /// locality's weight instead, as Envoy's.
     pub locality_weighted: bool,
     /// Zone-aware routing, in use when the balancer has a [`LocalCluster`] and neither
     /// locality weighting nor a hashing policy.
@@ -73,11 +74,6 @@ impl LbSettings {
         }
         if self.overprovisioning_factor == 0 {
             return Err(BuildError::OverprovisioningFactorZero);
-        }
-        if self.locality_weighted && policy.hashes() {
-            return Err(BuildError::LocalityWeightedHashing {
-                policy: policy.name(),
-            });
         }
         if let Some(slow_start) = &self.slow_start {
             if !matches!(policy, LbPolicy::RoundRobin | LbPolicy::LeastRequest(_)) {
@@ -802,6 +798,9 @@ impl<C: Fn(SourceKey) -> u64> GroupBuilder<'_, C> {
         if !self.settings.locality_weighted {
             return self.flat(level, kind, positions);
         }
+        if self.policy.hashes() {
+            return self.hashed_by_locality(level, kind, positions);
+        }
         let spec = |i: usize| &self.entries[i].spec;
         let mut localities: Vec<u32> = level_hosts.iter().map(|&i| spec(i).locality).collect();
         localities.sort_unstable();
@@ -843,6 +842,65 @@ impl<C: Fn(SourceKey) -> u64> GroupBuilder<'_, C> {
                 sources: sources.into_boxed_slice(),
             }),
         }
+    }
+
+    /// A hashing policy's source with locality weighting (Envoy's thread-aware balancers):
+    /// each host weighs `locality weight / all localities' x host weight / its locality's`,
+    /// so that one key still maps to one host of the whole level. Hosts of localities without
+    /// weight get none.
+    fn hashed_by_locality(&self, level: usize, kind: u8, positions: &[usize]) -> Option<Group> {
+        let spec = |i: usize| &self.entries[i].spec;
+        let mut localities: Vec<(u32, u64, u64)> = Vec::new(); // (locality, its weight, host weights)
+        for &i in positions {
+            let s = spec(i);
+            match localities.iter_mut().find(|(l, _, _)| *l == s.locality) {
+                Some((_, _, hosts)) => *hosts += u64::from(self.weights[i]),
+                None => localities.push((
+                    s.locality,
+                    u64::from(s.locality_weight),
+                    u64::from(self.weights[i]),
+                )),
+            }
+        }
+        let total: u64 = localities.iter().map(|(_, w, _)| w).sum();
+        if total == 0 {
+            return self.flat(level, kind, positions);
+        }
+        let mut weights = self.weights.to_vec();
+        let mut kept = Vec::with_capacity(positions.len());
+        for &i in positions {
+            let Some(&(_, locality, hosts)) =
+                localities.iter().find(|(l, _, _)| *l == spec(i).locality)
+            else {
+                continue;
+            };
+            if locality == 0 || hosts == 0 {
+                continue;
+            }
+            let share = locality as f64 / total as f64 * f64::from(self.weights[i]) / hosts as f64;
+            // A million steps keep the ratio to a millionth of the level's load.
+            weights[i] = (share * 1_000_000.0)
+                .round()
+                .clamp(1.0, f64::from(u32::MAX)) as u32;
+            kept.push(i);
+        }
+        if kept.is_empty() {
+            return None;
+        }
+        let key = SourceKey {
+            level,
+            kind,
+            locality: None,
+        };
+        let source = Source::build(
+            self.entries,
+            &weights,
+            &kept,
+            self.policy,
+            key,
+            (self.cursor)(key),
+        );
+        Some(Group::Flat(source))
     }
 
     fn source(&self, key: SourceKey, positions: &[usize]) -> Source {

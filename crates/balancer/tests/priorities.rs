@@ -231,14 +231,50 @@ fn round_robin_within_a_locality_keeps_turns_across_rebuilds() {
 }
 
 #[test]
+fn hashing_policies_share_the_table_by_locality_weight() {
+    // Locality 1 (weight 3) has three hosts, locality 2 (weight 1) one: the lone host takes a
+    // quarter of the keys, each of the three a quarter too.
+    let hosts = set(&[
+        (0, 1, 3, Healthy),
+        (0, 1, 3, Healthy),
+        (0, 1, 3, Healthy),
+        (0, 2, 1, Healthy),
+    ]);
+    // A ring of 1024 entries follows weights only roughly: a large one is compared.
+    let large_ring = LbPolicy::RingHash(balancer::RingHashOptions {
+        minimum_ring_size: 1 << 20,
+        ..balancer::RingHashOptions::default()
+    });
+    for policy in [LbPolicy::maglev(), large_ring] {
+        let lb = LoadBalancer::with_settings(hosts.clone(), policy, locality_weighted()).unwrap();
+        near(
+            share(&lb, 10_000, |s| s.locality == 2),
+            0.25,
+            "the lone host",
+        );
+        // Without locality weighting, a quarter each as well; with weights 1 and 1, half.
+        let even = set(&[
+            (0, 1, 1, Healthy),
+            (0, 1, 1, Healthy),
+            (0, 1, 1, Healthy),
+            (0, 2, 1, Healthy),
+        ]);
+        let lb = LoadBalancer::with_settings(even, policy, locality_weighted()).unwrap();
+        near(
+            share(&lb, 10_000, |s| s.locality == 2),
+            0.5,
+            "half to its locality",
+        );
+        // One key still maps to one host.
+        let key = Some(balancer::hash_key(b"user-7"));
+        let first = lb.pick(key).unwrap().index();
+        assert_eq!(lb.pick(key).unwrap().index(), first);
+    }
+}
+
+#[test]
 fn settings_are_checked() {
     let hosts = set(&[(0, 0, 0, Healthy)]);
-    let err = LoadBalancer::with_settings(hosts.clone(), LbPolicy::maglev(), locality_weighted())
-        .unwrap_err();
-    assert_eq!(
-        err,
-        BuildError::LocalityWeightedHashing { policy: "maglev" }
-    );
     let zero = LbSettings {
         overprovisioning_factor: 0,
         ..LbSettings::default()

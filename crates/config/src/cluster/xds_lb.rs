@@ -205,6 +205,7 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
                 ring.hash_function = 0;
             }
             consistent_hashing(&mut ring.consistent_hashing_lb_config, &at)?;
+            balancing.locality_weighted = ring.locality_weighted_lb_config.take().is_some();
             nothing_else(&ring, fields::RING_HASH, &at)?;
         }
         "maglev.v3.Maglev" => {
@@ -214,6 +215,7 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
                 table_size: maglev.table_size.take().map(|v| v.value),
             });
             consistent_hashing(&mut maglev.consistent_hashing_lb_config, &at)?;
+            balancing.locality_weighted = maglev.locality_weighted_lb_config.take().is_some();
             nothing_else(&maglev, fields::MAGLEV, &at)?;
         }
         other => {
