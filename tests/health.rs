@@ -470,3 +470,39 @@ async fn grpc_checks_follow_the_hosts_health_service_and_events_are_logged() {
         host_state(admin, addr)["health"] == "unhealthy"
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoints_own_health_check_port_and_host_are_used() {
+    // The host serves on one port; its checks go to another, read here off a bare socket.
+    let host = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let checks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = forward_config(&[host.local_addr()], "    health_check: { path: /healthz, interval: 100ms, jitter: 20ms, timeout: 1s }")
+        .replace(
+            &format!("endpoints: [{}]", host.local_addr()),
+            &format!(
+                "endpoints: [{{ address: \"{}\", health_check: {{ port: {}, hostname: hc.internal }} }}]",
+                host.local_addr(),
+                checks.local_addr().unwrap().port()
+            ),
+        );
+    assert!(config.contains("hc.internal"), "{config}");
+    let proxy = Proxy::start(&config, 1);
+    let (mut check, _) = tokio::time::timeout(Duration::from_secs(20), checks.accept())
+        .await
+        .expect("a health check connects to the endpoint's check port")
+        .unwrap();
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::io::AsyncReadExt::read(&mut check, &mut buf)
+            .await
+            .unwrap();
+        assert!(n > 0, "the check closed before its head");
+        head.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("get /healthz http/1.1\r\n"), "{head}");
+    assert!(head.contains("\r\nhost: hc.internal\r\n"), "{head}");
+    assert_eq!(host.requests(), 0, "no check went to the serving port");
+    drop(proxy);
+}

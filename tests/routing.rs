@@ -1,5 +1,5 @@
 //! Routing at the edge through the real binary: traffic splits, redirects, path rewrites,
-//! regex and query matching.
+//! regex and query matching, the chosen host's name as the upstream host (`auto_host_rewrite`).
 
 #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
 
@@ -237,4 +237,53 @@ listeners:
     assert_eq!(r.status(), 403);
     let r = send_h1(proxy.addr(), get("/", &[("user-agent", "curl/8")])).await;
     assert_eq!(r.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_host_rewrite_sends_the_chosen_hosts_name() {
+    let named = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let proxy = Proxy::start(
+        &format!(
+            r#"
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /auto }}
+        cluster: backend
+        auto_host_rewrite: true
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{{ address: "{}", hostname: api.internal }}]
+"#,
+            named.local_addr()
+        ),
+        1,
+    );
+    let host_seen = |echoed: &str| {
+        echoed
+            .lines()
+            .find_map(|l| l.strip_prefix("host: "))
+            .map(str::to_owned)
+    };
+    let res = send_h1(proxy.addr(), get("/auto", &[("x-noop-echo", "headers")])).await;
+    assert_eq!(res.status(), 200);
+    let echoed = text(res.into_body()).await;
+    assert_eq!(
+        host_seen(&echoed).as_deref(),
+        Some("api.internal"),
+        "{echoed}"
+    );
+    // Other routes keep the client's host.
+    let res = send_h1(proxy.addr(), get("/other", &[("x-noop-echo", "headers")])).await;
+    let echoed = text(res.into_body()).await;
+    assert_eq!(
+        host_seen(&echoed).as_deref(),
+        Some("legate.test"),
+        "{echoed}"
+    );
 }

@@ -213,6 +213,23 @@ fn endpoint(raw: &RawWeightedEndpoint, at: &str) -> Result<Endpoint, ConfigError
             ));
         }
     };
+    let name = |value: &Option<String>, key: &str| -> Result<Option<String>, ConfigError> {
+        match value.as_deref() {
+            None | Some("") => Ok(None),
+            Some(v) if HeaderValue::from_str(v).is_ok() => Ok(Some(v.to_owned())),
+            Some(v) => Err(ConfigError::invalid(
+                format!("{at}.{key}"),
+                format!("expected a host name, found `{v}`"),
+            )),
+        }
+    };
+    let check = raw.health_check.clone().unwrap_or_default();
+    if check.port == Some(0) {
+        return Err(ConfigError::invalid(
+            format!("{at}.health_check.port"),
+            "expected a port from 1",
+        ));
+    }
     Ok(Endpoint {
         address,
         weight,
@@ -220,6 +237,9 @@ fn endpoint(raw: &RawWeightedEndpoint, at: &str) -> Result<Endpoint, ConfigError
         locality: raw.locality.clone().filter(|l| !l.is_empty()),
         locality_weight: raw.locality_weight,
         health,
+        hostname: name(&raw.hostname, "hostname")?,
+        health_check_hostname: name(&check.hostname, "health_check.hostname")?,
+        health_check_port: check.port,
     })
 }
 

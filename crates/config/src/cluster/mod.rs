@@ -333,6 +333,16 @@ pub struct Endpoint {
     /// The health the configuration (a management server) gives the host.
     #[serde(skip_serializing_if = "EndpointHealth::is_healthy")]
     pub health: EndpointHealth,
+    /// The host's name (routes with `auto_host_rewrite` send it); for an endpoint that is a
+    /// DNS name, that name when not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// The host header of its health checks, over the cluster's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check_hostname: Option<String>,
+    /// The port its health checks connect to, instead of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check_port: Option<u16>,
 }
 
 fn is_first_priority(priority: &u32) -> bool {
@@ -349,6 +359,9 @@ impl Endpoint {
             locality: None,
             locality_weight: None,
             health: EndpointHealth::Healthy,
+            hostname: None,
+            health_check_hostname: None,
+            health_check_port: None,
         }
     }
 }

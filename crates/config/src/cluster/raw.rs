@@ -211,6 +211,17 @@ pub struct RawWeightedEndpoint {
     pub locality: Option<String>,
     pub locality_weight: Option<u32>,
     pub health: Option<String>,
+    /// The host's name, for routes with `auto_host_rewrite`.
+    pub hostname: Option<String>,
+    /// The host's own health-check target: another port, another host header.
+    pub health_check: Option<RawEndpointHealthCheck>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEndpointHealthCheck {
+    pub hostname: Option<String>,
+    pub port: Option<u16>,
 }
 
 /// TCP keep-alive probes on upstream connections; unset values are the system's.

@@ -95,7 +95,13 @@ fn locality_hosts(
     nothing_else(&group, fields::LOCALITY_LB_ENDPOINTS, at)?;
     for (i, endpoint) in endpoints.into_iter().enumerate() {
         let at = format!("{at}.lb_endpoints[{i}]");
-        let (address, weight, health) = host(endpoint, &at)?;
+        let Host {
+            address,
+            weight,
+            health,
+            hostname,
+            health_check,
+        } = host(endpoint, &at)?;
         // The same address twice is one host: the first place it is listed (Envoy skips
         // the later ones).
         match hosts.iter().find(|h| h.address == address) {
@@ -107,17 +113,25 @@ fn locality_hosts(
                 locality: locality.clone(),
                 locality_weight,
                 health: health.map(str::to_owned),
+                hostname,
+                health_check,
             }),
         }
     }
     Ok(())
 }
 
-/// The endpoint's address, weight and health (`None`: healthy).
-fn host(
-    mut endpoint: LbEndpoint,
-    at: &str,
-) -> Result<(String, u32, Option<&'static str>), ResourceError> {
+/// An endpoint as the file writes it: address, weight, health (`None`: healthy), hostname
+/// and its own health-check target.
+struct Host {
+    address: String,
+    weight: u32,
+    health: Option<&'static str>,
+    hostname: Option<String>,
+    health_check: Option<crate::RawEndpointHealthCheck>,
+}
+
+fn host(mut endpoint: LbEndpoint, at: &str) -> Result<Host, ResourceError> {
     let weight = endpoint.load_balancing_weight.take().map_or(1, |w| w.value);
     if weight == 0 {
         return Err(ResourceError::invalid(
@@ -137,9 +151,24 @@ fn host(
         ));
     };
     let address = socket_address(inner.address.take(), &format!("{at}.endpoint.address"))?;
-    // A name for logs and health-check host headers; neither changes where requests go.
-    inner.hostname.clear();
+    let hostname = Some(std::mem::take(&mut inner.hostname)).filter(|h| !h.is_empty());
+    // A name for stats and logs elsewhere; it changes nothing here.
     inner.observability_name.clear();
+    let health_check = match inner.health_check_config.take() {
+        None => None,
+        Some(mut check) => {
+            let hc_at = format!("{at}.endpoint.health_check_config");
+            let port = match std::mem::take(&mut check.port_value) {
+                0 => None,
+                port => Some(u16::try_from(port).map_err(|_| {
+                    ResourceError::invalid(format!("{hc_at}.port_value"), "expected a port")
+                })?),
+            };
+            let hostname = Some(std::mem::take(&mut check.hostname)).filter(|h| !h.is_empty());
+            nothing_else(&check, fields::ENDPOINT_HEALTH_CHECK_CONFIG, &hc_at)?;
+            Some(crate::RawEndpointHealthCheck { hostname, port })
+        }
+    };
     nothing_else(&inner, fields::ENDPOINT, &format!("{at}.endpoint"))?;
     let health = match status {
         HealthStatus::Unknown | HealthStatus::Healthy => None,
@@ -147,5 +176,11 @@ fn host(
         HealthStatus::Unhealthy | HealthStatus::Timeout => Some("unhealthy"),
         HealthStatus::Draining => Some("draining"),
     };
-    Ok((address, weight, health))
+    Ok(Host {
+        address,
+        weight,
+        health,
+        hostname,
+        health_check,
+    })
 }

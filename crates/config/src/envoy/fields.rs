@@ -541,6 +541,13 @@ pub(crate) const ENDPOINT: &[(u32, &str)] = &[
     (5, "observability_name"),
 ];
 
+pub(crate) const ENDPOINT_HEALTH_CHECK_CONFIG: &[(u32, &str)] = &[
+    (1, "port_value"),
+    (2, "hostname"),
+    (3, "address"),
+    (4, "disable_active_health_check"),
+];
+
 pub(crate) const HEALTH_CHECK: &[(u32, &str)] = &[
     (1, "timeout"),
     (2, "interval"),

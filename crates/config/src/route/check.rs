@@ -249,6 +249,7 @@ fn route(
             || raw.host_rewrite.is_some()
             || raw.host_rewrite_header.is_some()
             || raw.host_rewrite_path_regex.is_some()
+            || raw.auto_host_rewrite.is_some()
             || raw.append_x_forwarded_host.is_some()
             || raw.grpc_timeout_header_max.is_some()
             || raw.max_stream_duration.is_some()
@@ -355,11 +356,12 @@ fn route(
             raw.host_rewrite.is_some(),
             raw.host_rewrite_header.is_some(),
             raw.host_rewrite_path_regex.is_some(),
+            raw.auto_host_rewrite == Some(true),
         ];
         if rewrites.iter().filter(|r| **r).count() > 1 {
             return Err(ConfigError::invalid(
                 path,
-                "expected one of `host_rewrite`, `host_rewrite_header` and `host_rewrite_path_regex`",
+                "expected one of `host_rewrite`, `host_rewrite_header`, `host_rewrite_path_regex` and `auto_host_rewrite`",
             ));
         }
         let host_rewrite = raw
@@ -431,6 +433,7 @@ fn route(
             host_rewrite,
             host_rewrite_header,
             host_rewrite_path_regex,
+            auto_host_rewrite: raw.auto_host_rewrite.unwrap_or(false),
             append_x_forwarded_host: raw.append_x_forwarded_host.unwrap_or(false),
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
             max_stream_duration: raw.max_stream_duration,

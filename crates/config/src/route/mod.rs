@@ -300,6 +300,9 @@ pub struct ForwardAction {
     /// substitution made (Envoy's `host_rewrite_path_regex`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_rewrite_path_regex: Option<RegexRewrite>,
+    /// The host sent upstream is the chosen host's name, when it has one (Envoy's
+    /// `auto_host_rewrite`).
+    pub auto_host_rewrite: bool,
     /// With `host_rewrite`: the request's own host is appended to `x-forwarded-host` (unless
     /// it is already the last value there), as Envoy's `append_x_forwarded_host`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]

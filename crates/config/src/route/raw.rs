@@ -57,6 +57,9 @@ pub struct RawRoute {
     pub host_rewrite_header: Option<String>,
     /// The host sent upstream is the path with this substitution made.
     pub host_rewrite_path_regex: Option<RawRegexRewrite>,
+    /// The host sent upstream is the chosen host's name (its endpoint's `hostname`, or the
+    /// DNS name it was resolved from).
+    pub auto_host_rewrite: Option<bool>,
     /// With a host rewrite: the request's own host is appended to `x-forwarded-host`.
     pub append_x_forwarded_host: Option<bool>,
     /// gRPC requests: the timeout is their `grpc-timeout`, at most this (`0s`: no most).

@@ -487,20 +487,21 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
                 &format!("{at}.host_rewrite_path_regex"),
             )?)
         }
-        Some(_) => {
+        Some(action::HostRewriteSpecifier::AutoHostRewrite(auto)) => {
+            raw.auto_host_rewrite = Some(auto.value).filter(|on| *on);
+        }
+        Some(action::HostRewriteSpecifier::HostRewrite(_)) => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec![
-                    "host_rewrite_specifier (host_rewrite_literal, host_rewrite_header and host_rewrite_path_regex only)"
-                        .into(),
-                ],
+                fields: vec!["host_rewrite (a formatted host)".into()],
             });
         }
     }
     // Acts on a host rewrite only, as Envoy's.
     let rewrites = raw.host_rewrite.is_some()
         || raw.host_rewrite_header.is_some()
-        || raw.host_rewrite_path_regex.is_some();
+        || raw.host_rewrite_path_regex.is_some()
+        || raw.auto_host_rewrite.is_some();
     raw.append_x_forwarded_host =
         Some(std::mem::take(&mut a.append_x_forwarded_host)).filter(|append| *append && rewrites);
     raw.retry_policy = a

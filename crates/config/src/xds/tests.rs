@@ -2233,3 +2233,53 @@ fn the_extension_form_refuses_common_locality_settings_as_envoy_does() {
     let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
     assert_eq!(raw.healthy_panic_threshold, Some(0.0));
 }
+
+#[test]
+fn endpoint_hostnames_and_check_targets_and_auto_host_rewrite_are_taken() {
+    use envoy_types::pb::envoy::config::endpoint::v3::endpoint::HealthCheckConfig;
+    let mut host = lb_endpoint(9000, HealthStatus::Healthy, None);
+    let Some(lb_endpoint::HostIdentifier::Endpoint(endpoint)) = &mut host.host_identifier else {
+        panic!("an endpoint");
+    };
+    endpoint.hostname = "backend.example.com".into();
+    endpoint.health_check_config = Some(HealthCheckConfig {
+        hostname: "ready.example.com".into(),
+        port_value: 9100,
+        ..Default::default()
+    });
+    let endpoints = XdsEndpoints::decode(&pack(&assignment("web", vec![host.clone()]))).unwrap();
+    let raw = endpoints.raw();
+    let [RawEndpoint::Weighted(raw)] = raw.as_slice() else {
+        panic!("one endpoint");
+    };
+    assert_eq!(raw.hostname.as_deref(), Some("backend.example.com"));
+    let check = raw.health_check.clone().unwrap();
+    assert_eq!(check.hostname.as_deref(), Some("ready.example.com"));
+    assert_eq!(check.port, Some(9100));
+    // Another address to check is refused by name.
+    let Some(lb_endpoint::HostIdentifier::Endpoint(endpoint)) = &mut host.host_identifier else {
+        panic!("an endpoint");
+    };
+    endpoint.health_check_config = Some(HealthCheckConfig {
+        disable_active_health_check: true,
+        ..Default::default()
+    });
+    let error = XdsEndpoints::decode(&pack(&assignment("web", vec![host])))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("disable_active_health_check"), "{error}");
+
+    let mut auto = routes("r", "web");
+    let Some(route::Action::Route(action)) = &mut auto.virtual_hosts[0].routes[0].action else {
+        panic!("a forwarding route");
+    };
+    action.host_rewrite_specifier = Some(route_action::HostRewriteSpecifier::AutoHostRewrite(
+        envoy_types::pb::google::protobuf::BoolValue { value: true },
+    ));
+    let auto = XdsRoutes::decode(&pack(&auto)).unwrap();
+    let ready = [("web", true)].into_iter().collect();
+    assert_eq!(
+        auto.section(&ready, &[], &[])[0].routes[0].auto_host_rewrite,
+        Some(true)
+    );
+}

@@ -275,6 +275,25 @@ impl Membership {
         specs
     }
 
+    /// The configured endpoint host `addr` came from, and the DNS name it was resolved from
+    /// when it was.
+    pub(crate) fn endpoint_of(&self, addr: SocketAddr) -> Option<(&Endpoint, Option<&str>)> {
+        self.configured.iter().find_map(|e| match &e.address {
+            EndpointAddress::Ip(a) if *a == addr => Some((e, None)),
+            EndpointAddress::Name { host, port }
+                if *port == addr.port()
+                    && self
+                        .answers
+                        .get(host)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|ips| ips.contains(&addr.ip())) =>
+            {
+                Some((e, Some(host.as_str())))
+            }
+            _ => None,
+        })
+    }
+
     /// The hosts that names gave.
     fn named_hosts(&self) -> Vec<balancer::HostSpec> {
         self.hosts(EndpointAddress::is_name)

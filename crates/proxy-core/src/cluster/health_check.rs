@@ -40,9 +40,15 @@ enum Verdict {
     FailNow,
 }
 
+/// The host a check is about, and where it connects (another port, when the endpoint says).
+pub(super) struct Target {
+    pub(super) addr: SocketAddr,
+    pub(super) connect: SocketAddr,
+}
+
 pub(super) async fn check_host(
     cluster: Arc<SharedCluster>,
-    addr: SocketAddr,
+    Target { addr, connect }: Target,
     config: HealthCheckConfig,
     stats: Rc<ClusterStats>,
     events: Option<Rc<EventLog>>,
@@ -56,7 +62,7 @@ pub(super) async fn check_host(
     loop {
         stats.health_check_attempt.inc();
         let verdict = check_once(
-            addr,
+            connect,
             &cluster.name,
             &config,
             cluster.tls.as_ref(),

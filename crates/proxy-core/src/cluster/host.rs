@@ -30,6 +30,8 @@ pub(crate) struct HostPool {
     pub(super) host_stats: HostStats,
     /// With `per_endpoint_stats`: the host's own counts.
     pub(super) endpoint_stats: Option<EndpointStats>,
+    /// The host's name, for routes with `auto_host_rewrite`.
+    hostname: Option<http::HeaderValue>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
@@ -49,11 +51,16 @@ impl HostPool {
         addr: SocketAddr,
         settings: Rc<UpstreamSettings>,
     ) -> Self {
+        let hostname = settings
+            .shared
+            .hostname_of(addr)
+            .and_then(|name| http::HeaderValue::from_str(&name).ok());
         Self {
             health: settings.shared.health.counters(addr),
             stats,
             host_stats,
             endpoint_stats,
+            hostname,
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
@@ -66,6 +73,12 @@ impl HostPool {
 
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The host's name (its endpoint's `hostname`, or the DNS name it came from), for
+    /// routes with `auto_host_rewrite`.
+    pub(crate) fn hostname(&self) -> Option<&http::HeaderValue> {
+        self.hostname.as_ref()
     }
 
     pub(crate) fn addr_text(&self) -> &http::HeaderValue {

@@ -204,10 +204,22 @@ fn follow(
         for host in snapshot.hosts() {
             let addr = host.addr();
             entry.checks.entry(addr).or_insert_with(|| {
+                // The endpoint's own port and host header, if it gives them.
+                let (target, hostname) = cluster.check_target(addr);
+                let mut check = check.clone();
+                if let Some(hostname) = hostname {
+                    check.host = Some(hostname.clone());
+                    if let Some(grpc) = &mut check.grpc {
+                        grpc.authority = Some(hostname);
+                    }
+                }
                 tokio::task::spawn_local(super::health_check::check_host(
                     Arc::clone(cluster),
-                    addr,
-                    check.clone(),
+                    super::health_check::Target {
+                        addr,
+                        connect: target,
+                    },
+                    check,
                     Rc::clone(cluster_stats),
                     events.clone(),
                 ))

@@ -124,6 +124,35 @@ impl SharedCluster {
         }
     }
 
+    /// The name of host `addr`, for `auto_host_rewrite`: its endpoint's `hostname`, else the
+    /// DNS name it was resolved from.
+    pub(crate) fn hostname_of(&self, addr: std::net::SocketAddr) -> Option<String> {
+        let membership = self.membership();
+        let (endpoint, name) = membership.endpoint_of(addr)?;
+        endpoint
+            .hostname
+            .clone()
+            .or_else(|| name.map(str::to_owned))
+    }
+
+    /// Where host `addr`'s health checks connect (its endpoint's own port, if it gives one)
+    /// and the host header they carry over the cluster's, if its endpoint gives one.
+    pub(crate) fn check_target(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> (std::net::SocketAddr, Option<String>) {
+        let membership = self.membership();
+        match membership.endpoint_of(addr) {
+            Some((endpoint, _)) => (
+                endpoint
+                    .health_check_port
+                    .map_or(addr, |port| std::net::SocketAddr::new(addr.ip(), port)),
+                endpoint.health_check_hostname.clone(),
+            ),
+            None => (addr, None),
+        }
+    }
+
     /// Sets the breaker and membership gauges from the live counts.
     pub(crate) fn refresh_gauges(&self) {
         let b = &self.breakers;

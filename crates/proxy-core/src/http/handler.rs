@@ -603,7 +603,13 @@ async fn forward_request(
             _ => None,
         }
         .or_else(|| forward.host_rewrite.clone())
-        .or(asked_rewrite);
+        .or(asked_rewrite)
+        .or_else(|| {
+            forward
+                .auto_host_rewrite
+                .then(|| upstream.hostname().cloned())
+                .flatten()
+        });
         if forward.append_x_forwarded_host
             && rewrite.is_some()
             && let Some(original) = &host
