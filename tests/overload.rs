@@ -277,3 +277,27 @@ async fn a_retry_budget_takes_the_place_of_max_retries() {
     assert_eq!(noop.requests(), 4);
     assert_eq!(stat(admin, "upstream_rq_retry"), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_per_host_keeps_each_host_to_its_limit() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    // Envoy Gateway's `circuit-breaker` scenario: one connection per host, the rest wait.
+    let config = breaker_config(
+        noop.local_addr(),
+        "{ max_connections_per_host: 1, pending_timeout: 60s }",
+    )
+    .replace(
+        "        cluster: backend\n",
+        "        cluster: backend\n        timeout: 60s\n",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+    // Eight at once: one connection carries them one after the other.
+    let results = burst(proxy.addr(), 8, &[("x-noop-delay", "50ms")]).await;
+    assert_eq!(count(&results, 200, false), 8, "{results:?}");
+    assert_eq!(noop.connections(), 1, "one connection to the host");
+    assert!(stat(admin, "upstream_cx_overflow") >= 1);
+    assert_eq!(stat(admin, "upstream_rq_pending_timeout"), 0);
+}

@@ -23,7 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::thread;
 
-use balancer::{Balance, Health, HostSet, HostSpec, LbPolicy, LbSettings, LoadBalancer};
+use balancer::{
+    Balance, Health, HostSet, HostSpec, LbPolicy, LbSettings, LoadBalancer, LocalCluster,
+};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tower::Service;
 use tower::discover::ServiceList;
@@ -168,6 +170,55 @@ fn levels(c: &mut Criterion) {
     group.finish();
 }
 
+/// Zone-aware routing: 100 hosts in 3 zones (20/50/30) from a fleet spread 40/40/20, so that
+/// picks are sampled and some cross zones.
+fn zones(c: &mut Criterion) {
+    let zone_of = |i: usize, split: [usize; 2]| {
+        if i < split[0] {
+            1
+        } else if i < split[1] {
+            2
+        } else {
+            3
+        }
+    };
+    let upstream = HostSet::new(
+        (0..100)
+            .map(|i| HostSpec::new(addr(i)).with_locality(zone_of(i, [20, 70]), 0))
+            .collect(),
+    )
+    .expect("distinct hosts");
+    let fleet = HostSet::new(
+        (0..10)
+            .map(|i| HostSpec::new(addr(1000 + i)).with_locality(zone_of(i, [4, 8]), 0))
+            .collect(),
+    )
+    .expect("distinct hosts");
+    let mut group = c.benchmark_group("balancer/zones/hosts=100");
+    for (name, policy) in [
+        ("round_robin", LbPolicy::RoundRobin),
+        ("least_request", LbPolicy::least_request()),
+    ] {
+        let lb = LoadBalancer::with_local_cluster(
+            upstream.clone(),
+            policy,
+            LbSettings::default(),
+            Some(LocalCluster {
+                hosts: fleet.clone(),
+                locality: 1,
+            }),
+        )
+        .expect("valid");
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let picked = lb.pick(None);
+                black_box(&picked);
+            })
+        });
+    }
+    group.finish();
+}
+
 fn update(c: &mut Criterion) {
     let mut group = c.benchmark_group("balancer/update/hosts=1000");
     for (name, policy) in [
@@ -271,5 +322,5 @@ fn p2c_vs_tower(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, pick, levels, update, p2c_vs_tower);
+criterion_group!(benches, pick, levels, zones, update, p2c_vs_tower);
 criterion_main!(benches);

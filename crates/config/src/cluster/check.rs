@@ -327,6 +327,15 @@ pub(crate) fn circuit_breakers(
             raw.pending_timeout.unwrap_or(defaults.pending_timeout),
             &format!("{path}.pending_timeout"),
         )?,
+        max_connections_per_host: match raw.max_connections_per_host {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.max_connections_per_host"),
+                    "expected at least 1",
+                ));
+            }
+            n => n,
+        },
     })
 }
 

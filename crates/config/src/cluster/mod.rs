@@ -138,6 +138,10 @@ pub struct CircuitBreakerConfig {
     /// Longest a request waits for a connection before it gets 503.
     #[serde(serialize_with = "ser::duration")]
     pub pending_timeout: Duration,
+    /// Connections open to any one host at once, on top of `max_connections`; `None`: no
+    /// limit per host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_host: Option<u32>,
 }
 
 impl Default for CircuitBreakerConfig {
@@ -152,6 +156,7 @@ impl Default for CircuitBreakerConfig {
             max_retries: LimitSpec::PerCore(32),
             retry_budget: None,
             pending_timeout: DEFAULT_PENDING_TIMEOUT,
+            max_connections_per_host: None,
         }
     }
 }

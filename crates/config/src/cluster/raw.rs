@@ -69,6 +69,8 @@ pub struct RawCircuitBreakers {
     pub retry_budget: Option<RawRetryBudget>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub pending_timeout: Option<Duration>,
+    /// Connections open to any one host at once (Envoy's `per_host_thresholds`).
+    pub max_connections_per_host: Option<u32>,
 }
 
 /// Envoy's defaults: 20 percent, at least 3.

@@ -268,8 +268,21 @@ fn dns_cluster_settings(typed: &Any, at: &str) -> Result<DnsSettings, ResourceEr
 
 fn breakers(mut b: CircuitBreakers, at: &str) -> Result<RawCircuitBreakers, ResourceError> {
     let thresholds = std::mem::take(&mut b.thresholds);
+    let per_host = std::mem::take(&mut b.per_host_thresholds);
     nothing_else(&b, fields::CIRCUIT_BREAKERS, at)?;
     let mut raw = RawCircuitBreakers::default();
+    // Envoy honours `max_connections` alone per host; the others are refused by name.
+    for (i, mut t) in per_host.into_iter().enumerate() {
+        if t.priority == RoutingPriority::High as i32 {
+            continue;
+        }
+        raw.max_connections_per_host = t.max_connections.take().map(|v| v.value);
+        nothing_else(
+            &t,
+            fields::THRESHOLDS,
+            &format!("{at}.per_host_thresholds[{i}]"),
+        )?;
+    }
     for (i, mut t) in thresholds.into_iter().enumerate() {
         // Routes here all have the default priority, so HIGH limits never apply.
         if t.priority == RoutingPriority::High as i32 {

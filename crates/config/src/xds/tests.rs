@@ -2283,3 +2283,30 @@ fn endpoint_hostnames_and_check_targets_and_auto_host_rewrite_are_taken() {
         Some(true)
     );
 }
+
+#[test]
+fn per_host_thresholds_limit_connections_per_host() {
+    use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, circuit_breakers};
+    let mut c = eds_cluster("web");
+    c.circuit_breakers = Some(CircuitBreakers {
+        per_host_thresholds: vec![circuit_breakers::Thresholds {
+            max_connections: Some(UInt32Value { value: 1 }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    assert_eq!(
+        raw.circuit_breakers.unwrap().max_connections_per_host,
+        Some(1)
+    );
+    c.circuit_breakers = Some(CircuitBreakers {
+        per_host_thresholds: vec![circuit_breakers::Thresholds {
+            max_requests: Some(UInt32Value { value: 1 }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("per_host_thresholds[0]"), "{error}");
+}

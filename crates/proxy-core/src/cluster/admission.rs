@@ -52,7 +52,7 @@ impl HostPool {
             if reuse_h1 && let Some(conn) = self.idle_h1() {
                 break Ok(Some(conn));
             }
-            if breakers.connections.try_acquire() {
+            if self.try_acquire_connection() {
                 break Ok(None);
             }
             tokio::select! {

@@ -70,6 +70,8 @@ pub(crate) struct CircuitBreakers {
     /// Where given, the retries' limit follows the load instead of `retries`' fixed one.
     retry_budget: Option<config::RetryBudget>,
     pub(crate) pending_timeout: Duration,
+    /// Connections open to any one host at once (`max_connections_per_host`).
+    pub(crate) max_connections_per_host: Option<u32>,
     /// Woken when an upstream connection of the cluster closes, for requests pending on
     /// `max_connections` on any worker.
     pub(crate) connection_freed: tokio::sync::Notify,
@@ -83,6 +85,7 @@ impl CircuitBreakers {
             requests: Breaker::new(config.max_requests.resolve(workers)),
             retries: Breaker::new(config.max_retries.resolve(workers)),
             retry_budget: config.retry_budget,
+            max_connections_per_host: config.max_connections_per_host,
             pending_timeout: config.pending_timeout,
             connection_freed: tokio::sync::Notify::new(),
         }

@@ -3,6 +3,7 @@
 
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -120,26 +121,55 @@ impl HostPool {
         });
     }
 
-    /// A `max_connections` slot, if the cluster has one free.
+    /// A `max_connections` slot, if the cluster (and the host, under
+    /// `max_connections_per_host`) has one free.
     pub(super) fn try_connection_slot(self: &Rc<Self>) -> Option<ConnectionSlot> {
-        let breakers = &self.settings.shared.breakers;
         // Lazily: a slot built and dropped on refusal would give back one never taken.
-        breakers
-            .connections
-            .try_acquire()
-            .then(|| ConnectionSlot(Arc::clone(&self.settings.shared)))
+        self.try_acquire_connection()
+            .then(|| self.taken_connection_slot())
     }
 
-    /// The slot [`HostPool::wait_pending`] took for its caller.
+    /// Takes a connection from the host's limit, if it has one, and the cluster's.
+    pub(super) fn try_acquire_connection(&self) -> bool {
+        let shared = &self.settings.shared;
+        let per_host = shared.breakers.max_connections_per_host;
+        if let Some(max) = per_host {
+            let open = &self.health.connections;
+            if open.fetch_add(1, Ordering::Relaxed) >= max {
+                open.fetch_sub(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        if shared.breakers.connections.try_acquire() {
+            return true;
+        }
+        if per_host.is_some() {
+            self.health.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+        false
+    }
+
+    /// The slot [`HostPool::try_acquire_connection`] (or [`HostPool::wait_pending`]) took.
     pub(super) fn taken_connection_slot(&self) -> ConnectionSlot {
-        ConnectionSlot(Arc::clone(&self.settings.shared))
+        let shared = &self.settings.shared;
+        ConnectionSlot {
+            cluster: Arc::clone(shared),
+            host: shared
+                .breakers
+                .max_connections_per_host
+                .map(|_| Arc::clone(&self.health)),
+        }
     }
 }
 
-/// One `max_connections` slot, held from a connect attempt until the connection closes, and
-/// given back when dropped however that ends: a failed connect or handshake, a timeout, a
-/// client that went away while the request waited.
-pub(super) struct ConnectionSlot(Arc<SharedCluster>);
+/// One `max_connections` slot (and one of the host's, under `max_connections_per_host`),
+/// held from a connect attempt until the connection closes, and given back when dropped
+/// however that ends: a failed connect or handshake, a timeout, a client that went away while
+/// the request waited.
+pub(super) struct ConnectionSlot {
+    cluster: Arc<SharedCluster>,
+    host: Option<Arc<super::health::Counters>>,
+}
 
 /// An open connection, counted in the cluster's and the host's `cx_active` until dropped.
 /// It refers to its host's pool weakly: an idle connection is owned by that pool, and a strong
@@ -162,6 +192,9 @@ impl Drop for OpenConn {
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.0.breakers.connection_closed();
+        if let Some(host) = &self.host {
+            host.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.cluster.breakers.connection_closed();
     }
 }

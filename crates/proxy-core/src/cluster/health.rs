@@ -28,6 +28,8 @@ pub(crate) enum TryOutcome {
 /// counted by every worker's tries without a lock.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
+    /// Connections open (or being opened) to the host, from every worker.
+    pub(crate) connections: AtomicU32,
     consecutive_5xx: AtomicU32,
     consecutive_gateway: AtomicU32,
     tries: AtomicU64,

@@ -25,7 +25,7 @@ use config::UpstreamProtocol;
 
 pub(crate) struct HostPool {
     /// The host's failure counts, shared with every worker for outlier detection.
-    health: Arc<Counters>,
+    pub(super) health: Arc<Counters>,
     pub(super) stats: Rc<ClusterStats>,
     pub(super) host_stats: HostStats,
     /// With `per_endpoint_stats`: the host's own counts.
