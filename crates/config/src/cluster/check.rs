@@ -592,8 +592,44 @@ pub(crate) fn outlier_detection(
         "threshold",
         &format!("{path}.failure_percentage"),
     )?;
+    let percent = |v: Option<u32>, default: u32, key: &str| match v.unwrap_or(default) {
+        n @ 0..=100 => Ok(n),
+        n => Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            format!("expected 0 to 100 (percent), found {n}"),
+        )),
+    };
+    let split = raw.split_external_local_origin_errors.unwrap_or(false);
+    if !split
+        && (raw.consecutive_local_origin_failure.is_some()
+            || raw.enforcing_local_origin_success_rate.is_some()
+            || raw.enforcing_failure_percentage_local_origin.is_some())
+    {
+        return Err(ConfigError::invalid(
+            path,
+            "the local-origin settings apply with `split_external_local_origin_errors: true`",
+        ));
+    }
+    let local_origin = split
+        .then(|| -> Result<LocalOriginConfig, ConfigError> {
+            Ok(LocalOriginConfig {
+                consecutive_failure: raw.consecutive_local_origin_failure.unwrap_or(5),
+                success_rate_enforcing: percent(
+                    raw.enforcing_local_origin_success_rate,
+                    100,
+                    "enforcing_local_origin_success_rate",
+                )?,
+                failure_percentage_enforcing: percent(
+                    raw.enforcing_failure_percentage_local_origin,
+                    0,
+                    "enforcing_failure_percentage_local_origin",
+                )?,
+            })
+        })
+        .transpose()?;
     // Envoy's defaults; the cap is never below one base time.
     Ok(OutlierDetectionConfig {
+        local_origin,
         always_eject_one_host: raw.always_eject_one_host.unwrap_or(false),
         uneject_on_health_check: raw
             .successful_active_health_check_uneject_host

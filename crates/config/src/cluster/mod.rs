@@ -285,6 +285,22 @@ pub struct OutlierDetectionConfig {
     /// Envoy's failure-percentage ejection: a host whose failures over the interval reach
     /// `threshold` percent.
     pub failure_percentage: RateEjection,
+    /// With local-origin failures split from the host's answers: their own limits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_origin: Option<LocalOriginConfig>,
+}
+
+/// Envoy's `split_external_local_origin_errors`: connect failures, resets and timeouts are
+/// counted apart, with these limits; 5xx and the gateway failures count the host's answers
+/// only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LocalOriginConfig {
+    /// Local-origin failures in a row that eject a host; 0: off.
+    pub consecutive_failure: u32,
+    /// Percent of the success-rate and failure-percentage outliers over local-origin
+    /// failures ejected (the rules' other settings are theirs).
+    pub success_rate_enforcing: u32,
+    pub failure_percentage_enforcing: u32,
 }
 
 /// An ejection by rates measured over an interval (success rate, failure percentage).

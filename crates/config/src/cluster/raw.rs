@@ -181,6 +181,15 @@ pub struct RawOutlierDetection {
     pub interval: Option<Duration>,
     pub success_rate: Option<RawRateEjection>,
     pub failure_percentage: Option<RawRateEjection>,
+    /// Count failures of the proxy's own making (no connection, a reset, a timeout) apart from
+    /// the host's answers (5xx), each with its own limits (Envoy's
+    /// `split_external_local_origin_errors`).
+    pub split_external_local_origin_errors: Option<bool>,
+    /// With the split: local-origin failures in a row that eject a host (5; 0: off)...
+    pub consecutive_local_origin_failure: Option<u32>,
+    /// ...and the enforcement of the rate ejections over local-origin failures (percent).
+    pub enforcing_local_origin_success_rate: Option<u32>,
+    pub enforcing_failure_percentage_local_origin: Option<u32>,
 }
 
 /// `{ enforcing, minimum_hosts, request_volume, stdev_factor | threshold }`.

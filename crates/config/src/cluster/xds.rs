@@ -543,7 +543,7 @@ fn payload(
 /// Consecutive 5xx and gateway failures with Envoy's enforcement defaults (5xx enforced,
 /// gateway failures not unless `enforcing_consecutive_gateway_failure` says so), success-rate
 /// and failure-percentage ejection every `interval` with Envoy's defaults (success rate
-/// enforced, failure percentage detected only). Local-origin splitting is refused.
+/// enforced, failure percentage detected only), and Envoy's split of local-origin failures.
 fn outliers(mut o: OutlierDetection, at: &str) -> Result<RawOutlierDetection, ResourceError> {
     let enforced = |v: Option<u32>, default: u32| v.unwrap_or(default) > 0;
     let five = o.consecutive_5xx.take().map_or(5, |v| v.value);
@@ -587,10 +587,33 @@ fn outliers(mut o: OutlierDetection, at: &str) -> Result<RawOutlierDetection, Re
             stdev_factor: None,
             threshold: o.failure_percentage_threshold.take().map(|v| v.value),
         }),
+        ..RawOutlierDetection::default()
     };
+    let mut raw = raw;
     // Without `split_external_local_origin_errors`, Envoy reads none of the local-origin
     // settings (connect failures and timeouts count as 5xx-like failures everywhere).
-    if !o.split_external_local_origin_errors {
+    if std::mem::take(&mut o.split_external_local_origin_errors) {
+        let local = o
+            .consecutive_local_origin_failure
+            .take()
+            .map_or(5, |v| v.value);
+        let local_on = enforced(
+            o.enforcing_consecutive_local_origin_failure
+                .take()
+                .map(|v| v.value),
+            100,
+        );
+        raw.split_external_local_origin_errors = Some(true);
+        raw.consecutive_local_origin_failure = Some(if local_on { local } else { 0 });
+        raw.enforcing_local_origin_success_rate = o
+            .enforcing_local_origin_success_rate
+            .take()
+            .map(|v| v.value);
+        raw.enforcing_failure_percentage_local_origin = o
+            .enforcing_failure_percentage_local_origin
+            .take()
+            .map(|v| v.value);
+    } else {
         o.consecutive_local_origin_failure = None;
         o.enforcing_consecutive_local_origin_failure = None;
         o.enforcing_local_origin_success_rate = None;

@@ -165,14 +165,25 @@ fn outlier_detection_enforces_as_envoy_does() {
     let outliers = raw.outlier_detection.unwrap();
     assert_eq!(outliers.always_eject_one_host, Some(true));
     assert_eq!(outliers.failure_percentage.unwrap().threshold, Some(90));
+    // Envoy Gateway's `health-check` scenario: local-origin failures split out.
     c.outlier_detection = Some(OutlierDetection {
         split_external_local_origin_errors: true,
+        consecutive_local_origin_failure: Some(UInt32Value { value: 3 }),
         ..Default::default()
     });
-    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
-    assert!(
-        error.contains("split_external_local_origin_errors"),
-        "{error}"
+    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let outliers = raw.outlier_detection.unwrap();
+    assert_eq!(outliers.split_external_local_origin_errors, Some(true));
+    assert_eq!(outliers.consecutive_local_origin_failure, Some(3));
+    let config = crate::cluster::check::outlier_detection(outliers, "o").unwrap();
+    let local = config.local_origin.unwrap();
+    assert_eq!(
+        (
+            local.consecutive_failure,
+            local.success_rate_enforcing,
+            local.failure_percentage_enforcing
+        ),
+        (3, 100, 0)
     );
 }
 

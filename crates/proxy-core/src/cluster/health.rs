@@ -30,6 +30,11 @@ pub(crate) enum TryOutcome {
 pub(crate) struct Counters {
     /// Connections open (or being opened) to the host, from every worker.
     pub(crate) connections: AtomicU32,
+    /// With local-origin failures split out: those in a row, and the interval's tries and
+    /// local-origin failures.
+    consecutive_local: AtomicU32,
+    local_tries: AtomicU64,
+    local_failures: AtomicU64,
     consecutive_5xx: AtomicU32,
     consecutive_gateway: AtomicU32,
     tries: AtomicU64,
@@ -162,16 +167,6 @@ impl HostHealth {
         let Some(config) = self.outlier else {
             return Ejection::None;
         };
-        let (server_error, gateway) = match outcome {
-            TryOutcome::Status(code) => (code >= 500, matches!(code, 502..=504)),
-            TryOutcome::NoResponse => (true, true),
-        };
-        // For the interval's success rate: a 5xx or no response is a failure (Envoy's
-        // counting when local-origin errors are not split out).
-        counters.tries.fetch_add(1, Ordering::Relaxed);
-        if server_error {
-            counters.failures.fetch_add(1, Ordering::Relaxed);
-        }
         let over = |counter: &AtomicU32, failed: bool, threshold: u32| {
             if !failed {
                 // Read first: a healthy host's counter stays 0 and its cache line clean.
@@ -183,6 +178,34 @@ impl HostHealth {
             let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
             threshold > 0 && n >= threshold
         };
+        let (server_error, gateway) = match (outcome, config.local_origin) {
+            (TryOutcome::Status(code), _) => (code >= 500, matches!(code, 502..=504)),
+            (TryOutcome::NoResponse, None) => (true, true),
+            // Split out: a local-origin failure counts on its own, not as the host's answer.
+            (TryOutcome::NoResponse, Some(local)) => {
+                counters.local_tries.fetch_add(1, Ordering::Relaxed);
+                counters.local_failures.fetch_add(1, Ordering::Relaxed);
+                if over(&counters.consecutive_local, true, local.consecutive_failure) {
+                    return self.eject(host_set, addr, &config);
+                }
+                return Ejection::None;
+            }
+        };
+        if let Some(local) = config.local_origin {
+            // An answer is a local-origin success.
+            counters.local_tries.fetch_add(1, Ordering::Relaxed);
+            over(
+                &counters.consecutive_local,
+                false,
+                local.consecutive_failure,
+            );
+        }
+        // For the interval's success rate: a 5xx (or, not split out, no response) is a
+        // failure.
+        counters.tries.fetch_add(1, Ordering::Relaxed);
+        if server_error {
+            counters.failures.fetch_add(1, Ordering::Relaxed);
+        }
         let by_5xx = over(
             &counters.consecutive_5xx,
             server_error,
@@ -240,62 +263,66 @@ impl HostHealth {
         let mut hosts = self.lock();
         // (index, success rate in percent, tries) of each host not ejected that was tried;
         // every host's counts start over, so an ejected host comes back with a clean slate.
+        let bucket = |tries: &AtomicU64, failures: &AtomicU64, ejected: bool| {
+            let tries = tries.swap(0, Ordering::Relaxed);
+            let failures = failures.swap(0, Ordering::Relaxed).min(tries);
+            (!ejected && tries > 0)
+                .then(|| (100.0 * (tries - failures) as f64 / tries as f64, tries))
+        };
         let rates: Vec<(usize, f64, u64)> = hosts
             .iter()
             .enumerate()
             .filter_map(|(i, h)| {
-                let tries = h.counters.tries.swap(0, Ordering::Relaxed);
-                let failures = h.counters.failures.swap(0, Ordering::Relaxed).min(tries);
-                let judged = h.ejected_until.is_none() && tries > 0;
-                judged.then(|| (i, 100.0 * (tries - failures) as f64 / tries as f64, tries))
+                let c = &h.counters;
+                let (rate, tries) = bucket(&c.tries, &c.failures, h.ejected_until.is_some())?;
+                Some((i, rate, tries))
             })
             .collect();
-        let judged = |rule: &config::RateEjection| -> Vec<(usize, f64)> {
-            let valid: Vec<(usize, f64)> = rates
-                .iter()
-                .filter(|(_, _, tries)| *tries >= u64::from(rule.request_volume))
-                .map(|(i, rate, _)| (*i, *rate))
-                .collect();
-            if valid.is_empty() || valid.len() < rule.minimum_hosts as usize {
-                Vec::new()
-            } else {
-                valid
-            }
-        };
-        let mut outliers: Vec<(usize, bool)> = Vec::new(); // (host, by success rate)
-        let valid = judged(&config.success_rate);
-        if let Some(threshold) = success_rate_threshold(&valid, config.success_rate.threshold) {
-            outliers.extend(
-                valid
-                    .iter()
-                    .filter(|(_, r)| *r < threshold)
-                    .map(|(i, _)| (*i, true)),
+        // Local-origin failures, when split out, are judged by the same rules apart.
+        let local_rates: Vec<(usize, f64, u64)> = hosts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                let c = &h.counters;
+                let (rate, tries) =
+                    bucket(&c.local_tries, &c.local_failures, h.ejected_until.is_some())?;
+                Some((i, rate, tries))
+            })
+            .collect();
+        let mut outliers: Vec<(usize, bool, u32)> = Vec::new(); // (host, by success rate, enforcing)
+        find_outliers(
+            &rates,
+            &config.success_rate,
+            &config.failure_percentage,
+            None,
+            &mut outliers,
+        );
+        if let Some(local) = config.local_origin {
+            find_outliers(
+                &local_rates,
+                &config.success_rate,
+                &config.failure_percentage,
+                Some((
+                    local.success_rate_enforcing,
+                    local.failure_percentage_enforcing,
+                )),
+                &mut outliers,
             );
         }
-        let limit = f64::from(config.failure_percentage.threshold);
-        for (i, rate) in judged(&config.failure_percentage) {
-            // Counted as found again when success rate found it too, as in Envoy; a host is
-            // ejected once.
-            if 100.0 - rate >= limit {
-                outliers.push((i, false));
-            }
-        }
-        for (index, by_success_rate) in outliers {
-            let (rule, detected, enforced) = if by_success_rate {
+        for (index, by_success_rate, enforcing) in outliers {
+            let (detected, enforced) = if by_success_rate {
                 (
-                    &config.success_rate,
                     &mut found.success_rate_detected,
                     &mut found.success_rate_enforced,
                 )
             } else {
                 (
-                    &config.failure_percentage,
                     &mut found.failure_percentage_detected,
                     &mut found.failure_percentage_enforced,
                 )
             };
             *detected += 1;
-            if !crate::random::percent_drawn(rule.enforcing) {
+            if !crate::random::percent_drawn(enforcing) {
                 continue;
             }
             match eject_locked(&mut hosts, index, &config, now) {
@@ -311,6 +338,53 @@ impl HostHealth {
         }
         found
     }
+}
+
+/// The success-rate and failure-percentage outliers among `rates` (host, success percent,
+/// tries): `(host, by success rate, enforcing percent)`, the enforcement `local`'s when given.
+fn find_outliers(
+    rates: &[(usize, f64, u64)],
+    success_rate: &config::RateEjection,
+    failure_percentage: &config::RateEjection,
+    local: Option<(u32, u32)>,
+    outliers: &mut Vec<(usize, bool, u32)>,
+) {
+    {
+        let judged = |rule: &config::RateEjection| -> Vec<(usize, f64)> {
+            let valid: Vec<(usize, f64)> = rates
+                .iter()
+                .filter(|(_, _, tries)| *tries >= u64::from(rule.request_volume))
+                .map(|(i, rate, _)| (*i, *rate))
+                .collect();
+            if valid.is_empty() || valid.len() < rule.minimum_hosts as usize {
+                Vec::new()
+            } else {
+                valid
+            }
+        };
+        let valid = judged(success_rate);
+        if let Some(threshold) = success_rate_threshold(&valid, success_rate.threshold) {
+            let enforcing = local.map_or(success_rate.enforcing, |(sr, _)| sr);
+            outliers.extend(
+                valid
+                    .iter()
+                    .filter(|(_, r)| *r < threshold)
+                    .map(|(i, _)| (*i, true, enforcing)),
+            );
+        }
+        let limit = f64::from(failure_percentage.threshold);
+        let enforcing = local.map_or(failure_percentage.enforcing, |(_, fp)| fp);
+        for (i, rate) in judged(failure_percentage) {
+            // Counted as found again when success rate found it too, as in Envoy; a host is
+            // ejected once.
+            if 100.0 - rate >= limit {
+                outliers.push((i, false, enforcing));
+            }
+        }
+    }
+}
+
+impl HostHealth {
     /// Ends ejections whose time is up.
     pub(crate) fn expire_ejections(&self, host_set: &HostSet) {
         let mut hosts = self.lock();
@@ -463,6 +537,7 @@ mod tests {
             interval: Duration::from_secs(10),
             success_rate: config::RateEjection::SUCCESS_RATE,
             failure_percentage: config::RateEjection::FAILURE_PERCENTAGE,
+            local_origin: None,
         }
     }
 
@@ -651,6 +726,39 @@ mod tests {
         std::thread::sleep(Duration::from_millis(60));
         health.expire_ejections(&hosts);
         assert_eq!(hosts.snapshot().get(1).unwrap().health(), Health::Healthy);
+    }
+
+    #[test]
+    fn split_local_origin_failures_count_apart_from_the_hosts_answers() {
+        let hosts = set(4);
+        let split = OutlierDetectionConfig {
+            local_origin: Some(config::LocalOriginConfig {
+                consecutive_failure: 3,
+                success_rate_enforcing: 100,
+                failure_percentage_enforcing: 0,
+            }),
+            ..config(50)
+        };
+        let health = HostHealth::new(&hosts, Some(split));
+        let (fail, none) = (TryOutcome::Status(500), TryOutcome::NoResponse);
+        // No response does not count towards consecutive_5xx (3) when split out...
+        for outcome in [fail, fail, none, none] {
+            assert_eq!(report(&health, &hosts, 1, outcome), Ejection::None);
+        }
+        // ...and an answer, even a 5xx, ends a run of local-origin failures.
+        assert_eq!(
+            report(&health, &hosts, 1, fail),
+            Ejection::Ejected,
+            "third 5xx"
+        );
+        for outcome in [none, none, TryOutcome::Status(503), none, none] {
+            assert_eq!(report(&health, &hosts, 2, outcome), Ejection::None);
+        }
+        assert_eq!(
+            report(&health, &hosts, 2, none),
+            Ejection::Ejected,
+            "third in a row"
+        );
     }
 
     #[test]
