@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use crate::host::{Entry, Host, HostSet, Picked, Snapshot};
+use crate::host::{Entry, Host, HostSet, Picked, Snapshot, ZoneRoute};
 use crate::policy::{DEFAULT_PANIC_THRESHOLD, LbPolicy};
 use crate::priority::{self, LevelCounts};
 use crate::random::Alias;
 use crate::slow_start::{self, SlowStart};
-use crate::zone::{self, LocalCluster, Plan, ZoneAwareSettings, ZoneRoute, ZoneRouting};
+use crate::zone::{self, LocalCluster, Plan, ZoneAwareSettings, ZoneRouting};
 use crate::{
     BuildError, Health, least_request, locality, maglev, random, ring_hash, rng, round_robin,
 };

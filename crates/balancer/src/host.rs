@@ -18,7 +18,6 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 
 use crate::BuildError;
-use crate::zone::ZoneRoute;
 
 /// A host's health, as health checking and outlier detection report it.
 ///
@@ -431,6 +430,22 @@ fn validate(hosts: &[HostSpec]) -> Result<(), BuildError> {
         }
     }
     Ok(())
+}
+
+/// How a pick was routed by zone (Envoy's `lb_zone_*` counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneRoute {
+    /// The local locality takes everything (`lb_zone_routing_all_directly`).
+    AllDirectly,
+    /// Kept local by the sampled share (`lb_zone_routing_sampled`).
+    Sampled,
+    /// Sent to another locality (`lb_zone_routing_cross_zone`).
+    CrossZone,
+    /// Sent to a random locality: no locality had spare capacity
+    /// (`lb_zone_no_capacity_left`; also counted as cross-zone).
+    NoCapacityLeft,
+    /// Not routed by zone: the local cluster is in panic (`lb_local_cluster_not_ok`).
+    LocalClusterNotOk,
 }
 
 /// A host chosen by [`LoadBalancer::pick`](crate::LoadBalancer::pick), counted as one request

@@ -130,7 +130,7 @@ mod zone;
 pub use balancer::{DEFAULT_OVERPROVISIONING_FACTOR, LbSettings, LoadBalancer};
 pub use error::BuildError;
 pub use hash::{hash_key, hash_keys};
-pub use host::{Health, Host, HostSet, HostSpec, Picked, Snapshot};
+pub use host::{Health, Host, HostSet, HostSpec, Picked, Snapshot, ZoneRoute};
 pub use policy::{
     DEFAULT_ACTIVE_REQUEST_BIAS, DEFAULT_CHOICE_COUNT, DEFAULT_MAGLEV_TABLE_SIZE,
     DEFAULT_MINIMUM_RING_SIZE, DEFAULT_PANIC_THRESHOLD, LbPolicy, LeastRequestOptions,
@@ -144,7 +144,7 @@ pub use service::{
 };
 pub use slow_start::SlowStart;
 pub use split::WeightedSplit;
-pub use zone::{LocalCluster, ZoneAwareSettings, ZoneRoute, ZoneRouting};
+pub use zone::{LocalCluster, ZoneAwareSettings, ZoneRouting};
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::host::{Entry, HostSet};
+use crate::host::{Entry, HostSet, ZoneRoute};
 use crate::{Health, rng};
 
 /// Zone-aware routing's settings (Envoy's `zone_aware_lb_config`).
@@ -77,22 +77,6 @@ pub enum ZoneRouting {
     /// This many ten-thousandths of routed requests stay local; the rest go to the
     /// localities with spare capacity.
     Residual { local_share: u64 },
-}
-
-/// How a pick was routed by zone (Envoy's `lb_zone_*` counters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZoneRoute {
-    /// The local locality takes everything (`lb_zone_routing_all_directly`).
-    AllDirectly,
-    /// Kept local by the sampled share (`lb_zone_routing_sampled`).
-    Sampled,
-    /// Sent to another locality (`lb_zone_routing_cross_zone`).
-    CrossZone,
-    /// Sent to a random locality: no locality had spare capacity
-    /// (`lb_zone_no_capacity_left`; also counted as cross-zone).
-    NoCapacityLeft,
-    /// Not routed by zone: the local cluster is in panic (`lb_local_cluster_not_ok`).
-    LocalClusterNotOk,
 }
 
 /// The routing computed for one host-set version.
