@@ -301,3 +301,29 @@ async fn max_connections_per_host_keeps_each_host_to_its_limit() {
     assert!(stat(admin, "upstream_cx_overflow") >= 1);
     assert_eq!(stat(admin, "upstream_rq_pending_timeout"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_a_connection_to_a_host_at_its_limit_may_open_one() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    // HTTP/2 keeps each worker's connection open: under a per-host limit of one, the other
+    // worker would wait out pending_timeout without Envoy's rule that a worker with no
+    // connection to the host opens one anyway.
+    let config = breaker_config(
+        noop.local_addr(),
+        "{ max_connections_per_host: 1, pending_timeout: 60s }\n    protocol: http2",
+    );
+    let proxy = Proxy::start(&config, 2);
+    let admin = proxy.admin.unwrap();
+    for _ in 0..4 {
+        let results = burst(proxy.addr(), 8, &[]).await;
+        assert_eq!(count(&results, 200, false), 8, "{results:?}");
+    }
+    assert!(
+        noop.connections() <= 2,
+        "{} connections",
+        noop.connections()
+    );
+    assert_eq!(stat(admin, "upstream_rq_pending_timeout"), 0);
+}

@@ -225,7 +225,11 @@ async fn connect_failures_and_timeouts_are_counted() {
     assert_eq!(host("host_rq_error", "backend", &dead), 3.0);
     assert_eq!(host("host_rq_total", "slow", &live), 3.0);
     assert_eq!(host("host_rq_timeout", "slow", &live), 1.0);
-    assert_eq!(host("host_rq_error", "slow", &live), 1.0, "the 503");
+    assert_eq!(
+        host("host_rq_error", "slow", &live),
+        2.0,
+        "the timeout and the 503"
+    );
     assert_eq!(host("host_rq_success", "slow", &live), 1.0);
     assert!(host("host_cx_total", "slow", &live) >= 1.0);
 }

@@ -213,10 +213,16 @@ fn endpoint(raw: &RawWeightedEndpoint, at: &str) -> Result<Endpoint, ConfigError
             ));
         }
     };
+    // Sent as a host (HTTP/2's `:authority`): a name, with a port or not.
     let name = |value: &Option<String>, key: &str| -> Result<Option<String>, ConfigError> {
         match value.as_deref() {
             None | Some("") => Ok(None),
-            Some(v) if HeaderValue::from_str(v).is_ok() => Ok(Some(v.to_owned())),
+            Some(v)
+                if v.parse::<http::uri::Authority>()
+                    .is_ok_and(|a| a.as_str() == v) =>
+            {
+                Ok(Some(v.to_owned()))
+            }
             Some(v) => Err(ConfigError::invalid(
                 format!("{at}.{key}"),
                 format!("expected a host name, found `{v}`"),

@@ -855,3 +855,18 @@ fn slow_start_is_for_round_robin_and_least_request() {
     let zero = error_of(&with("slow_start: { window: 0s }"));
     assert!(zero.contains("the window is zero"), "{zero}");
 }
+
+#[test]
+fn an_endpoints_hostname_is_a_host_name() {
+    let with = |endpoint: &str| MINIMAL.replace("[127.0.0.1:9000, \"localhost:9001\"]", endpoint);
+    let config = Config::from_yaml(&with(
+        "[{ address: 127.0.0.1:9000, hostname: api.internal }]",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.clusters[0].endpoints[0].hostname.as_deref(),
+        Some("api.internal")
+    );
+    let error = error_of(&with("[{ address: 127.0.0.1:9000, hostname: a b }]"));
+    assert!(error.contains("endpoints[0].hostname"), "{error}");
+}

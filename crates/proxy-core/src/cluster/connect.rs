@@ -129,15 +129,20 @@ impl HostPool {
             .then(|| self.taken_connection_slot())
     }
 
-    /// Takes a connection from the host's limit, if it has one, and the cluster's.
+    /// Takes a connection from the host's limit, if it has one, and the cluster's. As Envoy,
+    /// a worker with no connection to the host may open one past the host's limit: requests
+    /// waiting here have no other connection to go on (connections are per worker).
     pub(super) fn try_acquire_connection(&self) -> bool {
         let shared = &self.settings.shared;
         let per_host = shared.breakers.max_connections_per_host;
         if let Some(max) = per_host {
             let open = &self.health.connections;
             if open.fetch_add(1, Ordering::Relaxed) >= max {
-                open.fetch_sub(1, Ordering::Relaxed);
-                return false;
+                if self.slots_here.get() > 0 {
+                    open.fetch_sub(1, Ordering::Relaxed);
+                    return false;
+                }
+                self.stats.cx_overflow.inc();
             }
         }
         if shared.breakers.connections.try_acquire() {
@@ -150,14 +155,16 @@ impl HostPool {
     }
 
     /// The slot [`HostPool::try_acquire_connection`] (or [`HostPool::wait_pending`]) took.
-    pub(super) fn taken_connection_slot(&self) -> ConnectionSlot {
+    pub(super) fn taken_connection_slot(self: &Rc<Self>) -> ConnectionSlot {
         let shared = &self.settings.shared;
+        self.slots_here.set(self.slots_here.get() + 1);
         ConnectionSlot {
             cluster: Arc::clone(shared),
             host: shared
                 .breakers
                 .max_connections_per_host
                 .map(|_| Arc::clone(&self.health)),
+            pool: Rc::downgrade(self),
         }
     }
 }
@@ -169,6 +176,8 @@ impl HostPool {
 pub(super) struct ConnectionSlot {
     cluster: Arc<SharedCluster>,
     host: Option<Arc<super::health::Counters>>,
+    /// The worker's pool for the host, which counts the slots it holds.
+    pool: Weak<HostPool>,
 }
 
 /// An open connection, counted in the cluster's and the host's `cx_active` until dropped.
@@ -192,6 +201,9 @@ impl Drop for OpenConn {
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.slots_here.set(pool.slots_here.get().saturating_sub(1));
+        }
         if let Some(host) = &self.host {
             host.connections.fetch_sub(1, Ordering::Relaxed);
         }

@@ -413,6 +413,7 @@ impl HostHealth {
             host.counters
                 .consecutive_gateway
                 .store(0, Ordering::Relaxed);
+            host.counters.consecutive_local.store(0, Ordering::Relaxed);
             tracing::info!(host = %host.addr, "a passing health check ended an ejection");
             apply(host_set, host);
         }
@@ -461,6 +462,10 @@ fn eject_locked(
             .counters
             .consecutive_gateway
             .store(0, Ordering::Relaxed);
+        hosts[index]
+            .counters
+            .consecutive_local
+            .store(0, Ordering::Relaxed);
         return Ejection::Overflow;
     }
     let host = &mut hosts[index];
@@ -471,6 +476,7 @@ fn eject_locked(
     host.counters
         .consecutive_gateway
         .store(0, Ordering::Relaxed);
+    host.counters.consecutive_local.store(0, Ordering::Relaxed);
     Ejection::Ejected
 }
 
@@ -759,6 +765,9 @@ mod tests {
             Ejection::Ejected,
             "third in a row"
         );
+        // Counted from zero again, as after any detection in Envoy.
+        let counters = health.counters(addr(2));
+        assert_eq!(counters.consecutive_local.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub(crate) struct HostPool {
     pub(super) endpoint_stats: Option<EndpointStats>,
     /// The host's name, for routes with `auto_host_rewrite`.
     hostname: Option<http::HeaderValue>,
+    /// Connection slots this worker holds for the host (connections open or being opened).
+    pub(super) slots_here: Cell<u32>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
@@ -61,6 +63,7 @@ impl HostPool {
             host_stats,
             endpoint_stats,
             hostname,
+            slots_here: Cell::new(0),
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
@@ -120,11 +123,15 @@ impl HostPool {
         &self.stats
     }
 
-    /// Counts a request that hit its route timeout on this host.
+    /// Counts a request that hit its route timeout on this host: for outlier detection a
+    /// try without a response, as Envoy counts a timeout (a gateway failure, or a local-origin
+    /// one when those are split out).
     pub(crate) fn count_timeout(&self) {
         self.stats.rq_timeout.inc();
+        self.report(TryOutcome::NoResponse);
         if let Some(endpoint) = &self.endpoint_stats {
             endpoint.rq_timeout.inc();
+            endpoint.rq_error.inc();
         }
     }
 
