@@ -568,10 +568,12 @@ struct Open {
 
 impl Open {
     fn new(span: Span) -> Box<Open> {
-        Box::new(Open {
-            span,
-            started: Instant::now(),
-        })
+        Self::at(span, Instant::now())
+    }
+
+    /// A span whose `start` is the wall time of the monotonic instant `started`.
+    fn at(span: Span, started: Instant) -> Box<Open> {
+        Box::new(Open { span, started })
     }
 
     fn finish(self) -> Span {
@@ -634,21 +636,27 @@ impl RequestTrace {
     /// the downstream request's span.
     pub(crate) fn child(&self, name: impl Into<Cow<'static, str>>) -> Option<ChildSpan<'_>> {
         let server = self.server.as_ref()?;
+        // Timed from the request's span: the child's start and end fall within it by the
+        // monotonic clock, whatever the wall clock does meanwhile.
+        let started = Instant::now();
         Some(ChildSpan {
             trace: self,
             outcome_known: false,
-            open: Some(Open::new(Span {
-                trace_id: self.trace_id,
-                span_id: new_span_id(),
-                parent_span_id: Some(self.span_id),
-                trace_state: server.span.trace_state.clone(),
-                name: name.into(),
-                kind: SpanKind::Client,
-                start: SystemTime::now(),
-                end: SystemTime::UNIX_EPOCH,
-                error: None,
-                attributes: Vec::with_capacity(6),
-            })),
+            open: Some(Open::at(
+                Span {
+                    trace_id: self.trace_id,
+                    span_id: new_span_id(),
+                    parent_span_id: Some(self.span_id),
+                    trace_state: server.span.trace_state.clone(),
+                    name: name.into(),
+                    kind: SpanKind::Client,
+                    start: server.span.start + started.saturating_duration_since(server.started),
+                    end: SystemTime::UNIX_EPOCH,
+                    error: None,
+                    attributes: Vec::with_capacity(6),
+                },
+                started,
+            )),
         })
     }
 
