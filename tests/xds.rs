@@ -859,3 +859,61 @@ async fn routing_features_from_the_management_server() {
     );
     server.shutdown().await;
 }
+
+/// A cluster added before another in name order moves the other's place in the config; a
+/// listener whose routes did not change must still send its traffic to the cluster its
+/// routes name (the routes refer to clusters by their place once validated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_does_not_move_unchanged_routes_to_another() {
+    let (one, two) = upstreams().await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    server.set(
+        type_url::CLUSTER,
+        vec![named(eds_cluster("middle", cluster::LbPolicy::RoundRobin))],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![assignment("middle", &[one.local_addr()])],
+    );
+    server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
+    server.set(
+        type_url::ROUTE,
+        vec![route_config("web-routes", &[("/", "middle")])],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 1);
+    let addr = listener_address(&proxy, "web").await;
+    eventually("served by the cluster's host", async || {
+        answer(addr, "/").await == (200, one.local_addr().to_string())
+    })
+    .await;
+    let generation = stat(proxy.admin.unwrap(), "config_generation");
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            named(eds_cluster("first", cluster::LbPolicy::RoundRobin)),
+            named(eds_cluster("middle", cluster::LbPolicy::RoundRobin)),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            assignment("first", &[two.local_addr()]),
+            assignment("middle", &[one.local_addr()]),
+        ],
+    );
+    eventually("the new cluster in force", async || {
+        config_dump(&proxy)["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "first")
+            && stat(proxy.admin.unwrap(), "config_generation") > generation
+    })
+    .await;
+    for _ in 0..5 {
+        assert_eq!(answer(addr, "/").await, (200, one.local_addr().to_string()));
+    }
+    server.shutdown().await;
+}

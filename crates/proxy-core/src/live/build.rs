@@ -151,6 +151,7 @@ pub(crate) fn build(
             .or_else(|| config.max_connections.map(Limit::new)),
         _ => config.max_connections.map(Limit::new),
     };
+    let cluster_order = hash_of(&config.clusters.iter().map(|c| &c.name).collect::<Vec<_>>());
     let mut listeners: Vec<SharedListener> = Vec::with_capacity(config.listeners.len());
     // Sockets bound here are closed again if the build fails.
     for listener in &config.listeners {
@@ -201,8 +202,14 @@ pub(crate) fn build(
             )?)),
         };
         // Unchanged routes and filters keep their table (tens of milliseconds to build at
-        // 100,000 routes) and their rate-limit buckets.
-        let routes_key = hash_of(&(&listener.http_filters, &listener.route_config));
+        // 100,000 routes) and their rate-limit buckets. Routes name their clusters by place
+        // in the config (not serialized): the clusters' order is part of the key, or a
+        // cluster added before another would send the kept routes' traffic to it.
+        let routes_key = hash_of(&(
+            &listener.http_filters,
+            &listener.route_config,
+            cluster_order,
+        ));
         let (routes, filters) = match old {
             Some((_, shared)) if shared.routes_key == routes_key => {
                 (Arc::clone(&shared.routes), Arc::clone(&shared.filters))
