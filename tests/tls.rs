@@ -973,3 +973,272 @@ clusters:
     .into();
     assert_eq!(seen, expected);
 }
+
+mod sds {
+    //! Certificates from the management server (SDS), over the ADS stream.
+
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+    use envoy_types::pb::envoy::config::core::v3::{
+        AggregatedConfigSource, ConfigSource, DataSource, TransportSocket, config_source,
+        data_source, transport_socket,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret, TlsCertificate, secret,
+    };
+    use envoy_types::pb::google::protobuf::Any;
+    use testbed::ManagementServer;
+    use testbed::resources;
+    use testbed::xds::{any, type_url};
+
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(20);
+
+    fn inline(text: &str) -> Option<DataSource> {
+        Some(DataSource {
+            specifier: Some(data_source::Specifier::InlineString(text.into())),
+            ..Default::default()
+        })
+    }
+
+    fn certificate(name: &str, cert_pem: &str, key_pem: &str) -> (String, Any) {
+        let secret = Secret {
+            name: name.into(),
+            r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
+                certificate_chain: inline(cert_pem),
+                private_key: inline(key_pem),
+                ..Default::default()
+            })),
+        };
+        (name.into(), any(&secret))
+    }
+
+    /// A listener on 127.0.0.1 terminating TLS with the certificates of `secrets` (SDS).
+    fn tls_listener(secrets: &[&str]) -> (String, Any) {
+        let ads = ConfigSource {
+            config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+                AggregatedConfigSource {},
+            )),
+            ..Default::default()
+        };
+        let context = DownstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                tls_certificate_sds_secret_configs: secrets
+                    .iter()
+                    .map(|name| SdsSecretConfig {
+                        name: (*name).into(),
+                        sds_config: Some(ads.clone()),
+                    })
+                    .collect(),
+                alpn_protocols: vec!["h2".into(), "http/1.1".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut l = resources::listener("edge", "127.0.0.1:0".parse().unwrap(), "edge-routes");
+        l.filter_chains[0].transport_socket = Some(TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(transport_socket::ConfigType::TypedConfig(any(&context))),
+        });
+        ("edge".into(), any(&l))
+    }
+
+    fn config_dump(proxy: &Proxy) -> serde_json::Value {
+        let (status, body) = admin_request(proxy.admin.unwrap(), "GET", "/config_dump");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    fn acked_secrets(requests: &[testbed::xds::SeenRequest]) -> usize {
+        (requests.iter())
+            .filter(|r| r.type_url == type_url::SECRET && r.is_ack())
+            .count()
+    }
+
+    /// A listener naming two secrets warms until they arrive, serves each by SNI, takes a
+    /// rotated certificate for new handshakes while kept-alive HTTP/1.1 and HTTP/2
+    /// connections go on, and a secret whose key is not its certificate's is refused with
+    /// the rotated one still served.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn certificates_from_the_management_server_serve_and_rotate() {
+        let (up, _upstream) = upstream().await;
+        let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let ca = Ca::new("sds ca");
+        let api = ca.leaf(&["api.example.com"]);
+        let www = ca.leaf(&["www.example.com"]);
+        server.set(type_url::LISTENER, vec![tls_listener(&["api", "www"])]);
+        let routes =
+            resources::route_config("edge-routes", vec![resources::forward("/", "backend")]);
+        server.set(type_url::ROUTE, vec![("edge-routes".into(), any(&routes))]);
+        let backend = resources::eds_cluster("backend", LbPolicy::RoundRobin);
+        server.set(type_url::CLUSTER, vec![("backend".into(), any(&backend))]);
+        let endpoints = resources::assignment("backend", &[up]);
+        server.set(
+            type_url::ENDPOINT,
+            vec![("backend".into(), any(&endpoints))],
+        );
+        let proxy = Proxy::start(
+            &format!(
+                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
+                server.local_addr()
+            ),
+            1,
+        );
+
+        // It asks for the two secrets, and waits for them.
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| requests.iter().any(|r| {
+                    r.type_url == type_url::SECRET && r.names == ["api", "www"]
+                }))
+                .await,
+            "{:?}",
+            server.requests()
+        );
+        eventually("the listener warming", async || {
+            config_dump(&proxy)["xds"]["warming_listeners"] == serde_json::json!(["edge"])
+        })
+        .await;
+        server.set(
+            type_url::SECRET,
+            vec![
+                certificate("api", &api.cert_pem, &api.key_pem),
+                certificate("www", &www.cert_pem, &www.key_pem),
+            ],
+        );
+        let mut addr = None;
+        eventually("the listener in force", async || {
+            let dump = config_dump(&proxy);
+            addr = (dump["listeners"].as_array().unwrap().iter())
+                .find(|l| l["name"] == "edge")
+                .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
+            addr.is_some()
+        })
+        .await;
+        let addr: SocketAddr = addr.unwrap();
+        let dump = config_dump(&proxy);
+        let held: Vec<&str> = (dump["xds"]["resources"].as_array().unwrap().iter())
+            .filter(|r| r["type"] == "secret")
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(held, ["api", "www"]);
+        assert!(
+            !dump.to_string().contains("PRIVATE KEY"),
+            "no key material in /config_dump"
+        );
+
+        // Each name gets its certificate; a name neither has gets the first.
+        let h1 = client_config(ca.roots(), ClientOptions::default());
+        for (name, leaf) in [
+            ("api.example.com", &api),
+            ("www.example.com", &www),
+            ("other.example.com", &api),
+        ] {
+            let stream = tls_connect(addr, &h1, name).await;
+            // The client verifies the name: only the served names' handshakes succeed.
+            match name {
+                "other.example.com" => {
+                    assert!(stream.is_err(), "api's certificate is not for {name}")
+                }
+                _ => assert_eq!(peer_leaf(&stream.unwrap()), leaf.der, "{name}"),
+            }
+        }
+
+        // Kept-alive connections, one of each protocol, from before the rotation.
+        let mut kept_h1 = h1_over(tls_connect(addr, &h1, "api.example.com").await.unwrap()).await;
+        let h2 = client_config(
+            ca.roots(),
+            ClientOptions {
+                alpn: vec![b"h2"],
+                ..Default::default()
+            },
+        );
+        let mut kept_h2 = h2_over(tls_connect(addr, &h2, "api.example.com").await.unwrap()).await;
+        assert_eq!(
+            kept_h1.send_request(get("/", &[])).await.unwrap().status(),
+            200
+        );
+        assert_eq!(
+            kept_h2
+                .send_request(get_h2("/", &[]))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+
+        let acked = acked_secrets(&server.requests());
+        let rotated = ca.leaf(&["api.example.com"]);
+        server.set(
+            type_url::SECRET,
+            vec![
+                certificate("api", &rotated.cert_pem, &rotated.key_pem),
+                certificate("www", &www.cert_pem, &www.key_pem),
+            ],
+        );
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| acked_secrets(requests) > acked)
+                .await
+        );
+        eventually("new handshakes see the rotated certificate", async || {
+            let stream = tls_connect(addr, &h1, "api.example.com").await.unwrap();
+            peer_leaf(&stream) == rotated.der
+        })
+        .await;
+        for _ in 0..3 {
+            kept_h1.ready().await.unwrap();
+            assert_eq!(
+                kept_h1.send_request(get("/", &[])).await.unwrap().status(),
+                200
+            );
+            assert_eq!(
+                kept_h2
+                    .send_request(get_h2("/", &[]))
+                    .await
+                    .unwrap()
+                    .status(),
+                200
+            );
+        }
+
+        // A key that is not the certificate's: refused, the rotated one still served.
+        server.set(
+            type_url::SECRET,
+            vec![
+                certificate("api", &api.cert_pem, &www.key_pem),
+                certificate("www", &www.cert_pem, &www.key_pem),
+            ],
+        );
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| requests
+                    .iter()
+                    .any(|r| r.type_url == type_url::SECRET && r.is_nack()))
+                .await
+        );
+        let nack = (server.requests().into_iter())
+            .find(|r| r.is_nack())
+            .unwrap();
+        let reason = nack.error_detail.unwrap();
+        assert!(
+            reason.contains("secret `api`") && reason.contains("does not hold the key"),
+            "{reason}"
+        );
+        let stream = tls_connect(addr, &h1, "api.example.com").await.unwrap();
+        assert_eq!(peer_leaf(&stream), rotated.der);
+        kept_h1.ready().await.unwrap();
+        assert_eq!(
+            kept_h1.send_request(get("/", &[])).await.unwrap().status(),
+            200
+        );
+        let stats = admin_request(proxy.admin.unwrap(), "GET", "/stats/prometheus").1;
+        assert!(
+            stats.contains("xds_update_rejected_total{type=\"sds\"} 1"),
+            "{stats}"
+        );
+        server.shutdown().await;
+    }
+}

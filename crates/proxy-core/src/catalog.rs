@@ -647,7 +647,7 @@ catalog! {
         config_reload: counter("config_reload_total", ["result"], "Config reloads (SIGHUP, POST /reload, a watched file), by result: success, or failure (the config in force stays)."),
         config_propagation: histogram("config_propagation", [], "From a new config accepted to every worker serving with it."),
         control_plane_connected: gauge("control_plane_connected_state", [], "1 while the xDS stream to the management server is up, 0 otherwise (Envoy's control_plane.connected_state)."),
-        xds_update_attempt: counter("xds_update_attempt_total", ["type"], "xDS responses received, by resource type (lds, rds, cds, eds)."),
+        xds_update_attempt: counter("xds_update_attempt_total", ["type"], "xDS responses received, by resource type (lds, rds, cds, eds, sds)."),
         xds_update_success: counter("xds_update_success_total", ["type"], "xDS responses put in force and ACKed, by resource type."),
         xds_update_rejected: counter("xds_update_rejected_total", ["type"], "xDS responses refused and NACKed (the config in force stays), by resource type."),
         config_generation: gauge("config_generation", [], "The config generation in force (1 at start, +1 per successful reload)."),

@@ -41,12 +41,13 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-/// Type URLs of the four resource types Envoy's ADS carries.
+/// Type URLs of the resource types Envoy's ADS carries.
 pub mod type_url {
     pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
     pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
     pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
     pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+    pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 }
 
 /// `message` as a resource body: its type URL and bytes.

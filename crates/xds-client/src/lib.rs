@@ -7,8 +7,8 @@
 //!
 //! - one stream, in the state-of-the-world or the incremental (delta) variant;
 //! - the node on the first request of every stream;
-//! - clusters and listeners subscribed as wildcards, endpoints and route configurations by
-//!   the names the [`Handler`] says it needs after each update;
+//! - clusters and listeners subscribed as wildcards, endpoints, route configurations and
+//!   secrets (SDS) by the names the [`Handler`] says it needs after each update;
 //! - each response ACKed (its nonce, and in state of the world its version) once the handler
 //!   has put it in force, or NACKed with the handler's reason (and the last accepted
 //!   version), in which case the handler keeps what it had;
@@ -68,10 +68,12 @@ pub mod type_url {
     pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
     pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
     pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+    /// SDS: certificates and CA bundles that listeners and clusters name.
+    pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 
     /// Every type, clusters first: a listener's routes name clusters, so clusters should be
     /// known by the time they arrive.
-    pub const ALL: [&str; 4] = [CLUSTER, ENDPOINT, LISTENER, ROUTE];
+    pub const ALL: [&str; 5] = [CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET];
 
     /// Whether every resource of the type is subscribed (`true`: clusters and listeners) or
     /// only those named ([`crate::Handler::wanted`]).

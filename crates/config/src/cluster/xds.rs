@@ -36,6 +36,8 @@ pub struct XdsCluster {
     inline: Option<XdsEndpoints>,
     /// The name its endpoints come under by EDS (`service_name`, or the cluster's name).
     pub eds: Option<String>,
+    /// The secrets its TLS names (SDS): it warms until they are all there.
+    pub secrets: crate::tls::sds::SecretRefs,
 }
 
 impl XdsCluster {
@@ -44,14 +46,22 @@ impl XdsCluster {
         translate(cluster)
     }
 
-    /// As the config file writes it, with `endpoints` (from EDS) when it takes them from there.
-    pub(crate) fn section(&self, endpoints: Option<&XdsEndpoints>) -> RawCluster {
+    /// As the config file writes it, with `endpoints` (from EDS) when it takes them from
+    /// there; `None` while a secret its TLS names has not arrived.
+    pub(crate) fn section(
+        &self,
+        endpoints: Option<&XdsEndpoints>,
+        secrets: &crate::tls::sds::Secrets,
+    ) -> Option<RawCluster> {
         let mut raw = self.raw.clone();
         if let Some(endpoints) = endpoints.or(self.inline.as_ref()) {
             raw.endpoints = endpoints.raw();
             raw.overprovisioning_factor = endpoints.overprovisioning_factor;
         }
-        raw
+        if let Some(tls) = &mut raw.tls {
+            self.secrets.fill_cluster(tls, secrets)?;
+        }
+        Some(raw)
     }
 }
 
@@ -157,11 +167,13 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .take()
         .map(|o| outliers(o, &sub("outlier_detection")))
         .transpose()?;
-    let tls = c
-        .transport_socket
-        .take()
-        .map(|socket| crate::tls::xds::cluster_tls(socket, &at))
-        .transpose()?;
+    let (tls, secrets) = match c.transport_socket.take() {
+        Some(socket) => {
+            let (tls, secrets) = crate::tls::xds::cluster_tls(socket, &at)?;
+            (Some(tls), secrets)
+        }
+        None => Default::default(),
+    };
     let family = DnsLookupFamily::try_from(std::mem::take(&mut c.dns_lookup_family))
         .unwrap_or(DnsLookupFamily::Auto);
     let legacy_dns = DnsSettings {
@@ -221,6 +233,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         raw,
         inline,
         eds,
+        secrets,
     })
 }
 

@@ -31,6 +31,7 @@ use crate::filters::health_check::xds as health_check;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
 use crate::listener::client_address::{RawClientDetection, RawCustomHeader, RawXff};
 use crate::route::xds::XdsRoutes;
+use crate::tls::sds::{SecretRefs, Secrets};
 use crate::tracing::xds::XdsCollector;
 use crate::{RawCors, RawHttp, RawListener, RawPathNormalization, RawProxyProtocol};
 
@@ -107,6 +108,8 @@ pub struct XdsListener {
     collector: Option<XdsCollector>,
     /// Its connection manager's loggers.
     logs: Vec<crate::access_log::xds::XdsAccessLog>,
+    /// The secrets its TLS names (SDS): it warms until they are all there.
+    pub secrets: SecretRefs,
 }
 
 /// One HTTP filter of a listener from the management server.
@@ -149,8 +152,12 @@ impl XdsListener {
         routes: Option<&XdsRoutes>,
         ready: &BTreeMap<&str, bool>,
         single_hosts: &BTreeMap<&str, &str>,
+        secrets: &Secrets,
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
+        if let Some(tls) = &mut raw.tls {
+            self.secrets.fill_listener(tls, secrets)?;
+        }
         if let Some(collector) = &self.collector {
             raw.tracing_provider = Some(collector.section(single_hosts)?);
         }
@@ -260,11 +267,13 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let at = format!("{at}.filter_chains[0]");
     let mut chain = chain;
     let filters = std::mem::take(&mut chain.filters);
-    let tls = chain
-        .transport_socket
-        .take()
-        .map(|socket| crate::tls::xds::listener_tls(socket, &at))
-        .transpose()?;
+    let (tls, secrets) = match chain.transport_socket.take() {
+        Some(socket) => {
+            let (tls, secrets) = crate::tls::xds::listener_tls(socket, &at)?;
+            (Some(tls), secrets)
+        }
+        None => (None, SecretRefs::default()),
+    };
     chain.name.clear();
     chain.metadata = None;
     if chain
@@ -339,6 +348,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         off_by_default,
         collector,
         logs,
+        secrets,
     })
 }
 

@@ -2,11 +2,12 @@
 //!
 //! The topic's files, side by side: this one holds the typed settings; `raw.rs` the file's
 //! form; `check.rs` the checks (which load the files, `material.rs`); `xds.rs` the mapping of
-//! Envoy's TLS transport sockets.
+//! Envoy's TLS transport sockets; `sds.rs` the secrets they name, from the management server.
 
 pub(crate) mod check;
 pub mod material;
 pub mod raw;
+pub mod sds;
 pub mod xds;
 
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! TLS transport sockets: DownstreamTlsContext -> a listener's `tls`, UpstreamTlsContext -> a
-//! cluster's. Certificates, keys and CAs are files (`filename`) or inline PEM; SDS is not
-//! supported yet and is refused.
+//! cluster's. Certificates, keys and CAs are files (`filename`), inline PEM, or secrets named
+//! for SDS (`sds.rs`), filled in once they arrive.
 
 use envoy_types::pb::envoy::config::core::v3::{
     DataSource, TransportSocket, data_source, transport_socket,
@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     tls_parameters::TlsProtocol,
 };
 
+use super::sds::{SecretRefs, secret_name};
 use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::{RawCertificate, RawClientCertificate, RawClusterTls, RawKeyPair, RawListenerTls};
 
@@ -37,29 +38,51 @@ fn context<M: prost::Message + Default>(
     }
 }
 
+/// A listener's TLS, and the secrets it waits for (its certificates and client CA are
+/// filled in from them).
 pub(crate) fn listener_tls(
     socket: TransportSocket,
     at: &str,
-) -> Result<RawListenerTls, ResourceError> {
+) -> Result<(RawListenerTls, SecretRefs), ResourceError> {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::downstream_tls_context::SessionTicketKeysType;
     let at = format!("{at}.transport_socket");
     let mut tls: DownstreamTlsContext = context(socket, DOWNSTREAM, &at)?;
     let common = tls.common_tls_context.take().unwrap_or_default();
     let required = tls.require_client_certificate.take().map(|v| v.value);
+    // Resumption is on unless turned off, as in Envoy: by tickets (stateless) and by the
+    // session cache (stateful).
+    let tickets = match tls.session_ticket_keys_type.take() {
+        None => true,
+        Some(SessionTicketKeysType::DisableStatelessSessionResumption(off)) => !off,
+        Some(_) => {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec![
+                    "session_ticket_keys (tickets are keyed by each proxy, rotating)".into(),
+                ],
+            });
+        }
+    };
+    let cache = !std::mem::take(&mut tls.disable_stateful_session_resumption);
     nothing_else(&tls, fields::DOWNSTREAM_TLS_CONTEXT, &at)?;
     let parts = common_context(common, &format!("{at}.common_tls_context"))?;
-    if required == Some(true) && parts.ca.is_none() {
+    if required == Some(true) && parts.ca.is_none() && parts.secrets.validation.is_none() {
         return Err(ResourceError::invalid(
             at,
             "require_client_certificate needs a validation_context with trusted_ca",
         ));
     }
-    if parts.certificates.is_empty() {
+    if parts.certificates.is_empty() && parts.secrets.certificates.is_empty() {
         return Err(ResourceError::invalid(
             at,
             "expected at least one tls_certificate",
         ));
     }
-    Ok(RawListenerTls {
+    let secrets = SecretRefs {
+        client_certificate_required: required,
+        ..parts.secrets
+    };
+    let raw = RawListenerTls {
         certificates: parts
             .certificates
             .into_iter()
@@ -72,20 +95,23 @@ pub(crate) fn listener_tls(
         unknown_server_name: None,
         min_version: parts.min_version,
         alpn: (!parts.alpn.is_empty()).then_some(parts.alpn),
-        session_tickets: None,
-        session_cache_size: None,
+        session_tickets: Some(tickets),
+        session_cache_size: (!cache).then_some(0),
         handshake_timeout: None,
         client_certificate: parts.ca.map(|ca| RawClientCertificate {
             ca,
             required: required.or(Some(false)),
         }),
-    })
+    };
+    Ok((raw, secrets))
 }
 
+/// A cluster's TLS, and the secrets it waits for (its client certificate and CA are filled
+/// in from them).
 pub(crate) fn cluster_tls(
     socket: TransportSocket,
     at: &str,
-) -> Result<RawClusterTls, ResourceError> {
+) -> Result<(RawClusterTls, SecretRefs), ResourceError> {
     let at = format!("{at}.transport_socket");
     let mut tls: UpstreamTlsContext = context(socket, UPSTREAM, &at)?;
     let common = tls.common_tls_context.take().unwrap_or_default();
@@ -101,10 +127,10 @@ pub(crate) fn cluster_tls(
             ],
         });
     }
-    if parts.certificates.len() > 1 {
+    if parts.certificates.len() + parts.secrets.certificates.len() > 1 {
         return Err(ResourceError::invalid(at, "at most one client certificate"));
     }
-    Ok(RawClusterTls {
+    let raw = RawClusterTls {
         ca: parts.ca,
         server_name: (!sni.is_empty()).then_some(sni),
         client_certificate: parts
@@ -115,7 +141,8 @@ pub(crate) fn cluster_tls(
                 private_key,
             }),
         min_version: parts.min_version,
-    })
+    };
+    Ok((raw, parts.secrets))
 }
 
 #[derive(Default)]
@@ -125,6 +152,7 @@ struct CommonParts {
     ca: Option<String>,
     alpn: Vec<String>,
     min_version: Option<String>,
+    secrets: SecretRefs,
 }
 
 fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts, ResourceError> {
@@ -134,25 +162,77 @@ fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts,
         .enumerate()
     {
         let at = format!("{at}.tls_certificates[{i}]");
-        let chain = file(
+        let chain = pem_or_path(
             cert.certificate_chain.take(),
             &format!("{at}.certificate_chain"),
         )?;
-        let key = file(cert.private_key.take(), &format!("{at}.private_key"))?;
+        let key = pem_or_path(cert.private_key.take(), &format!("{at}.private_key"))?;
         nothing_else(&cert, fields::TLS_CERTIFICATE, &at)?;
         parts.certificates.push((chain, key));
     }
+    for (i, config) in std::mem::take(&mut common.tls_certificate_sds_secret_configs)
+        .into_iter()
+        .enumerate()
+    {
+        let at = format!("{at}.tls_certificate_sds_secret_configs[{i}]");
+        parts.secrets.certificates.push(secret_name(config, &at)?);
+    }
+    if !parts.certificates.is_empty() && !parts.secrets.certificates.is_empty() {
+        return Err(ResourceError::invalid(
+            at,
+            "tls_certificates and tls_certificate_sds_secret_configs together (one or the other, as Envoy)",
+        ));
+    }
+    use common_tls_context::ValidationContextType;
     match common.validation_context_type.take() {
         None => {}
-        Some(common_tls_context::ValidationContextType::ValidationContext(mut v)) => {
+        Some(ValidationContextType::ValidationContext(mut v)) => {
             let at = format!("{at}.validation_context");
-            parts.ca = Some(file(v.trusted_ca.take(), &format!("{at}.trusted_ca"))?);
+            parts.ca = Some(pem_or_path(
+                v.trusted_ca.take(),
+                &format!("{at}.trusted_ca"),
+            )?);
             nothing_else(&v, fields::CERTIFICATE_VALIDATION_CONTEXT, &at)?;
+        }
+        Some(ValidationContextType::ValidationContextSdsSecretConfig(config)) => {
+            let at = format!("{at}.validation_context_sds_secret_config");
+            parts.secrets.validation = Some(secret_name(config, &at)?);
+        }
+        Some(ValidationContextType::CombinedValidationContext(mut combined)) => {
+            let at = format!("{at}.combined_validation_context");
+            let config = combined
+                .validation_context_sds_secret_config
+                .take()
+                .ok_or_else(|| {
+                    ResourceError::invalid(&at, "expected validation_context_sds_secret_config")
+                })?;
+            parts.secrets.validation = Some(secret_name(
+                config,
+                &format!("{at}.validation_context_sds_secret_config"),
+            )?);
+            // The secret's CA is what is checked; rules beside it would add to the check.
+            if let Some(default) = combined.default_validation_context.take() {
+                nothing_else(
+                    &default,
+                    fields::CERTIFICATE_VALIDATION_CONTEXT,
+                    &format!("{at}.default_validation_context"),
+                )?;
+            }
+            #[allow(deprecated)]
+            let provider = combined.validation_context_certificate_provider.take();
+            if provider.is_some() || combined != Default::default() {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec!["certificate providers".into()],
+                });
+            }
         }
         Some(_) => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["validation_context_type (an inline validation_context only)".into()],
+                fields: vec![
+                    "validation_context_type (a validation_context, inline or by SDS)".into(),
+                ],
             });
         }
     }
@@ -187,7 +267,7 @@ fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts,
 
 /// A file name, or inline PEM (from its first `-----BEGIN`: the config takes text that
 /// starts so as PEM, not as a path).
-fn file(source: Option<DataSource>, at: &str) -> Result<String, ResourceError> {
+pub(super) fn pem_or_path(source: Option<DataSource>, at: &str) -> Result<String, ResourceError> {
     let inline = |text: String| match text.find("-----BEGIN ") {
         Some(start) => Ok(text[start..].to_owned()),
         None => Err(ResourceError::invalid(

@@ -19,6 +19,7 @@
 //! cluster/xds_endpoints.rs      ClusterLoadAssignment -> endpoints
 //! filters/ext_authz/xds.rs      the ext_authz filter (gRPC) and its per-route settings
 //! tls/xds.rs                    TLS transport sockets -> a listener's or a cluster's `tls`
+//! tls/sds.rs                    Secret -> certificates and CAs those name (SDS)
 //! ```
 
 #[cfg(test)]
@@ -36,6 +37,7 @@ pub use crate::cluster::xds::XdsCluster;
 pub use crate::cluster::xds_endpoints::XdsEndpoints;
 pub use crate::listener::xds::XdsListener;
 pub use crate::route::xds::XdsRoutes;
+pub use crate::tls::sds::XdsSecret;
 use crate::{ConfigError, RawCluster, RawConfig, RawEndpoint, RawListener, ServiceEndpoint};
 
 pub use crate::envoy::{ResourceError, type_url};
@@ -156,6 +158,7 @@ pub struct Resources {
     pub routes: BTreeMap<String, Held<XdsRoutes>>,
     pub clusters: BTreeMap<String, Held<XdsCluster>>,
     pub endpoints: BTreeMap<String, Held<XdsEndpoints>>,
+    pub secrets: BTreeMap<String, Held<XdsSecret>>,
     /// The last version of each listener that had its routes: a listener updated to name a
     /// route configuration that has not arrived keeps serving with it (Envoy's warming).
     serving: BTreeMap<String, Held<XdsListener>>,
@@ -175,9 +178,9 @@ pub struct Sections {
 /// What [`Resources::sections`] left out, and why.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Warming {
-    /// Clusters waiting for their endpoints (EDS).
+    /// Clusters waiting for their endpoints (EDS) or secrets (SDS).
     pub clusters: Vec<String>,
-    /// Listeners waiting for their routes (RDS).
+    /// Listeners waiting for their routes (RDS) or secrets (SDS).
     pub listeners: Vec<String>,
 }
 
@@ -188,6 +191,7 @@ impl Clone for Resources {
             routes: self.routes.clone(),
             clusters: self.clusters.clone(),
             endpoints: self.endpoints.clone(),
+            secrets: self.secrets.clone(),
             serving: self.serving.clone(),
         }
     }
@@ -211,6 +215,17 @@ impl Resources {
         self.routes.retain(|name, _| routes.contains(name));
         let endpoints = self.endpoint_names();
         self.endpoints.retain(|name, _| endpoints.contains(name));
+        let secrets = self.secret_names();
+        self.secrets.retain(|name, _| secrets.contains(name));
+    }
+
+    /// The secrets the listeners and clusters name (SDS subscriptions), and those of the
+    /// earlier listener versions still serving while a listener warms.
+    pub fn secret_names(&self) -> BTreeSet<String> {
+        let listeners = (self.listeners.values().chain(self.serving.values()))
+            .flat_map(|l| l.value.secrets.names());
+        let clusters = self.clusters.values().flat_map(|c| c.value.secrets.names());
+        listeners.chain(clusters).map(str::to_owned).collect()
     }
 
     /// The endpoint sets the clusters name (EDS subscriptions).
@@ -222,9 +237,9 @@ impl Resources {
     }
 
     /// The listeners and clusters to put beside the file's, as the file would write them. A
-    /// cluster is left out until its endpoints have arrived, a listener until its routes
-    /// have (an earlier version of it with routes keeps serving meanwhile); a route to a
-    /// cluster that is not there answers 503, as Envoy's does.
+    /// cluster is left out until its endpoints and secrets have arrived, a listener until its
+    /// routes and secrets have (an earlier version of it that had them keeps serving
+    /// meanwhile); a route to a cluster that is not there answers 503, as Envoy's does.
     pub fn sections(&mut self) -> Sections {
         use std::hash::Hasher;
         let mut inputs = twox_hash::XxHash64::with_seed(0);
@@ -235,8 +250,17 @@ impl Resources {
             inputs.write_u64(digest);
         };
         let mut warming = Warming::default();
+        // Every secret held is named by something (the rest are forgotten): a changed one
+        // changes the config.
+        for (name, held) in &self.secrets {
+            input(4, name, held.digest);
+        }
         let mut clusters = Vec::with_capacity(self.clusters.len());
         for (name, held) in &self.clusters {
+            if !held.value.secrets.ready(&self.secrets) {
+                warming.clusters.push(name.clone());
+                continue;
+            }
             let endpoints = match &held.value.eds {
                 None => None,
                 Some(service) => match self.endpoints.get(service) {
@@ -251,7 +275,7 @@ impl Resources {
                 },
             };
             input(1, name, held.digest);
-            clusters.push(held.value.section(endpoints));
+            clusters.extend(held.value.section(endpoints, &self.secrets));
         }
         // Clusters ready, and whether they can speak HTTP/1.1 (which upgrades need; an `auto`
         // cluster offers it alone for them).
@@ -281,7 +305,8 @@ impl Resources {
                     .tracing_cluster()
                     .is_none_or(|c| single_hosts.contains_key(c));
                 let logs = l.log_clusters().all(|c| single_hosts.contains_key(c));
-                routes && authz && collector && logs
+                let secrets = l.secrets.ready(&self.secrets);
+                routes && authz && collector && logs && secrets
             };
             let listener = if warm(&held.value) {
                 self.serving.insert(name.clone(), held.clone());
@@ -299,7 +324,11 @@ impl Resources {
                 input(3, name, held.digest);
                 Some(&*held.value)
             });
-            if let Some(section) = listener.value.section(routes, &ready, &single_hosts) {
+            if let Some(section) =
+                listener
+                    .value
+                    .section(routes, &ready, &single_hosts, &self.secrets)
+            {
                 listeners.push(section);
             }
         }

@@ -119,7 +119,9 @@ fn held_listener(name: &str, rds: &str) -> Held<XdsListener> {
 fn a_cluster_keeps_envoys_defaults_and_names_its_eds_service() {
     let cluster = XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap();
     assert_eq!(cluster.eds.as_deref(), Some("web"));
-    let raw = cluster.section(None);
+    let raw = cluster
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(raw.lb_policy.as_deref(), Some("least_request"));
     assert_eq!(raw.connect_timeout, Some(Duration::from_secs(5)));
     assert!(raw.dynamic && raw.endpoints.is_empty());
@@ -139,7 +141,10 @@ fn durations_out_of_bounds_are_refused() {
 fn outlier_detection_enforces_as_envoy_does() {
     let mut c = eds_cluster("web");
     c.outlier_detection = Some(OutlierDetection::default());
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let outliers = raw.outlier_detection.unwrap();
     // 5xx enforced by default, gateway failures only when asked.
     assert_eq!(outliers.consecutive_5xx, Some(5));
@@ -161,7 +166,10 @@ fn outlier_detection_enforces_as_envoy_does() {
         always_eject_one_host: Some(envoy_types::pb::google::protobuf::BoolValue { value: true }),
         ..Default::default()
     });
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let outliers = raw.outlier_detection.unwrap();
     assert_eq!(outliers.always_eject_one_host, Some(true));
     assert_eq!(outliers.failure_percentage.unwrap().threshold, Some(90));
@@ -171,7 +179,10 @@ fn outlier_detection_enforces_as_envoy_does() {
         consecutive_local_origin_failure: Some(UInt32Value { value: 3 }),
         ..Default::default()
     });
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let outliers = raw.outlier_detection.unwrap();
     assert_eq!(outliers.split_external_local_origin_errors, Some(true));
     assert_eq!(outliers.consecutive_local_origin_failure, Some(3));
@@ -450,8 +461,13 @@ fn a_dynamic_name_clashing_with_the_files_is_named_in_the_error() {
     let error = compose(
         &config.origin,
         vec![
-            l.section(Some(&r), &Default::default(), &Default::default())
-                .unwrap(),
+            l.section(
+                Some(&r),
+                &Default::default(),
+                &Default::default(),
+                &Default::default(),
+            )
+            .unwrap(),
         ],
         vec![],
     )
@@ -586,7 +602,12 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
     let raw = XdsListener::decode(&pack(&l))
         .unwrap()
-        .section(Some(&r), &Default::default(), &Default::default())
+        .section(
+            Some(&r),
+            &Default::default(),
+            &Default::default(),
+            &Default::default(),
+        )
         .unwrap();
     let tls = raw.tls.unwrap();
     assert_eq!(tls.certificates[0].cert_chain, "/etc/edge/cert.pem");
@@ -608,7 +629,12 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     l.filter_chains[0].transport_socket = Some(socket(pack(&downstream(inline(pem)))));
     let raw = XdsListener::decode(&pack(&l))
         .unwrap()
-        .section(Some(&r), &Default::default(), &Default::default())
+        .section(
+            Some(&r),
+            &Default::default(),
+            &Default::default(),
+            &Default::default(),
+        )
         .unwrap();
     assert!(
         raw.tls.unwrap().certificates[0]
@@ -640,7 +666,8 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     })));
     let tls = XdsCluster::decode(&pack(&c))
         .unwrap()
-        .section(None)
+        .section(None, &Default::default())
+        .expect("no secrets named")
         .tls
         .unwrap();
     assert_eq!(tls.ca.as_deref(), Some("/etc/edge/ca.pem"));
@@ -916,6 +943,7 @@ fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
             .unwrap()
             .section(
                 None,
+                &std::collections::BTreeMap::new(),
                 &std::collections::BTreeMap::new(),
                 &std::collections::BTreeMap::new(),
             )
@@ -1617,7 +1645,12 @@ fn listeners_naming_another_collector_are_refused() {
     let with_collector = |name: &str, endpoint: &str| {
         let mut raw = XdsListener::decode(&pack(&listener(name, "r")))
             .unwrap()
-            .section(Some(&r), &Default::default(), &Default::default())
+            .section(
+                Some(&r),
+                &Default::default(),
+                &Default::default(),
+                &Default::default(),
+            )
             .unwrap();
         raw.tracing = Some(crate::RawListenerTracing::default());
         raw.tracing_provider = Some(crate::RawTracing {
@@ -1769,7 +1802,10 @@ fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
         ..Default::default()
     };
     with_policy(&mut c, "least_request.v3.LeastRequest", lr.encode_to_vec());
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     // The extension wins over the enum, as in Envoy.
     assert_eq!(raw.lb_policy.as_deref(), Some("least_request"));
     assert_eq!(raw.least_request.unwrap().choice_count, Some(3));
@@ -1797,7 +1833,10 @@ fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
         "least_request.v3.LeastRequest",
         slow.encode_to_vec(),
     );
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let ramp = raw.slow_start.unwrap();
     assert_eq!(ramp.window, Duration::from_secs(5));
     assert_eq!(ramp.aggression, Some(2.0));
@@ -1826,7 +1865,10 @@ fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
         "least_request.v3.LeastRequest",
         zone.encode_to_vec(),
     );
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let zone = raw.zone_aware.unwrap();
     assert_eq!(zone.routing_enabled, Some(90.0));
     assert_eq!(zone.min_cluster_size, Some(1));
@@ -1873,7 +1915,10 @@ fn the_dns_cluster_extension_is_strict_dns_with_its_own_settings() {
         )),
         ..Default::default()
     };
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(raw.dns_refresh_rate, Some(Duration::from_secs(30)));
     assert_eq!(raw.respect_dns_ttl, Some(true));
     assert_eq!(raw.dns_lookup_family.as_deref(), Some("all"));
@@ -1937,7 +1982,8 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
         ..Default::default()
     })
     .unwrap()
-    .section(None);
+    .section(None, &Default::default())
+    .expect("no secrets named");
     assert_eq!(raw.protocol.as_deref(), Some("http2"));
     assert_eq!(raw.initial_stream_window_size, Some(65536));
     assert_eq!(raw.initial_connection_window_size, Some(1_048_576));
@@ -1967,7 +2013,10 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
         pack(&options),
     );
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(raw.protocol.as_deref(), Some("auto"));
     assert_eq!(raw.initial_stream_window_size, Some(65536));
 
@@ -1991,7 +2040,10 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
         pack(&options),
     );
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(raw.protocol.as_deref(), Some("downstream"));
     assert_eq!(raw.initial_connection_window_size, Some(1_048_576));
 }
@@ -2026,7 +2078,10 @@ fn upstream_connection_times_and_keepalive_are_taken_as_envoy_gateway_writes_the
         }),
         ..Default::default()
     });
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(raw.idle_timeout, Some(Duration::from_secs(16)));
     assert_eq!(raw.max_connection_duration, Some(Duration::from_secs(17)));
     let keepalive = raw.tcp_keepalive.unwrap();
@@ -2073,7 +2128,8 @@ fn upstream_http1_settings_of_the_server_side_or_done_anyway_are_taken() {
         ..Default::default()
     })
     .unwrap()
-    .section(None);
+    .section(None, &Default::default())
+    .expect("no secrets named");
     assert_eq!(raw.protocol.as_deref(), Some("http1"));
     let error = with(Http1ProtocolOptions {
         allow_chunked_length: true,
@@ -2092,7 +2148,10 @@ fn track_cluster_stats_keeps_per_endpoint_stats_and_refuses_the_size_histograms(
         per_endpoint_stats: true,
         ..Default::default()
     });
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(raw.per_endpoint_stats, Some(true));
     c.track_cluster_stats = Some(TrackClusterStats {
         request_response_sizes: true,
@@ -2143,7 +2202,10 @@ fn health_checks_as_envoy_gateway_writes_them() {
             ..Default::default()
         },
     ))];
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
     assert_eq!(config.method, Some(http::Method::POST));
     assert_eq!(config.send.as_deref(), Some(&b"ping"[..]));
@@ -2159,7 +2221,10 @@ fn health_checks_as_envoy_gateway_writes_them() {
             ..Default::default()
         },
     ))];
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
     assert_eq!(config.expected_statuses, vec![(200, 201)]);
 
@@ -2170,7 +2235,10 @@ fn health_checks_as_envoy_gateway_writes_them() {
             ..Default::default()
         },
     ))];
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
     assert!(config.tcp && config.path.is_empty());
     assert_eq!(config.receive, vec![b"pong".to_vec()]);
@@ -2197,7 +2265,10 @@ fn health_checks_as_envoy_gateway_writes_them() {
         nanos: 0,
     });
     c.health_checks = vec![grpc];
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
     assert_eq!(
         config.grpc.unwrap().service_name,
@@ -2241,7 +2312,10 @@ fn the_extension_form_refuses_common_locality_settings_as_envoy_does() {
         healthy_panic_threshold: Some(envoy_types::pb::envoy::r#type::v3::Percent { value: 0.4 }),
         ..Default::default()
     });
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(raw.healthy_panic_threshold, Some(0.0));
 }
 
@@ -2306,7 +2380,10 @@ fn per_host_thresholds_limit_connections_per_host() {
         }],
         ..Default::default()
     });
-    let raw = XdsCluster::decode(&pack(&c)).unwrap().section(None);
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
     assert_eq!(
         raw.circuit_breakers.unwrap().max_connections_per_host,
         Some(1)
@@ -2320,4 +2397,186 @@ fn per_host_thresholds_limit_connections_per_host() {
     });
     let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
     assert!(error.contains("per_host_thresholds[0]"), "{error}");
+}
+
+/// SDS: a listener and a cluster naming secrets warm until the secrets arrive, then serve
+/// with their PEM; a listener's several certificates are picked by the names of their leaves.
+#[test]
+fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        AggregatedConfigSource, ConfigSource, TransportSocket, config_source, data_source,
+        transport_socket,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+        Secret, TlsCertificate, UpstreamTlsContext, common_tls_context, downstream_tls_context,
+        secret,
+    };
+    use envoy_types::pb::google::protobuf::BoolValue;
+    let sds = |name: &str| SdsSecretConfig {
+        name: name.into(),
+        sds_config: Some(ConfigSource {
+            config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+                AggregatedConfigSource {},
+            )),
+            ..Default::default()
+        }),
+    };
+    let socket = |any: Any| TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(any)),
+    };
+    let mut l = listener("edge", "r");
+    l.filter_chains[0].transport_socket = Some(socket(pack(&DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificate_sds_secret_configs: vec![sds("api"), sds("www")],
+            validation_context_type: Some(
+                common_tls_context::ValidationContextType::ValidationContextSdsSecretConfig(sds(
+                    "ca",
+                )),
+            ),
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue { value: true }),
+        session_ticket_keys_type: Some(
+            downstream_tls_context::SessionTicketKeysType::DisableStatelessSessionResumption(true),
+        ),
+        disable_stateful_session_resumption: true,
+        ..Default::default()
+    })));
+    let mut c = eds_cluster("web");
+    c.transport_socket = Some(socket(pack(&UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificate_sds_secret_configs: vec![sds("client")],
+            validation_context_type: Some(
+                common_tls_context::ValidationContextType::CombinedValidationContext(
+                    common_tls_context::CombinedCertificateValidationContext {
+                        default_validation_context: Some(Default::default()),
+                        validation_context_sds_secret_config: Some(sds("ca")),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            ..Default::default()
+        }),
+        sni: "web.internal".into(),
+        ..Default::default()
+    })));
+    let mut resources = Resources::default();
+    resources
+        .listeners
+        .insert("edge".into(), held(XdsListener::decode(&pack(&l)).unwrap()));
+    resources.routes.insert("r".into(), held_routes("r", "web"));
+    resources
+        .clusters
+        .insert("web".into(), held(XdsCluster::decode(&pack(&c)).unwrap()));
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    assert_eq!(
+        resources.secret_names().into_iter().collect::<Vec<_>>(),
+        ["api", "ca", "client", "www"]
+    );
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
+    assert!(listeners.is_empty() && clusters.is_empty());
+    assert_eq!(
+        (warming.listeners, warming.clusters),
+        (vec!["edge".to_owned()], vec!["web".to_owned()])
+    );
+
+    let inline = |text: String| {
+        Some(envoy_types::pb::envoy::config::core::v3::DataSource {
+            specifier: Some(data_source::Specifier::InlineString(text)),
+            ..Default::default()
+        })
+    };
+    let mut pem = BTreeMap::new();
+    for (name, hosts) in [
+        ("api", vec!["api.example.com"]),
+        ("www", vec!["www.example.com", "*.www.example.com"]),
+        ("client", vec!["proxy"]),
+    ] {
+        let pair = rcgen::generate_simple_self_signed(
+            hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        pem.insert(name, pair.cert.pem());
+        let secret = Secret {
+            name: name.into(),
+            r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
+                certificate_chain: inline(pair.cert.pem()),
+                private_key: inline(pair.signing_key.serialize_pem()),
+                ..Default::default()
+            })),
+        };
+        resources.secrets.insert(
+            name.into(),
+            held(XdsSecret::decode(&pack(&secret)).unwrap()),
+        );
+    }
+    let ca = Secret {
+        name: "ca".into(),
+        r#type: Some(secret::Type::ValidationContext(
+            CertificateValidationContext {
+                trusted_ca: inline(pem["client"].clone()),
+                ..Default::default()
+            },
+        )),
+    };
+    resources
+        .secrets
+        .insert("ca".into(), held(XdsSecret::decode(&pack(&ca)).unwrap()));
+    let Sections {
+        listeners,
+        clusters,
+        warming,
+        ..
+    } = resources.sections();
+    assert_eq!(warming, Warming::default());
+    let config = compose(
+        &crate::Config::from_yaml(
+            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+        )
+        .unwrap()
+        .origin,
+        listeners,
+        clusters,
+    )
+    .unwrap();
+    let tls = config.listeners[0].tls.as_ref().unwrap();
+    let names: Vec<Vec<String>> = (tls.certificates.iter())
+        .map(|c| {
+            c.server_names
+                .iter()
+                .map(|n| {
+                    serde_json::to_value(n)
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            vec!["api.example.com"],
+            vec!["www.example.com", "*.www.example.com"]
+        ]
+    );
+    assert_eq!(tls.default_certificate(), 0, "the first, as Envoy's");
+    assert!(
+        matches!(&tls.certificates[1].cert_chain, crate::tls::PemSource::Inline(p) if **p == *pem["www"])
+    );
+    assert!(!tls.session_tickets && tls.session_cache_size == 0);
+    assert!(tls.client_certificate.as_ref().unwrap().required);
+    let upstream = config.clusters[0].tls.as_ref().unwrap();
+    assert!(upstream.ca.is_some() && upstream.client_certificate.is_some());
+    assert_eq!(upstream.server_name.as_deref(), Some("web.internal"));
 }

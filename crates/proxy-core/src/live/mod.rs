@@ -153,7 +153,7 @@ pub(crate) struct XdsStatus {
     pub(crate) connected: bool,
     /// Every resource held: type, name, version and when it arrived.
     pub(crate) resources: Vec<XdsResourceStatus>,
-    /// Clusters waiting for their endpoints, listeners for their routes.
+    /// Clusters waiting for their endpoints or secrets, listeners for their routes or secrets.
     pub(crate) warming_clusters: Vec<String>,
     pub(crate) warming_listeners: Vec<String>,
     /// The reason of the last NACK, and of which type.

@@ -1,4 +1,4 @@
-//! xDS: listeners, routes, clusters and endpoints from a management server, put in force
+//! xDS: listeners, routes, clusters, endpoints and secrets from a management server, put in force
 //! beside the file's like a reload. The ADS stream is `xds-client`'s; this side decodes each
 //! response (`config::xds`), joins what is held into config sections, and swaps the config:
 //! a response is ACKed once every worker can use it, and NACKed with the reason if it cannot
@@ -13,7 +13,7 @@ use xds_client::{Any, Options, Update, Variant};
 use super::{DynamicSections, LiveConfig, XdsResourceStatus, XdsStatus};
 use config::xds::{
     AdsProtocol, Held, ResourceError, Resources, XdsCluster, XdsEndpoints, XdsListener, XdsRoutes,
-    digest, type_url,
+    XdsSecret, digest, type_url,
 };
 
 /// The running client; dropping it ends the stream.
@@ -51,13 +51,14 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>
     Ok(Some(XdsClient { _stop: stop }))
 }
 
-/// The four resource types, for stats labels and `/config_dump`.
+/// The resource types, for stats labels and `/config_dump`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Listener,
     Route,
     Cluster,
     Endpoint,
+    Secret,
 }
 
 impl Kind {
@@ -67,6 +68,7 @@ impl Kind {
             type_url::ROUTE => Kind::Route,
             type_url::CLUSTER => Kind::Cluster,
             type_url::ENDPOINT => Kind::Endpoint,
+            type_url::SECRET => Kind::Secret,
             _ => return None,
         })
     }
@@ -78,6 +80,7 @@ impl Kind {
             Kind::Route => "rds",
             Kind::Cluster => "cds",
             Kind::Endpoint => "eds",
+            Kind::Secret => "sds",
         }
     }
 }
@@ -101,7 +104,14 @@ impl Applier {
     fn new(live: &Arc<LiveConfig>) -> Self {
         let process = &live.stats().process;
         let catalog = &live.stats().catalog;
-        let counters = [Kind::Listener, Kind::Route, Kind::Cluster, Kind::Endpoint]
+        let kinds = [
+            Kind::Listener,
+            Kind::Route,
+            Kind::Cluster,
+            Kind::Endpoint,
+            Kind::Secret,
+        ];
+        let counters = kinds
             .into_iter()
             .map(|kind| {
                 let label = [kind.label()];
@@ -170,6 +180,7 @@ impl Applier {
             &self.resources.endpoints,
             unix,
         );
+        list(&mut resources, "secret", &self.resources.secrets, unix);
         self.status.resources = resources;
         if let Some(live) = self.live.upgrade() {
             live.set_xds_status(self.status.clone());
@@ -191,6 +202,7 @@ impl Applier {
             Kind::Endpoint => merge(&mut next.endpoints, &update, XdsEndpoints::decode, |e| {
                 &e.name
             }),
+            Kind::Secret => merge(&mut next.secrets, &update, XdsSecret::decode, |s| &s.name),
         };
         merged.map_err(|e| e.to_string())?;
         let sections = next.sections();
@@ -294,6 +306,7 @@ impl xds_client::Handler for Applier {
         match Kind::of(type_url) {
             Some(Kind::Route) => self.resources.route_names(),
             Some(Kind::Endpoint) => self.resources.endpoint_names(),
+            Some(Kind::Secret) => self.resources.secret_names(),
             _ => BTreeSet::new(),
         }
     }
