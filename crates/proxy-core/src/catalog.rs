@@ -291,6 +291,33 @@ catalog! {
             "Requests over a shadow-mode descriptor's limit, let through.",
         ),
     }
+    /// One worker's handles for one `tcp_proxy` listener's relays.
+    tcp_proxy -> TcpProxyStats(listener) {
+        cx_total: counter = tcp_proxy_cx_total(
+            "tcp_proxy_cx_total",
+            "Connections a tcp_proxy listener relayed to an upstream (connected).",
+        ),
+        cx_no_upstream: counter = tcp_proxy_cx_no_upstream(
+            "tcp_proxy_cx_no_upstream",
+            "Connections closed without an upstream: no healthy host, the cluster's connections at their limit, or every connect attempt failed.",
+        ),
+        rx_bytes: counter = tcp_proxy_downstream_rx_bytes_total(
+            "tcp_proxy_downstream_rx_bytes_total",
+            "Bytes received from clients and relayed upstream.",
+        ),
+        tx_bytes: counter = tcp_proxy_downstream_tx_bytes_total(
+            "tcp_proxy_downstream_tx_bytes_total",
+            "Bytes received from upstreams and relayed to clients.",
+        ),
+        idle_timeout: counter = tcp_proxy_idle_timeout(
+            "tcp_proxy_idle_timeout",
+            "Relays closed with nothing moved either way for the idle timeout.",
+        ),
+        max_duration_reached: counter = tcp_proxy_max_downstream_connection_duration(
+            "tcp_proxy_max_downstream_connection_duration",
+            "Relays closed at max_downstream_connection_duration.",
+        ),
+    }
     /// One worker's handles for one listener's CSRF filter.
     csrf -> CsrfStats(listener) {
         request_valid: counter = http_csrf_request_valid(

@@ -80,6 +80,9 @@ pub enum Overflow {
     Pending,
     /// Waited `pending_timeout` for a connection without getting one.
     PendingTimeout,
+    /// `max_connections`: a relayed connection (tcp_proxy) found the cluster's connections
+    /// at their limit.
+    Connections,
 }
 
 impl Overflow {
@@ -88,6 +91,7 @@ impl Overflow {
             Overflow::Requests => "max_requests",
             Overflow::Pending => "max_pending_requests",
             Overflow::PendingTimeout => "pending_timeout",
+            Overflow::Connections => "max_connections",
         }
     }
 }

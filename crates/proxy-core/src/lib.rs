@@ -3,13 +3,14 @@
 //! Modules depend on each other one way, each only on those listed before it:
 //!
 //! ```text
-//! header_list, runtime, memory, buffer_pool, box_pool, random, throttle, catalog, error,
-//!             access_log, tls, listen, overload   leaves (the configuration is the `config` crate)
+//! header_list, runtime, relay, memory, buffer_pool, box_pool, random, throttle, catalog,
+//!             error, access_log, tls, listen, overload   leaves (the configuration is the `config` crate)
 //! trace       the request's W3C trace context and its spans
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
 //! router      the route table
 //! filters     the HTTP filter chain: ext_authz, local_rate_limit, headers, compression, cors
+//! tcp_proxy   a `tcp_proxy` listener's connections: bytes relayed to a cluster's host
 //! http        the request path after the codec: route, filters, forward, reply, upgrades
 //! conn        one downstream connection: TLS, codec, parking, drain
 //! live        the config in force as a generation; reloads build and publish the next one
@@ -23,6 +24,7 @@
 //! worker/accept.rs         each worker's own SO_REUSEPORT socket and accept loop
 //! tls/server.rs            TLS handshake on TLS listeners: SNI, ALPN, client certificates
 //! conn/                    HTTP/1.1 or HTTP/2 codec for one connection, drain on shutdown
+//!                           (or, on a `tcp_proxy` listener, tcp_proxy.rs: bytes relayed)
 //! config::listener::path   the path in its one spelling (normalisation), before anything reads it
 //! http/handler.rs          route, filters, then a direct response or a relayed request
 //! router/                  first matching route: host, path prefix or exact path, headers;
@@ -74,9 +76,11 @@ mod live;
 mod memory;
 pub mod overload;
 mod random;
+mod relay;
 pub mod router;
 mod runtime;
 mod server;
+mod tcp_proxy;
 mod throttle;
 mod tls;
 mod trace;

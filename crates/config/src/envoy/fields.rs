@@ -867,3 +867,29 @@ pub(crate) const DNS_CLUSTER: &[(u32, &str)] = &[
 
 pub(crate) const TCP_HEALTH_CHECK: &[(u32, &str)] =
     &[(1, "send"), (2, "receive"), (3, "proxy_protocol_config")];
+
+pub(crate) const TCP_PROXY: &[(u32, &str)] = &[
+    (1, "stat_prefix"),
+    (2, "cluster_specifier"),
+    (3, "downstream_idle_timeout"),
+    (4, "upstream_idle_timeout"),
+    (5, "access_log"),
+    (7, "max_connect_attempts"),
+    (8, "idle_timeout"),
+    (9, "metadata_match"),
+    (10, "cluster_specifier"),
+    (11, "hash_policy"),
+    (12, "tunneling_config"),
+    (13, "max_downstream_connection_duration"),
+    (14, "on_demand"),
+    (15, "access_log_flush_interval"),
+    (16, "flush_access_log_on_connected"),
+    (17, "access_log_options"),
+    (18, "backoff_options"),
+    (19, "proxy_protocol_tlvs"),
+    (20, "max_downstream_connection_duration_jitter_percentage"),
+    (21, "upstream_connect_mode"),
+    (22, "max_early_data_bytes"),
+    (23, "proxy_protocol_tlv_merge_policy"),
+    (24, "check_drain_close"),
+];

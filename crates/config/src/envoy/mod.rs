@@ -12,6 +12,9 @@ use std::time::Duration;
 
 pub use xds_client::type_url;
 
+use std::sync::Arc;
+use std::time::SystemTime;
+
 /// Why a resource from the management server was refused.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ResourceError {
@@ -155,4 +158,44 @@ pub(crate) fn socket_address(
         Ok(ip) => SocketAddr::new(ip, port as u16).to_string(),
         Err(_) => format!("{}:{port}", socket.address),
     })
+}
+
+/// A resource held, with the version the server gave it and when it arrived.
+#[derive(Debug)]
+pub struct Held<T> {
+    pub value: Arc<T>,
+    pub version: String,
+    pub updated: SystemTime,
+    /// A hash of the encoded resource: the same bytes again are not an update.
+    pub digest: u64,
+}
+
+impl<T> Clone for Held<T> {
+    fn clone(&self) -> Self {
+        Self {
+            value: Arc::clone(&self.value),
+            version: self.version.clone(),
+            updated: self.updated,
+            digest: self.digest,
+        }
+    }
+}
+
+impl<T> Held<T> {
+    pub fn new(value: T, version: String, encoded: &[u8]) -> Self {
+        Self {
+            value: Arc::new(value),
+            version,
+            updated: SystemTime::now(),
+            digest: digest(encoded),
+        }
+    }
+}
+
+/// The hash [`Held::digest`] keeps.
+pub fn digest(encoded: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    hasher.write(encoded);
+    hasher.finish()
 }

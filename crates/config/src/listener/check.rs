@@ -59,6 +59,29 @@ pub(crate) fn listener(
             "ext_authz is a filter now: write it as `http_filters: [{ ext_authz: { ... } }]`",
         ));
     }
+    let tcp_proxy = match raw.tcp_proxy.take() {
+        None => None,
+        Some(tcp) => {
+            let at = format!("{path}.tcp_proxy");
+            if !raw.routes.is_empty()
+                || !raw.virtual_hosts.is_empty()
+                || !raw.http_filters.is_empty()
+                || !raw.access_log.is_empty()
+                || raw.tracing.is_some()
+            {
+                return Err(ConfigError::invalid(
+                    at,
+                    "relays bytes, not HTTP: not with routes, virtual_hosts, http_filters, \
+                     access_log or tracing",
+                ));
+            }
+            // No protocol is offered by ALPN unless written: the bytes relayed are not HTTP.
+            if let Some(tls) = &mut raw.tls {
+                tls.alpn.get_or_insert_with(Vec::new);
+            }
+            Some(super::tcp_proxy::check(tcp, &at, cluster_index, clusters)?)
+        }
+    };
     let http_filters = filters::http_filters(
         raw.http_filters,
         &format!("{path}.http_filters"),
@@ -68,18 +91,22 @@ pub(crate) fn listener(
         raw.http.path_normalization.clone(),
         &format!("{path}.http.path_normalization"),
     )?;
-    let mut route_config = crate::route::check::route_configuration(
-        raw.routes,
-        raw.virtual_hosts,
-        path,
-        &crate::route::check::RouteCtx {
-            cluster_index,
-            clusters,
-            chain: &http_filters,
-            dynamic: raw.dynamic,
-            path_normalization,
-        },
-    )?;
+    let mut route_config = if tcp_proxy.is_some() {
+        RouteConfiguration::flat(Vec::new())
+    } else {
+        crate::route::check::route_configuration(
+            raw.routes,
+            raw.virtual_hosts,
+            path,
+            &crate::route::check::RouteCtx {
+                cluster_index,
+                clusters,
+                chain: &http_filters,
+                dynamic: raw.dynamic,
+                path_normalization,
+            },
+        )?
+    };
     route_config.ignore_port_in_host_matching = raw.ignore_port_in_host_matching.unwrap_or(false);
     let access_logs =
         crate::access_log::access_logs(raw.access_log, &format!("{path}.access_log"))?;
@@ -117,6 +144,7 @@ pub(crate) fn listener(
         proxy_protocol,
         tls,
         tracing: crate::tracing::listener_tracing(raw.tracing, path, traced)?,
+        tcp_proxy,
         http_filters,
         http: HttpConfig {
             max_concurrent_streams,

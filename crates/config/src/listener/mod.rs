@@ -8,6 +8,7 @@
 pub(crate) mod check;
 pub mod client_address;
 pub mod raw;
+pub mod tcp_proxy;
 pub mod xds;
 
 use std::net::SocketAddr;
@@ -67,6 +68,9 @@ pub struct ListenerConfig {
     pub tls: Option<ListenerTlsConfig>,
     /// Whether and how its requests are traced, when the process traces.
     pub tracing: ListenerTracing,
+    /// Relays TCP to a cluster instead of serving HTTP (no routes, filters or HTTP log).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_proxy: Option<tcp_proxy::TcpProxyConfig>,
     /// The HTTP filters requests pass through, in order (routes may turn one off or give it
     /// settings of their own).
     pub http_filters: Vec<HttpFilterConfig>,

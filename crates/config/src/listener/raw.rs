@@ -25,6 +25,8 @@ pub struct RawListener {
     pub access_log: Vec<RawAccessLog>,
     pub proxy_protocol: Option<RawProxyProtocol>,
     pub tls: Option<RawListenerTls>,
+    /// Relay TCP to a cluster instead of serving HTTP.
+    pub tcp_proxy: Option<super::tcp_proxy::RawTcpProxy>,
     /// Moved into `http_filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
     #[serde(default)]

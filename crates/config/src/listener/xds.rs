@@ -127,6 +127,11 @@ impl XdsListener {
         translate(listener)
     }
 
+    /// The cluster a TCP proxy listener relays to.
+    pub fn tcp_cluster(&self) -> Option<&str> {
+        self.raw.tcp_proxy.as_ref().map(|t| t.cluster.as_str())
+    }
+
     /// The cluster its tracing collector is found in, if any.
     pub fn tracing_cluster(&self) -> Option<&str> {
         self.collector.as_ref().map(|c| c.cluster.as_str())
@@ -287,6 +292,47 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         });
     }
     nothing_else(&chain, fields::FILTER_CHAIN, &at)?;
+    // A TCP proxy: no HTTP, no routes.
+    if let [only] = filters.as_slice()
+        && let Some(filter::ConfigType::TypedConfig(any)) = &only.config_type
+        && any.type_url == crate::listener::tcp_proxy::xds::TYPE_URL
+    {
+        let tcp = crate::listener::tcp_proxy::xds::tcp_proxy(any, &format!("{at}.filters[0]"))?;
+        let raw = RawListener {
+            name: name.clone(),
+            address,
+            connection_limit: None,
+            connection_balance: None,
+            max_connections_to_accept_per_socket_event: accept_per_event,
+            bypass_overload_manager: Some(bypass_overload_manager),
+            per_connection_buffer_limit_bytes: buffer,
+            http: RawHttp::default(),
+            access_log: Vec::new(),
+            proxy_protocol,
+            tls,
+            tcp_proxy: Some(tcp),
+            ext_authz: None,
+            http_filters: Vec::new(),
+            routes: Vec::new(),
+            virtual_hosts: Vec::new(),
+            ignore_port_in_host_matching: None,
+            tracing: None,
+            tracing_provider: None,
+            dynamic: true,
+        };
+        return Ok(XdsListener {
+            name,
+            raw,
+            inline: None,
+            rds: None,
+            upgrades: Vec::new(),
+            filters: Vec::new(),
+            off_by_default: Vec::new(),
+            collector: None,
+            logs: Vec::new(),
+            secrets,
+        });
+    }
     let mut hcm = match filters.as_slice() {
         [only] => match &only.config_type {
             Some(filter::ConfigType::TypedConfig(any)) if any.type_url == HCM => {
@@ -296,7 +342,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
                 return Err(ResourceError::Unsupported {
                     at: format!("{at}.filters[0]"),
                     fields: vec![format!(
-                        "network filter `{}` (http_connection_manager only)",
+                        "network filter `{}` (http_connection_manager and tcp_proxy only)",
                         only.name
                     )],
                 });
@@ -305,7 +351,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         _ => {
             return Err(ResourceError::Unsupported {
                 at,
-                fields: vec!["filters (exactly one: http_connection_manager)".into()],
+                fields: vec!["filters (exactly one: http_connection_manager or tcp_proxy)".into()],
             });
         }
     };
@@ -327,6 +373,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         access_log: Vec::new(),
         proxy_protocol,
         tls,
+        tcp_proxy: None,
         ext_authz: None,
         http_filters: Vec::new(),
         routes: Vec::new(),

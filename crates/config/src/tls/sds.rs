@@ -18,10 +18,9 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::google::protobuf::Any;
 use serde::Serialize;
 
-use crate::envoy::{ResourceError, decode, fields, nothing_else, type_url};
+use crate::envoy::{Held, ResourceError, decode, fields, nothing_else, type_url};
 use crate::tls::PemSource;
 use crate::tls::material::{self, TlsError};
-use crate::xds::Held;
 use crate::{RawCertificate, RawClientCertificate, RawClusterTls, RawKeyPair, RawListenerTls};
 
 /// The secrets accepted, by name.

@@ -870,3 +870,43 @@ fn an_endpoints_hostname_is_a_host_name() {
     let error = error_of(&with("[{ address: 127.0.0.1:9000, hostname: a b }]"));
     assert!(error.contains("endpoints[0].hostname"), "{error}");
 }
+
+#[test]
+fn a_tcp_proxy_listener_relays_to_a_known_cluster_and_has_no_http() {
+    let relay = |extra: &str| {
+        format!(
+            "listeners:\n  - name: db\n    address: 127.0.0.1:5432\n    tcp_proxy: {{ cluster: pg{extra} }}\nclusters:\n  - name: pg\n    endpoints: [127.0.0.1:5433]\n"
+        )
+    };
+    let config = Config::from_yaml(&relay("")).unwrap();
+    let tcp = config.listeners[0].tcp_proxy.as_ref().unwrap();
+    assert_eq!(
+        (tcp.cluster, tcp.idle_timeout, tcp.max_connect_attempts),
+        (0, Some(Duration::from_secs(3600)), 1),
+        "Envoy's defaults"
+    );
+    let config = Config::from_yaml(&relay(", idle_timeout: 0s")).unwrap();
+    assert_eq!(
+        config.listeners[0].tcp_proxy.as_ref().unwrap().idle_timeout,
+        None
+    );
+    let err = error_of(&relay("").replace("cluster: pg", "cluster: nowhere"));
+    assert!(
+        err.starts_with("listeners[0].tcp_proxy.cluster: unknown cluster `nowhere`"),
+        "{err}"
+    );
+    let err = error_of(&relay(", max_connect_attempts: 0"));
+    assert!(
+        err.contains("max_connect_attempts: expected at least 1"),
+        "{err}"
+    );
+    let with_routes = relay("").replace(
+        "    tcp_proxy:",
+        "    routes: [{ match: { prefix: / }, cluster: pg }]\n    tcp_proxy:",
+    );
+    let err = error_of(&with_routes);
+    assert!(
+        err.starts_with("listeners[0].tcp_proxy: relays bytes, not HTTP"),
+        "{err}"
+    );
+}

@@ -27,7 +27,6 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use serde::Serialize;
 
@@ -40,7 +39,7 @@ pub use crate::route::xds::XdsRoutes;
 pub use crate::tls::sds::XdsSecret;
 use crate::{ConfigError, RawCluster, RawConfig, RawEndpoint, RawListener, ServiceEndpoint};
 
-pub use crate::envoy::{ResourceError, type_url};
+pub use crate::envoy::{Held, ResourceError, digest, type_url};
 
 /// `node` and `dynamic_resources.ads`: the management server this proxy takes listeners,
 /// routes, clusters and endpoints from, and who it says it is.
@@ -109,46 +108,6 @@ pub(crate) fn bootstrap(
         address,
         protocol,
     }))
-}
-
-/// A resource held, with the version the server gave it and when it arrived.
-#[derive(Debug)]
-pub struct Held<T> {
-    pub value: Arc<T>,
-    pub version: String,
-    pub updated: SystemTime,
-    /// A hash of the encoded resource: the same bytes again are not an update.
-    pub digest: u64,
-}
-
-impl<T> Clone for Held<T> {
-    fn clone(&self) -> Self {
-        Self {
-            value: Arc::clone(&self.value),
-            version: self.version.clone(),
-            updated: self.updated,
-            digest: self.digest,
-        }
-    }
-}
-
-impl<T> Held<T> {
-    pub fn new(value: T, version: String, encoded: &[u8]) -> Self {
-        Self {
-            value: Arc::new(value),
-            version,
-            updated: SystemTime::now(),
-            digest: digest(encoded),
-        }
-    }
-}
-
-/// The hash [`Held::digest`] keeps.
-pub fn digest(encoded: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    let mut hasher = twox_hash::XxHash64::with_seed(0);
-    hasher.write(encoded);
-    hasher.finish()
 }
 
 /// Everything accepted from the management server, by type and name.
@@ -306,7 +265,9 @@ impl Resources {
                     .is_none_or(|c| single_hosts.contains_key(c));
                 let logs = l.log_clusters().all(|c| single_hosts.contains_key(c));
                 let secrets = l.secrets.ready(&self.secrets);
-                routes && authz && collector && logs && secrets
+                // A relay's cluster must be there: the config refers to it.
+                let tcp = l.tcp_cluster().is_none_or(|c| ready.contains_key(c));
+                routes && authz && collector && logs && secrets && tcp
             };
             let listener = if warm(&held.value) {
                 self.serving.insert(name.clone(), held.clone());

@@ -213,7 +213,7 @@ impl HostPool {
     }
 
     /// Counts a try's outcome for outlier detection.
-    fn report(&self, outcome: TryOutcome) {
+    pub(super) fn report(&self, outcome: TryOutcome) {
         let shared = &self.settings.shared;
         match shared
             .health

@@ -39,6 +39,7 @@ mod request_form;
 mod retry;
 mod settings;
 mod shared;
+mod tcp;
 mod upgrade;
 
 use std::cell::{Cell, RefCell};
@@ -59,6 +60,7 @@ pub(crate) use request_form::write_request_for;
 pub(crate) use retry::{CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT};
 use settings::UpstreamSettings;
 pub(crate) use shared::SharedCluster;
+pub(crate) use tcp::TcpUpstream;
 
 pub(crate) struct Cluster {
     /// The worker's pools for the host set's hosts, in the set's order as of `version`.

@@ -53,6 +53,8 @@ pub(crate) struct ConnSettings {
     pub(crate) tls: Option<Handshake>,
     /// The PROXY protocol header expected before anything else.
     pub(crate) proxy_protocol: Option<config::ProxyProtocolConfig>,
+    /// Bytes relayed to a cluster (`tcp_proxy`), not HTTP.
+    pub(crate) tcp_proxy: bool,
     /// Idle HTTP/1.1 connections are handed back as [`Parked`] (the worker has a lot for
     /// them); otherwise they stay with their task.
     pub(crate) park_idle: bool,
@@ -99,6 +101,14 @@ pub(crate) fn serve(
             // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
             Sniffed::Http2 => Either::Right(Box::pin(async move {
                 http2::serve_h2(io, service, &settings.codecs, drain).await;
+                None
+            })),
+            // Boxed: few listeners relay TCP.
+            Sniffed::Tcp => Either::Right(Box::pin(async move {
+                let http = service.http.current();
+                if let Some(tcp) = &http.tcp_proxy {
+                    crate::tcp_proxy::serve(io, service.conn, tcp, &http.clusters).await;
+                }
                 None
             })),
             Sniffed::Closed => Either::Right(Box::pin(async move {
@@ -205,8 +215,10 @@ async fn prepare(
         // Boxed: the handshake's state is large and over once it is done.
         Some(tls) => DownstreamIo::tls(Box::pin(tls.accept(stream)).await?),
     };
-    // ALPN, when it chose, says the protocol; otherwise the first bytes do.
+    // ALPN, when it chose, says the protocol; otherwise the first bytes do. A relay does
+    // not wait for the client to speak first: some protocols start with the server.
     let sniffed = match io.alpn() {
+        _ if settings.tcp_proxy => Sniffed::Tcp,
         Some(b"h2") => Sniffed::Http2,
         Some(b"http/1.1") => Sniffed::Http1,
         _ => sniff(&mut io, &ctx, settings.codecs.idle_timeout, &mut drain).await,
@@ -228,6 +240,8 @@ fn unreachable_shared() {
 enum Sniffed {
     Http1,
     Http2,
+    /// Relayed to a cluster (`tcp_proxy`).
+    Tcp,
     Closed,
 }
 

@@ -72,6 +72,8 @@ pub(crate) struct HttpCtx {
     pub(crate) host_rules: head::HostRules,
     /// Request header changes made before routing.
     pub(crate) early_header_mutation: Option<crate::filters::Mutations>,
+    /// On a `tcp_proxy` listener, where its connections are relayed (there is no HTTP).
+    pub(crate) tcp_proxy: Option<crate::tcp_proxy::TcpProxyCtx>,
 }
 
 /// What is done with `x-request-id`, decided once per config.

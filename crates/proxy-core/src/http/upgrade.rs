@@ -14,7 +14,7 @@ use http::header::{CONNECTION, HeaderName, HeaderValue, UPGRADE};
 use http::{Method, Request, StatusCode, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::context::{ConnCtx, RequestBody, Tunnel};
@@ -194,10 +194,10 @@ pub(crate) async fn relay<D>(
         }
         let (down_read, down_write) = tokio::io::split(downstream);
         let (up_read, up_write) = tokio::io::split(upstream);
-        let to_upstream = pipe(down_read, up_write, buffer, &activity, |n| {
+        let to_upstream = crate::relay::pipe(down_read, up_write, buffer, &activity, |n| {
             count(&received, n)
         });
-        let to_client = pipe(up_read, down_write, buffer, &activity, |n| {
+        let to_client = crate::relay::pipe(up_read, down_write, buffer, &activity, |n| {
             sent.set(sent.get() + n as u64);
         });
         tokio::try_join!(to_upstream, to_client).map(drop)
@@ -233,32 +233,6 @@ impl Drop for ActiveUpgrade<'_> {
 fn count(counter: &Option<std::rc::Rc<Cell<u64>>>, n: usize) {
     if let Some(counter) = counter {
         counter.set(counter.get() + n as u64);
-    }
-}
-
-/// Copies `from` to `to` until `from` ends (then shuts `to`'s write side: a half close).
-async fn pipe<R, W>(
-    mut from: R,
-    mut to: W,
-    buffer: usize,
-    activity: &Cell<Instant>,
-    mut moved: impl FnMut(usize),
-) -> std::io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; buffer];
-    loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            return to.shutdown().await;
-        }
-        activity.set(Instant::now());
-        to.write_all(&buf[..n]).await?;
-        to.flush().await?;
-        activity.set(Instant::now());
-        moved(n);
     }
 }
 

@@ -346,6 +346,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         proxy_protocol,
         tls,
         tracing,
+        tcp_proxy,
         http_filters: _,
         route_config: _,
     } = listener;
@@ -362,7 +363,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         http,
         access_logs,
         proxy_protocol,
-        (tls, tracing),
+        (tls, tracing, tcp_proxy),
     ))
 }
 

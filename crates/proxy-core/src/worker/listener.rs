@@ -225,6 +225,7 @@ fn conn_settings(
             )
         }),
         proxy_protocol: config.proxy_protocol,
+        tcp_proxy: config.tcp_proxy.is_some(),
         // A TLS connection never parks (its session would have to be kept whole): decided
         // here, not found out at each idle gap.
         park_idle: parts.park_idle && tls.is_none(),
@@ -265,5 +266,12 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
             .early_header_mutation
             .as_ref()
             .map(crate::filters::Mutations::new),
+        tcp_proxy: config.tcp_proxy.as_ref().map(|tcp| {
+            crate::tcp_proxy::TcpProxyCtx::new(
+                tcp,
+                config.buffer_limit,
+                parts.catalog.tcp_proxy(parts.shard, &config.name),
+            )
+        }),
     }
 }

@@ -1,0 +1,56 @@
+//! A raw connection to one of a cluster's hosts, for a `tcp_proxy` listener: the host picked
+//! as a request's would be, within the cluster's `max_connections`, counted as an upstream
+//! connection while it lives, and its connect outcome reported to outlier detection.
+
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+
+use balancer::Picked;
+use http::HeaderMap;
+
+use super::connect::OpenConn;
+use super::health::TryOutcome;
+use super::{Cluster, HostPool};
+use crate::error::{Overflow, ProxyError};
+use crate::tls::UpstreamIo;
+
+/// An open connection to a host. The host's in-flight mark (least request counts it) and the
+/// connection's count and `max_connections` slot are held until it is dropped.
+pub(crate) struct TcpUpstream {
+    pub(crate) io: UpstreamIo,
+    pub(crate) addr: SocketAddr,
+    _open: OpenConn,
+    _host: Rc<HostPool>,
+    _picked: Picked,
+}
+
+impl Cluster {
+    /// Picks a host for `client` (hashed by the cluster's `hash_key` where its policy hashes)
+    /// and connects to it.
+    pub(crate) async fn connect_tcp(&self, client: IpAddr) -> Result<TcpUpstream, ProxyError> {
+        let key = self.request_key(&HeaderMap::new(), client, None);
+        let (host, picked) = self.pick(key).ok_or(ProxyError::NoHealthyUpstream)?;
+        let Some(slot) = host.try_connection_slot() else {
+            self.stats.cx_overflow.inc();
+            host.settings.log_refused(Overflow::Connections);
+            return Err(ProxyError::Overflow(Overflow::Connections));
+        };
+        match host.connect().await {
+            Ok(io) => {
+                host.report(TryOutcome::Status(200));
+                let open = host.open_connection(slot);
+                Ok(TcpUpstream {
+                    io,
+                    addr: host.addr,
+                    _open: open,
+                    _host: host,
+                    _picked: picked,
+                })
+            }
+            Err(error) => {
+                host.report(TryOutcome::NoResponse);
+                Err(error)
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! A `tcp_proxy` listener's connections (Envoy's `tcp_proxy` network filter): past the
+//! listener's PROXY protocol and TLS, each goes to a host of the listener's cluster and its
+//! bytes are relayed both ways, at most the listener's buffer limit held per direction. One
+//! side's end is passed on as a half close; the relay ends when both sides are done, either
+//! fails, nothing moves for the idle timeout, or the connection reaches its maximum age.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::catalog::TcpProxyStats;
+use crate::cluster::Cluster;
+use crate::context::ConnCtx;
+use crate::error::ProxyError;
+
+/// A `tcp_proxy` listener's settings on one worker, for one config generation.
+pub(crate) struct TcpProxyCtx {
+    /// Index into the worker's clusters.
+    pub(crate) cluster: usize,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) max_connect_attempts: u32,
+    pub(crate) max_duration: Option<Duration>,
+    /// Bytes held per direction.
+    pub(crate) buffer: usize,
+    pub(crate) stats: TcpProxyStats,
+}
+
+impl TcpProxyCtx {
+    pub(crate) fn new(
+        config: &config::listener::tcp_proxy::TcpProxyConfig,
+        buffer: u32,
+        stats: TcpProxyStats,
+    ) -> Self {
+        Self {
+            cluster: config.cluster,
+            idle_timeout: config.idle_timeout,
+            max_connect_attempts: config.max_connect_attempts,
+            max_duration: config.max_downstream_connection_duration,
+            buffer: buffer as usize,
+            stats,
+        }
+    }
+}
+
+/// Relays `io` to a host of the cluster until the relay ends; closes it at once when no host
+/// can be reached.
+pub(crate) async fn serve(
+    mut io: impl AsyncRead + AsyncWrite + Unpin,
+    conn: Rc<ConnCtx>,
+    tcp: &TcpProxyCtx,
+    clusters: &[Rc<Cluster>],
+) {
+    let started = Instant::now();
+    let Some(upstream) = connect(tcp, clusters, &conn).await else {
+        tcp.stats.cx_no_upstream.inc();
+        let _ = io.shutdown().await;
+        return;
+    };
+    tcp.stats.cx_total.inc();
+    let activity = Cell::new(Instant::now());
+    let (down_read, down_write) = tokio::io::split(io);
+    let (up_read, up_write) = tokio::io::split(upstream.io);
+    let to_upstream = crate::relay::pipe(down_read, up_write, tcp.buffer, &activity, |n| {
+        tcp.stats.rx_bytes.add(n as u64)
+    });
+    let to_client = crate::relay::pipe(up_read, down_write, tcp.buffer, &activity, |n| {
+        tcp.stats.tx_bytes.add(n as u64)
+    });
+    let idle = async {
+        match tcp.idle_timeout {
+            Some(timeout) => crate::runtime::idle_for(timeout, &activity).await,
+            None => std::future::pending().await,
+        }
+    };
+    let aged = async {
+        match tcp.max_duration {
+            Some(limit) => tokio::time::sleep_until(started + limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = async { tokio::try_join!(to_upstream, to_client) } => {
+            if let Err(error) = result {
+                tracing::debug!(peer = %conn.peer, upstream = %upstream.addr, %error, "relay ended with an error");
+            }
+        }
+        () = idle => tcp.stats.idle_timeout.inc(),
+        () = aged => tcp.stats.max_duration_reached.inc(),
+    }
+}
+
+/// A connection to a host, trying up to `max_connect_attempts` hosts.
+async fn connect(
+    tcp: &TcpProxyCtx,
+    clusters: &[Rc<Cluster>],
+    conn: &ConnCtx,
+) -> Option<crate::cluster::TcpUpstream> {
+    // Validated against the config's clusters, which are the worker's, in the same order.
+    let cluster = clusters.get(tcp.cluster)?;
+    for _ in 0..tcp.max_connect_attempts {
+        match cluster.connect_tcp(conn.peer.ip()).await {
+            Ok(upstream) => return Some(upstream),
+            // No host, or the cluster at its limit: another attempt would find the same.
+            Err(error @ (ProxyError::NoHealthyUpstream | ProxyError::Overflow(_))) => {
+                tracing::debug!(peer = %conn.peer, %error, "tcp_proxy: no upstream");
+                return None;
+            }
+            Err(error) => {
+                tracing::debug!(peer = %conn.peer, %error, "tcp_proxy: connect attempt failed");
+            }
+        }
+    }
+    None
+}

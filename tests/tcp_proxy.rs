@@ -1,0 +1,285 @@
+//! `tcp_proxy` listeners through the real binary: bytes relayed both ways with half-close,
+//! server-first protocols, TLS termination then TCP, connect failures, the idle timeout, and
+//! a relay from the management server. The upstreams are echo servers on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// An echo server: each connection gets `greeting` first, then every byte back; its end of
+/// the stream is closed once the client has closed its own (half-close passed on).
+async fn echo(greeting: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if stream.write_all(greeting).await.is_err() {
+                    return;
+                }
+                let (mut read, mut write) = stream.split();
+                if tokio::io::copy(&mut read, &mut write).await.is_ok() {
+                    let _ = write.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn relay_config(listener_extra: &str, upstream: SocketAddr, tcp_extra: &str) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: relay
+    address: 127.0.0.1:0
+{listener_extra}    tcp_proxy: {{ cluster: echo{tcp_extra} }}
+clusters:
+  - name: echo
+    endpoints: [{upstream}]
+"#
+    )
+}
+
+/// Writes `total` bytes of a pattern while reading what comes back, closes its write side,
+/// and returns everything read until the other side closed.
+async fn send_and_collect<S: AsyncRead + AsyncWrite>(stream: S, total: usize) -> Vec<u8> {
+    let (mut read, mut write) = tokio::io::split(stream);
+    let writer = async move {
+        let chunk: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+        let mut sent = 0;
+        while sent < total {
+            let n = chunk.len().min(total - sent);
+            write.write_all(&chunk[..n]).await.unwrap();
+            sent += n;
+        }
+        write.shutdown().await.unwrap();
+    };
+    let reader = async move {
+        let mut back = Vec::with_capacity(total);
+        read.read_to_end(&mut back).await.unwrap();
+        back
+    };
+    let ((), back) = tokio::time::timeout(LIMIT, async { tokio::join!(writer, reader) })
+        .await
+        .expect("the relay finishes");
+    back
+}
+
+fn pattern(total: usize) -> Vec<u8> {
+    (0..total).map(|i| ((i % 65536) % 251) as u8).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_64_mib_both_ways_and_passes_half_close_on() {
+    let upstream = echo(b"").await;
+    let proxy = Proxy::start(&relay_config("", upstream, ""), 2);
+    let total = 64 << 20;
+    let stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    let back = send_and_collect(stream, total).await;
+    assert_eq!(back.len(), total);
+    assert!(back == pattern(total), "the bytes came back as sent");
+    let admin = proxy.admin.unwrap();
+    eventually("the relay counted", async || {
+        stat(admin, "tcp_proxy_downstream_rx_bytes_total") == total as i64
+            && stat(admin, "tcp_proxy_downstream_tx_bytes_total") == total as i64
+    })
+    .await;
+    assert_eq!(stat(admin, "tcp_proxy_cx_total"), 1);
+    let dump: serde_json::Value =
+        serde_json::from_str(&admin_request(admin, "GET", "/config_dump").1).unwrap();
+    assert_eq!(
+        dump["listeners"][0]["tcp_proxy"],
+        serde_json::json!({ "cluster": "echo", "idle_timeout": "3600s", "max_connect_attempts": 1 })
+    );
+}
+
+/// A protocol whose server speaks first (SMTP, MySQL) gets its greeting to a client that
+/// has sent nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_speaks_first_is_heard_at_once() {
+    let upstream = echo(b"220 ready\r\n").await;
+    let proxy = Proxy::start(&relay_config("", upstream, ""), 1);
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut greeting = [0u8; 11];
+    tokio::time::timeout(LIMIT, stream.read_exact(&mut greeting))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&greeting, b"220 ready\r\n");
+    stream.write_all(b"EHLO x\r\n").await.unwrap();
+    let mut echoed = [0u8; 8];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"EHLO x\r\n");
+}
+
+/// Nothing to connect to: the client's connection is closed, each attempt counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_refuses_closes_the_client_after_the_attempts() {
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let proxy = Proxy::start(&relay_config("", closed, ", max_connect_attempts: 3"), 1);
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(LIMIT, stream.read(&mut buf))
+        .await
+        .expect("closed, not held");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let admin = proxy.admin.unwrap();
+    eventually("the failure counted", async || {
+        stat(admin, "tcp_proxy_cx_no_upstream") == 1
+    })
+    .await;
+    assert_eq!(stat(admin, "upstream_cx_connect_fail"), 3);
+    assert_eq!(stat(admin, "tcp_proxy_cx_total"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_relay_is_closed_at_its_idle_timeout() {
+    let upstream = echo(b"").await;
+    let proxy = Proxy::start(&relay_config("", upstream, ", idle_timeout: 300ms"), 1);
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    stream.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    stream.read_exact(&mut back).await.unwrap();
+    // Then nothing: the proxy closes both sides.
+    let mut rest = Vec::new();
+    tokio::time::timeout(LIMIT, stream.read_to_end(&mut rest))
+        .await
+        .expect("closed at the idle timeout")
+        .unwrap();
+    assert!(rest.is_empty());
+    let admin = proxy.admin.unwrap();
+    eventually("the idle timeout counted", async || {
+        stat(admin, "tcp_proxy_idle_timeout") == 1
+    })
+    .await;
+}
+
+/// TLS in, TCP out: the listener terminates TLS (offering no ALPN) and relays the clear bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_terminated_then_the_bytes_relayed() {
+    let upstream = echo(b"").await;
+    let dir = ScratchDir::new();
+    let pair = rcgen::generate_simple_self_signed(vec!["relay.test".to_string()]).unwrap();
+    let cert = dir.write("relay.pem", &pair.cert.pem());
+    let key = dir.write("relay.key", &pair.signing_key.serialize_pem());
+    let tls = format!(
+        "    tls:\n      certificates:\n        - {{ cert_chain: {}, private_key: {} }}\n",
+        cert.display(),
+        key.display()
+    );
+    let proxy = Proxy::start(&relay_config(&tls, upstream, ""), 1);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pair.cert.der().clone()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(proxy.addr()).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("relay.test").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), None, "no HTTP offered");
+    let back = send_and_collect(stream, 1 << 20).await;
+    assert!(back == pattern(1 << 20));
+}
+
+/// Envoy's `tcp_proxy` network filter from a management server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_proxy_listener_from_the_management_server() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+    use envoy_types::pb::envoy::config::listener::v3::{Filter, filter};
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier,
+    };
+    use testbed::xds::{any, type_url};
+
+    let upstream = echo(b"hello\n").await;
+    let server = testbed::ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut l = testbed::resources::listener("tcp", "127.0.0.1:0".parse().unwrap(), "unused");
+    l.filter_chains[0].filters = vec![Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(any(&TcpProxy {
+            stat_prefix: "tcp".into(),
+            cluster_specifier: Some(ClusterSpecifier::Cluster("echo".into())),
+            ..Default::default()
+        }))),
+    }];
+    server.set(type_url::LISTENER, vec![("tcp".into(), any(&l))]);
+    let cluster = testbed::resources::eds_cluster("echo", LbPolicy::RoundRobin);
+    server.set(type_url::CLUSTER, vec![("echo".into(), any(&cluster))]);
+    let endpoints = testbed::resources::assignment("echo", &[upstream]);
+    server.set(type_url::ENDPOINT, vec![("echo".into(), any(&endpoints))]);
+    let proxy = Proxy::start(
+        &format!(
+            "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
+            server.local_addr()
+        ),
+        1,
+    );
+    let mut addr: Option<SocketAddr> = None;
+    eventually("the listener in force", async || {
+        let dump: serde_json::Value =
+            serde_json::from_str(&admin_request(proxy.admin.unwrap(), "GET", "/config_dump").1)
+                .unwrap();
+        addr = (dump["listeners"].as_array().unwrap().iter())
+            .find(|l| l["name"] == "tcp")
+            .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
+        addr.is_some()
+    })
+    .await;
+    let mut stream = TcpStream::connect(addr.unwrap()).await.unwrap();
+    let mut greeting = [0u8; 6];
+    tokio::time::timeout(LIMIT, stream.read_exact(&mut greeting))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&greeting, b"hello\n");
+    assert!(server.requests().iter().all(|r| !r.is_nack()));
+    server.shutdown().await;
+}
+
+/// A shutdown leaves relays running until `drain_timeout`, then closes them and exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_closes_relays_after_the_drain_timeout() {
+    let upstream = echo(b"").await;
+    let yaml = format!("drain_timeout: 2s\n{}", relay_config("", upstream, ""));
+    let mut proxy = Proxy::start(&yaml, 1);
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    stream.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    stream.read_exact(&mut back).await.unwrap();
+    proxy.terminate();
+    assert!(proxy.wait_for_log("draining", LIMIT), "{}", proxy.log());
+    // Still relayed while the drain runs.
+    stream.write_all(b"pong").await.unwrap();
+    stream.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"pong");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(LIMIT, stream.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "closed at the drain timeout");
+    let status = proxy.wait(LIMIT).expect("the process exits");
+    assert!(status.success(), "{status:?}\n{}", proxy.log());
+}
