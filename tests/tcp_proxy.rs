@@ -283,3 +283,36 @@ async fn a_shutdown_closes_relays_after_the_drain_timeout() {
     let status = proxy.wait(LIMIT).expect("the process exits");
     assert!(status.success(), "{status:?}\n{}", proxy.log());
 }
+
+/// The upstream closes its side first (a server that says goodbye and then reads the rest):
+/// the client gets the end, and what it sends after still reaches the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_closing_first_leaves_the_other_way_open() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let (received, got) = tokio::sync::oneshot::channel::<usize>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        stream.write_all(b"bye\n").await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).await.unwrap();
+        let _ = received.send(rest.len());
+    });
+    let proxy = Proxy::start(&relay_config("", upstream, ""), 1);
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut from_upstream = Vec::new();
+    tokio::time::timeout(LIMIT, stream.read_to_end(&mut from_upstream))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(from_upstream, b"bye\n");
+    let total = 1 << 20;
+    stream.write_all(&pattern(total)).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let got = tokio::time::timeout(LIMIT, got).await.unwrap().unwrap();
+    assert_eq!(
+        got, total,
+        "every byte sent after the upstream's end reached it"
+    );
+}

@@ -1241,4 +1241,75 @@ mod sds {
         );
         server.shutdown().await;
     }
+
+    /// The ADS stream over mutual TLS: the proxy verifies the server by the CA and name it is
+    /// given and presents its client certificate; a server it cannot verify gets no request.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_management_server_over_mutual_tls() {
+        let ca = Ca::new("xds ca");
+        let server_leaf = ca.leaf(&["xds.internal"]);
+        let client_leaf = ca.leaf(&["edge-1"]);
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(ca.roots()),
+            provider(),
+        )
+        .build()
+        .unwrap();
+        let cert = server_leaf.der.clone();
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![cert], server_leaf.key_der())
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let server = ManagementServer::start_tls("127.0.0.1:0".parse().unwrap(), Arc::new(config))
+            .await
+            .unwrap();
+        let routes = resources::route_config("r", vec![resources::direct("/", 204)]);
+        let l = resources::listener("edge", "127.0.0.1:0".parse().unwrap(), "r");
+        server.set(type_url::LISTENER, vec![("edge".into(), any(&l))]);
+        server.set(type_url::ROUTE, vec![("r".into(), any(&routes))]);
+
+        let dir = ScratchDir::new();
+        let ca_path = dir.write("ca.pem", &ca.pem());
+        let (cert, key) = client_leaf.write(&dir, "client");
+        let bootstrap = |ca: &std::path::Path| {
+            format!(
+                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources:\n  ads: {{ address: \"{}\", tls: {{ ca: {}, server_name: xds.internal, client_certificate: {{ cert_chain: {cert}, private_key: {key} }} }} }}\n",
+                server.local_addr(),
+                ca.display()
+            )
+        };
+        let proxy = Proxy::start(&bootstrap(&ca_path), 1);
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| requests
+                    .iter()
+                    .any(|r| r.type_url == type_url::LISTENER && r.is_ack()))
+                .await,
+            "{}",
+            proxy.log()
+        );
+        assert_eq!(
+            server.requests()[0].node_id.as_deref(),
+            Some("edge-1"),
+            "the stream runs over the verified channel"
+        );
+        drop(proxy);
+
+        // Another CA: the server's certificate does not verify, nothing is asked of it.
+        let other = Ca::new("another ca");
+        let other_path = dir.write("other.pem", &other.pem());
+        let asked = server.requests().len();
+        let refusing = Proxy::start(&bootstrap(&other_path), 1);
+        assert!(
+            refusing.wait_for_log("xDS stream ended", LIMIT),
+            "{}",
+            refusing.log()
+        );
+        assert!(refusing.log().contains("certificate"), "{}", refusing.log());
+        assert_eq!(server.requests().len(), asked);
+        server.shutdown().await;
+    }
 }

@@ -183,6 +183,18 @@ impl ManagementServer {
         Ok(Self::serve(listener, addr))
     }
 
+    /// As [`start`](Self::start), over TLS with `config` (which may ask for client
+    /// certificates); connections whose handshake fails are dropped.
+    pub async fn start_tls(
+        addr: SocketAddr,
+        config: Arc<rustls::ServerConfig>,
+    ) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        Ok(Self::serve(TlsIncoming { listener, acceptor }, addr))
+    }
+
     /// Serves on a Unix socket at `path` (an existing file there is replaced).
     /// [`local_addr`](Self::local_addr) is then `0.0.0.0:0`.
     pub async fn start_unix(path: &std::path::Path) -> io::Result<Self> {
@@ -299,6 +311,22 @@ impl Incoming for TcpListener {
         let (stream, _) = self.accept().await?;
         let _ = stream.set_nodelay(true);
         Ok(stream)
+    }
+}
+
+struct TlsIncoming {
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl Incoming for TlsIncoming {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    async fn next(&self) -> io::Result<Self::Io> {
+        let (stream, _) = self.listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        tokio::time::timeout(Duration::from_secs(5), self.acceptor.accept(stream))
+            .await
+            .map_err(|_| io::Error::other("TLS handshake timed out"))?
     }
 }
 

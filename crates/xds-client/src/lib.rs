@@ -54,6 +54,7 @@ mod subscription;
 mod transport;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use envoy_types::pb::envoy::config::core::v3::Node;
@@ -105,6 +106,27 @@ pub struct Options {
     pub backoff: Backoff,
     /// A connect attempt that takes longer fails.
     pub connect_timeout: Duration,
+    /// TLS to the server (TCP only); `None`: cleartext HTTP/2.
+    pub tls: Option<Tls>,
+}
+
+/// TLS to the management server.
+#[derive(Clone)]
+pub struct Tls {
+    /// Makes the rustls config for each new connection, so that certificate files replaced
+    /// since are read again; an error fails that connect attempt. `h2` is offered by ALPN
+    /// whatever the config says.
+    pub config: Arc<dyn Fn() -> Result<rustls::ClientConfig, String> + Send + Sync>,
+    /// The name the server's certificate must carry; `None`: its IP address.
+    pub server_name: Option<String>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Options {
@@ -116,6 +138,7 @@ impl Options {
             node,
             backoff: Backoff::default(),
             connect_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }

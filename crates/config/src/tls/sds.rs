@@ -185,7 +185,8 @@ fn leaf_facts(der: &[u8]) -> Result<(Vec<String>, i64), String> {
         );
     }
     names.retain(|n| is_host_name(n));
-    names.dedup();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
     Ok((names, cert.validity().not_after.timestamp()))
 }
 
@@ -238,16 +239,27 @@ impl SecretRefs {
 
     /// A listener's TLS with its secrets' material in place; `None` while one is missing.
     pub(crate) fn fill_listener(&self, tls: &mut RawListenerTls, secrets: &Secrets) -> Option<()> {
-        for name in &self.certificates {
+        // Several certificates are picked by SNI against their names, the first for a name
+        // none has (Envoy's selection). A name two have is the first one's; a certificate
+        // left with no name of its own could only be picked by key type, which is not done
+        // here: it is not served.
+        let mut taken = std::collections::HashSet::new();
+        for (i, name) in self.certificates.iter().enumerate() {
             let (cert_chain, private_key, names) = certificate(secrets, name)?;
+            let own: Vec<String> = (names.iter())
+                .filter(|n| taken.insert(n.as_str()))
+                .cloned()
+                .collect();
+            if i > 0 && own.is_empty() {
+                continue;
+            }
             tls.certificates.push(RawCertificate {
                 cert_chain: cert_chain.to_owned(),
                 private_key: private_key.to_owned(),
-                server_names: names.to_vec(),
+                server_names: own,
             });
         }
-        // One certificate serves every name; several are picked by SNI against their names,
-        // the first for a name none has (Envoy's selection).
+        // One certificate serves every name.
         if tls.certificates.len() == 1 {
             tls.certificates[0].server_names.clear();
         }

@@ -49,6 +49,10 @@ pub struct XdsConfig {
     #[serde(serialize_with = "super::serialize::display")]
     pub address: ServiceEndpoint,
     pub protocol: AdsProtocol,
+    /// TLS to the server, with a client certificate if it asks for one (mutual TLS); its
+    /// files are read again for each new connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::ClusterTlsConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -72,7 +76,11 @@ pub(crate) fn bootstrap(
     dynamic: Option<RawDynamicResources>,
 ) -> Result<Option<XdsConfig>, ConfigError> {
     let Some(RawDynamicResources {
-        ads: RawAds { address, protocol },
+        ads: RawAds {
+            address,
+            protocol,
+            tls,
+        },
     }) = dynamic
     else {
         if node.is_some_and(|n| n.locality.is_none()) {
@@ -100,6 +108,19 @@ pub(crate) fn bootstrap(
             ));
         }
     };
+    let tls = match tls {
+        None => None,
+        Some(_) if matches!(address, ServiceEndpoint::Unix(_)) => {
+            return Err(ConfigError::invalid(
+                "dynamic_resources.ads.tls",
+                "TLS is for a TCP address, not a Unix socket",
+            ));
+        }
+        Some(raw) => Some(crate::tls::check::cluster_tls(
+            raw,
+            "dynamic_resources.ads.tls",
+        )?),
+    };
     Ok(Some(XdsConfig {
         node: NodeConfig {
             id: node.id,
@@ -107,6 +128,7 @@ pub(crate) fn bootstrap(
         },
         address,
         protocol,
+        tls,
     }))
 }
 
@@ -121,6 +143,9 @@ pub struct Resources {
     /// The last version of each listener that had its routes: a listener updated to name a
     /// route configuration that has not arrived keeps serving with it (Envoy's warming).
     serving: BTreeMap<String, Held<XdsListener>>,
+    /// The same for clusters: one updated to name endpoints or secrets that have not arrived
+    /// keeps serving as it was.
+    serving_clusters: BTreeMap<String, Held<XdsCluster>>,
 }
 
 /// What [`Resources::sections`] makes: the listeners and clusters to put in force.
@@ -152,6 +177,7 @@ impl Clone for Resources {
             endpoints: self.endpoints.clone(),
             secrets: self.secrets.clone(),
             serving: self.serving.clone(),
+            serving_clusters: self.serving_clusters.clone(),
         }
     }
 }
@@ -170,6 +196,11 @@ impl Resources {
     /// Forgets route configurations and endpoints nothing names any more: they are
     /// unsubscribed, and would otherwise linger (and show in `/config_dump`) forever.
     pub fn retain_wanted(&mut self) {
+        // Earlier versions of resources that are gone name nothing either.
+        self.serving
+            .retain(|name, _| self.listeners.contains_key(name));
+        self.serving_clusters
+            .retain(|name, _| self.clusters.contains_key(name));
         let routes = self.route_names();
         self.routes.retain(|name, _| routes.contains(name));
         let endpoints = self.endpoint_names();
@@ -179,18 +210,19 @@ impl Resources {
     }
 
     /// The secrets the listeners and clusters name (SDS subscriptions), and those of the
-    /// earlier listener versions still serving while a listener warms.
+    /// earlier versions still serving while one warms.
     pub fn secret_names(&self) -> BTreeSet<String> {
         let listeners = (self.listeners.values().chain(self.serving.values()))
             .flat_map(|l| l.value.secrets.names());
-        let clusters = self.clusters.values().flat_map(|c| c.value.secrets.names());
+        let clusters = (self.clusters.values().chain(self.serving_clusters.values()))
+            .flat_map(|c| c.value.secrets.names());
         listeners.chain(clusters).map(str::to_owned).collect()
     }
 
-    /// The endpoint sets the clusters name (EDS subscriptions).
+    /// The endpoint sets the clusters name (EDS subscriptions), and those of the earlier
+    /// versions still serving while a cluster warms.
     pub fn endpoint_names(&self) -> BTreeSet<String> {
-        self.clusters
-            .values()
+        (self.clusters.values().chain(self.serving_clusters.values()))
             .filter_map(|c| c.value.eds.clone())
             .collect()
     }
@@ -209,32 +241,41 @@ impl Resources {
             inputs.write_u64(digest);
         };
         let mut warming = Warming::default();
-        // Every secret held is named by something (the rest are forgotten): a changed one
-        // changes the config.
+        // A secret named changes the config when it changes (one nothing names is forgotten
+        // after this, and changes nothing).
+        let named = self.secret_names();
         for (name, held) in &self.secrets {
-            input(4, name, held.digest);
+            if named.contains(name) {
+                input(4, name, held.digest);
+            }
         }
+        self.serving_clusters
+            .retain(|name, _| self.clusters.contains_key(name));
         let mut clusters = Vec::with_capacity(self.clusters.len());
         for (name, held) in &self.clusters {
-            if !held.value.secrets.ready(&self.secrets) {
-                warming.clusters.push(name.clone());
-                continue;
-            }
-            let endpoints = match &held.value.eds {
-                None => None,
-                Some(service) => match self.endpoints.get(service) {
-                    Some(e) => {
-                        input(0, service, e.digest);
-                        Some(&*e.value)
-                    }
-                    None => {
-                        warming.clusters.push(name.clone());
-                        continue;
-                    }
-                },
+            let warm = |c: &XdsCluster| {
+                c.secrets.ready(&self.secrets)
+                    && c.eds
+                        .as_ref()
+                        .is_none_or(|s| self.endpoints.contains_key(s))
             };
-            input(1, name, held.digest);
-            clusters.extend(held.value.section(endpoints, &self.secrets));
+            let cluster = if warm(&held.value) {
+                self.serving_clusters.insert(name.clone(), held.clone());
+                held
+            } else {
+                warming.clusters.push(name.clone());
+                match self.serving_clusters.get(name) {
+                    Some(previous) if warm(&previous.value) => previous,
+                    _ => continue,
+                }
+            };
+            let endpoints = cluster.value.eds.as_ref().and_then(|service| {
+                let e = self.endpoints.get(service)?;
+                input(0, service, e.digest);
+                Some(&*e.value)
+            });
+            input(1, name, cluster.digest);
+            clusters.extend(cluster.value.section(endpoints, &self.secrets));
         }
         // Clusters ready, and whether they can speak HTTP/1.1 (which upgrades need; an `auto`
         // cluster offers it alone for them).
@@ -359,4 +400,6 @@ pub struct RawAds {
     pub address: String,
     /// `sotw` (the default) or `delta`.
     pub protocol: Option<String>,
+    /// As a cluster's `tls`: `ca`, `client_certificate`, `server_name`, `min_version`.
+    pub tls: Option<crate::RawClusterTls>,
 }

@@ -2429,7 +2429,7 @@ fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
     let mut l = listener("edge", "r");
     l.filter_chains[0].transport_socket = Some(socket(pack(&DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
-            tls_certificate_sds_secret_configs: vec![sds("api"), sds("www")],
+            tls_certificate_sds_secret_configs: vec![sds("api"), sds("www"), sds("api-ec")],
             validation_context_type: Some(
                 common_tls_context::ValidationContextType::ValidationContextSdsSecretConfig(sds(
                     "ca",
@@ -2475,7 +2475,7 @@ fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
         .insert("web".into(), held_endpoints("web", 8001));
     assert_eq!(
         resources.secret_names().into_iter().collect::<Vec<_>>(),
-        ["api", "ca", "client", "www"]
+        ["api", "api-ec", "ca", "client", "www"]
     );
     let Sections {
         listeners,
@@ -2498,7 +2498,11 @@ fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
     let mut pem = BTreeMap::new();
     for (name, hosts) in [
         ("api", vec!["api.example.com"]),
-        ("www", vec!["www.example.com", "*.www.example.com"]),
+        (
+            "www",
+            vec!["www.example.com", "*.www.example.com", "api.example.com"],
+        ),
+        ("api-ec", vec!["api.example.com"]),
         ("client", vec!["proxy"]),
     ] {
         let pair = rcgen::generate_simple_self_signed(
@@ -2563,6 +2567,7 @@ fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
                 .collect()
         })
         .collect();
+    // A name two certificates have is the first's; one left with no name is not served.
     assert_eq!(
         names,
         [
@@ -2579,4 +2584,68 @@ fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
     let upstream = config.clusters[0].tls.as_ref().unwrap();
     assert!(upstream.ca.is_some() && upstream.client_certificate.is_some());
     assert_eq!(upstream.server_name.as_deref(), Some("web.internal"));
+}
+
+/// A cluster updated to name a secret that has not arrived keeps serving as it was, and its
+/// secret is asked for.
+#[test]
+fn a_cluster_waiting_for_a_new_secret_keeps_its_previous_version() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        AggregatedConfigSource, ConfigSource, TransportSocket, config_source, transport_socket,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CommonTlsContext, SdsSecretConfig, UpstreamTlsContext, common_tls_context,
+    };
+    let mut resources = Resources::default();
+    resources.clusters.insert(
+        "web".into(),
+        held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
+    );
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    let first = resources.sections();
+    assert_eq!(first.clusters.len(), 1);
+    assert!(first.clusters[0].tls.is_none());
+
+    let mut c = eds_cluster("web");
+    c.transport_socket = Some(TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack(
+            &UpstreamTlsContext {
+                common_tls_context: Some(CommonTlsContext {
+                    validation_context_type: Some(
+                        common_tls_context::ValidationContextType::ValidationContextSdsSecretConfig(
+                            SdsSecretConfig {
+                                name: "ca".into(),
+                                sds_config: Some(ConfigSource {
+                                    config_source_specifier: Some(
+                                        config_source::ConfigSourceSpecifier::Ads(
+                                            AggregatedConfigSource {},
+                                        ),
+                                    ),
+                                    ..Default::default()
+                                }),
+                            },
+                        ),
+                    ),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ))),
+    });
+    let mut updated = XdsCluster::decode(&pack(&c)).unwrap();
+    updated.name = "web".into();
+    resources
+        .clusters
+        .insert("web".into(), Held::new(updated, "2".into(), b"v2"));
+    let Sections {
+        clusters, warming, ..
+    } = resources.sections();
+    assert_eq!(warming.clusters, ["web"]);
+    assert_eq!(clusters.len(), 1, "the previous version serves");
+    assert!(clusters[0].tls.is_none());
+    assert!(resources.secret_names().contains("ca"));
+    assert!(resources.endpoint_names().contains("web"));
 }

@@ -14,19 +14,35 @@ use crate::catalog::ClusterStats;
 use crate::error::ProxyError;
 use crate::tls::UpstreamIo;
 
+/// What a new TLS connection offers by ALPN.
+#[derive(Clone, Copy)]
+enum Offer {
+    /// The cluster's protocols.
+    Cluster,
+    /// `http/1.1` alone.
+    Http1,
+    /// None.
+    Nothing,
+}
+
 impl HostPool {
     /// A new connection to the host, with the TLS handshake done if the cluster uses TLS;
     /// both within the connect timeout.
     pub(super) async fn connect(&self) -> Result<UpstreamIo, ProxyError> {
-        self.connect_offering(false).await
+        self.connect_offering(Offer::Cluster).await
     }
 
     /// A new connection that will speak HTTP/1.1: over TLS, only `http/1.1` is offered.
     pub(super) async fn connect_http1(&self) -> Result<UpstreamIo, ProxyError> {
-        self.connect_offering(true).await
+        self.connect_offering(Offer::Http1).await
     }
 
-    async fn connect_offering(&self, http1_only: bool) -> Result<UpstreamIo, ProxyError> {
+    /// A new connection for relayed bytes (`tcp_proxy`): over TLS, no protocol is offered.
+    pub(super) async fn connect_raw(&self) -> Result<UpstreamIo, ProxyError> {
+        self.connect_offering(Offer::Nothing).await
+    }
+
+    async fn connect_offering(&self, offer: Offer) -> Result<UpstreamIo, ProxyError> {
         let addr = self.addr;
         let started = Instant::now();
         let timeout = self.settings.connect_timeout;
@@ -44,10 +60,10 @@ impl HostPool {
             let Some(tls) = &self.settings.shared.tls else {
                 return Ok(Either::Left(stream));
             };
-            let handshake = if http1_only {
-                tls.connect_http1(addr, stream).await
-            } else {
-                tls.connect(addr, stream).await
+            let handshake = match offer {
+                Offer::Cluster => tls.connect(addr, stream).await,
+                Offer::Http1 => tls.connect_http1(addr, stream).await,
+                Offer::Nothing => tls.connect_without_alpn(addr, stream).await,
             };
             match handshake {
                 Ok(stream) => {

@@ -35,7 +35,7 @@ impl Cluster {
             host.settings.log_refused(Overflow::Connections);
             return Err(ProxyError::Overflow(Overflow::Connections));
         };
-        match host.connect().await {
+        match host.connect_raw().await {
             Ok(io) => {
                 host.report(TryOutcome::Status(200));
                 let open = host.open_connection(slot);

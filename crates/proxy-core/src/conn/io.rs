@@ -36,6 +36,9 @@ pub(crate) struct DownstreamIo {
     drained: usize,
     /// HTTP/2 only: the frame headers of what is read, followed for floods.
     meter: Option<Box<FrameMeter>>,
+    /// A byte relay: shutdown only closes the write side (a half close), as the client may
+    /// still be sending what must be relayed.
+    half_close: bool,
 }
 
 impl DownstreamIo {
@@ -54,7 +57,15 @@ impl DownstreamIo {
             linger: None,
             drained: 0,
             meter: None,
+            half_close: false,
         }
+    }
+
+    /// The connection becomes a byte relay: its shutdown is a half close, without lingering
+    /// (a lingering read would take bytes the relay must pass on).
+    pub(crate) fn relay(mut self) -> Self {
+        self.half_close = true;
+        self
     }
 
     /// Follows the frames read from now on (the connection speaks HTTP/2).
@@ -201,6 +212,9 @@ impl AsyncWrite for DownstreamIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.half_close {
+            return Pin::new(&mut this.transport).poll_shutdown(cx);
+        }
         if this.linger.is_none() {
             // TLS sends close_notify first, then shuts the socket's write side.
             if ready!(Pin::new(&mut this.transport).poll_shutdown(cx)).is_err() {

@@ -107,7 +107,7 @@ pub(crate) fn serve(
             Sniffed::Tcp => Either::Right(Box::pin(async move {
                 let http = service.http.current();
                 if let Some(tcp) = &http.tcp_proxy {
-                    crate::tcp_proxy::serve(io, service.conn, tcp, &http.clusters).await;
+                    crate::tcp_proxy::serve(io.relay(), service.conn, tcp, &http.clusters).await;
                 }
                 None
             })),

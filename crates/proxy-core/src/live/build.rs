@@ -315,7 +315,9 @@ fn same_socket(a: &ListenerConfig, b: &ListenerConfig) -> bool {
 /// kept, with its pools, health and breakers, and only its hosts change). A cluster that gains
 /// its first DNS name, or loses its last, is built anew: it needs a resolver, or not.
 fn same_but_endpoints(a: &ClusterConfig, b: &ClusterConfig) -> bool {
-    if a.has_names() != b.has_names() {
+    // Inline PEM (from SDS) serializes as `inline`: compared here by its text, so that a
+    // rotated certificate or CA makes a new cluster with it.
+    if a.has_names() != b.has_names() || a.tls != b.tls {
         return false;
     }
     let without = |c: &ClusterConfig| {
@@ -387,5 +389,40 @@ impl std::io::Write for HashWriter<'_> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_but_endpoints;
+
+    /// A CA or client certificate from SDS is inline PEM, which serializes as `inline`: a
+    /// rotated one must still make a new cluster.
+    #[test]
+    fn a_cluster_with_other_inline_pem_is_not_the_same() {
+        let config = config::Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: [{ match: { prefix: / }, cluster: c }]\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n",
+        )
+        .expect("valid");
+        let pem = |name: &str| {
+            let pair = rcgen::generate_simple_self_signed(vec![name.to_string()]).expect("ca");
+            config::PemSource::Inline(pair.cert.pem().into())
+        };
+        let with_ca = |ca| {
+            let mut cluster = config.clusters[0].clone();
+            cluster.tls = Some(config::ClusterTlsConfig {
+                ca: Some(ca),
+                server_name: None,
+                client_certificate: None,
+                min_version: config::TlsVersion::Tls12,
+            });
+            cluster
+        };
+        let (one, two) = (pem("one"), pem("two"));
+        assert!(same_but_endpoints(
+            &with_ca(one.clone()),
+            &with_ca(one.clone())
+        ));
+        assert!(!same_but_endpoints(&with_ca(one), &with_ca(two)));
     }
 }

@@ -30,11 +30,12 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>
         AdsProtocol::Sotw => Variant::StateOfTheWorld,
         AdsProtocol::Delta => Variant::Delta,
     };
-    let options = Options::new(
+    let mut options = Options::new(
         config.address,
         variant,
         xds_client::node(&config.node.id, &config.node.cluster),
     );
+    options.tls = config.tls.map(ads_tls);
     let applier = Applier::new(live);
     let (stop, stopped) = oneshot::channel::<()>();
     let runtime = crate::runtime::current_thread_runtime()?;
@@ -49,6 +50,24 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>
             });
         })?;
     Ok(Some(XdsClient { _stop: stop }))
+}
+
+/// TLS to the management server: the files read again for each connection, so that a
+/// rotated client certificate or CA is used from the next reconnect on.
+fn ads_tls(spec: config::ClusterTlsConfig) -> xds_client::Tls {
+    let server_name = spec.server_name.clone();
+    let config = move || -> Result<rustls::ClientConfig, String> {
+        use config::tls::material::{client_config, load_roots};
+        let roots = match &spec.ca {
+            Some(ca) => load_roots(ca).map_err(|e| e.to_string())?,
+            None => crate::tls::system_roots(),
+        };
+        client_config(&spec, roots).map_err(|e| e.to_string())
+    };
+    xds_client::Tls {
+        config: Arc::new(config),
+        server_name,
+    }
 }
 
 /// The resource types, for stats labels and `/config_dump`.

@@ -19,6 +19,8 @@ pub(crate) struct UpstreamTls {
     /// Offering `http/1.1` alone, where the cluster offers more (`auto`): for connections
     /// that must speak HTTP/1.1 (a host that chose it before, an upgrade).
     http1_only: Option<tokio_rustls::TlsConnector>,
+    /// Offering no protocol: bytes relayed for a `tcp_proxy` listener are not HTTP.
+    no_alpn: tokio_rustls::TlsConnector,
     /// The configured name; `None`: each host's IP address.
     server_name: Option<ServerName<'static>>,
 }
@@ -35,6 +37,7 @@ impl UpstreamTls {
             None => system_roots(),
         };
         let mut config = client_config(spec, roots)?;
+        let no_alpn = tokio_rustls::TlsConnector::from(Arc::new(config.clone()));
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let http1_only = (alpn.len() > 1).then(|| {
             let mut h1 = config.clone();
@@ -55,6 +58,7 @@ impl UpstreamTls {
         Ok(Self {
             connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
             http1_only,
+            no_alpn,
             server_name,
         })
     }
@@ -78,6 +82,15 @@ impl UpstreamTls {
         self.connect_with(connector, addr, tcp).await
     }
 
+    /// As [`connect`](Self::connect), offering no protocol by ALPN.
+    pub(crate) async fn connect_without_alpn(
+        &self,
+        addr: SocketAddr,
+        tcp: TcpStream,
+    ) -> io::Result<TlsStream<TcpStream>> {
+        self.connect_with(&self.no_alpn, addr, tcp).await
+    }
+
     async fn connect_with(
         &self,
         connector: &tokio_rustls::TlsConnector,
@@ -94,7 +107,7 @@ impl UpstreamTls {
 
 /// The system's trusted roots (`/etc/ssl/certs` and the like). Unreadable ones are skipped
 /// with a warning: hosts then fail verification, which is the safe side.
-fn system_roots() -> rustls::RootCertStore {
+pub(crate) fn system_roots() -> rustls::RootCertStore {
     let found = rustls_native_certs::load_native_certs();
     for error in &found.errors {
         tracing::warn!(%error, "cannot read a system root certificate");

@@ -156,7 +156,7 @@ async fn relay_upgraded(input: Shared, tunnel: Tunnel, service: &ProxyService) {
     let (io, rest) = input.into_inner().into_parts();
     let http = service.http.current();
     crate::http::relay_tunnel(
-        io,
+        io.relay(),
         rest.freeze(),
         tunnel,
         &service.conn,
