@@ -543,3 +543,51 @@ clusters:
         "20 users all on one host: {served_by:?}"
     );
 }
+
+/// Whether the kernel runs a keep-alive timer on the established connection from `client`
+/// to the proxy's `local` port: `/proc/net/tcp`'s `tr` column is 2 for keep-alive.
+fn keepalive_timer_on(local: std::net::SocketAddr, client: std::net::SocketAddr) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let hex = |a: std::net::SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(ip) => {
+            format!("{:08X}:{:04X}", u32::from_le_bytes(ip.octets()), a.port())
+        }
+        std::net::IpAddr::V6(_) => unreachable!("the test listens on 127.0.0.1"),
+    };
+    let (ours, theirs) = (hex(local), hex(client));
+    table.lines().skip(1).any(|line| {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        // local, remote, state (01: established), then tx:rx queues, then tr:when.
+        cells.get(1) == Some(&ours.as_str())
+            && cells.get(2) == Some(&theirs.as_str())
+            && cells.get(3) == Some(&"01")
+            && cells.get(5).is_some_and(|timer| timer.starts_with("02:"))
+    })
+}
+
+/// `tcp_keepalive` on a listener: its accepted connections carry the kernel's keep-alive;
+/// a listener without it leaves them without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_connections_get_the_listeners_tcp_keepalive() {
+    let upstream = upstream().await;
+    let yaml = format!(
+        "listeners:\n  - name: kept\n    address: 127.0.0.1:0\n    tcp_keepalive: {{ time: 600s, interval: 30s, probes: 3 }}\n    routes: [{{ match: {{ prefix: / }}, cluster: b }}]\n  - name: plain\n    address: 127.0.0.1:0\n    routes: [{{ match: {{ prefix: / }}, cluster: b }}]\nclusters:\n  - name: b\n    endpoints: [{}]\n",
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    for (addr, expected) in [(proxy.addrs[0], true), (proxy.addrs[1], false)] {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let client = stream.local_addr().unwrap();
+        // A request answered: the proxy has accepted and set up the connection.
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        assert_eq!(
+            sender.send_request(get("/", &[])).await.unwrap().status(),
+            200
+        );
+        assert_eq!(keepalive_timer_on(addr, client), expected, "{addr}");
+    }
+}

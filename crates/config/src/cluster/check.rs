@@ -751,7 +751,7 @@ pub(crate) fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, Config
 }
 
 /// Keep-alive settings the kernel takes: whole seconds from 1, at least one probe.
-fn tcp_keepalive(raw: RawTcpKeepalive, path: &str) -> Result<TcpKeepalive, ConfigError> {
+pub(crate) fn tcp_keepalive(raw: RawTcpKeepalive, path: &str) -> Result<TcpKeepalive, ConfigError> {
     for (key, value) in [("time", raw.time), ("interval", raw.interval)] {
         if let Some(d) = value
             && (d.as_secs() == 0 || d.subsec_nanos() != 0 || d.as_secs() > i32::MAX as u64)

@@ -139,6 +139,10 @@ pub(crate) fn listener(
         connection_balance,
         max_connections_to_accept_per_socket_event,
         bypass_overload_manager: raw.bypass_overload_manager.unwrap_or(false),
+        tcp_keepalive: raw
+            .tcp_keepalive
+            .map(|k| crate::cluster::check::tcp_keepalive(k, &format!("{path}.tcp_keepalive")))
+            .transpose()?,
         buffer_limit,
         access_logs,
         proxy_protocol,

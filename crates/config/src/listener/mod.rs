@@ -52,6 +52,10 @@ pub struct ListenerConfig {
     /// The overload manager's actions (connections refused, requests shed, keep-alive
     /// turned off) leave this listener alone: for health checks and admin-like traffic.
     pub bypass_overload_manager: bool,
+    /// TCP keep-alive on its accepted connections (a dead client's connection is noticed
+    /// without traffic); `None`: the system's (off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_keepalive: Option<TcpKeepalive>,
     /// What the proxy holds for one client connection in each direction, in bytes: the
     /// HTTP/1.1 read buffer and write queue, the HTTP/2 stream window and send buffer. A slow
     /// peer makes the proxy stop reading from the other side rather than queue more.

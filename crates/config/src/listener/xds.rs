@@ -1,6 +1,7 @@
 //! Listener + HttpConnectionManager -> a listener; its routes inline or by RDS name.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::{
     Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions,
@@ -217,6 +218,71 @@ impl XdsListener {
     }
 }
 
+/// TCP keep-alive on accepted connections: Envoy's `tcp_keepalive`, or the `socket_options`
+/// control planes set for it (SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, which
+/// accepted sockets inherit from the listening one). Any other socket option is refused.
+fn keepalive(l: &mut Listener, at: &str) -> Result<Option<crate::RawTcpKeepalive>, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::socket_option::Value;
+    const SOL_SOCKET: i64 = 1;
+    const SO_KEEPALIVE: i64 = 9;
+    const IPPROTO_TCP: i64 = 6;
+    const TCP_KEEPIDLE: i64 = 4;
+    const TCP_KEEPINTVL: i64 = 5;
+    const TCP_KEEPCNT: i64 = 6;
+    let mut keepalive = l.tcp_keepalive.take().map(|k| crate::RawTcpKeepalive {
+        probes: k.keepalive_probes.map(|v| v.value),
+        time: k
+            .keepalive_time
+            .map(|v| Duration::from_secs(v.value.into())),
+        interval: k
+            .keepalive_interval
+            .map(|v| Duration::from_secs(v.value.into())),
+    });
+    let mut on = keepalive.is_some();
+    for (i, option) in std::mem::take(&mut l.socket_options)
+        .into_iter()
+        .enumerate()
+    {
+        let at = format!("{at}.socket_options[{i}]");
+        let value = match option.value {
+            Some(Value::IntValue(v)) if option.r#type.is_none() && option.ip_version == 0 => v,
+            _ => {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec!["a socket option other than an int for any IP version".into()],
+                });
+            }
+        };
+        let seconds = || {
+            u32::try_from(value)
+                .ok()
+                .filter(|v| *v > 0)
+                .ok_or_else(|| ResourceError::invalid(&at, "expected a positive number"))
+        };
+        let settings = keepalive.get_or_insert_with(Default::default);
+        match (option.level, option.name) {
+            (SOL_SOCKET, SO_KEEPALIVE) => on = value != 0,
+            (IPPROTO_TCP, TCP_KEEPIDLE) => {
+                settings.time = Some(Duration::from_secs(seconds()?.into()))
+            }
+            (IPPROTO_TCP, TCP_KEEPINTVL) => {
+                settings.interval = Some(Duration::from_secs(seconds()?.into()))
+            }
+            (IPPROTO_TCP, TCP_KEEPCNT) => settings.probes = Some(seconds()?),
+            (level, name) => {
+                return Err(ResourceError::Unsupported {
+                    at,
+                    fields: vec![format!(
+                        "socket option level {level} name {name} (TCP keep-alive only)"
+                    )],
+                });
+            }
+        }
+    }
+    // Probe settings without SO_KEEPALIVE turn nothing on.
+    Ok(keepalive.filter(|_| on))
+}
+
 fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let name = std::mem::take(&mut l.name);
     let at = format!("listener `{name}`");
@@ -230,6 +296,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         .take()
         .map(|v| v.value);
     let bypass_overload_manager = std::mem::take(&mut l.bypass_overload_manager);
+    let tcp_keepalive = keepalive(&mut l, &at)?;
     let mut proxy_protocol = None;
     for (i, f) in std::mem::take(&mut l.listener_filters)
         .into_iter()
@@ -305,6 +372,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             connection_balance: None,
             max_connections_to_accept_per_socket_event: accept_per_event,
             bypass_overload_manager: Some(bypass_overload_manager),
+            tcp_keepalive,
             per_connection_buffer_limit_bytes: buffer,
             http: RawHttp::default(),
             access_log: Vec::new(),
@@ -368,6 +436,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         connection_balance: None,
         max_connections_to_accept_per_socket_event: accept_per_event,
         bypass_overload_manager: Some(bypass_overload_manager),
+        tcp_keepalive,
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),
         access_log: Vec::new(),

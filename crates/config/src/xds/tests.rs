@@ -2649,3 +2649,45 @@ fn a_cluster_waiting_for_a_new_secret_keeps_its_previous_version() {
     assert!(resources.secret_names().contains("ca"));
     assert!(resources.endpoint_names().contains("web"));
 }
+
+/// The socket options control planes set for TCP keep-alive (Envoy Gateway's) become the
+/// listener's `tcp_keepalive`; another option is refused by name.
+#[test]
+fn keepalive_socket_options_become_the_listeners_tcp_keepalive() {
+    use envoy_types::pb::envoy::config::core::v3::{SocketOption, socket_option};
+    let option = |level: i64, name: i64, value: i64| SocketOption {
+        level,
+        name,
+        value: Some(socket_option::Value::IntValue(value)),
+        ..Default::default()
+    };
+    let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let section = |options: Vec<SocketOption>| {
+        let mut l = listener("edge", "r");
+        l.socket_options = options;
+        XdsListener::decode(&pack(&l)).map(|l| {
+            l.section(
+                Some(&r),
+                &Default::default(),
+                &Default::default(),
+                &Default::default(),
+            )
+            .unwrap()
+            .tcp_keepalive
+        })
+    };
+    let keepalive = section(vec![option(1, 9, 1), option(6, 6, 7), option(6, 4, 50)])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (keepalive.probes, keepalive.time, keepalive.interval),
+        (Some(7), Some(Duration::from_secs(50)), None)
+    );
+    assert!(section(vec![option(1, 9, 1)]).unwrap().is_some());
+    assert!(
+        section(vec![option(6, 4, 50)]).unwrap().is_none(),
+        "not turned on"
+    );
+    let error = section(vec![option(1, 7, 65536)]).unwrap_err().to_string();
+    assert!(error.contains("socket option level 1 name 7"), "{error}");
+}

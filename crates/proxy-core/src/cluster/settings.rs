@@ -68,19 +68,7 @@ impl UpstreamSettings {
             idle_timeout: cluster.idle_timeout,
             max_connection_duration: cluster.max_connection_duration,
             per_endpoint_stats: cluster.per_endpoint_stats,
-            tcp_keepalive: cluster.tcp_keepalive.map(|k| {
-                let mut probes = socket2::TcpKeepalive::new();
-                if let Some(time) = k.time {
-                    probes = probes.with_time(time);
-                }
-                if let Some(interval) = k.interval {
-                    probes = probes.with_interval(interval);
-                }
-                if let Some(count) = k.probes {
-                    probes = probes.with_retries(count);
-                }
-                probes
-            }),
+            tcp_keepalive: cluster.tcp_keepalive.map(crate::listen::tcp_keepalive),
             buffer_limit: limit as usize,
             keep_case: cluster.preserve_header_case,
             h1,

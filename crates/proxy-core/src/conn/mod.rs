@@ -55,6 +55,8 @@ pub(crate) struct ConnSettings {
     pub(crate) proxy_protocol: Option<config::ProxyProtocolConfig>,
     /// Bytes relayed to a cluster (`tcp_proxy`), not HTTP.
     pub(crate) tcp_proxy: bool,
+    /// TCP keep-alive set on each accepted connection.
+    pub(crate) tcp_keepalive: Option<socket2::TcpKeepalive>,
     /// Idle HTTP/1.1 connections are handed back as [`Parked`] (the worker has a lot for
     /// them); otherwise they stay with their task.
     pub(crate) park_idle: bool,
@@ -179,6 +181,11 @@ async fn prepare(
     mut drain: SignalWatch,
 ) -> Option<Prepared> {
     let _ = stream.set_nodelay(true);
+    if let Some(probes) = &settings.tcp_keepalive
+        && let Err(error) = socket2::SockRef::from(&stream).set_tcp_keepalive(probes)
+    {
+        tracing::debug!(peer = %ctx.peer, %error, "cannot set TCP keep-alive on a connection");
+    }
     let mut taken = Vec::new();
     if let Some(expected) = &settings.proxy_protocol {
         let timeout = settings.codecs.request_headers_timeout;

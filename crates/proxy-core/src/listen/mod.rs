@@ -6,3 +6,18 @@ mod reuse_port;
 
 pub(crate) use limit::{ConnPermit, ConnectionLimits, Limit};
 pub(crate) use reuse_port::{bind_per_worker, bind_shared, join_reuse_port, reuse_port_supported};
+
+/// Keep-alive settings as the socket takes them (unset values are the system's).
+pub(crate) fn tcp_keepalive(k: config::TcpKeepalive) -> socket2::TcpKeepalive {
+    let mut probes = socket2::TcpKeepalive::new();
+    if let Some(time) = k.time {
+        probes = probes.with_time(time);
+    }
+    if let Some(interval) = k.interval {
+        probes = probes.with_interval(interval);
+    }
+    if let Some(count) = k.probes {
+        probes = probes.with_retries(count);
+    }
+    probes
+}

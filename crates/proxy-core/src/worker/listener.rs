@@ -226,6 +226,7 @@ fn conn_settings(
         }),
         proxy_protocol: config.proxy_protocol,
         tcp_proxy: config.tcp_proxy.is_some(),
+        tcp_keepalive: config.tcp_keepalive.map(crate::listen::tcp_keepalive),
         // A TLS connection never parks (its session would have to be kept whole): decided
         // here, not found out at each idle gap.
         park_idle: parts.park_idle && tls.is_none(),
