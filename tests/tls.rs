@@ -1109,21 +1109,22 @@ mod sds {
             ],
         );
         let mut addr = None;
-        eventually("the listener in force", async || {
-            let dump = config_dump(&proxy);
+        let mut dump = serde_json::Value::Null;
+        // The listener is in force, and the status lists the secrets held (published just
+        // after the config is swapped).
+        eventually("the listener in force and its secrets listed", async || {
+            dump = config_dump(&proxy);
             addr = (dump["listeners"].as_array().unwrap().iter())
                 .find(|l| l["name"] == "edge")
                 .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
-            addr.is_some()
+            let held: Vec<&str> = (dump["xds"]["resources"].as_array().unwrap().iter())
+                .filter(|r| r["type"] == "secret")
+                .map(|r| r["name"].as_str().unwrap())
+                .collect();
+            addr.is_some() && held == ["api", "www"]
         })
         .await;
         let addr: SocketAddr = addr.unwrap();
-        let dump = config_dump(&proxy);
-        let held: Vec<&str> = (dump["xds"]["resources"].as_array().unwrap().iter())
-            .filter(|r| r["type"] == "secret")
-            .map(|r| r["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(held, ["api", "www"]);
         assert!(
             !dump.to_string().contains("PRIVATE KEY"),
             "no key material in /config_dump"

@@ -283,6 +283,31 @@ fn keepalive(l: &mut Listener, at: &str) -> Result<Option<crate::RawTcpKeepalive
     Ok(keepalive.filter(|_| on))
 }
 
+/// `connection_balance_config.exact_balance`: the file's `connection_balance: exact`;
+/// `enable_reuse_port` (Envoy's default on Linux) may only say so, as each worker has its own
+/// socket here unless balancing is exact.
+fn balance(l: &mut Listener, at: &str) -> Result<Option<String>, ResourceError> {
+    use envoy_types::pb::envoy::config::listener::v3::listener::connection_balance_config::BalanceType;
+    if l.enable_reuse_port.take().is_some_and(|v| !v.value) {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec!["enable_reuse_port: false (a socket per worker)".into()],
+        });
+    }
+    match l
+        .connection_balance_config
+        .take()
+        .and_then(|c| c.balance_type)
+    {
+        None => Ok(None),
+        Some(BalanceType::ExactBalance(_)) => Ok(Some("exact".into())),
+        Some(_) => Err(ResourceError::Unsupported {
+            at: format!("{at}.connection_balance_config"),
+            fields: vec!["balance_type (exact_balance only)".into()],
+        }),
+    }
+}
+
 fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let name = std::mem::take(&mut l.name);
     let at = format!("listener `{name}`");
@@ -297,6 +322,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         .map(|v| v.value);
     let bypass_overload_manager = std::mem::take(&mut l.bypass_overload_manager);
     let tcp_keepalive = keepalive(&mut l, &at)?;
+    let connection_balance = balance(&mut l, &at)?;
     let mut proxy_protocol = None;
     for (i, f) in std::mem::take(&mut l.listener_filters)
         .into_iter()
@@ -369,7 +395,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             name: name.clone(),
             address,
             connection_limit: None,
-            connection_balance: None,
+            connection_balance: connection_balance.clone(),
             max_connections_to_accept_per_socket_event: accept_per_event,
             bypass_overload_manager: Some(bypass_overload_manager),
             tcp_keepalive,
@@ -433,7 +459,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         name: name.clone(),
         address,
         connection_limit: None,
-        connection_balance: None,
+        connection_balance,
         max_connections_to_accept_per_socket_event: accept_per_event,
         bypass_overload_manager: Some(bypass_overload_manager),
         tcp_keepalive,

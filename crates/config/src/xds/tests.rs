@@ -2691,3 +2691,34 @@ fn keepalive_socket_options_become_the_listeners_tcp_keepalive() {
     let error = section(vec![option(1, 7, 65536)]).unwrap_err().to_string();
     assert!(error.contains("socket option level 1 name 7"), "{error}");
 }
+
+/// `connection_balance_config.exact_balance` is the file's `exact` balancing; a listener
+/// without SO_REUSEPORT is refused by name.
+#[test]
+fn exact_balance_is_the_files_exact_and_reuse_port_is_not_turned_off() {
+    use envoy_types::pb::envoy::config::listener::v3::listener::{
+        ConnectionBalanceConfig, connection_balance_config,
+    };
+    use envoy_types::pb::google::protobuf::BoolValue;
+    let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let mut l = listener("edge", "r");
+    l.connection_balance_config = Some(ConnectionBalanceConfig {
+        balance_type: Some(connection_balance_config::BalanceType::ExactBalance(
+            Default::default(),
+        )),
+    });
+    l.enable_reuse_port = Some(BoolValue { value: true });
+    let raw = XdsListener::decode(&pack(&l))
+        .unwrap()
+        .section(
+            Some(&r),
+            &Default::default(),
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
+    assert_eq!(raw.connection_balance.as_deref(), Some("exact"));
+    l.enable_reuse_port = Some(BoolValue { value: false });
+    let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
+    assert!(error.contains("enable_reuse_port"), "{error}");
+}
