@@ -400,7 +400,7 @@ fn the_readme_config_reference_is_valid() {
     }
     // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
     // upgrades, routing, mirroring, the client's address (and its detection), tracing, zone-
-    // aware routing, the TCP proxy: a block that stops being fenced as yaml would stop being
-    // checked.
-    assert_eq!(blocks, 26, "README yaml blocks");
+    // aware routing, the TCP proxy, filter chains: a block that stops being fenced as yaml
+    // would stop being checked.
+    assert_eq!(blocks, 27, "README yaml blocks");
 }

@@ -1320,3 +1320,208 @@ mod sds {
         server.shutdown().await;
     }
 }
+
+/// Several filter chains on one port, picked by SNI: each with its certificate, client
+/// certificate rules and routes, or relaying the TLS bytes untouched (passthrough).
+mod filter_chains {
+    use super::*;
+
+    /// Writes at most a few bytes per call, each flushed: a ClientHello in many segments.
+    struct Dribble(TcpStream);
+
+    impl tokio::io::AsyncRead for Dribble {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+        }
+    }
+
+    impl tokio::io::AsyncWrite for Dribble {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(7);
+            std::pin::Pin::new(&mut self.0).poll_write(cx, &buf[..n])
+        }
+
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+        }
+    }
+
+    struct Edge {
+        proxy: Proxy,
+        ca: Ca,
+        clients: Ca,
+        a: Leaf,
+        b: Leaf,
+        origin: Leaf,
+        _dir: ScratchDir,
+        _origin: tokio::task::JoinHandle<()>,
+    }
+
+    /// Chains `a` (a.test), `b` (*.b.test, client certificates required) and `pass`
+    /// (origin.test, relayed to a TLS origin); no default chain.
+    async fn edge() -> Edge {
+        let dir = ScratchDir::new();
+        let ca = Ca::new("edge ca");
+        let clients = Ca::new("client ca");
+        let a = ca.leaf(&["a.test"]);
+        let b = ca.leaf(&["*.b.test"]);
+        let origin = ca.leaf(&["origin.test"]);
+        let (origin_addr, origin_task) = tls_origin(&origin, None).await;
+        let (a_cert, a_key) = a.write(&dir, "a");
+        let (b_cert, b_key) = b.write(&dir, "b");
+        let client_ca = dir.write("clients.pem", &clients.pem());
+        let config = format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: edge
+    address: 127.0.0.1:0
+    chains:
+      - name: a
+        match: {{ server_names: [a.test] }}
+        tls: {{ certificates: [{{ cert_chain: {a_cert}, private_key: {a_key} }}] }}
+        routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: 200, body: "chain a" }} }}]
+      - name: b
+        match: {{ server_names: ["*.b.test"] }}
+        tls:
+          certificates: [{{ cert_chain: {b_cert}, private_key: {b_key} }}]
+          client_certificate: {{ ca: {client_ca} }}
+        routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: 200, body: "chain b" }} }}]
+      - name: pass
+        match: {{ server_names: [origin.test] }}
+        tcp_proxy: {{ cluster: origin }}
+clusters:
+  - name: origin
+    endpoints: [{origin_addr}]
+"#,
+            client_ca = client_ca.display()
+        );
+        Edge {
+            proxy: Proxy::start(&config, 2),
+            ca,
+            clients,
+            a,
+            b,
+            origin,
+            _dir: dir,
+            _origin: origin_task,
+        }
+    }
+
+    async fn body_of(stream: TlsStream<TcpStream>) -> Result<String, hyper::Error> {
+        let mut sender = h1_over(stream).await;
+        let response = sender.send_request(get("/", &[])).await?;
+        Ok(text(response.into_body()).await)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_name_gets_its_chain_certificate_routes_and_client_rules() {
+        let edge = edge().await;
+        let addr = edge.proxy.addr();
+        let admin = edge.proxy.admin.unwrap();
+        let anonymous = client_config(edge.ca.roots(), ClientOptions::default());
+
+        let stream = tls_connect(addr, &anonymous, "a.test").await.unwrap();
+        assert_eq!(peer_leaf(&stream), edge.a.der);
+        assert_eq!(body_of(stream).await.unwrap(), "chain a");
+
+        // Chain b asks for a client certificate; chain a did not.
+        let refused = match tls_connect(addr, &anonymous, "x.b.test").await {
+            Err(_) => true,
+            Ok(stream) => body_of(stream).await.is_err(),
+        };
+        assert!(refused, "no client certificate on *.b.test: refused");
+        let known = edge.clients.leaf(&["client"]);
+        let with_cert = client_config(
+            edge.ca.roots(),
+            ClientOptions {
+                client_cert: Some((known.der.clone(), known.key_der())),
+                ..Default::default()
+            },
+        );
+        let stream = tls_connect(addr, &with_cert, "x.b.test").await.unwrap();
+        assert_eq!(peer_leaf(&stream), edge.b.der);
+        assert_eq!(body_of(stream).await.unwrap(), "chain b");
+
+        // Passthrough: the origin's own certificate, verified by the client, and its answer.
+        let stream = tls_connect(addr, &anonymous, "origin.test").await.unwrap();
+        assert_eq!(peer_leaf(&stream), edge.origin.der);
+        assert_eq!(body_of(stream).await.unwrap(), "alpn=http/1.1");
+
+        // A name no chain has, and plain text: closed, counted.
+        assert!(tls_connect(addr, &anonymous, "unknown.test").await.is_err());
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain
+            .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(read_until_closed(&mut plain).await.is_empty());
+        assert_eq!(
+            stat_settled(admin, "downstream_cx_no_filter_chain_match", 2),
+            2
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hello_in_many_segments_is_read_and_one_too_large_is_refused() {
+        let edge = edge().await;
+        let addr = edge.proxy.addr();
+        let admin = edge.proxy.admin.unwrap();
+        let client = client_config(edge.ca.roots(), ClientOptions::default());
+
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let name = ServerName::try_from("a.test").unwrap();
+        let stream = tokio_rustls::TlsConnector::from(Arc::clone(&client))
+            .connect(name, Dribble(tcp))
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.get_ref().1.peer_certificates().unwrap()[0],
+            edge.a.der
+        );
+
+        // A ClientHello whose header says 70,000 bytes: refused at once, not waited for.
+        let mut big = TcpStream::connect(addr).await.unwrap();
+        big.write_all(&[22, 3, 1, 0x40, 0, 1, 0x01, 0x11, 0x70])
+            .await
+            .unwrap();
+        assert!(read_until_closed(&mut big).await.is_empty());
+        assert_eq!(
+            stat_settled(admin, "downstream_cx_client_hello_too_large", 1),
+            1
+        );
+
+        // A 20 KiB hello of noise, over two records: read whole, then refused (no chain
+        // matches what is not TLS).
+        let mut noise = TcpStream::connect(addr).await.unwrap();
+        let mut bytes = vec![22, 3, 1, 0x40, 0, 1, 0, 0x4e, 0x20];
+        bytes.resize(5 + 16384, 7);
+        bytes.extend_from_slice(&[22, 3, 1, 0x0e, 0x24]);
+        bytes.resize(bytes.len() + 0x0e24, 7);
+        noise.write_all(&bytes).await.unwrap();
+        assert!(read_until_closed(&mut noise).await.is_empty());
+        assert_eq!(
+            stat_settled(admin, "downstream_cx_no_filter_chain_match", 1),
+            1
+        );
+    }
+}

@@ -62,6 +62,9 @@ pub use cluster::dns::*;
 pub use cluster::raw::*;
 pub use cluster::*;
 pub use filters::*;
+pub use listener::chains::{
+    ChainMatch, FilterChainConfig, RawChain, RawChainMatch, TransportProtocol,
+};
 pub use listener::raw::*;
 pub use listener::*;
 pub use matchers::{RawStringMatch, Share};

@@ -196,3 +196,8 @@ pub(crate) fn string_matches<S: Serializer>(
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// For `skip_serializing_if` on a setting that is on unless said otherwise.
+pub(crate) fn is_true(value: &bool) -> bool {
+    *value
+}

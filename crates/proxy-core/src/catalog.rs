@@ -177,6 +177,18 @@ catalog! {
             "downstream_cx_proxy_proto_error",
             "Connections closed because their PROXY protocol header was missing, malformed, too long, of a version not accepted, or late (request_headers_timeout).",
         ),
+        cx_no_filter_chain_match: counter = downstream_cx_no_filter_chain_match(
+            "downstream_cx_no_filter_chain_match",
+            "Connections closed because none of the listener's filter chains matched them and it has no default chain (Envoy's no_filter_chain_match).",
+        ),
+        cx_client_hello_too_large: counter = downstream_cx_client_hello_too_large(
+            "downstream_cx_client_hello_too_large",
+            "Connections closed because their TLS ClientHello, read to pick a filter chain, was over 64 KiB (Envoy's tls_inspector client_hello_too_large).",
+        ),
+        cx_pre_timeout: counter = downstream_pre_cx_timeout(
+            "downstream_pre_cx_timeout",
+            "Connections whose first bytes, read to pick a filter chain, did not arrive within listener_filters_timeout: closed, or served as plain bytes with continue_on_listener_filters_timeout.",
+        ),
         cx_parked: gauge = downstream_cx_parked(
             "downstream_cx_parked",
             "Idle HTTP/1.1 connections held as their sockets alone, without a task (idle for a second or more).",

@@ -13,11 +13,31 @@ pub(crate) fn listener(
     traced: bool,
 ) -> Result<ListenerConfig, ConfigError> {
     let name = if raw.dynamic {
-        dynamic_name(raw.name, path)?
+        dynamic_name(raw.name.clone(), path)?
     } else {
-        name(raw.name, path)?
+        name(raw.name.clone(), path)?
     };
     let address = socket_addr(&raw.address, &format!("{path}.address"))?;
+    let filter_chains = super::chains::chains(&mut raw, path, &|body, at| {
+        listener(body, at, cluster_index, clusters, traced)
+    })?;
+    let own = !raw.routes.is_empty() || !raw.virtual_hosts.is_empty() || raw.tcp_proxy.is_some();
+    let default_chain = match raw.default_chain {
+        None => filter_chains.is_empty() || own,
+        Some(false) if filter_chains.is_empty() => {
+            return Err(ConfigError::invalid(
+                format!("{path}.default_chain"),
+                "`false` needs `chains`: nothing would serve the listener's connections",
+            ));
+        }
+        Some(false) if own || raw.tls.is_some() => {
+            return Err(ConfigError::invalid(
+                format!("{path}.default_chain"),
+                "`false`: the listener's own routes, tcp_proxy and tls would serve nothing",
+            ));
+        }
+        Some(on) => on,
+    };
     let connection_limit = limit(raw.connection_limit, &format!("{path}.connection_limit"))?;
     let connection_balance = match raw.connection_balance.as_deref() {
         None | Some("reuse_port") => ConnectionBalance::ReusePort,
@@ -91,7 +111,8 @@ pub(crate) fn listener(
         raw.http.path_normalization.clone(),
         &format!("{path}.http.path_normalization"),
     )?;
-    let mut route_config = if tcp_proxy.is_some() {
+    // Without a default chain the listener's own settings serve nothing: no routes.
+    let mut route_config = if tcp_proxy.is_some() || !default_chain {
         RouteConfiguration::flat(Vec::new())
     } else {
         crate::route::check::route_configuration(
@@ -132,7 +153,18 @@ pub(crate) fn listener(
         .proxy_protocol
         .map(|p| proxy_protocol(p, &format!("{path}.proxy_protocol")))
         .transpose()?;
-    Ok(ListenerConfig {
+    let mut config = ListenerConfig {
+        filter_chains,
+        default_chain,
+        // `0s` is no limit, as Envoy's.
+        listener_filters_timeout: Some(
+            raw.listener_filters_timeout
+                .unwrap_or(DEFAULT_LISTENER_FILTERS_TIMEOUT),
+        )
+        .filter(|t| !t.is_zero()),
+        continue_on_listener_filters_timeout: raw
+            .continue_on_listener_filters_timeout
+            .unwrap_or(false),
         name,
         address,
         connection_limit,
@@ -300,7 +332,9 @@ pub(crate) fn listener(
             },
         },
         route_config,
-    })
+    };
+    super::chains::inherit(&mut config);
+    Ok(config)
 }
 
 /// An HTTP/2 flow-control window: RFC 9113's range, as Envoy's (65535 to 2^31 - 1).

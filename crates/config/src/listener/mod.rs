@@ -5,6 +5,7 @@
 //! of Envoy's `Listener` and its connection manager. Path normalisation, which routes are
 //! checked against too, is `crate::path`.
 
+pub mod chains;
 pub(crate) mod check;
 pub mod client_address;
 pub mod raw;
@@ -81,7 +82,25 @@ pub struct ListenerConfig {
     /// Written `routes:` (one virtual host for every domain) or `virtual_hosts:`.
     #[serde(flatten)]
     pub route_config: RouteConfiguration,
+    /// Further filter chains, each with its own settings, picked per connection by what it
+    /// shows (SNI, ALPN, addresses, ports). The settings above are the default chain's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub filter_chains: Vec<chains::FilterChainConfig>,
+    /// Whether the settings above serve a connection no chain in `filter_chains` matches;
+    /// `false`: it is closed, counted in `downstream_cx_no_filter_chain_match`.
+    #[serde(skip_serializing_if = "ser::is_true")]
+    pub default_chain: bool,
+    /// How long a connection's first bytes (its TLS ClientHello), read to pick a chain, may
+    /// take; `None`: no limit. Only listeners whose chains match on SNI, ALPN or transport
+    /// read them.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub listener_filters_timeout: Option<Duration>,
+    /// Past that timeout the connection is served as plain bytes (no SNI) rather than closed.
+    pub continue_on_listener_filters_timeout: bool,
 }
+
+/// Envoy's `listener_filters_timeout` default.
+pub const DEFAULT_LISTENER_FILTERS_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How a listener's new connections are spread over the workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -42,6 +42,16 @@ pub struct RawListener {
     /// Hosts matched without their port (Envoy's `ignore_port_in_host_matching`).
     pub ignore_port_in_host_matching: Option<bool>,
     pub tracing: Option<RawListenerTracing>,
+    /// Further filter chains, picked per connection by SNI, ALPN, addresses or ports.
+    #[serde(default)]
+    pub chains: Vec<super::chains::RawChain>,
+    /// Whether the listener's own settings serve a connection no chain matches (by default:
+    /// when it has routes or a TCP relay of its own); otherwise such a connection is closed.
+    pub default_chain: Option<bool>,
+    /// How long the first bytes that pick a chain may take (`0s`: no limit).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub listener_filters_timeout: Option<Duration>,
+    pub continue_on_listener_filters_timeout: Option<bool>,
     /// From a management server: the collector this listener's connection manager names,
     /// which becomes the process's (there is one per process).
     #[serde(skip)]

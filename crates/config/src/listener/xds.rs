@@ -412,6 +412,10 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             ignore_port_in_host_matching: None,
             tracing: None,
             tracing_provider: None,
+            chains: Vec::new(),
+            default_chain: None,
+            listener_filters_timeout: None,
+            continue_on_listener_filters_timeout: None,
             dynamic: true,
         };
         return Ok(XdsListener {
@@ -476,6 +480,10 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         ignore_port_in_host_matching: None,
         tracing: Some(tracing),
         tracing_provider: None,
+        chains: Vec::new(),
+        default_chain: None,
+        listener_filters_timeout: None,
+        continue_on_listener_filters_timeout: None,
         dynamic: true,
     };
     let (inline, rds, upgrades, (filters, off_by_default)) =

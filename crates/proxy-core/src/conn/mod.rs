@@ -3,8 +3,11 @@
 //! asks it to finish.
 //!
 //! ```text
-//! mod.rs            accept-side setup: PROXY protocol, TLS, sniffing, choosing the codec
+//! mod.rs            accept-side setup: PROXY protocol, the filter chain, TLS, sniffing,
+//!                   choosing the codec
 //! proxy_protocol.rs the PROXY protocol header a TCP load balancer sends first
+//! client_hello.rs   the ClientHello's SNI and ALPN, peeked to pick a filter chain
+//! chains.rs         picking the filter chain by SNI, ALPN, addresses and ports
 //! codecs.rs         the HTTP/1.1 codec's limits and hyper's HTTP/2 builder, per listener
 //! http1/            HTTP/1.1 on crates/h1, with idle connections parked without a buffer
 //! http2.rs          HTTP/2 (hyper), GOAWAY on drain or max_requests_per_connection
@@ -15,6 +18,8 @@
 //! io.rs             the socket as the codec sees it, with a lingering close
 //! ```
 
+pub(crate) mod chains;
+mod client_hello;
 mod codecs;
 mod http1;
 mod http2;
@@ -35,6 +40,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+pub(crate) use chains::{ChainEntry, ChainSelector, Chains};
 pub(crate) use codecs::Codecs;
 use io::DownstreamIo;
 use service::ProxyService;
@@ -78,18 +84,18 @@ const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 pub(crate) fn serve(
     stream: TcpStream,
     ctx: Rc<ConnCtx>,
-    http: Rc<HttpSlot>,
-    settings: Rc<ConnSettings>,
+    served: Served,
     drain: SignalWatch,
 ) -> impl Future<Output = Option<Parked>> {
     // Boxed: the handshake's and sniffing's state is over once the codec starts, and would
     // otherwise take room in every connection for its whole life.
-    Box::pin(prepare(stream, ctx, settings, drain)).then(move |prepared| {
+    Box::pin(prepare(stream, ctx, served, drain)).then(move |prepared| {
         let Some(Prepared {
             io,
             sniffed,
             ctx,
             settings,
+            http,
             drain,
         }) = prepared
         else {
@@ -163,23 +169,37 @@ pub(crate) fn resume(
     http1::serve_h1(DownstreamIo::plain(stream), service, settings, drain)
 }
 
+/// What a new connection of a listener is served with: its own settings (its default
+/// chain), and its other filter chains if it has any.
+pub(crate) struct Served {
+    pub(crate) http: Rc<HttpSlot>,
+    pub(crate) settings: Rc<ConnSettings>,
+    pub(crate) chains: Option<Rc<Chains>>,
+}
+
 /// A connection past its handshake, with the protocol it speaks.
 struct Prepared {
     io: DownstreamIo,
     sniffed: Sniffed,
     ctx: Rc<ConnCtx>,
     settings: Rc<ConnSettings>,
+    http: Rc<HttpSlot>,
     drain: SignalWatch,
 }
 
-/// The PROXY protocol header and the TLS handshake where the listener has them, then the
-/// protocol: `None` when the connection ended before it.
+/// The PROXY protocol header, the filter chain and the TLS handshake where the listener has
+/// them, then the protocol: `None` when the connection ended before it.
 async fn prepare(
     mut stream: TcpStream,
     mut ctx: Rc<ConnCtx>,
-    settings: Rc<ConnSettings>,
+    served: Served,
     mut drain: SignalWatch,
 ) -> Option<Prepared> {
+    let Served {
+        mut http,
+        mut settings,
+        chains,
+    } = served;
     let _ = stream.set_nodelay(true);
     if let Some(probes) = &settings.tcp_keepalive
         && let Err(error) = socket2::SockRef::from(&stream).set_tcp_keepalive(probes)
@@ -205,6 +225,18 @@ async fn prepare(
                 tracing::debug!(peer = %ctx.peer, %error, "connection closed");
                 return None;
             }
+        }
+    }
+    if let Some(chains) = &chains {
+        // Bytes taken while they could have begun a PROXY header are not peeked again.
+        let picked = choose_chain(&stream, &ctx, chains, taken.is_empty()).await?;
+        if let Some(entry) = picked {
+            match Rc::get_mut(&mut ctx) {
+                Some(ctx) => ctx.listener = Rc::clone(&entry.ctx),
+                None => unreachable_shared(),
+            }
+            settings = Rc::clone(&entry.conn);
+            http = Rc::clone(&entry.http);
         }
     }
     let mut io = match &settings.tls {
@@ -235,8 +267,54 @@ async fn prepare(
         sniffed,
         ctx,
         settings,
+        http,
         drain,
     })
+}
+
+/// The chain that serves the connection: `Some(None)` for the listener's own settings,
+/// `None` when the connection is closed (no chain fits, or its first bytes never came).
+async fn choose_chain<'c>(
+    stream: &TcpStream,
+    ctx: &ConnCtx,
+    chains: &'c Chains,
+    may_peek: bool,
+) -> Option<Option<&'c ChainEntry>> {
+    let stats = &ctx.listener.stats;
+    let hello = if chains.selector.inspects() && may_peek {
+        match client_hello::inspect(stream, chains.inspect_timeout).await {
+            Ok(hello) => hello,
+            Err(client_hello::HelloError::Timeout) if chains.continue_on_timeout => {
+                stats.cx_pre_timeout.inc();
+                client_hello::Hello::default()
+            }
+            Err(error) => {
+                match error {
+                    client_hello::HelloError::TooLarge => stats.cx_client_hello_too_large.inc(),
+                    client_hello::HelloError::Timeout => stats.cx_pre_timeout.inc(),
+                    client_hello::HelloError::Closed => {}
+                }
+                tracing::debug!(peer = %ctx.peer, ?error, "connection closed before its filter chain");
+                return None;
+            }
+        }
+    } else {
+        client_hello::Hello::default()
+    };
+    let shown = chains::Shown {
+        destination: ctx.local,
+        source: ctx.peer,
+        hello: &hello,
+    };
+    match chains.selector.select(&shown) {
+        Some(i) => Some(chains.entries.get(i)),
+        None if chains.default => Some(None),
+        None => {
+            stats.cx_no_filter_chain_match.inc();
+            tracing::debug!(peer = %ctx.peer, server_name = ?hello.server_name, "no filter chain matches the connection");
+            None
+        }
+    }
 }
 
 #[cold]

@@ -179,46 +179,20 @@ pub(crate) fn build(
                 (id, Arc::new(bound))
             }
         };
-        let tls = match (&listener.tls, old) {
-            (None, _) => None,
-            (Some(spec), Some((_, shared)))
-                if shared.tls.as_ref().is_some_and(|t| t.spec() == spec) =>
-            {
-                // Same files: read them again (new certificates are picked up), keeping the
-                // session tickets and cache.
-                config::tls::material::check_listener(spec).map_err(|source| BuildError::Tls {
-                    scope: format!("listener `{}`", listener.name),
-                    source: Box::new(source),
-                })?;
-                let kept = shared.tls.clone();
-                commit.certificates.extend(kept.clone());
-                kept
-            }
-            (Some(spec), _) => Some(Arc::new(ServerTls::new(&listener.name, spec).map_err(
-                |source| BuildError::Tls {
-                    scope: format!("listener `{}`", listener.name),
-                    source: Box::new(source),
-                },
-            )?)),
-        };
-        // Unchanged routes and filters keep their table (tens of milliseconds to build at
-        // 100,000 routes) and their rate-limit buckets. Routes name their clusters by place
-        // in the config (not serialized): the clusters' order is part of the key, or a
-        // cluster added before another would send the kept routes' traffic to it.
-        let routes_key = hash_of(&(
-            &listener.http_filters,
-            &listener.route_config,
-            cluster_order,
-        ));
-        let (routes, filters) = match old {
-            Some((_, shared)) if shared.routes_key == routes_key => {
-                (Arc::clone(&shared.routes), Arc::clone(&shared.filters))
-            }
-            _ => (
-                Arc::new(RouteTable::new(listener.route_config.clone())),
-                Arc::new(SharedFilters::new(listener)),
-            ),
-        };
+        let body =
+            |config: &ListenerConfig,
+             old: Option<(&ListenerConfig, &SharedListener)>,
+             commit: &mut Commit| { chain_body(config, old, cluster_order, commit) };
+        let own = body(listener, old, &mut commit)?;
+        let mut chains = Vec::with_capacity(listener.filter_chains.len());
+        for chain in &listener.filter_chains {
+            let old_chain = old.and_then(|(old_config, shared)| {
+                (old_config.filter_chains.iter().zip(&shared.chains))
+                    .find(|(c, _)| c.name == chain.name)
+                    .map(|(c, shared)| (&*c.settings, shared))
+            });
+            chains.push(body(&chain.settings, old_chain, &mut commit)?);
+        }
         let listener_limit = match old {
             Some((old_config, shared))
                 if old_config.connection_limit == listener.connection_limit =>
@@ -227,18 +201,34 @@ pub(crate) fn build(
             }
             _ => listener.connection_limit.map(Limit::new),
         };
-        listeners.push(SharedListener {
+        let limits = ConnectionLimits {
+            process: process_limit.clone(),
+            listener: listener_limit,
+        };
+        let shared = |config: &ListenerConfig, body: ChainBody| SharedListener {
             id,
-            sockets,
-            limits: ConnectionLimits {
-                process: process_limit.clone(),
-                listener: listener_limit,
-            },
-            tls,
-            routes,
-            filters,
-            routes_key,
-            conn_key: conn_key(listener),
+            sockets: Arc::clone(&sockets),
+            limits: limits.clone(),
+            tls: body.tls,
+            routes: body.routes,
+            filters: body.filters,
+            routes_key: body.routes_key,
+            conn_key: conn_key(config),
+            chains: Vec::new(),
+            selector: None,
+        };
+        let chains: Vec<SharedListener> = (listener.filter_chains.iter())
+            .zip(chains)
+            .map(|(chain, body)| shared(&chain.settings, body))
+            .collect();
+        let selector = (!chains.is_empty()).then(|| {
+            let matches = listener.filter_chains.iter().map(|c| c.matcher.clone());
+            Arc::new(crate::conn::ChainSelector::new(matches.collect()))
+        });
+        listeners.push(SharedListener {
+            chains,
+            selector,
+            ..shared(listener, own)
         });
     }
 
@@ -256,9 +246,11 @@ pub(crate) fn build(
             .listeners
             .iter()
             .zip(&listeners)
-            .filter_map(|(l, shared)| {
-                let counters = stats.catalog.certificate_reloads(shard, &l.name);
-                shared.tls.as_ref().map(|tls| (Arc::clone(tls), counters))
+            .flat_map(|(l, shared)| {
+                (std::iter::once(shared).chain(&shared.chains)).filter_map(move |s| {
+                    let counters = stats.catalog.certificate_reloads(shard, &l.name);
+                    s.tls.as_ref().map(|tls| (Arc::clone(tls), counters))
+                })
             })
             .unzip();
         Arc::new(TlsListeners::new(servers, counters))
@@ -277,10 +269,74 @@ pub(crate) fn build(
     Ok((generation, commit))
 }
 
+/// What a listener's chain (or its own settings) is served with, besides the socket.
+struct ChainBody {
+    tls: Option<Arc<ServerTls>>,
+    routes: Arc<RouteTable>,
+    filters: Arc<SharedFilters>,
+    routes_key: u64,
+}
+
+/// Builds a chain's TLS, routes and filters, keeping those of `old` that did not change.
+fn chain_body(
+    listener: &ListenerConfig,
+    old: Option<(&ListenerConfig, &SharedListener)>,
+    cluster_order: u64,
+    commit: &mut Commit,
+) -> Result<ChainBody, BuildError> {
+    let tls = match (&listener.tls, old) {
+        (None, _) => None,
+        (Some(spec), Some((_, shared)))
+            if shared.tls.as_ref().is_some_and(|t| t.spec() == spec) =>
+        {
+            // Same files: read them again (new certificates are picked up), keeping the
+            // session tickets and cache.
+            config::tls::material::check_listener(spec).map_err(|source| BuildError::Tls {
+                scope: format!("listener `{}`", listener.name),
+                source: Box::new(source),
+            })?;
+            let kept = shared.tls.clone();
+            commit.certificates.extend(kept.clone());
+            kept
+        }
+        (Some(spec), _) => Some(Arc::new(ServerTls::new(&listener.name, spec).map_err(
+            |source| BuildError::Tls {
+                scope: format!("listener `{}`", listener.name),
+                source: Box::new(source),
+            },
+        )?)),
+    };
+    // Unchanged routes and filters keep their table (tens of milliseconds to build at
+    // 100,000 routes) and their rate-limit buckets. Routes name their clusters by place
+    // in the config (not serialized): the clusters' order is part of the key, or a
+    // cluster added before another would send the kept routes' traffic to it.
+    let routes_key = hash_of(&(
+        &listener.http_filters,
+        &listener.route_config,
+        cluster_order,
+    ));
+    let (routes, filters) = match old {
+        Some((_, shared)) if shared.routes_key == routes_key => {
+            (Arc::clone(&shared.routes), Arc::clone(&shared.filters))
+        }
+        _ => (
+            Arc::new(RouteTable::new(listener.route_config.clone())),
+            Arc::new(SharedFilters::new(listener)),
+        ),
+    };
+    Ok(ChainBody {
+        tls,
+        routes,
+        filters,
+        routes_key,
+    })
+}
+
 fn log_targets(config: &Config) -> impl Iterator<Item = config::LogTarget> + '_ {
     config
         .listeners
         .iter()
+        .flat_map(|l| std::iter::once(l).chain(l.filter_chains.iter().map(|c| &*c.settings)))
         .flat_map(|l| l.access_logs.iter().map(|a| a.target.clone()))
 }
 
@@ -352,6 +408,10 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         tcp_proxy,
         http_filters: _,
         route_config: _,
+        filter_chains: _,
+        default_chain: _,
+        listener_filters_timeout: _,
+        continue_on_listener_filters_timeout: _,
     } = listener;
     hash_of(&(
         name,

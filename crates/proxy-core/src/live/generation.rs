@@ -50,6 +50,10 @@ pub(crate) struct SharedListener {
     /// A hash of what a connection is served with (everything but routes and filters):
     /// equal keys let a worker keep the connection-level context.
     pub(crate) conn_key: u64,
+    /// Its filter chains, in config order: each served as a listener of its own on the same
+    /// sockets (same id and limits), picked per connection by `selector`.
+    pub(crate) chains: Vec<SharedListener>,
+    pub(crate) selector: Option<Arc<crate::conn::ChainSelector>>,
 }
 
 /// A listener's bound sockets, one per worker, each taken by its worker when it starts

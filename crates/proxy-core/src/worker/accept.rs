@@ -54,8 +54,11 @@ impl Accepted {
             Rc::clone(ctx),
             Rc::clone(&self.worker),
         ));
-        let http = Rc::clone(&listener.http);
-        let settings = Rc::clone(&state.conn);
+        let served = conn::Served {
+            http: Rc::clone(&listener.http),
+            settings: Rc::clone(&state.conn),
+            chains: state.chains.clone(),
+        };
         let drain = listener.drain.watch();
         let closed = Closed {
             worker: Rc::clone(&self.worker),
@@ -70,7 +73,7 @@ impl Accepted {
             .as_ref()
             .map(|lot| (Rc::clone(lot), Rc::clone(listener)));
         tokio::task::spawn_local(Served::new(
-            conn::serve(stream, conn_ctx, http, settings, drain),
+            conn::serve(stream, conn_ctx, served, drain),
             listener.close.watch(),
             closed,
             parking,

@@ -13,7 +13,7 @@ use http::HeaderValue;
 use crate::access_log::{LogSinks, WorkerLog};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
-use crate::conn::{Codecs, ConnSettings};
+use crate::conn::{ChainEntry, Chains, Codecs, ConnSettings};
 use crate::context::{ForwardedTrust, ListenerCtx, Signal};
 use crate::filters::FilterChain;
 use crate::http::{HttpCtx, HttpSlot, RequestIdPolicy, ServerHeader};
@@ -30,6 +30,9 @@ pub(super) struct Listener {
     state: RefCell<Rc<ListenerState>>,
     /// The routes, filters and clusters of the next request on any of its connections.
     pub(super) http: Rc<HttpSlot>,
+    /// The same for each of its filter chains, by name: kept across generations, so a
+    /// connection follows its chain's changes.
+    chain_slots: RefCell<Vec<(String, Rc<HttpSlot>)>>,
     /// Turned on to stop accepting and drain the listener's connections.
     pub(super) drain: Signal,
     /// Turned on when the drain time is up: the connections left are closed.
@@ -53,6 +56,10 @@ pub(super) struct ListenerState {
     pub(super) conn: Rc<ConnSettings>,
     /// What `ctx` and `conn` were built from, to tell whether a new generation changes them.
     built_from: BuiltFrom,
+    /// Its filter chains, when it has several.
+    pub(super) chains: Option<Rc<Chains>>,
+    /// What each chain's context was built from, in the order of `chains.entries`.
+    chains_built_from: Vec<(String, BuiltFrom)>,
 }
 
 #[derive(PartialEq)]
@@ -77,11 +84,13 @@ pub(super) struct Parts<'a> {
 
 impl Listener {
     pub(super) fn new(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>) -> Self {
-        let state = ListenerState::new(config, shared, parts, None);
+        let chain_slots = RefCell::new(Vec::new());
+        let state = ListenerState::new(config, shared, parts, None, &chain_slots);
         Self {
             id: shared.id,
             state: RefCell::new(Rc::new(state)),
             http: Rc::new(HttpSlot::new(http_ctx(config, shared, parts))),
+            chain_slots,
             drain: Signal::default(),
             close: Signal::default(),
             retired: RefCell::new(Vec::new()),
@@ -101,12 +110,24 @@ impl Listener {
         parts: &Parts<'_>,
     ) {
         let old = self.state();
-        let state = ListenerState::new(config, shared, parts, Some(&old));
-        if !Rc::ptr_eq(&state.ctx, &old.ctx) {
-            let mut retired = self.retired.borrow_mut();
-            retired.retain(|ctx| ctx.strong_count() > 0);
-            retired.push(Rc::downgrade(&old.ctx));
+        let state = ListenerState::new(config, shared, parts, Some(&old), &self.chain_slots);
+        let kept = |ctx: &Rc<ListenerCtx>| {
+            Rc::ptr_eq(ctx, &state.ctx)
+                || (state.chains.iter().flat_map(|c| c.entries.iter()))
+                    .any(|e| Rc::ptr_eq(ctx, &e.ctx))
+        };
+        let mut retired = self.retired.borrow_mut();
+        retired.retain(|ctx| ctx.strong_count() > 0);
+        let old_chains = old
+            .chains
+            .iter()
+            .flat_map(|c| c.entries.iter().map(|e| &e.ctx));
+        for ctx in std::iter::once(&old.ctx).chain(old_chains) {
+            if !kept(ctx) {
+                retired.push(Rc::downgrade(ctx));
+            }
         }
+        drop(retired);
         self.state.replace(Rc::new(state));
         self.http.replace(http_ctx(config, shared, parts));
     }
@@ -124,8 +145,15 @@ impl Listener {
 
     /// Hands buffered access log lines to their writer, for this and replaced contexts.
     pub(super) fn flush_logs(&self) {
-        if let Some(log) = &self.state().ctx.access_log {
-            log.flush();
+        let state = self.state();
+        let chains = state
+            .chains
+            .iter()
+            .flat_map(|c| c.entries.iter().map(|e| &e.ctx));
+        for ctx in std::iter::once(&state.ctx).chain(chains) {
+            if let Some(log) = &ctx.access_log {
+                log.flush();
+            }
         }
         let mut retired = self.retired.borrow_mut();
         retired.retain(|ctx| match ctx.upgrade() {
@@ -146,22 +174,50 @@ impl ListenerState {
         shared: &SharedListener,
         parts: &Parts<'_>,
         old: Option<&ListenerState>,
+        chain_slots: &RefCell<Vec<(String, Rc<HttpSlot>)>>,
     ) -> Self {
-        let built_from = BuiltFrom {
-            conn_key: shared.conn_key,
-            tls: shared.tls.as_ref().map(Arc::as_ptr),
-            log_sinks: Arc::as_ptr(parts.log_sinks),
-        };
-        let (ctx, conn) = match old {
-            // Nothing a connection is served with changed: keep it (and its stats handles).
-            Some(old) if old.built_from == built_from => {
-                (Rc::clone(&old.ctx), Rc::clone(&old.conn))
-            }
-            _ => (
-                Rc::new(listener_ctx(config, shared.tls.as_ref(), parts)),
-                Rc::new(conn_settings(config, shared.tls.as_ref(), parts)),
-            ),
-        };
+        let old_own = old.map(|o| (&o.built_from, &o.ctx, &o.conn));
+        let (ctx, conn, built_from) = served_with(config, shared, parts, old_own);
+        let mut chains_built_from = Vec::with_capacity(config.filter_chains.len());
+        let mut slots = chain_slots.borrow_mut();
+        let mut next_slots = Vec::with_capacity(config.filter_chains.len());
+        let chains = shared.selector.as_ref().map(|selector| {
+            let entries = (config.filter_chains.iter().zip(&shared.chains))
+                .map(|(chain, shared_chain)| {
+                    let settings = &*chain.settings;
+                    let old_entry = old.and_then(|o| {
+                        let at = o
+                            .chains_built_from
+                            .iter()
+                            .position(|(n, _)| *n == chain.name)?;
+                        let entry = o.chains.as_ref()?.entries.get(at)?;
+                        Some((&o.chains_built_from[at].1, &entry.ctx, &entry.conn))
+                    });
+                    let (ctx, conn, built_from) =
+                        served_with(settings, shared_chain, parts, old_entry);
+                    chains_built_from.push((chain.name.clone(), built_from));
+                    let http_ctx = http_ctx(settings, shared_chain, parts);
+                    let http = match slots.iter().find(|(n, _)| *n == chain.name) {
+                        Some((_, slot)) => {
+                            slot.replace(http_ctx);
+                            Rc::clone(slot)
+                        }
+                        None => Rc::new(HttpSlot::new(http_ctx)),
+                    };
+                    next_slots.push((chain.name.clone(), Rc::clone(&http)));
+                    ChainEntry { ctx, conn, http }
+                })
+                .collect();
+            Rc::new(Chains {
+                selector: Arc::clone(selector),
+                entries,
+                default: config.default_chain,
+                inspect_timeout: config.listener_filters_timeout,
+                continue_on_timeout: config.continue_on_listener_filters_timeout,
+            })
+        });
+        // The slots of chains gone are let go: their connections finish on what they had.
+        *slots = next_slots;
         Self {
             exact: config.connection_balance == ConnectionBalance::Exact,
             accept_per_event: config.max_connections_to_accept_per_socket_event,
@@ -169,7 +225,34 @@ impl ListenerState {
             ctx,
             conn,
             built_from,
+            chains,
+            chains_built_from,
         }
+    }
+}
+
+/// A chain's (or the listener's own) connection context and settings, those of `old` kept
+/// when nothing they are built from changed (and with them their stats handles).
+fn served_with(
+    config: &ListenerConfig,
+    shared: &SharedListener,
+    parts: &Parts<'_>,
+    old: Option<(&BuiltFrom, &Rc<ListenerCtx>, &Rc<ConnSettings>)>,
+) -> (Rc<ListenerCtx>, Rc<ConnSettings>, BuiltFrom) {
+    let built_from = BuiltFrom {
+        conn_key: shared.conn_key,
+        tls: shared.tls.as_ref().map(Arc::as_ptr),
+        log_sinks: Arc::as_ptr(parts.log_sinks),
+    };
+    match old {
+        Some((from, ctx, conn)) if *from == built_from => {
+            (Rc::clone(ctx), Rc::clone(conn), built_from)
+        }
+        _ => (
+            Rc::new(listener_ctx(config, shared.tls.as_ref(), parts)),
+            Rc::new(conn_settings(config, shared.tls.as_ref(), parts)),
+            built_from,
+        ),
     }
 }
 

@@ -1,0 +1,373 @@
+//! A listener's filter chains: several sets of connection settings on one socket (a TLS
+//! context, HTTP settings, filters and routes, or a TCP relay), each picked for a new
+//! connection by what it shows: its SNI, ALPN, transport, addresses and ports, with the
+//! rules of Envoy's `filter_chain_match`.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::*;
+
+/// One chain: what picks it, and what its connections are served with.
+#[derive(Debug, Clone, Serialize)]
+pub struct FilterChainConfig {
+    pub name: String,
+    #[serde(rename = "match")]
+    pub matcher: ChainMatch,
+    /// A listener's settings: the chain's own TLS, HTTP settings, filters, routes or TCP
+    /// relay, access log and tracing. Its name, address and socket settings (limits, buffer
+    /// limit, PROXY protocol, keep-alive) are the listener's.
+    pub settings: Box<ListenerConfig>,
+}
+
+/// What a connection must show for a chain to serve it (Envoy's `filter_chain_match`). An
+/// empty list or `None` asks nothing. Several chains may fit; the most specific wins, one
+/// criterion after the other in Envoy's order: destination port, destination address,
+/// server name, transport, application protocol, source address, source port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChainMatch {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destination_port: Option<u16>,
+    /// The address the client connected to.
+    #[serde(serialize_with = "nets", skip_serializing_if = "Vec::is_empty")]
+    pub prefix_ranges: Vec<IpNet>,
+    /// SNI names, lower case; `*.example.com` is any name under `example.com` (not itself).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_names: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport_protocol: Option<TransportProtocol>,
+    /// ALPN protocols the client offers (`h2`, `http/1.1`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub application_protocols: Vec<String>,
+    #[serde(serialize_with = "nets", skip_serializing_if = "Vec::is_empty")]
+    pub source_prefix_ranges: Vec<IpNet>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub source_ports: Vec<u16>,
+}
+
+impl ChainMatch {
+    /// Whether picking by this needs the connection's first bytes (its ClientHello).
+    pub fn inspects(&self) -> bool {
+        !self.server_names.is_empty()
+            || self.transport_protocol.is_some()
+            || !self.application_protocols.is_empty()
+    }
+}
+
+/// What a connection's first bytes are: a TLS ClientHello or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportProtocol {
+    Tls,
+    RawBuffer,
+}
+
+fn nets<S: Serializer>(nets: &[IpNet], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(nets.iter().map(ToString::to_string))
+}
+
+/// A chain as the file writes it: a name, what picks it, and the listener keys it serves
+/// its connections with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChain {
+    pub name: String,
+    #[serde(rename = "match", default)]
+    pub matcher: RawChainMatch,
+    #[serde(default)]
+    pub http: RawHttp,
+    #[serde(default, deserialize_with = "crate::access_log::one_or_many")]
+    pub access_log: Vec<RawAccessLog>,
+    pub tls: Option<RawListenerTls>,
+    pub tcp_proxy: Option<super::tcp_proxy::RawTcpProxy>,
+    #[serde(default)]
+    pub http_filters: Vec<RawHttpFilter>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub virtual_hosts: Vec<RawVirtualHost>,
+    pub ignore_port_in_host_matching: Option<bool>,
+    pub tracing: Option<RawListenerTracing>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChainMatch {
+    pub destination_port: Option<u32>,
+    #[serde(default)]
+    pub prefix_ranges: Vec<String>,
+    #[serde(default)]
+    pub server_names: Vec<String>,
+    pub transport_protocol: Option<String>,
+    #[serde(default)]
+    pub application_protocols: Vec<String>,
+    #[serde(default)]
+    pub source_prefix_ranges: Vec<String>,
+    #[serde(default)]
+    pub source_ports: Vec<u32>,
+}
+
+/// The listener `raw`'s chains, checked; `raw` keeps its own settings (its default chain).
+pub(crate) fn chains(
+    raw: &mut RawListener,
+    path: &str,
+    check: &dyn Fn(RawListener, &str) -> Result<ListenerConfig, ConfigError>,
+) -> Result<Vec<FilterChainConfig>, ConfigError> {
+    let raws = std::mem::take(&mut raw.chains);
+    let mut chains: Vec<FilterChainConfig> = Vec::with_capacity(raws.len());
+    let mut seen: HashMap<Combination, usize> = HashMap::new();
+    for (i, chain) in raws.into_iter().enumerate() {
+        let at = format!("{path}.chains[{i}]");
+        if chains.iter().any(|c| c.name == chain.name) || chain.name.is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{at}.name"),
+                format!("expected a name no other chain has, found `{}`", chain.name),
+            ));
+        }
+        let matcher = chain_match(chain.matcher, &format!("{at}.match"))?;
+        for combination in combinations(&matcher) {
+            if let Some(other) = seen.insert(combination, i) {
+                return Err(ConfigError::invalid(
+                    format!("{at}.match"),
+                    format!("matches what chains[{other}] matches: one connection would fit both"),
+                ));
+            }
+        }
+        let body = RawListener {
+            name: raw.name.clone(),
+            address: raw.address.clone(),
+            connection_limit: None,
+            connection_balance: None,
+            max_connections_to_accept_per_socket_event: None,
+            bypass_overload_manager: None,
+            tcp_keepalive: None,
+            per_connection_buffer_limit_bytes: raw.per_connection_buffer_limit_bytes,
+            http: chain.http,
+            access_log: chain.access_log,
+            proxy_protocol: None,
+            tls: chain.tls,
+            tcp_proxy: chain.tcp_proxy,
+            ext_authz: None,
+            http_filters: chain.http_filters,
+            routes: chain.routes,
+            virtual_hosts: chain.virtual_hosts,
+            ignore_port_in_host_matching: chain.ignore_port_in_host_matching,
+            tracing: chain.tracing,
+            tracing_provider: None,
+            chains: Vec::new(),
+            default_chain: None,
+            listener_filters_timeout: None,
+            continue_on_listener_filters_timeout: None,
+            dynamic: raw.dynamic,
+        };
+        chains.push(FilterChainConfig {
+            name: chain.name,
+            matcher,
+            settings: Box::new(check(body, &at)?),
+        });
+    }
+    Ok(chains)
+}
+
+/// A chain's settings take the listener's socket settings (one socket serves them all).
+pub(crate) fn inherit(listener: &mut ListenerConfig) {
+    let mut chains = std::mem::take(&mut listener.filter_chains);
+    for chain in &mut chains {
+        let settings = &mut chain.settings;
+        settings.name.clone_from(&listener.name);
+        settings.address = listener.address;
+        settings.connection_limit = listener.connection_limit;
+        settings.connection_balance = listener.connection_balance;
+        settings.max_connections_to_accept_per_socket_event =
+            listener.max_connections_to_accept_per_socket_event;
+        settings.bypass_overload_manager = listener.bypass_overload_manager;
+        settings.tcp_keepalive = listener.tcp_keepalive;
+        settings.buffer_limit = listener.buffer_limit;
+        settings.proxy_protocol = listener.proxy_protocol;
+        settings.listener_filters_timeout = listener.listener_filters_timeout;
+        settings.continue_on_listener_filters_timeout =
+            listener.continue_on_listener_filters_timeout;
+    }
+    listener.filter_chains = chains;
+}
+
+fn chain_match(raw: RawChainMatch, at: &str) -> Result<ChainMatch, ConfigError> {
+    let port = |p: u32, at: String| match u16::try_from(p) {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(ConfigError::invalid(
+            at,
+            format!("expected a port (1 to 65535), found {p}"),
+        )),
+    };
+    let ranges = |list: Vec<String>, at: String| -> Result<Vec<IpNet>, ConfigError> {
+        list.into_iter()
+            .map(|text| {
+                text.parse::<IpNet>()
+                    .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
+                    .map(|net| net.trunc())
+                    .map_err(|_| {
+                        ConfigError::invalid(
+                            at.clone(),
+                            format!("expected an address range (`10.0.0.0/8`), found `{text}`"),
+                        )
+                    })
+            })
+            .collect()
+    };
+    let server_names = raw
+        .server_names
+        .into_iter()
+        .map(|name| server_name(&name, &format!("{at}.server_names")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let transport_protocol = match raw.transport_protocol.as_deref() {
+        None | Some("") => None,
+        Some("tls") => Some(TransportProtocol::Tls),
+        Some("raw_buffer") => Some(TransportProtocol::RawBuffer),
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                format!("{at}.transport_protocol"),
+                format!("expected `tls` or `raw_buffer`, found `{other}`"),
+            ));
+        }
+    };
+    if raw.application_protocols.iter().any(String::is_empty) {
+        return Err(ConfigError::invalid(
+            format!("{at}.application_protocols"),
+            "expected protocol names (`h2`, `http/1.1`), found an empty one",
+        ));
+    }
+    Ok(ChainMatch {
+        destination_port: raw
+            .destination_port
+            .map(|p| port(p, format!("{at}.destination_port")))
+            .transpose()?,
+        prefix_ranges: ranges(raw.prefix_ranges, format!("{at}.prefix_ranges"))?,
+        server_names,
+        transport_protocol,
+        application_protocols: raw.application_protocols,
+        source_prefix_ranges: ranges(
+            raw.source_prefix_ranges,
+            format!("{at}.source_prefix_ranges"),
+        )?,
+        source_ports: raw
+            .source_ports
+            .into_iter()
+            .map(|p| port(p, format!("{at}.source_ports")))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// An SNI name to match: a host name, or `*.` and one (Envoy's only wildcard).
+fn server_name(name: &str, at: &str) -> Result<String, ConfigError> {
+    let lower = name.to_ascii_lowercase();
+    let host = lower.strip_prefix("*.").unwrap_or(&lower);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if host.len() > 253 || !host.split('.').all(label_ok) {
+        return Err(ConfigError::invalid(
+            at,
+            format!(
+                "expected a host name or `*.` and one (`*.example.com`; no other wildcard), \
+                 found `{name}`"
+            ),
+        ));
+    }
+    Ok(lower)
+}
+
+/// One point of a match's space: one value or "any" per criterion.
+type Combination = (
+    Option<u16>,
+    Option<IpNet>,
+    Option<String>,
+    Option<TransportProtocol>,
+    Option<String>,
+    Option<IpNet>,
+    Option<u16>,
+);
+
+/// Every point a match covers; two chains covering one point are ambiguous (Envoy refuses
+/// them too).
+fn combinations(m: &ChainMatch) -> HashSet<Combination> {
+    fn any<T: Clone>(list: &[T]) -> Vec<Option<T>> {
+        if list.is_empty() {
+            vec![None]
+        } else {
+            list.iter().cloned().map(Some).collect()
+        }
+    }
+    let mut out = HashSet::new();
+    for net in any(&m.prefix_ranges) {
+        for name in any(&m.server_names) {
+            for alpn in any(&m.application_protocols) {
+                for source in any(&m.source_prefix_ranges) {
+                    for port in any(&m.source_ports) {
+                        out.insert((
+                            m.destination_port,
+                            net,
+                            name.clone(),
+                            m.transport_protocol,
+                            alpn.clone(),
+                            source,
+                            port,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    fn load(chains: &str) -> Result<Config, crate::ConfigError> {
+        Config::from_yaml(&format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    chains:\n{chains}clusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n"
+        ))
+    }
+
+    #[test]
+    fn chains_take_the_listener_socket_settings_and_no_default_without_routes() {
+        let config = load(
+            "      - name: a\n        match: { server_names: [A.example.com, '*.b.example.com'] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+        )
+        .expect("valid");
+        let listener = &config.listeners[0];
+        assert!(!listener.default_chain);
+        let chain = &listener.filter_chains[0];
+        assert_eq!(chain.settings.name, "l");
+        assert_eq!(
+            chain.matcher.server_names,
+            ["a.example.com", "*.b.example.com"]
+        );
+    }
+
+    #[test]
+    fn overlapping_matches_and_bad_names_are_refused() {
+        let error = load(
+            "      - name: a\n        match: { server_names: [a.example.com, b.example.com] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n      - name: b\n        match: { server_names: [b.example.com] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+        )
+        .expect_err("ambiguous");
+        assert!(error.to_string().contains("chains[1].match"), "{error}");
+        let error = load(
+            "      - name: a\n        match: { server_names: ['www.*.com'] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+        )
+        .expect_err("partial wildcard");
+        assert!(error.to_string().contains("server_names"), "{error}");
+        let error = load(
+            "      - name: a\n        match: { transport_protocol: quic }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+        )
+        .expect_err("unknown transport");
+        assert!(error.to_string().contains("transport_protocol"), "{error}");
+    }
+}

@@ -1,0 +1,204 @@
+//! The first bytes of a connection, read to pick its filter chain (Envoy's `tls_inspector`):
+//! a TLS ClientHello's SNI and ALPN, or "not TLS". The bytes are peeked, never taken, so the
+//! chain's TLS handshake, or a passthrough relay, reads the ClientHello whole.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// Envoy's `max_client_hello_size`: a larger ClientHello is refused, never buffered on.
+pub(crate) const MAX_CLIENT_HELLO: usize = 64 * 1024;
+
+/// A TLS record's header: type, version, length.
+const RECORD_HEADER: usize = 5;
+/// The record type of a handshake message.
+const HANDSHAKE: u8 = 22;
+
+/// What a connection's first bytes say.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hello {
+    /// A TLS ClientHello; otherwise the connection is plain bytes (`raw_buffer`).
+    pub(crate) tls: bool,
+    /// Its SNI, in lower case.
+    pub(crate) server_name: Option<String>,
+    /// The ALPN protocols it offers, in its order.
+    pub(crate) alpn: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum HelloError {
+    /// The client closed, or sent half a ClientHello and stopped.
+    Closed,
+    /// A ClientHello over [`MAX_CLIENT_HELLO`].
+    TooLarge,
+    /// Nothing conclusive within the listener's `listener_filters_timeout`.
+    Timeout,
+}
+
+/// Peeks at `stream` until its first bytes tell a whole ClientHello or not TLS.
+pub(crate) async fn inspect(
+    stream: &TcpStream,
+    timeout: Option<Duration>,
+) -> Result<Hello, HelloError> {
+    let read = read_hello(stream);
+    match timeout {
+        None => read.await,
+        Some(limit) => tokio::time::timeout(limit, read)
+            .await
+            .unwrap_or(Err(HelloError::Timeout)),
+    }
+}
+
+async fn read_hello(stream: &TcpStream) -> Result<Hello, HelloError> {
+    let mut buf = vec![0u8; 1024];
+    let mut seen = 0;
+    loop {
+        let ready = stream
+            .ready(Interest::READABLE)
+            .await
+            .map_err(|_| HelloError::Closed)?;
+        // A peek that shows nothing new is a would-block: readiness is then cleared, and
+        // the next segment's arrival wakes this again (peeking would otherwise spin).
+        let peeked = stream.try_io(Interest::READABLE, || {
+            let n = socket2::SockRef::from(stream).peek(uninit(&mut buf))?;
+            if n == seen && n > 0 {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        let n = match peeked {
+            Ok(0) => return Err(HelloError::Closed),
+            Ok(n) => n,
+            // The peer's end is read: nothing more is coming.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && ready.is_read_closed() => {
+                return Err(HelloError::Closed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return Err(HelloError::Closed),
+        };
+        seen = n;
+        match parse(&buf[..n]) {
+            Parsed::Done(hello) => return Ok(hello),
+            Parsed::TooLarge => return Err(HelloError::TooLarge),
+            Parsed::More if n < buf.len() => {}
+            Parsed::More if buf.len() >= MAX_CLIENT_HELLO + RECORD_HEADER => {
+                return Err(HelloError::TooLarge);
+            }
+            // The buffer is full: a bigger one, up to the limit.
+            Parsed::More => buf.resize((buf.len() * 4).min(MAX_CLIENT_HELLO + RECORD_HEADER), 0),
+        }
+    }
+}
+
+/// `buf` as the buffer `peek` writes into.
+#[allow(unsafe_code)]
+fn uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: same layout; `peek` only writes initialised bytes, so `buf` stays initialised.
+    unsafe { &mut *(std::ptr::from_mut::<[u8]>(buf) as *mut [MaybeUninit<u8>]) }
+}
+
+enum Parsed {
+    Done(Hello),
+    More,
+    /// Its handshake header says it is over [`MAX_CLIENT_HELLO`].
+    TooLarge,
+}
+
+/// The handshake message type of a ClientHello.
+const CLIENT_HELLO: u8 = 1;
+
+/// Reads a ClientHello from the bytes so far with rustls's own parser.
+fn parse(bytes: &[u8]) -> Parsed {
+    if bytes.first() != Some(&HANDSHAKE) {
+        return Parsed::Done(Hello::default());
+    }
+    // The handshake header after the record's: type, then a 24-bit length.
+    if let [_, _, _, _, _, CLIENT_HELLO, a, b, c, ..] = *bytes {
+        let length = u32::from_be_bytes([0, a, b, c]) as usize;
+        if length + 4 > MAX_CLIENT_HELLO {
+            return Parsed::TooLarge;
+        }
+    }
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match acceptor.read_tls(&mut rest) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(_) => return Parsed::Done(Hello::default()),
+        }
+    }
+    match acceptor.accept() {
+        Ok(Some(accepted)) => {
+            let hello = accepted.client_hello();
+            Parsed::Done(Hello {
+                tls: true,
+                server_name: hello.server_name().map(str::to_ascii_lowercase),
+                alpn: hello
+                    .alpn()
+                    .map(|protocols| protocols.map(<[u8]>::to_vec).collect())
+                    .unwrap_or_default(),
+            })
+        }
+        Ok(None) => Parsed::More,
+        // Not a ClientHello rustls can read: the chains see plain bytes, as Envoy's
+        // inspector's `tls_not_found`.
+        Err(_) => Parsed::Done(Hello::default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real ClientHello, as rustls's client writes it.
+    fn client_hello(name: &str, alpn: &[&[u8]]) -> Vec<u8> {
+        let provider = config::tls::material::provider();
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let server = rustls::pki_types::ServerName::try_from(name.to_owned()).expect("name");
+        let mut conn =
+            rustls::ClientConnection::new(std::sync::Arc::new(config), server).expect("client");
+        let mut out = Vec::new();
+        conn.write_tls(&mut out).expect("hello");
+        out
+    }
+
+    #[test]
+    fn sni_and_alpn_are_read_and_a_partial_hello_asks_for_more() {
+        let hello = client_hello("WWW.Example.com", &[b"h2", b"http/1.1"]);
+        match parse(&hello) {
+            Parsed::Done(h) => {
+                assert!(h.tls);
+                assert_eq!(h.server_name.as_deref(), Some("www.example.com"));
+                assert_eq!(h.alpn, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+            }
+            _ => panic!("a whole hello"),
+        }
+        for cut in [1, RECORD_HEADER, hello.len() / 2, hello.len() - 1] {
+            assert!(matches!(parse(&hello[..cut]), Parsed::More), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn plain_bytes_are_not_tls() {
+        match parse(b"GET / HTTP/1.1\r\n") {
+            Parsed::Done(h) => assert_eq!(h, Hello::default()),
+            _ => panic!("plain text is known at once"),
+        }
+    }
+
+    #[test]
+    fn a_hello_longer_than_the_limit_is_refused_from_its_header() {
+        let header = [HANDSHAKE, 3, 1, 0x40, 0, CLIENT_HELLO, 0x01, 0x11, 0x70];
+        assert!(matches!(parse(&header), Parsed::TooLarge));
+    }
+}
