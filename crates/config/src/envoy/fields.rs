@@ -120,6 +120,20 @@ pub(crate) const PROXY_PROTOCOL: &[(u32, &str)] = &[
     (6, "tlv_location"),
 ];
 
+pub(crate) const FILTER_CHAIN_MATCH: &[(u32, &str)] = &[
+    (3, "prefix_ranges"),
+    (4, "address_suffix"),
+    (5, "suffix_len"),
+    (6, "source_prefix_ranges"),
+    (7, "source_ports"),
+    (8, "destination_port"),
+    (9, "transport_protocol"),
+    (10, "application_protocols"),
+    (11, "server_names"),
+    (12, "source_type"),
+    (13, "direct_source_prefix_ranges"),
+];
+
 pub(crate) const FILTER_CHAIN: &[(u32, &str)] = &[
     (1, "filter_chain_match"),
     (3, "filters"),

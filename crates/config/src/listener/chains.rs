@@ -128,6 +128,23 @@ pub(crate) fn chains(
             ));
         }
         let matcher = chain_match(chain.matcher, &format!("{at}.match"))?;
+        let points = [
+            matcher.prefix_ranges.len(),
+            matcher.server_names.len(),
+            matcher.application_protocols.len(),
+            matcher.source_prefix_ranges.len(),
+            matcher.source_ports.len(),
+        ]
+        .iter()
+        .try_fold(1usize, |n, len| n.checked_mul((*len).max(1)));
+        if points.is_none_or(|n| n > MAX_MATCH_POINTS) {
+            return Err(ConfigError::invalid(
+                format!("{at}.match"),
+                format!(
+                    "its lists make over {MAX_MATCH_POINTS} combinations: split it into chains"
+                ),
+            ));
+        }
         for combination in combinations(&matcher) {
             if let Some(other) = seen.insert(combination, i) {
                 return Err(ConfigError::invalid(
@@ -163,10 +180,30 @@ pub(crate) fn chains(
             continue_on_listener_filters_timeout: None,
             dynamic: raw.dynamic,
         };
+        let settings = check(body, &at)?;
+        let picks_tls = !matcher.server_names.is_empty()
+            || !matcher.application_protocols.is_empty()
+            || matcher.transport_protocol == Some(TransportProtocol::Tls);
+        if picks_tls && settings.tls.is_none() && settings.tcp_proxy.is_none() {
+            return Err(ConfigError::invalid(
+                at,
+                "picks TLS connections (by server_names, application_protocols or \
+                 transport_protocol: tls) but neither terminates TLS (`tls`) nor relays it \
+                 (`tcp_proxy`)",
+            ));
+        }
+        if matcher.transport_protocol == Some(TransportProtocol::RawBuffer)
+            && settings.tls.is_some()
+        {
+            return Err(ConfigError::invalid(
+                format!("{at}.tls"),
+                "the chain picks connections that are not TLS (transport_protocol: raw_buffer)",
+            ));
+        }
         chains.push(FilterChainConfig {
             name: chain.name,
             matcher,
-            settings: Box::new(check(body, &at)?),
+            settings: Box::new(settings),
         });
     }
     Ok(chains)
@@ -282,6 +319,9 @@ fn server_name(name: &str, at: &str) -> Result<String, ConfigError> {
     Ok(lower)
 }
 
+/// Combinations one chain's match may make (each list's length multiplied).
+const MAX_MATCH_POINTS: usize = 10_000;
+
 /// One point of a match's space: one value or "any" per criterion.
 type Combination = (
     Option<u16>,
@@ -339,7 +379,7 @@ mod tests {
     #[test]
     fn chains_take_the_listener_socket_settings_and_no_default_without_routes() {
         let config = load(
-            "      - name: a\n        match: { server_names: [A.example.com, '*.b.example.com'] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+            "      - name: a\n        match: { server_names: [A.example.com, '*.b.example.com'] }\n        tcp_proxy: { cluster: c }\n",
         )
         .expect("valid");
         let listener = &config.listeners[0];
@@ -355,19 +395,24 @@ mod tests {
     #[test]
     fn overlapping_matches_and_bad_names_are_refused() {
         let error = load(
-            "      - name: a\n        match: { server_names: [a.example.com, b.example.com] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n      - name: b\n        match: { server_names: [b.example.com] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+            "      - name: a\n        match: { server_names: [a.example.com, b.example.com] }\n        tcp_proxy: { cluster: c }\n      - name: b\n        match: { server_names: [b.example.com] }\n        tcp_proxy: { cluster: c }\n",
         )
         .expect_err("ambiguous");
         assert!(error.to_string().contains("chains[1].match"), "{error}");
         let error = load(
-            "      - name: a\n        match: { server_names: ['www.*.com'] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+            "      - name: a\n        match: { server_names: ['www.*.com'] }\n        tcp_proxy: { cluster: c }\n",
         )
         .expect_err("partial wildcard");
         assert!(error.to_string().contains("server_names"), "{error}");
         let error = load(
-            "      - name: a\n        match: { transport_protocol: quic }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+            "      - name: a\n        match: { transport_protocol: quic }\n        tcp_proxy: { cluster: c }\n",
         )
         .expect_err("unknown transport");
         assert!(error.to_string().contains("transport_protocol"), "{error}");
+        let error = load(
+            "      - name: a\n        match: { server_names: [a.example.com] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n",
+        )
+        .expect_err("picked by SNI, served as plain HTTP");
+        assert!(error.to_string().contains("neither terminates"), "{error}");
     }
 }

@@ -38,6 +38,15 @@ pub(crate) fn listener(
         }
         Some(on) => on,
     };
+    if !default_chain
+        && (raw.tls.is_some() || !raw.http_filters.is_empty() || !raw.access_log.is_empty())
+    {
+        return Err(ConfigError::invalid(
+            path.to_owned(),
+            "its chains serve every connection (it has no routes or tcp_proxy of its own): \
+             `tls`, `http_filters` and `access_log` go in each chain",
+        ));
+    }
     let connection_limit = limit(raw.connection_limit, &format!("{path}.connection_limit"))?;
     let connection_balance = match raw.connection_balance.as_deref() {
         None | Some("reuse_port") => ConnectionBalance::ReusePort,

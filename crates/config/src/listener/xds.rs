@@ -92,12 +92,32 @@ fn proxy_protocol_filter(
 #[derive(Debug, Clone)]
 pub struct XdsListener {
     pub name: String,
-    /// The listener as the config file would write it, without routes.
+    /// Its socket settings as the config file writes them, with no chain of its own.
+    socket: RawListener,
+    /// Its own chain: Envoy's only filter chain when nothing picks it, or its
+    /// `default_filter_chain`. `None`: a connection no chain fits is closed.
+    own: Option<XdsChain>,
+    /// Its filter chains picked by `filter_chain_match`.
+    chains: Vec<MatchedChain>,
+}
+
+#[derive(Debug, Clone)]
+struct MatchedChain {
+    name: String,
+    matcher: crate::RawChainMatch,
+    chain: XdsChain,
+}
+
+/// One filter chain from the management server: its TLS and HTTP connection manager (or TCP
+/// relay).
+#[derive(Debug, Clone)]
+struct XdsChain {
+    /// The chain as the config file would write a listener, without routes.
     raw: RawListener,
     /// Routes given with it.
     inline: Option<XdsRoutes>,
     /// The route configuration it takes from RDS.
-    pub rds: Option<String>,
+    rds: Option<String>,
     /// Upgrades (`websocket`) every route allows.
     upgrades: Vec<String>,
     /// The HTTP filters before the router, in order.
@@ -110,7 +130,7 @@ pub struct XdsListener {
     /// Its connection manager's loggers.
     logs: Vec<crate::access_log::xds::XdsAccessLog>,
     /// The secrets its TLS names (SDS): it warms until they are all there.
-    pub secrets: SecretRefs,
+    secrets: SecretRefs,
 }
 
 /// One HTTP filter of a listener from the management server.
@@ -128,23 +148,108 @@ impl XdsListener {
         translate(listener)
     }
 
-    /// The cluster a TCP proxy listener relays to.
-    pub fn tcp_cluster(&self) -> Option<&str> {
-        self.raw.tcp_proxy.as_ref().map(|t| t.cluster.as_str())
+    fn all_chains(&self) -> impl Iterator<Item = &XdsChain> {
+        self.own.iter().chain(self.chains.iter().map(|c| &c.chain))
     }
 
-    /// The cluster its tracing collector is found in, if any.
-    pub fn tracing_cluster(&self) -> Option<&str> {
-        self.collector.as_ref().map(|c| c.cluster.as_str())
+    /// The route configurations its chains take from RDS.
+    pub fn route_names(&self) -> impl Iterator<Item = &str> {
+        self.all_chains().filter_map(|c| c.rds.as_deref())
+    }
+
+    /// The secrets its chains' TLS names (SDS).
+    pub fn secret_names(&self) -> impl Iterator<Item = &str> {
+        self.all_chains().flat_map(|c| c.secrets.names())
+    }
+
+    /// Whether every secret its chains name has arrived.
+    pub fn secrets_ready(&self, secrets: &Secrets) -> bool {
+        self.all_chains().all(|c| c.secrets.ready(secrets))
+    }
+
+    /// The clusters its TCP relays go to.
+    pub fn tcp_clusters(&self) -> impl Iterator<Item = &str> {
+        self.all_chains().filter_map(XdsChain::tcp_cluster)
+    }
+
+    /// The clusters its tracing collectors are found in.
+    pub fn tracing_clusters(&self) -> impl Iterator<Item = &str> {
+        self.all_chains().filter_map(XdsChain::tracing_cluster)
     }
 
     /// The clusters its loggers' collectors are found in.
     pub fn log_clusters(&self) -> impl Iterator<Item = &str> {
+        self.all_chains().flat_map(XdsChain::log_clusters)
+    }
+
+    /// The clusters its authorization services are found in.
+    pub fn authz_clusters(&self) -> impl Iterator<Item = &str> {
+        self.all_chains().filter_map(XdsChain::authz_cluster)
+    }
+
+    /// As the config file writes it, each chain with its routes (`routes` finds those from
+    /// RDS); `None` while a chain's authorization, tracing or log cluster has no single host.
+    pub(crate) fn section<'r>(
+        &self,
+        routes: &dyn Fn(&str) -> Option<&'r XdsRoutes>,
+        ready: &BTreeMap<&str, bool>,
+        single_hosts: &BTreeMap<&str, &str>,
+        secrets: &Secrets,
+    ) -> Option<RawListener> {
+        let body = |chain: &XdsChain| {
+            let from_rds = chain.rds.as_deref().and_then(routes);
+            chain.section(from_rds, ready, single_hosts, secrets)
+        };
+        let mut raw = match &self.own {
+            Some(own) => body(own)?,
+            None => {
+                let mut raw = self.socket.clone();
+                raw.default_chain = Some(false);
+                raw
+            }
+        };
+        for matched in &self.chains {
+            let chain = body(&matched.chain)?;
+            // One collector per process (checked when the listener came).
+            if raw.tracing_provider.is_none() {
+                raw.tracing_provider = chain.tracing_provider;
+            }
+            raw.chains.push(crate::RawChain {
+                name: matched.name.clone(),
+                matcher: matched.matcher.clone(),
+                http: chain.http,
+                access_log: chain.access_log,
+                tls: chain.tls,
+                tcp_proxy: chain.tcp_proxy,
+                http_filters: chain.http_filters,
+                routes: chain.routes,
+                virtual_hosts: chain.virtual_hosts,
+                ignore_port_in_host_matching: chain.ignore_port_in_host_matching,
+                tracing: chain.tracing,
+            });
+        }
+        Some(raw)
+    }
+}
+
+impl XdsChain {
+    /// The cluster a TCP proxy listener relays to.
+    fn tcp_cluster(&self) -> Option<&str> {
+        self.raw.tcp_proxy.as_ref().map(|t| t.cluster.as_str())
+    }
+
+    /// The cluster its tracing collector is found in, if any.
+    fn tracing_cluster(&self) -> Option<&str> {
+        self.collector.as_ref().map(|c| c.cluster.as_str())
+    }
+
+    /// The clusters its loggers' collectors are found in.
+    fn log_clusters(&self) -> impl Iterator<Item = &str> {
         self.logs.iter().filter_map(|l| l.cluster())
     }
 
     /// The cluster its authorization service is found in, if any.
-    pub fn authz_cluster(&self) -> Option<&str> {
+    fn authz_cluster(&self) -> Option<&str> {
         self.filters.iter().find_map(|f| match f {
             XdsHttpFilter::ExtAuthz(authz) => authz.cluster(),
             XdsHttpFilter::Settled(_) => None,
@@ -153,7 +258,7 @@ impl XdsListener {
 
     /// As the config file writes it, with `routes` (from RDS) when it takes them from there;
     /// `None` while its authorization cluster has no single host to call.
-    pub(crate) fn section(
+    fn section(
         &self,
         routes: Option<&XdsRoutes>,
         ready: &BTreeMap<&str, bool>,
@@ -324,6 +429,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let tcp_keepalive = keepalive(&mut l, &at)?;
     let connection_balance = balance(&mut l, &at)?;
     let mut proxy_protocol = None;
+    let mut http_inspector = false;
     for (i, f) in std::mem::take(&mut l.listener_filters)
         .into_iter()
         .enumerate()
@@ -346,44 +452,184 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
                 fields: vec![format!("listener filter `{}`", f.name)],
             });
         }
+        http_inspector |= f.name == INSPECTORS[1];
     }
-    let mut chains = std::mem::take(&mut l.filter_chains);
-    if let Some(default) = l.default_filter_chain.take() {
-        chains.push(default);
-    }
-    let [chain] =
-        <[FilterChain; 1]>::try_from(chains).map_err(|chains| ResourceError::Unsupported {
-            at: at.clone(),
-            fields: vec![format!("{} filter chains (exactly one)", chains.len())],
-        })?;
-    crate::access_log::xds::listener_logs(&std::mem::take(&mut l.access_log), &at)?;
+    // `0s` is no limit; Envoy's default is 15 s.
+    let listener_filters_timeout = duration(
+        l.listener_filters_timeout.take(),
+        &format!("{at}.listener_filters_timeout"),
+    )?;
+    let continue_on_timeout = std::mem::take(&mut l.continue_on_listener_filters_timeout);
+    let chains = std::mem::take(&mut l.filter_chains);
+    let default = l.default_filter_chain.take();
+    let listener_logs = std::mem::take(&mut l.access_log);
+    crate::access_log::xds::listener_logs(&listener_logs, &at)?;
     l.stat_prefix.clear();
     l.metadata = None;
     l.traffic_direction = 0;
     nothing_else(&l, fields::LISTENER, &at)?;
 
-    let at = format!("{at}.filter_chains[0]");
-    let mut chain = chain;
+    let socket = RawListener {
+        name: name.clone(),
+        address,
+        connection_limit: None,
+        connection_balance,
+        max_connections_to_accept_per_socket_event: accept_per_event,
+        bypass_overload_manager: Some(bypass_overload_manager),
+        tcp_keepalive,
+        per_connection_buffer_limit_bytes: buffer,
+        http: RawHttp::default(),
+        access_log: Vec::new(),
+        proxy_protocol,
+        tls: None,
+        tcp_proxy: None,
+        ext_authz: None,
+        http_filters: Vec::new(),
+        routes: Vec::new(),
+        virtual_hosts: Vec::new(),
+        ignore_port_in_host_matching: None,
+        tracing: None,
+        tracing_provider: None,
+        chains: Vec::new(),
+        default_chain: None,
+        listener_filters_timeout: Some(
+            listener_filters_timeout.unwrap_or(crate::listener::DEFAULT_LISTENER_FILTERS_TIMEOUT),
+        ),
+        continue_on_listener_filters_timeout: Some(continue_on_timeout),
+        dynamic: true,
+    };
+    let picks_nothing = |c: &FilterChain| {
+        c.filter_chain_match
+            .as_ref()
+            .is_none_or(|m| *m == Default::default())
+    };
+    // One chain that nothing picks is the listener's own, as a default chain is.
+    let (own, matched) = match (chains, default) {
+        (chains, None) if chains.len() == 1 && picks_nothing(&chains[0]) => {
+            (chains.into_iter().next(), Vec::new())
+        }
+        (chains, default) => (default, chains),
+    };
+    if own.is_none() && matched.is_empty() {
+        return Err(ResourceError::invalid(at, "no filter chains"));
+    }
+    // Its log is of connections no chain takes; with one that takes them all it never
+    // writes, but without one such connections are closed unlogged here (counted only).
+    if own.is_none() && !listener_logs.is_empty() {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec!["access_log (connections no filter chain takes are not logged)".into()],
+        });
+    }
+    let own = own
+        .map(|chain| {
+            let chain_at = if matched.is_empty() {
+                format!("{at}.filter_chains[0]")
+            } else {
+                format!("{at}.default_filter_chain")
+            };
+            translate_chain(chain, &socket, &chain_at)
+        })
+        .transpose()?;
+    let mut chains: Vec<MatchedChain> = Vec::with_capacity(matched.len());
+    for (i, mut chain) in matched.into_iter().enumerate() {
+        let chain_at = format!("{at}.filter_chains[{i}]");
+        let matcher = chain_match(
+            chain.filter_chain_match.take().unwrap_or_default(),
+            &format!("{chain_at}.filter_chain_match"),
+        )?;
+        // Plain-text connections' protocols come from Envoy's http_inspector, which is not
+        // run here: a chain asking for them would never be picked.
+        if http_inspector
+            && !matcher.application_protocols.is_empty()
+            && matcher.transport_protocol.as_deref() != Some("tls")
+        {
+            return Err(ResourceError::Unsupported {
+                at: format!("{chain_at}.filter_chain_match"),
+                fields: vec![
+                    "application_protocols of plain-text connections (http_inspector)".into(),
+                ],
+            });
+        }
+        // Names must be unique here; Envoy's may be empty.
+        let mut chain_name = std::mem::take(&mut chain.name);
+        if chain_name.is_empty() || chains.iter().any(|c| c.name == chain_name) {
+            chain_name = format!("{chain_name}#{i}");
+        }
+        let chain = translate_chain(chain, &socket, &chain_at)?;
+        if let (Some(a), Some(b)) = (
+            own.iter()
+                .chain(chains.iter().map(|c| &c.chain))
+                .find_map(|c| c.collector.as_ref()),
+            chain.collector.as_ref(),
+        ) && format!("{a:?}") != format!("{b:?}")
+        {
+            return Err(ResourceError::Unsupported {
+                at: chain_at,
+                fields: vec!["tracing providers that differ between chains".into()],
+            });
+        }
+        chains.push(MatchedChain {
+            name: chain_name,
+            matcher,
+            chain,
+        });
+    }
+    Ok(XdsListener {
+        name,
+        socket,
+        own,
+        chains,
+    })
+}
+
+/// Envoy's `filter_chain_match` as the file's `match`.
+fn chain_match(
+    mut m: envoy_types::pb::envoy::config::listener::v3::FilterChainMatch,
+    at: &str,
+) -> Result<crate::RawChainMatch, ResourceError> {
+    let ranges = |list: Vec<envoy_types::pb::envoy::config::core::v3::CidrRange>| {
+        list.into_iter()
+            .map(|c| {
+                let len = c.prefix_len.as_ref().map_or(0, |l| l.value);
+                format!("{}/{len}", c.address_prefix)
+            })
+            .collect::<Vec<_>>()
+    };
+    let matcher = crate::RawChainMatch {
+        destination_port: m.destination_port.take().map(|p| p.value),
+        prefix_ranges: ranges(std::mem::take(&mut m.prefix_ranges)),
+        server_names: std::mem::take(&mut m.server_names),
+        transport_protocol: Some(std::mem::take(&mut m.transport_protocol))
+            .filter(|t| !t.is_empty()),
+        application_protocols: std::mem::take(&mut m.application_protocols),
+        source_prefix_ranges: ranges(std::mem::take(&mut m.source_prefix_ranges)),
+        source_ports: std::mem::take(&mut m.source_ports),
+    };
+    nothing_else(&m, fields::FILTER_CHAIN_MATCH, at)?;
+    Ok(matcher)
+}
+
+/// One filter chain: its TLS, and its connection manager or TCP relay, on the listener's
+/// socket settings.
+fn translate_chain(
+    mut chain: FilterChain,
+    socket: &RawListener,
+    at: &str,
+) -> Result<XdsChain, ResourceError> {
+    let name = socket.name.clone();
+    let at = at.to_owned();
     let filters = std::mem::take(&mut chain.filters);
     let (tls, secrets) = match chain.transport_socket.take() {
-        Some(socket) => {
-            let (tls, secrets) = crate::tls::xds::listener_tls(socket, &at)?;
+        Some(transport) => {
+            let (tls, secrets) = crate::tls::xds::listener_tls(transport, &at)?;
             (Some(tls), secrets)
         }
         None => (None, SecretRefs::default()),
     };
     chain.name.clear();
     chain.metadata = None;
-    if chain
-        .filter_chain_match
-        .take()
-        .is_some_and(|m| m != Default::default())
-    {
-        return Err(ResourceError::Unsupported {
-            at,
-            fields: vec!["filter_chain_match".into()],
-        });
-    }
+    chain.filter_chain_match = None;
     nothing_else(&chain, fields::FILTER_CHAIN, &at)?;
     // A TCP proxy: no HTTP, no routes.
     if let [only] = filters.as_slice()
@@ -392,34 +638,11 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     {
         let tcp = crate::listener::tcp_proxy::xds::tcp_proxy(any, &format!("{at}.filters[0]"))?;
         let raw = RawListener {
-            name: name.clone(),
-            address,
-            connection_limit: None,
-            connection_balance: connection_balance.clone(),
-            max_connections_to_accept_per_socket_event: accept_per_event,
-            bypass_overload_manager: Some(bypass_overload_manager),
-            tcp_keepalive,
-            per_connection_buffer_limit_bytes: buffer,
-            http: RawHttp::default(),
-            access_log: Vec::new(),
-            proxy_protocol,
             tls,
             tcp_proxy: Some(tcp),
-            ext_authz: None,
-            http_filters: Vec::new(),
-            routes: Vec::new(),
-            virtual_hosts: Vec::new(),
-            ignore_port_in_host_matching: None,
-            tracing: None,
-            tracing_provider: None,
-            chains: Vec::new(),
-            default_chain: None,
-            listener_filters_timeout: None,
-            continue_on_listener_filters_timeout: None,
-            dynamic: true,
+            ..socket.clone()
         };
-        return Ok(XdsListener {
-            name,
+        return Ok(XdsChain {
             raw,
             inline: None,
             rds: None,
@@ -460,36 +683,13 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let (tracing, collector) =
         crate::tracing::xds::tracing(hcm.tracing.take(), &format!("{at}.filters[0]"))?;
     let mut raw = RawListener {
-        name: name.clone(),
-        address,
-        connection_limit: None,
-        connection_balance,
-        max_connections_to_accept_per_socket_event: accept_per_event,
-        bypass_overload_manager: Some(bypass_overload_manager),
-        tcp_keepalive,
-        per_connection_buffer_limit_bytes: buffer,
-        http: RawHttp::default(),
-        access_log: Vec::new(),
-        proxy_protocol,
         tls,
-        tcp_proxy: None,
-        ext_authz: None,
-        http_filters: Vec::new(),
-        routes: Vec::new(),
-        virtual_hosts: Vec::new(),
-        ignore_port_in_host_matching: None,
         tracing: Some(tracing),
-        tracing_provider: None,
-        chains: Vec::new(),
-        default_chain: None,
-        listener_filters_timeout: None,
-        continue_on_listener_filters_timeout: None,
-        dynamic: true,
+        ..socket.clone()
     };
     let (inline, rds, upgrades, (filters, off_by_default)) =
         connection_manager(hcm, &mut raw.http, &name, &format!("{at}.filters[0]"))?;
-    Ok(XdsListener {
-        name,
+    Ok(XdsChain {
         raw,
         inline,
         rds,

@@ -189,7 +189,7 @@ impl Resources {
         self.listeners
             .values()
             .chain(self.serving.values())
-            .filter_map(|l| l.value.rds.clone())
+            .flat_map(|l| l.value.route_names().map(str::to_owned))
             .collect()
     }
 
@@ -213,7 +213,7 @@ impl Resources {
     /// earlier versions still serving while one warms.
     pub fn secret_names(&self) -> BTreeSet<String> {
         let listeners = (self.listeners.values().chain(self.serving.values()))
-            .flat_map(|l| l.value.secrets.names());
+            .flat_map(|l| l.value.secret_names());
         let clusters = (self.clusters.values().chain(self.serving_clusters.values()))
             .flat_map(|c| c.value.secrets.names());
         listeners.chain(clusters).map(str::to_owned).collect()
@@ -297,17 +297,13 @@ impl Resources {
             .retain(|name, _| self.listeners.contains_key(name));
         for (name, held) in &self.listeners {
             let warm = |l: &XdsListener| {
-                let routes = l.rds.as_ref().is_none_or(|r| self.routes.contains_key(r));
-                let authz = l
-                    .authz_cluster()
-                    .is_none_or(|c| single_hosts.contains_key(c));
-                let collector = l
-                    .tracing_cluster()
-                    .is_none_or(|c| single_hosts.contains_key(c));
+                let routes = l.route_names().all(|r| self.routes.contains_key(r));
+                let authz = l.authz_clusters().all(|c| single_hosts.contains_key(c));
+                let collector = l.tracing_clusters().all(|c| single_hosts.contains_key(c));
                 let logs = l.log_clusters().all(|c| single_hosts.contains_key(c));
-                let secrets = l.secrets.ready(&self.secrets);
+                let secrets = l.secrets_ready(&self.secrets);
                 // A relay's cluster must be there: the config refers to it.
-                let tcp = l.tcp_cluster().is_none_or(|c| ready.contains_key(c));
+                let tcp = l.tcp_clusters().all(|c| ready.contains_key(c));
                 routes && authz && collector && logs && secrets && tcp
             };
             let listener = if warm(&held.value) {
@@ -321,15 +317,16 @@ impl Resources {
                 }
             };
             input(2, name, listener.digest);
-            let routes = listener.value.rds.as_ref().and_then(|name| {
-                let held = self.routes.get(name)?;
-                input(3, name, held.digest);
-                Some(&*held.value)
-            });
+            for name in listener.value.route_names() {
+                if let Some(held) = self.routes.get(name) {
+                    input(3, name, held.digest);
+                }
+            }
+            let routes = |name: &str| self.routes.get(name).map(|held| &*held.value);
             if let Some(section) =
                 listener
                     .value
-                    .section(routes, &ready, &single_hosts, &self.secrets)
+                    .section(&routes, &ready, &single_hosts, &self.secrets)
             {
                 listeners.push(section);
             }

@@ -462,7 +462,7 @@ fn a_dynamic_name_clashing_with_the_files_is_named_in_the_error() {
         &config.origin,
         vec![
             l.section(
-                Some(&r),
+                &|_: &str| Some(&r),
                 &Default::default(),
                 &Default::default(),
                 &Default::default(),
@@ -603,7 +603,7 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     let raw = XdsListener::decode(&pack(&l))
         .unwrap()
         .section(
-            Some(&r),
+            &|_: &str| Some(&r),
             &Default::default(),
             &Default::default(),
             &Default::default(),
@@ -630,7 +630,7 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     let raw = XdsListener::decode(&pack(&l))
         .unwrap()
         .section(
-            Some(&r),
+            &|_: &str| Some(&r),
             &Default::default(),
             &Default::default(),
             &Default::default(),
@@ -942,7 +942,7 @@ fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
         XdsListener::decode(&pack(l))
             .unwrap()
             .section(
-                None,
+                &|_: &str| None,
                 &std::collections::BTreeMap::new(),
                 &std::collections::BTreeMap::new(),
                 &std::collections::BTreeMap::new(),
@@ -1646,7 +1646,7 @@ fn listeners_naming_another_collector_are_refused() {
         let mut raw = XdsListener::decode(&pack(&listener(name, "r")))
             .unwrap()
             .section(
-                Some(&r),
+                &|_: &str| Some(&r),
                 &Default::default(),
                 &Default::default(),
                 &Default::default(),
@@ -2667,7 +2667,7 @@ fn keepalive_socket_options_become_the_listeners_tcp_keepalive() {
         l.socket_options = options;
         XdsListener::decode(&pack(&l)).map(|l| {
             l.section(
-                Some(&r),
+                &|_: &str| Some(&r),
                 &Default::default(),
                 &Default::default(),
                 &Default::default(),
@@ -2711,7 +2711,7 @@ fn exact_balance_is_the_files_exact_and_reuse_port_is_not_turned_off() {
     let raw = XdsListener::decode(&pack(&l))
         .unwrap()
         .section(
-            Some(&r),
+            &|_: &str| Some(&r),
             &Default::default(),
             &Default::default(),
             &Default::default(),
@@ -2721,4 +2721,93 @@ fn exact_balance_is_the_files_exact_and_reuse_port_is_not_turned_off() {
     l.enable_reuse_port = Some(BoolValue { value: false });
     let error = XdsListener::decode(&pack(&l)).unwrap_err().to_string();
     assert!(error.contains("enable_reuse_port"), "{error}");
+}
+
+/// Several filter chains picked by port and source, each with its own RDS routes: the listener waits for
+/// all of them, and becomes `chains` without a default chain.
+#[test]
+fn filter_chains_become_chains_each_with_its_routes() {
+    use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
+    let mut l = listener("edge", "r-a");
+    let mut b = l.filter_chains[0].clone();
+    let hcm_with = |chain: &mut envoy_types::pb::envoy::config::listener::v3::FilterChain,
+                    rds: &str| {
+        let mut any = match &chain.filters[0].config_type {
+            Some(
+                envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any),
+            ) => any.clone(),
+            _ => panic!("an HCM"),
+        };
+        let text = String::from_utf8_lossy(&any.value).replace("r-a", rds);
+        any.value = text.into_bytes();
+        chain.filters[0].config_type = Some(
+            envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any),
+        );
+    };
+    hcm_with(&mut b, "r-b");
+    l.filter_chains[0].filter_chain_match = Some(FilterChainMatch {
+        destination_port: Some(UInt32Value { value: 8443 }),
+        ..Default::default()
+    });
+    b.filter_chain_match = Some(FilterChainMatch {
+        source_prefix_ranges: vec![envoy_types::pb::envoy::config::core::v3::CidrRange {
+            address_prefix: "10.0.0.0".into(),
+            prefix_len: Some(UInt32Value { value: 8 }),
+        }],
+        transport_protocol: "raw_buffer".into(),
+        ..Default::default()
+    });
+    b.name = "b".into();
+    l.filter_chains.push(b);
+    let mut resources = Resources::default();
+    resources
+        .listeners
+        .insert("edge".into(), held(XdsListener::decode(&pack(&l)).unwrap()));
+    assert_eq!(
+        resources.route_names(),
+        ["r-a".to_owned(), "r-b".to_owned()].into()
+    );
+    resources
+        .routes
+        .insert("r-a".into(), held_routes("r-a", "web"));
+    assert_eq!(
+        resources.sections().warming.listeners,
+        ["edge"],
+        "r-b missing"
+    );
+    resources
+        .routes
+        .insert("r-b".into(), held_routes("r-b", "web"));
+    let Sections { listeners, .. } = resources.sections();
+    let raw = &listeners[0];
+    assert_eq!(raw.default_chain, Some(false));
+    assert_eq!(raw.chains.len(), 2);
+    assert_eq!(raw.chains[1].name, "b");
+    assert_eq!(
+        raw.chains[1].matcher.transport_protocol.as_deref(),
+        Some("raw_buffer")
+    );
+    let origin = crate::Config::from_yaml(
+        "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\nclusters:\n  - { name: web, endpoints: [127.0.0.1:9] }\n",
+    )
+    .unwrap()
+    .origin;
+    let config = compose(&origin, listeners, vec![]).unwrap();
+    let edge = &config.listeners[0];
+    assert!(!edge.default_chain);
+    assert_eq!(edge.filter_chains[0].matcher.destination_port, Some(8443));
+    assert_eq!(
+        edge.filter_chains[1].matcher.source_prefix_ranges[0].to_string(),
+        "10.0.0.0/8"
+    );
+    assert_eq!(edge.filter_chains[1].settings.name, "edge");
+
+    // A source type other than ANY is refused by name.
+    let mut local = listener("edge", "r-a");
+    local.filter_chains[0].filter_chain_match = Some(FilterChainMatch {
+        source_type: 1,
+        ..Default::default()
+    });
+    let error = XdsListener::decode(&pack(&local)).unwrap_err().to_string();
+    assert!(error.contains("source_type"), "{error}");
 }

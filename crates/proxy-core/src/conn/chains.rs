@@ -241,6 +241,8 @@ pub(crate) struct ChainEntry {
     pub(crate) ctx: Rc<ListenerCtx>,
     pub(crate) conn: Rc<ConnSettings>,
     pub(crate) http: Rc<HttpSlot>,
+    /// Raised when the chain is removed, or its listener drains.
+    pub(crate) drain: crate::context::Signal,
 }
 
 #[cfg(test)]

@@ -125,14 +125,30 @@ fn parse(bytes: &[u8]) -> Parsed {
     }
     let mut acceptor = rustls::server::Acceptor::default();
     let mut rest = bytes;
-    while !rest.is_empty() {
-        match acceptor.read_tls(&mut rest) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(_) => return Parsed::Done(Hello::default()),
+    // Fed a record at a time, each looked at: rustls joins a ClientHello's records only
+    // inside `accept`, and would refuse more than one record's worth of bytes unread.
+    let accepted = loop {
+        let record = match rest.get(3..5) {
+            Some(len) => {
+                (RECORD_HEADER + usize::from(u16::from_be_bytes([len[0], len[1]]))).min(rest.len())
+            }
+            None => rest.len(),
+        };
+        let mut chunk = &rest[..record];
+        rest = &rest[record..];
+        while !chunk.is_empty() {
+            match acceptor.read_tls(&mut chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(_) => return Parsed::Done(Hello::default()),
+            }
         }
-    }
-    match acceptor.accept() {
+        match acceptor.accept() {
+            Ok(None) if !rest.is_empty() => {}
+            other => break other,
+        }
+    };
+    match accepted {
         Ok(Some(accepted)) => {
             let hello = accepted.client_hello();
             Parsed::Done(Hello {
@@ -193,6 +209,48 @@ mod tests {
         match parse(b"GET / HTTP/1.1\r\n") {
             Parsed::Done(h) => assert_eq!(h, Hello::default()),
             _ => panic!("plain text is known at once"),
+        }
+    }
+
+    /// `hello` (one record) with a padding extension of `pad` bytes, in records of at most
+    /// 16 KiB.
+    fn padded(hello: &[u8], pad: usize) -> Vec<u8> {
+        let u16_at = |b: &[u8], i: usize| usize::from(u16::from_be_bytes([b[i], b[i + 1]]));
+        let mut body = hello[RECORD_HEADER + 4..].to_vec();
+        let mut i = 2 + 32;
+        i += 1 + usize::from(body[i]);
+        i += 2 + u16_at(&body, i);
+        i += 1 + usize::from(body[i]);
+        let extensions = u16_at(&body, i) + 4 + pad;
+        body[i..i + 2].copy_from_slice(&u16::try_from(extensions).unwrap().to_be_bytes());
+        body.extend_from_slice(&[0, 21]);
+        body.extend_from_slice(&u16::try_from(pad).unwrap().to_be_bytes());
+        body.resize(body.len() + pad, 0);
+        let mut message = vec![CLIENT_HELLO];
+        message.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes()[1..]);
+        message.extend_from_slice(&body);
+        let mut records = Vec::new();
+        for part in message.chunks(16384) {
+            records.extend_from_slice(&[HANDSHAKE, 3, 1]);
+            records.extend_from_slice(&u16::try_from(part.len()).unwrap().to_be_bytes());
+            records.extend_from_slice(part);
+        }
+        records
+    }
+
+    #[test]
+    fn a_hello_over_several_records_is_joined() {
+        let hello = padded(&client_hello("a.example.com", &[b"h2"]), 30_000);
+        assert!(hello.len() > 30_000);
+        match parse(&hello) {
+            Parsed::Done(h) => {
+                assert!(h.tls);
+                assert_eq!(h.server_name.as_deref(), Some("a.example.com"));
+            }
+            _ => panic!("a whole hello of two records"),
+        }
+        for cut in [16384, 16384 + RECORD_HEADER + 3, hello.len() - 1] {
+            assert!(matches!(parse(&hello[..cut]), Parsed::More), "cut at {cut}");
         }
     }
 

@@ -237,6 +237,7 @@ async fn prepare(
             }
             settings = Rc::clone(&entry.conn);
             http = Rc::clone(&entry.http);
+            drain = entry.drain.watch();
         }
     }
     let mut io = match &settings.tls {

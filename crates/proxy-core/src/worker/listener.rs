@@ -30,9 +30,10 @@ pub(super) struct Listener {
     state: RefCell<Rc<ListenerState>>,
     /// The routes, filters and clusters of the next request on any of its connections.
     pub(super) http: Rc<HttpSlot>,
-    /// The same for each of its filter chains, by name: kept across generations, so a
-    /// connection follows its chain's changes.
-    chain_slots: RefCell<Vec<(String, Rc<HttpSlot>)>>,
+    /// The same for each of its filter chains, by name, with the chain's drain: kept across
+    /// generations, so a connection follows its chain's changes, and drains when its chain
+    /// is removed.
+    chain_slots: RefCell<Vec<ChainSlot>>,
     /// Turned on to stop accepting and drain the listener's connections.
     pub(super) drain: Signal,
     /// Turned on when the drain time is up: the connections left are closed.
@@ -40,6 +41,13 @@ pub(super) struct Listener {
     /// Contexts replaced while connections still held them, so their access log lines keep
     /// being flushed.
     retired: RefCell<Vec<Weak<ListenerCtx>>>,
+}
+
+/// A chain's request slot and drain, kept across generations.
+struct ChainSlot {
+    name: String,
+    http: Rc<HttpSlot>,
+    drain: Signal,
 }
 
 /// What new connections of a listener are served with, as of one generation.
@@ -135,12 +143,20 @@ impl Listener {
     /// Stops accepting and drains the listener's connections; those still open after
     /// `drain_timeout` are closed.
     pub(super) fn remove(self: &Rc<Self>, drain_timeout: Duration) {
-        self.drain.raise();
+        self.start_drain();
         let close = self.close.clone();
         tokio::task::spawn_local(async move {
             tokio::time::sleep(drain_timeout).await;
             close.raise();
         });
+    }
+
+    /// Stops accepting and tells every connection, whatever its chain, to finish.
+    pub(super) fn start_drain(&self) {
+        self.drain.raise();
+        for slot in self.chain_slots.borrow().iter() {
+            slot.drain.raise();
+        }
     }
 
     /// Hands buffered access log lines to their writer, for this and replaced contexts.
@@ -174,7 +190,7 @@ impl ListenerState {
         shared: &SharedListener,
         parts: &Parts<'_>,
         old: Option<&ListenerState>,
-        chain_slots: &RefCell<Vec<(String, Rc<HttpSlot>)>>,
+        chain_slots: &RefCell<Vec<ChainSlot>>,
     ) -> Self {
         let old_own = old.map(|o| (&o.built_from, &o.ctx, &o.conn));
         let (ctx, conn, built_from) = served_with(config, shared, parts, old_own);
@@ -197,15 +213,26 @@ impl ListenerState {
                         served_with(settings, shared_chain, parts, old_entry);
                     chains_built_from.push((chain.name.clone(), built_from));
                     let http_ctx = http_ctx(settings, shared_chain, parts);
-                    let http = match slots.iter().find(|(n, _)| *n == chain.name) {
-                        Some((_, slot)) => {
-                            slot.replace(http_ctx);
-                            Rc::clone(slot)
+                    let slot = match slots.iter().position(|s| s.name == chain.name) {
+                        Some(at) => {
+                            let slot = slots.swap_remove(at);
+                            slot.http.replace(http_ctx);
+                            slot
                         }
-                        None => Rc::new(HttpSlot::new(http_ctx)),
+                        None => ChainSlot {
+                            name: chain.name.clone(),
+                            http: Rc::new(HttpSlot::new(http_ctx)),
+                            drain: Signal::default(),
+                        },
                     };
-                    next_slots.push((chain.name.clone(), Rc::clone(&http)));
-                    ChainEntry { ctx, conn, http }
+                    let entry = ChainEntry {
+                        ctx,
+                        conn,
+                        http: Rc::clone(&slot.http),
+                        drain: slot.drain.clone(),
+                    };
+                    next_slots.push(slot);
+                    entry
                 })
                 .collect();
             Rc::new(Chains {
@@ -216,8 +243,10 @@ impl ListenerState {
                 continue_on_timeout: config.continue_on_listener_filters_timeout,
             })
         });
-        // The slots of chains gone are let go: their connections finish on what they had.
-        *slots = next_slots;
+        // The connections of chains gone are drained (their requests in flight finish).
+        for gone in std::mem::replace(&mut *slots, next_slots) {
+            gone.drain.raise();
+        }
         Self {
             exact: config.connection_balance == ConnectionBalance::Exact,
             accept_per_event: config.max_connections_to_accept_per_socket_event,

@@ -322,7 +322,7 @@ async fn run(spec: WorkerSpec) {
     worker_ctx.draining.set(true);
     let listeners = worker.listeners.borrow().clone();
     for listener in &listeners {
-        listener.drain.raise();
+        listener.start_drain();
     }
     // Accept loops end on the drain and close their sockets.
     for (_, task) in worker.accept_loops.drain() {
