@@ -1525,3 +1525,59 @@ clusters:
         );
     }
 }
+
+mod filter_chain_reloads {
+    use super::*;
+
+    fn config(dir: &ScratchDir, leaf: &Leaf, chains: &[(&str, &str)]) -> String {
+        let (cert, key) = leaf.write(dir, "edge");
+        let mut yaml = String::from(
+            "admin: { address: 127.0.0.1:0 }\nlisteners:\n  - name: edge\n    address: 127.0.0.1:0\n    chains:\n",
+        );
+        for (name, body) in chains {
+            yaml.push_str(&format!(
+                "      - name: {name}\n        match: {{ server_names: [{name}.test] }}\n        tls: {{ certificates: [{{ cert_chain: {cert}, private_key: {key} }}] }}\n        routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: 200, body: \"{body}\" }} }}]\n"
+            ));
+        }
+        yaml
+    }
+
+    /// A changed chain's open connections take its new routes at their next request; a
+    /// removed chain's are drained, and new connections for its name find no chain.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_changed_chain_follows_and_a_removed_one_drains() {
+        let dir = ScratchDir::new();
+        let ca = Ca::new("edge ca");
+        let leaf = ca.leaf(&["a.test", "b.test"]);
+        let proxy = Proxy::start(&config(&dir, &leaf, &[("a", "a1"), ("b", "b1")]), 1);
+        let admin = proxy.admin.unwrap();
+        let client = client_config(ca.roots(), ClientOptions::default());
+        let mut on_a = h1_over(tls_connect(proxy.addr(), &client, "a.test").await.unwrap()).await;
+        let mut on_b = h1_over(tls_connect(proxy.addr(), &client, "b.test").await.unwrap()).await;
+        for (sender, want) in [(&mut on_a, "a1"), (&mut on_b, "b1")] {
+            let response = sender.send_request(get("/", &[])).await.unwrap();
+            assert_eq!(text(response.into_body()).await, want);
+        }
+
+        std::fs::write(proxy.config_path(), config(&dir, &leaf, &[("a", "a2")])).unwrap();
+        let (status, body) = admin_request(admin, "POST", "/reload");
+        assert_eq!(status, 200, "{body}");
+
+        let response = on_a.send_request(get("/", &[])).await.unwrap();
+        assert_eq!(
+            text(response.into_body()).await,
+            "a2",
+            "the same connection"
+        );
+        // The idle connection of the removed chain is closed by the drain.
+        eventually("the removed chain's connection closes", async || {
+            on_b.ready().await.is_err()
+        })
+        .await;
+        assert!(tls_connect(proxy.addr(), &client, "b.test").await.is_err());
+        assert_eq!(
+            stat_settled(admin, "downstream_cx_no_filter_chain_match", 1),
+            1
+        );
+    }
+}
