@@ -1478,6 +1478,20 @@ clusters:
             stat_settled(admin, "downstream_cx_no_filter_chain_match", 2),
             2
         );
+
+        // `/certs` lists each chain's certificate.
+        let (status, body) = admin_request(admin, "GET", "/certs");
+        assert_eq!(status, 200, "{body}");
+        let certs: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let names: Vec<&str> = certs["certificates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["cert_chain"][0]["dns_names"][0].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a.test", "*.b.test"]);
+        let days = certs["certificates"][0]["cert_chain"][0]["days_until_expiration"].as_i64();
+        assert!(days > Some(365), "{days:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1580,4 +1594,30 @@ mod filter_chain_reloads {
             1
         );
     }
+}
+
+/// An expired certificate still serves (the client decides), and shows in `/certs` and the
+/// expiry gauge as days past.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certs_lists_days_until_expiration_and_the_gauge_the_soonest() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let expired = ca.issue(&["localhost"], true);
+    let (cert, key) = expired.write(&dir, "expired");
+    let proxy = Proxy::start(&tls_config(&one_certificate(&cert, &key, ""), up), 1);
+    let admin = proxy.admin.unwrap();
+    let (status, body) = admin_request(admin, "GET", "/certs");
+    assert_eq!(status, 200, "{body}");
+    let certs: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let leaf = &certs["certificates"][0]["cert_chain"][0];
+    assert_eq!(leaf["source"].as_str(), Some(cert.as_str()));
+    assert_eq!(
+        leaf["not_after"].as_i64(),
+        Some(1_609_459_200),
+        "2021-01-01"
+    );
+    let days = leaf["days_until_expiration"].as_i64().unwrap();
+    assert!(days < -365, "{days}");
+    assert_eq!(stat(admin, "server_days_until_first_cert_expiring"), days);
 }

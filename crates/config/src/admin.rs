@@ -21,6 +21,7 @@ pub const READ_ONLY_ENDPOINTS: &[&str] = &[
     "/config_dump",
     "/workers",
     "/clusters",
+    "/certs",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -5,6 +5,7 @@
 //! Envoy's TLS transport sockets; `sds.rs` the secrets they name, from the management server.
 
 pub(crate) mod check;
+pub mod facts;
 pub mod material;
 pub mod raw;
 pub mod sds;

@@ -162,32 +162,9 @@ fn pem_source(value: &str) -> PemSource {
 
 /// The DNS names and the expiry of a leaf certificate.
 fn leaf_facts(der: &[u8]) -> Result<(Vec<String>, i64), String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der)
-        .map_err(|e| format!("cannot parse the leaf certificate: {e}"))?;
-    let mut names: Vec<String> = Vec::new();
-    let san = cert
-        .subject_alternative_name()
-        .map_err(|e| format!("the leaf's subject alternative names: {e}"))?;
-    if let Some(san) = san {
-        for general in &san.value.general_names {
-            if let x509_parser::extensions::GeneralName::DNSName(name) = general {
-                names.push(name.to_ascii_lowercase());
-            }
-        }
-    }
-    // A certificate without DNS names is matched by its common name, as Envoy does.
-    if names.is_empty() {
-        names.extend(
-            cert.subject()
-                .iter_common_name()
-                .filter_map(|cn| cn.as_str().ok())
-                .map(str::to_ascii_lowercase),
-        );
-    }
-    names.retain(|n| is_host_name(n));
-    let mut seen = std::collections::HashSet::new();
-    names.retain(|n| seen.insert(n.clone()));
-    Ok((names, cert.validity().not_after.timestamp()))
+    let mut facts = super::facts::certificate_facts(der)?;
+    facts.dns_names.retain(|n| is_host_name(n));
+    Ok((facts.dns_names, facts.not_after))
 }
 
 /// `api.example.com` or `*.example.com`: a name SNI can be matched against.

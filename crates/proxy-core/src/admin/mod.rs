@@ -2,6 +2,7 @@
 //! worker, so a busy data plane cannot starve them and they cannot slow it down.
 
 mod access;
+mod certs;
 mod config_dump;
 mod stats_json;
 
@@ -37,6 +38,7 @@ GET  /stats/prometheus    every stat in the Prometheus text format
 GET  /workers             per-worker open connections and requests, as JSON
 GET  /clusters            per-host connections and requests in flight, as JSON
 GET  /config_dump         the effective config as JSON, defaults filled in
+GET  /certs               each TLS listener's certificates and days until they expire
 POST /healthcheck/fail    make /ready answer 503 (drain this proxy from its load balancer)
 POST /healthcheck/ok      undo /healthcheck/fail
 POST /reload              read the config file again and put it in force (as SIGHUP)
@@ -74,6 +76,8 @@ impl AdminState {
             uptime: shard.shared_gauge(catalog.server_uptime, &[]),
             memory_resident: shard.shared_gauge(catalog.server_memory_resident, &[]),
             live: shard.shared_gauge(catalog.server_live, &[]),
+            days_until_first_cert_expiring: shard
+                .shared_gauge(catalog.server_days_until_first_cert_expiring, &[]),
         };
         server.concurrency.set(workers as i64);
         server.live.set(1);
@@ -95,6 +99,8 @@ struct ServerGauges {
     uptime: SharedGauge,
     memory_resident: SharedGauge,
     live: SharedGauge,
+    /// -1 without TLS listeners.
+    days_until_first_cert_expiring: SharedGauge,
 }
 
 impl AdminState {
@@ -108,9 +114,14 @@ impl AdminState {
         }
         let live = !self.health.draining();
         self.server.live.set(i64::from(live));
-        for cluster in self.live.current().clusters.iter() {
+        let generation = self.live.current();
+        for cluster in generation.clusters.iter() {
             cluster.refresh_gauges();
         }
+        let days = certs::days_until_first_expiring(&generation.tls, certs::now_unix());
+        self.server
+            .days_until_first_cert_expiring
+            .set(days.unwrap_or(-1));
         self.stats.registry.snapshot()
     }
 }
@@ -416,6 +427,10 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
                 .snapshot()
                 .render_prometheus_with(&state.live.current().config.stats.prometheus()),
         ),
+        (&Method::GET, "/certs") => json(&certs::certs_json(
+            &state.live.current().tls,
+            certs::now_unix(),
+        )),
         (&Method::GET, "/workers") => json(&workers_json(&state.snapshot())),
         (&Method::GET, "/clusters") => {
             json(&clusters_json(&state.live.current(), &state.snapshot()))

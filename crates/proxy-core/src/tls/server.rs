@@ -33,7 +33,12 @@ struct SniResolver {
 }
 
 impl SniResolver {
-    fn new(spec: &ListenerTlsConfig, provider: &CryptoProvider) -> Result<Self, TlsError> {
+    /// The resolver, and what each of its certificates says (for `/certs`).
+    fn new(
+        spec: &ListenerTlsConfig,
+        provider: &CryptoProvider,
+    ) -> Result<(Self, Vec<ServedCertificate>), TlsError> {
+        let mut served = Vec::with_capacity(spec.certificates.len());
         let mut resolver = SniResolver {
             exact: HashMap::new(),
             wildcard: HashMap::new(),
@@ -46,6 +51,13 @@ impl SniResolver {
                 &cert.private_key,
                 provider,
             )?);
+            served.push(ServedCertificate {
+                source: cert.cert_chain.to_string(),
+                facts: key
+                    .cert
+                    .first()
+                    .and_then(|leaf| config::tls::facts::certificate_facts(leaf).ok()),
+            });
             for name in &cert.server_names {
                 match name {
                     ServerNameMatch::Exact(n) => resolver.exact.insert(n.clone(), Arc::clone(&key)),
@@ -58,7 +70,7 @@ impl SniResolver {
                 resolver.default = Some(key);
             }
         }
-        Ok(resolver)
+        Ok((resolver, served))
     }
 
     fn pick(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
@@ -105,7 +117,18 @@ pub(crate) struct ServerTls {
     listener: String,
     spec: ListenerTlsConfig,
     config: ArcSwap<ServerConfig>,
+    /// The certificates `config` serves, as loaded.
+    served: ArcSwap<Vec<ServedCertificate>>,
     resumption: Mutex<Resumption>,
+}
+
+/// A certificate a listener serves: where it came from, and its leaf's facts (`None` if
+/// they cannot be read, which does not stop it serving).
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct ServedCertificate {
+    pub(crate) source: String,
+    #[serde(flatten)]
+    pub(crate) facts: Option<config::tls::facts::CertificateFacts>,
 }
 
 /// What resumes sessions, and the client CA the sessions it holds were verified under.
@@ -142,13 +165,19 @@ impl ServerTls {
     pub(crate) fn new(listener: &str, spec: &ListenerTlsConfig) -> Result<Self, TlsError> {
         let client_ca = client_ca(spec)?;
         let resumption = Resumption::new(spec, client_ca.as_ref().map(|r| r.roots.clone()))?;
-        let config = build(spec, client_ca, &resumption)?;
+        let (config, served) = build(spec, client_ca, &resumption)?;
         Ok(Self {
             listener: listener.to_owned(),
             spec: spec.clone(),
             config: ArcSwap::from_pointee(config),
+            served: ArcSwap::from_pointee(served),
             resumption: Mutex::new(resumption),
         })
+    }
+
+    /// The certificates it serves now.
+    pub(crate) fn served(&self) -> Arc<Vec<ServedCertificate>> {
+        self.served.load_full()
     }
 
     pub(crate) fn listener(&self) -> &str {
@@ -175,11 +204,12 @@ impl ServerTls {
         } else {
             None
         };
-        let config = build(&self.spec, client_ca, fresh.as_ref().unwrap_or(&resumption))?;
+        let (config, served) = build(&self.spec, client_ca, fresh.as_ref().unwrap_or(&resumption))?;
         if let Some(fresh) = fresh {
             *resumption = fresh;
         }
         self.config.store(Arc::new(config));
+        self.served.store(Arc::new(served));
         Ok(())
     }
 
@@ -200,9 +230,9 @@ fn build(
     spec: &ListenerTlsConfig,
     client_ca: Option<rustls::RootCertStore>,
     resumption: &Resumption,
-) -> Result<ServerConfig, TlsError> {
+) -> Result<(ServerConfig, Vec<ServedCertificate>), TlsError> {
     let provider = provider();
-    let resolver = SniResolver::new(spec, &provider)?;
+    let (resolver, served) = SniResolver::new(spec, &provider)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(versions(spec.min_version))?;
     let builder = match (&spec.client_certificate, client_ca) {
@@ -229,7 +259,7 @@ fn build(
         // Nothing to resume with: do not hand out TLS 1.3 tickets that cannot be used.
         config.send_tls13_tickets = 0;
     }
-    Ok(config)
+    Ok((config, served))
 }
 
 /// Every TLS listener of the process, for `SIGHUP` and `POST /reload_certs`.
@@ -241,6 +271,11 @@ pub(crate) struct TlsListeners {
 }
 
 impl TlsListeners {
+    /// Every TLS context, listeners' and their chains', in config order.
+    pub(crate) fn all(&self) -> &[Arc<ServerTls>] {
+        &self.listeners
+    }
+
     pub(crate) fn new(
         listeners: Vec<Arc<ServerTls>>,
         counters: Vec<(stats::Counter, stats::Counter)>,
@@ -392,11 +427,23 @@ mod tests {
         b.server_names = vec![ServerNameMatch::Wildcard("b.test".into())];
         let fallback = cert_files(&dir, "default.test");
         let provider = provider();
-        let resolver = SniResolver::new(
+        let (resolver, served) = SniResolver::new(
             &spec(vec![a, b, fallback], UnknownServerName::Default),
             &provider,
         )
         .expect("resolver");
+        let names: Vec<_> = (served.iter())
+            .map(|c| c.facts.as_ref().map(|f| f.dns_names.clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                Some(vec!["a.test".to_owned()]),
+                Some(vec!["b.test".to_owned()]),
+                Some(vec!["default.test".to_owned()])
+            ],
+            "each certificate's facts, in order"
+        );
         let leaf = |name: Option<&str>| resolver.pick(name).map(|k| k.cert[0].clone());
         let a_leaf = leaf(Some("a.test"));
         let b_leaf = leaf(Some("x.b.test"));
@@ -417,8 +464,9 @@ mod tests {
         let dir = temp_dir("reject");
         let mut a = cert_files(&dir, "a.test");
         a.server_names = vec![ServerNameMatch::Exact("a.test".into())];
-        let resolver = SniResolver::new(&spec(vec![a], UnknownServerName::Reject), &provider())
-            .expect("resolver");
+        let (resolver, _) =
+            SniResolver::new(&spec(vec![a], UnknownServerName::Reject), &provider())
+                .expect("resolver");
         assert!(resolver.pick(Some("a.test")).is_some());
         assert!(resolver.pick(Some("b.test")).is_none());
         assert!(resolver.pick(None).is_none());
