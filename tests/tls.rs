@@ -1240,6 +1240,22 @@ mod sds {
             stats.contains("xds_update_rejected_total{type=\"sds\"} 1"),
             "{stats}"
         );
+        // Per secret: both were in the refused response; each was put in force before.
+        for secret in ["api", "www"] {
+            assert!(
+                stats.contains(&format!(
+                    "sds_update_rejected_total{{secret=\"{secret}\"}} 1"
+                )),
+                "{stats}"
+            );
+            let success = format!("sds_update_success_total{{secret=\"{secret}\"}} ");
+            assert!(
+                stats
+                    .lines()
+                    .any(|l| l.strip_prefix(&success).is_some_and(|n| n != "0")),
+                "{stats}"
+            );
+        }
         server.shutdown().await;
     }
 

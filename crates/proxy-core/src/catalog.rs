@@ -690,6 +690,9 @@ catalog! {
         xds_update_attempt: counter("xds_update_attempt_total", ["type"], "xDS responses received, by resource type (lds, rds, cds, eds, sds)."),
         xds_update_success: counter("xds_update_success_total", ["type"], "xDS responses put in force and ACKed, by resource type."),
         xds_update_rejected: counter("xds_update_rejected_total", ["type"], "xDS responses refused and NACKed (the config in force stays), by resource type."),
+        sds_update_attempt: counter("sds_update_attempt_total", ["secret"], "Secrets received over SDS, by name (Envoy's sds.<name>.update_attempt)."),
+        sds_update_success: counter("sds_update_success_total", ["secret"], "Secrets received over SDS and put in force (or held, unchanged), by name."),
+        sds_update_rejected: counter("sds_update_rejected_total", ["secret"], "Secrets in SDS responses that were refused (the response is NACKed whole; the secret held before stays), by name."),
         config_generation: gauge("config_generation", [], "The config generation in force (1 at start, +1 per successful reload)."),
     }
 }

@@ -62,6 +62,14 @@ pub struct SecretSummary {
 }
 
 impl XdsSecret {
+    /// The name of the secret in `value`, without checking the rest (to count an update of
+    /// a secret that is then refused).
+    pub fn name_of(value: &Any) -> Option<String> {
+        decode::<Secret>(value, type_url::SECRET, "a Secret")
+            .ok()
+            .map(|s| s.name)
+    }
+
     pub fn decode(value: &Any) -> Result<Self, ResourceError> {
         let mut secret: Secret = decode(value, type_url::SECRET, "a Secret")?;
         let name = std::mem::take(&mut secret.name);

@@ -108,6 +108,9 @@ struct Stats {
     connected: stats::Gauge,
     /// attempt, success, rejected; by kind.
     counters: Vec<(Kind, [stats::Counter; 3])>,
+    /// attempt, success, rejected; by secret (Envoy's `sds.<name>.update_*`), made as
+    /// secrets are first named.
+    secrets: BTreeMap<String, [stats::Counter; 3]>,
 }
 
 struct Applier {
@@ -147,6 +150,7 @@ impl Applier {
         let stats = Stats {
             connected: process.gauge(catalog.control_plane_connected, &[]),
             counters,
+            secrets: BTreeMap::new(),
         };
         let applier = Self {
             live: Arc::downgrade(live),
@@ -162,6 +166,25 @@ impl Applier {
 
     fn count(&self, kind: Kind, which: usize) {
         if let Some((_, counters)) = self.stats.counters.iter().find(|(k, _)| *k == kind) {
+            counters[which].inc();
+        }
+    }
+
+    /// Counts `which` (attempt, success, rejected) for each secret in an SDS response.
+    fn count_secrets(&mut self, names: &[String], which: usize) {
+        let Some(live) = self.live.upgrade() else {
+            return;
+        };
+        let (process, catalog) = (&live.stats().process, &live.stats().catalog);
+        for name in names {
+            let counters = self.stats.secrets.entry(name.clone()).or_insert_with(|| {
+                let label = [name.as_str()];
+                [
+                    process.counter(catalog.sds_update_attempt, &label),
+                    process.counter(catalog.sds_update_success, &label),
+                    process.counter(catalog.sds_update_rejected, &label),
+                ]
+            });
             counters[which].inc();
         }
     }
@@ -305,7 +328,19 @@ impl xds_client::Handler for Applier {
             return Err(format!("unexpected resource type {}", update.type_url));
         };
         self.count(kind, 0);
+        let secrets: Vec<String> = match kind {
+            Kind::Secret => (update.resources.iter())
+                .filter_map(|r| {
+                    (!r.name.is_empty())
+                        .then(|| r.name.clone())
+                        .or_else(|| XdsSecret::name_of(&r.value))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        self.count_secrets(&secrets, 0);
         let result = self.put_in_force(kind, update).await;
+        self.count_secrets(&secrets, if result.is_ok() { 1 } else { 2 });
         match &result {
             Ok(()) => {
                 self.count(kind, 1);
