@@ -547,6 +547,41 @@ async fn min_version_1_3_refuses_tls_1_2_clients() {
     );
 }
 
+/// With `watch: true`, certificate files replaced by rename (as certificate agents write
+/// them) serve new handshakes without a reload asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watched_certificate_files_replaced_by_rename_serve_new_handshakes() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("watch ca");
+    let first = ca.leaf(&["localhost"]);
+    let (cert, key) = first.write(&dir, "edge");
+    let config = format!(
+        "watch: true\n{}",
+        tls_config(&one_certificate(&cert, &key, ""), up)
+    );
+    let proxy = Proxy::start(&config, 1);
+    let client = client_config(ca.roots(), ClientOptions::default());
+    let stream = tls_connect(proxy.addr(), &client, "localhost")
+        .await
+        .unwrap();
+    assert_eq!(peer_leaf(&stream), first.der);
+
+    let second = ca.leaf(&["localhost"]);
+    for (file, pem) in [(&key, &second.key_pem), (&cert, &second.cert_pem)] {
+        let fresh = dir.write("replacement.tmp", pem);
+        std::fs::rename(fresh, file).unwrap();
+    }
+    eventually("new handshakes get the replaced certificate", async || {
+        tls_connect(proxy.addr(), &client, "localhost")
+            .await
+            .is_ok_and(|s| peer_leaf(&s) == second.der)
+    })
+    .await;
+    let admin = proxy.admin.unwrap();
+    assert!(stat(admin, "ssl_certificate_reload") >= 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_swaps_the_certificate_for_new_connections_only() {
     let (up, _upstream) = upstream().await;
