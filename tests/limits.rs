@@ -284,3 +284,33 @@ fn exact_balancing_spreads_connections_evenly_over_workers() {
     let (_conns, per_worker) = spread_over_workers(&proxy, 400);
     eprintln!("reuse_port spread of 400 connections over 4 workers: {per_worker:?}");
 }
+
+/// A listener with `ignore_global_conn_limit` is served when the process is full, and its
+/// connections take no room from the others.
+#[test]
+fn a_listener_ignoring_the_process_limit_is_served_when_the_process_is_full() {
+    let config = "admin: { address: 127.0.0.1:0 }\nmax_connections: 2\nlisteners:
+  - name: public
+    address: 127.0.0.1:0
+    routes: [{ match: { prefix: / }, direct_response: { status: 200 } }]
+  - name: health
+    address: 127.0.0.1:0
+    ignore_global_conn_limit: true
+    routes: [{ match: { prefix: / }, direct_response: { status: 200 } }]
+";
+    let proxy = Proxy::start(config, 1);
+    let (public, health) = (proxy.addrs[0], proxy.addrs[1]);
+    let mut checks: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| std::net::TcpStream::connect(health).unwrap())
+        .collect();
+    assert!(checks.iter_mut().all(is_served), "health: not limited");
+    let mut full: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(public).unwrap())
+        .collect();
+    assert!(full.iter_mut().all(is_served), "public: room for 2");
+    let mut over = std::net::TcpStream::connect(public).unwrap();
+    assert!(!is_served(&mut over), "public: the process is full");
+    let mut another_check = std::net::TcpStream::connect(health).unwrap();
+    assert!(is_served(&mut another_check), "health: served while full");
+    assert_eq!(stat(proxy.admin.unwrap(), "downstream_cx_overflow"), 1);
+}

@@ -160,6 +160,7 @@ pub(crate) fn chains(
             connection_balance: None,
             max_connections_to_accept_per_socket_event: None,
             bypass_overload_manager: None,
+            ignore_global_conn_limit: None,
             tcp_keepalive: None,
             per_connection_buffer_limit_bytes: raw.per_connection_buffer_limit_bytes,
             http: chain.http,
@@ -221,6 +222,7 @@ pub(crate) fn inherit(listener: &mut ListenerConfig) {
         settings.max_connections_to_accept_per_socket_event =
             listener.max_connections_to_accept_per_socket_event;
         settings.bypass_overload_manager = listener.bypass_overload_manager;
+        settings.ignore_global_conn_limit = listener.ignore_global_conn_limit;
         settings.tcp_keepalive = listener.tcp_keepalive;
         settings.buffer_limit = listener.buffer_limit;
         settings.proxy_protocol = listener.proxy_protocol;

@@ -180,6 +180,7 @@ pub(crate) fn listener(
         connection_balance,
         max_connections_to_accept_per_socket_event,
         bypass_overload_manager: raw.bypass_overload_manager.unwrap_or(false),
+        ignore_global_conn_limit: raw.ignore_global_conn_limit.unwrap_or(false),
         tcp_keepalive: raw
             .tcp_keepalive
             .map(|k| crate::cluster::check::tcp_keepalive(k, &format!("{path}.tcp_keepalive")))

@@ -53,6 +53,9 @@ pub struct ListenerConfig {
     /// The overload manager's actions (connections refused, requests shed, keep-alive
     /// turned off) leave this listener alone: for health checks and admin-like traffic.
     pub bypass_overload_manager: bool,
+    /// Its connections are not counted against the process's `max_connections` (health
+    /// checks and admin-like traffic still get in when the proxy is full).
+    pub ignore_global_conn_limit: bool,
     /// TCP keep-alive on its accepted connections (a dead client's connection is noticed
     /// without traffic); `None`: the system's (off).
     #[serde(skip_serializing_if = "Option::is_none")]

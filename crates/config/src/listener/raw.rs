@@ -16,6 +16,7 @@ pub struct RawListener {
     pub connection_balance: Option<String>,
     pub max_connections_to_accept_per_socket_event: Option<u32>,
     pub bypass_overload_manager: Option<bool>,
+    pub ignore_global_conn_limit: Option<bool>,
     /// TCP keep-alive on accepted connections: `probes`, `time`, `interval`.
     pub tcp_keepalive: Option<RawTcpKeepalive>,
     #[serde(default, deserialize_with = "de_opt_size")]

@@ -426,6 +426,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         .take()
         .map(|v| v.value);
     let bypass_overload_manager = std::mem::take(&mut l.bypass_overload_manager);
+    let ignore_global_conn_limit = std::mem::take(&mut l.ignore_global_conn_limit);
     let tcp_keepalive = keepalive(&mut l, &at)?;
     let connection_balance = balance(&mut l, &at)?;
     let mut proxy_protocol = None;
@@ -476,6 +477,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         connection_balance,
         max_connections_to_accept_per_socket_event: accept_per_event,
         bypass_overload_manager: Some(bypass_overload_manager),
+        ignore_global_conn_limit: Some(ignore_global_conn_limit),
         tcp_keepalive,
         per_connection_buffer_limit_bytes: buffer,
         http: RawHttp::default(),

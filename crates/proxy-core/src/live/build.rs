@@ -144,10 +144,9 @@ pub(crate) fn build(
     }
 
     let process_limit = match previous {
-        Some(p) if p.config.max_connections == config.max_connections => p
-            .listeners
-            .first()
-            .and_then(|l| l.limits.process.clone())
+        // Kept (with its count), from any listener that counts against it.
+        Some(p) if p.config.max_connections == config.max_connections => (p.listeners.iter())
+            .find_map(|l| l.limits.process.clone())
             .or_else(|| config.max_connections.map(Limit::new)),
         _ => config.max_connections.map(Limit::new),
     };
@@ -202,7 +201,9 @@ pub(crate) fn build(
             _ => listener.connection_limit.map(Limit::new),
         };
         let limits = ConnectionLimits {
-            process: process_limit.clone(),
+            process: process_limit
+                .clone()
+                .filter(|_| !listener.ignore_global_conn_limit),
             listener: listener_limit,
         };
         let shared = |config: &ListenerConfig, body: ChainBody| SharedListener {
@@ -398,6 +399,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         connection_balance,
         max_connections_to_accept_per_socket_event,
         bypass_overload_manager,
+        ignore_global_conn_limit,
         tcp_keepalive,
         buffer_limit,
         http,
@@ -421,6 +423,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
             connection_balance,
             max_connections_to_accept_per_socket_event,
             bypass_overload_manager,
+            ignore_global_conn_limit,
             tcp_keepalive,
         ),
         buffer_limit,
