@@ -622,13 +622,23 @@ fn translate_chain(
     let name = socket.name.clone();
     let at = at.to_owned();
     let filters = std::mem::take(&mut chain.filters);
-    let (tls, secrets) = match chain.transport_socket.take() {
+    let (mut tls, secrets) = match chain.transport_socket.take() {
         Some(transport) => {
             let (tls, secrets) = crate::tls::xds::listener_tls(transport, &at)?;
             (Some(tls), secrets)
         }
         None => (None, SecretRefs::default()),
     };
+    // The time a client has to finish the transport's handshake: TLS's (a plain chain has
+    // none to time). `0s` is no limit in Envoy; here the handshake keeps its default.
+    let connect_timeout = duration(
+        chain.transport_socket_connect_timeout.take(),
+        &format!("{at}.transport_socket_connect_timeout"),
+    )?
+    .filter(|t| !t.is_zero());
+    if let (Some(tls), Some(timeout)) = (&mut tls, connect_timeout) {
+        tls.handshake_timeout = Some(timeout);
+    }
     chain.name.clear();
     chain.metadata = None;
     chain.filter_chain_match = None;

@@ -599,6 +599,10 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
     let mut l = listener("edge", "r");
     l.filter_chains[0].transport_socket =
         Some(socket(pack(&downstream(file("/etc/edge/key.pem")))));
+    l.filter_chains[0].transport_socket_connect_timeout = Some(PbDuration {
+        seconds: 3,
+        nanos: 0,
+    });
     let r = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
     let raw = XdsListener::decode(&pack(&l))
         .unwrap()
@@ -610,6 +614,7 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
         )
         .unwrap();
     let tls = raw.tls.unwrap();
+    assert_eq!(tls.handshake_timeout, Some(Duration::from_secs(3)));
     assert_eq!(tls.certificates[0].cert_chain, "/etc/edge/cert.pem");
     assert_eq!(tls.certificates[0].private_key, "/etc/edge/key.pem");
     assert_eq!(tls.alpn.unwrap(), ["h2", "http/1.1"]);
