@@ -398,24 +398,6 @@ clusters:"#,
     assert_eq!(body, "one");
 }
 
-/// `legate -c FILE --upgrade-socket PATH`, in its own scratch directory.
-fn start_upgradable(yaml: &str, socket: &std::path::Path, from: bool) -> Proxy {
-    let dir = ScratchDir::new();
-    let config = dir.write("legate.yaml", yaml);
-    let mut command = std::process::Command::new(BIN);
-    command
-        .arg("-c")
-        .arg(&config)
-        .arg("--concurrency")
-        .arg("2")
-        .arg("--upgrade-socket")
-        .arg(socket);
-    if from {
-        command.arg("--upgrade-from").arg(socket);
-    }
-    Proxy::spawn(command, &[], 1, dir)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_binary_upgrade_refuses_no_connection_and_fails_no_request() {
     let one = named("one").await;

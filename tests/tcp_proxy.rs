@@ -316,3 +316,48 @@ async fn the_upstream_closing_first_leaves_the_other_way_open() {
         "every byte sent after the upstream's end reached it"
     );
 }
+
+/// A binary upgrade: the new process takes the socket and relays new connections; a relay of
+/// the old one goes on through the drain, and is closed at its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_upgrade_keeps_relays_until_the_drain_timeout() {
+    let upstream = echo(b"").await;
+    let sockets = ScratchDir::new();
+    let socket = sockets.0.join("legate.sock");
+    let config = |address: &str| {
+        format!("drain_timeout: 2s\n{}", relay_config("", upstream, "")).replace(
+            "    address: 127.0.0.1:0",
+            &format!("    address: {address}"),
+        )
+    };
+    let mut old = start_upgradable(&config("127.0.0.1:0"), &socket, false);
+    let addr = old.addr();
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    let mut back = [0u8; 4];
+    kept.write_all(b"ping").await.unwrap();
+    kept.read_exact(&mut back).await.unwrap();
+
+    let new = start_upgradable(&config(&addr.to_string()), &socket, true);
+    assert_eq!(new.addr(), addr, "the new process serves the same socket");
+    assert!(old.wait_for_log("draining", LIMIT), "{}", old.log());
+    // The old relay still carries bytes while the old process drains.
+    kept.write_all(b"pong").await.unwrap();
+    kept.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"pong");
+    // A new connection is the new process's.
+    let mut fresh = TcpStream::connect(addr).await.unwrap();
+    fresh.write_all(b"new!").await.unwrap();
+    fresh.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"new!");
+    // At the drain timeout the old relay is closed, and the old process exits.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(LIMIT, kept.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "closed at the drain timeout");
+    let status = tokio::task::spawn_blocking(move || (old.wait(LIMIT), old.log()))
+        .await
+        .unwrap();
+    assert!(status.0.is_some_and(|s| s.success()), "{}", status.1);
+    fresh.write_all(b"more").await.unwrap();
+    fresh.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"more", "the new process's relay is untouched");
+}

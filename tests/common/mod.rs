@@ -604,3 +604,21 @@ pub fn decompress(encoding: &str, bytes: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// `legate -c FILE --upgrade-socket PATH`, in its own scratch directory.
+pub fn start_upgradable(yaml: &str, socket: &std::path::Path, from: bool) -> Proxy {
+    let dir = ScratchDir::new();
+    let config = dir.write("legate.yaml", yaml);
+    let mut command = Command::new(BIN);
+    command
+        .arg("-c")
+        .arg(&config)
+        .arg("--concurrency")
+        .arg("2")
+        .arg("--upgrade-socket")
+        .arg(socket);
+    if from {
+        command.arg("--upgrade-from").arg(socket);
+    }
+    Proxy::spawn(command, &[], 1, dir)
+}
