@@ -361,3 +361,41 @@ async fn a_binary_upgrade_keeps_relays_until_the_drain_timeout() {
     fresh.read_exact(&mut back).await.unwrap();
     assert_eq!(&back, b"more", "the new process's relay is untouched");
 }
+
+/// `weighted_clusters`: each connection goes to one cluster drawn by weight; a weight of 0
+/// gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_clusters_share_connections_by_weight() {
+    let (a, b, c) = (echo(b"a").await, echo(b"b").await, echo(b"c").await);
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: relay
+    address: 127.0.0.1:0
+    tcp_proxy:
+      weighted_clusters:
+        - {{ cluster: a, weight: 1 }}
+        - {{ cluster: b, weight: 1 }}
+        - {{ cluster: c, weight: 0 }}
+clusters:
+  - {{ name: a, endpoints: [{a}] }}
+  - {{ name: b, endpoints: [{b}] }}
+  - {{ name: c, endpoints: [{c}] }}
+"#
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let mut seen = std::collections::BTreeMap::<u8, usize>::new();
+    for _ in 0..64 {
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut greeting = [0u8; 1];
+        stream.read_exact(&mut greeting).await.unwrap();
+        *seen.entry(greeting[0]).or_default() += 1;
+    }
+    // Each of 64 draws is a or b; all 64 the same would be a 1-in-2^63 chance.
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        [b'a', b'b'],
+        "{seen:?}"
+    );
+}

@@ -20,6 +20,8 @@ use crate::error::ProxyError;
 pub(crate) struct TcpProxyCtx {
     /// Index into the worker's clusters.
     pub(crate) cluster: usize,
+    /// Clusters drawn by weight per connection, instead of `cluster`: (index, weight).
+    pub(crate) weighted: Box<[(usize, u32)]>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) max_connect_attempts: u32,
     pub(crate) max_duration: Option<Duration>,
@@ -36,12 +38,33 @@ impl TcpProxyCtx {
     ) -> Self {
         Self {
             cluster: config.cluster,
+            weighted: (config.weighted_clusters.iter())
+                .map(|w| (w.cluster, w.weight))
+                .collect(),
             idle_timeout: config.idle_timeout,
             max_connect_attempts: config.max_connect_attempts,
             max_duration: config.max_downstream_connection_duration,
             buffer: buffer as usize,
             stats,
         }
+    }
+}
+
+impl TcpProxyCtx {
+    /// The cluster of a new connection: `cluster`, or one of `weighted` drawn by weight.
+    fn pick_cluster(&self) -> usize {
+        let total: u64 = self.weighted.iter().map(|(_, w)| u64::from(*w)).sum();
+        if total == 0 {
+            return self.cluster;
+        }
+        let mut draw = crate::random::next_u64() % total;
+        for (cluster, weight) in &self.weighted {
+            if draw < u64::from(*weight) {
+                return *cluster;
+            }
+            draw -= u64::from(*weight);
+        }
+        self.cluster
     }
 }
 
@@ -99,7 +122,7 @@ async fn connect(
     conn: &ConnCtx,
 ) -> Option<crate::cluster::TcpUpstream> {
     // Validated against the config's clusters, which are the worker's, in the same order.
-    let cluster = clusters.get(tcp.cluster)?;
+    let cluster = clusters.get(tcp.pick_cluster())?;
     for _ in 0..tcp.max_connect_attempts {
         match cluster.connect_tcp(conn.peer.ip()).await {
             Ok(upstream) => return Some(upstream),

@@ -19,10 +19,15 @@ pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TcpProxyConfig {
     /// Index into [`crate::Config::clusters`].
+    /// The cluster, or the first of `weighted_clusters`.
     #[serde(skip)]
     pub cluster: usize,
     #[serde(rename = "cluster")]
     pub cluster_name: String,
+    /// Each connection goes to one of these, drawn by weight (Envoy's `weighted_clusters`);
+    /// empty: to `cluster`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub weighted_clusters: Vec<TcpWeightedCluster>,
     /// `None`: never closed for idleness.
     #[serde(serialize_with = "ser_opt_duration")]
     pub idle_timeout: Option<Duration>,
@@ -36,10 +41,32 @@ pub struct TcpProxyConfig {
     pub max_downstream_connection_duration: Option<Duration>,
 }
 
+/// One of a relay's weighted clusters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TcpWeightedCluster {
+    #[serde(skip)]
+    pub cluster: usize,
+    #[serde(rename = "cluster")]
+    pub name: String,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTcpWeightedCluster {
+    pub cluster: String,
+    pub weight: u32,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTcpProxy {
+    /// One cluster, or
+    #[serde(default)]
     pub cluster: String,
+    /// several, each connection to one drawn by weight.
+    #[serde(default)]
+    pub weighted_clusters: Vec<RawTcpWeightedCluster>,
     /// `0s`: none.
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub idle_timeout: Option<Duration>,
@@ -54,8 +81,38 @@ pub(crate) fn check(
     cluster_index: &HashMap<&str, usize>,
     clusters: &[ClusterConfig],
 ) -> Result<TcpProxyConfig, ConfigError> {
+    let mut weighted_clusters = Vec::with_capacity(raw.weighted_clusters.len());
+    for (i, w) in raw.weighted_clusters.iter().enumerate() {
+        let at = format!("{path}.weighted_clusters[{i}]");
+        weighted_clusters.push(TcpWeightedCluster {
+            cluster: crate::route::check_actions::cluster(
+                &w.cluster,
+                cluster_index,
+                clusters,
+                &format!("{at}.cluster"),
+            )?,
+            name: w.cluster.clone(),
+            weight: w.weight,
+        });
+    }
+    let cluster_name = match (raw.cluster.is_empty(), weighted_clusters.first()) {
+        (false, None) => raw.cluster.clone(),
+        (true, Some(first)) if weighted_clusters.iter().any(|w| w.weight > 0) => first.name.clone(),
+        (true, Some(_)) => {
+            return Err(ConfigError::invalid(
+                format!("{path}.weighted_clusters"),
+                "expected a weight above 0 somewhere",
+            ));
+        }
+        _ => {
+            return Err(ConfigError::invalid(
+                path.to_owned(),
+                "expected `cluster` or `weighted_clusters`, one of them",
+            ));
+        }
+    };
     let cluster = crate::route::check_actions::cluster(
-        &raw.cluster,
+        &cluster_name,
         cluster_index,
         clusters,
         &format!("{path}.cluster"),
@@ -72,7 +129,8 @@ pub(crate) fn check(
     };
     Ok(TcpProxyConfig {
         cluster,
-        cluster_name: raw.cluster,
+        cluster_name,
+        weighted_clusters,
         idle_timeout: match raw.idle_timeout {
             None => Some(DEFAULT_TCP_IDLE_TIMEOUT),
             Some(t) if t.is_zero() => None,
@@ -92,7 +150,7 @@ pub(crate) mod xds {
     };
     use envoy_types::pb::google::protobuf::Any;
 
-    use super::RawTcpProxy;
+    use super::{RawTcpProxy, RawTcpWeightedCluster};
     use crate::envoy::{ResourceError, decode, duration, fields, nothing_else};
 
     pub(crate) const TYPE_URL: &str =
@@ -101,13 +159,25 @@ pub(crate) mod xds {
     pub(crate) fn tcp_proxy(any: &Any, at: &str) -> Result<RawTcpProxy, ResourceError> {
         let mut tcp: TcpProxy = decode(any, TYPE_URL, "a TcpProxy")?;
         tcp.stat_prefix.clear();
-        let cluster = match tcp.cluster_specifier.take() {
-            Some(ClusterSpecifier::Cluster(name)) if !name.is_empty() => name,
-            Some(ClusterSpecifier::WeightedClusters(_)) => {
-                return Err(ResourceError::Unsupported {
-                    at: at.to_owned(),
-                    fields: vec!["weighted_clusters".into()],
-                });
+        let (cluster, weighted_clusters) = match tcp.cluster_specifier.take() {
+            Some(ClusterSpecifier::Cluster(name)) if !name.is_empty() => (name, Vec::new()),
+            Some(ClusterSpecifier::WeightedClusters(weighted)) => {
+                let mut list = Vec::with_capacity(weighted.clusters.len());
+                for (i, mut w) in weighted.clusters.into_iter().enumerate() {
+                    let at = format!("{at}.weighted_clusters.clusters[{i}]");
+                    // Picking hosts by endpoint metadata is not done here.
+                    if w.metadata_match.is_some() {
+                        return Err(ResourceError::Unsupported {
+                            at,
+                            fields: vec!["metadata_match".into()],
+                        });
+                    }
+                    list.push(RawTcpWeightedCluster {
+                        cluster: std::mem::take(&mut w.name),
+                        weight: w.weight,
+                    });
+                }
+                (String::new(), list)
             }
             _ => return Err(ResourceError::invalid(at, "expected a cluster")),
         };
@@ -121,9 +191,52 @@ pub(crate) mod xds {
         nothing_else(&tcp, fields::TCP_PROXY, at)?;
         Ok(RawTcpProxy {
             cluster,
+            weighted_clusters,
             idle_timeout,
             max_connect_attempts,
             max_downstream_connection_duration,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy,
+        tcp_proxy::{ClusterSpecifier, WeightedCluster, weighted_cluster::ClusterWeight},
+    };
+
+    #[test]
+    fn weighted_clusters_come_over_xds_and_metadata_matches_are_refused() {
+        let weighted = |metadata: bool| TcpProxy {
+            stat_prefix: "tcp".into(),
+            cluster_specifier: Some(ClusterSpecifier::WeightedClusters(WeightedCluster {
+                clusters: vec![
+                    ClusterWeight {
+                        name: "a".into(),
+                        weight: 3,
+                        metadata_match: metadata.then(Default::default),
+                    },
+                    ClusterWeight {
+                        name: "b".into(),
+                        weight: 1,
+                        metadata_match: None,
+                    },
+                ],
+            })),
+            ..Default::default()
+        };
+        let any = |tcp: &TcpProxy| envoy_types::pb::google::protobuf::Any {
+            type_url: super::xds::TYPE_URL.into(),
+            value: prost::Message::encode_to_vec(tcp),
+        };
+        let raw = super::xds::tcp_proxy(&any(&weighted(false)), "t").expect("taken");
+        assert!(raw.cluster.is_empty());
+        let pairs: Vec<(&str, u32)> = (raw.weighted_clusters.iter())
+            .map(|w| (w.cluster.as_str(), w.weight))
+            .collect();
+        assert_eq!(pairs, [("a", 3), ("b", 1)]);
+        let error = super::xds::tcp_proxy(&any(&weighted(true)), "t").expect_err("refused");
+        assert!(error.to_string().contains("metadata_match"), "{error}");
     }
 }

@@ -169,7 +169,7 @@ impl XdsListener {
 
     /// The clusters its TCP relays go to.
     pub fn tcp_clusters(&self) -> impl Iterator<Item = &str> {
-        self.all_chains().filter_map(XdsChain::tcp_cluster)
+        self.all_chains().flat_map(XdsChain::tcp_clusters)
     }
 
     /// The clusters its tracing collectors are found in.
@@ -233,9 +233,15 @@ impl XdsListener {
 }
 
 impl XdsChain {
-    /// The cluster a TCP proxy listener relays to.
-    fn tcp_cluster(&self) -> Option<&str> {
-        self.raw.tcp_proxy.as_ref().map(|t| t.cluster.as_str())
+    /// The clusters its TCP relay goes to.
+    fn tcp_clusters(&self) -> impl Iterator<Item = &str> {
+        let tcp = self.raw.tcp_proxy.iter();
+        tcp.flat_map(|t| {
+            let weighted = t.weighted_clusters.iter().map(|w| w.cluster.as_str());
+            std::iter::once(t.cluster.as_str())
+                .filter(|c| !c.is_empty())
+                .chain(weighted)
+        })
     }
 
     /// The cluster its tracing collector is found in, if any.
