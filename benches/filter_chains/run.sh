@@ -9,6 +9,7 @@
 #
 #   cargo build --release
 #   benches/filter_chains/run.sh [HANDSHAKES_PER_RUN] [RUNS]     (from the repository root)
+#   CHAINS="10 1000" (the chain counts compared), NAMES=N (the clients use the first N names only)
 # Needs openssl (for the certificate), python3 and taskset.
 set -euo pipefail
 
@@ -54,6 +55,9 @@ config() { # CHAINS
 cat > "$WORK/client.py" <<'PY'
 import random, socket, ssl, sys
 port, chains, count = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+# NAMES: how many of the chains' names the clients use (all by default).
+import os
+chains = min(chains, int(os.environ.get("NAMES", chains)))
 ctx = ssl.create_default_context()
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
@@ -74,12 +78,17 @@ PY
 hz=$(getconf CLK_TCK)
 printf '%-8s %-4s %12s %18s\n' chains run handshakes/s "CPU ms/1000 hs"
 for run in $(seq "$RUNS"); do
-    for chains in 10 1000; do
+    for chains in ${CHAINS:-10 1000}; do
         config "$chains" > "$WORK/legate.yaml"
         taskset -c 1 "$LEGATE" -c "$WORK/legate.yaml" 2> "$WORK/legate.log" &
         pid=$!
         PIDS+=("$pid")
         wait_port "$PORT"
+        # The port opens before every chain is built: measured from "ready", and after a
+        # second of idling, so start-up work is not counted.
+        for _ in $(seq 600); do grep -q "legate ready" "$WORK/legate.log" && break; sleep 0.05; done
+        grep -q "legate ready" "$WORK/legate.log" || { echo "legate never ready" >&2; exit 1; }
+        sleep 1
         per=$((HANDSHAKES / CLIENTS))
         before=$(cpu_ticks "$pid")
         start=$(date +%s.%N)
