@@ -118,7 +118,12 @@ pub(crate) fn chains(
 ) -> Result<Vec<FilterChainConfig>, ConfigError> {
     let raws = std::mem::take(&mut raw.chains);
     let mut chains: Vec<FilterChainConfig> = Vec::with_capacity(raws.len());
-    let mut seen: HashMap<Combination, usize> = HashMap::new();
+    let mut matchers = checked_matches(
+        raws.iter()
+            .enumerate()
+            .map(|(i, c)| (c.matcher.clone(), format!("{path}.chains[{i}].match"))),
+    )?
+    .into_iter();
     for (i, chain) in raws.into_iter().enumerate() {
         let at = format!("{path}.chains[{i}]");
         if chains.iter().any(|c| c.name == chain.name) || chain.name.is_empty() {
@@ -127,32 +132,7 @@ pub(crate) fn chains(
                 format!("expected a name no other chain has, found `{}`", chain.name),
             ));
         }
-        let matcher = chain_match(chain.matcher, &format!("{at}.match"))?;
-        let points = [
-            matcher.prefix_ranges.len(),
-            matcher.server_names.len(),
-            matcher.application_protocols.len(),
-            matcher.source_prefix_ranges.len(),
-            matcher.source_ports.len(),
-        ]
-        .iter()
-        .try_fold(1usize, |n, len| n.checked_mul((*len).max(1)));
-        if points.is_none_or(|n| n > MAX_MATCH_POINTS) {
-            return Err(ConfigError::invalid(
-                format!("{at}.match"),
-                format!(
-                    "its lists make over {MAX_MATCH_POINTS} combinations: split it into chains"
-                ),
-            ));
-        }
-        for combination in combinations(&matcher) {
-            if let Some(other) = seen.insert(combination, i) {
-                return Err(ConfigError::invalid(
-                    format!("{at}.match"),
-                    format!("matches what chains[{other}] matches: one connection would fit both"),
-                ));
-            }
-        }
+        let matcher = matchers.next().unwrap_or_default();
         let body = RawListener {
             name: raw.name.clone(),
             address: raw.address.clone(),
@@ -208,6 +188,45 @@ pub(crate) fn chains(
         });
     }
     Ok(chains)
+}
+
+/// Chains' matches, checked, and checked against each other: two that one connection could
+/// fit equally are refused (as Envoy). `at` names each in errors.
+pub(crate) fn checked_matches(
+    raws: impl Iterator<Item = (RawChainMatch, String)>,
+) -> Result<Vec<ChainMatch>, ConfigError> {
+    let mut seen: HashMap<Combination, usize> = HashMap::new();
+    let mut matches = Vec::new();
+    for (i, (raw, at)) in raws.enumerate() {
+        let matcher = chain_match(raw, &at)?;
+        let points = [
+            matcher.prefix_ranges.len(),
+            matcher.server_names.len(),
+            matcher.application_protocols.len(),
+            matcher.source_prefix_ranges.len(),
+            matcher.source_ports.len(),
+        ]
+        .iter()
+        .try_fold(1usize, |n, len| n.checked_mul((*len).max(1)));
+        if points.is_none_or(|n| n > MAX_MATCH_POINTS) {
+            return Err(ConfigError::invalid(
+                at,
+                format!(
+                    "its lists make over {MAX_MATCH_POINTS} combinations: split it into chains"
+                ),
+            ));
+        }
+        for combination in combinations(&matcher) {
+            if let Some(other) = seen.insert(combination, i) {
+                return Err(ConfigError::invalid(
+                    at,
+                    format!("matches what chain {other} matches: one connection would fit both"),
+                ));
+            }
+        }
+        matches.push(matcher);
+    }
+    Ok(matches)
 }
 
 /// A chain's settings take the listener's socket settings (one socket serves them all).

@@ -540,12 +540,24 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         })
         .transpose()?;
     let mut chains: Vec<MatchedChain> = Vec::with_capacity(matched.len());
-    for (i, mut chain) in matched.into_iter().enumerate() {
-        let chain_at = format!("{at}.filter_chains[{i}]");
-        let matcher = chain_match(
-            chain.filter_chain_match.take().unwrap_or_default(),
-            &format!("{chain_at}.filter_chain_match"),
+    let mut raw_matches = Vec::with_capacity(matched.len());
+    for (i, chain) in matched.iter().enumerate() {
+        let match_at = format!("{at}.filter_chains[{i}].filter_chain_match");
+        let raw = chain_match(
+            chain.filter_chain_match.clone().unwrap_or_default(),
+            &match_at,
         )?;
+        raw_matches.push((raw, match_at));
+    }
+    // Checked here too, as Envoy checks a listener when it comes: not only once its routes
+    // and clusters have made it whole.
+    crate::listener::chains::checked_matches(raw_matches.iter().cloned()).map_err(|e| match e {
+        crate::ConfigError::Invalid { path, message } => ResourceError::invalid(path, message),
+        other => ResourceError::invalid(at.clone(), other.to_string()),
+    })?;
+    for (i, (mut chain, (matcher, _))) in matched.into_iter().zip(raw_matches).enumerate() {
+        let chain_at = format!("{at}.filter_chains[{i}]");
+        chain.filter_chain_match = None;
         // Plain-text connections' protocols come from Envoy's http_inspector, which is not
         // run here: a chain asking for them would never be picked.
         if http_inspector

@@ -2807,6 +2807,16 @@ fn filter_chains_become_chains_each_with_its_routes() {
     );
     assert_eq!(edge.filter_chains[1].settings.name, "edge");
 
+    // Two chains one connection could fit equally: refused when the listener comes.
+    let mut twice = listener("edge", "r-a");
+    let again = twice.filter_chains[0].clone();
+    twice.filter_chains.push(again);
+    let error = XdsListener::decode(&pack(&twice)).unwrap_err().to_string();
+    assert!(
+        error.contains("filter_chains[1].filter_chain_match"),
+        "{error}"
+    );
+
     // A source type other than ANY is refused by name.
     let mut local = listener("edge", "r-a");
     local.filter_chains[0].filter_chain_match = Some(FilterChainMatch {
