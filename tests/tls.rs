@@ -1670,5 +1670,7 @@ async fn certs_lists_days_until_expiration_and_the_gauge_the_soonest() {
     );
     let days = leaf["days_until_expiration"].as_i64().unwrap();
     assert!(days < -365, "{days}");
-    assert_eq!(stat(admin, "server_days_until_first_cert_expiring"), days);
+    // Read a moment apart: a day may turn in between.
+    let gauge = stat(admin, "server_days_until_first_cert_expiring");
+    assert!((gauge - days).abs() <= 1, "gauge {gauge}, /certs {days}");
 }

@@ -683,7 +683,7 @@ catalog! {
         server_uptime: gauge("server_uptime", [], "Seconds since the proxy started."),
         server_memory_resident: gauge("server_memory_resident_bytes", [], "Resident memory of the process."),
         server_live: gauge("server_live", [], "1 while serving, 0 while draining."),
-        server_days_until_first_cert_expiring: gauge("server_days_until_first_cert_expiring", [], "Whole days until the first certificate a TLS listener serves expires (negative once it has; -1 without TLS listeners), as GET /certs lists them."),
+        server_days_until_first_cert_expiring: gauge("server_days_until_first_cert_expiring", [], "Whole days until the first certificate a TLS listener serves expires (negative once it has; 4294967295 without TLS listeners), as GET /certs lists them."),
         config_reload: counter("config_reload_total", ["result"], "Config reloads (SIGHUP, POST /reload, a watched file), by result: success, or failure (the config in force stays)."),
         config_propagation: histogram("config_propagation", [], "From a new config accepted to every worker serving with it."),
         control_plane_connected: gauge("control_plane_connected_state", [], "1 while the xDS stream to the management server is up, 0 otherwise (Envoy's control_plane.connected_state)."),

@@ -172,10 +172,21 @@ pub(crate) mod xds {
                             fields: vec!["metadata_match".into()],
                         });
                     }
+                    if w.name.is_empty() {
+                        return Err(ResourceError::invalid(at, "a cluster without a name"));
+                    }
                     list.push(RawTcpWeightedCluster {
                         cluster: std::mem::take(&mut w.name),
                         weight: w.weight,
                     });
+                }
+                // Refused when the listener comes, as Envoy does, not once its clusters are
+                // there to make it whole.
+                if list.iter().all(|w| w.weight == 0) {
+                    return Err(ResourceError::invalid(
+                        format!("{at}.weighted_clusters"),
+                        "expected a cluster with a weight above 0",
+                    ));
                 }
                 (String::new(), list)
             }

@@ -93,13 +93,17 @@ impl AdminState {
     }
 }
 
+/// `server_days_until_first_cert_expiring` with no certificate to expire: never (an alert on
+/// few days left stays quiet; -1 would read as just expired).
+const NO_CERTIFICATE_DAYS: i64 = u32::MAX as i64;
+
 /// Server-wide gauges, refreshed when someone reads the stats.
 struct ServerGauges {
     concurrency: SharedGauge,
     uptime: SharedGauge,
     memory_resident: SharedGauge,
     live: SharedGauge,
-    /// -1 without TLS listeners.
+    /// [`NO_CERTIFICATE_DAYS`] without TLS listeners.
     days_until_first_cert_expiring: SharedGauge,
 }
 
@@ -121,7 +125,7 @@ impl AdminState {
         let days = certs::days_until_first_expiring(&generation.tls, certs::now_unix());
         self.server
             .days_until_first_cert_expiring
-            .set(days.unwrap_or(-1));
+            .set(days.unwrap_or(NO_CERTIFICATE_DAYS));
         self.stats.registry.snapshot()
     }
 }

@@ -144,10 +144,8 @@ pub(crate) fn build(
     }
 
     let process_limit = match previous {
-        // Kept (with its count), from any listener that counts against it.
-        Some(p) if p.config.max_connections == config.max_connections => (p.listeners.iter())
-            .find_map(|l| l.limits.process.clone())
-            .or_else(|| config.max_connections.map(Limit::new)),
+        // Kept, with its count of the connections open.
+        Some(p) if p.config.max_connections == config.max_connections => p.process_limit.clone(),
         _ => config.max_connections.map(Limit::new),
     };
     let cluster_order = hash_of(&config.clusters.iter().map(|c| &c.name).collect::<Vec<_>>());
@@ -256,7 +254,7 @@ pub(crate) fn build(
             .unzip();
         Arc::new(TlsListeners::new(servers, counters))
     };
-    let generation = Generation::new(
+    let mut generation = Generation::new(
         ctx.number,
         version,
         Arc::new(config),
@@ -267,6 +265,7 @@ pub(crate) fn build(
         tracer,
         ctx.workers,
     );
+    generation.process_limit = process_limit;
     Ok((generation, commit))
 }
 

@@ -32,6 +32,9 @@ pub(crate) struct Generation {
     pub(crate) tls: Arc<TlsListeners>,
     /// The span exporter, when `tracing` is configured; kept while it stays the same.
     pub(crate) tracer: Option<Arc<SharedTracer>>,
+    /// `max_connections`, with its count: kept across generations while it stays the same,
+    /// even through ones where no listener counts against it.
+    pub(crate) process_limit: Option<Arc<crate::listen::Limit>>,
     progress: Progress,
 }
 
@@ -150,6 +153,7 @@ impl Generation {
             log_sinks,
             tls,
             tracer,
+            process_limit: None,
             progress: Progress {
                 accepted_at: Instant::now(),
                 workers,

@@ -18,21 +18,24 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<()> {
     let Some(path) = live.source().map(Path::to_path_buf) else {
         return Ok(());
     };
-    let live = Arc::downgrade(live);
     // Taken here, before the proxy says it is ready, not when the thread first runs: a file
     // changed in between must count as a change.
     let seen = fingerprint(&path);
+    let certificates_seen = certificates_fingerprint(&live.current().config);
+    let live = Arc::downgrade(live);
     let runtime = crate::runtime::current_thread_runtime()?;
     std::thread::Builder::new()
         .name("legate-config-watch".into())
-        .spawn(move || runtime.block_on(watch(live, path, seen)))?;
+        .spawn(move || runtime.block_on(watch(live, path, seen, certificates_seen)))?;
     Ok(())
 }
 
-async fn watch(live: Weak<LiveConfig>, path: PathBuf, mut seen: Option<u64>) {
-    let mut certificates_seen = live
-        .upgrade()
-        .and_then(|live| certificates_fingerprint(&live.current().config));
+async fn watch(
+    live: Weak<LiveConfig>,
+    path: PathBuf,
+    mut seen: Option<u64>,
+    mut certificates_seen: u64,
+) {
     loop {
         tokio::time::sleep(EVERY).await;
         let Some(live) = live.upgrade() else {
@@ -47,18 +50,16 @@ async fn watch(live: Weak<LiveConfig>, path: PathBuf, mut seen: Option<u64>) {
         if now != seen {
             seen = now;
             tracing::info!(file = %path.display(), "config file changed: reloading");
-            // Logged, counted and shown in /config_dump by the reload (which reads the
-            // certificates too).
-            let _ = live.reload().await;
-            certificates_seen = certificates_fingerprint(&live.current().config);
-            continue;
+            // Logged, counted and shown in /config_dump by the reload, which reads the
+            // certificates too; if it fails, changed certificates are read below.
+            if live.reload().await.is_ok() {
+                certificates_seen = certificates_fingerprint(&live.current().config);
+                continue;
+            }
         }
-        // `None` while a file is mid-replace: looked at again next time.
-        let Some(certificates) = certificates_fingerprint(&live.current().config) else {
-            continue;
-        };
-        if certificates_seen != Some(certificates) {
-            certificates_seen = Some(certificates);
+        let certificates = certificates_fingerprint(&live.current().config);
+        if certificates_seen != certificates {
+            certificates_seen = certificates;
             tracing::info!("certificate files changed: reading them again");
             // Logged and counted (ssl_certificate_reload) per listener; one that fails
             // keeps its certificates.
@@ -67,9 +68,9 @@ async fn watch(live: Weak<LiveConfig>, path: PathBuf, mut seen: Option<u64>) {
     }
 }
 
-/// The contents of every file the TLS listeners (and their chains) read, hashed; `None`
-/// while one cannot be read.
-fn certificates_fingerprint(config: &config::Config) -> Option<u64> {
+/// The contents of every file the TLS listeners (and their chains) read, hashed. A file that
+/// cannot be read (gone, mid-replace) hashes as such: its coming back is a change too.
+fn certificates_fingerprint(config: &config::Config) -> u64 {
     use std::hash::Hasher;
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let listeners = config
@@ -82,11 +83,17 @@ fn certificates_fingerprint(config: &config::Config) -> Option<u64> {
             .chain(tls.client_certificate.as_ref().map(|c| &c.ca));
         for source in sources {
             if let config::PemSource::File(file) = source {
-                hasher.write(&std::fs::read(file).ok()?);
+                match std::fs::read(file) {
+                    Ok(bytes) => {
+                        hasher.write_u8(1);
+                        hasher.write(&bytes);
+                    }
+                    Err(_) => hasher.write_u8(0),
+                }
             }
         }
     }
-    Some(hasher.finish())
+    hasher.finish()
 }
 
 /// The file's contents, hashed; `None` while it cannot be read (mid-replace).
