@@ -396,3 +396,113 @@ clusters:
         "{seen:?}"
     );
 }
+
+/// The access log has one line per relayed connection when it ends: the bytes each way, the
+/// host, and `UF` for a connection no attempt could take somewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_relayed_connection_is_one_access_log_line() {
+    let upstream = echo(b"hi").await;
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let logs = ScratchDir::new();
+    let log = logs.0.join("relay.log");
+    let format = "%UPSTREAM_HOST% %BYTES_RECEIVED% %BYTES_SENT% %RESPONSE_FLAGS% %PROTOCOL% %RESPONSE_CODE% %DOWNSTREAM_REMOTE_ADDRESS%\n";
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: relay
+    address: 127.0.0.1:0
+    access_log: {{ path: "{path}", format: "{format}" }}
+    tcp_proxy: {{ cluster: echo }}
+  - name: nowhere
+    address: 127.0.0.1:0
+    access_log: {{ path: "{path}", format: "{format}" }}
+    tcp_proxy: {{ cluster: dead }}
+clusters:
+  - {{ name: echo, endpoints: [{upstream}] }}
+  - {{ name: dead, endpoints: [{closed}] }}
+"#,
+        path = log.display(),
+        format = format.replace('\n', "\\n"),
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let stream = TcpStream::connect(proxy.addrs[0]).await.unwrap();
+    let client = stream.local_addr().unwrap();
+    let back = send_and_collect(stream, 1000).await;
+    assert_eq!(back.len(), 1002, "the greeting and the bytes echoed");
+    let mut refused = TcpStream::connect(proxy.addrs[1]).await.unwrap();
+    let refused_client = refused.local_addr().unwrap();
+    let mut buf = [0u8; 8];
+    let read = tokio::time::timeout(LIMIT, refused.read(&mut buf))
+        .await
+        .expect("closed, not held");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    eventually("both lines written", async || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines().count() == 2
+    })
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable_by_key(|line| !line.starts_with(&upstream.to_string()));
+    assert_eq!(lines[0], format!("{upstream} 1000 1002 - - 0 {client}"));
+    assert_eq!(lines[1], format!("- 0 0 UF - 0 {refused_client}"));
+}
+
+/// `hash_policy: source_ip` keeps one client on one host of a ring hash cluster; without it
+/// such a cluster picks at random.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_policy_source_ip_keeps_a_client_on_one_host() {
+    let hosts = [
+        echo(b"a").await,
+        echo(b"b").await,
+        echo(b"c").await,
+        echo(b"d").await,
+    ];
+    let endpoints = hosts.map(|h| h.to_string()).join(", ");
+    let yaml = |hash: &str| {
+        format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: relay
+    address: 127.0.0.1:0
+    tcp_proxy: {{ cluster: ring{hash} }}
+clusters:
+  - name: ring
+    endpoints: [{endpoints}]
+    lb_policy: ring_hash
+"#
+        )
+    };
+    async fn hosts_reached(proxy: &Proxy) -> std::collections::BTreeSet<u8> {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..24 {
+            let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+            let mut greeting = [0u8; 1];
+            tokio::time::timeout(LIMIT, stream.read_exact(&mut greeting))
+                .await
+                .unwrap()
+                .unwrap();
+            seen.insert(greeting[0]);
+        }
+        seen
+    }
+    let hashed = Proxy::start(&yaml(", hash_policy: source_ip"), 1);
+    let seen = hosts_reached(&hashed).await;
+    assert_eq!(seen.len(), 1, "one client, one host: {seen:?}");
+    let dump: serde_json::Value =
+        serde_json::from_str(&admin_request(hashed.admin.unwrap(), "GET", "/config_dump").1)
+            .unwrap();
+    assert_eq!(
+        dump["listeners"][0]["tcp_proxy"]["hash_policy"],
+        "source_ip"
+    );
+    // 24 random picks of 4 hosts all the same: a 1-in-4^23 chance.
+    let random = Proxy::start(&yaml(""), 1);
+    let seen = hosts_reached(&random).await;
+    assert!(seen.len() > 1, "no hash, random picks: {seen:?}");
+}

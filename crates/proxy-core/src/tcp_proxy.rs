@@ -6,15 +6,17 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use config::listener::tcp_proxy::TcpHashPolicy;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::access_log::LogRecord;
 use crate::catalog::TcpProxyStats;
 use crate::cluster::Cluster;
 use crate::context::ConnCtx;
-use crate::error::ProxyError;
+use crate::error::{ProxyError, ResponseFlag};
 
 /// A `tcp_proxy` listener's settings on one worker, for one config generation.
 pub(crate) struct TcpProxyCtx {
@@ -25,6 +27,7 @@ pub(crate) struct TcpProxyCtx {
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) max_connect_attempts: u32,
     pub(crate) max_duration: Option<Duration>,
+    pub(crate) hash_policy: Option<TcpHashPolicy>,
     /// Bytes held per direction.
     pub(crate) buffer: usize,
     pub(crate) stats: TcpProxyStats,
@@ -44,6 +47,7 @@ impl TcpProxyCtx {
             idle_timeout: config.idle_timeout,
             max_connect_attempts: config.max_connect_attempts,
             max_duration: config.max_downstream_connection_duration,
+            hash_policy: config.hash_policy,
             buffer: buffer as usize,
             stats,
         }
@@ -69,7 +73,7 @@ impl TcpProxyCtx {
 }
 
 /// Relays `io` to a host of the cluster until the relay ends; closes it at once when no host
-/// can be reached.
+/// can be reached. Each connection is one line of the listener's access log.
 pub(crate) async fn serve(
     mut io: impl AsyncRead + AsyncWrite + Unpin,
     conn: Rc<ConnCtx>,
@@ -77,20 +81,34 @@ pub(crate) async fn serve(
     clusters: &[Rc<Cluster>],
 ) {
     let started = Instant::now();
-    let Some(upstream) = connect(tcp, clusters, &conn).await else {
-        tcp.stats.cx_no_upstream.inc();
-        let _ = io.shutdown().await;
-        return;
+    let wall_start = SystemTime::now();
+    let mut record = LogRecord {
+        peer: Some(conn.peer),
+        ..LogRecord::default()
+    };
+    let upstream = match connect(tcp, clusters, &conn).await {
+        Ok(upstream) => upstream,
+        Err(flag) => {
+            tcp.stats.cx_no_upstream.inc();
+            let _ = io.shutdown().await;
+            record.flag = Some(flag);
+            log(&conn, &record, wall_start, started);
+            return;
+        }
     };
     tcp.stats.cx_total.inc();
+    record.upstream = Some(upstream.addr_text().clone());
     let activity = Cell::new(Instant::now());
+    let (received, sent) = (Cell::new(0u64), Cell::new(0u64));
     let (down_read, down_write) = tokio::io::split(io);
     let (up_read, up_write) = tokio::io::split(upstream.io);
     let to_upstream = crate::relay::pipe(down_read, up_write, tcp.buffer, &activity, |n| {
-        tcp.stats.rx_bytes.add(n as u64)
+        tcp.stats.rx_bytes.add(n as u64);
+        received.set(received.get() + n as u64);
     });
     let to_client = crate::relay::pipe(up_read, down_write, tcp.buffer, &activity, |n| {
-        tcp.stats.tx_bytes.add(n as u64)
+        tcp.stats.tx_bytes.add(n as u64);
+        sent.set(sent.get() + n as u64);
     });
     let idle = async {
         match tcp.idle_timeout {
@@ -113,28 +131,45 @@ pub(crate) async fn serve(
         () = idle => tcp.stats.idle_timeout.inc(),
         () = aged => tcp.stats.max_duration_reached.inc(),
     }
+    record.bytes_received = received.get();
+    record.bytes_sent = sent.get();
+    log(&conn, &record, wall_start, started);
 }
 
-/// A connection to a host, trying up to `max_connect_attempts` hosts.
+/// The connection's line, when the listener logs.
+fn log(conn: &ConnCtx, record: &LogRecord, wall_start: SystemTime, started: Instant) {
+    if let Some(log) = &conn.listener.access_log {
+        log.record(record, wall_start, started.elapsed());
+    }
+}
+
+/// A connection to a host, trying up to `max_connect_attempts` hosts; else why there is none.
 async fn connect(
     tcp: &TcpProxyCtx,
     clusters: &[Rc<Cluster>],
     conn: &ConnCtx,
-) -> Option<crate::cluster::TcpUpstream> {
+) -> Result<crate::cluster::TcpUpstream, ResponseFlag> {
     // Validated against the config's clusters, which are the worker's, in the same order.
-    let cluster = clusters.get(tcp.pick_cluster())?;
+    let cluster = (clusters.get(tcp.pick_cluster())).ok_or(ResponseFlag::NoHealthyUpstream)?;
+    let client = conn.peer.ip();
+    let hash = tcp.hash_policy.map(|policy| match policy {
+        TcpHashPolicy::SourceIp => crate::http::hash_policy::ip_hash(client),
+    });
     for _ in 0..tcp.max_connect_attempts {
-        match cluster.connect_tcp(conn.peer.ip()).await {
-            Ok(upstream) => return Some(upstream),
+        match cluster.connect_tcp(client, hash).await {
+            Ok(upstream) => return Ok(upstream),
             // No host, or the cluster at its limit: another attempt would find the same.
             Err(error @ (ProxyError::NoHealthyUpstream | ProxyError::Overflow(_))) => {
                 tracing::debug!(peer = %conn.peer, %error, "tcp_proxy: no upstream");
-                return None;
+                return Err(match error {
+                    ProxyError::Overflow(_) => ResponseFlag::UpstreamOverflow,
+                    _ => ResponseFlag::NoHealthyUpstream,
+                });
             }
             Err(error) => {
                 tracing::debug!(peer = %conn.peer, %error, "tcp_proxy: connect attempt failed");
             }
         }
     }
-    None
+    Err(ResponseFlag::UpstreamConnectFailure)
 }

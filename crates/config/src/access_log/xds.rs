@@ -1,4 +1,4 @@
-//! Envoy's access logs as a listener's `access_log`: the connection manager's loggers (files,
+//! Envoy's access logs as a listener's `access_log`: the connection manager's or TCP relay's loggers (files,
 //! text or flat JSON, Envoy's default line when it gives none; OpenTelemetry collectors, a
 //! cluster's single host), and the listener's own logs where they can never write.
 
@@ -95,7 +95,9 @@ pub(crate) fn connection_manager_logs(
         if log.filter.is_some() {
             return Err(ResourceError::Unsupported {
                 at: format!("{at}.filter"),
-                fields: vec!["access log filters on the connection manager's log".into()],
+                fields: vec![
+                    "access log filters (every request or relayed connection is logged)".into(),
+                ],
             });
         }
         let any = match log.config_type {

@@ -95,13 +95,12 @@ pub(crate) fn listener(
             if !raw.routes.is_empty()
                 || !raw.virtual_hosts.is_empty()
                 || !raw.http_filters.is_empty()
-                || !raw.access_log.is_empty()
                 || raw.tracing.is_some()
             {
                 return Err(ConfigError::invalid(
                     at,
-                    "relays bytes, not HTTP: not with routes, virtual_hosts, http_filters, \
-                     access_log or tracing",
+                    "relays bytes, not HTTP: not with routes, virtual_hosts, http_filters \
+                     or tracing",
                 ));
             }
             // No protocol is offered by ALPN unless written: the bytes relayed are not HTTP.

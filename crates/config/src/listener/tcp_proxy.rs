@@ -39,6 +39,18 @@ pub struct TcpProxyConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_downstream_connection_duration: Option<Duration>,
+    /// What a consistent-hashing cluster (ring hash, Maglev) hashes a connection by; `None`:
+    /// nothing, so such a cluster picks as if at random.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_policy: Option<TcpHashPolicy>,
+}
+
+/// What a relayed connection is hashed by (Envoy's `hash_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TcpHashPolicy {
+    /// The client's IP address, hashed as a route's `source_ip` rule hashes it.
+    SourceIp,
 }
 
 /// One of a relay's weighted clusters.
@@ -73,6 +85,8 @@ pub struct RawTcpProxy {
     pub max_connect_attempts: Option<u32>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub max_downstream_connection_duration: Option<Duration>,
+    #[serde(default)]
+    pub hash_policy: Option<TcpHashPolicy>,
 }
 
 pub(crate) fn check(
@@ -140,6 +154,7 @@ pub(crate) fn check(
         max_downstream_connection_duration: raw
             .max_downstream_connection_duration
             .filter(|d| !d.is_zero()),
+        hash_policy: raw.hash_policy,
     })
 }
 
@@ -148,15 +163,21 @@ pub(crate) mod xds {
     use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
         TcpProxy, tcp_proxy::ClusterSpecifier,
     };
+    use envoy_types::pb::envoy::r#type::v3::hash_policy::PolicySpecifier;
     use envoy_types::pb::google::protobuf::Any;
 
-    use super::{RawTcpProxy, RawTcpWeightedCluster};
+    use super::{RawTcpProxy, RawTcpWeightedCluster, TcpHashPolicy};
+    use crate::access_log::xds::XdsAccessLog;
     use crate::envoy::{ResourceError, decode, duration, fields, nothing_else};
 
     pub(crate) const TYPE_URL: &str =
         "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 
-    pub(crate) fn tcp_proxy(any: &Any, at: &str) -> Result<RawTcpProxy, ResourceError> {
+    /// The relay's settings, and its loggers (one line per relayed connection).
+    pub(crate) fn tcp_proxy(
+        any: &Any,
+        at: &str,
+    ) -> Result<(RawTcpProxy, Vec<XdsAccessLog>), ResourceError> {
         let mut tcp: TcpProxy = decode(any, TYPE_URL, "a TcpProxy")?;
         tcp.stat_prefix.clear();
         let (cluster, weighted_clusters) = match tcp.cluster_specifier.take() {
@@ -199,14 +220,44 @@ pub(crate) mod xds {
             tcp.max_downstream_connection_duration.take(),
             &format!("{at}.max_downstream_connection_duration"),
         )?;
+        let hash_policy = match std::mem::take(&mut tcp.hash_policy).as_mut_slice() {
+            [] => None,
+            [only] => match only.policy_specifier.take() {
+                Some(PolicySpecifier::SourceIp(_)) => Some(TcpHashPolicy::SourceIp),
+                Some(PolicySpecifier::FilterState(_)) => {
+                    return Err(ResourceError::Unsupported {
+                        at: format!("{at}.hash_policy[0]"),
+                        fields: vec!["filter_state (source_ip only)".into()],
+                    });
+                }
+                None => {
+                    return Err(ResourceError::invalid(
+                        format!("{at}.hash_policy[0]"),
+                        "expected source_ip",
+                    ));
+                }
+            },
+            _ => {
+                return Err(ResourceError::invalid(
+                    format!("{at}.hash_policy"),
+                    "expected at most one policy",
+                ));
+            }
+        };
+        let logs = crate::access_log::xds::connection_manager_logs(
+            std::mem::take(&mut tcp.access_log),
+            at,
+        )?;
         nothing_else(&tcp, fields::TCP_PROXY, at)?;
-        Ok(RawTcpProxy {
+        let raw = RawTcpProxy {
             cluster,
             weighted_clusters,
             idle_timeout,
             max_connect_attempts,
             max_downstream_connection_duration,
-        })
+            hash_policy,
+        };
+        Ok((raw, logs))
     }
 }
 
@@ -241,7 +292,7 @@ mod tests {
             type_url: super::xds::TYPE_URL.into(),
             value: prost::Message::encode_to_vec(tcp),
         };
-        let raw = super::xds::tcp_proxy(&any(&weighted(false)), "t").expect("taken");
+        let (raw, _) = super::xds::tcp_proxy(&any(&weighted(false)), "t").expect("taken");
         assert!(raw.cluster.is_empty());
         let pairs: Vec<(&str, u32)> = (raw.weighted_clusters.iter())
             .map(|w| (w.cluster.as_str(), w.weight))
@@ -249,5 +300,46 @@ mod tests {
         assert_eq!(pairs, [("a", 3), ("b", 1)]);
         let error = super::xds::tcp_proxy(&any(&weighted(true)), "t").expect_err("refused");
         assert!(error.to_string().contains("metadata_match"), "{error}");
+    }
+
+    #[test]
+    fn hash_policy_and_access_log_come_over_xds() {
+        use envoy_types::pb::envoy::config::accesslog::v3::{AccessLog, access_log};
+        use envoy_types::pb::envoy::extensions::access_loggers::file::v3::FileAccessLog;
+        use envoy_types::pb::envoy::r#type::v3::{HashPolicy, hash_policy};
+        let relay = |policy: hash_policy::PolicySpecifier| {
+            TcpProxy {
+            stat_prefix: "tcp".into(),
+            cluster_specifier: Some(ClusterSpecifier::Cluster("c".into())),
+            hash_policy: vec![HashPolicy {
+                policy_specifier: Some(policy),
+            }],
+            access_log: vec![AccessLog {
+                name: "envoy.access_loggers.file".into(),
+                config_type: Some(access_log::ConfigType::TypedConfig(
+                    envoy_types::pb::google::protobuf::Any {
+                        type_url: "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog".into(),
+                        value: prost::Message::encode_to_vec(&FileAccessLog {
+                            path: "/dev/stdout".into(),
+                            ..Default::default()
+                        }),
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        };
+        let any = |tcp: &TcpProxy| envoy_types::pb::google::protobuf::Any {
+            type_url: super::xds::TYPE_URL.into(),
+            value: prost::Message::encode_to_vec(tcp),
+        };
+        let source_ip = hash_policy::PolicySpecifier::SourceIp(Default::default());
+        let (raw, logs) = super::xds::tcp_proxy(&any(&relay(source_ip)), "t").expect("taken");
+        assert_eq!(raw.hash_policy, Some(super::TcpHashPolicy::SourceIp));
+        assert_eq!(logs.len(), 1);
+        let state = hash_policy::PolicySpecifier::FilterState(Default::default());
+        let error = super::xds::tcp_proxy(&any(&relay(state)), "t").expect_err("refused");
+        assert!(error.to_string().contains("filter_state"), "{error}");
     }
 }

@@ -127,7 +127,7 @@ struct XdsChain {
     off_by_default: Vec<&'static str>,
     /// The collector its connection manager's tracing names.
     collector: Option<XdsCollector>,
-    /// Its connection manager's loggers.
+    /// Its connection manager's or TCP relay's loggers.
     logs: Vec<crate::access_log::xds::XdsAccessLog>,
     /// The secrets its TLS names (SDS): it warms until they are all there.
     secrets: SecretRefs,
@@ -666,7 +666,8 @@ fn translate_chain(
         && let Some(filter::ConfigType::TypedConfig(any)) = &only.config_type
         && any.type_url == crate::listener::tcp_proxy::xds::TYPE_URL
     {
-        let tcp = crate::listener::tcp_proxy::xds::tcp_proxy(any, &format!("{at}.filters[0]"))?;
+        let (tcp, logs) =
+            crate::listener::tcp_proxy::xds::tcp_proxy(any, &format!("{at}.filters[0]"))?;
         let raw = RawListener {
             tls,
             tcp_proxy: Some(tcp),
@@ -680,7 +681,7 @@ fn translate_chain(
             filters: Vec::new(),
             off_by_default: Vec::new(),
             collector: None,
-            logs: Vec::new(),
+            logs,
             secrets,
         });
     }

@@ -20,15 +20,26 @@ pub(crate) struct TcpUpstream {
     pub(crate) io: UpstreamIo,
     pub(crate) addr: SocketAddr,
     _open: OpenConn,
-    _host: Rc<HostPool>,
+    host: Rc<HostPool>,
     _picked: Picked,
 }
 
+impl TcpUpstream {
+    /// The host's address as text, for an access log line.
+    pub(crate) fn addr_text(&self) -> &http::HeaderValue {
+        self.host.addr_text()
+    }
+}
+
 impl Cluster {
-    /// Picks a host for `client` (hashed by the cluster's `hash_key` where its policy hashes)
-    /// and connects to it.
-    pub(crate) async fn connect_tcp(&self, client: IpAddr) -> Result<TcpUpstream, ProxyError> {
-        let key = self.request_key(&HeaderMap::new(), client, None);
+    /// Picks a host for `client` (hashed by the relay's `hash`, else by the cluster's
+    /// `hash_key`, where its policy hashes) and connects to it.
+    pub(crate) async fn connect_tcp(
+        &self,
+        client: IpAddr,
+        hash: Option<u64>,
+    ) -> Result<TcpUpstream, ProxyError> {
+        let key = self.request_key(&HeaderMap::new(), client, hash);
         let (host, picked) = self.pick(key).ok_or(ProxyError::NoHealthyUpstream)?;
         let Some(slot) = host.try_connection_slot() else {
             self.stats.cx_overflow.inc();
@@ -43,7 +54,7 @@ impl Cluster {
                     io,
                     addr: host.addr,
                     _open: open,
-                    _host: host,
+                    host,
                     _picked: picked,
                 })
             }

@@ -97,7 +97,7 @@ fn header_hash(headers: &http::HeaderMap, name: &http::HeaderName) -> Option<u64
 }
 
 /// The address as text (`10.0.0.1`, `::1`), hashed: Envoy's hash of a client address.
-fn ip_hash(ip: IpAddr) -> u64 {
+pub(crate) fn ip_hash(ip: IpAddr) -> u64 {
     let mut text = [0u8; 48];
     let mut at = &mut text[..];
     // An address's text fits: at most 45 bytes (IPv6 with an IPv4 tail).
