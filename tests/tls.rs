@@ -1589,6 +1589,61 @@ clusters:
             1
         );
     }
+
+    /// With `http_inspector`, plain-text connections are picked by their HTTP version: an
+    /// HTTP/2 prior-knowledge client and an HTTP/1.1 client reach different chains on one
+    /// port, and bytes that are not HTTP reach the listener's own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn plain_text_chains_are_picked_by_http_version() {
+        let config = r#"
+admin: { address: 127.0.0.1:0 }
+listeners:
+  - name: plain
+    address: 127.0.0.1:0
+    http_inspector: true
+    routes: [{ match: { prefix: / }, direct_response: { status: 200, body: "own" } }]
+    chains:
+      - name: h2c
+        match: { transport_protocol: raw_buffer, application_protocols: [h2c] }
+        routes: [{ match: { prefix: / }, direct_response: { status: 200, body: "h2c chain" } }]
+      - name: h1
+        match: { transport_protocol: raw_buffer, application_protocols: [http/1.1, http/1.0] }
+        routes: [{ match: { prefix: / }, direct_response: { status: 200, body: "h1 chain" } }]
+"#;
+        let proxy = Proxy::start(config, 1);
+        let h1 = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(text(h1.into_body()).await, "h1 chain");
+        let h2 = send_h2(proxy.addr(), get("/", &[])).await;
+        assert_eq!(h2.version(), Version::HTTP_2);
+        assert_eq!(text(h2.into_body()).await, "h2c chain");
+        // HTTP/1.1 written a few bytes at a time: the inspector waits for the request line.
+        let mut dribble = Dribble(TcpStream::connect(proxy.addr()).await.unwrap());
+        dribble
+            .write_all(b"GET / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(20), dribble.read_to_string(&mut answer))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert!(answer.ends_with("h1 chain"), "{answer}");
+        // Not HTTP: no protocol, so the listener's own settings, whose codec refuses it.
+        let mut junk = TcpStream::connect(proxy.addr()).await.unwrap();
+        junk.write_all(b"\x00\x01\x02 not http\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(20), junk.read_to_end(&mut answer))
+            .await
+            .expect("closed");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        let dump: serde_json::Value =
+            serde_json::from_str(&admin_request(proxy.admin.unwrap(), "GET", "/config_dump").1)
+                .unwrap();
+        assert_eq!(dump["listeners"][0]["http_inspector"], true);
+    }
 }
 
 mod filter_chain_reloads {

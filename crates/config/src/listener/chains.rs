@@ -159,11 +159,22 @@ pub(crate) fn chains(
             default_chain: None,
             listener_filters_timeout: None,
             continue_on_listener_filters_timeout: None,
+            http_inspector: None,
             dynamic: raw.dynamic,
         };
         let settings = check(body, &at)?;
+        let plain = matcher.transport_protocol == Some(TransportProtocol::RawBuffer);
+        let inspects_http = raw.http_inspector == Some(true);
+        if plain && !matcher.application_protocols.is_empty() && !inspects_http {
+            return Err(ConfigError::invalid(
+                format!("{at}.match.application_protocols"),
+                "plain-text connections show no protocol unless the listener has \
+                 `http_inspector: true`: the chain would never be picked",
+            ));
+        }
+        // With the HTTP inspector, protocols may be plain text's too.
         let picks_tls = !matcher.server_names.is_empty()
-            || !matcher.application_protocols.is_empty()
+            || (!matcher.application_protocols.is_empty() && !plain && !inspects_http)
             || matcher.transport_protocol == Some(TransportProtocol::Tls);
         if picks_tls && settings.tls.is_none() && settings.tcp_proxy.is_none() {
             return Err(ConfigError::invalid(
@@ -435,5 +446,17 @@ mod tests {
         )
         .expect_err("picked by SNI, served as plain HTTP");
         assert!(error.to_string().contains("neither terminates"), "{error}");
+    }
+
+    #[test]
+    fn plain_text_protocols_need_the_http_inspector() {
+        let chain = "      - name: a\n        match: { transport_protocol: raw_buffer, application_protocols: [h2c] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n";
+        let error = load(chain).expect_err("never picked");
+        assert!(error.to_string().contains("http_inspector"), "{error}");
+        let config = Config::from_yaml(&format!(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    http_inspector: true\n    chains:\n{chain}clusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n"
+        ))
+        .expect("with the inspector");
+        assert!(config.listeners[0].http_inspector);
     }
 }

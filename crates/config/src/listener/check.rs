@@ -173,6 +173,7 @@ pub(crate) fn listener(
         continue_on_listener_filters_timeout: raw
             .continue_on_listener_filters_timeout
             .unwrap_or(false),
+        http_inspector: raw.http_inspector.unwrap_or(false),
         name,
         address,
         connection_limit,

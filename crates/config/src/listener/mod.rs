@@ -100,6 +100,10 @@ pub struct ListenerConfig {
     pub listener_filters_timeout: Option<Duration>,
     /// Past that timeout the connection is served as plain bytes (no SNI) rather than closed.
     pub continue_on_listener_filters_timeout: bool,
+    /// Plain-text connections' first bytes are read for their HTTP version, which chains'
+    /// `application_protocols` then match (`h2c`, `http/1.1`, `http/1.0`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub http_inspector: bool,
 }
 
 /// Envoy's `listener_filters_timeout` default.

@@ -53,6 +53,9 @@ pub struct RawListener {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub listener_filters_timeout: Option<Duration>,
     pub continue_on_listener_filters_timeout: Option<bool>,
+    /// Plain-text connections show their HTTP version (`h2c`, `http/1.1`, `http/1.0`) as
+    /// their application protocol to the chains (Envoy's `http_inspector`).
+    pub http_inspector: Option<bool>,
     /// From a management server: the collector this listener's connection manager names,
     /// which becomes the process's (there is one per process).
     #[serde(skip)]

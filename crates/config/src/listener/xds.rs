@@ -504,6 +504,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             listener_filters_timeout.unwrap_or(crate::listener::DEFAULT_LISTENER_FILTERS_TIMEOUT),
         ),
         continue_on_listener_filters_timeout: Some(continue_on_timeout),
+        http_inspector: Some(http_inspector),
         dynamic: true,
     };
     let picks_nothing = |c: &FilterChain| {
@@ -558,19 +559,6 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     for (i, (mut chain, (matcher, _))) in matched.into_iter().zip(raw_matches).enumerate() {
         let chain_at = format!("{at}.filter_chains[{i}]");
         chain.filter_chain_match = None;
-        // Plain-text connections' protocols come from Envoy's http_inspector, which is not
-        // run here: a chain asking for them would never be picked.
-        if http_inspector
-            && !matcher.application_protocols.is_empty()
-            && matcher.transport_protocol.as_deref() != Some("tls")
-        {
-            return Err(ResourceError::Unsupported {
-                at: format!("{chain_at}.filter_chain_match"),
-                fields: vec![
-                    "application_protocols of plain-text connections (http_inspector)".into(),
-                ],
-            });
-        }
         // Names must be unique here; Envoy's may be empty.
         let mut chain_name = std::mem::take(&mut chain.name);
         if chain_name.is_empty() || chains.iter().any(|c| c.name == chain_name) {

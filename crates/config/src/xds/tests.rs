@@ -2825,4 +2825,35 @@ fn filter_chains_become_chains_each_with_its_routes() {
     });
     let error = XdsListener::decode(&pack(&local)).unwrap_err().to_string();
     assert!(error.contains("source_type"), "{error}");
+
+    // With the HTTP inspector, a chain picks plain text by its HTTP version.
+    let mut inspected = listener("edge", "r-a");
+    inspected.listener_filters.push(
+        envoy_types::pb::envoy::config::listener::v3::ListenerFilter {
+            name: "envoy.filters.listener.http_inspector".into(),
+            ..Default::default()
+        },
+    );
+    inspected.filter_chains[0].filter_chain_match = Some(FilterChainMatch {
+        transport_protocol: "raw_buffer".into(),
+        application_protocols: vec!["h2c".into()],
+        ..Default::default()
+    });
+    let mut resources = Resources::default();
+    resources.listeners.insert(
+        "edge".into(),
+        held(XdsListener::decode(&pack(&inspected)).unwrap()),
+    );
+    resources
+        .routes
+        .insert("r-a".into(), held_routes("r-a", "web"));
+    let Sections { listeners, .. } = resources.sections();
+    let config = compose(&origin, listeners, vec![]).unwrap();
+    assert!(config.listeners[0].http_inspector);
+    assert_eq!(
+        config.listeners[0].filter_chains[0]
+            .matcher
+            .application_protocols,
+        ["h2c"]
+    );
 }

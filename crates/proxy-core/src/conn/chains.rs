@@ -23,6 +23,9 @@ pub(crate) struct ChainSelector {
     matches: Vec<ChainMatch>,
     /// Some chain picks by SNI, ALPN or transport: the ClientHello is read first.
     inspects: bool,
+    /// Some chain asks plain-text connections for their protocol, and the listener has the
+    /// HTTP inspector: a connection that is not TLS is read for its HTTP version too.
+    inspects_http: bool,
 }
 
 #[derive(Default)]
@@ -48,11 +51,17 @@ pub(crate) struct Shown<'a> {
 }
 
 impl ChainSelector {
-    pub(crate) fn new(matches: Vec<ChainMatch>) -> Self {
+    /// `http_inspector`: the listener's (plain text shows its HTTP version as its protocol).
+    pub(crate) fn new(matches: Vec<ChainMatch>, http_inspector: bool) -> Self {
         let mut selector = Self {
             ports: HashMap::new(),
             any_port: ByAddress::default(),
             inspects: matches.iter().any(ChainMatch::inspects),
+            inspects_http: http_inspector
+                && matches.iter().any(|m| {
+                    !m.application_protocols.is_empty()
+                        && m.transport_protocol != Some(TransportProtocol::Tls)
+                }),
             matches: Vec::new(),
         };
         for (i, m) in matches.iter().enumerate() {
@@ -103,6 +112,11 @@ impl ChainSelector {
     /// Whether the connection's ClientHello is read before picking.
     pub(crate) fn inspects(&self) -> bool {
         self.inspects
+    }
+
+    /// Whether a plain-text connection's first bytes are read for its HTTP version.
+    pub(crate) fn inspects_http(&self) -> bool {
+        self.inspects_http
     }
 
     /// The chain serving a connection that shows `shown`, by its place in the listener's
@@ -275,12 +289,15 @@ mod tests {
 
     #[test]
     fn names_pick_exact_then_longest_wildcard_then_nameless() {
-        let selector = ChainSelector::new(vec![
-            chain(|m| m.server_names = vec!["www.example.com".into()]),
-            chain(|m| m.server_names = vec!["*.example.com".into()]),
-            chain(|m| m.server_names = vec!["*.b.example.com".into()]),
-            chain(|_| {}),
-        ]);
+        let selector = ChainSelector::new(
+            vec![
+                chain(|m| m.server_names = vec!["www.example.com".into()]),
+                chain(|m| m.server_names = vec!["*.example.com".into()]),
+                chain(|m| m.server_names = vec!["*.b.example.com".into()]),
+                chain(|_| {}),
+            ],
+            false,
+        );
         assert!(selector.inspects());
         assert_eq!(pick(&selector, Some("www.example.com"), true, &[]), Some(0));
         assert_eq!(pick(&selector, Some("api.example.com"), true, &[]), Some(1));
@@ -292,43 +309,54 @@ mod tests {
 
     #[test]
     fn no_going_back_after_a_step_and_later_steps_narrow() {
-        let selector = ChainSelector::new(vec![
-            chain(|m| {
-                m.server_names = vec!["a.example.com".into()];
-                m.transport_protocol = Some(TransportProtocol::Tls);
-            }),
-            chain(|m| m.transport_protocol = Some(TransportProtocol::RawBuffer)),
-            chain(|m| m.application_protocols = vec!["h2".into()]),
-            chain(|m| m.source_prefix_ranges = vec!["10.1.0.0/16".parse().expect("net")]),
-            chain(|m| {
-                m.source_prefix_ranges = vec!["10.0.0.0/8".parse().expect("net")];
-                m.source_ports = vec![5000];
-            }),
-        ]);
+        let selector = ChainSelector::new(
+            vec![
+                chain(|m| {
+                    m.server_names = vec!["a.example.com".into()];
+                    m.transport_protocol = Some(TransportProtocol::Tls);
+                }),
+                chain(|m| m.transport_protocol = Some(TransportProtocol::RawBuffer)),
+                chain(|m| m.application_protocols = vec!["h2".into()]),
+                chain(|m| m.source_prefix_ranges = vec!["10.1.0.0/16".parse().expect("net")]),
+                chain(|m| {
+                    m.source_prefix_ranges = vec!["10.0.0.0/8".parse().expect("net")];
+                    m.source_ports = vec![5000];
+                }),
+            ],
+            false,
+        );
         assert_eq!(pick(&selector, Some("a.example.com"), true, &[]), Some(0));
         assert_eq!(pick(&selector, None, false, &[]), Some(1));
         assert_eq!(pick(&selector, None, true, &["http/1.1", "h2"]), Some(2));
         // The longest source range wins over a port the shorter one names.
         assert_eq!(pick(&selector, None, true, &["http/1.1"]), Some(3));
-        let only_named = ChainSelector::new(vec![chain(|m| {
-            m.server_names = vec!["a.example.com".into()];
-        })]);
+        let only_named = ChainSelector::new(
+            vec![chain(|m| {
+                m.server_names = vec!["a.example.com".into()];
+            })],
+            false,
+        );
         assert_eq!(pick(&only_named, Some("b.example.com"), true, &[]), None);
         assert_eq!(pick(&only_named, None, false, &[]), None);
     }
 
     #[test]
     fn destination_port_and_address_come_first() {
-        let selector = ChainSelector::new(vec![
-            chain(|m| m.destination_port = Some(443)),
-            chain(|m| m.server_names = vec!["a.example.com".into()]),
-            chain(|m| {
-                m.destination_port = Some(8443);
-                m.prefix_ranges = vec!["127.0.0.0/8".parse().expect("net")];
-            }),
-        ]);
+        let selector = ChainSelector::new(
+            vec![
+                chain(|m| m.destination_port = Some(443)),
+                chain(|m| m.server_names = vec!["a.example.com".into()]),
+                chain(|m| {
+                    m.destination_port = Some(8443);
+                    m.prefix_ranges = vec!["127.0.0.0/8".parse().expect("net")];
+                }),
+            ],
+            false,
+        );
         // Port 443 has a chain of its own: the named chain on any port is not reached.
         assert_eq!(pick(&selector, Some("a.example.com"), true, &[]), Some(0));
-        assert!(!ChainSelector::new(vec![chain(|m| m.destination_port = Some(1))]).inspects());
+        assert!(
+            !ChainSelector::new(vec![chain(|m| m.destination_port = Some(1))], false).inspects()
+        );
     }
 }

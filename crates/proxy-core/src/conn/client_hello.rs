@@ -1,6 +1,7 @@
 //! The first bytes of a connection, read to pick its filter chain (Envoy's `tls_inspector`):
-//! a TLS ClientHello's SNI and ALPN, or "not TLS". The bytes are peeked, never taken, so the
-//! chain's TLS handshake, or a passthrough relay, reads the ClientHello whole.
+//! a TLS ClientHello's SNI and ALPN, or "not TLS"; and for plain text, where asked, its HTTP
+//! version as its protocol (Envoy's `http_inspector`). The bytes are peeked, never taken, so
+//! the chain's TLS handshake, a passthrough relay or the HTTP codec reads them whole.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -24,7 +25,8 @@ pub(crate) struct Hello {
     pub(crate) tls: bool,
     /// Its SNI, in lower case.
     pub(crate) server_name: Option<String>,
-    /// The ALPN protocols it offers, in its order.
+    /// The ALPN protocols it offers, in its order; for plain text read for HTTP, the one
+    /// its first bytes show (`h2c`, `http/1.1`, `http/1.0`), if any.
     pub(crate) alpn: Vec<Vec<u8>>,
 }
 
@@ -38,12 +40,14 @@ pub(crate) enum HelloError {
     Timeout,
 }
 
-/// Peeks at `stream` until its first bytes tell a whole ClientHello or not TLS.
+/// Peeks at `stream` until its first bytes tell a whole ClientHello or not TLS; with `http`,
+/// plain text until they tell its HTTP version or not HTTP.
 pub(crate) async fn inspect(
     stream: &TcpStream,
     timeout: Option<Duration>,
+    http: bool,
 ) -> Result<Hello, HelloError> {
-    let read = read_hello(stream);
+    let read = read_hello(stream, http);
     match timeout {
         None => read.await,
         Some(limit) => tokio::time::timeout(limit, read)
@@ -52,7 +56,7 @@ pub(crate) async fn inspect(
     }
 }
 
-async fn read_hello(stream: &TcpStream) -> Result<Hello, HelloError> {
+async fn read_hello(stream: &TcpStream, http: bool) -> Result<Hello, HelloError> {
     let mut buf = vec![0u8; 1024];
     let mut seen = 0;
     loop {
@@ -81,7 +85,11 @@ async fn read_hello(stream: &TcpStream) -> Result<Hello, HelloError> {
             Err(_) => return Err(HelloError::Closed),
         };
         seen = n;
-        match parse(&buf[..n]) {
+        let parsed = match parse(&buf[..n]) {
+            Parsed::Done(hello) if !hello.tls && http => http_version(&buf[..n]),
+            parsed => parsed,
+        };
+        match parsed {
             Parsed::Done(hello) => return Ok(hello),
             Parsed::TooLarge => return Err(HelloError::TooLarge),
             Parsed::More if n < buf.len() => {}
@@ -106,6 +114,51 @@ enum Parsed {
     More,
     /// Its handshake header says it is over [`MAX_CLIENT_HELLO`].
     TooLarge,
+}
+
+/// HTTP/2's connection preface, which a client with prior knowledge starts with.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// A request line longer than this is not looked at further: no protocol.
+const MAX_REQUEST_LINE: usize = 8 * 1024;
+
+/// Plain text's protocol as Envoy's `http_inspector` tells it: `h2c` for HTTP/2's preface,
+/// `http/1.1` or `http/1.0` for an HTTP/1 request line; nothing for anything else. Waits
+/// for more while the bytes could still be either.
+fn http_version(bytes: &[u8]) -> Parsed {
+    let shown = |protocol: &[u8]| {
+        Parsed::Done(Hello {
+            alpn: vec![protocol.to_vec()],
+            ..Hello::default()
+        })
+    };
+    let common = bytes.len().min(H2_PREFACE.len());
+    if bytes[..common] == H2_PREFACE[..common] {
+        return match common == H2_PREFACE.len() {
+            true => shown(b"h2c"),
+            false => Parsed::More,
+        };
+    }
+    let line_end = bytes.iter().position(|&b| b == b'\n');
+    let line = &bytes[..line_end.unwrap_or(bytes.len())];
+    // The method is a token of letters; anything else before the first space is not HTTP.
+    let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
+    let method_ok = line[..method_end]
+        .iter()
+        .all(|b| b.is_ascii_alphabetic() || *b == b'-' || *b == b'_');
+    let control = line.iter().any(|&b| b < 0x20 && b != b'\r' && b != b'\t');
+    if !method_ok || control || line.len() > MAX_REQUEST_LINE {
+        return Parsed::Done(Hello::default());
+    }
+    if line_end.is_none() {
+        return Parsed::More;
+    }
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    match line.rsplit(|&b| b == b' ').next() {
+        _ if method_end == 0 || method_end == line.len() => Parsed::Done(Hello::default()),
+        Some(b"HTTP/1.1") => shown(b"http/1.1"),
+        Some(b"HTTP/1.0") => shown(b"http/1.0"),
+        _ => Parsed::Done(Hello::default()),
+    }
 }
 
 /// The handshake message type of a ClientHello.
@@ -258,5 +311,44 @@ mod tests {
     fn a_hello_longer_than_the_limit_is_refused_from_its_header() {
         let header = [HANDSHAKE, 3, 1, 0x40, 0, CLIENT_HELLO, 0x01, 0x11, 0x70];
         assert!(matches!(parse(&header), Parsed::TooLarge));
+    }
+
+    #[test]
+    fn plain_text_shows_its_http_version_or_nothing() {
+        let protocol = |bytes: &[u8]| match http_version(bytes) {
+            Parsed::Done(hello) => {
+                assert!(!hello.tls);
+                Some(
+                    hello
+                        .alpn
+                        .first()
+                        .map(|p| String::from_utf8_lossy(p).into_owned()),
+                )
+            }
+            Parsed::More => None,
+            Parsed::TooLarge => panic!("never too large"),
+        };
+        let some = |p: &str| Some(Some(p.to_owned()));
+        assert_eq!(protocol(H2_PREFACE), some("h2c"));
+        assert_eq!(protocol(&H2_PREFACE[..10]), None, "half a preface: more");
+        assert_eq!(protocol(b"GET / HTTP/1.1\r\nhost: a\r\n"), some("http/1.1"));
+        assert_eq!(protocol(b"POST /x HTTP/1.0\n"), some("http/1.0"));
+        assert_eq!(
+            protocol(b"GET /long/path?q="),
+            None,
+            "no line end yet: more"
+        );
+        assert_eq!(protocol(b"P"), None, "could be the preface or a method");
+        assert_eq!(protocol(b"GET / HTTP/2.0\r\n"), Some(None));
+        assert_eq!(protocol(b"GET / SPDY/3\r\n"), Some(None));
+        assert_eq!(protocol(b"\x00\x01binary"), Some(None));
+        assert_eq!(protocol(b"SSH-2.0-OpenSSH_9.6\r\n"), Some(None));
+        assert_eq!(
+            protocol(b"HELLO\r\n"),
+            Some(None),
+            "a word, no target or version"
+        );
+        let long = [b"GET /".as_slice(), &[b'a'; MAX_REQUEST_LINE]].concat();
+        assert_eq!(protocol(&long), Some(None), "a line too long to wait for");
     }
 }

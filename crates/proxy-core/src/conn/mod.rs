@@ -283,7 +283,8 @@ async fn choose_chain<'c>(
 ) -> Option<Option<&'c ChainEntry>> {
     let stats = &ctx.listener.stats;
     let hello = if chains.selector.inspects() && may_peek {
-        match client_hello::inspect(stream, chains.inspect_timeout).await {
+        let http = chains.selector.inspects_http();
+        match client_hello::inspect(stream, chains.inspect_timeout, http).await {
             Ok(hello) => hello,
             Err(client_hello::HelloError::Timeout) if chains.continue_on_timeout => {
                 stats.cx_pre_timeout.inc();

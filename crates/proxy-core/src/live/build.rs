@@ -222,7 +222,10 @@ pub(crate) fn build(
             .collect();
         let selector = (!chains.is_empty()).then(|| {
             let matches = listener.filter_chains.iter().map(|c| c.matcher.clone());
-            Arc::new(crate::conn::ChainSelector::new(matches.collect()))
+            Arc::new(crate::conn::ChainSelector::new(
+                matches.collect(),
+                listener.http_inspector,
+            ))
         });
         listeners.push(SharedListener {
             chains,
@@ -413,6 +416,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         default_chain: _,
         listener_filters_timeout: _,
         continue_on_listener_filters_timeout: _,
+        http_inspector: _,
     } = listener;
     hash_of(&(
         name,
