@@ -1294,6 +1294,140 @@ mod sds {
         server.shutdown().await;
     }
 
+    /// A listener's certificate read from a file (`path_config_source`), as Envoy Gateway
+    /// and certificate agents write one: never asked of the management server, served once
+    /// read, replaced by renaming a new file over it for new handshakes while a kept-alive
+    /// connection goes on; a file whose key is not its certificate's is refused, counted, and
+    /// the certificate before it stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn certificates_from_a_file_rotate_by_rename() {
+        use envoy_types::pb::envoy::config::core::v3::{PathConfigSource, WatchedDirectory};
+        let (up, _upstream) = upstream().await;
+        let dir = ScratchDir::new();
+        let ca = Ca::new("file sds ca");
+        let first = ca.leaf(&["api.example.com"]);
+        let second = ca.leaf(&["api.example.com"]);
+        let (first_cert, first_key) = first.write(&dir, "first");
+        let (second_cert, second_key) = second.write(&dir, "second");
+        let secret_file = dir.0.join("edge-cert.json");
+        let write_secret = |cert: &str, key: &str| {
+            let json = format!(
+                r#"{{"resources":[{{"@type":"{}","name":"edge_cert","tlsCertificate":{{"certificateChain":{{"filename":"{cert}"}},"privateKey":{{"filename":"{key}"}}}}}}]}}"#,
+                type_url::SECRET
+            );
+            // Written beside, then renamed over: the way agents swap files.
+            let fresh = dir.write("edge-cert.json.tmp", &json);
+            std::fs::rename(fresh, &secret_file).unwrap();
+        };
+        write_secret(&first_cert, &first_key);
+
+        let from_file = ConfigSource {
+            config_source_specifier: Some(config_source::ConfigSourceSpecifier::PathConfigSource(
+                PathConfigSource {
+                    path: secret_file.display().to_string(),
+                    watched_directory: Some(WatchedDirectory {
+                        path: dir.0.display().to_string(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        };
+        let context = DownstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                tls_certificate_sds_secret_configs: vec![SdsSecretConfig {
+                    name: "edge_cert".into(),
+                    sds_config: Some(from_file),
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut l = resources::listener("edge", "127.0.0.1:0".parse().unwrap(), "edge-routes");
+        l.filter_chains[0].transport_socket = Some(TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(transport_socket::ConfigType::TypedConfig(any(&context))),
+        });
+        let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        server.set(type_url::LISTENER, vec![("edge".into(), any(&l))]);
+        let routes =
+            resources::route_config("edge-routes", vec![resources::forward("/", "backend")]);
+        server.set(type_url::ROUTE, vec![("edge-routes".into(), any(&routes))]);
+        let backend = resources::eds_cluster("backend", LbPolicy::RoundRobin);
+        server.set(type_url::CLUSTER, vec![("backend".into(), any(&backend))]);
+        let endpoints = resources::assignment("backend", &[up]);
+        server.set(
+            type_url::ENDPOINT,
+            vec![("backend".into(), any(&endpoints))],
+        );
+        let proxy = Proxy::start(
+            &format!(
+                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
+                server.local_addr()
+            ),
+            1,
+        );
+        let mut addr: Option<SocketAddr> = None;
+        eventually("the listener in force", async || {
+            let dump = config_dump(&proxy);
+            addr = (dump["listeners"].as_array().unwrap().iter())
+                .find(|l| l["name"] == "edge")
+                .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
+            addr.is_some()
+        })
+        .await;
+        let addr = addr.unwrap();
+        assert!(
+            !server
+                .requests()
+                .iter()
+                .any(|r| r.type_url == type_url::SECRET && !r.names.is_empty()),
+            "a file's secret is not asked of the server: {:?}",
+            server.requests()
+        );
+        let h1 = client_config(ca.roots(), ClientOptions::default());
+        let stream = tls_connect(addr, &h1, "api.example.com").await.unwrap();
+        assert_eq!(peer_leaf(&stream), first.der);
+        let mut kept = h1_over(tls_connect(addr, &h1, "api.example.com").await.unwrap()).await;
+        assert_eq!(
+            kept.send_request(get("/", &[])).await.unwrap().status(),
+            200
+        );
+
+        write_secret(&second_cert, &second_key);
+        eventually(
+            "new handshakes see the renamed-in certificate",
+            async || {
+                let stream = tls_connect(addr, &h1, "api.example.com").await.unwrap();
+                peer_leaf(&stream) == second.der
+            },
+        )
+        .await;
+        kept.ready().await.unwrap();
+        assert_eq!(
+            kept.send_request(get("/", &[])).await.unwrap().status(),
+            200
+        );
+
+        // A key of another certificate: refused, counted once, the second one still served.
+        write_secret(&first_cert, &second_key);
+        let label = format!(
+            "sds_update_rejected_total{{secret=\"file://{}#edge_cert\"}} 1",
+            secret_file.display()
+        );
+        eventually("the bad file counted", async || {
+            let stats = admin_request(proxy.admin.unwrap(), "GET", "/stats/prometheus").1;
+            stats.contains(&label)
+        })
+        .await;
+        let stream = tls_connect(addr, &h1, "api.example.com").await.unwrap();
+        assert_eq!(peer_leaf(&stream), second.der);
+        server.shutdown().await;
+    }
+
     /// The ADS stream over mutual TLS: the proxy verifies the server by the CA and name it is
     /// given and presents its client certificate; a server it cannot verify gets no request.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,13 +2,15 @@
 //!
 //! The topic's files, side by side: this one holds the typed settings; `raw.rs` the file's
 //! form; `check.rs` the checks (which load the files, `material.rs`); `xds.rs` the mapping of
-//! Envoy's TLS transport sockets; `sds.rs` the secrets they name, from the management server.
+//! Envoy's TLS transport sockets; `sds.rs` the secrets they name, from the management server;
+//! `sds_file.rs` those read from files instead (`path_config_source`).
 
 pub(crate) mod check;
 pub mod facts;
 pub mod material;
 pub mod raw;
 pub mod sds;
+pub mod sds_file;
 pub mod xds;
 
 use std::path::PathBuf;

@@ -292,21 +292,44 @@ fn validation<'a>(secrets: &'a Secrets, name: &str) -> Option<&'a str> {
     }
 }
 
-/// A secret named by a TLS context: its name, from the same ADS stream.
+/// A secret named by a TLS context: its name, from the same ADS stream; or, read from a
+/// file (`path_config_source`), its key ([`super::sds_file::key`]).
 pub(crate) fn secret_name(mut config: SdsSecretConfig, at: &str) -> Result<String, ResourceError> {
     if config.name.is_empty() {
         return Err(ResourceError::invalid(at, "expected a secret name"));
     }
+    #[allow(deprecated)]
     match config
         .sds_config
         .take()
         .and_then(|s| s.config_source_specifier)
     {
         Some(ConfigSourceSpecifier::Ads(_) | ConfigSourceSpecifier::Self_(_)) => Ok(config.name),
+        // Its key joins the path and the name with `#`.
+        Some(ConfigSourceSpecifier::PathConfigSource(_) | ConfigSourceSpecifier::Path(_))
+            if config.name.contains('#') =>
+        {
+            Err(ResourceError::invalid(
+                format!("{at}.name"),
+                "a secret read from a file with `#` in its name",
+            ))
+        }
+        // The file is polled for changes, which covers a watched directory's renames too.
+        Some(ConfigSourceSpecifier::PathConfigSource(source)) if !source.path.is_empty() => {
+            Ok(super::sds_file::key(&source.path, &config.name))
+        }
+        Some(ConfigSourceSpecifier::Path(path)) if !path.is_empty() => {
+            Ok(super::sds_file::key(&path, &config.name))
+        }
+        Some(ConfigSourceSpecifier::PathConfigSource(_) | ConfigSourceSpecifier::Path(_)) => Err(
+            ResourceError::invalid(format!("{at}.sds_config"), "expected a path"),
+        ),
         Some(_) => Err(ResourceError::Unsupported {
             at: format!("{at}.sds_config"),
             fields: vec![
-                "config_source_specifier (ads only: secrets come over the ADS stream)".into(),
+                "config_source_specifier (ads or path_config_source: secrets come over the \
+                 ADS stream or from files)"
+                    .into(),
             ],
         }),
         None => Err(ResourceError::Unsupported {

@@ -209,8 +209,23 @@ impl Resources {
         self.secrets.retain(|name, _| secrets.contains(name));
     }
 
-    /// The secrets the listeners and clusters name (SDS subscriptions), and those of the
-    /// earlier versions still serving while one warms.
+    /// The secrets to ask the management server for (SDS subscriptions): those named that
+    /// are not read from files.
+    pub fn ads_secret_names(&self) -> BTreeSet<String> {
+        let mut names = self.secret_names();
+        names.retain(|name| !crate::tls::sds_file::is_file_secret(name));
+        names
+    }
+
+    /// The secrets read from files that are named, by their keys.
+    pub fn file_secret_names(&self) -> BTreeSet<String> {
+        let mut names = self.secret_names();
+        names.retain(|name| crate::tls::sds_file::is_file_secret(name));
+        names
+    }
+
+    /// The secrets the listeners and clusters name, and those of the earlier versions still
+    /// serving while one warms.
     pub fn secret_names(&self) -> BTreeSet<String> {
         let listeners = (self.listeners.values().chain(self.serving.values()))
             .flat_map(|l| l.value.secret_names());

@@ -321,6 +321,12 @@ impl LiveConfig {
         *self.xds.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
     }
 
+    /// Whether the stream to the management server is up, in the status published.
+    pub(crate) fn set_xds_connected(&self, up: bool) {
+        let mut status = self.xds.lock().unwrap_or_else(PoisonError::into_inner);
+        status.get_or_insert_with(XdsStatus::default).connected = up;
+    }
+
     pub(crate) fn xds_status(&self) -> Option<XdsStatus> {
         self.xds
             .lock()

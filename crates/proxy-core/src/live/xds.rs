@@ -16,6 +16,9 @@ use config::xds::{
     XdsSecret, digest, type_url,
 };
 
+/// How often the files of secrets read from files are read again for changes.
+const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The running client; dropping it ends the stream.
 pub(crate) struct XdsClient {
     _stop: oneshot::Sender<()>,
@@ -36,15 +39,25 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>
         xds_client::node(&config.node.id, &config.node.cluster),
     );
     options.tls = config.tls.map(ads_tls);
-    let applier = Applier::new(live);
+    let handler = Shared::new(live, Applier::new(live));
+    let applier = Arc::clone(&handler.applier);
     let (stop, stopped) = oneshot::channel::<()>();
     let runtime = crate::runtime::current_thread_runtime()?;
     std::thread::Builder::new()
         .name("legate-xds".into())
         .spawn(move || {
             runtime.block_on(async move {
+                // Secrets read from files change without the management server: polled.
+                let files = async move {
+                    let mut tick = tokio::time::interval(FILE_POLL);
+                    loop {
+                        tick.tick().await;
+                        applier.lock().await.read_files().await;
+                    }
+                };
                 tokio::select! {
-                    () = xds_client::run(options, applier) => {}
+                    () = xds_client::run(options, handler) => {}
+                    () = files => {}
                     _ = stopped => {}
                 }
             });
@@ -105,7 +118,6 @@ impl Kind {
 }
 
 struct Stats {
-    connected: stats::Gauge,
     /// attempt, success, rejected; by kind.
     counters: Vec<(Kind, [stats::Counter; 3])>,
     /// attempt, success, rejected; by secret (Envoy's `sds.<name>.update_*`), made as
@@ -120,6 +132,71 @@ struct Applier {
     in_force: u64,
     stats: Stats,
     status: XdsStatus,
+    /// Whether a stream is up; set by the stream's side, which does not wait for the lock.
+    connected: Arc<std::sync::atomic::AtomicBool>,
+    /// The digest of what each file secret's files last held when it was refused, so that a
+    /// bad file is counted and logged once, not at every poll.
+    file_rejected: BTreeMap<String, u64>,
+}
+
+/// The stream's handler: the xDS state, shared with the poll of secrets read from files.
+struct Shared {
+    applier: Arc<tokio::sync::Mutex<Applier>>,
+    /// What to subscribe to, as of the last update (asked between updates, without waiting).
+    wanted: BTreeMap<&'static str, BTreeSet<String>>,
+    connected: Arc<std::sync::atomic::AtomicBool>,
+    connected_gauge: stats::Gauge,
+    live: Weak<LiveConfig>,
+}
+
+impl Shared {
+    fn new(live: &Arc<LiveConfig>, applier: Applier) -> Self {
+        let (process, catalog) = (&live.stats().process, &live.stats().catalog);
+        let mut shared = Self {
+            wanted: BTreeMap::new(),
+            connected: Arc::clone(&applier.connected),
+            connected_gauge: process.gauge(catalog.control_plane_connected, &[]),
+            live: Arc::downgrade(live),
+            applier: Arc::new(tokio::sync::Mutex::new(applier)),
+        };
+        if let Ok(applier) = shared.applier.try_lock() {
+            shared.wanted = applier.wanted_now();
+        }
+        shared
+    }
+}
+
+impl xds_client::Handler for Shared {
+    async fn apply(&mut self, update: Update) -> Result<(), String> {
+        let mut applier = self.applier.lock().await;
+        let result = applier.apply(update, Source::Server).await;
+        // A listener or cluster that names a secret in a file has it read at once.
+        applier.read_files().await;
+        self.wanted = applier.wanted_now();
+        result
+    }
+
+    fn wanted(&self, type_url: &str) -> BTreeSet<String> {
+        self.wanted.get(type_url).cloned().unwrap_or_default()
+    }
+
+    fn connected(&mut self, up: bool) {
+        self.connected_gauge.set(i64::from(up));
+        self.connected
+            .store(up, std::sync::atomic::Ordering::Relaxed);
+        if let Some(live) = self.live.upgrade() {
+            live.set_xds_connected(up);
+        }
+    }
+}
+
+/// Where an update comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The management server.
+    Server,
+    /// Files of secrets read from files.
+    Files,
 }
 
 impl Applier {
@@ -148,7 +225,6 @@ impl Applier {
             })
             .collect();
         let stats = Stats {
-            connected: process.gauge(catalog.control_plane_connected, &[]),
             counters,
             secrets: BTreeMap::new(),
         };
@@ -159,6 +235,8 @@ impl Applier {
             in_force: Resources::default().sections().inputs,
             stats,
             status: XdsStatus::default(),
+            connected: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            file_rejected: BTreeMap::new(),
         };
         live.set_xds_status(applier.status.clone());
         applier
@@ -224,12 +302,18 @@ impl Applier {
         );
         list(&mut resources, "secret", &self.resources.secrets, unix);
         self.status.resources = resources;
+        self.status.connected = self.connected.load(std::sync::atomic::Ordering::Relaxed);
         if let Some(live) = self.live.upgrade() {
             live.set_xds_status(self.status.clone());
         }
     }
 
-    async fn put_in_force(&mut self, kind: Kind, update: Update) -> Result<(), String> {
+    async fn put_in_force(
+        &mut self,
+        kind: Kind,
+        update: Update,
+        source: Source,
+    ) -> Result<(), String> {
         let arrived = std::time::Instant::now();
         let Some(live) = self.live.upgrade() else {
             return Err("the proxy is stopping".into());
@@ -244,7 +328,10 @@ impl Applier {
             Kind::Endpoint => merge(&mut next.endpoints, &update, XdsEndpoints::decode, |e| {
                 &e.name
             }),
-            Kind::Secret => merge(&mut next.secrets, &update, XdsSecret::decode, |s| &s.name),
+            Kind::Secret if source == Source::Files => {
+                merge(&mut next.secrets, &update, XdsSecret::decode, |s| &s.name)
+            }
+            Kind::Secret => merge(&mut next.secrets, &update, server_secret, |s| &s.name),
         };
         merged.map_err(|e| e.to_string())?;
         let sections = next.sections();
@@ -322,8 +409,20 @@ fn merge<T>(
     Ok(())
 }
 
-impl xds_client::Handler for Applier {
-    async fn apply(&mut self, update: Update) -> Result<(), String> {
+/// A secret from the management server: never one that stands for a file's.
+fn server_secret(value: &Any) -> Result<XdsSecret, ResourceError> {
+    let secret = XdsSecret::decode(value)?;
+    if config::tls::sds_file::is_file_secret(&secret.name) {
+        return Err(ResourceError::Invalid {
+            at: format!("secret `{}`", secret.name),
+            message: "a name of the form of a secret read from a file".into(),
+        });
+    }
+    Ok(secret)
+}
+
+impl Applier {
+    async fn apply(&mut self, update: Update, source: Source) -> Result<(), String> {
         let Some(kind) = Kind::of(&update.type_url) else {
             return Err(format!("unexpected resource type {}", update.type_url));
         };
@@ -339,7 +438,7 @@ impl xds_client::Handler for Applier {
             _ => Vec::new(),
         };
         self.count_secrets(&secrets, 0);
-        let result = self.put_in_force(kind, update).await;
+        let result = self.put_in_force(kind, update, source).await;
         self.count_secrets(&secrets, if result.is_ok() { 1 } else { 2 });
         match &result {
             Ok(()) => {
@@ -356,19 +455,63 @@ impl xds_client::Handler for Applier {
         result
     }
 
-    fn wanted(&self, type_url: &str) -> BTreeSet<String> {
-        match Kind::of(type_url) {
-            Some(Kind::Route) => self.resources.route_names(),
-            Some(Kind::Endpoint) => self.resources.endpoint_names(),
-            Some(Kind::Secret) => self.resources.secret_names(),
-            _ => BTreeSet::new(),
-        }
+    /// The names to subscribe to, by type: routes and endpoints named, and the secrets
+    /// named that are not read from files.
+    fn wanted_now(&self) -> BTreeMap<&'static str, BTreeSet<String>> {
+        BTreeMap::from([
+            (type_url::ROUTE, self.resources.route_names()),
+            (type_url::ENDPOINT, self.resources.endpoint_names()),
+            (type_url::SECRET, self.resources.ads_secret_names()),
+        ])
     }
 
-    fn connected(&mut self, up: bool) {
-        self.stats.connected.set(i64::from(up));
-        self.status.connected = up;
-        self.publish();
+    /// Reads the files of the secrets named that are read from files, and puts those whose
+    /// contents changed in force. A file that cannot be read or checked keeps the secret
+    /// held before; it is counted and logged once per change of its contents.
+    async fn read_files(&mut self) {
+        let mut changed = Vec::new();
+        for key in self.resources.file_secret_names() {
+            let any = match config::tls::sds_file::read(&key) {
+                Ok(any) => any,
+                Err(error) => {
+                    let seen = config::xds::digest(error.to_string().as_bytes());
+                    if self.file_rejected.insert(key.clone(), seen) != Some(seen) {
+                        self.count_secrets(std::slice::from_ref(&key), 2);
+                        tracing::warn!(secret = %key, %error, "secret file rejected; the secret held before stays");
+                    }
+                    continue;
+                }
+            };
+            let read = config::xds::digest(&any.value);
+            let held = self.resources.secrets.get(&key).map(|h| h.digest);
+            if held != Some(read) && self.file_rejected.get(&key) != Some(&read) {
+                changed.push((key, any, read));
+            }
+        }
+        // One update per file, so that a bad one does not hold the others back.
+        for (key, any, read) in changed {
+            let update = Update {
+                type_url: type_url::SECRET.into(),
+                complete: false,
+                resources: vec![xds_client::Resource {
+                    name: key.clone(),
+                    version: "file".into(),
+                    value: any,
+                }],
+                removed: Vec::new(),
+                version_info: String::new(),
+            };
+            match self.apply(update, Source::Files).await {
+                Ok(()) => {
+                    self.file_rejected.remove(&key);
+                }
+                Err(_) => {
+                    self.file_rejected.insert(key, read);
+                }
+            }
+        }
+        let named = self.resources.file_secret_names();
+        self.file_rejected.retain(|key, _| named.contains(key));
     }
 }
 
