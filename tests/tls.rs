@@ -1834,6 +1834,75 @@ mod filter_chain_reloads {
             1
         );
     }
+
+    /// A removed chain's connections end too when they are not TLS: its idle (parked)
+    /// HTTP/1.1 connection is closed by the drain, and its TCP relay, which a drain cannot
+    /// ask to finish, is closed once `drain_timeout` is up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_chains_parked_connections_and_relays_are_closed() {
+        let echo = {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move {
+                while let Ok((mut stream, _)) = listener.accept().await {
+                    tokio::spawn(async move {
+                        let (mut read, mut write) = stream.split();
+                        let _ = tokio::io::copy(&mut read, &mut write).await;
+                    });
+                }
+            });
+            addr
+        };
+        let config = |chains: &str| {
+            format!(
+                "admin: {{ address: 127.0.0.1:0 }}\ndrain_timeout: 1s\nlisteners:\n  - name: edge\n    address: 127.0.0.1:0\n    http_inspector: true\n    chains:\n{chains}clusters:\n  - {{ name: echo, endpoints: [{echo}] }}\n"
+            )
+        };
+        let h2c = "      - name: h2c\n        match: { transport_protocol: raw_buffer, application_protocols: [h2c] }\n        routes: [{ match: { prefix: / }, direct_response: { status: 200, body: h2c } }]\n";
+        let web = "      - name: web\n        match: { transport_protocol: raw_buffer, application_protocols: [http/1.1] }\n        routes: [{ match: { prefix: / }, direct_response: { status: 200, body: web } }]\n";
+        let relay = "      - name: relay\n        match: { transport_protocol: raw_buffer }\n        tcp_proxy: { cluster: echo }\n";
+        let proxy = Proxy::start(&config(&format!("{h2c}{web}{relay}")), 1);
+        let admin = proxy.admin.unwrap();
+
+        let mut idle = TcpStream::connect(proxy.addr()).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        idle.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        eventually("the idle connection parked", async || {
+            stat(admin, "downstream_cx_parked") == 1
+        })
+        .await;
+        let mut relayed = TcpStream::connect(proxy.addr()).await.unwrap();
+        relayed.write_all(b"\x00ping").await.unwrap();
+        let mut echoed = [0u8; 5];
+        relayed.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"\x00ping");
+
+        std::fs::write(proxy.config_path(), config(h2c)).unwrap();
+        let (status, body) = admin_request(admin, "POST", "/reload");
+        assert_eq!(status, 200, "{body}");
+        // The parked connection: closed at once, its rest of the response read first.
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), idle.read_to_end(&mut rest))
+            .await
+            .expect("the parked connection closes")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&rest).ends_with("web"), "{rest:?}");
+        assert_eq!(stat(admin, "downstream_cx_parked"), 0);
+        // The relay still relays through the drain, then is closed.
+        relayed.write_all(b"pong").await.unwrap();
+        let mut echoed = [0u8; 4];
+        relayed.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"pong");
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(20), relayed.read_to_end(&mut rest))
+            .await
+            .expect("the relay closes after the drain time");
+        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    }
 }
 
 /// An expired certificate still serves (the client decides), and shows in `/certs` and the

@@ -250,13 +250,11 @@ pub(crate) struct Chains {
     pub(crate) continue_on_timeout: bool,
 }
 
-/// One chain on one worker.
+/// One chain on one worker. Its context carries the chain's drain and close flags.
 pub(crate) struct ChainEntry {
     pub(crate) ctx: Rc<ListenerCtx>,
     pub(crate) conn: Rc<ConnSettings>,
     pub(crate) http: Rc<HttpSlot>,
-    /// Raised when the chain is removed, or its listener drains.
-    pub(crate) drain: crate::context::Signal,
 }
 
 #[cfg(test)]

@@ -97,6 +97,7 @@ pub(crate) fn serve(
             settings,
             http,
             drain,
+            close,
         }) = prepared
         else {
             return Either::Right(
@@ -104,7 +105,7 @@ pub(crate) fn serve(
             );
         };
         let service = ProxyService { conn: ctx, http };
-        match sniffed {
+        let served: Either<_, Pin<Box<dyn Future<Output = Option<Parked>>>>> = match sniffed {
             Sniffed::Http1 => Either::Left(http1::serve_h1(io, service, settings, drain)),
             // Boxed: HTTP/2's connection state is large, and most connections are HTTP/1.1.
             Sniffed::Http2 => Either::Right(Box::pin(async move {
@@ -124,6 +125,18 @@ pub(crate) fn serve(
                 let _ = io.shutdown().await;
                 None
             })),
+        };
+        // A chain's connection also ends when the chain's drain time is up (the chain was
+        // removed): its relays and long streams do not outlive it.
+        match close {
+            None => Either::Left(served),
+            Some(mut close) => Either::Right(Box::pin(async move {
+                tokio::select! {
+                    parked = served => parked,
+                    () = close.raised() => None,
+                }
+            })
+                as Pin<Box<dyn Future<Output = Option<Parked>>>>),
         }
     })
 }
@@ -185,6 +198,8 @@ struct Prepared {
     settings: Rc<ConnSettings>,
     http: Rc<HttpSlot>,
     drain: SignalWatch,
+    /// The chain's close flag, for a connection a chain serves.
+    close: Option<SignalWatch>,
 }
 
 /// The PROXY protocol header, the filter chain and the TLS handshake where the listener has
@@ -227,6 +242,7 @@ async fn prepare(
             }
         }
     }
+    let mut close = None;
     if let Some(chains) = &chains {
         // Bytes taken while they could have begun a PROXY header are not peeked again.
         let picked = choose_chain(&stream, &ctx, chains, taken.is_empty()).await?;
@@ -237,7 +253,10 @@ async fn prepare(
             }
             settings = Rc::clone(&entry.conn);
             http = Rc::clone(&entry.http);
-            drain = entry.drain.watch();
+            if let Some(chain) = &entry.ctx.chain {
+                drain = chain.drain.watch();
+                close = Some(chain.close.watch());
+            }
         }
     }
     let mut io = match &settings.tls {
@@ -270,6 +289,7 @@ async fn prepare(
         settings,
         http,
         drain,
+        close,
     })
 }
 

@@ -33,6 +33,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) bypass_overload: bool,
     pub(crate) stats: ListenerStats,
     pub(crate) access_log: Option<WorkerLog>,
+    /// The filter chain's flags, for a chain's context; `None`: the listener's own.
+    pub(crate) chain: Option<super::ChainSignals>,
 }
 
 impl ListenerCtx {

@@ -22,4 +22,4 @@ pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_
 pub(crate) use health::ServerHealth;
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
-pub(crate) use signal::{Signal, SignalWatch};
+pub(crate) use signal::{ChainSignals, Signal, SignalWatch};

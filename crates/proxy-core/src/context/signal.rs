@@ -91,6 +91,29 @@ impl Drop for SignalWatch {
     }
 }
 
+/// A filter chain's own flags, kept across config generations while the chain is there:
+/// `drain` raised when the chain is removed (or its listener drains), `close` when the drain
+/// time after that is up. Its connections, parked ones included, watch these rather than
+/// their listener's.
+#[derive(Clone)]
+pub(crate) struct ChainSignals {
+    /// Tells one chain's signals from another's (the parking lot keys its watches by it).
+    pub(crate) id: u64,
+    pub(crate) drain: Signal,
+    pub(crate) close: Signal,
+}
+
+impl ChainSignals {
+    pub(crate) fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Self {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            drain: Signal::default(),
+            close: Signal::default(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,7 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
             head_limit: None,
             stats: stats.catalog.listener(&shard, "l"),
             access_log: None,
+            chain: None,
         }),
         Rc::new(WorkerCtx {
             stats: stats.catalog.worker(&shard),

@@ -14,7 +14,7 @@ use crate::access_log::{LogSinks, WorkerLog};
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::conn::{ChainEntry, Chains, Codecs, ConnSettings};
-use crate::context::{ForwardedTrust, ListenerCtx, Signal};
+use crate::context::{ChainSignals, ForwardedTrust, ListenerCtx, Signal};
 use crate::filters::FilterChain;
 use crate::http::{HttpCtx, HttpSlot, RequestIdPolicy, ServerHeader};
 use crate::listen::ConnectionLimits;
@@ -43,11 +43,11 @@ pub(super) struct Listener {
     retired: RefCell<Vec<Weak<ListenerCtx>>>,
 }
 
-/// A chain's request slot and drain, kept across generations.
+/// A chain's request slot and flags, kept across generations.
 struct ChainSlot {
     name: String,
     http: Rc<HttpSlot>,
-    drain: Signal,
+    signals: ChainSignals,
 }
 
 /// What new connections of a listener are served with, as of one generation.
@@ -88,6 +88,8 @@ pub(super) struct Parts<'a> {
     pub(super) park_idle: bool,
     /// The worker's tracer, when `tracing` is configured.
     pub(super) tracer: Option<&'a Rc<WorkerTracer>>,
+    /// How long the connections of a removed chain have to finish.
+    pub(super) drain_timeout: Duration,
 }
 
 impl Listener {
@@ -144,10 +146,13 @@ impl Listener {
     /// `drain_timeout` are closed.
     pub(super) fn remove(self: &Rc<Self>, drain_timeout: Duration) {
         self.start_drain();
-        let close = self.close.clone();
+        let mut closes = vec![self.close.clone()];
+        closes.extend((self.chain_slots.borrow().iter()).map(|slot| slot.signals.close.clone()));
         tokio::task::spawn_local(async move {
             tokio::time::sleep(drain_timeout).await;
-            close.raise();
+            for close in closes {
+                close.raise();
+            }
         });
     }
 
@@ -155,7 +160,7 @@ impl Listener {
     pub(super) fn start_drain(&self) {
         self.drain.raise();
         for slot in self.chain_slots.borrow().iter() {
-            slot.drain.raise();
+            slot.signals.drain.raise();
         }
     }
 
@@ -193,7 +198,7 @@ impl ListenerState {
         chain_slots: &RefCell<Vec<ChainSlot>>,
     ) -> Self {
         let old_own = old.map(|o| (&o.built_from, &o.ctx, &o.conn));
-        let (ctx, conn, built_from) = served_with(config, shared, parts, old_own);
+        let (ctx, conn, built_from) = served_with(config, shared, parts, old_own, None);
         let mut chains_built_from = Vec::with_capacity(config.filter_chains.len());
         let mut slots = chain_slots.borrow_mut();
         let mut next_slots = Vec::with_capacity(config.filter_chains.len());
@@ -209,9 +214,6 @@ impl ListenerState {
                         let entry = o.chains.as_ref()?.entries.get(at)?;
                         Some((&o.chains_built_from[at].1, &entry.ctx, &entry.conn))
                     });
-                    let (ctx, conn, built_from) =
-                        served_with(settings, shared_chain, parts, old_entry);
-                    chains_built_from.push((chain.name.clone(), built_from));
                     let http_ctx = http_ctx(settings, shared_chain, parts);
                     let slot = match slots.iter().position(|s| s.name == chain.name) {
                         Some(at) => {
@@ -222,14 +224,22 @@ impl ListenerState {
                         None => ChainSlot {
                             name: chain.name.clone(),
                             http: Rc::new(HttpSlot::new(http_ctx)),
-                            drain: Signal::default(),
+                            signals: ChainSignals::new(),
                         },
                     };
+                    // A context kept from before has the same slot's flags.
+                    let (ctx, conn, built_from) = served_with(
+                        settings,
+                        shared_chain,
+                        parts,
+                        old_entry,
+                        Some(&slot.signals),
+                    );
+                    chains_built_from.push((chain.name.clone(), built_from));
                     let entry = ChainEntry {
                         ctx,
                         conn,
                         http: Rc::clone(&slot.http),
-                        drain: slot.drain.clone(),
                     };
                     next_slots.push(slot);
                     entry
@@ -243,9 +253,21 @@ impl ListenerState {
                 continue_on_timeout: config.continue_on_listener_filters_timeout,
             })
         });
-        // The connections of chains gone are drained (their requests in flight finish).
-        for gone in std::mem::replace(&mut *slots, next_slots) {
-            gone.drain.raise();
+        // The connections of chains gone are drained (their requests in flight finish), and
+        // those left when the drain time is up are closed.
+        let gone: Vec<ChainSlot> = std::mem::replace(&mut *slots, next_slots);
+        if !gone.is_empty() {
+            for slot in &gone {
+                slot.signals.drain.raise();
+            }
+            let closes: Vec<Signal> = gone.into_iter().map(|s| s.signals.close).collect();
+            let drain_timeout = parts.drain_timeout;
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(drain_timeout).await;
+                for close in closes {
+                    close.raise();
+                }
+            });
         }
         Self {
             exact: config.connection_balance == ConnectionBalance::Exact,
@@ -267,6 +289,7 @@ fn served_with(
     shared: &SharedListener,
     parts: &Parts<'_>,
     old: Option<(&BuiltFrom, &Rc<ListenerCtx>, &Rc<ConnSettings>)>,
+    chain: Option<&ChainSignals>,
 ) -> (Rc<ListenerCtx>, Rc<ConnSettings>, BuiltFrom) {
     let built_from = BuiltFrom {
         conn_key: shared.conn_key,
@@ -278,7 +301,7 @@ fn served_with(
             (Rc::clone(ctx), Rc::clone(conn), built_from)
         }
         _ => (
-            Rc::new(listener_ctx(config, shared.tls.as_ref(), parts)),
+            Rc::new(listener_ctx(config, shared.tls.as_ref(), parts, chain)),
             Rc::new(conn_settings(config, shared.tls.as_ref(), parts)),
             built_from,
         ),
@@ -289,6 +312,7 @@ fn listener_ctx(
     config: &ListenerConfig,
     tls: Option<&Arc<ServerTls>>,
     parts: &Parts<'_>,
+    chain: Option<&ChainSignals>,
 ) -> ListenerCtx {
     let name = &config.name;
     let log_sinks = parts.log_sinks;
@@ -314,6 +338,7 @@ fn listener_ctx(
         bypass_overload: config.bypass_overload_manager,
         stats: parts.catalog.listener(parts.shard, name),
         access_log,
+        chain: chain.cloned(),
     }
 }
 

@@ -163,6 +163,7 @@ impl Worker {
             clusters: &self.clusters,
             park_idle: self.accepted.lot.is_some(),
             tracer: tracer.as_ref(),
+            drain_timeout: config.drain_timeout,
         };
         let current = self.listeners.borrow().clone();
         let mut next = Vec::with_capacity(generation.listeners.len());

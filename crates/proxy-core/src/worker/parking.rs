@@ -48,11 +48,19 @@ struct Lot {
     /// outnumber the parked ones, so a busy lot does not grow it without bound.
     stale: usize,
     generation: u32,
-    /// One watch per listener with connections here: its drain closes them.
-    drains: Vec<(u64, SignalWatch)>,
+    /// One watch per listener, and per filter chain, with connections here: its drain
+    /// closes them.
+    drains: Vec<(Drains, SignalWatch)>,
     /// Set when a sooner deadline or a new listener arrived, for the lot's task to see.
     kicked: bool,
     waker: Option<Waker>,
+}
+
+/// Whose drain a watch of the lot is: a listener's (by its id) or a chain's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Drains {
+    Listener(u64),
+    Chain(u64),
 }
 
 /// One parked connection.
@@ -106,10 +114,16 @@ impl ParkingLot {
             .is_none_or(|Reverse((at, _, _))| conn.close_at < *at);
         lot.deadlines
             .push(Reverse((conn.close_at, key, generation)));
-        let id = listener.id;
-        let new_listener = !lot.drains.iter().any(|(l, _)| *l == id);
-        if new_listener {
-            lot.drains.push((id, listener.drain.watch()));
+        let mut new_listener = false;
+        let mut watch = |whose: Drains, signal: &crate::context::Signal| {
+            if !lot.drains.iter().any(|(w, _)| *w == whose) {
+                lot.drains.push((whose, signal.watch()));
+                new_listener = true;
+            }
+        };
+        watch(Drains::Listener(listener.id), &listener.drain);
+        if let Some(chain) = &conn.ctx.listener().chain {
+            watch(Drains::Chain(chain.id), &chain.drain);
         }
         conn.ctx.listener().stats.cx_parked.inc();
         lot.parked.insert(Car {
@@ -179,8 +193,11 @@ impl ParkingLot {
                 return;
             }
         };
-        let drain = listener.drain.watch();
-        let close = listener.close.watch();
+        // A chain's connection goes by its chain's flags (raised with the listener's too).
+        let (drain, close) = match &ctx.listener().chain {
+            Some(chain) => (chain.drain.watch(), chain.close.watch()),
+            None => (listener.drain.watch(), listener.close.watch()),
+        };
         tokio::task::spawn_local(Served::new(
             conn::resume(stream, ctx, http, settings, drain),
             close,
@@ -247,9 +264,10 @@ impl ParkingLot {
         }
     }
 
-    /// Closes the connections of listeners that drain (removed, or the worker stops).
+    /// Closes the connections of listeners and chains that drain (removed, or the worker
+    /// stops).
     fn poll_drains(&self, cx: &mut std::task::Context<'_>) -> Poll<()> {
-        let drained: Vec<u64> = {
+        let drained: Vec<Drains> = {
             let mut lot = self.state.borrow_mut();
             let mut drained = Vec::new();
             lot.drains.retain_mut(|(id, watch)| {
@@ -269,7 +287,11 @@ impl ParkingLot {
             .borrow()
             .parked
             .iter()
-            .filter(|(_, car)| drained.contains(&car.listener.id))
+            .filter(|(_, car)| {
+                drained.contains(&Drains::Listener(car.listener.id))
+                    || (car.conn.ctx.listener().chain.as_ref())
+                        .is_some_and(|c| drained.contains(&Drains::Chain(c.id)))
+            })
             .map(|(key, _)| key)
             .collect();
         for key in keys {
