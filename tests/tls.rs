@@ -1414,15 +1414,39 @@ mod sds {
 
         // A key of another certificate: refused, counted once, the second one still served.
         write_secret(&first_cert, &second_key);
-        let label = format!(
-            "sds_update_rejected_total{{secret=\"file://{}#edge_cert\"}} 1",
+        let rejected = format!(
+            "sds_update_rejected_total{{secret=\"file://{}#edge_cert\"}} ",
             secret_file.display()
         );
-        eventually("the bad file counted", async || {
+        let count = || {
             let stats = admin_request(proxy.admin.unwrap(), "GET", "/stats/prometheus").1;
-            stats.contains(&label)
-        })
-        .await;
+            (stats.lines())
+                .find_map(|l| l.strip_prefix(&rejected)?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        eventually("the bad file counted", async || count() >= 1).await;
+        // Every update from the server reads the files again: one more, ACKed, read the bad
+        // file again without counting it again.
+        let acked = |requests: &[testbed::xds::SeenRequest]| {
+            (requests.iter())
+                .filter(|r| r.type_url == type_url::ROUTE && r.is_ack())
+                .count()
+        };
+        let before = acked(&server.requests());
+        let routes = resources::route_config(
+            "edge-routes",
+            vec![
+                resources::forward("/", "backend"),
+                resources::forward("/other", "backend"),
+            ],
+        );
+        server.set(type_url::ROUTE, vec![("edge-routes".into(), any(&routes))]);
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| acked(requests) > before)
+                .await
+        );
+        assert_eq!(count(), 1, "counted once");
         let stream = tls_connect(addr, &h1, "api.example.com").await.unwrap();
         assert_eq!(peer_leaf(&stream), second.der);
         server.shutdown().await;
@@ -1837,7 +1861,7 @@ mod filter_chain_reloads {
 
     /// A removed chain's connections end too when they are not TLS: its idle (parked)
     /// HTTP/1.1 connection is closed by the drain, and its TCP relay, which a drain cannot
-    /// ask to finish, is closed once `drain_timeout` is up.
+    /// ask to finish, is closed once `drain_timeout` is up, and still logged.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_removed_chains_parked_connections_and_relays_are_closed() {
         let echo = {
@@ -1853,14 +1877,19 @@ mod filter_chain_reloads {
             });
             addr
         };
+        let logs = ScratchDir::new();
+        let log = logs.0.join("relay.log");
         let config = |chains: &str| {
             format!(
-                "admin: {{ address: 127.0.0.1:0 }}\ndrain_timeout: 1s\nlisteners:\n  - name: edge\n    address: 127.0.0.1:0\n    http_inspector: true\n    chains:\n{chains}clusters:\n  - {{ name: echo, endpoints: [{echo}] }}\n"
+                "admin: {{ address: 127.0.0.1:0 }}\ndrain_timeout: 3s\nlisteners:\n  - name: edge\n    address: 127.0.0.1:0\n    http_inspector: true\n    chains:\n{chains}clusters:\n  - {{ name: echo, endpoints: [{echo}] }}\n"
             )
         };
         let h2c = "      - name: h2c\n        match: { transport_protocol: raw_buffer, application_protocols: [h2c] }\n        routes: [{ match: { prefix: / }, direct_response: { status: 200, body: h2c } }]\n";
         let web = "      - name: web\n        match: { transport_protocol: raw_buffer, application_protocols: [http/1.1] }\n        routes: [{ match: { prefix: / }, direct_response: { status: 200, body: web } }]\n";
-        let relay = "      - name: relay\n        match: { transport_protocol: raw_buffer }\n        tcp_proxy: { cluster: echo }\n";
+        let relay = format!(
+            "      - name: relay\n        match: {{ transport_protocol: raw_buffer }}\n        tcp_proxy: {{ cluster: echo }}\n        access_log: [{{ path: \"{}\", format: \"%BYTES_RECEIVED% %BYTES_SENT%\\n\" }}]\n",
+            log.display()
+        );
         let proxy = Proxy::start(&config(&format!("{h2c}{web}{relay}")), 1);
         let admin = proxy.admin.unwrap();
 
@@ -1902,6 +1931,10 @@ mod filter_chain_reloads {
             .await
             .expect("the relay closes after the drain time");
         assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+        eventually("the closed relay logged", async || {
+            std::fs::read_to_string(&log).is_ok_and(|text| text == "9 9\n")
+        })
+        .await;
     }
 }
 

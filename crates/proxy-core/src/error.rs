@@ -42,6 +42,8 @@ pub enum ResponseFlag {
     FaultInjected,
     /// LH: a health check of this proxy failed (failed by the admin, or draining).
     FailedLocalHealthCheck,
+    /// DT: a connection reached its maximum duration.
+    DurationTimeout,
 }
 
 impl ResponseFlag {
@@ -61,6 +63,7 @@ impl ResponseFlag {
             ResponseFlag::OverloadManager => "OM",
             ResponseFlag::FaultInjected => "FI",
             ResponseFlag::FailedLocalHealthCheck => "LH",
+            ResponseFlag::DurationTimeout => "DT",
         }
     }
 }

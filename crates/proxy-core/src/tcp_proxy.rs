@@ -73,7 +73,8 @@ impl TcpProxyCtx {
 }
 
 /// Relays `io` to a host of the cluster until the relay ends; closes it at once when no host
-/// can be reached. Each connection is one line of the listener's access log.
+/// can be reached. Each connection is one line of the listener's access log, written however
+/// the relay ends (closed by a drain or a shutdown too).
 pub(crate) async fn serve(
     mut io: impl AsyncRead + AsyncWrite + Unpin,
     conn: Rc<ConnCtx>,
@@ -81,27 +82,23 @@ pub(crate) async fn serve(
     clusters: &[Rc<Cluster>],
 ) {
     let started = Instant::now();
-    let wall_start = SystemTime::now();
-    let mut record = LogRecord {
-        peer: Some(conn.peer),
-        ..LogRecord::default()
-    };
+    let mut log = ConnLog::new(conn);
+    let conn = Rc::clone(&log.conn);
     let upstream = match connect(tcp, clusters, &conn).await {
         Ok(upstream) => upstream,
         Err(flag) => {
             tcp.stats.cx_no_upstream.inc();
             let _ = io.shutdown().await;
-            record.flag = Some(flag);
-            log(&conn, &record, wall_start, started);
+            log.record.flag = Some(flag);
             return;
         }
     };
     tcp.stats.cx_total.inc();
-    record.upstream = Some(upstream.addr_text().clone());
+    log.record.upstream = Some(upstream.addr_text().clone());
     let activity = Cell::new(Instant::now());
-    let (received, sent) = (Cell::new(0u64), Cell::new(0u64));
     let (down_read, down_write) = tokio::io::split(io);
     let (up_read, up_write) = tokio::io::split(upstream.io);
+    let (received, sent) = (&log.received, &log.sent);
     let to_upstream = crate::relay::pipe(down_read, up_write, tcp.buffer, &activity, |n| {
         tcp.stats.rx_bytes.add(n as u64);
         received.set(received.get() + n as u64);
@@ -122,24 +119,62 @@ pub(crate) async fn serve(
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
+    let flag = tokio::select! {
         result = async { tokio::try_join!(to_upstream, to_client) } => {
             if let Err(error) = result {
                 tracing::debug!(peer = %conn.peer, upstream = %upstream.addr, %error, "relay ended with an error");
             }
+            None
         }
-        () = idle => tcp.stats.idle_timeout.inc(),
-        () = aged => tcp.stats.max_duration_reached.inc(),
-    }
-    record.bytes_received = received.get();
-    record.bytes_sent = sent.get();
-    log(&conn, &record, wall_start, started);
+        () = idle => {
+            tcp.stats.idle_timeout.inc();
+            None
+        }
+        () = aged => {
+            tcp.stats.max_duration_reached.inc();
+            Some(ResponseFlag::DurationTimeout)
+        }
+    };
+    log.record.flag = flag;
 }
 
-/// The connection's line, when the listener logs.
-fn log(conn: &ConnCtx, record: &LogRecord, wall_start: SystemTime, started: Instant) {
-    if let Some(log) = &conn.listener.access_log {
-        log.record(record, wall_start, started.elapsed());
+/// A relayed connection's access log line, written when it is dropped: at the relay's end,
+/// or when the relay is dropped from outside (its chain or listener closed, a shutdown).
+struct ConnLog {
+    conn: Rc<ConnCtx>,
+    record: LogRecord,
+    received: Cell<u64>,
+    sent: Cell<u64>,
+}
+
+impl ConnLog {
+    fn new(conn: Rc<ConnCtx>) -> Self {
+        Self {
+            record: LogRecord {
+                peer: Some(conn.peer),
+                ..LogRecord::default()
+            },
+            conn,
+            received: Cell::new(0),
+            sent: Cell::new(0),
+        }
+    }
+}
+
+impl Drop for ConnLog {
+    fn drop(&mut self) {
+        let Some(log) = &self.conn.listener.access_log else {
+            return;
+        };
+        self.record.bytes_received = self.received.get();
+        self.record.bytes_sent = self.sent.get();
+        // The connection's whole life, from its accept, as Envoy's `%DURATION%` of a TCP
+        // connection.
+        let duration = self.conn.opened.elapsed();
+        let wall_start = SystemTime::now()
+            .checked_sub(duration)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        log.record(&self.record, wall_start, duration);
     }
 }
 

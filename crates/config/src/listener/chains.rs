@@ -172,9 +172,10 @@ pub(crate) fn chains(
                  `http_inspector: true`: the chain would never be picked",
             ));
         }
-        // With the HTTP inspector, protocols may be plain text's too.
+        // Protocols pick plain text only with `raw_buffer` (and the HTTP inspector); without
+        // a transport they pick TLS connections too.
         let picks_tls = !matcher.server_names.is_empty()
-            || (!matcher.application_protocols.is_empty() && !plain && !inspects_http)
+            || (!matcher.application_protocols.is_empty() && !plain)
             || matcher.transport_protocol == Some(TransportProtocol::Tls);
         if picks_tls && settings.tls.is_none() && settings.tcp_proxy.is_none() {
             return Err(ConfigError::invalid(
@@ -332,14 +333,7 @@ fn chain_match(raw: RawChainMatch, at: &str) -> Result<ChainMatch, ConfigError> 
 /// An SNI name to match: a host name, or `*.` and one (Envoy's only wildcard).
 fn server_name(name: &str, at: &str) -> Result<String, ConfigError> {
     let lower = name.to_ascii_lowercase();
-    let host = lower.strip_prefix("*.").unwrap_or(&lower);
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    if host.len() > 253 || !host.split('.').all(label_ok) {
+    if !crate::tls::is_host_name(&lower) {
         return Err(ConfigError::invalid(
             at,
             format!(
@@ -458,5 +452,11 @@ mod tests {
         ))
         .expect("with the inspector");
         assert!(config.listeners[0].http_inspector);
+        // Without a transport, protocols pick TLS connections too: such a chain must take TLS.
+        let error = Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    http_inspector: true\n    chains:\n      - name: a\n        match: { application_protocols: [http/1.1] }\n        routes: [{ match: { prefix: / }, cluster: c }]\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n",
+        )
+        .expect_err("picks TLS");
+        assert!(error.to_string().contains("neither terminates"), "{error}");
     }
 }

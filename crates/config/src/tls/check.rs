@@ -189,19 +189,7 @@ fn version(value: Option<&str>, path: &str) -> Result<TlsVersion, ConfigError> {
 /// `api.example.com` or `*.example.com`, lowercase; a wildcard covers exactly one label.
 fn server_name(value: &str, path: &str) -> Result<ServerNameMatch, ConfigError> {
     let lower = value.to_ascii_lowercase();
-    let (wildcard, name) = match lower.strip_prefix("*.") {
-        Some(rest) => (true, rest.to_owned()),
-        None => (false, lower),
-    };
-    let valid = !name.is_empty()
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        });
-    if !valid {
+    if !super::is_host_name(&lower) {
         return Err(ConfigError::invalid(
             path,
             format!(
@@ -209,6 +197,10 @@ fn server_name(value: &str, path: &str) -> Result<ServerNameMatch, ConfigError> 
             ),
         ));
     }
+    let (wildcard, name) = match lower.strip_prefix("*.") {
+        Some(rest) => (true, rest.to_owned()),
+        None => (false, lower),
+    };
     Ok(if wildcard {
         ServerNameMatch::Wildcard(name)
     } else {

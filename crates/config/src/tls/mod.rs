@@ -19,6 +19,21 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+/// `api.example.com` or `*.example.com` (in any case): a name SNI can be matched against, as
+/// certificates, chains and secrets give them.
+pub(crate) fn is_host_name(name: &str) -> bool {
+    let host = name.strip_prefix("*.").unwrap_or(name);
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 /// How long a client has to finish the TLS handshake, unless configured.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TLS sessions a listener remembers for resumption by session id, unless configured.
@@ -185,5 +200,32 @@ fn ca_or_system<S: serde::Serializer>(ca: &Option<PemSource>, s: S) -> Result<S:
     match ca {
         Some(source) => source.serialize(s),
         None => s.serialize_str("system"),
+    }
+}
+
+#[cfg(test)]
+mod host_name_tests {
+    #[test]
+    fn host_names_are_labels_with_at_most_one_leading_wildcard() {
+        for good in [
+            "api.example.com",
+            "*.example.com",
+            "API.Example.com",
+            "a_b-c.d",
+        ] {
+            assert!(super::is_host_name(good), "{good}");
+        }
+        let long_label = format!("{}.com", "a".repeat(64));
+        for bad in [
+            "",
+            "*.",
+            "*.*.example.com",
+            "www.*.com",
+            "a..b",
+            "a b.com",
+            long_label.as_str(),
+        ] {
+            assert!(!super::is_host_name(bad), "{bad}");
+        }
     }
 }

@@ -171,21 +171,8 @@ fn pem_source(value: &str) -> PemSource {
 /// The DNS names and the expiry of a leaf certificate.
 fn leaf_facts(der: &[u8]) -> Result<(Vec<String>, i64), String> {
     let mut facts = super::facts::certificate_facts(der)?;
-    facts.dns_names.retain(|n| is_host_name(n));
+    facts.dns_names.retain(|n| super::is_host_name(n));
     Ok((facts.dns_names, facts.not_after))
-}
-
-/// `api.example.com` or `*.example.com`: a name SNI can be matched against.
-fn is_host_name(name: &str) -> bool {
-    let name = name.strip_prefix("*.").unwrap_or(name);
-    !name.is_empty()
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
 }
 
 /// The secrets a listener's or cluster's TLS names.
@@ -304,6 +291,15 @@ pub(crate) fn secret_name(mut config: SdsSecretConfig, at: &str) -> Result<Strin
         .take()
         .and_then(|s| s.config_source_specifier)
     {
+        // Such a name is held for a file's secret: the server's could never take its place.
+        Some(ConfigSourceSpecifier::Ads(_) | ConfigSourceSpecifier::Self_(_))
+            if super::sds_file::is_file_secret(&config.name) =>
+        {
+            Err(ResourceError::invalid(
+                format!("{at}.name"),
+                "a name of the form of a secret read from a file (`file://PATH#NAME`)",
+            ))
+        }
         Some(ConfigSourceSpecifier::Ads(_) | ConfigSourceSpecifier::Self_(_)) => Ok(config.name),
         // Its key joins the path and the name with `#`.
         Some(ConfigSourceSpecifier::PathConfigSource(_) | ConfigSourceSpecifier::Path(_))

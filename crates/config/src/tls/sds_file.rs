@@ -42,8 +42,11 @@ pub fn read(key: &str) -> Result<Any, ResourceError> {
     let (path, name) =
         source(key).ok_or_else(|| ResourceError::invalid(key, "not a secret read from a file"))?;
     let at = format!("secret `{name}` in {path}");
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ResourceError::invalid(&at, format!("cannot be read: {e}")))?;
+    let text = String::from_utf8(
+        read_limited(path)
+            .map_err(|e| ResourceError::invalid(&at, format!("cannot be read: {e}")))?,
+    )
+    .map_err(|_| ResourceError::invalid(&at, "not UTF-8 text"))?;
     let response: FileResponse = if path.ends_with(".json") {
         serde_json::from_str(&text).map_err(|e| ResourceError::invalid(&at, e.to_string()))?
     } else if path.ends_with(".yaml") || path.ends_with(".yml") {
@@ -107,6 +110,34 @@ pub fn read(key: &str) -> Result<Any, ResourceError> {
     })
 }
 
+/// The most a secret's file, or a file it names, may hold: certificates and keys are a few
+/// KiB, bundles of CAs rarely 1 MiB.
+const MAX_FILE: u64 = 4 << 20;
+
+/// A regular file's bytes, up to [`MAX_FILE`]: the files are read again every second on the
+/// xDS thread, which a pipe or a huge file must not hold up.
+fn read_limited(path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    // Looked at before it is opened: opening a pipe would wait for a writer.
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_FILE {
+        return Err(std::io::Error::other(format!(
+            "over {} MiB",
+            MAX_FILE >> 20
+        )));
+    }
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(std::io::Error::other("grew past the limit while read"));
+    }
+    Ok(bytes)
+}
+
 /// A discovery response as a file holds it. Field names as protobuf's JSON writes them, or
 /// as the `.proto` spells them; any other field is refused by name.
 #[derive(Deserialize)]
@@ -167,7 +198,7 @@ impl FileData {
     /// process's working directory's, as Envoy reads it).
     fn inline(self, at: &str) -> Result<DataSource, ResourceError> {
         let bytes = match (self.filename, self.inline_string, self.inline_bytes) {
-            (Some(file), None, None) => std::fs::read(&file)
+            (Some(file), None, None) => read_limited(&file)
                 .map_err(|e| ResourceError::invalid(at, format!("{file} cannot be read: {e}")))?,
             (None, Some(text), None) => text.into_bytes(),
             (None, None, Some(base64)) => base64::engine::general_purpose::STANDARD

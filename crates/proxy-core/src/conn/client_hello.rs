@@ -138,6 +138,14 @@ fn http_version(bytes: &[u8]) -> Parsed {
             false => Parsed::More,
         };
     }
+    // Empty lines before a request line are allowed (RFC 9112, section 2.2).
+    let Some(first) = bytes.iter().position(|&b| b != b'\r' && b != b'\n') else {
+        return match bytes.len() > MAX_REQUEST_LINE {
+            true => Parsed::Done(Hello::default()),
+            false => Parsed::More,
+        };
+    };
+    let bytes = &bytes[first..];
     let line_end = bytes.iter().position(|&b| b == b'\n');
     let line = &bytes[..line_end.unwrap_or(bytes.len())];
     // The method is a token of letters; anything else before the first space is not HTTP.
@@ -338,6 +346,8 @@ mod tests {
             None,
             "no line end yet: more"
         );
+        assert_eq!(protocol(b"\r\n\r\nGET / HTTP/1.1\r\n"), some("http/1.1"));
+        assert_eq!(protocol(b"\r\n"), None, "empty lines so far: more");
         assert_eq!(protocol(b"P"), None, "could be the preface or a method");
         assert_eq!(protocol(b"GET / HTTP/2.0\r\n"), Some(None));
         assert_eq!(protocol(b"GET / SPDY/3\r\n"), Some(None));

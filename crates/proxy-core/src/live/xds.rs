@@ -50,6 +50,7 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>
                 // Secrets read from files change without the management server: polled.
                 let files = async move {
                     let mut tick = tokio::time::interval(FILE_POLL);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
                     loop {
                         tick.tick().await;
                         applier.lock().await.read_files().await;
@@ -134,9 +135,12 @@ struct Applier {
     status: XdsStatus,
     /// Whether a stream is up; set by the stream's side, which does not wait for the lock.
     connected: Arc<std::sync::atomic::AtomicBool>,
-    /// The digest of what each file secret's files last held when it was refused, so that a
-    /// bad file is counted and logged once, not at every poll.
+    /// For each file secret whose files could not be read or checked, the digest of the
+    /// error: a bad file is counted and logged once, not at every poll.
     file_rejected: BTreeMap<String, u64>,
+    /// For each file secret whose checked contents the config could not take, their digest:
+    /// not tried again until they change or the server sends an update.
+    file_blocked: BTreeMap<String, u64>,
 }
 
 /// The stream's handler: the xDS state, shared with the poll of secrets read from files.
@@ -237,6 +241,7 @@ impl Applier {
             status: XdsStatus::default(),
             connected: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             file_rejected: BTreeMap::new(),
+            file_blocked: BTreeMap::new(),
         };
         live.set_xds_status(applier.status.clone());
         applier
@@ -426,7 +431,11 @@ impl Applier {
         let Some(kind) = Kind::of(&update.type_url) else {
             return Err(format!("unexpected resource type {}", update.type_url));
         };
-        self.count(kind, 0);
+        // A file's secret counts as its secret's update, not as one of the server's.
+        let from_server = source == Source::Server;
+        if from_server {
+            self.count(kind, 0);
+        }
         let secrets: Vec<String> = match kind {
             Kind::Secret => (update.resources.iter())
                 .filter_map(|r| {
@@ -441,14 +450,20 @@ impl Applier {
         let result = self.put_in_force(kind, update, source).await;
         self.count_secrets(&secrets, if result.is_ok() { 1 } else { 2 });
         match &result {
-            Ok(()) => {
+            Ok(()) if from_server => {
                 self.count(kind, 1);
                 tracing::info!(kind = kind.label(), "xDS update applied");
+                // What the config could not take before may fit now.
+                self.file_blocked.clear();
             }
-            Err(error) => {
+            Ok(()) => tracing::info!(secrets = ?secrets, "secret file applied"),
+            Err(error) if from_server => {
                 self.count(kind, 2);
                 tracing::warn!(kind = kind.label(), %error, "xDS update rejected; the config in force stays");
                 self.status.last_rejected = Some(format!("{}: {error}", kind.label()));
+            }
+            Err(error) => {
+                tracing::warn!(secrets = ?secrets, %error, "secret file not applied; the secret held before stays");
             }
         }
         self.publish();
@@ -466,30 +481,44 @@ impl Applier {
     }
 
     /// Reads the files of the secrets named that are read from files, and puts those whose
-    /// contents changed in force. A file that cannot be read or checked keeps the secret
-    /// held before; it is counted and logged once per change of its contents.
+    /// contents changed in force. A file that cannot be read or whose secret fails its
+    /// checks keeps the secret held before; it is counted and logged once per change of its
+    /// contents. One the config could not take (its listener's address taken, say) is tried
+    /// again after the next update from the server.
     async fn read_files(&mut self) {
         let mut changed = Vec::new();
         for key in self.resources.file_secret_names() {
-            let any = match config::tls::sds_file::read(&key) {
-                Ok(any) => any,
+            let read = config::tls::sds_file::read(&key).and_then(|any| {
+                // Checked here, so that a bad file is told from a config that cannot take it.
+                XdsSecret::decode(&any)?;
+                Ok(any)
+            });
+            let (any, seen) = match read {
+                Ok(any) => {
+                    let seen = config::xds::digest(&any.value);
+                    (Some(any), seen)
+                }
                 Err(error) => {
                     let seen = config::xds::digest(error.to_string().as_bytes());
                     if self.file_rejected.insert(key.clone(), seen) != Some(seen) {
+                        self.count_secrets(std::slice::from_ref(&key), 0);
                         self.count_secrets(std::slice::from_ref(&key), 2);
                         tracing::warn!(secret = %key, %error, "secret file rejected; the secret held before stays");
                     }
-                    continue;
+                    (None, seen)
                 }
             };
-            let read = config::xds::digest(&any.value);
+            let Some(any) = any else {
+                continue;
+            };
+            self.file_rejected.remove(&key);
             let held = self.resources.secrets.get(&key).map(|h| h.digest);
-            if held != Some(read) && self.file_rejected.get(&key) != Some(&read) {
-                changed.push((key, any, read));
+            if held != Some(seen) && self.file_blocked.get(&key) != Some(&seen) {
+                changed.push((key, any, seen));
             }
         }
-        // One update per file, so that a bad one does not hold the others back.
-        for (key, any, read) in changed {
+        // One update per file, so that one the config cannot take does not hold the others.
+        for (key, any, seen) in changed {
             let update = Update {
                 type_url: type_url::SECRET.into(),
                 complete: false,
@@ -503,15 +532,16 @@ impl Applier {
             };
             match self.apply(update, Source::Files).await {
                 Ok(()) => {
-                    self.file_rejected.remove(&key);
+                    self.file_blocked.remove(&key);
                 }
                 Err(_) => {
-                    self.file_rejected.insert(key, read);
+                    self.file_blocked.insert(key, seen);
                 }
             }
         }
         let named = self.resources.file_secret_names();
         self.file_rejected.retain(|key, _| named.contains(key));
+        self.file_blocked.retain(|key, _| named.contains(key));
     }
 }
 
