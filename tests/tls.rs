@@ -1692,13 +1692,18 @@ clusters:
         let (status, body) = admin_request(admin, "GET", "/certs");
         assert_eq!(status, 200, "{body}");
         let certs: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let names: Vec<&str> = certs["certificates"]
+        let names: Vec<(&str, &str)> = certs["certificates"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| c["cert_chain"][0]["dns_names"][0].as_str().unwrap())
+            .map(|c| {
+                (
+                    c["filter_chain"].as_str().unwrap(),
+                    c["cert_chain"][0]["dns_names"][0].as_str().unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(names, ["a.test", "*.b.test"]);
+        assert_eq!(names, [("a", "a.test"), ("b", "*.b.test")]);
         let days = certs["certificates"][0]["cert_chain"][0]["days_until_expiration"].as_i64();
         assert!(days > Some(365), "{days:?}");
     }

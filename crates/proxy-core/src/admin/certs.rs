@@ -31,7 +31,11 @@ pub(super) fn certs_json(tls: &TlsListeners, now: i64) -> Value {
                     value
                 })
                 .collect();
-            json!({ "listener": server.listener(), "cert_chain": chain })
+            let mut context = json!({ "listener": server.listener(), "cert_chain": chain });
+            if let (Some(name), Some(map)) = (server.chain(), context.as_object_mut()) {
+                map.insert("filter_chain".into(), name.into());
+            }
+            context
         })
         .collect();
     json!({ "certificates": contexts })

@@ -176,11 +176,13 @@ pub(crate) fn build(
                 (id, Arc::new(bound))
             }
         };
-        let body =
-            |config: &ListenerConfig,
-             old: Option<(&ListenerConfig, &SharedListener)>,
-             commit: &mut Commit| { chain_body(config, old, cluster_order, commit) };
-        let own = body(listener, old, &mut commit)?;
+        let body = |config: &ListenerConfig,
+                    chain: Option<&str>,
+                    old: Option<(&ListenerConfig, &SharedListener)>,
+                    commit: &mut Commit| {
+            chain_body(config, chain, old, cluster_order, commit)
+        };
+        let own = body(listener, None, old, &mut commit)?;
         let mut chains = Vec::with_capacity(listener.filter_chains.len());
         for chain in &listener.filter_chains {
             let old_chain = old.and_then(|(old_config, shared)| {
@@ -188,7 +190,12 @@ pub(crate) fn build(
                     .find(|(c, _)| c.name == chain.name)
                     .map(|(c, shared)| (&*c.settings, shared))
             });
-            chains.push(body(&chain.settings, old_chain, &mut commit)?);
+            chains.push(body(
+                &chain.settings,
+                Some(&chain.name),
+                old_chain,
+                &mut commit,
+            )?);
         }
         let listener_limit = match old {
             Some((old_config, shared))
@@ -281,8 +288,11 @@ struct ChainBody {
 }
 
 /// Builds a chain's TLS, routes and filters, keeping those of `old` that did not change.
+/// `chain`: the filter chain's name, `None` for the listener's own settings; `old` is the
+/// same chain's (or the listener's own) in force before.
 fn chain_body(
     listener: &ListenerConfig,
+    chain: Option<&str>,
     old: Option<(&ListenerConfig, &SharedListener)>,
     cluster_order: u64,
     commit: &mut Commit,
@@ -302,12 +312,12 @@ fn chain_body(
             commit.certificates.extend(kept.clone());
             kept
         }
-        (Some(spec), _) => Some(Arc::new(ServerTls::new(&listener.name, spec).map_err(
-            |source| BuildError::Tls {
+        (Some(spec), _) => Some(Arc::new(
+            ServerTls::new(&listener.name, chain, spec).map_err(|source| BuildError::Tls {
                 scope: format!("listener `{}`", listener.name),
                 source: Box::new(source),
-            },
-        )?)),
+            })?,
+        )),
     };
     // Unchanged routes and filters keep their table (tens of milliseconds to build at
     // 100,000 routes) and their rate-limit buckets. Routes name their clusters by place

@@ -115,6 +115,8 @@ impl ResolvesServerCert for SniResolver {
 /// verified under the old CA must not resume.
 pub(crate) struct ServerTls {
     listener: String,
+    /// Its filter chain's name; `None`: the listener's own.
+    chain: Option<String>,
     spec: ListenerTlsConfig,
     config: ArcSwap<ServerConfig>,
     /// The certificates `config` serves, as loaded.
@@ -162,12 +164,18 @@ impl Resumption {
 }
 
 impl ServerTls {
-    pub(crate) fn new(listener: &str, spec: &ListenerTlsConfig) -> Result<Self, TlsError> {
+    /// `chain`: the filter chain it is of, if it is not the listener's own.
+    pub(crate) fn new(
+        listener: &str,
+        chain: Option<&str>,
+        spec: &ListenerTlsConfig,
+    ) -> Result<Self, TlsError> {
         let client_ca = client_ca(spec)?;
         let resumption = Resumption::new(spec, client_ca.as_ref().map(|r| r.roots.clone()))?;
         let (config, served) = build(spec, client_ca, &resumption)?;
         Ok(Self {
             listener: listener.to_owned(),
+            chain: chain.map(str::to_owned),
             spec: spec.clone(),
             config: ArcSwap::from_pointee(config),
             served: ArcSwap::from_pointee(served),
@@ -182,6 +190,11 @@ impl ServerTls {
 
     pub(crate) fn listener(&self) -> &str {
         &self.listener
+    }
+
+    /// The filter chain it is of; `None`: the listener's own.
+    pub(crate) fn chain(&self) -> Option<&str> {
+        self.chain.as_deref()
     }
 
     /// The settings this listener's TLS was built from.
