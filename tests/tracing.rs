@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::certs::{Ca, Leaf};
 use common::*;
 use http::StatusCode;
 use testbed::{CollectorMode, OtlpCollector, ReceivedSpan};
@@ -526,4 +527,74 @@ clusters:
     assert_eq!(abandoned.status_code, 2);
     assert!(!abandoned.attributes.contains_key("http.status_code"));
     assert_eq!(abandoned.attributes["error"], "true");
+}
+
+/// A collector's TLS server config: `leaf`'s certificate, `h2` and `http/1.1` offered.
+fn collector_tls(leaf: &Leaf) -> std::sync::Arc<rustls::ServerConfig> {
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der.clone()], leaf.key_der())
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    std::sync::Arc::new(config)
+}
+
+/// Spans reach collectors behind TLS, over gRPC and over HTTP, each verified by the CA and
+/// name given; a collector whose certificate another CA signed gets nothing, and the proxy
+/// counts its exports as failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_a_collector_over_tls_it_verifies() {
+    let upstream = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("collector ca");
+    let server = collector_tls(&ca.leaf(&["collector.test"]));
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let any_port = "127.0.0.1:0".parse().unwrap();
+    for protocol in ["grpc", "http"] {
+        let collector = OtlpCollector::start_tls(any_port, server.clone())
+            .await
+            .unwrap();
+        let endpoint = match protocol {
+            "grpc" => format!("https://{}", collector.local_addr()),
+            _ => format!("https://{}/v1/traces", collector.local_addr()),
+        };
+        let tracing = format!(
+            "{{ otlp: {{ endpoint: \"{endpoint}\", protocol: {protocol}, tls: {{ ca: \"{}\", server_name: collector.test }} }}, random_sampling: 100 }}",
+            ca_file.display()
+        );
+        let proxy = Proxy::start(&config(&tracing, "", upstream.local_addr()), 1);
+        let response = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(
+            collector
+                .wait_for(PATIENCE, |spans| spans.iter().any(|s| s.name == "ingress"))
+                .await,
+            "{protocol}: {}",
+            proxy.log()
+        );
+    }
+
+    let stranger = OtlpCollector::start_tls(
+        any_port,
+        collector_tls(&Ca::new("another ca").leaf(&["collector.test"])),
+    )
+    .await
+    .unwrap();
+    let tracing = format!(
+        "{{ otlp: {{ endpoint: \"https://{}\", timeout: 2s, tls: {{ ca: \"{}\", server_name: collector.test }} }}, random_sampling: 100 }}",
+        stranger.local_addr(),
+        ca_file.display()
+    );
+    let proxy = Proxy::start(&config(&tracing, "", upstream.local_addr()), 1);
+    let response = send_h1(proxy.addr(), get("/", &[])).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let admin = proxy.admin.unwrap();
+    eventually("the unverified collector's exports failed", async || {
+        spans_stat(admin, "failed") >= 2
+    })
+    .await;
+    assert_eq!(stranger.exports(), 0, "nothing reached it");
 }

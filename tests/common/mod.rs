@@ -4,6 +4,8 @@
 #![allow(dead_code)] // each test file uses a different subset
 #![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test loudly
 
+pub mod certs;
+
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

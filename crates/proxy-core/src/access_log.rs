@@ -101,7 +101,7 @@ impl LogSinks {
                 }
                 LogTarget::Otlp(otlp) => {
                     let sink =
-                        trace_export::start_logs(exporter_config(otlp), Observer::new(otlp))?;
+                        trace_export::start_logs(exporter_config(otlp)?, Observer::new(otlp))?;
                     senders.push((target, SinkTx::Records(sink)));
                     continue;
                 }
@@ -135,8 +135,8 @@ impl LogSinks {
     }
 }
 
-fn exporter_config(otlp: &OtlpLogTarget) -> trace_export::ExporterConfig {
-    trace_export::ExporterConfig {
+fn exporter_config(otlp: &OtlpLogTarget) -> io::Result<trace_export::ExporterConfig> {
+    Ok(trace_export::ExporterConfig {
         endpoint: otlp.endpoint.clone(),
         protocol: trace_export::Protocol::Grpc,
         authority: otlp.authority.clone(),
@@ -149,7 +149,12 @@ fn exporter_config(otlp: &OtlpLogTarget) -> trace_export::ExporterConfig {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone().into()))
             .collect(),
-    }
+        tls: otlp
+            .tls
+            .as_ref()
+            .map(crate::tls::collector_tls)
+            .transpose()?,
+    })
 }
 
 /// Logs a collector's failed exports, at most once a second.

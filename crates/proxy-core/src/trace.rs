@@ -91,6 +91,11 @@ impl SharedTracer {
                 max_queued_spans: config.max_queued_spans,
                 max_export_batch: config.max_export_batch,
                 resource,
+                tls: config
+                    .tls
+                    .as_ref()
+                    .map(crate::tls::collector_tls)
+                    .transpose()?,
             },
             observer,
         )?;
@@ -789,6 +794,7 @@ mod tests {
             force_trace_header: force.map(HeaderName::from_static),
             max_queued_spans: 16,
             max_export_batch: 16,
+            tls: None,
         };
         let shared = Arc::new(SharedTracer::start(&config, None, &stats).unwrap());
         let shard = stats.registry.shard(&[]);

@@ -118,6 +118,19 @@ pub struct OtlpCollector {
 impl OtlpCollector {
     /// Binds `addr` (port 0 for any) and serves on the current tokio runtime.
     pub async fn start(addr: SocketAddr) -> io::Result<Self> {
+        Self::serve(addr, None).await
+    }
+
+    /// The same behind TLS with `config` (which should offer `h2` and `http/1.1`): the
+    /// endpoints are then `https://`.
+    pub async fn start_tls(
+        addr: SocketAddr,
+        config: Arc<rustls::ServerConfig>,
+    ) -> io::Result<Self> {
+        Self::serve(addr, Some(tokio_rustls::TlsAcceptor::from(config))).await
+    }
+
+    async fn serve(addr: SocketAddr, tls: Option<tokio_rustls::TlsAcceptor>) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
@@ -126,7 +139,7 @@ impl OtlpCollector {
             mode: watch::Sender::new(CollectorMode::Accept),
         });
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, Arc::clone(&state), stopped));
+        tokio::spawn(accept_loop(listener, tls, Arc::clone(&state), stopped));
         Ok(Self { addr, state, stop })
     }
 
@@ -396,7 +409,12 @@ struct GrpcServices {
     logs: LogsServiceServer<Grpc>,
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    state: Arc<State>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let grpc = GrpcServices {
         traces: TraceServiceServer::new(Grpc(Arc::clone(&state))),
         logs: LogsServiceServer::new(Grpc(Arc::clone(&state))),
@@ -414,6 +432,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watc
         let state = Arc::clone(&state);
         let grpc = grpc.clone();
         let mut stopped = stopped.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let service =
                 hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
@@ -422,7 +441,14 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watc
                     async move { Ok::<_, Infallible>(route(request, &state, &mut grpc).await) }
                 });
             let builder = auto::Builder::new(TokioExecutor::new());
-            let served = builder.serve_connection(TokioIo::new(stream), service);
+            let io = match tls {
+                None => tokio_util::either::Either::Left(stream),
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(stream) => tokio_util::either::Either::Right(stream),
+                    Err(_) => return,
+                },
+            };
+            let served = builder.serve_connection(TokioIo::new(io), service);
             tokio::select! {
                 _ = served => {}
                 _ = stopped.wait_for(|s| *s) => {}

@@ -34,6 +34,24 @@ pub struct ExporterConfig {
     pub max_export_batch: usize,
     /// What describes the process: `service.name` and the like.
     pub resource: Vec<(String, Value)>,
+    /// TLS to the collector, for an `https://` endpoint.
+    pub tls: Option<Tls>,
+}
+
+/// TLS to a collector: the client config (its roots, its client certificate; ALPN is set
+/// here) and the name its certificate must carry.
+#[derive(Clone)]
+pub struct Tls {
+    pub config: Arc<rustls::ClientConfig>,
+    pub server_name: rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Told how each export went, on the exporter's thread: for counters and logs.

@@ -32,6 +32,7 @@
 //!         max_queued_spans: 8192,
 //!         max_export_batch: 512,
 //!         resource: vec![("service.name".into(), "edge".into())],
+//!         tls: None,
 //!     },
 //!     Counts,
 //! )?;
@@ -66,7 +67,7 @@ use std::time::Duration;
 
 pub use context::{SpanId, TRACEPARENT_LEN, TraceId, TraceParent, traceparent};
 pub use exporter::{
-    Dropped, ExportObserver, ExporterConfig, LogSink, Sink, SpanSink, start, start_logs,
+    Dropped, ExportObserver, ExporterConfig, LogSink, Sink, SpanSink, Tls, start, start_logs,
 };
 pub use log::LogRecord;
 pub use span::{Span, SpanKind, Value};

@@ -33,10 +33,28 @@ pub(crate) enum Transport {
 }
 
 pub(crate) struct HttpTransport {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: HttpClient,
     uri: http::Uri,
     /// `host` (when an authority is given) and the configured headers.
     headers: http::HeaderMap,
+}
+
+/// HTTP/1.1 to the collector, in clear text or over TLS.
+enum HttpClient {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<TlsConnector, Full<Bytes>>),
+}
+
+impl HttpClient {
+    async fn request(
+        &self,
+        request: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+        match self {
+            HttpClient::Plain(client) => client.request(request).await,
+            HttpClient::Tls(client) => client.request(request).await,
+        }
+    }
 }
 
 impl Transport {
@@ -53,13 +71,20 @@ impl Transport {
                     .timeout(timeout)
                     .tcp_nodelay(true);
                 if let Some(authority) = &config.authority {
-                    // Checked at load: `http://` and a valid authority make a valid URI.
-                    if let Ok(origin) = format!("http://{authority}").parse::<http::Uri>() {
+                    // Checked at load: a scheme and a valid authority make a valid URI.
+                    let scheme = endpoint.scheme_str().unwrap_or("http");
+                    if let Ok(origin) = format!("{scheme}://{authority}").parse::<http::Uri>() {
                         channel = channel.origin(origin);
                     }
                 }
+                let channel = match &config.tls {
+                    None => channel.connect_lazy(),
+                    Some(tls) => {
+                        channel.connect_with_connector_lazy(TlsConnector::new(tls, b"h2", timeout))
+                    }
+                };
                 Transport::Grpc(
-                    channel.connect_lazy(),
+                    channel,
                     Box::new(tonic::metadata::MetadataMap::from_headers(headers)),
                 )
             }
@@ -69,11 +94,15 @@ impl Transport {
                 {
                     headers.insert(http::header::HOST, host);
                 }
-                let mut connector = HttpConnector::new();
-                connector.set_connect_timeout(Some(timeout));
-                connector.set_nodelay(true);
+                let builder = Client::builder(TokioExecutor::new());
+                let client = match &config.tls {
+                    None => HttpClient::Plain(builder.build(plain_connector(timeout))),
+                    Some(tls) => {
+                        HttpClient::Tls(builder.build(TlsConnector::new(tls, b"http/1.1", timeout)))
+                    }
+                };
                 Transport::Http(Box::new(HttpTransport {
-                    client: Client::builder(TokioExecutor::new()).build(connector),
+                    client,
                     uri: endpoint.clone(),
                     headers,
                 }))
@@ -139,6 +168,108 @@ impl Transport {
                 }
             }
         }
+    }
+}
+
+fn plain_connector(timeout: std::time::Duration) -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(timeout));
+    connector.set_nodelay(true);
+    connector
+}
+
+/// TCP to the collector (its name resolved as the plain connector does), then TLS with the
+/// name it must carry and one protocol offered by ALPN.
+#[derive(Clone)]
+struct TlsConnector {
+    tcp: HttpConnector,
+    tls: tokio_rustls::TlsConnector,
+    server_name: rustls::pki_types::ServerName<'static>,
+}
+
+impl TlsConnector {
+    fn new(tls: &crate::Tls, alpn: &[u8], timeout: std::time::Duration) -> Self {
+        let mut config = (*tls.config).clone();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        let mut tcp = plain_connector(timeout);
+        // The URL's scheme is `https`: this connector is the TLS.
+        tcp.enforce_http(false);
+        Self {
+            tcp,
+            tls: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+            server_name: tls.server_name.clone(),
+        }
+    }
+}
+
+impl tower_service::Service<http::Uri> for TlsConnector {
+    type Response = TlsIo;
+    type Error = std::io::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<TlsIo, std::io::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let mut tcp = self.tcp.clone();
+        let (tls, name) = (self.tls.clone(), self.server_name.clone());
+        Box::pin(async move {
+            let stream = tcp
+                .call(uri)
+                .await
+                .map_err(|e| std::io::Error::other(error_chain(&e)))?
+                .into_inner();
+            let stream = tls.connect(name, stream).await?;
+            Ok(TlsIo(hyper_util::rt::TokioIo::new(stream)))
+        })
+    }
+}
+
+/// A TLS connection to the collector, as hyper's client takes one.
+struct TlsIo(hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>);
+
+impl hyper::rt::Read for TlsIo {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for TlsIo {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+impl hyper_util::client::legacy::connect::Connection for TlsIo {
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        hyper_util::client::legacy::connect::Connected::new()
     }
 }
 

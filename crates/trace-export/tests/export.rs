@@ -54,6 +54,7 @@ fn exporter(
             max_queued_spans,
             max_export_batch,
             resource: vec![("service.name".into(), "edge-test".into())],
+            tls: None,
         },
         Events(tx),
     )

@@ -39,6 +39,8 @@ pub struct OtlpLogTarget {
     /// The resource's attributes: `log_name` and the given ones, in order.
     pub resource: Vec<(String, String)>,
     pub timeout: Duration,
+    /// TLS to the collector (an `https://` endpoint).
+    pub tls: Option<crate::ClusterTlsConfig>,
 }
 
 impl Serialize for LogTarget {
@@ -65,6 +67,9 @@ impl Serialize for LogTarget {
                     .collect();
                 map.serialize_entry("resource_attributes", &resource)?;
                 map.serialize_entry("timeout", &format!("{}ms", otlp.timeout.as_millis()))?;
+                if let Some(tls) = &otlp.tls {
+                    map.serialize_entry("tls", tls)?;
+                }
                 map.end()
             }
         }
@@ -366,6 +371,8 @@ pub struct RawOtlpLog {
     pub resource_attributes: Option<serde_yaml::Mapping>,
     #[serde(default, deserialize_with = "crate::units::de_opt_duration")]
     pub timeout: Option<Duration>,
+    /// With an `https://` endpoint: the CA, the name to verify, a client certificate.
+    pub tls: Option<crate::tls::raw::RawClusterTls>,
 }
 
 /// `access_log:` as one logger or a list of them.
@@ -456,13 +463,19 @@ fn otlp_target(raw: RawOtlpLog, path: &str) -> Result<OtlpLogTarget, ConfigError
         .endpoint
         .parse()
         .ok()
-        .filter(|u: &http::Uri| u.scheme_str() == Some("http") && u.authority().is_some())
+        .filter(|u: &http::Uri| {
+            matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some()
+        })
         .ok_or_else(|| {
             ConfigError::invalid(
                 format!("{path}.endpoint"),
-                format!("expected `http://host:port`, found `{}`", raw.endpoint),
+                format!(
+                    "expected `http://host:port` or `https://host:port`, found `{}`",
+                    raw.endpoint
+                ),
             )
         })?;
+    let tls = crate::tls::check::collector_tls(&endpoint, raw.tls, &format!("{path}.tls"))?;
     let authority = raw
         .authority
         .map(|a| {
@@ -514,6 +527,7 @@ fn otlp_target(raw: RawOtlpLog, path: &str) -> Result<OtlpLogTarget, ConfigError
         headers,
         resource,
         timeout,
+        tls,
     })
 }
 
@@ -588,6 +602,14 @@ mod header_field_tests {
             panic!("a collector");
         };
         assert_eq!(otlp.endpoint, "http://127.0.0.1:4317/");
+        assert!(otlp.tls.is_none());
+        let over_tls =
+            parse("access_log: { otlp: { endpoint: \"https://logs.example.com:4317\" } }").unwrap();
+        let LogTarget::Otlp(secure) = &over_tls[0].target else {
+            panic!("a collector");
+        };
+        let tls = secure.tls.as_ref().expect("TLS for https");
+        assert_eq!(tls.server_name.as_deref(), Some("logs.example.com"));
         assert_eq!(
             otlp.resource,
             [

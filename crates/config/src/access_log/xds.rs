@@ -196,6 +196,7 @@ fn otel_log(
                 log_name,
                 resource_attributes: (!resource.is_empty()).then(|| mapping(resource)),
                 timeout: target.timeout,
+                tls: None,
             }),
             format: Some(format),
             json_format: None,

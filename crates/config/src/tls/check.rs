@@ -118,6 +118,37 @@ pub(crate) fn listener_tls(
     Ok(config)
 }
 
+/// TLS to an OpenTelemetry collector at `endpoint`: for `https://`, the settings given (the
+/// keys of a cluster's `tls`), the system's roots and the URL's host as the name where they
+/// say nothing; `None` for `http://`, which takes no `tls`.
+pub(crate) fn collector_tls(
+    endpoint: &http::Uri,
+    raw: Option<RawClusterTls>,
+    path: &str,
+) -> Result<Option<ClusterTlsConfig>, ConfigError> {
+    match (endpoint.scheme_str(), raw) {
+        (Some("https"), raw) => {
+            let mut raw = raw.unwrap_or(RawClusterTls {
+                ca: None,
+                server_name: None,
+                client_certificate: None,
+                min_version: None,
+            });
+            if raw.server_name.is_none() {
+                let host = endpoint.host().unwrap_or_default();
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                raw.server_name = Some(host.to_owned());
+            }
+            cluster_tls(raw, path).map(Some)
+        }
+        (_, Some(_)) => Err(ConfigError::invalid(
+            path,
+            "TLS to a collector needs an `https://` endpoint",
+        )),
+        (_, None) => Ok(None),
+    }
+}
+
 pub(crate) fn cluster_tls(raw: RawClusterTls, path: &str) -> Result<ClusterTlsConfig, ConfigError> {
     let server_name = match raw.server_name {
         None => None,

@@ -109,7 +109,7 @@ pub enum UnknownServerName {
     Reject,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum TlsVersion {
     #[serde(rename = "1.2")]
     Tls12,
@@ -145,8 +145,8 @@ pub struct ClientCertificateConfig {
     pub required: bool,
 }
 
-/// TLS to a cluster's hosts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// TLS to a cluster's hosts (and to the management server and collectors).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct ClusterTlsConfig {
     /// PEM bundle to verify the hosts against; `None`: the system's roots.
     #[serde(serialize_with = "ca_or_system")]
@@ -160,7 +160,7 @@ pub struct ClusterTlsConfig {
 }
 
 /// A certificate chain and its private key, PEM.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct KeyPairConfig {
     pub cert_chain: PemSource,
     pub private_key: PemSource,
@@ -169,7 +169,7 @@ pub struct KeyPairConfig {
 /// Where PEM data comes from: a file (read again by `/reload_certs`), or the text itself,
 /// written in place of a path (`"-----BEGIN CERTIFICATE-----\n..."`), as management servers
 /// send it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PemSource {
     File(PathBuf),
     Inline(Arc<str>),

@@ -36,7 +36,7 @@ pub struct RawClientCertificate {
     pub required: Option<bool>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawClusterTls {
     pub ca: Option<String>,
@@ -45,7 +45,7 @@ pub struct RawClusterTls {
     pub min_version: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKeyPair {
     pub cert_chain: String,

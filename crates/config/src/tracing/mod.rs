@@ -59,6 +59,9 @@ pub struct TracingConfig {
     pub force_trace_header: Option<HeaderName>,
     pub max_queued_spans: usize,
     pub max_export_batch: usize,
+    /// TLS to the collector (an `https://` endpoint).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::ClusterTlsConfig>,
 }
 
 fn ser_pairs<S: Serializer>(
@@ -157,7 +160,9 @@ pub(crate) fn tracing(raw: Option<RawTracing>) -> Result<Option<TracingConfig>, 
             .map_err(|_| ConfigError::invalid(&at, "expected a header value of visible ASCII"))?;
         headers.push((header, value));
     }
+    let tls = crate::tls::check::collector_tls(&endpoint, raw.otlp.tls, "tracing.otlp.tls")?;
     Ok(Some(TracingConfig {
+        tls,
         endpoint,
         protocol,
         authority,
@@ -172,7 +177,7 @@ pub(crate) fn tracing(raw: Option<RawTracing>) -> Result<Option<TracingConfig>, 
     }))
 }
 
-/// An `http://` URL with a host. For HTTP, a URL without a path gets the OTLP one,
+/// An `http://` or `https://` URL with a host. For HTTP, a URL without a path gets the OTLP one,
 /// `/v1/traces`; for gRPC, the path must be empty (the call names its own).
 fn endpoint(text: &str, protocol: OtlpProtocol) -> Result<http::Uri, ConfigError> {
     let at = "tracing.otlp.endpoint";
@@ -180,13 +185,7 @@ fn endpoint(text: &str, protocol: OtlpProtocol) -> Result<http::Uri, ConfigError
         .parse()
         .map_err(|_| ConfigError::invalid(at, "expected a URL such as http://127.0.0.1:4317"))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(ConfigError::invalid(
-                at,
-                "OTLP over TLS is not supported: export to a collector on this host or network over http://",
-            ));
-        }
+        Some("http" | "https") => {}
         _ => {
             return Err(ConfigError::invalid(
                 at,
@@ -240,6 +239,8 @@ pub struct RawOtlp {
     pub headers: std::collections::BTreeMap<String, String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
+    /// With an `https://` endpoint: the CA, the name to verify, a client certificate.
+    pub tls: Option<crate::tls::raw::RawClusterTls>,
 }
 
 /// A listener's tracing: whether its requests are traced (when the process traces), and
@@ -491,11 +492,25 @@ mod tests {
     }
 
     #[test]
+    fn an_https_endpoint_is_verified_by_its_host_name_unless_told_otherwise() {
+        let config = load("  otlp: { endpoint: 'https://collector.example.com:4317' }").unwrap();
+        let tls = config.tracing.unwrap().tls.expect("TLS for https");
+        assert_eq!(tls.server_name.as_deref(), Some("collector.example.com"));
+        assert!(tls.ca.is_none(), "the system's roots");
+        let config = load(
+            "  otlp: { endpoint: 'https://10.0.0.7:4317', tls: { server_name: otel.internal } }",
+        )
+        .unwrap();
+        let tls = config.tracing.unwrap().tls.expect("TLS");
+        assert_eq!(tls.server_name.as_deref(), Some("otel.internal"));
+    }
+
+    #[test]
     fn bad_settings_name_their_key() {
         let cases = [
             (
-                "  otlp: { endpoint: 'https://c:4317' }",
-                "tracing.otlp.endpoint",
+                "  otlp: { endpoint: 'http://c:4317', tls: { server_name: c } }",
+                "tracing.otlp.tls",
             ),
             ("  otlp: { endpoint: 'c:4317' }", "tracing.otlp.endpoint"),
             (

@@ -74,6 +74,7 @@ impl XdsCollector {
                 authority: self.authority.clone(),
                 headers: self.headers.clone(),
                 timeout: self.timeout,
+                tls: None,
             },
             service_name: self.service_name.clone(),
             resource_attributes: self.resource_attributes.clone(),

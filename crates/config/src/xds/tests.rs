@@ -1665,6 +1665,7 @@ fn listeners_naming_another_collector_are_refused() {
                 authority: None,
                 headers: Default::default(),
                 timeout: None,
+                tls: None,
             },
             service_name: None,
             resource_attributes: Default::default(),

@@ -105,6 +105,26 @@ impl UpstreamTls {
     }
 }
 
+/// TLS to an OpenTelemetry collector: its CA (or the system's roots), client certificate and
+/// name, read now (a reload reads them again).
+pub(crate) fn collector_tls(spec: &config::ClusterTlsConfig) -> std::io::Result<trace_export::Tls> {
+    use config::tls::material::{client_config, load_roots};
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+    let roots = match &spec.ca {
+        Some(ca) => load_roots(ca).map_err(|e| invalid(e.to_string()))?,
+        None => system_roots(),
+    };
+    let config = client_config(spec, roots).map_err(|e| invalid(e.to_string()))?;
+    // Set from the endpoint's host at load when not given.
+    let name = spec.server_name.clone().unwrap_or_default();
+    let server_name = rustls::pki_types::ServerName::try_from(name.clone())
+        .map_err(|_| invalid(format!("`{name}` is not a DNS name or IP address")))?;
+    Ok(trace_export::Tls {
+        config: std::sync::Arc::new(config),
+        server_name,
+    })
+}
+
 /// The system's trusted roots (`/etc/ssl/certs` and the like). Unreadable ones are skipped
 /// with a warning: hosts then fail verification, which is the safe side.
 pub(crate) fn system_roots() -> rustls::RootCertStore {
