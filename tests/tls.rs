@@ -1873,6 +1873,46 @@ mod filter_chain_reloads {
         })
         .await;
     }
+
+    /// A listener's own routes that stop being its default chain drain their connections,
+    /// rather than answering them 404 from then on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_default_chain_removed_drains_its_connections() {
+        let config = |own: &str| {
+            format!(
+                "admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - name: edge\n    address: 127.0.0.1:0\n{own}    chains:\n      - name: other\n        match: {{ destination_port: 1 }}\n        routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: 200, body: other }} }}]\n"
+            )
+        };
+        let own =
+            "    routes: [{ match: { prefix: / }, direct_response: { status: 200, body: own } }]\n";
+        let proxy = Proxy::start(&config(own), 1);
+        let admin = proxy.admin.unwrap();
+        let mut kept = TcpStream::connect(proxy.addr()).await.unwrap();
+        kept.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        kept.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+
+        std::fs::write(proxy.config_path(), config("")).unwrap();
+        let (status, body) = admin_request(admin, "POST", "/reload");
+        assert_eq!(status, 200, "{body}");
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), kept.read_to_end(&mut rest))
+            .await
+            .expect("the default chain's connection closes")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&rest).ends_with("own"), "{rest:?}");
+        // New connections find no chain.
+        let mut late = TcpStream::connect(proxy.addr()).await.unwrap();
+        let _ = late.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n").await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(20), late.read_to_end(&mut answer))
+            .await
+            .expect("closed");
+        assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+    }
 }
 
 /// An expired certificate still serves (the client decides), and shows in `/certs` and the

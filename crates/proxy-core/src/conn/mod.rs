@@ -257,6 +257,10 @@ async fn prepare(
                 drain = chain.drain.watch();
                 close = Some(chain.close.watch());
             }
+        } else if let Some(own) = &ctx.listener.chain {
+            // The listener's own settings as its default chain.
+            drain = own.drain.watch();
+            close = Some(own.close.watch());
         }
     }
     let mut io = match &settings.tls {

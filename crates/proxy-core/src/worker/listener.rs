@@ -34,6 +34,9 @@ pub(super) struct Listener {
     /// generations, so a connection follows its chain's changes, and drains when its chain
     /// is removed.
     chain_slots: RefCell<Vec<ChainSlot>>,
+    /// The flags of the listener's own settings while they serve as the default chain of a
+    /// listener with chains: raised when they stop being the default.
+    own_chain: RefCell<Option<ChainSignals>>,
     /// Turned on to stop accepting and drain the listener's connections.
     pub(super) drain: Signal,
     /// Turned on when the drain time is up: the connections left are closed.
@@ -95,12 +98,14 @@ pub(super) struct Parts<'a> {
 impl Listener {
     pub(super) fn new(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>) -> Self {
         let chain_slots = RefCell::new(Vec::new());
-        let state = ListenerState::new(config, shared, parts, None, &chain_slots);
+        let own_chain = RefCell::new(None);
+        let state = ListenerState::new(config, shared, parts, None, &chain_slots, &own_chain);
         Self {
             id: shared.id,
             state: RefCell::new(Rc::new(state)),
             http: Rc::new(HttpSlot::new(http_ctx(config, shared, parts))),
             chain_slots,
+            own_chain,
             drain: Signal::default(),
             close: Signal::default(),
             retired: RefCell::new(Vec::new()),
@@ -120,7 +125,14 @@ impl Listener {
         parts: &Parts<'_>,
     ) {
         let old = self.state();
-        let state = ListenerState::new(config, shared, parts, Some(&old), &self.chain_slots);
+        let state = ListenerState::new(
+            config,
+            shared,
+            parts,
+            Some(&old),
+            &self.chain_slots,
+            &self.own_chain,
+        );
         let kept = |ctx: &Rc<ListenerCtx>| {
             Rc::ptr_eq(ctx, &state.ctx)
                 || (state.chains.iter().flat_map(|c| c.entries.iter()))
@@ -148,6 +160,7 @@ impl Listener {
         self.start_drain();
         let mut closes = vec![self.close.clone()];
         closes.extend((self.chain_slots.borrow().iter()).map(|slot| slot.signals.close.clone()));
+        closes.extend(self.own_chain.borrow().iter().map(|own| own.close.clone()));
         tokio::task::spawn_local(async move {
             tokio::time::sleep(drain_timeout).await;
             for close in closes {
@@ -161,6 +174,9 @@ impl Listener {
         self.drain.raise();
         for slot in self.chain_slots.borrow().iter() {
             slot.signals.drain.raise();
+        }
+        if let Some(own) = &*self.own_chain.borrow() {
+            own.drain.raise();
         }
     }
 
@@ -196,9 +212,28 @@ impl ListenerState {
         parts: &Parts<'_>,
         old: Option<&ListenerState>,
         chain_slots: &RefCell<Vec<ChainSlot>>,
+        own_chain: &RefCell<Option<ChainSignals>>,
     ) -> Self {
+        // The listener's own settings as the default chain: flags of their own from when
+        // there are chains, raised (drain, then close at `drain_timeout`) when they stop
+        // serving as the default.
+        let own_signals = {
+            let mut own = own_chain.borrow_mut();
+            match (&*own, config.default_chain) {
+                (Some(signals), false) => {
+                    closed_after_drain(vec![signals.clone()], parts.drain_timeout);
+                    *own = None;
+                }
+                (None, true) if !config.filter_chains.is_empty() => {
+                    *own = Some(ChainSignals::new());
+                }
+                _ => {}
+            }
+            own.clone()
+        };
         let old_own = old.map(|o| (&o.built_from, &o.ctx, &o.conn));
-        let (ctx, conn, built_from) = served_with(config, shared, parts, old_own, None);
+        let (ctx, conn, built_from) =
+            served_with(config, shared, parts, old_own, own_signals.as_ref());
         let mut chains_built_from = Vec::with_capacity(config.filter_chains.len());
         let mut slots = chain_slots.borrow_mut();
         let mut next_slots = Vec::with_capacity(config.filter_chains.len());
@@ -257,17 +292,10 @@ impl ListenerState {
         // those left when the drain time is up are closed.
         let gone: Vec<ChainSlot> = std::mem::replace(&mut *slots, next_slots);
         if !gone.is_empty() {
-            for slot in &gone {
-                slot.signals.drain.raise();
-            }
-            let closes: Vec<Signal> = gone.into_iter().map(|s| s.signals.close).collect();
-            let drain_timeout = parts.drain_timeout;
-            tokio::task::spawn_local(async move {
-                tokio::time::sleep(drain_timeout).await;
-                for close in closes {
-                    close.raise();
-                }
-            });
+            closed_after_drain(
+                gone.into_iter().map(|s| s.signals).collect(),
+                parts.drain_timeout,
+            );
         }
         Self {
             exact: config.connection_balance == ConnectionBalance::Exact,
@@ -280,6 +308,19 @@ impl ListenerState {
             chains_built_from,
         }
     }
+}
+
+/// Drains the connections of chains that are gone, and closes those left at `drain_timeout`.
+fn closed_after_drain(chains: Vec<ChainSignals>, drain_timeout: Duration) {
+    for chain in &chains {
+        chain.drain.raise();
+    }
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(drain_timeout).await;
+        for chain in chains {
+            chain.close.raise();
+        }
+    });
 }
 
 /// A chain's (or the listener's own) connection context and settings, those of `old` kept
@@ -296,8 +337,10 @@ fn served_with(
         tls: shared.tls.as_ref().map(Arc::as_ptr),
         log_sinks: Arc::as_ptr(parts.log_sinks),
     };
+    // A kept context must carry the same chain flags.
+    let same_chain = |ctx: &ListenerCtx| ctx.chain.as_ref().map(|c| c.id) == chain.map(|c| c.id);
     match old {
-        Some((from, ctx, conn)) if *from == built_from => {
+        Some((from, ctx, conn)) if *from == built_from && same_chain(ctx) => {
             (Rc::clone(ctx), Rc::clone(conn), built_from)
         }
         _ => (
