@@ -1,6 +1,6 @@
 //! External authorization through the real binary, against the testbed sidecar over real
 //! sockets: allow with header changes, deny, per-route settings, failure modes, Unix sockets,
-//! one connection per worker, reconnection, HTTP mode and request bodies.
+//! one connection per worker, reconnection, HTTP mode, request bodies, and TLS to the service.
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::certs::{Ca, Leaf};
 use common::*;
 use http::{Request, StatusCode};
 use http_body_util::Full;
@@ -570,4 +571,76 @@ async fn the_service_cannot_set_framing_headers() {
     let response = send_h1(proxy.addr(), request).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(text(response.into_body()).await, "twelve bytes");
+}
+
+/// A sidecar's TLS server config: `leaf`'s certificate, offering `alpn`.
+fn sidecar_tls(leaf: &Leaf, alpn: &[u8]) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der.clone()], leaf.key_der())
+        .unwrap();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(config)
+}
+
+/// The service over TLS, gRPC and HTTP, verified by the CA and name given: Alice gets in and
+/// Eve gets the service's answer. A service whose certificate another CA signed is never
+/// asked: the check fails, and `status_on_error` answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_go_over_tls_to_a_service_the_proxy_verifies() {
+    let upstream = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("authz ca");
+    let leaf = ca.leaf(&["authz.test"]);
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    for (mode, alpn, key, extra) in [
+        (SidecarMode::Grpc, b"h2".as_slice(), "grpc", ""),
+        // HTTP mode sends only the headers allowed.
+        (
+            SidecarMode::Http,
+            b"http/1.1".as_slice(),
+            "http",
+            ", allowed_headers: [x-user]",
+        ),
+    ] {
+        let sidecar =
+            AuthzSidecar::start_tls(any_port, mode, alice_only(), sidecar_tls(&leaf, alpn))
+                .await
+                .unwrap();
+        let authz = format!(
+            "{{ {key}: {{ address: {}, tls: {{ ca: \"{}\", server_name: authz.test }}{extra} }} }}",
+            sidecar.local_addr().unwrap(),
+            ca_file.display()
+        );
+        let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+        let (status, _, _) = send(&proxy, &[("x-user", "alice")]).await;
+        assert_eq!(status, StatusCode::OK, "{key}: {}", proxy.log());
+        let (status, _, body) = send(&proxy, &[("x-user", "eve")]).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{key}");
+        assert_eq!(body, "no entry\n");
+        assert_eq!(sidecar.checks(), 2, "{key}");
+    }
+
+    let stranger = AuthzSidecar::start_tls(
+        any_port,
+        SidecarMode::Grpc,
+        alice_only(),
+        sidecar_tls(&Ca::new("another ca").leaf(&["authz.test"]), b"h2"),
+    )
+    .await
+    .unwrap();
+    let authz = format!(
+        "{{ grpc: {{ address: {}, tls: {{ ca: \"{}\", server_name: authz.test }} }}, status_on_error: 503 }}",
+        stranger.local_addr().unwrap(),
+        ca_file.display()
+    );
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+    let (status, _, _) = send(&proxy, &[("x-user", "alice")]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(stranger.checks(), 0, "never asked");
+    assert_eq!(stat(proxy.admin.unwrap(), "ext_authz_error"), 1);
 }

@@ -25,8 +25,11 @@ use crate::transport::Stream;
 /// The most bytes held for the socket before a write waits for it.
 pub(crate) const HIGH_WATER: usize = 64 * 1024;
 
-type ReadHalf = Either<tcp::OwnedReadHalf, unix::OwnedReadHalf>;
-type WriteHalf = Either<tcp::OwnedWriteHalf, unix::OwnedWriteHalf>;
+type TlsStream = Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+type ReadHalf =
+    Either<Either<tcp::OwnedReadHalf, unix::OwnedReadHalf>, tokio::io::ReadHalf<TlsStream>>;
+type WriteHalf =
+    Either<Either<tcp::OwnedWriteHalf, unix::OwnedWriteHalf>, tokio::io::WriteHalf<TlsStream>>;
 
 /// What h2 reads from and writes to: the socket's read half, and the shared output buffer.
 pub(crate) struct BatchedIo {
@@ -47,12 +50,22 @@ struct Output {
 /// The stream split into the connection's I/O and the writer of its task.
 pub(crate) fn split(stream: Stream) -> (BatchedIo, Writer) {
     let (read, write) = match stream {
-        Either::Left(tcp) => {
+        Either::Left(Either::Left(tcp)) => {
             let (read, write) = tcp.into_split();
-            (Either::Left(read), Either::Left(write))
+            (
+                Either::Left(Either::Left(read)),
+                Either::Left(Either::Left(write)),
+            )
         }
-        Either::Right(unix) => {
+        Either::Left(Either::Right(unix)) => {
             let (read, write) = unix.into_split();
+            (
+                Either::Left(Either::Right(read)),
+                Either::Left(Either::Right(write)),
+            )
+        }
+        Either::Right(tls) => {
+            let (read, write) = tokio::io::split(tls);
             (Either::Right(read), Either::Right(write))
         }
     };
@@ -183,7 +196,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        let (io, writer) = split(Either::Left(client.expect("connect")));
+        let (io, writer) = split(Either::Left(Either::Left(client.expect("connect"))));
         (io, writer, accepted.expect("accept").0)
     }
 

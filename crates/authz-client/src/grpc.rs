@@ -61,6 +61,7 @@ pub(crate) struct GrpcChannel {
     backoff: Backoff,
     /// The call's URI, parsed once: a check clones it.
     check_uri: Uri,
+    tls: Option<crate::Tls>,
 }
 
 impl GrpcChannel {
@@ -71,13 +72,25 @@ impl GrpcChannel {
             connecting: tokio::sync::Mutex::new(()),
             backoff: Backoff::default(),
             check_uri: Uri::from_static(CHECK_URI),
+            tls: None,
         }
+    }
+
+    /// Calls go over TLS, with the `https` scheme.
+    pub(crate) fn set_tls(&mut self, tls: crate::Tls) {
+        let mut parts = self.check_uri.clone().into_parts();
+        parts.scheme = Some(http::uri::Scheme::HTTPS);
+        if let Ok(uri) = Uri::from_parts(parts) {
+            self.check_uri = uri;
+        }
+        self.tls = Some(tls);
     }
 
     /// Calls go with this `:authority`; one that makes no URI keeps the default.
     pub(crate) fn set_authority(&mut self, authority: &str) {
+        let scheme = self.check_uri.scheme_str().unwrap_or("http").to_owned();
         if let Ok(uri) = Uri::builder()
-            .scheme("http")
+            .scheme(scheme.as_str())
             .authority(authority)
             .path_and_query(&CHECK_URI[CHECK_URI.len() - CHECK_PATH.len()..])
             .build()
@@ -108,7 +121,8 @@ impl GrpcChannel {
         }
         self.backoff.check(&self.endpoint)?;
         let connected = async {
-            let (io, writer) = batched_writes::split(connect(&self.endpoint).await?);
+            let stream = connect(&self.endpoint, self.tls.as_ref()).await?;
+            let (io, writer) = batched_writes::split(stream);
             // hyper's client settings, which the checks ran on before: windows wide enough
             // that a thousand answers in flight never wait for WINDOW_UPDATEs, and at most 100
             // streams opened before the service's SETTINGS say how many it takes.

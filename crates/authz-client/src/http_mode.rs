@@ -27,6 +27,7 @@ pub(crate) struct HttpChannel {
     options: HttpOptions,
     idle: Mutex<Vec<Sender>>,
     backoff: Backoff,
+    tls: Option<crate::Tls>,
 }
 
 impl HttpChannel {
@@ -36,7 +37,12 @@ impl HttpChannel {
             options,
             idle: Mutex::new(Vec::new()),
             backoff: Backoff::default(),
+            tls: None,
         }
+    }
+
+    pub(crate) fn set_tls(&mut self, tls: crate::Tls) {
+        self.tls = Some(tls);
     }
 
     async fn sender(&self) -> Result<Sender, AuthzError> {
@@ -53,7 +59,7 @@ impl HttpChannel {
         }
         self.backoff.check(&self.endpoint)?;
         let connected = async {
-            let stream = connect(&self.endpoint).await?;
+            let stream = connect(&self.endpoint, self.tls.as_ref()).await?;
             hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await
                 .map_err(std::io::Error::other)

@@ -66,6 +66,22 @@ pub mod fuzzing;
 /// Where the authorization service listens.
 pub use service_endpoint::Endpoint;
 
+/// TLS to the service (over TCP): the client config (its roots, its client certificate) and
+/// the name the service's certificate must carry. ALPN is set by the mode.
+#[derive(Clone)]
+pub struct Tls {
+    pub config: std::sync::Arc<rustls::ClientConfig>,
+    pub server_name: rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// HTTP mode's options.
 #[derive(Debug, Clone, Default)]
 pub struct HttpOptions {
@@ -193,6 +209,26 @@ impl AuthzClient {
             timeout,
             mode: Mode::Http(http_mode::HttpChannel::new(endpoint, options)),
         }
+    }
+
+    /// Speaks TLS to the service (a TCP endpoint): `h2` offered for gRPC, `http/1.1` for
+    /// HTTP mode.
+    pub fn with_tls(mut self, tls: Tls) -> Self {
+        let alpn: &[u8] = match &self.mode {
+            Mode::Grpc(_) => b"h2",
+            Mode::Http(_) => b"http/1.1",
+        };
+        let mut config = (*tls.config).clone();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        let tls = Tls {
+            config: std::sync::Arc::new(config),
+            server_name: tls.server_name,
+        };
+        match &mut self.mode {
+            Mode::Grpc(channel) => channel.set_tls(tls),
+            Mode::Http(channel) => channel.set_tls(tls),
+        }
+        self
     }
 
     /// Asks the service about one request, within the timeout.

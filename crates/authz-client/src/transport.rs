@@ -8,23 +8,38 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
-use crate::{AuthzError, Endpoint};
+use crate::{AuthzError, Endpoint, Tls};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
-/// A connection to the service.
-pub(crate) type Stream = Either<TcpStream, UnixStream>;
+/// A connection to the service: TCP, a Unix socket, or TLS over TCP.
+pub(crate) type Stream =
+    Either<Either<TcpStream, UnixStream>, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
-pub(crate) async fn connect(endpoint: &Endpoint) -> io::Result<Stream> {
-    match endpoint {
-        Endpoint::Tcp(addr) => {
+/// Connects to `endpoint`, with TLS when `tls` is given (TCP only: checked at load).
+pub(crate) async fn connect(endpoint: &Endpoint, tls: Option<&Tls>) -> io::Result<Stream> {
+    match (endpoint, tls) {
+        (Endpoint::Tcp(addr), tls) => {
             let stream = TcpStream::connect(addr).await?;
             // Checks are small messages waiting for an answer: never hold them back.
             stream.set_nodelay(true)?;
-            Ok(Either::Left(stream))
+            match tls {
+                None => Ok(Either::Left(Either::Left(stream))),
+                Some(tls) => {
+                    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                    let stream = connector.connect(tls.server_name.clone(), stream).await?;
+                    Ok(Either::Right(Box::new(stream)))
+                }
+            }
         }
-        Endpoint::Unix(path) => Ok(Either::Right(UnixStream::connect(path).await?)),
+        (Endpoint::Unix(_), Some(_)) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "TLS is for a TCP address",
+        )),
+        (Endpoint::Unix(path), None) => Ok(Either::Left(Either::Right(
+            UnixStream::connect(path).await?,
+        ))),
     }
 }
 

@@ -151,6 +151,46 @@ impl AuthzSidecar {
         })
     }
 
+    /// The same service on a TCP address behind TLS with `config` (which should offer `h2`
+    /// for gRPC, `http/1.1` for HTTP).
+    pub async fn start_tls(
+        addr: SocketAddr,
+        mode: SidecarMode,
+        rules: AuthzRules,
+        config: Arc<rustls::ServerConfig>,
+    ) -> io::Result<Self> {
+        let counters = Arc::new(Counters::default());
+        let (stop, stopped) = watch::channel(false);
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let (loop_counters, rules) = (Arc::clone(&counters), Arc::new(rules));
+        tokio::spawn(async move {
+            accept_loop(
+                || async {
+                    loop {
+                        let (s, _) = listener.accept().await?;
+                        let _ = s.set_nodelay(true);
+                        // A client that does not finish the handshake is not served.
+                        if let Ok(tls) = acceptor.accept(s).await {
+                            return Ok(tls);
+                        }
+                    }
+                },
+                mode,
+                rules,
+                loop_counters,
+                stopped,
+            )
+            .await
+        });
+        Ok(Self {
+            addr: SidecarAddr::Tcp(local),
+            counters,
+            stop: Arc::new(stop),
+        })
+    }
+
     /// Starts the sidecar on a thread of its own (with its own runtime), for callers without
     /// a tokio runtime, such as the `demo` command. It runs until [`AuthzSidecar::shutdown`].
     pub fn start_in_thread(

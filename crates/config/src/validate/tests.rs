@@ -453,6 +453,7 @@ fn ext_authz_keys_are_checked() {
         AuthzService::Grpc {
             endpoint: ServiceEndpoint::Unix("/run/authz.sock".into()),
             authority: None,
+            tls: None,
         }
     );
     for (authz, expected) in [

@@ -122,35 +122,79 @@ impl HttpFilter for ExtAuthz {
     }
 }
 
+/// TLS to the authorization service. The files were read when the config was loaded; if they
+/// cannot be read now, the client trusts no certificate: its checks fail, and the filter's
+/// failure mode answers (never a check in clear text).
+fn authz_tls(
+    spec: &config::ClusterTlsConfig,
+    endpoint: &authz_client::Endpoint,
+) -> authz_client::Tls {
+    let ip = match endpoint {
+        authz_client::Endpoint::Tcp(addr) => Some(addr.ip()),
+        authz_client::Endpoint::Unix(_) => None,
+    };
+    match crate::tls::service_tls(spec, ip) {
+        Ok((config, server_name)) => authz_client::Tls {
+            config,
+            server_name,
+        },
+        Err(error) => {
+            tracing::error!(%error, "ext_authz: cannot set up TLS to the service; its checks will fail");
+            let config =
+                rustls::ClientConfig::builder_with_provider(config::tls::material::provider())
+                    .with_safe_default_protocol_versions()
+                    .expect("the crypto provider supports TLS 1.2 and 1.3")
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth();
+            authz_client::Tls {
+                config: std::sync::Arc::new(config),
+                server_name: rustls::pki_types::ServerName::IpAddress(
+                    std::net::IpAddr::from([127, 0, 0, 1]).into(),
+                ),
+            }
+        }
+    }
+}
+
 impl Inner {
     /// A route's settings already include its virtual host's (merged when the config was
     /// loaded).
     fn new(config: &ExtAuthzConfig, table: &RouteConfiguration, stats: AuthzStats) -> Self {
-        let client = match &config.service {
+        let (client, tls) = match &config.service {
             AuthzService::Grpc {
                 endpoint,
                 authority,
+                tls,
             } => {
                 let client = AuthzClient::grpc(endpoint.clone(), config.timeout);
-                match authority {
+                let client = match authority {
                     Some(authority) => client.with_authority(authority),
                     None => client,
-                }
+                };
+                (client, tls.as_ref().map(|tls| (tls, endpoint)))
             }
             AuthzService::Http {
                 endpoint,
                 path_prefix,
                 allowed_headers,
                 allowed_upstream_headers,
-            } => AuthzClient::http(
-                endpoint.clone(),
-                config.timeout,
-                HttpOptions {
-                    path_prefix: path_prefix.clone(),
-                    allowed_headers: allowed_headers.clone(),
-                    allowed_upstream_headers: allowed_upstream_headers.clone(),
-                },
-            ),
+                tls,
+            } => {
+                let client = AuthzClient::http(
+                    endpoint.clone(),
+                    config.timeout,
+                    HttpOptions {
+                        path_prefix: path_prefix.clone(),
+                        allowed_headers: allowed_headers.clone(),
+                        allowed_upstream_headers: allowed_upstream_headers.clone(),
+                    },
+                );
+                (client, tls.as_ref().map(|tls| (tls, endpoint)))
+            }
+        };
+        let client = match tls {
+            None => client,
+            Some((spec, endpoint)) => client.with_tls(authz_tls(spec, endpoint)),
         };
         Self {
             client,

@@ -297,6 +297,23 @@ fn chain_body(
     cluster_order: u64,
     commit: &mut Commit,
 ) -> Result<ChainBody, BuildError> {
+    // TLS to an authorization service: its files read now, so a bad one fails the load by
+    // name rather than every check later.
+    for filter in &listener.http_filters {
+        if let config::HttpFilterConfig::ExtAuthz(authz) = filter
+            && let config::filters::AuthzService::Grpc {
+                tls: Some(spec), ..
+            }
+            | config::filters::AuthzService::Http {
+                tls: Some(spec), ..
+            } = &authz.service
+        {
+            config::tls::material::check_cluster(spec).map_err(|source| BuildError::Tls {
+                scope: format!("listener `{}` ext_authz", listener.name),
+                source: Box::new(source),
+            })?;
+        }
+    }
     let tls = match (&listener.tls, old) {
         (None, _) => None,
         (Some(spec), Some((_, shared)))

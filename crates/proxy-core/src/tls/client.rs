@@ -105,9 +105,16 @@ impl UpstreamTls {
     }
 }
 
-/// TLS to an OpenTelemetry collector: its CA (or the system's roots), client certificate and
-/// name, read now (a reload reads them again).
-pub(crate) fn collector_tls(spec: &config::ClusterTlsConfig) -> std::io::Result<trace_export::Tls> {
+/// TLS to a service of the proxy's own (a collector, an authorization service): its CA (or
+/// the system's roots), client certificate and name (`address`'s IP when none is given),
+/// read now (a reload reads them again).
+pub(crate) fn service_tls(
+    spec: &config::ClusterTlsConfig,
+    address: Option<std::net::IpAddr>,
+) -> std::io::Result<(
+    std::sync::Arc<rustls::ClientConfig>,
+    rustls::pki_types::ServerName<'static>,
+)> {
     use config::tls::material::{client_config, load_roots};
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
     let roots = match &spec.ca {
@@ -115,12 +122,20 @@ pub(crate) fn collector_tls(spec: &config::ClusterTlsConfig) -> std::io::Result<
         None => system_roots(),
     };
     let config = client_config(spec, roots).map_err(|e| invalid(e.to_string()))?;
-    // Set from the endpoint's host at load when not given.
-    let name = spec.server_name.clone().unwrap_or_default();
-    let server_name = rustls::pki_types::ServerName::try_from(name.clone())
-        .map_err(|_| invalid(format!("`{name}` is not a DNS name or IP address")))?;
+    let server_name = match (&spec.server_name, address) {
+        (Some(name), _) => rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|_| invalid(format!("`{name}` is not a DNS name or IP address")))?,
+        (None, Some(ip)) => rustls::pki_types::ServerName::IpAddress(ip.into()),
+        (None, None) => return Err(invalid("no name to verify the service by".into())),
+    };
+    Ok((std::sync::Arc::new(config), server_name))
+}
+
+/// TLS to an OpenTelemetry collector (its name set from the endpoint's host at load).
+pub(crate) fn collector_tls(spec: &config::ClusterTlsConfig) -> std::io::Result<trace_export::Tls> {
+    let (config, server_name) = service_tls(spec, None)?;
     Ok(trace_export::Tls {
-        config: std::sync::Arc::new(config),
+        config,
         server_name,
     })
 }

@@ -43,6 +43,9 @@ pub enum AuthzService {
         /// The calls' `:authority` (`ext-authz` when not given).
         #[serde(skip_serializing_if = "Option::is_none")]
         authority: Option<String>,
+        /// TLS to the service (a TCP address).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tls: Option<crate::ClusterTlsConfig>,
     },
     /// Plain HTTP: a 2xx allows.
     Http {
@@ -53,6 +56,9 @@ pub enum AuthzService {
         allowed_headers: Vec<HeaderName>,
         #[serde(serialize_with = "ser::header_names")]
         allowed_upstream_headers: Vec<HeaderName>,
+        /// TLS to the service (a TCP address).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tls: Option<crate::ClusterTlsConfig>,
     },
 }
 
@@ -105,6 +111,8 @@ pub struct RawExtAuthz {
 pub struct RawAuthzGrpc {
     pub address: String,
     pub authority: Option<String>,
+    /// The keys of a cluster's `tls`: the service's CA and name, a client certificate.
+    pub tls: Option<crate::tls::raw::RawClusterTls>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -116,6 +124,8 @@ pub struct RawAuthzHttp {
     pub allowed_headers: Vec<String>,
     #[serde(default)]
     pub allowed_upstream_headers: Vec<String>,
+    /// The keys of a cluster's `tls`: the service's CA and name, a client certificate.
+    pub tls: Option<crate::tls::raw::RawClusterTls>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -142,6 +152,25 @@ pub struct RawRouteAuthzSettings {
     pub context_extensions: std::collections::BTreeMap<String, String>,
 }
 
+/// TLS to the service at `address`: a TCP address only.
+fn service_tls(
+    raw: Option<crate::tls::raw::RawClusterTls>,
+    address: &str,
+    path: &str,
+) -> Result<Option<crate::ClusterTlsConfig>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let at = format!("{path}.tls");
+    if address.starts_with("unix:") {
+        return Err(ConfigError::invalid(
+            at,
+            "TLS is for a TCP address, not a Unix socket",
+        ));
+    }
+    crate::tls::check::cluster_tls(raw, &at).map(Some)
+}
+
 pub(super) fn listener_authz(
     raw: RawExtAuthz,
     path: &str,
@@ -149,6 +178,7 @@ pub(super) fn listener_authz(
 ) -> Result<ExtAuthzConfig, ConfigError> {
     let service = match (raw.grpc, raw.http) {
         (Some(grpc), None) => AuthzService::Grpc {
+            tls: service_tls(grpc.tls, &grpc.address, &format!("{path}.grpc"))?,
             endpoint: crate::values::service_endpoint(
                 &grpc.address,
                 &format!("{path}.grpc.address"),
@@ -174,6 +204,7 @@ pub(super) fn listener_authz(
                 ));
             }
             AuthzService::Http {
+                tls: service_tls(http.tls, &http.address, &format!("{path}.http"))?,
                 endpoint: crate::values::service_endpoint(
                     &http.address,
                     &format!("{path}.http.address"),

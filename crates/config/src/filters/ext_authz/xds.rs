@@ -121,7 +121,13 @@ impl XdsAuthz {
         let mut raw = self.raw.clone();
         match &mut raw.http {
             Some(http) => http.address = address,
-            None => raw.grpc = Some(RawAuthzGrpc { address, authority }),
+            None => {
+                raw.grpc = Some(RawAuthzGrpc {
+                    address,
+                    authority,
+                    tls: None,
+                })
+            }
         }
         Some(raw)
     }
@@ -235,6 +241,7 @@ fn http_target(
             allowed_upstream,
             "authorization_response.allowed_upstream_headers",
         )?,
+        tls: None,
     };
     Ok((Target::Cluster(cluster, None), timeout, http))
 }
