@@ -188,7 +188,7 @@ async fn connect(
     let cluster = (clusters.get(tcp.pick_cluster())).ok_or(ResponseFlag::NoHealthyUpstream)?;
     let client = conn.peer.ip();
     let hash = tcp.hash_policy.map(|policy| match policy {
-        TcpHashPolicy::SourceIp => crate::http::hash_policy::ip_hash(client),
+        TcpHashPolicy::SourceIp => crate::cluster::ip_hash(client),
     });
     for _ in 0..tcp.max_connect_attempts {
         match cluster.connect_tcp(client, hash).await {

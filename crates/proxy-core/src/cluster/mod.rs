@@ -331,6 +331,17 @@ fn balancer_for(
     .expect("the policy and settings were validated with the config")
 }
 
+/// The address as text (`10.0.0.1`, `::1`), hashed: Envoy's hash of a client address.
+pub(crate) fn ip_hash(ip: IpAddr) -> u64 {
+    use std::io::Write as _;
+    let mut text = [0u8; 48];
+    let mut at = &mut text[..];
+    // An address's text fits: at most 45 bytes (IPv6 with an IPv4 tail).
+    let _ = write!(at, "{ip}");
+    let len = 48 - at.len();
+    balancer::hash_key(&text[..len])
+}
+
 /// The hash of the request attribute a consistent-hashing cluster balances on. A request
 /// without it hashes as if it had no key (the policy then picks like random).
 pub(crate) fn hash_of(key: &HashKey, headers: &HeaderMap, client: IpAddr) -> Option<u64> {

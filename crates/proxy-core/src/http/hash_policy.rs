@@ -3,7 +3,6 @@
 //! client that has none yet. Values hash as Envoy hashes them (xxHash64), so a fleet that
 //! mixes both proxies sends a key to the same host.
 
-use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use http::HeaderValue;
@@ -52,7 +51,7 @@ pub(crate) fn hash_request<B>(
                     },
                 }
             }
-            HashSource::SourceIp => Some(ip_hash(client)),
+            HashSource::SourceIp => Some(crate::cluster::ip_hash(client)),
             HashSource::QueryParameter(name) => req
                 .uri()
                 .query()
@@ -94,16 +93,6 @@ fn header_hash(headers: &http::HeaderMap, name: &http::HeaderName) -> Option<u64
         .collect();
     all.sort_unstable();
     Some(balancer::hash_keys(all))
-}
-
-/// The address as text (`10.0.0.1`, `::1`), hashed: Envoy's hash of a client address.
-pub(crate) fn ip_hash(ip: IpAddr) -> u64 {
-    let mut text = [0u8; 48];
-    let mut at = &mut text[..];
-    // An address's text fits: at most 45 bytes (IPv6 with an IPv4 tail).
-    let _ = write!(at, "{ip}");
-    let len = 48 - at.len();
-    balancer::hash_key(&text[..len])
 }
 
 /// A cookie for a client that sent none: the hash of the connection's two addresses as 16

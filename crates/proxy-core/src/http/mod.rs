@@ -15,7 +15,7 @@
 
 pub(crate) mod forwarding;
 pub(crate) mod handler;
-pub(crate) mod hash_policy;
+mod hash_policy;
 pub(crate) mod head;
 pub(crate) mod local_reply;
 mod mirror;
