@@ -1329,6 +1329,38 @@ mod sds {
             200
         );
 
+        // Load through the rotation: an HTTP/1.1 and an HTTP/2 keep-alive client send
+        // requests back to back until new handshakes see the new certificate.
+        let h2 = client_config(
+            ca.roots(),
+            ClientOptions {
+                alpn: vec![b"h2"],
+                ..Default::default()
+            },
+        );
+        let rotated = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut load_h1 = h1_over(tls_connect(addr, &h1, "api.example.com").await.unwrap()).await;
+        let mut load_h2 = h2_over(tls_connect(addr, &h2, "api.example.com").await.unwrap()).await;
+        let load = {
+            let rotated = Arc::clone(&rotated);
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0u32, 0u32);
+                while !rotated.load(std::sync::atomic::Ordering::Relaxed) {
+                    let one = match load_h1.ready().await {
+                        Ok(()) => load_h1.send_request(get("/", &[])).await.ok(),
+                        Err(_) => None,
+                    };
+                    let two = load_h2.send_request(get_h2("/", &[])).await.ok();
+                    for response in [one, two] {
+                        match response.map(|r| r.status()) {
+                            Some(StatusCode::OK) => ok += 1,
+                            _ => failed += 1,
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        };
         write_secret(&second_cert, &second_key);
         eventually(
             "new handshakes see the renamed-in certificate",
@@ -1338,6 +1370,13 @@ mod sds {
             },
         )
         .await;
+        rotated.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (ok, failed) = load.await.unwrap();
+        assert_eq!(
+            failed, 0,
+            "no request failed through the rotation ({ok} answered)"
+        );
+        assert!(ok > 0);
         kept.ready().await.unwrap();
         assert_eq!(
             kept.send_request(get("/", &[])).await.unwrap().status(),
