@@ -1914,17 +1914,19 @@ mod filter_chain_reloads {
     }
 
     /// A listener's own routes that stop being its default chain drain their connections,
-    /// rather than answering them 404 from then on.
+    /// rather than answering them 404 from then on: also a connection from before the
+    /// listener had chains.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_default_chain_removed_drains_its_connections() {
-        let config = |own: &str| {
+        let chains = "    chains:\n      - name: other\n        match: { destination_port: 1 }\n        routes: [{ match: { prefix: / }, direct_response: { status: 200, body: other } }]\n";
+        let config = |own: &str, chains: &str| {
             format!(
-                "admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - name: edge\n    address: 127.0.0.1:0\n{own}    chains:\n      - name: other\n        match: {{ destination_port: 1 }}\n        routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: 200, body: other }} }}]\n"
+                "admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - name: edge\n    address: 127.0.0.1:0\n{own}{chains}"
             )
         };
         let own =
             "    routes: [{ match: { prefix: / }, direct_response: { status: 200, body: own } }]\n";
-        let proxy = Proxy::start(&config(own), 1);
+        let proxy = Proxy::start(&config(own, ""), 1);
         let admin = proxy.admin.unwrap();
         let mut kept = TcpStream::connect(proxy.addr()).await.unwrap();
         kept.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
@@ -1933,8 +1935,26 @@ mod filter_chain_reloads {
         let mut head = [0u8; 12];
         kept.read_exact(&mut head).await.unwrap();
         assert_eq!(&head, b"HTTP/1.1 200");
+        let mut rest = [0u8; 1024];
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).ends_with("own") {
+            let n = kept.read(&mut rest).await.unwrap();
+            assert!(n > 0, "closed early");
+            seen.extend_from_slice(&rest[..n]);
+        }
 
-        std::fs::write(proxy.config_path(), config("")).unwrap();
+        // Chains come, the own routes still the default: the connection goes on.
+        std::fs::write(proxy.config_path(), config(own, chains)).unwrap();
+        let (status, body) = admin_request(admin, "POST", "/reload");
+        assert_eq!(status, 200, "{body}");
+        kept.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        kept.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+
+        // The own routes go: the connection drains.
+        std::fs::write(proxy.config_path(), config("", chains)).unwrap();
         let (status, body) = admin_request(admin, "POST", "/reload");
         assert_eq!(status, 200, "{body}");
         let mut rest = Vec::new();

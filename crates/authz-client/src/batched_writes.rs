@@ -98,7 +98,9 @@ impl Output {
             }
             self.buf.advance(n);
         }
-        Poll::Ready(Ok(()))
+        // TLS holds records it took but could not send yet: pushed out here (nothing to do
+        // on a plain socket).
+        Pin::new(&mut self.write).poll_flush(cx)
     }
 
     /// Room for more: `Ready` while the buffer is below the high-water mark, after trying the

@@ -262,6 +262,11 @@ async fn prepare(
             drain = own.drain.watch();
             close = Some(own.close.watch());
         }
+    } else if let Some(own) = &ctx.listener.chain {
+        // No chains (yet): the listener's own flags, so that the connection drains if chains
+        // come and the own settings stop being the default. Its relays and long streams are
+        // left to the listener's close (no per-connection watch where there are no chains).
+        drain = own.drain.watch();
     }
     let mut io = match &settings.tls {
         None => {

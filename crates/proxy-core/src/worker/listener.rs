@@ -214,9 +214,10 @@ impl ListenerState {
         chain_slots: &RefCell<Vec<ChainSlot>>,
         own_chain: &RefCell<Option<ChainSignals>>,
     ) -> Self {
-        // The listener's own settings as the default chain: flags of their own from when
-        // there are chains, raised (drain, then close at `drain_timeout`) when they stop
-        // serving as the default.
+        // The listener's own settings as the default chain: flags of their own, raised
+        // (drain, then close at `drain_timeout`) when they stop serving as the default. Made
+        // whether or not there are chains yet, so connections from before chains came
+        // drain too.
         let own_signals = {
             let mut own = own_chain.borrow_mut();
             match (&*own, config.default_chain) {
@@ -224,7 +225,7 @@ impl ListenerState {
                     closed_after_drain(vec![signals.clone()], parts.drain_timeout);
                     *own = None;
                 }
-                (None, true) if !config.filter_chains.is_empty() => {
+                (None, true) => {
                     *own = Some(ChainSignals::new());
                 }
                 _ => {}
