@@ -5,8 +5,6 @@
 // Control planes still send the deprecated format fields; they are read, not ignored.
 #![allow(deprecated)]
 
-use std::collections::BTreeMap;
-
 use envoy_types::pb::envoy::config::accesslog::v3::{
     AccessLog, AccessLogFilter, access_log, access_log_filter,
 };
@@ -69,14 +67,20 @@ impl XdsAccessLog {
     }
 
     /// As the config file writes it; `None` while its collector's cluster has no single host.
-    pub(crate) fn section(&self, single_hosts: &BTreeMap<&str, &str>) -> Option<RawAccessLog> {
+    pub(crate) fn section(
+        &self,
+        single_hosts: &crate::xds::SingleHosts<'_>,
+    ) -> Option<RawAccessLog> {
         match self {
             XdsAccessLog::Settled(log) => Some(log.clone()),
             XdsAccessLog::Collector { cluster, log } => {
                 let host = single_hosts.get(cluster.as_str())?;
                 let mut log = log.clone();
                 if let Some(otlp) = &mut log.otlp {
-                    otlp.endpoint = format!("http://{host}");
+                    // Over TLS when the cluster speaks it.
+                    let scheme = if host.tls.is_some() { "https" } else { "http" };
+                    otlp.endpoint = format!("{scheme}://{}", host.address);
+                    otlp.tls = host.tls.cloned();
                 }
                 Some(log)
             }

@@ -65,16 +65,18 @@ pub(crate) struct XdsCollector {
 
 impl XdsCollector {
     /// The process's `tracing` for it; `None` while its cluster has no single host.
-    pub(crate) fn section(&self, single_hosts: &BTreeMap<&str, &str>) -> Option<RawTracing> {
+    pub(crate) fn section(&self, single_hosts: &crate::xds::SingleHosts<'_>) -> Option<RawTracing> {
         let host = single_hosts.get(self.cluster.as_str())?;
+        // Over TLS when the cluster speaks it.
+        let scheme = if host.tls.is_some() { "https" } else { "http" };
         Some(RawTracing {
             otlp: RawOtlp {
-                endpoint: format!("http://{host}"),
+                endpoint: format!("{scheme}://{}", host.address),
                 protocol: Some("grpc".into()),
                 authority: self.authority.clone(),
                 headers: self.headers.clone(),
                 timeout: self.timeout,
-                tls: None,
+                tls: host.tls.cloned(),
             },
             service_name: self.service_name.clone(),
             resource_attributes: self.resource_attributes.clone(),

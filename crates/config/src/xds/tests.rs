@@ -735,6 +735,45 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
         dumped["http_filters"][0]["ext_authz"]["grpc"]["address"], "127.0.0.1:9191",
         "{dumped}"
     );
+    assert!(dumped["http_filters"][0]["ext_authz"]["grpc"]["tls"].is_null());
+
+    // A cluster that speaks TLS: so do the checks through it.
+    use envoy_types::pb::envoy::config::core::v3::{TransportSocket, transport_socket};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    let mut authz = eds_cluster("authz");
+    authz.transport_socket = Some(TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack(
+            &UpstreamTlsContext {
+                sni: "authz.internal".into(),
+                ..Default::default()
+            },
+        ))),
+    });
+    resources.clusters.insert(
+        "authz".into(),
+        held(XdsCluster::decode(&pack(&authz)).unwrap()),
+    );
+    let Sections {
+        listeners,
+        clusters,
+        ..
+    } = resources.sections();
+    let config = compose(
+        &crate::Config::from_yaml(
+            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+        )
+        .unwrap()
+        .origin,
+        listeners,
+        clusters,
+    )
+    .unwrap();
+    let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
+    assert_eq!(
+        dumped["http_filters"][0]["ext_authz"]["grpc"]["tls"]["server_name"], "authz.internal",
+        "{dumped}"
+    );
 }
 
 /// What control planes send that Envoy takes: names with `:` and `|`, "no limit" breakers,

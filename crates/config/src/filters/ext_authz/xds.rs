@@ -6,7 +6,6 @@
 //! for it like one waiting for its routes. `google_grpc.target_uri` may give the address
 //! directly (`IP:PORT` or `unix:/path`).
 
-use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::{grpc_service, http_uri};
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
@@ -110,22 +109,30 @@ impl XdsAuthz {
 
     /// The filter's section, with the address of its cluster's one host; `None` while that
     /// cluster is not known.
-    pub(crate) fn section(&self, single_hosts: &BTreeMap<&str, &str>) -> Option<RawExtAuthz> {
-        let (address, authority) = match &self.target {
-            Target::Address(address) => (address.clone(), None),
-            Target::Cluster(cluster, authority) => (
-                (*single_hosts.get(cluster.as_str())?).to_owned(),
-                authority.clone(),
-            ),
+    pub(crate) fn section(&self, single_hosts: &crate::xds::SingleHosts<'_>) -> Option<RawExtAuthz> {
+        let (address, authority, tls) = match &self.target {
+            Target::Address(address) => (address.clone(), None, None),
+            Target::Cluster(cluster, authority) => {
+                // The cluster's TLS, as Envoy's checks through it would have.
+                let host = single_hosts.get(cluster.as_str())?;
+                (
+                    host.address.to_owned(),
+                    authority.clone(),
+                    host.tls.cloned(),
+                )
+            }
         };
         let mut raw = self.raw.clone();
         match &mut raw.http {
-            Some(http) => http.address = address,
+            Some(http) => {
+                http.address = address;
+                http.tls = tls;
+            }
             None => {
                 raw.grpc = Some(RawAuthzGrpc {
                     address,
                     authority,
-                    tls: None,
+                    tls,
                 })
             }
         }
