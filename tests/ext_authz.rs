@@ -623,6 +623,10 @@ async fn checks_go_over_tls_to_a_service_the_proxy_verifies() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{key}");
         assert_eq!(body, "no entry\n");
         assert_eq!(sidecar.checks(), 2, "{key}");
+        if key == "grpc" {
+            // Called by the name it is verified by.
+            assert_eq!(sidecar.authorities(), ["authz.test", "authz.test"]);
+        }
     }
 
     let stranger = AuthzSidecar::start_tls(

@@ -52,12 +52,33 @@ pub(crate) type State = Option<Box<authz_client::Allowed>>;
 
 impl HttpFilter for ExtAuthz {
     type Config = ExtAuthzConfig;
-    type Shared = ();
+    /// TLS to the service, its files read once per generation rather than by each worker.
+    type Shared = authz_client::Tls;
     type State = State;
 
-    fn new(config: &ExtAuthzConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
+    fn shared(config: &ExtAuthzConfig, _: &config::ListenerConfig) -> Option<authz_client::Tls> {
+        match &config.service {
+            AuthzService::Grpc {
+                tls: Some(spec),
+                endpoint,
+                ..
+            }
+            | AuthzService::Http {
+                tls: Some(spec),
+                endpoint,
+                ..
+            } => Some(authz_tls(spec, endpoint)),
+            _ => None,
+        }
+    }
+
+    fn new(
+        config: &ExtAuthzConfig,
+        tls: Option<&authz_client::Tls>,
+        ctx: &BuildCtx<'_>,
+    ) -> Self {
         let stats = ctx.catalog.authz(ctx.shard, &ctx.listener.name);
-        ExtAuthz(Box::new(Inner::new(config, ctx.table, stats)))
+        ExtAuthz(Box::new(Inner::new(config, tls, ctx.table, stats)))
     }
 
     /// It sends the request id to the service.
@@ -159,42 +180,50 @@ fn authz_tls(
 impl Inner {
     /// A route's settings already include its virtual host's (merged when the config was
     /// loaded).
-    fn new(config: &ExtAuthzConfig, table: &RouteConfiguration, stats: AuthzStats) -> Self {
-        let (client, tls) = match &config.service {
+    /// `tls`: the listener's, for a service spoken to over TLS.
+    fn new(
+        config: &ExtAuthzConfig,
+        tls: Option<&authz_client::Tls>,
+        table: &RouteConfiguration,
+        stats: AuthzStats,
+    ) -> Self {
+        let client = match &config.service {
             AuthzService::Grpc {
                 endpoint,
                 authority,
                 tls,
             } => {
                 let client = AuthzClient::grpc(endpoint.clone(), config.timeout);
+                // Over TLS, the name the service is verified by is the one it is called by,
+                // unless another is given.
+                let authority = authority
+                    .as_deref()
+                    .or_else(|| tls.as_ref().and_then(|t| t.server_name.as_deref()));
                 let client = match authority {
                     Some(authority) => client.with_authority(authority),
                     None => client,
                 };
-                (client, tls.as_ref().map(|tls| (tls, endpoint)))
+                client
             }
             AuthzService::Http {
                 endpoint,
                 path_prefix,
                 allowed_headers,
                 allowed_upstream_headers,
-                tls,
-            } => {
-                let client = AuthzClient::http(
+                ..
+            } => AuthzClient::http(
                     endpoint.clone(),
                     config.timeout,
-                    HttpOptions {
-                        path_prefix: path_prefix.clone(),
-                        allowed_headers: allowed_headers.clone(),
-                        allowed_upstream_headers: allowed_upstream_headers.clone(),
-                    },
-                );
-                (client, tls.as_ref().map(|tls| (tls, endpoint)))
-            }
+                HttpOptions {
+                    path_prefix: path_prefix.clone(),
+                    allowed_headers: allowed_headers.clone(),
+                    allowed_upstream_headers: allowed_upstream_headers.clone(),
+                },
+            ),
         };
         let client = match tls {
             None => client,
-            Some((spec, endpoint)) => client.with_tls(authz_tls(spec, endpoint)),
+            Some(tls) => client.with_tls(tls.clone()),
         };
         Self {
             client,
