@@ -199,11 +199,10 @@ impl Inner {
                 let authority = authority
                     .as_deref()
                     .or_else(|| tls.as_ref().and_then(|t| t.server_name.as_deref()));
-                let client = match authority {
+                match authority {
                     Some(authority) => client.with_authority(authority),
                     None => client,
-                };
-                client
+                }
             }
             AuthzService::Http {
                 endpoint,
