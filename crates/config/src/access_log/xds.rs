@@ -69,7 +69,7 @@ impl XdsAccessLog {
     /// As the config file writes it; `None` while its collector's cluster has no single host.
     pub(crate) fn section(
         &self,
-        single_hosts: &crate::xds::SingleHosts<'_>,
+        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
     ) -> Option<RawAccessLog> {
         match self {
             XdsAccessLog::Settled(log) => Some(log.clone()),

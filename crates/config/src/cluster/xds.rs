@@ -23,6 +23,17 @@ use crate::{
     RawCircuitBreakers, RawCluster, RawHealthCheck, RawLimit, RawOutlierDetection, RawRateEjection,
 };
 
+/// A cluster with one host: where an ext_authz filter or a collector that names it is
+/// reached, with the cluster's TLS (its secrets filled in) when it has some.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SingleHost<'a> {
+    pub(crate) address: &'a str,
+    pub(crate) tls: Option<&'a crate::tls::raw::RawClusterTls>,
+}
+
+/// The clusters with one host, by name.
+pub(crate) type SingleHosts<'a> = std::collections::BTreeMap<&'a str, SingleHost<'a>>;
+
 /// Envoy's connect timeout when a cluster gives none.
 const ENVOY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 

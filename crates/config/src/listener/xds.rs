@@ -193,7 +193,7 @@ impl XdsListener {
         &self,
         routes: &dyn Fn(&str) -> Option<&'r XdsRoutes>,
         ready: &BTreeMap<&str, bool>,
-        single_hosts: &crate::xds::SingleHosts<'_>,
+        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
         secrets: &Secrets,
     ) -> Option<RawListener> {
         let body = |chain: &XdsChain| {
@@ -268,7 +268,7 @@ impl XdsChain {
         &self,
         routes: Option<&XdsRoutes>,
         ready: &BTreeMap<&str, bool>,
-        single_hosts: &crate::xds::SingleHosts<'_>,
+        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
         secrets: &Secrets,
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();

@@ -65,7 +65,10 @@ pub(crate) struct XdsCollector {
 
 impl XdsCollector {
     /// The process's `tracing` for it; `None` while its cluster has no single host.
-    pub(crate) fn section(&self, single_hosts: &crate::xds::SingleHosts<'_>) -> Option<RawTracing> {
+    pub(crate) fn section(
+        &self,
+        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
+    ) -> Option<RawTracing> {
         let host = single_hosts.get(self.cluster.as_str())?;
         // Over TLS when the cluster speaks it.
         let scheme = if host.tls.is_some() { "https" } else { "http" };

@@ -148,17 +148,6 @@ pub struct Resources {
     serving_clusters: BTreeMap<String, Held<XdsCluster>>,
 }
 
-/// A cluster with one host: where an ext_authz filter or a collector that names it is
-/// reached, with the cluster's TLS (its secrets filled in) when it has some.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SingleHost<'a> {
-    pub(crate) address: &'a str,
-    pub(crate) tls: Option<&'a crate::tls::raw::RawClusterTls>,
-}
-
-/// The clusters with one host, by name.
-pub(crate) type SingleHosts<'a> = BTreeMap<&'a str, SingleHost<'a>>;
-
 /// What [`Resources::sections`] makes: the listeners and clusters to put in force.
 #[derive(Debug, Default)]
 pub struct Sections {
@@ -310,7 +299,7 @@ impl Resources {
             .map(|c| (c.name.as_str(), c.protocol.as_deref() != Some("http2")))
             .collect();
         // Clusters with one host: where an ext_authz filter naming one sends its checks.
-        let single_hosts: SingleHosts<'_> = clusters
+        let single_hosts: crate::cluster::xds::SingleHosts<'_> = clusters
             .iter()
             .filter_map(|c| {
                 let address = match c.endpoints.as_slice() {
@@ -319,7 +308,8 @@ impl Resources {
                     _ => return None,
                 };
                 let tls = c.tls.as_ref();
-                Some((c.name.as_str(), SingleHost { address, tls }))
+                let host = crate::cluster::xds::SingleHost { address, tls };
+                Some((c.name.as_str(), host))
             })
             .collect();
         let mut listeners = Vec::with_capacity(self.listeners.len());

@@ -109,7 +109,7 @@ impl XdsAuthz {
 
     /// The filter's section, with the address of its cluster's one host; `None` while that
     /// cluster is not known.
-    pub(crate) fn section(&self, single_hosts: &crate::xds::SingleHosts<'_>) -> Option<RawExtAuthz> {
+    pub(crate) fn section(&self, single_hosts: &crate::cluster::xds::SingleHosts<'_>) -> Option<RawExtAuthz> {
         let (address, authority, tls) = match &self.target {
             Target::Address(address) => (address.clone(), None, None),
             Target::Cluster(cluster, authority) => {
