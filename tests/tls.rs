@@ -828,6 +828,141 @@ listeners:
     );
 }
 
+/// An origin answering `name` to every request: over TLS with `leaf`, or in plain text.
+async fn named_origin(
+    name: &'static str,
+    leaf: Option<&Leaf>,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let acceptor = leaf.map(|leaf| {
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der.clone()], leaf.key_der())
+            .unwrap();
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |_req: Request<Incoming>| async move {
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                            name,
+                        ))))
+                    });
+                let server = hyper::server::conn::http1::Builder::new();
+                let _ = match acceptor {
+                    None => server.serve_connection(TokioIo::new(tcp), service).await,
+                    Some(acceptor) => match acceptor.accept(tcp).await {
+                        Ok(tls) => server.serve_connection(TokioIo::new(tls), service).await,
+                        Err(_) => return,
+                    },
+                };
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// Envoy's `transport_socket_matches` from the file: each endpoint is reached by the first
+/// match its labels (then its locality's) hold, or by the cluster's own TLS; a match may be
+/// plain text, or verify the host by its certificate's names (`subject_alt_names`) instead of
+/// `server_name`. Health checks use each host's transport too: a check over the wrong one
+/// would fail the host and take it out of the rotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_endpoint_is_reached_by_its_transport_socket_match() {
+    let dir = ScratchDir::new();
+    let ca = Ca::new("origin ca");
+    let ca_file = dir.write("origin-ca.pem", &ca.pem()).display().to_string();
+    let (secure, _s) = named_origin("secure", Some(&ca.leaf(&["origin.internal"]))).await;
+    let (plain, _p) = named_origin("plain", None).await;
+    let (pod, _d) = named_origin("pod", Some(&ca.leaf(&["web-1.pods.internal"]))).await;
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /mixed/ }}
+        cluster: mixed
+      - match: {{ prefix: /wrong_name/ }}
+        cluster: wrong_name
+clusters:
+  - name: mixed
+    tls: {{ ca: {ca_file}, server_name: origin.internal }}
+    transport_socket_matches:
+      - name: cleartext
+        match: {{ kind: plain }}
+      - name: pods
+        match: {{ kind: pod, tier: 1 }}
+        tls:
+          ca: {ca_file}
+          server_name: not-the-certificates.example
+          subject_alt_names: [{{ type: dns, suffix: .pods.internal }}]
+    endpoints:
+      - {secure}
+      - address: {plain}
+        transport_socket_match: {{ kind: plain }}
+      - address: {pod}
+        transport_socket_match: {{ kind: other }}
+        locality_transport_socket_match: {{ kind: pod, tier: 1.0 }}
+    health_check: {{ path: /healthz, interval: 50ms, jitter: 0s, timeout: 1s }}
+  - name: wrong_name
+    endpoints: [{pod}]
+    tls:
+      ca: {ca_file}
+      subject_alt_names: [{{ type: dns, exact: web-1.other.internal }}, {{ type: uri, prefix: "spiffe://" }}]
+"#
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let admin = proxy.admin.unwrap();
+    let addr = proxy.addr();
+    // Every host checked at least twice, none failed.
+    eventually("each host checked twice", async || {
+        stat(admin, "health_check_success") >= 6
+    })
+    .await;
+    assert_eq!(stat(admin, "health_check_failure"), 0);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..9 {
+        let response = send_h1(addr, get("/mixed/", &[])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        seen.insert(text(response.into_body()).await);
+    }
+    let all: std::collections::BTreeSet<String> =
+        ["pod", "plain", "secure"].map(String::from).into();
+    assert_eq!(seen, all);
+    // No name of the certificate is one the matchers take.
+    let response = send_h1(addr, get("/wrong_name/", &[])).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        text(response.into_body()).await,
+        "upstream TLS handshake failure\n"
+    );
+    // The dump says which match each endpoint is reached by.
+    let dump: serde_json::Value =
+        serde_json::from_str(&admin_request(admin, "GET", "/config_dump").1).unwrap();
+    let mixed = (dump["clusters"].as_array().unwrap().iter())
+        .find(|c| c["name"] == "mixed")
+        .unwrap();
+    let by: Vec<&serde_json::Value> = (mixed["endpoints"].as_array().unwrap().iter())
+        .map(|e| &e["transport_socket"])
+        .collect();
+    assert_eq!(
+        by,
+        [
+            &serde_json::Value::Null,
+            &serde_json::json!("cleartext"),
+            &serde_json::json!("pods")
+        ]
+    );
+}
+
 #[test]
 fn validate_reports_a_missing_certificate_file_by_key_path() {
     let dir = ScratchDir::new();

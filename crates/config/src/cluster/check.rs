@@ -18,15 +18,32 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             "expected at least one endpoint `IP:PORT` or `NAME:PORT`",
         ));
     }
+    let socket_matches = crate::cluster::socket_match::check(
+        &raw.transport_socket_matches,
+        &format!("{path}.transport_socket_matches"),
+    )?;
     let mut endpoints: Vec<Endpoint> = Vec::with_capacity(raw.endpoints.len());
     for (i, e) in raw.endpoints.iter().enumerate() {
         let at = format!("{path}.endpoints[{i}]");
-        let endpoint = match e {
-            RawEndpoint::Address(a) => {
-                Endpoint::new(crate::cluster::check_dns::endpoint_address(a, &at)?)
-            }
-            RawEndpoint::Weighted(w) => endpoint(w, &at)?,
+        let (mut endpoint, labels) = match e {
+            RawEndpoint::Address(a) => (
+                Endpoint::new(crate::cluster::check_dns::endpoint_address(a, &at)?),
+                (None, None),
+            ),
+            RawEndpoint::Weighted(w) => (
+                endpoint(w, &at)?,
+                (
+                    w.transport_socket_match.as_ref(),
+                    w.locality_transport_socket_match.as_ref(),
+                ),
+            ),
         };
+        endpoint.transport_socket = crate::cluster::socket_match::resolve(
+            socket_matches.iter().map(|m| (&m.labels, &m.name)),
+            labels.0,
+            labels.1,
+        )
+        .cloned();
         if endpoints
             .iter()
             .any(|other| other.address == endpoint.address)
@@ -66,12 +83,17 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
     let protocol = match raw.protocol.as_deref() {
         None | Some("http1") => UpstreamProtocol::Http1,
         Some("http2") => UpstreamProtocol::Http2,
-        Some("auto") if raw.tls.is_some() => UpstreamProtocol::Auto,
+        Some("auto")
+            if raw.tls.is_some()
+                && raw.transport_socket_matches.iter().all(|m| m.tls.is_some()) =>
+        {
+            UpstreamProtocol::Auto
+        }
         Some("downstream") => UpstreamProtocol::Downstream,
         Some("auto") => {
             return Err(ConfigError::invalid(
                 format!("{path}.protocol"),
-                "`auto` is chosen by ALPN, which needs `tls`",
+                "`auto` is chosen by ALPN, which needs `tls` (for every transport socket match too)",
             ));
         }
         Some(other) => {
@@ -180,6 +202,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             .tls
             .map(|t| crate::tls::check::cluster_tls(t, &format!("{path}.tls")))
             .transpose()?,
+        transport_socket_matches: socket_matches,
         dns,
     })
 }
@@ -246,6 +269,7 @@ fn endpoint(raw: &RawWeightedEndpoint, at: &str) -> Result<Endpoint, ConfigError
         hostname: name(&raw.hostname, "hostname")?,
         health_check_hostname: name(&check.hostname, "health_check.hostname")?,
         health_check_port: check.port,
+        transport_socket: None,
     })
 }
 

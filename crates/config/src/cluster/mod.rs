@@ -3,6 +3,7 @@
 //!
 //! The topic's files, side by side: this one holds the typed settings and defaults; `dns.rs`
 //! endpoints by name; `raw.rs` the file's form; `check.rs` and `check_dns.rs` the checks;
+//! `socket_match.rs` the transports picked per endpoint;
 //! `xds.rs` and `xds_endpoints.rs` the mapping of Envoy's `Cluster` and
 //! `ClusterLoadAssignment`.
 
@@ -11,6 +12,7 @@ pub(crate) mod check_dns;
 pub mod dns;
 pub mod local;
 pub mod raw;
+pub mod socket_match;
 pub mod xds;
 pub mod xds_endpoints;
 mod xds_lb;
@@ -75,6 +77,9 @@ pub struct ClusterConfig {
     pub outlier_detection: Option<OutlierDetectionConfig>,
     /// TLS to the hosts; `None`: cleartext.
     pub tls: Option<ClusterTlsConfig>,
+    /// Other transports, for the endpoints that name them ([`Endpoint::transport_socket`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub transport_socket_matches: Vec<socket_match::TransportSocketMatch>,
     /// How names among the endpoints are resolved.
     #[serde(flatten)]
     pub dns: DnsConfig,
@@ -84,6 +89,18 @@ impl ClusterConfig {
     /// Whether some endpoint is a DNS name (the cluster then resolves while serving).
     pub fn has_names(&self) -> bool {
         self.endpoints.iter().any(|e| e.address.is_name())
+    }
+
+    /// The TLS endpoint `endpoint` is reached with; `None`: cleartext.
+    pub fn tls_of(&self, endpoint: &Endpoint) -> Option<&ClusterTlsConfig> {
+        match &endpoint.transport_socket {
+            None => self.tls.as_ref(),
+            Some(name) => self
+                .transport_socket_matches
+                .iter()
+                .find(|m| &m.name == name)
+                .and_then(|m| m.tls.as_ref()),
+        }
     }
 }
 
@@ -364,6 +381,10 @@ pub struct Endpoint {
     /// The port its health checks connect to, instead of its own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_check_port: Option<u16>,
+    /// The cluster's transport socket match it is reached by, by name; `None`: the
+    /// cluster's own `tls` (or cleartext).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport_socket: Option<String>,
 }
 
 fn is_first_priority(priority: &u32) -> bool {
@@ -383,6 +404,7 @@ impl Endpoint {
             hostname: None,
             health_check_hostname: None,
             health_check_port: None,
+            transport_socket: None,
         }
     }
 }

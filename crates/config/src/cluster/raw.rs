@@ -46,6 +46,9 @@ pub struct RawCluster {
     pub health_check: Option<RawHealthCheck>,
     pub outlier_detection: Option<RawOutlierDetection>,
     pub tls: Option<RawClusterTls>,
+    /// Other transports for the endpoints whose labels they match.
+    #[serde(default)]
+    pub transport_socket_matches: Vec<crate::cluster::socket_match::RawTransportSocketMatch>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub dns_refresh_rate: Option<Duration>,
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -205,6 +208,25 @@ pub struct RawRateEjection {
     pub threshold: Option<u32>,
 }
 
+impl RawCluster {
+    /// The TLS `endpoint` is reached with (its transport socket match's, else the
+    /// cluster's); `None`: cleartext.
+    pub(crate) fn tls_of(&self, endpoint: Option<&RawEndpoint>) -> Option<&RawClusterTls> {
+        let labels = match endpoint {
+            Some(RawEndpoint::Weighted(e)) => (
+                e.transport_socket_match.as_ref(),
+                e.locality_transport_socket_match.as_ref(),
+            ),
+            _ => (None, None),
+        };
+        let matches = self.transport_socket_matches.iter().map(|m| (&m.labels, m));
+        match crate::cluster::socket_match::resolve(matches, labels.0, labels.1) {
+            Some(m) => m.tls.as_ref(),
+            None => self.tls.as_ref(),
+        }
+    }
+}
+
 /// `127.0.0.1:9000`, `backend.internal:9000`, or `{ address: 127.0.0.1:9000, weight: 3 }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -226,6 +248,10 @@ pub struct RawWeightedEndpoint {
     pub hostname: Option<String>,
     /// The host's own health-check target: another port, another host header.
     pub health_check: Option<RawEndpointHealthCheck>,
+    /// The labels a cluster's `transport_socket_matches` are matched against (Envoy's
+    /// `envoy.transport_socket_match` metadata), and those of its locality, asked second.
+    pub transport_socket_match: Option<crate::cluster::socket_match::Labels>,
+    pub locality_transport_socket_match: Option<crate::cluster::socket_match::Labels>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

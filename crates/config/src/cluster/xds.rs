@@ -48,7 +48,9 @@ pub struct XdsCluster {
     /// The name its endpoints come under by EDS (`service_name`, or the cluster's name).
     pub eds: Option<String>,
     /// The secrets its TLS names (SDS): it warms until they are all there.
-    pub secrets: crate::tls::sds::SecretRefs,
+    secrets: crate::tls::sds::SecretRefs,
+    /// The same for each of its `transport_socket_matches`, in order.
+    match_secrets: Vec<crate::tls::sds::SecretRefs>,
 }
 
 impl XdsCluster {
@@ -72,7 +74,30 @@ impl XdsCluster {
         if let Some(tls) = &mut raw.tls {
             self.secrets.fill_cluster(tls, secrets)?;
         }
+        for (m, refs) in raw
+            .transport_socket_matches
+            .iter_mut()
+            .zip(&self.match_secrets)
+        {
+            if let Some(tls) = &mut m.tls {
+                refs.fill_cluster(tls, secrets)?;
+            }
+        }
         Some(raw)
+    }
+
+    /// The secrets its TLS contexts name (SDS).
+    pub fn secret_names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(&self.secrets)
+            .chain(&self.match_secrets)
+            .flat_map(|refs| refs.names())
+    }
+
+    /// Whether every secret its TLS contexts name has arrived.
+    pub fn secrets_ready(&self, secrets: &crate::tls::sds::Secrets) -> bool {
+        std::iter::once(&self.secrets)
+            .chain(&self.match_secrets)
+            .all(|refs| refs.ready(secrets))
     }
 }
 
@@ -178,13 +203,31 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .take()
         .map(|o| outliers(o, &sub("outlier_detection")))
         .transpose()?;
-    let (tls, secrets) = match c.transport_socket.take() {
-        Some(socket) => {
-            let (tls, secrets) = crate::tls::xds::cluster_tls(socket, &at)?;
-            (Some(tls), secrets)
-        }
-        None => Default::default(),
-    };
+    let (tls, secrets) = transport(c.transport_socket.take(), &at)?;
+    let mut transport_socket_matches = Vec::new();
+    let mut match_secrets = Vec::new();
+    for (i, mut m) in std::mem::take(&mut c.transport_socket_matches)
+        .into_iter()
+        .enumerate()
+    {
+        let at = format!("{at}.transport_socket_matches[{i}]");
+        let socket = m
+            .transport_socket
+            .take()
+            .ok_or_else(|| ResourceError::invalid(&at, "expected a transport_socket"))?;
+        let (tls, secrets) = transport(Some(socket), &at)?;
+        transport_socket_matches.push(crate::cluster::socket_match::RawTransportSocketMatch {
+            name: std::mem::take(&mut m.name),
+            labels: m
+                .r#match
+                .take()
+                .map(|s| crate::cluster::socket_match::struct_labels(&s))
+                .unwrap_or_default(),
+            tls,
+        });
+        match_secrets.push(secrets);
+        nothing_else(&m, fields::TRANSPORT_SOCKET_MATCH, &at)?;
+    }
     let family = DnsLookupFamily::try_from(std::mem::take(&mut c.dns_lookup_family))
         .unwrap_or(DnsLookupFamily::Auto);
     let legacy_dns = DnsSettings {
@@ -232,6 +275,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         health_check,
         outlier_detection,
         tls,
+        transport_socket_matches,
         dns_refresh_rate: dns_settings.refresh_rate.filter(|_| dns),
         dns_min_refresh_rate: dns_settings.min_refresh_rate.filter(|_| dns),
         respect_dns_ttl: dns.then_some(dns_settings.respect_ttl),
@@ -245,7 +289,30 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         inline,
         eds,
         secrets,
+        match_secrets,
     })
+}
+
+/// A cluster's (or a match's) transport socket: TLS with the secrets it names, or plain
+/// text (none, or `raw_buffer`).
+fn transport(
+    socket: Option<envoy_types::pb::envoy::config::core::v3::TransportSocket>,
+    at: &str,
+) -> Result<
+    (
+        Option<crate::tls::raw::RawClusterTls>,
+        crate::tls::sds::SecretRefs,
+    ),
+    ResourceError,
+> {
+    match socket {
+        None => Ok(Default::default()),
+        Some(socket) if crate::tls::xds::is_raw_buffer(&socket) => Ok(Default::default()),
+        Some(socket) => {
+            let (tls, secrets) = crate::tls::xds::cluster_tls(socket, at)?;
+            Ok((Some(tls), secrets))
+        }
+    }
 }
 
 const DNS_CLUSTER: &str = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster";

@@ -91,7 +91,10 @@ fn locality_hosts(
             "expected at least 1",
         ));
     }
-    group.metadata = None;
+    // Only the transport socket labels change anything here (other keys are for filters and
+    // balancers this proxy does not have).
+    let locality_labels =
+        crate::cluster::socket_match::metadata_labels(group.metadata.take().as_ref());
     nothing_else(&group, fields::LOCALITY_LB_ENDPOINTS, at)?;
     for (i, endpoint) in endpoints.into_iter().enumerate() {
         let at = format!("{at}.lb_endpoints[{i}]");
@@ -101,6 +104,7 @@ fn locality_hosts(
             health,
             hostname,
             health_check,
+            labels,
         } = host(endpoint, &at)?;
         // The same address twice is one host: the first place it is listed (Envoy skips
         // the later ones).
@@ -115,6 +119,8 @@ fn locality_hosts(
                 health: health.map(str::to_owned),
                 hostname,
                 health_check,
+                transport_socket_match: labels,
+                locality_transport_socket_match: locality_labels.clone(),
             }),
         }
     }
@@ -129,6 +135,8 @@ struct Host {
     health: Option<&'static str>,
     hostname: Option<String>,
     health_check: Option<crate::RawEndpointHealthCheck>,
+    /// Its `envoy.transport_socket_match` metadata.
+    labels: Option<crate::cluster::socket_match::Labels>,
 }
 
 fn host(mut endpoint: LbEndpoint, at: &str) -> Result<Host, ResourceError> {
@@ -141,7 +149,7 @@ fn host(mut endpoint: LbEndpoint, at: &str) -> Result<Host, ResourceError> {
     }
     let status = HealthStatus::try_from(endpoint.health_status).unwrap_or(HealthStatus::Unknown);
     endpoint.health_status = 0;
-    endpoint.metadata = None;
+    let labels = crate::cluster::socket_match::metadata_labels(endpoint.metadata.take().as_ref());
     let identifier = endpoint.host_identifier.take();
     nothing_else(&endpoint, fields::LB_ENDPOINT, at)?;
     let Some(lb_endpoint::HostIdentifier::Endpoint(mut inner)) = identifier else {
@@ -182,5 +190,6 @@ fn host(mut endpoint: LbEndpoint, at: &str) -> Result<Host, ResourceError> {
         health,
         hostname,
         health_check,
+        labels,
     })
 }

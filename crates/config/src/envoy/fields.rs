@@ -521,6 +521,9 @@ pub(crate) const OUTLIER_DETECTION: &[(u32, &str)] = &[
     (26, "detect_degraded_hosts"),
 ];
 
+pub(crate) const TRANSPORT_SOCKET_MATCH: &[(u32, &str)] =
+    &[(1, "name"), (2, "match"), (3, "transport_socket")];
+
 pub(crate) const CLUSTER_LOAD_ASSIGNMENT: &[(u32, &str)] = &[
     (1, "cluster_name"),
     (2, "endpoints"),

@@ -128,12 +128,7 @@ pub(crate) fn collector_tls(
 ) -> Result<Option<ClusterTlsConfig>, ConfigError> {
     match (endpoint.scheme_str(), raw) {
         (Some("https"), raw) => {
-            let mut raw = raw.unwrap_or(RawClusterTls {
-                ca: None,
-                server_name: None,
-                client_certificate: None,
-                min_version: None,
-            });
+            let mut raw = raw.unwrap_or_default();
             if raw.server_name.is_none() {
                 let host = endpoint.host().unwrap_or_default();
                 let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -185,6 +180,10 @@ pub(crate) fn cluster_tls(raw: RawClusterTls, path: &str) -> Result<ClusterTlsCo
         server_name,
         client_certificate,
         min_version: version(raw.min_version.as_deref(), &format!("{path}.min_version"))?,
+        subject_alt_names: crate::tls::san::check(
+            &raw.subject_alt_names,
+            &format!("{path}.subject_alt_names"),
+        )?,
     };
     crate::tls::material::check_cluster(&config)
         .map_err(|e| ConfigError::invalid(path, e.to_string()))?;

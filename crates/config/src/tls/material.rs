@@ -164,9 +164,20 @@ pub fn client_config(
     spec: &ClusterTlsConfig,
     roots: rustls::RootCertStore,
 ) -> Result<ClientConfig, TlsError> {
-    let builder = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(versions(spec.min_version))?
-        .with_root_certificates(roots);
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(versions(spec.min_version))?;
+    let builder = if spec.subject_alt_names.is_empty() {
+        builder.with_root_certificates(roots)
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(crate::tls::san::SanVerifier::new(
+                roots,
+                spec.subject_alt_names.clone(),
+                provider,
+            )))
+    };
     Ok(match &spec.client_certificate {
         None => builder.with_no_client_auth(),
         Some(pair) => builder

@@ -9,6 +9,7 @@ pub(crate) mod check;
 pub mod facts;
 pub mod material;
 pub mod raw;
+pub mod san;
 pub mod sds;
 pub mod sds_file;
 pub mod xds;
@@ -157,6 +158,11 @@ pub struct ClusterTlsConfig {
     /// Presented when the host asks for a client certificate.
     pub client_certificate: Option<KeyPairConfig>,
     pub min_version: TlsVersion,
+    /// The names the host's certificate must have one of (Envoy's
+    /// `match_typed_subject_alt_names`), checked instead of `server_name`; empty: the
+    /// certificate must be valid for `server_name` (or the host's IP address).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<san::SanMatch>,
 }
 
 /// A certificate chain and its private key, PEM.

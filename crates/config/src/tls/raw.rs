@@ -36,13 +36,16 @@ pub struct RawClientCertificate {
     pub required: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawClusterTls {
     pub ca: Option<String>,
     pub server_name: Option<String>,
     pub client_certificate: Option<RawKeyPair>,
     pub min_version: Option<String>,
+    /// Names the host's certificate must have one of, checked instead of `server_name`.
+    #[serde(default)]
+    pub subject_alt_names: Vec<crate::tls::san::RawSanMatch>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

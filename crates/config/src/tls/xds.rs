@@ -38,6 +38,16 @@ fn context<M: prost::Message + Default>(
     }
 }
 
+/// Whether a transport socket is plain text (`envoy.transport_sockets.raw_buffer`).
+pub(crate) fn is_raw_buffer(socket: &TransportSocket) -> bool {
+    const RAW_BUFFER: &str =
+        "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer";
+    match &socket.config_type {
+        Some(transport_socket::ConfigType::TypedConfig(any)) => any.type_url == RAW_BUFFER,
+        None => socket.name == "envoy.transport_sockets.raw_buffer",
+    }
+}
+
 /// A listener's TLS, and the secrets it waits for (its certificates and client CA are
 /// filled in from them).
 pub(crate) fn listener_tls(
@@ -66,6 +76,15 @@ pub(crate) fn listener_tls(
     let cache = !std::mem::take(&mut tls.disable_stateful_session_resumption);
     nothing_else(&tls, fields::DOWNSTREAM_TLS_CONTEXT, &at)?;
     let parts = common_context(common, &format!("{at}.common_tls_context"))?;
+    if !parts.subject_alt_names.is_empty() {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec![
+                "match_typed_subject_alt_names (client certificates are checked against the CA alone)"
+                    .into(),
+            ],
+        });
+    }
     if required == Some(true) && parts.ca.is_none() && parts.secrets.validation.is_none() {
         return Err(ResourceError::invalid(
             at,
@@ -141,8 +160,58 @@ pub(crate) fn cluster_tls(
                 private_key,
             }),
         min_version: parts.min_version,
+        subject_alt_names: parts.subject_alt_names,
     };
     Ok((raw, parts.secrets))
+}
+
+/// A validation context's `match_typed_subject_alt_names`, as the file writes them.
+fn san_matchers(
+    v: &mut envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::CertificateValidationContext,
+    at: &str,
+) -> Result<Vec<crate::tls::san::RawSanMatch>, ResourceError> {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::subject_alt_name_matcher::SanType;
+    std::mem::take(&mut v.match_typed_subject_alt_names)
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let at = format!("{at}.match_typed_subject_alt_names[{i}]");
+            let kind = match SanType::try_from(m.san_type).unwrap_or(SanType::Unspecified) {
+                SanType::Dns => "dns",
+                SanType::Uri => "uri",
+                SanType::Email => "email",
+                SanType::IpAddress => "ip",
+                SanType::Unspecified => {
+                    return Err(ResourceError::invalid(
+                        format!("{at}.san_type"),
+                        "expected DNS, URI, EMAIL or IP_ADDRESS",
+                    ));
+                }
+                SanType::OtherName => {
+                    return Err(ResourceError::Unsupported {
+                        at,
+                        fields: vec!["san_type OTHER_NAME".into()],
+                    });
+                }
+            };
+            let matcher = m
+                .matcher
+                .ok_or_else(|| ResourceError::invalid(&at, "expected a matcher"))?;
+            let m = crate::envoy::matchers::string_match(
+                String::new(),
+                matcher,
+                &format!("{at}.matcher"),
+            )?;
+            Ok(crate::tls::san::RawSanMatch {
+                kind: kind.to_owned(),
+                exact: m.exact,
+                prefix: m.prefix,
+                suffix: m.suffix,
+                contains: m.contains,
+                regex: m.regex,
+            })
+        })
+        .collect()
 }
 
 #[derive(Default)]
@@ -153,6 +222,8 @@ struct CommonParts {
     alpn: Vec<String>,
     min_version: Option<String>,
     secrets: SecretRefs,
+    /// `match_typed_subject_alt_names` (upstream TLS only).
+    subject_alt_names: Vec<crate::tls::san::RawSanMatch>,
 }
 
 fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts, ResourceError> {
@@ -192,6 +263,7 @@ fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts,
                 v.trusted_ca.take(),
                 &format!("{at}.trusted_ca"),
             )?);
+            parts.subject_alt_names = san_matchers(&mut v, &at)?;
             nothing_else(&v, fields::CERTIFICATE_VALIDATION_CONTEXT, &at)?;
         }
         Some(ValidationContextType::ValidationContextSdsSecretConfig(config)) => {
@@ -211,7 +283,9 @@ fn common_context(mut common: CommonTlsContext, at: &str) -> Result<CommonParts,
                 &format!("{at}.validation_context_sds_secret_config"),
             )?);
             // The secret's CA is what is checked; rules beside it would add to the check.
-            if let Some(default) = combined.default_validation_context.take() {
+            if let Some(mut default) = combined.default_validation_context.take() {
+                parts.subject_alt_names =
+                    san_matchers(&mut default, &format!("{at}.default_validation_context"))?;
                 nothing_else(
                     &default,
                     fields::CERTIFICATE_VALIDATION_CONTEXT,

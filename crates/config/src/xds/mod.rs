@@ -230,7 +230,7 @@ impl Resources {
         let listeners = (self.listeners.values().chain(self.serving.values()))
             .flat_map(|l| l.value.secret_names());
         let clusters = (self.clusters.values().chain(self.serving_clusters.values()))
-            .flat_map(|c| c.value.secrets.names());
+            .flat_map(|c| c.value.secret_names());
         listeners.chain(clusters).map(str::to_owned).collect()
     }
 
@@ -269,7 +269,7 @@ impl Resources {
         let mut clusters = Vec::with_capacity(self.clusters.len());
         for (name, held) in &self.clusters {
             let warm = |c: &XdsCluster| {
-                c.secrets.ready(&self.secrets)
+                c.secrets_ready(&self.secrets)
                     && c.eds
                         .as_ref()
                         .is_none_or(|s| self.endpoints.contains_key(s))
@@ -307,7 +307,7 @@ impl Resources {
                     [RawEndpoint::Address(a)] => a.as_str(),
                     _ => return None,
                 };
-                let tls = c.tls.as_ref();
+                let tls = c.tls_of(c.endpoints.first());
                 let host = crate::cluster::xds::SingleHost { address, tls };
                 Some((c.name.as_str(), host))
             })

@@ -57,7 +57,10 @@ impl HostPool {
             {
                 tracing::debug!(%addr, %error, "cannot set TCP keep-alive on an upstream connection");
             }
-            let Some(tls) = &self.settings.shared.tls else {
+            let shared = &self.settings.shared;
+            let transport = shared.transport_of(addr);
+            self.transport.set(transport);
+            let Some(tls) = shared.tls(transport) else {
                 return Ok(Either::Left(stream));
             };
             let handshake = match offer {

@@ -65,7 +65,7 @@ pub(super) async fn check_host(
             connect,
             &cluster.name,
             &config,
-            cluster.tls.as_ref(),
+            cluster.tls(cluster.transport_of(addr)),
             cluster.protocol,
         )
         .await;

@@ -40,6 +40,9 @@ pub(crate) struct HostPool {
     pub(super) settings: Rc<UpstreamSettings>,
     pub(super) h1: H1Pool,
     pub(super) h2: H2Conn,
+    /// Which of the cluster's transports the host was last reached by (its transport socket
+    /// match).
+    pub(super) transport: Cell<usize>,
     /// For an `auto` cluster, what the host chose by ALPN on the last connection that asked;
     /// `None` until then.
     pub(super) learned: Cell<Option<UpstreamProtocol>>,
@@ -63,6 +66,7 @@ impl HostPool {
             host_stats,
             endpoint_stats,
             hostname,
+            transport: Cell::new(settings.shared.transport_of(addr)),
             slots_here: Cell::new(0),
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
@@ -114,9 +118,9 @@ impl HostPool {
         }
     }
 
-    /// Whether the cluster speaks TLS to its hosts.
+    /// Whether the host is reached over TLS.
     pub(crate) fn tls(&self) -> bool {
-        self.settings.shared.tls.is_some()
+        self.settings.shared.tls(self.transport.get()).is_some()
     }
 
     pub(crate) fn stats(&self) -> &ClusterStats {

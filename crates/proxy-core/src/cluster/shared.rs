@@ -7,7 +7,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::catalog::{ClusterGauges, ProxyStats};
-use crate::tls::UpstreamTls;
+use crate::tls::{UpstreamTls, UpstreamTransports};
 use config::{ClusterConfig, Endpoint, HealthCheckConfig, UpstreamProtocol};
 
 use super::breaker::CircuitBreakers;
@@ -20,8 +20,8 @@ pub(crate) struct SharedCluster {
     pub(crate) breakers: CircuitBreakers,
     pub(crate) health: HostHealth,
     pub(crate) gauges: ClusterGauges,
-    /// TLS to the hosts, if the cluster uses it.
-    pub(crate) tls: Option<UpstreamTls>,
+    /// TLS to the hosts (the cluster's, and its transport socket matches').
+    transports: UpstreamTransports,
     /// Active health checking, run by the monitor thread.
     pub(crate) health_check: Option<HealthCheckConfig>,
     /// What the hosts speak; health checks speak it too.
@@ -40,7 +40,7 @@ impl SharedCluster {
         config: &ClusterConfig,
         workers: usize,
         stats: &ProxyStats,
-        tls: Option<UpstreamTls>,
+        transports: UpstreamTransports,
     ) -> Result<Self, DnsError> {
         let dns = config
             .has_names()
@@ -59,7 +59,7 @@ impl SharedCluster {
             host_set,
             breakers: CircuitBreakers::new(&config.circuit_breakers, workers),
             gauges,
-            tls,
+            transports,
             health_check: config.health_check.clone(),
             protocol: config.protocol,
             dns,
@@ -133,6 +133,26 @@ impl SharedCluster {
             .hostname
             .clone()
             .or_else(|| name.map(str::to_owned))
+    }
+
+    /// Which of the cluster's transports host `addr` is reached by now: its endpoint's
+    /// transport socket match (looked up on each new connection, so that a management
+    /// server's change of an endpoint's labels applies to its next connections).
+    pub(crate) fn transport_of(&self, addr: std::net::SocketAddr) -> usize {
+        if !self.transports.has_matches() {
+            return 0;
+        }
+        let membership = self.membership();
+        let name = membership
+            .endpoint_of(addr)
+            .and_then(|(endpoint, _)| endpoint.transport_socket.as_deref());
+        self.transports.index(name)
+    }
+
+    /// The TLS of transport `index` ([`transport_of`](Self::transport_of)); `None`:
+    /// cleartext.
+    pub(crate) fn tls(&self, index: usize) -> Option<&UpstreamTls> {
+        self.transports.tls(index)
     }
 
     /// Where host `addr`'s health checks connect (its endpoint's own port, if it gives one)

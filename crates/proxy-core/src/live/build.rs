@@ -18,7 +18,7 @@ use crate::cluster::SharedCluster;
 use crate::filters::SharedFilters;
 use crate::listen::{ConnectionLimits, Limit, reuse_port_supported};
 use crate::router::RouteTable;
-use crate::tls::{ServerTls, TlsListeners, UpstreamTls};
+use crate::tls::{ServerTls, TlsListeners, UpstreamTls, UpstreamTransports};
 use crate::trace::SharedTracer;
 use config::{ClusterConfig, Config, ConnectionBalance, Endpoint, ListenerConfig};
 
@@ -121,22 +121,13 @@ pub(crate) fn build(
         let shared = match kept {
             Some(shared) => shared,
             None => {
-                let tls = cluster
-                    .tls
-                    .as_ref()
-                    .map(|tls| UpstreamTls::new(tls, cluster.protocol.alpn()))
-                    .transpose()
-                    .map_err(|source| BuildError::Tls {
-                        scope: format!("cluster `{}`", cluster.name),
-                        source: Box::new(source),
-                    })?;
-                let shared =
-                    SharedCluster::new(cluster, ctx.workers, stats, tls).map_err(|source| {
-                        BuildError::Dns {
-                            cluster: cluster.name.clone(),
-                            source,
-                        }
-                    })?;
+                let transports = upstream_transports(cluster)?;
+                let shared = SharedCluster::new(cluster, ctx.workers, stats, transports).map_err(
+                    |source| BuildError::Dns {
+                        cluster: cluster.name.clone(),
+                        source,
+                    },
+                )?;
                 Arc::new(shared)
             }
         };
@@ -400,10 +391,36 @@ fn same_socket(a: &ListenerConfig, b: &ListenerConfig) -> bool {
 /// Whether two configs of a cluster differ at most in their endpoints (the cluster is then
 /// kept, with its pools, health and breakers, and only its hosts change). A cluster that gains
 /// its first DNS name, or loses its last, is built anew: it needs a resolver, or not.
+/// A cluster's TLS contexts, its own and its transport socket matches'.
+fn upstream_transports(cluster: &ClusterConfig) -> Result<UpstreamTransports, BuildError> {
+    let context = |tls: Option<&config::ClusterTlsConfig>, scope: String| {
+        tls.map(|tls| UpstreamTls::new(tls, cluster.protocol.alpn()))
+            .transpose()
+            .map_err(|source| BuildError::Tls {
+                scope,
+                source: Box::new(source),
+            })
+    };
+    let own = context(cluster.tls.as_ref(), format!("cluster `{}`", cluster.name))?;
+    let matches = (cluster.transport_socket_matches.iter())
+        .map(|m| {
+            let scope = format!(
+                "cluster `{}` transport socket match `{}`",
+                cluster.name, m.name
+            );
+            Ok((m.name.clone(), context(m.tls.as_ref(), scope)?))
+        })
+        .collect::<Result<Vec<_>, BuildError>>()?;
+    Ok(UpstreamTransports::new(own, matches))
+}
+
 fn same_but_endpoints(a: &ClusterConfig, b: &ClusterConfig) -> bool {
     // Inline PEM (from SDS) serializes as `inline`: compared here by its text, so that a
     // rotated certificate or CA makes a new cluster with it.
-    if a.has_names() != b.has_names() || a.tls != b.tls {
+    if a.has_names() != b.has_names()
+        || a.tls != b.tls
+        || a.transport_socket_matches != b.transport_socket_matches
+    {
         return false;
     }
     let without = |c: &ClusterConfig| {
@@ -510,6 +527,7 @@ mod tests {
                 server_name: None,
                 client_certificate: None,
                 min_version: config::TlsVersion::Tls12,
+                subject_alt_names: Vec::new(),
             });
             cluster
         };

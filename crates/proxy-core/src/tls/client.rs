@@ -105,6 +105,38 @@ impl UpstreamTls {
     }
 }
 
+/// How a cluster reaches its hosts: its own TLS (or cleartext) at 0, then each of its
+/// transport socket matches' (Envoy's `transport_socket_matches`), in order.
+pub(crate) struct UpstreamTransports(Vec<(Option<String>, Option<UpstreamTls>)>);
+
+impl UpstreamTransports {
+    pub(crate) fn new(
+        own: Option<UpstreamTls>,
+        matches: Vec<(String, Option<UpstreamTls>)>,
+    ) -> Self {
+        let mut all = Vec::with_capacity(1 + matches.len());
+        all.push((None, own));
+        all.extend(matches.into_iter().map(|(name, tls)| (Some(name), tls)));
+        Self(all)
+    }
+
+    /// Whether some hosts may be reached otherwise than by the cluster's own transport.
+    pub(crate) fn has_matches(&self) -> bool {
+        self.0.len() > 1
+    }
+
+    /// Where the match `name` is (0, the cluster's own, for none).
+    pub(crate) fn index(&self, name: Option<&str>) -> usize {
+        name.and_then(|name| self.0.iter().position(|(n, _)| n.as_deref() == Some(name)))
+            .unwrap_or(0)
+    }
+
+    /// The TLS of transport `index`; `None`: cleartext.
+    pub(crate) fn tls(&self, index: usize) -> Option<&UpstreamTls> {
+        self.0.get(index).and_then(|(_, tls)| tls.as_ref())
+    }
+}
+
 /// TLS to a service of the proxy's own (a collector, an authorization service): its CA (or
 /// the system's roots), client certificate and name (`address`'s IP when none is given),
 /// read now (a reload reads them again).

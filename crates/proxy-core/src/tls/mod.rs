@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 pub use config::tls::material::TlsError;
 
-pub(crate) use client::{UpstreamIo, UpstreamTls, collector_tls, service_tls, system_roots};
+pub(crate) use client::{
+    UpstreamIo, UpstreamTls, UpstreamTransports, collector_tls, service_tls, system_roots,
+};
 pub(crate) use server::{Handshake, ServerTls, TlsListeners};
 
 /// Session-ticket encryption with keys that rotate (every 6 hours), from the provider.
