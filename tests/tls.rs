@@ -1361,6 +1361,180 @@ mod sds {
         server.shutdown().await;
     }
 
+    /// Envoy Gateway's backend TLS: an EDS cluster whose `transport_socket_matches` entry
+    /// verifies the host by a CA from SDS and a DNS name (`match_typed_subject_alt_names`),
+    /// picked by the locality's `envoy.transport_socket_match` metadata, beside a locality in
+    /// plain text. The cluster waits for the CA; then both hosts answer. A matcher of the
+    /// kind OTHER_NAME is refused by name.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn endpoints_pick_their_transport_by_metadata_with_a_ca_from_sds() {
+        use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
+        use envoy_types::pb::envoy::config::core::v3::Metadata;
+        use envoy_types::pb::envoy::config::endpoint::v3::LocalityLbEndpoints;
+        use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+            CertificateValidationContext, SubjectAltNameMatcher, UpstreamTlsContext,
+            common_tls_context, subject_alt_name_matcher::SanType,
+        };
+        use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+        use envoy_types::pb::google::protobuf::{Struct, Value, value};
+
+        let ca = Ca::new("backend ca");
+        let (secure, _s) = named_origin("secure", Some(&ca.leaf(&["backend.internal"]))).await;
+        let (plain, _p) = named_origin("plain", None).await;
+        let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let labels = |name: &str| Struct {
+            fields: [(
+                "name".to_string(),
+                Value {
+                    kind: Some(value::Kind::StringValue(name.into())),
+                },
+            )]
+            .into(),
+        };
+        let tls_to_backend = |san_type: SanType| {
+            let context = UpstreamTlsContext {
+                common_tls_context: Some(CommonTlsContext {
+                    validation_context_type: Some(
+                        common_tls_context::ValidationContextType::CombinedValidationContext(
+                            common_tls_context::CombinedCertificateValidationContext {
+                                default_validation_context: Some(CertificateValidationContext {
+                                    match_typed_subject_alt_names: vec![SubjectAltNameMatcher {
+                                        san_type: san_type as i32,
+                                        matcher: Some(StringMatcher {
+                                            match_pattern: Some(
+                                                string_matcher::MatchPattern::Exact(
+                                                    "backend.internal".into(),
+                                                ),
+                                            ),
+                                            ignore_case: false,
+                                        }),
+                                        oid: String::new(),
+                                    }],
+                                    ..Default::default()
+                                }),
+                                validation_context_sds_secret_config: Some(SdsSecretConfig {
+                                    name: "backend-ca".into(),
+                                    sds_config: resources::ads(),
+                                }),
+                                ..Default::default()
+                            },
+                        ),
+                    ),
+                    ..Default::default()
+                }),
+                sni: "backend.internal".into(),
+                ..Default::default()
+            };
+            TransportSocket {
+                name: "envoy.transport_sockets.tls".into(),
+                config_type: Some(transport_socket::ConfigType::TypedConfig(any(&context))),
+            }
+        };
+        let cluster = |san_type: SanType| {
+            let mut c = resources::eds_cluster("backend", LbPolicy::RoundRobin);
+            c.transport_socket_matches = vec![TransportSocketMatch {
+                name: "backend/tls/0".into(),
+                r#match: Some(labels("backend/tls/0")),
+                transport_socket: Some(tls_to_backend(san_type)),
+            }];
+            ("backend".to_string(), any(&c))
+        };
+        let mut endpoints = resources::assignment("backend", &[plain]);
+        let mut secure_locality: LocalityLbEndpoints = resources::assignment("backend", &[secure])
+            .endpoints
+            .remove(0);
+        secure_locality.metadata = Some(Metadata {
+            filter_metadata: [(
+                "envoy.transport_socket_match".to_string(),
+                labels("backend/tls/0"),
+            )]
+            .into(),
+            ..Default::default()
+        });
+        endpoints.endpoints.push(secure_locality);
+        let routes =
+            resources::route_config("edge-routes", vec![resources::forward("/", "backend")]);
+        let listener = resources::listener("edge", "127.0.0.1:0".parse().unwrap(), "edge-routes");
+        server.set(type_url::LISTENER, vec![("edge".into(), any(&listener))]);
+        server.set(type_url::ROUTE, vec![("edge-routes".into(), any(&routes))]);
+        server.set(type_url::CLUSTER, vec![cluster(SanType::Dns)]);
+        server.set(
+            type_url::ENDPOINT,
+            vec![("backend".into(), any(&endpoints))],
+        );
+        let proxy = Proxy::start(
+            &format!(
+                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
+                server.local_addr()
+            ),
+            1,
+        );
+        // The cluster asks for its CA, and waits for it.
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| requests.iter().any(|r| {
+                    r.type_url == type_url::SECRET && r.names == ["backend-ca"]
+                }))
+                .await,
+            "{:?}",
+            server.requests()
+        );
+        let ca_secret = Secret {
+            name: "backend-ca".into(),
+            r#type: Some(secret::Type::ValidationContext(
+                CertificateValidationContext {
+                    trusted_ca: inline(&ca.pem()),
+                    ..Default::default()
+                },
+            )),
+        };
+        server.set(
+            type_url::SECRET,
+            vec![("backend-ca".into(), any(&ca_secret))],
+        );
+        let mut addr = None;
+        eventually("the listener and the cluster in force", async || {
+            let dump = config_dump(&proxy);
+            addr = (dump["listeners"].as_array().unwrap().iter())
+                .find(|l| l["name"] == "edge")
+                .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
+            let cluster =
+                (dump["clusters"].as_array().unwrap().iter()).any(|c| c["name"] == "backend");
+            addr.is_some() && cluster
+        })
+        .await;
+        let addr: SocketAddr = addr.unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..6 {
+            let response = send_h1(addr, get("/", &[])).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            seen.insert(text(response.into_body()).await);
+        }
+        let both: std::collections::BTreeSet<String> = ["plain", "secure"].map(String::from).into();
+        assert_eq!(seen, both);
+
+        server.set(type_url::CLUSTER, vec![cluster(SanType::OtherName)]);
+        assert!(
+            server
+                .wait_for(LIMIT, |requests, _| requests
+                    .iter()
+                    .any(|r| r.type_url == type_url::CLUSTER && r.is_nack()))
+                .await
+        );
+        let nack = (server.requests().into_iter())
+            .find(|r| r.type_url == type_url::CLUSTER && r.is_nack())
+            .unwrap();
+        let reason = nack.error_detail.unwrap();
+        assert!(
+            reason.contains("transport_socket_matches[0]")
+                && reason.contains("san_type OTHER_NAME"),
+            "{reason}"
+        );
+        server.shutdown().await;
+    }
+
     /// A listener's certificate read from a file (`path_config_source`), as Envoy Gateway
     /// and certificate agents write one: never asked of the management server, served once
     /// read, replaced by renaming a new file over it for new handshakes while a kept-alive
