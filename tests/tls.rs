@@ -359,6 +359,124 @@ async fn client_certificates_are_required_when_configured() {
     assert_eq!(stat_settled(admin, "ssl_connection_error", 2), 2);
 }
 
+/// An origin answering with the `x-forwarded-client-cert` it got (`none` without one).
+async fn xfcc_origin() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let values: Vec<String> = (req.headers().get_all("x-forwarded-client-cert"))
+                        .iter()
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                        .collect();
+                    let body = if values.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        values.join(" | ")
+                    };
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(body))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// `x-forwarded-client-cert`, as Envoy's `forward_client_cert_details`: a client's header is
+/// removed by default and without a client certificate; over mutual TLS `sanitize_set`
+/// replaces it with the certificate's hash and the details asked for, `append_forward` adds
+/// them after the client's, `forward_only` passes it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificate_details_are_forwarded_as_configured() {
+    use sha2::Digest;
+    let (up, _origin) = xfcc_origin().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("server ca");
+    let clients = Ca::new("client ca");
+    let (cert, key) = ca.leaf(&["localhost"]).write(&dir, "edge");
+    let client_ca = dir
+        .write("clients.pem", &clients.pem())
+        .display()
+        .to_string();
+    let listener = |name: &str, http: &str| {
+        format!(
+            r#"  - name: {name}
+    address: 127.0.0.1:0
+    tls:
+      certificates: [{{ cert_chain: {cert}, private_key: {key} }}]
+      client_certificate: {{ ca: {client_ca}, required: false }}
+    http: {http}
+    routes: [{{ match: {{ prefix: / }}, cluster: origin }}]
+"#
+        )
+    };
+    let yaml = format!(
+        "admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n{}{}{}{}  - name: plain\n    address: 127.0.0.1:0\n    routes: [{{ match: {{ prefix: / }}, cluster: origin }}]\nclusters:\n  - name: origin\n    endpoints: [{up}]\n",
+        listener(
+            "set",
+            "{ forward_client_cert: sanitize_set, set_current_client_cert_details: { subject: true, uri: true, dns: true } }"
+        ),
+        listener("append", "{ forward_client_cert: append_forward }"),
+        listener("forward", "{ forward_client_cert: forward_only }"),
+        listener("default", "{}"),
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let dump: serde_json::Value =
+        serde_json::from_str(&admin_request(proxy.admin.unwrap(), "GET", "/config_dump").1)
+            .unwrap();
+    let addr = |name: &str| -> SocketAddr {
+        (dump["listeners"].as_array().unwrap().iter())
+            .find(|l| l["name"] == name)
+            .unwrap()["bound_address"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let known = clients.leaf(&["client.example.com"]);
+    let hash: String = sha2::Sha256::digest(known.der.as_ref())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mutual = client_config(
+        ca.roots(),
+        ClientOptions {
+            client_cert: Some((known.der.clone(), known.key_der())),
+            ..Default::default()
+        },
+    );
+    let anonymous = client_config(ca.roots(), ClientOptions::default());
+    let claimed = [("x-forwarded-client-cert", "Hash=forged")];
+    let fetch = async |listener: &str, client: &Arc<rustls::ClientConfig>| {
+        let stream = tls_connect(addr(listener), client, "localhost")
+            .await
+            .unwrap();
+        let mut sender = h1_over(stream).await;
+        let response = sender.send_request(get("/", &claimed)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        text(response.into_body()).await
+    };
+    let ours =
+        format!("Hash={hash};Subject=\"CN=rcgen self signed cert\";URI=;DNS=client.example.com");
+    assert_eq!(fetch("set", &mutual).await, ours);
+    assert_eq!(fetch("set", &anonymous).await, "none");
+    assert_eq!(
+        fetch("append", &mutual).await,
+        format!("Hash=forged,Hash={hash}")
+    );
+    assert_eq!(fetch("append", &anonymous).await, "none");
+    assert_eq!(fetch("forward", &mutual).await, "Hash=forged");
+    assert_eq!(fetch("forward", &anonymous).await, "none");
+    assert_eq!(fetch("default", &mutual).await, "none");
+    let plain = send_h1(addr("plain"), get("/", &claimed)).await;
+    assert_eq!(text(plain.into_body()).await, "none");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_resume_with_tls_1_3_and_1_2() {
     let (up, _upstream) = upstream().await;

@@ -306,6 +306,14 @@ pub(crate) fn listener(
                 }
             },
             strip_trailing_host_dot: raw.http.strip_trailing_host_dot.unwrap_or(false),
+            forward_client_cert: crate::listener::client_cert::ForwardClientCert::parse(
+                raw.http.forward_client_cert.as_deref(),
+                &format!("{path}.http.forward_client_cert"),
+            )?,
+            set_current_client_cert_details: raw
+                .http
+                .set_current_client_cert_details
+                .unwrap_or_default(),
             request_id: {
                 let raw = raw.http.request_id.clone().unwrap_or_default();
                 RequestIdConfig {

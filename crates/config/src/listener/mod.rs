@@ -8,6 +8,7 @@
 pub mod chains;
 pub(crate) mod check;
 pub mod client_address;
+pub mod client_cert;
 pub mod raw;
 pub mod tcp_proxy;
 pub mod xds;
@@ -210,6 +211,10 @@ pub struct HttpConfig {
     pub strip_host_port: StripHostPort,
     /// A trailing dot taken off the request's host (`example.com.` is `example.com`).
     pub strip_trailing_host_dot: bool,
+    /// What a request's `x-forwarded-client-cert` gets.
+    pub forward_client_cert: client_cert::ForwardClientCert,
+    /// What the header says of the client's certificate, when it says something.
+    pub set_current_client_cert_details: client_cert::ClientCertDetails,
 }
 
 /// Which port of a request's host is taken off.

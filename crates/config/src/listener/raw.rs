@@ -106,6 +106,10 @@ pub struct RawHttp {
     pub default_host_for_http_10: Option<String>,
     pub strip_host_port: Option<String>,
     pub strip_trailing_host_dot: Option<bool>,
+    /// `sanitize` (the default), `forward_only`, `append_forward`, `sanitize_set` or
+    /// `always_forward_only`: what a request's `x-forwarded-client-cert` gets.
+    pub forward_client_cert: Option<String>,
+    pub set_current_client_cert_details: Option<crate::listener::client_cert::ClientCertDetails>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -824,6 +824,26 @@ fn connection_manager(
         .to_owned(),
     );
     http.strip_trailing_host_dot = Some(std::mem::take(&mut hcm.strip_trailing_host_dot));
+    http.forward_client_cert = Some(
+        match std::mem::take(&mut hcm.forward_client_cert_details) {
+            1 => "forward_only",
+            2 => "append_forward",
+            3 => "sanitize_set",
+            4 => "always_forward_only",
+            _ => "sanitize",
+        }
+        .to_owned(),
+    );
+    if let Some(details) = hcm.set_current_client_cert_details.take() {
+        http.set_current_client_cert_details =
+            Some(crate::listener::client_cert::ClientCertDetails {
+                cert: details.cert,
+                chain: details.chain,
+                subject: details.subject.is_some_and(|v| v.value),
+                uri: details.uri,
+                dns: details.dns,
+            });
+    }
     // `0s` is Envoy's default, "no timeout"; Legate keeps its own (a slow-headers defence).
     http.request_headers_timeout = duration(
         hcm.request_headers_timeout.take(),

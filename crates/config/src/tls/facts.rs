@@ -56,3 +56,107 @@ pub fn certificate_facts(der: &[u8]) -> Result<CertificateFacts, String> {
         not_after: cert.validity().not_after.timestamp(),
     })
 }
+
+/// What `x-forwarded-client-cert` says of a certificate: its subject (RFC 2253), and its URI
+/// and DNS names in the order it lists them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CertificateNames {
+    pub subject: String,
+    pub uris: Vec<String>,
+    pub dns_names: Vec<String>,
+}
+
+/// Reads `der`'s names.
+pub fn certificate_names(der: &[u8]) -> Result<CertificateNames, String> {
+    use x509_parser::extensions::GeneralName;
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| format!("cannot parse the certificate: {e}"))?;
+    let mut names = CertificateNames {
+        subject: rfc2253(cert.subject()),
+        ..Default::default()
+    };
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for general in &san.value.general_names {
+            match general {
+                GeneralName::URI(uri) => names.uris.push((*uri).to_owned()),
+                GeneralName::DNSName(dns) => names.dns_names.push((*dns).to_owned()),
+                _ => {}
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// A distinguished name as RFC 2253 writes it (as OpenSSL's `XN_FLAG_RFC2253`): the last
+/// relative name first, `,` between them and `+` within one, specials escaped.
+fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
+    let registry = x509_parser::objects::oid_registry();
+    let mut rdns: Vec<String> = name
+        .iter()
+        .map(|rdn| {
+            rdn.iter()
+                .map(|attr| {
+                    let key = x509_parser::objects::oid2abbrev(attr.attr_type(), registry)
+                        .map(str::to_owned)
+                        .unwrap_or_else(|_| attr.attr_type().to_id_string());
+                    let value = attr.as_str().map(escape_rfc2253).unwrap_or_else(|_| {
+                        // Not a string: `#` and the value's DER in hex, as RFC 2253 says.
+                        let hex: String = attr
+                            .attr_value()
+                            .data
+                            .iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect();
+                        format!("#{hex}")
+                    });
+                    format!("{key}={value}")
+                })
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .collect();
+    rdns.reverse();
+    rdns.join(",")
+}
+
+fn escape_rfc2253(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let last = value.chars().count().saturating_sub(1);
+    for (i, c) in value.chars().enumerate() {
+        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && (c == '#' || c == ' '))
+            || (i == last && c == ' ');
+        if special {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod names_tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_with_the_subject_as_rfc_2253() {
+        let mut params = rcgen::CertificateParams::new(vec![
+            "a.example.com".to_string(),
+            "b.example.com".to_string(),
+        ])
+        .expect("params");
+        params.subject_alt_names.push(rcgen::SanType::URI(
+            "spiffe://cluster.local/ns/a/sa/b".try_into().unwrap(),
+        ));
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(rcgen::DnType::OrganizationName, "Acme, Inc");
+        dn.push(rcgen::DnType::CommonName, "client");
+        params.distinguished_name = dn;
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("cert");
+        let names = certificate_names(cert.der()).expect("names");
+        assert_eq!(names.subject, "CN=client,O=Acme\\, Inc");
+        assert_eq!(names.uris, ["spiffe://cluster.local/ns/a/sa/b"]);
+        assert_eq!(names.dns_names, ["a.example.com", "b.example.com"]);
+    }
+}

@@ -999,6 +999,7 @@ fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
     assert!(raw.proxy_protocol.is_none());
     assert_eq!(raw.http.use_remote_address, Some(false));
     assert_eq!(raw.http.xff_num_trusted_hops, Some(0));
+    assert_eq!(raw.http.forward_client_cert.as_deref(), Some("sanitize"));
 
     let mut l = listener("edge", "routes");
     l.listener_filters = vec![proxy_protocol(&ProxyProtocol {
@@ -1014,8 +1015,22 @@ fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
     let mut hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
     hcm.use_remote_address = Some(BoolValue { value: true });
     hcm.xff_num_trusted_hops = 2;
+    hcm.forward_client_cert_details = 2; // APPEND_FORWARD
+    hcm.set_current_client_cert_details = Some(
+        envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::SetCurrentClientCertDetails {
+            subject: Some(BoolValue { value: true }),
+            dns: true,
+            ..Default::default()
+        },
+    );
     l.filter_chains[0].filters[0].config_type = Some(filter::ConfigType::TypedConfig(pack(&hcm)));
     let raw = section(&l);
+    assert_eq!(
+        raw.http.forward_client_cert.as_deref(),
+        Some("append_forward")
+    );
+    let details = raw.http.set_current_client_cert_details.unwrap();
+    assert!(details.subject && details.dns && !details.cert && !details.uri && !details.chain);
     let pp = raw.proxy_protocol.unwrap();
     assert_eq!(pp.versions, Some(vec!["v2".to_string()]));
     assert_eq!(pp.required, Some(false));

@@ -281,7 +281,21 @@ async fn prepare(
             return None;
         }
         // Boxed: the handshake's state is large and over once it is done.
-        Some(tls) => DownstreamIo::tls(Box::pin(tls.accept(stream)).await?),
+        Some(tls) => {
+            let stream = Box::pin(tls.accept(stream)).await?;
+            let session = stream.get_ref().1;
+            let client_cert =
+                crate::http::client_cert::of_connection(session.peer_certificates(), || {
+                    tls.server().local_certificate(session.server_name())
+                });
+            if client_cert.is_some() {
+                match Rc::get_mut(&mut ctx) {
+                    Some(ctx) => ctx.client_cert = client_cert,
+                    None => unreachable_shared(),
+                }
+            }
+            DownstreamIo::tls(stream)
+        }
     };
     // ALPN, when it chose, says the protocol; otherwise the first bytes do. A relay does
     // not wait for the client to speak first: some protocols start with the server.

@@ -79,6 +79,24 @@ pub(crate) struct ConnCtx {
     /// An upgrade the upstream accepted: once the codec has written the `101`, the connection
     /// becomes a byte relay to this.
     pub(crate) tunnel: RefCell<Option<Box<Tunnel>>>,
+    /// The certificate the client presented (mutual TLS); `None` without one.
+    pub(crate) client_cert: Option<Box<ClientCertificate>>,
+}
+
+/// A client's certificate, for its requests' `x-forwarded-client-cert`.
+pub(crate) struct ClientCertificate {
+    /// As the client sent it, leaf first.
+    pub(crate) chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// The proxy's own leaf served on the connection (its URI name is `By`).
+    pub(crate) local: Option<rustls::pki_types::CertificateDer<'static>>,
+    /// The header element last made of them, with the details it says: made on the first
+    /// request that writes one, again only if a reload asks for other details.
+    pub(crate) element: RefCell<
+        Option<(
+            config::listener::client_cert::ClientCertDetails,
+            HeaderValue,
+        )>,
+    >,
 }
 
 /// The upstream side of an upgraded connection, and the request it came from (counted in
@@ -108,6 +126,7 @@ impl ConnCtx {
             last_active: Cell::new(Instant::now()),
             opened: Instant::now(),
             tunnel: RefCell::new(None),
+            client_cert: None,
         }
     }
 
@@ -140,6 +159,7 @@ pub(crate) struct ParkedCtx {
     requests: u32,
     last_active: Instant,
     opened: Instant,
+    client_cert: Option<Box<ClientCertificate>>,
 }
 
 impl ConnCtx {
@@ -156,6 +176,7 @@ impl ConnCtx {
             requests: ctx.requests.get(),
             last_active: ctx.last_active.get(),
             opened: ctx.opened,
+            client_cert: ctx.client_cert,
         })
     }
 }
@@ -167,6 +188,7 @@ impl ParkedCtx {
         let mut ctx = ConnCtx::new(self.peer, self.local, self.listener, self.worker);
         ctx.requests.set(self.requests);
         ctx.opened = self.opened;
+        ctx.client_cert = self.client_cert;
         Rc::new(ctx)
     }
 

@@ -18,7 +18,9 @@ mod signal;
 pub(crate) mod stream_idle;
 
 pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PROTO};
-pub(crate) use conn::{ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some};
+pub(crate) use conn::{
+    ClientCertificate, ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some,
+};
 pub(crate) use health::ServerHealth;
 pub(crate) use in_flight::InFlight;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};

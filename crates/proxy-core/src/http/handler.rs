@@ -88,6 +88,12 @@ pub(crate) fn handle(
         if client.append_peer {
             super::forwarding::append_forwarded_for(req.headers_mut(), &conn.peer_ip);
         }
+        super::client_cert::apply(
+            req.headers_mut(),
+            http.forward_client_cert,
+            http.client_cert_details,
+            conn.client_cert.as_deref(),
+        );
         if let Some(log) = in_flight.log() {
             log.peer = Some(client.addr(&conn));
         }

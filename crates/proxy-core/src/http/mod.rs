@@ -13,6 +13,7 @@
 //! upgrade.rs        WebSocket and other upgrades: the handshake relayed, then bytes both ways
 //! ```
 
+pub(crate) mod client_cert;
 pub(crate) mod forwarding;
 pub(crate) mod handler;
 mod hash_policy;
@@ -72,6 +73,10 @@ pub(crate) struct HttpCtx {
     pub(crate) host_rules: head::HostRules,
     /// Request header changes made before routing.
     pub(crate) early_header_mutation: Option<crate::filters::Mutations>,
+    /// What a request's `x-forwarded-client-cert` gets, and what the element a connection
+    /// writes says.
+    pub(crate) forward_client_cert: config::listener::client_cert::ForwardClientCert,
+    pub(crate) client_cert_details: config::listener::client_cert::ClientCertDetails,
     /// On a `tcp_proxy` listener, where its connections are relayed (there is no HTTP).
     pub(crate) tcp_proxy: Option<crate::tcp_proxy::TcpProxyCtx>,
 }

@@ -119,6 +119,8 @@ pub(crate) struct ServerTls {
     chain: Option<String>,
     spec: ListenerTlsConfig,
     config: ArcSwap<ServerConfig>,
+    /// What picks `config`'s certificates, asked again for the one a connection got.
+    resolver: ArcSwap<SniResolver>,
     /// The certificates `config` serves, as loaded.
     served: ArcSwap<Vec<ServedCertificate>>,
     resumption: Mutex<Resumption>,
@@ -172,12 +174,13 @@ impl ServerTls {
     ) -> Result<Self, TlsError> {
         let client_ca = client_ca(spec)?;
         let resumption = Resumption::new(spec, client_ca.as_ref().map(|r| r.roots.clone()))?;
-        let (config, served) = build(spec, client_ca, &resumption)?;
+        let (config, resolver, served) = build(spec, client_ca, &resumption)?;
         Ok(Self {
             listener: listener.to_owned(),
             chain: chain.map(str::to_owned),
             spec: spec.clone(),
             config: ArcSwap::from_pointee(config),
+            resolver: ArcSwap::new(resolver),
             served: ArcSwap::from_pointee(served),
             resumption: Mutex::new(resumption),
         })
@@ -217,13 +220,27 @@ impl ServerTls {
         } else {
             None
         };
-        let (config, served) = build(&self.spec, client_ca, fresh.as_ref().unwrap_or(&resumption))?;
+        let (config, resolver, served) =
+            build(&self.spec, client_ca, fresh.as_ref().unwrap_or(&resumption))?;
         if let Some(fresh) = fresh {
             *resumption = fresh;
         }
         self.config.store(Arc::new(config));
+        self.resolver.store(resolver);
         self.served.store(Arc::new(served));
         Ok(())
+    }
+
+    /// The leaf certificate a handshake asking for `server_name` is served (the one the
+    /// resolver picks now: after a reload, possibly not the one an older connection got).
+    pub(crate) fn local_certificate(
+        &self,
+        server_name: Option<&str>,
+    ) -> Option<rustls::pki_types::CertificateDer<'static>> {
+        self.resolver
+            .load()
+            .pick(server_name)
+            .and_then(|key| key.cert.first().cloned())
     }
 
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
@@ -243,9 +260,10 @@ fn build(
     spec: &ListenerTlsConfig,
     client_ca: Option<rustls::RootCertStore>,
     resumption: &Resumption,
-) -> Result<(ServerConfig, Vec<ServedCertificate>), TlsError> {
+) -> Result<(ServerConfig, Arc<SniResolver>, Vec<ServedCertificate>), TlsError> {
     let provider = provider();
     let (resolver, served) = SniResolver::new(spec, &provider)?;
+    let resolver = Arc::new(resolver);
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(versions(spec.min_version))?;
     let builder = match (&spec.client_certificate, client_ca) {
@@ -262,7 +280,7 @@ fn build(
             });
         }
     };
-    let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    let mut config = builder.with_cert_resolver(Arc::clone(&resolver) as _);
     config.alpn_protocols = spec.alpn.iter().map(|p| p.id().to_vec()).collect();
     config.session_storage = Arc::clone(&resumption.sessions);
     if let Some(ticketer) = &resumption.ticketer {
@@ -272,7 +290,7 @@ fn build(
         // Nothing to resume with: do not hand out TLS 1.3 tickets that cannot be used.
         config.send_tls13_tickets = 0;
     }
-    Ok((config, served))
+    Ok((config, resolver, served))
 }
 
 /// Every TLS listener of the process, for `SIGHUP` and `POST /reload_certs`.
@@ -358,6 +376,11 @@ impl Handshake {
 
     /// Completes the handshake on `stream`, within the handshake timeout. A failure is
     /// counted and logged at debug level (scanners and plaintext clients are routine).
+    /// The listener's TLS.
+    pub(crate) fn server(&self) -> &ServerTls {
+        &self.server
+    }
+
     pub(crate) async fn accept(&self, stream: TcpStream) -> Option<TlsStream<TcpStream>> {
         let started = Instant::now();
         let accepted =

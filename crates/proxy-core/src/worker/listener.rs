@@ -448,6 +448,8 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
             .early_header_mutation
             .as_ref()
             .map(crate::filters::Mutations::new),
+        forward_client_cert: config.http.forward_client_cert,
+        client_cert_details: config.http.set_current_client_cert_details,
         tcp_proxy: config.tcp_proxy.as_ref().map(|tcp| {
             crate::tcp_proxy::TcpProxyCtx::new(
                 tcp,
