@@ -465,6 +465,21 @@ async fn client_certificate_details_are_forwarded_as_configured() {
         format!("Hash={hash};Subject=\"CN=rcgen self signed cert\";URI=;DNS=client.example.com");
     assert_eq!(fetch("set", &mutual).await, ours);
     assert_eq!(fetch("set", &anonymous).await, "none");
+    // The same over HTTP/2.
+    let mutual_h2 = client_config(
+        ca.roots(),
+        ClientOptions {
+            alpn: vec![b"h2"],
+            client_cert: Some((known.der.clone(), known.key_der())),
+            ..Default::default()
+        },
+    );
+    let stream = tls_connect(addr("set"), &mutual_h2, "localhost")
+        .await
+        .unwrap();
+    let mut h2 = h2_over(stream).await;
+    let response = h2.send_request(get_h2("/", &claimed)).await.unwrap();
+    assert_eq!(text(response.into_body()).await, ours);
     assert_eq!(
         fetch("append", &mutual).await,
         format!("Hash=forged,Hash={hash}")

@@ -90,18 +90,6 @@ impl ClusterConfig {
     pub fn has_names(&self) -> bool {
         self.endpoints.iter().any(|e| e.address.is_name())
     }
-
-    /// The TLS endpoint `endpoint` is reached with; `None`: cleartext.
-    pub fn tls_of(&self, endpoint: &Endpoint) -> Option<&ClusterTlsConfig> {
-        match &endpoint.transport_socket {
-            None => self.tls.as_ref(),
-            Some(name) => self
-                .transport_socket_matches
-                .iter()
-                .find(|m| &m.name == name)
-                .and_then(|m| m.tls.as_ref()),
-        }
-    }
 }
 
 /// Envoy's default upstream idle timeout.

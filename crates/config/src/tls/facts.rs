@@ -96,9 +96,14 @@ fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
         .map(|rdn| {
             rdn.iter()
                 .map(|attr| {
-                    let key = x509_parser::objects::oid2abbrev(attr.attr_type(), registry)
+                    let key = short_name(attr.attr_type())
                         .map(str::to_owned)
-                        .unwrap_or_else(|_| attr.attr_type().to_id_string());
+                        .or_else(|| {
+                            x509_parser::objects::oid2abbrev(attr.attr_type(), registry)
+                                .ok()
+                                .map(str::to_owned)
+                        })
+                        .unwrap_or_else(|| attr.attr_type().to_id_string());
                     let value = attr.as_str().map(escape_rfc2253).unwrap_or_else(|_| {
                         // Not a string: `#` and the value's DER in hex, as RFC 2253 says.
                         let hex: String = attr
@@ -121,17 +126,35 @@ fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
 
 fn escape_rfc2253(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
-    let last = value.chars().count().saturating_sub(1);
-    for (i, c) in value.chars().enumerate() {
-        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
-            || (i == 0 && (c == '#' || c == ' '))
-            || (i == last && c == ' ');
-        if special {
-            out.push('\\');
+    let bytes = value.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let special = matches!(b, b',' | b'+' | b'"' | b'\\' | b'<' | b'>' | b';')
+            || (i == 0 && (b == b'#' || b == b' '))
+            || (i + 1 == bytes.len() && b == b' ');
+        if !(0x20..0x7f).contains(&b) {
+            // Control and non-ASCII bytes as `\XX`, as OpenSSL writes them.
+            out.push_str(&format!("\\{b:02X}"));
+        } else {
+            if special {
+                out.push('\\');
+            }
+            out.push(char::from(b));
         }
-        out.push(c);
     }
     out
+}
+
+/// OpenSSL's short names where the registry's differ.
+fn short_name(oid: &x509_parser::der_parser::oid::Oid<'_>) -> Option<&'static str> {
+    Some(match oid.to_id_string().as_str() {
+        "1.2.840.113549.1.9.1" => "emailAddress",
+        "0.9.2342.19200300.100.1.1" => "UID",
+        "0.9.2342.19200300.100.1.25" => "DC",
+        "2.5.4.4" => "SN",
+        "2.5.4.42" => "GN",
+        "2.5.4.5" => "serialNumber",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -150,12 +173,14 @@ mod names_tests {
         ));
         let mut dn = rcgen::DistinguishedName::new();
         dn.push(rcgen::DnType::OrganizationName, "Acme, Inc");
-        dn.push(rcgen::DnType::CommonName, "client");
+        dn.push(rcgen::DnType::CommonName, "cli\u{7}ent \u{e9}");
         params.distinguished_name = dn;
         let key = rcgen::KeyPair::generate().expect("key");
         let cert = params.self_signed(&key).expect("cert");
         let names = certificate_names(cert.der()).expect("names");
-        assert_eq!(names.subject, "CN=client,O=Acme\\, Inc");
+        // Escaped as OpenSSL's RFC 2253: specials with `\`, control and non-ASCII bytes as
+        // `\XX`.
+        assert_eq!(names.subject, "CN=cli\\07ent \\C3\\A9,O=Acme\\, Inc");
         assert_eq!(names.uris, ["spiffe://cluster.local/ns/a/sa/b"]);
         assert_eq!(names.dns_names, ["a.example.com", "b.example.com"]);
     }

@@ -88,6 +88,20 @@ pub(crate) fn check(raw: &[RawSanMatch], path: &str) -> Result<Vec<SanMatch>, Co
                 regex: m.regex.clone(),
                 ..Default::default()
             };
+            // An empty prefix, suffix or substring takes every name: verification by the
+            // chain alone, which is not what a matcher is written for (Envoy refuses them).
+            for (key, value) in [
+                ("prefix", &m.prefix),
+                ("suffix", &m.suffix),
+                ("contains", &m.contains),
+            ] {
+                if value.as_deref() == Some("") {
+                    return Err(ConfigError::invalid(
+                        format!("{at}.{key}"),
+                        "expected a non-empty value",
+                    ));
+                }
+            }
             let pattern = crate::matchers::string_match(&as_header, &at)?.ok_or_else(|| {
                 ConfigError::invalid(
                     &at,
@@ -310,5 +324,51 @@ mod tests {
             ..Default::default()
         };
         assert!(check(&[none], "p").is_err());
+        let empty = RawSanMatch {
+            kind: "dns".into(),
+            suffix: Some(String::new()),
+            ..Default::default()
+        };
+        let error = check(&[empty], "p").unwrap_err();
+        assert!(error.to_string().contains("p[0].suffix"), "{error}");
+    }
+
+    /// The names are checked only after the chain: a certificate with a matching name from
+    /// another CA is refused, one from the CA is taken.
+    #[test]
+    fn a_matching_name_from_an_untrusted_ca_is_refused() {
+        let issue = |ca_name: &str| {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca");
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, ca_name);
+            let issuer = rcgen::CertifiedIssuer::self_signed(
+                params,
+                rcgen::KeyPair::generate().expect("key"),
+            )
+            .expect("ca");
+            let key = rcgen::KeyPair::generate().expect("key");
+            let leaf = rcgen::CertificateParams::new(vec!["backend.internal".to_string()])
+                .expect("leaf")
+                .signed_by(&key, &issuer)
+                .expect("leaf");
+            (issuer.der().clone(), leaf.der().clone())
+        };
+        let (trusted_ca, trusted_leaf) = issue("trusted");
+        let (_, stranger_leaf) = issue("stranger");
+        let mut roots = RootCertStore::empty();
+        roots.add(trusted_ca).expect("root");
+        let verifier = SanVerifier::new(
+            roots,
+            vec![dns(StringMatch::Exact("backend.internal".into()))],
+            crate::tls::material::provider(),
+        );
+        let name = ServerName::try_from("not-checked.example").expect("name");
+        let verify = |leaf: &CertificateDer<'_>| {
+            verifier.verify_server_cert(leaf, &[], &name, &[], UnixTime::now())
+        };
+        assert!(verify(&trusted_leaf).is_ok());
+        assert!(verify(&stranger_leaf).is_err());
     }
 }

@@ -275,6 +275,28 @@ impl Membership {
         specs
     }
 
+    /// Each host with the configured endpoint it came from (the first that names it), in
+    /// one pass: [`endpoint_of`](Self::endpoint_of) for every host at once.
+    pub(crate) fn endpoints_by_host(&self) -> HashMap<SocketAddr, &Endpoint> {
+        let mut by_host = HashMap::with_capacity(self.configured.len());
+        for endpoint in &self.configured {
+            match &endpoint.address {
+                EndpointAddress::Ip(addr) => {
+                    by_host.entry(*addr).or_insert(endpoint);
+                }
+                EndpointAddress::Name { host, port } => {
+                    let ips = self.answers.get(host).and_then(Option::as_ref);
+                    for ip in ips.into_iter().flatten() {
+                        by_host
+                            .entry(SocketAddr::new(*ip, *port))
+                            .or_insert(endpoint);
+                    }
+                }
+            }
+        }
+        by_host
+    }
+
     /// The configured endpoint host `addr` came from, and the DNS name it was resolved from
     /// when it was.
     pub(crate) fn endpoint_of(&self, addr: SocketAddr) -> Option<(&Endpoint, Option<&str>)> {

@@ -22,6 +22,9 @@ pub(crate) struct SharedCluster {
     pub(crate) gauges: ClusterGauges,
     /// TLS to the hosts (the cluster's, and its transport socket matches').
     transports: UpstreamTransports,
+    /// With transport socket matches: each host's transport, made when the hosts are
+    /// published (read on every new connection without taking the membership's lock).
+    transport_of: arc_swap::ArcSwap<std::collections::HashMap<std::net::SocketAddr, usize>>,
     /// Active health checking, run by the monitor thread.
     pub(crate) health_check: Option<HealthCheckConfig>,
     /// What the hosts speak; health checks speak it too.
@@ -50,6 +53,7 @@ impl SharedCluster {
         let host_set = balancer::HostSet::new(membership.host_specs())
             .expect("hosts are distinct with weights >= 1 by construction");
         let gauges = stats.catalog.cluster_gauges(&stats.process, &config.name);
+        let transport_of = transports_by_host(&transports, &membership, &Default::default());
         // Until the monitor has measured anything, nothing is in flight: not "no headroom".
         gauges.rq_headroom.set(super::monitor::IDLE_HEADROOM);
         gauges.pending_headroom.set(super::monitor::IDLE_HEADROOM);
@@ -60,6 +64,7 @@ impl SharedCluster {
             breakers: CircuitBreakers::new(&config.circuit_breakers, workers),
             gauges,
             transports,
+            transport_of: arc_swap::ArcSwap::from_pointee(transport_of),
             health_check: config.health_check.clone(),
             protocol: config.protocol,
             dns,
@@ -117,6 +122,11 @@ impl SharedCluster {
     /// Replaces the hosts: those that stay keep their health, ejections and requests in
     /// flight, and every worker's pools for them.
     fn publish(&self, membership: &Membership) {
+        if self.transports.has_matches() {
+            let previous = self.transport_of.load();
+            let map = transports_by_host(&self.transports, membership, &previous);
+            self.transport_of.store(std::sync::Arc::new(map));
+        }
         // Hosts that stay are published with the health they have (an ejection stays).
         if let Err(error) = self.health.publish(&self.host_set, membership.host_specs()) {
             // Distinct addresses with weights >= 1 by construction.
@@ -136,17 +146,13 @@ impl SharedCluster {
     }
 
     /// Which of the cluster's transports host `addr` is reached by now: its endpoint's
-    /// transport socket match (looked up on each new connection, so that a management
-    /// server's change of an endpoint's labels applies to its next connections).
+    /// transport socket match, as of the last hosts published (so that a management server's
+    /// change of an endpoint's labels applies to the host's next connections).
     pub(crate) fn transport_of(&self, addr: std::net::SocketAddr) -> usize {
         if !self.transports.has_matches() {
             return 0;
         }
-        let membership = self.membership();
-        let name = membership
-            .endpoint_of(addr)
-            .and_then(|(endpoint, _)| endpoint.transport_socket.as_deref());
-        self.transports.index(name)
+        self.transport_of.load().get(&addr).copied().unwrap_or(0)
     }
 
     /// The TLS of transport `index` ([`transport_of`](Self::transport_of)); `None`:
@@ -202,4 +208,28 @@ impl SharedCluster {
         g.membership_healthy.set(healthy);
         g.ejections_active.set(ejected);
     }
+}
+
+/// Each host's transport (its endpoint's match). A host that has no endpoint of its own for
+/// now (a DNS host kept while its name is looked up again) keeps the one it had.
+fn transports_by_host(
+    transports: &UpstreamTransports,
+    membership: &Membership,
+    previous: &std::collections::HashMap<std::net::SocketAddr, usize>,
+) -> std::collections::HashMap<std::net::SocketAddr, usize> {
+    if !transports.has_matches() {
+        return Default::default();
+    }
+    let endpoints = membership.endpoints_by_host();
+    membership
+        .host_specs()
+        .iter()
+        .map(|spec| {
+            let index = match endpoints.get(&spec.addr) {
+                Some(endpoint) => transports.index(endpoint.transport_socket.as_deref()),
+                None => previous.get(&spec.addr).copied().unwrap_or(0),
+            };
+            (spec.addr, index)
+        })
+        .collect()
 }

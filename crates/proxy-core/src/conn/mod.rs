@@ -284,15 +284,15 @@ async fn prepare(
         Some(tls) => {
             let stream = Box::pin(tls.accept(stream)).await?;
             let session = stream.get_ref().1;
-            let client_cert =
-                crate::http::client_cert::of_connection(session.peer_certificates(), || {
-                    tls.server().local_certificate(session.server_name())
-                });
-            if client_cert.is_some() {
-                match Rc::get_mut(&mut ctx) {
-                    Some(ctx) => ctx.client_cert = client_cert,
-                    None => unreachable_shared(),
-                }
+            let client_cert = crate::http::client_cert::of_connection(
+                session.peer_certificates(),
+                || tls.server().local_certificate(session.server_name()),
+                http.current().forward_client_cert.writes_element(),
+            );
+            // The context is this task's alone until the connection is served. Were it not,
+            // the certificate would be left out, and the header removed (the safe side).
+            if let (Some(cert), Some(ctx)) = (client_cert, Rc::get_mut(&mut ctx)) {
+                ctx.client_cert = Some(cert);
             }
             DownstreamIo::tls(stream)
         }

@@ -13,49 +13,69 @@ use config::listener::client_cert::{ClientCertDetails, ForwardClientCert};
 pub(crate) static X_FORWARDED_CLIENT_CERT: HeaderName =
     HeaderName::from_static("x-forwarded-client-cert");
 
-/// The client's certificate, when it presented one, with the proxy's own leaf served on the
-/// connection.
+/// The client's certificate, when it presented one. Its chain, and the proxy's own leaf served
+/// on the connection, are kept only when `keep` (the listener writes an element): a reload
+/// that starts writing one applies to connections made after it.
 pub(crate) fn of_connection(
     peer: Option<&[CertificateDer<'_>]>,
     local: impl FnOnce() -> Option<CertificateDer<'static>>,
+    keep: bool,
 ) -> Option<Box<ClientCertificate>> {
     let chain = peer.filter(|chain| !chain.is_empty())?;
+    let (chain, local) = match keep {
+        true => (
+            chain.iter().map(|c| c.clone().into_owned()).collect(),
+            local(),
+        ),
+        false => (Vec::new(), None),
+    };
     Some(Box::new(ClientCertificate {
-        chain: chain.iter().map(|c| c.clone().into_owned()).collect(),
-        local: local(),
+        chain,
+        local,
         element: std::cell::RefCell::new(None),
     }))
 }
 
 /// The certificate's header element with `details`, made once per connection (again only if
-/// the details change).
-fn element_of(cert: &ClientCertificate, details: ClientCertDetails) -> HeaderValue {
+/// the details change); `None` when its chain was not kept.
+fn element_of(cert: &ClientCertificate, details: ClientCertDetails) -> Option<HeaderValue> {
     if let Some((made_with, element)) = &*cert.element.borrow()
         && *made_with == details
     {
-        return element.clone();
+        return Some(element.clone());
     }
-    let text = element(&cert.chain, cert.local.as_ref(), details);
-    // Every part is visible ASCII (URL-encoded PEM, hex, a certificate's names); a name with
-    // other bytes leaves the element empty rather than failing the request.
-    let value = HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""));
+    let text = element(&cert.chain, cert.local.as_ref(), details)?;
+    // Each part is header text by construction (see `element`); should the whole still not
+    // be, the hash alone stands.
+    let value = HeaderValue::from_str(&text).or_else(|_| {
+        let hash = text.split(';').find(|p| p.starts_with("Hash="));
+        HeaderValue::from_str(hash.unwrap_or_default())
+    });
+    let value = value.ok().filter(|v| !v.is_empty())?;
     *cert.element.borrow_mut() = Some((details, value.clone()));
-    value
+    Some(value)
 }
 
-/// The element, in Envoy's order: `By` (the proxy's certificate's first URI name), `Hash`
-/// (SHA-256 of the client's certificate, hex), then the details asked for.
+/// The element, in Envoy's order: `By` (each URI name of the proxy's certificate), `Hash`
+/// (SHA-256 of the client's certificate, hex), then the details asked for. A name that is
+/// not header text (a control character) is left out. `None` without a chain.
 fn element(
     chain: &[CertificateDer<'_>],
     local: Option<&CertificateDer<'_>>,
     details: ClientCertDetails,
-) -> String {
+) -> Option<String> {
+    let leaf = chain.first()?;
     let mut parts: Vec<String> = Vec::new();
     let names = |der: &[u8]| config::tls::facts::certificate_names(der).unwrap_or_default();
-    if let Some(uri) = local.and_then(|l| names(l).uris.into_iter().next()) {
-        parts.push(format!("By={uri}"));
+    let text = |s: &str| !s.bytes().any(|b| b < 0x20 || b == 0x7f);
+    if let Some(local) = local {
+        let uris = names(local).uris;
+        parts.extend(
+            uris.iter()
+                .filter(|u| text(u))
+                .map(|uri| format!("By={uri}")),
+        );
     }
-    let leaf = &chain[0];
     let hash: String = sha2::Sha256::digest(leaf.as_ref())
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -72,20 +92,22 @@ fn element(
     }
     let peer = names(leaf.as_ref());
     if details.subject {
-        // Present even when the subject is empty, as Envoy's.
+        // Present even when the subject is empty, as Envoy's; escaped as RFC 2253 text.
         parts.push(format!("Subject=\"{}\"", peer.subject));
     }
     if details.uri {
-        // Present even without a URI name, as Envoy's.
-        parts.push(format!(
-            "URI={}",
-            peer.uris.first().map(String::as_str).unwrap_or("")
-        ));
+        let uris: Vec<&String> = peer.uris.iter().filter(|u| text(u)).collect();
+        if uris.is_empty() {
+            // Present even without a URI name, as Envoy's.
+            parts.push("URI=".to_owned());
+        }
+        parts.extend(uris.iter().map(|uri| format!("URI={uri}")));
     }
     if details.dns {
-        parts.extend(peer.dns_names.iter().map(|dns| format!("DNS={dns}")));
+        let dns = peer.dns_names.iter().filter(|d| text(d));
+        parts.extend(dns.map(|dns| format!("DNS={dns}")));
     }
-    parts.join(";")
+    Some(parts.join(";"))
 }
 
 /// Certificates as PEM (64 base64 characters a line), with the characters Envoy encodes
@@ -130,7 +152,14 @@ pub(crate) fn apply(
             return;
         }
         (ForwardClientCert::ForwardOnly, Some(_)) => return,
-        (_, Some(cert)) => element_of(cert, details),
+        (_, Some(cert)) => match element_of(cert, details) {
+            Some(element) => element,
+            // Nothing to say of it: the client's header does not stand in.
+            None => {
+                headers.remove(&X_FORWARDED_CLIENT_CERT);
+                return;
+            }
+        },
     };
     set(headers, mode, element);
 }
@@ -144,8 +173,10 @@ fn set(headers: &mut HeaderMap, mode: ForwardClientCert, element: HeaderValue) {
     // The client's values, however many lines, then ours, as one list.
     let mut joined: Vec<u8> = Vec::new();
     for value in headers.get_all(&X_FORWARDED_CLIENT_CERT) {
-        joined.extend_from_slice(value.as_bytes());
-        joined.push(b',');
+        if !value.is_empty() {
+            joined.extend_from_slice(value.as_bytes());
+            joined.push(b',');
+        }
     }
     joined.extend_from_slice(element.as_bytes());
     if let Ok(value) = HeaderValue::from_bytes(&joined) {
@@ -181,8 +212,8 @@ mod tests {
         let key = rcgen::KeyPair::generate().expect("key");
         let params = rcgen::CertificateParams::new(vec!["c".to_string()]).expect("params");
         let der = params.self_signed(&key).expect("cert").der().clone();
-        let cert = of_connection(Some(&[der]), || None).unwrap();
-        let ours = element_of(&cert, ClientCertDetails::default());
+        let cert = of_connection(Some(&[der]), || None, true).unwrap();
+        let ours = element_of(&cert, ClientCertDetails::default()).unwrap();
         let ours = ours.to_str().unwrap();
         assert!(ours.starts_with("Hash="), "{ours}");
         let appended = format!("By=x,Hash=cd,{ours}");
@@ -224,9 +255,29 @@ mod tests {
             xfcc(&map),
             [format!("{ours};Subject=\"CN=rcgen self signed cert\"")]
         );
+        // An empty value of the client's is no element of the list.
+        let mut map = headers(&[""]);
+        apply(
+            &mut map,
+            AppendForward,
+            ClientCertDetails::default(),
+            Some(&cert),
+        );
+        assert_eq!(xfcc(&map), [ours]);
+        // A chain not kept (the listener wrote no element when the client came): the
+        // client's header is removed rather than passed on.
+        let unkept = of_connection(Some(&[cert.chain[0].clone()]), || None, false).unwrap();
+        let mut map = headers(&["Hash=forged"]);
+        apply(
+            &mut map,
+            SanitizeSet,
+            ClientCertDetails::default(),
+            Some(&unkept),
+        );
+        assert!(xfcc(&map).is_empty());
         // No client certificate: nothing to say.
-        assert!(of_connection(Some(&[]), || None).is_none());
-        assert!(of_connection(None, || None).is_none());
+        assert!(of_connection(Some(&[]), || None, true).is_none());
+        assert!(of_connection(None, || None, true).is_none());
     }
 
     #[test]
@@ -254,7 +305,7 @@ mod tests {
             uri: true,
             dns: true,
         };
-        let text = element(std::slice::from_ref(&leaf), Some(&local), all);
+        let text = element(std::slice::from_ref(&leaf), Some(&local), all).unwrap();
         let keys: Vec<&str> = text
             .split(';')
             .map(|part| part.split_once('=').unwrap().0)
@@ -292,7 +343,7 @@ mod tests {
         // Nothing asked for: the hash alone (no local URI name either).
         assert_eq!(
             element(&[leaf], None, ClientCertDetails::default()),
-            format!("Hash={hash}")
+            Some(format!("Hash={hash}"))
         );
     }
 }

@@ -388,9 +388,6 @@ fn same_socket(a: &ListenerConfig, b: &ListenerConfig) -> bool {
         && (a.address.port() != 0 || a.name == b.name)
 }
 
-/// Whether two configs of a cluster differ at most in their endpoints (the cluster is then
-/// kept, with its pools, health and breakers, and only its hosts change). A cluster that gains
-/// its first DNS name, or loses its last, is built anew: it needs a resolver, or not.
 /// A cluster's TLS contexts, its own and its transport socket matches'.
 fn upstream_transports(cluster: &ClusterConfig) -> Result<UpstreamTransports, BuildError> {
     let context = |tls: Option<&config::ClusterTlsConfig>, scope: String| {
@@ -414,6 +411,9 @@ fn upstream_transports(cluster: &ClusterConfig) -> Result<UpstreamTransports, Bu
     Ok(UpstreamTransports::new(own, matches))
 }
 
+/// Whether two configs of a cluster differ at most in their endpoints (the cluster is then
+/// kept, with its pools, health and breakers, and only its hosts change). A cluster that gains
+/// its first DNS name, or loses its last, is built anew: it needs a resolver, or not.
 fn same_but_endpoints(a: &ClusterConfig, b: &ClusterConfig) -> bool {
     // Inline PEM (from SDS) serializes as `inline`: compared here by its text, so that a
     // rotated certificate or CA makes a new cluster with it.

@@ -374,13 +374,13 @@ impl Handshake {
         }
     }
 
-    /// Completes the handshake on `stream`, within the handshake timeout. A failure is
-    /// counted and logged at debug level (scanners and plaintext clients are routine).
     /// The listener's TLS.
     pub(crate) fn server(&self) -> &ServerTls {
         &self.server
     }
 
+    /// Completes the handshake on `stream`, within the handshake timeout. A failure is
+    /// counted and logged at debug level (scanners and plaintext clients are routine).
     pub(crate) async fn accept(&self, stream: TcpStream) -> Option<TlsStream<TcpStream>> {
         let started = Instant::now();
         let accepted =
