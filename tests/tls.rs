@@ -961,7 +961,25 @@ listeners:
     );
 }
 
-/// An origin answering `name` to every request: over TLS with `leaf`, or in plain text.
+/// The answer of [`answering`]'s service.
+type Answer = std::future::Ready<Result<Response<Full<Bytes>>, std::convert::Infallible>>;
+
+/// A service answering `body` to every request.
+fn answering(
+    body: String,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Full<Bytes>>,
+    Error = std::convert::Infallible,
+    Future = Answer,
+> + Clone {
+    hyper::service::service_fn(move |_req: Request<Incoming>| {
+        std::future::ready(Ok(Response::new(Full::new(Bytes::from(body.clone())))))
+    })
+}
+
+/// An origin answering `name` to every request (and, over TLS, ` sni=NAME` with the name the
+/// client sent): over TLS with `leaf`, or in plain text.
 async fn named_origin(
     name: &'static str,
     leaf: Option<&Leaf>,
@@ -981,17 +999,19 @@ async fn named_origin(
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |_req: Request<Incoming>| async move {
-                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
-                            name,
-                        ))))
-                    });
                 let server = hyper::server::conn::http1::Builder::new();
                 let _ = match acceptor {
-                    None => server.serve_connection(TokioIo::new(tcp), service).await,
+                    None => {
+                        let service = answering(name.to_owned());
+                        server.serve_connection(TokioIo::new(tcp), service).await
+                    }
                     Some(acceptor) => match acceptor.accept(tcp).await {
-                        Ok(tls) => server.serve_connection(TokioIo::new(tls), service).await,
+                        Ok(tls) => {
+                            // The name the client asked for, if it sent one.
+                            let sni = tls.get_ref().1.server_name().unwrap_or("-");
+                            let service = answering(format!("{name} sni={sni}"));
+                            server.serve_connection(TokioIo::new(tls), service).await
+                        }
                         Err(_) => return,
                     },
                 };
@@ -1067,8 +1087,13 @@ clusters:
         assert_eq!(response.status(), StatusCode::OK);
         seen.insert(text(response.into_body()).await);
     }
-    let all: std::collections::BTreeSet<String> =
-        ["pod", "plain", "secure"].map(String::from).into();
+    let all: std::collections::BTreeSet<String> = [
+        "pod sni=not-the-certificates.example",
+        "plain",
+        "secure sni=origin.internal",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(seen, all);
     // No name of the certificate is one the matchers take.
     let response = send_h1(addr, get("/wrong_name/", &[])).await;
@@ -1093,6 +1118,88 @@ clusters:
             &serde_json::json!("cleartext"),
             &serde_json::json!("pods")
         ]
+    );
+}
+
+/// `auto_sni`: each TLS connection names the request's host as it goes upstream (after a
+/// route's host rewrite, without the port) or `override_auto_sni_header`'s value, is verified
+/// against it, and is reused only for that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_sni_names_each_connection_for_its_request_host() {
+    let dir = ScratchDir::new();
+    let ca = Ca::new("origin ca");
+    let ca_file = dir.write("origin-ca.pem", &ca.pem()).display().to_string();
+    let leaf = ca.leaf(&["a.internal", "b.internal", "override.internal"]);
+    let (origin, _o) = named_origin("origin", Some(&leaf)).await;
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /a/ }}
+        cluster: named
+        host_rewrite: a.internal
+      - match: {{ prefix: /header/ }}
+        cluster: by_header
+      - match: {{ prefix: / }}
+        cluster: named
+clusters:
+  - name: named
+    endpoints: [{origin}]
+    auto_sni: true
+    auto_san_validation: true
+    tls: {{ ca: {ca_file}, server_name: origin.internal }}
+  - name: by_header
+    endpoints: [{origin}]
+    auto_sni: true
+    override_auto_sni_header: x-upstream-name
+    tls: {{ ca: {ca_file} }}
+"#
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let admin = proxy.admin.unwrap();
+    let addr = proxy.addr();
+    let fetch = |path: &'static str, headers: &'static [(&'static str, &'static str)]| async move {
+        // `host` given replaces the helper's.
+        let mut req = get(path, &[]);
+        for (name, value) in headers {
+            req.headers_mut()
+                .insert(*name, http::HeaderValue::from_static(value));
+        }
+        let response = send_h1(addr, req).await;
+        let status = response.status();
+        (status, text(response.into_body()).await)
+    };
+    let ok = |body: &str| (StatusCode::OK, body.to_owned());
+    for _ in 0..2 {
+        assert_eq!(fetch("/a/", &[]).await, ok("origin sni=a.internal"));
+        assert_eq!(
+            fetch("/", &[("host", "b.internal:8080")]).await,
+            ok("origin sni=b.internal")
+        );
+    }
+    // One connection per name, each kept for its own name's requests.
+    assert_eq!(stat(admin, "upstream_cx_total"), 2);
+    // A name the certificate does not have fails verification.
+    let (status, body) = fetch("/", &[("host", "c.internal")]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    // The header's value when given, the host otherwise.
+    assert_eq!(
+        fetch(
+            "/header/",
+            &[
+                ("host", "a.internal"),
+                ("x-upstream-name", "override.internal")
+            ]
+        )
+        .await,
+        ok("origin sni=override.internal")
+    );
+    assert_eq!(
+        fetch("/header/", &[("host", "b.internal")]).await,
+        ok("origin sni=b.internal")
     );
 }
 
@@ -1645,7 +1752,9 @@ mod sds {
             assert_eq!(response.status(), StatusCode::OK);
             seen.insert(text(response.into_body()).await);
         }
-        let both: std::collections::BTreeSet<String> = ["plain", "secure"].map(String::from).into();
+        let both: std::collections::BTreeSet<String> = ["plain", "secure sni=backend.internal"]
+            .map(String::from)
+            .into();
         assert_eq!(seen, both);
 
         server.set(type_url::CLUSTER, vec![cluster(SanType::OtherName)]);

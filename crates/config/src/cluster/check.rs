@@ -143,6 +143,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             "expected a duration above zero",
         ));
     }
+    let auto_sni = auto_sni(&raw, path)?;
     Ok(ClusterConfig {
         name,
         endpoints,
@@ -202,9 +203,65 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             .tls
             .map(|t| crate::tls::check::cluster_tls(t, &format!("{path}.tls")))
             .transpose()?,
+        auto_sni,
         transport_socket_matches: socket_matches,
         dns,
     })
+}
+
+/// `auto_sni`, with `auto_san_validation` and `override_auto_sni_header`.
+fn auto_sni(raw: &RawCluster, path: &str) -> Result<Option<AutoSni>, ConfigError> {
+    let san_validation = raw.auto_san_validation.unwrap_or(false);
+    if raw.auto_sni != Some(true) {
+        for (key, given) in [
+            ("auto_san_validation", san_validation),
+            (
+                "override_auto_sni_header",
+                raw.override_auto_sni_header.is_some(),
+            ),
+        ] {
+            if given {
+                return Err(ConfigError::invalid(
+                    format!("{path}.{key}"),
+                    "only with `auto_sni: true` (the name verified is the one sent)",
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    // The name sent is the one verified, unless `subject_alt_names` decide: asking for the
+    // name to be verified beside them could not be honoured.
+    let matchers = (raw.tls.iter())
+        .chain(
+            raw.transport_socket_matches
+                .iter()
+                .filter_map(|m| m.tls.as_ref()),
+        )
+        .any(|tls| !tls.subject_alt_names.is_empty());
+    if san_validation && matchers {
+        return Err(ConfigError::invalid(
+            format!("{path}.auto_san_validation"),
+            "with `subject_alt_names` the certificate is verified by them, not by the name sent",
+        ));
+    }
+    let header = match &raw.override_auto_sni_header {
+        None => None,
+        Some(name) => Some(
+            HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| {
+                    ConfigError::invalid(
+                        format!("{path}.override_auto_sni_header"),
+                        format!("expected a header name, found `{name}`"),
+                    )
+                })?
+                .as_str()
+                .to_owned(),
+        ),
+    };
+    Ok(Some(AutoSni {
+        header,
+        san_validation,
+    }))
 }
 
 /// `{ address, weight, priority, locality, locality_weight, health }`.

@@ -77,6 +77,9 @@ pub struct ClusterConfig {
     pub outlier_detection: Option<OutlierDetectionConfig>,
     /// TLS to the hosts; `None`: cleartext.
     pub tls: Option<ClusterTlsConfig>,
+    /// SNI from each request's host, connections pooled by it (Envoy's `auto_sni`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_sni: Option<AutoSni>,
     /// Other transports, for the endpoints that name them ([`Endpoint::transport_socket`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub transport_socket_matches: Vec<socket_match::TransportSocketMatch>,
@@ -90,6 +93,20 @@ impl ClusterConfig {
     pub fn has_names(&self) -> bool {
         self.endpoints.iter().any(|e| e.address.is_name())
     }
+}
+
+/// TLS connections that name the request's host (Envoy's `auto_sni`): sent as SNI and, unless
+/// the TLS settings verify the host by `subject_alt_names`, the name its certificate is
+/// verified against (Envoy's `auto_san_validation`). A host's connections are pooled per
+/// name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AutoSni {
+    /// The request header the name is read from when present and not empty
+    /// (`override_auto_sni_header`); otherwise the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// Asked for (`auto_san_validation`): the certificate is verified against the name.
+    pub san_validation: bool,
 }
 
 /// Envoy's default upstream idle timeout.

@@ -46,6 +46,12 @@ pub struct RawCluster {
     pub health_check: Option<RawHealthCheck>,
     pub outlier_detection: Option<RawOutlierDetection>,
     pub tls: Option<RawClusterTls>,
+    /// TLS connections name each request's host (SNI), and are pooled by it.
+    pub auto_sni: Option<bool>,
+    /// With `auto_sni`: the host's certificate is verified against that name.
+    pub auto_san_validation: Option<bool>,
+    /// With `auto_sni`: the header the name is read from instead of the host.
+    pub override_auto_sni_header: Option<String>,
     /// Other transports for the endpoints whose labels they match.
     #[serde(default)]
     pub transport_socket_matches: Vec<crate::cluster::socket_match::RawTransportSocketMatch>,

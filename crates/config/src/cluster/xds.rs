@@ -275,6 +275,14 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         health_check,
         outlier_detection,
         tls,
+        auto_sni: http.auto_sni.filter(|on| *on),
+        // Envoy's "verify the name" beside its chain-only default; the name sent is verified
+        // here whenever no `subject_alt_names` decide.
+        auto_san_validation: http.auto_san_validation.filter(|on| *on),
+        // Without `auto_sni` (or the validation, refused alone) it does nothing, as Envoy.
+        override_auto_sni_header: http
+            .override_auto_sni_header
+            .filter(|_| http.auto_sni == Some(true) || http.auto_san_validation == Some(true)),
         transport_socket_matches,
         dns_refresh_rate: dns_settings.refresh_rate.filter(|_| dns),
         dns_min_refresh_rate: dns_settings.min_refresh_rate.filter(|_| dns),

@@ -25,6 +25,10 @@ pub(crate) struct UpstreamHttp {
     pub(crate) preserve_header_case: Option<bool>,
     pub(crate) initial_stream_window_size: Option<u32>,
     pub(crate) initial_connection_window_size: Option<u32>,
+    /// `upstream_http_protocol_options`.
+    pub(crate) auto_sni: Option<bool>,
+    pub(crate) auto_san_validation: Option<bool>,
+    pub(crate) override_auto_sni_header: Option<String>,
 }
 
 /// Takes the protocol fields out of `c`.
@@ -49,6 +53,9 @@ pub(crate) fn upstream_http(c: &mut Cluster, at: &str) -> Result<UpstreamHttp, R
             &format!("{at}.common_http_protocol_options"),
         )?;
     }
+    if let Some(options) = c.upstream_http_protocol_options.take() {
+        sni_options(options, &mut http);
+    }
     if let Some(options) = c.typed_extension_protocol_options.remove(UPSTREAM_OPTIONS) {
         let at = format!("{at}.typed_extension_protocol_options");
         let options: UpstreamOptions =
@@ -58,6 +65,17 @@ pub(crate) fn upstream_http(c: &mut Cluster, at: &str) -> Result<UpstreamHttp, R
         typed_options(options, &mut http, &at)?;
     }
     Ok(http)
+}
+
+/// `auto_sni`, `auto_san_validation`, `override_auto_sni_header` (checked as the file's).
+fn sni_options(
+    options: envoy_types::pb::envoy::config::core::v3::UpstreamHttpProtocolOptions,
+    http: &mut UpstreamHttp,
+) {
+    http.auto_sni = Some(options.auto_sni);
+    http.auto_san_validation = Some(options.auto_san_validation);
+    http.override_auto_sni_header =
+        Some(options.override_auto_sni_header).filter(|h| !h.is_empty());
 }
 
 /// `max_requests_per_connection`, `idle_timeout` and `max_connection_duration` (`0s`: none,
@@ -128,6 +146,9 @@ fn typed_options(
     if let Some(common) = options.common_http_protocol_options.take() {
         common_options(common, http, &format!("{at}.common_http_protocol_options"))?;
     }
+    if let Some(sni) = options.upstream_http_protocol_options.take() {
+        sni_options(sni, http);
+    }
     http.protocol = Some(match options.upstream_protocol_options.take() {
         Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) => {
             match explicit.protocol_config {
@@ -190,9 +211,7 @@ fn typed_options(
     if options != UpstreamOptions::default() {
         return Err(ResourceError::Unsupported {
             at: at.to_owned(),
-            fields: vec![
-                "upstream_http_protocol_options / http_filters / header_validation_config".into(),
-            ],
+            fields: vec!["http_filters / header_validation_config".into()],
         });
     }
     Ok(())

@@ -63,10 +63,11 @@ impl HostPool {
             let Some(tls) = shared.tls(transport) else {
                 return Ok(Either::Left(stream));
             };
+            let name = self.sni.as_ref();
             let handshake = match offer {
-                Offer::Cluster => tls.connect(addr, stream).await,
-                Offer::Http1 => tls.connect_http1(addr, stream).await,
-                Offer::Nothing => tls.connect_without_alpn(addr, stream).await,
+                Offer::Cluster => tls.connect(addr, stream, name).await,
+                Offer::Http1 => tls.connect_http1(addr, stream, name).await,
+                Offer::Nothing => tls.connect_without_alpn(addr, stream, name).await,
             };
             match handshake {
                 Ok(stream) => {

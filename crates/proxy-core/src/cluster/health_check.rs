@@ -147,7 +147,7 @@ async fn check_once(
         if config.grpc.is_some() {
             let answer = match tls {
                 None => grpc_h2(stream, req, "http").await,
-                Some(tls) => match tls.connect(addr, stream).await {
+                Some(tls) => match tls.connect(addr, stream, None).await {
                     // An `auto` cluster's host may choose HTTP/1.1, which gRPC cannot use.
                     Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
                         grpc_h2(stream, req, "https").await
@@ -161,7 +161,7 @@ async fn check_once(
             // Cleartext HTTP/2 clusters speak it with prior knowledge.
             None if protocol == UpstreamProtocol::Http2 => send_h2(stream, req, "http").await,
             None => send_h1(stream, req).await,
-            Some(tls) => match tls.connect(addr, stream).await {
+            Some(tls) => match tls.connect(addr, stream, None).await {
                 // ALPN `h2` on an HTTP/2 cluster: the check speaks HTTP/2 too.
                 Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
                     send_h2(stream, req, "https").await

@@ -27,9 +27,14 @@ pub(crate) struct HostPool {
     /// The host's failure counts, shared with every worker for outlier detection.
     pub(super) health: Arc<Counters>,
     pub(super) stats: Rc<ClusterStats>,
-    pub(super) host_stats: HostStats,
+    pub(super) host_stats: Rc<HostStats>,
     /// With `per_endpoint_stats`: the host's own counts.
-    pub(super) endpoint_stats: Option<EndpointStats>,
+    pub(super) endpoint_stats: Option<Rc<EndpointStats>>,
+    /// The name its TLS connections send and verify instead of the cluster's: the pool is the
+    /// host's for one request host (`auto_sni`).
+    pub(super) sni: Option<rustls::pki_types::ServerName<'static>>,
+    /// With `auto_sni`: the host's pools for the names requests asked for, made as they come.
+    by_sni: std::cell::RefCell<Vec<Rc<HostPool>>>,
     /// The host's name, for routes with `auto_host_rewrite`.
     hostname: Option<http::HeaderValue>,
     /// Connection slots this worker holds for the host (connections open or being opened).
@@ -63,8 +68,10 @@ impl HostPool {
         Self {
             health: settings.shared.health.counters(addr),
             stats,
-            host_stats,
-            endpoint_stats,
+            host_stats: Rc::new(host_stats),
+            endpoint_stats: endpoint_stats.map(Rc::new),
+            sni: None,
+            by_sni: std::cell::RefCell::new(Vec::new()),
             hostname,
             transport: Cell::new(settings.shared.transport_of(addr)),
             slots_here: Cell::new(0),
@@ -80,6 +87,52 @@ impl HostPool {
 
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The pool of this host for `req`'s name, with `auto_sni`: connections named for one
+    /// host are not reused for another. This pool itself without `auto_sni`, or when the
+    /// request names nothing that can be sent as SNI. At most [`MAX_SNI_POOLS`] names are
+    /// kept per host and worker (a client may name any host): past that, pools without a
+    /// connection are let go, and a name beyond them gets a pool for its request alone.
+    pub(crate) fn for_request<B>(self: &Rc<Self>, req: &Request<B>) -> Rc<HostPool> {
+        let Some(header) = &self.settings.auto_sni else {
+            return Rc::clone(self);
+        };
+        // A named pool is one of the host's; requests reach it through the host's own.
+        if self.sni.is_some() {
+            return Rc::clone(self);
+        }
+        let Some(name) = sni_of(req, header.as_ref()) else {
+            return Rc::clone(self);
+        };
+        let mut pools = self.by_sni.borrow_mut();
+        if let Some(pool) = pools.iter().find(|p| p.sni.as_ref() == Some(&name)) {
+            return Rc::clone(pool);
+        }
+        if pools.len() >= MAX_SNI_POOLS {
+            pools.retain(|p| p.slots_here.get() > 0);
+        }
+        let pool = Rc::new(Self {
+            health: Arc::clone(&self.health),
+            stats: Rc::clone(&self.stats),
+            host_stats: Rc::clone(&self.host_stats),
+            endpoint_stats: self.endpoint_stats.clone(),
+            sni: Some(name),
+            by_sni: std::cell::RefCell::new(Vec::new()),
+            hostname: self.hostname.clone(),
+            transport: Cell::new(self.transport.get()),
+            slots_here: Cell::new(0),
+            addr_text: self.addr_text.clone(),
+            addr: self.addr,
+            settings: Rc::clone(&self.settings),
+            h1: H1Pool::default(),
+            h2: H2Conn::default(),
+            learned: Cell::new(self.learned.get()),
+        });
+        if pools.len() < MAX_SNI_POOLS {
+            pools.push(Rc::clone(&pool));
+        }
+        pool
     }
 
     /// The host's name (its endpoint's `hostname`, or the DNS name it came from), for
@@ -160,6 +213,13 @@ impl HostPool {
         picked: Picked,
         admitted: Slot<'_>,
     ) -> Result<Response<UpstreamBody>, SendError> {
+        if self.settings.auto_sni.is_some() {
+            let named = self.for_request(req);
+            if !Rc::ptr_eq(&named, self) {
+                // Boxed: once per request of an `auto_sni` cluster only.
+                return Box::pin(named.send(req, picked, admitted)).await;
+            }
+        }
         // The request guard, which outlives this borrow, gives the slot back instead.
         admitted.hand_over();
         let request = UpstreamRequest::start(self, picked);
@@ -238,6 +298,29 @@ impl Drop for HostPool {
             self.host_stats.cx_active.dec();
         }
     }
+}
+
+/// Names kept per host and worker with `auto_sni`.
+pub(crate) const MAX_SNI_POOLS: usize = 32;
+
+/// What `auto_sni` sends for `req`: `header`'s value when given and not empty, else the
+/// request's host, without its port; `None` when that is not a DNS name or IP address.
+fn sni_of<B>(
+    req: &Request<B>,
+    header: Option<&http::HeaderName>,
+) -> Option<rustls::pki_types::ServerName<'static>> {
+    let value = header
+        .and_then(|h| req.headers().get(h))
+        .filter(|v| !v.is_empty())
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .or_else(|| (req.headers().get(http::header::HOST)).and_then(|v| v.to_str().ok()))?;
+    let host = match value.parse::<http::uri::Authority>() {
+        Ok(authority) => authority.host().to_owned(),
+        Err(_) => value.to_owned(),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    rustls::pki_types::ServerName::try_from(host.to_owned()).ok()
 }
 
 /// A `downstream` cluster's protocol for a request that came in as `version`.

@@ -32,6 +32,8 @@ pub(crate) struct UpstreamSettings {
     pub(super) h1: http1::Builder,
     pub(super) h2: http2::Builder<LocalExec>,
     pub(super) shared: Arc<SharedCluster>,
+    /// With `auto_sni`: the header the name is read from instead of the host, if any.
+    pub(super) auto_sni: Option<Option<http::HeaderName>>,
     /// Requests refused by a breaker, logged at most once a second.
     refused: LogThrottle,
 }
@@ -74,6 +76,11 @@ impl UpstreamSettings {
             h1,
             h2,
             shared,
+            // Checked as a header name at load.
+            auto_sni: cluster.auto_sni.as_ref().map(|auto| {
+                (auto.header.as_deref())
+                    .and_then(|h| http::HeaderName::from_bytes(h.as_bytes()).ok())
+            }),
             refused: LogThrottle::default(),
         }
     }

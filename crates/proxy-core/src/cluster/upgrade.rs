@@ -26,6 +26,7 @@ impl Admitted<'_> {
             host, picked, slot, ..
         } = self;
         slot.hand_over();
+        let host = host.for_request(&req);
         let request = UpstreamRequest::start(&host, picked);
         let sent = tokio::time::timeout(timeout, host.send_on_own_connection(req))
             .await

@@ -63,13 +63,15 @@ impl UpstreamTls {
         })
     }
 
-    /// The TLS handshake over a connected socket, verifying the host's certificate.
+    /// The TLS handshake over a connected socket, verifying the host's certificate. `name`:
+    /// the name to send and verify instead of the configured one (`auto_sni`).
     pub(crate) async fn connect(
         &self,
         addr: SocketAddr,
         tcp: TcpStream,
+        name: Option<&ServerName<'static>>,
     ) -> io::Result<TlsStream<TcpStream>> {
-        self.connect_with(&self.connector, addr, tcp).await
+        self.connect_with(&self.connector, addr, tcp, name).await
     }
 
     /// As [`connect`](Self::connect), offering `http/1.1` alone.
@@ -77,9 +79,10 @@ impl UpstreamTls {
         &self,
         addr: SocketAddr,
         tcp: TcpStream,
+        name: Option<&ServerName<'static>>,
     ) -> io::Result<TlsStream<TcpStream>> {
         let connector = self.http1_only.as_ref().unwrap_or(&self.connector);
-        self.connect_with(connector, addr, tcp).await
+        self.connect_with(connector, addr, tcp, name).await
     }
 
     /// As [`connect`](Self::connect), offering no protocol by ALPN.
@@ -87,8 +90,9 @@ impl UpstreamTls {
         &self,
         addr: SocketAddr,
         tcp: TcpStream,
+        name: Option<&ServerName<'static>>,
     ) -> io::Result<TlsStream<TcpStream>> {
-        self.connect_with(&self.no_alpn, addr, tcp).await
+        self.connect_with(&self.no_alpn, addr, tcp, name).await
     }
 
     async fn connect_with(
@@ -96,10 +100,11 @@ impl UpstreamTls {
         connector: &tokio_rustls::TlsConnector,
         addr: SocketAddr,
         tcp: TcpStream,
+        name: Option<&ServerName<'static>>,
     ) -> io::Result<TlsStream<TcpStream>> {
-        let name = match &self.server_name {
-            Some(name) => name.clone(),
-            None => ServerName::IpAddress(addr.ip().into()),
+        let name = match (name, &self.server_name) {
+            (Some(name), _) | (None, Some(name)) => name.clone(),
+            (None, None) => ServerName::IpAddress(addr.ip().into()),
         };
         connector.connect(name, tcp).await
     }
