@@ -1123,13 +1123,19 @@ clusters:
 
 /// `auto_sni`: each TLS connection names the request's host as it goes upstream (after a
 /// route's host rewrite, without the port) or `override_auto_sni_header`'s value, is verified
-/// against it, and is reused only for that name.
+/// against it, and is reused only for that name. `auto_host_sni`: the endpoint's hostname.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_sni_names_each_connection_for_its_request_host() {
     let dir = ScratchDir::new();
     let ca = Ca::new("origin ca");
     let ca_file = dir.write("origin-ca.pem", &ca.pem()).display().to_string();
-    let leaf = ca.leaf(&["a.internal", "b.internal", "override.internal"]);
+    let leaf = ca.leaf(&[
+        "a.internal",
+        "b.internal",
+        "override.internal",
+        "origin.internal",
+        "*.many.internal",
+    ]);
     let (origin, _o) = named_origin("origin", Some(&leaf)).await;
     let yaml = format!(
         r#"
@@ -1143,6 +1149,8 @@ listeners:
         host_rewrite: a.internal
       - match: {{ prefix: /header/ }}
         cluster: by_header
+      - match: {{ prefix: /hostname/ }}
+        cluster: by_hostname
       - match: {{ prefix: / }}
         cluster: named
 clusters:
@@ -1156,6 +1164,9 @@ clusters:
     auto_sni: true
     override_auto_sni_header: x-upstream-name
     tls: {{ ca: {ca_file} }}
+  - name: by_hostname
+    endpoints: [{{ address: "{origin}", hostname: a.internal }}]
+    tls: {{ ca: {ca_file}, server_name: origin.internal, auto_host_sni: true }}
 "#
     );
     let proxy = Proxy::start(&yaml, 1);
@@ -1180,11 +1191,38 @@ clusters:
             ok("origin sni=b.internal")
         );
     }
+    // The name in any case is one name.
+    assert_eq!(
+        fetch("/", &[("host", "B.Internal")]).await,
+        ok("origin sni=b.internal")
+    );
     // One connection per name, each kept for its own name's requests.
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
+    // An address is no name: the cluster's is sent.
+    assert_eq!(
+        fetch("/", &[("host", "127.0.0.1:80")]).await,
+        ok("origin sni=origin.internal")
+    );
     // A name the certificate does not have fails verification.
     let (status, body) = fetch("/", &[("host", "c.internal")]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    // Names a client makes up: pools kept per host are bounded, idle ones let go with
+    // their connections.
+    for i in 0..40 {
+        let host: &'static str = Box::leak(format!("n{i}.many.internal").into_boxed_str());
+        let headers: &'static [(&'static str, &'static str)] =
+            Box::leak(vec![("host", host)].into_boxed_slice());
+        let (status, body) = fetch("/", headers).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body, format!("origin sni={host}"));
+    }
+    let open = stat(admin, "upstream_cx_active");
+    assert!(open <= 33, "{open} connections open");
+    // `auto_host_sni`: the endpoint's hostname, whatever the request's host.
+    assert_eq!(
+        fetch("/hostname/", &[("host", "b.internal")]).await,
+        ok("origin sni=a.internal")
+    );
     // The header's value when given, the host otherwise.
     assert_eq!(
         fetch(

@@ -184,6 +184,7 @@ pub(crate) fn cluster_tls(raw: RawClusterTls, path: &str) -> Result<ClusterTlsCo
             &raw.subject_alt_names,
             &format!("{path}.subject_alt_names"),
         )?,
+        auto_host_sni: raw.auto_host_sni.unwrap_or(false),
     };
     crate::tls::material::check_cluster(&config)
         .map_err(|e| ConfigError::invalid(path, e.to_string()))?;

@@ -163,6 +163,10 @@ pub struct ClusterTlsConfig {
     /// certificate must be valid for `server_name` (or the host's IP address).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub subject_alt_names: Vec<san::SanMatch>,
+    /// Each host's name (its endpoint's `hostname`, or the DNS name it was resolved from),
+    /// where it has one, is sent and verified instead of `server_name` (Envoy's
+    /// `auto_host_sni`).
+    pub auto_host_sni: bool,
 }
 
 /// A certificate chain and its private key, PEM.

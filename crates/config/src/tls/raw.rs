@@ -46,6 +46,9 @@ pub struct RawClusterTls {
     /// Names the host's certificate must have one of, checked instead of `server_name`.
     #[serde(default)]
     pub subject_alt_names: Vec<crate::tls::san::RawSanMatch>,
+    /// The host's name (its endpoint's `hostname`, or its DNS name) as the name sent and
+    /// verified, where it has one.
+    pub auto_host_sni: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

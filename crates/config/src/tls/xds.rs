@@ -135,8 +135,15 @@ pub(crate) fn cluster_tls(
     let mut tls: UpstreamTlsContext = context(socket, UPSTREAM, &at)?;
     let common = tls.common_tls_context.take().unwrap_or_default();
     let sni = std::mem::take(&mut tls.sni);
+    let auto_host_sni = std::mem::take(&mut tls.auto_host_sni);
+    let sni_san_validation = std::mem::take(&mut tls.auto_sni_san_validation);
     nothing_else(&tls, fields::UPSTREAM_TLS_CONTEXT, &at)?;
     let mut parts = common_context(common, &format!("{at}.common_tls_context"))?;
+    // The name sent is verified here whenever no SAN matchers decide: replacing them with it
+    // (`auto_sni_san_validation`) is leaving them out.
+    if sni_san_validation {
+        parts.subject_alt_names.clear();
+    }
     // The protocol offered is the cluster's own (`h2` or `http/1.1`).
     if !parts.alpn.is_empty() {
         return Err(ResourceError::Unsupported {
@@ -161,6 +168,7 @@ pub(crate) fn cluster_tls(
             }),
         min_version: parts.min_version,
         subject_alt_names: parts.subject_alt_names,
+        auto_host_sni: auto_host_sni.then_some(true),
     };
     Ok((raw, parts.secrets))
 }
@@ -364,5 +372,74 @@ pub(super) fn pem_or_path(source: Option<DataSource>, at: &str) -> Result<String
             at,
             "expected a `filename` or inline PEM",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CertificateValidationContext, SubjectAltNameMatcher, UpstreamTlsContext,
+        subject_alt_name_matcher::SanType,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    use super::*;
+
+    fn socket(context: &UpstreamTlsContext) -> TransportSocket {
+        let any = envoy_types::pb::google::protobuf::Any {
+            type_url: UPSTREAM.into(),
+            value: prost::Message::encode_to_vec(context),
+        };
+        TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(transport_socket::ConfigType::TypedConfig(any)),
+        }
+    }
+
+    /// `auto_host_sni` is kept; `auto_sni_san_validation` leaves the SAN matchers out (the
+    /// name sent is what is verified then); a plain-text socket is told apart.
+    #[test]
+    fn host_names_and_sni_validation_translate() {
+        let matcher = SubjectAltNameMatcher {
+            san_type: SanType::Dns as i32,
+            matcher: Some(StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Exact("a.internal".into())),
+                ignore_case: false,
+            }),
+            oid: String::new(),
+        };
+        let context = |sni_san_validation: bool| UpstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                validation_context_type: Some(
+                    common_tls_context::ValidationContextType::ValidationContext(
+                        CertificateValidationContext {
+                            trusted_ca: Some(DataSource {
+                                specifier: Some(data_source::Specifier::Filename(
+                                    "/etc/ca.pem".into(),
+                                )),
+                                ..Default::default()
+                            }),
+                            match_typed_subject_alt_names: vec![matcher.clone()],
+                            ..Default::default()
+                        },
+                    ),
+                ),
+                ..Default::default()
+            }),
+            auto_host_sni: true,
+            auto_sni_san_validation: sni_san_validation,
+            ..Default::default()
+        };
+        let (raw, _) = cluster_tls(socket(&context(false)), "cluster `c`").unwrap();
+        assert_eq!(raw.auto_host_sni, Some(true));
+        assert_eq!(raw.subject_alt_names.len(), 1);
+        let (raw, _) = cluster_tls(socket(&context(true)), "cluster `c`").unwrap();
+        assert!(raw.subject_alt_names.is_empty());
+        let plain = TransportSocket {
+            name: "envoy.transport_sockets.raw_buffer".into(),
+            config_type: None,
+        };
+        assert!(is_raw_buffer(&plain));
+        assert!(!is_raw_buffer(&socket(&context(false))));
     }
 }

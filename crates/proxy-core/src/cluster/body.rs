@@ -61,6 +61,7 @@ impl UpstreamRequest {
         pool.stats.rq_total.inc();
         pool.stats.rq_active.inc();
         pool.host_stats.rq_active.inc();
+        pool.in_flight.set(pool.in_flight.get() + 1);
         if let Some(endpoint) = &pool.endpoint_stats {
             endpoint.rq_total.inc();
         }
@@ -89,6 +90,7 @@ impl Drop for UpstreamRequest {
         }
         self.pool.stats.rq_active.dec();
         self.pool.host_stats.rq_active.dec();
+        (self.pool.in_flight).set(self.pool.in_flight.get().saturating_sub(1));
         self.pool
             .stats
             .rq_time

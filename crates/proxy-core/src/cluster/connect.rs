@@ -58,12 +58,12 @@ impl HostPool {
                 tracing::debug!(%addr, %error, "cannot set TCP keep-alive on an upstream connection");
             }
             let shared = &self.settings.shared;
-            let transport = shared.transport_of(addr);
-            self.transport.set(transport);
-            let Some(tls) = shared.tls(transport) else {
+            let Some(tls) = shared.tls(shared.transport_of(addr)) else {
                 return Ok(Either::Left(stream));
             };
-            let name = self.sni.as_ref();
+            // The request's name (`auto_sni`), else the host's own (`auto_host_sni`).
+            let host_name = self.host_sni.as_ref().filter(|_| tls.names_hosts());
+            let name = self.sni.as_ref().or(host_name);
             let handshake = match offer {
                 Offer::Cluster => tls.connect(addr, stream, name).await,
                 Offer::Http1 => tls.connect_http1(addr, stream, name).await,

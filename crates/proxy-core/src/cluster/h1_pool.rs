@@ -71,6 +71,12 @@ impl H1Pool {
         next
     }
 
+    /// Closes the idle connections of a pool let go while others hold it: how many there
+    /// were.
+    pub(super) fn close_idle_now(&self) -> usize {
+        std::mem::take(&mut *self.idle.borrow_mut()).len()
+    }
+
     /// Closes the idle connections, for a pool being dropped: how many there were.
     pub(super) fn close_idle(&mut self) -> usize {
         let idle = std::mem::take(self.idle.get_mut());

@@ -56,6 +56,12 @@ impl H2Conn {
         }
     }
 
+    /// Retires the current connection, if any: it takes no new stream and closes once its
+    /// streams are done.
+    pub(super) fn retire_current(&self) {
+        self.sender.borrow_mut().take();
+    }
+
     /// Retires connection `generation` if it is still the current one.
     fn retire(&self, generation: u64) -> bool {
         if self.generation.get() != generation {

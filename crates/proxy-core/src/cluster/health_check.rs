@@ -57,6 +57,10 @@ pub(super) async fn check_host(
     let mut passing = true;
     let (mut successes, mut failures) = (0u32, 0u32);
     let mut first_check = true;
+    // The host's own name, for TLS settings that send it (`auto_host_sni`).
+    let host_name = cluster
+        .hostname_of(addr)
+        .and_then(|name| rustls::pki_types::ServerName::try_from(name).ok());
     // The first check soon after start, spread by the jitter.
     tokio::time::sleep(rng.up_to(config.jitter)).await;
     loop {
@@ -66,6 +70,7 @@ pub(super) async fn check_host(
             &cluster.name,
             &config,
             cluster.tls(cluster.transport_of(addr)),
+            host_name.as_ref(),
             cluster.protocol,
         )
         .await;
@@ -132,8 +137,10 @@ async fn check_once(
     cluster: &str,
     config: &HealthCheckConfig,
     tls: Option<&UpstreamTls>,
+    host_name: Option<&rustls::pki_types::ServerName<'static>>,
     protocol: UpstreamProtocol,
 ) -> Verdict {
+    let name = host_name.filter(|_| tls.is_some_and(UpstreamTls::names_hosts));
     let attempt = async {
         if config.tcp {
             return tcp_check(addr, config).await;
@@ -147,7 +154,7 @@ async fn check_once(
         if config.grpc.is_some() {
             let answer = match tls {
                 None => grpc_h2(stream, req, "http").await,
-                Some(tls) => match tls.connect(addr, stream, None).await {
+                Some(tls) => match tls.connect(addr, stream, name).await {
                     // An `auto` cluster's host may choose HTTP/1.1, which gRPC cannot use.
                     Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
                         grpc_h2(stream, req, "https").await
@@ -161,7 +168,7 @@ async fn check_once(
             // Cleartext HTTP/2 clusters speak it with prior knowledge.
             None if protocol == UpstreamProtocol::Http2 => send_h2(stream, req, "http").await,
             None => send_h1(stream, req).await,
-            Some(tls) => match tls.connect(addr, stream, None).await {
+            Some(tls) => match tls.connect(addr, stream, name).await {
                 // ALPN `h2` on an HTTP/2 cluster: the check speaks HTTP/2 too.
                 Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
                     send_h2(stream, req, "https").await

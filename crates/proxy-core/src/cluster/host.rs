@@ -37,20 +37,22 @@ pub(crate) struct HostPool {
     by_sni: std::cell::RefCell<Vec<Rc<HostPool>>>,
     /// The host's name, for routes with `auto_host_rewrite`.
     hostname: Option<http::HeaderValue>,
-    /// Connection slots this worker holds for the host (connections open or being opened).
-    pub(super) slots_here: Cell<u32>,
+    /// The same as TLS sends it, for TLS settings with `auto_host_sni`.
+    pub(super) host_sni: Option<rustls::pki_types::ServerName<'static>>,
+    /// Connection slots this worker holds for the host (connections open or being opened),
+    /// shared by the host's pools for each name (`auto_sni`).
+    pub(super) slots_here: Rc<Cell<u32>>,
+    /// Requests of this pool in flight (sent, or waiting for a connection).
+    pub(super) in_flight: Cell<u32>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
     pub(super) settings: Rc<UpstreamSettings>,
     pub(super) h1: H1Pool,
     pub(super) h2: H2Conn,
-    /// Which of the cluster's transports the host was last reached by (its transport socket
-    /// match).
-    pub(super) transport: Cell<usize>,
     /// For an `auto` cluster, what the host chose by ALPN on the last connection that asked;
-    /// `None` until then.
-    pub(super) learned: Cell<Option<UpstreamProtocol>>,
+    /// `None` until then. Shared by the host's pools for each name.
+    pub(super) learned: Rc<Cell<Option<UpstreamProtocol>>>,
 }
 
 impl HostPool {
@@ -61,10 +63,9 @@ impl HostPool {
         addr: SocketAddr,
         settings: Rc<UpstreamSettings>,
     ) -> Self {
-        let hostname = settings
-            .shared
-            .hostname_of(addr)
-            .and_then(|name| http::HeaderValue::from_str(&name).ok());
+        let name = settings.shared.hostname_of(addr);
+        let host_sni = (name.clone()).and_then(|n| rustls::pki_types::ServerName::try_from(n).ok());
+        let hostname = name.and_then(|name| http::HeaderValue::from_str(&name).ok());
         Self {
             health: settings.shared.health.counters(addr),
             stats,
@@ -73,15 +74,16 @@ impl HostPool {
             sni: None,
             by_sni: std::cell::RefCell::new(Vec::new()),
             hostname,
-            transport: Cell::new(settings.shared.transport_of(addr)),
-            slots_here: Cell::new(0),
+            host_sni,
+            slots_here: Rc::new(Cell::new(0)),
+            in_flight: Cell::new(0),
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
             settings,
             h1: H1Pool::default(),
             h2: H2Conn::default(),
-            learned: Cell::new(None),
+            learned: Rc::new(Cell::new(None)),
         }
     }
 
@@ -89,28 +91,40 @@ impl HostPool {
         self.addr
     }
 
-    /// The pool of this host for `req`'s name, with `auto_sni`: connections named for one
-    /// host are not reused for another. This pool itself without `auto_sni`, or when the
-    /// request names nothing that can be sent as SNI. At most [`MAX_SNI_POOLS`] names are
-    /// kept per host and worker (a client may name any host): past that, pools without a
-    /// connection are let go, and a name beyond them gets a pool for its request alone.
-    pub(crate) fn for_request<B>(self: &Rc<Self>, req: &Request<B>) -> Rc<HostPool> {
+    /// The pool of this host for `req`'s name, with `auto_sni` over TLS: connections named for
+    /// one host are not reused for another. This pool itself without `auto_sni`, in plain
+    /// text, or when the request names no DNS name. At most [`MAX_SNI_POOLS`] names are kept
+    /// per host and worker (a client may name any host): past that, pools with no request in
+    /// flight are closed, and with none such the request is refused (`max_connections`).
+    pub(crate) fn for_request<B>(
+        self: &Rc<Self>,
+        req: &Request<B>,
+    ) -> Result<Rc<HostPool>, ProxyError> {
         let Some(header) = &self.settings.auto_sni else {
-            return Rc::clone(self);
+            return Ok(Rc::clone(self));
         };
         // A named pool is one of the host's; requests reach it through the host's own.
-        if self.sni.is_some() {
-            return Rc::clone(self);
+        if self.sni.is_some() || !self.tls() {
+            return Ok(Rc::clone(self));
         }
         let Some(name) = sni_of(req, header.as_ref()) else {
-            return Rc::clone(self);
+            return Ok(Rc::clone(self));
         };
         let mut pools = self.by_sni.borrow_mut();
         if let Some(pool) = pools.iter().find(|p| p.sni.as_ref() == Some(&name)) {
-            return Rc::clone(pool);
+            return Ok(Rc::clone(pool));
         }
         if pools.len() >= MAX_SNI_POOLS {
-            pools.retain(|p| p.slots_here.get() > 0);
+            pools.retain(|p| {
+                let busy = p.in_flight.get() > 0;
+                if !busy {
+                    p.close();
+                }
+                busy
+            });
+        }
+        if pools.len() >= MAX_SNI_POOLS {
+            return Err(ProxyError::Overflow(crate::error::Overflow::Connections));
         }
         let pool = Rc::new(Self {
             health: Arc::clone(&self.health),
@@ -120,19 +134,27 @@ impl HostPool {
             sni: Some(name),
             by_sni: std::cell::RefCell::new(Vec::new()),
             hostname: self.hostname.clone(),
-            transport: Cell::new(self.transport.get()),
-            slots_here: Cell::new(0),
+            host_sni: self.host_sni.clone(),
+            slots_here: Rc::clone(&self.slots_here),
+            in_flight: Cell::new(0),
             addr_text: self.addr_text.clone(),
             addr: self.addr,
             settings: Rc::clone(&self.settings),
             h1: H1Pool::default(),
             h2: H2Conn::default(),
-            learned: Cell::new(self.learned.get()),
+            learned: Rc::clone(&self.learned),
         });
-        if pools.len() < MAX_SNI_POOLS {
-            pools.push(Rc::clone(&pool));
+        pools.push(Rc::clone(&pool));
+        Ok(pool)
+    }
+
+    /// Closes a pool let go: its idle HTTP/1.1 connections now, its HTTP/2 connection once
+    /// its streams are done (it takes no new one).
+    fn close(&self) {
+        for _ in 0..self.h1.close_idle_now() {
+            self.host_stats.cx_active.dec();
         }
-        pool
+        self.h2.retire_current();
     }
 
     /// The host's name (its endpoint's `hostname`, or the DNS name it came from), for
@@ -171,9 +193,10 @@ impl HostPool {
         }
     }
 
-    /// Whether the host is reached over TLS.
+    /// Whether the host is reached over TLS (by its transport as of now).
     pub(crate) fn tls(&self) -> bool {
-        self.settings.shared.tls(self.transport.get()).is_some()
+        let shared = &self.settings.shared;
+        shared.tls(shared.transport_of(self.addr)).is_some()
     }
 
     pub(crate) fn stats(&self) -> &ClusterStats {
@@ -214,7 +237,11 @@ impl HostPool {
         admitted: Slot<'_>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         if self.settings.auto_sni.is_some() {
-            let named = self.for_request(req);
+            let named = match self.for_request(req) {
+                Ok(named) => named,
+                // The slot and the pick are given back as they drop.
+                Err(error) => return Err(SendError::unsent(error)),
+            };
             if !Rc::ptr_eq(&named, self) {
                 // Boxed: once per request of an `auto_sni` cluster only.
                 return Box::pin(named.send(req, picked, admitted)).await;
@@ -260,6 +287,12 @@ impl HostPool {
                 error: ProxyError::Overflow(_) | ProxyError::ClientAborted { .. },
                 ..
             }) => None,
+            // The name was the client's to choose (`auto_sni`): a certificate not valid for
+            // it says nothing of the host.
+            Err(SendError {
+                error: ProxyError::UpstreamTls { .. },
+                ..
+            }) if self.sni.is_some() => None,
             Err(_) => Some(TryOutcome::NoResponse),
         };
         if let Some(outcome) = outcome {
@@ -319,8 +352,9 @@ fn sni_of<B>(
         Ok(authority) => authority.host().to_owned(),
         Err(_) => value.to_owned(),
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    rustls::pki_types::ServerName::try_from(host.to_owned()).ok()
+    // An address is no name to send (as Envoy, the cluster's stays).
+    let name = rustls::pki_types::ServerName::try_from(host.to_ascii_lowercase()).ok()?;
+    matches!(name, rustls::pki_types::ServerName::DnsName(_)).then_some(name)
 }
 
 /// A `downstream` cluster's protocol for a request that came in as `version`.

@@ -25,8 +25,9 @@ impl Admitted<'_> {
         let Admitted {
             host, picked, slot, ..
         } = self;
+        // Refused: the slot and the pick are given back as they drop.
+        let host = host.for_request(&req)?;
         slot.hand_over();
-        let host = host.for_request(&req);
         let request = UpstreamRequest::start(&host, picked);
         let sent = tokio::time::timeout(timeout, host.send_on_own_connection(req))
             .await

@@ -528,6 +528,7 @@ mod tests {
                 client_certificate: None,
                 min_version: config::TlsVersion::Tls12,
                 subject_alt_names: Vec::new(),
+                auto_host_sni: false,
             });
             cluster
         };

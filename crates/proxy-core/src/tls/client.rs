@@ -23,6 +23,8 @@ pub(crate) struct UpstreamTls {
     no_alpn: tokio_rustls::TlsConnector,
     /// The configured name; `None`: each host's IP address.
     server_name: Option<ServerName<'static>>,
+    /// Each host's own name, where it has one, instead (`auto_host_sni`).
+    host_names: bool,
 }
 
 impl UpstreamTls {
@@ -60,7 +62,13 @@ impl UpstreamTls {
             http1_only,
             no_alpn,
             server_name,
+            host_names: spec.auto_host_sni,
         })
+    }
+
+    /// Whether each host's own name is sent and verified, where it has one.
+    pub(crate) fn names_hosts(&self) -> bool {
+        self.host_names
     }
 
     /// The TLS handshake over a connected socket, verifying the host's certificate. `name`:
