@@ -1218,6 +1218,9 @@ clusters:
     }
     let open = stat(admin, "upstream_cx_active");
     assert!(open <= 33, "{open} connections open");
+    // The host's own count agrees with the cluster's (each closed connection counted out
+    // once).
+    assert_eq!(stat(admin, "host_cx_active"), open);
     // `auto_host_sni`: the endpoint's hostname, whatever the request's host.
     assert_eq!(
         fetch("/hostname/", &[("host", "b.internal")]).await,

@@ -71,10 +71,10 @@ impl H1Pool {
         next
     }
 
-    /// Closes the idle connections of a pool let go while others hold it: how many there
-    /// were.
-    pub(super) fn close_idle_now(&self) -> usize {
-        std::mem::take(&mut *self.idle.borrow_mut()).len()
+    /// Closes the idle connections of a pool let go while others hold it.
+    pub(super) fn close_idle_now(&self) {
+        let idle = std::mem::take(&mut *self.idle.borrow_mut());
+        drop(idle);
     }
 
     /// Closes the idle connections, for a pool being dropped: how many there were.

@@ -94,8 +94,9 @@ impl HostPool {
     /// The pool of this host for `req`'s name, with `auto_sni` over TLS: connections named for
     /// one host are not reused for another. This pool itself without `auto_sni`, in plain
     /// text, or when the request names no DNS name. At most [`MAX_SNI_POOLS`] names are kept
-    /// per host and worker (a client may name any host): past that, pools with no request in
-    /// flight are closed, and with none such the request is refused (`max_connections`).
+    /// per host and worker (a client may name any host): past that, the least recently used
+    /// with no request in flight is closed, and with none such the request is refused
+    /// (`max_connections`, counted in `upstream_cx_overflow`).
     pub(crate) fn for_request<B>(
         self: &Rc<Self>,
         req: &Request<B>,
@@ -111,20 +112,21 @@ impl HostPool {
             return Ok(Rc::clone(self));
         };
         let mut pools = self.by_sni.borrow_mut();
-        if let Some(pool) = pools.iter().find(|p| p.sni.as_ref() == Some(&name)) {
-            return Ok(Rc::clone(pool));
+        // Kept in the order of their last use, the least recent first.
+        if let Some(i) = pools.iter().position(|p| p.sni.as_ref() == Some(&name)) {
+            let pool = pools.remove(i);
+            pools.push(Rc::clone(&pool));
+            return Ok(pool);
         }
         if pools.len() >= MAX_SNI_POOLS {
-            pools.retain(|p| {
-                let busy = p.in_flight.get() > 0;
-                if !busy {
-                    p.close();
+            // The least recently used name with no request in flight is let go.
+            match pools.iter().position(|p| p.in_flight.get() == 0) {
+                Some(i) => pools.remove(i).close(),
+                None => {
+                    self.stats.cx_overflow.inc();
+                    return Err(ProxyError::Overflow(crate::error::Overflow::Connections));
                 }
-                busy
-            });
-        }
-        if pools.len() >= MAX_SNI_POOLS {
-            return Err(ProxyError::Overflow(crate::error::Overflow::Connections));
+            }
         }
         let pool = Rc::new(Self {
             health: Arc::clone(&self.health),
@@ -148,12 +150,11 @@ impl HostPool {
         Ok(pool)
     }
 
-    /// Closes a pool let go: its idle HTTP/1.1 connections now, its HTTP/2 connection once
-    /// its streams are done (it takes no new one).
+    /// Closes a pool let go: its idle HTTP/1.1 connections now (each counts itself out as
+    /// it drops, the pool still being there), its HTTP/2 connection once its streams are
+    /// done (it takes no new one).
     fn close(&self) {
-        for _ in 0..self.h1.close_idle_now() {
-            self.host_stats.cx_active.dec();
-        }
+        self.h1.close_idle_now();
         self.h2.retire_current();
     }
 
