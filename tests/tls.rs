@@ -1426,6 +1426,17 @@ mod sds {
         ("edge".into(), any(&l))
     }
 
+    /// The real binary, configured by `server` alone (ADS), with an admin listener.
+    fn ads_proxy(server: &ManagementServer) -> Proxy {
+        Proxy::start(
+            &format!(
+                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
+                server.local_addr()
+            ),
+            1,
+        )
+    }
+
     fn config_dump(proxy: &Proxy) -> serde_json::Value {
         let (status, body) = admin_request(proxy.admin.unwrap(), "GET", "/config_dump");
         assert_eq!(status, 200, "{body}");
@@ -1462,13 +1473,7 @@ mod sds {
             type_url::ENDPOINT,
             vec![("backend".into(), any(&endpoints))],
         );
-        let proxy = Proxy::start(
-            &format!(
-                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
-                server.local_addr()
-            ),
-            1,
-        );
+        let proxy = ads_proxy(&server);
 
         // It asks for the two secrets, and waits for them.
         assert!(
@@ -1745,13 +1750,7 @@ mod sds {
             type_url::ENDPOINT,
             vec![("backend".into(), any(&endpoints))],
         );
-        let proxy = Proxy::start(
-            &format!(
-                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
-                server.local_addr()
-            ),
-            1,
-        );
+        let proxy = ads_proxy(&server);
         // The cluster asks for its CA, and waits for it.
         assert!(
             server
@@ -1887,13 +1886,7 @@ mod sds {
             type_url::ENDPOINT,
             vec![("backend".into(), any(&endpoints))],
         );
-        let proxy = Proxy::start(
-            &format!(
-                "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
-                server.local_addr()
-            ),
-            1,
-        );
+        let proxy = ads_proxy(&server);
         let mut addr: Option<SocketAddr> = None;
         eventually("the listener in force", async || {
             let dump = config_dump(&proxy);

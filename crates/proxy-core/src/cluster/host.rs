@@ -108,16 +108,28 @@ impl HostPool {
         if self.sni.is_some() || !self.tls() {
             return Ok(Rc::clone(self));
         }
-        let Some(name) = sni_of(req, header.as_ref()) else {
+        let Some(host) = sni_host(req, header.as_ref()) else {
             return Ok(Rc::clone(self));
         };
         let mut pools = self.by_sni.borrow_mut();
-        // Kept in the order of their last use, the least recent first.
-        if let Some(i) = pools.iter().position(|p| p.sni.as_ref() == Some(&name)) {
+        // Kept in the order of their last use, the least recent first. Found by the name as
+        // written: a kept name costs no allocation.
+        let named = |p: &Rc<HostPool>| match &p.sni {
+            Some(rustls::pki_types::ServerName::DnsName(dns)) => {
+                dns.as_ref().eq_ignore_ascii_case(host)
+            }
+            _ => false,
+        };
+        if let Some(i) = pools.iter().position(named) {
             let pool = pools.remove(i);
             pools.push(Rc::clone(&pool));
             return Ok(pool);
         }
+        // An address is no name to send (as Envoy, the cluster's stays).
+        let name = match rustls::pki_types::ServerName::try_from(host.to_ascii_lowercase()) {
+            Ok(name @ rustls::pki_types::ServerName::DnsName(_)) => name,
+            _ => return Ok(Rc::clone(self)),
+        };
         if pools.len() >= MAX_SNI_POOLS {
             // The least recently used name with no request in flight is let go.
             match pools.iter().position(|p| p.in_flight.get() == 0) {
@@ -337,25 +349,23 @@ impl Drop for HostPool {
 /// Names kept per host and worker with `auto_sni`.
 pub(crate) const MAX_SNI_POOLS: usize = 32;
 
-/// What `auto_sni` sends for `req`: `header`'s value when given and not empty, else the
-/// request's host, without its port; `None` when that is not a DNS name or IP address.
-fn sni_of<B>(
-    req: &Request<B>,
-    header: Option<&http::HeaderName>,
-) -> Option<rustls::pki_types::ServerName<'static>> {
+/// The host `auto_sni` sends for `req`: `header`'s value when given and not empty, else the
+/// request's host, without its port (and an IPv6 address's brackets).
+fn sni_host<'r, B>(req: &'r Request<B>, header: Option<&http::HeaderName>) -> Option<&'r str> {
     let value = header
         .and_then(|h| req.headers().get(h))
         .filter(|v| !v.is_empty())
         .and_then(|v| v.to_str().ok())
         .or_else(|| req.uri().authority().map(|a| a.as_str()))
         .or_else(|| (req.headers().get(http::header::HOST)).and_then(|v| v.to_str().ok()))?;
-    let host = match value.parse::<http::uri::Authority>() {
-        Ok(authority) => authority.host().to_owned(),
-        Err(_) => value.to_owned(),
+    let host = match value.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or(bracketed),
+        None => match value.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => value,
+        },
     };
-    // An address is no name to send (as Envoy, the cluster's stays).
-    let name = rustls::pki_types::ServerName::try_from(host.to_ascii_lowercase()).ok()?;
-    matches!(name, rustls::pki_types::ServerName::DnsName(_)).then_some(name)
+    Some(host).filter(|h| !h.is_empty())
 }
 
 /// A `downstream` cluster's protocol for a request that came in as `version`.
@@ -388,5 +398,40 @@ impl SendError {
             error,
             unsent: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sni_host;
+
+    fn host_of(host: &str, header: Option<(&str, &str)>) -> Option<String> {
+        let mut req = http::Request::get("/").header(http::header::HOST, host);
+        if let Some((name, value)) = header {
+            req = req.header(name, value);
+        }
+        let req = req.body(()).unwrap();
+        let name = http::HeaderName::from_static("x-sni");
+        sni_host(&req, Some(&name)).map(str::to_owned)
+    }
+
+    #[test]
+    fn the_name_is_the_host_without_its_port_or_the_header_s_value() {
+        assert_eq!(
+            host_of("a.internal:8443", None).as_deref(),
+            Some("a.internal")
+        );
+        assert_eq!(host_of("a.internal", None).as_deref(), Some("a.internal"));
+        assert_eq!(host_of("[::1]:80", None).as_deref(), Some("::1"));
+        assert_eq!(
+            host_of("a.internal", Some(("x-sni", "b.internal"))).as_deref(),
+            Some("b.internal")
+        );
+        // An empty header's value does not count.
+        assert_eq!(
+            host_of("a.internal", Some(("x-sni", ""))).as_deref(),
+            Some("a.internal")
+        );
+        assert_eq!(host_of(":80", None), None);
     }
 }

@@ -159,13 +159,12 @@ pub(crate) struct ParkedCtx {
     requests: u32,
     last_active: Instant,
     opened: Instant,
-    client_cert: Option<Box<ClientCertificate>>,
 }
 
 impl ConnCtx {
     /// The context's fields for parking, if nothing else holds it (else the context back).
-    /// Only an idle HTTP/1.1 connection is parked: nothing is in flight, no tunnel is open,
-    /// and nothing waits on `retire`.
+    /// Only an idle cleartext HTTP/1.1 connection is parked: nothing is in flight, no tunnel
+    /// is open, nothing waits on `retire`, and there is no client certificate.
     pub(crate) fn park(this: Rc<ConnCtx>) -> Result<ParkedCtx, Rc<ConnCtx>> {
         let ctx = Rc::try_unwrap(this)?;
         Ok(ParkedCtx {
@@ -176,7 +175,6 @@ impl ConnCtx {
             requests: ctx.requests.get(),
             last_active: ctx.last_active.get(),
             opened: ctx.opened,
-            client_cert: ctx.client_cert,
         })
     }
 }
@@ -188,7 +186,6 @@ impl ParkedCtx {
         let mut ctx = ConnCtx::new(self.peer, self.local, self.listener, self.worker);
         ctx.requests.set(self.requests);
         ctx.opened = self.opened;
-        ctx.client_cert = self.client_cert;
         Rc::new(ctx)
     }
 
