@@ -108,3 +108,77 @@ clusters:
         )]
     );
 }
+
+/// A logger's `filter` picks its lines by status, flags and what the request sent; a logger
+/// without one writes every exchange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_picks_the_exchanges_a_logger_writes() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let closed = closed_port();
+    let logs = ScratchDir::new();
+    let picked = logs.0.join("picked.log");
+    let every = logs.0.join("every.log");
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    access_log:
+      - path: "{picked}"
+        format: "%PATH% %RESPONSE_CODE% %RESPONSE_FLAGS%\n"
+        filter:
+          or:
+            - response_flags: [UF]
+            - expression: "request.headers['x-debug'] == '1' && response.code < 300"
+            - and:
+                - status_code: {{ eq: 404 }}
+                - header: {{ name: user-agent, prefix: probe }}
+      - path: "{every}"
+        format: "%PATH%\n"
+    routes:
+      - match: {{ prefix: /dead }}
+        cluster: dead
+      - match: {{ prefix: /missing }}
+        direct_response: {{ status: 404 }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{backend}]
+  - name: dead
+    endpoints: [{dead}]
+"#,
+        picked = picked.display(),
+        every = every.display(),
+        backend = noop.local_addr(),
+        dead = closed.addr,
+    );
+    // One worker: its lines reach each file in the order of the requests.
+    let proxy = Proxy::start(&config, 1);
+    for (path, headers, status) in [
+        ("/quiet", vec![], 200),
+        ("/debug", vec![("x-debug", "1")], 200),
+        ("/dead", vec![], 503),
+        ("/missing/browser", vec![("user-agent", "browser")], 404),
+        ("/missing/probe", vec![("user-agent", "probe/1")], 404),
+        ("/dead/debug", vec![("x-debug", "1")], 503),
+    ] {
+        let response = send_h1(proxy.addr(), get(path, &headers)).await;
+        assert_eq!(response.status(), status, "{path}");
+        text(response.into_body()).await;
+    }
+    let lines = wait_for_lines(&picked, 4);
+    assert_eq!(
+        lines,
+        [
+            "/debug 200 -",
+            "/dead 503 UF",
+            "/missing/probe 404 -",
+            "/dead/debug 503 UF"
+        ]
+    );
+    assert_eq!(wait_for_lines(&every, 6).len(), 6);
+}

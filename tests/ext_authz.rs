@@ -508,6 +508,141 @@ fn a_bad_ext_authz_config_names_its_key() {
     );
 }
 
+/// Several services in one chain (Envoy Gateway's one per policy), named `ext_authz/NAME`:
+/// each asked in chain order where its routes turn it on, each allow's headers its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_services_are_asked_in_order_where_routes_turn_them_on() {
+    let upstream = upstream().await;
+    let users = grpc_sidecar(alice_only()).await;
+    let tenants = grpc_sidecar(AuthzRules {
+        allow_if: Some(("x-tenant".into(), "blue".into())),
+        deny_status: 403,
+        deny_body: "wrong tenant\n".into(),
+        add_headers: vec![("x-authz-tenant".into(), "blue".into())],
+        response_headers: vec![("x-tenant-checked".into(), "yes".into())],
+        ..AuthzRules::default()
+    })
+    .await;
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http_filters:
+      - ext_authz/users: {{ grpc: {{ address: {users} }} }}
+      - ext_authz/tenants: {{ grpc: {{ address: {tenants} }} }}
+    routes:
+      - match: {{ prefix: /users-only }}
+        cluster: backend
+        filters: {{ ext_authz/tenants: disabled }}
+      - match: {{ prefix: /tenants-only }}
+        cluster: backend
+        filters: {{ ext_authz/users: disabled }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#,
+        users = users.local_addr().unwrap(),
+        tenants = tenants.local_addr().unwrap(),
+        upstream = upstream.local_addr(),
+    );
+    let proxy = Proxy::start(&config, 1);
+    let ask = |path: &'static str, headers: Vec<(&'static str, &'static str)>| {
+        let addr = proxy.addr();
+        async move {
+            let response = send_h1(addr, get(path, &headers)).await;
+            let (parts, body) = response.into_parts();
+            (parts.status, parts.headers, text(body).await)
+        }
+    };
+
+    let (status, headers, _) = ask("/users-only", vec![("x-user", "alice")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-authz-checked"], "yes");
+    assert!(!headers.contains_key("x-tenant-checked"));
+    assert_eq!((users.checks(), tenants.checks()), (1, 0));
+
+    let (status, headers, _) = ask("/tenants-only", vec![("x-tenant", "blue")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-tenant-checked"], "yes");
+    assert!(!headers.contains_key("x-authz-checked"));
+    assert_eq!((users.checks(), tenants.checks()), (1, 1));
+
+    // Both: each allow adds its own headers upstream and downstream.
+    let (status, headers, body) = ask(
+        "/",
+        vec![
+            ("x-user", "alice"),
+            ("x-tenant", "blue"),
+            ("x-noop-echo", "headers"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("x-authz-user: alice"), "{body}");
+    assert!(body.contains("x-authz-tenant: blue"), "{body}");
+    assert_eq!(headers["x-authz-checked"], "yes");
+    assert_eq!(headers["x-tenant-checked"], "yes");
+    assert_eq!((users.checks(), tenants.checks()), (2, 2));
+
+    // The second denies after the first allowed; a denial by the first asks no further.
+    let (status, _, body) = ask("/", vec![("x-user", "alice"), ("x-tenant", "red")]).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::FORBIDDEN, "wrong tenant\n")
+    );
+    let (status, _, body) = ask("/", vec![("x-user", "mallory"), ("x-tenant", "blue")]).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::UNAUTHORIZED, "no entry\n")
+    );
+    assert_eq!((users.checks(), tenants.checks()), (4, 3));
+    assert_eq!(
+        upstream.requests(),
+        3,
+        "denied requests never reach the upstream"
+    );
+
+    let dump = admin_request(proxy.admin.unwrap(), "GET", "/config_dump").1;
+    assert!(dump.contains("ext_authz/tenants"), "{dump}");
+}
+
+/// Two filters of a type need names; a route must name a filter the chain has.
+#[test]
+fn filters_of_one_type_are_named_and_routes_name_them() {
+    let validate = |yaml: &str| {
+        let dir = ScratchDir::new();
+        let path = dir.write("legate.yaml", yaml);
+        let out = std::process::Command::new(BIN)
+            .args(["validate", "-c"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{yaml}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let listener = |filters: &str, route_filters: &str| {
+        format!(
+            "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    http_filters:\n{filters}    routes:\n      - match: {{ prefix: / }}\n        direct_response: {{ status: 200 }}\n        filters: {{ {route_filters} }}\n"
+        )
+    };
+    let two = "      - ext_authz: { grpc: { address: 127.0.0.1:9191 } }\n      - ext_authz: { grpc: { address: 127.0.0.1:9192 } }\n";
+    let stderr = validate(&listener(two, "ext_authz: disabled"));
+    assert!(
+        stderr.contains("http_filters[1].ext_authz: `ext_authz` is already in the chain"),
+        "{stderr}"
+    );
+    let named = "      - ext_authz/a: { grpc: { address: 127.0.0.1:9191 } }\n";
+    let stderr = validate(&listener(named, "ext_authz/b: disabled"));
+    assert!(
+        stderr.contains("routes[0].filters.ext_authz/b: the listener has no `ext_authz/b` filter"),
+        "{stderr}"
+    );
+}
+
 /// A service that names a framing header (`content-length`, `transfer-encoding`) or a
 /// hop-by-hop one cannot desynchronise the client: the proxy frames its replies itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

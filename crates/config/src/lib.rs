@@ -24,6 +24,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod cel;
 pub mod cluster;
 mod envoy;
 pub mod filters;

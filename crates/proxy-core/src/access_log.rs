@@ -20,8 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, StatusCode, Version};
 
+use config::access_log::filter::LogFacts;
 use config::access_log::{
-    AccessLogConfig, Field, HeaderField, JsonFormat, LogFormat, LogTarget, OtlpLogTarget,
+    AccessLogConfig, Field, HeaderField, JsonFormat, LogFilter, LogFormat, LogTarget, OtlpLogTarget,
 };
 
 use crate::error::ResponseFlag;
@@ -222,6 +223,8 @@ struct Output {
     json: Option<JsonFormat>,
     /// A record's attributes (collectors only).
     attributes: Vec<(String, LogFormat)>,
+    /// Which exchanges it writes; `None`: all.
+    filter: Option<LogFilter>,
     sink: OutputSink,
 }
 
@@ -264,10 +267,23 @@ impl WorkerLog {
                     list.push(header.clone());
                 }
             }
+            // The headers its filter reads, kept whole.
+            let read = config.filter.iter().flat_map(LogFilter::headers);
+            for name in read {
+                let whole = HeaderField {
+                    name,
+                    alternative: None,
+                    max_len: None,
+                };
+                if !request_fields.contains(&whole) {
+                    request_fields.push(whole);
+                }
+            }
             outputs.push(Output {
                 format: config.format.clone(),
                 json: config.json_format.clone(),
                 attributes: config.attributes.clone(),
+                filter: config.filter.clone(),
                 sink: match tx {
                     SinkTx::Lines(tx) => OutputSink::Lines {
                         buf: RefCell::new(Vec::with_capacity(FLUSH_AT)),
@@ -346,6 +362,16 @@ impl WorkerLog {
 
     pub(crate) fn record(&self, record: &LogRecord, started: SystemTime, duration: Duration) {
         for output in &self.outputs {
+            if let Some(filter) = &output.filter {
+                let facts = Facts {
+                    log: self,
+                    record,
+                    duration,
+                };
+                if !filter.passes(&facts) {
+                    continue;
+                }
+            }
             let full = match &output.sink {
                 OutputSink::Lines { buf, .. } => {
                     let mut buf = buf.borrow_mut();
@@ -677,6 +703,55 @@ impl SecondCache {
     }
 }
 
+/// An exchange as a logger's filter reads it.
+struct Facts<'a> {
+    log: &'a WorkerLog,
+    record: &'a LogRecord,
+    duration: Duration,
+}
+
+impl config::cel::Attributes for Facts<'_> {
+    fn response_code(&self) -> Option<u16> {
+        self.record.status.map(|s| s.as_u16())
+    }
+
+    fn path(&self) -> Option<&str> {
+        self.record.path.as_ref().map(|p| p.as_str())
+    }
+
+    fn host(&self) -> Option<&str> {
+        self.request_header(":authority")
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    fn method(&self) -> Option<&str> {
+        self.record.method.as_ref().map(Method::as_str)
+    }
+
+    fn scheme(&self) -> Option<&str> {
+        self.request_header(":scheme")
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// Captured with the request: every header a filter reads is in the worker's list.
+    fn request_header(&self, name: &str) -> Option<&[u8]> {
+        let at = (self.log.request_fields.iter())
+            .position(|f| f.name == name && f.alternative.is_none())?;
+        let value = self.record.request_headers.get(at)?.as_ref()?;
+        Some(value.as_bytes())
+    }
+}
+
+impl LogFacts for Facts<'_> {
+    fn duration_ms(&self) -> u64 {
+        self.duration.as_millis() as u64
+    }
+
+    fn flag(&self) -> Option<&str> {
+        self.record.flag.map(ResponseFlag::as_str)
+    }
+}
+
 /// `2026-11-21T23:40:00.123Z`
 pub(crate) fn write_rfc3339(out: &mut String, at: SystemTime) {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -790,6 +865,7 @@ mod tests {
             .unwrap(),
             json_format: None,
             attributes: Vec::new(),
+            filter: None,
         };
         let log = WorkerLog::new(
             vec![(&config, SinkTx::Lines(tx))],
@@ -810,6 +886,50 @@ mod tests {
     }
 
     #[test]
+    fn a_filter_picks_the_lines_written_by_what_the_request_sent() {
+        use config::access_log::filter::{CompareOp, Comparison};
+        let (tx, rx) = sync_channel(4);
+        let config = AccessLogConfig {
+            target: LogTarget::Stdout,
+            format: LogFormat::parse("%PATH% %RESPONSE_CODE%\n").unwrap(),
+            json_format: None,
+            attributes: Vec::new(),
+            filter: Some(LogFilter::Or(vec![
+                LogFilter::StatusCode(Comparison {
+                    op: CompareOp::Ge,
+                    value: 500,
+                }),
+                LogFilter::Expression(
+                    config::cel::Expr::parse("request.headers['x-debug'] == '1'").unwrap(),
+                ),
+            ])),
+        };
+        let log = WorkerLog::new(
+            vec![(&config, SinkTx::Lines(tx))],
+            Arc::new(AtomicU64::new(0)),
+        );
+        for (path, status, debug) in [
+            ("/quiet", 200, None),
+            ("/debug", 200, Some("1")),
+            ("/failed", 503, None),
+        ] {
+            let mut record = LogRecord {
+                path: Some(http::uri::PathAndQuery::from_static(path)),
+                status: Some(StatusCode::from_u16(status).unwrap()),
+                ..Default::default()
+            };
+            let mut req = http::Request::builder().uri(path);
+            if let Some(value) = debug {
+                req = req.header("x-debug", value);
+            }
+            log.capture_request(&mut record, &req.body(()).unwrap(), false);
+            log.record(&record, SystemTime::now(), Duration::from_millis(1));
+        }
+        log.flush();
+        assert_eq!(rx.try_recv().unwrap(), b"/debug 200\n/failed 503\n");
+    }
+
+    #[test]
     fn json_lines_are_objects_with_numbers_nulls_and_escaped_strings() {
         let (tx, rx) = sync_channel(4);
         let field = |f: &str| LogFormat::parse(f).unwrap();
@@ -827,6 +947,7 @@ mod tests {
                 ("fixed".into(), field("edge-1")),
             ])),
             attributes: Vec::new(),
+            filter: None,
         };
         let log = WorkerLog::new(
             vec![(&config, SinkTx::Lines(tx))],

@@ -10,7 +10,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::ConfigError;
 
+pub mod filter;
 pub(crate) mod xds;
+
+pub use filter::LogFilter;
 
 /// Envoy's default line, with the proxy's own field names.
 pub const DEFAULT_FORMAT: &str = "[%START_TIME%] \"%METHOD% %PATH% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% \"%UPSTREAM_HOST%\" \"%REQ_ID%\"\n";
@@ -298,7 +301,7 @@ impl Serialize for JsonFormat {
 }
 
 /// One logger of a listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AccessLogConfig {
     pub target: LogTarget,
     /// The text line (an OpenTelemetry record's body); not used with `json_format`.
@@ -307,6 +310,8 @@ pub struct AccessLogConfig {
     pub json_format: Option<JsonFormat>,
     /// An OpenTelemetry record's attributes: keys and the formats of their values.
     pub attributes: Vec<(String, LogFormat)>,
+    /// Which exchanges it writes; `None`: all.
+    pub filter: Option<LogFilter>,
 }
 
 impl Serialize for AccessLogConfig {
@@ -325,6 +330,9 @@ impl Serialize for AccessLogConfig {
             let attributes: Vec<(&String, &LogFormat)> =
                 self.attributes.iter().map(|(k, v)| (k, v)).collect();
             map.serialize_entry("attributes", &JsonFormat::borrowed(&attributes))?;
+        }
+        if let Some(filter) = &self.filter {
+            map.serialize_entry("filter", filter)?;
         }
         map.end()
     }
@@ -354,6 +362,8 @@ pub struct RawAccessLog {
     pub json_format: Option<serde_yaml::Mapping>,
     /// With `otlp`: `{ key: "%FIELD%", ... }`, each record's attributes.
     pub attributes: Option<serde_yaml::Mapping>,
+    /// Which exchanges it writes (status, duration, flags, a header, an expression).
+    pub filter: Option<filter::RawLogFilter>,
 }
 
 /// An OpenTelemetry collector of access logs (OTLP/gRPC).
@@ -450,11 +460,16 @@ fn access_log(log: RawAccessLog, path: &str) -> Result<AccessLogConfig, ConfigEr
         }
         Some(attributes) => json_format(attributes, &format!("{path}.attributes"))?.0,
     };
+    let filter = log
+        .filter
+        .map(|raw| filter::log_filter(raw, &format!("{path}.filter")))
+        .transpose()?;
     Ok(AccessLogConfig {
         target,
         format,
         json_format: json,
         attributes,
+        filter,
     })
 }
 

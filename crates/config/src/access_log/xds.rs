@@ -18,6 +18,9 @@ use envoy_types::pb::envoy::extensions::access_loggers::open_telemetry::v3::Open
 use envoy_types::pb::google::protobuf::{Struct, value};
 use opentelemetry_kinds::{any_text, key_values};
 
+use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+
+use super::filter::{RawComparison, RawLogFilter};
 use super::{RawAccessLog, RawOtlpLog};
 use crate::envoy::{ResourceError, decode, nothing_else};
 
@@ -88,22 +91,20 @@ impl XdsAccessLog {
     }
 }
 
-/// The connection manager's `access_log`: file and OpenTelemetry loggers, without filters.
+/// The connection manager's or TCP relay's `access_log`: file and OpenTelemetry loggers,
+/// with the filters [`log_filter`] maps.
 pub(crate) fn connection_manager_logs(
     logs: Vec<AccessLog>,
     at: &str,
 ) -> Result<Vec<XdsAccessLog>, ResourceError> {
     let mut found = Vec::with_capacity(logs.len());
-    for (i, log) in logs.into_iter().enumerate() {
+    for (i, mut log) in logs.into_iter().enumerate() {
         let at = format!("{at}.access_log[{i}]");
-        if log.filter.is_some() {
-            return Err(ResourceError::Unsupported {
-                at: format!("{at}.filter"),
-                fields: vec![
-                    "access log filters (every request or relayed connection is logged)".into(),
-                ],
-            });
-        }
+        let filter = log
+            .filter
+            .take()
+            .map(|f| log_filter(f, &format!("{at}.filter")))
+            .transpose()?;
         let any = match log.config_type {
             Some(access_log::ConfigType::TypedConfig(any))
                 if any.type_url == FILE_LOG || any.type_url == OTEL_LOG =>
@@ -120,16 +121,123 @@ pub(crate) fn connection_manager_logs(
                 });
             }
         };
-        if any.type_url == FILE_LOG {
+        let mut logger = if any.type_url == FILE_LOG {
             let file: FileAccessLog = decode(&any, FILE_LOG, "a FileAccessLog")?;
-            found.push(XdsAccessLog::Settled(file_log(file, &at)?));
+            XdsAccessLog::Settled(file_log(file, &at)?)
         } else {
             let otel: OpenTelemetryAccessLogConfig =
                 decode(&any, OTEL_LOG, "an OpenTelemetryAccessLogConfig")?;
-            found.push(otel_log(otel, &at)?);
+            otel_log(otel, &at)?
+        };
+        match &mut logger {
+            XdsAccessLog::Settled(log) | XdsAccessLog::Collector { log, .. } => log.filter = filter,
         }
+        found.push(logger);
     }
     Ok(found)
+}
+
+const CEL_FILTER: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter";
+
+/// A logger's `filter`: status code, duration, response flags, a request header, a CEL
+/// expression (the part `crate::cel` evaluates), and `and`/`or` of those. Runtime keys name
+/// overrides of a runtime this proxy does not have: their default values stand, as in an
+/// Envoy whose runtime does not set them.
+fn log_filter(filter: AccessLogFilter, at: &str) -> Result<RawLogFilter, ResourceError> {
+    use access_log_filter::FilterSpecifier as F;
+    use envoy_types::pb::envoy::config::accesslog::v3::comparison_filter::Op;
+    use envoy_types::pb::envoy::config::accesslog::v3::{ComparisonFilter, extension_filter};
+    let comparison =
+        |c: Option<ComparisonFilter>, at: &str| -> Result<RawComparison, ResourceError> {
+            let c = c.ok_or_else(|| ResourceError::invalid(at, "expected a comparison"))?;
+            let value = c.value.map_or(0, |v| v.default_value).into();
+            let mut raw = RawComparison::default();
+            match Op::try_from(c.op) {
+                Ok(Op::Eq) => raw.eq = Some(value),
+                Ok(Op::Ne) => raw.ne = Some(value),
+                Ok(Op::Ge) => raw.ge = Some(value),
+                Ok(Op::Le) => raw.le = Some(value),
+                Err(_) => return Err(ResourceError::invalid(at, "an unknown comparison")),
+            }
+            Ok(raw)
+        };
+    let list = |filters: Vec<AccessLogFilter>, key: &str| {
+        (filters.into_iter().enumerate())
+            .map(|(i, f)| log_filter(f, &format!("{at}.{key}.filters[{i}]")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let refused = |what: &str| ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![format!(
+            "{what} (status_code, duration, header, response_flag, and, or and CEL filters only)"
+        )],
+    };
+    Ok(match filter.filter_specifier {
+        Some(F::StatusCodeFilter(f)) => RawLogFilter {
+            status_code: Some(comparison(
+                f.comparison,
+                &format!("{at}.status_code_filter"),
+            )?),
+            ..Default::default()
+        },
+        Some(F::DurationFilter(f)) => RawLogFilter {
+            duration: Some(comparison(f.comparison, &format!("{at}.duration_filter"))?),
+            ..Default::default()
+        },
+        Some(F::ResponseFlagFilter(f)) => RawLogFilter {
+            response_flags: Some(f.flags),
+            ..Default::default()
+        },
+        Some(F::HeaderFilter(f)) => {
+            let header = f
+                .header
+                .ok_or_else(|| ResourceError::invalid(at, "a header_filter without a header"))?;
+            RawLogFilter {
+                header: Some(crate::envoy::matchers::header(
+                    header,
+                    &format!("{at}.header_filter.header"),
+                )?),
+                ..Default::default()
+            }
+        }
+        Some(F::AndFilter(f)) => RawLogFilter {
+            and: Some(list(f.filters, "and_filter")?),
+            ..Default::default()
+        },
+        Some(F::OrFilter(f)) => RawLogFilter {
+            or: Some(list(f.filters, "or_filter")?),
+            ..Default::default()
+        },
+        Some(F::ExtensionFilter(f)) => match f.config_type {
+            Some(extension_filter::ConfigType::TypedConfig(any)) if any.type_url == CEL_FILTER => {
+                let mut cel: ExpressionFilter = decode(&any, CEL_FILTER, "an ExpressionFilter")?;
+                if cel.cel_config.take().is_some() {
+                    return Err(refused("a CEL filter's cel_config"));
+                }
+                // Checked now, so that an expression outside what is evaluated here is
+                // refused with the resource's name.
+                if let Err(e) = crate::cel::Expr::parse(&cel.expression) {
+                    return Err(refused(&format!(
+                        "the CEL expression `{}`: {e}",
+                        cel.expression
+                    )));
+                }
+                RawLogFilter {
+                    expression: Some(cel.expression),
+                    ..Default::default()
+                }
+            }
+            _ => return Err(refused(&format!("the extension filter `{}`", f.name))),
+        },
+        Some(F::NotHealthCheckFilter(_)) => return Err(refused("not_health_check_filter")),
+        Some(F::TraceableFilter(_)) => return Err(refused("traceable_filter")),
+        Some(F::RuntimeFilter(_)) => return Err(refused("runtime_filter")),
+        Some(F::GrpcStatusFilter(_)) => return Err(refused("grpc_status_filter")),
+        Some(F::MetadataFilter(_)) => return Err(refused("metadata_filter")),
+        Some(F::LogTypeFilter(_)) => return Err(refused("log_type_filter")),
+        None => return Err(ResourceError::invalid(at, "a filter that says nothing")),
+    })
 }
 
 /// An OpenTelemetry logger: its body and attributes (format strings), its resource
@@ -205,6 +313,7 @@ fn otel_log(
             format: Some(format),
             json_format: None,
             attributes: (!attributes.is_empty()).then(|| mapping(attributes)),
+            filter: None,
         },
     })
 }

@@ -9,7 +9,11 @@
 
 pub(crate) mod xds;
 
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
 use serde::de::DeserializeOwned;
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::*;
@@ -89,6 +93,13 @@ macro_rules! http_filters {
                     $(HttpFilterConfig::$variant(_) => stringify!($module),)*
                 }
             }
+
+            /// Writes the settings into `map` under `key` (the filter's name in the chain).
+            fn serialize_entry<M: SerializeMap>(&self, map: &mut M, key: &str) -> Result<(), M::Error> {
+                match self {
+                    $(HttpFilterConfig::$variant(settings) => map.serialize_entry(key, settings),)*
+                }
+            }
         }
 
         /// One entry of `http_filters`: `- NAME: { settings }`.
@@ -128,11 +139,30 @@ macro_rules! http_filters {
             }
         }
 
-        /// A route's `filters:`, by filter name.
-        #[derive(Debug, Clone, Default, Deserialize)]
-        #[serde(deny_unknown_fields)]
+        /// A route's `filters:`, by filter name: `TYPE` for the chain's filter of that type,
+        /// `TYPE/INSTANCE` for one of several.
+        #[derive(Debug, Clone, Default)]
         pub struct RawRouteFilters {
             $(pub $module: Option<<$module::$settings as FilterSettings>::RawRoute>,)*
+            /// The entries for named filters (`TYPE/INSTANCE`), each setting its type's field
+            /// only.
+            pub instances: BTreeMap<String, RawRouteFilters>,
+        }
+
+        /// The entries of a route's `filters:` named by type alone.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct RawFiltersByType {
+            $(#[serde(default)] $module: Option<<$module::$settings as FilterSettings>::RawRoute>,)*
+        }
+
+        impl RawFiltersByType {
+            fn into_filters(self) -> RawRouteFilters {
+                RawRouteFilters {
+                    $($module: self.$module,)*
+                    instances: BTreeMap::new(),
+                }
+            }
         }
 
         impl RawRouteFilters {
@@ -142,53 +172,76 @@ macro_rules! http_filters {
                 $(if !chain.contains(&stringify!($module)) {
                     self.$module = None;
                 })*
+                self.instances.retain(|name, _| chain.contains(&name.as_str()));
             }
 
             pub(crate) fn is_empty(&self) -> bool {
-                true $(&& self.$module.is_none())*
+                true $(&& self.$module.is_none())* && self.instances.is_empty()
             }
 
             /// Turns the filter called `name` off here unless this level says something
             /// about it: a filter its listener has off by default.
             pub(crate) fn off_unless_set(&mut self, name: &str) {
-                $(if name == stringify!($module) && self.$module.is_none() {
-                    self.$module = Some(<$module::$settings as FilterSettings>::route_switch(false));
+                let (kind, filters) = self.entry_mut(name);
+                $(if kind == stringify!($module) && filters.$module.is_none() {
+                    filters.$module = Some(<$module::$settings as FilterSettings>::route_switch(false));
                 })*
             }
 
             /// Turns the filter called `name` on here (with its listener's settings) or off.
             pub(crate) fn switch(&mut self, name: &str, on: bool) {
-                $(if name == stringify!($module) {
-                    self.$module = Some(<$module::$settings as FilterSettings>::route_switch(on));
+                let (kind, filters) = self.entry_mut(name);
+                $(if kind == stringify!($module) {
+                    filters.$module = Some(<$module::$settings as FilterSettings>::route_switch(on));
                 })*
             }
         }
 
         /// A route's settings for its listener's filters: by default each filter applies as
         /// the listener configures it.
-        #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+        #[derive(Debug, Clone, Default, PartialEq)]
         pub struct RouteFilters {
-            $(
-                #[serde(skip_serializing_if = "is_default")]
-                pub $module: <$module::$settings as FilterSettings>::Route,
-            )*
+            $(pub $module: <$module::$settings as FilterSettings>::Route,)*
+            /// The settings for named filters (`TYPE/INSTANCE`), each in its type's field.
+            pub instances: BTreeMap<String, RouteFilters>,
         }
 
-        /// A route's or virtual host's `filters:`, each named filter in the listener's chain.
+        impl RouteFilters {
+            /// Writes the entries that say something into `map`, under `key` where this is a
+            /// named filter's.
+            fn serialize_entries<M: SerializeMap>(&self, map: &mut M, key: Option<&str>) -> Result<(), M::Error> {
+                $(if !is_default(&self.$module) {
+                    map.serialize_entry(key.unwrap_or(stringify!($module)), &self.$module)?;
+                })*
+                for (name, filters) in &self.instances {
+                    filters.serialize_entries(map, Some(name))?;
+                }
+                Ok(())
+            }
+        }
+
+        /// A route's or virtual host's `filters:`, each named filter in the listener's chain;
+        /// `instance`: the name of the one filter these are for.
         fn check_route_filters(
             raw: RawRouteFilters,
             path: &str,
-            chain: &[HttpFilterConfig],
+            chain: &[ChainFilter],
+            instance: Option<&str>,
         ) -> Result<RouteFilters, ConfigError> {
-            $(in_chain(stringify!($module), raw.$module.is_some(), path, chain)?;)*
+            $(in_chain(instance.unwrap_or(stringify!($module)), raw.$module.is_some(), path, chain)?;)*
+            let mut instances = BTreeMap::new();
+            for (name, raw) in raw.instances {
+                instances.insert(name.clone(), check_route_filters(raw, path, chain, Some(&name))?);
+            }
             Ok(RouteFilters {
                 $($module: match raw.$module {
                     None => Default::default(),
                     Some(raw) => <$module::$settings as FilterSettings>::check_route(
                         raw,
-                        &format!("{path}.{}", stringify!($module)),
+                        &format!("{path}.{}", instance.unwrap_or(stringify!($module))),
                     )?,
                 },)*
+                instances,
             })
         }
     };
@@ -223,13 +276,148 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
 
-fn in_chain(
-    name: &str,
-    given: bool,
-    path: &str,
-    chain: &[HttpFilterConfig],
-) -> Result<(), ConfigError> {
-    if given && !chain.iter().any(|f| f.name() == name) {
+/// One filter of a listener's chain and the name routes know it by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainFilter {
+    /// Its type (`ext_authz`), or `TYPE/INSTANCE` where a chain has several of a type (one
+    /// authorization service per policy, say). Routes' `filters:` name it so.
+    pub name: String,
+    pub config: HttpFilterConfig,
+}
+
+impl Serialize for ChainFilter {
+    /// As written: `NAME: { settings }`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1))?;
+        self.config.serialize_entry(&mut map, &self.name)?;
+        map.end()
+    }
+}
+
+/// One entry of `http_filters` as written: `- TYPE: { settings }` or `- TYPE/INSTANCE: ...`.
+#[derive(Debug, Clone)]
+pub struct RawChainFilter {
+    pub name: String,
+    pub filter: RawHttpFilter,
+}
+
+impl From<RawHttpFilter> for RawChainFilter {
+    /// The chain's one filter of its type.
+    fn from(filter: RawHttpFilter) -> Self {
+        Self {
+            name: filter.name().to_owned(),
+            filter,
+        }
+    }
+}
+
+/// A filter name's type and, for `TYPE/INSTANCE`, whether the instance is named.
+fn split_name(name: &str) -> (&str, Option<&str>) {
+    match name.split_once('/') {
+        Some((kind, instance)) => (kind, Some(instance)),
+        None => (name, None),
+    }
+}
+
+impl RawRouteFilters {
+    /// The entries the filter called `name` is set in, and its type: these, or its
+    /// instance's.
+    fn entry_mut<'a>(&mut self, name: &'a str) -> (&'a str, &mut RawRouteFilters) {
+        match split_name(name) {
+            (kind, None) => (kind, self),
+            (kind, Some(_)) => (kind, self.instances.entry(name.to_owned()).or_default()),
+        }
+    }
+
+    /// The entries for the filter called `name` (`TYPE` or `TYPE/INSTANCE`), if any.
+    pub(crate) fn of_filter(&self, name: &str) -> Option<&RawRouteFilters> {
+        match split_name(name) {
+            (_, None) => Some(self),
+            (_, Some(_)) => self.instances.get(name),
+        }
+    }
+
+    /// The entries for the filter called `name` (`TYPE` or `TYPE/INSTANCE`), to set its
+    /// type's field in.
+    pub(crate) fn for_filter(&mut self, name: &str) -> &mut RawRouteFilters {
+        self.entry_mut(name).1
+    }
+}
+
+impl<'de> Deserialize<'de> for RawRouteFilters {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let map = serde_yaml::Mapping::deserialize(d)?;
+        let mut by_type = serde_yaml::Mapping::new();
+        let mut instances = BTreeMap::new();
+        for (key, value) in map {
+            let serde_yaml::Value::String(name) = key else {
+                return Err(D::Error::custom("expected filter names as keys"));
+            };
+            match split_name(&name) {
+                (_, None) => {
+                    by_type.insert(serde_yaml::Value::String(name), value);
+                }
+                (_, Some("")) => {
+                    return Err(D::Error::custom(format!(
+                        "`{name}`: expected TYPE/INSTANCE with an instance name"
+                    )));
+                }
+                (kind, Some(_)) => {
+                    let mut one = serde_yaml::Mapping::new();
+                    one.insert(serde_yaml::Value::String(kind.to_owned()), value);
+                    let filters = serde_yaml::from_value::<RawFiltersByType>(one.into())
+                        .map_err(|e| D::Error::custom(format!("{name}: {e}")))?;
+                    instances.insert(name, filters.into_filters());
+                }
+            }
+        }
+        let mut filters = serde_yaml::from_value::<RawFiltersByType>(by_type.into())
+            .map_err(D::Error::custom)?
+            .into_filters();
+        filters.instances = instances;
+        Ok(filters)
+    }
+}
+
+impl Serialize for RouteFilters {
+    /// As written: an entry per filter the level says something about.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        self.serialize_entries(&mut map, None)?;
+        map.end()
+    }
+}
+
+impl RouteFilters {
+    /// What this level says about the chain's filter called `name` (`TYPE/INSTANCE` or
+    /// `TYPE`), in its type's field.
+    pub fn of_filter(&self, name: &str) -> &RouteFilters {
+        static NOTHING: LazyLock<RouteFilters> = LazyLock::new(RouteFilters::default);
+        match split_name(name) {
+            (_, None) => self,
+            (_, Some(_)) => self.instances.get(name).unwrap_or(&NOTHING),
+        }
+    }
+}
+
+impl RouteFilters {
+    /// [`RouteFilters::of_filter`], to set: a named filter's entry is made if need be.
+    pub(crate) fn of_filter_mut(&mut self, name: &str) -> &mut RouteFilters {
+        match split_name(name) {
+            (_, None) => self,
+            (_, Some(_)) => self.instances.entry(name.to_owned()).or_default(),
+        }
+    }
+
+    /// Drops the named filters' entries that say nothing (a table may hold 100,000 routes).
+    pub(crate) fn drop_empty_instances(&mut self) {
+        self.instances.retain(|_, f| !f.is_default());
+    }
+}
+
+fn in_chain(name: &str, given: bool, path: &str, chain: &[ChainFilter]) -> Result<(), ConfigError> {
+    if given && !chain.iter().any(|f| f.name == name) {
         return Err(ConfigError::invalid(
             format!("{path}.{name}"),
             format!("the listener has no `{name}` filter in its http_filters"),
@@ -299,7 +487,7 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for RawPerRoute<T> {
     }
 }
 
-impl<'de> Deserialize<'de> for RawHttpFilter {
+impl<'de> Deserialize<'de> for RawChainFilter {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let map = serde_yaml::Mapping::deserialize(d)?;
@@ -317,29 +505,40 @@ impl<'de> Deserialize<'de> for RawHttpFilter {
             serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
             other => other,
         };
-        RawHttpFilter::parse(&name, settings)
+        let filter = match split_name(&name) {
+            (_, Some("")) => {
+                return Err(D::Error::custom(format!(
+                    "`{name}`: expected TYPE/INSTANCE with an instance name"
+                )));
+            }
+            (kind, _) => RawHttpFilter::parse(kind, settings)?,
+        };
+        Ok(RawChainFilter { name, filter })
     }
 }
 
-/// A listener's `http_filters`, checked: each filter at most once.
+/// A listener's `http_filters`, checked: each name at most once (a type once unless its
+/// filters are named `TYPE/INSTANCE`).
 pub(crate) fn http_filters(
-    raw: Vec<RawHttpFilter>,
+    raw: Vec<RawChainFilter>,
     path: &str,
     buffer_limit: u32,
-) -> Result<Vec<HttpFilterConfig>, ConfigError> {
+) -> Result<Vec<ChainFilter>, ConfigError> {
     let ctx = ChainCtx { buffer_limit };
-    let mut chain: Vec<HttpFilterConfig> = Vec::with_capacity(raw.len());
-    for (i, filter) in raw.into_iter().enumerate() {
-        let at = format!("{path}[{i}]");
-        let name = filter.name();
-        // Routes name filters by type, so a type appears once.
-        if chain.iter().any(|f| f.name() == name) {
+    let mut chain: Vec<ChainFilter> = Vec::with_capacity(raw.len());
+    for (i, RawChainFilter { name, filter }) in raw.into_iter().enumerate() {
+        let at = format!("{path}[{i}].{name}");
+        // Routes name filters so.
+        if chain.iter().any(|f| f.name == name) {
             return Err(ConfigError::invalid(
-                format!("{at}.{name}"),
-                format!("`{name}` is already in the chain; a filter may appear once"),
+                at,
+                format!(
+                    "`{name}` is already in the chain; name each filter of a type as TYPE/INSTANCE"
+                ),
             ));
         }
-        chain.push(filter.check(&format!("{at}.{name}"), &ctx)?);
+        let config = filter.check(&at, &ctx)?;
+        chain.push(ChainFilter { name, config });
     }
     Ok(chain)
 }
@@ -348,11 +547,11 @@ pub(crate) fn http_filters(
 pub(crate) fn route_filters(
     raw: Option<RawRouteFilters>,
     path: &str,
-    chain: &[HttpFilterConfig],
+    chain: &[ChainFilter],
 ) -> Result<RouteFilters, ConfigError> {
     match raw {
         None => Ok(RouteFilters::default()),
-        Some(raw) => check_route_filters(raw, path, chain),
+        Some(raw) => check_route_filters(raw, path, chain, None),
     }
 }
 

@@ -44,6 +44,26 @@ fn legate_name(name: &str) -> Option<&'static str> {
         .map(|(_, here)| *here)
 }
 
+/// The name here of a chain's filter of type `kind` that Envoy calls `envoy_name`: the type,
+/// with Envoy's `/INSTANCE` suffix where the name has one (Envoy Gateway's one filter per
+/// policy, `envoy.filters.http.ext_authz/securitypolicy/NS/NAME`). The compressors are one
+/// filter here, never named apart.
+pub(crate) fn chain_name(envoy_name: &str, kind: &'static str) -> String {
+    match envoy_name.split_once('/') {
+        Some((base, instance))
+            if kind != "compression" && !instance.is_empty() && legate_name(base) == Some(kind) =>
+        {
+            format!("{kind}/{instance}")
+        }
+        _ => kind.to_owned(),
+    }
+}
+
+/// The name here of the chain's filter a `typed_per_filter_config` key names.
+fn filter_name(key: &str) -> Option<String> {
+    legate_name(key).map(|kind| chain_name(key, kind))
+}
+
 /// The entries of `config`, as a route's or host's `filters:`; `None` when there are none.
 /// Also the level's CORS policy as Envoy sent it: a route's takes what it leaves empty from
 /// its virtual host's (`cors_parent`).
@@ -62,15 +82,15 @@ pub(crate) fn route_filters(
         if value.type_url == FILTER_CONFIG {
             let wrapper: FilterConfig = decode(&value, FILTER_CONFIG, "a FilterConfig")?;
             optional = wrapper.is_optional;
-            let here = legate_name(&name);
+            let here = filter_name(&name);
             match (here, wrapper.disabled, wrapper.config) {
                 // Off, or on with the listener's settings (where its chain has it off).
                 (Some(here), disabled, None) => {
-                    set_once(&mut filters, here, !disabled, &at)?;
+                    set_once(&mut filters, &here, !disabled, &at)?;
                     continue;
                 }
                 (Some(here), true, Some(_)) => {
-                    set_once(&mut filters, here, false, &at)?;
+                    set_once(&mut filters, &here, false, &at)?;
                     continue;
                 }
                 (None, _, _) if optional => continue,
@@ -89,35 +109,42 @@ pub(crate) fn route_filters(
                 (_, false, Some(inner)) => value = inner,
             }
         }
+        // Settings of the filter the key names (one of several of its type), else of the
+        // chain's one filter of the settings' type.
+        let here = filter_name(&name);
+        let level = match &here {
+            Some(here) => filters.for_filter(here),
+            None => &mut filters,
+        };
         match value.type_url.as_str() {
             ext_authz::xds::PER_ROUTE => {
                 if let Some(entry) = ext_authz::xds::per_route(&value, &at)? {
-                    filters.ext_authz = Some(entry);
+                    level.ext_authz = Some(entry);
                 }
             }
             cors::xds::TYPE_URL => {
                 let policy = cors::xds::decode_policy(&value)?;
-                filters.cors = Some(cors::xds::settings(policy.clone(), cors_parent, &at)?);
+                level.cors = Some(cors::xds::settings(policy.clone(), cors_parent, &at)?);
                 cors_policy = Some(policy);
             }
             csrf::xds::TYPE_URL => {
-                filters.csrf = Some(RawPerRoute::Settings(csrf::xds::settings(&value, &at)?));
+                level.csrf = Some(RawPerRoute::Settings(csrf::xds::settings(&value, &at)?));
             }
             fault::xds::TYPE_URL => {
-                filters.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));
+                level.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));
             }
             buffer::xds::PER_ROUTE => {
                 if let Some(entry) = buffer::xds::per_route(&value)? {
-                    filters.buffer = Some(entry);
+                    level.buffer = Some(entry);
                 }
             }
             compression::xds::PER_ROUTE => {
                 if let Some(on) = compression::xds::per_route(&value, &at)? {
-                    set_once(&mut filters, "compression", on, &at)?;
+                    set_once(level, "compression", on, &at)?;
                 }
             }
             local_rate_limit::xds::TYPE_URL => {
-                filters.local_rate_limit = Some(RawPerRoute::Settings(
+                level.local_rate_limit = Some(RawPerRoute::Settings(
                     local_rate_limit::xds::settings(&value, &at)?,
                 ));
             }

@@ -84,7 +84,7 @@ pub struct RawChain {
     pub tls: Option<RawListenerTls>,
     pub tcp_proxy: Option<super::tcp_proxy::RawTcpProxy>,
     #[serde(default)]
-    pub http_filters: Vec<RawHttpFilter>,
+    pub http_filters: Vec<RawChainFilter>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
     #[serde(default)]

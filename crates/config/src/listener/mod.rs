@@ -82,7 +82,7 @@ pub struct ListenerConfig {
     pub tcp_proxy: Option<tcp_proxy::TcpProxyConfig>,
     /// The HTTP filters requests pass through, in order (routes may turn one off or give it
     /// settings of their own).
-    pub http_filters: Vec<HttpFilterConfig>,
+    pub http_filters: Vec<ChainFilter>,
     /// Written `routes:` (one virtual host for every domain) or `virtual_hosts:`.
     #[serde(flatten)]
     pub route_config: RouteConfiguration,

@@ -33,7 +33,7 @@ pub struct RawListener {
     /// Moved into `http_filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
     #[serde(default)]
-    pub http_filters: Vec<RawHttpFilter>,
+    pub http_filters: Vec<RawChainFilter>,
     /// One virtual host for every domain, or
     #[serde(default)]
     pub routes: Vec<RawRoute>,

@@ -20,7 +20,6 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::envoy::{
     ResourceError, decode, duration, fields, nothing_else, socket_address, type_url,
 };
-use crate::filters::RawHttpFilter;
 use crate::filters::buffer::xds as buffer;
 use crate::filters::compression::xds as compression;
 use crate::filters::csrf::xds as csrf;
@@ -30,6 +29,7 @@ use crate::filters::grpc_web::xds as grpc_web;
 use crate::filters::header_mutation::xds as header_mutation;
 use crate::filters::health_check::xds as health_check;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
+use crate::filters::{RawChainFilter, RawHttpFilter};
 use crate::listener::client_address::{RawClientDetection, RawCustomHeader, RawXff};
 use crate::route::xds::XdsRoutes;
 use crate::tls::sds::{SecretRefs, Secrets};
@@ -121,10 +121,10 @@ struct XdsChain {
     /// Upgrades (`websocket`) every route allows.
     upgrades: Vec<String>,
     /// The HTTP filters before the router, in order.
-    filters: Vec<XdsHttpFilter>,
+    filters: Vec<XdsChainFilter>,
     /// Those of them off unless a virtual host or route turns them on (Envoy's `disabled`),
     /// by their names here.
-    off_by_default: Vec<&'static str>,
+    off_by_default: Vec<String>,
     /// The collector its connection manager's tracing names.
     collector: Option<XdsCollector>,
     /// Its connection manager's or TCP relay's loggers.
@@ -133,7 +133,14 @@ struct XdsChain {
     secrets: SecretRefs,
 }
 
-/// One HTTP filter of a listener from the management server.
+/// One HTTP filter of a listener from the management server, and its name here (the type, or
+/// `TYPE/INSTANCE`).
+#[derive(Debug, Clone)]
+struct XdsChainFilter {
+    name: String,
+    filter: XdsHttpFilter,
+}
+
 #[derive(Debug, Clone)]
 enum XdsHttpFilter {
     /// Its service's address is known once its cluster has a single host.
@@ -184,7 +191,7 @@ impl XdsListener {
 
     /// The clusters its authorization services are found in.
     pub fn authz_clusters(&self) -> impl Iterator<Item = &str> {
-        self.all_chains().filter_map(XdsChain::authz_cluster)
+        self.all_chains().flat_map(XdsChain::authz_clusters)
     }
 
     /// As the config file writes it, each chain with its routes (`routes` finds those from
@@ -254,9 +261,9 @@ impl XdsChain {
         self.logs.iter().filter_map(|l| l.cluster())
     }
 
-    /// The cluster its authorization service is found in, if any.
-    fn authz_cluster(&self) -> Option<&str> {
-        self.filters.iter().find_map(|f| match f {
+    /// The clusters its authorization services are found in.
+    fn authz_clusters(&self) -> impl Iterator<Item = &str> {
+        self.filters.iter().filter_map(|f| match &f.filter {
             XdsHttpFilter::ExtAuthz(authz) => authz.cluster(),
             XdsHttpFilter::Settled(_) => None,
         })
@@ -285,20 +292,24 @@ impl XdsChain {
             .collect::<Option<_>>()?;
         let routes = routes.or(self.inline.as_ref());
         raw.http_filters.clear();
-        for filter in &self.filters {
-            raw.http_filters.push(match filter {
-                XdsHttpFilter::ExtAuthz(authz) => {
-                    RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)
-                }
-                XdsHttpFilter::Settled(filter) => filter.clone(),
+        for XdsChainFilter { name, filter } in &self.filters {
+            raw.http_filters.push(RawChainFilter {
+                name: name.clone(),
+                filter: match filter {
+                    XdsHttpFilter::ExtAuthz(authz) => {
+                        RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)
+                    }
+                    XdsHttpFilter::Settled(filter) => filter.clone(),
+                },
             });
         }
         // The routes' header mutations, last: Envoy's router applies them after every filter.
         if let Some(rules) = routes.and_then(XdsRoutes::headers_filter) {
-            raw.http_filters.push(RawHttpFilter::Headers(rules.clone()));
+            raw.http_filters
+                .push(RawHttpFilter::Headers(rules.clone()).into());
         }
         if let Some(routes) = routes {
-            let chain: Vec<&str> = raw.http_filters.iter().map(RawHttpFilter::name).collect();
+            let chain: Vec<&str> = raw.http_filters.iter().map(|f| f.name.as_str()).collect();
             raw.virtual_hosts = routes.section(ready, &self.upgrades, &chain);
             // A request no virtual host takes meets the listener's settings here; Envoy runs
             // no filter that only routes turn on for it. A catch-all host without routes (its
@@ -725,7 +736,7 @@ type Routing = (
     Option<XdsRoutes>,
     Option<String>,
     Vec<String>,
-    (Vec<XdsHttpFilter>, Vec<&'static str>),
+    (Vec<XdsChainFilter>, Vec<String>),
 );
 
 fn connection_manager(
@@ -1083,7 +1094,7 @@ fn http_filters(
     filters: Vec<HttpFilter>,
     http: &mut RawHttp,
     at: &str,
-) -> Result<(Vec<XdsHttpFilter>, Vec<&'static str>), ResourceError> {
+) -> Result<(Vec<XdsChainFilter>, Vec<String>), ResourceError> {
     let typed = |f: &HttpFilter| match &f.config_type {
         Some(http_filter::ConfigType::TypedConfig(any)) => Some(any.clone()),
         _ => None,
@@ -1092,9 +1103,9 @@ fn http_filters(
         Some(any) => any.type_url == ROUTER,
         None => f.name == "envoy.filters.http.router",
     };
-    let mut chain: Vec<XdsHttpFilter> = Vec::new();
+    let mut chain: Vec<XdsChainFilter> = Vec::new();
     // The filters off unless a route turns them on, by their names here.
-    let mut off: Vec<&'static str> = Vec::new();
+    let mut off: Vec<String> = Vec::new();
     for (i, f) in filters.iter().enumerate() {
         let at = format!("{at}.http_filters[{i}]");
         if is_router(f) {
@@ -1143,12 +1154,12 @@ fn http_filters(
             Some(any) if any.type_url == compression::TYPE_URL => {
                 let (raw, first) = compression::settings(&any, &at)?;
                 // Envoy's compressors, one per library, are one filter here.
-                let before = chain.iter_mut().find_map(|f| match f {
+                let before = chain.iter_mut().find_map(|f| match &mut f.filter {
                     XdsHttpFilter::Settled(RawHttpFilter::Compression(c)) => Some(c),
                     _ => None,
                 });
                 if let Some(before) = before {
-                    if off.contains(&"compression") != f.disabled {
+                    if off.iter().any(|name| name == "compression") != f.disabled {
                         return Err(ResourceError::Unsupported {
                             at,
                             fields: vec![
@@ -1181,30 +1192,30 @@ fn http_filters(
                 });
             }
         };
-        let name = match &filter {
+        let kind = match &filter {
             XdsHttpFilter::ExtAuthz(_) => "ext_authz",
             XdsHttpFilter::Settled(raw) => raw.name(),
         };
-        let seen = chain.iter().any(|f| match f {
-            XdsHttpFilter::ExtAuthz(_) => name == "ext_authz",
-            XdsHttpFilter::Settled(raw) => raw.name() == name,
-        });
-        if seen {
+        let name = crate::filters::xds::chain_name(&f.name, kind);
+        if chain.iter().any(|f| f.name == name) {
             return Err(ResourceError::Unsupported {
                 at,
-                fields: vec![format!("a second `{name}` filter (one of each)")],
+                fields: vec![format!(
+                    "a second `{kind}` filter named `{}` (several of a type are told apart by `NAME/INSTANCE`)",
+                    f.name
+                )],
             });
         }
         if f.disabled {
-            if name == "health_check" {
+            if kind == "health_check" {
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec!["disabled (a health_check filter is the listener's)".into()],
                 });
             }
-            off.push(name);
+            off.push(name.clone());
         }
-        chain.push(filter);
+        chain.push(XdsChainFilter { name, filter });
     }
     if !filters.last().is_some_and(is_router) {
         return Err(ResourceError::invalid(

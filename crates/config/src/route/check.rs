@@ -15,7 +15,7 @@ use crate::*;
 pub(crate) struct RouteCtx<'a> {
     pub(crate) cluster_index: &'a HashMap<&'a str, usize>,
     pub(crate) clusters: &'a [ClusterConfig],
-    pub(crate) chain: &'a [HttpFilterConfig],
+    pub(crate) chain: &'a [ChainFilter],
     /// The listener came from a management server: its names follow control planes'.
     pub(crate) dynamic: bool,
     /// Requests' paths are normalised so before matching: a route path must be too.
@@ -91,7 +91,8 @@ pub(crate) fn route_configuration(
 #[derive(Default)]
 struct HostDefaults {
     retry_policy: Option<RetryPolicy>,
-    ext_authz: RouteAuthz,
+    /// Per ext_authz filter of the chain (by name), the host's settings.
+    ext_authz: Vec<(String, RouteAuthz)>,
     include_attempt_count: bool,
     include_attempt_count_in_response: bool,
 }
@@ -126,7 +127,10 @@ fn virtual_host(
     let filters = filters::route_filters(raw.filters, &format!("{path}.filters"), ctx.chain)?;
     let defaults = HostDefaults {
         retry_policy: retry_policy.clone(),
-        ext_authz: filters.ext_authz.clone(),
+        ext_authz: (ctx.chain.iter())
+            .filter(|f| matches!(f.config, crate::HttpFilterConfig::ExtAuthz(_)))
+            .map(|f| (f.name.clone(), filters.of_filter(&f.name).ext_authz.clone()))
+            .collect(),
         include_attempt_count: raw.include_request_attempt_count.unwrap_or(false),
         include_attempt_count_in_response: raw.include_attempt_count_in_response.unwrap_or(false),
     };
@@ -200,20 +204,30 @@ fn route(
             "a route's ext_authz settings go under `filters: { ext_authz: ... }`",
         ));
     }
-    let own_authz = raw.filters.as_ref().is_some_and(|f| f.ext_authz.is_some());
+    let own_authz: Vec<bool> = (host.ext_authz.iter())
+        .map(|(name, _)| {
+            (raw.filters.as_ref())
+                .and_then(|f| f.of_filter(name))
+                .is_some_and(|f| f.ext_authz.is_some())
+        })
+        .collect();
     let mut filters = filters::route_filters(raw.filters, &format!("{path}.filters"), chain)?;
-    filters.ext_authz = if own_authz {
-        // Envoy merges context extensions from the host down; the route's win.
-        let mut merged: std::collections::BTreeMap<String, String> =
-            host.ext_authz.context_extensions.iter().cloned().collect();
-        merged.extend(filters.ext_authz.context_extensions);
-        RouteAuthz {
-            disabled: filters.ext_authz.disabled,
-            context_extensions: merged.into_iter().collect(),
-        }
-    } else {
-        host.ext_authz.clone()
-    };
+    for ((name, host), own) in host.ext_authz.iter().zip(own_authz) {
+        let level = filters.of_filter_mut(name);
+        level.ext_authz = if own {
+            // Envoy merges context extensions from the host down; the route's win.
+            let mut merged: std::collections::BTreeMap<String, String> =
+                host.context_extensions.iter().cloned().collect();
+            merged.extend(std::mem::take(&mut level.ext_authz.context_extensions));
+            RouteAuthz {
+                disabled: level.ext_authz.disabled,
+                context_extensions: merged.into_iter().collect(),
+            }
+        } else {
+            host.clone()
+        };
+    }
+    filters.drop_empty_instances();
     let forwards = raw.cluster.is_some() || raw.weighted_clusters.is_some();
     let actions = [
         ("cluster", raw.cluster.is_some()),

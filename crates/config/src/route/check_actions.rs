@@ -228,7 +228,7 @@ pub(crate) fn split(
     (key, random_value_header, use_hash_policy): (Option<RawHashKey>, Option<String>, bool),
     clusters: &HashMap<&str, usize>,
     known: &[ClusterConfig],
-    chain: &[HttpFilterConfig],
+    chain: &[ChainFilter],
     path: &str,
 ) -> Result<TrafficSplit, ConfigError> {
     let mut list = Vec::with_capacity(raw.len());
@@ -245,11 +245,7 @@ pub(crate) fn split(
         }
         let headers = match w.headers {
             None => None,
-            Some(_)
-                if !chain
-                    .iter()
-                    .any(|f| matches!(f, HttpFilterConfig::Headers(_))) =>
-            {
+            Some(_) if !chain.iter().any(|f| f.name == "headers") => {
                 return Err(ConfigError::invalid(
                     format!("{at}.headers"),
                     "the listener has no `headers` filter in its http_filters",

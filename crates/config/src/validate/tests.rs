@@ -352,7 +352,7 @@ clusters:
         )
     };
     let config = Config::from_yaml(&yaml("{ request: { set: { x-b: \"2\" } } }")).unwrap();
-    let HttpFilterConfig::Headers(rules) = &config.listeners[0].http_filters[0] else {
+    let HttpFilterConfig::Headers(rules) = &config.listeners[0].http_filters[0].config else {
         panic!("a headers filter");
     };
     assert!(!rules.most_specific_wins);
@@ -442,7 +442,9 @@ fn ext_authz_keys_are_checked() {
         "{ grpc: { address: \"unix:/run/authz.sock\" } }",
     ))
     .expect("valid ext_authz");
-    let Some(HttpFilterConfig::ExtAuthz(authz)) = config.listeners[0].http_filters.first() else {
+    let Some(HttpFilterConfig::ExtAuthz(authz)) =
+        config.listeners[0].http_filters.first().map(|f| &f.config)
+    else {
         panic!("ext_authz is the chain's filter");
     };
     assert_eq!(authz.timeout, DEFAULT_AUTHZ_TIMEOUT);
@@ -528,14 +530,14 @@ fn filter_keys_are_checked() {
     ))
     .expect("valid filters");
     let chain = &config.listeners[0].http_filters;
-    let Some(HttpFilterConfig::LocalRateLimit(limit)) = chain.first() else {
+    let Some(HttpFilterConfig::LocalRateLimit(limit)) = chain.first().map(|f| &f.config) else {
         panic!("{chain:?}");
     };
     let bucket = limit.token_bucket.expect("a bucket");
     assert_eq!((bucket.max_tokens, bucket.tokens_per_fill), (10, 10));
     assert_eq!(bucket.fill_interval, std::time::Duration::from_secs(1));
     assert_eq!(limit.status, http::StatusCode::TOO_MANY_REQUESTS);
-    let Some(HttpFilterConfig::Compression(compression)) = chain.get(1) else {
+    let Some(HttpFilterConfig::Compression(compression)) = chain.get(1).map(|f| &f.config) else {
         panic!("{chain:?}");
     };
     assert_eq!(

@@ -776,6 +776,214 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
     );
 }
 
+/// Envoy Gateway's one authorization filter per policy, each off in the chain and turned on
+/// by the routes its policy covers: each is a filter of its own here, named by its suffix.
+#[test]
+fn several_ext_authz_filters_are_told_apart_by_name() {
+    use envoy_types::pb::envoy::config::route::v3::FilterConfig;
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+        ExtAuthzPerRoute, ext_authz_per_route,
+    };
+    let named = |policy: &str, cluster: &str| {
+        let mut filter = resources::ext_authz_filter(cluster);
+        filter.name = format!("envoy.filters.http.ext_authz/securitypolicy/{policy}");
+        filter.disabled = true;
+        filter
+    };
+    let l = resources::listener_with_filters(
+        "edge",
+        "127.0.0.1:0".parse().unwrap(),
+        "r",
+        vec![
+            named("users", "authz-users"),
+            named("tenants", "authz-tenants"),
+        ],
+    );
+    let turn_on = |mut route: Route, policy: &str| {
+        route.typed_per_filter_config.insert(
+            format!("envoy.filters.http.ext_authz/securitypolicy/{policy}"),
+            pack(&FilterConfig {
+                config: Some(pack(&ExtAuthzPerRoute {
+                    r#override: Some(ext_authz_per_route::Override::CheckSettings(
+                        Default::default(),
+                    )),
+                })),
+                ..Default::default()
+            }),
+        );
+        route
+    };
+    let r = resources::route_config(
+        "r",
+        vec![
+            turn_on(resources::forward("/users", "web"), "users"),
+            turn_on(turn_on(resources::forward("/", "web"), "users"), "tenants"),
+        ],
+    );
+    let mut resources = Resources::default();
+    resources
+        .listeners
+        .insert("edge".into(), held(XdsListener::decode(&pack(&l)).unwrap()));
+    resources
+        .routes
+        .insert("r".into(), held(XdsRoutes::decode(&pack(&r)).unwrap()));
+    for (name, port) in [
+        ("web", 8001),
+        ("authz-users", 9191),
+        ("authz-tenants", 9192),
+    ] {
+        resources.clusters.insert(
+            name.into(),
+            held(XdsCluster::decode(&pack(&eds_cluster(name))).unwrap()),
+        );
+        resources
+            .endpoints
+            .insert(name.into(), held_endpoints(name, port));
+    }
+    let Sections {
+        listeners,
+        clusters,
+        ..
+    } = resources.sections();
+    let config = compose(
+        &crate::Config::from_yaml(
+            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+        )
+        .unwrap()
+        .origin,
+        listeners,
+        clusters,
+    )
+    .unwrap();
+    let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
+    let chain = &dumped["http_filters"];
+    assert_eq!(
+        chain[0]["ext_authz/securitypolicy/users"]["grpc"]["address"], "127.0.0.1:9191",
+        "{dumped}"
+    );
+    assert_eq!(
+        chain[1]["ext_authz/securitypolicy/tenants"]["grpc"]["address"], "127.0.0.1:9192",
+        "{dumped}"
+    );
+    let routes = &config.listeners[0].route_config.routes;
+    let on = |route: usize, policy: &str| {
+        let filters = routes[route]
+            .filters
+            .of_filter(&format!("ext_authz/securitypolicy/{policy}"));
+        !filters.ext_authz.disabled
+    };
+    assert!(on(0, "users") && !on(0, "tenants"), "{dumped}");
+    assert!(on(1, "users") && on(1, "tenants"), "{dumped}");
+
+    // Two filters of a type under one name are refused by name.
+    let twice = resources::listener_with_filters(
+        "edge",
+        "127.0.0.1:0".parse().unwrap(),
+        "r",
+        vec![named("users", "a"), named("users", "b")],
+    );
+    let error = XdsListener::decode(&pack(&twice)).unwrap_err().to_string();
+    assert!(error.contains("a second `ext_authz` filter"), "{error}");
+}
+
+/// Envoy Gateway's access-log filters: a CEL expression, flags, and the combinations.
+#[test]
+fn access_log_filters_map_to_the_loggers_filters() {
+    use envoy_types::pb::envoy::config::accesslog::v3::{
+        AccessLog, AccessLogFilter, AndFilter, ComparisonFilter, ExtensionFilter,
+        NotHealthCheckFilter, ResponseFlagFilter, StatusCodeFilter, access_log, access_log_filter,
+        extension_filter,
+    };
+    use envoy_types::pb::envoy::config::core::v3::RuntimeUInt32;
+    use envoy_types::pb::envoy::extensions::access_loggers::file::v3::FileAccessLog;
+    use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+    let cel = |expression: &str| AccessLogFilter {
+        filter_specifier: Some(access_log_filter::FilterSpecifier::ExtensionFilter(
+            ExtensionFilter {
+                name: "envoy.access_loggers.extension_filters.cel".into(),
+                config_type: Some(extension_filter::ConfigType::TypedConfig(pack(
+                    &ExpressionFilter {
+                        expression: expression.into(),
+                        ..Default::default()
+                    },
+                ))),
+            },
+        )),
+    };
+    let logger = |filter: AccessLogFilter| AccessLog {
+        name: "envoy.access_loggers.file".into(),
+        filter: Some(filter),
+        config_type: Some(access_log::ConfigType::TypedConfig(pack(&FileAccessLog {
+            path: "/dev/stdout".into(),
+            ..Default::default()
+        }))),
+    };
+    let both = AccessLogFilter {
+        filter_specifier: Some(access_log_filter::FilterSpecifier::AndFilter(AndFilter {
+            filters: vec![
+                cel("request.url_path.contains('v1beta3')"),
+                AccessLogFilter {
+                    filter_specifier: Some(access_log_filter::FilterSpecifier::StatusCodeFilter(
+                        StatusCodeFilter {
+                            comparison: Some(ComparisonFilter {
+                                op: 1, // GE
+                                value: Some(RuntimeUInt32 {
+                                    default_value: 400,
+                                    runtime_key: "access_log.min_status".into(),
+                                }),
+                            }),
+                        },
+                    )),
+                },
+                AccessLogFilter {
+                    filter_specifier: Some(access_log_filter::FilterSpecifier::ResponseFlagFilter(
+                        ResponseFlagFilter {
+                            flags: vec!["UF".into(), "UH".into()],
+                        },
+                    )),
+                },
+            ],
+        })),
+    };
+    let logs = crate::access_log::xds::connection_manager_logs(vec![logger(both)], "hcm").unwrap();
+    let crate::access_log::xds::XdsAccessLog::Settled(raw) = &logs[0] else {
+        panic!("a file logger");
+    };
+    let checked =
+        crate::access_log::filter::log_filter(raw.filter.clone().unwrap(), "filter").unwrap();
+    let dumped = serde_json::to_value(&checked).unwrap();
+    assert_eq!(
+        dumped,
+        serde_json::json!({"and": [
+            {"expression": "request.url_path.contains('v1beta3')"},
+            {"status_code": {"ge": 400}},
+            {"response_flags": ["UF", "UH"]},
+        ]})
+    );
+
+    // A filter Legate cannot evaluate is refused by name, never dropped.
+    for (filter, named) in [
+        (
+            cel("connection.mtls"),
+            "the CEL expression `connection.mtls`",
+        ),
+        (
+            AccessLogFilter {
+                filter_specifier: Some(access_log_filter::FilterSpecifier::NotHealthCheckFilter(
+                    NotHealthCheckFilter {},
+                )),
+            },
+            "not_health_check_filter",
+        ),
+    ] {
+        let error = crate::access_log::xds::connection_manager_logs(vec![logger(filter)], "hcm")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains(named), "{error}");
+    }
+}
+
 /// What control planes send that Envoy takes: names with `:` and `|`, "no limit" breakers,
 /// no retries, `0s` for "no timeout", ext_authz settings on routes of a listener without
 /// the filter.

@@ -26,7 +26,7 @@ impl HttpFilter for Buffer {
 
     fn new(config: &BufferConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
         Self {
-            settings: PerRouteSettings::new(config, ctx.table, |f| &f.buffer, |c| {
+            settings: PerRouteSettings::new(config, ctx.table, ctx.filter, |f| &f.buffer, |c| {
                 c.max_request_bytes
             }),
         }

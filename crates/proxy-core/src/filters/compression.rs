@@ -131,7 +131,7 @@ impl HttpFilter for Compression {
 
     fn new(config: &CompressionConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
         let stats = Rc::new(ctx.catalog.compression(ctx.shard, &ctx.listener.name));
-        Self::with_stats(config, ctx.table, stats)
+        Self::with_stats(config, ctx.table, ctx.filter, stats)
     }
 
     async fn on_request_headers(
@@ -160,10 +160,11 @@ impl Compression {
     pub(crate) fn with_stats(
         config: &CompressionConfig,
         table: &RouteConfiguration,
+        filter: &str,
         stats: Rc<CompressionStats>,
     ) -> Self {
         Self {
-            settings: PerRouteSettings::new(config, table, |f| &f.compression, Clone::clone),
+            settings: PerRouteSettings::new(config, table, filter, |f| &f.compression, Clone::clone),
             stats,
         }
     }

@@ -130,7 +130,7 @@ impl HttpFilter for Cors {
     type State = Option<HeaderValue>;
 
     fn new(config: &CorsConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
-        Self::from_table(config, ctx.table)
+        Self::from_table(config, ctx.table, ctx.filter)
     }
 
     async fn on_request_headers(
@@ -154,9 +154,9 @@ impl HttpFilter for Cors {
 }
 
 impl Cors {
-    pub(crate) fn from_table(config: &CorsConfig, table: &RouteConfiguration) -> Self {
+    pub(crate) fn from_table(config: &CorsConfig, table: &RouteConfiguration, filter: &str) -> Self {
         Self {
-            policies: PerRouteSettings::new(config, table, |f| &f.cors, Policy::new),
+            policies: PerRouteSettings::new(config, table, filter, |f| &f.cors, Policy::new),
         }
     }
 

@@ -29,7 +29,7 @@ impl HttpFilter for Csrf {
 
     fn new(config: &CsrfConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
         Self {
-            settings: PerRouteSettings::new(config, ctx.table, |f| &f.csrf, Clone::clone),
+            settings: PerRouteSettings::new(config, ctx.table, ctx.filter, |f| &f.csrf, Clone::clone),
             stats: ctx.catalog.csrf(ctx.shard, &ctx.listener.name),
         }
     }

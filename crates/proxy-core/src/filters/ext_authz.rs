@@ -56,7 +56,11 @@ impl HttpFilter for ExtAuthz {
     type Shared = authz_client::Tls;
     type State = State;
 
-    fn shared(config: &ExtAuthzConfig, _: &config::ListenerConfig) -> Option<authz_client::Tls> {
+    fn shared(
+        config: &ExtAuthzConfig,
+        _: &config::ListenerConfig,
+        _: &str,
+    ) -> Option<authz_client::Tls> {
         match &config.service {
             AuthzService::Grpc {
                 tls: Some(spec),
@@ -78,7 +82,7 @@ impl HttpFilter for ExtAuthz {
         ctx: &BuildCtx<'_>,
     ) -> Self {
         let stats = ctx.catalog.authz(ctx.shard, &ctx.listener.name);
-        ExtAuthz(Box::new(Inner::new(config, tls, ctx.table, stats)))
+        ExtAuthz(Box::new(Inner::new(config, tls, ctx.table, ctx.filter, stats)))
     }
 
     /// It sends the request id to the service.
@@ -185,6 +189,7 @@ impl Inner {
         config: &ExtAuthzConfig,
         tls: Option<&authz_client::Tls>,
         table: &RouteConfiguration,
+        filter: &str,
         stats: AuthzStats,
     ) -> Self {
         let client = match &config.service {
@@ -228,10 +233,10 @@ impl Inner {
             client,
             config: config.clone(),
             routes: (table.routes.iter())
-                .map(|r| r.filters.ext_authz.clone())
+                .map(|r| r.filters.of_filter(filter).ext_authz.clone())
                 .collect(),
             hosts: (table.virtual_hosts.iter())
-                .map(|h| h.filters.ext_authz.clone())
+                .map(|h| h.filters.of_filter(filter).ext_authz.clone())
                 .collect(),
             stats,
             errors: LogThrottle::default(),

@@ -33,7 +33,7 @@ impl HttpFilter for Fault {
 
     fn new(config: &FaultConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
         Self {
-            settings: PerRouteSettings::new(config, ctx.table, |f| &f.fault, Clone::clone),
+            settings: PerRouteSettings::new(config, ctx.table, ctx.filter, |f| &f.fault, Clone::clone),
             stats: ctx.catalog.fault(ctx.shard, &ctx.listener.name),
         }
     }

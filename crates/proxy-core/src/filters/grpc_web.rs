@@ -41,7 +41,7 @@ impl HttpFilter for GrpcWeb {
 
     fn new(config: &GrpcWebConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
         Self {
-            settings: PerRouteSettings::new(config, ctx.table, |f| &f.grpc_web, |_| ()),
+            settings: PerRouteSettings::new(config, ctx.table, ctx.filter, |f| &f.grpc_web, |_| ()),
         }
     }
 

@@ -38,7 +38,7 @@ impl HttpFilter for HeaderMutation {
             response: Mutations::new(&c.response),
         };
         Self {
-            settings: PerRouteSettings::new(config, ctx.table, |f| &f.header_mutation, build),
+            settings: PerRouteSettings::new(config, ctx.table, ctx.filter, |f| &f.header_mutation, build),
             scratch: RefCell::new(Vec::new()),
         }
     }

@@ -73,7 +73,7 @@ impl HttpFilter for Headers {
     type State = ();
 
     fn new(config: &HeaderRulesConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
-        Self::from_table(config, ctx.table)
+        Self::from_table(config, ctx.table, ctx.filter)
     }
 
     /// Whether a rule writes `%REQ_ID%`: the request then gets its id before the filters run.
@@ -115,7 +115,11 @@ impl HttpFilter for Headers {
 }
 
 impl Headers {
-    pub(crate) fn from_table(config: &HeaderRulesConfig, table: &RouteConfiguration) -> Self {
+    pub(crate) fn from_table(
+        config: &HeaderRulesConfig,
+        table: &RouteConfiguration,
+        filter: &str,
+    ) -> Self {
         let weighted = table
             .routes
             .iter()
@@ -128,7 +132,7 @@ impl Headers {
             })
             .collect();
         Self {
-            rules: PerRouteSettings::new(config, table, |f| &f.headers, Rules::new),
+            rules: PerRouteSettings::new(config, table, filter, |f| &f.headers, Rules::new),
             weighted,
             most_specific_wins: config.most_specific_wins,
             scratch: RefCell::new(Vec::with_capacity(128)),

@@ -41,7 +41,7 @@ use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{Client, ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::trace::RequestTrace;
-use config::{HttpFilterConfig, ListenerConfig, RouteConfiguration};
+use config::{ChainFilter, HttpFilterConfig, ListenerConfig, RouteConfiguration};
 
 /// An HTTP filter on one worker. Only [`HttpFilter::new`] must be written; each phase it does
 /// not take part in keeps its default, which lets the exchange on untouched.
@@ -54,8 +54,13 @@ pub(crate) trait HttpFilter: Sized {
     /// allocation-free by default: every exchange makes one.
     type State: Default;
 
-    /// The shared part, built once per listener and generation.
-    fn shared(_config: &Self::Config, _listener: &ListenerConfig) -> Option<Self::Shared> {
+    /// The shared part, built once per listener and generation; `filter` is the filter's
+    /// name in the chain.
+    fn shared(
+        _config: &Self::Config,
+        _listener: &ListenerConfig,
+        _filter: &str,
+    ) -> Option<Self::Shared> {
         None
     }
 
@@ -106,6 +111,9 @@ pub(crate) struct BuildCtx<'a> {
     pub(crate) listener: &'a ListenerConfig,
     /// The listener's route table: per-route settings are resolved against it.
     pub(crate) table: &'a RouteConfiguration,
+    /// The filter's name in the chain (`TYPE` or `TYPE/INSTANCE`): routes' settings for it
+    /// are found by it.
+    pub(crate) filter: &'a str,
     pub(crate) catalog: &'a Catalog,
     /// The worker's stats shard.
     pub(crate) shard: &'a stats::Shard,
@@ -130,21 +138,22 @@ macro_rules! filters {
             entered: usize,
             /// The request's `x-request-id`, for filters that write it into the response.
             request_id: Option<HeaderValue>,
-            $($module: <$module::$filter as HttpFilter>::State,)*
+            $($module: Instances<<$module::$filter as HttpFilter>::State>,)*
         }
 
-        /// State the filters share across workers, built once per listener.
+        /// State the filters share across workers, built once per listener: per type, one
+        /// entry per filter of the type, in chain order.
         pub(crate) struct SharedFilters {
-            $($module: Option<<$module::$filter as HttpFilter>::Shared>,)*
+            $($module: Vec<Option<<$module::$filter as HttpFilter>::Shared>>,)*
         }
 
         impl SharedFilters {
             pub(crate) fn new(listener: &ListenerConfig) -> Self {
-                let mut shared = Self { $($module: None,)* };
-                for config in &listener.http_filters {
+                let mut shared = Self { $($module: Vec::new(),)* };
+                for ChainFilter { name, config } in &listener.http_filters {
                     match config {
                         $(HttpFilterConfig::$variant(config) => {
-                            shared.$module = <$module::$filter as HttpFilter>::shared(config, listener);
+                            shared.$module.push(<$module::$filter as HttpFilter>::shared(config, listener, name));
                         })*
                     }
                 }
@@ -153,10 +162,15 @@ macro_rules! filters {
         }
 
         impl Filter {
-            fn new(config: &HttpFilterConfig, shared: &SharedFilters, ctx: &BuildCtx<'_>) -> Self {
+            /// `ordinal`: its place among the chain's filters of its type.
+            fn new(config: &HttpFilterConfig, shared: &SharedFilters, ordinal: usize, ctx: &BuildCtx<'_>) -> Self {
                 match config {
                     $(HttpFilterConfig::$variant(config) => Filter::$variant(
-                        <$module::$filter as HttpFilter>::new(config, shared.$module.as_ref(), ctx),
+                        <$module::$filter as HttpFilter>::new(
+                            config,
+                            shared.$module.get(ordinal).and_then(Option::as_ref),
+                            ctx,
+                        ),
                     ),)*
                 }
             }
@@ -172,9 +186,12 @@ macro_rules! filters {
                 req: &mut Request<RequestBody>,
                 exchange: &Exchange<'_>,
                 state: &mut FilterState,
+                ordinal: usize,
             ) -> Result<HeadersFlow, ProxyError> {
                 match self {
-                    $(Filter::$variant(f) => f.on_request_headers(req, exchange, &mut state.$module).await,)*
+                    $(Filter::$variant(f) => {
+                        f.on_request_headers(req, exchange, state.$module.get_mut(ordinal)).await
+                    })*
                 }
             }
 
@@ -185,10 +202,11 @@ macro_rules! filters {
                 whole: bool,
                 exchange: &Exchange<'_>,
                 state: &mut FilterState,
+                ordinal: usize,
             ) -> Result<Flow, ProxyError> {
                 match self {
                     $(Filter::$variant(f) => {
-                        f.on_request_body(req, start, whole, exchange, &mut state.$module).await
+                        f.on_request_body(req, start, whole, exchange, state.$module.get_mut(ordinal)).await
                     })*
                 }
             }
@@ -198,9 +216,12 @@ macro_rules! filters {
                 head: &mut ResponseHead<'_>,
                 ctx: &ResponseCtx<'_>,
                 state: &mut FilterState,
+                ordinal: usize,
             ) -> Option<BodyFilter> {
                 match self {
-                    $(Filter::$variant(f) => f.on_response_headers(head, ctx, &mut state.$module),)*
+                    $(Filter::$variant(f) => {
+                        f.on_response_headers(head, ctx, state.$module.get_mut(ordinal))
+                    })*
                 }
             }
         }
@@ -221,9 +242,37 @@ filters! {
     HealthCheck(health_check::HealthCheck),
 }
 
+/// One filter's state per exchange, per type: the first filter's inline; a further one's (a
+/// chain with several of the type) in a list made when first used.
+#[derive(Default)]
+struct Instances<T> {
+    first: T,
+    more: Vec<T>,
+}
+
+impl<T: Default> Instances<T> {
+    /// The state of the type's filter at `ordinal` in the chain.
+    fn get_mut(&mut self, ordinal: usize) -> &mut T {
+        let Some(i) = ordinal.checked_sub(1) else {
+            return &mut self.first;
+        };
+        if self.more.len() <= i {
+            self.more.resize_with(i + 1, T::default);
+        }
+        &mut self.more[i]
+    }
+}
+
+/// A filter of a chain and its place among the chain's filters of its type (which tells
+/// their shared parts and states apart).
+struct Placed {
+    filter: Filter,
+    ordinal: usize,
+}
+
 /// A listener's filters on one worker, in order.
 pub(crate) struct FilterChain {
-    filters: Box<[Filter]>,
+    filters: Box<[Placed]>,
     /// A filter reads the request id (ext_authz sends it, `%REQ_ID%` in a header rule): the
     /// id is then made before the filters run, and kept for the response phase.
     uses_request_id: bool,
@@ -320,18 +369,28 @@ impl FilterChain {
         catalog: &Catalog,
         shard: &stats::Shard,
     ) -> Self {
-        let ctx = BuildCtx {
-            listener,
-            table: &listener.route_config,
-            catalog,
-            shard,
-        };
-        let filters = listener
-            .http_filters
-            .iter()
-            .map(|config| Filter::new(config, shared, &ctx))
-            .collect::<Box<[Filter]>>();
-        let uses_request_id = filters.iter().any(Filter::uses_request_id);
+        let chain = &listener.http_filters;
+        let filters = (chain.iter().enumerate())
+            .map(|(i, ChainFilter { name, config })| {
+                let ctx = BuildCtx {
+                    listener,
+                    table: &listener.route_config,
+                    filter: name,
+                    catalog,
+                    shard,
+                };
+                let kind = config.name();
+                let ordinal = chain[..i]
+                    .iter()
+                    .filter(|f| f.config.name() == kind)
+                    .count();
+                Placed {
+                    filter: Filter::new(config, shared, ordinal, &ctx),
+                    ordinal,
+                }
+            })
+            .collect::<Box<[Placed]>>();
+        let uses_request_id = filters.iter().any(|p| p.filter.uses_request_id());
         Self {
             filters,
             uses_request_id,
@@ -350,8 +409,12 @@ impl FilterChain {
         exchange: &Exchange<'_>,
         state: &mut FilterState,
     ) -> Result<Flow, ProxyError> {
-        for filter in self.filters.iter() {
-            let flow = match filter.on_request_headers(req, exchange, state).await? {
+        for Placed { filter, ordinal } in self.filters.iter() {
+            let ordinal = *ordinal;
+            let flow = match filter
+                .on_request_headers(req, exchange, state, ordinal)
+                .await?
+            {
                 HeadersFlow::Flow(flow) => flow,
                 HeadersFlow::ReadBody(max) => {
                     let (start, whole) = req
@@ -360,7 +423,7 @@ impl FilterChain {
                         .await
                         .map_err(|source| ProxyError::ClientAborted { source })?;
                     filter
-                        .on_request_body(req, &start, whole, exchange, state)
+                        .on_request_body(req, &start, whole, exchange, state, ordinal)
                         .await?
                 }
             };
@@ -405,8 +468,8 @@ impl FilterChain {
             request_id: request_id.as_ref(),
         };
         let mut body = None;
-        for filter in self.filters[..state.entered].iter().rev() {
-            if let Some(filter) = filter.on_response_headers(head, &ctx, state) {
+        for Placed { filter, ordinal } in self.filters[..state.entered].iter().rev() {
+            if let Some(filter) = filter.on_response_headers(head, &ctx, state, *ordinal) {
                 body = Some(filter);
             }
         }

@@ -23,13 +23,15 @@ pub(crate) enum Level {
 impl<T> PerRouteSettings<T> {
     /// `of` picks the filter's entry from a host's or route's `filters`; `build` makes the
     /// worker's form of a config (header values made once, and so on).
+    /// `filter`: the chain filter's name (`TYPE` or `TYPE/INSTANCE`), whose entries are read.
     pub(crate) fn new<C>(
         listener: &C,
         table: &RouteConfiguration,
+        filter: &str,
         of: impl Fn(&RouteFilters) -> &PerRoute<C>,
         build: impl Fn(&C) -> T,
     ) -> Self {
-        Self::new_at(listener, table, of, |_, config| build(config))
+        Self::new_at(listener, table, filter, of, |_, config| build(config))
     }
 
     /// [`PerRouteSettings::new`] for settings that depend on where they are set (a shared
@@ -37,10 +39,11 @@ impl<T> PerRouteSettings<T> {
     pub(crate) fn new_at<C>(
         listener: &C,
         table: &RouteConfiguration,
+        filter: &str,
         of: impl Fn(&RouteFilters) -> &PerRoute<C>,
         build: impl Fn(Level, &C) -> T,
     ) -> Self {
-        let resolve = |level: Level, filters: &RouteFilters| match of(filters) {
+        let resolve = |level: Level, filters: &RouteFilters| match of(filters.of_filter(filter)) {
             PerRoute::Inherit => PerRoute::Inherit,
             PerRoute::Disabled => PerRoute::Disabled,
             PerRoute::Enabled => PerRoute::Enabled,

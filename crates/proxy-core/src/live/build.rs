@@ -291,7 +291,7 @@ fn chain_body(
     // TLS to an authorization service: its files read now, so a bad one fails the load by
     // name rather than every check later.
     for filter in &listener.http_filters {
-        if let config::HttpFilterConfig::ExtAuthz(authz) = filter
+        if let config::HttpFilterConfig::ExtAuthz(authz) = &filter.config
             && let config::filters::AuthzService::Grpc {
                 tls: Some(spec), ..
             }

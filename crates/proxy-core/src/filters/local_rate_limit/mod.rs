@@ -243,10 +243,15 @@ fn bucket_settings(filters: &RouteFilters) -> &PerRoute<LocalRateLimitConfig> {
 pub(crate) struct SharedLimits(Buckets);
 
 impl SharedLimits {
-    pub(crate) fn new(listener: &LocalRateLimitConfig, table: &RouteConfiguration) -> Self {
+    pub(crate) fn new(
+        listener: &LocalRateLimitConfig,
+        table: &RouteConfiguration,
+        filter: &str,
+    ) -> Self {
         Self(PerRouteSettings::new(
             listener,
             table,
+            filter,
             bucket_settings,
             |config| {
                 (config.scope == RateLimitScope::Process)
@@ -277,8 +282,12 @@ impl HttpFilter for LocalRateLimit {
     type State = Option<Verdict>;
 
     /// The buckets with `scope: process`, which every worker takes from.
-    fn shared(config: &LocalRateLimitConfig, listener: &config::ListenerConfig) -> Option<Self::Shared> {
-        Some(Arc::new(SharedLimits::new(config, &listener.route_config)))
+    fn shared(
+        config: &LocalRateLimitConfig,
+        listener: &config::ListenerConfig,
+        filter: &str,
+    ) -> Option<Self::Shared> {
+        Some(Arc::new(SharedLimits::new(config, &listener.route_config, filter)))
     }
 
     fn new(
@@ -287,7 +296,7 @@ impl HttpFilter for LocalRateLimit {
         ctx: &BuildCtx<'_>,
     ) -> Self {
         let stats = ctx.catalog.rate_limit(ctx.shard, &ctx.listener.name);
-        Self::with_buckets(config, ctx.table, shared, stats)
+        Self::with_buckets(config, ctx.table, ctx.filter, shared, stats)
     }
 
     async fn on_request_headers(
@@ -317,11 +326,12 @@ impl LocalRateLimit {
     fn with_buckets(
         config: &LocalRateLimitConfig,
         table: &RouteConfiguration,
+        filter: &str,
         shared: Option<&Arc<SharedLimits>>,
         stats: RateLimitStats,
     ) -> Self {
         let buckets =
-            PerRouteSettings::new_at(config, table, bucket_settings, |level, config| match config
+            PerRouteSettings::new_at(config, table, filter, bucket_settings, |level, config| match config
                 .scope
             {
                 RateLimitScope::Process => {
