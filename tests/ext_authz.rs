@@ -610,6 +610,63 @@ clusters:
     assert!(dump.contains("ext_authz/tenants"), "{dump}");
 }
 
+/// gRPC checks send only the allowed headers, and the route's metadata in the namespaces the
+/// filter names (Envoy Gateway's `route_metadata_context_namespaces: [envoy-gateway]`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_checks_send_the_allowed_headers_and_the_routes_metadata() {
+    let upstream = upstream().await;
+    let sidecar = grpc_sidecar(AuthzRules::default()).await;
+    let config = format!(
+        r#"
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http_filters:
+      - ext_authz:
+          grpc: {{ address: {sidecar}, allowed_headers: [X-User, ":path"] }}
+          route_metadata_context_namespaces: [envoy-gateway]
+    routes:
+      - match: {{ prefix: /tagged }}
+        cluster: backend
+        metadata:
+          envoy-gateway: {{ kind: HTTPRoute, name: orders }}
+          internal: {{ owner: payments }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#,
+        sidecar = sidecar.local_addr().unwrap(),
+        upstream = upstream.local_addr(),
+    );
+    let proxy = Proxy::start(&config, 1);
+    let headers = [
+        ("x-user", "alice"),
+        ("cookie", "secret"),
+        ("x-noop-echo", "headers"),
+    ];
+    let response = send_h1(proxy.addr(), get("/tagged", &headers)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let echoed = text(response.into_body()).await;
+    assert!(
+        echoed
+            .lines()
+            .any(|l| l.trim_end() == "x-ext-authz-headers: :path,x-user"),
+        "only the allowed headers:\n{echoed}"
+    );
+    assert!(
+        echoed.contains(
+            "x-ext-authz-route-metadata: envoy-gateway.kind=HTTPRoute;envoy-gateway.name=orders"
+        ),
+        "only the namespace the filter names:\n{echoed}"
+    );
+    let response = send_h1(proxy.addr(), get("/plain", &headers)).await;
+    let echoed = text(response.into_body()).await;
+    assert!(!echoed.contains("x-ext-authz-route-metadata"), "{echoed}");
+    assert_eq!(sidecar.checks(), 2);
+}
+
 /// Two filters of a type need names; a route must name a filter the chain has.
 #[test]
 fn filters_of_one_type_are_named_and_routes_name_them() {

@@ -43,6 +43,8 @@ fn check_round_trip(c: &mut Criterion) {
         source: "127.0.0.1:40000".parse().expect("addr"),
         destination: "127.0.0.1:21500".parse().expect("addr"),
         context_extensions: &[],
+        allowed_headers: None,
+        route_metadata: None,
         body: None,
         traceparent: None,
         tracestate: None,

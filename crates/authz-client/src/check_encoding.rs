@@ -38,6 +38,7 @@ const ATTRIBUTES_SOURCE: u8 = 1;
 const ATTRIBUTES_DESTINATION: u8 = 2;
 const ATTRIBUTES_REQUEST: u8 = 4;
 const ATTRIBUTES_CONTEXT_EXTENSIONS: u8 = 10;
+const ATTRIBUTES_ROUTE_METADATA_CONTEXT: u8 = 13;
 // AttributeContext.Peer, config.core.v3.Address, config.core.v3.SocketAddress
 const PEER_ADDRESS: u8 = 1;
 const ADDRESS_SOCKET_ADDRESS: u8 = 1;
@@ -78,6 +79,9 @@ pub(crate) fn check_frame(input: &CheckInput<'_>) -> Result<Bytes, AuthzError> {
             &[value.as_bytes()],
         );
     }
+    if let Some(metadata) = input.route_metadata {
+        string_field(&mut buf, ATTRIBUTES_ROUTE_METADATA_CONTEXT, metadata);
+    }
     let after_request = buf.len() - GAP - http_len;
     let request_len = field_len(http_len);
     let attributes_len = field_len(request_len) + after_request;
@@ -111,6 +115,7 @@ fn capacity_hint(input: &CheckInput<'_>) -> usize {
     256 + 2 * (input.path.len() + input.host.len())
         + input.request_id.len()
         + input.body.map_or(0, |b| b.len())
+        + input.route_metadata.map_or(0, |m| m.len())
         + 64 * input.headers.len()
 }
 
@@ -118,7 +123,12 @@ fn capacity_hint(input: &CheckInput<'_>) -> usize {
 fn http_request(buf: &mut BytesMut, input: &CheckInput<'_>) {
     string_field(buf, HTTP_ID, input.request_id.as_bytes());
     string_field(buf, HTTP_METHOD, input.method.as_str().as_bytes());
-    for name in input.headers.keys() {
+    let sent = |name: &str| {
+        input
+            .allowed_headers
+            .is_none_or(|a| a.iter().any(|n| n == name))
+    };
+    for name in input.headers.keys().filter(|n| sent(n.as_str())) {
         let values = input.headers.get_all(name);
         let mut each = values.iter();
         match (each.next(), each.next()) {
@@ -141,14 +151,20 @@ fn http_request(buf: &mut BytesMut, input: &CheckInput<'_>) {
             }
         }
     }
-    map_entry(buf, HTTP_HEADERS, b":authority", &[input.host.as_bytes()]);
-    map_entry(
-        buf,
-        HTTP_HEADERS,
-        b":method",
-        &[input.method.as_str().as_bytes()],
-    );
-    map_entry(buf, HTTP_HEADERS, b":path", &[input.path.as_bytes()]);
+    if sent(":authority") {
+        map_entry(buf, HTTP_HEADERS, b":authority", &[input.host.as_bytes()]);
+    }
+    if sent(":method") {
+        map_entry(
+            buf,
+            HTTP_HEADERS,
+            b":method",
+            &[input.method.as_str().as_bytes()],
+        );
+    }
+    if sent(":path") {
+        map_entry(buf, HTTP_HEADERS, b":path", &[input.path.as_bytes()]);
+    }
     string_field(buf, HTTP_PATH, input.path.as_bytes());
     string_field(buf, HTTP_HOST, input.host.as_bytes());
     string_field(buf, HTTP_SCHEME, input.scheme.as_bytes());
@@ -373,6 +389,9 @@ pub(crate) mod reference {
         headers.insert(":authority".into(), input.host.to_owned());
         headers.insert(":method".into(), input.method.as_str().to_owned());
         headers.insert(":path".into(), input.path.to_owned());
+        if let Some(allowed) = input.allowed_headers {
+            headers.retain(|name, _| allowed.contains(name));
+        }
         let (body, raw_body, size) = match input.body {
             Some(body) => match std::str::from_utf8(body) {
                 Ok(text) => (text.to_owned(), Vec::new(), body.len() as i64),
@@ -409,6 +428,9 @@ pub(crate) mod reference {
                     ..Default::default()
                 }),
                 context_extensions: input.context_extensions.iter().cloned().collect(),
+                route_metadata_context: input.route_metadata.map(|bytes| {
+                    prost::Message::decode(bytes).expect("the test gives an encoded Metadata")
+                }),
                 ..Default::default()
             }),
         }
@@ -464,6 +486,8 @@ mod tests {
             source: "192.0.2.7:51000".parse().unwrap_or_else(|_| unreachable!()),
             destination: "127.0.0.1:8443".parse().unwrap_or_else(|_| unreachable!()),
             context_extensions: context,
+            allowed_headers: None,
+            route_metadata: None,
             body,
             traceparent: None,
             tracestate: None,
@@ -503,6 +527,49 @@ mod tests {
             source.port_specifier,
             Some(socket_address::PortSpecifier::PortValue(51000))
         );
+    }
+
+    #[test]
+    fn allowed_headers_and_route_metadata_go_as_envoy_sends_them() {
+        use envoy_types::pb::envoy::config::core::v3::Metadata;
+        use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+        use prost::Message;
+        let mut headers = HeaderMap::new();
+        headers.insert("header1", HeaderValue::from_static("one"));
+        headers.insert("cookie", HeaderValue::from_static("secret"));
+        let allowed = ["header1".to_string(), ":path".to_string()];
+        let metadata = Metadata {
+            filter_metadata: [(
+                "envoy-gateway".to_string(),
+                Struct {
+                    fields: [(
+                        "kind".to_string(),
+                        Value {
+                            kind: Some(Kind::StringValue("HTTPRoute".into())),
+                        },
+                    )]
+                    .into(),
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let encoded = metadata.encode_to_vec();
+        let mut check = input(&headers, &[], None);
+        check.allowed_headers = Some(&allowed);
+        check.route_metadata = Some(&encoded);
+        let (request, reference) = decoded_and_reference(&check);
+        assert_eq!(request, reference);
+        let attributes = request.attributes.unwrap_or_default();
+        let http = attributes.request.and_then(|r| r.http).unwrap_or_default();
+        let mut names: Vec<&str> = http.headers.keys().map(String::as_str).collect();
+        names.sort();
+        assert_eq!(names, [":path", "header1"], "only the allowed ones");
+        assert_eq!(
+            http.host, "shop.test",
+            "the fields are sent whatever the list"
+        );
+        assert_eq!(attributes.route_metadata_context, Some(metadata));
     }
 
     #[test]

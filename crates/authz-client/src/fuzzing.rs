@@ -60,6 +60,8 @@ pub fn check_request(data: &[u8]) {
         source: socket_address(source),
         destination: socket_address(destination),
         context_extensions: &context_extensions,
+        allowed_headers: None,
+        route_metadata: None,
         body: (flags & 16 != 0).then_some(&body),
         traceparent: None,
         tracestate: None,

@@ -428,6 +428,8 @@ mod tests {
             source: "127.0.0.1:1000".parse().expect("address"),
             destination: "127.0.0.1:80".parse().expect("address"),
             context_extensions: &[],
+            allowed_headers: None,
+            route_metadata: None,
             body: None,
             traceparent: None,
             tracestate: None,

@@ -30,6 +30,8 @@
 //!     source: "192.0.2.7:51000".parse().unwrap(),
 //!     destination: "10.0.0.1:443".parse().unwrap(),
 //!     context_extensions: &[],
+//!     allowed_headers: None,
+//!     route_metadata: None,
 //!     body: None,
 //!     traceparent: None,
 //!     tracestate: None,
@@ -112,6 +114,12 @@ pub struct CheckInput<'a> {
     pub destination: SocketAddr,
     /// Per-route `context_extensions` (gRPC mode).
     pub context_extensions: &'a [(String, String)],
+    /// gRPC mode: the request headers sent, by lowercase name (`:authority`, `:method` and
+    /// `:path` included); `None`: all of them.
+    pub allowed_headers: Option<&'a [String]>,
+    /// gRPC mode: the route's metadata for the service, an encoded `config.core.v3.Metadata`
+    /// (`route_metadata_context`).
+    pub route_metadata: Option<&'a [u8]>,
     /// The request body, or its first bytes, when the service is to see it.
     pub body: Option<&'a Bytes>,
     /// W3C trace context for the check itself, sent as the call's own `traceparent` and

@@ -21,6 +21,7 @@ use envoy_types::pb::envoy::service::auth::v3::{
     CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse,
 };
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::rpc::Status;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -405,6 +406,23 @@ impl Authorization for GrpcRules {
             }
             if let Some(traceparent) = &traceparent {
                 headers.push(option("x-ext-authz-traceparent", traceparent));
+            }
+            // The request headers it was sent, and the route metadata's text fields.
+            let mut names: Vec<&String> = http.headers.keys().collect();
+            names.sort();
+            let names: Vec<&str> = names.into_iter().map(String::as_str).collect();
+            headers.push(option("x-ext-authz-headers", &names.join(",")));
+            if let Some(metadata) = &attributes.route_metadata_context {
+                let mut fields: Vec<String> = Vec::new();
+                for (namespace, values) in &metadata.filter_metadata {
+                    for (key, value) in &values.fields {
+                        if let Some(Kind::StringValue(text)) = &value.kind {
+                            fields.push(format!("{namespace}.{key}={text}"));
+                        }
+                    }
+                }
+                fields.sort();
+                headers.push(option("x-ext-authz-route-metadata", &fields.join(";")));
             }
             if !http.raw_body.is_empty() || !http.body.is_empty() {
                 headers.push(option(

@@ -123,7 +123,12 @@ pub(crate) fn metadata_labels(
     metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
 ) -> Option<Labels> {
     let fields = &metadata?.filter_metadata.get(METADATA_KEY)?.fields;
-    Some(fields.iter().map(|(k, v)| (k.clone(), json(v))).collect())
+    Some(
+        fields
+            .iter()
+            .map(|(k, v)| (k.clone(), crate::envoy::json(v)))
+            .collect(),
+    )
 }
 
 /// Where Envoy reads an endpoint's labels.
@@ -131,24 +136,10 @@ pub(crate) const METADATA_KEY: &str = "envoy.transport_socket_match";
 
 /// A protobuf `Struct` as labels.
 pub(crate) fn struct_labels(s: &envoy_types::pb::google::protobuf::Struct) -> Labels {
-    s.fields.iter().map(|(k, v)| (k.clone(), json(v))).collect()
-}
-
-fn json(value: &envoy_types::pb::google::protobuf::Value) -> serde_json::Value {
-    use envoy_types::pb::google::protobuf::value::Kind;
-    use serde_json::Value;
-    match &value.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::NumberValue(n)) => {
-            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
-        }
-        Some(Kind::StringValue(s)) => Value::String(s.clone()),
-        Some(Kind::BoolValue(b)) => Value::Bool(*b),
-        Some(Kind::StructValue(s)) => {
-            Value::Object(s.fields.iter().map(|(k, v)| (k.clone(), json(v))).collect())
-        }
-        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(json).collect()),
-    }
+    s.fields
+        .iter()
+        .map(|(k, v)| (k.clone(), crate::envoy::json(v)))
+        .collect()
 }
 
 #[cfg(test)]

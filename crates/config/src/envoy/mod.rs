@@ -105,6 +105,24 @@ pub(crate) fn runtime_percent(
 
 /// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
 /// the longest wait here is a day, so nothing is held forever.
+/// A protobuf `Value` as JSON (a number that is not finite: null).
+pub(crate) fn json(value: &envoy_types::pb::google::protobuf::Value) -> serde_json::Value {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    use serde_json::Value;
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
+        }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StructValue(s)) => {
+            Value::Object(s.fields.iter().map(|(k, v)| (k.clone(), json(v))).collect())
+        }
+        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(json).collect()),
+    }
+}
+
 pub(crate) const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.

@@ -461,10 +461,27 @@ fn route(
             upgrades,
         }))
     };
+    let metadata = match raw.metadata {
+        None => None,
+        Some(namespaces) => {
+            let mut checked = RouteMetadata::new();
+            for (namespace, value) in namespaces {
+                let serde_json::Value::Object(fields) = value else {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.metadata.{namespace}"),
+                        "expected a map",
+                    ));
+                };
+                checked.insert(namespace, fields);
+            }
+            (!checked.is_empty()).then(|| Box::new(checked))
+        }
+    };
     Ok(RouteConfig {
         matcher,
         action,
         filters,
+        metadata,
     })
 }
 

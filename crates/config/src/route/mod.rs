@@ -36,7 +36,14 @@ pub struct RouteConfig {
     /// What this route changes about its listener's filters.
     #[serde(skip_serializing_if = "RouteFilters::is_default")]
     pub filters: RouteFilters,
+    /// Its metadata by namespace, for filters that read it. Boxed: most routes have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Box<RouteMetadata>>,
 }
+
+/// A route's `metadata`: objects by namespace.
+pub type RouteMetadata =
+    std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>;
 
 /// What a request must look like for a route to take it. All parts must match.
 #[derive(Debug, Clone, Serialize)]

@@ -27,6 +27,10 @@ pub struct RawVirtualHost {
 pub struct RawRoute {
     #[serde(rename = "match")]
     pub matcher: RawMatch,
+    /// `{ NAMESPACE: { ... } }`: what the route tells filters that read it (Envoy's
+    /// `metadata.filter_metadata`; an authorization service gets the namespaces its filter
+    /// names).
+    pub metadata: Option<std::collections::BTreeMap<String, serde_json::Value>>,
     pub cluster: Option<String>,
     pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
     /// With `weighted_clusters`: what keeps one client on one side.

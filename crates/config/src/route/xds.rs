@@ -182,6 +182,7 @@ impl XdsRoutes {
                 *route = RawRoute {
                     matcher: std::mem::take(&mut route.matcher),
                     filters: route.filters.take(),
+                    metadata: route.metadata.take(),
                     direct_response: Some(cluster_not_found(route.cluster_not_found_status)),
                     ..Default::default()
                 };
@@ -289,7 +290,22 @@ fn route(
     let matcher = matcher(r.r#match.take().unwrap_or_default(), &format!("{at}.match"))?;
     let action = r.action.take();
     r.name.clear();
-    r.metadata = None;
+    // Its filter metadata, which an authorization filter may send (typed metadata is read
+    // by no filter here).
+    let metadata = r.metadata.take().and_then(|m| {
+        let namespaces: std::collections::BTreeMap<String, serde_json::Value> = (m.filter_metadata)
+            .iter()
+            .map(|(namespace, s)| {
+                let fields = s.fields.iter();
+                let object = fields.map(|(k, v)| (k.clone(), crate::envoy::json(v)));
+                (
+                    namespace.clone(),
+                    serde_json::Value::Object(object.collect()),
+                )
+            })
+            .collect();
+        (!namespaces.is_empty()).then_some(namespaces)
+    });
     r.decorator = None;
     r.stat_prefix.clear();
     let (per_filter, _) = route_filters(
@@ -309,6 +325,7 @@ fn route(
     nothing_else(&r, fields::ROUTE, at)?;
     let mut raw = RawRoute {
         matcher,
+        metadata,
         filters: filters(per_filter, headers),
         ..Default::default()
     };

@@ -456,6 +456,7 @@ fn ext_authz_keys_are_checked() {
             endpoint: ServiceEndpoint::Unix("/run/authz.sock".into()),
             authority: None,
             tls: None,
+            allowed_headers: None,
         }
     );
     for (authz, expected) in [

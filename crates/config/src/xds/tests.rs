@@ -780,14 +780,32 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
 /// by the routes its policy covers: each is a filter of its own here, named by its suffix.
 #[test]
 fn several_ext_authz_filters_are_told_apart_by_name() {
+    use envoy_types::pb::envoy::config::core::v3::Metadata;
     use envoy_types::pb::envoy::config::route::v3::FilterConfig;
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::ExtAuthz;
     use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
         ExtAuthzPerRoute, ext_authz_per_route,
     };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        ListStringMatcher, StringMatcher, string_matcher::MatchPattern,
+    };
+    // As Envoy Gateway writes a gRPC service's: the headers sent, the route metadata sent.
     let named = |policy: &str, cluster: &str| {
         let mut filter = resources::ext_authz_filter(cluster);
         filter.name = format!("envoy.filters.http.ext_authz/securitypolicy/{policy}");
         filter.disabled = true;
+        if let Some(http_filter::ConfigType::TypedConfig(any)) = &mut filter.config_type {
+            let mut authz: ExtAuthz = prost::Message::decode(any.value.as_slice()).unwrap();
+            authz.allowed_headers = Some(ListStringMatcher {
+                patterns: vec![StringMatcher {
+                    match_pattern: Some(MatchPattern::Exact("Header1".into())),
+                    ignore_case: true,
+                }],
+            });
+            authz.route_metadata_context_namespaces = vec!["envoy-gateway".into()];
+            *any = pack(&authz);
+        }
         filter
     };
     let l = resources::listener_with_filters(
@@ -813,10 +831,29 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
         );
         route
     };
+    let mut tagged = resources::forward("/users", "web");
+    tagged.metadata = Some(Metadata {
+        filter_metadata: [(
+            "envoy-gateway".to_string(),
+            envoy_types::pb::google::protobuf::Struct {
+                fields: [(
+                    "name".to_string(),
+                    envoy_types::pb::google::protobuf::Value {
+                        kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                            "users".into(),
+                        )),
+                    },
+                )]
+                .into(),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    });
     let r = resources::route_config(
         "r",
         vec![
-            turn_on(resources::forward("/users", "web"), "users"),
+            turn_on(tagged, "users"),
             turn_on(turn_on(resources::forward("/", "web"), "users"), "tenants"),
         ],
     );
@@ -865,7 +902,21 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
         chain[1]["ext_authz/securitypolicy/tenants"]["grpc"]["address"], "127.0.0.1:9192",
         "{dumped}"
     );
+    assert_eq!(
+        chain[0]["ext_authz/securitypolicy/users"]["grpc"]["allowed_headers"],
+        serde_json::json!(["header1"]),
+        "{dumped}"
+    );
+    assert_eq!(
+        chain[0]["ext_authz/securitypolicy/users"]["route_metadata_context_namespaces"],
+        serde_json::json!(["envoy-gateway"]),
+        "{dumped}"
+    );
     let routes = &config.listeners[0].route_config.routes;
+    assert_eq!(
+        serde_json::to_value(&routes[0].metadata).unwrap(),
+        serde_json::json!({"envoy-gateway": {"name": "users"}})
+    );
     let on = |route: usize, policy: &str| {
         let filters = routes[route]
             .filters

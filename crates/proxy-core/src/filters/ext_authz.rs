@@ -35,6 +35,10 @@ struct Inner {
     routes: Vec<RouteAuthz>,
     /// Per virtual host, for requests it took that no route matched.
     hosts: Vec<RouteAuthz>,
+    /// Per route, its metadata in the namespaces the checks send, encoded once (gRPC).
+    route_metadata: Vec<Option<Box<[u8]>>>,
+    /// gRPC: the request headers sent; `None`: all.
+    allowed_headers: Option<Vec<String>>,
     stats: AuthzStats,
     /// Failed checks, logged at most once a second: a dead service must not flood the log
     /// with a line per request.
@@ -181,6 +185,48 @@ fn authz_tls(
     }
 }
 
+/// A route's metadata in `namespaces`, as the `config.core.v3.Metadata` a check carries;
+/// `None` where it has none of them.
+fn route_metadata(route: &config::RouteConfig, namespaces: &[String]) -> Option<Box<[u8]>> {
+    use envoy_types::pb::envoy::config::core::v3::Metadata;
+    use prost::Message;
+    let metadata = route.metadata.as_deref()?;
+    let filter_metadata: std::collections::HashMap<_, _> = (namespaces.iter())
+        .filter_map(|ns| Some((ns.clone(), proto_struct(metadata.get(ns)?))))
+        .collect();
+    if filter_metadata.is_empty() {
+        return None;
+    }
+    let message = Metadata {
+        filter_metadata,
+        ..Default::default()
+    };
+    Some(message.encode_to_vec().into_boxed_slice())
+}
+
+/// A JSON object as a protobuf `Struct`.
+fn proto_struct(
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> envoy_types::pb::google::protobuf::Struct {
+    use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
+    fn value(v: &serde_json::Value) -> Value {
+        let kind = match v {
+            serde_json::Value::Null => Kind::NullValue(0),
+            serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+            serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+            serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+            serde_json::Value::Array(list) => Kind::ListValue(ListValue {
+                values: list.iter().map(value).collect(),
+            }),
+            serde_json::Value::Object(o) => Kind::StructValue(proto_struct(o)),
+        };
+        Value { kind: Some(kind) }
+    }
+    Struct {
+        fields: fields.iter().map(|(k, v)| (k.clone(), value(v))).collect(),
+    }
+}
+
 impl Inner {
     /// A route's settings already include its virtual host's (merged when the config was
     /// loaded).
@@ -197,6 +243,7 @@ impl Inner {
                 endpoint,
                 authority,
                 tls,
+                ..
             } => {
                 let client = AuthzClient::grpc(endpoint.clone(), config.timeout);
                 // Over TLS, the name the service is verified by is the one it is called by,
@@ -238,6 +285,15 @@ impl Inner {
             hosts: (table.virtual_hosts.iter())
                 .map(|h| h.filters.of_filter(filter).ext_authz.clone())
                 .collect(),
+            route_metadata: (table.routes.iter())
+                .map(|r| route_metadata(r, &config.route_metadata_context_namespaces))
+                .collect(),
+            allowed_headers: match &config.service {
+                AuthzService::Grpc {
+                    allowed_headers, ..
+                } => allowed_headers.clone(),
+                AuthzService::Http { .. } => None,
+            },
             stats,
             errors: LogThrottle::default(),
         }
@@ -295,6 +351,11 @@ impl Inner {
             source: exchange.client.addr(conn),
             destination: conn.local,
             context_extensions: &self.route(exchange).context_extensions,
+            allowed_headers: self.allowed_headers.as_deref(),
+            route_metadata: exchange
+                .route
+                .and_then(|i| self.route_metadata.get(i))
+                .and_then(Option::as_deref),
             body,
             traceparent: traceparent.as_ref(),
             tracestate: exchange

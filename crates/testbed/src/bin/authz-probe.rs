@@ -118,6 +118,8 @@ async fn check(client: &AuthzClient) -> Result<authz_client::Decision, authz_cli
         source: ([127, 0, 0, 1], 40000).into(),
         destination: ([127, 0, 0, 1], 21501).into(),
         context_extensions: &[],
+        allowed_headers: None,
+        route_metadata: None,
         body: None,
         traceparent: None,
         tracestate: None,

@@ -31,6 +31,10 @@ pub struct ExtAuthzConfig {
     pub status_on_error: StatusCode,
     /// Send the request body (or its start) with the check.
     pub with_request_body: Option<AuthzBodyConfig>,
+    /// The namespaces of the route's `metadata` sent with each check (gRPC mode, Envoy's
+    /// `route_metadata_context`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route_metadata_context_namespaces: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,6 +50,10 @@ pub enum AuthzService {
         /// TLS to the service (a TCP address).
         #[serde(skip_serializing_if = "Option::is_none")]
         tls: Option<crate::ClusterTlsConfig>,
+        /// The request headers sent (lowercase; `:authority`, `:method` and `:path` may be
+        /// named); `None`: all of them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        allowed_headers: Option<Vec<String>>,
     },
     /// Plain HTTP: a 2xx allows.
     Http {
@@ -104,6 +112,9 @@ pub struct RawExtAuthz {
     pub failure_mode_allow: Option<bool>,
     pub status_on_error: Option<u16>,
     pub with_request_body: Option<RawAuthzBody>,
+    /// gRPC: the route `metadata` namespaces sent with each check.
+    #[serde(default)]
+    pub route_metadata_context_namespaces: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -113,6 +124,8 @@ pub struct RawAuthzGrpc {
     pub authority: Option<String>,
     /// The keys of a cluster's `tls`: the service's CA and name, a client certificate.
     pub tls: Option<crate::tls::raw::RawClusterTls>,
+    /// Only these request headers are sent (default: all).
+    pub allowed_headers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -171,6 +184,25 @@ fn service_tls(
     crate::tls::check::cluster_tls(raw, &at).map(Some)
 }
 
+/// A gRPC check's `allowed_headers`: header names, or the pseudo-headers it carries.
+fn grpc_header_names(names: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
+    names
+        .into_iter()
+        .map(|name| {
+            let lower = name.to_ascii_lowercase();
+            let pseudo = [":authority", ":method", ":path"].contains(&lower.as_str());
+            if pseudo || HeaderName::from_bytes(lower.as_bytes()).is_ok() {
+                Ok(lower)
+            } else {
+                Err(ConfigError::invalid(
+                    path,
+                    format!("`{name}` is not a header name"),
+                ))
+            }
+        })
+        .collect()
+}
+
 pub(super) fn listener_authz(
     raw: RawExtAuthz,
     path: &str,
@@ -192,6 +224,10 @@ pub(super) fn listener_authz(
                 }
                 other => other,
             },
+            allowed_headers: grpc
+                .allowed_headers
+                .map(|names| grpc_header_names(names, &format!("{path}.grpc.allowed_headers")))
+                .transpose()?,
         },
         (None, Some(http)) => {
             let prefix = http.path_prefix.unwrap_or_default();
@@ -255,6 +291,14 @@ pub(super) fn listener_authz(
             })
         })
         .transpose()?;
+    if !raw.route_metadata_context_namespaces.is_empty()
+        && matches!(service, AuthzService::Http { .. })
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.route_metadata_context_namespaces"),
+            "the route's metadata goes with gRPC checks only",
+        ));
+    }
     Ok(ExtAuthzConfig {
         service,
         timeout: crate::values::positive(
@@ -264,6 +308,7 @@ pub(super) fn listener_authz(
         failure_mode_allow: raw.failure_mode_allow.unwrap_or(false),
         status_on_error,
         with_request_body,
+        route_metadata_context_namespaces: raw.route_metadata_context_namespaces,
     })
 }
 

@@ -30,6 +30,8 @@ pub(crate) const PER_ROUTE: &str =
 pub(crate) struct XdsAuthz {
     raw: RawExtAuthz,
     target: Target,
+    /// gRPC: the request headers sent (`allowed_headers`, exact names); `None`: all.
+    grpc_allowed_headers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -47,9 +49,14 @@ impl XdsAuthz {
             at: at.to_owned(),
             fields: vec![what.to_owned()],
         };
+        let mut grpc_allowed_headers = None;
         let (target, timeout, http) = match filter.services.take() {
             Some(ext_authz::Services::GrpcService(service)) => {
                 let (target, timeout) = grpc_target(service, at)?;
+                if let Some(list) = filter.allowed_headers.take() {
+                    grpc_allowed_headers =
+                        Some(exact_names(Some(list), &format!("{at}.allowed_headers"))?);
+                }
                 (target, timeout, None)
             }
             Some(ext_authz::Services::HttpService(service)) => {
@@ -87,16 +94,23 @@ impl XdsAuthz {
             failure_mode_allow: Some(std::mem::take(&mut filter.failure_mode_allow)),
             status_on_error,
             with_request_body,
+            route_metadata_context_namespaces: std::mem::take(
+                &mut filter.route_metadata_context_namespaces,
+            ),
         };
         // The v3 API is the only one, and the stats prefix changes nothing.
         filter.transport_api_version = 0;
         filter.stat_prefix.clear();
         if filter != Default::default() {
             return Err(unsupported(
-                "ext_authz settings besides grpc_service or http_service, failure_mode_allow, status_on_error and with_request_body",
+                "ext_authz settings besides grpc_service or http_service, allowed_headers, failure_mode_allow, status_on_error, with_request_body and route_metadata_context_namespaces",
             ));
         }
-        Ok(Self { raw, target })
+        Ok(Self {
+            raw,
+            target,
+            grpc_allowed_headers,
+        })
     }
 
     /// The cluster the service's address comes from, if it is named by one.
@@ -133,6 +147,7 @@ impl XdsAuthz {
                     address,
                     authority,
                     tls,
+                    allowed_headers: self.grpc_allowed_headers.clone(),
                 })
             }
         }
@@ -226,31 +241,34 @@ fn http_target(
     if service.retry_policy.is_some() || !service.path_override.is_empty() {
         return Err(unsupported("retry_policy, path_override"));
     }
-    let names = |list: Option<ListStringMatcher>, key: &str| {
-        list.map(|l| l.patterns)
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| match m.match_pattern {
-                Some(MatchPattern::Exact(name)) => Ok(name.to_ascii_lowercase()),
-                _ => Err(ResourceError::Unsupported {
-                    at: format!("{at}.{key}[{i}]"),
-                    fields: vec!["a header pattern other than exact".into()],
-                }),
-            })
-            .collect::<Result<Vec<_>, _>>()
-    };
     let http = RawAuthzHttp {
         address: String::new(),
         path_prefix: Some(std::mem::take(&mut service.path_prefix)).filter(|p| !p.is_empty()),
-        allowed_headers: names(allowed, "allowed_headers")?,
-        allowed_upstream_headers: names(
+        allowed_headers: exact_names(allowed, &format!("{at}.allowed_headers"))?,
+        allowed_upstream_headers: exact_names(
             allowed_upstream,
-            "authorization_response.allowed_upstream_headers",
+            &format!("{at}.authorization_response.allowed_upstream_headers"),
         )?,
         tls: None,
     };
     Ok((Target::Cluster(cluster, None), timeout, http))
+}
+
+/// A list of header names given as `exact` patterns (any case: header names are compared
+/// in lower case); any other pattern is refused.
+fn exact_names(list: Option<ListStringMatcher>, at: &str) -> Result<Vec<String>, ResourceError> {
+    list.map(|l| l.patterns)
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| match m.match_pattern {
+            Some(MatchPattern::Exact(name)) => Ok(name.to_ascii_lowercase()),
+            _ => Err(ResourceError::Unsupported {
+                at: format!("{at}[{i}]"),
+                fields: vec!["a header pattern other than exact".into()],
+            }),
+        })
+        .collect()
 }
 
 /// ext_authz's entry in a route's or virtual host's `typed_per_filter_config`: disabled,
