@@ -690,11 +690,13 @@ async fn request_ids_follow_the_connection_manager() {
 
 /// A file access log as a control plane writes it (`FileAccessLog`, a text or JSON
 /// `log_format` with `%REQ(...)%` and `%RESP(...)%`), its lines parsed back; the listener's
-/// own `NR` log accepted; loggers and filters not honoured refused by name.
+/// own `NR` log accepted; a CEL filter picking lines; loggers and filters not honoured
+/// refused by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_logs_from_the_connection_manager() {
     use envoy_types::pb::envoy::config::accesslog::v3::{
-        AccessLog, AccessLogFilter, ResponseFlagFilter, access_log, access_log_filter,
+        AccessLog, AccessLogFilter, ExtensionFilter, ResponseFlagFilter, access_log,
+        access_log_filter, extension_filter,
     };
     use envoy_types::pb::envoy::config::core::v3::{
         DataSource, SubstitutionFormatString, data_source, substitution_format_string,
@@ -702,6 +704,7 @@ async fn access_logs_from_the_connection_manager() {
     use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
         FileAccessLog, file_access_log,
     };
+    use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
     use envoy_types::pb::google::protobuf::{Struct, Value, value};
     use http_connection_manager::ServerHeaderTransformation as Server;
     use http_protocol_options::HeadersWithUnderscoresAction as Underscores;
@@ -831,7 +834,33 @@ async fn access_logs_from_the_connection_manager() {
     let never = std::fs::read_to_string(logs.0.join("never.log")).unwrap_or_default();
     assert!(never.is_empty(), "the listener's NR log wrote: {never}");
 
-    // Refused by name: another logger, a filter on the connection manager's log.
+    // A filter Envoy Gateway writes (CEL) picks the lines; one request in two is written.
+    let filtered_path = logs.0.join("filtered.log");
+    let mut filtered = file_log(&filtered_path, text.clone());
+    filtered.filter = Some(AccessLogFilter {
+        filter_specifier: Some(access_log_filter::FilterSpecifier::ExtensionFilter(
+            ExtensionFilter {
+                name: "envoy.access_loggers.extension_filters.cel".into(),
+                config_type: Some(extension_filter::ConfigType::TypedConfig(any(
+                    &ExpressionFilter {
+                        expression: "request.url_path.contains('keep')".into(),
+                        ..Default::default()
+                    },
+                ))),
+            },
+        )),
+    });
+    assert_eq!(serve_listener(&server, with_logs(filtered)).await, None);
+    for path in ["/drop?keep=1", "/keep"] {
+        let res = send_h1(addr, get(path, &[("user-agent", "curl/8.0")])).await;
+        assert_eq!(res.status(), 200);
+        text_of(res).await;
+    }
+    // One worker: the second request's line comes after the first's would have.
+    let lines = wait_for_lines(&filtered_path, 1).await;
+    assert_eq!(lines, [format!("GET /keep curl \"-\" {served_by} 200")]);
+
+    // Refused by name: another logger, a filter this proxy cannot evaluate.
     let mut als = file_log(&text_path, text.clone());
     als.name = "envoy.access_loggers.http_grpc".into();
     als.config_type = Some(access_log::ConfigType::TypedConfig(Any {
@@ -843,11 +872,16 @@ async fn access_logs_from_the_connection_manager() {
     let nack = serve_listener(&server, with_logs(als)).await.expect("NACK");
     assert!(nack.contains("envoy.access_loggers.http_grpc"), "{nack}");
     let mut filtered = file_log(&text_path, text.clone());
-    filtered.filter = no_route_only.clone();
+    filtered.filter = Some(AccessLogFilter {
+        filter_specifier: Some(access_log_filter::FilterSpecifier::TraceableFilter(
+            Default::default(),
+        )),
+    });
     let nack = serve_listener(&server, with_logs(filtered))
         .await
         .expect("NACK");
     assert!(nack.contains("access_log[0].filter"), "{nack}");
+    assert!(nack.contains("traceable_filter"), "{nack}");
     server.shutdown().await;
 }
 
