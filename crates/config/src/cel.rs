@@ -145,8 +145,15 @@ impl Operand {
 impl Expr {
     /// Parses and type-checks `text`.
     pub fn parse(text: &str) -> Result<Expr, String> {
+        if text.len() > MAX_LEN {
+            return Err(format!("an expression of over {MAX_LEN} bytes"));
+        }
         let tokens = tokenize(text)?;
-        let mut parser = Parser { tokens, at: 0 };
+        let mut parser = Parser {
+            tokens,
+            at: 0,
+            depth: 0,
+        };
         let node = parser.or()?;
         if let Some(token) = parser.tokens.get(parser.at) {
             return Err(format!("unexpected `{token}` in `{text}`"));
@@ -303,7 +310,15 @@ fn tokenize(text: &str) -> Result<Vec<Token>, String> {
 struct Parser {
     tokens: Vec<Token>,
     at: usize,
+    /// How deep `!` and `(` nest here: bounded, so a hostile expression cannot exhaust the
+    /// stack (parsing, evaluating, dropping).
+    depth: usize,
 }
+
+/// The deepest nesting of `!` and `(` taken.
+const MAX_DEPTH: usize = 32;
+/// The longest expression taken.
+const MAX_LEN: usize = 4096;
 
 impl Parser {
     fn peek(&self) -> Option<&Token> {
@@ -332,6 +347,17 @@ impl Parser {
         }
     }
 
+    /// `parse` one level deeper.
+    fn nested(&mut self, parse: fn(&mut Self) -> Result<Node, String>) -> Result<Node, String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!("`!` and `(` nested over {MAX_DEPTH} deep"));
+        }
+        let node = parse(self);
+        self.depth -= 1;
+        node
+    }
+
     fn or(&mut self) -> Result<Node, String> {
         let mut node = self.and()?;
         while self.eat("||") {
@@ -350,10 +376,11 @@ impl Parser {
 
     fn unary(&mut self) -> Result<Node, String> {
         if self.eat("!") {
-            return Ok(Node::Not(Box::new(self.unary()?)));
+            let inner = self.nested(Self::unary)?;
+            return Ok(Node::Not(Box::new(inner)));
         }
         if self.eat("(") {
-            let node = self.or()?;
+            let node = self.nested(Self::or)?;
             self.expect(")")?;
             return Ok(node);
         }
@@ -550,6 +577,7 @@ mod tests {
             ("response.code >= 400)", "unexpected `)`"),
             ("connection.mtls", "`connection` is not an attribute"),
             ("request.path.matches('(')", "`(`:"),
+            (&*"!".repeat(40), "nested over 32 deep"),
         ] {
             let found = Expr::parse(text).unwrap_err();
             assert!(found.contains(error), "{text}: {found}");

@@ -103,8 +103,6 @@ pub(crate) fn runtime_percent(
     Ok(serde_yaml::Value::Number(percent.into()))
 }
 
-/// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
-/// the longest wait here is a day, so nothing is held forever.
 /// A protobuf `Value` as JSON (a number that is not finite: null).
 pub(crate) fn json(value: &envoy_types::pb::google::protobuf::Value) -> serde_json::Value {
     use envoy_types::pb::google::protobuf::value::Kind;
@@ -123,6 +121,8 @@ pub(crate) fn json(value: &envoy_types::pb::google::protobuf::Value) -> serde_js
     }
 }
 
+/// What Envoy's `0s` ("no timeout") becomes for a route's and a connection's idle timeout:
+/// the longest wait here is a day, so nothing is held forever.
 pub(crate) const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.

@@ -83,7 +83,11 @@ pub(crate) fn route_filters(
             let wrapper: FilterConfig = decode(&value, FILTER_CONFIG, "a FilterConfig")?;
             optional = wrapper.is_optional;
             let here = filter_name(&name);
-            match (here, wrapper.disabled, wrapper.config) {
+            // An empty `config` (Envoy Gateway's and kgateway's way of turning a filter on)
+            // is none, as Envoy reads it.
+            let config =
+                (wrapper.config).filter(|c| !(c.type_url.is_empty() && c.value.is_empty()));
+            match (here, wrapper.disabled, config) {
                 // Off, or on with the listener's settings (where its chain has it off).
                 (Some(here), disabled, None) => {
                     set_once(&mut filters, &here, !disabled, &at)?;
@@ -112,6 +116,16 @@ pub(crate) fn route_filters(
         // Settings of the filter the key names (one of several of its type), else of the
         // chain's one filter of the settings' type.
         let here = filter_name(&name);
+        if let (Some(here), Some(kind)) = (&here, settings_kind(&value.type_url))
+            && here.split('/').next() != Some(kind)
+        {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec![format!(
+                    "`{kind}` settings under the name of a `{here}` filter"
+                )],
+            });
+        }
         let level = match &here {
             Some(here) => filters.for_filter(here),
             None => &mut filters,
@@ -160,7 +174,23 @@ pub(crate) fn route_filters(
             }
         }
     }
+    // Named filters whose entries said nothing.
+    filters.instances.retain(|_, f| !f.is_empty());
     Ok(((!filters.is_empty()).then_some(filters), cors_policy))
+}
+
+/// The filter (its name here) whose per-route settings have the type `type_url`.
+fn settings_kind(type_url: &str) -> Option<&'static str> {
+    Some(match type_url {
+        ext_authz::xds::PER_ROUTE => "ext_authz",
+        cors::xds::TYPE_URL => "cors",
+        csrf::xds::TYPE_URL => "csrf",
+        fault::xds::TYPE_URL => "fault",
+        buffer::xds::PER_ROUTE => "buffer",
+        compression::xds::PER_ROUTE => "compression",
+        local_rate_limit::xds::TYPE_URL => "local_rate_limit",
+        _ => return None,
+    })
 }
 
 /// Turns the filter `here` on (with its listener's settings) or off at this level; the

@@ -855,6 +855,18 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
         vec![
             turn_on(tagged, "users"),
             turn_on(turn_on(resources::forward("/", "web"), "users"), "tenants"),
+            // Envoy Gateway's older form: a `FilterConfig` whose `config` is an empty `Any`.
+            {
+                let mut route = resources::forward("/empty", "web");
+                route.typed_per_filter_config.insert(
+                    "envoy.filters.http.ext_authz/securitypolicy/users".into(),
+                    pack(&FilterConfig {
+                        config: Some(Any::default()),
+                        ..Default::default()
+                    }),
+                );
+                route
+            },
         ],
     );
     let mut resources = Resources::default();
@@ -925,6 +937,7 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
     };
     assert!(on(0, "users") && !on(0, "tenants"), "{dumped}");
     assert!(on(1, "users") && on(1, "tenants"), "{dumped}");
+    assert!(on(2, "users") && !on(2, "tenants"), "{dumped}");
 
     // Two filters of a type under one name are refused by name.
     let twice = resources::listener_with_filters(

@@ -285,7 +285,9 @@ impl Inner {
             hosts: (table.virtual_hosts.iter())
                 .map(|h| h.filters.of_filter(filter).ext_authz.clone())
                 .collect(),
+            // Nothing to keep (no lookups) where the checks send no metadata.
             route_metadata: (table.routes.iter())
+                .filter(|_| !config.route_metadata_context_namespaces.is_empty())
                 .map(|r| route_metadata(r, &config.route_metadata_context_namespaces))
                 .collect(),
             allowed_headers: match &config.service {

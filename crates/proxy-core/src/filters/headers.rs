@@ -120,9 +120,10 @@ impl Headers {
         table: &RouteConfiguration,
         filter: &str,
     ) -> Self {
-        let weighted = table
-            .routes
-            .iter()
+        // A weighted cluster's rules belong to the chain's `headers` filter (not to another
+        // one named `headers/...`), so they apply once.
+        let weighted = (table.routes.iter())
+            .filter(|_| filter == "headers")
             .map(|route| match &route.action {
                 RouteAction::Forward(forward) => (forward.split.iter())
                     .flat_map(|split| &split.clusters)

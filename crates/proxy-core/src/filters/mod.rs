@@ -242,24 +242,29 @@ filters! {
     HealthCheck(health_check::HealthCheck),
 }
 
-/// One filter's state per exchange, per type: the first filter's inline; a further one's (a
-/// chain with several of the type) in a list made when first used.
+/// One filter's state per exchange, per type: the first two filters' inline (a chain with
+/// two of a type costs no allocation); a further one's in a list made when first used.
 #[derive(Default)]
 struct Instances<T> {
     first: T,
+    second: T,
     more: Vec<T>,
 }
 
 impl<T: Default> Instances<T> {
     /// The state of the type's filter at `ordinal` in the chain.
     fn get_mut(&mut self, ordinal: usize) -> &mut T {
-        let Some(i) = ordinal.checked_sub(1) else {
-            return &mut self.first;
-        };
-        if self.more.len() <= i {
-            self.more.resize_with(i + 1, T::default);
+        match ordinal {
+            0 => &mut self.first,
+            1 => &mut self.second,
+            _ => {
+                let i = ordinal - 2;
+                if self.more.len() <= i {
+                    self.more.resize_with(i + 1, T::default);
+                }
+                &mut self.more[i]
+            }
         }
-        &mut self.more[i]
     }
 }
 

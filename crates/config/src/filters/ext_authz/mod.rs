@@ -190,7 +190,7 @@ fn grpc_header_names(names: Vec<String>, path: &str) -> Result<Vec<String>, Conf
         .into_iter()
         .map(|name| {
             let lower = name.to_ascii_lowercase();
-            let pseudo = [":authority", ":method", ":path"].contains(&lower.as_str());
+            let pseudo = [":authority", ":method", ":path", ":scheme"].contains(&lower.as_str());
             if pseudo || HeaderName::from_bytes(lower.as_bytes()).is_ok() {
                 Ok(lower)
             } else {

@@ -87,6 +87,11 @@ impl XdsAuthz {
                 )
             })?),
         };
+        // Sent with gRPC checks only; Envoy takes and ignores them for HTTP.
+        let mut namespaces = std::mem::take(&mut filter.route_metadata_context_namespaces);
+        if http.is_some() {
+            namespaces.clear();
+        }
         let raw = RawExtAuthz {
             grpc: None,
             http,
@@ -94,9 +99,7 @@ impl XdsAuthz {
             failure_mode_allow: Some(std::mem::take(&mut filter.failure_mode_allow)),
             status_on_error,
             with_request_body,
-            route_metadata_context_namespaces: std::mem::take(
-                &mut filter.route_metadata_context_namespaces,
-            ),
+            route_metadata_context_namespaces: namespaces,
         };
         // The v3 API is the only one, and the stats prefix changes nothing.
         filter.transport_api_version = 0;
