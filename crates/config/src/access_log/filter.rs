@@ -11,9 +11,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cel::{Attributes, Expr};
-use crate::matchers::header_match;
+use crate::matchers::value_match;
 use crate::route::raw::RawHeaderMatch;
-use crate::{ConfigError, HeaderMatch};
+use crate::{ConfigError, HeaderValueMatch};
 
 /// The response flags Envoy names (those this proxy never sets match nothing).
 pub const RESPONSE_FLAGS: [&str; 30] = [
@@ -32,12 +32,23 @@ pub enum LogFilter {
     Duration(Comparison),
     /// One of these flags is set; empty: any flag is.
     ResponseFlags(Vec<String>),
-    /// A request header matches.
-    Header(HeaderMatch),
+    /// A request header (or `:authority`, `:method`, `:path`, `:scheme`) matches.
+    Header(LogHeaderMatch),
     Expression(Expr),
     And(Vec<LogFilter>),
     Or(Vec<LogFilter>),
 }
+
+/// A request header's match: its lowercase name, and what its value must be.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogHeaderMatch {
+    pub name: String,
+    #[serde(flatten)]
+    pub value: HeaderValueMatch,
+}
+
+/// The pseudo-headers a filter may name, which the log captures as the request's.
+const PSEUDO_HEADERS: [&str; 4] = [":authority", ":method", ":path", ":scheme"];
 
 /// `{ OP: VALUE }` with OP `eq`, `ne`, `ge` or `le`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +108,7 @@ impl LogFilter {
                 None => false,
                 Some(flag) => flags.is_empty() || flags.iter().any(|f| f == flag),
             },
-            LogFilter::Header(m) => m.value.matches_value(facts.request_header(m.name.as_str())),
+            LogFilter::Header(m) => m.value.matches_value(facts.request_header(&m.name)),
             LogFilter::Expression(e) => e.holds(facts),
             LogFilter::And(all) => all.iter().all(|f| f.passes(facts)),
             LogFilter::Or(any) => any.iter().any(|f| f.passes(facts)),
@@ -108,7 +119,7 @@ impl LogFilter {
     pub fn headers(&self) -> Vec<String> {
         fn walk(filter: &LogFilter, out: &mut Vec<String>) {
             match filter {
-                LogFilter::Header(m) => out.push(m.name.as_str().to_owned()),
+                LogFilter::Header(m) => out.push(m.name.clone()),
                 LogFilter::Expression(e) => out.extend(e.headers().into_iter().map(String::from)),
                 LogFilter::And(list) | LogFilter::Or(list) => {
                     list.iter().for_each(|f| walk(f, out))
@@ -209,10 +220,18 @@ pub(crate) fn log_filter(raw: RawLogFilter, path: &str) -> Result<LogFilter, Con
         return Ok(LogFilter::ResponseFlags(flags));
     }
     if let Some(h) = header {
-        return Ok(LogFilter::Header(header_match(
-            h,
-            &format!("{path}.header"),
-        )?));
+        let at = format!("{path}.header");
+        let name = h.name.to_ascii_lowercase();
+        if !PSEUDO_HEADERS.contains(&name.as_str())
+            && http::HeaderName::from_bytes(name.as_bytes()).is_err()
+        {
+            return Err(ConfigError::invalid(
+                format!("{at}.name"),
+                format!("expected a header name, found `{}`", h.name),
+            ));
+        }
+        let value = value_match(&h, &at)?;
+        return Ok(LogFilter::Header(LogHeaderMatch { name, value }));
     }
     if let Some(text) = expression {
         return Expr::parse(&text)
@@ -278,10 +297,12 @@ mod tests {
             Some("http")
         }
         fn request_header(&self, name: &str) -> Option<&[u8]> {
-            (name == "user-agent")
-                .then_some(self.user_agent)
-                .flatten()
-                .map(str::as_bytes)
+            match name {
+                "user-agent" => self.user_agent.map(str::as_bytes),
+                ":path" => Some(b"/"),
+                ":method" => Some(b"GET"),
+                _ => None,
+            }
         }
     }
 
@@ -323,6 +344,8 @@ mod tests {
                 true,
                 false,
             ),
+            ("header: { name: \":path\", exact: / }", true, true),
+            ("header: { name: \":Method\", exact: POST }", false, false),
             ("expression: response.code == 200", true, false),
             (
                 "and: [ { status_code: { ge: 500 } }, { response_flags: [UF] } ]",
@@ -340,6 +363,12 @@ mod tests {
             assert_eq!(f.passes(&ok), for_ok, "{yaml} on a 200");
             assert_eq!(f.passes(&failed), for_failed, "{yaml} on a 503");
         }
+        let dumped =
+            serde_json::to_value(filter("header: { name: \":Path\", exact: /x }")).unwrap();
+        assert_eq!(
+            dumped,
+            serde_json::json!({"header": {"name": ":path", "exact": "/x"}})
+        );
         assert_eq!(
             filter("or: [ { header: { name: User-Agent, present: true } }, { expression: \"request.headers['x-a'] == 'b'\" } ]").headers(),
             ["user-agent", "x-a"]
