@@ -5421,7 +5421,9 @@ listeners:
 /// upstream on an allow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ext_authz_http_service_from_the_management_server() {
-    use envoy_types::pb::envoy::config::core::v3::{HttpUri, http_uri};
+    use envoy_types::pb::envoy::config::core::v3::{
+        BackoffStrategy, HttpUri, RetryPolicy, http_uri,
+    };
     use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
         AuthorizationResponse, ExtAuthz, HttpService, ext_authz,
     };
@@ -5542,6 +5544,129 @@ async fn ext_authz_http_service_from_the_management_server() {
             .await
             .status(),
         401
+    );
+
+    // Envoy Gateway's retry policy and path override: a second service whose first check
+    // fails (a 503, which is an error, 403, unless retried).
+    let flaky = testbed::AuthzSidecar::start(
+        testbed::SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        testbed::SidecarMode::Http,
+        testbed::AuthzRules {
+            failing_first: 1,
+            ..alice_or_401()
+        },
+    )
+    .await
+    .unwrap();
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            (
+                "backend".into(),
+                any(&eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            ),
+            (
+                "authz".into(),
+                any(&eds_cluster("authz", cluster::LbPolicy::RoundRobin)),
+            ),
+            (
+                "flaky".into(),
+                any(&eds_cluster("flaky", cluster::LbPolicy::RoundRobin)),
+            ),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            (
+                "backend".into(),
+                any(&resources::assignment("backend", &[upstream.local_addr()])),
+            ),
+            (
+                "authz".into(),
+                any(&resources::assignment(
+                    "authz",
+                    &[sidecar.local_addr().unwrap()],
+                )),
+            ),
+            (
+                "flaky".into(),
+                any(&resources::assignment(
+                    "flaky",
+                    &[flaky.local_addr().unwrap()],
+                )),
+            ),
+        ],
+    );
+    let mut authz = authz;
+    if let Some(ext_authz::Services::HttpService(http)) = &mut authz.services {
+        if let Some(uri) = &mut http.server_uri {
+            uri.http_upstream_type = Some(http_uri::HttpUpstreamType::Cluster("flaky".into()));
+        }
+        http.path_prefix.clear();
+        http.path_override = "/auth/hello".into();
+        http.retry_policy = Some(RetryPolicy {
+            num_retries: Some(envoy_types::pb::google::protobuf::UInt32Value { value: 2 }),
+            retry_on: "5xx,deadline-exceeded,internal,unavailable".into(),
+            retry_back_off: Some(BackoffStrategy {
+                base_interval: Some(PbDuration {
+                    seconds: 0,
+                    nanos: 5_000_000,
+                }),
+                max_interval: None,
+            }),
+            ..Default::default()
+        });
+    }
+    let filter = HttpFilter {
+        name: "envoy.filters.http.ext_authz".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&authz))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![filter],
+    );
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    let alice = || {
+        get(
+            "/orders",
+            &[("x-user", "alice"), ("x-noop-echo", "headers")],
+        )
+    };
+    eventually("the flaky service asked", async || {
+        let res = send_h1(addr, alice()).await;
+        assert_eq!(res.status(), 200, "a failed check was not retried");
+        echoed(&text(res.into_body()).await, "x-ext-authz-saw") == ["GET /auth/hello"]
+    })
+    .await;
+    assert_eq!(flaky.checks(), 2);
+
+    // A policy this proxy cannot honour is refused by name.
+    if let Some(ext_authz::Services::HttpService(http)) = &mut authz.services
+        && let Some(policy) = &mut http.retry_policy
+    {
+        policy.host_selection_retry_max_attempts = 3;
+    }
+    let filter = HttpFilter {
+        name: "envoy.filters.http.ext_authz".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&authz))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![filter],
+    );
+    let nack = serve_listener(&server, ("web".into(), any(&l))).await;
+    assert!(
+        nack.as_deref()
+            .is_some_and(|r| r.contains("host_selection_retry_max_attempts")),
+        "{nack:?}"
     );
     server.shutdown().await;
 }

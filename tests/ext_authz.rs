@@ -422,6 +422,86 @@ async fn http_mode_sends_method_path_and_allowed_headers() {
     assert_eq!(stat(proxy.admin.unwrap(), "ext_authz_denied"), 1);
 }
 
+/// A 5xx from an HTTP service is its failure, not a denial: retried where the policy says,
+/// then the failure mode's answer. A path override is every check's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_checks_that_fail_are_retried_then_get_the_failure_mode() {
+    let upstream = upstream().await;
+    let failing_twice = || async {
+        AuthzSidecar::start(
+            SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+            SidecarMode::Http,
+            AuthzRules {
+                failing_first: 2,
+                ..alice_only()
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let with_retries = |sidecar: &AuthzSidecar, retries: u32| {
+        format!(
+            "{{ http: {{ address: {}, path_override: /auth/check, allowed_headers: [x-user], allowed_upstream_headers: [x-ext-authz-saw], retry_policy: {{ retry_on: [5xx], num_retries: {retries}, retry_back_off: {{ base_interval: 5ms }} }} }}, timeout: 10s }}",
+            sidecar.local_addr().unwrap()
+        )
+    };
+
+    // Two retries outlast two failures.
+    let sidecar = failing_twice().await;
+    let proxy = Proxy::start(
+        &config(&with_retries(&sidecar, 2), upstream.local_addr(), ""),
+        1,
+    );
+    let response = send_h1(
+        proxy.addr(),
+        get(
+            "/orders?id=7",
+            &[("x-user", "alice"), ("x-noop-echo", "headers")],
+        ),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let echoed = text(response.into_body()).await;
+    assert!(
+        echoed.contains("x-ext-authz-saw: GET /auth/check\n"),
+        "{echoed}"
+    );
+    assert_eq!(sidecar.checks(), 3);
+    drop(proxy);
+
+    // One retry does not: the failure is an error (403, the default `status_on_error`), not
+    // the service's 503 passed on.
+    let sidecar = failing_twice().await;
+    let proxy = Proxy::start(
+        &config(&with_retries(&sidecar, 1), upstream.local_addr(), ""),
+        1,
+    );
+    let (status, _, body) = send(&proxy, &[("x-user", "alice")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(!body.contains("failing on purpose"), "{body}");
+    assert_eq!(sidecar.checks(), 2);
+    assert_eq!(stat(proxy.admin.unwrap(), "ext_authz_error"), 1);
+    // The next check is the service's third: answered.
+    let (status, _, _) = send(&proxy, &[("x-user", "alice")]).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(proxy);
+
+    // Without a policy, a failure is not tried again, and failure_mode_allow lets it through.
+    let sidecar = failing_twice().await;
+    let authz = format!(
+        "{{ http: {{ address: {} }}, failure_mode_allow: true }}",
+        sidecar.local_addr().unwrap()
+    );
+    let proxy = Proxy::start(&config(&authz, upstream.local_addr(), ""), 1);
+    let (status, _, body) = send(&proxy, &[("x-noop-echo", "headers")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.contains("x-legate-auth-failure-mode-allowed: true"),
+        "{body}"
+    );
+    assert_eq!(sidecar.checks(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_go_to_the_service_within_the_limit() {
     let upstream = upstream().await;

@@ -134,7 +134,7 @@ fn http_answer(answer: &[u8]) -> Option<Decision> {
         ..HttpOptions::default()
     };
     let body = Bytes::copy_from_slice(&answer[len..]);
-    Some(crate::http_mode::decide(&options, &head, body))
+    crate::http_mode::decide(&options, &head, body).ok()
 }
 
 /// A head with framing, as a request or a response carries one.

@@ -13,7 +13,9 @@ use hyper_util::rt::TokioIo;
 
 use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
 use crate::transport::{Backoff, connect};
-use crate::{AuthzError, CheckInput, Endpoint, HttpOptions};
+use std::time::Duration;
+
+use crate::{AuthzError, CheckInput, Endpoint, HttpOptions, TryFailure};
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 64;
@@ -83,17 +85,47 @@ impl HttpChannel {
         }
     }
 
+    /// One try, then retries as the policy allows (the caller's timeout bounds them all).
     pub(crate) async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
-        let mut sender = self.sender().await?;
-        let response = sender
-            .send_request(self.request(input)?)
-            .await
-            .map_err(|e| AuthzError::Transport(e.to_string()))?;
+        let mut retries = 0;
+        loop {
+            let outcome = self.try_once(input).await;
+            let Some(policy) = &self.options.retry else {
+                return outcome
+                    .map_err(AuthzError::from)
+                    .and_then(|(head, body)| decide(&self.options, &head, body));
+            };
+            let again = retries < policy.max_retries()
+                && match &outcome {
+                    Ok((head, _)) => policy.retry_answer(head.status, &head.headers),
+                    Err(Failed::Connect(_)) => policy.retry_failure(TryFailure::Connect),
+                    Err(Failed::Reset(_)) => policy.retry_failure(TryFailure::Reset),
+                };
+            if !again {
+                return outcome
+                    .map_err(AuthzError::from)
+                    .and_then(|(head, body)| decide(&self.options, &head, body));
+            }
+            retries += 1;
+            tracing::debug!(retry = retries, "ext_authz: retrying a failed check");
+            tokio::time::sleep(jittered(policy.back_off(retries))).await;
+        }
+    }
+
+    /// One request to the service: its answer's head and body, or how it failed.
+    async fn try_once(
+        &self,
+        input: &CheckInput<'_>,
+    ) -> Result<(http::response::Parts, Bytes), Failed> {
+        let request = self.request(input).map_err(Failed::Reset)?;
+        let mut sender = self.sender().await.map_err(Failed::Connect)?;
+        let reset = |e: hyper::Error| Failed::Reset(AuthzError::Transport(e.to_string()));
+        let response = sender.send_request(request).await.map_err(reset)?;
         let (head, body) = response.into_parts();
         let body = Limited::new(body, MAX_ANSWER)
             .collect()
             .await
-            .map_err(|e| AuthzError::Transport(e.to_string()))?
+            .map_err(|e| Failed::Reset(AuthzError::Transport(e.to_string())))?
             .to_bytes();
         if !sender.is_closed() {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -101,11 +133,14 @@ impl HttpChannel {
                 idle.push(sender);
             }
         }
-        Ok(decide(&self.options, &head, body))
+        Ok((head, body))
     }
 
     fn request(&self, input: &CheckInput<'_>) -> Result<Request<Full<Bytes>>, AuthzError> {
-        let path = format!("{}{}", self.options.path_prefix, input.path);
+        let path = match &self.options.path_override {
+            Some(path) => path.clone(),
+            None => format!("{}{}", self.options.path_prefix, input.path),
+        };
         let mut request = Request::builder()
             .method(input.method.clone())
             .uri(path)
@@ -125,9 +160,55 @@ impl HttpChannel {
     }
 }
 
-/// A 2xx allows, with the allowed upstream headers; anything else is the denial for the client
-/// (a 1xx becomes 403).
-pub(crate) fn decide(options: &HttpOptions, head: &http::response::Parts, body: Bytes) -> Decision {
+/// A try that got no answer, by what failed.
+enum Failed {
+    Connect(AuthzError),
+    Reset(AuthzError),
+}
+
+impl From<Failed> for AuthzError {
+    fn from(failed: Failed) -> Self {
+        match failed {
+            Failed::Connect(e) | Failed::Reset(e) => e,
+        }
+    }
+}
+
+/// A random wait below `ceiling` (Envoy's fully jittered back-off): tries from many workers
+/// and proxies must not arrive together.
+fn jittered(ceiling: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let micros = ceiling.as_micros() as u64;
+    if micros == 0 {
+        return Duration::ZERO;
+    }
+    // A fresh OS-keyed hasher per retry: retries are rare, and this needs no generator state.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    Duration::from_micros(hasher.finish() % micros)
+}
+
+/// A 2xx allows, with the allowed upstream headers; a 5xx is an error (the service failed,
+/// and the caller's failure mode decides, as Envoy's); anything else is the denial for the
+/// client (a 1xx becomes 403).
+pub(crate) fn decide(
+    options: &HttpOptions,
+    head: &http::response::Parts,
+    body: Bytes,
+) -> Result<Decision, AuthzError> {
+    if head.status.is_server_error() {
+        return Err(AuthzError::ErrorResponse {
+            status: head.status,
+        });
+    }
+    Ok(decide_answer(options, head, body))
+}
+
+fn decide_answer(options: &HttpOptions, head: &http::response::Parts, body: Bytes) -> Decision {
     if head.status.is_success() {
         let upstream_headers = options
             .allowed_upstream_headers
@@ -201,7 +282,7 @@ mod tests {
             ..HttpOptions::default()
         };
         let ok = head(200, &[("x-user", "alice"), ("content-length", "9")]);
-        let Decision::Allow(allowed) = decide(&options, &ok, Bytes::new()) else {
+        let Ok(Decision::Allow(allowed)) = decide(&options, &ok, Bytes::new()) else {
             panic!("a 2xx allows");
         };
         let names: Vec<_> = allowed
@@ -219,15 +300,20 @@ mod tests {
                 ("trailer", "x-t"),
             ],
         );
-        let Decision::Deny(denied) = decide(&options, &denial, Bytes::from_static(b"nope")) else {
+        let Ok(Decision::Deny(denied)) = decide(&options, &denial, Bytes::from_static(b"nope"))
+        else {
             panic!("a 401 denies");
         };
         assert_eq!(denied.status, StatusCode::UNAUTHORIZED);
         let names: Vec<_> = denied.headers.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(names, ["www-authenticate"]);
-        let Decision::Deny(denied) = decide(&options, &head(101, &[]), Bytes::new()) else {
+        let Ok(Decision::Deny(denied)) = decide(&options, &head(101, &[]), Bytes::new()) else {
             panic!("a 101 denies");
         };
         assert_eq!(denied.status, StatusCode::FORBIDDEN);
+        assert!(matches!(
+            decide(&options, &head(503, &[]), Bytes::new()),
+            Err(AuthzError::ErrorResponse { status }) if status == StatusCode::SERVICE_UNAVAILABLE
+        ));
     }
 }

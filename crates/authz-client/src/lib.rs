@@ -89,11 +89,38 @@ impl std::fmt::Debug for Tls {
 pub struct HttpOptions {
     /// Put before the request's path, e.g. `/authz`.
     pub path_prefix: String,
+    /// Every check's path, instead of the request's behind the prefix.
+    pub path_override: Option<String>,
+    /// Which failed checks are tried again, and when; `None`: none.
+    pub retry: Option<std::sync::Arc<dyn CheckRetry>>,
     /// Request headers sent to the service besides `host`, `authorization`, `content-length`
     /// and the method and path, which always go.
     pub allowed_headers: Vec<HeaderName>,
     /// Headers of a 2xx answer copied onto the upstream request (replacing any of the name).
     pub allowed_upstream_headers: Vec<HeaderName>,
+}
+
+/// How a try of an HTTP-mode check failed without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TryFailure {
+    /// No connection: refused, unreachable, or within the back-off after such a failure.
+    /// Nothing reached the service.
+    Connect,
+    /// The connection failed once the check was on its way.
+    Reset,
+}
+
+/// The retry policy of HTTP-mode checks, as the embedder defines it (Envoy's `retry_on`
+/// conditions, say). All tries together stay within the client's timeout.
+pub trait CheckRetry: std::fmt::Debug + Send + Sync {
+    /// Tries after the first, at most.
+    fn max_retries(&self) -> u32;
+    /// Whether a try answered with this head is tried again.
+    fn retry_answer(&self, status: http::StatusCode, headers: &HeaderMap) -> bool;
+    /// Whether a try that failed so is tried again.
+    fn retry_failure(&self, failure: TryFailure) -> bool;
+    /// The wait before retry `n` (from 1).
+    fn back_off(&self, n: u32) -> Duration;
 }
 
 /// What the service is told about a request.

@@ -47,6 +47,8 @@ pub struct AuthzRules {
     pub response_headers: Vec<(String, String)>,
     /// Waited before every answer.
     pub delay: Duration,
+    /// The first this many checks fail: HTTP 503 (HTTP mode), gRPC `UNAVAILABLE`.
+    pub failing_first: u64,
 }
 
 impl Default for AuthzRules {
@@ -59,6 +61,7 @@ impl Default for AuthzRules {
             add_headers: Vec::new(),
             response_headers: Vec::new(),
             delay: Duration::ZERO,
+            failing_first: 0,
         }
     }
 }
@@ -379,7 +382,9 @@ impl Authorization for GrpcRules {
         if !rules.delay.is_zero() {
             tokio::time::sleep(rules.delay).await;
         }
-        self.counters.checks.fetch_add(1, Ordering::Relaxed);
+        if self.counters.checks.fetch_add(1, Ordering::Relaxed) < rules.failing_first {
+            return Err(tonic::Status::unavailable("failing on purpose"));
+        }
         let traceparent = request
             .metadata()
             .get("traceparent")
@@ -475,7 +480,11 @@ async fn http_check(
     if !rules.delay.is_zero() {
         tokio::time::sleep(rules.delay).await;
     }
-    counters.checks.fetch_add(1, Ordering::Relaxed);
+    if counters.checks.fetch_add(1, Ordering::Relaxed) < rules.failing_first {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"failing on purpose\n")));
+        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+        return Ok(response);
+    }
     let allowed = rules.allow_if.as_ref().is_none_or(|(name, value)| {
         req.headers()
             .get(name.as_str())

@@ -2,6 +2,7 @@
 //! resolved to their clusters, a host's defaults filled in on its routes.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
@@ -674,9 +675,10 @@ fn url_path(
     }
 }
 
-fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigError> {
+/// Envoy's `retry_on` conditions, by name (`{path}.retry_on`); at least one.
+pub(crate) fn retry_conditions(list: &[String], path: &str) -> Result<RetryOn, ConfigError> {
     let mut on = RetryOn::default();
-    for (i, condition) in raw.retry_on.iter().enumerate() {
+    for (i, condition) in list.iter().enumerate() {
         let flag = match condition.as_str() {
             "connect-failure" => &mut on.connect_failure,
             "refused-stream" => &mut on.refused_stream,
@@ -706,12 +708,45 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
         };
         *flag = true;
     }
-    if raw.retry_on.is_empty() {
+    if list.is_empty() {
         return Err(ConfigError::invalid(
             format!("{path}.retry_on"),
             "expected at least one condition",
         ));
     }
+    Ok(on)
+}
+
+/// The wait between tries: `base_interval` (`default_base` when not given) doubling up to
+/// `max_interval` (ten times the base when not given), as Envoy's back-off.
+pub(crate) fn retry_back_off(
+    raw: Option<RawRetryBackOff>,
+    default_base: Duration,
+    path: &str,
+) -> Result<RetryBackOff, ConfigError> {
+    let Some(b) = raw else {
+        return Ok(RetryBackOff {
+            base_interval: default_base,
+            max_interval: default_base * 10,
+        });
+    };
+    let at = format!("{path}.retry_back_off");
+    let base_interval = positive(b.base_interval, &format!("{at}.base_interval"))?;
+    let max_interval = b.max_interval.unwrap_or(base_interval * 10);
+    if max_interval < base_interval {
+        return Err(ConfigError::invalid(
+            format!("{at}.max_interval"),
+            "expected at least base_interval",
+        ));
+    }
+    Ok(RetryBackOff {
+        base_interval,
+        max_interval,
+    })
+}
+
+fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigError> {
+    let on = retry_conditions(&raw.retry_on, path)?;
     if on.retriable_status_codes == raw.retriable_status_codes.is_empty() {
         return Err(ConfigError::invalid(
             format!("{path}.retriable_status_codes"),
@@ -747,28 +782,7 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
         .per_try_timeout
         .map(|t| positive(t, &format!("{path}.per_try_timeout")))
         .transpose()?;
-    let back_off = match raw.retry_back_off {
-        None => RetryBackOff {
-            base_interval: DEFAULT_RETRY_BASE_INTERVAL,
-            max_interval: DEFAULT_RETRY_BASE_INTERVAL * 10,
-        },
-        Some(b) => {
-            let at = format!("{path}.retry_back_off");
-            let base_interval = positive(b.base_interval, &format!("{at}.base_interval"))?;
-            // Envoy's default: ten times the base.
-            let max_interval = b.max_interval.unwrap_or(base_interval * 10);
-            if max_interval < base_interval {
-                return Err(ConfigError::invalid(
-                    format!("{at}.max_interval"),
-                    "expected at least base_interval",
-                ));
-            }
-            RetryBackOff {
-                base_interval,
-                max_interval,
-            }
-        }
-    };
+    let back_off = retry_back_off(raw.retry_back_off, DEFAULT_RETRY_BASE_INTERVAL, path)?;
     if raw.previous_priorities == Some(0) {
         return Err(ConfigError::invalid(
             format!("{path}.previous_priorities"),

@@ -459,6 +459,35 @@ fn ext_authz_keys_are_checked() {
             allowed_headers: None,
         }
     );
+    let config = Config::from_yaml(&with_authz(
+        "{ http: { address: 127.0.0.1:9191, path_override: /check, retry_policy: { retry_on: [5xx, reset] } } }",
+    ))
+    .expect("valid ext_authz");
+    let Some(HttpFilterConfig::ExtAuthz(authz)) =
+        config.listeners[0].http_filters.first().map(|f| &f.config)
+    else {
+        panic!("ext_authz is the chain's filter");
+    };
+    let AuthzService::Http {
+        path_override,
+        retry_policy: Some(retry),
+        ..
+    } = &authz.service
+    else {
+        panic!("an HTTP service with a retry policy: {:?}", authz.service);
+    };
+    assert_eq!(path_override.as_deref(), Some("/check"));
+    assert!(retry.retry_on.server_error && retry.retry_on.reset && !retry.retry_on.connect_failure);
+    // Envoy's defaults for a core retry policy: one retry, 1 s doubling up to 10 s.
+    assert_eq!(retry.num_retries, 1);
+    assert_eq!(
+        retry.back_off.base_interval,
+        DEFAULT_AUTHZ_RETRY_BASE_INTERVAL
+    );
+    assert_eq!(
+        retry.back_off.max_interval,
+        DEFAULT_AUTHZ_RETRY_BASE_INTERVAL * 10
+    );
     for (authz, expected) in [
         (
             "{ timeout: 1s }",
@@ -487,6 +516,26 @@ fn ext_authz_keys_are_checked() {
         (
             "{ http: { address: 127.0.0.1:9191, allowed_headers: [\"bad header\"] } }",
             "listeners[0].http_filters[0].ext_authz.http.allowed_headers[0]",
+        ),
+        (
+            "{ http: { address: 127.0.0.1:9191, path_prefix: /a, path_override: /b } }",
+            "ext_authz.http.path_override: `path_prefix` and `path_override` do not go together",
+        ),
+        (
+            "{ http: { address: 127.0.0.1:9191, path_override: check } }",
+            "ext_authz.http.path_override: expected a path",
+        ),
+        (
+            "{ http: { address: 127.0.0.1:9191, retry_policy: { retry_on: [] } } }",
+            "ext_authz.http.retry_policy.retry_on: expected at least one condition",
+        ),
+        (
+            "{ http: { address: 127.0.0.1:9191, retry_policy: { retry_on: [retriable-status-codes] } } }",
+            "ext_authz.http.retry_policy.retry_on: `retriable-status-codes` and `retriable-headers` need lists",
+        ),
+        (
+            "{ http: { address: 127.0.0.1:9191, retry_policy: { retry_on: [5xx], retry_back_off: { base_interval: 2s, max_interval: 1s } } } }",
+            "ext_authz.http.retry_policy.retry_back_off.max_interval: expected at least base_interval",
         ),
     ] {
         let err = error_of(&with_authz(authz));

@@ -57,7 +57,10 @@ pub use dns::DnsError;
 pub(crate) use forward::Admitted;
 pub(crate) use host::HostPool;
 pub(crate) use request_form::write_request_for;
-pub(crate) use retry::{CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT};
+pub(crate) use retry::{
+    CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT, answer_retriable,
+    connect_failure_retriable, reset_retriable,
+};
 use settings::UpstreamSettings;
 pub(crate) use shared::SharedCluster;
 pub(crate) use tcp::TcpUpstream;

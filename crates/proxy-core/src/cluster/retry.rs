@@ -280,15 +280,33 @@ fn pick_other(
 
 fn response_retriable<B>(policy: &RetryPolicy, response: &Response<B>) -> bool {
     let on = policy.retry_on;
-    let status = response.status();
+    let code = response.status().as_u16();
+    answer_retriable(on, response.status(), response.headers())
+        || (on.retriable_status_codes && policy.retriable_status_codes.contains(&code))
+        || (on.retriable_headers
+            && (policy.retriable_headers.iter()).any(|m| m.matches(response.headers())))
+}
+
+/// Whether `on` retries an answer with this head, by its status and gRPC status (a policy's
+/// lists of codes and headers aside).
+pub(crate) fn answer_retriable(on: RetryOn, status: http::StatusCode, headers: &HeaderMap) -> bool {
     let code = status.as_u16();
     (on.server_error && status.is_server_error())
         || (on.gateway_error && matches!(code, 502..=504))
-        || (on.retriable_status_codes && policy.retriable_status_codes.contains(&code))
         || (on.retriable_4xx && code == 409)
-        || (on.retriable_headers
-            && (policy.retriable_headers.iter()).any(|m| m.matches(response.headers())))
-        || (on.any_grpc() && grpc_retriable(on, response.headers()))
+        || (on.any_grpc() && grpc_retriable(on, headers))
+}
+
+/// Whether `on` retries a try that found no connection (nothing of it went out).
+pub(crate) fn connect_failure_retriable(on: RetryOn) -> bool {
+    // Envoy: `5xx` and `gateway-error` also cover a try that got no response at all.
+    on.connect_failure || on.reset_before_request || on.server_error || on.gateway_error
+}
+
+/// Whether `on` retries a try whose connection failed on the way; `unsent`: before any of
+/// the request went out.
+pub(crate) fn reset_retriable(on: RetryOn, unsent: bool) -> bool {
+    on.reset || (on.reset_before_request && unsent) || on.server_error || on.gateway_error
 }
 
 /// A gRPC answer whose head already holds its status (trailers-only), as Envoy reads it.
@@ -306,13 +324,9 @@ fn error_retriable(on: RetryOn, error: &ProxyError, unsent: bool) -> bool {
     match error {
         ProxyError::ConnectFailure { .. }
         | ProxyError::UpstreamTls { .. }
-        | ProxyError::ConnectTimeout { .. } => {
-            on.connect_failure || on.reset_before_request || no_response
-        }
+        | ProxyError::ConnectTimeout { .. } => connect_failure_retriable(on),
         ProxyError::UpstreamReset { source, .. } => {
-            on.reset
-                || (on.reset_before_request && unsent)
-                || no_response
+            reset_retriable(on, unsent)
                 || (on.refused_stream
                     && crate::error::h2_reason(source.as_ref()) == Some(h2::Reason::REFUSED_STREAM))
         }

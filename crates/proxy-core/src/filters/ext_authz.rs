@@ -4,7 +4,9 @@
 //! the service per worker. With `with_request_body`, the check waits for the body's start
 //! (the request-body phase) and sends it along.
 
-use authz_client::{AuthzClient, AuthzError, CheckInput, Decision, HttpOptions};
+use authz_client::{
+    AuthzClient, AuthzError, CheckInput, CheckRetry, Decision, HttpOptions, TryFailure,
+};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use tokio::time::Instant;
@@ -151,6 +153,32 @@ impl HttpFilter for ExtAuthz {
     }
 }
 
+/// An HTTP service's retry policy, read with the conditions of a route's.
+#[derive(Debug)]
+struct Retry(config::AuthzRetry);
+
+impl CheckRetry for Retry {
+    fn max_retries(&self) -> u32 {
+        self.0.num_retries
+    }
+
+    fn retry_answer(&self, status: StatusCode, headers: &http::HeaderMap) -> bool {
+        crate::cluster::answer_retriable(self.0.retry_on, status, headers)
+    }
+
+    fn retry_failure(&self, failure: TryFailure) -> bool {
+        match failure {
+            TryFailure::Connect => crate::cluster::connect_failure_retriable(self.0.retry_on),
+            // The check may have reached the service.
+            TryFailure::Reset => crate::cluster::reset_retriable(self.0.retry_on, false),
+        }
+    }
+
+    fn back_off(&self, n: u32) -> std::time::Duration {
+        self.0.back_off.ceiling(n)
+    }
+}
+
 /// TLS to the authorization service. The files were read when the config was loaded; if they
 /// cannot be read now, the client trusts no certificate: its checks fail, and the filter's
 /// failure mode answers (never a check in clear text).
@@ -259,14 +287,20 @@ impl Inner {
             AuthzService::Http {
                 endpoint,
                 path_prefix,
+                path_override,
+                retry_policy,
                 allowed_headers,
                 allowed_upstream_headers,
                 ..
             } => AuthzClient::http(
-                    endpoint.clone(),
-                    config.timeout,
+                endpoint.clone(),
+                config.timeout,
                 HttpOptions {
                     path_prefix: path_prefix.clone(),
+                    path_override: path_override.clone(),
+                    retry: retry_policy.map(|policy| {
+                        std::sync::Arc::new(Retry(policy)) as std::sync::Arc<dyn CheckRetry>
+                    }),
                     allowed_headers: allowed_headers.clone(),
                     allowed_upstream_headers: allowed_upstream_headers.clone(),
                 },

@@ -55,11 +55,17 @@ pub enum AuthzService {
         #[serde(skip_serializing_if = "Option::is_none")]
         allowed_headers: Option<Vec<String>>,
     },
-    /// Plain HTTP: a 2xx allows.
+    /// Plain HTTP: a 2xx allows; a 5xx is an error (the failure mode answers).
     Http {
         #[serde(rename = "address", serialize_with = "ser::display")]
         endpoint: ServiceEndpoint,
         path_prefix: String,
+        /// The path of every check, instead of the request's behind `path_prefix`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        path_override: Option<String>,
+        /// Failed checks tried again (Envoy's `http_service.retry_policy`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_policy: Option<AuthzRetry>,
         #[serde(serialize_with = "ser::header_names")]
         allowed_headers: Vec<HeaderName>,
         #[serde(serialize_with = "ser::header_names")]
@@ -69,6 +75,19 @@ pub enum AuthzService {
         tls: Option<crate::ClusterTlsConfig>,
     },
 }
+
+/// Retries of an HTTP service's failed checks, within the check's timeout: after a
+/// connection failure, a reset or an answer `retry_on` names, another try follows a
+/// jittered back-off, up to `num_retries` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AuthzRetry {
+    pub retry_on: crate::RetryOn,
+    pub num_retries: u32,
+    pub back_off: crate::RetryBackOff,
+}
+
+/// The back-off base of a check's retries when none is given (Envoy's `core.v3.RetryPolicy`).
+pub const DEFAULT_AUTHZ_RETRY_BASE_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct AuthzBodyConfig {
@@ -106,7 +125,7 @@ impl Serialize for RouteAuthz {
 #[serde(deny_unknown_fields)]
 pub struct RawExtAuthz {
     pub grpc: Option<RawAuthzGrpc>,
-    pub http: Option<RawAuthzHttp>,
+    pub http: Option<Box<RawAuthzHttp>>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
     pub failure_mode_allow: Option<bool>,
@@ -133,12 +152,23 @@ pub struct RawAuthzGrpc {
 pub struct RawAuthzHttp {
     pub address: String,
     pub path_prefix: Option<String>,
+    /// Every check's path, instead of the request's (not with `path_prefix`).
+    pub path_override: Option<String>,
+    pub retry_policy: Option<RawAuthzRetry>,
     #[serde(default)]
     pub allowed_headers: Vec<String>,
     #[serde(default)]
     pub allowed_upstream_headers: Vec<String>,
     /// The keys of a cluster's `tls`: the service's CA and name, a client certificate.
     pub tls: Option<crate::tls::raw::RawClusterTls>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthzRetry {
+    pub retry_on: Vec<String>,
+    pub num_retries: Option<u32>,
+    pub retry_back_off: Option<crate::RawRetryBackOff>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -239,7 +269,17 @@ pub(super) fn listener_authz(
                     ),
                 ));
             }
+            let path_override = http
+                .path_override
+                .map(|p| check_path_override(p, !prefix.is_empty(), path))
+                .transpose()?;
+            let retry_policy = http
+                .retry_policy
+                .map(|r| authz_retry(r, &format!("{path}.http.retry_policy")))
+                .transpose()?;
             AuthzService::Http {
+                path_override,
+                retry_policy,
                 tls: service_tls(http.tls, &http.address, &format!("{path}.http"))?,
                 endpoint: crate::values::service_endpoint(
                     &http.address,
@@ -309,6 +349,44 @@ pub(super) fn listener_authz(
         status_on_error,
         with_request_body,
         route_metadata_context_namespaces: raw.route_metadata_context_namespaces,
+    })
+}
+
+/// A check path for every request: a path (and query), not with a prefix.
+fn check_path_override(value: String, with_prefix: bool, path: &str) -> Result<String, ConfigError> {
+    let at = format!("{path}.http.path_override");
+    if with_prefix {
+        return Err(ConfigError::invalid(
+            at,
+            "`path_prefix` and `path_override` do not go together",
+        ));
+    }
+    if !value.starts_with('/') || value.parse::<http::uri::PathAndQuery>().is_err() {
+        return Err(ConfigError::invalid(
+            at,
+            format!("expected a path such as `/auth/check`, found `{value}`"),
+        ));
+    }
+    Ok(value)
+}
+
+fn authz_retry(raw: RawAuthzRetry, path: &str) -> Result<AuthzRetry, ConfigError> {
+    let retry_on = crate::route::check::retry_conditions(&raw.retry_on, path)?;
+    // A core retry policy has no lists of codes or headers for these to name.
+    if retry_on.retriable_status_codes || retry_on.retriable_headers {
+        return Err(ConfigError::invalid(
+            format!("{path}.retry_on"),
+            "`retriable-status-codes` and `retriable-headers` need lists a check's retry policy does not have",
+        ));
+    }
+    Ok(AuthzRetry {
+        retry_on,
+        num_retries: raw.num_retries.unwrap_or(1),
+        back_off: crate::route::check::retry_back_off(
+            raw.retry_back_off,
+            DEFAULT_AUTHZ_RETRY_BASE_INTERVAL,
+            path,
+        )?,
     })
 }
 

@@ -16,7 +16,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::{
-    RawAuthzBody, RawAuthzGrpc, RawAuthzHttp, RawExtAuthz, RawRouteAuthz, RawRouteAuthzSettings,
+    RawAuthzBody, RawAuthzGrpc, RawAuthzHttp, RawAuthzRetry, RawExtAuthz, RawRouteAuthz,
+    RawRouteAuthzSettings,
 };
 use crate::envoy::{ResourceError, duration};
 
@@ -63,7 +64,7 @@ impl XdsAuthz {
                 // The modern list of request headers sent, over the deprecated one.
                 let allowed = filter.allowed_headers.take();
                 let (target, timeout, http) = http_target(service, allowed, at)?;
-                (target, timeout, Some(http))
+                (target, timeout, Some(Box::new(http)))
             }
             None => return Err(ResourceError::invalid(at, "expected a grpc_service or an http_service")),
         };
@@ -241,12 +242,16 @@ fn http_target(
             "authorization_response besides allowed_upstream_headers (client headers, appends, dynamic metadata)",
         ));
     }
-    if service.retry_policy.is_some() || !service.path_override.is_empty() {
-        return Err(unsupported("retry_policy, path_override"));
-    }
+    let retry_policy = service
+        .retry_policy
+        .take()
+        .map(|r| retry_policy(r, &format!("{at}.retry_policy")))
+        .transpose()?;
     let http = RawAuthzHttp {
         address: String::new(),
         path_prefix: Some(std::mem::take(&mut service.path_prefix)).filter(|p| !p.is_empty()),
+        path_override: Some(std::mem::take(&mut service.path_override)).filter(|p| !p.is_empty()),
+        retry_policy,
         allowed_headers: exact_names(allowed, &format!("{at}.allowed_headers"))?,
         allowed_upstream_headers: exact_names(
             allowed_upstream,
@@ -255,6 +260,54 @@ fn http_target(
         tls: None,
     };
     Ok((Target::Cluster(cluster, None), timeout, http))
+}
+
+/// An HTTP service's retry policy: its conditions, retries and back-off. The service is one
+/// host, so host predicates and priorities have nothing to choose from: refused.
+fn retry_policy(
+    mut policy: envoy_types::pb::envoy::config::core::v3::RetryPolicy,
+    at: &str,
+) -> Result<RawAuthzRetry, ResourceError> {
+    if policy.retry_priority.is_some()
+        || !policy.retry_host_predicate.is_empty()
+        || policy.host_selection_retry_max_attempts != 0
+    {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: vec![
+                "retry_priority, retry_host_predicate, host_selection_retry_max_attempts".into(),
+            ],
+        });
+    }
+    let retry_on: Vec<String> = (policy.retry_on.split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if retry_on.is_empty() {
+        return Err(ResourceError::invalid(
+            format!("{at}.retry_on"),
+            "expected the conditions to retry on",
+        ));
+    }
+    let retry_back_off = match policy.retry_back_off.take() {
+        None => None,
+        Some(back_off) => Some(crate::RawRetryBackOff {
+            base_interval: duration(back_off.base_interval, &format!("{at}.retry_back_off.base_interval"))?
+                .ok_or_else(|| {
+                    ResourceError::invalid(
+                        format!("{at}.retry_back_off.base_interval"),
+                        "expected a duration",
+                    )
+                })?,
+            max_interval: duration(back_off.max_interval, &format!("{at}.retry_back_off.max_interval"))?,
+        }),
+    };
+    Ok(RawAuthzRetry {
+        retry_on,
+        num_retries: policy.num_retries.map(|n| n.value),
+        retry_back_off,
+    })
 }
 
 /// A list of header names given as `exact` patterns (any case: header names are compared
