@@ -157,6 +157,38 @@ async fn routes_can_turn_the_check_off_or_send_context() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
+/// With `clear_route_cache`, an allow that changes the request's headers has the route
+/// matched again: here the header the service adds picks a route of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_that_changes_headers_can_route_the_request_again() {
+    let upstream = upstream().await;
+    let sidecar = grpc_sidecar(alice_only()).await;
+    let routes = "      - match: { prefix: /, headers: [{ name: x-authz-user, exact: alice }] }
+        direct_response: { status: 200, body: \"members\\n\" }
+";
+    for clear in [true, false] {
+        let authz = format!(
+            "{{ grpc: {{ address: {} }}, clear_route_cache: {clear} }}",
+            sidecar.local_addr().unwrap()
+        );
+        let proxy = Proxy::start(&config(&authz, upstream.local_addr(), routes), 1);
+        let before = upstream.requests();
+        let (status, headers, body) = send(&proxy, &[("x-user", "alice")]).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            body == "members\n",
+            clear,
+            "clear_route_cache: {clear}: {body}"
+        );
+        // The response phase ran with the check's allow either way.
+        assert_eq!(headers["x-authz-checked"], "yes");
+        assert_eq!(upstream.requests() - before, u64::from(!clear));
+        // A denial is not routed again.
+        let (status, _, _) = send(&proxy, &[("x-user", "eve")]).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unix_socket_works_like_tcp() {
     let upstream = upstream().await;

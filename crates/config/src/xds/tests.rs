@@ -804,6 +804,7 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
                 }],
             });
             authz.route_metadata_context_namespaces = vec!["envoy-gateway".into()];
+            authz.clear_route_cache = policy == "users";
             *any = pack(&authz);
         }
         filter
@@ -922,6 +923,16 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
     assert_eq!(
         chain[0]["ext_authz/securitypolicy/users"]["route_metadata_context_namespaces"],
         serde_json::json!(["envoy-gateway"]),
+        "{dumped}"
+    );
+    assert_eq!(
+        chain[0]["ext_authz/securitypolicy/users"]["clear_route_cache"], true,
+        "{dumped}"
+    );
+    assert!(
+        chain[1]["ext_authz/securitypolicy/tenants"]
+            .get("clear_route_cache")
+            .is_none(),
         "{dumped}"
     );
     let routes = &config.listeners[0].route_config.routes;

@@ -422,10 +422,18 @@ impl Inner {
             Ok(Decision::Allow(allowed)) => {
                 self.stats.ok.inc();
                 allowed.apply_to_request(req.headers_mut());
+                // Envoy's condition: any change to the request's headers.
+                let rerouted = self.config.clear_route_cache
+                    && !(allowed.upstream_headers.is_empty()
+                        && allowed.headers_to_remove.is_empty());
                 if !allowed.response_headers.is_empty() {
                     *state = Some(Box::new(allowed));
                 }
-                Ok(Flow::Continue)
+                Ok(if rerouted {
+                    Flow::ClearRoute
+                } else {
+                    Flow::Continue
+                })
             }
             Ok(Decision::Deny(denied)) => {
                 self.stats.denied.inc();

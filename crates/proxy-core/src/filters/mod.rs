@@ -306,6 +306,10 @@ impl LocalReply {
 /// What a request phase decided.
 pub(crate) enum Flow {
     Continue,
+    /// Continue, after matching the route again: the filter changed what routing reads
+    /// (Envoy's `clearRouteCache`). The filters after it and the route's action follow the
+    /// new match.
+    ClearRoute,
     /// Answer with this; the route is not taken. Boxed: the rare case.
     Respond(Box<LocalReply>),
 }
@@ -407,14 +411,16 @@ impl FilterChain {
     }
 
     /// The request phases: headers in chain order, and the body for the filters that ask.
-    /// Stops at the first filter that answers.
+    /// Stops at the first filter that answers, and after one that clears the route: the
+    /// caller matches it again and calls this once more, which goes on with the next filter.
     pub(crate) async fn on_request(
         &self,
         req: &mut Request<RequestBody>,
         exchange: &Exchange<'_>,
         state: &mut FilterState,
     ) -> Result<Flow, ProxyError> {
-        for Placed { filter, ordinal } in self.filters.iter() {
+        let from = state.entered;
+        for Placed { filter, ordinal } in self.filters[from..].iter() {
             let ordinal = *ordinal;
             let flow = match filter
                 .on_request_headers(req, exchange, state, ordinal)
@@ -434,6 +440,10 @@ impl FilterChain {
             };
             match flow {
                 Flow::Continue => state.entered += 1,
+                Flow::ClearRoute => {
+                    state.entered += 1;
+                    return Ok(Flow::ClearRoute);
+                }
                 respond => return Ok(respond),
             }
         }

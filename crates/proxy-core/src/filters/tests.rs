@@ -63,7 +63,7 @@ impl Setup {
             .block_on(self.chain.on_request(&mut req, &exchange, &mut state))
             .unwrap();
         let (answered, response) = match flow {
-            Flow::Continue => (None, Response::new(())),
+            Flow::Continue | Flow::ClearRoute => (None, Response::new(())),
             Flow::Respond(reply) => {
                 let status = reply.status;
                 let mut response = Response::new(());

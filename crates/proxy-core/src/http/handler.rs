@@ -387,10 +387,7 @@ async fn route_and_forward(
         req,
         scope.conn.listener.head_limit,
         &scope.http.path_normalization,
-        head::HostRules {
-            local_port: scope.conn.local.port(),
-            ..scope.http.host_rules
-        },
+        host_rules(scope),
         &scope.http.routes,
     )? {
         head::Admitted::Routed { host, matched } => (host, matched),
@@ -418,6 +415,14 @@ async fn route_and_forward(
     answer
 }
 
+/// The listener's host rules, for the port the client connected to.
+fn host_rules(scope: &Scope<'_>) -> head::HostRules {
+    head::HostRules {
+        local_port: scope.conn.local.port(),
+        ..scope.http.host_rules
+    }
+}
+
 /// The route's `max_stream_duration` over the listener's (`0s`: none for the route).
 fn stream_limit(http: &HttpCtx, route: Option<usize>) -> Option<std::time::Duration> {
     let own = route.and_then(|i| match &http.routes.route(i).action {
@@ -434,8 +439,8 @@ fn stream_limit(http: &HttpCtx, route: Option<usize>) -> Option<std::time::Durat
 /// The filters' request phase, then the route's action.
 async fn filter_and_answer(
     req: &mut Request<RequestBody>,
-    host: Option<HeaderValue>,
-    matched: Matched,
+    mut host: Option<HeaderValue>,
+    mut matched: Matched,
     scope: &Scope<'_>,
     in_flight: &mut InFlight,
     state: &mut FilterState,
@@ -449,22 +454,35 @@ async fn filter_and_answer(
             // Filters, the authorization service and the upstream all see the same request id.
             ensure_request_id(req.headers_mut(), in_flight);
         }
-        let exchange = Exchange {
-            conn: scope.conn,
-            client: scope.client,
-            host: host.as_ref(),
-            virtual_host: matched.virtual_host,
-            route: matched.route,
-            weighted_cluster: matched.weighted,
-            trace: in_flight.trace(),
-        };
-        if let Flow::Respond(reply) = scope.http.filters.on_request(req, &exchange, state).await? {
-            if let Some(log) = in_flight.log() {
-                log.flag = reply.flag;
+        loop {
+            let exchange = Exchange {
+                conn: scope.conn,
+                client: scope.client,
+                host: host.as_ref(),
+                virtual_host: matched.virtual_host,
+                route: matched.route,
+                weighted_cluster: matched.weighted,
+                trace: in_flight.trace(),
+            };
+            match scope.http.filters.on_request(req, &exchange, state).await? {
+                Flow::Continue => break,
+                Flow::ClearRoute => {
+                    // The filters after it, the action and the log follow the new match.
+                    let (again_host, again) =
+                        head::route(req, host_rules(scope), &scope.http.routes)?;
+                    host = again_host;
+                    matched = draw_weighted(again, req, scope);
+                    facts.matched = matched;
+                }
+                Flow::Respond(reply) => {
+                    if let Some(log) = in_flight.log() {
+                        log.flag = reply.flag;
+                    }
+                    facts.flag = reply.flag;
+                    facts.host = host;
+                    return Ok(local_reply::from_filter(*reply));
+                }
             }
-            facts.flag = reply.flag;
-            facts.host = host;
-            return Ok(local_reply::from_filter(*reply));
         }
         scope.http.filters.note_request_id(state, req.headers());
     }

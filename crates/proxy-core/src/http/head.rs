@@ -91,6 +91,17 @@ pub(crate) fn admit<B>(
     if let Some(location) = normalize_path(req, normalization)? {
         return Ok(Admitted::Redirect(location));
     }
+    let (host, matched) = route(req, host_rules, routes)?;
+    Ok(Admitted::Routed { host, matched })
+}
+
+/// The request's host (after the listener's host rules, written back onto the request) and
+/// the route its host, path and headers match. Run again when a filter clears the route.
+pub(crate) fn route<B>(
+    req: &mut Request<B>,
+    host_rules: HostRules,
+    routes: &RouteTable,
+) -> Result<(Option<HeaderValue>, Matched), ProxyError> {
     let mut host = request_host(req)?;
     if let Some(stripped) = host.as_ref().and_then(|h| host_rules.apply(h.as_bytes())) {
         // Filters, logs and the upstream see the host as routing does.
@@ -112,7 +123,7 @@ pub(crate) fn admit<B>(
         req.uri().query(),
         req.headers(),
     );
-    Ok(Admitted::Routed { host, matched })
+    Ok((host, matched))
 }
 
 /// Headers whose names hold `_`: with `reject`, a request carrying any is an error (400);

@@ -35,6 +35,10 @@ pub struct ExtAuthzConfig {
     /// `route_metadata_context`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub route_metadata_context_namespaces: Vec<String>,
+    /// After an allow that changed the request's headers, the route is matched again on
+    /// them: the filters after this one and the route's action follow the new match.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub clear_route_cache: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -134,6 +138,8 @@ pub struct RawExtAuthz {
     /// gRPC: the route `metadata` namespaces sent with each check.
     #[serde(default)]
     pub route_metadata_context_namespaces: Vec<String>,
+    /// Match the route again after an allow that changed the request's headers.
+    pub clear_route_cache: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -349,6 +355,7 @@ pub(super) fn listener_authz(
         status_on_error,
         with_request_body,
         route_metadata_context_namespaces: raw.route_metadata_context_namespaces,
+        clear_route_cache: raw.clear_route_cache.unwrap_or(false),
     })
 }
 

@@ -101,13 +101,14 @@ impl XdsAuthz {
             status_on_error,
             with_request_body,
             route_metadata_context_namespaces: namespaces,
+            clear_route_cache: Some(std::mem::take(&mut filter.clear_route_cache)),
         };
         // The v3 API is the only one, and the stats prefix changes nothing.
         filter.transport_api_version = 0;
         filter.stat_prefix.clear();
         if filter != Default::default() {
             return Err(unsupported(
-                "ext_authz settings besides grpc_service or http_service, allowed_headers, failure_mode_allow, status_on_error, with_request_body and route_metadata_context_namespaces",
+                "ext_authz settings besides grpc_service or http_service, allowed_headers, failure_mode_allow, status_on_error, with_request_body, route_metadata_context_namespaces and clear_route_cache",
             ));
         }
         Ok(Self {
