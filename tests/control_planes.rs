@@ -222,6 +222,9 @@ async fn h2_windows(addr: SocketAddr) -> (u32, u32) {
     (stream_window, connection_window.unwrap())
 }
 
+/// The first bytes of a PNG file: not UTF-8.
+const PNG_START: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
     use http_connection_manager::ServerHeaderTransformation as Server;
@@ -248,12 +251,30 @@ async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
         )),
         ..Default::default()
     });
+    // A direct response whose body is not text (an image), typed by a response header.
+    let mut logo = resources::direct("/logo", 200);
+    if let Some(route::Action::DirectResponse(direct)) = &mut logo.action {
+        use envoy_types::pb::envoy::config::core::v3::{
+            DataSource, SubstitutionFormatString, data_source, substitution_format_string,
+        };
+        direct.body_format = Some(SubstitutionFormatString {
+            format: Some(substitution_format_string::Format::TextFormatSource(
+                DataSource {
+                    specifier: Some(data_source::Specifier::InlineBytes(PNG_START.to_vec())),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        });
+    }
+    logo.response_headers_to_add = vec![header("content-type", "image/png", true)];
     let mut routes = resources::route_config(
         "web-routes",
         vec![
             resources::forward("/missing", "not-sent"),
             gone,
             separated,
+            logo,
             resources::forward("/", "backend"),
         ],
     );
@@ -311,6 +332,14 @@ async fn the_connection_manager_envoy_gateway_sends_is_honoured() {
     assert_eq!(send_h1(addr, get("/sep/x", &[])).await.status(), 418);
     assert_eq!(send_h1(addr, get("/sep?q", &[])).await.status(), 418);
     assert_eq!(send_h1(addr, get("/seps", &[])).await.status(), 200);
+    let res = send_h1(addr, get("/logo", &[])).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "image/png");
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], PNG_START);
     let res = send_h1(addr, get("/gone", &[])).await;
     assert_eq!(res.status(), 500, "cluster_not_found_response_code");
     // A domain that names a port matches nothing once ports are ignored: `*` answers.

@@ -69,6 +69,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// serde adapter: a duration written as a string with a unit.
+/// Text, kept as its bytes.
+pub fn de_text_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<bytes::Bytes, D::Error> {
+    <String as serde::Deserialize>::deserialize(d).map(bytes::Bytes::from)
+}
+
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     struct V;
     impl Visitor<'_> for V {

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 
 use crate::matchers::{header_match, pattern, query_match};
@@ -318,7 +317,7 @@ fn route(
             })?;
         RouteAction::DirectResponse {
             status,
-            body: Bytes::from(direct.body),
+            body: direct.body,
         }
     } else if !forwards {
         let at = if raw.redirect.is_some() {

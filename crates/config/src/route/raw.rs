@@ -205,6 +205,7 @@ pub struct RawMirrorPolicy {
 #[serde(deny_unknown_fields)]
 pub struct RawDirectResponse {
     pub status: u16,
-    #[serde(default)]
-    pub body: String,
+    /// Text in the file; any bytes over xDS.
+    #[serde(default, deserialize_with = "crate::units::de_text_bytes")]
+    pub body: bytes::Bytes,
 }

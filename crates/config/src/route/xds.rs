@@ -227,7 +227,7 @@ fn not_found() -> RawRoute {
         },
         direct_response: Some(RawDirectResponse {
             status: 404,
-            body: String::new(),
+            body: bytes::Bytes::new(),
         }),
         ..Default::default()
     }
@@ -691,11 +691,11 @@ fn direct_response(
     mut d: DirectResponseAction,
     at: &str,
 ) -> Result<RawDirectResponse, ResourceError> {
+    // Bodies are bytes: an image is as good as text.
     let body = match d.body.take().and_then(|b| b.specifier) {
-        None => String::new(),
-        Some(data_source::Specifier::InlineString(s)) => s,
-        Some(data_source::Specifier::InlineBytes(b)) => String::from_utf8(b)
-            .map_err(|_| ResourceError::invalid(format!("{at}.body"), "expected UTF-8 text"))?,
+        None => bytes::Bytes::new(),
+        Some(data_source::Specifier::InlineString(s)) => bytes::Bytes::from(s),
+        Some(data_source::Specifier::InlineBytes(b)) => bytes::Bytes::from(b),
         Some(_) => {
             return Err(ResourceError::Unsupported {
                 at: format!("{at}.body"),
@@ -720,12 +720,12 @@ fn direct_response(
     Ok(RawDirectResponse { status, body })
 }
 
-/// A `SubstitutionFormatString` that is plain text (`text_format` or an inline
-/// `text_format_source`, no `%`), sent as `text/plain`.
+/// A `SubstitutionFormatString` that is literal (`text_format` or an inline
+/// `text_format_source`, no `%`), sent as `text/plain`; its bytes need not be text.
 fn literal_body(
     format: envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString,
     at: &str,
-) -> Result<String, ResourceError> {
+) -> Result<bytes::Bytes, ResourceError> {
     use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
     let unsupported = |what: &str| ResourceError::Unsupported {
         at: at.to_owned(),
@@ -736,16 +736,15 @@ fn literal_body(
     }
     let text = match format.format {
         #[allow(deprecated)]
-        Some(Format::TextFormat(text)) => text,
+        Some(Format::TextFormat(text)) => bytes::Bytes::from(text),
         Some(Format::TextFormatSource(source)) => match source.specifier {
-            Some(data_source::Specifier::InlineString(s)) => s,
-            Some(data_source::Specifier::InlineBytes(b)) => String::from_utf8(b)
-                .map_err(|_| ResourceError::invalid(at, "expected UTF-8 text"))?,
+            Some(data_source::Specifier::InlineString(s)) => bytes::Bytes::from(s),
+            Some(data_source::Specifier::InlineBytes(b)) => bytes::Bytes::from(b),
             _ => return Err(unsupported("text_format_source (inline only)")),
         },
         _ => return Err(unsupported("json_format (text only)")),
     };
-    if text.contains('%') {
+    if text.contains(&b'%') {
         return Err(unsupported(
             "a body with command operators (plain text only)",
         ));
@@ -757,6 +756,6 @@ fn literal_body(
 pub(crate) fn cluster_not_found(status: Option<u16>) -> RawDirectResponse {
     RawDirectResponse {
         status: status.unwrap_or(503),
-        body: "cluster not found\n".into(),
+        body: bytes::Bytes::from_static(b"cluster not found\n"),
     }
 }

@@ -2049,7 +2049,7 @@ fn a_plain_body_format_is_the_direct_responses_body() {
     use envoy_types::pb::envoy::config::core::v3::{
         DataSource, SubstitutionFormatString, data_source, substitution_format_string,
     };
-    let with_format = |text: &str| {
+    let with_format = |text: &[u8]| {
         let mut config = resources::route_config("r", vec![resources::direct("/", 502)]);
         let Some(route::Action::DirectResponse(direct)) =
             &mut config.virtual_hosts[0].routes[0].action
@@ -2059,9 +2059,7 @@ fn a_plain_body_format_is_the_direct_responses_body() {
         direct.body_format = Some(SubstitutionFormatString {
             format: Some(substitution_format_string::Format::TextFormatSource(
                 DataSource {
-                    specifier: Some(data_source::Specifier::InlineBytes(
-                        text.as_bytes().to_vec(),
-                    )),
+                    specifier: Some(data_source::Specifier::InlineBytes(text.to_vec())),
                     ..Default::default()
                 },
             )),
@@ -2069,14 +2067,23 @@ fn a_plain_body_format_is_the_direct_responses_body() {
         });
         XdsRoutes::decode(&pack(&config))
     };
-    let routes = with_format("{\"error\": \"Internal Server Error\"}").unwrap();
-    let hosts = routes.section(&BTreeMap::new(), &[], &[]);
-    let direct = hosts[0].routes[0].direct_response.as_ref().unwrap();
+    let body_of = |text: &[u8]| {
+        let routes = with_format(text).unwrap();
+        let hosts = routes.section(&BTreeMap::new(), &[], &[]);
+        let direct = hosts[0].routes[0].direct_response.clone().unwrap();
+        (direct.status, direct.body)
+    };
     assert_eq!(
-        (direct.status, direct.body.as_str()),
-        (502, "{\"error\": \"Internal Server Error\"}")
+        body_of(b"{\"error\": \"Internal Server Error\"}"),
+        (
+            502,
+            bytes::Bytes::from_static(b"{\"error\": \"Internal Server Error\"}")
+        )
     );
-    let refused = with_format("%REQ(:path)%").unwrap_err().to_string();
+    // Not text (an image): the bytes as given.
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    assert_eq!(body_of(png), (502, bytes::Bytes::from_static(png)));
+    let refused = with_format(b"%REQ(:path)%").unwrap_err().to_string();
     assert!(
         refused.contains("body_format") && refused.contains("command operators"),
         "{refused}"
