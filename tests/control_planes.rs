@@ -1034,6 +1034,15 @@ async fn fault_injection_from_the_management_server() {
         }),
         ..Default::default()
     };
+    // Envoy Gateway's gRPC abort.
+    let grpc_abort = HttpFault {
+        abort: Some(FaultAbort {
+            error_type: Some(fault_abort::ErrorType::GrpcStatus(14)),
+            percentage: all,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     let with_fault = |prefix: &str, settings: Any| {
         let mut route = resources::forward(prefix, "backend");
         route
@@ -1051,6 +1060,7 @@ async fn fault_injection_from_the_management_server() {
             with_fault("/aborted", any(&abort)),
             with_fault("/wrapped", wrapped),
             with_fault("/delayed", any(&delay)),
+            with_fault("/grpc", any(&grpc_abort)),
             resources::forward("/", "backend"),
         ],
     );
@@ -1104,6 +1114,27 @@ async fn fault_injection_from_the_management_server() {
     let started = std::time::Instant::now();
     assert_eq!(send_h1(addr, get("/delayed", &[])).await.status(), 200);
     assert!(started.elapsed() >= Duration::from_millis(200));
+    // A gRPC status: a gRPC call gets it in a trailers-only answer, anything else a 200.
+    let call = send_h2(
+        addr,
+        get_h2(
+            "/grpc/svc.Echo/Say",
+            &[("content-type", "application/grpc")],
+        ),
+    )
+    .await;
+    assert_eq!(call.status(), 200);
+    assert_eq!(call.headers()["grpc-status"], "14");
+    assert_eq!(call.headers()["grpc-message"], "fault filter abort");
+    let plain = send_h1(addr, get("/grpc", &[])).await;
+    assert_eq!(plain.status(), 200);
+    assert!(plain.headers().get("grpc-status").is_none());
+    assert_eq!(text(plain.into_body()).await, "fault filter abort");
+    assert_eq!(
+        upstream.requests(),
+        2,
+        "only /plain and /delayed went upstream"
+    );
 
     // Faults only for requests with a header: refused by name.
     let matching = HttpFault {

@@ -677,6 +677,9 @@ async fn faults_delay_and_abort_their_share_of_requests() {
       - match: { prefix: /untouched }
         cluster: backend
         filters: { fault: disabled }
+      - match: { prefix: /grpc }
+        cluster: backend
+        filters: { fault: { abort: { grpc_status: 8, percentage: 100% } } }
 "#;
     let filters = "      - fault: { abort: { status: 418, percentage: 100% } }";
     let proxy = Proxy::start(&config(filters, routes, noop.local_addr()), 2);
@@ -693,6 +696,9 @@ async fn faults_delay_and_abort_their_share_of_requests() {
     // The listener's own settings where a route has none; none where a route turns it off.
     assert_eq!(send_h1(addr, get("/other", &[])).await.status(), 418);
     assert_eq!(send_h1(addr, get("/untouched", &[])).await.status(), 200);
+    let call = send_h1(addr, get("/grpc", &[("content-type", "application/grpc")])).await;
+    assert_eq!(call.status(), 200);
+    assert_eq!(call.headers()["grpc-status"], "8");
 
     // 400 requests at 50%: the count of aborts is within 8 standard deviations (10 each).
     let mut aborted: i64 = 0;
@@ -735,7 +741,7 @@ async fn faults_delay_and_abort_their_share_of_requests() {
     assert_eq!(res.status(), 200, "the request's own 0%");
     assert_eq!(stat_settled(admin, "http_fault_delays_injected", 2), 2);
     assert_eq!(
-        stat_settled(admin, "http_fault_aborts_injected", aborted + 3),
-        aborted + 3
+        stat_settled(admin, "http_fault_aborts_injected", aborted + 4),
+        aborted + 4
     );
 }

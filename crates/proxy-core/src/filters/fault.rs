@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
 
 use super::{BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings};
 use crate::catalog::FaultStats;
@@ -18,6 +18,7 @@ use config::{AbortSource, DelaySource, FaultConfig, FaultShare};
 const DELAY_REQUEST: &str = "x-envoy-fault-delay-request";
 const DELAY_PERCENTAGE: &str = "x-envoy-fault-delay-request-percentage";
 const ABORT_REQUEST: &str = "x-envoy-fault-abort-request";
+const ABORT_GRPC_REQUEST: &str = "x-envoy-fault-abort-grpc-request";
 const ABORT_PERCENTAGE: &str = "x-envoy-fault-abort-request-percentage";
 
 /// The filter on one worker.
@@ -51,15 +52,55 @@ impl HttpFilter for Fault {
             self.stats.delays_injected.inc();
             tokio::time::sleep(delay).await;
         }
-        let Some((status, body)) = config.abort.as_ref().and_then(|a| abort_for(a, req.headers()))
-        else {
+        let Some(abort) = config.abort.as_ref() else {
+            return Ok(HeadersFlow::Flow(Flow::Continue));
+        };
+        let Some(answer) = abort_for(abort, req.headers()) else {
             return Ok(HeadersFlow::Flow(Flow::Continue));
         };
         self.stats.aborts_injected.inc();
-        let mut reply = LocalReply::new(status, body);
+        let mut reply = reply(answer, &abort.body, req.headers());
         reply.flag = Some(ResponseFlag::FaultInjected);
         Ok(HeadersFlow::Flow(Flow::Respond(Box::new(reply))))
     }
+}
+
+/// How a request is aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Http(StatusCode),
+    Grpc(u32),
+}
+
+/// The abort's reply: a gRPC status goes to a gRPC request as a trailers-only answer (a 200
+/// whose head holds `grpc-status` and the body as `grpc-message`); any other request gets a
+/// 200 with the body, as Envoy's local replies.
+fn reply(answer: Answer, body: &str, request: &HeaderMap) -> LocalReply {
+    let code = match answer {
+        Answer::Http(status) => return LocalReply::new(status, Bytes::from(body.to_owned())),
+        Answer::Grpc(code) => code,
+    };
+    let grpc_request = request
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if !grpc_request {
+        return LocalReply::new(StatusCode::OK, Bytes::from(body.to_owned()));
+    }
+    let mut reply = LocalReply::new(StatusCode::OK, Bytes::new());
+    let headers = &mut reply.headers;
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", HeaderValue::from(code));
+    // gRPC's percent-encoding of the message: what is not printable ASCII, and `%`.
+    const GRPC_MESSAGE: &percent_encoding::AsciiSet =
+        &percent_encoding::CONTROLS.add(b'%').add(0x7f);
+    let message = percent_encoding::utf8_percent_encode(body, GRPC_MESSAGE).to_string();
+    if let Ok(value) = HeaderValue::from_str(&message) {
+        headers.insert("grpc-message", value);
+    }
+    reply
 }
 
 /// A number from a request header, if it carries one.
@@ -89,22 +130,31 @@ fn delay_for(delay: &config::FaultDelay, headers: &HeaderMap) -> Option<Duration
     }
 }
 
-/// The answer for this request, if it is aborted.
-fn abort_for(abort: &config::FaultAbort, headers: &HeaderMap) -> Option<(StatusCode, Bytes)> {
-    let status = match abort.source {
+/// How this request is aborted, if it is.
+fn abort_for(abort: &config::FaultAbort, headers: &HeaderMap) -> Option<Answer> {
+    match abort.source {
         AbortSource::Status(status) => {
-            rolled(&abort.share, headers, None).then_some(status)?
+            rolled(&abort.share, headers, None).then_some(Answer::Http(status))
+        }
+        AbortSource::GrpcStatus(code) => {
+            rolled(&abort.share, headers, None).then_some(Answer::Grpc(code))
         }
         AbortSource::Header => {
-            // Asked for by the request; a status outside 200..600 is ignored, as Envoy.
-            let code = u16::try_from(header_number(headers, ABORT_REQUEST)?).ok()?;
-            let status = StatusCode::from_u16(code)
-                .ok()
-                .filter(|_| (200..600).contains(&code))?;
-            rolled(&abort.share, headers, Some(ABORT_PERCENTAGE)).then_some(status)?
+            // Asked for by the request: an HTTP status (one outside 200..600 is ignored, as
+            // Envoy), or else a gRPC status.
+            let http = header_number(headers, ABORT_REQUEST)
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|code| (200..600).contains(code))
+                .and_then(|code| StatusCode::from_u16(code).ok());
+            let answer = match http {
+                Some(status) => Answer::Http(status),
+                None => Answer::Grpc(
+                    u32::try_from(header_number(headers, ABORT_GRPC_REQUEST)?).ok()?,
+                ),
+            };
+            rolled(&abort.share, headers, Some(ABORT_PERCENTAGE)).then_some(answer)
         }
-    };
-    Some((status, Bytes::from(abort.body.clone())))
+    }
 }
 
 #[cfg(test)]
@@ -125,6 +175,25 @@ mod tests {
             map.insert(*name, http::HeaderValue::from_static(value));
         }
         map
+    }
+
+    #[test]
+    fn a_grpc_abort_is_a_trailers_only_answer_for_grpc_requests() {
+        let grpc = headers(&[("content-type", "application/grpc+proto")]);
+        let reply = reply(Answer::Grpc(14), "fault filter abort", &grpc);
+        assert_eq!(reply.status, StatusCode::OK);
+        assert!(reply.body.is_empty());
+        assert_eq!(reply.headers["content-type"], "application/grpc");
+        assert_eq!(reply.headers["grpc-status"], "14");
+        assert_eq!(reply.headers["grpc-message"], "fault filter abort");
+        let plain = reply_for_plain();
+        assert_eq!(plain.status, StatusCode::OK);
+        assert_eq!(&plain.body[..], b"fault filter abort");
+        assert!(plain.headers.get("grpc-status").is_none());
+    }
+
+    fn reply_for_plain() -> LocalReply {
+        reply(Answer::Grpc(14), "fault filter abort", &HeaderMap::new())
     }
 
     #[test]
@@ -153,11 +222,14 @@ mod tests {
         assert_eq!(abort_for(&abort, &HeaderMap::new()), None);
         let asked = headers(&[(ABORT_REQUEST, "503")]);
         assert_eq!(
-            abort_for(&abort, &asked).map(|(s, _)| s),
-            Some(StatusCode::SERVICE_UNAVAILABLE)
+            abort_for(&abort, &asked),
+            Some(Answer::Http(StatusCode::SERVICE_UNAVAILABLE))
         );
         // A status outside 200..600 asks for nothing.
         assert_eq!(abort_for(&abort, &headers(&[(ABORT_REQUEST, "700")])), None);
+        // A gRPC status, where no HTTP one is asked for.
+        let grpc = headers(&[(ABORT_GRPC_REQUEST, "14")]);
+        assert_eq!(abort_for(&abort, &grpc), Some(Answer::Grpc(14)));
         // The request's own percentage: 0 of 100.
         let none = headers(&[(ABORT_REQUEST, "503"), (ABORT_PERCENTAGE, "0")]);
         assert_eq!(abort_for(&abort, &none), None);

@@ -58,6 +58,11 @@ pub struct FaultAbort {
 pub enum AbortSource {
     #[serde(serialize_with = "ser::status")]
     Status(StatusCode),
+    /// A gRPC status (0 to 16): a gRPC request gets it in a trailers-only answer, any other
+    /// a 200 with the body (Envoy's).
+    GrpcStatus(u32),
+    /// `x-envoy-fault-abort-request` (an HTTP status), or else
+    /// `x-envoy-fault-abort-grpc-request` (a gRPC status).
     #[serde(serialize_with = "ser_header")]
     Header,
 }
@@ -125,6 +130,7 @@ pub struct RawFaultDelay {
 #[serde(deny_unknown_fields)]
 pub struct RawFaultAbort {
     pub status: Option<u16>,
+    pub grpc_status: Option<u32>,
     pub header: Option<bool>,
     pub percentage: serde_yaml::Value,
     pub body: Option<String>,
@@ -177,8 +183,8 @@ pub(crate) fn fault(raw: RawFault, path: &str, _on_route: bool) -> Result<FaultC
         .abort
         .map(|a| -> Result<FaultAbort, ConfigError> {
             let at = format!("{path}.abort");
-            let source = match (a.status, a.header.unwrap_or(false)) {
-                (Some(code), false) => match StatusCode::from_u16(code) {
+            let source = match (a.status, a.grpc_status, a.header.unwrap_or(false)) {
+                (Some(code), None, false) => match StatusCode::from_u16(code) {
                     Ok(status) if (200..600).contains(&code) => AbortSource::Status(status),
                     _ => {
                         return Err(ConfigError::invalid(
@@ -187,11 +193,18 @@ pub(crate) fn fault(raw: RawFault, path: &str, _on_route: bool) -> Result<FaultC
                         ));
                     }
                 },
-                (None, true) => AbortSource::Header,
+                (None, Some(code), false) if code <= 16 => AbortSource::GrpcStatus(code),
+                (None, Some(code), false) => {
+                    return Err(ConfigError::invalid(
+                        format!("{at}.grpc_status"),
+                        format!("expected a gRPC status from 0 to 16, found {code}"),
+                    ));
+                }
+                (None, None, true) => AbortSource::Header,
                 _ => {
                     return Err(ConfigError::invalid(
                         at,
-                        "expected `status: CODE` or `header: true`",
+                        "expected one of `status: CODE`, `grpc_status: CODE` or `header: true`",
                     ));
                 }
             };

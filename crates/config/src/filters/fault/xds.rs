@@ -45,24 +45,20 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<RawFault, ResourceError> {
         Some(mut abort) => {
             let at = format!("{at}.abort");
             let (share, denominator) = percentage(abort.percentage.take(), &at)?;
-            let (status, header) = match abort.error_type.take() {
+            let (status, grpc_status, header) = match abort.error_type.take() {
                 Some(fault_abort::ErrorType::HttpStatus(code)) => (
                     Some(u16::try_from(code).map_err(|_| {
                         ResourceError::invalid(format!("{at}.http_status"), "not a status")
                     })?),
                     None,
+                    None,
                 ),
-                Some(fault_abort::ErrorType::HeaderAbort(_)) => (None, Some(true)),
-                Some(fault_abort::ErrorType::GrpcStatus(_)) => {
-                    return Err(ResourceError::Unsupported {
-                        at,
-                        fields: vec!["grpc_status".into()],
-                    });
-                }
+                Some(fault_abort::ErrorType::GrpcStatus(code)) => (None, Some(code), None),
+                Some(fault_abort::ErrorType::HeaderAbort(_)) => (None, None, Some(true)),
                 None => {
                     return Err(ResourceError::invalid(
                         at,
-                        "expected http_status or header_abort",
+                        "expected http_status, grpc_status or header_abort",
                     ));
                 }
             };
@@ -70,6 +66,7 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<RawFault, ResourceError> {
             nothing_else(&abort, fields::FAULT_ABORT, &at)?;
             Some(RawFaultAbort {
                 status,
+                grpc_status,
                 header,
                 percentage: share,
                 body: (!body.is_empty()).then_some(body),
