@@ -717,6 +717,110 @@ async fn request_ids_follow_the_connection_manager() {
     server.shutdown().await;
 }
 
+/// The connection manager's `local_reply_config`: a mapper picks the proxy's own replies by
+/// an access-log filter and rewrites status, body and headers; `body_format` is refused by
+/// name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_replies_from_the_connection_manager() {
+    use envoy_types::pb::envoy::config::accesslog::v3::{
+        AccessLogFilter, ComparisonFilter, StatusCodeFilter, access_log_filter,
+    };
+    use envoy_types::pb::envoy::config::core::v3::{
+        DataSource, RuntimeUInt32, SubstitutionFormatString, data_source,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        LocalReplyConfig, ResponseMapper,
+    };
+    use http_connection_manager::ServerHeaderTransformation as Server;
+    use http_protocol_options::HeadersWithUnderscoresAction as Underscores;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config(
+        "web-routes",
+        vec![
+            resources::direct("/gone", 404),
+            resources::forward("/", "backend"),
+        ],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let base = gateway_listener(&Manager {
+        underscores: Underscores::Allow,
+        server: (Server::PassThrough, ""),
+        router: Router::default(),
+        stream_window: 65536,
+    });
+    let mapper = ResponseMapper {
+        filter: Some(AccessLogFilter {
+            filter_specifier: Some(access_log_filter::FilterSpecifier::StatusCodeFilter(
+                StatusCodeFilter {
+                    comparison: Some(ComparisonFilter {
+                        op: 0, // EQ
+                        value: Some(RuntimeUInt32 {
+                            default_value: 404,
+                            runtime_key: "local_reply.code".into(),
+                        }),
+                    }),
+                },
+            )),
+        }),
+        status_code: Some(envoy_types::pb::google::protobuf::UInt32Value { value: 410 }),
+        body: Some(DataSource {
+            specifier: Some(data_source::Specifier::InlineString(
+                "gone for good\n".into(),
+            )),
+            ..Default::default()
+        }),
+        headers_to_add: vec![header("x-mapped", "yes", true)],
+        ..Default::default()
+    };
+    let with_replies = |config: LocalReplyConfig| {
+        with_manager(base.clone(), |hcm| hcm.local_reply_config = Some(config))
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(
+            &server,
+            with_replies(LocalReplyConfig {
+                mappers: vec![mapper.clone()],
+                ..Default::default()
+            })
+        )
+        .await,
+        None
+    );
+    let addr = bound(&proxy).await;
+    let res = send_h1(addr, get("/gone", &[])).await;
+    assert_eq!(res.status(), 410);
+    assert_eq!(res.headers()["x-mapped"], "yes");
+    assert_eq!(text(res.into_body()).await, "gone for good\n");
+    let res = send_h1(addr, get("/", &[("x-noop-status", "404")])).await;
+    assert_eq!(res.status(), 404, "an upstream's answer is not rewritten");
+    assert!(res.headers().get("x-mapped").is_none());
+
+    // A body format (formatted bodies) is refused by name; the last good config serves.
+    let nack = serve_listener(
+        &server,
+        with_replies(LocalReplyConfig {
+            mappers: vec![mapper],
+            body_format: Some(SubstitutionFormatString::default()),
+        }),
+    )
+    .await
+    .expect("NACK");
+    assert!(
+        nack.contains("local_reply_config") && nack.contains("body_format"),
+        "{nack}"
+    );
+    assert_eq!(send_h1(addr, get("/gone", &[])).await.status(), 410);
+    server.shutdown().await;
+}
+
 /// A file access log as a control plane writes it (`FileAccessLog`, a text or JSON
 /// `log_format` with `%REQ(...)%` and `%RESP(...)%`), its lines parsed back; the listener's
 /// own `NR` log accepted; a CEL filter picking lines; loggers and filters not honoured

@@ -162,6 +162,82 @@ async fn unrouted_requests_get_404_nr() {
     assert_eq!(noop.requests(), 0);
 }
 
+/// `local_reply` rewrites the proxy's own replies (Envoy's `local_reply_config`): the first
+/// mapper whose filter holds sets status, body and headers; upstream answers are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_replies_are_rewritten_by_the_first_matching_mapper() {
+    let noop = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let closed = closed_port();
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http:
+      local_reply:
+        mappers:
+          - filter: {{ response_flags: [UF] }}
+            status: 502
+            body: "the service is down\n"
+            headers: {{ set: {{ x-mapped: "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%" }} }}
+          - filter: {{ and: [{{ status_code: {{ eq: 404 }} }}, {{ header: {{ name: x-tag, exact: api }} }}] }}
+            body: "no such API\n"
+          - filter: {{ status_code: {{ ge: 400 }} }}
+            headers: {{ add: {{ x-local: "yes" }} }}
+    routes:
+      - match: {{ prefix: /down }}
+        cluster: gone
+      - match: {{ prefix: /teapot }}
+        direct_response: {{ status: 418, body: "short and stout\n" }}
+      - match: {{ prefix: /up }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+  - name: gone
+    endpoints: [{}]
+"#,
+        noop.local_addr(),
+        closed.addr
+    );
+    let proxy = Proxy::start(&config, 1);
+    let addr = proxy.addr();
+
+    // A connect failure (503, UF): the first mapper, its header formatted for the exchange.
+    let res = send_h1(addr, get("/down", &[("x-tag", "api")])).await;
+    assert_eq!(res.status(), 502);
+    assert_eq!(res.headers()["x-mapped"], "127.0.0.1");
+    assert_eq!(res.headers()["content-type"], "text/plain");
+    assert!(
+        res.headers().get("x-local").is_none(),
+        "only the first match applies"
+    );
+    assert_eq!(text(res.into_body()).await, "the service is down\n");
+    // No route (404): the second mapper for the API's requests; the status stays.
+    let res = send_h1(addr, get("/nowhere", &[("x-tag", "api")])).await;
+    assert_eq!(res.status(), 404);
+    assert_eq!(text(res.into_body()).await, "no such API\n");
+    // Another 404, and a direct response: the third, which only adds a header.
+    let res = send_h1(addr, get("/nowhere", &[])).await;
+    assert_eq!(res.status(), 404);
+    assert_eq!(res.headers()["x-local"], "yes");
+    let res = send_h1(addr, get("/teapot", &[])).await;
+    assert_eq!(res.status(), 418);
+    assert_eq!(res.headers()["x-local"], "yes");
+    assert_eq!(text(res.into_body()).await, "short and stout\n");
+    // An upstream's answer is not a local reply, whatever its status.
+    let res = send_h1(addr, get("/up", &[("x-noop-status", "404")])).await;
+    assert_eq!(res.status(), 404);
+    assert!(res.headers().get("x-local").is_none());
+    // A reply no mapper picks is as the proxy made it.
+    let res = send_h1(addr, get("/up", &[])).await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("x-local").is_none());
+}
+
 /// Writes raw bytes to the proxy and returns everything it answers before closing.
 fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();

@@ -29,6 +29,7 @@ pub mod cluster;
 mod envoy;
 pub mod filters;
 pub mod listener;
+pub mod local_reply;
 pub mod machine;
 mod matchers;
 pub mod overload;

@@ -79,6 +79,16 @@ pub(crate) fn bytes_text<S: Serializer>(bytes: &Bytes, s: S) -> Result<S::Ok, S:
     s.serialize_str(&String::from_utf8_lossy(bytes))
 }
 
+pub(crate) fn opt_bytes_text<S: Serializer>(
+    bytes: &Option<Bytes>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match bytes {
+        Some(bytes) => bytes_text(bytes, s),
+        None => s.serialize_none(),
+    }
+}
+
 pub(crate) fn display<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(value)
 }

@@ -144,7 +144,7 @@ const CEL_FILTER: &str =
 /// expression (the part `crate::cel` evaluates), and `and`/`or` of those. Runtime keys name
 /// overrides of a runtime this proxy does not have: their default values stand, as in an
 /// Envoy whose runtime does not set them.
-fn log_filter(filter: AccessLogFilter, at: &str) -> Result<RawLogFilter, ResourceError> {
+pub(crate) fn log_filter(filter: AccessLogFilter, at: &str) -> Result<RawLogFilter, ResourceError> {
     use access_log_filter::FilterSpecifier as F;
     use envoy_types::pb::envoy::config::accesslog::v3::comparison_filter::Op;
     use envoy_types::pb::envoy::config::accesslog::v3::{ComparisonFilter, extension_filter};

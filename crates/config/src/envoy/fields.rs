@@ -77,6 +77,16 @@ pub(crate) const HTTP_FAULT: &[(u32, &str)] = &[
 pub(crate) const FAULT_DELAY: &[(u32, &str)] =
     &[(3, "fixed_delay"), (4, "percentage"), (5, "header_delay")];
 
+pub(crate) const LOCAL_REPLY_CONFIG: &[(u32, &str)] = &[(1, "mappers"), (2, "body_format")];
+
+pub(crate) const RESPONSE_MAPPER: &[(u32, &str)] = &[
+    (1, "filter"),
+    (2, "status_code"),
+    (3, "body"),
+    (4, "body_format_override"),
+    (5, "headers_to_add"),
+];
+
 pub(crate) const FAULT_ABORT: &[(u32, &str)] = &[
     (2, "http_status"),
     (3, "percentage"),

@@ -326,6 +326,12 @@ pub(crate) fn listener(
             use_remote_address: raw.http.use_remote_address.unwrap_or(detection.is_empty()),
             xff_num_trusted_hops: raw.http.xff_num_trusted_hops.unwrap_or(0),
             original_ip_detection: detection,
+            local_reply: raw
+                .http
+                .local_reply
+                .clone()
+                .map(|r| crate::local_reply::local_reply(r, &format!("{path}.http.local_reply")))
+                .transpose()?,
             early_header_mutation: raw
                 .http
                 .early_header_mutation

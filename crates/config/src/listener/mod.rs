@@ -172,6 +172,9 @@ pub struct HttpConfig {
     /// `early_header_mutation_extensions`), as a `headers` rule's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub early_header_mutation: Option<HeaderMutations>,
+    /// Rewrites of the replies the proxy makes itself (Envoy's `local_reply_config`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_reply: Option<crate::local_reply::LocalReplyConfig>,
     /// Ways to find the client behind trusted proxies, in order (Envoy's
     /// `original_ip_detection_extensions`); when given, the two above are off.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -89,6 +89,8 @@ pub struct RawHttp {
     pub xff_num_trusted_hops: Option<u32>,
     /// Request header changes made before the request is routed.
     pub early_header_mutation: Option<RawHeaderMutations>,
+    /// Rewrites of the replies the proxy makes itself.
+    pub local_reply: Option<crate::local_reply::RawLocalReply>,
     /// Ways to find the client, in order, instead of the two above.
     #[serde(default)]
     pub original_ip_detection: Vec<crate::listener::client_address::RawClientDetection>,

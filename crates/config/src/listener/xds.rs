@@ -901,6 +901,12 @@ fn connection_manager(
     }
     http.use_remote_address = Some(hcm.use_remote_address.take().is_some_and(|v| v.value));
     http.xff_num_trusted_hops = Some(std::mem::take(&mut hcm.xff_num_trusted_hops));
+    if let Some(config) = hcm.local_reply_config.take() {
+        http.local_reply = Some(crate::local_reply::xds::local_reply(
+            config,
+            &format!("{at}.local_reply_config"),
+        )?);
+    }
     http.early_header_mutation = early_header_mutation(
         std::mem::take(&mut hcm.early_header_mutation_extensions),
         &format!("{at}.early_header_mutation_extensions"),

@@ -963,3 +963,45 @@ fn a_tcp_proxy_listener_relays_to_a_known_cluster_and_has_no_http() {
         "{err}"
     );
 }
+
+#[test]
+fn local_reply_mappers_are_checked() {
+    let with_replies = |mappers: &str| {
+        MINIMAL.replace(
+            "    address: 127.0.0.1:8080\n",
+            &format!("    address: 127.0.0.1:8080\n    http: {{ local_reply: {{ mappers: [{mappers}] }} }}\n"),
+        )
+    };
+    let config = Config::from_yaml(&with_replies(
+        "{ filter: { status_code: { ge: 500 } }, status: 503, body: \"busy\\n\", headers: { set: { retry-after: \"5\" } } }",
+    ))
+    .expect("valid local_reply");
+    let replies = config.listeners[0].http.local_reply.as_ref().unwrap();
+    assert_eq!(replies.mappers.len(), 1);
+    assert_eq!(
+        replies.mappers[0].status,
+        Some(http::StatusCode::SERVICE_UNAVAILABLE)
+    );
+    assert_eq!(replies.mappers[0].body.as_deref(), Some(&b"busy\n"[..]));
+    for (mappers, expected) in [
+        (
+            "{ status: 503 }",
+            "local_reply.mappers[0].filter: expected the filter that picks the replies",
+        ),
+        (
+            "{ filter: { status_code: { eq: 404 } }, status: 99 }",
+            "local_reply.mappers[0].status: expected a status from 200 to 599, found 99",
+        ),
+        (
+            "{ filter: { status_code: { eq: 404 } }, headers: { remove: [server] } }",
+            "local_reply.mappers[0].headers: a reply's headers are set or added",
+        ),
+        (
+            "{ filter: { status_code: { eq: 404 } }, body_format: x }",
+            "unknown field `body_format`",
+        ),
+    ] {
+        let err = error_of(&with_replies(mappers));
+        assert!(err.contains(expected), "{mappers}: {err}");
+    }
+}

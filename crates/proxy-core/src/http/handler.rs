@@ -165,16 +165,30 @@ pub(crate) fn handle(
                 reply
             }
         };
-        if !http.filters.is_empty() {
-            let exchange = Exchange {
-                conn: &conn,
-                client: &client,
-                host: facts.host.as_ref(),
-                virtual_host: facts.matched.virtual_host,
-                route: facts.matched.route,
-                weighted_cluster: facts.matched.weighted,
-                trace: in_flight.trace(),
+        let exchange = Exchange {
+            conn: &conn,
+            client: &client,
+            host: facts.host.as_ref(),
+            virtual_host: facts.matched.virtual_host,
+            route: facts.matched.route,
+            weighted_cluster: facts.matched.weighted,
+            trace: in_flight.trace(),
+        };
+        if let Some(replies) = &http.local_replies
+            && response.body().is_local()
+        {
+            let reply = local_reply::ReplyFacts {
+                method: &method,
+                uri: &uri,
+                headers: req.headers(),
+                status: response.status(),
+                flag,
+                duration: in_flight.started().elapsed(),
+                tls: conn.listener.tls,
             };
+            replies.rewrite(&mut response, &reply, &exchange);
+        }
+        if !http.filters.is_empty() {
             let info = ResponseInfo {
                 upstream: facts.upstream.as_ref(),
                 head_request: method == Method::HEAD,

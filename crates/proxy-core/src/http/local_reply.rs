@@ -39,3 +39,123 @@ pub(crate) fn from_filter(reply: LocalReply) -> Response<ResponseBody> {
     }
     response
 }
+
+/// A listener's rewrites of its local replies (`local_reply`), built once per worker.
+pub(crate) struct LocalReplies {
+    mappers: Box<[Mapper]>,
+}
+
+struct Mapper {
+    filter: config::access_log::filter::LogFilter,
+    status: Option<StatusCode>,
+    body: Option<Bytes>,
+    headers: Option<crate::filters::Mutations>,
+}
+
+impl LocalReplies {
+    pub(crate) fn new(config: &config::local_reply::LocalReplyConfig) -> Self {
+        Self {
+            mappers: (config.mappers.iter())
+                .map(|m| Mapper {
+                    filter: m.filter.clone(),
+                    status: m.status,
+                    body: m.body.clone(),
+                    headers: m.headers.as_ref().map(crate::filters::Mutations::new),
+                })
+                .collect(),
+        }
+    }
+
+    /// Rewrites `reply` by the first mapper whose filter holds for it (read with its status
+    /// as the proxy made it): its status, body (as text) and headers where the mapper sets
+    /// them.
+    pub(crate) fn rewrite(
+        &self,
+        reply: &mut Response<ResponseBody>,
+        facts: &ReplyFacts<'_>,
+        exchange: &crate::filters::Exchange<'_>,
+    ) {
+        let Some(mapper) = self.mappers.iter().find(|m| m.filter.passes(facts)) else {
+            return;
+        };
+        if let Some(status) = mapper.status {
+            *reply.status_mut() = status;
+        }
+        if let Some(body) = &mapper.body {
+            *reply.body_mut() = ResponseBody::local(body.clone());
+            reply
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        }
+        if let Some(headers) = &mapper.headers {
+            headers.apply_to_reply(reply.headers_mut(), exchange);
+        }
+    }
+}
+
+/// A local reply as a mapper's filter reads it: the request, the status and flag the proxy
+/// gave, and the time so far.
+pub(crate) struct ReplyFacts<'a> {
+    pub(crate) method: &'a http::Method,
+    pub(crate) uri: &'a http::Uri,
+    pub(crate) headers: &'a http::HeaderMap,
+    pub(crate) status: StatusCode,
+    pub(crate) flag: Option<crate::error::ResponseFlag>,
+    pub(crate) duration: std::time::Duration,
+    /// The client's connection is TLS (the scheme, where the request names none).
+    pub(crate) tls: bool,
+}
+
+impl config::cel::Attributes for ReplyFacts<'_> {
+    fn response_code(&self) -> Option<u16> {
+        Some(self.status.as_u16())
+    }
+
+    fn path(&self) -> Option<&str> {
+        self.uri.path_and_query().map(|p| p.as_str())
+    }
+
+    fn host(&self) -> Option<&str> {
+        self.request_header(":authority")
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    fn method(&self) -> Option<&str> {
+        Some(self.method.as_str())
+    }
+
+    fn scheme(&self) -> Option<&str> {
+        Some(match self.uri.scheme_str() {
+            Some("https") => "https",
+            Some(_) => "http",
+            None if self.tls => "https",
+            None => "http",
+        })
+    }
+
+    fn request_header(&self, name: &str) -> Option<&[u8]> {
+        match name {
+            ":method" => Some(self.method.as_str().as_bytes()),
+            ":path" => self.path().map(str::as_bytes),
+            ":authority" => match self.uri.authority() {
+                Some(a) => Some(a.as_str().as_bytes()),
+                None => self
+                    .headers
+                    .get(http::header::HOST)
+                    .map(HeaderValue::as_bytes),
+            },
+            ":scheme" => self.scheme().map(str::as_bytes),
+            name => self.headers.get(name).map(HeaderValue::as_bytes),
+        }
+    }
+}
+
+impl config::access_log::filter::LogFacts for ReplyFacts<'_> {
+    fn duration_ms(&self) -> u64 {
+        self.duration.as_millis() as u64
+    }
+
+    fn flag(&self) -> Option<&str> {
+        self.flag.map(crate::error::ResponseFlag::as_str)
+    }
+}

@@ -73,6 +73,8 @@ pub(crate) struct HttpCtx {
     pub(crate) host_rules: head::HostRules,
     /// Request header changes made before routing.
     pub(crate) early_header_mutation: Option<crate::filters::Mutations>,
+    /// Rewrites of local replies, when the listener has any.
+    pub(crate) local_replies: Option<local_reply::LocalReplies>,
     /// What a request's `x-forwarded-client-cert` gets, and what the element a connection
     /// writes says.
     pub(crate) forward_client_cert: config::listener::client_cert::ForwardClientCert,

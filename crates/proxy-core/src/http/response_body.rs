@@ -35,6 +35,11 @@ impl ResponseBody {
         Self::new(Inner::Local(bytes))
     }
 
+    /// Made by the proxy (a local reply), not relayed from an upstream.
+    pub(crate) fn is_local(&self) -> bool {
+        matches!(self.inner, Inner::Local(_))
+    }
+
     pub(crate) fn upstream(body: UpstreamBody) -> Self {
         Self::new(Inner::Upstream(body))
     }

@@ -443,6 +443,9 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
             strip_trailing_dot: config.http.strip_trailing_host_dot,
             local_port: 0,
         },
+        local_replies: (config.http.local_reply.as_ref())
+            .filter(|r| !r.mappers.is_empty())
+            .map(crate::http::local_reply::LocalReplies::new),
         early_header_mutation: config
             .http
             .early_header_mutation

@@ -1,0 +1,116 @@
+//! Rewrites of the replies the proxy makes itself (Envoy's `local_reply_config`): errors
+//! (404 no route, 503 no healthy host, 504 timeout), filters' answers (a denial, a 429, a
+//! fault), direct responses and redirects. The first mapper whose filter holds for a reply
+//! changes its status, body and headers. `xds.rs` maps Envoy's `LocalReplyConfig`.
+
+pub(crate) mod xds;
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use crate::access_log::filter::{LogFilter, RawLogFilter, log_filter};
+use crate::filters::headers::HeaderMutations;
+use crate::serialize as ser;
+use crate::*;
+
+/// A listener's rewrites of its local replies, in order: the first that matches applies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LocalReplyConfig {
+    pub mappers: Vec<ReplyMapper>,
+}
+
+/// One rewrite: for replies its filter picks (reading the reply's status, flag, duration and
+/// the request), a new status, body or headers; what it does not set stays.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplyMapper {
+    pub filter: LogFilter,
+    #[serde(
+        serialize_with = "ser::opt_status",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub status: Option<StatusCode>,
+    #[serde(
+        serialize_with = "ser::opt_bytes_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub body: Option<Bytes>,
+    /// Response header changes (`set`, `add`, `add_if_absent`; values may use the header
+    /// operators).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<HeaderMutations>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLocalReply {
+    #[serde(default)]
+    pub mappers: Vec<RawReplyMapper>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReplyMapper {
+    pub filter: Option<RawLogFilter>,
+    pub status: Option<u16>,
+    #[serde(default, deserialize_with = "de_opt_text_bytes")]
+    pub body: Option<Bytes>,
+    pub headers: Option<crate::RawHeaderMutations>,
+}
+
+fn de_opt_text_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
+    Option::<String>::deserialize(d).map(|s| s.map(Bytes::from))
+}
+
+/// Checks a listener's `local_reply`.
+pub(crate) fn local_reply(raw: RawLocalReply, path: &str) -> Result<LocalReplyConfig, ConfigError> {
+    let mappers = raw
+        .mappers
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| mapper(m, &format!("{path}.mappers[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(LocalReplyConfig { mappers })
+}
+
+fn mapper(raw: RawReplyMapper, path: &str) -> Result<ReplyMapper, ConfigError> {
+    let filter = raw.filter.ok_or_else(|| {
+        ConfigError::invalid(
+            format!("{path}.filter"),
+            "expected the filter that picks the replies",
+        )
+    })?;
+    let filter = log_filter(filter, &format!("{path}.filter"))?;
+    let status = raw
+        .status
+        .map(|code| {
+            StatusCode::from_u16(code)
+                .ok()
+                .filter(|_| (200..600).contains(&code))
+                .ok_or_else(|| {
+                    ConfigError::invalid(
+                        format!("{path}.status"),
+                        format!("expected a status from 200 to 599, found {code}"),
+                    )
+                })
+        })
+        .transpose()?;
+    let headers = raw
+        .headers
+        .map(|h| crate::filters::headers::mutations(h, &format!("{path}.headers"), true))
+        .transpose()?;
+    if let Some(h) = &headers
+        && (!h.remove.is_empty() || !h.remove_matching.is_empty())
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.headers"),
+            "a reply's headers are set or added (`set`, `add`, `add_if_absent`), not removed",
+        ));
+    }
+    Ok(ReplyMapper {
+        filter,
+        status,
+        body: raw.body,
+        headers,
+    })
+}
