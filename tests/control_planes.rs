@@ -5834,3 +5834,186 @@ async fn ext_authz_http_service_from_the_management_server() {
     );
     server.shutdown().await;
 }
+
+/// Envoy Gateway's response overrides: a `custom_response` filter per policy, off in the
+/// chain and turned on by routes, whose matcher picks responses by status and headers and
+/// whose `LocalResponsePolicy` gives the new body and headers. A redirect policy (an internal
+/// redirect) is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_responses_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        SubstitutionFormatString, substitution_format_string,
+    };
+    use envoy_types::pb::envoy::config::route::v3::FilterConfig;
+    use envoy_types::pb::envoy::extensions::filters::http::custom_response::v3::CustomResponse;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::envoy::extensions::http::custom_response::local_response_policy::v3::LocalResponsePolicy;
+    use envoy_types::pb::envoy::r#type::matcher::v3::HttpResponseHeaderMatchInput;
+    use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::xds::r#type::matcher::v3::matcher::matcher_list::predicate::{
+        MatchType, PredicateList, SinglePredicate, single_predicate,
+    };
+    use envoy_types::pb::xds::r#type::matcher::v3::matcher::matcher_list::{
+        FieldMatcher, Predicate,
+    };
+    use envoy_types::pb::xds::r#type::matcher::v3::matcher::{
+        MatcherList, MatcherType, OnMatch, on_match,
+    };
+    use envoy_types::pb::xds::r#type::matcher::v3::{Matcher, StringMatcher, string_matcher};
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    const POLICY: &str = "envoy.filters.http.custom_response/backendtrafficpolicy/default/p";
+    let mut on = resources::forward("/", "backend");
+    on.typed_per_filter_config.insert(
+        POLICY.into(),
+        any(&FilterConfig {
+            config: Some(Any::default()),
+            ..Default::default()
+        }),
+    );
+    let routes = resources::route_config(
+        "web-routes",
+        vec![resources::forward("/plain", "backend"), on],
+    );
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    serve_backend(&server, upstream.local_addr());
+    let exact = |value: &str| StringMatcher {
+        match_pattern: Some(string_matcher::MatchPattern::Exact(value.into())),
+        ignore_case: false,
+    };
+    let single = |input: Any, value: StringMatcher| Predicate {
+        match_type: Some(MatchType::SinglePredicate(SinglePredicate {
+            input: Some(TypedExtensionConfig {
+                name: "input".into(),
+                typed_config: Some(input),
+            }),
+            matcher: Some(single_predicate::Matcher::ValueMatch(value)),
+        })),
+    };
+    let status = || Any {
+        type_url: "type.googleapis.com/envoy.type.matcher.v3.HttpResponseStatusCodeMatchInput"
+            .into(),
+        value: Vec::new(),
+    };
+    let header_input = |name: &str| {
+        any(&HttpResponseHeaderMatchInput {
+            header_name: name.into(),
+        })
+    };
+    // Envoy Gateway writes the deprecated `text_format`.
+    #[allow(deprecated)]
+    let policy = |text: &str, content_type: &str| TypedExtensionConfig {
+        name: "rule".into(),
+        typed_config: Some(any(&LocalResponsePolicy {
+            body_format: Some(SubstitutionFormatString {
+                format: Some(substitution_format_string::Format::TextFormat(text.into())),
+                ..Default::default()
+            }),
+            response_headers_to_add: vec![header("content-type", content_type, true)],
+            ..Default::default()
+        })),
+    };
+    let rule = |predicate: Predicate, action: TypedExtensionConfig| FieldMatcher {
+        predicate: Some(predicate),
+        on_match: Some(OnMatch {
+            keep_matching: false,
+            on_match: Some(on_match::OnMatch::Action(action)),
+        }),
+    };
+    let custom = |rules: Vec<FieldMatcher>| CustomResponse {
+        custom_response_matcher: Some(Matcher {
+            on_no_match: None,
+            matcher_type: Some(MatcherType::MatcherList(MatcherList { matchers: rules })),
+        }),
+    };
+    let rules = vec![
+        rule(
+            single(status(), exact("404")),
+            policy("gateway-1 Not Found", "text/plain"),
+        ),
+        rule(
+            Predicate {
+                match_type: Some(MatchType::AndMatcher(PredicateList {
+                    predicate: vec![
+                        single(status(), exact("503")),
+                        single(header_input("X-Error-Type"), exact("upstream-timeout")),
+                    ],
+                })),
+            },
+            policy(r#"{"error":"combined match"}"#, "application/json"),
+        ),
+    ];
+    let listener = |custom: &CustomResponse| {
+        let filter = HttpFilter {
+            name: POLICY.into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(any(custom))),
+            disabled: true,
+            ..Default::default()
+        };
+        let l = resources::listener_with_filters(
+            "web",
+            "127.0.0.1:0".parse().unwrap(),
+            "web-routes",
+            vec![filter],
+        );
+        ("web".to_owned(), any(&l))
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(&server, listener(&custom(rules.clone()))).await,
+        None
+    );
+    let addr = bound(&proxy).await;
+    eventually("the routes in force", async || {
+        let res = send_h1(addr, get("/", &[("x-noop-status", "404")])).await;
+        text(res.into_body()).await == "gateway-1 Not Found"
+    })
+    .await;
+    let res = send_h1(
+        addr,
+        get(
+            "/",
+            &[
+                ("x-noop-status", "503"),
+                ("x-noop-response-header", "x-error-type: upstream-timeout"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["content-type"], "application/json");
+    assert_eq!(text(res.into_body()).await, r#"{"error":"combined match"}"#);
+    // Where no route turns the filter on, responses stay as they are.
+    let res = send_h1(addr, get("/plain", &[("x-noop-status", "404")])).await;
+    assert!(
+        text(res.into_body())
+            .await
+            .starts_with("ok: legate testbed")
+    );
+
+    // An internal redirect is refused by name.
+    let mut with_redirect = rules;
+    with_redirect.push(rule(
+        single(status(), exact("401")),
+        TypedExtensionConfig {
+            name: "redirect".into(),
+            typed_config: Some(Any {
+                type_url: "type.googleapis.com/envoy.extensions.http.custom_response.redirect_policy.v3.RedirectPolicy".into(),
+                value: Vec::new(),
+            }),
+        },
+    ));
+    let nack = serve_listener(&server, listener(&custom(with_redirect)))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("custom_response") && nack.contains("internal redirects"),
+        "{nack}"
+    );
+    server.shutdown().await;
+}

@@ -179,7 +179,7 @@ listeners:
     http:
       local_reply:
         mappers:
-          - filter: {{ response_flags: [UF] }}
+          - filter: {{ and: [{{ response_flags: [UF] }}, {{ header: {{ name: x-tag, exact: api }} }}] }}
             status: 502
             body: "the service is down\n"
             headers: {{ set: {{ x-mapped: "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%" }} }}
@@ -206,7 +206,8 @@ clusters:
     let proxy = Proxy::start(&config, 1);
     let addr = proxy.addr();
 
-    // A connect failure (503, UF): the first mapper, its header formatted for the exchange.
+    // A connect failure (503, UF) of the API's request (its header read though the request
+    // went upstream): the first mapper, its header formatted for the exchange.
     let res = send_h1(addr, get("/down", &[("x-tag", "api")])).await;
     assert_eq!(res.status(), 502);
     assert_eq!(res.headers()["x-mapped"], "127.0.0.1");
@@ -216,6 +217,10 @@ clusters:
         "only the first match applies"
     );
     assert_eq!(text(res.into_body()).await, "the service is down\n");
+    // Another request's: the third.
+    let res = send_h1(addr, get("/down", &[])).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["x-local"], "yes");
     // No route (404): the second mapper for the API's requests; the status stays.
     let res = send_h1(addr, get("/nowhere", &[("x-tag", "api")])).await;
     assert_eq!(res.status(), 404);

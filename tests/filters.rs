@@ -745,3 +745,88 @@ async fn faults_delay_and_abort_their_share_of_requests() {
         aborted + 4
     );
 }
+
+/// The custom_response filter: responses (an upstream's or the proxy's own) picked by status
+/// and headers get the first matching rule's status, body and headers; a route can turn it
+/// off; gzip from a compression filter does not survive a new body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_responses_replace_the_responses_their_rules_pick() {
+    let noop = upstream().await;
+    let filters = r#"      - custom_response:
+          rules:
+            - when: { status: { exact: "404" } }
+              body: "gateway-1 Not Found"
+              headers: { set: { x-set-header: set-404 }, add: { x-add-header: added-404 } }
+            - when: { and: [{ status: { exact: "503" } }, { header: { name: x-error-type, prefix: upstream- } }] }
+              status: 502
+              body: '{"error":"combined match"}'
+              headers: { set: { content-type: application/json } }
+            - when: { not: { status: { regex: "[2-4][0-9][0-9]" } } }
+              headers: { set: { x-server-error: "yes" } }
+      - compression: { min_content_length: 10 }"#;
+    let routes = r#"      - match: { prefix: /off }
+        cluster: backend
+        filters: { custom_response: disabled }
+      - match: { prefix: /direct }
+        direct_response: { status: 404, body: "not here\n" }
+"#;
+    let proxy = Proxy::start(&config(filters, routes, noop.local_addr()), 1);
+    let addr = proxy.addr();
+
+    // An upstream's 404, gzipped on the way by the compression filter: the new body, plain.
+    let res = send_h1(
+        addr,
+        get(
+            "/x",
+            &[("x-noop-status", "404"), ("accept-encoding", "gzip")],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 404);
+    assert_eq!(res.headers()["content-type"], "text/plain");
+    assert_eq!(res.headers()["x-set-header"], "set-404");
+    assert_eq!(res.headers()["x-add-header"], "added-404");
+    assert!(res.headers().get("content-encoding").is_none());
+    assert_eq!(text(res.into_body()).await, "gateway-1 Not Found");
+    // The proxy's own 404 (a direct response) too.
+    let res = send_h1(addr, get("/direct", &[])).await;
+    assert_eq!(text(res.into_body()).await, "gateway-1 Not Found");
+
+    // Both halves of an `and`: a new status and a typed body.
+    let res = send_h1(
+        addr,
+        get(
+            "/x",
+            &[
+                ("x-noop-status", "503"),
+                ("x-noop-response-header", "x-error-type: upstream-timeout"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 502);
+    assert_eq!(res.headers()["content-type"], "application/json");
+    assert_eq!(text(res.into_body()).await, r#"{"error":"combined match"}"#);
+    // One half only: the next rule, which changes a header and keeps the upstream's body.
+    let res = send_h1(addr, get("/x", &[("x-noop-status", "503")])).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["x-server-error"], "yes");
+    assert!(
+        text(res.into_body())
+            .await
+            .starts_with("ok: legate testbed")
+    );
+    // A route that turns the filter off, and a response no rule picks.
+    let res = send_h1(addr, get("/off", &[("x-noop-status", "404")])).await;
+    assert!(res.headers().get("x-set-header").is_none());
+    assert!(
+        text(res.into_body())
+            .await
+            .starts_with("ok: legate testbed")
+    );
+    let res = send_h1(addr, get("/x", &[("accept-encoding", "gzip")])).await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("x-server-error").is_none());
+    // What the compression filter does where no rule gives a new body.
+    assert_eq!(res.headers()["content-encoding"], "gzip");
+}

@@ -108,7 +108,10 @@ impl HttpChannel {
             }
             retries += 1;
             tracing::debug!(retry = retries, "ext_authz: retrying a failed check");
-            tokio::time::sleep(jittered(policy.back_off(retries))).await;
+            // Not before a connect may be tried again: a retry refused by the connect
+            // back-off would be spent without reaching the service.
+            let wait = jittered(policy.back_off(retries)).max(self.backoff.remaining());
+            tokio::time::sleep(wait).await;
         }
     }
 

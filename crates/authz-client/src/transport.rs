@@ -63,6 +63,14 @@ impl Backoff {
         }
     }
 
+    /// How long until the next connect attempt may be made.
+    pub(crate) fn remaining(&self) -> Duration {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.map_or(Duration::ZERO, |(until, _)| {
+            until.saturating_duration_since(Instant::now())
+        })
+    }
+
     pub(crate) fn failed(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let delay = state.map_or(FIRST_BACKOFF, |(_, d)| (d * 2).min(MAX_BACKOFF));

@@ -190,16 +190,19 @@ pub(crate) fn string_matches<S: Serializer>(
     list: &[crate::StringMatch],
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    struct One<'a>(&'a crate::StringMatch);
-    impl serde::Serialize for One<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            use serde::ser::SerializeMap;
-            let mut map = s.serialize_map(Some(1))?;
-            self.0.write(&mut map)?;
-            map.end()
-        }
+    s.collect_seq(list.iter().map(OneStringMatch))
+}
+
+/// One string pattern as written: `{ prefix: /v1 }`.
+pub(crate) struct OneStringMatch<'a>(pub(crate) &'a crate::StringMatch);
+
+impl serde::Serialize for OneStringMatch<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        self.0.write(&mut map)?;
+        map.end()
     }
-    s.collect_seq(list.iter().map(One))
 }
 
 /// Bytes as lowercase hexadecimal.

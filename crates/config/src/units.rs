@@ -68,12 +68,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is too large"))
 }
 
-/// serde adapter: a duration written as a string with a unit.
-/// Text, kept as its bytes.
+/// serde adapter: text, kept as its bytes.
 pub fn de_text_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<bytes::Bytes, D::Error> {
     <String as serde::Deserialize>::deserialize(d).map(bytes::Bytes::from)
 }
 
+/// serde adapter: optional text, kept as its bytes.
+pub fn de_opt_text_bytes<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<bytes::Bytes>, D::Error> {
+    <Option<String> as serde::Deserialize>::deserialize(d).map(|s| s.map(bytes::Bytes::from))
+}
+
+/// serde adapter: a duration written as a string with a unit.
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     struct V;
     impl Visitor<'_> for V {

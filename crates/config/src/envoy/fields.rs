@@ -87,6 +87,15 @@ pub(crate) const RESPONSE_MAPPER: &[(u32, &str)] = &[
     (5, "headers_to_add"),
 ];
 
+pub(crate) const LOCAL_RESPONSE_POLICY: &[(u32, &str)] = &[
+    (1, "body"),
+    (2, "body_format"),
+    (3, "status_code"),
+    (4, "response_headers_to_add"),
+    (5, "preserve_response_code_details"),
+    (6, "response_code_details"),
+];
+
 pub(crate) const FAULT_ABORT: &[(u32, &str)] = &[
     (2, "http_status"),
     (3, "percentage"),

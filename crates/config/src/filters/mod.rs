@@ -270,6 +270,9 @@ http_filters! {
     Fault(fault::FaultConfig),
     /// A load balancer's probes of this proxy, answered here (Envoy's `health_check`).
     HealthCheck(health_check::ProbeConfig),
+    /// Responses picked by status or header get a new status, body or headers (Envoy's
+    /// `custom_response`).
+    CustomResponse(custom_response::CustomResponseConfig),
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {

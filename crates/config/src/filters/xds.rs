@@ -11,18 +11,19 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 use super::{
-    RawPerRoute, RawRouteFilters, buffer, compression, cors, csrf, ext_authz, fault,
-    local_rate_limit,
+    RawPerRoute, RawRouteFilters, buffer, compression, cors, csrf, custom_response, ext_authz,
+    fault, local_rate_limit,
 };
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 8] = [
+const NAMES: [(&str, &str); 9] = [
     ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.csrf", "csrf"),
+    ("envoy.filters.http.custom_response", "custom_response"),
     ("envoy.filters.http.ext_authz", "ext_authz"),
     ("envoy.filters.http.fault", "fault"),
     ("envoy.filters.http.grpc_web", "grpc_web"),
@@ -147,6 +148,11 @@ pub(crate) fn route_filters(
             fault::xds::TYPE_URL => {
                 level.fault = Some(RawPerRoute::Settings(fault::xds::settings(&value, &at)?));
             }
+            custom_response::xds::TYPE_URL => {
+                level.custom_response = Some(RawPerRoute::Settings(
+                    custom_response::xds::settings(&value, &at)?,
+                ));
+            }
             buffer::xds::PER_ROUTE => {
                 if let Some(entry) = buffer::xds::per_route(&value)? {
                     level.buffer = Some(entry);
@@ -186,6 +192,7 @@ fn settings_kind(type_url: &str) -> Option<&'static str> {
         cors::xds::TYPE_URL => "cors",
         csrf::xds::TYPE_URL => "csrf",
         fault::xds::TYPE_URL => "fault",
+        custom_response::xds::TYPE_URL => "custom_response",
         buffer::xds::PER_ROUTE => "buffer",
         compression::xds::PER_ROUTE => "compression",
         local_rate_limit::xds::TYPE_URL => "local_rate_limit",

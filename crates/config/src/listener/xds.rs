@@ -23,6 +23,7 @@ use crate::envoy::{
 use crate::filters::buffer::xds as buffer;
 use crate::filters::compression::xds as compression;
 use crate::filters::csrf::xds as csrf;
+use crate::filters::custom_response::xds as custom_response;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
 use crate::filters::grpc_web::xds as grpc_web;
@@ -1133,6 +1134,9 @@ fn http_filters(
             Some(any) if any.type_url == fault::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Fault(fault::settings(&any, &at)?))
             }
+            Some(any) if any.type_url == custom_response::TYPE_URL => XdsHttpFilter::Settled(
+                RawHttpFilter::CustomResponse(custom_response::settings(&any, &at)?),
+            ),
             Some(any) if any.type_url == health_check::TYPE_URL => XdsHttpFilter::Settled(
                 RawHttpFilter::HealthCheck(health_check::settings(&any, &at)?),
             ),
@@ -1192,7 +1196,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (buffer, compressor, cors, csrf, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
+                        "HTTP filter `{}` (buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
                         f.name
                     )],
                 });

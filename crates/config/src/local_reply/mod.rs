@@ -21,15 +21,24 @@ pub struct LocalReplyConfig {
 }
 
 /// One rewrite: for replies its filter picks (reading the reply's status, flag, duration and
-/// the request), a new status, body or headers; what it does not set stays.
+/// the request), a new status, body or headers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplyMapper {
     pub filter: LogFilter,
+    #[serde(flatten)]
+    pub rewrite: ReplyRewrite,
+}
+
+/// A response's new status, body or headers (a local reply mapper's, the `custom_response`
+/// filter's); what it does not set stays.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplyRewrite {
     #[serde(
         serialize_with = "ser::opt_status",
         skip_serializing_if = "Option::is_none"
     )]
     pub status: Option<StatusCode>,
+    /// Sent as `text/plain` unless the headers set another type.
     #[serde(
         serialize_with = "ser::opt_bytes_text",
         skip_serializing_if = "Option::is_none"
@@ -53,13 +62,9 @@ pub struct RawLocalReply {
 pub struct RawReplyMapper {
     pub filter: Option<RawLogFilter>,
     pub status: Option<u16>,
-    #[serde(default, deserialize_with = "de_opt_text_bytes")]
+    #[serde(default, deserialize_with = "crate::units::de_opt_text_bytes")]
     pub body: Option<Bytes>,
     pub headers: Option<crate::RawHeaderMutations>,
-}
-
-fn de_opt_text_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
-    Option::<String>::deserialize(d).map(|s| s.map(Bytes::from))
 }
 
 /// Checks a listener's `local_reply`.
@@ -80,9 +85,20 @@ fn mapper(raw: RawReplyMapper, path: &str) -> Result<ReplyMapper, ConfigError> {
             "expected the filter that picks the replies",
         )
     })?;
-    let filter = log_filter(filter, &format!("{path}.filter"))?;
-    let status = raw
-        .status
+    Ok(ReplyMapper {
+        filter: log_filter(filter, &format!("{path}.filter"))?,
+        rewrite: reply_rewrite(raw.status, raw.body, raw.headers, path)?,
+    })
+}
+
+/// The `status`, `body` and `headers` keys of a rewrite at `path`.
+pub(crate) fn reply_rewrite(
+    status: Option<u16>,
+    body: Option<Bytes>,
+    headers: Option<crate::RawHeaderMutations>,
+    path: &str,
+) -> Result<ReplyRewrite, ConfigError> {
+    let status = status
         .map(|code| {
             StatusCode::from_u16(code)
                 .ok()
@@ -95,8 +111,7 @@ fn mapper(raw: RawReplyMapper, path: &str) -> Result<ReplyMapper, ConfigError> {
                 })
         })
         .transpose()?;
-    let headers = raw
-        .headers
+    let headers = headers
         .map(|h| crate::filters::headers::mutations(h, &format!("{path}.headers"), true))
         .transpose()?;
     if let Some(h) = &headers
@@ -107,10 +122,9 @@ fn mapper(raw: RawReplyMapper, path: &str) -> Result<ReplyMapper, ConfigError> {
             "a reply's headers are set or added (`set`, `add`, `add_if_absent`), not removed",
         ));
     }
-    Ok(ReplyMapper {
-        filter,
+    Ok(ReplyRewrite {
         status,
-        body: raw.body,
+        body,
         headers,
     })
 }

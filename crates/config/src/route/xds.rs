@@ -557,29 +557,38 @@ fn retry_on_has(retry_on: &[String], condition: &str) -> bool {
     retry_on.iter().any(|c| c == condition)
 }
 
+/// Envoy's `retry_on`: conditions separated by commas.
+pub(crate) fn retry_conditions(text: &str) -> Vec<String> {
+    (text.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A retry back-off's intervals (a route's `retry_back_off` or a core `BackoffStrategy`).
+pub(crate) fn retry_back_off(
+    base: Option<envoy_types::pb::google::protobuf::Duration>,
+    max: Option<envoy_types::pb::google::protobuf::Duration>,
+    at: &str,
+) -> Result<crate::RawRetryBackOff, ResourceError> {
+    let at = format!("{at}.retry_back_off");
+    let base_interval = duration(base, &format!("{at}.base_interval"))?
+        .ok_or_else(|| ResourceError::invalid(&at, "expected base_interval"))?;
+    Ok(crate::RawRetryBackOff {
+        base_interval,
+        max_interval: duration(max, &format!("{at}.max_interval"))?,
+    })
+}
+
 fn retry(
     mut r: envoy_types::pb::envoy::config::route::v3::RetryPolicy,
     at: &str,
 ) -> Result<RawRetryPolicy, ResourceError> {
-    let retry_on: Vec<String> = r
-        .retry_on
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    r.retry_on.clear();
+    let retry_on = retry_conditions(&std::mem::take(&mut r.retry_on));
     let retry_back_off = match r.retry_back_off.take() {
         None => None,
-        Some(b) => {
-            let at = format!("{at}.retry_back_off");
-            let base = duration(b.base_interval, &format!("{at}.base_interval"))?
-                .ok_or_else(|| ResourceError::invalid(&at, "expected base_interval"))?;
-            Some(crate::RawRetryBackOff {
-                base_interval: base,
-                max_interval: duration(b.max_interval, &format!("{at}.max_interval"))?,
-            })
-        }
+        Some(b) => Some(retry_back_off(b.base_interval, b.max_interval, at)?),
     };
     // Envoy's hosts predicates: `previous_hosts` only.
     let mut previous_hosts = false;
@@ -722,7 +731,7 @@ fn direct_response(
 
 /// A `SubstitutionFormatString` that is literal (`text_format` or an inline
 /// `text_format_source`, no `%`), sent as `text/plain`; its bytes need not be text.
-fn literal_body(
+pub(crate) fn literal_body(
     format: envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString,
     at: &str,
 ) -> Result<bytes::Bytes, ResourceError> {

@@ -979,10 +979,13 @@ fn local_reply_mappers_are_checked() {
     let replies = config.listeners[0].http.local_reply.as_ref().unwrap();
     assert_eq!(replies.mappers.len(), 1);
     assert_eq!(
-        replies.mappers[0].status,
+        replies.mappers[0].rewrite.status,
         Some(http::StatusCode::SERVICE_UNAVAILABLE)
     );
-    assert_eq!(replies.mappers[0].body.as_deref(), Some(&b"busy\n"[..]));
+    assert_eq!(
+        replies.mappers[0].rewrite.body.as_deref(),
+        Some(&b"busy\n"[..])
+    );
     for (mappers, expected) in [
         (
             "{ status: 503 }",
@@ -1003,5 +1006,40 @@ fn local_reply_mappers_are_checked() {
     ] {
         let err = error_of(&with_replies(mappers));
         assert!(err.contains(expected), "{mappers}: {err}");
+    }
+}
+
+#[test]
+fn custom_response_rules_are_checked() {
+    let with_rules = |rules: &str| {
+        MINIMAL.replace(
+            "    address: 127.0.0.1:8080\n",
+            &format!("    address: 127.0.0.1:8080\n    http_filters: [{{ custom_response: {{ rules: [{rules}] }} }}]\n"),
+        )
+    };
+    Config::from_yaml(&with_rules(
+        "{ when: { or: [{ status: { prefix: \"5\" } }, { not: { header: { name: x-ok, present: true } } }] }, body: oops }",
+    ))
+    .expect("valid custom_response");
+    for (rules, expected) in [
+        (
+            "{ body: x }",
+            "custom_response.rules[0].when: expected the responses it picks",
+        ),
+        (
+            "{ when: { status: { exact: \"404\" }, header: { name: x, exact: y } } }",
+            "custom_response.rules[0].when: expected one of `status`, `header`, `and`, `or` or `not`",
+        ),
+        (
+            "{ when: { and: [] } }",
+            "custom_response.rules[0].when.and: expected at least one match",
+        ),
+        (
+            "{ when: { status: { exact: \"404\" } }, status: 700 }",
+            "custom_response.rules[0].status: expected a status from 200 to 599",
+        ),
+    ] {
+        let err = error_of(&with_rules(rules));
+        assert!(err.contains(expected), "{rules}: {err}");
     }
 }

@@ -9,6 +9,7 @@
 
 mod client;
 mod conn;
+pub(crate) mod grpc;
 mod health;
 mod in_flight;
 mod mirror_feed;

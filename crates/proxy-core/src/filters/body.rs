@@ -17,6 +17,9 @@ use crate::error::BodyError;
 pub(crate) enum BodyFilter {
     Compress(Compress),
     GrpcWeb(GrpcWebBody),
+    /// Another body instead of the response's own, which is not read (`custom_response`);
+    /// `None` once sent.
+    Replace(Option<Bytes>),
 }
 
 impl BodyFilter {
@@ -35,6 +38,10 @@ impl BodyFilter {
         BodyFilter::GrpcWeb(GrpcWebBody { text, done: false })
     }
 
+    pub(super) fn replace(body: Bytes) -> Self {
+        BodyFilter::Replace(Some(body).filter(|b| !b.is_empty()))
+    }
+
     /// The next frame of the filtered body, polling `inner` for input.
     pub(crate) fn poll_frame<B>(
         &mut self,
@@ -47,6 +54,7 @@ impl BodyFilter {
         match self {
             BodyFilter::Compress(c) => c.poll_frame(inner, cx),
             BodyFilter::GrpcWeb(g) => g.poll_frame(inner, cx),
+            BodyFilter::Replace(body) => Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -54,6 +62,7 @@ impl BodyFilter {
         match self {
             BodyFilter::Compress(c) => c.compressor.is_none() && c.trailers.is_none(),
             BodyFilter::GrpcWeb(g) => g.done,
+            BodyFilter::Replace(body) => body.is_none(),
         }
     }
 }

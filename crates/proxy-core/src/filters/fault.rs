@@ -80,10 +80,7 @@ fn reply(answer: Answer, body: &str, request: &HeaderMap) -> LocalReply {
         Answer::Http(status) => return LocalReply::new(status, Bytes::from(body.to_owned())),
         Answer::Grpc(code) => code,
     };
-    let grpc_request = request
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if !grpc_request {
+    if !crate::context::grpc::is_grpc(request) {
         return LocalReply::new(StatusCode::OK, Bytes::from(body.to_owned()));
     }
     let mut reply = LocalReply::new(StatusCode::OK, Bytes::new());
@@ -97,7 +94,9 @@ fn reply(answer: Answer, body: &str, request: &HeaderMap) -> LocalReply {
     const GRPC_MESSAGE: &percent_encoding::AsciiSet =
         &percent_encoding::CONTROLS.add(b'%').add(0x7f);
     let message = percent_encoding::utf8_percent_encode(body, GRPC_MESSAGE).to_string();
-    if let Ok(value) = HeaderValue::from_str(&message) {
+    if let Ok(value) = HeaderValue::from_str(&message)
+        && !message.is_empty()
+    {
         headers.insert("grpc-message", value);
     }
     reply

@@ -84,11 +84,7 @@ impl HttpFilter for GrpcWeb {
         _: &ResponseCtx<'_>,
         state: &mut State,
     ) -> Option<BodyFilter> {
-        let grpc = head
-            .headers
-            .get(CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        if !state.grpc_web || !grpc {
+        if !state.grpc_web || !crate::context::grpc::is_grpc(head.headers) {
             return None;
         }
         head.headers.remove(CONTENT_LENGTH);

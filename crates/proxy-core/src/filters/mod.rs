@@ -27,6 +27,7 @@
 
 mod body;
 mod per_route;
+mod reply_rewrite;
 mod token_bucket;
 
 use bytes::Bytes;
@@ -35,6 +36,7 @@ use http::{HeaderMap, HeaderValue, Request, StatusCode};
 pub(crate) use body::BodyFilter;
 pub(crate) use headers::Mutations;
 use per_route::PerRouteSettings;
+pub(crate) use reply_rewrite::ReplyRewrite;
 
 use crate::catalog::Catalog;
 use crate::context::request_id::X_REQUEST_ID;
@@ -240,6 +242,7 @@ filters! {
     GrpcWeb(grpc_web::GrpcWeb),
     Fault(fault::Fault),
     HealthCheck(health_check::HealthCheck),
+    CustomResponse(custom_response::CustomResponse),
 }
 
 /// One filter's state per exchange, per type: the first two filters' inline (a chain with
@@ -488,6 +491,9 @@ impl FilterChain {
                 body = Some(filter);
             }
         }
+        // A filter may have given the response another status (custom_response).
+        let status = head.status;
+        *response.status_mut() = status;
         state.request_id = request_id;
         body
     }

@@ -174,13 +174,15 @@ pub(crate) fn handle(
             weighted_cluster: facts.matched.weighted,
             trace: in_flight.trace(),
         };
+        // A tunnel's answer is the upstream's, whatever its body.
         if let Some(replies) = &http.local_replies
             && response.body().is_local()
+            && facts.tunnel.is_none()
         {
             let reply = local_reply::ReplyFacts {
                 method: &method,
                 uri: &uri,
-                headers: req.headers(),
+                headers: facts.kept_headers.as_ref().unwrap_or(req.headers()),
                 status: response.status(),
                 flag,
                 duration: in_flight.started().elapsed(),
@@ -288,6 +290,8 @@ struct Facts {
     request_id: Option<HeaderValue>,
     /// A hash policy's cookie made for the client, for the upstream's answer.
     set_cookie: Option<HeaderValue>,
+    /// The request headers local reply mappers read, kept before the request went upstream.
+    kept_headers: Option<http::HeaderMap>,
 }
 
 /// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
@@ -295,10 +299,7 @@ fn route_timeout(forward: &ForwardAction, headers: &http::HeaderMap) -> std::tim
     let Some(max) = forward.grpc_timeout_header_max else {
         return forward.timeout;
     };
-    let grpc = headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
-    if !grpc {
+    if !crate::context::grpc::is_grpc(headers) {
         return forward.timeout;
     }
     // No header: no deadline (a day, the longest wait here), as Envoy's "infinity".
@@ -524,6 +525,9 @@ async fn filter_and_answer(
                 .scheme(scope.conn.listener.tls, req.headers()),
         )?,
         RouteAction::Forward(forward) => {
+            if let Some(replies) = &scope.http.local_replies {
+                facts.kept_headers = replies.keep_headers(req.headers());
+            }
             forward_request(
                 req,
                 host.clone(),

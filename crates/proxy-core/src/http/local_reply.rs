@@ -43,32 +43,60 @@ pub(crate) fn from_filter(reply: LocalReply) -> Response<ResponseBody> {
 /// A listener's rewrites of its local replies (`local_reply`), built once per worker.
 pub(crate) struct LocalReplies {
     mappers: Box<[Mapper]>,
+    /// The request headers the mappers' filters read (pseudo-headers aside): kept before a
+    /// request goes upstream, which takes its headers.
+    reads: Box<[http::HeaderName]>,
 }
 
 struct Mapper {
     filter: config::access_log::filter::LogFilter,
-    status: Option<StatusCode>,
-    body: Option<Bytes>,
-    headers: Option<crate::filters::Mutations>,
+    rewrite: crate::filters::ReplyRewrite,
 }
 
 impl LocalReplies {
     pub(crate) fn new(config: &config::local_reply::LocalReplyConfig) -> Self {
+        let mut reads: Vec<http::HeaderName> = (config.mappers.iter())
+            .flat_map(|m| m.filter.headers())
+            // An HTTP/1.1 request's authority is its `host` header.
+            .map(|name| {
+                if name == ":authority" {
+                    "host".into()
+                } else {
+                    name
+                }
+            })
+            .filter_map(|name| http::HeaderName::from_bytes(name.as_bytes()).ok())
+            .collect();
+        reads.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        reads.dedup();
         Self {
             mappers: (config.mappers.iter())
                 .map(|m| Mapper {
                     filter: m.filter.clone(),
-                    status: m.status,
-                    body: m.body.clone(),
-                    headers: m.headers.as_ref().map(crate::filters::Mutations::new),
+                    rewrite: crate::filters::ReplyRewrite::new(&m.rewrite),
                 })
                 .collect(),
+            reads: reads.into_boxed_slice(),
         }
     }
 
+    /// The request headers the mappers read, copied before the request goes upstream;
+    /// `None` when they read none.
+    pub(crate) fn keep_headers(&self, headers: &http::HeaderMap) -> Option<http::HeaderMap> {
+        if self.reads.is_empty() {
+            return None;
+        }
+        let mut kept = http::HeaderMap::new();
+        for name in self.reads.iter() {
+            for value in headers.get_all(name) {
+                kept.append(name.clone(), value.clone());
+            }
+        }
+        Some(kept)
+    }
+
     /// Rewrites `reply` by the first mapper whose filter holds for it (read with its status
-    /// as the proxy made it): its status, body (as text) and headers where the mapper sets
-    /// them.
+    /// as the proxy made it): its status, body and headers where the mapper sets them.
     pub(crate) fn rewrite(
         &self,
         reply: &mut Response<ResponseBody>,
@@ -78,17 +106,13 @@ impl LocalReplies {
         let Some(mapper) = self.mappers.iter().find(|m| m.filter.passes(facts)) else {
             return;
         };
-        if let Some(status) = mapper.status {
-            *reply.status_mut() = status;
-        }
-        if let Some(body) = &mapper.body {
-            *reply.body_mut() = ResponseBody::local(body.clone());
-            reply
-                .headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-        }
-        if let Some(headers) = &mapper.headers {
-            headers.apply_to_reply(reply.headers_mut(), exchange);
+        let mut status = reply.status();
+        let body = mapper
+            .rewrite
+            .apply(&mut status, reply.headers_mut(), exchange);
+        *reply.status_mut() = status;
+        if let Some(body) = body {
+            *reply.body_mut() = ResponseBody::local(body);
         }
     }
 }

@@ -280,11 +280,7 @@ fn retry_policy(
             ],
         });
     }
-    let retry_on: Vec<String> = (policy.retry_on.split(','))
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let retry_on = crate::route::xds::retry_conditions(&policy.retry_on);
     if retry_on.is_empty() {
         return Err(ResourceError::invalid(
             format!("{at}.retry_on"),
@@ -293,16 +289,11 @@ fn retry_policy(
     }
     let retry_back_off = match policy.retry_back_off.take() {
         None => None,
-        Some(back_off) => Some(crate::RawRetryBackOff {
-            base_interval: duration(back_off.base_interval, &format!("{at}.retry_back_off.base_interval"))?
-                .ok_or_else(|| {
-                    ResourceError::invalid(
-                        format!("{at}.retry_back_off.base_interval"),
-                        "expected a duration",
-                    )
-                })?,
-            max_interval: duration(back_off.max_interval, &format!("{at}.retry_back_off.max_interval"))?,
-        }),
+        Some(b) => Some(crate::route::xds::retry_back_off(
+            b.base_interval,
+            b.max_interval,
+            at,
+        )?),
     };
     Ok(RawAuthzRetry {
         retry_on,
