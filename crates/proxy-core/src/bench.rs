@@ -60,6 +60,7 @@ impl FilterChainBench {
         let info = ResponseInfo {
             upstream: None,
             head_request: false,
+            upgraded: false,
         };
         let body = chain.on_response(&mut head, &exchange, &info, &mut state);
         answered || body.is_some()

@@ -25,6 +25,21 @@ pub(crate) fn regex(r: RegexMatcher) -> String {
     r.regex
 }
 
+/// A `StringMatcher` as a string pattern alone (no name).
+pub(crate) fn pattern_of(
+    s: StringMatcher,
+    at: &str,
+) -> Result<crate::RawStringMatch, ResourceError> {
+    let m = string_match(String::new(), s, at)?;
+    Ok(crate::RawStringMatch {
+        exact: m.exact,
+        prefix: m.prefix,
+        suffix: m.suffix,
+        contains: m.contains,
+        regex: m.regex,
+    })
+}
+
 /// A `StringMatcher` as a header or query parameter match of `name`.
 pub(crate) fn string_match(
     name: String,

@@ -1306,18 +1306,7 @@ fn h1_options(
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
-            let m = crate::envoy::matchers::string_match(
-                String::new(),
-                m,
-                &format!("{at}.ignore_http_11_upgrade[{i}]"),
-            )?;
-            Ok(crate::RawStringMatch {
-                exact: m.exact,
-                prefix: m.prefix,
-                suffix: m.suffix,
-                contains: m.contains,
-                regex: m.regex,
-            })
+            crate::envoy::matchers::pattern_of(m, &format!("{at}.ignore_http_11_upgrade[{i}]"))
         })
         .collect::<Result<_, ResourceError>>()?;
     http.preserve_header_case =

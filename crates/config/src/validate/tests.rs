@@ -1028,7 +1028,7 @@ fn custom_response_rules_are_checked() {
         ),
         (
             "{ when: { status: { exact: \"404\" }, header: { name: x, exact: y } } }",
-            "custom_response.rules[0].when: expected one of `status`, `header`, `and`, `or` or `not`",
+            "custom_response.rules[0].when: expected one of `status`, `header`, `local_reply`, `and`, `or` or `not`",
         ),
         (
             "{ when: { and: [] } }",

@@ -178,6 +178,9 @@ impl Compression {
         info: &ResponseInfo<'_>,
         accept: &Accepted,
     ) -> Option<BodyFilter> {
+        if head.replaced {
+            return None;
+        }
         let config = self.settings.get(exchange)?;
         let headers = &head.headers;
         let compressible_type = headers

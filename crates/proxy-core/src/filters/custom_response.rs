@@ -39,17 +39,37 @@ impl HttpFilter for CustomResponse {
         }
     }
 
+    /// The route's rules, then its virtual host's, then the listener's: the first rule that
+    /// matches, at the most specific level that has one (Envoy's order). Its answer is a new
+    /// response, as Envoy's local reply: its own status, headers and body (empty without
+    /// one).
     fn on_response_headers(
         &self,
         head: &mut ResponseHead<'_>,
         ctx: &ResponseCtx<'_>,
         _: &mut (),
     ) -> Option<BodyFilter> {
-        let Rules(rules) = self.settings.get(ctx.exchange)?;
-        let (_, rewrite) = rules
-            .iter()
-            .find(|(when, _)| when.holds(head.status, head.headers))?;
-        let body = rewrite.apply(&mut head.status, head.headers, ctx.exchange)?;
+        if ctx.info.upgraded || head.replaced {
+            return None;
+        }
+        // A reply the proxy made has no upstream.
+        let local = ctx.info.upstream.is_none();
+        let (_, rewrite) = (self.settings.layered(ctx.exchange).into_iter().rev())
+            .flatten()
+            .flat_map(|Rules(rules)| rules.iter())
+            .find(|(when, _)| when.holds(head.status, head.headers, local))?;
+        head.headers.clear();
+        let scratch = std::cell::RefCell::new(Vec::new());
+        let body = rewrite
+            .apply(&mut head.status, head.headers, |rules, headers| {
+                rules.apply_in(headers, ctx.exchange, ctx.request_id, ctx.info.upstream, &scratch)
+            })
+            .unwrap_or_else(|| {
+                head.headers
+                    .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(0));
+                bytes::Bytes::new()
+            });
+        head.replaced = true;
         Some(BodyFilter::replace(body))
     }
 }

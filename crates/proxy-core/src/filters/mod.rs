@@ -355,6 +355,9 @@ impl Exchange<'_> {
 pub(crate) struct ResponseHead<'a> {
     pub(crate) status: StatusCode,
     pub(crate) headers: &'a mut HeaderMap,
+    /// A filter gave the response a body of its own (`custom_response`): the filters after
+    /// it leave the body alone.
+    pub(crate) replaced: bool,
 }
 
 /// What a response phase needs besides the response.
@@ -363,6 +366,9 @@ pub(crate) struct ResponseInfo<'a> {
     pub(crate) upstream: Option<&'a HeaderValue>,
     /// The request was a HEAD: the response has no body to change.
     pub(crate) head_request: bool,
+    /// The upstream accepted an upgrade: the response opens a tunnel and is not to be
+    /// replaced.
+    pub(crate) upgraded: bool,
 }
 
 /// The exchange as a response phase sees it.
@@ -478,6 +484,7 @@ impl FilterChain {
         let head = &mut ResponseHead {
             status,
             headers: response.headers_mut(),
+            replaced: false,
         };
         let request_id = state.request_id.take();
         let ctx = ResponseCtx {

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::{Exchange, Mutations};
+use super::Mutations;
 
 pub(crate) struct ReplyRewrite {
     status: Option<StatusCode>,
@@ -25,11 +25,13 @@ impl ReplyRewrite {
     /// Rewrites a response's head: its status, the rewrite's headers, then the framing of a
     /// new body, typed `text/plain` where the headers left it untyped (as Envoy's local
     /// replies). Returns the new body, for the caller to send instead of the response's own.
+    /// `apply_headers` applies the rewrite's header changes with what the caller knows of
+    /// the exchange.
     pub(crate) fn apply(
         &self,
         status: &mut StatusCode,
         headers: &mut HeaderMap,
-        exchange: &Exchange<'_>,
+        apply_headers: impl FnOnce(&Mutations, &mut HeaderMap),
     ) -> Option<Bytes> {
         if let Some(new) = self.status {
             *status = new;
@@ -39,7 +41,7 @@ impl ReplyRewrite {
             headers.remove(CONTENT_TYPE);
         }
         if let Some(mutations) = &self.headers {
-            mutations.apply_to_reply(headers, exchange);
+            apply_headers(mutations, headers);
         }
         let body = self.body.as_ref()?;
         // The new body is sent as it is: not compressed, not chunked.

@@ -76,6 +76,7 @@ impl Setup {
         let info = ResponseInfo {
             upstream: None,
             head_request: false,
+            upgraded: false,
         };
         let body = self
             .chain
@@ -372,6 +373,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
     let info = ResponseInfo {
         upstream: None,
         head_request: false,
+        upgraded: false,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

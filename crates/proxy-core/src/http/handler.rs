@@ -194,6 +194,7 @@ pub(crate) fn handle(
             let info = ResponseInfo {
                 upstream: facts.upstream.as_ref(),
                 head_request: method == Method::HEAD,
+                upgraded: facts.tunnel.is_some(),
             };
             if let Some(filter) =
                 http.filters

@@ -109,7 +109,9 @@ impl LocalReplies {
         let mut status = reply.status();
         let body = mapper
             .rewrite
-            .apply(&mut status, reply.headers_mut(), exchange);
+            .apply(&mut status, reply.headers_mut(), |rules, headers| {
+                rules.apply_to_reply(headers, exchange)
+            });
         *reply.status_mut() = status;
         if let Some(body) = body {
             *reply.body_mut() = ResponseBody::local(body);

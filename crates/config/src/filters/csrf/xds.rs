@@ -5,7 +5,6 @@ use envoy_types::pb::envoy::extensions::filters::http::csrf::v3::CsrfPolicy;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::RawCsrf;
-use crate::RawStringMatch;
 use crate::envoy::{ResourceError, decode, matchers, runtime_percent};
 
 pub(crate) const TYPE_URL: &str =
@@ -19,20 +18,7 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<RawCsrf, ResourceError> {
         .additional_origins
         .into_iter()
         .enumerate()
-        .map(|(i, m)| {
-            let m = matchers::string_match(
-                String::new(),
-                m,
-                &format!("{at}.additional_origins[{i}]"),
-            )?;
-            Ok(RawStringMatch {
-                exact: m.exact,
-                prefix: m.prefix,
-                suffix: m.suffix,
-                contains: m.contains,
-                regex: m.regex,
-            })
-        })
+        .map(|(i, m)| matchers::pattern_of(m, &format!("{at}.additional_origins[{i}]")))
         .collect::<Result<_, ResourceError>>()?;
     Ok(RawCsrf {
         enabled: Some(runtime_percent(

@@ -33,19 +33,24 @@ pub enum ResponseMatch {
     Status(StringMatch),
     /// A response header (Envoy's `HttpResponseHeaderMatchInput`); absent: no match.
     Header(HeaderMatch),
+    /// Whether the proxy made the response, as `"true"` or `"false"` (Envoy's
+    /// `HttpResponseLocalReplyMatchInput`).
+    LocalReply(StringMatch),
     And(Vec<ResponseMatch>),
     Or(Vec<ResponseMatch>),
     Not(Box<ResponseMatch>),
 }
 
 impl ResponseMatch {
-    pub fn holds(&self, status: http::StatusCode, headers: &http::HeaderMap) -> bool {
+    /// `local`: the proxy made the response.
+    pub fn holds(&self, status: http::StatusCode, headers: &http::HeaderMap, local: bool) -> bool {
         match self {
             ResponseMatch::Status(m) => m.matches(status.as_str().as_bytes()),
             ResponseMatch::Header(m) => m.matches(headers),
-            ResponseMatch::And(all) => all.iter().all(|m| m.holds(status, headers)),
-            ResponseMatch::Or(any) => any.iter().any(|m| m.holds(status, headers)),
-            ResponseMatch::Not(m) => !m.holds(status, headers),
+            ResponseMatch::LocalReply(m) => m.matches(if local { b"true" } else { b"false" }),
+            ResponseMatch::And(all) => all.iter().all(|m| m.holds(status, headers, local)),
+            ResponseMatch::Or(any) => any.iter().any(|m| m.holds(status, headers, local)),
+            ResponseMatch::Not(m) => !m.holds(status, headers, local),
         }
     }
 }
@@ -60,6 +65,9 @@ impl Serialize for ResponseMatch {
                 map.serialize_entry("status", &crate::serialize::OneStringMatch(m))?
             }
             ResponseMatch::Header(m) => map.serialize_entry("header", m)?,
+            ResponseMatch::LocalReply(m) => {
+                map.serialize_entry("local_reply", &crate::serialize::OneStringMatch(m))?
+            }
             ResponseMatch::And(all) => map.serialize_entry("and", all)?,
             ResponseMatch::Or(any) => map.serialize_entry("or", any)?,
             ResponseMatch::Not(m) => map.serialize_entry("not", m)?,
@@ -91,6 +99,8 @@ pub struct RawResponseRule {
 pub struct RawResponseMatch {
     pub status: Option<RawStringMatch>,
     pub header: Option<RawHeaderMatch>,
+    /// `"true"` for the proxy's own responses, `"false"` for an upstream's.
+    pub local_reply: Option<RawStringMatch>,
     pub and: Option<Vec<RawResponseMatch>>,
     pub or: Option<Vec<RawResponseMatch>>,
     pub not: Option<Box<RawResponseMatch>>,
@@ -121,6 +131,7 @@ fn response_match(raw: RawResponseMatch, path: &str, depth: usize) -> Result<Res
     let set = [
         raw.status.is_some(),
         raw.header.is_some(),
+        raw.local_reply.is_some(),
         raw.and.is_some(),
         raw.or.is_some(),
         raw.not.is_some(),
@@ -128,13 +139,16 @@ fn response_match(raw: RawResponseMatch, path: &str, depth: usize) -> Result<Res
     if set.iter().filter(|s| **s).count() != 1 {
         return Err(ConfigError::invalid(
             path,
-            "expected one of `status`, `header`, `and`, `or` or `not`",
+            "expected one of `status`, `header`, `local_reply`, `and`, `or` or `not`",
         ));
     }
     Ok(if let Some(status) = raw.status {
         let at = format!("{path}.status");
         let mut one = string_patterns(vec![status], &at)?;
         ResponseMatch::Status(one.remove(0))
+    } else if let Some(local) = raw.local_reply {
+        let mut one = string_patterns(vec![local], &format!("{path}.local_reply"))?;
+        ResponseMatch::LocalReply(one.remove(0))
     } else if let Some(header) = raw.header {
         ResponseMatch::Header(header_match(header, &format!("{path}.header"))?)
     } else if let Some(all) = raw.and {

@@ -17,7 +17,7 @@ use envoy_types::pb::xds::r#type::matcher::v3::matcher::{MatcherType, on_match};
 
 use super::{RawCustomResponse, RawResponseMatch, RawResponseRule};
 use crate::envoy::{ResourceError, decode, fields, matchers, nothing_else};
-use crate::{RawHeaderMatch, RawStringMatch};
+use crate::RawHeaderMatch;
 
 pub(crate) const TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.filters.http.custom_response.v3.CustomResponse";
@@ -25,6 +25,8 @@ const LOCAL_RESPONSE: &str = "type.googleapis.com/envoy.extensions.http.custom_r
 const STATUS_INPUT: &str =
     "type.googleapis.com/envoy.type.matcher.v3.HttpResponseStatusCodeMatchInput";
 const HEADER_INPUT: &str = "type.googleapis.com/envoy.type.matcher.v3.HttpResponseHeaderMatchInput";
+const LOCAL_REPLY_INPUT: &str =
+    "type.googleapis.com/envoy.type.matcher.v3.HttpResponseLocalReplyMatchInput";
 
 fn unsupported(at: &str, what: impl Into<String>) -> ResourceError {
     ResourceError::Unsupported {
@@ -93,7 +95,8 @@ fn predicate_match(p: Predicate, at: &str, depth: usize) -> Result<RawResponseMa
                 .ok_or_else(|| ResourceError::invalid(format!("{at}.input"), "expected an input"))?;
             let value = match single.matcher {
                 Some(single_predicate::Matcher::ValueMatch(m)) => {
-                    // xDS's StringMatcher is Envoy's, field for field.
+                    // xDS's StringMatcher is Envoy's, field for field (the same numbers and
+                    // types), so its encoding reads as one.
                     let m: envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher =
                         prost::Message::decode(prost::Message::encode_to_vec(&m).as_slice())
                             .map_err(|e| ResourceError::invalid(format!("{at}.value_match"), e.to_string()))?;
@@ -104,20 +107,16 @@ fn predicate_match(p: Predicate, at: &str, depth: usize) -> Result<RawResponseMa
                 }
                 None => return Err(ResourceError::invalid(at, "expected a value_match")),
             };
+            let pattern = |value| matchers::pattern_of(value, &format!("{at}.value_match"));
             match input.type_url.as_str() {
-                STATUS_INPUT => {
-                    let m = matchers::string_match(String::new(), value, &format!("{at}.value_match"))?;
-                    RawResponseMatch {
-                        status: Some(RawStringMatch {
-                            exact: m.exact,
-                            prefix: m.prefix,
-                            suffix: m.suffix,
-                            contains: m.contains,
-                            regex: m.regex,
-                        }),
-                        ..Default::default()
-                    }
-                }
+                STATUS_INPUT => RawResponseMatch {
+                    status: Some(pattern(value)?),
+                    ..Default::default()
+                },
+                LOCAL_REPLY_INPUT => RawResponseMatch {
+                    local_reply: Some(pattern(value)?),
+                    ..Default::default()
+                },
                 HEADER_INPUT => {
                     let header: HttpResponseHeaderMatchInput =
                         decode(&input, HEADER_INPUT, "an HttpResponseHeaderMatchInput")?;
@@ -135,7 +134,7 @@ fn predicate_match(p: Predicate, at: &str, depth: usize) -> Result<RawResponseMa
                     return Err(unsupported(
                         &format!("{at}.input"),
                         format!(
-                            "input {} (the response's status code and headers only)",
+                            "input {} (the response's status code, headers and local reply flag only)",
                             other.rsplit('/').next().unwrap_or(other)
                         ),
                     ));
