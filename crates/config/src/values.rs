@@ -114,3 +114,73 @@ pub(crate) fn window(value: Option<u32>, path: &str) -> Result<Option<u32>, Conf
         other => Ok(other),
     }
 }
+
+/// Envoy's `retry_on` conditions, by name (`{path}.retry_on`); at least one.
+pub(crate) fn retry_conditions(list: &[String], path: &str) -> Result<RetryOn, ConfigError> {
+    let mut on = RetryOn::default();
+    for (i, condition) in list.iter().enumerate() {
+        let flag = match condition.as_str() {
+            "connect-failure" => &mut on.connect_failure,
+            "refused-stream" => &mut on.refused_stream,
+            "reset" => &mut on.reset,
+            "reset-before-request" => &mut on.reset_before_request,
+            "retriable-headers" => &mut on.retriable_headers,
+            "5xx" => &mut on.server_error,
+            "gateway-error" => &mut on.gateway_error,
+            "retriable-status-codes" => &mut on.retriable_status_codes,
+            "retriable-4xx" => &mut on.retriable_4xx,
+            "cancelled" => &mut on.grpc_cancelled,
+            "deadline-exceeded" => &mut on.grpc_deadline_exceeded,
+            "resource-exhausted" => &mut on.grpc_resource_exhausted,
+            "internal" => &mut on.grpc_internal,
+            "unavailable" => &mut on.grpc_unavailable,
+            other => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.retry_on[{i}]"),
+                    format!(
+                        "unknown condition `{other}`; expected connect-failure, refused-stream, \
+                         reset, reset-before-request, 5xx, gateway-error, retriable-status-codes, \
+                         retriable-headers, retriable-4xx, cancelled, deadline-exceeded, \
+                         resource-exhausted, internal or unavailable"
+                    ),
+                ));
+            }
+        };
+        *flag = true;
+    }
+    if list.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{path}.retry_on"),
+            "expected at least one condition",
+        ));
+    }
+    Ok(on)
+}
+
+/// The wait between tries: `base_interval` (`default_base` when not given) doubling up to
+/// `max_interval` (ten times the base when not given), as Envoy's back-off.
+pub(crate) fn retry_back_off(
+    raw: Option<RawRetryBackOff>,
+    default_base: std::time::Duration,
+    path: &str,
+) -> Result<RetryBackOff, ConfigError> {
+    let Some(b) = raw else {
+        return Ok(RetryBackOff {
+            base_interval: default_base,
+            max_interval: default_base * 10,
+        });
+    };
+    let at = format!("{path}.retry_back_off");
+    let base_interval = positive(b.base_interval, &format!("{at}.base_interval"))?;
+    let max_interval = b.max_interval.unwrap_or(base_interval * 10);
+    if max_interval < base_interval {
+        return Err(ConfigError::invalid(
+            format!("{at}.max_interval"),
+            "expected at least base_interval",
+        ));
+    }
+    Ok(RetryBackOff {
+        base_interval,
+        max_interval,
+    })
+}

@@ -217,3 +217,63 @@ pub fn digest(encoded: &[u8]) -> u64 {
     hasher.write(encoded);
     hasher.finish()
 }
+
+/// Envoy's `retry_on`: conditions separated by commas.
+pub(crate) fn retry_conditions(text: &str) -> Vec<String> {
+    (text.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A retry back-off's intervals (a route's `retry_back_off` or a core `BackoffStrategy`).
+pub(crate) fn retry_back_off(
+    base: Option<envoy_types::pb::google::protobuf::Duration>,
+    max: Option<envoy_types::pb::google::protobuf::Duration>,
+    at: &str,
+) -> Result<crate::RawRetryBackOff, ResourceError> {
+    let at = format!("{at}.retry_back_off");
+    let base_interval = duration(base, &format!("{at}.base_interval"))?
+        .ok_or_else(|| ResourceError::invalid(&at, "expected base_interval"))?;
+    Ok(crate::RawRetryBackOff {
+        base_interval,
+        max_interval: duration(max, &format!("{at}.max_interval"))?,
+    })
+}
+
+/// A `SubstitutionFormatString` that is literal (`text_format` or an inline
+/// `text_format_source`, no `%`), sent as `text/plain`; its bytes need not be text.
+pub(crate) fn literal_body(
+    format: envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString,
+    at: &str,
+) -> Result<bytes::Bytes, ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
+    let unsupported = |what: &str| ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![what.to_owned()],
+    };
+    if !matches!(format.content_type.as_str(), "" | "text/plain") || !format.formatters.is_empty() {
+        return Err(unsupported("content_type (text/plain only), formatters"));
+    }
+    let text = match format.format {
+        #[allow(deprecated)]
+        Some(Format::TextFormat(text)) => bytes::Bytes::from(text),
+        Some(Format::TextFormatSource(source)) => match source.specifier {
+            Some(
+                envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineString(s),
+            ) => bytes::Bytes::from(s),
+            Some(
+                envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineBytes(b),
+            ) => bytes::Bytes::from(b),
+            _ => return Err(unsupported("text_format_source (inline only)")),
+        },
+        _ => return Err(unsupported("json_format (text only)")),
+    };
+    if text.contains(&b'%') {
+        return Err(unsupported(
+            "a body with command operators (plain text only)",
+        ));
+    }
+    Ok(text)
+}

@@ -7,6 +7,7 @@
 //! [`RouteFilters`], and the checks of a chain and of a route's `filters:`. The module's name
 //! is the filter's name in the file.
 
+pub mod reply;
 pub(crate) mod xds;
 
 use std::collections::BTreeMap;

@@ -6,12 +6,10 @@
 pub(crate) mod xds;
 
 use bytes::Bytes;
-use http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use crate::access_log::filter::{LogFilter, RawLogFilter, log_filter};
-use crate::filters::headers::HeaderMutations;
-use crate::serialize as ser;
+use crate::filters::reply::{ReplyRewrite, reply_rewrite};
 use crate::*;
 
 /// A listener's rewrites of its local replies, in order: the first that matches applies.
@@ -27,27 +25,6 @@ pub struct ReplyMapper {
     pub filter: LogFilter,
     #[serde(flatten)]
     pub rewrite: ReplyRewrite,
-}
-
-/// A response's new status, body or headers (a local reply mapper's, the `custom_response`
-/// filter's); what it does not set stays.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ReplyRewrite {
-    #[serde(
-        serialize_with = "ser::opt_status",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub status: Option<StatusCode>,
-    /// Sent as `text/plain` unless the headers set another type.
-    #[serde(
-        serialize_with = "ser::opt_bytes_text",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub body: Option<Bytes>,
-    /// Response header changes (`set`, `add`, `add_if_absent`; values may use the header
-    /// operators).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub headers: Option<HeaderMutations>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -88,43 +65,5 @@ fn mapper(raw: RawReplyMapper, path: &str) -> Result<ReplyMapper, ConfigError> {
     Ok(ReplyMapper {
         filter: log_filter(filter, &format!("{path}.filter"))?,
         rewrite: reply_rewrite(raw.status, raw.body, raw.headers, path)?,
-    })
-}
-
-/// The `status`, `body` and `headers` keys of a rewrite at `path`.
-pub(crate) fn reply_rewrite(
-    status: Option<u16>,
-    body: Option<Bytes>,
-    headers: Option<crate::RawHeaderMutations>,
-    path: &str,
-) -> Result<ReplyRewrite, ConfigError> {
-    let status = status
-        .map(|code| {
-            StatusCode::from_u16(code)
-                .ok()
-                .filter(|_| (200..600).contains(&code))
-                .ok_or_else(|| {
-                    ConfigError::invalid(
-                        format!("{path}.status"),
-                        format!("expected a status from 200 to 599, found {code}"),
-                    )
-                })
-        })
-        .transpose()?;
-    let headers = headers
-        .map(|h| crate::filters::headers::mutations(h, &format!("{path}.headers"), true))
-        .transpose()?;
-    if let Some(h) = &headers
-        && (!h.remove.is_empty() || !h.remove_matching.is_empty())
-    {
-        return Err(ConfigError::invalid(
-            format!("{path}.headers"),
-            "a reply's headers are set or added (`set`, `add`, `add_if_absent`), not removed",
-        ));
-    }
-    Ok(ReplyRewrite {
-        status,
-        body,
-        headers,
     })
 }

@@ -557,38 +557,18 @@ fn retry_on_has(retry_on: &[String], condition: &str) -> bool {
     retry_on.iter().any(|c| c == condition)
 }
 
-/// Envoy's `retry_on`: conditions separated by commas.
-pub(crate) fn retry_conditions(text: &str) -> Vec<String> {
-    (text.split(','))
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// A retry back-off's intervals (a route's `retry_back_off` or a core `BackoffStrategy`).
-pub(crate) fn retry_back_off(
-    base: Option<envoy_types::pb::google::protobuf::Duration>,
-    max: Option<envoy_types::pb::google::protobuf::Duration>,
-    at: &str,
-) -> Result<crate::RawRetryBackOff, ResourceError> {
-    let at = format!("{at}.retry_back_off");
-    let base_interval = duration(base, &format!("{at}.base_interval"))?
-        .ok_or_else(|| ResourceError::invalid(&at, "expected base_interval"))?;
-    Ok(crate::RawRetryBackOff {
-        base_interval,
-        max_interval: duration(max, &format!("{at}.max_interval"))?,
-    })
-}
-
 fn retry(
     mut r: envoy_types::pb::envoy::config::route::v3::RetryPolicy,
     at: &str,
 ) -> Result<RawRetryPolicy, ResourceError> {
-    let retry_on = retry_conditions(&std::mem::take(&mut r.retry_on));
+    let retry_on = crate::envoy::retry_conditions(&std::mem::take(&mut r.retry_on));
     let retry_back_off = match r.retry_back_off.take() {
         None => None,
-        Some(b) => Some(retry_back_off(b.base_interval, b.max_interval, at)?),
+        Some(b) => Some(crate::envoy::retry_back_off(
+            b.base_interval,
+            b.max_interval,
+            at,
+        )?),
     };
     // Envoy's hosts predicates: `previous_hosts` only.
     let mut previous_hosts = false;
@@ -716,7 +696,7 @@ fn direct_response(
     // responses); one that formats the request, or another content type, is refused.
     let body = match d.body_format.take() {
         None => body,
-        Some(format) => literal_body(format, &format!("{at}.body_format"))?,
+        Some(format) => crate::envoy::literal_body(format, &format!("{at}.body_format"))?,
     };
     let status = u16::try_from(d.status).map_err(|_| {
         ResourceError::invalid(
@@ -727,38 +707,6 @@ fn direct_response(
     d.status = 0;
     nothing_else(&d, fields::DIRECT_RESPONSE_ACTION, at)?;
     Ok(RawDirectResponse { status, body })
-}
-
-/// A `SubstitutionFormatString` that is literal (`text_format` or an inline
-/// `text_format_source`, no `%`), sent as `text/plain`; its bytes need not be text.
-pub(crate) fn literal_body(
-    format: envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString,
-    at: &str,
-) -> Result<bytes::Bytes, ResourceError> {
-    use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
-    let unsupported = |what: &str| ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![what.to_owned()],
-    };
-    if !matches!(format.content_type.as_str(), "" | "text/plain") || !format.formatters.is_empty() {
-        return Err(unsupported("content_type (text/plain only), formatters"));
-    }
-    let text = match format.format {
-        #[allow(deprecated)]
-        Some(Format::TextFormat(text)) => bytes::Bytes::from(text),
-        Some(Format::TextFormatSource(source)) => match source.specifier {
-            Some(data_source::Specifier::InlineString(s)) => bytes::Bytes::from(s),
-            Some(data_source::Specifier::InlineBytes(b)) => bytes::Bytes::from(b),
-            _ => return Err(unsupported("text_format_source (inline only)")),
-        },
-        _ => return Err(unsupported("json_format (text only)")),
-    };
-    if text.contains(&b'%') {
-        return Err(unsupported(
-            "a body with command operators (plain text only)",
-        ));
-    }
-    Ok(text)
 }
 
 /// The answer of a route whose cluster is not (yet) known: 503 unless the route says.

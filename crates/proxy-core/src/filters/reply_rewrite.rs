@@ -14,7 +14,7 @@ pub(crate) struct ReplyRewrite {
 }
 
 impl ReplyRewrite {
-    pub(crate) fn new(config: &config::local_reply::ReplyRewrite) -> Self {
+    pub(crate) fn new(config: &config::filters::reply::ReplyRewrite) -> Self {
         Self {
             status: config.status,
             body: config.body.clone(),

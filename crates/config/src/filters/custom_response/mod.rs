@@ -8,7 +8,7 @@ pub(crate) mod xds;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::local_reply::{ReplyRewrite, reply_rewrite};
+use super::reply::{ReplyRewrite, reply_rewrite};
 use crate::matchers::{header_match, string_patterns};
 use crate::*;
 

@@ -178,7 +178,7 @@ fn local_response(
     };
     let body = match policy.body_format.take() {
         None => body,
-        Some(format) => Some(crate::route::xds::literal_body(format, &format!("{at}.body_format"))?),
+        Some(format) => Some(crate::envoy::literal_body(format, &format!("{at}.body_format"))?),
     };
     let status = policy
         .status_code

@@ -378,7 +378,7 @@ fn check_path_override(value: String, with_prefix: bool, path: &str) -> Result<S
 }
 
 fn authz_retry(raw: RawAuthzRetry, path: &str) -> Result<AuthzRetry, ConfigError> {
-    let retry_on = crate::route::check::retry_conditions(&raw.retry_on, path)?;
+    let retry_on = crate::values::retry_conditions(&raw.retry_on, path)?;
     // A core retry policy has no lists of codes or headers for these to name.
     if retry_on.retriable_status_codes || retry_on.retriable_headers {
         return Err(ConfigError::invalid(
@@ -389,7 +389,7 @@ fn authz_retry(raw: RawAuthzRetry, path: &str) -> Result<AuthzRetry, ConfigError
     Ok(AuthzRetry {
         retry_on,
         num_retries: raw.num_retries.unwrap_or(1),
-        back_off: crate::route::check::retry_back_off(
+        back_off: crate::values::retry_back_off(
             raw.retry_back_off,
             DEFAULT_AUTHZ_RETRY_BASE_INTERVAL,
             path,

@@ -280,7 +280,7 @@ fn retry_policy(
             ],
         });
     }
-    let retry_on = crate::route::xds::retry_conditions(&policy.retry_on);
+    let retry_on = crate::envoy::retry_conditions(&policy.retry_on);
     if retry_on.is_empty() {
         return Err(ResourceError::invalid(
             format!("{at}.retry_on"),
@@ -289,7 +289,7 @@ fn retry_policy(
     }
     let retry_back_off = match policy.retry_back_off.take() {
         None => None,
-        Some(b) => Some(crate::route::xds::retry_back_off(
+        Some(b) => Some(crate::envoy::retry_back_off(
             b.base_interval,
             b.max_interval,
             at,
