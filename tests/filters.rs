@@ -760,7 +760,7 @@ async fn custom_responses_replace_the_responses_their_rules_pick() {
               body: "no such page here"
             - when: { status: { exact: "404" } }
               body: "gateway-1 Not Found"
-              headers: { set: { x-set-header: set-404 }, add: { x-add-header: added-404 } }
+              headers: { set: { x-set-header: set-404, x-request: "%REQ_ID%" }, add: { x-add-header: added-404 } }
             - when: { and: [{ status: { exact: "503" } }, { header: { name: x-error-type, prefix: upstream- } }] }
               status: 502
               body: '{"error":"combined match"}'
@@ -796,6 +796,9 @@ async fn custom_responses_replace_the_responses_their_rules_pick() {
     assert!(res.headers().get("vary").is_none());
     assert_eq!(res.headers()["x-set-header"], "set-404");
     assert_eq!(res.headers()["x-add-header"], "added-404");
+    // The request's id, made for the filter that names it.
+    let id = res.headers()["x-request"].to_str().unwrap();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
     assert!(res.headers().get("content-encoding").is_none());
     assert_eq!(text(res.into_body()).await, "gateway-1 Not Found");
     // The proxy's own 404 (a direct response), told apart from an upstream's.

@@ -4,12 +4,15 @@
 
 use config::CustomResponseConfig;
 
+use super::per_route::Level;
 use super::{
     BodyFilter, BuildCtx, HttpFilter, PerRouteSettings, ReplyRewrite, ResponseCtx, ResponseHead,
 };
 
 pub(crate) struct CustomResponse {
     settings: PerRouteSettings<Rules>,
+    /// A rule's header values read the request id.
+    uses_request_id: bool,
 }
 
 /// A level's rules, each with its rewrite made for this worker.
@@ -28,15 +31,23 @@ impl HttpFilter for CustomResponse {
                     .collect(),
             )
         };
+        let settings =
+            PerRouteSettings::new(config, ctx.table, ctx.filter, |f| &f.custom_response, build);
+        let uses_request_id = [Level::Listener]
+            .into_iter()
+            .chain((0..ctx.table.virtual_hosts.len()).map(Level::Host))
+            .chain((0..ctx.table.routes.len()).map(Level::Route))
+            .filter_map(|level| settings.at(level))
+            .any(|Rules(rules)| rules.iter().any(|(_, rewrite)| rewrite.uses_request_id()));
         Self {
-            settings: PerRouteSettings::new(
-                config,
-                ctx.table,
-                ctx.filter,
-                |f| &f.custom_response,
-                build,
-            ),
+            settings,
+            uses_request_id,
         }
+    }
+
+    /// Its header values may name the request id (`%REQ_ID%`).
+    fn uses_request_id(&self) -> bool {
+        self.uses_request_id
     }
 
     /// The route's rules, then its virtual host's, then the listener's: the first rule that

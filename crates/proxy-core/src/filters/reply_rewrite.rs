@@ -22,6 +22,13 @@ impl ReplyRewrite {
         }
     }
 
+    /// Whether its header values read the request id.
+    pub(crate) fn uses_request_id(&self) -> bool {
+        self.headers
+            .as_ref()
+            .is_some_and(Mutations::uses_request_id)
+    }
+
     /// Rewrites a response's head: its status, the rewrite's headers, then the framing of a
     /// new body, typed `text/plain` where the headers left it untyped (as Envoy's local
     /// replies). Returns the new body, for the caller to send instead of the response's own.

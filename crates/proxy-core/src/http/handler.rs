@@ -182,7 +182,7 @@ pub(crate) fn handle(
             let reply = local_reply::ReplyFacts {
                 method: &method,
                 uri: &uri,
-                headers: facts.kept_headers.as_ref().unwrap_or(req.headers()),
+                headers: facts.kept_headers.as_deref().unwrap_or(req.headers()),
                 status: response.status(),
                 flag,
                 duration: in_flight.started().elapsed(),
@@ -292,7 +292,8 @@ struct Facts {
     /// A hash policy's cookie made for the client, for the upstream's answer.
     set_cookie: Option<HeaderValue>,
     /// The request headers local reply mappers read, kept before the request went upstream.
-    kept_headers: Option<http::HeaderMap>,
+    /// Boxed: most listeners have no mappers, and every request's future holds this.
+    kept_headers: Option<Box<http::HeaderMap>>,
 }
 
 /// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
@@ -527,7 +528,7 @@ async fn filter_and_answer(
         )?,
         RouteAction::Forward(forward) => {
             if let Some(replies) = &scope.http.local_replies {
-                facts.kept_headers = replies.keep_headers(req.headers());
+                facts.kept_headers = replies.keep_headers(req.headers()).map(Box::new);
             }
             forward_request(
                 req,
