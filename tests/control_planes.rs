@@ -1362,12 +1362,11 @@ clusters:
         200,
         "no deadline"
     );
-    assert_eq!(
-        send_h1(addr, get("/", &[slow, grpc, ("grpc-timeout", "100m")]))
-            .await
-            .status(),
-        504
-    );
+    // Its own deadline passed: DEADLINE_EXCEEDED, in gRPC's trailers-only form.
+    let res = send_h1(addr, get("/", &[slow, grpc, ("grpc-timeout", "100m")])).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["grpc-status"], "4");
+    assert_eq!(res.headers()["grpc-message"], "upstream request timeout");
 }
 
 /// Istio's `include_request_attempt_count`: every try carries its number.
@@ -5071,7 +5070,8 @@ async fn grpc_web_holds(
     assert_eq!(decoded, expected, "base64 both ways");
     assert_eq!(seen.recv().await.unwrap().0, "application/grpc");
 
-    // Not base64: the upstream never gets it whole, and the client is told.
+    // Not base64: the upstream never gets it whole, and the client is told, as Envoy tells
+    // it: the 400 in gRPC's form (INTERNAL), in a gRPC-Web response.
     let res = send_h1(
         addr,
         post(
@@ -5081,7 +5081,12 @@ async fn grpc_web_holds(
         ),
     )
     .await;
-    assert_ne!(res.status(), 200);
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["grpc-status"], "13", "{:?}", res.headers());
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/grpc-web-text+proto"
+    );
 }
 
 /// Envoy Gateway's chain, `grpc_web` then `grpc_stats`, over xDS, to an HTTP/2 cluster.

@@ -9,7 +9,11 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::*;
+use http::Request;
+use http_body_util::Full;
+use hyper::body::Body;
 use testbed::{FailingOrigin, FailureMode, NoopUpstream};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,6 +245,38 @@ clusters:
     let res = send_h1(addr, get("/up", &[])).await;
     assert_eq!(res.status(), 200);
     assert!(res.headers().get("x-local").is_none());
+
+    // A gRPC call's local replies, after the mappers, are trailers-only answers: the mapped
+    // 502 is UNAVAILABLE with the mapped body as its message, a 404 is UNIMPLEMENTED.
+    let grpc_call = |path: &str, tag: Option<&str>| {
+        let mut call = Request::post(format!("http://legate.test{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if let Some(tag) = tag {
+            call = call.header("x-tag", tag);
+        }
+        call.body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))
+            .unwrap()
+    };
+    let res = send_h2(addr, grpc_call("/down", Some("api"))).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "application/grpc");
+    assert_eq!(res.headers()["grpc-status"], "14");
+    assert_eq!(res.headers()["grpc-message"], "the service is down");
+    assert_eq!(res.headers()["x-mapped"], "127.0.0.1");
+    assert!(
+        res.body().is_end_stream(),
+        "trailers-only: the head ends the stream"
+    );
+    let res = send_h2(addr, grpc_call("/nowhere", None)).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["grpc-status"], "12");
+    assert_eq!(res.headers()["grpc-message"], "no route");
+    assert_eq!(res.headers()["x-local"], "yes", "mapped by its 404");
+    // An upstream's gRPC answer is its own.
+    let res = send_h2(addr, grpc_call("/up", Some("api"))).await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("grpc-status").is_none());
 }
 
 /// Writes raw bytes to the proxy and returns everything it answers before closing.

@@ -160,6 +160,19 @@ pub(crate) struct StreamDurationReached;
 #[error("the request did not arrive whole within the request timeout")]
 pub(crate) struct RequestTimedOut;
 
+/// An HTTP/2 stream this side reset: hyper resets it when the request body it relays fails
+/// (its own error, the body's, goes to the task that relayed it, not to the response).
+fn reset_here(error: &hyper::Error) -> bool {
+    let mut cause = std::error::Error::source(error);
+    while let Some(e) = cause {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_reset() && !h2.is_remote() && !h2.is_library();
+        }
+        cause = e.source();
+    }
+    false
+}
+
 /// The HTTP/2 error code behind an error, if an h2 error is among its causes.
 pub(crate) fn h2_reason(error: &(dyn std::error::Error + 'static)) -> Option<h2::Reason> {
     let mut source = Some(error);
@@ -175,7 +188,7 @@ pub(crate) fn h2_reason(error: &(dyn std::error::Error + 'static)) -> Option<h2:
 impl ProxyError {
     /// Sorts a hyper client error into a reset or a protocol error.
     pub(crate) fn from_upstream(addr: SocketAddr, source: hyper::Error) -> Self {
-        if source.is_user() {
+        if source.is_user() || reset_here(&source) {
             // The request body we were relaying (the client's) failed: not the upstream's doing.
             ProxyError::ClientAborted {
                 source: source.into(),
@@ -251,6 +264,14 @@ impl ProxyError {
                 ResponseFlag::UpstreamProtocolError
             }
         })
+    }
+
+    /// The gRPC status a gRPC request gets for the failure, where not the one its HTTP status
+    /// maps to: an upstream that did not answer in time is DEADLINE_EXCEEDED, as Envoy's
+    /// router has it (not UNAVAILABLE, which tells the client to try again).
+    pub(crate) fn grpc_status(&self) -> Option<u32> {
+        const DEADLINE_EXCEEDED: u32 = 4;
+        matches!(self, ProxyError::Timeout { .. }).then_some(DEADLINE_EXCEEDED)
     }
 
     /// The client's body did not end within the listener's `request_timeout`.

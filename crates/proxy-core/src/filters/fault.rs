@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http::{HeaderMap, Request, StatusCode};
 
 use super::{BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings};
 use crate::catalog::FaultStats;
@@ -59,7 +59,7 @@ impl HttpFilter for Fault {
             return Ok(HeadersFlow::Flow(Flow::Continue));
         };
         self.stats.aborts_injected.inc();
-        let mut reply = reply(answer, &abort.body, req.headers());
+        let mut reply = reply(answer, &abort.body);
         reply.flag = Some(ResponseFlag::FaultInjected);
         Ok(HeadersFlow::Flow(Flow::Respond(Box::new(reply))))
     }
@@ -72,34 +72,18 @@ enum Answer {
     Grpc(u32),
 }
 
-/// The abort's reply: a gRPC status goes to a gRPC request as a trailers-only answer (a 200
-/// whose head holds `grpc-status` and the body as `grpc-message`); any other request gets a
-/// 200 with the body, as Envoy's local replies.
-fn reply(answer: Answer, body: &str, request: &HeaderMap) -> LocalReply {
-    let code = match answer {
-        Answer::Http(status) => return LocalReply::new(status, Bytes::from(body.to_owned())),
-        Answer::Grpc(code) => code,
-    };
-    if !crate::context::grpc::is_grpc(request) {
-        return LocalReply::new(StatusCode::OK, Bytes::from(body.to_owned()));
+/// The abort's reply: a gRPC status is a 200 whose gRPC status, for a gRPC request, is the
+/// abort's (the local reply's gRPC form carries it); any other request gets the 200 with
+/// the body, as Envoy's.
+fn reply(answer: Answer, body: &str) -> LocalReply {
+    match answer {
+        Answer::Http(status) => LocalReply::new(status, Bytes::from(body.to_owned())),
+        Answer::Grpc(code) => {
+            let mut reply = LocalReply::new(StatusCode::OK, Bytes::from(body.to_owned()));
+            reply.grpc_status = Some(code);
+            reply
+        }
     }
-    let mut reply = LocalReply::new(StatusCode::OK, Bytes::new());
-    let headers = &mut reply.headers;
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
-    headers.insert("grpc-status", HeaderValue::from(code));
-    // gRPC's percent-encoding of the message: what is not printable ASCII, and `%`.
-    const GRPC_MESSAGE: &percent_encoding::AsciiSet =
-        &percent_encoding::CONTROLS.add(b'%').add(0x7f);
-    let message = percent_encoding::utf8_percent_encode(body, GRPC_MESSAGE).to_string();
-    if let Ok(value) = HeaderValue::from_str(&message)
-        && !message.is_empty()
-    {
-        headers.insert("grpc-message", value);
-    }
-    reply
 }
 
 /// A number from a request header, if it carries one.
@@ -177,22 +161,18 @@ mod tests {
     }
 
     #[test]
-    fn a_grpc_abort_is_a_trailers_only_answer_for_grpc_requests() {
-        let grpc = headers(&[("content-type", "application/grpc+proto")]);
-        let reply = reply(Answer::Grpc(14), "fault filter abort", &grpc);
+    fn a_grpc_abort_is_a_200_that_carries_its_grpc_status() {
+        let reply = reply(Answer::Grpc(14), "fault filter abort");
         assert_eq!(reply.status, StatusCode::OK);
-        assert!(reply.body.is_empty());
-        assert_eq!(reply.headers["content-type"], "application/grpc");
-        assert_eq!(reply.headers["grpc-status"], "14");
-        assert_eq!(reply.headers["grpc-message"], "fault filter abort");
-        let plain = reply_for_plain();
-        assert_eq!(plain.status, StatusCode::OK);
-        assert_eq!(&plain.body[..], b"fault filter abort");
-        assert!(plain.headers.get("grpc-status").is_none());
+        assert_eq!(reply.grpc_status, Some(14));
+        assert_eq!(&reply.body[..], b"fault filter abort");
+        let http = reply_for(Answer::Http(StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(http.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(http.grpc_status, None);
     }
 
-    fn reply_for_plain() -> LocalReply {
-        reply(Answer::Grpc(14), "fault filter abort", &HeaderMap::new())
+    fn reply_for(answer: Answer) -> LocalReply {
+        reply(answer, "fault filter abort")
     }
 
     #[test]

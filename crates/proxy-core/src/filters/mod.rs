@@ -293,6 +293,8 @@ pub(crate) struct LocalReply {
     pub(crate) body: Bytes,
     /// The response flag for the access log.
     pub(crate) flag: Option<ResponseFlag>,
+    /// The gRPC status a gRPC request gets, where not the one `status` maps to.
+    pub(crate) grpc_status: Option<u32>,
 }
 
 impl LocalReply {
@@ -302,6 +304,7 @@ impl LocalReply {
             headers: HeaderMap::new(),
             body,
             flag: None,
+            grpc_status: None,
         }
     }
 }

@@ -127,6 +127,7 @@ pub(crate) fn handle(
             Ok(response) => response,
             Err(err) => {
                 flag = err.flag();
+                facts.grpc_status = err.grpc_status();
                 if let Some(log) = in_flight.log() {
                     log.flag = err.flag();
                 }
@@ -189,6 +190,12 @@ pub(crate) fn handle(
                 tls: conn.listener.tls,
             };
             replies.rewrite(&mut response, &reply, &exchange);
+        }
+        if response.body().is_local()
+            && facts.tunnel.is_none()
+            && (facts.grpc_request).unwrap_or_else(|| crate::context::grpc::is_grpc(req.headers()))
+        {
+            local_reply::to_grpc(&mut response, facts.grpc_status, method == Method::HEAD);
         }
         if !http.filters.is_empty() {
             let info = ResponseInfo {
@@ -294,6 +301,10 @@ struct Facts {
     /// The request headers local reply mappers read, kept before the request went upstream.
     /// Boxed: most listeners have no mappers, and every request's future holds this.
     kept_headers: Option<Box<http::HeaderMap>>,
+    /// Whether the request was gRPC as it went upstream (its headers went with it).
+    grpc_request: Option<bool>,
+    /// The gRPC status a filter's answer gives a gRPC request.
+    grpc_status: Option<u32>,
 }
 
 /// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
@@ -496,6 +507,7 @@ async fn filter_and_answer(
                         log.flag = reply.flag;
                     }
                     facts.flag = reply.flag;
+                    facts.grpc_status = reply.grpc_status;
                     facts.host = host;
                     return Ok(local_reply::from_filter(*reply));
                 }
@@ -530,6 +542,7 @@ async fn filter_and_answer(
             if let Some(replies) = &scope.http.local_replies {
                 facts.kept_headers = replies.keep_headers(req.headers()).map(Box::new);
             }
+            facts.grpc_request = Some(crate::context::grpc::is_grpc(req.headers()));
             forward_request(
                 req,
                 host.clone(),

@@ -1,4 +1,5 @@
-//! Responses the proxy writes itself: direct responses and error replies.
+//! Responses the proxy writes itself: direct responses and error replies, the listener's
+//! rewrites of them, and their form for gRPC calls.
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
@@ -38,6 +39,57 @@ pub(crate) fn from_filter(reply: LocalReply) -> Response<ResponseBody> {
         headers.append(name.clone(), value.clone());
     }
     response
+}
+
+/// Envoy's form of a local reply to a gRPC request: a trailers-only answer (200,
+/// `content-type: application/grpc`, `grpc-status`, the body as `grpc-message`), so that a
+/// gRPC client reads a status instead of an HTTP error it cannot parse. The status is the
+/// reply's own `grpc-status` header, else `grpc_status` (a filter's), else the one its HTTP
+/// status maps to. A HEAD request gets no message, as it gets no body.
+pub(crate) fn to_grpc(reply: &mut Response<ResponseBody>, grpc_status: Option<u32>, head: bool) {
+    let status = reply.status();
+    let body = reply.body_mut().take_local().unwrap_or_default();
+    *reply.status_mut() = StatusCode::OK;
+    let headers = reply.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    // Trailers-only: nothing follows the head.
+    headers.remove(http::header::CONTENT_LENGTH);
+    if !headers.contains_key(GRPC_STATUS) {
+        let code = grpc_status.unwrap_or_else(|| grpc_status_of(status));
+        headers.insert(GRPC_STATUS, HeaderValue::from(code));
+    }
+    // A formatted body's line end is not part of the message.
+    let message = body.strip_suffix(b"\n").unwrap_or(&body);
+    if !message.is_empty() && !head {
+        // gRPC's percent-encoding: what is not printable ASCII, and `%`.
+        const GRPC_MESSAGE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+        let encoded = percent_encoding::percent_encode(message, GRPC_MESSAGE).to_string();
+        if let Ok(value) = HeaderValue::from_str(&encoded) {
+            headers.insert(GRPC_MESSAGE_HEADER, value);
+        }
+    }
+}
+
+const GRPC_STATUS: &str = "grpc-status";
+const GRPC_MESSAGE_HEADER: &str = "grpc-message";
+
+/// The gRPC status an HTTP status stands for (Envoy's `httpToGrpcStatus`, after gRPC's
+/// table of HTTP to gRPC status codes).
+fn grpc_status_of(status: StatusCode) -> u32 {
+    const INTERNAL: u32 = 13;
+    const UNAUTHENTICATED: u32 = 16;
+    const PERMISSION_DENIED: u32 = 7;
+    const UNIMPLEMENTED: u32 = 12;
+    const UNAVAILABLE: u32 = 14;
+    const UNKNOWN: u32 = 2;
+    match status.as_u16() {
+        400 => INTERNAL,
+        401 => UNAUTHENTICATED,
+        403 => PERMISSION_DENIED,
+        404 => UNIMPLEMENTED,
+        429 | 502 | 503 | 504 => UNAVAILABLE,
+        _ => UNKNOWN,
+    }
 }
 
 /// A listener's rewrites of its local replies (`local_reply`), built once per worker.
@@ -183,5 +235,78 @@ impl config::access_log::filter::LogFacts for ReplyFacts<'_> {
 
     fn flag(&self) -> Option<&str> {
         self.flag.map(crate::error::ResponseFlag::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grpc_form(
+        status: StatusCode,
+        body: &'static str,
+        grpc_status: Option<u32>,
+        head: bool,
+    ) -> Response<ResponseBody> {
+        let mut reply = text(status, Bytes::from_static(body.as_bytes()));
+        reply
+            .headers_mut()
+            .insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        to_grpc(&mut reply, grpc_status, head);
+        reply
+    }
+
+    #[test]
+    fn a_grpc_local_reply_is_trailers_only_with_the_mapped_status() {
+        let reply = grpc_form(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no healthy upstream\n",
+            None,
+            false,
+        );
+        assert_eq!(reply.status(), StatusCode::OK);
+        assert_eq!(reply.headers()[CONTENT_TYPE], "application/grpc");
+        assert_eq!(reply.headers()["grpc-status"], "14");
+        assert_eq!(reply.headers()["grpc-message"], "no healthy upstream");
+        assert!(reply.headers().get(http::header::CONTENT_LENGTH).is_none());
+        assert!(http_body::Body::is_end_stream(reply.body()));
+        let code = |status: u16| {
+            let reply = grpc_form(StatusCode::from_u16(status).unwrap(), "", None, false);
+            reply.headers()["grpc-status"].to_str().unwrap().to_owned()
+        };
+        let codes: Vec<String> = [400, 401, 403, 404, 429, 502, 503, 504, 500, 418, 200]
+            .into_iter()
+            .map(code)
+            .collect();
+        assert_eq!(
+            codes,
+            ["13", "16", "7", "12", "14", "14", "14", "14", "2", "2", "2"]
+        );
+    }
+
+    #[test]
+    fn a_filters_or_the_replys_own_grpc_status_wins() {
+        let reply = grpc_form(StatusCode::OK, "fault filter abort", Some(8), false);
+        assert_eq!(reply.headers()["grpc-status"], "8");
+        let mut own = text(StatusCode::FORBIDDEN, Bytes::new());
+        own.headers_mut()
+            .insert("grpc-status", HeaderValue::from_static("9"));
+        to_grpc(&mut own, Some(8), false);
+        assert_eq!(own.headers()["grpc-status"], "9");
+        assert!(
+            own.headers().get("grpc-message").is_none(),
+            "no body, no message"
+        );
+    }
+
+    #[test]
+    fn the_message_is_percent_encoded_and_a_head_request_gets_none() {
+        let reply = grpc_form(StatusCode::FORBIDDEN, "100% denied\tnow é", None, false);
+        assert_eq!(
+            reply.headers()["grpc-message"],
+            "100%25 denied%09now %C3%A9"
+        );
+        let reply = grpc_form(StatusCode::FORBIDDEN, "denied", None, true);
+        assert!(reply.headers().get("grpc-message").is_none());
     }
 }

@@ -40,6 +40,14 @@ impl ResponseBody {
         matches!(self.inner, Inner::Local(_))
     }
 
+    /// A local reply's bytes, leaving it empty; `None` for an upstream's body.
+    pub(crate) fn take_local(&mut self) -> Option<Bytes> {
+        match &mut self.inner {
+            Inner::Local(bytes) => Some(bytes.take().unwrap_or_default()),
+            Inner::Upstream(_) => None,
+        }
+    }
+
     pub(crate) fn upstream(body: UpstreamBody) -> Self {
         Self::new(Inner::Upstream(body))
     }
