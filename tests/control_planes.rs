@@ -2975,6 +2975,76 @@ async fn connection_manager_tracing_from_the_management_server() {
         nack.contains("sampler `envoy.tracers.opentelemetry.samplers.dynatrace`"),
         "{nack}"
     );
+    // A route's own tracing (Envoy Gateway's telemetry per route) and span names by
+    // format: the listener samples nothing, the route everything, its request span named by
+    // its own format, its tries by the listener's.
+    let mut named = tracing(true);
+    named.random_sampling = Some(Percent { value: 0.0 });
+    named.operation = "%REQ(:AUTHORITY)%%PATH(NQ:ORIG)%".into();
+    named.upstream_operation = "%UPSTREAM_HOST_NAME%%PATH(NQ:PATH)%".into();
+    let mut own = resources::forward("/own", "backend");
+    own.tracing = Some(envoy_types::pb::envoy::config::route::v3::Tracing {
+        random_sampling: Some(envoy_types::pb::envoy::r#type::v3::FractionalPercent {
+            numerator: 100,
+            denominator: 0,
+        }),
+        custom_tags: vec![tag(
+            "literal1",
+            custom_tag::Type::Literal(custom_tag::Literal {
+                value: "route".into(),
+            }),
+        )],
+        operation: "custom-%REQ(x-custom)%".into(),
+        ..Default::default()
+    });
+    let routes =
+        resources::route_config("web-routes", vec![own, resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    assert_eq!(serve_listener(&server, traced(named)).await, None);
+    let custom = ("x-custom", "abc");
+    eventually("the route's own tracing in force", async || {
+        send_h1(addr, get("/own", &[custom])).await.status() == 200
+            && collector.spans().iter().any(|s| s.name == "custom-abc")
+    })
+    .await;
+    // The listener's share for another route: nothing; the route's next request is.
+    let before = collector.spans().len();
+    assert_eq!(send_h1(addr, get("/plain", &[custom])).await.status(), 200);
+    assert_eq!(
+        send_h1(addr, get("/own/next", &[custom])).await.status(),
+        200
+    );
+    assert!(
+        collector
+            .wait_for(LIMIT, |spans| spans[before..].iter().any(
+                |s| s.kind == 2 && s.attributes["http.url"].ends_with("/own/next")
+            ))
+            .await
+    );
+    let spans = collector.spans();
+    let recent = &spans[before..];
+    assert!(
+        !recent.iter().any(|s| s
+            .attributes
+            .get("http.url")
+            .is_some_and(|u| u.ends_with("/plain"))),
+        "{recent:#?}"
+    );
+    let server_span = recent
+        .iter()
+        .find(|s| s.kind == 2 && s.attributes["http.url"].ends_with("/own/next"))
+        .unwrap();
+    assert_eq!(server_span.name, "custom-abc");
+    assert_eq!(server_span.attributes["literal1"], "route");
+    assert_eq!(
+        server_span.attributes["env1"], "fallback",
+        "the listener's other tags"
+    );
+    let try_span = recent
+        .iter()
+        .find(|s| s.kind == 3 && s.trace_id == server_span.trace_id)
+        .unwrap();
+    assert_eq!(try_span.name, format!("{}/own/next", upstream.local_addr()));
     server.shutdown().await;
 }
 

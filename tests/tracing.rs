@@ -598,3 +598,76 @@ async fn spans_reach_a_collector_over_tls_it_verifies() {
     .await;
     assert_eq!(stranger.exports(), 0, "nothing reached it");
 }
+
+/// Span names by format (`operation`, `upstream_operation`) and a route's own tracing: the
+/// listener samples nothing, the route everything with its own tags and names; the request
+/// span's name reads the path as the client sent it before the route's rewrite, the try's
+/// the path as it went and its cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_trace_by_their_own_shares_and_spans_are_named_by_format() {
+    let upstream = upstream().await;
+    let collector = collector().await;
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+tracing: {{ otlp: {{ endpoint: "{}" }}, random_sampling: 0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    tracing:
+      operation: "%REQ(:AUTHORITY)%%PATH(NQ:ORIG)%"
+      upstream_operation: "%UPSTREAM_CLUSTER%%PATH(NQ:PATH)%"
+      custom_tags: [{{ tag: level, literal: listener }}, {{ tag: zone, literal: a }}]
+    routes:
+      - match: {{ prefix: /traced/ }}
+        prefix_rewrite: /v2/
+        cluster: backend
+        tracing:
+          random_sampling: 100
+          custom_tags: [{{ tag: level, literal: route }}]
+      - match: {{ prefix: /custom }}
+        cluster: backend
+        tracing:
+          operation: "custom-%REQ(x-custom)%"
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        collector.grpc_endpoint(),
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    for path in ["/traced/items?page=2", "/custom?q=1", "/plain"] {
+        let response = send_h1(proxy.addr(), get(path, &[("x-custom", "abc")])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        text(response.into_body()).await;
+    }
+    let admin = proxy.admin.unwrap();
+    eventually("the routes' spans recorded", async || {
+        spans_stat(admin, "exported") >= 4
+    })
+    .await;
+    let spans = collector.spans();
+    let names: std::collections::BTreeSet<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "backend/v2/items",
+            "backend/custom",
+            "custom-abc",
+            "legate.test/traced/items"
+        ]
+        .into_iter()
+        .collect(),
+        "{spans:#?}"
+    );
+    assert_eq!(spans.len(), 4, "/plain is not sampled: {spans:#?}");
+    let server = span(&spans, "legate.test/traced/items");
+    assert_eq!(server.attributes["level"], "route");
+    assert_eq!(server.attributes["zone"], "a");
+    let child = span(&spans, "backend/v2/items");
+    assert_eq!(child.parent_span_id, server.span_id);
+    assert_eq!(child.trace_id, server.trace_id);
+}

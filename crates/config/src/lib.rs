@@ -28,6 +28,7 @@ pub mod cel;
 pub mod cluster;
 mod envoy;
 pub mod filters;
+pub mod header_field;
 pub mod listener;
 pub mod local_reply;
 pub mod machine;
@@ -83,7 +84,7 @@ pub use tls::raw::*;
 pub use tls::*;
 pub use tracing::{
     CustomTag, CustomTagValue, ListenerTracing, OtlpProtocol, RawCustomTag, RawListenerTracing,
-    RawOtlp, RawTagSource, RawTracing, TracingConfig,
+    RawOtlp, RawRouteTracing, RawTagSource, RawTracing, RouteTracing, SpanName, TracingConfig,
 };
 pub use xds::{AdsProtocol, RawAds, RawDynamicResources, RawNode, XdsConfig};
 

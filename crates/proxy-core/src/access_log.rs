@@ -318,25 +318,14 @@ impl WorkerLog {
             return;
         }
         let one = |name: &str| -> Option<http::HeaderValue> {
-            match name {
-                ":method" => Some(http::HeaderValue::from_str(req.method().as_str()).ok()?),
-                ":path" => {
-                    Some(http::HeaderValue::from_str(req.uri().path_and_query()?.as_str()).ok()?)
-                }
-                ":authority" => match req.uri().authority() {
-                    Some(a) => http::HeaderValue::from_str(a.as_str()).ok(),
-                    None => req.headers().get(http::header::HOST).cloned(),
-                },
-                ":scheme" => Some(http::HeaderValue::from_static(
-                    match req.uri().scheme_str() {
-                        Some("https") => "https",
-                        Some(_) => "http",
-                        None if tls => "https",
-                        None => "http",
-                    },
-                )),
-                name => req.headers().get(name).cloned(),
-            }
+            let value = crate::pseudo_headers::request_header(
+                req.method(),
+                req.uri(),
+                req.headers(),
+                tls,
+                name,
+            )?;
+            http::HeaderValue::from_bytes(value).ok()
         };
         record.request_headers.clear();
         record.request_headers.extend(

@@ -75,6 +75,7 @@ mod listen;
 mod live;
 mod memory;
 pub mod overload;
+mod pseudo_headers;
 mod random;
 mod relay;
 pub mod router;

@@ -476,11 +476,16 @@ fn route(
             (!checked.is_empty()).then(|| Box::new(checked))
         }
     };
+    let tracing = raw
+        .tracing
+        .map(|t| crate::tracing::route_tracing(t, path).map(Box::new))
+        .transpose()?;
     Ok(RouteConfig {
         matcher,
         action,
         filters,
         metadata,
+        tracing,
     })
 }
 

@@ -39,6 +39,10 @@ pub struct RouteConfig {
     /// Its metadata by namespace, for filters that read it. Boxed: most routes have none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Box<RouteMetadata>>,
+    /// Its own sampling, tags and span names over the listener's. Boxed: most routes have
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<Box<crate::tracing::RouteTracing>>,
 }
 
 /// A route's `metadata`: objects by namespace.

@@ -31,6 +31,8 @@ pub struct RawRoute {
     /// `metadata.filter_metadata`; an authorization service gets the namespaces its filter
     /// names).
     pub metadata: Option<std::collections::BTreeMap<String, serde_json::Value>>,
+    /// The route's own sampling, tags and span names (Envoy's route `tracing`).
+    pub tracing: Option<crate::tracing::RawRouteTracing>,
     pub cluster: Option<String>,
     pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
     /// With `weighted_clusters`: what keeps one client on one side.

@@ -183,6 +183,7 @@ impl XdsRoutes {
                     matcher: std::mem::take(&mut route.matcher),
                     filters: route.filters.take(),
                     metadata: route.metadata.take(),
+                    tracing: route.tracing.take(),
                     direct_response: Some(cluster_not_found(route.cluster_not_found_status)),
                     ..Default::default()
                 };
@@ -308,6 +309,11 @@ fn route(
     });
     r.decorator = None;
     r.stat_prefix.clear();
+    let tracing = r
+        .tracing
+        .take()
+        .map(|t| crate::tracing::xds::route_tracing(t, at))
+        .transpose()?;
     let (per_filter, _) = route_filters(
         std::mem::take(&mut r.typed_per_filter_config),
         at,
@@ -326,6 +332,7 @@ fn route(
     let mut raw = RawRoute {
         matcher,
         metadata,
+        tracing,
         filters: filters(per_filter, headers),
         ..Default::default()
     };

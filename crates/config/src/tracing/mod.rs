@@ -1,6 +1,7 @@
 //! `tracing:` distributed tracing. Requests carry W3C trace context to the upstream and the
 //! authorization service; sampled ones become spans exported over OTLP.
 
+pub mod span_name;
 pub(crate) mod xds;
 
 use std::time::Duration;
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::ConfigError;
 use super::serialize as ser;
 use crate::units::de_opt_duration;
+pub use span_name::SpanName;
 
 /// Percent of requests sampled unless configured. An edge proxy sees every request of the
 /// services behind it: all of them would be more spans than a collector wants.
@@ -262,6 +264,12 @@ pub struct ListenerTracing {
     /// requests are sampled, instead of the three shares.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampler: Option<Sampler>,
+    /// The request span's name (`ingress` without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<SpanName>,
+    /// An upstream try's span's name (`router CLUSTER egress` without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_operation: Option<SpanName>,
 }
 
 impl Default for ListenerTracing {
@@ -273,8 +281,74 @@ impl Default for ListenerTracing {
             overall_sampling: 100.0,
             custom_tags: Vec::new(),
             sampler: None,
+            operation: None,
+            upstream_operation: None,
         }
     }
+}
+
+/// A route's own tracing (Envoy's route `tracing`): its shares replace the listener's (each
+/// 100% unless given, as Envoy's), its tags join the listener's (a tag of the same name
+/// replaces the listener's), its names replace the listener's where given.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteTracing {
+    pub random_sampling: f64,
+    pub client_sampling: f64,
+    pub overall_sampling: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub custom_tags: Vec<CustomTag>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<SpanName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_operation: Option<SpanName>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteTracing {
+    pub random_sampling: Option<f64>,
+    pub client_sampling: Option<f64>,
+    pub overall_sampling: Option<f64>,
+    #[serde(default)]
+    pub custom_tags: Vec<RawCustomTag>,
+    pub operation: Option<String>,
+    pub upstream_operation: Option<String>,
+}
+
+/// A route's `tracing`, checked (`at` names it).
+pub(crate) fn route_tracing(raw: RawRouteTracing, at: &str) -> Result<RouteTracing, ConfigError> {
+    let at = format!("{at}.tracing");
+    Ok(RouteTracing {
+        random_sampling: percent(raw.random_sampling, &at, "random_sampling", 100.0)?,
+        client_sampling: percent(raw.client_sampling, &at, "client_sampling", 100.0)?,
+        overall_sampling: percent(raw.overall_sampling, &at, "overall_sampling", 100.0)?,
+        custom_tags: custom_tags(raw.custom_tags, &at)?,
+        operation: span_name(raw.operation, &at, "operation")?,
+        upstream_operation: span_name(raw.upstream_operation, &at, "upstream_operation")?,
+    })
+}
+
+/// A share of requests, `default` where not given.
+fn percent(value: Option<f64>, at: &str, key: &str, default: f64) -> Result<f64, ConfigError> {
+    let value = value.unwrap_or(default);
+    if (0.0..=100.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::invalid(
+            format!("{at}.{key}"),
+            "expected a percentage from 0 to 100",
+        ))
+    }
+}
+
+/// `operation` or `upstream_operation` (`key`), parsed.
+fn span_name(text: Option<String>, at: &str, key: &str) -> Result<Option<SpanName>, ConfigError> {
+    text.filter(|t| !t.is_empty())
+        .map(|t| {
+            SpanName::parse(&t, key == "upstream_operation")
+                .map_err(|e| ConfigError::invalid(format!("{at}.{key}"), e))
+        })
+        .transpose()
 }
 
 /// OpenTelemetry's samplers, as Envoy's OpenTelemetry tracer has them. Written
@@ -363,6 +437,8 @@ pub struct RawListenerTracing {
     #[serde(default)]
     pub custom_tags: Vec<RawCustomTag>,
     pub sampler: Option<Sampler>,
+    pub operation: Option<String>,
+    pub upstream_operation: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -398,23 +474,30 @@ pub(crate) fn listener_tracing(
             "a listener's tracing needs the top-level `tracing` (its collector)",
         ));
     }
-    let percent = |value: Option<f64>, key: &str, default: f64| {
-        let value = value.unwrap_or(default);
-        if (0.0..=100.0).contains(&value) {
-            Ok(value)
-        } else {
-            Err(ConfigError::invalid(
-                format!("{at}.{key}"),
-                "expected a percentage from 0 to 100",
-            ))
-        }
-    };
     let random_sampling = raw
         .random_sampling
-        .map(|r| percent(Some(r), "random_sampling", 0.0))
+        .map(|r| percent(Some(r), &at, "random_sampling", 0.0))
         .transpose()?;
-    let mut custom_tags = Vec::with_capacity(raw.custom_tags.len());
-    for (i, t) in raw.custom_tags.into_iter().enumerate() {
+    let custom_tags = custom_tags(raw.custom_tags, &at)?;
+    if let Some(sampler) = &raw.sampler {
+        sampler.check(&format!("{at}.sampler"))?;
+    }
+    Ok(ListenerTracing {
+        sampler: raw.sampler,
+        enabled: raw.enabled.unwrap_or(true),
+        random_sampling,
+        client_sampling: percent(raw.client_sampling, &at, "client_sampling", 0.0)?,
+        overall_sampling: percent(raw.overall_sampling, &at, "overall_sampling", 100.0)?,
+        custom_tags,
+        operation: span_name(raw.operation, &at, "operation")?,
+        upstream_operation: span_name(raw.upstream_operation, &at, "upstream_operation")?,
+    })
+}
+
+/// `custom_tags`, checked; an `environment` tag is read now, once.
+fn custom_tags(raw: Vec<RawCustomTag>, at: &str) -> Result<Vec<CustomTag>, ConfigError> {
+    let mut custom_tags = Vec::with_capacity(raw.len());
+    for (i, t) in raw.into_iter().enumerate() {
         let at = format!("{at}.custom_tags[{i}]");
         if t.tag.is_empty() {
             return Err(ConfigError::invalid(format!("{at}.tag"), "expected a name"));
@@ -444,17 +527,7 @@ pub(crate) fn listener_tracing(
         };
         custom_tags.push(CustomTag { tag: t.tag, value });
     }
-    if let Some(sampler) = &raw.sampler {
-        sampler.check(&format!("{at}.sampler"))?;
-    }
-    Ok(ListenerTracing {
-        sampler: raw.sampler,
-        enabled: raw.enabled.unwrap_or(true),
-        random_sampling,
-        client_sampling: percent(raw.client_sampling, "client_sampling", 0.0)?,
-        overall_sampling: percent(raw.overall_sampling, "overall_sampling", 100.0)?,
-        custom_tags,
-    })
+    Ok(custom_tags)
 }
 
 #[cfg(test)]

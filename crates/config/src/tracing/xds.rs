@@ -12,10 +12,12 @@ use envoy_types::pb::envoy::extensions::tracers::opentelemetry::samplers::v3::{
     AlwaysOnSamplerConfig, ParentBasedSamplerConfig, TraceIdRatioBasedSamplerConfig,
 };
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
-use envoy_types::pb::envoy::r#type::tracing::v3::custom_tag;
+use envoy_types::pb::envoy::r#type::tracing::v3::{CustomTag, custom_tag};
 use envoy_types::pb::envoy::r#type::v3::Percent;
 
-use super::{RawCustomTag, RawListenerTracing, RawOtlp, RawTagSource, RawTracing, Sampler};
+use super::{
+    RawCustomTag, RawListenerTracing, RawOtlp, RawRouteTracing, RawTagSource, RawTracing, Sampler,
+};
 use crate::envoy::{ResourceError, decode, nothing_else};
 
 const OPEN_TELEMETRY: &str = "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig";
@@ -119,30 +121,10 @@ pub(crate) fn tracing(
         random_sampling: Some(percent(t.random_sampling.take())),
         client_sampling: Some(percent(t.client_sampling.take())),
         overall_sampling: Some(percent(t.overall_sampling.take())),
-        custom_tags: std::mem::take(&mut t.custom_tags)
-            .into_iter()
-            .map(|tag| {
-                let mut raw = RawCustomTag {
-                    tag: tag.tag,
-                    ..Default::default()
-                };
-                match tag.r#type {
-                    Some(custom_tag::Type::Literal(l)) => raw.literal = Some(l.value),
-                    Some(custom_tag::Type::RequestHeader(h)) => {
-                        raw.request_header = Some(source(h.name, h.default_value));
-                    }
-                    Some(custom_tag::Type::Environment(e)) => {
-                        raw.environment = Some(source(e.name, e.default_value));
-                    }
-                    _ => {
-                        return Err(unsupported(
-                            "custom_tags (literal, request_header and environment only)",
-                        ));
-                    }
-                }
-                Ok(raw)
-            })
-            .collect::<Result<_, _>>()?,
+        custom_tags: custom_tags(std::mem::take(&mut t.custom_tags), &at)?,
+        operation: Some(std::mem::take(&mut t.operation)).filter(|o| !o.is_empty()),
+        upstream_operation: Some(std::mem::take(&mut t.upstream_operation))
+            .filter(|o| !o.is_empty()),
         sampler: None,
     };
     // Spans for each upstream try are made here always: `false` would ask for none.
@@ -176,6 +158,57 @@ pub(crate) fn tracing(
     let collector = collector(otel, &at)?;
     nothing_else(&t, TRACING, &at)?;
     Ok((listener, Some(collector)))
+}
+
+/// Custom tags Envoy's way: literal, request header or environment variable.
+fn custom_tags(tags: Vec<CustomTag>, at: &str) -> Result<Vec<RawCustomTag>, ResourceError> {
+    tags.into_iter()
+        .map(|tag| {
+            let mut raw = RawCustomTag {
+                tag: tag.tag,
+                ..Default::default()
+            };
+            match tag.r#type {
+                Some(custom_tag::Type::Literal(l)) => raw.literal = Some(l.value),
+                Some(custom_tag::Type::RequestHeader(h)) => {
+                    raw.request_header = Some(source(h.name, h.default_value));
+                }
+                Some(custom_tag::Type::Environment(e)) => {
+                    raw.environment = Some(source(e.name, e.default_value));
+                }
+                _ => {
+                    return Err(ResourceError::Unsupported {
+                        at: at.to_owned(),
+                        fields: vec![
+                            "custom_tags (literal, request_header and environment only)".into(),
+                        ],
+                    });
+                }
+            }
+            Ok(raw)
+        })
+        .collect()
+}
+
+/// A route's `tracing`: its shares (100% where not given, as Envoy's), tags and span names.
+pub(crate) fn route_tracing(
+    mut t: envoy_types::pb::envoy::config::route::v3::Tracing,
+    at: &str,
+) -> Result<RawRouteTracing, ResourceError> {
+    let at = format!("{at}.tracing");
+    let share = |p: Option<envoy_types::pb::envoy::r#type::v3::FractionalPercent>, key: &str| {
+        p.map(|p| crate::envoy::fractional_percent(&p, &format!("{at}.{key}")).map(|(p, _)| p))
+            .transpose()
+    };
+    Ok(RawRouteTracing {
+        client_sampling: share(t.client_sampling.take(), "client_sampling")?,
+        random_sampling: share(t.random_sampling.take(), "random_sampling")?,
+        overall_sampling: share(t.overall_sampling.take(), "overall_sampling")?,
+        custom_tags: custom_tags(std::mem::take(&mut t.custom_tags), &at)?,
+        operation: Some(std::mem::take(&mut t.operation)).filter(|o| !o.is_empty()),
+        upstream_operation: Some(std::mem::take(&mut t.upstream_operation))
+            .filter(|o| !o.is_empty()),
+    })
 }
 
 /// An OpenTelemetry sampler extension: always on, trace id ratio, or parent based over one

@@ -172,7 +172,16 @@ pub(super) async fn traced_try(
     trace: &RequestTrace,
 ) -> Result<Response<UpstreamBody>, SendError> {
     let cluster = &host.shared().name;
-    let Some(mut span) = trace.child(format!("router {cluster} egress")) else {
+    let named = trace.upstream_name(
+        (&*request).into(),
+        &crate::trace::Upstream {
+            address: host.addr_text(),
+            hostname: host.hostname(),
+            cluster,
+        },
+    );
+    let name = named.unwrap_or_else(|| format!("router {cluster} egress"));
+    let Some(mut span) = trace.child(name) else {
         return host.send(request, picked, slot).await;
     };
     request

@@ -75,6 +75,10 @@ impl InFlight {
         self.trace = Some(trace);
     }
 
+    pub(crate) fn take_trace(&mut self) -> Option<Box<RequestTrace>> {
+        self.trace.take()
+    }
+
     pub(crate) fn trace(&self) -> Option<&RequestTrace> {
         self.trace.as_deref()
     }

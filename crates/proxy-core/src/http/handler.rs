@@ -98,7 +98,12 @@ pub(crate) fn handle(
             log.peer = Some(client.addr(&conn));
         }
         if let Some(tracer) = &http.tracer {
-            in_flight.set_trace(tracer.start(&req, client.ip(&conn), &http.trace_policy));
+            in_flight.set_trace(tracer.start(
+                &req,
+                client.ip(&conn),
+                &http.trace_policy,
+                conn.listener.tls,
+            ));
         }
         let mut state = FilterState::default();
         let mut facts = Facts::default();
@@ -423,6 +428,11 @@ async fn route_and_forward(
     };
     let matched = draw_weighted(matched, req, scope);
     facts.matched = matched;
+    if let Some(route) = matched.route
+        && !scope.http.route_trace_policies.is_empty()
+    {
+        retrace(req, route, scope, in_flight);
+    }
     // The request and its response must be done within this from the head, whatever the
     // filters and the upstream wait on.
     let Some(limit) = stream_limit(scope.http, matched.route) else {
@@ -441,6 +451,24 @@ async fn route_and_forward(
     // The response body too must end by then.
     facts.stream_deadline = Some(at);
     answer
+}
+
+/// A route with tracing of its own decides the request's trace again by its policy (Envoy
+/// decides once the route is known). Only the first match counts, as in Envoy.
+fn retrace(req: &Request<RequestBody>, route: usize, scope: &Scope<'_>, in_flight: &mut InFlight) {
+    let policies = &scope.http.route_trace_policies;
+    let (Some(tracer), Ok(at)) = (
+        &scope.http.tracer,
+        policies.binary_search_by_key(&route, |(i, _)| *i),
+    ) else {
+        return;
+    };
+    let Some(mut old) = in_flight.take_trace() else {
+        return;
+    };
+    let client = scope.client.ip(scope.conn);
+    let tls = scope.conn.listener.tls;
+    in_flight.set_trace(tracer.restart(&mut old, req, client, &policies[at].1, tls));
 }
 
 /// The listener's host rules, for the port the client connected to.
@@ -622,8 +650,13 @@ async fn forward_request(
         let (mut parts, mut body) = taken.into_parts();
         // From the request as it came: its header, or its path before any rewrite.
         let asked_rewrite = rewrite::host_from_request(forward, &parts);
+        // A sampled request's span names may read the path as the client sent it.
+        let mut original = None;
         if let Some(rewrite) = &forward.path_rewrite {
             let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
+            if in_flight.sampled_trace().is_some() {
+                original = Some(parts.uri.clone());
+            }
             let mut uri = std::mem::take(&mut parts.uri).into_parts();
             uri.path_and_query = Some(target);
             parts.uri = http::Uri::from_parts(uri)
@@ -686,6 +719,9 @@ async fn forward_request(
             );
         }
         rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
+        if let Some(trace) = in_flight.sampled_trace() {
+            trace.forwarded((&parts).into(), original.as_ref());
+        }
         *req = Request::from_parts(parts, body);
     }
     if let Some(asked) = asked {

@@ -212,19 +212,7 @@ impl config::cel::Attributes for ReplyFacts<'_> {
     }
 
     fn request_header(&self, name: &str) -> Option<&[u8]> {
-        match name {
-            ":method" => Some(self.method.as_str().as_bytes()),
-            ":path" => self.path().map(str::as_bytes),
-            ":authority" => match self.uri.authority() {
-                Some(a) => Some(a.as_str().as_bytes()),
-                None => self
-                    .headers
-                    .get(http::header::HOST)
-                    .map(HeaderValue::as_bytes),
-            },
-            ":scheme" => self.scheme().map(str::as_bytes),
-            name => self.headers.get(name).map(HeaderValue::as_bytes),
-        }
+        crate::pseudo_headers::request_header(self.method, self.uri, self.headers, self.tls, name)
     }
 }
 

@@ -51,6 +51,8 @@ pub(crate) struct HttpCtx {
     pub(crate) tracer: Option<Rc<crate::trace::WorkerTracer>>,
     /// The listener's sampling and span tags.
     pub(crate) trace_policy: crate::trace::TracePolicy,
+    /// Routes' own policies, by route index in order.
+    pub(crate) route_trace_policies: Box<[(usize, crate::trace::TracePolicy)]>,
     /// What a request header named with `_` gets.
     pub(crate) headers_with_underscores: config::HeadersWithUnderscores,
     /// The `server` header of every response.

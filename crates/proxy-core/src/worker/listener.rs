@@ -414,6 +414,27 @@ fn conn_settings(
     }
 }
 
+/// The routes' own tracing policies (Envoy's route `tracing`), by route index; none where
+/// the listener is not traced.
+fn route_trace_policies(
+    config: &ListenerConfig,
+    shared: &SharedListener,
+    traced: bool,
+) -> Box<[(usize, crate::trace::TracePolicy)]> {
+    if !traced || !config.tracing.enabled {
+        return Box::default();
+    }
+    (shared.routes.config().routes.iter().enumerate())
+        .filter_map(|(i, route)| {
+            let own = route.tracing.as_deref()?;
+            Some((
+                i,
+                crate::trace::TracePolicy::for_route(&config.tracing, own),
+            ))
+        })
+        .collect()
+}
+
 fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>) -> HttpCtx {
     HttpCtx {
         routes: Arc::clone(&shared.routes),
@@ -424,6 +445,7 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         path_normalization: config.http.path_normalization,
         tracer: parts.tracer.filter(|_| config.tracing.enabled).cloned(),
         trace_policy: crate::trace::TracePolicy::new(&config.tracing),
+        route_trace_policies: route_trace_policies(config, shared, parts.tracer.is_some()),
         headers_with_underscores: config.http.headers_with_underscores_action,
         server_header: ServerHeader::new(&config.http.server_header),
         suppress_proxy_headers: config.http.suppress_proxy_headers,

@@ -31,7 +31,13 @@ use crate::error::ResponseFlag;
 use crate::random::next_u64;
 use crate::throttle::LogThrottle;
 use config::tracing::Sampler;
-use config::{CustomTag, CustomTagValue, ListenerTracing, OtlpProtocol, TracingConfig};
+use config::{
+    CustomTag, CustomTagValue, ListenerTracing, OtlpProtocol, RouteTracing, SpanName, TracingConfig,
+};
+
+mod span_name;
+
+pub(crate) use span_name::{RequestView, Upstream};
 
 pub(crate) static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub(crate) static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
@@ -212,6 +218,7 @@ impl WorkerTracer {
         req: &Request<B>,
         client: IpAddr,
         policy: &TracePolicy,
+        tls: bool,
     ) -> Box<RequestTrace> {
         let headers = req.headers();
         // Two traceparent headers are no valid context (the recommendation's test suite).
@@ -250,19 +257,58 @@ impl WorkerTracer {
                 ),
             };
         let span_id = new_span_id();
+        let began = Instant::now();
         let server = sampled.then(|| {
             let mut span = server_span(req, trace_id, span_id, parent, client);
             policy.tag(&mut span, headers);
-            Open::new(span)
+            if let Some(operation) = &policy.operation {
+                span.name = span_name::render(operation, req.into(), None, tls, None).into();
+            }
+            Open::at(span, began)
         });
+        let names = match &server {
+            Some(_) if policy.operation.is_some() || policy.upstream_operation.is_some() => {
+                Some(Box::new(Names {
+                    operation: policy.operation.clone(),
+                    upstream_operation: policy.upstream_operation.clone(),
+                    original_path: None,
+                    tls,
+                }))
+            }
+            _ => None,
+        };
         Box::new(RequestTrace {
             tracer: Rc::clone(self),
             trace_id,
             span_id,
             continued: parent.is_some(),
             answered: false,
+            began,
             server,
+            names,
         })
+    }
+
+    /// Decides `old`'s request again by a route's own `policy` (its shares, tags and
+    /// names), before anything has seen the first decision; the request's span still starts
+    /// when the request did.
+    pub(crate) fn restart<B>(
+        self: &Rc<Self>,
+        old: &mut RequestTrace,
+        req: &Request<B>,
+        client: IpAddr,
+        policy: &TracePolicy,
+        tls: bool,
+    ) -> Box<RequestTrace> {
+        // Not recorded: it is replaced, not ended.
+        old.server = None;
+        let mut new = self.start(req, client, policy, tls);
+        if let Some(open) = &mut new.server {
+            open.span.start = SystemTime::now() - old.began.elapsed();
+            open.started = old.began;
+        }
+        new.began = old.began;
+        new
     }
 }
 
@@ -285,6 +331,9 @@ pub(crate) struct TracePolicy {
     tags: Vec<CustomTag>,
     /// OpenTelemetry's sampler: when set, it decides instead of the shares.
     sampler: Option<SamplerBounds>,
+    /// The request span's name, and an upstream try's span's.
+    operation: Option<Rc<SpanName>>,
+    upstream_operation: Option<Rc<SpanName>>,
 }
 
 /// A sampler with its ratios as bounds on 64 bits.
@@ -354,6 +403,30 @@ impl TracePolicy {
             overall: threshold(config.overall_sampling),
             tags: config.custom_tags.clone(),
             sampler: config.sampler.as_ref().map(SamplerBounds::new),
+            operation: config.operation.clone().map(Rc::new),
+            upstream_operation: config.upstream_operation.clone().map(Rc::new),
+        }
+    }
+
+    /// A route's policy (Envoy's route `tracing`): its own shares, the listener's tags with
+    /// its own over those of the same name, its names where it has them.
+    pub(crate) fn for_route(listener: &ListenerTracing, route: &RouteTracing) -> Self {
+        let mut tags: Vec<CustomTag> = (listener.custom_tags.iter())
+            .filter(|t| !route.custom_tags.iter().any(|own| own.tag == t.tag))
+            .cloned()
+            .collect();
+        tags.extend(route.custom_tags.iter().cloned());
+        let name = |own: &Option<SpanName>, listener: &Option<SpanName>| {
+            own.as_ref().or(listener.as_ref()).cloned().map(Rc::new)
+        };
+        Self {
+            random: Some(threshold(route.random_sampling)),
+            client: threshold(route.client_sampling),
+            overall: threshold(route.overall_sampling),
+            tags,
+            sampler: listener.sampler.as_ref().map(SamplerBounds::new),
+            operation: name(&route.operation, &listener.operation),
+            upstream_operation: name(&route.upstream_operation, &listener.upstream_operation),
         }
     }
 
@@ -572,10 +645,6 @@ struct Open {
 }
 
 impl Open {
-    fn new(span: Span) -> Box<Open> {
-        Self::at(span, Instant::now())
-    }
-
     /// A span whose `start` is the wall time of the monotonic instant `started`.
     fn at(span: Span, started: Instant) -> Box<Open> {
         Box::new(Open { span, started })
@@ -597,8 +666,23 @@ pub(crate) struct RequestTrace {
     /// Whether the request came with a valid context, whose `tracestate` then goes on.
     continued: bool,
     answered: bool,
+    /// When the request's head came.
+    began: Instant,
     /// The downstream request's span, while open; `None` when not sampled.
     server: Option<Box<Open>>,
+    /// A sampled request's span name formats, where its policy has any. Boxed: most
+    /// requests have none.
+    names: Option<Box<Names>>,
+}
+
+/// What a sampled request's span names are made from.
+struct Names {
+    operation: Option<Rc<SpanName>>,
+    upstream_operation: Option<Rc<SpanName>>,
+    /// The path as the client sent it, once the route has rewritten it.
+    original_path: Option<Box<str>>,
+    /// The client's connection is TLS (`:scheme`).
+    tls: bool,
 }
 
 impl RequestTrace {
@@ -668,6 +752,45 @@ impl RequestTrace {
     /// The `traceparent` naming the proxy hop.
     pub(crate) fn traceparent(&self) -> HeaderValue {
         header(self.trace_id, self.span_id, self.sampled())
+    }
+
+    /// The request goes upstream as `req`, its path rewritten from `original` where the
+    /// route rewrote it: the request span's name is made again from it, as Envoy names the
+    /// span from the request as it went.
+    pub(crate) fn forwarded(&mut self, req: RequestView<'_>, original: Option<&http::Uri>) {
+        let (Some(names), Some(open)) = (&mut self.names, &mut self.server) else {
+            return;
+        };
+        names.original_path = original
+            .and_then(http::Uri::path_and_query)
+            .map(|p| p.as_str().into());
+        if let Some(operation) = &names.operation {
+            open.span.name = span_name::render(
+                operation,
+                req,
+                names.original_path.as_deref(),
+                names.tls,
+                None,
+            )
+            .into();
+        }
+    }
+
+    /// An upstream try's span name by `upstream_operation`, where it has one.
+    pub(crate) fn upstream_name(
+        &self,
+        req: RequestView<'_>,
+        upstream: &Upstream<'_>,
+    ) -> Option<String> {
+        let names = self.names.as_ref()?;
+        let operation = names.upstream_operation.as_ref()?;
+        Some(span_name::render(
+            operation,
+            req,
+            names.original_path.as_deref(),
+            names.tls,
+            Some(upstream),
+        ))
     }
 }
 
@@ -825,7 +948,7 @@ mod tests {
         let outside: IpAddr = "203.0.113.9".parse().unwrap();
         let tracer = tracer(0.0, Some("x-legate-force-trace"));
         let req = request(&[("traceparent", SAMPLED), ("x-legate-force-trace", "1")]);
-        let trace = tracer.start(&req, outside, &TracePolicy::default());
+        let trace = tracer.start(&req, outside, &TracePolicy::default(), false);
         assert!(
             !trace.sampled(),
             "neither its flag nor the force header count"
@@ -843,6 +966,7 @@ mod tests {
             &request(&[("traceparent", NOT_SAMPLED)]),
             outside,
             &TracePolicy::default(),
+            false,
         );
         assert!(trace.sampled(), "sampled by rate, whatever it says");
     }
@@ -864,15 +988,15 @@ mod tests {
         let asks = request(&[("x-client-trace-id", "c-1")]);
         let plain = request(&[]);
         let client_only = policy(0.0, 100.0, 100.0);
-        assert!(tracer.start(&asks, outside, &client_only).sampled());
-        assert!(!tracer.start(&plain, outside, &client_only).sampled());
+        assert!(tracer.start(&asks, outside, &client_only, false).sampled());
+        assert!(!tracer.start(&plain, outside, &client_only, false).sampled());
         let capped = policy(100.0, 100.0, 0.0);
-        assert!(!tracer.start(&asks, outside, &capped).sampled());
-        assert!(!tracer.start(&plain, outside, &capped).sampled());
+        assert!(!tracer.start(&asks, outside, &capped, false).sampled());
+        assert!(!tracer.start(&plain, outside, &capped, false).sampled());
         // No share of its own: the process's 100%.
         assert!(
             tracer
-                .start(&plain, outside, &TracePolicy::default())
+                .start(&plain, outside, &TracePolicy::default(), false)
                 .sampled()
         );
     }
@@ -894,7 +1018,7 @@ mod tests {
         let plain = request(&[]);
         assert!(
             tracer
-                .start(&plain, outside, &with(Sampler::AlwaysOn))
+                .start(&plain, outside, &with(Sampler::AlwaysOn), false)
                 .sampled()
         );
         // The trace id's first 8 bytes, little-endian, modulo 100 against 50: 0x31 (49) is
@@ -904,20 +1028,25 @@ mod tests {
         let half = with(Sampler::TraceIdRatio(50.0));
         assert!(
             tracer
-                .start(&request(&[("traceparent", low)]), inside, &half)
+                .start(&request(&[("traceparent", low)]), inside, &half, false)
                 .sampled()
         );
         assert!(
             !tracer
-                .start(&request(&[("traceparent", high)]), inside, &half)
+                .start(&request(&[("traceparent", high)]), inside, &half, false)
                 .sampled()
         );
         let none = with(Sampler::TraceIdRatio(0.0));
-        assert!(!tracer.start(&plain, outside, &none).sampled());
+        assert!(!tracer.start(&plain, outside, &none, false).sampled());
         let parent_based = with(Sampler::ParentBased(Box::new(Sampler::TraceIdRatio(0.0))));
         assert!(
             tracer
-                .start(&request(&[("traceparent", SAMPLED)]), inside, &parent_based)
+                .start(
+                    &request(&[("traceparent", SAMPLED)]),
+                    inside,
+                    &parent_based,
+                    false
+                )
                 .sampled(),
             "a trusted parent's flag"
         );
@@ -926,7 +1055,8 @@ mod tests {
                 .start(
                     &request(&[("traceparent", SAMPLED)]),
                     outside,
-                    &parent_based
+                    &parent_based,
+                    false,
                 )
                 .sampled(),
             "a client outside has no say: the wrapped sampler's 0%"
@@ -937,11 +1067,12 @@ mod tests {
                 .start(
                     &request(&[("traceparent", NOT_SAMPLED)]),
                     inside,
-                    &parent_on
+                    &parent_on,
+                    false,
                 )
                 .sampled()
         );
-        assert!(tracer.start(&plain, inside, &parent_on).sampled());
+        assert!(tracer.start(&plain, inside, &parent_on, false).sampled());
     }
 
     #[test]
@@ -952,6 +1083,7 @@ mod tests {
             &request(&[("traceparent", SAMPLED)]),
             inside,
             &TracePolicy::default(),
+            false,
         );
         assert!(trace.sampled());
         assert_eq!(fields(&trace).2, "01");
@@ -962,6 +1094,7 @@ mod tests {
             &request(&[("x-legate-force-trace", "")]),
             inside,
             &TracePolicy::default(),
+            false,
         );
         assert!(trace.sampled(), "forced");
         assert_eq!(trace.server.as_ref().unwrap().span.parent_span_id, None);
@@ -971,15 +1104,17 @@ mod tests {
             &request(&[("traceparent", NOT_SAMPLED)]),
             inside,
             &TracePolicy::default(),
+            false,
         );
         assert!(!trace.sampled(), "its own decision, even at 100%");
         let trace = tracer.start(
             &request(&[("x-legate-force-trace", "1")]),
             inside,
             &TracePolicy::default(),
+            false,
         );
         assert!(trace.sampled(), "sampled by rate: no caller decision");
-        let trace = tracer.start(&request(&[]), inside, &TracePolicy::default());
+        let trace = tracer.start(&request(&[]), inside, &TracePolicy::default(), false);
         assert!(trace.sampled());
     }
 
@@ -990,7 +1125,7 @@ mod tests {
         let mut req = request(&[("traceparent", SAMPLED)]);
         req.headers_mut()
             .append("traceparent", HeaderValue::from_static(SAMPLED));
-        let trace = tracer.start(&req, inside, &TracePolicy::default());
+        let trace = tracer.start(&req, inside, &TracePolicy::default(), false);
         assert!(!trace.continued(), "two headers: a new trace");
         assert_ne!(fields(&trace).0, "4bf92f3577b34da6a3ce929d0e0e4736");
 
@@ -1003,7 +1138,7 @@ mod tests {
         headers.insert("user-agent", HeaderValue::from_str(&long).unwrap());
         headers.append("tracestate", HeaderValue::from_static("a=1"));
         headers.append("tracestate", HeaderValue::from_static("b=2"));
-        let trace = tracer.start(&req, inside, &TracePolicy::default());
+        let trace = tracer.start(&req, inside, &TracePolicy::default(), false);
         let span = &trace.server.as_ref().unwrap().span;
         assert_eq!(span.trace_state.as_deref(), Some("a=1,b=2"), "one list");
         for key in ["http.url", "user_agent"] {
@@ -1017,7 +1152,7 @@ mod tests {
         let mut req = request(&[("traceparent", SAMPLED)]);
         req.headers_mut()
             .insert("tracestate", HeaderValue::from_str(&long).unwrap());
-        let trace = tracer.start(&req, inside, &TracePolicy::default());
+        let trace = tracer.start(&req, inside, &TracePolicy::default(), false);
         assert!(trace.continued());
         assert_eq!(trace.server.as_ref().unwrap().span.trace_state, None);
     }
@@ -1029,6 +1164,7 @@ mod tests {
             &request(&[]),
             "127.0.0.1".parse().unwrap(),
             &TracePolicy::default(),
+            false,
         );
         let child = trace.child("router backend egress").unwrap();
         let (trace_id, hop, _) = fields(&trace);
@@ -1054,6 +1190,60 @@ mod tests {
                 .attributes
                 .contains(&("http.status_code".into(), Value::Int(502)))
         );
+    }
+
+    #[test]
+    fn a_routes_policy_decides_again_keeping_the_start_and_merging_tags() {
+        let tag = |tag: &str, text: &str| CustomTag {
+            tag: tag.into(),
+            value: CustomTagValue::Literal(text.into()),
+        };
+        let listener = ListenerTracing {
+            custom_tags: vec![tag("env", "listener"), tag("zone", "a")],
+            operation: Some(SpanName::parse("%REQ(:authority)%", false).unwrap()),
+            ..ListenerTracing::default()
+        };
+        let route = RouteTracing {
+            random_sampling: 100.0,
+            client_sampling: 100.0,
+            overall_sampling: 100.0,
+            custom_tags: vec![tag("env", "route")],
+            operation: None,
+            upstream_operation: Some(SpanName::parse("to-%UPSTREAM_CLUSTER%", true).unwrap()),
+        };
+        let outside: IpAddr = "203.0.113.9".parse().unwrap();
+        let tracer = tracer(0.0, None);
+        let req = request(&[]);
+        let mut first = tracer.start(&req, outside, &TracePolicy::new(&listener), false);
+        assert!(!first.sampled(), "the listener samples none");
+        let began = first.began;
+        let policy = TracePolicy::for_route(&listener, &route);
+        let mut trace = tracer.restart(&mut first, &req, outside, &policy, false);
+        drop(first);
+        assert!(trace.sampled(), "the route samples all");
+        assert_eq!(trace.began, began);
+        let address = HeaderValue::from_static("127.0.0.1:1");
+        let upstream = Upstream {
+            address: &address,
+            hostname: None,
+            cluster: "backend",
+        };
+        assert_eq!(
+            trace.upstream_name((&req).into(), &upstream).as_deref(),
+            Some("to-backend")
+        );
+        trace.answered(StatusCode::OK, None);
+        drop(trace);
+        let batch = tracer.batch.borrow();
+        assert_eq!(batch.len(), 1, "the first decision is not recorded");
+        let span = &batch[0];
+        assert_eq!(span.name, "edge.test", "the listener's operation");
+        let text = |key: &str| {
+            let (_, value) = span.attributes.iter().find(|(k, _)| *k == key).unwrap();
+            value.clone()
+        };
+        assert_eq!(text("env"), Value::from("route"));
+        assert_eq!(text("zone"), Value::from("a"));
     }
 
     #[test]
