@@ -2716,19 +2716,36 @@ async fn request_timeout_from_the_file() {
 clusters:
   - name: backend
     endpoints: [{}]
+  - name: backend_h2
+    endpoints: [{}]
+    protocol: http2
 listeners:
   - name: web
     address: 127.0.0.1:0
     http: {{ request_timeout: 300ms, stream_idle_timeout: 1h }}
     routes:
+      - match: {{ prefix: /h2 }}
+        cluster: backend_h2
       - match: {{ prefix: / }}
         cluster: backend
 ",
+            upstream.local_addr(),
             upstream.local_addr()
         ),
         1,
     );
     request_timeouts_hold(proxy.addr()).await;
+    // Relayed to an HTTP/2 upstream, whose stream reset keeps no cause: 408 all the same.
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    stream
+        .write_all(b"POST /h2 HTTP/1.1\r\nhost: legate.test\r\ncontent-length: 10\r\n\r\nabcde")
+        .await
+        .unwrap();
+    let bytes = tokio::time::timeout(LIMIT, read_until_closed(&mut stream))
+        .await
+        .expect("the proxy closes the connection");
+    let answer = String::from_utf8_lossy(&bytes);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
 
 /// The spans Envoy Gateway's tracing asks for: every request sampled, tagged with a literal,

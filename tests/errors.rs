@@ -189,6 +189,8 @@ listeners:
             headers: {{ set: {{ x-mapped: "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%" }} }}
           - filter: {{ and: [{{ status_code: {{ eq: 404 }} }}, {{ header: {{ name: x-tag, exact: api }} }}] }}
             body: "no such API\n"
+          - filter: {{ and: [{{ response_flags: [UF] }}, {{ header: {{ name: x-tag, exact: login }} }}] }}
+            status: 401
           - filter: {{ status_code: {{ ge: 400 }} }}
             headers: {{ add: {{ x-local: "yes" }} }}
     routes:
@@ -268,6 +270,10 @@ clusters:
         res.body().is_end_stream(),
         "trailers-only: the head ends the stream"
     );
+    // The mapped status picks the gRPC status: 401 is UNAUTHENTICATED.
+    let res = send_h2(addr, grpc_call("/down", Some("login"))).await;
+    assert_eq!(res.headers()["grpc-status"], "16");
+    assert_eq!(res.headers()["grpc-message"], "upstream connect failure");
     let res = send_h2(addr, grpc_call("/nowhere", None)).await;
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["grpc-status"], "12");

@@ -31,13 +31,31 @@ struct Deadline {
     answered: ResponseBegun,
 }
 
-/// Set once the response head is there: the request timeout no longer runs.
+/// Set once the response head is there: the request timeout no longer runs. It also tells
+/// whether the timeout ran out first, which an HTTP/2 upstream's error would not (hyper
+/// resets the stream and keeps the body's error).
 #[derive(Clone, Default)]
-pub(crate) struct ResponseBegun(Rc<Cell<bool>>);
+pub(crate) struct ResponseBegun(Rc<Cell<Deadlined>>);
+
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Deadlined {
+    #[default]
+    Pending,
+    Answered,
+    TimedOut,
+}
 
 impl ResponseBegun {
+    /// The response has begun: from now the body may take its time.
     pub(crate) fn set(&self) {
-        self.0.set(true);
+        if self.0.get() == Deadlined::Pending {
+            self.0.set(Deadlined::Answered);
+        }
+    }
+
+    /// The body did not end in time.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.0.get() == Deadlined::TimedOut
     }
 }
 
@@ -530,7 +548,10 @@ impl RequestBody {
             if done {
                 // Whole in time: the request timeout is done with.
                 self.deadline = None;
-            } else if !deadline.answered.0.get() && deadline.timer.as_mut().poll(cx).is_ready() {
+            } else if deadline.answered.0.get() == Deadlined::Pending
+                && deadline.timer.as_mut().poll(cx).is_ready()
+            {
+                deadline.answered.0.set(Deadlined::TimedOut);
                 self.deadline = None;
                 return Poll::Ready(Some(Err(Box::new(RequestTimedOut))));
             }

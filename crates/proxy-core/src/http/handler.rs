@@ -131,6 +131,17 @@ pub(crate) fn handle(
         let mut response = match routed {
             Ok(response) => response,
             Err(err) => {
+                // An HTTP/2 upstream's stream reset keeps no cause: the deadline tells.
+                let err = match err {
+                    ProxyError::ClientAborted { .. }
+                        if begun.as_ref().is_some_and(|b| b.timed_out()) =>
+                    {
+                        ProxyError::ClientAborted {
+                            source: Box::new(crate::error::RequestTimedOut),
+                        }
+                    }
+                    err => err,
+                };
                 flag = err.flag();
                 facts.grpc_status = err.grpc_status();
                 if let Some(log) = in_flight.log() {
