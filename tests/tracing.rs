@@ -671,3 +671,75 @@ clusters:
     assert_eq!(child.parent_span_id, server.span_id);
     assert_eq!(child.trace_id, server.trace_id);
 }
+
+/// Envoy's route decorators on a traced listener: the decorator names the request span and,
+/// propagating, is told to the client; a client's `x-envoy-decorator-operation` names it
+/// instead and goes no further.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decorators_name_request_spans() {
+    let upstream = upstream().await;
+    let collector = collector().await;
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+tracing: {{ otlp: {{ endpoint: "{}" }}, random_sampling: 100 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: /decorated }}
+        cluster: backend
+        decorator: {{ operation: checkout }}
+      - match: {{ prefix: /quiet }}
+        cluster: backend
+        decorator: {{ operation: quiet, propagate: false }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        collector.grpc_endpoint(),
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let addr = proxy.addr();
+    let res = send_h1(addr, get("/decorated", &[])).await;
+    assert_eq!(res.headers()["x-envoy-decorator-operation"], "checkout");
+    let res = send_h1(addr, get("/quiet", &[])).await;
+    assert!(res.headers().get("x-envoy-decorator-operation").is_none());
+    let asked = [
+        ("x-envoy-decorator-operation", "from-client"),
+        ("x-noop-echo", "headers"),
+    ];
+    let res = send_h1(addr, get("/decorated/own", &asked)).await;
+    assert!(
+        res.headers().get("x-envoy-decorator-operation").is_none(),
+        "the client's name wins, and is not told back"
+    );
+    let seen = echoed(&text(res.into_body()).await);
+    assert!(
+        !seen.contains_key("x-envoy-decorator-operation"),
+        "{seen:?}"
+    );
+    let admin = proxy.admin.unwrap();
+    eventually("the spans recorded", async || {
+        spans_stat(admin, "exported") >= 6
+    })
+    .await;
+    let spans = collector.spans();
+    let servers: Vec<(&str, &str)> = spans
+        .iter()
+        .filter(|s| s.kind == 2)
+        .map(|s| (s.name.as_str(), s.attributes["http.url"].as_str()))
+        .collect();
+    assert_eq!(
+        servers,
+        [
+            ("checkout", "legate.test/decorated"),
+            ("quiet", "legate.test/quiet"),
+            ("from-client", "legate.test/decorated/own"),
+        ],
+        "{spans:#?}"
+    );
+}

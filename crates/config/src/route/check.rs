@@ -480,12 +480,17 @@ fn route(
         .tracing
         .map(|t| crate::tracing::route_tracing(t, path).map(Box::new))
         .transpose()?;
+    let decorator = raw
+        .decorator
+        .map(|d| crate::tracing::route_decorator(d, path).map(Box::new))
+        .transpose()?;
     Ok(RouteConfig {
         matcher,
         action,
         filters,
         metadata,
         tracing,
+        decorator,
     })
 }
 

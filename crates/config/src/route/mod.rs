@@ -43,6 +43,8 @@ pub struct RouteConfig {
     /// none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracing: Option<Box<crate::tracing::RouteTracing>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decorator: Option<Box<crate::tracing::RouteDecorator>>,
 }
 
 /// A route's `metadata`: objects by namespace.

@@ -33,6 +33,8 @@ pub struct RawRoute {
     pub metadata: Option<std::collections::BTreeMap<String, serde_json::Value>>,
     /// The route's own sampling, tags and span names (Envoy's route `tracing`).
     pub tracing: Option<crate::tracing::RawRouteTracing>,
+    /// The request span's name, and whether the client is told it (Envoy's `decorator`).
+    pub decorator: Option<crate::tracing::RawDecorator>,
     pub cluster: Option<String>,
     pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
     /// With `weighted_clusters`: what keeps one client on one side.

@@ -184,6 +184,7 @@ impl XdsRoutes {
                     filters: route.filters.take(),
                     metadata: route.metadata.take(),
                     tracing: route.tracing.take(),
+                    decorator: route.decorator.take(),
                     direct_response: Some(cluster_not_found(route.cluster_not_found_status)),
                     ..Default::default()
                 };
@@ -307,7 +308,10 @@ fn route(
             .collect();
         (!namespaces.is_empty()).then_some(namespaces)
     });
-    r.decorator = None;
+    let decorator = r.decorator.take().map(|d| crate::tracing::RawDecorator {
+        operation: d.operation,
+        propagate: d.propagate.map(|b| b.value),
+    });
     r.stat_prefix.clear();
     let tracing = r
         .tracing
@@ -333,6 +337,7 @@ fn route(
         matcher,
         metadata,
         tracing,
+        decorator,
         filters: filters(per_filter, headers),
         ..Default::default()
     };

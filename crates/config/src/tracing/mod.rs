@@ -303,6 +303,43 @@ pub struct RouteTracing {
     pub upstream_operation: Option<SpanName>,
 }
 
+/// A route's `decorator` (Envoy's): the request span's name where no `operation` format
+/// names it, and told to the client in `x-envoy-decorator-operation` when `propagate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RouteDecorator {
+    pub operation: String,
+    /// The operation as a header value, made once.
+    #[serde(skip)]
+    pub header: http::HeaderValue,
+    pub propagate: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDecorator {
+    pub operation: String,
+    /// Default true, as Envoy's.
+    pub propagate: Option<bool>,
+}
+
+/// A route's `decorator`, checked.
+pub(crate) fn route_decorator(raw: RawDecorator, at: &str) -> Result<RouteDecorator, ConfigError> {
+    let header = http::HeaderValue::from_maybe_shared(bytes::Bytes::from(raw.operation.clone()))
+        .ok()
+        .filter(|_| !raw.operation.is_empty())
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                format!("{at}.decorator.operation"),
+                "expected a name (text that can be a header value)",
+            )
+        })?;
+    Ok(RouteDecorator {
+        operation: raw.operation,
+        header,
+        propagate: raw.propagate.unwrap_or(true),
+    })
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRouteTracing {
@@ -704,5 +741,37 @@ mod tests {
                 default_value: None
             }
         );
+    }
+
+    #[test]
+    fn routes_take_their_own_tracing_and_decorators() {
+        let config = Config::from_yaml(
+            "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      - match: { prefix: / }\n        direct_response: { status: 200 }\n        decorator: { operation: home }\n        tracing: { random_sampling: 5, operation: \"%REQ(:path)%\" }\n",
+        )
+        .unwrap();
+        let route = &config.listeners[0].route_config.routes[0];
+        let decorator = route.decorator.as_deref().unwrap();
+        assert_eq!(
+            (decorator.operation.as_str(), decorator.propagate),
+            ("home", true)
+        );
+        let tracing = route.tracing.as_deref().unwrap();
+        assert_eq!(tracing.random_sampling, 5.0);
+        assert_eq!(tracing.client_sampling, 100.0, "Envoy's route default");
+        assert!(tracing.operation.is_some());
+        let bad = |route: &str| {
+            Config::from_yaml(&format!(
+                "listeners:\n  - name: main\n    address: 127.0.0.1:0\n    routes:\n      - match: {{ prefix: / }}\n        direct_response: {{ status: 200 }}\n        {route}\n"
+            ))
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(bad("decorator: { operation: \"\" }").contains("decorator.operation"));
+        let err = bad("tracing: { operation: \"%UPSTREAM_HOST%\" }");
+        assert!(
+            err.contains("tracing.operation") && err.contains("upstream_operation"),
+            "{err}"
+        );
+        assert!(bad("tracing: { overall_sampling: 101 }").contains("overall_sampling"));
     }
 }

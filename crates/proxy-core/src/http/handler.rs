@@ -227,6 +227,11 @@ pub(crate) fn handle(
             }
         }
         http.server_header.apply(response.headers_mut());
+        if let Some(operation) = facts.decorated.take() {
+            response
+                .headers_mut()
+                .insert(X_ENVOY_DECORATOR_OPERATION.clone(), operation);
+        }
         if let Some(cookie) = facts.set_cookie.take()
             && facts.upstream.is_some()
         {
@@ -317,6 +322,8 @@ struct Facts {
     /// The request headers local reply mappers read, kept before the request went upstream.
     /// Boxed: most listeners have no mappers, and every request's future holds this.
     kept_headers: Option<Box<http::HeaderMap>>,
+    /// The route decorator's operation, for the client.
+    decorated: Option<HeaderValue>,
     /// Whether the request was gRPC as it went upstream (its headers went with it).
     grpc_request: Option<bool>,
     /// The gRPC status a filter's answer gives a gRPC request.
@@ -444,6 +451,9 @@ async fn route_and_forward(
     {
         retrace(req, route, scope, in_flight);
     }
+    if scope.http.tracer.is_some() {
+        decorate(req, matched.route, scope, in_flight, facts);
+    }
     // The request and its response must be done within this from the head, whatever the
     // filters and the upstream wait on.
     let Some(limit) = stream_limit(scope.http, matched.route) else {
@@ -481,6 +491,41 @@ fn retrace(req: &Request<RequestBody>, route: usize, scope: &Scope<'_>, in_fligh
     let tls = scope.conn.listener.tls;
     in_flight.set_trace(tracer.restart(&mut old, req, client, &policies[at].1, tls));
 }
+
+/// Envoy's decorators, on a traced listener: a client's `x-envoy-decorator-operation` names
+/// the request span (and goes no further); else the route's decorator names it, and is told
+/// to the client in the same header when it propagates.
+fn decorate(
+    req: &mut Request<RequestBody>,
+    route: Option<usize>,
+    scope: &Scope<'_>,
+    in_flight: &mut InFlight,
+    facts: &mut Facts,
+) {
+    let asked = req
+        .headers_mut()
+        .remove(&X_ENVOY_DECORATOR_OPERATION)
+        .filter(|name| !name.is_empty());
+    if let Some(name) = asked {
+        if let Some(trace) = in_flight.sampled_trace() {
+            trace.name_by_decorator(&name);
+        }
+        return;
+    }
+    let Some(decorator) = route.and_then(|i| scope.http.routes.route(i).decorator.as_deref())
+    else {
+        return;
+    };
+    if let Some(trace) = in_flight.sampled_trace() {
+        trace.name_by_decorator(&decorator.header);
+    }
+    if decorator.propagate {
+        facts.decorated = Some(decorator.header.clone());
+    }
+}
+
+static X_ENVOY_DECORATOR_OPERATION: http::HeaderName =
+    http::HeaderName::from_static("x-envoy-decorator-operation");
 
 /// The listener's host rules, for the port the client connected to.
 fn host_rules(scope: &Scope<'_>) -> head::HostRules {

@@ -776,6 +776,18 @@ impl RequestTrace {
         }
     }
 
+    /// The request span's name from a route's decorator or the client's
+    /// `x-envoy-decorator-operation`, where no `operation` format names it.
+    pub(crate) fn name_by_decorator(&mut self, name: &HeaderValue) {
+        let Some(open) = &mut self.server else {
+            return;
+        };
+        if self.names.as_ref().is_some_and(|n| n.operation.is_some()) {
+            return;
+        }
+        open.span.name = bounded(text_of(name)).into();
+    }
+
     /// An upstream try's span name by `upstream_operation`, where it has one.
     pub(crate) fn upstream_name(
         &self,
