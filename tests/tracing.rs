@@ -663,7 +663,8 @@ clusters:
         .collect(),
         "{spans:#?}"
     );
-    assert_eq!(spans.len(), 4, "/plain is not sampled: {spans:#?}");
+    assert_eq!(spans.len(), 4, "{spans:#?}");
+    assert_eq!(spans_stat(admin, "sampled"), 4, "/plain is not sampled");
     let server = span(&spans, "legate.test/traced/items");
     assert_eq!(server.attributes["level"], "route");
     assert_eq!(server.attributes["zone"], "a");

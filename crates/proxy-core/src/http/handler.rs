@@ -17,7 +17,7 @@ use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
-use crate::trace::{TRACEPARENT, TRACESTATE, text_of};
+use crate::trace::{RequestTrace, TRACEPARENT, TRACESTATE, text_of};
 use config::{ForwardAction, HeadersWithUnderscores, PathMatch, RouteAction};
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
@@ -710,7 +710,10 @@ async fn forward_request(
         let mut original = None;
         if let Some(rewrite) = &forward.path_rewrite {
             let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
-            if in_flight.sampled_trace().is_some() {
+            if in_flight
+                .trace()
+                .is_some_and(RequestTrace::has_name_formats)
+            {
                 original = Some(parts.uri.clone());
             }
             let mut uri = std::mem::take(&mut parts.uri).into_parts();

@@ -37,6 +37,7 @@ use config::{
 
 mod span_name;
 
+use span_name::ClientSide;
 pub(crate) use span_name::{RequestView, Upstream};
 
 pub(crate) static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -258,11 +259,15 @@ impl WorkerTracer {
             };
         let span_id = new_span_id();
         let began = Instant::now();
+        let side = ClientSide {
+            version: req.version(),
+            tls,
+        };
         let server = sampled.then(|| {
             let mut span = server_span(req, trace_id, span_id, parent, client);
             policy.tag(&mut span, headers);
             if let Some(operation) = &policy.operation {
-                span.name = span_name::render(operation, req.into(), None, tls, None).into();
+                span.name = span_name::render(operation, req.into(), side, None, None).into();
             }
             Open::at(span, began)
         });
@@ -272,7 +277,7 @@ impl WorkerTracer {
                     operation: policy.operation.clone(),
                     upstream_operation: policy.upstream_operation.clone(),
                     original_path: None,
-                    tls,
+                    client: side,
                 }))
             }
             _ => None,
@@ -681,8 +686,7 @@ struct Names {
     upstream_operation: Option<Rc<SpanName>>,
     /// The path as the client sent it, once the route has rewritten it.
     original_path: Option<Box<str>>,
-    /// The client's connection is TLS (`:scheme`).
-    tls: bool,
+    client: ClientSide,
 }
 
 impl RequestTrace {
@@ -768,12 +772,18 @@ impl RequestTrace {
             open.span.name = span_name::render(
                 operation,
                 req,
+                names.client,
                 names.original_path.as_deref(),
-                names.tls,
                 None,
             )
             .into();
         }
+    }
+
+    /// Whether its span names are made from formats (which may read the path before the
+    /// route's rewrite).
+    pub(crate) fn has_name_formats(&self) -> bool {
+        self.names.is_some()
     }
 
     /// The request span's name from a route's decorator or the client's
@@ -799,8 +809,8 @@ impl RequestTrace {
         Some(span_name::render(
             operation,
             req,
+            names.client,
             names.original_path.as_deref(),
-            names.tls,
             Some(upstream),
         ))
     }

@@ -6,13 +6,21 @@ use config::SpanName;
 use config::tracing::span_name::{PathSource, SpanNamePart};
 use http::{HeaderMap, HeaderValue, Method, Request, Uri, Version};
 
-/// The request a name reads: as it came, or its parts as they go upstream.
+/// The request a name reads: as it came, or its parts as they go upstream (path, headers
+/// and host rewritten, as Envoy's names read them).
 #[derive(Clone, Copy)]
 pub(crate) struct RequestView<'a> {
     pub(crate) method: &'a Method,
     pub(crate) uri: &'a Uri,
     pub(crate) headers: &'a HeaderMap,
+}
+
+/// The client's side of the exchange, which the request as it goes upstream no longer
+/// shows: its protocol, and whether its connection is TLS (`:scheme`).
+#[derive(Clone, Copy)]
+pub(crate) struct ClientSide {
     pub(crate) version: Version,
+    pub(crate) tls: bool,
 }
 
 impl<'a, B> From<&'a Request<B>> for RequestView<'a> {
@@ -21,7 +29,6 @@ impl<'a, B> From<&'a Request<B>> for RequestView<'a> {
             method: req.method(),
             uri: req.uri(),
             headers: req.headers(),
-            version: req.version(),
         }
     }
 }
@@ -32,7 +39,6 @@ impl<'a> From<&'a http::request::Parts> for RequestView<'a> {
             method: &parts.method,
             uri: &parts.uri,
             headers: &parts.headers,
-            version: parts.version,
         }
     }
 }
@@ -45,12 +51,12 @@ pub(crate) struct Upstream<'a> {
 }
 
 /// `name` for `req`. `original`: the path as the client sent it, where the route rewrote
-/// it; `tls`: the client's connection is TLS (`:scheme`).
+/// it.
 pub(crate) fn render(
     name: &SpanName,
     req: RequestView<'_>,
+    client: ClientSide,
     original: Option<&str>,
-    tls: bool,
     upstream: Option<&Upstream<'_>>,
 ) -> String {
     let mut out = String::new();
@@ -58,14 +64,15 @@ pub(crate) fn render(
         match part {
             SpanNamePart::Literal(text) => out.push_str(text),
             SpanNamePart::RequestHeader(field) => {
-                let read = |name: &str| {
-                    crate::pseudo_headers::request_header(
+                let read = |name: &str| match name {
+                    ":scheme" => Some(if client.tls { &b"https"[..] } else { b"http" }),
+                    name => crate::pseudo_headers::request_header(
                         req.method,
                         req.uri,
                         req.headers,
-                        tls,
+                        client.tls,
                         name,
-                    )
+                    ),
                 };
                 let value =
                     read(&field.name).or_else(|| field.alternative.as_deref().and_then(read));
@@ -91,7 +98,7 @@ pub(crate) fn render(
                     });
                 }
             }
-            SpanNamePart::Protocol => out.push_str(match req.version {
+            SpanNamePart::Protocol => out.push_str(match client.version {
                 Version::HTTP_10 => "HTTP/1.0",
                 Version::HTTP_11 => "HTTP/1.1",
                 Version::HTTP_2 => "HTTP/2",
@@ -123,6 +130,11 @@ pub(crate) fn render(
 mod tests {
     use super::*;
 
+    const HTTP11: ClientSide = ClientSide {
+        version: Version::HTTP_11,
+        tls: false,
+    };
+
     fn request(path: &str) -> Request<()> {
         Request::builder()
             .uri(path)
@@ -137,21 +149,21 @@ mod tests {
         let name = SpanName::parse("%REQ(:AUTHORITY)%%PATH(NQ:ORIG)%", false).unwrap();
         let req = request("/v2/items?page=2");
         assert_eq!(
-            render(&name, (&req).into(), None, false, None),
+            render(&name, (&req).into(), HTTP11, None, None),
             "shop.example"
         );
         assert_eq!(
-            render(&name, (&req).into(), Some("/items?page=2"), false, None),
+            render(&name, (&req).into(), HTTP11, Some("/items?page=2"), None),
             "shop.example/items"
         );
         let name = SpanName::parse("custom-%REQ(X-CUSTOM-HEADER)%-%REQ(x-absent)%", false).unwrap();
         assert_eq!(
-            render(&name, (&req).into(), None, false, None),
+            render(&name, (&req).into(), HTTP11, None, None),
             "custom-abc-"
         );
         let name = SpanName::parse("%PATH%|%PATH(NQ:PATH)%|%PROTOCOL%", false).unwrap();
         assert_eq!(
-            render(&name, (&req).into(), Some("/items?page=2"), false, None),
+            render(&name, (&req).into(), HTTP11, Some("/items?page=2"), None),
             "/items?page=2|/v2/items|HTTP/1.1"
         );
     }
@@ -172,7 +184,7 @@ mod tests {
             cluster: "backend",
         };
         assert_eq!(
-            render(&name, (&req).into(), None, false, Some(&named)),
+            render(&name, (&req).into(), HTTP11, None, Some(&named)),
             "backend.internal 127.0.0.1:8080 backend"
         );
         let unnamed = Upstream {
@@ -180,8 +192,35 @@ mod tests {
             ..named
         };
         assert_eq!(
-            render(&name, (&req).into(), None, false, Some(&unnamed)),
+            render(&name, (&req).into(), HTTP11, None, Some(&unnamed)),
             "127.0.0.1:8080 127.0.0.1:8080 backend"
+        );
+    }
+
+    #[test]
+    fn protocol_and_scheme_are_the_clients_whatever_goes_upstream() {
+        let name = SpanName::parse("%PROTOCOL% %REQ(:scheme)%", false).unwrap();
+        // The request as it goes to an HTTP/2 upstream over TLS: absolute form, version 2.
+        let upstream_shaped = Request::builder()
+            .uri("https://backend.internal/x")
+            .version(Version::HTTP_2)
+            .body(())
+            .unwrap();
+        let client = ClientSide {
+            version: Version::HTTP_11,
+            tls: false,
+        };
+        assert_eq!(
+            render(&name, (&upstream_shaped).into(), client, None, None),
+            "HTTP/1.1 http"
+        );
+        let tls_h2 = ClientSide {
+            version: Version::HTTP_2,
+            tls: true,
+        };
+        assert_eq!(
+            render(&name, (&upstream_shaped).into(), tls_h2, None, None),
+            "HTTP/2 https"
         );
     }
 }
