@@ -839,3 +839,52 @@ async fn custom_responses_replace_the_responses_their_rules_pick() {
     // What the compression filter does where no rule gives a new body.
     assert_eq!(res.headers()["content-encoding"], "gzip");
 }
+
+/// An encoding's own rules (`by_encoding`, as Envoy's compressor per library): the client's
+/// choice picks the encoding, whose own minimum and types then decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encoding_with_rules_of_its_own_decides_by_them() {
+    let upstream = upstream().await;
+    let filters = "      - compression: { encodings: [br, gzip], min_content_length: 100, by_encoding: { gzip: { min_content_length: 10KiB }, br: { content_types: [application/json] } } }";
+    let proxy = Proxy::start(&config(filters, "", upstream.local_addr()), 1);
+    let encoded = async |accept: &str, size: &str, content_type: &str| {
+        let res = send_h1(
+            proxy.addr(),
+            get(
+                "/",
+                &[
+                    ("accept-encoding", accept),
+                    ("x-noop-size", size),
+                    ("x-noop-response-header", content_type),
+                ],
+            ),
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+        let encoding = res
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap().to_owned());
+        text(res.into_body()).await;
+        encoding
+    };
+    let json = "content-type: application/json";
+    let plain = "content-type: text/plain";
+    assert_eq!(encoded("br", "2000", json).await.as_deref(), Some("br"));
+    assert_eq!(
+        encoded("br", "2000", plain).await,
+        None,
+        "not brotli's type"
+    );
+    assert_eq!(
+        encoded("gzip", "2000", plain).await,
+        None,
+        "under gzip's 10 KiB"
+    );
+    assert_eq!(
+        encoded("gzip", "20000", plain).await.as_deref(),
+        Some("gzip")
+    );
+    // The client's choice is brotli: its rules decide, gzip is not tried instead.
+    assert_eq!(encoded("br, gzip;q=0.5", "20000", plain).await, None);
+}

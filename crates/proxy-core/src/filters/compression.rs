@@ -183,12 +183,23 @@ impl Compression {
         }
         let config = self.settings.get(exchange)?;
         let headers = &head.headers;
-        let compressible_type = headers
-            .get(CONTENT_TYPE)
-            .is_some_and(|v| listed_type(&config.content_types, v.as_bytes()));
+        let content_type = headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes);
+        let compressible = |encoding: Encoding| {
+            content_type.is_some_and(|t| listed_type(config.content_types_for(encoding), t))
+        };
+        // An encoding with rules of its own may take a type the others do not.
+        let compressible_type = if config.by_encoding.is_empty() {
+            content_type.is_some_and(|t| listed_type(&config.content_types, t))
+        } else {
+            config.encodings.iter().any(|e| compressible(*e))
+        };
         if !compressible_type {
             return None;
         }
+        // The client's choice; then that encoding's rules decide, as Envoy's compressor for it
+        // decides alone.
+        let chosen = accept.choose(&config.encodings);
+        let listed = config.by_encoding.is_empty() || chosen.is_some_and(compressible);
         // The representation depends on Accept-Encoding from here on, whatever we decide.
         add_vary(head.headers);
         let headers = &head.headers;
@@ -200,15 +211,19 @@ impl Compression {
         let partial = status == StatusCode::PARTIAL_CONTENT || headers.contains_key(CONTENT_RANGE);
         let encoded = headers.contains_key(CONTENT_ENCODING);
         let no_transform = header_list::contains(headers, CACHE_CONTROL, "no-transform");
+        let Some(encoding) = chosen else {
+            self.stats.not_compressed.inc();
+            return None;
+        };
         let too_short = headers
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|len| len < config.min_content_length);
-        let etag_kept = config.etag == EtagPolicy::Skip && headers.contains_key(ETAG);
-        let encoding = accept.choose(&config.encodings);
-        let (Some(encoding), false, false, false, false, false, false) = (
-            encoding,
+            .is_some_and(|len| len < config.min_content_length_for(encoding));
+        let etag_policy = config.etag_for(encoding);
+        let etag_kept = etag_policy == EtagPolicy::Skip && headers.contains_key(ETAG);
+        let (true, false, false, false, false, false, false) = (
+            listed,
             bodiless,
             partial,
             encoded,
@@ -237,7 +252,7 @@ impl Compression {
             let mut weak = b"W/".to_vec();
             weak.extend_from_slice(etag.as_bytes());
             match HeaderValue::from_bytes(&weak) {
-                Ok(weak) if config.etag == EtagPolicy::Weaken => {
+                Ok(weak) if etag_policy == EtagPolicy::Weaken => {
                     headers.insert(ETAG, weak);
                 }
                 _ => {
@@ -423,6 +438,7 @@ mod tests {
             brotli_quality: 4,
             zstd_level: 3,
             etag: Default::default(),
+            by_encoding: Vec::new(),
         };
         let input: Vec<u8> = (0..200_000u32)
             .map(|i| (i % 251) as u8 ^ (i / 1000) as u8)

@@ -1,7 +1,8 @@
 //! Envoy's `Compressor` filters (`envoy.filters.http.compressor`, one per library: gzip,
 //! brotli, zstd) as the `compression` filter's settings, and their per-route
 //! `CompressorPerRoute`. A chain's compressors become one `compression` filter offering their
-//! encodings in the chain's order; settings that differ between them are refused.
+//! encodings in the chain's order, each with its own rules (length, types, etag) where they
+//! differ.
 
 use envoy_types::pb::envoy::extensions::compression::brotli::compressor::v3::Brotli;
 use envoy_types::pb::envoy::extensions::compression::gzip::compressor::v3::Gzip;
@@ -12,7 +13,7 @@ use envoy_types::pb::envoy::extensions::filters::http::compressor::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::google::protobuf::Any;
 
-use super::RawCompression;
+use super::{RawCompression, RawEncodingRules};
 use crate::envoy::{ResourceError, decode};
 
 pub(crate) const TYPE_URL: &str =
@@ -195,29 +196,36 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<(RawCompression, bool), Re
 }
 
 /// Adds the compressor `next` to the chain's `compression` settings: its encoding is offered
-/// after those before it (before them with `first`), and it must agree with them on the rest.
+/// after those before it (before them with `first`); where its rules differ from the
+/// chain's (its first compressor's), they are that encoding's own, as each Envoy compressor
+/// has its own.
 pub(crate) fn merge(
     chain: &mut RawCompression,
     next: RawCompression,
     first: bool,
     at: &str,
 ) -> Result<(), ResourceError> {
-    let shared = |c: &RawCompression| (c.min_content_length, c.content_types.clone(), c.etag.clone());
-    if shared(chain) != shared(&next) {
-        return Err(unsupported(
-            at,
-            "compressors that differ in min_content_length, content_type or etag handling (one compression filter here)",
-        ));
-    }
+    let rules = |c: &RawCompression| (c.min_content_length, c.content_types.clone(), c.etag.clone());
+    let differs = rules(chain) != rules(&next);
     let encodings = chain.encodings.get_or_insert_with(Vec::new);
-    for encoding in next.encodings.unwrap_or_default() {
+    for encoding in next.encodings.clone().unwrap_or_default() {
         if encodings.contains(&encoding) {
             return Err(unsupported(at, &format!("a second `{encoding}` compressor")));
         }
         if first {
-            encodings.insert(0, encoding);
+            encodings.insert(0, encoding.clone());
         } else {
-            encodings.push(encoding);
+            encodings.push(encoding.clone());
+        }
+        if differs {
+            chain.by_encoding.get_or_insert_with(Default::default).insert(
+                encoding,
+                RawEncodingRules {
+                    min_content_length: next.min_content_length,
+                    content_types: next.content_types.clone(),
+                    etag: next.etag.clone(),
+                },
+            );
         }
     }
     chain.gzip_level = chain.gzip_level.or(next.gzip_level);
