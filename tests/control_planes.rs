@@ -6122,5 +6122,21 @@ async fn custom_responses_from_the_management_server() {
         nack.contains("custom_response") && nack.contains("internal redirects"),
         "{nack}"
     );
+    // An `and` of one predicate is invalid, as Envoy validates it.
+    let lone = vec![rule(
+        Predicate {
+            match_type: Some(MatchType::AndMatcher(PredicateList {
+                predicate: vec![single(status(), exact("503"))],
+            })),
+        },
+        policy("alone", "text/plain"),
+    )];
+    let nack = serve_listener(&server, listener(&custom(lone)))
+        .await
+        .expect("NACK");
+    assert!(
+        nack.contains("and_matcher.predicate") && nack.contains("at least two"),
+        "{nack}"
+    );
     server.shutdown().await;
 }

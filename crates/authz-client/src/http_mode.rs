@@ -1,5 +1,5 @@
 //! HTTP mode: the request's method and path (behind a prefix) and its allowed headers go to the
-//! service; a 2xx allows, anything else is the answer for the client. HTTP/1.1 with a small
+//! service; a 200 allows, anything else is the answer for the client. HTTP/1.1 with a small
 //! keep-alive pool, since plain HTTP authorization services rarely speak cleartext HTTP/2.
 
 use std::sync::Mutex;
@@ -195,9 +195,9 @@ fn jittered(ceiling: Duration) -> Duration {
     Duration::from_micros(hasher.finish() % micros)
 }
 
-/// A 2xx allows, with the allowed upstream headers; a 5xx is an error (the service failed,
-/// and the caller's failure mode decides, as Envoy's); anything else is the denial for the
-/// client (a 1xx becomes 403).
+/// A 200 allows, with the allowed upstream headers; a 5xx is an error (the service failed,
+/// and the caller's failure mode decides, as Envoy's); anything else, another 2xx included
+/// as in Envoy, is the denial for the client (a 1xx becomes 403).
 pub(crate) fn decide(
     options: &HttpOptions,
     head: &http::response::Parts,
@@ -212,7 +212,7 @@ pub(crate) fn decide(
 }
 
 fn decide_answer(options: &HttpOptions, head: &http::response::Parts, body: Bytes) -> Decision {
-    if head.status.is_success() {
+    if head.status == StatusCode::OK {
         let upstream_headers = options
             .allowed_upstream_headers
             .iter()
@@ -284,9 +284,15 @@ mod tests {
             ],
             ..HttpOptions::default()
         };
+        // Envoy allows on 200 alone: a 204 is the answer for the client.
+        let no_content = head(204, &[("x-user", "alice")]);
+        let Ok(Decision::Deny(denied)) = decide(&options, &no_content, Bytes::new()) else {
+            panic!("a 204 denies");
+        };
+        assert_eq!(denied.status, StatusCode::NO_CONTENT);
         let ok = head(200, &[("x-user", "alice"), ("content-length", "9")]);
         let Ok(Decision::Allow(allowed)) = decide(&options, &ok, Bytes::new()) else {
-            panic!("a 2xx allows");
+            panic!("a 200 allows");
         };
         let names: Vec<_> = allowed
             .upstream_headers

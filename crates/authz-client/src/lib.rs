@@ -9,7 +9,8 @@
 //! - gRPC: `envoy.service.auth.v3.Authorization/Check`, with the generated types of
 //!   `envoy-types`, so any existing ext_authz server works;
 //! - HTTP: the request's method and path (behind a configurable prefix) and its allowed
-//!   headers; a 2xx allows, anything else is the denial to send to the client.
+//!   headers; a 200 allows (as in Envoy, no other 2xx does), anything else is the denial
+//!   to send to the client.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -96,7 +97,7 @@ pub struct HttpOptions {
     /// Request headers sent to the service besides `host`, `authorization`, `content-length`
     /// and the method and path, which always go.
     pub allowed_headers: Vec<HeaderName>,
-    /// Headers of a 2xx answer copied onto the upstream request (replacing any of the name).
+    /// Headers of a 200 answer copied onto the upstream request (replacing any of the name).
     pub allowed_upstream_headers: Vec<HeaderName>,
 }
 

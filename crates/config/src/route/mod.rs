@@ -207,21 +207,38 @@ impl HeaderValueMatch {
 }
 
 impl HeaderMatch {
-    /// Whether `headers` satisfy the match (one of the header's values, for a value match).
+    /// Whether `headers` satisfy the match (for a value match, the header's values as one,
+    /// joined by commas, as Envoy reads a repeated header).
     pub fn matches(&self, headers: &http::HeaderMap) -> bool {
         self.value
-            .matches_any(headers.get_all(&self.name).iter().map(|v| v.as_bytes()))
+            .matches_values(headers.get_all(&self.name).iter().map(|v| v.as_bytes()))
     }
 }
 
 impl HeaderValueMatch {
     /// Whether a header with these values (none: absent) satisfies the match: presence, or
-    /// one of the values.
-    pub fn matches_any<'a>(&self, mut values: impl Iterator<Item = &'a [u8]>) -> bool {
+    /// the values joined by commas (Envoy's `getAllOfHeaderAsString`; one value is read as
+    /// it is, with no copy).
+    pub fn matches_values<'a>(&self, mut values: impl Iterator<Item = &'a [u8]>) -> bool {
         match self {
             HeaderValueMatch::Present => values.next().is_some(),
             HeaderValueMatch::Absent => values.next().is_none(),
-            _ => values.any(|got| self.matches_value(Some(got))),
+            _ => {
+                let Some(first) = values.next() else {
+                    return self.matches_value(None);
+                };
+                let Some(second) = values.next() else {
+                    return self.matches_value(Some(first));
+                };
+                let mut joined = Vec::with_capacity(first.len() + second.len() + 1);
+                for (i, value) in [first, second].into_iter().chain(values).enumerate() {
+                    if i > 0 {
+                        joined.push(b',');
+                    }
+                    joined.extend_from_slice(value);
+                }
+                self.matches_value(Some(&joined))
+            }
         }
     }
 }
@@ -229,7 +246,7 @@ impl HeaderValueMatch {
 #[derive(Debug, Clone, PartialEq)]
 pub enum HeaderValueMatch {
     Exact(HeaderValue),
-    /// `prefix`, `suffix`, `contains` or `regex`: one of the header's values matches.
+    /// `prefix`, `suffix`, `contains` or `regex` over the header's values joined.
     Pattern(StringMatch),
     Present,
     Absent,
@@ -473,5 +490,27 @@ impl Serialize for RetryOn {
             .into_iter()
             .filter_map(|(set, name)| set.then_some(name)),
         )
+    }
+}
+
+#[cfg(test)]
+mod header_value_tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_header_matches_as_its_values_joined() {
+        let mut headers = http::HeaderMap::new();
+        headers.append("x-tag", http::HeaderValue::from_static("a"));
+        headers.append("x-tag", http::HeaderValue::from_static("b"));
+        let exact = |v: &'static str| HeaderMatch {
+            name: http::HeaderName::from_static("x-tag"),
+            value: HeaderValueMatch::Exact(http::HeaderValue::from_static(v)),
+        };
+        assert!(exact("a,b").matches(&headers));
+        assert!(!exact("a").matches(&headers), "not one value alone");
+        let mut single = http::HeaderMap::new();
+        single.insert("x-tag", http::HeaderValue::from_static("a"));
+        assert!(exact("a").matches(&single));
+        assert!(!exact("a").matches(&http::HeaderMap::new()));
     }
 }

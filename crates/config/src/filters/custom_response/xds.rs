@@ -81,6 +81,13 @@ fn predicate_match(p: Predicate, at: &str, depth: usize) -> Result<RawResponseMa
         return Err(ResourceError::invalid(at, "nested too deep"));
     }
     let list = |list: Vec<Predicate>, key: &str| {
+        // Envoy's validation: a list of fewer than two is invalid.
+        if list.len() < 2 {
+            return Err(ResourceError::invalid(
+                format!("{at}.{key}.predicate"),
+                "expected at least two predicates",
+            ));
+        }
         list.into_iter()
             .enumerate()
             .map(|(i, p)| predicate_match(p, &format!("{at}.{key}.predicate[{i}]"), depth + 1))

@@ -147,8 +147,8 @@ impl Described<'_> {
         match &m.name {
             RequestField::Header(name) => m
                 .value
-                .matches_any(self.req.headers().get_all(name).iter().map(|v| v.as_bytes())),
-            pseudo => m.value.matches_any(self.field(pseudo).as_deref().into_iter()),
+                .matches_values(self.req.headers().get_all(name).iter().map(|v| v.as_bytes())),
+            pseudo => m.value.matches_values(self.field(pseudo).as_deref().into_iter()),
         }
     }
 }
