@@ -838,6 +838,25 @@ async fn custom_responses_replace_the_responses_their_rules_pick() {
     assert!(res.headers().get("x-server-error").is_none());
     // What the compression filter does where no rule gives a new body.
     assert_eq!(res.headers()["content-encoding"], "gzip");
+    // A gRPC call's upstream 404 picked by a rule: the rule's answer in gRPC's form, as
+    // Envoy's local reply (UNIMPLEMENTED, the body as the message).
+    let res = send_h1(
+        addr,
+        get(
+            "/x",
+            &[
+                ("x-noop-status", "404"),
+                ("content-type", "application/grpc"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "application/grpc");
+    assert_eq!(res.headers()["grpc-status"], "12");
+    assert_eq!(res.headers()["grpc-message"], "gateway-1 Not Found");
+    assert_eq!(res.headers()["x-set-header"], "set-404");
+    assert_eq!(text(res.into_body()).await, "");
 }
 
 /// An encoding's own rules (`by_encoding`, as Envoy's compressor per library): the client's

@@ -61,6 +61,7 @@ impl FilterChainBench {
             upstream: None,
             head_request: false,
             upgraded: false,
+            grpc_request: false,
         };
         let body = chain.on_response(&mut head, &exchange, &info, &mut state);
         answered || body.is_some()

@@ -71,16 +71,22 @@ impl HttpFilter for CustomResponse {
             .find(|(when, _)| when.holds(head.status, head.headers, local))?;
         head.headers.clear();
         let scratch = std::cell::RefCell::new(Vec::new());
-        let body = rewrite
-            .apply(&mut head.status, head.headers, |rules, headers| {
-                rules.apply_in(headers, ctx.exchange, ctx.request_id, ctx.info.upstream, &scratch)
-            })
-            .unwrap_or_else(|| {
-                head.headers
-                    .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(0));
-                bytes::Bytes::new()
-            });
+        let body = rewrite.apply(&mut head.status, head.headers, |rules, headers| {
+            rules.apply_in(headers, ctx.exchange, ctx.request_id, ctx.info.upstream, &scratch)
+        });
         head.replaced = true;
+        if ctx.info.grpc_request {
+            // Envoy's local reply to a gRPC call: trailers-only, the body as its message.
+            let body = body.unwrap_or_default();
+            let head_request = ctx.info.head_request;
+            crate::context::grpc::local_reply(&mut head.status, head.headers, &body, None, head_request);
+            return Some(BodyFilter::replace(bytes::Bytes::new()));
+        }
+        let body = body.unwrap_or_else(|| {
+            head.headers
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(0));
+            bytes::Bytes::new()
+        });
         Some(BodyFilter::replace(body))
     }
 }

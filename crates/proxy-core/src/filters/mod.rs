@@ -372,6 +372,8 @@ pub(crate) struct ResponseInfo<'a> {
     /// The upstream accepted an upgrade: the response opens a tunnel and is not to be
     /// replaced.
     pub(crate) upgraded: bool,
+    /// The request is a gRPC call: a filter's own answer takes gRPC's form.
+    pub(crate) grpc_request: bool,
 }
 
 /// The exchange as a response phase sees it.

@@ -77,6 +77,7 @@ impl Setup {
             upstream: None,
             head_request: false,
             upgraded: false,
+            grpc_request: false,
         };
         let body = self
             .chain
@@ -374,6 +375,7 @@ fn a_chain_of_filters_that_do_nothing_does_not_allocate() {
         upstream: None,
         head_request: false,
         upgraded: false,
+        grpc_request: false,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

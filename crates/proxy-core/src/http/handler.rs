@@ -207,10 +207,9 @@ pub(crate) fn handle(
             };
             replies.rewrite(&mut response, &reply, &exchange);
         }
-        if response.body().is_local()
-            && facts.tunnel.is_none()
-            && (facts.grpc_request).unwrap_or_else(|| crate::context::grpc::is_grpc(req.headers()))
-        {
+        let grpc_request =
+            (facts.grpc_request).unwrap_or_else(|| crate::context::grpc::is_grpc(req.headers()));
+        if response.body().is_local() && facts.tunnel.is_none() && grpc_request {
             local_reply::to_grpc(&mut response, facts.grpc_status, method == Method::HEAD);
         }
         if !http.filters.is_empty() {
@@ -218,6 +217,7 @@ pub(crate) fn handle(
                 upstream: facts.upstream.as_ref(),
                 head_request: method == Method::HEAD,
                 upgraded: facts.tunnel.is_some(),
+                grpc_request,
             };
             if let Some(filter) =
                 http.filters
