@@ -210,8 +210,14 @@ impl HeaderMatch {
     /// Whether `headers` satisfy the match (for a value match, the header's values as one,
     /// joined by commas, as Envoy reads a repeated header).
     pub fn matches(&self, headers: &http::HeaderMap) -> bool {
-        self.value
-            .matches_values(headers.get_all(&self.name).iter().map(|v| v.as_bytes()))
+        // HTTP/2 sends cookies one per field; they are one header joined by `; `.
+        let separator: &[u8] = if self.name == http::header::COOKIE {
+            b"; "
+        } else {
+            b","
+        };
+        let values = headers.get_all(&self.name).iter().map(|v| v.as_bytes());
+        self.value.matches_joined(values, separator)
     }
 }
 
@@ -219,7 +225,16 @@ impl HeaderValueMatch {
     /// Whether a header with these values (none: absent) satisfies the match: presence, or
     /// the values joined by commas (Envoy's `getAllOfHeaderAsString`; one value is read as
     /// it is, with no copy).
-    pub fn matches_values<'a>(&self, mut values: impl Iterator<Item = &'a [u8]>) -> bool {
+    pub fn matches_values<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> bool {
+        self.matches_joined(values, b",")
+    }
+
+    /// As [`Self::matches_values`], the values joined by `separator`.
+    fn matches_joined<'a>(
+        &self,
+        mut values: impl Iterator<Item = &'a [u8]>,
+        separator: &[u8],
+    ) -> bool {
         match self {
             HeaderValueMatch::Present => values.next().is_some(),
             HeaderValueMatch::Absent => values.next().is_none(),
@@ -230,10 +245,10 @@ impl HeaderValueMatch {
                 let Some(second) = values.next() else {
                     return self.matches_value(Some(first));
                 };
-                let mut joined = Vec::with_capacity(first.len() + second.len() + 1);
+                let mut joined = Vec::with_capacity(first.len() + second.len() + separator.len());
                 for (i, value) in [first, second].into_iter().chain(values).enumerate() {
                     if i > 0 {
-                        joined.push(b',');
+                        joined.extend_from_slice(separator);
                     }
                     joined.extend_from_slice(value);
                 }
@@ -512,5 +527,16 @@ mod header_value_tests {
         single.insert("x-tag", http::HeaderValue::from_static("a"));
         assert!(exact("a").matches(&single));
         assert!(!exact("a").matches(&http::HeaderMap::new()));
+        let mut cookies = http::HeaderMap::new();
+        cookies.append("cookie", http::HeaderValue::from_static("a=1"));
+        cookies.append("cookie", http::HeaderValue::from_static("b=2"));
+        let cookie = HeaderMatch {
+            name: http::header::COOKIE,
+            value: HeaderValueMatch::Exact(http::HeaderValue::from_static("a=1; b=2")),
+        };
+        assert!(
+            cookie.matches(&cookies),
+            "HTTP/2's cookie fields are one header"
+        );
     }
 }

@@ -58,12 +58,19 @@ pub struct CompressionConfig {
 /// What one encoding compresses, where it differs from the filter's settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct EncodingRules {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_opt_size")]
     pub min_content_length: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_types: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etag: Option<EtagPolicy>,
+}
+
+fn ser_opt_size<S: serde::Serializer>(bytes: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match bytes {
+        Some(bytes) => ser_size(bytes, s),
+        None => s.serialize_none(),
+    }
 }
 
 fn ser_by_encoding<S: serde::Serializer>(
@@ -220,6 +227,9 @@ pub(super) fn compression(
         if !encodings.contains(&encoding) {
             return Err(ConfigError::invalid(at, "not one of the filter's encodings"));
         }
+        if by_encoding.iter().any(|(e, _)| *e == encoding) {
+            return Err(ConfigError::invalid(at, "the encoding has rules already"));
+        }
         by_encoding.push((
             encoding,
             EncodingRules {
@@ -331,6 +341,8 @@ mod tests {
         assert_eq!(dumped["by_encoding"]["gzip"]["etag"], "skip", "{dumped}");
         let err = load("{ encodings: [br], by_encoding: { gzip: {} } }").unwrap_err();
         assert!(err.contains("by_encoding.gzip") && err.contains("not one of"), "{err}");
+        let err = load("{ encodings: [br], by_encoding: { br: {}, brotli: {} } }").unwrap_err();
+        assert!(err.contains("has rules already"), "{err}");
         let err = load("{ by_encoding: { deflate: {} } }").unwrap_err();
         assert!(err.contains("expected zstd, br or gzip"), "{err}");
     }

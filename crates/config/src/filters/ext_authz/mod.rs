@@ -59,7 +59,7 @@ pub enum AuthzService {
         #[serde(skip_serializing_if = "Option::is_none")]
         allowed_headers: Option<Vec<String>>,
     },
-    /// Plain HTTP: a 2xx allows; a 5xx is an error (the failure mode answers).
+    /// Plain HTTP: a 200 allows; a 5xx is an error (the failure mode answers).
     Http {
         #[serde(rename = "address", serialize_with = "ser::display")]
         endpoint: ServiceEndpoint,
