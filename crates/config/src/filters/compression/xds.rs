@@ -110,10 +110,12 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<(RawCompression, bool), Re
                 raw.content_types = Some(types);
             }
         }
-        if response.weaken_etag_on_compress {
-            raw.etag = Some("weaken".into());
-        } else if response.disable_on_etag_header {
+        // Envoy checks disable_on_etag_header first: with both set, a response
+        // with an ETag is not compressed at all.
+        if response.disable_on_etag_header {
             raw.etag = Some("skip".into());
+        } else if response.weaken_etag_on_compress {
+            raw.etag = Some("weaken".into());
         }
         if response.remove_accept_encoding_header
             || !response.uncompressible_response_codes.is_empty()
@@ -264,5 +266,49 @@ fn unsupported(at: &str, what: &str) -> ResourceError {
     ResourceError::Unsupported {
         at: at.to_owned(),
         fields: vec![what.to_owned()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::envoy::extensions::filters::http::compressor::v3::compressor;
+    use prost::Message;
+
+    fn any_of<M: Message>(type_url: &str, m: &M) -> Any {
+        Any {
+            type_url: type_url.to_owned(),
+            value: m.encode_to_vec(),
+        }
+    }
+
+    fn gzip_with_etag(disable: bool, weaken: bool) -> Any {
+        let compressor = Compressor {
+            compressor_library: Some(TypedExtensionConfig {
+                name: "gzip".into(),
+                typed_config: Some(any_of(GZIP, &Gzip::default())),
+            }),
+            response_direction_config: Some(compressor::ResponseDirectionConfig {
+                disable_on_etag_header: disable,
+                weaken_etag_on_compress: weaken,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        any_of(TYPE_URL, &compressor)
+    }
+
+    #[test]
+    fn disable_on_etag_header_wins_over_weakening_as_in_envoy() {
+        let etag = |disable, weaken| {
+            settings(&gzip_with_etag(disable, weaken), "f")
+                .map(|(raw, _)| raw.etag)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(etag(true, true), Ok(Some("skip".to_owned())));
+        assert_eq!(etag(false, true), Ok(Some("weaken".to_owned())));
+        assert_eq!(etag(true, false), Ok(Some("skip".to_owned())));
+        assert_eq!(etag(false, false), Ok(Some("remove".to_owned())));
     }
 }
