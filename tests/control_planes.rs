@@ -1768,6 +1768,89 @@ async fn weighted_clusters_carry_header_rules_of_their_own() {
     server.shutdown().await;
 }
 
+/// A route whose cluster a request header names (`cluster_header`), its
+/// `cluster_not_found_response_code` answering a header that names none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_header_names_the_cluster_over_xds() {
+    let (a, b) = (
+        NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+        NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut route = resources::forward("/", "unused");
+    let Some(route::Action::Route(action)) = &mut route.action else {
+        unreachable!()
+    };
+    action.cluster_specifier = Some(route_action::ClusterSpecifier::ClusterHeader(
+        "x-cluster".into(),
+    ));
+    action.cluster_not_found_response_code =
+        route_action::ClusterNotFoundResponseCode::NotFound as i32;
+    let config = resources::route_config("web-routes", vec![route]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&config))]);
+    let clusters = [("svc-a", a.local_addr()), ("svc-b", b.local_addr())];
+    server.set(
+        type_url::CLUSTER,
+        (clusters.iter())
+            .map(|(c, _)| {
+                (
+                    c.to_string(),
+                    any(&eds_cluster(c, cluster::LbPolicy::RoundRobin)),
+                )
+            })
+            .collect(),
+    );
+    server.set(
+        type_url::ENDPOINT,
+        (clusters.iter())
+            .map(|(c, addr)| (c.to_string(), any(&resources::assignment(c, &[*addr]))))
+            .collect(),
+    );
+    server.set(
+        type_url::LISTENER,
+        vec![(
+            "web".into(),
+            any(&resources::listener(
+                "web",
+                "127.0.0.1:0".parse().unwrap(),
+                "web-routes",
+            )),
+        )],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    let addr = bound(&proxy).await;
+    eventually("both clusters in force", async || {
+        let a_up = send_h1(addr, get("/", &[("x-cluster", "svc-a")]))
+            .await
+            .status()
+            == 200;
+        a_up && send_h1(addr, get("/", &[("x-cluster", "svc-b")]))
+            .await
+            .status()
+            == 200
+    })
+    .await;
+    for (name, upstream) in [("svc-a", &a), ("svc-b", &b)] {
+        let r = send_h2(addr, get_h2("/", &[("x-cluster", name)])).await;
+        assert_eq!(
+            r.headers()["x-noop-served-by"],
+            upstream.local_addr().to_string().as_str()
+        );
+    }
+    for headers in [&[][..], &[("x-cluster", "svc-c")][..]] {
+        let r = send_h1(addr, get("/", headers)).await;
+        assert_eq!(r.status(), 404, "{headers:?}");
+        assert_eq!(text(r.into_body()).await, "cluster not found\n");
+    }
+    server.shutdown().await;
+}
+
 /// The same from the config file: `headers` on a cluster of `weighted_clusters`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weighted_clusters_carry_header_rules_from_the_file() {

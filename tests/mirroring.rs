@@ -323,3 +323,48 @@ clusters:
     assert_eq!(stat(admin, "upstream_rq_shadow"), 21);
     deaf_task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_named_by_a_request_header_gets_copies_only_of_requests_naming_one() {
+    let primary = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mirror = Recorder::start().await;
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: primary
+        request_mirror_policies: [{{ cluster_header: x-mirror }}]
+clusters:
+  - name: primary
+    endpoints: [{}]
+  - name: shadow
+    endpoints: [{}]
+"#,
+        primary.local_addr(),
+        mirror.addr
+    );
+    let proxy = Proxy::start(&config, 2);
+    for (path, named) in [
+        ("/first", Some("shadow")),
+        ("/nowhere", Some("no-such-cluster")),
+        ("/unnamed", None),
+        ("/last", Some("shadow")),
+    ] {
+        let headers: Vec<(&str, &str)> = named.iter().map(|n| ("x-mirror", *n)).collect();
+        let response = send_h1(proxy.addr(), get(path, &headers)).await;
+        // The original goes to its own cluster whatever the copy does.
+        let _ = primary_saw(response).await;
+    }
+    mirror.wait_for(2).await;
+    let admin = proxy.admin.unwrap();
+    // Counted as each copy is started: two, the others never were.
+    assert_eq!(stat_settled(admin, "upstream_rq_shadow", 2), 2);
+    let paths: Vec<String> = mirror.copies().into_iter().map(|c| c.path).collect();
+    assert_eq!(paths, ["/first", "/last"]);
+}

@@ -287,3 +287,86 @@ clusters:
         "{echoed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_header_names_the_cluster_of_a_route_or_of_a_split_side() {
+    let (v1, v2) = (upstream().await, upstream().await);
+    let logs = ScratchDir::new();
+    let log = logs.0.join("access.log");
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    access_log: {{ path: "{}", format: "flag=%RESPONSE_FLAGS% path=%REQ(:PATH)%\n" }}
+    routes:
+      - match: {{ prefix: /split }}
+        weighted_clusters: [{{ cluster: v1, weight: 1 }}, {{ cluster_header: x-side, weight: 1 }}]
+        random_value_header: x-pick
+      - match: {{ prefix: / }}
+        cluster_header: x-cluster
+{}"#,
+        log.display(),
+        two_clusters(&v1, &v2)
+    );
+    let proxy = Proxy::start(&config, 2);
+    let (v1_addr, v2_addr) = (v1.local_addr().to_string(), v2.local_addr().to_string());
+
+    // Each request goes where its header says, over HTTP/1.1 and HTTP/2.
+    for (cluster, served) in [("v1", &v1_addr), ("v2", &v2_addr)] {
+        let r = send_h1(proxy.addr(), get("/", &[("x-cluster", cluster)])).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(&served_by(&r), served);
+        let r = send_h2(proxy.addr(), get_h2("/", &[("x-cluster", cluster)])).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(&served_by(&r), served);
+    }
+    // Only the first value counts, as in Envoy.
+    let r = send_h1(
+        proxy.addr(),
+        get("/", &[("x-cluster", "v2"), ("x-cluster", "v1")]),
+    )
+    .await;
+    assert_eq!(served_by(&r), v2_addr);
+
+    // No header, or one naming no cluster: 503, flag NC, nothing sent upstream.
+    for headers in [
+        &[][..],
+        &[("x-cluster", "v3")][..],
+        &[("x-cluster", "V1")][..],
+    ] {
+        let r = send_h1(proxy.addr(), get("/missing", headers)).await;
+        assert_eq!(r.status(), 503, "{headers:?}");
+        assert_eq!(served_by(&r), "");
+        assert_eq!(text(r.into_body()).await, "cluster not found\n");
+    }
+    let mut lines = String::new();
+    eventually("three lines of flag NC", async || {
+        lines = std::fs::read_to_string(&log).unwrap_or_default();
+        lines.matches("flag=NC path=/missing\n").count() == 3
+    })
+    .await;
+
+    // A split's side named by a header: drawn by its weight (x-pick 1 is the second side),
+    // then looked up.
+    let side = |pick: &'static str, name: &'static str| {
+        get("/split", &[("x-pick", pick), ("x-side", name)])
+    };
+    assert_eq!(
+        served_by(&send_h1(proxy.addr(), side("0", "v2")).await),
+        v1_addr
+    );
+    assert_eq!(
+        served_by(&send_h1(proxy.addr(), side("1", "v2")).await),
+        v2_addr
+    );
+    assert_eq!(
+        served_by(&send_h1(proxy.addr(), side("1", "v1")).await),
+        v1_addr
+    );
+    let r = send_h1(proxy.addr(), side("1", "nowhere")).await;
+    assert_eq!(r.status(), 503);
+    let r = send_h1(proxy.addr(), get("/split", &[("x-pick", "0")])).await;
+    assert_eq!(served_by(&r), v1_addr);
+}

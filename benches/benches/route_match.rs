@@ -114,6 +114,7 @@ fn vhosts(n: usize, hosts: usize) -> RouteConfiguration {
         virtual_hosts,
         flat: false,
         ignore_port_in_host_matching: false,
+        cluster_names: Default::default(),
     }
 }
 

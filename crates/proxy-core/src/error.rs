@@ -44,6 +44,8 @@ pub enum ResponseFlag {
     FailedLocalHealthCheck,
     /// DT: a connection reached its maximum duration.
     DurationTimeout,
+    /// NC: the cluster a request header named is not there.
+    NoClusterFound,
 }
 
 impl ResponseFlag {
@@ -64,6 +66,7 @@ impl ResponseFlag {
             ResponseFlag::FaultInjected => "FI",
             ResponseFlag::FailedLocalHealthCheck => "LH",
             ResponseFlag::DurationTimeout => "DT",
+            ResponseFlag::NoClusterFound => "NC",
         }
     }
 }
@@ -104,6 +107,10 @@ impl Overflow {
 pub enum ProxyError {
     #[error("no route matches the request")]
     NoRoute,
+    /// The route's `cluster_header` named no cluster there is; the route's
+    /// `cluster_not_found_response_code`.
+    #[error("the cluster the request names is not there")]
+    ClusterNotFound(StatusCode),
     #[error("no healthy upstream host")]
     NoHealthyUpstream,
     #[error("circuit breaker open: {}", .0.as_str())]
@@ -215,7 +222,7 @@ impl ProxyError {
             }
             ProxyError::BadRequest(_) | ProxyError::ClientAborted { .. } => StatusCode::BAD_REQUEST,
             ProxyError::Http10Refused => StatusCode::UPGRADE_REQUIRED,
-            ProxyError::ClientUnknown(status) => *status,
+            ProxyError::ClientUnknown(status) | ProxyError::ClusterNotFound(status) => *status,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
             | ProxyError::ConnectTimeout { .. }
@@ -246,6 +253,7 @@ impl ProxyError {
         }
         Some(match self {
             ProxyError::NoRoute => ResponseFlag::NoRoute,
+            ProxyError::ClusterNotFound(_) => ResponseFlag::NoClusterFound,
             ProxyError::NoHealthyUpstream => ResponseFlag::NoHealthyUpstream,
             ProxyError::Overflow(_) => ResponseFlag::UpstreamOverflow,
             ProxyError::Overloaded => ResponseFlag::OverloadManager,
@@ -294,6 +302,7 @@ impl ProxyError {
     pub fn client_body(&self) -> &'static str {
         match self {
             ProxyError::NoRoute => "no route\n",
+            ProxyError::ClusterNotFound(_) => "cluster not found\n",
             ProxyError::NoHealthyUpstream => "no healthy upstream\n",
             ProxyError::Overflow(_) => "upstream overloaded\n",
             ProxyError::Overloaded => "proxy overloaded\n",

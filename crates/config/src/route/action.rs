@@ -182,13 +182,35 @@ fn ser_regex<S: Serializer>(regex: &regex::Regex, s: S) -> Result<S::Ok, S::Erro
     s.serialize_str(regex.as_str())
 }
 
+/// Where a route, one side of its split or a mirror sends requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterTarget {
+    /// Index into [`Config::clusters`](super::Config::clusters).
+    Index(usize),
+    /// The cluster the request's header of this name names (its first value), read when the
+    /// route is matched (Envoy's `cluster_header`); one it names that is not there answers
+    /// as a cluster not found.
+    Header(http::HeaderName),
+}
+
+impl Serialize for ClusterTarget {
+    /// Flattened beside the cluster's name: `cluster_header: NAME`, or nothing.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        if let ClusterTarget::Header(name) = self {
+            map.serialize_entry("cluster_header", name.as_str())?;
+        }
+        map.end()
+    }
+}
+
 /// One cluster of a route's `weighted_clusters`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WeightedCluster {
-    /// Index into [`Config::clusters`](super::Config::clusters).
-    #[serde(skip)]
-    pub index: usize,
-    #[serde(rename = "cluster")]
+    #[serde(flatten)]
+    pub target: ClusterTarget,
+    /// Empty with a `cluster_header`.
+    #[serde(rename = "cluster", skip_serializing_if = "String::is_empty")]
     pub name: String,
     pub weight: u32,
     /// Applied by the `headers` filter before the levels' rules, to requests drawn here.
@@ -230,10 +252,10 @@ pub struct TrafficSplit {
 /// A copy of the route's requests sent to another cluster, its answers discarded.
 #[derive(Debug, Clone, Serialize)]
 pub struct MirrorPolicy {
-    /// Index into [`Config::clusters`](super::Config::clusters).
-    #[serde(skip)]
-    pub cluster: usize,
-    #[serde(rename = "cluster")]
+    #[serde(flatten)]
+    pub cluster: ClusterTarget,
+    /// Empty with a `cluster_header`.
+    #[serde(rename = "cluster", skip_serializing_if = "String::is_empty")]
     pub cluster_name: String,
     /// The share of requests mirrored, in millionths (Envoy's `runtime_fraction`).
     #[serde(serialize_with = "ser_fraction")]

@@ -28,6 +28,34 @@ pub(crate) fn route_configuration(
     path: &str,
     ctx: &RouteCtx<'_>,
 ) -> Result<RouteConfiguration, ConfigError> {
+    let mut config = hosts_and_routes(routes, virtual_hosts, path, ctx)?;
+    if config.routes.iter().any(names_cluster_by_header) {
+        config.cluster_names = std::sync::Arc::new(
+            (ctx.cluster_index.iter())
+                .map(|(name, &i)| (Box::from(*name), i))
+                .collect(),
+        );
+    }
+    Ok(config)
+}
+
+/// Whether the route, a side of its split or a mirror picks its cluster by a request header.
+fn names_cluster_by_header(route: &RouteConfig) -> bool {
+    let RouteAction::Forward(forward) = &route.action else {
+        return false;
+    };
+    let by_header = |target: &ClusterTarget| matches!(target, ClusterTarget::Header(_));
+    by_header(&forward.cluster)
+        || (forward.split.iter()).any(|s| s.clusters.iter().any(|c| by_header(&c.target)))
+        || forward.mirrors.iter().any(|m| by_header(&m.cluster))
+}
+
+fn hosts_and_routes(
+    routes: Vec<RawRoute>,
+    virtual_hosts: Vec<RawVirtualHost>,
+    path: &str,
+    ctx: &RouteCtx<'_>,
+) -> Result<RouteConfiguration, ConfigError> {
     match (routes.is_empty(), virtual_hosts.is_empty()) {
         (false, false) => Err(ConfigError::invalid(
             path,
@@ -81,6 +109,7 @@ pub(crate) fn route_configuration(
                 virtual_hosts: hosts,
                 flat: false,
                 ignore_port_in_host_matching: false,
+                cluster_names: Default::default(),
             })
         }
     }
@@ -227,9 +256,11 @@ fn route(
         };
     }
     filters.drop_empty_instances();
-    let forwards = raw.cluster.is_some() || raw.weighted_clusters.is_some();
+    let forwards =
+        raw.cluster.is_some() || raw.cluster_header.is_some() || raw.weighted_clusters.is_some();
     let actions = [
         ("cluster", raw.cluster.is_some()),
+        ("cluster_header", raw.cluster_header.is_some()),
         ("weighted_clusters", raw.weighted_clusters.is_some()),
         ("direct_response", raw.direct_response.is_some()),
         ("redirect", raw.redirect.is_some()),
@@ -245,7 +276,7 @@ fn route(
         [] => {
             return Err(ConfigError::invalid(
                 path,
-                "expected a `cluster` to forward to (or `weighted_clusters`), a \
+                "expected a `cluster` to forward to (or `cluster_header`, `weighted_clusters`), a \
                  `direct_response` or a `redirect` (or `https_redirect: true`)",
             ));
         }
@@ -331,15 +362,23 @@ fn route(
             &at,
         )?)
     } else {
-        let (index, cluster_name, split) = match (raw.cluster, raw.weighted_clusters) {
+        let (target, cluster_name, split) = match (raw.cluster, raw.weighted_clusters) {
             (Some(cluster), _) => (
-                route_actions::cluster(
+                ClusterTarget::Index(route_actions::cluster(
                     &cluster,
                     cluster_index,
                     clusters,
                     &format!("{path}.cluster"),
-                )?,
+                )?),
                 cluster,
+                None,
+            ),
+            (None, None) if raw.cluster_header.is_some() => (
+                ClusterTarget::Header(route_actions::header_name(
+                    raw.cluster_header.as_deref().unwrap_or_default(),
+                    &format!("{path}.cluster_header"),
+                )?),
+                String::new(),
                 None,
             ),
             (None, weighted) => {
@@ -355,7 +394,7 @@ fn route(
                     chain,
                     path,
                 )?;
-                (split.clusters[0].index, String::new(), Some(split))
+                (split.clusters[0].target.clone(), String::new(), Some(split))
             }
         };
         let timeout = raw.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
@@ -402,10 +441,17 @@ fn route(
             .transpose()?
             .or_else(|| host.retry_policy.clone());
         let upgrades = upgrades(raw.upgrades, &format!("{path}.upgrades"))?;
+        // Those named here; one a header names is known per request.
         let targets: Vec<usize> = match &split {
-            Some(split) => split.clusters.iter().map(|c| c.index).collect(),
-            None => vec![index],
-        };
+            Some(split) => split.clusters.iter().map(|c| &c.target).collect(),
+            None => vec![&target],
+        }
+        .into_iter()
+        .filter_map(|t| match t {
+            ClusterTarget::Index(i) => Some(*i),
+            ClusterTarget::Header(_) => None,
+        })
+        .collect();
         if let Some(&h2) = targets
             .iter()
             .find(|&&i| clusters[i].protocol == UpstreamProtocol::Http2)
@@ -423,9 +469,14 @@ fn route(
             route_actions::path_rewrite(raw.prefix_rewrite, raw.regex_rewrite, &matcher, path)?;
         let mirrors =
             route_actions::mirrors(raw.request_mirror_policies, cluster_index, clusters, path)?;
+        let cluster_not_found_status = raw
+            .cluster_not_found_status
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
         RouteAction::Forward(Box::new(ForwardAction {
-            cluster: index,
+            cluster: target,
             cluster_name,
+            cluster_not_found_status,
             split,
             path_rewrite,
             mirrors,

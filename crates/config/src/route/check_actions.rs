@@ -236,7 +236,12 @@ pub(crate) fn split(
         let at = format!("{path}.weighted_clusters[{i}]");
         // A cluster may be listed twice (Envoy Gateway merges backends so): each entry is
         // drawn by its own weight, with its own header rules, as in Envoy.
-        let index = cluster(&w.cluster, clusters, known, &format!("{at}.cluster"))?;
+        let target = target(
+            &w.cluster,
+            w.cluster_header.as_deref(),
+            (clusters, known),
+            &at,
+        )?;
         if w.weight == 0 {
             return Err(ConfigError::invalid(
                 format!("{at}.weight"),
@@ -262,7 +267,7 @@ pub(crate) fn split(
             .map(|h| super::check::host_rewrite(&h, &format!("{at}.host_rewrite")))
             .transpose()?;
         list.push(WeightedCluster {
-            index,
+            target,
             name: w.cluster,
             weight: w.weight,
             headers,
@@ -309,6 +314,38 @@ pub(crate) fn split(
     })
 }
 
+/// A split's or mirror's `cluster`, or the `cluster_header` naming it per request: one of
+/// the two.
+fn target(
+    name: &str,
+    header: Option<&str>,
+    (clusters, known): (&HashMap<&str, usize>, &[ClusterConfig]),
+    at: &str,
+) -> Result<ClusterTarget, ConfigError> {
+    match header {
+        None => Ok(ClusterTarget::Index(cluster(
+            name,
+            clusters,
+            known,
+            &format!("{at}.cluster"),
+        )?)),
+        Some(_) if !name.is_empty() => Err(ConfigError::invalid(
+            at,
+            "expected `cluster` or `cluster_header`, not both",
+        )),
+        Some(header) => Ok(ClusterTarget::Header(header_name(
+            header,
+            &format!("{at}.cluster_header"),
+        )?)),
+    }
+}
+
+/// A header named in the config (lower case, as HTTP/2 sends it).
+pub(crate) fn header_name(name: &str, path: &str) -> Result<http::HeaderName, ConfigError> {
+    http::HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| ConfigError::invalid(path, format!("expected a header name, found `{name}`")))
+}
+
 /// A cluster's index by name.
 pub(crate) fn cluster(
     name: &str,
@@ -343,7 +380,12 @@ pub(crate) fn mirrors(
         .enumerate()
         .map(|(i, m)| {
             let at = format!("{path}.request_mirror_policies[{i}]");
-            let cluster = cluster(&m.cluster, clusters, known, &format!("{at}.cluster"))?;
+            let cluster = target(
+                &m.cluster,
+                m.cluster_header.as_deref(),
+                (clusters, known),
+                &at,
+            )?;
             let fraction = match m.fraction {
                 None => 1_000_000,
                 Some(value) => fraction(&value).ok_or_else(|| {

@@ -303,12 +303,16 @@ pub enum RouteAction {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ForwardAction {
-    /// Index into [`Config::clusters`]; with a split, its first cluster.
-    #[serde(skip)]
-    pub cluster: usize,
-    /// The cluster's name.
+    /// Where requests go without a split (with one, its first cluster's target).
+    #[serde(flatten)]
+    pub cluster: ClusterTarget,
+    /// The cluster's name (empty with a split or a `cluster_header`).
     #[serde(rename = "cluster", skip_serializing_if = "String::is_empty")]
     pub cluster_name: String,
+    /// The status of a request whose `cluster_header` names no cluster there is (Envoy's
+    /// `cluster_not_found_response_code`).
+    #[serde(skip)]
+    pub cluster_not_found_status: StatusCode,
     /// `weighted_clusters`: the cluster is drawn per request, `cluster` is not used.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub split: Option<TrafficSplit>,

@@ -36,6 +36,8 @@ pub struct RawRoute {
     /// The request span's name, and whether the client is told it (Envoy's `decorator`).
     pub decorator: Option<crate::tracing::RawDecorator>,
     pub cluster: Option<String>,
+    /// The cluster is the one this request header names (Envoy's `cluster_header`).
+    pub cluster_header: Option<String>,
     pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
     /// With `weighted_clusters`: what keeps one client on one side.
     pub hash_key: Option<RawHashKey>,
@@ -165,7 +167,10 @@ pub struct RawHeaderMatch {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWeightedCluster {
+    /// The cluster, or (`cluster_header`) the request header that names it.
+    #[serde(default)]
     pub cluster: String,
+    pub cluster_header: Option<String>,
     pub weight: u32,
     /// Header rules for the requests drawn to this cluster (and their responses), applied
     /// before the route's, virtual host's and listener's (Envoy's order).
@@ -199,7 +204,10 @@ pub struct RawRegexRewrite {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMirrorPolicy {
+    /// The cluster, or (`cluster_header`) the request header that names it.
+    #[serde(default)]
     pub cluster: String,
+    pub cluster_header: Option<String>,
     /// `10%`, `0.5%` or a number of percent; default 100%.
     pub fraction: Option<serde_yaml::Value>,
     pub disable_shadow_host_suffix_append: Option<bool>,

@@ -24,6 +24,9 @@ pub struct RouteConfiguration {
     /// A request's host is matched without its port, so domains that name one match nothing
     /// (Envoy's `ignore_port_in_host_matching`).
     pub ignore_port_in_host_matching: bool,
+    /// The config's clusters by name, when a route here picks one by a request header
+    /// (`cluster_header`); empty otherwise.
+    pub cluster_names: Arc<std::collections::HashMap<Box<str>, usize>>,
 }
 
 impl RouteConfiguration {
@@ -41,7 +44,14 @@ impl RouteConfiguration {
             virtual_hosts,
             flat: true,
             ignore_port_in_host_matching: false,
+            cluster_names: Arc::default(),
         }
+    }
+
+    /// The index of the cluster named `name`, for a route's `cluster_header`.
+    pub fn cluster_named(&self, name: &[u8]) -> Option<usize> {
+        let name = std::str::from_utf8(name).ok()?;
+        self.cluster_names.get(name).copied()
     }
 
     /// The routes of `host`, in order.

@@ -162,23 +162,34 @@ impl XdsRoutes {
         }
         for route in hosts.iter_mut().flat_map(|h| h.routes.iter_mut()) {
             // A copy for a cluster not there is not sent (Envoy's shadow fails quietly).
+            // (One a request header names is looked up per request.)
             route
                 .request_mirror_policies
-                .retain(|m| ready.contains_key(m.cluster.as_str()));
+                .retain(|m| m.cluster_header.is_some() || ready.contains_key(m.cluster.as_str()));
             // Of a split, the clusters that are there share its traffic.
             if let Some(split) = &mut route.weighted_clusters {
-                split.retain(|c| ready.contains_key(c.cluster.as_str()));
+                split.retain(|c| {
+                    c.cluster_header.is_some() || ready.contains_key(c.cluster.as_str())
+                });
             }
             let clusters: Vec<&str> = match (&route.cluster, &route.weighted_clusters) {
                 (Some(cluster), _) => vec![cluster.as_str()],
-                (None, Some(split)) => split.iter().map(|c| c.cluster.as_str()).collect(),
+                (None, Some(split)) => (split.iter())
+                    .filter(|c| c.cluster_header.is_none())
+                    .map(|c| c.cluster.as_str())
+                    .collect(),
+                // The listener's upgrades are offered as for an HTTP/1.1 cluster: one to a
+                // cluster speaking HTTP/2 fails there, as in Envoy.
+                (None, None) if route.cluster_header.is_some() => Vec::new(),
                 (None, None) => continue,
             };
+            let by_header = route.cluster_header.is_some()
+                || (route.weighted_clusters.iter().flatten()).any(|c| c.cluster_header.is_some());
             let known: Vec<bool> = clusters
                 .iter()
                 .filter_map(|c| ready.get(c).copied())
                 .collect();
-            if known.is_empty() || known.len() < clusters.len() {
+            if (known.is_empty() && !by_header) || known.len() < clusters.len() {
                 *route = RawRoute {
                     matcher: std::mem::take(&mut route.matcher),
                     filters: route.filters.take(),
@@ -435,6 +446,7 @@ fn cookie(c: CookieMatcher, at: &str) -> Result<RawCookieMatch, ResourceError> {
 fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), ResourceError> {
     match a.cluster_specifier.take() {
         Some(action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
+        Some(action::ClusterSpecifier::ClusterHeader(header)) => raw.cluster_header = Some(header),
         Some(action::ClusterSpecifier::WeightedClusters(weighted)) => {
             let (clusters, random_value_header, use_hash_policy) =
                 route_action::weighted_clusters(weighted, &format!("{at}.weighted_clusters"))?;
@@ -445,7 +457,10 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         _ => {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
-                fields: vec!["cluster_specifier (a cluster by name, or weighted_clusters)".into()],
+                fields: vec![
+                    "cluster_specifier (a cluster by name or by header, or weighted_clusters)"
+                        .into(),
+                ],
             });
         }
     }

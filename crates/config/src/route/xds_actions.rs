@@ -116,13 +116,12 @@ pub(crate) fn weighted_clusters(
             .host_rewrite_specifier
             .take()
             .map(|cluster_weight::HostRewriteSpecifier::HostRewriteLiteral(host)| host);
+        let cluster_header = Some(std::mem::take(&mut c.cluster_header)).filter(|h| !h.is_empty());
         nothing_else(&c, fields::CLUSTER_WEIGHT, &at)?;
-        if name.is_empty() {
-            return Err(unsupported(&at, "cluster_header (a cluster by name only)"));
-        }
         if weight > 0 {
             clusters.push(RawWeightedCluster {
                 cluster: name,
+                cluster_header,
                 weight,
                 headers,
                 host_rewrite,
@@ -176,15 +175,15 @@ pub(crate) fn mirrors(
                 }
             };
             let cluster = std::mem::take(&mut m.cluster);
+            let cluster_header =
+                Some(std::mem::take(&mut m.cluster_header)).filter(|h| !h.is_empty());
             let disable_suffix = std::mem::take(&mut m.disable_shadow_host_suffix_append);
             // Tracing is not done here: nothing to sample.
             m.trace_sampled = None;
             nothing_else(&m, fields::REQUEST_MIRROR_POLICY, &at)?;
-            if cluster.is_empty() {
-                return Err(unsupported(&at, "cluster_header (a cluster by name only)"));
-            }
             Ok(RawMirrorPolicy {
                 cluster,
+                cluster_header,
                 fraction: Some(serde_yaml::Value::Number(percent.into())),
                 disable_shadow_host_suffix_append: Some(disable_suffix),
             })

@@ -33,7 +33,7 @@ fn fills_in_defaults() {
     assert_eq!(cluster.endpoints[1].weight, 1);
     match &config.listeners[0].route_config.routes[1].action {
         RouteAction::Forward(f) => {
-            assert_eq!(f.cluster, 0);
+            assert_eq!(f.cluster, ClusterTarget::Index(0));
             assert_eq!(f.timeout, DEFAULT_ROUTE_TIMEOUT);
         }
         other => panic!("expected a forward action, got {other:?}"),
@@ -1041,5 +1041,81 @@ fn custom_response_rules_are_checked() {
     ] {
         let err = error_of(&with_rules(rules));
         assert!(err.contains(expected), "{rules}: {err}");
+    }
+}
+
+#[test]
+fn a_cluster_named_by_a_request_header_is_looked_up_by_name() {
+    let with = |route: &str| {
+        MINIMAL.replace(
+            "      - match: { prefix: / }\n        cluster: backend\n",
+            &format!("      - match: {{ prefix: / }}\n{route}"),
+        ) + "  - name: canary\n    endpoints: [127.0.0.1:9002]\n"
+    };
+    let config = Config::from_yaml(&with(
+        "        cluster_header: X-Cluster\n        request_mirror_policies: [{ cluster_header: x-mirror }]\n",
+    ))
+    .unwrap();
+    let routes = &config.listeners[0].route_config;
+    let RouteAction::Forward(forward) = &routes.routes[1].action else {
+        panic!("a forward");
+    };
+    assert_eq!(
+        forward.cluster,
+        ClusterTarget::Header(http::HeaderName::from_static("x-cluster"))
+    );
+    assert_eq!(
+        forward.cluster_not_found_status,
+        http::StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(routes.cluster_named(b"canary"), Some(1));
+    assert_eq!(routes.cluster_named(b"backend"), Some(0));
+    assert_eq!(routes.cluster_named(b"nowhere"), None);
+    let dump = serde_yaml::to_string(&config.listeners[0].route_config).unwrap();
+    assert!(dump.contains("cluster_header: x-cluster"), "{dump}");
+    assert!(dump.contains("cluster_header: x-mirror"), "{dump}");
+
+    // A side of a split named by a header, beside one named in the config.
+    let config = Config::from_yaml(&with(
+        "        weighted_clusters:\n          - { cluster: backend, weight: 1 }\n          - { cluster_header: x-side, weight: 3 }\n",
+    ))
+    .unwrap();
+    let routes = &config.listeners[0].route_config;
+    let RouteAction::Forward(forward) = &routes.routes[1].action else {
+        panic!("a forward");
+    };
+    let split = forward.split.as_ref().unwrap();
+    assert_eq!(split.clusters[0].target, ClusterTarget::Index(0));
+    assert_eq!(
+        split.clusters[1].target,
+        ClusterTarget::Header(http::HeaderName::from_static("x-side"))
+    );
+    // Without a header anywhere, no names are kept.
+    let plain = Config::from_yaml(MINIMAL).unwrap();
+    assert_eq!(
+        plain.listeners[0].route_config.cluster_named(b"backend"),
+        None
+    );
+
+    for (route, needle) in [
+        (
+            "        cluster: backend\n        cluster_header: x-cluster\n",
+            "routes[1]: expected one action: `cluster` or `cluster_header`, not both",
+        ),
+        (
+            "        cluster_header: \"bad header\"\n",
+            "routes[1].cluster_header: expected a header name, found `bad header`",
+        ),
+        (
+            "        weighted_clusters: [{ cluster: backend, cluster_header: x-side, weight: 1 }]\n",
+            "weighted_clusters[0]: expected `cluster` or `cluster_header`, not both",
+        ),
+        (
+            "        cluster: backend\n        request_mirror_policies: [{ }]\n",
+            "request_mirror_policies[0].cluster: unknown cluster ``",
+        ),
+    ] {
+        let error = error_of(&with(route));
+        assert!(error.contains(needle), "{needle}: {error}");
     }
 }

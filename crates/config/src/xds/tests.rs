@@ -1397,15 +1397,37 @@ fn route_features_beyond_one_cluster_are_refused_by_name_where_they_cannot_hold(
         &|r| action(r).cluster_specifier = Some(weights(&[("web", 0)], None)),
         "above 0",
     );
-    refused(
-        &|r| {
-            action(r).request_mirror_policies = vec![route_action::RequestMirrorPolicy {
-                cluster_header: "x-mirror".into(),
-                ..Default::default()
-            }]
-        },
-        "cluster_header",
+    // A cluster named by a request header: kept whatever clusters are there (each request
+    // looks its own up), for the route, a side of its split and a mirror.
+    let hosts = with(&|r| {
+        let a = action(r);
+        a.cluster_specifier = Some(route_action::ClusterSpecifier::ClusterHeader(
+            "x-cluster".into(),
+        ));
+        a.request_mirror_policies = vec![route_action::RequestMirrorPolicy {
+            cluster_header: "x-mirror".into(),
+            ..Default::default()
+        }];
+    })
+    .unwrap();
+    let route = &hosts[0].routes[0];
+    assert_eq!(route.cluster_header.as_deref(), Some("x-cluster"));
+    assert!(route.direct_response.is_none());
+    assert_eq!(
+        route.request_mirror_policies[0].cluster_header.as_deref(),
+        Some("x-mirror")
     );
+    let hosts = with(&|r| {
+        let mut split = weights(&[("web", 1), ("", 1)], None);
+        if let route_action::ClusterSpecifier::WeightedClusters(w) = &mut split {
+            w.clusters[1].cluster_header = "x-side".into();
+        }
+        action(r).cluster_specifier = Some(split);
+    })
+    .unwrap();
+    let split = hosts[0].routes[0].weighted_clusters.as_ref().unwrap();
+    assert_eq!(split.len(), 2);
+    assert_eq!(split[1].cluster_header.as_deref(), Some("x-side"));
     refused(
         &|r| {
             r.r#match.as_mut().unwrap().headers = vec![HeaderMatcher {

@@ -18,7 +18,7 @@ use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
 use crate::trace::{RequestTrace, TRACEPARENT, TRACESTATE, text_of};
-use config::{ForwardAction, HeadersWithUnderscores, PathMatch, RouteAction};
+use config::{ClusterTarget, ForwardAction, HeadersWithUnderscores, PathMatch, RouteAction};
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
@@ -444,7 +444,7 @@ async fn route_and_forward(
         head::Admitted::Routed { host, matched } => (host, matched),
         head::Admitted::Redirect(location) => return Ok(local_reply::redirect(location)),
     };
-    let matched = draw_weighted(matched, req, scope);
+    let matched = pick_cluster(matched, req, scope);
     facts.matched = matched;
     if let Some(route) = matched.route
         && !scope.http.route_trace_policies.is_empty()
@@ -583,7 +583,7 @@ async fn filter_and_answer(
                     let (again_host, again) =
                         head::route(req, host_rules(scope), &scope.http.routes)?;
                     host = again_host;
-                    matched = draw_weighted(again, req, scope);
+                    matched = pick_cluster(again, req, scope);
                     facts.matched = matched;
                 }
                 Flow::Respond(reply) => {
@@ -630,7 +630,7 @@ async fn filter_and_answer(
             forward_request(
                 req,
                 host.clone(),
-                (forward, matched.weighted),
+                (forward, matched.weighted, matched.named_cluster),
                 &route.matcher.path,
                 scope,
                 in_flight,
@@ -660,7 +660,7 @@ fn ensure_request_id(headers: &mut http::HeaderMap, in_flight: &mut InFlight) {
 async fn forward_request(
     req: &mut Request<RequestBody>,
     host: Option<HeaderValue>,
-    (forward, weighted): (&ForwardAction, Option<usize>),
+    (forward, weighted, named_cluster): (&ForwardAction, Option<usize>, Option<usize>),
     matched_path: &PathMatch,
     scope: &Scope<'_>,
     in_flight: &mut InFlight,
@@ -677,9 +677,11 @@ async fn forward_request(
     if asked.is_none() && upgrade::is_extended_connect(req) {
         return Err(ProxyError::BadRequest("this route allows no such upgrade"));
     }
-    let cluster = match (&forward.split, weighted) {
-        (Some(split), Some(drawn)) => split.clusters[drawn].index,
-        _ => forward.cluster,
+    let cluster = match target_of(forward, weighted) {
+        ClusterTarget::Index(i) => *i,
+        ClusterTarget::Header(_) => named_cluster.ok_or(ProxyError::ClusterNotFound(
+            forward.cluster_not_found_status,
+        ))?,
     };
     let cluster_ref = &http.clusters[cluster];
     // Evaluated only for a cluster that picks by it, as Envoy: no cookie is made otherwise.
@@ -769,7 +771,7 @@ async fn forward_request(
         if !forward.mirrors.is_empty() && asked.is_none() {
             mirror::start(
                 forward,
-                &http.clusters,
+                (&http.clusters, http.routes.config()),
                 &parts,
                 authority.as_ref(),
                 &mut body,
@@ -864,16 +866,18 @@ fn append_forwarded_host(headers: &mut http::HeaderMap, host: &HeaderValue) {
     }
 }
 
-/// `matched` with the cluster drawn from its route's split, if it has one (by the hash key
-/// if the split has one, so one client stays on one side).
-fn draw_weighted<B>(mut matched: Matched, request: &Request<B>, scope: &Scope<'_>) -> Matched {
+/// `matched` with its route's cluster picked: drawn from the route's split if it has one (by
+/// the hash key if the split has one, so one client stays on one side), and looked up by name
+/// where a request header names it.
+fn pick_cluster<B>(mut matched: Matched, request: &Request<B>, scope: &Scope<'_>) -> Matched {
     let Some(route) = matched.route else {
         return matched;
     };
+    let RouteAction::Forward(forward) = &scope.http.routes.route(route).action else {
+        return matched;
+    };
     let headers = request.headers();
-    if let RouteAction::Forward(forward) = &scope.http.routes.route(route).action
-        && let Some(split) = &forward.split
-    {
+    if let Some(split) = &forward.split {
         // A number the request brings (Envoy's random_value_specifier), else the hash key,
         // else at random.
         let value = split.random_value_header.as_ref().and_then(|name| {
@@ -903,7 +907,22 @@ fn draw_weighted<B>(mut matched: Matched, request: &Request<B>, scope: &Scope<'_
             ),
         });
     }
+    // The header's first value, as Envoy reads this untrusted header.
+    matched.named_cluster = match target_of(forward, matched.weighted) {
+        ClusterTarget::Header(name) => headers
+            .get(name)
+            .and_then(|value| scope.http.routes.config().cluster_named(value.as_bytes())),
+        ClusterTarget::Index(_) => None,
+    };
     matched
+}
+
+/// Where a forward goes: the drawn side of its split, or the route's own target.
+fn target_of(forward: &ForwardAction, weighted: Option<usize>) -> &ClusterTarget {
+    match (&forward.split, weighted) {
+        (Some(split), Some(drawn)) => &split.clusters[drawn].target,
+        _ => &forward.cluster,
+    }
 }
 
 /// Sends an upgrade request on a connection of its own. On a `101` the response head goes to

@@ -18,7 +18,7 @@ use super::rewrite;
 use crate::cluster::Cluster;
 use crate::context::{ConnCtx, RequestBody};
 use crate::error::ProxyError;
-use config::ForwardAction;
+use config::{ClusterTarget, ForwardAction, RouteConfiguration};
 
 /// Starts the copies the route's mirror policies draw for this request. `parts` is the
 /// request as it will be forwarded (path rewritten, before the upstream's own rewrite),
@@ -26,7 +26,7 @@ use config::ForwardAction;
 /// it). A copy has the route's timeout, and no retries.
 pub(crate) fn start(
     route: &ForwardAction,
-    clusters: &[Rc<Cluster>],
+    (clusters, routes): (&[Rc<Cluster>], &RouteConfiguration),
     parts: &Parts,
     authority: Option<&HeaderValue>,
     body: &mut RequestBody,
@@ -38,7 +38,20 @@ pub(crate) fn start(
         if !drawn(policy.fraction) {
             continue;
         }
-        let cluster = Rc::clone(&clusters[policy.cluster]);
+        let index = match &policy.cluster {
+            ClusterTarget::Index(i) => *i,
+            // The header's first value; a copy to no cluster there is is not sent (Envoy's
+            // shadow skips it).
+            ClusterTarget::Header(name) => {
+                let named = (parts.headers.get(name))
+                    .and_then(|value| routes.cluster_named(value.as_bytes()));
+                let Some(i) = named else {
+                    continue;
+                };
+                i
+            }
+        };
+        let cluster = Rc::clone(&clusters[index]);
         let authority = match authority {
             Some(host) if !policy.disable_shadow_host_suffix_append => shadow_host(host),
             other => other.cloned(),

@@ -30,6 +30,10 @@ pub struct Matched {
     /// once the route is known, before the filters (as Envoy): the `headers` filter applies
     /// its rules, and the request goes there.
     pub weighted: Option<usize>,
+    /// The cluster the request's header names, for a route (or a drawn side of its split)
+    /// with a `cluster_header`, read with the route as Envoy does; `None` when it names none
+    /// there is (or the route has none).
+    pub named_cluster: Option<usize>,
 }
 
 /// An immutable route configuration and its lookup, built once per listener and config
@@ -96,6 +100,7 @@ impl RouteTable {
             virtual_host: Some(virtual_host),
             route,
             weighted: None,
+            named_cluster: None,
         }
     }
 
@@ -134,6 +139,7 @@ impl RouteTable {
             virtual_host: Some(virtual_host),
             route,
             weighted: None,
+            named_cluster: None,
         }
     }
 
