@@ -6025,6 +6025,112 @@ async fn ext_authz_http_service_from_the_management_server() {
     server.shutdown().await;
 }
 
+/// Envoy Gateway's gRPC authorization with its retry policy (`grpc_service.retry_policy`):
+/// a call failed with UNAVAILABLE is tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_authz_grpc_retries_from_the_management_server() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        BackoffStrategy, GrpcService, RetryPolicy, grpc_service,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{ExtAuthz, ext_authz};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let flaky = testbed::AuthzSidecar::start(
+        testbed::SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        testbed::SidecarMode::Grpc,
+        testbed::AuthzRules {
+            failing_first: 1,
+            ..alice_or_401()
+        },
+    )
+    .await
+    .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let routes = resources::route_config("web-routes", vec![resources::forward("/", "backend")]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    let clusters = [
+        ("backend", upstream.local_addr()),
+        ("authz", flaky.local_addr().unwrap()),
+    ];
+    server.set(
+        type_url::CLUSTER,
+        (clusters.iter())
+            .map(|(c, _)| {
+                (
+                    c.to_string(),
+                    any(&eds_cluster(c, cluster::LbPolicy::RoundRobin)),
+                )
+            })
+            .collect(),
+    );
+    server.set(
+        type_url::ENDPOINT,
+        (clusters.iter())
+            .map(|(c, addr)| (c.to_string(), any(&resources::assignment(c, &[*addr]))))
+            .collect(),
+    );
+    let authz = ExtAuthz {
+        services: Some(ext_authz::Services::GrpcService(GrpcService {
+            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                grpc_service::EnvoyGrpc {
+                    cluster_name: "authz".into(),
+                    authority: "grpc-backend.default:9000".into(),
+                    ..Default::default()
+                },
+            )),
+            timeout: Some(PbDuration {
+                seconds: 10,
+                nanos: 0,
+            }),
+            retry_policy: Some(RetryPolicy {
+                num_retries: Some(envoy_types::pb::google::protobuf::UInt32Value { value: 2 }),
+                retry_on: "5xx,deadline-exceeded,internal,unavailable".into(),
+                retry_back_off: Some(BackoffStrategy {
+                    base_interval: Some(PbDuration {
+                        seconds: 0,
+                        nanos: 5_000_000,
+                    }),
+                    max_interval: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+        transport_api_version: 2,
+        ..Default::default()
+    };
+    let filter = HttpFilter {
+        name: "envoy.filters.http.ext_authz".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&authz))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![filter],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    // The first check the service gets fails; its retry allows.
+    let res = send_h1(addr, get("/", &[("x-user", "alice")])).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(flaky.checks(), 2);
+    assert_eq!(
+        send_h1(addr, get("/", &[("x-user", "eve")])).await.status(),
+        401
+    );
+    assert_eq!(flaky.checks(), 3);
+    server.shutdown().await;
+}
+
 /// Envoy Gateway's response overrides: a `custom_response` filter per policy, off in the
 /// chain and turned on by routes, whose matcher picks responses by status and headers and
 /// whose `LocalResponsePolicy` gives the new body and headers. A redirect policy (an internal

@@ -534,6 +534,101 @@ async fn http_checks_that_fail_are_retried_then_get_the_failure_mode() {
     assert_eq!(sidecar.checks(), 1);
 }
 
+/// gRPC checks retried on the status a failed call carries in its head (`unavailable`), as
+/// Envoy's router reads a trailers-only answer; `5xx` does not cover a gRPC status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_checks_that_fail_are_retried_on_their_grpc_status() {
+    let upstream = upstream().await;
+    let failing_twice = || {
+        grpc_sidecar(AuthzRules {
+            failing_first: 2,
+            ..alice_only()
+        })
+    };
+    let with_retries = |sidecar: &testbed::AuthzSidecar, retry_on: &str, retries: u32| {
+        format!(
+            "{{ grpc: {{ address: {}, retry_policy: {{ retry_on: [{retry_on}], num_retries: {retries}, retry_back_off: {{ base_interval: 5ms }} }} }}, timeout: 10s }}",
+            sidecar.local_addr().unwrap()
+        )
+    };
+
+    // Two retries outlast two UNAVAILABLE answers: allowed, with the allow's headers.
+    let sidecar = failing_twice().await;
+    let proxy = Proxy::start(
+        &config(
+            &with_retries(&sidecar, "unavailable", 2),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    let (status, headers, _) = send(&proxy, &[("x-user", "alice")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-authz-checked"], "yes");
+    assert_eq!(sidecar.checks(), 3);
+    // A denial is an answer, never retried.
+    let (status, _, body) = send(&proxy, &[("x-user", "mallory")]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body, "no entry\n");
+    assert_eq!(sidecar.checks(), 4);
+    drop(proxy);
+
+    // `5xx` reads the HTTP status, 200 for a gRPC failure: no retry, the failure mode answers.
+    let sidecar = failing_twice().await;
+    let proxy = Proxy::start(
+        &config(&with_retries(&sidecar, "5xx", 2), upstream.local_addr(), ""),
+        1,
+    );
+    let (status, _, _) = send(&proxy, &[("x-user", "alice")]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(sidecar.checks(), 1);
+    assert_eq!(stat(proxy.admin.unwrap(), "ext_authz_error"), 1);
+    drop(proxy);
+
+    // A service not there yet: `connect-failure` tries again, so a check made while it
+    // starts is answered once it is up (within the timeout).
+    let port = closed_port();
+    let late = port.addr;
+    let proxy = Proxy::start_with_env(
+        &config(
+            &format!(
+                "{{ grpc: {{ address: {late}, retry_policy: {{ retry_on: [connect-failure], num_retries: 1000, retry_back_off: {{ base_interval: 5ms, max_interval: 20ms }} }} }}, timeout: 20s }}"
+            ),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+        &[("RUST_LOG", "info,authz_client=debug")],
+    );
+    let asked = tokio::spawn({
+        let addr = proxy.addr();
+        async move {
+            send_h1(addr, get("/", &[("x-user", "alice")]))
+                .await
+                .status()
+        }
+    });
+    // Once a check has failed to connect and is being retried, the service comes up.
+    assert!(
+        proxy.wait_for_log(
+            "retrying a failed check",
+            std::time::Duration::from_secs(20)
+        ),
+        "{}",
+        proxy.log()
+    );
+    drop(port);
+    let sidecar = testbed::AuthzSidecar::start(
+        testbed::SidecarAddr::Tcp(late),
+        testbed::SidecarMode::Grpc,
+        alice_only(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(asked.await.unwrap(), StatusCode::OK);
+    assert!(sidecar.checks() >= 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_go_to_the_service_within_the_limit() {
     let upstream = upstream().await;

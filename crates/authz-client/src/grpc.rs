@@ -26,6 +26,7 @@ use crate::batched_writes;
 use crate::check_encoding::{FRAME_PREFIX, check_frame};
 use crate::check_message::decision;
 use crate::decision::Decision;
+use crate::retry::Failed;
 use crate::transport::{Backoff, connect};
 use crate::{AuthzError, CheckInput, Endpoint};
 
@@ -62,6 +63,8 @@ pub(crate) struct GrpcChannel {
     /// The call's URI, parsed once: a check clones it.
     check_uri: Uri,
     tls: Option<crate::Tls>,
+    /// Which failed calls are tried again; `None`: none.
+    retry: Option<Arc<dyn crate::CheckRetry>>,
 }
 
 impl GrpcChannel {
@@ -73,7 +76,12 @@ impl GrpcChannel {
             backoff: Backoff::default(),
             check_uri: Uri::from_static(CHECK_URI),
             tls: None,
+            retry: None,
         }
+    }
+
+    pub(crate) fn set_retry(&mut self, retry: Arc<dyn crate::CheckRetry>) {
+        self.retry = Some(retry);
     }
 
     /// Calls go over TLS, with the `https` scheme.
@@ -174,9 +182,27 @@ impl GrpcChannel {
         Ok(sender)
     }
 
+    /// One call, then retries as the policy allows (the caller's timeout bounds them all):
+    /// a retry reads the answer's head, where a failed call's `grpc-status` is (trailers-only).
     pub(crate) async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
-        let sender = self.sender().await?;
         let frame = check_frame(input)?;
+        let response = crate::retry::tries(
+            self.retry.as_deref(),
+            &self.backoff,
+            |response: &Response<RecvStream>| (response.status(), response.headers()),
+            async || self.call(input, frame.clone()).await,
+        )
+        .await?;
+        decision(read_answer(response).await?)
+    }
+
+    /// One Check call, up to its answer's head.
+    async fn call(
+        &self,
+        input: &CheckInput<'_>,
+        frame: Bytes,
+    ) -> Result<Response<RecvStream>, Failed> {
+        let sender = self.sender().await.map_err(Failed::Connect)?;
         let call = async {
             let mut sender = sender.ready().await?;
             let (response, mut request_body) =
@@ -184,8 +210,7 @@ impl GrpcChannel {
             request_body.send_data(frame, true)?;
             response.await
         };
-        let response = call.await.map_err(transport)?;
-        decision(read_answer(response).await?)
+        call.await.map_err(|e| Failed::Reset(transport(e)))
     }
 }
 

@@ -13,9 +13,9 @@ use hyper_util::rt::TokioIo;
 
 use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
 use crate::transport::{Backoff, connect};
-use std::time::Duration;
 
-use crate::{AuthzError, CheckInput, Endpoint, HttpOptions, TryFailure};
+use crate::retry::Failed;
+use crate::{AuthzError, CheckInput, Endpoint, HttpOptions};
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 64;
@@ -87,32 +87,14 @@ impl HttpChannel {
 
     /// One try, then retries as the policy allows (the caller's timeout bounds them all).
     pub(crate) async fn check(&self, input: &CheckInput<'_>) -> Result<Decision, AuthzError> {
-        let mut retries = 0;
-        loop {
-            let outcome = self.try_once(input).await;
-            let Some(policy) = &self.options.retry else {
-                return outcome
-                    .map_err(AuthzError::from)
-                    .and_then(|(head, body)| decide(&self.options, &head, body));
-            };
-            let again = retries < policy.max_retries()
-                && match &outcome {
-                    Ok((head, _)) => policy.retry_answer(head.status, &head.headers),
-                    Err(Failed::Connect(_)) => policy.retry_failure(TryFailure::Connect),
-                    Err(Failed::Reset(_)) => policy.retry_failure(TryFailure::Reset),
-                };
-            if !again {
-                return outcome
-                    .map_err(AuthzError::from)
-                    .and_then(|(head, body)| decide(&self.options, &head, body));
-            }
-            retries += 1;
-            tracing::debug!(retry = retries, "ext_authz: retrying a failed check");
-            // Not before a connect may be tried again: a retry refused by the connect
-            // back-off would be spent without reaching the service.
-            let wait = jittered(policy.back_off(retries)).max(self.backoff.remaining());
-            tokio::time::sleep(wait).await;
-        }
+        let answer = crate::retry::tries(
+            self.options.retry.as_deref(),
+            &self.backoff,
+            |(head, _): &(http::response::Parts, Bytes)| (head.status, &head.headers),
+            async || self.try_once(input).await,
+        )
+        .await?;
+        decide(&self.options, &answer.0, answer.1)
     }
 
     /// One request to the service: its answer's head and body, or how it failed.
@@ -161,38 +143,6 @@ impl HttpChannel {
         input.put_trace_context(headers);
         Ok(request)
     }
-}
-
-/// A try that got no answer, by what failed.
-enum Failed {
-    Connect(AuthzError),
-    Reset(AuthzError),
-}
-
-impl From<Failed> for AuthzError {
-    fn from(failed: Failed) -> Self {
-        match failed {
-            Failed::Connect(e) | Failed::Reset(e) => e,
-        }
-    }
-}
-
-/// A random wait below `ceiling` (Envoy's fully jittered back-off): tries from many workers
-/// and proxies must not arrive together.
-fn jittered(ceiling: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let micros = ceiling.as_micros() as u64;
-    if micros == 0 {
-        return Duration::ZERO;
-    }
-    // A fresh OS-keyed hasher per retry: retries are rare, and this needs no generator state.
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    Duration::from_micros(hasher.finish() % micros)
 }
 
 /// A 200 allows, with the allowed upstream headers; a 5xx is an error (the service failed,

@@ -51,6 +51,7 @@ mod check_message;
 mod decision;
 mod grpc;
 mod http_mode;
+mod retry;
 mod transport;
 
 use std::net::SocketAddr;
@@ -101,7 +102,7 @@ pub struct HttpOptions {
     pub allowed_upstream_headers: Vec<HeaderName>,
 }
 
-/// How a try of an HTTP-mode check failed without an answer.
+/// How a try of a check failed without an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TryFailure {
     /// No connection: refused, unreachable, or within the back-off after such a failure.
@@ -111,8 +112,8 @@ pub enum TryFailure {
     Reset,
 }
 
-/// The retry policy of HTTP-mode checks, as the embedder defines it (Envoy's `retry_on`
-/// conditions, say). All tries together stay within the client's timeout.
+/// The retry policy of checks, as the embedder defines it (Envoy's `retry_on` conditions,
+/// say). All tries together stay within the client's timeout.
 pub trait CheckRetry: std::fmt::Debug + Send + Sync {
     /// Tries after the first, at most.
     fn max_retries(&self) -> u32;
@@ -235,6 +236,16 @@ impl AuthzClient {
     pub fn with_authority(mut self, authority: &str) -> Self {
         if let Mode::Grpc(channel) = &mut self.mode {
             channel.set_authority(authority);
+        }
+        self
+    }
+
+    /// Failed gRPC checks are tried again as `retry` says (its answer conditions read the
+    /// answer's head: a failed call's `grpc-status` is there, trailers-only). HTTP mode takes
+    /// its policy in [`HttpOptions::retry`].
+    pub fn with_retry(mut self, retry: std::sync::Arc<dyn CheckRetry>) -> Self {
+        if let Mode::Grpc(channel) = &mut self.mode {
+            channel.set_retry(retry);
         }
         self
     }

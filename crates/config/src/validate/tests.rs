@@ -457,6 +457,7 @@ fn ext_authz_keys_are_checked() {
             authority: None,
             tls: None,
             allowed_headers: None,
+            retry_policy: None,
         }
     );
     let config = Config::from_yaml(&with_authz(

@@ -153,7 +153,7 @@ impl HttpFilter for ExtAuthz {
     }
 }
 
-/// An HTTP service's retry policy, read with the conditions of a route's.
+/// A service's retry policy, read with the conditions of a route's.
 #[derive(Debug)]
 struct Retry(config::AuthzRetry);
 
@@ -271,9 +271,14 @@ impl Inner {
                 endpoint,
                 authority,
                 tls,
+                retry_policy,
                 ..
             } => {
                 let client = AuthzClient::grpc(endpoint.clone(), config.timeout);
+                let client = match retry_policy {
+                    Some(policy) => client.with_retry(std::sync::Arc::new(Retry(*policy))),
+                    None => client,
+                };
                 // Over TLS, the name the service is verified by is the one it is called by,
                 // unless another is given.
                 let authority = authority

@@ -58,6 +58,9 @@ pub enum AuthzService {
         /// named); `None`: all of them.
         #[serde(skip_serializing_if = "Option::is_none")]
         allowed_headers: Option<Vec<String>>,
+        /// Failed calls tried again (Envoy's `grpc_service.retry_policy`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_policy: Option<AuthzRetry>,
     },
     /// Plain HTTP: a 200 allows; a 5xx is an error (the failure mode answers).
     Http {
@@ -80,9 +83,9 @@ pub enum AuthzService {
     },
 }
 
-/// Retries of an HTTP service's failed checks, within the check's timeout: after a
-/// connection failure, a reset or an answer `retry_on` names, another try follows a
-/// jittered back-off, up to `num_retries` times.
+/// Retries of failed checks, within the check's timeout: after a connection failure, a reset
+/// or an answer `retry_on` names (a gRPC call's by the `grpc-status` of a trailers-only
+/// answer), another try follows a jittered back-off, up to `num_retries` times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct AuthzRetry {
     pub retry_on: crate::RetryOn,
@@ -151,6 +154,7 @@ pub struct RawAuthzGrpc {
     pub tls: Option<crate::tls::raw::RawClusterTls>,
     /// Only these request headers are sent (default: all).
     pub allowed_headers: Option<Vec<String>>,
+    pub retry_policy: Option<RawAuthzRetry>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -263,6 +267,10 @@ pub(super) fn listener_authz(
             allowed_headers: grpc
                 .allowed_headers
                 .map(|names| grpc_header_names(names, &format!("{path}.grpc.allowed_headers")))
+                .transpose()?,
+            retry_policy: grpc
+                .retry_policy
+                .map(|r| authz_retry(r, &format!("{path}.grpc.retry_policy")))
                 .transpose()?,
         },
         (None, Some(http)) => {

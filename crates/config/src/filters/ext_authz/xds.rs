@@ -33,6 +33,8 @@ pub(crate) struct XdsAuthz {
     target: Target,
     /// gRPC: the request headers sent (`allowed_headers`, exact names); `None`: all.
     grpc_allowed_headers: Option<Vec<String>>,
+    /// gRPC: the calls' retry policy.
+    grpc_retry: Option<RawAuthzRetry>,
 }
 
 #[derive(Debug, Clone)]
@@ -51,9 +53,11 @@ impl XdsAuthz {
             fields: vec![what.to_owned()],
         };
         let mut grpc_allowed_headers = None;
+        let mut grpc_retry = None;
         let (target, timeout, http) = match filter.services.take() {
             Some(ext_authz::Services::GrpcService(service)) => {
-                let (target, timeout) = grpc_target(service, at)?;
+                let (target, timeout, retry) = grpc_target(service, at)?;
+                grpc_retry = retry;
                 if let Some(list) = filter.allowed_headers.take() {
                     grpc_allowed_headers =
                         Some(exact_names(Some(list), &format!("{at}.allowed_headers"))?);
@@ -115,6 +119,7 @@ impl XdsAuthz {
             raw,
             target,
             grpc_allowed_headers,
+            grpc_retry,
         })
     }
 
@@ -153,6 +158,7 @@ impl XdsAuthz {
                     authority,
                     tls,
                     allowed_headers: self.grpc_allowed_headers.clone(),
+                    retry_policy: self.grpc_retry.clone(),
                 })
             }
         }
@@ -160,12 +166,17 @@ impl XdsAuthz {
     }
 }
 
-/// A gRPC service's target (only the target: credentials, authority or retries are not
-/// supported) and timeout.
+/// A gRPC service's target (a cluster and the calls' authority, or an address), timeout and
+/// retry policy (the cluster's own over the service's, as Envoy reads them).
 fn grpc_target(
     mut service: envoy_types::pb::envoy::config::core::v3::GrpcService,
     at: &str,
-) -> Result<(Target, Option<std::time::Duration>), ResourceError> {
+) -> Result<(Target, Option<std::time::Duration>, Option<RawAuthzRetry>), ResourceError> {
+    let mut retry = service
+        .retry_policy
+        .take()
+        .map(|r| retry_policy(r, &format!("{at}.grpc_service.retry_policy")))
+        .transpose()?;
     let unsupported = |what: &str| ResourceError::Unsupported {
         at: at.to_owned(),
         fields: vec![what.to_owned()],
@@ -174,9 +185,15 @@ fn grpc_target(
         Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
             let cluster = std::mem::take(&mut grpc.cluster_name);
             let authority = Some(std::mem::take(&mut grpc.authority)).filter(|a| !a.is_empty());
+            if let Some(own) = grpc.retry_policy.take() {
+                retry = Some(retry_policy(
+                    own,
+                    &format!("{at}.grpc_service.envoy_grpc.retry_policy"),
+                )?);
+            }
             if grpc != Default::default() {
                 return Err(unsupported(
-                    "envoy_grpc besides cluster_name and authority (retry_policy, max_receive_message_length, skip_envoy_headers)",
+                    "envoy_grpc besides cluster_name, authority and retry_policy (max_receive_message_length, skip_envoy_headers)",
                 ));
             }
             Target::Cluster(cluster, authority)
@@ -200,9 +217,11 @@ fn grpc_target(
         &format!("{at}.grpc_service.timeout"),
     )?;
     if service != Default::default() {
-        return Err(unsupported("grpc_service (besides the target and timeout)"));
+        return Err(unsupported(
+            "grpc_service (besides the target, timeout and retry_policy)",
+        ));
     }
-    Ok((target, timeout))
+    Ok((target, timeout, retry))
 }
 
 /// An HTTP service (Envoy Gateway's HTTP authorization): its cluster, timeout, path prefix,
@@ -263,8 +282,8 @@ fn http_target(
     Ok((Target::Cluster(cluster, None), timeout, http))
 }
 
-/// An HTTP service's retry policy: its conditions, retries and back-off. The service is one
-/// host, so host predicates and priorities have nothing to choose from: refused.
+/// A service's retry policy: its conditions, retries and back-off. The service is one host,
+/// so host predicates and priorities have nothing to choose from: refused.
 fn retry_policy(
     mut policy: envoy_types::pb::envoy::config::core::v3::RetryPolicy,
     at: &str,
