@@ -1851,6 +1851,125 @@ async fn a_request_header_names_the_cluster_over_xds() {
     server.shutdown().await;
 }
 
+/// A route's `internal_redirect_policy` from the management server: the upstream's 302 is
+/// followed to the location's route (its header rules applied to the request sent on), once
+/// per route with the `previous_routes` predicate; a predicate not known here is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_redirects_over_xds() {
+    use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::envoy::config::route::v3::InternalRedirectPolicy;
+
+    let (old, new) = (
+        NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+        NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let predicate = |type_url: &str| TypedExtensionConfig {
+        name: "predicate".into(),
+        typed_config: Some(envoy_types::pb::google::protobuf::Any {
+            type_url: type_url.into(),
+            value: Vec::new(),
+        }),
+    };
+    let routes = |predicate_url: &str| {
+        let mut from = resources::forward("/old", "old");
+        let Some(route::Action::Route(action)) = &mut from.action else {
+            unreachable!()
+        };
+        action.internal_redirect_policy = Some(InternalRedirectPolicy {
+            predicates: vec![predicate(predicate_url)],
+            ..Default::default()
+        });
+        let mut to = resources::forward("/new", "new");
+        to.request_headers_to_remove =
+            vec!["x-noop-status".into(), "x-noop-response-header".into()];
+        resources::route_config("web-routes", vec![from, to])
+    };
+    const PREVIOUS_ROUTES: &str = "type.googleapis.com/envoy.extensions.internal_redirect.previous_routes.v3.PreviousRoutesConfig";
+    server.set(
+        type_url::ROUTE,
+        vec![("web-routes".into(), any(&routes(PREVIOUS_ROUTES)))],
+    );
+    let clusters = [("old", old.local_addr()), ("new", new.local_addr())];
+    server.set(
+        type_url::CLUSTER,
+        (clusters.iter())
+            .map(|(c, _)| {
+                (
+                    c.to_string(),
+                    any(&eds_cluster(c, cluster::LbPolicy::RoundRobin)),
+                )
+            })
+            .collect(),
+    );
+    server.set(
+        type_url::ENDPOINT,
+        (clusters.iter())
+            .map(|(c, addr)| (c.to_string(), any(&resources::assignment(c, &[*addr]))))
+            .collect(),
+    );
+    server.set(
+        type_url::LISTENER,
+        vec![(
+            "web".into(),
+            any(&resources::listener(
+                "web",
+                "127.0.0.1:0".parse().unwrap(),
+                "web-routes",
+            )),
+        )],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    let addr = bound(&proxy).await;
+    let redirected = || {
+        get(
+            "/old",
+            &[
+                ("x-noop-status", "302"),
+                ("x-noop-response-header", "location: http://web.test/new/x"),
+                ("x-noop-echo", "headers"),
+            ],
+        )
+    };
+    eventually("both clusters in force", async || {
+        send_h1(addr, get("/new", &[])).await.status() == 200
+    })
+    .await;
+    let r = send_h1(addr, redirected()).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-noop-served-by"],
+        new.local_addr().to_string().as_str()
+    );
+    let seen = text(r.into_body()).await;
+    assert!(seen.starts_with("GET /new/x HTTP/1.1\n"), "{seen}");
+    assert!(seen.contains("x-envoy-original-url: http://"), "{seen}");
+
+    // A predicate this proxy does not have: the routes are refused, naming it.
+    let nack = serve(
+        &server,
+        type_url::ROUTE,
+        (
+            "web-routes".into(),
+            any(&routes(
+                "type.googleapis.com/envoy.extensions.internal_redirect.allow_listed_routes.v3.AllowListedRoutesConfig",
+            )),
+        ),
+    )
+    .await
+    .expect("NACK");
+    assert!(nack.contains("predicates[0]"), "{nack}");
+    // The last good routes still serve.
+    assert_eq!(send_h1(addr, redirected()).await.status(), 200);
+    server.shutdown().await;
+}
+
 /// The same from the config file: `headers` on a cluster of `weighted_clusters`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weighted_clusters_carry_header_rules_from_the_file() {

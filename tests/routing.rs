@@ -370,3 +370,119 @@ listeners:
     let r = send_h1(proxy.addr(), get("/split", &[("x-pick", "0")])).await;
     assert_eq!(served_by(&r), v1_addr);
 }
+
+/// The request line and header lines an `x-noop-echo: headers` answer lists.
+async fn echoed_request(r: http::Response<hyper::body::Incoming>) -> Vec<String> {
+    text(r.into_body())
+        .await
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_redirects_are_followed_to_the_location_through_routes_and_filters_again() {
+    let (old, new) = (upstream().await, upstream().await);
+    let config = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http_filters:
+      - headers: {{}}
+    routes:
+      - match: {{ prefix: /old }}
+        cluster: old
+        internal_redirect: {{ redirect_response_codes: [302, 303], response_headers_to_copy: [x-carried] }}
+      - match: {{ prefix: /new }}
+        cluster: new
+        # The redirected request is filtered again: what asked the old side for a
+        # redirect is taken off before the new side sees it.
+        filters: {{ headers: {{ request: {{ remove: [x-noop-status, x-noop-response-header] }} }} }}
+clusters:
+  - {{ name: old, endpoints: [{}] }}
+  - {{ name: new, endpoints: [{}] }}
+"#,
+        old.local_addr(),
+        new.local_addr()
+    );
+    let proxy = Proxy::start(&config, 1);
+    let new_addr = new.local_addr().to_string();
+    let redirect = |method: &str, status: &str, location: &str| {
+        http::Request::builder()
+            .method(method)
+            .uri("/old/page")
+            .header("host", "legate.test")
+            .header("x-noop-status", status)
+            .header("x-noop-response-header", format!("location: {location}"))
+            .header("x-noop-response-header", "x-carried: from-the-redirect")
+            .header("x-noop-echo", "headers")
+            .header("x-carried", "from-the-client")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap()
+    };
+
+    // A 302 to a location that routes: the client gets the new side's answer.
+    let r = send_h1(
+        proxy.addr(),
+        redirect("GET", "302", "http://legate.test/new/place?q=1#frag"),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(served_by(&r), new_addr);
+    let seen = echoed_request(r).await;
+    assert_eq!(seen[0], "GET /new/place?q=1 HTTP/1.1", "{seen:?}");
+    for line in [
+        "host: legate.test",
+        "x-envoy-original-url: http://legate.test/old/page",
+        "x-carried: from-the-redirect",
+    ] {
+        assert!(seen.iter().any(|l| l == line), "{line}: {seen:?}");
+    }
+    assert!(
+        !seen.iter().any(|l| l.starts_with("x-noop-status")),
+        "{seen:?}"
+    );
+
+    // Over HTTP/2 too, the authority taken from the location.
+    let mut h2 = redirect("GET", "302", "http://legate.test/new/h2");
+    *h2.uri_mut() = "http://legate.test/old/page".parse().unwrap();
+    h2.headers_mut().remove("host");
+    let r = send_h2(proxy.addr(), h2).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(served_by(&r), new_addr);
+
+    // A 303 after a POST (without a body) is followed with a GET.
+    let r = send_h1(
+        proxy.addr(),
+        redirect("POST", "303", "http://legate.test/new/see"),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(echoed_request(r).await[0], "GET /new/see HTTP/1.1");
+
+    // Passed to the client: a status the policy does not follow, another scheme, a relative
+    // location, a location no route takes, and a request with a body (it is not held).
+    for (method, status, location) in [
+        ("GET", "301", "http://legate.test/new/a"),
+        ("GET", "302", "https://legate.test/new/a"),
+        ("GET", "302", "/new/a"),
+        ("GET", "302", "http://legate.test/nowhere"),
+    ] {
+        let r = send_h1(proxy.addr(), redirect(method, status, location)).await;
+        assert_eq!(r.status().as_str(), status, "{location}");
+        assert_eq!(r.headers()["location"], location);
+        assert_ne!(served_by(&r), new_addr);
+    }
+    let mut with_body = redirect("POST", "302", "http://legate.test/new/a");
+    *with_body.body_mut() = http_body_util::Full::new(bytes::Bytes::from_static(b"form=1"));
+    let r = send_h1(proxy.addr(), with_body).await;
+    assert_eq!(r.status(), 302);
+
+    // One redirect at most (the default): the new side's own redirect goes to the client.
+    let twice = redirect("GET", "302", "http://legate.test/old/again");
+    let r = send_h1(proxy.addr(), twice).await;
+    assert_eq!(r.status(), 302, "the second redirect is the client's");
+    assert_eq!(r.headers()["location"], "http://legate.test/old/again");
+}

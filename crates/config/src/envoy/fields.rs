@@ -390,6 +390,14 @@ pub(crate) const CLUSTER_WEIGHT: &[(u32, &str)] = &[
     (12, "cluster_header"),
 ];
 
+pub(crate) const INTERNAL_REDIRECT_POLICY: &[(u32, &str)] = &[
+    (1, "max_internal_redirects"),
+    (2, "redirect_response_codes"),
+    (3, "predicates"),
+    (4, "allow_cross_scheme_redirect"),
+    (5, "response_headers_to_copy"),
+];
+
 pub(crate) const REQUEST_MIRROR_POLICY: &[(u32, &str)] = &[
     (1, "cluster"),
     (3, "runtime_fraction"),

@@ -269,3 +269,30 @@ pub struct MirrorPolicy {
 fn ser_fraction<S: Serializer>(millionths: &u32, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("{}%", f64::from(*millionths) / 10_000.0))
 }
+
+/// Redirects an upstream answers with that the proxy follows itself, sending the request on
+/// to the location and the client the answer from there (Envoy's `internal_redirect_policy`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InternalRedirectPolicy {
+    /// Redirects followed for one request, at most; the next is the client's.
+    pub max_internal_redirects: u32,
+    /// The statuses followed (of 301, 302, 303, 307 and 308).
+    pub redirect_response_codes: Vec<u16>,
+    /// A location of another scheme than the request's is followed too.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_cross_scheme_redirect: bool,
+    /// A location whose route one of the request's earlier ones was is not followed (Envoy's
+    /// `previous_routes` predicate).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub previous_routes: bool,
+    /// An `http` request is not sent on to an `https` location (Envoy's `safe_cross_scheme`
+    /// predicate).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub safe_cross_scheme: bool,
+    /// Headers of the redirect answer put on the request sent on.
+    #[serde(
+        serialize_with = "crate::serialize::header_names",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub response_headers_to_copy: Vec<http::HeaderName>,
+}

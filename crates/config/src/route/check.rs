@@ -302,12 +302,13 @@ fn route(
             || raw.prefix_rewrite.is_some()
             || raw.regex_rewrite.is_some()
             || !raw.hash_policy.is_empty()
-            || !raw.request_mirror_policies.is_empty())
+            || !raw.request_mirror_policies.is_empty()
+            || raw.internal_redirect.is_some())
     {
         return Err(ConfigError::invalid(
             path,
             "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `max_stream_duration`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
-             `regex_rewrite`, `hash_policy` and `request_mirror_policies` apply only to routes with a \
+             `regex_rewrite`, `hash_policy`, `request_mirror_policies` and `internal_redirect` apply only to routes with a \
              `cluster` or `weighted_clusters`",
         ));
     }
@@ -509,6 +510,11 @@ fn route(
             include_attempt_count: host.include_attempt_count,
             include_attempt_count_in_response: host.include_attempt_count_in_response,
             upgrades,
+            internal_redirect: raw
+                .internal_redirect
+                .map(|r| internal_redirect(r, &format!("{path}.internal_redirect")))
+                .transpose()?
+                .map(Box::new),
         }))
     };
     let metadata = match raw.metadata {
@@ -797,6 +803,51 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
 }
 
 /// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
+/// A route's `internal_redirect`: Envoy's defaults (one redirect, 302 only).
+fn internal_redirect(
+    raw: RawInternalRedirect,
+    path: &str,
+) -> Result<InternalRedirectPolicy, ConfigError> {
+    let codes = if raw.redirect_response_codes.is_empty() {
+        vec![302]
+    } else {
+        raw.redirect_response_codes
+    };
+    if let Some(code) = codes
+        .iter()
+        .find(|c| ![301, 302, 303, 307, 308].contains(*c))
+    {
+        return Err(ConfigError::invalid(
+            format!("{path}.redirect_response_codes"),
+            format!("expected 301, 302, 303, 307 or 308, found {code}"),
+        ));
+    }
+    let response_headers_to_copy = (raw.response_headers_to_copy.iter())
+        .map(|name| {
+            let header =
+                route_actions::header_name(name, &format!("{path}.response_headers_to_copy"))?;
+            // The request's own framing and host are the proxy's to set.
+            if [":authority", "host", "content-length", "transfer-encoding"]
+                .contains(&header.as_str())
+            {
+                return Err(ConfigError::invalid(
+                    format!("{path}.response_headers_to_copy"),
+                    format!("`{name}` may not be copied onto a request"),
+                ));
+            }
+            Ok(header)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(InternalRedirectPolicy {
+        max_internal_redirects: raw.max_internal_redirects.unwrap_or(1),
+        redirect_response_codes: codes,
+        allow_cross_scheme_redirect: raw.allow_cross_scheme_redirect.unwrap_or(false),
+        previous_routes: raw.previous_routes.unwrap_or(false),
+        safe_cross_scheme: raw.safe_cross_scheme.unwrap_or(false),
+        response_headers_to_copy,
+    })
+}
+
 fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
     let mut out: Vec<String> = Vec::with_capacity(raw.len());
     for (i, token) in raw.into_iter().enumerate() {

@@ -386,6 +386,9 @@ pub struct ForwardAction {
     /// to the upstream and, once it agrees, bytes flow both ways.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub upgrades: Vec<String>,
+    /// Redirects the upstream answers with that are followed here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internal_redirect: Option<Box<InternalRedirectPolicy>>,
 }
 
 /// When and how often a failed request is tried again, on another host if there is one.

@@ -81,6 +81,8 @@ pub struct RawRoute {
     pub retry_policy: Option<RawRetryPolicy>,
     #[serde(default)]
     pub upgrades: Vec<String>,
+    /// Redirects the upstream answers with that are followed here.
+    pub internal_redirect: Option<RawInternalRedirect>,
     /// Moved into `filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
     pub filters: Option<RawRouteFilters>,
@@ -220,4 +222,19 @@ pub struct RawDirectResponse {
     /// Text in the file; any bytes over xDS.
     #[serde(default, deserialize_with = "crate::units::de_text_bytes")]
     pub body: bytes::Bytes,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInternalRedirect {
+    /// Default 1.
+    pub max_internal_redirects: Option<u32>,
+    /// Default `[302]`.
+    #[serde(default)]
+    pub redirect_response_codes: Vec<u16>,
+    pub allow_cross_scheme_redirect: Option<bool>,
+    pub previous_routes: Option<bool>,
+    pub safe_cross_scheme: Option<bool>,
+    #[serde(default)]
+    pub response_headers_to_copy: Vec<String>,
 }

@@ -566,6 +566,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         }
         raw.upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
     }
+    raw.internal_redirect = route_action::internal_redirect(&mut a, at)?;
     raw.cluster_not_found_status = match std::mem::take(&mut a.cluster_not_found_response_code) {
         0 => None,
         1 => Some(404),

@@ -10,14 +10,16 @@ use envoy_types::pb::envoy::config::route::v3::route_action::{
 };
 use envoy_types::pb::envoy::config::route::v3::weighted_cluster::cluster_weight;
 use envoy_types::pb::envoy::config::route::v3::{
-    RedirectAction, WeightedCluster, redirect_action, weighted_cluster,
+    RedirectAction, RouteAction, WeightedCluster, redirect_action, weighted_cluster,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 
 use crate::envoy::matchers::regex;
 use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::route::hash_policy::{RawCookieAttribute, RawCookieHash, RawHashRule};
-use crate::{RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster};
+use crate::{
+    RawInternalRedirect, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster,
+};
 
 fn unsupported(at: &str, what: &str) -> ResourceError {
     ResourceError::Unsupported {
@@ -274,4 +276,64 @@ pub(crate) fn regex_rewrite(
         pattern: regex(pattern),
         substitution: r.substitution,
     })
+}
+
+const PREVIOUS_ROUTES: &str = "type.googleapis.com/envoy.extensions.internal_redirect.previous_routes.v3.PreviousRoutesConfig";
+const SAFE_CROSS_SCHEME: &str = "type.googleapis.com/envoy.extensions.internal_redirect.safe_cross_scheme.v3.SafeCrossSchemeConfig";
+
+/// A route's `internal_redirect_policy`, or the deprecated `internal_redirect_action:
+/// HANDLE_INTERNAL_REDIRECT` with `max_internal_redirects` (the policy wins, as in Envoy).
+pub(crate) fn internal_redirect(
+    a: &mut RouteAction,
+    at: &str,
+) -> Result<Option<RawInternalRedirect>, ResourceError> {
+    #[allow(deprecated)]
+    let (action, legacy_max) = (
+        std::mem::take(&mut a.internal_redirect_action),
+        a.max_internal_redirects.take(),
+    );
+    let Some(mut policy) = a.internal_redirect_policy.take() else {
+        // 0: PASS_THROUGH_INTERNAL_REDIRECT, the default.
+        return Ok((action == 1).then(|| RawInternalRedirect {
+            max_internal_redirects: Some(legacy_max.map_or(1, |m| m.value)),
+            ..Default::default()
+        }));
+    };
+    let at = format!("{at}.internal_redirect_policy");
+    let mut raw = RawInternalRedirect {
+        max_internal_redirects: Some(policy.max_internal_redirects.take().map_or(1, |m| m.value)),
+        allow_cross_scheme_redirect: Some(std::mem::take(&mut policy.allow_cross_scheme_redirect)),
+        response_headers_to_copy: std::mem::take(&mut policy.response_headers_to_copy),
+        ..Default::default()
+    };
+    // Envoy takes the 3xx codes it can follow and leaves the others out.
+    raw.redirect_response_codes = std::mem::take(&mut policy.redirect_response_codes)
+        .into_iter()
+        .filter_map(|c| u16::try_from(c).ok())
+        .filter(|c| [301, 302, 303, 307, 308].contains(c))
+        .collect();
+    if raw.redirect_response_codes.is_empty() {
+        raw.redirect_response_codes = vec![302];
+    }
+    for (i, predicate) in std::mem::take(&mut policy.predicates)
+        .into_iter()
+        .enumerate()
+    {
+        let type_url = predicate.typed_config.as_ref().map(|c| c.type_url.as_str());
+        match type_url {
+            Some(PREVIOUS_ROUTES) => raw.previous_routes = Some(true),
+            Some(SAFE_CROSS_SCHEME) => raw.safe_cross_scheme = Some(true),
+            _ => {
+                return Err(unsupported(
+                    &format!("{at}.predicates[{i}]"),
+                    &format!(
+                        "predicate `{}` (previous_routes and safe_cross_scheme only)",
+                        predicate.name
+                    ),
+                ));
+            }
+        }
+    }
+    nothing_else(&policy, fields::INTERNAL_REDIRECT_POLICY, &at)?;
+    Ok(Some(raw))
 }

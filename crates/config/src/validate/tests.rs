@@ -1120,3 +1120,40 @@ fn a_cluster_named_by_a_request_header_is_looked_up_by_name() {
         assert!(error.contains(needle), "{needle}: {error}");
     }
 }
+
+#[test]
+fn internal_redirects_take_envoys_defaults_and_refuse_what_cannot_be_followed() {
+    let with = |policy: &str| {
+        MINIMAL.replace(
+            "        cluster: backend\n",
+            &format!("        cluster: backend\n        internal_redirect: {policy}\n"),
+        )
+    };
+    let config = Config::from_yaml(&with("{}")).unwrap();
+    let RouteAction::Forward(forward) = &config.listeners[0].route_config.routes[1].action else {
+        panic!("a forward");
+    };
+    let policy = forward.internal_redirect.as_deref().unwrap();
+    assert_eq!(policy.max_internal_redirects, 1);
+    assert_eq!(policy.redirect_response_codes, [302]);
+    assert!(!policy.allow_cross_scheme_redirect && !policy.previous_routes);
+    for (policy, needle) in [
+        (
+            "{ redirect_response_codes: [302, 304] }",
+            "internal_redirect.redirect_response_codes: expected 301, 302, 303, 307 or 308, found 304",
+        ),
+        (
+            "{ response_headers_to_copy: [Host] }",
+            "internal_redirect.response_headers_to_copy: `Host` may not be copied onto a request",
+        ),
+        ("{ max: 2 }", "unknown field `max`"),
+    ] {
+        let error = error_of(&with(policy));
+        assert!(error.contains(needle), "{needle}: {error}");
+    }
+    let direct = MINIMAL.replace(
+        "        direct_response: { status: 200, body: \"ok\\n\" }\n",
+        "        direct_response: { status: 200, body: \"ok\\n\" }\n        internal_redirect: {}\n",
+    );
+    assert!(error_of(&direct).contains("apply only to routes with a"));
+}

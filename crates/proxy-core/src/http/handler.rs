@@ -9,7 +9,9 @@ use http::header::{CONNECTION, HeaderValue, UPGRADE};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
-use super::{HttpCtx, ResponseBody, head, local_reply, mirror, redirect, rewrite, upgrade};
+use super::{
+    HttpCtx, ResponseBody, head, internal_redirect, local_reply, mirror, redirect, rewrite, upgrade,
+};
 use crate::cluster::Admitted;
 use crate::cluster::{CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
@@ -328,6 +330,8 @@ struct Facts {
     grpc_request: Option<bool>,
     /// The gRPC status a filter's answer gives a gRPC request.
     grpc_status: Option<u32>,
+    /// Redirects followed for the request so far, and the routes they went to.
+    internal_redirects: (u32, internal_redirect::Targets),
 }
 
 /// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
@@ -424,7 +428,8 @@ async fn route_and_forward(
         underscores(req, scope)?;
     }
     let ids = scope.http.request_id;
-    if ids.replace_external {
+    // A redirect followed here keeps the id the request was given.
+    if ids.replace_external && facts.internal_redirects.0 == 0 {
         // A client's id is not trusted: every request gets a new one.
         req.headers_mut().remove(&X_REQUEST_ID);
         ensure_request_id(req.headers_mut(), in_flight);
@@ -627,7 +632,25 @@ async fn filter_and_answer(
                 facts.kept_headers = replies.keep_headers(req.headers()).map(Box::new);
             }
             facts.grpc_request = Some(crate::context::grpc::is_grpc(req.headers()));
-            forward_request(
+            let redirectable = forward.internal_redirect.as_deref().and_then(|policy| {
+                if ids.generate {
+                    // The request sent on keeps the id the upstream saw.
+                    ensure_request_id(req.headers_mut(), in_flight);
+                }
+                // As Envoy reads it: TLS, unless x-forwarded-proto says http.
+                let https = scope.conn.listener.tls
+                    && !(req.headers().get("x-forwarded-proto"))
+                        .is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"http"));
+                let kept = internal_redirect::keep(
+                    policy,
+                    req,
+                    host.as_ref(),
+                    https,
+                    facts.internal_redirects.0,
+                )?;
+                Some((policy, kept))
+            });
+            let response = forward_request(
                 req,
                 host.clone(),
                 (forward, matched.weighted, matched.named_cluster),
@@ -636,7 +659,26 @@ async fn filter_and_answer(
                 in_flight,
                 facts,
             )
-            .await?
+            .await?;
+            if let Some((policy, kept)) = redirectable
+                && let Some(next) = internal_redirect::follow(
+                    policy,
+                    kept,
+                    (response.status(), response.headers()),
+                    (&scope.http.routes, host_rules(scope)),
+                    &mut facts.internal_redirects.1,
+                )
+            {
+                // The redirect's answer is dropped; the request goes on as a new one, through
+                // the routes and the filters again (fresh filter state), as Envoy recreates
+                // the stream.
+                drop(response);
+                facts.internal_redirects.0 += 1;
+                *req = next;
+                *state = FilterState::default();
+                return Box::pin(route_and_forward(req, scope, in_flight, state, facts)).await;
+            }
+            response
         }
     };
     facts.host = host;

@@ -7,6 +7,7 @@
 //! rewrite.rs        the request head as the upstream gets it, and the response head back
 //! redirect.rs       a redirect's location; the path a prefix or regex rewrite forwards
 //! mirror.rs         copies of requests sent to mirror clusters, their answers discarded
+//! internal_redirect.rs  upstream redirects a route follows itself, the request sent on
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
 //! response_body.rs  the body sent downstream, holding the request's bookkeeping
 //! local_reply.rs    responses the proxy writes itself
@@ -18,6 +19,7 @@ pub(crate) mod forwarding;
 pub(crate) mod handler;
 mod hash_policy;
 pub(crate) mod head;
+mod internal_redirect;
 pub(crate) mod local_reply;
 mod mirror;
 mod redirect;
