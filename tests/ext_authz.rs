@@ -534,6 +534,74 @@ async fn http_checks_that_fail_are_retried_then_get_the_failure_mode() {
     assert_eq!(sidecar.checks(), 1);
 }
 
+/// HTTP mode's header lists, as Istio and Envoy Gateway write them: headers added to every
+/// check, an allow's headers appended upstream and added to the client's response, and the
+/// headers of a denial the client gets (with the challenge, as Envoy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_checks_carry_added_headers_and_answers_pass_the_listed_ones() {
+    let upstream = upstream().await;
+    let sidecar = AuthzSidecar::start(
+        SidecarAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+        SidecarMode::Http,
+        AuthzRules {
+            // Only checks the proxy added the key to are allowed.
+            allow_if: Some(("x-check-key".into(), "s3cret".into())),
+            add_headers: vec![("x-authz-user".into(), "alice".into())],
+            deny_status: 401,
+            deny_body: "no entry\n".into(),
+            deny_headers: vec![
+                ("www-authenticate".into(), "Basic realm=\"edge\"".into()),
+                ("x-deny-reason".into(), "no key".into()),
+                ("x-internal".into(), "not for clients".into()),
+            ],
+            ..AuthzRules::default()
+        },
+    )
+    .await
+    .unwrap();
+    let with = |extra: &str| {
+        format!(
+            "{{ http: {{ address: {}, allowed_client_headers_on_success: [x-ext-authz-saw], allowed_upstream_headers_to_append: [x-authz-user], allowed_client_headers: [x-deny-reason]{extra} }} }}",
+            sidecar.local_addr().unwrap()
+        )
+    };
+    let proxy = Proxy::start(
+        &config(
+            &with(", headers_to_add: { X-Check-Key: s3cret }"),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    let (status, headers, body) = send(
+        &proxy,
+        &[
+            ("x-check-key", "the client's own"),
+            ("x-authz-user", "bob"),
+            ("x-noop-echo", "headers"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // Appended after the client's value, not over it.
+    let users: Vec<&str> = (body.lines())
+        .filter_map(|l| l.strip_prefix("x-authz-user: "))
+        .collect();
+    assert_eq!(users, ["bob", "alice"], "{body}");
+    assert_eq!(headers["x-ext-authz-saw"], "GET /");
+    drop(proxy);
+
+    // Without the added key the service denies: the client gets the listed header and the
+    // challenge, not the others.
+    let proxy = Proxy::start(&config(&with(""), upstream.local_addr(), ""), 1);
+    let (status, headers, body) = send(&proxy, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body, "no entry\n");
+    assert_eq!(headers["x-deny-reason"], "no key");
+    assert_eq!(headers["www-authenticate"], "Basic realm=\"edge\"");
+    assert!(headers.get("x-internal").is_none(), "{headers:?}");
+}
+
 /// gRPC checks retried on the status a failed call carries in its head (`unavailable`), as
 /// Envoy's router reads a trailers-only answer; `5xx` does not cover a gRPC status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -306,9 +306,12 @@ listeners:
         random_value_header: x-pick
       - match: {{ prefix: / }}
         cluster_header: x-cluster
-{}"#,
+        upgrades: [websocket]
+{}  - {{ name: h2c, protocol: http2, endpoints: [{}] }}
+"#,
         log.display(),
-        two_clusters(&v1, &v2)
+        two_clusters(&v1, &v2),
+        v1.local_addr()
     );
     let proxy = Proxy::start(&config, 2);
     let (v1_addr, v2_addr) = (v1.local_addr().to_string(), v2.local_addr().to_string());
@@ -347,6 +350,24 @@ listeners:
         lines.matches("flag=NC path=/missing\n").count() == 3
     })
     .await;
+
+    // Upgrades go over HTTP/1.1: one to a cluster speaking HTTP/2 is refused.
+    let upgrade = |cluster: &'static str| {
+        get(
+            "/ws",
+            &[
+                ("x-cluster", cluster),
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+            ],
+        )
+    };
+    let r = send_h1(proxy.addr(), upgrade("h2c")).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(served_by(&r), "");
+    // The same upgrade to an HTTP/1.1 cluster is relayed (this upstream declines it).
+    let r = send_h1(proxy.addr(), upgrade("v1")).await;
+    assert_eq!(served_by(&r), v1_addr);
 
     // A split's side named by a header: drawn by its weight (x-pick 1 is the second side),
     // then looked up.

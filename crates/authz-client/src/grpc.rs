@@ -210,7 +210,13 @@ impl GrpcChannel {
             request_body.send_data(frame, true)?;
             response.await
         };
-        call.await.map_err(|e| Failed::Reset(transport(e)))
+        call.await.map_err(|e| {
+            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                Failed::Refused(transport(e))
+            } else {
+                Failed::Reset(transport(e))
+            }
+        })
     }
 }
 

@@ -5,8 +5,8 @@
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, HOST};
-use http::{HeaderMap, Request, StatusCode};
+use http::header::{AUTHORIZATION, HOST, LOCATION, WWW_AUTHENTICATE};
+use http::{HeaderMap, HeaderName, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -140,6 +140,9 @@ impl HttpChannel {
                 headers.append(name.clone(), value.clone());
             }
         }
+        for (name, value) in &self.options.headers_to_add {
+            headers.insert(name.clone(), value.clone());
+        }
         input.put_trace_context(headers);
         Ok(request)
     }
@@ -162,27 +165,51 @@ pub(crate) fn decide(
 }
 
 fn decide_answer(options: &HttpOptions, head: &http::response::Parts, body: Bytes) -> Decision {
-    if head.status == StatusCode::OK {
-        let upstream_headers = options
-            .allowed_upstream_headers
-            .iter()
+    // The answer's values of the names listed, as mutations of one action.
+    let taken = |names: &[HeaderName], action: HeaderAction| -> Vec<HeaderMutation> {
+        (names.iter())
             .filter(|name| !is_protected(name))
             .flat_map(|name| {
                 head.headers
                     .get_all(name)
                     .iter()
-                    .map(|value| HeaderMutation {
+                    .map(move |value| HeaderMutation {
                         name: name.clone(),
                         value: value.clone(),
-                        action: HeaderAction::Set,
+                        action,
                     })
             })
-            .collect();
+            .collect()
+    };
+    if head.status == StatusCode::OK {
+        let mut upstream_headers = taken(&options.allowed_upstream_headers, HeaderAction::Set);
+        upstream_headers.extend(taken(
+            &options.allowed_upstream_headers_to_append,
+            HeaderAction::Append,
+        ));
         return Decision::Allow(Allowed {
             upstream_headers,
+            response_headers: taken(
+                &options.allowed_client_headers_on_success,
+                HeaderAction::Append,
+            ),
             ..Allowed::default()
         });
     }
+    let headers = match &options.allowed_client_headers {
+        None => client_headers(&head.headers),
+        Some(names) => {
+            // Envoy's, besides the status and length: the challenge and the location.
+            let always = [WWW_AUTHENTICATE, LOCATION];
+            let names: Vec<HeaderName> = always
+                .iter()
+                .filter(|name| !names.contains(name))
+                .cloned()
+                .chain(names.iter().cloned())
+                .collect();
+            taken(&names, HeaderAction::Append)
+        }
+    };
     Decision::Deny(Denied {
         // A 1xx (a 101 above all) would tell the client something else than a denial.
         status: if head.status.is_informational() {
@@ -190,7 +217,7 @@ fn decide_answer(options: &HttpOptions, head: &http::response::Parts, body: Byte
         } else {
             head.status
         },
-        headers: client_headers(&head.headers),
+        headers,
         body,
     })
 }

@@ -100,6 +100,15 @@ pub struct HttpOptions {
     pub allowed_headers: Vec<HeaderName>,
     /// Headers of a 200 answer copied onto the upstream request (replacing any of the name).
     pub allowed_upstream_headers: Vec<HeaderName>,
+    /// Headers of a 200 answer appended to the upstream request's.
+    pub allowed_upstream_headers_to_append: Vec<HeaderName>,
+    /// Headers of a 200 answer added to the response the client gets.
+    pub allowed_client_headers_on_success: Vec<HeaderName>,
+    /// Headers of a denial the client gets; `None`: all of them (but the hop's own). Given,
+    /// `www-authenticate` and `location` go too (as Envoy).
+    pub allowed_client_headers: Option<Vec<HeaderName>>,
+    /// Set on every check request (over the client's of the name).
+    pub headers_to_add: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// How a try of a check failed without an answer.
@@ -110,6 +119,8 @@ pub enum TryFailure {
     Connect,
     /// The connection failed once the check was on its way.
     Reset,
+    /// HTTP/2: the service refused the call's stream (REFUSED_STREAM): it never saw it.
+    RefusedStream,
 }
 
 /// The retry policy of checks, as the embedder defines it (Envoy's `retry_on` conditions,

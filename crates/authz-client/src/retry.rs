@@ -14,12 +14,14 @@ pub(crate) enum Failed {
     Connect(AuthzError),
     /// The connection failed once the check was on its way.
     Reset(AuthzError),
+    /// HTTP/2: the service refused the call's stream, unseen.
+    Refused(AuthzError),
 }
 
 impl From<Failed> for AuthzError {
     fn from(failed: Failed) -> Self {
         match failed {
-            Failed::Connect(e) | Failed::Reset(e) => e,
+            Failed::Connect(e) | Failed::Reset(e) | Failed::Refused(e) => e,
         }
     }
 }
@@ -46,6 +48,7 @@ pub(crate) async fn tries<T>(
                 }
                 Err(Failed::Connect(_)) => policy.retry_failure(TryFailure::Connect),
                 Err(Failed::Reset(_)) => policy.retry_failure(TryFailure::Reset),
+                Err(Failed::Refused(_)) => policy.retry_failure(TryFailure::RefusedStream),
             };
         if !again {
             return outcome;

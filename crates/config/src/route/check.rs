@@ -303,13 +303,14 @@ fn route(
             || raw.regex_rewrite.is_some()
             || !raw.hash_policy.is_empty()
             || !raw.request_mirror_policies.is_empty()
-            || raw.internal_redirect.is_some())
+            || raw.internal_redirect.is_some()
+            || raw.cluster_not_found_status.is_some())
     {
         return Err(ConfigError::invalid(
             path,
             "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `max_stream_duration`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
-             `regex_rewrite`, `hash_policy`, `request_mirror_policies` and `internal_redirect` apply only to routes with a \
-             `cluster` or `weighted_clusters`",
+             `regex_rewrite`, `hash_policy`, `request_mirror_policies`, `internal_redirect` and `cluster_not_found_status` apply only to routes with a \
+             `cluster`, `cluster_header` or `weighted_clusters`",
         ));
     }
     if raw.random_value_header.is_some() && raw.weighted_clusters.is_none() {
@@ -395,7 +396,18 @@ fn route(
                     chain,
                     path,
                 )?;
-                (split.clusters[0].target.clone(), String::new(), Some(split))
+                // Not read with a split; an index, so that it dumps as nothing.
+                let first_named = (split.clusters.iter())
+                    .find_map(|c| match c.target {
+                        ClusterTarget::Index(i) => Some(i),
+                        ClusterTarget::Header(_) => None,
+                    })
+                    .unwrap_or_default();
+                (
+                    ClusterTarget::Index(first_named),
+                    String::new(),
+                    Some(split),
+                )
             }
         };
         let timeout = raw.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
@@ -470,10 +482,18 @@ fn route(
             route_actions::path_rewrite(raw.prefix_rewrite, raw.regex_rewrite, &matcher, path)?;
         let mirrors =
             route_actions::mirrors(raw.request_mirror_policies, cluster_index, clusters, path)?;
-        let cluster_not_found_status = raw
-            .cluster_not_found_status
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let cluster_not_found_status = match raw.cluster_not_found_status {
+            None => StatusCode::SERVICE_UNAVAILABLE,
+            Some(code) => StatusCode::from_u16(code)
+                .ok()
+                .filter(|s| s.is_client_error() || s.is_server_error())
+                .ok_or_else(|| {
+                    ConfigError::invalid(
+                        format!("{path}.cluster_not_found_status"),
+                        format!("expected a 4xx or 5xx status, found {code}"),
+                    )
+                })?,
+        };
         RouteAction::Forward(Box::new(ForwardAction {
             cluster: target,
             cluster_name,

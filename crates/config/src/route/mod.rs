@@ -303,15 +303,18 @@ pub enum RouteAction {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ForwardAction {
-    /// Where requests go without a split (with one, its first cluster's target).
+    /// Where requests go without a split (with one it is not read: the drawn side's is).
     #[serde(flatten)]
     pub cluster: ClusterTarget,
     /// The cluster's name (empty with a split or a `cluster_header`).
     #[serde(rename = "cluster", skip_serializing_if = "String::is_empty")]
     pub cluster_name: String,
     /// The status of a request whose `cluster_header` names no cluster there is (Envoy's
-    /// `cluster_not_found_response_code`).
-    #[serde(skip)]
+    /// `cluster_not_found_response_code`). Dumped unless 503, so a change makes a new table.
+    #[serde(
+        serialize_with = "ser::status",
+        skip_serializing_if = "is_service_unavailable"
+    )]
     pub cluster_not_found_status: StatusCode,
     /// `weighted_clusters`: the cluster is drawn per request, `cluster` is not used.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -389,6 +392,10 @@ pub struct ForwardAction {
     /// Redirects the upstream answers with that are followed here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internal_redirect: Option<Box<InternalRedirectPolicy>>,
+}
+
+fn is_service_unavailable(status: &StatusCode) -> bool {
+    *status == StatusCode::SERVICE_UNAVAILABLE
 }
 
 /// When and how often a failed request is tried again, on another host if there is one.

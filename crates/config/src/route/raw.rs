@@ -86,9 +86,9 @@ pub struct RawRoute {
     /// Moved into `filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
     pub filters: Option<RawRouteFilters>,
-    /// From a management server: the status a request gets while the route's cluster is not
-    /// there (Envoy's `cluster_not_found_response_code`; 503 when `None`).
-    #[serde(skip)]
+    /// The status a request gets whose `cluster_header` names no cluster there is, or (from a
+    /// management server) while the route's cluster is not there (Envoy's
+    /// `cluster_not_found_response_code`; 503 when `None`).
     pub cluster_not_found_status: Option<u16>,
 }
 

@@ -1069,6 +1069,12 @@ fn a_cluster_named_by_a_request_header_is_looked_up_by_name() {
         forward.cluster_not_found_status,
         http::StatusCode::SERVICE_UNAVAILABLE
     );
+    let config_404 = Config::from_yaml(&with(
+        "        cluster_header: x-cluster\n        cluster_not_found_status: 404\n",
+    ))
+    .unwrap();
+    let dump = serde_yaml::to_string(&config_404.listeners[0].route_config).unwrap();
+    assert!(dump.contains("cluster_not_found_status: 404"), "{dump}");
     assert_eq!(routes.cluster_named(b"canary"), Some(1));
     assert_eq!(routes.cluster_named(b"backend"), Some(0));
     assert_eq!(routes.cluster_named(b"nowhere"), None);
@@ -1091,6 +1097,15 @@ fn a_cluster_named_by_a_request_header_is_looked_up_by_name() {
         split.clusters[1].target,
         ClusterTarget::Header(http::HeaderName::from_static("x-side"))
     );
+    // Dumped as written: the header on the side, none on the route itself.
+    let split_first = Config::from_yaml(&with(
+        "        weighted_clusters:\n          - { cluster_header: x-side, weight: 3 }\n          - { cluster: backend, weight: 1 }\n",
+    ))
+    .unwrap();
+    let dump = serde_yaml::to_value(&split_first.listeners[0].route_config).unwrap();
+    let route = &dump["routes"][1];
+    assert!(route.get("cluster_header").is_none(), "{route:?}");
+    assert_eq!(route["weighted_clusters"][0]["cluster_header"], "x-side");
     // Without a header anywhere, no names are kept.
     let plain = Config::from_yaml(MINIMAL).unwrap();
     assert_eq!(
@@ -1110,6 +1125,10 @@ fn a_cluster_named_by_a_request_header_is_looked_up_by_name() {
         (
             "        weighted_clusters: [{ cluster: backend, cluster_header: x-side, weight: 1 }]\n",
             "weighted_clusters[0]: expected `cluster` or `cluster_header`, not both",
+        ),
+        (
+            "        cluster_header: x-cluster\n        cluster_not_found_status: 200\n",
+            "routes[1].cluster_not_found_status: expected a 4xx or 5xx status, found 200",
         ),
         (
             "        cluster: backend\n        request_mirror_policies: [{ }]\n",

@@ -171,6 +171,11 @@ impl CheckRetry for Retry {
             TryFailure::Connect => crate::cluster::connect_failure_retriable(self.0.retry_on),
             // The check may have reached the service.
             TryFailure::Reset => crate::cluster::reset_retriable(self.0.retry_on, false),
+            // It did not: safe to try again, as a route's refused stream.
+            TryFailure::RefusedStream => {
+                self.0.retry_on.refused_stream
+                    || crate::cluster::reset_retriable(self.0.retry_on, true)
+            }
         }
     }
 
@@ -296,6 +301,7 @@ impl Inner {
                 retry_policy,
                 allowed_headers,
                 allowed_upstream_headers,
+                header_lists,
                 ..
             } => AuthzClient::http(
                 endpoint.clone(),
@@ -308,6 +314,26 @@ impl Inner {
                     }),
                     allowed_headers: allowed_headers.clone(),
                     allowed_upstream_headers: allowed_upstream_headers.clone(),
+                    allowed_upstream_headers_to_append: (header_lists
+                        .allowed_upstream_headers_to_append)
+                        .clone(),
+                    allowed_client_headers_on_success: (header_lists
+                        .allowed_client_headers_on_success)
+                        .clone(),
+                    // Checked as header names and values at load.
+                    allowed_client_headers: header_lists.allowed_client_headers.as_ref().map(|names| {
+                        (names.iter())
+                            .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok())
+                            .collect()
+                    }),
+                    headers_to_add: (header_lists.headers_to_add.iter())
+                        .filter_map(|(name, value)| {
+                            Some((
+                                http::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                                http::HeaderValue::from_str(value).ok()?,
+                            ))
+                        })
+                        .collect(),
                 },
             ),
         };

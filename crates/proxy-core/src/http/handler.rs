@@ -726,6 +726,13 @@ async fn forward_request(
         ))?,
     };
     let cluster_ref = &http.clusters[cluster];
+    // Upgrades are relayed over HTTP/1.1: a cluster named in the config is checked at load,
+    // one a header names here.
+    if asked.is_some() && cluster_ref.shared().protocol == config::UpstreamProtocol::Http2 {
+        return Err(ProxyError::BadRequest(
+            "the cluster this request names takes no upgrades",
+        ));
+    }
     // Evaluated only for a cluster that picks by it, as Envoy: no cookie is made otherwise.
     let route_hash = match &forward.hash_policy {
         Some(policy) if cluster_ref.hashes() => super::hash_policy::hash_request(
@@ -961,9 +968,10 @@ fn pick_cluster<B>(mut matched: Matched, request: &Request<B>, scope: &Scope<'_>
 
 /// Where a forward goes: the drawn side of its split, or the route's own target.
 fn target_of(forward: &ForwardAction, weighted: Option<usize>) -> &ClusterTarget {
-    match (&forward.split, weighted) {
-        (Some(split), Some(drawn)) => &split.clusters[drawn].target,
-        _ => &forward.cluster,
+    match &forward.split {
+        // A split's side is always drawn with the route; its first if not.
+        Some(split) => &split.clusters[weighted.unwrap_or(0)].target,
+        None => &forward.cluster,
     }
 }
 

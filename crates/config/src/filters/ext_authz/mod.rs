@@ -77,10 +77,39 @@ pub enum AuthzService {
         allowed_headers: Vec<HeaderName>,
         #[serde(serialize_with = "ser::header_names")]
         allowed_upstream_headers: Vec<HeaderName>,
+        /// The other header lists of checks and their answers (boxed: most services have
+        /// none).
+        #[serde(flatten)]
+        header_lists: Box<AuthzHeaderLists>,
         /// TLS to the service (a TCP address).
         #[serde(skip_serializing_if = "Option::is_none")]
         tls: Option<crate::ClusterTlsConfig>,
     },
+}
+
+/// An HTTP service's header lists beyond the request headers sent and an allow's headers
+/// for the upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AuthzHeaderLists {
+    /// Headers of an allow appended to the upstream request's.
+    #[serde(
+        serialize_with = "ser::header_names",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub allowed_upstream_headers_to_append: Vec<HeaderName>,
+    /// Headers of an allow added to the client's response.
+    #[serde(
+        serialize_with = "ser::header_names",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub allowed_client_headers_on_success: Vec<HeaderName>,
+    /// Headers of a denial the client gets (with `www-authenticate` and `location`); `None`:
+    /// all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_client_headers: Option<Vec<String>>,
+    /// Set on every check request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers_to_add: Vec<(String, String)>,
 }
 
 /// Retries of failed checks, within the check's timeout: after a connection failure, a reset
@@ -169,6 +198,14 @@ pub struct RawAuthzHttp {
     pub allowed_headers: Vec<String>,
     #[serde(default)]
     pub allowed_upstream_headers: Vec<String>,
+    #[serde(default)]
+    pub allowed_upstream_headers_to_append: Vec<String>,
+    #[serde(default)]
+    pub allowed_client_headers_on_success: Vec<String>,
+    pub allowed_client_headers: Option<Vec<String>>,
+    /// `{ name: value }` set on every check request.
+    #[serde(default)]
+    pub headers_to_add: std::collections::BTreeMap<String, String>,
     /// The keys of a cluster's `tls`: the service's CA and name, a client certificate.
     pub tls: Option<crate::tls::raw::RawClusterTls>,
 }
@@ -308,6 +345,43 @@ pub(super) fn listener_authz(
                     &http.allowed_upstream_headers,
                     &format!("{path}.http.allowed_upstream_headers"),
                 )?,
+                header_lists: Box::new(AuthzHeaderLists {
+                allowed_upstream_headers_to_append: header_names(
+                    &http.allowed_upstream_headers_to_append,
+                    &format!("{path}.http.allowed_upstream_headers_to_append"),
+                )?,
+                allowed_client_headers_on_success: header_names(
+                    &http.allowed_client_headers_on_success,
+                    &format!("{path}.http.allowed_client_headers_on_success"),
+                )?,
+                allowed_client_headers: http
+                    .allowed_client_headers
+                    .map(|names| {
+                        let at = format!("{path}.http.allowed_client_headers");
+                        header_names(&names, &at)
+                            .map(|names| names.iter().map(|n| n.as_str().to_owned()).collect())
+                    })
+                    .transpose()?,
+                headers_to_add: (http.headers_to_add.into_iter())
+                    .map(|(name, value)| {
+                        let at = format!("{path}.http.headers_to_add.{name}");
+                        let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
+                            return Err(ConfigError::invalid(
+                                at,
+                                format!("expected a header name, found `{name}`"),
+                            ));
+                        };
+                        let lower = header.as_str().to_owned();
+                        if http::HeaderValue::from_str(&value).is_err() {
+                            return Err(ConfigError::invalid(
+                                at,
+                                "expected a header value (visible ASCII)",
+                            ));
+                        }
+                        Ok((lower, value))
+                    })
+                    .collect::<Result<_, _>>()?,
+                }),
             }
         }
         _ => {

@@ -167,7 +167,7 @@ impl XdsAuthz {
 }
 
 /// A gRPC service's target (a cluster and the calls' authority, or an address), timeout and
-/// retry policy (the cluster's own over the service's, as Envoy reads them).
+/// retry policy (the service's, for a cluster's calls, as Envoy reads it).
 fn grpc_target(
     mut service: envoy_types::pb::envoy::config::core::v3::GrpcService,
     at: &str,
@@ -185,20 +185,18 @@ fn grpc_target(
         Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
             let cluster = std::mem::take(&mut grpc.cluster_name);
             let authority = Some(std::mem::take(&mut grpc.authority)).filter(|a| !a.is_empty());
-            if let Some(own) = grpc.retry_policy.take() {
-                retry = Some(retry_policy(
-                    own,
-                    &format!("{at}.grpc_service.envoy_grpc.retry_policy"),
-                )?);
-            }
+            // Envoy honours it for its own xDS streams only; a check takes the service's.
+            grpc.retry_policy = None;
             if grpc != Default::default() {
                 return Err(unsupported(
-                    "envoy_grpc besides cluster_name, authority and retry_policy (max_receive_message_length, skip_envoy_headers)",
+                    "envoy_grpc besides cluster_name and authority (max_receive_message_length, skip_envoy_headers)",
                 ));
             }
             Target::Cluster(cluster, authority)
         }
         Some(grpc_service::TargetSpecifier::GoogleGrpc(mut grpc)) => {
+            // Envoy's google_grpc clients do not retry by the service's policy.
+            retry = None;
             let target = std::mem::take(&mut grpc.target_uri);
             if grpc != Default::default() {
                 return Err(unsupported("google_grpc besides target_uri (credentials)"));
@@ -250,18 +248,33 @@ fn http_target(
     };
     let timeout = duration(uri.timeout, &format!("{at}.server_uri.timeout"))?;
     let mut request = service.authorization_request.take().unwrap_or_default();
-    if !request.headers_to_add.is_empty() {
-        return Err(unsupported("authorization_request.headers_to_add"));
+    let mut headers_to_add = std::collections::BTreeMap::new();
+    for (i, header) in std::mem::take(&mut request.headers_to_add).into_iter().enumerate() {
+        let value = if header.raw_value.is_empty() {
+            header.value
+        } else {
+            String::from_utf8(header.raw_value).map_err(|_| {
+                ResourceError::invalid(
+                    format!("{at}.authorization_request.headers_to_add[{i}]"),
+                    "expected a header value (visible ASCII)",
+                )
+            })?
+        };
+        headers_to_add.insert(header.key.to_ascii_lowercase(), value);
     }
     #[allow(deprecated)]
     let allowed = allowed.or_else(|| request.allowed_headers.take());
     let mut response = service.authorization_response.take().unwrap_or_default();
     let allowed_upstream = response.allowed_upstream_headers.take();
+    let to_append = response.allowed_upstream_headers_to_append.take();
+    let client_on_success = response.allowed_client_headers_on_success.take();
+    let client = response.allowed_client_headers.take();
     if response != Default::default() {
         return Err(unsupported(
-            "authorization_response besides allowed_upstream_headers (client headers, appends, dynamic metadata)",
+            "authorization_response.dynamic_metadata_from_headers (no dynamic metadata here)",
         ));
     }
+    let response_at = format!("{at}.authorization_response");
     let retry_policy = service
         .retry_policy
         .take()
@@ -275,8 +288,21 @@ fn http_target(
         allowed_headers: exact_names(allowed, &format!("{at}.allowed_headers"))?,
         allowed_upstream_headers: exact_names(
             allowed_upstream,
-            &format!("{at}.authorization_response.allowed_upstream_headers"),
+            &format!("{response_at}.allowed_upstream_headers"),
         )?,
+        allowed_upstream_headers_to_append: exact_names(
+            to_append,
+            &format!("{response_at}.allowed_upstream_headers_to_append"),
+        )?,
+        allowed_client_headers_on_success: exact_names(
+            client_on_success,
+            &format!("{response_at}.allowed_client_headers_on_success"),
+        )?,
+        // Unset: every header of a denial, as Envoy.
+        allowed_client_headers: client
+            .map(|list| exact_names(Some(list), &format!("{response_at}.allowed_client_headers")))
+            .transpose()?,
+        headers_to_add,
         tls: None,
     };
     Ok((Target::Cluster(cluster, None), timeout, http))
@@ -362,4 +388,81 @@ pub(crate) fn per_route(value: &Any, at: &str) -> Result<Option<RawRouteAuthz>, 
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HttpUri};
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+        AuthorizationRequest, AuthorizationResponse,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
+
+    fn names(names: &[&str]) -> Option<ListStringMatcher> {
+        Some(ListStringMatcher {
+            patterns: (names.iter())
+                .map(|n| StringMatcher {
+                    match_pattern: Some(MatchPattern::Exact((*n).into())),
+                    ignore_case: true,
+                })
+                .collect(),
+        })
+    }
+
+    fn decoded(response: AuthorizationResponse) -> Result<XdsAuthz, ResourceError> {
+        let filter = ExtAuthz {
+            services: Some(ext_authz::Services::HttpService(HttpService {
+                server_uri: Some(HttpUri {
+                    uri: "http://authz".into(),
+                    http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster("authz".into())),
+                    timeout: None,
+                }),
+                authorization_request: Some(AuthorizationRequest {
+                    headers_to_add: vec![HeaderValue {
+                        key: "X-Check-Key".into(),
+                        value: "s3cret".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                authorization_response: Some(response),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let any = Any {
+            type_url: TYPE_URL.into(),
+            value: prost::Message::encode_to_vec(&filter),
+        };
+        XdsAuthz::decode(&any, "f")
+    }
+
+    #[test]
+    fn istios_header_lists_are_taken() {
+        let authz = decoded(AuthorizationResponse {
+            allowed_upstream_headers: names(&["x-user"]),
+            allowed_upstream_headers_to_append: names(&["x-Groups"]),
+            allowed_client_headers: names(&["x-reason"]),
+            allowed_client_headers_on_success: names(&["set-cookie"]),
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())
+        .unwrap();
+        let http = authz.raw.http.as_deref().unwrap();
+        assert_eq!(http.headers_to_add["x-check-key"], "s3cret");
+        assert_eq!(http.allowed_upstream_headers_to_append, ["x-groups"]);
+        assert_eq!(http.allowed_client_headers.as_deref(), Some(&["x-reason".to_owned()][..]));
+        assert_eq!(http.allowed_client_headers_on_success, ["set-cookie"]);
+        // Unset, a denial's headers all go to the client.
+        let authz = decoded(AuthorizationResponse::default()).map_err(|e| e.to_string()).unwrap();
+        assert_eq!(authz.raw.http.as_deref().unwrap().allowed_client_headers, None);
+        let refused = decoded(AuthorizationResponse {
+            dynamic_metadata_from_headers: names(&["x-user"]),
+            ..Default::default()
+        });
+        assert!(
+            refused.is_err_and(|e| e.to_string().contains("dynamic_metadata_from_headers"))
+        );
+    }
 }
