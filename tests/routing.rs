@@ -304,6 +304,8 @@ listeners:
       - match: {{ prefix: /split }}
         weighted_clusters: [{{ cluster: v1, weight: 1 }}, {{ cluster_header: x-side, weight: 1 }}]
         random_value_header: x-pick
+      - match: {{ prefix: /by-host }}
+        cluster_header: ":authority"
       - match: {{ prefix: / }}
         cluster_header: x-cluster
         upgrades: [websocket]
@@ -350,6 +352,25 @@ listeners:
         lines.matches("flag=NC path=/missing\n").count() == 3
     })
     .await;
+
+    // `:authority`: the request's host names the cluster (HTTP/1.1's host, HTTP/2's
+    // authority).
+    let by_host = |host: &'static str| {
+        let mut request = get("/by-host", &[]);
+        request
+            .headers_mut()
+            .insert("host", http::HeaderValue::from_static(host));
+        request
+    };
+    let r = send_h1(proxy.addr(), by_host("v2")).await;
+    assert_eq!(served_by(&r), v2_addr);
+    let mut h2 = get_h2("/by-host", &[]);
+    *h2.uri_mut() = "http://v1/by-host".parse().unwrap();
+    let r = send_h2(proxy.addr(), h2).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(served_by(&r), v1_addr);
+    let r = send_h1(proxy.addr(), by_host("v3")).await;
+    assert_eq!(r.status(), 503);
 
     // Upgrades go over HTTP/1.1: one to a cluster speaking HTTP/2 is refused.
     let upgrade = |cluster: &'static str| {

@@ -191,14 +191,26 @@ pub enum ClusterTarget {
     /// route is matched (Envoy's `cluster_header`); one it names that is not there answers
     /// as a cluster not found.
     Header(http::HeaderName),
+    /// The cluster the request's host names (`cluster_header: ":authority"`; an HTTP/1.1
+    /// request's `host`).
+    Authority,
+}
+
+impl ClusterTarget {
+    /// Whether each request names its cluster.
+    pub fn by_request(&self) -> bool {
+        !matches!(self, ClusterTarget::Index(_))
+    }
 }
 
 impl Serialize for ClusterTarget {
     /// Flattened beside the cluster's name: `cluster_header: NAME`, or nothing.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(None)?;
-        if let ClusterTarget::Header(name) = self {
-            map.serialize_entry("cluster_header", name.as_str())?;
+        match self {
+            ClusterTarget::Index(_) => {}
+            ClusterTarget::Header(name) => map.serialize_entry("cluster_header", name.as_str())?,
+            ClusterTarget::Authority => map.serialize_entry("cluster_header", ":authority")?,
         }
         map.end()
     }

@@ -44,7 +44,7 @@ fn names_cluster_by_header(route: &RouteConfig) -> bool {
     let RouteAction::Forward(forward) = &route.action else {
         return false;
     };
-    let by_header = |target: &ClusterTarget| matches!(target, ClusterTarget::Header(_));
+    let by_header = ClusterTarget::by_request;
     by_header(&forward.cluster)
         || (forward.split.iter()).any(|s| s.clusters.iter().any(|c| by_header(&c.target)))
         || forward.mirrors.iter().any(|m| by_header(&m.cluster))
@@ -376,10 +376,10 @@ fn route(
                 None,
             ),
             (None, None) if raw.cluster_header.is_some() => (
-                ClusterTarget::Header(route_actions::header_name(
+                route_actions::cluster_header(
                     raw.cluster_header.as_deref().unwrap_or_default(),
                     &format!("{path}.cluster_header"),
-                )?),
+                )?,
                 String::new(),
                 None,
             ),
@@ -400,7 +400,7 @@ fn route(
                 let first_named = (split.clusters.iter())
                     .find_map(|c| match c.target {
                         ClusterTarget::Index(i) => Some(i),
-                        ClusterTarget::Header(_) => None,
+                        _ => None,
                     })
                     .unwrap_or_default();
                 (
@@ -462,7 +462,7 @@ fn route(
         .into_iter()
         .filter_map(|t| match t {
             ClusterTarget::Index(i) => Some(*i),
-            ClusterTarget::Header(_) => None,
+            _ => None,
         })
         .collect();
         if let Some(&h2) = targets

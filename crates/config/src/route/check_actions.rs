@@ -333,11 +333,17 @@ fn target(
             at,
             "expected `cluster` or `cluster_header`, not both",
         )),
-        Some(header) => Ok(ClusterTarget::Header(header_name(
-            header,
-            &format!("{at}.cluster_header"),
-        )?)),
+        Some(header) => cluster_header(header, &format!("{at}.cluster_header")),
     }
+}
+
+/// A `cluster_header`: a header, or `:authority` (the request's host), the one pseudo-header
+/// that names a cluster.
+pub(crate) fn cluster_header(name: &str, path: &str) -> Result<ClusterTarget, ConfigError> {
+    if name.eq_ignore_ascii_case(":authority") {
+        return Ok(ClusterTarget::Authority);
+    }
+    Ok(ClusterTarget::Header(header_name(name, path)?))
 }
 
 /// A header named in the config (lower case, as HTTP/2 sends it).

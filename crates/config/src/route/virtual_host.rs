@@ -54,6 +54,25 @@ impl RouteConfiguration {
         self.cluster_names.get(name).copied()
     }
 
+    /// The cluster `target` picks for a request: its own, or the one the request names (its
+    /// header's first value, or its host for `:authority`), if there is one of that name.
+    pub fn cluster_for(
+        &self,
+        target: &crate::ClusterTarget,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+    ) -> Option<usize> {
+        let name = match target {
+            crate::ClusterTarget::Index(i) => return Some(*i),
+            crate::ClusterTarget::Header(header) => headers.get(header)?.as_bytes(),
+            crate::ClusterTarget::Authority => match uri.authority() {
+                Some(authority) => authority.as_str().as_bytes(),
+                None => headers.get(http::header::HOST)?.as_bytes(),
+            },
+        };
+        self.cluster_named(name)
+    }
+
     /// The routes of `host`, in order.
     pub fn routes_of(&self, host: &VirtualHostConfig) -> &[RouteConfig] {
         &self.routes[host.routes.clone()]

@@ -1127,6 +1127,10 @@ fn a_cluster_named_by_a_request_header_is_looked_up_by_name() {
             "weighted_clusters[0]: expected `cluster` or `cluster_header`, not both",
         ),
         (
+            "        cluster_header: \":path\"\n",
+            "routes[1].cluster_header: expected a header name, found `:path`",
+        ),
+        (
             "        cluster_header: x-cluster\n        cluster_not_found_status: 200\n",
             "routes[1].cluster_not_found_status: expected a 4xx or 5xx status, found 200",
         ),

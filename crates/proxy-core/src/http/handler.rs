@@ -721,9 +721,9 @@ async fn forward_request(
     }
     let cluster = match target_of(forward, weighted) {
         ClusterTarget::Index(i) => *i,
-        ClusterTarget::Header(_) => named_cluster.ok_or(ProxyError::ClusterNotFound(
-            forward.cluster_not_found_status,
-        ))?,
+        ClusterTarget::Header(_) | ClusterTarget::Authority => named_cluster.ok_or(
+            ProxyError::ClusterNotFound(forward.cluster_not_found_status),
+        )?,
     };
     let cluster_ref = &http.clusters[cluster];
     // Upgrades are relayed over HTTP/1.1: a cluster named in the config is checked at load,
@@ -957,12 +957,11 @@ fn pick_cluster<B>(mut matched: Matched, request: &Request<B>, scope: &Scope<'_>
         });
     }
     // The header's first value, as Envoy reads this untrusted header.
-    matched.named_cluster = match target_of(forward, matched.weighted) {
-        ClusterTarget::Header(name) => headers
-            .get(name)
-            .and_then(|value| scope.http.routes.config().cluster_named(value.as_bytes())),
-        ClusterTarget::Index(_) => None,
-    };
+    let target = target_of(forward, matched.weighted);
+    if target.by_request() {
+        matched.named_cluster =
+            (scope.http.routes.config()).cluster_for(target, request.uri(), headers);
+    }
     matched
 }
 

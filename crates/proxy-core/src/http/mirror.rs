@@ -18,7 +18,7 @@ use super::rewrite;
 use crate::cluster::Cluster;
 use crate::context::{ConnCtx, RequestBody};
 use crate::error::ProxyError;
-use config::{ClusterTarget, ForwardAction, RouteConfiguration};
+use config::{ForwardAction, RouteConfiguration};
 
 /// Starts the copies the route's mirror policies draw for this request. `parts` is the
 /// request as it will be forwarded (path rewritten, before the upstream's own rewrite),
@@ -38,18 +38,9 @@ pub(crate) fn start(
         if !drawn(policy.fraction) {
             continue;
         }
-        let index = match &policy.cluster {
-            ClusterTarget::Index(i) => *i,
-            // The header's first value; a copy to no cluster there is is not sent (Envoy's
-            // shadow skips it).
-            ClusterTarget::Header(name) => {
-                let named = (parts.headers.get(name))
-                    .and_then(|value| routes.cluster_named(value.as_bytes()));
-                let Some(i) = named else {
-                    continue;
-                };
-                i
-            }
+        // A copy to no cluster there is is not sent (Envoy's shadow skips it).
+        let Some(index) = routes.cluster_for(&policy.cluster, &parts.uri, &parts.headers) else {
+            continue;
         };
         let cluster = Rc::clone(&clusters[index]);
         let authority = match authority {
