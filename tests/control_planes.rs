@@ -1883,6 +1883,9 @@ async fn internal_redirects_over_xds() {
             unreachable!()
         };
         action.internal_redirect_policy = Some(InternalRedirectPolicy {
+            max_internal_redirects: Some(envoy_types::pb::google::protobuf::UInt32Value {
+                value: 3,
+            }),
             predicates: vec![predicate(predicate_url)],
             ..Default::default()
         });
@@ -1950,6 +1953,29 @@ async fn internal_redirects_over_xds() {
     let seen = text(r.into_body()).await;
     assert!(seen.starts_with("GET /new/x HTTP/1.1\n"), "{seen}");
     assert!(seen.contains("x-envoy-original-url: http://"), "{seen}");
+
+    // A redirect back to the same route is followed once (`previous_routes`), though the
+    // most would allow three: the second request's redirect goes to the client, the echo
+    // of what that request was.
+    let looping = get(
+        "/old",
+        &[
+            ("x-noop-status", "302"),
+            (
+                "x-noop-response-header",
+                "location: http://web.test/old/again",
+            ),
+            ("x-noop-echo", "headers"),
+        ],
+    );
+    let r = send_h1(addr, looping).await;
+    assert_eq!(r.status(), 302);
+    let seen = text(r.into_body()).await;
+    assert!(seen.starts_with("GET /old/again HTTP/1.1\n"), "{seen}");
+    assert!(
+        seen.contains("x-envoy-original-url: http://legate.test/old\n"),
+        "{seen}"
+    );
 
     // A predicate this proxy does not have: the routes are refused, naming it.
     let nack = serve(

@@ -211,7 +211,8 @@ impl GrpcChannel {
             response.await
         };
         call.await.map_err(|e| {
-            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+            // Refused, or above a GOAWAY's last stream: the service never processed it.
+            if e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote()) {
                 Failed::Refused(transport(e))
             } else {
                 Failed::Reset(transport(e))

@@ -822,7 +822,6 @@ fn retry_policy(raw: RawRetryPolicy, path: &str) -> Result<RetryPolicy, ConfigEr
     })
 }
 
-/// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
 /// A route's `internal_redirect`: Envoy's defaults (one redirect, 302 only).
 fn internal_redirect(
     raw: RawInternalRedirect,
@@ -868,6 +867,7 @@ fn internal_redirect(
     })
 }
 
+/// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
 fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
     let mut out: Vec<String> = Vec::with_capacity(raw.len());
     for (i, token) in raw.into_iter().enumerate() {

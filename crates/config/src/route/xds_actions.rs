@@ -306,15 +306,17 @@ pub(crate) fn internal_redirect(
         response_headers_to_copy: std::mem::take(&mut policy.response_headers_to_copy),
         ..Default::default()
     };
-    // Envoy takes the 3xx codes it can follow and leaves the others out.
-    raw.redirect_response_codes = std::mem::take(&mut policy.redirect_response_codes)
-        .into_iter()
-        .filter_map(|c| u16::try_from(c).ok())
+    // Envoy takes the 3xx codes it can follow and leaves the others out: 302 when none are
+    // listed, nothing followed when none listed is one.
+    let listed = std::mem::take(&mut policy.redirect_response_codes);
+    let followed: Vec<u16> = (listed.iter())
+        .filter_map(|c| u16::try_from(*c).ok())
         .filter(|c| [301, 302, 303, 307, 308].contains(c))
         .collect();
-    if raw.redirect_response_codes.is_empty() {
-        raw.redirect_response_codes = vec![302];
+    if !listed.is_empty() && followed.is_empty() {
+        return Ok(None);
     }
+    raw.redirect_response_codes = followed;
     for (i, predicate) in std::mem::take(&mut policy.predicates)
         .into_iter()
         .enumerate()

@@ -1180,3 +1180,40 @@ fn internal_redirects_take_envoys_defaults_and_refuse_what_cannot_be_followed() 
     );
     assert!(error_of(&direct).contains("apply only to routes with a"));
 }
+
+#[test]
+fn a_checks_added_headers_are_literal_and_not_its_own_framing() {
+    let with = |extra: &str| {
+        MINIMAL.replace(
+            "    routes:\n",
+            &format!(
+                "    http_filters:\n      - ext_authz: {{ http: {{ address: 127.0.0.1:9191{extra} }} }}\n    routes:\n"
+            ),
+        )
+    };
+    assert!(Config::from_yaml(&with(", headers_to_add: { x-key: s3cret }")).is_ok());
+    for (extra, needle) in [
+        (
+            ", headers_to_add: { Content-Length: \"0\" }",
+            "headers_to_add.Content-Length",
+        ),
+        (
+            ", headers_to_add: { x-ip: \"%DOWNSTREAM_REMOTE_ADDRESS%\" }",
+            "literal values only",
+        ),
+    ] {
+        let error = error_of(&with(extra));
+        assert!(error.contains(needle), "{needle}: {error}");
+    }
+    // An empty list of a denial's headers for the client is no list: all go.
+    let config = Config::from_yaml(&with(", allowed_client_headers: []")).unwrap();
+    let Some(HttpFilterConfig::ExtAuthz(authz)) =
+        config.listeners[0].http_filters.first().map(|f| &f.config)
+    else {
+        panic!("ext_authz is the chain's filter");
+    };
+    let AuthzService::Http { header_lists, .. } = &authz.service else {
+        panic!("HTTP mode");
+    };
+    assert_eq!(header_lists.allowed_client_headers, None);
+}

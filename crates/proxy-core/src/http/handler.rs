@@ -124,7 +124,27 @@ pub(crate) fn handle(
                 client: &client,
                 http: &http,
             };
-            route_and_forward(&mut req, &scope, &mut in_flight, &mut state, &mut facts).await
+            let mut routed =
+                route_and_forward(&mut req, &scope, &mut in_flight, &mut state, &mut facts).await;
+            // An internal redirect followed: its answer is dropped and the request goes on
+            // as a new one, through the routes and the filters again (fresh filter state), as
+            // Envoy recreates the stream. Bounded by the routes' most redirects.
+            while let Some(next) = facts.internal_redirects.next.take() {
+                drop(routed);
+                req = *next;
+                state = FilterState::default();
+                facts = Facts {
+                    internal_redirects: std::mem::take(&mut facts.internal_redirects),
+                    ..Facts::default()
+                };
+                if let Some(log) = in_flight.log() {
+                    log.upstream = None;
+                }
+                routed =
+                    route_and_forward(&mut req, &scope, &mut in_flight, &mut state, &mut facts)
+                        .await;
+            }
+            routed
         };
         if let Some(begun) = &begun {
             begun.set();
@@ -330,8 +350,8 @@ struct Facts {
     grpc_request: Option<bool>,
     /// The gRPC status a filter's answer gives a gRPC request.
     grpc_status: Option<u32>,
-    /// Redirects followed for the request so far, and the routes they went to.
-    internal_redirects: (u32, internal_redirect::Targets),
+    /// The request's internal redirects: kept over its passes.
+    internal_redirects: internal_redirect::Redirects,
 }
 
 /// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
@@ -429,7 +449,7 @@ async fn route_and_forward(
     }
     let ids = scope.http.request_id;
     // A redirect followed here keeps the id the request was given.
-    if ids.replace_external && facts.internal_redirects.0 == 0 {
+    if ids.replace_external && facts.internal_redirects.followed == 0 {
         // A client's id is not trusted: every request gets a new one.
         req.headers_mut().remove(&X_REQUEST_ID);
         ensure_request_id(req.headers_mut(), in_flight);
@@ -637,16 +657,16 @@ async fn filter_and_answer(
                     // The request sent on keeps the id the upstream saw.
                     ensure_request_id(req.headers_mut(), in_flight);
                 }
-                // As Envoy reads it: TLS, unless x-forwarded-proto says http.
-                let https = scope.conn.listener.tls
-                    && !(req.headers().get("x-forwarded-proto"))
-                        .is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"http"));
+                // As Envoy reads it: TLS, unless a trusted x-forwarded-proto says http.
+                let listener = &scope.conn.listener;
+                let https =
+                    listener.tls && listener.forwarded_trust.scheme(true, req.headers()) == "https";
                 let kept = internal_redirect::keep(
                     policy,
                     req,
                     host.as_ref(),
                     https,
-                    facts.internal_redirects.0,
+                    facts.internal_redirects.followed,
                 )?;
                 Some((policy, kept))
             });
@@ -661,22 +681,24 @@ async fn filter_and_answer(
             )
             .await?;
             if let Some((policy, kept)) = redirectable
-                && let Some(next) = internal_redirect::follow(
-                    policy,
-                    kept,
-                    (response.status(), response.headers()),
-                    (&scope.http.routes, host_rules(scope)),
-                    &mut facts.internal_redirects.1,
-                )
+                && let Some(route) = matched.route
             {
-                // The redirect's answer is dropped; the request goes on as a new one, through
-                // the routes and the filters again (fresh filter state), as Envoy recreates
-                // the stream.
-                drop(response);
-                facts.internal_redirects.0 += 1;
-                *req = next;
-                *state = FilterState::default();
-                return Box::pin(route_and_forward(req, scope, in_flight, state, facts)).await;
+                let routing = internal_redirect::Routing {
+                    routes: &scope.http.routes,
+                    host_rules: host_rules(scope),
+                    head_limit: scope.conn.listener.head_limit,
+                    normalization: &scope.http.path_normalization,
+                };
+                let answer = (response.status(), response.headers());
+                let redirects = &mut facts.internal_redirects;
+                if let Some(next) =
+                    internal_redirect::follow(policy, kept, answer, &routing, (route, redirects))
+                {
+                    // The request goes on as a new one (the handler sends it, dropping this
+                    // answer).
+                    redirects.followed += 1;
+                    redirects.next = Some(Box::new(next));
+                }
             }
             response
         }

@@ -54,17 +54,32 @@ pub(crate) fn keep(
     })
 }
 
-/// The routes earlier redirects of the request went to (for the `previous_routes` predicate).
-pub(crate) type Targets = Vec<usize>;
+/// The redirects of one request: how many were followed, the routes they went from and to
+/// (for the `previous_routes` predicate), and the request to send on next.
+#[derive(Default)]
+pub(crate) struct Redirects {
+    pub(crate) followed: u32,
+    targets: Vec<(usize, usize)>,
+    /// Boxed: most requests are never redirected, and every request's future holds this.
+    pub(crate) next: Option<Box<Request<RequestBody>>>,
+}
 
-/// The request to send on for an upstream answer with `status` and `headers`, if the policy
-/// follows it; `None` leaves the answer for the client.
+/// What routing the location needs: the listener's routes and its rules for a request's head.
+pub(crate) struct Routing<'a> {
+    pub(crate) routes: &'a RouteTable,
+    pub(crate) host_rules: head::HostRules,
+    pub(crate) head_limit: Option<usize>,
+    pub(crate) normalization: &'a config::PathNormalization,
+}
+
+/// The request to send on for an upstream answer with `status` and `headers` to a request
+/// routed by route `from`, if the policy follows it; `None` leaves the answer for the client.
 pub(crate) fn follow(
     policy: &InternalRedirectPolicy,
     kept: Kept,
     (status, response_headers): (http::StatusCode, &http::HeaderMap),
-    (routes, host_rules): (&RouteTable, head::HostRules),
-    targets: &mut Targets,
+    routing: &Routing<'_>,
+    (from, redirects): (usize, &mut Redirects),
 ) -> Option<Request<RequestBody>> {
     if !policy.redirect_response_codes.contains(&status.as_u16()) {
         return None;
@@ -122,11 +137,12 @@ pub(crate) fn follow(
             .build()
             .ok()?
     } else {
-        if headers.contains_key(HOST) || host.is_some() {
-            headers.insert(HOST, HeaderValue::from_str(authority.as_str()).ok()?);
-        }
         Uri::builder().path_and_query(path).build().ok()?
     };
+    // Whatever reads the host sees the location's.
+    if new_uri.authority().is_none() || headers.contains_key(HOST) {
+        headers.insert(HOST, HeaderValue::from_str(authority.as_str()).ok()?);
+    }
     if let Some(url) = original_url {
         headers.insert(X_ENVOY_ORIGINAL_URL.clone(), url);
     }
@@ -135,14 +151,25 @@ pub(crate) fn follow(
     *next.uri_mut() = new_uri;
     *next.version_mut() = version;
     *next.headers_mut() = headers;
-    // The location must route somewhere, to a route the policy's predicates take.
-    let (_, matched) = head::route(&mut next, host_rules, routes).ok()?;
-    let route = matched.route?;
+    // The location must pass the head's checks and route somewhere, to a route the policy's
+    // predicates take.
+    let admitted = head::admit(
+        &mut next,
+        routing.head_limit,
+        routing.normalization,
+        routing.host_rules,
+        routing.routes,
+    );
+    let Ok(head::Admitted::Routed { matched, .. }) = admitted else {
+        return None;
+    };
+    let to = matched.route?;
     if policy.previous_routes {
-        if targets.contains(&route) {
+        // Per route redirected from, as Envoy keeps it.
+        if redirects.targets.contains(&(from, to)) {
             return None;
         }
-        targets.push(route);
+        redirects.targets.push((from, to));
     }
     Some(next)
 }
@@ -209,16 +236,23 @@ clusters: [{ name: c, endpoints: [127.0.0.1:1] }]
         policy: &InternalRedirectPolicy,
         https: bool,
         location: &str,
-        targets: &mut Targets,
+        redirects: &mut Redirects,
     ) -> Option<Request<RequestBody>> {
         let headers = answer(location);
         let table = table();
+        let routing = Routing {
+            routes: &table,
+            host_rules: head::HostRules::NONE,
+            head_limit: None,
+            normalization: &config::PathNormalization::default(),
+        };
+        // Redirected from route 0 (`/a`).
         follow(
             policy,
             kept(https),
             (http::StatusCode::FOUND, &headers),
-            (&table, head::HostRules::NONE),
-            targets,
+            &routing,
+            (0, redirects),
         )
     }
 
@@ -228,7 +262,7 @@ clusters: [{ name: c, endpoints: [127.0.0.1:1] }]
             &policy(),
             false,
             "http://other.test/b/2",
-            &mut Targets::new(),
+            &mut Redirects::default(),
         )
         .unwrap();
         assert!(next.headers().get("x-copied").is_none());
@@ -242,7 +276,7 @@ clusters: [{ name: c, endpoints: [127.0.0.1:1] }]
 
     #[test]
     fn schemes_are_kept_unless_the_policy_allows_another() {
-        let mut targets = Targets::new();
+        let mut targets = Redirects::default();
         assert!(follows(&policy(), false, "https://site.test/b", &mut targets).is_none());
         assert!(follows(&policy(), true, "http://site.test/b", &mut targets).is_none());
         let across = InternalRedirectPolicy {
@@ -261,15 +295,15 @@ clusters: [{ name: c, endpoints: [127.0.0.1:1] }]
     }
 
     #[test]
-    fn previous_routes_takes_each_route_once() {
+    fn previous_routes_takes_each_route_once_per_route_redirected_from() {
         let once = InternalRedirectPolicy {
             previous_routes: true,
             ..policy()
         };
-        let mut targets = Targets::new();
+        let mut targets = Redirects::default();
         assert!(follows(&once, false, "http://site.test/b", &mut targets).is_some());
         assert!(follows(&once, false, "http://site.test/a", &mut targets).is_some());
         assert!(follows(&once, false, "http://site.test/b/again", &mut targets).is_none());
-        assert_eq!(targets, [1, 0]);
+        assert_eq!(targets.targets, [(0, 1), (0, 0)]);
     }
 }

@@ -354,8 +354,9 @@ pub(super) fn listener_authz(
                     &http.allowed_client_headers_on_success,
                     &format!("{path}.http.allowed_client_headers_on_success"),
                 )?,
-                allowed_client_headers: http
-                    .allowed_client_headers
+                // An empty list is no list, as Envoy reads it: every header goes.
+                allowed_client_headers: (http.allowed_client_headers)
+                    .filter(|names| !names.is_empty())
                     .map(|names| {
                         let at = format!("{path}.http.allowed_client_headers");
                         header_names(&names, &at)
@@ -372,6 +373,29 @@ pub(super) fn listener_authz(
                             ));
                         };
                         let lower = header.as_str().to_owned();
+                        // The check request's own framing and host are the client's to set.
+                        if matches!(
+                            lower.as_str(),
+                            "host"
+                                | "content-length"
+                                | "transfer-encoding"
+                                | "connection"
+                                | "keep-alive"
+                                | "te"
+                                | "upgrade"
+                                | "proxy-connection"
+                        ) {
+                            return Err(ConfigError::invalid(
+                                at,
+                                "the check request's own header (framing, connection, host)",
+                            ));
+                        }
+                        if value.contains('%') {
+                            return Err(ConfigError::invalid(
+                                at,
+                                "a value with command operators (%...%) is not supported: literal values only",
+                            ));
+                        }
                         if http::HeaderValue::from_str(&value).is_err() {
                             return Err(ConfigError::invalid(
                                 at,
