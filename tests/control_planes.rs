@@ -6241,7 +6241,11 @@ async fn ext_authz_grpc_retries_from_the_management_server() {
                         seconds: 0,
                         nanos: 5_000_000,
                     }),
-                    max_interval: None,
+                    // Each call may take this long (Envoy's per-try timeout).
+                    max_interval: Some(PbDuration {
+                        seconds: 5,
+                        nanos: 0,
+                    }),
                 }),
                 ..Default::default()
             }),

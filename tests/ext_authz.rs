@@ -615,7 +615,7 @@ async fn grpc_checks_that_fail_are_retried_on_their_grpc_status() {
     };
     let with_retries = |sidecar: &testbed::AuthzSidecar, retry_on: &str, retries: u32| {
         format!(
-            "{{ grpc: {{ address: {}, retry_policy: {{ retry_on: [{retry_on}], num_retries: {retries}, retry_back_off: {{ base_interval: 5ms }} }} }}, timeout: 10s }}",
+            "{{ grpc: {{ address: {}, retry_policy: {{ retry_on: [{retry_on}], num_retries: {retries}, retry_back_off: {{ base_interval: 5ms, max_interval: 5s }} }} }}, timeout: 10s }}",
             sidecar.local_addr().unwrap()
         )
     };
@@ -653,6 +653,35 @@ async fn grpc_checks_that_fail_are_retried_on_their_grpc_status() {
     assert_eq!(stat(proxy.admin.unwrap(), "ext_authz_error"), 1);
     drop(proxy);
 
+    // Each gRPC try is bounded by the back-off's most (as Envoy's gRPC client): a service
+    // slower than that is tried again, then the failure mode answers, within the timeout.
+    let slow = grpc_sidecar(AuthzRules {
+        delay: std::time::Duration::from_millis(400),
+        ..alice_only()
+    })
+    .await;
+    let proxy = Proxy::start(
+        &config(
+            &format!(
+                "{{ grpc: {{ address: {}, retry_policy: {{ retry_on: [reset], num_retries: 2, retry_back_off: {{ base_interval: 5ms, max_interval: 50ms }} }} }}, timeout: 20s }}",
+                slow.local_addr().unwrap()
+            ),
+            upstream.local_addr(),
+            "",
+        ),
+        1,
+    );
+    let (status, _, _) = send(&proxy, &[("x-user", "alice")]).await;
+    // One try would have been allowed after 400 ms, well within the timeout.
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // The calls came in (recorded as they arrive; the last may be given up first).
+    eventually("the calls tried again", async || {
+        slow.authorities().len() >= 2
+    })
+    .await;
+    assert!(slow.authorities().len() <= 3);
+    drop(proxy);
+
     // A service not there yet: `connect-failure` tries again, so a check made while it
     // starts is answered once it is up (within the timeout).
     let port = closed_port();
@@ -660,7 +689,7 @@ async fn grpc_checks_that_fail_are_retried_on_their_grpc_status() {
     let proxy = Proxy::start_with_env(
         &config(
             &format!(
-                "{{ grpc: {{ address: {late}, retry_policy: {{ retry_on: [connect-failure], num_retries: 1000, retry_back_off: {{ base_interval: 5ms, max_interval: 20ms }} }} }}, timeout: 20s }}"
+                "{{ grpc: {{ address: {late}, retry_policy: {{ retry_on: [connect-failure], num_retries: 1000, retry_back_off: {{ base_interval: 5ms, max_interval: 1s }} }} }}, timeout: 20s }}"
             ),
             upstream.local_addr(),
             "",

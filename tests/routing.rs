@@ -384,8 +384,11 @@ listeners:
         )
     };
     let r = send_h1(proxy.addr(), upgrade("h2c")).await;
-    assert_eq!(r.status(), 400);
+    assert_eq!(r.status(), 403);
     assert_eq!(served_by(&r), "");
+    // As Envoy's `upgrade_failed`: the connection stays open.
+    assert!(r.headers().get("connection").is_none(), "{:?}", r.headers());
+    assert_eq!(text(r.into_body()).await, "upgrade failed\n");
     // The same upgrade to an HTTP/1.1 cluster is relayed (this upstream declines it).
     let r = send_h1(proxy.addr(), upgrade("v1")).await;
     assert_eq!(served_by(&r), v1_addr);

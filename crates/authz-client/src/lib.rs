@@ -134,6 +134,10 @@ pub trait CheckRetry: std::fmt::Debug + Send + Sync {
     fn retry_failure(&self, failure: TryFailure) -> bool;
     /// The wait before retry `n` (from 1).
     fn back_off(&self, n: u32) -> Duration;
+    /// Each try's own limit, within the client's timeout; `None`: the client's timeout alone.
+    fn per_try_timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// What the service is told about a request.

@@ -36,9 +36,16 @@ pub(crate) async fn tries<T>(
 ) -> Result<T, Failed> {
     let mut retries = 0;
     loop {
-        let outcome = try_once().await;
         let Some(policy) = policy else {
-            return outcome;
+            return try_once().await;
+        };
+        let outcome = match policy.per_try_timeout() {
+            None => try_once().await,
+            // A try that outlasts its limit is given up as a reset one (Envoy's per-try
+            // timeout): it may have reached the service.
+            Some(limit) => tokio::time::timeout(limit, try_once())
+                .await
+                .unwrap_or(Err(Failed::Reset(AuthzError::Timeout(limit)))),
         };
         let again = retries < policy.max_retries()
             && match &outcome {

@@ -111,6 +111,10 @@ pub enum ProxyError {
     /// `cluster_not_found_response_code`.
     #[error("the cluster the request names is not there")]
     ClusterNotFound(StatusCode),
+    /// An upgrade the route allows that its cluster cannot take (one speaking HTTP/2): 403,
+    /// as Envoy's `upgrade_failed`, the connection kept.
+    #[error("the upgrade cannot be relayed to this cluster")]
+    UpgradeFailed,
     #[error("no healthy upstream host")]
     NoHealthyUpstream,
     #[error("circuit breaker open: {}", .0.as_str())]
@@ -216,6 +220,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::UpgradeFailed => StatusCode::FORBIDDEN,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ClientAborted { .. } if self.is_request_timeout() => {
                 StatusCode::REQUEST_TIMEOUT
@@ -260,8 +265,10 @@ impl ProxyError {
             ProxyError::BadRequest(_)
             | ProxyError::HeadersTooLarge { .. }
             | ProxyError::Http10Refused => ResponseFlag::DownstreamProtocolError,
-            // Envoy's downstream duration timeout sets no flag.
-            ProxyError::ClientUnknown(_) | ProxyError::StreamDuration { .. } => return None,
+            // Envoy's downstream duration timeout and failed upgrade set no flag.
+            ProxyError::ClientUnknown(_)
+            | ProxyError::StreamDuration { .. }
+            | ProxyError::UpgradeFailed => return None,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
@@ -303,6 +310,7 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => "no route\n",
             ProxyError::ClusterNotFound(_) => "cluster not found\n",
+            ProxyError::UpgradeFailed => "upgrade failed\n",
             ProxyError::NoHealthyUpstream => "no healthy upstream\n",
             ProxyError::Overflow(_) => "upstream overloaded\n",
             ProxyError::Overloaded => "proxy overloaded\n",

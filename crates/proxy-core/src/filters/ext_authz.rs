@@ -155,7 +155,15 @@ impl HttpFilter for ExtAuthz {
 
 /// A service's retry policy, read with the conditions of a route's.
 #[derive(Debug)]
-struct Retry(config::AuthzRetry);
+struct Retry(config::AuthzRetry, PerTry);
+
+/// Whether each try has its own limit: Envoy's gRPC client bounds each by the back-off's
+/// `max_interval` (its conversion of the service's retry policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PerTry {
+    BackOffMax,
+    Unbounded,
+}
 
 impl CheckRetry for Retry {
     fn max_retries(&self) -> u32 {
@@ -181,6 +189,10 @@ impl CheckRetry for Retry {
 
     fn back_off(&self, n: u32) -> std::time::Duration {
         self.0.back_off.ceiling(n)
+    }
+
+    fn per_try_timeout(&self) -> Option<std::time::Duration> {
+        (self.1 == PerTry::BackOffMax).then_some(self.0.back_off.max_interval)
     }
 }
 
@@ -281,7 +293,9 @@ impl Inner {
             } => {
                 let client = AuthzClient::grpc(endpoint.clone(), config.timeout);
                 let client = match retry_policy {
-                    Some(policy) => client.with_retry(std::sync::Arc::new(Retry(*policy))),
+                    Some(policy) => {
+                        client.with_retry(std::sync::Arc::new(Retry(*policy, PerTry::BackOffMax)))
+                    }
                     None => client,
                 };
                 // Over TLS, the name the service is verified by is the one it is called by,
@@ -310,7 +324,8 @@ impl Inner {
                     path_prefix: path_prefix.clone(),
                     path_override: path_override.clone(),
                     retry: retry_policy.map(|policy| {
-                        std::sync::Arc::new(Retry(policy)) as std::sync::Arc<dyn CheckRetry>
+                        std::sync::Arc::new(Retry(policy, PerTry::Unbounded))
+                            as std::sync::Arc<dyn CheckRetry>
                     }),
                     allowed_headers: allowed_headers.clone(),
                     allowed_upstream_headers: allowed_upstream_headers.clone(),

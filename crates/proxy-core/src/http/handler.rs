@@ -751,9 +751,7 @@ async fn forward_request(
     // Upgrades are relayed over HTTP/1.1: a cluster named in the config is checked at load,
     // one a header names here.
     if asked.is_some() && cluster_ref.shared().protocol == config::UpstreamProtocol::Http2 {
-        return Err(ProxyError::BadRequest(
-            "the cluster this request names takes no upgrades",
-        ));
+        return Err(ProxyError::UpgradeFailed);
     }
     // Evaluated only for a cluster that picks by it, as Envoy: no cookie is made otherwise.
     let route_hash = match &forward.hash_policy {
