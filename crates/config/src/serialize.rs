@@ -47,6 +47,16 @@ pub(crate) fn header_names<S: Serializer>(names: &[HeaderName], s: S) -> Result<
     seq.end()
 }
 
+pub(crate) fn opt_header_names<S: Serializer>(
+    names: &Option<Vec<HeaderName>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match names {
+        Some(names) => header_names(names, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// Header pairs as a map of name to value.
 pub(crate) fn header_pairs<S: Serializer>(
     pairs: &[(HeaderName, HeaderValue)],

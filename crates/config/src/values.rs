@@ -184,3 +184,19 @@ pub(crate) fn retry_back_off(
         max_interval,
     })
 }
+
+/// A request's own framing, connection and host headers: the proxy sets them, a rule that
+/// puts a value on a request may not.
+pub(crate) fn framing_or_host(name: &http::HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "host"
+            | "content-length"
+            | "transfer-encoding"
+            | "connection"
+            | "keep-alive"
+            | "te"
+            | "upgrade"
+            | "proxy-connection"
+    )
+}

@@ -846,9 +846,7 @@ fn internal_redirect(
             let header =
                 route_actions::header_name(name, &format!("{path}.response_headers_to_copy"))?;
             // The request's own framing and host are the proxy's to set.
-            if [":authority", "host", "content-length", "transfer-encoding"]
-                .contains(&header.as_str())
-            {
+            if crate::values::framing_or_host(&header) {
                 return Err(ConfigError::invalid(
                     format!("{path}.response_headers_to_copy"),
                     format!("`{name}` may not be copied onto a request"),

@@ -335,20 +335,8 @@ impl Inner {
                     allowed_client_headers_on_success: (header_lists
                         .allowed_client_headers_on_success)
                         .clone(),
-                    // Checked as header names and values at load.
-                    allowed_client_headers: header_lists.allowed_client_headers.as_ref().map(|names| {
-                        (names.iter())
-                            .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok())
-                            .collect()
-                    }),
-                    headers_to_add: (header_lists.headers_to_add.iter())
-                        .filter_map(|(name, value)| {
-                            Some((
-                                http::HeaderName::from_bytes(name.as_bytes()).ok()?,
-                                http::HeaderValue::from_str(value).ok()?,
-                            ))
-                        })
-                        .collect(),
+                    allowed_client_headers: header_lists.allowed_client_headers.clone(),
+                    headers_to_add: header_lists.headers_to_add.clone(),
                 },
             ),
         };

@@ -105,11 +105,17 @@ pub struct AuthzHeaderLists {
     pub allowed_client_headers_on_success: Vec<HeaderName>,
     /// Headers of a denial the client gets (with `www-authenticate` and `location`); `None`:
     /// all of them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub allowed_client_headers: Option<Vec<String>>,
+    #[serde(
+        serialize_with = "ser::opt_header_names",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub allowed_client_headers: Option<Vec<HeaderName>>,
     /// Set on every check request.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub headers_to_add: Vec<(String, String)>,
+    #[serde(
+        serialize_with = "ser::header_pairs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub headers_to_add: Vec<(HeaderName, http::HeaderValue)>,
 }
 
 /// Retries of failed checks, within the check's timeout: after a connection failure, a reset
@@ -357,53 +363,10 @@ pub(super) fn listener_authz(
                 // An empty list is no list, as Envoy reads it: every header goes.
                 allowed_client_headers: (http.allowed_client_headers)
                     .filter(|names| !names.is_empty())
-                    .map(|names| {
-                        let at = format!("{path}.http.allowed_client_headers");
-                        header_names(&names, &at)
-                            .map(|names| names.iter().map(|n| n.as_str().to_owned()).collect())
-                    })
+                    .map(|names| header_names(&names, &format!("{path}.http.allowed_client_headers")))
                     .transpose()?,
                 headers_to_add: (http.headers_to_add.into_iter())
-                    .map(|(name, value)| {
-                        let at = format!("{path}.http.headers_to_add.{name}");
-                        let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
-                            return Err(ConfigError::invalid(
-                                at,
-                                format!("expected a header name, found `{name}`"),
-                            ));
-                        };
-                        let lower = header.as_str().to_owned();
-                        // The check request's own framing and host are the client's to set.
-                        if matches!(
-                            lower.as_str(),
-                            "host"
-                                | "content-length"
-                                | "transfer-encoding"
-                                | "connection"
-                                | "keep-alive"
-                                | "te"
-                                | "upgrade"
-                                | "proxy-connection"
-                        ) {
-                            return Err(ConfigError::invalid(
-                                at,
-                                "the check request's own header (framing, connection, host)",
-                            ));
-                        }
-                        if value.contains('%') {
-                            return Err(ConfigError::invalid(
-                                at,
-                                "a value with command operators (%...%) is not supported: literal values only",
-                            ));
-                        }
-                        if http::HeaderValue::from_str(&value).is_err() {
-                            return Err(ConfigError::invalid(
-                                at,
-                                "expected a header value (visible ASCII)",
-                            ));
-                        }
-                        Ok((lower, value))
-                    })
+                    .map(|(name, value)| check_header_to_add(name, value, path))
                     .collect::<Result<_, _>>()?,
                 }),
             }
@@ -463,6 +426,36 @@ pub(super) fn listener_authz(
         route_metadata_context_namespaces: raw.route_metadata_context_namespaces,
         clear_route_cache: raw.clear_route_cache.unwrap_or(false),
     })
+}
+
+/// One of `headers_to_add`: a header the check request may carry, with a literal value.
+fn check_header_to_add(
+    name: String,
+    value: String,
+    path: &str,
+) -> Result<(HeaderName, http::HeaderValue), ConfigError> {
+    let at = format!("{path}.http.headers_to_add.{name}");
+    let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
+        return Err(ConfigError::invalid(
+            at,
+            format!("expected a header name, found `{name}`"),
+        ));
+    };
+    if crate::values::framing_or_host(&header) {
+        return Err(ConfigError::invalid(
+            at,
+            "the check request's own header (framing, connection, host)",
+        ));
+    }
+    if value.contains('%') {
+        return Err(ConfigError::invalid(
+            at,
+            "a value with command operators (%...%) is not supported: literal values only",
+        ));
+    }
+    let value = http::HeaderValue::from_str(&value)
+        .map_err(|_| ConfigError::invalid(at, "expected a header value (visible ASCII)"))?;
+    Ok((header, value))
 }
 
 /// A check path for every request: a path (and query), not with a prefix.
