@@ -6478,3 +6478,105 @@ async fn custom_responses_from_the_management_server() {
     );
     server.shutdown().await;
 }
+
+/// Envoy Gateway's HTTPRoute for CONNECT (its `http-connect-terminate` scenario): a route
+/// with `connect_matcher` and a `CONNECT` upgrade with `connect_config`. The tunnel ends at
+/// the proxy and reaches the backend over TCP; a `connect_config` asking for what Legate does
+/// not do is NACKed by name, the last good routes serving on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_routes_from_the_management_server() {
+    use envoy_types::pb::envoy::config::route::v3::route_match::ConnectMatcher;
+
+    let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let connect_route = |allow_post: bool| {
+        let mut route = resources::forward("/", "backend");
+        route.r#match = Some(RouteMatch {
+            path_specifier: Some(route_match::PathSpecifier::ConnectMatcher(
+                ConnectMatcher {},
+            )),
+            ..Default::default()
+        });
+        if let Some(route::Action::Route(action)) = &mut route.action {
+            action.upgrade_configs = vec![route_action::UpgradeConfig {
+                upgrade_type: "CONNECT".into(),
+                connect_config: Some(route_action::upgrade_config::ConnectConfig {
+                    allow_post,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }];
+        }
+        let mut config = resources::route_config("web-routes", vec![route]);
+        config.virtual_hosts[0].domains = vec!["gateway.envoyproxy.io".into()];
+        config.ignore_port_in_host_matching = true;
+        ("web-routes".to_owned(), any(&config))
+    };
+    server.set(type_url::ROUTE, vec![connect_route(false)]);
+    serve_backend(&server, echo_addr);
+    let gateway = Manager {
+        underscores: http_protocol_options::HeadersWithUnderscoresAction::RejectRequest,
+        server: (
+            http_connection_manager::ServerHeaderTransformation::PassThrough,
+            "",
+        ),
+        router: Router {
+            suppress_envoy_headers: true,
+            ..Default::default()
+        },
+        stream_window: 65536,
+    };
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 1);
+    assert_eq!(
+        serve_listener(&server, gateway_listener(&gateway)).await,
+        None
+    );
+    let addr = bound(&proxy).await;
+
+    let tunnel_echoes = async |addr: SocketAddr| {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"CONNECT gateway.envoyproxy.io:443 HTTP/1.1\r\nhost: gateway.envoyproxy.io:443\r\n\r\nping")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"ping") && stream.read(&mut byte).await.unwrap() == 1 {
+            got.push(byte[0]);
+        }
+        let text = String::from_utf8_lossy(&got).into_owned();
+        assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+        assert!(text.ends_with("\r\n\r\nping"), "the echo came back: {text}");
+    };
+    tunnel_echoes(addr).await;
+    // A path request matches no route of this host.
+    let res = send_h1(
+        addr,
+        http::Request::get("/")
+            .header("host", "gateway.envoyproxy.io")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status(), 404);
+
+    let nack = serve(&server, type_url::ROUTE, connect_route(true))
+        .await
+        .expect("allow_post is refused");
+    assert!(
+        nack.contains("upgrade_configs[0].connect_config") && nack.contains("allow_post"),
+        "{nack}"
+    );
+    tunnel_echoes(addr).await;
+}

@@ -224,3 +224,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 pub(crate) fn is_true(value: &bool) -> bool {
     *value
 }
+
+/// A variant without data written as `true` (`connect: true`), as the file sets it.
+pub(crate) fn unit_true<S: Serializer>(s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bool(true)
+}

@@ -24,6 +24,9 @@ pub enum ResponseLength {
 #[derive(Debug, Clone, Copy)]
 pub struct Answering {
     pub head_request: bool,
+    /// The request is a CONNECT: a 2xx answer opens a tunnel, and its head frames no body
+    /// (RFC 9110 section 9.3.6).
+    pub connect: bool,
     pub version: Version,
     /// Whether the connection may stay open after this exchange (the client's wish and the
     /// server's).
@@ -82,7 +85,10 @@ pub fn encode_head_cased(
     let mut keep_te = false;
     let mut keep_cl = false;
     let mut add = Added::None;
-    let length = if answering.head_request || bodiless_status {
+    let length = if answering.connect && status.is_success() {
+        // Bytes after this head are the tunnel's: no length and no coding describe them.
+        ResponseLength::NoBody
+    } else if answering.head_request || bodiless_status {
         // The head describes a body that is not sent; 1xx and 204 never have one.
         keep_cl = !status.is_informational() && status != StatusCode::NO_CONTENT;
         keep_te = keep_cl && answering.version == Version::HTTP_11;
@@ -283,6 +289,7 @@ mod tests {
 
     const GET11: Answering = Answering {
         head_request: false,
+        connect: false,
         version: Version::HTTP_11,
         keep_alive: true,
     };
@@ -334,6 +341,23 @@ mod tests {
         assert_eq!(text, "HTTP/1.1 204 No Content\n");
         let (text, _) = head(304, &[("content-length", "9")], None, GET11);
         assert_eq!(text, "HTTP/1.1 304 Not Modified\ncontent-length: 9\n");
+    }
+
+    #[test]
+    fn a_2xx_to_connect_frames_no_body() {
+        let connect = Answering {
+            connect: true,
+            ..GET11
+        };
+        let (text, framed) = head(200, &[("content-length", "0")], Some(0), connect);
+        assert_eq!(text, "HTTP/1.1 200 OK\n");
+        assert_eq!(framed.length, ResponseLength::NoBody);
+        let (text, _) = head(200, &[("transfer-encoding", "chunked")], None, connect);
+        assert_eq!(text, "HTTP/1.1 200 OK\n");
+        // A refusal is a response like any other.
+        let (text, framed) = head(403, &[], Some(4), connect);
+        assert_eq!(text, "HTTP/1.1 403 Forbidden\ncontent-length: 4\n");
+        assert_eq!(framed.length, ResponseLength::Length(4));
     }
 
     #[test]

@@ -115,6 +115,10 @@ pub enum ProxyError {
     /// as Envoy's `upgrade_failed`, the connection kept.
     #[error("the upgrade cannot be relayed to this cluster")]
     UpgradeFailed,
+    /// A CONNECT on a route without `connect`: 403, as Envoy refuses an upgrade no config
+    /// enables.
+    #[error("the route takes no CONNECT")]
+    ConnectNotAllowed,
     #[error("no healthy upstream host")]
     NoHealthyUpstream,
     #[error("circuit breaker open: {}", .0.as_str())]
@@ -220,7 +224,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::UpgradeFailed => StatusCode::FORBIDDEN,
+            ProxyError::UpgradeFailed | ProxyError::ConnectNotAllowed => StatusCode::FORBIDDEN,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ClientAborted { .. } if self.is_request_timeout() => {
                 StatusCode::REQUEST_TIMEOUT
@@ -268,7 +272,8 @@ impl ProxyError {
             // Envoy's downstream duration timeout and failed upgrade set no flag.
             ProxyError::ClientUnknown(_)
             | ProxyError::StreamDuration { .. }
-            | ProxyError::UpgradeFailed => return None,
+            | ProxyError::UpgradeFailed
+            | ProxyError::ConnectNotAllowed => return None,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
@@ -311,6 +316,7 @@ impl ProxyError {
             ProxyError::NoRoute => "no route\n",
             ProxyError::ClusterNotFound(_) => "cluster not found\n",
             ProxyError::UpgradeFailed => "upgrade failed\n",
+            ProxyError::ConnectNotAllowed => "CONNECT is not allowed here\n",
             ProxyError::NoHealthyUpstream => "no healthy upstream\n",
             ProxyError::Overflow(_) => "upstream overloaded\n",
             ProxyError::Overloaded => "proxy overloaded\n",

@@ -299,6 +299,7 @@ fn route(
             || raw.max_stream_duration.is_some()
             || raw.retry_policy.is_some()
             || !raw.upgrades.is_empty()
+            || raw.connect.is_some()
             || raw.prefix_rewrite.is_some()
             || raw.regex_rewrite.is_some()
             || !raw.hash_policy.is_empty()
@@ -308,7 +309,7 @@ fn route(
     {
         return Err(ConfigError::invalid(
             path,
-            "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `max_stream_duration`, `retry_policy`, `upgrades`, `prefix_rewrite`, \
+            "`timeout`, `idle_timeout`, `host_rewrite` (and its `_header`, `_path_regex` forms), `append_x_forwarded_host`, `grpc_timeout_header_max`, `max_stream_duration`, `retry_policy`, `upgrades`, `connect`, `prefix_rewrite`, \
              `regex_rewrite`, `hash_policy`, `request_mirror_policies`, `internal_redirect` and `cluster_not_found_status` apply only to routes with a \
              `cluster`, `cluster_header` or `weighted_clusters`",
         ));
@@ -468,12 +469,17 @@ fn route(
         if let Some(&h2) = targets
             .iter()
             .find(|&&i| clusters[i].protocol == UpstreamProtocol::Http2)
-            && !upgrades.is_empty()
+            && (!upgrades.is_empty() || raw.connect == Some(ConnectMode::Forward))
         {
+            let key = if upgrades.is_empty() {
+                "connect"
+            } else {
+                "upgrades"
+            };
             return Err(ConfigError::invalid(
-                format!("{path}.upgrades"),
+                format!("{path}.{key}"),
                 format!(
-                    "upgrades are relayed over HTTP/1.1 (auto clusters offer it alone then); cluster `{}` speaks HTTP/2",
+                    "upgrades and forwarded CONNECTs are relayed over HTTP/1.1 (auto clusters offer it alone then); cluster `{}` speaks HTTP/2",
                     clusters[h2].name
                 ),
             ));
@@ -530,6 +536,7 @@ fn route(
             include_attempt_count: host.include_attempt_count,
             include_attempt_count_in_response: host.include_attempt_count_in_response,
             upgrades,
+            connect: raw.connect,
             internal_redirect: raw
                 .internal_redirect
                 .map(|r| internal_redirect(r, &format!("{path}.internal_redirect")))
@@ -603,7 +610,15 @@ fn route_match(
         }
     };
     let case_sensitive = raw.case_sensitive.unwrap_or(true);
+    let connect = raw.connect.unwrap_or(false);
     let path_match = match (raw.prefix, raw.path, raw.regex, raw.path_separated_prefix) {
+        (None, None, None, None) if connect => PathMatch::Connect,
+        _ if connect => {
+            return Err(ConfigError::invalid(
+                path,
+                "`connect` matches CONNECT requests, which have no path: it takes no `prefix`, `path`, `path_separated_prefix` or `regex`",
+            ));
+        }
         (Some(p), None, None, None) => {
             PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization, true)?)
         }
@@ -642,7 +657,7 @@ fn route_match(
         PathMatch::Prefix(p) => PathMatch::Prefix(p.to_ascii_lowercase()),
         PathMatch::Exact(p) => PathMatch::Exact(p.to_ascii_lowercase()),
         PathMatch::SeparatedPrefix(p) => PathMatch::SeparatedPrefix(p.to_ascii_lowercase()),
-        regex @ PathMatch::Regex(_) => regex,
+        other @ (PathMatch::Regex(_) | PathMatch::Connect) => other,
     };
     let mut headers = Vec::new();
     let mut authority = Vec::new();
@@ -885,6 +900,12 @@ fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
             return Err(ConfigError::invalid(
                 format!("{path}[{i}]"),
                 format!("expected a protocol name such as `websocket`, found `{token}`"),
+            ));
+        }
+        if lower == "connect" {
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}]"),
+                "CONNECT is no `Upgrade:` protocol: set the route's `connect: forward` or `connect: terminate`",
             ));
         }
         if out.contains(&lower) {

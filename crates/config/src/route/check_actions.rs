@@ -106,10 +106,10 @@ pub(crate) fn redirect(
 /// A redirect's or rewrite's prefix replaces what the route's prefix or path matched: a regex
 /// route has no such part.
 fn prefix_route(matcher: &RouteMatch, path: &str) -> Result<(), ConfigError> {
-    if matches!(matcher.path, PathMatch::Regex(_)) {
+    if matches!(matcher.path, PathMatch::Regex(_) | PathMatch::Connect) {
         return Err(ConfigError::invalid(
             path,
-            "a prefix rewrite needs a route matching by `prefix` or `path` (use `regex_rewrite` with `regex`)",
+            "a prefix rewrite needs a route matching by `prefix` or `path` (use `regex_rewrite` with `regex`; CONNECT has no path)",
         ));
     }
     Ok(())

@@ -136,7 +136,7 @@ impl RouteMatch {
             || !self.cookies.is_empty()
             || matches!(
                 self.path,
-                PathMatch::Regex(_) | PathMatch::SeparatedPrefix(_)
+                PathMatch::Regex(_) | PathMatch::SeparatedPrefix(_) | PathMatch::Connect
             )
     }
 }
@@ -183,6 +183,9 @@ pub enum PathMatch {
     SeparatedPrefix(String),
     /// The whole path (without the query) must match.
     Regex(Pattern),
+    /// CONNECT requests (which have no path), and nothing else (Envoy's `connect_matcher`).
+    #[serde(rename = "connect", serialize_with = "ser::unit_true")]
+    Connect,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -389,9 +392,24 @@ pub struct ForwardAction {
     /// to the upstream and, once it agrees, bytes flow both ways.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub upgrades: Vec<String>,
+    /// What a CONNECT request on this route opens (Envoy's `CONNECT` upgrade); `None`: it is
+    /// refused (403).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect: Option<ConnectMode>,
     /// Redirects the upstream answers with that are followed here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internal_redirect: Option<Box<InternalRedirectPolicy>>,
+}
+
+/// How a route serves CONNECT (RFC 9110 section 9.3.6) tunnels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectMode {
+    /// The CONNECT goes on to the cluster's host (itself a proxy); its 2xx opens the tunnel.
+    Forward,
+    /// The tunnel ends here: a TCP connection is opened to a host of the cluster, the client
+    /// is answered 200, and bytes are relayed (Envoy's `connect_config`).
+    Terminate,
 }
 
 fn is_service_unavailable(status: &StatusCode) -> bool {

@@ -81,6 +81,8 @@ pub struct RawRoute {
     pub retry_policy: Option<RawRetryPolicy>,
     #[serde(default)]
     pub upgrades: Vec<String>,
+    /// CONNECT requests: `forward` them to the cluster, or `terminate` them here.
+    pub connect: Option<ConnectMode>,
     /// Redirects the upstream answers with that are followed here.
     pub internal_redirect: Option<RawInternalRedirect>,
     /// Moved into `filters`; kept here to say so.
@@ -131,6 +133,8 @@ pub struct RawMatch {
     pub path: Option<String>,
     pub regex: Option<String>,
     pub path_separated_prefix: Option<String>,
+    /// `true`: CONNECT requests, which have no path (Envoy's `connect_matcher`).
+    pub connect: Option<bool>,
     pub case_sensitive: Option<bool>,
     #[serde(default)]
     pub headers: Vec<RawHeaderMatch>,

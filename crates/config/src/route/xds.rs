@@ -204,10 +204,19 @@ impl XdsRoutes {
             let http1 = known.iter().all(|&http1| http1);
             if !http1 {
                 // The route's own upgrade_configs too: Envoy takes them and fails each
-                // upgrade to an HTTP/2 cluster; here they are not offered.
+                // upgrade to an HTTP/2 cluster; here they are not offered. A terminated
+                // CONNECT speaks TCP to the host, whatever its HTTP.
                 route.upgrades.clear();
+                route.connect = route
+                    .connect
+                    .filter(|c| *c == crate::ConnectMode::Terminate);
             }
             for upgrade in upgrades.iter().filter(|_| http1) {
+                if upgrade == "connect" {
+                    // The route's own CONNECT setting wins over the listener's.
+                    route.connect.get_or_insert(crate::ConnectMode::Forward);
+                    continue;
+                }
                 if !route.upgrades.contains(upgrade) {
                     route.upgrades.push(upgrade.clone());
                 }
@@ -377,7 +386,9 @@ fn route(
 
 fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
     let (mut prefix, mut path, mut regex, mut separated) = (None, None, None, None);
+    let mut connect = None;
     match m.path_specifier.take() {
+        Some(route_match::PathSpecifier::ConnectMatcher(_)) => connect = Some(true),
         Some(route_match::PathSpecifier::Prefix(p)) => prefix = Some(p),
         Some(route_match::PathSpecifier::Path(p)) => path = Some(p),
         Some(route_match::PathSpecifier::SafeRegex(r)) => regex = Some(matchers::regex(r)),
@@ -386,7 +397,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
             return Err(ResourceError::Unsupported {
                 at: at.to_owned(),
                 fields: vec![
-                    "path_specifier (prefix, path, safe_regex and path_separated_prefix only)"
+                    "path_specifier (prefix, path, safe_regex, path_separated_prefix and connect_matcher only)"
                         .into(),
                 ],
             });
@@ -414,8 +425,10 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
     Ok(RawMatch {
         host: None,
         prefix: prefix.filter(|p| !p.is_empty()).or_else(|| {
-            (path.is_none() && regex.is_none() && separated.is_none()).then(|| "/".into())
+            (path.is_none() && regex.is_none() && separated.is_none() && connect.is_none())
+                .then(|| "/".into())
         }),
+        connect,
         path,
         regex,
         path_separated_prefix: separated,
@@ -557,14 +570,42 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         .into_iter()
         .enumerate()
     {
-        let enabled = upgrade.enabled.is_none_or(|e| e.value);
-        if !enabled || upgrade.connect_config.is_some() {
+        let at = format!("{at}.upgrade_configs[{i}]");
+        if upgrade.enabled.is_some_and(|e| !e.value) {
             return Err(ResourceError::Unsupported {
-                at: format!("{at}.upgrade_configs[{i}]"),
-                fields: vec!["enabled: false / connect_config".into()],
+                at,
+                fields: vec!["enabled: false".into()],
             });
         }
-        raw.upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
+        if !upgrade.upgrade_type.eq_ignore_ascii_case("CONNECT") {
+            if upgrade.connect_config.is_some() {
+                return Err(ResourceError::invalid(
+                    at,
+                    "connect_config is for the CONNECT upgrade_type only",
+                ));
+            }
+            raw.upgrades.push(upgrade.upgrade_type.to_ascii_lowercase());
+            continue;
+        }
+        raw.connect = Some(match upgrade.connect_config {
+            None => crate::ConnectMode::Forward,
+            Some(config) => {
+                let mut refused = Vec::new();
+                if config.proxy_protocol_config.is_some() {
+                    refused.push("proxy_protocol_config".to_owned());
+                }
+                if config.allow_post {
+                    refused.push("allow_post".to_owned());
+                }
+                if !refused.is_empty() {
+                    return Err(ResourceError::Unsupported {
+                        at: format!("{at}.connect_config"),
+                        fields: refused,
+                    });
+                }
+                crate::ConnectMode::Terminate
+            }
+        });
     }
     raw.internal_redirect = route_action::internal_redirect(&mut a, at)?;
     raw.cluster_not_found_status = match std::mem::take(&mut a.cluster_not_found_response_code) {

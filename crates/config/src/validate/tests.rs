@@ -1217,3 +1217,58 @@ fn a_checks_added_headers_are_literal_and_not_its_own_framing() {
     };
     assert_eq!(header_lists.allowed_client_headers, None);
 }
+
+#[test]
+fn connect_routes_are_checked() {
+    let with = |route: &str, protocol: &str| {
+        format!(
+            "listeners:\n  - name: public\n    address: 127.0.0.1:8080\n    routes:\n      - {route}\nclusters:\n  - name: backend\n    protocol: {protocol}\n    endpoints: [127.0.0.1:9000]\n"
+        )
+    };
+    let config = Config::from_yaml(&with(
+        "{ match: { connect: true }, cluster: backend, connect: terminate }",
+        "http1",
+    ))
+    .unwrap();
+    let route = &config.listeners[0].route_config.routes[0];
+    assert_eq!(route.matcher.path, PathMatch::Connect);
+    match &route.action {
+        RouteAction::Forward(f) => assert_eq!(f.connect, Some(ConnectMode::Terminate)),
+        other => panic!("expected a forward action, got {other:?}"),
+    }
+    // Written back as it was read.
+    let dumped = serde_json::to_value(&route.matcher).unwrap();
+    assert_eq!(dumped["connect"], true);
+    // A terminated CONNECT speaks TCP to an HTTP/2 cluster's hosts; a forwarded one cannot.
+    Config::from_yaml(&with(
+        "{ match: { connect: true }, cluster: backend, connect: terminate }",
+        "http2",
+    ))
+    .unwrap();
+    let error = error_of(&with(
+        "{ match: { connect: true }, cluster: backend, connect: forward }",
+        "http2",
+    ));
+    assert!(
+        error.contains("routes[0].connect") && error.contains("HTTP/2"),
+        "{error}"
+    );
+    let error = error_of(&with(
+        "{ match: { connect: true, prefix: / }, cluster: backend }",
+        "http1",
+    ));
+    assert!(
+        error.contains("CONNECT requests, which have no path"),
+        "{error}"
+    );
+    let error = error_of(&with(
+        "{ match: { prefix: / }, cluster: backend, upgrades: [CONNECT] }",
+        "http1",
+    ));
+    assert!(error.contains("connect: terminate"), "{error}");
+    let error = error_of(&with(
+        "{ match: { connect: true }, direct_response: { status: 200 }, connect: forward }",
+        "http1",
+    ));
+    assert!(error.contains("`connect`"), "{error}");
+}

@@ -352,6 +352,61 @@ fn routes_translate_matches_and_timeouts() {
 }
 
 #[test]
+fn connect_routes_translate_as_envoy_gateway_sends_them() {
+    use envoy_types::pb::envoy::config::route::v3::route_match::ConnectMatcher;
+
+    let connect = |connect_config: Option<route_action::upgrade_config::ConnectConfig>| {
+        let mut config = routes("r", "web");
+        let route = &mut config.virtual_hosts[0].routes[0];
+        let m = route.r#match.as_mut().unwrap();
+        m.path_specifier = Some(route_match::PathSpecifier::ConnectMatcher(
+            ConnectMatcher {},
+        ));
+        m.headers.clear();
+        let Some(route::Action::Route(action)) = &mut route.action else {
+            panic!("a forwarding route");
+        };
+        action.upgrade_configs = vec![route_action::UpgradeConfig {
+            upgrade_type: "CONNECT".into(),
+            connect_config,
+            ..Default::default()
+        }];
+        XdsRoutes::decode(&pack(&config))
+    };
+    let ready = [("web", true)].into_iter().collect();
+    let h2 = [("web", false)].into_iter().collect();
+    // `connect_config: {}`: terminated here, whatever HTTP the cluster speaks.
+    let terminated = connect(Some(Default::default())).unwrap();
+    for clusters in [&ready, &h2] {
+        let route = &terminated.section(clusters, &[], &[])[0].routes[0];
+        assert_eq!(route.matcher.connect, Some(true));
+        assert_eq!(route.matcher.prefix, None, "no path to match");
+        assert_eq!(route.connect, Some(crate::ConnectMode::Terminate));
+        assert!(route.upgrades.is_empty());
+    }
+    // Without it, forwarded; to an HTTP/2 cluster, not offered (as the other upgrades).
+    let forwarded = connect(None).unwrap();
+    let route = &forwarded.section(&ready, &[], &[])[0].routes[0];
+    assert_eq!(route.connect, Some(crate::ConnectMode::Forward));
+    assert_eq!(forwarded.section(&h2, &[], &[])[0].routes[0].connect, None);
+    // The connection manager's CONNECT upgrade forwards on every route that does not say.
+    let plain = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
+    let route = &plain.section(&ready, &["connect".into()], &[])[0].routes[0];
+    assert_eq!(route.connect, Some(crate::ConnectMode::Forward));
+    assert!(route.upgrades.is_empty());
+    // What Legate does not do with a tunnel is refused by name.
+    let refused = connect(Some(route_action::upgrade_config::ConnectConfig {
+        allow_post: true,
+        ..Default::default()
+    }));
+    let error = refused.err().unwrap().to_string();
+    assert!(
+        error.contains("upgrade_configs[0].connect_config") && error.contains("allow_post"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_route_to_a_cluster_not_there_answers_503() {
     let config = XdsRoutes::decode(&pack(&routes("r", "gone"))).unwrap();
     let hosts = config.section(&Default::default(), &[], &[]);

@@ -457,6 +457,7 @@ fn names_keep_the_spelling_read_when_asked() {
             version: http::Version::HTTP_11,
             keep_alive: true,
             head_request: false,
+            connect: false,
         },
         &mut out,
     );

@@ -3,10 +3,13 @@
 //! connection while it lives, and its connect outcome reported to outlier detection.
 
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use balancer::Picked;
 use http::HeaderMap;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::connect::OpenConn;
 use super::health::TryOutcome;
@@ -28,6 +31,35 @@ impl TcpUpstream {
     /// The host's address as text, for an access log line.
     pub(crate) fn addr_text(&self) -> &http::HeaderValue {
         self.host.addr_text()
+    }
+}
+
+// A terminated CONNECT's tunnel holds the connection whole, its slot and counts with it.
+impl AsyncRead for TcpUpstream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TcpUpstream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

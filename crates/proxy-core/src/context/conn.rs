@@ -102,9 +102,15 @@ pub(crate) struct ClientCertificate {
 /// The upstream side of an upgraded connection, and the request it came from (counted in
 /// flight, and logged, until the relay ends).
 pub(crate) struct Tunnel {
-    pub(crate) upstream: hyper::upgrade::Upgraded,
+    pub(crate) upstream: Box<dyn TunnelIo>,
     pub(crate) in_flight: InFlight,
 }
+
+/// What a tunnel's upstream side is: an upgraded HTTP/1.1 connection, or a TCP connection a
+/// terminated CONNECT opened.
+pub(crate) trait TunnelIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> TunnelIo for T {}
 
 impl ConnCtx {
     pub(crate) fn new(

@@ -20,7 +20,8 @@ pub(crate) mod stream_idle;
 
 pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use conn::{
-    ClientCertificate, ConnCtx, ListenerCtx, ParkedCtx, Tunnel, WorkerCtx, sleep_until_some,
+    ClientCertificate, ConnCtx, ListenerCtx, ParkedCtx, Tunnel, TunnelIo, WorkerCtx,
+    sleep_until_some,
 };
 pub(crate) use health::ServerHealth;
 pub(crate) use in_flight::InFlight;

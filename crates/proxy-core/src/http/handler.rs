@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use http::header::{CONNECTION, HeaderValue, UPGRADE};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{Method, Request, Response, Version};
 
 use super::forwarding::X_LEGATE_OVERLOADED;
 use super::{
@@ -15,12 +15,15 @@ use super::{
 use crate::cluster::Admitted;
 use crate::cluster::{CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT};
 use crate::context::request_id::{X_REQUEST_ID, new_request_id};
-use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel};
+use crate::context::{Client, ConnCtx, InFlight, RequestBody, Tunnel, TunnelIo};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::filters::{Exchange, FilterState, Flow, ResponseInfo};
 use crate::router::Matched;
 use crate::trace::{RequestTrace, TRACEPARENT, TRACESTATE, text_of};
-use config::{ClusterTarget, ForwardAction, HeadersWithUnderscores, PathMatch, RouteAction};
+use config::{
+    ClusterTarget, ConnectMode, ForwardAction, HeadersWithUnderscores, PathMatch, RouteAction,
+};
+use hyper_util::rt::TokioIo;
 
 /// Serves one request. Never fails: every error becomes a local reply with its status, and a
 /// log line with its response flag.
@@ -336,7 +339,7 @@ struct Facts {
     /// Why a filter answered in the upstream's place.
     flag: Option<ResponseFlag>,
     /// An upgrade the upstream accepted, and for an HTTP/2 stream the client side to await.
-    tunnel: Option<(hyper::upgrade::Upgraded, Option<hyper::upgrade::OnUpgrade>)>,
+    tunnel: Option<(Box<dyn TunnelIo>, Option<hyper::upgrade::OnUpgrade>)>,
     /// The request's `x-request-id`, when the response is to carry it.
     request_id: Option<HeaderValue>,
     /// A hash policy's cookie made for the client, for the upstream's answer.
@@ -628,11 +631,9 @@ async fn filter_and_answer(
         .http
         .routes
         .route(matched.route.ok_or(ProxyError::NoRoute)?);
-    if upgrade::is_extended_connect(req) && !matches!(route.action, RouteAction::Forward(_)) {
+    if req.method() == Method::CONNECT && !matches!(route.action, RouteAction::Forward(_)) {
         // A 200 would tell the client its tunnel is open.
-        return Err(ProxyError::BadRequest(
-            "extended CONNECT needs a route to a cluster",
-        ));
+        return Err(ProxyError::BadRequest("CONNECT needs a route to a cluster"));
     }
     let response = match &route.action {
         RouteAction::DirectResponse { status, body } => local_reply::text(*status, body.clone()),
@@ -737,10 +738,6 @@ async fn forward_request(
         crate::context::stream_idle::set_route_idle_timeout(idle);
     }
     let client = client.ip(conn);
-    let asked = upgrade::asked(req, &forward.upgrades);
-    if asked.is_none() && upgrade::is_extended_connect(req) {
-        return Err(ProxyError::BadRequest("this route allows no such upgrade"));
-    }
     let cluster = match target_of(forward, weighted) {
         ClusterTarget::Index(i) => *i,
         ClusterTarget::Header(_) | ClusterTarget::Authority => named_cluster.ok_or(
@@ -748,6 +745,32 @@ async fn forward_request(
         )?,
     };
     let cluster_ref = &http.clusters[cluster];
+    let connect = upgrade::is_connect(req);
+    let asked = match (connect, forward.connect) {
+        (false, _) => upgrade::asked(req, &forward.upgrades),
+        (true, None) => return Err(ProxyError::ConnectNotAllowed),
+        (true, Some(ConnectMode::Forward)) => {
+            Some(upgrade::Asked::Connect(upgrade::connect_stream(req)))
+        }
+        (true, Some(ConnectMode::Terminate)) => {
+            // Boxed: only CONNECT requests carry this state.
+            let answer = Box::pin(terminate_connect(
+                req,
+                cluster_ref,
+                client,
+                in_flight,
+                facts,
+            ));
+            let answer = answer.await;
+            if facts.tunnel.is_none() {
+                conn.listener.stats.upgrades_failed.inc();
+            }
+            return answer;
+        }
+    };
+    if asked.is_none() && upgrade::is_extended_connect(req) {
+        return Err(ProxyError::BadRequest("this route allows no such upgrade"));
+    }
     // Upgrades are relayed over HTTP/1.1: a cluster named in the config is checked at load,
     // one a header names here.
     if asked.is_some() && cluster_ref.shared().protocol == config::UpstreamProtocol::Http2 {
@@ -837,6 +860,8 @@ async fn forward_request(
             append_forwarded_host(&mut parts.headers, original);
         }
         let authority = rewrite.or(host);
+        // CONNECT's target is the authority (RFC 9112 section 3.2.3).
+        let connect_target = authority.clone().filter(|_| connect);
         if !forward.mirrors.is_empty() && asked.is_none() {
             mirror::start(
                 forward,
@@ -849,6 +874,10 @@ async fn forward_request(
             );
         }
         rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
+        if let Some(target) = connect_target {
+            parts.uri = http::Uri::try_from(target.as_bytes())
+                .map_err(|_| ProxyError::BadRequest("invalid authority"))?;
+        }
         if let Some(trace) = in_flight.sampled_trace() {
             trace.forwarded((&parts).into(), original.as_ref());
         }
@@ -1011,7 +1040,7 @@ async fn forward_upgrade(
     };
     let (upstream, mut response) = admitted.send_upgrade(request, timeout).await?;
     facts.upstream = Some(upstream.addr_text().clone());
-    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+    if !asked.opened_by(response.status()) {
         let (mut head, body) = response.into_parts();
         rewrite::response_for_client(&mut head);
         return Ok(Response::from_parts(head, ResponseBody::upstream(body)));
@@ -1027,14 +1056,31 @@ async fn forward_upgrade(
     let (mut head, _) = response.into_parts();
     rewrite::response_for_client(&mut head);
     asked.client_head(&mut head, upstream_upgrade);
-    facts.tunnel = Some(match asked {
-        upgrade::Asked::Http1(_) => (upgraded, None),
-        upgrade::Asked::ExtendedConnect(on_upgrade) => (upgraded, Some(on_upgrade)),
-    });
+    facts.tunnel = Some((Box::new(TokioIo::new(upgraded)), asked.into_client_stream()));
     Ok(Response::from_parts(
         head,
         ResponseBody::local(Bytes::new()),
     ))
+}
+
+/// A CONNECT ended here (Envoy's `connect_config`): a TCP connection to a host of `cluster`,
+/// then a 200 to the client, and the tunnel relays bytes between them. The request's headers
+/// go no further.
+async fn terminate_connect(
+    req: &mut Request<RequestBody>,
+    cluster: &crate::cluster::Cluster,
+    client: std::net::IpAddr,
+    in_flight: &mut InFlight,
+    facts: &mut Facts,
+) -> Result<Response<ResponseBody>, ProxyError> {
+    let client_stream = upgrade::connect_stream(req);
+    let upstream = cluster.connect_tcp(client, None).await?;
+    if let Some(log) = in_flight.log() {
+        log.upstream = Some(upstream.addr_text().clone());
+    }
+    facts.upstream = Some(upstream.addr_text().clone());
+    facts.tunnel = Some((Box::new(upstream), client_stream));
+    Ok(Response::new(ResponseBody::local(Bytes::new())))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! the fuzz targets run the same code the request path does.
 
 use http::header::{HOST, HeaderValue};
-use http::{Method, Request, Version};
+use http::{Request, Version};
 
 use super::upgrade;
 use crate::error::ProxyError;
@@ -82,13 +82,19 @@ pub(crate) fn admit<B>(
     host_rules: HostRules,
     routes: &RouteTable,
 ) -> Result<Admitted, ProxyError> {
-    if req.method() == Method::CONNECT && !upgrade::is_extended_connect(req) {
-        return Err(ProxyError::BadRequest("CONNECT is not supported"));
+    // A CONNECT names an authority and no path (routes match it by `connect`); any other
+    // request has a path, else a route matching CONNECT would take it.
+    let connect = upgrade::is_connect(req);
+    if connect && (req.uri().authority().is_none() || !req.uri().path().is_empty()) {
+        return Err(ProxyError::BadRequest("a CONNECT's target is host:port"));
+    }
+    if !connect && req.uri().path().is_empty() {
+        return Err(ProxyError::BadRequest("the request target has no path"));
     }
     if let Some(limit) = head_limit {
         check_head_size(req, limit)?;
     }
-    if let Some(location) = normalize_path(req, normalization)? {
+    if !connect && let Some(location) = normalize_path(req, normalization)? {
         return Ok(Admitted::Redirect(location));
     }
     let (host, matched) = route(req, host_rules, routes)?;

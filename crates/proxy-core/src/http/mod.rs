@@ -11,7 +11,7 @@
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
 //! response_body.rs  the body sent downstream, holding the request's bookkeeping
 //! local_reply.rs    responses the proxy writes itself
-//! upgrade.rs        WebSocket and other upgrades: the handshake relayed, then bytes both ways
+//! upgrade.rs        upgrades (WebSocket) and CONNECT tunnels: the handshake, then bytes both ways
 //! ```
 
 pub(crate) mod client_cert;

@@ -104,7 +104,7 @@ fn replace_matched<'a>(matched: &PathMatch, path: &'a str, new: &str) -> Cow<'a,
         PathMatch::Prefix(prefix) | PathMatch::SeparatedPrefix(prefix) => prefix.len(),
         PathMatch::Exact(_) => path.len(),
         // Validation allows a prefix rewrite only on prefix and path routes.
-        PathMatch::Regex(_) => 0,
+        PathMatch::Regex(_) | PathMatch::Connect => 0,
     };
     let rest = path.get(len..).unwrap_or("");
     let mut out = String::with_capacity(new.len() + rest.len() + 1);

@@ -5,6 +5,10 @@
 //!
 //! Two ways in: HTTP/1.1 `Upgrade:` (RFC 9110 section 7.8), and WebSocket over HTTP/2 by
 //! extended CONNECT (RFC 8441), turned into an HTTP/1.1 WebSocket handshake upstream.
+//!
+//! CONNECT (RFC 9110 section 9.3.6, over HTTP/1.1 and HTTP/2) opens a tunnel the same way, on
+//! routes with `connect`: forwarded, the upstream's 2xx opens it; terminated, a TCP connection
+//! to a host of the cluster does (handler.rs).
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -29,6 +33,19 @@ pub(crate) enum Asked {
     Http1(HeaderValue),
     /// HTTP/2 extended CONNECT for WebSocket: the stream becomes the tunnel once answered.
     ExtendedConnect(OnUpgrade),
+    /// CONNECT, sent on as it is; over HTTP/2, the client's stream to await.
+    Connect(Option<OnUpgrade>),
+}
+
+/// Whether `req` is a CONNECT for a tunnel (not an extended CONNECT, which names a protocol).
+pub(crate) fn is_connect<B>(req: &Request<B>) -> bool {
+    req.method() == Method::CONNECT && req.extensions().get::<hyper::ext::Protocol>().is_none()
+}
+
+/// The client's side of a CONNECT's tunnel: on HTTP/2 its stream, once answered; on HTTP/1.1
+/// `None` (the connection takes the tunnel once the 2xx is written).
+pub(crate) fn connect_stream<B>(req: &mut Request<B>) -> Option<OnUpgrade> {
+    (req.version() == Version::HTTP_2).then(|| hyper::upgrade::on(req))
 }
 
 /// Whether `req` is an HTTP/2 extended CONNECT (`:protocol`).
@@ -100,6 +117,9 @@ fn connection_has_upgrade(headers: &http::HeaderMap) -> bool {
 impl Asked {
     /// Makes the (already rewritten) upstream request an HTTP/1.1 upgrade request.
     pub(crate) fn prepare(&self, parts: &mut http::request::Parts) {
+        if let Asked::Connect(_) = self {
+            return;
+        }
         parts
             .headers
             .insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -107,6 +127,7 @@ impl Asked {
             Asked::Http1(upgrade) => {
                 parts.headers.insert(UPGRADE, upgrade.clone());
             }
+            Asked::Connect(_) => {}
             Asked::ExtendedConnect(_) => {
                 // RFC 8441 section 5: the HTTP/1.1 handshake's GET, key and version.
                 parts.method = Method::GET;
@@ -138,6 +159,28 @@ impl Asked {
                 head.status = StatusCode::OK;
                 head.headers.remove(&SEC_WEBSOCKET_ACCEPT);
             }
+            // A 2xx to CONNECT frames no body (RFC 9110 section 9.3.6).
+            Asked::Connect(_) => {
+                head.headers.remove(http::header::CONTENT_LENGTH);
+                head.headers.remove(http::header::TRANSFER_ENCODING);
+            }
+        }
+    }
+
+    /// Whether the upstream's answer opens the tunnel: a `101`, or a 2xx to CONNECT.
+    pub(crate) fn opened_by(&self, status: StatusCode) -> bool {
+        match self {
+            Asked::Connect(_) => status.is_success(),
+            _ => status == StatusCode::SWITCHING_PROTOCOLS,
+        }
+    }
+
+    /// The client's stream to await for the tunnel (HTTP/2); `None` on HTTP/1.1.
+    pub(crate) fn into_client_stream(self) -> Option<OnUpgrade> {
+        match self {
+            Asked::Http1(_) => None,
+            Asked::ExtendedConnect(on_upgrade) => Some(on_upgrade),
+            Asked::Connect(on_upgrade) => on_upgrade,
         }
     }
 }
@@ -183,7 +226,7 @@ pub(crate) async fn relay<D>(
     stats.upgrades.inc();
     // Counted down however the relay ends, also when its future is dropped mid-way.
     let _active = ActiveUpgrade::enter(&stats.upgrades_active);
-    let mut upstream = TokioIo::new(upstream);
+    let mut upstream = upstream;
     let activity = Cell::new(Instant::now());
     let received = in_flight.received_counter();
     let sent = Cell::new(0u64);

@@ -27,7 +27,7 @@ pub(super) struct RouteIndex {
 struct PathIndex {
     exact: HashMap<Box<str>, Vec<u32>>,
     prefixes: PrefixTree,
-    /// Routes whose path is a regex: each is a candidate, checked in full.
+    /// Routes whose path is a regex, or CONNECT's: each is a candidate, checked in full.
     regexes: Vec<u32>,
     /// Routes matching whatever the path's case (`case_sensitive: false`), keyed lowercase
     /// and looked up with the path lowercased; `None` when the group has none.
@@ -51,7 +51,7 @@ impl PathIndexBuilder {
             PathMatch::Prefix(prefix) | PathMatch::SeparatedPrefix(prefix) => {
                 self.prefixes.insert(prefix.as_bytes(), i)
             }
-            PathMatch::Regex(_) => self.regexes.push(i),
+            PathMatch::Regex(_) | PathMatch::Connect => self.regexes.push(i),
         }
     }
 
@@ -82,7 +82,9 @@ impl RouteIndex {
             // Tables past 4 billion routes are not a concern.
             let i = (span.start + i) as u32;
             // A regex folds case itself, and sees the path as sent.
-            if route.matcher.case_sensitive || matches!(route.matcher.path, PathMatch::Regex(_)) {
+            if route.matcher.case_sensitive
+                || matches!(route.matcher.path, PathMatch::Regex(_) | PathMatch::Connect)
+            {
                 group.insert(&route.matcher.path, i);
             } else {
                 // Validation stored the path lowercase.

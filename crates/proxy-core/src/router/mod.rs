@@ -224,6 +224,8 @@ fn matches(m: &RouteMatch, host: &str, request: &Request<'_>) -> bool {
         (PathMatch::Exact(exact), false) => path.eq_ignore_ascii_case(exact),
         // Checked with the other conditions.
         (PathMatch::Regex(_), _) => true,
+        // A CONNECT request, and only one, has no path.
+        (PathMatch::Connect, _) => path.is_empty(),
     };
     if !path_ok {
         return false;
@@ -249,6 +251,9 @@ fn conditions_match(m: &RouteMatch, request: &Request<'_>) -> bool {
     if let PathMatch::Regex(pattern) = &m.path
         && !pattern.is_match(request.path.as_bytes())
     {
+        return false;
+    }
+    if matches!(m.path, PathMatch::Connect) && !request.path.is_empty() {
         return false;
     }
     // The prefix itself matched (by the index or by `matches`): the path ends there or goes

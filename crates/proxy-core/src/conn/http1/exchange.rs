@@ -50,6 +50,7 @@ pub(super) async fn serve(
     } = head;
     let answering = Answering {
         head_request: request.method() == Method::HEAD,
+        connect: request.method() == Method::CONNECT,
         version: request.version(),
         keep_alive,
     };
@@ -87,7 +88,10 @@ pub(super) async fn serve(
         }
     };
     let Ok(response) = response;
-    let tunnel = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+    // A 101, or a 2xx to CONNECT: the handler has left the tunnel's upstream side.
+    let opened = response.status() == StatusCode::SWITCHING_PROTOCOLS
+        || (answering.connect && response.status().is_success());
+    let tunnel = if opened {
         ctx.tunnel.borrow_mut().take()
     } else {
         None
@@ -114,7 +118,11 @@ pub(super) async fn serve(
     };
     match (written, tunnel) {
         (Written::Complete { .. }, Some(tunnel)) => Next::Tunnel(tunnel),
-        (Written::Complete { keep_alive: true }, None) if body_finished && !drain.is_raised() => {
+        // A 2xx to CONNECT with no tunnel behind it (a filter's answer): the client now
+        // sends tunnel bytes, not requests.
+        (Written::Complete { keep_alive: true }, None)
+            if body_finished && !drain.is_raised() && !opened =>
+        {
             Next::KeepAlive
         }
         _ => Next::Close,
@@ -201,6 +209,7 @@ async fn refuse(input: &Shared, refused: HeadError, codecs: &Codecs) -> Next {
     let reply = local_reply::text(status, Bytes::from_static(body.as_bytes()));
     let answering = Answering {
         head_request: false,
+        connect: false,
         version: Version::HTTP_11,
         keep_alive: false,
     };

@@ -1,0 +1,250 @@
+//! CONNECT tunnels through the real binary, over HTTP/1.1 and HTTP/2: terminated (a TCP
+//! connection to the cluster's host, then bytes relayed to a real echo server), forwarded (the
+//! CONNECT goes on to an upstream proxy, whose 2xx opens the tunnel and whose refusal reaches
+//! the client as it is), and refused (no `connect` on the route, no route, a dead host, a
+//! target that is no authority).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use common::*;
+use http::{Method, Request, StatusCode};
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A TCP server echoing every byte until the client closes.
+async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    addr
+}
+
+/// An upstream HTTP/1.1 proxy: it records each request head; a CONNECT to `refuse.test` gets
+/// a 407 with a body, any other a 200 and then an echo of the tunnel's bytes.
+async fn connect_proxy() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&heads);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let head = read_head(&mut stream).await;
+                let refuse = head.starts_with("CONNECT refuse.test");
+                seen.lock().unwrap().push(head);
+                if refuse {
+                    let answer = "HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 6\r\n\r\ndenied";
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    return;
+                }
+                if stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.is_ok() {
+                    let (mut read, mut write) = stream.split();
+                    let _ = tokio::io::copy(&mut read, &mut write).await;
+                }
+            });
+        }
+    });
+    (addr, heads)
+}
+
+/// Reads a head up to its blank line, byte by byte (what follows is the tunnel's).
+async fn read_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+fn config(echo: SocketAddr, upstream_proxy: SocketAddr) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ connect: true, host: "*.term.test" }}
+        cluster: echo
+        connect: terminate
+      - match: {{ connect: true, host: dead.test }}
+        cluster: dead
+        connect: terminate
+      - match: {{ connect: true, host: "*.fwd.test" }}
+        cluster: upstream_proxy
+        connect: forward
+      - match: {{ connect: true, host: refuse.test }}
+        cluster: upstream_proxy
+        connect: forward
+      - match: {{ connect: true, host: closed.test }}
+        cluster: echo
+      - match: {{ prefix: / }}
+        direct_response: {{ status: 200, body: "a path route\n" }}
+clusters:
+  - name: echo
+    endpoints: [{echo}]
+  - name: upstream_proxy
+    endpoints: [{upstream_proxy}]
+  - name: dead
+    endpoints: [127.0.0.1:1]
+"#
+    )
+}
+
+async fn start() -> (Proxy, Arc<Mutex<Vec<String>>>) {
+    let echo = echo_server().await;
+    let (upstream_proxy, heads) = connect_proxy().await;
+    (Proxy::start(&config(echo, upstream_proxy), 2), heads)
+}
+
+/// Sends `CONNECT target` on a new HTTP/1.1 connection, with `early` right behind the head;
+/// the answer's head and the connection.
+async fn connect_h1(proxy: &Proxy, target: &str, early: &[u8]) -> (String, TcpStream) {
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut request = format!("CONNECT {target} HTTP/1.1\r\nhost: {target}\r\n\r\n").into_bytes();
+    request.extend_from_slice(early);
+    stream.write_all(&request).await.unwrap();
+    let head = read_head(&mut stream).await;
+    (head, stream)
+}
+
+/// Writes `len` bytes through the tunnel while reading them back, and checks they are the
+/// same: more than the proxy's buffers hold, so both directions move under backpressure.
+async fn echoes<S: AsyncRead + AsyncWrite + Unpin>(tunnel: S, offset: u64, len: usize) {
+    let sent = testbed::pattern_bytes(offset, len);
+    let (mut read, mut write) = tokio::io::split(tunnel);
+    let writing = {
+        let sent = sent.clone();
+        async move {
+            write.write_all(&sent).await.unwrap();
+            write
+        }
+    };
+    let reading = async {
+        let mut back = vec![0u8; len];
+        read.read_exact(&mut back).await.unwrap();
+        back
+    };
+    let (_write, back) = tokio::join!(writing, reading);
+    assert!(back == sent[..], "the tunnel echoed {len} bytes unchanged");
+}
+
+#[tokio::test]
+async fn a_terminated_connect_relays_bytes_to_the_clusters_host() {
+    let (proxy, _) = start().await;
+    // HTTP/1.1, with bytes sent right behind the CONNECT: they are the tunnel's first.
+    let (head, mut stream) = connect_h1(&proxy, "db.term.test:5432", b"early ").await;
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        !lower.contains("content-length") && !lower.contains("transfer-encoding"),
+        "a 2xx to CONNECT frames no body: {head}"
+    );
+    let mut early = [0u8; 6];
+    stream.read_exact(&mut early).await.unwrap();
+    assert_eq!(&early, b"early ");
+    echoes(stream, 3, 1 << 20).await;
+
+    // HTTP/2: a CONNECT stream (no :path, no :scheme) becomes the tunnel once answered.
+    let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
+    let req = Request::builder()
+        .method(Method::CONNECT)
+        .uri("db.term.test:5432")
+        .body(Empty::new())
+        .unwrap();
+    let mut response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let tunnel = hyper::upgrade::on(&mut response).await.unwrap();
+    echoes(TokioIo::new(tunnel), 5, 256 << 10).await;
+
+    let admin = proxy.admin.unwrap();
+    assert!(stat(admin, "downstream_cx_upgrades_total") >= 2);
+    // A request with a path does not take a CONNECT route.
+    let response = send_h1(proxy.addr(), get("/", &[])).await;
+    assert_eq!(text(response.into_body()).await, "a path route\n");
+}
+
+#[tokio::test]
+async fn a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel() {
+    let (proxy, heads) = start().await;
+    let (head, stream) = connect_h1(&proxy, "api.fwd.test:443", b"").await;
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    echoes(stream, 7, 256 << 10).await;
+    let upstream_head = heads.lock().unwrap()[0].clone();
+    assert!(
+        upstream_head.starts_with("CONNECT api.fwd.test:443 HTTP/1.1\r\n"),
+        "the upstream got the CONNECT with its authority: {upstream_head}"
+    );
+    assert!(
+        upstream_head
+            .to_ascii_lowercase()
+            .contains("host: api.fwd.test:443\r\n"),
+        "{upstream_head}"
+    );
+
+    // From HTTP/2: sent on as an HTTP/1.1 CONNECT.
+    let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
+    let req = Request::builder()
+        .method(Method::CONNECT)
+        .uri("web.fwd.test:443")
+        .body(Empty::new())
+        .unwrap();
+    let mut response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let tunnel = hyper::upgrade::on(&mut response).await.unwrap();
+    echoes(TokioIo::new(tunnel), 9, 64 << 10).await;
+    assert!(heads.lock().unwrap()[1].starts_with("CONNECT web.fwd.test:443 HTTP/1.1\r\n"));
+
+    // The upstream's refusal is the client's answer, body and all; no tunnel opens.
+    let (head, mut stream) = connect_h1(&proxy, "refuse.test:443", b"").await;
+    assert!(head.starts_with("HTTP/1.1 407 "), "{head}");
+    let mut body = [0u8; 6];
+    stream.read_exact(&mut body).await.unwrap();
+    assert_eq!(&body, b"denied");
+}
+
+#[tokio::test]
+async fn connects_a_route_does_not_take_are_refused() {
+    let (proxy, _) = start().await;
+    let admin = proxy.admin.unwrap();
+    // A route matching CONNECT without `connect`: 403, as Envoy's upgrade_failed.
+    let (head, _) = connect_h1(&proxy, "closed.test:443", b"").await;
+    assert!(head.starts_with("HTTP/1.1 403 "), "{head}");
+    // No CONNECT route for the host: path routes never take a CONNECT.
+    let (head, _) = connect_h1(&proxy, "elsewhere.test:443", b"").await;
+    assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
+    // The host cannot be reached: 503, flagged UF.
+    let (head, _) = connect_h1(&proxy, "dead.test:443", b"").await;
+    assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+    assert!(stat(admin, "downstream_rq_upgrade_failed") >= 1);
+    // A CONNECT's target is an authority; any other request's is a path.
+    let (head, _) = connect_h1(&proxy, "/not-an-authority", b"").await;
+    assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    stream
+        .write_all(b"GET db.term.test:5432 HTTP/1.1\r\nhost: db.term.test\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
+}
