@@ -35,7 +35,8 @@ async fn echo_server() -> SocketAddr {
 }
 
 /// An upstream HTTP/1.1 proxy: it records each request head; a CONNECT to `refuse.test` gets
-/// a 407 with a body, any other a 200 and then an echo of the tunnel's bytes.
+/// a 407 with a body, one to `see.fwd.test` a 303, any other a 200 and then an echo of the
+/// tunnel's bytes.
 async fn connect_proxy() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -47,7 +48,13 @@ async fn connect_proxy() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
             tokio::spawn(async move {
                 let head = read_head(&mut stream).await;
                 let refuse = head.starts_with("CONNECT refuse.test");
+                let redirect = head.starts_with("CONNECT see.fwd.test");
                 seen.lock().unwrap().push(head);
+                if redirect {
+                    let answer = "HTTP/1.1 303 See Other\r\nlocation: http://elsewhere.test/\r\ncontent-length: 0\r\n\r\n";
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    return;
+                }
                 if refuse {
                     let answer = "HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 6\r\n\r\ndenied";
                     let _ = stream.write_all(answer.as_bytes()).await;
@@ -83,6 +90,7 @@ admin: {{ address: 127.0.0.1:0 }}
 listeners:
   - name: main
     address: 127.0.0.1:0
+    http: {{ strip_host_port: any }}
     routes:
       - match: {{ connect: true, host: "*.term.test" }}
         cluster: echo
@@ -93,17 +101,22 @@ listeners:
       - match: {{ connect: true, host: "*.fwd.test" }}
         cluster: upstream_proxy
         connect: forward
+        regex_rewrite: {{ pattern: "^/(.*)", substitution: "/v1/\\1" }}
+        internal_redirect: {{ redirect_response_codes: [303] }}
       - match: {{ connect: true, host: refuse.test }}
         cluster: upstream_proxy
         connect: forward
       - match: {{ connect: true, host: closed.test }}
         cluster: echo
+      - match: {{ connect: true, host: gone.test }}
+        direct_response: {{ status: 503, body: "no backend\n" }}
       - match: {{ prefix: / }}
         direct_response: {{ status: 200, body: "a path route\n" }}
 clusters:
   - name: echo
     endpoints: [{echo}]
   - name: upstream_proxy
+    protocol: downstream
     endpoints: [{upstream_proxy}]
   - name: dead
     endpoints: [127.0.0.1:1]
@@ -193,7 +206,8 @@ async fn a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel() {
     let upstream_head = heads.lock().unwrap()[0].clone();
     assert!(
         upstream_head.starts_with("CONNECT api.fwd.test:443 HTTP/1.1\r\n"),
-        "the upstream got the CONNECT with its authority: {upstream_head}"
+        "the upstream got the CONNECT with its authority, its port kept though the listener \
+         strips ports, and no path rewritten into it: {upstream_head}"
     );
     assert!(
         upstream_head
@@ -213,14 +227,29 @@ async fn a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel() {
     assert_eq!(response.status(), StatusCode::OK);
     let tunnel = hyper::upgrade::on(&mut response).await.unwrap();
     echoes(TokioIo::new(tunnel), 9, 64 << 10).await;
-    assert!(heads.lock().unwrap()[1].starts_with("CONNECT web.fwd.test:443 HTTP/1.1\r\n"));
+    let upstream_head = heads.lock().unwrap()[1].to_ascii_lowercase();
+    assert!(
+        upstream_head.starts_with("connect web.fwd.test:443 http/1.1\r\n")
+            && upstream_head.contains("host: web.fwd.test:443\r\n"),
+        "an HTTP/1.1 CONNECT with its host, though the cluster speaks the client's HTTP/2: \
+         {upstream_head}"
+    );
 
     // The upstream's refusal is the client's answer, body and all; no tunnel opens.
     let (head, mut stream) = connect_h1(&proxy, "refuse.test:443", b"").await;
     assert!(head.starts_with("HTTP/1.1 407 "), "{head}");
-    let mut body = [0u8; 6];
-    stream.read_exact(&mut body).await.unwrap();
-    assert_eq!(&body, b"denied");
+    let mut body = Vec::new();
+    stream.read_to_end(&mut body).await.unwrap();
+    assert_eq!(
+        body, b"denied",
+        "the answer, then the connection closes: what the client sends next is no request"
+    );
+    assert_eq!(heads.lock().unwrap().len(), 3);
+
+    // A redirect answering a CONNECT is the client's, though the route follows 303s.
+    let (head, _) = connect_h1(&proxy, "see.fwd.test:443", b"").await;
+    assert!(head.starts_with("HTTP/1.1 303 "), "{head}");
+    assert_eq!(heads.lock().unwrap().len(), 4, "nothing was sent elsewhere");
 }
 
 #[tokio::test]
@@ -237,6 +266,35 @@ async fn connects_a_route_does_not_take_are_refused() {
     let (head, _) = connect_h1(&proxy, "dead.test:443", b"").await;
     assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
     assert!(stat(admin, "downstream_rq_upgrade_failed") >= 1);
+    // A route answering by itself answers a CONNECT so too, unless with a 2xx.
+    let (head, mut stream) = connect_h1(&proxy, "gone.test:443", b"").await;
+    assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+    let mut body = Vec::new();
+    stream.read_to_end(&mut body).await.unwrap();
+    assert_eq!(body, b"no backend\n");
+    // What follows a CONNECT's head is the tunnel's: one declaring a body is refused.
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    stream
+        .write_all(b"CONNECT db.term.test:5432 HTTP/1.1\r\nhost: db.term.test:5432\r\ncontent-length: 4\r\n\r\nbody")
+        .await
+        .unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
+    // Over HTTP/2, refusals are the stream's answer.
+    let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
+    for (target, status) in [
+        ("closed.test:443", 403),
+        ("elsewhere.test:443", 404),
+        ("dead.test:443", 503),
+    ] {
+        let req = Request::builder()
+            .method(Method::CONNECT)
+            .uri(target)
+            .body(Empty::new())
+            .unwrap();
+        let response = sender.send_request(req).await.unwrap();
+        assert_eq!(response.status(), status, "{target}");
+    }
     // A CONNECT's target is an authority; any other request's is a path.
     let (head, _) = connect_h1(&proxy, "/not-an-authority", b"").await;
     assert!(head.starts_with("HTTP/1.1 400 "), "{head}");

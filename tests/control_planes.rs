@@ -6545,16 +6545,24 @@ async fn connect_routes_from_the_management_server() {
     let addr = bound(&proxy).await;
 
     let tunnel_echoes = async |addr: SocketAddr| {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut stream = tokio::time::timeout(LIMIT, tokio::net::TcpStream::connect(addr))
+            .await
+            .unwrap()
+            .unwrap();
         stream
             .write_all(b"CONNECT gateway.envoyproxy.io:443 HTTP/1.1\r\nhost: gateway.envoyproxy.io:443\r\n\r\nping")
             .await
             .unwrap();
         let mut got = Vec::new();
         let mut byte = [0u8; 1];
-        while !got.ends_with(b"ping") && stream.read(&mut byte).await.unwrap() == 1 {
-            got.push(byte[0]);
-        }
+        let reading = async {
+            while !got.ends_with(b"ping") && stream.read(&mut byte).await.unwrap() == 1 {
+                got.push(byte[0]);
+            }
+        };
+        tokio::time::timeout(LIMIT, reading)
+            .await
+            .expect("the tunnel answers in time");
         let text = String::from_utf8_lossy(&got).into_owned();
         assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
         assert!(text.ends_with("\r\n\r\nping"), "the echo came back: {text}");

@@ -259,7 +259,9 @@ impl WorkerLog {
             fields.extend(config.attributes.iter().flat_map(|(_, f)| &f.0));
             for field in fields {
                 let (list, header) = match field {
-                    Field::RequestHeader(h) => (&mut request_fields, h),
+                    Field::RequestHeader(h) | Field::RequestHeaderWithoutQuery(h) => {
+                        (&mut request_fields, h)
+                    }
                     Field::ResponseHeader(h) => (&mut response_fields, h),
                     _ => continue,
                 };
@@ -488,6 +490,18 @@ impl WorkerLog {
             Field::RequestHeader(h) => {
                 let at = self.request_fields.iter().position(|f| f == h);
                 push_header(line, h, at.and_then(|i| record.request_headers.get(i)));
+            }
+            Field::RequestHeaderWithoutQuery(h) => {
+                let at = self.request_fields.iter().position(|f| f == h);
+                let value = at.and_then(|i| record.request_headers.get(i));
+                let start = line.len();
+                push_header(line, h, value);
+                // Kept whole (and cut to its length) with `REQ`; the query goes here.
+                if value.is_some_and(Option::is_some)
+                    && let Some(q) = line[start..].iter().position(|&b| b == b'?')
+                {
+                    line.truncate(start + q);
+                }
             }
             Field::ResponseHeader(h) => {
                 let at = self.response_fields.iter().position(|f| f == h);
@@ -872,6 +886,36 @@ mod tests {
         assert!(rx.try_recv().is_err(), "buffered until flushed");
         log.flush();
         assert_eq!(rx.try_recv().unwrap(), b"GET /x?y 503 UF 1234567\n");
+    }
+
+    #[test]
+    fn req_without_query_cuts_the_value_at_its_query() {
+        let (tx, rx) = sync_channel(4);
+        let config = AccessLogConfig {
+            target: LogTarget::Stdout,
+            format: LogFormat::parse(
+                "%REQ_WITHOUT_QUERY(X-ENVOY-ORIGINAL-PATH?:PATH)% %REQ(:PATH)% %REQ_WITHOUT_QUERY(:PATH):4% %REQ_WITHOUT_QUERY(x-absent)%\n",
+            )
+            .unwrap(),
+            json_format: None,
+            attributes: Vec::new(),
+            filter: None,
+        };
+        let log = WorkerLog::new(
+            vec![(&config, SinkTx::Lines(tx))],
+            Arc::new(AtomicU64::new(0)),
+        );
+        for uri in ["/search?q=secret", "/plain", "/a?b"] {
+            let mut record = LogRecord::default();
+            let req = http::Request::builder().uri(uri).body(()).unwrap();
+            log.capture_request(&mut record, &req, false);
+            log.record(&record, SystemTime::now(), Duration::from_millis(1));
+        }
+        log.flush();
+        assert_eq!(
+            String::from_utf8(rx.try_recv().unwrap()).unwrap(),
+            "/search /search?q=secret /sea -\n/plain /plain /pla -\n/a /a?b /a -\n"
+        );
     }
 
     #[test]

@@ -99,6 +99,9 @@ pub enum Field {
     DownstreamRemoteAddress,
     /// `%REQ(NAME?ALTERNATIVE):MAX%`: a request header as the client sent it.
     RequestHeader(HeaderField),
+    /// `%REQ_WITHOUT_QUERY(NAME?ALTERNATIVE):MAX%`: the same, up to its first `?` (Envoy's
+    /// `req_without_query` formatter, for paths logged without their query).
+    RequestHeaderWithoutQuery(HeaderField),
     /// `%RESP(NAME?ALTERNATIVE):MAX%`: a response header as the client gets it.
     ResponseHeader(HeaderField),
     /// `%ENVIRONMENT(NAME):MAX%`: an environment variable, read once when the config is
@@ -166,6 +169,10 @@ fn header_operator(name: &str) -> Result<Option<Field>, String> {
     if let Some(args) = name.strip_prefix("REQ(") {
         return HeaderField::parse("REQ", args, true).map(|f| Some(Field::RequestHeader(f)));
     }
+    if let Some(args) = name.strip_prefix("REQ_WITHOUT_QUERY(") {
+        return HeaderField::parse("REQ_WITHOUT_QUERY", args, true)
+            .map(|f| Some(Field::RequestHeaderWithoutQuery(f)));
+    }
     if let Some(args) = name.strip_prefix("RESP(") {
         return HeaderField::parse("RESP", args, false).map(|f| Some(Field::ResponseHeader(f)));
     }
@@ -200,6 +207,7 @@ impl Serialize for LogFormat {
             &NAMED_FIELDS,
             |field| match field {
                 Field::RequestHeader(h) => Some(h.text("REQ")),
+                Field::RequestHeaderWithoutQuery(h) => Some(h.text("REQ_WITHOUT_QUERY")),
                 Field::ResponseHeader(h) => Some(h.text("RESP")),
                 Field::Environment(e) => Some(e.text()),
                 _ => None,

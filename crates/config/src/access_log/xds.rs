@@ -288,6 +288,7 @@ fn otel_log(
     } else {
         log_name
     };
+    formatters(&std::mem::take(&mut otel.formatters), at)?;
     nothing_else(&otel, OTEL_FIELDS, at)?;
     let mapping = |pairs: Vec<(String, String)>| {
         let mut map = serde_yaml::Mapping::new();
@@ -380,6 +381,7 @@ fn substitution_format(
     mut format: SubstitutionFormatString,
     at: &str,
 ) -> Result<(Option<String>, Option<serde_yaml::Mapping>), ResourceError> {
+    formatters(&std::mem::take(&mut format.formatters), at)?;
     let text = match format.format.take() {
         Some(substitution_format_string::Format::TextFormat(text)) => Some(text),
         Some(substitution_format_string::Format::TextFormatSource(source)) => {
@@ -407,9 +409,7 @@ fn substitution_format(
     if format.omit_empty_values {
         refused.push("omit_empty_values".to_owned());
     }
-    if !format.formatters.is_empty() {
-        refused.push("formatters".to_owned());
-    }
+
     if !format.content_type.is_empty() {
         refused.push("content_type".to_owned());
     }
@@ -423,6 +423,28 @@ fn substitution_format(
         });
     }
     Ok((text, None))
+}
+
+/// A format's `formatters`: `req_without_query` is taken (`%REQ_WITHOUT_QUERY(...)%` is
+/// always understood here); the others add commands Legate does not have.
+fn formatters(
+    formatters: &[envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig],
+    at: &str,
+) -> Result<(), ResourceError> {
+    const REQ_WITHOUT_QUERY: &str =
+        "type.googleapis.com/envoy.extensions.formatter.req_without_query.v3.ReqWithoutQuery";
+    let refused: Vec<String> = formatters
+        .iter()
+        .filter(|f| f.typed_config.as_ref().map(|c| c.type_url.as_str()) != Some(REQ_WITHOUT_QUERY))
+        .map(|f| format!("formatters (`{}`: req_without_query only)", f.name))
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: refused,
+    })
 }
 
 /// A flat JSON format: keys whose values are format strings, in key order.

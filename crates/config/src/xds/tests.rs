@@ -1114,6 +1114,86 @@ fn access_log_filters_map_to_the_loggers_filters() {
     }
 }
 
+/// Envoy Gateway's `accesslog-formatters`: a JSON line with `%REQ_WITHOUT_QUERY(...)%` and the
+/// formatter that brings it; another formatter is refused by name.
+#[test]
+fn the_req_without_query_formatter_is_taken() {
+    use envoy_types::pb::envoy::config::accesslog::v3::{AccessLog, access_log};
+    use envoy_types::pb::envoy::config::core::v3::{
+        SubstitutionFormatString, TypedExtensionConfig, substitution_format_string,
+    };
+    use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+        FileAccessLog, file_access_log,
+    };
+    use envoy_types::pb::google::protobuf::{Struct, Value, value};
+    let logger = |formatter: (&str, &str)| AccessLog {
+        name: "envoy.access_loggers.file".into(),
+        filter: None,
+        config_type: Some(access_log::ConfigType::TypedConfig(pack(&FileAccessLog {
+            path: "/dev/stdout".into(),
+            access_log_format: Some(file_access_log::AccessLogFormat::LogFormat(
+                SubstitutionFormatString {
+                    format: Some(substitution_format_string::Format::JsonFormat(Struct {
+                        fields: [(
+                            "path_without_query".to_owned(),
+                            Value {
+                                kind: Some(value::Kind::StringValue(
+                                    "%REQ_WITHOUT_QUERY(X-ENVOY-ORIGINAL-PATH?:PATH)%".into(),
+                                )),
+                            },
+                        )]
+                        .into(),
+                    })),
+                    formatters: vec![TypedExtensionConfig {
+                        name: formatter.0.into(),
+                        typed_config: Some(Any {
+                            type_url: formatter.1.into(),
+                            value: Vec::new(),
+                        }),
+                    }],
+                    ..Default::default()
+                },
+            )),
+        }))),
+    };
+    let logs = crate::access_log::xds::connection_manager_logs(
+        vec![logger((
+            "envoy.formatter.req_without_query",
+            "type.googleapis.com/envoy.extensions.formatter.req_without_query.v3.ReqWithoutQuery",
+        ))],
+        "hcm",
+    )
+    .unwrap();
+    let crate::access_log::xds::XdsAccessLog::Settled(raw) = &logs[0] else {
+        panic!("a file logger");
+    };
+    let json = raw.json_format.as_ref().unwrap();
+    assert_eq!(
+        json.get("path_without_query").and_then(|v| v.as_str()),
+        Some("%REQ_WITHOUT_QUERY(X-ENVOY-ORIGINAL-PATH?:PATH)%")
+    );
+    let format =
+        crate::LogFormat::parse("%REQ_WITHOUT_QUERY(X-ENVOY-ORIGINAL-PATH?:PATH)%").unwrap();
+    assert_eq!(
+        serde_json::to_value(&format).unwrap(),
+        "%REQ_WITHOUT_QUERY(x-envoy-original-path?:path)%"
+    );
+    let error = crate::access_log::xds::connection_manager_logs(
+        vec![logger((
+            "envoy.formatter.metadata",
+            "type.googleapis.com/envoy.extensions.formatter.metadata.v3.Metadata",
+        ))],
+        "hcm",
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        error.contains("formatters (`envoy.formatter.metadata`: req_without_query only)"),
+        "{error}"
+    );
+}
+
 /// What control planes send that Envoy takes: names with `:` and `|`, "no limit" breakers,
 /// no retries, `0s` for "no timeout", ext_authz settings on routes of a listener without
 /// the filter.

@@ -631,8 +631,13 @@ async fn filter_and_answer(
         .http
         .routes
         .route(matched.route.ok_or(ProxyError::NoRoute)?);
-    if req.method() == Method::CONNECT && !matches!(route.action, RouteAction::Forward(_)) {
-        // A 200 would tell the client its tunnel is open.
+    // A 2xx would tell the client its tunnel is open (and a redirect has no path to keep).
+    let answers_connect = match &route.action {
+        RouteAction::Forward(_) => true,
+        RouteAction::DirectResponse { status, .. } => !status.is_success(),
+        RouteAction::Redirect(_) => false,
+    };
+    if req.method() == Method::CONNECT && !answers_connect {
         return Err(ProxyError::BadRequest("CONNECT needs a route to a cluster"));
     }
     let response = match &route.action {
@@ -653,24 +658,28 @@ async fn filter_and_answer(
                 facts.kept_headers = replies.keep_headers(req.headers()).map(Box::new);
             }
             facts.grpc_request = Some(crate::context::grpc::is_grpc(req.headers()));
-            let redirectable = forward.internal_redirect.as_deref().and_then(|policy| {
-                if ids.generate {
-                    // The request sent on keeps the id the upstream saw.
-                    ensure_request_id(req.headers_mut(), in_flight);
-                }
-                // As Envoy reads it: TLS, unless a trusted x-forwarded-proto says http.
-                let listener = &scope.conn.listener;
-                let https =
-                    listener.tls && listener.forwarded_trust.scheme(true, req.headers()) == "https";
-                let kept = internal_redirect::keep(
-                    policy,
-                    req,
-                    host.as_ref(),
-                    https,
-                    facts.internal_redirects.followed,
-                )?;
-                Some((policy, kept))
-            });
+            // A tunnel's answer is not followed elsewhere.
+            let policy = forward.internal_redirect.as_deref();
+            let redirectable = policy
+                .filter(|_| !upgrade::is_connect(req))
+                .and_then(|policy| {
+                    if ids.generate {
+                        // The request sent on keeps the id the upstream saw.
+                        ensure_request_id(req.headers_mut(), in_flight);
+                    }
+                    // As Envoy reads it: TLS, unless a trusted x-forwarded-proto says http.
+                    let listener = &scope.conn.listener;
+                    let https = listener.tls
+                        && listener.forwarded_trust.scheme(true, req.headers()) == "https";
+                    let kept = internal_redirect::keep(
+                        policy,
+                        req,
+                        host.as_ref(),
+                        https,
+                        facts.internal_redirects.followed,
+                    )?;
+                    Some((policy, kept))
+                });
             let response = forward_request(
                 req,
                 host.clone(),
@@ -752,21 +761,7 @@ async fn forward_request(
         (true, Some(ConnectMode::Forward)) => {
             Some(upgrade::Asked::Connect(upgrade::connect_stream(req)))
         }
-        (true, Some(ConnectMode::Terminate)) => {
-            // Boxed: only CONNECT requests carry this state.
-            let answer = Box::pin(terminate_connect(
-                req,
-                cluster_ref,
-                client,
-                in_flight,
-                facts,
-            ));
-            let answer = answer.await;
-            if facts.tunnel.is_none() {
-                conn.listener.stats.upgrades_failed.inc();
-            }
-            return answer;
-        }
+        (true, Some(ConnectMode::Terminate)) => None,
     };
     if asked.is_none() && upgrade::is_extended_connect(req) {
         return Err(ProxyError::BadRequest("this route allows no such upgrade"));
@@ -789,6 +784,21 @@ async fn forward_request(
         ),
         _ => Default::default(),
     };
+    if connect && forward.connect == Some(ConnectMode::Terminate) {
+        // Boxed: only CONNECT requests carry this state.
+        let answer = Box::pin(terminate_connect(
+            req,
+            (cluster_ref, route_hash.hash),
+            client,
+            in_flight,
+            facts,
+        ))
+        .await;
+        if facts.tunnel.is_none() {
+            conn.listener.stats.upgrades_failed.inc();
+        }
+        return answer;
+    }
     let admitted = cluster_ref.admit(req.headers(), client, route_hash.hash)?;
     facts.set_cookie = route_hash.set_cookie;
     let upstream = Rc::clone(admitted.host());
@@ -802,7 +812,8 @@ async fn forward_request(
         let asked_rewrite = rewrite::host_from_request(forward, &parts);
         // A sampled request's span names may read the path as the client sent it.
         let mut original = None;
-        if let Some(rewrite) = &forward.path_rewrite {
+        // A CONNECT has no path to rewrite: its target is set below.
+        if let Some(rewrite) = forward.path_rewrite.as_ref().filter(|_| !connect) {
             let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
             if in_flight
                 .trace()
@@ -875,8 +886,11 @@ async fn forward_request(
         }
         rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
         if let Some(target) = connect_target {
+            // Sent over HTTP/1.1 whatever the cluster's protocol says: target and host alike.
             parts.uri = http::Uri::try_from(target.as_bytes())
                 .map_err(|_| ProxyError::BadRequest("invalid authority"))?;
+            parts.version = Version::HTTP_11;
+            parts.headers.insert(http::header::HOST, target);
         }
         if let Some(trace) = in_flight.sampled_trace() {
             trace.forwarded((&parts).into(), original.as_ref());
@@ -1068,13 +1082,13 @@ async fn forward_upgrade(
 /// go no further.
 async fn terminate_connect(
     req: &mut Request<RequestBody>,
-    cluster: &crate::cluster::Cluster,
+    (cluster, hash): (&crate::cluster::Cluster, Option<u64>),
     client: std::net::IpAddr,
     in_flight: &mut InFlight,
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let client_stream = upgrade::connect_stream(req);
-    let upstream = cluster.connect_tcp(client, None).await?;
+    let upstream = cluster.connect_tcp(client, hash).await?;
     if let Some(log) = in_flight.log() {
         log.upstream = Some(upstream.addr_text().clone());
     }

@@ -88,6 +88,16 @@ pub(crate) fn admit<B>(
     if connect && (req.uri().authority().is_none() || !req.uri().path().is_empty()) {
         return Err(ProxyError::BadRequest("a CONNECT's target is host:port"));
     }
+    // What follows a CONNECT's head is the tunnel's, never a body (RFC 9110 section 9.3.6).
+    let has_body = |headers: &http::HeaderMap| {
+        headers.contains_key(http::header::TRANSFER_ENCODING)
+            || headers
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|len| len.as_bytes() != b"0")
+    };
+    if connect && has_body(req.headers()) {
+        return Err(ProxyError::BadRequest("a CONNECT has no body"));
+    }
     if !connect && req.uri().path().is_empty() {
         return Err(ProxyError::BadRequest("the request target has no path"));
     }
@@ -109,7 +119,12 @@ pub(crate) fn route<B>(
     routes: &RouteTable,
 ) -> Result<(Option<HeaderValue>, Matched), ProxyError> {
     let mut host = request_host(req)?;
-    if let Some(stripped) = host.as_ref().and_then(|h| host_rules.apply(h.as_bytes())) {
+    // A CONNECT's port is part of its target (RFC 9110 section 9.3.6): kept, as Envoy keeps it.
+    let stripped = host
+        .as_ref()
+        .filter(|_| !upgrade::is_connect(req))
+        .and_then(|h| host_rules.apply(h.as_bytes()));
+    if let Some(stripped) = stripped {
         // Filters, logs and the upstream see the host as routing does.
         if req.headers().contains_key(HOST) {
             req.headers_mut().insert(HOST, stripped.clone());

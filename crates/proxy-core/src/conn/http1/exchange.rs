@@ -118,10 +118,10 @@ pub(super) async fn serve(
     };
     match (written, tunnel) {
         (Written::Complete { .. }, Some(tunnel)) => Next::Tunnel(tunnel),
-        // A 2xx to CONNECT with no tunnel behind it (a filter's answer): the client now
-        // sends tunnel bytes, not requests.
+        // After a CONNECT that opened no tunnel, the client may already be sending the
+        // tunnel's bytes, not requests (Envoy closes too).
         (Written::Complete { keep_alive: true }, None)
-            if body_finished && !drain.is_raised() && !opened =>
+            if body_finished && !drain.is_raised() && !answering.connect =>
         {
             Next::KeepAlive
         }
