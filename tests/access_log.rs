@@ -107,6 +107,23 @@ clusters:
             noop.local_addr()
         )]
     );
+
+    // A head the codec refuses is a request too: logged (and counted) with its status and
+    // DPE, though it has no method or path to show.
+    let before = stat(proxy.admin.unwrap(), "downstream_rq_xx");
+    let mut stream = tokio::net::TcpStream::connect(proxy.addrs[1])
+        .await
+        .unwrap();
+    use tokio::io::AsyncWriteExt;
+    stream
+        .write_all(b"GET /x HTTP/1.1\r\nbad header\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut stream).await;
+    assert!(answer.starts_with(b"HTTP/1.1 400 "));
+    let lines = wait_for_lines(&custom_log, 2);
+    assert_eq!(lines[1], "- - 400 DPE in=0 out=12 -", "{lines:?}");
+    assert_eq!(stat(proxy.admin.unwrap(), "downstream_rq_xx"), before + 1);
 }
 
 /// A logger's `filter` picks its lines by status, flags and what the request sent; a logger

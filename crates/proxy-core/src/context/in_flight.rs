@@ -126,6 +126,27 @@ impl InFlight {
     }
 }
 
+/// A request the codec refused before it was one (a malformed or oversized head), answered
+/// `status` with a body of `sent` bytes: counted as a request and logged as Envoy logs its
+/// codec errors, flagged `DPE`, with no method, path or headers.
+pub(crate) fn refused_head(conn: &ConnCtx, status: http::StatusCode, sent: usize, since: Instant) {
+    let stats = &conn.listener.stats;
+    stats.rq_total.inc();
+    conn.worker.stats.rq_total.inc();
+    stats.response(status);
+    if let Some(log) = &conn.listener.access_log {
+        let mut pending = log.take_pending();
+        let record = &mut pending.record;
+        record.peer = Some(conn.peer);
+        record.status = Some(status);
+        record.flag = Some(crate::error::ResponseFlag::DownstreamProtocolError);
+        record.bytes_sent = sent as u64;
+        let duration = since.elapsed();
+        log.record(record, SystemTime::now() - duration, duration);
+        log.give_back(pending);
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         let conn = &self.conn;

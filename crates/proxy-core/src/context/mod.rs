@@ -24,6 +24,6 @@ pub(crate) use conn::{
     sleep_until_some,
 };
 pub(crate) use health::ServerHealth;
-pub(crate) use in_flight::InFlight;
+pub(crate) use in_flight::{InFlight, refused_head};
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{ChainSignals, Signal, SignalWatch};

@@ -37,10 +37,11 @@ pub(super) async fn serve(
     drain: &mut SignalWatch,
 ) -> Next {
     let ctx = &*service.conn;
+    let started = Instant::now();
     let head = match read_head(input, ctx, codecs).await {
         Ok(head) => head,
         Err(None) => return Next::Close,
-        Err(Some(refused)) => return refuse(input, refused, codecs).await,
+        Err(Some(refused)) => return refuse(input, refused, (ctx, started), codecs).await,
     };
     let RequestHead {
         request,
@@ -197,7 +198,12 @@ async fn read_head(
 
 /// Answers a head the codec refused, then closes: after a malformed head the stream may
 /// hold anything.
-async fn refuse(input: &Shared, refused: HeadError, codecs: &Codecs) -> Next {
+async fn refuse(
+    input: &Shared,
+    refused: HeadError,
+    (ctx, started): (&ConnCtx, Instant),
+    codecs: &Codecs,
+) -> Next {
     tracing::debug!(error = %refused, "refused a request head");
     let status = refused.status();
     let body = match status {
@@ -206,6 +212,7 @@ async fn refuse(input: &Shared, refused: HeadError, codecs: &Codecs) -> Next {
         StatusCode::NOT_IMPLEMENTED => "transfer coding not supported\n",
         _ => "bad request\n",
     };
+    crate::context::refused_head(ctx, status, body.len(), started);
     let reply = local_reply::text(status, Bytes::from_static(body.as_bytes()));
     let answering = Answering {
         head_request: false,
