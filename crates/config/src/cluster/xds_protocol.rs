@@ -208,11 +208,6 @@ fn typed_options(
             "downstream"
         }
     });
-    if options != UpstreamOptions::default() {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: vec!["http_filters / header_validation_config".into()],
-        });
-    }
-    Ok(())
+    // Upstream filters, cluster-level hash, retry and mirror policies, ...: named as set.
+    nothing_else(&options, fields::UPSTREAM_HTTP_PROTOCOL_OPTIONS, at)
 }

@@ -674,6 +674,21 @@ pub(crate) const HTTP_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (8, "max_connection_duration_jitter"),
 ];
 
+/// `envoy.extensions.upstreams.http.v3.HttpProtocolOptions` (a cluster's).
+pub(crate) const UPSTREAM_HTTP_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
+    (1, "common_http_protocol_options"),
+    (2, "upstream_http_protocol_options"),
+    (3, "explicit_http_config"),
+    (4, "use_downstream_protocol_config"),
+    (5, "auto_config"),
+    (6, "http_filters"),
+    (7, "header_validation_config"),
+    (8, "outlier_detection"),
+    (9, "request_mirror_policies"),
+    (10, "hash_policy"),
+    (11, "retry_policy"),
+];
+
 pub(crate) const HTTP2_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
     (1, "hpack_table_size"),
     (2, "max_concurrent_streams"),

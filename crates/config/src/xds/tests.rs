@@ -2555,6 +2555,33 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
     assert_eq!(raw.initial_connection_window_size, Some(1_048_576));
 }
 
+/// Envoy Gateway's clusters for authorization services carry a cluster-level `hash_policy`:
+/// refused by that name (not by another field's).
+#[test]
+fn cluster_level_http_policies_are_refused_by_their_names() {
+    use envoy_types::pb::envoy::config::route::v3::route_action::{HashPolicy, hash_policy};
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as Upstream;
+    let mut c = eds_cluster("web");
+    let options = Upstream {
+        hash_policy: vec![HashPolicy {
+            policy_specifier: Some(hash_policy::PolicySpecifier::ConnectionProperties(
+                hash_policy::ConnectionProperties { source_ip: true },
+            )),
+            terminal: false,
+        }],
+        ..Default::default()
+    };
+    c.typed_extension_protocol_options.insert(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+        pack(&options),
+    );
+    let error = XdsCluster::decode(&pack(&c)).err().unwrap().to_string();
+    assert!(
+        error.contains("typed_extension_protocol_options: not supported: hash_policy"),
+        "{error}"
+    );
+}
+
 #[test]
 fn upstream_connection_times_and_keepalive_are_taken_as_envoy_gateway_writes_them() {
     use envoy_types::pb::envoy::config::cluster::v3::UpstreamConnectionOptions;
