@@ -6588,3 +6588,96 @@ async fn connect_routes_from_the_management_server() {
     );
     tunnel_echoes(addr).await;
 }
+
+/// A cluster's own `hash_policy` (`HttpProtocolOptions.hash_policy`) replaces its routes':
+/// requests of one tenant stay on one host of the ring-hash cluster whoever the user, and
+/// tenants spread. Envoy Gateway's shape on a least-request cluster (where Envoy does not
+/// read it) is taken too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_hash_policy_replaces_its_routes() {
+    use envoy_types::pb::envoy::config::route::v3::route_action::{HashPolicy, hash_policy};
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as Upstream;
+
+    let upstreams = four_upstreams().await;
+    let addrs: Vec<SocketAddr> = upstreams.iter().map(|u| u.local_addr()).collect();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let by_header = |name: &str| HashPolicy {
+        policy_specifier: Some(hash_policy::PolicySpecifier::Header(hash_policy::Header {
+            header_name: name.into(),
+            regex_rewrite: None,
+        })),
+        terminal: false,
+    };
+    let mut route = resources::forward("/", "sticky");
+    if let Some(route::Action::Route(action)) = &mut route.action {
+        action.hash_policy = vec![by_header("x-user")];
+    }
+    let mut other = resources::forward("/other", "least");
+    other.r#match = Some(RouteMatch {
+        path_specifier: Some(route_match::PathSpecifier::Prefix("/other".into())),
+        ..Default::default()
+    });
+    let routes = resources::route_config("web-routes", vec![other, route]);
+    server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
+    let with_policy = |name: &str, lb: cluster::LbPolicy, policy: HashPolicy| {
+        let mut c = eds_cluster(name, lb);
+        c.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            any(&Upstream {
+                hash_policy: vec![policy],
+                ..Default::default()
+            }),
+        );
+        (name.to_string(), any(&c))
+    };
+    let source_ip = HashPolicy {
+        policy_specifier: Some(hash_policy::PolicySpecifier::ConnectionProperties(
+            hash_policy::ConnectionProperties { source_ip: true },
+        )),
+        terminal: false,
+    };
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            with_policy("sticky", cluster::LbPolicy::RingHash, by_header("x-tenant")),
+            with_policy("least", cluster::LbPolicy::LeastRequest, source_ip),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            (
+                "sticky".into(),
+                any(&resources::assignment("sticky", &addrs)),
+            ),
+            (
+                "least".into(),
+                any(&resources::assignment("least", &addrs[..1])),
+            ),
+        ],
+    );
+    let l = resources::listener("web", "127.0.0.1:0".parse().unwrap(), "web-routes");
+    let proxy = Proxy::start(&bootstrap(server.local_addr()), 2);
+    assert_eq!(serve_listener(&server, ("web".into(), any(&l))).await, None);
+    let addr = bound(&proxy).await;
+    eventually("the clusters in force", async || {
+        send_h1(addr, get("/", &[])).await.status() == 200
+            && send_h1(addr, get("/other", &[])).await.status() == 200
+    })
+    .await;
+    let mut tenants_hosts = std::collections::BTreeSet::new();
+    for tenant in 0..16 {
+        let tenant = format!("tenant-{tenant}");
+        let (first, _) = served_by(addr, "/", &[("x-tenant", &tenant), ("x-user", "u-0")]).await;
+        for user in 1..6 {
+            let user = format!("u-{user}");
+            let (host, _) = served_by(addr, "/", &[("x-tenant", &tenant), ("x-user", &user)]).await;
+            assert_eq!(host, first, "{tenant} stays on one host whoever the user");
+        }
+        tenants_hosts.insert(first);
+    }
+    // Sixteen tenants all on one of four hosts: 1 in 4^15.
+    assert!(tenants_hosts.len() > 1, "tenants spread: {tenants_hosts:?}");
+}

@@ -80,6 +80,25 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             "a hash key is used only by `ring_hash` and `maglev`",
         ));
     }
+    let hash_policy = crate::route::hash_policy::hash_policy(
+        raw.hash_policy.clone(),
+        &format!("{path}.hash_policy"),
+    )?;
+    if hash_policy.is_some() {
+        let at = format!("{path}.hash_policy");
+        if !matches!(lb_policy, LbPolicy::RingHash(_) | LbPolicy::Maglev(_)) {
+            return Err(ConfigError::invalid(
+                at,
+                "a hash policy is used only by `ring_hash` and `maglev`",
+            ));
+        }
+        if hash_key.is_some() {
+            return Err(ConfigError::invalid(
+                at,
+                "`hash_key` and `hash_policy` both say what to hash: keep one",
+            ));
+        }
+    }
     let protocol = match raw.protocol.as_deref() {
         None | Some("http1") => UpstreamProtocol::Http1,
         Some("http2") => UpstreamProtocol::Http2,
@@ -150,6 +169,7 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         lb_policy,
         lb_settings,
         hash_key,
+        hash_policy,
         max_requests_per_connection: raw.max_requests_per_connection.filter(|n| *n > 0),
         idle_timeout: match raw.idle_timeout {
             None => Some(DEFAULT_UPSTREAM_IDLE_TIMEOUT),

@@ -43,6 +43,10 @@ pub struct ClusterConfig {
     pub lb_settings: LbSettings,
     /// What consistent-hashing policies hash; `None` picks as if without a key.
     pub hash_key: Option<HashKey>,
+    /// What a request is hashed on, over its route's `hash_policy` (Envoy's cluster-level
+    /// `HttpProtocolOptions.hash_policy`); `ring_hash` and `maglev` clusters only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_policy: Option<crate::route::hash_policy::HashPolicy>,
     pub protocol: UpstreamProtocol,
     #[serde(serialize_with = "ser::duration")]
     pub connect_timeout: Duration,

@@ -180,7 +180,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .per_connection_buffer_limit_bytes
         .take()
         .map(|v| u64::from(v.value));
-    let http = upstream_http(&mut c, &at)?;
+    let mut http = upstream_http(&mut c, &at)?;
     let tcp_keepalive = connection_options(&mut c, &at)?;
     let per_endpoint_stats = track_cluster_stats(&mut c, &at)?;
     let circuit_breakers = c
@@ -255,6 +255,12 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         ring_hash: balancing.ring_hash,
         maglev: balancing.maglev,
         hash_key: None,
+        // Envoy reads it only where the balancer hashes: inert on the others, as there.
+        hash_policy: if matches!(balancing.lb_policy, "ring_hash" | "maglev") {
+            std::mem::take(&mut http.hash_policy)
+        } else {
+            Vec::new()
+        },
         healthy_panic_threshold: balancing.healthy_panic_threshold,
         overprovisioning_factor: None,
         locality_weighted: Some(balancing.locality_weighted),

@@ -1272,3 +1272,27 @@ fn connect_routes_are_checked() {
     ));
     assert!(error.contains("`connect`"), "{error}");
 }
+
+#[test]
+fn a_clusters_hash_policy_is_checked() {
+    let with = |cluster: &str| {
+        format!(
+            "listeners:\n  - name: public\n    address: 127.0.0.1:8080\n    routes:\n      - {{ match: {{ prefix: / }}, cluster: backend }}\nclusters:\n  - name: backend\n    endpoints: [127.0.0.1:9000]\n    {cluster}\n"
+        )
+    };
+    let config = Config::from_yaml(&with(
+        "lb_policy: ring_hash\n    hash_policy: [{ header: x-tenant }]",
+    ))
+    .unwrap();
+    let policy = config.clusters[0].hash_policy.as_ref().unwrap();
+    assert_eq!(policy.0.len(), 1);
+    let error = error_of(&with("hash_policy: [{ header: x-tenant }]"));
+    assert!(
+        error.contains("clusters[0].hash_policy") && error.contains("`ring_hash` and `maglev`"),
+        "{error}"
+    );
+    let error = error_of(&with(
+        "lb_policy: maglev\n    hash_key: { header: x-a }\n    hash_policy: [{ header: x-b }]",
+    ));
+    assert!(error.contains("keep one"), "{error}");
+}

@@ -2556,13 +2556,23 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
 }
 
 /// Envoy Gateway's clusters for authorization services carry a cluster-level `hash_policy`:
-/// refused by that name (not by another field's).
+/// kept where the balancer hashes, inert (as in Envoy) where it does not. The other
+/// cluster-level policies are refused by their names.
 #[test]
-fn cluster_level_http_policies_are_refused_by_their_names() {
+fn cluster_level_http_policies_are_taken_or_refused_by_their_names() {
+    use envoy_types::pb::envoy::config::route::v3::RetryPolicy;
     use envoy_types::pb::envoy::config::route::v3::route_action::{HashPolicy, hash_policy};
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as Upstream;
-    let mut c = eds_cluster("web");
-    let options = Upstream {
+    let with = |lb: cluster::LbPolicy, options: Upstream| {
+        let mut c = eds_cluster("web");
+        c.lb_policy = lb as i32;
+        c.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            pack(&options),
+        );
+        XdsCluster::decode(&pack(&c)).map(|c| c.section(None, &Default::default()))
+    };
+    let source_ip = Upstream {
         hash_policy: vec![HashPolicy {
             policy_specifier: Some(hash_policy::PolicySpecifier::ConnectionProperties(
                 hash_policy::ConnectionProperties { source_ip: true },
@@ -2571,13 +2581,26 @@ fn cluster_level_http_policies_are_refused_by_their_names() {
         }],
         ..Default::default()
     };
-    c.typed_extension_protocol_options.insert(
-        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
-        pack(&options),
-    );
-    let error = XdsCluster::decode(&pack(&c)).err().unwrap().to_string();
+    let raw = with(cluster::LbPolicy::RingHash, source_ip.clone())
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.hash_policy.len(), 1);
+    assert_eq!(raw.hash_policy[0].source_ip, Some(true));
+    let raw = with(cluster::LbPolicy::LeastRequest, source_ip)
+        .unwrap()
+        .unwrap();
+    assert!(raw.hash_policy.is_empty(), "no hashing balancer reads it");
+
+    let retries = Upstream {
+        retry_policy: Some(RetryPolicy::default()),
+        ..Default::default()
+    };
+    let error = with(cluster::LbPolicy::RoundRobin, retries)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
-        error.contains("typed_extension_protocol_options: not supported: hash_policy"),
+        error.contains("typed_extension_protocol_options: not supported: retry_policy"),
         "{error}"
     );
 }

@@ -75,6 +75,8 @@ pub(crate) struct Cluster {
     /// The balancer's rebuilds counted so far, with zone routing (its recalculation stats).
     zone_rebuilds: Cell<Option<u64>>,
     hash_key: Option<HashKey>,
+    /// What requests are hashed on, over their routes' policies.
+    hash_policy: Option<config::route::hash_policy::HashPolicy>,
     settings: Rc<UpstreamSettings>,
     stats: Rc<ClusterStats>,
     /// For the stats of hosts that join later.
@@ -117,6 +119,7 @@ impl Cluster {
             balancer: RefCell::new(balancer),
             local: RefCell::new(local),
             hash_key: config.hash_key.clone(),
+            hash_policy: config.hash_policy.clone(),
             settings,
             stats,
             catalog: *catalog,
@@ -205,6 +208,11 @@ impl Cluster {
     /// a route's hash policy worth evaluating.
     pub(crate) fn hashes(&self) -> bool {
         self.balancer.borrow().policy().hashes()
+    }
+
+    /// The cluster's own `hash_policy`, which a request is hashed on instead of its route's.
+    pub(crate) fn hash_policy(&self) -> Option<&config::route::hash_policy::HashPolicy> {
+        self.hash_policy.as_ref()
     }
 
     /// The hash a request is picked by: its route's (`route_hash`), else the cluster's own

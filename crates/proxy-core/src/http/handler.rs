@@ -772,7 +772,8 @@ async fn forward_request(
         return Err(ProxyError::UpgradeFailed);
     }
     // Evaluated only for a cluster that picks by it, as Envoy: no cookie is made otherwise.
-    let route_hash = match &forward.hash_policy {
+    // The cluster's own policy replaces the route's.
+    let route_hash = match cluster_ref.hash_policy().or(forward.hash_policy.as_ref()) {
         Some(policy) if cluster_ref.hashes() => super::hash_policy::hash_request(
             policy,
             req,
