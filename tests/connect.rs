@@ -259,6 +259,10 @@ async fn connects_a_route_does_not_take_are_refused() {
     // A route matching CONNECT without `connect`: 403, as Envoy's upgrade_failed.
     let (head, _) = connect_h1(&proxy, "closed.test:443", b"").await;
     assert!(head.starts_with("HTTP/1.1 403 "), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close\r\n"),
+        "the connection closes after a CONNECT that opened no tunnel, and says so: {head}"
+    );
     // No CONNECT route for the host: path routes never take a CONNECT.
     let (head, _) = connect_h1(&proxy, "elsewhere.test:443", b"").await;
     assert!(head.starts_with("HTTP/1.1 404 "), "{head}");

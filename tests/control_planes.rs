@@ -6600,6 +6600,9 @@ async fn a_clusters_hash_policy_replaces_its_routes() {
 
     let upstreams = four_upstreams().await;
     let addrs: Vec<SocketAddr> = upstreams.iter().map(|u| u.local_addr()).collect();
+    let least_upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -6614,11 +6617,14 @@ async fn a_clusters_hash_policy_replaces_its_routes() {
     if let Some(route::Action::Route(action)) = &mut route.action {
         action.hash_policy = vec![by_header("x-user")];
     }
+    // Copies to the ring-hash cluster follow its policy too.
     let mut other = resources::forward("/other", "least");
-    other.r#match = Some(RouteMatch {
-        path_specifier: Some(route_match::PathSpecifier::Prefix("/other".into())),
-        ..Default::default()
-    });
+    if let Some(route::Action::Route(action)) = &mut other.action {
+        action.request_mirror_policies = vec![route_action::RequestMirrorPolicy {
+            cluster: "sticky".into(),
+            ..Default::default()
+        }];
+    }
     let routes = resources::route_config("web-routes", vec![other, route]);
     server.set(type_url::ROUTE, vec![("web-routes".into(), any(&routes))]);
     let with_policy = |name: &str, lb: cluster::LbPolicy, policy: HashPolicy| {
@@ -6654,7 +6660,10 @@ async fn a_clusters_hash_policy_replaces_its_routes() {
             ),
             (
                 "least".into(),
-                any(&resources::assignment("least", &addrs[..1])),
+                any(&resources::assignment(
+                    "least",
+                    &[least_upstream.local_addr()],
+                )),
             ),
         ],
     );
@@ -6680,4 +6689,25 @@ async fn a_clusters_hash_policy_replaces_its_routes() {
     }
     // Sixteen tenants all on one of four hosts: 1 in 4^15.
     assert!(tenants_hosts.len() > 1, "tenants spread: {tenants_hosts:?}");
+
+    // Eight copies of one tenant's requests: all on one host of the four.
+    let before: Vec<u64> = upstreams.iter().map(|u| u.requests()).collect();
+    for user in 0..8 {
+        let user = format!("u-{user}");
+        let res = send_h1(
+            addr,
+            get("/other", &[("x-tenant", "t-1"), ("x-user", &user)]),
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+    }
+    let mut added = Vec::new();
+    eventually("the eight copies arrived", async || {
+        added = (upstreams.iter().zip(&before))
+            .map(|(u, b)| u.requests() - b)
+            .collect();
+        added.iter().sum::<u64>() == 8
+    })
+    .await;
+    assert!(added.contains(&8), "one host took every copy: {added:?}");
 }

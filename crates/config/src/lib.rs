@@ -28,6 +28,7 @@ pub mod cel;
 pub mod cluster;
 mod envoy;
 pub mod filters;
+pub mod hash_policy;
 pub mod header_field;
 pub mod listener;
 pub mod local_reply;

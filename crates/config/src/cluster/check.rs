@@ -80,10 +80,8 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             "a hash key is used only by `ring_hash` and `maglev`",
         ));
     }
-    let hash_policy = crate::route::hash_policy::hash_policy(
-        raw.hash_policy.clone(),
-        &format!("{path}.hash_policy"),
-    )?;
+    let hash_policy =
+        crate::hash_policy::hash_policy(raw.hash_policy.clone(), &format!("{path}.hash_policy"))?;
     if hash_policy.is_some() {
         let at = format!("{path}.hash_policy");
         if !matches!(lb_policy, LbPolicy::RingHash(_) | LbPolicy::Maglev(_)) {

@@ -46,7 +46,7 @@ pub struct ClusterConfig {
     /// What a request is hashed on, over its route's `hash_policy` (Envoy's cluster-level
     /// `HttpProtocolOptions.hash_policy`); `ring_hash` and `maglev` clusters only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hash_policy: Option<crate::route::hash_policy::HashPolicy>,
+    pub hash_policy: Option<crate::hash_policy::HashPolicy>,
     pub protocol: UpstreamProtocol,
     #[serde(serialize_with = "ser::duration")]
     pub connect_timeout: Duration,

@@ -20,7 +20,7 @@ pub struct RawCluster {
     pub hash_key: Option<RawHashKey>,
     /// What a request is hashed on, over its route's `hash_policy` (its rules).
     #[serde(default)]
-    pub hash_policy: Vec<crate::route::hash_policy::RawHashRule>,
+    pub hash_policy: Vec<crate::hash_policy::RawHashRule>,
     pub healthy_panic_threshold: Option<f64>,
     pub overprovisioning_factor: Option<u32>,
     pub locality_weighted: Option<bool>,

@@ -30,7 +30,7 @@ pub(crate) struct UpstreamHttp {
     pub(crate) auto_san_validation: Option<bool>,
     pub(crate) override_auto_sni_header: Option<String>,
     /// `HttpProtocolOptions.hash_policy`: over the routes' (a hashing cluster's alone).
-    pub(crate) hash_policy: Vec<crate::route::hash_policy::RawHashRule>,
+    pub(crate) hash_policy: Vec<crate::hash_policy::RawHashRule>,
 }
 
 /// Takes the protocol fields out of `c`.
@@ -152,7 +152,7 @@ fn typed_options(
         sni_options(sni, http);
     }
     http.hash_policy =
-        crate::route::xds_actions::hash_policy(std::mem::take(&mut options.hash_policy), at)?;
+        crate::hash_policy::xds::hash_policy(std::mem::take(&mut options.hash_policy), at)?;
     http.protocol = Some(match options.upstream_protocol_options.take() {
         Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) => {
             match explicit.protocol_config {

@@ -529,7 +529,7 @@ fn route(
             grpc_timeout_header_max: raw.grpc_timeout_header_max,
             max_stream_duration: raw.max_stream_duration,
             retry_policy,
-            hash_policy: super::hash_policy::hash_policy(
+            hash_policy: crate::hash_policy::hash_policy(
                 raw.hash_policy,
                 &format!("{path}.hash_policy"),
             )?,

@@ -2,14 +2,13 @@
 //!
 //! The topic's files, side by side: this one holds a route's typed settings and defaults;
 //! `virtual_host.rs` a listener's route table by domain; `action.rs` redirects, rewrites,
-//! splits and mirrors; `hash_policy.rs` what a request is hashed on; `raw.rs` the file's
-//! form; `check.rs` and `check_actions.rs` the checks; `xds.rs` and `xds_actions.rs` the
-//! mapping of Envoy's `RouteConfiguration`.
+//! splits and mirrors; `raw.rs` the file's form; `check.rs` and `check_actions.rs` the checks;
+//! `xds.rs` and `xds_actions.rs` the mapping of Envoy's `RouteConfiguration`. What a request
+//! is hashed on, which clusters have too, is the `hash_policy` topic.
 
 pub mod action;
 pub(crate) mod check;
 pub(crate) mod check_actions;
-pub mod hash_policy;
 pub mod raw;
 pub mod virtual_host;
 pub mod xds;
@@ -379,7 +378,7 @@ pub struct ForwardAction {
     pub retry_policy: Option<RetryPolicy>,
     /// What a request is hashed on for the cluster's host (its `hash_key` when `None`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hash_policy: Option<hash_policy::HashPolicy>,
+    pub hash_policy: Option<crate::hash_policy::HashPolicy>,
     /// Each try carries `x-envoy-attempt-count: N` (its virtual host's
     /// `include_request_attempt_count`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]

@@ -46,7 +46,7 @@ pub struct RawRoute {
     /// What a request is hashed on, for a consistent-hashing cluster's host (and, with
     /// `use_hash_policy`, the side of `weighted_clusters`).
     #[serde(default)]
-    pub hash_policy: Vec<crate::route::hash_policy::RawHashRule>,
+    pub hash_policy: Vec<crate::hash_policy::RawHashRule>,
     /// With `weighted_clusters`: the cluster is drawn by `hash_policy`'s hash.
     pub use_hash_policy: Option<bool>,
     pub direct_response: Option<RawDirectResponse>,

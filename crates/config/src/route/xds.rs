@@ -485,7 +485,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         .transpose()?;
     raw.request_mirror_policies =
         route_action::mirrors(std::mem::take(&mut a.request_mirror_policies), at)?;
-    raw.hash_policy = route_action::hash_policy(std::mem::take(&mut a.hash_policy), at)?;
+    raw.hash_policy = crate::hash_policy::xds::hash_policy(std::mem::take(&mut a.hash_policy), at)?;
     if raw.hash_policy.is_empty() {
         // Nothing to hash: Envoy draws such a split at random.
         raw.use_hash_policy = None;

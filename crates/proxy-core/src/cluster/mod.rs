@@ -76,7 +76,7 @@ pub(crate) struct Cluster {
     zone_rebuilds: Cell<Option<u64>>,
     hash_key: Option<HashKey>,
     /// What requests are hashed on, over their routes' policies.
-    hash_policy: Option<config::route::hash_policy::HashPolicy>,
+    hash_policy: Option<config::hash_policy::HashPolicy>,
     settings: Rc<UpstreamSettings>,
     stats: Rc<ClusterStats>,
     /// For the stats of hosts that join later.
@@ -211,7 +211,7 @@ impl Cluster {
     }
 
     /// The cluster's own `hash_policy`, which a request is hashed on instead of its route's.
-    pub(crate) fn hash_policy(&self) -> Option<&config::route::hash_policy::HashPolicy> {
+    pub(crate) fn hash_policy(&self) -> Option<&config::hash_policy::HashPolicy> {
         self.hash_policy.as_ref()
     }
 

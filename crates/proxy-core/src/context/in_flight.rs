@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -131,18 +131,24 @@ impl InFlight {
 /// codec errors, flagged `DPE`, with no method, path or headers.
 pub(crate) fn refused_head(conn: &ConnCtx, status: http::StatusCode, sent: usize, since: Instant) {
     let stats = &conn.listener.stats;
+    let duration = since.elapsed();
     stats.rq_total.inc();
     conn.worker.stats.rq_total.inc();
     stats.response(status);
+    stats.rq_time.record_duration(duration);
     if let Some(log) = &conn.listener.access_log {
         let mut pending = log.take_pending();
         let record = &mut pending.record;
         record.peer = Some(conn.peer);
+        // The codec's protocol, as Envoy logs it.
+        record.version = Some(http::Version::HTTP_11);
         record.status = Some(status);
         record.flag = Some(crate::error::ResponseFlag::DownstreamProtocolError);
         record.bytes_sent = sent as u64;
-        let duration = since.elapsed();
-        log.record(record, SystemTime::now() - duration, duration);
+        let wall_start = SystemTime::now()
+            .checked_sub(duration)
+            .unwrap_or(UNIX_EPOCH);
+        log.record(record, wall_start, duration);
         log.give_back(pending);
     }
 }

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::HeaderValue;
 
-use config::route::hash_policy::{CookieHash, HashPolicy, HashSource};
+use config::hash_policy::{CookieHash, HashPolicy, HashSource};
 
 /// What the policy made of a request.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -111,7 +111,7 @@ fn made_cookie(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use config::route::hash_policy::HashRule;
+    use config::hash_policy::HashRule;
 
     fn request(headers: &[(&str, &str)], uri: &str) -> http::Request<()> {
         let mut req = http::Request::builder().uri(uri);

@@ -119,11 +119,17 @@ pub(crate) fn route<B>(
     routes: &RouteTable,
 ) -> Result<(Option<HeaderValue>, Matched), ProxyError> {
     let mut host = request_host(req)?;
-    // A CONNECT's port is part of its target (RFC 9110 section 9.3.6): kept, as Envoy keeps it.
-    let stripped = host
-        .as_ref()
-        .filter(|_| !upgrade::is_connect(req))
-        .and_then(|h| host_rules.apply(h.as_bytes()));
+    // A CONNECT's port is part of its target (RFC 9110 section 9.3.6): kept, as Envoy keeps it
+    // (its trailing dot goes as any host's).
+    let host_rules = if upgrade::is_connect(req) {
+        HostRules {
+            strip_port: StripHostPort::None,
+            ..host_rules
+        }
+    } else {
+        host_rules
+    };
+    let stripped = host.as_ref().and_then(|h| host_rules.apply(h.as_bytes()));
     if let Some(stripped) = stripped {
         // Filters, logs and the upstream see the host as routing does.
         if req.headers().contains_key(HOST) {

@@ -128,7 +128,17 @@ impl Copy {
             authority,
             body,
         } = self;
-        let admitted = cluster.admit(&head.headers, client, None)?;
+        // The cluster's own hash policy holds for copies too (a route's is the original's).
+        let hash = match cluster.hash_policy() {
+            Some(policy) if cluster.hashes() => {
+                let probe = Request::from_parts(head, ());
+                let hash = super::hash_policy::hash_request(policy, &probe, client, None).hash;
+                head = probe.into_parts().0;
+                hash
+            }
+            _ => None,
+        };
+        let admitted = cluster.admit(&head.headers, client, hash)?;
         rewrite::request_for_upstream(&mut head, authority, admitted.host(), conn)?;
         let (host, response) = admitted
             .send_copy(Request::from_parts(head, body), timeout)

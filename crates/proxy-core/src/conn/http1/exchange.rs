@@ -97,8 +97,9 @@ pub(super) async fn serve(
     } else {
         None
     };
+    // After a CONNECT that opened no tunnel the connection closes (below): the answer says so.
     let answering = Answering {
-        keep_alive: answering.keep_alive && !draining,
+        keep_alive: answering.keep_alive && !draining && (!answering.connect || tunnel.is_some()),
         ..answering
     };
     let written = write::response(

@@ -1,7 +1,8 @@
-//! A route's `hash_policy` (Envoy's): what a request is hashed on, so that requests alike
-//! reach the same host of a consistent-hashing cluster (`ring_hash`, `maglev`) and, with
-//! `use_hash_policy`, the same side of the route's `weighted_clusters`. The data plane's
-//! evaluation is proxy-core's `http/hash_policy.rs`.
+//! A route's or cluster's `hash_policy` (Envoy's): what a request is hashed on, so that
+//! requests alike reach the same host of a consistent-hashing cluster (`ring_hash`,
+//! `maglev`) and, with `use_hash_policy`, the same side of the route's `weighted_clusters`.
+//! A cluster's replaces its routes'. The xDS form is `xds.rs`; the data plane's evaluation is
+//! proxy-core's `http/hash_policy.rs`.
 
 use std::time::Duration;
 
@@ -10,6 +11,8 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::ConfigError;
+
+pub(crate) mod xds;
 use crate::units::de_opt_duration;
 
 /// The rules, in order. Each rule that finds its value adds it to the hash (the hash so far
