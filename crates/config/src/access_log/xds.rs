@@ -382,6 +382,23 @@ fn substitution_format(
     at: &str,
 ) -> Result<(Option<String>, Option<serde_yaml::Mapping>), ResourceError> {
     formatters(&std::mem::take(&mut format.formatters), at)?;
+    // Checked for text and JSON formats alike.
+    let mut refused = Vec::new();
+    if format.omit_empty_values {
+        refused.push("omit_empty_values".to_owned());
+    }
+    if !format.content_type.is_empty() {
+        refused.push("content_type".to_owned());
+    }
+    if format.json_format_options.is_some() {
+        refused.push("json_format_options".to_owned());
+    }
+    if !refused.is_empty() {
+        return Err(ResourceError::Unsupported {
+            at: at.to_owned(),
+            fields: refused,
+        });
+    }
     let text = match format.format.take() {
         Some(substitution_format_string::Format::TextFormat(text)) => Some(text),
         Some(substitution_format_string::Format::TextFormatSource(source)) => {
@@ -405,23 +422,6 @@ fn substitution_format(
         }
         None => Some(ENVOY_DEFAULT_FORMAT.to_owned()),
     };
-    let mut refused = Vec::new();
-    if format.omit_empty_values {
-        refused.push("omit_empty_values".to_owned());
-    }
-
-    if !format.content_type.is_empty() {
-        refused.push("content_type".to_owned());
-    }
-    if format.json_format_options.is_some() {
-        refused.push("json_format_options".to_owned());
-    }
-    if !refused.is_empty() {
-        return Err(ResourceError::Unsupported {
-            at: at.to_owned(),
-            fields: refused,
-        });
-    }
     Ok((text, None))
 }
 

@@ -1192,6 +1192,25 @@ fn the_req_without_query_formatter_is_taken() {
         error.contains("formatters (`envoy.formatter.metadata`: req_without_query only)"),
         "{error}"
     );
+    // A JSON format's other settings are checked as a text format's.
+    let mut omitting = logger((
+        "envoy.formatter.req_without_query",
+        "type.googleapis.com/envoy.extensions.formatter.req_without_query.v3.ReqWithoutQuery",
+    ));
+    if let Some(access_log::ConfigType::TypedConfig(any)) = &mut omitting.config_type {
+        let mut file = FileAccessLog::decode(any.value.as_slice()).unwrap();
+        if let Some(file_access_log::AccessLogFormat::LogFormat(format)) =
+            &mut file.access_log_format
+        {
+            format.omit_empty_values = true;
+        }
+        *any = pack(&file);
+    }
+    let error = crate::access_log::xds::connection_manager_logs(vec![omitting], "hcm")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("omit_empty_values"), "{error}");
 }
 
 /// What control planes send that Envoy takes: names with `:` and `|`, "no limit" breakers,
