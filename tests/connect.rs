@@ -83,7 +83,25 @@ async fn read_head(stream: &mut TcpStream) -> String {
     String::from_utf8_lossy(&head).into_owned()
 }
 
-fn config(echo: SocketAddr, upstream_proxy: SocketAddr) -> String {
+/// A TCP server that writes `tag` to each connection and closes it.
+async fn tagging_server(tag: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.write_all(tag).await;
+            });
+        }
+    });
+    addr
+}
+
+fn config(
+    echo: SocketAddr,
+    upstream_proxy: SocketAddr,
+    (a, b): (SocketAddr, SocketAddr),
+) -> String {
     format!(
         r#"
 admin: {{ address: 127.0.0.1:0 }}
@@ -108,6 +126,9 @@ listeners:
         connect: forward
       - match: {{ connect: true, host: closed.test }}
         cluster: echo
+      - match: {{ connect: true, host: who.test }}
+        cluster: who
+        connect: terminate
       - match: {{ connect: true, host: gone.test }}
         direct_response: {{ status: 503, body: "no backend\n" }}
       - match: {{ prefix: / }}
@@ -120,6 +141,10 @@ clusters:
     endpoints: [{upstream_proxy}]
   - name: dead
     endpoints: [127.0.0.1:1]
+  - name: who
+    endpoints: [{a}, {b}]
+    lb_policy: ring_hash
+    hash_key: {{ header: x-user }}
 "#
     )
 }
@@ -127,7 +152,11 @@ clusters:
 async fn start() -> (Proxy, Arc<Mutex<Vec<String>>>) {
     let echo = echo_server().await;
     let (upstream_proxy, heads) = connect_proxy().await;
-    (Proxy::start(&config(echo, upstream_proxy), 2), heads)
+    let (a, b) = (tagging_server(b"A").await, tagging_server(b"B").await);
+    (
+        Proxy::start(&config(echo, upstream_proxy, (a, b)), 2),
+        heads,
+    )
 }
 
 /// Sends `CONNECT target` on a new HTTP/1.1 connection, with `early` right behind the head;
@@ -195,6 +224,34 @@ async fn a_terminated_connect_relays_bytes_to_the_clusters_host() {
     // A request with a path does not take a CONNECT route.
     let response = send_h1(proxy.addr(), get("/", &[])).await;
     assert_eq!(text(response.into_body()).await, "a path route\n");
+}
+
+/// A terminated CONNECT's host is picked by the cluster's hash key, read from its headers.
+#[tokio::test]
+async fn a_terminated_connect_is_hashed_by_its_headers() {
+    let (proxy, _) = start().await;
+    let tag_for = async |user: &str| {
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        let request =
+            format!("CONNECT who.test:1 HTTP/1.1\r\nhost: who.test:1\r\nx-user: {user}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let head = read_head(&mut stream).await;
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+        let mut tag = [0u8; 1];
+        stream.read_exact(&mut tag).await.unwrap();
+        tag[0]
+    };
+    let mut tags = std::collections::BTreeSet::new();
+    for user in 0..16 {
+        let user = format!("user-{user}");
+        let first = tag_for(&user).await;
+        for _ in 0..3 {
+            assert_eq!(tag_for(&user).await, first, "{user} stays on one host");
+        }
+        tags.insert(first);
+    }
+    // Sixteen users all on one of two hosts: 1 in 2^15.
+    assert_eq!(tags.len(), 2, "users spread over both hosts");
 }
 
 #[tokio::test]

@@ -191,7 +191,10 @@ async fn connect(
         TcpHashPolicy::SourceIp => crate::cluster::ip_hash(client),
     });
     for _ in 0..tcp.max_connect_attempts {
-        match cluster.connect_tcp(client, hash).await {
+        match cluster
+            .connect_tcp(&http::HeaderMap::new(), client, hash)
+            .await
+        {
             Ok(upstream) => return Ok(upstream),
             // No host, or the cluster at its limit: another attempt would find the same.
             Err(error @ (ProxyError::NoHealthyUpstream | ProxyError::Overflow(_))) => {

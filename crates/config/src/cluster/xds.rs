@@ -257,7 +257,10 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         hash_key: None,
         // Envoy reads it only where the balancer hashes: inert on the others, as there.
         hash_policy: if matches!(balancing.lb_policy, "ring_hash" | "maglev") {
-            std::mem::take(&mut http.hash_policy)
+            crate::hash_policy::xds::hash_policy(
+                std::mem::take(&mut http.hash_policy),
+                &http.hash_policy_at,
+            )?
         } else {
             Vec::new()
         },

@@ -29,8 +29,12 @@ pub(crate) struct UpstreamHttp {
     pub(crate) auto_sni: Option<bool>,
     pub(crate) auto_san_validation: Option<bool>,
     pub(crate) override_auto_sni_header: Option<String>,
-    /// `HttpProtocolOptions.hash_policy`: over the routes' (a hashing cluster's alone).
-    pub(crate) hash_policy: Vec<crate::hash_policy::RawHashRule>,
+    /// `HttpProtocolOptions.hash_policy` as sent: read (and checked) for a hashing cluster
+    /// alone, as Envoy reads it.
+    pub(crate) hash_policy:
+        Vec<envoy_types::pb::envoy::config::route::v3::route_action::HashPolicy>,
+    /// Where it was, for the errors it may give.
+    pub(crate) hash_policy_at: String,
 }
 
 /// Takes the protocol fields out of `c`.
@@ -151,8 +155,8 @@ fn typed_options(
     if let Some(sni) = options.upstream_http_protocol_options.take() {
         sni_options(sni, http);
     }
-    http.hash_policy =
-        crate::hash_policy::xds::hash_policy(std::mem::take(&mut options.hash_policy), at)?;
+    http.hash_policy = std::mem::take(&mut options.hash_policy);
+    http.hash_policy_at = at.to_owned();
     http.protocol = Some(match options.upstream_protocol_options.take() {
         Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) => {
             match explicit.protocol_config {

@@ -2609,6 +2609,22 @@ fn cluster_level_http_policies_are_taken_or_refused_by_their_names() {
         .unwrap()
         .unwrap();
     assert!(raw.hash_policy.is_empty(), "no hashing balancer reads it");
+    // Not read there, not checked there (Envoy takes a filter_state rule it never reads).
+    let filter_state = Upstream {
+        hash_policy: vec![HashPolicy {
+            policy_specifier: Some(hash_policy::PolicySpecifier::FilterState(
+                hash_policy::FilterState { key: "k".into() },
+            )),
+            terminal: false,
+        }],
+        ..Default::default()
+    };
+    assert!(with(cluster::LbPolicy::LeastRequest, filter_state.clone()).is_ok());
+    let error = with(cluster::LbPolicy::RingHash, filter_state)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("filter_state"), "{error}");
 
     let retries = Upstream {
         retry_policy: Some(RetryPolicy::default()),

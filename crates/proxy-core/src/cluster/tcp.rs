@@ -65,13 +65,15 @@ impl AsyncWrite for TcpUpstream {
 
 impl Cluster {
     /// Picks a host for `client` (hashed by the relay's `hash`, else by the cluster's
-    /// `hash_key`, where its policy hashes) and connects to it.
+    /// `hash_key` read from `headers`, a CONNECT's or none, where its policy hashes) and
+    /// connects to it.
     pub(crate) async fn connect_tcp(
         &self,
+        headers: &HeaderMap,
         client: IpAddr,
         hash: Option<u64>,
     ) -> Result<TcpUpstream, ProxyError> {
-        let key = self.request_key(&HeaderMap::new(), client, hash);
+        let key = self.request_key(headers, client, hash);
         let (host, picked) = self.pick(key).ok_or(ProxyError::NoHealthyUpstream)?;
         let Some(slot) = host.try_connection_slot() else {
             self.stats.cx_overflow.inc();

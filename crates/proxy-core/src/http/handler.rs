@@ -1089,7 +1089,7 @@ async fn terminate_connect(
     facts: &mut Facts,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let client_stream = upgrade::connect_stream(req);
-    let upstream = cluster.connect_tcp(client, hash).await?;
+    let upstream = cluster.connect_tcp(req.headers(), client, hash).await?;
     if let Some(log) = in_flight.log() {
         log.upstream = Some(upstream.addr_text().clone());
     }
