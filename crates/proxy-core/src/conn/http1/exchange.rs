@@ -37,11 +37,12 @@ pub(super) async fn serve(
     drain: &mut SignalWatch,
 ) -> Next {
     let ctx = &*service.conn;
-    let started = Instant::now();
     let head = match read_head(input, ctx, codecs).await {
         Ok(head) => head,
         Err(None) => return Next::Close,
-        Err(Some(refused)) => return refuse(input, refused, (ctx, started), codecs).await,
+        Err(Some((refused, started))) => {
+            return refuse(input, refused, (ctx, started), codecs).await;
+        }
     };
     let RequestHead {
         request,
@@ -154,12 +155,13 @@ async fn client_gone(input: &Shared, max_buffered: usize) -> bool {
 
 /// Reads until the buffer holds a whole request head. `Err(None)`: the connection is to
 /// close without an answer (the client went away, or took longer than
-/// `request_headers_timeout` from its first byte); `Err(Some(_))`: a head to refuse.
+/// `request_headers_timeout` from its first byte); `Err(Some(_))`: a head to refuse, and
+/// when its first byte was there.
 async fn read_head(
     input: &Shared,
     ctx: &ConnCtx,
     codecs: &Codecs,
-) -> Result<RequestHead, Option<HeadError>> {
+) -> Result<RequestHead, Option<(HeadError, Instant)>> {
     let started = Instant::now();
     let deadline = started + codecs.request_headers_timeout;
     let mut park_at = Some(started + codecs.park_after);
@@ -173,7 +175,7 @@ async fn read_head(
         match parsed {
             Ok(Some(head)) => return Ok(head),
             Ok(None) => {}
-            Err(refused) => return Err(Some(refused)),
+            Err(refused) => return Err(Some((refused, started))),
         }
         let want = input.borrow().buf.len().max(FIRST_READ);
         tokio::select! {
