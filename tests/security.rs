@@ -230,18 +230,6 @@ async fn a_response_with_two_lengths_is_a_502_and_its_connection_is_dropped() {
     }
 }
 
-/// The frame types of an HTTP/2 byte stream from the server (no preface on that side).
-fn frame_types(mut bytes: &[u8]) -> Vec<u8> {
-    let mut types = Vec::new();
-    while bytes.len() >= 9 {
-        let len =
-            (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
-        types.push(bytes[3]);
-        bytes = &bytes[(9 + len).min(bytes.len())..];
-    }
-    types
-}
-
 const PREFACE_AND_SETTINGS: &[u8] =
     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 const GOAWAY: u8 = 0x7;

@@ -3,6 +3,8 @@
 //! sees them in the proxy's connection preface.
 //! Connections closed after `idle_timeout` and retired at `max_connection_duration`, over
 //! both protocols. A `downstream` cluster speaks the client's protocol to the host.
+//! `max_concurrent_streams` opens more connections to a host; `http2_keepalive` PINGs drop a
+//! host that stopped answering, and retire a connection idle too long to trust.
 
 #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
 
@@ -232,4 +234,140 @@ async fn a_downstream_cluster_speaks_to_the_host_what_the_client_spoke() {
     let echoed = text(res.into_body()).await;
     assert!(echoed.starts_with("GET /three HTTP/1.1\n"), "{echoed}");
     assert_eq!(upstream.connections(), 2, "one connection per protocol");
+}
+
+/// `n` requests sent at once through `proxy`, each on a connection of its own.
+fn requests_at_once(
+    proxy: SocketAddr,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<hyper::Response<hyper::body::Incoming>>> {
+    (0..n)
+        .map(|_| tokio::spawn(async move { send_h1(proxy, get("/", &[])).await }))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_gets_another_http2_connection_past_max_concurrent_streams() {
+    let upstream = HeldUpstream::start().await;
+    let proxy = timed_proxy(upstream.addr, "http2", "max_concurrent_streams: 2");
+    let admin = proxy.admin.unwrap();
+    let requests = requests_at_once(proxy.addr(), 5);
+    upstream.wait_for_requests(5).await;
+    // Five streams held open, two to a connection: three connections, on one worker.
+    assert_eq!(stat(admin, "upstream_cx_total"), 3);
+    assert_eq!(stat(admin, "upstream_cx_active"), 3);
+    upstream.release();
+    for request in requests {
+        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    // The connections with room take the next requests: none is opened for them.
+    for _ in 0..4 {
+        let res = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(res.status(), 200);
+        text(res.into_body()).await;
+    }
+    assert_eq!(stat(admin, "upstream_cx_total"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_finding_every_http2_connection_full_waits_for_a_stream_at_max_connections() {
+    let upstream = HeldUpstream::start().await;
+    let proxy = timed_proxy(
+        upstream.addr,
+        "http2",
+        "max_concurrent_streams: 2\n    circuit_breakers: { max_connections: 2 }",
+    );
+    let admin = proxy.admin.unwrap();
+    let requests = requests_at_once(proxy.addr(), 5);
+    upstream.wait_for_requests(4).await;
+    // The fifth waits in the pending queue: no third connection, no fifth stream.
+    eventually("the fifth request pending", async || {
+        stat(admin, "upstream_rq_pending_active") == 1
+    })
+    .await;
+    assert_eq!(upstream.arrived(), 4);
+    assert_eq!(stat(admin, "upstream_cx_total"), 2);
+    upstream.release();
+    for request in requests {
+        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    assert_eq!(upstream.arrived(), 5);
+    assert_eq!(stat(admin, "upstream_cx_total"), 2);
+    assert_eq!(stat(admin, "upstream_rq_pending_overflow"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_host_that_stops_answering_pings_is_dropped() {
+    // A host that takes the connection and its request, then answers nothing: no response,
+    // no PING ACK.
+    let mute = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = mute.local_addr().unwrap();
+    let host = tokio::spawn(async move {
+        let (mut stream, _) = mute.accept().await.unwrap();
+        let mut magic = [0u8; 24];
+        stream.read_exact(&mut magic).await.unwrap();
+        read_until_closed(&mut stream).await
+    });
+    // The route's timeout is far off: only an unanswered PING can end the request within the
+    // bound.
+    let proxy = Proxy::start(
+        &format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+        timeout: 120s
+clusters:
+  - name: backend
+    endpoints: ["{addr}"]
+    protocol: http2
+    http2_keepalive: {{ interval: 200ms, timeout: 200ms, interval_jitter: 0 }}
+"#
+        ),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    let res = tokio::time::timeout(LIMIT, send_h1(proxy.addr(), get("/", &[])))
+        .await
+        .expect("answered before the route's timeout");
+    assert!(res.status().is_server_error(), "{}", res.status());
+    let frames = frame_types(&tokio::time::timeout(LIMIT, host).await.unwrap().unwrap());
+    assert!(frames.contains(&0x6), "a PING was sent: {frames:?}");
+    let (_, dump) = admin_request(admin, "GET", "/config_dump");
+    let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
+    assert_eq!(
+        dump["clusters"][0]["http2_keepalive"],
+        serde_json::json!({
+            "interval": "200ms", "timeout": "200ms", "interval_jitter": 0.0,
+            "connection_idle_interval": null
+        })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_idle_past_connection_idle_interval_takes_no_new_stream() {
+    for (idle, connections) in [("300ms", 2), ("60s", 1)] {
+        let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let proxy = timed_proxy(
+            upstream.local_addr(),
+            "http2",
+            &format!("http2_keepalive: {{ connection_idle_interval: {idle} }}"),
+        );
+        let res = send_h1(proxy.addr(), get("/", &[])).await;
+        text(res.into_body()).await;
+        // The idleness under test: longer than the short interval, far below the long one.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let res = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(res.status(), 200);
+        text(res.into_body()).await;
+        assert_eq!(upstream.connections(), connections, "{idle}");
+    }
 }

@@ -624,3 +624,15 @@ pub fn start_upgradable(yaml: &str, socket: &std::path::Path, from: bool) -> Pro
     }
     Proxy::spawn(command, &[], 1, dir)
 }
+
+/// The frame types of an HTTP/2 byte stream after its preface (none on a server's side).
+pub fn frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while bytes.len() >= 9 {
+        let len =
+            (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+        types.push(bytes[3]);
+        bytes = &bytes[(9 + len).min(bytes.len())..];
+    }
+    types
+}

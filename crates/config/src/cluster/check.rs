@@ -161,6 +161,23 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         ));
     }
     let auto_sni = auto_sni(&raw, path)?;
+    if protocol == UpstreamProtocol::Http1 {
+        // Settings of HTTP/2 connections, which this cluster never makes.
+        for (key, set) in [
+            (
+                "max_concurrent_streams",
+                raw.max_concurrent_streams.is_some(),
+            ),
+            ("http2_keepalive", raw.http2_keepalive.is_some()),
+        ] {
+            if set {
+                return Err(ConfigError::invalid(
+                    format!("{path}.{key}"),
+                    "an HTTP/2 setting on a cluster of `protocol: http1`",
+                ));
+            }
+        }
+    }
     Ok(ClusterConfig {
         name,
         endpoints,
@@ -188,6 +205,14 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             raw.initial_connection_window_size,
             &format!("{path}.initial_connection_window_size"),
         )?,
+        max_concurrent_streams: raw
+            .max_concurrent_streams
+            .map(|n| max_concurrent_streams(n, &format!("{path}.max_concurrent_streams")))
+            .transpose()?,
+        http2_keepalive: raw
+            .http2_keepalive
+            .map(|k| upstream_keepalive(k, &format!("{path}.http2_keepalive")))
+            .transpose()?,
         protocol,
         connect_timeout,
         buffer_limit: buffer_limit(
@@ -847,6 +872,59 @@ pub(crate) fn lb_policy(raw: &RawCluster, path: &str) -> Result<LbPolicy, Config
         .validate()
         .map_err(|e| ConfigError::invalid(format!("{path}.{key}"), e.to_string()))?;
     Ok(policy)
+}
+
+/// Envoy's range for HTTP/2 `max_concurrent_streams`: 1 to 2^31 - 1.
+fn max_concurrent_streams(n: u32, path: &str) -> Result<u32, ConfigError> {
+    if !(1..=i32::MAX as u32).contains(&n) {
+        return Err(ConfigError::invalid(
+            path,
+            "expected 1 to 2147483647 streams",
+        ));
+    }
+    Ok(n)
+}
+
+/// HTTP/2 PINGs to hosts, with Envoy's bounds and defaults (timeout 20 s, jitter 15%);
+/// `None` when neither kind of PING is asked for.
+fn upstream_keepalive(
+    raw: crate::cluster::raw::RawUpstreamKeepalive,
+    path: &str,
+) -> Result<UpstreamKeepalive, ConfigError> {
+    let timeout = raw.timeout.unwrap_or(Duration::from_secs(20));
+    if timeout < Duration::from_millis(1) {
+        return Err(ConfigError::invalid(
+            format!("{path}.timeout"),
+            "expected at least 1ms",
+        ));
+    }
+    let interval_jitter = raw.interval_jitter.unwrap_or(15.0);
+    if !(0.0..=100.0).contains(&interval_jitter) {
+        return Err(ConfigError::invalid(
+            format!("{path}.interval_jitter"),
+            "expected a percentage from 0 to 100",
+        ));
+    }
+    let interval = raw.interval.filter(|d| !d.is_zero());
+    if interval.is_some_and(|d| d < Duration::from_millis(1)) {
+        return Err(ConfigError::invalid(
+            format!("{path}.interval"),
+            "expected 0s (none) or at least 1ms",
+        ));
+    }
+    let connection_idle_interval = raw.connection_idle_interval.filter(|d| !d.is_zero());
+    if connection_idle_interval.is_some_and(|d| d < Duration::from_millis(100)) {
+        return Err(ConfigError::invalid(
+            format!("{path}.connection_idle_interval"),
+            "expected 0s (none) or at least 100ms",
+        ));
+    }
+    Ok(UpstreamKeepalive {
+        interval,
+        timeout,
+        interval_jitter,
+        connection_idle_interval,
+    })
 }
 
 /// Keep-alive settings the kernel takes: whole seconds from 1, at least one probe.

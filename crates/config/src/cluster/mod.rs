@@ -73,6 +73,13 @@ pub struct ClusterConfig {
     pub initial_stream_window_size: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_connection_window_size: Option<u32>,
+    /// HTTP/2: streams one connection to a host carries; past it another is opened.
+    /// `None`: no limit of the proxy's (one connection per host and worker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_streams: Option<u32>,
+    /// HTTP/2 PINGs to the hosts; `None`: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http2_keepalive: Option<UpstreamKeepalive>,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
     #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,
@@ -115,6 +122,22 @@ pub struct AutoSni {
 
 /// Envoy's default upstream idle timeout.
 pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// HTTP/2 PINGs on upstream connections (Envoy's `connection_keepalive`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct UpstreamKeepalive {
+    /// A PING this often, plus the jitter; `None`: none on a timer.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub interval: Option<Duration>,
+    /// No answer this long closes the connection.
+    #[serde(serialize_with = "ser::duration")]
+    pub timeout: Duration,
+    /// Up to this percent of `interval` added, drawn once per connection.
+    pub interval_jitter: f64,
+    /// A connection idle this long takes no new stream: the request opens a fresh one.
+    #[serde(serialize_with = "ser::opt_duration")]
+    pub connection_idle_interval: Option<Duration>,
+}
 
 /// TCP keep-alive probes; `None` values are the system's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -43,6 +43,10 @@ pub struct RawCluster {
     pub preserve_header_case: Option<bool>,
     pub initial_stream_window_size: Option<u32>,
     pub initial_connection_window_size: Option<u32>,
+    /// HTTP/2: streams one connection to a host carries before another is opened.
+    pub max_concurrent_streams: Option<u32>,
+    /// HTTP/2: PINGs that find a dead connection to a host.
+    pub http2_keepalive: Option<RawUpstreamKeepalive>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
     pub circuit_breakers: Option<RawCircuitBreakers>,
@@ -268,6 +272,23 @@ pub struct RawWeightedEndpoint {
 pub struct RawEndpointHealthCheck {
     pub hostname: Option<String>,
     pub port: Option<u16>,
+}
+
+/// HTTP/2 PINGs to a host (Envoy's `connection_keepalive`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamKeepalive {
+    /// A PING this often (`0s`: none on a timer).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub interval: Option<Duration>,
+    /// How long an answer may take before the connection is closed (default 20s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    /// Percent of `interval` added at random, drawn per connection (default 15).
+    pub interval_jitter: Option<f64>,
+    /// A connection idle this long is not given a new stream (`0s`: no limit).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub connection_idle_interval: Option<Duration>,
 }
 
 /// TCP keep-alive probes on upstream connections; unset values are the system's.

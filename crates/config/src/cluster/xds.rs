@@ -279,6 +279,8 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         preserve_header_case: http.preserve_header_case.filter(|keep| *keep),
         initial_stream_window_size: http.initial_stream_window_size,
         initial_connection_window_size: http.initial_connection_window_size,
+        max_concurrent_streams: http.max_concurrent_streams,
+        http2_keepalive: http.http2_keepalive,
         per_connection_buffer_limit_bytes,
         circuit_breakers,
         health_check,

@@ -25,6 +25,8 @@ pub(crate) struct UpstreamHttp {
     pub(crate) preserve_header_case: Option<bool>,
     pub(crate) initial_stream_window_size: Option<u32>,
     pub(crate) initial_connection_window_size: Option<u32>,
+    pub(crate) max_concurrent_streams: Option<u32>,
+    pub(crate) http2_keepalive: Option<crate::RawUpstreamKeepalive>,
     /// `upstream_http_protocol_options`.
     pub(crate) auto_sni: Option<bool>,
     pub(crate) auto_san_validation: Option<bool>,
@@ -127,19 +129,52 @@ fn h1_settings(
     Ok(())
 }
 
-/// HTTP/2: the initial stream and connection windows; other settings are refused.
+/// HTTP/2: the initial stream and connection windows, the streams per connection, PINGs;
+/// other settings are refused.
 fn h2_settings(
     mut h2: Http2ProtocolOptions,
     http: &mut UpstreamHttp,
     at: &str,
 ) -> Result<(), ResourceError> {
+    let at = format!("{at}.http2_protocol_options");
     http.initial_stream_window_size = h2.initial_stream_window_size.take().map(|v| v.value);
     http.initial_connection_window_size = h2.initial_connection_window_size.take().map(|v| v.value);
-    nothing_else(
-        &h2,
-        fields::HTTP2_PROTOCOL_OPTIONS,
-        &format!("{at}.http2_protocol_options"),
-    )
+    http.max_concurrent_streams = h2.max_concurrent_streams.take().map(|v| v.value);
+    if let Some(mut keepalive) = h2.connection_keepalive.take() {
+        let at = format!("{at}.connection_keepalive");
+        let ping = crate::RawUpstreamKeepalive {
+            // Envoy: zero sends no interval PINGs.
+            interval: duration(keepalive.interval.take(), &format!("{at}.interval"))?,
+            timeout: duration(keepalive.timeout.take(), &format!("{at}.timeout"))?,
+            interval_jitter: keepalive.interval_jitter.take().map(|p| p.value),
+            connection_idle_interval: duration(
+                keepalive.connection_idle_interval.take(),
+                &format!("{at}.connection_idle_interval"),
+            )?,
+        };
+        if ping.timeout.is_none() {
+            // Required in Envoy's proto.
+            return Err(ResourceError::invalid(
+                format!("{at}.timeout"),
+                "a keep-alive needs its timeout",
+            ));
+        }
+        nothing_else(&keepalive, fields::KEEPALIVE_SETTINGS, &at)?;
+        http.http2_keepalive = Some(ping);
+    }
+    // `true` is what the codec does with a host's malformed message: that stream is reset,
+    // the connection kept. Envoy's default closes the connection, which is not done here.
+    if h2
+        .override_stream_error_on_invalid_http_message
+        .take()
+        .is_some_and(|v| !v.value)
+    {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec!["override_stream_error_on_invalid_http_message: false".into()],
+        });
+    }
+    nothing_else(&h2, fields::HTTP2_PROTOCOL_OPTIONS, &at)
 }
 
 /// The upstream `HttpProtocolOptions`: `explicit_http_config` or `auto_config`, the common

@@ -898,6 +898,48 @@ fn grpc_health_checks_need_an_http2_cluster_and_no_http_settings() {
 }
 
 #[test]
+fn upstream_http2_streams_and_pings_are_checked_and_defaulted() {
+    let with = |cluster: &str| format!("{MINIMAL}    {cluster}\n");
+    let config = Config::from_yaml(&with(
+        "protocol: http2\n    max_concurrent_streams: 100\n    http2_keepalive: { interval: 60s }",
+    ))
+    .unwrap();
+    let cluster = &config.clusters[0];
+    assert_eq!(cluster.max_concurrent_streams, Some(100));
+    let ping = cluster.http2_keepalive.unwrap();
+    // Envoy's defaults: a 20 s timeout (hyper's too), 15% jitter, no idle PING.
+    assert_eq!(ping.interval, Some(std::time::Duration::from_secs(60)));
+    assert_eq!(ping.timeout, std::time::Duration::from_secs(20));
+    assert_eq!(ping.interval_jitter, 15.0);
+    assert_eq!(ping.connection_idle_interval, None);
+    for (cluster, error) in [
+        (
+            "protocol: http2\n    max_concurrent_streams: 0",
+            "clusters[0].max_concurrent_streams",
+        ),
+        (
+            "max_concurrent_streams: 10",
+            "an HTTP/2 setting on a cluster of `protocol: http1`",
+        ),
+        (
+            "http2_keepalive: { interval: 1s }",
+            "clusters[0].http2_keepalive",
+        ),
+        (
+            "protocol: http2\n    http2_keepalive: { interval_jitter: 150 }",
+            "clusters[0].http2_keepalive.interval_jitter",
+        ),
+        (
+            "protocol: http2\n    http2_keepalive: { connection_idle_interval: 10ms }",
+            "clusters[0].http2_keepalive.connection_idle_interval",
+        ),
+    ] {
+        let message = error_of(&with(cluster));
+        assert!(message.contains(error), "{cluster}: {message}");
+    }
+}
+
+#[test]
 fn slow_start_is_for_round_robin_and_least_request() {
     let with = |cluster: &str| format!("{MINIMAL}    {cluster}\n");
     let config = Config::from_yaml(&with("slow_start: { window: 30s, aggression: 2 }")).unwrap();

@@ -2479,7 +2479,7 @@ fn the_dns_cluster_extension_is_strict_dns_with_its_own_settings() {
 }
 
 #[test]
-fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
+fn upstream_http2_settings_are_taken_and_the_others_refused_by_name() {
     use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions as Upstream;
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
@@ -2513,13 +2513,69 @@ fn upstream_http2_windows_are_taken_and_other_settings_refused_by_name() {
     assert_eq!(raw.protocol.as_deref(), Some("http2"));
     assert_eq!(raw.initial_stream_window_size, Some(65536));
     assert_eq!(raw.initial_connection_window_size, Some(1_048_576));
+    // Envoy Gateway's backend traffic settings: streams per connection, PINGs.
+    use envoy_types::pb::envoy::config::core::v3::KeepaliveSettings;
+    use envoy_types::pb::envoy::r#type::v3::Percent;
+    use envoy_types::pb::google::protobuf::BoolValue;
+    let keepalive = KeepaliveSettings {
+        interval: Some(PbDuration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        timeout: Some(PbDuration {
+            seconds: 10,
+            nanos: 0,
+        }),
+        interval_jitter: Some(Percent { value: 20.0 }),
+        connection_idle_interval: Some(PbDuration {
+            seconds: 30,
+            nanos: 0,
+        }),
+    };
+    let raw = with(Http2ProtocolOptions {
+        max_concurrent_streams: Some(UInt32Value { value: 200 }),
+        connection_keepalive: Some(keepalive),
+        override_stream_error_on_invalid_http_message: Some(BoolValue { value: true }),
+        ..Default::default()
+    })
+    .unwrap()
+    .section(None, &Default::default())
+    .expect("no secrets named");
+    assert_eq!(raw.max_concurrent_streams, Some(200));
+    let ping = raw.http2_keepalive.expect("the keep-alive is read");
+    assert_eq!(ping.interval, Some(Duration::from_secs(60)));
+    assert_eq!(ping.timeout, Some(Duration::from_secs(10)));
+    assert_eq!(ping.interval_jitter, Some(20.0));
+    assert_eq!(ping.connection_idle_interval, Some(Duration::from_secs(30)));
+    // A keep-alive without its timeout, and resetting the connection on a malformed message,
+    // are refused by name.
     let error = with(Http2ProtocolOptions {
-        max_concurrent_streams: Some(UInt32Value { value: 100 }),
+        connection_keepalive: Some(KeepaliveSettings {
+            timeout: None,
+            ..keepalive
+        }),
         ..Default::default()
     })
     .unwrap_err()
     .to_string();
-    assert!(error.contains("max_concurrent_streams"), "{error}");
+    assert!(error.contains("connection_keepalive.timeout"), "{error}");
+    let error = with(Http2ProtocolOptions {
+        override_stream_error_on_invalid_http_message: Some(BoolValue { value: false }),
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("override_stream_error_on_invalid_http_message: false"),
+        "{error}"
+    );
+    let error = with(Http2ProtocolOptions {
+        hpack_table_size: Some(UInt32Value { value: 100 }),
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("hpack_table_size"), "{error}");
 
     // Envoy Gateway's TLS backends: `auto_config`, HTTP/2 or HTTP/1.1 by ALPN.
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::AutoHttpConfig;

@@ -4,7 +4,6 @@
 use tokio::time::Instant;
 
 use super::breaker::Slot;
-use super::h1_conn::H1Conn;
 use super::{Cluster, HostPool};
 use crate::error::{Overflow, ProxyError};
 
@@ -21,14 +20,13 @@ impl Cluster {
 }
 
 impl HostPool {
-    /// Waits in the cluster's pending queue until a connection to this host is put back on
-    /// this worker (`Some`) or a connection slot is taken for this request (`None`).
-    /// `reuse_h1`: an HTTP/1.1 connection put back on this worker may be taken instead of a
-    /// slot (for a request going over HTTP/1.1).
-    pub(super) async fn wait_pending(
+    /// Waits in the cluster's pending queue until `reuse` finds a connection to this host on
+    /// this worker (`Some`: an HTTP/1.1 one put back, an HTTP/2 one with room for a stream)
+    /// or a connection slot is taken for this request (`None`).
+    pub(super) async fn wait_pending<T>(
         &self,
-        reuse_h1: bool,
-    ) -> Result<Option<Box<H1Conn>>, ProxyError> {
+        reuse: impl Fn(&Self) -> Option<T>,
+    ) -> Result<Option<T>, ProxyError> {
         let breakers = &self.settings.shared.breakers;
         let Some(_pending) = Slot::try_take(&breakers.pending) else {
             self.stats.rq_pending_overflow.inc();
@@ -45,11 +43,13 @@ impl HostPool {
         let outcome = loop {
             // Registered before looking, so a wake-up between the look and the wait is kept.
             let returned = self.h1.returned.notified();
+            let room = self.h2.room.notified();
             let freed = breakers.connection_freed.notified();
-            tokio::pin!(returned, freed);
+            tokio::pin!(returned, room, freed);
             returned.as_mut().enable();
+            room.as_mut().enable();
             freed.as_mut().enable();
-            if reuse_h1 && let Some(conn) = self.idle_h1() {
+            if let Some(conn) = reuse(self) {
                 break Ok(Some(conn));
             }
             if self.try_acquire_connection() {
@@ -57,6 +57,7 @@ impl HostPool {
             }
             tokio::select! {
                 () = &mut returned => {}
+                () = &mut room => {}
                 () = &mut freed => {}
                 () = &mut deadline => {
                     self.stats.rq_pending_timeout.inc();

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::HostPool;
 use super::h1_conn::H1Response;
+use super::h2_conn::H2Conn;
 use crate::error::BodyError;
 
 /// A response body from an upstream: read from its HTTP/1.1 connection (which goes back to
@@ -52,8 +53,8 @@ pub(super) struct UpstreamRequest {
     started: Instant,
     /// The balancer's in-flight mark on the host, released with the request.
     _picked: Picked,
-    /// The HTTP/2 connection (its number) the request is a stream of.
-    h2_connection: Option<u64>,
+    /// The HTTP/2 connection the request is a stream of.
+    h2_connection: Option<Rc<H2Conn>>,
 }
 
 impl UpstreamRequest {
@@ -75,7 +76,7 @@ impl UpstreamRequest {
 
     /// The request is a stream of HTTP/2 connection `connection`, which counts it as open
     /// until the request is done.
-    pub(super) fn on_h2(mut self, connection: u64) -> Self {
+    pub(super) fn on_h2(mut self, connection: Rc<H2Conn>) -> Self {
         self.h2_connection = Some(connection);
         self
     }
@@ -85,8 +86,8 @@ impl Drop for UpstreamRequest {
     fn drop(&mut self) {
         // The `max_requests` slot handed over when the try was sent.
         self.pool.settings.shared.breakers.requests.release();
-        if let Some(connection) = self.h2_connection {
-            self.pool.h2.stream_ended(connection);
+        if let Some(connection) = &self.h2_connection {
+            self.pool.h2_stream_ended(connection);
         }
         self.pool.stats.rq_active.dec();
         self.pool.host_stats.rq_active.dec();

@@ -177,7 +177,7 @@ impl HostPool {
             Some(slot) => slot,
             None => {
                 self.stats.cx_overflow.inc();
-                match self.wait_pending(true).await? {
+                match self.wait_pending(|pool| pool.idle_h1()).await? {
                     Some(conn) => return Ok((conn, false)),
                     // `None`: a connection slot is ours.
                     None => self.taken_connection_slot(),

@@ -1,16 +1,21 @@
-//! HTTP/2 to a host: one multiplexed connection per host and worker, opened by the first
-//! request that needs it and replaced when it closes, has served its requests, or reaches
-//! the cluster's `max_connection_duration`, or has had no stream for `idle_timeout`. A
-//! retired connection takes no new stream and closes once its streams have ended.
+//! HTTP/2 to a host: multiplexed connections per host and worker, opened by the first request
+//! that needs one. A connection takes streams up to the cluster's `max_concurrent_streams`;
+//! past that another is opened (one connection when the cluster sets no limit). A connection
+//! is replaced when it closes, has served its requests, reaches the cluster's
+//! `max_connection_duration`, or has had no stream for `idle_timeout` (or, for a new stream,
+//! for the keep-alive's `connection_idle_interval`). A retired connection takes no new stream
+//! and closes once its streams have ended.
 
 use std::cell::{Cell, RefCell};
 use std::pin::pin;
 use std::rc::{Rc, Weak};
+use std::time::Duration;
 
 use http::Request;
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::rt::TokioIo;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::HostPool;
@@ -20,98 +25,144 @@ use crate::context::RequestBody;
 use crate::error::ProxyError;
 use config::UpstreamProtocol;
 
-/// One host's HTTP/2 connection on one worker.
+/// One host's HTTP/2 connections on one worker.
 #[derive(Default)]
-pub(super) struct H2Conn {
-    /// Requests sent on the current connection.
-    uses: Cell<u32>,
-    /// The shared connection, if one is open.
-    sender: RefCell<Option<http2::SendRequest<RequestBody>>>,
+pub(super) struct H2Conns {
+    /// The connections taking new streams, oldest first: a request goes on the first with
+    /// room, as Envoy's pool fills one connection before the next.
+    open: RefCell<Vec<Rc<H2Conn>>>,
     /// Held while a connection is being made, so a burst of requests opens one.
     connecting: tokio::sync::Mutex<()>,
     /// When the last connect failed: requests that queued behind that attempt fail with it
     /// rather than each waiting out its own connect timeout in turn.
     failed_at: Cell<Option<Instant>>,
-    /// The current connection's number, when it opened, its streams, and since when it has
-    /// had none.
-    generation: Cell<u64>,
-    opened: Cell<Option<Instant>>,
-    streams: Cell<u32>,
-    idle_since: Cell<Option<Instant>>,
-    /// Woken when the current connection's last stream ends (its idle time starts).
-    went_idle: tokio::sync::Notify,
+    /// Woken when a stream ends on a connection that was full, for requests waiting for room.
+    pub(super) room: Notify,
 }
 
-impl H2Conn {
-    /// A stream of connection `generation` ended.
-    pub(super) fn stream_ended(&self, generation: u64) {
-        if self.generation.get() != generation {
-            return;
-        }
-        let left = self.streams.get().saturating_sub(1);
-        self.streams.set(left);
+/// One HTTP/2 connection to a host.
+pub(super) struct H2Conn {
+    sender: http2::SendRequest<RequestBody>,
+    opened: Instant,
+    /// Requests sent on it.
+    uses: Cell<u32>,
+    /// Streams open on it, and since when it has had none.
+    streams: Cell<u32>,
+    idle_since: Cell<Instant>,
+    /// Woken when its last stream ends (its idle time starts) or it is retired. Its own
+    /// allocation, so the connection's timer can wait on it without holding the sender.
+    went_idle: Rc<Notify>,
+}
+
+impl H2Conns {
+    /// The first open connection with room for a stream, dropping those that have closed
+    /// and retiring those idle past `idle_limit`.
+    pub(super) fn ready(
+        &self,
+        max_streams: u32,
+        idle_limit: Option<Duration>,
+    ) -> Option<Rc<H2Conn>> {
+        let mut open = self.open.borrow_mut();
+        let mut found = None;
+        let now = idle_limit.map(|_| Instant::now());
+        open.retain(|conn| {
+            if conn.sender.is_closed() {
+                return false;
+            }
+            if let (Some(limit), Some(now)) = (idle_limit, now)
+                && conn.streams.get() == 0
+                && now.saturating_duration_since(conn.idle_since.get()) >= limit
+            {
+                // Idle too long to trust without a PING: a fresh connection takes the stream.
+                conn.went_idle.notify_one();
+                return false;
+            }
+            if found.is_none() && conn.streams.get() < max_streams {
+                found = Some(Rc::clone(conn));
+            }
+            true
+        });
+        found
+    }
+
+    /// A stream of `conn` ended.
+    pub(super) fn stream_ended(&self, conn: &H2Conn, max_streams: u32) {
+        let left = conn.streams.get().saturating_sub(1);
+        conn.streams.set(left);
         if left == 0 {
-            self.idle_since.set(Some(Instant::now()));
-            self.went_idle.notify_one();
+            conn.idle_since.set(Instant::now());
+            conn.went_idle.notify_one();
+        }
+        if left + 1 == max_streams {
+            // It was full: a request waiting for room may take this stream.
+            self.room.notify_one();
         }
     }
 
-    /// Retires the current connection, if any: it takes no new stream and closes once its
-    /// streams are done.
-    pub(super) fn retire_current(&self) {
-        self.sender.borrow_mut().take();
+    /// Retires every connection: each takes no new stream and closes once its streams are
+    /// done.
+    pub(super) fn retire_all(&self) {
+        for conn in self.open.borrow_mut().drain(..) {
+            conn.went_idle.notify_one();
+        }
     }
 
-    /// Retires connection `generation` if it is still the current one.
-    fn retire(&self, generation: u64) -> bool {
-        if self.generation.get() != generation {
+    /// Retires `conn` if it is still taking streams.
+    fn retire(&self, conn: &H2Conn) -> bool {
+        let mut open = self.open.borrow_mut();
+        let Some(at) = open.iter().position(|c| std::ptr::eq(&**c, conn)) else {
             return false;
-        }
-        self.sender.borrow_mut().take().is_some()
+        };
+        open.remove(at).went_idle.notify_one();
+        true
+    }
+
+    fn holds(&self, conn: &H2Conn) -> bool {
+        self.open.borrow().iter().any(|c| std::ptr::eq(&**c, conn))
     }
 }
 
 impl HostPool {
-    /// Sends on the host's connection; with the response, the connection's number, whose
-    /// stream count the request holds until [`H2Conn::stream_ended`].
+    /// Sends on one of the host's connections; with the response, the connection, whose
+    /// stream count the request holds until [`H2Conns::stream_ended`].
     pub(super) async fn send_h2(
         self: &Rc<Self>,
         req: &mut Request<RequestBody>,
-    ) -> Result<(http::response::Parts, Incoming, u64), SendError> {
-        let mut sender = match self.h2_sender().await {
-            Ok(sender) => sender,
+    ) -> Result<(http::response::Parts, Incoming, Rc<H2Conn>), SendError> {
+        let conn = match self.h2_conn().await {
+            Ok(conn) => conn,
             Err(error) => return Err(SendError::unsent(error)),
         };
         if let Some(max) = self.settings.max_requests {
-            let uses = self.h2.uses.get() + 1;
-            self.h2.uses.set(uses);
+            let uses = conn.uses.get() + 1;
+            conn.uses.set(uses);
             if uses >= max {
                 // The next request opens a new connection; this one ends once its streams do.
-                *self.h2.sender.borrow_mut() = None;
+                self.h2.retire(&conn);
                 self.stats.cx_max_requests.inc();
             }
         }
-        let generation = self.h2.generation.get();
-        self.h2.streams.set(self.h2.streams.get() + 1);
+        conn.streams.set(conn.streams.get() + 1);
         // Counted out if the send fails or is dropped; the request takes it over otherwise.
-        let stream = OpenStream(&self.h2, generation);
+        let stream = OpenStream(self, &conn);
         let mut req = std::mem::replace(req, Request::new(RequestBody::empty()));
         // The upstream's HPACK table may keep these values for the connection's life.
         h1::own_values(req.headers_mut());
-        let response = sender
+        let response = conn
+            .sender
+            .clone()
             .send_request(req)
             .await
             .map_err(|e| SendError::sent(ProxyError::from_upstream(self.addr, e)))?;
         std::mem::forget(stream);
         let (head, body) = response.into_parts();
-        Ok((head, body, generation))
+        Ok((head, body, conn))
     }
 
-    pub(super) async fn h2_sender(
-        self: &Rc<Self>,
-    ) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
-        if let Some(sender) = self.live_h2() {
-            return Ok(sender);
+    /// A connection with room for a stream, opened if none has.
+    pub(super) async fn h2_conn(self: &Rc<Self>) -> Result<Rc<H2Conn>, ProxyError> {
+        if let Some(conn) = self.ready_h2() {
+            return Ok(conn);
         }
         // Boxed: connecting is rare, and its state would otherwise enlarge every request's
         // future.
@@ -121,12 +172,23 @@ impl HostPool {
         connected
     }
 
-    async fn connect_h2(self: &Rc<Self>) -> Result<http2::SendRequest<RequestBody>, ProxyError> {
+    fn ready_h2(&self) -> Option<Rc<H2Conn>> {
+        let settings = &self.settings;
+        self.h2
+            .ready(settings.h2_max_streams, settings.h2_idle_limit)
+    }
+
+    /// Counts a stream of `conn` out.
+    pub(super) fn h2_stream_ended(&self, conn: &H2Conn) {
+        self.h2.stream_ended(conn, self.settings.h2_max_streams);
+    }
+
+    async fn connect_h2(self: &Rc<Self>) -> Result<Rc<H2Conn>, ProxyError> {
         let queued_at = Instant::now();
         let _connecting = self.h2.connecting.lock().await;
         // Someone else may have connected, or failed to, while this request waited.
-        if let Some(sender) = self.live_h2() {
-            return Ok(sender);
+        if let Some(conn) = self.ready_h2() {
+            return Ok(conn);
         }
         if self.h2.failed_at.get().is_some_and(|t| t >= queued_at) {
             return Err(ProxyError::ConnectFailure {
@@ -141,9 +203,15 @@ impl HostPool {
             Some(slot) => slot,
             None => {
                 self.stats.cx_overflow.inc();
-                // No connection to put back on HTTP/2: only a freed slot helps.
-                self.wait_pending(false).await?;
-                self.taken_connection_slot()
+                // A stream freed on a full connection serves as well as a freed slot. The
+                // pending queue counts the request itself while it waits there.
+                self.stats.rq_pending_active.dec();
+                let waited = self.wait_pending(|pool| pool.ready_h2()).await;
+                self.stats.rq_pending_active.inc();
+                match waited? {
+                    Some(conn) => return Ok(conn),
+                    None => self.taken_connection_slot(),
+                }
             }
         };
         let stream = match self.connect().await {
@@ -185,78 +253,76 @@ impl HostPool {
                 });
             }
         }
-        let (sender, conn) = self
-            .settings
-            .h2
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| ProxyError::from_upstream(self.addr, e))?;
-        let generation = self.h2.generation.get() + 1;
-        self.h2.generation.set(generation);
+        let handshake = match self.settings.h2_ping {
+            None => self.settings.h2.handshake(TokioIo::new(stream)).await,
+            Some((interval, jitter)) => {
+                // Drawn once per connection, so connections opened together do not PING
+                // together.
+                let mut builder = self.settings.h2.clone();
+                builder.keep_alive_interval(jittered(interval, jitter));
+                builder.handshake(TokioIo::new(stream)).await
+            }
+        };
+        let (sender, conn) = handshake.map_err(|e| ProxyError::from_upstream(self.addr, e))?;
         let now = Instant::now();
-        self.h2.opened.set(Some(now));
-        self.h2.streams.set(0);
-        self.h2.idle_since.set(Some(now));
+        let h2 = Rc::new(H2Conn {
+            sender,
+            opened: now,
+            uses: Cell::new(0),
+            streams: Cell::new(0),
+            idle_since: Cell::new(now),
+            went_idle: Rc::new(Notify::new()),
+        });
         let timed =
             self.settings.idle_timeout.is_some() || self.settings.max_connection_duration.is_some();
         let pool = Rc::downgrade(self);
+        let watched = Rc::downgrade(&h2);
+        let went_idle = Rc::clone(&h2.went_idle);
         self.spawn_connection(slot, async move {
             let mut conn = pin!(conn);
             if timed {
                 tokio::select! {
                     _ = conn.as_mut() => return,
-                    () = retire_when_due(pool, generation) => {}
+                    () = retire_when_due(pool, watched, went_idle) => {}
                 }
             }
             let _ = conn.await;
         });
-        *self.h2.sender.borrow_mut() = Some(sender.clone());
-        self.h2.uses.set(0);
-        Ok(sender)
-    }
-
-    fn live_h2(&self) -> Option<http2::SendRequest<RequestBody>> {
-        let mut slot = self.h2.sender.borrow_mut();
-        match slot.as_ref() {
-            Some(sender) if !sender.is_closed() => Some(sender.clone()),
-            Some(_) => {
-                *slot = None;
-                None
-            }
-            None => None,
-        }
+        self.h2.open.borrow_mut().push(Rc::clone(&h2));
+        Ok(h2)
     }
 }
 
-/// A stream counted on connection `.1` until dropped.
-struct OpenStream<'a>(&'a H2Conn, u64);
+/// `interval` plus up to `share` of it, drawn at random.
+fn jittered(interval: Duration, share: f64) -> Duration {
+    let drawn = (crate::random::next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    interval.mul_f64(1.0 + share * drawn)
+}
+
+/// A stream counted on a connection until dropped.
+struct OpenStream<'a>(&'a HostPool, &'a H2Conn);
 
 impl Drop for OpenStream<'_> {
     fn drop(&mut self) {
-        self.0.stream_ended(self.1);
+        self.0.h2_stream_ended(self.1);
     }
 }
 
-/// When connection `generation` of `pool` is due to retire: at its maximum duration, or
-/// `idle_timeout` after its last stream ended while it has none. `Err(())`: the pool has gone
-/// or moved on to another connection; `Ok(None)`: not until a stream ends.
-fn due(pool: &Weak<HostPool>, generation: u64) -> Result<Option<(Instant, Expiry)>, ()> {
+/// When `conn` is due to retire: at its maximum duration, or `idle_timeout` after its last
+/// stream ended while it has none. `Err(())`: the pool or the connection has gone, or it
+/// is retired already; `Ok(None)`: not until a stream ends.
+fn due(pool: &Weak<HostPool>, conn: &Weak<H2Conn>) -> Result<Option<(Instant, Expiry)>, ()> {
     let pool = pool.upgrade().ok_or(())?;
-    let h2 = &pool.h2;
-    if h2.generation.get() != generation || h2.sender.borrow().is_none() {
+    let conn = conn.upgrade().ok_or(())?;
+    if !pool.h2.holds(&conn) {
         return Err(());
     }
-    let opened = h2.opened.get().ok_or(())?;
     let aged = pool
         .settings
         .max_connection_duration
-        .map(|d| (opened + d, Expiry::MaxDuration));
-    let idle = match (
-        h2.streams.get(),
-        h2.idle_since.get(),
-        pool.settings.idle_timeout,
-    ) {
-        (0, Some(since), Some(timeout)) => Some((since + timeout, Expiry::Idle)),
+        .map(|d| (conn.opened + d, Expiry::MaxDuration));
+    let idle = match (conn.streams.get(), pool.settings.idle_timeout) {
+        (0, Some(timeout)) => Some((conn.idle_since.get() + timeout, Expiry::Idle)),
         _ => None,
     };
     Ok(match (aged, idle) {
@@ -265,22 +331,20 @@ fn due(pool: &Weak<HostPool>, generation: u64) -> Result<Option<(Instant, Expiry
     })
 }
 
-/// Waits until connection `generation` of `pool` is due (see [`due`]), then retires it (it
-/// closes once its streams end). Returns at once if the pool has gone or moved on.
-async fn retire_when_due(pool: Weak<HostPool>, generation: u64) {
+/// Waits until `conn` is due (see [`due`]), then retires it (it closes once its streams
+/// end). Returns at once if the pool or the connection has gone or it was retired. Holds the
+/// connection only weakly, so that a retired one closes when its last stream ends.
+async fn retire_when_due(pool: Weak<HostPool>, conn: Weak<H2Conn>, went_idle: Rc<Notify>) {
     loop {
-        let Ok(due) = due(&pool, generation) else {
+        // Registered before looking, so a wake-up between the look and the wait is kept.
+        let woken = went_idle.notified();
+        let Ok(due) = due(&pool, &conn) else {
             return;
         };
-        // Woken by the last stream ending, to start (or restart) the idle count.
-        let Some(held) = pool.upgrade() else {
-            return;
-        };
-        let went_idle = held.h2.went_idle.notified();
         match due {
             Some((at, why)) if at <= Instant::now() => {
-                if let Some(pool) = pool.upgrade()
-                    && pool.h2.retire(generation)
+                if let (Some(pool), Some(conn)) = (pool.upgrade(), conn.upgrade())
+                    && pool.h2.retire(&conn)
                 {
                     pool.count_expiry(why);
                 }
@@ -289,11 +353,10 @@ async fn retire_when_due(pool: Weak<HostPool>, generation: u64) {
             Some((at, _)) => {
                 tokio::select! {
                     () = tokio::time::sleep_until(at) => {}
-                    () = went_idle => {}
+                    () = woken => {}
                 }
             }
-            None => went_idle.await,
+            None => woken.await,
         }
-        drop(held);
     }
 }

@@ -14,7 +14,7 @@ use super::SharedCluster;
 use super::body::{UpstreamBody, UpstreamRequest};
 use super::breaker::Slot;
 use super::h1_pool::H1Pool;
-use super::h2_conn::H2Conn;
+use super::h2_conn::H2Conns;
 use super::health::{Counters, Ejection, TryOutcome};
 use super::settings::UpstreamSettings;
 use crate::box_pool::PooledBox;
@@ -49,7 +49,7 @@ pub(crate) struct HostPool {
     addr_text: http::HeaderValue,
     pub(super) settings: Rc<UpstreamSettings>,
     pub(super) h1: H1Pool,
-    pub(super) h2: H2Conn,
+    pub(super) h2: H2Conns,
     /// For an `auto` cluster, what the host chose by ALPN on the last connection that asked;
     /// `None` until then. Shared by the host's pools for each name.
     pub(super) learned: Rc<Cell<Option<UpstreamProtocol>>>,
@@ -82,7 +82,7 @@ impl HostPool {
             addr,
             settings,
             h1: H1Pool::default(),
-            h2: H2Conn::default(),
+            h2: H2Conns::default(),
             learned: Rc::new(Cell::new(None)),
         }
     }
@@ -155,7 +155,7 @@ impl HostPool {
             addr: self.addr,
             settings: Rc::clone(&self.settings),
             h1: H1Pool::default(),
-            h2: H2Conn::default(),
+            h2: H2Conns::default(),
             learned: Rc::clone(&self.learned),
         });
         pools.push(Rc::clone(&pool));
@@ -163,11 +163,11 @@ impl HostPool {
     }
 
     /// Closes a pool let go: its idle HTTP/1.1 connections now (each counts itself out as
-    /// it drops, the pool still being there), its HTTP/2 connection once its streams are
-    /// done (it takes no new one).
+    /// it drops, the pool still being there), its HTTP/2 connections once their streams are
+    /// done (they take no new one).
     fn close(&self) {
         self.h1.close_idle_now();
-        self.h2.retire_current();
+        self.h2.retire_all();
     }
 
     /// The host's name (its endpoint's `hostname`, or the DNS name it came from), for
@@ -198,7 +198,7 @@ impl HostPool {
         }
         // An HTTP/2 connection is kept for the requests to come; a host that chose HTTP/1.1
         // is noted as such (its connection dropped).
-        let connected = self.h2_sender().await;
+        let connected = self.h2_conn().await;
         match (self.learned.get(), connected) {
             (Some(protocol), _) => Ok(protocol),
             (None, Ok(_)) => Ok(UpstreamProtocol::Http2),

@@ -31,6 +31,13 @@ pub(crate) struct UpstreamSettings {
     pub(super) keep_case: bool,
     pub(super) h1: http1::Builder,
     pub(super) h2: http2::Builder<LocalExec>,
+    /// Streams one HTTP/2 connection carries before another is opened (`u32::MAX`: no
+    /// limit of the proxy's: one connection per host and worker).
+    pub(super) h2_max_streams: u32,
+    /// HTTP/2 PINGs every `interval`, plus up to this share of it drawn per connection.
+    pub(super) h2_ping: Option<(Duration, f64)>,
+    /// An HTTP/2 connection idle this long takes no new stream.
+    pub(super) h2_idle_limit: Option<Duration>,
     pub(super) shared: Arc<SharedCluster>,
     /// With `auto_sni`: the header the name is read from instead of the host, if any.
     pub(super) auto_sni: Option<Option<http::HeaderName>>,
@@ -63,7 +70,20 @@ impl UpstreamSettings {
                     .unwrap_or(limit.max(65_535)),
             )
             .max_send_buf_size(limit as usize);
+        if let Some(keepalive) = cluster.http2_keepalive
+            && keepalive.interval.is_some()
+        {
+            // Envoy's interval PINGs go whether or not streams are open; the interval itself
+            // is set per connection, with its jitter.
+            h2.timer(hyper_util::rt::TokioTimer::new())
+                .keep_alive_timeout(keepalive.timeout)
+                .keep_alive_while_idle(true);
+        }
+        let keepalive = cluster.http2_keepalive;
         Self {
+            h2_max_streams: cluster.max_concurrent_streams.unwrap_or(u32::MAX),
+            h2_ping: keepalive.and_then(|k| k.interval.map(|i| (i, k.interval_jitter / 100.0))),
+            h2_idle_limit: keepalive.and_then(|k| k.connection_idle_interval),
             protocol: cluster.protocol,
             connect_timeout: cluster.connect_timeout,
             max_requests: cluster.max_requests_per_connection,
