@@ -506,3 +506,32 @@ async fn an_endpoints_own_health_check_port_and_host_are_used() {
     assert_eq!(host.requests(), 0, "no check went to the serving port");
     drop(proxy);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_go_at_the_no_traffic_interval_until_the_cluster_is_used() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let host = NoopUpstream::start_in_thread(any).unwrap();
+    let config = forward_config(
+        &[host.local_addr()],
+        "    health_check: { path: /healthz, interval: 60s, jitter: 0s, no_traffic_interval: 100ms }",
+    );
+    let proxy = Proxy::start(&config, 1);
+    let admin = proxy.admin.unwrap();
+    // At `interval` there would be one check in the first minute.
+    eventually("checks at the no-traffic pace", || {
+        stat(admin, "health_check_attempt") >= 3
+    });
+    let (_, dump) = admin_request(admin, "GET", "/config_dump");
+    let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
+    let check = &dump["clusters"][0]["health_check"];
+    assert_eq!(check["no_traffic_interval"], "100ms");
+    assert_eq!(check["no_traffic_healthy_interval"], "100ms");
+    // A request opens a connection: from the check after the one already waiting, the
+    // interval is `interval`.
+    let (status, _) = served_by(proxy.addr()).await;
+    assert_eq!(status, 200);
+    let after = stat(admin, "health_check_attempt");
+    // Five no-traffic intervals: at most the one check already waiting goes.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(stat(admin, "health_check_attempt") <= after + 1);
+}

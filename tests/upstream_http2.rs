@@ -4,13 +4,16 @@
 //! Connections closed after `idle_timeout` and retired at `max_connection_duration`, over
 //! both protocols. A `downstream` cluster speaks the client's protocol to the host.
 //! `max_concurrent_streams` opens more connections to a host; `http2_keepalive` PINGs drop a
-//! host that stopped answering, and retire a connection idle too long to trust.
+//! host that stopped answering, and retire a connection idle too long to trust. A host's
+//! malformed message closes its connection, as Envoy's default.
 
 #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
 
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -271,19 +274,19 @@ async fn a_host_gets_another_http2_connection_past_max_concurrent_streams() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_finding_every_http2_connection_full_waits_for_a_stream_at_max_connections() {
+async fn requests_finding_every_http2_connection_full_wait_for_a_stream_at_max_connections() {
     let upstream = HeldUpstream::start().await;
     let proxy = timed_proxy(
         upstream.addr,
         "http2",
-        "max_concurrent_streams: 2\n    circuit_breakers: { max_connections: 2 }",
+        "max_concurrent_streams: 2\n    circuit_breakers: { max_connections: 2, pending_timeout: 20s }",
     );
     let admin = proxy.admin.unwrap();
-    let requests = requests_at_once(proxy.addr(), 5);
+    let requests = requests_at_once(proxy.addr(), 6);
     upstream.wait_for_requests(4).await;
-    // The fifth waits in the pending queue: no third connection, no fifth stream.
-    eventually("the fifth request pending", async || {
-        stat(admin, "upstream_rq_pending_active") == 1
+    // The fifth and sixth wait in the pending queue: no third connection, no fifth stream.
+    eventually("two requests pending", async || {
+        stat(admin, "upstream_rq_pending_active") == 2
     })
     .await;
     assert_eq!(upstream.arrived(), 4);
@@ -293,7 +296,8 @@ async fn a_request_finding_every_http2_connection_full_waits_for_a_stream_at_max
         let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
         assert_eq!(res.status(), 200);
     }
-    assert_eq!(upstream.arrived(), 5);
+    // Each stream freed lets one waiter on: both get one.
+    assert_eq!(upstream.arrived(), 6);
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
     assert_eq!(stat(admin, "upstream_rq_pending_overflow"), 0);
 }
@@ -369,5 +373,71 @@ async fn an_http2_connection_idle_past_connection_idle_interval_takes_no_new_str
         assert_eq!(res.status(), 200);
         text(res.into_body()).await;
         assert_eq!(upstream.connections(), connections, "{idle}");
+    }
+}
+
+/// An HTTP/2 host that answers every request with a head HTTP/2 forbids (`connection:
+/// close`); `.1` counts the connections it took.
+async fn malformed_host() -> (SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::AsyncWriteExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut magic = [0u8; 24];
+                stream.read_exact(&mut magic).await?;
+                stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await?;
+                loop {
+                    let mut head = [0u8; 9];
+                    stream.read_exact(&mut head).await?;
+                    let len = usize::from(head[0]) << 16
+                        | usize::from(head[1]) << 8
+                        | usize::from(head[2]);
+                    let mut payload = vec![0u8; len];
+                    stream.read_exact(&mut payload).await?;
+                    match head[3] {
+                        // SETTINGS: acknowledged.
+                        4 if head[4] & 1 == 0 => {
+                            stream.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await?;
+                        }
+                        // HEADERS: `:status: 200` and `connection: close`, ending the stream.
+                        1 => {
+                            let mut block = vec![0x88, 0x00, 10];
+                            block.extend_from_slice(b"connection");
+                            block.push(5);
+                            block.extend_from_slice(b"close");
+                            let mut frame = vec![0, 0, block.len() as u8, 1, 0x5];
+                            frame.extend_from_slice(&head[5..9]);
+                            frame.extend_from_slice(&block);
+                            stream.write_all(&frame).await?;
+                        }
+                        _ => {}
+                    }
+                }
+                #[allow(unreachable_code)]
+                Ok::<_, std::io::Error>(())
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_message_closes_the_http2_connection_unless_told_to_reset_the_stream() {
+    for (setting, connections) in [("", 2), ("stream_error_on_invalid_http_message: true", 1)] {
+        let (host, accepted) = malformed_host().await;
+        let proxy = timed_proxy(host, "http2", setting);
+        for _ in 0..2 {
+            let res = send_h1(proxy.addr(), get("/", &[])).await;
+            assert_eq!(res.status(), 502, "{setting}");
+            text(res.into_body()).await;
+        }
+        // Envoy's default: the connection that carried a malformed head is closed, and the
+        // next request opens another; told to, only the stream is reset.
+        assert_eq!(accepted.load(Ordering::SeqCst), connections, "{setting}");
     }
 }

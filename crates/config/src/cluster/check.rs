@@ -169,6 +169,10 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
                 raw.max_concurrent_streams.is_some(),
             ),
             ("http2_keepalive", raw.http2_keepalive.is_some()),
+            (
+                "stream_error_on_invalid_http_message",
+                raw.stream_error_on_invalid_http_message.is_some(),
+            ),
         ] {
             if set {
                 return Err(ConfigError::invalid(
@@ -213,6 +217,9 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
             .http2_keepalive
             .map(|k| upstream_keepalive(k, &format!("{path}.http2_keepalive")))
             .transpose()?,
+        stream_error_on_invalid_http_message: raw
+            .stream_error_on_invalid_http_message
+            .unwrap_or(false),
         protocol,
         connect_timeout,
         buffer_limit: buffer_limit(
@@ -534,6 +541,10 @@ pub(crate) fn health_check(
         raw.timeout.unwrap_or(std::time::Duration::from_secs(1)),
         &format!("{path}.timeout"),
     )?;
+    let no_traffic_interval = match raw.no_traffic_interval {
+        Some(d) => positive(d, &format!("{path}.no_traffic_interval"))?,
+        None => interval,
+    };
     let unhealthy_interval = match raw.unhealthy_interval {
         Some(d) => positive(d, &format!("{path}.unhealthy_interval"))?,
         None => interval,
@@ -637,6 +648,11 @@ pub(crate) fn health_check(
         healthy_edge_interval: match raw.healthy_edge_interval {
             Some(d) => positive(d, &format!("{path}.healthy_edge_interval"))?,
             None => interval,
+        },
+        no_traffic_interval,
+        no_traffic_healthy_interval: match raw.no_traffic_healthy_interval {
+            Some(d) => positive(d, &format!("{path}.no_traffic_healthy_interval"))?,
+            None => no_traffic_interval,
         },
         event_log_path: raw.event_log_path.filter(|p| !p.is_empty()),
         always_log_health_check_failures: raw.always_log_health_check_failures.unwrap_or(false),

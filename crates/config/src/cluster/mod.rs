@@ -80,6 +80,9 @@ pub struct ClusterConfig {
     /// HTTP/2 PINGs to the hosts; `None`: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http2_keepalive: Option<UpstreamKeepalive>,
+    /// HTTP/2: a host's malformed message resets that stream and keeps the connection;
+    /// `false` (Envoy's default) closes the connection.
+    pub stream_error_on_invalid_http_message: bool,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
     #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,
@@ -288,6 +291,12 @@ pub struct HealthCheckConfig {
     pub unhealthy_edge_interval: Duration,
     #[serde(serialize_with = "ser::duration")]
     pub healthy_edge_interval: Duration,
+    /// The interval until the cluster first opens a connection (traffic), for a failing
+    /// host and for a passing one.
+    #[serde(serialize_with = "ser::duration")]
+    pub no_traffic_interval: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub no_traffic_healthy_interval: Duration,
     /// Where health events are logged as JSON lines; `None`: not logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_log_path: Option<String>,

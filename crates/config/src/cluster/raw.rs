@@ -47,6 +47,9 @@ pub struct RawCluster {
     pub max_concurrent_streams: Option<u32>,
     /// HTTP/2: PINGs that find a dead connection to a host.
     pub http2_keepalive: Option<RawUpstreamKeepalive>,
+    /// HTTP/2: a host's malformed message resets its stream only (default: closes the
+    /// connection, as Envoy).
+    pub stream_error_on_invalid_http_message: Option<bool>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
     pub circuit_breakers: Option<RawCircuitBreakers>,
@@ -149,6 +152,13 @@ pub struct RawHealthCheck {
     /// ...and after a passed check while the host is still failing (default: `interval`).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub healthy_edge_interval: Option<Duration>,
+    /// The interval while the cluster has never opened a connection (default: `interval`;
+    /// Envoy's 60s over xDS)...
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub no_traffic_interval: Option<Duration>,
+    /// ...and for a passing host then (default: `no_traffic_interval`).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub no_traffic_healthy_interval: Option<Duration>,
     /// A JSON line per health event (Envoy's `HealthCheckEvent`) is appended to this file.
     pub event_log_path: Option<String>,
     /// Also log every failed check, and every passed one, not only changes.

@@ -281,6 +281,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         initial_connection_window_size: http.initial_connection_window_size,
         max_concurrent_streams: http.max_concurrent_streams,
         http2_keepalive: http.http2_keepalive,
+        stream_error_on_invalid_http_message: http.stream_error_on_invalid_http_message,
         per_connection_buffer_limit_bytes,
         circuit_breakers,
         health_check,
@@ -476,6 +477,18 @@ fn health(mut h: HealthCheck, at: &str) -> Result<RawHealthCheck, ResourceError>
         healthy_edge_interval: duration(
             h.healthy_edge_interval.take(),
             &format!("{at}.healthy_edge_interval"),
+        )?,
+        // Envoy's default: 60 s between checks until the cluster has had traffic.
+        no_traffic_interval: Some(
+            duration(
+                h.no_traffic_interval.take(),
+                &format!("{at}.no_traffic_interval"),
+            )?
+            .unwrap_or(std::time::Duration::from_secs(60)),
+        ),
+        no_traffic_healthy_interval: duration(
+            h.no_traffic_healthy_interval.take(),
+            &format!("{at}.no_traffic_healthy_interval"),
         )?,
         event_log_path: event_log_path(&mut h, at)?,
         always_log_health_check_failures: Some(std::mem::take(

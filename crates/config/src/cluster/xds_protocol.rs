@@ -27,6 +27,7 @@ pub(crate) struct UpstreamHttp {
     pub(crate) initial_connection_window_size: Option<u32>,
     pub(crate) max_concurrent_streams: Option<u32>,
     pub(crate) http2_keepalive: Option<crate::RawUpstreamKeepalive>,
+    pub(crate) stream_error_on_invalid_http_message: Option<bool>,
     /// `upstream_http_protocol_options`.
     pub(crate) auto_sni: Option<bool>,
     pub(crate) auto_san_validation: Option<bool>,
@@ -162,18 +163,15 @@ fn h2_settings(
         nothing_else(&keepalive, fields::KEEPALIVE_SETTINGS, &at)?;
         http.http2_keepalive = Some(ping);
     }
-    // `true` is what the codec does with a host's malformed message: that stream is reset,
-    // the connection kept. Envoy's default closes the connection, which is not done here.
-    if h2
-        .override_stream_error_on_invalid_http_message
-        .take()
-        .is_some_and(|v| !v.value)
-    {
-        return Err(ResourceError::Unsupported {
-            at,
-            fields: vec!["override_stream_error_on_invalid_http_message: false".into()],
-        });
-    }
+    // The override wins over the deprecated field, as in Envoy; both unset: `false`.
+    #[allow(deprecated)]
+    let deprecated = std::mem::take(&mut h2.stream_error_on_invalid_http_messaging);
+    http.stream_error_on_invalid_http_message = Some(
+        h2.override_stream_error_on_invalid_http_message
+            .take()
+            .map_or(deprecated, |v| v.value),
+    )
+    .filter(|on| *on);
     nothing_else(&h2, fields::HTTP2_PROTOCOL_OPTIONS, &at)
 }
 

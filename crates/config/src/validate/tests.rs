@@ -912,6 +912,8 @@ fn upstream_http2_streams_and_pings_are_checked_and_defaulted() {
     assert_eq!(ping.timeout, std::time::Duration::from_secs(20));
     assert_eq!(ping.interval_jitter, 15.0);
     assert_eq!(ping.connection_idle_interval, None);
+    // Envoy's default: a malformed message from a host closes its connection.
+    assert!(!cluster.stream_error_on_invalid_http_message);
     for (cluster, error) in [
         (
             "protocol: http2\n    max_concurrent_streams: 0",
@@ -924,6 +926,10 @@ fn upstream_http2_streams_and_pings_are_checked_and_defaulted() {
         (
             "http2_keepalive: { interval: 1s }",
             "clusters[0].http2_keepalive",
+        ),
+        (
+            "stream_error_on_invalid_http_message: true",
+            "clusters[0].stream_error_on_invalid_http_message",
         ),
         (
             "protocol: http2\n    http2_keepalive: { interval_jitter: 150 }",

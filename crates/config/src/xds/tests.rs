@@ -2547,8 +2547,7 @@ fn upstream_http2_settings_are_taken_and_the_others_refused_by_name() {
     assert_eq!(ping.timeout, Some(Duration::from_secs(10)));
     assert_eq!(ping.interval_jitter, Some(20.0));
     assert_eq!(ping.connection_idle_interval, Some(Duration::from_secs(30)));
-    // A keep-alive without its timeout, and resetting the connection on a malformed message,
-    // are refused by name.
+    // A keep-alive without its timeout is refused by name.
     let error = with(Http2ProtocolOptions {
         connection_keepalive: Some(KeepaliveSettings {
             timeout: None,
@@ -2559,16 +2558,17 @@ fn upstream_http2_settings_are_taken_and_the_others_refused_by_name() {
     .unwrap_err()
     .to_string();
     assert!(error.contains("connection_keepalive.timeout"), "{error}");
-    let error = with(Http2ProtocolOptions {
+    assert_eq!(raw.stream_error_on_invalid_http_message, Some(true));
+    // `false`, Envoy's default, closes the connection on a malformed message: the file's
+    // default too.
+    let raw = with(Http2ProtocolOptions {
         override_stream_error_on_invalid_http_message: Some(BoolValue { value: false }),
         ..Default::default()
     })
-    .unwrap_err()
-    .to_string();
-    assert!(
-        error.contains("override_stream_error_on_invalid_http_message: false"),
-        "{error}"
-    );
+    .unwrap()
+    .section(None, &Default::default())
+    .expect("no secrets named");
+    assert_eq!(raw.stream_error_on_invalid_http_message, None);
     let error = with(Http2ProtocolOptions {
         hpack_table_size: Some(UInt32Value { value: 100 }),
         ..Default::default()
@@ -2926,6 +2926,26 @@ fn health_checks_as_envoy_gateway_writes_them() {
     assert!(config.always_log_health_check_failures);
     assert_eq!(config.unhealthy_interval, Duration::from_secs(7));
     assert_eq!(config.unhealthy_edge_interval, Duration::from_secs(7));
+    // Envoy's default pace until the cluster has had traffic: 60 s, passing hosts too.
+    assert_eq!(config.no_traffic_interval, Duration::from_secs(60));
+    assert_eq!(config.no_traffic_healthy_interval, Duration::from_secs(60));
+    let mut given = c.health_checks[0].clone();
+    given.no_traffic_interval = Some(PbDuration {
+        seconds: 3,
+        nanos: 0,
+    });
+    given.no_traffic_healthy_interval = Some(PbDuration {
+        seconds: 9,
+        nanos: 0,
+    });
+    c.health_checks = vec![given];
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
+    let config = crate::cluster::check::health_check(raw.health_check.unwrap(), "h").unwrap();
+    assert_eq!(config.no_traffic_interval, Duration::from_secs(3));
+    assert_eq!(config.no_traffic_healthy_interval, Duration::from_secs(9));
 
     let mut custom = check(health_check::HealthChecker::CustomHealthCheck(
         Default::default(),

@@ -21,10 +21,12 @@ impl Cluster {
 
 impl HostPool {
     /// Waits in the cluster's pending queue until `reuse` finds a connection to this host on
-    /// this worker (`Some`: an HTTP/1.1 one put back, an HTTP/2 one with room for a stream)
-    /// or a connection slot is taken for this request (`None`).
+    /// this worker (`Some`: an HTTP/1.1 one put back, an HTTP/2 one with room for a stream;
+    /// `returned` is woken when one may be there) or a connection slot is taken for this
+    /// request (`None`).
     pub(super) async fn wait_pending<T>(
         &self,
+        returned: &tokio::sync::Notify,
         reuse: impl Fn(&Self) -> Option<T>,
     ) -> Result<Option<T>, ProxyError> {
         let breakers = &self.settings.shared.breakers;
@@ -34,43 +36,73 @@ impl HostPool {
             return Err(ProxyError::Overflow(Overflow::Pending));
         };
         self.stats.rq_pending_total.inc();
-        self.stats.rq_pending_active.inc();
-        let waiters = &self.h1.waiters;
-        waiters.set(waiters.get() + 1);
-        let started = Instant::now();
+        // Counted out however the wait ends, a request dropped by its route's timeout too.
+        let _waiting = Waiting::new(self);
         let deadline = tokio::time::sleep(breakers.pending_timeout);
         tokio::pin!(deadline);
-        let outcome = loop {
+        loop {
             // Registered before looking, so a wake-up between the look and the wait is kept.
-            let returned = self.h1.returned.notified();
-            let room = self.h2.room.notified();
+            let returned = returned.notified();
             let freed = breakers.connection_freed.notified();
-            tokio::pin!(returned, room, freed);
+            tokio::pin!(returned, freed);
             returned.as_mut().enable();
-            room.as_mut().enable();
             freed.as_mut().enable();
             if let Some(conn) = reuse(self) {
-                break Ok(Some(conn));
+                return Ok(Some(conn));
             }
             if self.try_acquire_connection() {
-                break Ok(None);
+                return Ok(None);
             }
             tokio::select! {
                 () = &mut returned => {}
-                () = &mut room => {}
                 () = &mut freed => {}
                 () = &mut deadline => {
                     self.stats.rq_pending_timeout.inc();
                     self.settings.log_refused(Overflow::PendingTimeout);
-                    break Err(ProxyError::Overflow(Overflow::PendingTimeout));
+                    return Err(ProxyError::Overflow(Overflow::PendingTimeout));
                 }
             }
-        };
-        waiters.set(waiters.get() - 1);
-        self.stats.rq_pending_active.dec();
-        self.stats
-            .rq_pending_time
-            .record_duration(started.elapsed());
-        outcome
+        }
+    }
+
+    /// Counts a request in `upstream_rq_pending_active` until the guard is dropped.
+    pub(super) fn pending(&self) -> Pending<'_> {
+        self.stats.rq_pending_active.inc();
+        Pending(self)
+    }
+}
+
+/// A request counted in `upstream_rq_pending_active` (connecting, or waiting to).
+pub(super) struct Pending<'a>(&'a HostPool);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.stats.rq_pending_active.dec();
+    }
+}
+
+/// A request in the pending queue: counted as pending and as a waiter for this pool's
+/// connections, and timed, until dropped.
+struct Waiting<'a> {
+    _pending: Pending<'a>,
+    started: Instant,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(pool: &'a HostPool) -> Self {
+        let waiters = &pool.h1.waiters;
+        waiters.set(waiters.get() + 1);
+        Self {
+            _pending: pool.pending(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let pool = self._pending.0;
+        pool.h1.waiters.set(pool.h1.waiters.get() - 1);
+        (pool.stats.rq_pending_time).record_duration(self.started.elapsed());
     }
 }

@@ -21,7 +21,7 @@ use crate::error::BodyError;
 /// an HTTP/2 stream's.
 pub struct UpstreamBody {
     inner: Inner,
-    _request: UpstreamRequest,
+    request: UpstreamRequest,
 }
 
 enum Inner {
@@ -34,14 +34,14 @@ impl UpstreamBody {
     pub(super) fn http1(body: H1Response, request: UpstreamRequest) -> Self {
         Self {
             inner: Inner::Http1(body),
-            _request: request,
+            request,
         }
     }
 
     pub(super) fn hyper(body: Incoming, request: UpstreamRequest) -> Self {
         Self {
             inner: Inner::Hyper(body),
-            _request: request,
+            request,
         }
     }
 }
@@ -108,11 +108,16 @@ impl Body for UpstreamBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match &mut self.get_mut().inner {
+        let this = self.get_mut();
+        match &mut this.inner {
             Inner::Http1(body) => Pin::new(body).poll_frame(cx),
-            Inner::Hyper(body) => Pin::new(body)
-                .poll_frame(cx)
-                .map_err(|error| Box::new(error) as BodyError),
+            Inner::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(|error| {
+                let request = &this.request;
+                if let Some(connection) = &request.h2_connection {
+                    request.pool.h2_stream_failed(connection, &error);
+                }
+                Box::new(error) as BodyError
+            }),
         }
     }
 

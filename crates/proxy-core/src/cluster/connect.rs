@@ -113,6 +113,10 @@ impl HostPool {
     pub(super) fn open_connection(self: &Rc<Self>, slot: ConnectionSlot) -> OpenConn {
         self.stats.cx_total.inc();
         self.stats.cx_active.inc();
+        let traffic = &self.settings.shared.had_traffic;
+        if !traffic.load(Ordering::Relaxed) {
+            traffic.store(true, Ordering::Relaxed);
+        }
         self.host_stats.cx_active.inc();
         if let Some(endpoint) = &self.endpoint_stats {
             endpoint.cx_total.inc();
@@ -126,11 +130,12 @@ impl HostPool {
 
     /// Drives an upstream connection on this worker (HTTP/2, or one being upgraded), counting
     /// it while it is open.
+    /// Aborting the task closes the connection at once.
     pub(super) fn spawn_connection(
         self: &Rc<Self>,
         slot: ConnectionSlot,
         conn: impl Future<Output = ()> + 'static,
-    ) {
+    ) -> tokio::task::AbortHandle {
         let open = self.open_connection(slot);
         // The task keeps the pool, so that the host's count is kept to the connection's end.
         let pool = Rc::clone(self);
@@ -138,7 +143,8 @@ impl HostPool {
             conn.await;
             drop(open);
             drop(pool);
-        });
+        })
+        .abort_handle()
     }
 
     /// A `max_connections` slot, if the cluster (and the host, under

@@ -177,17 +177,15 @@ impl HostPool {
             Some(slot) => slot,
             None => {
                 self.stats.cx_overflow.inc();
-                match self.wait_pending(|pool| pool.idle_h1()).await? {
+                match (self.wait_pending(&self.h1.returned, |pool| pool.idle_h1())).await? {
                     Some(conn) => return Ok((conn, false)),
                     // `None`: a connection slot is ours.
                     None => self.taken_connection_slot(),
                 }
             }
         };
-        self.stats.rq_pending_active.inc();
-        let connected = self.connect_h1(slot).await;
-        self.stats.rq_pending_active.dec();
-        Ok((connected?, true))
+        let _pending = self.pending();
+        Ok((self.connect_h1(slot).await?, true))
     }
 
     /// The most recently used idle connection that is still open and within its time.

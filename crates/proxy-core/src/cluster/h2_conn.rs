@@ -36,7 +36,7 @@ pub(super) struct H2Conns {
     /// When the last connect failed: requests that queued behind that attempt fail with it
     /// rather than each waiting out its own connect timeout in turn.
     failed_at: Cell<Option<Instant>>,
-    /// Woken when a stream ends on a connection that was full, for requests waiting for room.
+    /// Woken once per stream ended (with a stream limit), for requests waiting for room.
     pub(super) room: Notify,
 }
 
@@ -52,6 +52,8 @@ pub(super) struct H2Conn {
     /// Woken when its last stream ends (its idle time starts) or it is retired. Its own
     /// allocation, so the connection's timer can wait on it without holding the sender.
     went_idle: Rc<Notify>,
+    /// Closes the connection at once (its task's).
+    abort: std::cell::OnceCell<tokio::task::AbortHandle>,
 }
 
 impl H2Conns {
@@ -93,8 +95,9 @@ impl H2Conns {
             conn.idle_since.set(Instant::now());
             conn.went_idle.notify_one();
         }
-        if left + 1 == max_streams {
-            // It was full: a request waiting for room may take this stream.
+        if max_streams != u32::MAX {
+            // A request waiting for room (every connection full) may take this stream: one
+            // wake-up per stream freed.
             self.room.notify_one();
         }
     }
@@ -148,12 +151,10 @@ impl HostPool {
         let mut req = std::mem::replace(req, Request::new(RequestBody::empty()));
         // The upstream's HPACK table may keep these values for the connection's life.
         h1::own_values(req.headers_mut());
-        let response = conn
-            .sender
-            .clone()
-            .send_request(req)
-            .await
-            .map_err(|e| SendError::sent(ProxyError::from_upstream(self.addr, e)))?;
+        let response = conn.sender.clone().send_request(req).await.map_err(|e| {
+            self.h2_stream_failed(&conn, &e);
+            SendError::sent(ProxyError::from_upstream(self.addr, e))
+        })?;
         std::mem::forget(stream);
         let (head, body) = response.into_parts();
         Ok((head, body, conn))
@@ -166,10 +167,7 @@ impl HostPool {
         }
         // Boxed: connecting is rare, and its state would otherwise enlarge every request's
         // future.
-        self.stats.rq_pending_active.inc();
-        let connected = Box::pin(self.connect_h2()).await;
-        self.stats.rq_pending_active.dec();
-        connected
+        Box::pin(self.connect_h2()).await
     }
 
     fn ready_h2(&self) -> Option<Rc<H2Conn>> {
@@ -183,9 +181,24 @@ impl HostPool {
         self.h2.stream_ended(conn, self.settings.h2_max_streams);
     }
 
+    /// A stream of `conn` failed with `error`: if the host sent a malformed message, Envoy's
+    /// default closes the whole connection (`stream_error_on_invalid_http_message: false`),
+    /// its other streams with it.
+    pub(super) fn h2_stream_failed(&self, conn: &H2Conn, error: &hyper::Error) {
+        if self.settings.h2_stream_error_only || !malformed_by_host(error) {
+            return;
+        }
+        tracing::debug!(host = %self.addr, "malformed HTTP/2 message: closing the connection");
+        self.h2.retire(conn);
+        if let Some(abort) = conn.abort.get() {
+            abort.abort();
+        }
+    }
+
     async fn connect_h2(self: &Rc<Self>) -> Result<Rc<H2Conn>, ProxyError> {
         let queued_at = Instant::now();
-        let _connecting = self.h2.connecting.lock().await;
+        let mut pending = Some(self.pending());
+        let mut connecting = Some(self.h2.connecting.lock().await);
         // Someone else may have connected, or failed to, while this request waited.
         if let Some(conn) = self.ready_h2() {
             return Ok(conn);
@@ -204,13 +217,15 @@ impl HostPool {
             None => {
                 self.stats.cx_overflow.inc();
                 // A stream freed on a full connection serves as well as a freed slot. The
-                // pending queue counts the request itself while it waits there.
-                self.stats.rq_pending_active.dec();
-                let waited = self.wait_pending(|pool| pool.ready_h2()).await;
-                self.stats.rq_pending_active.inc();
-                match waited? {
+                // pending queue counts the request while it waits there, with its own limit
+                // and timeout: the connect lock is let go, so every waiter is in that queue.
+                drop((pending.take(), connecting.take()));
+                match (self.wait_pending(&self.h2.room, |pool| pool.ready_h2())).await? {
                     Some(conn) => return Ok(conn),
-                    None => self.taken_connection_slot(),
+                    None => {
+                        pending = Some(self.pending());
+                        self.taken_connection_slot()
+                    }
                 }
             }
         };
@@ -272,13 +287,14 @@ impl HostPool {
             streams: Cell::new(0),
             idle_since: Cell::new(now),
             went_idle: Rc::new(Notify::new()),
+            abort: std::cell::OnceCell::new(),
         });
         let timed =
             self.settings.idle_timeout.is_some() || self.settings.max_connection_duration.is_some();
         let pool = Rc::downgrade(self);
         let watched = Rc::downgrade(&h2);
         let went_idle = Rc::clone(&h2.went_idle);
-        self.spawn_connection(slot, async move {
+        let abort = self.spawn_connection(slot, async move {
             let mut conn = pin!(conn);
             if timed {
                 tokio::select! {
@@ -288,9 +304,26 @@ impl HostPool {
             }
             let _ = conn.await;
         });
+        let _ = h2.abort.set(abort);
         self.h2.open.borrow_mut().push(Rc::clone(&h2));
+        drop((pending, connecting));
         Ok(h2)
     }
+}
+
+/// Whether `error` is the codec's reset of a stream for a malformed message from the host
+/// (a `PROTOCOL_ERROR` it raised itself, not one the host sent).
+fn malformed_by_host(error: &hyper::Error) -> bool {
+    let mut cause = std::error::Error::source(error);
+    while let Some(e) = cause {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_reset()
+                && h2.is_library()
+                && h2.reason() == Some(h2::Reason::PROTOCOL_ERROR);
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// `interval` plus up to `share` of it, drawn at random.

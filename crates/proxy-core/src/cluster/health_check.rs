@@ -1,6 +1,7 @@
 //! Active health checks, run by the monitor thread: one task per host, checking every
 //! `interval` (plus jitter; `unhealthy_interval` while the host fails, the edge intervals
-//! right after it changes) on a new connection, with Envoy's verdicts. An HTTP check passes
+//! right after it changes; the `no_traffic` intervals until the cluster has opened a
+//! connection) on a new connection, with Envoy's verdicts. An HTTP check passes
 //! on an expected status (any 2xx unless the cluster lists some) whose body holds the
 //! `receive` blocks; a retriable status, a timeout or a failed connection counts towards
 //! `unhealthy_threshold`, any other status makes the host unhealthy at once. A gRPC check
@@ -11,6 +12,7 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -121,11 +123,20 @@ pub(super) async fn check_host(
         // verdict; otherwise the unhealthy interval after a failure, the interval after a
         // pass.
         let pending = !changed && passing == failure.is_some();
-        let interval = match (failure.is_some(), pending) {
-            (true, true) => config.unhealthy_edge_interval,
-            (true, false) => config.unhealthy_interval,
-            (false, true) => config.healthy_edge_interval,
-            (false, false) => config.interval,
+        let interval = if !cluster.had_traffic.load(Ordering::Relaxed) {
+            // Until the cluster is used, a slower pace keeps its hosts' health roughly known.
+            if passing {
+                config.no_traffic_healthy_interval
+            } else {
+                config.no_traffic_interval
+            }
+        } else {
+            match (failure.is_some(), pending) {
+                (true, true) => config.unhealthy_edge_interval,
+                (true, false) => config.unhealthy_interval,
+                (false, true) => config.healthy_edge_interval,
+                (false, false) => config.interval,
+            }
         };
         tokio::time::sleep(interval + rng.up_to(config.jitter)).await;
     }
@@ -521,6 +532,8 @@ mod tests {
             unhealthy_interval: Duration::from_secs(1),
             unhealthy_edge_interval: Duration::from_secs(1),
             healthy_edge_interval: Duration::from_secs(1),
+            no_traffic_interval: Duration::from_secs(1),
+            no_traffic_healthy_interval: Duration::from_secs(1),
             event_log_path: None,
             always_log_health_check_failures: false,
             always_log_health_check_success: false,

@@ -38,6 +38,9 @@ pub(crate) struct UpstreamSettings {
     pub(super) h2_ping: Option<(Duration, f64)>,
     /// An HTTP/2 connection idle this long takes no new stream.
     pub(super) h2_idle_limit: Option<Duration>,
+    /// A host's malformed HTTP/2 message resets its stream only; `false`: it closes the
+    /// connection.
+    pub(super) h2_stream_error_only: bool,
     pub(super) shared: Arc<SharedCluster>,
     /// With `auto_sni`: the header the name is read from instead of the host, if any.
     pub(super) auto_sni: Option<Option<http::HeaderName>>,
@@ -84,6 +87,7 @@ impl UpstreamSettings {
             h2_max_streams: cluster.max_concurrent_streams.unwrap_or(u32::MAX),
             h2_ping: keepalive.and_then(|k| k.interval.map(|i| (i, k.interval_jitter / 100.0))),
             h2_idle_limit: keepalive.and_then(|k| k.connection_idle_interval),
+            h2_stream_error_only: cluster.stream_error_on_invalid_http_message,
             protocol: cluster.protocol,
             connect_timeout: cluster.connect_timeout,
             max_requests: cluster.max_requests_per_connection,

@@ -29,6 +29,9 @@ pub(crate) struct SharedCluster {
     pub(crate) health_check: Option<HealthCheckConfig>,
     /// What the hosts speak; health checks speak it too.
     pub(crate) protocol: UpstreamProtocol,
+    /// Whether any worker has opened a connection to a host (Envoy's "the cluster has had
+    /// traffic"): until then health checks go at the `no_traffic` intervals.
+    pub(crate) had_traffic: std::sync::atomic::AtomicBool,
     /// The resolver of the names among the endpoints, if there are any.
     pub(crate) dns: Option<DnsResolver>,
     /// What the host set is made of; held while the host set is replaced, so that a reload
@@ -67,6 +70,7 @@ impl SharedCluster {
             transport_of: arc_swap::ArcSwap::from_pointee(transport_of),
             health_check: config.health_check.clone(),
             protocol: config.protocol,
+            had_traffic: std::sync::atomic::AtomicBool::new(false),
             dns,
             membership: Mutex::new(membership),
             answered: Condvar::new(),
