@@ -506,3 +506,61 @@ clusters:
     let seen = hosts_reached(&random).await;
     assert!(seen.len() > 1, "no hash, random picks: {seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_close_when_their_host_fails_its_checks_where_the_cluster_says() {
+    for close in [true, false] {
+        let upstream = echo(b"").await;
+        // The host's checks go to another port, so they can fail while the echo serves on.
+        let checked =
+            testbed::NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+        let config = format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: relay
+    address: 127.0.0.1:0
+    tcp_proxy: {{ cluster: echo }}
+clusters:
+  - name: echo
+    endpoints: [{{ address: "{upstream}", health_check: {{ port: {} }} }}]
+    close_connections_on_host_health_failure: {close}
+    health_check: {{ path: /healthz, interval: 100ms, jitter: 0s, timeout: 500ms, unhealthy_threshold: 1, healthy_threshold: 1 }}
+"#,
+            checked.local_addr().port()
+        );
+        let proxy = Proxy::start(&config, 1);
+        let admin = proxy.admin.unwrap();
+        eventually("a passing check", async || {
+            stat(admin, "health_check_success") >= 1
+        })
+        .await;
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        client.write_all(b"before").await.unwrap();
+        let mut echoed = [0u8; 6];
+        tokio::time::timeout(LIMIT, client.read_exact(&mut echoed))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&echoed, b"before");
+        checked.shutdown();
+        eventually("the host failed its checks", async || {
+            stat(admin, "health_check_failure") >= 1 && stat(admin, "membership_healthy") == 0
+        })
+        .await;
+        if close {
+            // Closed by the proxy: nothing else would end it.
+            let mut rest = Vec::new();
+            let read = tokio::time::timeout(LIMIT, client.read_to_end(&mut rest)).await;
+            assert!(read.is_ok(), "the relay was closed");
+        } else {
+            client.write_all(b"after").await.unwrap();
+            let mut echoed = [0u8; 5];
+            tokio::time::timeout(LIMIT, client.read_exact(&mut echoed))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(&echoed, b"after");
+        }
+    }
+}

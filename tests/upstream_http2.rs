@@ -441,3 +441,30 @@ async fn a_malformed_message_closes_the_http2_connection_unless_told_to_reset_th
         assert_eq!(accepted.load(Ordering::SeqCst), connections, "{setting}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_opened_before_a_host_is_ejected_take_no_new_request() {
+    for protocol in ["http1", "http2"] {
+        let upstream = testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let proxy = timed_proxy(
+            upstream.local_addr(),
+            protocol,
+            "outlier_detection: { consecutive_5xx: 1, max_ejection_percent: 100 }",
+        );
+        let res = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(res.status(), 200);
+        text(res.into_body()).await;
+        // A 500 ejects the only host (its requests then go to it in panic).
+        let res = send_h1(proxy.addr(), get("/", &[("x-noop-status", "500")])).await;
+        assert_eq!(res.status(), 500);
+        text(res.into_body()).await;
+        assert_eq!(upstream.connections(), 1, "{protocol}");
+        // Envoy drains a failed host's pools: the next request opens a new connection.
+        let res = send_h1(proxy.addr(), get("/", &[])).await;
+        assert_eq!(res.status(), 200, "{protocol}");
+        text(res.into_body()).await;
+        assert_eq!(upstream.connections(), 2, "{protocol}");
+    }
+}

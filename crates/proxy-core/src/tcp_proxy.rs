@@ -97,6 +97,7 @@ pub(crate) async fn serve(
     log.record.upstream = Some(upstream.addr_text().clone());
     let activity = Cell::new(Instant::now());
     let (down_read, down_write) = tokio::io::split(io);
+    let host_failed = upstream.host_failed();
     let (up_read, up_write) = tokio::io::split(upstream.io);
     let (received, sent) = (&log.received, &log.sent);
     let to_upstream = crate::relay::pipe(down_read, up_write, tcp.buffer, &activity, |n| {
@@ -133,6 +134,10 @@ pub(crate) async fn serve(
         () = aged => {
             tcp.stats.max_duration_reached.inc();
             Some(ResponseFlag::DurationTimeout)
+        }
+        () = host_failed => {
+            tracing::debug!(peer = %conn.peer, upstream = %upstream.addr, "host failed: relay closed");
+            None
         }
     };
     log.record.flag = flag;

@@ -220,6 +220,9 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         stream_error_on_invalid_http_message: raw
             .stream_error_on_invalid_http_message
             .unwrap_or(false),
+        close_connections_on_host_health_failure: raw
+            .close_connections_on_host_health_failure
+            .unwrap_or(false),
         protocol,
         connect_timeout,
         buffer_limit: buffer_limit(

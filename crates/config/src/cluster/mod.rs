@@ -83,6 +83,10 @@ pub struct ClusterConfig {
     /// HTTP/2: a host's malformed message resets that stream and keeps the connection;
     /// `false` (Envoy's default) closes the connection.
     pub stream_error_on_invalid_http_message: bool,
+    /// Relayed (`tcp_proxy`) connections to a host close when it fails its health checks or
+    /// is ejected; HTTP connections opened before such a failure take no new request either
+    /// way, as Envoy drains them.
+    pub close_connections_on_host_health_failure: bool,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
     #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,

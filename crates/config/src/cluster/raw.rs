@@ -50,6 +50,9 @@ pub struct RawCluster {
     /// HTTP/2: a host's malformed message resets its stream only (default: closes the
     /// connection, as Envoy).
     pub stream_error_on_invalid_http_message: Option<bool>,
+    /// Relayed (`tcp_proxy`) connections to a host close when it fails its health checks or
+    /// is ejected (HTTP connections are drained either way).
+    pub close_connections_on_host_health_failure: Option<bool>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
     pub circuit_breakers: Option<RawCircuitBreakers>,

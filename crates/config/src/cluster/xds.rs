@@ -182,6 +182,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         .map(|v| u64::from(v.value));
     let mut http = upstream_http(&mut c, &at)?;
     let tcp_keepalive = connection_options(&mut c, &at)?;
+    let close_on_failure = std::mem::take(&mut c.close_connections_on_host_health_failure);
     let per_endpoint_stats = track_cluster_stats(&mut c, &at)?;
     let circuit_breakers = c
         .circuit_breakers
@@ -282,6 +283,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         max_concurrent_streams: http.max_concurrent_streams,
         http2_keepalive: http.http2_keepalive,
         stream_error_on_invalid_http_message: http.stream_error_on_invalid_http_message,
+        close_connections_on_host_health_failure: Some(close_on_failure).filter(|on| *on),
         per_connection_buffer_limit_bytes,
         circuit_breakers,
         health_check,

@@ -202,12 +202,12 @@ fn outlier_detection_enforces_as_envoy_does() {
 fn an_unsupported_field_is_refused_by_name() {
     let mut c = eds_cluster("web");
     c.upstream_bind_config = Some(BindConfig::default());
-    c.close_connections_on_host_health_failure = true;
+    c.connection_pool_per_downstream_connection = true;
     let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
     assert!(
         error.contains("cluster `web`")
             && error.contains("upstream_bind_config")
-            && error.contains("close_connections_on_host_health_failure"),
+            && error.contains("connection_pool_per_downstream_connection"),
         "{error}"
     );
 
@@ -3519,4 +3519,15 @@ fn filter_chains_become_chains_each_with_its_routes() {
             .application_protocols,
         ["h2c"]
     );
+}
+
+#[test]
+fn closing_connections_on_a_host_failure_is_taken() {
+    let mut c = eds_cluster("web");
+    c.close_connections_on_host_health_failure = true;
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
+    assert_eq!(raw.close_connections_on_host_health_failure, Some(true));
 }

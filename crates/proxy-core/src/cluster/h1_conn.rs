@@ -43,12 +43,15 @@ pub(super) struct H1Conn {
     /// `idle_timeout`).
     pub(super) opened: Instant,
     pub(super) idle_since: Instant,
+    /// The host's failure count when it was opened: one made before a later failure takes
+    /// no new request.
+    pub(super) failures_at_open: u32,
     _open: OpenConn,
 }
 
 impl H1Conn {
     /// Boxed once for its life: it moves between the pool and the responses read from it.
-    pub(super) fn new(io: UpstreamIo, open: OpenConn) -> Box<Self> {
+    pub(super) fn new(io: UpstreamIo, open: OpenConn, failures_at_open: u32) -> Box<Self> {
         Box::new(Self {
             io,
             buf: BytesMut::new(),
@@ -56,6 +59,7 @@ impl H1Conn {
             uses: 0,
             opened: Instant::now(),
             idle_since: Instant::now(),
+            failures_at_open,
             _open: open,
         })
     }

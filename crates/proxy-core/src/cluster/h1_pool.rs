@@ -198,6 +198,10 @@ impl HostPool {
                 self.count_expiry(why);
                 continue;
             }
+            if conn.failures_at_open != self.health.health_failures() {
+                // Drained: the host has failed since it was opened.
+                continue;
+            }
             if conn.is_reusable() {
                 return Some(conn);
             }
@@ -215,7 +219,8 @@ impl HostPool {
     /// a failure gives it back.
     async fn connect_h1(self: &Rc<Self>, slot: ConnectionSlot) -> Result<Box<H1Conn>, ProxyError> {
         let stream = self.connect_http1().await?;
-        Ok(H1Conn::new(stream, self.open_connection(slot)))
+        let failures = self.health.health_failures();
+        Ok(H1Conn::new(stream, self.open_connection(slot), failures))
     }
 
     pub(super) fn put_back(self: &Rc<Self>, mut conn: Box<H1Conn>) {
@@ -226,6 +231,10 @@ impl HostPool {
         {
             // Retired: dropping it closes the connection.
             self.stats.cx_max_requests.inc();
+            return;
+        }
+        if conn.failures_at_open != self.health.health_failures() {
+            // The host failed while this was busy: Envoy drains its pools, so it closes.
             return;
         }
         if self.h1.waiters.get() == 0 && self.settings.shared.breakers.pending.active() > 0 {

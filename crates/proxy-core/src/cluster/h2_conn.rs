@@ -54,21 +54,31 @@ pub(super) struct H2Conn {
     went_idle: Rc<Notify>,
     /// Closes the connection at once (its task's).
     abort: std::cell::OnceCell<tokio::task::AbortHandle>,
+    /// The host's failure count when it was opened: once the host fails again, it takes no
+    /// new stream (Envoy drains a failed host's pools).
+    failures_at_open: u32,
 }
 
 impl H2Conns {
     /// The first open connection with room for a stream, dropping those that have closed
-    /// and retiring those idle past `idle_limit`.
+    /// and retiring those idle past `idle_limit` or opened before the host's latest failure
+    /// (`failures` now).
     pub(super) fn ready(
         &self,
         max_streams: u32,
         idle_limit: Option<Duration>,
+        failures: u32,
     ) -> Option<Rc<H2Conn>> {
         let mut open = self.open.borrow_mut();
         let mut found = None;
         let now = idle_limit.map(|_| Instant::now());
         open.retain(|conn| {
             if conn.sender.is_closed() {
+                return false;
+            }
+            if conn.failures_at_open != failures {
+                // Drained: the host has failed since it was opened.
+                conn.went_idle.notify_one();
                 return false;
             }
             if let (Some(limit), Some(now)) = (idle_limit, now)
@@ -172,8 +182,8 @@ impl HostPool {
 
     fn ready_h2(&self) -> Option<Rc<H2Conn>> {
         let settings = &self.settings;
-        self.h2
-            .ready(settings.h2_max_streams, settings.h2_idle_limit)
+        let failures = self.health.health_failures();
+        (self.h2).ready(settings.h2_max_streams, settings.h2_idle_limit, failures)
     }
 
     /// Counts a stream of `conn` out.
@@ -288,6 +298,7 @@ impl HostPool {
             idle_since: Cell::new(now),
             went_idle: Rc::new(Notify::new()),
             abort: std::cell::OnceCell::new(),
+            failures_at_open: self.health.health_failures(),
         });
         let timed =
             self.settings.idle_timeout.is_some() || self.settings.max_connection_duration.is_some();

@@ -39,6 +39,16 @@ pub(crate) struct Counters {
     consecutive_gateway: AtomicU32,
     tries: AtomicU64,
     failures: AtomicU64,
+    /// Times the host failed its health checks or was ejected: each worker's connections
+    /// made before the latest take no new request (Envoy drains a failed host's pools).
+    health_failures: AtomicU32,
+}
+
+impl Counters {
+    /// How many times the host has failed (see `health_failures`).
+    pub(crate) fn health_failures(&self) -> u32 {
+        self.health_failures.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -92,6 +102,8 @@ pub(crate) struct HostHealth {
     hosts: Mutex<Vec<HostState>>,
     /// When success rates and failure percentages were last evaluated.
     evaluated_at: Mutex<Instant>,
+    /// Woken (all waiters) when a host fails: relays that close with their host wait on it.
+    pub(crate) host_failed: tokio::sync::Notify,
 }
 
 impl HostHealth {
@@ -99,6 +111,7 @@ impl HostHealth {
         Self {
             outlier,
             evaluated_at: Mutex::new(Instant::now()),
+            host_failed: tokio::sync::Notify::new(),
             hosts: Mutex::new(
                 host_set
                     .snapshot()
@@ -239,6 +252,7 @@ impl HostHealth {
             tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host");
             // Under the lock: a health check ending the ejection cannot land in between.
             apply(host_set, host);
+            self.failed(host);
         }
         ejection
     }
@@ -331,6 +345,7 @@ impl HostHealth {
                     let host = &hosts[index];
                     tracing::warn!(host = %host.addr, ejections = host.ejections, "outlier detection ejected a host by its rates");
                     apply(host_set, host);
+                    self.failed(host);
                 }
                 Ejection::Overflow => found.overflow += 1,
                 Ejection::None => {}
@@ -425,7 +440,18 @@ impl HostHealth {
         if let Some(host) = hosts.iter_mut().find(|h| h.addr == addr) {
             host.passing_checks = passing;
             apply(host_set, host);
+            if !passing {
+                self.failed(host);
+            }
         }
+    }
+
+    /// Counts a failure of `host`, and wakes what waits for one.
+    fn failed(&self, host: &HostState) {
+        host.counters
+            .health_failures
+            .fetch_add(1, Ordering::Relaxed);
+        self.host_failed.notify_waiters();
     }
 
     /// (ejected now, ejections so far, passing health checks) of the host at `addr`.

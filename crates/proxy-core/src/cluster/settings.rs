@@ -41,6 +41,8 @@ pub(crate) struct UpstreamSettings {
     /// A host's malformed HTTP/2 message resets its stream only; `false`: it closes the
     /// connection.
     pub(super) h2_stream_error_only: bool,
+    /// Relayed (TCP) connections to a host close when it fails its checks or is ejected.
+    pub(super) close_on_host_failure: bool,
     pub(super) shared: Arc<SharedCluster>,
     /// With `auto_sni`: the header the name is read from instead of the host, if any.
     pub(super) auto_sni: Option<Option<http::HeaderName>>,
@@ -88,6 +90,7 @@ impl UpstreamSettings {
             h2_ping: keepalive.and_then(|k| k.interval.map(|i| (i, k.interval_jitter / 100.0))),
             h2_idle_limit: keepalive.and_then(|k| k.connection_idle_interval),
             h2_stream_error_only: cluster.stream_error_on_invalid_http_message,
+            close_on_host_failure: cluster.close_connections_on_host_health_failure,
             protocol: cluster.protocol,
             connect_timeout: cluster.connect_timeout,
             max_requests: cluster.max_requests_per_connection,

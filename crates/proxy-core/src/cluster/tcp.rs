@@ -25,12 +25,39 @@ pub(crate) struct TcpUpstream {
     _open: OpenConn,
     host: Rc<HostPool>,
     _picked: Picked,
+    /// The host's failure count when connected.
+    failures_at_open: u32,
 }
 
 impl TcpUpstream {
     /// The host's address as text, for an access log line.
     pub(crate) fn addr_text(&self) -> &http::HeaderValue {
         self.host.addr_text()
+    }
+
+    /// Resolves once the host has failed its health checks or been ejected since the
+    /// connection was made, where the cluster says to close connections then
+    /// (`close_connections_on_host_health_failure`); never otherwise.
+    pub(crate) fn host_failed(&self) -> impl Future<Output = ()> + 'static {
+        let host = Rc::clone(&self.host);
+        let at_open = self.failures_at_open;
+        async move {
+            if !host.settings.close_on_host_failure {
+                return std::future::pending().await;
+            }
+            let health = &host.settings.shared.health;
+            loop {
+                // Registered before looking, so a failure between the look and the wait is
+                // kept.
+                let failed = health.host_failed.notified();
+                tokio::pin!(failed);
+                failed.as_mut().enable();
+                if host.health.health_failures() != at_open {
+                    return;
+                }
+                failed.await;
+            }
+        }
     }
 }
 
@@ -80,6 +107,7 @@ impl Cluster {
             host.settings.log_refused(Overflow::Connections);
             return Err(ProxyError::Overflow(Overflow::Connections));
         };
+        let failures_at_open = host.health.health_failures();
         match host.connect_raw().await {
             Ok(io) => {
                 host.report(TryOutcome::Status(200));
@@ -90,6 +118,7 @@ impl Cluster {
                     _open: open,
                     host,
                     _picked: picked,
+                    failures_at_open,
                 })
             }
             Err(error) => {
