@@ -453,18 +453,67 @@ async fn connections_opened_before_a_host_is_ejected_take_no_new_request() {
             protocol,
             "outlier_detection: { consecutive_5xx: 1, max_ejection_percent: 100 }",
         );
-        let res = send_h1(proxy.addr(), get("/", &[])).await;
-        assert_eq!(res.status(), 200);
-        text(res.into_body()).await;
+        let admin = proxy.admin.unwrap();
+        // Two requests at once: two HTTP/1.1 connections (one HTTP/2), idle once answered.
+        let slow = |_| {
+            let proxy = proxy.addr();
+            tokio::spawn(async move {
+                let res = send_h1(proxy, get("/", &[("x-noop-delay", "1s")])).await;
+                assert_eq!(res.status(), 200);
+                text(res.into_body()).await;
+            })
+        };
+        for request in (0..2).map(slow).collect::<Vec<_>>() {
+            request.await.unwrap();
+        }
+        let opened = if protocol == "http1" { 2 } else { 1 };
+        assert_eq!(upstream.connections(), opened, "{protocol}");
         // A 500 ejects the only host (its requests then go to it in panic).
         let res = send_h1(proxy.addr(), get("/", &[("x-noop-status", "500")])).await;
         assert_eq!(res.status(), 500);
         text(res.into_body()).await;
-        assert_eq!(upstream.connections(), 1, "{protocol}");
-        // Envoy drains a failed host's pools: the next request opens a new connection.
+        // Envoy drains a failed host's pools: idle connections close at once...
+        eventually("the drained connections closed", async || {
+            stat(admin, "upstream_cx_active") == 0
+        })
+        .await;
+        // ...and the next request opens a new one.
         let res = send_h1(proxy.addr(), get("/", &[])).await;
         assert_eq!(res.status(), 200, "{protocol}");
         text(res.into_body()).await;
-        assert_eq!(upstream.connections(), 2, "{protocol}");
+        assert_eq!(upstream.connections(), opened + 1, "{protocol}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_connection_all_take_the_new_http2_one() {
+    let upstream = HeldUpstream::start().await;
+    let proxy = timed_proxy(
+        upstream.addr,
+        "http2",
+        "max_connection_duration: 1s\n    circuit_breakers: { max_connections: 1, pending_timeout: 20s }",
+    );
+    let admin = proxy.admin.unwrap();
+    let first = requests_at_once(proxy.addr(), 1);
+    upstream.wait_for_requests(1).await;
+    // The one connection is retired by age while busy: it takes no new stream, and holds
+    // the one connection slot until its stream ends.
+    eventually("the busy connection retired", async || {
+        stat(admin, "upstream_cx_max_duration_reached") == 1
+    })
+    .await;
+    let waiting = requests_at_once(proxy.addr(), 2);
+    eventually("two requests pending", async || {
+        stat(admin, "upstream_rq_pending_active") == 2
+    })
+    .await;
+    upstream.release();
+    // The slot freed, one waiter opens a connection; the other takes a stream on it at once,
+    // long before that connection's own second of age (a third connection).
+    for request in first.into_iter().chain(waiting) {
+        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    assert_eq!(stat(admin, "upstream_cx_total"), 2);
+    assert_eq!(stat(admin, "upstream_rq_pending_timeout"), 0);
 }

@@ -5,6 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::pin::pin;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use http::Request;
@@ -47,8 +48,13 @@ impl H1Pool {
     fn sweep(&self, cx: &mut Context<'_>, pool: &HostPool) -> Option<Instant> {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
+        let failures = pool.health.health_failures();
         self.idle.borrow_mut().retain_mut(|conn| {
             if !conn.poll_open(cx) {
+                return false;
+            }
+            if conn.failures_at_open != failures {
+                // Drained: the host has failed since it was opened.
                 return false;
             }
             match pool.settings.expiry(conn.opened, conn.idle_since) {
@@ -109,17 +115,25 @@ impl Drop for H1Pool {
     }
 }
 
-/// Closes a host's idle connections on this worker as soon as the upstream closes them or
-/// their time is up, so that they give back their `max_connections` slots at once (as a task
+/// Closes a host's idle connections on this worker as soon as the upstream closes them,
+/// their time is up or the host fails (a drain), so that they give back their `max_connections` slots at once (as a task
 /// per connection would, without one): one task per host and worker, woken by any idle
 /// connection's socket and by a timer for the next to expire. Ends with the pool.
 async fn watch_idle(pool: Weak<HostPool>) {
     let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
+    // A host's failure drains its idle connections at once, as Envoy does.
+    let Some(shared) = pool.upgrade().map(|p| Arc::clone(&p.settings.shared)) else {
+        return;
+    };
+    let mut failed = pin!(shared.health.host_failed.notified());
     std::future::poll_fn(|cx| {
         loop {
             let Some(pool) = pool.upgrade() else {
                 return Poll::Ready(());
             };
+            while failed.as_mut().poll(cx).is_ready() {
+                failed.set(shared.health.host_failed.notified());
+            }
             let Some(next) = pool.h1.sweep(cx, &pool) else {
                 return Poll::Pending;
             };

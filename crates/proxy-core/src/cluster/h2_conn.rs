@@ -9,6 +9,7 @@
 use std::cell::{Cell, RefCell};
 use std::pin::pin;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
@@ -18,9 +19,9 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::HostPool;
 use super::host::SendError;
 use super::settings::Expiry;
+use super::{HostPool, SharedCluster};
 use crate::context::RequestBody;
 use crate::error::ProxyError;
 use config::UpstreamProtocol;
@@ -300,23 +301,22 @@ impl HostPool {
             abort: std::cell::OnceCell::new(),
             failures_at_open: self.health.health_failures(),
         });
-        let timed =
-            self.settings.idle_timeout.is_some() || self.settings.max_connection_duration.is_some();
         let pool = Rc::downgrade(self);
         let watched = Rc::downgrade(&h2);
         let went_idle = Rc::clone(&h2.went_idle);
+        let shared = Arc::clone(&self.settings.shared);
         let abort = self.spawn_connection(slot, async move {
             let mut conn = pin!(conn);
-            if timed {
-                tokio::select! {
-                    _ = conn.as_mut() => return,
-                    () = retire_when_due(pool, watched, went_idle) => {}
-                }
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                () = retire_when_due(pool, watched, went_idle, shared) => {}
             }
             let _ = conn.await;
         });
         let _ = h2.abort.set(abort);
         self.h2.open.borrow_mut().push(Rc::clone(&h2));
+        // Requests in the pending queue may take streams on it.
+        self.h2.room.notify_waiters();
         drop((pending, connecting));
         Ok(h2)
     }
@@ -375,16 +375,31 @@ fn due(pool: &Weak<HostPool>, conn: &Weak<H2Conn>) -> Result<Option<(Instant, Ex
     })
 }
 
-/// Waits until `conn` is due (see [`due`]), then retires it (it closes once its streams
+/// Waits until `conn` is due (see [`due`]), or its host has failed since it was opened (a
+/// drain: an idle connection closes at once), then retires it (it closes once its streams
 /// end). Returns at once if the pool or the connection has gone or it was retired. Holds the
 /// connection only weakly, so that a retired one closes when its last stream ends.
-async fn retire_when_due(pool: Weak<HostPool>, conn: Weak<H2Conn>, went_idle: Rc<Notify>) {
+async fn retire_when_due(
+    pool: Weak<HostPool>,
+    conn: Weak<H2Conn>,
+    went_idle: Rc<Notify>,
+    shared: Arc<SharedCluster>,
+) {
     loop {
         // Registered before looking, so a wake-up between the look and the wait is kept.
         let woken = went_idle.notified();
+        let failed = shared.health.host_failed.notified();
+        tokio::pin!(failed);
+        failed.as_mut().enable();
         let Ok(due) = due(&pool, &conn) else {
             return;
         };
+        if let (Some(pool), Some(conn)) = (pool.upgrade(), conn.upgrade())
+            && conn.failures_at_open != pool.health.health_failures()
+        {
+            pool.h2.retire(&conn);
+            return;
+        }
         match due {
             Some((at, why)) if at <= Instant::now() => {
                 if let (Some(pool), Some(conn)) = (pool.upgrade(), conn.upgrade())
@@ -398,9 +413,15 @@ async fn retire_when_due(pool: Weak<HostPool>, conn: Weak<H2Conn>, went_idle: Rc
                 tokio::select! {
                     () = tokio::time::sleep_until(at) => {}
                     () = woken => {}
+                    () = &mut failed => {}
                 }
             }
-            None => woken.await,
+            None => {
+                tokio::select! {
+                    () = woken => {}
+                    () = &mut failed => {}
+                }
+            }
         }
     }
 }

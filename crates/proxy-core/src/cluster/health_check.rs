@@ -125,7 +125,7 @@ pub(super) async fn check_host(
         let pending = !changed && passing == failure.is_some();
         let interval = if !cluster.had_traffic.load(Ordering::Relaxed) {
             // Until the cluster is used, a slower pace keeps its hosts' health roughly known.
-            if passing {
+            if passing && !pending {
                 config.no_traffic_healthy_interval
             } else {
                 config.no_traffic_interval

@@ -6,6 +6,7 @@
 
 use std::hash::Hasher;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use serde::Serialize;
 
@@ -128,6 +129,13 @@ pub(crate) fn build(
                         source,
                     },
                 )?;
+                // Envoy's "had traffic" is its cluster's `upstream_cx_total`, which a changed
+                // cluster keeps (its stats are kept by name): so is the flag here.
+                let had_traffic = previous.is_some_and(|p| {
+                    (p.config.clusters.iter().zip(p.clusters.iter()))
+                        .any(|(c, s)| c.name == cluster.name && s.had_traffic.load(Relaxed))
+                });
+                shared.had_traffic.store(had_traffic, Relaxed);
                 Arc::new(shared)
             }
         };
