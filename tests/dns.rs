@@ -272,3 +272,62 @@ async fn an_answer_is_kept_for_its_ttl_unless_told_otherwise() {
     .await;
     assert_eq!(cached.queries(), asked, "{}", proxy.log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logical_dns_cluster_connects_to_the_first_address_and_keeps_its_connections() {
+    let (first, second) = two_hosts().await;
+    let (first_addr, second_addr) = (first.local_addr(), second.local_addr());
+    let dns = DnsServer::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    dns.set("backend.test", &[ip(first_addr), ip(second_addr)]);
+    let proxy = Proxy::start(
+        &config(
+            dns.local_addr(),
+            first_addr.port(),
+            "    logical_dns: true\n",
+        ),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    // One host, reached at the first address: a strict cluster would share the two.
+    for _ in 0..10 {
+        assert_eq!(served_by(&proxy).await, Ok(first_addr.to_string()));
+    }
+    let (_, clusters) = admin_request(admin, "GET", "/clusters");
+    let clusters: serde_json::Value = serde_json::from_str(&clusters).unwrap();
+    assert_eq!(
+        clusters["clusters"][0]["hosts"].as_array().unwrap().len(),
+        1
+    );
+
+    // The answer changes: new connections go to the new first address, while the one already
+    // open stays in use (Envoy never drains a logical host's connections). Lookups are made
+    // one after the other, each answer applied before the next asked: four queries after the
+    // change, a whole lookup has given the new answer.
+    let asked = dns.queries();
+    dns.set("backend.test", &[ip(second_addr), ip(first_addr)]);
+    eventually("the new answer given", async || dns.queries() >= asked + 4).await;
+    // Two requests at once: one on the kept connection, one on a new one.
+    let slow = || send_h1(proxy.addr(), get("/", &[("x-noop-delay", "300ms")]));
+    let (a, b) = tokio::join!(slow(), slow());
+    let mut by: Vec<String> = [a, b]
+        .iter()
+        .map(|r| {
+            r.headers()["x-noop-served-by"]
+                .to_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    by.sort();
+    let mut expected = vec![first_addr.to_string(), second_addr.to_string()];
+    expected.sort();
+    assert_eq!(by, expected);
+    let (_, clusters) = admin_request(admin, "GET", "/clusters");
+    let clusters: serde_json::Value = serde_json::from_str(&clusters).unwrap();
+    assert_eq!(
+        clusters["clusters"][0]["hosts"].as_array().unwrap().len(),
+        1
+    );
+}

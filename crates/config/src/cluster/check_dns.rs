@@ -88,12 +88,27 @@ pub(crate) fn dns_config(raw: &RawCluster, path: &str) -> Result<DnsConfig, Conf
         .enumerate()
         .map(|(i, r)| resolver(r, &format!("{path}.dns_resolvers[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
+    let logical = raw.logical_dns.unwrap_or(false);
+    if logical {
+        // As Envoy: one endpoint, and here a name (an address needs no lookup).
+        let named = matches!(
+            raw.endpoints.as_slice(),
+            [endpoint] if endpoint_is_name(endpoint)
+        );
+        if !named {
+            return Err(ConfigError::invalid(
+                format!("{path}.logical_dns"),
+                "a logical DNS cluster has exactly one endpoint, a name (NAME:PORT)",
+            ));
+        }
+    }
     Ok(DnsConfig {
         refresh_rate,
         min_refresh_rate,
         respect_ttl: raw.respect_dns_ttl.unwrap_or(defaults.respect_ttl),
         lookup_family,
         resolvers,
+        logical,
     })
 }
 
@@ -108,6 +123,15 @@ fn resolver(value: &str, path: &str) -> Result<SocketAddr, ConfigError> {
             format!("expected a DNS server `IP` or `IP:PORT`, found `{value}`"),
         )
     })
+}
+
+/// Whether an endpoint as written is a name (`NAME:PORT`), not an address.
+fn endpoint_is_name(endpoint: &crate::RawEndpoint) -> bool {
+    let address = match endpoint {
+        crate::RawEndpoint::Address(address) => address,
+        crate::RawEndpoint::Weighted(weighted) => &weighted.address,
+    };
+    address.parse::<SocketAddr>().is_err()
 }
 
 #[cfg(test)]

@@ -66,6 +66,10 @@ pub struct DnsConfig {
     /// The servers asked, in order; empty: the system's (`/etc/resolv.conf`, `/etc/hosts`).
     #[serde(rename = "dns_resolvers")]
     pub resolvers: Vec<SocketAddr>,
+    /// Envoy's LOGICAL_DNS: the cluster's one name is one host, reached at the first address
+    /// of the latest answer; connections already open stay in use when it changes.
+    #[serde(rename = "logical_dns")]
+    pub logical: bool,
 }
 
 impl Default for DnsConfig {
@@ -76,6 +80,7 @@ impl Default for DnsConfig {
             respect_ttl: true,
             lookup_family: DnsLookupFamily::V4Preferred,
             resolvers: Vec::new(),
+            logical: false,
         }
     }
 }

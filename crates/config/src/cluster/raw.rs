@@ -75,6 +75,9 @@ pub struct RawCluster {
     pub respect_dns_ttl: Option<bool>,
     pub dns_lookup_family: Option<String>,
     pub dns_resolvers: Option<Vec<String>>,
+    /// The one endpoint's name is one host whose connections go to the first address of
+    /// the latest answer (Envoy's LOGICAL_DNS).
+    pub logical_dns: Option<bool>,
     /// Set on clusters from a management server: names as control planes write them, and
     /// possibly no endpoints.
     #[serde(skip)]

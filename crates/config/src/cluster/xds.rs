@@ -127,10 +127,17 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
                     )],
                 });
             }
-            dns_cluster = Some(dns_cluster_settings(&typed, &sub("cluster_type"))?);
-            DiscoveryType::StrictDns
+            let settings = dns_cluster_settings(&typed, &sub("cluster_type"))?;
+            let kind = if settings.logical {
+                DiscoveryType::LogicalDns
+            } else {
+                DiscoveryType::StrictDns
+            };
+            dns_cluster = Some(settings);
+            kind
         }
     };
+    let logical = kind == DiscoveryType::LogicalDns;
     let eds_config = c.eds_cluster_config.take();
     let load_assignment = c.load_assignment.take();
     let (inline, eds) = match kind {
@@ -141,13 +148,16 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
                 .unwrap_or_else(|| name.clone());
             (None, Some(service))
         }
-        DiscoveryType::Static | DiscoveryType::StrictDns => {
+        DiscoveryType::Static | DiscoveryType::StrictDns | DiscoveryType::LogicalDns => {
             // No assignment: a cluster without hosts (Envoy Gateway's placeholder for
             // routes without backends), whose requests get 503.
             let cla = load_assignment.unwrap_or_else(|| ClusterLoadAssignment {
                 cluster_name: name.clone(),
                 ..Default::default()
             });
+            // Envoy's rule for LOGICAL_DNS, on the assignment as sent (repeats are merged
+            // below).
+            let single = cla.endpoints.len() == 1 && cla.endpoints[0].lb_endpoints.len() == 1;
             let endpoints = XdsEndpoints::from_assignment(cla, Some(&name))?;
             let names = endpoints
                 .hosts
@@ -157,6 +167,13 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
                 return Err(ResourceError::invalid(
                     sub("load_assignment"),
                     "a STATIC cluster's endpoints must be IP addresses (STRICT_DNS resolves names)",
+                ));
+            }
+            if logical && (!single || !names) {
+                // Envoy's rule, and here the one endpoint must be a name.
+                return Err(ResourceError::invalid(
+                    sub("load_assignment"),
+                    "a LOGICAL_DNS cluster has a single lb_endpoint, a name",
                 ));
             }
             (Some(endpoints), None)
@@ -232,6 +249,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
     let family = DnsLookupFamily::try_from(std::mem::take(&mut c.dns_lookup_family))
         .unwrap_or(DnsLookupFamily::Auto);
     let legacy_dns = DnsSettings {
+        logical,
         refresh_rate: duration(c.dns_refresh_rate.take(), &sub("dns_refresh_rate"))?,
         min_refresh_rate: None,
         respect_ttl: std::mem::take(&mut c.respect_dns_ttl),
@@ -247,7 +265,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
     let dns_settings = dns_cluster.unwrap_or(legacy_dns);
     nothing_else(&c, fields::CLUSTER, &at)?;
 
-    let dns = kind == DiscoveryType::StrictDns;
+    let dns = matches!(kind, DiscoveryType::StrictDns | DiscoveryType::LogicalDns);
     let raw = RawCluster {
         name: name.clone(),
         endpoints: Vec::new(),
@@ -303,6 +321,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         respect_dns_ttl: dns.then_some(dns_settings.respect_ttl),
         dns_lookup_family: dns.then(|| dns_settings.family.to_owned()),
         dns_resolvers: None,
+        logical_dns: Some(logical).filter(|on| *on),
         dynamic: true,
     };
     Ok(XdsCluster {
@@ -339,8 +358,10 @@ fn transport(
 
 const DNS_CLUSTER: &str = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster";
 
-/// How a STRICT_DNS cluster resolves its names.
+/// How a STRICT_DNS (or LOGICAL_DNS) cluster resolves its names.
 struct DnsSettings {
+    /// `all_addresses_in_single_endpoint`: LOGICAL_DNS.
+    logical: bool,
     refresh_rate: Option<Duration>,
     min_refresh_rate: Option<Duration>,
     respect_ttl: bool,
@@ -356,6 +377,7 @@ fn dns_cluster_settings(typed: &Any, at: &str) -> Result<DnsSettings, ResourceEr
     let mut dns: DnsCluster = prost::Message::decode(typed.value.as_slice())
         .map_err(|e| ResourceError::invalid(&at, format!("cannot decode: {e}")))?;
     let settings = DnsSettings {
+        logical: std::mem::take(&mut dns.all_addresses_in_single_endpoint),
         refresh_rate: duration(
             dns.dns_refresh_rate.take(),
             &format!("{at}.dns_refresh_rate"),

@@ -754,8 +754,22 @@ fn dns_names_and_their_settings() {
                 "10.0.0.53:53".parse().unwrap(),
                 "[::1]:5353".parse().unwrap()
             ],
+            logical: false,
         }
     );
+    // A logical DNS cluster has one endpoint, a name.
+    let logical = |endpoints: &str| {
+        MINIMAL.replace(
+            "[127.0.0.1:9000, \"localhost:9001\"]\n",
+            &format!("{endpoints}\n    logical_dns: true\n"),
+        )
+    };
+    let config = Config::from_yaml(&logical("[\"localhost:9001\"]")).unwrap();
+    assert!(config.clusters[0].dns.logical);
+    for endpoints in ["[127.0.0.1:9000, \"localhost:9001\"]", "[127.0.0.1:9000]"] {
+        let error = error_of(&logical(endpoints));
+        assert!(error.contains("clusters[0].logical_dns"), "{error}");
+    }
     let with = |key: &str| {
         error_of(&named.replace(
             "\"localhost:9001\"]\n",

@@ -2414,7 +2414,7 @@ fn load_balancing_policy_extensions_are_honoured_or_refused_by_name() {
 }
 
 #[test]
-fn the_dns_cluster_extension_is_strict_dns_with_its_own_settings() {
+fn the_dns_cluster_extension_and_logical_dns_are_taken_with_their_own_settings() {
     use envoy_types::pb::envoy::config::cluster::v3::cluster::CustomClusterType;
     use envoy_types::pb::envoy::extensions::clusters::common::dns::v3::DnsLookupFamily;
     use envoy_types::pb::envoy::extensions::clusters::dns::v3::DnsCluster;
@@ -2460,11 +2460,43 @@ fn the_dns_cluster_extension_is_strict_dns_with_its_own_settings() {
             typed_config: Some(pack(&logical)),
         },
     ));
+    // LOGICAL_DNS: one endpoint, a name (an address is refused).
     let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
-    assert!(
-        error.contains("all_addresses_in_single_endpoint"),
-        "{error}"
-    );
+    assert!(error.contains("a single lb_endpoint, a name"), "{error}");
+    let mut named = lb_endpoint(4317, HealthStatus::Healthy, None);
+    if let Some(lb_endpoint::HostIdentifier::Endpoint(endpoint)) = &mut named.host_identifier {
+        endpoint.address = Some(envoy_types::pb::envoy::config::core::v3::Address {
+            address: Some(
+                envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(
+                    envoy_types::pb::envoy::config::core::v3::SocketAddress {
+                        address: "collector.internal".into(),
+                        port_specifier: Some(
+                            envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(4317),
+                        ),
+                        ..Default::default()
+                    },
+                ),
+            ),
+        });
+    }
+    c.load_assignment = Some(assignment("collector", vec![named.clone()]));
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
+    assert_eq!(raw.logical_dns, Some(true));
+    // The enum's LOGICAL_DNS is the same, and two endpoints are refused as Envoy does.
+    c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(
+        cluster::DiscoveryType::LogicalDns as i32,
+    ));
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
+    assert_eq!(raw.logical_dns, Some(true));
+    c.load_assignment = Some(assignment("collector", vec![named.clone(), named]));
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("a single lb_endpoint"), "{error}");
     c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::ClusterType(
         CustomClusterType {
             name: "envoy.clusters.dynamic_forward_proxy".into(),

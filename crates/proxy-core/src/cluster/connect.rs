@@ -43,7 +43,7 @@ impl HostPool {
     }
 
     async fn connect_offering(&self, offer: Offer) -> Result<UpstreamIo, ProxyError> {
-        let addr = self.addr;
+        let addr = self.settings.shared.connect_addr(self.addr);
         let started = Instant::now();
         let timeout = self.settings.connect_timeout;
         let connected = tokio::time::timeout(timeout, async {

@@ -124,9 +124,12 @@ impl DnsResolver {
         };
         match tokio::time::timeout(LOOKUP_LIMIT, lookup).await {
             Ok(Resolution::Answer { mut addrs, ttl }) => {
-                // Servers rotate their answers; the host set should not churn with them.
-                addrs.sort_unstable();
-                addrs.dedup();
+                // Servers rotate their answers; the host set should not churn with them. A
+                // logical name's first address is where its connections go: kept in order.
+                if !self.config.logical {
+                    addrs.sort_unstable();
+                    addrs.dedup();
+                }
                 Resolution::Answer { addrs, ttl }
             }
             Ok(failed) => failed,
@@ -194,14 +197,21 @@ pub(crate) struct Membership {
     /// The hosts names gave before a reload, kept until the names it added have had their
     /// first answer: a reload that swaps one name for another leaves no gap without hosts.
     interim: Vec<balancer::HostSpec>,
+    /// Envoy's LOGICAL_DNS: the one name is one host, known by the first address it
+    /// resolved to (its answer here, for good), whose connections go to `target`.
+    logical: bool,
+    /// The first address of the latest answer that had one.
+    target: Option<IpAddr>,
 }
 
 impl Membership {
-    pub(crate) fn new(configured: &[Endpoint]) -> Self {
+    pub(crate) fn new(configured: &[Endpoint], logical: bool) -> Self {
         let mut membership = Membership {
             configured: Vec::new(),
             answers: HashMap::new(),
             interim: Vec::new(),
+            logical,
+            target: None,
         };
         membership.configure(configured);
         membership
@@ -238,10 +248,25 @@ impl Membership {
 
     /// Records `host`'s answer (`None`: the lookup failed, the last answer stays). Whether the
     /// hosts changed.
-    pub(crate) fn answer(&mut self, host: &str, addrs: Option<Vec<IpAddr>>) -> bool {
+    pub(crate) fn answer(&mut self, host: &str, mut addrs: Option<Vec<IpAddr>>) -> bool {
         let Some(slot) = self.answers.get_mut(host) else {
             return false; // no longer configured
         };
+        if self.logical {
+            // Connections go to the latest first address; the host stays the one first
+            // resolved, so its pools (and their connections) stay in use. An answer without
+            // addresses changes nothing, as in Envoy.
+            match addrs.as_ref().and_then(|a| a.first()) {
+                Some(first) => self.target = Some(*first),
+                None => addrs = None,
+            }
+            if let (Some(known), Some(_)) = (slot.as_ref(), addrs.as_ref())
+                && !known.is_empty()
+            {
+                return false;
+            }
+            addrs = addrs.map(|a| a.into_iter().take(1).collect());
+        }
         let changed = match (addrs, slot.as_ref()) {
             (Some(addrs), Some(old)) if *old == addrs => false,
             (Some(addrs), _) => {
@@ -260,6 +285,15 @@ impl Membership {
             return true;
         }
         changed
+    }
+
+    /// Where a connection to host `addr` goes: for a logical DNS cluster's host, the first
+    /// address of the latest answer.
+    pub(crate) fn connect_addr(&self, addr: SocketAddr) -> SocketAddr {
+        match self.target {
+            Some(target) if self.logical => SocketAddr::new(target, addr.port()),
+            _ => addr,
+        }
     }
 
     /// Whether some name has not had its first lookup end.
@@ -437,7 +471,10 @@ mod tests {
 
     #[test]
     fn names_expand_to_their_addresses_on_their_port_once_each() {
-        let mut m = Membership::new(&[ip("10.0.0.1:80"), name("api", 80, 3), name("api", 81, 1)]);
+        let mut m = Membership::new(
+            &[ip("10.0.0.1:80"), name("api", 80, 3), name("api", 81, 1)],
+            false,
+        );
         assert_eq!(m.names().collect::<Vec<_>>(), ["api"]);
         assert!(m.unanswered());
         assert_eq!(hosts(&m), [("10.0.0.1:80".into(), 1)]);
@@ -461,7 +498,7 @@ mod tests {
 
     #[test]
     fn a_failed_lookup_keeps_the_last_answer_and_an_empty_one_removes_it() {
-        let mut m = Membership::new(&[name("api", 80, 1)]);
+        let mut m = Membership::new(&[name("api", 80, 1)], false);
         assert!(!m.answer("api", None));
         assert!(!m.unanswered(), "a failed first lookup still ends the wait");
         assert!(hosts(&m).is_empty());
@@ -474,7 +511,7 @@ mod tests {
 
     #[test]
     fn reconfiguring_keeps_the_answers_of_names_that_stay() {
-        let mut m = Membership::new(&[name("api", 80, 1), name("old", 80, 1)]);
+        let mut m = Membership::new(&[name("api", 80, 1), name("old", 80, 1)], false);
         m.answer("api", ips(&["10.0.0.1"]));
         m.answer("old", ips(&["10.0.0.9"]));
         m.configure(&[name("api", 80, 1), name("new", 80, 1)]);
@@ -489,7 +526,7 @@ mod tests {
 
     #[test]
     fn a_name_swapped_for_another_serves_until_the_new_one_answers() {
-        let mut m = Membership::new(&[ip("10.0.0.1:80"), name("blue", 80, 1)]);
+        let mut m = Membership::new(&[ip("10.0.0.1:80"), name("blue", 80, 1)], false);
         m.answer("blue", ips(&["10.0.0.2"]));
         m.configure(&[name("green", 80, 1)]);
         assert_eq!(
@@ -513,5 +550,23 @@ mod tests {
         assert_eq!(retry_after(&config, 3), s(4));
         assert_eq!(retry_after(&config, 4), s(5));
         assert_eq!(retry_after(&config, 1000), s(5));
+    }
+
+    #[test]
+    fn a_logical_name_is_one_host_reached_at_the_latest_first_address() {
+        let mut m = Membership::new(&[name("api", 80, 1)], true);
+        let host: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        assert!(m.answer("api", ips(&["10.0.0.1", "10.0.0.2"])));
+        assert_eq!(hosts(&m), vec![("10.0.0.1:80".to_string(), 1)]);
+        assert_eq!(m.connect_addr(host), host);
+        // A new answer moves where connections go, not the host (its pools stay).
+        assert!(!m.answer("api", ips(&["10.0.0.3", "10.0.0.1"])));
+        assert_eq!(hosts(&m), vec![("10.0.0.1:80".to_string(), 1)]);
+        assert_eq!(m.connect_addr(host), "10.0.0.3:80".parse().unwrap());
+        // Nor does an answer without addresses, or a failed lookup.
+        assert!(!m.answer("api", ips(&[])));
+        assert!(!m.answer("api", None));
+        assert_eq!(m.connect_addr(host), "10.0.0.3:80".parse().unwrap());
+        assert_eq!(hosts(&m).len(), 1);
     }
 }

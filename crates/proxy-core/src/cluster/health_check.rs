@@ -68,7 +68,8 @@ pub(super) async fn check_host(
     loop {
         stats.health_check_attempt.inc();
         let verdict = check_once(
-            connect,
+            // A logical DNS host is checked where its connections go.
+            cluster.connect_addr(connect),
             &cluster.name,
             &config,
             cluster.tls(cluster.transport_of(addr)),

@@ -32,6 +32,8 @@ pub(crate) struct SharedCluster {
     /// Whether any worker has opened a connection to a host (Envoy's "the cluster has had
     /// traffic"): until then health checks go at the `no_traffic` intervals.
     pub(crate) had_traffic: std::sync::atomic::AtomicBool,
+    /// Envoy's LOGICAL_DNS ([`connect_addr`](Self::connect_addr)).
+    logical_dns: bool,
     /// The resolver of the names among the endpoints, if there are any.
     pub(crate) dns: Option<DnsResolver>,
     /// What the host set is made of; held while the host set is replaced, so that a reload
@@ -52,7 +54,7 @@ impl SharedCluster {
             .has_names()
             .then(|| DnsResolver::new(&config.dns))
             .transpose()?;
-        let membership = Membership::new(&config.endpoints);
+        let membership = Membership::new(&config.endpoints, config.dns.logical);
         let host_set = balancer::HostSet::new(membership.host_specs())
             .expect("hosts are distinct with weights >= 1 by construction");
         let gauges = stats.catalog.cluster_gauges(&stats.process, &config.name);
@@ -71,6 +73,7 @@ impl SharedCluster {
             health_check: config.health_check.clone(),
             protocol: config.protocol,
             had_traffic: std::sync::atomic::AtomicBool::new(false),
+            logical_dns: config.dns.logical,
             dns,
             membership: Mutex::new(membership),
             answered: Condvar::new(),
@@ -181,6 +184,15 @@ impl SharedCluster {
             ),
             None => (addr, None),
         }
+    }
+
+    /// Where a connection to host `addr` goes: `addr`, except in a logical DNS cluster, whose
+    /// one host is reached at the latest answer's first address.
+    pub(crate) fn connect_addr(&self, addr: std::net::SocketAddr) -> std::net::SocketAddr {
+        if !self.logical_dns {
+            return addr;
+        }
+        self.membership().connect_addr(addr)
     }
 
     /// Sets the breaker and membership gauges from the live counts.
