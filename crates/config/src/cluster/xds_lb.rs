@@ -218,11 +218,29 @@ fn extension(mut policy: LoadBalancingPolicy, at: &str) -> Result<Balancing, Res
             balancing.locality_weighted = maglev.locality_weighted_lb_config.take().is_some();
             nothing_else(&maglev, fields::MAGLEV, &at)?;
         }
+        // A locality drawn by its weight, then a host by the child policy: the child with
+        // locality-weighted balancing.
+        "wrr_locality.v3.WrrLocality" => {
+            use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
+            let mut wrr: WrrLocality = decode(&config, &at)?;
+            let at = format!("{at}.endpoint_picking_policy");
+            let Some(child) = wrr.endpoint_picking_policy.take() else {
+                return Err(ResourceError::invalid(at, "expected the child policy"));
+            };
+            balancing = extension(child, &at)?;
+            if balancing.zone_aware.is_some() {
+                return Err(ResourceError::invalid(
+                    at,
+                    "zone-aware routing inside locality-weighted balancing: one way to choose a locality",
+                ));
+            }
+            balancing.locality_weighted = true;
+        }
         other => {
             return Err(unsupported(
                 &at,
                 format!(
-                    "load-balancing policy `{other}` (round_robin, least_request, random, ring_hash, maglev)"
+                    "load-balancing policy `{other}` (round_robin, least_request, random, ring_hash, maglev, wrr_locality)"
                 ),
             ));
         }

@@ -3563,3 +3563,43 @@ fn closing_connections_on_a_host_failure_is_taken() {
         .expect("no secrets named");
     assert_eq!(raw.close_connections_on_host_health_failure, Some(true));
 }
+
+#[test]
+fn wrr_locality_is_its_child_policy_weighted_by_locality() {
+    use envoy_types::pb::envoy::config::cluster::v3::LoadBalancingPolicy;
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
+    let child = |type_name: &str, value: Vec<u8>| -> LoadBalancingPolicy {
+        let mut c = eds_cluster("inner");
+        with_policy(&mut c, type_name, value);
+        c.load_balancing_policy.unwrap()
+    };
+    let mut c = eds_cluster("web");
+    let wrr = WrrLocality {
+        endpoint_picking_policy: Some(child(
+            "least_request.v3.LeastRequest",
+            LeastRequest::default().encode_to_vec(),
+        )),
+    };
+    with_policy(&mut c, "wrr_locality.v3.WrrLocality", wrr.encode_to_vec());
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
+    assert_eq!(raw.lb_policy.as_deref(), Some("least_request"));
+    assert_eq!(raw.locality_weighted, Some(true));
+    // Envoy Gateway's child, weights from the hosts' load reports, is refused by its name.
+    let wrr = WrrLocality {
+        endpoint_picking_policy: Some(child(
+            "client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin",
+            Vec::new(),
+        )),
+    };
+    with_policy(&mut c, "wrr_locality.v3.WrrLocality", wrr.encode_to_vec());
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("endpoint_picking_policy"), "{error}");
+    assert!(
+        error.contains("client_side_weighted_round_robin"),
+        "{error}"
+    );
+}
