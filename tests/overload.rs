@@ -327,3 +327,41 @@ async fn a_worker_without_a_connection_to_a_host_at_its_limit_may_open_one() {
     );
     assert_eq!(stat(admin, "upstream_rq_pending_timeout"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_past_max_connection_pools_is_refused_until_one_closes() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let (a, b) = (
+        NoopUpstream::start_in_thread(any).unwrap(),
+        NoopUpstream::start_in_thread(any).unwrap(),
+    );
+    let proxy = Proxy::start(
+        &forward_config(
+            &[a.local_addr(), b.local_addr()],
+            "    idle_timeout: 300ms\n    circuit_breakers: { max_connection_pools: 1 }",
+        ),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    // Round robin: the first host's pool keeps its connection, so the second host's pool
+    // would be a second one.
+    assert_eq!(send_h1(proxy.addr(), get("/", &[])).await.status(), 200);
+    assert_eq!(send_h1(proxy.addr(), get("/", &[])).await.status(), 503);
+    assert_eq!(stat(admin, "upstream_cx_pool_overflow"), 1);
+    // A pool's connection closes when idle: its slot is free again, for either host (the
+    // first host's pool, then the second's).
+    for _ in 0..2 {
+        eventually("the idle connection closed", async || {
+            stat(admin, "upstream_cx_active") == 0
+        })
+        .await;
+        assert_eq!(send_h1(proxy.addr(), get("/", &[])).await.status(), 200);
+    }
+    assert_eq!(stat(admin, "upstream_cx_pool_overflow"), 1);
+    let (_, dump) = admin_request(admin, "GET", "/config_dump");
+    let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
+    assert_eq!(
+        dump["clusters"][0]["circuit_breakers"]["max_connection_pools"],
+        1
+    );
+}

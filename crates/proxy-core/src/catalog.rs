@@ -446,6 +446,10 @@ catalog! {
             "upstream_cx_overflow",
             "Times a request found max_connections reached (it then waits in the pending queue, if there is room).",
         ),
+        cx_pool_overflow: counter = upstream_cx_pool_overflow(
+            "upstream_cx_pool_overflow",
+            "Requests refused with 503 because a new connection pool would pass max_connection_pools.",
+        ),
         rq_pending_overflow: counter = upstream_rq_pending_overflow(
             "upstream_rq_pending_overflow",
             "Requests refused with 503 because max_requests or max_pending_requests was reached (as Envoy counts them).",

@@ -476,6 +476,15 @@ pub(crate) fn circuit_breakers(
             }
             n => n,
         },
+        max_connection_pools: match raw.max_connection_pools {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.max_connection_pools"),
+                    "expected at least 1",
+                ));
+            }
+            n => n,
+        },
     })
 }
 

@@ -198,6 +198,11 @@ pub struct CircuitBreakerConfig {
     /// limit per host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections_per_host: Option<u32>,
+    /// Connection pools holding a connection at once (a host's on one worker, for one
+    /// `auto_sni` name); past it a request needing a new pool gets 503 (Envoy's
+    /// `max_connection_pools`). `None`: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connection_pools: Option<u32>,
 }
 
 impl Default for CircuitBreakerConfig {
@@ -213,6 +218,7 @@ impl Default for CircuitBreakerConfig {
             retry_budget: None,
             pending_timeout: DEFAULT_PENDING_TIMEOUT,
             max_connections_per_host: None,
+            max_connection_pools: None,
         }
     }
 }

@@ -96,6 +96,9 @@ pub struct RawCircuitBreakers {
     pub pending_timeout: Option<Duration>,
     /// Connections open to any one host at once (Envoy's `per_host_thresholds`).
     pub max_connections_per_host: Option<u32>,
+    /// Connection pools (a host's connections on one worker, for one name) with a
+    /// connection open at once.
+    pub max_connection_pools: Option<u32>,
 }
 
 /// Envoy's defaults: 20 percent, at least 3.

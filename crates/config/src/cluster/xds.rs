@@ -428,6 +428,7 @@ fn breakers(mut b: CircuitBreakers, at: &str) -> Result<RawCircuitBreakers, Reso
         raw.max_pending_requests = limit(t.max_pending_requests.take().map(|v| v.value));
         raw.max_requests = limit(t.max_requests.take().map(|v| v.value));
         raw.max_retries = limit(t.max_retries.take().map(|v| v.value));
+        raw.max_connection_pools = t.max_connection_pools.take().map(|v| v.value);
         raw.retry_budget = t.retry_budget.take().map(|b| crate::RawRetryBudget {
             budget_percent: b.budget_percent.map(|p| p.value),
             min_retry_concurrency: b.min_retry_concurrency.map(|v| v.value),

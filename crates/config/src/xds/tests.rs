@@ -1320,6 +1320,7 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
             max_pending_requests: unlimited,
             max_requests: unlimited,
             max_retries: Some(UInt32Value { value: 0 }),
+            max_connection_pools: Some(UInt32Value { value: 64 }),
             ..Default::default()
         }],
         ..Default::default()
@@ -1403,6 +1404,7 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
     let breakers = &config.clusters[0].circuit_breakers;
     assert_eq!(breakers.max_requests.resolve(2), u32::MAX);
     assert_eq!(breakers.max_retries.resolve(2), 0);
+    assert_eq!(breakers.max_connection_pools, Some(64));
 }
 
 #[test]

@@ -72,6 +72,8 @@ pub(crate) struct CircuitBreakers {
     pub(crate) pending_timeout: Duration,
     /// Connections open to any one host at once (`max_connections_per_host`).
     pub(crate) max_connections_per_host: Option<u32>,
+    /// Connection pools with a connection at once (`max_connection_pools`).
+    pub(crate) pools: Option<Breaker>,
     /// Woken when an upstream connection of the cluster closes, for requests pending on
     /// `max_connections` on any worker.
     pub(crate) connection_freed: tokio::sync::Notify,
@@ -86,6 +88,7 @@ impl CircuitBreakers {
             retries: Breaker::new(config.max_retries.resolve(workers)),
             retry_budget: config.retry_budget,
             max_connections_per_host: config.max_connections_per_host,
+            pools: config.max_connection_pools.map(Breaker::new),
             pending_timeout: config.pending_timeout,
             connection_freed: tokio::sync::Notify::new(),
         }

@@ -58,7 +58,8 @@ impl HostPool {
                 tracing::debug!(%addr, %error, "cannot set TCP keep-alive on an upstream connection");
             }
             let shared = &self.settings.shared;
-            let Some(tls) = shared.tls(shared.transport_of(addr)) else {
+            // By the host, not where it is reached now (a logical DNS host moves).
+            let Some(tls) = shared.tls(shared.transport_of(self.addr)) else {
                 return Ok(Either::Left(stream));
             };
             // The request's name (`auto_sni`), else the host's own (`auto_host_sni`).
@@ -147,6 +148,33 @@ impl HostPool {
         .abort_handle()
     }
 
+    /// Before a new connection: a slot of the cluster's `max_connection_pools` for this pool,
+    /// if it holds none (it has no connection). Past the limit the request is refused, as
+    /// Envoy's "no healthy upstream" (503, `UH`), and counted in `upstream_cx_pool_overflow`.
+    /// The guard gives the slot back if the pool still has no connection when it drops.
+    pub(super) fn claim_pool_slot(self: &Rc<Self>) -> Result<PoolClaim, ProxyError> {
+        if let Some(pools) = &self.settings.shared.breakers.pools
+            && !self.holds_pool_slot.get()
+        {
+            if !pools.try_acquire() {
+                self.stats.cx_pool_overflow.inc();
+                return Err(ProxyError::NoHealthyUpstream);
+            }
+            self.holds_pool_slot.set(true);
+        }
+        Ok(PoolClaim(Rc::clone(self)))
+    }
+
+    /// Gives the pool's `max_connection_pools` slot back once it has no connection.
+    pub(super) fn release_pool_slot_if_idle(&self) {
+        if self.conns_here.get() == 0
+            && self.holds_pool_slot.replace(false)
+            && let Some(pools) = &self.settings.shared.breakers.pools
+        {
+            pools.release();
+        }
+    }
+
     /// A `max_connections` slot, if the cluster (and the host, under
     /// `max_connections_per_host`) has one free.
     pub(super) fn try_connection_slot(self: &Rc<Self>) -> Option<ConnectionSlot> {
@@ -184,6 +212,7 @@ impl HostPool {
     pub(super) fn taken_connection_slot(self: &Rc<Self>) -> ConnectionSlot {
         let shared = &self.settings.shared;
         self.slots_here.set(self.slots_here.get() + 1);
+        self.conns_here.set(self.conns_here.get() + 1);
         ConnectionSlot {
             cluster: Arc::clone(shared),
             host: shared
@@ -192,6 +221,16 @@ impl HostPool {
                 .map(|_| Arc::clone(&self.health)),
             pool: Rc::downgrade(self),
         }
+    }
+}
+
+/// A pool's claim on its `max_connection_pools` slot while it connects (see
+/// [`HostPool::claim_pool_slot`]).
+pub(super) struct PoolClaim(Rc<HostPool>);
+
+impl Drop for PoolClaim {
+    fn drop(&mut self) {
+        self.0.release_pool_slot_if_idle();
     }
 }
 
@@ -229,6 +268,8 @@ impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.upgrade() {
             pool.slots_here.set(pool.slots_here.get().saturating_sub(1));
+            pool.conns_here.set(pool.conns_here.get().saturating_sub(1));
+            pool.release_pool_slot_if_idle();
         }
         if let Some(host) = &self.host {
             host.connections.fetch_sub(1, Ordering::Relaxed);

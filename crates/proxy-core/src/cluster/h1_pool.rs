@@ -122,17 +122,17 @@ impl Drop for H1Pool {
 async fn watch_idle(pool: Weak<HostPool>) {
     let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
     // A host's failure drains its idle connections at once, as Envoy does.
-    let Some(shared) = pool.upgrade().map(|p| Arc::clone(&p.settings.shared)) else {
+    let Some(host) = pool.upgrade().map(|p| Arc::clone(&p.health)) else {
         return;
     };
-    let mut failed = pin!(shared.health.host_failed.notified());
+    let mut failed = pin!(host.failed.notified());
     std::future::poll_fn(|cx| {
         loop {
             let Some(pool) = pool.upgrade() else {
                 return Poll::Ready(());
             };
             while failed.as_mut().poll(cx).is_ready() {
-                failed.set(shared.health.host_failed.notified());
+                failed.set(host.failed.notified());
             }
             let Some(next) = pool.h1.sweep(cx, &pool) else {
                 return Poll::Pending;
@@ -187,6 +187,7 @@ impl HostPool {
     /// allows, else (bounded by `max_pending_requests` and `pending_timeout`) one put back
     /// on this worker or a slot freed anywhere. `(conn, fresh)`.
     async fn connect_h1_within_limit(self: &Rc<Self>) -> Result<(Box<H1Conn>, bool), ProxyError> {
+        let _claim = self.claim_pool_slot()?;
         let slot = match self.try_connection_slot() {
             Some(slot) => slot,
             None => {

@@ -19,9 +19,10 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::HostPool;
+use super::health::Counters;
 use super::host::SendError;
 use super::settings::Expiry;
-use super::{HostPool, SharedCluster};
 use crate::context::RequestBody;
 use crate::error::ProxyError;
 use config::UpstreamProtocol;
@@ -223,6 +224,7 @@ impl HostPool {
                 ),
             });
         }
+        let _claim = self.claim_pool_slot()?;
         let slot = match self.try_connection_slot() {
             Some(slot) => slot,
             None => {
@@ -304,12 +306,12 @@ impl HostPool {
         let pool = Rc::downgrade(self);
         let watched = Rc::downgrade(&h2);
         let went_idle = Rc::clone(&h2.went_idle);
-        let shared = Arc::clone(&self.settings.shared);
+        let host = Arc::clone(&self.health);
         let abort = self.spawn_connection(slot, async move {
             let mut conn = pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,
-                () = retire_when_due(pool, watched, went_idle, shared) => {}
+                () = retire_when_due(pool, watched, went_idle, host) => {}
             }
             let _ = conn.await;
         });
@@ -383,14 +385,14 @@ async fn retire_when_due(
     pool: Weak<HostPool>,
     conn: Weak<H2Conn>,
     went_idle: Rc<Notify>,
-    shared: Arc<SharedCluster>,
+    host: Arc<Counters>,
 ) {
+    // Registered before the first look, so a failure between a look and the wait is kept;
+    // made again only once it has fired.
+    let mut failed = pin!(host.failed.notified());
+    failed.as_mut().enable();
     loop {
-        // Registered before looking, so a wake-up between the look and the wait is kept.
         let woken = went_idle.notified();
-        let failed = shared.health.host_failed.notified();
-        tokio::pin!(failed);
-        failed.as_mut().enable();
         let Ok(due) = due(&pool, &conn) else {
             return;
         };
@@ -400,7 +402,7 @@ async fn retire_when_due(
             pool.h2.retire(&conn);
             return;
         }
-        match due {
+        let fired = match due {
             Some((at, why)) if at <= Instant::now() => {
                 if let (Some(pool), Some(conn)) = (pool.upgrade(), conn.upgrade())
                     && pool.h2.retire(&conn)
@@ -411,17 +413,21 @@ async fn retire_when_due(
             }
             Some((at, _)) => {
                 tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = woken => {}
-                    () = &mut failed => {}
+                    () = tokio::time::sleep_until(at) => false,
+                    () = woken => false,
+                    () = failed.as_mut() => true,
                 }
             }
             None => {
                 tokio::select! {
-                    () = woken => {}
-                    () = &mut failed => {}
+                    () = woken => false,
+                    () = failed.as_mut() => true,
                 }
             }
+        };
+        if fired {
+            failed.set(host.failed.notified());
+            failed.as_mut().enable();
         }
     }
 }

@@ -42,6 +42,9 @@ pub(crate) struct Counters {
     /// Times the host failed its health checks or was ejected: each worker's connections
     /// made before the latest take no new request (Envoy drains a failed host's pools).
     health_failures: AtomicU32,
+    /// Woken (all waiters) when the host fails: its idle connections' watchers, its relays
+    /// that close with it.
+    pub(crate) failed: tokio::sync::Notify,
 }
 
 impl Counters {
@@ -102,8 +105,6 @@ pub(crate) struct HostHealth {
     hosts: Mutex<Vec<HostState>>,
     /// When success rates and failure percentages were last evaluated.
     evaluated_at: Mutex<Instant>,
-    /// Woken (all waiters) when a host fails: relays that close with their host wait on it.
-    pub(crate) host_failed: tokio::sync::Notify,
 }
 
 impl HostHealth {
@@ -111,7 +112,6 @@ impl HostHealth {
         Self {
             outlier,
             evaluated_at: Mutex::new(Instant::now()),
-            host_failed: tokio::sync::Notify::new(),
             hosts: Mutex::new(
                 host_set
                     .snapshot()
@@ -451,7 +451,7 @@ impl HostHealth {
         host.counters
             .health_failures
             .fetch_add(1, Ordering::Relaxed);
-        self.host_failed.notify_waiters();
+        host.counters.failed.notify_waiters();
     }
 
     /// (ejected now, ejections so far, passing health checks) of the host at `addr`.

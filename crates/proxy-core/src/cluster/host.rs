@@ -44,6 +44,10 @@ pub(crate) struct HostPool {
     pub(super) slots_here: Rc<Cell<u32>>,
     /// Requests of this pool in flight (sent, or waiting for a connection).
     pub(super) in_flight: Cell<u32>,
+    /// This pool's connections, open or being opened, and whether it holds one of the
+    /// cluster's `max_connection_pools` (while it has any).
+    pub(super) conns_here: Cell<u32>,
+    pub(super) holds_pool_slot: Cell<bool>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
@@ -77,6 +81,8 @@ impl HostPool {
             host_sni,
             slots_here: Rc::new(Cell::new(0)),
             in_flight: Cell::new(0),
+            conns_here: Cell::new(0),
+            holds_pool_slot: Cell::new(false),
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
@@ -151,6 +157,8 @@ impl HostPool {
             host_sni: self.host_sni.clone(),
             slots_here: Rc::clone(&self.slots_here),
             in_flight: Cell::new(0),
+            conns_here: Cell::new(0),
+            holds_pool_slot: Cell::new(false),
             addr_text: self.addr_text.clone(),
             addr: self.addr,
             settings: Rc::clone(&self.settings),
@@ -342,6 +350,12 @@ impl Drop for HostPool {
         // themselves out (connect.rs `OpenConn`).
         for _ in 0..self.h1.close_idle() {
             self.host_stats.cx_active.dec();
+        }
+        // Its connections cannot reach it any more to give its pool slot back.
+        if self.holds_pool_slot.get()
+            && let Some(pools) = &self.settings.shared.breakers.pools
+        {
+            pools.release();
         }
     }
 }

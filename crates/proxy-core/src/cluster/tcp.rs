@@ -45,11 +45,10 @@ impl TcpUpstream {
             if !host.settings.close_on_host_failure {
                 return std::future::pending().await;
             }
-            let health = &host.settings.shared.health;
             loop {
                 // Registered before looking, so a failure between the look and the wait is
                 // kept.
-                let failed = health.host_failed.notified();
+                let failed = host.health.failed.notified();
                 tokio::pin!(failed);
                 failed.as_mut().enable();
                 if host.health.health_failures() != at_open {
@@ -102,6 +101,7 @@ impl Cluster {
     ) -> Result<TcpUpstream, ProxyError> {
         let key = self.request_key(headers, client, hash);
         let (host, picked) = self.pick(key).ok_or(ProxyError::NoHealthyUpstream)?;
+        let _claim = host.claim_pool_slot()?;
         let Some(slot) = host.try_connection_slot() else {
             self.stats.cx_overflow.inc();
             host.settings.log_refused(Overflow::Connections);

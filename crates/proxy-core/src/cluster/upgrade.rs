@@ -57,6 +57,7 @@ impl HostPool {
         self: &Rc<Self>,
         req: Request<RequestBody>,
     ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let _claim = self.claim_pool_slot()?;
         let Some(slot) = self.try_connection_slot() else {
             // No waiting in the pending queue: a connection for an upgrade is never returned,
             // so only a closing one would help, and clients retry an upgrade themselves.
