@@ -249,6 +249,16 @@ fn requests_at_once(
         .collect()
 }
 
+/// Waits for each of `requests` (at most [`LIMIT`] each): every one answered 200.
+async fn all_answered(
+    requests: impl IntoIterator<Item = tokio::task::JoinHandle<hyper::Response<hyper::body::Incoming>>>,
+) {
+    for request in requests {
+        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
+        assert_eq!(res.status(), 200);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_gets_another_http2_connection_past_max_concurrent_streams() {
     let upstream = HeldUpstream::start().await;
@@ -260,10 +270,7 @@ async fn a_host_gets_another_http2_connection_past_max_concurrent_streams() {
     assert_eq!(stat(admin, "upstream_cx_total"), 3);
     assert_eq!(stat(admin, "upstream_cx_active"), 3);
     upstream.release();
-    for request in requests {
-        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
-        assert_eq!(res.status(), 200);
-    }
+    all_answered(requests).await;
     // The connections with room take the next requests: none is opened for them.
     for _ in 0..4 {
         let res = send_h1(proxy.addr(), get("/", &[])).await;
@@ -292,10 +299,7 @@ async fn requests_finding_every_http2_connection_full_wait_for_a_stream_at_max_c
     assert_eq!(upstream.arrived(), 4);
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
     upstream.release();
-    for request in requests {
-        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
-        assert_eq!(res.status(), 200);
-    }
+    all_answered(requests).await;
     // Each stream freed lets one waiter on: both get one.
     assert_eq!(upstream.arrived(), 6);
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
@@ -510,10 +514,7 @@ async fn requests_waiting_for_a_connection_all_take_the_new_http2_one() {
     upstream.release();
     // The slot freed, one waiter opens a connection; the other takes a stream on it at once,
     // long before that connection's own second of age (a third connection).
-    for request in first.into_iter().chain(waiting) {
-        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
-        assert_eq!(res.status(), 200);
-    }
+    all_answered(first.into_iter().chain(waiting)).await;
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
     assert_eq!(stat(admin, "upstream_rq_pending_timeout"), 0);
 }
