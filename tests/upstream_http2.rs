@@ -380,18 +380,22 @@ async fn an_http2_connection_idle_past_connection_idle_interval_takes_no_new_str
     }
 }
 
-/// An HTTP/2 host that answers every request with a head HTTP/2 forbids (`connection:
-/// close`); `.1` counts the connections it took.
-async fn malformed_host() -> (SocketAddr, Arc<AtomicUsize>) {
+/// An HTTP/2 host that answers each request from a connection's `answer_from`th on with a
+/// head HTTP/2 forbids (`connection: close`), and those before it never; `.1` counts the
+/// connections it took, `.2` the requests.
+async fn malformed_host(answer_from: usize) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     use tokio::io::AsyncWriteExt;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&accepted);
+    let requests = Arc::new(AtomicUsize::new(0));
+    let (count, asked) = (Arc::clone(&accepted), Arc::clone(&requests));
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             count.fetch_add(1, Ordering::SeqCst);
+            let asked = Arc::clone(&asked);
             tokio::spawn(async move {
+                let mut on_this = 0;
                 let mut magic = [0u8; 24];
                 stream.read_exact(&mut magic).await?;
                 stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await?;
@@ -410,6 +414,11 @@ async fn malformed_host() -> (SocketAddr, Arc<AtomicUsize>) {
                         }
                         // HEADERS: `:status: 200` and `connection: close`, ending the stream.
                         1 => {
+                            asked.fetch_add(1, Ordering::SeqCst);
+                            on_this += 1;
+                            if on_this < answer_from {
+                                continue;
+                            }
                             let mut block = vec![0x88, 0x00, 10];
                             block.extend_from_slice(b"connection");
                             block.push(5);
@@ -427,13 +436,13 @@ async fn malformed_host() -> (SocketAddr, Arc<AtomicUsize>) {
             });
         }
     });
-    (addr, accepted)
+    (addr, accepted, requests)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_message_closes_the_http2_connection_unless_told_to_reset_the_stream() {
     for (setting, connections) in [("", 2), ("stream_error_on_invalid_http_message: true", 1)] {
-        let (host, accepted) = malformed_host().await;
+        let (host, accepted, _) = malformed_host(1).await;
         let proxy = timed_proxy(host, "http2", setting);
         for _ in 0..2 {
             let res = send_h1(proxy.addr(), get("/", &[])).await;
@@ -517,4 +526,46 @@ async fn requests_waiting_for_a_connection_all_take_the_new_http2_one() {
     all_answered(first.into_iter().chain(waiting)).await;
     assert_eq!(stat(admin, "upstream_cx_total"), 2);
     assert_eq!(stat(admin, "upstream_rq_pending_timeout"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_message_fails_the_other_streams_of_its_connection_at_once() {
+    // The first request is never answered; the second's malformed head closes the
+    // connection, and the first fails with it rather than wait out its route's two minutes.
+    let (host, _, requests) = malformed_host(2).await;
+    let proxy = Proxy::start(
+        &format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+        timeout: 120s
+clusters:
+  - name: backend
+    endpoints: ["{host}"]
+    protocol: http2
+"#
+        ),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    let first = requests_at_once(proxy.addr(), 1);
+    eventually("the first request at the host", async || {
+        requests.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let res = send_h1(proxy.addr(), get("/", &[])).await;
+    assert_eq!(res.status(), 502);
+    for request in first {
+        let res = tokio::time::timeout(LIMIT, request).await.unwrap().unwrap();
+        assert!(res.status().is_server_error(), "{}", res.status());
+    }
+    eventually("the connection closed", async || {
+        stat(admin, "upstream_cx_active") == 0
+    })
+    .await;
 }

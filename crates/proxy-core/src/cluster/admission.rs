@@ -23,10 +23,11 @@ impl HostPool {
     /// Waits in the cluster's pending queue until `reuse` finds a connection to this host on
     /// this worker (`Some`: an HTTP/1.1 one put back, an HTTP/2 one with room for a stream;
     /// `returned` is woken when one may be there) or a connection slot is taken for this
-    /// request (`None`).
+    /// request (`None`). `waiters` counts it meanwhile (the protocol's own count).
     pub(super) async fn wait_pending<T>(
         &self,
         returned: &tokio::sync::Notify,
+        waiters: &std::cell::Cell<u32>,
         reuse: impl Fn(&Self) -> Option<T>,
     ) -> Result<Option<T>, ProxyError> {
         let breakers = &self.settings.shared.breakers;
@@ -37,7 +38,7 @@ impl HostPool {
         };
         self.stats.rq_pending_total.inc();
         // Counted out however the wait ends, a request dropped by its route's timeout too.
-        let _waiting = Waiting::new(self);
+        let _waiting = Waiting::new(self, waiters);
         let deadline = tokio::time::sleep(breakers.pending_timeout);
         tokio::pin!(deadline);
         loop {
@@ -82,18 +83,19 @@ impl Drop for Pending<'_> {
 }
 
 /// A request in the pending queue: counted as pending and as a waiter for this pool's
-/// connections, and timed, until dropped.
+/// connections of its protocol, and timed, until dropped.
 struct Waiting<'a> {
     _pending: Pending<'a>,
+    waiters: &'a std::cell::Cell<u32>,
     started: Instant,
 }
 
 impl<'a> Waiting<'a> {
-    fn new(pool: &'a HostPool) -> Self {
-        let waiters = &pool.h1.waiters;
+    fn new(pool: &'a HostPool, waiters: &'a std::cell::Cell<u32>) -> Self {
         waiters.set(waiters.get() + 1);
         Self {
             _pending: pool.pending(),
+            waiters,
             started: Instant::now(),
         }
     }
@@ -101,8 +103,8 @@ impl<'a> Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
+        self.waiters.set(self.waiters.get() - 1);
         let pool = self._pending.0;
-        pool.h1.waiters.set(pool.h1.waiters.get() - 1);
         (pool.stats.rq_pending_time).record_duration(self.started.elapsed());
     }
 }

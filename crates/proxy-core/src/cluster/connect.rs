@@ -131,12 +131,11 @@ impl HostPool {
 
     /// Drives an upstream connection on this worker (HTTP/2, or one being upgraded), counting
     /// it while it is open.
-    /// Aborting the task closes the connection at once.
     pub(super) fn spawn_connection(
         self: &Rc<Self>,
         slot: ConnectionSlot,
         conn: impl Future<Output = ()> + 'static,
-    ) -> tokio::task::AbortHandle {
+    ) {
         let open = self.open_connection(slot);
         // The task keeps the pool, so that the host's count is kept to the connection's end.
         let pool = Rc::clone(self);
@@ -144,8 +143,7 @@ impl HostPool {
             conn.await;
             drop(open);
             drop(pool);
-        })
-        .abort_handle()
+        });
     }
 
     /// Before a new connection: a slot of the cluster's `max_connection_pools` for this pool,
@@ -162,12 +160,15 @@ impl HostPool {
             }
             self.holds_pool_slot.set(true);
         }
+        self.pool_claims.set(self.pool_claims.get() + 1);
         Ok(PoolClaim(Rc::clone(self)))
     }
 
-    /// Gives the pool's `max_connection_pools` slot back once it has no connection.
+    /// Gives the pool's `max_connection_pools` slot back once it has no connection and no
+    /// request is connecting on it.
     pub(super) fn release_pool_slot_if_idle(&self) {
         if self.conns_here.get() == 0
+            && self.pool_claims.get() == 0
             && self.holds_pool_slot.replace(false)
             && let Some(pools) = &self.settings.shared.breakers.pools
         {
@@ -230,7 +231,10 @@ pub(super) struct PoolClaim(Rc<HostPool>);
 
 impl Drop for PoolClaim {
     fn drop(&mut self) {
-        self.0.release_pool_slot_if_idle();
+        let pool = &self.0;
+        pool.pool_claims
+            .set(pool.pool_claims.get().saturating_sub(1));
+        pool.release_pool_slot_if_idle();
     }
 }
 

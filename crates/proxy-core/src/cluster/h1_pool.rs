@@ -192,7 +192,10 @@ impl HostPool {
             Some(slot) => slot,
             None => {
                 self.stats.cx_overflow.inc();
-                match (self.wait_pending(&self.h1.returned, |pool| pool.idle_h1())).await? {
+                match (self
+                    .wait_pending(&self.h1.returned, &self.h1.waiters, |pool| pool.idle_h1()))
+                .await?
+                {
                     Some(conn) => return Ok((conn, false)),
                     // `None`: a connection slot is ours.
                     None => self.taken_connection_slot(),

@@ -7,7 +7,7 @@
 //! and closes once its streams have ended.
 
 use std::cell::{Cell, RefCell};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,8 +38,10 @@ pub(super) struct H2Conns {
     /// When the last connect failed: requests that queued behind that attempt fail with it
     /// rather than each waiting out its own connect timeout in turn.
     failed_at: Cell<Option<Instant>>,
-    /// Woken once per stream ended (with a stream limit), for requests waiting for room.
+    /// Woken once per stream ended (with a stream limit), for requests waiting for room, and
+    /// when a connection opens; those requests, counted.
     pub(super) room: Notify,
+    pub(super) waiters: Cell<u32>,
 }
 
 /// One HTTP/2 connection to a host.
@@ -54,8 +56,8 @@ pub(super) struct H2Conn {
     /// Woken when its last stream ends (its idle time starts) or it is retired. Its own
     /// allocation, so the connection's timer can wait on it without holding the sender.
     went_idle: Rc<Notify>,
-    /// Closes the connection at once (its task's).
-    abort: std::cell::OnceCell<tokio::task::AbortHandle>,
+    /// Cuts the connection's socket: every stream on it fails, and it closes at once.
+    cut: Rc<Cut>,
     /// The host's failure count when it was opened: once the host fails again, it takes no
     /// new stream (Envoy drains a failed host's pools).
     failures_at_open: u32,
@@ -202,9 +204,7 @@ impl HostPool {
         }
         tracing::debug!(host = %self.addr, "malformed HTTP/2 message: closing the connection");
         self.h2.retire(conn);
-        if let Some(abort) = conn.abort.get() {
-            abort.abort();
-        }
+        conn.cut.sever();
     }
 
     async fn connect_h2(self: &Rc<Self>) -> Result<Rc<H2Conn>, ProxyError> {
@@ -233,7 +233,9 @@ impl HostPool {
                 // pending queue counts the request while it waits there, with its own limit
                 // and timeout: the connect lock is let go, so every waiter is in that queue.
                 drop((pending.take(), connecting.take()));
-                match (self.wait_pending(&self.h2.room, |pool| pool.ready_h2())).await? {
+                match (self.wait_pending(&self.h2.room, &self.h2.waiters, |pool| pool.ready_h2()))
+                    .await?
+                {
                     Some(conn) => return Ok(conn),
                     None => {
                         pending = Some(self.pending());
@@ -281,14 +283,19 @@ impl HostPool {
                 });
             }
         }
+        let cut = Rc::new(Cut::default());
+        let stream = TokioIo::new(Severable {
+            io: stream,
+            cut: Rc::clone(&cut),
+        });
         let handshake = match self.settings.h2_ping {
-            None => self.settings.h2.handshake(TokioIo::new(stream)).await,
+            None => self.settings.h2.handshake(stream).await,
             Some((interval, jitter)) => {
                 // Drawn once per connection, so connections opened together do not PING
                 // together.
                 let mut builder = self.settings.h2.clone();
                 builder.keep_alive_interval(jittered(interval, jitter));
-                builder.handshake(TokioIo::new(stream)).await
+                builder.handshake(stream).await
             }
         };
         let (sender, conn) = handshake.map_err(|e| ProxyError::from_upstream(self.addr, e))?;
@@ -300,14 +307,14 @@ impl HostPool {
             streams: Cell::new(0),
             idle_since: Cell::new(now),
             went_idle: Rc::new(Notify::new()),
-            abort: std::cell::OnceCell::new(),
+            cut,
             failures_at_open: self.health.health_failures(),
         });
         let pool = Rc::downgrade(self);
         let watched = Rc::downgrade(&h2);
         let went_idle = Rc::clone(&h2.went_idle);
         let host = Arc::clone(&self.health);
-        let abort = self.spawn_connection(slot, async move {
+        self.spawn_connection(slot, async move {
             let mut conn = pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,
@@ -315,12 +322,101 @@ impl HostPool {
             }
             let _ = conn.await;
         });
-        let _ = h2.abort.set(abort);
         self.h2.open.borrow_mut().push(Rc::clone(&h2));
         // Requests in the pending queue may take streams on it.
         self.h2.room.notify_waiters();
         drop((pending, connecting));
         Ok(h2)
+    }
+}
+
+/// An HTTP/2 connection's socket, which the proxy can cut: from then on reads and writes
+/// fail, so the codec ends the connection, and every stream on it, at once (hyper drives the
+/// connection in a task of its own, which nothing else could stop).
+struct Severable {
+    io: crate::tls::UpstreamIo,
+    cut: Rc<Cut>,
+}
+
+/// Whether a [`Severable`] socket is cut, and the waker of its last read, woken by the cut.
+#[derive(Default)]
+struct Cut {
+    done: Cell<bool>,
+    reader: RefCell<Option<std::task::Waker>>,
+}
+
+impl Cut {
+    fn sever(&self) {
+        self.done.set(true);
+        if let Some(reader) = self.reader.borrow_mut().take() {
+            reader.wake();
+        }
+    }
+
+    fn check(&self) -> std::io::Result<()> {
+        if self.done.get() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the connection was closed for a malformed message",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl tokio::io::AsyncRead for Severable {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.cut.check()?;
+        {
+            let mut reader = self.cut.reader.borrow_mut();
+            if !reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *reader = Some(cx.waker().clone());
+            }
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Severable {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.cut.check()?;
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.cut.check()?;
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.cut.check()?;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

@@ -48,6 +48,8 @@ pub(crate) struct HostPool {
     /// cluster's `max_connection_pools` (while it has any).
     pub(super) conns_here: Cell<u32>,
     pub(super) holds_pool_slot: Cell<bool>,
+    /// Requests connecting on this pool's claim on its slot ([`PoolClaim`]).
+    pub(super) pool_claims: Cell<u32>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
@@ -83,6 +85,7 @@ impl HostPool {
             in_flight: Cell::new(0),
             conns_here: Cell::new(0),
             holds_pool_slot: Cell::new(false),
+            pool_claims: Cell::new(0),
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
@@ -159,6 +162,7 @@ impl HostPool {
             in_flight: Cell::new(0),
             conns_here: Cell::new(0),
             holds_pool_slot: Cell::new(false),
+            pool_claims: Cell::new(0),
             addr_text: self.addr_text.clone(),
             addr: self.addr,
             settings: Rc::clone(&self.settings),
@@ -303,9 +307,13 @@ impl HostPool {
         };
         let outcome = match &sent {
             Ok((head, _)) => Some(TryOutcome::Status(head.status.as_u16())),
-            // Not the host's doing: the breaker refused, or the client went away.
+            // Not the host's doing: a breaker or `max_connection_pools` refused, or the client
+            // went away.
             Err(SendError {
-                error: ProxyError::Overflow(_) | ProxyError::ClientAborted { .. },
+                error:
+                    ProxyError::Overflow(_)
+                    | ProxyError::NoHealthyUpstream
+                    | ProxyError::ClientAborted { .. },
                 ..
             }) => None,
             // The name was the client's to choose (`auto_sni`): a certificate not valid for
