@@ -23,11 +23,12 @@ impl HostPool {
     /// Waits in the cluster's pending queue until `reuse` finds a connection to this host on
     /// this worker (`Some`: an HTTP/1.1 one put back, an HTTP/2 one with room for a stream;
     /// `returned` is woken when one may be there) or a connection slot is taken for this
-    /// request (`None`). `waiters` counts it meanwhile (the protocol's own count).
+    /// request (`None`). `waiters`, where given, counts it meanwhile (HTTP/1.1's put-back
+    /// reads it).
     pub(super) async fn wait_pending<T>(
         &self,
         returned: &tokio::sync::Notify,
-        waiters: &std::cell::Cell<u32>,
+        waiters: Option<&std::cell::Cell<u32>>,
         reuse: impl Fn(&Self) -> Option<T>,
     ) -> Result<Option<T>, ProxyError> {
         let breakers = &self.settings.shared.breakers;
@@ -82,17 +83,19 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// A request in the pending queue: counted as pending and as a waiter for this pool's
-/// connections of its protocol, and timed, until dropped.
+/// A request in the pending queue: counted as pending (and in `waiters`, where given), and
+/// timed, until dropped.
 struct Waiting<'a> {
     _pending: Pending<'a>,
-    waiters: &'a std::cell::Cell<u32>,
+    waiters: Option<&'a std::cell::Cell<u32>>,
     started: Instant,
 }
 
 impl<'a> Waiting<'a> {
-    fn new(pool: &'a HostPool, waiters: &'a std::cell::Cell<u32>) -> Self {
-        waiters.set(waiters.get() + 1);
+    fn new(pool: &'a HostPool, waiters: Option<&'a std::cell::Cell<u32>>) -> Self {
+        if let Some(waiters) = waiters {
+            waiters.set(waiters.get() + 1);
+        }
         Self {
             _pending: pool.pending(),
             waiters,
@@ -103,7 +106,9 @@ impl<'a> Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.waiters.set(self.waiters.get() - 1);
+        if let Some(waiters) = self.waiters {
+            waiters.set(waiters.get() - 1);
+        }
         let pool = self._pending.0;
         (pool.stats.rq_pending_time).record_duration(self.started.elapsed());
     }

@@ -192,8 +192,9 @@ impl HostPool {
             Some(slot) => slot,
             None => {
                 self.stats.cx_overflow.inc();
-                match (self
-                    .wait_pending(&self.h1.returned, &self.h1.waiters, |pool| pool.idle_h1()))
+                match (self.wait_pending(&self.h1.returned, Some(&self.h1.waiters), |pool| {
+                    pool.idle_h1()
+                }))
                 .await?
                 {
                     Some(conn) => return Ok((conn, false)),
@@ -236,8 +237,9 @@ impl HostPool {
     /// Connects on a connection slot the caller took: the connection holds it while open, and
     /// a failure gives it back.
     async fn connect_h1(self: &Rc<Self>, slot: ConnectionSlot) -> Result<Box<H1Conn>, ProxyError> {
-        let stream = self.connect_http1().await?;
+        // Taken before connecting: a failure while it connects drains it too.
         let failures = self.health.health_failures();
+        let stream = self.connect_http1().await?;
         Ok(H1Conn::new(stream, self.open_connection(slot), failures))
     }
 

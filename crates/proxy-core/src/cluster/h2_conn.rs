@@ -39,9 +39,8 @@ pub(super) struct H2Conns {
     /// rather than each waiting out its own connect timeout in turn.
     failed_at: Cell<Option<Instant>>,
     /// Woken once per stream ended (with a stream limit), for requests waiting for room, and
-    /// when a connection opens; those requests, counted.
+    /// when a connection opens.
     pub(super) room: Notify,
-    pub(super) waiters: Cell<u32>,
 }
 
 /// One HTTP/2 connection to a host.
@@ -233,9 +232,7 @@ impl HostPool {
                 // pending queue counts the request while it waits there, with its own limit
                 // and timeout: the connect lock is let go, so every waiter is in that queue.
                 drop((pending.take(), connecting.take()));
-                match (self.wait_pending(&self.h2.room, &self.h2.waiters, |pool| pool.ready_h2()))
-                    .await?
-                {
+                match (self.wait_pending(&self.h2.room, None, |pool| pool.ready_h2())).await? {
                     Some(conn) => return Ok(conn),
                     None => {
                         pending = Some(self.pending());
@@ -244,6 +241,8 @@ impl HostPool {
                 }
             }
         };
+        // Taken before connecting: a failure while it connects drains it too.
+        let failures_at_open = self.health.health_failures();
         let stream = match self.connect().await {
             Ok(stream) => stream,
             Err(err) => {
@@ -308,7 +307,7 @@ impl HostPool {
             idle_since: Cell::new(now),
             went_idle: Rc::new(Notify::new()),
             cut,
-            failures_at_open: self.health.health_failures(),
+            failures_at_open,
         });
         let pool = Rc::downgrade(self);
         let watched = Rc::downgrade(&h2);
