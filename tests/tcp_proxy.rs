@@ -127,11 +127,11 @@ async fn a_server_that_speaks_first_is_heard_at_once() {
 /// Nothing to connect to: the client's connection is closed, each attempt counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_refuses_closes_the_client_after_the_attempts() {
-    let closed = {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        listener.local_addr().unwrap()
-    };
-    let proxy = Proxy::start(&relay_config("", closed, ", max_connect_attempts: 3"), 1);
+    let closed = closed_port();
+    let proxy = Proxy::start(
+        &relay_config("", closed.addr, ", max_connect_attempts: 3"),
+        1,
+    );
     let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(LIMIT, stream.read(&mut buf))
@@ -402,10 +402,7 @@ clusters:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_relayed_connection_is_one_access_log_line() {
     let upstream = echo(b"hi").await;
-    let closed = {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        listener.local_addr().unwrap()
-    };
+    let closed = closed_port();
     let logs = ScratchDir::new();
     let log = logs.0.join("relay.log");
     let format = "%UPSTREAM_HOST% %BYTES_RECEIVED% %BYTES_SENT% %RESPONSE_FLAGS% %PROTOCOL% %RESPONSE_CODE% %DOWNSTREAM_REMOTE_ADDRESS%\n";
@@ -425,6 +422,7 @@ clusters:
   - {{ name: echo, endpoints: [{upstream}] }}
   - {{ name: dead, endpoints: [{closed}] }}
 "#,
+        closed = closed.addr,
         path = log.display(),
         format = format.replace('\n', "\\n"),
     );
@@ -440,16 +438,27 @@ clusters:
         .await
         .expect("closed, not held");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    // Lines are found by the client's address: the test's connections are the only ones
+    // these ephemeral listeners expect, but nothing stops a stray connection to their ports.
+    let line_of = |text: &str, peer: SocketAddr| {
+        text.lines()
+            .find(|line| line.ends_with(&format!(" {peer}")))
+            .map(str::to_owned)
+    };
     eventually("both lines written", async || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        text.lines().count() == 2
+        line_of(&text, client).is_some() && line_of(&text, refused_client).is_some()
     })
     .await;
     let text = std::fs::read_to_string(&log).unwrap();
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.sort_unstable_by_key(|line| !line.starts_with(&upstream.to_string()));
-    assert_eq!(lines[0], format!("{upstream} 1000 1002 - - 0 {client}"));
-    assert_eq!(lines[1], format!("- 0 0 UF - 0 {refused_client}"));
+    assert_eq!(
+        line_of(&text, client).unwrap(),
+        format!("{upstream} 1000 1002 - - 0 {client}")
+    );
+    assert_eq!(
+        line_of(&text, refused_client).unwrap(),
+        format!("- 0 0 UF - 0 {refused_client}")
+    );
 }
 
 /// `hash_policy: source_ip` keeps one client on one host of a ring hash cluster; without it
