@@ -486,6 +486,7 @@ pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 pub struct HeldUpstream {
     pub addr: SocketAddr,
     arrived: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
     release: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -495,14 +496,17 @@ impl HeldUpstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let arrived = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let release = tokio::sync::watch::Sender::new(false);
         let task = tokio::spawn({
-            let (arrived, release) = (Arc::clone(&arrived), release.clone());
+            let (arrived, accepted, release) =
+                (Arc::clone(&arrived), Arc::clone(&accepted), release.clone());
             async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
                         return;
                     };
+                    accepted.fetch_add(1, Ordering::SeqCst);
                     let (arrived, release) = (Arc::clone(&arrived), release.clone());
                     tokio::spawn(async move {
                         let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
@@ -525,6 +529,7 @@ impl HeldUpstream {
         HeldUpstream {
             addr,
             arrived,
+            accepted,
             release,
             task,
         }
@@ -541,6 +546,11 @@ impl HeldUpstream {
     /// How many requests have arrived so far.
     pub fn arrived(&self) -> usize {
         self.arrived.load(Ordering::SeqCst)
+    }
+
+    /// How many connections it has accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Answers the requests held, and every later one at once.

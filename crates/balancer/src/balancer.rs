@@ -9,14 +9,16 @@
 //! host of the level if it is in panic. With locality-weighted balancing, a locality is
 //! drawn first by its effective weight (`locality.rs`), then a host of it.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use crate::host::{Entry, Host, HostSet, Picked, Snapshot, ZoneRoute};
+use crate::host::{Ahead, Entry, Host, HostSet, Picked, Snapshot, ZoneRoute};
 use crate::policy::{DEFAULT_PANIC_THRESHOLD, LbPolicy};
 use crate::priority::{self, LevelCounts};
 use crate::random::Alias;
@@ -115,8 +117,31 @@ pub struct LoadBalancer {
     rebuild: Mutex<()>,
     /// Tables built since this balancer was made.
     rebuilds: AtomicU64,
+    /// Picks made ahead by [`peek`](Self::peek), with the tables' version, handed out in
+    /// order by the next picks; their count, so that a pick without any takes no lock.
+    ahead: Mutex<VecDeque<(u64, Ahead)>>,
+    ahead_len: AtomicUsize,
     #[cfg(feature = "metrics")]
     meters: crate::meters::Meters,
+}
+
+/// Where a coming pick will go ([`LoadBalancer::peek`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peeked {
+    addr: SocketAddr,
+    index: usize,
+}
+
+impl Peeked {
+    /// The host's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The host's index in the snapshot it was picked from.
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
 /// A round-robin position, on its own cache line: it is the one word every round-robin pick
@@ -191,6 +216,8 @@ impl LoadBalancer {
             compiled: ArcSwap::from_pointee(compiled),
             rebuild: Mutex::new(()),
             rebuilds: AtomicU64::new(0),
+            ahead: Mutex::new(VecDeque::new()),
+            ahead_len: AtomicUsize::new(0),
             #[cfg(feature = "metrics")]
             meters,
         })
@@ -206,6 +233,13 @@ impl LoadBalancer {
     /// until it is dropped.
     #[inline]
     pub fn pick(&self, hash_key: Option<u64>) -> Option<Picked> {
+        if self.ahead_len.load(Ordering::Relaxed) != 0
+            && let Some(picked) = self.take_ahead()
+        {
+            #[cfg(feature = "metrics")]
+            self.meters.picks.increment(1);
+            return Some(picked);
+        }
         let compiled = self.compiled.load();
         let picked = if self.is_current(&compiled) {
             compiled.pick(hash_key)
@@ -230,6 +264,49 @@ impl LoadBalancer {
             return self.pick(hash_key);
         }
         self.current().pick_excluding(hash_key, excluded)
+    }
+
+    /// Tells where a coming pick will go, for a connection to be opened there ahead of the
+    /// request (Envoy's predictive preconnect): the pick is made now, and the next
+    /// [`pick`](Self::pick)s hand the peeked ones out in order before drawing anew. Only
+    /// for the policies that can tell ([`LbPolicy::peeks`]), and at most one peek ahead per
+    /// host of the set; `None` otherwise, or when no host may take traffic. Peeks made on
+    /// tables since rebuilt (the hosts changed) are dropped.
+    pub fn peek(&self) -> Option<Peeked> {
+        if !self.policy.peeks() {
+            return None;
+        }
+        let compiled = self.current();
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        ahead.retain(|(version, _)| *version == compiled.version);
+        if ahead.len() >= self.hosts.snapshot().len() {
+            self.ahead_len.store(ahead.len(), Ordering::Relaxed);
+            return None;
+        }
+        let picked = compiled.pick(None)?.into_ahead();
+        let peeked = Peeked {
+            addr: picked.addr(),
+            index: picked.index(),
+        };
+        ahead.push_back((compiled.version, picked));
+        self.ahead_len.store(ahead.len(), Ordering::Relaxed);
+        Some(peeked)
+    }
+
+    /// The oldest pick made ahead that is still for the current tables.
+    #[cold]
+    fn take_ahead(&self) -> Option<Picked> {
+        let version = self.current().version;
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = loop {
+            match ahead.pop_front() {
+                Some((v, picked)) if v == version => break Some(picked.take()),
+                Some(_) => {}
+                None => break None,
+            }
+        };
+        self.ahead_len.store(ahead.len(), Ordering::Relaxed);
+        taken
     }
 
     /// The host set this balancer picks from.

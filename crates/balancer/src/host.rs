@@ -503,6 +503,48 @@ impl Picked {
     }
 }
 
+/// A pick made ahead of its request ([`LoadBalancer::peek`](crate::LoadBalancer::peek)):
+/// the host, without its in-flight mark until a pick takes it.
+pub(crate) struct Ahead {
+    host: Arc<Host>,
+    index: usize,
+    priority: u32,
+    zone: Option<ZoneRoute>,
+}
+
+impl Picked {
+    /// The same pick kept for later, its in-flight mark given back meanwhile.
+    pub(crate) fn into_ahead(self) -> Ahead {
+        let ahead = Ahead {
+            host: Arc::clone(&self.host),
+            index: self.index,
+            priority: self.priority,
+            zone: self.zone,
+        };
+        drop(self);
+        ahead
+    }
+}
+
+impl Ahead {
+    /// The pick, marked in flight again.
+    pub(crate) fn take(self) -> Picked {
+        let picked = Picked::new(&self.host, self.index, self.priority);
+        match self.zone {
+            Some(route) => picked.routed(route),
+            None => picked,
+        }
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.host.addr
+    }
+
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+}
+
 impl Deref for Picked {
     type Target = Host;
 

@@ -127,7 +127,7 @@ mod slow_start;
 mod split;
 mod zone;
 
-pub use balancer::{DEFAULT_OVERPROVISIONING_FACTOR, LbSettings, LoadBalancer};
+pub use balancer::{DEFAULT_OVERPROVISIONING_FACTOR, LbSettings, LoadBalancer, Peeked};
 pub use error::BuildError;
 pub use hash::{hash_key, hash_keys};
 pub use host::{Health, Host, HostSet, HostSpec, Picked, Snapshot, ZoneRoute};

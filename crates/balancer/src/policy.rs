@@ -70,6 +70,13 @@ impl LbPolicy {
         }
     }
 
+    /// Whether [`LoadBalancer::peek`](crate::LoadBalancer::peek) can tell the next picks
+    /// ahead: round robin and random, as Envoy's predictive preconnect (least request
+    /// depends on the loads when the pick is made, the hashing policies on the request).
+    pub fn peeks(&self) -> bool {
+        matches!(self, LbPolicy::RoundRobin | LbPolicy::Random)
+    }
+
     /// Whether the policy picks by the request's hash key (ring hash, maglev); the others
     /// ignore it.
     pub fn hashes(&self) -> bool {

@@ -223,6 +223,11 @@ pub(crate) fn cluster(raw: RawCluster, path: &str) -> Result<ClusterConfig, Conf
         close_connections_on_host_health_failure: raw
             .close_connections_on_host_health_failure
             .unwrap_or(false),
+        preconnect: raw
+            .preconnect
+            .map(|p| preconnect(p, &lb_policy, &format!("{path}.preconnect")))
+            .transpose()?
+            .flatten(),
         protocol,
         connect_timeout,
         buffer_limit: buffer_limit(
@@ -1025,4 +1030,38 @@ fn zone_aware(
         fail_traffic_on_panic: raw.fail_traffic_on_panic.unwrap_or(false),
         weight_basis,
     })
+}
+
+/// Each ratio within 1..=3; a predictive ratio only where the balancer can tell its next
+/// picks. `None` when both are 1 (nothing opened ahead).
+fn preconnect(
+    raw: RawPreconnect,
+    policy: &LbPolicy,
+    path: &str,
+) -> Result<Option<Preconnect>, ConfigError> {
+    let ratio = |value: Option<f64>, key: &str| match value {
+        None => Ok(1.0),
+        Some(r) if (1.0..=MAX_PRECONNECT_RATIO).contains(&r) => Ok(r),
+        Some(_) => Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            "expected a ratio from 1 to 3",
+        )),
+    };
+    let per_upstream_ratio = ratio(raw.per_upstream_ratio, "per_upstream_ratio")?;
+    let predictive_ratio = ratio(raw.predictive_ratio, "predictive_ratio")?;
+    if predictive_ratio > 1.0 && !policy.peeks() {
+        return Err(ConfigError::invalid(
+            format!("{path}.predictive_ratio"),
+            format!(
+                "the {} policy cannot tell its next picks: predictive preconnect needs round_robin or random",
+                policy.name()
+            ),
+        ));
+    }
+    Ok(
+        (per_upstream_ratio > 1.0 || predictive_ratio > 1.0).then_some(Preconnect {
+            per_upstream_ratio,
+            predictive_ratio,
+        }),
+    )
 }

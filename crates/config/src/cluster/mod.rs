@@ -87,6 +87,9 @@ pub struct ClusterConfig {
     /// is ejected; HTTP connections opened before such a failure take no new request either
     /// way, as Envoy drains them.
     pub close_connections_on_host_health_failure: bool,
+    /// Connections opened ahead of requests; `None`: each request opens what it needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preconnect: Option<Preconnect>,
     /// The upstream side of [`ListenerConfig::buffer_limit`], per upstream connection.
     #[serde(rename = "per_connection_buffer_limit_bytes")]
     pub buffer_limit: u32,
@@ -126,6 +129,22 @@ pub struct AutoSni {
     /// Asked for (`auto_san_validation`): the certificate is verified against the name.
     pub san_validation: bool,
 }
+
+/// Connections opened before the requests that will use them (Envoy's `preconnect_policy`).
+/// Each ratio is at least 1 (nothing ahead) and at most 3.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Preconnect {
+    /// Per host and worker: connections for this many times the requests in flight (and
+    /// being sent), counted in streams (an HTTP/2 connection holds many).
+    pub per_upstream_ratio: f64,
+    /// Across the cluster: connections for this many times the requests in flight, opened
+    /// to the hosts the next picks will go to (round robin and random only).
+    pub predictive_ratio: f64,
+}
+
+/// The most either preconnect ratio may be, as Envoy's: more would open connections faster
+/// than they help.
+pub const MAX_PRECONNECT_RATIO: f64 = 3.0;
 
 /// Envoy's default upstream idle timeout.
 pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);

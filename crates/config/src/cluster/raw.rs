@@ -53,6 +53,9 @@ pub struct RawCluster {
     /// Relayed (`tcp_proxy`) connections to a host close when it fails its health checks or
     /// is ejected (HTTP connections are drained either way).
     pub close_connections_on_host_health_failure: Option<bool>,
+    /// Connections opened ahead of the requests that will use them (Envoy's
+    /// `preconnect_policy`).
+    pub preconnect: Option<RawPreconnect>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub per_connection_buffer_limit_bytes: Option<u64>,
     pub circuit_breakers: Option<RawCircuitBreakers>,
@@ -82,6 +85,14 @@ pub struct RawCluster {
     /// possibly no endpoints.
     #[serde(skip)]
     pub dynamic: bool,
+}
+
+/// Envoy's `preconnect_policy`: each ratio from 1 (off) to 3.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPreconnect {
+    pub per_upstream_ratio: Option<f64>,
+    pub predictive_ratio: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -200,6 +200,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
     let mut http = upstream_http(&mut c, &at)?;
     let tcp_keepalive = connection_options(&mut c, &at)?;
     let close_on_failure = std::mem::take(&mut c.close_connections_on_host_health_failure);
+    let preconnect = preconnect_policy(&mut c, balancing.lb_policy, &at)?;
     let per_endpoint_stats = track_cluster_stats(&mut c, &at)?;
     let circuit_breakers = c
         .circuit_breakers
@@ -302,6 +303,7 @@ fn translate(mut c: Cluster) -> Result<XdsCluster, ResourceError> {
         http2_keepalive: http.http2_keepalive,
         stream_error_on_invalid_http_message: http.stream_error_on_invalid_http_message,
         close_connections_on_host_health_failure: Some(close_on_failure).filter(|on| *on),
+        preconnect,
         per_connection_buffer_limit_bytes,
         circuit_breakers,
         health_check,
@@ -803,6 +805,40 @@ fn connection_options(
     options.set_local_interface_name_on_upstream_connections = false;
     nothing_else(&options, fields::UPSTREAM_CONNECTION_OPTIONS, &at)?;
     Ok(keepalive)
+}
+
+/// `preconnect_policy`: its two ratios, within 1..=3 as its proto bounds them. As in Envoy,
+/// the predictive ratio does nothing where the balancer cannot tell its next picks (least
+/// request, ring hash, maglev); `preconnect_enabled_metadata` is refused by name.
+fn preconnect_policy(
+    c: &mut Cluster,
+    lb_policy: &str,
+    at: &str,
+) -> Result<Option<crate::RawPreconnect>, ResourceError> {
+    let Some(mut policy) = c.preconnect_policy.take() else {
+        return Ok(None);
+    };
+    let at = format!("{at}.preconnect_policy");
+    let ratio = |value: Option<f64>, key: &str| match value {
+        Some(r) if !(1.0..=crate::MAX_PRECONNECT_RATIO).contains(&r) => Err(
+            ResourceError::invalid(format!("{at}.{key}"), "expected a ratio from 1 to 3"),
+        ),
+        value => Ok(value),
+    };
+    let per_upstream_ratio = ratio(
+        policy.per_upstream_preconnect_ratio.take().map(|v| v.value),
+        "per_upstream_preconnect_ratio",
+    )?;
+    let predictive_ratio = ratio(
+        policy.predictive_preconnect_ratio.take().map(|v| v.value),
+        "predictive_preconnect_ratio",
+    )?;
+    nothing_else(&policy, fields::PRECONNECT_POLICY, &at)?;
+    Ok(Some(crate::RawPreconnect {
+        per_upstream_ratio,
+        predictive_ratio: predictive_ratio
+            .filter(|_| matches!(lb_policy, "round_robin" | "random")),
+    }))
 }
 
 /// `track_cluster_stats`: `per_endpoint_stats` (each host's counts); the request and response

@@ -657,6 +657,12 @@ pub(crate) const TRACK_CLUSTER_STATS: &[(u32, &str)] = &[
     (3, "per_endpoint_stats"),
 ];
 
+pub(crate) const PRECONNECT_POLICY: &[(u32, &str)] = &[
+    (1, "per_upstream_preconnect_ratio"),
+    (2, "predictive_preconnect_ratio"),
+    (3, "preconnect_enabled_metadata"),
+];
+
 pub(crate) const UPSTREAM_CONNECTION_OPTIONS: &[(u32, &str)] = &[
     (1, "tcp_keepalive"),
     (2, "set_local_interface_name_on_upstream_connections"),

@@ -1358,3 +1358,44 @@ fn a_clusters_hash_policy_is_checked() {
     ));
     assert!(error.contains("keep one"), "{error}");
 }
+
+#[test]
+fn preconnect_ratios_are_from_1_to_3_and_predictive_needs_a_policy_that_can_tell() {
+    let with = |cluster: &str| format!("{MINIMAL}    {cluster}\n");
+    let config = Config::from_yaml(&with(
+        "preconnect: { per_upstream_ratio: 1.5, predictive_ratio: 2 }",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.clusters[0].preconnect,
+        Some(Preconnect {
+            per_upstream_ratio: 1.5,
+            predictive_ratio: 2.0
+        })
+    );
+    // Both at 1: nothing opened ahead.
+    let config = Config::from_yaml(&with("preconnect: { per_upstream_ratio: 1 }")).unwrap();
+    assert_eq!(config.clusters[0].preconnect, None);
+    assert_eq!(
+        Config::from_yaml(MINIMAL).unwrap().clusters[0].preconnect,
+        None
+    );
+    for (cluster, error) in [
+        (
+            "preconnect: { per_upstream_ratio: 0.5 }",
+            "clusters[0].preconnect.per_upstream_ratio",
+        ),
+        (
+            "preconnect: { predictive_ratio: 3.5 }",
+            "clusters[0].preconnect.predictive_ratio",
+        ),
+        (
+            "lb_policy: least_request\n    preconnect: { predictive_ratio: 2 }",
+            "the least_request policy cannot tell its next picks",
+        ),
+        ("preconnect: { ratio: 2 }", "unknown field `ratio`"),
+    ] {
+        let message = error_of(&with(cluster));
+        assert!(message.contains(error), "{cluster}: {message}");
+    }
+}

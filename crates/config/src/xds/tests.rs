@@ -3567,6 +3567,51 @@ fn closing_connections_on_a_host_failure_is_taken() {
 }
 
 #[test]
+fn preconnect_policy_is_taken_within_its_bounds() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::PreconnectPolicy;
+    use envoy_types::pb::google::protobuf::DoubleValue;
+    let policy = |per_upstream: f64, predictive: f64| PreconnectPolicy {
+        per_upstream_preconnect_ratio: Some(DoubleValue {
+            value: per_upstream,
+        }),
+        predictive_preconnect_ratio: Some(DoubleValue { value: predictive }),
+        preconnect_enabled_metadata: None,
+    };
+    // Envoy Gateway's `backend-preconnect` scenario.
+    let mut c = eds_cluster("web");
+    c.lb_policy = envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy::RoundRobin as i32;
+    c.preconnect_policy = Some(policy(1.05, 2.05));
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
+    let taken = raw.preconnect.unwrap();
+    assert_eq!(taken.per_upstream_ratio, Some(1.05));
+    assert_eq!(taken.predictive_ratio, Some(2.05));
+    // Out of the proto's bounds: refused, naming the field.
+    c.preconnect_policy = Some(policy(3.5, 1.0));
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("per_upstream_preconnect_ratio"), "{error}");
+    c.preconnect_policy = Some(PreconnectPolicy {
+        preconnect_enabled_metadata: Some(Default::default()),
+        ..policy(1.5, 1.0)
+    });
+    let error = XdsCluster::decode(&pack(&c)).unwrap_err().to_string();
+    assert!(error.contains("preconnect_enabled_metadata"), "{error}");
+    // As in Envoy, the predictive ratio does nothing where the balancer cannot tell its
+    // next picks (this cluster's least request).
+    let mut c = eds_cluster("web");
+    c.preconnect_policy = Some(policy(1.5, 2.0));
+    let raw = XdsCluster::decode(&pack(&c))
+        .unwrap()
+        .section(None, &Default::default())
+        .expect("no secrets named");
+    let taken = raw.preconnect.unwrap();
+    assert_eq!(taken.per_upstream_ratio, Some(1.5));
+    assert_eq!(taken.predictive_ratio, None);
+}
+
+#[test]
 fn wrr_locality_is_its_child_policy_weighted_by_locality() {
     use envoy_types::pb::envoy::config::cluster::v3::LoadBalancingPolicy;
     use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;

@@ -79,6 +79,10 @@ impl Admitted<'_> {
             slot,
             key,
         } = self;
+        if cluster.settings.predictive_ratio.is_some() {
+            let version = request.version();
+            cluster.preconnect_predictive(|pool| pool.ahead_for(version));
+        }
         let progress = request.body_mut().track_progress();
         let timed_out = || {
             host.count_timeout();

@@ -158,7 +158,10 @@ impl HostPool {
         // fresh connection that fails is reported, so a dead host cannot loop us.
         loop {
             let (conn, fresh) = match self.idle_h1() {
-                Some(conn) => (conn, false),
+                Some(conn) => {
+                    self.preconnect(super::preconnect::Ahead::Http1);
+                    (conn, false)
+                }
                 // Boxed: connecting is rare, and its state would otherwise enlarge every
                 // request's future.
                 None => match Box::pin(self.connect_h1_within_limit()).await {
@@ -204,6 +207,7 @@ impl HostPool {
             }
         };
         let _pending = self.pending();
+        self.preconnect(super::preconnect::Ahead::Http1);
         Ok((self.connect_h1(slot).await?, true))
     }
 
@@ -236,7 +240,10 @@ impl HostPool {
 
     /// Connects on a connection slot the caller took: the connection holds it while open, and
     /// a failure gives it back.
-    async fn connect_h1(self: &Rc<Self>, slot: ConnectionSlot) -> Result<Box<H1Conn>, ProxyError> {
+    pub(super) async fn connect_h1(
+        self: &Rc<Self>,
+        slot: ConnectionSlot,
+    ) -> Result<Box<H1Conn>, ProxyError> {
         // Taken before connecting: a failure while it connects drains it too.
         let failures = self.health.health_failures();
         let stream = self.connect_http1().await?;

@@ -41,6 +41,8 @@ pub(super) struct H2Conns {
     /// Woken once per stream ended (with a stream limit), for requests waiting for room, and
     /// when a connection opens.
     pub(super) room: Notify,
+    /// Streams open on all of them, retired ones too.
+    streams: Cell<u32>,
 }
 
 /// One HTTP/2 connection to a host.
@@ -102,6 +104,7 @@ impl H2Conns {
 
     /// A stream of `conn` ended.
     pub(super) fn stream_ended(&self, conn: &H2Conn, max_streams: u32) {
+        self.streams.set(self.streams.get().saturating_sub(1));
         let left = conn.streams.get().saturating_sub(1);
         conn.streams.set(left);
         if left == 0 {
@@ -133,6 +136,17 @@ impl H2Conns {
         true
     }
 
+    /// The streams these connections can carry, as Envoy counts a pool's capacity: the
+    /// streams open, and the room left on those taking more and on `connecting` ones being
+    /// opened.
+    pub(super) fn capacity(&self, max_streams: u32, connecting: u32) -> f64 {
+        let max = f64::from(max_streams);
+        let room: f64 = (self.open.borrow().iter())
+            .map(|c| (max - f64::from(c.streams.get())).max(0.0))
+            .sum();
+        f64::from(self.streams.get()) + room + f64::from(connecting) * max
+    }
+
     fn holds(&self, conn: &H2Conn) -> bool {
         self.open.borrow().iter().any(|c| std::ptr::eq(&**c, conn))
     }
@@ -159,6 +173,7 @@ impl HostPool {
             }
         }
         conn.streams.set(conn.streams.get() + 1);
+        self.h2.streams.set(self.h2.streams.get() + 1);
         // Counted out if the send fails or is dropped; the request takes it over otherwise.
         let stream = OpenStream(self, &conn);
         let mut req = std::mem::replace(req, Request::new(RequestBody::empty()));
@@ -176,6 +191,7 @@ impl HostPool {
     /// A connection with room for a stream, opened if none has.
     pub(super) async fn h2_conn(self: &Rc<Self>) -> Result<Rc<H2Conn>, ProxyError> {
         if let Some(conn) = self.ready_h2() {
+            self.preconnect(super::preconnect::Ahead::Http2);
             return Ok(conn);
         }
         // Boxed: connecting is rare, and its state would otherwise enlarge every request's
@@ -214,6 +230,22 @@ impl HostPool {
         if let Some(conn) = self.ready_h2() {
             return Ok(conn);
         }
+        // A connection opened ahead (`preconnect`) is on its way: as Envoy's pool, its streams
+        // serve this request rather than another connection.
+        while self.opening.get() > 0 {
+            let room = self.h2.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if let Some(conn) = self.ready_h2() {
+                self.preconnect(super::preconnect::Ahead::Http2);
+                return Ok(conn);
+            }
+            room.await;
+        }
+        if let Some(conn) = self.ready_h2() {
+            self.preconnect(super::preconnect::Ahead::Http2);
+            return Ok(conn);
+        }
         if self.h2.failed_at.get().is_some_and(|t| t >= queued_at) {
             return Err(ProxyError::ConnectFailure {
                 addr: self.addr,
@@ -241,15 +273,27 @@ impl HostPool {
                 }
             }
         };
+        // Counted as being opened before more are opened ahead beside it.
+        let opening = self.opening();
+        self.preconnect(super::preconnect::Ahead::Http2);
+        let conn = self.open_h2(slot, opening).await;
+        if conn.is_err() {
+            self.h2.failed_at.set(Some(Instant::now()));
+        }
+        drop((pending, connecting));
+        conn
+    }
+
+    /// Opens a connection on a slot the caller took, for the requests to come: it joins the
+    /// open ones, and requests waiting for room are woken.
+    pub(super) async fn open_h2(
+        self: &Rc<Self>,
+        slot: super::connect::ConnectionSlot,
+        _opening: super::preconnect::Opening,
+    ) -> Result<Rc<H2Conn>, ProxyError> {
         // Taken before connecting: a failure while it connects drains it too.
         let failures_at_open = self.health.health_failures();
-        let stream = match self.connect().await {
-            Ok(stream) => stream,
-            Err(err) => {
-                self.h2.failed_at.set(Some(Instant::now()));
-                return Err(err);
-            }
-        };
+        let stream = self.connect().await?;
         if self.settings.protocol == UpstreamProtocol::Downstream
             && let tokio_util::either::Either::Right(tls) = &stream
             && tls.get_ref().1.alpn_protocol() != Some(b"h2")
@@ -324,7 +368,6 @@ impl HostPool {
         self.h2.open.borrow_mut().push(Rc::clone(&h2));
         // Requests in the pending queue may take streams on it.
         self.h2.room.notify_waiters();
-        drop((pending, connecting));
         Ok(h2)
     }
 }

@@ -50,6 +50,10 @@ pub(crate) struct HostPool {
     pub(super) holds_pool_slot: Cell<bool>,
     /// Requests connecting on this pool's claim on its slot ([`PoolClaim`]).
     pub(super) pool_claims: Cell<u32>,
+    /// HTTP/2 connections being opened (preconnect.rs counts their streams as capacity).
+    pub(super) opening: Rc<Cell<u32>>,
+    /// Relay connections opened ahead (`preconnect`), oldest first.
+    pub(super) relays: std::cell::RefCell<std::collections::VecDeque<super::tcp::ReadyRelay>>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
@@ -86,6 +90,8 @@ impl HostPool {
             conns_here: Cell::new(0),
             holds_pool_slot: Cell::new(false),
             pool_claims: Cell::new(0),
+            opening: Rc::default(),
+            relays: Default::default(),
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
@@ -163,6 +169,8 @@ impl HostPool {
             conns_here: Cell::new(0),
             holds_pool_slot: Cell::new(false),
             pool_claims: Cell::new(0),
+            opening: Rc::default(),
+            relays: Default::default(),
             addr_text: self.addr_text.clone(),
             addr: self.addr,
             settings: Rc::clone(&self.settings),
@@ -179,6 +187,7 @@ impl HostPool {
     /// done (they take no new one).
     fn close(&self) {
         self.h1.close_idle_now();
+        drop(std::mem::take(&mut *self.relays.borrow_mut()));
         self.h2.retire_all();
     }
 
@@ -356,7 +365,8 @@ impl Drop for HostPool {
     fn drop(&mut self) {
         // Its idle connections close with it, and cannot reach it any more to count
         // themselves out (connect.rs `OpenConn`).
-        for _ in 0..self.h1.close_idle() {
+        let relays = std::mem::take(self.relays.get_mut()).len();
+        for _ in 0..self.h1.close_idle() + relays {
             self.host_stats.cx_active.dec();
         }
         // Its connections cannot reach it any more to give its pool slot back.

@@ -17,6 +17,7 @@
 //! dns.rs         names among the endpoints, resolved and followed (STRICT_DNS)
 //! locality.rs    one number per locality name, for the whole process
 //! upgrade.rs     upgrade requests, each on a connection of its own
+//! preconnect.rs  connections opened ahead of requests (preconnect_policy)
 //! request_form.rs  the request head as HTTP/1.1 or HTTP/2 writes it
 //! ```
 
@@ -35,6 +36,7 @@ mod health_events;
 mod host;
 pub(crate) mod locality;
 pub(crate) mod monitor;
+mod preconnect;
 mod request_form;
 mod retry;
 mod settings;
@@ -296,10 +298,14 @@ impl Cluster {
     /// The pool of the picked host, made on its first request; `None` if the host is not in
     /// the set these pools follow.
     fn pool_of(&self, picked: &Picked) -> Option<Rc<HostPool>> {
+        self.pool_at(picked.index(), picked.addr())
+    }
+
+    /// The pool of the host at `addr`, `index` in the host set; as [`pool_of`](Self::pool_of).
+    fn pool_at(&self, index: usize, addr: SocketAddr) -> Option<Rc<HostPool>> {
         let mut pools = self.pools.borrow_mut();
-        let addr = picked.addr();
-        let slot = match pools.hosts.get(picked.index()) {
-            Some((a, _)) if *a == addr => picked.index(),
+        let slot = match pools.hosts.get(index) {
+            Some((a, _)) if *a == addr => index,
             _ => pools.hosts.iter().position(|(a, _)| *a == addr)?,
         };
         let (_, pool) = &mut pools.hosts[slot];

@@ -43,6 +43,10 @@ pub(crate) struct UpstreamSettings {
     pub(super) h2_stream_error_only: bool,
     /// Relayed (TCP) connections to a host close when it fails its checks or is ejected.
     pub(super) close_on_host_failure: bool,
+    /// Connections opened ahead per host (`per_upstream_ratio`) and across the cluster
+    /// (`predictive_ratio`); `None` where the ratio is 1.
+    pub(super) preconnect_ratio: Option<f64>,
+    pub(super) predictive_ratio: Option<f64>,
     pub(super) shared: Arc<SharedCluster>,
     /// With `auto_sni`: the header the name is read from instead of the host, if any.
     pub(super) auto_sni: Option<Option<http::HeaderName>>,
@@ -91,6 +95,12 @@ impl UpstreamSettings {
             h2_idle_limit: keepalive.and_then(|k| k.connection_idle_interval),
             h2_stream_error_only: cluster.stream_error_on_invalid_http_message,
             close_on_host_failure: cluster.close_connections_on_host_health_failure,
+            preconnect_ratio: (cluster.preconnect)
+                .map(|p| p.per_upstream_ratio)
+                .filter(|r| *r > 1.0),
+            predictive_ratio: (cluster.preconnect)
+                .map(|p| p.predictive_ratio)
+                .filter(|r| *r > 1.0),
             protocol: cluster.protocol,
             connect_timeout: cluster.connect_timeout,
             max_requests: cluster.max_requests_per_connection,

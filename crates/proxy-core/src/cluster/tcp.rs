@@ -10,9 +10,11 @@ use std::task::{Context, Poll};
 use balancer::Picked;
 use http::HeaderMap;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 
 use super::connect::OpenConn;
 use super::health::TryOutcome;
+use super::preconnect::Ahead;
 use super::{Cluster, HostPool};
 use crate::error::{Overflow, ProxyError};
 use crate::tls::UpstreamIo;
@@ -23,10 +25,96 @@ pub(crate) struct TcpUpstream {
     pub(crate) io: UpstreamIo,
     pub(crate) addr: SocketAddr,
     _open: OpenConn,
-    host: Rc<HostPool>,
+    host: Relaying,
     _picked: Picked,
     /// The host's failure count when connected.
     failures_at_open: u32,
+}
+
+/// A relay counted in its host's pool's requests in flight (what `preconnect` compares its
+/// connections with) while it lives.
+struct Relaying(Rc<HostPool>);
+
+impl Relaying {
+    fn new(pool: Rc<HostPool>) -> Self {
+        pool.in_flight.set(pool.in_flight.get() + 1);
+        Self(pool)
+    }
+}
+
+impl Drop for Relaying {
+    fn drop(&mut self) {
+        (self.0.in_flight).set(self.0.in_flight.get().saturating_sub(1));
+    }
+}
+
+impl std::ops::Deref for Relaying {
+    type Target = Rc<HostPool>;
+
+    fn deref(&self) -> &Rc<HostPool> {
+        &self.0
+    }
+}
+
+/// A connection opened ahead of the relay that will take it (`preconnect`). Bytes the host
+/// sends meanwhile (a greeting) wait in the socket for that relay.
+pub(super) struct ReadyRelay {
+    io: UpstreamIo,
+    open: OpenConn,
+    failures_at_open: u32,
+    opened: Instant,
+}
+
+impl ReadyRelay {
+    pub(super) fn new(io: UpstreamIo, open: OpenConn, failures_at_open: u32) -> Self {
+        Self {
+            io,
+            open,
+            failures_at_open,
+            opened: Instant::now(),
+        }
+    }
+
+    /// Whether the host has closed it, seen without reading what it may have sent.
+    fn closed(&self) -> bool {
+        let tcp = match &self.io {
+            tokio_util::either::Either::Left(tcp) => tcp,
+            tokio_util::either::Either::Right(tls) => tls.get_ref().0,
+        };
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match tcp.poll_peek(&mut cx, &mut buf) {
+            Poll::Pending => false,
+            Poll::Ready(Ok(n)) => n == 0,
+            Poll::Ready(Err(_)) => true,
+        }
+    }
+}
+
+impl HostPool {
+    /// Keeps a relay connection opened ahead for the next relay to this host.
+    pub(super) fn keep_relay(&self, relay: ReadyRelay) {
+        self.relays.borrow_mut().push_back(relay);
+    }
+
+    /// The oldest relay connection opened ahead that is still open, within its time and
+    /// made since the host last failed.
+    fn ready_relay(&self) -> Option<ReadyRelay> {
+        let failures = self.health.health_failures();
+        let now = Instant::now();
+        let mut relays = self.relays.borrow_mut();
+        while let Some(relay) = relays.pop_front() {
+            if relay.failures_at_open != failures || relay.closed() {
+                continue;
+            }
+            match self.settings.expiry(relay.opened, relay.opened) {
+                Some((at, why)) if at <= now => self.count_expiry(why),
+                _ => return Some(relay),
+            }
+        }
+        None
+    }
 }
 
 impl TcpUpstream {
@@ -39,7 +127,7 @@ impl TcpUpstream {
     /// connection was made, where the cluster says to close connections then
     /// (`close_connections_on_host_health_failure`); never otherwise.
     pub(crate) fn host_failed(&self) -> impl Future<Output = ()> + 'static {
-        let host = Rc::clone(&self.host);
+        let host = Rc::clone(&self.host.0);
         let at_open = self.failures_at_open;
         async move {
             if !host.settings.close_on_host_failure {
@@ -101,12 +189,26 @@ impl Cluster {
     ) -> Result<TcpUpstream, ProxyError> {
         let key = self.request_key(headers, client, hash);
         let (host, picked) = self.pick(key).ok_or(ProxyError::NoHealthyUpstream)?;
+        self.preconnect_predictive(|_| Some(Ahead::Relay));
+        let host = Relaying::new(host);
+        if let Some(ready) = host.ready_relay() {
+            host.preconnect(Ahead::Relay);
+            return Ok(TcpUpstream {
+                io: ready.io,
+                addr: host.addr,
+                _open: ready.open,
+                host,
+                _picked: picked,
+                failures_at_open: ready.failures_at_open,
+            });
+        }
         let _claim = host.claim_pool_slot()?;
         let Some(slot) = host.try_connection_slot() else {
             self.stats.cx_overflow.inc();
             host.settings.log_refused(Overflow::Connections);
             return Err(ProxyError::Overflow(Overflow::Connections));
         };
+        host.preconnect(Ahead::Relay);
         let failures_at_open = host.health.health_failures();
         match host.connect_raw().await {
             Ok(io) => {
