@@ -221,3 +221,46 @@ async fn the_next_picks_host_gets_a_connection_ahead_at_the_predictive_ratio() {
         }
     }
 }
+
+/// A relay connection opened ahead and left unused closes at the cluster's `idle_timeout`,
+/// giving its slot back, with no relay coming to look at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_connection_opened_ahead_closes_unused_at_the_idle_timeout() {
+    let (host, accepted) = numbering_host().await;
+    let proxy = Proxy::start(
+        &format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: relay
+    address: 127.0.0.1:0
+    tcp_proxy: {{ cluster: greeter }}
+clusters:
+  - name: greeter
+    endpoints: [{host}]
+    idle_timeout: 300ms
+    preconnect: {{ per_upstream_ratio: 2 }}
+"#
+        ),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(LIMIT, client.read_exact(&mut byte))
+        .await
+        .expect("greeted")
+        .unwrap();
+    eventually("the connection opened ahead closed unused", async || {
+        stat(admin, "upstream_cx_idle_timeout") == 1
+    })
+    .await;
+    eventually("only the relay's open", async || {
+        stat(admin, "upstream_cx_active") == 1
+    })
+    .await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    // The relay itself is not the pool's to time out.
+    client.write_all(b"x").await.unwrap();
+    assert_eq!(stat(admin, "upstream_cx_total"), 2);
+}

@@ -117,9 +117,10 @@ pub struct LoadBalancer {
     rebuild: Mutex<()>,
     /// Tables built since this balancer was made.
     rebuilds: AtomicU64,
-    /// Picks made ahead by [`peek`](Self::peek), with the tables' version, handed out in
-    /// order by the next picks; their count, so that a pick without any takes no lock.
-    ahead: Mutex<VecDeque<(u64, Ahead)>>,
+    /// Picks made ahead by [`peek`](Self::peek), with the versions of the tables they were
+    /// made on, handed out in order by the next picks; their count, so that a pick without
+    /// any takes no lock.
+    ahead: Mutex<VecDeque<((u64, u64), Ahead)>>,
     ahead_len: AtomicUsize,
     #[cfg(feature = "metrics")]
     meters: crate::meters::Meters,
@@ -269,17 +270,22 @@ impl LoadBalancer {
     /// Tells where a coming pick will go, for a connection to be opened there ahead of the
     /// request (Envoy's predictive preconnect): the pick is made now, and the next
     /// [`pick`](Self::pick)s hand the peeked ones out in order before drawing anew. Only
-    /// for the policies that can tell ([`LbPolicy::peeks`]), and at most one peek ahead per
-    /// host of the set; `None` otherwise, or when no host may take traffic. Peeks made on
-    /// tables since rebuilt (the hosts changed) are dropped.
+    /// for the policies that can tell ([`LbPolicy::peeks`]), and at most as many picks ahead
+    /// as the set has healthy hosts, as Envoy's; `None` otherwise, or when no host may take
+    /// traffic. Peeks made on tables since rebuilt for other hosts (or another local
+    /// cluster) are dropped.
     pub fn peek(&self) -> Option<Peeked> {
         if !self.policy.peeks() {
             return None;
         }
         let compiled = self.current();
+        let versions = (compiled.version, compiled.local_version);
         let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
-        ahead.retain(|(version, _)| *version == compiled.version);
-        if ahead.len() >= self.hosts.snapshot().len() {
+        ahead.retain(|(made_on, _)| *made_on == versions);
+        let healthy = (self.hosts.snapshot().hosts())
+            .filter(|h| h.health() == Health::Healthy)
+            .count();
+        if ahead.len() >= healthy {
             self.ahead_len.store(ahead.len(), Ordering::Relaxed);
             return None;
         }
@@ -288,7 +294,7 @@ impl LoadBalancer {
             addr: picked.addr(),
             index: picked.index(),
         };
-        ahead.push_back((compiled.version, picked));
+        ahead.push_back((versions, picked));
         self.ahead_len.store(ahead.len(), Ordering::Relaxed);
         Some(peeked)
     }
@@ -296,11 +302,12 @@ impl LoadBalancer {
     /// The oldest pick made ahead that is still for the current tables.
     #[cold]
     fn take_ahead(&self) -> Option<Picked> {
-        let version = self.current().version;
+        let compiled = self.current();
+        let versions = (compiled.version, compiled.local_version);
         let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
         let taken = loop {
             match ahead.pop_front() {
-                Some((v, picked)) if v == version => break Some(picked.take()),
+                Some((made_on, picked)) if made_on == versions => break Some(picked.take()),
                 Some(_) => {}
                 None => break None,
             }

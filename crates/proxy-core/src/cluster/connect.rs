@@ -209,6 +209,27 @@ impl HostPool {
         false
     }
 
+    /// A slot for a connection opened ahead of requests (`preconnect`): as
+    /// [`try_connection_slot`](Self::try_connection_slot), without the exception for a worker
+    /// with no connection to the host, which is for requests that would otherwise have none.
+    pub(super) fn try_slot_ahead(self: &Rc<Self>) -> Option<ConnectionSlot> {
+        let shared = &self.settings.shared;
+        let per_host = shared.breakers.max_connections_per_host;
+        if let Some(max) = per_host
+            && self.health.connections.fetch_add(1, Ordering::Relaxed) >= max
+        {
+            self.health.connections.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        if shared.breakers.connections.try_acquire() {
+            return Some(self.taken_connection_slot());
+        }
+        if per_host.is_some() {
+            self.health.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+        None
+    }
+
     /// The slot [`HostPool::try_acquire_connection`] (or [`HostPool::wait_pending`]) took.
     pub(super) fn taken_connection_slot(self: &Rc<Self>) -> ConnectionSlot {
         let shared = &self.settings.shared;

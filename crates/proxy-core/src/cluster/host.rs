@@ -51,9 +51,12 @@ pub(crate) struct HostPool {
     /// Requests connecting on this pool's claim on its slot ([`PoolClaim`]).
     pub(super) pool_claims: Cell<u32>,
     /// HTTP/2 connections being opened (preconnect.rs counts their streams as capacity).
-    pub(super) opening: Rc<Cell<u32>>,
-    /// Relay connections opened ahead (`preconnect`), oldest first.
+    pub(super) opening: Cell<u32>,
+    /// Relay connections opened ahead (`preconnect`), oldest first, and the waker of the task
+    /// that closes them when their host does (tcp.rs), while it runs.
     pub(super) relays: std::cell::RefCell<std::collections::VecDeque<super::tcp::ReadyRelay>>,
+    pub(super) relay_watcher: std::cell::RefCell<Option<std::task::Waker>>,
+    pub(super) relay_watching: Cell<bool>,
     pub(super) addr: SocketAddr,
     /// `addr` as text, for log lines.
     addr_text: http::HeaderValue,
@@ -90,8 +93,10 @@ impl HostPool {
             conns_here: Cell::new(0),
             holds_pool_slot: Cell::new(false),
             pool_claims: Cell::new(0),
-            opening: Rc::default(),
+            opening: Cell::new(0),
             relays: Default::default(),
+            relay_watcher: Default::default(),
+            relay_watching: Cell::new(false),
             addr_text: http::HeaderValue::from_str(&addr.to_string())
                 .expect("a socket address is valid header text"),
             addr,
@@ -169,8 +174,10 @@ impl HostPool {
             conns_here: Cell::new(0),
             holds_pool_slot: Cell::new(false),
             pool_claims: Cell::new(0),
-            opening: Rc::default(),
+            opening: Cell::new(0),
             relays: Default::default(),
+            relay_watcher: Default::default(),
+            relay_watching: Cell::new(false),
             addr_text: self.addr_text.clone(),
             addr: self.addr,
             settings: Rc::clone(&self.settings),
@@ -188,6 +195,7 @@ impl HostPool {
     fn close(&self) {
         self.h1.close_idle_now();
         drop(std::mem::take(&mut *self.relays.borrow_mut()));
+        self.wake_relay_watcher();
         self.h2.retire_all();
     }
 
@@ -316,22 +324,7 @@ impl HostPool {
         };
         let outcome = match &sent {
             Ok((head, _)) => Some(TryOutcome::Status(head.status.as_u16())),
-            // Not the host's doing: a breaker or `max_connection_pools` refused, or the client
-            // went away.
-            Err(SendError {
-                error:
-                    ProxyError::Overflow(_)
-                    | ProxyError::NoHealthyUpstream
-                    | ProxyError::ClientAborted { .. },
-                ..
-            }) => None,
-            // The name was the client's to choose (`auto_sni`): a certificate not valid for
-            // it says nothing of the host.
-            Err(SendError {
-                error: ProxyError::UpstreamTls { .. },
-                ..
-            }) if self.sni.is_some() => None,
-            Err(_) => Some(TryOutcome::NoResponse),
+            Err(SendError { error, .. }) => self.outcome_of(error),
         };
         if let Some(outcome) = outcome {
             self.report(outcome);
@@ -345,6 +338,22 @@ impl HostPool {
         let (head, body) = sent?;
         self.stats.response(head.status);
         Ok(Response::from_parts(head, body))
+    }
+
+    /// What a try that failed with `error` tells outlier detection of the host; `None`:
+    /// nothing.
+    pub(super) fn outcome_of(&self, error: &ProxyError) -> Option<TryOutcome> {
+        match error {
+            // Not the host's doing: a breaker or `max_connection_pools` refused, or the client
+            // went away.
+            ProxyError::Overflow(_)
+            | ProxyError::NoHealthyUpstream
+            | ProxyError::ClientAborted { .. } => None,
+            // The name was the client's to choose (`auto_sni`): a certificate not valid for
+            // it says nothing of the host.
+            ProxyError::UpstreamTls { .. } if self.sni.is_some() => None,
+            _ => Some(TryOutcome::NoResponse),
+        }
     }
 
     /// Counts a try's outcome for outlier detection.
@@ -366,6 +375,10 @@ impl Drop for HostPool {
         // Its idle connections close with it, and cannot reach it any more to count
         // themselves out (connect.rs `OpenConn`).
         let relays = std::mem::take(self.relays.get_mut()).len();
+        if let Some(watcher) = self.relay_watcher.get_mut().take() {
+            // It ends once it finds the pool gone.
+            watcher.wake();
+        }
         for _ in 0..self.h1.close_idle() + relays {
             self.host_stats.cx_active.dec();
         }

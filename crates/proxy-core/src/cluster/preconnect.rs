@@ -12,8 +12,7 @@
 //! As Envoy, connections opened ahead stay until used, idle past `idle_timeout` or closed by
 //! the host.
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use balancer::Health;
 
@@ -35,20 +34,24 @@ pub(super) enum Ahead {
     Relay,
 }
 
-/// A connection being opened on a pool, counted in its capacity until dropped.
-pub(super) struct Opening(Rc<Cell<u32>>);
+/// An HTTP/2 connection being opened on a pool, counted in its capacity until dropped;
+/// requests waiting for it are woken then, however the opening ended.
+pub(super) struct Opening(Weak<HostPool>);
 
 impl Drop for Opening {
     fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
+        if let Some(pool) = self.0.upgrade() {
+            pool.opening.set(pool.opening.get().saturating_sub(1));
+            pool.h2.room.notify_waiters();
+        }
     }
 }
 
 impl HostPool {
     /// Counts an HTTP/2 connection as being opened until the guard drops.
-    pub(super) fn opening(&self) -> Opening {
+    pub(super) fn opening(self: &Rc<Self>) -> Opening {
         self.opening.set(self.opening.get() + 1);
-        Opening(Rc::clone(&self.opening))
+        Opening(Rc::downgrade(self))
     }
 
     /// What a request that came in as `version` needs opened ahead at this host; `None` for
@@ -84,6 +87,14 @@ impl HostPool {
         let Some(ratio) = self.settings.preconnect_ratio else {
             return;
         };
+        // An `auto` cluster's host that has not chosen its protocol by ALPN yet could refuse
+        // an HTTP/2 connection ahead.
+        if kind == Ahead::Http2
+            && self.settings.protocol == UpstreamProtocol::Auto
+            && self.learned.get() != Some(UpstreamProtocol::Http2)
+        {
+            return;
+        }
         for _ in 0..MAX_PER_LOOK {
             if !self.wants_connection(kind, ratio, false) || !self.open_ahead(kind) {
                 return;
@@ -99,21 +110,10 @@ impl HostPool {
         if health != Some(Health::Healthy) {
             return false;
         }
-        // Past the host's own limit only a request that would otherwise have no connection
-        // may go (connect.rs); one opened ahead never does.
-        if let Some(max) = self.settings.shared.breakers.max_connections_per_host
-            && self
-                .health
-                .connections
-                .load(std::sync::atomic::Ordering::Relaxed)
-                >= max
-        {
-            return false;
-        }
         let Ok(claim) = self.claim_pool_slot() else {
             return false;
         };
-        let Some(slot) = self.try_connection_slot() else {
+        let Some(slot) = self.try_slot_ahead() else {
             self.stats.cx_overflow.inc();
             return false;
         };
@@ -124,7 +124,7 @@ impl HostPool {
                     let _claim = claim;
                     match pool.connect_h1(slot).await {
                         Ok(conn) => pool.put_back(conn),
-                        Err(_) => pool.report(TryOutcome::NoResponse),
+                        Err(error) => pool.report_failed_connect(&error),
                     }
                 });
             }
@@ -132,10 +132,8 @@ impl HostPool {
                 let opening = self.opening();
                 tokio::task::spawn_local(async move {
                     let _claim = claim;
-                    if pool.open_h2(slot, opening).await.is_err() {
-                        pool.report(TryOutcome::NoResponse);
-                        // Requests waiting for it open their own.
-                        pool.h2.room.notify_waiters();
+                    if let Err(error) = pool.open_h2(slot, opening).await {
+                        pool.report_failed_connect(&error);
                     }
                 });
             }
@@ -149,12 +147,25 @@ impl HostPool {
                             let open = pool.open_connection(slot);
                             pool.keep_relay(ReadyRelay::new(io, open, failures_at_open));
                         }
-                        Err(_) => pool.report(TryOutcome::NoResponse),
+                        Err(error) => pool.report_failed_connect(&error),
                     }
                 });
             }
         }
         true
+    }
+
+    /// Counts a connection opened ahead that failed against the host, as a request's failed
+    /// connect would be (not a protocol the host chose by ALPN, nor a certificate for a name
+    /// a client chose).
+    fn report_failed_connect(&self, error: &crate::error::ProxyError) {
+        let chose_http1 = self.settings.protocol == UpstreamProtocol::Auto
+            && self.learned.get() == Some(UpstreamProtocol::Http1);
+        if let Some(outcome) = self.outcome_of(error)
+            && !chose_http1
+        {
+            self.report(outcome);
+        }
     }
 }
 

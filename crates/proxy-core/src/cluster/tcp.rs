@@ -3,8 +3,9 @@
 //! connection while it lives, and its connect outcome reported to outlier detection.
 
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::rc::Rc;
+use std::pin::{Pin, pin};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use balancer::Picked;
@@ -75,46 +76,138 @@ impl ReadyRelay {
         }
     }
 
-    /// Whether the host has closed it, seen without reading what it may have sent.
-    fn closed(&self) -> bool {
+    /// Whether the host has closed it, seen without reading what it may have sent; `cx` is
+    /// woken when that may have changed.
+    fn poll_closed(&self, cx: &mut Context<'_>) -> bool {
         let tcp = match &self.io {
             tokio_util::either::Either::Left(tcp) => tcp,
             tokio_util::either::Either::Right(tls) => tls.get_ref().0,
         };
         let mut byte = [0u8; 1];
         let mut buf = ReadBuf::new(&mut byte);
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match tcp.poll_peek(&mut cx, &mut buf) {
+        match tcp.poll_peek(cx, &mut buf) {
             Poll::Pending => false,
             Poll::Ready(Ok(n)) => n == 0,
             Poll::Ready(Err(_)) => true,
         }
     }
+
+    /// When it is to close unused, if it has not gone already: `Err` with why it has (the
+    /// host closed it, failed since it was opened, or its time is up, counted).
+    fn check(
+        &self,
+        pool: &HostPool,
+        cx: &mut Context<'_>,
+        now: Instant,
+    ) -> Result<Option<Instant>, ()> {
+        if self.failures_at_open != pool.health.health_failures() || self.poll_closed(cx) {
+            return Err(());
+        }
+        match pool.settings.expiry(self.opened, self.opened) {
+            Some((at, why)) if at <= now => {
+                pool.count_expiry(why);
+                Err(())
+            }
+            expiry => Ok(expiry.map(|(at, _)| at)),
+        }
+    }
 }
 
 impl HostPool {
-    /// Keeps a relay connection opened ahead for the next relay to this host.
-    pub(super) fn keep_relay(&self, relay: ReadyRelay) {
+    /// Keeps a relay connection opened ahead for the next relay to this host, watched
+    /// meanwhile so that it closes (giving back its slot) once the host closes it, its host
+    /// fails or its `idle_timeout` passes.
+    pub(super) fn keep_relay(self: &Rc<Self>, relay: ReadyRelay) {
         self.relays.borrow_mut().push_back(relay);
+        match self.relay_watcher.borrow().as_ref() {
+            Some(watcher) => watcher.wake_by_ref(),
+            None => {
+                if !self.relay_watching.replace(true) {
+                    tokio::task::spawn_local(watch_relays(Rc::downgrade(self)));
+                }
+            }
+        }
     }
 
     /// The oldest relay connection opened ahead that is still open, within its time and
     /// made since the host last failed.
     fn ready_relay(&self) -> Option<ReadyRelay> {
-        let failures = self.health.health_failures();
         let now = Instant::now();
-        let mut relays = self.relays.borrow_mut();
-        while let Some(relay) = relays.pop_front() {
-            if relay.failures_at_open != failures || relay.closed() {
-                continue;
-            }
-            match self.settings.expiry(relay.opened, relay.opened) {
-                Some((at, why)) if at <= now => self.count_expiry(why),
-                _ => return Some(relay),
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        loop {
+            let relay = self.relays.borrow_mut().pop_front()?;
+            if relay.check(self, &mut cx, now).is_ok() {
+                return Some(relay);
             }
         }
-        None
     }
+
+    /// Drops the relay connections opened ahead that have gone (see [`ReadyRelay::check`]),
+    /// `cx` woken by the others' sockets: when the next one's time is up, if any.
+    fn sweep_relays(&self, cx: &mut Context<'_>) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        self.relays
+            .borrow_mut()
+            .retain(|relay| match relay.check(self, cx, now) {
+                Ok(at) => {
+                    next = match (next, at) {
+                        (Some(n), Some(a)) => Some(n.min(a)),
+                        (n, a) => n.or(a),
+                    };
+                    true
+                }
+                Err(()) => false,
+            });
+        next
+    }
+
+    /// Wakes the relay watcher to look again (the pool is going, or let its relays go).
+    pub(super) fn wake_relay_watcher(&self) {
+        if let Some(watcher) = self.relay_watcher.borrow_mut().take() {
+            watcher.wake();
+        }
+    }
+}
+
+/// Watches a pool's relay connections opened ahead while it has any: one task per host and
+/// worker, woken by their sockets, a timer for the next to expire, and the host's failures.
+/// Ends once none is left (the next kept starts another) or the pool has gone.
+async fn watch_relays(pool: Weak<HostPool>) {
+    let Some(host) = pool.upgrade().map(|p| Arc::clone(&p.health)) else {
+        return;
+    };
+    let mut failed = pin!(host.failed.notified());
+    let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
+    std::future::poll_fn(|cx| {
+        loop {
+            let Some(pool) = pool.upgrade() else {
+                return Poll::Ready(());
+            };
+            while failed.as_mut().poll(cx).is_ready() {
+                failed.set(host.failed.notified());
+            }
+            let next = pool.sweep_relays(cx);
+            if pool.relays.borrow().is_empty() {
+                *pool.relay_watcher.borrow_mut() = None;
+                pool.relay_watching.set(false);
+                return Poll::Ready(());
+            }
+            let mut watcher = pool.relay_watcher.borrow_mut();
+            if !watcher.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *watcher = Some(cx.waker().clone());
+            }
+            drop(watcher);
+            let Some(next) = next else {
+                return Poll::Pending;
+            };
+            timer.as_mut().reset(next);
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await;
 }
 
 impl TcpUpstream {
