@@ -388,3 +388,46 @@ async fn an_idle_connection_the_upstream_closes_is_closed_at_once() {
         .unwrap();
     assert_eq!(open, 0);
 }
+
+/// RFC 9110 section 8.6: repeated Content-Length fields, or a list of the same value, go on
+/// as one field with one value, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_content_lengths_go_on_as_one_field_both_ways() {
+    let mut upstream = Upstream::start(Script::Reply(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2, 2\r\n\r\nok",
+    ))
+    .await;
+    let proxy = proxy_for(&upstream);
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    stream
+        .write_all(b"PUT /up HTTP/1.1\r\nhost: legate.test\r\nconnection: close\r\ncontent-length: 5\r\ncontent-length: 5, 5\r\n\r\nhello")
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&read_until_closed(&mut stream).await).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert_eq!(
+        head.to_lowercase().matches("content-length").count(),
+        1,
+        "{head}"
+    );
+    assert!(
+        head.to_lowercase().contains("content-length: 2\r\n")
+            || head.to_lowercase().ends_with("content-length: 2"),
+        "{head}"
+    );
+    assert_eq!(body, "ok");
+    let request = tokio::time::timeout(BOUND, upstream.requests.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let request = String::from_utf8(request).unwrap();
+    let (head, body) = request.split_once("\r\n\r\n").unwrap();
+    let lengths: Vec<&str> = head
+        .lines()
+        .filter(|l| l.to_lowercase().starts_with("content-length:"))
+        .collect();
+    assert_eq!(lengths.len(), 1, "{head}");
+    assert_eq!(lengths[0].split_once(':').unwrap().1.trim(), "5", "{head}");
+    assert_eq!(body, "hello");
+}

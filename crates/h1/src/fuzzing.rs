@@ -82,13 +82,19 @@ fn hyper_reading(data: &[u8]) -> Reference {
                 }
             }
             "content-length" => {
-                let Some(len) = crate::request::parse_length(value) else {
+                // A list of equal values is taken, as hyper takes it; one field with one
+                // value goes on (RFC 9110 section 8.6).
+                let Some(len) = equal_lengths(value) else {
                     return Reference::Refused;
                 };
                 if length.is_some_and(|seen| seen != len) {
                     return Reference::Refused;
                 }
+                if length.is_none() {
+                    headers.push((name, one_length(value, len)));
+                }
                 length = Some(len);
+                continue;
             }
             "connection" => {
                 close |= tokens().any(|t| t.eq_ignore_ascii_case(b"close"));
@@ -115,6 +121,25 @@ fn hyper_reading(data: &[u8]) -> Reference {
         keep_alive: !close && (version == Version::HTTP_11 || keep_alive_token),
         both_lengths: te && length.is_some(),
         odd_coding: te && (chunked_count > 1 || other),
+    }
+}
+
+/// The length a Content-Length value gives: digits, or a list of the same digits.
+fn equal_lengths(value: &[u8]) -> Option<u64> {
+    let mut items = value
+        .split(|&b| b == b',')
+        .map(|t| crate::request::parse_length(t.trim_ascii()));
+    let first = items.next()??;
+    items.all(|t| t == Some(first)).then_some(first)
+}
+
+/// The value that goes on for a Content-Length field of length `len`: a list as its one
+/// number, a single value as it was written.
+fn one_length(value: &[u8], len: u64) -> Vec<u8> {
+    if value.contains(&b',') {
+        len.to_string().into_bytes()
+    } else {
+        value.to_vec()
     }
 }
 
@@ -253,8 +278,8 @@ enum ResponseReference {
         both_lengths: bool,
         /// `chunked` more than once: hyper reads the last.
         chunked_twice: bool,
-        /// A Content-Length list (`5, 5`), which hyper takes, or one it does not read (a
-        /// bodiless status, or beside Transfer-Encoding).
+        /// Content-Length values that are not one length, which hyper does not read for a
+        /// bodiless status or beside Transfer-Encoding.
         odd_length: bool,
         /// The head's length in bytes.
         head_len: usize,
@@ -284,7 +309,7 @@ fn hyper_client_reading(data: &[u8], head_request: bool) -> ResponseReference {
     };
     let mut headers = Vec::new();
     let (mut te, mut chunked, mut chunked_count) = (false, false, 0);
-    let (mut lengths, mut length_list, mut bad_length) = (Vec::new(), false, false);
+    let (mut lengths, mut collapsed, mut bad_length) = (Vec::new(), false, false);
     let (mut close, mut keep_alive_token) = (false, false);
     for field in res.headers.iter() {
         let name = field.name.to_ascii_lowercase();
@@ -311,14 +336,19 @@ fn hyper_client_reading(data: &[u8], head_request: bool) -> ResponseReference {
                     .count();
             }
             "content-length" => {
-                // hyper takes a list of equal values.
-                length_list |= field.value.contains(&b',');
+                // hyper takes a list of equal values; one field with one value goes on
+                // (RFC 9110 section 8.6).
                 for t in field.value.split(|&b| b == b',') {
                     match crate::request::parse_length(t.trim_ascii()) {
                         Some(len) => lengths.push(len),
                         None => bad_length = true,
                     }
                 }
+                if !collapsed && let Some(len) = equal_lengths(field.value) {
+                    headers.push((name, one_length(field.value, len)));
+                }
+                collapsed = true;
+                continue;
             }
             "connection" => {
                 close |= tokens().any(|t| t.eq_ignore_ascii_case(b"close"));
@@ -354,15 +384,15 @@ fn hyper_client_reading(data: &[u8], head_request: bool) -> ResponseReference {
         length,
         both_lengths: te && !lengths.is_empty(),
         chunked_twice: te && chunked_count > 1,
-        odd_length: length_list || bad_length || differing,
+        odd_length: bad_length || differing,
         head_len,
     }
 }
 
 /// Differential: the codec reads a response head as hyper's client does (same status,
 /// version, fields and framing; the first input byte says whether the request was a HEAD),
-/// except where it is stricter on purpose: both lengths, `chunked` twice, a Content-Length
-/// list. It never takes what hyper refuses.
+/// except where it is stricter on purpose: both lengths, `chunked` twice, lengths it does not
+/// read. Repeated Content-Length fields go on as one. It never takes what hyper refuses.
 pub fn response_head(data: &[u8]) {
     let Some((&flags, data)) = data.split_first() else {
         return;

@@ -149,9 +149,18 @@ fn parse(
     for field in req.headers.iter() {
         let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| HeadError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(slice(field.value))
+        let mut value = HeaderValue::from_maybe_shared(slice(field.value))
             .map_err(|_| HeadError::Malformed("invalid header value"))?;
-        framing.field(&name, &value)?;
+        if name == CONTENT_LENGTH {
+            match content_length_field(&mut framing.content_length, value) {
+                Ok(Some(one)) => value = one,
+                // A repeat of the first: one line goes on.
+                Ok(None) => continue,
+                Err(()) => return Err(HeadError::InvalidContentLength),
+            }
+        } else {
+            framing.field(&name, &value)?;
+        }
         if keep_case {
             case.note(&name, field.name.as_bytes(), || {
                 slice(field.name.as_bytes())
@@ -260,16 +269,9 @@ impl Framing {
         }
     }
 
+    /// Notes a field other than Content-Length ([`content_length_field`] reads those).
     fn field(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), HeadError> {
-        if name == CONTENT_LENGTH {
-            // Digits only; repeated lines must agree. (A list, `42, 42`, is refused: RFC 9110
-            // section 8.6 lets a recipient take it, but an upstream might not.)
-            let len = parse_length(value.as_bytes()).ok_or(HeadError::InvalidContentLength)?;
-            match self.content_length {
-                Some(seen) if seen != len => return Err(HeadError::InvalidContentLength),
-                _ => self.content_length = Some(len),
-            }
-        } else if name == TRANSFER_ENCODING {
+        if name == TRANSFER_ENCODING {
             for coding in value.as_bytes().split(|&b| b == b',') {
                 let coding = coding.trim_ascii();
                 if coding.is_empty() {
@@ -319,6 +321,39 @@ impl Framing {
 
     fn keep_alive(&self) -> bool {
         !self.close && (self.version == Version::HTTP_11 || self.keep_alive_token)
+    }
+}
+
+/// Reads a Content-Length field's `value` into `seen`: digits, or a list of the same digits
+/// (`42, 42`), agreeing with any earlier field; `Err` otherwise. As RFC 9110 section 8.6 asks
+/// of a recipient that takes such a message, one field with one value goes on: `Some` with
+/// the first field's value (a list collapsed to its number), `None` for a field that repeats
+/// it.
+pub(crate) fn content_length_field(
+    seen: &mut Option<u64>,
+    value: HeaderValue,
+) -> Result<Option<HeaderValue>, ()> {
+    let bytes = value.as_bytes();
+    let mut len = None;
+    for item in bytes.split(|&b| b == b',') {
+        let item = parse_length(item.trim_ascii()).ok_or(())?;
+        if len.is_some_and(|l| l != item) {
+            return Err(());
+        }
+        len = Some(item);
+    }
+    let len = len.ok_or(())?;
+    match *seen {
+        Some(first) if first != len => Err(()),
+        Some(_) => Ok(None),
+        None => {
+            *seen = Some(len);
+            Ok(Some(if bytes.contains(&b',') {
+                HeaderValue::from(len)
+            } else {
+                value
+            }))
+        }
     }
 }
 

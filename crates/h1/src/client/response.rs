@@ -7,7 +7,7 @@ use bytes::{Buf, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, StatusCode, Version};
 
-use crate::request::{HeadCopy, parse_length};
+use crate::request::{HeadCopy, content_length_field};
 use crate::response::has_token;
 use crate::{MAX_HEADERS, ResponseLength};
 
@@ -117,9 +117,18 @@ fn parse(
     for field in res.headers.iter() {
         let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| ResponseError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(field.value))
+        let mut value = HeaderValue::from_maybe_shared(head.slice(field.value))
             .map_err(|_| ResponseError::Malformed("invalid header value"))?;
-        framing.field(&name, &value)?;
+        if name == CONTENT_LENGTH {
+            match content_length_field(&mut framing.content_length, value) {
+                Ok(Some(one)) => value = one,
+                // A repeat of the first: one line goes on.
+                Ok(None) => continue,
+                Err(()) => return Err(ResponseError::InvalidContentLength),
+            }
+        } else {
+            framing.field(&name, &value)?;
+        }
         if keep_case {
             case.note(&name, field.name.as_bytes(), || {
                 head.slice(field.name.as_bytes())
@@ -173,14 +182,9 @@ struct Framing {
 }
 
 impl Framing {
+    /// Notes a field other than Content-Length (`content_length_field` reads those).
     fn field(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), ResponseError> {
-        if name == CONTENT_LENGTH {
-            let len = parse_length(value.as_bytes()).ok_or(ResponseError::InvalidContentLength)?;
-            match self.content_length {
-                Some(seen) if seen != len => return Err(ResponseError::InvalidContentLength),
-                _ => self.content_length = Some(len),
-            }
-        } else if name == TRANSFER_ENCODING {
+        if name == TRANSFER_ENCODING {
             // Present, even empty: the length is not the Content-Length's.
             self.transfer_encoding.get_or_insert(false);
             for coding in value.as_bytes().split(|&b| b == b',') {

@@ -467,3 +467,26 @@ fn names_keep_the_spelling_read_when_asked() {
         "{text}"
     );
 }
+
+#[test]
+fn repeated_content_lengths_of_a_response_go_on_as_one_field_with_one_value() {
+    for text in [
+        "content-length: 2\r\ncontent-length: 2",
+        "content-length: 2, 2",
+    ] {
+        let bytes = format!("HTTP/1.1 200 OK\r\n{text}\r\n\r\nok");
+        let head = parsed(bytes.as_bytes(), false).unwrap().unwrap();
+        assert_eq!(head.length, ResponseLength::Length(2), "{text}");
+        let values: Vec<_> = head
+            .parts
+            .headers
+            .get_all("content-length")
+            .iter()
+            .collect();
+        assert_eq!(values, ["2"], "{text}");
+    }
+    assert_eq!(
+        length_of(b"HTTP/1.1 200 OK\r\ncontent-length: 2, 3\r\n\r\n"),
+        Err(ResponseError::InvalidContentLength)
+    );
+}

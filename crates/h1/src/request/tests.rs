@@ -85,7 +85,12 @@ fn smuggling_shapes_are_refused() {
             InvalidContentLength,
         ),
         ("content-length: 3, 4", InvalidContentLength),
-        ("content-length: 3, 3", InvalidContentLength),
+        ("content-length: 3, 3, 4", InvalidContentLength),
+        ("content-length: 3,", InvalidContentLength),
+        (
+            "content-length: 3\r\ncontent-length: 3, 4",
+            InvalidContentLength,
+        ),
         ("content-length: 18446744073709551616", InvalidContentLength),
         ("content-length: +3", InvalidContentLength),
         ("content-length: -1", InvalidContentLength),
@@ -172,4 +177,26 @@ fn values_pass_as_sent() {
     assert_eq!(head.request.uri().path(), "/a%zz");
     assert_eq!(head.request.headers().get_all("host").iter().count(), 2);
     assert_eq!(head.request.headers()["x"].as_bytes(), b"\xff");
+}
+
+#[test]
+fn repeated_content_lengths_go_on_as_one_field_with_one_value() {
+    // RFC 9110 section 8.6: a recipient that takes such a message replaces the list with one
+    // valid value before forwarding.
+    for text in [
+        "content-length: 7\r\ncontent-length: 7",
+        "content-length: 7, 7",
+        "content-length: 7,7\r\ncontent-length: 7",
+        "content-length: 7\r\nx-a: 1\r\ncontent-length: 7 , 7",
+    ] {
+        let head = head(&format!("POST / HTTP/1.1\r\n{text}\r\n\r\n"));
+        assert_eq!(head.body, BodyLength::Length(7), "{text}");
+        let values: Vec<_> = head
+            .request
+            .headers()
+            .get_all("content-length")
+            .iter()
+            .collect();
+        assert_eq!(values, ["7"], "{text}");
+    }
 }
