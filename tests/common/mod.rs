@@ -66,6 +66,16 @@ pub struct Proxy {
     _dir: ScratchDir,
 }
 
+/// `yaml` with the admin server on a free port where it says nothing of it: its default,
+/// 9901, may be held by another test or by a proxy the developer runs.
+fn with_free_admin(yaml: &str) -> String {
+    if yaml.lines().any(|l| l.starts_with("admin:")) {
+        yaml.to_owned()
+    } else {
+        format!("admin: {{ address: 127.0.0.1:0 }}\n{yaml}")
+    }
+}
+
 impl Proxy {
     /// Starts `legate -c CONFIG --concurrency WORKERS` and waits until every listener is up.
     pub fn start(yaml: &str, workers: usize) -> Proxy {
@@ -74,7 +84,8 @@ impl Proxy {
 
     pub fn start_with_env(yaml: &str, workers: usize, env: &[(&str, &str)]) -> Proxy {
         let dir = ScratchDir::new();
-        let config = dir.write("legate.yaml", yaml);
+        let yaml = with_free_admin(yaml);
+        let config = dir.write("legate.yaml", &yaml);
         // Listener addresses are the lines `    address: ...` (admin and endpoint addresses
         // are written inline).
         let listeners = yaml
@@ -166,7 +177,7 @@ impl Proxy {
     pub fn rewrite_config(&self, yaml: &str) {
         let path = self.config_path();
         let staged = path.with_extension("yaml.new");
-        std::fs::write(&staged, yaml).unwrap();
+        std::fs::write(&staged, with_free_admin(yaml)).unwrap();
         std::fs::rename(&staged, &path).unwrap();
     }
 

@@ -99,7 +99,8 @@ fn a_warm_worker_relays_a_request_without_allocating() {
         std::thread::spawn(move || upstream(upstream_listener, stop))
     };
     let config = Config::from_yaml(&format!(
-        "listeners:
+        "admin: {{ address: 127.0.0.1:0 }}
+listeners:
   - name: main
     address: 127.0.0.1:0
     routes:
