@@ -195,9 +195,9 @@ fn run(
         .enable_all()
         .build()
         .context("cannot start the signal runtime")?;
-    let (mut signals, mut hangup) = {
+    let (mut signals, mut hangup, mut usr1) = {
         let _entered = runtime.enter();
-        (ShutdownSignals::new(), reload_signal())
+        (ShutdownSignals::new(), reload_signal(), reopen_signal())
     };
     let server = Server::start_with(config, workers, options)?;
     tracing::info!(
@@ -241,6 +241,11 @@ fn run(
                     // The outcome is logged, counted and shown in /config_dump by the reload.
                     let _ = server.reload().await;
                 }
+                Some(()) = async { usr1.as_mut()?.recv().await } => {
+                    tracing::info!("SIGUSR1: reopening the access logs");
+                    // Each file's outcome is logged.
+                    let _ = server.reopen_logs();
+                }
                 taken = async {
                     match successor.as_mut() {
                         Some(taken) => taken.await,
@@ -281,6 +286,17 @@ fn reload_signal() -> Option<tokio::signal::unix::Signal> {
         .map_err(
             |err| tracing::warn!(error = %err, "cannot watch SIGHUP; reload with POST /reload"),
         )
+        .ok()
+}
+
+/// SIGUSR1, which reopens the access log files (after logrotate moved them), as Envoy's. Its
+/// default action ends the process, so it is registered before the proxy says it is ready.
+fn reopen_signal() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    signal(SignalKind::user_defined1())
+        .map_err(|err| {
+            tracing::warn!(error = %err, "cannot watch SIGUSR1; reopen logs with POST /reopen_logs")
+        })
         .ok()
 }
 

@@ -199,3 +199,127 @@ clusters:
     );
     assert_eq!(wait_for_lines(&every, 6).len(), 6);
 }
+
+fn lines_in(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// A listener answering everything itself, logging each request to `log`.
+fn logging_proxy(log: &std::path::Path) -> Proxy {
+    Proxy::start(
+        &format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    access_log: {{ path: "{}" }}
+    routes:
+      - match: {{ prefix: / }}
+        direct_response: {{ status: 200, body: "ok\n" }}
+"#,
+            log.display()
+        ),
+        1,
+    )
+}
+
+async fn requests(proxy: std::net::SocketAddr, n: usize) {
+    for i in 0..n {
+        let res = send_h1(proxy, get(&format!("/r{i}"), &[])).await;
+        assert_eq!(res.status(), 200);
+        text(res.into_body()).await;
+    }
+}
+
+/// logrotate's `create` style: the file is renamed, then the proxy is told to reopen it
+/// (`POST /reopen_logs`, or SIGUSR1 as Envoy): lines written before go to the renamed file,
+/// later ones to a new file at the path, and none is lost, with requests going on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_logs_reopen_after_logrotate_renames_them_and_lose_no_line() {
+    for by_signal in [false, true] {
+        let dir = ScratchDir::new();
+        let log = dir.0.join("access.log");
+        let rotated = dir.0.join("access.log.1");
+        let proxy = logging_proxy(&log);
+        requests(proxy.addr(), 100).await;
+        assert_eq!(wait_for_lines(&log, 100).len(), 100);
+        std::fs::rename(&log, &rotated).unwrap();
+        // Requests go on while the file is reopened.
+        let during = tokio::spawn(requests(proxy.addr(), 100));
+        if by_signal {
+            let status = std::process::Command::new("kill")
+                .args(["-USR1", &proxy.pid().to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            assert!(
+                proxy.wait_for_log("access log reopened", Duration::from_secs(20)),
+                "{}",
+                proxy.log()
+            );
+        } else {
+            let (status, body) = admin_request(proxy.admin.unwrap(), "POST", "/reopen_logs");
+            assert_eq!(status, 200, "{body}");
+            assert!(body.contains("access.log: reopened"), "{body}");
+        }
+        tokio::time::timeout(Duration::from_secs(20), during)
+            .await
+            .unwrap()
+            .unwrap();
+        requests(proxy.addr(), 100).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lines_in(&rotated) + lines_in(&log) < 300 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (old, new) = (lines_in(&rotated), lines_in(&log));
+        assert_eq!(old + new, 300, "signal: {by_signal}");
+        assert!(old >= 100 && new >= 100, "{old} + {new}");
+    }
+}
+
+/// logrotate's `copytruncate` style: the file is copied and emptied in place, and the proxy,
+/// writing in append mode, goes on from its start (no hole of the old length before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_emptied_in_place_is_written_from_its_start() {
+    let dir = ScratchDir::new();
+    let log = dir.0.join("access.log");
+    let proxy = logging_proxy(&log);
+    requests(proxy.addr(), 20).await;
+    assert_eq!(wait_for_lines(&log, 20).len(), 20);
+    std::fs::copy(&log, dir.0.join("access.log.1")).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    requests(proxy.addr(), 10).await;
+    assert_eq!(wait_for_lines(&log, 10).len(), 10);
+    let text = std::fs::read(&log).unwrap();
+    assert!(!text.contains(&0), "a hole before the new lines");
+    assert_eq!(lines_in(&dir.0.join("access.log.1")), 20);
+}
+
+/// A log that cannot be opened again (its folder is gone) keeps being written where it was,
+/// and the answer says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_cannot_be_reopened_is_kept() {
+    let dir = ScratchDir::new();
+    let folder = dir.0.join("logs");
+    std::fs::create_dir(&folder).unwrap();
+    let log = folder.join("access.log");
+    let proxy = logging_proxy(&log);
+    requests(proxy.addr(), 5).await;
+    assert_eq!(wait_for_lines(&log, 5).len(), 5);
+    let moved = dir.0.join("moved");
+    std::fs::rename(&folder, &moved).unwrap();
+    let (status, body) = admin_request(proxy.admin.unwrap(), "POST", "/reopen_logs");
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("kept the file it had"), "{body}");
+    requests(proxy.addr(), 5).await;
+    assert_eq!(wait_for_lines(&moved.join("access.log"), 10).len(), 10);
+}

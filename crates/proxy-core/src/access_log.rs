@@ -9,13 +9,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, StatusCode, Version};
@@ -79,10 +80,15 @@ pub(crate) enum SinkTx {
     Records(trace_export::LogSink),
 }
 
+/// A log file, shared by its writer thread and [`LogSinks::reopen`].
+type SharedFile = Arc<Mutex<File>>;
+
 /// The writer threads (and collectors' exporters), one per destination, shared by every
 /// worker.
 pub(crate) struct LogSinks {
     senders: Vec<(LogTarget, SinkTx)>,
+    /// The files written, for [`reopen`](Self::reopen).
+    files: Vec<(PathBuf, SharedFile)>,
     pub(crate) dropped: Arc<AtomicU64>,
 }
 
@@ -91,14 +97,17 @@ impl LogSinks {
     /// thread (or an exporter) for each.
     pub(crate) fn open(targets: impl Iterator<Item = LogTarget>) -> io::Result<LogSinks> {
         let mut senders: Vec<(LogTarget, SinkTx)> = Vec::new();
+        let mut files = Vec::new();
         for target in targets {
             if senders.iter().any(|(t, _)| *t == target) {
                 continue;
             }
-            let out: Box<dyn Write + Send> = match &target {
-                LogTarget::Stdout => Box::new(io::stdout()),
+            let out = match &target {
+                LogTarget::Stdout => Destination::Stdout(io::stdout()),
                 LogTarget::File(path) => {
-                    Box::new(OpenOptions::new().create(true).append(true).open(path)?)
+                    let file = Arc::new(Mutex::new(open_for_append(path)?));
+                    files.push((path.clone(), Arc::clone(&file)));
+                    Destination::File(file)
                 }
                 LogTarget::Otlp(otlp) => {
                     let sink =
@@ -115,8 +124,27 @@ impl LogSinks {
         }
         Ok(LogSinks {
             senders,
+            files,
             dropped: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Opens every log file again by its path (`SIGUSR1`, `POST /reopen_logs`), as after
+    /// logrotate renamed it: lines written before go to the file as it was, later ones to the
+    /// file now at the path (made if missing), and none is lost. A file that cannot be opened
+    /// is kept as it was. Each path with what happened.
+    pub(crate) fn reopen(&self) -> Vec<(PathBuf, io::Result<()>)> {
+        self.files
+            .iter()
+            .map(|(path, file)| {
+                let reopened = open_for_append(path).map(|fresh| {
+                    // Taken between two of the writer's batches: the old file is closed once
+                    // what was written to it is.
+                    *file.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
+                });
+                (path.clone(), reopened)
+            })
+            .collect()
     }
 
     /// Whether these sinks write to exactly `targets` (repeats aside).
@@ -183,19 +211,58 @@ impl trace_export::ExportObserver for Observer {
     }
 }
 
-fn write_loop(rx: Receiver<Vec<u8>>, mut out: Box<dyn Write + Send>) {
-    while let Ok(chunk) = rx.recv() {
-        let mut failed = out.write_all(&chunk).is_err();
-        // Drain what is queued before flushing, so a burst costs one flush.
-        while let Ok(chunk) = rx.try_recv() {
-            failed |= out.write_all(&chunk).is_err();
+/// [`LogSinks::reopen`], each failure logged.
+pub(crate) fn reopen_and_report(sinks: &LogSinks) -> Vec<(PathBuf, io::Result<()>)> {
+    let outcomes = sinks.reopen();
+    for (path, outcome) in &outcomes {
+        match outcome {
+            Ok(()) => tracing::info!(path = %path.display(), "access log reopened"),
+            Err(error) => tracing::error!(
+                path = %path.display(), %error,
+                "cannot reopen the access log; still writing to the file it had"
+            ),
         }
-        failed |= out.flush().is_err();
+    }
+    outcomes
+}
+
+/// Where a writer thread writes.
+enum Destination {
+    Stdout(io::Stdout),
+    File(SharedFile),
+}
+
+/// In append mode, made if missing: every write lands at the end, also after logrotate's
+/// `copytruncate` has emptied the file under it.
+fn open_for_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+fn write_loop(rx: Receiver<Vec<u8>>, out: Destination) {
+    while let Ok(chunk) = rx.recv() {
+        let failed = match &out {
+            Destination::Stdout(stdout) => write_batch(&mut stdout.lock(), chunk, &rx),
+            // Held for the batch: a reopen waits for it, so no line is cut between files.
+            Destination::File(file) => write_batch(
+                &mut *file.lock().unwrap_or_else(PoisonError::into_inner),
+                chunk,
+                &rx,
+            ),
+        };
         if failed {
             tracing::warn!("access log write failed; lines were lost");
         }
     }
-    let _ = out.flush();
+}
+
+/// Writes `chunk` and what else is queued, then flushes once: whether a write failed.
+fn write_batch(out: &mut impl Write, chunk: Vec<u8>, rx: &Receiver<Vec<u8>>) -> bool {
+    let mut failed = out.write_all(&chunk).is_err();
+    // Drain what is queued before flushing, so a burst costs one flush.
+    while let Ok(chunk) = rx.try_recv() {
+        failed |= out.write_all(&chunk).is_err();
+    }
+    failed | out.flush().is_err()
 }
 
 /// One worker's access logs for one listener: the record each request fills, and its

@@ -43,6 +43,7 @@ POST /healthcheck/fail    make /ready answer 503 (drain this proxy from its load
 POST /healthcheck/ok      undo /healthcheck/fail
 POST /reload              read the config file again and put it in force (as SIGHUP)
 POST /reload_certs        read TLS certificates, keys and CAs again
+POST /reopen_logs         open the access log files again by their paths (as SIGUSR1)
 ";
 
 /// The dashboard at `/`: one page, no build step, polling the JSON endpoints.
@@ -448,9 +449,11 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             reply(StatusCode::OK, TEXT, "OK\n")
         }
         (&Method::POST, "/reload_certs") => reload_certs(&state.live.current().tls),
-        (_, "/healthcheck/fail" | "/healthcheck/ok" | "/reload_certs" | "/reload") => {
-            reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "use POST\n")
-        }
+        (&Method::POST, "/reopen_logs") => reopen_logs(&state.live.current().log_sinks),
+        (
+            _,
+            "/healthcheck/fail" | "/healthcheck/ok" | "/reload_certs" | "/reload" | "/reopen_logs",
+        ) => reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "use POST\n"),
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
@@ -471,6 +474,36 @@ async fn reload(live: &Arc<LiveConfig>) -> Response<Full<Bytes>> {
             format!("reload failed, the config in force stays: {error}\n"),
         ),
     }
+}
+
+/// `POST /reopen_logs`: 200 when every access log file was opened again by its path, 500
+/// naming those that could not be (they keep being written where they were).
+fn reopen_logs(sinks: &crate::access_log::LogSinks) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let outcomes = crate::access_log::reopen_and_report(sinks);
+    let mut body = String::new();
+    let mut failed = false;
+    for (path, outcome) in &outcomes {
+        match outcome {
+            Ok(()) => body.push_str(&format!("{}: reopened\n", path.display())),
+            Err(error) => {
+                failed = true;
+                body.push_str(&format!(
+                    "{}: kept the file it had: {error}\n",
+                    path.display()
+                ));
+            }
+        }
+    }
+    if outcomes.is_empty() {
+        body.push_str("no access log files\n");
+    }
+    let status = if failed {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
+    reply(status, TEXT, body)
 }
 
 /// `POST /reload_certs`: 200 when every TLS listener took its new files, 500 naming those that
