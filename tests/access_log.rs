@@ -323,3 +323,71 @@ async fn a_log_that_cannot_be_reopened_is_kept() {
     requests(proxy.addr(), 5).await;
     assert_eq!(wait_for_lines(&moved.join("access.log"), 10).len(), 10);
 }
+
+/// A reload that changes the log files gives new connections new writers; connections from
+/// before it keep theirs, which a reopen reaches too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopen_reaches_the_writers_of_connections_from_before_a_reload() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = ScratchDir::new();
+    let log = dir.0.join("access.log");
+    let other = dir.0.join("other.log");
+    let config = |extra: &str| {
+        format!(
+            r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    access_log: {{ path: "{}" }}
+    routes:
+      - match: {{ prefix: / }}
+        direct_response: {{ status: 200, body: "ok\n" }}
+{extra}"#,
+            log.display()
+        )
+    };
+    let proxy = Proxy::start(&config(""), 1);
+    let admin = proxy.admin.unwrap();
+    let mut old = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let exchange = async |conn: &mut tokio::net::TcpStream, path: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: legate.test\r\n\r\n");
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !answer.ends_with(b"ok\n") {
+            let n = tokio::time::timeout(Duration::from_secs(20), conn.read(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "closed");
+            answer.extend_from_slice(&buf[..n]);
+        }
+    };
+    exchange(&mut old, "/before").await;
+    proxy.rewrite_config(&config(&format!(
+        r#"  - name: second
+    address: 127.0.0.1:0
+    access_log: {{ path: "{}" }}
+    routes:
+      - match: {{ prefix: / }}
+        direct_response: {{ status: 200, body: "ok\n" }}
+"#,
+        other.display()
+    )));
+    let (status, body) = admin_request(admin, "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(wait_for_lines(&log, 1).len(), 1);
+    std::fs::rename(&log, dir.0.join("access.log.1")).unwrap();
+    let (status, body) = admin_request(admin, "POST", "/reopen_logs");
+    assert_eq!(status, 200, "{body}");
+    // The connection from before the reload writes through the old writer.
+    exchange(&mut old, "/after").await;
+    let mut new = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    exchange(&mut new, "/new").await;
+    let lines = wait_for_lines(&log, 2);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("/after")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("/new")), "{lines:?}");
+    assert_eq!(lines_in(&dir.0.join("access.log.1")), 1);
+}

@@ -631,7 +631,8 @@ pub fn decompress(encoding: &str, bytes: &[u8]) -> Vec<u8> {
 /// `legate -c FILE --upgrade-socket PATH`, in its own scratch directory.
 pub fn start_upgradable(yaml: &str, socket: &std::path::Path, from: bool) -> Proxy {
     let dir = ScratchDir::new();
-    let config = dir.write("legate.yaml", yaml);
+    let yaml = with_free_admin(yaml);
+    let config = dir.write("legate.yaml", &yaml);
     let mut command = Command::new(BIN);
     command
         .arg("-c")

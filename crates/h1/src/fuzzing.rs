@@ -82,8 +82,8 @@ fn hyper_reading(data: &[u8]) -> Reference {
                 }
             }
             "content-length" => {
-                // A list of equal values is taken, as hyper takes it; one field with one
-                // value goes on (RFC 9110 section 8.6).
+                // A list of equal values is taken (RFC 9110 section 8.6), where hyper's server
+                // refuses it: a deliberate leniency. One field with one value goes on.
                 let Some(len) = equal_lengths(value) else {
                     return Reference::Refused;
                 };
@@ -144,9 +144,10 @@ fn one_length(value: &[u8], len: u64) -> Vec<u8> {
 }
 
 /// Differential: the codec reads a head as hyper does (same method, target, version, fields
-/// and framing), except where it is stricter on purpose: Content-Length beside
-/// Transfer-Encoding, and codings other than one final `chunked`. It never takes what hyper
-/// refuses.
+/// and framing), except where it is stricter on purpose (Content-Length beside
+/// Transfer-Encoding, codings other than one final `chunked`) and where RFC 9110 section 8.6
+/// lets it take more: a Content-Length list of one value, which goes on as one field with
+/// one value (the reference models that). Otherwise it never takes what hyper refuses.
 pub fn request_head(data: &[u8]) {
     let mut buf = BytesMut::from(data);
     let ours = parse_request(&mut buf, MAX_HEAD);

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, StatusCode, Version};
@@ -80,15 +80,22 @@ pub(crate) enum SinkTx {
     Records(trace_export::LogSink),
 }
 
-/// A log file, shared by its writer thread and [`LogSinks::reopen`].
-type SharedFile = Arc<Mutex<File>>;
+/// Where [`reopen`] leaves a file opened again for its writer thread, which takes it before
+/// its next batch. Held only to store or take: a busy or stalled writer never holds up the
+/// thread that asks for the reopen.
+type FreshFile = Arc<FreshSlot>;
+
+/// Every log file's slot, of every set of sinks whose writer still runs (a reload that
+/// changes the log targets leaves older connections writing through the old sinks), so that a
+/// reopen reaches them all.
+static FILES: Mutex<Vec<(PathBuf, Weak<FreshSlot>)>> = Mutex::new(Vec::new());
+
+type FreshSlot = Mutex<Option<File>>;
 
 /// The writer threads (and collectors' exporters), one per destination, shared by every
 /// worker.
 pub(crate) struct LogSinks {
     senders: Vec<(LogTarget, SinkTx)>,
-    /// The files written, for [`reopen`](Self::reopen).
-    files: Vec<(PathBuf, SharedFile)>,
     pub(crate) dropped: Arc<AtomicU64>,
 }
 
@@ -97,7 +104,6 @@ impl LogSinks {
     /// thread (or an exporter) for each.
     pub(crate) fn open(targets: impl Iterator<Item = LogTarget>) -> io::Result<LogSinks> {
         let mut senders: Vec<(LogTarget, SinkTx)> = Vec::new();
-        let mut files = Vec::new();
         for target in targets {
             if senders.iter().any(|(t, _)| *t == target) {
                 continue;
@@ -105,9 +111,10 @@ impl LogSinks {
             let out = match &target {
                 LogTarget::Stdout => Destination::Stdout(io::stdout()),
                 LogTarget::File(path) => {
-                    let file = Arc::new(Mutex::new(open_for_append(path)?));
-                    files.push((path.clone(), Arc::clone(&file)));
-                    Destination::File(file)
+                    let file = open_for_append(path)?;
+                    let fresh = FreshFile::default();
+                    lock(&FILES).push((path.clone(), Arc::downgrade(&fresh)));
+                    Destination::File(file, fresh)
                 }
                 LogTarget::Otlp(otlp) => {
                     let sink =
@@ -124,27 +131,8 @@ impl LogSinks {
         }
         Ok(LogSinks {
             senders,
-            files,
             dropped: Arc::new(AtomicU64::new(0)),
         })
-    }
-
-    /// Opens every log file again by its path (`SIGUSR1`, `POST /reopen_logs`), as after
-    /// logrotate renamed it: lines written before go to the file as it was, later ones to the
-    /// file now at the path (made if missing), and none is lost. A file that cannot be opened
-    /// is kept as it was. Each path with what happened.
-    pub(crate) fn reopen(&self) -> Vec<(PathBuf, io::Result<()>)> {
-        self.files
-            .iter()
-            .map(|(path, file)| {
-                let reopened = open_for_append(path).map(|fresh| {
-                    // Taken between two of the writer's batches: the old file is closed once
-                    // what was written to it is.
-                    *file.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
-                });
-                (path.clone(), reopened)
-            })
-            .collect()
     }
 
     /// Whether these sinks write to exactly `targets` (repeats aside).
@@ -211,9 +199,39 @@ impl trace_export::ExportObserver for Observer {
     }
 }
 
-/// [`LogSinks::reopen`], each failure logged.
-pub(crate) fn reopen_and_report(sinks: &LogSinks) -> Vec<(PathBuf, io::Result<()>)> {
-    let outcomes = sinks.reopen();
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Opens every access log file again by its path (`SIGUSR1`, `POST /reopen_logs`), as after
+/// logrotate renamed it: lines written before go to the file as it was, later ones to the
+/// file now at the path (made if missing), and none is lost. Each writer takes its new file
+/// before its next batch and closes the old one then. A file that cannot be opened is kept
+/// as it was. Each path (once) with what happened.
+pub(crate) fn reopen() -> Vec<(PathBuf, io::Result<()>)> {
+    let mut outcomes: Vec<(PathBuf, io::Result<()>)> = Vec::new();
+    let mut files = lock(&FILES);
+    files.retain(|(_, slot)| slot.strong_count() > 0);
+    for (path, slot) in files.iter() {
+        let Some(slot) = slot.upgrade() else {
+            continue;
+        };
+        let reopened = open_for_append(path).map(|fresh| *lock(&slot) = Some(fresh));
+        match outcomes.iter_mut().find(|(p, _)| p == path) {
+            Some((_, outcome)) => {
+                if outcome.is_ok() {
+                    *outcome = reopened;
+                }
+            }
+            None => outcomes.push((path.clone(), reopened)),
+        }
+    }
+    outcomes
+}
+
+/// [`reopen`], each path's outcome logged.
+pub(crate) fn reopen_and_report() -> Vec<(PathBuf, io::Result<()>)> {
+    let outcomes = reopen();
     for (path, outcome) in &outcomes {
         match outcome {
             Ok(()) => tracing::info!(path = %path.display(), "access log reopened"),
@@ -226,10 +244,10 @@ pub(crate) fn reopen_and_report(sinks: &LogSinks) -> Vec<(PathBuf, io::Result<()
     outcomes
 }
 
-/// Where a writer thread writes.
+/// Where a writer thread writes: stdout, or a file and where a reopened one is left for it.
 enum Destination {
     Stdout(io::Stdout),
-    File(SharedFile),
+    File(File, FreshFile),
 }
 
 /// In append mode, made if missing: every write lands at the end, also after logrotate's
@@ -238,16 +256,20 @@ fn open_for_append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-fn write_loop(rx: Receiver<Vec<u8>>, out: Destination) {
+/// Chunks written between two flushes (and two looks for a reopened file), at most.
+const BATCH_CHUNKS: usize = 64;
+
+fn write_loop(rx: Receiver<Vec<u8>>, mut out: Destination) {
     while let Ok(chunk) = rx.recv() {
-        let failed = match &out {
+        let failed = match &mut out {
             Destination::Stdout(stdout) => write_batch(&mut stdout.lock(), chunk, &rx),
-            // Held for the batch: a reopen waits for it, so no line is cut between files.
-            Destination::File(file) => write_batch(
-                &mut *file.lock().unwrap_or_else(PoisonError::into_inner),
-                chunk,
-                &rx,
-            ),
+            Destination::File(file, fresh) => {
+                // Whole batches go to one file or the other: no line is cut between them.
+                if let Some(reopened) = lock(fresh).take() {
+                    *file = reopened;
+                }
+                write_batch(file, chunk, &rx)
+            }
         };
         if failed {
             tracing::warn!("access log write failed; lines were lost");
@@ -255,11 +277,15 @@ fn write_loop(rx: Receiver<Vec<u8>>, out: Destination) {
     }
 }
 
-/// Writes `chunk` and what else is queued, then flushes once: whether a write failed.
+/// Writes `chunk` and what else is queued (up to a batch), then flushes once: whether a
+/// write failed.
 fn write_batch(out: &mut impl Write, chunk: Vec<u8>, rx: &Receiver<Vec<u8>>) -> bool {
     let mut failed = out.write_all(&chunk).is_err();
     // Drain what is queued before flushing, so a burst costs one flush.
-    while let Ok(chunk) = rx.try_recv() {
+    for _ in 1..BATCH_CHUNKS {
+        let Ok(chunk) = rx.try_recv() else {
+            break;
+        };
         failed |= out.write_all(&chunk).is_err();
     }
     failed | out.flush().is_err()

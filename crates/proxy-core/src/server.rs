@@ -169,11 +169,11 @@ impl Server {
         self.live.reload().await
     }
 
-    /// Opens every access log file of the config in force again by its path (`SIGUSR1`,
-    /// `POST /reopen_logs`), after logrotate moved it: each path with what happened. A file
-    /// that cannot be opened keeps being written where it was.
+    /// Opens every access log file again by its path (`SIGUSR1`, `POST /reopen_logs`), after
+    /// logrotate moved it: each path with what happened. A file that cannot be opened keeps
+    /// being written where it was.
     pub fn reopen_logs(&self) -> Vec<(std::path::PathBuf, std::io::Result<()>)> {
-        crate::access_log::reopen_and_report(&self.live.current().log_sinks)
+        crate::access_log::reopen_and_report()
     }
 
     /// Reads every TLS listener's certificate, key and CA files again (`POST /reload_certs`):

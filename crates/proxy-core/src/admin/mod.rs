@@ -449,7 +449,7 @@ fn handle(req: Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
             reply(StatusCode::OK, TEXT, "OK\n")
         }
         (&Method::POST, "/reload_certs") => reload_certs(&state.live.current().tls),
-        (&Method::POST, "/reopen_logs") => reopen_logs(&state.live.current().log_sinks),
+        (&Method::POST, "/reopen_logs") => reopen_logs(),
         (
             _,
             "/healthcheck/fail" | "/healthcheck/ok" | "/reload_certs" | "/reload" | "/reopen_logs",
@@ -478,9 +478,9 @@ async fn reload(live: &Arc<LiveConfig>) -> Response<Full<Bytes>> {
 
 /// `POST /reopen_logs`: 200 when every access log file was opened again by its path, 500
 /// naming those that could not be (they keep being written where they were).
-fn reopen_logs(sinks: &crate::access_log::LogSinks) -> Response<Full<Bytes>> {
+fn reopen_logs() -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
-    let outcomes = crate::access_log::reopen_and_report(sinks);
+    let outcomes = crate::access_log::reopen_and_report();
     let mut body = String::new();
     let mut failed = false;
     for (path, outcome) in &outcomes {
