@@ -14,6 +14,8 @@ use testbed::NoopUpstream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+const LIMIT: Duration = Duration::from_secs(20);
+
 const BOUND: Duration = Duration::from_secs(20);
 
 async fn setup() -> (testbed::NoopHandle, Proxy) {
@@ -296,4 +298,65 @@ async fn a_client_gone_while_waiting_cancels_its_request() {
         stat(admin, "downstream_rq_active") == 0
     })
     .await;
+}
+
+/// A client that sends its whole request and then closes its sending side (a FIN): by default
+/// the request is cancelled, as Envoy and nginx do; with `http.serve_half_closed` it is
+/// answered, as HAProxy does, and the connection closes after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_closed_request_is_cancelled_unless_the_listener_serves_it() {
+    for serve in [false, true] {
+        let upstream = HeldUpstream::start().await;
+        let proxy = Proxy::start_with_env(
+            &format!(
+                r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http: {{ serve_half_closed: {serve} }}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: held
+        timeout: 20s
+clusters:
+  - name: held
+    endpoints: ["{}"]
+"#,
+                upstream.addr
+            ),
+            1,
+            &[("RUST_LOG", "info,proxy_core::conn::http1=debug")],
+        );
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        client
+            .write_all(b"GET /held HTTP/1.1\r\nhost: legate.test\r\n\r\n")
+            .await
+            .unwrap();
+        upstream.wait_for_requests(1).await;
+        client.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        if serve {
+            assert!(
+                proxy.wait_for_log("half-closed the connection", LIMIT),
+                "{}",
+                proxy.log()
+            );
+            upstream.release();
+            tokio::time::timeout(LIMIT, client.read_to_end(&mut answer))
+                .await
+                .expect("answered, then closed")
+                .unwrap();
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            assert!(answer.ends_with("released\n"), "{answer}");
+        } else {
+            // Closed without an answer while the upstream still holds the request.
+            tokio::time::timeout(LIMIT, client.read_to_end(&mut answer))
+                .await
+                .expect("closed")
+                .unwrap();
+            assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+        }
+    }
 }

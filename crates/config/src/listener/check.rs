@@ -277,6 +277,7 @@ pub(crate) fn listener(
                 &format!("{path}.http.ignore_http11_upgrade"),
             )?,
             preserve_header_case: raw.http.preserve_header_case.unwrap_or(false),
+            serve_half_closed: raw.http.serve_half_closed.unwrap_or(false),
             default_host_for_http_10: match raw.http.default_host_for_http_10.clone() {
                 Some(host)
                     if !host.is_empty()

@@ -206,6 +206,10 @@ pub struct HttpConfig {
     /// case), and responses come back as the upstream spelled them (Envoy's `preserve_case`
     /// header formatter). Otherwise they are written in lower case.
     pub preserve_header_case: bool,
+    /// HTTP/1.1: a client that closes its sending side (a FIN) after a complete request still
+    /// gets the response, as HAProxy's default; `false` (Envoy's and nginx's behaviour)
+    /// cancels the request as if the client had gone. A reset cancels it either way.
+    pub serve_half_closed: bool,
     /// The host an HTTP/1.0 request without one is routed and forwarded with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_host_for_http_10: Option<String>,

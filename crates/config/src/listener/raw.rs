@@ -105,6 +105,8 @@ pub struct RawHttp {
     #[serde(default)]
     pub ignore_http11_upgrade: Vec<crate::RawStringMatch>,
     pub preserve_header_case: Option<bool>,
+    /// HTTP/1.1: a request the client sent whole and then closed its side after is served.
+    pub serve_half_closed: Option<bool>,
     pub default_host_for_http_10: Option<String>,
     pub strip_host_port: Option<String>,
     pub strip_trailing_host_dot: Option<bool>,

@@ -45,6 +45,8 @@ pub(super) struct H1Limits {
     /// Request names are noted as spelled, and responses written as their upstream spelled
     /// them (`preserve_header_case`).
     pub(super) keep_case: bool,
+    /// A request is served after the client closed its sending side (`serve_half_closed`).
+    pub(super) serve_half_closed: bool,
 }
 
 impl Codecs {
@@ -69,6 +71,7 @@ impl Codecs {
             read_size: limit as usize,
             write_buffer: limit as usize,
             keep_case: listener.http.preserve_header_case,
+            serve_half_closed: listener.http.serve_half_closed,
         };
         let mut h2 = http2::Builder::new(StreamExec::new(
             listener.http.stream_idle_timeout,

@@ -62,6 +62,7 @@ pub(super) async fn serve(
         IncomingBody::new(shared, generation)
     });
     let mut draining = drain.is_raised();
+    let mut half_closed = false;
     // The handler's state lives in this block, so it is dropped before the response is
     // written; it is part of this exchange's state (boxed once by the connection), not boxed
     // on its own.
@@ -79,10 +80,19 @@ pub(super) async fn serve(
                 response = serving.as_mut() => break response,
                 () = drain.raised(), if !draining => draining = true,
                 gone = client_gone(input, codecs.h1.max_head), if watching => {
-                    if gone {
-                        // The request is cancelled: its upstream try too.
-                        tracing::debug!(peer = %ctx.peer, "client closed the connection mid-request");
-                        return Next::Close;
+                    match gone {
+                        ClientSide::Closed if codecs.h1.serve_half_closed => {
+                            // It sent its whole request and then its FIN: it is answered, and
+                            // the connection closes after (nothing more can come).
+                            tracing::debug!(peer = %ctx.peer, "client half-closed the connection; its request is still served");
+                            half_closed = true;
+                        }
+                        ClientSide::Closed | ClientSide::Reset => {
+                            // The request is cancelled: its upstream try too.
+                            tracing::debug!(peer = %ctx.peer, "client closed the connection mid-request");
+                            return Next::Close;
+                        }
+                        ClientSide::Unwatched => {}
                     }
                     watching = false;
                 }
@@ -100,7 +110,10 @@ pub(super) async fn serve(
     };
     // After a CONNECT that opened no tunnel the connection closes (below): the answer says so.
     let answering = Answering {
-        keep_alive: answering.keep_alive && !draining && (!answering.connect || tunnel.is_some()),
+        keep_alive: answering.keep_alive
+            && !draining
+            && !half_closed
+            && (!answering.connect || tunnel.is_some()),
         ..answering
     };
     let written = write::response(
@@ -132,20 +145,31 @@ pub(super) async fn serve(
     }
 }
 
-/// Whether the client closes the connection while its request is served (`true`), which
-/// cancels the request; `false` when it cannot be watched. Only watched once the request's
-/// body is all read: until then the body's reader owns the socket's read readiness (a second
-/// reader would take its wake-ups). What arrives meanwhile (the next pipelined request) is
-/// kept, up to a head's worth.
-async fn client_gone(input: &Shared, max_buffered: usize) -> bool {
+/// What the client did to its connection while its request was served.
+enum ClientSide {
+    /// It closed its sending side (a FIN): it has gone, or only half-closed.
+    Closed,
+    /// The connection failed (a reset): it has gone.
+    Reset,
+    /// It cannot be watched any more (see [`client_gone`]).
+    Unwatched,
+}
+
+/// Resolves when the client closes the connection while its request is served, which
+/// cancels the request unless the listener serves half-closed ones. Only watched once the
+/// request's body is all read: until then the body's reader owns the socket's read readiness
+/// (a second reader would take its wake-ups). What arrives meanwhile (the next pipelined
+/// request) is kept, up to a head's worth.
+async fn client_gone(input: &Shared, max_buffered: usize) -> ClientSide {
     poll_fn(|cx| {
         let mut input = input.borrow_mut();
         loop {
             if !input.body_done() || input.buf.len() >= max_buffered {
-                return Poll::Ready(false);
+                return Poll::Ready(ClientSide::Unwatched);
             }
             match std::task::ready!(input.poll_read_more(cx, FIRST_READ)) {
-                Ok(0) | Err(_) => return Poll::Ready(true),
+                Ok(0) => return Poll::Ready(ClientSide::Closed),
+                Err(_) => return Poll::Ready(ClientSide::Reset),
                 Ok(_) => {}
             }
         }
