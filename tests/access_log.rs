@@ -207,21 +207,26 @@ fn lines_in(path: &std::path::Path) -> usize {
         .count()
 }
 
-/// A listener answering everything itself, logging each request to `log`.
-fn logging_proxy(log: &std::path::Path) -> Proxy {
-    Proxy::start(
-        &format!(
-            r#"
-admin: {{ address: 127.0.0.1:0 }}
-listeners:
-  - name: main
+/// A listener `name` answering everything itself, logging each request to `log`.
+fn logging_listener(name: &str, log: &std::path::Path) -> String {
+    format!(
+        r#"  - name: {name}
     address: 127.0.0.1:0
     access_log: {{ path: "{}" }}
     routes:
       - match: {{ prefix: / }}
         direct_response: {{ status: 200, body: "ok\n" }}
 "#,
-            log.display()
+        log.display()
+    )
+}
+
+/// A proxy with [`logging_listener`] `main`.
+fn logging_proxy(log: &std::path::Path) -> Proxy {
+    Proxy::start(
+        &format!(
+            "admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n{}",
+            logging_listener("main", log)
         ),
         1,
     )
@@ -334,17 +339,8 @@ async fn a_reopen_reaches_the_writers_of_connections_from_before_a_reload() {
     let other = dir.0.join("other.log");
     let config = |extra: &str| {
         format!(
-            r#"
-admin: {{ address: 127.0.0.1:0 }}
-listeners:
-  - name: main
-    address: 127.0.0.1:0
-    access_log: {{ path: "{}" }}
-    routes:
-      - match: {{ prefix: / }}
-        direct_response: {{ status: 200, body: "ok\n" }}
-{extra}"#,
-            log.display()
+            "admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n{}{extra}",
+            logging_listener("main", &log)
         )
     };
     let proxy = Proxy::start(&config(""), 1);
@@ -365,16 +361,7 @@ listeners:
         }
     };
     exchange(&mut old, "/before").await;
-    proxy.rewrite_config(&config(&format!(
-        r#"  - name: second
-    address: 127.0.0.1:0
-    access_log: {{ path: "{}" }}
-    routes:
-      - match: {{ prefix: / }}
-        direct_response: {{ status: 200, body: "ok\n" }}
-"#,
-        other.display()
-    )));
+    proxy.rewrite_config(&config(&logging_listener("second", &other)));
     let (status, body) = admin_request(admin, "POST", "/reload");
     assert_eq!(status, 200, "{body}");
     assert_eq!(wait_for_lines(&log, 1).len(), 1);

@@ -133,12 +133,10 @@ async fn numbering_host() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, accepted)
 }
 
-/// A relay takes a connection opened ahead for it, with what the host sent meanwhile (its
-/// greeting) waiting there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_takes_a_connection_opened_ahead_with_the_hosts_greeting() {
-    let (host, accepted) = numbering_host().await;
-    let proxy = Proxy::start(
+/// A relay listener to `host`, whose cluster opens connections ahead at ratio 2, with
+/// `extra` cluster settings.
+fn relay_proxy(host: SocketAddr, extra: &str) -> Proxy {
+    Proxy::start(
         &format!(
             r#"
 admin: {{ address: 127.0.0.1:0 }}
@@ -150,10 +148,19 @@ clusters:
   - name: greeter
     endpoints: [{host}]
     preconnect: {{ per_upstream_ratio: 2 }}
+    {extra}
 "#
         ),
         1,
-    );
+    )
+}
+
+/// A relay takes a connection opened ahead for it, with what the host sent meanwhile (its
+/// greeting) waiting there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_takes_a_connection_opened_ahead_with_the_hosts_greeting() {
+    let (host, accepted) = numbering_host().await;
+    let proxy = relay_proxy(host, "");
     let greeting = async |client: &mut TcpStream| {
         let mut byte = [0u8; 1];
         tokio::time::timeout(LIMIT, client.read_exact(&mut byte))
@@ -227,23 +234,7 @@ async fn the_next_picks_host_gets_a_connection_ahead_at_the_predictive_ratio() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_connection_opened_ahead_closes_unused_at_the_idle_timeout() {
     let (host, accepted) = numbering_host().await;
-    let proxy = Proxy::start(
-        &format!(
-            r#"
-admin: {{ address: 127.0.0.1:0 }}
-listeners:
-  - name: relay
-    address: 127.0.0.1:0
-    tcp_proxy: {{ cluster: greeter }}
-clusters:
-  - name: greeter
-    endpoints: [{host}]
-    idle_timeout: 300ms
-    preconnect: {{ per_upstream_ratio: 2 }}
-"#
-        ),
-        1,
-    );
+    let proxy = relay_proxy(host, "idle_timeout: 300ms");
     let admin = proxy.admin.unwrap();
     let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
     let mut byte = [0u8; 1];
