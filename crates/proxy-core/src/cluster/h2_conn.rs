@@ -226,13 +226,10 @@ impl HostPool {
         let queued_at = Instant::now();
         let mut pending = Some(self.pending());
         let mut connecting = Some(self.h2.connecting.lock().await);
-        // Someone else may have connected, or failed to, while this request waited.
-        if let Some(conn) = self.ready_h2() {
-            return Ok(conn);
-        }
-        // A connection opened ahead (`preconnect`) is on its way: as Envoy's pool, its streams
-        // serve this request rather than another connection.
-        while self.opening.get() > 0 {
+        // Someone else may have connected, or failed to, while this request waited. While a
+        // connection opened ahead (`preconnect`) is on its way, its streams serve this request
+        // rather than another connection, as in Envoy's pool.
+        loop {
             let room = self.h2.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
@@ -240,11 +237,10 @@ impl HostPool {
                 self.preconnect(super::preconnect::Ahead::Http2);
                 return Ok(conn);
             }
+            if self.opening.get() == 0 {
+                break;
+            }
             room.await;
-        }
-        if let Some(conn) = self.ready_h2() {
-            self.preconnect(super::preconnect::Ahead::Http2);
-            return Ok(conn);
         }
         if self.h2.failed_at.get().is_some_and(|t| t >= queued_at) {
             return Err(ProxyError::ConnectFailure {
