@@ -280,3 +280,116 @@ async fn slow_uploads_drive_memory_up_until_requests_are_shed() {
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(!head.contains("connection: close"), "{head}");
 }
+
+/// `server_descriptors_in_use` (and its share of the limit) when it has counted at least
+/// `at_least`: (in use, percent of the limit, the limit), read from one scrape.
+fn descriptors_when(admin: SocketAddr, at_least: i64) -> (i64, i64, i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, text) = admin_request(admin, "GET", "/stats?filter=descriptor");
+        let value = |key: &str| {
+            text.lines()
+                .find(|l| l.starts_with(key) && !l.contains("worker="))
+                .and_then(|l| l.rsplit(": ").next()?.parse::<i64>().ok())
+                .unwrap_or(-2)
+        };
+        let found = (
+            value("server_descriptors_in_use:"),
+            value("overload_resource_pressure_percent{resource=\"descriptors\"}:"),
+            value("server_descriptor_limit:"),
+        );
+        // The gauges are set one after the other: a scrape in between reads a count and the
+        // share of the one before.
+        if found.0 >= at_least && found.1 == found.0 * 100 / found.2.max(1) {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never counted {at_least} descriptors: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The overload manager counts every descriptor the process holds against the open-file
+/// limit: a request in flight holds its client's and its upstream connection's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptors_of_clients_and_upstream_connections_are_counted_against_the_limit() {
+    let held = HeldUpstream::start().await;
+    let yaml = config(held.addr, "memory_limit: 64GiB, interval: 10ms");
+    let proxy = Proxy::start_with_open_files(&yaml, 2, 1024);
+    let (addr, admin) = (proxy.addr(), proxy.admin.unwrap());
+    let (before, _, limit) = descriptors_when(admin, 1);
+    assert_eq!(limit, 1024);
+
+    const REQUESTS: usize = 100;
+    let requests: Vec<_> = (0..REQUESTS)
+        .map(|_| {
+            tokio::spawn(async move {
+                let response = send_h1(addr, get("/", &[])).await;
+                (response.status(), text(response.into_body()).await)
+            })
+        })
+        .collect();
+    held.wait_for_requests(REQUESTS).await;
+    assert_eq!(held.accepted(), REQUESTS);
+    // Each request in flight: its client's connection and its own upstream connection.
+    let (during, percent, _) = descriptors_when(admin, before + 2 * REQUESTS as i64);
+    assert_eq!(percent, during * 100 / 1024);
+    let (_, ready) = ready(admin);
+    assert_eq!(
+        ready, "LIVE\n",
+        "{during} of 1024 descriptors is not overload"
+    );
+    held.release();
+    for request in requests {
+        let (status, body) = request.await.unwrap();
+        assert_eq!((status.as_u16(), body.as_str()), (200, "released\n"));
+    }
+}
+
+/// Idle keep-alive clients are kept while descriptors have headroom (300 clients of a
+/// 512-descriptor process: a limit of half the descriptors on client connections, the old
+/// default, closed some at 205), and keep-alive ends once the descriptors in use pass 80%.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_clients_are_kept_until_descriptors_run_short() {
+    let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let yaml = config(upstream.local_addr(), "memory_limit: 64GiB, interval: 10ms");
+    let proxy = Proxy::start_with_open_files(&yaml, 2, 512);
+    let admin = proxy.admin.unwrap();
+    let (before, _, _) = descriptors_when(admin, 1);
+
+    let mut idle: Vec<TcpStream> = Vec::new();
+    for _ in 0..300 {
+        let mut stream = open_connection(proxy.addr());
+        let head = exchange(&mut stream);
+        assert!(
+            head.starts_with("http/1.1 200") && !head.contains("connection: close"),
+            "client {}: {head}",
+            idle.len()
+        );
+        idle.push(stream);
+    }
+    // Counted, and still kept alive: each of them is served again on its connection.
+    let (counted, _, _) = descriptors_when(admin, before + 300);
+    for (i, stream) in idle.iter_mut().enumerate() {
+        let head = exchange(stream);
+        assert!(
+            head.starts_with("http/1.1 200") && !head.contains("connection: close"),
+            "client {i} with {counted} of 512 descriptors in use: {head}"
+        );
+    }
+    assert_eq!(applied(admin, "disable_keepalive"), 0);
+
+    // Past 80% of the descriptors (410 of 512), keep-alive ends.
+    let more = (410 - counted).max(0) as usize + 10;
+    for _ in 0..more {
+        idle.push(open_connection(proxy.addr()));
+    }
+    let (_, body) = ready_until(admin, "keep-alive is off", |_, b| {
+        b.contains("disable_keepalive")
+    });
+    assert!(body.contains("descriptors at"), "{body}");
+    let head = exchange(&mut idle[0]);
+    assert!(head.contains("connection: close"), "{head}");
+}

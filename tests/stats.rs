@@ -302,3 +302,87 @@ async fn bucketed_histograms_add_up_across_processes() {
     assert_eq!(summed[1], fast_counts[1]);
     assert_eq!(summed[2..], [f64::from(n_slow + n_fast); 2]);
 }
+
+/// Two clusters behind path routes; `gone` only when its host is given. `kept`'s one host is
+/// `kept_host`, with a connect timeout of `timeout` seconds (changing it changes the cluster).
+fn churn_config(kept_host: SocketAddr, timeout: u32, gone: Option<SocketAddr>) -> String {
+    let (route, cluster) = match gone {
+        Some(host) => (
+            "      - match: { prefix: /gone }\n        cluster: gone\n".to_owned(),
+            format!("  - name: gone\n    endpoints: [{host}]\n"),
+        ),
+        None => (String::new(), String::new()),
+    };
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+stats: {{ retire_after: 1s }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    routes:
+{route}      - match: {{ prefix: / }}
+        cluster: kept
+clusters:
+  - name: kept
+    endpoints: [{kept_host}]
+    connect_timeout: {timeout}s
+{cluster}"#
+    )
+}
+
+/// What an endpoint churn leaves behind: nothing, once `retire_after` has passed. A removed
+/// cluster's series and a removed host's leave /stats/prometheus (their memory with them),
+/// while a kept cluster's stay even with no request since the change; a cluster added again
+/// counts from zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_of_removed_clusters_and_hosts_are_retired_and_come_back_from_zero() {
+    let first = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let second = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (a, b) = (first.local_addr(), second.local_addr());
+    let proxy = Proxy::start(&churn_config(a, 1, Some(b)), 2);
+    let (addr, admin) = (proxy.addr(), proxy.admin.unwrap());
+    for path in ["/", "/gone"] {
+        let response = send_h1(addr, get(path, &[("connection", "close")])).await;
+        assert_eq!(response.status(), 200);
+        text(response.into_body()).await;
+    }
+    let kept_total = "upstream_rq_total{cluster=kept}";
+    let gone_total = "upstream_rq_total{cluster=gone}";
+    let old_host = format!("host_rq_active{{cluster=kept,host={a}}}");
+    let before = scrape(admin);
+    assert_eq!(before.get(kept_total), Some(&1.0), "{before:?}");
+    assert_eq!(before.get(gone_total), Some(&1.0), "{before:?}");
+    assert!(before.contains_key(&old_host), "{before:?}");
+
+    // `gone` removed; `kept` now has the other host.
+    proxy.rewrite_config(&churn_config(b, 2, None));
+    let (status, body) = admin_request(admin, "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    eventually(
+        "the removed cluster's and host's series retired",
+        async || {
+            let now = scrape(admin);
+            !now.keys()
+                .any(|k| k.contains("cluster=gone") || k.contains(&a.to_string()))
+        },
+    )
+    .await;
+    // The kept cluster changed (a new host, a new timeout) and took no request since: its
+    // count stays.
+    let after = scrape(admin);
+    assert_eq!(after.get(kept_total), Some(&1.0), "{after:?}");
+
+    // Added again: counted from zero.
+    proxy.rewrite_config(&churn_config(b, 2, Some(a)));
+    let (status, body) = admin_request(admin, "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    let response = send_h1(addr, get("/gone", &[("connection", "close")])).await;
+    assert_eq!(response.status(), 200);
+    text(response.into_body()).await;
+    assert_eq!(scrape(admin).get(gone_total), Some(&1.0));
+}

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test loudly
 
 pub mod certs;
+pub mod xds;
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -83,6 +84,23 @@ impl Proxy {
     }
 
     pub fn start_with_env(yaml: &str, workers: usize, env: &[(&str, &str)]) -> Proxy {
+        Self::start_in(Command::new(BIN), yaml, workers, env)
+    }
+
+    /// As [`start`](Self::start), with the open-file limit (soft and hard) set to `limit`.
+    #[allow(dead_code)]
+    pub fn start_with_open_files(yaml: &str, workers: usize, limit: u32) -> Proxy {
+        let mut command = Command::new("bash");
+        command.args([
+            "-c",
+            &format!("ulimit -n {limit} && exec \"$0\" \"$@\""),
+            BIN,
+        ]);
+        Self::start_in(command, yaml, workers, &[])
+    }
+
+    /// Runs `command` (the binary, or what execs it) with `-c CONFIG --concurrency WORKERS`.
+    fn start_in(mut command: Command, yaml: &str, workers: usize, env: &[(&str, &str)]) -> Proxy {
         let dir = ScratchDir::new();
         let yaml = with_free_admin(yaml);
         let config = dir.write("legate.yaml", &yaml);
@@ -92,7 +110,6 @@ impl Proxy {
             .lines()
             .filter(|l| l.starts_with("    address:"))
             .count();
-        let mut command = Command::new(BIN);
         command
             .arg("-c")
             .arg(&config)

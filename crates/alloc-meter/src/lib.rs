@@ -23,6 +23,9 @@ static ALL_THREADS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    /// Bytes this thread allocated minus those it freed (wrapping: a thread may free what
+    /// another allocated).
+    static NET_BYTES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Install it with `#[global_allocator]` in the test binary.
@@ -34,17 +37,21 @@ pub struct Counting;
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count();
+        grow(layout.size());
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        shrink(layout.size());
         // SAFETY: same contract as ours.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count();
+        shrink(layout.size());
+        grow(new_size);
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -53,6 +60,22 @@ unsafe impl GlobalAlloc for Counting {
 fn count() {
     ALLOCATIONS.with(|c| c.set(c.get() + 1));
     ALL_THREADS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn grow(bytes: usize) {
+    NET_BYTES.with(|c| c.set(c.get().wrapping_add(bytes as u64)));
+}
+
+fn shrink(bytes: usize) {
+    NET_BYTES.with(|c| c.set(c.get().wrapping_sub(bytes as u64)));
+}
+
+/// Bytes this thread allocated while running `f` and had not freed by its end (negative: it
+/// freed more than it allocated). Exact when `f` allocates and frees on this thread only.
+pub fn bytes_kept_during(f: impl FnOnce()) -> i64 {
+    let before = NET_BYTES.with(Cell::get);
+    f();
+    NET_BYTES.with(Cell::get).wrapping_sub(before) as i64
 }
 
 /// Allocations (and reallocations) made by this thread so far.

@@ -2,9 +2,13 @@
 //! of a limit at which each action starts.
 //!
 //! Defaults come from where the process runs: the memory limit is the cgroup's (what the
-//! kernel's OOM killer enforces), the connection limit half the open-file limit (a proxied
-//! connection holds a client and an upstream descriptor). `max_connections` is not a default
-//! for it: that is a hard limit of its own, which the actions must not cut short.
+//! kernel's OOM killer enforces), the descriptor limit the open-file limit (raised to its hard
+//! limit at start), against which the descriptors really in use are counted: clients,
+//! upstream connections, listeners and files. An idle keep-alive client holds one descriptor
+//! and a few KiB, so counting client connections against a guess (half the limit, as if each
+//! had its upstream) shed idle clients while descriptors and memory had room to spare. A
+//! connection limit is watched only when one is set; `max_connections` is not a default for
+//! it: that is a hard limit of its own, which the actions must not cut short.
 
 use std::time::Duration;
 
@@ -27,6 +31,7 @@ pub struct RawOverload {
     #[serde(default, deserialize_with = "de_opt_size")]
     pub memory_limit: Option<u64>,
     pub connection_limit: Option<u64>,
+    pub descriptor_limit: Option<u64>,
     pub disable_keepalive_at: Option<u32>,
     pub refuse_connections_at: Option<u32>,
     pub shed_requests_at: Option<u32>,
@@ -42,6 +47,8 @@ pub struct OverloadConfig {
     pub memory_limit: Option<u64>,
     /// Open downstream connections of the whole process.
     pub connection_limit: Option<u64>,
+    /// File descriptors in use by the process (sockets of every kind, files).
+    pub descriptor_limit: Option<u64>,
     /// Percent of a limit at which responses stop keeping connections alive...
     pub disable_keepalive_at: u32,
     /// ...new connections are closed as soon as they are accepted...
@@ -117,13 +124,24 @@ pub(crate) fn overload(
                 "expected at least 1",
             ));
         }
+        other => other,
+    };
+    let descriptor_limit = match raw.descriptor_limit {
+        Some(0) => {
+            return Err(ConfigError::invalid(
+                "overload.descriptor_limit",
+                "expected at least 1",
+            ));
+        }
         Some(n) => Some(n),
-        None => env.open_files.map(|n| (n / 2).max(1)),
+        // RLIM_INFINITY and other absurd values are no limit to measure against.
+        None => env.open_files.filter(|&n| n < 1 << 40),
     };
     Ok(OverloadConfig {
         enabled: raw.enabled.unwrap_or(true),
         memory_limit,
         connection_limit,
+        descriptor_limit,
         disable_keepalive_at: keepalive,
         refuse_connections_at: refuse,
         shed_requests_at: shed,
@@ -190,7 +208,8 @@ mod tests {
     fn defaults_come_from_the_environment() {
         let config = overload(None, env()).unwrap();
         assert_eq!(config.memory_limit, Some(1 << 30));
-        assert_eq!(config.connection_limit, Some(512));
+        assert_eq!(config.connection_limit, None);
+        assert_eq!(config.descriptor_limit, Some(1024));
         assert_eq!(
             (
                 config.disable_keepalive_at,
@@ -200,7 +219,30 @@ mod tests {
             (80, 90, 95)
         );
         let config = overload(None, Environment::default()).unwrap();
-        assert_eq!((config.memory_limit, config.connection_limit), (None, None));
+        assert_eq!(
+            (
+                config.memory_limit,
+                config.connection_limit,
+                config.descriptor_limit
+            ),
+            (None, None, None)
+        );
+        let raw = RawOverload {
+            connection_limit: Some(100),
+            descriptor_limit: Some(5000),
+            ..Default::default()
+        };
+        let config = overload(Some(raw), env()).unwrap();
+        assert_eq!(
+            (config.connection_limit, config.descriptor_limit),
+            (Some(100), Some(5000))
+        );
+        let raw = RawOverload {
+            descriptor_limit: Some(0),
+            ..Default::default()
+        };
+        let err = overload(Some(raw), env()).unwrap_err().to_string();
+        assert!(err.contains("overload.descriptor_limit"), "{err}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `stats:` how the admin server exports latency histograms to Prometheus.
+//! `stats:` how the admin server exports latency histograms to Prometheus, and how long the
+//! series of a removed cluster, host or listener stay before they are retired.
 
 use std::time::Duration;
 
@@ -9,6 +10,15 @@ use super::ConfigError;
 /// Most bucket bounds a histogram exports: each is a series per histogram series.
 const MAX_BUCKETS: usize = 64;
 
+/// How long a series nothing records into stays exported: Prometheus's default scrape
+/// interval, so that a scrape sees the last counts of a removed host.
+const DEFAULT_RETIRE_AFTER: Duration = Duration::from_secs(60);
+
+/// The bounds of `retire_after`: shorter would retire series between a config swap's old and
+/// new handles on a slow machine; longer keeps a churning fleet's memory for no reader.
+const RETIRE_AFTER_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(3600));
+
 /// Validated `stats` settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatsConfig {
@@ -17,6 +27,10 @@ pub struct StatsConfig {
     pub histogram_buckets: Vec<Duration>,
     /// Whether each histogram also exports this process's quantiles (`x_seconds_quantile`).
     pub quantiles: bool,
+    /// How long the series of something removed (a cluster, a host, a listener) stay after
+    /// the last handle on them is dropped, before they are retired and their memory freed.
+    #[serde(serialize_with = "crate::ser::duration")]
+    pub retire_after: Duration,
 }
 
 impl Default for StatsConfig {
@@ -27,6 +41,7 @@ impl Default for StatsConfig {
                 .map(|&us| Duration::from_micros(us))
                 .collect(),
             quantiles: true,
+            retire_after: DEFAULT_RETIRE_AFTER,
         }
     }
 }
@@ -83,6 +98,19 @@ pub(crate) fn stats(raw: Option<RawStats>) -> Result<StatsConfig, ConfigError> {
     if let Some(quantiles) = raw.quantiles {
         config.quantiles = quantiles;
     }
+    if let Some(after) = raw.retire_after {
+        let (min, max) = RETIRE_AFTER_RANGE;
+        if after < min || after > max {
+            return Err(ConfigError::invalid(
+                "stats.retire_after",
+                format!(
+                    "expected 1s to 1h, found {}",
+                    crate::units::format_duration(after)
+                ),
+            ));
+        }
+        config.retire_after = after;
+    }
     Ok(config)
 }
 
@@ -92,6 +120,8 @@ pub struct RawStats {
     /// Durations (`100us`, `2.5ms`), ascending.
     pub histogram_buckets: Option<Vec<String>>,
     pub quantiles: Option<bool>,
+    #[serde(default, deserialize_with = "crate::units::de_opt_duration")]
+    pub retire_after: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -102,6 +132,7 @@ mod tests {
         Some(RawStats {
             histogram_buckets: Some(buckets.iter().map(|s| (*s).to_owned()).collect()),
             quantiles: Some(false),
+            retire_after: None,
         })
     }
 
@@ -124,5 +155,28 @@ mod tests {
             stats(None).unwrap().prometheus(),
             stats::PrometheusOptions::default()
         );
+    }
+
+    #[test]
+    fn retire_after_is_a_duration_from_a_second_to_an_hour() {
+        let with = |after: Option<Duration>| {
+            stats(Some(RawStats {
+                histogram_buckets: None,
+                quantiles: None,
+                retire_after: after,
+            }))
+        };
+        assert_eq!(with(None).unwrap().retire_after, Duration::from_secs(60));
+        assert_eq!(
+            with(Some(Duration::from_secs(5))).unwrap().retire_after,
+            Duration::from_secs(5)
+        );
+        for bad in [Duration::from_millis(500), Duration::from_secs(3601)] {
+            let err = with(Some(bad)).unwrap_err().to_string();
+            assert!(
+                err.contains("stats.retire_after") && err.contains("1s to 1h"),
+                "{err}"
+            );
+        }
     }
 }

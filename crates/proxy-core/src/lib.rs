@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! header_list, runtime, relay, memory, buffer_pool, box_pool, random, throttle, catalog,
-//!             error, access_log, tls, listen, overload   leaves (the configuration is the `config` crate)
+//!             error, access_log, tls, listen, overload, stats_retirement
+//!             leaves (the configuration is the `config` crate)
 //! trace       the request's W3C trace context and its spans
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
 //! cluster     upstream hosts, pools, breakers, retries
@@ -81,6 +82,7 @@ mod relay;
 pub mod router;
 mod runtime;
 mod server;
+mod stats_retirement;
 mod tcp_proxy;
 mod throttle;
 mod tls;

@@ -1,8 +1,8 @@
 //! The overload manager: sheds load before the process runs out of memory or descriptors.
 //!
-//! A thread measures the process's resident memory and its open downstream connections,
-//! each against its limit (`overload` in the config), and publishes one level. As the
-//! pressure (the higher of the two shares) rises, the actions start in order: responses stop
+//! A thread measures the process's resident memory, the file descriptors it has open and (when
+//! a limit is set) its open downstream connections, each against its limit (`overload` in the
+//! config), and publishes one level. As the pressure (the highest of the shares) rises, the actions start in order: responses stop
 //! keeping connections alive (clients reconnect, and the balancer in front spreads them
 //! elsewhere), new connections are closed as soon as they are accepted, then new requests get
 //! 503 with `x-legate-overloaded: true`. An action ends once the pressure falls more than
@@ -15,7 +15,7 @@
 //! ```
 //! # use proxy_core::overload::{Level, level_for};
 //! # let config = proxy_core::config::OverloadConfig {
-//! #     enabled: true, memory_limit: Some(100), connection_limit: None,
+//! #     enabled: true, memory_limit: Some(100), connection_limit: None, descriptor_limit: None,
 //! #     disable_keepalive_at: 80, refuse_connections_at: 90, shed_requests_at: 95,
 //! #     interval: std::time::Duration::from_millis(250),
 //! # };
@@ -111,6 +111,7 @@ pub struct Overload {
     /// not watched).
     memory_percent: AtomicU32,
     connection_percent: AtomicU32,
+    descriptor_percent: AtomicU32,
 }
 
 impl Overload {
@@ -130,21 +131,21 @@ impl Overload {
         self.level() >= Level::ShedRequests
     }
 
-    /// Measures once and publishes the level: (the level before, the level now).
-    fn update(
-        &self,
-        config: &OverloadConfig,
-        resident: Option<u64>,
-        connections: u64,
-    ) -> (Level, Level) {
+    /// Publishes the level for one round of measurements: (the level before, the level now).
+    fn update(&self, config: &OverloadConfig, used: Usage) -> (Level, Level) {
         let before = self.level();
-        let memory = share(resident, config.memory_limit);
-        let connections = share(Some(connections), config.connection_limit);
-        self.memory_percent
-            .store(memory.unwrap_or(u32::MAX), Ordering::Relaxed);
-        self.connection_percent
-            .store(connections.unwrap_or(u32::MAX), Ordering::Relaxed);
-        let pressure = memory.unwrap_or(0).max(connections.unwrap_or(0));
+        let memory = share(used.resident, config.memory_limit);
+        let connections = share(Some(used.connections), config.connection_limit);
+        let descriptors = share(used.descriptors, config.descriptor_limit);
+        let mut pressure = 0;
+        for (percent, slot) in [
+            (memory, &self.memory_percent),
+            (connections, &self.connection_percent),
+            (descriptors, &self.descriptor_percent),
+        ] {
+            slot.store(percent.unwrap_or(u32::MAX), Ordering::Relaxed);
+            pressure = pressure.max(percent.unwrap_or(0));
+        }
         let now = if config.enabled {
             level_for(config, pressure, before)
         } else {
@@ -170,12 +171,11 @@ impl Overload {
         }
         let mut sep = " (";
         for (what, percent) in [
-            ("memory", self.memory_percent.load(Ordering::Relaxed)),
-            (
-                "connections",
-                self.connection_percent.load(Ordering::Relaxed),
-            ),
+            ("memory", &self.memory_percent),
+            ("connections", &self.connection_percent),
+            ("descriptors", &self.descriptor_percent),
         ] {
+            let percent = percent.load(Ordering::Relaxed);
             if percent != u32::MAX {
                 let _ = write!(text, "{sep}{what} at {percent}% of its limit");
                 sep = ", ";
@@ -186,6 +186,17 @@ impl Overload {
         }
         Some(text)
     }
+}
+
+/// One round of measurements.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    /// Resident memory in bytes.
+    resident: Option<u64>,
+    /// Open downstream connections.
+    connections: u64,
+    /// File descriptors open.
+    descriptors: Option<u64>,
 }
 
 /// `used` as a percentage of `limit`, when both are known.
@@ -201,6 +212,9 @@ pub(crate) struct OverloadGauges {
     active: [stats::SharedGauge; 3],
     memory_percent: stats::SharedGauge,
     connection_percent: stats::SharedGauge,
+    descriptor_percent: stats::SharedGauge,
+    descriptors_in_use: stats::SharedGauge,
+    descriptor_limit: stats::SharedGauge,
 }
 
 impl OverloadGauges {
@@ -214,6 +228,10 @@ impl OverloadGauges {
             memory_percent: process.shared_gauge(catalog.overload_resource_pressure, &["memory"]),
             connection_percent: process
                 .shared_gauge(catalog.overload_resource_pressure, &["connections"]),
+            descriptor_percent: process
+                .shared_gauge(catalog.overload_resource_pressure, &["descriptors"]),
+            descriptors_in_use: process.shared_gauge(catalog.server_descriptors_in_use, &[]),
+            descriptor_limit: process.shared_gauge(catalog.server_descriptor_limit, &[]),
         }
     }
 }
@@ -229,6 +247,15 @@ pub(crate) fn resident_bytes() -> Option<u64> {
         .parse()
         .ok()?;
     Some(kib * 1024)
+}
+
+/// File descriptors this process has open, from `/proc/self/fd` (Linux): every socket,
+/// listener, pipe and file, whoever opened it. Reading it costs a directory walk, once per
+/// interval.
+pub(crate) fn descriptors_in_use() -> Option<u64> {
+    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
+    // The walk's own descriptor is listed too.
+    Some((entries.count() as u64).saturating_sub(1))
 }
 
 /// Starts the thread that measures every `interval` of the settings `settings` gives, until
@@ -249,7 +276,13 @@ pub(crate) fn start(
                 let Some(overload) = overload.upgrade() else {
                     return;
                 };
-                let (before, now) = overload.update(&config, resident_bytes(), connections());
+                let descriptors = descriptors_in_use();
+                let used = Usage {
+                    resident: resident_bytes(),
+                    connections: connections(),
+                    descriptors,
+                };
+                let (before, now) = overload.update(&config, used);
                 let memory = overload.memory_percent.load(Ordering::Relaxed);
                 // From where the first action could still be in force, so that the pressure
                 // can fall far enough to end it.
@@ -272,6 +305,12 @@ pub(crate) fn start(
                 gauges
                     .connection_percent
                     .set(percent(&overload.connection_percent));
+                gauges
+                    .descriptor_percent
+                    .set(percent(&overload.descriptor_percent));
+                let count = |n: Option<u64>| n.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+                gauges.descriptors_in_use.set(count(descriptors));
+                gauges.descriptor_limit.set(count(config.descriptor_limit));
                 if now > before {
                     tracing::warn!(
                         action = now.name(),
@@ -297,6 +336,7 @@ mod tests {
             enabled: true,
             memory_limit: Some(1000),
             connection_limit: Some(10),
+            descriptor_limit: Some(100),
             disable_keepalive_at: 80,
             refuse_connections_at: 90,
             shed_requests_at: 95,
@@ -329,26 +369,41 @@ mod tests {
         );
     }
 
+    fn used(resident: u64, connections: u64, descriptors: u64) -> Usage {
+        Usage {
+            resident: Some(resident),
+            connections,
+            descriptors: Some(descriptors),
+        }
+    }
+
     #[test]
-    fn the_higher_pressure_of_memory_and_connections_decides() {
+    fn the_highest_pressure_of_memory_connections_and_descriptors_decides() {
         let overload = Overload::default();
         let c = config();
-        assert_eq!(overload.update(&c, Some(100), 0).1, Level::Normal);
+        assert_eq!(overload.update(&c, used(100, 0, 10)).1, Level::Normal);
         assert_eq!(
-            overload.update(&c, Some(100), 9).1,
+            overload.update(&c, used(100, 9, 10)).1,
             Level::RefuseConnections
         );
         assert!(overload.refusing_connections() && !overload.shedding_requests());
-        assert_eq!(overload.update(&c, Some(960), 9).1, Level::ShedRequests);
+        assert_eq!(overload.update(&c, used(960, 9, 10)).1, Level::ShedRequests);
         let text = overload.describe().unwrap();
         assert!(
             text.contains("disable_keepalive, refuse_connections, shed_requests")
                 && text.contains("memory at 96%")
-                && text.contains("connections at 90%"),
+                && text.contains("connections at 90%")
+                && text.contains("descriptors at 10%"),
             "{text}"
         );
-        assert_eq!(overload.update(&c, Some(100), 0).1, Level::Normal);
+        assert_eq!(overload.update(&c, used(100, 0, 10)).1, Level::Normal);
         assert_eq!(overload.describe(), None);
+        // Descriptors alone: 81 of 100 in use.
+        assert_eq!(
+            overload.update(&c, used(100, 0, 81)).1,
+            Level::DisableKeepalive
+        );
+        assert!(overload.describe().unwrap().contains("descriptors at 81%"));
     }
 
     #[test]
@@ -357,12 +412,13 @@ mod tests {
         let mut c = config();
         c.memory_limit = None;
         c.connection_limit = None;
+        c.descriptor_limit = None;
         assert_eq!(
-            overload.update(&c, Some(u64::MAX), u64::MAX).1,
+            overload.update(&c, used(u64::MAX, u64::MAX, u64::MAX)).1,
             Level::Normal
         );
         let mut c = config();
         c.enabled = false;
-        assert_eq!(overload.update(&c, Some(999), 0).1, Level::Normal);
+        assert_eq!(overload.update(&c, used(999, 0, 0)).1, Level::Normal);
     }
 }

@@ -29,6 +29,8 @@ pub enum StartError {
     Monitor { source: io::Error },
     #[error("cannot start the overload manager thread: {source}")]
     Overload { source: io::Error },
+    #[error("cannot start the stats retirement thread: {source}")]
+    StatsRetirement { source: io::Error },
     #[error("cannot start the xDS client thread: {source}")]
     Xds { source: io::Error },
     #[error("cannot start worker thread {worker}: {source}")]
@@ -119,6 +121,11 @@ impl Server {
             crate::overload::OverloadGauges::new(&stats.catalog, &stats.process),
         )
         .map_err(|source| StartError::Overload { source })?;
+        let weak_live = Arc::downgrade(&live);
+        crate::stats_retirement::start(Arc::downgrade(&stats), move || {
+            Some(weak_live.upgrade()?.current().config.stats.retire_after)
+        })
+        .map_err(|source| StartError::StatsRetirement { source })?;
         crate::cluster::monitor::start(live.subscribe_clusters(), Arc::clone(&stats))
             .map_err(|source| StartError::Monitor { source })?;
         // Clusters of DNS names start with their first answers, not with no hosts.

@@ -123,6 +123,6 @@ pub use gauge::{Gauge, SharedGauge};
 pub use histogram::{Histogram, HistogramSnapshot, MAX_TRACKED_US, RELATIVE_ERROR};
 pub use prometheus::{DEFAULT_BUCKETS_US, PrometheusOptions};
 pub use registry::{
-    CounterFamily, GaugeFamily, HistogramFamily, MetricKind, Registry, Shard, ShardId,
+    CounterFamily, GaugeFamily, HistogramFamily, MetricKind, Registry, Retired, Shard, ShardId,
 };
 pub use snapshot::{FamilySnapshot, SeriesSnapshot, Snapshot, Value};

@@ -2,12 +2,19 @@
 //! worker's factory of recording handles.
 //!
 //! The registry's mutex is taken only to declare a family, create a shard or a handle (start
-//! up, config swap) and to take a snapshot: never to record.
+//! up, config swap), to take a snapshot and to retire series: never to record.
+//!
+//! **Retirement.** A series lives as long as something may record into it: a handle on one of
+//! its cells. Once none is left (its cluster, host or listener was removed and the last
+//! connection using it closed), [`Registry::retire_unheld`] removes it after a grace period:
+//! it vanishes from snapshots and its cells and labels are freed. A handle made for it later
+//! starts a new series from zero.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::cell::Slot;
 use crate::histogram::HistogramCell;
@@ -108,6 +115,30 @@ pub(crate) struct Series {
     pub(crate) labels: Arc<SeriesLabels>,
     /// Sorted by shard.
     pub(crate) cells: Vec<CellEntry>,
+    /// When a retirement sweep first found no handle on any cell; `None` while one is held.
+    pub(crate) unheld_since: Option<Instant>,
+}
+
+impl CellRef {
+    /// Whether a handle holds this cell (the registry's own reference aside). Exact under the
+    /// registry's lock: handles are only made under it, and only a held cell can be cloned.
+    fn held(&self) -> bool {
+        match self {
+            CellRef::Counter(slot) | CellRef::Gauge(slot) | CellRef::SharedGauge(slot) => {
+                Arc::strong_count(slot) > 1
+            }
+            CellRef::Histogram(hist) => Arc::strong_count(hist) > 1,
+        }
+    }
+}
+
+/// What a retirement sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retired {
+    /// Series removed by this sweep.
+    pub series: usize,
+    /// Series without a handle still in their grace period.
+    pub pending: usize,
 }
 
 pub(crate) struct Family {
@@ -242,6 +273,41 @@ impl Registry {
     /// all cells; recording goes on meanwhile.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot::collect(&self.lock())
+    }
+
+    /// Removes every series that no handle has held for at least `grace`, as seen by this and
+    /// earlier sweeps: the first sweep that finds a series unheld starts its grace period, a
+    /// sweep that finds it held again ends it. Call it every fraction of `grace`; a series
+    /// goes between `grace` and `grace` plus the sweep period after its last handle.
+    ///
+    /// A removed series leaves every later snapshot, and its cells and labels are freed once
+    /// no snapshot holds them. Series made by the `metrics` facade's recorder are
+    /// held by it for good.
+    pub fn retire_unheld(&self, grace: Duration) -> Retired {
+        self.retire_unheld_at(grace, Instant::now())
+    }
+
+    /// [`retire_unheld`](Self::retire_unheld) as if it ran at `now`.
+    pub fn retire_unheld_at(&self, grace: Duration, now: Instant) -> Retired {
+        let mut done = Retired::default();
+        let mut state = self.lock();
+        for family in &mut state.families {
+            family.series.retain(|_, series| {
+                if series.cells.iter().any(|entry| entry.cell.held()) {
+                    series.unheld_since = None;
+                    return true;
+                }
+                let since = *series.unheld_since.get_or_insert(now);
+                if now.saturating_duration_since(since) >= grace {
+                    done.series += 1;
+                    false
+                } else {
+                    done.pending += 1;
+                    true
+                }
+            });
+        }
+        done
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -508,6 +574,7 @@ impl Shard {
                     rendered: rendered.into(),
                 }),
                 cells: Vec::new(),
+                unheld_since: None,
             }
         });
         let cells = &mut series.cells;

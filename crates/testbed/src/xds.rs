@@ -15,6 +15,11 @@
 //!   same resource the same version.
 //! * A request whose nonce answers the last response (an ACK or a NACK) gets no response
 //!   until something changes; a new subscription gets the current state at once.
+//!
+//! And it misbehaves on demand, as a control plane under trouble does:
+//! [`ManagementServer::reset_streams`] ends every stream with `UNAVAILABLE` (a flapping
+//! server), [`ManagementServer::set_silent`] stops it answering anything (requests are still
+//! recorded) until it is told to speak again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -126,6 +131,11 @@ struct State {
     changed: watch::Sender<u64>,
     /// Bumped on every request and response recorded, for [`ManagementServer::wait_for`].
     logged: watch::Sender<u64>,
+    /// Bumped by [`ManagementServer::reset_streams`]: every stream open ends.
+    resets: watch::Sender<u64>,
+    /// While true, nothing is sent (requests are recorded); back to false, every stream
+    /// catches up.
+    silent: watch::Sender<bool>,
     streams: AtomicU64,
     nonces: AtomicU64,
 }
@@ -209,6 +219,8 @@ impl ManagementServer {
             log: Mutex::new(Log::default()),
             changed: watch::Sender::new(0),
             logged: watch::Sender::new(0),
+            resets: watch::Sender::new(0),
+            silent: watch::Sender::new(false),
             streams: AtomicU64::new(0),
             nonces: AtomicU64::new(0),
         });
@@ -245,6 +257,19 @@ impl ManagementServer {
                 .collect();
         }
         self.state.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Ends every open stream with `UNAVAILABLE`, as a management server restarting or a
+    /// proxy in between dropping them does; clients reconnect.
+    pub fn reset_streams(&self) {
+        self.state.resets.send_modify(|n| *n += 1);
+    }
+
+    /// Stops answering (`true`): requests, ACKs and NACKs are recorded but nothing is sent,
+    /// whatever changes; streams stay open. Back to `false`, every stream is sent what it
+    /// asked for since.
+    pub fn set_silent(&self, silent: bool) {
+        self.state.silent.send_replace(silent);
     }
 
     /// The type's current version, as state-of-the-world responses carry it.
@@ -454,6 +479,8 @@ async fn serve<R, S>(
     AdsStream<R, S>: Variant,
 {
     let mut changed = stream.state.changed.subscribe();
+    let mut resets = stream.state.resets.subscribe();
+    let mut silent = stream.state.silent.subscribe();
     loop {
         tokio::select! {
             request = incoming.message() => match request {
@@ -465,16 +492,39 @@ async fn serve<R, S>(
                 _ => return,
             },
             Ok(()) = changed.changed() => {
-                let types: Vec<String> = stream.subscriptions.keys().cloned().collect();
-                for type_url in types {
-                    if !stream.send(&type_url, false).await {
-                        return;
-                    }
+                if !catch_up(&mut stream, false).await {
+                    return;
                 }
+            }
+            Ok(()) = silent.changed() => {
+                // Speaking again: what was asked for meanwhile, and what changed.
+                let speaking = !*silent.borrow_and_update();
+                if speaking && !catch_up(&mut stream, true).await {
+                    return;
+                }
+            }
+            Ok(()) = resets.changed() => {
+                let _ = stream.tx.send(Err(Status::unavailable("stream reset by the server"))).await;
+                return;
             }
             () = until_stopped(&mut stopped) => return,
         }
     }
+}
+
+/// Sends every type the stream subscribed to what changed (everything, if `always`). False
+/// once the client is gone.
+async fn catch_up<R, S>(stream: &mut AdsStream<R, S>, always: bool) -> bool
+where
+    AdsStream<R, S>: Variant,
+{
+    let types: Vec<String> = stream.subscriptions.keys().cloned().collect();
+    for type_url in types {
+        if !stream.send(&type_url, always).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// What a state-of-the-world stream asked for of one type, and the version it was last sent.
@@ -516,6 +566,9 @@ impl Variant for SotwStream {
     /// Sends the current resources of `type_url` if the stream has not had this version (or
     /// `always`). False once the client is gone.
     async fn send(&mut self, type_url: &str, always: bool) -> bool {
+        if *self.state.silent.borrow() {
+            return true;
+        }
         let Some(subscription) = self.subscriptions.get_mut(type_url) else {
             return true;
         };
@@ -624,6 +677,9 @@ impl Variant for DeltaStream {
     /// Sends what the client lacks of `type_url` (and what it holds that is gone), if
     /// anything or `always`. False once the client is gone.
     async fn send(&mut self, type_url: &str, always: bool) -> bool {
+        if *self.state.silent.borrow() {
+            return true;
+        }
         let Some(subscription) = self.subscriptions.get_mut(type_url) else {
             return true;
         };

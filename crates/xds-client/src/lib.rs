@@ -108,7 +108,15 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// TLS to the server (TCP only); `None`: cleartext HTTP/2.
     pub tls: Option<Tls>,
+    /// The largest response read, in bytes. A larger one is refused from its length prefix,
+    /// before its body is buffered: the stream ends ([`StreamError::TooLarge`]) and the
+    /// resources held stay. Default [`DEFAULT_MAX_MESSAGE_SIZE`].
+    pub max_message_size: usize,
 }
+
+/// The default [`Options::max_message_size`]: 256 MiB, room for a whole fleet's clusters in
+/// one response.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 256 * 1024 * 1024;
 
 /// TLS to the management server.
 #[derive(Clone)]
@@ -139,6 +147,7 @@ impl Options {
             backoff: Backoff::default(),
             connect_timeout: Duration::from_secs(5),
             tls: None,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
         }
     }
 }
@@ -193,6 +202,11 @@ pub trait Handler: Send {
 
     /// Called when a stream is established (`true`) and when it ends (`false`).
     fn connected(&mut self, up: bool);
+
+    /// Called when a stream ends or cannot be opened, with why, before `connected(false)`.
+    fn stream_ended(&mut self, error: &StreamError) {
+        let _ = error;
+    }
 }
 
 /// Why a stream ended.
@@ -204,6 +218,11 @@ pub enum StreamError {
     Refused(tonic::Status),
     #[error("the stream broke: {0}")]
     Broken(tonic::Status),
+    /// A response longer than [`Options::max_message_size`]: it cannot be read, so not
+    /// NACKed either (its nonce is in it); the stream is ended instead, as Envoy's gRPC
+    /// client does.
+    #[error("a response was larger than the limit and was refused: {0}")]
+    TooLarge(tonic::Status),
     #[error("the server closed the stream")]
     Closed,
     #[error("the request stream is gone")]
@@ -232,6 +251,7 @@ pub async fn run<H: Handler>(options: Options, mut handler: H) {
             Ok(()) => (StreamError::Closed, true),
             Err(pair) => pair,
         };
+        handler.stream_ended(&error);
         handler.connected(false);
         if responded {
             backoff.reset();
@@ -265,8 +285,15 @@ async fn next_response<T>(
     match responses.message().await {
         Ok(Some(response)) => Ok(response),
         Ok(None) => Err((StreamError::Closed, responded)),
+        Err(status) if is_too_large(&status) => Err((StreamError::TooLarge(status), responded)),
         Err(status) => Err((StreamError::Broken(status), responded)),
     }
+}
+
+/// Whether the stream failed on a message over the decoder's limit (tonic's `OUT_OF_RANGE`,
+/// "decoded message length too large").
+fn is_too_large(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::OutOfRange && status.message().contains("too large")
 }
 
 /// Queues a request on the stream (after a response, so `true`: one had come).

@@ -15,8 +15,9 @@ use tonic::transport::{Channel, Endpoint as TonicEndpoint};
 
 use crate::{Endpoint, Options, StreamError};
 
-/// Largest response accepted: a whole fleet's clusters can arrive in one.
-const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+/// Largest request sent (requests name resources; a response is bounded by
+/// [`Options::max_message_size`]).
+const MAX_REQUEST: usize = 256 * 1024 * 1024;
 
 pub(crate) type AdsClient = AggregatedDiscoveryServiceClient<Channel>;
 
@@ -61,8 +62,8 @@ pub(crate) async fn connect(options: &Options) -> Result<AdsClient, StreamError>
         .map_err(|_| failed("timed out".into()))?
         .map_err(|e| failed(error_chain(&e)))?;
     Ok(AggregatedDiscoveryServiceClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE))
+        .max_decoding_message_size(options.max_message_size)
+        .max_encoding_message_size(MAX_REQUEST))
 }
 
 /// Connects to a Unix socket whatever the URI says.

@@ -53,7 +53,16 @@ pub struct XdsConfig {
     /// files are read again for each new connection.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::ClusterTlsConfig>,
+    /// The largest response read, in bytes: a longer one is refused before it is buffered
+    /// (the stream ends, the config in force stays).
+    pub max_message_size: u64,
 }
+
+/// The default `ads.max_message_size`: a whole fleet's clusters fit in one response.
+pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 256 << 20;
+/// Bounds on `ads.max_message_size`: below, one ordinary cluster would not fit; above, a
+/// single response could take gigabytes before it is parsed.
+const MAX_MESSAGE_SIZE_RANGE: (u64, u64) = (64 << 10, 2 << 30);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeConfig {
@@ -76,11 +85,13 @@ pub(crate) fn bootstrap(
     dynamic: Option<RawDynamicResources>,
 ) -> Result<Option<XdsConfig>, ConfigError> {
     let Some(RawDynamicResources {
-        ads: RawAds {
-            address,
-            protocol,
-            tls,
-        },
+        ads:
+            RawAds {
+                address,
+                protocol,
+                tls,
+                max_message_size,
+            },
     }) = dynamic
     else {
         if node.is_some_and(|n| n.locality.is_none()) {
@@ -121,6 +132,14 @@ pub(crate) fn bootstrap(
             "dynamic_resources.ads.tls",
         )?),
     };
+    let max_message_size = max_message_size.unwrap_or(DEFAULT_MAX_MESSAGE_SIZE);
+    let (least, most) = MAX_MESSAGE_SIZE_RANGE;
+    if !(least..=most).contains(&max_message_size) {
+        return Err(ConfigError::invalid(
+            "dynamic_resources.ads.max_message_size",
+            format!("expected 64KiB to 2GiB, found {max_message_size} bytes"),
+        ));
+    }
     Ok(Some(XdsConfig {
         node: NodeConfig {
             id: node.id,
@@ -129,6 +148,7 @@ pub(crate) fn bootstrap(
         address,
         protocol,
         tls,
+        max_message_size,
     }))
 }
 
@@ -419,4 +439,7 @@ pub struct RawAds {
     pub protocol: Option<String>,
     /// As a cluster's `tls`: `ca`, `client_certificate`, `server_name`, `min_version`.
     pub tls: Option<crate::RawClusterTls>,
+    /// A size (`4MiB`): the largest response read.
+    #[serde(default, deserialize_with = "crate::units::de_opt_size")]
+    pub max_message_size: Option<u64>,
 }

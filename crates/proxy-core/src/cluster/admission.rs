@@ -12,7 +12,7 @@ impl Cluster {
     /// full breaker refuses it here (counted, and logged at most once a second).
     pub(crate) fn request_slot(&self) -> Result<Slot<'_>, ProxyError> {
         Slot::try_take(&self.settings.shared.breakers.requests).ok_or_else(|| {
-            self.stats.rq_pending_overflow.inc();
+            self.stats().rq_pending_overflow.inc();
             self.settings.log_refused(Overflow::Requests);
             ProxyError::Overflow(Overflow::Requests)
         })
@@ -33,7 +33,7 @@ impl HostPool {
     ) -> Result<Option<T>, ProxyError> {
         let breakers = &self.settings.shared.breakers;
         let Some(_pending) = Slot::try_take(&breakers.pending) else {
-            self.stats.rq_pending_overflow.inc();
+            self.stats().rq_pending_overflow.inc();
             self.settings.log_refused(Overflow::Pending);
             return Err(ProxyError::Overflow(Overflow::Pending));
         };

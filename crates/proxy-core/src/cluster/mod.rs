@@ -44,7 +44,7 @@ mod shared;
 mod tcp;
 mod upgrade;
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -80,8 +80,10 @@ pub(crate) struct Cluster {
     /// What requests are hashed on, over their routes' policies.
     hash_policy: Option<config::hash_policy::HashPolicy>,
     settings: Rc<UpstreamSettings>,
-    stats: Rc<ClusterStats>,
-    /// For the stats of hosts that join later.
+    /// Made by the first request this worker sends to the cluster: of a management server's
+    /// thousand clusters, a worker serves few, and each one's series cost kilobytes.
+    stats: OnceCell<Rc<ClusterStats>>,
+    /// For the cluster's stats and those of its hosts.
     catalog: Catalog,
     shard: stats::Shard,
 }
@@ -103,7 +105,6 @@ impl Cluster {
         catalog: &Catalog,
         shard: &stats::Shard,
     ) -> Self {
-        let stats = Rc::new(catalog.cluster(shard, &config.name));
         let settings = Rc::new(UpstreamSettings::new(config, Arc::clone(shared)));
         let local = local_of(local);
         let balancer = balancer_for(
@@ -123,7 +124,7 @@ impl Cluster {
             hash_key: config.hash_key.clone(),
             hash_policy: config.hash_policy.clone(),
             settings,
-            stats,
+            stats: OnceCell::new(),
             catalog: *catalog,
             shard: shard.clone(),
         };
@@ -132,7 +133,26 @@ impl Cluster {
     }
 
     pub(crate) fn stats(&self) -> &ClusterStats {
-        &self.stats
+        self.shared_stats()
+    }
+
+    /// The cluster's stats handles if this worker made them already.
+    pub(crate) fn made_stats(&self) -> Option<&Rc<ClusterStats>> {
+        self.stats.get()
+    }
+
+    /// Records into the handles of the cluster's previous version (same name) from now on.
+    pub(crate) fn continue_stats(&self, stats: Rc<ClusterStats>) {
+        let _ = self.stats.set(stats);
+    }
+
+    fn shared_stats(&self) -> &Rc<ClusterStats> {
+        self.stats.get_or_init(|| {
+            Rc::new(
+                self.catalog
+                    .cluster(&self.shard, &self.settings.shared.name),
+            )
+        })
     }
 
     /// The cluster's `per_connection_buffer_limit_bytes`.
@@ -272,7 +292,7 @@ impl Cluster {
             return;
         }
         self.zone_rebuilds.set(Some(rebuilds));
-        let s = &self.stats;
+        let s = self.stats();
         s.lb_recalculate_zone_structures.inc();
         match balancer.zone_routing() {
             ZoneRouting::LocalClusterNotOk => s.lb_local_cluster_not_ok.inc(),
@@ -282,7 +302,7 @@ impl Cluster {
     }
 
     fn count_zone_route(&self, route: ZoneRoute) {
-        let s = &self.stats;
+        let s = self.stats();
         match route {
             ZoneRoute::AllDirectly => s.lb_zone_routing_all_directly.inc(),
             ZoneRoute::Sampled => s.lb_zone_routing_sampled.inc(),
@@ -312,7 +332,7 @@ impl Cluster {
         let pool = pool.get_or_insert_with(|| {
             let (cluster, host) = (&self.settings.shared.name, addr.to_string());
             Rc::new(HostPool::new(
-                Rc::clone(&self.stats),
+                Rc::clone(self.shared_stats()),
                 self.catalog.host(&self.shard, cluster, &host),
                 self.settings
                     .per_endpoint_stats

@@ -297,7 +297,7 @@ impl Cluster {
         }
         let _claim = host.claim_pool_slot()?;
         let Some(slot) = host.try_connection_slot() else {
-            self.stats.cx_overflow.inc();
+            self.stats().cx_overflow.inc();
             host.settings.log_refused(Overflow::Connections);
             return Err(ProxyError::Overflow(Overflow::Connections));
         };

@@ -39,6 +39,8 @@ pub(crate) fn start(live: &Arc<LiveConfig>) -> std::io::Result<Option<XdsClient>
         xds_client::node(&config.node.id, &config.node.cluster),
     );
     options.tls = config.tls.map(ads_tls);
+    // Validated at load to at most 2GiB.
+    options.max_message_size = usize::try_from(config.max_message_size).unwrap_or(usize::MAX);
     let handler = Shared::new(live, Applier::new(live));
     let applier = Arc::clone(&handler.applier);
     let (stop, stopped) = oneshot::channel::<()>();
@@ -150,6 +152,7 @@ struct Shared {
     wanted: BTreeMap<&'static str, BTreeSet<String>>,
     connected: Arc<std::sync::atomic::AtomicBool>,
     connected_gauge: stats::Gauge,
+    too_large: stats::Counter,
     live: Weak<LiveConfig>,
 }
 
@@ -160,6 +163,7 @@ impl Shared {
             wanted: BTreeMap::new(),
             connected: Arc::clone(&applier.connected),
             connected_gauge: process.gauge(catalog.control_plane_connected, &[]),
+            too_large: process.counter(catalog.xds_response_too_large, &[]),
             live: Arc::downgrade(live),
             applier: Arc::new(tokio::sync::Mutex::new(applier)),
         };
@@ -182,6 +186,12 @@ impl xds_client::Handler for Shared {
 
     fn wanted(&self, type_url: &str) -> BTreeSet<String> {
         self.wanted.get(type_url).cloned().unwrap_or_default()
+    }
+
+    fn stream_ended(&mut self, error: &xds_client::StreamError) {
+        if matches!(error, xds_client::StreamError::TooLarge(_)) {
+            self.too_large.inc();
+        }
     }
 
     fn connected(&mut self, up: bool) {

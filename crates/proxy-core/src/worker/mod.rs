@@ -31,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::access_log;
-use crate::catalog::ProxyStats;
+use crate::catalog::{ClusterStats, ProxyStats};
 use crate::cluster::{Cluster, SharedCluster};
 use crate::context::WorkerCtx;
 use crate::live::Generation;
@@ -124,6 +124,13 @@ impl Worker {
             .iter()
             .map(|c| (Arc::as_ptr(c.shared()), Rc::clone(c)))
             .collect();
+        // A changed cluster's stats continue where its previous version's left off, even
+        // before its first request here: otherwise they would be retired as removed.
+        let mut stats_by_name: HashMap<&str, Rc<ClusterStats>> = self
+            .clusters
+            .iter()
+            .filter_map(|c| Some((c.shared().name.as_str(), Rc::clone(c.made_stats()?))))
+            .collect();
         // The local cluster, which clusters route by zone from.
         let local = config.local_cluster.as_ref().and_then(|local| {
             let i = config.clusters.iter().position(|c| c.name == local.name)?;
@@ -141,7 +148,13 @@ impl Worker {
                     kept.sync_pools();
                     kept
                 }
-                None => Rc::new(Cluster::new(c, shared, local, catalog, &self.shard)),
+                None => {
+                    let cluster = Cluster::new(c, shared, local, catalog, &self.shard);
+                    if let Some(stats) = stats_by_name.remove(c.name.as_str()) {
+                        cluster.continue_stats(stats);
+                    }
+                    Rc::new(cluster)
+                }
             })
             .collect();
         let tracer = match &generation.tracer {
