@@ -82,3 +82,19 @@ fn balancer() {
 fn proxy_protocol() {
     replay("proxy_protocol", proxy_core::fuzzing::proxy_protocol);
 }
+
+#[test]
+fn xds() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static ACCEPTED: AtomicUsize = AtomicUsize::new(0);
+    replay("xds", |data| {
+        if proxy_core::fuzzing::xds(data) {
+            ACCEPTED.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    // The seeds reach the end of the path: a config is made and built.
+    assert!(
+        ACCEPTED.load(Ordering::Relaxed) > 0,
+        "no input makes a config"
+    );
+}

@@ -303,9 +303,12 @@ async fn bucketed_histograms_add_up_across_processes() {
     assert_eq!(summed[2..], [f64::from(n_slow + n_fast); 2]);
 }
 
-/// Two clusters behind path routes; `gone` only when its host is given. `kept`'s one host is
-/// `kept_host`, with a connect timeout of `timeout` seconds (changing it changes the cluster).
-fn churn_config(kept_host: SocketAddr, timeout: u32, gone: Option<SocketAddr>) -> String {
+/// Two clusters behind path routes; `gone` only when its host is given. `kept`'s hosts are
+/// `kept_hosts`, with a connect timeout of `timeout` seconds (changing it changes the
+/// cluster), and per-host counters.
+fn churn_config(kept_hosts: &[SocketAddr], timeout: u32, gone: Option<SocketAddr>) -> String {
+    let kept_hosts: Vec<String> = kept_hosts.iter().map(ToString::to_string).collect();
+    let kept_hosts = kept_hosts.join(", ");
     let (route, cluster) = match gone {
         Some(host) => (
             "      - match: { prefix: /gone }\n        cluster: gone\n".to_owned(),
@@ -325,8 +328,9 @@ listeners:
         cluster: kept
 clusters:
   - name: kept
-    endpoints: [{kept_host}]
+    endpoints: [{kept_hosts}]
     connect_timeout: {timeout}s
+    per_endpoint_stats: true
 {cluster}"#
     )
 }
@@ -343,24 +347,36 @@ async fn series_of_removed_clusters_and_hosts_are_retired_and_come_back_from_zer
     let second = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let (a, b) = (first.local_addr(), second.local_addr());
-    let proxy = Proxy::start(&churn_config(a, 1, Some(b)), 2);
+    let third = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (a, b, c) = (first.local_addr(), second.local_addr(), third.local_addr());
+    let proxy = Proxy::start(&churn_config(&[a, c], 1, Some(b)), 2);
     let (addr, admin) = (proxy.addr(), proxy.admin.unwrap());
-    for path in ["/", "/gone"] {
+    let request = async |path: &str| {
         let response = send_h1(addr, get(path, &[("connection", "close")])).await;
         assert_eq!(response.status(), 200);
         text(response.into_body()).await;
+    };
+    request("/gone").await;
+    // Both of `kept`'s hosts take requests (round robin on each worker).
+    let old_host = format!("host_rq_total{{cluster=kept,host={a}}}");
+    let staying = format!("host_rq_total{{cluster=kept,host={c}}}");
+    let mut sent = 0;
+    while !(scrape(admin).contains_key(&old_host) && scrape(admin).contains_key(&staying)) {
+        assert!(sent < 50, "{sent} requests never reached both hosts");
+        request("/").await;
+        sent += 1;
     }
     let kept_total = "upstream_rq_total{cluster=kept}";
     let gone_total = "upstream_rq_total{cluster=gone}";
-    let old_host = format!("host_rq_active{{cluster=kept,host={a}}}");
     let before = scrape(admin);
-    assert_eq!(before.get(kept_total), Some(&1.0), "{before:?}");
+    assert_eq!(before.get(kept_total), Some(&f64::from(sent)), "{before:?}");
     assert_eq!(before.get(gone_total), Some(&1.0), "{before:?}");
-    assert!(before.contains_key(&old_host), "{before:?}");
+    let staying_count = before[&staying];
 
-    // `gone` removed; `kept` now has the other host.
-    proxy.rewrite_config(&churn_config(b, 2, None));
+    // `gone` removed; `kept` changed: `a` replaced by `b`, `c` stays.
+    proxy.rewrite_config(&churn_config(&[b, c], 2, None));
     let (status, body) = admin_request(admin, "POST", "/reload");
     assert_eq!(status, 200, "{body}");
     eventually(
@@ -373,12 +389,13 @@ async fn series_of_removed_clusters_and_hosts_are_retired_and_come_back_from_zer
     )
     .await;
     // The kept cluster changed (a new host, a new timeout) and took no request since: its
-    // count stays.
+    // counts stay, and those of its host that stayed.
     let after = scrape(admin);
-    assert_eq!(after.get(kept_total), Some(&1.0), "{after:?}");
+    assert_eq!(after.get(kept_total), Some(&f64::from(sent)), "{after:?}");
+    assert_eq!(after.get(&staying), Some(&staying_count), "{after:?}");
 
     // Added again: counted from zero.
-    proxy.rewrite_config(&churn_config(b, 2, Some(a)));
+    proxy.rewrite_config(&churn_config(&[b, c], 2, Some(a)));
     let (status, body) = admin_request(admin, "POST", "/reload");
     assert_eq!(status, 200, "{body}");
     let response = send_h1(addr, get("/gone", &[("connection", "close")])).await;

@@ -5,6 +5,9 @@
         100k requests at saturation, at the fixed rate and over h2c
     python3 benches/plot/plot.py idle IDLE_OUTPUT.txt OUT.png
         bytes per idle connection, HTTP/1.1 and h2c, from benches/idle/run.sh's lines
+    python3 benches/plot/plot.py soak RSS.csv OUT.png
+        resident memory over a soak (benches/soak/run.sh), with the +-5% band around the
+        value at 5 minutes that the soak is judged by
 
 The benchmark scripts call this after their run (matplotlib is installed with pip when
 missing). Nothing is measured here: it draws what the runs wrote.
@@ -99,7 +102,33 @@ def idle(path, out):
     fig.savefig(out, dpi=110)
 
 
+def soak(path, out):
+    seconds, mib = [], []
+    with open(path) as f:
+        next(f, None)  # the header
+        for line in f:
+            t, kib = line.strip().split(",")
+            seconds.append(float(t) / 60)
+            mib.append(int(kib) / 1024)
+    if not seconds:
+        sys.exit(f"no samples in {path}")
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.plot(seconds, mib, color=COLORS["legate"], label="legate")
+    warm = next((m for t, m in zip(seconds, mib) if t >= 5), None)
+    if warm is not None:
+        ax.axhspan(warm * 0.95, warm * 1.05, color="#cccccc", alpha=0.5,
+                   label="within 5% of the value at 5 min")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("resident memory (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="lower right")
+    ax.set_title("soak: resident memory under churn")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("peer", "idle"):
+    kinds = {"peer": peer, "idle": idle, "soak": soak}
+    if len(sys.argv) != 4 or sys.argv[1] not in kinds:
         sys.exit(__doc__)
-    {"peer": peer, "idle": idle}[sys.argv[1]](sys.argv[2], sys.argv[3])
+    kinds[sys.argv[1]](sys.argv[2], sys.argv[3])

@@ -1,10 +1,11 @@
 //! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`): the config loader, the
-//! path normaliser with the router, the HTTP/1.1 head checks, and the PROXY protocol reader. Each runs the code the proxy
+//! translation of xDS resources, the path normaliser with the router, the HTTP/1.1 head
+//! checks, and the PROXY protocol reader. Each runs the code the proxy
 //! runs and asserts what must hold for any input, so a fuzzer finds wrong answers as well as
 //! panics. `fuzz/fuzz_targets/` runs them; tests/fuzz_corpus.rs replays the corpus and
 //! `fuzz/regressions/` (a crash found later goes there, and stays a test). Not an API.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use http::header::{CONNECTION, HeaderName};
 use http::uri::{Authority, PathAndQuery};
@@ -15,6 +16,7 @@ use crate::http::head::{Admitted, HostRules, admit, is_authority};
 use crate::router::RouteTable;
 use config::path::{self, Normalized};
 use config::{Config, EscapedSlashes, PathNormalization, StripHostPort};
+use envoy_types::pb::google::protobuf::Any;
 
 /// Loads `text` as a config file. What loads must serialise (the admin's /config_dump) and
 /// route (each listener's table finds what a scan of its routes finds).
@@ -37,6 +39,148 @@ pub fn config(text: &str) {
         }
     }
 }
+
+/// The resource types [`xds`] decodes, by the low bits of a segment's first byte.
+const XDS_TYPES: [&str; 5] = [
+    config::xds::type_url::LISTENER,
+    config::xds::type_url::ROUTE,
+    config::xds::type_url::CLUSTER,
+    config::xds::type_url::ENDPOINT,
+    config::xds::type_url::SECRET,
+];
+
+/// Most resources one input makes.
+const XDS_MAX_RESOURCES: usize = 8;
+
+/// Splits fuzz input into xDS resources: segments of a type byte, a little-endian `u16`
+/// length (0: the rest of the input) and that much protobuf. Each becomes an `Any` of its
+/// type. [`xds_input`] writes them.
+pub fn xds_resources(mut data: &[u8]) -> Vec<Any> {
+    let mut out = Vec::new();
+    while let [kind, low, high, rest @ ..] = data
+        && out.len() < XDS_MAX_RESOURCES
+    {
+        let len = match usize::from(u16::from_le_bytes([*low, *high])) {
+            0 => rest.len(),
+            n => n.min(rest.len()),
+        };
+        out.push(Any {
+            type_url: XDS_TYPES[usize::from(*kind) % XDS_TYPES.len()].to_owned(),
+            value: rest[..len].to_vec(),
+        });
+        data = &rest[len..];
+    }
+    out
+}
+
+/// The input [`xds_resources`] reads back as `resources` (each under 64 KiB): for seeding
+/// the corpus.
+pub fn xds_input(resources: &[Any]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for any in resources {
+        let kind = XDS_TYPES
+            .iter()
+            .position(|t| *t == any.type_url)
+            .unwrap_or(0);
+        let len = u16::try_from(any.value.len()).unwrap_or(u16::MAX);
+        out.push(kind as u8);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&any.value[..usize::from(len)]);
+    }
+    out
+}
+
+/// Runs resources from a management server through what the proxy does with them: decode
+/// and translate each (one that is refused is left out, as its response would be NACKed),
+/// join them into listeners and clusters, validate those beside a bootstrap's, and build what
+/// needs no socket. Nothing may panic; what is accepted must serialise and route. Returns
+/// whether the resources made a config with a listener or a cluster of theirs in it.
+pub fn xds(data: &[u8]) -> bool {
+    use config::xds::{
+        Held, Resources, XdsCluster, XdsEndpoints, XdsListener, XdsRoutes, XdsSecret,
+    };
+
+    type Base = (
+        Arc<config::RawConfig>,
+        Arc<crate::catalog::ProxyStats>,
+        stats::Shard,
+    );
+    static BASE: OnceLock<Base> = OnceLock::new();
+    let (origin, stats, shard) = BASE.get_or_init(|| {
+        let config = Config::from_yaml(XDS_BOOTSTRAP).unwrap_or_else(|e| panic!("{e}"));
+        let stats = crate::catalog::ProxyStats::new();
+        let shard = stats.registry.shard(&[]);
+        (Arc::clone(config.origin()), stats, shard)
+    });
+    let mut resources = Resources::default();
+    for any in xds_resources(data) {
+        let version = "1".to_owned();
+        let bytes = any.value.clone();
+        let url = any.type_url.as_str();
+        let _ = match url {
+            config::xds::type_url::LISTENER => XdsListener::decode(&any).map(|v| {
+                resources
+                    .listeners
+                    .insert(v.name.clone(), Held::new(v, version, &bytes));
+            }),
+            config::xds::type_url::ROUTE => XdsRoutes::decode(&any).map(|v| {
+                resources
+                    .routes
+                    .insert(v.name.clone(), Held::new(v, version, &bytes));
+            }),
+            config::xds::type_url::CLUSTER => XdsCluster::decode(&any).map(|v| {
+                resources
+                    .clusters
+                    .insert(v.name.clone(), Held::new(v, version, &bytes));
+            }),
+            config::xds::type_url::ENDPOINT => XdsEndpoints::decode(&any).map(|v| {
+                resources
+                    .endpoints
+                    .insert(v.name.clone(), Held::new(v, version, &bytes));
+            }),
+            _ => XdsSecret::decode(&any).map(|v| {
+                resources
+                    .secrets
+                    .insert(v.name.clone(), Held::new(v, version, &bytes));
+            }),
+        };
+    }
+    let sections = resources.sections();
+    resources.retain_wanted();
+    let Ok(config) = config::xds::compose(origin, sections.listeners, sections.clusters) else {
+        return false;
+    };
+    if let Err(e) = serde_json::to_string(&config) {
+        panic!("an accepted xDS config does not serialise: {e}");
+    }
+    let headers = HeaderMap::new();
+    for listener in &config.listeners {
+        let settings =
+            std::iter::once(listener).chain(listener.filter_chains.iter().map(|c| &*c.settings));
+        for settings in settings {
+            let table = RouteTable::new(settings.route_config.clone());
+            for (host, path) in [("example.com", "/"), ("a", "/a/b"), ("", "/x.y")] {
+                assert_eq!(
+                    table.find(host, path, None, &headers),
+                    table.find_by_scan(host, path, None, &headers),
+                    "{host}{path}"
+                );
+            }
+        }
+    }
+    // An error is a refusal, as a NACK; only a panic is a finding.
+    let built = crate::live::build_without_sockets(&config, stats, shard).is_ok();
+    // The series the build made go with it, as they would with a removed cluster.
+    stats.registry.retire_unheld(std::time::Duration::ZERO);
+    built && !(config.listeners.is_empty() && config.clusters.is_empty())
+}
+
+/// The bootstrap the xDS target's resources join: a node, a management server, no admin.
+const XDS_BOOTSTRAP: &str = r#"
+node: { id: fuzz, cluster: fuzz }
+dynamic_resources: { ads: { address: "127.0.0.1:1" } }
+admin: { enabled: false }
+"#;
 
 /// The route table the path and head targets route with: a guard on `/private`, a
 /// case-insensitive one on `/admin`, exact and prefix routes under a few hosts.

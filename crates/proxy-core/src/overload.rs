@@ -251,11 +251,15 @@ pub(crate) fn resident_bytes() -> Option<u64> {
 
 /// File descriptors this process has open, from `/proc/self/fd` (Linux): every socket,
 /// listener, pipe and file, whoever opened it. Reading it costs a directory walk, once per
-/// interval.
-pub(crate) fn descriptors_in_use() -> Option<u64> {
-    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
-    // The walk's own descriptor is listed too.
-    Some((entries.count() as u64).saturating_sub(1))
+/// interval. The walk needs a descriptor itself: when none is left (the process or the system
+/// is out of them), that is all of `limit` in use, not a count unknown.
+pub(crate) fn descriptors_in_use(limit: Option<u64>) -> Option<u64> {
+    match std::fs::read_dir("/proc/self/fd") {
+        // The walk's own descriptor is listed too.
+        Ok(entries) => Some((entries.count() as u64).saturating_sub(1)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => limit,
+        Err(_) => None,
+    }
 }
 
 /// Starts the thread that measures every `interval` of the settings `settings` gives, until
@@ -276,7 +280,7 @@ pub(crate) fn start(
                 let Some(overload) = overload.upgrade() else {
                     return;
                 };
-                let descriptors = descriptors_in_use();
+                let descriptors = descriptors_in_use(config.descriptor_limit);
                 let used = Usage {
                     resident: resident_bytes(),
                     connections: connections(),

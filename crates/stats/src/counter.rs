@@ -14,7 +14,8 @@ use crate::cell::{NotSync, Slot};
 /// through `Rc` or a plain reference.
 ///
 /// Dropping the handle keeps the count in the registry; the next handle the same shard
-/// creates for the same series continues from it.
+/// creates for the same series continues from it, unless the series was retired meanwhile
+/// ([`Registry::retire_unheld`](crate::Registry::retire_unheld)).
 ///
 /// ```compile_fail
 /// fn shared_across_threads<T: Sync>() {}

@@ -290,23 +290,33 @@ impl Registry {
     /// [`retire_unheld`](Self::retire_unheld) as if it ran at `now`.
     pub fn retire_unheld_at(&self, grace: Duration, now: Instant) -> Retired {
         let mut done = Retired::default();
+        let mut retired = Vec::new();
         let mut state = self.lock();
         for family in &mut state.families {
-            family.series.retain(|_, series| {
-                if series.cells.iter().any(|entry| entry.cell.held()) {
-                    series.unheld_since = None;
-                    return true;
-                }
-                let since = *series.unheld_since.get_or_insert(now);
-                if now.saturating_duration_since(since) >= grace {
-                    done.series += 1;
-                    false
-                } else {
-                    done.pending += 1;
-                    true
-                }
-            });
+            let due: Vec<Box<[Box<str>]>> = family
+                .series
+                .iter_mut()
+                .filter_map(|(key, series)| {
+                    if series.cells.iter().any(|entry| entry.cell.held()) {
+                        series.unheld_since = None;
+                        return None;
+                    }
+                    let since = *series.unheld_since.get_or_insert(now);
+                    if now.saturating_duration_since(since) < grace {
+                        done.pending += 1;
+                        return None;
+                    }
+                    Some(key.clone())
+                })
+                .collect();
+            for key in due {
+                retired.extend(family.series.remove(&key));
+            }
         }
+        drop(state);
+        done.series = retired.len();
+        // Freed with the lock released: handles are made meanwhile.
+        drop(retired);
         done
     }
 
@@ -577,6 +587,8 @@ impl Shard {
                 unheld_since: None,
             }
         });
+        // In use again: a grace period starts afresh once this handle is gone.
+        series.unheld_since = None;
         let cells = &mut series.cells;
         let shard = self.id.0;
         if let Some(found) = cells

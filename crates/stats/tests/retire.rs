@@ -92,6 +92,26 @@ fn a_handle_made_during_the_grace_period_keeps_the_series_and_its_count() {
     );
 }
 
+/// A handle made and dropped between two sweeps: the series was in use, so its grace period
+/// starts again from the next sweep rather than from the first one that found it unheld.
+#[test]
+fn a_handle_used_between_two_sweeps_starts_the_grace_period_again() {
+    let registry = Registry::new();
+    let family = registry.counter("host_rq_total", "", &["host"]);
+    let shard = registry.shard(&[]);
+    shard.counter(family, &["h"]).inc();
+    let t0 = Instant::now();
+    assert_eq!(registry.retire_unheld_at(GRACE, t0).pending, 1);
+    shard.counter(family, &["h"]).inc();
+    assert_eq!(registry.retire_unheld_at(GRACE, t0 + GRACE).series, 0);
+    assert_eq!(
+        registry.snapshot().counter("host_rq_total", &["h"]),
+        Some(2)
+    );
+    let t1 = t0 + GRACE;
+    assert_eq!(registry.retire_unheld_at(GRACE, t1 + GRACE).series, 1);
+}
+
 #[test]
 fn a_shared_gauge_is_held_while_any_of_its_clones_lives() {
     let registry = Registry::new();

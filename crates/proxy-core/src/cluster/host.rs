@@ -71,8 +71,8 @@ pub(crate) struct HostPool {
 impl HostPool {
     pub(super) fn new(
         stats: Rc<ClusterStats>,
-        host_stats: HostStats,
-        endpoint_stats: Option<EndpointStats>,
+        host_stats: Rc<HostStats>,
+        endpoint_stats: Option<Rc<EndpointStats>>,
         addr: SocketAddr,
         settings: Rc<UpstreamSettings>,
     ) -> Self {
@@ -82,8 +82,8 @@ impl HostPool {
         Self {
             health: settings.shared.health.counters(addr),
             stats,
-            host_stats: Rc::new(host_stats),
-            endpoint_stats: endpoint_stats.map(Rc::new),
+            host_stats,
+            endpoint_stats,
             sni: None,
             by_sni: std::cell::RefCell::new(Vec::new()),
             hostname,

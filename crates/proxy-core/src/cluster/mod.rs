@@ -52,7 +52,7 @@ use std::sync::Arc;
 use balancer::{LbPolicy, LbSettings, LoadBalancer, LocalCluster, Picked, ZoneRoute, ZoneRouting};
 use http::HeaderMap;
 
-use crate::catalog::{Catalog, ClusterStats};
+use crate::catalog::{Catalog, ClusterStats, EndpointStats, HostStats};
 pub use body::UpstreamBody;
 use config::{ClusterConfig, HashKey};
 pub use dns::DnsError;
@@ -83,9 +83,21 @@ pub(crate) struct Cluster {
     /// Made by the first request this worker sends to the cluster: of a management server's
     /// thousand clusters, a worker serves few, and each one's series cost kilobytes.
     stats: OnceCell<Rc<ClusterStats>>,
+    /// Stats of hosts that a previous version of this cluster (same name) had made, each taken
+    /// by its host's pool when that is made: a changed cluster's hosts count on, and are not
+    /// retired for want of a request meanwhile. Only hosts of the set are kept.
+    inherited: RefCell<Vec<InheritedHost>>,
     /// For the cluster's stats and those of its hosts.
     catalog: Catalog,
     shard: stats::Shard,
+}
+
+/// A host's stats handles, from a previous version of its cluster.
+#[derive(Clone)]
+struct InheritedHost {
+    addr: SocketAddr,
+    stats: Rc<HostStats>,
+    per_endpoint: Option<Rc<EndpointStats>>,
 }
 
 struct Pools {
@@ -125,6 +137,7 @@ impl Cluster {
             hash_policy: config.hash_policy.clone(),
             settings,
             stats: OnceCell::new(),
+            inherited: RefCell::new(Vec::new()),
             catalog: *catalog,
             shard: shard.clone(),
         };
@@ -136,14 +149,52 @@ impl Cluster {
         self.shared_stats()
     }
 
-    /// The cluster's stats handles if this worker made them already.
-    pub(crate) fn made_stats(&self) -> Option<&Rc<ClusterStats>> {
-        self.stats.get()
+    /// Records into the handles of the cluster's previous version (same name) from now on:
+    /// the cluster's, and those of its hosts that are still in the set.
+    pub(crate) fn continue_stats(&self, previous: &Cluster) {
+        if let Some(stats) = previous.stats.get() {
+            let _ = self.stats.set(Rc::clone(stats));
+        }
+        let mut inherited: Vec<InheritedHost> = (previous.pools.borrow().hosts.iter())
+            .filter_map(|(addr, pool)| {
+                let pool = pool.as_ref()?;
+                Some(InheritedHost {
+                    addr: *addr,
+                    stats: Rc::clone(&pool.host_stats),
+                    per_endpoint: pool.endpoint_stats.clone(),
+                })
+            })
+            .collect();
+        for host in previous.inherited.borrow().iter() {
+            if inherited.iter().all(|h| h.addr != host.addr) {
+                inherited.push(host.clone());
+            }
+        }
+        let pools = self.pools.borrow();
+        inherited.retain(|h| pools.hosts.iter().any(|(addr, _)| *addr == h.addr));
+        *self.inherited.borrow_mut() = inherited;
     }
 
-    /// Records into the handles of the cluster's previous version (same name) from now on.
-    pub(crate) fn continue_stats(&self, stats: Rc<ClusterStats>) {
-        let _ = self.stats.set(stats);
+    /// The stats handles of a host whose pool is being made: inherited, or new.
+    fn host_stats(&self, addr: SocketAddr) -> (Rc<HostStats>, Option<Rc<EndpointStats>>) {
+        let (cluster, host) = (&self.settings.shared.name, addr.to_string());
+        let inherited = {
+            let mut list = self.inherited.borrow_mut();
+            let at = list.iter().position(|h| h.addr == addr);
+            at.map(|i| list.swap_remove(i))
+        };
+        let (stats, per_endpoint) = match inherited {
+            Some(host) => (host.stats, host.per_endpoint),
+            None => (
+                Rc::new(self.catalog.host(&self.shard, cluster, &host)),
+                None,
+            ),
+        };
+        let per_endpoint = self.settings.per_endpoint_stats.then(|| {
+            per_endpoint
+                .unwrap_or_else(|| Rc::new(self.catalog.endpoint(&self.shard, cluster, &host)))
+        });
+        (stats, per_endpoint)
     }
 
     fn shared_stats(&self) -> &Rc<ClusterStats> {
@@ -224,6 +275,8 @@ impl Cluster {
             version: snapshot.version(),
             hosts,
         };
+        let hosts = &pools.hosts;
+        (self.inherited.borrow_mut()).retain(|h| hosts.iter().any(|(addr, _)| *addr == h.addr));
     }
 
     /// Whether the cluster picks hosts by a request's hash (ring hash, maglev): only then is
@@ -330,13 +383,11 @@ impl Cluster {
         };
         let (_, pool) = &mut pools.hosts[slot];
         let pool = pool.get_or_insert_with(|| {
-            let (cluster, host) = (&self.settings.shared.name, addr.to_string());
+            let (host_stats, endpoint_stats) = self.host_stats(addr);
             Rc::new(HostPool::new(
                 Rc::clone(self.shared_stats()),
-                self.catalog.host(&self.shard, cluster, &host),
-                self.settings
-                    .per_endpoint_stats
-                    .then(|| self.catalog.endpoint(&self.shard, cluster, &host)),
+                host_stats,
+                endpoint_stats,
                 addr,
                 Rc::clone(&self.settings),
             ))

@@ -256,8 +256,10 @@ pub(crate) fn build(
             .zip(&listeners)
             .flat_map(|(l, shared)| {
                 (std::iter::once(shared).chain(&shared.chains)).filter_map(move |s| {
+                    // Made only for TLS: a handle dropped at once would be retired.
+                    let tls = s.tls.as_ref()?;
                     let counters = stats.catalog.certificate_reloads(shard, &l.name);
-                    s.tls.as_ref().map(|tls| (Arc::clone(tls), counters))
+                    Some((Arc::clone(tls), counters))
                 })
             })
             .unzip();
@@ -276,6 +278,40 @@ pub(crate) fn build(
     );
     generation.process_limit = process_limit;
     Ok((generation, commit))
+}
+
+/// What [`build`] makes of `config` that needs no socket, thread or resolver: each cluster's
+/// TLS contexts and host set and a worker's view of it, each listener's and filter chain's
+/// TLS, routes and filters. For the xDS fuzz target: an error is a refusal (the response is
+/// NACKed), a panic a bug.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn build_without_sockets(
+    config: &Config,
+    stats: &Arc<ProxyStats>,
+    shard: &stats::Shard,
+) -> Result<(), BuildError> {
+    for cluster in &config.clusters {
+        let transports = upstream_transports(cluster)?;
+        if cluster.has_names() {
+            continue; // a resolver starts with it
+        }
+        let shared = SharedCluster::new(cluster, 1, stats, transports).map_err(|source| {
+            BuildError::Dns {
+                cluster: cluster.name.clone(),
+                source,
+            }
+        })?;
+        let shared = Arc::new(shared);
+        crate::cluster::Cluster::new(cluster, &shared, None, &stats.catalog, shard);
+    }
+    let mut commit = Commit::default();
+    for listener in &config.listeners {
+        chain_body(listener, None, None, 0, &mut commit)?;
+        for chain in &listener.filter_chains {
+            chain_body(&chain.settings, Some(&chain.name), None, 0, &mut commit)?;
+        }
+    }
+    Ok(())
 }
 
 /// What a listener's chain (or its own settings) is served with, besides the socket.

@@ -35,6 +35,8 @@ use tokio::sync::watch as channel;
 
 use crate::catalog::ProxyStats;
 use crate::cluster::monitor::ClusterList;
+#[cfg(feature = "fuzzing")]
+pub(crate) use build::build_without_sockets;
 use config::{Config, ConfigError};
 use config::{RawCluster, RawListener};
 pub(crate) use generation::{Generation, SharedListener};

@@ -31,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::access_log;
-use crate::catalog::{ClusterStats, ProxyStats};
+use crate::catalog::ProxyStats;
 use crate::cluster::{Cluster, SharedCluster};
 use crate::context::WorkerCtx;
 use crate::live::Generation;
@@ -126,10 +126,10 @@ impl Worker {
             .collect();
         // A changed cluster's stats continue where its previous version's left off, even
         // before its first request here: otherwise they would be retired as removed.
-        let mut stats_by_name: HashMap<&str, Rc<ClusterStats>> = self
+        let mut by_name: HashMap<&str, Rc<Cluster>> = self
             .clusters
             .iter()
-            .filter_map(|c| Some((c.shared().name.as_str(), Rc::clone(c.made_stats()?))))
+            .map(|c| (c.shared().name.as_str(), Rc::clone(c)))
             .collect();
         // The local cluster, which clusters route by zone from.
         let local = config.local_cluster.as_ref().and_then(|local| {
@@ -150,8 +150,8 @@ impl Worker {
                 }
                 None => {
                     let cluster = Cluster::new(c, shared, local, catalog, &self.shard);
-                    if let Some(stats) = stats_by_name.remove(c.name.as_str()) {
-                        cluster.continue_stats(stats);
+                    if let Some(previous) = by_name.remove(c.name.as_str()) {
+                        cluster.continue_stats(&previous);
                     }
                     Rc::new(cluster)
                 }
