@@ -66,19 +66,7 @@ impl Serving {
         let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        server.set(
-            type_url::CLUSTER,
-            vec![named(eds_cluster("backend", cluster::LbPolicy::RoundRobin))],
-        );
-        server.set(
-            type_url::ENDPOINT,
-            vec![assignment("backend", &[one.local_addr()])],
-        );
-        server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
-        server.set(
-            type_url::ROUTE,
-            vec![route_config("web-routes", &[("/", "backend")])],
-        );
+        serve_backend(&server, one.local_addr());
         let yaml = bootstrap(server.local_addr(), protocol) + bootstrap_extra;
         let proxy = Proxy::start(&yaml, 2);
         let addr = listener_address(&proxy, "web").await;

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster;
@@ -273,19 +272,7 @@ async fn survives_the_server_going_away(protocol: &str) {
         .await
         .unwrap();
     let server_addr = server.local_addr();
-    let resources = |server: &ManagementServer, host: SocketAddr| {
-        server.set(
-            type_url::CLUSTER,
-            vec![named(eds_cluster("backend", cluster::LbPolicy::RoundRobin))],
-        );
-        server.set(type_url::ENDPOINT, vec![assignment("backend", &[host])]);
-        server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
-        server.set(
-            type_url::ROUTE,
-            vec![route_config("web-routes", &[("/", "backend")])],
-        );
-    };
-    resources(&server, one.local_addr());
+    serve_backend(&server, one.local_addr());
     let proxy = Proxy::start(&bootstrap(server_addr, protocol), 1);
     let addr = listener_address(&proxy, "web").await;
     eventually("serving", async || answer(addr, "/").await.0 == 200).await;
@@ -300,7 +287,7 @@ async fn survives_the_server_going_away(protocol: &str) {
     assert_eq!(answer(addr, "/").await, (200, one.local_addr().to_string()));
 
     let again = ManagementServer::start(server_addr).await.unwrap();
-    resources(&again, two.local_addr());
+    serve_backend(&again, two.local_addr());
     eventually("the new server's endpoints", async || {
         answer(addr, "/").await == (200, two.local_addr().to_string())
     })
@@ -415,19 +402,7 @@ async fn the_file_and_the_server_share_the_config() {
     let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    server.set(
-        type_url::CLUSTER,
-        vec![named(eds_cluster("backend", cluster::LbPolicy::RoundRobin))],
-    );
-    server.set(
-        type_url::ENDPOINT,
-        vec![assignment("backend", &[upstream.local_addr()])],
-    );
-    server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
-    server.set(
-        type_url::ROUTE,
-        vec![route_config("web-routes", &[("/", "backend")])],
-    );
+    serve_backend(&server, upstream.local_addr());
     let file = |status: u16| {
         format!(
             "{}listeners:\n  - name: health\n    address: 127.0.0.1:0\n    routes:\n      - match: {{ prefix: / }}\n        direct_response: {{ status: {status} }}\n",

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
 use envoy_types::pb::google::protobuf::Any;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use testbed::resources;
-use testbed::xds::any;
+use testbed::ManagementServer;
+use testbed::resources::{self, eds_cluster};
+use testbed::xds::{any, type_url};
 
 use super::{Proxy, admin_request, eventually, get, send_h1};
 
@@ -169,4 +170,19 @@ impl SteadyClient {
         assert_eq!(failures.len() as u64, self.failed.load(Ordering::Relaxed));
         (self.sent.load(Ordering::Relaxed), failures)
     }
+}
+
+/// The resources most tests start from: listener `web` (any port) routing `/` by RDS
+/// (`web-routes`) to the EDS cluster `backend`, whose one endpoint is `host`.
+pub fn serve_backend(server: &ManagementServer, host: SocketAddr) {
+    server.set(
+        type_url::CLUSTER,
+        vec![named(eds_cluster("backend", cluster::LbPolicy::RoundRobin))],
+    );
+    server.set(type_url::ENDPOINT, vec![assignment("backend", &[host])]);
+    server.set(type_url::LISTENER, vec![listener("web", "web-routes")]);
+    server.set(
+        type_url::ROUTE,
+        vec![route_config("web-routes", &[("/", "backend")])],
+    );
 }
