@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig;
 use envoy_types::pb::google::protobuf::Any;
 use testbed::resources::{self, eds_cluster};
 use testbed::xds::{SeenRequest, any, type_url};
-use testbed::{ManagementServer, NoopHandle, NoopUpstream};
+use testbed::{ManagementServer, NoopHandle};
 
 use common::xds::*;
 use common::*;
@@ -57,12 +57,7 @@ struct Serving {
 impl Serving {
     /// `protocol`: `sotw` or `delta`, and any other keys of `ads` after it.
     async fn start(protocol: &str, bootstrap_extra: &str) -> Serving {
-        let one = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let two = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let (one, two) = upstreams().await;
         let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
@@ -198,7 +193,7 @@ async fn a_response_over_the_size_limit_is_refused_and_the_config_stays() {
     let by_one = (200, serving.one.local_addr().to_string());
     let steady = SteadyClient::start(addr).await;
 
-    // About 150 KiB of clusters in one response.
+    // 1,000 clusters with names of over 100 bytes: well over the 64 KiB limit.
     let mut flood = heavy_clusters(1000, serving.one.local_addr());
     flood.push(named(eds_cluster("backend", cluster::LbPolicy::RoundRobin)));
     serving.server.set(type_url::CLUSTER, flood);

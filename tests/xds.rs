@@ -13,22 +13,12 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster;
 use envoy_types::pb::envoy::config::core::v3::{BindConfig, SocketAddress};
 use testbed::resources::{self, eds_cluster};
 use testbed::xds::{any, type_url};
-use testbed::{ManagementServer, NoopHandle, NoopUpstream};
+use testbed::{ManagementServer, NoopUpstream};
 
 use common::xds::*;
 use common::*;
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-async fn upstreams() -> (NoopHandle, NoopHandle) {
-    let one = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let two = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    (one, two)
-}
 
 /// Serves the server's config; follows endpoint, route and cluster changes; refuses an
 /// unsupported cluster with a NACK and keeps serving; never fails a steady client.

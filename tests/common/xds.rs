@@ -11,9 +11,9 @@ use envoy_types::pb::google::protobuf::Any;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use testbed::ManagementServer;
 use testbed::resources::{self, eds_cluster};
 use testbed::xds::{any, type_url};
+use testbed::{ManagementServer, NoopHandle, NoopUpstream};
 
 use super::{Proxy, admin_request, eventually, get, send_h1};
 
@@ -185,4 +185,15 @@ pub fn serve_backend(server: &ManagementServer, host: SocketAddr) {
         type_url::ROUTE,
         vec![route_config("web-routes", &[("/", "backend")])],
     );
+}
+
+/// Two no-op upstreams on 127.0.0.1, each naming itself in `x-noop-served-by`.
+pub async fn upstreams() -> (NoopHandle, NoopHandle) {
+    let one = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let two = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    (one, two)
 }
