@@ -501,8 +501,13 @@ pub fn stat(admin: SocketAddr, name: &str) -> i64 {
 }
 
 /// Polls `check` every 10 ms until it holds; fails the test, naming `what`, after 20 s.
-pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+pub async fn eventually(what: &str, check: impl AsyncFnMut() -> bool) {
+    eventually_within(Duration::from_secs(20), what, check).await
+}
+
+/// [`eventually`] with a deadline of `limit`, for work that grows with a test's size.
+pub async fn eventually_within(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + limit;
     while !check().await {
         assert!(Instant::now() < deadline, "never {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;

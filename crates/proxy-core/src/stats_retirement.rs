@@ -14,6 +14,9 @@ use crate::catalog::ProxyStats;
 const SWEEPS_PER_GRACE: u32 = 4;
 /// Bounds on the sweep period: a sweep walks every series under the registry's lock.
 const SWEEP_EVERY: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(15));
+/// Series retired in one sweep that make giving the heap's free pages back worth a trim: the
+/// removed clusters' memory was freed before their series went, and glibc keeps it otherwise.
+const TRIM_AFTER_SERIES: usize = 256;
 
 /// Starts the thread that sweeps, with the grace period `retire_after` gives, until it gives
 /// `None` or the stats are gone (the server stopped).
@@ -36,6 +39,9 @@ pub(crate) fn start(
                         pending = retired.pending,
                         "retired the stats of removed clusters, hosts and listeners"
                     );
+                }
+                if retired.series >= TRIM_AFTER_SERIES {
+                    crate::memory::trim_now();
                 }
             }
         })

@@ -9,7 +9,7 @@
 //! window (rate x mean latency). `max_requests` over that, in percent, says how far the load
 //! may grow before the breaker trips; a warning is logged when it stays under 2x for 30 s.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -147,7 +147,8 @@ fn follow(
     stats: &ProxyStats,
     shard: &stats::Shard,
 ) {
-    watched.retain(|key, _| current.iter().any(|c| Arc::as_ptr(c) == *key));
+    let now: HashSet<*const SharedCluster> = current.iter().map(Arc::as_ptr).collect();
+    watched.retain(|key, _| now.contains(key));
     for cluster in current {
         let entry = watched
             .entry(Arc::as_ptr(cluster))

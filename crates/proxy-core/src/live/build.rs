@@ -4,6 +4,7 @@
 //! endpoints, a kept listener's certificates) is returned as a [`Commit`] to run once the
 //! whole generation is known to be good.
 
+use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -101,15 +102,18 @@ pub(crate) fn build(
         )),
     };
 
+    // The previous generation's clusters by name: a control plane may send 100,000.
+    let before: HashMap<&str, (&ClusterConfig, &Arc<SharedCluster>)> = previous
+        .map(|p| {
+            (p.config.clusters.iter().zip(p.clusters.iter()))
+                .map(|(c, shared)| (c.name.as_str(), (c, shared)))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
     for cluster in &config.clusters {
-        let kept = previous.and_then(|p| {
-            let (old_config, shared) = p
-                .config
-                .clusters
-                .iter()
-                .zip(p.clusters.iter())
-                .find(|(c, _)| c.name == cluster.name)?;
+        let previous_version = before.get(cluster.name.as_str()).copied();
+        let kept = previous_version.and_then(|(old_config, shared)| {
             same_but_endpoints(old_config, cluster).then(|| {
                 if old_config.endpoints != cluster.endpoints {
                     commit
@@ -131,10 +135,8 @@ pub(crate) fn build(
                 )?;
                 // Envoy's "had traffic" is its cluster's `upstream_cx_total`, which a changed
                 // cluster keeps (its stats are kept by name): so is the flag here.
-                let had_traffic = previous.is_some_and(|p| {
-                    (p.config.clusters.iter().zip(p.clusters.iter()))
-                        .any(|(c, s)| c.name == cluster.name && s.had_traffic.load(Relaxed))
-                });
+                let had_traffic =
+                    previous_version.is_some_and(|(_, s)| s.had_traffic.load(Relaxed));
                 shared.had_traffic.store(had_traffic, Relaxed);
                 Arc::new(shared)
             }
