@@ -907,3 +907,95 @@ async fn an_encoding_with_rules_of_its_own_decides_by_them() {
     // The client's choice is brotli: its rules decide, gzip is not tried instead.
     assert_eq!(encoded("br, gzip;q=0.5", "20000", plain).await, None);
 }
+
+/// RBAC: rules by path, method and client address (behind a trusted proxy, from
+/// `x-forwarded-for`), over HTTP/1.1 and HTTP/2; shadow rules counted only; a route's own
+/// rules replacing the listener's, and a route with the filter off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_rules_allow_and_deny_by_path_method_and_client() {
+    let upstream = upstream().await;
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http: {{ xff_num_trusted_hops: 1 }}
+    http_filters:
+      - rbac:
+          rules:
+            action: deny
+            policies:
+              admin-from-outside:
+                permissions: [{{ path: {{ prefix: /admin }} }}]
+                principals: [{{ not: {{ remote_ip: [10.0.0.0/8] }} }}]
+              no-deletes:
+                permissions: [{{ header: {{ name: ':method', exact: DELETE }} }}]
+                principals: [{{ any: true }}]
+          shadow_rules:
+            matchers:
+              - {{ name: reports, action: deny, match: {{ path: {{ prefix: /reports }} }} }}
+            on_no_match: allow
+          shadow_rules_stat_prefix: dry_
+    routes:
+      - match: {{ prefix: /open }}
+        cluster: backend
+        filters: {{ rbac: disabled }}
+      - match: {{ prefix: /partners }}
+        cluster: backend
+        filters:
+          rbac:
+            rules:
+              matchers:
+                - {{ name: partner, action: allow, match: {{ header: {{ name: x-partner, present: true }} }} }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    let status = async |method: Method, path: &str, headers: &[(&str, &str)]| {
+        let mut req = get(path, headers);
+        *req.method_mut() = method;
+        send_h1(addr, req).await.status().as_u16()
+    };
+    let outside = [("x-forwarded-for", "203.0.113.7")];
+    let inside = [("x-forwarded-for", "10.1.2.3")];
+    assert_eq!(status(Method::GET, "/", &outside).await, 200);
+    let denied = send_h1(addr, get("/admin/users", &outside)).await;
+    assert_eq!(denied.status(), 403);
+    assert_eq!(text(denied.into_body()).await, "RBAC: access denied");
+    assert_eq!(status(Method::GET, "/admin/users", &inside).await, 200);
+    assert_eq!(status(Method::DELETE, "/items/1", &inside).await, 403);
+    // The same rules over HTTP/2.
+    let over_h2 = send_h2(addr, get("/admin", &outside)).await;
+    assert_eq!(over_h2.status(), 403);
+    // Shadow rules deny nothing.
+    assert_eq!(status(Method::GET, "/reports/q3", &outside).await, 200);
+    // Off on /open; /partners has its own rules (in the ordered form, denying the rest).
+    assert_eq!(status(Method::DELETE, "/open/admin", &outside).await, 200);
+    assert_eq!(
+        status(Method::GET, "/partners", &[("x-partner", "acme")]).await,
+        200
+    );
+    assert_eq!(status(Method::GET, "/partners", &inside).await, 403);
+
+    let admin = proxy.admin.unwrap();
+    // Enforced: /, /admin/users (inside), /reports allowed; /admin/users, DELETE, h2 /admin
+    // denied; then /partners once each way.
+    assert_eq!(stat(admin, "http_rbac_allowed"), 4);
+    assert_eq!(stat(admin, "http_rbac_denied"), 4);
+    // Shadow rules ran where the listener's settings applied (a route's own replace them
+    // all): one request of six would have been denied.
+    assert_eq!(stat(admin, "http_rbac_shadow_denied"), 1);
+    assert_eq!(stat(admin, "http_rbac_shadow_allowed"), 5);
+    let (_, text) = admin_request(admin, "GET", "/stats/prometheus");
+    assert!(
+        text.contains(r#"http_rbac_shadow_denied{listener="main",prefix="dry_"} 1"#),
+        "{text}"
+    );
+}

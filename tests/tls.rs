@@ -2586,3 +2586,74 @@ async fn certs_lists_days_until_expiration_and_the_gauge_the_soonest() {
     let gauge = stat(admin, "server_days_until_first_cert_expiring");
     assert!((gauge - days).abs() <= 1, "gauge {gauge}, /certs {days}");
 }
+
+/// RBAC rules on a mutual-TLS listener: the client certificate's names (`authenticated`)
+/// and the server name the client asked for (`requested_server_name`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_reads_the_client_certificate_and_the_server_name() {
+    let (up, _upstream) = upstream().await;
+    let dir = ScratchDir::new();
+    let ca = Ca::new("server ca");
+    let clients = Ca::new("client ca");
+    let (cert, key) = ca.leaf(&["localhost", "api.test"]).write(&dir, "edge");
+    let client_ca = dir.write("clients.pem", &clients.pem());
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: secure
+    address: 127.0.0.1:0
+    tls:
+      certificates: [{{ cert_chain: {cert}, private_key: {key} }}]
+      client_certificate: {{ ca: {}, required: false }}
+    http_filters:
+      - rbac:
+          rules:
+            matchers:
+              - name: partners-api
+                action: allow
+                match:
+                  and:
+                    - {{ requested_server_name: {{ exact: api.test }} }}
+                    - {{ authenticated: {{ principal_name: {{ suffix: .partner.example }} }} }}
+              - {{ name: site, action: allow, match: {{ requested_server_name: {{ exact: localhost }} }} }}
+            on_no_match: deny
+    routes:
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{up}]
+"#,
+        client_ca.display()
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let with_cert = |leaf: &Leaf| {
+        client_config(
+            ca.roots(),
+            ClientOptions {
+                client_cert: Some((leaf.der.clone(), leaf.key_der())),
+                ..Default::default()
+            },
+        )
+    };
+    let partner = with_cert(&clients.leaf(&["acme.partner.example"]));
+    let stranger = with_cert(&clients.leaf(&["someone.example"]));
+    let anonymous = client_config(ca.roots(), ClientOptions::default());
+    let status = async |client: &Arc<rustls::ClientConfig>, server_name: &str| {
+        let stream = tls_connect(proxy.addr(), client, server_name)
+            .await
+            .unwrap();
+        let mut sender = h1_over(stream).await;
+        sender
+            .send_request(get("/", &[]))
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status(&partner, "api.test").await, 200);
+    assert_eq!(status(&stranger, "api.test").await, 403);
+    assert_eq!(status(&anonymous, "api.test").await, 403);
+    assert_eq!(status(&anonymous, "localhost").await, 200);
+}

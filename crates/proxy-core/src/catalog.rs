@@ -345,6 +345,28 @@ catalog! {
             "State-changing requests the csrf filter checked that had neither origin nor referer.",
         ),
     }
+    /// One worker's handles for one listener's RBAC rules with one stat prefix.
+    rbac -> RbacStats(listener, prefix) {
+        allowed: counter = http_rbac_allowed(
+            "http_rbac_allowed",
+            "Requests the rbac filter's enforced rules allowed (`log` rules included).",
+        ),
+        denied: counter = http_rbac_denied(
+            "http_rbac_denied",
+            "Requests the rbac filter's enforced rules denied (answered 403).",
+        ),
+    }
+    /// One worker's handles for one listener's RBAC shadow rules with one stat prefix.
+    rbac_shadow -> RbacShadowStats(listener, prefix) {
+        shadow_allowed: counter = http_rbac_shadow_allowed(
+            "http_rbac_shadow_allowed",
+            "Requests the rbac filter's shadow rules would have allowed.",
+        ),
+        shadow_denied: counter = http_rbac_shadow_denied(
+            "http_rbac_shadow_denied",
+            "Requests the rbac filter's shadow rules would have denied (let through).",
+        ),
+    }
     /// One worker's handles for one listener's fault filter.
     fault -> FaultStats(listener) {
         delays_injected: counter = http_fault_delays_injected(

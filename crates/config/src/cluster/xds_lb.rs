@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::{
 };
 use envoy_types::pb::google::protobuf::Any;
 
+use crate::envoy::unsupported;
 use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::{RawLeastRequest, RawMaglev, RawRingHash, RawSlowStart, RawZoneAware};
 
@@ -32,13 +33,6 @@ pub(crate) struct Balancing {
     pub(crate) zone_aware: Option<RawZoneAware>,
     pub(crate) slow_start: Option<RawSlowStart>,
     pub(crate) healthy_panic_threshold: Option<f64>,
-}
-
-fn unsupported(at: &str, field: impl Into<String>) -> ResourceError {
-    ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![field.into()],
-    }
 }
 
 /// Takes `lb_policy`, `lb_config`, `load_balancing_policy` and `common_lb_config` out of `c`.

@@ -9,15 +9,9 @@ use envoy_types::pb::envoy::config::route::v3::{
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{RegexMatcher, StringMatcher, string_matcher};
 
+use super::unsupported;
 use super::{ResourceError, fields, nothing_else};
 use crate::RawHeaderMatch;
-
-fn unsupported(at: &str, what: &str) -> ResourceError {
-    ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![what.to_owned()],
-    }
-}
 
 /// A `safe_regex`'s pattern (RE2's syntax; the `regex` crate takes the same, linear-time).
 pub(crate) fn regex(r: RegexMatcher) -> String {

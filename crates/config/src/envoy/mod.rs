@@ -35,6 +35,14 @@ impl ResourceError {
     }
 }
 
+/// `what` at `at` is not supported here: refused by name.
+pub(crate) fn unsupported(at: &str, what: impl Into<String>) -> ResourceError {
+    ResourceError::Unsupported {
+        at: at.to_owned(),
+        fields: vec![what.into()],
+    }
+}
+
 /// Refuses `rest` (a message with the supported fields taken out) if anything is left.
 pub(crate) fn nothing_else(
     rest: &impl prost::Message,

@@ -274,6 +274,8 @@ http_filters! {
     /// Responses picked by status or header get a new status, body or headers (Envoy's
     /// `custom_response`).
     CustomResponse(custom_response::CustomResponseConfig),
+    /// Requests allowed or denied by who sends them and what they ask (Envoy's `rbac`).
+    Rbac(rbac::RbacConfig),
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {

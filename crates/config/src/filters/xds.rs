@@ -12,14 +12,14 @@ use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 use super::{
     RawPerRoute, RawRouteFilters, buffer, compression, cors, csrf, custom_response, ext_authz,
-    fault, local_rate_limit,
+    fault, local_rate_limit, rbac,
 };
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 9] = [
+const NAMES: [(&str, &str); 10] = [
     ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.csrf", "csrf"),
@@ -29,7 +29,12 @@ const NAMES: [(&str, &str); 9] = [
     ("envoy.filters.http.grpc_web", "grpc_web"),
     ("envoy.filters.http.header_mutation", "header_mutation"),
     ("envoy.filters.http.local_ratelimit", "local_rate_limit"),
+    ("envoy.filters.http.rbac", "rbac"),
 ];
+
+/// Envoy Gateway names a second RBAC filter `envoy.filters.http.rbac.SUFFIX`: the filter
+/// `rbac/SUFFIX` here.
+const RBAC_DOTTED: &str = "envoy.filters.http.rbac.";
 
 /// The name here of the filter Envoy's chain calls `name` (`NAME/suffix` and the compressors'
 /// `envoy.filters.http.compressor.LIBRARY` included).
@@ -38,6 +43,12 @@ fn legate_name(name: &str) -> Option<&'static str> {
     if base == "envoy.filters.http.compressor" || base.starts_with("envoy.filters.http.compressor.")
     {
         return Some("compression");
+    }
+    if base
+        .strip_prefix(RBAC_DOTTED)
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Some("rbac");
     }
     NAMES
         .iter()
@@ -50,6 +61,12 @@ fn legate_name(name: &str) -> Option<&'static str> {
 /// policy, `envoy.filters.http.ext_authz/securitypolicy/NS/NAME`). The compressors are one
 /// filter here, never named apart.
 pub(crate) fn chain_name(envoy_name: &str, kind: &'static str) -> String {
+    if kind == "rbac"
+        && let Some(suffix) = envoy_name.strip_prefix(RBAC_DOTTED)
+        && !suffix.is_empty()
+    {
+        return format!("rbac/{suffix}");
+    }
     match envoy_name.split_once('/') {
         Some((base, instance))
             if kind != "compression" && !instance.is_empty() && legate_name(base) == Some(kind) =>
@@ -168,6 +185,9 @@ pub(crate) fn route_filters(
                     local_rate_limit::xds::settings(&value, &at)?,
                 ));
             }
+            rbac::xds::PER_ROUTE => {
+                level.rbac = Some(rbac::xds::per_route(&value, &at)?);
+            }
             _ if optional => {}
             other => {
                 return Err(ResourceError::Unsupported {
@@ -196,6 +216,7 @@ fn settings_kind(type_url: &str) -> Option<&'static str> {
         buffer::xds::PER_ROUTE => "buffer",
         compression::xds::PER_ROUTE => "compression",
         local_rate_limit::xds::TYPE_URL => "local_rate_limit",
+        rbac::xds::PER_ROUTE => "rbac",
         _ => return None,
     })
 }

@@ -5,13 +5,7 @@ use envoy_types::pb::envoy::config::route::v3::route_action::{HashPolicy, hash_p
 
 use super::{RawCookieAttribute, RawCookieHash, RawHashRule};
 use crate::envoy::ResourceError;
-
-fn unsupported(at: &str, what: &str) -> ResourceError {
-    ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![what.to_owned()],
-    }
-}
+use crate::envoy::unsupported;
 
 /// A route's or cluster's `hash_policy`. A `connection_properties` rule without `source_ip` hashes
 /// nothing and is left out, as Envoy does.

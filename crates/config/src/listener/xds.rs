@@ -30,6 +30,7 @@ use crate::filters::grpc_web::xds as grpc_web;
 use crate::filters::header_mutation::xds as header_mutation;
 use crate::filters::health_check::xds as health_check;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
+use crate::filters::rbac::xds as rbac;
 use crate::filters::{RawChainFilter, RawHttpFilter};
 use crate::listener::client_address::{RawClientDetection, RawCustomHeader, RawXff};
 use crate::route::xds::XdsRoutes;
@@ -40,7 +41,6 @@ use crate::{RawCors, RawHttp, RawListener, RawPathNormalization, RawProxyProtoco
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const CORS: &str = crate::filters::cors::xds::FILTER_TYPE_URL;
-const RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
 const GRPC_STATS: &str =
     "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig";
 /// Listener filters that only look at the first bytes to pick a filter chain; with one chain
@@ -1186,9 +1186,9 @@ fn http_filters(
             // gRPC statistics only (counters per method, filter state for other filters):
             // nothing a request meets. Its counters are not kept here.
             Some(any) if any.type_url == GRPC_STATS => continue,
-            // Contour's chain: an RBAC filter without rules enforces nothing, in Envoy as
-            // here. With rules it is refused.
-            Some(any) if any.type_url == RBAC && empty_rbac(&any)? => continue,
+            Some(any) if any.type_url == rbac::TYPE_URL => {
+                XdsHttpFilter::Settled(RawHttpFilter::Rbac(rbac::settings(&any, &at)?))
+            }
             // An optional filter that is not known is skipped, as Envoy does; so is one off
             // by default: a route that turns it on names settings this proxy refuses.
             _ if f.is_optional || f.disabled => continue,
@@ -1196,7 +1196,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit and the router only)",
+                        "HTTP filter `{}` (buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit, rbac and the router only)",
                         f.name
                     )],
                 });
@@ -1234,14 +1234,6 @@ fn http_filters(
         ));
     }
     Ok((chain, off))
-}
-
-/// Whether an RBAC filter has no rules at all (Envoy enforces nothing then).
-fn empty_rbac(any: &Any) -> Result<bool, ResourceError> {
-    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac;
-    let mut rbac: Rbac = decode(any, RBAC, "an RBAC filter")?;
-    rbac.rules_stat_prefix.clear();
-    Ok(rbac == Rbac::default())
 }
 
 /// The router's settings: `suppress_envoy_headers` (this proxy's own headers); the stats

@@ -13,17 +13,11 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 
 use crate::envoy::matchers::regex;
+use crate::envoy::unsupported;
 use crate::envoy::{ResourceError, fields, nothing_else};
 use crate::{
     RawInternalRedirect, RawMirrorPolicy, RawRedirect, RawRegexRewrite, RawWeightedCluster,
 };
-
-fn unsupported(at: &str, what: &str) -> ResourceError {
-    ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![what.to_owned()],
-    }
-}
 
 /// `weighted_clusters`: clusters of weight 0 are left out (they are never drawn).
 /// And what draws one: the header whose number picks it (`random_value_specifier`), or
@@ -263,7 +257,7 @@ pub(crate) fn internal_redirect(
             _ => {
                 return Err(unsupported(
                     &format!("{at}.predicates[{i}]"),
-                    &format!(
+                    format!(
                         "predicate `{}` (previous_routes and safe_cross_scheme only)",
                         predicate.name
                     ),

@@ -1986,7 +1986,8 @@ mod docs {
 }
 
 /// Contour's chain: an RBAC filter without rules and a local rate limit with only its stats
-/// prefix (no share enabled) enforce nothing, and are taken; RBAC rules are refused by name. Direct
+/// prefix (no share enabled) enforce nothing, and are taken; an RBAC principal on metadata is
+/// refused by name. Direct
 /// responses are held to `max_direct_response_body_size_bytes` (4096 by default).
 #[test]
 fn filters_that_enforce_nothing_are_taken_and_direct_bodies_are_bounded() {
@@ -2019,14 +2020,38 @@ fn filters_that_enforce_nothing_are_taken_and_direct_bodies_are_bounded() {
         )
     };
     assert!(XdsListener::decode(&pack(&chain(Rbac::default()))).is_ok());
-    let with_rules = Rbac {
-        rules: Some(Rules::default()),
+    // Rules are taken (filters/rbac); what they ask that is not here is refused by name.
+    #[allow(deprecated)]
+    let claims = envoy_types::pb::envoy::config::rbac::v3::Principal {
+        identifier: Some(
+            envoy_types::pb::envoy::config::rbac::v3::principal::Identifier::Metadata(
+                Default::default(),
+            ),
+        ),
+    };
+    let with_claims = Rbac {
+        rules: Some(Rules {
+            policies: [(
+                "p".to_string(),
+                envoy_types::pb::envoy::config::rbac::v3::Policy {
+                    permissions: vec![envoy_types::pb::envoy::config::rbac::v3::Permission {
+                        rule: Some(
+                            envoy_types::pb::envoy::config::rbac::v3::permission::Rule::Any(true),
+                        ),
+                    }],
+                    principals: vec![claims],
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
-    let refused = XdsListener::decode(&pack(&chain(with_rules)))
+    let refused = XdsListener::decode(&pack(&chain(with_claims)))
         .unwrap_err()
         .to_string();
-    assert!(refused.contains("envoy.filters.http.rbac"), "{refused}");
+    assert!(refused.contains("metadata"), "{refused}");
 
     let mut big = resources::route_config("r", vec![resources::direct("/", 200)]);
     let Some(route::Action::DirectResponse(direct)) = &mut big.virtual_hosts[0].routes[0].action

@@ -291,8 +291,9 @@ async fn prepare(
             );
             // The context is this task's alone until the connection is served. Were it not,
             // the certificate would be left out, and the header removed (the safe side).
-            if let (Some(cert), Some(ctx)) = (client_cert, Rc::get_mut(&mut ctx)) {
-                ctx.client_cert = Some(cert);
+            if let Some(ctx) = Rc::get_mut(&mut ctx) {
+                ctx.client_cert = client_cert;
+                ctx.server_name = session.server_name().map(Box::from);
             }
             DownstreamIo::tls(stream)
         }

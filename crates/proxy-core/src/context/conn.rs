@@ -81,11 +81,18 @@ pub(crate) struct ConnCtx {
     pub(crate) tunnel: RefCell<Option<Box<Tunnel>>>,
     /// The certificate the client presented (mutual TLS); `None` without one.
     pub(crate) client_cert: Option<Box<ClientCertificate>>,
+    /// The server name the client asked for in its TLS handshake.
+    pub(crate) server_name: Option<Box<str>>,
 }
 
-/// A client's certificate, for its requests' `x-forwarded-client-cert`.
+/// A client's certificate, for its requests' `x-forwarded-client-cert` and the identity
+/// RBAC rules ask for.
 pub(crate) struct ClientCertificate {
-    /// As the client sent it, leaf first.
+    /// Its leaf.
+    pub(crate) leaf: rustls::pki_types::CertificateDer<'static>,
+    /// The leaf's names, read when first asked for.
+    pub(crate) names: std::cell::OnceCell<config::tls::facts::CertificateNames>,
+    /// As the client sent it, leaf first (only where the listener writes an element).
     pub(crate) chain: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// The proxy's own leaf served on the connection (its URI name is `By`).
     pub(crate) local: Option<rustls::pki_types::CertificateDer<'static>>,
@@ -97,6 +104,14 @@ pub(crate) struct ClientCertificate {
             HeaderValue,
         )>,
     >,
+}
+
+impl ClientCertificate {
+    /// The leaf's URI and DNS names and subject; none where it cannot be read.
+    pub(crate) fn names(&self) -> &config::tls::facts::CertificateNames {
+        self.names
+            .get_or_init(|| config::tls::facts::certificate_names(&self.leaf).unwrap_or_default())
+    }
 }
 
 /// The upstream side of an upgraded connection, and the request it came from (counted in
@@ -133,6 +148,7 @@ impl ConnCtx {
             opened: Instant::now(),
             tunnel: RefCell::new(None),
             client_cert: None,
+            server_name: None,
         }
     }
 

@@ -243,6 +243,7 @@ filters! {
     Fault(fault::Fault),
     HealthCheck(health_check::HealthCheck),
     CustomResponse(custom_response::CustomResponse),
+    Rbac(rbac::Rbac),
 }
 
 /// One filter's state per exchange, per type: the first two filters' inline (a chain with

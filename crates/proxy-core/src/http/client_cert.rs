@@ -22,6 +22,7 @@ pub(crate) fn of_connection(
     keep: bool,
 ) -> Option<Box<ClientCertificate>> {
     let chain = peer.filter(|chain| !chain.is_empty())?;
+    let leaf = chain.first()?.clone().into_owned();
     let (chain, local) = match keep {
         true => (
             chain.iter().map(|c| c.clone().into_owned()).collect(),
@@ -30,6 +31,8 @@ pub(crate) fn of_connection(
         false => (Vec::new(), None),
     };
     Some(Box::new(ClientCertificate {
+        leaf,
+        names: std::cell::OnceCell::new(),
         chain,
         local,
         element: std::cell::RefCell::new(None),

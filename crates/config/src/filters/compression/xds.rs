@@ -13,6 +13,7 @@ use envoy_types::pb::envoy::extensions::filters::http::compressor::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::google::protobuf::Any;
 
+use crate::envoy::unsupported;
 use super::{RawCompression, RawEncodingRules};
 use crate::envoy::{ResourceError, decode};
 
@@ -189,7 +190,7 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<(RawCompression, bool), Re
         other => {
             return Err(unsupported(
                 &at,
-                &format!("library `{other}` (gzip, brotli and zstd only)"),
+                format!("library `{other}` (gzip, brotli and zstd only)"),
             ));
         }
     };
@@ -212,7 +213,7 @@ pub(crate) fn merge(
     let encodings = chain.encodings.get_or_insert_with(Vec::new);
     for encoding in next.encodings.clone().unwrap_or_default() {
         if encodings.contains(&encoding) {
-            return Err(unsupported(at, &format!("a second `{encoding}` compressor")));
+            return Err(unsupported(at, format!("a second `{encoding}` compressor")));
         }
         if first {
             encodings.insert(0, encoding.clone());
@@ -259,13 +260,6 @@ pub(crate) fn per_route(any: &Any, at: &str) -> Result<Option<bool>, ResourceErr
                 Some(_) => Ok(Some(true)),
             }
         }
-    }
-}
-
-fn unsupported(at: &str, what: &str) -> ResourceError {
-    ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![what.to_owned()],
     }
 }
 

@@ -15,6 +15,7 @@ use envoy_types::pb::xds::r#type::matcher::v3::matcher::matcher_list::predicate:
 };
 use envoy_types::pb::xds::r#type::matcher::v3::matcher::{MatcherType, on_match};
 
+use crate::envoy::unsupported;
 use super::{RawCustomResponse, RawResponseMatch, RawResponseRule};
 use crate::envoy::{ResourceError, decode, fields, matchers, nothing_else};
 use crate::RawHeaderMatch;
@@ -27,13 +28,6 @@ const STATUS_INPUT: &str =
 const HEADER_INPUT: &str = "type.googleapis.com/envoy.type.matcher.v3.HttpResponseHeaderMatchInput";
 const LOCAL_REPLY_INPUT: &str =
     "type.googleapis.com/envoy.type.matcher.v3.HttpResponseLocalReplyMatchInput";
-
-fn unsupported(at: &str, what: impl Into<String>) -> ResourceError {
-    ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![what.into()],
-    }
-}
 
 /// The filter's settings, on the listener or on a route.
 pub(crate) fn settings(any: &Any, at: &str) -> Result<RawCustomResponse, ResourceError> {

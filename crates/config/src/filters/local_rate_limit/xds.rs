@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::Loca
 use envoy_types::pb::envoy::r#type::v3::TokenBucket;
 use envoy_types::pb::google::protobuf::Any;
 
+use crate::envoy::unsupported;
 use super::{
     RawAddressMatch, RawDescriptor, RawDescriptorEntry, RawGenericKey, RawLocalRateLimit,
     RawMaskedAddress, RawNothing, RawQueryParameters, RawRateLimitAction, RawRateLimitRule, RawRequestHeaders,
@@ -22,13 +23,6 @@ pub(crate) const TYPE_URL: &str =
 
 /// Envoy keeps this many values per descriptor that leaves a value out, unless told.
 const DEFAULT_MAX_DYNAMIC_DESCRIPTORS: u64 = 20;
-
-fn unsupported(at: &str, what: &str) -> ResourceError {
-    ResourceError::Unsupported {
-        at: at.to_owned(),
-        fields: vec![what.to_owned()],
-    }
-}
 
 /// The filter's settings, on the listener or on a route.
 pub(crate) fn settings(any: &Any, at: &str) -> Result<RawLocalRateLimit, ResourceError> {
