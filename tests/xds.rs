@@ -722,3 +722,112 @@ async fn a_new_cluster_does_not_move_unchanged_routes_to_another() {
     }
     server.shutdown().await;
 }
+
+/// Envoy Gateway's authorization: an RBAC filter without rules on the listener, and a route's
+/// `RBACPerRoute` in the matcher form (allow one header value, deny the rest). Enforced on
+/// that route only, and lifted live when the route's settings go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_rules_from_a_route_are_enforced_and_follow_changes() {
+    use envoy_types::pb::envoy::config::rbac::v3::Action;
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::{Rbac, RbacPerRoute};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::HttpRequestHeaderMatchInput;
+    use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::xds::r#type::matcher::v3 as xm;
+    use xm::matcher::matcher_list::predicate::{MatchType, SinglePredicate, single_predicate};
+    use xm::matcher::matcher_list::{FieldMatcher, Predicate};
+    use xm::matcher::{MatcherList, MatcherType, OnMatch, on_match};
+
+    let (one, _two) = upstreams().await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    serve_backend(&server, one.local_addr());
+    let rbac_filter = HttpFilter {
+        name: "envoy.filters.http.rbac".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&Rbac::default()))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![rbac_filter],
+    );
+    server.set(type_url::LISTENER, vec![("web".into(), any(&l))]);
+    let action = |name: &str, action: i32| OnMatch {
+        on_match: Some(on_match::OnMatch::Action(TypedExtensionConfig {
+            name: name.into(),
+            typed_config: Some(any(&Action {
+                name: name.into(),
+                action,
+            })),
+        })),
+        keep_matching: false,
+    };
+    let admins_only = RbacPerRoute {
+        rbac: Some(Rbac {
+            matcher: Some(xm::Matcher {
+                matcher_type: Some(MatcherType::MatcherList(MatcherList {
+                    matchers: vec![FieldMatcher {
+                        predicate: Some(Predicate {
+                            match_type: Some(MatchType::SinglePredicate(SinglePredicate {
+                                input: Some(TypedExtensionConfig {
+                                    name: "role".into(),
+                                    typed_config: Some(any(&HttpRequestHeaderMatchInput {
+                                        header_name: "x-role".into(),
+                                    })),
+                                }),
+                                matcher: Some(single_predicate::Matcher::ValueMatch(
+                                    xm::StringMatcher {
+                                        match_pattern: Some(
+                                            xm::string_matcher::MatchPattern::Exact("admin".into()),
+                                        ),
+                                        ignore_case: false,
+                                    },
+                                )),
+                            })),
+                        }),
+                        on_match: Some(action("admins", 0)),
+                    }],
+                })),
+                on_no_match: Some(Box::new(action("DENY", 1))),
+            }),
+            ..Default::default()
+        }),
+    };
+    let routes = |guarded: bool| {
+        let mut admin = resources::forward("/admin", "backend");
+        if guarded {
+            admin
+                .typed_per_filter_config
+                .insert("envoy.filters.http.rbac".into(), any(&admins_only));
+        }
+        let table = resources::route_config(
+            "web-routes",
+            vec![admin, resources::forward("/", "backend")],
+        );
+        vec![("web-routes".to_string(), any(&table))]
+    };
+    server.set(type_url::ROUTE, routes(true));
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 1);
+    let addr = listener_address(&proxy, "web").await;
+    let status = async |path: &str, headers: &[(&str, &str)]| {
+        send_h1(addr, get(path, headers)).await.status().as_u16()
+    };
+    eventually("the route's rules in force", async || {
+        status("/admin", &[]).await == 403
+    })
+    .await;
+    assert_eq!(status("/admin", &[("x-role", "admin")]).await, 200);
+    assert_eq!(status("/admin", &[("x-role", "guest")]).await, 403);
+    assert_eq!(status("/", &[]).await, 200, "no rules on the other route");
+
+    server.set(type_url::ROUTE, routes(false));
+    eventually("the rules lifted", async || {
+        status("/admin", &[]).await == 200
+    })
+    .await;
+}
