@@ -2,6 +2,8 @@
 //! on (fuzz/regressions/TARGET) goes through its target's checks: what the fuzzers found stays
 //! found, without nightly or libFuzzer.
 
+#![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
+
 use std::path::Path;
 
 /// Runs `check` on every input of the target's corpus and regressions; returns how many.
@@ -96,5 +98,132 @@ fn xds() {
     assert!(
         ACCEPTED.load(Ordering::Relaxed) > 0,
         "no input makes a config"
+    );
+}
+
+/// The xDS seed for the RBAC filter (`fuzz/corpus/xds/seed-rbac`): Envoy Gateway's chain (an
+/// RBAC filter without rules, a route's `RBACPerRoute` in the matcher form) and Istio's
+/// policy form, built here so that it stays what the translation takes. It makes a config,
+/// and the committed seed is these bytes (`LEGATE_WRITE_SEEDS=1` writes them).
+#[test]
+fn the_rbac_seed_is_current() {
+    use envoy_types::pb::envoy::config::rbac::v3::{
+        Action, Permission, Policy, Principal, Rbac as Rules, permission, principal,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::{Rbac, RbacPerRoute};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::HttpRequestHeaderMatchInput;
+    use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::xds::r#type::matcher::v3 as xm;
+    use testbed::resources;
+    use testbed::xds::any;
+    use xm::matcher::matcher_list::predicate::{MatchType, SinglePredicate, single_predicate};
+    use xm::matcher::matcher_list::{FieldMatcher, Predicate};
+    use xm::matcher::{MatcherList, MatcherType, OnMatch, on_match};
+
+    let filter = |name: &str, rbac: Rbac| HttpFilter {
+        name: name.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&rbac))),
+        ..Default::default()
+    };
+    let istio = Rbac {
+        rules: Some(Rules {
+            action: 1,
+            policies: [(
+                "ns[foo]-policy[deny-admin]-rule[0]".to_string(),
+                Policy {
+                    permissions: vec![Permission {
+                        rule: Some(permission::Rule::DestinationPort(8443)),
+                    }],
+                    principals: vec![Principal {
+                        identifier: Some(principal::Identifier::Any(true)),
+                    }],
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..Default::default()
+        }),
+        shadow_rules_stat_prefix: "istio_dry_run_allow_".into(),
+        ..Default::default()
+    };
+    let listener = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![
+            filter("envoy.filters.http.rbac", Rbac::default()),
+            filter("envoy.filters.http.rbac/istio", istio),
+        ],
+    );
+    let action = |name: &str, action: i32| OnMatch {
+        on_match: Some(on_match::OnMatch::Action(TypedExtensionConfig {
+            name: name.into(),
+            typed_config: Some(any(&Action {
+                name: name.into(),
+                action,
+            })),
+        })),
+        keep_matching: false,
+    };
+    let per_route = RbacPerRoute {
+        rbac: Some(Rbac {
+            matcher: Some(xm::Matcher {
+                matcher_type: Some(MatcherType::MatcherList(MatcherList {
+                    matchers: vec![FieldMatcher {
+                        predicate: Some(Predicate {
+                            match_type: Some(MatchType::SinglePredicate(SinglePredicate {
+                                input: Some(TypedExtensionConfig {
+                                    name: "method".into(),
+                                    typed_config: Some(any(&HttpRequestHeaderMatchInput {
+                                        header_name: ":method".into(),
+                                    })),
+                                }),
+                                matcher: Some(single_predicate::Matcher::ValueMatch(
+                                    xm::StringMatcher {
+                                        match_pattern: Some(
+                                            xm::string_matcher::MatchPattern::Exact("get".into()),
+                                        ),
+                                        ignore_case: true,
+                                    },
+                                )),
+                            })),
+                        }),
+                        on_match: Some(action("reads", 0)),
+                    }],
+                })),
+                on_no_match: Some(Box::new(action("DENY", 1))),
+            }),
+            ..Default::default()
+        }),
+    };
+    let mut guarded = resources::forward("/", "backend");
+    guarded
+        .typed_per_filter_config
+        .insert("envoy.filters.http.rbac".into(), any(&per_route));
+    let routes = resources::route_config("web-routes", vec![guarded]);
+    let cluster = resources::eds_cluster(
+        "backend",
+        envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy::RoundRobin,
+    );
+    let hosts = ["127.0.0.1:9000".parse().unwrap()];
+    let seed = proxy_core::fuzzing::xds_input(&[
+        any(&listener),
+        any(&routes),
+        any(&cluster),
+        any(&resources::assignment("backend", &hosts)),
+    ]);
+    assert!(proxy_core::fuzzing::xds(&seed), "the seed makes a config");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/xds/seed-rbac");
+    if std::env::var_os("LEGATE_WRITE_SEEDS").is_some() {
+        std::fs::write(&path, &seed).unwrap();
+    }
+    assert_eq!(
+        std::fs::read(&path).ok(),
+        Some(seed),
+        "{} is stale: LEGATE_WRITE_SEEDS=1 writes it",
+        path.display()
     );
 }

@@ -429,8 +429,22 @@ fn in_chain(name: &str, given: bool, path: &str, chain: &[ChainFilter]) -> Resul
             format!("the listener has no `{name}` filter in its http_filters"),
         ));
     }
+    // Envoy gives a route's entry to every filter of the name; here each has its own.
+    let repeated = format!("{name}{REPEATED}");
+    if given && chain.iter().any(|f| f.name.starts_with(&repeated)) {
+        return Err(ConfigError::invalid(
+            format!("{path}.{name}"),
+            format!(
+                "the listener has several filters named `{name}` (a control plane's chain): name them apart to set them on routes"
+            ),
+        ));
+    }
     Ok(())
 }
+
+/// The instance part of the name of a filter whose name an xDS chain repeats: its
+/// `NAME/#N` here (the second is `#2`).
+pub(crate) const REPEATED: &str = "/#";
 
 fn parse_settings<T: DeserializeOwned, E: serde::de::Error>(
     name: &str,

@@ -1206,7 +1206,17 @@ fn http_filters(
             XdsHttpFilter::ExtAuthz(_) => "ext_authz",
             XdsHttpFilter::Settled(raw) => raw.name(),
         };
-        let name = crate::filters::xds::chain_name(&f.name, kind);
+        let mut name = crate::filters::xds::chain_name(&f.name, kind);
+        // Istio's chains repeat `envoy.filters.http.rbac` (an audit, a deny and an allow
+        // filter): each is kept, told apart by its place.
+        if kind == "rbac" && chain.iter().any(|f| f.name == name) {
+            let repeated = format!("{name}{}", crate::filters::REPEATED);
+            let before = chain
+                .iter()
+                .filter(|f| f.name.starts_with(&repeated))
+                .count();
+            name = format!("{repeated}{}", before + 2);
+        }
         if chain.iter().any(|f| f.name == name) {
             return Err(ResourceError::Unsupported {
                 at,

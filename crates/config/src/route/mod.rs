@@ -212,14 +212,8 @@ impl HeaderMatch {
     /// Whether `headers` satisfy the match (for a value match, the header's values as one,
     /// joined by commas, as Envoy reads a repeated header).
     pub fn matches(&self, headers: &http::HeaderMap) -> bool {
-        // HTTP/2 sends cookies one per field; they are one header joined by `; `.
-        let separator: &[u8] = if self.name == http::header::COOKIE {
-            b"; "
-        } else {
-            b","
-        };
         let values = headers.get_all(&self.name).iter().map(|v| v.as_bytes());
-        self.value.matches_joined(values, separator)
+        self.value.matches_header(self.name.as_str(), values)
     }
 }
 
@@ -229,6 +223,13 @@ impl HeaderValueMatch {
     /// it is, with no copy).
     pub fn matches_values<'a>(&self, values: impl Iterator<Item = &'a [u8]>) -> bool {
         self.matches_joined(values, b",")
+    }
+
+    /// Whether the values of the header `name` (lowercase) satisfy the match, joined as
+    /// Envoy joins them: by commas, and cookies (one per field in HTTP/2) by `; `.
+    pub fn matches_header<'a>(&self, name: &str, values: impl Iterator<Item = &'a [u8]>) -> bool {
+        let separator: &[u8] = if name == "cookie" { b"; " } else { b"," };
+        self.matches_joined(values, separator)
     }
 
     /// As [`Self::matches_values`], the values joined by `separator`.

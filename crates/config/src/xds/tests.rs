@@ -3675,3 +3675,109 @@ fn wrr_locality_is_its_child_policy_weighted_by_locality() {
         "{error}"
     );
 }
+
+/// Istio's chain repeats `envoy.filters.http.rbac` (an audit, a deny, an allow filter): each
+/// is kept in order; a route's settings for that name, which Envoy would give to each, are
+/// refused.
+#[test]
+fn istios_repeated_rbac_filters_are_each_kept() {
+    use envoy_types::pb::envoy::config::rbac::v3::{
+        Permission, Policy, Principal, Rbac as Rules, permission, principal,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::{Rbac, RbacPerRoute};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    let rbac = |action: i32| HttpFilter {
+        name: "envoy.filters.http.rbac".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack(&Rbac {
+            rules: Some(Rules {
+                action,
+                policies: [(
+                    format!("policy-{action}"),
+                    Policy {
+                        permissions: vec![Permission {
+                            rule: Some(permission::Rule::DestinationPort(9)),
+                        }],
+                        principals: vec![Principal {
+                            identifier: Some(principal::Identifier::Any(true)),
+                        }],
+                        ..Default::default()
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "istio",
+        "127.0.0.1:0".parse().unwrap(),
+        "r",
+        vec![rbac(2), rbac(1), rbac(0)],
+    );
+    let compose_with = |routes: RouteConfiguration| {
+        let mut resources = Resources::default();
+        resources.listeners.insert(
+            "istio".into(),
+            held(XdsListener::decode(&pack(&l)).unwrap()),
+        );
+        resources
+            .routes
+            .insert("r".into(), held(XdsRoutes::decode(&pack(&routes)).unwrap()));
+        resources.clusters.insert(
+            "web".into(),
+            held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
+        );
+        resources
+            .endpoints
+            .insert("web".into(), held_endpoints("web", 8001));
+        let Sections {
+            listeners,
+            clusters,
+            ..
+        } = resources.sections();
+        compose(
+            &crate::Config::from_yaml(
+                "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+            )
+            .unwrap()
+            .origin,
+            listeners,
+            clusters,
+        )
+    };
+    let plain = resources::route_config("r", vec![resources::forward("/", "web")]);
+    let config = compose_with(plain).unwrap();
+    let names: Vec<&str> = (config.listeners[0].http_filters.iter())
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names, ["rbac", "rbac/#2", "rbac/#3"]);
+    let action = |i: usize| match &config.listeners[0].http_filters[i].config {
+        crate::HttpFilterConfig::Rbac(r) => r.rules.as_ref().unwrap().matchers[0].action,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        [action(0), action(1), action(2)],
+        [
+            crate::RbacAction::Log,
+            crate::RbacAction::Deny,
+            crate::RbacAction::Allow
+        ]
+    );
+    let mut per_route = resources::forward("/", "web");
+    per_route.typed_per_filter_config.insert(
+        "envoy.filters.http.rbac".into(),
+        pack(&RbacPerRoute { rbac: None }),
+    );
+    let refused = compose_with(resources::route_config("r", vec![per_route]))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.contains("several filters named `rbac`"),
+        "{refused}"
+    );
+}

@@ -291,9 +291,13 @@ async fn prepare(
             );
             // The context is this task's alone until the connection is served. Were it not,
             // the certificate would be left out, and the header removed (the safe side).
-            if let Some(ctx) = Rc::get_mut(&mut ctx) {
-                ctx.client_cert = client_cert;
-                ctx.server_name = session.server_name().map(Box::from);
+            match Rc::get_mut(&mut ctx) {
+                Some(ctx) => {
+                    ctx.client_cert = client_cert;
+                    ctx.server_name = session.server_name().map(Box::from);
+                }
+                // Nothing else holds the context before the codec starts.
+                None => unreachable_shared(),
             }
             DownstreamIo::tls(stream)
         }
@@ -365,7 +369,9 @@ async fn choose_chain<'c>(
 
 #[cold]
 fn unreachable_shared() {
-    tracing::warn!("the PROXY protocol's client was not applied: the connection context is shared");
+    tracing::warn!(
+        "what the connection's start learned (PROXY protocol, chain, TLS peer) was not applied: the connection context is shared"
+    );
 }
 
 enum Sniffed {

@@ -57,7 +57,10 @@ pub(crate) struct WorkerCtx {
 
 /// What a request on this connection needs to know about where it came from.
 pub(crate) struct ConnCtx {
+    /// The client: the connection's peer, or the one a PROXY protocol header named.
     pub(crate) peer: SocketAddr,
+    /// The connection's own peer, whatever a PROXY protocol header says.
+    pub(crate) socket_peer: SocketAddr,
     /// The proxy's address the client connected to.
     pub(crate) local: SocketAddr,
     /// The client's IP as header text, formatted once for `x-forwarded-for`.
@@ -136,6 +139,7 @@ impl ConnCtx {
     ) -> Self {
         Self {
             peer,
+            socket_peer: peer,
             local,
             peer_ip: ip_header_value(peer.ip()),
             listener,

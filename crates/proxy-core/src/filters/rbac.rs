@@ -32,15 +32,13 @@ impl HttpFilter for Rbac {
 
     fn new(config: &RbacConfig, _: Option<&()>, ctx: &BuildCtx<'_>) -> Self {
         let listener = ctx.listener.name.as_str();
-        let engines = |config: &RbacConfig| Engines {
-            enforced: config.rules.clone().map(|rules| {
-                let stats = ctx.catalog.rbac(ctx.shard, listener, &config.rules_stat_prefix);
-                (rules, stats)
-            }),
-            shadow: config.shadow_rules.clone().map(|rules| {
-                let prefix = &config.shadow_rules_stat_prefix;
-                (rules, ctx.catalog.rbac_shadow(ctx.shard, listener, prefix))
-            }),
+        // As in Envoy, the listener's filter names the counters; a route's rules count there.
+        let (prefix, shadow_prefix) = (&config.rules_stat_prefix, &config.shadow_rules_stat_prefix);
+        let engines = |level: &RbacConfig| Engines {
+            enforced: (level.rules.clone())
+                .map(|rules| (rules, ctx.catalog.rbac(ctx.shard, listener, prefix))),
+            shadow: (level.shadow_rules.clone())
+                .map(|rules| (rules, ctx.catalog.rbac_shadow(ctx.shard, listener, shadow_prefix))),
         };
         Self {
             settings: PerRouteSettings::new(config, ctx.table, ctx.filter, |f| &f.rbac, engines),
@@ -108,15 +106,17 @@ fn holds(m: &RbacMatch, request: &RequestView<'_>) -> bool {
             value.matches_value(request_header(req.method(), req.uri(), req.headers(), tls, name))
         }
         RbacMatch::Header { name, value } => {
-            value.matches_values(req.headers().get_all(name.as_str()).iter().map(|v| v.as_bytes()))
+            let values = req.headers().get_all(name.as_str()).iter();
+            value.matches_header(name, values.map(|v| v.as_bytes()))
         }
         RbacMatch::Path(pattern) => pattern.matches(req.uri().path().as_bytes()),
         RbacMatch::DestinationPort { start, end } => {
             (*start..*end).contains(&u32::from(conn.local.port()))
         }
-        RbacMatch::DestinationIp(nets) => nets.iter().any(|n| n.contains(&conn.local.ip())),
-        RbacMatch::RemoteIp(nets) => nets.iter().any(|n| n.contains(client)),
-        RbacMatch::DirectRemoteIp(nets) => nets.iter().any(|n| n.contains(&conn.peer.ip())),
+        RbacMatch::DestinationIp(nets) => in_any(nets, conn.local.ip()),
+        RbacMatch::RemoteIp(nets) => in_any(nets, *client),
+        RbacMatch::SourceIp(nets) => in_any(nets, conn.peer.ip()),
+        RbacMatch::DirectRemoteIp(nets) => in_any(nets, conn.socket_peer.ip()),
         RbacMatch::RequestedServerName(pattern) => {
             pattern.matches(conn.server_name.as_deref().unwrap_or("").as_bytes())
         }
@@ -130,5 +130,29 @@ fn holds(m: &RbacMatch, request: &RequestView<'_>) -> bool {
                     || pattern.matches(names.subject.as_bytes())
             }
         },
+    }
+}
+
+/// Whether `ip` is in one of `nets`; an IPv4 address a dual-stack socket maps into IPv6 is
+/// read as the IPv4 address it is.
+fn in_any(nets: &[ipnet::IpNet], ip: std::net::IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    nets.iter().any(|n| n.contains(&ip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_clients_of_a_dual_stack_socket_match_ipv4_ranges() {
+        let nets = ["10.0.0.0/8".parse().unwrap()];
+        let mapped: std::net::IpAddr = "::ffff:10.1.2.3".parse().unwrap();
+        assert!(in_any(&nets, mapped));
+        assert!(in_any(&nets, "10.9.9.9".parse().unwrap()));
+        assert!(!in_any(&nets, "::ffff:11.1.2.3".parse().unwrap()));
+        let v6 = ["2001:db8::/32".parse().unwrap()];
+        assert!(in_any(&v6, "2001:db8::1".parse().unwrap()));
+        assert!(!in_any(&v6, mapped));
     }
 }

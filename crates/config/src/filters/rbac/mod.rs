@@ -18,7 +18,7 @@ use ipnet::IpNet;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::matchers::{string_patterns, value_match};
+use crate::matchers::{string_match, string_patterns};
 use crate::*;
 
 /// The filter's settings on a listener or a route.
@@ -60,7 +60,8 @@ pub struct RbacRule {
 pub enum RbacAction {
     Allow,
     Deny,
-    /// Allowed: a rule that asks for the request to be logged (Envoy's audit).
+    /// Allowed. (Envoy marks such a request for its access logs' filters; nothing here
+    /// reads that mark.)
     Log,
 }
 
@@ -96,7 +97,9 @@ pub enum RbacMatch {
     /// The client's address as the listener reads it (behind trusted proxies, from
     /// `x-forwarded-for`).
     RemoteIp(Vec<IpNet>),
-    /// The address of the connection's peer.
+    /// The client's address after a PROXY protocol header, never from `x-forwarded-for`.
+    SourceIp(Vec<IpNet>),
+    /// The address of the connection's own peer, whatever a PROXY protocol header says.
     DirectRemoteIp(Vec<IpNet>),
     /// The name the client asked for in its TLS handshake (empty without one).
     RequestedServerName(StringMatch),
@@ -153,6 +156,7 @@ impl Serialize for RbacMatch {
             )?,
             RbacMatch::DestinationIp(n) => map.serialize_entry("destination_ip", &nets(n))?,
             RbacMatch::RemoteIp(n) => map.serialize_entry("remote_ip", &nets(n))?,
+            RbacMatch::SourceIp(n) => map.serialize_entry("source_ip", &nets(n))?,
             RbacMatch::DirectRemoteIp(n) => map.serialize_entry("direct_remote_ip", &nets(n))?,
             RbacMatch::RequestedServerName(m) => {
                 map.serialize_entry("requested_server_name", &Pattern(m))?
@@ -224,6 +228,7 @@ pub enum RawMatch {
     DestinationPortRange { start: u32, end: u32 },
     DestinationIp(Vec<String>),
     RemoteIp(Vec<String>),
+    SourceIp(Vec<String>),
     DirectRemoteIp(Vec<String>),
     RequestedServerName(RawStringMatch),
     /// `principal_name`, where one is asked for.
@@ -244,7 +249,7 @@ struct RawPortRange {
 }
 
 /// The match keys, for errors.
-const MATCH_KEYS: &str = "any, and, or, not, header, path, destination_port, destination_port_range, destination_ip, remote_ip, direct_remote_ip, requested_server_name, authenticated";
+const MATCH_KEYS: &str = "any, and, or, not, header, path, destination_port, destination_port_range, destination_ip, remote_ip, source_ip, direct_remote_ip, requested_server_name, authenticated";
 
 impl<'de> Deserialize<'de> for RawMatch {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -276,6 +281,7 @@ impl<'de> Deserialize<'de> for RawMatch {
             }
             "destination_ip" => RawMatch::DestinationIp(read(&key, v)?),
             "remote_ip" => RawMatch::RemoteIp(read(&key, v)?),
+            "source_ip" => RawMatch::SourceIp(read(&key, v)?),
             "direct_remote_ip" => RawMatch::DirectRemoteIp(read(&key, v)?),
             "requested_server_name" => RawMatch::RequestedServerName(read(&key, v)?),
             "authenticated" => {
@@ -460,10 +466,13 @@ fn check_at(raw: RawMatch, path: &str, depth: usize) -> Result<RbacMatch, Config
                     ),
                 ));
             }
-            RbacMatch::Header {
-                name,
-                value: value_match(&header, &at)?,
-            }
+            // An exact value of any text, as Envoy compares it.
+            let value = match string_match(&header, &at)? {
+                Some(pattern) => HeaderValueMatch::Pattern(pattern),
+                None if header.present == Some(false) => HeaderValueMatch::Absent,
+                None => HeaderValueMatch::Present,
+            };
+            RbacMatch::Header { name, value }
         }
         RawMatch::Path(m) => RbacMatch::Path(pattern(m, &format!("{path}.path"))?),
         RawMatch::DestinationPort(port) => {
@@ -491,6 +500,7 @@ fn check_at(raw: RawMatch, path: &str, depth: usize) -> Result<RbacMatch, Config
             RbacMatch::DestinationIp(nets(list, &format!("{path}.destination_ip"))?)
         }
         RawMatch::RemoteIp(list) => RbacMatch::RemoteIp(nets(list, &format!("{path}.remote_ip"))?),
+        RawMatch::SourceIp(list) => RbacMatch::SourceIp(nets(list, &format!("{path}.source_ip"))?),
         RawMatch::DirectRemoteIp(list) => {
             RbacMatch::DirectRemoteIp(nets(list, &format!("{path}.direct_remote_ip"))?)
         }

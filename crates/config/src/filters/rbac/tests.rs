@@ -48,7 +48,7 @@ fn policies_are_rules_in_name_order_with_the_opposite_when_none_holds() {
                 RbacMatch::Path(StringMatch::Prefix("/admin".into())),
                 RbacMatch::Header {
                     name: ":method".into(),
-                    value: HeaderValueMatch::Exact(http::HeaderValue::from_static("DELETE")),
+                    value: HeaderValueMatch::Pattern(StringMatch::Exact("DELETE".into())),
                 },
             ]),
             RbacMatch::Any,
@@ -442,9 +442,14 @@ fn envoy_gateways_matcher_form_translates() {
     assert!(value.matches_value(Some(b"POST")));
     assert!(!value.matches_value(Some(b"GET")));
 
-    // No `rbac`: the filter is off on that route.
-    let off = xds::per_route(&pack(&RbacPerRoute { rbac: None }), "route").unwrap();
-    assert!(matches!(off, RawPerRoute::Word(w) if w == "disabled"));
+    // No `rbac`: settings without rules, which enforce nothing on that route.
+    let RawPerRoute::Settings(none) =
+        xds::per_route(&pack(&RbacPerRoute { rbac: None }), "route").unwrap()
+    else {
+        panic!("settings");
+    };
+    let none = rbac(none, "route", true).unwrap();
+    assert!(none.rules.is_none() && none.shadow_rules.is_none());
 
     // A claim from jwt_authn's metadata is refused by name.
     let claims = per_route(client_in(pack(&DynamicMetadataInput::default())));
@@ -453,4 +458,121 @@ fn envoy_gateways_matcher_form_translates() {
         .unwrap()
         .to_string();
     assert!(refused.contains("DynamicMetadataInput"), "{refused}");
+}
+
+fn header_rule(h: HeaderMatcher) -> Result<RbacConfig, String> {
+    from_xds(&Rbac {
+        rules: Some(Rules {
+            policies: HashMap::from([(
+                "p".to_string(),
+                policy(
+                    vec![permission::Rule::Header(h)],
+                    vec![principal::Identifier::Any(true)],
+                ),
+            )]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The one rule's permission of a policy-form config.
+fn permission(config: &RbacConfig) -> &RbacMatch {
+    let rules = config.rules.as_ref().unwrap();
+    let RbacMatch::And(parts) = &rules.matchers[0].when else {
+        panic!("{rules:?}");
+    };
+    &parts[0]
+}
+
+/// Whether `m` (a header match, or header matches under `and`/`not`) holds for a request
+/// whose `x-env` values are `values`.
+fn holds_for(m: &RbacMatch, values: &[&str]) -> bool {
+    match m {
+        RbacMatch::And(all) => all.iter().all(|m| holds_for(m, values)),
+        RbacMatch::Not(inner) => !holds_for(inner, values),
+        RbacMatch::Header { name, value } => {
+            value.matches_header(name, values.iter().map(|v| v.as_bytes()))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn inverted_header_matches_leave_out_requests_without_the_header() {
+    let not_prod = HeaderMatcher {
+        name: "x-env".into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(string(
+            MatchPattern::Exact("prod".into()),
+            false,
+        ))),
+        invert_match: true,
+        ..Default::default()
+    };
+    let config = header_rule(not_prod).unwrap();
+    let m = permission(&config);
+    assert!(holds_for(m, &["staging"]));
+    assert!(!holds_for(m, &["prod"]));
+    assert!(!holds_for(m, &[]), "no header: no match, as Envoy");
+    let absent = HeaderMatcher {
+        name: "x-env".into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::PresentMatch(true)),
+        invert_match: true,
+        ..Default::default()
+    };
+    let config = header_rule(absent).unwrap();
+    assert!(holds_for(permission(&config), &[]));
+    assert!(!holds_for(permission(&config), &["x"]));
+}
+
+#[test]
+fn ignore_case_folds_ascii_letters_only_and_is_refused_on_a_regex() {
+    let folded = |pattern: MatchPattern| {
+        let config = header_rule(HeaderMatcher {
+            name: "x-env".into(),
+            header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+                string(pattern, true),
+            )),
+            ..Default::default()
+        })
+        .unwrap();
+        permission(&config).clone()
+    };
+    let exact = folded(MatchPattern::Exact("Kit.1".into()));
+    assert!(holds_for(&exact, &["kIT.1"]));
+    assert!(!holds_for(&exact, &["kITx1"]), "the dot is a dot");
+    assert!(!holds_for(&exact, &["\u{212a}it.1"]), "the Kelvin sign is not a K");
+    let prefix = folded(MatchPattern::Prefix("Bearer ".into()));
+    let RbacMatch::Header { value, .. } = &prefix else {
+        panic!("{prefix:?}");
+    };
+    // A value with bytes that are not UTF-8 still matches the wildcard.
+    assert!(value.matches_value(Some(b"bearer \xff\xfe")));
+    let contains = folded(MatchPattern::Contains("Admin".into()));
+    assert!(holds_for(&contains, &["/x/ADMIN/y"]));
+    let regex = HeaderMatcher {
+        name: "x-env".into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(string(
+            MatchPattern::SafeRegex(envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher {
+                regex: "prod.*".into(),
+                ..Default::default()
+            }),
+            true,
+        ))),
+        ..Default::default()
+    };
+    assert!(header_rule(regex).unwrap_err().contains("ignore_case"));
+}
+
+#[test]
+fn exact_header_values_may_be_any_text() {
+    let config = check(
+        "rules: { matchers: [{ name: x, action: deny, match: { header: { name: x-name, exact: \"Zoë\" } } }] }",
+    )
+    .unwrap();
+    let rules = config.rules.unwrap();
+    let RbacMatch::Header { value, .. } = &rules.matchers[0].when else {
+        panic!("{rules:?}");
+    };
+    assert!(value.matches_value(Some("Zoë".as_bytes())));
 }

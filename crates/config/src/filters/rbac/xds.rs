@@ -50,13 +50,15 @@ pub(crate) fn settings(any: &Any, at: &str) -> Result<RawRbac, ResourceError> {
     from_rbac(rbac, at)
 }
 
-/// A route's or virtual host's entry: its own settings, or (no `rbac`) the filter off there.
+/// A route's or virtual host's entry: its own settings, which replace the listener's; no
+/// `rbac` is settings without rules (nothing enforced there, whatever a route below turns
+/// on, as in Envoy).
 pub(crate) fn per_route(any: &Any, at: &str) -> Result<RawPerRoute<RawRbac>, ResourceError> {
     let per_route: RbacPerRoute = decode(any, PER_ROUTE, "an RBACPerRoute")?;
-    Ok(match per_route.rbac {
-        None => RawPerRoute::Word("disabled".into()),
-        Some(rbac) => RawPerRoute::Settings(from_rbac(rbac, &format!("{at}.rbac"))?),
-    })
+    Ok(RawPerRoute::Settings(match per_route.rbac {
+        None => RawRbac::default(),
+        Some(rbac) => from_rbac(rbac, &format!("{at}.rbac"))?,
+    }))
 }
 
 fn from_rbac(rbac: Rbac, at: &str) -> Result<RawRbac, ResourceError> {
@@ -200,10 +202,8 @@ fn principal_of(p: Principal, at: &str, depth: usize) -> Result<RawMatch, Resour
                 .map(|s| string(s, &format!("{at}.authenticated.principal_name")))
                 .transpose()?,
         ),
-        // The connection's peer (after a PROXY protocol header), never `x-forwarded-for`.
-        Some(Identifier::SourceIp(c) | Identifier::DirectRemoteIp(c)) => {
-            RawMatch::DirectRemoteIp(vec![cidr(&c)])
-        }
+        Some(Identifier::SourceIp(c)) => RawMatch::SourceIp(vec![cidr(&c)]),
+        Some(Identifier::DirectRemoteIp(c)) => RawMatch::DirectRemoteIp(vec![cidr(&c)]),
         Some(Identifier::RemoteIp(c)) => RawMatch::RemoteIp(vec![cidr(&c)]),
         Some(Identifier::Header(h)) => header(h, &format!("{at}.header"))?,
         Some(Identifier::UrlPath(p)) => url_path(p, &format!("{at}.url_path"))?,
@@ -233,44 +233,72 @@ fn string(s: StringMatcher, at: &str) -> Result<RawStringMatch, ResourceError> {
     matchers::pattern_of(fold_case(s), at)
 }
 
-/// `ignore_case` as a case-insensitive regex over the same strings.
+/// `ignore_case` as a regex over the same strings, ASCII letters folded as Envoy folds them
+/// (and nothing else). With `safe_regex`, where Envoy refuses it, it is left for the
+/// caller's refusal by name.
 fn fold_case(mut s: StringMatcher) -> StringMatcher {
     use string_matcher::MatchPattern;
-    if !std::mem::take(&mut s.ignore_case) {
+    if !s.ignore_case {
         return s;
     }
-    let any = "(?s:.*)";
-    let regex = match s.match_pattern.take() {
-        Some(MatchPattern::Exact(v)) => regex::escape(&v),
-        Some(MatchPattern::Prefix(v)) => format!("{}{any}", regex::escape(&v)),
-        Some(MatchPattern::Suffix(v)) => format!("{any}{}", regex::escape(&v)),
-        Some(MatchPattern::Contains(v)) => format!("{any}{}{any}", regex::escape(&v)),
-        Some(MatchPattern::SafeRegex(r)) => format!("(?:{})", r.regex),
-        // Left as it is, for the caller's refusal by name.
-        other => {
-            s.match_pattern = other;
-            s.ignore_case = true;
-            return s;
-        }
+    // Any bytes, valid UTF-8 or not: a header value may carry any.
+    let any = "(?s-u:.)*";
+    let regex = match &s.match_pattern {
+        Some(MatchPattern::Exact(v)) => folded(v),
+        Some(MatchPattern::Prefix(v)) => format!("{}{any}", folded(v)),
+        Some(MatchPattern::Suffix(v)) => format!("{any}{}", folded(v)),
+        Some(MatchPattern::Contains(v)) => format!("{any}{}{any}", folded(v)),
+        _ => return s,
     };
+    s.ignore_case = false;
     s.match_pattern = Some(MatchPattern::SafeRegex(RegexMatcher {
-        regex: format!("(?i){regex}"),
+        regex,
         ..Default::default()
     }));
     s
 }
 
-/// A `HeaderMatcher`; `invert_match` as `not`.
+/// `text` as a regex matching it with ASCII letters in either case.
+fn folded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 4);
+    for c in text.chars() {
+        if c.is_ascii_alphabetic() {
+            out.push('[');
+            out.push(c.to_ascii_lowercase());
+            out.push(c.to_ascii_uppercase());
+            out.push(']');
+        } else {
+            out.push_str(&regex::escape(c.encode_utf8(&mut [0; 4])));
+        }
+    }
+    out
+}
+
+/// A `HeaderMatcher`. `invert_match` inverts a value match over the header's values, and
+/// a request without the header still does not match (Envoy's way); it inverts presence.
 fn header(mut h: HeaderMatcher, at: &str) -> Result<RawMatch, ResourceError> {
     use envoy_types::pb::envoy::config::route::v3::header_matcher::HeaderMatchSpecifier;
     let invert = std::mem::take(&mut h.invert_match);
+    let on_presence = matches!(
+        h.header_match_specifier,
+        Some(HeaderMatchSpecifier::PresentMatch(_))
+    );
     if let Some(HeaderMatchSpecifier::StringMatch(s)) = &mut h.header_match_specifier {
         *s = fold_case(std::mem::take(s));
     }
+    let name = h.name.clone();
     let header = RawMatch::Header(matchers::header(h, at)?);
-    Ok(match invert {
-        true => RawMatch::Not(Box::new(header)),
-        false => header,
+    Ok(match (invert, on_presence) {
+        (false, _) => header,
+        (true, true) => RawMatch::Not(Box::new(header)),
+        (true, false) => RawMatch::And(vec![
+            RawMatch::Header(crate::RawHeaderMatch {
+                name,
+                present: Some(true),
+                ..Default::default()
+            }),
+            RawMatch::Not(Box::new(header)),
+        ]),
     })
 }
 
@@ -438,9 +466,14 @@ fn single_of(single: SinglePredicate, at: &str) -> Result<RawMatch, ResourceErro
         (_, "SourceIPInput") => RawMatch::RemoteIp(nets(&matcher)?),
         (_, "DirectSourceIPInput") => RawMatch::DirectRemoteIp(nets(&matcher)?),
         (_, "DestinationIPInput") => RawMatch::DestinationIp(nets(&matcher)?),
-        (_, "ServerNameInput") => {
-            RawMatch::RequestedServerName(string(value(&matcher)?, &value_at)?)
-        }
+        // A connection without a server name gives the input no value: nothing matches it.
+        (_, "ServerNameInput") => RawMatch::And(vec![
+            RawMatch::Not(Box::new(RawMatch::RequestedServerName(RawStringMatch {
+                exact: Some(String::new()),
+                ..Default::default()
+            }))),
+            RawMatch::RequestedServerName(string(value(&matcher)?, &value_at)?),
+        ]),
         (_, "DestinationPortInput") => {
             let exact = match value(&matcher)?.match_pattern {
                 Some(string_matcher::MatchPattern::Exact(port)) => port.parse::<u32>().ok(),
