@@ -108,20 +108,14 @@ fn xds() {
 #[test]
 fn the_rbac_seed_is_current() {
     use envoy_types::pb::envoy::config::rbac::v3::{
-        Action, Permission, Policy, Principal, Rbac as Rules, permission, principal,
+        Permission, Policy, Principal, Rbac as Rules, permission, principal,
     };
-    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::{Rbac, RbacPerRoute};
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
         HttpFilter, http_filter,
     };
-    use envoy_types::pb::envoy::r#type::matcher::v3::HttpRequestHeaderMatchInput;
-    use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
-    use envoy_types::pb::xds::r#type::matcher::v3 as xm;
     use testbed::resources;
     use testbed::xds::any;
-    use xm::matcher::matcher_list::predicate::{MatchType, SinglePredicate, single_predicate};
-    use xm::matcher::matcher_list::{FieldMatcher, Predicate};
-    use xm::matcher::{MatcherList, MatcherType, OnMatch, on_match};
 
     let filter = |name: &str, rbac: Rbac| HttpFilter {
         name: name.into(),
@@ -158,47 +152,7 @@ fn the_rbac_seed_is_current() {
             filter("envoy.filters.http.rbac/istio", istio),
         ],
     );
-    let action = |name: &str, action: i32| OnMatch {
-        on_match: Some(on_match::OnMatch::Action(TypedExtensionConfig {
-            name: name.into(),
-            typed_config: Some(any(&Action {
-                name: name.into(),
-                action,
-            })),
-        })),
-        keep_matching: false,
-    };
-    let per_route = RbacPerRoute {
-        rbac: Some(Rbac {
-            matcher: Some(xm::Matcher {
-                matcher_type: Some(MatcherType::MatcherList(MatcherList {
-                    matchers: vec![FieldMatcher {
-                        predicate: Some(Predicate {
-                            match_type: Some(MatchType::SinglePredicate(SinglePredicate {
-                                input: Some(TypedExtensionConfig {
-                                    name: "method".into(),
-                                    typed_config: Some(any(&HttpRequestHeaderMatchInput {
-                                        header_name: ":method".into(),
-                                    })),
-                                }),
-                                matcher: Some(single_predicate::Matcher::ValueMatch(
-                                    xm::StringMatcher {
-                                        match_pattern: Some(
-                                            xm::string_matcher::MatchPattern::Exact("get".into()),
-                                        ),
-                                        ignore_case: true,
-                                    },
-                                )),
-                            })),
-                        }),
-                        on_match: Some(action("reads", 0)),
-                    }],
-                })),
-                on_no_match: Some(Box::new(action("DENY", 1))),
-            }),
-            ..Default::default()
-        }),
-    };
+    let per_route = resources::rbac_allowing_header("reads", ":method", "get", true);
     let mut guarded = resources::forward("/", "backend");
     guarded
         .typed_per_filter_config

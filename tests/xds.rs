@@ -728,17 +728,10 @@ async fn a_new_cluster_does_not_move_unchanged_routes_to_another() {
 /// that route only, and lifted live when the route's settings go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_rules_from_a_route_are_enforced_and_follow_changes() {
-    use envoy_types::pb::envoy::config::rbac::v3::Action;
-    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::{Rbac, RbacPerRoute};
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
         HttpFilter, http_filter,
     };
-    use envoy_types::pb::envoy::r#type::matcher::v3::HttpRequestHeaderMatchInput;
-    use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
-    use envoy_types::pb::xds::r#type::matcher::v3 as xm;
-    use xm::matcher::matcher_list::predicate::{MatchType, SinglePredicate, single_predicate};
-    use xm::matcher::matcher_list::{FieldMatcher, Predicate};
-    use xm::matcher::{MatcherList, MatcherType, OnMatch, on_match};
 
     let (one, _two) = upstreams().await;
     let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
@@ -757,47 +750,7 @@ async fn rbac_rules_from_a_route_are_enforced_and_follow_changes() {
         vec![rbac_filter],
     );
     server.set(type_url::LISTENER, vec![("web".into(), any(&l))]);
-    let action = |name: &str, action: i32| OnMatch {
-        on_match: Some(on_match::OnMatch::Action(TypedExtensionConfig {
-            name: name.into(),
-            typed_config: Some(any(&Action {
-                name: name.into(),
-                action,
-            })),
-        })),
-        keep_matching: false,
-    };
-    let admins_only = RbacPerRoute {
-        rbac: Some(Rbac {
-            matcher: Some(xm::Matcher {
-                matcher_type: Some(MatcherType::MatcherList(MatcherList {
-                    matchers: vec![FieldMatcher {
-                        predicate: Some(Predicate {
-                            match_type: Some(MatchType::SinglePredicate(SinglePredicate {
-                                input: Some(TypedExtensionConfig {
-                                    name: "role".into(),
-                                    typed_config: Some(any(&HttpRequestHeaderMatchInput {
-                                        header_name: "x-role".into(),
-                                    })),
-                                }),
-                                matcher: Some(single_predicate::Matcher::ValueMatch(
-                                    xm::StringMatcher {
-                                        match_pattern: Some(
-                                            xm::string_matcher::MatchPattern::Exact("admin".into()),
-                                        ),
-                                        ignore_case: false,
-                                    },
-                                )),
-                            })),
-                        }),
-                        on_match: Some(action("admins", 0)),
-                    }],
-                })),
-                on_no_match: Some(Box::new(action("DENY", 1))),
-            }),
-            ..Default::default()
-        }),
-    };
+    let admins_only = resources::rbac_allowing_header("admins", "x-role", "admin", false);
     let routes = |guarded: bool| {
         let mut admin = resources::forward("/admin", "backend");
         if guarded {

@@ -209,3 +209,61 @@ pub fn assignment(cluster: &str, hosts: &[SocketAddr]) -> ClusterLoadAssignment 
         ..Default::default()
     }
 }
+
+/// Envoy Gateway's authorization for one route: an `RBACPerRoute` in the matcher form that
+/// allows (`rule`) requests whose `header` is `value` (`ignore_case` as given) and denies
+/// the rest.
+pub fn rbac_allowing_header(
+    rule: &str,
+    header: &str,
+    value: &str,
+    ignore_case: bool,
+) -> envoy_types::pb::envoy::extensions::filters::http::rbac::v3::RbacPerRoute {
+    use envoy_types::pb::envoy::config::rbac::v3::Action;
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::{Rbac, RbacPerRoute};
+    use envoy_types::pb::envoy::r#type::matcher::v3::HttpRequestHeaderMatchInput;
+    use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::xds::r#type::matcher::v3 as xm;
+    use xm::matcher::matcher_list::predicate::{MatchType, SinglePredicate, single_predicate};
+    use xm::matcher::matcher_list::{FieldMatcher, Predicate};
+    use xm::matcher::{MatcherList, MatcherType, OnMatch, on_match};
+
+    let action = |name: &str, action: i32| OnMatch {
+        on_match: Some(on_match::OnMatch::Action(TypedExtensionConfig {
+            name: name.into(),
+            typed_config: Some(any(&Action {
+                name: name.into(),
+                action,
+            })),
+        })),
+        keep_matching: false,
+    };
+    let predicate = Predicate {
+        match_type: Some(MatchType::SinglePredicate(SinglePredicate {
+            input: Some(TypedExtensionConfig {
+                name: "header".into(),
+                typed_config: Some(any(&HttpRequestHeaderMatchInput {
+                    header_name: header.into(),
+                })),
+            }),
+            matcher: Some(single_predicate::Matcher::ValueMatch(xm::StringMatcher {
+                match_pattern: Some(xm::string_matcher::MatchPattern::Exact(value.into())),
+                ignore_case,
+            })),
+        })),
+    };
+    RbacPerRoute {
+        rbac: Some(Rbac {
+            matcher: Some(xm::Matcher {
+                matcher_type: Some(MatcherType::MatcherList(MatcherList {
+                    matchers: vec![FieldMatcher {
+                        predicate: Some(predicate),
+                        on_match: Some(action(rule, 0)),
+                    }],
+                })),
+                on_no_match: Some(Box::new(action("DENY", 1))),
+            }),
+            ..Default::default()
+        }),
+    }
+}
