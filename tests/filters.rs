@@ -999,3 +999,74 @@ clusters:
         "{text}"
     );
 }
+
+/// `basic_auth`: htpasswd SHA users on the listener, a route's own users, a route without the
+/// filter; the user's name forwarded; Envoy's reasons and a `Basic` challenge otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_takes_listed_users_and_routes_give_their_own() {
+    use base64::Engine;
+    let upstream = upstream().await;
+    // `htpasswd -nbs alice secret`, `htpasswd -nbs ops hunter2`.
+    let filters = r#"      - basic_auth:
+          users: "alice:{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ="
+          forward_username_header: x-user
+"#;
+    let routes = r#"      - match: { prefix: /ops }
+        cluster: backend
+        filters: { basic_auth: { users: "ops:{SHA}87u9ZqY9S/F0eUBXjsPQEDUw4h0=" } }
+      - match: { prefix: /open }
+        cluster: backend
+        filters: { basic_auth: disabled }
+"#;
+    let proxy = Proxy::start(&config(filters, routes, upstream.local_addr()), 1);
+    let addr = proxy.addr();
+    let basic = |pair: &str| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        )
+    };
+    let call = async |path: &str, credentials: Option<String>| {
+        let mut headers = vec![("x-noop-echo", "headers".to_owned())];
+        if let Some(c) = credentials {
+            headers.push(("authorization", c));
+        }
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let response = send_h1(addr, get(path, &headers)).await;
+        let status = response.status().as_u16();
+        let challenge = (response.headers().get("www-authenticate"))
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (status, text(response.into_body()).await, challenge)
+    };
+    let (status, echoed, _) = call("/", Some(basic("alice:secret"))).await;
+    assert_eq!(status, 200);
+    assert!(
+        echoed.to_ascii_lowercase().contains("x-user: alice"),
+        "{echoed}"
+    );
+    let (status, body, challenge) = call("/x", None).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            401,
+            "User authentication failed. Missing username and password."
+        )
+    );
+    assert_eq!(challenge, r#"Basic realm="http://legate.test/x""#);
+    assert_eq!(
+        call("/", Some(basic("alice:wrong"))).await.1,
+        "User authentication failed. Invalid username/password combination."
+    );
+    assert_eq!(
+        call("/", Some("Bearer abc".into())).await.1,
+        "User authentication failed. Expected 'Basic' authentication scheme."
+    );
+    // The route's users replace the listener's.
+    assert_eq!(call("/ops", Some(basic("ops:hunter2"))).await.0, 200);
+    assert_eq!(call("/ops", Some(basic("alice:secret"))).await.0, 401);
+    assert_eq!(call("/open", None).await.0, 200);
+    let admin = proxy.admin.unwrap();
+    assert_eq!(stat(admin, "http_basic_auth_allowed"), 2);
+    assert_eq!(stat(admin, "http_basic_auth_denied"), 4);
+}

@@ -31,6 +31,11 @@ fn replay(target: &str, check: fn(&[u8])) -> usize {
 }
 
 #[test]
+fn jwt() {
+    replay("jwt", jwt::fuzzing::token);
+}
+
+#[test]
 fn config() {
     replay("config", |data| {
         if let Ok(text) = std::str::from_utf8(data) {

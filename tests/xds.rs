@@ -723,6 +723,137 @@ async fn a_new_cluster_does_not_move_unchanged_routes_to_another() {
     server.shutdown().await;
 }
 
+/// Envoy Gateway's JWT authentication: a provider whose key set is fetched through a cluster
+/// (sent after the listener: the listener waits for it), a requirement named by one route,
+/// the filter off on another. Enforced there, with the key set fetched through the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_authn_from_a_control_plane_fetches_keys_through_its_cluster() {
+    use envoy_types::pb::envoy::config::core::v3::{HttpUri, http_uri};
+    use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::{
+        JwtAuthentication, JwtProvider, JwtRequirement, PerRouteConfig, RemoteJwks, jwt_provider,
+        jwt_requirement, per_route_config,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+    use jwt::mint::{SigningKey, jwks};
+
+    let (one, _two) = upstreams().await;
+    let key = SigningKey::es256("gw");
+    let keys = common::jwks::JwksServer::start(jwks(&[&key]), true).await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    serve_backend(&server, one.local_addr());
+    let provider = JwtProvider {
+        issuer: "https://gw.example".into(),
+        audiences: vec!["store".into()],
+        jwks_source_specifier: Some(jwt_provider::JwksSourceSpecifier::RemoteJwks(RemoteJwks {
+            http_uri: Some(HttpUri {
+                uri: "https://keys.gw.example/jwks".into(),
+                http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster("jwks".into())),
+                timeout: Some(PbDuration {
+                    seconds: 10,
+                    nanos: 0,
+                }),
+            }),
+            cache_duration: Some(PbDuration {
+                seconds: 300,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })),
+        forward: true,
+        payload_in_metadata: "gw".into(),
+        ..Default::default()
+    };
+    let filter = JwtAuthentication {
+        providers: [("gw".to_string(), provider)].into(),
+        requirement_map: [(
+            "store/policy".to_string(),
+            JwtRequirement {
+                requires_type: Some(jwt_requirement::RequiresType::ProviderName("gw".into())),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let jwt_filter = HttpFilter {
+        name: "envoy.filters.http.jwt_authn".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any(&filter))),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![jwt_filter],
+    );
+    server.set(type_url::LISTENER, vec![("web".into(), any(&l))]);
+    let per_route = |specifier| {
+        any(&PerRouteConfig {
+            requirement_specifier: Some(specifier),
+        })
+    };
+    let mut store = resources::forward("/store", "backend");
+    store.typed_per_filter_config.insert(
+        "envoy.filters.http.jwt_authn".into(),
+        per_route(per_route_config::RequirementSpecifier::RequirementName(
+            "store/policy".into(),
+        )),
+    );
+    let mut open = resources::forward("/", "backend");
+    open.typed_per_filter_config.insert(
+        "envoy.filters.http.jwt_authn".into(),
+        per_route(per_route_config::RequirementSpecifier::Disabled(true)),
+    );
+    let table = resources::route_config("web-routes", vec![store, open]);
+    server.set(
+        type_url::ROUTE,
+        vec![("web-routes".to_string(), any(&table))],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 1);
+    // The key set's cluster comes after the listener.
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            named(eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            named(eds_cluster("jwks", cluster::LbPolicy::RoundRobin)),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            assignment("backend", &[one.local_addr()]),
+            assignment("jwks", &[keys.addr]),
+        ],
+    );
+    let addr = listener_address(&proxy, "web").await;
+    let token = key.sign(
+        &serde_json::json!({"iss": "https://gw.example", "aud": "store", "exp": 4_000_000_000u64}),
+    );
+    let status = async |path: &str, token: &str| {
+        let auth = format!("Bearer {token}");
+        let headers: &[(&str, &str)] = if token.is_empty() {
+            &[]
+        } else {
+            &[("authorization", &auth)]
+        };
+        send_h1(addr, get(path, headers)).await.status().as_u16()
+    };
+    eventually("the route's requirement in force", async || {
+        status("/store", "").await == 401
+    })
+    .await;
+    eventually("the key set fetched through its cluster", async || {
+        status("/store", &token).await == 200
+    })
+    .await;
+    assert_eq!(status("/", "").await, 200, "off on the other route");
+    assert!(keys.fetches.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+}
+
 /// Envoy Gateway's authorization: an RBAC filter without rules on the listener, and a route's
 /// `RBACPerRoute` in the matcher form (allow one header value, deny the rest). Enforced on
 /// that route only, and lifted live when the route's settings go.

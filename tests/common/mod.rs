@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test loudly
 
 pub mod certs;
+pub mod jwks;
 pub mod xds;
 
 use std::convert::Infallible;

@@ -51,6 +51,12 @@ pub struct RawStringMatch {
     pub regex: Option<String>,
 }
 
+/// One string pattern, with exactly one key.
+pub(crate) fn string_pattern(raw: RawStringMatch, path: &str) -> Result<StringMatch, ConfigError> {
+    let mut one = string_patterns(vec![raw], path)?;
+    Ok(one.remove(0))
+}
+
 /// A list of string patterns, each with exactly one key.
 pub(crate) fn string_patterns(
     raw: Vec<RawStringMatch>,

@@ -258,15 +258,24 @@ impl<'a> Jwt<'a> {
     }
 }
 
+/// A time claim: a whole number of seconds, written as an integer or a whole double (JSON
+/// numbers are doubles to Envoy); 0 is the same as none.
 fn time_claim(
     claims: &Map<String, Value>,
     name: &str,
     error: JwtError,
 ) -> Result<Option<u64>, JwtError> {
-    match claims.get(name) {
-        None => Ok(None),
-        Some(value) => value.as_u64().map(Some).ok_or(error),
-    }
+    let Some(value) = claims.get(name) else {
+        return Ok(None);
+    };
+    let seconds = match value.as_u64() {
+        Some(seconds) => seconds,
+        None => match value.as_f64() {
+            Some(f) if f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 => f as u64,
+            _ => return Err(error),
+        },
+    };
+    Ok(Some(seconds).filter(|&s| s != 0))
 }
 
 fn bare_audience(aud: &str) -> &str {
@@ -296,7 +305,9 @@ fn algorithm(name: &str) -> Option<Algorithm> {
 }
 
 /// A JSON Web Key Set: the keys of its `keys` that can verify something here. Keys of other
-/// types, curves or uses, or that do not decode, are left out, as Envoy leaves them.
+/// types, curves or uses, or that do not decode, are left out, as Envoy leaves them. The
+/// default has no key and verifies nothing.
+#[derive(Default)]
 pub struct Jwks {
     keys: Vec<Key>,
 }
@@ -430,6 +441,8 @@ fn key(jwk: &Value) -> Option<Key> {
     })
 }
 
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 #[cfg(feature = "mint")]
 pub mod mint;
 #[cfg(test)]

@@ -211,6 +211,16 @@ fn times_are_checked_with_the_skew_either_way() {
     assert_eq!(jwt.check_time(1061, 60, false), Err(JwtError::Expired));
     assert_eq!(jwt.check_time(499, 0, false), Err(JwtError::NotYetValid));
     assert_eq!(jwt.check_time(440, 60, false), Ok(()));
+    // A whole double is a time; 0 is none.
+    let doubles = SigningKey::hs256("k", b"s").sign(&json!({"exp": 1000.0, "nbf": 0}));
+    let jwt = Jwt::parse(&doubles).unwrap();
+    assert_eq!(jwt.check_time(1001, 0, false), Err(JwtError::Expired));
+    assert_eq!(jwt.check_time(1, 0, false), Ok(()));
+    let zero = SigningKey::hs256("k", b"s").sign(&json!({"exp": 0}));
+    assert_eq!(
+        Jwt::parse(&zero).unwrap().check_time(u64::MAX, 0, false),
+        Ok(())
+    );
     let forever = SigningKey::hs256("k", b"s").sign(&json!({"sub": "x"}));
     let jwt = Jwt::parse(&forever).unwrap();
     assert_eq!(jwt.check_time(u64::MAX, 60, false), Ok(()));

@@ -367,6 +367,40 @@ catalog! {
             "Requests the rbac filter's shadow rules would have denied (let through).",
         ),
     }
+    /// One worker's handles for one listener's basic authentication filter.
+    basic_auth -> BasicAuthStats(listener) {
+        allowed: counter = http_basic_auth_allowed(
+            "http_basic_auth_allowed",
+            "Requests the basic_auth filter let on (a listed user and its password).",
+        ),
+        denied: counter = http_basic_auth_denied(
+            "http_basic_auth_denied",
+            "Requests the basic_auth filter refused 401 (no, malformed or wrong credentials).",
+        ),
+    }
+    /// One worker's handles for one listener's JWT authentication filter.
+    jwt_authn -> JwtAuthnStats(listener) {
+        allowed: counter = http_jwt_authn_allowed(
+            "http_jwt_authn_allowed",
+            "Requests the jwt_authn filter checked and let on (their requirement met).",
+        ),
+        denied: counter = http_jwt_authn_denied(
+            "http_jwt_authn_denied",
+            "Requests the jwt_authn filter refused (401, or 403 for another audience or an unknown requirement_name).",
+        ),
+        cors_preflight_bypassed: counter = http_jwt_authn_cors_preflight_bypassed(
+            "http_jwt_authn_cors_preflight_bypassed",
+            "CORS preflights the jwt_authn filter let on unchecked (bypass_cors_preflight).",
+        ),
+        jwks_fetch_success: counter = http_jwt_authn_jwks_fetch_success(
+            "http_jwt_authn_jwks_fetch_success",
+            "Remote key sets fetched and taken (counted on the listener whose worker fetched).",
+        ),
+        jwks_fetch_failed: counter = http_jwt_authn_jwks_fetch_failed(
+            "http_jwt_authn_jwks_fetch_failed",
+            "Remote key set fetches that failed after their retries (no answer, not 200, not a usable JWKS).",
+        ),
+    }
     /// One worker's handles for one listener's fault filter.
     fault -> FaultStats(listener) {
         delays_injected: counter = http_fault_delays_injected(

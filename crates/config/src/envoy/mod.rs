@@ -285,3 +285,38 @@ pub(crate) fn literal_body(
     }
     Ok(text)
 }
+
+/// A `DataSource` as text or a file to read at load: `(text, file)`. `what` names the text
+/// in an error (`a JWKS document`).
+pub(crate) fn data_source(
+    source: envoy_types::pb::envoy::config::core::v3::DataSource,
+    at: &str,
+    what: &str,
+) -> Result<(Option<String>, Option<String>), ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+    if source.watched_directory.is_some() {
+        return Err(unsupported(at, "watched_directory"));
+    }
+    Ok(match source.specifier {
+        Some(Specifier::InlineString(text)) => (Some(text), None),
+        Some(Specifier::InlineBytes(bytes)) => {
+            let text = String::from_utf8(bytes).map_err(|_| {
+                ResourceError::invalid(
+                    format!("{at}.inline_bytes"),
+                    format!("expected {what} (UTF-8 text)"),
+                )
+            })?;
+            (Some(text), None)
+        }
+        Some(Specifier::Filename(file)) => (None, Some(file)),
+        Some(Specifier::EnvironmentVariable(_)) => {
+            return Err(unsupported(at, "environment_variable"));
+        }
+        None => {
+            return Err(ResourceError::invalid(
+                at,
+                "expected inline_string, inline_bytes or filename",
+            ));
+        }
+    })
+}

@@ -31,7 +31,7 @@ pub trait FilterSettings: Sized {
     type Route: Clone + Default + PartialEq + Serialize + std::fmt::Debug;
 
     /// The listener's settings, checked; `path` is their key path.
-    fn check(raw: Self::Raw, path: &str, chain: &ChainCtx) -> Result<Self, ConfigError>;
+    fn check(raw: Self::Raw, path: &str, chain: &ChainCtx<'_>) -> Result<Self, ConfigError>;
 
     /// A route's or virtual host's entry, checked.
     fn check_route(raw: Self::RawRoute, path: &str) -> Result<Self::Route, ConfigError>;
@@ -42,9 +42,11 @@ pub trait FilterSettings: Sized {
 }
 
 /// What a filter's listener settings are checked against besides themselves.
-pub struct ChainCtx {
+pub struct ChainCtx<'a> {
     /// The listener's `per_connection_buffer_limit_bytes`.
     pub buffer_limit: u32,
+    /// The clusters filters may call (a JWKS server), by name: their places in the config.
+    pub cluster_index: &'a std::collections::HashMap<&'a str, usize>,
 }
 
 /// [`FilterSettings`] for a filter whose entry on a route or virtual host is `disabled` or
@@ -56,7 +58,7 @@ macro_rules! per_route_settings {
             type RawRoute = RawPerRoute<$raw>;
             type Route = PerRoute<$settings>;
 
-            fn check(raw: $raw, path: &str, _: &ChainCtx) -> Result<Self, ConfigError> {
+            fn check(raw: $raw, path: &str, _: &ChainCtx<'_>) -> Result<Self, ConfigError> {
                 ($check)(raw, path, false)
             }
 
@@ -130,7 +132,7 @@ macro_rules! http_filters {
                 )))
             }
 
-            fn check(self, path: &str, chain: &ChainCtx) -> Result<HttpFilterConfig, ConfigError> {
+            fn check(self, path: &str, chain: &ChainCtx<'_>) -> Result<HttpFilterConfig, ConfigError> {
                 match self {
                     $(RawHttpFilter::$variant(raw) => {
                         <$module::$settings as FilterSettings>::check(raw, path, chain)
@@ -276,6 +278,10 @@ http_filters! {
     CustomResponse(custom_response::CustomResponseConfig),
     /// Requests allowed or denied by who sends them and what they ask (Envoy's `rbac`).
     Rbac(rbac::RbacConfig),
+    /// JSON Web Tokens verified against providers' key sets (Envoy's `jwt_authn`).
+    JwtAuthn(jwt_authn::JwtAuthnConfig),
+    /// A user and password of an htpasswd list (Envoy's `basic_auth`).
+    BasicAuth(basic_auth::BasicAuthConfig),
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
@@ -543,8 +549,12 @@ pub(crate) fn http_filters(
     raw: Vec<RawChainFilter>,
     path: &str,
     buffer_limit: u32,
+    cluster_index: &std::collections::HashMap<&str, usize>,
 ) -> Result<Vec<ChainFilter>, ConfigError> {
-    let ctx = ChainCtx { buffer_limit };
+    let ctx = ChainCtx {
+        buffer_limit,
+        cluster_index,
+    };
     let mut chain: Vec<ChainFilter> = Vec::with_capacity(raw.len());
     for (i, RawChainFilter { name, filter }) in raw.into_iter().enumerate() {
         let at = format!("{path}[{i}].{name}");

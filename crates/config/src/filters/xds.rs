@@ -11,15 +11,15 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 use super::{
-    RawPerRoute, RawRouteFilters, buffer, compression, cors, csrf, custom_response, ext_authz,
-    fault, local_rate_limit, rbac,
+    RawPerRoute, RawRouteFilters, basic_auth, buffer, compression, cors, csrf, custom_response,
+    ext_authz, fault, jwt_authn, local_rate_limit, rbac,
 };
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 10] = [
+const NAMES: [(&str, &str); 12] = [
     ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.csrf", "csrf"),
@@ -28,6 +28,8 @@ const NAMES: [(&str, &str); 10] = [
     ("envoy.filters.http.fault", "fault"),
     ("envoy.filters.http.grpc_web", "grpc_web"),
     ("envoy.filters.http.header_mutation", "header_mutation"),
+    ("envoy.filters.http.jwt_authn", "jwt_authn"),
+    ("envoy.filters.http.basic_auth", "basic_auth"),
     ("envoy.filters.http.local_ratelimit", "local_rate_limit"),
     ("envoy.filters.http.rbac", "rbac"),
 ];
@@ -188,6 +190,12 @@ pub(crate) fn route_filters(
             rbac::xds::PER_ROUTE => {
                 level.rbac = Some(rbac::xds::per_route(&value, &at)?);
             }
+            jwt_authn::xds::PER_ROUTE => {
+                level.jwt_authn = Some(jwt_authn::xds::per_route(&value, &at)?);
+            }
+            basic_auth::xds::PER_ROUTE => {
+                level.basic_auth = Some(basic_auth::xds::per_route(&value, &at)?);
+            }
             _ if optional => {}
             other => {
                 return Err(ResourceError::Unsupported {
@@ -217,6 +225,8 @@ fn settings_kind(type_url: &str) -> Option<&'static str> {
         compression::xds::PER_ROUTE => "compression",
         local_rate_limit::xds::TYPE_URL => "local_rate_limit",
         rbac::xds::PER_ROUTE => "rbac",
+        jwt_authn::xds::PER_ROUTE => "jwt_authn",
+        basic_auth::xds::PER_ROUTE => "basic_auth",
         _ => return None,
     })
 }

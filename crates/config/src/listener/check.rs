@@ -114,6 +114,7 @@ pub(crate) fn listener(
         raw.http_filters,
         &format!("{path}.http_filters"),
         buffer_limit,
+        cluster_index,
     )?;
     let path_normalization = path_normalization(
         raw.http.path_normalization.clone(),

@@ -20,6 +20,7 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::envoy::{
     ResourceError, decode, duration, fields, nothing_else, socket_address, type_url,
 };
+use crate::filters::basic_auth::xds as basic_auth;
 use crate::filters::buffer::xds as buffer;
 use crate::filters::compression::xds as compression;
 use crate::filters::csrf::xds as csrf;
@@ -29,6 +30,7 @@ use crate::filters::fault::xds as fault;
 use crate::filters::grpc_web::xds as grpc_web;
 use crate::filters::header_mutation::xds as header_mutation;
 use crate::filters::health_check::xds as health_check;
+use crate::filters::jwt_authn::xds as jwt_authn;
 use crate::filters::local_rate_limit::xds as local_rate_limit;
 use crate::filters::rbac::xds as rbac;
 use crate::filters::{RawChainFilter, RawHttpFilter};
@@ -195,6 +197,11 @@ impl XdsListener {
         self.all_chains().flat_map(XdsChain::authz_clusters)
     }
 
+    /// The clusters its JWT providers fetch their key sets through.
+    pub fn jwks_clusters(&self) -> impl Iterator<Item = &str> {
+        self.all_chains().flat_map(XdsChain::jwks_clusters)
+    }
+
     /// As the config file writes it, each chain with its routes (`routes` finds those from
     /// RDS); `None` while a chain's authorization, tracing or log cluster has no single host.
     pub(crate) fn section<'r>(
@@ -249,6 +256,16 @@ impl XdsChain {
             std::iter::once(t.cluster.as_str())
                 .filter(|c| !c.is_empty())
                 .chain(weighted)
+        })
+    }
+
+    /// The clusters its JWT providers fetch their key sets through.
+    fn jwks_clusters(&self) -> impl Iterator<Item = &str> {
+        self.filters.iter().flat_map(|f| match &f.filter {
+            XdsHttpFilter::Settled(RawHttpFilter::JwtAuthn(jwt)) => (jwt.providers.values())
+                .filter_map(|p| p.remote_jwks.as_ref().map(|r| r.cluster.as_str()))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
         })
     }
 
@@ -1149,6 +1166,9 @@ fn http_filters(
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
                 XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
+            Some(any) if any.type_url == basic_auth::TYPE_URL => {
+                XdsHttpFilter::Settled(RawHttpFilter::BasicAuth(basic_auth::settings(&any, &at)?))
+            }
             Some(any) if any.type_url == csrf::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Csrf(csrf::settings(&any, &at)?))
             }
@@ -1189,6 +1209,9 @@ fn http_filters(
             Some(any) if any.type_url == rbac::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Rbac(rbac::settings(&any, &at)?))
             }
+            Some(any) if any.type_url == jwt_authn::TYPE_URL => {
+                XdsHttpFilter::Settled(RawHttpFilter::JwtAuthn(jwt_authn::settings(&any, &at)?))
+            }
             // An optional filter that is not known is skipped, as Envoy does; so is one off
             // by default: a route that turns it on names settings this proxy refuses.
             _ if f.is_optional || f.disabled => continue,
@@ -1196,7 +1219,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, local_ratelimit, rbac and the router only)",
+                        "HTTP filter `{}` (basic_auth, buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, jwt_authn, local_ratelimit, rbac and the router only)",
                         f.name
                     )],
                 });

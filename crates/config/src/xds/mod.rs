@@ -342,9 +342,11 @@ impl Resources {
                 let collector = l.tracing_clusters().all(|c| single_hosts.contains_key(c));
                 let logs = l.log_clusters().all(|c| single_hosts.contains_key(c));
                 let secrets = l.secrets_ready(&self.secrets);
-                // A relay's cluster must be there: the config refers to it.
+                // A relay's cluster must be there: the config refers to it; so must the
+                // clusters key sets are fetched through.
                 let tcp = l.tcp_clusters().all(|c| ready.contains_key(c));
-                routes && authz && collector && logs && secrets && tcp
+                let jwks = l.jwks_clusters().all(|c| ready.contains_key(c));
+                routes && authz && collector && logs && secrets && tcp && jwks
             };
             let listener = if warm(&held.value) {
                 self.serving.insert(name.clone(), held.clone());

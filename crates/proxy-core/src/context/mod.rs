@@ -12,6 +12,7 @@ mod conn;
 pub(crate) mod grpc;
 mod health;
 mod in_flight;
+mod metadata;
 mod mirror_feed;
 mod request_body;
 pub(crate) mod request_id;
@@ -25,5 +26,6 @@ pub(crate) use conn::{
 };
 pub(crate) use health::ServerHealth;
 pub(crate) use in_flight::{InFlight, refused_head};
+pub(crate) use metadata::JwtMetadata;
 pub(crate) use request_body::{ProgressClock, Replay, RequestBody};
 pub(crate) use signal::{ChainSignals, Signal, SignalWatch};

@@ -38,7 +38,10 @@ pub(crate) use headers::Mutations;
 use per_route::PerRouteSettings;
 pub(crate) use reply_rewrite::ReplyRewrite;
 
+use std::rc::Rc;
+
 use crate::catalog::Catalog;
+use crate::cluster::Cluster;
 use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{Client, ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
@@ -119,6 +122,8 @@ pub(crate) struct BuildCtx<'a> {
     pub(crate) catalog: &'a Catalog,
     /// The worker's stats shard.
     pub(crate) shard: &'a stats::Shard,
+    /// The worker's clusters, in config order: those a filter calls (a JWKS server).
+    pub(crate) clusters: &'a [Rc<Cluster>],
 }
 
 /// The filters, one line each: `Variant(module::Type)`, the variant named as in
@@ -244,6 +249,8 @@ filters! {
     HealthCheck(health_check::HealthCheck),
     CustomResponse(custom_response::CustomResponse),
     Rbac(rbac::Rbac),
+    JwtAuthn(jwt_authn::JwtAuthn),
+    BasicAuth(basic_auth::BasicAuth),
 }
 
 /// One filter's state per exchange, per type: the first two filters' inline (a chain with
@@ -353,6 +360,17 @@ impl Exchange<'_> {
     pub(crate) fn host_text(&self) -> &str {
         self.host.and_then(|h| h.to_str().ok()).unwrap_or("")
     }
+
+    /// The URL the client asked for, without its query (a credential in a parameter is not
+    /// echoed): the `realm` of an authentication challenge.
+    pub(crate) fn realm(&self, uri: &http::Uri) -> String {
+        let scheme = if self.conn.listener.tls {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}{}", self.host_text(), uri.path())
+    }
 }
 
 /// The response head as the response phases see it: changed in place, not taken apart.
@@ -390,8 +408,8 @@ impl FilterChain {
     pub(crate) fn new(
         listener: &ListenerConfig,
         shared: &SharedFilters,
-        catalog: &Catalog,
-        shard: &stats::Shard,
+        (catalog, shard): (&Catalog, &stats::Shard),
+        clusters: &[Rc<Cluster>],
     ) -> Self {
         let chain = &listener.http_filters;
         let filters = (chain.iter().enumerate())
@@ -402,6 +420,7 @@ impl FilterChain {
                     filter: name,
                     catalog,
                     shard,
+                    clusters,
                 };
                 let kind = config.name();
                 let ordinal = chain[..i]

@@ -9,7 +9,7 @@ use http::{Request, StatusCode};
 
 use super::{BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings};
 use crate::catalog::{RbacShadowStats, RbacStats};
-use crate::context::{ConnCtx, RequestBody};
+use crate::context::{ConnCtx, JwtMetadata, RequestBody};
 use crate::error::ProxyError;
 use crate::pseudo_headers::request_header;
 use config::{RbacAction, RbacConfig, RbacMatch, RbacRules};
@@ -130,6 +130,7 @@ fn holds(m: &RbacMatch, request: &RequestView<'_>) -> bool {
                     || pattern.matches(names.subject.as_bytes())
             }
         },
+        RbacMatch::Metadata(m) => m.matches(JwtMetadata::of(req)),
     }
 }
 

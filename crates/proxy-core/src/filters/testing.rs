@@ -47,8 +47,8 @@ fn setup_with(filters: &str, routing: &str) -> Setup {
     let chain = FilterChain::new(
         listener,
         &SharedFilters::new(listener),
-        &stats.catalog,
-        &shard,
+        (&stats.catalog, &shard),
+        &[],
     );
     let peer = SocketAddr::from(([192, 0, 2, 7], 4321));
     let conn = Rc::new(ConnCtx::new(

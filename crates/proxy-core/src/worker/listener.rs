@@ -438,7 +438,12 @@ fn route_trace_policies(
 fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>) -> HttpCtx {
     HttpCtx {
         routes: Arc::clone(&shared.routes),
-        filters: FilterChain::new(config, &shared.filters, parts.catalog, parts.shard),
+        filters: FilterChain::new(
+            config,
+            &shared.filters,
+            (parts.catalog, parts.shard),
+            parts.clusters,
+        ),
         clusters: Rc::clone(parts.clusters),
         upgrade_idle_timeout: config.http.idle_timeout,
         upgrade_buffer: config.buffer_limit as usize,

@@ -10,7 +10,10 @@
 //! nothing is enforced, so a listener can carry the filter and routes give it rules of their
 //! own (Envoy Gateway's way).
 
+mod metadata;
 pub(crate) mod xds;
+
+pub use metadata::{MetadataMatch, MetadataValueMatch, RawMetadataMatch, RawMetadataValue};
 
 use std::collections::BTreeMap;
 
@@ -18,7 +21,7 @@ use ipnet::IpNet;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::matchers::{string_match, string_patterns};
+use crate::matchers::{string_match, string_pattern as pattern};
 use crate::*;
 
 /// The filter's settings on a listener or a route.
@@ -106,6 +109,8 @@ pub enum RbacMatch {
     /// A client certificate (mutual TLS), and where given one of its names matching: its URI
     /// names, else its DNS names, else its subject.
     Authenticated(Option<StringMatch>),
+    /// A value the `jwt_authn` filter left (a verified token's claim).
+    Metadata(Box<MetadataMatch>),
 }
 
 /// A string match as its one key (`prefix: /v1`).
@@ -168,6 +173,7 @@ impl Serialize for RbacMatch {
                 }
                 map.serialize_entry("authenticated", &inner)?
             }
+            RbacMatch::Metadata(m) => map.serialize_entry("metadata", m)?,
         }
         map.end()
     }
@@ -233,6 +239,7 @@ pub enum RawMatch {
     RequestedServerName(RawStringMatch),
     /// `principal_name`, where one is asked for.
     Authenticated(Option<RawStringMatch>),
+    Metadata(RawMetadataMatch),
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -249,7 +256,7 @@ struct RawPortRange {
 }
 
 /// The match keys, for errors.
-const MATCH_KEYS: &str = "any, and, or, not, header, path, destination_port, destination_port_range, destination_ip, remote_ip, source_ip, direct_remote_ip, requested_server_name, authenticated";
+const MATCH_KEYS: &str = "any, and, or, not, header, path, destination_port, destination_port_range, destination_ip, remote_ip, source_ip, direct_remote_ip, requested_server_name, authenticated, metadata";
 
 impl<'de> Deserialize<'de> for RawMatch {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -288,6 +295,7 @@ impl<'de> Deserialize<'de> for RawMatch {
                 let raw: Option<RawAuthenticated> = read(&key, v)?;
                 RawMatch::Authenticated(raw.and_then(|r| r.principal_name))
             }
+            "metadata" => RawMatch::Metadata(read(&key, v)?),
             other => {
                 return Err(D::Error::custom(format!(
                     "unknown match `{other}`; known: {MATCH_KEYS}"
@@ -393,11 +401,6 @@ fn check_policy(policy: RawPolicy, path: &str) -> Result<RbacMatch, ConfigError>
         any_of(policy.permissions, "permissions")?,
         any_of(policy.principals, "principals")?,
     ]))
-}
-
-fn pattern(raw: RawStringMatch, path: &str) -> Result<StringMatch, ConfigError> {
-    let mut one = string_patterns(vec![raw], path)?;
-    Ok(one.remove(0))
 }
 
 fn nets(list: Vec<String>, path: &str) -> Result<Vec<IpNet>, ConfigError> {
@@ -511,6 +514,9 @@ fn check_at(raw: RawMatch, path: &str, depth: usize) -> Result<RbacMatch, Config
             name.map(|m| pattern(m, &format!("{path}.authenticated.principal_name")))
                 .transpose()?,
         ),
+        RawMatch::Metadata(m) => {
+            RbacMatch::Metadata(Box::new(metadata::check(m, &format!("{path}.metadata"))?))
+        }
     })
 }
 

@@ -451,13 +451,68 @@ fn envoy_gateways_matcher_form_translates() {
     let none = rbac(none, "route", true).unwrap();
     assert!(none.rules.is_none() && none.shadow_rules.is_none());
 
-    // A claim from jwt_authn's metadata is refused by name.
-    let claims = per_route(client_in(pack(&DynamicMetadataInput::default())));
-    let refused = xds::per_route(&pack(&claims), "route")
+    // A JWT claim, as Envoy Gateway's claim authorization writes it: the jwt_authn filter's
+    // metadata at [provider, claim] holding a list with one value.
+    use envoy_types::pb::envoy::extensions::matching::common_inputs::network::v3::dynamic_metadata_input;
+    use envoy_types::pb::envoy::extensions::matching::input_matchers::metadata::v3::Metadata;
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        ListMatcher, StringMatcher as EnvoyString, ValueMatcher, list_matcher, value_matcher,
+    };
+    let key = |k: &str| dynamic_metadata_input::PathSegment {
+        segment: Some(dynamic_metadata_input::path_segment::Segment::Key(k.into())),
+    };
+    let claim_input = pack(&DynamicMetadataInput {
+        filter: "envoy.filters.http.jwt_authn".into(),
+        path: vec![key("corp"), key("groups")],
+    });
+    let admins = ValueMatcher {
+        match_pattern: Some(value_matcher::MatchPattern::ListMatch(Box::new(ListMatcher {
+            match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(ValueMatcher {
+                match_pattern: Some(value_matcher::MatchPattern::StringMatch(EnvoyString {
+                    match_pattern: Some(
+                        envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Exact(
+                            "admins".into(),
+                        ),
+                    ),
+                    ignore_case: false,
+                })),
+            }))),
+        }))),
+    };
+    let claim = single(
+        claim_input.clone(),
+        single_predicate::Matcher::CustomMatch(extension(
+            "claim",
+            pack(&Metadata {
+                value: Some(admins),
+                invert: false,
+            }),
+        )),
+    );
+    let RawPerRoute::Settings(raw) = xds::per_route(&pack(&per_route(claim)), "route").unwrap()
+    else {
+        panic!("settings");
+    };
+    let rules = rbac(raw, "route", true).unwrap().rules.unwrap();
+    let RbacMatch::And(parts) = &rules.matchers[0].when else {
+        panic!("{rules:?}");
+    };
+    let RbacMatch::Metadata(m) = &parts[0] else {
+        panic!("{parts:?}");
+    };
+    let payload = |groups: serde_json::Value| {
+        serde_json::json!({"corp": {"groups": groups}}).as_object().unwrap().clone()
+    };
+    assert!(m.matches(Some(&payload(serde_json::json!(["users", "admins"])))));
+    assert!(!m.matches(Some(&payload(serde_json::json!(["users"])))));
+    assert!(!m.matches(Some(&payload(serde_json::json!("admins")))));
+    assert!(!m.matches(None));
+    // Another matcher on metadata is refused by name.
+    let refused = xds::per_route(&pack(&per_route(client_in(claim_input))), "route")
         .err()
         .unwrap()
         .to_string();
-    assert!(refused.contains("DynamicMetadataInput"), "{refused}");
+    assert!(refused.contains("the Metadata matcher only"), "{refused}");
 }
 
 fn header_rule(h: HeaderMatcher) -> Result<RbacConfig, String> {
@@ -575,4 +630,54 @@ fn exact_header_values_may_be_any_text() {
         panic!("{rules:?}");
     };
     assert!(value.matches_value(Some("Zoë".as_bytes())));
+}
+
+#[test]
+fn metadata_rules_read_jwt_claims_as_envoys_value_matchers_do() {
+    let config = check(
+        "
+         rules:
+           matchers:
+             - name: writers
+               action: allow
+               match:
+                 and:
+                   - { metadata: { filter: jwt_authn, path: [corp, scope], value: { list_contains: { exact: write } } } }
+                   - { metadata: { filter: envoy.filters.http.jwt_authn, path: [corp, org, team], value: { or: [{ prefix: edge }, { exact: sre }] } } }
+                   - { metadata: { filter: jwt_authn, path: [corp, verified], value: { bool: true } } }
+                   - { metadata: { filter: jwt_authn, path: [corp, banned], value: { present: true }, invert: true } }
+           on_no_match: deny",
+    )
+    .unwrap();
+    let when = &config.rules.unwrap().matchers[0].when;
+    let RbacMatch::And(parts) = when else {
+        panic!("{when:?}");
+    };
+    let ns = |v: serde_json::Value| v.as_object().unwrap().clone();
+    let holds = |payload: serde_json::Value| {
+        let ns = ns(serde_json::json!({ "corp": payload }));
+        parts.iter().all(|p| match p {
+            RbacMatch::Metadata(m) => m.matches(Some(&ns)),
+            other => panic!("{other:?}"),
+        })
+    };
+    let good = serde_json::json!({"scope": ["read", "write"], "org": {"team": "edge-eu"}, "verified": true});
+    assert!(holds(good.clone()));
+    let mut banned = good.clone();
+    banned["banned"] = serde_json::json!(true);
+    assert!(!holds(banned));
+    let mut reader = good.clone();
+    reader["scope"] = serde_json::json!(["read"]);
+    assert!(!holds(reader));
+    let mut unverified = good;
+    unverified["verified"] = serde_json::json!("true");
+    assert!(!holds(unverified));
+    // Written back as read.
+    let dumped = serde_json::to_value(&parts[0]).unwrap();
+    assert_eq!(
+        dumped,
+        serde_json::json!({"metadata": {"filter": "jwt_authn", "path": ["corp", "scope"], "value": {"list_contains": {"exact": "write"}}}})
+    );
+    assert!(error("rules: { matchers: [{ name: x, action: allow, match: { metadata: { filter: istio_authn, path: [a], value: { exact: b } } } }] }").contains("only `jwt_authn`"));
+    assert!(error("rules: { matchers: [{ name: x, action: allow, match: { metadata: { filter: jwt_authn, path: [a], value: { exact: b, bool: true } } } }] }").contains("expected one of"));
 }

@@ -2,8 +2,9 @@
 //! filter's settings, in both of Envoy's forms: `rules` (policies of permissions and
 //! principals, Istio's) and `matcher` (a matcher list of `envoy.config.rbac.v3.Action`s,
 //! Envoy Gateway's). `matcher` is taken over `rules` when both are set, as Envoy does.
-//! What changes a decision and is not here is refused by name: metadata (JWT claims),
-//! filter state, CEL conditions, URI templates, audit loggers and per-rule stats.
+//! Metadata is read where the `jwt_authn` filter writes it (JWT claims); what changes a
+//! decision and is not here is refused by name: other filters' metadata, filter state, CEL
+//! conditions, URI templates, audit loggers and per-rule stats.
 
 use std::collections::BTreeMap;
 
@@ -26,8 +27,19 @@ use envoy_types::pb::xds::r#type::matcher::v3::matcher::matcher_list::predicate:
 };
 use envoy_types::pb::xds::r#type::matcher::v3::matcher::{MatcherType, OnMatch, on_match};
 
+use envoy_types::pb::envoy::extensions::matching::common_inputs::network::v3::{
+    DynamicMetadataInput, dynamic_metadata_input,
+};
+use envoy_types::pb::envoy::extensions::matching::input_matchers::metadata::v3::Metadata as MetadataInputMatcher;
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    MetadataMatcher, ValueMatcher, list_matcher, metadata_matcher, value_matcher,
+};
+
 use crate::envoy::unsupported;
-use super::{RawMatch, RawPolicy, RawRbac, RawRbacRules, RawRule, RbacAction};
+use super::{
+    RawMatch, RawMetadataMatch, RawPolicy, RawRbac, RawRbacRules, RawRule, RawMetadataValue,
+    RbacAction,
+};
 use crate::RawStringMatch;
 use crate::envoy::{ResourceError, decode, matchers};
 use crate::filters::RawPerRoute;
@@ -38,6 +50,8 @@ pub(crate) const PER_ROUTE: &str =
 const ACTION: &str = "type.googleapis.com/envoy.config.rbac.v3.Action";
 const HEADER_INPUT: &str = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput";
 const INPUTS: &str = "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.";
+const METADATA_MATCHER: &str =
+    "type.googleapis.com/envoy.extensions.matching.input_matchers.metadata.v3.Metadata";
 const IP_MATCHER: &str =
     "type.googleapis.com/envoy.extensions.matching.input_matchers.ip.v3.Ip";
 
@@ -140,7 +154,7 @@ fn deeper(at: &str, depth: usize) -> Result<usize, ResourceError> {
     Ok(depth + 1)
 }
 
-#[allow(deprecated)] // `metadata`: refused, whatever Envoy calls it
+#[allow(deprecated)] // `metadata`: read, whatever Envoy calls it
 fn permission_of(p: Permission, at: &str, depth: usize) -> Result<RawMatch, ResourceError> {
     use permission::Rule;
     let depth = deeper(at, depth)?;
@@ -174,9 +188,7 @@ fn permission_of(p: Permission, at: &str, depth: usize) -> Result<RawMatch, Reso
         Some(Rule::RequestedServerName(s)) => {
             RawMatch::RequestedServerName(string(s, &format!("{at}.requested_server_name"))?)
         }
-        Some(Rule::Metadata(_)) => {
-            return Err(unsupported(at, "metadata (no filter here writes dynamic metadata)"));
-        }
+        Some(Rule::Metadata(m)) => metadata_of(m, &format!("{at}.metadata"))?,
         Some(Rule::SourcedMetadata(_)) => return Err(unsupported(at, "sourced_metadata")),
         Some(Rule::Matcher(m)) => return Err(unsupported(at, format!("matcher `{}`", m.name))),
         Some(Rule::UriTemplate(_)) => return Err(unsupported(at, "uri_template")),
@@ -184,7 +196,7 @@ fn permission_of(p: Permission, at: &str, depth: usize) -> Result<RawMatch, Reso
     })
 }
 
-#[allow(deprecated)] // `source_ip` and `metadata`: read and refused as Envoy still sends them
+#[allow(deprecated)] // `source_ip` and `metadata`: read, as Envoy still sends them
 fn principal_of(p: Principal, at: &str, depth: usize) -> Result<RawMatch, ResourceError> {
     use principal::Identifier;
     let depth = deeper(at, depth)?;
@@ -210,12 +222,7 @@ fn principal_of(p: Principal, at: &str, depth: usize) -> Result<RawMatch, Resour
         Some(Identifier::NotId(inner)) => {
             RawMatch::Not(Box::new(principal_of(*inner, &format!("{at}.not_id"), depth)?))
         }
-        Some(Identifier::Metadata(_)) => {
-            return Err(unsupported(
-                at,
-                "metadata (JWT claims: no filter here writes dynamic metadata)",
-            ));
-        }
+        Some(Identifier::Metadata(m)) => metadata_of(m, &format!("{at}.metadata"))?,
         Some(Identifier::FilterState(_)) => return Err(unsupported(at, "filter_state")),
         Some(Identifier::SourcedMetadata(_)) => return Err(unsupported(at, "sourced_metadata")),
         Some(Identifier::Custom(c)) => return Err(unsupported(at, format!("custom `{}`", c.name))),
@@ -406,6 +413,67 @@ fn predicate_of(p: Predicate, at: &str, depth: usize) -> Result<RawMatch, Resour
     }
 }
 
+/// A `MetadataMatcher` (rules form): the filter's value at the path, matched.
+fn metadata_of(m: MetadataMatcher, at: &str) -> Result<RawMatch, ResourceError> {
+    let path = (m.path.into_iter())
+        .map(|segment| match segment.segment {
+            Some(metadata_matcher::path_segment::Segment::Key(key)) => key,
+            None => String::new(),
+        })
+        .collect();
+    Ok(RawMatch::Metadata(RawMetadataMatch {
+        filter: m.filter,
+        path,
+        value: value_of(m.value, &format!("{at}.value"), 0)?,
+        invert: m.invert,
+    }))
+}
+
+/// A `ValueMatcher`: a string, a boolean, presence, a list holding a match, or any of several.
+fn value_of(m: Option<ValueMatcher>, at: &str, depth: usize) -> Result<RawMetadataValue, ResourceError> {
+    use value_matcher::MatchPattern;
+    if depth > MAX_DEPTH {
+        return Err(ResourceError::invalid(at, "nested too deep"));
+    }
+    let pattern = m
+        .and_then(|m| m.match_pattern)
+        .ok_or_else(|| ResourceError::invalid(at, "expected a value match"))?;
+    Ok(match pattern {
+        MatchPattern::StringMatch(s) => {
+            let p = string(s, at)?;
+            RawMetadataValue {
+                exact: p.exact,
+                prefix: p.prefix,
+                suffix: p.suffix,
+                contains: p.contains,
+                regex: p.regex,
+                ..Default::default()
+            }
+        }
+        MatchPattern::BoolMatch(b) => RawMetadataValue { bool: Some(b), ..Default::default() },
+        MatchPattern::PresentMatch(p) => RawMetadataValue { present: Some(p), ..Default::default() },
+        MatchPattern::ListMatch(list) => {
+            let Some(list_matcher::MatchPattern::OneOf(inner)) = list.match_pattern else {
+                return Err(ResourceError::invalid(at, "expected a list match's one_of"));
+            };
+            RawMetadataValue {
+                list_contains: Some(Box::new(value_of(Some(*inner), &format!("{at}.one_of"), depth + 1)?)),
+                ..Default::default()
+            }
+        }
+        MatchPattern::OrMatch(or) => RawMetadataValue {
+            or: Some(
+                (or.value_matchers.into_iter().enumerate())
+                    .map(|(i, m)| value_of(Some(m), &format!("{at}.or_match[{i}]"), depth + 1))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ..Default::default()
+        },
+        MatchPattern::DoubleMatch(_) => return Err(unsupported(at, "double_match")),
+        MatchPattern::NullMatch(_) => return Err(unsupported(at, "null_match")),
+    })
+}
+
 /// One input and what its value must be: a request header by a string match; the client's,
 /// the peer's or the destination's address by an `Ip` matcher; the destination port or the
 /// server name by a string match.
@@ -462,6 +530,33 @@ fn single_of(single: SinglePredicate, at: &str) -> Result<RawMatch, ResourceErro
                 &value_at,
             )?;
             RawMatch::Header(raw)
+        }
+        (_, "DynamicMetadataInput") => {
+            let input: DynamicMetadataInput = decode(&input, &format!("{INPUTS}DynamicMetadataInput"), "a DynamicMetadataInput")?;
+            let custom_at = format!("{at}.custom_match");
+            let single_predicate::Matcher::CustomMatch(custom) = &matcher else {
+                return Err(unsupported(&value_at, "value_match on metadata (a Metadata custom_match only)"));
+            };
+            let any = custom.typed_config.as_ref().filter(|a| a.type_url == METADATA_MATCHER);
+            let Some(any) = any else {
+                return Err(unsupported(
+                    &custom_at,
+                    format!("custom_match `{}` on metadata (the Metadata matcher only)", custom.name),
+                ));
+            };
+            let m: MetadataInputMatcher = decode(any, METADATA_MATCHER, "a Metadata matcher")?;
+            let path = (input.path.into_iter())
+                .map(|segment| match segment.segment {
+                    Some(dynamic_metadata_input::path_segment::Segment::Key(key)) => key,
+                    None => String::new(),
+                })
+                .collect();
+            RawMatch::Metadata(RawMetadataMatch {
+                filter: input.filter,
+                path,
+                value: value_of(m.value, &format!("{custom_at}.value"), 0)?,
+                invert: m.invert,
+            })
         }
         (_, "SourceIPInput") => RawMatch::RemoteIp(nets(&matcher)?),
         (_, "DirectSourceIPInput") => RawMatch::DirectRemoteIp(nets(&matcher)?),
