@@ -24,12 +24,14 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde_json::{Map, Value};
 
-/// base64url, with or without padding, as tokens and keys are written in the wild.
+/// base64url, with or without padding and with any bits after the last byte, as tokens and
+/// keys are written in the wild (and as Envoy's decoder reads them).
 const BASE64URL: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::URL_SAFE,
     GeneralPurposeConfig::new()
         .with_encode_padding(false)
-        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
 );
 
 /// Why a token is not accepted; the text is Envoy's (the body of its 401).
