@@ -37,8 +37,8 @@ pub(crate) struct JwtAuthn(Box<Inner>);
 
 struct Inner {
     providers: Box<[Provider]>,
-    rules: Box<[(PathMatch, Option<Requirement>)]>,
-    named: BTreeMap<String, Requirement>,
+    rules: Box<[(PathMatch, Option<Compiled>)]>,
+    named: BTreeMap<String, Compiled>,
     /// Whose requirement applies, by route.
     select: PerRouteSettings<Select>,
     bypass_cors_preflight: bool,
@@ -65,6 +65,12 @@ enum Select {
     Rules,
     /// The one of `requirement_map` with this name.
     Named(String),
+}
+
+/// A requirement, and the providers whose tokens it reads (worked out once, not per request).
+struct Compiled {
+    requirement: Requirement,
+    reads: Box<[usize]>,
 }
 
 /// A requirement, its providers by index.
@@ -127,7 +133,15 @@ impl HttpFilter for JwtAuthn {
             })
             .collect();
         let names: Vec<&String> = config.providers.keys().collect();
-        let compile = |r: &JwtRequirement| requirement(r, &names);
+        let compile = |r: &JwtRequirement| {
+            let requirement = requirement(r, &names);
+            let mut reads = Vec::new();
+            requirement.providers(names.len(), &mut reads);
+            Compiled {
+                requirement,
+                reads: reads.into(),
+            }
+        };
         let listener = JwtRoute {
             requirement_name: String::new(),
         };
@@ -299,11 +313,9 @@ impl Inner {
     async fn check(
         &self,
         req: &mut Request<RequestBody>,
-        requirement: &Requirement,
+        Compiled { requirement, reads }: &Compiled,
     ) -> Result<bool, JwtError> {
         let count = self.providers.len();
-        let mut read = Vec::new();
-        requirement.providers(count, &mut read);
         let mut eval = Evaluation {
             providers: &self.providers,
             found: (0..count).map(|_| None).collect(),
@@ -315,7 +327,7 @@ impl Inner {
             metadata: RefCell::new(Vec::new()),
         };
         let mut waits = Vec::new();
-        for &i in &read {
+        for &i in reads.iter() {
             let provider = &self.providers[i];
             // What verified tokens set is the filter's to set: a client's own is dropped.
             let headers = req.headers_mut();

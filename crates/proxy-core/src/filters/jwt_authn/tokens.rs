@@ -1,7 +1,7 @@
 //! Where a provider's tokens are found in a request, and what a verified one leaves on it.
 
 use base64::Engine;
-use http::header::{AUTHORIZATION, COOKIE};
+use http::header::AUTHORIZATION;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use serde_json::Value;
 
@@ -82,40 +82,24 @@ fn from_header(headers: &HeaderMap, name: &HeaderName, prefix: &str, found: &mut
     }
 }
 
+/// The first value of the parameter, percent-decoded, as Envoy reads the query (as routes
+/// read it).
 fn from_query(uri: &Uri, name: &str, found: &mut Vec<Found>) {
-    let Some(query) = uri.query() else { return };
-    for pair in query.split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        // Names and values percent-decoded, as Envoy reads the query.
-        if decoded(key) == name {
-            found.push(Found {
-                token: decoded(value),
-                place: Place::Param(name.to_owned()),
-            });
-        }
+    if let Some(value) = crate::router::query_value(uri.query().unwrap_or(""), name) {
+        found.push(Found {
+            token: String::from_utf8_lossy(&value).into_owned(),
+            place: Place::Param(name.to_owned()),
+        });
     }
 }
 
-fn decoded(text: &str) -> String {
-    let text = text.replace('+', " ");
-    percent_encoding::percent_decode_str(&text)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
+/// The first cookie of the name, without quotes (as routes and hash policies read it).
 fn from_cookie(headers: &HeaderMap, name: &str, found: &mut Vec<Found>) {
-    for value in headers.get_all(COOKIE) {
-        let Ok(value) = value.to_str() else { continue };
-        for pair in value.split(';') {
-            if let Some((key, value)) = pair.trim().split_once('=')
-                && key == name
-            {
-                found.push(Found {
-                    token: value.trim_matches('"').to_owned(),
-                    place: Place::Cookie(name.to_owned()),
-                });
-            }
-        }
+    if let Some(value) = config::cookie_value(headers, name) {
+        found.push(Found {
+            token: String::from_utf8_lossy(value).into_owned(),
+            place: Place::Cookie(name.to_owned()),
+        });
     }
 }
 
@@ -228,7 +212,7 @@ mod tests {
         let mut found = Vec::new();
         from_query(&uri, "access_token", &mut found);
         let tokens: Vec<&str> = found.iter().map(|f| f.token.as_str()).collect();
-        assert_eq!(tokens, ["a.b.c", ""]);
+        assert_eq!(tokens, ["a.b.c"]);
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, HeaderValue::from_static("bearer a.b.c Bearer d.e.f"));
         let mut found = Vec::new();
