@@ -4,13 +4,33 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# tests/dashboard.rs drives the admin dashboard in headless Chromium (Debian's package).
-if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
-    echo "tests/run.sh: installing Chromium for tests/dashboard.rs" >&2
+# Debian's packages: Chromium (tests/dashboard.rs drives the admin dashboard headless) and
+# Redis (tests/global_rate_limit.rs runs Envoy's rate limit service on it).
+missing=()
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)
+command -v redis-server >/dev/null || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "tests/run.sh: installing ${missing[*]}" >&2
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# envoyproxy/ratelimit (a Go module, pinned) for tests/global_rate_limit.rs, built once into
+# target/tools. Without Go, or if it does not build, that test says so and skips.
+ratelimit_version=v1.4.1-0.20260122083618-3fb702589d36
+if [ -z "${RATELIMIT_BIN:-}" ] && command -v go >/dev/null; then
+    tools="$PWD/target/tools"
+    if [ ! -x "$tools/service_cmd" ]; then
+        echo "tests/run.sh: building envoyproxy/ratelimit $ratelimit_version" >&2
+        GOBIN="$tools" go install \
+            "github.com/envoyproxy/ratelimit/src/service_cmd@$ratelimit_version" ||
+            echo "tests/run.sh: envoyproxy/ratelimit did not build; its test will skip" >&2
+    fi
+    if [ -x "$tools/service_cmd" ]; then
+        export RATELIMIT_BIN="$tools/service_cmd"
+    fi
 fi
 
 exec cargo test --workspace "$@"

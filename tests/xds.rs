@@ -854,6 +854,162 @@ async fn jwt_authn_from_a_control_plane_fetches_keys_through_its_cluster() {
     assert!(keys.fetches.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 }
 
+/// Envoy Gateway's global rate limit: the `ratelimit` filter names the service by its cluster
+/// (which comes after the listener), and a route's `RateLimitPerRoute` gives the rules: a
+/// generic key and a header match. Requests the rules describe are counted by the service;
+/// others are not asked about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_rate_limit_from_a_control_plane_asks_the_service_of_its_cluster() {
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+    use envoy_types::pb::envoy::config::ratelimit::v3::RateLimitServiceConfig;
+    use envoy_types::pb::envoy::config::route::v3::rate_limit::{Action, action};
+    use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, RateLimit, header_matcher};
+    use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3::{
+        RateLimit as RateLimitFilter, RateLimitPerRoute,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+
+    let (one, _two) = upstreams().await;
+    let (service, asked) = common::ratelimit::counting_service(2).await;
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    serve_backend(&server, one.local_addr());
+    let filter = RateLimitFilter {
+        domain: "first-listener".into(),
+        // Envoy's 20 ms default is short for a debug build's first call, which connects.
+        timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+        enable_x_ratelimit_headers: 1,
+        disable_x_envoy_ratelimited_header: true,
+        rate_limit_service: Some(RateLimitServiceConfig {
+            grpc_service: Some(GrpcService {
+                target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                    grpc_service::EnvoyGrpc {
+                        cluster_name: "ratelimit_cluster".into(),
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            }),
+            transport_api_version: 2,
+        }),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![HttpFilter {
+            name: "envoy.filters.http.ratelimit".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(any(&filter))),
+            ..Default::default()
+        }],
+    );
+    server.set(type_url::LISTENER, vec![("web".into(), any(&l))]);
+    let action = |spec| Action {
+        action_specifier: Some(spec),
+    };
+    let rules = RateLimitPerRoute {
+        domain: "first-listener".into(),
+        rate_limits: vec![RateLimit {
+            actions: vec![
+                action(action::ActionSpecifier::GenericKey(action::GenericKey {
+                    descriptor_key: "first-route".into(),
+                    descriptor_value: "first-route".into(),
+                    ..Default::default()
+                })),
+                action(action::ActionSpecifier::HeaderValueMatch(
+                    action::HeaderValueMatch {
+                        descriptor_key: "rule-0-match-0".into(),
+                        descriptor_value: "rule-0-match-0".into(),
+                        expect_match: Some(envoy_types::pb::google::protobuf::BoolValue {
+                            value: true,
+                        }),
+                        headers: vec![HeaderMatcher {
+                            name: "x-user-id".into(),
+                            header_match_specifier: Some(
+                                header_matcher::HeaderMatchSpecifier::StringMatch(StringMatcher {
+                                    match_pattern: Some(string_matcher::MatchPattern::Exact(
+                                        "one".into(),
+                                    )),
+                                    ..Default::default()
+                                }),
+                            ),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    },
+                )),
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut limited = resources::forward("/", "backend");
+    limited
+        .typed_per_filter_config
+        .insert("envoy.filters.http.ratelimit".into(), any(&rules));
+    let table = resources::route_config("web-routes", vec![limited]);
+    server.set(
+        type_url::ROUTE,
+        vec![("web-routes".to_string(), any(&table))],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 1);
+    // The service's cluster after the listener: the listener waits for it.
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            named(eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            named(eds_cluster(
+                "ratelimit_cluster",
+                cluster::LbPolicy::RoundRobin,
+            )),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            assignment("backend", &[one.local_addr()]),
+            assignment("ratelimit_cluster", &[service]),
+        ],
+    );
+    let addr = listener_address(&proxy, "web").await;
+    let call = async |user: &str| {
+        let response = send_h1(addr, get("/", &[("x-user-id", user)])).await;
+        let remaining = (response.headers().get("x-ratelimit-remaining"))
+            .map(|v| v.to_str().unwrap().to_owned());
+        let marked = response.headers().contains_key("x-envoy-ratelimited");
+        (response.status().as_u16(), remaining, marked)
+    };
+    assert_eq!(call("one").await, (200, Some("1".into()), false));
+    assert_eq!(call("one").await, (200, Some("0".into()), false));
+    assert_eq!(
+        call("one").await,
+        (429, Some("0".into()), false),
+        "the header is disabled"
+    );
+    // The header does not match: the rule describes nothing, and the service is not asked.
+    assert_eq!(call("two").await, (200, None, false));
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3);
+    assert_eq!(
+        asked[0],
+        (
+            "first-listener".to_owned(),
+            vec![vec![
+                "first-route=first-route".to_owned(),
+                "rule-0-match-0=rule-0-match-0".to_owned()
+            ]]
+        )
+    );
+}
+
 /// Envoy Gateway's authorization: an RBAC filter without rules on the listener, and a route's
 /// `RBACPerRoute` in the matcher form (allow one header value, deny the rest). Enforced on
 /// that route only, and lifted live when the route's settings go.

@@ -6,6 +6,7 @@
 
 pub mod certs;
 pub mod jwks;
+pub mod ratelimit;
 pub mod xds;
 
 use std::convert::Infallible;

@@ -20,7 +20,7 @@ use http::Version;
 use crate::{AuthzError, CheckInput};
 
 /// gRPC's message framing: a compression flag and a 4-byte length.
-pub(crate) const FRAME_PREFIX: usize = 5;
+pub(crate) use grpc_channel::FRAME_PREFIX;
 
 const MAX_VARINT: usize = 10;
 /// Room for the frame prefix and the keys and lengths of the three messages around the HTTP

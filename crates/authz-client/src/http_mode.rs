@@ -12,7 +12,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
 use crate::decision::{Allowed, Decision, Denied, HeaderAction, HeaderMutation, is_protected};
-use crate::transport::{Backoff, connect};
+use grpc_channel::{Backoff, connect};
 
 use crate::retry::Failed;
 use crate::{AuthzError, CheckInput, Endpoint, HttpOptions};
@@ -59,7 +59,12 @@ impl HttpChannel {
                 None => break,
             }
         }
-        self.backoff.check(&self.endpoint)?;
+        self.backoff
+            .check()
+            .map_err(|retry_in| AuthzError::Backoff {
+                endpoint: self.endpoint.clone(),
+                retry_in,
+            })?;
         let connected = async {
             let stream = connect(&self.endpoint, self.tls.as_ref()).await?;
             hyper::client::conn::http1::handshake(TokioIo::new(stream))

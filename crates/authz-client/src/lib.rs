@@ -45,14 +45,12 @@
 //! # }
 //! ```
 
-mod batched_writes;
 mod check_encoding;
 mod check_message;
 mod decision;
 mod grpc;
 mod http_mode;
 mod retry;
-mod transport;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -70,21 +68,8 @@ pub mod fuzzing;
 /// Where the authorization service listens.
 pub use service_endpoint::Endpoint;
 
-/// TLS to the service (over TCP): the client config (its roots, its client certificate) and
-/// the name the service's certificate must carry. ALPN is set by the mode.
-#[derive(Clone)]
-pub struct Tls {
-    pub config: std::sync::Arc<rustls::ClientConfig>,
-    pub server_name: rustls::pki_types::ServerName<'static>,
-}
-
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls")
-            .field("server_name", &self.server_name)
-            .finish_non_exhaustive()
-    }
-}
+/// TLS to the service (over TCP); ALPN is set by the mode.
+pub use grpc_channel::Tls;
 
 /// HTTP mode's options.
 #[derive(Debug, Clone, Default)]
@@ -216,6 +201,20 @@ pub enum AuthzError {
     Status { code: tonic::Code, message: String },
     #[error("the authorization service reported an error ({status})")]
     ErrorResponse { status: http::StatusCode },
+}
+
+impl From<grpc_channel::ChannelError> for AuthzError {
+    fn from(error: grpc_channel::ChannelError) -> Self {
+        use grpc_channel::ChannelError;
+        match error {
+            ChannelError::Connect { endpoint, source } => AuthzError::Connect { endpoint, source },
+            ChannelError::Backoff { endpoint, retry_in } => {
+                AuthzError::Backoff { endpoint, retry_in }
+            }
+            ChannelError::Transport(message) => AuthzError::Transport(message),
+            ChannelError::Status { code, message } => AuthzError::Status { code, message },
+        }
+    }
 }
 
 impl AuthzError {

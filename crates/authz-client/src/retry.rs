@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
 
-use crate::transport::Backoff;
 use crate::{AuthzError, CheckRetry, TryFailure};
+use grpc_channel::Backoff;
 
 /// A try that got no answer, by what failed.
 pub(crate) enum Failed {

@@ -367,6 +367,25 @@ catalog! {
             "Requests the rbac filter's shadow rules would have denied (let through).",
         ),
     }
+    /// One worker's handles for one listener's global rate limit filter.
+    global_rate_limit -> GlobalRateLimitStats(listener) {
+        ok: counter = http_ratelimit_ok(
+            "http_ratelimit_ok",
+            "Requests the rate limit service let on (global_rate_limit).",
+        ),
+        over_limit: counter = http_ratelimit_over_limit(
+            "http_ratelimit_over_limit",
+            "Requests the rate limit service found over a limit (refused, 429 by default).",
+        ),
+        error: counter = http_ratelimit_error(
+            "http_ratelimit_error",
+            "Rate limit calls that failed: no connection, a timeout, a bad or UNKNOWN answer.",
+        ),
+        failure_mode_allowed: counter = http_ratelimit_failure_mode_allowed(
+            "http_ratelimit_failure_mode_allowed",
+            "Requests let on after a failed rate limit call (failure_mode_deny off).",
+        ),
+    }
     /// One worker's handles for one listener's basic authentication filter.
     basic_auth -> BasicAuthStats(listener) {
         allowed: counter = http_basic_auth_allowed(

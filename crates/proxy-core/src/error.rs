@@ -34,8 +34,10 @@ pub enum ResponseFlag {
     UpstreamOverflow,
     /// UAEX: the external authorization service denied the request, or failed to answer.
     UnauthorizedExternalService,
-    /// RL: a local rate limit refused the request.
+    /// RL: a rate limit (local or the rate limit service's) refused the request.
     RateLimited,
+    /// RLSE: the rate limit service failed to answer, and failures refuse requests.
+    RateLimitServiceError,
     /// OM: the overload manager shed the request.
     OverloadManager,
     /// FI: the fault filter answered in the upstream's place.
@@ -62,6 +64,7 @@ impl ResponseFlag {
             ResponseFlag::UpstreamOverflow => "UO",
             ResponseFlag::UnauthorizedExternalService => "UAEX",
             ResponseFlag::RateLimited => "RL",
+            ResponseFlag::RateLimitServiceError => "RLSE",
             ResponseFlag::OverloadManager => "OM",
             ResponseFlag::FaultInjected => "FI",
             ResponseFlag::FailedLocalHealthCheck => "LH",

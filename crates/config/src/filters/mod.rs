@@ -7,8 +7,11 @@
 //! [`RouteFilters`], and the checks of a chain and of a route's `filters:`. The module's name
 //! is the filter's name in the file.
 
+pub mod rate_limit_actions;
 pub mod reply;
 pub(crate) mod xds;
+
+pub use rate_limit_actions::*;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -282,6 +285,8 @@ http_filters! {
     JwtAuthn(jwt_authn::JwtAuthnConfig),
     /// A user and password of an htpasswd list (Envoy's `basic_auth`).
     BasicAuth(basic_auth::BasicAuthConfig),
+    /// Limits kept by a rate limit service for the whole fleet (Envoy's `ratelimit`).
+    GlobalRateLimit(global_rate_limit::GlobalRateLimitConfig),
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {

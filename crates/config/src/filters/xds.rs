@@ -12,14 +12,14 @@ use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 use super::{
     RawPerRoute, RawRouteFilters, basic_auth, buffer, compression, cors, csrf, custom_response,
-    ext_authz, fault, jwt_authn, local_rate_limit, rbac,
+    ext_authz, fault, global_rate_limit, jwt_authn, local_rate_limit, rbac,
 };
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 12] = [
+const NAMES: [(&str, &str); 13] = [
     ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.csrf", "csrf"),
@@ -32,6 +32,7 @@ const NAMES: [(&str, &str); 12] = [
     ("envoy.filters.http.basic_auth", "basic_auth"),
     ("envoy.filters.http.local_ratelimit", "local_rate_limit"),
     ("envoy.filters.http.rbac", "rbac"),
+    ("envoy.filters.http.ratelimit", "global_rate_limit"),
 ];
 
 /// Envoy Gateway names a second RBAC filter `envoy.filters.http.rbac.SUFFIX`: the filter
@@ -196,6 +197,9 @@ pub(crate) fn route_filters(
             basic_auth::xds::PER_ROUTE => {
                 level.basic_auth = Some(basic_auth::xds::per_route(&value, &at)?);
             }
+            global_rate_limit::xds::PER_ROUTE => {
+                level.global_rate_limit = Some(global_rate_limit::xds::per_route(&value, &at)?);
+            }
             _ if optional => {}
             other => {
                 return Err(ResourceError::Unsupported {
@@ -227,6 +231,7 @@ fn settings_kind(type_url: &str) -> Option<&'static str> {
         rbac::xds::PER_ROUTE => "rbac",
         jwt_authn::xds::PER_ROUTE => "jwt_authn",
         basic_auth::xds::PER_ROUTE => "basic_auth",
+        global_rate_limit::xds::PER_ROUTE => "global_rate_limit",
         _ => return None,
     })
 }

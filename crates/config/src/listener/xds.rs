@@ -27,6 +27,7 @@ use crate::filters::csrf::xds as csrf;
 use crate::filters::custom_response::xds as custom_response;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
 use crate::filters::fault::xds as fault;
+use crate::filters::global_rate_limit::xds::{self as global_rate_limit, XdsGlobalRateLimit};
 use crate::filters::grpc_web::xds as grpc_web;
 use crate::filters::header_mutation::xds as header_mutation;
 use crate::filters::health_check::xds as health_check;
@@ -148,6 +149,8 @@ struct XdsChainFilter {
 enum XdsHttpFilter {
     /// Its service's address is known once its cluster has a single host.
     ExtAuthz(XdsAuthz),
+    /// Likewise its rate limit service's.
+    GlobalRateLimit(XdsGlobalRateLimit),
     /// Settled as it came.
     Settled(RawHttpFilter),
 }
@@ -192,7 +195,7 @@ impl XdsListener {
         self.all_chains().flat_map(XdsChain::log_clusters)
     }
 
-    /// The clusters its authorization services are found in.
+    /// The clusters its services (authorization, rate limit) are found in.
     pub fn authz_clusters(&self) -> impl Iterator<Item = &str> {
         self.all_chains().flat_map(XdsChain::authz_clusters)
     }
@@ -279,10 +282,11 @@ impl XdsChain {
         self.logs.iter().filter_map(|l| l.cluster())
     }
 
-    /// The clusters its authorization services are found in.
+    /// The clusters its services (authorization, rate limit) are found in.
     fn authz_clusters(&self) -> impl Iterator<Item = &str> {
         self.filters.iter().filter_map(|f| match &f.filter {
             XdsHttpFilter::ExtAuthz(authz) => authz.cluster(),
+            XdsHttpFilter::GlobalRateLimit(limit) => limit.cluster(),
             XdsHttpFilter::Settled(_) => None,
         })
     }
@@ -316,6 +320,9 @@ impl XdsChain {
                 filter: match filter {
                     XdsHttpFilter::ExtAuthz(authz) => {
                         RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)
+                    }
+                    XdsHttpFilter::GlobalRateLimit(limit) => {
+                        RawHttpFilter::GlobalRateLimit(limit.section(single_hosts)?)
                     }
                     XdsHttpFilter::Settled(filter) => filter.clone(),
                 },
@@ -1148,6 +1155,9 @@ fn http_filters(
             Some(any) if any.type_url == ext_authz::TYPE_URL => {
                 XdsHttpFilter::ExtAuthz(XdsAuthz::decode(&any, &at)?)
             }
+            Some(any) if any.type_url == global_rate_limit::TYPE_URL => {
+                XdsHttpFilter::GlobalRateLimit(XdsGlobalRateLimit::decode(&any, &at)?)
+            }
             Some(any) if any.type_url == fault::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Fault(fault::settings(&any, &at)?))
             }
@@ -1219,7 +1229,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (basic_auth, buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, jwt_authn, local_ratelimit, rbac and the router only)",
+                        "HTTP filter `{}` (basic_auth, buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, jwt_authn, local_ratelimit, ratelimit, rbac and the router only)",
                         f.name
                     )],
                 });
@@ -1227,6 +1237,7 @@ fn http_filters(
         };
         let kind = match &filter {
             XdsHttpFilter::ExtAuthz(_) => "ext_authz",
+            XdsHttpFilter::GlobalRateLimit(_) => "global_rate_limit",
             XdsHttpFilter::Settled(raw) => raw.name(),
         };
         let mut name = crate::filters::xds::chain_name(&f.name, kind);

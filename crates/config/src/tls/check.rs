@@ -238,3 +238,22 @@ fn server_name(value: &str, path: &str) -> Result<ServerNameMatch, ConfigError> 
         ServerNameMatch::Exact(name)
     })
 }
+
+/// TLS to the service at `address`: a TCP address only.
+pub(crate) fn service_tls(
+    raw: Option<crate::tls::raw::RawClusterTls>,
+    address: &str,
+    path: &str,
+) -> Result<Option<crate::ClusterTlsConfig>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let at = format!("{path}.tls");
+    if address.starts_with("unix:") {
+        return Err(ConfigError::invalid(
+            at,
+            "TLS is for a TCP address, not a Unix socket",
+        ));
+    }
+    cluster_tls(raw, &at).map(Some)
+}

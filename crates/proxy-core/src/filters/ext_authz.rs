@@ -77,7 +77,7 @@ impl HttpFilter for ExtAuthz {
                 tls: Some(spec),
                 endpoint,
                 ..
-            } => Some(authz_tls(spec, endpoint)),
+            } => Some(crate::tls::grpc_service_tls(spec, endpoint, "ext_authz")),
             _ => None,
         }
     }
@@ -196,39 +196,6 @@ impl CheckRetry for Retry {
     }
 }
 
-/// TLS to the authorization service. The files were read when the config was loaded; if they
-/// cannot be read now, the client trusts no certificate: its checks fail, and the filter's
-/// failure mode answers (never a check in clear text).
-fn authz_tls(
-    spec: &config::ClusterTlsConfig,
-    endpoint: &authz_client::Endpoint,
-) -> authz_client::Tls {
-    let ip = match endpoint {
-        authz_client::Endpoint::Tcp(addr) => Some(addr.ip()),
-        authz_client::Endpoint::Unix(_) => None,
-    };
-    match crate::tls::service_tls(spec, ip) {
-        Ok((config, server_name)) => authz_client::Tls {
-            config,
-            server_name,
-        },
-        Err(error) => {
-            tracing::error!(%error, "ext_authz: cannot set up TLS to the service; its checks will fail");
-            let config =
-                rustls::ClientConfig::builder_with_provider(config::tls::material::provider())
-                    .with_safe_default_protocol_versions()
-                    .expect("the crypto provider supports TLS 1.2 and 1.3")
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth();
-            authz_client::Tls {
-                config: std::sync::Arc::new(config),
-                server_name: rustls::pki_types::ServerName::IpAddress(
-                    std::net::IpAddr::from([127, 0, 0, 1]).into(),
-                ),
-            }
-        }
-    }
-}
 
 /// A route's metadata in `namespaces`, as the `config.core.v3.Metadata` a check carries;
 /// `None` where it has none of them.

@@ -27,6 +27,7 @@
 
 mod body;
 mod per_route;
+mod rate_limit_actions;
 mod reply_rewrite;
 mod token_bucket;
 
@@ -251,6 +252,7 @@ filters! {
     Rbac(rbac::Rbac),
     JwtAuthn(jwt_authn::JwtAuthn),
     BasicAuth(basic_auth::BasicAuth),
+    GlobalRateLimit(global_rate_limit::GlobalRateLimit),
 }
 
 /// One filter's state per exchange, per type: the first two filters' inline (a chain with

@@ -206,3 +206,38 @@ pub(crate) fn system_roots() -> rustls::RootCertStore {
 /// An upstream connection: cleartext, or TLS (boxed: the TLS state is large and most upstream
 /// connections are cleartext).
 pub(crate) type UpstreamIo = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+
+/// TLS to a filter's gRPC service (authorization, rate limit). The files were read when the
+/// config was loaded; if they cannot be read now, the client trusts no certificate: its calls
+/// fail, and the filter's failure mode answers (never a call in clear text).
+pub(crate) fn grpc_service_tls(
+    spec: &config::ClusterTlsConfig,
+    endpoint: &grpc_channel::Endpoint,
+    filter: &str,
+) -> grpc_channel::Tls {
+    let ip = match endpoint {
+        grpc_channel::Endpoint::Tcp(addr) => Some(addr.ip()),
+        grpc_channel::Endpoint::Unix(_) => None,
+    };
+    match crate::tls::service_tls(spec, ip) {
+        Ok((config, server_name)) => grpc_channel::Tls {
+            config,
+            server_name,
+        },
+        Err(error) => {
+            tracing::error!(%error, filter, "cannot set up TLS to the service; its calls will fail");
+            let config =
+                rustls::ClientConfig::builder_with_provider(config::tls::material::provider())
+                    .with_safe_default_protocol_versions()
+                    .expect("the crypto provider supports TLS 1.2 and 1.3")
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth();
+            grpc_channel::Tls {
+                config: std::sync::Arc::new(config),
+                server_name: rustls::pki_types::ServerName::IpAddress(
+                    std::net::IpAddr::from([127, 0, 0, 1]).into(),
+                ),
+            }
+        }
+    }
+}

@@ -12,7 +12,8 @@ use std::sync::Arc;
 pub use config::tls::material::TlsError;
 
 pub(crate) use client::{
-    UpstreamIo, UpstreamTls, UpstreamTransports, collector_tls, service_tls, system_roots,
+    UpstreamIo, UpstreamTls, UpstreamTransports, collector_tls, grpc_service_tls, service_tls,
+    system_roots,
 };
 pub(crate) use server::{Handshake, ServerTls, TlsListeners};
 

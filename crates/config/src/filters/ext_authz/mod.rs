@@ -248,25 +248,6 @@ pub struct RawRouteAuthzSettings {
     pub context_extensions: std::collections::BTreeMap<String, String>,
 }
 
-/// TLS to the service at `address`: a TCP address only.
-fn service_tls(
-    raw: Option<crate::tls::raw::RawClusterTls>,
-    address: &str,
-    path: &str,
-) -> Result<Option<crate::ClusterTlsConfig>, ConfigError> {
-    let Some(raw) = raw else {
-        return Ok(None);
-    };
-    let at = format!("{path}.tls");
-    if address.starts_with("unix:") {
-        return Err(ConfigError::invalid(
-            at,
-            "TLS is for a TCP address, not a Unix socket",
-        ));
-    }
-    crate::tls::check::cluster_tls(raw, &at).map(Some)
-}
-
 /// A gRPC check's `allowed_headers`: header names, or the pseudo-headers it carries.
 fn grpc_header_names(names: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
     names
@@ -293,7 +274,7 @@ pub(super) fn listener_authz(
 ) -> Result<ExtAuthzConfig, ConfigError> {
     let service = match (raw.grpc, raw.http) {
         (Some(grpc), None) => AuthzService::Grpc {
-            tls: service_tls(grpc.tls, &grpc.address, &format!("{path}.grpc"))?,
+            tls: crate::tls::check::service_tls(grpc.tls, &grpc.address, &format!("{path}.grpc"))?,
             endpoint: crate::values::service_endpoint(
                 &grpc.address,
                 &format!("{path}.grpc.address"),
@@ -337,7 +318,7 @@ pub(super) fn listener_authz(
             AuthzService::Http {
                 path_override,
                 retry_policy,
-                tls: service_tls(http.tls, &http.address, &format!("{path}.http"))?,
+                tls: crate::tls::check::service_tls(http.tls, &http.address, &format!("{path}.http"))?,
                 endpoint: crate::values::service_endpoint(
                     &http.address,
                     &format!("{path}.http.address"),

@@ -1,7 +1,7 @@
 //! The `local_rate_limit` filter (Envoy's local rate limit): a request takes a token from its
 //! buckets, or gets `status` (429) with `x-ratelimit-*` and `retry-after` headers. A bucket per
 //! listener or per route, shared by the workers or one per worker, and optionally one per
-//! client IP or header value; and buckets for the requests its descriptors name (`describe`
+//! client IP or header value; and buckets for the requests its descriptors name (`rate_limit_actions`
 //! says how a request is described), taken from slowest first, as Envoy does.
 
 use std::net::IpAddr;
@@ -12,9 +12,8 @@ use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Request};
 use tokio::time::Instant;
 
-mod describe;
 
-use describe::Described;
+use super::rate_limit_actions::Described;
 
 use super::headers::Mutations;
 use super::token_bucket::{KeyedBuckets, Taken, TokenBucket};

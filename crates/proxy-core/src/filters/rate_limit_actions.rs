@@ -1,4 +1,4 @@
-//! How a request is described for a local rate limit's descriptors (Envoy's rate limit
+//! How a request is described for rate limits, local and global (Envoy's rate limit
 //! actions): each rule's actions, in order, make one list of key/value entries, or none when
 //! an action does not apply.
 
@@ -8,23 +8,23 @@ use std::net::IpAddr;
 use http::Request;
 use ipnet::IpNet;
 
-use super::super::Exchange;
+use super::Exchange;
 use crate::context::RequestBody;
 use crate::router::query_value;
 use config::{RateLimitAction, RateLimitRule, RequestField, RequestHeaderMatch, ValuePart};
 
 /// One request's entries: `(key, value)` in the rule's order.
-pub(super) type Entries = Vec<(String, String)>;
+pub(crate) type Entries = Vec<(String, String)>;
 
 /// What the actions read of a request.
-pub(super) struct Described<'a> {
-    pub(super) req: &'a Request<RequestBody>,
-    pub(super) exchange: &'a Exchange<'a>,
+pub(crate) struct Described<'a> {
+    pub(crate) req: &'a Request<RequestBody>,
+    pub(crate) exchange: &'a Exchange<'a>,
 }
 
 impl Described<'_> {
     /// The rule's list for this request; `None` when one of its actions does not apply.
-    pub(super) fn entries(&self, rule: &RateLimitRule) -> Option<Entries> {
+    pub(crate) fn entries(&self, rule: &RateLimitRule) -> Option<Entries> {
         let mut entries = Vec::with_capacity(rule.actions.len());
         for action in &rule.actions {
             match action {
@@ -47,10 +47,13 @@ impl Described<'_> {
                     query_parameters,
                 } => {
                     let query = self.req.uri().query().unwrap_or("");
-                    let matched = query_parameters.iter().all(|q| match query_value(query, &q.name) {
-                        None => false,
-                        Some(value) => q.value.as_ref().is_none_or(|v| v.matches(&value)),
-                    });
+                    let matched =
+                        query_parameters
+                            .iter()
+                            .all(|q| match query_value(query, &q.name) {
+                                None => false,
+                                Some(value) => q.value.as_ref().is_none_or(|v| v.matches(&value)),
+                            });
                     if matched != *expect_match {
                         return None;
                     }
@@ -145,10 +148,16 @@ impl Described<'_> {
 
     fn header_matches(&self, m: &RequestHeaderMatch) -> bool {
         match &m.name {
-            RequestField::Header(name) => m
+            RequestField::Header(name) => m.value.matches_values(
+                self.req
+                    .headers()
+                    .get_all(name)
+                    .iter()
+                    .map(|v| v.as_bytes()),
+            ),
+            pseudo => m
                 .value
-                .matches_values(self.req.headers().get_all(name).iter().map(|v| v.as_bytes())),
-            pseudo => m.value.matches_values(self.field(pseudo).as_deref().into_iter()),
+                .matches_values(self.field(pseudo).as_deref().into_iter()),
         }
     }
 }

@@ -8,17 +8,17 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
-use crate::{AuthzError, Endpoint, Tls};
+use crate::{Endpoint, Tls};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A connection to the service: TCP, a Unix socket, or TLS over TCP.
-pub(crate) type Stream =
+pub type Stream =
     Either<Either<TcpStream, UnixStream>, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 /// Connects to `endpoint`, with TLS when `tls` is given (TCP only: checked at load).
-pub(crate) async fn connect(endpoint: &Endpoint, tls: Option<&Tls>) -> io::Result<Stream> {
+pub async fn connect(endpoint: &Endpoint, tls: Option<&Tls>) -> io::Result<Stream> {
     match (endpoint, tls) {
         (Endpoint::Tcp(addr), tls) => {
             let stream = TcpStream::connect(addr).await?;
@@ -46,38 +46,35 @@ pub(crate) async fn connect(endpoint: &Endpoint, tls: Option<&Tls>) -> io::Resul
 /// After a failed connect, further attempts wait (25 ms doubling to 1 s): while the service is
 /// down, checks fail at once instead of each paying a connect attempt.
 #[derive(Default)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     state: Mutex<Option<(Instant, Duration)>>,
 }
 
 impl Backoff {
-    /// `Err` while the last failure's wait has not passed.
-    pub(crate) fn check(&self, endpoint: &Endpoint) -> Result<(), AuthzError> {
+    /// `Err` with the time left while the last failure's wait has not passed.
+    pub fn check(&self) -> Result<(), Duration> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match *state {
-            Some((until, _)) if Instant::now() < until => Err(AuthzError::Backoff {
-                endpoint: endpoint.clone(),
-                retry_in: until - Instant::now(),
-            }),
+            Some((until, _)) if Instant::now() < until => Err(until - Instant::now()),
             _ => Ok(()),
         }
     }
 
     /// How long until the next connect attempt may be made.
-    pub(crate) fn remaining(&self) -> Duration {
+    pub fn remaining(&self) -> Duration {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.map_or(Duration::ZERO, |(until, _)| {
             until.saturating_duration_since(Instant::now())
         })
     }
 
-    pub(crate) fn failed(&self) {
+    pub fn failed(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let delay = state.map_or(FIRST_BACKOFF, |(_, d)| (d * 2).min(MAX_BACKOFF));
         *state = Some((Instant::now() + delay, delay));
     }
 
-    pub(crate) fn succeeded(&self) {
+    pub fn succeeded(&self) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }

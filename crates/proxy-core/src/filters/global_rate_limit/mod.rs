@@ -1,0 +1,297 @@
+//! The `global_rate_limit` filter (Envoy's `ratelimit`): a request is described by its
+//! route's rules (`rate_limit_actions`), the descriptors go to the rate limit service, and its
+//! answer decides. Over a limit: `rate_limited_status` (429) with the service's headers and
+//! body, `x-envoy-ratelimited` and, when enabled, `x-ratelimit-*`. A failed call lets the
+//! request on, or with `failure_mode_deny` answers `status_on_error`. One client per worker
+//! and filter, so one connection to the service per worker, as for ext_authz.
+
+mod client;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue as PbHeader;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, rate_limit::Unit,
+};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
+
+use super::rate_limit_actions::Described;
+use super::{
+    BodyFilter, BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings,
+    ResponseCtx, ResponseHead,
+};
+use crate::catalog::GlobalRateLimitStats;
+use crate::context::{ConnCtx, RequestBody};
+use crate::error::{ProxyError, ResponseFlag};
+use crate::throttle::LogThrottle;
+use client::{Descriptor, RateLimitClient};
+use config::{GlobalRateLimitConfig, RouteRateLimits};
+
+static X_ENVOY_RATELIMITED: HeaderName = HeaderName::from_static("x-envoy-ratelimited");
+static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The filter on one worker. Boxed: its client state is large, and the chain's other filters
+/// are a few words.
+pub(crate) struct GlobalRateLimit(Box<Inner>);
+
+struct Inner {
+    client: RateLimitClient,
+    config: GlobalRateLimitConfig,
+    /// The rules and domain by route: the listener's, or a host's or route's own.
+    settings: PerRouteSettings<RouteRateLimits>,
+    stats: GlobalRateLimitStats,
+    /// Failed calls, logged at most once a second: a dead service must not flood the log.
+    errors: LogThrottle,
+}
+
+/// The headers the service gave for the response, kept from the request phase.
+pub(crate) type State = Option<Box<HeaderMap>>;
+
+impl HttpFilter for GlobalRateLimit {
+    type Config = GlobalRateLimitConfig;
+    /// TLS to the service, its files read once per generation rather than by each worker.
+    type Shared = grpc_channel::Tls;
+    type State = State;
+
+    fn shared(
+        config: &GlobalRateLimitConfig,
+        _: &config::ListenerConfig,
+        _: &str,
+    ) -> Option<grpc_channel::Tls> {
+        let spec = config.service.tls.as_ref()?;
+        Some(crate::tls::grpc_service_tls(spec, &config.service.address, "global_rate_limit"))
+    }
+
+    fn new(config: &GlobalRateLimitConfig, tls: Option<&grpc_channel::Tls>, ctx: &BuildCtx<'_>) -> Self {
+        let listener = RouteRateLimits {
+            domain: None,
+            rate_limits: config.rate_limits.clone(),
+        };
+        GlobalRateLimit(Box::new(Inner {
+            client: RateLimitClient::new(
+                config.service.address.clone(),
+                config.service.authority.as_deref(),
+                tls.cloned(),
+                config.timeout,
+            ),
+            config: config.clone(),
+            settings: PerRouteSettings::new(&listener, ctx.table, ctx.filter, |f| &f.global_rate_limit, Clone::clone),
+            stats: ctx.catalog.global_rate_limit(ctx.shard, &ctx.listener.name),
+            errors: LogThrottle::default(),
+        }))
+    }
+
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut State,
+    ) -> Result<HeadersFlow, ProxyError> {
+        let inner = &*self.0;
+        let Some(level) = inner.settings.get(exchange) else {
+            return Ok(HeadersFlow::Flow(Flow::Continue));
+        };
+        let described = Described { req, exchange };
+        let descriptors: Vec<Descriptor> = level
+            .rate_limits
+            .iter()
+            .filter_map(|rule| {
+                let entries = described.entries(&rule.rule)?;
+                // A rule whose actions all skipped describes nothing (Envoy sends none).
+                (!entries.is_empty()).then_some(Descriptor {
+                    entries,
+                    hits_addend: rule.hits_addend,
+                })
+            })
+            .collect();
+        if descriptors.is_empty() {
+            return Ok(HeadersFlow::Flow(Flow::Continue));
+        }
+        let domain = level.domain.as_deref().unwrap_or(&inner.config.domain);
+        // Boxed: the call's future is large, and only this filter needs it.
+        let answer = Box::pin(inner.client.should_rate_limit(domain, descriptors)).await;
+        Ok(HeadersFlow::Flow(inner.decide(answer, req, exchange.conn, state)))
+    }
+
+    fn on_response_headers(
+        &self,
+        head: &mut ResponseHead<'_>,
+        _: &ResponseCtx<'_>,
+        state: &mut State,
+    ) -> Option<BodyFilter> {
+        if let Some(headers) = state.take() {
+            for (name, value) in headers.iter() {
+                head.headers.append(name.clone(), value.clone());
+            }
+        }
+        None
+    }
+}
+
+impl Inner {
+    fn decide(
+        &self,
+        answer: Result<RateLimitResponse, client::CallError>,
+        req: &mut Request<RequestBody>,
+        conn: &ConnCtx,
+        state: &mut State,
+    ) -> Flow {
+        let answer = match answer {
+            Ok(answer) if answer.overall_code() != Code::Unknown => answer,
+            failed => {
+                self.stats.error.inc();
+                self.log_error(failed.err(), conn);
+                if !self.config.failure_mode_deny {
+                    self.stats.failure_mode_allowed.inc();
+                    return Flow::Continue;
+                }
+                let mut reply = LocalReply::new(status(self.config.status_on_error), Bytes::new());
+                reply.flag = Some(ResponseFlag::RateLimitServiceError);
+                return Flow::Respond(Box::new(reply));
+            }
+        };
+        let mut response_headers = HeaderMap::new();
+        append(&mut response_headers, &answer.response_headers_to_add);
+        if self.config.x_ratelimit_headers {
+            x_ratelimit_headers(&answer.statuses, &mut response_headers);
+        }
+        if answer.overall_code() == Code::OverLimit {
+            self.stats.over_limit.inc();
+            let mut reply = LocalReply::new(status(self.config.rate_limited_status), Bytes::from(answer.raw_body));
+            reply.headers = response_headers;
+            if self.config.x_envoy_ratelimited_header {
+                reply.headers.insert(X_ENVOY_RATELIMITED.clone(), HeaderValue::from_static("true"));
+            }
+            reply.flag = Some(ResponseFlag::RateLimited);
+            return Flow::Respond(Box::new(reply));
+        }
+        self.stats.ok.inc();
+        append(req.headers_mut(), &answer.request_headers_to_add);
+        if !response_headers.is_empty() {
+            *state = Some(Box::new(response_headers));
+        }
+        Flow::Continue
+    }
+
+    /// One warning a second at most, with the count since the last.
+    fn log_error(&self, error: Option<client::CallError>, conn: &ConnCtx) {
+        if let Some(failed) = self.errors.hit() {
+            let error = error.map_or_else(|| "the service answered UNKNOWN".to_owned(), |e| e.to_string());
+            tracing::warn!(
+                listener = %conn.listener.name,
+                failed,
+                failure_mode_deny = self.config.failure_mode_deny,
+                %error,
+                "rate limit call failed"
+            );
+        }
+    }
+}
+
+/// A status checked at load.
+fn status(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The service's headers, appended; one that is not a valid header is left out.
+fn append(headers: &mut HeaderMap, from: &[PbHeader]) {
+    for header in from {
+        let value = if header.raw_value.is_empty() {
+            HeaderValue::from_str(&header.value)
+        } else {
+            HeaderValue::from_bytes(&header.raw_value)
+        };
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(header.key.as_bytes()), value) {
+            headers.append(name, value);
+        }
+    }
+}
+
+/// `x-ratelimit-limit`, `-remaining` and `-reset` (the IETF draft's version 03), as Envoy
+/// writes them: the descriptor with the fewest requests left gives the remaining count and the
+/// reset, and every limit with its window is listed after its own count.
+fn x_ratelimit_headers(statuses: &[DescriptorStatus], headers: &mut HeaderMap) {
+    let Some(closest) = statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| s.limit_remaining)
+    else {
+        return;
+    };
+    let Some(limit) = &closest.current_limit else {
+        return;
+    };
+    let mut text = limit.requests_per_unit.to_string();
+    for status in statuses {
+        let Some(limit) = &status.current_limit else {
+            continue;
+        };
+        let window = match limit.unit() {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3600,
+            Unit::Day => 86_400,
+            Unit::Week => 604_800,
+            Unit::Month => 2_592_000,
+            Unit::Year => 31_536_000,
+            Unit::Unknown => continue,
+        };
+        text.push_str(&format!(", {};w={window}", limit.requests_per_unit));
+        if !limit.name.is_empty() {
+            text.push_str(&format!(";name=\"{}\"", limit.name));
+        }
+    }
+    let reset = closest.duration_until_reset.as_ref().map_or(0, |d| d.seconds.max(0));
+    for (name, value) in [
+        (&X_RATELIMIT_LIMIT, HeaderValue::from_str(&text)),
+        (&X_RATELIMIT_REMAINING, Ok(HeaderValue::from(closest.limit_remaining))),
+        (&X_RATELIMIT_RESET, Ok(HeaderValue::from(reset))),
+    ] {
+        if let Ok(value) = value {
+            headers.insert(name.clone(), value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::RateLimit as Limit;
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+
+    fn status(per_unit: u32, unit: Unit, remaining: u32, reset: i64, name: &str) -> DescriptorStatus {
+        DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(Limit {
+                name: name.into(),
+                requests_per_unit: per_unit,
+                unit: unit as i32,
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: Some(PbDuration { seconds: reset, nanos: 0 }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn x_ratelimit_headers_name_the_closest_limit_and_list_every_window() {
+        let mut headers = HeaderMap::new();
+        x_ratelimit_headers(
+            &[
+                status(100, Unit::Minute, 40, 30, ""),
+                DescriptorStatus::default(),
+                status(10, Unit::Second, 3, 1, "per-user"),
+            ],
+            &mut headers,
+        );
+        assert_eq!(headers["x-ratelimit-limit"], "10, 100;w=60, 10;w=1;name=\"per-user\"");
+        assert_eq!(headers["x-ratelimit-remaining"], "3");
+        assert_eq!(headers["x-ratelimit-reset"], "1");
+        // No status with a limit: no headers.
+        let mut none = HeaderMap::new();
+        x_ratelimit_headers(&[DescriptorStatus::default()], &mut none);
+        assert!(none.is_empty());
+    }
+}

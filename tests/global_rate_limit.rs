@@ -1,0 +1,234 @@
+//! The `global_rate_limit` filter on the real binary: limits kept by a rate limit service and
+//! shared by two proxies, the service's answer headers, rules by route, and a service that
+//! is down (fail open, or closed as configured). The real envoyproxy/ratelimit on Redis where
+//! both are installed; a small service written in the test covers the protocol everywhere.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::ratelimit::{counting_service, real_service};
+use common::*;
+
+fn config(filter: &str, upstream: SocketAddr) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http_filters:
+      - global_rate_limit:
+{filter}
+    routes:
+      - match: {{ prefix: /users }}
+        cluster: backend
+        filters:
+          global_rate_limit:
+            domain: people
+            rate_limits:
+              - actions: [{{ request_headers: {{ header_name: x-user, descriptor_key: user }} }}]
+      - match: {{ prefix: /free }}
+        cluster: backend
+        filters: {{ global_rate_limit: disabled }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#
+    )
+}
+
+async fn upstream() -> testbed::NoopHandle {
+    testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// A GET's status and the named response headers (empty when absent), and its body.
+async fn call(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    names: &[&str],
+) -> (u16, Vec<String>, String) {
+    let response = send_h1(addr, get(path, headers)).await;
+    let status = response.status().as_u16();
+    let values = (names.iter())
+        .map(|n| {
+            (response.headers().get(*n)).map_or(String::new(), |v| v.to_str().unwrap().to_owned())
+        })
+        .collect();
+    (status, values, text(response.into_body()).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_share_the_limit_the_service_keeps() {
+    let upstream = upstream().await;
+    let (service, asked) = counting_service(5).await;
+    let filter = format!(
+        r#"          service: {{ address: "{service}" }}
+          domain: edge
+          timeout: 5s
+          x_ratelimit_headers: true
+          rate_limits:
+            - actions: [{{ generic_key: {{ descriptor_value: everyone }} }}]
+"#
+    );
+    let yaml = config(&filter, upstream.local_addr());
+    let first = Proxy::start(&yaml, 2);
+    let second = Proxy::start(&yaml, 1);
+    let names = [
+        "x-envoy-ratelimited",
+        "x-test-rls",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ];
+    let mut allowed = 0;
+    let mut refused = 0;
+    for i in 0..12 {
+        let proxy = if i % 2 == 0 { &first } else { &second };
+        let (status, headers, body) = call(proxy.addr(), "/", &[], &names).await;
+        match status {
+            200 => {
+                allowed += 1;
+                assert_eq!(headers[0], "", "an allowed request is not marked");
+                assert_eq!(
+                    headers[1], "counted",
+                    "the service's response headers are added"
+                );
+                assert_eq!(headers[2], "5, 5;w=60");
+                assert_eq!(headers[3], (5 - allowed).to_string());
+            }
+            429 => {
+                refused += 1;
+                assert_eq!(headers[0], "true");
+                assert_eq!(headers[1], "counted");
+                assert_eq!((headers[3].as_str(), headers[4].as_str()), ("0", "60"));
+                assert_eq!(body, "slow down", "the service's body");
+            }
+            other => panic!("unexpected status {other}: {body}"),
+        }
+    }
+    // Five across both proxies, as the one count in the service says.
+    assert_eq!((allowed, refused), (5, 7));
+    let admin = first.admin.unwrap();
+    let second_admin = second.admin.unwrap();
+    assert_eq!(
+        stat(admin, "http_ratelimit_ok") + stat(second_admin, "http_ratelimit_ok"),
+        5
+    );
+    assert_eq!(
+        stat(admin, "http_ratelimit_over_limit") + stat(second_admin, "http_ratelimit_over_limit"),
+        7
+    );
+    assert!(
+        asked
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(domain, lists)| domain == "edge"
+                && *lists == [vec!["generic_key=everyone".to_owned()]])
+    );
+
+    // A route's own domain and rules: a descriptor per user; without the header its rule
+    // makes none, so nothing is asked and the request goes on.
+    asked.lock().unwrap().clear();
+    for _ in 0..5 {
+        assert_eq!(
+            call(first.addr(), "/users/1", &[("x-user", "ann")], &[])
+                .await
+                .0,
+            200
+        );
+    }
+    assert_eq!(
+        call(first.addr(), "/users/1", &[("x-user", "ann")], &[])
+            .await
+            .0,
+        429
+    );
+    assert_eq!(
+        call(first.addr(), "/users/1", &[("x-user", "bob")], &[])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(call(first.addr(), "/users/1", &[], &[]).await.0, 200);
+    // A route with the filter off is never asked.
+    assert_eq!(call(first.addr(), "/free", &[], &[]).await.0, 200);
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 7, "{asked:?}");
+    assert_eq!(
+        asked[6],
+        ("people".to_owned(), vec![vec!["user=bob".to_owned()]])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_is_down_fails_open_or_closed_as_configured() {
+    let upstream = upstream().await;
+    let down = closed_port();
+    let filter = |deny: bool| {
+        format!(
+            r#"          service: {{ address: "{}" }}
+          domain: edge
+          failure_mode_deny: {deny}
+          status_on_error: 503
+          rate_limits:
+            - actions: [{{ remote_address: {{}} }}]
+"#,
+            down.addr
+        )
+    };
+    let open = Proxy::start(&config(&filter(false), upstream.local_addr()), 1);
+    for _ in 0..3 {
+        assert_eq!(call(open.addr(), "/", &[], &[]).await.0, 200);
+    }
+    let admin = open.admin.unwrap();
+    assert_eq!(stat(admin, "http_ratelimit_error"), 3);
+    assert_eq!(stat(admin, "http_ratelimit_failure_mode_allowed"), 3);
+    let closed = Proxy::start(&config(&filter(true), upstream.local_addr()), 1);
+    assert_eq!(call(closed.addr(), "/", &[], &[]).await.0, 503);
+    assert_eq!(
+        stat(closed.admin.unwrap(), "http_ratelimit_failure_mode_allowed"),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_share_a_limit_in_envoys_rate_limit_service_on_redis() {
+    let service = match real_service(
+        "domain: edge\ndescriptors:\n  - key: generic_key\n    value: everyone\n    rate_limit: { unit: hour, requests_per_unit: 4 }\n",
+    ) {
+        Ok(service) => service,
+        Err(missing) => {
+            eprintln!("SKIPPED: the real rate limit service cannot run here: {missing}");
+            return;
+        }
+    };
+    let upstream = upstream().await;
+    let filter = format!(
+        r#"          service: {{ address: "{}" }}
+          domain: edge
+          timeout: 5s
+          failure_mode_deny: true
+          rate_limits:
+            - actions: [{{ generic_key: {{ descriptor_value: everyone }} }}]
+"#,
+        service.grpc
+    );
+    let yaml = config(&filter, upstream.local_addr());
+    let first = Proxy::start(&yaml, 1);
+    let second = Proxy::start(&yaml, 1);
+    let mut statuses = Vec::new();
+    for i in 0..10 {
+        let proxy = if i % 2 == 0 { &first } else { &second };
+        statuses.push(call(proxy.addr(), "/", &[], &[]).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429, 429, 429, 429, 429]);
+}
