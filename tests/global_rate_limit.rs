@@ -232,3 +232,93 @@ async fn two_proxies_share_a_limit_in_envoys_rate_limit_service_on_redis() {
     }
     assert_eq!(statuses, [200, 200, 200, 200, 429, 429, 429, 429, 429, 429]);
 }
+
+/// The route table's own `rate_limits` (Envoy's `VirtualHost.rate_limits` and
+/// `RouteAction.rate_limits`, Contour's form): a route's own replace its host's unless it
+/// includes them, rules of another stage are another filter's, and a route's filter settings
+/// can ignore the host's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_route_tables_own_rules_apply_by_envoys_precedence() {
+    let upstream = upstream().await;
+    let (service, asked) = counting_service(100).await;
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http_filters:
+      - global_rate_limit:
+          service: {{ address: "{service}" }}
+          domain: contour
+          timeout: 5s
+    virtual_hosts:
+      - name: site
+        domains: ["*"]
+        rate_limits:
+          - actions: [{{ generic_key: {{ descriptor_value: host }} }}]
+        routes:
+          - match: {{ prefix: /own }}
+            cluster: backend
+            rate_limits:
+              - actions: [{{ generic_key: {{ descriptor_value: route }} }}]
+              - actions: [{{ generic_key: {{ descriptor_value: later }} }}]
+                stage: 1
+          - match: {{ prefix: /both }}
+            cluster: backend
+            include_vh_rate_limits: true
+            rate_limits:
+              - actions: [{{ generic_key: {{ descriptor_value: route }} }}]
+          - match: {{ prefix: /alone }}
+            cluster: backend
+            filters: {{ global_rate_limit: {{ vh_rate_limits: ignore }} }}
+          - match: {{ prefix: /given }}
+            cluster: backend
+            rate_limits:
+              - actions: [{{ generic_key: {{ descriptor_value: route }} }}]
+            filters:
+              global_rate_limit:
+                domain: policy
+                rate_limits:
+                  - actions: [{{ generic_key: {{ descriptor_value: given }} }}]
+          - match: {{ prefix: / }}
+            cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{}]
+"#,
+        upstream.local_addr()
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let asked_for = async |path: &str| {
+        asked.lock().unwrap().clear();
+        assert_eq!(call(proxy.addr(), path, &[], &[]).await.0, 200, "{path}");
+        let asked = asked.lock().unwrap().clone();
+        asked
+            .into_iter()
+            .map(|(domain, lists)| {
+                let values: Vec<String> = lists.into_iter().flatten().collect();
+                format!("{domain}: {}", values.join(" "))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(asked_for("/own").await, ["contour: generic_key=route"]);
+    assert_eq!(
+        asked_for("/both").await,
+        ["contour: generic_key=route generic_key=host"]
+    );
+    assert_eq!(asked_for("/alone").await, Vec::<String>::new());
+    assert_eq!(asked_for("/given").await, ["policy: generic_key=given"]);
+    assert_eq!(asked_for("/").await, ["contour: generic_key=host"]);
+    // The route table's rules are in the dump, at their levels.
+    let (status, dump) = admin_request(proxy.admin.unwrap(), "GET", "/config_dump");
+    assert_eq!(status, 200);
+    let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
+    let host = &dump["listeners"][0]["virtual_hosts"][0];
+    assert_eq!(
+        host["rate_limits"][0]["actions"][0]["generic_key"]["descriptor_value"],
+        "host"
+    );
+    assert_eq!(host["routes"][0]["rate_limits"][1]["stage"], 1);
+    assert_eq!(host["routes"][1]["include_vh_rate_limits"], true);
+}

@@ -90,6 +90,7 @@ fn vhosts(n: usize, hosts: usize) -> RouteConfiguration {
         routes: span,
         retry_policy: None,
         filters: RouteFilters::default(),
+        rate_limits: Vec::new(),
     };
     for h in 0..hosts {
         let start = routes.len();

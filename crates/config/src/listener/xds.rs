@@ -345,6 +345,7 @@ impl XdsChain {
                     name: "no_virtual_host".into(),
                     domains: vec!["*".into()],
                     retry_policy: None,
+                    rate_limits: Vec::new(),
                     include_request_attempt_count: None,
                     include_attempt_count_in_response: None,
                     filters: None,

@@ -162,6 +162,10 @@ fn virtual_host(
         include_attempt_count: raw.include_request_attempt_count.unwrap_or(false),
         include_attempt_count_in_response: raw.include_attempt_count_in_response.unwrap_or(false),
     };
+    let rate_limits = crate::filters::rate_limit_actions::staged_rules(
+        raw.rate_limits,
+        &format!("{path}.rate_limits"),
+    )?;
     let start = routes.len();
     for (i, r) in raw.routes.into_iter().enumerate() {
         routes.push(route(r, &format!("{path}.routes[{i}]"), ctx, &defaults)?);
@@ -172,6 +176,7 @@ fn virtual_host(
         routes: start..routes.len(),
         retry_policy,
         filters,
+        rate_limits,
     })
 }
 
@@ -568,6 +573,11 @@ fn route(
         .decorator
         .map(|d| crate::tracing::route_decorator(d, path).map(Box::new))
         .transpose()?;
+    let rate_limits = crate::filters::rate_limit_actions::staged_rules(
+        raw.rate_limits,
+        &format!("{path}.rate_limits"),
+    )?;
+    let include_vh_rate_limits = raw.include_vh_rate_limits.unwrap_or(false);
     Ok(RouteConfig {
         matcher,
         action,
@@ -575,6 +585,12 @@ fn route(
         metadata,
         tracing,
         decorator,
+        rate_limits: (!rate_limits.is_empty() || include_vh_rate_limits).then(|| {
+            Box::new(crate::RouteRateLimitPolicy {
+                rate_limits,
+                include_vh_rate_limits,
+            })
+        }),
     })
 }
 

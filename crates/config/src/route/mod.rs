@@ -44,6 +44,9 @@ pub struct RouteConfig {
     pub tracing: Option<Box<crate::tracing::RouteTracing>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decorator: Option<Box<crate::tracing::RouteDecorator>>,
+    /// Its rules for the rate limit filter. Boxed: most routes have none.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub rate_limits: Option<Box<crate::RouteRateLimitPolicy>>,
 }
 
 /// A route's `metadata`: objects by namespace.

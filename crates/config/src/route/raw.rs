@@ -18,6 +18,9 @@ pub struct RawVirtualHost {
     /// The response carries `x-envoy-attempt-count: N`, the tries it took.
     pub include_attempt_count_in_response: Option<bool>,
     pub filters: Option<RawRouteFilters>,
+    /// Rules for the rate limit filter, for routes that give none (or include these).
+    #[serde(default)]
+    pub rate_limits: Vec<crate::RawStagedRateLimit>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }
@@ -88,6 +91,11 @@ pub struct RawRoute {
     /// Moved into `filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
     pub filters: Option<RawRouteFilters>,
+    /// Rules for the rate limit filter (Envoy's `RouteAction.rate_limits`).
+    #[serde(default)]
+    pub rate_limits: Vec<crate::RawStagedRateLimit>,
+    /// The virtual host's `rate_limits` apply here as well as the route's.
+    pub include_vh_rate_limits: Option<bool>,
     /// The status a request gets whose `cluster_header` names no cluster there is, or (from a
     /// management server) while the route's cluster is not there (Envoy's
     /// `cluster_not_found_response_code`; 503 when `None`).

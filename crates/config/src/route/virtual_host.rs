@@ -38,6 +38,7 @@ impl RouteConfiguration {
             routes: 0..routes.len(),
             retry_policy: None,
             filters: RouteFilters::default(),
+            rate_limits: Vec::new(),
         }];
         Self {
             routes: routes.into(),
@@ -92,6 +93,8 @@ pub struct VirtualHostConfig {
     /// What this host changes about the listener's filters; a route's own entry for a filter
     /// replaces the host's (`ext_authz` context extensions are merged into the routes).
     pub filters: RouteFilters,
+    /// Rules for the rate limit filter, for its routes that give none (or include these).
+    pub rate_limits: Vec<crate::StagedRateLimit>,
 }
 
 /// A domain of a virtual host, stored lowercase. A request's host picks a virtual host by
@@ -159,7 +162,7 @@ struct HostView<'a> {
 
 impl Serialize for HostView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut host = s.serialize_struct("VirtualHost", 5)?;
+        let mut host = s.serialize_struct("VirtualHost", 6)?;
         host.serialize_field("name", &self.host.name)?;
         host.serialize_field("domains", &self.host.domains)?;
         if let Some(retry) = &self.host.retry_policy {
@@ -167,6 +170,9 @@ impl Serialize for HostView<'_> {
         }
         if !self.host.filters.is_default() {
             host.serialize_field("filters", &self.host.filters)?;
+        }
+        if !self.host.rate_limits.is_empty() {
+            host.serialize_field("rate_limits", &self.host.rate_limits)?;
         }
         host.serialize_field("routes", self.routes)?;
         host.end()

@@ -154,6 +154,7 @@ impl XdsRoutes {
                 include_request_attempt_count: None,
                 include_attempt_count_in_response: None,
                 filters: None,
+                rate_limits: Vec::new(),
                 routes: Vec::new(),
             });
         }
@@ -279,6 +280,10 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
     // Statistics per request class only (Envoy's `vhost.*.vcluster.*` counters, not kept
     // here): nothing a request meets.
     host.virtual_clusters.clear();
+    let rate_limits = crate::filters::rate_limit_actions::xds::staged(
+        std::mem::take(&mut host.rate_limits),
+        &format!("{at}.rate_limits"),
+    )?;
     let include_request_attempt_count =
         Some(std::mem::take(&mut host.include_request_attempt_count));
     let include_attempt_count_in_response =
@@ -297,6 +302,7 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         include_request_attempt_count,
         include_attempt_count_in_response,
         filters: filters(per_filter, headers),
+        rate_limits,
         routes,
     })
 }
@@ -476,6 +482,18 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
                 ],
             });
         }
+    }
+    raw.rate_limits = crate::filters::rate_limit_actions::xds::staged(
+        std::mem::take(&mut a.rate_limits),
+        &format!("{at}.rate_limits"),
+    )?;
+    #[allow(deprecated)]
+    {
+        raw.include_vh_rate_limits = a
+            .include_vh_rate_limits
+            .take()
+            .map(|b| b.value)
+            .filter(|b| *b);
     }
     raw.prefix_rewrite = Some(std::mem::take(&mut a.prefix_rewrite)).filter(|p| !p.is_empty());
     raw.regex_rewrite = a

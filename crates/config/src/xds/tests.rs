@@ -351,6 +351,54 @@ fn routes_translate_matches_and_timeouts() {
     assert!(own.section(&h2, &[], &[])[0].routes[0].upgrades.is_empty());
 }
 
+/// Contour's global rate limit: the virtual host's and the route action's `rate_limits`
+/// become the route table's own rules (stage kept); what changes a descriptor and is not done
+/// here is refused by name.
+#[test]
+fn route_and_host_rate_limits_translate_with_their_stage() {
+    use envoy_types::pb::envoy::config::route::v3::RateLimit;
+    use envoy_types::pb::envoy::config::route::v3::rate_limit::{Action, Override, action};
+    let rule = |value: &str, stage: u32| RateLimit {
+        stage: Some(UInt32Value { value: stage }),
+        actions: vec![Action {
+            action_specifier: Some(action::ActionSpecifier::GenericKey(action::GenericKey {
+                descriptor_value: value.into(),
+                ..Default::default()
+            })),
+        }],
+        ..Default::default()
+    };
+    let mut config = routes("r", "web");
+    config.virtual_hosts[0].rate_limits = vec![rule("host", 0)];
+    let Some(route::Action::Route(action)) = &mut config.virtual_hosts[0].routes[0].action else {
+        panic!("a forwarding route");
+    };
+    action.rate_limits = vec![rule("route", 1)];
+    #[allow(deprecated)]
+    {
+        action.include_vh_rate_limits =
+            Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
+    }
+    let ready = [("web", true)].into_iter().collect();
+    let hosts = XdsRoutes::decode(&pack(&config))
+        .unwrap()
+        .section(&ready, &[], &[]);
+    assert_eq!(hosts[0].rate_limits.len(), 1);
+    let route = &hosts[0].routes[0];
+    assert_eq!(route.rate_limits[0].stage, Some(1));
+    assert_eq!(route.include_vh_rate_limits, Some(true));
+
+    let Some(route::Action::Route(action)) = &mut config.virtual_hosts[0].routes[0].action else {
+        panic!("a forwarding route");
+    };
+    action.rate_limits[0].limit = Some(Override::default());
+    let err = XdsRoutes::decode(&pack(&config)).unwrap_err().to_string();
+    assert!(
+        err.contains("rate_limits[0]") && err.contains("limit"),
+        "{err}"
+    );
+}
+
 #[test]
 fn connect_routes_translate_as_envoy_gateway_sends_them() {
     use envoy_types::pb::envoy::config::route::v3::route_match::ConnectMatcher;

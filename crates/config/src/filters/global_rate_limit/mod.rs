@@ -71,12 +71,29 @@ pub struct GlobalRateLimitRule {
     pub hits_addend: Option<u64>,
 }
 
-/// What a route or virtual host gives: its domain (else the listener's) and its rules.
+/// What a route or virtual host gives the filter: its domain (else the listener's), its rules
+/// (which take the place of the listener's and of the route table's `rate_limits`), and
+/// whether a route's virtual host's `rate_limits` apply besides its own.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RouteRateLimits {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rate_limits: Vec<GlobalRateLimitRule>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vh_rate_limits: Option<VhRateLimits>,
+}
+
+/// Whether a route's virtual host's `rate_limits` apply (Envoy's `vh_rate_limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VhRateLimits {
+    /// Unless the route has `rate_limits` of its own (the default).
+    Override,
+    /// Besides the route's own.
+    Include,
+    /// Never.
+    Ignore,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -118,6 +135,7 @@ pub struct RawRouteRateLimits {
     pub domain: Option<String>,
     #[serde(default)]
     pub rate_limits: Vec<RawGlobalRateLimitRule>,
+    pub vh_rate_limits: Option<VhRateLimits>,
 }
 
 impl FilterSettings for GlobalRateLimitConfig {
@@ -134,6 +152,7 @@ impl FilterSettings for GlobalRateLimitConfig {
             Ok(RouteRateLimits {
                 domain: raw.domain.map(|d| domain(d, &format!("{at}.domain"))).transpose()?,
                 rate_limits: global_rules(raw.rate_limits, &format!("{at}.rate_limits"))?,
+                vh_rate_limits: raw.vh_rate_limits,
             })
         })
     }

@@ -9,7 +9,9 @@ use envoy_types::pb::envoy::config::route::v3::RateLimit;
 use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3::RateLimitPerRoute;
 use envoy_types::pb::google::protobuf::Any;
 
-use super::{RawGlobalRateLimit, RawGlobalRateLimitRule, RawRateLimitService, RawRouteRateLimits};
+use super::{
+    RawGlobalRateLimit, RawGlobalRateLimitRule, RawRateLimitService, RawRouteRateLimits, VhRateLimits,
+};
 use crate::envoy::{ResourceError, decode, duration, unsupported};
 use crate::filters::RawPerRoute;
 use crate::filters::rate_limit_actions::xds::actions;
@@ -173,13 +175,25 @@ pub(crate) fn per_route(any: &Any, at: &str) -> Result<RawPerRoute<RawRouteRateL
         rate_limits,
         domain,
     } = decode(any, PER_ROUTE, "a RateLimitPerRoute")?;
-    // The virtual host's and route action's own `rate_limits` are refused where they are
-    // given, so which of them Envoy would add changes nothing; `override_option` is not
-    // implemented by Envoy.
-    let _ = (vh_rate_limits, override_option);
+    // Not implemented by Envoy (hidden in its API).
+    if override_option != 0 {
+        return Err(unsupported(at, "override_option"));
+    }
+    let vh_rate_limits = match vh_rate_limits {
+        0 => VhRateLimits::Override,
+        1 => VhRateLimits::Include,
+        2 => VhRateLimits::Ignore,
+        other => {
+            return Err(ResourceError::invalid(
+                format!("{at}.vh_rate_limits"),
+                format!("unknown option {other}"),
+            ));
+        }
+    };
     Ok(RawPerRoute::Settings(RawRouteRateLimits {
         domain: Some(domain).filter(|d| !d.is_empty()),
         rate_limits: rules(rate_limits, &format!("{at}.rate_limits"))?,
+        vh_rate_limits: Some(vh_rate_limits),
     }))
 }
 

@@ -18,6 +18,66 @@ pub struct RateLimitRule {
     pub actions: Vec<RateLimitAction>,
 }
 
+/// A route's or virtual host's own `rate_limits` (Envoy's `RouteAction.rate_limits` and
+/// `VirtualHost.rate_limits`): rules for the rate limit filter of the same `stage`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StagedRateLimit {
+    #[serde(flatten)]
+    pub rule: RateLimitRule,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stage: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A route's rate limit policy: its rules, and whether its virtual host's apply too.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteRateLimitPolicy {
+    pub rate_limits: Vec<StagedRateLimit>,
+    /// The virtual host's rules apply as well (Envoy's `include_vh_rate_limits`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub include_vh_rate_limits: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStagedRateLimit {
+    pub actions: Vec<RawRateLimitAction>,
+    pub stage: Option<u32>,
+}
+
+/// A route's or host's `rate_limits`, checked: stages 0 to 10, as Envoy.
+pub(crate) fn staged_rules(
+    raw: Vec<RawStagedRateLimit>,
+    path: &str,
+) -> Result<Vec<StagedRateLimit>, ConfigError> {
+    let stages: Vec<Option<u32>> = raw.iter().map(|r| r.stage).collect();
+    for (i, stage) in stages.iter().enumerate() {
+        if stage.is_some_and(|s| s > 10) {
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}].stage"),
+                "expected 0 to 10",
+            ));
+        }
+    }
+    let checked = rules(
+        raw.into_iter()
+            .map(|r| RawRateLimitRule { actions: r.actions })
+            .collect(),
+        path,
+    )?;
+    Ok(checked
+        .into_iter()
+        .zip(stages)
+        .map(|(rule, stage)| StagedRateLimit {
+            rule,
+            stage: stage.unwrap_or(0),
+        })
+        .collect())
+}
+
 /// What one action adds to a request's list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]

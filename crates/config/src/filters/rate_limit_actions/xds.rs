@@ -3,12 +3,43 @@
 use envoy_types::pb::envoy::config::route::v3::rate_limit::Action;
 use envoy_types::pb::envoy::config::route::v3::rate_limit::action::ActionSpecifier;
 
+use envoy_types::pb::envoy::config::route::v3::RateLimit;
+
 use super::{
     RawAddressMatch, RawGenericKey, RawMaskedAddress, RawNothing, RawQueryParameters,
-    RawRateLimitAction, RawRequestHeaders, RawValueMatch,
+    RawRateLimitAction, RawRequestHeaders, RawStagedRateLimit, RawValueMatch,
 };
 use crate::envoy::matchers::{header, query_parameter};
 use crate::envoy::{ResourceError, unsupported};
+
+/// A route's or virtual host's own `rate_limits` (for the `ratelimit` filter of their stage).
+/// `disable_key` only names a runtime key (no runtime here: the rule applies, as Envoy's
+/// without that key set); what else changes the descriptor is refused by name.
+pub(crate) fn staged(
+    rules: Vec<RateLimit>,
+    at: &str,
+) -> Result<Vec<RawStagedRateLimit>, ResourceError> {
+    rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            let at = format!("{at}[{i}]");
+            let refused = [
+                (r.limit.is_some(), "limit"),
+                (r.hits_addend.is_some(), "hits_addend"),
+                (r.apply_on_stream_done, "apply_on_stream_done"),
+                (r.x_ratelimit_option != 0, "x_ratelimit_option"),
+            ];
+            if let Some((_, name)) = refused.iter().find(|(set, _)| *set) {
+                return Err(unsupported(&at, *name));
+            }
+            Ok(RawStagedRateLimit {
+                actions: actions(std::mem::take(&mut r.actions), &at)?,
+                stage: r.stage.map(|s| s.value),
+            })
+        })
+        .collect()
+}
 
 /// A rule's actions; `at` is the rule's path.
 pub(crate) fn actions(

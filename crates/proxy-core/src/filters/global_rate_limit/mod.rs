@@ -1,6 +1,8 @@
-//! The `global_rate_limit` filter (Envoy's `ratelimit`): a request is described by its
-//! route's rules (`rate_limit_actions`), the descriptors go to the rate limit service, and its
-//! answer decides. Over a limit: `rate_limited_status` (429) with the service's headers and
+//! The `global_rate_limit` filter (Envoy's `ratelimit`): a request is described by the rules
+//! that apply to its route (`rate_limit_actions`), the descriptors go to the rate limit
+//! service, and its answer decides. The rules, as Envoy picks them: a route's or virtual
+//! host's own for the filter, else the filter's, else the route table's `rate_limits` of the
+//! filter's stage (the route's, and its virtual host's as `vh_rate_limits` says). Over a limit: `rate_limited_status` (429) with the service's headers and
 //! body, `x-envoy-ratelimited` and, when enabled, `x-ratelimit-*`. A failed call lets the
 //! request on, or with `failure_mode_deny` answers `status_on_error`. One client per worker
 //! and filter, so one connection to the service per worker, as for ext_authz.
@@ -25,7 +27,10 @@ use crate::context::{ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
 use crate::throttle::LogThrottle;
 use client::{Descriptor, RateLimitClient};
-use config::{GlobalRateLimitConfig, RouteRateLimits};
+use config::{
+    GlobalRateLimitConfig, RateLimitRule, RouteConfig, RouteRateLimits, StagedRateLimit,
+    VhRateLimits,
+};
 
 static X_ENVOY_RATELIMITED: HeaderName = HeaderName::from_static("x-envoy-ratelimited");
 static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -41,6 +46,10 @@ struct Inner {
     config: GlobalRateLimitConfig,
     /// The rules and domain by route: the listener's, or a host's or route's own.
     settings: PerRouteSettings<RouteRateLimits>,
+    /// The route table's routes, whose own `rate_limits` apply where no filter rules do.
+    routes: std::sync::Arc<[RouteConfig]>,
+    /// Each virtual host's `rate_limits` of the filter's stage.
+    hosts: Box<[Vec<StagedRateLimit>]>,
     stats: GlobalRateLimitStats,
     /// Failed calls, logged at most once a second: a dead service must not flood the log.
     errors: LogThrottle,
@@ -67,8 +76,15 @@ impl HttpFilter for GlobalRateLimit {
     fn new(config: &GlobalRateLimitConfig, tls: Option<&grpc_channel::Tls>, ctx: &BuildCtx<'_>) -> Self {
         let listener = RouteRateLimits {
             domain: None,
-            rate_limits: config.rate_limits.clone(),
+            rate_limits: Vec::new(),
+            vh_rate_limits: None,
         };
+        let hosts = (ctx.table.virtual_hosts.iter())
+            .map(|h| {
+                let staged = h.rate_limits.iter().filter(|r| r.stage == config.stage);
+                staged.cloned().collect()
+            })
+            .collect();
         GlobalRateLimit(Box::new(Inner {
             client: RateLimitClient::new(
                 config.service.address.clone(),
@@ -78,6 +94,8 @@ impl HttpFilter for GlobalRateLimit {
             ),
             config: config.clone(),
             settings: PerRouteSettings::new(&listener, ctx.table, ctx.filter, |f| &f.global_rate_limit, Clone::clone),
+            routes: ctx.table.routes.clone(),
+            hosts,
             stats: ctx.catalog.global_rate_limit(ctx.shard, &ctx.listener.name),
             errors: LogThrottle::default(),
         }))
@@ -90,26 +108,24 @@ impl HttpFilter for GlobalRateLimit {
         state: &mut State,
     ) -> Result<HeadersFlow, ProxyError> {
         let inner = &*self.0;
-        let Some(level) = inner.settings.get(exchange) else {
+        let Some((domain, rules)) = inner.applicable(exchange) else {
             return Ok(HeadersFlow::Flow(Flow::Continue));
         };
         let described = Described { req, exchange };
-        let descriptors: Vec<Descriptor> = level
-            .rate_limits
-            .iter()
-            .filter_map(|rule| {
-                let entries = described.entries(&rule.rule)?;
+        let descriptors: Vec<Descriptor> = rules
+            .into_iter()
+            .filter_map(|(rule, hits_addend)| {
+                let entries = described.entries(rule)?;
                 // A rule whose actions all skipped describes nothing (Envoy sends none).
                 (!entries.is_empty()).then_some(Descriptor {
                     entries,
-                    hits_addend: rule.hits_addend,
+                    hits_addend,
                 })
             })
             .collect();
         if descriptors.is_empty() {
             return Ok(HeadersFlow::Flow(Flow::Continue));
         }
-        let domain = level.domain.as_deref().unwrap_or(&inner.config.domain);
         // Boxed: the call's future is large, and only this filter needs it.
         let answer = Box::pin(inner.client.should_rate_limit(domain, descriptors)).await;
         Ok(HeadersFlow::Flow(inner.decide(answer, req, exchange.conn, state)))
@@ -130,7 +146,55 @@ impl HttpFilter for GlobalRateLimit {
     }
 }
 
+/// A rule that applies to a request, and the hits it counts for (1 when `None`).
+type Applied<'a> = (&'a RateLimitRule, Option<u64>);
+
 impl Inner {
+    /// The domain and the rules for this request, as Envoy picks them; `None` where the filter
+    /// is off or no route took the request.
+    fn applicable(&self, exchange: &Exchange<'_>) -> Option<(&str, Vec<Applied<'_>>)> {
+        let route_index = exchange.route?;
+        let [listener, host, route] = self.settings.layered(exchange);
+        if listener.is_none() && host.is_none() && route.is_none() {
+            return None;
+        }
+        // The most specific of the route's and its host's own settings.
+        let own = route.or(host);
+        let domain = own
+            .and_then(|o| o.domain.as_deref())
+            .unwrap_or(&self.config.domain);
+        let given = own
+            .map(|o| &o.rate_limits)
+            .filter(|r| !r.is_empty())
+            .unwrap_or(&self.config.rate_limits);
+        if !given.is_empty() {
+            return Some((domain, given.iter().map(|r| (&r.rule, r.hits_addend)).collect()));
+        }
+        let policy = self.routes.get(route_index).and_then(|r| r.rate_limits.as_deref());
+        let stage = self.config.stage;
+        let mut rules: Vec<Applied<'_>> = policy
+            .into_iter()
+            .flat_map(|p| &p.rate_limits)
+            .filter(|r| r.stage == stage)
+            .map(|r| (&r.rule, None))
+            .collect();
+        let option = if policy.is_some_and(|p| p.include_vh_rate_limits) {
+            VhRateLimits::Include
+        } else {
+            own.and_then(|o| o.vh_rate_limits)
+                .unwrap_or(VhRateLimits::Override)
+        };
+        let with_host = match option {
+            VhRateLimits::Include => true,
+            VhRateLimits::Ignore => false,
+            VhRateLimits::Override => policy.is_none_or(|p| p.rate_limits.is_empty()),
+        };
+        if with_host && let Some(host) = exchange.virtual_host.and_then(|i| self.hosts.get(i)) {
+            rules.extend(host.iter().map(|r| (&r.rule, None)));
+        }
+        Some((domain, rules))
+    }
+
     fn decide(
         &self,
         answer: Result<RateLimitResponse, client::CallError>,
