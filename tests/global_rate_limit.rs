@@ -9,8 +9,9 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::ratelimit::{counting_service, real_service};
+use common::ratelimit::real_service;
 use common::*;
+use testbed::RateLimitService;
 
 fn config(filter: &str, upstream: SocketAddr) -> String {
     format!(
@@ -68,7 +69,10 @@ async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_proxies_share_the_limit_the_service_keeps() {
     let upstream = upstream().await;
-    let (service, asked) = counting_service(5).await;
+    let rls = RateLimitService::start("127.0.0.1:0".parse().unwrap(), 5)
+        .await
+        .unwrap();
+    let service = rls.local_addr();
     let filter = format!(
         r#"          service: {{ address: "{service}" }}
           domain: edge
@@ -127,17 +131,13 @@ async fn two_proxies_share_the_limit_the_service_keeps() {
         7
     );
     assert!(
-        asked
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|(domain, lists)| domain == "edge"
-                && *lists == [vec!["generic_key=everyone".to_owned()]])
+        rls.asked().iter().all(|(domain, lists)| domain == "edge"
+            && *lists == [vec!["generic_key=everyone".to_owned()]])
     );
 
     // A route's own domain and rules: a descriptor per user; without the header its rule
     // makes none, so nothing is asked and the request goes on.
-    asked.lock().unwrap().clear();
+    rls.forget_calls();
     for _ in 0..5 {
         assert_eq!(
             call(first.addr(), "/users/1", &[("x-user", "ann")], &[])
@@ -161,7 +161,7 @@ async fn two_proxies_share_the_limit_the_service_keeps() {
     assert_eq!(call(first.addr(), "/users/1", &[], &[]).await.0, 200);
     // A route with the filter off is never asked.
     assert_eq!(call(first.addr(), "/free", &[], &[]).await.0, 200);
-    let asked = asked.lock().unwrap().clone();
+    let asked = rls.asked();
     assert_eq!(asked.len(), 7, "{asked:?}");
     assert_eq!(
         asked[6],
@@ -240,7 +240,10 @@ async fn two_proxies_share_a_limit_in_envoys_rate_limit_service_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_route_tables_own_rules_apply_by_envoys_precedence() {
     let upstream = upstream().await;
-    let (service, asked) = counting_service(100).await;
+    let rls = RateLimitService::start("127.0.0.1:0".parse().unwrap(), 100)
+        .await
+        .unwrap();
+    let service = rls.local_addr();
     let yaml = format!(
         r#"
 admin: {{ address: 127.0.0.1:0 }}
@@ -291,10 +294,9 @@ clusters:
     );
     let proxy = Proxy::start(&yaml, 1);
     let asked_for = async |path: &str| {
-        asked.lock().unwrap().clear();
+        rls.forget_calls();
         assert_eq!(call(proxy.addr(), path, &[], &[]).await.0, 200, "{path}");
-        let asked = asked.lock().unwrap().clone();
-        asked
+        rls.asked()
             .into_iter()
             .map(|(domain, lists)| {
                 let values: Vec<String> = lists.into_iter().flatten().collect();

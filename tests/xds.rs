@@ -873,7 +873,10 @@ async fn global_rate_limit_from_a_control_plane_asks_the_service_of_its_cluster(
     use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 
     let (one, _two) = upstreams().await;
-    let (service, asked) = common::ratelimit::counting_service(2).await;
+    let rls = testbed::RateLimitService::start("127.0.0.1:0".parse().unwrap(), 2)
+        .await
+        .unwrap();
+    let service = rls.local_addr();
     let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -996,7 +999,7 @@ async fn global_rate_limit_from_a_control_plane_asks_the_service_of_its_cluster(
     );
     // The header does not match: the rule describes nothing, and the service is not asked.
     assert_eq!(call("two").await, (200, None, false));
-    let asked = asked.lock().unwrap().clone();
+    let asked = rls.asked();
     assert_eq!(asked.len(), 3);
     assert_eq!(
         asked[0],

@@ -1,32 +1,37 @@
 #!/usr/bin/env bash
 # The global rate limit against ext_authz: what each call costs the proxy. One Legate worker on
 # CPU 1 with three listeners in front of the testbed upstream: no filter, ext_authz (the
-# testbed sidecar, gRPC, allowing at once) and global_rate_limit (envoyproxy/ratelimit on
-# Redis, a limit never reached). wrk, the upstream, the sidecar, the rate limit service and
-# Redis share CPU 0. For each, interleaved over two rounds, at saturation (wrk -c 64): requests
-# a second, and the proxy's CPU (utime+stime from /proc) per 100k requests, the fair figure
-# when CPU 0 is the limit. Loopback only; ports 21520-21535, below the ephemeral range.
+# testbed sidecar, gRPC, allowing at once) and global_rate_limit (the testbed's rate limit
+# service, answering at once; with --real, envoyproxy/ratelimit on Redis, a limit never
+# reached). wrk, the upstream and the services share CPU 0. For each, interleaved over two
+# rounds, at saturation (wrk -c 64): requests a second, and the proxy's CPU (utime+stime from
+# /proc) per 100k requests, the fair figure when CPU 0 is the limit. Loopback only; ports
+# 21520-21535, below the ephemeral range.
 #
-# Needs wrk and redis-server (Debian's packages) and the rate limit service: RATELIMIT_BIN, or
-# target/tools/service_cmd as tests/run.sh builds it.
+# Needs wrk (Debian's package); --real also redis-server and the rate limit service:
+# RATELIMIT_BIN, or target/tools/service_cmd as tests/run.sh builds it.
 #
-# usage: benches/global_rate_limit/run.sh [--duration SECONDS]
+# usage: benches/global_rate_limit/run.sh [--duration SECONDS] [--real]
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
 duration=8
+real=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration="$2"; shift 2 ;;
-    *) echo "usage: $0 [--duration SECONDS]" >&2; exit 2 ;;
+    --real) real=true; shift ;;
+    *) echo "usage: $0 [--duration SECONDS] [--real]" >&2; exit 2 ;;
   esac
 done
 ratelimit="${RATELIMIT_BIN:-$repo/target/tools/service_cmd}"
-[ -x "$ratelimit" ] || { echo "no rate limit service at $ratelimit (run tests/run.sh, or set RATELIMIT_BIN)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "wrk is not installed" >&2; exit 1; }
-command -v redis-server >/dev/null || { echo "redis-server is not installed" >&2; exit 1; }
+if $real; then
+  [ -x "$ratelimit" ] || { echo "no rate limit service at $ratelimit (run tests/run.sh, or set RATELIMIT_BIN)" >&2; exit 1; }
+  command -v redis-server >/dev/null || { echo "redis-server is not installed" >&2; exit 1; }
+fi
 cargo build --release --bin legate -p legate >&2
-cargo build --release -p testbed --bin noop-upstream --bin authz-sidecar >&2
+cargo build --release -p testbed --bin noop-upstream --bin authz-sidecar --bin ratelimit-service >&2
 dir="$(mktemp -d /tmp/legate-ratelimit.XXXXXX)"
 pids=()
 cleanup() {
@@ -76,14 +81,21 @@ taskset -c 0 target/release/noop-upstream --listen 127.0.0.1:21530 >/dev/null 2>
 pids+=($!)
 taskset -c 0 target/release/authz-sidecar --listen 127.0.0.1:21531 >/dev/null 2>&1 &
 pids+=($!)
-taskset -c 0 redis-server --port 0 --save "" --appendonly no --unixsocket "$dir/redis.sock" >/dev/null 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do [ -S "$dir/redis.sock" ] && break; sleep 0.1; done
-USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=unix REDIS_URL="$dir/redis.sock" \
-  RUNTIME_ROOT="$dir/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-  HOST=127.0.0.1 PORT=21533 GRPC_HOST=127.0.0.1 GRPC_PORT=21532 DEBUG_HOST=127.0.0.1 DEBUG_PORT=21534 \
-  taskset -c 0 "$ratelimit" >"$dir/ratelimit.log" 2>&1 &
-pids+=($!)
+if $real; then
+  service="envoyproxy/ratelimit on Redis"
+  taskset -c 0 redis-server --port 0 --save "" --appendonly no --unixsocket "$dir/redis.sock" >/dev/null 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do [ -S "$dir/redis.sock" ] && break; sleep 0.1; done
+  USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=unix REDIS_URL="$dir/redis.sock" \
+    RUNTIME_ROOT="$dir/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+    HOST=127.0.0.1 PORT=21533 GRPC_HOST=127.0.0.1 GRPC_PORT=21532 DEBUG_HOST=127.0.0.1 DEBUG_PORT=21534 \
+    taskset -c 0 "$ratelimit" >"$dir/ratelimit.log" 2>&1 &
+  pids+=($!)
+else
+  service="the testbed's rate limit service"
+  taskset -c 0 target/release/ratelimit-service --listen 127.0.0.1:21532 >/dev/null 2>&1 &
+  pids+=($!)
+fi
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/21532) 2>/dev/null && break; sleep 0.1; done
 taskset -c 1 target/release/legate -c "$dir/legate.yaml" 2>"$dir/legate.log" &
 proxy=$!
@@ -122,13 +134,13 @@ for round in 1 2; do
   for name in ratelimit authz off; do measure "$name"; done
 done
 stats=$(curl -s "127.0.0.1:21523/stats?filter=^(http_ratelimit|ext_authz)_(ok|error|over_limit|denied)" | grep -v worker || true)
-python3 - "$results" "$duration" "$stats" <<'PY'
+python3 - "$results" "$duration" "$stats" "$service" <<'PY'
 import sys, statistics
-path, duration, stats = sys.argv[1:]
+path, duration, stats, service = sys.argv[1:]
 rows = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
 def med(name, col):
     return statistics.median(float(r[col]) for r in rows if r[0] == name)
-print(f"## global rate limit and ext_authz: one worker on CPU 1; wrk, upstream, sidecar, ratelimit and Redis on CPU 0 ({duration} s a run, medians of 4)\n")
+print(f"## global rate limit ({service}) and ext_authz: one worker on CPU 1; wrk, upstream and services on CPU 0 ({duration} s a run, medians of 4)\n")
 print("| | off | ext_authz | global_rate_limit | ext_authz / off | global_rate_limit / off |")
 print("|---|---:|---:|---:|---:|---:|")
 for label, col, fmt in [("saturation req/s", 1, "{:.0f}"), ("proxy CPU s per 100k requests", 2, "{:.3f}"), ("proxy busy %", 3, "{:.0f}")]:

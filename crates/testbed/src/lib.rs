@@ -8,6 +8,8 @@
 //!   proxy's 502 and timeout paths.
 //! * [`AuthzSidecar`]: an external authorization service (Envoy's gRPC protocol or plain
 //!   HTTP) whose decisions follow [`AuthzRules`], over TCP or a Unix socket.
+//! * [`RateLimitService`]: a rate limit service (Envoy's `ShouldRateLimit`) counting hits per
+//!   domain and descriptor in memory, up to a limit.
 //! * [`DnsServer`]: a DNS server whose answers a test changes while the proxy resolves them.
 //! * [`ManagementServer`]: an xDS management server (ADS, state of the world and incremental)
 //!   whose resources a test sets while clients are connected; it records every request.
@@ -72,6 +74,7 @@ mod noop;
 mod options;
 mod otlp;
 mod pattern;
+mod ratelimit;
 pub mod resources;
 mod signal;
 pub mod xds;
@@ -83,5 +86,6 @@ pub use handle::NoopHandle;
 pub use noop::NoopUpstream;
 pub use otlp::{Caller, CollectorMode, OtlpCollector, ReceivedLog, ReceivedSpan};
 pub use pattern::{pattern_bytes, pattern_sha256};
+pub use ratelimit::{RateLimitCall, RateLimitService};
 pub use signal::StopSignal;
 pub use xds::ManagementServer;
