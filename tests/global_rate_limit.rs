@@ -34,6 +34,8 @@ listeners:
       - match: {{ prefix: /free }}
         cluster: backend
         filters: {{ global_rate_limit: disabled }}
+      - match: {{ prefix: /direct }}
+        direct_response: {{ status: 200, body: "here" }}
       - match: {{ prefix: / }}
         cluster: backend
 clusters:
@@ -152,15 +154,30 @@ async fn two_proxies_share_the_limit_the_service_keeps() {
             .0,
         429
     );
-    assert_eq!(
-        call(first.addr(), "/users/1", &[("x-user", "bob")], &[])
-            .await
-            .0,
-        200
+    // The service's request headers go upstream, set over the client's of the name.
+    let (status, _, echoed) = call(
+        first.addr(),
+        "/users/1",
+        &[
+            ("x-user", "bob"),
+            ("x-rate-limited-by", "client"),
+            ("x-noop-echo", "headers"),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let echoed = echoed.to_ascii_lowercase();
+    assert!(
+        echoed.contains("x-rate-limited-by: testbed")
+            && !echoed.contains("x-rate-limited-by: client"),
+        "{echoed}"
     );
     assert_eq!(call(first.addr(), "/users/1", &[], &[]).await.0, 200);
-    // A route with the filter off is never asked.
+    // A route with the filter off is never asked, nor one that answers itself (as Envoy, which
+    // asks for routes to a cluster only).
     assert_eq!(call(first.addr(), "/free", &[], &[]).await.0, 200);
+    assert_eq!(call(first.addr(), "/direct", &[], &[]).await.2, "here");
     let asked = rls.asked();
     assert_eq!(asked.len(), 7, "{asked:?}");
     assert_eq!(

@@ -103,6 +103,17 @@ impl Channel {
         &self.backoff
     }
 
+    /// Whether a connection is open.
+    pub fn is_connected(&self) -> bool {
+        self.live().is_some()
+    }
+
+    /// Opens the connection if none is (within the backoff): for a caller whose calls have a
+    /// deadline shorter than a connect, run on a task of its own so the connect completes.
+    pub async fn connect(&self) -> Result<(), ChannelError> {
+        self.sender().await.map(drop)
+    }
+
     fn live(&self) -> Option<Sender> {
         let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_ref() {

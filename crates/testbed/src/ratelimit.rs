@@ -2,7 +2,8 @@
 //! envoyproxy/ratelimit serves it) that keeps its counts in memory: each domain and descriptor
 //! may be hit `limit` times (a descriptor's `hits_addend` counts that many), then the answer is
 //! OVER_LIMIT, with Envoy's per-descriptor statuses (a limit per minute, 60 s to its reset),
-//! a response header `x-test-rls: counted`, and on refusals the body `slow down`. It records
+//! a response header `x-test-rls: counted`, a request header `x-rate-limited-by: testbed`, and
+//! on refusals the body `slow down`. It records
 //! what it was asked (the first 10,000 calls; a benchmark's millions are only counted). One
 //! task per connection, on the runtime it starts on.
 
@@ -92,6 +93,11 @@ impl Service for Counting {
             response_headers_to_add: vec![HeaderValue {
                 key: "x-test-rls".into(),
                 value: "counted".into(),
+                ..Default::default()
+            }],
+            request_headers_to_add: vec![HeaderValue {
+                key: "x-rate-limited-by".into(),
+                value: "testbed".into(),
                 ..Default::default()
             }],
             raw_body: if over {

@@ -45,9 +45,10 @@ impl XdsGlobalRateLimit {
             .take()
             .and_then(|s| s.grpc_service)
             .ok_or_else(|| ResourceError::invalid(at, "expected a rate_limit_service.grpc_service"))?;
-        let (target, service_timeout) = target(service, &format!("{at}.rate_limit_service.grpc_service"))?;
-        // The filter's own timeout is the call's; the gRPC service's is Envoy's fallback.
-        let timeout = duration(filter.timeout.take(), &format!("{at}.timeout"))?.or(service_timeout);
+        // The gRPC service's own timeout is not read by Envoy's filter: the filter's (20 ms by
+        // default) bounds each call.
+        let target = target(service, &format!("{at}.rate_limit_service.grpc_service"))?;
+        let timeout = duration(filter.timeout.take(), &format!("{at}.timeout"))?;
         let status = |s: Option<envoy_types::pb::envoy::r#type::v3::HttpStatus>, at: String| {
             s.map(|s| {
                 u16::try_from(s.code)
@@ -57,10 +58,13 @@ impl XdsGlobalRateLimit {
             })
             .transpose()
         };
-        let rate_limited_status = status(
-            filter.rate_limited_status.take(),
-            format!("{at}.rate_limited_status"),
-        )?;
+        // Envoy answers 429 in place of a status below 400.
+        let rate_limited_status = filter.rate_limited_status.take().map(|s| {
+            u16::try_from(s.code)
+                .ok()
+                .filter(|c| (400..=599).contains(c))
+                .unwrap_or(429)
+        });
         let status_on_error = status(filter.status_on_error.take(), format!("{at}.status_on_error"))?;
         let x_ratelimit_headers = match std::mem::take(&mut filter.enable_x_ratelimit_headers) {
             0 => false,
@@ -140,8 +144,9 @@ impl XdsGlobalRateLimit {
     }
 }
 
-/// The service's target and the gRPC service's timeout.
-fn target(mut service: GrpcService, at: &str) -> Result<(Target, Option<std::time::Duration>), ResourceError> {
+/// The service's target (the gRPC service's `timeout` is taken and not read, as by Envoy's
+/// filter).
+fn target(mut service: GrpcService, at: &str) -> Result<Target, ResourceError> {
     let target = match service.target_specifier.take() {
         Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
             let cluster = std::mem::take(&mut grpc.cluster_name);
@@ -160,11 +165,11 @@ fn target(mut service: GrpcService, at: &str) -> Result<(Target, Option<std::tim
         }
         None => return Err(ResourceError::invalid(at, "the gRPC service names no target")),
     };
-    let timeout = duration(service.timeout.take(), &format!("{at}.timeout"))?;
+    duration(service.timeout.take(), &format!("{at}.timeout"))?;
     if service != Default::default() {
         return Err(unsupported(at, "grpc_service besides the target and timeout (retry_policy, initial_metadata)"));
     }
-    Ok((target, timeout))
+    Ok(target)
 }
 
 /// A route's or virtual host's `RateLimitPerRoute`: its domain and rules.

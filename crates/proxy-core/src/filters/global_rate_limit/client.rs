@@ -35,7 +35,8 @@ pub(crate) enum CallError {
 
 /// A worker's client of the rate limit service.
 pub(crate) struct RateLimitClient {
-    channel: Channel,
+    /// Shared with the task that connects, which outlives a call's timeout.
+    channel: std::sync::Arc<Channel>,
     uri: Uri,
     timeout: Duration,
 }
@@ -61,7 +62,7 @@ impl RateLimitClient {
             channel.set_tls(tls);
         }
         Self {
-            channel,
+            channel: std::sync::Arc::new(channel),
             uri,
             timeout,
         }
@@ -91,6 +92,13 @@ impl RateLimitClient {
             hits_addend: 0,
         };
         let frame = unary_frame(&request.encode_to_vec());
+        // The connection is made on a task of its own: a call's timeout (Envoy's default is
+        // 20 ms) may be shorter than a connect, which must not be cancelled with the call and
+        // tried again by the next one forever. The call waits for it within its timeout.
+        if !self.channel.is_connected() {
+            let channel = std::sync::Arc::clone(&self.channel);
+            tokio::spawn(async move { channel.connect().await });
+        }
         let call = async {
             let answer = self
                 .channel

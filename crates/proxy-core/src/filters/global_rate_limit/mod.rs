@@ -28,8 +28,8 @@ use crate::error::{ProxyError, ResponseFlag};
 use crate::throttle::LogThrottle;
 use client::{Descriptor, RateLimitClient};
 use config::{
-    GlobalRateLimitConfig, RateLimitRule, RouteConfig, RouteRateLimits, StagedRateLimit,
-    VhRateLimits,
+    GlobalRateLimitConfig, RateLimitRule, RouteAction, RouteConfig, RouteRateLimits,
+    StagedRateLimit, VhRateLimits,
 };
 
 static X_ENVOY_RATELIMITED: HeaderName = HeaderName::from_static("x-envoy-ratelimited");
@@ -151,9 +151,14 @@ type Applied<'a> = (&'a RateLimitRule, Option<u64>);
 
 impl Inner {
     /// The domain and the rules for this request, as Envoy picks them; `None` where the filter
-    /// is off or no route took the request.
+    /// is off, or no route to a cluster took the request (Envoy asks for those only: not for a
+    /// direct response or a redirect).
     fn applicable(&self, exchange: &Exchange<'_>) -> Option<(&str, Vec<Applied<'_>>)> {
         let route_index = exchange.route?;
+        let taken = self.routes.get(route_index)?;
+        if !matches!(taken.action, RouteAction::Forward(_)) {
+            return None;
+        }
         let [listener, host, route] = self.settings.layered(exchange);
         if listener.is_none() && host.is_none() && route.is_none() {
             return None;
@@ -170,7 +175,7 @@ impl Inner {
         if !given.is_empty() {
             return Some((domain, given.iter().map(|r| (&r.rule, r.hits_addend)).collect()));
         }
-        let policy = self.routes.get(route_index).and_then(|r| r.rate_limits.as_deref());
+        let policy = taken.rate_limits.as_deref();
         let stage = self.config.stage;
         let mut rules: Vec<Applied<'_>> = policy
             .into_iter()
@@ -202,11 +207,12 @@ impl Inner {
         conn: &ConnCtx,
         state: &mut State,
     ) -> Flow {
+        // Envoy's client reads anything but OVER_LIMIT (an UNKNOWN overall code included) as OK.
         let answer = match answer {
-            Ok(answer) if answer.overall_code() != Code::Unknown => answer,
-            failed => {
+            Ok(answer) => answer,
+            Err(error) => {
                 self.stats.error.inc();
-                self.log_error(failed.err(), conn);
+                self.log_error(&error, conn);
                 if !self.config.failure_mode_deny {
                     self.stats.failure_mode_allowed.inc();
                     return Flow::Continue;
@@ -217,7 +223,9 @@ impl Inner {
             }
         };
         let mut response_headers = HeaderMap::new();
-        append(&mut response_headers, &answer.response_headers_to_add);
+        for (name, value) in service_headers(&answer.response_headers_to_add) {
+            response_headers.append(name, value);
+        }
         if self.config.x_ratelimit_headers {
             x_ratelimit_headers(&answer.statuses, &mut response_headers);
         }
@@ -232,7 +240,10 @@ impl Inner {
             return Flow::Respond(Box::new(reply));
         }
         self.stats.ok.inc();
-        append(req.headers_mut(), &answer.request_headers_to_add);
+        // Set over the client's own of the name: a client must not pass for what the service says.
+        for (name, value) in service_headers(&answer.request_headers_to_add) {
+            req.headers_mut().insert(name, value);
+        }
         if !response_headers.is_empty() {
             *state = Some(Box::new(response_headers));
         }
@@ -240,9 +251,8 @@ impl Inner {
     }
 
     /// One warning a second at most, with the count since the last.
-    fn log_error(&self, error: Option<client::CallError>, conn: &ConnCtx) {
+    fn log_error(&self, error: &client::CallError, conn: &ConnCtx) {
         if let Some(failed) = self.errors.hit() {
-            let error = error.map_or_else(|| "the service answered UNKNOWN".to_owned(), |e| e.to_string());
             tracing::warn!(
                 listener = %conn.listener.name,
                 failed,
@@ -259,18 +269,16 @@ fn status(code: u16) -> StatusCode {
     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-/// The service's headers, appended; one that is not a valid header is left out.
-fn append(headers: &mut HeaderMap, from: &[PbHeader]) {
-    for header in from {
+/// The service's headers; one that is not a valid header is left out.
+fn service_headers(from: &[PbHeader]) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
+    from.iter().filter_map(|header| {
         let value = if header.raw_value.is_empty() {
-            HeaderValue::from_str(&header.value)
+            HeaderValue::from_str(&header.value).ok()
         } else {
-            HeaderValue::from_bytes(&header.raw_value)
+            HeaderValue::from_bytes(&header.raw_value).ok()
         };
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(header.key.as_bytes()), value) {
-            headers.append(name, value);
-        }
-    }
+        Some((HeaderName::from_bytes(header.key.as_bytes()).ok()?, value?))
+    })
 }
 
 /// `x-ratelimit-limit`, `-remaining` and `-reset` (the IETF draft's version 03), as Envoy
