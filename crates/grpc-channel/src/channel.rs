@@ -17,6 +17,7 @@ use http::header::{CONTENT_TYPE, TE};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
 
 use crate::batched_writes;
+use crate::duplex::DuplexCall;
 use crate::status::{code_of_http_status, grpc_status, status};
 use crate::transport::{Backoff, connect};
 use crate::{ChannelError, Endpoint, Tls};
@@ -208,19 +209,23 @@ impl Channel {
             request_body.send_data(frame, true)?;
             response.await
         };
-        call.await.map_err(|e| {
-            let failed = transport(&e);
-            // Refused, or above a GOAWAY's last stream: the service never processed it.
-            if e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote()) {
-                CallError::Refused(failed)
-            } else {
-                CallError::Reset(failed)
-            }
-        })
+        call.await.map_err(call_error)
+    }
+
+    /// Opens a streaming call (a bidirectional gRPC method): its messages are sent and read
+    /// one at a time (see [`DuplexCall`]).
+    pub async fn open(&self, head: Request<()>) -> Result<DuplexCall, CallError> {
+        let sender = self.sender().await.map_err(CallError::Connect)?;
+        let opened = async {
+            let mut sender = sender.ready().await?;
+            sender.send_request(head, false)
+        };
+        let (response, send) = opened.await.map_err(call_error)?;
+        Ok(DuplexCall::new(send, response))
     }
 }
 
-/// The head of a unary call to `uri` (the service's method path on it).
+/// The head of a call to `uri` (the service's method path on it).
 pub fn call_head(uri: Uri) -> Request<()> {
     let mut head = Request::new(());
     *head.method_mut() = Method::POST;
@@ -240,8 +245,19 @@ pub fn unary_frame(message: &[u8]) -> Bytes {
     frame.freeze()
 }
 
+/// How far a failed call got.
+fn call_error(e: h2::Error) -> CallError {
+    let failed = transport(&e);
+    // Refused, or above a GOAWAY's last stream: the service never processed it.
+    if e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote()) {
+        CallError::Refused(failed)
+    } else {
+        CallError::Reset(failed)
+    }
+}
+
 fn transport(error: &h2::Error) -> ChannelError {
-    ChannelError::Transport(error.to_string())
+    crate::transport_error(error)
 }
 
 /// A unary answer's one message (without its prefix), once its status says OK; an answer

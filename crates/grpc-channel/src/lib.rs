@@ -5,7 +5,8 @@
 //! exactly one HTTP/2 connection (make one per worker thread), writes the calls made in one
 //! event-loop turn in one system call, makes the connection again after it fails with backoff
 //! (while the service is down, calls fail at once instead of each paying a connect attempt),
-//! and reads a unary answer as its one message and its `grpc-status`. The caller encodes and
+//! and reads a unary answer as its one message and its `grpc-status`; a streaming call
+//! ([`DuplexCall`]) sends and reads messages one at a time. The caller encodes and
 //! decodes the messages (prost) and bounds each call by its own timeout.
 //!
 //! ```no_run
@@ -23,10 +24,12 @@
 
 mod batched_writes;
 mod channel;
+mod duplex;
 mod status;
 mod transport;
 
 pub use channel::{CallError, Channel, FRAME_PREFIX, call_head, read_unary, unary_frame};
+pub use duplex::DuplexCall;
 pub use service_endpoint::Endpoint;
 pub use status::{code_of_http_status, grpc_status};
 pub use transport::{Backoff, Stream, connect};
@@ -45,6 +48,10 @@ impl std::fmt::Debug for Tls {
             .field("server_name", &self.server_name)
             .finish_non_exhaustive()
     }
+}
+
+pub(crate) fn transport_error(error: &h2::Error) -> ChannelError {
+    ChannelError::Transport(error.to_string())
 }
 
 /// Why a call gave no answer.

@@ -386,6 +386,49 @@ catalog! {
             "Requests let on after a failed rate limit call (failure_mode_deny off).",
         ),
     }
+    /// One worker's handles for one listener's external processing filter.
+    ext_proc -> ExtProcStats(listener) {
+        streams_started: counter = http_ext_proc_streams_started(
+            "http_ext_proc_streams_started",
+            "Streams opened to the external processor (one per exchange it is sent).",
+        ),
+        stream_msgs_sent: counter = http_ext_proc_stream_msgs_sent(
+            "http_ext_proc_stream_msgs_sent",
+            "Messages sent to the external processor.",
+        ),
+        stream_msgs_received: counter = http_ext_proc_stream_msgs_received(
+            "http_ext_proc_stream_msgs_received",
+            "Answers received from the external processor.",
+        ),
+        spurious_msgs_received: counter = http_ext_proc_spurious_msgs_received(
+            "http_ext_proc_spurious_msgs_received",
+            "Answers out of turn (for a message not sent): the stream fails.",
+        ),
+        streams_closed: counter = http_ext_proc_streams_closed(
+            "http_ext_proc_streams_closed",
+            "Streams ended once the exchange was processed.",
+        ),
+        streams_failed: counter = http_ext_proc_streams_failed(
+            "http_ext_proc_streams_failed",
+            "Streams that failed: no connection, an error status, a reset, a bad answer.",
+        ),
+        message_timeouts: counter = http_ext_proc_message_timeouts(
+            "http_ext_proc_message_timeouts",
+            "Messages the processor did not answer within message_timeout.",
+        ),
+        failure_mode_allowed: counter = http_ext_proc_failure_mode_allowed(
+            "http_ext_proc_failure_mode_allowed",
+            "Exchanges let on unprocessed after the processor failed (failure_mode_allow).",
+        ),
+        rejected_header_mutations: counter = http_ext_proc_rejected_header_mutations(
+            "http_ext_proc_rejected_header_mutations",
+            "Header changes the processor asked for and the filter refused to make.",
+        ),
+        immediate_responses: counter = http_ext_proc_immediate_responses(
+            "http_ext_proc_immediate_responses",
+            "Exchanges the processor answered itself (an immediate response).",
+        ),
+    }
     /// One worker's handles for one listener's basic authentication filter.
     basic_auth -> BasicAuthStats(listener) {
         allowed: counter = http_basic_auth_allowed(

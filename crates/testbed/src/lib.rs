@@ -8,6 +8,8 @@
 //!   proxy's 502 and timeout paths.
 //! * [`AuthzSidecar`]: an external authorization service (Envoy's gRPC protocol or plain
 //!   HTTP) whose decisions follow [`AuthzRules`], over TCP or a Unix socket.
+//! * [`ExtProcessor`]: an external processor (Envoy's ext_proc `Process` stream) that changes
+//!   headers and bodies, answers requests itself, hangs or fails, by the request's path.
 //! * [`RateLimitService`]: a rate limit service (Envoy's `ShouldRateLimit`) counting hits per
 //!   domain and descriptor in memory, up to a limit.
 //! * [`DnsServer`]: a DNS server whose answers a test changes while the proxy resolves them.
@@ -68,6 +70,7 @@
 mod authz;
 mod dns;
 mod duration;
+mod ext_proc;
 mod failing;
 mod handle;
 mod noop;
@@ -81,6 +84,7 @@ pub mod xds;
 
 pub use authz::{AuthzRules, AuthzSidecar, SidecarAddr, SidecarMode};
 pub use dns::DnsServer;
+pub use ext_proc::ExtProcessor;
 pub use failing::{FailingOrigin, FailureMode};
 pub use handle::NoopHandle;
 pub use noop::NoopUpstream;

@@ -7,10 +7,12 @@
 //! [`RouteFilters`], and the checks of a chain and of a route's `filters:`. The module's name
 //! is the filter's name in the file.
 
+pub mod grpc_service;
 pub mod rate_limit_actions;
 pub mod reply;
 pub(crate) mod xds;
 
+pub use grpc_service::{GrpcService, RawGrpcService};
 pub use rate_limit_actions::*;
 
 use std::collections::BTreeMap;
@@ -287,6 +289,9 @@ http_filters! {
     BasicAuth(basic_auth::BasicAuthConfig),
     /// Limits kept by a rate limit service for the whole fleet (Envoy's `ratelimit`).
     GlobalRateLimit(global_rate_limit::GlobalRateLimitConfig),
+    /// An external processor sent the request's and response's headers and bodies, which it
+    /// may change or answer (Envoy's `ext_proc`).
+    ExtProc(ext_proc::ExtProcConfig),
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {

@@ -12,19 +12,20 @@ use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 use super::{
     RawPerRoute, RawRouteFilters, basic_auth, buffer, compression, cors, csrf, custom_response,
-    ext_authz, fault, global_rate_limit, jwt_authn, local_rate_limit, rbac,
+    ext_authz, ext_proc, fault, global_rate_limit, jwt_authn, local_rate_limit, rbac,
 };
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 13] = [
+const NAMES: [(&str, &str); 14] = [
     ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.csrf", "csrf"),
     ("envoy.filters.http.custom_response", "custom_response"),
     ("envoy.filters.http.ext_authz", "ext_authz"),
+    ("envoy.filters.http.ext_proc", "ext_proc"),
     ("envoy.filters.http.fault", "fault"),
     ("envoy.filters.http.grpc_web", "grpc_web"),
     ("envoy.filters.http.header_mutation", "header_mutation"),
@@ -200,6 +201,9 @@ pub(crate) fn route_filters(
             global_rate_limit::xds::PER_ROUTE => {
                 level.global_rate_limit = Some(global_rate_limit::xds::per_route(&value, &at)?);
             }
+            ext_proc::xds::PER_ROUTE => {
+                level.ext_proc = Some(ext_proc::xds::per_route(&value, &at)?);
+            }
             _ if optional => {}
             other => {
                 return Err(ResourceError::Unsupported {
@@ -232,6 +236,7 @@ fn settings_kind(type_url: &str) -> Option<&'static str> {
         jwt_authn::xds::PER_ROUTE => "jwt_authn",
         basic_auth::xds::PER_ROUTE => "basic_auth",
         global_rate_limit::xds::PER_ROUTE => "global_rate_limit",
+        ext_proc::xds::PER_ROUTE => "ext_proc",
         _ => return None,
     })
 }

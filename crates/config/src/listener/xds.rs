@@ -26,6 +26,7 @@ use crate::filters::compression::xds as compression;
 use crate::filters::csrf::xds as csrf;
 use crate::filters::custom_response::xds as custom_response;
 use crate::filters::ext_authz::xds::{self as ext_authz, XdsAuthz};
+use crate::filters::ext_proc::xds::{self as ext_proc, XdsExtProc};
 use crate::filters::fault::xds as fault;
 use crate::filters::global_rate_limit::xds::{self as global_rate_limit, XdsGlobalRateLimit};
 use crate::filters::grpc_web::xds as grpc_web;
@@ -151,6 +152,7 @@ enum XdsHttpFilter {
     ExtAuthz(XdsAuthz),
     /// Likewise its rate limit service's.
     GlobalRateLimit(XdsGlobalRateLimit),
+    ExtProc(XdsExtProc),
     /// Settled as it came.
     Settled(RawHttpFilter),
 }
@@ -287,6 +289,7 @@ impl XdsChain {
         self.filters.iter().filter_map(|f| match &f.filter {
             XdsHttpFilter::ExtAuthz(authz) => authz.cluster(),
             XdsHttpFilter::GlobalRateLimit(limit) => limit.cluster(),
+            XdsHttpFilter::ExtProc(processor) => processor.cluster(),
             XdsHttpFilter::Settled(_) => None,
         })
     }
@@ -323,6 +326,9 @@ impl XdsChain {
                     }
                     XdsHttpFilter::GlobalRateLimit(limit) => {
                         RawHttpFilter::GlobalRateLimit(limit.section(single_hosts)?)
+                    }
+                    XdsHttpFilter::ExtProc(processor) => {
+                        RawHttpFilter::ExtProc(processor.section(single_hosts)?)
                     }
                     XdsHttpFilter::Settled(filter) => filter.clone(),
                 },
@@ -1159,6 +1165,9 @@ fn http_filters(
             Some(any) if any.type_url == global_rate_limit::TYPE_URL => {
                 XdsHttpFilter::GlobalRateLimit(XdsGlobalRateLimit::decode(&any, &at)?)
             }
+            Some(any) if any.type_url == ext_proc::TYPE_URL => {
+                XdsHttpFilter::ExtProc(XdsExtProc::decode(&any, &at)?)
+            }
             Some(any) if any.type_url == fault::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::Fault(fault::settings(&any, &at)?))
             }
@@ -1230,7 +1239,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (basic_auth, buffer, compressor, cors, csrf, custom_response, ext_authz, fault, grpc_web, header_mutation, health_check, jwt_authn, local_ratelimit, ratelimit, rbac and the router only)",
+                        "HTTP filter `{}` (basic_auth, buffer, compressor, cors, csrf, custom_response, ext_authz, ext_proc, fault, grpc_web, header_mutation, health_check, jwt_authn, local_ratelimit, ratelimit, rbac and the router only)",
                         f.name
                     )],
                 });
@@ -1239,6 +1248,7 @@ fn http_filters(
         let kind = match &filter {
             XdsHttpFilter::ExtAuthz(_) => "ext_authz",
             XdsHttpFilter::GlobalRateLimit(_) => "global_rate_limit",
+            XdsHttpFilter::ExtProc(_) => "ext_proc",
             XdsHttpFilter::Settled(raw) => raw.name(),
         };
         let mut name = crate::filters::xds::chain_name(&f.name, kind);

@@ -279,6 +279,43 @@ impl RequestBody {
         Ok((start.freeze(), whole))
     }
 
+    /// A body of these bytes, in place of the client's (an external processor's).
+    pub(crate) fn with(data: Bytes) -> Self {
+        let mut body = Self::empty();
+        if !data.is_empty() {
+            body.source = Source::Replayed(VecDeque::from([data]));
+        }
+        body
+    }
+
+    /// The first `len` bytes read ahead (by [`RequestBody::read_ahead`]) replaced by `data`:
+    /// what follows them goes on as it was.
+    pub(crate) fn replace_read_ahead(&mut self, len: usize, data: Bytes) {
+        let Source::ReadAhead { front, .. } = &mut self.source else {
+            return;
+        };
+        let mut left = len;
+        let mut kept = VecDeque::with_capacity(front.len() + 1);
+        if !data.is_empty() {
+            kept.push_back(Frame::data(data));
+        }
+        for frame in front.drain(..) {
+            match frame.into_data() {
+                Ok(mut data) if left > 0 => {
+                    let cut = left.min(data.len());
+                    left -= cut;
+                    let tail = data.split_off(cut);
+                    if !tail.is_empty() {
+                        kept.push_back(Frame::data(tail));
+                    }
+                }
+                Ok(data) => kept.push_back(Frame::data(data)),
+                Err(frame) => kept.push_back(frame),
+            }
+        }
+        *front = kept;
+    }
+
     /// Reads the whole body ahead, if it is at most `max` bytes, to send as it came: its
     /// length, or `None` (what was read is still sent) for a longer one.
     pub(crate) async fn read_whole(&mut self, max: u64) -> Result<Option<u64>, BodyError> {

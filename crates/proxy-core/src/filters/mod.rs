@@ -26,13 +26,14 @@
 //! no allocation.
 
 mod body;
+mod grpc_service;
 mod per_route;
 mod rate_limit_actions;
 mod reply_rewrite;
 mod token_bucket;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 
 pub(crate) use body::BodyFilter;
 pub(crate) use headers::Mutations;
@@ -46,6 +47,7 @@ use crate::cluster::Cluster;
 use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{Client, ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
+use crate::http::ResponseBody;
 use crate::trace::RequestTrace;
 use config::{ChainFilter, HttpFilterConfig, ListenerConfig, RouteConfiguration};
 
@@ -98,6 +100,22 @@ pub(crate) trait HttpFilter: Sized {
         _state: &mut Self::State,
     ) -> Result<Flow, ProxyError> {
         Ok(Flow::Continue)
+    }
+
+    /// Whether the response phase of this exchange waits on something (an external
+    /// processor): [`HttpFilter::on_response`] then runs instead of the response-headers phase.
+    fn waits_on_response(&self, _state: &Self::State) -> bool {
+        false
+    }
+
+    /// The response phase of a filter that waits (see [`HttpFilter::waits_on_response`]): it
+    /// may read the body, and change or replace the whole response.
+    async fn on_response(
+        &self,
+        _response: &mut Response<ResponseBody>,
+        _ctx: &ResponseCtx<'_>,
+        _state: &mut Self::State,
+    ) {
     }
 
     /// The response's head, changed in place; a filter that changes the body returns the
@@ -219,6 +237,26 @@ macro_rules! filters {
                 }
             }
 
+            fn waits_on_response(&self, state: &mut FilterState, ordinal: usize) -> bool {
+                match self {
+                    $(Filter::$variant(f) => f.waits_on_response(state.$module.get_mut(ordinal)),)*
+                }
+            }
+
+            async fn on_response(
+                &self,
+                response: &mut Response<ResponseBody>,
+                ctx: &ResponseCtx<'_>,
+                state: &mut FilterState,
+                ordinal: usize,
+            ) {
+                match self {
+                    $(Filter::$variant(f) => {
+                        f.on_response(response, ctx, state.$module.get_mut(ordinal)).await
+                    })*
+                }
+            }
+
             fn on_response_headers(
                 &self,
                 head: &mut ResponseHead<'_>,
@@ -253,6 +291,7 @@ filters! {
     JwtAuthn(jwt_authn::JwtAuthn),
     BasicAuth(basic_auth::BasicAuth),
     GlobalRateLimit(global_rate_limit::GlobalRateLimit),
+    ExtProc(ext_proc::ExtProc),
 }
 
 /// One filter's state per exchange, per type: the first two filters' inline (a chain with
@@ -498,21 +537,17 @@ impl FilterChain {
         }
     }
 
-    /// The response-headers phase, in reverse order over the filters the request passed. A
-    /// filter that wants to change the body returns the body filter for it.
-    pub(crate) fn on_response<B>(
+    /// The response phases, in reverse order over the filters the request passed: each
+    /// filter's response-headers phase, or its whole response phase where it waits on
+    /// something (an external processor). A filter that wants to change the body returns the
+    /// body filter for it.
+    pub(crate) async fn on_response(
         &self,
-        response: &mut http::Response<B>,
+        response: &mut Response<ResponseBody>,
         exchange: &Exchange<'_>,
         info: &ResponseInfo<'_>,
         state: &mut FilterState,
     ) -> Option<BodyFilter> {
-        let status = response.status();
-        let head = &mut ResponseHead {
-            status,
-            headers: response.headers_mut(),
-            replaced: false,
-        };
         let request_id = state.request_id.take();
         let ctx = ResponseCtx {
             exchange,
@@ -520,14 +555,29 @@ impl FilterChain {
             request_id: request_id.as_ref(),
         };
         let mut body = None;
+        let mut replaced = false;
         for Placed { filter, ordinal } in self.filters[..state.entered].iter().rev() {
+            if filter.waits_on_response(state, *ordinal) {
+                // It sees the body as the filters after it left it.
+                if let Some(filter) = body.take() {
+                    response.body_mut().filter(filter);
+                }
+                filter.on_response(response, &ctx, state, *ordinal).await;
+                continue;
+            }
+            let head = &mut ResponseHead {
+                status: response.status(),
+                headers: response.headers_mut(),
+                replaced,
+            };
             if let Some(filter) = filter.on_response_headers(head, &ctx, state, *ordinal) {
                 body = Some(filter);
             }
+            // A filter may have given the response another status (custom_response).
+            let (status, now_replaced) = (head.status, head.replaced);
+            replaced = now_replaced;
+            *response.status_mut() = status;
         }
-        // A filter may have given the response another status (custom_response).
-        let status = head.status;
-        *response.status_mut() = status;
         state.request_id = request_id;
         body
     }

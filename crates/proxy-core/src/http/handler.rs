@@ -244,9 +244,10 @@ pub(crate) fn handle(
                 upgraded: facts.tunnel.is_some(),
                 grpc_request,
             };
-            if let Some(filter) =
-                http.filters
-                    .on_response(&mut response, &exchange, &info, &mut state)
+            if let Some(filter) = http
+                .filters
+                .on_response(&mut response, &exchange, &info, &mut state)
+                .await
             {
                 response.body_mut().filter(filter);
             }

@@ -27,6 +27,12 @@ pub struct ResponseBody {
 enum Inner {
     Local(Option<Bytes>),
     Upstream(UpstreamBody),
+    /// A body whose start was read ahead (for an external processor): that start (or what
+    /// replaced it), then the rest of the body as it was.
+    Front {
+        data: Option<Bytes>,
+        rest: Box<ResponseBody>,
+    },
 }
 
 impl ResponseBody {
@@ -44,7 +50,7 @@ impl ResponseBody {
     pub(crate) fn take_local(&mut self) -> Option<Bytes> {
         match &mut self.inner {
             Inner::Local(bytes) => Some(bytes.take().unwrap_or_default()),
-            Inner::Upstream(_) => None,
+            Inner::Upstream(_) | Inner::Front { .. } => None,
         }
     }
 
@@ -72,6 +78,53 @@ impl ResponseBody {
 
     pub(crate) fn filter(&mut self, filter: BodyFilter) {
         self.filter = Some(Box::new(filter));
+    }
+
+    /// Reads the body (through its filter) until more than `max` bytes or its end:
+    /// `(what was read, whether that is the whole body)`. The body then starts with what was
+    /// read, which [`ResponseBody::replace_front`] may change; a whole body's trailers are
+    /// dropped (a processor that buffers the body does not get them).
+    pub(crate) async fn read_front(&mut self, max: usize) -> Result<(Bytes, bool), BodyError> {
+        let mut rest = std::mem::replace(self, ResponseBody::local(Bytes::new()));
+        let mut read = bytes::BytesMut::new();
+        let mut whole = false;
+        while read.len() <= max {
+            if rest.is_end_stream() {
+                whole = true;
+                break;
+            }
+            match std::future::poll_fn(|cx| Pin::new(&mut rest).poll_frame(cx)).await {
+                None => {
+                    whole = true;
+                    break;
+                }
+                Some(Err(error)) => return Err(error),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        read.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+        let read = read.freeze();
+        self.inner = if whole {
+            Inner::Local(Some(read.clone()).filter(|b| !b.is_empty()))
+        } else {
+            Inner::Front {
+                data: Some(read.clone()),
+                rest: Box::new(rest),
+            }
+        };
+        Ok((read, whole))
+    }
+
+    /// The start read by [`ResponseBody::read_front`] replaced by `data`.
+    pub(crate) fn replace_front(&mut self, data: Bytes) {
+        let data = Some(data).filter(|b| !b.is_empty());
+        match &mut self.inner {
+            Inner::Front { data: front, .. } => *front = data,
+            inner => *inner = Inner::Local(data),
+        }
     }
 }
 
@@ -136,6 +189,10 @@ impl Body for Inner {
         match self.get_mut() {
             Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
+            Inner::Front { data, rest } => match data.take() {
+                Some(front) => Poll::Ready(Some(Ok(Frame::data(front)))),
+                None => Pin::new(&mut **rest).poll_frame(cx),
+            },
         }
     }
 
@@ -144,6 +201,7 @@ impl Body for Inner {
         match self {
             Inner::Local(bytes) => bytes.is_none(),
             Inner::Upstream(body) => body.is_end_stream(),
+            Inner::Front { data, rest } => data.is_none() && rest.is_end_stream(),
         }
     }
 
@@ -154,6 +212,7 @@ impl Body for Inner {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
             Inner::Upstream(body) => body.size_hint(),
+            Inner::Front { .. } => SizeHint::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::filters::grpc_service::{GrpcService, RawGrpcService, grpc_service};
 use crate::rate_limit_actions::{RawRateLimitAction, rules};
 use crate::serialize as ser;
 use crate::units::de_opt_duration;
@@ -24,7 +25,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(20);
 /// The filter's settings on a listener.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GlobalRateLimitConfig {
-    pub service: RateLimitService,
+    pub service: GrpcService,
     /// The limits' domain in the service.
     pub domain: String,
     /// The service's answer is awaited this long.
@@ -47,18 +48,6 @@ pub struct GlobalRateLimitConfig {
     /// The rules of routes that give none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rate_limits: Vec<GlobalRateLimitRule>,
-}
-
-/// Where the rate limit service listens.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RateLimitService {
-    #[serde(serialize_with = "ser::display")]
-    pub address: ServiceEndpoint,
-    /// The calls' `:authority` (`ratelimit` when not given).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub authority: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<crate::ClusterTlsConfig>,
 }
 
 /// One rule: a descriptor, made of its actions' entries, sent when every action applies.
@@ -99,7 +88,7 @@ pub enum VhRateLimits {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawGlobalRateLimit {
-    pub service: Option<RawRateLimitService>,
+    pub service: Option<RawGrpcService>,
     pub domain: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub timeout: Option<Duration>,
@@ -111,15 +100,6 @@ pub struct RawGlobalRateLimit {
     pub stage: Option<u32>,
     #[serde(default)]
     pub rate_limits: Vec<RawGlobalRateLimitRule>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRateLimitService {
-    pub address: String,
-    pub authority: Option<String>,
-    /// The keys of a cluster's `tls`: the service's CA and name, a client certificate.
-    pub tls: Option<crate::tls::raw::RawClusterTls>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -163,26 +143,7 @@ impl FilterSettings for GlobalRateLimitConfig {
 }
 
 fn global_rate_limit(raw: RawGlobalRateLimit, path: &str) -> Result<GlobalRateLimitConfig, ConfigError> {
-    let Some(service) = raw.service else {
-        return Err(ConfigError::invalid(
-            format!("{path}.service"),
-            "expected the rate limit service's `address`",
-        ));
-    };
-    let at = format!("{path}.service");
-    let service = RateLimitService {
-        tls: crate::tls::check::service_tls(service.tls, &service.address, &at)?,
-        address: crate::values::service_endpoint(&service.address, &format!("{at}.address"))?,
-        authority: match service.authority {
-            Some(a) if a.parse::<http::uri::Authority>().is_err() => {
-                return Err(ConfigError::invalid(
-                    format!("{at}.authority"),
-                    format!("expected a host name (and port), found `{a}`"),
-                ));
-            }
-            other => other,
-        },
-    };
+    let service = grpc_service(raw.service, &format!("{path}.service"), "rate limit service")?;
     let Some(domain_name) = raw.domain else {
         return Err(ConfigError::invalid(
             format!("{path}.domain"),

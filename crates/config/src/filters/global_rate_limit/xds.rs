@@ -4,16 +4,16 @@
 //! address, so that cluster must have exactly one endpoint, and a listener whose rate limit
 //! cluster is not there yet waits for it, as for ext_authz.
 
-use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
 use envoy_types::pb::envoy::config::route::v3::RateLimit;
 use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3::RateLimitPerRoute;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::{
-    RawGlobalRateLimit, RawGlobalRateLimitRule, RawRateLimitService, RawRouteRateLimits, VhRateLimits,
+    RawGlobalRateLimit, RawGlobalRateLimitRule, RawRouteRateLimits, VhRateLimits,
 };
 use crate::envoy::{ResourceError, decode, duration, unsupported};
 use crate::filters::RawPerRoute;
+use crate::filters::grpc_service::xds::Target;
 use crate::filters::rate_limit_actions::xds::actions;
 
 pub(crate) const TYPE_URL: &str =
@@ -28,14 +28,6 @@ pub(crate) struct XdsGlobalRateLimit {
     target: Target,
 }
 
-#[derive(Debug, Clone)]
-enum Target {
-    /// `google_grpc.target_uri`: an address.
-    Address(String),
-    /// A cluster, and the calls' `:authority` when given.
-    Cluster(String, Option<String>),
-}
-
 impl XdsGlobalRateLimit {
     pub(crate) fn decode(any: &Any, at: &str) -> Result<Self, ResourceError> {
         let mut filter: envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3::RateLimit =
@@ -47,7 +39,7 @@ impl XdsGlobalRateLimit {
             .ok_or_else(|| ResourceError::invalid(at, "expected a rate_limit_service.grpc_service"))?;
         // The gRPC service's own timeout is not read by Envoy's filter: the filter's (20 ms by
         // default) bounds each call.
-        let target = target(service, &format!("{at}.rate_limit_service.grpc_service"))?;
+        let (target, _) = Target::of(service, &format!("{at}.rate_limit_service.grpc_service"))?;
         let timeout = duration(filter.timeout.take(), &format!("{at}.timeout"))?;
         let status = |s: Option<envoy_types::pb::envoy::r#type::v3::HttpStatus>, at: String| {
             s.map(|s| {
@@ -113,63 +105,16 @@ impl XdsGlobalRateLimit {
 
     /// The cluster the service's address comes from, if it is named by one.
     pub(crate) fn cluster(&self) -> Option<&str> {
-        match &self.target {
-            Target::Cluster(name, _) => Some(name),
-            Target::Address(_) => None,
-        }
+        self.target.cluster()
     }
 
     /// The filter's section, with the address of its cluster's one host; `None` while that
     /// cluster is not known.
     pub(crate) fn section(&self, single_hosts: &crate::cluster::xds::SingleHosts<'_>) -> Option<RawGlobalRateLimit> {
-        let service = match &self.target {
-            Target::Address(address) => RawRateLimitService {
-                address: address.clone(),
-                authority: None,
-                tls: None,
-            },
-            Target::Cluster(cluster, authority) => {
-                // The cluster's TLS, as Envoy's calls through it would have.
-                let host = single_hosts.get(cluster.as_str())?;
-                RawRateLimitService {
-                    address: host.address.to_owned(),
-                    authority: authority.clone(),
-                    tls: host.tls.cloned(),
-                }
-            }
-        };
         let mut raw = self.raw.clone();
-        raw.service = Some(service);
+        raw.service = Some(self.target.service(single_hosts)?);
         Some(raw)
     }
-}
-
-/// The service's target (the gRPC service's `timeout` is taken and not read, as by Envoy's
-/// filter).
-fn target(mut service: GrpcService, at: &str) -> Result<Target, ResourceError> {
-    let target = match service.target_specifier.take() {
-        Some(grpc_service::TargetSpecifier::EnvoyGrpc(mut grpc)) => {
-            let cluster = std::mem::take(&mut grpc.cluster_name);
-            let authority = Some(std::mem::take(&mut grpc.authority)).filter(|a| !a.is_empty());
-            if grpc != Default::default() {
-                return Err(unsupported(at, "envoy_grpc besides cluster_name and authority"));
-            }
-            Target::Cluster(cluster, authority)
-        }
-        Some(grpc_service::TargetSpecifier::GoogleGrpc(mut grpc)) => {
-            let target = std::mem::take(&mut grpc.target_uri);
-            if grpc != Default::default() {
-                return Err(unsupported(at, "google_grpc besides target_uri (credentials)"));
-            }
-            Target::Address(target)
-        }
-        None => return Err(ResourceError::invalid(at, "the gRPC service names no target")),
-    };
-    duration(service.timeout.take(), &format!("{at}.timeout"))?;
-    if service != Default::default() {
-        return Err(unsupported(at, "grpc_service besides the target and timeout (retry_policy, initial_metadata)"));
-    }
-    Ok(target)
 }
 
 /// A route's or virtual host's `RateLimitPerRoute`: its domain and rules.
@@ -239,6 +184,7 @@ fn rules(rules: Vec<RateLimit>, at: &str) -> Result<Vec<RawGlobalRateLimitRule>,
 mod tests {
     #![allow(clippy::unwrap_used)] // tests: a failure should stop the test loudly
 
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
     use envoy_types::pb::envoy::config::ratelimit::v3::RateLimitServiceConfig;
     use envoy_types::pb::envoy::config::route::v3::rate_limit::{Action, HitsAddend, Override, action};
     use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3::RateLimit as Filter;

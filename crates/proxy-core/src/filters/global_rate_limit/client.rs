@@ -7,9 +7,11 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use grpc_channel::{Channel, ChannelError, Endpoint, call_head, read_unary, unary_frame};
-use http::Uri;
+use grpc_channel::{ChannelError, read_unary, unary_frame};
 use prost::Message;
+
+use crate::filters::grpc_service::ServiceChannel;
+use config::GrpcService;
 
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -35,35 +37,14 @@ pub(crate) enum CallError {
 
 /// A worker's client of the rate limit service.
 pub(crate) struct RateLimitClient {
-    /// Shared with the task that connects, which outlives a call's timeout.
-    channel: std::sync::Arc<Channel>,
-    uri: Uri,
+    service: ServiceChannel,
     timeout: Duration,
 }
 
 impl RateLimitClient {
-    /// `authority`: the calls' `:authority` (`ratelimit` when `None`).
-    pub(crate) fn new(
-        endpoint: Endpoint,
-        authority: Option<&str>,
-        tls: Option<grpc_channel::Tls>,
-        timeout: Duration,
-    ) -> Self {
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let uri = Uri::builder()
-            .scheme(scheme)
-            .authority(authority.unwrap_or("ratelimit"))
-            .path_and_query(PATH)
-            .build()
-            // The authority was checked at load; the default is a valid one.
-            .unwrap_or_else(|_| Uri::from_static("http://ratelimit/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"));
-        let mut channel = Channel::new(endpoint);
-        if let Some(tls) = tls {
-            channel.set_tls(tls);
-        }
+    pub(crate) fn new(service: &GrpcService, tls: Option<grpc_channel::Tls>, timeout: Duration) -> Self {
         Self {
-            channel: std::sync::Arc::new(channel),
-            uri,
+            service: ServiceChannel::new(service, tls, "ratelimit", PATH),
             timeout,
         }
     }
@@ -92,17 +73,9 @@ impl RateLimitClient {
             hits_addend: 0,
         };
         let frame = unary_frame(&request.encode_to_vec());
-        // The connection is made on a task of its own: a call's timeout (Envoy's default is
-        // 20 ms) may be shorter than a connect, which must not be cancelled with the call and
-        // tried again by the next one forever. The call waits for it within its timeout.
-        if !self.channel.is_connected() {
-            let channel = std::sync::Arc::clone(&self.channel);
-            tokio::spawn(async move { channel.connect().await });
-        }
         let call = async {
-            let answer = self
-                .channel
-                .call(call_head(self.uri.clone()), frame)
+            let answer = (self.service.channel())
+                .call(self.service.head(), frame)
                 .await
                 .map_err(ChannelError::from)?;
             let message = read_unary(answer, MAX_ANSWER).await?;

@@ -69,8 +69,7 @@ impl HttpFilter for GlobalRateLimit {
         _: &config::ListenerConfig,
         _: &str,
     ) -> Option<grpc_channel::Tls> {
-        let spec = config.service.tls.as_ref()?;
-        Some(crate::tls::grpc_service_tls(spec, &config.service.address, "global_rate_limit"))
+        super::grpc_service::service_tls(&config.service, "global_rate_limit")
     }
 
     fn new(config: &GlobalRateLimitConfig, tls: Option<&grpc_channel::Tls>, ctx: &BuildCtx<'_>) -> Self {
@@ -86,12 +85,7 @@ impl HttpFilter for GlobalRateLimit {
             })
             .collect();
         GlobalRateLimit(Box::new(Inner {
-            client: RateLimitClient::new(
-                config.service.address.clone(),
-                config.service.authority.as_deref(),
-                tls.cloned(),
-                config.timeout,
-            ),
+            client: RateLimitClient::new(&config.service, tls.cloned(), config.timeout),
             config: config.clone(),
             settings: PerRouteSettings::new(&listener, ctx.table, ctx.filter, |f| &f.global_rate_limit, Clone::clone),
             routes: ctx.table.routes.clone(),

@@ -1,0 +1,535 @@
+//! The `ext_proc` filter (Envoy's): each exchange gets a stream to the external processor
+//! (`envoy.service.ext_proc.v3.ExternalProcessor/Process`) on the worker's one connection to
+//! it. The processor is sent the request's headers, its body (buffered, whole or its start),
+//! the response's headers and body, as the processing mode says, and answers each message:
+//! go on (with header and body changes), or answer the client itself. A processor that fails
+//! or is too slow (`message_timeout`) fails the exchange with `status_on_error`, or with
+//! `failure_mode_allow` lets it go on unprocessed.
+
+mod messages;
+mod stream;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request as Message;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Answer;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+    ProtocolConfiguration, common_response::ResponseStatus,
+};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode as pb_mode;
+use http::{Request, Response, StatusCode};
+use http_body::Body;
+
+use super::grpc_service::{ServiceChannel, service_tls};
+use super::{
+    BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings, ResponseCtx,
+};
+use crate::catalog::ExtProcStats;
+use crate::context::RequestBody;
+use crate::error::ProxyError;
+use crate::http::ResponseBody;
+use crate::throttle::LogThrottle;
+use config::{BodyMode, ExtProcConfig, HeaderMode, ProcessingMode};
+use messages::Head;
+pub(crate) use stream::Session;
+use stream::{PROCESS, ProcessorError};
+
+/// The filter on one worker. Boxed: its client is large, and most filters are a few words.
+pub(crate) struct ExtProc(Box<Inner>);
+
+pub(crate) struct Inner {
+    service: ServiceChannel,
+    config: ExtProcConfig,
+    /// The processing and failure modes by route.
+    settings: PerRouteSettings<Modes>,
+    stats: ExtProcStats,
+    /// Failures, logged at most once a second: a dead processor must not flood the log.
+    errors: LogThrottle,
+}
+
+#[derive(Clone, Copy)]
+struct Modes {
+    mode: ProcessingMode,
+    failure_mode_allow: bool,
+}
+
+/// The exchange's stream, from the request phase to the response phase.
+pub(crate) type State = Option<Box<Session>>;
+
+impl HttpFilter for ExtProc {
+    type Config = ExtProcConfig;
+    /// TLS to the processor, its files read once per generation rather than by each worker.
+    type Shared = grpc_channel::Tls;
+    type State = State;
+
+    fn shared(config: &ExtProcConfig, _: &config::ListenerConfig, _: &str) -> Option<grpc_channel::Tls> {
+        service_tls(&config.service, "ext_proc")
+    }
+
+    fn new(config: &ExtProcConfig, tls: Option<&grpc_channel::Tls>, ctx: &BuildCtx<'_>) -> Self {
+        let listener = config::ExtProcRoute::default();
+        // A route's own modes, with the listener's where it gives none.
+        let modes = |route: &config::ExtProcRoute| Modes {
+            mode: route.processing_mode.unwrap_or(config.processing_mode),
+            failure_mode_allow: route.failure_mode_allow.unwrap_or(config.failure_mode_allow),
+        };
+        ExtProc(Box::new(Inner {
+            service: ServiceChannel::new(&config.service, tls.cloned(), "ext_proc", PROCESS),
+            config: config.clone(),
+            settings: PerRouteSettings::new(&listener, ctx.table, ctx.filter, |f| &f.ext_proc, modes),
+            stats: ctx.catalog.ext_proc(ctx.shard, &ctx.listener.name),
+            errors: LogThrottle::default(),
+        }))
+    }
+
+    async fn on_request_headers(
+        &self,
+        req: &mut Request<RequestBody>,
+        exchange: &Exchange<'_>,
+        state: &mut State,
+    ) -> Result<HeadersFlow, ProxyError> {
+        let inner = &*self.0;
+        let Some(modes) = inner.settings.get(exchange) else {
+            return Ok(HeadersFlow::Flow(Flow::Continue));
+        };
+        if !modes.mode.sends_anything() {
+            return Ok(HeadersFlow::Flow(Flow::Continue));
+        }
+        let mut session = Box::new(Session::new(modes.mode, modes.failure_mode_allow));
+        let mut flow = Flow::Continue;
+        if session.mode.request_headers == HeaderMode::Send {
+            let scheme = if exchange.conn.listener.tls { "https" } else { "http" };
+            let headers = messages::request_headers(
+                req.method(),
+                req.uri(),
+                req.headers(),
+                exchange.host_text(),
+                scheme,
+            );
+            let message = Message::RequestHeaders(HttpHeaders {
+                headers: Some(headers),
+                end_of_stream: req.body().is_end_stream(),
+                ..Default::default()
+            });
+            // Boxed: the call's future is large, and only this filter needs it.
+            let answer = Box::pin(inner.ask(&mut session, message, true)).await;
+            match inner.on_request_answer(answer, "request_headers", req, &mut session).await {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::ClearRoute) => flow = Flow::ClearRoute,
+                Ok(respond) => return Ok(HeadersFlow::Flow(respond)),
+                Err(failed) => return Ok(HeadersFlow::Flow(inner.failed(failed, &mut session, exchange, state))),
+            }
+        }
+        let body_mode = session.mode.request_body;
+        if body_mode != BodyMode::None && !req.body().is_end_stream() {
+            *state = Some(session);
+            // The flow of the headers' answer (a cleared route) is the body phase's.
+            if matches!(flow, Flow::ClearRoute) {
+                return Ok(HeadersFlow::Flow(Flow::ClearRoute));
+            }
+            return Ok(HeadersFlow::ReadBody(inner.config.buffer_limit as usize));
+        }
+        inner.keep_for_response(session, state);
+        Ok(HeadersFlow::Flow(flow))
+    }
+
+    async fn on_request_body(
+        &self,
+        req: &mut Request<RequestBody>,
+        start: &Bytes,
+        whole: bool,
+        exchange: &Exchange<'_>,
+        state: &mut State,
+    ) -> Result<Flow, ProxyError> {
+        let inner = &*self.0;
+        let Some(mut session) = state.take() else {
+            return Ok(Flow::Continue);
+        };
+        if session.mode.request_body == BodyMode::Buffered && !whole {
+            // Envoy's answer to a buffered body over the limit.
+            return Ok(Flow::Respond(Box::new(LocalReply::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Bytes::from_static(b"Payload Too Large"),
+            ))));
+        }
+        let message = Message::RequestBody(HttpBody {
+            body: start.to_vec(),
+            end_of_stream: whole,
+            ..Default::default()
+        });
+        let answer = Box::pin(inner.ask(&mut session, message, false)).await;
+        let flow = match inner.on_request_answer(answer, "request_body", req, &mut session).await {
+            Ok(flow) => flow,
+            Err(failed) => return Ok(inner.failed(failed, &mut session, exchange, state)),
+        };
+        if let Some(new_body) = session.replaced_body.take() {
+            req.body_mut().replace_read_ahead(start.len(), new_body.clone());
+            messages::set_length(req.headers_mut(), whole.then_some(new_body.len()));
+        }
+        if matches!(flow, Flow::Respond(_)) {
+            return Ok(flow);
+        }
+        inner.keep_for_response(session, state);
+        Ok(flow)
+    }
+
+    fn waits_on_response(&self, state: &State) -> bool {
+        state.is_some()
+    }
+
+    async fn on_response(
+        &self,
+        response: &mut Response<ResponseBody>,
+        ctx: &ResponseCtx<'_>,
+        state: &mut State,
+    ) {
+        let Some(mut session) = state.take() else {
+            return;
+        };
+        let inner = &*self.0;
+        // A tunnel's bytes are not an HTTP body.
+        if ctx.info.upgraded {
+            return;
+        }
+        Box::pin(inner.process_response(response, ctx, &mut session)).await;
+        session.finish(inner);
+    }
+}
+
+impl Inner {
+    /// Sends `message` and waits for its answer. The first message of a stream says which
+    /// bodies will follow.
+    async fn ask(
+        &self,
+        session: &mut Session,
+        message: Message,
+        first: bool,
+    ) -> Result<ProcessingResponse, ProcessorError> {
+        let protocol_config = first.then(|| ProtocolConfiguration {
+            request_body_mode: body_mode(session.mode.request_body) as i32,
+            response_body_mode: body_mode(session.mode.response_body) as i32,
+            send_body_without_waiting_for_header_response: false,
+        });
+        let request = ProcessingRequest {
+            request: Some(message),
+            protocol_config,
+            ..Default::default()
+        };
+        session.ask(self, request).await
+    }
+
+    /// Makes the changes an answer about the request asks for: `Continue` (or `ClearRoute`),
+    /// the processor's own answer, or why the answer fails the exchange.
+    async fn on_request_answer(
+        &self,
+        answer: Result<ProcessingResponse, ProcessorError>,
+        expected: &'static str,
+        req: &mut Request<RequestBody>,
+        session: &mut Session,
+    ) -> Result<Flow, ProcessorError> {
+        let answer = answer?;
+        let common = match (answer.response, expected) {
+            (Some(Answer::RequestHeaders(h)), "request_headers") => h.response,
+            (Some(Answer::RequestBody(b)), "request_body") => b.response,
+            (Some(Answer::ImmediateResponse(reply)), _) => {
+                return self.immediate(reply).map(|r| Flow::Respond(Box::new(r)));
+            }
+            (other, expected) => {
+                self.stats.spurious_msgs_received.inc();
+                return Err(ProcessorError::Spurious(answer_name(other.as_ref()), expected));
+            }
+        };
+        if expected == "request_headers" && self.config.allow_mode_override
+            && let Some(mode) = answer.mode_override
+        {
+            session.mode = overridden(session.mode, &mode);
+        }
+        let Some(common) = common else {
+            return Ok(Flow::Continue);
+        };
+        let (parts, body) = std::mem::replace(req, Request::new(RequestBody::empty())).into_parts();
+        let mut parts = parts;
+        let changed = self.apply_common(&common, &mut Head {
+            headers: &mut parts.headers,
+            path: Some(&mut parts.uri),
+            status: None,
+        });
+        *req = Request::from_parts(parts, body);
+        changed?;
+        if let Some(new_body) = messages::new_body(common.body_mutation.as_ref()) {
+            if expected == "request_headers" {
+                // Replaces the body before any of it is read: the client's is read whole (within
+                // the buffer limit) and not sent.
+                if !req.body().is_end_stream() {
+                    let read = req
+                        .body_mut()
+                        .read_whole(self.config.buffer_limit)
+                        .await
+                        .map_err(|e| ProcessorError::Mutation(format!("the request body: {e}")))?;
+                    if read.is_none() {
+                        return Err(ProcessorError::Mutation("a body over the buffer limit cannot be replaced".into()));
+                    }
+                }
+                messages::set_length(req.headers_mut(), Some(new_body.len()));
+                *req.body_mut() = RequestBody::with(new_body);
+                // Nothing more of the request is sent (CONTINUE_AND_REPLACE).
+                session.mode.request_body = BodyMode::None;
+            } else {
+                session.replaced_body = Some(new_body);
+            }
+        }
+        if common.status() == ResponseStatus::ContinueAndReplace {
+            session.mode.request_body = BodyMode::None;
+        }
+        if common.clear_route_cache && !self.config.disable_clear_route_cache {
+            return Ok(Flow::ClearRoute);
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// The header changes of an answer; counts those refused.
+    fn apply_common(&self, common: &CommonResponse, head: &mut Head<'_>) -> Result<(), ProcessorError> {
+        let Some(mutation) = &common.header_mutation else {
+            return Ok(());
+        };
+        let rejected = messages::apply_header_mutation(mutation, head)?;
+        if rejected > 0 {
+            self.stats.rejected_header_mutations.add(rejected);
+        }
+        Ok(())
+    }
+
+    fn immediate(
+        &self,
+        reply: envoy_types::pb::envoy::service::ext_proc::v3::ImmediateResponse,
+    ) -> Result<LocalReply, ProcessorError> {
+        if self.config.disable_immediate_response {
+            return Err(ProcessorError::ImmediateRefused);
+        }
+        self.stats.immediate_responses.inc();
+        Ok(messages::immediate_reply(reply))
+    }
+
+    /// After the request phases: the stream is kept for the response when it is sent, else
+    /// ended.
+    fn keep_for_response(&self, mut session: Box<Session>, state: &mut State) {
+        if session.processes_response() {
+            *state = Some(session);
+        } else {
+            session.finish(self);
+        }
+    }
+
+    /// The processor failed: the exchange goes on unprocessed (`failure_mode_allow`), or is
+    /// answered `status_on_error`.
+    fn failed(&self, error: ProcessorError, session: &mut Session, exchange: &Exchange<'_>, state: &mut State) -> Flow {
+        *state = None;
+        self.note_failure(&error, session, &exchange.conn.listener.name);
+        if session.failure_mode_allow {
+            self.stats.failure_mode_allowed.inc();
+            return Flow::Continue;
+        }
+        Flow::Respond(Box::new(LocalReply::new(
+            StatusCode::from_u16(self.config.status_on_error).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            Bytes::new(),
+        )))
+    }
+
+    fn note_failure(&self, error: &ProcessorError, session: &Session, listener: &str) {
+        if !matches!(error, ProcessorError::Timeout(_)) {
+            self.stats.streams_failed.inc();
+        }
+        if let Some(failed) = self.errors.hit() {
+            tracing::warn!(
+                listener,
+                failed,
+                failure_mode_allow = session.failure_mode_allow,
+                %error,
+                "external processor failed"
+            );
+        }
+    }
+
+    /// The response's phases: its headers, then its body, as the mode says.
+    async fn process_response(
+        &self,
+        response: &mut Response<ResponseBody>,
+        ctx: &ResponseCtx<'_>,
+        session: &mut Session,
+    ) {
+        let has_body = !ctx.info.head_request && !response.body().is_end_stream();
+        let sends_body = has_body && session.mode.response_body != BodyMode::None;
+        if session.mode.response_headers == HeaderMode::Send {
+            let message = Message::ResponseHeaders(HttpHeaders {
+                headers: Some(messages::response_headers(response.status(), response.headers())),
+                end_of_stream: !has_body,
+                ..Default::default()
+            });
+            let first = !session.is_open();
+            let answer = self.ask(session, message, first).await;
+            match self.on_response_answer(answer, "response_headers", response, session) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(error) => return self.response_failed(error, response, session, ctx),
+            }
+        }
+        if !sends_body || session.mode.response_body == BodyMode::None {
+            return;
+        }
+        let (start, whole) = match response.body_mut().read_front(self.config.buffer_limit as usize).await {
+            Ok(read) => read,
+            Err(error) => {
+                // The upstream failed mid-body: the client gets that failure, as without the filter.
+                tracing::debug!(%error, "response body failed while buffered for the external processor");
+                return;
+            }
+        };
+        if session.mode.response_body == BodyMode::Buffered && !whole {
+            // Envoy's answer to a buffered response body over the limit.
+            *response = local_response(StatusCode::INTERNAL_SERVER_ERROR, Bytes::from_static(b"Internal Server Error"));
+            return;
+        }
+        let message = Message::ResponseBody(HttpBody {
+            body: start.to_vec(),
+            end_of_stream: whole,
+            ..Default::default()
+        });
+        let first = !session.is_open();
+        let answer = self.ask(session, message, first).await;
+        match self.on_response_answer(answer, "response_body", response, session) {
+            Ok(_) => {
+                if let Some(new_body) = session.replaced_body.take() {
+                    messages::set_length(response.headers_mut(), whole.then_some(new_body.len()));
+                    response.body_mut().replace_front(new_body);
+                }
+            }
+            Err(error) => self.response_failed(error, response, session, ctx),
+        }
+    }
+
+    /// Makes the changes an answer about the response asks for: whether the response goes on
+    /// to its next phase.
+    fn on_response_answer(
+        &self,
+        answer: Result<ProcessingResponse, ProcessorError>,
+        expected: &'static str,
+        response: &mut Response<ResponseBody>,
+        session: &mut Session,
+    ) -> Result<bool, ProcessorError> {
+        let answer = answer?;
+        let common = match (answer.response, expected) {
+            (Some(Answer::ResponseHeaders(h)), "response_headers") => h.response,
+            (Some(Answer::ResponseBody(b)), "response_body") => b.response,
+            (Some(Answer::ImmediateResponse(reply)), _) => {
+                let reply = self.immediate(reply)?;
+                let mut replaced = local_response(reply.status, reply.body);
+                *replaced.headers_mut() = reply.headers;
+                *response = replaced;
+                return Ok(false);
+            }
+            (other, expected) => {
+                self.stats.spurious_msgs_received.inc();
+                return Err(ProcessorError::Spurious(answer_name(other.as_ref()), expected));
+            }
+        };
+        let Some(common) = common else {
+            return Ok(true);
+        };
+        let (mut parts, body) = std::mem::replace(response, Response::new(ResponseBody::local(Bytes::new()))).into_parts();
+        let mut status = parts.status;
+        let changed = self.apply_common(&common, &mut Head {
+            headers: &mut parts.headers,
+            path: None,
+            status: Some(&mut status),
+        });
+        parts.status = status;
+        *response = Response::from_parts(parts, body);
+        changed?;
+        if let Some(new_body) = messages::new_body(common.body_mutation.as_ref()) {
+            if expected == "response_headers" {
+                messages::set_length(response.headers_mut(), Some(new_body.len()));
+                *response.body_mut() = ResponseBody::local(new_body);
+                session.mode.response_body = BodyMode::None;
+            } else {
+                session.replaced_body = Some(new_body);
+            }
+        }
+        if common.status() == ResponseStatus::ContinueAndReplace {
+            session.mode.response_body = BodyMode::None;
+        }
+        Ok(true)
+    }
+
+    /// The processor failed on the response: it goes on as it is (`failure_mode_allow`), or
+    /// is replaced by `status_on_error`.
+    fn response_failed(
+        &self,
+        error: ProcessorError,
+        response: &mut Response<ResponseBody>,
+        session: &mut Session,
+        ctx: &ResponseCtx<'_>,
+    ) {
+        self.note_failure(&error, session, &ctx.exchange.conn.listener.name);
+        if session.failure_mode_allow {
+            self.stats.failure_mode_allowed.inc();
+            return;
+        }
+        let status = StatusCode::from_u16(self.config.status_on_error).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        *response = local_response(status, Bytes::new());
+    }
+}
+
+fn local_response(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
+    let mut response = Response::new(ResponseBody::local(body));
+    *response.status_mut() = status;
+    response
+}
+
+/// The name of an answer's kind, for an error about one out of turn.
+fn answer_name(answer: Option<&Answer>) -> &'static str {
+    match answer {
+        None => "an empty answer",
+        Some(Answer::RequestHeaders(_)) => "request_headers",
+        Some(Answer::ResponseHeaders(_)) => "response_headers",
+        Some(Answer::RequestBody(_)) => "request_body",
+        Some(Answer::ResponseBody(_)) => "response_body",
+        Some(Answer::RequestTrailers(_)) => "request_trailers",
+        Some(Answer::ResponseTrailers(_)) => "response_trailers",
+        Some(Answer::ImmediateResponse(_)) => "immediate_response",
+        Some(Answer::StreamedImmediateResponse(_)) => "streamed_immediate_response",
+    }
+}
+
+fn body_mode(mode: BodyMode) -> pb_mode::BodySendMode {
+    match mode {
+        BodyMode::None => pb_mode::BodySendMode::None,
+        BodyMode::Buffered => pb_mode::BodySendMode::Buffered,
+        BodyMode::BufferedPartial => pb_mode::BodySendMode::BufferedPartial,
+    }
+}
+
+/// The mode a processor's `mode_override` asks for: what it cannot be (a streamed body) keeps
+/// the current setting.
+fn overridden(
+    current: ProcessingMode,
+    mode: &envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode,
+) -> ProcessingMode {
+    let header = |value: i32, default: HeaderMode| match pb_mode::HeaderSendMode::try_from(value) {
+        Ok(pb_mode::HeaderSendMode::Skip) => HeaderMode::Skip,
+        Ok(pb_mode::HeaderSendMode::Send) => HeaderMode::Send,
+        Ok(pb_mode::HeaderSendMode::Default) => HeaderMode::Send,
+        Err(_) => default,
+    };
+    let body = |value: i32, current: BodyMode| match pb_mode::BodySendMode::try_from(value) {
+        Ok(pb_mode::BodySendMode::None) => BodyMode::None,
+        Ok(pb_mode::BodySendMode::Buffered) => BodyMode::Buffered,
+        Ok(pb_mode::BodySendMode::BufferedPartial) => BodyMode::BufferedPartial,
+        _ => current,
+    };
+    ProcessingMode {
+        request_headers: current.request_headers,
+        response_headers: header(mode.response_header_mode, current.response_headers),
+        request_body: body(mode.request_body_mode, current.request_body),
+        response_body: body(mode.response_body_mode, current.response_body),
+    }
+}

@@ -1,0 +1,280 @@
+//! The `ext_proc` filter on the real binary with a real gRPC processor (tonic, in
+//! `testbed::ExtProcessor`): headers and bodies changed both ways, the processor's own answers,
+//! a route matched again, header changes that Envoy's rules refuse, and a processor that
+//! hangs, fails, answers out of turn or is down (failure closed, or open by route).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use common::*;
+use http::Request;
+use http_body_util::Full;
+use testbed::ExtProcessor;
+
+fn config(processor: SocketAddr, upstream: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: main
+    address: 127.0.0.1:0
+    http_filters:
+      - ext_proc:
+          service: {{ address: "{processor}" }}
+          message_timeout: 500ms
+          processing_mode: {{ request_body: buffered, response_body: buffered }}
+{extra}
+    routes:
+      - match: {{ prefix: /rerouted }}
+        direct_response: {{ status: 200, body: "rerouted here" }}
+      - match: {{ prefix: /skip }}
+        cluster: backend
+        filters: {{ ext_proc: disabled }}
+      - match: {{ prefix: /open }}
+        cluster: backend
+        filters: {{ ext_proc: {{ failure_mode_allow: true }} }}
+      - match: {{ prefix: /headers-only }}
+        cluster: backend
+        filters: {{ ext_proc: {{ processing_mode: {{ response_headers: skip }} }} }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#
+    )
+}
+
+async fn upstream() -> testbed::NoopHandle {
+    testbed::NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+async fn processor() -> ExtProcessor {
+    ExtProcessor::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+fn post(path: &str, headers: &[(&str, &str)], body: &'static str) -> Request<Full<Bytes>> {
+    let mut req = Request::post(path).header("host", "edge.test");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap()
+}
+
+/// Status, the named response headers (empty when absent), and the body.
+async fn call(
+    addr: SocketAddr,
+    req: Request<Full<Bytes>>,
+    names: &[&str],
+) -> (u16, Vec<String>, String) {
+    let response = send_h1(addr, req).await;
+    let status = response.status().as_u16();
+    let values = (names.iter())
+        .map(|n| {
+            (response.headers().get(*n)).map_or(String::new(), |v| v.to_str().unwrap().to_owned())
+        })
+        .collect();
+    (status, values, text(response.into_body()).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_and_bodies_are_processed_both_ways() {
+    let upstream = upstream().await;
+    let processor = processor().await;
+    let proxy = Proxy::start(
+        &config(processor.local_addr(), upstream.local_addr(), ""),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+
+    // The request body reaches the upstream in capitals (its length set anew), and the
+    // upstream's echo of it comes back with the processor's suffix.
+    let req = post("/echo", &[("x-noop-echo", "body")], "hello processor");
+    let (status, headers, body) = call(proxy.addr(), req, &["x-processed-response"]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "HELLO PROCESSOR [processed]");
+    assert_eq!(headers[0], "yes");
+    assert_eq!(
+        processor.lines(),
+        [
+            "request_headers eos=false",
+            "request_body 15 eos=true",
+            "response_headers eos=false",
+            "response_body 15 eos=true",
+        ]
+    );
+
+    // What the upstream saw of the request head: the processor's header added, the one it
+    // removed gone, and its `host` and `x-envoy-*` changes refused (Envoy's default rules).
+    processor.forget();
+    let req = get("/look", &[("x-noop-echo", "headers"), ("x-remove-me", "1")]);
+    let (status, _, echoed) = call(proxy.addr(), req, &[]).await;
+    assert_eq!(status, 200);
+    let lower = echoed.to_ascii_lowercase();
+    assert!(lower.contains("x-processed-request: yes"), "{echoed}");
+    assert!(!lower.contains("x-remove-me"), "{echoed}");
+    assert!(!lower.contains("forged"), "{echoed}");
+    assert!(echoed.ends_with(" [processed]"), "{echoed}");
+    // A request without a body: its headers say so, and no body message follows.
+    assert_eq!(processor.lines()[0], "request_headers eos=true");
+    assert!(
+        !processor
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("request_body"))
+    );
+    let seen = processor.request_headers().pop().unwrap();
+    let value = |name: &str| seen.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    assert_eq!(value(":method").as_deref(), Some("GET"));
+    assert_eq!(value(":path").as_deref(), Some("/look"));
+    assert_eq!(value(":scheme").as_deref(), Some("http"));
+    assert_eq!(value("x-remove-me").as_deref(), Some("1"));
+    assert_eq!(stat(admin, "http_ext_proc_rejected_header_mutations"), 4);
+
+    // Over HTTP/2 alike.
+    let req = Request::post(format!("http://{}/h2", proxy.addr()))
+        .header("x-noop-echo", "body")
+        .body(Full::new(Bytes::from_static(b"over h2")))
+        .unwrap();
+    let response = send_h2(proxy.addr(), req).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(text(response.into_body()).await, "OVER H2 [processed]");
+
+    // A route's processing mode takes the place of the listener's whole, as in Envoy: what
+    // it does not say is the default (the request headers, no bodies).
+    processor.forget();
+    let req = post("/headers-only", &[("x-noop-echo", "body")], "abc");
+    let (status, headers, body) = call(proxy.addr(), req, &["x-processed-response"]).await;
+    assert_eq!(
+        (status, body.as_str(), headers[0].as_str()),
+        (200, "abc", "")
+    );
+    assert_eq!(processor.lines(), ["request_headers eos=false"]);
+
+    // A route with the filter off: the processor hears nothing.
+    processor.forget();
+    let (status, _, _) = call(proxy.addr(), get("/skip", &[]), &[]).await;
+    assert_eq!(status, 200);
+    assert!(processor.lines().is_empty());
+
+    assert_eq!(stat(admin, "http_ext_proc_streams_started"), 4);
+    assert_eq!(stat(admin, "http_ext_proc_stream_msgs_sent"), 12);
+    assert_eq!(stat(admin, "http_ext_proc_stream_msgs_received"), 12);
+    assert_eq!(stat(admin, "http_ext_proc_streams_failed"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_processor_answers_reroutes_and_replaces() {
+    let upstream = upstream().await;
+    let processor = processor().await;
+    let proxy = Proxy::start(
+        &config(processor.local_addr(), upstream.local_addr(), ""),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+
+    // Its own answer, and the request never reaches the upstream.
+    let (status, headers, body) =
+        call(proxy.addr(), get("/immediate", &[]), &["x-processor"]).await;
+    assert_eq!(
+        (status, headers[0].as_str(), body.as_str()),
+        (403, "denied", "denied by the processor")
+    );
+    assert_eq!(stat(admin, "http_ext_proc_immediate_responses"), 1);
+    assert_eq!(processor.lines(), ["request_headers eos=true"]);
+
+    // A new `:path` and the route matched again: the direct response of `/rerouted`, whose
+    // answer is processed as any other.
+    let (status, headers, body) = call(
+        proxy.addr(),
+        get("/reroute", &[]),
+        &["x-processed-response"],
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "rerouted here [processed]"));
+    assert_eq!(headers[0], "yes");
+
+    // The body replaced in the answer to the headers: the client's is not sent.
+    processor.forget();
+    let req = post("/replace", &[("x-noop-echo", "body")], "original");
+    let (status, _, body) = call(proxy.addr(), req, &[]).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "replaced by the processor [processed]")
+    );
+    assert!(
+        !processor
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("request_body"))
+    );
+
+    // `:status` set by the processor.
+    let (status, _, _) = call(proxy.addr(), get("/created", &[]), &[]).await;
+    assert_eq!(status, 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_processor_fails_the_exchange_or_lets_it_on() {
+    let upstream = upstream().await;
+    let processor = processor().await;
+    let proxy = Proxy::start(
+        &config(
+            processor.local_addr(),
+            upstream.local_addr(),
+            "          max_body_bytes: 1KiB\n",
+        ),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+
+    // No answer within the message timeout, an error status, an answer out of turn: 500.
+    for path in ["/hang", "/error", "/spurious"] {
+        let (status, _, body) = call(proxy.addr(), get(path, &[]), &[]).await;
+        assert_eq!(status, 500, "{path}: {body}");
+    }
+    assert_eq!(stat(admin, "http_ext_proc_message_timeouts"), 1);
+    assert_eq!(stat(admin, "http_ext_proc_spurious_msgs_received"), 1);
+    assert_eq!(stat(admin, "http_ext_proc_streams_failed"), 2);
+
+    // Where the route allows failures, the same hang lets the request on, unprocessed.
+    let (status, headers, _) = call(
+        proxy.addr(),
+        get("/open/hang", &[]),
+        &["x-processed-response"],
+    )
+    .await;
+    assert_eq!((status, headers[0].as_str()), (200, ""));
+    assert_eq!(stat(admin, "http_ext_proc_failure_mode_allowed"), 1);
+
+    // A buffered body over the limit is refused before the processor sees it.
+    processor.forget();
+    let big: &'static str = Box::leak("x".repeat(4096).into_boxed_str());
+    let (status, _, _) = call(proxy.addr(), post("/big", &[], big), &[]).await;
+    assert_eq!(status, 413);
+    assert!(
+        !processor
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("request_body"))
+    );
+
+    // A processor that is not there: closed, or open where the route allows it.
+    let closed = closed_port();
+    let down = Proxy::start(&config(closed.addr, upstream.local_addr(), ""), 1);
+    let (status, _, _) = call(down.addr(), get("/", &[]), &[]).await;
+    assert_eq!(status, 500);
+    let (status, _, _) = call(down.addr(), get("/open", &[]), &[]).await;
+    assert_eq!(status, 200);
+    let down_admin = down.admin.unwrap();
+    assert_eq!(stat(down_admin, "http_ext_proc_failure_mode_allowed"), 1);
+}
