@@ -36,7 +36,7 @@
 //! cluster/forward.rs       host pick, admission, timeout, retries (cluster/retry.rs)
 //! cluster/host.rs          the try on the host's pool (h1_pool.rs, h2_conn.rs)
 //! filters/mod.rs           the response phases, in reverse (filters/body.rs: compression)
-//! http/response_body.rs    the response body streamed back
+//! filters/response_body.rs the response body streamed back
 //! ```
 //!
 //! Starting a proxy from a config:

@@ -30,6 +30,7 @@ mod grpc_service;
 mod per_route;
 mod rate_limit_actions;
 mod reply_rewrite;
+mod response_body;
 mod token_bucket;
 
 use bytes::Bytes;
@@ -39,6 +40,7 @@ pub(crate) use body::BodyFilter;
 pub(crate) use headers::Mutations;
 use per_route::PerRouteSettings;
 pub(crate) use reply_rewrite::ReplyRewrite;
+pub use response_body::ResponseBody;
 
 use std::rc::Rc;
 
@@ -47,7 +49,6 @@ use crate::cluster::Cluster;
 use crate::context::request_id::X_REQUEST_ID;
 use crate::context::{Client, ConnCtx, RequestBody};
 use crate::error::{ProxyError, ResponseFlag};
-use crate::http::ResponseBody;
 use crate::trace::RequestTrace;
 use config::{ChainFilter, HttpFilterConfig, ListenerConfig, RouteConfiguration};
 

@@ -1,5 +1,5 @@
 //! The HTTP request path after the codec: route, authorize, forward to a cluster or answer
-//! locally, and the response body streamed back.
+//! locally (the response body streamed back is `filters::ResponseBody`).
 //!
 //! ```text
 //! handler.rs        one request: route, filters, then a local reply or the forward
@@ -9,7 +9,6 @@
 //! mirror.rs         copies of requests sent to mirror clusters, their answers discarded
 //! internal_redirect.rs  upstream redirects a route follows itself, the request sent on
 //! forwarding.rs     hop-by-hop headers, x-forwarded-for and -proto
-//! response_body.rs  the body sent downstream, holding the request's bookkeeping
 //! local_reply.rs    responses the proxy writes itself
 //! upgrade.rs        upgrades (WebSocket) and CONNECT tunnels: the handshake, then bytes both ways
 //! ```
@@ -23,13 +22,12 @@ mod internal_redirect;
 pub(crate) mod local_reply;
 mod mirror;
 mod redirect;
-mod response_body;
 mod rewrite;
 mod upgrade;
 
 use std::rc::Rc;
 
-pub use response_body::ResponseBody;
+pub use crate::filters::ResponseBody;
 pub(crate) use upgrade::relay as relay_tunnel;
 
 use crate::cluster::Cluster;

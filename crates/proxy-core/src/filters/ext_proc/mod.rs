@@ -22,12 +22,11 @@ use http_body::Body;
 
 use super::grpc_service::{ServiceChannel, service_tls};
 use super::{
-    BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings, ResponseCtx,
+    ResponseBody, BuildCtx, Exchange, Flow, HeadersFlow, HttpFilter, LocalReply, PerRouteSettings, ResponseCtx,
 };
 use crate::catalog::ExtProcStats;
 use crate::context::RequestBody;
 use crate::error::ProxyError;
-use crate::http::ResponseBody;
 use crate::throttle::LogThrottle;
 use config::{BodyMode, ExtProcConfig, HeaderMode, ProcessingMode};
 use messages::Head;

@@ -7,10 +7,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
+use super::BodyFilter;
 use crate::cluster::UpstreamBody;
 use crate::context::InFlight;
 use crate::error::{BodyError, StreamDurationReached};
-use crate::filters::BodyFilter;
 
 /// A response body: either streamed from an upstream or a small local reply. It holds its
 /// connection's in-flight count until it is dropped, which is when the codec is done with it.
