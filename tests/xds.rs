@@ -1013,6 +1013,138 @@ async fn global_rate_limit_from_a_control_plane_asks_the_service_of_its_cluster(
     );
 }
 
+/// Envoy Gateway's external processing: an `ext_proc` filter per policy, off in the chain and
+/// turned on by the routes it is for (an empty `FilterConfig`), calling the processor of its
+/// cluster (which arrives after the listener): the request headers and buffered body
+/// processed on that route, nothing on the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_proc_from_a_control_plane_processes_the_routes_that_turn_it_on() {
+    use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+    use envoy_types::pb::envoy::config::route::v3::FilterConfig;
+    use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
+        BodySendMode, HeaderSendMode,
+    };
+    use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{
+        ExternalProcessor, ProcessingMode,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter,
+    };
+
+    const NAME: &str = "envoy.filters.http.ext_proc/envoyextensionpolicy/default/policy/extproc/0";
+    let (one, _two) = upstreams().await;
+    let processor = testbed::ExtProcessor::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    serve_backend(&server, one.local_addr());
+    let filter = ExternalProcessor {
+        grpc_service: Some(GrpcService {
+            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                grpc_service::EnvoyGrpc {
+                    cluster_name: "envoyextensionpolicy/default/policy/0/processor".into(),
+                    authority: "processor.default:9000".into(),
+                    ..Default::default()
+                },
+            )),
+            timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 10,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }),
+        // Envoy's 200 ms default is short for a debug build's first call, which connects.
+        message_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+        processing_mode: Some(ProcessingMode {
+            request_header_mode: HeaderSendMode::Send as i32,
+            response_header_mode: HeaderSendMode::Skip as i32,
+            request_body_mode: BodySendMode::Buffered as i32,
+            request_trailer_mode: HeaderSendMode::Skip as i32,
+            response_trailer_mode: HeaderSendMode::Skip as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let l = resources::listener_with_filters(
+        "web",
+        "127.0.0.1:0".parse().unwrap(),
+        "web-routes",
+        vec![HttpFilter {
+            name: NAME.into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(any(&filter))),
+            disabled: true,
+            ..Default::default()
+        }],
+    );
+    server.set(type_url::LISTENER, vec![("web".into(), any(&l))]);
+    let mut processed = resources::forward("/processed", "backend");
+    processed.typed_per_filter_config.insert(
+        NAME.into(),
+        any(&FilterConfig {
+            config: None,
+            ..Default::default()
+        }),
+    );
+    let table = resources::route_config(
+        "web-routes",
+        vec![processed, resources::forward("/", "backend")],
+    );
+    server.set(
+        type_url::ROUTE,
+        vec![("web-routes".to_string(), any(&table))],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 1);
+    server.set(
+        type_url::CLUSTER,
+        vec![
+            named(eds_cluster("backend", cluster::LbPolicy::RoundRobin)),
+            named(eds_cluster(
+                "envoyextensionpolicy/default/policy/0/processor",
+                cluster::LbPolicy::RoundRobin,
+            )),
+        ],
+    );
+    server.set(
+        type_url::ENDPOINT,
+        vec![
+            assignment("backend", &[one.local_addr()]),
+            assignment(
+                "envoyextensionpolicy/default/policy/0/processor",
+                &[processor.local_addr()],
+            ),
+        ],
+    );
+    let addr = listener_address(&proxy, "web").await;
+    let post = |path: &str| {
+        http::Request::post(path)
+            .header("host", "web.test")
+            .header("x-noop-echo", "body")
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                b"quiet",
+            )))
+            .unwrap()
+    };
+    let response = send_h1(addr, post("/processed")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(text(response.into_body()).await, "QUIET");
+    assert_eq!(
+        processor.lines(),
+        ["request_headers eos=false", "request_body 5 eos=true"]
+    );
+    let response = send_h1(addr, post("/elsewhere")).await;
+    assert_eq!(text(response.into_body()).await, "quiet");
+    assert_eq!(
+        processor.lines().len(),
+        2,
+        "the other route is not processed"
+    );
+}
+
 /// Envoy Gateway's authorization: an RBAC filter without rules on the listener, and a route's
 /// `RBACPerRoute` in the matcher form (allow one header value, deny the rest). Enforced on
 /// that route only, and lifted live when the route's settings go.

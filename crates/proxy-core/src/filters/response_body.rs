@@ -28,10 +28,11 @@ enum Inner {
     Local(Option<Bytes>),
     Upstream(UpstreamBody),
     /// A body whose start was read ahead (for an external processor): that start (or what
-    /// replaced it), then the rest of the body as it was.
+    /// replaced it), then the rest of the body as it was, or the trailers of one read whole.
     Front {
         data: Option<Bytes>,
-        rest: Box<ResponseBody>,
+        rest: Option<Box<ResponseBody>>,
+        trailers: Option<http::HeaderMap>,
     },
 }
 
@@ -82,11 +83,12 @@ impl ResponseBody {
 
     /// Reads the body (through its filter) until more than `max` bytes or its end:
     /// `(what was read, whether that is the whole body)`. The body then starts with what was
-    /// read, which [`ResponseBody::replace_front`] may change; a whole body's trailers are
-    /// dropped (a processor that buffers the body does not get them).
+    /// read, which [`ResponseBody::replace_front`] may change; a whole body keeps its trailers
+    /// (a gRPC answer's status).
     pub(crate) async fn read_front(&mut self, max: usize) -> Result<(Bytes, bool), BodyError> {
         let mut rest = std::mem::replace(self, ResponseBody::local(Bytes::new()));
         let mut read = bytes::BytesMut::new();
+        let mut trailers = None;
         let mut whole = false;
         while read.len() <= max {
             if rest.is_end_stream() {
@@ -99,21 +101,17 @@ impl ResponseBody {
                     break;
                 }
                 Some(Err(error)) => return Err(error),
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        read.extend_from_slice(&data);
-                    }
-                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => read.extend_from_slice(&data),
+                    Err(frame) => trailers = frame.into_trailers().ok(),
+                },
             }
         }
         let read = read.freeze();
-        self.inner = if whole {
-            Inner::Local(Some(read.clone()).filter(|b| !b.is_empty()))
-        } else {
-            Inner::Front {
-                data: Some(read.clone()),
-                rest: Box::new(rest),
-            }
+        self.inner = Inner::Front {
+            data: Some(read.clone()).filter(|b| !b.is_empty()),
+            rest: (!whole).then(|| Box::new(rest)),
+            trailers,
         };
         Ok((read, whole))
     }
@@ -189,9 +187,14 @@ impl Body for Inner {
         match self.get_mut() {
             Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
-            Inner::Front { data, rest } => match data.take() {
-                Some(front) => Poll::Ready(Some(Ok(Frame::data(front)))),
-                None => Pin::new(&mut **rest).poll_frame(cx),
+            Inner::Front {
+                data,
+                rest,
+                trailers,
+            } => match (data.take(), rest) {
+                (Some(front), _) => Poll::Ready(Some(Ok(Frame::data(front)))),
+                (None, Some(rest)) => Pin::new(&mut **rest).poll_frame(cx),
+                (None, None) => Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t)))),
             },
         }
     }
@@ -201,7 +204,15 @@ impl Body for Inner {
         match self {
             Inner::Local(bytes) => bytes.is_none(),
             Inner::Upstream(body) => body.is_end_stream(),
-            Inner::Front { data, rest } => data.is_none() && rest.is_end_stream(),
+            Inner::Front {
+                data,
+                rest,
+                trailers,
+            } => {
+                data.is_none()
+                    && trailers.is_none()
+                    && rest.as_ref().is_none_or(|r| r.is_end_stream())
+            }
         }
     }
 

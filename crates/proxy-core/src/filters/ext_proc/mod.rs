@@ -156,7 +156,9 @@ impl HttpFilter for ExtProc {
             end_of_stream: whole,
             ..Default::default()
         });
-        let answer = Box::pin(inner.ask(&mut session, message, false)).await;
+        // The first message where the request headers were not sent.
+        let first = !session.is_open();
+        let answer = Box::pin(inner.ask(&mut session, message, first)).await;
         let flow = match inner.on_request_answer(answer, "request_body", req, &mut session).await {
             Ok(flow) => flow,
             Err(failed) => return Ok(inner.failed(failed, &mut session, exchange, state)),
