@@ -429,6 +429,21 @@ catalog! {
             "Exchanges the processor answered itself (an immediate response).",
         ),
     }
+    /// One worker's handles for one listener's API key authentication filter.
+    api_key_auth -> ApiKeyAuthStats(listener) {
+        allowed: counter = http_api_key_auth_allowed(
+            "http_api_key_auth_allowed",
+            "Requests the api_key_auth filter let on (a listed key of an allowed client).",
+        ),
+        unauthorized: counter = http_api_key_auth_unauthorized(
+            "http_api_key_auth_unauthorized",
+            "Requests the api_key_auth filter refused 401 (no key, or a key not listed).",
+        ),
+        forbidden: counter = http_api_key_auth_forbidden(
+            "http_api_key_auth_forbidden",
+            "Requests the api_key_auth filter refused 403 (a client the route does not allow).",
+        ),
+    }
     /// One worker's handles for one listener's basic authentication filter.
     basic_auth -> BasicAuthStats(listener) {
         allowed: counter = http_basic_auth_allowed(

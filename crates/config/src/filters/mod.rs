@@ -287,6 +287,8 @@ http_filters! {
     JwtAuthn(jwt_authn::JwtAuthnConfig),
     /// A user and password of an htpasswd list (Envoy's `basic_auth`).
     BasicAuth(basic_auth::BasicAuthConfig),
+    /// An API key one of the listed clients has (Envoy's `api_key_auth`).
+    ApiKeyAuth(api_key_auth::ApiKeyAuthConfig),
     /// Limits kept by a rate limit service for the whole fleet (Envoy's `ratelimit`).
     GlobalRateLimit(global_rate_limit::GlobalRateLimitConfig),
     /// An external processor sent the request's and response's headers and bodies, which it

@@ -11,15 +11,17 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
 use super::{
-    RawPerRoute, RawRouteFilters, basic_auth, buffer, compression, cors, csrf, custom_response,
-    ext_authz, ext_proc, fault, global_rate_limit, jwt_authn, local_rate_limit, rbac,
+    RawPerRoute, RawRouteFilters, api_key_auth, basic_auth, buffer, compression, cors, csrf,
+    custom_response, ext_authz, ext_proc, fault, global_rate_limit, jwt_authn, local_rate_limit,
+    rbac,
 };
 use crate::envoy::{ResourceError, decode};
 
 const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 
 /// The filters Envoy names in a chain, and the name each has in `filters:` here.
-const NAMES: [(&str, &str); 14] = [
+const NAMES: [(&str, &str); 15] = [
+    ("envoy.filters.http.api_key_auth", "api_key_auth"),
     ("envoy.filters.http.buffer", "buffer"),
     ("envoy.filters.http.cors", "cors"),
     ("envoy.filters.http.csrf", "csrf"),
@@ -198,6 +200,9 @@ pub(crate) fn route_filters(
             basic_auth::xds::PER_ROUTE => {
                 level.basic_auth = Some(basic_auth::xds::per_route(&value, &at)?);
             }
+            api_key_auth::xds::PER_ROUTE => {
+                level.api_key_auth = Some(api_key_auth::xds::per_route(&value, &at)?);
+            }
             global_rate_limit::xds::PER_ROUTE => {
                 level.global_rate_limit = Some(global_rate_limit::xds::per_route(&value, &at)?);
             }
@@ -235,6 +240,7 @@ fn settings_kind(type_url: &str) -> Option<&'static str> {
         rbac::xds::PER_ROUTE => "rbac",
         jwt_authn::xds::PER_ROUTE => "jwt_authn",
         basic_auth::xds::PER_ROUTE => "basic_auth",
+        api_key_auth::xds::PER_ROUTE => "api_key_auth",
         global_rate_limit::xds::PER_ROUTE => "global_rate_limit",
         ext_proc::xds::PER_ROUTE => "ext_proc",
         _ => return None,

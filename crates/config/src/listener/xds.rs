@@ -20,6 +20,7 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::envoy::{
     ResourceError, decode, duration, fields, nothing_else, socket_address, type_url,
 };
+use crate::filters::api_key_auth::xds as api_key_auth;
 use crate::filters::basic_auth::xds as basic_auth;
 use crate::filters::buffer::xds as buffer;
 use crate::filters::compression::xds as compression;
@@ -1186,6 +1187,9 @@ fn http_filters(
                 decode::<Cors>(&any, CORS, "a Cors filter")?;
                 XdsHttpFilter::Settled(RawHttpFilter::Cors(RawCors::default()))
             }
+            Some(any) if any.type_url == api_key_auth::TYPE_URL => XdsHttpFilter::Settled(
+                RawHttpFilter::ApiKeyAuth(api_key_auth::settings(&any, &at)?),
+            ),
             Some(any) if any.type_url == basic_auth::TYPE_URL => {
                 XdsHttpFilter::Settled(RawHttpFilter::BasicAuth(basic_auth::settings(&any, &at)?))
             }
@@ -1239,7 +1243,7 @@ fn http_filters(
                 return Err(ResourceError::Unsupported {
                     at,
                     fields: vec![format!(
-                        "HTTP filter `{}` (basic_auth, buffer, compressor, cors, csrf, custom_response, ext_authz, ext_proc, fault, grpc_web, header_mutation, health_check, jwt_authn, local_ratelimit, ratelimit, rbac and the router only)",
+                        "HTTP filter `{}` (api_key_auth, basic_auth, buffer, compressor, cors, csrf, custom_response, ext_authz, ext_proc, fault, grpc_web, header_mutation, health_check, jwt_authn, local_ratelimit, ratelimit, rbac and the router only)",
                         f.name
                     )],
                 });

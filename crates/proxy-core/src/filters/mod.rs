@@ -291,6 +291,7 @@ filters! {
     Rbac(rbac::Rbac),
     JwtAuthn(jwt_authn::JwtAuthn),
     BasicAuth(basic_auth::BasicAuth),
+    ApiKeyAuth(api_key_auth::ApiKeyAuth),
     GlobalRateLimit(global_rate_limit::GlobalRateLimit),
     ExtProc(ext_proc::ExtProc),
 }
