@@ -79,6 +79,8 @@ listeners:
               claim_to_headers:
                 - {{ header_name: x-jwt-sub, claim_name: sub }}
                 - {{ header_name: x-jwt-team, claim_name: org.team }}
+              # Tokens that verified are remembered: a rotated-out key's must still fail.
+              jwt_cache: {{ size: 10 }}
           rules:
             - match: {{ prefix: /public }}
             - match: {{ prefix: / }}
@@ -191,7 +193,8 @@ async fn tokens_are_verified_against_a_key_set_fetched_through_a_cluster() {
         call(addr, "/items", &fresh, &[]).await.0 == 200
     })
     .await;
-    // The key rotated out is gone with the old set.
+    // The key rotated out is gone with the old set, though its token verified before and
+    // was remembered (`jwt_cache`).
     assert_eq!(call(addr, "/items", &token, &[]).await.0, 401);
 
     let admin = proxy.admin.unwrap();

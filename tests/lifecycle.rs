@@ -402,5 +402,5 @@ fn the_readme_config_reference_is_valid() {
     // upgrades, routing, mirroring, the client's address (and its detection), tracing, zone-
     // aware routing, the TCP proxy, filter chains: a block that stops being fenced as yaml
     // would stop being checked.
-    assert_eq!(blocks, 35, "README yaml blocks");
+    assert_eq!(blocks, 36, "README yaml blocks");
 }

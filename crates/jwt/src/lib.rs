@@ -6,7 +6,7 @@
 //! signature is verified against a JWKS ([`Jwks::parse`], [`Jwt::verify`]). The signature
 //! itself is checked by the `jsonwebtoken` crate on aws-lc-rs, the TLS stack's own crypto;
 //! nothing here does cryptography. Failures are [`JwtError`]s whose text is Envoy's, which the
-//! filter answers with.
+//! filter answers with. [`VerifiedTokens`] remembers tokens that verified, for one key set.
 //!
 //! ```
 //! let jwks = jwt::Jwks::parse(r#"{"keys":[{"kty":"oct","kid":"k1","k":"c2VjcmV0"}]}"#).unwrap();
@@ -18,6 +18,10 @@
 //! jwt.check_time(1_900_000_000, 60, false).unwrap();
 //! assert_eq!(jwt.verify(&jwks), Ok(()));
 //! ```
+
+mod cache;
+
+pub use cache::VerifiedTokens;
 
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};

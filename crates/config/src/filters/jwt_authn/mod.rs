@@ -103,6 +103,35 @@ pub struct JwtProvider {
     /// Claims whose space-separated text is a list in that payload (`scope`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub space_delimited_claims: Vec<String>,
+    /// Tokens whose signature verified are remembered (per worker), and not verified again
+    /// while the provider's keys stay the same (Envoy's `jwt_cache_config`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt_cache: Option<JwtCache>,
+}
+
+/// How many verified tokens a worker remembers per provider, and the longest it remembers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtCache {
+    /// Envoy's default: 100.
+    #[serde(default = "JwtCache::default_size")]
+    pub size: u32,
+    /// Envoy's default: 4096 bytes.
+    #[serde(default = "JwtCache::default_max_token_size")]
+    pub max_token_size: u32,
+}
+
+impl JwtCache {
+    pub const DEFAULT_SIZE: u32 = 100;
+    pub const DEFAULT_MAX_TOKEN_SIZE: u32 = 4096;
+
+    fn default_size() -> u32 {
+        Self::DEFAULT_SIZE
+    }
+
+    fn default_max_token_size() -> u32 {
+        Self::DEFAULT_MAX_TOKEN_SIZE
+    }
 }
 
 /// A string match as its one key (`prefix: spiffe://`).
@@ -274,6 +303,7 @@ pub struct RawJwtProvider {
     pub require_expiration: Option<bool>,
     pub payload_in_metadata: Option<String>,
     pub normalize_payload_in_metadata: Option<RawNormalizePayload>,
+    pub jwt_cache: Option<JwtCache>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -497,6 +527,15 @@ fn check_provider(
         space_delimited_claims: (raw.normalize_payload_in_metadata)
             .map(|n| n.space_delimited_claims)
             .unwrap_or_default(),
+        jwt_cache: match raw.jwt_cache {
+            Some(cache) if cache.size == 0 || cache.max_token_size == 0 => {
+                return Err(ConfigError::invalid(
+                    format!("{path}.jwt_cache"),
+                    "expected a size and a max_token_size of at least 1",
+                ));
+            }
+            other => other,
+        },
     })
 }
 

@@ -50,6 +50,8 @@ struct Provider {
     keys: Keys,
     /// The cluster remote keys are fetched through.
     cluster: Option<Rc<Cluster>>,
+    /// The tokens that verified on this worker (`jwt_cache`).
+    verified: Option<RefCell<jwt::VerifiedTokens>>,
 }
 
 /// A provider's keys: parsed once per generation, or fetched and shared.
@@ -126,6 +128,9 @@ impl HttpFilter for JwtAuthn {
                     remote.refresh_if_due(cluster, &stats);
                 }
                 Provider {
+                    verified: (config.jwt_cache).map(|c| {
+                        RefCell::new(jwt::VerifiedTokens::new(c.size as usize, c.max_token_size as usize))
+                    }),
                     config: config.clone(),
                     keys,
                     cluster,
@@ -520,8 +525,16 @@ impl Evaluation<'_> {
                 return Err(JwtError::VerificationFails);
             }
         }
-        let keys = self.keys[index].as_deref().ok_or(JwtError::JwksFetchFailed)?;
-        jwt.verify(keys)?;
+        let keys = self.keys[index].as_ref().ok_or(JwtError::JwksFetchFailed)?;
+        let token = (self.found[index].as_ref()).map_or("", |f| f[t].token.as_str());
+        // A token that verified against this very key set needs no second verification.
+        let remembered = (provider.verified.as_ref()).is_some_and(|v| v.borrow_mut().contains(token, keys));
+        if !remembered {
+            jwt.verify(keys)?;
+            if let Some(verified) = &provider.verified {
+                verified.borrow_mut().insert(token, keys);
+            }
+        }
         if tokens::leave(config, jwt, headers) && config.clear_route_cache {
             self.clear_route.set(true);
         }
