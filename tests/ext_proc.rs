@@ -237,14 +237,21 @@ async fn a_failing_processor_fails_the_exchange_or_lets_it_on() {
     );
     let admin = proxy.admin.unwrap();
 
-    // No answer within the message timeout, an error status, an answer out of turn: 500.
-    for path in ["/hang", "/error", "/spurious"] {
+    // No answer within the message timeout: 504, as Envoy; an error status, an answer out of
+    // turn: `status_on_error` (500).
+    for (path, want) in [("/hang", 504), ("/error", 500), ("/spurious", 500)] {
         let (status, _, body) = call(proxy.addr(), get(path, &[]), &[]).await;
-        assert_eq!(status, 500, "{path}: {body}");
+        assert_eq!(status, want, "{path}: {body}");
     }
     assert_eq!(stat(admin, "http_ext_proc_message_timeouts"), 1);
     assert_eq!(stat(admin, "http_ext_proc_spurious_msgs_received"), 1);
-    assert_eq!(stat(admin, "http_ext_proc_streams_failed"), 2);
+    assert_eq!(stat(admin, "http_ext_proc_streams_failed"), 1);
+
+    // A processor that ends the stream with OK has finished: the exchange goes on as it is.
+    let (status, headers, _) =
+        call(proxy.addr(), get("/done", &[]), &["x-processed-response"]).await;
+    assert_eq!((status, headers[0].as_str()), (200, ""));
+    assert_eq!(stat(admin, "http_ext_proc_failure_mode_allowed"), 0);
 
     // Where the route allows failures, the same hang lets the request on, unprocessed.
     let (status, headers, _) = call(

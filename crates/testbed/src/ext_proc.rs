@@ -6,6 +6,7 @@
 //! - `/hang...`: never answers (a processor too slow for the message timeout).
 //! - `/spurious...`: answers the request headers with an answer about response headers.
 //! - `/error...`: ends the stream with gRPC status INTERNAL.
+//! - `/done...`: ends the stream with status OK, unanswered (the processor has finished).
 //! - `/reroute...`: sets `:path` to `/rerouted` and asks for the route to be matched again.
 //! - `/replace...`: replaces the request body with `replaced by the processor`
 //!   (CONTINUE_AND_REPLACE, in its answer to the request headers).
@@ -146,6 +147,8 @@ impl Processor {
                     answer(Answer::ResponseHeaders(HeadersResponse::default()))
                 } else if path.contains("/error") {
                     return Err(Status::internal("the processor failed"));
+                } else if path.contains("/done") {
+                    return Err(Status::ok("finished"));
                 } else if path.contains("/reroute") {
                     let mut common = go_on(vec![set(":path", "/rerouted")], Vec::new(), None);
                     common.clear_route_cache = true;
@@ -259,6 +262,8 @@ impl ExternalProcessor for Processor {
                     }
                     // Hangs: the stream stays open, unanswered, until the proxy gives up.
                     Ok(None) => {}
+                    // Finished: the stream ends with OK.
+                    Err(status) if status.code() == tonic::Code::Ok => return,
                     Err(status) => {
                         let _ = tx.send(Err(status)).await;
                         return;

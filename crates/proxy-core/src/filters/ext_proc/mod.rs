@@ -243,7 +243,7 @@ impl Inner {
         if expected == "request_headers" && self.config.allow_mode_override
             && let Some(mode) = answer.mode_override
         {
-            session.mode = overridden(session.mode, &mode);
+            session.mode = overridden(session.mode, self.config.processing_mode, &mode);
         }
         let Some(common) = common else {
             return Ok(Flow::Continue);
@@ -257,7 +257,10 @@ impl Inner {
         });
         *req = Request::from_parts(parts, body);
         changed?;
-        if let Some(new_body) = messages::new_body(common.body_mutation.as_ref()) {
+        let replacing = common.status() == ResponseStatus::ContinueAndReplace;
+        // A headers answer replaces the body only with CONTINUE_AND_REPLACE (as Envoy reads it).
+        let mutation = common.body_mutation.as_ref().filter(|_| replacing || expected != "request_headers");
+        if let Some(new_body) = messages::new_body(mutation) {
             if expected == "request_headers" {
                 // Replaces the body before any of it is read: the client's is read whole (within
                 // the buffer limit) and not sent.
@@ -282,7 +285,8 @@ impl Inner {
         if common.status() == ResponseStatus::ContinueAndReplace {
             session.mode.request_body = BodyMode::None;
         }
-        if common.clear_route_cache && !self.config.disable_clear_route_cache {
+        // Envoy clears the route only after a header change.
+        if common.clear_route_cache && common.header_mutation.is_some() && !self.config.disable_clear_route_cache {
             return Ok(Flow::ClearRoute);
         }
         Ok(Flow::Continue)
@@ -322,22 +326,35 @@ impl Inner {
     }
 
     /// The processor failed: the exchange goes on unprocessed (`failure_mode_allow`), or is
-    /// answered `status_on_error`.
+    /// answered 504 (no answer in time) or `status_on_error`. A processor that ended the
+    /// stream with an OK status has finished: the exchange goes on unprocessed, as in Envoy.
     fn failed(&self, error: ProcessorError, session: &mut Session, exchange: &Exchange<'_>, state: &mut State) -> Flow {
         *state = None;
-        self.note_failure(&error, session, &exchange.conn.listener.name);
+        match self.failure_status(&error, session, &exchange.conn.listener.name) {
+            None => Flow::Continue,
+            Some(status) => Flow::Respond(Box::new(LocalReply::new(status, Bytes::new()))),
+        }
+    }
+
+    /// The status a failure answers with; `None` where the exchange goes on unprocessed.
+    fn failure_status(&self, error: &ProcessorError, session: &Session, listener: &str) -> Option<StatusCode> {
+        if matches!(error, ProcessorError::Ended) {
+            self.stats.streams_closed.inc();
+            return None;
+        }
+        self.note_failure(error, session, listener);
         if session.failure_mode_allow {
             self.stats.failure_mode_allowed.inc();
-            return Flow::Continue;
+            return None;
         }
-        Flow::Respond(Box::new(LocalReply::new(
-            StatusCode::from_u16(self.config.status_on_error).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            Bytes::new(),
-        )))
+        Some(match error {
+            ProcessorError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::from_u16(self.config.status_on_error).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        })
     }
 
     fn note_failure(&self, error: &ProcessorError, session: &Session, listener: &str) {
-        if !matches!(error, ProcessorError::Timeout(_)) {
+        if !matches!(error, ProcessorError::Timeout(_) | ProcessorError::Spurious(..)) {
             self.stats.streams_failed.inc();
         }
         if let Some(failed) = self.errors.hit() {
@@ -446,7 +463,9 @@ impl Inner {
         parts.status = status;
         *response = Response::from_parts(parts, body);
         changed?;
-        if let Some(new_body) = messages::new_body(common.body_mutation.as_ref()) {
+        let replacing = common.status() == ResponseStatus::ContinueAndReplace;
+        let mutation = common.body_mutation.as_ref().filter(|_| replacing || expected != "response_headers");
+        if let Some(new_body) = messages::new_body(mutation) {
             if expected == "response_headers" {
                 messages::set_length(response.headers_mut(), Some(new_body.len()));
                 *response.body_mut() = ResponseBody::local(new_body);
@@ -461,8 +480,8 @@ impl Inner {
         Ok(true)
     }
 
-    /// The processor failed on the response: it goes on as it is (`failure_mode_allow`), or
-    /// is replaced by `status_on_error`.
+    /// The processor failed on the response: it goes on as it is (`failure_mode_allow`, or
+    /// the processor ended the stream), or is replaced by 504 or `status_on_error`.
     fn response_failed(
         &self,
         error: ProcessorError,
@@ -470,13 +489,9 @@ impl Inner {
         session: &mut Session,
         ctx: &ResponseCtx<'_>,
     ) {
-        self.note_failure(&error, session, &ctx.exchange.conn.listener.name);
-        if session.failure_mode_allow {
-            self.stats.failure_mode_allowed.inc();
-            return;
+        if let Some(status) = self.failure_status(&error, session, &ctx.exchange.conn.listener.name) {
+            *response = local_response(status, Bytes::new());
         }
-        let status = StatusCode::from_u16(self.config.status_on_error).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        *response = local_response(status, Bytes::new());
     }
 }
 
@@ -513,13 +528,14 @@ fn body_mode(mode: BodyMode) -> pb_mode::BodySendMode {
 /// the current setting.
 fn overridden(
     current: ProcessingMode,
+    filter: ProcessingMode,
     mode: &envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode,
 ) -> ProcessingMode {
+    // `DEFAULT` is the filter's own setting (not a route's), as Envoy reads an override.
     let header = |value: i32, default: HeaderMode| match pb_mode::HeaderSendMode::try_from(value) {
         Ok(pb_mode::HeaderSendMode::Skip) => HeaderMode::Skip,
         Ok(pb_mode::HeaderSendMode::Send) => HeaderMode::Send,
-        Ok(pb_mode::HeaderSendMode::Default) => HeaderMode::Send,
-        Err(_) => default,
+        Ok(pb_mode::HeaderSendMode::Default) | Err(_) => default,
     };
     let body = |value: i32, current: BodyMode| match pb_mode::BodySendMode::try_from(value) {
         Ok(pb_mode::BodySendMode::None) => BodyMode::None,
@@ -529,7 +545,7 @@ fn overridden(
     };
     ProcessingMode {
         request_headers: current.request_headers,
-        response_headers: header(mode.response_header_mode, current.response_headers),
+        response_headers: header(mode.response_header_mode, filter.response_headers),
         request_body: body(mode.request_body_mode, current.request_body),
         response_body: body(mode.response_body_mode, current.response_body),
     }
