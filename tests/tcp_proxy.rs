@@ -573,3 +573,176 @@ clusters:
         }
     }
 }
+
+/// A connection from `from` (a loopback address) to `addr`, and what it reads until the
+/// relay closes it after it sent `hi` and closed its side.
+async fn exchange_from(from: &str, addr: SocketAddr) -> Vec<u8> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    // A denied connection may be closed before this is written: the write may fail.
+    let _ = stream.write_all(b"hi").await;
+    let _ = stream.shutdown().await;
+    let mut back = Vec::new();
+    let _ = tokio::time::timeout(LIMIT, stream.read_to_end(&mut back))
+        .await
+        .expect("the relay closes");
+    back
+}
+
+/// Network RBAC before the relay (Envoy Gateway's TCPRoute authorization): a connection its
+/// rules deny is closed before any upstream is connected; others are relayed. Shadow rules
+/// count only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_rules_decide_which_connections_are_relayed() {
+    let upstream = echo(b"hello\n").await;
+    let rbac = r#", rbac: { rules: { matchers: [{ name: lab, action: deny, match: { source_ip: [127.0.0.2/32] } }], on_no_match: allow }, shadow_rules: { matchers: [{ name: tight, action: allow, match: { source_ip: [127.0.0.1/32] } }], on_no_match: deny } }"#;
+    let proxy = Proxy::start(&relay_config("", upstream, rbac), 1);
+    let admin = proxy.admin.unwrap();
+    assert_eq!(exchange_from("127.0.0.1", proxy.addr()).await, b"hello\nhi");
+    // Denied: nothing at all, not even the server's greeting, and no upstream connection.
+    assert_eq!(exchange_from("127.0.0.2", proxy.addr()).await, b"");
+    assert_eq!(exchange_from("127.0.0.3", proxy.addr()).await, b"hello\nhi");
+    assert_eq!(stat(admin, "tcp_rbac_allowed"), 2);
+    assert_eq!(stat(admin, "tcp_rbac_denied"), 1);
+    assert_eq!(stat(admin, "tcp_rbac_shadow_allowed"), 1);
+    assert_eq!(stat(admin, "tcp_rbac_shadow_denied"), 2);
+    assert_eq!(stat(admin, "tcp_proxy_cx_total"), 2);
+
+    // Rules that read a request are refused at load: a relayed connection has none.
+    let bad = r#", rbac: { rules: { matchers: [{ name: p, action: deny, match: { path: { prefix: /x } } }] } }"#;
+    let dir = ScratchDir::new();
+    let path = dir.write("bad.yaml", &relay_config("", upstream, bad));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_legate"))
+        .args(["validate", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("tcp_proxy.rbac.rules") && stderr.contains("the path"),
+        "{stderr}"
+    );
+}
+
+/// Envoy Gateway's form from xDS: a network `rbac` filter in the matcher form before the
+/// `tcp_proxy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_rbac_from_the_management_server() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+    use envoy_types::pb::envoy::config::core::v3::CidrRange;
+    use envoy_types::pb::envoy::config::listener::v3::{Filter, filter};
+    use envoy_types::pb::envoy::config::rbac::v3::{Action, rbac::Action as RbacAction};
+    use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier,
+    };
+    use envoy_types::pb::envoy::extensions::matching::common_inputs::network::v3::SourceIpInput;
+    use envoy_types::pb::envoy::extensions::matching::input_matchers::ip::v3::Ip;
+    use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
+    use envoy_types::pb::xds::r#type::matcher::v3::Matcher;
+    use envoy_types::pb::xds::r#type::matcher::v3::matcher::matcher_list::{
+        FieldMatcher, Predicate, predicate,
+    };
+    use envoy_types::pb::xds::r#type::matcher::v3::matcher::{
+        MatcherList, MatcherType, OnMatch, on_match,
+    };
+    use testbed::xds::{any, type_url};
+
+    let action = |name: &str, deny: bool| OnMatch {
+        on_match: Some(on_match::OnMatch::Action(TypedExtensionConfig {
+            name: name.into(),
+            typed_config: Some(any(&Action {
+                name: if deny { "DENY" } else { "ALLOW" }.into(),
+                action: if deny {
+                    RbacAction::Deny
+                } else {
+                    RbacAction::Allow
+                } as i32,
+            })),
+        })),
+        ..Default::default()
+    };
+    let rbac = Rbac {
+        stat_prefix: "tcp-10080".into(),
+        matcher: Some(Matcher {
+            matcher_type: Some(MatcherType::MatcherList(MatcherList {
+                matchers: vec![FieldMatcher {
+                    predicate: Some(Predicate {
+                        match_type: Some(predicate::MatchType::SinglePredicate(
+                            predicate::SinglePredicate {
+                                input: Some(TypedExtensionConfig {
+                                    name: "client_ip".into(),
+                                    typed_config: Some(any(&SourceIpInput::default())),
+                                }),
+                                matcher: Some(predicate::single_predicate::Matcher::CustomMatch(
+                                    TypedExtensionConfig {
+                                        name: "ip_matcher".into(),
+                                        typed_config: Some(any(&Ip {
+                                            cidr_ranges: vec![CidrRange {
+                                                address_prefix: "127.0.0.2".into(),
+                                                prefix_len: Some(envoy_types::pb::google::protobuf::UInt32Value { value: 32 }),
+                                            }],
+                                            stat_prefix: "client_ip".into(),
+                                        })),
+                                    },
+                                )),
+                            },
+                        )),
+                    }),
+                    on_match: Some(action("deny-lab", true)),
+                }],
+            })),
+            on_no_match: Some(Box::new(action("default", false))),
+        }),
+        ..Default::default()
+    };
+    let upstream = echo(b"hello\n").await;
+    let server = testbed::ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut l = testbed::resources::listener("tcp", "127.0.0.1:0".parse().unwrap(), "unused");
+    l.filter_chains[0].filters = vec![
+        Filter {
+            name: "envoy.filters.network.rbac".into(),
+            config_type: Some(filter::ConfigType::TypedConfig(any(&rbac))),
+        },
+        Filter {
+            name: "envoy.filters.network.tcp_proxy".into(),
+            config_type: Some(filter::ConfigType::TypedConfig(any(&TcpProxy {
+                stat_prefix: "tcp".into(),
+                cluster_specifier: Some(ClusterSpecifier::Cluster("echo".into())),
+                ..Default::default()
+            }))),
+        },
+    ];
+    server.set(type_url::LISTENER, vec![("tcp".into(), any(&l))]);
+    let cluster = testbed::resources::eds_cluster("echo", LbPolicy::RoundRobin);
+    server.set(type_url::CLUSTER, vec![("echo".into(), any(&cluster))]);
+    let endpoints = testbed::resources::assignment("echo", &[upstream]);
+    server.set(type_url::ENDPOINT, vec![("echo".into(), any(&endpoints))]);
+    let proxy = Proxy::start(
+        &format!(
+            "admin: {{ address: 127.0.0.1:0 }}\nnode: {{ id: edge-1, cluster: edge }}\ndynamic_resources: {{ ads: {{ address: \"{}\" }} }}\n",
+            server.local_addr()
+        ),
+        1,
+    );
+    let mut addr: Option<SocketAddr> = None;
+    eventually("the listener in force", async || {
+        let dump: serde_json::Value =
+            serde_json::from_str(&admin_request(proxy.admin.unwrap(), "GET", "/config_dump").1)
+                .unwrap();
+        addr = (dump["listeners"].as_array().unwrap().iter())
+            .find(|l| l["name"] == "tcp")
+            .map(|l| l["bound_address"].as_str().unwrap().parse().unwrap());
+        addr.is_some()
+    })
+    .await;
+    let addr = addr.unwrap();
+    assert_eq!(exchange_from("127.0.0.1", addr).await, b"hello\nhi");
+    assert_eq!(exchange_from("127.0.0.2", addr).await, b"");
+    assert!(server.requests().iter().all(|r| !r.is_nack()));
+    server.shutdown().await;
+}

@@ -329,6 +329,22 @@ catalog! {
             "tcp_proxy_max_downstream_connection_duration",
             "Relays closed at max_downstream_connection_duration.",
         ),
+        rbac_allowed: counter = tcp_rbac_allowed(
+            "tcp_rbac_allowed",
+            "Connections a tcp_proxy listener's enforced rbac rules allowed.",
+        ),
+        rbac_denied: counter = tcp_rbac_denied(
+            "tcp_rbac_denied",
+            "Connections a tcp_proxy listener's enforced rbac rules denied (closed, never relayed).",
+        ),
+        rbac_shadow_allowed: counter = tcp_rbac_shadow_allowed(
+            "tcp_rbac_shadow_allowed",
+            "Connections a tcp_proxy listener's shadow rbac rules would have allowed.",
+        ),
+        rbac_shadow_denied: counter = tcp_rbac_shadow_denied(
+            "tcp_rbac_shadow_denied",
+            "Connections a tcp_proxy listener's shadow rbac rules would have denied (relayed).",
+        ),
     }
     /// One worker's handles for one listener's CSRF filter.
     csrf -> CsrfStats(listener) {

@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
+use config::RbacAction;
 use config::listener::tcp_proxy::TcpHashPolicy;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -30,6 +31,8 @@ pub(crate) struct TcpProxyCtx {
     pub(crate) hash_policy: Option<TcpHashPolicy>,
     /// Bytes held per direction.
     pub(crate) buffer: usize,
+    /// Who may connect (the network `rbac` filter).
+    rbac: Option<config::RbacConfig>,
     pub(crate) stats: TcpProxyStats,
 }
 
@@ -49,8 +52,31 @@ impl TcpProxyCtx {
             max_duration: config.max_downstream_connection_duration,
             hash_policy: config.hash_policy,
             buffer: buffer as usize,
+            rbac: config.rbac.clone(),
             stats,
         }
+    }
+
+    /// Whether the listener's rules let the connection on (shadow rules counted too).
+    fn allows(&self, conn: &ConnCtx) -> bool {
+        let Some(rbac) = &self.rbac else {
+            return true;
+        };
+        if let Some(shadow) = &rbac.shadow_rules {
+            match crate::filters::decide_connection(shadow, conn) {
+                RbacAction::Deny => self.stats.rbac_shadow_denied.inc(),
+                RbacAction::Allow | RbacAction::Log => self.stats.rbac_shadow_allowed.inc(),
+            }
+        }
+        let Some(rules) = &rbac.rules else {
+            return true;
+        };
+        if crate::filters::decide_connection(rules, conn) == RbacAction::Deny {
+            self.stats.rbac_denied.inc();
+            return false;
+        }
+        self.stats.rbac_allowed.inc();
+        true
     }
 }
 
@@ -84,6 +110,13 @@ pub(crate) async fn serve(
     let started = Instant::now();
     let mut log = ConnLog::new(conn);
     let conn = Rc::clone(&log.conn);
+    // Decided before any upstream is connected: a denied client gets nothing (Envoy's
+    // network filter decides on the first byte, after its proxy has connected).
+    if !tcp.allows(&conn) {
+        tracing::debug!(peer = %conn.peer, "tcp_proxy: connection denied by rbac");
+        let _ = io.shutdown().await;
+        return;
+    }
     let upstream = match connect(tcp, clusters, &conn).await {
         Ok(upstream) => upstream,
         Err(flag) => {

@@ -16,7 +16,7 @@ use crate::{ClusterConfig, ConfigError};
 /// configured (Envoy's default).
 pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TcpProxyConfig {
     /// Index into [`crate::Config::clusters`].
     /// The cluster, or the first of `weighted_clusters`.
@@ -43,6 +43,10 @@ pub struct TcpProxyConfig {
     /// nothing, so such a cluster picks as if at random.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash_policy: Option<TcpHashPolicy>,
+    /// Connections allowed or denied by what they show (addresses, ports, SNI, client
+    /// certificate) before they are relayed (Envoy's network `rbac` filter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rbac: Option<crate::filters::RbacConfig>,
 }
 
 /// What a relayed connection is hashed by (Envoy's `hash_policy`).
@@ -87,6 +91,7 @@ pub struct RawTcpProxy {
     pub max_downstream_connection_duration: Option<Duration>,
     #[serde(default)]
     pub hash_policy: Option<TcpHashPolicy>,
+    pub rbac: Option<crate::filters::RawRbac>,
 }
 
 pub(crate) fn check(
@@ -155,6 +160,9 @@ pub(crate) fn check(
             .max_downstream_connection_duration
             .filter(|d| !d.is_zero()),
         hash_policy: raw.hash_policy,
+        rbac: (raw.rbac)
+            .map(|rbac| crate::filters::rbac::network_rbac(rbac, &format!("{path}.rbac")))
+            .transpose()?,
     })
 }
 
@@ -256,6 +264,7 @@ pub(crate) mod xds {
             max_connect_attempts,
             max_downstream_connection_duration,
             hash_policy,
+            rbac: None,
         };
         Ok((raw, logs))
     }

@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions,
 };
 use envoy_types::pb::envoy::config::listener::v3::{
-    FilterChain, Listener, filter, listener_filter,
+    Filter, FilterChain, Listener, filter, listener_filter,
 };
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
@@ -693,13 +693,35 @@ fn translate_chain(
     chain.metadata = None;
     chain.filter_chain_match = None;
     nothing_else(&chain, fields::FILTER_CHAIN, &at)?;
-    // A TCP proxy: no HTTP, no routes.
-    if let [only] = filters.as_slice()
-        && let Some(filter::ConfigType::TypedConfig(any)) = &only.config_type
-        && any.type_url == crate::listener::tcp_proxy::xds::TYPE_URL
-    {
-        let (tcp, logs) =
-            crate::listener::tcp_proxy::xds::tcp_proxy(any, &format!("{at}.filters[0]"))?;
+    // A TCP proxy (after a network RBAC filter, where there is one): no HTTP, no routes.
+    let typed = |f: &Filter| match &f.config_type {
+        Some(filter::ConfigType::TypedConfig(any)) => Some(any.clone()),
+        _ => None,
+    };
+    let network_rbac = crate::filters::rbac::xds::NETWORK_TYPE_URL;
+    let tcp_url = crate::listener::tcp_proxy::xds::TYPE_URL;
+    let relay = match filters.as_slice() {
+        [only] => typed(only)
+            .filter(|a| a.type_url == tcp_url)
+            .map(|a| (None, a)),
+        [rbac, only] => match (typed(rbac), typed(only)) {
+            (Some(r), Some(a)) if r.type_url == network_rbac && a.type_url == tcp_url => {
+                Some((Some(r), a))
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some((rbac, any)) = relay {
+        let last = filters.len() - 1;
+        let (mut tcp, logs) =
+            crate::listener::tcp_proxy::xds::tcp_proxy(&any, &format!("{at}.filters[{last}]"))?;
+        if let Some(rbac) = rbac {
+            tcp.rbac = Some(crate::filters::rbac::xds::network(
+                &rbac,
+                &format!("{at}.filters[0]"),
+            )?);
+        }
         let raw = RawListener {
             tls,
             tcp_proxy: Some(tcp),
@@ -726,7 +748,7 @@ fn translate_chain(
                 return Err(ResourceError::Unsupported {
                     at: format!("{at}.filters[0]"),
                     fields: vec![format!(
-                        "network filter `{}` (http_connection_manager and tcp_proxy only)",
+                        "network filter `{}` (http_connection_manager, and tcp_proxy after an rbac filter or alone, only)",
                         only.name
                     )],
                 });

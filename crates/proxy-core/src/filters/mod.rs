@@ -39,6 +39,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 pub(crate) use body::BodyFilter;
 pub(crate) use headers::Mutations;
 use per_route::PerRouteSettings;
+pub(crate) use rbac::decide_connection;
 pub(crate) use reply_rewrite::ReplyRewrite;
 pub use response_body::ResponseBody;
 

@@ -55,7 +55,7 @@ impl HttpFilter for Rbac {
             return Ok(HeadersFlow::Flow(Flow::Continue));
         };
         let request = RequestView {
-            req,
+            req: Some(req),
             conn: exchange.conn,
             client: exchange.client.ip(exchange.conn),
         };
@@ -80,11 +80,25 @@ impl HttpFilter for Rbac {
     }
 }
 
-/// What rules read of a request: its head, its connection and its client's address.
+/// What rules read of a request: its head (none for a relayed TCP connection), its
+/// connection and its client's address.
 struct RequestView<'a> {
-    req: &'a Request<RequestBody>,
+    req: Option<&'a Request<RequestBody>>,
     conn: &'a ConnCtx,
     client: std::net::IpAddr,
+}
+
+/// The decision of `rules` for a TCP connection (the network `rbac` filter): they read what
+/// the connection shows, its client being its peer (after a PROXY protocol header).
+pub(crate) fn decide_connection(rules: &RbacRules, conn: &ConnCtx) -> RbacAction {
+    decide(
+        rules,
+        &RequestView {
+            req: None,
+            conn,
+            client: conn.peer.ip(),
+        },
+    )
 }
 
 /// The action of the first rule that holds, else the rules' `on_no_match`.
@@ -101,15 +115,10 @@ fn holds(m: &RbacMatch, request: &RequestView<'_>) -> bool {
         RbacMatch::And(all) => all.iter().all(|m| holds(m, request)),
         RbacMatch::Or(any) => any.iter().any(|m| holds(m, request)),
         RbacMatch::Not(inner) => !holds(inner, request),
-        RbacMatch::Header { name, value } if name.starts_with(':') => {
-            let tls = conn.listener.tls;
-            value.matches_value(request_header(req.method(), req.uri(), req.headers(), tls, name))
+        // A TCP listener's rules read no request (checked at load).
+        RbacMatch::Header { .. } | RbacMatch::Path(_) | RbacMatch::Metadata(_) => {
+            req.is_some_and(|req| holds_on_request(m, req, conn))
         }
-        RbacMatch::Header { name, value } => {
-            let values = req.headers().get_all(name.as_str()).iter();
-            value.matches_header(name, values.map(|v| v.as_bytes()))
-        }
-        RbacMatch::Path(pattern) => pattern.matches(req.uri().path().as_bytes()),
         RbacMatch::DestinationPort { start, end } => {
             (*start..*end).contains(&u32::from(conn.local.port()))
         }
@@ -130,7 +139,23 @@ fn holds(m: &RbacMatch, request: &RequestView<'_>) -> bool {
                     || pattern.matches(names.subject.as_bytes())
             }
         },
+    }
+}
+
+/// A rule that reads the request's head or what filters left on it.
+fn holds_on_request(m: &RbacMatch, req: &Request<RequestBody>, conn: &ConnCtx) -> bool {
+    match m {
+        RbacMatch::Header { name, value } if name.starts_with(':') => {
+            let tls = conn.listener.tls;
+            value.matches_value(request_header(req.method(), req.uri(), req.headers(), tls, name))
+        }
+        RbacMatch::Header { name, value } => {
+            let values = req.headers().get_all(name.as_str()).iter();
+            value.matches_header(name, values.map(|v| v.as_bytes()))
+        }
+        RbacMatch::Path(pattern) => pattern.matches(req.uri().path().as_bytes()),
         RbacMatch::Metadata(m) => m.matches(JwtMetadata::of(req)),
+        _ => false,
     }
 }
 

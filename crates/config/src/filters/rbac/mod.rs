@@ -320,6 +320,38 @@ fn rbac(raw: RawRbac, path: &str, _on_route: bool) -> Result<RbacConfig, ConfigE
 
 per_route_settings!(RbacConfig, RawRbac, rbac);
 
+/// Rules for a TCP listener's connections (Envoy's network `rbac` filter): they read what a
+/// connection shows (addresses, ports, SNI, the client certificate), never a request's
+/// headers, path or metadata, which a relayed connection does not have.
+pub(crate) fn network_rbac(raw: RawRbac, path: &str) -> Result<RbacConfig, ConfigError> {
+    let config = rbac(raw, path, false)?;
+    for (rules, key) in [(&config.rules, "rules"), (&config.shadow_rules, "shadow_rules")] {
+        for rule in rules.iter().flat_map(|r| &r.matchers) {
+            if let Some(what) = rule.when.of_a_request() {
+                return Err(ConfigError::invalid(
+                    format!("{path}.{key}"),
+                    format!("rule `{}` reads {what}: a relayed connection has none", rule.name),
+                ));
+            }
+        }
+    }
+    Ok(config)
+}
+
+impl RbacMatch {
+    /// What of a request it reads, if anything (a header, the path, metadata).
+    fn of_a_request(&self) -> Option<&'static str> {
+        match self {
+            RbacMatch::Header { .. } => Some("a header"),
+            RbacMatch::Path(_) => Some("the path"),
+            RbacMatch::Metadata(_) => Some("metadata"),
+            RbacMatch::And(list) | RbacMatch::Or(list) => list.iter().find_map(RbacMatch::of_a_request),
+            RbacMatch::Not(inner) => inner.of_a_request(),
+            _ => None,
+        }
+    }
+}
+
 fn check_rules(raw: RawRbacRules, path: &str) -> Result<RbacRules, ConfigError> {
     match (raw.policies, raw.matchers) {
         (Some(_), Some(_)) => Err(ConfigError::invalid(

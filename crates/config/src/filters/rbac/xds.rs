@@ -75,6 +75,32 @@ pub(crate) fn per_route(any: &Any, at: &str) -> Result<RawPerRoute<RawRbac>, Res
     }))
 }
 
+pub(crate) const NETWORK_TYPE_URL: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
+
+/// Envoy's network `rbac` filter before a TCP proxy: its rules, read as the HTTP filter's.
+/// Both enforcement types decide alike here (the rules read only the connection, which the
+/// bytes after the first do not change); `delay_deny` is refused.
+pub(crate) fn network(any: &Any, at: &str) -> Result<RawRbac, ResourceError> {
+    use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
+    let rbac: NetworkRbac = decode(any, NETWORK_TYPE_URL, "a network RBAC filter")?;
+    if rbac.delay_deny.is_some() {
+        return Err(unsupported(at, "delay_deny"));
+    }
+    // `stat_prefix` names the counters, which are the listener's here.
+    from_rbac(
+        Rbac {
+            rules: rbac.rules,
+            matcher: rbac.matcher,
+            shadow_rules: rbac.shadow_rules,
+            shadow_matcher: rbac.shadow_matcher,
+            shadow_rules_stat_prefix: rbac.shadow_rules_stat_prefix,
+            ..Default::default()
+        },
+        at,
+    )
+}
+
 fn from_rbac(rbac: Rbac, at: &str) -> Result<RawRbac, ResourceError> {
     if rbac.track_per_rule_stats {
         return Err(unsupported(at, "track_per_rule_stats (per-policy counters)"));
