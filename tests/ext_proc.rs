@@ -285,3 +285,48 @@ async fn a_failing_processor_fails_the_exchange_or_lets_it_on() {
     let down_admin = down.admin.unwrap();
     assert_eq!(stat(down_admin, "http_ext_proc_failure_mode_allowed"), 1);
 }
+
+/// Two processors in a chain: the second reads the body the first put in place (Envoy
+/// Gateway makes one filter per processor). A route cleared by the answer to the headers
+/// still has its body sent before the new route is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_processor_reads_the_first_ones_body_and_a_reroute_keeps_the_body() {
+    let upstream = upstream().await;
+    let processor = processor().await;
+    let second = format!(
+        r#"      - ext_proc/second:
+          service: {{ address: "{}" }}
+          processing_mode: {{ request_headers: skip, response_headers: skip, request_body: buffered }}
+"#,
+        processor.local_addr()
+    );
+    let yaml = config(processor.local_addr(), upstream.local_addr(), &second);
+    let proxy = Proxy::start(&yaml, 1);
+
+    // The first replaces the body in its answer to the headers; the second puts it in capitals.
+    let req = post("/replace", &[("x-noop-echo", "body")], "original");
+    let (status, _, body) = call(proxy.addr(), req, &[]).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "REPLACED BY THE PROCESSOR [processed]")
+    );
+    assert!(
+        processor
+            .lines()
+            .contains(&"request_body 25 eos=true".to_owned()),
+        "{:?}",
+        processor.lines()
+    );
+
+    // A new `:path` and the route matched again, after the body went to the processor.
+    processor.forget();
+    let req = post("/reroute", &[], "with a body");
+    let (status, _, body) = call(proxy.addr(), req, &[]).await;
+    assert_eq!((status, body.as_str()), (200, "rerouted here [processed]"));
+    let lines = processor.lines();
+    assert_eq!(
+        &lines[..2],
+        ["request_headers eos=false", "request_body 11 eos=true"],
+        "{lines:?}"
+    );
+}

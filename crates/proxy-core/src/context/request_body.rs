@@ -279,13 +279,18 @@ impl RequestBody {
         Ok((start.freeze(), whole))
     }
 
-    /// A body of these bytes, in place of the client's (an external processor's).
-    pub(crate) fn with(data: Bytes) -> Self {
-        let mut body = Self::empty();
-        if !data.is_empty() {
-            body.source = Source::Replayed(VecDeque::from([data]));
-        }
-        body
+    /// These bytes in place of the client's body (an external processor's), which is not
+    /// read further. They read as read ahead, so a filter after may read them in turn.
+    pub(crate) fn replace_with(&mut self, data: Bytes) {
+        let front = if data.is_empty() {
+            VecDeque::new()
+        } else {
+            VecDeque::from([Frame::data(data)])
+        };
+        self.source = Source::ReadAhead {
+            front,
+            rest: Box::new(Source::Replayed(VecDeque::new())),
+        };
     }
 
     /// The first `len` bytes read ahead (by [`RequestBody::read_ahead`]) replaced by `data`:

@@ -27,6 +27,8 @@ pub struct ResponseBody {
 enum Inner {
     Local(Option<Bytes>),
     Upstream(UpstreamBody),
+    /// A body that failed while it was read ahead: the failure, once.
+    Failed(Option<BodyError>),
     /// A body whose start was read ahead (for an external processor): that start (or what
     /// replaced it), then the rest of the body as it was, or the trailers of one read whole.
     Front {
@@ -51,7 +53,7 @@ impl ResponseBody {
     pub(crate) fn take_local(&mut self) -> Option<Bytes> {
         match &mut self.inner {
             Inner::Local(bytes) => Some(bytes.take().unwrap_or_default()),
-            Inner::Upstream(_) | Inner::Front { .. } => None,
+            Inner::Upstream(_) | Inner::Front { .. } | Inner::Failed(_) => None,
         }
     }
 
@@ -85,7 +87,8 @@ impl ResponseBody {
     /// `(what was read, whether that is the whole body)`. The body then starts with what was
     /// read, which [`ResponseBody::replace_front`] may change; a whole body keeps its trailers
     /// (a gRPC answer's status).
-    pub(crate) async fn read_front(&mut self, max: usize) -> Result<(Bytes, bool), BodyError> {
+    /// `None` when the body failed: what was read, then the failure, is what the body sends.
+    pub(crate) async fn read_front(&mut self, max: usize) -> Option<(Bytes, bool)> {
         let mut rest = std::mem::replace(self, ResponseBody::local(Bytes::new()));
         let mut read = bytes::BytesMut::new();
         let mut trailers = None;
@@ -100,7 +103,14 @@ impl ResponseBody {
                     whole = true;
                     break;
                 }
-                Some(Err(error)) => return Err(error),
+                Some(Err(error)) => {
+                    self.inner = Inner::Front {
+                        data: Some(read.freeze()).filter(|b| !b.is_empty()),
+                        rest: Some(Box::new(ResponseBody::new(Inner::Failed(Some(error))))),
+                        trailers: None,
+                    };
+                    return None;
+                }
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => read.extend_from_slice(&data),
                     Err(frame) => trailers = frame.into_trailers().ok(),
@@ -113,7 +123,7 @@ impl ResponseBody {
             rest: (!whole).then(|| Box::new(rest)),
             trailers,
         };
-        Ok((read, whole))
+        Some((read, whole))
     }
 
     /// The start read by [`ResponseBody::read_front`] replaced by `data`.
@@ -187,6 +197,7 @@ impl Body for Inner {
         match self.get_mut() {
             Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
+            Inner::Failed(error) => Poll::Ready(error.take().map(Err)),
             Inner::Front {
                 data,
                 rest,
@@ -204,6 +215,7 @@ impl Body for Inner {
         match self {
             Inner::Local(bytes) => bytes.is_none(),
             Inner::Upstream(body) => body.is_end_stream(),
+            Inner::Failed(error) => error.is_none(),
             Inner::Front {
                 data,
                 rest,
@@ -223,7 +235,7 @@ impl Body for Inner {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
             Inner::Upstream(body) => body.size_hint(),
-            Inner::Front { .. } => SizeHint::default(),
+            Inner::Front { .. } | Inner::Failed(_) => SizeHint::default(),
         }
     }
 }

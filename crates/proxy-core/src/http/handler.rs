@@ -237,6 +237,13 @@ pub(crate) fn handle(
         if response.body().is_local() && facts.tunnel.is_none() && grpc_request {
             local_reply::to_grpc(&mut response, facts.grpc_status, method == Method::HEAD);
         }
+        // Before the filters' response phase, which may read the body ahead (an external
+        // processor's): the stream's end bounds that too.
+        if let Some(at) = facts.stream_deadline
+            && facts.tunnel.is_none()
+        {
+            response.body_mut().end_by(at);
+        }
         if !http.filters.is_empty() {
             let info = ResponseInfo {
                 upstream: facts.upstream.as_ref(),
@@ -285,11 +292,6 @@ pub(crate) fn handle(
         }
         in_flight.answered_with(response.headers());
         in_flight.set_status(response.status());
-        if let Some(at) = facts.stream_deadline
-            && facts.tunnel.is_none()
-        {
-            response.body_mut().end_by(at);
-        }
         match facts.tunnel {
             None => response.body_mut().hold(in_flight),
             // HTTP/1.1: the connection picks the tunnel up once the codec has written the 101.

@@ -69,8 +69,8 @@ pub(super) fn apply_header_mutation(
     let mut rejected = 0;
     for name in &mutation.remove_headers {
         let name = name.to_ascii_lowercase();
-        // System headers are not removed (Envoy's rule).
-        if name.starts_with(':') || name == "host" {
+        // System headers are never removed, nor `x-envoy-*` by default (Envoy's rules).
+        if name.starts_with(':') || name == "host" || !allowed(&name) {
             rejected += 1;
             continue;
         }
@@ -84,10 +84,12 @@ pub(super) fn apply_header_mutation(
             continue;
         };
         let key = header.key.to_ascii_lowercase();
-        let value = if header.raw_value.is_empty() {
-            header.value.as_bytes()
-        } else {
-            &header.raw_value
+        let value = match (header.value.is_empty(), header.raw_value.is_empty()) {
+            (_, false) if !header.value.is_empty() => {
+                return Err(ProcessorError::Mutation(format!("`{key}` with both value and raw_value")));
+            }
+            (_, false) => &header.raw_value[..],
+            (_, true) => header.value.as_bytes(),
         };
         let Ok(value) = HeaderValue::from_bytes(value) else {
             return Err(ProcessorError::Mutation(format!("a value of `{key}` that is not a header value")));
@@ -97,10 +99,11 @@ pub(super) fn apply_header_mutation(
                 Some(uri) => set_path(uri, &value)?,
                 None => rejected += 1,
             },
+            // A status that is not one (or below 200) is not set, as Envoy's checker ignores it.
             ":status" => match head.status.as_deref_mut() {
                 Some(status) => match std::str::from_utf8(value.as_bytes()).ok().and_then(|v| v.parse::<u16>().ok()) {
                     Some(code @ 200..=599) => *status = StatusCode::from_u16(code).unwrap_or(*status),
-                    _ => return Err(ProcessorError::Mutation(format!("`:status` {value:?} is not a status"))),
+                    _ => rejected += 1,
                 },
                 None => rejected += 1,
             },

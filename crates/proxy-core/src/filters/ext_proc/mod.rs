@@ -81,6 +81,12 @@ impl HttpFilter for ExtProc {
         }))
     }
 
+    /// The processor sees the request's `x-request-id`, as Envoy's connection manager sets it
+    /// before the filters.
+    fn uses_request_id(&self) -> bool {
+        true
+    }
+
     async fn on_request_headers(
         &self,
         req: &mut Request<RequestBody>,
@@ -121,11 +127,9 @@ impl HttpFilter for ExtProc {
         }
         let body_mode = session.mode.request_body;
         if body_mode != BodyMode::None && !req.body().is_end_stream() {
+            // The route is matched again after the body's answer: the body is still sent.
+            session.clear_route = matches!(flow, Flow::ClearRoute);
             *state = Some(session);
-            // The flow of the headers' answer (a cleared route) is the body phase's.
-            if matches!(flow, Flow::ClearRoute) {
-                return Ok(HeadersFlow::Flow(Flow::ClearRoute));
-            }
             return Ok(HeadersFlow::ReadBody(inner.config.buffer_limit as usize));
         }
         inner.keep_for_response(session, state);
@@ -170,6 +174,7 @@ impl HttpFilter for ExtProc {
         if matches!(flow, Flow::Respond(_)) {
             return Ok(flow);
         }
+        let flow = if session.clear_route { Flow::ClearRoute } else { flow };
         inner.keep_for_response(session, state);
         Ok(flow)
     }
@@ -262,20 +267,14 @@ impl Inner {
         let mutation = common.body_mutation.as_ref().filter(|_| replacing || expected != "request_headers");
         if let Some(new_body) = messages::new_body(mutation) {
             if expected == "request_headers" {
-                // Replaces the body before any of it is read: the client's is read whole (within
-                // the buffer limit) and not sent.
+                // Replaces the body before any of it is read: the client's is not sent. It is
+                // read (within the buffer limit, which keeps the connection's framing) and
+                // dropped; the rest of a longer one is dropped with it.
                 if !req.body().is_end_stream() {
-                    let read = req
-                        .body_mut()
-                        .read_whole(self.config.buffer_limit)
-                        .await
-                        .map_err(|e| ProcessorError::Mutation(format!("the request body: {e}")))?;
-                    if read.is_none() {
-                        return Err(ProcessorError::Mutation("a body over the buffer limit cannot be replaced".into()));
-                    }
+                    let _ = req.body_mut().read_whole(self.config.buffer_limit).await;
                 }
                 messages::set_length(req.headers_mut(), Some(new_body.len()));
-                *req.body_mut() = RequestBody::with(new_body);
+                req.body_mut().replace_with(new_body);
                 // Nothing more of the request is sent (CONTINUE_AND_REPLACE).
                 session.mode.request_body = BodyMode::None;
             } else {
@@ -309,6 +308,7 @@ impl Inner {
         reply: envoy_types::pb::envoy::service::ext_proc::v3::ImmediateResponse,
     ) -> Result<LocalReply, ProcessorError> {
         if self.config.disable_immediate_response {
+            self.stats.spurious_msgs_received.inc();
             return Err(ProcessorError::ImmediateRefused);
         }
         self.stats.immediate_responses.inc();
@@ -343,7 +343,10 @@ impl Inner {
             return None;
         }
         self.note_failure(error, session, listener);
-        if session.failure_mode_allow {
+        // A change the processor asked for that cannot be made fails the exchange whatever the
+        // failure mode, as Envoy's error answers do.
+        let fatal = matches!(error, ProcessorError::Mutation(_));
+        if session.failure_mode_allow && !fatal {
             self.stats.failure_mode_allowed.inc();
             return None;
         }
@@ -354,7 +357,8 @@ impl Inner {
     }
 
     fn note_failure(&self, error: &ProcessorError, session: &Session, listener: &str) {
-        if !matches!(error, ProcessorError::Timeout(_) | ProcessorError::Spurious(..)) {
+        // Envoy counts a failed stream for a gRPC error only.
+        if matches!(error, ProcessorError::Channel(_) | ProcessorError::Decode(_)) {
             self.stats.streams_failed.inc();
         }
         if let Some(failed) = self.errors.hit() {
@@ -394,13 +398,10 @@ impl Inner {
         if !sends_body || session.mode.response_body == BodyMode::None {
             return;
         }
-        let (start, whole) = match response.body_mut().read_front(self.config.buffer_limit as usize).await {
-            Ok(read) => read,
-            Err(error) => {
-                // The upstream failed mid-body: the client gets that failure, as without the filter.
-                tracing::debug!(%error, "response body failed while buffered for the external processor");
-                return;
-            }
+        let Some((start, whole)) = response.body_mut().read_front(self.config.buffer_limit as usize).await else {
+            // The upstream failed mid-body: the client gets what came and that failure, as
+            // without the filter.
+            return;
         };
         if session.mode.response_body == BodyMode::Buffered && !whole {
             // Envoy's answer to a buffered response body over the limit.
@@ -450,6 +451,12 @@ impl Inner {
                 return Err(ProcessorError::Spurious(answer_name(other.as_ref()), expected));
             }
         };
+        if expected == "response_headers"
+            && self.config.allow_mode_override
+            && let Some(mode) = answer.mode_override
+        {
+            session.mode = overridden(session.mode, self.config.processing_mode, &mode);
+        }
         let Some(common) = common else {
             return Ok(true);
         };

@@ -45,6 +45,9 @@ pub(crate) struct Session {
     /// A body the processor gave in its answer about a body, to put in place of what it was
     /// sent.
     pub(super) replaced_body: Option<bytes::Bytes>,
+    /// The answer to the request headers asked for the route to be matched again, which
+    /// happens once the body's answer is in.
+    pub(super) clear_route: bool,
 }
 
 impl Session {
@@ -54,6 +57,7 @@ impl Session {
             mode,
             failure_mode_allow,
             replaced_body: None,
+            clear_route: false,
         }
     }
 
@@ -87,9 +91,10 @@ impl Session {
                 };
                 filter.stats.stream_msgs_received.inc();
                 let answer = ProcessingResponse::decode(answer)?;
-                // A request for more time is ignored without `max_message_timeout` (not
-                // configurable here), as by Envoy: the answer is still awaited.
-                if answer.response.is_none() && answer.override_message_timeout.is_some() {
+                // A request for more time is all such a message says (the rest is not read), and
+                // it is ignored without `max_message_timeout` (not configurable here), as by
+                // Envoy: the answer is still awaited.
+                if answer.override_message_timeout.is_some() {
                     continue;
                 }
                 return Ok(answer);
