@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::RecvStream;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
@@ -18,14 +18,12 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
 
 use crate::batched_writes;
 use crate::duplex::DuplexCall;
+use crate::frame::FRAME_PREFIX;
 use crate::status::{code_of_http_status, grpc_status, status};
 use crate::transport::{Backoff, connect};
 use crate::{ChannelError, Endpoint, Tls};
 
 type Sender = SendRequest<Bytes>;
-
-/// The bytes before a gRPC message: its compression flag and its length.
-pub const FRAME_PREFIX: usize = 5;
 
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
@@ -196,7 +194,7 @@ impl Channel {
     }
 
     /// One unary call, up to its answer's head: `head` (see [`call_head`]) and the framed
-    /// message (see [`unary_frame`]) as its only DATA frame.
+    /// message (see [`crate::unary_frame`]) as its only DATA frame.
     pub async fn call(
         &self,
         head: Request<()>,
@@ -234,15 +232,6 @@ pub fn call_head(uri: Uri) -> Request<()> {
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(TE, HeaderValue::from_static("trailers"));
     head
-}
-
-/// An encoded message framed for the wire: uncompressed, its length before it.
-pub fn unary_frame(message: &[u8]) -> Bytes {
-    let mut frame = BytesMut::with_capacity(FRAME_PREFIX + message.len());
-    frame.put_u8(0);
-    frame.put_u32(message.len() as u32);
-    frame.put_slice(message);
-    frame.freeze()
 }
 
 /// How far a failed call got.
@@ -350,6 +339,7 @@ fn unframe(mut frame: Bytes) -> Result<Bytes, ChannelError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::unary_frame;
 
     #[test]
     fn an_answer_is_one_uncompressed_frame_of_its_message() {

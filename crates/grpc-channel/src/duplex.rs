@@ -6,7 +6,7 @@ use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
 use http::StatusCode;
 
-use crate::channel::{FRAME_PREFIX, unary_frame};
+use crate::frame::{FRAME_PREFIX, unary_frame};
 use crate::status::{code_of_http_status, grpc_status, status};
 use crate::{ChannelError, transport_error};
 

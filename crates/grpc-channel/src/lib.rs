@@ -25,11 +25,13 @@
 mod batched_writes;
 mod channel;
 mod duplex;
+mod frame;
 mod status;
 mod transport;
 
-pub use channel::{CallError, Channel, FRAME_PREFIX, call_head, read_unary, unary_frame};
+pub use channel::{CallError, Channel, call_head, read_unary};
 pub use duplex::DuplexCall;
+pub use frame::{FRAME_PREFIX, unary_frame};
 pub use service_endpoint::Endpoint;
 pub use status::{code_of_http_status, grpc_status};
 pub use transport::{Backoff, Stream, connect};
