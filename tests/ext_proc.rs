@@ -1,7 +1,8 @@
 //! The `ext_proc` filter on the real binary with a real gRPC processor (tonic, in
 //! `testbed::ExtProcessor`): headers and bodies changed both ways, the processor's own answers,
 //! a route matched again, header changes that Envoy's rules refuse, and a processor that
-//! hangs, fails, answers out of turn or is down (failure closed, or open by route).
+//! hangs, fails, answers out of turn or is down (failure closed, or open by route). Streamed
+//! bodies go through it chunk by chunk as they come.
 
 #![allow(clippy::unwrap_used)]
 
@@ -40,6 +41,12 @@ listeners:
       - match: {{ prefix: /headers-only }}
         cluster: backend
         filters: {{ ext_proc: {{ processing_mode: {{ response_headers: skip }} }} }}
+      - match: {{ prefix: /streamed }}
+        cluster: backend
+        filters: {{ ext_proc: {{ processing_mode: {{ request_body: streamed, response_body: streamed }} }} }}
+      - match: {{ prefix: /open-streamed }}
+        cluster: backend
+        filters: {{ ext_proc: {{ processing_mode: {{ request_body: streamed }}, failure_mode_allow: true }} }}
       - match: {{ prefix: / }}
         cluster: backend
 clusters:
@@ -329,4 +336,158 @@ async fn a_second_processor_reads_the_first_ones_body_and_a_reroute_keeps_the_bo
         ["request_headers eos=false", "request_body 11 eos=true"],
         "{lines:?}"
     );
+}
+
+/// A request body sent as the test hands it chunks: chunked on HTTP/1.1.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(hyper::body::Frame::data(c))))
+    }
+}
+
+/// The sizes of the body messages of one kind the processor saw, and whether the last said
+/// the body ended.
+fn body_messages(lines: &[String], kind: &str) -> (Vec<usize>, bool) {
+    let mut sizes = Vec::new();
+    let mut ended = false;
+    for line in lines {
+        let Some(rest) = line.strip_prefix(kind) else {
+            continue;
+        };
+        let (size, eos) = rest.trim().split_once(' ').unwrap();
+        sizes.push(size.parse().unwrap());
+        ended = eos == "eos=true";
+    }
+    (sizes, ended)
+}
+
+/// `streamed`: each chunk goes to the processor as it comes (the first is answered before
+/// the client sends the second), and on, changed, as its answer comes; the response's
+/// chunks alike. The lengths may change, so the bodies go on without `content-length`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_bodies_go_through_the_processor_chunk_by_chunk() {
+    let upstream = upstream().await;
+    let processor = processor().await;
+    let proxy = Proxy::start(
+        &config(processor.local_addr(), upstream.local_addr(), ""),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+
+    let (chunks, rx) = tokio::sync::mpsc::channel(1);
+    let req = Request::post("/streamed/echo")
+        .header("host", "edge.test")
+        .header("x-noop-echo", "body")
+        .body(ChannelBody(rx))
+        .unwrap();
+    let addr = proxy.addr();
+    let response = tokio::spawn(async move { send_h1(addr, req).await });
+    chunks.send(Bytes::from_static(b"first ")).await.unwrap();
+    eventually(
+        "the first chunk answered before the second is sent",
+        async || {
+            processor
+                .lines()
+                .contains(&"request_body 6 eos=false".to_owned())
+        },
+    )
+    .await;
+    chunks
+        .send(Bytes::from_static(b"and second"))
+        .await
+        .unwrap();
+    drop(chunks);
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("content-length").is_none());
+    assert_eq!(response.headers()["x-processed-response"], "yes");
+    let body = text(response.into_body()).await;
+    // Each of the response's chunks has the processor's suffix; the upstream echoed the
+    // request as the processor changed it.
+    assert_eq!(
+        body.replace(" [processed]", ""),
+        "FIRST AND SECOND",
+        "{body}"
+    );
+    assert!(body.ends_with(" [processed]"), "{body}");
+    let lines = processor.lines();
+    let (request, request_ended) = body_messages(&lines, "request_body");
+    assert_eq!(
+        (request.iter().sum::<usize>(), request_ended),
+        (16, true),
+        "{lines:?}"
+    );
+    assert!(request.len() >= 2, "{lines:?}");
+    let (response, response_ended) = body_messages(&lines, "response_body");
+    assert_eq!(
+        (response.iter().sum::<usize>(), response_ended),
+        (16, true),
+        "{lines:?}"
+    );
+    assert_eq!(
+        body.matches(" [processed]").count(),
+        response.len(),
+        "{lines:?}"
+    );
+    assert_eq!(stat(admin, "http_ext_proc_streams_started"), 1);
+    assert_eq!(
+        stat(admin, "http_ext_proc_stream_msgs_sent"),
+        stat(admin, "http_ext_proc_stream_msgs_received")
+    );
+    assert_eq!(stat_settled(admin, "http_ext_proc_streams_closed", 1), 1);
+
+    // Over HTTP/2 alike.
+    let req = Request::post(format!("http://{}/streamed/h2", proxy.addr()))
+        .header("x-noop-echo", "body")
+        .body(Full::new(Bytes::from_static(b"over h2")))
+        .unwrap();
+    let response = send_h2(proxy.addr(), req).await;
+    assert_eq!(response.status(), 200);
+    let body = text(response.into_body()).await;
+    assert_eq!(body.replace(" [processed]", ""), "OVER H2", "{body}");
+}
+
+/// A processor that answers the client itself in the middle of a streamed body, or does not
+/// answer a chunk in time: the exchange ends with its answer, or 504; where the route lets
+/// failures through, the body goes on unprocessed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_stopped_by_the_processor() {
+    let upstream = upstream().await;
+    let processor = processor().await;
+    let proxy = Proxy::start(
+        &config(processor.local_addr(), upstream.local_addr(), ""),
+        1,
+    );
+    let admin = proxy.admin.unwrap();
+    let echo = [("x-noop-echo", "body")];
+
+    let req = post("/streamed/body-immediate", &echo, "abc");
+    let (status, headers, body) = call(proxy.addr(), req, &["x-processor"]).await;
+    assert_eq!(
+        (status, headers[0].as_str(), body.as_str()),
+        (403, "denied", "denied by the processor")
+    );
+    assert_eq!(stat(admin, "http_ext_proc_immediate_responses"), 1);
+
+    let req = post("/streamed/body-hang", &echo, "abc");
+    let (status, _, _) = call(proxy.addr(), req, &[]).await;
+    assert_eq!(status, 504);
+    assert_eq!(stat(admin, "http_ext_proc_message_timeouts"), 1);
+
+    let req = post("/open-streamed/body-hang", &echo, "abc");
+    let (status, headers, body) = call(proxy.addr(), req, &["x-processed-response"]).await;
+    assert_eq!((status, body.as_str()), (200, "abc"));
+    // After the failure nothing more goes to the processor: the response is not processed.
+    assert_eq!(headers[0], "");
+    assert_eq!(stat(admin, "http_ext_proc_failure_mode_allowed"), 1);
 }

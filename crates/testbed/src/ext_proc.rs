@@ -13,6 +13,9 @@
 //! - anything else: sets `x-processed-request: yes`, removes `x-remove-me`, and tries to set
 //!   `host` and `x-envoy-forged` (which the proxy must refuse).
 //!
+//! - `/body-immediate...`: answers the request itself (as `/immediate`) on the first body message.
+//! - `/body-hang...`: never answers a body message.
+//!
 //! A request body is answered with the body in capitals and `x-request-body-length`; response
 //! headers with `x-processed-response: yes` (and `:status` 201 for `/created...`); a
 //! response body with ` [processed]` after it. Each message received is recorded as a line
@@ -95,7 +98,32 @@ fn answer(response: Answer) -> ProcessingResponse {
     }
 }
 
+/// The processor's own answer to the client.
+fn denied() -> ProcessingResponse {
+    answer(Answer::ImmediateResponse(ImmediateResponse {
+        status: Some(HttpStatus { code: 403 }),
+        headers: Some(HeaderMutation {
+            set_headers: vec![set("x-processor", "denied")],
+            remove_headers: Vec::new(),
+        }),
+        body: b"denied by the processor".to_vec(),
+        ..Default::default()
+    }))
+}
+
 impl Processor {
+    /// What a path asks of the answer to a body message, where not the usual one: no answer
+    /// (`Some(None)`) or the processor's own.
+    fn body_behavior(path: &str) -> Option<Option<ProcessingResponse>> {
+        if path.contains("/body-immediate") {
+            Some(Some(denied()))
+        } else if path.contains("/body-hang") {
+            Some(None)
+        } else {
+            None
+        }
+    }
+
     fn note(&self, line: String) {
         self.seen
             .lock()
@@ -132,15 +160,7 @@ impl Processor {
                     .request_headers
                     .push(list);
                 if path.contains("/immediate") {
-                    answer(Answer::ImmediateResponse(ImmediateResponse {
-                        status: Some(HttpStatus { code: 403 }),
-                        headers: Some(HeaderMutation {
-                            set_headers: vec![set("x-processor", "denied")],
-                            remove_headers: Vec::new(),
-                        }),
-                        body: b"denied by the processor".to_vec(),
-                        ..Default::default()
-                    }))
+                    denied()
                 } else if path.contains("/hang") {
                     return Ok(None);
                 } else if path.contains("/spurious") {
@@ -185,6 +205,9 @@ impl Processor {
                     body.body.len(),
                     body.end_of_stream
                 ));
+                if let Some(answer) = Self::body_behavior(path) {
+                    return Ok(answer);
+                }
                 let length = body.body.len().to_string();
                 let common = CommonResponse {
                     header_mutation: Some(HeaderMutation {
@@ -218,6 +241,9 @@ impl Processor {
                     body.body.len(),
                     body.end_of_stream
                 ));
+                if let Some(answer) = Self::body_behavior(path) {
+                    return Ok(answer);
+                }
                 let mut processed = body.body;
                 processed.extend_from_slice(b" [processed]");
                 let common = CommonResponse {

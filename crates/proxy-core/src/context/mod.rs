@@ -7,6 +7,7 @@
 //! use them without importing a layer above itself. Nothing here is `Send`: a connection and
 //! everything it touches stay on their worker.
 
+pub(crate) mod body_pipe;
 mod client;
 mod conn;
 pub(crate) mod grpc;

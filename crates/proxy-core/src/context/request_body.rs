@@ -59,6 +59,7 @@ impl ResponseBegun {
     }
 }
 
+use super::body_pipe::{PipeReceiver, PipeSender, body_pipe};
 use super::mirror_feed::{FeedReceiver, FeedSender, feed};
 use crate::error::{BodyError, RequestTimedOut};
 
@@ -81,6 +82,8 @@ enum Source {
     },
     /// A mirror's copy of another request's body.
     Mirrored(FeedReceiver),
+    /// Frames another task makes from the client's (an external processor's answers).
+    Piped(PipeReceiver),
     /// gRPC-Web text: the client's base64, decoded as it comes, whole groups of four at a
     /// time. Padding inside a group of frames decoded together fails it, as in Envoy.
     Base64 {
@@ -321,6 +324,24 @@ impl RequestBody {
         *front = kept;
     }
 
+    /// Hands the client's frames to another task (an external processor's streamed body),
+    /// which sends what goes upstream in their place: the client's frames (counted for the
+    /// access log as they are read), and where to send their replacements. The request
+    /// timeout, replay and progress stay with this body, on the frames that go upstream.
+    pub(crate) fn pipe(&mut self) -> (RequestBody, PipeSender) {
+        let (sender, receiver) = body_pipe();
+        let source = std::mem::replace(&mut self.source, Source::Piped(receiver));
+        let client = RequestBody {
+            source,
+            received: self.received.take(),
+            progress: None,
+            replay: None,
+            deadline: None,
+            ended: None,
+        };
+        (client, sender)
+    }
+
     /// Reads the whole body ahead, if it is at most `max` bytes, to send as it came: its
     /// length, or `None` (what was read is still sent) for a longer one.
     pub(crate) async fn read_whole(&mut self, max: u64) -> Result<Option<u64>, BodyError> {
@@ -461,6 +482,7 @@ impl Body for Source {
                 polled
             }
             Source::Mirrored(receiver) => receiver.poll_frame(cx),
+            Source::Piped(receiver) => receiver.poll_frame(cx),
             Source::Base64 { inner, pending } => loop {
                 match ready!(Pin::new(inner.as_mut()).poll_frame(cx)) {
                     Some(Ok(frame)) => match frame.into_data() {
@@ -496,6 +518,7 @@ impl Body for Source {
             Source::ReadAhead { front, rest } => front.is_empty() && rest.is_end_stream(),
             Source::Teed { inner, .. } => inner.is_end_stream(),
             Source::Mirrored(receiver) => receiver.is_end_stream(),
+            Source::Piped(receiver) => receiver.is_end_stream(),
             Source::Base64 { inner, pending } => pending.is_empty() && inner.is_end_stream(),
         }
     }
@@ -522,8 +545,8 @@ impl Body for Source {
             }
             Source::Teed { inner, .. } => inner.size_hint(),
             Source::Mirrored(receiver) => receiver.size_hint(),
-            // Three bytes for four, whatever their number.
-            Source::Base64 { .. } => SizeHint::default(),
+            // Three bytes for four, whatever their number; a processor's, whatever it says.
+            Source::Base64 { .. } | Source::Piped(_) => SizeHint::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use super::BodyFilter;
 use crate::cluster::UpstreamBody;
 use crate::context::InFlight;
+use crate::context::body_pipe::{PipeReceiver, PipeSender, body_pipe};
 use crate::error::{BodyError, StreamDurationReached};
 
 /// A response body: either streamed from an upstream or a small local reply. It holds its
@@ -29,6 +30,8 @@ enum Inner {
     Upstream(UpstreamBody),
     /// A body that failed while it was read ahead: the failure, once.
     Failed(Option<BodyError>),
+    /// Frames another task makes from the upstream's (an external processor's answers).
+    Piped(PipeReceiver),
     /// A body whose start was read ahead (for an external processor): that start (or what
     /// replaced it), then the rest of the body as it was, or the trailers of one read whole.
     Front {
@@ -53,7 +56,7 @@ impl ResponseBody {
     pub(crate) fn take_local(&mut self) -> Option<Bytes> {
         match &mut self.inner {
             Inner::Local(bytes) => Some(bytes.take().unwrap_or_default()),
-            Inner::Upstream(_) | Inner::Front { .. } | Inner::Failed(_) => None,
+            Inner::Upstream(_) | Inner::Front { .. } | Inner::Failed(_) | Inner::Piped(_) => None,
         }
     }
 
@@ -124,6 +127,15 @@ impl ResponseBody {
             trailers,
         };
         Some((read, whole))
+    }
+
+    /// Hands the body's frames to another task (an external processor's streamed body), which
+    /// sends what the client gets in their place: the frames as a body of their own, and
+    /// where to send their replacements. The stream's deadline stays with this body.
+    pub(crate) fn pipe(&mut self) -> (ResponseBody, PipeSender) {
+        let (sender, receiver) = body_pipe();
+        let inner = std::mem::replace(&mut self.inner, Inner::Piped(receiver));
+        (ResponseBody::new(inner), sender)
     }
 
     /// The start read by [`ResponseBody::read_front`] replaced by `data`.
@@ -198,6 +210,7 @@ impl Body for Inner {
             Inner::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
             Inner::Failed(error) => Poll::Ready(error.take().map(Err)),
+            Inner::Piped(receiver) => receiver.poll_frame(cx),
             Inner::Front {
                 data,
                 rest,
@@ -216,6 +229,7 @@ impl Body for Inner {
             Inner::Local(bytes) => bytes.is_none(),
             Inner::Upstream(body) => body.is_end_stream(),
             Inner::Failed(error) => error.is_none(),
+            Inner::Piped(receiver) => receiver.is_end_stream(),
             Inner::Front {
                 data,
                 rest,
@@ -235,7 +249,7 @@ impl Body for Inner {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
             Inner::Upstream(body) => body.size_hint(),
-            Inner::Front { .. } | Inner::Failed(_) => SizeHint::default(),
+            Inner::Front { .. } | Inner::Failed(_) | Inner::Piped(_) => SizeHint::default(),
         }
     }
 }

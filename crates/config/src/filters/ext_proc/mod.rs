@@ -39,8 +39,8 @@ pub struct ExtProcConfig {
     pub disable_immediate_response: bool,
     /// The route is not matched again when the processor asks (`clear_route_cache`).
     pub disable_clear_route_cache: bool,
-    /// The most body bytes buffered for the processor (`buffered` and `buffered_partial`):
-    /// the listener's buffer limit.
+    /// The most body bytes buffered for the processor (`buffered` and `buffered_partial`),
+    /// or held awaiting answers (`streamed`): the listener's buffer limit.
     pub buffer_limit: u64,
 }
 
@@ -92,6 +92,10 @@ pub enum BodyMode {
     Buffered,
     /// The body's start, up to the buffer limit, in one message; the rest goes on as it is.
     BufferedPartial,
+    /// Each chunk in a message of its own as it comes, passed on when its answer comes.
+    /// Chunks awaiting answers are held up to the buffer limit; past it, the body is not read
+    /// on until answers come.
+    Streamed,
 }
 
 /// What a route or virtual host gives the filter instead of the listener's settings.
@@ -236,6 +240,8 @@ mod tests {
         assert_eq!(config.processing_mode.response_headers, HeaderMode::Send);
         assert_eq!(config.processing_mode.request_body, BodyMode::BufferedPartial);
         assert_eq!(config.buffer_limit, 1024);
+        let streamed = check("service: { address: 127.0.0.1:9000 }\nprocessing_mode: { response_body: streamed }").unwrap();
+        assert_eq!(streamed.processing_mode.response_body, BodyMode::Streamed);
         let dumped = serde_json::to_value(&config).unwrap();
         assert_eq!(dumped["processing_mode"]["request_body"], "buffered_partial");
         for (yaml, complaint) in [
@@ -244,7 +250,7 @@ mod tests {
             ("service: { address: 127.0.0.1:1 }\nmessage_timeout: 0s", "f.message_timeout"),
             ("service: { address: 127.0.0.1:1 }\nstatus_on_error: 200", "f.status_on_error"),
             ("service: { address: 127.0.0.1:1 }\nmax_body_bytes: 1MiB", "f.max_body_bytes"),
-            ("service: { address: 127.0.0.1:1 }\nprocessing_mode: { request_body: streamed }", "streamed"),
+            ("service: { address: 127.0.0.1:1 }\nprocessing_mode: { request_body: full_duplex }", "full_duplex"),
         ] {
             let err = check(yaml).unwrap_err();
             assert!(err.contains(complaint), "{yaml}: {err}");

@@ -1,8 +1,8 @@
 //! Envoy's `ExternalProcessor` (the `envoy.filters.http.ext_proc` filter) and
 //! `ExtProcPerRoute` as the `ext_proc` filter's settings. The processor is named by a cluster
 //! (one endpoint) or an address, as for the rate limit service. What changes the exchange and
-//! is not done here (streamed bodies, trailers, attributes, metadata, mutation rules) is
-//! refused by name.
+//! is not done here (full-duplex bodies, trailers, attributes, metadata, mutation rules)
+//! is refused by name.
 
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
     BodySendMode, HeaderSendMode,
@@ -137,8 +137,8 @@ impl XdsExtProc {
     }
 }
 
-/// A processing mode: Envoy's `DEFAULT`s are its defaults; streamed bodies and trailers are
-/// refused.
+/// A processing mode: Envoy's `DEFAULT`s are its defaults; full-duplex bodies and trailers
+/// are refused.
 fn mode(mode: ProcessingMode, at: &str) -> Result<RawProcessingMode, ResourceError> {
     let header = |value: i32, name: &str| match HeaderSendMode::try_from(value) {
         Ok(HeaderSendMode::Default) => Ok(None),
@@ -153,6 +153,7 @@ fn mode(mode: ProcessingMode, at: &str) -> Result<RawProcessingMode, ResourceErr
         Ok(BodySendMode::None) => Ok(Some(BodyMode::None)),
         Ok(BodySendMode::Buffered) => Ok(Some(BodyMode::Buffered)),
         Ok(BodySendMode::BufferedPartial) => Ok(Some(BodyMode::BufferedPartial)),
+        Ok(BodySendMode::Streamed) => Ok(Some(BodyMode::Streamed)),
         Ok(other) => Err(unsupported(at, format!("{name} {}", other.as_str_name()))),
         Err(_) => Err(ResourceError::invalid(
             format!("{at}.{name}"),
@@ -281,12 +282,18 @@ mod tests {
             response_body_mode: BodySendMode::Streamed as i32,
             ..Default::default()
         };
+        let decoded = XdsExtProc::decode(&pack(&ExternalProcessor { processing_mode: Some(streamed), grpc_service: service("c"), ..Default::default() }), "f").unwrap();
+        assert_eq!(decoded.raw.processing_mode.unwrap().checked().response_body, BodyMode::Streamed);
+        let duplex = ProcessingMode {
+            response_body_mode: BodySendMode::FullDuplexStreamed as i32,
+            ..Default::default()
+        };
         let trailers = ProcessingMode {
             request_trailer_mode: HeaderSendMode::Send as i32,
             ..Default::default()
         };
         for (filter, name) in [
-            (ExternalProcessor { processing_mode: Some(streamed), ..Default::default() }, "response_body_mode STREAMED"),
+            (ExternalProcessor { processing_mode: Some(duplex), ..Default::default() }, "response_body_mode FULL_DUPLEX_STREAMED"),
             (ExternalProcessor { processing_mode: Some(trailers), ..Default::default() }, "request_trailer_mode SEND"),
             (ExternalProcessor { observability_mode: true, ..Default::default() }, "observability_mode"),
             (ExternalProcessor { request_attributes: vec!["request.path".into()], ..Default::default() }, "request_attributes"),

@@ -2,19 +2,22 @@
 //! (`envoy.service.ext_proc.v3.ExternalProcessor/Process`) on the worker's one connection to
 //! it. The processor is sent the request's headers, its body (buffered, whole or its start),
 //! the response's headers and body, as the processing mode says, and answers each message:
-//! go on (with header and body changes), or answer the client itself. A processor that fails
+//! go on (with header and body changes), or answer the client itself. A streamed body goes
+//! through the processor chunk by chunk on a task of its own (`streamed.rs`). A processor that fails
 //! or is too slow (`message_timeout`) fails the exchange with `status_on_error`, or with
 //! `failure_mode_allow` lets it go on unprocessed.
 
 mod messages;
 mod stream;
+mod streamed;
+
+use std::rc::Rc;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request as Message;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Answer;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
-    ProtocolConfiguration, common_response::ResponseStatus,
+    CommonResponse, HttpBody, HttpHeaders, ProcessingResponse, common_response::ResponseStatus,
 };
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode as pb_mode;
 use http::{Request, Response, StatusCode};
@@ -30,11 +33,12 @@ use crate::error::ProxyError;
 use crate::throttle::LogThrottle;
 use config::{BodyMode, ExtProcConfig, HeaderMode, ProcessingMode};
 use messages::Head;
-pub(crate) use stream::Session;
-use stream::{PROCESS, ProcessorError};
+use stream::{PROCESS, ProcessorError, Session};
+use streamed::{Direction, Streamed};
 
-/// The filter on one worker. Boxed: its client is large, and most filters are a few words.
-pub(crate) struct ExtProc(Box<Inner>);
+/// The filter on one worker. Behind a pointer: its client is large, most filters are a few
+/// words, and a streamed body's task holds it too.
+pub(crate) struct ExtProc(Rc<Inner>);
 
 pub(crate) struct Inner {
     service: ServiceChannel,
@@ -53,7 +57,14 @@ struct Modes {
 }
 
 /// The exchange's stream, from the request phase to the response phase.
-pub(crate) type State = Option<Box<Session>>;
+#[derive(Default)]
+pub(crate) enum State {
+    #[default]
+    Idle,
+    Open(Box<Session>),
+    /// The request body is streamed to the processor: the stream comes back at its end.
+    Streaming(tokio::sync::oneshot::Receiver<Streamed>),
+}
 
 impl HttpFilter for ExtProc {
     type Config = ExtProcConfig;
@@ -72,7 +83,7 @@ impl HttpFilter for ExtProc {
             mode: route.processing_mode.unwrap_or(config.processing_mode),
             failure_mode_allow: route.failure_mode_allow.unwrap_or(config.failure_mode_allow),
         };
-        ExtProc(Box::new(Inner {
+        ExtProc(Rc::new(Inner {
             service: ServiceChannel::new(&config.service, tls.cloned(), "ext_proc", PROCESS),
             config: config.clone(),
             settings: PerRouteSettings::new(&listener, ctx.table, ctx.filter, |f| &f.ext_proc, modes),
@@ -117,7 +128,7 @@ impl HttpFilter for ExtProc {
                 ..Default::default()
             });
             // Boxed: the call's future is large, and only this filter needs it.
-            let answer = Box::pin(inner.ask(&mut session, message, true)).await;
+            let answer = Box::pin(session.ask(inner, message)).await;
             match inner.on_request_answer(answer, "request_headers", req, &mut session).await {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::ClearRoute) => flow = Flow::ClearRoute,
@@ -126,10 +137,19 @@ impl HttpFilter for ExtProc {
             }
         }
         let body_mode = session.mode.request_body;
+        if body_mode == BodyMode::Streamed && !req.body().is_end_stream() {
+            // Its length may change chunk by chunk: it goes on without one, as from Envoy.
+            req.headers_mut().remove(http::header::CONTENT_LENGTH);
+            let (client, out) = req.body_mut().pipe();
+            let listener = exchange.conn.listener.name.clone();
+            let outcome = streamed::start(Rc::clone(&self.0), session, client, out, Direction::Request, listener);
+            *state = State::Streaming(outcome);
+            return Ok(HeadersFlow::Flow(flow));
+        }
         if body_mode != BodyMode::None && !req.body().is_end_stream() {
             // The route is matched again after the body's answer: the body is still sent.
             session.clear_route = matches!(flow, Flow::ClearRoute);
-            *state = Some(session);
+            *state = State::Open(session);
             return Ok(HeadersFlow::ReadBody(inner.config.buffer_limit as usize));
         }
         inner.keep_for_response(session, state);
@@ -145,7 +165,7 @@ impl HttpFilter for ExtProc {
         state: &mut State,
     ) -> Result<Flow, ProxyError> {
         let inner = &*self.0;
-        let Some(mut session) = state.take() else {
+        let State::Open(mut session) = std::mem::take(state) else {
             return Ok(Flow::Continue);
         };
         if session.mode.request_body == BodyMode::Buffered && !whole {
@@ -160,9 +180,7 @@ impl HttpFilter for ExtProc {
             end_of_stream: whole,
             ..Default::default()
         });
-        // The first message where the request headers were not sent.
-        let first = !session.is_open();
-        let answer = Box::pin(inner.ask(&mut session, message, first)).await;
+        let answer = Box::pin(session.ask(inner, message)).await;
         let flow = match inner.on_request_answer(answer, "request_body", req, &mut session).await {
             Ok(flow) => flow,
             Err(failed) => return Ok(inner.failed(failed, &mut session, exchange, state)),
@@ -180,7 +198,7 @@ impl HttpFilter for ExtProc {
     }
 
     fn waits_on_response(&self, state: &State) -> bool {
-        state.is_some()
+        !matches!(state, State::Idle)
     }
 
     async fn on_response(
@@ -189,41 +207,40 @@ impl HttpFilter for ExtProc {
         ctx: &ResponseCtx<'_>,
         state: &mut State,
     ) {
-        let Some(mut session) = state.take() else {
-            return;
+        let inner = &self.0;
+        let mut session = match std::mem::take(state) {
+            State::Idle => return,
+            State::Open(session) => session,
+            // The request's body has gone through the processor (or stopped): its outcome.
+            State::Streaming(outcome) => match outcome.await {
+                Ok(Streamed::Done(session)) => session,
+                Ok(Streamed::Reply(reply)) => return *response = reply_response(reply),
+                Ok(Streamed::Failed(status)) => return *response = local_response(status, Bytes::new()),
+                Ok(Streamed::Over) | Err(_) => return,
+            },
         };
-        let inner = &*self.0;
         // A tunnel's bytes are not an HTTP body.
         if ctx.info.upgraded {
             return;
         }
-        Box::pin(inner.process_response(response, ctx, &mut session)).await;
+        if Box::pin(inner.process_response(response, ctx, &mut session)).await == Next::Stream {
+            let (upstream, out) = response.body_mut().pipe();
+            let listener = ctx.exchange.conn.listener.name.clone();
+            let streaming = streamed::start(Rc::clone(inner), session, upstream, out, Direction::Response, listener);
+            // The stream ends with the body, on the body's task.
+            let filter = Rc::clone(inner);
+            tokio::task::spawn_local(async move {
+                if let Ok(Streamed::Done(mut session)) = streaming.await {
+                    session.finish(&filter);
+                }
+            });
+            return;
+        }
         session.finish(inner);
     }
 }
 
 impl Inner {
-    /// Sends `message` and waits for its answer. The first message of a stream says which
-    /// bodies will follow.
-    async fn ask(
-        &self,
-        session: &mut Session,
-        message: Message,
-        first: bool,
-    ) -> Result<ProcessingResponse, ProcessorError> {
-        let protocol_config = first.then(|| ProtocolConfiguration {
-            request_body_mode: body_mode(session.mode.request_body) as i32,
-            response_body_mode: body_mode(session.mode.response_body) as i32,
-            send_body_without_waiting_for_header_response: false,
-        });
-        let request = ProcessingRequest {
-            request: Some(message),
-            protocol_config,
-            ..Default::default()
-        };
-        session.ask(self, request).await
-    }
-
     /// Makes the changes an answer about the request asks for: `Continue` (or `ClearRoute`),
     /// the processor's own answer, or why the answer fails the exchange.
     async fn on_request_answer(
@@ -319,7 +336,7 @@ impl Inner {
     /// ended.
     fn keep_for_response(&self, mut session: Box<Session>, state: &mut State) {
         if session.processes_response() {
-            *state = Some(session);
+            *state = State::Open(session);
         } else {
             session.finish(self);
         }
@@ -329,7 +346,7 @@ impl Inner {
     /// answered 504 (no answer in time) or `status_on_error`. A processor that ended the
     /// stream with an OK status has finished: the exchange goes on unprocessed, as in Envoy.
     fn failed(&self, error: ProcessorError, session: &mut Session, exchange: &Exchange<'_>, state: &mut State) -> Flow {
-        *state = None;
+        *state = State::Idle;
         match self.failure_status(&error, session, &exchange.conn.listener.name) {
             None => Flow::Continue,
             Some(status) => Flow::Respond(Box::new(LocalReply::new(status, Bytes::new()))),
@@ -372,13 +389,14 @@ impl Inner {
         }
     }
 
-    /// The response's phases: its headers, then its body, as the mode says.
+    /// The response's phases: its headers, then its body, as the mode says. A streamed body
+    /// is left to stream.
     async fn process_response(
         &self,
         response: &mut Response<ResponseBody>,
         ctx: &ResponseCtx<'_>,
         session: &mut Session,
-    ) {
+    ) -> Next {
         let has_body = !ctx.info.head_request && !response.body().is_end_stream();
         let sends_body = has_body && session.mode.response_body != BodyMode::None;
         if session.mode.response_headers == HeaderMode::Send {
@@ -387,34 +405,40 @@ impl Inner {
                 end_of_stream: !has_body,
                 ..Default::default()
             });
-            let first = !session.is_open();
-            let answer = self.ask(session, message, first).await;
+            let answer = session.ask(self, message).await;
             match self.on_response_answer(answer, "response_headers", response, session) {
                 Ok(true) => {}
-                Ok(false) => return,
-                Err(error) => return self.response_failed(error, response, session, ctx),
+                Ok(false) => return Next::Done,
+                Err(error) => {
+                    self.response_failed(error, response, session, ctx);
+                    return Next::Done;
+                }
             }
         }
         if !sends_body || session.mode.response_body == BodyMode::None {
-            return;
+            return Next::Done;
+        }
+        if session.mode.response_body == BodyMode::Streamed {
+            // Its length may change chunk by chunk, as from Envoy.
+            response.headers_mut().remove(http::header::CONTENT_LENGTH);
+            return Next::Stream;
         }
         let Some((start, whole)) = response.body_mut().read_front(self.config.buffer_limit as usize).await else {
             // The upstream failed mid-body: the client gets what came and that failure, as
             // without the filter.
-            return;
+            return Next::Done;
         };
         if session.mode.response_body == BodyMode::Buffered && !whole {
             // Envoy's answer to a buffered response body over the limit.
             *response = local_response(StatusCode::INTERNAL_SERVER_ERROR, Bytes::from_static(b"Internal Server Error"));
-            return;
+            return Next::Done;
         }
         let message = Message::ResponseBody(HttpBody {
             body: start.to_vec(),
             end_of_stream: whole,
             ..Default::default()
         });
-        let first = !session.is_open();
-        let answer = self.ask(session, message, first).await;
+        let answer = session.ask(self, message).await;
         match self.on_response_answer(answer, "response_body", response, session) {
             Ok(_) => {
                 if let Some(new_body) = session.replaced_body.take() {
@@ -424,6 +448,7 @@ impl Inner {
             }
             Err(error) => self.response_failed(error, response, session, ctx),
         }
+        Next::Done
     }
 
     /// Makes the changes an answer about the response asks for: whether the response goes on
@@ -440,10 +465,7 @@ impl Inner {
             (Some(Answer::ResponseHeaders(h)), "response_headers") => h.response,
             (Some(Answer::ResponseBody(b)), "response_body") => b.response,
             (Some(Answer::ImmediateResponse(reply)), _) => {
-                let reply = self.immediate(reply)?;
-                let mut replaced = local_response(reply.status, reply.body);
-                *replaced.headers_mut() = reply.headers;
-                *response = replaced;
+                *response = reply_response(self.immediate(reply)?);
                 return Ok(false);
             }
             (other, expected) => {
@@ -502,6 +524,21 @@ impl Inner {
     }
 }
 
+/// What is left of the response once its phases are through.
+#[derive(PartialEq, Eq)]
+enum Next {
+    Done,
+    /// Its body is to be streamed through the processor.
+    Stream,
+}
+
+/// The processor's own answer, as the response.
+fn reply_response(reply: LocalReply) -> Response<ResponseBody> {
+    let mut response = local_response(reply.status, reply.body);
+    *response.headers_mut() = reply.headers;
+    response
+}
+
 fn local_response(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
     let mut response = Response::new(ResponseBody::local(body));
     *response.status_mut() = status;
@@ -523,16 +560,8 @@ fn answer_name(answer: Option<&Answer>) -> &'static str {
     }
 }
 
-fn body_mode(mode: BodyMode) -> pb_mode::BodySendMode {
-    match mode {
-        BodyMode::None => pb_mode::BodySendMode::None,
-        BodyMode::Buffered => pb_mode::BodySendMode::Buffered,
-        BodyMode::BufferedPartial => pb_mode::BodySendMode::BufferedPartial,
-    }
-}
-
-/// The mode a processor's `mode_override` asks for: what it cannot be (a streamed body) keeps
-/// the current setting.
+/// The mode a processor's `mode_override` asks for: what it cannot be (a full-duplex body)
+/// keeps the current setting.
 fn overridden(
     current: ProcessingMode,
     filter: ProcessingMode,
@@ -548,6 +577,7 @@ fn overridden(
         Ok(pb_mode::BodySendMode::None) => BodyMode::None,
         Ok(pb_mode::BodySendMode::Buffered) => BodyMode::Buffered,
         Ok(pb_mode::BodySendMode::BufferedPartial) => BodyMode::BufferedPartial,
+        Ok(pb_mode::BodySendMode::Streamed) => BodyMode::Streamed,
         _ => current,
     };
     ProcessingMode {

@@ -3,12 +3,16 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode as pb_mode;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request as Message;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
+};
 use grpc_channel::{ChannelError, DuplexCall};
-use prost::Message;
+use prost::Message as _;
 
 use super::Inner;
-use config::ProcessingMode;
+use config::{BodyMode, ProcessingMode};
 
 /// The method each exchange's stream calls.
 pub(super) const PROCESS: &str = "/envoy.service.ext_proc.v3.ExternalProcessor/Process";
@@ -61,57 +65,75 @@ impl Session {
         }
     }
 
-    /// Whether the stream is open (a message was sent on it).
-    pub(super) fn is_open(&self) -> bool {
-        self.call.is_some()
-    }
-
     /// Sends `message` and waits for its answer (within the message timeout). The stream is
     /// opened by the first message.
     pub(super) async fn ask(
         &mut self,
         filter: &Inner,
-        message: ProcessingRequest,
+        message: Message,
     ) -> Result<ProcessingResponse, ProcessorError> {
         let timeout = filter.config.message_timeout;
         let asked = async {
-            if self.call.is_none() {
-                let opened = filter.service.channel().open(filter.service.head()).await;
-                self.call = Some(opened.map_err(ChannelError::from)?);
-                filter.stats.streams_started.inc();
-            }
-            let Some(call) = self.call.as_mut() else {
-                return Err(ProcessorError::Ended);
-            };
-            call.send(&message.encode_to_vec())?;
-            filter.stats.stream_msgs_sent.inc();
-            loop {
-                let Some(answer) = call.recv(MAX_ANSWER).await? else {
-                    return Err(ProcessorError::Ended);
-                };
-                filter.stats.stream_msgs_received.inc();
-                let answer = ProcessingResponse::decode(answer)?;
-                // A request for more time is all such a message says (the rest is not read), and
-                // it is ignored without `max_message_timeout` (not configurable here), as by
-                // Envoy: the answer is still awaited.
-                if answer.override_message_timeout.is_some() {
-                    continue;
-                }
-                return Ok(answer);
-            }
+            self.send(filter, message).await?;
+            self.recv(filter).await
         };
         let answered = match tokio::time::timeout(timeout, asked).await {
             Ok(answered) => answered,
-            Err(_) => {
-                filter.stats.message_timeouts.inc();
-                Err(ProcessorError::Timeout(timeout))
-            }
+            Err(_) => Err(timed_out(filter)),
         };
         if answered.is_err() {
             // Nothing more goes on this stream: it is reset when dropped.
             self.call = None;
         }
         answered
+    }
+
+    /// Sends `message`, opening the stream with the first, which also says which bodies will
+    /// follow. Its answer is not awaited.
+    pub(super) async fn send(&mut self, filter: &Inner, message: Message) -> Result<(), ProcessorError> {
+        let protocol_config = self.call.is_none().then(|| ProtocolConfiguration {
+            request_body_mode: body_mode(self.mode.request_body) as i32,
+            response_body_mode: body_mode(self.mode.response_body) as i32,
+            send_body_without_waiting_for_header_response: false,
+        });
+        if self.call.is_none() {
+            let opened = filter.service.channel().open(filter.service.head()).await;
+            self.call = Some(opened.map_err(ChannelError::from)?);
+            filter.stats.streams_started.inc();
+        }
+        let Some(call) = self.call.as_mut() else {
+            return Err(ProcessorError::Ended);
+        };
+        let request = ProcessingRequest {
+            request: Some(message),
+            protocol_config,
+            ..Default::default()
+        };
+        call.send(&request.encode_to_vec())?;
+        filter.stats.stream_msgs_sent.inc();
+        Ok(())
+    }
+
+    /// The next answer (without a time limit: the caller has one). Cancelled, nothing is lost:
+    /// what was read of an answer stays for the next call.
+    pub(super) async fn recv(&mut self, filter: &Inner) -> Result<ProcessingResponse, ProcessorError> {
+        let Some(call) = self.call.as_mut() else {
+            return Err(ProcessorError::Ended);
+        };
+        loop {
+            let Some(answer) = call.recv(MAX_ANSWER).await? else {
+                return Err(ProcessorError::Ended);
+            };
+            filter.stats.stream_msgs_received.inc();
+            let answer = ProcessingResponse::decode(answer)?;
+            // A request for more time is all such a message says (the rest is not read), and
+            // it is ignored without `max_message_timeout` (not configurable here), as by
+            // Envoy: the answer is still awaited.
+            if answer.override_message_timeout.is_some() {
+                continue;
+            }
+            return Ok(answer);
+        }
     }
 
     /// Whether the response is sent to the processor.
@@ -129,5 +151,20 @@ impl Session {
         {
             filter.stats.streams_closed.inc();
         }
+    }
+}
+
+/// A message's answer did not come in time (counted).
+pub(super) fn timed_out(filter: &Inner) -> ProcessorError {
+    filter.stats.message_timeouts.inc();
+    ProcessorError::Timeout(filter.config.message_timeout)
+}
+
+fn body_mode(mode: BodyMode) -> pb_mode::BodySendMode {
+    match mode {
+        BodyMode::None => pb_mode::BodySendMode::None,
+        BodyMode::Buffered => pb_mode::BodySendMode::Buffered,
+        BodyMode::BufferedPartial => pb_mode::BodySendMode::BufferedPartial,
+        BodyMode::Streamed => pb_mode::BodySendMode::Streamed,
     }
 }
