@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use common::*;
 use http::Request;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use testbed::ExtProcessor;
 
 fn config(processor: SocketAddr, upstream: SocketAddr, extra: &str) -> String {
@@ -41,6 +41,9 @@ listeners:
       - match: {{ prefix: /headers-only }}
         cluster: backend
         filters: {{ ext_proc: {{ processing_mode: {{ response_headers: skip }} }} }}
+      - match: {{ prefix: /streamed-direct }}
+        direct_response: {{ status: 200, body: "direct" }}
+        filters: {{ ext_proc: {{ processing_mode: {{ request_body: streamed }} }} }}
       - match: {{ prefix: /streamed }}
         cluster: backend
         filters: {{ ext_proc: {{ processing_mode: {{ request_body: streamed, response_body: streamed }} }} }}
@@ -458,8 +461,8 @@ async fn streamed_bodies_go_through_the_processor_chunk_by_chunk() {
 }
 
 /// A processor that answers the client itself in the middle of a streamed body, or does not
-/// answer a chunk in time: the exchange ends with its answer, or 504; where the route lets
-/// failures through, the body goes on unprocessed.
+/// answer a chunk in time: before the response has begun, the exchange ends with its answer,
+/// or 504; where the route lets failures through, the body goes on unprocessed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_stopped_by_the_processor() {
     let upstream = upstream().await;
@@ -469,9 +472,9 @@ async fn a_streamed_body_stopped_by_the_processor() {
         1,
     );
     let admin = proxy.admin.unwrap();
-    let echo = [("x-noop-echo", "body")];
-
-    let req = post("/streamed/body-immediate", &echo, "abc");
+    // The upstream reads the whole body before it answers (its default), so the response has
+    // not begun when the processor stops the body.
+    let req = post("/streamed/body-immediate", &[], "abc");
     let (status, headers, body) = call(proxy.addr(), req, &["x-processor"]).await;
     assert_eq!(
         (status, headers[0].as_str(), body.as_str()),
@@ -479,15 +482,59 @@ async fn a_streamed_body_stopped_by_the_processor() {
     );
     assert_eq!(stat(admin, "http_ext_proc_immediate_responses"), 1);
 
-    let req = post("/streamed/body-hang", &echo, "abc");
+    let req = post("/streamed/body-hang", &[], "abc");
     let (status, _, _) = call(proxy.addr(), req, &[]).await;
     assert_eq!(status, 504);
     assert_eq!(stat(admin, "http_ext_proc_message_timeouts"), 1);
 
-    let req = post("/open-streamed/body-hang", &echo, "abc");
+    // Once the response has begun (an upstream that echoes the body as it comes answers at
+    // once), a chunk not answered in time resets the exchange, as in Envoy: the response
+    // ends in an error, never in a short body taken as whole.
+    let req = post("/streamed/body-hang", &[("x-noop-echo", "body")], "abc");
+    let response = send_h1(proxy.addr(), req).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.into_body().collect().await.is_err());
+    assert_eq!(stat(admin, "http_ext_proc_message_timeouts"), 2);
+
+    let req = post(
+        "/open-streamed/body-hang",
+        &[("x-noop-echo", "body")],
+        "abc",
+    );
     let (status, headers, body) = call(proxy.addr(), req, &["x-processed-response"]).await;
     assert_eq!((status, body.as_str()), (200, "abc"));
     // After the failure nothing more goes to the processor: the response is not processed.
     assert_eq!(headers[0], "");
     assert_eq!(stat(admin, "http_ext_proc_failure_mode_allowed"), 1);
+}
+
+/// A route that answers without reading the request body (a direct response) while the body
+/// still streams through the processor: the response's headers go to the processor on the
+/// same stream beside the body's chunks, and the exchange does not wait for a body nobody
+/// reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_is_processed_while_the_request_body_still_streams() {
+    let upstream = upstream().await;
+    let processor = processor().await;
+    let proxy = Proxy::start(
+        &config(processor.local_addr(), upstream.local_addr(), ""),
+        1,
+    );
+    // Over HTTP/2, where the proxy can answer a stream whose body it stops reading.
+    let req = Request::post(format!("http://{}/streamed-direct", proxy.addr()))
+        .body(PatternBody::new(4 << 20, false))
+        .unwrap();
+    let response = send_h2(proxy.addr(), req).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-processed-response"], "yes");
+    assert_eq!(text(response.into_body()).await, "direct");
+    let lines = processor.lines();
+    assert!(
+        lines.contains(&"response_headers eos=false".to_owned()),
+        "{lines:?}"
+    );
+    // The body was not all read: the processor saw its start, not its end.
+    let (sizes, ended) = body_messages(&lines, "request_body");
+    assert!(!sizes.is_empty() && !ended, "{lines:?}");
+    assert!(sizes.iter().sum::<usize>() < 4 << 20, "{lines:?}");
 }

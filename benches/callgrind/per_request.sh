@@ -8,7 +8,8 @@
 #
 # CONFIG_TEMPLATE is a legate config with {listen_port} and {upstream_port} placeholders (the
 # peer-bench template works; {run_dir} is a scratch directory). Prints instructions/request.
-# REQUEST_PATH (default /) is the path requested, e.g. a longer one to weigh path handling.
+# REQUEST_PATH (default /) is the path requested, e.g. a longer one to weigh path handling;
+# HEADER ("name: value") is sent with each request (a token for an authentication filter).
 # PROTOCOL=h2c sends the requests over HTTP/2 without TLS (to {h2c_port}, 10 streams at once
 # per connection) instead of HTTP/1.1.
 # Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client) and a release
@@ -30,9 +31,9 @@ count() { # requests -> total instructions
     local pid=$!
     for _ in $(seq 200); do grep -q "legate ready" "$run/log.$1" 2>/dev/null && break; sleep 0.1; done
     if [ "${PROTOCOL:-h1}" = h2c ]; then
-        h2load -n "$1" -c 8 -m 10 "http://127.0.0.1:$((port + 3))${REQUEST_PATH:-/}" > "$run/h2load.$1"
+        h2load -n "$1" -c 8 -m 10 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$((port + 3))${REQUEST_PATH:-/}" > "$run/h2load.$1"
     else
-        h2load --h1 -n "$1" -c 8 "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
+        h2load --h1 -n "$1" -c 8 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
     fi
     # Only a run where every request got a 2xx measures the request path.
     grep -q "status codes: $1 2xx" "$run/h2load.$1" \

@@ -12,7 +12,18 @@ use crate::{ChannelError, transport_error};
 
 /// One open streaming call. Dropped before it ended, the stream is reset (cancelled).
 pub struct DuplexCall {
+    sender: DuplexSender,
+    receiver: DuplexReceiver,
+}
+
+/// The sending half of a call (see [`DuplexCall::split`]).
+pub struct DuplexSender {
     send: SendStream<Bytes>,
+}
+
+/// The receiving half of a call. The stream is reset once both halves are dropped, if it has
+/// not ended by then.
+pub struct DuplexReceiver {
     recv: Recv,
     /// Bytes read past the last whole message.
     pending: BytesMut,
@@ -29,12 +40,39 @@ enum Recv {
 impl DuplexCall {
     pub(crate) fn new(send: SendStream<Bytes>, response: ResponseFuture) -> Self {
         Self {
-            send,
-            recv: Recv::Head(response),
-            pending: BytesMut::new(),
+            sender: DuplexSender { send },
+            receiver: DuplexReceiver {
+                recv: Recv::Head(response),
+                pending: BytesMut::new(),
+            },
         }
     }
 
+    /// Its halves, for a call whose messages are sent from one place and read in another.
+    pub fn split(self) -> (DuplexSender, DuplexReceiver) {
+        (self.sender, self.receiver)
+    }
+
+    /// Sends one encoded message (framed here). The connection takes it whatever the flow
+    /// control window: a message waits in its send buffer.
+    pub fn send(&mut self, message: &[u8]) -> Result<(), ChannelError> {
+        self.sender.send(message)
+    }
+
+    /// Ends the sending side (a half close): the service has had every message.
+    pub fn finish(&mut self) -> Result<(), ChannelError> {
+        self.sender.finish()
+    }
+
+    /// The next message the service sends; `None` once it ended the call with an OK status.
+    /// A message over `max_message` bytes, a compressed one, or a status other than OK is an
+    /// error. Cancelled, nothing is lost: what was read of a message stays for the next call.
+    pub async fn recv(&mut self, max_message: usize) -> Result<Option<Bytes>, ChannelError> {
+        self.receiver.recv(max_message).await
+    }
+}
+
+impl DuplexSender {
     /// Sends one encoded message (framed here). The connection takes it whatever the flow
     /// control window: a message waits in its send buffer.
     pub fn send(&mut self, message: &[u8]) -> Result<(), ChannelError> {
@@ -49,10 +87,10 @@ impl DuplexCall {
             .send_data(Bytes::new(), true)
             .map_err(|e| transport_error(&e))
     }
+}
 
-    /// The next message the service sends; `None` once it ended the call with an OK status.
-    /// A message over `max_message` bytes, a compressed one, or a status other than OK is an
-    /// error.
+impl DuplexReceiver {
+    /// As [`DuplexCall::recv`].
     pub async fn recv(&mut self, max_message: usize) -> Result<Option<Bytes>, ChannelError> {
         loop {
             if let Some(message) = self.take_message(max_message)? {

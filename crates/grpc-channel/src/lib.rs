@@ -30,7 +30,7 @@ mod status;
 mod transport;
 
 pub use channel::{CallError, Channel, call_head, read_unary};
-pub use duplex::DuplexCall;
+pub use duplex::{DuplexCall, DuplexReceiver, DuplexSender};
 pub use frame::{FRAME_PREFIX, unary_frame};
 pub use service_endpoint::Endpoint;
 pub use status::{code_of_http_status, grpc_status};

@@ -56,6 +56,8 @@ struct Seen {
 #[derive(Clone)]
 struct Processor {
     seen: Arc<Mutex<Seen>>,
+    /// Whether what it sees is recorded (not in a benchmark, where it would only grow).
+    record: bool,
 }
 
 fn set(key: &str, value: &str) -> HeaderValueOption {
@@ -125,6 +127,9 @@ impl Processor {
     }
 
     fn note(&self, line: String) {
+        if !self.record {
+            return;
+        }
         self.seen
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -154,11 +159,11 @@ impl Processor {
                     .map(|(_, v)| v.clone())
                     .unwrap_or_default();
                 self.note(format!("request_headers eos={}", headers.end_of_stream));
-                self.seen
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .request_headers
-                    .push(list);
+                if self.record {
+                    (self.seen.lock().unwrap_or_else(|e| e.into_inner()))
+                        .request_headers
+                        .push(list);
+                }
                 if path.contains("/immediate") {
                     denied()
                 } else if path.contains("/hang") {
@@ -310,11 +315,21 @@ pub struct ExtProcessor {
 impl ExtProcessor {
     /// Binds `addr` (port 0 for any).
     pub async fn start(addr: SocketAddr) -> io::Result<Self> {
+        Self::serve(addr, true).await
+    }
+
+    /// Binds `addr` and records nothing it sees: for a benchmark.
+    pub async fn start_unrecorded(addr: SocketAddr) -> io::Result<Self> {
+        Self::serve(addr, false).await
+    }
+
+    async fn serve(addr: SocketAddr, record: bool) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let seen = Arc::new(Mutex::new(Seen::default()));
         let service = ExternalProcessorServer::new(Processor {
             seen: Arc::clone(&seen),
+            record,
         });
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {

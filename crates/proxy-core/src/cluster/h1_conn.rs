@@ -448,10 +448,18 @@ impl Body for H1Response {
             match upload.poll(conn, cx) {
                 Poll::Pending => {}
                 Poll::Ready(Ok(())) => this.upload = None,
-                // The response goes on; the connection will not be reused.
-                Poll::Ready(Err(_)) => {
+                // The upstream stopped taking the body: the response goes on; the connection
+                // will not be reused.
+                Poll::Ready(Err(UploadError::Upstream(_))) => {
                     this.upload = None;
                     this.keep_alive = false;
+                }
+                // The request's own body failed (the client went away, a filter cut it short):
+                // the exchange cannot end well, and the upstream may wait for the rest, so the
+                // response fails too, as an HTTP/2 upstream's stream is reset.
+                Poll::Ready(Err(UploadError::Client(error))) => {
+                    this.upload = None;
+                    return this.fail(error);
                 }
             }
         }

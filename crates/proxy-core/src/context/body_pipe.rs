@@ -52,6 +52,11 @@ impl PipeSender {
         self.0.send(Item::Frame { frame, last }).await.is_ok()
     }
 
+    /// Resolves once the body's reader has gone.
+    pub(crate) async fn closed(&self) {
+        self.0.closed().await;
+    }
+
     /// Fails the body: the reader gets `error` after the frames before it.
     pub(crate) async fn fail(&self, error: BodyError) {
         let _ = self.0.send(Item::Failed(error)).await;

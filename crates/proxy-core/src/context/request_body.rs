@@ -265,10 +265,14 @@ impl RequestBody {
     /// Reads the body ahead until `max` bytes or its end, keeping what it read to send first:
     /// `(the first max bytes, whether that is the whole body)`.
     pub(crate) async fn read_ahead(&mut self, max: usize) -> Result<(Bytes, bool), BodyError> {
-        // The client's body, as it came or as a filter before read or decoded it.
+        // The client's body, as it came or as a filter before read, decoded or had it processed.
         if !matches!(
             self.source,
-            Source::Client(_) | Source::Http1(_) | Source::ReadAhead { .. } | Source::Base64 { .. }
+            Source::Client(_)
+                | Source::Http1(_)
+                | Source::ReadAhead { .. }
+                | Source::Base64 { .. }
+                | Source::Piped(_)
         ) {
             return Ok((Bytes::new(), self.source_ended()));
         }

@@ -130,12 +130,15 @@ impl ResponseBody {
     }
 
     /// Hands the body's frames to another task (an external processor's streamed body), which
-    /// sends what the client gets in their place: the frames as a body of their own, and
-    /// where to send their replacements. The stream's deadline stays with this body.
+    /// sends what the client gets in their place: the frames as a body of their own (through
+    /// the body filter of the filters after, as they left them), and where to send their
+    /// replacements. The stream's deadline stays with this body.
     pub(crate) fn pipe(&mut self) -> (ResponseBody, PipeSender) {
         let (sender, receiver) = body_pipe();
         let inner = std::mem::replace(&mut self.inner, Inner::Piped(receiver));
-        (ResponseBody::new(inner), sender)
+        let mut frames = ResponseBody::new(inner);
+        frames.filter = self.filter.take();
+        (frames, sender)
     }
 
     /// The start read by [`ResponseBody::read_front`] replaced by `data`.

@@ -13,6 +13,8 @@ mod streamed;
 
 use std::rc::Rc;
 
+use tokio::sync::oneshot::error::TryRecvError;
+
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request as Message;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Answer;
@@ -34,7 +36,8 @@ use crate::throttle::LogThrottle;
 use config::{BodyMode, ExtProcConfig, HeaderMode, ProcessingMode};
 use messages::Head;
 use stream::{PROCESS, ProcessorError, Session};
-use streamed::{Direction, Streamed};
+use stream::Direction;
+use streamed::Streamed;
 
 /// The filter on one worker. Behind a pointer: its client is large, most filters are a few
 /// words, and a streamed body's task holds it too.
@@ -62,8 +65,12 @@ pub(crate) enum State {
     #[default]
     Idle,
     Open(Box<Session>),
-    /// The request body is streamed to the processor: the stream comes back at its end.
-    Streaming(tokio::sync::oneshot::Receiver<Streamed>),
+    /// The request body is streaming through the processor, on a task of its own: how that
+    /// ends, and the stream for the response (where it is processed).
+    Streaming {
+        outcome: tokio::sync::oneshot::Receiver<Streamed>,
+        session: Option<Box<Session>>,
+    },
 }
 
 impl HttpFilter for ExtProc {
@@ -104,7 +111,7 @@ impl HttpFilter for ExtProc {
         exchange: &Exchange<'_>,
         state: &mut State,
     ) -> Result<HeadersFlow, ProxyError> {
-        let inner = &*self.0;
+        let inner = &self.0;
         let Some(modes) = inner.settings.get(exchange) else {
             return Ok(HeadersFlow::Flow(Flow::Continue));
         };
@@ -128,7 +135,7 @@ impl HttpFilter for ExtProc {
                 ..Default::default()
             });
             // Boxed: the call's future is large, and only this filter needs it.
-            let answer = Box::pin(session.ask(inner, message)).await;
+            let answer = Box::pin(session.ask(inner, Direction::Request, message)).await;
             match inner.on_request_answer(answer, "request_headers", req, &mut session).await {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::ClearRoute) => flow = Flow::ClearRoute,
@@ -138,12 +145,23 @@ impl HttpFilter for ExtProc {
         }
         let body_mode = session.mode.request_body;
         if body_mode == BodyMode::Streamed && !req.body().is_end_stream() {
+            let stream = match Box::pin(session.stream(inner)).await {
+                Ok(stream) => stream,
+                Err(failed) => return Ok(HeadersFlow::Flow(inner.failed(failed, &mut session, exchange, state))),
+            };
             // Its length may change chunk by chunk: it goes on without one, as from Envoy.
             req.headers_mut().remove(http::header::CONTENT_LENGTH);
             let (client, out) = req.body_mut().pipe();
             let listener = exchange.conn.listener.name.clone();
-            let outcome = streamed::start(Rc::clone(&self.0), session, client, out, Direction::Request, listener);
-            *state = State::Streaming(outcome);
+            let allow = session.failure_mode_allow;
+            let outcome = streamed::start(Rc::clone(inner), stream, allow, client, out, Direction::Request, listener);
+            let session = if session.processes_response() {
+                Some(session)
+            } else {
+                session.finish();
+                None
+            };
+            *state = State::Streaming { outcome, session };
             return Ok(HeadersFlow::Flow(flow));
         }
         if body_mode != BodyMode::None && !req.body().is_end_stream() {
@@ -164,7 +182,7 @@ impl HttpFilter for ExtProc {
         exchange: &Exchange<'_>,
         state: &mut State,
     ) -> Result<Flow, ProxyError> {
-        let inner = &*self.0;
+        let inner = &self.0;
         let State::Open(mut session) = std::mem::take(state) else {
             return Ok(Flow::Continue);
         };
@@ -180,7 +198,7 @@ impl HttpFilter for ExtProc {
             end_of_stream: whole,
             ..Default::default()
         });
-        let answer = Box::pin(session.ask(inner, message)).await;
+        let answer = Box::pin(session.ask(inner, Direction::Request, message)).await;
         let flow = match inner.on_request_answer(answer, "request_body", req, &mut session).await {
             Ok(flow) => flow,
             Err(failed) => return Ok(inner.failed(failed, &mut session, exchange, state)),
@@ -208,35 +226,49 @@ impl HttpFilter for ExtProc {
         state: &mut State,
     ) {
         let inner = &self.0;
-        let mut session = match std::mem::take(state) {
+        let (mut session, mut request_body) = match std::mem::take(state) {
             State::Idle => return,
-            State::Open(session) => session,
-            // The request's body has gone through the processor (or stopped): its outcome.
-            State::Streaming(outcome) => match outcome.await {
-                Ok(Streamed::Done(session)) => session,
-                Ok(Streamed::Reply(reply)) => return *response = reply_response(reply),
-                Ok(Streamed::Failed(status)) => return *response = local_response(status, Bytes::new()),
-                Ok(Streamed::Over) | Err(_) => return,
-            },
+            State::Open(session) => (session, None),
+            // The request's body may still be streaming: the response goes on beside it, unless
+            // the processor already answered or failed the exchange, or processing is over.
+            State::Streaming { mut outcome, session } => {
+                match outcome.try_recv() {
+                    Ok(Streamed::Reply(reply)) => return *response = reply_response(reply),
+                    Ok(Streamed::Failed(status)) => return *response = local_response(status, Bytes::new()),
+                    Ok(Streamed::Over) | Err(TryRecvError::Closed) => return,
+                    Ok(Streamed::Done | Streamed::Unread) | Err(TryRecvError::Empty) => {}
+                }
+                let Some(session) = session else {
+                    return;
+                };
+                (session, Some(outcome))
+            }
         };
         // A tunnel's bytes are not an HTTP body.
         if ctx.info.upgraded {
             return;
         }
-        if Box::pin(inner.process_response(response, ctx, &mut session)).await == Next::Stream {
-            let (upstream, out) = response.body_mut().pipe();
-            let listener = ctx.exchange.conn.listener.name.clone();
-            let streaming = streamed::start(Rc::clone(inner), session, upstream, out, Direction::Response, listener);
-            // The stream ends with the body, on the body's task.
-            let filter = Rc::clone(inner);
-            tokio::task::spawn_local(async move {
-                if let Ok(Streamed::Done(mut session)) = streaming.await {
-                    session.finish(&filter);
-                }
-            });
-            return;
+        let next = Box::pin(inner.process_response(response, ctx, &mut session)).await;
+        // The processor may have answered the client, or failed, about the request's body
+        // meanwhile: the response has not gone, so that answer takes its place.
+        match request_body.as_mut().map(|outcome| outcome.try_recv()) {
+            Some(Ok(Streamed::Reply(reply))) => return *response = reply_response(reply),
+            Some(Ok(Streamed::Failed(status))) => return *response = local_response(status, Bytes::new()),
+            _ => {}
         }
-        session.finish(inner);
+        if next == Next::Stream {
+            match Box::pin(session.stream(inner)).await {
+                Ok(stream) => {
+                    let (upstream, out) = response.body_mut().pipe();
+                    let listener = ctx.exchange.conn.listener.name.clone();
+                    let allow = session.failure_mode_allow;
+                    // How it ends is the body's: the stream ends with it.
+                    drop(streamed::start(Rc::clone(inner), stream, allow, upstream, out, Direction::Response, listener));
+                }
+                Err(error) => inner.response_failed(error, response, &mut session, ctx),
+            }
+        }
+        session.finish();
     }
 }
 
@@ -338,7 +370,7 @@ impl Inner {
         if session.processes_response() {
             *state = State::Open(session);
         } else {
-            session.finish(self);
+            session.finish();
         }
     }
 
@@ -347,23 +379,24 @@ impl Inner {
     /// stream with an OK status has finished: the exchange goes on unprocessed, as in Envoy.
     fn failed(&self, error: ProcessorError, session: &mut Session, exchange: &Exchange<'_>, state: &mut State) -> Flow {
         *state = State::Idle;
-        match self.failure_status(&error, session, &exchange.conn.listener.name) {
+        session.abandon();
+        match self.failure_status(&error, session.failure_mode_allow, &exchange.conn.listener.name) {
             None => Flow::Continue,
             Some(status) => Flow::Respond(Box::new(LocalReply::new(status, Bytes::new()))),
         }
     }
 
     /// The status a failure answers with; `None` where the exchange goes on unprocessed.
-    fn failure_status(&self, error: &ProcessorError, session: &Session, listener: &str) -> Option<StatusCode> {
+    pub(super) fn failure_status(&self, error: &ProcessorError, failure_mode_allow: bool, listener: &str) -> Option<StatusCode> {
         if matches!(error, ProcessorError::Ended) {
             self.stats.streams_closed.inc();
             return None;
         }
-        self.note_failure(error, session, listener);
+        self.note_failure(error, failure_mode_allow, listener);
         // A change the processor asked for that cannot be made fails the exchange whatever the
         // failure mode, as Envoy's error answers do.
         let fatal = matches!(error, ProcessorError::Mutation(_));
-        if session.failure_mode_allow && !fatal {
+        if failure_mode_allow && !fatal {
             self.stats.failure_mode_allowed.inc();
             return None;
         }
@@ -373,7 +406,7 @@ impl Inner {
         })
     }
 
-    fn note_failure(&self, error: &ProcessorError, session: &Session, listener: &str) {
+    fn note_failure(&self, error: &ProcessorError, failure_mode_allow: bool, listener: &str) {
         // Envoy counts a failed stream for a gRPC error only.
         if matches!(error, ProcessorError::Channel(_) | ProcessorError::Decode(_)) {
             self.stats.streams_failed.inc();
@@ -382,7 +415,7 @@ impl Inner {
             tracing::warn!(
                 listener,
                 failed,
-                failure_mode_allow = session.failure_mode_allow,
+                failure_mode_allow,
                 %error,
                 "external processor failed"
             );
@@ -392,7 +425,7 @@ impl Inner {
     /// The response's phases: its headers, then its body, as the mode says. A streamed body
     /// is left to stream.
     async fn process_response(
-        &self,
+        self: &Rc<Self>,
         response: &mut Response<ResponseBody>,
         ctx: &ResponseCtx<'_>,
         session: &mut Session,
@@ -405,7 +438,7 @@ impl Inner {
                 end_of_stream: !has_body,
                 ..Default::default()
             });
-            let answer = session.ask(self, message).await;
+            let answer = session.ask(self, Direction::Response, message).await;
             match self.on_response_answer(answer, "response_headers", response, session) {
                 Ok(true) => {}
                 Ok(false) => return Next::Done,
@@ -438,7 +471,7 @@ impl Inner {
             end_of_stream: whole,
             ..Default::default()
         });
-        let answer = session.ask(self, message).await;
+        let answer = session.ask(self, Direction::Response, message).await;
         match self.on_response_answer(answer, "response_body", response, session) {
             Ok(_) => {
                 if let Some(new_body) = session.replaced_body.take() {
@@ -518,7 +551,8 @@ impl Inner {
         session: &mut Session,
         ctx: &ResponseCtx<'_>,
     ) {
-        if let Some(status) = self.failure_status(&error, session, &ctx.exchange.conn.listener.name) {
+        session.abandon();
+        if let Some(status) = self.failure_status(&error, session.failure_mode_allow, &ctx.exchange.conn.listener.name) {
             *response = local_response(status, Bytes::new());
         }
     }

@@ -2,7 +2,8 @@
 //! passed on, changed or not, when its answer comes, in order. Chunks sent and not yet
 //! answered are held up to the buffer limit; past it the body is not read on until answers
 //! come, so a slow processor slows the sender instead of growing a queue. A task of its own
-//! does this, between the body as it comes and a pipe to where it goes.
+//! does this, between the body as it comes and a pipe to where it goes, beside the exchange's
+//! other phases on the same stream.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -17,24 +18,20 @@ use http_body::{Body, Frame};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::stream::{ProcessorError, Session, timed_out};
+use super::stream::{Answered, Direction, ProcessorError, Stream, timed_out};
 use super::{Inner, LocalReply, answer_name, messages};
 use crate::context::body_pipe::PipeSender;
 use crate::error::BodyError;
 
-/// Which body is streamed.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Direction {
-    Request,
-    Response,
-}
-
 /// How streaming a body ended.
 pub(crate) enum Streamed {
-    /// Every chunk was answered: the stream, for what is still to be sent.
-    Done(Box<Session>),
-    /// Nothing more is sent: the body went on unprocessed (a failure the filter lets through,
-    /// or the processor ended the stream), failed on its own, or lost its reader.
+    /// Every chunk was answered.
+    Done,
+    /// The body's reader went away before its end (an upstream that answered without
+    /// reading it all, a client gone).
+    Unread,
+    /// Nothing more goes to the processor: the body went on unprocessed (a failure the
+    /// filter lets through, or the processor ended the stream), or failed on its own.
     Over,
     /// The processor answered the client itself; the body was cut short.
     Reply(LocalReply),
@@ -48,11 +45,16 @@ pub(crate) enum Streamed {
 #[error("the external processor stopped the body")]
 pub(crate) struct ProcessorStopped;
 
+/// What a chunk held awaiting its answer costs besides its bytes (the chunk, its message),
+/// so that many small chunks count against the limit too.
+const CHUNK_COST: usize = 64;
+
 /// A chunk sent and not yet answered.
 struct Chunk {
     data: Bytes,
     /// The body's last.
     end: bool,
+    answer: oneshot::Receiver<Answered>,
     /// Its answer is due by then.
     due: Instant,
 }
@@ -61,7 +63,8 @@ struct Chunk {
 /// to `out`. The outcome comes when the body is done with.
 pub(super) fn start<B>(
     filter: Rc<Inner>,
-    session: Box<Session>,
+    stream: Rc<Stream>,
+    failure_mode_allow: bool,
     body: B,
     out: PipeSender,
     direction: Direction,
@@ -74,6 +77,8 @@ where
     tokio::task::spawn_local(async move {
         let pump = Pump {
             filter,
+            stream,
+            failure_mode_allow,
             body,
             out,
             direction,
@@ -83,13 +88,15 @@ where
             read_all: false,
             trailers: None,
         };
-        let _ = done.send(pump.run(session).await);
+        let _ = done.send(pump.run().await);
     });
     outcome
 }
 
 struct Pump<B> {
     filter: Rc<Inner>,
+    stream: Rc<Stream>,
+    failure_mode_allow: bool,
     body: B,
     out: PipeSender,
     direction: Direction,
@@ -107,7 +114,7 @@ impl<B> Pump<B>
 where
     B: Body<Data = Bytes, Error = BodyError> + Unpin,
 {
-    async fn run(mut self, mut session: Box<Session>) -> Streamed {
+    async fn run(mut self) -> Streamed {
         let filter = Rc::clone(&self.filter);
         let limit = filter.config.buffer_limit as usize;
         loop {
@@ -117,6 +124,49 @@ where
             let due = self.held.front().map(|chunk| chunk.due);
             let can_read = !self.read_all && self.held_bytes <= limit;
             tokio::select! {
+                // An answer that came is taken before its deadline is looked at: a pump held
+                // back by a slow reader must not time out answers waiting for it.
+                biased;
+                answer = front_answer(&mut self.held) => {
+                    let answer = match answer {
+                        Ok(answer) => answer,
+                        Err(error) => return self.give_up(error).await,
+                    };
+                    let common = match (answer.response, self.direction) {
+                        (Some(Answer::RequestBody(body)), Direction::Request)
+                        | (Some(Answer::ResponseBody(body)), Direction::Response) => body.response,
+                        (Some(Answer::ImmediateResponse(reply)), _) => {
+                            return match filter.immediate(reply) {
+                                Ok(reply) => {
+                                    self.stop().await;
+                                    Streamed::Reply(reply)
+                                }
+                                Err(error) => self.give_up(error).await,
+                            };
+                        }
+                        (other, _) => {
+                            filter.stats.spurious_msgs_received.inc();
+                            let error = ProcessorError::Spurious(answer_name(other.as_ref()), self.expected());
+                            return self.give_up(error).await;
+                        }
+                    };
+                    let Some(chunk) = self.held.pop_front() else {
+                        continue;
+                    };
+                    self.held_bytes -= chunk.data.len() + CHUNK_COST;
+                    // The headers have gone on: only the body can change now (as in Envoy,
+                    // which ignores a header change here).
+                    let data = common
+                        .and_then(|common| messages::new_body(common.body_mutation.as_ref()))
+                        .unwrap_or(chunk.data);
+                    if !self.pass_on(data, chunk.end).await {
+                        return Streamed::Unread;
+                    }
+                }
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    return self.give_up(timed_out(&filter)).await;
+                }
+                () = self.out.closed() => return Streamed::Unread,
                 frame = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)), if can_read => {
                     let (data, end) = match frame {
                         Some(Ok(frame)) => match frame.into_data() {
@@ -132,6 +182,7 @@ where
                         None => (Bytes::new(), true),
                         Some(Err(error)) => {
                             // The body's own failure goes on as it is; the stream is reset.
+                            self.stream.abandon();
                             self.out.fail(error).await;
                             return Streamed::Over;
                         }
@@ -141,57 +192,35 @@ where
                     }
                     self.read_all = end;
                     let message = self.message(&data, end);
-                    let sent = tokio::time::timeout(filter.config.message_timeout, session.send(&filter, message)).await;
-                    self.held_bytes += data.len();
-                    self.held.push_back(Chunk { data, end, due: Instant::now() + filter.config.message_timeout });
-                    match sent {
-                        Ok(Ok(())) => {}
-                        Ok(Err(error)) => return self.give_up(error, &session).await,
-                        Err(_) => return self.give_up(timed_out(&filter), &session).await,
-                    }
-                }
-                answer = session.recv(&filter), if due.is_some() => {
-                    let answer = match answer {
+                    let answer = match self.stream.send(self.direction, message) {
                         Ok(answer) => answer,
-                        Err(error) => return self.give_up(error, &session).await,
-                    };
-                    let common = match (answer.response, self.direction) {
-                        (Some(Answer::RequestBody(body)), Direction::Request)
-                        | (Some(Answer::ResponseBody(body)), Direction::Response) => body.response,
-                        (Some(Answer::ImmediateResponse(reply)), _) => {
-                            return match filter.immediate(reply) {
-                                Ok(reply) => {
-                                    self.out.fail(Box::new(ProcessorStopped)).await;
-                                    Streamed::Reply(reply)
-                                }
-                                Err(error) => self.give_up(error, &session).await,
-                            };
-                        }
-                        (other, _) => {
-                            filter.stats.spurious_msgs_received.inc();
-                            let error = ProcessorError::Spurious(answer_name(other.as_ref()), self.expected());
-                            return self.give_up(error, &session).await;
+                        Err(error) => {
+                            self.hold(data, end, None);
+                            return self.give_up(error).await;
                         }
                     };
-                    let Some(chunk) = self.held.pop_front() else {
-                        continue;
-                    };
-                    self.held_bytes -= chunk.data.len();
-                    // The headers have gone on: only the body can change now (as in Envoy,
-                    // which ignores a header change here).
-                    let data = common
-                        .and_then(|common| messages::new_body(common.body_mutation.as_ref()))
-                        .unwrap_or(chunk.data);
-                    if !self.pass_on(data, chunk.end).await {
-                        return Streamed::Over;
-                    }
-                }
-                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                    return self.give_up(timed_out(&filter), &session).await;
+                    self.hold(data, end, Some(answer));
                 }
             }
         }
-        Streamed::Done(session)
+        Streamed::Done
+    }
+
+    /// Holds a chunk sent until its answer comes (one that could not be sent, until it is
+    /// passed on unprocessed).
+    fn hold(&mut self, data: Bytes, end: bool, answer: Option<oneshot::Receiver<Answered>>) {
+        // A chunk never sent has no answer coming: a closed receiver stands for it.
+        let answer = answer.unwrap_or_else(|| oneshot::channel().1);
+        self.held_bytes += data.len() + CHUNK_COST;
+        let due = Instant::now() + self.filter.config.message_timeout;
+        self.held.push_back(Chunk { data, end, answer, due });
+    }
+
+    /// The processor answered the client, or failed the exchange: the body is cut short, and
+    /// nothing more goes on the stream.
+    async fn stop(&mut self) {
+        self.stream.abandon();
+        self.out.fail(Box::new(ProcessorStopped)).await;
     }
 
     /// A chunk's message to the processor.
@@ -229,8 +258,9 @@ where
 
     /// The processor failed: the body goes on unprocessed (`failure_mode_allow`, or a stream
     /// the processor ended), or is cut short for the exchange to fail.
-    async fn give_up(mut self, error: ProcessorError, session: &Session) -> Streamed {
-        if let Some(status) = self.filter.failure_status(&error, session, &self.listener) {
+    async fn give_up(mut self, error: ProcessorError) -> Streamed {
+        self.stream.abandon();
+        if let Some(status) = self.filter.failure_status(&error, self.failure_mode_allow, &self.listener) {
             self.out.fail(Box::new(ProcessorStopped)).await;
             return Streamed::Failed(status);
         }
@@ -260,5 +290,13 @@ where
             }
         }
         Streamed::Over
+    }
+}
+
+/// The answer to the first chunk held; never, while none is.
+async fn front_answer(held: &mut VecDeque<Chunk>) -> Answered {
+    match held.front_mut() {
+        Some(chunk) => (&mut chunk.answer).await.unwrap_or(Err(ProcessorError::Ended)),
+        None => std::future::pending().await,
     }
 }
