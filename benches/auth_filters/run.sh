@@ -14,17 +14,21 @@
 #
 # Needs wrk (Debian's package); --callgrind also valgrind and h2load.
 #
-# usage: benches/auth_filters/run.sh [--duration SECONDS] [--callgrind]
+# usage: benches/auth_filters/run.sh [--duration SECONDS] [--callgrind] [--only REGEX]
+#   --only: the filters whose names match (jwt_es256, jwt_es256_cached, jwt_rs256,
+#   jwt_rs256_cached, rbac_100, basic_auth, api_key_auth, ext_authz, ext_proc), beside `off`
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
 duration=6
 callgrind=false
+only=.
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration="$2"; shift 2 ;;
     --callgrind) callgrind=true; shift ;;
-    *) echo "usage: $0 [--duration SECONDS] [--callgrind]" >&2; exit 2 ;;
+    --only) only="$2"; shift 2 ;;
+    *) echo "usage: $0 [--duration SECONDS] [--callgrind] [--only REGEX]" >&2; exit 2 ;;
   esac
 done
 command -v wrk >/dev/null || { echo "wrk is not installed" >&2; exit 1; }
@@ -39,9 +43,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-names=(off jwt_es256 jwt_es256_cached jwt_rs256 jwt_rs256_cached rbac_100 basic_auth api_key_auth ext_authz ext_proc)
+all=(off jwt_es256 jwt_es256_cached jwt_rs256 jwt_rs256_cached rbac_100 basic_auth api_key_auth ext_authz ext_proc)
 declare -A port header
-for i in "${!names[@]}"; do port[${names[$i]}]=$((21540 + i)); done
+for i in "${!all[@]}"; do port[${all[$i]}]=$((21540 + i)); done
+names=(off)
+for name in "${all[@]:1}"; do [[ "$name" =~ $only ]] && names+=("$name"); done
 upstream=21551 sidecar=21552 processor=21553 admin=21554
 es256="Authorization: Bearer $(cat "$dir/es256.token")"
 rs256="Authorization: Bearer $(cat "$dir/rs256.token")"

@@ -51,6 +51,10 @@ type Answers = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + S
 struct Seen {
     lines: Vec<String>,
     request_headers: Vec<Vec<(String, String)>>,
+    /// Streams the proxy ended as a client ends a call (a half close), and streams it reset
+    /// or that failed.
+    ended: u64,
+    cancelled: u64,
 }
 
 #[derive(Clone)]
@@ -114,6 +118,11 @@ fn denied() -> ProcessingResponse {
 }
 
 impl Processor {
+    /// Counts how a stream ended (kept whether or not messages are recorded).
+    fn count(&self, change: impl FnOnce(&mut Seen)) {
+        change(&mut self.seen.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
     /// What a path asks of the answer to a body message, where not the usual one: no answer
     /// (`Some(None)`) or the processor's own.
     fn body_behavior(path: &str) -> Option<Option<ProcessingResponse>> {
@@ -281,7 +290,18 @@ impl ExternalProcessor for Processor {
         let processor = self.clone();
         tokio::spawn(async move {
             let mut path = String::new();
-            while let Ok(Some(message)) = incoming.message().await {
+            loop {
+                let message = match incoming.message().await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => {
+                        processor.count(|seen| seen.ended += 1);
+                        return;
+                    }
+                    Err(_) => {
+                        processor.count(|seen| seen.cancelled += 1);
+                        return;
+                    }
+                };
                 let Some(message) = message.request else {
                     continue;
                 };
@@ -363,6 +383,12 @@ impl ExtProcessor {
         (self.seen.lock().unwrap_or_else(|e| e.into_inner()))
             .request_headers
             .clone()
+    }
+
+    /// Streams the proxy ended with a half close, and streams reset (or failed).
+    pub fn stream_ends(&self) -> (u64, u64) {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        (seen.ended, seen.cancelled)
     }
 
     /// Forgets what it saw.

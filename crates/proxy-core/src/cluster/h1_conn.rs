@@ -207,6 +207,9 @@ pub(super) struct Upload {
     done: bool,
     /// The upstream stopped taking the body; what it answered is still read.
     failed: bool,
+    /// The request's own body failed after the response head: the response fails too, once
+    /// what of it has come is read.
+    client_failed: Option<BodyError>,
 }
 
 enum UploadError {
@@ -365,6 +368,7 @@ pub(super) async fn exchange(
         sent: 0,
         done: false,
         failed: false,
+        client_failed: None,
     });
     let limits = Limits {
         max_head: pool.settings.buffer_limit.max(8192),
@@ -455,11 +459,12 @@ impl Body for H1Response {
                     this.keep_alive = false;
                 }
                 // The request's own body failed (the client went away, a filter cut it short):
-                // the exchange cannot end well, and the upstream may wait for the rest, so the
-                // response fails too, as an HTTP/2 upstream's stream is reset.
+                // the upstream may wait for the rest, so the response fails too, as an HTTP/2
+                // upstream's stream is reset, once what of it has come is read.
                 Poll::Ready(Err(UploadError::Client(error))) => {
-                    this.upload = None;
-                    return this.fail(error);
+                    upload.failed = true;
+                    upload.client_failed = Some(error);
+                    this.keep_alive = false;
                 }
             }
         }
@@ -476,6 +481,9 @@ impl Body for H1Response {
                 }
                 Ok(Decoded::NeedMore) => {}
                 Err(error) => return this.fail(Box::new(error)),
+            }
+            if let Some(error) = this.upload.as_mut().and_then(|u| u.client_failed.take()) {
+                return this.fail(error);
             }
             let want = this.decoder.next_read(this.read_size);
             match ready!(conn.poll_read_more(cx, want)) {

@@ -388,9 +388,14 @@ impl Inner {
 
     /// The status a failure answers with; `None` where the exchange goes on unprocessed.
     pub(super) fn failure_status(&self, error: &ProcessorError, failure_mode_allow: bool, listener: &str) -> Option<StatusCode> {
-        if matches!(error, ProcessorError::Ended) {
-            self.stats.streams_closed.inc();
-            return None;
+        match error {
+            ProcessorError::Ended => {
+                self.stats.streams_closed.inc();
+                return None;
+            }
+            // Another phase met the failure, and counted it.
+            ProcessorError::Over => return None,
+            _ => {}
         }
         self.note_failure(error, failure_mode_allow, listener);
         // A change the processor asked for that cannot be made fails the exchange whatever the

@@ -3,8 +3,8 @@
 //! answer about the request to the request's phase, one about the response to the
 //! response's), so a request body still streaming and the response's headers can be answered
 //! side by side, as Envoy's processors answer them. Each answer is awaited within
-//! `message_timeout`. The stream is half closed once no phase holds it, and reset instead
-//! after a failure.
+//! `message_timeout`. Once no phase holds the stream it is half closed and read to the
+//! processor's end (its status), as a gRPC client ends a call; after a failure it is reset.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -39,8 +39,10 @@ pub(crate) enum ProcessorError {
     Channel(#[from] ChannelError),
     #[error("the processor ended the stream before answering")]
     Ended,
-    #[error("the stream failed before the answer came")]
-    StreamFailed,
+    /// Processing is over for this exchange (a failure another phase met, or the exchange
+    /// gave the stream up): it goes on unprocessed, and nothing is counted again.
+    #[error("processing is over for this exchange")]
+    Over,
     #[error("cannot decode the answer: {0}")]
     Decode(#[from] prost::DecodeError),
     #[error("an answer out of turn (a {0} while waiting for the answer to the {1})")]
@@ -90,6 +92,7 @@ impl Session {
     /// The stream, opened (within the message timeout) if it is not yet.
     pub(super) async fn stream(&mut self, filter: &Rc<Inner>) -> Result<Rc<Stream>, ProcessorError> {
         if let Some(stream) = &self.stream {
+            stream.check()?;
             return Ok(Rc::clone(stream));
         }
         let head = filter.service.head();
@@ -143,6 +146,13 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    /// An exchange that ends without finishing (cancelled, a tunnel) resets the stream.
+    fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
 /// An open stream.
 pub(super) struct Stream {
     filter: Rc<Inner>,
@@ -153,28 +163,10 @@ pub(super) struct Stream {
     protocol_config: Cell<Option<ProtocolConfiguration>>,
     /// A failure ended it: it is reset when dropped, not half closed.
     failed: Cell<bool>,
-    /// Its reader stopped: no answer will come.
-    closed: Cell<Closed>,
-    /// Dropped with the stream, which stops its reader.
-    _stop: oneshot::Sender<()>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Closed {
-    Open,
-    /// The processor ended its side (status OK).
-    Ended,
-    Failed,
-}
-
-impl Closed {
-    /// What a phase learns that waits on a stream closed so.
-    fn error(self) -> ProcessorError {
-        match self {
-            Closed::Ended => ProcessorError::Ended,
-            Closed::Open | Closed::Failed => ProcessorError::StreamFailed,
-        }
-    }
+    /// The failure of the stream that no phase was waiting for: the next to send learns it.
+    error: RefCell<Option<ProcessorError>>,
+    /// Tells its reader that the stream was dropped: whether to read it to its end.
+    stop: Option<oneshot::Sender<Ending>>,
 }
 
 #[derive(Default)]
@@ -185,12 +177,15 @@ struct Waiting {
 
 impl Waiting {
     /// Who waits for `answer`: the first phase of the side it is about, else the first of
-    /// the other (which finds it out of turn), an immediate response the request's first.
+    /// the other (which finds it out of turn). An immediate response goes to the response's
+    /// phase where one waits (the response has not gone: it takes its place), else the
+    /// request's.
     fn for_answer(&mut self, answer: &ProcessingResponse) -> Option<oneshot::Sender<Answered>> {
-        let about_response = matches!(
-            answer.response,
-            Some(Answer::ResponseHeaders(_) | Answer::ResponseBody(_) | Answer::ResponseTrailers(_))
-        );
+        let about_response = match answer.response {
+            Some(Answer::ResponseHeaders(_) | Answer::ResponseBody(_) | Answer::ResponseTrailers(_)) => true,
+            Some(Answer::ImmediateResponse(_)) => !self.response.is_empty(),
+            _ => false,
+        };
         let (first, second) = if about_response {
             (&mut self.response, &mut self.request)
         } else {
@@ -204,6 +199,7 @@ impl Stream {
     fn start(filter: &Rc<Inner>, call: DuplexCall, mode: ProcessingMode) -> Rc<Self> {
         let (sender, receiver) = call.split();
         let (stop, stopped) = oneshot::channel();
+        let stop = Some(stop);
         let stream = Rc::new(Stream {
             filter: Rc::clone(filter),
             sender: RefCell::new(sender),
@@ -214,8 +210,8 @@ impl Stream {
                 send_body_without_waiting_for_header_response: false,
             })),
             failed: Cell::new(false),
-            closed: Cell::new(Closed::Open),
-            _stop: stop,
+            error: RefCell::new(None),
+            stop,
         });
         tokio::task::spawn_local(read_answers(Rc::downgrade(&stream), receiver, stopped, Rc::clone(filter)));
         stream
@@ -227,9 +223,7 @@ impl Stream {
         direction: Direction,
         message: Message,
     ) -> Result<oneshot::Receiver<Answered>, ProcessorError> {
-        if self.closed.get() != Closed::Open {
-            return Err(self.closed.get().error());
-        }
+        self.check()?;
         let request = ProcessingRequest {
             request: Some(message),
             protocol_config: self.protocol_config.take(),
@@ -246,16 +240,43 @@ impl Stream {
         Ok(answered)
     }
 
-    /// A failure ended it: it is reset, not half closed.
+    /// A failure ended it: it is reset, not half closed, and nothing more goes on it.
     pub(super) fn abandon(&self) {
         self.failed.set(true);
     }
+
+    /// Whether messages may still go on it: after a failure, the failure no phase learnt of
+    /// yet (once), else that processing is over.
+    fn check(&self) -> Result<(), ProcessorError> {
+        if !self.failed.get() {
+            return Ok(());
+        }
+        Err(self.error.borrow_mut().take().unwrap_or(ProcessorError::Over))
+    }
 }
+
+/// How a dropped stream ends.
+enum Ending {
+    /// Half closed: the processor ends its side, and its reader reads on to that end (for at
+    /// most [`CLOSING_TIME`]). Resetting every stream instead would spend the connection's
+    /// allowance of locally reset streams, after which h2 closes it.
+    Closing,
+    /// After a failure: reset at once.
+    Reset,
+}
+
+/// How long a half-closed stream's reader waits for the processor to end its side (Envoy's
+/// `deferred_close_timeout` default), before the stream is reset.
+const CLOSING_TIME: Duration = Duration::from_secs(5);
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if !self.failed.get() && self.sender.get_mut().finish().is_ok() {
+        let closing = !self.failed.get() && self.sender.get_mut().finish().is_ok();
+        if closing {
             self.filter.stats.streams_closed.inc();
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(if closing { Ending::Closing } else { Ending::Reset });
         }
     }
 }
@@ -265,12 +286,20 @@ impl Drop for Stream {
 async fn read_answers(
     stream: Weak<Stream>,
     mut receiver: DuplexReceiver,
-    mut stopped: oneshot::Receiver<()>,
+    mut stopped: oneshot::Receiver<Ending>,
     filter: Rc<Inner>,
 ) {
     loop {
         let answer = tokio::select! {
-            _ = &mut stopped => return,
+            ending = &mut stopped => {
+                if let Ok(Ending::Closing) = ending {
+                    // What comes now has no one to go to; the stream ends with the processor's
+                    // status, or is reset (dropped) when that does not come in time.
+                    let rest = async { while next_answer(&mut receiver, &filter).await.is_ok() {} };
+                    let _ = tokio::time::timeout(CLOSING_TIME, rest).await;
+                }
+                return;
+            }
             answer = next_answer(&mut receiver, &filter) => answer,
         };
         let Some(stream) = stream.upgrade() else {
@@ -286,17 +315,14 @@ async fn read_answers(
                 None => filter.stats.spurious_msgs_received.inc(),
             },
             Err(error) => {
-                let closed = if matches!(error, ProcessorError::Ended) {
-                    Closed::Ended
-                } else {
-                    Closed::Failed
-                };
-                stream.closed.set(closed);
+                // One phase learns why (and counts it); any other, that processing is over.
+                stream.failed.set(true);
                 let mut error = Some(error);
                 let waiting = &mut *waiting;
                 for phase in waiting.request.drain(..).chain(waiting.response.drain(..)) {
-                    let _ = phase.send(Err(error.take().unwrap_or_else(|| closed.error())));
+                    let _ = phase.send(Err(error.take().unwrap_or(ProcessorError::Over)));
                 }
+                *stream.error.borrow_mut() = error;
                 return;
             }
         }

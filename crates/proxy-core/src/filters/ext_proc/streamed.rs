@@ -6,7 +6,6 @@
 //! other phases on the same stream.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -75,7 +74,8 @@ where
 {
     let (done, outcome) = oneshot::channel();
     tokio::task::spawn_local(async move {
-        let pump = Pump {
+        let mut pump = Pump {
+            outcome: Some(done),
             filter,
             stream,
             failure_mode_allow,
@@ -88,12 +88,16 @@ where
             read_all: false,
             trailers: None,
         };
-        let _ = done.send(pump.run().await);
+        let ended = pump.run().await;
+        pump.decide(ended);
     });
     outcome
 }
 
 struct Pump<B> {
+    /// Where how it ends is told, as soon as that is known (before the body is cut short or
+    /// drained, which may wait on its reader).
+    outcome: Option<oneshot::Sender<Streamed>>,
     filter: Rc<Inner>,
     stream: Rc<Stream>,
     failure_mode_allow: bool,
@@ -114,7 +118,7 @@ impl<B> Pump<B>
 where
     B: Body<Data = Bytes, Error = BodyError> + Unpin,
 {
-    async fn run(mut self) -> Streamed {
+    async fn run(&mut self) -> Streamed {
         let filter = Rc::clone(&self.filter);
         let limit = filter.config.buffer_limit as usize;
         loop {
@@ -138,8 +142,9 @@ where
                         (Some(Answer::ImmediateResponse(reply)), _) => {
                             return match filter.immediate(reply) {
                                 Ok(reply) => {
+                                    self.decide(Streamed::Reply(reply));
                                     self.stop().await;
-                                    Streamed::Reply(reply)
+                                    Streamed::Over
                                 }
                                 Err(error) => self.give_up(error).await,
                             };
@@ -167,7 +172,7 @@ where
                     return self.give_up(timed_out(&filter)).await;
                 }
                 () = self.out.closed() => return Streamed::Unread,
-                frame = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)), if can_read => {
+                frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut self.body).poll_frame(cx)), if can_read => {
                     let (data, end) = match frame {
                         Some(Ok(frame)) => match frame.into_data() {
                             Ok(data) => {
@@ -216,6 +221,13 @@ where
         self.held.push_back(Chunk { data, end, answer, due });
     }
 
+    /// Tells how it ends (the first time only).
+    fn decide(&mut self, ended: Streamed) {
+        if let Some(outcome) = self.outcome.take() {
+            let _ = outcome.send(ended);
+        }
+    }
+
     /// The processor answered the client, or failed the exchange: the body is cut short, and
     /// nothing more goes on the stream.
     async fn stop(&mut self) {
@@ -258,19 +270,24 @@ where
 
     /// The processor failed: the body goes on unprocessed (`failure_mode_allow`, or a stream
     /// the processor ended), or is cut short for the exchange to fail.
-    async fn give_up(mut self, error: ProcessorError) -> Streamed {
+    async fn give_up(&mut self, error: ProcessorError) -> Streamed {
         self.stream.abandon();
         if let Some(status) = self.filter.failure_status(&error, self.failure_mode_allow, &self.listener) {
+            self.decide(Streamed::Failed(status));
             self.out.fail(Box::new(ProcessorStopped)).await;
-            return Streamed::Failed(status);
+            return Streamed::Over;
         }
+        self.decide(Streamed::Over);
         while let Some(chunk) = self.held.pop_front() {
             if !self.pass_on(chunk.data, chunk.end).await {
                 return Streamed::Over;
             }
         }
         while !self.read_all {
-            let next = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await;
+            let next = tokio::select! {
+                () = self.out.closed() => break,
+                next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut self.body).poll_frame(cx)) => next,
+            };
             match next {
                 Some(Ok(frame)) => {
                     let end = self.body.is_end_stream();
