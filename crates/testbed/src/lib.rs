@@ -91,5 +91,5 @@ pub use noop::NoopUpstream;
 pub use otlp::{Caller, CollectorMode, OtlpCollector, ReceivedLog, ReceivedSpan};
 pub use pattern::{pattern_bytes, pattern_sha256};
 pub use ratelimit::{RateLimitCall, RateLimitService};
-pub use signal::StopSignal;
+pub use signal::{StopSignal, serve_until_stopped};
 pub use xds::ManagementServer;

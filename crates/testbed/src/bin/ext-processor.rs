@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use testbed::{ExtProcessor, StopSignal};
+use testbed::{ExtProcessor, serve_until_stopped};
 
 const USAGE: &str = "\
 usage: ext-processor [--listen ADDR]
@@ -48,17 +48,9 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let stop = match StopSignal::register() {
-        Ok(stop) => stop,
-        Err(e) => {
-            eprintln!("ext-processor: can't watch for signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    eprintln!("ext-processor listening on {}", processor.local_addr());
-    if let Err(e) = stop.recv().await {
-        eprintln!("ext-processor: can't wait for signals: {e}");
-        return ExitCode::FAILURE;
+    let banner = format!("ext-processor listening on {}", processor.local_addr());
+    match serve_until_stopped("ext-processor", &banner).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(()) => ExitCode::FAILURE,
     }
-    ExitCode::SUCCESS
 }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use testbed::{NoopUpstream, StopSignal};
+use testbed::{NoopUpstream, serve_until_stopped};
 
 const USAGE: &str = "\
 usage: noop-upstream [--listen ADDR]
@@ -66,24 +66,8 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Signals are registered before the banner: a script may send SIGTERM as soon as it
-    // reads it, and an unregistered SIGTERM would kill the process with a failure status.
-    let stop = match StopSignal::register() {
-        Ok(stop) => stop,
-        Err(e) => {
-            eprintln!("noop-upstream: can't wait for signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    // println! flushes on the newline only for a terminal; scripts wait for this line on a pipe.
-    {
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "noop-upstream listening on {}", upstream.local_addr());
-        let _ = out.flush();
-    }
-    if let Err(e) = stop.recv().await {
-        eprintln!("noop-upstream: can't wait for signals: {e}");
+    let banner = format!("noop-upstream listening on {}", upstream.local_addr());
+    if serve_until_stopped("noop-upstream", &banner).await.is_err() {
         return ExitCode::FAILURE;
     }
     upstream.shutdown();

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use testbed::{OtlpCollector, StopSignal};
+use testbed::{OtlpCollector, serve_until_stopped};
 
 const USAGE: &str = "\
 usage: otlp-collector [--listen ADDR]
@@ -55,25 +55,11 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let stop = match StopSignal::register() {
-        Ok(stop) => stop,
-        Err(e) => {
-            eprintln!("otlp-collector: can't wait for signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let banner = format!("otlp-collector listening on {}", collector.local_addr());
+    if serve_until_stopped("otlp-collector", &banner)
+        .await
+        .is_err()
     {
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "otlp-collector listening on {}",
-            collector.local_addr()
-        );
-        let _ = out.flush();
-    }
-    if let Err(e) = stop.recv().await {
-        eprintln!("otlp-collector: can't wait for signals: {e}");
         return ExitCode::FAILURE;
     }
     println!(

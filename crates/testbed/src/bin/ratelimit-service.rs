@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use testbed::{RateLimitService, StopSignal};
+use testbed::{RateLimitService, serve_until_stopped};
 
 const USAGE: &str = "\
 usage: ratelimit-service [--listen ADDR] [--limit N]
@@ -57,16 +57,11 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let stop = match StopSignal::register() {
-        Ok(stop) => stop,
-        Err(e) => {
-            eprintln!("ratelimit-service: can't watch for signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    eprintln!("ratelimit-service listening on {}", service.local_addr());
-    if let Err(e) = stop.recv().await {
-        eprintln!("ratelimit-service: can't wait for signals: {e}");
+    let banner = format!("ratelimit-service listening on {}", service.local_addr());
+    if serve_until_stopped("ratelimit-service", &banner)
+        .await
+        .is_err()
+    {
         return ExitCode::FAILURE;
     }
     println!("ratelimit-service: {} calls", service.calls());
