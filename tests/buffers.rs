@@ -24,6 +24,10 @@ const LIMIT: u64 = 32 << 10;
 /// windows and send buffers by the limit; 4 x 64 KiB covers any mix, plus 64 KiB for the
 /// codecs' own state and the chunk in flight.
 const PER_CLIENT: u64 = 4 * (64 << 10) + (64 << 10);
+/// The route timeout runs from the end of the client's upload, but the slow upstream still has
+/// to read what the kernel holds for it then: its receive buffer grows with its bursty reads
+/// (up to `tcp_rmem`'s 32 MiB here), which at `RATE` is more than the default 15 s.
+const ROUTE_TIMEOUT: &str = "120s";
 /// Allocator slack (per-thread arenas, fragmentation), independent of the byte counts.
 const SLACK: u64 = 16 << 20;
 
@@ -38,8 +42,10 @@ listeners:
     routes:
       - match: {{ prefix: /h2 }}
         cluster: over_h2
+        timeout: {ROUTE_TIMEOUT}
       - match: {{ prefix: / }}
         cluster: over_h1
+        timeout: {ROUTE_TIMEOUT}
 clusters:
   - name: over_h1
     endpoints: [{upstream}]
