@@ -17,6 +17,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# aioquic (PyPI, pinned): the HTTP/3 client of tests/http3.rs.
+if ! python3 -c 'import aioquic' 2>/dev/null; then
+    echo "tests/run.sh: installing aioquic" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore aioquic==1.7.2
+fi
+
 # envoyproxy/ratelimit (a Go module, pinned) for tests/global_rate_limit.rs, built once into
 # target/tools. Without Go, or if it does not build, that test says so and skips.
 ratelimit_version=v1.4.1-0.20260122083618-3fb702589d36

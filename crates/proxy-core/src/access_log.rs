@@ -553,6 +553,7 @@ impl WorkerLog {
             },
             Field::Protocol => line.extend_from_slice(match record.version {
                 Some(Version::HTTP_2) => b"HTTP/2",
+                Some(Version::HTTP_3) => b"HTTP/3",
                 Some(Version::HTTP_10) => b"HTTP/1.0",
                 Some(Version::HTTP_11) => b"HTTP/1.1",
                 _ => b"-",

@@ -157,6 +157,26 @@ catalog! {
             "downstream_cx_max_duration_reached",
             "Client connections retired after max_connection_duration (connection: close, a close when idle, or GOAWAY).",
         ),
+        cx_http3_total: counter = downstream_cx_http3_total(
+            "downstream_cx_http3_total",
+            "HTTP/3 connections accepted (QUIC handshakes completed).",
+        ),
+        cx_http3_active: gauge = downstream_cx_http3_active(
+            "downstream_cx_http3_active",
+            "HTTP/3 connections open.",
+        ),
+        cx_http3_refused: counter = downstream_cx_http3_refused(
+            "downstream_cx_http3_refused",
+            "QUIC connection attempts refused at their first packet: the overload manager, the listener's connection_limit or the process's max_connections.",
+        ),
+        cx_http3_retry: counter = downstream_cx_http3_retry(
+            "downstream_cx_http3_retry",
+            "QUIC connection attempts answered with a Retry (the client proves its address first) while the overload manager disables keep-alive.",
+        ),
+        cx_http3_handshake_error: counter = downstream_cx_http3_handshake_error(
+            "downstream_cx_http3_handshake_error",
+            "QUIC handshakes that failed or timed out.",
+        ),
         cx_h2_flood: counter = downstream_cx_h2_flood(
             "downstream_cx_h2_flood",
             "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM: a flood of resets (rapid reset) or of stream errors.",

@@ -147,6 +147,7 @@ pub(crate) fn chains(
             access_log: chain.access_log,
             proxy_protocol: None,
             tls: chain.tls,
+            http3: None,
             tcp_proxy: chain.tcp_proxy,
             ext_authz: None,
             http_filters: chain.http_filters,

@@ -162,6 +162,18 @@ pub(crate) fn listener(
         .proxy_protocol
         .map(|p| proxy_protocol(p, &format!("{path}.proxy_protocol")))
         .transpose()?;
+    let http3 = raw
+        .http3
+        .map(|h| {
+            let around = super::http3::Around {
+                tls: tls.is_some(),
+                tcp_proxy: tcp_proxy.is_some(),
+                proxy_protocol: proxy_protocol.is_some(),
+                filter_chains: !filter_chains.is_empty(),
+            };
+            super::http3::check(h, &around, &format!("{path}.http3"))
+        })
+        .transpose()?;
     let mut config = ListenerConfig {
         filter_chains,
         default_chain,
@@ -190,6 +202,7 @@ pub(crate) fn listener(
         access_logs,
         proxy_protocol,
         tls,
+        http3,
         tracing: crate::tracing::listener_tracing(raw.tracing, path, traced)?,
         tcp_proxy,
         http_filters,

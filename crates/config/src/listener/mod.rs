@@ -9,6 +9,7 @@ pub mod chains;
 pub(crate) mod check;
 pub mod client_address;
 pub mod client_cert;
+pub mod http3;
 pub mod raw;
 pub mod tcp_proxy;
 pub mod xds;
@@ -75,6 +76,9 @@ pub struct ListenerConfig {
     pub proxy_protocol: Option<ProxyProtocolConfig>,
     /// TLS termination; `None`: cleartext (HTTP/1.1 and h2c).
     pub tls: Option<ListenerTlsConfig>,
+    /// HTTP/3 on the UDP port of the same number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http3: Option<http3::Http3Config>,
     /// Whether and how its requests are traced, when the process traces.
     pub tracing: ListenerTracing,
     /// Relays TCP to a cluster instead of serving HTTP (no routes, filters or HTTP log).

@@ -28,6 +28,8 @@ pub struct RawListener {
     pub access_log: Vec<RawAccessLog>,
     pub proxy_protocol: Option<RawProxyProtocol>,
     pub tls: Option<RawListenerTls>,
+    /// HTTP/3 beside the TCP listener, on UDP.
+    pub http3: Option<super::http3::RawHttp3>,
     /// Relay TCP to a cluster instead of serving HTTP.
     pub tcp_proxy: Option<super::tcp_proxy::RawTcpProxy>,
     /// Moved into `http_filters`; kept here to say so.

@@ -534,6 +534,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         access_log: Vec::new(),
         proxy_protocol,
         tls: None,
+        http3: None,
         tcp_proxy: None,
         ext_authz: None,
         http_filters: Vec::new(),

@@ -48,7 +48,8 @@ pub(crate) fn fit_to_protocol(
     protocol: UpstreamProtocol,
     tls: bool,
 ) {
-    let written = if req.version() == Version::HTTP_2 {
+    // HTTP/3 requests come in the absolute form, as HTTP/2's.
+    let written = if req.version() >= Version::HTTP_2 {
         UpstreamProtocol::Http2
     } else {
         UpstreamProtocol::Http1

@@ -30,6 +30,8 @@ pub(crate) struct Codecs {
     pub(super) park_after: Duration,
     /// What the HTTP/2 codec takes; the frame meter follows the same CONTINUATION limit.
     pub(super) h2_max_header_list_size: usize,
+    /// HTTP/3's transport limits, where the listener serves it.
+    pub(crate) h3: Option<super::H3Settings>,
 }
 
 /// The HTTP/1.1 codec's sizes, and how it spells names.
@@ -118,6 +120,10 @@ impl Codecs {
             request_headers_timeout: listener.http.request_headers_timeout,
             park_after: PARK_AFTER.min(listener.http.request_headers_timeout / 2),
             h2_max_header_list_size: max_head,
+            h3: listener
+                .http3
+                .as_ref()
+                .map(|_| super::H3Settings::new(listener)),
         }
     }
 }

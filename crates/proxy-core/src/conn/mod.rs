@@ -13,6 +13,9 @@
 //! http2.rs          HTTP/2 (hyper), GOAWAY on drain or max_requests_per_connection
 //! http2_frames.rs   the HTTP/2 input's frame headers, metered for PING, SETTINGS and
 //!                   CONTINUATION floods
+//! http3.rs          HTTP/3 (quinn and h3): the QUIC handshake, the connection's requests,
+//!                   GOAWAY on drain
+//! http3_stream.rs   one HTTP/3 request: its body piped to the handler, its response written
 //! service.rs        the per-connection service: one call per request, into http/handler.rs
 //! stream_exec.rs    HTTP/2 stream tasks, each ended after stream_idle_timeout without a wake
 //! io.rs             the socket as the codec sees it, with a lingering close
@@ -24,6 +27,8 @@ mod codecs;
 mod http1;
 mod http2;
 mod http2_frames;
+mod http3;
+mod http3_stream;
 mod io;
 pub(crate) mod proxy_protocol;
 mod service;
@@ -42,6 +47,7 @@ use tokio::time::Instant;
 
 pub(crate) use chains::{ChainEntry, ChainSelector, Chains};
 pub(crate) use codecs::Codecs;
+pub(crate) use http3::{H3Settings, serve_h3};
 use io::DownstreamIo;
 use service::ProxyService;
 

@@ -1,5 +1,6 @@
 //! The per-connection service: one call per request, into http/handler.rs. HTTP/2 requests
-//! come from hyper's codec through the `Service` impl; HTTP/1.1 requests from h1/.
+//! come from hyper's codec through the `Service` impl; HTTP/1.1 requests from h1/, HTTP/3
+//! ones from http3_stream.rs.
 
 use std::cell::Cell;
 use std::convert::Infallible;
@@ -46,7 +47,7 @@ impl ProxyService {
         let conn = &self.conn;
         let served = conn.requests.get() + 1;
         conn.requests.set(served);
-        if req.version() == http::Version::HTTP_2
+        if req.version() >= http::Version::HTTP_2
             && conn.listener.max_requests_per_connection == Some(served)
         {
             // Counted here, when decided, so the count is there before the response is.

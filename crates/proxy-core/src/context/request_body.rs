@@ -189,6 +189,21 @@ impl RequestBody {
         }
     }
 
+    /// A client's body that a task of the codec feeds (an HTTP/3 request's).
+    pub(crate) fn piped(
+        receiver: super::body_pipe::PipeReceiver,
+        received: Option<Rc<Cell<u64>>>,
+    ) -> Self {
+        Self {
+            source: Source::Piped(receiver),
+            received,
+            progress: None,
+            replay: None,
+            deadline: None,
+            ended: None,
+        }
+    }
+
     /// An HTTP/1.1 request's body.
     pub(crate) fn http1(inner: h1::IncomingBody, received: Option<Rc<Cell<u64>>>) -> Self {
         Self {

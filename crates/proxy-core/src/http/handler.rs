@@ -260,6 +260,16 @@ pub(crate) fn handle(
             }
         }
         http.server_header.apply(response.headers_mut());
+        if let Some(alt_svc) = &http.alt_svc
+            && version < Version::HTTP_3
+            && !response.headers().contains_key(http::header::ALT_SVC)
+        {
+            // Where the client can reach the listener's HTTP/3 (an upstream's own would
+            // name its own ports): unless a header rule of the route set one.
+            response
+                .headers_mut()
+                .insert(http::header::ALT_SVC, alt_svc.clone());
+        }
         if let Some(operation) = facts.decorated.take() {
             response
                 .headers_mut()

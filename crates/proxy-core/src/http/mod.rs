@@ -46,6 +46,8 @@ pub(crate) struct HttpCtx {
     pub(crate) upgrade_idle_timeout: std::time::Duration,
     /// Bytes an upgraded connection holds per direction.
     pub(crate) upgrade_buffer: usize,
+    /// `alt-svc` for the listener's HTTP/3, on responses over TCP.
+    pub(crate) alt_svc: Option<http::HeaderValue>,
     pub(crate) path_normalization: config::PathNormalization,
     /// Starts each request's trace, when `tracing` is configured and the listener traces.
     pub(crate) tracer: Option<Rc<crate::trace::WorkerTracer>>,

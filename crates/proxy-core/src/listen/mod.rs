@@ -1,11 +1,13 @@
-//! Listening sockets (one `SO_REUSEPORT` socket per worker per listener) and the limits
-//! accepted connections are admitted under.
+//! Listening sockets (one `SO_REUSEPORT` socket per worker per listener, TCP and, for HTTP/3,
+//! UDP) and the limits accepted connections are admitted under.
 
 mod limit;
 mod reuse_port;
+mod udp;
 
 pub(crate) use limit::{ConnPermit, ConnectionLimits, Limit};
 pub(crate) use reuse_port::{bind_per_worker, bind_shared, join_reuse_port, reuse_port_supported};
+pub(crate) use udp::QuicSockets;
 
 /// Keep-alive settings as the socket takes them (unset values are the system's).
 pub(crate) fn tcp_keepalive(k: config::TcpKeepalive) -> socket2::TcpKeepalive {

@@ -177,6 +177,23 @@ pub(crate) fn build(
                 (id, Arc::new(bound))
             }
         };
+        // HTTP/3's sockets: kept while the listener keeps it, bound when it starts to.
+        let quic = match (
+            &listener.http3,
+            old.and_then(|(_, shared)| shared.quic.as_ref()),
+        ) {
+            (None, _) => None,
+            (Some(_), Some(kept)) => Some(Arc::clone(kept)),
+            (Some(_), None) => {
+                let bound = crate::listen::QuicSockets::bind(sockets.address, ctx.workers)
+                    .map_err(|source| BuildError::Bind {
+                        listener: listener.name.clone(),
+                        address: sockets.address,
+                        source,
+                    })?;
+                Some(Arc::new(bound))
+            }
+        };
         let body = |config: &ListenerConfig,
                     chain: Option<&str>,
                     old: Option<(&ListenerConfig, &SharedListener)>,
@@ -215,6 +232,7 @@ pub(crate) fn build(
         let shared = |config: &ListenerConfig, body: ChainBody| SharedListener {
             id,
             sockets: Arc::clone(&sockets),
+            quic: None,
             limits: limits.clone(),
             tls: body.tls,
             routes: body.routes,
@@ -238,6 +256,7 @@ pub(crate) fn build(
         listeners.push(SharedListener {
             chains,
             selector,
+            quic,
             ..shared(listener, own)
         });
     }
@@ -498,6 +517,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         access_logs,
         proxy_protocol,
         tls,
+        http3,
         tracing,
         tcp_proxy,
         http_filters: _,
@@ -523,7 +543,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
         http,
         access_logs,
         proxy_protocol,
-        (tls, tracing, tcp_proxy),
+        (tls, http3, tracing, tcp_proxy),
     ))
 }
 

@@ -43,6 +43,8 @@ pub(crate) struct Generation {
 pub(crate) struct SharedListener {
     pub(crate) id: u64,
     pub(crate) sockets: Arc<BoundSockets>,
+    /// HTTP/3's UDP sockets, when the listener serves it.
+    pub(crate) quic: Option<Arc<crate::listen::QuicSockets>>,
     pub(crate) limits: ConnectionLimits,
     pub(crate) tls: Option<Arc<ServerTls>>,
     /// Built once per config version (kept while the routes stay the same).

@@ -243,6 +243,11 @@ impl ServerTls {
             .and_then(|key| key.cert.first().cloned())
     }
 
+    /// The rustls config new handshakes use now (QUIC's is made from it).
+    pub(crate) fn config(&self) -> Arc<ServerConfig> {
+        self.config.load_full()
+    }
+
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         tokio_rustls::TlsAcceptor::from(self.config.load_full())
     }

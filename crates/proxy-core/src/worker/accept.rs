@@ -43,10 +43,7 @@ impl Accepted {
         let state = listener.state();
         let ctx = &state.ctx;
         tracing::debug!(worker = self.worker_id, listener = %ctx.name, %peer, "accepted connection");
-        let guard = ConnGuard::new(&self.tracker);
-        ctx.stats.cx_total.inc();
-        ctx.stats.cx_active.inc();
-        self.worker.stats.cx_active.inc();
+        let closed = self.opened(ctx, permit);
         let local = stream.local_addr().unwrap_or(peer);
         let conn_ctx = Rc::new(ConnCtx::new(
             peer,
@@ -60,14 +57,6 @@ impl Accepted {
             chains: state.chains.clone(),
         };
         let drain = listener.drain.watch();
-        let closed = Closed {
-            worker: Rc::clone(&self.worker),
-            ctx: Rc::clone(ctx),
-            balance: Arc::clone(&self.balance),
-            worker_id: self.worker_id,
-            _permit: permit,
-            _guard: guard,
-        };
         let parking = self
             .lot
             .as_ref()
@@ -78,6 +67,24 @@ impl Accepted {
             closed,
             parking,
         ));
+    }
+}
+
+impl Accepted {
+    /// Counts a connection admitted on this worker (and already counted in its load) as
+    /// open, until the returned guard is dropped.
+    pub(super) fn opened(&self, ctx: &Rc<ListenerCtx>, permit: ConnPermit) -> Closed {
+        ctx.stats.cx_total.inc();
+        ctx.stats.cx_active.inc();
+        self.worker.stats.cx_active.inc();
+        Closed {
+            worker: Rc::clone(&self.worker),
+            ctx: Rc::clone(ctx),
+            balance: Arc::clone(&self.balance),
+            worker_id: self.worker_id,
+            _permit: permit,
+            _guard: ConnGuard::new(&self.tracker),
+        }
     }
 }
 

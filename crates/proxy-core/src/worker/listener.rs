@@ -447,6 +447,7 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
         clusters: Rc::clone(parts.clusters),
         upgrade_idle_timeout: config.http.idle_timeout,
         upgrade_buffer: config.buffer_limit as usize,
+        alt_svc: alt_svc(config, shared),
         path_normalization: config.http.path_normalization,
         tracer: parts.tracer.filter(|_| config.tracing.enabled).cloned(),
         trace_policy: crate::trace::TracePolicy::new(&config.tracing),
@@ -488,4 +489,12 @@ fn http_ctx(config: &ListenerConfig, shared: &SharedListener, parts: &Parts<'_>)
             )
         }),
     }
+}
+
+/// `h3=":PORT"; ma=SECONDS` for a listener serving HTTP/3 that advertises it.
+fn alt_svc(config: &ListenerConfig, shared: &SharedListener) -> Option<HeaderValue> {
+    let max_age = config.http3.as_ref()?.alt_svc_max_age?;
+    let port = shared.quic.as_ref()?.address.port();
+    let text = format!("h3=\":{port}\"; ma={}", max_age.as_secs());
+    HeaderValue::from_str(&text).ok()
 }

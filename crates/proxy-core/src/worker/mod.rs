@@ -10,6 +10,7 @@
 //! listener.rs  one listener on this worker across generations: its state, routes, drain
 //! accept.rs    accept loops, connection limits, hand-offs, the connection's task
 //! parking.rs   idle HTTP/1.1 connections held as their sockets alone, without a task
+//! quic.rs      a listener's HTTP/3: its QUIC endpoint on this worker's UDP socket
 //! balance.rs   `connection_balance: exact` across workers
 //! tracker.rs   open connections, for the drain
 //! ```
@@ -18,6 +19,7 @@ mod accept;
 mod balance;
 mod listener;
 mod parking;
+mod quic;
 mod tracker;
 
 use std::cell::{Cell, RefCell};
@@ -34,12 +36,13 @@ use crate::access_log;
 use crate::catalog::ProxyStats;
 use crate::cluster::{Cluster, SharedCluster};
 use crate::context::WorkerCtx;
-use crate::live::Generation;
+use crate::live::{Generation, SharedListener};
 use crate::trace::WorkerTracer;
 use accept::{Accepted, accept_loop};
 pub(crate) use balance::ExactBalance;
 use balance::Handoff;
 use listener::{Listener, Parts};
+use quic::QuicServing;
 use tracker::ConnTracker;
 
 /// What a worker thread is started with.
@@ -78,6 +81,8 @@ struct Worker {
     listeners: Rc<RefCell<Vec<Rc<Listener>>>>,
     /// Accept loops, by listener id.
     accept_loops: HashMap<u64, tokio::task::JoinHandle<()>>,
+    /// HTTP/3 endpoints, by listener id.
+    quic: HashMap<u64, QuicServing>,
     drain_timeout: std::time::Duration,
     /// Shared with the housekeeping task, which hands their spans to the exporter.
     tracers: Rc<RefCell<Tracers>>,
@@ -207,6 +212,7 @@ impl Worker {
             next.push(listener);
         }
         self.drain_timeout = config.drain_timeout;
+        self.serve_quic(&generation.listeners, &next);
         *self.listeners.borrow_mut() = next.clone();
         for removed in current.iter().filter(|l| next.iter().all(|n| n.id != l.id)) {
             tracing::info!(worker = self.id, listener = %removed.state().ctx.name, "listener removed: draining its connections");
@@ -223,6 +229,38 @@ impl Worker {
             .config_generation
             .set(generation.number as i64);
         generation.applied_by_worker();
+    }
+}
+
+impl Worker {
+    /// Starts, keeps or stops each listener's HTTP/3 as the generation says: kept while its
+    /// UDP sockets are the same.
+    fn serve_quic(&mut self, shared: &[SharedListener], listeners: &[Rc<Listener>]) {
+        let mut before = std::mem::take(&mut self.quic);
+        for listener in listeners {
+            let wanted =
+                (shared.iter().find(|s| s.id == listener.id)).and_then(|s| s.quic.as_ref());
+            match (before.remove(&listener.id), wanted) {
+                (Some(serving), Some(sockets)) if Arc::ptr_eq(&serving.sockets, sockets) => {
+                    self.quic.insert(listener.id, serving);
+                }
+                (old, wanted) => {
+                    if let Some(old) = old {
+                        old.stop(self.drain_timeout);
+                    }
+                    if let Some(sockets) = wanted
+                        && let Some(serving) =
+                            QuicServing::start(sockets, self.id, listener, &self.accepted)
+                    {
+                        self.quic.insert(listener.id, serving);
+                    }
+                }
+            }
+        }
+        // Removed listeners: their drain has stopped their HTTP/3 already.
+        for (_, serving) in before {
+            serving.stop(self.drain_timeout);
+        }
     }
 }
 
@@ -267,6 +305,7 @@ async fn run(spec: WorkerSpec) {
         clusters: Rc::new([]),
         listeners: Rc::default(),
         accept_loops: HashMap::new(),
+        quic: HashMap::new(),
         drain_timeout: config::DEFAULT_DRAIN_TIMEOUT,
         tracers: Rc::default(),
     };

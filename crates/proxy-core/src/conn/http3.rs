@@ -1,0 +1,276 @@
+//! HTTP/3 connections: the QUIC handshake, then the h3 codec's requests, each served by
+//! [`super::http3_stream`] on this connection's task, until the client is done. GOAWAY on
+//! drain, once the connection has served its `max_requests_per_connection`, when the
+//! overload manager asks, or once it is `max_connection_duration` old; the QUIC idle timeout
+//! (the listener's `idle_timeout`) closes a quiet connection.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use super::ConnSettings;
+use super::service::ProxyService;
+use crate::context::{ConnCtx, SignalWatch};
+use crate::http::HttpSlot;
+use config::ListenerConfig;
+
+/// The h3 connection over quinn, as the codec sees it.
+type H3Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
+
+/// How a listener's QUIC connections are served: their transport limits and the largest
+/// request head.
+pub(crate) struct H3Settings {
+    pub(crate) transport: Arc<quinn::TransportConfig>,
+    pub(crate) max_field_section_size: u64,
+    /// How long a stream may take to send its request head.
+    request_headers_timeout: Duration,
+    /// How long a stream's body may stand still, either way.
+    stream_idle_timeout: Duration,
+}
+
+/// HTTP/3's unidirectional streams a client may open: its control stream and QPACK's two,
+/// with room for reserved (grease) ones.
+const MAX_UNI_STREAMS: u32 = 8;
+
+/// Bytes of a client's first packets held before its connection is accepted, each and in all.
+const INCOMING_BUFFER: u64 = 64 << 10;
+const INCOMING_BUFFER_TOTAL: u64 = 8 << 20;
+
+impl H3Settings {
+    /// The limits of HTTP/2 on the same listener: streams, windows bounded by the buffer
+    /// limit (or the windows it sets), the idle timeout and the request-head limit.
+    pub(crate) fn new(listener: &ListenerConfig) -> Self {
+        let limit = listener.buffer_limit;
+        let http = &listener.http;
+        let stream_window = http.initial_stream_window_size.unwrap_or(limit);
+        let connection_window = http
+            .initial_connection_window_size
+            .unwrap_or(limit.max(65_535));
+        let mut transport = quinn::TransportConfig::default();
+        transport
+            .max_concurrent_bidi_streams(http.max_concurrent_streams.into())
+            .max_concurrent_uni_streams(MAX_UNI_STREAMS.into())
+            .stream_receive_window(stream_window.into())
+            .receive_window(connection_window.into())
+            // What is sent and not yet acknowledged, for the whole connection.
+            .send_window(u64::from(limit.max(65_535)))
+            .max_idle_timeout(quinn::IdleTimeout::try_from(http.idle_timeout).ok());
+        Self {
+            transport: Arc::new(transport),
+            max_field_section_size: u64::from(http.max_request_headers_kb) * 1024,
+            request_headers_timeout: http.request_headers_timeout,
+            stream_idle_timeout: http.stream_idle_timeout,
+        }
+    }
+
+    /// QUIC's server config from the listener's TLS as it is now: its certificates and SNI
+    /// selection, with ALPN `h3` and no 0-RTT (early data could be replayed). `previous`, if
+    /// any, lends its address-validation token key, so tokens it gave stay good.
+    pub(crate) fn server_config(
+        &self,
+        tls: &rustls::ServerConfig,
+        previous: Option<&quinn::ServerConfig>,
+    ) -> Result<quinn::ServerConfig, quinn::crypto::rustls::NoInitialCipherSuite> {
+        let mut tls = tls.clone();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        tls.max_early_data_size = 0;
+        let crypto = Arc::new(quinn::crypto::rustls::QuicServerConfig::try_from(
+            Arc::new(tls),
+        )?);
+        let mut config = match previous {
+            Some(previous) => {
+                let mut config = previous.clone();
+                config.crypto = crypto;
+                config
+            }
+            None => quinn::ServerConfig::with_crypto(crypto),
+        };
+        config
+            .transport_config(Arc::clone(&self.transport))
+            // A connection's packets reach this worker by their source address (the
+            // `SO_REUSEPORT` hash): a client that moves would reach another worker's endpoint,
+            // which does not know it.
+            .migration(false)
+            .incoming_buffer_size(INCOMING_BUFFER)
+            .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
+        Ok(config)
+    }
+}
+
+/// Serves a QUIC connection being accepted until the client is done, or until `drain` asks it
+/// to finish (GOAWAY, then the requests in flight are answered) or `close` ends it.
+pub(crate) async fn serve_h3(
+    connecting: quinn::Connecting,
+    mut ctx: ConnCtx,
+    http: Rc<HttpSlot>,
+    settings: Rc<ConnSettings>,
+    drain: SignalWatch,
+    mut close: SignalWatch,
+) {
+    let stats = &ctx.listener.stats;
+    let handshake_timeout = match &settings.tls {
+        Some(tls) => tls.server().spec().handshake_timeout,
+        None => Duration::from_secs(10),
+    };
+    let connection = tokio::select! {
+        done = tokio::time::timeout(handshake_timeout, connecting) => match done {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => {
+                stats.cx_http3_handshake_error.inc();
+                tracing::debug!(peer = %ctx.peer, %error, "QUIC handshake failed");
+                return;
+            }
+            Err(_) => {
+                stats.cx_http3_handshake_error.inc();
+                tracing::debug!(peer = %ctx.peer, "QUIC handshake timed out");
+                return;
+            }
+        },
+        () = close.raised() => return,
+    };
+    learn_from_handshake(&mut ctx, &connection, &settings, &http);
+    let Some(h3) = settings.codecs.h3.as_ref() else {
+        return;
+    };
+    let ctx = Rc::new(ctx);
+    let _active = Active::new(&ctx);
+    let _codec = serve_requests(connection.clone(), &ctx, http, h3, drain, &mut close).await;
+    // Dropping the codec closed the connection, which throws away what the client has not
+    // yet acknowledged: the last responses could be lost. So the codec is kept until the
+    // client closes (it does once GOAWAY's requests are answered), or for a moment.
+    tokio::select! {
+        _ = connection.closed() => {}
+        () = tokio::time::sleep(QUIET_CLOSE_GRACE) => {}
+        () = close.raised() => {}
+    }
+}
+
+/// How long a finished connection waits for the client to close it, so that its last
+/// responses are acknowledged before the connection is closed from here.
+const QUIET_CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Counts an HTTP/3 connection as open while it is held, however its task ends.
+struct Active(Rc<ConnCtx>);
+
+impl Active {
+    fn new(ctx: &Rc<ConnCtx>) -> Self {
+        ctx.listener.stats.cx_http3_total.inc();
+        ctx.listener.stats.cx_http3_active.inc();
+        Self(Rc::clone(ctx))
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.listener.stats.cx_http3_active.dec();
+    }
+}
+
+/// The h3 codec on an established connection, until the client is done or GOAWAY's
+/// requests are answered.
+async fn serve_requests(
+    connection: quinn::Connection,
+    ctx: &Rc<ConnCtx>,
+    http: Rc<HttpSlot>,
+    h3: &H3Settings,
+    mut drain: SignalWatch,
+    close: &mut SignalWatch,
+) -> Option<H3Connection> {
+    let built = h3::server::builder()
+        .max_field_section_size(h3.max_field_section_size)
+        .build::<_, Bytes>(h3_quinn::Connection::new(connection))
+        .await;
+    let mut conn: H3Connection = match built {
+        Ok(conn) => conn,
+        Err(error) => {
+            tracing::debug!(peer = %ctx.peer, %error, "HTTP/3 connection failed to start");
+            return None;
+        }
+    };
+    let service = ProxyService {
+        conn: Rc::clone(ctx),
+        http,
+    };
+    let timers = super::http3_stream::StreamTimers {
+        head: h3.request_headers_timeout,
+        idle: h3.stream_idle_timeout,
+    };
+    // The requests in flight, each served on this task: the codec must outlive them.
+    let mut requests = FuturesUnordered::new();
+    let expires = ctx.expires_at();
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            // Not after GOAWAY: a stream the client opened before it saw GOAWAY is past the
+            // last one GOAWAY names, so the client knows to send it again elsewhere.
+            accepted = conn.accept(), if !going_away => match accepted {
+                Ok(Some(resolver)) => {
+                    let served = super::http3_stream::serve_request(resolver, service.clone(), timers);
+                    requests.push(served);
+                }
+                // The client said GOAWAY and its requests are answered.
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::debug!(peer = %ctx.peer, %error, "HTTP/3 connection ended");
+                    break;
+                }
+            },
+            Some(()) = requests.next(), if !requests.is_empty() => {}
+            () = crate::context::sleep_until_some(expires), if !going_away => {
+                ctx.listener.stats.cx_max_duration.inc();
+                go_away(&mut conn).await;
+                going_away = true;
+            }
+            () = drain.raised(), if !going_away => {
+                go_away(&mut conn).await;
+                going_away = true;
+            }
+            _ = ctx.retire.notified(), if !going_away => {
+                go_away(&mut conn).await;
+                going_away = true;
+            }
+            () = close.raised() => break,
+        }
+        if going_away && requests.is_empty() {
+            break;
+        }
+    }
+    Some(conn)
+}
+
+/// GOAWAY naming the stream after the last one taken: every request already begun is served,
+/// none after (a connection gone ends them too).
+async fn go_away(conn: &mut H3Connection) {
+    if let Err(error) = conn.shutdown(1).await {
+        tracing::debug!(%error, "HTTP/3 GOAWAY not sent");
+    }
+}
+
+/// The client's certificate and the server name it asked for, for its requests.
+fn learn_from_handshake(
+    ctx: &mut ConnCtx,
+    connection: &quinn::Connection,
+    settings: &ConnSettings,
+    http: &HttpSlot,
+) {
+    let data = connection
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok());
+    ctx.server_name = data.and_then(|d| d.server_name).map(Box::from);
+    let peer = connection.peer_identity().and_then(|p| {
+        p.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+            .ok()
+    });
+    if let (Some(tls), Some(peer)) = (&settings.tls, peer) {
+        let server_name = ctx.server_name.clone();
+        ctx.client_cert = crate::http::client_cert::of_connection(
+            Some(peer.as_slice()),
+            || tls.server().local_certificate(server_name.as_deref()),
+            http.current().forward_client_cert.writes_element(),
+        );
+    }
+}

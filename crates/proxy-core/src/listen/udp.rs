@@ -1,0 +1,63 @@
+//! The UDP sockets of a listener's HTTP/3: one per worker on the TCP listener's port, joined
+//! by `SO_REUSEPORT` as the TCP ones are, each driven by its worker's QUIC endpoint.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::{Mutex, PoisonError};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// A listener's UDP sockets, each taken by its worker when it starts serving HTTP/3 on them.
+/// Kept across generations while the listener keeps HTTP/3; dropped when it stops.
+pub(crate) struct QuicSockets {
+    pub(crate) address: SocketAddr,
+    per_worker: Mutex<Vec<Option<UdpSocket>>>,
+}
+
+impl QuicSockets {
+    /// Binds `count` sockets on `addr` (the TCP listener's address, its port chosen).
+    pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<Self> {
+        let sockets = (0..count)
+            .map(|_| bind_one(addr))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Self {
+            address: addr,
+            per_worker: Mutex::new(sockets.into_iter().map(Some).collect()),
+        })
+    }
+
+    /// Worker `worker`'s socket; `None` once taken.
+    pub(crate) fn take(&self, worker: usize) -> Option<UdpSocket> {
+        self.per_worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(worker)?
+            .take()
+    }
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_worker_gets_a_socket_on_the_port() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let sockets = QuicSockets::bind(addr, 3).unwrap();
+        for worker in 0..3 {
+            let socket = sockets.take(worker).unwrap();
+            assert_eq!(socket.local_addr().unwrap(), addr);
+        }
+        assert!(sockets.take(1).is_none(), "taken once");
+        assert!(sockets.take(3).is_none(), "no such worker");
+    }
+}

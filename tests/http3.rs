@@ -1,0 +1,284 @@
+//! HTTP/3 through the real binary: a TLS listener with `http3` serves QUIC on the UDP port of
+//! its number, with the same routes, clusters and access log as over TCP, and advertises it
+//! with `alt-svc` on its TCP responses. The client is aioquic's (tests/h3client/client.py,
+//! installed by tests/run.sh); the machine's curl (7.88, Debian 12) has no HTTP/3.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use common::certs::Ca;
+use common::*;
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use testbed::{NoopUpstream, pattern_sha256};
+
+/// What the client reports of one exchange.
+#[derive(Debug)]
+struct Exchange {
+    status: Option<u16>,
+    headers: Vec<(String, String)>,
+    body_bytes: u64,
+    body_sha256: String,
+    sent_sha256: String,
+    #[allow(dead_code)]
+    trailers: Vec<(String, String)>,
+    error: Option<String>,
+}
+
+impl Exchange {
+    fn header(&self, name: &str) -> Option<&str> {
+        (self.headers.iter().find(|(n, _)| n == name)).map(|(_, v)| v.as_str())
+    }
+}
+
+fn pairs(value: &Value) -> Vec<(String, String)> {
+    (value.as_array().unwrap().iter())
+        .map(|p| {
+            let p = p.as_array().unwrap();
+            (
+                p[0].as_str().unwrap().to_owned(),
+                p[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Sends `requests` at once on one HTTP/3 connection to `addr` with aioquic's client.
+fn h3_exchanges(addr: SocketAddr, requests: Value) -> Vec<Exchange> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3client/client.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(addr.to_string())
+        .args(["--timeout", "60"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let input = serde_json::to_vec(&requests).unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("No module named 'aioquic'"),
+        "aioquic is missing: tests/run.sh installs it (python3 -m pip install aioquic)"
+    );
+    assert!(output.status.success(), "HTTP/3 client failed: {stderr}");
+    let reports: Value = serde_json::from_slice(&output.stdout).unwrap();
+    (reports.as_array().unwrap().iter())
+        .map(|r| Exchange {
+            status: r["status"].as_u64().map(|s| s as u16),
+            headers: pairs(&r["headers"]),
+            body_bytes: r["body_bytes"].as_u64().unwrap(),
+            body_sha256: r["body_sha256"].as_str().unwrap().to_owned(),
+            sent_sha256: r["sent_sha256"].as_str().unwrap().to_owned(),
+            trailers: pairs(&r["trailers"]),
+            error: r["error"].as_str().map(str::to_owned),
+        })
+        .collect()
+}
+
+/// A TLS listener serving HTTP/3 beside TCP, in front of `upstream`, with an access log; and
+/// the roots its certificate chains to.
+fn config(dir: &ScratchDir, upstream: SocketAddr, http3: &str) -> (String, rustls::RootCertStore) {
+    let ca = Ca::new("test ca");
+    let (cert, key) = ca.leaf(&["legate.test"]).write(dir, "legate");
+    let log = dir.0.join("access.log");
+    let yaml = format!(
+        r#"
+admin: {{ address: 127.0.0.1:0 }}
+listeners:
+  - name: edge
+    address: 127.0.0.1:0
+    tls:
+      certificates: [{{ cert_chain: "{cert}", private_key: "{key}" }}]
+    http3: {http3}
+    access_log:
+      path: "{log}"
+      format: "%PROTOCOL% %METHOD% %PATH% %RESPONSE_CODE% in=%BYTES_RECEIVED% out=%BYTES_SENT%\n"
+    routes:
+      - match: {{ path: /direct }}
+        direct_response: {{ status: 201, body: "made here\n" }}
+      - match: {{ prefix: / }}
+        cluster: backend
+clusters:
+  - name: backend
+    endpoints: [{upstream}]
+"#,
+        log = log.display()
+    );
+    (yaml, ca.roots())
+}
+
+/// One HTTPS request over TCP: the response's `alt-svc`, if any.
+async fn alt_svc_over_tcp(addr: SocketAddr, roots: rustls::RootCertStore) -> Option<String> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("legate.test").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let request = http::Request::get("/direct")
+        .header("host", "legate.test")
+        .body(Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 201);
+    (response.headers().get("alt-svc")).map(|v| v.to_str().unwrap().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_http3_take_the_same_path_as_over_tcp() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, roots) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 2);
+    let addr = proxy.addr();
+    let admin = proxy.admin.unwrap();
+
+    // TCP responses say where HTTP/3 is: the same port number, for a day by default.
+    let alt_svc = alt_svc_over_tcp(addr, roots).await;
+    assert_eq!(
+        alt_svc.as_deref(),
+        Some(format!("h3=\":{}\"; ma=86400", addr.port()).as_str())
+    );
+
+    let upload = 3 << 20;
+    let requests = json!([
+        {"method": "GET", "path": "/small", "headers": [["x-noop-size", "1000"]]},
+        {"method": "GET", "path": "/large", "headers": [["x-noop-size", (5u64 << 20).to_string()]]},
+        {"method": "POST", "path": "/upload", "body_bytes": upload},
+        // Without content-length: aioquic's client takes one on a HEAD response for a body
+        // it must receive (RFC 9114 section 4.1.2 allows it), and closes the connection.
+        {"method": "HEAD", "path": "/head", "headers": [["x-noop-size", "1000"], ["x-noop-chunked", "1"]]},
+        {"method": "GET", "path": "/direct"},
+        {"method": "POST", "path": "/trailers", "body_bytes": 1000,
+         "headers": [["x-noop-echo", "body"]], "trailers": [["x-checksum", "abc"]]},
+    ]);
+    let exchanges = tokio::task::spawn_blocking(move || h3_exchanges(addr, requests))
+        .await
+        .unwrap();
+    for exchange in &exchanges {
+        assert_eq!(exchange.error, None, "{exchange:?}");
+    }
+    let [small, large, upload_ex, head, direct, echoed] = &exchanges[..] else {
+        panic!("six exchanges: {exchanges:?}");
+    };
+
+    assert_eq!(small.status, Some(200));
+    assert_eq!(small.body_bytes, 1000);
+    assert_eq!(small.body_sha256, pattern_sha256(1000));
+    assert_eq!(
+        small.header("alt-svc"),
+        None,
+        "not advertised over HTTP/3 itself"
+    );
+
+    assert_eq!(large.status, Some(200));
+    assert_eq!(large.body_bytes, 5 << 20);
+    assert_eq!(large.body_sha256, pattern_sha256(5 << 20));
+
+    // The upstream got the body whole, in order.
+    assert_eq!(upload_ex.status, Some(200));
+    assert_eq!(upload_ex.header("x-noop-request-bytes"), Some("3145728"));
+    assert_eq!(
+        upload_ex.header("x-noop-request-sha256"),
+        Some(upload_ex.sent_sha256.as_str())
+    );
+
+    assert_eq!(head.status, Some(200));
+    assert_eq!(head.body_bytes, 0, "no body for HEAD");
+
+    assert_eq!(direct.status, Some(201));
+    assert_eq!(direct.body_bytes, 10);
+
+    // A body ended by trailers is whole: the upstream echoed it back.
+    assert_eq!(echoed.status, Some(200));
+    assert_eq!(echoed.body_bytes, 1000);
+    assert_eq!(echoed.body_sha256, echoed.sent_sha256);
+
+    assert_eq!(stat_settled(admin, "downstream_cx_http3_total", 1), 1);
+    let log_path = dir.0.join("access.log");
+    eventually("every HTTP/3 request logged as such", async || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log.lines().filter(|l| l.starts_with("HTTP/3 ")).count() == 6
+    })
+    .await;
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains(&format!("HTTP/3 POST /upload 200 in={upload} ")),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_on_one_connection_are_all_answered() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    let requests: Vec<Value> = (0..200)
+        .map(|i| {
+            json!({"method": if i % 4 == 0 { "POST" } else { "GET" },
+                   "path": format!("/{i}"),
+                   "headers": [["x-noop-size", (i * 100).to_string()]],
+                   "body_bytes": if i % 4 == 0 { 20_000 } else { 0 }})
+        })
+        .collect();
+    let exchanges = tokio::task::spawn_blocking(move || h3_exchanges(addr, Value::Array(requests)))
+        .await
+        .unwrap();
+    assert_eq!(exchanges.len(), 200);
+    for (i, exchange) in exchanges.iter().enumerate() {
+        assert_eq!(exchange.error, None, "{i}: {exchange:?}");
+        assert_eq!(exchange.status, Some(200), "{i}");
+        assert_eq!(exchange.body_bytes, i as u64 * 100, "{i}");
+        assert_eq!(exchange.body_sha256, pattern_sha256(i as u64 * 100), "{i}");
+        if i % 4 == 0 {
+            assert_eq!(exchange.header("x-noop-request-bytes"), Some("20000"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alt_svc_can_be_left_out() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, roots) = config(&dir, upstream.local_addr(), "{ alt_svc_max_age: 0s }");
+    let proxy = Proxy::start(&yaml, 1);
+    assert_eq!(alt_svc_over_tcp(proxy.addr(), roots).await, None);
+    // HTTP/3 itself still serves.
+    let exchanges = tokio::task::spawn_blocking({
+        let addr = proxy.addr();
+        move || h3_exchanges(addr, json!([{"method": "GET", "path": "/direct"}]))
+    })
+    .await
+    .unwrap();
+    assert_eq!(exchanges[0].status, Some(201));
+}
