@@ -1,5 +1,6 @@
 //! `legate demo`: a proxy on 127.0.0.1 in front of the testbed's no-op upstream and
-//! authorization sidecar, started in this process. Built with the `demo` feature (on by
+//! authorization sidecar, started in this process: plain HTTP on one port, TLS and HTTP/3 on
+//! another. Built with the `demo` feature (on by
 //! default); the container image leaves it out, and the test servers with it.
 
 use std::num::NonZeroUsize;
@@ -11,6 +12,7 @@ use crate::{Upgrade, run};
 
 pub(crate) fn demo(
     port: u16,
+    tls_port: u16,
     admin_port: u16,
     concurrency: Option<NonZeroUsize>,
 ) -> anyhow::Result<()> {
@@ -33,6 +35,12 @@ pub(crate) fn demo(
     let sidecar_addr = sidecar
         .local_addr()
         .context("the demo sidecar listens on TCP")?;
+    // HTTP/2 and HTTP/3 over TLS on a certificate made now, for `localhost` and 127.0.0.1.
+    let certified = rcgen::generate_simple_self_signed(["localhost".into(), "127.0.0.1".into()])
+        .context("cannot make the demo's certificate")?;
+    let indent = |pem: String| pem.replace('\n', "\n            ");
+    let cert_pem = indent(certified.cert.pem());
+    let key_pem = indent(certified.signing_key.serialize_pem());
     let yaml = format!(
         r#"
 admin: {{ address: 127.0.0.1:{admin_port} }}
@@ -50,6 +58,18 @@ listeners:
       - match: {{ prefix: / }}
         cluster: noop
         filters: {{ ext_authz: disabled }}
+  - name: demo-tls
+    address: 127.0.0.1:{tls_port}
+    tls:
+      certificates:
+        - cert_chain: |
+            {cert_pem}
+          private_key: |
+            {key_pem}
+    http3: {{}}
+    routes:
+      - match: {{ prefix: / }}
+        cluster: noop
 clusters:
   - name: noop
     endpoints: [{upstream_addr}]
@@ -69,7 +89,7 @@ clusters:
         );
     }
     println!(
-        "legate demo: proxy on http://127.0.0.1:{port} in front of a no-op upstream on {upstream_addr}"
+        "legate demo: proxy on http://127.0.0.1:{port} and https://127.0.0.1:{tls_port} (TCP and HTTP/3) in front of a no-op upstream on {upstream_addr}"
     );
     println!("try, in another terminal:");
     println!("  curl -i http://127.0.0.1:{port}/hello -H 'x-noop-echo: headers'");
@@ -78,6 +98,12 @@ clusters:
     );
     println!(
         "  curl -i http://127.0.0.1:{port}/private -H 'authorization: Bearer demo' -H 'x-noop-echo: headers'   # ext_authz allows (401 without the header)"
+    );
+    println!(
+        "  curl -ik https://localhost:{tls_port}/hello   # TLS (a certificate made at start), HTTP/2 by ALPN"
+    );
+    println!(
+        "  curl -ik --http3-only https://localhost:{tls_port}/hello   # HTTP/3 on UDP {tls_port}, with a curl built with HTTP/3"
     );
     println!("stop with Ctrl-C");
     run(

@@ -69,6 +69,9 @@ enum Command {
         /// Port for the proxy's listener.
         #[arg(long, default_value_t = 8080)]
         port: u16,
+        /// Port for its TLS listener, TCP and UDP (HTTP/3); 0 picks a free one.
+        #[arg(long, default_value_t = 8443)]
+        tls_port: u16,
         /// Worker threads (default: usable CPUs).
         #[arg(long, value_name = "N")]
         concurrency: Option<NonZeroUsize>,
@@ -103,9 +106,10 @@ fn main() -> ExitCode {
         #[cfg(feature = "demo")]
         Some(Command::Demo {
             port,
+            tls_port,
             concurrency,
             admin_port,
-        }) => demo::demo(port, admin_port, concurrency),
+        }) => demo::demo(port, tls_port, admin_port, concurrency),
         None => match &cli.config {
             Some(path) => run_file(path, &cli),
             None => Err(anyhow::anyhow!(

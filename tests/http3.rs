@@ -282,3 +282,37 @@ async fn alt_svc_can_be_left_out() {
     .unwrap();
     assert_eq!(exchanges[0].status, Some(201));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_serves_http3_on_its_tls_port() {
+    let mut command = Command::new(BIN);
+    command.args([
+        "demo",
+        "--port",
+        "0",
+        "--tls-port",
+        "0",
+        "--admin-port",
+        "0",
+        "--concurrency",
+        "1",
+    ]);
+    let mut proxy = Proxy::spawn(command, &[], 2, ScratchDir::new());
+    let tls = proxy.addrs[1];
+    let exchanges = tokio::task::spawn_blocking(move || {
+        h3_exchanges(
+            tls,
+            json!([{"method": "GET", "path": "/hello", "headers": [["x-noop-size", "10"]]}]),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(exchanges[0].status, Some(200), "{exchanges:?}");
+    assert_eq!(exchanges[0].body_bytes, 10);
+    proxy.terminate();
+    assert!(
+        proxy
+            .wait(std::time::Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+}

@@ -260,12 +260,15 @@ async fn the_demo_serves_curlable_requests() {
         "demo",
         "--port",
         "0",
+        "--tls-port",
+        "0",
         "--admin-port",
         "0",
         "--concurrency",
         "1",
     ]);
-    let mut proxy = Proxy::spawn(command, &[], 1, ScratchDir::new());
+    // Its plain listener, and its TLS one (HTTP/3 beside it: tests/http3.rs).
+    let mut proxy = Proxy::spawn(command, &[], 2, ScratchDir::new());
     let response = send_h1(proxy.addr(), get("/healthz", &[])).await;
     assert_eq!(text(response.into_body()).await, "ok\n");
     let response = send_h2(proxy.addr(), get_h2("/hello", &[("x-noop-status", "503")])).await;
