@@ -30,6 +30,7 @@ struct Exchange {
     #[allow(dead_code)]
     trailers: Vec<(String, String)>,
     error: Option<String>,
+    goaway: bool,
 }
 
 impl Exchange {
@@ -52,11 +53,23 @@ fn pairs(value: &Value) -> Vec<(String, String)> {
 
 /// Sends `requests` at once on one HTTP/3 connection to `addr` with aioquic's client.
 fn h3_exchanges(addr: SocketAddr, requests: Value) -> Vec<Exchange> {
+    h3_exchanges_within(addr, requests, 60)
+}
+
+/// As [`h3_exchanges`]; exchanges not over within `seconds` are reported as timed out.
+fn h3_exchanges_within(addr: SocketAddr, requests: Value, seconds: u32) -> Vec<Exchange> {
+    h3_run(addr, requests, seconds, 0)
+}
+
+/// As [`h3_exchanges_within`], then waiting up to `linger` seconds for the server to close the
+/// connection before telling whether it sent GOAWAY.
+fn h3_run(addr: SocketAddr, requests: Value, seconds: u32, linger: u32) -> Vec<Exchange> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3client/client.py");
     let mut child = Command::new("python3")
         .arg(script)
         .arg(addr.to_string())
-        .args(["--timeout", "60"])
+        .args(["--timeout", &seconds.to_string()])
+        .args(["--linger", &linger.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -81,6 +94,7 @@ fn h3_exchanges(addr: SocketAddr, requests: Value) -> Vec<Exchange> {
             sent_sha256: r["sent_sha256"].as_str().unwrap().to_owned(),
             trailers: pairs(&r["trailers"]),
             error: r["error"].as_str().map(str::to_owned),
+            goaway: r["goaway"].as_bool().unwrap(),
         })
         .collect()
 }
@@ -315,4 +329,152 @@ async fn the_demo_serves_http3_on_its_tls_port() {
             .wait(std::time::Duration::from_secs(10))
             .is_some_and(|s| s.success())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_says_goaway_and_finishes_the_requests_in_flight() {
+    let held = HeldUpstream::start().await;
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, held.addr, "{}");
+    let mut proxy = Proxy::start(&yaml, 2);
+    let addr = proxy.addr();
+    let client = tokio::task::spawn_blocking(move || {
+        h3_run(addr, json!([{"method": "GET", "path": "/held"}]), 60, 20)
+    });
+    held.wait_for_requests(1).await;
+    proxy.terminate();
+    assert!(
+        proxy.wait_for_log("draining", std::time::Duration::from_secs(20)),
+        "{}",
+        proxy.log()
+    );
+    held.release();
+    let exchanges = client.await.unwrap();
+    assert_eq!(exchanges[0].error, None, "{exchanges:?}");
+    assert_eq!(
+        exchanges[0].status,
+        Some(200),
+        "the request in flight is answered"
+    );
+    assert!(exchanges[0].goaway, "told GOAWAY: {exchanges:?}");
+    assert!(
+        proxy
+            .wait(std::time::Duration::from_secs(20))
+            .is_some_and(|s| s.success())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_under_http3_load_fails_no_request() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 2);
+    let addr = proxy.addr();
+    let admin = proxy.admin.unwrap();
+    // 300 requests over about 3 s on one connection, with reloads among them.
+    let requests: Vec<Value> = (0..300)
+        .map(|i| {
+            json!({"method": "GET", "path": format!("/r{i}"), "delay_ms": i * 10,
+                        "headers": [["x-noop-size", "2000"]]})
+        })
+        .collect();
+    let client = tokio::task::spawn_blocking(move || h3_exchanges(addr, Value::Array(requests)));
+    let log_path = dir.0.join("access.log");
+    for round in 0..3 {
+        // A route added each round: a new generation for the listener, its sockets kept.
+        let changed = yaml.replace(
+            "      - match: { path: /direct }",
+            &format!(
+                "      - match: {{ path: /added{round} }}\n        direct_response: {{ status: 204 }}\n      - match: {{ path: /direct }}"
+            ),
+        );
+        eventually("requests under way", async || {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            log.lines().count() > 60 * (round + 1)
+        })
+        .await;
+        proxy.rewrite_config(&changed);
+        let (status, body) = admin_request(admin, "POST", "/reload");
+        assert_eq!(status, 200, "{body}");
+    }
+    let exchanges = client.await.unwrap();
+    assert_eq!(exchanges.len(), 300);
+    for (i, exchange) in exchanges.iter().enumerate() {
+        assert_eq!(exchange.error, None, "{i}: {exchange:?}");
+        assert_eq!(exchange.status, Some(200), "{i}");
+        assert_eq!(exchange.body_bytes, 2000, "{i}");
+    }
+    assert_eq!(
+        stat(admin, "downstream_cx_http3_total"),
+        1,
+        "one connection throughout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_headers_over_the_limit_are_answered_431() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    // 70 KiB of headers, over the 60 KiB default (aioquic takes no single value that long).
+    let big: Vec<Value> = (0..35)
+        .map(|i| json!([format!("x-big-{i}"), "a".repeat(2048)]))
+        .collect();
+    let exchanges = tokio::task::spawn_blocking(move || {
+        h3_exchanges(
+            addr,
+            json!([
+                {"method": "GET", "path": "/big", "headers": big},
+                {"method": "GET", "path": "/after", "delay_ms": 200},
+            ]),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(exchanges[0].status, Some(431), "{:?}", exchanges[0].status);
+    assert_eq!(exchanges[1].status, Some(200), "the connection goes on");
+}
+
+/// Packets reach a worker by their source address, so connection migration is off: a client
+/// whose address changes (a NAT rebinding) is not followed. Its packets from the new address
+/// are dropped, and it must open a new connection, which is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_address_changes_needs_a_new_connection() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 2);
+    let addr = proxy.addr();
+    let exchanges = tokio::task::spawn_blocking(move || {
+        h3_exchanges_within(
+            addr,
+            json!([
+                {"method": "GET", "path": "/before"},
+                {"method": "GET", "path": "/after", "delay_ms": 300, "rebind": true},
+            ]),
+            3,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(exchanges[0].status, Some(200));
+    assert_eq!(exchanges[1].status, None, "{:?}", exchanges[1]);
+    assert_eq!(exchanges[1].error.as_deref(), Some("timed out"));
+    let again = tokio::task::spawn_blocking(move || {
+        h3_exchanges(addr, json!([{"method": "GET", "path": "/again"}]))
+    })
+    .await
+    .unwrap();
+    assert_eq!(again[0].status, Some(200), "a new connection is served");
+    let log = std::fs::read_to_string(dir.0.join("access.log")).unwrap_or_default();
+    assert!(!log.contains("/after"), "{log}");
 }

@@ -5,9 +5,14 @@ Opens one QUIC connection to HOST:PORT, sends every request of the JSON list giv
 standard input on it at once, and prints one JSON object per request (in the same order):
 
   in:  [{"method": "GET", "path": "/", "headers": [["x-a", "1"]], "body_bytes": 0,
-         "trailers": [["x-t", "1"]]}]
+         "trailers": [["x-t", "1"]], "delay_ms": 0}]
   out: [{"status": 200, "headers": [[name, value]], "body_bytes": N, "body_sha256": "...",
-         "sent_sha256": "...", "trailers": [...], "error": null}]
+         "sent_sha256": "...", "trailers": [...], "error": null, "goaway": false}]
+
+`delay_ms` holds a request back that long after the connection is up; `rebind` sends it, and
+all after it, from a new UDP port (the connection's address changes); `goaway` says whether
+the server sent GOAWAY on the connection: by the time the exchanges ended or, with
+`--linger SECONDS`, the server closed the connection or that long after.
 
 A request body is sent in 64 KiB pieces, each different (`sent_sha256` is its digest); aioquic
 queues what flow control does not yet let through. `--server-name` is the SNI and `:authority`;
@@ -20,6 +25,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import socket
 import ssl
 import sys
 
@@ -31,6 +37,7 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamReset
 
 PIECE = 64 * 1024
+GOAWAY = 0x7
 
 
 BLOCK = bytes(i * 7 % 251 for i in range(PIECE))
@@ -40,6 +47,17 @@ def body_piece(index, length):
     """Piece `index` of a request body: each begins with its own number, so pieces out of
     order or repeated change the digest."""
     return (index.to_bytes(8, "big") + BLOCK[8:])[:length]
+
+
+class WatchedH3(H3Connection):
+    """aioquic's HTTP/3 connection, noting a GOAWAY from the server (aioquic skips it)."""
+
+    goaway = False
+
+    def _check_control_frame_type(self, frame_type):
+        if frame_type == GOAWAY:
+            self.goaway = True
+        super()._check_control_frame_type(frame_type)
 
 
 class Exchange:
@@ -54,13 +72,14 @@ class Exchange:
         self.done = asyncio.get_running_loop().create_future()
 
     def finish(self, error=None):
-        if error is not None and self.error is None:
-            self.error = error
-        if not self.done.done():
-            self.done.set_result(None)
+        if self.done.done():
+            return
+        self.error = error
+        self.done.set_result(None)
 
-    def report(self):
+    def report(self, goaway):
         return {
+            "goaway": goaway,
             "status": self.status,
             "headers": self.headers,
             "body_bytes": self.length,
@@ -74,7 +93,7 @@ class Exchange:
 class Client(QuicConnectionProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.h3 = H3Connection(self._quic)
+        self.h3 = WatchedH3(self._quic)
         self.exchanges = {}
 
     def quic_event_received(self, event):
@@ -102,7 +121,21 @@ class Client(QuicConnectionProtocol):
             if getattr(h3_event, "stream_ended", False):
                 exchange.finish()
 
+    async def rebind(self):
+        """Sends from a new UDP port from now on, as a client behind a NAT that rebinds."""
+        loop = asyncio.get_running_loop()
+        old = self._transport
+        # As aioquic's own: IPv6 with IPv4 mapped, which the peer's address is written in.
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", 0))
+        await loop.create_datagram_endpoint(lambda: self, sock=sock)
+        old.close()
+
     async def send(self, request, authority):
+        await asyncio.sleep(request.get("delay_ms", 0) / 1000)
+        if request.get("rebind"):
+            await self.rebind()
         stream_id = self._quic.get_next_available_stream_id()
         exchange = Exchange()
         self.exchanges[stream_id] = exchange
@@ -132,7 +165,7 @@ class Client(QuicConnectionProtocol):
             self.h3.send_headers(stream_id, trailers, end_stream=True)
             self.transmit()
         await exchange.done
-        return exchange.report()
+        return exchange
 
 
 async def main():
@@ -140,6 +173,7 @@ async def main():
     parser.add_argument("address", help="HOST:PORT")
     parser.add_argument("--server-name", default="legate.test")
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--linger", type=float, default=0.0)
     args = parser.parse_args()
     host, port = args.address.rsplit(":", 1)
     requests = json.load(sys.stdin)
@@ -153,7 +187,13 @@ async def main():
         await asyncio.wait(sent, timeout=args.timeout)
         for exchange in client.exchanges.values():
             exchange.finish("timed out")
-        reports = [await s for s in sent]
+        exchanges = [await s for s in sent]
+        if args.linger > 0:
+            try:
+                await asyncio.wait_for(client.wait_closed(), args.linger)
+            except asyncio.TimeoutError:
+                pass
+        reports = [e.report(client.h3.goaway) for e in exchanges]
     json.dump(reports, sys.stdout)
 
 
