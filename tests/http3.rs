@@ -131,8 +131,23 @@ clusters:
     (yaml, ca.roots())
 }
 
-/// One HTTPS request over TCP: the response's `alt-svc`, if any.
+/// One HTTPS request over TCP: the response's `alt-svc`, if any (the route answers 201).
 async fn alt_svc_over_tcp(addr: SocketAddr, roots: rustls::RootCertStore) -> Option<String> {
+    let response = get_over_tcp(addr, roots).await;
+    assert_eq!(response.status(), 201);
+    (response.headers().get("alt-svc")).map(|v| v.to_str().unwrap().to_owned())
+}
+
+/// One HTTPS request over TCP: its status.
+async fn status_over_tcp(addr: SocketAddr, roots: rustls::RootCertStore) -> u16 {
+    get_over_tcp(addr, roots).await.status().as_u16()
+}
+
+/// `GET /direct` over HTTPS (HTTP/1.1 on TCP).
+async fn get_over_tcp(
+    addr: SocketAddr,
+    roots: rustls::RootCertStore,
+) -> http::Response<hyper::body::Incoming> {
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::aws_lc_rs::default_provider(),
     ))
@@ -153,11 +168,11 @@ async fn alt_svc_over_tcp(addr: SocketAddr, roots: rustls::RootCertStore) -> Opt
     tokio::spawn(conn);
     let request = http::Request::get("/direct")
         .header("host", "legate.test")
+        // Let in where an authorization sidecar asks (filters_act_on_http3_as_on_tcp).
+        .header("x-user", "alice")
         .body(Empty::<bytes::Bytes>::new())
         .unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    assert_eq!(response.status(), 201);
-    (response.headers().get("alt-svc")).map(|v| v.to_str().unwrap().to_owned())
+    sender.send_request(request).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,4 +492,61 @@ async fn a_client_whose_address_changes_needs_a_new_connection() {
     assert_eq!(again[0].status, Some(200), "a new connection is served");
     let log = std::fs::read_to_string(dir.0.join("access.log")).unwrap_or_default();
     assert!(!log.contains("/after"), "{log}");
+}
+
+/// The listener's filters act on HTTP/3 requests as on the others: external authorization,
+/// the local rate limit (one bucket for TCP and UDP clients) and compression.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_act_on_http3_as_on_tcp() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let sidecar = grpc_sidecar(alice_or_401()).await;
+    let dir = ScratchDir::new();
+    let (yaml, roots) = config(&dir, upstream.local_addr(), "{}");
+    let filters = format!(
+        r#"    http_filters:
+      - ext_authz: {{ grpc: {{ address: {} }} }}
+      - local_rate_limit: {{ token_bucket: {{ max_tokens: 4, fill_interval: 1h }} }}
+      - compression: {{ encodings: [gzip] }}
+    routes:"#,
+        sidecar.local_addr().unwrap()
+    );
+    let yaml = yaml.replacen("    routes:", &filters, 1);
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    let alice = json!(["x-user", "alice"]);
+    let text = json!(["x-noop-response-header", "content-type: text/plain"]);
+    let exchanges = tokio::task::spawn_blocking(move || {
+        h3_exchanges(
+            addr,
+            json!([
+                {"method": "GET", "path": "/who"},
+                {"method": "GET", "path": "/text", "delay_ms": 100,
+                 "headers": [alice, text, ["x-noop-size", "20000"], ["accept-encoding", "gzip"]]},
+                {"method": "GET", "path": "/a", "delay_ms": 200, "headers": [alice]},
+                {"method": "GET", "path": "/b", "delay_ms": 300, "headers": [alice]},
+                {"method": "GET", "path": "/c", "delay_ms": 400, "headers": [alice]},
+            ]),
+        )
+    })
+    .await
+    .unwrap();
+    let [refused, compressed, second, third, fourth] = &exchanges[..] else {
+        panic!("{exchanges:?}");
+    };
+    assert_eq!(
+        refused.status,
+        Some(401),
+        "the sidecar refuses without x-user"
+    );
+    assert_eq!(compressed.status, Some(200));
+    assert_eq!(compressed.header("content-encoding"), Some("gzip"));
+    assert!(compressed.body_bytes < 20000, "{compressed:?}");
+    // The refused request took no token (authorization comes first); these took the rest.
+    assert_eq!(second.status, Some(200));
+    assert_eq!(third.status, Some(200));
+    assert_eq!(fourth.status, Some(200));
+    let over_tcp = status_over_tcp(addr, roots).await;
+    assert_eq!(over_tcp, 429, "one bucket for both transports");
 }
