@@ -69,11 +69,13 @@ impl H3Settings {
 
     /// QUIC's server config from the listener's TLS as it is now: its certificates and SNI
     /// selection, with ALPN `h3` and no 0-RTT (early data could be replayed). `previous`, if
-    /// any, lends its address-validation token key, so tokens it gave stay good.
+    /// any, lends its address-validation token key, so tokens it gave stay good. `migration`:
+    /// whether clients may change address.
     pub(crate) fn server_config(
         &self,
         tls: &rustls::ServerConfig,
         previous: Option<&quinn::ServerConfig>,
+        migration: bool,
     ) -> Result<quinn::ServerConfig, quinn::crypto::rustls::NoInitialCipherSuite> {
         let mut tls = tls.clone();
         tls.alpn_protocols = vec![b"h3".to_vec()];
@@ -91,10 +93,10 @@ impl H3Settings {
         };
         config
             .transport_config(Arc::clone(&self.transport))
-            // A connection's packets reach this worker by their source address (the
-            // `SO_REUSEPORT` hash): a client that moves would reach another worker's endpoint,
-            // which does not know it.
-            .migration(false)
+            // Without steering by connection ID a connection's packets reach this worker by
+            // their source address (the `SO_REUSEPORT` hash): a client that moved would reach
+            // another worker's endpoint, which does not know it.
+            .migration(migration)
             .incoming_buffer_size(INCOMING_BUFFER)
             .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
         Ok(config)

@@ -2,10 +2,12 @@
 //! UDP) and the limits accepted connections are admitted under.
 
 mod limit;
+mod quic_steering;
 mod reuse_port;
 mod udp;
 
 pub(crate) use limit::{ConnPermit, ConnectionLimits, Limit};
+pub(crate) use quic_steering::WorkerConnectionIds;
 pub(crate) use reuse_port::{bind_per_worker, bind_shared, join_reuse_port, reuse_port_supported};
 pub(crate) use udp::QuicSockets;
 

@@ -7,23 +7,45 @@ use std::sync::{Mutex, PoisonError};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::quic_steering::steer_by_connection_id;
+
 /// A listener's UDP sockets, each taken by its worker when it starts serving HTTP/3 on them.
 /// Kept across generations while the listener keeps HTTP/3; dropped when it stops.
 pub(crate) struct QuicSockets {
     pub(crate) address: SocketAddr,
+    /// Whether packets are steered to workers by connection ID (quic_steering.rs): where the
+    /// kernel refuses the program, by source address, and connections cannot migrate.
+    pub(crate) steered: bool,
+    workers: usize,
     per_worker: Mutex<Vec<Option<UdpSocket>>>,
 }
 
 impl QuicSockets {
     /// Binds `count` sockets on `addr` (the TCP listener's address, its port chosen).
     pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<Self> {
+        // In worker order: the group's index of each socket is its worker's number.
         let sockets = (0..count)
             .map(|_| bind_one(addr))
             .collect::<io::Result<Vec<_>>>()?;
+        let steered = match sockets.first().map(|s| steer_by_connection_id(s, count)) {
+            Some(Ok(())) => true,
+            Some(Err(error)) => {
+                tracing::warn!(%addr, %error, "QUIC packets cannot be steered by connection ID: by source address instead, without connection migration");
+                false
+            }
+            None => false,
+        };
         Ok(Self {
             address: addr,
+            steered,
+            workers: count,
             per_worker: Mutex::new(sockets.into_iter().map(Some).collect()),
         })
+    }
+
+    /// How many sockets (workers) the group has.
+    pub(crate) fn workers(&self) -> usize {
+        self.workers
     }
 
     /// Worker `worker`'s socket; `None` once taken.
@@ -58,6 +80,7 @@ mod tests {
             assert_eq!(socket.local_addr().unwrap(), addr);
         }
         assert!(sockets.take(1).is_none(), "taken once");
+        assert!(sockets.steered, "Linux takes the reuse-port program");
         assert!(sockets.take(3).is_none(), "no such worker");
     }
 }

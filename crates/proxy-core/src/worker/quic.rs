@@ -11,7 +11,7 @@ use super::accept::Accepted;
 use super::listener::{Listener, ListenerState};
 use crate::conn::{self, ConnSettings};
 use crate::context::{ConnCtx, Signal};
-use crate::listen::QuicSockets;
+use crate::listen::{QuicSockets, WorkerConnectionIds};
 
 /// A listener's HTTP/3 being served on this worker.
 pub(super) struct QuicServing {
@@ -34,7 +34,10 @@ impl QuicServing {
     ) -> Option<Self> {
         let state = listener.state();
         let name = &state.ctx.name;
-        let mut configs = QuicConfigs::default();
+        let mut configs = QuicConfigs {
+            migration: sockets.steered,
+            ..QuicConfigs::default()
+        };
         // The endpoint's own config answers first packets (Retry tokens, address validation);
         // each connection is then accepted with the listener's config as of then.
         let (config, _) = configs.for_state(&state)?;
@@ -42,8 +45,14 @@ impl QuicServing {
             tracing::error!(worker, listener = %name, "no UDP socket for this worker");
             return None;
         };
+        let mut endpoint_config = quinn::EndpointConfig::default();
+        if sockets.steered {
+            let workers = sockets.workers();
+            endpoint_config
+                .cid_generator(move || Box::new(WorkerConnectionIds::new(worker, workers)));
+        }
         let endpoint = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
+            endpoint_config,
             Some((*config).clone()),
             socket,
             Arc::new(quinn::TokioRuntime),
@@ -181,6 +190,8 @@ async fn accept_loop(
 /// certificate reload) or its settings (a new generation) change.
 #[derive(Default)]
 struct QuicConfigs {
+    /// Clients may move: their packets reach this worker by connection ID.
+    migration: bool,
     built_from: Option<(Arc<rustls::ServerConfig>, Weak<ConnSettings>)>,
     /// `None` where the listener's TLS cannot serve QUIC (logged once).
     config: Option<Arc<quinn::ServerConfig>>,
@@ -198,7 +209,7 @@ impl QuicConfigs {
         {
             return self.config.clone().map(|config| (config, false));
         }
-        let built = h3.server_config(&tls, self.config.as_deref());
+        let built = h3.server_config(&tls, self.config.as_deref(), self.migration);
         self.built_from = Some((tls, Rc::downgrade(settings)));
         match built {
             Ok(config) => {
