@@ -555,3 +555,57 @@ async fn filters_act_on_http3_as_on_tcp() {
     let over_tcp = status_over_tcp(addr, roots).await;
     assert_eq!(over_tcp, 429, "one bucket for both transports");
 }
+
+/// A binary upgrade hands the UDP sockets over with the TCP ones: the new process serves
+/// HTTP/3 on the same socket group, in the same order, so connection IDs keep steering
+/// packets to the right worker after the old process is gone (new sockets joining the group
+/// would have taken other places in it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_upgrade_hands_over_the_http3_sockets() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let sockets = ScratchDir::new();
+    let socket = sockets.0.join("legate.sock");
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let mut old = start_upgradable(&yaml, &socket, false);
+    let addr = old.addr();
+    // A new connection each time, each sending requests after its handshake.
+    let connections = move |count: usize| {
+        tokio::task::spawn_blocking(move || {
+            (0..count)
+                .map(|i| {
+                    let requests = json!([
+                        {"method": "GET", "path": format!("/c{i}"), "headers": [["x-noop-size", "100"]]},
+                        {"method": "GET", "path": format!("/c{i}/again"), "delay_ms": 50},
+                    ]);
+                    h3_exchanges_within(addr, requests, 10)
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    for exchanges in connections(3).await.unwrap() {
+        assert!(
+            exchanges.iter().all(|e| e.status == Some(200)),
+            "{exchanges:?}"
+        );
+    }
+    let upgraded = yaml.replace("    address: 127.0.0.1:0", &format!("    address: {addr}"));
+    let new = start_upgradable(&upgraded, &socket, true);
+    assert_eq!(new.addr(), addr);
+    let exited = tokio::task::spawn_blocking(move || {
+        let status = old.wait(std::time::Duration::from_secs(30));
+        (status, old.log())
+    })
+    .await
+    .unwrap();
+    assert!(exited.0.is_some_and(|s| s.success()), "{}", exited.1);
+    for exchanges in connections(12).await.unwrap() {
+        assert!(
+            exchanges.iter().all(|e| e.status == Some(200)),
+            "{exchanges:?}\n{}",
+            new.log()
+        );
+    }
+}

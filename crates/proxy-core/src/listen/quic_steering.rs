@@ -6,6 +6,12 @@
 //!
 //! A client's first packets carry a connection ID it chose: the program reads the same bytes
 //! of it, so they all reach one worker, whose answer gives the client an ID of its own.
+//!
+//! In a binary upgrade both processes read the same sockets for a while. The fifth byte of
+//! an ID names the process (a random byte each): a packet of the old process's connections
+//! that the new one reads fails validation and is dropped, not answered with a stateless
+//! reset that would end the connection (QUIC sends the packet again, and the old process may
+//! read it then).
 
 use std::io;
 use std::net::UdpSocket;
@@ -13,22 +19,48 @@ use std::time::Duration;
 
 use quinn::{ConnectionId, ConnectionIdGenerator};
 
-/// Length of the IDs handed out: the worker's four bytes and four more of entropy at least.
+/// Length of the IDs handed out: the worker's four bytes, the process's one, and three more
+/// of entropy at least (the worker's bytes are mostly random too).
 const CID_LEN: usize = 8;
 
 /// Connection IDs for worker `worker` of `workers`: random, but for their first four bytes,
-/// which are the worker's number modulo the count.
+/// which are the worker's number modulo the count, and their fifth, this process's.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WorkerConnectionIds {
     worker: u32,
     workers: u32,
+    process: u8,
+}
+
+/// This process's byte in its connection IDs, drawn once.
+fn process_byte() -> u8 {
+    static BYTE: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *BYTE.get_or_init(|| {
+        let mut byte = [0u8];
+        if config::tls::material::provider()
+            .secure_random
+            .fill(&mut byte)
+            .is_err()
+        {
+            byte[0] = crate::random::next_u64().to_le_bytes()[0];
+        }
+        byte[0]
+    })
 }
 
 impl WorkerConnectionIds {
     pub(crate) fn new(worker: usize, workers: usize) -> Self {
+        Self::of_process(worker, workers, process_byte())
+    }
+
+    fn of_process(worker: usize, workers: usize, process: u8) -> Self {
         let workers = u32::try_from(workers.max(1)).unwrap_or(u32::MAX);
         let worker = u32::try_from(worker).unwrap_or(0) % workers;
-        Self { worker, workers }
+        Self {
+            worker,
+            workers,
+            process,
+        }
     }
 
     /// The worker the reuse-port program sends an ID's packets to.
@@ -55,15 +87,20 @@ impl ConnectionIdGenerator for WorkerConnectionIds {
             .checked_add(self.worker)
             .unwrap_or(base - self.workers + self.worker);
         bytes[..4].copy_from_slice(&named.to_be_bytes());
+        bytes[4] = self.process;
         ConnectionId::new(&bytes)
     }
 
-    /// An ID of another worker's is not this one's: its packet is dropped, never answered
-    /// with a stateless reset, which would end that worker's connection.
+    /// An ID of another worker's, or another process's, is not this one's: its packet is
+    /// dropped, never answered with a stateless reset, which would end that connection.
     fn validate(&self, cid: &ConnectionId) -> Result<(), quinn_proto::InvalidCid> {
-        match self.worker_of(cid) {
-            Some(worker) if cid.len() == CID_LEN && worker == self.worker => Ok(()),
-            _ => Err(quinn_proto::InvalidCid),
+        let ours = cid.len() == CID_LEN
+            && self.worker_of(cid) == Some(self.worker)
+            && cid.get(4) == Some(&self.process);
+        if ours {
+            Ok(())
+        } else {
+            Err(quinn_proto::InvalidCid)
         }
     }
 
@@ -178,5 +215,14 @@ mod tests {
         let a = ids.generate_cid();
         let b = ids.generate_cid();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn ids_of_another_process_are_refused() {
+        let mut old = WorkerConnectionIds::of_process(1, 2, 7);
+        let new = WorkerConnectionIds::of_process(1, 2, 8);
+        let cid = old.generate_cid();
+        assert!(old.validate(&cid).is_ok());
+        assert!(new.validate(&cid).is_err());
     }
 }

@@ -18,6 +18,9 @@ pub(crate) struct QuicSockets {
     pub(crate) steered: bool,
     workers: usize,
     per_worker: Mutex<Vec<Option<UdpSocket>>>,
+    /// A duplicate of each, in worker order, to hand to a new binary in an upgrade: the
+    /// group keeps its sockets, and so the order the steering program counts them in.
+    handover: Vec<UdpSocket>,
 }
 
 impl QuicSockets {
@@ -27,6 +30,30 @@ impl QuicSockets {
         let sockets = (0..count)
             .map(|_| bind_one(addr))
             .collect::<io::Result<Vec<_>>>()?;
+        Self::serve(addr, sockets)
+    }
+
+    /// Takes the sockets of the process this one upgrades, in its worker order, as this
+    /// process's first ones: the group stays as it is. More workers join more sockets at the
+    /// end; fewer leave the last ones unused (closed with the old process).
+    pub(crate) fn adopt(inherited: Vec<UdpSocket>, count: usize) -> io::Result<Self> {
+        let Some(first) = inherited.first() else {
+            return Err(io::Error::other("no inherited UDP socket"));
+        };
+        let addr = first.local_addr()?;
+        let mut sockets = inherited;
+        for socket in &sockets {
+            socket.set_nonblocking(true)?;
+        }
+        sockets.truncate(count);
+        while sockets.len() < count {
+            sockets.push(bind_one(addr)?);
+        }
+        Self::serve(addr, sockets)
+    }
+
+    fn serve(addr: SocketAddr, sockets: Vec<UdpSocket>) -> io::Result<Self> {
+        let count = sockets.len();
         let steered = match sockets.first().map(|s| steer_by_connection_id(s, count)) {
             Some(Ok(())) => true,
             Some(Err(error)) => {
@@ -35,12 +62,22 @@ impl QuicSockets {
             }
             None => false,
         };
+        let handover = sockets
+            .iter()
+            .map(UdpSocket::try_clone)
+            .collect::<io::Result<_>>()?;
         Ok(Self {
             address: addr,
             steered,
             workers: count,
             per_worker: Mutex::new(sockets.into_iter().map(Some).collect()),
+            handover,
         })
+    }
+
+    /// Duplicates of the sockets, in worker order, for handing to a new binary.
+    pub(crate) fn handover(&self) -> io::Result<Vec<UdpSocket>> {
+        self.handover.iter().map(UdpSocket::try_clone).collect()
     }
 
     /// How many sockets (workers) the group has.

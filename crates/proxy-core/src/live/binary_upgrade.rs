@@ -9,7 +9,8 @@
 //!
 //! ```text
 //! new -> old   listener N\n
-//! old -> new   {"address":"127.0.0.1:8080","shared":false}\n   + the sockets (SCM_RIGHTS)
+//! old -> new   {"address":"127.0.0.1:8080","shared":false,"udp":2}\n
+//!              + the sockets (SCM_RIGHTS): TCP, then `udp` UDP ones (HTTP/3) in worker order
 //!              end\n                                            when there is no listener N
 //! new -> old   drain\n
 //! old -> new   ok\n   (the old process has removed its upgrade socket and starts draining)
@@ -17,7 +18,8 @@
 
 use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::OwnedFd;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -42,6 +44,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 struct ListenerHeader {
     address: SocketAddr,
     shared: bool,
+    /// How many of the sockets, the last ones, are HTTP/3's UDP sockets.
+    #[serde(default)]
+    udp: usize,
 }
 
 /// The process this one upgrades, connected and asked for its sockets.
@@ -110,10 +115,10 @@ fn receive(stream: &UnixStream) -> io::Result<Option<Inherited>> {
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    let mut sockets: Vec<TcpListener> = Vec::new();
+    let mut fds: Vec<OwnedFd> = Vec::new();
     for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = message {
-            sockets.extend(fds.map(TcpListener::from));
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
         }
     }
     let text = std::str::from_utf8(&data[..received.bytes])
@@ -124,6 +129,8 @@ fn receive(stream: &UnixStream) -> io::Result<Option<Inherited>> {
     }
     let header: ListenerHeader = serde_json::from_str(line)
         .map_err(|e| io::Error::other(format!("unexpected answer from the running proxy: {e}")))?;
+    let udp = fds.split_off(fds.len().saturating_sub(header.udp));
+    let sockets: Vec<TcpListener> = fds.into_iter().map(TcpListener::from).collect();
     if sockets.is_empty() {
         return Err(io::Error::other(format!(
             "the running proxy sent no socket for {}",
@@ -134,6 +141,7 @@ fn receive(stream: &UnixStream) -> io::Result<Option<Inherited>> {
         address: header.address,
         shared: header.shared,
         sockets,
+        udp: udp.into_iter().map(UdpSocket::from).collect(),
     }))
 }
 
@@ -210,26 +218,36 @@ fn answer(stream: &UnixStream, live: &Weak<LiveConfig>) -> io::Result<bool> {
             continue;
         };
         let sockets = listener.sockets.handover()?;
+        let udp = match &listener.quic {
+            Some(quic) => quic.handover()?,
+            None => Vec::new(),
+        };
+        // Half the room each at most: a UDP socket left out leaves its worker's traffic to
+        // the old process's copy until it exits.
+        let udp = &udp[..udp.len().min(MAX_FDS / 2)];
         let sockets = if listener.sockets.shared {
             &sockets[..sockets.len().min(1)]
         } else {
-            &sockets[..sockets.len().min(MAX_FDS)]
+            &sockets[..sockets.len().min(MAX_FDS - udp.len())]
         };
         let header = ListenerHeader {
             address: listener.sockets.address,
             shared: listener.sockets.shared,
+            udp: udp.len(),
         };
         let mut text = serde_json::to_string(&header).map_err(io::Error::other)?;
         text.push('\n');
-        send(stream, text.as_bytes(), sockets)?;
+        let fds: Vec<BorrowedFd<'_>> = (sockets.iter().map(AsFd::as_fd))
+            .chain(udp.iter().map(AsFd::as_fd))
+            .collect();
+        send(stream, text.as_bytes(), &fds)?;
     }
 }
 
-fn send(stream: &UnixStream, data: &[u8], sockets: &[TcpListener]) -> io::Result<()> {
-    let fds: Vec<BorrowedFd<'_>> = sockets.iter().map(AsFd::as_fd).collect();
+fn send(stream: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+    if !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("too many sockets for one message"));
     }
     let sent = rustix::net::sendmsg(

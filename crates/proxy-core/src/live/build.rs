@@ -185,12 +185,18 @@ pub(crate) fn build(
             (None, _) => None,
             (Some(_), Some(kept)) => Some(Arc::clone(kept)),
             (Some(_), None) => {
-                let bound = crate::listen::QuicSockets::bind(sockets.address, ctx.workers)
-                    .map_err(|source| BuildError::Bind {
-                        listener: listener.name.clone(),
-                        address: sockets.address,
-                        source,
-                    })?;
+                // In an upgrade, the running process's sockets: the group stays the same.
+                let inherited = ctx.sockets.take_udp(sockets.address);
+                let bound = if inherited.is_empty() {
+                    crate::listen::QuicSockets::bind(sockets.address, ctx.workers)
+                } else {
+                    crate::listen::QuicSockets::adopt(inherited, ctx.workers)
+                };
+                let bound = bound.map_err(|source| BuildError::Bind {
+                    listener: listener.name.clone(),
+                    address: sockets.address,
+                    source,
+                })?;
                 Some(Arc::new(bound))
             }
         };

@@ -12,6 +12,9 @@ use config::{ConnectionBalance, ListenerConfig};
 #[derive(Default)]
 pub(crate) struct Sockets {
     inherited: Vec<Inherited>,
+    /// HTTP/3's UDP sockets of listeners whose TCP ones were taken, by address, until their
+    /// listener's HTTP/3 takes them.
+    udp: Vec<(SocketAddr, Vec<std::net::UdpSocket>)>,
 }
 
 /// One listener's sockets from the previous process.
@@ -19,11 +22,25 @@ pub(crate) struct Inherited {
     pub(crate) address: SocketAddr,
     pub(crate) shared: bool,
     pub(crate) sockets: Vec<TcpListener>,
+    /// HTTP/3's UDP sockets on the same address, in worker order; none without HTTP/3.
+    pub(crate) udp: Vec<std::net::UdpSocket>,
 }
 
 impl Sockets {
     pub(crate) fn inherit(inherited: Vec<Inherited>) -> Self {
-        Self { inherited }
+        Self {
+            inherited,
+            udp: Vec::new(),
+        }
+    }
+
+    /// The UDP sockets inherited with the TCP ones on `address` (its listener serves HTTP/3);
+    /// empty if none.
+    pub(crate) fn take_udp(&mut self, address: SocketAddr) -> Vec<std::net::UdpSocket> {
+        match self.udp.iter().position(|(a, _)| *a == address) {
+            Some(at) => self.udp.swap_remove(at).1,
+            None => Vec::new(),
+        }
     }
 
     /// Sockets for `listener`, one per worker: the inherited ones for its address if there
@@ -40,7 +57,11 @@ impl Sockets {
             .position(|i| i.address == listener.address && i.shared == shared);
         let sockets = match found {
             Some(at) => {
-                let inherited = self.inherited.swap_remove(at);
+                let mut inherited = self.inherited.swap_remove(at);
+                let udp = std::mem::take(&mut inherited.udp);
+                if !udp.is_empty() {
+                    self.udp.push((inherited.address, udp));
+                }
                 adopt(inherited, workers)?
             }
             None if shared => bind_shared(listener.address, workers)?,
@@ -54,6 +75,9 @@ impl Sockets {
     pub(crate) fn close_unused(&mut self) {
         for unused in self.inherited.drain(..) {
             tracing::warn!(address = %unused.address, "closing an inherited socket the config has no listener for");
+        }
+        for (address, _) in self.udp.drain(..) {
+            tracing::warn!(%address, "closing inherited HTTP/3 sockets: the listener no longer serves HTTP/3");
         }
     }
 }

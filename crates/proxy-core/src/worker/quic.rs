@@ -181,9 +181,19 @@ async fn accept_loop(
             }
         });
     }
-    // Open connections say GOAWAY; new ones are refused.
+    // Open connections say GOAWAY. New ones are ignored, not refused: in a binary upgrade the
+    // new process reads the same sockets, and the client's next try may reach it.
     drain.raise();
-    endpoint.set_server_config(None);
+    let mut closing = close.watch();
+    loop {
+        tokio::select! {
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => incoming.ignore(),
+                None => break,
+            },
+            () = closing.raised() => break,
+        }
+    }
 }
 
 /// The QUIC server config for the listener's connections, made again when its TLS (a
