@@ -248,6 +248,13 @@ async fn requests_over_http3_take_the_same_path_as_over_tcp() {
     assert_eq!(echoed.body_sha256, echoed.sent_sha256);
 
     assert_eq!(stat_settled(admin, "downstream_cx_http3_total", 1), 1);
+    // The client closed it when done.
+    assert_eq!(stat_settled(admin, "downstream_cx_http3_close", 1), 1);
+    assert_eq!(stat(admin, "downstream_cx_http3_active"), 0);
+    let (_, reasons) = admin_request(admin, "GET", "/stats?filter=downstream_cx_http3_close");
+    let closed_by_client =
+        "downstream_cx_http3_close{listener=\"edge\",reason=\"peer_application_close\"}: 1";
+    assert!(reasons.lines().any(|l| l == closed_by_client), "{reasons}");
     let log_path = dir.0.join("access.log");
     eventually("every HTTP/3 request logged as such", async || {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();

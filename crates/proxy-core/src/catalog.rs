@@ -173,6 +173,15 @@ catalog! {
             "downstream_cx_http3_retry",
             "QUIC connection attempts answered with a Retry (the client proves its address first) while the overload manager disables keep-alive.",
         ),
+        /// Indexed as [`QUIC_CLOSE_REASONS`].
+        cx_http3_close: counter["reason": QUIC_CLOSE_REASONS] = downstream_cx_http3_close(
+            "downstream_cx_http3_close",
+            "HTTP/3 connections ended, by why: idle_timeout, closed_here (GOAWAY, drain or the proxy's close), peer_application_close, peer_transport_close, transport_error (the peer broke QUIC), stateless_reset, version_mismatch, cids_exhausted.",
+        ),
+        cx_http3_lost_packets: counter = downstream_cx_http3_lost_packets(
+            "downstream_cx_http3_lost_packets",
+            "Packets HTTP/3 connections sent and declared lost (counted as each connection ends).",
+        ),
         cx_http3_handshake_error: counter = downstream_cx_http3_handshake_error(
             "downstream_cx_http3_handshake_error",
             "QUIC handshakes that failed or timed out.",
@@ -878,6 +887,17 @@ const TLS_VERSIONS: [&str; 3] = ["TLSv1_2", "TLSv1_3", "other"];
 const ALPN_LABELS: [&str; 4] = ["h2", "http/1.1", "none", "other"];
 /// In `config::Encoding`'s order.
 const ENCODINGS: [&str; 3] = ["zstd", "br", "gzip"];
+/// Why an HTTP/3 connection ended, as `downstream_cx_http3_close` labels it.
+pub(crate) const QUIC_CLOSE_REASONS: [&str; 8] = [
+    "idle_timeout",
+    "closed_here",
+    "peer_application_close",
+    "peer_transport_close",
+    "transport_error",
+    "stateless_reset",
+    "version_mismatch",
+    "cids_exhausted",
+];
 /// The overload manager's actions, as `overload_action_applied` labels them; indexed by the
 /// constants below.
 const OVERLOAD_ACTIONS: [&str; 3] = ["disable_keepalive", "refuse_connections", "shed_requests"];

@@ -140,7 +140,7 @@ pub(crate) async fn serve_h3(
     };
     let ctx = Rc::new(ctx);
     let _active = Active::new(&ctx);
-    let _codec = serve_requests(connection.clone(), &ctx, http, h3, drain, &mut close).await;
+    let codec = serve_requests(connection.clone(), &ctx, http, h3, drain, &mut close).await;
     // Dropping the codec closed the connection, which throws away what the client has not
     // yet acknowledged: the last responses could be lost. So the codec is kept until the
     // client closes (it does once GOAWAY's requests are answered), or for a moment.
@@ -148,6 +148,34 @@ pub(crate) async fn serve_h3(
         _ = connection.closed() => {}
         () = tokio::time::sleep(QUIET_CLOSE_GRACE) => {}
         () = close.raised() => {}
+    }
+    // Read before the codec goes: its close would take the place of the peer's reason.
+    let error = connection.close_reason();
+    drop(codec);
+    tracing::debug!(peer = %ctx.peer, ?error, "HTTP/3 connection closed");
+    let stats = &ctx.listener.stats;
+    let reason = error.map_or(CLOSED_HERE, |error| close_reason(&error));
+    stats.cx_http3_close[reason].inc();
+    stats
+        .cx_http3_lost_packets
+        .add(connection.stats().path.lost_packets);
+}
+
+/// Index of `closed_here` in [`crate::catalog::QUIC_CLOSE_REASONS`].
+const CLOSED_HERE: usize = 1;
+
+/// Why a connection ended, as an index into [`crate::catalog::QUIC_CLOSE_REASONS`].
+fn close_reason(error: &quinn::ConnectionError) -> usize {
+    use quinn::ConnectionError;
+    match error {
+        ConnectionError::TimedOut => 0,
+        ConnectionError::LocallyClosed => CLOSED_HERE,
+        ConnectionError::ApplicationClosed(_) => 2,
+        ConnectionError::ConnectionClosed(_) => 3,
+        ConnectionError::TransportError(_) => 4,
+        ConnectionError::Reset => 5,
+        ConnectionError::VersionMismatch => 6,
+        ConnectionError::CidsExhausted => 7,
     }
 }
 
