@@ -31,6 +31,8 @@ struct Exchange {
     trailers: Vec<(String, String)>,
     error: Option<String>,
     goaway: bool,
+    /// The streams the proxy let the client open at first.
+    max_streams: u64,
 }
 
 impl Exchange {
@@ -95,6 +97,7 @@ fn h3_run(addr: SocketAddr, requests: Value, seconds: u32, linger: u32) -> Vec<E
             trailers: pairs(&r["trailers"]),
             error: r["error"].as_str().map(str::to_owned),
             goaway: r["goaway"].as_bool().unwrap(),
+            max_streams: r["max_streams"].as_u64().unwrap(),
         })
         .collect()
 }
@@ -614,5 +617,87 @@ async fn a_binary_upgrade_hands_over_the_http3_sockets() {
             "{exchanges:?}\n{}",
             new.log()
         );
+    }
+}
+
+/// Malformed HTTP/3 on a request stream, as frames' bytes: each ends its stream or its
+/// connection with an error, and the proxy serves the next connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_http3_ends_the_stream_or_connection_and_nothing_else() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 2);
+    let addr = proxy.addr();
+    let admin = proxy.admin.unwrap();
+    let cases = [
+        ("DATA before HEADERS", "0003616263"),
+        ("HEADERS that QPACK cannot decode", "0104ffffffff"),
+        ("a reserved frame type and no HEADERS", "21026869"),
+        ("HEADERS declaring 1 GiB, then the end", "01bfffffff00"),
+        ("PUSH_PROMISE from a client", "050100"),
+        ("the stream's end before anything", ""),
+        ("a frame length past the stream's end", "0140"),
+    ];
+    for (what, hex) in cases {
+        let exchanges = tokio::task::spawn_blocking(move || {
+            h3_exchanges_within(
+                addr,
+                json!([
+                    {"method": "GET", "path": "/bad", "raw_hex": hex},
+                    {"method": "GET", "path": "/direct", "delay_ms": 300},
+                ]),
+                10,
+            )
+        })
+        .await
+        .unwrap();
+        assert_eq!(exchanges[0].status, None, "{what}: {:?}", exchanges[0]);
+        assert!(exchanges[0].error.is_some(), "{what}: {:?}", exchanges[0]);
+        // The same connection goes on after a stream error; after a connection error, the
+        // next connection is served.
+        let next = if exchanges[1].status == Some(201) {
+            Some(201)
+        } else {
+            let again = tokio::task::spawn_blocking(move || {
+                h3_exchanges(addr, json!([{"method": "GET", "path": "/direct"}]))
+            })
+            .await
+            .unwrap();
+            again[0].status
+        };
+        assert_eq!(next, Some(201), "{what}: served after it");
+    }
+    assert_eq!(stat(admin, "downstream_cx_http3_active"), 0);
+}
+
+/// A client opening more streams than `max_concurrent_streams` is held back by QUIC's stream
+/// credit, not refused: all of its requests are answered, never more than the limit at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_the_limit_wait_for_credit() {
+    let held = HeldUpstream::start().await;
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, held.addr, "{}");
+    let yaml = yaml.replacen(
+        "    http3: {}",
+        "    http3: {}\n    http: { max_concurrent_streams: 20 }",
+        1,
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    let requests: Vec<Value> = (0..100)
+        .map(|i| json!({"method": "GET", "path": format!("/s{i}")}))
+        .collect();
+    let client = tokio::task::spawn_blocking(move || h3_exchanges(addr, Value::Array(requests)));
+    // The upstream holds every request until the limit's worth have come.
+    held.wait_for_requests(20).await;
+    held.release();
+    let exchanges = client.await.unwrap();
+    assert_eq!(exchanges.len(), 100);
+    for (i, exchange) in exchanges.iter().enumerate() {
+        assert_eq!(exchange.status, Some(200), "{i}: {exchange:?}");
+        assert_eq!(exchange.max_streams, 20, "the credit QUIC gave the client");
     }
 }

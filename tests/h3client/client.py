@@ -9,10 +9,12 @@ standard input on it at once, and prints one JSON object per request (in the sam
   out: [{"status": 200, "headers": [[name, value]], "body_bytes": N, "body_sha256": "...",
          "sent_sha256": "...", "trailers": [...], "error": null, "goaway": false}]
 
-`delay_ms` holds a request back that long after the connection is up; `rebind` sends it, and
+`raw_hex` sends those bytes on the request's stream instead of HTTP/3 frames (malformed
+requests); `delay_ms` holds a request back that long after the connection is up; `rebind` sends it, and
 all after it, from a new UDP port (the connection's address changes); `goaway` says whether
 the server sent GOAWAY on the connection: by the time the exchanges ended or, with
-`--linger SECONDS`, the server closed the connection or that long after.
+`--linger SECONDS`, the server closed the connection or that long after; `max_streams` is
+the server's stream credit when the connection was up (its initial_max_streams_bidi).
 
 A request body is sent in 64 KiB pieces, each different (`sent_sha256` is its digest); aioquic
 queues what flow control does not yet let through. `--server-name` is the SNI and `:authority`;
@@ -34,7 +36,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import StreamReset
+from aioquic.quic.events import ConnectionTerminated, StreamReset
 
 PIECE = 64 * 1024
 GOAWAY = 0x7
@@ -95,8 +97,13 @@ class Client(QuicConnectionProtocol):
         super().__init__(*args, **kwargs)
         self.h3 = WatchedH3(self._quic)
         self.exchanges = {}
+        self.terminated = None
 
     def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            self.terminated = "connection closed %d" % event.error_code
+            for exchange in self.exchanges.values():
+                exchange.finish(self.terminated)
         if isinstance(event, StreamReset):
             exchange = self.exchanges.get(event.stream_id)
             if exchange is not None:
@@ -136,6 +143,10 @@ class Client(QuicConnectionProtocol):
         await asyncio.sleep(request.get("delay_ms", 0) / 1000)
         if request.get("rebind"):
             await self.rebind()
+        if self.terminated:
+            exchange = Exchange()
+            exchange.finish(self.terminated)
+            return exchange
         stream_id = self._quic.get_next_available_stream_id()
         exchange = Exchange()
         self.exchanges[stream_id] = exchange
@@ -147,6 +158,13 @@ class Client(QuicConnectionProtocol):
             (b":authority", authority.encode()),
             (b":path", request["path"].encode()),
         ] + [(k.encode(), v.encode()) for k, v in request.get("headers", [])]
+        if "raw_hex" in request:
+            # Bytes as they are, not HTTP/3 framing: a malformed request.
+            raw = bytes.fromhex(request["raw_hex"])
+            self._quic.send_stream_data(stream_id, raw, end_stream=True)
+            self.transmit()
+            await exchange.done
+            return exchange
         self.h3.send_headers(stream_id, headers, end_stream=size == 0 and not trailers)
         self.transmit()
         offset = 0
@@ -183,6 +201,8 @@ async def main():
     async with connect(
         host, int(port), configuration=config, create_protocol=Client, wait_connected=True
     ) as client:
+        # The server's stream credit as the handshake gave it (initial_max_streams_bidi).
+        max_streams = client._quic._remote_max_streams_bidi
         sent = [asyncio.ensure_future(client.send(r, args.server_name)) for r in requests]
         await asyncio.wait(sent, timeout=args.timeout)
         for exchange in client.exchanges.values():
@@ -193,7 +213,7 @@ async def main():
                 await asyncio.wait_for(client.wait_closed(), args.linger)
             except asyncio.TimeoutError:
                 pass
-        reports = [e.report(client.h3.goaway) for e in exchanges]
+        reports = [dict(e.report(client.h3.goaway), max_streams=max_streams) for e in exchanges]
     json.dump(reports, sys.stdout)
 
 
