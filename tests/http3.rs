@@ -134,6 +134,35 @@ clusters:
     (yaml, ca.roots())
 }
 
+/// A proxy serving HTTP/3 (the listener's `http3` setting as given) in front of a no-op
+/// upstream, with what a test may need of it.
+struct Edge {
+    _upstream: testbed::NoopHandle,
+    /// Holds the certificates and the access log (`access.log`).
+    dir: ScratchDir,
+    yaml: String,
+    roots: rustls::RootCertStore,
+    proxy: Proxy,
+}
+
+impl Edge {
+    async fn start(http3: &str, workers: usize) -> Edge {
+        let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dir = ScratchDir::new();
+        let (yaml, roots) = config(&dir, upstream.local_addr(), http3);
+        let proxy = Proxy::start(&yaml, workers);
+        Edge {
+            _upstream: upstream,
+            dir,
+            yaml,
+            roots,
+            proxy,
+        }
+    }
+}
+
 /// One HTTPS request over TCP: the response's `alt-svc`, if any (the route answers 201).
 async fn alt_svc_over_tcp(addr: SocketAddr, roots: rustls::RootCertStore) -> Option<String> {
     let response = get_over_tcp(addr, roots).await;
@@ -180,12 +209,9 @@ async fn get_over_tcp(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_over_http3_take_the_same_path_as_over_tcp() {
-    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = ScratchDir::new();
-    let (yaml, roots) = config(&dir, upstream.local_addr(), "{}");
-    let proxy = Proxy::start(&yaml, 2);
+    let Edge {
+        dir, roots, proxy, ..
+    } = Edge::start("{}", 2).await;
     let addr = proxy.addr();
     let admin = proxy.admin.unwrap();
 
@@ -273,12 +299,7 @@ async fn requests_over_http3_take_the_same_path_as_over_tcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_streams_on_one_connection_are_all_answered() {
-    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = ScratchDir::new();
-    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
-    let proxy = Proxy::start(&yaml, 1);
+    let Edge { proxy, .. } = Edge::start("{}", 1).await;
     let addr = proxy.addr();
     let requests: Vec<Value> = (0..200)
         .map(|i| {
@@ -305,12 +326,7 @@ async fn many_streams_on_one_connection_are_all_answered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alt_svc_can_be_left_out() {
-    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = ScratchDir::new();
-    let (yaml, roots) = config(&dir, upstream.local_addr(), "{ alt_svc_max_age: 0s }");
-    let proxy = Proxy::start(&yaml, 1);
+    let Edge { roots, proxy, .. } = Edge::start("{ alt_svc_max_age: 0s }", 1).await;
     assert_eq!(alt_svc_over_tcp(proxy.addr(), roots).await, None);
     // HTTP/3 itself still serves.
     let exchanges = tokio::task::spawn_blocking({
@@ -324,19 +340,7 @@ async fn alt_svc_can_be_left_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_serves_http3_on_its_tls_port() {
-    let mut command = Command::new(BIN);
-    command.args([
-        "demo",
-        "--port",
-        "0",
-        "--tls-port",
-        "0",
-        "--admin-port",
-        "0",
-        "--concurrency",
-        "1",
-    ]);
-    let mut proxy = Proxy::spawn(command, &[], 2, ScratchDir::new());
+    let mut proxy = start_demo();
     let tls = proxy.addrs[1];
     let exchanges = tokio::task::spawn_blocking(move || {
         h3_exchanges(
@@ -391,12 +395,9 @@ async fn a_drain_says_goaway_and_finishes_the_requests_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_under_http3_load_fails_no_request() {
-    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = ScratchDir::new();
-    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
-    let proxy = Proxy::start(&yaml, 2);
+    let Edge {
+        dir, yaml, proxy, ..
+    } = Edge::start("{}", 2).await;
     let addr = proxy.addr();
     let admin = proxy.admin.unwrap();
     // 300 requests over about 3 s on one connection, with reloads among them.
@@ -441,12 +442,7 @@ async fn a_reload_under_http3_load_fails_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_headers_over_the_limit_are_answered_431() {
-    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = ScratchDir::new();
-    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
-    let proxy = Proxy::start(&yaml, 1);
+    let Edge { proxy, .. } = Edge::start("{}", 1).await;
     let addr = proxy.addr();
     // 70 KiB of headers, over the 60 KiB default (aioquic takes no single value that long).
     let big: Vec<Value> = (0..35)
@@ -473,12 +469,7 @@ async fn request_headers_over_the_limit_are_answered_431() {
 /// such a client must connect again: the proxy logs a warning at start.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_whose_address_changes_keeps_its_connection() {
-    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = ScratchDir::new();
-    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
-    let proxy = Proxy::start(&yaml, 4);
+    let Edge { proxy, .. } = Edge::start("{}", 4).await;
     let addr = proxy.addr();
     let admin = proxy.admin.unwrap();
     // Each rebinding picks a new source port, which the kernel's address hash would send to
@@ -624,12 +615,7 @@ async fn a_binary_upgrade_hands_over_the_http3_sockets() {
 /// connection with an error, and the proxy serves the next connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_http3_ends_the_stream_or_connection_and_nothing_else() {
-    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = ScratchDir::new();
-    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
-    let proxy = Proxy::start(&yaml, 2);
+    let Edge { proxy, .. } = Edge::start("{}", 2).await;
     let addr = proxy.addr();
     let admin = proxy.admin.unwrap();
     let cases = [

@@ -253,22 +253,8 @@ async fn a_connection_accepted_before_the_drain_has_its_first_request_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_serves_curlable_requests() {
-    // Port 0: a port picked here and released could be taken by another test before the
-    // demo binds it.
-    let mut command = Command::new(BIN);
-    command.args([
-        "demo",
-        "--port",
-        "0",
-        "--tls-port",
-        "0",
-        "--admin-port",
-        "0",
-        "--concurrency",
-        "1",
-    ]);
     // Its plain listener, and its TLS one (HTTP/3 beside it: tests/http3.rs).
-    let mut proxy = Proxy::spawn(command, &[], 2, ScratchDir::new());
+    let mut proxy = start_demo();
     let response = send_h1(proxy.addr(), get("/healthz", &[])).await;
     assert_eq!(text(response.into_body()).await, "ok\n");
     let response = send_h2(proxy.addr(), get_h2("/hello", &[("x-noop-status", "503")])).await;

@@ -652,6 +652,26 @@ pub fn decompress(encoding: &str, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `legate demo` with one worker, its ports picked by the system (a port picked here and
+/// released could be taken by another test before the demo binds it): its plain listener
+/// first, then its TLS one.
+#[allow(dead_code)]
+pub fn start_demo() -> Proxy {
+    let mut command = Command::new(BIN);
+    command.args([
+        "demo",
+        "--port",
+        "0",
+        "--tls-port",
+        "0",
+        "--admin-port",
+        "0",
+        "--concurrency",
+        "1",
+    ]);
+    Proxy::spawn(command, &[], 2, ScratchDir::new())
+}
+
 /// `legate -c FILE --upgrade-socket PATH`, in its own scratch directory.
 pub fn start_upgradable(yaml: &str, socket: &std::path::Path, from: bool) -> Proxy {
     let dir = ScratchDir::new();
