@@ -389,7 +389,7 @@ fn the_readme_config_reference_is_valid() {
     }
     // The reference, the admin's access, TLS, the filter chain and each filter, ext_authz,
     // upgrades, routing, mirroring, the client's address (and its detection), tracing, zone-
-    // aware routing, the TCP proxy, filter chains: a block that stops being fenced as yaml
-    // would stop being checked.
-    assert_eq!(blocks, 36, "README yaml blocks");
+    // aware routing, the TCP proxy, filter chains, HTTP/3: a block that stops being fenced as
+    // yaml would stop being checked.
+    assert_eq!(blocks, 37, "README yaml blocks");
 }
