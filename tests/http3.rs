@@ -656,6 +656,13 @@ async fn malformed_http3_ends_the_stream_or_connection_and_nothing_else() {
         };
         assert_eq!(next, Some(201), "{what}: served after it");
     }
+    // Five of them break HTTP/3 for the whole connection, which the proxy closes.
+    let broke = "downstream_cx_http3_close{listener=\"edge\",reason=\"http3_error\"}: 5";
+    eventually("connection errors counted", async || {
+        let (_, text) = admin_request(admin, "GET", "/stats?filter=downstream_cx_http3_close");
+        text.lines().any(|l| l == broke)
+    })
+    .await;
     assert_eq!(stat(admin, "downstream_cx_http3_active"), 0);
 }
 

@@ -176,7 +176,7 @@ catalog! {
         /// Indexed as [`QUIC_CLOSE_REASONS`].
         cx_http3_close: counter["reason": QUIC_CLOSE_REASONS] = downstream_cx_http3_close(
             "downstream_cx_http3_close",
-            "HTTP/3 connections ended, by why: idle_timeout, closed_here (GOAWAY, drain or the proxy's close), peer_application_close, peer_transport_close, transport_error (the peer broke QUIC), stateless_reset, version_mismatch, cids_exhausted.",
+            "HTTP/3 connections ended, by why: idle_timeout, closed_here (GOAWAY, drain or the proxy's close), peer_application_close, peer_transport_close, transport_error (the peer broke QUIC), stateless_reset, version_mismatch, cids_exhausted, http3_error (the client broke HTTP/3).",
         ),
         cx_http3_lost_packets: counter = downstream_cx_http3_lost_packets(
             "downstream_cx_http3_lost_packets",
@@ -888,7 +888,7 @@ const ALPN_LABELS: [&str; 4] = ["h2", "http/1.1", "none", "other"];
 /// In `config::Encoding`'s order.
 const ENCODINGS: [&str; 3] = ["zstd", "br", "gzip"];
 /// Why an HTTP/3 connection ended, as `downstream_cx_http3_close` labels it.
-pub(crate) const QUIC_CLOSE_REASONS: [&str; 8] = [
+pub(crate) const QUIC_CLOSE_REASONS: [&str; 9] = [
     "idle_timeout",
     "closed_here",
     "peer_application_close",
@@ -897,6 +897,7 @@ pub(crate) const QUIC_CLOSE_REASONS: [&str; 8] = [
     "stateless_reset",
     "version_mismatch",
     "cids_exhausted",
+    "http3_error",
 ];
 /// The overload manager's actions, as `overload_action_applied` labels them; indexed by the
 /// constants below.

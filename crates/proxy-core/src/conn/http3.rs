@@ -139,8 +139,8 @@ pub(crate) async fn serve_h3(
         return;
     };
     let ctx = Rc::new(ctx);
-    let _active = Active::new(&ctx);
-    let codec = serve_requests(connection.clone(), &ctx, http, h3, drain, &mut close).await;
+    let mut active = Active::new(&ctx, &connection);
+    let served = serve_requests(connection.clone(), &ctx, http, h3, drain, &mut close).await;
     // Dropping the codec closed the connection, which throws away what the client has not
     // yet acknowledged: the last responses could be lost. So the codec is kept until the
     // client closes (it does once GOAWAY's requests are answered), or for a moment.
@@ -150,19 +150,18 @@ pub(crate) async fn serve_h3(
         () = close.raised() => {}
     }
     // Read before the codec goes: its close would take the place of the peer's reason.
-    let error = connection.close_reason();
-    drop(codec);
-    tracing::debug!(peer = %ctx.peer, ?error, "HTTP/3 connection closed");
-    let stats = &ctx.listener.stats;
-    let reason = error.map_or(CLOSED_HERE, |error| close_reason(&error));
-    stats.cx_http3_close[reason].inc();
-    stats
-        .cx_http3_lost_packets
-        .add(connection.stats().path.lost_packets);
+    active.reason = Some(match connection.close_reason() {
+        _ if served.peer_broke_http3 => HTTP3_ERROR,
+        Some(error) => close_reason(&error),
+        None => CLOSED_HERE,
+    });
+    drop(served.codec);
 }
 
 /// Index of `closed_here` in [`crate::catalog::QUIC_CLOSE_REASONS`].
 const CLOSED_HERE: usize = 1;
+/// Index of `http3_error`: the codec closed the connection for the client's fault.
+const HTTP3_ERROR: usize = 8;
 
 /// Why a connection ended, as an index into [`crate::catalog::QUIC_CLOSE_REASONS`].
 fn close_reason(error: &quinn::ConnectionError) -> usize {
@@ -183,21 +182,46 @@ fn close_reason(error: &quinn::ConnectionError) -> usize {
 /// responses are acknowledged before the connection is closed from here.
 const QUIET_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Counts an HTTP/3 connection as open while it is held, however its task ends.
-struct Active(Rc<ConnCtx>);
+/// Counts an HTTP/3 connection as open while it is held, and why it ended and the packets it
+/// lost when it goes, however its task ends (a listener's close drops it mid-way).
+struct Active {
+    ctx: Rc<ConnCtx>,
+    connection: quinn::Connection,
+    /// Why it ended, when the task learned it; otherwise it was closed here.
+    reason: Option<usize>,
+}
 
 impl Active {
-    fn new(ctx: &Rc<ConnCtx>) -> Self {
+    fn new(ctx: &Rc<ConnCtx>, connection: &quinn::Connection) -> Self {
         ctx.listener.stats.cx_http3_total.inc();
         ctx.listener.stats.cx_http3_active.inc();
-        Self(Rc::clone(ctx))
+        Self {
+            ctx: Rc::clone(ctx),
+            connection: connection.clone(),
+            reason: None,
+        }
     }
 }
 
 impl Drop for Active {
     fn drop(&mut self) {
-        self.0.listener.stats.cx_http3_active.dec();
+        let stats = &self.ctx.listener.stats;
+        stats.cx_http3_active.dec();
+        let reason = self.reason.unwrap_or(CLOSED_HERE);
+        stats.cx_http3_close[reason].inc();
+        stats
+            .cx_http3_lost_packets
+            .add(self.connection.stats().path.lost_packets);
+        tracing::debug!(peer = %self.ctx.peer, reason = crate::catalog::QUIC_CLOSE_REASONS[reason], "HTTP/3 connection closed");
     }
+}
+
+/// How the codec's work on a connection ended.
+struct Served {
+    /// The codec, whose drop closes the connection; `None` if it could not start.
+    codec: Option<H3Connection>,
+    /// The client broke HTTP/3 and the codec closed the connection.
+    peer_broke_http3: bool,
 }
 
 /// The h3 codec on an established connection, until the client is done or GOAWAY's
@@ -209,7 +233,7 @@ async fn serve_requests(
     h3: &H3Settings,
     mut drain: SignalWatch,
     close: &mut SignalWatch,
-) -> Option<H3Connection> {
+) -> Served {
     let built = h3::server::builder()
         .max_field_section_size(h3.max_field_section_size)
         .build::<_, Bytes>(h3_quinn::Connection::new(connection))
@@ -218,7 +242,10 @@ async fn serve_requests(
         Ok(conn) => conn,
         Err(error) => {
             tracing::debug!(peer = %ctx.peer, %error, "HTTP/3 connection failed to start");
-            return None;
+            return Served {
+                codec: None,
+                peer_broke_http3: false,
+            };
         }
     };
     let service = ProxyService {
@@ -246,7 +273,12 @@ async fn serve_requests(
                 Ok(None) => break,
                 Err(error) => {
                     tracing::debug!(peer = %ctx.peer, %error, "HTTP/3 connection ended");
-                    break;
+                    let peer_broke_http3 =
+                        matches!(error, h3::error::ConnectionError::Local { .. });
+                    return Served {
+                        codec: Some(conn),
+                        peer_broke_http3,
+                    };
                 }
             },
             Some(()) = requests.next(), if !requests.is_empty() => {}
@@ -269,7 +301,10 @@ async fn serve_requests(
             break;
         }
     }
-    Some(conn)
+    Served {
+        codec: Some(conn),
+        peer_broke_http3: false,
+    }
 }
 
 /// GOAWAY naming the stream after the last one taken: every request already begun is served,

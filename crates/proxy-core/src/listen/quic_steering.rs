@@ -183,6 +183,25 @@ pub(crate) fn steer_by_connection_id(socket: &UdpSocket, workers: usize) -> io::
     }
 }
 
+/// Takes the program off `socket`'s group, if one is attached (an earlier process's): the
+/// kernel then spreads packets by their addresses.
+#[allow(unsafe_code)]
+pub(crate) fn detach_steering(socket: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let unused: libc::c_int = 0;
+    // SAFETY: a plain int option value, read by the kernel during the call; ENOENT (no
+    // program attached) is the usual answer and is fine.
+    let _ = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_REUSEPORT_BPF,
+            std::ptr::from_ref(&unused).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

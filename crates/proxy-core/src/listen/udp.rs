@@ -7,7 +7,7 @@ use std::sync::{Mutex, PoisonError};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::quic_steering::steer_by_connection_id;
+use super::quic_steering::{detach_steering, steer_by_connection_id};
 
 /// A listener's UDP sockets, each taken by its worker when it starts serving HTTP/3 on them.
 /// Kept across generations while the listener keeps HTTP/3; dropped when it stops.
@@ -26,11 +26,19 @@ pub(crate) struct QuicSockets {
 impl QuicSockets {
     /// Binds `count` sockets on `addr` (the TCP listener's address, its port chosen).
     pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<Self> {
+        // Sockets still open on the port (an earlier listener's, draining, or those of a
+        // process this one upgrades that did not hand them over) hold places in the group:
+        // the group's order would not be the workers'.
+        let fresh = group_is_free(addr);
         // In worker order: the group's index of each socket is its worker's number.
         let sockets = (0..count)
             .map(|_| bind_one(addr))
             .collect::<io::Result<Vec<_>>>()?;
-        Self::serve(addr, sockets)
+        let steer = match fresh {
+            Ok(()) => Steer::Yes,
+            Err(error) => Steer::No(format!("other sockets hold the port ({error})")),
+        };
+        Self::serve(addr, sockets, steer)
     }
 
     /// Takes the sockets of the process this one upgrades, in its worker order, as this
@@ -41,6 +49,16 @@ impl QuicSockets {
             return Err(io::Error::other("no inherited UDP socket"));
         };
         let addr = first.local_addr()?;
+        // Another worker count would count the group differently from the process that
+        // is draining, whose connections' packets would reach other workers.
+        let steer = if inherited.len() == count {
+            Steer::Yes
+        } else {
+            Steer::No(format!(
+                "the previous process had {} workers, this one {count}",
+                inherited.len()
+            ))
+        };
         let mut sockets = inherited;
         for socket in &sockets {
             socket.set_nonblocking(true)?;
@@ -49,18 +67,29 @@ impl QuicSockets {
         while sockets.len() < count {
             sockets.push(bind_one(addr)?);
         }
-        Self::serve(addr, sockets)
+        Self::serve(addr, sockets, steer)
     }
 
-    fn serve(addr: SocketAddr, sockets: Vec<UdpSocket>) -> io::Result<Self> {
+    fn serve(addr: SocketAddr, sockets: Vec<UdpSocket>, steer: Steer) -> io::Result<Self> {
         let count = sockets.len();
-        let steered = match sockets.first().map(|s| steer_by_connection_id(s, count)) {
-            Some(Ok(())) => true,
-            Some(Err(error)) => {
-                tracing::warn!(%addr, %error, "QUIC packets cannot be steered by connection ID: by source address instead, without connection migration");
+        let attached = match (steer, sockets.first()) {
+            (_, None) => Err("no socket".to_owned()),
+            (Steer::Yes, Some(first)) => {
+                steer_by_connection_id(first, count).map_err(|error| error.to_string())
+            }
+            (Steer::No(why), Some(first)) => {
+                // The group's program, if an earlier process attached one, would steer by
+                // IDs this process does not make.
+                detach_steering(first);
+                Err(why)
+            }
+        };
+        let steered = match attached {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::warn!(%addr, why, "QUIC packets are not steered by connection ID: by source address instead, without connection migration");
                 false
             }
-            None => false,
         };
         let handover = sockets
             .iter()
@@ -95,6 +124,20 @@ impl QuicSockets {
     }
 }
 
+/// Whether packets can be steered by connection ID on the group about to be bound.
+enum Steer {
+    Yes,
+    /// No, and why.
+    No(String),
+}
+
+/// `Ok` when no socket holds `addr`'s UDP port (a plain bind, without `SO_REUSEPORT`,
+/// succeeds), so the sockets bound next are the group's first.
+fn group_is_free(addr: SocketAddr) -> io::Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    probe.bind(&addr.into())
+}
+
 fn bind_one(addr: SocketAddr) -> io::Result<UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_reuse_port(true)?;
@@ -117,7 +160,31 @@ mod tests {
             assert_eq!(socket.local_addr().unwrap(), addr);
         }
         assert!(sockets.take(1).is_none(), "taken once");
-        assert!(sockets.steered, "Linux takes the reuse-port program");
         assert!(sockets.take(3).is_none(), "no such worker");
+        assert!(sockets.steered, "Linux takes the reuse-port program");
+    }
+
+    #[test]
+    fn a_port_whose_group_has_other_sockets_is_not_steered() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let earlier = QuicSockets::bind(addr, 2).unwrap();
+        assert!(earlier.steered);
+        // Its sockets still open: a second group's order would not be its workers'.
+        let later = QuicSockets::bind(addr, 2).unwrap();
+        assert!(!later.steered);
+    }
+
+    #[test]
+    fn sockets_handed_over_keep_steering_unless_the_worker_count_changes() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let old = QuicSockets::bind(addr, 2).unwrap();
+        let same = QuicSockets::adopt(old.handover().unwrap(), 2).unwrap();
+        assert!(same.steered);
+        assert_eq!(same.address, addr);
+        let more = QuicSockets::adopt(old.handover().unwrap(), 3).unwrap();
+        assert!(!more.steered);
+        assert_eq!(more.workers(), 3);
     }
 }

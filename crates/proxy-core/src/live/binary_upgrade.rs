@@ -145,6 +145,15 @@ fn receive(stream: &UnixStream) -> io::Result<Option<Inherited>> {
     }))
 }
 
+/// Set once a new process has taken this one's sockets over and asked it to drain.
+static HANDED_OVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process drains because a new one took its sockets over (rather than stopping,
+/// or a listener going).
+pub(crate) fn handed_over() -> bool {
+    HANDED_OVER.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The running side: answers a new process at `path`. The receiver fires when a new process
 /// has taken over and this one should drain.
 pub(crate) fn serve(path: &Path, live: Weak<LiveConfig>) -> io::Result<oneshot::Receiver<()>> {
@@ -176,6 +185,7 @@ fn accept(
         let Ok(stream) = stream else { continue };
         match answer(&stream, &live) {
             Ok(true) => {
+                HANDED_OVER.store(true, std::sync::atomic::Ordering::Relaxed);
                 // The new process takes the path over; this one stops listening on it.
                 let _ = std::fs::remove_file(&path);
                 let _ = (&stream).write_all(b"ok\n");

@@ -181,14 +181,17 @@ async fn accept_loop(
             }
         });
     }
-    // Open connections say GOAWAY. New ones are ignored, not refused: in a binary upgrade the
-    // new process reads the same sockets, and the client's next try may reach it.
+    // Open connections say GOAWAY. New ones are refused, so their clients go elsewhere (or
+    // to TCP) at once; but after a binary upgrade they are ignored: the new process reads the
+    // same sockets, and the client's next try may reach it.
     drain.raise();
+    let handing_over = crate::live::binary_upgrade::handed_over();
     let mut closing = close.watch();
     loop {
         tokio::select! {
             incoming = endpoint.accept() => match incoming {
-                Some(incoming) => incoming.ignore(),
+                Some(incoming) if handing_over => incoming.ignore(),
+                Some(incoming) => incoming.refuse(),
                 None => break,
             },
             () = closing.raised() => break,
