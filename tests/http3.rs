@@ -694,3 +694,48 @@ async fn streams_past_the_limit_wait_for_credit() {
         assert_eq!(exchange.max_streams, 20, "the credit QUIC gave the client");
     }
 }
+
+/// Under the overload manager's first action (keep-alive off), a new QUIC client must prove
+/// its address with a Retry before the proxy spends a handshake on it; one that does is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_pressure_new_clients_prove_their_address_first() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    // A plain listener to hold connections open on, and connection pressure at 8 of 10.
+    let plain = "  - name: plain\n    address: 127.0.0.1:0\n    routes:\n      - match: { prefix: / }\n        direct_response: { status: 200 }\nclusters:";
+    let yaml = yaml.replacen("clusters:", plain, 1)
+        + "overload: { connection_limit: 10, memory_limit: 64GiB, interval: 20ms }\n";
+    let proxy = Proxy::start(&yaml, 1);
+    let (addr, admin) = (proxy.addr(), proxy.admin.unwrap());
+    let client = |path: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            h3_exchanges(addr, json!([{"method": "GET", "path": path}]))
+        })
+    };
+    assert_eq!(client("/calm").await.unwrap()[0].status, Some(200));
+    assert_eq!(
+        stat(admin, "downstream_cx_http3_retry"),
+        0,
+        "no Retry when calm"
+    );
+    let held: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| std::net::TcpStream::connect(proxy.addrs[1]).unwrap())
+        .collect();
+    eventually("keep-alive is off", async || {
+        admin_request(admin, "GET", "/ready")
+            .1
+            .contains("disable_keepalive")
+    })
+    .await;
+    assert_eq!(client("/pressed").await.unwrap()[0].status, Some(200));
+    // One Retry (another if the client sent its first packet again before the Retry came).
+    assert!(
+        stat(admin, "downstream_cx_http3_retry") >= 1,
+        "a Retry, then served"
+    );
+    drop(held);
+}
