@@ -33,6 +33,8 @@ struct Exchange {
     goaway: bool,
     /// The streams the proxy let the client open at first.
     max_streams: u64,
+    /// The DNS names of the certificate the proxy served.
+    server_cert_names: Vec<String>,
 }
 
 impl Exchange {
@@ -66,10 +68,26 @@ fn h3_exchanges_within(addr: SocketAddr, requests: Value, seconds: u32) -> Vec<E
 /// As [`h3_exchanges_within`], then waiting up to `linger` seconds for the server to close the
 /// connection before telling whether it sent GOAWAY.
 fn h3_run(addr: SocketAddr, requests: Value, seconds: u32, linger: u32) -> Vec<Exchange> {
+    match h3_try(addr, "legate.test", requests, seconds, linger) {
+        Ok(exchanges) => exchanges,
+        Err(stderr) => panic!("HTTP/3 client failed: {stderr}"),
+    }
+}
+
+/// One connection asking for `server_name`, as [`h3_run`]; `Err` with the client's error
+/// output when it could not connect or failed otherwise.
+fn h3_try(
+    addr: SocketAddr,
+    server_name: &str,
+    requests: Value,
+    seconds: u32,
+    linger: u32,
+) -> Result<Vec<Exchange>, String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3client/client.py");
     let mut child = Command::new("python3")
         .arg(script)
         .arg(addr.to_string())
+        .args(["--server-name", server_name])
         .args(["--timeout", &seconds.to_string()])
         .args(["--linger", &linger.to_string()])
         .stdin(Stdio::piped())
@@ -85,9 +103,11 @@ fn h3_run(addr: SocketAddr, requests: Value, seconds: u32, linger: u32) -> Vec<E
         !stderr.contains("No module named 'aioquic'"),
         "aioquic is missing: tests/run.sh installs it (python3 -m pip install aioquic)"
     );
-    assert!(output.status.success(), "HTTP/3 client failed: {stderr}");
+    if !output.status.success() {
+        return Err(stderr.into_owned());
+    }
     let reports: Value = serde_json::from_slice(&output.stdout).unwrap();
-    (reports.as_array().unwrap().iter())
+    Ok((reports.as_array().unwrap().iter())
         .map(|r| Exchange {
             status: r["status"].as_u64().map(|s| s as u16),
             headers: pairs(&r["headers"]),
@@ -98,8 +118,11 @@ fn h3_run(addr: SocketAddr, requests: Value, seconds: u32, linger: u32) -> Vec<E
             error: r["error"].as_str().map(str::to_owned),
             goaway: r["goaway"].as_bool().unwrap(),
             max_streams: r["max_streams"].as_u64().unwrap(),
+            server_cert_names: (r["server_cert_names"].as_array().unwrap().iter())
+                .map(|n| n.as_str().unwrap().to_owned())
+                .collect(),
         })
-        .collect()
+        .collect())
 }
 
 /// A TLS listener serving HTTP/3 beside TCP, in front of `upstream`, with an access log; and
@@ -738,4 +761,109 @@ async fn under_pressure_new_clients_prove_their_address_first() {
         "a Retry, then served"
     );
     drop(held);
+}
+
+/// A listener serving QUIC alone (`quic_only`), with a chain per name: each connection gets
+/// the certificate and the routes of the chain its SNI picks; a name no chain takes gets no
+/// handshake. A TCP listener shares the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_only_listener_serves_the_chain_its_sni_picks() {
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let (a_cert, a_key) = ca.leaf(&["a.test"]).write(&dir, "a");
+    let (b_cert, b_key) = ca.leaf(&["*.b.test"]).write(&dir, "b");
+    let chain = |name: &str, names: &str, cert: &str, key: &str, status: u16| {
+        format!(
+            "      - name: {name}\n        match: {{ server_names: [\"{names}\"] }}\n        tls: {{ certificates: [{{ cert_chain: \"{cert}\", private_key: \"{key}\" }}] }}\n        routes: [{{ match: {{ prefix: / }}, direct_response: {{ status: {status} }} }}]\n"
+        )
+    };
+    // The TCP listener first, on any port; then the QUIC one on the port it got.
+    let tcp = "  - name: tcp\n    address: 127.0.0.1:0\n    routes: [{ match: { prefix: / }, direct_response: { status: 204 } }]\n";
+    let yaml = format!("admin: {{ address: 127.0.0.1:0 }}\nlisteners:\n{tcp}");
+    let proxy = Proxy::start(&yaml, 2);
+    let port = proxy.addr().port();
+    let quic = format!(
+        "  - name: quic\n    address: 127.0.0.1:{port}\n    http3: {{ quic_only: true }}\n    chains:\n{}{}",
+        chain("a", "a.test", &a_cert, &a_key, 200),
+        chain("b", "*.b.test", &b_cert, &b_key, 202),
+    );
+    let admin = proxy.admin.unwrap();
+    proxy.rewrite_config(&format!("{yaml}{quic}"));
+    let (status, body) = admin_request(admin, "POST", "/reload");
+    assert_eq!(status, 200, "{body}");
+    let addr = proxy.addr();
+    let ask = move |name: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            h3_try(addr, name, json!([{"method": "GET", "path": "/"}]), 30, 0)
+        })
+    };
+    let a = ask("a.test").await.unwrap().unwrap();
+    assert_eq!(a[0].status, Some(200), "{a:?}");
+    assert_eq!(a[0].server_cert_names, ["a.test"]);
+    let b = ask("x.b.test").await.unwrap().unwrap();
+    assert_eq!(b[0].status, Some(202), "{b:?}");
+    assert_eq!(b[0].server_cert_names, ["*.b.test"]);
+    // No chain for the name: no certificate, no connection.
+    assert!(ask("c.test").await.unwrap().is_err());
+    assert!(stat(admin, "downstream_cx_http3_handshake_error") >= 1);
+    // TCP on the same port number is the other listener's.
+    let plain = send_h1(addr, get("/", &[])).await;
+    assert_eq!(plain.status(), 204);
+}
+
+/// Envoy Gateway's HTTP/3 as it sends it: a UDP listener (`quic_options`, a chain per SNI with
+/// a QUIC transport socket and an HTTP/3 connection manager) on the port of its TCP listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_planes_quic_listener_serves_http3_beside_its_tcp_listener() {
+    use common::xds::{bootstrap, listener_address, route_config};
+    use testbed::ManagementServer;
+    use testbed::resources::{self, QuicChain};
+    use testbed::xds::{any, type_url};
+
+    let dir = ScratchDir::new();
+    let ca = Ca::new("test ca");
+    let (cert, key) = ca.leaf(&["www.example.com"]).write(&dir, "www");
+    let server = ManagementServer::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let tcp = resources::listener("gw", "127.0.0.1:0".parse().unwrap(), "gw-routes");
+    server.set(type_url::LISTENER, vec![("gw".into(), any(&tcp))]);
+    server.set(
+        type_url::ROUTE,
+        vec![route_config("gw-routes", &[("/", "")])],
+    );
+    let proxy = Proxy::start(&bootstrap(server.local_addr(), "delta"), 2);
+    let tcp_addr = listener_address(&proxy, "gw").await;
+    let quic = resources::quic_listener(
+        "gw-quic",
+        tcp_addr,
+        &[QuicChain {
+            server_names: &["www.example.com"],
+            cert_file: &cert,
+            key_file: &key,
+            routes: "gw-routes",
+        }],
+    );
+    server.set(
+        type_url::LISTENER,
+        vec![("gw".into(), any(&tcp)), ("gw-quic".into(), any(&quic))],
+    );
+    let quic_addr = listener_address(&proxy, "gw-quic").await;
+    assert_eq!(quic_addr, tcp_addr, "one port number, two protocols");
+    let exchanges = tokio::task::spawn_blocking(move || {
+        h3_try(
+            quic_addr,
+            "www.example.com",
+            json!([{"method": "GET", "path": "/x"}]),
+            30,
+            0,
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(exchanges[0].status, Some(204), "{exchanges:?}");
+    assert_eq!(exchanges[0].server_cert_names, ["www.example.com"]);
+    assert_eq!(send_h1(tcp_addr, get("/x", &[])).await.status(), 204);
+    server.shutdown().await;
 }

@@ -186,6 +186,20 @@ class Client(QuicConnectionProtocol):
         return exchange
 
 
+def server_certificate_names(client):
+    """The DNS names of the certificate the server sent."""
+    from cryptography import x509
+
+    cert = client._quic.tls._peer_certificate
+    if cert is None:
+        return []
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return san.value.get_values_for_type(x509.DNSName)
+
+
 async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("address", help="HOST:PORT")
@@ -213,7 +227,11 @@ async def main():
                 await asyncio.wait_for(client.wait_closed(), args.linger)
             except asyncio.TimeoutError:
                 pass
-        reports = [dict(e.report(client.h3.goaway), max_streams=max_streams) for e in exchanges]
+        names = server_certificate_names(client)
+        reports = [
+            dict(e.report(client.h3.goaway), max_streams=max_streams, server_cert_names=names)
+            for e in exchanges
+        ]
     json.dump(reports, sys.stdout)
 
 

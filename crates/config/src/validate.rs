@@ -91,11 +91,9 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
                 format!("duplicate listener name `{}`", l.name),
             ));
         }
-        // Port 0 asks for a fresh ephemeral port each time, so it never clashes.
-        if let Some(other) = listeners
-            .iter()
-            .find(|o| o.address == l.address && l.address.port() != 0)
-        {
+        // Port 0 asks for a fresh ephemeral port each time, so it never clashes; a TCP
+        // listener and a QUIC-only one may share an address (the UDP port is another port).
+        if let Some(other) = listeners.iter().find(|o| o.clashes_with(&l)) {
             return Err(ConfigError::invalid(
                 format!("{path}.address"),
                 format!("{} is already used by listener `{}`", l.address, other.name),
@@ -132,7 +130,7 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
     if let Some(admin) = &admin
         && let Some(l) = listeners
             .iter()
-            .find(|l| l.address == admin.address && admin.address.port() != 0)
+            .find(|l| l.address == admin.address && admin.address.port() != 0 && l.serves_tcp())
     {
         return Err(ConfigError::invalid(
             "admin.address",

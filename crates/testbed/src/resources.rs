@@ -128,6 +128,98 @@ pub fn listener_with_filters(
     }
 }
 
+/// One filter chain of a [`quic_listener`]: picked by `server_names`, serving the certificate
+/// and key in those files, with routes from RDS under `routes`.
+pub struct QuicChain<'a> {
+    pub server_names: &'a [&'a str],
+    pub cert_file: &'a str,
+    pub key_file: &'a str,
+    pub routes: &'a str,
+}
+
+/// A QUIC listener on `addr` as Envoy Gateway sends one beside its TCP listener: a UDP
+/// address with `quic_options`, `drain_type: MODIFY_ONLY`, and per chain a QUIC transport
+/// socket and a connection manager with `codec_type: HTTP3`.
+pub fn quic_listener(name: &str, addr: SocketAddr, chains: &[QuicChain<'_>]) -> Listener {
+    use envoy_types::pb::envoy::config::core::v3::{
+        DataSource, Http3ProtocolOptions, TransportSocket, data_source, transport_socket,
+    };
+    use envoy_types::pb::envoy::config::listener::v3::{
+        FilterChainMatch, QuicProtocolOptions, UdpListenerConfig, listener::DrainType,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::quic::v3::QuicDownstreamTransport;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CommonTlsContext, DownstreamTlsContext, TlsCertificate,
+    };
+    let file = |path: &str| {
+        Some(DataSource {
+            specifier: Some(data_source::Specifier::Filename(path.into())),
+            ..Default::default()
+        })
+    };
+    let mut address = socket(addr);
+    if let Some(Address {
+        address: Some(address::Address::SocketAddress(socket)),
+    }) = &mut address
+    {
+        socket.protocol = socket_address::Protocol::Udp as i32;
+    }
+    let filter_chains = chains
+        .iter()
+        .map(|chain| {
+            let mut template = listener(name, addr, chain.routes).filter_chains.remove(0);
+            let Some(filter::ConfigType::TypedConfig(hcm)) = &template.filters[0].config_type
+            else {
+                unreachable!("the template's connection manager is inline");
+            };
+            let mut hcm: HttpConnectionManager =
+                prost::Message::decode(hcm.value.as_slice()).expect("the template decodes");
+            hcm.codec_type = http_connection_manager::CodecType::Http3 as i32;
+            hcm.http3_protocol_options = Some(Http3ProtocolOptions::default());
+            template.filters[0].config_type = Some(filter::ConfigType::TypedConfig(any(&hcm)));
+            let tls = DownstreamTlsContext {
+                common_tls_context: Some(CommonTlsContext {
+                    alpn_protocols: vec!["h3".into()],
+                    tls_certificates: vec![TlsCertificate {
+                        certificate_chain: file(chain.cert_file),
+                        private_key: file(chain.key_file),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let quic = QuicDownstreamTransport {
+                downstream_tls_context: Some(tls),
+                ..Default::default()
+            };
+            FilterChain {
+                name: format!("{name}/{}", chain.server_names.join(",")),
+                filter_chain_match: Some(FilterChainMatch {
+                    server_names: chain.server_names.iter().map(|n| (*n).into()).collect(),
+                    ..Default::default()
+                }),
+                transport_socket: Some(TransportSocket {
+                    name: "envoy.transport_sockets.quic".into(),
+                    config_type: Some(transport_socket::ConfigType::TypedConfig(any(&quic))),
+                }),
+                ..template
+            }
+        })
+        .collect();
+    Listener {
+        name: name.into(),
+        address,
+        drain_type: DrainType::ModifyOnly as i32,
+        udp_listener_config: Some(UdpListenerConfig {
+            quic_options: Some(QuicProtocolOptions::default()),
+            ..Default::default()
+        }),
+        filter_chains,
+        ..Default::default()
+    }
+}
+
 fn prefix(prefix: &str) -> Option<RouteMatch> {
     Some(RouteMatch {
         path_specifier: Some(route_match::PathSpecifier::Prefix(prefix.into())),

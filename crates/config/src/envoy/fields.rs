@@ -958,3 +958,61 @@ pub(crate) const TCP_PROXY: &[(u32, &str)] = &[
     (23, "proxy_protocol_tlv_merge_policy"),
     (24, "check_drain_close"),
 ];
+
+pub(crate) const UDP_LISTENER_CONFIG: &[(u32, &str)] = &[
+    (5, "downstream_socket_config"),
+    (7, "quic_options"),
+    (8, "udp_packet_packet_writer_config"),
+];
+
+pub(crate) const QUIC_LISTENER_OPTIONS: &[(u32, &str)] = &[
+    (1, "quic_protocol_options"),
+    (2, "idle_timeout"),
+    (3, "crypto_handshake_timeout"),
+    (4, "enabled"),
+    (5, "packets_to_read_to_connection_count_ratio"),
+    (6, "crypto_stream_config"),
+    (7, "proof_source_config"),
+    (8, "connection_id_generator_config"),
+    (9, "server_preferred_address_config"),
+    (10, "send_disable_active_migration"),
+    (11, "connection_debug_visitor_config"),
+    (12, "save_cmsg_config"),
+    (13, "reject_new_connections"),
+    (14, "max_sessions_per_event_loop"),
+];
+
+pub(crate) const QUIC_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
+    (1, "max_concurrent_streams"),
+    (2, "initial_stream_window_size"),
+    (3, "initial_connection_window_size"),
+    (4, "num_timeouts_to_trigger_port_migration"),
+    (5, "connection_keepalive"),
+    (6, "connection_options"),
+    (7, "client_connection_options"),
+    (8, "idle_network_timeout"),
+    (9, "max_packet_length"),
+    (10, "client_packet_writer"),
+    (11, "connection_migration"),
+    (12, "memory_reduction_timeout"),
+    (13, "enable_scone"),
+];
+
+pub(crate) const HTTP3_PROTOCOL_OPTIONS: &[(u32, &str)] = &[
+    (1, "quic_protocol_options"),
+    (2, "override_stream_error_on_invalid_http_message"),
+    (5, "allow_extended_connect"),
+    (6, "allow_metadata"),
+    (7, "disable_qpack"),
+    (8, "disable_connection_flow_control_for_streams"),
+    (9, "disallow_obs_text"),
+];
+
+pub(crate) const UDP_SOCKET_CONFIG: &[(u32, &str)] =
+    &[(1, "max_rx_datagram_size"), (2, "prefer_gro")];
+
+pub(crate) const QUIC_DOWNSTREAM_TRANSPORT: &[(u32, &str)] = &[
+    (1, "downstream_tls_context"),
+    (2, "enable_early_data"),
+    (3, "enable_resumption"),
+];

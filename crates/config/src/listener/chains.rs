@@ -63,6 +63,8 @@ impl ChainMatch {
 pub enum TransportProtocol {
     Tls,
     RawBuffer,
+    /// A QUIC connection (a `quic_only` listener's).
+    Quic,
 }
 
 fn nets<S: Serializer>(nets: &[IpNet], s: S) -> Result<S::Ok, S::Error> {
@@ -117,6 +119,7 @@ pub(crate) fn chains(
     check: &dyn Fn(RawListener, &str) -> Result<ListenerConfig, ConfigError>,
 ) -> Result<Vec<FilterChainConfig>, ConfigError> {
     let raws = std::mem::take(&mut raw.chains);
+    let quic_http3 = raw.http3.clone().filter(|h| h.quic_only == Some(true));
     let mut chains: Vec<FilterChainConfig> = Vec::with_capacity(raws.len());
     let mut matchers = checked_matches(
         raws.iter()
@@ -147,7 +150,8 @@ pub(crate) fn chains(
             access_log: chain.access_log,
             proxy_protocol: None,
             tls: chain.tls,
-            http3: None,
+            // A QUIC-only listener's chains serve QUIC alone, as it does.
+            http3: quic_http3.clone(),
             tcp_proxy: chain.tcp_proxy,
             ext_authz: None,
             http_filters: chain.http_filters,
@@ -163,6 +167,14 @@ pub(crate) fn chains(
             http_inspector: None,
             dynamic: raw.dynamic,
         };
+        if quic_http3.is_some() {
+            quic_match(&matcher, &format!("{at}.match"))?;
+        } else if matcher.transport_protocol == Some(TransportProtocol::Quic) {
+            return Err(ConfigError::invalid(
+                format!("{at}.match.transport_protocol"),
+                "`quic` picks QUIC connections: only on a `quic_only` listener (`http3`)",
+            ));
+        }
         let settings = check(body, &at)?;
         let plain = matcher.transport_protocol == Some(TransportProtocol::RawBuffer);
         let inspects_http = raw.http_inspector == Some(true);
@@ -201,6 +213,43 @@ pub(crate) fn chains(
         });
     }
     Ok(chains)
+}
+
+/// A QUIC-only listener's chain is picked by what its handshake shows: its certificate is
+/// chosen by SNI before any address is looked at, so a chain picked by address could get
+/// another chain's certificate. Such matches, and ones no QUIC connection fits, are refused.
+fn quic_match(matcher: &ChainMatch, at: &str) -> Result<(), ConfigError> {
+    let by_address = [
+        ("prefix_ranges", !matcher.prefix_ranges.is_empty()),
+        (
+            "source_prefix_ranges",
+            !matcher.source_prefix_ranges.is_empty(),
+        ),
+        ("source_ports", !matcher.source_ports.is_empty()),
+    ];
+    if let Some((field, _)) = by_address.iter().find(|(_, set)| *set) {
+        return Err(ConfigError::invalid(
+            format!("{at}.{field}"),
+            "a QUIC connection's certificate is chosen by SNI alone: its chains are picked \
+             by server_names (and port), not by address",
+        ));
+    }
+    if matches!(
+        matcher.transport_protocol,
+        Some(TransportProtocol::Tls | TransportProtocol::RawBuffer)
+    ) {
+        return Err(ConfigError::invalid(
+            format!("{at}.transport_protocol"),
+            "a QUIC listener's connections are `quic`: the chain would never be picked",
+        ));
+    }
+    if let Some(other) = (matcher.application_protocols.iter()).find(|p| p.as_str() != "h3") {
+        return Err(ConfigError::invalid(
+            format!("{at}.application_protocols"),
+            format!("QUIC connections here speak `h3` only: `{other}` would never be picked"),
+        ));
+    }
+    Ok(())
 }
 
 /// Chains' matches, checked, and checked against each other: two that one connection could
@@ -297,10 +346,11 @@ fn chain_match(raw: RawChainMatch, at: &str) -> Result<ChainMatch, ConfigError> 
         None | Some("") => None,
         Some("tls") => Some(TransportProtocol::Tls),
         Some("raw_buffer") => Some(TransportProtocol::RawBuffer),
+        Some("quic") => Some(TransportProtocol::Quic),
         Some(other) => {
             return Err(ConfigError::invalid(
                 format!("{at}.transport_protocol"),
-                format!("expected `tls` or `raw_buffer`, found `{other}`"),
+                format!("expected `tls`, `raw_buffer` or `quic`, found `{other}`"),
             ));
         }
     };
@@ -441,6 +491,101 @@ mod tests {
         )
         .expect_err("picked by SNI, served as plain HTTP");
         assert!(error.to_string().contains("neither terminates"), "{error}");
+    }
+
+    fn quic_only(chains: &str) -> Result<Config, crate::ConfigError> {
+        Config::from_yaml(&format!(
+            "listeners:\n  - name: q\n    address: 127.0.0.1:8443\n    http3: {{ quic_only: true }}\n    chains:\n{chains}  - name: t\n    address: 127.0.0.1:8443\n    routes: [{{ match: {{ prefix: / }}, cluster: c }}]\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n"
+        ))
+    }
+
+    /// A folder with `cert.pem`, `key.pem`, and two CAs (`ca.pem`, `other-ca.pem`), for the
+    /// files TLS settings name (config reads them).
+    fn pem_files_dir(test: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("legate-{test}-{}", std::process::id()))
+    }
+
+    fn pem_files(test: &str) -> std::path::PathBuf {
+        let dir = pem_files_dir(test);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (cert, key, names) in [
+            ("cert.pem", Some("key.pem"), "a.example.com"),
+            ("ca.pem", None, "ca"),
+            ("other-ca.pem", None, "other ca"),
+        ] {
+            let pair = rcgen::generate_simple_self_signed(vec![names.to_owned()]).unwrap();
+            std::fs::write(dir.join(cert), pair.cert.pem()).unwrap();
+            if let Some(key) = key {
+                std::fs::write(dir.join(key), pair.signing_key.serialize_pem()).unwrap();
+            }
+        }
+        dir
+    }
+
+    #[test]
+    fn a_quic_only_listener_picks_its_chains_by_sni_beside_a_tcp_listener() {
+        let dir = pem_files("quic-chains");
+        let dir = dir.display();
+        let tls_with = |client: &str| {
+            format!(
+                "tls: {{ certificates: [{{ cert_chain: {dir}/cert.pem, private_key: {dir}/key.pem }}]{client} }}"
+            )
+        };
+        let tls = tls_with("");
+        let chain = |name: &str, matcher: &str| {
+            format!(
+                "      - name: {name}\n        match: {matcher}\n        {tls}\n        routes: [{{ match: {{ prefix: / }}, cluster: c }}]\n"
+            )
+        };
+        let config = quic_only(
+            &(chain("a", "{ server_names: [a.example.com] }")
+                + &chain("b", "{ transport_protocol: quic }")),
+        )
+        .expect("chains by SNI, and one for any QUIC connection");
+        let quic = &config.listeners[0];
+        assert!(!quic.serves_tcp() && config.listeners[1].serves_tcp());
+        assert!(
+            quic.filter_chains[0].settings.http3.is_some(),
+            "chains serve QUIC"
+        );
+        for (matcher, field) in [
+            (
+                "{ source_prefix_ranges: [10.0.0.0/8] }",
+                "source_prefix_ranges",
+            ),
+            ("{ prefix_ranges: [127.0.0.1] }", "prefix_ranges"),
+            ("{ source_ports: [5000] }", "source_ports"),
+            ("{ transport_protocol: tls }", "transport_protocol"),
+            ("{ application_protocols: [h2] }", "application_protocols"),
+        ] {
+            let error = quic_only(&chain("a", matcher)).expect_err(field);
+            assert!(error.to_string().contains(field), "{error}");
+        }
+        // One TLS server checks client certificates for all chains: the same in each.
+        let with_client = |name: &str, names: &str, ca: &str| {
+            let tls = tls_with(&format!(", client_certificate: {{ ca: {dir}/{ca} }}"));
+            format!(
+                "      - name: {name}\n        match: {{ server_names: [{names}] }}\n        {tls}\n        routes: [{{ match: {{ prefix: / }}, cluster: c }}]\n"
+            )
+        };
+        quic_only(
+            &(with_client("a", "a.example.com", "ca.pem")
+                + &with_client("b", "b.example.com", "ca.pem")),
+        )
+        .expect("the same client check");
+        let error = quic_only(
+            &(with_client("a", "a.example.com", "ca.pem")
+                + &with_client("b", "b.example.com", "other-ca.pem")),
+        )
+        .expect_err("different client checks");
+        assert!(error.to_string().contains("client_certificate"), "{error}");
+        // Two QUIC listeners, or QUIC beside a TCP listener's HTTP/3, on one address clash.
+        let error = Config::from_yaml(&format!(
+            "listeners:\n  - name: q\n    address: 127.0.0.1:8443\n    http3: {{ quic_only: true }}\n    {tls}\n    routes: [{{ match: {{ prefix: / }}, cluster: c }}]\n  - name: t\n    address: 127.0.0.1:8443\n    http3: {{}}\n    {tls}\n    routes: [{{ match: {{ prefix: / }}, cluster: c }}]\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n"
+        ))
+        .expect_err("both serve QUIC on the port");
+        assert!(error.to_string().contains("already used"), "{error}");
+        let _ = std::fs::remove_dir_all(pem_files_dir("quic-chains"));
     }
 
     #[test]

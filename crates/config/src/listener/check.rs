@@ -170,10 +170,18 @@ pub(crate) fn listener(
                 tcp_proxy: tcp_proxy.is_some(),
                 proxy_protocol: proxy_protocol.is_some(),
                 filter_chains: !filter_chains.is_empty(),
+                exact_balance: connection_balance == ConnectionBalance::Exact,
             };
             super::http3::check(h, &around, &format!("{path}.http3"))
         })
         .transpose()?;
+    if http3.as_ref().is_some_and(|h| h.quic_only) {
+        super::http3::same_client_certificates(
+            default_chain.then_some(tls.as_ref()).flatten(),
+            &filter_chains,
+            path,
+        )?;
+    }
     let mut config = ListenerConfig {
         filter_chains,
         default_chain,

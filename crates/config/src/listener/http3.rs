@@ -1,5 +1,7 @@
 //! HTTP/3 beside a TLS listener: QUIC on the UDP port of the same number, with the listener's
 //! certificates, routes and filters, and `alt-svc` on its TCP responses so clients find it.
+//! With `quic_only: true` the listener serves QUIC alone (Envoy's UDP listener): no TCP
+//! socket, and its filter chains picked by SNI once the handshake has shown it.
 //!
 //! ```yaml
 //! listeners:
@@ -28,6 +30,21 @@ pub struct Http3Config {
     /// DNS HTTPS records).
     #[serde(serialize_with = "crate::serialize::opt_duration")]
     pub alt_svc_max_age: Option<Duration>,
+    /// Only QUIC: the listener has no TCP socket (Envoy's UDP listener, which a control plane
+    /// sends beside the TCP one on the same port).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub quic_only: bool,
+    /// Streams a connection may have open at once; `None`: the listener's
+    /// `http.max_concurrent_streams`, as HTTP/2's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_streams: Option<u32>,
+    /// How long a QUIC connection may be silent before it is closed; `None`: the listener's
+    /// `http.idle_timeout`.
+    #[serde(
+        serialize_with = "crate::serialize::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_timeout: Option<Duration>,
 }
 
 /// The file's form.
@@ -36,6 +53,10 @@ pub struct Http3Config {
 pub struct RawHttp3 {
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub alt_svc_max_age: Option<Duration>,
+    pub quic_only: Option<bool>,
+    pub max_concurrent_streams: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub idle_timeout: Option<Duration>,
 }
 
 /// What the listener around it must have, checked with it.
@@ -44,6 +65,8 @@ pub(crate) struct Around {
     pub(crate) tcp_proxy: bool,
     pub(crate) proxy_protocol: bool,
     pub(crate) filter_chains: bool,
+    /// `connection_balance: exact`.
+    pub(crate) exact_balance: bool,
 }
 
 pub(crate) fn check(
@@ -52,7 +75,10 @@ pub(crate) fn check(
     path: &str,
 ) -> Result<Http3Config, ConfigError> {
     let refuse = |why: &str| Err(ConfigError::invalid(path.to_string(), why.to_string()));
-    if !around.tls {
+    let quic_only = raw.quic_only.unwrap_or(false);
+    // A QUIC-only listener's chains each bring their TLS (checked with each chain).
+    let tls_somewhere = around.tls || (quic_only && around.filter_chains);
+    if !tls_somewhere {
         return refuse("QUIC is encrypted with TLS 1.3: the listener needs `tls`");
     }
     if around.tcp_proxy {
@@ -63,15 +89,64 @@ pub(crate) fn check(
             "no PROXY protocol header comes before QUIC packets: not with `proxy_protocol`",
         );
     }
-    if around.filter_chains {
+    if around.filter_chains && !quic_only {
         return refuse(
-            "not on a listener with `chains` (HTTP/3 serves the listener's own settings)",
+            "not beside TCP on a listener with `chains` (give HTTP/3 a listener of its own, \
+             `quic_only: true`, on the same address)",
         );
     }
+    if quic_only && raw.alt_svc_max_age.is_some() {
+        return refuse(
+            "`alt_svc_max_age` is advertised on TCP responses: a `quic_only` listener has none",
+        );
+    }
+    if quic_only && around.exact_balance {
+        return refuse(
+            "`connection_balance: exact` balances TCP connections: not with `quic_only`",
+        );
+    }
+    if raw.max_concurrent_streams == Some(0) {
+        return refuse("`max_concurrent_streams: 0` would serve no request");
+    }
+    let alt_svc_max_age = if quic_only {
+        None
+    } else {
+        Some(raw.alt_svc_max_age.unwrap_or(DEFAULT_ALT_SVC_MAX_AGE)).filter(|age| !age.is_zero())
+    };
     Ok(Http3Config {
-        alt_svc_max_age: Some(raw.alt_svc_max_age.unwrap_or(DEFAULT_ALT_SVC_MAX_AGE))
-            .filter(|age| !age.is_zero()),
+        alt_svc_max_age,
+        quic_only,
+        max_concurrent_streams: raw.max_concurrent_streams,
+        idle_timeout: raw.idle_timeout.filter(|t| !t.is_zero()),
     })
+}
+
+/// A QUIC-only listener's chains share one TLS server (its certificate is picked per chain
+/// by SNI), whose client-certificate check comes before any chain is known: it must be the
+/// same in every chain.
+pub(crate) fn same_client_certificates(
+    own: Option<&crate::ListenerTlsConfig>,
+    chains: &[crate::listener::chains::FilterChainConfig],
+    path: &str,
+) -> Result<(), ConfigError> {
+    let mut all = own
+        .map(|tls| (&tls.client_certificate, format!("{path}.tls")))
+        .into_iter()
+        .chain(chains.iter().enumerate().filter_map(|(i, c)| {
+            let tls = c.settings.tls.as_ref()?;
+            Some((&tls.client_certificate, format!("{path}.chains[{i}].tls")))
+        }));
+    let Some((first, _)) = all.next() else {
+        return Ok(());
+    };
+    match all.find(|(client, _)| client != &first) {
+        None => Ok(()),
+        Some((_, at)) => Err(ConfigError::invalid(
+            format!("{at}.client_certificate"),
+            "a QUIC listener checks client certificates before its chain is known: \
+             every chain must ask the same of them",
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -84,6 +159,7 @@ mod tests {
             tcp_proxy: false,
             proxy_protocol: false,
             filter_chains: false,
+            exact_balance: false,
         }
     }
 
@@ -93,6 +169,7 @@ mod tests {
         assert_eq!(config.alt_svc_max_age, Some(DEFAULT_ALT_SVC_MAX_AGE));
         let off = RawHttp3 {
             alt_svc_max_age: Some(Duration::ZERO),
+            ..RawHttp3::default()
         };
         assert_eq!(
             check(off, &around(), "l.http3").unwrap().alt_svc_max_age,
@@ -136,5 +213,39 @@ mod tests {
             assert!(err.to_string().contains(words), "{err}");
             assert!(err.to_string().contains("l.http3"), "{err}");
         }
+    }
+
+    #[test]
+    fn quic_only_takes_chains_and_advertises_nothing() {
+        let only = || RawHttp3 {
+            quic_only: Some(true),
+            ..RawHttp3::default()
+        };
+        let chains = Around {
+            tls: false,
+            filter_chains: true,
+            ..around()
+        };
+        let config = check(only(), &chains, "l.http3").unwrap();
+        assert!(config.quic_only);
+        assert_eq!(config.alt_svc_max_age, None);
+        let with_age = RawHttp3 {
+            alt_svc_max_age: Some(Duration::from_secs(60)),
+            ..only()
+        };
+        let err = check(with_age, &chains, "l.http3").unwrap_err();
+        assert!(err.to_string().contains("alt_svc_max_age"), "{err}");
+        let exact = Around {
+            exact_balance: true,
+            ..around()
+        };
+        let err = check(only(), &exact, "l.http3").unwrap_err();
+        assert!(err.to_string().contains("exact"), "{err}");
+        // Without chains, the listener's own TLS is still needed.
+        let bare = Around {
+            tls: false,
+            ..around()
+        };
+        assert!(check(only(), &bare, "l.http3").is_err());
     }
 }

@@ -111,6 +111,26 @@ pub struct ListenerConfig {
     pub http_inspector: bool,
 }
 
+impl ListenerConfig {
+    /// Whether it has a TCP socket: all but `quic_only` listeners.
+    pub fn serves_tcp(&self) -> bool {
+        !self.http3.as_ref().is_some_and(|h| h.quic_only)
+    }
+
+    /// Whether it has UDP sockets (HTTP/3).
+    pub fn serves_quic(&self) -> bool {
+        self.http3.is_some()
+    }
+
+    /// Whether it and `other` would bind the same port with the same protocol.
+    pub fn clashes_with(&self, other: &ListenerConfig) -> bool {
+        self.address == other.address
+            && self.address.port() != 0
+            && ((self.serves_tcp() && other.serves_tcp())
+                || (self.serves_quic() && other.serves_quic()))
+    }
+}
+
 /// Envoy's `listener_filters_timeout` default.
 pub const DEFAULT_LISTENER_FILTERS_TIMEOUT: Duration = Duration::from_secs(15);
 

@@ -466,7 +466,20 @@ fn balance(l: &mut Listener, at: &str) -> Result<Option<String>, ResourceError> 
 fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
     let name = std::mem::take(&mut l.name);
     let at = format!("listener `{name}`");
-    let address = socket_address(l.address.take(), &format!("{at}.address"))?;
+    let (address, udp) = listener_address(l.address.take(), &format!("{at}.address"))?;
+    let quic = match (udp, l.udp_listener_config.take()) {
+        (true, config) => Some(quic_listener(config, &at)?),
+        (false, None) => None,
+        (false, Some(_)) => {
+            return Err(ResourceError::Unsupported {
+                at,
+                fields: vec!["udp_listener_config (on a TCP listener)".into()],
+            });
+        }
+    };
+    // Envoy's MODIFY_ONLY differs from DEFAULT only on `/healthcheck/fail`, which drains no
+    // listener here: the two drain alike (on removal, change, upgrade and shutdown).
+    l.drain_type = 0;
     let buffer = l
         .per_connection_buffer_limit_bytes
         .take()
@@ -485,6 +498,12 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         .into_iter()
         .enumerate()
     {
+        if quic.is_some() {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.listener_filters[{i}]"),
+                fields: vec![format!("listener filter `{}` (on a QUIC listener)", f.name)],
+            });
+        }
         if f.name == PROXY_PROTOCOL_FILTER {
             proxy_protocol = Some(proxy_protocol_filter(
                 f.config_type,
@@ -534,7 +553,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         access_log: Vec::new(),
         proxy_protocol,
         tls: None,
-        http3: None,
+        http3: quic.as_ref().map(|(http3, _)| http3.clone()),
         tcp_proxy: None,
         ext_authz: None,
         http_filters: Vec::new(),
@@ -552,6 +571,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         http_inspector: Some(http_inspector),
         dynamic: true,
     };
+    let quic_handshake = quic.map(|(_, handshake)| handshake);
     let picks_nothing = |c: &FilterChain| {
         c.filter_chain_match
             .as_ref()
@@ -582,7 +602,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             } else {
                 format!("{at}.default_filter_chain")
             };
-            translate_chain(chain, &socket, &chain_at)
+            translate_chain(chain, &socket, quic_handshake, &chain_at)
         })
         .transpose()?;
     let mut chains: Vec<MatchedChain> = Vec::with_capacity(matched.len());
@@ -609,7 +629,7 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
         if chain_name.is_empty() || chains.iter().any(|c| c.name == chain_name) {
             chain_name = format!("{chain_name}#{i}");
         }
-        let chain = translate_chain(chain, &socket, &chain_at)?;
+        let chain = translate_chain(chain, &socket, quic_handshake, &chain_at)?;
         if let (Some(a), Some(b)) = (
             own.iter()
                 .chain(chains.iter().map(|c| &c.chain))
@@ -663,17 +683,120 @@ fn chain_match(
     Ok(matcher)
 }
 
+/// Envoy's UDP listener address (`protocol: UDP`) serves QUIC here; a TCP one, TCP.
+fn listener_address(
+    mut address: Option<envoy_types::pb::envoy::config::core::v3::Address>,
+    at: &str,
+) -> Result<(String, bool), ResourceError> {
+    use envoy_types::pb::envoy::config::core::v3::{address, socket_address::Protocol};
+    let mut udp = false;
+    if let Some(address::Address::SocketAddress(socket)) =
+        address.as_mut().and_then(|a| a.address.as_mut())
+    {
+        udp = socket.protocol == Protocol::Udp as i32;
+        socket.protocol = Protocol::Tcp as i32;
+    }
+    Ok((socket_address(address, at)?, udp))
+}
+
+/// Envoy's defaults for a QUIC listener: streams per connection, the idle time, and the
+/// time a client has for its handshake.
+const QUIC_MAX_STREAMS: u32 = 100;
+const QUIC_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+const QUIC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Envoy's UDP listener with `quic_options`: HTTP/3 alone on its address (`quic_only`), and
+/// the time its chains give a handshake.
+fn quic_listener(
+    config: Option<envoy_types::pb::envoy::config::listener::v3::UdpListenerConfig>,
+    at: &str,
+) -> Result<(crate::listener::http3::RawHttp3, Duration), ResourceError> {
+    let at = format!("{at}.udp_listener_config");
+    let mut config = config.unwrap_or_default();
+    let Some(mut quic) = config.quic_options.take() else {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec!["a UDP listener without quic_options (UDP proxying)".into()],
+        });
+    };
+    if let Some(mut socket) = config.downstream_socket_config.take() {
+        // GRO is used wherever the kernel has it.
+        if socket.prefer_gro.take().is_some_and(|on| !on.value) {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.downstream_socket_config"),
+                fields: vec!["prefer_gro: false".into()],
+            });
+        }
+        nothing_else(
+            &socket,
+            fields::UDP_SOCKET_CONFIG,
+            &format!("{at}.downstream_socket_config"),
+        )?;
+    }
+    nothing_else(&config, fields::UDP_LISTENER_CONFIG, &at)?;
+    let at = format!("{at}.quic_options");
+    let mut max_streams = None;
+    if let Some(mut protocol) = quic.quic_protocol_options.take() {
+        max_streams = protocol.max_concurrent_streams.take().map(|v| v.value);
+        nothing_else(
+            &protocol,
+            fields::QUIC_PROTOCOL_OPTIONS,
+            &format!("{at}.quic_protocol_options"),
+        )?;
+    }
+    let idle = duration(quic.idle_timeout.take(), &format!("{at}.idle_timeout"))?;
+    let handshake = duration(
+        quic.crypto_handshake_timeout.take(),
+        &format!("{at}.crypto_handshake_timeout"),
+    )?;
+    // Its runtime key names a runtime value no layer sets here: the default decides.
+    if let Some(enabled) = quic.enabled.take()
+        && enabled.default_value.is_some_and(|on| !on.value)
+    {
+        return Err(ResourceError::Unsupported {
+            at,
+            fields: vec!["enabled: false (a listener serving nothing)".into()],
+        });
+    }
+    nothing_else(&quic, fields::QUIC_LISTENER_OPTIONS, &at)?;
+    let http3 = crate::listener::http3::RawHttp3 {
+        alt_svc_max_age: None,
+        quic_only: Some(true),
+        max_concurrent_streams: Some(max_streams.unwrap_or(QUIC_MAX_STREAMS)),
+        idle_timeout: Some(idle.unwrap_or(QUIC_IDLE_TIMEOUT)),
+    };
+    Ok((http3, handshake.unwrap_or(QUIC_HANDSHAKE_TIMEOUT)))
+}
+
 /// One filter chain: its TLS, and its connection manager or TCP relay, on the listener's
-/// socket settings.
+/// socket settings. `quic_handshake`: the chain is a QUIC listener's, whose handshakes get
+/// that long.
 fn translate_chain(
     mut chain: FilterChain,
     socket: &RawListener,
+    quic_handshake: Option<Duration>,
     at: &str,
 ) -> Result<XdsChain, ResourceError> {
     let name = socket.name.clone();
     let at = at.to_owned();
     let filters = std::mem::take(&mut chain.filters);
+    let quic = quic_handshake.is_some();
     let (mut tls, secrets) = match chain.transport_socket.take() {
+        Some(transport) if quic != crate::tls::xds::is_quic(&transport) => {
+            return Err(ResourceError::Unsupported {
+                at: format!("{at}.transport_socket"),
+                fields: vec![if quic {
+                    format!("transport socket `{}` on a QUIC listener", transport.name)
+                } else {
+                    "envoy.transport_sockets.quic on a TCP listener".into()
+                }],
+            });
+        }
+        Some(transport) if quic => {
+            let (mut tls, secrets) = crate::tls::xds::quic_listener_tls(transport, &at)?;
+            tls.handshake_timeout = quic_handshake;
+            (Some(tls), secrets)
+        }
         Some(transport) => {
             let (tls, secrets) = crate::tls::xds::listener_tls(transport, &at)?;
             (Some(tls), secrets)
@@ -774,7 +897,7 @@ fn translate_chain(
         ..socket.clone()
     };
     let (inline, rds, upgrades, (filters, off_by_default)) =
-        connection_manager(hcm, &mut raw.http, &name, &format!("{at}.filters[0]"))?;
+        connection_manager(hcm, &mut raw.http, quic, &name, &format!("{at}.filters[0]"))?;
     Ok(XdsChain {
         raw,
         inline,
@@ -795,17 +918,52 @@ type Routing = (
     (Vec<XdsChainFilter>, Vec<String>),
 );
 
+/// `quic`: the connection manager of a QUIC listener's chain, which serves HTTP/3.
 fn connection_manager(
     mut hcm: HttpConnectionManager,
     http: &mut RawHttp,
+    quic: bool,
     listener: &str,
     at: &str,
 ) -> Result<Routing, ResourceError> {
-    if hcm.codec_type != http_connection_manager::CodecType::Auto as i32 {
+    use http_connection_manager::CodecType;
+    match (quic, CodecType::try_from(hcm.codec_type)) {
+        (false, Ok(CodecType::Auto)) | (true, Ok(CodecType::Http3)) => {}
+        (false, _) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec![
+                    "codec_type (AUTO only: both HTTP/1.1 and HTTP/2 are served; HTTP/3 on a \
+                     QUIC listener)"
+                        .into(),
+                ],
+            });
+        }
+        (true, _) => {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec!["codec_type (HTTP3 only, on a QUIC listener)".into()],
+            });
+        }
+    }
+    hcm.codec_type = 0;
+    if !quic && hcm.http3_protocol_options.is_some() {
         return Err(ResourceError::Unsupported {
             at: at.to_owned(),
-            fields: vec!["codec_type (AUTO only: both HTTP/1.1 and HTTP/2 are served)".into()],
+            fields: vec!["http3_protocol_options (on a TCP listener)".into()],
         });
+    }
+    if quic {
+        if let Some(h3) = hcm.http3_protocol_options.take() {
+            nothing_else(
+                &h3,
+                fields::HTTP3_PROTOCOL_OPTIONS,
+                &format!("{at}.http3_protocol_options"),
+            )?;
+        }
+        // Envoy's HTTP/3 codec reads none of HTTP/2's options (streams and windows are the
+        // QUIC listener's), so none is taken from them here.
+        hcm.http2_protocol_options = None;
     }
     hcm.stat_prefix.clear();
     let (inline, rds) = match hcm.route_specifier.take() {

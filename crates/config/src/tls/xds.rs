@@ -38,6 +38,65 @@ fn context<M: prost::Message + Default>(
     }
 }
 
+const QUIC_DOWNSTREAM: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport";
+
+/// Whether a transport socket is QUIC's (`envoy.transport_sockets.quic`).
+pub(crate) fn is_quic(socket: &TransportSocket) -> bool {
+    match &socket.config_type {
+        Some(transport_socket::ConfigType::TypedConfig(any)) => any.type_url == QUIC_DOWNSTREAM,
+        None => socket.name == "envoy.transport_sockets.quic",
+    }
+}
+
+/// A QUIC listener chain's `QuicDownstreamTransport`: its TLS context, as a TCP chain's.
+/// 0-RTT (`enable_early_data`, on in Envoy unless set) is off here unless asked for, and
+/// asking for it is refused: early data could be replayed.
+pub(crate) fn quic_listener_tls(
+    socket: TransportSocket,
+    at: &str,
+) -> Result<(RawListenerTls, SecretRefs), ResourceError> {
+    use envoy_types::pb::envoy::extensions::transport_sockets::quic::v3::QuicDownstreamTransport;
+    let socket_at = format!("{at}.transport_socket");
+    let mut quic: QuicDownstreamTransport = context(socket, QUIC_DOWNSTREAM, &socket_at)?;
+    if quic.enable_early_data.take().is_some_and(|on| on.value) {
+        return Err(ResourceError::Unsupported {
+            at: socket_at,
+            fields: vec!["enable_early_data: true (0-RTT is off)".into()],
+        });
+    }
+    let mut tls = quic.downstream_tls_context.take().ok_or_else(|| {
+        ResourceError::invalid(
+            &socket_at,
+            "a QUIC transport socket needs its downstream_tls_context",
+        )
+    })?;
+    nothing_else(&quic, fields::QUIC_DOWNSTREAM_TRANSPORT, &socket_at)?;
+    // QUIC here speaks `h3` alone, whatever else the context offers.
+    if let Some(common) = &mut tls.common_tls_context {
+        let alpn = std::mem::take(&mut common.alpn_protocols);
+        if !alpn.is_empty() && !alpn.iter().any(|p| p == "h3") {
+            return Err(ResourceError::Unsupported {
+                at: format!("{socket_at}.downstream_tls_context.common_tls_context"),
+                fields: vec![format!("alpn_protocols {alpn:?} (QUIC serves h3)")],
+            });
+        }
+    }
+    let inner = TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(
+            envoy_types::pb::google::protobuf::Any {
+                type_url: DOWNSTREAM.into(),
+                value: prost::Message::encode_to_vec(&tls),
+            },
+        )),
+    };
+    listener_tls(
+        inner,
+        &format!("{at}.transport_socket.downstream_tls_context"),
+    )
+}
+
 /// Whether a transport socket is plain text (`envoy.transport_sockets.raw_buffer`).
 pub(crate) fn is_raw_buffer(socket: &TransportSocket) -> bool {
     const RAW_BUFFER: &str =

@@ -3829,3 +3829,157 @@ fn istios_repeated_rbac_filters_are_each_kept() {
         "{refused}"
     );
 }
+
+/// Envoy Gateway's QUIC listener (`http3.listeners.yaml`): a UDP address with `quic_options`,
+/// chains by SNI with QUIC transport sockets and HTTP/3 connection managers, beside the TCP
+/// listener on the same port.
+#[test]
+fn a_quic_listener_serves_http3_alone_with_its_chains() {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket;
+    use envoy_types::pb::envoy::config::listener::v3::filter;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use envoy_types::pb::envoy::extensions::transport_sockets::quic::v3::QuicDownstreamTransport;
+
+    let dir = std::env::temp_dir().join(format!("legate-xds-quic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pair = rcgen::generate_simple_self_signed(vec!["a.example.com".to_owned()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, pair.cert.pem()).unwrap();
+    std::fs::write(&key, pair.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let chain = |names: &'static [&'static str], routes: &'static str| resources::QuicChain {
+        server_names: names,
+        cert_file: &cert,
+        key_file: &key,
+        routes,
+    };
+    let addr = "127.0.0.1:10443".parse().unwrap();
+    let quic = resources::quic_listener(
+        "edge-quic",
+        addr,
+        &[
+            chain(&["*.example.com"], "r1"),
+            chain(&["foo.example.com"], "r1"),
+        ],
+    );
+    let mut resources = Resources::default();
+    resources.clusters.insert(
+        "web".into(),
+        held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
+    );
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "web"));
+    resources.listeners.insert(
+        "edge-quic".into(),
+        held(XdsListener::decode(&pack(&quic)).unwrap()),
+    );
+    let tcp = resources::listener("edge", addr, "r1");
+    resources.listeners.insert(
+        "edge".into(),
+        held(XdsListener::decode(&pack(&tcp)).unwrap()),
+    );
+    let Sections {
+        listeners,
+        clusters,
+        ..
+    } = resources.sections();
+    let config = compose(
+        &crate::Config::from_yaml(
+            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+        )
+        .unwrap()
+        .origin,
+        listeners,
+        clusters,
+    )
+    .unwrap();
+    let quic = (config.listeners.iter())
+        .find(|l| l.name == "edge-quic")
+        .unwrap();
+    let http3 = quic.http3.as_ref().unwrap();
+    assert!(http3.quic_only && !quic.serves_tcp());
+    // Envoy's QUIC defaults, not the connection manager's HTTP/2 options.
+    assert_eq!(http3.max_concurrent_streams, Some(100));
+    assert_eq!(http3.idle_timeout, Some(Duration::from_secs(300)));
+    assert_eq!(http3.alt_svc_max_age, None);
+    assert_eq!(quic.filter_chains.len(), 2);
+    assert_eq!(
+        quic.filter_chains[0].matcher.server_names,
+        ["*.example.com"]
+    );
+    let tls = quic.filter_chains[1].settings.tls.as_ref().unwrap();
+    assert_eq!(tls.handshake_timeout, Duration::from_secs(20));
+    assert!(quic.filter_chains[1].settings.http3.is_some());
+    let tcp = (config.listeners.iter())
+        .find(|l| l.name == "edge")
+        .unwrap();
+    assert!(tcp.serves_tcp() && !tcp.clashes_with(quic));
+
+    let translate = |l: &Listener| XdsListener::decode(&pack(l)).map(drop);
+    let hcm_of = |l: &Listener| {
+        let Some(filter::ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type
+        else {
+            panic!("an inline connection manager");
+        };
+        HttpConnectionManager::decode(any.value.as_slice()).unwrap()
+    };
+    let with_hcm = |hcm: &HttpConnectionManager| {
+        let mut l = resources::quic_listener("q", addr, &[chain(&["a.example.com"], "r1")]);
+        l.filter_chains[0].filters[0].config_type =
+            Some(filter::ConfigType::TypedConfig(pack(hcm)));
+        l
+    };
+    let base = resources::quic_listener("q", addr, &[chain(&["a.example.com"], "r1")]);
+    assert!(translate(&base).is_ok());
+    // What changes behaviour and is not done here is refused by name.
+    let mut auto = hcm_of(&base);
+    auto.codec_type = 0;
+    let error = translate(&with_hcm(&auto)).unwrap_err().to_string();
+    assert!(error.contains("codec_type"), "{error}");
+    let mut qpack_off = hcm_of(&base);
+    qpack_off
+        .http3_protocol_options
+        .as_mut()
+        .unwrap()
+        .disable_qpack = true;
+    let error = translate(&with_hcm(&qpack_off)).unwrap_err().to_string();
+    assert!(error.contains("disable_qpack"), "{error}");
+    let mut early = base.clone();
+    let socket = early.filter_chains[0].transport_socket.as_mut().unwrap();
+    let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else {
+        panic!("a typed transport socket");
+    };
+    let mut transport = QuicDownstreamTransport::decode(any.value.as_slice()).unwrap();
+    transport.enable_early_data =
+        Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
+    socket.config_type = Some(transport_socket::ConfigType::TypedConfig(pack(&transport)));
+    let error = translate(&early).unwrap_err().to_string();
+    assert!(error.contains("enable_early_data"), "{error}");
+    let mut proxying = base.clone();
+    proxying.udp_listener_config.as_mut().unwrap().quic_options = None;
+    let error = translate(&proxying).unwrap_err().to_string();
+    assert!(error.contains("quic_options"), "{error}");
+    let mut migration = base.clone();
+    (migration
+        .udp_listener_config
+        .as_mut()
+        .unwrap()
+        .quic_options
+        .as_mut()
+        .unwrap())
+    .send_disable_active_migration =
+        Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
+    let error = translate(&migration).unwrap_err().to_string();
+    assert!(error.contains("send_disable_active_migration"), "{error}");
+    // A QUIC transport on a TCP listener, and a TLS one on a QUIC listener.
+    let mut tcp_with_quic = resources::listener("t", addr, "r1");
+    tcp_with_quic.filter_chains[0].transport_socket =
+        base.filter_chains[0].transport_socket.clone();
+    let error = translate(&tcp_with_quic).unwrap_err().to_string();
+    assert!(error.contains("quic"), "{error}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -48,6 +48,8 @@ pub(crate) struct Shown<'a> {
     pub(crate) destination: SocketAddr,
     pub(crate) source: SocketAddr,
     pub(crate) hello: &'a Hello,
+    /// A QUIC connection (transport `quic`), whose handshake showed `hello`.
+    pub(crate) quic: bool,
 }
 
 impl ChainSelector {
@@ -138,7 +140,9 @@ impl ChainSelector {
 
     /// The steps after the server name, over the few chains left.
     fn narrow(&self, candidates: &[usize], shown: &Shown<'_>) -> Option<usize> {
-        let transport = if shown.hello.tls {
+        let transport = if shown.quic {
+            TransportProtocol::Quic
+        } else if shown.hello.tls {
             TransportProtocol::Tls
         } else {
             TransportProtocol::RawBuffer
@@ -282,6 +286,7 @@ mod tests {
             destination: "127.0.0.1:443".parse().expect("addr"),
             source: "10.1.2.3:5000".parse().expect("addr"),
             hello: &hello,
+            quic: false,
         })
     }
 

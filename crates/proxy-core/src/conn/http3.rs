@@ -12,8 +12,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
-use super::ConnSettings;
 use super::service::ProxyService;
+use super::{Chains, ConnSettings};
 use crate::context::{ConnCtx, SignalWatch};
 use crate::http::HttpSlot;
 use config::ListenerConfig;
@@ -42,7 +42,8 @@ const INCOMING_BUFFER_TOTAL: u64 = 8 << 20;
 
 impl H3Settings {
     /// The limits of HTTP/2 on the same listener: streams, windows bounded by the buffer
-    /// limit (or the windows it sets), the idle timeout and the request-head limit.
+    /// limit (or the windows it sets), the idle timeout and the request-head limit; streams
+    /// and the idle timeout as `http3` sets them, where it does.
     pub(crate) fn new(listener: &ListenerConfig) -> Self {
         let limit = listener.buffer_limit;
         let http = &listener.http;
@@ -50,15 +51,22 @@ impl H3Settings {
         let connection_window = http
             .initial_connection_window_size
             .unwrap_or(limit.max(65_535));
+        let http3 = listener.http3.as_ref();
+        let max_streams = http3
+            .and_then(|h| h.max_concurrent_streams)
+            .unwrap_or(http.max_concurrent_streams);
+        let idle_timeout = http3
+            .and_then(|h| h.idle_timeout)
+            .unwrap_or(http.idle_timeout);
         let mut transport = quinn::TransportConfig::default();
         transport
-            .max_concurrent_bidi_streams(http.max_concurrent_streams.into())
+            .max_concurrent_bidi_streams(max_streams.into())
             .max_concurrent_uni_streams(MAX_UNI_STREAMS.into())
             .stream_receive_window(stream_window.into())
             .receive_window(connection_window.into())
             // What is sent and not yet acknowledged, for the whole connection.
             .send_window(u64::from(limit.max(65_535)))
-            .max_idle_timeout(quinn::IdleTimeout::try_from(http.idle_timeout).ok());
+            .max_idle_timeout(quinn::IdleTimeout::try_from(idle_timeout).ok());
         Self {
             transport: Arc::new(transport),
             max_field_section_size: u64::from(http.max_request_headers_kb) * 1024,
@@ -103,20 +111,40 @@ impl H3Settings {
     }
 }
 
+/// What serves a QUIC connection: the listener's settings, or one of its chains'.
+pub(crate) struct H3Target {
+    pub(crate) http: Rc<HttpSlot>,
+    pub(crate) settings: Rc<ConnSettings>,
+    /// A QUIC-only listener's chains, one picked once the handshake shows the SNI.
+    pub(crate) chains: Option<Rc<Chains>>,
+}
+
 /// Serves a QUIC connection being accepted until the client is done, or until `drain` asks it
 /// to finish (GOAWAY, then the requests in flight are answered) or `close` ends it.
 pub(crate) async fn serve_h3(
     connecting: quinn::Connecting,
     mut ctx: ConnCtx,
-    http: Rc<HttpSlot>,
-    settings: Rc<ConnSettings>,
+    target: H3Target,
     drain: SignalWatch,
     mut close: SignalWatch,
 ) {
-    let stats = &ctx.listener.stats;
-    let handshake_timeout = match &settings.tls {
-        Some(tls) => tls.server().spec().handshake_timeout,
-        None => Duration::from_secs(10),
+    let H3Target {
+        mut http,
+        mut settings,
+        chains,
+    } = target;
+    let listener = Rc::clone(&ctx.listener);
+    let stats = &listener.stats;
+    // The listener's TLS, or (chains only) its first chain's: the chain is not known yet.
+    let first_tls = (settings.tls.iter())
+        .chain(
+            chains
+                .iter()
+                .flat_map(|c| c.entries.iter().filter_map(|e| e.conn.tls.as_ref())),
+        )
+        .next();
+    let Some(handshake_timeout) = first_tls.map(|tls| tls.server().spec().handshake_timeout) else {
+        return;
     };
     let connection = tokio::select! {
         done = tokio::time::timeout(handshake_timeout, connecting) => match done {
@@ -134,13 +162,47 @@ pub(crate) async fn serve_h3(
         },
         () = close.raised() => return,
     };
-    learn_from_handshake(&mut ctx, &connection, &settings, &http);
+    ctx.server_name = server_name(&connection).map(Box::from);
+    // The chain's flags, where a chain serves it: its drain and close end the connection too.
+    let mut chain = None;
+    if let Some(chains) = &chains {
+        let hello = super::quic_chains::quic_hello(ctx.server_name.as_deref());
+        let shown = super::chains::Shown {
+            destination: ctx.local,
+            source: ctx.peer,
+            hello: &hello,
+            quic: true,
+        };
+        let entry = match chains.selector.select(&shown) {
+            Some(i) => chains.entries.get(i),
+            None if chains.default => None,
+            None => {
+                stats.cx_no_filter_chain_match.inc();
+                connection.close(0u32.into(), b"");
+                return;
+            }
+        };
+        if let Some(entry) = entry {
+            ctx.listener = Rc::clone(&entry.ctx);
+            settings = Rc::clone(&entry.conn);
+            http = Rc::clone(&entry.http);
+        }
+        chain = (ctx.listener.chain.as_ref()).map(|c| (c.drain.watch(), c.close.watch()));
+    }
+    learn_client_cert(&mut ctx, &connection, &settings, &http);
     let Some(h3) = settings.codecs.h3.as_ref() else {
         return;
     };
+    let (chain_drain, mut chain_close) = chain.unzip();
     let ctx = Rc::new(ctx);
     let mut active = Active::new(&ctx, &connection);
-    let served = serve_requests(connection.clone(), &ctx, http, h3, drain, &mut close).await;
+    let signals = Signals {
+        drain,
+        chain_drain,
+        close: &mut close,
+        chain_close: &mut chain_close,
+    };
+    let served = serve_requests(connection.clone(), &ctx, http, h3, signals).await;
     // Dropping the codec closed the connection, which throws away what the client has not
     // yet acknowledged: the last responses could be lost. So the codec is kept until the
     // client closes (it does once GOAWAY's requests are answered), or for a moment.
@@ -148,6 +210,7 @@ pub(crate) async fn serve_h3(
         _ = connection.closed() => {}
         () = tokio::time::sleep(QUIET_CLOSE_GRACE) => {}
         () = close.raised() => {}
+        () = raised(&mut chain_close) => {}
     }
     // Read before the codec goes: its close would take the place of the peer's reason.
     active.reason = Some(match connection.close_reason() {
@@ -224,6 +287,23 @@ struct Served {
     peer_broke_http3: bool,
 }
 
+/// What ends a connection: the listener's (or its HTTP/3's) drain and close, and those of
+/// the chain serving it, where one does.
+struct Signals<'a> {
+    drain: SignalWatch,
+    chain_drain: Option<SignalWatch>,
+    close: &'a mut SignalWatch,
+    chain_close: &'a mut Option<SignalWatch>,
+}
+
+/// Until `watch` is raised; never without one.
+async fn raised(watch: &mut Option<SignalWatch>) {
+    match watch {
+        Some(watch) => watch.raised().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The h3 codec on an established connection, until the client is done or GOAWAY's
 /// requests are answered.
 async fn serve_requests(
@@ -231,9 +311,14 @@ async fn serve_requests(
     ctx: &Rc<ConnCtx>,
     http: Rc<HttpSlot>,
     h3: &H3Settings,
-    mut drain: SignalWatch,
-    close: &mut SignalWatch,
+    signals: Signals<'_>,
 ) -> Served {
+    let Signals {
+        mut drain,
+        mut chain_drain,
+        close,
+        chain_close,
+    } = signals;
     let built = h3::server::builder()
         .max_field_section_size(h3.max_field_section_size)
         .build::<_, Bytes>(h3_quinn::Connection::new(connection))
@@ -291,11 +376,16 @@ async fn serve_requests(
                 go_away(&mut conn).await;
                 going_away = true;
             }
+            () = raised(&mut chain_drain), if !going_away => {
+                go_away(&mut conn).await;
+                going_away = true;
+            }
             _ = ctx.retire.notified(), if !going_away => {
                 go_away(&mut conn).await;
                 going_away = true;
             }
             () = close.raised() => break,
+            () = raised(chain_close) => break,
         }
         if going_away && requests.is_empty() {
             break;
@@ -315,17 +405,21 @@ async fn go_away(conn: &mut H3Connection) {
     }
 }
 
-/// The client's certificate and the server name it asked for, for its requests.
-fn learn_from_handshake(
+/// The server name the client asked for.
+fn server_name(connection: &quinn::Connection) -> Option<String> {
+    connection
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|d| d.server_name)
+}
+
+/// The client's certificate, for its requests.
+fn learn_client_cert(
     ctx: &mut ConnCtx,
     connection: &quinn::Connection,
     settings: &ConnSettings,
     http: &HttpSlot,
 ) {
-    let data = connection
-        .handshake_data()
-        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok());
-    ctx.server_name = data.and_then(|d| d.server_name).map(Box::from);
     let peer = connection.peer_identity().and_then(|p| {
         p.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
             .ok()

@@ -16,6 +16,8 @@
 //! http3.rs          HTTP/3 (quinn and h3): the QUIC handshake, the connection's requests,
 //!                   GOAWAY on drain
 //! http3_stream.rs   one HTTP/3 request: its body piped to the handler, its response written
+//! quic_chains.rs    a QUIC-only listener's chains: the certificate by SNI, the chain after
+//!                   the handshake
 //! service.rs        the per-connection service: one call per request, into http/handler.rs
 //! stream_exec.rs    HTTP/2 stream tasks, each ended after stream_idle_timeout without a wake
 //! io.rs             the socket as the codec sees it, with a lingering close
@@ -31,6 +33,7 @@ mod http3;
 mod http3_stream;
 mod io;
 pub(crate) mod proxy_protocol;
+pub(crate) mod quic_chains;
 mod service;
 mod stream_exec;
 
@@ -47,7 +50,7 @@ use tokio::time::Instant;
 
 pub(crate) use chains::{ChainEntry, ChainSelector, Chains};
 pub(crate) use codecs::Codecs;
-pub(crate) use http3::{H3Settings, serve_h3};
+pub(crate) use http3::{H3Settings, H3Target, serve_h3};
 use io::DownstreamIo;
 use service::ProxyService;
 
@@ -361,6 +364,7 @@ async fn choose_chain<'c>(
         destination: ctx.local,
         source: ctx.peer,
         hello: &hello,
+        quic: false,
     };
     match chains.selector.select(&shown) {
         Some(i) => Some(chains.entries.get(i)),

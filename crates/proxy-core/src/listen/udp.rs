@@ -30,10 +30,14 @@ impl QuicSockets {
         // process this one upgrades that did not hand them over) hold places in the group:
         // the group's order would not be the workers'.
         let fresh = group_is_free(addr);
-        // In worker order: the group's index of each socket is its worker's number.
-        let sockets = (0..count)
-            .map(|_| bind_one(addr))
-            .collect::<io::Result<Vec<_>>>()?;
+        // In worker order: the group's index of each socket is its worker's number. The
+        // first one's port is the others' (a QUIC-only listener may ask for any port).
+        let first = bind_one(addr)?;
+        let addr = first.local_addr()?;
+        let mut sockets = vec![first];
+        for _ in 1..count {
+            sockets.push(bind_one(addr)?);
+        }
         let steer = match fresh {
             Ok(()) => Steer::Yes,
             Err(error) => Steer::No(format!("other sockets hold the port ({error})")),

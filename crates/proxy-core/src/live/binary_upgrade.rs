@@ -131,7 +131,7 @@ fn receive(stream: &UnixStream) -> io::Result<Option<Inherited>> {
         .map_err(|e| io::Error::other(format!("unexpected answer from the running proxy: {e}")))?;
     let udp = fds.split_off(fds.len().saturating_sub(header.udp));
     let sockets: Vec<TcpListener> = fds.into_iter().map(TcpListener::from).collect();
-    if sockets.is_empty() {
+    if sockets.is_empty() && udp.is_empty() {
         return Err(io::Error::other(format!(
             "the running proxy sent no socket for {}",
             header.address

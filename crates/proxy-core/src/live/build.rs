@@ -161,17 +161,26 @@ pub(crate) fn build(
                 .filter(|(_, shared)| listeners.iter().all(|l| l.id != shared.id))
                 .find(|(l, _)| same_socket(l, listener))
         });
+        let mut fresh_quic = None;
         let (id, sockets) = match old {
             Some((_, shared)) => (shared.id, Arc::clone(&shared.sockets)),
             None => {
-                let bound =
-                    ctx.sockets
-                        .bind(listener, ctx.workers)
-                        .map_err(|source| BuildError::Bind {
-                            listener: listener.name.clone(),
-                            address: listener.address,
-                            source,
-                        })?;
+                let bound = if listener.serves_tcp() {
+                    ctx.sockets.bind(listener, ctx.workers)
+                } else {
+                    // QUIC alone: its UDP sockets give the address (the port, when any was
+                    // asked for).
+                    quic_sockets(ctx.sockets, listener.address, ctx.workers).map(|quic| {
+                        let address = quic.address;
+                        fresh_quic = Some(Arc::new(quic));
+                        BoundSockets::none(address)
+                    })
+                }
+                .map_err(|source| BuildError::Bind {
+                    listener: listener.name.clone(),
+                    address: listener.address,
+                    source,
+                })?;
                 let id = *ctx.next_listener_id;
                 *ctx.next_listener_id += 1;
                 (id, Arc::new(bound))
@@ -184,21 +193,19 @@ pub(crate) fn build(
         ) {
             (None, _) => None,
             (Some(_), Some(kept)) => Some(Arc::clone(kept)),
-            (Some(_), None) => {
-                // In an upgrade, the running process's sockets: the group stays the same.
-                let inherited = ctx.sockets.take_udp(sockets.address);
-                let bound = if inherited.is_empty() {
-                    crate::listen::QuicSockets::bind(sockets.address, ctx.workers)
-                } else {
-                    crate::listen::QuicSockets::adopt(inherited, ctx.workers)
-                };
-                let bound = bound.map_err(|source| BuildError::Bind {
-                    listener: listener.name.clone(),
-                    address: sockets.address,
-                    source,
-                })?;
-                Some(Arc::new(bound))
-            }
+            (Some(_), None) => match fresh_quic.take() {
+                Some(bound) => Some(bound),
+                None => {
+                    let bound = quic_sockets(ctx.sockets, sockets.address, ctx.workers).map_err(
+                        |source| BuildError::Bind {
+                            listener: listener.name.clone(),
+                            address: sockets.address,
+                            source,
+                        },
+                    )?;
+                    Some(Arc::new(bound))
+                }
+            },
         };
         let body = |config: &ListenerConfig,
                     chain: Option<&str>,
@@ -453,8 +460,24 @@ fn check_fixed(running: &Config, new: &Config) -> Result<(), BuildError> {
 /// The same listening socket serves both: same address and balancing, so a listener may be
 /// renamed or reconfigured and keep its socket (no connection is refused). With port 0 (any
 /// free port) the name must match too.
+/// HTTP/3's sockets on `address`: in an upgrade, the running process's (the group stays the
+/// same), otherwise bound now.
+fn quic_sockets(
+    sockets: &mut Sockets,
+    address: std::net::SocketAddr,
+    workers: usize,
+) -> std::io::Result<crate::listen::QuicSockets> {
+    let inherited = sockets.take_udp(address);
+    if inherited.is_empty() {
+        crate::listen::QuicSockets::bind(address, workers)
+    } else {
+        crate::listen::QuicSockets::adopt(inherited, workers)
+    }
+}
+
 fn same_socket(a: &ListenerConfig, b: &ListenerConfig) -> bool {
     a.address == b.address
+        && a.serves_tcp() == b.serves_tcp()
         && a.connection_balance == b.connection_balance
         && (a.address.port() != 0 || a.name == b.name)
 }

@@ -92,6 +92,16 @@ impl BoundSockets {
         })
     }
 
+    /// No TCP socket: a QUIC-only listener's, on `address`.
+    pub(crate) fn none(address: SocketAddr) -> Self {
+        Self {
+            address,
+            shared: false,
+            per_worker: Mutex::new(Vec::new()),
+            handover: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Worker `worker`'s socket; `None` once taken.
     pub(crate) fn take(&self, worker: usize) -> Option<std::net::TcpListener> {
         self.per_worker

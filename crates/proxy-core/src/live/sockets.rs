@@ -34,11 +34,15 @@ impl Sockets {
         }
     }
 
-    /// The UDP sockets inherited with the TCP ones on `address` (its listener serves HTTP/3);
-    /// empty if none.
+    /// The UDP sockets inherited with the TCP ones on `address` (its listener serves HTTP/3),
+    /// or alone there (a QUIC-only listener's); empty if none.
     pub(crate) fn take_udp(&mut self, address: SocketAddr) -> Vec<std::net::UdpSocket> {
-        match self.udp.iter().position(|(a, _)| *a == address) {
-            Some(at) => self.udp.swap_remove(at).1,
+        if let Some(at) = self.udp.iter().position(|(a, _)| *a == address) {
+            return self.udp.swap_remove(at).1;
+        }
+        // A QUIC-only listener's: UDP sockets and no TCP one.
+        match (self.inherited.iter()).position(|i| i.address == address && i.sockets.is_empty()) {
+            Some(at) => self.inherited.swap_remove(at).udp,
             None => Vec::new(),
         }
     }
@@ -51,10 +55,9 @@ impl Sockets {
         workers: usize,
     ) -> io::Result<BoundSockets> {
         let shared = listener.connection_balance == ConnectionBalance::Exact;
-        let found = self
-            .inherited
-            .iter()
-            .position(|i| i.address == listener.address && i.shared == shared);
+        let found = self.inherited.iter().position(|i| {
+            i.address == listener.address && i.shared == shared && !i.sockets.is_empty()
+        });
         let sockets = match found {
             Some(at) => {
                 let mut inherited = self.inherited.swap_remove(at);

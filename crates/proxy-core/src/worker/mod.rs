@@ -191,6 +191,11 @@ impl Worker {
                 next.push(Rc::clone(kept));
                 continue;
             }
+            if !config.serves_tcp() {
+                // QUIC alone: served by `serve_quic` below, no accept loop.
+                next.push(Rc::new(Listener::new(config, shared, &parts)));
+                continue;
+            }
             let Some(socket) = shared.sockets.take(self.id) else {
                 tracing::error!(worker = self.id, listener = %config.name, "no socket for this worker");
                 continue;

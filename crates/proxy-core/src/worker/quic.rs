@@ -36,7 +36,9 @@ impl QuicServing {
         let name = &state.ctx.name;
         let mut configs = QuicConfigs {
             migration: sockets.steered,
-            ..QuicConfigs::default()
+            destination: sockets.address,
+            built_from: None,
+            config: None,
         };
         // The endpoint's own config answers first packets (Retry tokens, address validation);
         // each connection is then accepted with the listener's config as of then.
@@ -155,6 +157,9 @@ async fn accept_loop(
         let connecting = match incoming.accept_with(server_config) {
             Ok(connecting) => connecting,
             Err(error) => {
+                // Its first flight failed the handshake (no certificate for its name, no
+                // common version or cipher), or the client was gone.
+                ctx.stats.cx_http3_handshake_error.inc();
                 tracing::debug!(%peer, %error, "QUIC connection not accepted");
                 continue;
             }
@@ -163,14 +168,12 @@ async fn accept_loop(
         at.balance.opened(at.worker_id);
         let closed = at.opened(ctx, permit);
         let conn_ctx = ConnCtx::new(peer, local, Rc::clone(ctx), Rc::clone(&at.worker));
-        let served = conn::serve_h3(
-            connecting,
-            conn_ctx,
-            Rc::clone(&listener.http),
-            Rc::clone(&state.conn),
-            drain.watch(),
-            close.watch(),
-        );
+        let target = conn::H3Target {
+            http: Rc::clone(&listener.http),
+            settings: Rc::clone(&state.conn),
+            chains: state.chains.clone(),
+        };
+        let served = conn::serve_h3(connecting, conn_ctx, target, drain.watch(), close.watch());
         let mut listener_close = listener.close.watch();
         tokio::task::spawn_local(async move {
             // Given back when the connection is over, however it ends.
@@ -201,13 +204,39 @@ async fn accept_loop(
 
 /// The QUIC server config for the listener's connections, made again when its TLS (a
 /// certificate reload) or its settings (a new generation) change.
-#[derive(Default)]
 struct QuicConfigs {
     /// Clients may move: their packets reach this worker by connection ID.
     migration: bool,
-    built_from: Option<(Arc<rustls::ServerConfig>, Weak<ConnSettings>)>,
+    /// The listener's address, which its chains' `destination_port` is matched against.
+    destination: SocketAddr,
+    built_from: Option<BuiltFrom>,
     /// `None` where the listener's TLS cannot serve QUIC (logged once).
     config: Option<Arc<quinn::ServerConfig>>,
+}
+
+/// What a QUIC server config was made from: the TLS configs of the listener and its chains,
+/// its settings and its chain selector.
+struct BuiltFrom {
+    tls: Vec<Option<Arc<rustls::ServerConfig>>>,
+    settings: Weak<ConnSettings>,
+    selector: Option<Arc<crate::conn::ChainSelector>>,
+}
+
+impl BuiltFrom {
+    fn same_as(&self, other: &BuiltFrom) -> bool {
+        self.tls.len() == other.tls.len()
+            && self.tls.iter().zip(&other.tls).all(|(a, b)| same(a, b))
+            && self.settings.ptr_eq(&other.settings)
+            && same(&self.selector, &other.selector)
+    }
+}
+
+fn same<T>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 impl QuicConfigs {
@@ -215,15 +244,40 @@ impl QuicConfigs {
     fn for_state(&mut self, state: &ListenerState) -> Option<(Arc<quinn::ServerConfig>, bool)> {
         let settings = &state.conn;
         let h3 = settings.codecs.h3.as_ref()?;
-        let tls = settings.tls.as_ref()?.server().config();
-        if let Some((built_tls, built_settings)) = &self.built_from
-            && Arc::ptr_eq(built_tls, &tls)
-            && Weak::ptr_eq(built_settings, &Rc::downgrade(settings))
-        {
+        let tls_of = |s: &ConnSettings| s.tls.as_ref().map(|t| t.server().config());
+        // The listener's own TLS first, then each chain's.
+        let mut tls = vec![tls_of(settings)];
+        tls.extend(
+            state
+                .chains
+                .iter()
+                .flat_map(|c| c.entries.iter().map(|e| tls_of(&e.conn))),
+        );
+        let now = BuiltFrom {
+            tls,
+            settings: Rc::downgrade(settings),
+            selector: state.chains.as_ref().map(|c| Arc::clone(&c.selector)),
+        };
+        if self.built_from.as_ref().is_some_and(|b| b.same_as(&now)) {
             return self.config.clone().map(|config| (config, false));
         }
-        let built = h3.server_config(&tls, self.config.as_deref(), self.migration);
-        self.built_from = Some((tls, Rc::downgrade(settings)));
+        let server_tls = match &state.chains {
+            None => now.tls[0].clone(),
+            Some(chains) => crate::conn::quic_chains::server_config(
+                Arc::clone(&chains.selector),
+                &now.tls[1..],
+                now.tls[0].as_ref().filter(|_| chains.default),
+                self.destination,
+            )
+            .map(Arc::new),
+        };
+        self.built_from = Some(now);
+        let Some(server_tls) = server_tls else {
+            tracing::error!(listener = %state.ctx.name, "the listener has no TLS to serve QUIC with");
+            self.config = None;
+            return None;
+        };
+        let built = h3.server_config(&server_tls, self.config.as_deref(), self.migration);
         match built {
             Ok(config) => {
                 let config = Arc::new(config);
