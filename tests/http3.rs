@@ -867,3 +867,30 @@ async fn a_control_planes_quic_listener_serves_http3_beside_its_tcp_listener() {
     assert_eq!(send_h1(tcp_addr, get("/x", &[])).await.status(), 204);
     server.shutdown().await;
 }
+
+/// `http.idle_timeout` ends an HTTP/3 connection that has had no request for that long, with
+/// GOAWAY, as it does an HTTP/2 one (QUIC's own idle timeout needs silence, which a client's
+/// pings would never give).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_requests_for_the_idle_timeout_is_sent_goaway() {
+    let upstream = NoopUpstream::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{ idle_timeout: 60s }");
+    let yaml = yaml.replacen(
+        "    http3: { idle_timeout: 60s }\n",
+        "    http3: { idle_timeout: 60s }\n    http: { idle_timeout: 1s }\n",
+        1,
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let (addr, admin) = (proxy.addr(), proxy.admin.unwrap());
+    let exchanges = tokio::task::spawn_blocking(move || {
+        h3_run(addr, json!([{"method": "GET", "path": "/direct"}]), 30, 20)
+    })
+    .await
+    .unwrap();
+    assert_eq!(exchanges[0].status, Some(201));
+    assert!(exchanges[0].goaway, "GOAWAY once idle: {exchanges:?}");
+    assert_eq!(stat(admin, "downstream_cx_idle_timeout"), 1);
+}

@@ -136,6 +136,22 @@ pub(crate) fn chains(
             ));
         }
         let matcher = matchers.next().unwrap_or_default();
+        // One QUIC transport serves all of a QUIC-only listener's chains: its streams and
+        // windows are the listener's, not a chain's.
+        let transport = [
+            (
+                "max_concurrent_streams",
+                chain.http.max_concurrent_streams.is_some(),
+            ),
+            (
+                "initial_stream_window_size",
+                chain.http.initial_stream_window_size.is_some(),
+            ),
+            (
+                "initial_connection_window_size",
+                chain.http.initial_connection_window_size.is_some(),
+            ),
+        ];
         let body = RawListener {
             name: raw.name.clone(),
             address: raw.address.clone(),
@@ -169,6 +185,13 @@ pub(crate) fn chains(
         };
         if quic_http3.is_some() {
             quic_match(&matcher, &format!("{at}.match"))?;
+            if let Some((field, _)) = transport.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::invalid(
+                    format!("{at}.http.{field}"),
+                    "a QUIC-only listener's chains share its QUIC transport: set streams on \
+                     the listener's `http3`, windows on the listener's `http`",
+                ));
+            }
         } else if matcher.transport_protocol == Some(TransportProtocol::Quic) {
             return Err(ConfigError::invalid(
                 format!("{at}.match.transport_protocol"),
@@ -579,6 +602,14 @@ mod tests {
         )
         .expect_err("different client checks");
         assert!(error.to_string().contains("client_certificate"), "{error}");
+        let error = quic_only(&format!(
+            "      - name: a\n        match: {{ server_names: [a.example.com] }}\n        {tls}\n        http: {{ max_concurrent_streams: 10 }}\n        routes: [{{ match: {{ prefix: / }}, cluster: c }}]\n"
+        ))
+        .expect_err("the transport is the listener's");
+        assert!(
+            error.to_string().contains("max_concurrent_streams"),
+            "{error}"
+        );
         // Two QUIC listeners, or QUIC beside a TCP listener's HTTP/3, on one address clash.
         let error = Config::from_yaml(&format!(
             "listeners:\n  - name: q\n    address: 127.0.0.1:8443\n    http3: {{ quic_only: true }}\n    {tls}\n    routes: [{{ match: {{ prefix: / }}, cluster: c }}]\n  - name: t\n    address: 127.0.0.1:8443\n    http3: {{}}\n    {tls}\n    routes: [{{ match: {{ prefix: / }}, cluster: c }}]\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n"

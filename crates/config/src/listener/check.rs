@@ -171,12 +171,13 @@ pub(crate) fn listener(
                 proxy_protocol: proxy_protocol.is_some(),
                 filter_chains: !filter_chains.is_empty(),
                 exact_balance: connection_balance == ConnectionBalance::Exact,
+                default_chain,
             };
             super::http3::check(h, &around, &format!("{path}.http3"))
         })
         .transpose()?;
     if http3.as_ref().is_some_and(|h| h.quic_only) {
-        super::http3::same_client_certificates(
+        super::http3::same_tls_server(
             default_chain.then_some(tls.as_ref()).flatten(),
             &filter_chains,
             path,

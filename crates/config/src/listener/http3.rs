@@ -67,6 +67,8 @@ pub(crate) struct Around {
     pub(crate) filter_chains: bool,
     /// `connection_balance: exact`.
     pub(crate) exact_balance: bool,
+    /// The listener's own settings serve connections (no chains, or as the default chain).
+    pub(crate) default_chain: bool,
 }
 
 pub(crate) fn check(
@@ -77,7 +79,9 @@ pub(crate) fn check(
     let refuse = |why: &str| Err(ConfigError::invalid(path.to_string(), why.to_string()));
     let quic_only = raw.quic_only.unwrap_or(false);
     // A QUIC-only listener's chains each bring their TLS (checked with each chain).
-    let tls_somewhere = around.tls || (quic_only && around.filter_chains);
+    // A QUIC-only listener's chains each bring their TLS (checked with each chain); its own
+    // settings, where they serve connections no chain fits, need theirs.
+    let tls_somewhere = around.tls || (quic_only && around.filter_chains && !around.default_chain);
     if !tls_somewhere {
         return refuse("QUIC is encrypted with TLS 1.3: the listener needs `tls`");
     }
@@ -121,30 +125,41 @@ pub(crate) fn check(
     })
 }
 
-/// A QUIC-only listener's chains share one TLS server (its certificate is picked per chain
-/// by SNI), whose client-certificate check comes before any chain is known: it must be the
+/// A QUIC-only listener's chains share one TLS server: only its certificate is picked per
+/// chain (by SNI), and everything else of it (the client-certificate check, the versions,
+/// resumption, the handshake's time) is settled before any chain is known. It must be the
 /// same in every chain.
-pub(crate) fn same_client_certificates(
+pub(crate) fn same_tls_server(
     own: Option<&crate::ListenerTlsConfig>,
     chains: &[crate::listener::chains::FilterChainConfig],
     path: &str,
 ) -> Result<(), ConfigError> {
+    let shared = |tls: &crate::ListenerTlsConfig| {
+        (
+            tls.client_certificate.clone(),
+            tls.min_version,
+            tls.session_tickets,
+            tls.session_cache_size,
+            tls.handshake_timeout,
+        )
+    };
     let mut all = own
-        .map(|tls| (&tls.client_certificate, format!("{path}.tls")))
+        .map(|tls| (shared(tls), format!("{path}.tls")))
         .into_iter()
         .chain(chains.iter().enumerate().filter_map(|(i, c)| {
             let tls = c.settings.tls.as_ref()?;
-            Some((&tls.client_certificate, format!("{path}.chains[{i}].tls")))
+            Some((shared(tls), format!("{path}.chains[{i}].tls")))
         }));
     let Some((first, _)) = all.next() else {
         return Ok(());
     };
-    match all.find(|(client, _)| client != &first) {
+    match all.find(|(tls, _)| tls != &first) {
         None => Ok(()),
         Some((_, at)) => Err(ConfigError::invalid(
-            format!("{at}.client_certificate"),
-            "a QUIC listener checks client certificates before its chain is known: \
-             every chain must ask the same of them",
+            at,
+            "a QUIC listener's chains share one TLS server, whose settings come before any \
+             chain is known: `client_certificate`, `min_version`, `session_tickets`, \
+             `session_cache_size` and `handshake_timeout` must be the same in every chain",
         )),
     }
 }
@@ -160,6 +175,7 @@ mod tests {
             proxy_protocol: false,
             filter_chains: false,
             exact_balance: false,
+            default_chain: true,
         }
     }
 
@@ -224,6 +240,7 @@ mod tests {
         let chains = Around {
             tls: false,
             filter_chains: true,
+            default_chain: false,
             ..around()
         };
         let config = check(only(), &chains, "l.http3").unwrap();
@@ -241,11 +258,17 @@ mod tests {
         };
         let err = check(only(), &exact, "l.http3").unwrap_err();
         assert!(err.to_string().contains("exact"), "{err}");
-        // Without chains, the listener's own TLS is still needed.
+        // Without chains, or where its own settings serve as the default chain, the
+        // listener's own TLS is still needed.
         let bare = Around {
             tls: false,
             ..around()
         };
         assert!(check(only(), &bare, "l.http3").is_err());
+        let default_chain = Around {
+            default_chain: true,
+            ..chains
+        };
+        assert!(check(only(), &default_chain, "l.http3").is_err());
     }
 }

@@ -759,13 +759,20 @@ fn quic_listener(
         });
     }
     nothing_else(&quic, fields::QUIC_LISTENER_OPTIONS, &at)?;
+    // Envoy raises an idle timeout under 1 ms to 1 ms, a handshake timeout under 5 s to 5 s.
     let http3 = crate::listener::http3::RawHttp3 {
         alt_svc_max_age: None,
         quic_only: Some(true),
         max_concurrent_streams: Some(max_streams.unwrap_or(QUIC_MAX_STREAMS)),
-        idle_timeout: Some(idle.unwrap_or(QUIC_IDLE_TIMEOUT)),
+        idle_timeout: Some(
+            idle.unwrap_or(QUIC_IDLE_TIMEOUT)
+                .max(Duration::from_millis(1)),
+        ),
     };
-    Ok((http3, handshake.unwrap_or(QUIC_HANDSHAKE_TIMEOUT)))
+    let handshake = handshake
+        .unwrap_or(QUIC_HANDSHAKE_TIMEOUT)
+        .max(Duration::from_secs(5));
+    Ok((http3, handshake))
 }
 
 /// One filter chain: its TLS, and its connection manager or TCP relay, on the listener's
@@ -800,6 +807,12 @@ fn translate_chain(
         Some(transport) => {
             let (tls, secrets) = crate::tls::xds::listener_tls(transport, &at)?;
             (Some(tls), secrets)
+        }
+        None if quic => {
+            return Err(ResourceError::invalid(
+                format!("{at}.transport_socket"),
+                "a QUIC listener's chain needs its envoy.transport_sockets.quic",
+            ));
         }
         None => (None, SecretRefs::default()),
     };

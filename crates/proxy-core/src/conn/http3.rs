@@ -30,6 +30,9 @@ pub(crate) struct H3Settings {
     request_headers_timeout: Duration,
     /// How long a stream's body may stand still, either way.
     stream_idle_timeout: Duration,
+    /// How long a connection may go without a request before GOAWAY (the listener's, or its
+    /// chain's, `http.idle_timeout`; QUIC's own idle timeout is the transport's).
+    connection_idle: Duration,
 }
 
 /// HTTP/3's unidirectional streams a client may open: its control stream and QPACK's two,
@@ -72,6 +75,7 @@ impl H3Settings {
             max_field_section_size: u64::from(http.max_request_headers_kb) * 1024,
             request_headers_timeout: http.request_headers_timeout,
             stream_idle_timeout: http.stream_idle_timeout,
+            connection_idle: http.idle_timeout,
         }
     }
 
@@ -345,6 +349,9 @@ async fn serve_requests(
     let mut requests = FuturesUnordered::new();
     let expires = ctx.expires_at();
     let mut going_away = false;
+    // Runs while no request is in flight.
+    let idle = tokio::time::sleep(h3.connection_idle);
+    tokio::pin!(idle);
     loop {
         tokio::select! {
             // Not after GOAWAY: a stream the client opened before it saw GOAWAY is past the
@@ -366,7 +373,16 @@ async fn serve_requests(
                     };
                 }
             },
-            Some(()) = requests.next(), if !requests.is_empty() => {}
+            Some(()) = requests.next(), if !requests.is_empty() => {
+                if requests.is_empty() {
+                    idle.as_mut().reset(tokio::time::Instant::now() + h3.connection_idle);
+                }
+            }
+            () = &mut idle, if requests.is_empty() && !going_away => {
+                ctx.listener.stats.cx_idle_timeout.inc();
+                go_away(&mut conn).await;
+                going_away = true;
+            }
             () = crate::context::sleep_until_some(expires), if !going_away => {
                 ctx.listener.stats.cx_max_duration.inc();
                 go_away(&mut conn).await;

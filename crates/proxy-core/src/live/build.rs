@@ -457,9 +457,6 @@ fn check_fixed(running: &Config, new: &Config) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// The same listening socket serves both: same address and balancing, so a listener may be
-/// renamed or reconfigured and keep its socket (no connection is refused). With port 0 (any
-/// free port) the name must match too.
 /// HTTP/3's sockets on `address`: in an upgrade, the running process's (the group stays the
 /// same), otherwise bound now.
 fn quic_sockets(
@@ -475,6 +472,9 @@ fn quic_sockets(
     }
 }
 
+/// The same listening socket serves both: same address, protocol and balancing, so a
+/// listener may be renamed or reconfigured and keep its socket (no connection is refused).
+/// With port 0 (any free port) the name must match too.
 fn same_socket(a: &ListenerConfig, b: &ListenerConfig) -> bool {
     a.address == b.address
         && a.serves_tcp() == b.serves_tcp()

@@ -1,0 +1,511 @@
+//! A load client for HTTP/3 (quinn and h3), and for HTTP/2 over TLS (hyper and rustls) to
+//! compare it with: the same loop, the same measure, one client core.
+//!
+//! ```text
+//! h3load ADDR [--proto h3|h2] [--server-name NAME] [--path /] [-c CONNECTIONS] [-m STREAMS]
+//!        [--duration SECONDS] [--rate PER_SECOND] [--handshakes | --idle]
+//! ```
+//!
+//! - Load (the default): `-c` connections with `-m` streams each. Without `--rate` each stream
+//!   sends its next request when its last is answered (saturation); with it, requests are due
+//!   at that rate in all, each timed from when it was due (a late request counts its wait).
+//! - `--handshakes`: `-c` loops each making a new connection, one request on it, closing it.
+//! - `--idle`: `-c` connections, one request each, then `ready` on stderr, then nothing for
+//!   `--duration`: for the memory an idle connection holds.
+//!
+//! Prints one JSON line: requests answered, failures, seconds, the rate, and latency
+//! percentiles in microseconds. Certificates are not checked (loopback benchmarks only).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Buf;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Proto {
+    H3,
+    H2,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Load,
+    Handshakes,
+    Idle,
+}
+
+struct Args {
+    addr: SocketAddr,
+    proto: Proto,
+    server_name: String,
+    path: String,
+    connections: usize,
+    streams: usize,
+    duration: Duration,
+    rate: Option<u64>,
+    mode: Mode,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = std::env::args().skip(1);
+    let mut parsed = Args {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        proto: Proto::H3,
+        server_name: "localhost".into(),
+        path: "/".into(),
+        connections: 1,
+        streams: 1,
+        duration: Duration::from_secs(5),
+        rate: None,
+        mode: Mode::Load,
+    };
+    let mut addr = None;
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        let number = |text: String, name: &str| {
+            text.parse::<u64>()
+                .map_err(|_| format!("{name} takes a number, not {text}"))
+        };
+        match arg.as_str() {
+            "--proto" => {
+                parsed.proto = match value("--proto")?.as_str() {
+                    "h3" => Proto::H3,
+                    "h2" => Proto::H2,
+                    other => return Err(format!("--proto takes h3 or h2, not {other}")),
+                }
+            }
+            "--server-name" => parsed.server_name = value("--server-name")?,
+            "--path" => parsed.path = value("--path")?,
+            "-c" => parsed.connections = number(value("-c")?, "-c")? as usize,
+            "-m" => parsed.streams = number(value("-m")?, "-m")? as usize,
+            "--duration" => {
+                parsed.duration = Duration::from_secs(number(value("--duration")?, "--duration")?)
+            }
+            "--rate" => parsed.rate = Some(number(value("--rate")?, "--rate")?),
+            "--handshakes" => parsed.mode = Mode::Handshakes,
+            "--idle" => parsed.mode = Mode::Idle,
+            other if addr.is_none() && !other.starts_with('-') => {
+                addr = Some(
+                    other
+                        .parse()
+                        .map_err(|_| format!("expected HOST:PORT, not {other}"))?,
+                )
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    parsed.addr = addr.ok_or("usage: h3load ADDR [options]")?;
+    if parsed.connections == 0 || parsed.streams == 0 || parsed.rate == Some(0) {
+        return Err("-c, -m and --rate must be above 0".into());
+    }
+    if !parsed.addr.ip().is_loopback() {
+        return Err("loopback addresses only".into());
+    }
+    Ok(parsed)
+}
+
+/// Accepts any certificate: the proxy's, made for the run, on loopback.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn tls(alpn: &[u8]) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    // Every handshake a full one: `--handshakes` measures them.
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(config)
+}
+
+/// A connection that sends one request at a time per clone.
+#[derive(Clone)]
+enum Sender {
+    H3(h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>),
+    H2(hyper::client::conn::http2::SendRequest<Empty<bytes::Bytes>>),
+}
+
+/// What connecting needs, made once.
+struct Dialer {
+    endpoint: Option<quinn::Endpoint>,
+    tls: Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    server_name: String,
+    uri: http::Uri,
+}
+
+impl Dialer {
+    fn new(args: &Args) -> Result<Self, String> {
+        let uri: http::Uri = format!("https://{}{}", args.server_name, args.path)
+            .parse()
+            .map_err(|e| format!("bad path: {e}"))?;
+        let (endpoint, tls) = match args.proto {
+            Proto::H3 => {
+                let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls(b"h3")?)
+                    .map_err(|e| e.to_string())?;
+                let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))
+                    .map_err(|e| e.to_string())?;
+                endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+                (Some(endpoint), Arc::new(tls(b"h3")?))
+            }
+            Proto::H2 => (None, Arc::new(tls(b"h2")?)),
+        };
+        Ok(Self {
+            endpoint,
+            tls,
+            addr: args.addr,
+            server_name: args.server_name.clone(),
+            uri,
+        })
+    }
+
+    async fn connect(&self) -> Result<Sender, String> {
+        match &self.endpoint {
+            Some(endpoint) => {
+                let connection = endpoint
+                    .connect(self.addr, &self.server_name)
+                    .map_err(|e| e.to_string())?
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tokio::spawn(async move {
+                    let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+                });
+                Ok(Sender::H3(sender))
+            }
+            None => {
+                let tcp = tokio::net::TcpStream::connect(self.addr)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let _ = tcp.set_nodelay(true);
+                let name =
+                    ServerName::try_from(self.server_name.clone()).map_err(|e| e.to_string())?;
+                let stream = tokio_rustls::TlsConnector::from(Arc::clone(&self.tls))
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (sender, connection) = hyper::client::conn::http2::handshake(
+                    TokioExecutor::new(),
+                    TokioIo::new(stream),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                tokio::spawn(connection);
+                Ok(Sender::H2(sender))
+            }
+        }
+    }
+
+    /// One GET, its body read to the end: its status.
+    async fn request(&self, sender: &mut Sender) -> Result<u16, String> {
+        match sender {
+            Sender::H3(sender) => {
+                let request = http::Request::get(self.uri.clone())
+                    .body(())
+                    .map_err(|e| e.to_string())?;
+                let mut stream = sender
+                    .send_request(request)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                stream.finish().await.map_err(|e| e.to_string())?;
+                let response = stream.recv_response().await.map_err(|e| e.to_string())?;
+                while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
+                    chunk.advance(chunk.remaining());
+                }
+                Ok(response.status().as_u16())
+            }
+            Sender::H2(sender) => {
+                let request = http::Request::get(self.uri.clone())
+                    .body(Empty::new())
+                    .map_err(|e| e.to_string())?;
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = response.status().as_u16();
+                response
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(status)
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    answered: AtomicU64,
+    failed: AtomicU64,
+    not_2xx: AtomicU64,
+}
+
+impl Tally {
+    fn count(&self, result: &Result<u16, String>) {
+        match result {
+            Ok(status) => {
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                if !(200..300).contains(status) {
+                    self.not_2xx.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(error) => {
+                if self.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("first failure: {error}");
+                }
+            }
+        }
+    }
+}
+
+/// Microseconds at `q` of sorted `values`.
+fn percentile(values: &[u64], q: f64) -> u64 {
+    if values.is_empty() {
+        return 0;
+    }
+    let at = ((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1;
+    values[at]
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> std::process::ExitCode {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("h3load: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let dialer = match Dialer::new(&args) {
+        Ok(dialer) => Arc::new(dialer),
+        Err(error) => {
+            eprintln!("h3load: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let tally = Arc::new(Tally::default());
+    let started = Instant::now();
+    let latencies = match args.mode {
+        Mode::Load => load(&args, &dialer, &tally).await,
+        Mode::Handshakes => handshakes(&args, &dialer, &tally).await,
+        Mode::Idle => idle(&args, &dialer, &tally).await,
+    };
+    let Some(mut latencies) = latencies else {
+        return std::process::ExitCode::FAILURE;
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let answered = tally.answered.load(Ordering::Relaxed);
+    let measured = if args.mode == Mode::Idle {
+        seconds
+    } else {
+        args.duration.as_secs_f64()
+    };
+    println!(
+        "{{\"answered\":{answered},\"failed\":{},\"not_2xx\":{},\"seconds\":{seconds:.3},\"per_second\":{:.1},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"max_us\":{}}}",
+        tally.failed.load(Ordering::Relaxed),
+        tally.not_2xx.load(Ordering::Relaxed),
+        answered as f64 / measured,
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+        percentile(&latencies, 0.999),
+        latencies.last().copied().unwrap_or(0),
+    );
+    if let Some(endpoint) = &dialer.endpoint {
+        endpoint.close(0u32.into(), b"done");
+        endpoint.wait_idle().await;
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// `-c` connections of `-m` streams until `--duration` is up; latencies in microseconds.
+async fn load(args: &Args, dialer: &Arc<Dialer>, tally: &Arc<Tally>) -> Option<Vec<u64>> {
+    let mut senders = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        match dialer.connect().await {
+            Ok(sender) => senders.push(sender),
+            Err(error) => {
+                eprintln!("h3load: cannot connect: {error}");
+                return None;
+            }
+        }
+    }
+    let start = Instant::now();
+    let end = start + args.duration;
+    // Open loop: the times requests are due, handed to whichever stream is free.
+    let due = args.rate.map(|rate| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+        tokio::spawn(async move {
+            let mut sent: u64 = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            loop {
+                tick.tick().await;
+                let now = Instant::now();
+                if now >= end {
+                    break;
+                }
+                let elapsed = now.duration_since(start).as_secs_f64();
+                let owed = (elapsed * rate as f64) as u64;
+                while sent < owed {
+                    let at = start + Duration::from_secs_f64(sent as f64 / rate as f64);
+                    if tx.send(at).is_err() {
+                        return;
+                    }
+                    sent += 1;
+                }
+            }
+        });
+        Arc::new(tokio::sync::Mutex::new(rx))
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for sender in senders {
+        for _ in 0..args.streams {
+            let (mut sender, dialer, tally, due, stop) = (
+                sender.clone(),
+                Arc::clone(dialer),
+                Arc::clone(tally),
+                due.clone(),
+                Arc::clone(&stop),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let from = match &due {
+                        Some(due) => match due.lock().await.recv().await {
+                            Some(at) => at,
+                            None => break,
+                        },
+                        None => Instant::now(),
+                    };
+                    let result = dialer.request(&mut sender).await;
+                    if Instant::now() < end {
+                        latencies.push(from.elapsed().as_micros() as u64);
+                        tally.count(&result);
+                    }
+                }
+                latencies
+            }));
+        }
+    }
+    tokio::time::sleep_until(end.into()).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for task in tasks {
+        // A stream still waiting for its answer after the end is not waited for long.
+        if let Ok(Ok(latencies)) = tokio::time::timeout(Duration::from_secs(5), task).await {
+            all.extend(latencies);
+        }
+    }
+    Some(all)
+}
+
+/// `-c` loops of connect, one request, close, until `--duration` is up; each handshake and
+/// request timed together.
+async fn handshakes(args: &Args, dialer: &Arc<Dialer>, tally: &Arc<Tally>) -> Option<Vec<u64>> {
+    let end = Instant::now() + args.duration;
+    let mut tasks = Vec::new();
+    for _ in 0..args.connections {
+        let (dialer, tally) = (Arc::clone(dialer), Arc::clone(tally));
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < end {
+                let from = Instant::now();
+                let result = match dialer.connect().await {
+                    Ok(mut sender) => dialer.request(&mut sender).await,
+                    Err(error) => Err(error),
+                };
+                latencies.push(from.elapsed().as_micros() as u64);
+                tally.count(&result);
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        if let Ok(latencies) = task.await {
+            all.extend(latencies);
+        }
+    }
+    Some(all)
+}
+
+/// `-c` connections, one request each, then held idle for `--duration`.
+async fn idle(args: &Args, dialer: &Arc<Dialer>, tally: &Arc<Tally>) -> Option<Vec<u64>> {
+    let mut held = Vec::with_capacity(args.connections);
+    let mut latencies = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        let from = Instant::now();
+        let result = match dialer.connect().await {
+            Ok(mut sender) => {
+                let result = dialer.request(&mut sender).await;
+                held.push(sender);
+                result
+            }
+            Err(error) => Err(error),
+        };
+        latencies.push(from.elapsed().as_micros() as u64);
+        tally.count(&result);
+    }
+    eprintln!("ready: {} connections held", held.len());
+    tokio::time::sleep(args.duration).await;
+    drop(held);
+    Some(latencies)
+}
