@@ -894,3 +894,142 @@ async fn a_connection_without_requests_for_the_idle_timeout_is_sent_goaway() {
     assert!(exchanges[0].goaway, "GOAWAY once idle: {exchanges:?}");
     assert_eq!(stat(admin, "downstream_cx_idle_timeout"), 1);
 }
+
+/// `VmHWM` (the peak resident memory) of a process, in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Clients that stop reading large responses hold the proxy to what QUIC's windows and its
+/// own bounded buffers allow: the upstream is pushed back rather than read into memory. The
+/// stall lasts while another client moves a large body through the same worker (so an
+/// unbounded proxy has the time to read every stalled response), and every byte still
+/// arrives once the clients read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_hold_the_proxy_to_bounded_memory() {
+    use testbed::h3_client::{H3Client, Windows};
+    let read_to_end = async |stream: &mut testbed::h3_client::H3Stream| {
+        testbed::h3_client::read_to_end(stream).await.unwrap()
+    };
+    const STALLED: usize = 8;
+    const BODY: u64 = 16 << 20;
+    let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let yaml = yaml.replacen(
+        "    http3: {}\n",
+        "    http3: {}\n    per_connection_buffer_limit_bytes: 32768\n",
+        1,
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    let request = || {
+        http::Request::get("https://legate.test/big")
+            .header("x-noop-size", BODY.to_string())
+            .body(())
+            .unwrap()
+    };
+    // A first exchange, so the baseline includes the worker's QUIC and TLS state.
+    let control = H3Client::new(addr, "legate.test", None).unwrap();
+    let mut sender = control.connect().await.unwrap();
+    let mut warm = sender.send_request(request()).await.unwrap();
+    warm.finish().await.unwrap();
+    assert_eq!(warm.recv_response().await.unwrap().status(), 200);
+    assert_eq!(read_to_end(&mut warm).await, BODY);
+    let baseline = peak_memory(proxy.pid());
+
+    let windows = Windows {
+        stream: 64 << 10,
+        connection: 128 << 10,
+    };
+    let stalled_client = H3Client::new(addr, "legate.test", Some(windows)).unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..STALLED {
+        let mut sender = stalled_client.connect().await.unwrap();
+        let mut stream = sender.send_request(request()).await.unwrap();
+        stream.finish().await.unwrap();
+        assert_eq!(stream.recv_response().await.unwrap().status(), 200);
+        stalled.push((sender, stream));
+    }
+    // The clock: a full body through the same worker, read at once.
+    let mut clock = sender.send_request(request()).await.unwrap();
+    clock.finish().await.unwrap();
+    assert_eq!(clock.recv_response().await.unwrap().status(), 200);
+    assert_eq!(read_to_end(&mut clock).await, BODY);
+    let peak = peak_memory(proxy.pid());
+    // Per stalled client: QUIC's send window and the stream pipe (the buffer limit, 64 KiB at
+    // least, each), the upstream connection's read buffer, the codecs' state; and the
+    // allocator's slack.
+    let bound = baseline + STALLED as u64 * (5 * (64 << 10)) + (16 << 20);
+    assert!(
+        peak <= bound,
+        "peak RSS {} KiB above {} KiB (baseline {} KiB): the proxy read stalled responses into memory",
+        peak >> 10,
+        bound >> 10,
+        baseline >> 10
+    );
+    for (_sender, mut stream) in stalled {
+        assert_eq!(read_to_end(&mut stream).await, BODY, "every byte arrives");
+    }
+    stalled_client.close().await;
+    control.close().await;
+}
+
+/// A client opening streams and cancelling each at once (HTTP/2's rapid reset, over QUIC):
+/// QUIC gives a new stream only once the proxy is done with an old one, so at most
+/// `max_concurrent_streams` are ever being served, memory stays bounded, and the connection
+/// still serves a request afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_opened_and_cancelled_in_a_flood_stay_bounded() {
+    use testbed::h3_client::{H3Client, cancel};
+    const FLOOD: usize = 3000;
+    let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(
+        &dir,
+        upstream.local_addr(),
+        "{ max_concurrent_streams: 20 }",
+    );
+    let proxy = Proxy::start(&yaml, 1);
+    let client = H3Client::new(proxy.addr(), "legate.test", None).unwrap();
+    let mut sender = client.connect().await.unwrap();
+    let request = |path: &str| {
+        http::Request::get(format!("https://legate.test{path}"))
+            .header("x-noop-size", "1048576")
+            .body(())
+            .unwrap()
+    };
+    let mut first = sender.send_request(request("/first")).await.unwrap();
+    first.finish().await.unwrap();
+    assert_eq!(first.recv_response().await.unwrap().status(), 200);
+    testbed::h3_client::read_to_end(&mut first).await.unwrap();
+    let baseline = peak_memory(proxy.pid());
+    for i in 0..FLOOD {
+        let mut stream = sender
+            .send_request(request(&format!("/flood/{i}")))
+            .await
+            .unwrap();
+        cancel(&mut stream);
+    }
+    let mut last = sender.send_request(request("/last")).await.unwrap();
+    last.finish().await.unwrap();
+    assert_eq!(last.recv_response().await.unwrap().status(), 200);
+    assert_eq!(
+        testbed::h3_client::read_to_end(&mut last).await.unwrap(),
+        1 << 20
+    );
+    let peak = peak_memory(proxy.pid());
+    // 20 streams' worth of bounded buffers at most, and the allocator's slack.
+    let bound = baseline + 20 * (5 * (64 << 10)) + (16 << 20);
+    assert!(
+        peak <= bound,
+        "peak RSS {} KiB above {} KiB (baseline {} KiB)",
+        peak >> 10,
+        bound >> 10,
+        baseline >> 10
+    );
+    client.close().await;
+}

@@ -79,7 +79,7 @@ taskset -pc 0 $$ >/dev/null
 
 # A P-256 leaf for localhost, signed by a CA made here.
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$run/ca.key" 2>/dev/null
-openssl req -x509 -new -key "$run/ca.key" -sha256 -days 2 -subj "/CN=Legate HTTP/3 bench CA" \
+openssl req -x509 -new -key "$run/ca.key" -sha256 -days 2 -subj "/CN=Legate HTTP3 bench CA" \
   -addext "basicConstraints=critical,CA:TRUE" -out "$run/ca.pem" 2>/dev/null
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$run/leaf.key" 2>/dev/null
 openssl req -new -key "$run/leaf.key" -subj "/CN=localhost" -out "$run/leaf.csr" 2>/dev/null
@@ -109,7 +109,7 @@ clusters:
     endpoints: [127.0.0.1:$UP_PORT]
 EOF
 
-"$UPSTREAM" "127.0.0.1:$UP_PORT" >"$run/upstream.log" 2>&1 &
+"$UPSTREAM" --listen "127.0.0.1:$UP_PORT" >"$run/upstream.log" 2>&1 &
 pids+=($!)
 cp "$LEGATE" "$run/legate"
 taskset -c 1 "$run/legate" --config "$run/legate.yaml" >"$run/legate.log" 2>&1 &

@@ -72,6 +72,7 @@ mod dns;
 mod duration;
 mod ext_proc;
 mod failing;
+pub mod h3_client;
 mod handle;
 mod noop;
 mod options;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Buf;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::ServerName;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Proto {
@@ -109,79 +109,20 @@ fn parse() -> Result<Args, String> {
     Ok(parsed)
 }
 
-/// Accepts any certificate: the proxy's, made for the run, on loopback.
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 fn tls(alpn: &[u8]) -> Result<rustls::ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    // Every handshake a full one: `--handshakes` measures them.
-    config.resumption = rustls::client::Resumption::disabled();
-    Ok(config)
+    testbed::h3_client::insecure_client_tls(alpn).map_err(|e| e.to_string())
 }
 
 /// A connection that sends one request at a time per clone.
 #[derive(Clone)]
 enum Sender {
-    H3(h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>),
+    H3(testbed::h3_client::H3Sender),
     H2(hyper::client::conn::http2::SendRequest<Empty<bytes::Bytes>>),
 }
 
 /// What connecting needs, made once.
 struct Dialer {
-    endpoint: Option<quinn::Endpoint>,
+    quic: Option<testbed::h3_client::H3Client>,
     tls: Arc<rustls::ClientConfig>,
     addr: SocketAddr,
     server_name: String,
@@ -193,20 +134,17 @@ impl Dialer {
         let uri: http::Uri = format!("https://{}{}", args.server_name, args.path)
             .parse()
             .map_err(|e| format!("bad path: {e}"))?;
-        let (endpoint, tls) = match args.proto {
-            Proto::H3 => {
-                let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls(b"h3")?)
-                    .map_err(|e| e.to_string())?;
-                let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))
-                    .map_err(|e| e.to_string())?;
-                endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
-                (Some(endpoint), Arc::new(tls(b"h3")?))
-            }
-            Proto::H2 => (None, Arc::new(tls(b"h2")?)),
+        let quic = match args.proto {
+            Proto::H3 => Some(testbed::h3_client::H3Client::new(
+                args.addr,
+                &args.server_name,
+                None,
+            )?),
+            Proto::H2 => None,
         };
         Ok(Self {
-            endpoint,
-            tls,
+            quic,
+            tls: Arc::new(tls(b"h2")?),
             addr: args.addr,
             server_name: args.server_name.clone(),
             uri,
@@ -214,21 +152,8 @@ impl Dialer {
     }
 
     async fn connect(&self) -> Result<Sender, String> {
-        match &self.endpoint {
-            Some(endpoint) => {
-                let connection = endpoint
-                    .connect(self.addr, &self.server_name)
-                    .map_err(|e| e.to_string())?
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tokio::spawn(async move {
-                    let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
-                });
-                Ok(Sender::H3(sender))
-            }
+        match &self.quic {
+            Some(quic) => Ok(Sender::H3(quic.connect().await?)),
             None => {
                 let tcp = tokio::net::TcpStream::connect(self.addr)
                     .await
@@ -368,9 +293,8 @@ async fn main() -> std::process::ExitCode {
         percentile(&latencies, 0.999),
         latencies.last().copied().unwrap_or(0),
     );
-    if let Some(endpoint) = &dialer.endpoint {
-        endpoint.close(0u32.into(), b"done");
-        endpoint.wait_idle().await;
+    if let Some(quic) = &dialer.quic {
+        quic.close().await;
     }
     std::process::ExitCode::SUCCESS
 }

@@ -1,0 +1,161 @@
+//! An HTTP/3 client on quinn and h3, for tests and benchmarks on loopback: the proxy's
+//! certificate is not checked, and the flow-control windows are the caller's, so that a
+//! client can stop reading and let the proxy's side fill.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+/// A request sender on one HTTP/3 connection (cloned, one request per clone at a time).
+pub type H3Sender = h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>;
+
+/// One request's stream: its response head and body are read from it.
+pub type H3Stream = h3::client::RequestStream<h3_quinn::BidiStream<bytes::Bytes>, bytes::Bytes>;
+
+/// Reads a response body to its end: its length.
+pub async fn read_to_end(stream: &mut H3Stream) -> Result<u64, String> {
+    use bytes::Buf;
+    let mut length = 0u64;
+    while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
+        length += chunk.remaining() as u64;
+        chunk.advance(chunk.remaining());
+    }
+    Ok(length)
+}
+
+/// Cancels a request as a client that gave up on it: both directions of its stream reset.
+pub fn cancel(stream: &mut H3Stream) {
+    stream.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
+    stream.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+}
+
+/// A TLS 1.3 client config that accepts any certificate, offering `alpn`, resuming no session
+/// (every handshake is a full one).
+pub fn insecure_client_tls(alpn: &[u8]) -> Result<rustls::ClientConfig, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(config)
+}
+
+/// Where and how to connect.
+pub struct H3Client {
+    endpoint: quinn::Endpoint,
+    addr: SocketAddr,
+    server_name: String,
+}
+
+/// Flow-control windows the client grants the proxy: QUIC extends them only as the
+/// application reads.
+#[derive(Clone, Copy)]
+pub struct Windows {
+    pub stream: u32,
+    pub connection: u32,
+}
+
+impl H3Client {
+    /// A client for `addr` asking for `server_name`; `windows`: quinn's defaults if `None`.
+    pub fn new(
+        addr: SocketAddr,
+        server_name: &str,
+        windows: Option<Windows>,
+    ) -> Result<Self, String> {
+        let tls = insecure_client_tls(b"h3").map_err(|e| e.to_string())?;
+        let crypto =
+            quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        if let Some(windows) = windows {
+            let mut transport = quinn::TransportConfig::default();
+            transport
+                .stream_receive_window(windows.stream.into())
+                .receive_window(windows.connection.into());
+            config.transport_config(Arc::new(transport));
+        }
+        let bind = SocketAddr::new(addr.ip(), 0);
+        let mut endpoint = quinn::Endpoint::client(bind).map_err(|e| e.to_string())?;
+        endpoint.set_default_client_config(config);
+        Ok(Self {
+            endpoint,
+            addr,
+            server_name: server_name.to_owned(),
+        })
+    }
+
+    /// A new connection (its driver on a task of its own).
+    pub async fn connect(&self) -> Result<H3Sender, String> {
+        let connection = self
+            .endpoint
+            .connect(self.addr, &self.server_name)
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        });
+        Ok(sender)
+    }
+
+    /// Closes every connection and waits for the proxy to learn of it.
+    pub async fn close(&self) {
+        self.endpoint.close(0u32.into(), b"done");
+        self.endpoint.wait_idle().await;
+    }
+}
+
+/// Accepts any certificate: the proxy's, made for the run, on loopback.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
