@@ -76,16 +76,18 @@ pub(super) async fn serve_request(resolver: Resolver, service: ProxyService, tim
     }
     let head_only = request.method() == Method::HEAD;
     let started = Started::from_stream(&mut recv);
+    // Boxed, as hyper boxes a request's service future: the handler's state is large, and
+    // this task's, held by the connection per stream, stays small to move.
     if let Started::Empty = started {
-        let served = service.serve_inline(request, |(), _| RequestBody::empty());
+        let served = Box::pin(service.serve_inline(request, |(), _| RequestBody::empty()));
         let Ok(response) = served.await;
         respond(&mut send, response, head_only, timers.idle).await;
         return;
     }
     let (sender, receiver) = body_pipe();
-    let served = service.serve_inline(request, |(), received| {
+    let served = Box::pin(service.serve_inline(request, |(), received| {
         RequestBody::piped(receiver, received)
-    });
+    }));
     let exchange = async {
         let Ok(response) = served.await;
         respond(&mut send, response, head_only, timers.idle).await;
