@@ -1033,3 +1033,48 @@ async fn streams_opened_and_cancelled_in_a_flood_stay_bounded() {
     );
     client.close().await;
 }
+
+/// Bodies from 0 bytes to 64 MiB, both ways, arrive whole (by digest); with
+/// `expect: 100-continue`, the client is told to go on (100) before it sends a byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_of_0_bytes_to_64_mib_arrive_whole_both_ways() {
+    use testbed::h3_client::{H3Client, read_digest, send_pattern};
+    let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 2);
+    let client = H3Client::new(proxy.addr(), "legate.test", None).unwrap();
+    let mut sender = client.connect().await.unwrap();
+    for size in [0u64, 64 << 20] {
+        let get = http::Request::get("https://legate.test/down")
+            .header("x-noop-size", size.to_string())
+            .body(())
+            .unwrap();
+        let mut stream = sender.send_request(get).await.unwrap();
+        stream.finish().await.unwrap();
+        assert_eq!(stream.recv_response().await.unwrap().status(), 200);
+        let (length, digest) = read_digest(&mut stream).await.unwrap();
+        assert_eq!((length, digest), (size, pattern_sha256(size)), "GET {size}");
+        for expect in [false, true] {
+            let mut post = http::Request::post("https://legate.test/up")
+                .header("x-noop-size", "0")
+                .header("content-length", size.to_string());
+            if expect {
+                post = post.header("expect", "100-continue");
+            }
+            let mut stream = sender.send_request(post.body(()).unwrap()).await.unwrap();
+            if expect && size > 0 {
+                let go_on = stream.recv_response().await.unwrap();
+                assert_eq!(go_on.status(), 100, "before the body");
+            }
+            send_pattern(&mut stream, size).await.unwrap();
+            let response = stream.recv_response().await.unwrap();
+            assert_eq!(response.status(), 200, "POST {size}, expect {expect}");
+            let header = |name: &str| response.headers()[name].to_str().unwrap().to_owned();
+            assert_eq!(header("x-noop-request-bytes"), size.to_string());
+            assert_eq!(header("x-noop-request-sha256"), pattern_sha256(size));
+            read_digest(&mut stream).await.unwrap();
+        }
+    }
+    client.close().await;
+}

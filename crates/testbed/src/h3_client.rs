@@ -24,6 +24,39 @@ pub async fn read_to_end(stream: &mut H3Stream) -> Result<u64, String> {
     Ok(length)
 }
 
+/// Reads a response body to its end: its length and SHA-256 (hex).
+pub async fn read_digest(stream: &mut H3Stream) -> Result<(u64, String), String> {
+    use bytes::Buf;
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    let mut length = 0u64;
+    while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
+        while chunk.has_remaining() {
+            let piece = chunk.chunk();
+            hasher.update(piece);
+            length += piece.len() as u64;
+            let n = piece.len();
+            chunk.advance(n);
+        }
+    }
+    let digest = hasher.finalize();
+    Ok((length, digest.iter().map(|b| format!("{b:02x}")).collect()))
+}
+
+/// Sends `len` bytes of the test pattern as the request's body, in 64 KiB pieces, and ends it.
+pub async fn send_pattern(stream: &mut H3Stream, len: u64) -> Result<(), String> {
+    let mut offset = 0u64;
+    while offset < len {
+        let piece = (len - offset).min(64 << 10) as usize;
+        stream
+            .send_data(crate::pattern_bytes(offset, piece))
+            .await
+            .map_err(|e| e.to_string())?;
+        offset += piece as u64;
+    }
+    stream.finish().await.map_err(|e| e.to_string())
+}
+
 /// Cancels a request as a client that gave up on it: both directions of its stream reset.
 pub fn cancel(stream: &mut H3Stream) {
     stream.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);

@@ -76,6 +76,19 @@ pub(super) async fn serve_request(resolver: Resolver, service: ProxyService, tim
     }
     let head_only = request.method() == Method::HEAD;
     let started = Started::from_stream(&mut recv);
+    if matches!(started, Started::Waiting) && expects_continue(request.headers()) {
+        // A client waiting to send its body: told to go on at once, as Envoy does by default
+        // (the upstream never sees `expect`).
+        let go_on = Response::builder()
+            .status(StatusCode::CONTINUE)
+            .body(())
+            .unwrap_or_default();
+        if let Err(error) = within(timers.idle, send.send_response(go_on)).await {
+            tracing::debug!(%error, "HTTP/3 100 Continue not sent: stream reset");
+            send.stop_stream(Code::H3_INTERNAL_ERROR);
+            return;
+        }
+    }
     // Boxed, as hyper boxes a request's service future: the handler's state is large, and
     // this task's, held by the connection per stream, stays small to move.
     if let Started::Empty = started {
@@ -242,6 +255,15 @@ async fn respond(
 
 /// A send that must make progress within `idle`: a client that keeps its window shut longer
 /// loses the stream.
+/// `expect: 100-continue` (any case) on a request that declares no empty body.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    let empty = (headers.get(http::header::CONTENT_LENGTH)).is_some_and(|v| v.as_bytes() == b"0");
+    !empty
+        && headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
 async fn within(
     idle: Duration,
     send: impl Future<Output = Result<(), h3::error::StreamError>>,
