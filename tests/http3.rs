@@ -1078,3 +1078,71 @@ async fn bodies_of_0_bytes_to_64_mib_arrive_whole_both_ways() {
     }
     client.close().await;
 }
+
+/// A flood of small datagrams at the QUIC port (junk, and short-header packets naming
+/// connection IDs the proxy never gave) is dropped without state: a client's requests on the
+/// same port go on being answered and memory stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_small_datagrams_is_dropped_and_clients_are_served() {
+    use testbed::h3_client::{H3Client, read_to_end};
+    const DATAGRAMS: usize = 50_000;
+    let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+    let proxy = Proxy::start(&yaml, 1);
+    let addr = proxy.addr();
+    let client = H3Client::new(addr, "legate.test", None).unwrap();
+    let mut sender = client.connect().await.unwrap();
+    let baseline = peak_memory(proxy.pid());
+    let flood = std::thread::spawn(move || {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut sent = 0;
+        for i in 0..DATAGRAMS {
+            // A short header (0x40 | bits), an 8-byte connection ID, a few bytes; or junk.
+            let len = 1 + (i % 40);
+            let packet: Vec<u8> = (0..len)
+                .map(|j| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    if j == 0 && i % 2 == 0 {
+                        0x40 | (state as u8 & 0x3f)
+                    } else {
+                        state as u8
+                    }
+                })
+                .collect();
+            if socket.send_to(&packet, addr).is_ok() {
+                sent += 1;
+            }
+        }
+        sent
+    });
+    let mut answered = 0;
+    while !flood.is_finished() || answered == 0 {
+        let request = http::Request::get("https://legate.test/during")
+            .body(())
+            .unwrap();
+        let mut stream = sender.send_request(request).await.unwrap();
+        stream.finish().await.unwrap();
+        assert_eq!(stream.recv_response().await.unwrap().status(), 200);
+        read_to_end(&mut stream).await.unwrap();
+        answered += 1;
+    }
+    assert!(flood.join().unwrap() > DATAGRAMS / 2, "the flood was sent");
+    // A new connection too.
+    let mut fresh = client.connect().await.unwrap();
+    let request = http::Request::get("https://legate.test/after").body(()).unwrap();
+    let mut stream = fresh.send_request(request).await.unwrap();
+    stream.finish().await.unwrap();
+    assert_eq!(stream.recv_response().await.unwrap().status(), 200);
+    let peak = peak_memory(proxy.pid());
+    assert!(
+        peak <= baseline + (16 << 20),
+        "peak RSS {} KiB, baseline {} KiB: the flood left state behind",
+        peak >> 10,
+        baseline >> 10
+    );
+    client.close().await;
+}
