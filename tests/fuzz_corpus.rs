@@ -186,3 +186,8 @@ fn the_rbac_seed_is_current() {
         path.display()
     );
 }
+
+#[test]
+fn h3_stream() {
+    replay("h3_stream", proxy_core::fuzzing::h3_stream);
+}

@@ -1133,7 +1133,9 @@ async fn a_flood_of_small_datagrams_is_dropped_and_clients_are_served() {
     assert!(flood.join().unwrap() > DATAGRAMS / 2, "the flood was sent");
     // A new connection too.
     let mut fresh = client.connect().await.unwrap();
-    let request = http::Request::get("https://legate.test/after").body(()).unwrap();
+    let request = http::Request::get("https://legate.test/after")
+        .body(())
+        .unwrap();
     let mut stream = fresh.send_request(request).await.unwrap();
     stream.finish().await.unwrap();
     assert_eq!(stream.recv_response().await.unwrap().status(), 200);

@@ -1,9 +1,11 @@
 //! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`): the config loader, the
 //! translation of xDS resources, the path normaliser with the router, the HTTP/1.1 head
-//! checks, and the PROXY protocol reader. Each runs the code the proxy
+//! checks, the PROXY protocol reader, and HTTP/3 request streams (h3_stream.rs). Each runs the code the proxy
 //! runs and asserts what must hold for any input, so a fuzzer finds wrong answers as well as
 //! panics. `fuzz/fuzz_targets/` runs them; tests/fuzz_corpus.rs replays the corpus and
 //! `fuzz/regressions/` (a crash found later goes there, and stays a test). Not an API.
+
+mod h3_stream;
 
 use std::sync::{Arc, OnceLock};
 
@@ -17,6 +19,8 @@ use crate::router::RouteTable;
 use config::path::{self, Normalized};
 use config::{Config, EscapedSlashes, PathNormalization, StripHostPort};
 use envoy_types::pb::google::protobuf::Any;
+
+pub use h3_stream::h3_stream;
 
 /// Loads `text` as a config file. What loads must serialise (the admin's /config_dump) and
 /// route (each listener's table finds what a scan of its routes finds).
