@@ -14,7 +14,7 @@ seconds=${1:-20}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(config path_router h1_head h1_request h1_response h1_chunked ext_authz_answer ext_authz_check balancer proxy_protocol xds jwt)
+    targets=(config path_router h1_head h1_request h1_response h1_chunked ext_authz_answer ext_authz_check balancer proxy_protocol xds jwt h3_stream)
 fi
 
 command -v rustup >/dev/null || { echo "fuzz/run.sh needs rustup (for Rust nightly)" >&2; exit 1; }

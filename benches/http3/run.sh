@@ -12,14 +12,16 @@
 #                p99.9 and CPU per 100k
 #   handshakes   --handshakes -c 16 (a new connection, full handshake, for each request, which
 #                the proxy answers itself): handshakes a second and CPU per 1000
-#   idle         IDLE connections opened, one request each, then held: the proxy's RSS
-#                growth per connection
+#   idle         IDLE connections opened, one request each, then held: the RSS growth per
+#                connection of a proxy started fresh for each measurement (after 50 to warm
+#                it), the protocols in turn, median of --rounds
 #
-# usage: benches/http3/run.sh [--duration SECONDS] [--rate PER_SECOND] [--rounds N] [--idle N] [--keep]
+# usage: benches/http3/run.sh [--duration SECONDS] [--rate PER_SECOND] [--rounds N] [--idle N]
+#                             [--idle-only] [--keep]
 #   LEGATE=path (default target/release/legate)  UPSTREAM=path (target/release/noop-upstream)
 #   H3LOAD=path (target/release/h3load)
-# The binaries are not built here: cargo build --release --bin legate -p testbed
-# --bin noop-upstream --bin h3load. Needs openssl, taskset and two CPUs. Loopback only;
+# The binaries are not built here: cargo build --release --bin legate &&
+# cargo build --release -p testbed --bin noop-upstream --bin h3load. Needs openssl, taskset and two CPUs. Loopback only;
 # ports 21701-21703.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -35,6 +37,7 @@ rate=4000
 rounds=3
 idle=1000
 keep=0
+idle_only=0
 while [ $# -gt 0 ]; do
   case $1 in
     --duration) duration=$2; shift 2 ;;
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --idle) idle=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --idle-only) idle_only=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d;s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1" ;;
   esac
@@ -54,7 +58,7 @@ for tool in openssl taskset ss awk python3; do
 done
 [ "$(nproc --all)" -ge 2 ] || die "needs two CPUs"
 for bin in "$LEGATE" "$UPSTREAM" "$H3LOAD"; do
-  [ -x "$bin" ] || die "no $bin: cargo build --release --bin legate -p testbed --bin noop-upstream --bin h3load"
+  [ -x "$bin" ] || die "no $bin: cargo build --release --bin legate && cargo build --release -p testbed --bin noop-upstream --bin h3load"
 done
 
 UP_PORT=21701
@@ -112,14 +116,23 @@ EOF
 "$UPSTREAM" --listen "127.0.0.1:$UP_PORT" >"$run/upstream.log" 2>&1 &
 pids+=($!)
 cp "$LEGATE" "$run/legate"
-taskset -c 1 "$run/legate" --config "$run/legate.yaml" >"$run/legate.log" 2>&1 &
-legate_pid=$!
-pids+=($legate_pid)
-for _ in $(seq 100); do
-  grep -q "legate ready" "$run/legate.log" 2>/dev/null && break
-  sleep 0.1
-done
-grep -q "legate ready" "$run/legate.log" || { cat "$run/legate.log"; die "legate did not start"; }
+legate_pid=""
+start_legate() {
+  : >"$run/legate.log"
+  taskset -c 1 "$run/legate" --config "$run/legate.yaml" >"$run/legate.log" 2>&1 &
+  legate_pid=$!
+  pids+=($legate_pid)
+  for _ in $(seq 100); do
+    grep -q "legate ready" "$run/legate.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q "legate ready" "$run/legate.log" || { cat "$run/legate.log"; die "legate did not start"; }
+}
+stop_legate() {
+  kill "$legate_pid" 2>/dev/null || true
+  wait "$legate_pid" 2>/dev/null || true
+}
+start_legate
 
 cpu() { awk '{print $14 + $15}' "/proc/$legate_pid/stat"; }
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$legate_pid/status"; }
@@ -152,7 +165,8 @@ done
 
 declare -A results
 order=(h3 h2)
-for round in $(seq "$rounds"); do
+[ "$idle_only" = 1 ] && rounds_load=0 || rounds_load=$rounds
+for round in $(seq "$rounds_load"); do
   for proto in "${order[@]}"; do
     results[sat_$proto]+="$(measure "$proto" 100000 -c 8 -m 16 --duration "$duration")"$'\n'
     results[fixed_$proto]+="$(measure "$proto" 100000 -c 8 -m 16 --rate "$rate" --duration "$duration")"$'\n'
@@ -174,17 +188,20 @@ row() { # name key column
   h2=$(printf '%s' "${results[$2_h2]}" | median "$3")
   awk -v n="$1" -v a="$h3" -v b="$h2" 'BEGIN { printf "| %s | %s | %s | %.2fx |\n", n, a, b, (b > 0 ? a / b : 0) }'
 }
-row "saturation, requests/s (-c 8 -m 16)" sat 1
-row "saturation, proxy CPU s / 100k" sat 2
-row "fixed $rate/s, proxy CPU s / 100k" fixed 2
-row "fixed $rate/s, p50 µs" fixed 3
-row "fixed $rate/s, p99 µs" fixed 4
-row "fixed $rate/s, p99.9 µs" fixed 5
-row "full handshakes/s (-c 16, one request each)" hs 1
-row "proxy CPU s / 1000 handshakes" hs 2
+if [ "$idle_only" = 0 ]; then
+  row "saturation, requests/s (-c 8 -m 16)" sat 1
+  row "saturation, proxy CPU s / 100k" sat 2
+  row "fixed $rate/s, proxy CPU s / 100k" fixed 2
+  row "fixed $rate/s, p50 µs" fixed 3
+  row "fixed $rate/s, p99 µs" fixed 4
+  row "fixed $rate/s, p99.9 µs" fixed 5
+  row "full handshakes/s (-c 16, one request each)" hs 1
+  row "proxy CPU s / 1000 handshakes" hs 2
+fi
 
-# Idle: RSS growth per connection held, each protocol in turn (the first connections' growth
-# (pools, tables) is taken out by a warm-up of 50 connections first).
+# Idle: RSS growth per connection held, on a proxy started for it (memory freed by earlier
+# work would take new connections without growing RSS); the first connections' growth
+# (pools, tables) is taken out by a warm-up of 50 first.
 idle_bytes() { # proto
   "$H3LOAD" "127.0.0.1:$PORT" --proto "$1" --server-name localhost -c 50 --idle --duration 1 \
     >/dev/null 2>>"$run/h3load.log"
@@ -206,7 +223,13 @@ idle_bytes() { # proto
   wait "$pid" 2>/dev/null || true
   awk -v a="$after" -v b="$before" -v n="$idle" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }'
 }
-h3_idle=$(idle_bytes h3)
-sleep 3
-h2_idle=$(idle_bytes h2)
-echo "| bytes per idle connection ($idle held, RSS) | $h3_idle | $h2_idle | $(awk -v a="$h3_idle" -v b="$h2_idle" 'BEGIN { printf "%.2fx", (b > 0 ? a / b : 0) }') |"
+order=(h3 h2)
+for round in $(seq "$rounds"); do
+  for proto in "${order[@]}"; do
+    stop_legate
+    start_legate
+    results[idle_$proto]+="$(idle_bytes "$proto")"$'\n'
+  done
+  order=("${order[1]}" "${order[0]}")
+done
+row "bytes per idle connection ($idle held, RSS)" idle 1

@@ -103,13 +103,16 @@ impl H3Client {
         let crypto =
             quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        let mut transport = quinn::TransportConfig::default();
+        // A connection left waiting (a stalled reader, a slow test machine) is not closed for
+        // idleness meanwhile.
+        transport.keep_alive_interval(Some(std::time::Duration::from_secs(5)));
         if let Some(windows) = windows {
-            let mut transport = quinn::TransportConfig::default();
             transport
                 .stream_receive_window(windows.stream.into())
                 .receive_window(windows.connection.into());
-            config.transport_config(Arc::new(transport));
         }
+        config.transport_config(Arc::new(transport));
         let bind = SocketAddr::new(addr.ip(), 0);
         let mut endpoint = quinn::Endpoint::client(bind).map_err(|e| e.to_string())?;
         endpoint.set_default_client_config(config);

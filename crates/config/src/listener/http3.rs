@@ -126,8 +126,8 @@ pub(crate) fn check(
 }
 
 /// A QUIC-only listener's chains share one TLS server: only its certificate is picked per
-/// chain (by SNI), and everything else of it (the client-certificate check, the versions,
-/// resumption, the handshake's time) is settled before any chain is known. It must be the
+/// chain (by SNI), and everything else of it (the client-certificate check, resumption, the
+/// handshake's time) is settled before any chain is known (the version is TLS 1.3 always). It must be the
 /// same in every chain.
 pub(crate) fn same_tls_server(
     own: Option<&crate::ListenerTlsConfig>,
@@ -137,7 +137,6 @@ pub(crate) fn same_tls_server(
     let shared = |tls: &crate::ListenerTlsConfig| {
         (
             tls.client_certificate.clone(),
-            tls.min_version,
             tls.session_tickets,
             tls.session_cache_size,
             tls.handshake_timeout,
@@ -158,8 +157,8 @@ pub(crate) fn same_tls_server(
         Some((_, at)) => Err(ConfigError::invalid(
             at,
             "a QUIC listener's chains share one TLS server, whose settings come before any \
-             chain is known: `client_certificate`, `min_version`, `session_tickets`, \
-             `session_cache_size` and `handshake_timeout` must be the same in every chain",
+             chain is known: `client_certificate`, `session_tickets`, `session_cache_size` \
+             and `handshake_timeout` must be the same in every chain",
         )),
     }
 }

@@ -3981,5 +3981,9 @@ fn a_quic_listener_serves_http3_alone_with_its_chains() {
         base.filter_chains[0].transport_socket.clone();
     let error = translate(&tcp_with_quic).unwrap_err().to_string();
     assert!(error.contains("quic"), "{error}");
+    let mut bare = base.clone();
+    bare.filter_chains[0].transport_socket = None;
+    let error = translate(&bare).unwrap_err().to_string();
+    assert!(error.contains("transport_socket"), "{error}");
     let _ = std::fs::remove_dir_all(&dir);
 }

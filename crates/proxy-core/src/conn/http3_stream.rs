@@ -253,8 +253,6 @@ async fn respond(
     }
 }
 
-/// A send that must make progress within `idle`: a client that keeps its window shut longer
-/// loses the stream.
 /// `expect: 100-continue` (any case) on a request that declares no empty body.
 fn expects_continue(headers: &HeaderMap) -> bool {
     let empty = (headers.get(http::header::CONTENT_LENGTH)).is_some_and(|v| v.as_bytes() == b"0");
@@ -264,6 +262,8 @@ fn expects_continue(headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
+/// A send that must make progress within `idle`: a client that keeps its window shut longer
+/// loses the stream.
 async fn within(
     idle: Duration,
     send: impl Future<Output = Result<(), h3::error::StreamError>>,

@@ -11,8 +11,11 @@ use std::time::Duration;
 
 use bytes::Buf;
 
-/// How long the proxy has to answer anything here: generous, as sanitizers slow it down,
-/// and both within libFuzzer's 10 s for an input (fuzz/run.sh).
+/// How long an input and the request after it may take in all: generous, as sanitizers slow
+/// the proxy down, and within libFuzzer's 10 s for an input (fuzz/run.sh), so that a slow
+/// proxy fails here, saying so.
+const INPUT_WITHIN: Duration = Duration::from_secs(8);
+/// How long a connection or a request after a failed probe may take.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 /// The first probe's time, on a connection that may have gone idle meanwhile.
 const PROBE_WITHIN: Duration = Duration::from_secs(2);
@@ -40,7 +43,7 @@ pub fn h3_stream(data: &[u8]) {
     let mut harness = harness.lock().unwrap_or_else(PoisonError::into_inner);
     let harness = &mut *harness;
     let runtime = &harness.runtime;
-    runtime.block_on(async {
+    let input = async {
         if (harness.raw.as_ref()).is_none_or(|(c, _)| c.close_reason().is_some()) {
             harness.raw = Some(connect_raw(&harness.endpoint, harness.addr).await);
         }
@@ -67,7 +70,12 @@ pub fn h3_stream(data: &[u8]) {
                 harness.probe = Some(probe);
             }
         }
-    });
+    };
+    let done = runtime.block_on(async { tokio::time::timeout(INPUT_WITHIN, input).await });
+    assert!(
+        done.is_ok(),
+        "the proxy took over {INPUT_WITHIN:?} to take an input and answer a request after it"
+    );
 }
 
 impl Harness {
