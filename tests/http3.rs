@@ -1163,6 +1163,119 @@ async fn a_flood_of_small_datagrams_is_dropped_and_clients_are_served() {
     .await;
 }
 
+/// 0-RTT with `http3: { early_data: true }`. A client resuming its session sends requests
+/// with its first flight; a relay holds back the packets that would end its handshake, so
+/// the proxy reads them as it would a replayed first flight. GET is served, with
+/// `early-data: 1` for the upstream; POST is answered 425 Too Early. Once the handshake
+/// ends, POST on the same connection is served, and GET goes without the header. Without
+/// the setting, the proxy's session tickets allow no early data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_data_serves_safe_methods_alone_and_only_when_asked() {
+    bounded(async {
+        use testbed::h3_client::{H3Client, H3Sender, H3Stream};
+        use testbed::quic_hold::HandshakeHold;
+
+        /// A request's status, and its body as text.
+        async fn exchange(sender: &mut H3Sender, method: &str, path: &str) -> (u16, String) {
+            let request = http::Request::builder()
+                .method(method)
+                .uri(format!("https://legate.test{path}"))
+                .header("x-noop-echo", "headers")
+                .body(())
+                .unwrap();
+            let mut stream: H3Stream = sender.send_request(request).await.unwrap();
+            if method == "POST" {
+                stream
+                    .send_data(bytes::Bytes::from_static(b"x"))
+                    .await
+                    .unwrap();
+            }
+            stream.finish().await.unwrap();
+            let status = stream.recv_response().await.unwrap().status().as_u16();
+            let mut body = Vec::new();
+            while let Some(chunk) = stream.recv_data().await.unwrap() {
+                use bytes::Buf;
+                body.extend_from_slice(chunk.chunk());
+            }
+            (status, String::from_utf8(body).unwrap())
+        }
+
+        /// The first ticket the client is given, once it is.
+        async fn first_ticket(client: &H3Client) -> u32 {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                if let Some(first) = client.tickets().first() {
+                    return *first;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "no session ticket");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+
+        let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+        let dir = ScratchDir::new();
+        let (yaml, _) = config(&dir, upstream.local_addr(), "{ early_data: true }");
+        let proxy = Proxy::start(&yaml, 1);
+        let admin = proxy.admin.unwrap();
+        let hold = HandshakeHold::start(proxy.addr()).await.unwrap();
+        let client = H3Client::resuming(hold.addr(), "legate.test").unwrap();
+        // A full handshake first: it leaves the client a session that allows early data.
+        let mut first = client.connect().await.unwrap();
+        assert_eq!(exchange(&mut first, "GET", "/full").await.0, 200);
+        assert_eq!(first_ticket(&client).await, u32::MAX, "0-RTT allowed");
+        assert_eq!(stat(admin, "downstream_rq_early_data"), 0);
+
+        // Both requests go before the client can have heard from the proxy: in 0-RTT.
+        hold.hold();
+        let (mut early, accepted) = client.connect_early().await.unwrap().expect("0-RTT keys");
+        let requests = ["GET", "POST"].map(|method| {
+            let mut sender = early.clone();
+            tokio::spawn(async move { exchange(&mut sender, method, "/early").await })
+        });
+        eventually("both requests read in early data", async || {
+            stat(admin, "downstream_rq_early_data") == 2
+        })
+        .await;
+        hold.release_server();
+        let [get, post] = requests;
+        let (status, seen) = get.await.unwrap();
+        assert_eq!(status, 200);
+        assert!(seen.contains("early-data: 1"), "upstream saw: {seen}");
+        let (status, _) = post.await.unwrap();
+        assert_eq!(status, 425, "an unsafe method in early data");
+        // Both were read while the proxy's packets were held: its handshake could not have
+        // ended, as the client had heard nothing to finish it with.
+        assert_eq!(stat(admin, "downstream_rq_too_early"), 1);
+
+        hold.release();
+        assert!(accepted.await, "the proxy took the early data");
+        let (status, seen) = exchange(&mut early, "POST", "/late").await;
+        assert_eq!(status, 200, "after the handshake: {seen}");
+        let (status, seen) = exchange(&mut early, "GET", "/late").await;
+        assert_eq!(status, 200);
+        assert!(!seen.contains("early-data"), "upstream saw: {seen}");
+        assert_eq!(stat(admin, "downstream_rq_early_data"), 2);
+        client.close().await;
+        let log_path = dir.0.join("access.log");
+        eventually("the 425 logged", async || {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            log.contains("HTTP/3 POST /early 425 ")
+        })
+        .await;
+
+        // Off unless asked for: the proxy's tickets allow no early data.
+        let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+        let proxy = Proxy::start(&yaml, 1);
+        let client = H3Client::resuming(proxy.addr(), "legate.test").unwrap();
+        let mut sender = client.connect().await.unwrap();
+        assert_eq!(exchange(&mut sender, "GET", "/full").await.0, 200);
+        assert_eq!(first_ticket(&client).await, 0, "0-RTT off");
+        assert!(client.connect_early().await.unwrap().is_none());
+        client.close().await;
+    })
+    .await;
+}
+
 /// `work` within a limit: a client of quinn's that waits on the proxy forever fails the test
 /// rather than hanging the run.
 async fn bounded(work: impl std::future::Future<Output = ()>) {

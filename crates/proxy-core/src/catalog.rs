@@ -186,6 +186,14 @@ catalog! {
             "downstream_cx_http3_handshake_error",
             "QUIC handshakes that failed or timed out.",
         ),
+        rq_early_data: counter = downstream_rq_early_data(
+            "downstream_rq_early_data",
+            "HTTP/3 requests that came in 0-RTT early data, before the client's handshake ended (http3.early_data).",
+        ),
+        rq_too_early: counter = downstream_rq_too_early(
+            "downstream_rq_too_early",
+            "Requests in 0-RTT early data of a method that is not safe, answered 425 Too Early for the client to send again once its handshake is done.",
+        ),
         cx_h2_flood: counter = downstream_cx_h2_flood(
             "downstream_cx_h2_flood",
             "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM: a flood of resets (rapid reset) or of stream errors.",

@@ -122,6 +122,10 @@ pub enum ProxyError {
     /// enables.
     #[error("the route takes no CONNECT")]
     ConnectNotAllowed,
+    /// A request of an unsafe method that came in 0-RTT early data, which could be a replay:
+    /// 425, which the client retries once its handshake is done (RFC 8470).
+    #[error("an unsafe request in 0-RTT early data")]
+    TooEarly,
     #[error("no healthy upstream host")]
     NoHealthyUpstream,
     #[error("circuit breaker open: {}", .0.as_str())]
@@ -228,6 +232,7 @@ impl ProxyError {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::UpgradeFailed | ProxyError::ConnectNotAllowed => StatusCode::FORBIDDEN,
+            ProxyError::TooEarly => StatusCode::TOO_EARLY,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::ClientAborted { .. } if self.is_request_timeout() => {
                 StatusCode::REQUEST_TIMEOUT
@@ -276,7 +281,8 @@ impl ProxyError {
             ProxyError::ClientUnknown(_)
             | ProxyError::StreamDuration { .. }
             | ProxyError::UpgradeFailed
-            | ProxyError::ConnectNotAllowed => return None,
+            | ProxyError::ConnectNotAllowed
+            | ProxyError::TooEarly => return None,
             ProxyError::ClientAborted { .. } => ResponseFlag::DownstreamConnectionTermination,
             ProxyError::ConnectFailure { .. }
             | ProxyError::UpstreamTls { .. }
@@ -320,6 +326,7 @@ impl ProxyError {
             ProxyError::ClusterNotFound(_) => "cluster not found\n",
             ProxyError::UpgradeFailed => "upgrade failed\n",
             ProxyError::ConnectNotAllowed => "CONNECT is not allowed here\n",
+            ProxyError::TooEarly => "too early: send again once the handshake is done\n",
             ProxyError::NoHealthyUpstream => "no healthy upstream\n",
             ProxyError::Overflow(_) => "upstream overloaded\n",
             ProxyError::Overloaded => "proxy overloaded\n",

@@ -82,6 +82,70 @@ pub struct H3Client {
     endpoint: quinn::Endpoint,
     addr: SocketAddr,
     server_name: String,
+    tickets: Option<Arc<NotedTickets>>,
+}
+
+/// rustls's session store, noting the early data each TLS 1.3 ticket allows.
+#[derive(Debug)]
+struct NotedTickets {
+    cache: rustls::client::ClientSessionMemoryCache,
+    early_data: std::sync::Mutex<Vec<u32>>,
+}
+
+impl Default for NotedTickets {
+    fn default() -> Self {
+        Self {
+            cache: rustls::client::ClientSessionMemoryCache::new(32),
+            early_data: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl rustls::client::ClientSessionStore for NotedTickets {
+    fn set_kx_hint(&self, server_name: ServerName<'static>, group: rustls::NamedGroup) {
+        self.cache.set_kx_hint(server_name, group);
+    }
+
+    fn kx_hint(&self, server_name: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.cache.kx_hint(server_name)
+    }
+
+    fn set_tls12_session(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.cache.set_tls12_session(server_name, value);
+    }
+
+    fn tls12_session(
+        &self,
+        server_name: &ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.cache.tls12_session(server_name)
+    }
+
+    fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
+        self.cache.remove_tls12_session(server_name);
+    }
+
+    fn insert_tls13_ticket(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        if let Ok(mut noted) = self.early_data.lock() {
+            noted.push(value.max_early_data_size());
+        }
+        self.cache.insert_tls13_ticket(server_name, value);
+    }
+
+    fn take_tls13_ticket(
+        &self,
+        server_name: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        self.cache.take_tls13_ticket(server_name)
+    }
 }
 
 /// Flow-control windows the client grants the proxy: QUIC extends them only as the
@@ -100,6 +164,38 @@ impl H3Client {
         windows: Option<Windows>,
     ) -> Result<Self, String> {
         let tls = insecure_client_tls(b"h3").map_err(|e| e.to_string())?;
+        Self::with_tls(addr, server_name, windows, tls)
+    }
+
+    /// A client for `addr` that resumes the sessions the proxy gives it and, where a
+    /// session allows, sends its first requests in 0-RTT ([`Self::connect_early`]).
+    /// [`Self::tickets`] tells what the proxy's tickets allow.
+    pub fn resuming(addr: SocketAddr, server_name: &str) -> Result<Self, String> {
+        let mut tls = insecure_client_tls(b"h3").map_err(|e| e.to_string())?;
+        let tickets = Arc::new(NotedTickets::default());
+        tls.resumption = rustls::client::Resumption::store(Arc::clone(&tickets) as _);
+        tls.enable_early_data = true;
+        let mut client = Self::with_tls(addr, server_name, None, tls)?;
+        client.tickets = Some(tickets);
+        Ok(client)
+    }
+
+    /// The early data each session ticket the proxy gave allows, in bytes, in the order they
+    /// came (QUIC's is `u32::MAX` or 0); empty for a client that does not resume.
+    pub fn tickets(&self) -> Vec<u32> {
+        (self.tickets.as_ref()).map_or_else(Vec::new, |t| {
+            t.early_data
+                .lock()
+                .map_or_else(|_| Vec::new(), |e| e.clone())
+        })
+    }
+
+    fn with_tls(
+        addr: SocketAddr,
+        server_name: &str,
+        windows: Option<Windows>,
+        tls: rustls::ClientConfig,
+    ) -> Result<Self, String> {
         let crypto =
             quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
@@ -120,6 +216,7 @@ impl H3Client {
             endpoint,
             addr,
             server_name: server_name.to_owned(),
+            tickets: None,
         })
     }
 
@@ -131,13 +228,23 @@ impl H3Client {
             .map_err(|e| e.to_string())?
             .await
             .map_err(|e| e.to_string())?;
-        let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection))
-            .await
+        h3_over(connection).await
+    }
+
+    /// A new connection whose requests go in 0-RTT until the handshake ends, which the
+    /// returned future tells (true: the proxy took the early data); `None` if the client
+    /// holds no session that allows early data (the connection attempt is dropped).
+    pub async fn connect_early(
+        &self,
+    ) -> Result<Option<(H3Sender, quinn::ZeroRttAccepted)>, String> {
+        let connecting = self
+            .endpoint
+            .connect(self.addr, &self.server_name)
             .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
-        });
-        Ok(sender)
+        let Ok((connection, accepted)) = connecting.into_0rtt() else {
+            return Ok(None);
+        };
+        Ok(Some((h3_over(connection).await?, accepted)))
     }
 
     /// Closes every connection and waits for the proxy to learn of it.
@@ -145,6 +252,17 @@ impl H3Client {
         self.endpoint.close(0u32.into(), b"done");
         self.endpoint.wait_idle().await;
     }
+}
+
+/// HTTP/3 on a connection, its driver on a task of its own.
+async fn h3_over(connection: quinn::Connection) -> Result<H3Sender, String> {
+    let (mut driver, sender) = h3::client::new(h3_quinn::Connection::new(connection))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+    });
+    Ok(sender)
 }
 
 /// Accepts any certificate: the proxy's, made for the run, on loopback.

@@ -17,6 +17,8 @@
 //!   whose resources a test sets while clients are connected; it records every request.
 //! * [`OtlpCollector`]: an OpenTelemetry collector (OTLP traces over gRPC and HTTP) that
 //!   keeps the spans it receives, and can stall or refuse exports on demand.
+//! * [`h3_client`]: an HTTP/3 client on quinn (windows of the caller's, 0-RTT), and
+//!   [`quic_hold`]: a UDP relay that holds back a QUIC client's last handshake packets.
 //! * [`pattern_bytes`] / [`pattern_sha256`]: the deterministic bodies both sides use, so a
 //!   test can check a body of any size by digest.
 //!
@@ -78,6 +80,7 @@ mod noop;
 mod options;
 mod otlp;
 mod pattern;
+pub mod quic_hold;
 mod ratelimit;
 pub mod resources;
 mod signal;

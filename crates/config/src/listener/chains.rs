@@ -619,6 +619,58 @@ mod tests {
         let _ = std::fs::remove_dir_all(pem_files_dir("quic-chains"));
     }
 
+    /// 0-RTT resumes a session, before any client certificate: a listener with
+    /// `early_data` must resume sessions and ask for none, in every chain.
+    #[test]
+    fn early_data_needs_resumption_and_no_client_certificate() {
+        let dir = pem_files("quic-early-data");
+        let dir = dir.display();
+        let tls_with = |more: &str| {
+            format!(
+                "tls: {{ certificates: [{{ cert_chain: {dir}/cert.pem, private_key: {dir}/key.pem }}]{more} }}"
+            )
+        };
+        let listener = |more: &str| {
+            Config::from_yaml(&format!(
+                "listeners:\n  - name: l\n    address: 127.0.0.1:8443\n    http3: {{ early_data: true }}\n    {}\n    routes: [{{ match: {{ prefix: / }}, cluster: c }}]\nclusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n",
+                tls_with(more)
+            ))
+        };
+        let config = listener("").expect("tickets resume sessions");
+        assert!(config.listeners[0].http3.as_ref().unwrap().early_data);
+        listener(", session_tickets: false").expect("the session cache resumes them");
+        for (more, words) in [
+            (", session_cache_size: 0", "session_cache_size"),
+            (
+                &format!(", client_certificate: {{ ca: {dir}/ca.pem }}") as &str,
+                "client_certificate",
+            ),
+        ] {
+            let error = listener(more).expect_err(words);
+            assert!(error.to_string().contains(words), "{error}");
+            assert!(error.to_string().contains("early_data"), "{error}");
+        }
+        // A QUIC-only listener's chains too.
+        let chain = |more: &str| {
+            format!(
+                "      - name: a\n        match: {{ server_names: [a.example.com] }}\n        {}\n        routes: [{{ match: {{ prefix: / }}, cluster: c }}]\n",
+                tls_with(more)
+            )
+        };
+        let quic = |chains: &str| {
+            Config::from_yaml(&format!(
+                "listeners:\n  - name: q\n    address: 127.0.0.1:8443\n    http3: {{ quic_only: true, early_data: true }}\n    chains:\n{chains}clusters:\n  - name: c\n    endpoints: [127.0.0.1:1]\n"
+            ))
+        };
+        quic(&chain("")).expect("a chain that resumes sessions");
+        let error = quic(&chain(&format!(
+            ", client_certificate: {{ ca: {dir}/ca.pem }}"
+        )))
+        .expect_err("a chain asking for certificates");
+        assert!(error.to_string().contains("chains[0].tls"), "{error}");
+        let _ = std::fs::remove_dir_all(pem_files_dir("quic-early-data"));
+    }
+
     #[test]
     fn plain_text_protocols_need_the_http_inspector() {
         let chain = "      - name: a\n        match: { transport_protocol: raw_buffer, application_protocols: [h2c] }\n        routes: [{ match: { prefix: / }, cluster: c }]\n";

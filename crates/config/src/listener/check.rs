@@ -183,6 +183,13 @@ pub(crate) fn listener(
             path,
         )?;
     }
+    if http3.as_ref().is_some_and(|h| h.early_data) {
+        super::http3::early_data_possible(
+            default_chain.then_some(tls.as_ref()).flatten(),
+            &filter_chains,
+            path,
+        )?;
+    }
     let mut config = ListenerConfig {
         filter_chains,
         default_chain,

@@ -45,6 +45,14 @@ pub struct Http3Config {
         skip_serializing_if = "Option::is_none"
     )]
     pub idle_timeout: Option<Duration>,
+    /// 0-RTT: a client resuming a session may send its first requests with its first packet.
+    /// Anyone who saw those packets could send them again. QUIC's sessions are then resumed
+    /// from the session cache, each once, so a copy resumes nothing; and only safe methods
+    /// (`GET`, `HEAD`, `OPTIONS`, `TRACE`) are served before the handshake ends, with
+    /// `early-data: 1` for the upstream (RFC 8470), any other getting 425 Too Early, which the
+    /// client sends again once the handshake is done. Off unless set.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub early_data: bool,
 }
 
 /// The file's form.
@@ -57,6 +65,7 @@ pub struct RawHttp3 {
     pub max_concurrent_streams: Option<u32>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub idle_timeout: Option<Duration>,
+    pub early_data: Option<bool>,
 }
 
 /// What the listener around it must have, checked with it.
@@ -122,7 +131,48 @@ pub(crate) fn check(
         quic_only,
         max_concurrent_streams: raw.max_concurrent_streams,
         idle_timeout: raw.idle_timeout.filter(|t| !t.is_zero()),
+        early_data: raw.early_data.unwrap_or(false),
     })
+}
+
+/// 0-RTT resumes a session held in the session cache (not a stateless ticket, which could
+/// be used again), and comes before the client could show a certificate: with `early_data`,
+/// every TLS server of the listener (its own, its chains') must keep sessions and ask for no
+/// client certificate.
+pub(crate) fn early_data_possible(
+    own: Option<&crate::ListenerTlsConfig>,
+    chains: &[crate::listener::chains::FilterChainConfig],
+    path: &str,
+) -> Result<(), ConfigError> {
+    let all = own
+        .map(|tls| (tls, format!("{path}.tls")))
+        .into_iter()
+        .chain(chains.iter().enumerate().filter_map(|(i, c)| {
+            let tls = c.settings.tls.as_ref()?;
+            Some((tls, format!("{path}.chains[{i}].tls")))
+        }));
+    for (tls, at) in all {
+        if tls.client_certificate.is_some() {
+            return Err(ConfigError::invalid(
+                format!("{path}.http3.early_data"),
+                format!(
+                    "0-RTT requests come before the client shows its certificate: not with \
+                     `{at}.client_certificate`"
+                ),
+            ));
+        }
+        if tls.session_cache_size == 0 {
+            return Err(ConfigError::invalid(
+                format!("{path}.http3.early_data"),
+                format!(
+                    "0-RTT resumes only sessions held in the session cache (each once, so a \
+                     first flight sent again resumes nothing), and `{at}` has none \
+                     (`session_cache_size: 0`)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A QUIC-only listener's chains share one TLS server: only its certificate is picked per

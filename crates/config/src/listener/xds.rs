@@ -137,6 +137,8 @@ struct XdsChain {
     logs: Vec<crate::access_log::xds::XdsAccessLog>,
     /// The secrets its TLS names (SDS): it warms until they are all there.
     secrets: SecretRefs,
+    /// A QUIC listener's chain: its transport socket's `enable_early_data`.
+    early_data: bool,
 }
 
 /// One HTTP filter of a listener from the management server, and its name here (the type, or
@@ -250,6 +252,33 @@ impl XdsListener {
             });
         }
         Some(raw)
+    }
+}
+
+impl XdsListener {
+    /// A QUIC listener's 0-RTT, from its chains' transport sockets: they share one TLS
+    /// server, so they must agree.
+    fn early_data(&mut self, at: &str) -> Result<(), ResourceError> {
+        let mut all = (self.own.iter()).chain(self.chains.iter().map(|c| &c.chain));
+        let first = all.next().is_some_and(|c| c.early_data);
+        if all.any(|c| c.early_data != first) {
+            return Err(ResourceError::Unsupported {
+                at: at.to_owned(),
+                fields: vec![
+                    "enable_early_data differing between chains (one TLS server serves them all)"
+                        .into(),
+                ],
+            });
+        }
+        let raws = std::iter::once(&mut self.socket)
+            .chain(self.own.iter_mut().map(|c| &mut c.raw))
+            .chain(self.chains.iter_mut().map(|c| &mut c.chain.raw));
+        for raw in raws {
+            if let Some(http3) = &mut raw.http3 {
+                http3.early_data = Some(first);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -648,12 +677,16 @@ fn translate(mut l: Listener) -> Result<XdsListener, ResourceError> {
             chain,
         });
     }
-    Ok(XdsListener {
+    let mut listener = XdsListener {
         name,
         socket,
         own,
         chains,
-    })
+    };
+    if quic_handshake.is_some() {
+        listener.early_data(&at)?;
+    }
+    Ok(listener)
 }
 
 /// Envoy's `filter_chain_match` as the file's `match`.
@@ -768,6 +801,8 @@ fn quic_listener(
             idle.unwrap_or(QUIC_IDLE_TIMEOUT)
                 .max(Duration::from_millis(1)),
         ),
+        // Each chain's transport socket says (`enable_early_data`), once they are read.
+        early_data: None,
     };
     let handshake = handshake
         .unwrap_or(QUIC_HANDSHAKE_TIMEOUT)
@@ -788,6 +823,7 @@ fn translate_chain(
     let at = at.to_owned();
     let filters = std::mem::take(&mut chain.filters);
     let quic = quic_handshake.is_some();
+    let mut early_data = false;
     let (mut tls, secrets) = match chain.transport_socket.take() {
         Some(transport) if quic != crate::tls::xds::is_quic(&transport) => {
             return Err(ResourceError::Unsupported {
@@ -800,8 +836,9 @@ fn translate_chain(
             });
         }
         Some(transport) if quic => {
-            let (mut tls, secrets) = crate::tls::xds::quic_listener_tls(transport, &at)?;
+            let (mut tls, secrets, early) = crate::tls::xds::quic_listener_tls(transport, &at)?;
             tls.handshake_timeout = quic_handshake;
+            early_data = early;
             (Some(tls), secrets)
         }
         Some(transport) => {
@@ -874,6 +911,7 @@ fn translate_chain(
             collector: None,
             logs,
             secrets,
+            early_data,
         });
     }
     let mut hcm = match filters.as_slice() {
@@ -921,6 +959,7 @@ fn translate_chain(
         collector,
         logs,
         secrets,
+        early_data,
     })
 }
 

@@ -49,22 +49,18 @@ pub(crate) fn is_quic(socket: &TransportSocket) -> bool {
     }
 }
 
-/// A QUIC listener chain's `QuicDownstreamTransport`: its TLS context, as a TCP chain's.
-/// 0-RTT (`enable_early_data`, on in Envoy unless set) is off here unless asked for, and
-/// asking for it is refused: early data could be replayed.
+/// A QUIC listener chain's `QuicDownstreamTransport`: its TLS context, as a TCP chain's, and
+/// whether it takes 0-RTT. Envoy's `enable_early_data` is on unless set; here 0-RTT is off
+/// unless set (`true`), as early data could be replayed, and then only safe methods are
+/// served before the handshake ends (the file's `http3.early_data`).
 pub(crate) fn quic_listener_tls(
     socket: TransportSocket,
     at: &str,
-) -> Result<(RawListenerTls, SecretRefs), ResourceError> {
+) -> Result<(RawListenerTls, SecretRefs, bool), ResourceError> {
     use envoy_types::pb::envoy::extensions::transport_sockets::quic::v3::QuicDownstreamTransport;
     let socket_at = format!("{at}.transport_socket");
     let mut quic: QuicDownstreamTransport = context(socket, QUIC_DOWNSTREAM, &socket_at)?;
-    if quic.enable_early_data.take().is_some_and(|on| on.value) {
-        return Err(ResourceError::Unsupported {
-            at: socket_at,
-            fields: vec!["enable_early_data: true (0-RTT is off)".into()],
-        });
-    }
+    let early_data = quic.enable_early_data.take().is_some_and(|on| on.value);
     let mut tls = quic.downstream_tls_context.take().ok_or_else(|| {
         ResourceError::invalid(
             &socket_at,
@@ -91,10 +87,11 @@ pub(crate) fn quic_listener_tls(
             },
         )),
     };
-    listener_tls(
+    let (tls, secrets) = listener_tls(
         inner,
         &format!("{at}.transport_socket.downstream_tls_context"),
-    )
+    )?;
+    Ok((tls, secrets, early_data))
 }
 
 /// Whether a transport socket is plain text (`envoy.transport_sockets.raw_buffer`).

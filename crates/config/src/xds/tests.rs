@@ -27,6 +27,21 @@ fn pack<M: Message + Name>(message: &M) -> Any {
     testbed::xds::any(message)
 }
 
+/// What the management server's resources make of a file that only names it.
+fn compose_ads(resources: &mut Resources) -> Result<crate::Config, ConfigError> {
+    let Sections {
+        listeners,
+        clusters,
+        ..
+    } = resources.sections();
+    let origin = crate::Config::from_yaml(
+        "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
+    )
+    .unwrap()
+    .origin;
+    compose(&origin, listeners, clusters)
+}
+
 fn listener(name: &str, rds: &str) -> Listener {
     resources::listener(name, "127.0.0.1:0".parse().unwrap(), rds)
 }
@@ -818,21 +833,7 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
     resources
         .endpoints
         .insert("authz".into(), held_endpoints("authz", 9191));
-    let Sections {
-        listeners,
-        clusters,
-        ..
-    } = resources.sections();
-    let config = compose(
-        &crate::Config::from_yaml(
-            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
-        )
-        .unwrap()
-        .origin,
-        listeners,
-        clusters,
-    )
-    .unwrap();
+    let config = compose_ads(&mut resources).unwrap();
     let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
     assert_eq!(
         dumped["http_filters"][0]["ext_authz"]["grpc"]["address"], "127.0.0.1:9191",
@@ -857,21 +858,7 @@ fn ext_authz_calls_the_one_host_of_its_cluster_and_routes_may_turn_it_off() {
         "authz".into(),
         held(XdsCluster::decode(&pack(&authz)).unwrap()),
     );
-    let Sections {
-        listeners,
-        clusters,
-        ..
-    } = resources.sections();
-    let config = compose(
-        &crate::Config::from_yaml(
-            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
-        )
-        .unwrap()
-        .origin,
-        listeners,
-        clusters,
-    )
-    .unwrap();
+    let config = compose_ads(&mut resources).unwrap();
     let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
     assert_eq!(
         dumped["http_filters"][0]["ext_authz"]["grpc"]["tls"]["server_name"], "authz.internal",
@@ -993,21 +980,7 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
             .endpoints
             .insert(name.into(), held_endpoints(name, port));
     }
-    let Sections {
-        listeners,
-        clusters,
-        ..
-    } = resources.sections();
-    let config = compose(
-        &crate::Config::from_yaml(
-            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
-        )
-        .unwrap()
-        .origin,
-        listeners,
-        clusters,
-    )
-    .unwrap();
+    let config = compose_ads(&mut resources).unwrap();
     let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
     let chain = &dumped["http_filters"];
     assert_eq!(
@@ -3782,20 +3755,7 @@ fn istios_repeated_rbac_filters_are_each_kept() {
         resources
             .endpoints
             .insert("web".into(), held_endpoints("web", 8001));
-        let Sections {
-            listeners,
-            clusters,
-            ..
-        } = resources.sections();
-        compose(
-            &crate::Config::from_yaml(
-                "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
-            )
-            .unwrap()
-            .origin,
-            listeners,
-            clusters,
-        )
+        compose_ads(&mut resources)
     };
     let plain = resources::route_config("r", vec![resources::forward("/", "web")]);
     let config = compose_with(plain).unwrap();
@@ -3873,30 +3833,48 @@ fn a_quic_listener_serves_http3_alone_with_its_chains() {
     resources
         .routes
         .insert("r1".into(), held_routes("r1", "web"));
-    resources.listeners.insert(
-        "edge-quic".into(),
-        held(XdsListener::decode(&pack(&quic)).unwrap()),
-    );
     let tcp = resources::listener("edge", addr, "r1");
     resources.listeners.insert(
         "edge".into(),
         held(XdsListener::decode(&pack(&tcp)).unwrap()),
     );
-    let Sections {
-        listeners,
-        clusters,
-        ..
-    } = resources.sections();
-    let config = compose(
-        &crate::Config::from_yaml(
-            "node: { id: n }\ndynamic_resources: { ads: { address: \"127.0.0.1:1\" } }\n",
-        )
-        .unwrap()
-        .origin,
-        listeners,
-        clusters,
-    )
-    .unwrap();
+    let mut composed = |quic: &Listener| {
+        resources.listeners.insert(
+            "edge-quic".into(),
+            held(XdsListener::decode(&pack(quic)).unwrap()),
+        );
+        compose_ads(&mut resources).unwrap()
+    };
+    // 0-RTT, on in Envoy unless set, is off here unless set.
+    let early_on = |l: &mut Listener, i: usize| {
+        let socket = l.filter_chains[i].transport_socket.as_mut().unwrap();
+        let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else {
+            panic!("a typed transport socket");
+        };
+        let mut transport = QuicDownstreamTransport::decode(any.value.as_slice()).unwrap();
+        transport.enable_early_data =
+            Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
+        socket.config_type = Some(transport_socket::ConfigType::TypedConfig(pack(&transport)));
+    };
+    let config = composed(&quic);
+    let of = |config: &crate::Config| {
+        let quic = (config.listeners.iter())
+            .find(|l| l.name == "edge-quic")
+            .unwrap();
+        quic.http3.as_ref().unwrap().early_data
+    };
+    assert!(!of(&config));
+    let mut early = quic.clone();
+    early_on(&mut early, 0);
+    early_on(&mut early, 1);
+    assert!(of(&composed(&early)));
+    // The chains share one TLS server: they must agree.
+    let mut differing = quic.clone();
+    early_on(&mut differing, 1);
+    let error = XdsListener::decode(&pack(&differing))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("enable_early_data"), "{error}");
     let quic = (config.listeners.iter())
         .find(|l| l.name == "edge-quic")
         .unwrap();
@@ -3948,17 +3926,6 @@ fn a_quic_listener_serves_http3_alone_with_its_chains() {
         .disable_qpack = true;
     let error = translate(&with_hcm(&qpack_off)).unwrap_err().to_string();
     assert!(error.contains("disable_qpack"), "{error}");
-    let mut early = base.clone();
-    let socket = early.filter_chains[0].transport_socket.as_mut().unwrap();
-    let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else {
-        panic!("a typed transport socket");
-    };
-    let mut transport = QuicDownstreamTransport::decode(any.value.as_slice()).unwrap();
-    transport.enable_early_data =
-        Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
-    socket.config_type = Some(transport_socket::ConfigType::TypedConfig(pack(&transport)));
-    let error = translate(&early).unwrap_err().to_string();
-    assert!(error.contains("enable_early_data"), "{error}");
     let mut proxying = base.clone();
     proxying.udp_listener_config.as_mut().unwrap().quic_options = None;
     let error = translate(&proxying).unwrap_err().to_string();

@@ -33,6 +33,8 @@ pub(crate) struct H3Settings {
     /// How long a connection may go without a request before GOAWAY (the listener's, or its
     /// chain's, `http.idle_timeout`; QUIC's own idle timeout is the transport's).
     connection_idle: Duration,
+    /// 0-RTT (`http3.early_data`): requests may come before the handshake ends.
+    pub(crate) early_data: bool,
 }
 
 /// HTTP/3's unidirectional streams a client may open: its control stream and QPACK's two,
@@ -76,11 +78,13 @@ impl H3Settings {
             request_headers_timeout: http.request_headers_timeout,
             stream_idle_timeout: http.stream_idle_timeout,
             connection_idle: http.idle_timeout,
+            early_data: http3.is_some_and(|h| h.early_data),
         }
     }
 
     /// QUIC's server config from the listener's TLS as it is now: its certificates and SNI
-    /// selection, with ALPN `h3` and no 0-RTT (early data could be replayed). `previous`, if
+    /// selection, with ALPN `h3`, and 0-RTT only if `early_data` asks (QUIC takes early data
+    /// up to the flow-control limits, or none; rustls says so as `u32::MAX`). `previous`, if
     /// any, lends its address-validation token key, so tokens it gave stay good. `migration`:
     /// whether clients may change address.
     pub(crate) fn server_config(
@@ -91,7 +95,14 @@ impl H3Settings {
     ) -> Result<quinn::ServerConfig, quinn::crypto::rustls::NoInitialCipherSuite> {
         let mut tls = tls.clone();
         tls.alpn_protocols = vec![b"h3".to_vec()];
-        tls.max_early_data_size = 0;
+        if self.early_data {
+            tls.max_early_data_size = u32::MAX;
+            // Early data only on sessions this process holds, each resumed once (RFC 8446
+            // section 8.1): a first flight sent again resumes nothing, here or elsewhere.
+            tls.ticketer = Arc::new(SessionsHeldHere);
+        } else {
+            tls.max_early_data_size = 0;
+        }
         let crypto = Arc::new(quinn::crypto::rustls::QuicServerConfig::try_from(
             Arc::new(tls),
         )?);
@@ -112,6 +123,29 @@ impl H3Settings {
             .incoming_buffer_size(INCOMING_BUFFER)
             .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
         Ok(config)
+    }
+}
+
+/// No stateless tickets: rustls then hands out tickets naming sessions in its session cache,
+/// each taken from it when resumed, which is what 0-RTT needs.
+#[derive(Debug)]
+struct SessionsHeldHere;
+
+impl rustls::server::ProducesTickets for SessionsHeldHere {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
     }
 }
 
@@ -150,9 +184,10 @@ pub(crate) async fn serve_h3(
     let Some(handshake_timeout) = first_tls.map(|tls| tls.server().spec().handshake_timeout) else {
         return;
     };
-    let connection = tokio::select! {
-        done = tokio::time::timeout(handshake_timeout, connecting) => match done {
-            Ok(Ok(connection)) => connection,
+    let early_data = settings.codecs.h3.as_ref().is_some_and(|h3| h3.early_data);
+    let (connection, handshake) = tokio::select! {
+        done = tokio::time::timeout(handshake_timeout, established(connecting, early_data)) => match done {
+            Ok(Ok(established)) => established,
             Ok(Err(error)) => {
                 stats.cx_http3_handshake_error.inc();
                 tracing::debug!(peer = %ctx.peer, %error, "QUIC handshake failed");
@@ -206,7 +241,7 @@ pub(crate) async fn serve_h3(
         close: &mut close,
         chain_close: &mut chain_close,
     };
-    let served = serve_requests(connection.clone(), &ctx, http, h3, signals).await;
+    let served = serve_requests(connection.clone(), &ctx, http, h3, handshake, signals).await;
     // Dropping the codec closed the connection, which throws away what the client has not
     // yet acknowledged: the last responses could be lost. So the codec is kept until the
     // client closes (it does once GOAWAY's requests are answered), or for a moment.
@@ -223,6 +258,25 @@ pub(crate) async fn serve_h3(
         None => CLOSED_HERE,
     });
     drop(served.codec);
+}
+
+/// The connection once its client may send requests: after the handshake; or, with 0-RTT,
+/// once the client's first flight has shown its SNI, with the handshake's end still to come
+/// (`Some`; the client's 0-RTT requests are read meanwhile). A handshake that then fails, or
+/// a replayed first flight that never completes one, ends the connection like any other.
+async fn established(
+    mut connecting: quinn::Connecting,
+    early_data: bool,
+) -> Result<(quinn::Connection, Option<quinn::ZeroRttAccepted>), quinn::ConnectionError> {
+    if !early_data {
+        return Ok((connecting.await?, None));
+    }
+    connecting.handshake_data().await?;
+    match connecting.into_0rtt() {
+        Ok((connection, handshake)) => Ok((connection, Some(handshake))),
+        // A server's connection always converts; were it not to, the handshake is waited for.
+        Err(connecting) => Ok((connecting.await?, None)),
+    }
 }
 
 /// Index of `closed_here` in [`crate::catalog::QUIC_CLOSE_REASONS`].
@@ -315,6 +369,7 @@ async fn serve_requests(
     ctx: &Rc<ConnCtx>,
     http: Rc<HttpSlot>,
     h3: &H3Settings,
+    handshake: Option<quinn::ZeroRttAccepted>,
     signals: Signals<'_>,
 ) -> Served {
     let Signals {
@@ -345,6 +400,8 @@ async fn serve_requests(
         head: h3.request_headers_timeout,
         idle: h3.stream_idle_timeout,
     };
+    // Until the handshake ends, a request came in 0-RTT early data.
+    let early = super::http3_stream::EarlyData::new(handshake);
     // The requests in flight, each served on this task: the codec must outlive them.
     let mut requests = FuturesUnordered::new();
     let expires = ctx.expires_at();
@@ -358,7 +415,12 @@ async fn serve_requests(
             // last one GOAWAY names, so the client knows to send it again elsewhere.
             accepted = conn.accept(), if !going_away => match accepted {
                 Ok(Some(resolver)) => {
-                    let served = super::http3_stream::serve_request(resolver, service.clone(), timers);
+                    let served = super::http3_stream::serve_request(
+                        resolver,
+                        service.clone(),
+                        timers,
+                        early.clone(),
+                    );
                     requests.push(served);
                 }
                 // The client said GOAWAY and its requests are answered.

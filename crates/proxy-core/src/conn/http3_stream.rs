@@ -3,6 +3,8 @@
 //! the client sends it, and the response written back (head, data, trailers) as fast as the
 //! client's flow control lets it.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
@@ -40,6 +42,34 @@ pub(super) struct StreamTimers {
     pub(super) idle: Duration,
 }
 
+/// Whether the connection's handshake is still to end: a request read meanwhile came in
+/// 0-RTT early data, which whoever saw it could send again (RFC 8470). Once it ends, the
+/// connection is known not to be a replay, even for what it read before. Shared by the
+/// connection's requests, on its task.
+#[derive(Clone)]
+pub(super) struct EarlyData(Rc<RefCell<Option<quinn::ZeroRttAccepted>>>);
+
+impl EarlyData {
+    /// `handshake`: its end, for a connection that took 0-RTT.
+    pub(super) fn new(handshake: Option<quinn::ZeroRttAccepted>) -> Self {
+        Self(Rc::new(RefCell::new(handshake)))
+    }
+
+    /// Asked as each request head is read: the handshake's end is seen as soon as the
+    /// connection has processed it, even if this task has not been woken for it yet.
+    pub(super) fn pending(&self) -> bool {
+        let mut handshake = self.0.borrow_mut();
+        let Some(end) = handshake.as_mut() else {
+            return false;
+        };
+        if end.now_or_never().is_some() {
+            *handshake = None;
+            return false;
+        }
+        true
+    }
+}
+
 /// The client's body stood still for the stream idle timeout.
 #[derive(Debug, thiserror::Error)]
 #[error("the client's request body stood still for the stream idle timeout")]
@@ -47,9 +77,14 @@ struct BodyIdle;
 
 /// Reads the request's head, serves it, and writes the response; the stream is reset if the
 /// response cannot be finished whole.
-pub(super) async fn serve_request(resolver: Resolver, service: ProxyService, timers: StreamTimers) {
+pub(super) async fn serve_request(
+    resolver: Resolver,
+    service: ProxyService,
+    timers: StreamTimers,
+    early: EarlyData,
+) {
     let resolved = tokio::time::timeout(timers.head, resolver.resolve_request()).await;
-    let (request, stream) = match resolved {
+    let (mut request, stream) = match resolved {
         Ok(Ok(resolved)) => resolved,
         Ok(Err(error)) => {
             tracing::debug!(peer = %service.conn.peer, %error, "HTTP/3 request head refused");
@@ -73,6 +108,12 @@ pub(super) async fn serve_request(resolver: Resolver, service: ProxyService, tim
             let _ = send.finish().await;
         }
         return;
+    }
+    if early.pending() {
+        // The request path serves safe methods and answers others 425 Too Early.
+        request
+            .extensions_mut()
+            .insert(crate::http::ReceivedInEarlyData);
     }
     let head_only = request.method() == Method::HEAD;
     let started = Started::from_stream(&mut recv);

@@ -121,6 +121,8 @@ pub(crate) fn handle(
             Err(ProxyError::Overloaded)
         } else if let Some(status) = unknown {
             Err(ProxyError::ClientUnknown(status))
+        } else if let Err(too_early) = super::early_data::admit(&mut req, &conn) {
+            Err(too_early)
         } else {
             let scope = Scope {
                 conn: &conn,
@@ -193,7 +195,11 @@ pub(crate) fn handle(
                         X_LEGATE_OVERLOADED.clone(),
                         HeaderValue::from_static("true"),
                     );
-                } else if !matches!(err, ProxyError::Overflow(_) | ProxyError::Overloaded) {
+                } else if !matches!(
+                    err,
+                    // Each asks the client to come back; none is a fault to look into.
+                    ProxyError::Overflow(_) | ProxyError::Overloaded | ProxyError::TooEarly
+                ) {
                     tracing::warn!(
                         flag = %err.flag().map_or("-", |f| f.as_str()),
                         status = err.status().as_u16(),

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! handler.rs        one request: route, filters, then a local reply or the forward
+//! early_data.rs     requests that came in 0-RTT: safe ones marked, others 425
 //! head.rs           the head's checks before anything reads it: size, path, host, route
 //! rewrite.rs        the request head as the upstream gets it, and the response head back
 //! redirect.rs       a redirect's location; the path a prefix or regex rewrite forwards
@@ -14,6 +15,7 @@
 //! ```
 
 pub(crate) mod client_cert;
+mod early_data;
 pub(crate) mod forwarding;
 pub(crate) mod handler;
 mod hash_policy;
@@ -28,6 +30,7 @@ mod upgrade;
 use std::rc::Rc;
 
 pub use crate::filters::ResponseBody;
+pub(crate) use early_data::ReceivedInEarlyData;
 pub(crate) use upgrade::relay as relay_tunnel;
 
 use crate::cluster::Cluster;
