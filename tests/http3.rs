@@ -35,6 +35,11 @@ struct Exchange {
     max_streams: u64,
     /// The DNS names of the certificate the proxy served.
     server_cert_names: Vec<String>,
+    /// The body, where the request asked for it (`report_body`).
+    body_text: Option<String>,
+    /// With `--ticket`: whether the proxy took the 0-RTT data, and what its ticket allows.
+    early_data_accepted: Option<bool>,
+    ticket_max_early_data: Option<u64>,
 }
 
 impl Exchange {
@@ -83,13 +88,26 @@ fn h3_try(
     seconds: u32,
     linger: u32,
 ) -> Result<Vec<Exchange>, String> {
+    let more = ["--linger".to_owned(), linger.to_string()];
+    h3_reports(h3_spawn(addr, server_name, requests, seconds, &more))
+}
+
+/// The client started on `requests`, with `more` arguments; its reports come from
+/// [`h3_reports`].
+fn h3_spawn(
+    addr: SocketAddr,
+    server_name: &str,
+    requests: Value,
+    seconds: u32,
+    more: &[String],
+) -> std::process::Child {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3client/client.py");
     let mut child = Command::new("python3")
         .arg(script)
         .arg(addr.to_string())
         .args(["--server-name", server_name])
         .args(["--timeout", &seconds.to_string()])
-        .args(["--linger", &linger.to_string()])
+        .args(more)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -97,6 +115,12 @@ fn h3_try(
         .expect("python3 runs");
     let input = serde_json::to_vec(&requests).unwrap();
     child.stdin.take().unwrap().write_all(&input).unwrap();
+    child
+}
+
+/// What the client reports once it is done; `Err` with its error output when it could not
+/// connect or failed otherwise.
+fn h3_reports(child: std::process::Child) -> Result<Vec<Exchange>, String> {
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -121,6 +145,9 @@ fn h3_try(
             server_cert_names: (r["server_cert_names"].as_array().unwrap().iter())
                 .map(|n| n.as_str().unwrap().to_owned())
                 .collect(),
+            body_text: r["body_text"].as_str().map(str::to_owned),
+            early_data_accepted: r["early_data_accepted"].as_bool(),
+            ticket_max_early_data: r["ticket_max_early_data"].as_u64(),
         })
         .collect())
 }
@@ -1274,6 +1301,60 @@ async fn early_data_serves_safe_methods_alone_and_only_when_asked() {
         client.close().await;
     })
     .await;
+}
+
+/// aioquic's 0-RTT, as quinn's: it resumes the session its first connection saved and sends
+/// GET and POST at once, in early data (the relay holds the proxy's packets until both are
+/// read). GET is served with `early-data: 1`, POST answered 425.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aioquic_sends_early_data_and_gets_the_same_answers() {
+    use testbed::quic_hold::HandshakeHold;
+    let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dir = ScratchDir::new();
+    let (yaml, _) = config(&dir, upstream.local_addr(), "{ early_data: true }");
+    let proxy = Proxy::start(&yaml, 1);
+    let admin = proxy.admin.unwrap();
+    let hold = HandshakeHold::start(proxy.addr()).await.unwrap();
+    let relay = hold.addr();
+    let ticket = [
+        "--ticket".to_owned(),
+        dir.0.join("ticket").display().to_string(),
+    ];
+    let first = {
+        let ticket = ticket.clone();
+        tokio::task::spawn_blocking(move || {
+            let get = json!([{"method": "GET", "path": "/full"}]);
+            h3_reports(h3_spawn(relay, "legate.test", get, 30, &ticket))
+        })
+        .await
+        .unwrap()
+        .unwrap()
+    };
+    assert_eq!(first[0].status, Some(200), "{first:?}");
+    assert_eq!(first[0].ticket_max_early_data, Some(u64::from(u32::MAX)));
+
+    hold.hold();
+    let requests = json!([
+        {"method": "GET", "path": "/early", "headers": [["x-noop-echo", "headers"]], "report_body": true},
+        {"method": "POST", "path": "/early", "body_bytes": 10},
+    ]);
+    let child = h3_spawn(relay, "legate.test", requests, 30, &ticket);
+    eventually("both requests read in early data", async || {
+        stat(admin, "downstream_rq_early_data") == 2
+    })
+    .await;
+    hold.release_server();
+    let early = tokio::task::spawn_blocking(move || h3_reports(child))
+        .await
+        .unwrap()
+        .unwrap();
+    hold.release();
+    assert_eq!(early[0].early_data_accepted, Some(true), "{early:?}");
+    assert_eq!(early[0].status, Some(200), "{early:?}");
+    let seen = early[0].body_text.as_deref().unwrap_or_default();
+    assert!(seen.contains("early-data: 1"), "upstream saw: {seen}");
+    assert_eq!(early[1].status, Some(425), "{early:?}");
+    assert_eq!(stat(admin, "downstream_rq_too_early"), 1);
 }
 
 /// `work` within a limit: a client of quinn's that waits on the proxy forever fails the test

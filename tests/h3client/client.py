@@ -14,7 +14,13 @@ requests); `delay_ms` holds a request back that long after the connection is up;
 all after it, from a new UDP port (the connection's address changes); `goaway` says whether
 the server sent GOAWAY on the connection: by the time the exchanges ended or, with
 `--linger SECONDS`, the server closed the connection or that long after; `max_streams` is
-the server's stream credit when the connection was up (its initial_max_streams_bidi).
+the server's stream credit when the connection was up (its initial_max_streams_bidi);
+`"report_body": true` adds the response body as text (`body_text`).
+
+`--ticket FILE` resumes the session saved in FILE, if there is one, sending the requests at
+once, before the handshake ends (0-RTT where the ticket allows it), and saves the ticket the
+server gives in FILE; each report then tells `early_data_accepted` (the server took the
+0-RTT data) and `ticket_max_early_data` (what the server's ticket allows, `null` if none).
 
 A request body is sent in 64 KiB pieces, each different (`sent_sha256` is its digest); aioquic
 queues what flow control does not yet let through. `--server-name` is the SNI and `:authority`;
@@ -27,6 +33,8 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
+import pickle
 import socket
 import ssl
 import sys
@@ -36,7 +44,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, StreamReset
+from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, StreamReset
 
 PIECE = 64 * 1024
 GOAWAY = 0x7
@@ -71,6 +79,7 @@ class Exchange:
         self.length = 0
         self.sent_sha = hashlib.sha256()
         self.error = None
+        self.text = None
         self.done = asyncio.get_running_loop().create_future()
 
     def finish(self, error=None):
@@ -89,6 +98,7 @@ class Exchange:
             "sent_sha256": self.sent_sha.hexdigest(),
             "trailers": self.trailers,
             "error": self.error,
+            "body_text": None if self.text is None else self.text.decode(errors="replace"),
         }
 
 
@@ -98,8 +108,11 @@ class Client(QuicConnectionProtocol):
         self.h3 = WatchedH3(self._quic)
         self.exchanges = {}
         self.terminated = None
+        self.early_data_accepted = None
 
     def quic_event_received(self, event):
+        if isinstance(event, HandshakeCompleted):
+            self.early_data_accepted = event.early_data_accepted
         if isinstance(event, ConnectionTerminated):
             self.terminated = "connection closed %d" % event.error_code
             for exchange in self.exchanges.values():
@@ -125,6 +138,8 @@ class Client(QuicConnectionProtocol):
             elif isinstance(h3_event, DataReceived):
                 exchange.sha.update(h3_event.data)
                 exchange.length += len(h3_event.data)
+                if exchange.text is not None:
+                    exchange.text += h3_event.data
             if getattr(h3_event, "stream_ended", False):
                 exchange.finish()
 
@@ -149,6 +164,8 @@ class Client(QuicConnectionProtocol):
             return exchange
         stream_id = self._quic.get_next_available_stream_id()
         exchange = Exchange()
+        if request.get("report_body"):
+            exchange.text = b""
         self.exchanges[stream_id] = exchange
         size = request.get("body_bytes", 0)
         trailers = [(k.encode(), v.encode()) for k, v in request.get("trailers", [])]
@@ -206,14 +223,31 @@ async def main():
     parser.add_argument("--server-name", default="legate.test")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--linger", type=float, default=0.0)
+    parser.add_argument("--ticket")
     args = parser.parse_args()
     host, port = args.address.rsplit(":", 1)
     requests = json.load(sys.stdin)
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     config.server_name = args.server_name
+    tickets = []
+    if args.ticket and os.path.exists(args.ticket):
+        with open(args.ticket, "rb") as saved:
+            config.session_ticket = pickle.load(saved)
+
+    def keep_ticket(ticket):
+        tickets.append(ticket)
+        with open(args.ticket, "wb") as saved:
+            pickle.dump(ticket, saved)
+
     async with connect(
-        host, int(port), configuration=config, create_protocol=Client, wait_connected=True
+        host,
+        int(port),
+        configuration=config,
+        create_protocol=Client,
+        session_ticket_handler=keep_ticket if args.ticket else None,
+        # With a session to resume, the requests go before the handshake ends.
+        wait_connected=config.session_ticket is None,
     ) as client:
         # The server's stream credit as the handshake gave it (initial_max_streams_bidi).
         max_streams = client._quic._remote_max_streams_bidi
@@ -222,14 +256,29 @@ async def main():
         for exchange in client.exchanges.values():
             exchange.finish("timed out")
         exchanges = [await s for s in sent]
+        # A first session's ticket comes once the handshake is done, perhaps after the answers.
+        waited = 0.0
+        resumed = config.session_ticket is not None
+        while args.ticket and not resumed and not tickets and not client.terminated:
+            if waited >= args.timeout:
+                break
+            await asyncio.sleep(0.01)
+            waited += 0.01
         if args.linger > 0:
             try:
                 await asyncio.wait_for(client.wait_closed(), args.linger)
             except asyncio.TimeoutError:
                 pass
         names = server_certificate_names(client)
+        ticket_max_early_data = tickets[-1].max_early_data_size if tickets else None
         reports = [
-            dict(e.report(client.h3.goaway), max_streams=max_streams, server_cert_names=names)
+            dict(
+                e.report(client.h3.goaway),
+                max_streams=max_streams,
+                server_cert_names=names,
+                early_data_accepted=client.early_data_accepted,
+                ticket_max_early_data=ticket_max_early_data,
+            )
             for e in exchanges
         ]
     json.dump(reports, sys.stdout)
