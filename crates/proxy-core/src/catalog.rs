@@ -159,7 +159,7 @@ catalog! {
         ),
         cx_http3_total: counter = downstream_cx_http3_total(
             "downstream_cx_http3_total",
-            "HTTP/3 connections accepted (QUIC handshakes completed).",
+            "HTTP/3 connections accepted (QUIC handshakes completed; with 0-RTT, from the client's first flight).",
         ),
         cx_http3_active: gauge = downstream_cx_http3_active(
             "downstream_cx_http3_active",
@@ -184,7 +184,7 @@ catalog! {
         ),
         cx_http3_handshake_error: counter = downstream_cx_http3_handshake_error(
             "downstream_cx_http3_handshake_error",
-            "QUIC handshakes that failed or timed out.",
+            "QUIC handshakes that failed or timed out, including those of 0-RTT connections not finished in time or lost first.",
         ),
         rq_early_data: counter = downstream_rq_early_data(
             "downstream_rq_early_data",

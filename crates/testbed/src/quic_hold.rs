@@ -4,10 +4,13 @@
 //! client's first flight and its 0-RTT packets: what a server sees of a replayed first
 //! flight, or of a client whose last handshake packets are slow. It holds the server's
 //! packets too until [`HandshakeHold::release_server`], so that all a client sends first
-//! goes in 0-RTT (it cannot have heard from the server).
+//! goes in 0-RTT (it cannot have heard from the server). The client's packets that went
+//! through while held (its first flight) are kept, to be sent again from elsewhere
+//! ([`HandshakeHold::replay`]), as an attacker who recorded them would.
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
@@ -15,6 +18,9 @@ use tokio::sync::watch;
 /// The relay; it stops when dropped.
 pub struct HandshakeHold {
     addr: SocketAddr,
+    server: SocketAddr,
+    /// The client's datagrams passed on while its handshake's end was held.
+    first_flight: Arc<Mutex<Vec<Vec<u8>>>>,
     holding: watch::Sender<Holding>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -27,9 +33,12 @@ impl HandshakeHold {
         back.connect(server).await?;
         let addr = front.local_addr()?;
         let (holding, told) = watch::channel(Holding::default());
-        let task = tokio::spawn(relay(front, back, told));
+        let first_flight = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn(relay(front, back, told, Arc::clone(&first_flight)));
         Ok(Self {
             addr,
+            server,
+            first_flight,
             holding,
             task,
         })
@@ -58,6 +67,21 @@ impl HandshakeHold {
     pub fn release(&self) {
         let _ = self.holding.send(Holding::default());
     }
+
+    /// Sends the client's first flight (what went through while held) to the server again,
+    /// from a socket of its own, which is returned: the server's answers go there.
+    pub async fn replay(&self) -> io::Result<UdpSocket> {
+        let socket = UdpSocket::bind(SocketAddr::new(self.server.ip(), 0)).await?;
+        let flight = self
+            .first_flight
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default();
+        for datagram in flight {
+            socket.send_to(&datagram, self.server).await?;
+        }
+        Ok(socket)
+    }
 }
 
 impl Drop for HandshakeHold {
@@ -73,7 +97,12 @@ struct Holding {
     server: bool,
 }
 
-async fn relay(front: UdpSocket, back: UdpSocket, mut told: watch::Receiver<Holding>) {
+async fn relay(
+    front: UdpSocket,
+    back: UdpSocket,
+    mut told: watch::Receiver<Holding>,
+    first_flight: Arc<Mutex<Vec<Vec<u8>>>>,
+) {
     let mut client = None;
     let mut held_from_client: Vec<Vec<u8>> = Vec::new();
     let mut held_from_server: Vec<Vec<u8>> = Vec::new();
@@ -89,6 +118,11 @@ async fn relay(front: UdpSocket, back: UdpSocket, mut told: watch::Receiver<Hold
                 if holding.client && ends_handshake(datagram) {
                     held_from_client.push(datagram.to_vec());
                 } else {
+                    if holding.client
+                        && let Ok(mut flight) = first_flight.lock()
+                    {
+                        flight.push(datagram.to_vec());
+                    }
                     let _ = back.send(datagram).await;
                 }
             }
@@ -104,7 +138,11 @@ async fn relay(front: UdpSocket, back: UdpSocket, mut told: watch::Receiver<Hold
                 if changed.is_err() {
                     return;
                 }
+                let was_holding = holding.client;
                 holding = *told.borrow_and_update();
+                if holding.client && !was_holding && let Ok(mut flight) = first_flight.lock() {
+                    flight.clear();
+                }
                 if !holding.server && let Some(client) = client {
                     for datagram in held_from_server.drain(..) {
                         let _ = front.send_to(&datagram, client).await;

@@ -241,7 +241,25 @@ pub(crate) async fn serve_h3(
         close: &mut close,
         chain_close: &mut chain_close,
     };
-    let served = serve_requests(connection.clone(), &ctx, http, h3, handshake, signals).await;
+    // With 0-RTT the connection serves before its handshake ends, which must still end in
+    // time: a first flight sent again by someone else never ends it.
+    let early = super::http3_stream::EarlyData::new(handshake.map(|end| (end, connection.clone())));
+    let handshake_by = tokio::time::Instant::now() + handshake_timeout;
+    let served = serve_requests(
+        connection.clone(),
+        &ctx,
+        http,
+        h3,
+        (early.clone(), handshake_by),
+        signals,
+    )
+    .await;
+    if early.pending() {
+        // Lost before its handshake ended, or out of time for it: closed now, no grace.
+        stats.cx_http3_handshake_error.inc();
+        tracing::debug!(peer = %ctx.peer, "QUIC handshake not finished after 0-RTT");
+        connection.close(0u32.into(), b"");
+    }
     // Dropping the codec closed the connection, which throws away what the client has not
     // yet acknowledged: the last responses could be lost. So the codec is kept until the
     // client closes (it does once GOAWAY's requests are answered), or for a moment.
@@ -369,7 +387,7 @@ async fn serve_requests(
     ctx: &Rc<ConnCtx>,
     http: Rc<HttpSlot>,
     h3: &H3Settings,
-    handshake: Option<quinn::ZeroRttAccepted>,
+    (early, handshake_by): (super::http3_stream::EarlyData, tokio::time::Instant),
     signals: Signals<'_>,
 ) -> Served {
     let Signals {
@@ -400,8 +418,7 @@ async fn serve_requests(
         head: h3.request_headers_timeout,
         idle: h3.stream_idle_timeout,
     };
-    // Until the handshake ends, a request came in 0-RTT early data.
-    let early = super::http3_stream::EarlyData::new(handshake);
+    let mut handshaking = early.pending();
     // The requests in flight, each served on this task: the codec must outlive them.
     let mut requests = FuturesUnordered::new();
     let expires = ctx.expires_at();
@@ -438,6 +455,16 @@ async fn serve_requests(
             Some(()) = requests.next(), if !requests.is_empty() => {
                 if requests.is_empty() {
                     idle.as_mut().reset(tokio::time::Instant::now() + h3.connection_idle);
+                }
+            }
+            () = tokio::time::sleep_until(handshake_by), if handshaking => {
+                handshaking = early.pending();
+                if handshaking {
+                    // Ended here, counted by the caller (the handshake is still pending).
+                    return Served {
+                        codec: Some(conn),
+                        peer_broke_http3: false,
+                    };
                 }
             }
             () = &mut idle, if requests.is_empty() && !going_away => {

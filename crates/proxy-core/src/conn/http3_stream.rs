@@ -43,30 +43,46 @@ pub(super) struct StreamTimers {
 }
 
 /// Whether the connection's handshake is still to end: a request read meanwhile came in
-/// 0-RTT early data, which whoever saw it could send again (RFC 8470). Once it ends, the
+/// 0-RTT early data, which whoever saw it could send again (RFC 8470). Once it has ended, the
 /// connection is known not to be a replay, even for what it read before. Shared by the
 /// connection's requests, on its task.
 #[derive(Clone)]
-pub(super) struct EarlyData(Rc<RefCell<Option<quinn::ZeroRttAccepted>>>);
+pub(super) struct EarlyData(Rc<RefCell<Handshake>>);
+
+enum Handshake {
+    /// Its end is still to come: quinn's signal, which a lost connection raises too.
+    Pending(quinn::ZeroRttAccepted, quinn::Connection),
+    Done,
+    /// The connection was lost before the handshake ended: all it read stays early data.
+    Lost,
+}
 
 impl EarlyData {
     /// `handshake`: its end, for a connection that took 0-RTT.
-    pub(super) fn new(handshake: Option<quinn::ZeroRttAccepted>) -> Self {
-        Self(Rc::new(RefCell::new(handshake)))
+    pub(super) fn new(handshake: Option<(quinn::ZeroRttAccepted, quinn::Connection)>) -> Self {
+        let state = match handshake {
+            Some((end, connection)) => Handshake::Pending(end, connection),
+            None => Handshake::Done,
+        };
+        Self(Rc::new(RefCell::new(state)))
     }
 
     /// Asked as each request head is read: the handshake's end is seen as soon as the
     /// connection has processed it, even if this task has not been woken for it yet.
     pub(super) fn pending(&self) -> bool {
-        let mut handshake = self.0.borrow_mut();
-        let Some(end) = handshake.as_mut() else {
-            return false;
-        };
-        if end.now_or_never().is_some() {
-            *handshake = None;
-            return false;
+        let mut state = self.0.borrow_mut();
+        if let Handshake::Pending(end, connection) = &mut *state
+            && end.now_or_never().is_some()
+        {
+            // Raised by the handshake's end, or by the connection's loss (a forged close, say,
+            // after a replayed first flight): only a connection still up has finished it.
+            *state = if connection.close_reason().is_none() {
+                Handshake::Done
+            } else {
+                Handshake::Lost
+            };
         }
-        true
+        !matches!(*state, Handshake::Done)
     }
 }
 
@@ -97,6 +113,14 @@ pub(super) async fn serve_request(
         }
     };
     let (mut send, mut recv) = stream.split();
+    let early = early.pending();
+    if early {
+        // The request path serves safe methods and answers others 425 Too Early.
+        service.conn.listener.stats.rq_early_data.inc();
+        request
+            .extensions_mut()
+            .insert(crate::http::ReceivedInEarlyData);
+    }
     if request.method() == Method::CONNECT {
         // Tunnels (RFC 9220 and plain CONNECT) are not served over HTTP/3.
         let refused = Response::builder()
@@ -109,15 +133,12 @@ pub(super) async fn serve_request(
         }
         return;
     }
-    if early.pending() {
-        // The request path serves safe methods and answers others 425 Too Early.
-        request
-            .extensions_mut()
-            .insert(crate::http::ReceivedInEarlyData);
-    }
     let head_only = request.method() == Method::HEAD;
     let started = Started::from_stream(&mut recv);
-    if matches!(started, Started::Waiting) && expects_continue(request.headers()) {
+    // Not a body the request path will refuse unread (425).
+    let refused_early = early && !crate::http::is_safe_method(request.method());
+    if matches!(started, Started::Waiting) && expects_continue(request.headers()) && !refused_early
+    {
         // A client waiting to send its body: told to go on at once, as Envoy does by default
         // (the upstream never sees `expect`).
         let go_on = Response::builder()

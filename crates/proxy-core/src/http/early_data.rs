@@ -21,10 +21,8 @@ pub(crate) fn admit(req: &mut Request<RequestBody>, conn: &ConnCtx) -> Result<()
     if req.extensions().get::<ReceivedInEarlyData>().is_none() {
         return Ok(());
     }
-    let stats = &conn.listener.stats;
-    stats.rq_early_data.inc();
     if !is_safe(req.method()) {
-        stats.rq_too_early.inc();
+        conn.listener.stats.rq_too_early.inc();
         return Err(ProxyError::TooEarly);
     }
     req.headers_mut()
@@ -33,7 +31,7 @@ pub(crate) fn admit(req: &mut Request<RequestBody>, conn: &ConnCtx) -> Result<()
 }
 
 /// RFC 9110's safe methods: those that ask for nothing to change.
-fn is_safe(method: &Method) -> bool {
+pub(crate) fn is_safe(method: &Method) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE

@@ -30,7 +30,7 @@ mod upgrade;
 use std::rc::Rc;
 
 pub use crate::filters::ResponseBody;
-pub(crate) use early_data::ReceivedInEarlyData;
+pub(crate) use early_data::{ReceivedInEarlyData, is_safe as is_safe_method};
 pub(crate) use upgrade::relay as relay_tunnel;
 
 use crate::cluster::Cluster;
