@@ -21,7 +21,7 @@ pub(crate) fn live_config_dump(live: &LiveConfig, workers: usize) -> Result<Valu
     for (i, shared) in generation.listeners.iter().enumerate() {
         dump["listeners"][i]["bound_address"] = json!(shared.sockets.address.to_string());
     }
-    dump["version_info"] = json!(generation.version);
+    dump["version_info"] = json!(generation.version().to_string());
     dump["generation"] = json!(generation.number);
     dump["last_updated_unix"] = json!(unix(generation.loaded_at));
     dump["reload"] = json!({

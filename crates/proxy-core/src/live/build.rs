@@ -79,7 +79,6 @@ pub(crate) fn build(
         }
     }
     let mut commit = Commit::default();
-    let version = format!("{:016x}", hash_of(&config));
     let stats = ctx.stats;
 
     let log_sinks = match previous {
@@ -301,7 +300,6 @@ pub(crate) fn build(
     };
     let mut generation = Generation::new(
         ctx.number,
-        version,
         Arc::new(config),
         Arc::new(clusters),
         listeners,
@@ -509,22 +507,69 @@ fn upstream_transports(cluster: &ClusterConfig) -> Result<UpstreamTransports, Bu
 /// kept, with its pools, health and breakers, and only its hosts change). A cluster that gains
 /// its first DNS name, or loses its last, is built anew: it needs a resolver, or not.
 fn same_but_endpoints(a: &ClusterConfig, b: &ClusterConfig) -> bool {
-    // Inline PEM (from SDS) serializes as `inline`: compared here by its text, so that a
-    // rotated certificate or CA makes a new cluster with it.
-    if a.has_names() != b.has_names()
-        || a.tls != b.tls
-        || a.transport_socket_matches != b.transport_socket_matches
-    {
-        return false;
-    }
-    let without = |c: &ClusterConfig| {
-        let mut value = serde_json::to_value(c).unwrap_or_default();
-        if let Some(map) = value.as_object_mut() {
-            map.remove("endpoints");
-        }
-        value
-    };
-    without(a) == without(b)
+    // Every field is named, so a new one must be placed here; compared as values (inline PEM
+    // from SDS by its text: a rotated certificate or CA makes a new cluster with it), with no
+    // copy made, as a control plane may send 100,000 clusters with each change.
+    let ClusterConfig {
+        name,
+        endpoints: _,
+        lb_policy,
+        lb_settings,
+        hash_key,
+        hash_policy,
+        protocol,
+        connect_timeout,
+        max_requests_per_connection,
+        idle_timeout,
+        max_connection_duration,
+        per_endpoint_stats,
+        tcp_keepalive,
+        preserve_header_case,
+        initial_stream_window_size,
+        initial_connection_window_size,
+        max_concurrent_streams,
+        http2_keepalive,
+        stream_error_on_invalid_http_message,
+        close_connections_on_host_health_failure,
+        preconnect,
+        buffer_limit,
+        circuit_breakers,
+        health_check,
+        outlier_detection,
+        tls,
+        auto_sni,
+        transport_socket_matches,
+        dns,
+    } = a;
+    a.has_names() == b.has_names()
+        && *name == b.name
+        && *lb_policy == b.lb_policy
+        && *lb_settings == b.lb_settings
+        && *hash_key == b.hash_key
+        && *hash_policy == b.hash_policy
+        && *protocol == b.protocol
+        && *connect_timeout == b.connect_timeout
+        && *max_requests_per_connection == b.max_requests_per_connection
+        && *idle_timeout == b.idle_timeout
+        && *max_connection_duration == b.max_connection_duration
+        && *per_endpoint_stats == b.per_endpoint_stats
+        && *tcp_keepalive == b.tcp_keepalive
+        && *preserve_header_case == b.preserve_header_case
+        && *initial_stream_window_size == b.initial_stream_window_size
+        && *initial_connection_window_size == b.initial_connection_window_size
+        && *max_concurrent_streams == b.max_concurrent_streams
+        && *http2_keepalive == b.http2_keepalive
+        && *stream_error_on_invalid_http_message == b.stream_error_on_invalid_http_message
+        && *close_connections_on_host_health_failure == b.close_connections_on_host_health_failure
+        && *preconnect == b.preconnect
+        && *buffer_limit == b.buffer_limit
+        && *circuit_breakers == b.circuit_breakers
+        && *health_check == b.health_check
+        && *outlier_detection == b.outlier_detection
+        && *tls == b.tls
+        && *auto_sni == b.auto_sni
+        && *transport_socket_matches == b.transport_socket_matches
+        && *dns == b.dns
 }
 
 /// What a connection of `listener` is served with: all of it but routes and filters, which
@@ -577,7 +622,7 @@ fn conn_key(listener: &ListenerConfig) -> u64 {
 }
 
 /// A stable hash of a config value's serialized form.
-fn hash_of(value: &impl Serialize) -> u64 {
+pub(super) fn hash_of(value: &impl Serialize) -> u64 {
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let mut writer = HashWriter(&mut hasher);
     if serde_json::to_writer(&mut writer, value).is_err() {

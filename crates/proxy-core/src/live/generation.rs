@@ -20,8 +20,6 @@ use config::Config;
 pub(crate) struct Generation {
     /// 1 at start, one more per successful reload.
     pub(crate) number: u64,
-    /// A hash of the effective config, as 16 hex digits.
-    pub(crate) version: String,
     pub(crate) config: Arc<Config>,
     pub(crate) loaded_at: SystemTime,
     /// Per cluster, in config order.
@@ -143,10 +141,15 @@ struct Progress {
 }
 
 impl Generation {
+    /// A hash of the effective config, as 16 hex digits: made when asked for (a dump, a
+    /// reload's report), not with every change, as it reads the whole config.
+    pub(crate) fn version(&self) -> ConfigVersion {
+        ConfigVersion(Arc::clone(&self.config))
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         number: u64,
-        version: String,
         config: Arc<Config>,
         clusters: Arc<Vec<Arc<SharedCluster>>>,
         listeners: Vec<SharedListener>,
@@ -157,7 +160,6 @@ impl Generation {
     ) -> Self {
         Self {
             number,
-            version,
             config,
             loaded_at: SystemTime::now(),
             clusters,
@@ -215,5 +217,21 @@ impl Generation {
             count,
             last.map(|t| t.saturating_duration_since(p.accepted_at)),
         )
+    }
+}
+
+/// A config's version: a hash of it, as 16 hex digits, made when shown.
+#[derive(Clone)]
+pub struct ConfigVersion(Arc<Config>);
+
+impl std::fmt::Display for ConfigVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", super::build::hash_of(&*self.0))
+    }
+}
+
+impl std::fmt::Debug for ConfigVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }

@@ -93,7 +93,7 @@ pub enum ReloadError {
 #[derive(Debug, Clone)]
 pub struct ReloadReport {
     pub generation: u64,
-    pub version: String,
+    pub version: generation::ConfigVersion,
     pub workers: usize,
     /// Workers that applied it within the time a reload waits.
     pub applied: usize,
@@ -380,7 +380,7 @@ impl LiveConfig {
         }
         let report = ReloadReport {
             generation: generation.number,
-            version: generation.version.clone(),
+            version: generation.version(),
             workers: self.workers,
             applied,
             propagation,

@@ -12,6 +12,11 @@
 //! 2. Scale: `--clusters` EDS clusters with 10 endpoints each pushed at once; the time until
 //!    the proxy ACKs the endpoints of all of them, its CPU time meanwhile (/proc), and its
 //!    resident memory before and after (at the ACK, and again a second later).
+//! 3. Changes at that scale: the route table becomes one route per cluster plus the
+//!    catch-all direct response (1,001 routes beside 1,000 clusters), and `--big-flips` times
+//!    the catch-all's status flips, to the proxy's ACK of the route table and to the first
+//!    response with the new status. Then `--churn-rounds` rounds each move the endpoints of a
+//!    tenth of the clusters, timed to the ACK of them all; then the resident memory.
 //!
 //! The proxy's ACKs of every type are listed too: the server speaks the protocol as real
 //! control planes do if Envoy accepts it. The proxy is started by this program and ended by
@@ -37,6 +42,8 @@ struct Args {
     protocol: String,
     flips: usize,
     clusters: usize,
+    big_flips: usize,
+    churn_rounds: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -46,6 +53,8 @@ fn args() -> Result<Args, String> {
         protocol: "sotw".into(),
         flips: 100,
         clusters: 1000,
+        big_flips: 20,
+        churn_rounds: 10,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -56,11 +65,17 @@ fn args() -> Result<Args, String> {
             "--protocol" => args.protocol = value,
             "--flips" => args.flips = value.parse().map_err(|_| "--flips: a number")?,
             "--clusters" => args.clusters = value.parse().map_err(|_| "--clusters: a number")?,
+            "--big-flips" => {
+                args.big_flips = value.parse().map_err(|_| "--big-flips: a number")?;
+            }
+            "--churn-rounds" => {
+                args.churn_rounds = value.parse().map_err(|_| "--churn-rounds: a number")?;
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
     if !matches!(args.proxy.as_str(), "legate" | "envoy") || args.binary.is_empty() {
-        return Err("usage: xds-bench --proxy legate|envoy --binary PATH [--protocol sotw|delta] [--flips N] [--clusters N]".into());
+        return Err("usage: xds-bench --proxy legate|envoy --binary PATH [--protocol sotw|delta] [--flips N] [--clusters N] [--big-flips N] [--churn-rounds N]".into());
     }
     Ok(args)
 }
@@ -73,25 +88,79 @@ fn routes(status: u32) -> (String, Any) {
 /// Resources by name, as `ManagementServer::set` takes them.
 type Named = Vec<(String, Any)>;
 
+/// The name of cluster `i`.
+fn cluster_name(i: usize) -> String {
+    format!("service-{i:04}")
+}
+
 /// `n` EDS clusters and their assignments.
 fn clusters(n: usize) -> (Named, Named) {
     let mut clusters = Vec::with_capacity(n);
-    let mut assignments = Vec::with_capacity(n);
     for i in 0..n {
-        let name = format!("service-{i:04}");
+        let name = cluster_name(i);
         let mut cluster = resources::eds_cluster(&name, cluster::LbPolicy::RoundRobin);
         cluster.connect_timeout = Some(envoy_types::pb::google::protobuf::Duration {
             seconds: 1,
             nanos: 0,
         });
-        // Addresses nobody listens on: no traffic goes there.
-        let hosts: Vec<SocketAddr> = (0..10u16)
-            .map(|j| SocketAddr::from(([127, 1, (i / 250) as u8, (i % 250) as u8 + 1], 9000 + j)))
-            .collect();
-        clusters.push((name.clone(), any(&cluster)));
-        assignments.push((name.clone(), any(&resources::assignment(&name, &hosts))));
+        clusters.push((name, any(&cluster)));
     }
-    (clusters, assignments)
+    (clusters, assignments(n, |_| 0))
+}
+
+/// The assignments of `n` clusters, 10 endpoints each, cluster `i`'s ports moved by
+/// `moved(i)` tens.
+fn assignments(n: usize, moved: impl Fn(usize) -> u16) -> Named {
+    (0..n)
+        .map(|i| {
+            let name = cluster_name(i);
+            let base = 9000 + 10 * moved(i);
+            // Addresses nobody listens on: no traffic goes there.
+            let hosts: Vec<SocketAddr> = (0..10u16)
+                .map(|j| {
+                    SocketAddr::from(([127, 1, (i / 250) as u8, (i % 250) as u8 + 1], base + j))
+                })
+                .collect();
+            let assignment = any(&resources::assignment(&name, &hosts));
+            (name, assignment)
+        })
+        .collect()
+}
+
+/// A fleet's route table: one route per cluster (`/s/NNNN/`), then the catch-all direct
+/// response with `status`.
+fn big_routes(clusters: usize, status: u32) -> (String, Any) {
+    let mut routes: Vec<_> = (0..clusters)
+        .map(|i| resources::forward(&format!("/s/{i:04}/"), &cluster_name(i)))
+        .collect();
+    routes.push(resources::direct("/", status));
+    let config = resources::route_config("web-routes", routes);
+    ("web-routes".into(), any(&config))
+}
+
+/// Waits until the proxy has ACKed responses of `type_url` sent from the `from`th on that
+/// carry every name of `wanted`; whether it did within the limit.
+async fn acked_all(
+    server: &ManagementServer,
+    from: usize,
+    type_url: &str,
+    wanted: &std::collections::BTreeSet<String>,
+) -> bool {
+    server
+        .wait_for(LIMIT, |requests, responses| {
+            let acked: std::collections::HashSet<&str> = requests
+                .iter()
+                .filter(|r| r.is_ack())
+                .map(|r| r.response_nonce.as_str())
+                .collect();
+            let got: std::collections::BTreeSet<&String> = responses[from.min(responses.len())..]
+                .iter()
+                .filter(|r| r.type_url == type_url && acked.contains(r.nonce.as_str()))
+                .flat_map(|r| r.names.iter())
+                .collect();
+            wanted.iter().all(|name| got.contains(name))
+        })
+        .await
 }
 
 fn free_port() -> u16 {
@@ -357,24 +426,7 @@ async fn run(args: &Args, server: &ManagementServer, port: u16, pid: u32) -> Res
         server.set(type_url::ENDPOINT, assignments);
         server.set(type_url::CLUSTER, clusters);
         // Done when every new cluster's endpoints were ACKed, in one response or several.
-        let done = server
-            .wait_for(LIMIT, |requests, responses| {
-                let acked: std::collections::HashSet<&str> = requests
-                    .iter()
-                    .filter(|r| r.is_ack())
-                    .map(|r| r.response_nonce.as_str())
-                    .collect();
-                let got: std::collections::BTreeSet<&String> = responses
-                    [from.min(responses.len())..]
-                    .iter()
-                    .filter(|r| {
-                        r.type_url == type_url::ENDPOINT && acked.contains(r.nonce.as_str())
-                    })
-                    .flat_map(|r| r.names.iter())
-                    .collect();
-                wanted.iter().all(|name| got.contains(name))
-            })
-            .await;
+        let done = acked_all(server, from, type_url::ENDPOINT, &wanted).await;
         let wanted = wanted.len();
         let took = start.elapsed();
         if !done {
@@ -396,6 +448,7 @@ async fn run(args: &Args, server: &ManagementServer, port: u16, pid: u32) -> Res
             rss1 as f64 / 1048576.0,
             rss2 as f64 / 1048576.0,
         );
+        changes_at_scale(args, server, &mut conn, &mut buf, pid, ticks).await?;
     }
     let nacks: Vec<String> = server
         .requests()
@@ -404,5 +457,110 @@ async fn run(args: &Args, server: &ManagementServer, port: u16, pid: u32) -> Res
         .filter_map(|r| r.error_detail.clone())
         .collect();
     println!("{}: NACKs {nacks:?}", args.proxy);
+    Ok(())
+}
+
+/// 3: a route flip in the fleet's route table, and endpoint churn, beside the clusters.
+async fn changes_at_scale(
+    args: &Args,
+    server: &ManagementServer,
+    conn: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    pid: u32,
+    ticks: f64,
+) -> Result<(), String> {
+    let table: std::collections::BTreeSet<String> = ["web-routes".to_owned()].into();
+    let from = server.responses().len();
+    server.set(type_url::ROUTE, vec![big_routes(args.clusters, 200)]);
+    if !acked_all(server, from, type_url::ROUTE, &table).await {
+        return Err("the fleet's route table never ACKed".into());
+    }
+    let mut to_ack = Vec::with_capacity(args.big_flips);
+    let mut to_serve = Vec::with_capacity(args.big_flips);
+    for i in 0..args.big_flips {
+        let want = if i % 2 == 0 { 201 } else { 202 };
+        let from = server.responses().len();
+        let start = Instant::now();
+        server.set(type_url::ROUTE, vec![big_routes(args.clusters, want)]);
+        let ack = async {
+            let done = acked_all(server, from, type_url::ROUTE, &table).await;
+            done.then(|| start.elapsed())
+        };
+        let served = async {
+            loop {
+                let got = status(conn, buf).await.map_err(|e| e.to_string())?;
+                if u32::from(got) == want {
+                    return Ok(start.elapsed());
+                }
+                if start.elapsed() > LIMIT {
+                    return Err(format!("big flip {i} never seen"));
+                }
+            }
+        };
+        let (ack, served) = tokio::join!(ack, served);
+        to_ack.push(ack.ok_or(format!("big flip {i} never ACKed"))?);
+        to_serve.push(served?);
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    if !to_ack.is_empty() {
+        to_ack.sort();
+        to_serve.sort();
+        println!(
+            "{} route flip in a {}-route table beside {} clusters ({}): n={} to ACK p50={:.2} ms p99={:.2} ms; to serve p50={:.2} ms p99={:.2} ms",
+            args.proxy,
+            args.clusters + 1,
+            args.clusters,
+            args.protocol,
+            to_ack.len(),
+            ms(percentile(&to_ack, 0.5)),
+            ms(percentile(&to_ack, 0.99)),
+            ms(percentile(&to_serve, 0.5)),
+            ms(percentile(&to_serve, 0.99)),
+        );
+    }
+    let tenth = (args.clusters / 10).max(1);
+    let mut churn = Vec::with_capacity(args.churn_rounds);
+    // Where each cluster's ports are, in tens from 9000.
+    let mut moved_by = vec![0u16; args.clusters];
+    let (cpu0, _) = usage(pid, ticks)?;
+    for round in 0..args.churn_rounds {
+        // Round r moves the next tenth of the clusters (wrapping) to new ports.
+        let moved: Vec<usize> = (0..tenth)
+            .map(|k| (round * tenth + k) % args.clusters)
+            .collect();
+        for &i in &moved {
+            // A new place each round (50 of them, in turn).
+            moved_by[i] = u16::try_from(round % 50 + 1).unwrap_or(1);
+        }
+        let wanted: std::collections::BTreeSet<String> =
+            moved.iter().map(|i| cluster_name(*i)).collect();
+        let from = server.responses().len();
+        let start = Instant::now();
+        server.set(
+            type_url::ENDPOINT,
+            assignments(args.clusters, |i| moved_by[i]),
+        );
+        if !acked_all(server, from, type_url::ENDPOINT, &wanted).await {
+            return Err(format!("churn round {round} never ACKed"));
+        }
+        churn.push(start.elapsed());
+    }
+    let (cpu1, rss) = usage(pid, ticks)?;
+    if !churn.is_empty() {
+        churn.sort();
+        println!(
+            "{} {}% endpoint churn ({} of {} clusters a round, {}): n={} to ACK p50={:.2} ms max={:.2} ms, CPU {:.2} s in all; RSS {:.1} MiB",
+            args.proxy,
+            100 * tenth / args.clusters,
+            tenth,
+            args.clusters,
+            args.protocol,
+            churn.len(),
+            ms(percentile(&churn, 0.5)),
+            ms(churn.last().copied().unwrap_or_default()),
+            cpu1 - cpu0,
+            rss as f64 / 1048576.0,
+        );
+    }
     Ok(())
 }
