@@ -16,7 +16,8 @@
 //!    catch-all direct response (1,001 routes beside 1,000 clusters), and `--big-flips` times
 //!    the catch-all's status flips, to the proxy's ACK of the route table and to the first
 //!    response with the new status. Then `--churn-rounds` rounds each move the endpoints of a
-//!    tenth of the clusters, timed to the ACK of them all; then the resident memory.
+//!    tenth of the clusters, timed to the ACK of them all; then the resident memory, at the
+//!    last ACK and 3 s later.
 //!
 //! The proxy's ACKs of every type are listed too: the server speaks the protocol as real
 //! control planes do if Envoy accepts it. The proxy is started by this program and ended by
@@ -546,10 +547,13 @@ async fn changes_at_scale(
         churn.push(start.elapsed());
     }
     let (cpu1, rss) = usage(pid, ticks)?;
+    // Memory the changes left free may go back to the system once they are quiet.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, rss_later) = usage(pid, ticks)?;
     if !churn.is_empty() {
         churn.sort();
         println!(
-            "{} {}% endpoint churn ({} of {} clusters a round, {}): n={} to ACK p50={:.2} ms max={:.2} ms, CPU {:.2} s in all; RSS {:.1} MiB",
+            "{} {}% endpoint churn ({} of {} clusters a round, {}): n={} to ACK p50={:.2} ms max={:.2} ms, CPU {:.2} s in all; RSS {:.1} MiB ({:.1} MiB 3 s later)",
             args.proxy,
             100 * tenth / args.clusters,
             tenth,
@@ -560,6 +564,7 @@ async fn changes_at_scale(
             ms(churn.last().copied().unwrap_or_default()),
             cpu1 - cpu0,
             rss as f64 / 1048576.0,
+            rss_later as f64 / 1048576.0,
         );
     }
     Ok(())
