@@ -419,6 +419,9 @@ async fn serve_requests(
         idle: h3.stream_idle_timeout,
     };
     let mut handshaking = early.pending();
+    // One timer for the connection, not one made with each turn of the loop.
+    let handshake_deadline = tokio::time::sleep_until(handshake_by);
+    tokio::pin!(handshake_deadline);
     // The requests in flight, each served on this task: the codec must outlive them.
     let mut requests = FuturesUnordered::new();
     let expires = ctx.expires_at();
@@ -457,7 +460,7 @@ async fn serve_requests(
                     idle.as_mut().reset(tokio::time::Instant::now() + h3.connection_idle);
                 }
             }
-            () = tokio::time::sleep_until(handshake_by), if handshaking => {
+            () = &mut handshake_deadline, if handshaking => {
                 handshaking = early.pending();
                 if handshaking {
                     // Ended here, counted by the caller (the handshake is still pending).
