@@ -116,7 +116,8 @@ pub struct Config {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracing: Option<TracingConfig>,
     pub listeners: Vec<ListenerConfig>,
-    pub clusters: Vec<ClusterConfig>,
+    /// Shared: a change from a management server keeps each unchanged cluster's, checked once.
+    pub clusters: Vec<Arc<ClusterConfig>>,
     /// The proxy's own fleet, which clusters route by zone from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_cluster: Option<cluster::local::LocalClusterConfig>,
@@ -177,7 +178,7 @@ impl Config {
         let raw: raw::RawConfig =
             serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let origin = Arc::new(raw.clone());
-        validate::validate(raw, origin)
+        validate::validate(raw, origin, Vec::new())
     }
 
     /// Reads, parses and validates a file.

@@ -9,8 +9,13 @@ use super::*;
 use crate::values::*;
 
 /// `origin` is the file's part of `raw` (without resources from a management server), kept
-/// in the config so that those can be put together with it again.
-pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config, ConfigError> {
+/// in the config so that those can be put together with it again. `checked`: clusters from
+/// a management server, checked already (each on its own, as it arrived), after the file's.
+pub(super) fn validate(
+    raw: RawConfig,
+    origin: Arc<RawConfig>,
+    checked: Vec<Arc<ClusterConfig>>,
+) -> Result<Config, ConfigError> {
     let concurrency = match raw.concurrency {
         None => Concurrency::Auto,
         Some(RawConcurrency::Word(w)) if w == "auto" => Concurrency::Auto,
@@ -31,12 +36,13 @@ pub(super) fn validate(raw: RawConfig, origin: Arc<RawConfig>) -> Result<Config,
             })?,
     };
 
-    let clusters = raw
+    let mut clusters = raw
         .clusters
         .into_iter()
         .enumerate()
-        .map(|(i, c)| cluster::check::cluster(c, &format!("clusters[{i}]")))
+        .map(|(i, c)| cluster::check::cluster(c, &format!("clusters[{i}]")).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
+    clusters.extend(checked);
     let mut cluster_index = HashMap::new();
     for (i, c) in clusters.iter().enumerate() {
         if cluster_index.insert(c.name.as_str(), i).is_some() {

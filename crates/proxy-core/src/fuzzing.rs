@@ -149,7 +149,9 @@ pub fn xds(data: &[u8]) -> bool {
             }),
         };
     }
-    let sections = resources.sections();
+    let Ok(sections) = resources.sections() else {
+        return false;
+    };
     resources.retain_wanted();
     let Ok(config) = config::xds::compose(origin, sections.listeners, sections.clusters) else {
         return false;

@@ -49,7 +49,7 @@ pub struct LocalClusterConfig {
 pub(crate) fn local_cluster(
     manager: Option<RawClusterManager>,
     locality: Option<&RawLocality>,
-    clusters: &[ClusterConfig],
+    clusters: &[std::sync::Arc<ClusterConfig>],
     dynamic: bool,
 ) -> Result<Option<LocalClusterConfig>, ConfigError> {
     let Some(manager) = manager else {

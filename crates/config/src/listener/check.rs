@@ -9,7 +9,7 @@ pub(crate) fn listener(
     mut raw: RawListener,
     path: &str,
     cluster_index: &HashMap<&str, usize>,
-    clusters: &[ClusterConfig],
+    clusters: &[Arc<ClusterConfig>],
     traced: bool,
 ) -> Result<ListenerConfig, ConfigError> {
     let name = if raw.dynamic {

@@ -98,7 +98,7 @@ pub(crate) fn check(
     raw: RawTcpProxy,
     path: &str,
     cluster_index: &HashMap<&str, usize>,
-    clusters: &[ClusterConfig],
+    clusters: &[std::sync::Arc<ClusterConfig>],
 ) -> Result<TcpProxyConfig, ConfigError> {
     let mut weighted_clusters = Vec::with_capacity(raw.weighted_clusters.len());
     for (i, w) in raw.weighted_clusters.iter().enumerate() {

@@ -13,7 +13,7 @@ use crate::*;
 /// What routes are checked against: the clusters they may name and the listener's filters.
 pub(crate) struct RouteCtx<'a> {
     pub(crate) cluster_index: &'a HashMap<&'a str, usize>,
-    pub(crate) clusters: &'a [ClusterConfig],
+    pub(crate) clusters: &'a [std::sync::Arc<ClusterConfig>],
     pub(crate) chain: &'a [ChainFilter],
     /// The listener came from a management server: its names follow control planes'.
     pub(crate) dynamic: bool,

@@ -227,7 +227,7 @@ pub(crate) fn split(
     raw: Vec<RawWeightedCluster>,
     (key, random_value_header, use_hash_policy): (Option<RawHashKey>, Option<String>, bool),
     clusters: &HashMap<&str, usize>,
-    known: &[ClusterConfig],
+    known: &[Arc<ClusterConfig>],
     chain: &[ChainFilter],
     path: &str,
 ) -> Result<TrafficSplit, ConfigError> {
@@ -319,7 +319,7 @@ pub(crate) fn split(
 fn target(
     name: &str,
     header: Option<&str>,
-    (clusters, known): (&HashMap<&str, usize>, &[ClusterConfig]),
+    (clusters, known): (&HashMap<&str, usize>, &[Arc<ClusterConfig>]),
     at: &str,
 ) -> Result<ClusterTarget, ConfigError> {
     match header {
@@ -356,7 +356,7 @@ pub(crate) fn header_name(name: &str, path: &str) -> Result<http::HeaderName, Co
 pub(crate) fn cluster(
     name: &str,
     clusters: &HashMap<&str, usize>,
-    known: &[ClusterConfig],
+    known: &[Arc<ClusterConfig>],
     path: &str,
 ) -> Result<usize, ConfigError> {
     clusters.get(name).copied().ok_or_else(|| {
@@ -379,7 +379,7 @@ pub(crate) fn cluster(
 pub(crate) fn mirrors(
     raw: Vec<RawMirrorPolicy>,
     clusters: &HashMap<&str, usize>,
-    known: &[ClusterConfig],
+    known: &[Arc<ClusterConfig>],
     path: &str,
 ) -> Result<Vec<MirrorPolicy>, ConfigError> {
     raw.into_iter()

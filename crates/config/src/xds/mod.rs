@@ -36,8 +36,11 @@ pub use crate::cluster::xds::XdsCluster;
 pub use crate::cluster::xds_endpoints::XdsEndpoints;
 pub use crate::listener::xds::XdsListener;
 pub use crate::route::xds::XdsRoutes;
+use crate::tls::raw::RawClusterTls;
 pub use crate::tls::sds::XdsSecret;
-use crate::{ConfigError, RawCluster, RawConfig, RawEndpoint, RawListener, ServiceEndpoint};
+use crate::{
+    ClusterConfig, ConfigError, RawCluster, RawConfig, RawEndpoint, RawListener, ServiceEndpoint,
+};
 
 pub use crate::envoy::{Held, ResourceError, digest, type_url};
 
@@ -166,13 +169,51 @@ pub struct Resources {
     /// The same for clusters: one updated to name endpoints or secrets that have not arrived
     /// keeps serving as it was.
     serving_clusters: BTreeMap<String, Held<XdsCluster>>,
+    /// Each cluster's section as last checked, kept while what it is made from stays the
+    /// same: a change to one route or one cluster checks that one again, not all of them.
+    checked: BTreeMap<String, CheckedCluster>,
+}
+
+/// A cluster's section, checked, and what listeners need to know of it.
+#[derive(Debug, Clone)]
+struct CheckedCluster {
+    /// A hash of what it was made from: the cluster, its endpoints, the secrets it names.
+    inputs: u64,
+    config: Arc<ClusterConfig>,
+    /// Whether it can speak HTTP/1.1 (which upgrades need; an `auto` cluster offers it alone
+    /// for them).
+    http1: bool,
+    /// Its one host and that host's TLS, when it has a single host: where an ext_authz
+    /// filter or a collector naming it sends its calls.
+    single_host: Option<(String, Option<RawClusterTls>)>,
+}
+
+impl CheckedCluster {
+    fn new(raw: RawCluster, inputs: u64) -> Result<Self, ConfigError> {
+        let http1 = raw.protocol.as_deref() != Some("http2");
+        let single_host = match raw.endpoints.as_slice() {
+            [RawEndpoint::Weighted(e)] => Some(e.address.clone()),
+            [RawEndpoint::Address(a)] => Some(a.clone()),
+            _ => None,
+        }
+        .map(|address| (address, raw.tls_of(raw.endpoints.first()).cloned()));
+        let at = format!("cluster `{}`", raw.name);
+        let config = crate::cluster::check::cluster(raw, &at)?;
+        Ok(Self {
+            inputs,
+            config: Arc::new(config),
+            http1,
+            single_host,
+        })
+    }
 }
 
 /// What [`Resources::sections`] makes: the listeners and clusters to put in force.
 #[derive(Debug, Default)]
 pub struct Sections {
     pub listeners: Vec<RawListener>,
-    pub clusters: Vec<RawCluster>,
+    /// Checked already: shared with the config in force while they stay the same.
+    pub clusters: Vec<Arc<ClusterConfig>>,
     pub warming: Warming,
     /// A hash of the resources the sections were made from (names and digests): equal
     /// inputs make equal sections, so an update that changes none of them needs no swap.
@@ -198,6 +239,7 @@ impl Clone for Resources {
             secrets: self.secrets.clone(),
             serving: self.serving.clone(),
             serving_clusters: self.serving_clusters.clone(),
+            checked: self.checked.clone(),
         }
     }
 }
@@ -266,7 +308,9 @@ impl Resources {
     /// cluster is left out until its endpoints and secrets have arrived, a listener until its
     /// routes and secrets have (an earlier version of it that had them keeps serving
     /// meanwhile); a route to a cluster that is not there answers 503, as Envoy's does.
-    pub fn sections(&mut self) -> Sections {
+    /// Clusters are checked here, each once per change of what it is made from; an error
+    /// names the cluster.
+    pub fn sections(&mut self) -> Result<Sections, ConfigError> {
         use std::hash::Hasher;
         let mut inputs = twox_hash::XxHash64::with_seed(0);
         let mut input = |kind: u8, name: &str, digest: u64| {
@@ -286,6 +330,7 @@ impl Resources {
         }
         self.serving_clusters
             .retain(|name, _| self.clusters.contains_key(name));
+        let mut before = std::mem::take(&mut self.checked);
         let mut clusters = Vec::with_capacity(self.clusters.len());
         for (name, held) in &self.clusters {
             let warm = |c: &XdsCluster| {
@@ -307,29 +352,44 @@ impl Resources {
             let endpoints = cluster.value.eds.as_ref().and_then(|service| {
                 let e = self.endpoints.get(service)?;
                 input(0, service, e.digest);
-                Some(&*e.value)
+                Some(e)
             });
             input(1, name, cluster.digest);
-            clusters.extend(cluster.value.section(endpoints, &self.secrets));
+            let made_from = {
+                let mut h = twox_hash::XxHash64::with_seed(0);
+                h.write_u64(cluster.digest);
+                h.write_u64(endpoints.map_or(0, |e| e.digest));
+                for secret in cluster.value.secret_names() {
+                    h.write_u64(self.secrets.get(secret).map_or(0, |s| s.digest));
+                }
+                h.finish()
+            };
+            let checked = match before.remove_entry(name) {
+                Some((name, kept)) if kept.inputs == made_from => (name, kept),
+                _ => {
+                    let endpoints = endpoints.map(|e| &*e.value);
+                    let Some(raw) = cluster.value.section(endpoints, &self.secrets) else {
+                        continue;
+                    };
+                    (name.clone(), CheckedCluster::new(raw, made_from)?)
+                }
+            };
+            clusters.push(Arc::clone(&checked.1.config));
+            self.checked.insert(checked.0, checked.1);
         }
-        // Clusters ready, and whether they can speak HTTP/1.1 (which upgrades need; an `auto`
-        // cluster offers it alone for them).
-        let ready: BTreeMap<&str, bool> = clusters
-            .iter()
-            .map(|c| (c.name.as_str(), c.protocol.as_deref() != Some("http2")))
+        // Clusters ready, and whether they can speak HTTP/1.1.
+        let ready: BTreeMap<&str, bool> = (self.checked.iter())
+            .map(|(name, c)| (name.as_str(), c.http1))
             .collect();
         // Clusters with one host: where an ext_authz filter naming one sends its checks.
-        let single_hosts: crate::cluster::xds::SingleHosts<'_> = clusters
-            .iter()
-            .filter_map(|c| {
-                let address = match c.endpoints.as_slice() {
-                    [RawEndpoint::Weighted(e)] => e.address.as_str(),
-                    [RawEndpoint::Address(a)] => a.as_str(),
-                    _ => return None,
+        let single_hosts: crate::cluster::xds::SingleHosts<'_> = (self.checked.iter())
+            .filter_map(|(name, c)| {
+                let (address, tls) = c.single_host.as_ref()?;
+                let host = crate::cluster::xds::SingleHost {
+                    address,
+                    tls: tls.as_ref(),
                 };
-                let tls = c.tls_of(c.endpoints.first());
-                let host = crate::cluster::xds::SingleHost { address, tls };
-                Some((c.name.as_str(), host))
+                Some((name.as_str(), host))
             })
             .collect();
         let mut listeners = Vec::with_capacity(self.listeners.len());
@@ -373,12 +433,12 @@ impl Resources {
                 listeners.push(section);
             }
         }
-        Sections {
+        Ok(Sections {
             listeners,
             clusters,
             warming,
             inputs: inputs.finish(),
-        }
+        })
     }
 }
 
@@ -387,21 +447,25 @@ impl Resources {
 pub fn compose(
     origin: &Arc<RawConfig>,
     listeners: Vec<RawListener>,
-    clusters: Vec<RawCluster>,
+    clusters: Vec<Arc<ClusterConfig>>,
 ) -> Result<super::Config, ConfigError> {
     let mut raw = RawConfig::clone(origin);
     let (own_listeners, own_clusters) = (raw.listeners.len(), raw.clusters.len());
-    let names = (
-        listeners.iter().map(|l| l.name.clone()).collect::<Vec<_>>(),
-        clusters.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-    );
+    let listener_names = listeners.iter().map(|l| l.name.clone()).collect::<Vec<_>>();
+    // Shared, not copied: only an error reads their names.
+    let cluster_names = clusters.clone();
     raw.listeners.extend(listeners);
-    raw.clusters.extend(clusters);
-    super::validate::validate(raw, Arc::clone(origin)).map_err(|error| match error {
+    super::validate::validate(raw, Arc::clone(origin), clusters).map_err(|error| match error {
         ConfigError::Invalid { path, message } => ConfigError::Invalid {
-            path: rename(&path, "listeners", own_listeners, &names.0, "listener")
-                .or_else(|| rename(&path, "clusters", own_clusters, &names.1, "cluster"))
-                .unwrap_or(path),
+            path: rename(&path, "listeners", own_listeners, "listener", |i| {
+                listener_names.get(i).map(String::as_str)
+            })
+            .or_else(|| {
+                rename(&path, "clusters", own_clusters, "cluster", |i| {
+                    cluster_names.get(i).map(|c| c.name.as_str())
+                })
+            })
+            .unwrap_or(path),
             message,
         },
         other => other,
@@ -409,10 +473,16 @@ pub fn compose(
 }
 
 /// `listeners[7].routes[0]` -> ``listener `web`.routes[0]`` when listener 7 is the server's.
-fn rename(path: &str, key: &str, own: usize, names: &[String], kind: &str) -> Option<String> {
+fn rename<'a>(
+    path: &str,
+    key: &str,
+    own: usize,
+    kind: &str,
+    name_of: impl Fn(usize) -> Option<&'a str>,
+) -> Option<String> {
     let rest = path.strip_prefix(key)?.strip_prefix('[')?;
     let (index, rest) = rest.split_once(']')?;
-    let name = names.get(index.parse::<usize>().ok()?.checked_sub(own)?)?;
+    let name = name_of(index.parse::<usize>().ok()?.checked_sub(own)?)?;
     Some(format!("{kind} `{name}`{rest}"))
 }
 

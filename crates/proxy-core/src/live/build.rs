@@ -102,7 +102,7 @@ pub(crate) fn build(
     };
 
     // The previous generation's clusters by name: a control plane may send 100,000.
-    let before: HashMap<&str, (&ClusterConfig, &Arc<SharedCluster>)> = previous
+    let before: HashMap<&str, (&Arc<ClusterConfig>, &Arc<SharedCluster>)> = previous
         .map(|p| {
             (p.config.clusters.iter().zip(p.clusters.iter()))
                 .map(|(c, shared)| (c.name.as_str(), (c, shared)))
@@ -113,6 +113,10 @@ pub(crate) fn build(
     for cluster in &config.clusters {
         let previous_version = before.get(cluster.name.as_str()).copied();
         let kept = previous_version.and_then(|(old_config, shared)| {
+            // The same checked config (one a management server left unchanged): kept whole.
+            if Arc::ptr_eq(old_config, cluster) {
+                return Some(Arc::clone(shared));
+            }
             same_but_endpoints(old_config, cluster).then(|| {
                 if old_config.endpoints != cluster.endpoints {
                     commit
@@ -661,7 +665,7 @@ mod tests {
             config::PemSource::Inline(pair.cert.pem().into())
         };
         let with_ca = |ca| {
-            let mut cluster = config.clusters[0].clone();
+            let mut cluster = config::ClusterConfig::clone(&config.clusters[0]);
             cluster.tls = Some(config::ClusterTlsConfig {
                 ca: Some(ca),
                 server_name: None,

@@ -37,8 +37,8 @@ use crate::catalog::ProxyStats;
 use crate::cluster::monitor::ClusterList;
 #[cfg(feature = "fuzzing")]
 pub(crate) use build::build_without_sockets;
+use config::{ClusterConfig, RawListener};
 use config::{Config, ConfigError};
-use config::{RawCluster, RawListener};
 pub(crate) use generation::{Generation, SharedListener};
 use serde::Serialize;
 pub(crate) use sockets::{Inherited, Sockets};
@@ -146,7 +146,8 @@ pub(crate) struct LiveConfig {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DynamicSections {
     pub(crate) listeners: Vec<RawListener>,
-    pub(crate) clusters: Vec<RawCluster>,
+    /// Checked as they arrived: shared with the config in force.
+    pub(crate) clusters: Vec<Arc<ClusterConfig>>,
 }
 
 /// The xDS client's state, for `/config_dump`.

@@ -246,7 +246,9 @@ impl Applier {
             live: Arc::downgrade(live),
             resources: Resources::default(),
             // Nothing from the server is in force at first: the sections of nothing.
-            in_force: Resources::default().sections().inputs,
+            in_force: Resources::default()
+                .sections()
+                .map_or(0, |sections| sections.inputs),
             stats,
             status: XdsStatus::default(),
             connected: Arc::new(std::sync::atomic::AtomicBool::new(false)),
@@ -349,7 +351,7 @@ impl Applier {
             Kind::Secret => merge(&mut next.secrets, &update, server_secret, |s| &s.name),
         };
         merged.map_err(|e| e.to_string())?;
-        let sections = next.sections();
+        let sections = next.sections().map_err(|e| e.to_string())?;
         next.retain_wanted();
         // The same inputs make the same config: a response that repeats what is held (a
         // resend, a new version of unchanged bytes, a resource nothing uses) swaps nothing.
@@ -374,37 +376,62 @@ impl Applier {
 
 /// Decodes `update`'s resources into `map`: all of them replace the map when the update is
 /// complete; otherwise they are added or replaced, and the removed ones go. A resource whose
-/// bytes are unchanged keeps its entry (and its update time).
+/// bytes are unchanged keeps its entry (and its update time) and is not decoded again: a
+/// state-of-the-world response repeats every resource to change one.
 fn merge<T>(
     map: &mut BTreeMap<String, Held<T>>,
     update: &Update,
     decode: fn(&Any) -> Result<T, ResourceError>,
     name: fn(&T) -> &String,
 ) -> Result<(), ResourceError> {
+    // State of the world names resources only inside them: the same bytes are the same
+    // resource, name included. Secrets (few, small) are always decoded: a server's must be
+    // checked not to stand for a file's.
+    let shortcut = update.type_url != type_url::SECRET;
+    let by_digest: std::collections::HashMap<u64, (&String, &Held<T>)> =
+        if shortcut && update.resources.iter().any(|r| r.name.is_empty()) {
+            map.iter()
+                .map(|(name, held)| (held.digest, (name, held)))
+                .collect()
+        } else {
+            std::collections::HashMap::new()
+        };
     let mut fresh = BTreeMap::new();
     for resource in &update.resources {
         let encoded = &resource.value.value;
-        let value = decode(&resource.value)?;
-        let key = name(&value).clone();
-        // Delta removes and versions resources by the envelope's name: it must be the one
-        // inside, or a later removal would miss.
-        if !resource.name.is_empty() && resource.name != key {
-            return Err(ResourceError::Invalid {
-                at: format!("`{}`", resource.name),
-                message: format!("the resource inside is named `{key}`"),
-            });
-        }
+        let seen = digest(encoded);
         let version = if resource.version.is_empty() {
             update.version_info.clone()
         } else {
             resource.version.clone()
         };
-        let held = match map.get(&key) {
-            Some(held) if held.digest == digest(encoded) => Held {
-                version,
-                ..held.clone()
-            },
-            _ => Held::new(value, version, encoded),
+        let unchanged = match resource.name.as_str() {
+            _ if !shortcut => None,
+            "" => by_digest.get(&seen).copied(),
+            named => map.get_key_value(named),
+        }
+        .filter(|(_, held)| held.digest == seen);
+        let (key, held) = match unchanged {
+            Some((key, held)) => (
+                key.clone(),
+                Held {
+                    version,
+                    ..held.clone()
+                },
+            ),
+            None => {
+                let value = decode(&resource.value)?;
+                let key = name(&value).clone();
+                // Delta removes and versions resources by the envelope's name: it must be
+                // the one inside, or a later removal would miss.
+                if !resource.name.is_empty() && resource.name != key {
+                    return Err(ResourceError::Invalid {
+                        at: format!("`{}`", resource.name),
+                        message: format!("the resource inside is named `{key}`"),
+                    });
+                }
+                (key, Held::new(value, version, encoded))
+            }
         };
         if fresh.insert(key.clone(), held).is_some() {
             return Err(ResourceError::Invalid {
@@ -596,5 +623,42 @@ mod tests {
             "`web`: the resource inside is named `api`"
         );
         assert_eq!(held.keys().collect::<Vec<_>>(), ["web"]);
+    }
+
+    /// State of the world: every resource again to change one. Those whose bytes are the
+    /// same keep what was decoded from them; the changed one is decoded again.
+    #[test]
+    fn unchanged_bytes_are_not_decoded_again() {
+        let sotw = |policies: [(&str, LbPolicy); 2]| Update {
+            type_url: type_url::CLUSTER.into(),
+            complete: true,
+            resources: (policies.into_iter())
+                .map(|(name, policy)| Resource {
+                    name: String::new(),
+                    version: String::new(),
+                    value: testbed::xds::any(&testbed::resources::eds_cluster(name, policy)),
+                })
+                .collect(),
+            removed: Vec::new(),
+            version_info: "1".into(),
+        };
+        let mut held = BTreeMap::new();
+        let decode = XdsCluster::decode;
+        let first = sotw([("web", LbPolicy::RoundRobin), ("api", LbPolicy::RoundRobin)]);
+        merge(&mut held, &first, decode, |c| &c.name).expect("valid");
+        let before = held.clone();
+        let mut second = sotw([("web", LbPolicy::RoundRobin), ("api", LbPolicy::Random)]);
+        second.version_info = "2".into();
+        merge(&mut held, &second, decode, |c| &c.name).expect("valid");
+        assert!(Arc::ptr_eq(&before["web"].value, &held["web"].value));
+        assert_eq!(held["web"].updated, before["web"].updated);
+        assert_eq!(held["web"].version, "2");
+        assert!(!Arc::ptr_eq(&before["api"].value, &held["api"].value));
+        assert_ne!(held["api"].digest, before["api"].digest);
+
+        // The same bytes twice in one response are still one name given twice.
+        let twice = sotw([("web", LbPolicy::RoundRobin), ("web", LbPolicy::RoundRobin)]);
+        let error = merge(&mut held, &twice, decode, |c| &c.name).expect_err("twice");
+        assert_eq!(error.to_string(), "`web`: named twice in one response");
     }
 }
