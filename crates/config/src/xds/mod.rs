@@ -263,12 +263,19 @@ impl Resources {
             .retain(|name, _| self.listeners.contains_key(name));
         self.serving_clusters
             .retain(|name, _| self.clusters.contains_key(name));
-        let routes = self.route_names();
-        self.routes.retain(|name, _| routes.contains(name));
-        let endpoints = self.endpoint_names();
-        self.endpoints.retain(|name, _| endpoints.contains(name));
-        let secrets = self.secret_names();
-        self.secrets.retain(|name, _| secrets.contains(name));
+        // Names borrowed, not copied: a fleet's config names thousands.
+        let listeners = || self.listeners.values().chain(self.serving.values());
+        let clusters = || self.clusters.values().chain(self.serving_clusters.values());
+        let routes: BTreeSet<&str> = listeners().flat_map(|l| l.value.route_names()).collect();
+        self.routes.retain(|name, _| routes.contains(name.as_str()));
+        let endpoints: BTreeSet<&str> = clusters().filter_map(|c| c.value.eds.as_deref()).collect();
+        self.endpoints
+            .retain(|name, _| endpoints.contains(name.as_str()));
+        let secrets: BTreeSet<&str> = (listeners().flat_map(|l| l.value.secret_names()))
+            .chain(clusters().flat_map(|c| c.value.secret_names()))
+            .collect();
+        self.secrets
+            .retain(|name, _| secrets.contains(name.as_str()));
     }
 
     /// The secrets to ask the management server for (SDS subscriptions): those named that
@@ -322,10 +329,12 @@ impl Resources {
         let mut warming = Warming::default();
         // A secret named changes the config when it changes (one nothing names is forgotten
         // after this, and changes nothing).
-        let named = self.secret_names();
-        for (name, held) in &self.secrets {
-            if named.contains(name) {
-                input(4, name, held.digest);
+        if !self.secrets.is_empty() {
+            let named = self.secret_names();
+            for (name, held) in &self.secrets {
+                if named.contains(name) {
+                    input(4, name, held.digest);
+                }
             }
         }
         self.serving_clusters

@@ -37,6 +37,7 @@ use crate::catalog::ProxyStats;
 use crate::cluster::monitor::ClusterList;
 #[cfg(feature = "fuzzing")]
 pub(crate) use build::build_without_sockets;
+use config::xds::Resources;
 use config::{ClusterConfig, RawListener};
 use config::{Config, ConfigError};
 pub(crate) use generation::{Generation, SharedListener};
@@ -135,20 +136,17 @@ pub(crate) struct LiveConfig {
     /// Held for a whole reload, so reloads run one at a time.
     reloads: tokio::sync::Mutex<Reloads>,
     status: Mutex<ReloadStatus>,
-    /// Listeners and clusters from the management server in force, beside the file's: a
-    /// reload of the file keeps them.
-    dynamic: Mutex<DynamicSections>,
+    /// The resources from the management server whose listeners and clusters are in force
+    /// beside the file's: a reload of the file makes their sections again (the same
+    /// resources make the same sections), so they are not kept twice.
+    dynamic: Mutex<Arc<Resources>>,
     /// What the management server has sent, for `/config_dump`.
     xds: Mutex<Option<XdsStatus>>,
 }
 
-/// Config sections from the management server, as the file would write them.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct DynamicSections {
-    pub(crate) listeners: Vec<RawListener>,
-    /// Checked as they arrived: shared with the config in force.
-    pub(crate) clusters: Vec<Arc<ClusterConfig>>,
-}
+/// Resources from the management server and the sections made from them, as the file
+/// would write them (the clusters checked already).
+pub(crate) type DynamicSections = (Arc<Resources>, Vec<RawListener>, Vec<Arc<ClusterConfig>>);
 
 /// The xDS client's state, for `/config_dump`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -222,7 +220,7 @@ impl LiveConfig {
             clusters,
             reloads: tokio::sync::Mutex::new(reloads),
             status: Mutex::new(ReloadStatus::default()),
-            dynamic: Mutex::new(DynamicSections::default()),
+            dynamic: Mutex::new(Arc::default()),
             xds: Mutex::new(None),
         });
         if let Err(error) = watch::start(&live) {
@@ -283,7 +281,8 @@ impl LiveConfig {
             Some(path) => Config::load(path)
                 .and_then(|config| {
                     let dynamic = self.dynamic();
-                    config::xds::compose(config.origin(), dynamic.listeners, dynamic.clusters)
+                    let sections = Resources::clone(&dynamic).sections()?;
+                    config::xds::compose(config.origin(), sections.listeners, sections.clusters)
                 })
                 .map_err(ReloadError::from),
             None => Err(ReloadError::NoFile),
@@ -296,11 +295,8 @@ impl LiveConfig {
         result
     }
 
-    fn dynamic(&self) -> DynamicSections {
-        self.dynamic
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    fn dynamic(&self) -> Arc<Resources> {
+        Arc::clone(&self.dynamic.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Puts the file's config in force with `dynamic` (from the management server) beside
@@ -313,10 +309,10 @@ impl LiveConfig {
     ) -> Result<ReloadReport, ReloadError> {
         let mut reloads = self.reloads.lock().await;
         let origin = Arc::clone(self.current().config.origin());
-        let config =
-            config::xds::compose(&origin, dynamic.listeners.clone(), dynamic.clusters.clone())?;
+        let (resources, listeners, clusters) = dynamic;
+        let config = config::xds::compose(&origin, listeners, clusters)?;
         let report = self.put_in_force(&mut reloads, config, arrived).await?;
-        *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = dynamic;
+        *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = resources;
         Ok(report)
     }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 use xds_client::{Any, Options, Update, Variant};
 
-use super::{DynamicSections, LiveConfig, XdsResourceStatus, XdsStatus};
+use super::{LiveConfig, XdsResourceStatus, XdsStatus};
 use config::xds::{
     AdsProtocol, Held, ResourceError, Resources, XdsCluster, XdsEndpoints, XdsListener, XdsRoutes,
     XdsSecret, digest, type_url,
@@ -130,7 +130,8 @@ struct Stats {
 
 struct Applier {
     live: Weak<LiveConfig>,
-    resources: Resources,
+    /// Shared with the config in force, which makes their sections again in a reload.
+    resources: Arc<Resources>,
     /// [`config::xds::Sections::inputs`] of the sections in force.
     in_force: u64,
     stats: Stats,
@@ -244,7 +245,7 @@ impl Applier {
         };
         let applier = Self {
             live: Arc::downgrade(live),
-            resources: Resources::default(),
+            resources: Arc::default(),
             // Nothing from the server is in force at first: the sections of nothing.
             in_force: Resources::default()
                 .sections()
@@ -335,7 +336,7 @@ impl Applier {
         let Some(live) = self.live.upgrade() else {
             return Err("the proxy is stopping".into());
         };
-        let mut next = self.resources.clone();
+        let mut next = Resources::clone(&self.resources);
         let merged = match kind {
             Kind::Listener => merge(&mut next.listeners, &update, XdsListener::decode, |l| {
                 &l.name
@@ -353,18 +354,14 @@ impl Applier {
         merged.map_err(|e| e.to_string())?;
         let sections = next.sections().map_err(|e| e.to_string())?;
         next.retain_wanted();
+        let next = Arc::new(next);
         // The same inputs make the same config: a response that repeats what is held (a
         // resend, a new version of unchanged bytes, a resource nothing uses) swaps nothing.
         if self.in_force != sections.inputs {
-            live.put_dynamic(
-                DynamicSections {
-                    listeners: sections.listeners,
-                    clusters: sections.clusters,
-                },
-                arrived,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            let dynamic = (Arc::clone(&next), sections.listeners, sections.clusters);
+            live.put_dynamic(dynamic, arrived)
+                .await
+                .map_err(|e| e.to_string())?;
             self.in_force = sections.inputs;
         }
         self.resources = next;
