@@ -5,8 +5,9 @@
 //! behaviour and that Legate does not honour makes the resource invalid (the response is
 //! NACKed), never silently ignored. [`Resources`] holds what was accepted, by type and name,
 //! and [`Resources::sections`] joins it into listeners and clusters as the config file would
-//! write them, which are then validated with the file's own ([`compose`]). docs/xds.md lists
-//! the fields honoured.
+//! write them, which are then validated with the file's own ([`compose`]). Clusters are
+//! checked as their sections are made, each once while what it is made from stays the same,
+//! so a change costs the clusters it touches. docs/xds.md lists the fields honoured.
 //!
 //! Each resource's mapping is in its topic, beside the settings it becomes:
 //!
