@@ -122,6 +122,19 @@ fn held_endpoints(name: &str, port: u16) -> Held<XdsEndpoints> {
     held(XdsEndpoints::decode(&pack(&cla)).unwrap())
 }
 
+/// EDS clusters, each with its endpoints: one healthy host on 127.0.0.1 at the port given.
+fn hold_eds_clusters(resources: &mut Resources, clusters: &[(&str, u16)]) {
+    for &(name, port) in clusters {
+        resources.clusters.insert(
+            name.into(),
+            held(XdsCluster::decode(&pack(&eds_cluster(name))).unwrap()),
+        );
+        resources
+            .endpoints
+            .insert(name.into(), held_endpoints(name, port));
+    }
+}
+
 /// Routes `name` sending everything to `cluster`, as held.
 fn held_routes(name: &str, cluster: &str) -> Held<XdsRoutes> {
     held(XdsRoutes::decode(&pack(&routes(name, cluster))).unwrap())
@@ -967,19 +980,14 @@ fn several_ext_authz_filters_are_told_apart_by_name() {
     resources
         .routes
         .insert("r".into(), held(XdsRoutes::decode(&pack(&r)).unwrap()));
-    for (name, port) in [
-        ("web", 8001),
-        ("authz-users", 9191),
-        ("authz-tenants", 9192),
-    ] {
-        resources.clusters.insert(
-            name.into(),
-            held(XdsCluster::decode(&pack(&eds_cluster(name))).unwrap()),
-        );
-        resources
-            .endpoints
-            .insert(name.into(), held_endpoints(name, port));
-    }
+    hold_eds_clusters(
+        &mut resources,
+        &[
+            ("web", 8001),
+            ("authz-users", 9191),
+            ("authz-tenants", 9192),
+        ],
+    );
     let config = compose_ads(&mut resources).unwrap();
     let dumped = serde_json::to_value(&config.listeners[0]).unwrap();
     let chain = &dumped["http_filters"];
@@ -3960,15 +3968,10 @@ fn a_quic_listener_serves_http3_alone_with_its_chains() {
 #[test]
 fn a_change_checks_again_only_the_clusters_it_touches() {
     let mut resources = Resources::default();
-    for (name, port) in [("web", 8001), ("api", 8002), ("db", 8003)] {
-        resources.clusters.insert(
-            name.into(),
-            held(XdsCluster::decode(&pack(&eds_cluster(name))).unwrap()),
-        );
-        resources
-            .endpoints
-            .insert(name.into(), held_endpoints(name, port));
-    }
+    hold_eds_clusters(
+        &mut resources,
+        &[("web", 8001), ("api", 8002), ("db", 8003)],
+    );
     resources
         .listeners
         .insert("edge".into(), held_listener("edge", "r1"));
