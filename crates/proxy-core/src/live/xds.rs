@@ -402,8 +402,10 @@ fn merge<T>(
         } else {
             resource.version.clone()
         };
+        // Decoding checks the type too: the same bytes under another type are decoded (and
+        // refused) as before.
         let unchanged = match resource.name.as_str() {
-            _ if !shortcut => None,
+            _ if !shortcut || resource.value.type_url != update.type_url => None,
             "" => by_digest.get(&seen).copied(),
             named => map.get_key_value(named),
         }
@@ -652,6 +654,13 @@ mod tests {
         assert_eq!(held["web"].version, "2");
         assert!(!Arc::ptr_eq(&before["api"].value, &held["api"].value));
         assert_ne!(held["api"].digest, before["api"].digest);
+
+        // The same bytes under another type are checked, and refused, as before.
+        let mut retyped = second.clone();
+        retyped.resources[0].value.type_url = type_url::LISTENER.into();
+        let error = merge(&mut held, &retyped, decode, |c| &c.name).expect_err("typed");
+        assert!(error.to_string().contains("expected"), "{error}");
+        assert!(Arc::ptr_eq(&before["web"].value, &held["web"].value));
 
         // The same bytes twice in one response are still one name given twice.
         let twice = sotw([("web", LbPolicy::RoundRobin), ("web", LbPolicy::RoundRobin)]);
