@@ -587,13 +587,13 @@ pub(crate) fn http_filters(
 
 /// A route's or virtual host's `filters:`, checked against the listener's chain.
 pub(crate) fn route_filters(
-    raw: Option<RawRouteFilters>,
+    raw: Option<Box<RawRouteFilters>>,
     path: &str,
     chain: &[ChainFilter],
 ) -> Result<RouteFilters, ConfigError> {
     match raw {
         None => Ok(RouteFilters::default()),
-        Some(raw) => check_route_filters(raw, path, chain, None),
+        Some(raw) => check_route_filters(*raw, path, chain, None),
     }
 }
 

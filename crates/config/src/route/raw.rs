@@ -17,7 +17,8 @@ pub struct RawVirtualHost {
     pub include_request_attempt_count: Option<bool>,
     /// The response carries `x-envoy-attempt-count: N`, the tries it took.
     pub include_attempt_count_in_response: Option<bool>,
-    pub filters: Option<RawRouteFilters>,
+    /// Boxed, as a route's.
+    pub filters: Option<Box<RawRouteFilters>>,
     /// Rules for the rate limit filter, for routes that give none (or include these).
     #[serde(default)]
     pub rate_limits: Vec<crate::RawStagedRateLimit>,
@@ -90,7 +91,9 @@ pub struct RawRoute {
     pub internal_redirect: Option<RawInternalRedirect>,
     /// Moved into `filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
-    pub filters: Option<RawRouteFilters>,
+    /// Boxed: most routes have none, and the settings of every filter take 2 KiB inline
+    /// (a table of 100,000 routes is copied and kept as these).
+    pub filters: Option<Box<RawRouteFilters>>,
     /// Rules for the rate limit filter (Envoy's `RouteAction.rate_limits`).
     #[serde(default)]
     pub rate_limits: Vec<crate::RawStagedRateLimit>,

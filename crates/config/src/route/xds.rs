@@ -139,7 +139,7 @@ impl XdsRoutes {
                 if let Some(f) = filters {
                     f.retain(chain);
                 }
-                if filters.as_ref().is_some_and(RawRouteFilters::is_empty) {
+                if filters.as_ref().is_some_and(|f| f.is_empty()) {
                     *filters = None;
                 }
             }
@@ -232,13 +232,13 @@ impl XdsRoutes {
 fn filters(
     per_filter: Option<RawRouteFilters>,
     headers: Option<RawHeaderRules>,
-) -> Option<RawRouteFilters> {
+) -> Option<Box<RawRouteFilters>> {
     if per_filter.is_none() && headers.is_none() {
         return None;
     }
     let mut filters = per_filter.unwrap_or_default();
     filters.headers = headers.map(RawPerRoute::Settings);
-    Some(filters)
+    Some(Box::new(filters))
 }
 
 /// A route that answers 404 to everything.
