@@ -101,8 +101,16 @@ pub(crate) fn build(
         )),
     };
 
+    // Every cluster the very same checked config, in the same order (a change to routes
+    // alone from a management server): the list is kept whole, and so the workers and the
+    // monitor have nothing to follow.
+    let unchanged = previous.filter(|p| {
+        p.config.clusters.len() == config.clusters.len()
+            && (p.config.clusters.iter().zip(&config.clusters)).all(|(a, b)| Arc::ptr_eq(a, b))
+    });
     // The previous generation's clusters by name: a control plane may send 100,000.
     let before: HashMap<&str, (&Arc<ClusterConfig>, &Arc<SharedCluster>)> = previous
+        .filter(|_| unchanged.is_none())
         .map(|p| {
             (p.config.clusters.iter().zip(p.clusters.iter()))
                 .map(|(c, shared)| (c.name.as_str(), (c, shared)))
@@ -110,7 +118,7 @@ pub(crate) fn build(
         })
         .unwrap_or_default();
     let mut clusters = Vec::with_capacity(config.clusters.len());
-    for cluster in &config.clusters {
+    for cluster in config.clusters.iter().filter(|_| unchanged.is_none()) {
         let previous_version = before.get(cluster.name.as_str()).copied();
         let kept = previous_version.and_then(|(old_config, shared)| {
             // The same checked config (one a management server left unchanged): kept whole.
@@ -302,10 +310,14 @@ pub(crate) fn build(
             .unzip();
         Arc::new(TlsListeners::new(servers, counters))
     };
+    let clusters = match unchanged {
+        Some(previous) => Arc::clone(&previous.clusters),
+        None => Arc::new(clusters),
+    };
     let mut generation = Generation::new(
         ctx.number,
         Arc::new(config),
-        Arc::new(clusters),
+        clusters,
         listeners,
         log_sinks,
         tls,
@@ -650,7 +662,48 @@ impl std::io::Write for HashWriter<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::same_but_endpoints;
+
+    /// A change that keeps every cluster's checked config (routes alone, from a management
+    /// server) keeps the generation's cluster list itself; any other makes a new one, which
+    /// keeps the clusters that stayed the same.
+    #[test]
+    fn a_generation_keeps_the_cluster_list_when_no_cluster_changed() {
+        let config = config::Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: [{ match: { prefix: / }, cluster: a }]\nclusters:\n  - name: a\n    endpoints: [127.0.0.1:1]\n  - name: b\n    endpoints: [127.0.0.1:2]\n",
+        )
+        .expect("valid");
+        let stats = crate::catalog::ProxyStats::new();
+        let mut next_listener_id = 0;
+        let mut sockets = super::Sockets::default();
+        let mut build = |config: config::Config, previous: Option<&super::Generation>| {
+            let ctx = super::BuildCtx {
+                workers: 1,
+                stats: &stats,
+                number: 1,
+                next_listener_id: &mut next_listener_id,
+                sockets: &mut sockets,
+            };
+            super::build(config, previous, ctx).expect("built").0
+        };
+        let first = build(config.clone(), None);
+        let mut routes_only = config.clone();
+        routes_only.drain_timeout = std::time::Duration::from_secs(1);
+        let second = build(routes_only, Some(&first));
+        assert!(Arc::ptr_eq(&first.clusters, &second.clusters));
+
+        // One cluster's config is another (checked again): a new list, the other kept.
+        let mut one_changed = config.clone();
+        let mut b = config::ClusterConfig::clone(&one_changed.clusters[1]);
+        b.buffer_limit += 1;
+        one_changed.clusters[1] = Arc::new(b);
+        let third = build(one_changed, Some(&second));
+        assert!(!Arc::ptr_eq(&second.clusters, &third.clusters));
+        assert!(Arc::ptr_eq(&second.clusters[0], &third.clusters[0]));
+        assert!(!Arc::ptr_eq(&second.clusters[1], &third.clusters[1]));
+    }
 
     /// A CA or client certificate from SDS is inline PEM, which serializes as `inline`: a
     /// rotated one must still make a new cluster.

@@ -361,7 +361,14 @@ impl LiveConfig {
         drop(previous);
         commit.run(&generation);
         // The monitor starts resolving new names; routes to their clusters wait for answers.
-        self.clusters.send_replace(Arc::clone(&generation.clusters));
+        // A list kept whole is not sent again: nothing in it changed.
+        self.clusters.send_if_modified(|list| {
+            let changed = !Arc::ptr_eq(list, &generation.clusters);
+            if changed {
+                *list = Arc::clone(&generation.clusters);
+            }
+            changed
+        });
         if generation.clusters.iter().any(|c| c.dns.is_some()) {
             let clusters = Arc::clone(&generation.clusters);
             let _ = tokio::task::spawn_blocking(move || wait_for_dns(&clusters)).await;

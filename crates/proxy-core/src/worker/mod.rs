@@ -77,6 +77,9 @@ struct Worker {
     accepted: Rc<Accepted>,
     /// In the generation's order.
     clusters: Rc<[Rc<Cluster>]>,
+    /// The generation's list they were made for: a generation that kept the list whole
+    /// keeps them, without a look at each.
+    clusters_for: Option<Arc<Vec<Arc<SharedCluster>>>>,
     /// In the generation's order; shared with the hand-off and flush tasks.
     listeners: Rc<RefCell<Vec<Rc<Listener>>>>,
     /// Accept loops, by listener id.
@@ -122,46 +125,9 @@ impl Worker {
     /// pools; kept listeners take the new routes and settings; new listeners start accepting
     /// on their socket; removed ones drain.
     async fn apply(&mut self, generation: &Generation) {
+        self.follow_clusters(generation);
         let catalog = &self.stats.catalog;
         let config = &generation.config;
-        let mut old: HashMap<*const SharedCluster, Rc<Cluster>> = self
-            .clusters
-            .iter()
-            .map(|c| (Arc::as_ptr(c.shared()), Rc::clone(c)))
-            .collect();
-        // A changed cluster's stats continue where its previous version's left off, even
-        // before its first request here: otherwise they would be retired as removed.
-        let mut by_name: HashMap<&str, Rc<Cluster>> = self
-            .clusters
-            .iter()
-            .map(|c| (c.shared().name.as_str(), Rc::clone(c)))
-            .collect();
-        // The local cluster, which clusters route by zone from.
-        let local = config.local_cluster.as_ref().and_then(|local| {
-            let i = config.clusters.iter().position(|c| c.name == local.name)?;
-            Some((generation.clusters.get(i)?, local.locality.as_str()))
-        });
-        self.clusters = config
-            .clusters
-            .iter()
-            .zip(generation.clusters.iter())
-            .map(|(c, shared)| match old.remove(&Arc::as_ptr(shared)) {
-                Some(kept) => {
-                    if !kept.has_local(local) {
-                        kept.set_local(local);
-                    }
-                    kept.sync_pools();
-                    kept
-                }
-                None => {
-                    let cluster = Cluster::new(c, shared, local, catalog, &self.shard);
-                    if let Some(previous) = by_name.remove(c.name.as_str()) {
-                        cluster.continue_stats(&previous);
-                    }
-                    Rc::new(cluster)
-                }
-            })
-            .collect();
         let tracer = match &generation.tracer {
             None => None,
             Some(shared) => match &self.tracers.borrow().current {
@@ -238,6 +204,61 @@ impl Worker {
 }
 
 impl Worker {
+    /// This worker's clusters for `generation`: kept ones keep their pools, new ones start,
+    /// and a list the generation kept whole is kept as it is.
+    fn follow_clusters(&mut self, generation: &Generation) {
+        let catalog = &self.stats.catalog;
+        let config = &generation.config;
+        // The local cluster, which clusters route by zone from.
+        let local = config.local_cluster.as_ref().and_then(|local| {
+            let i = config.clusters.iter().position(|c| c.name == local.name)?;
+            Some((generation.clusters.get(i)?, local.locality.as_str()))
+        });
+        if (self.clusters_for.as_ref()).is_some_and(|l| Arc::ptr_eq(l, &generation.clusters)) {
+            // The same clusters: only the file's choice of the local one may have changed.
+            for kept in self.clusters.iter() {
+                if !kept.has_local(local) {
+                    kept.set_local(local);
+                }
+            }
+            return;
+        }
+        let mut old: HashMap<*const SharedCluster, Rc<Cluster>> = self
+            .clusters
+            .iter()
+            .map(|c| (Arc::as_ptr(c.shared()), Rc::clone(c)))
+            .collect();
+        // A changed cluster's stats continue where its previous version's left off, even
+        // before its first request here: otherwise they would be retired as removed.
+        let mut by_name: HashMap<&str, Rc<Cluster>> = self
+            .clusters
+            .iter()
+            .map(|c| (c.shared().name.as_str(), Rc::clone(c)))
+            .collect();
+        self.clusters = config
+            .clusters
+            .iter()
+            .zip(generation.clusters.iter())
+            .map(|(c, shared)| match old.remove(&Arc::as_ptr(shared)) {
+                Some(kept) => {
+                    if !kept.has_local(local) {
+                        kept.set_local(local);
+                    }
+                    kept.sync_pools();
+                    kept
+                }
+                None => {
+                    let cluster = Cluster::new(c, shared, local, catalog, &self.shard);
+                    if let Some(previous) = by_name.remove(c.name.as_str()) {
+                        cluster.continue_stats(&previous);
+                    }
+                    Rc::new(cluster)
+                }
+            })
+            .collect();
+        self.clusters_for = Some(Arc::clone(&generation.clusters));
+    }
+
     /// Starts, keeps or stops each listener's HTTP/3 as the generation says: kept while its
     /// UDP sockets are the same.
     fn serve_quic(&mut self, shared: &[SharedListener], listeners: &[Rc<Listener>]) {
@@ -308,6 +329,7 @@ async fn run(spec: WorkerSpec) {
             lot: lot.as_ref().map(|(lot, _)| Rc::clone(lot)),
         }),
         clusters: Rc::new([]),
+        clusters_for: None,
         listeners: Rc::default(),
         accept_loops: HashMap::new(),
         quic: HashMap::new(),
