@@ -17,7 +17,7 @@
 //! `choice_count` grows the split tends to Envoy's `weight / (active + 1)^bias` exactly; with
 //! the default 2 it lies between that and the plain weights.
 
-use crate::balancer::Member;
+use crate::member::Member;
 use crate::policy::LeastRequestOptions;
 use crate::random::Alias;
 use crate::rng;
@@ -128,7 +128,7 @@ mod tests {
     use super::*;
 
     fn members(weights: &[u32]) -> Vec<Member> {
-        crate::balancer::test_members(weights, 0)
+        crate::member::test_members(weights, 0)
     }
 
     #[test]

@@ -113,6 +113,7 @@ mod host;
 mod least_request;
 mod locality;
 mod maglev;
+mod member;
 #[cfg(feature = "metrics")]
 mod meters;
 mod policy;

@@ -7,8 +7,8 @@
 //! `skip = xxHash64(a, seed 1) % (M - 1) + 1`; in each round every host whose normalized
 //! weight has caught up with its target claims its next free entry, until the table is full.
 
-use crate::balancer::Member;
 use crate::hash::xxh64;
+use crate::member::Member;
 use crate::policy::MaglevOptions;
 
 pub(crate) struct Table {
@@ -95,7 +95,7 @@ mod tests {
     use super::*;
 
     fn members(weights: &[u32]) -> Vec<Member> {
-        crate::balancer::test_members(weights, 3)
+        crate::member::test_members(weights, 3)
     }
 
     fn shares(table: &Table, n: usize) -> Vec<usize> {

@@ -5,7 +5,7 @@
 //! lookup per pick, whatever the number of hosts), so that every policy of this crate honours
 //! weights.
 
-use crate::balancer::Member;
+use crate::member::Member;
 use crate::rng;
 
 pub(crate) enum Chooser {
@@ -91,7 +91,7 @@ mod tests {
     use super::*;
 
     fn members(weights: &[u32]) -> Vec<Member> {
-        crate::balancer::test_members(weights, 1)
+        crate::member::test_members(weights, 1)
     }
 
     /// The exact probability of each position, by walking all 2^8 columns x coin outcomes on

@@ -12,8 +12,8 @@
 
 use std::fmt::Write as _;
 
-use crate::balancer::Member;
 use crate::hash::xxh64;
+use crate::member::Member;
 use crate::policy::RingHashOptions;
 
 pub(crate) struct Ring {
@@ -87,7 +87,7 @@ mod tests {
     use super::*;
 
     fn members(weights: &[u32]) -> Vec<Member> {
-        crate::balancer::test_members(weights, 2)
+        crate::member::test_members(weights, 2)
     }
 
     #[test]

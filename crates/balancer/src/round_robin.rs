@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::BuildError;
-use crate::balancer::Member;
+use crate::member::Member;
 
 /// Picks hosts `0, 1, .., n-1, 0, ..` in turn.
 ///

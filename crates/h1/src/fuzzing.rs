@@ -128,7 +128,7 @@ fn hyper_reading(data: &[u8]) -> Reference {
 fn equal_lengths(value: &[u8]) -> Option<u64> {
     let mut items = value
         .split(|&b| b == b',')
-        .map(|t| crate::request::parse_length(t.trim_ascii()));
+        .map(|t| crate::field_values::parse_length(t.trim_ascii()));
     let first = items.next()??;
     items.all(|t| t == Some(first)).then_some(first)
 }
@@ -340,7 +340,7 @@ fn hyper_client_reading(data: &[u8], head_request: bool) -> ResponseReference {
                 // hyper takes a list of equal values; one field with one value goes on
                 // (RFC 9110 section 8.6).
                 for t in field.value.split(|&b| b == b',') {
-                    match crate::request::parse_length(t.trim_ascii()) {
+                    match crate::field_values::parse_length(t.trim_ascii()) {
                         Some(len) => lengths.push(len),
                         None => bad_length = true,
                     }

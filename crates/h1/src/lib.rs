@@ -42,6 +42,7 @@ mod case;
 mod chunked;
 pub mod client;
 mod date;
+mod field_values;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

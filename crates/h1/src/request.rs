@@ -7,7 +7,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
 
-use crate::response::has_token;
+use crate::field_values::{has_token, parse_length};
 
 /// More header fields than this is a 431, as in hyper.
 pub const MAX_HEADERS: usize = 100;
@@ -355,19 +355,6 @@ pub(crate) fn content_length_field(
             }))
         }
     }
-}
-
-/// `1*DIGIT`, without a sign or spaces, that fits a u64.
-pub(crate) fn parse_length(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |len, &d| {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        len.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use bytes::{BufMut, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, StatusCode, Version};
 
-use crate::request::parse_length;
+use crate::field_values::{has_token, parse_length};
 
 /// How a response body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,12 +237,6 @@ pub fn is_framing(name: &HeaderName) -> bool {
             | "trailer"
             | "host"
     )
-}
-
-/// Whether a comma-separated list holds `token` (case-insensitive).
-pub(crate) fn has_token(list: &[u8], token: &[u8]) -> bool {
-    list.split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
 pub(crate) fn last_token_is(list: &[u8], token: &[u8]) -> bool {

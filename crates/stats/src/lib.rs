@@ -56,9 +56,10 @@
 //! | `cell.rs` | the single-writer cell and its invariant |
 //! | `counter.rs`, `gauge.rs` | [`Counter`]; [`Gauge`] and [`SharedGauge`] |
 //! | `histogram.rs` | bucket layout and error bound, [`Histogram`], [`HistogramSnapshot`] |
+//! | `naming.rs` | [`MetricKind`], the names and label sets series are rendered under |
 //! | `registry.rs` | [`Registry`], the families, [`Shard`] |
 //! | `snapshot.rs` | [`Snapshot`]: the merge, per series and per shard |
-//! | `text.rs`, `prometheus.rs` | the two renderers |
+//! | `text.rs`, `prometheus.rs` | the two renderers, and [`Snapshot`]'s methods that call them |
 //!
 //! # Single writer
 //!
@@ -111,6 +112,7 @@ mod counter;
 mod facade;
 mod gauge;
 mod histogram;
+mod naming;
 mod prometheus;
 mod registry;
 mod snapshot;
@@ -121,8 +123,9 @@ pub use counter::Counter;
 pub use facade::MetricsRecorder;
 pub use gauge::{Gauge, SharedGauge};
 pub use histogram::{Histogram, HistogramSnapshot, MAX_TRACKED_US, RELATIVE_ERROR};
+pub use naming::MetricKind;
 pub use prometheus::{DEFAULT_BUCKETS_US, PrometheusOptions};
 pub use registry::{
-    CounterFamily, GaugeFamily, HistogramFamily, MetricKind, Registry, Retired, Shard, ShardId,
+    CounterFamily, GaugeFamily, HistogramFamily, Registry, Retired, Shard, ShardId,
 };
 pub use snapshot::{FamilySnapshot, SeriesSnapshot, Snapshot, Value};

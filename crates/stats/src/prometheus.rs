@@ -18,7 +18,7 @@
 use std::fmt::{Display, Write};
 
 use crate::histogram::{HistogramSnapshot, REPORTED_QUANTILES};
-use crate::registry::MetricKind;
+use crate::naming::{MetricKind, push_label_set};
 use crate::snapshot::{FamilySnapshot, SeriesSnapshot, Snapshot, Value};
 
 /// How histograms are exported.
@@ -44,25 +44,6 @@ impl Default for PrometheusOptions {
             buckets: DEFAULT_BUCKETS_US.to_vec(),
             quantiles: true,
         }
-    }
-}
-
-/// The names a family's samples are exported under, to refuse families that would collide.
-pub(crate) fn exposed_names(kind: MetricKind, name: &str) -> Vec<String> {
-    match kind {
-        MetricKind::Counter | MetricKind::Gauge => vec![name.to_owned()],
-        MetricKind::Histogram => [
-            "",
-            "_bucket",
-            "_sum",
-            "_count",
-            "_quantile",
-            "_mean",
-            "_max",
-        ]
-        .iter()
-        .map(|suffix| format!("{name}_seconds{suffix}"))
-        .collect(),
     }
 }
 
@@ -223,51 +204,6 @@ fn push(out: &mut String, value: impl Display) {
     let _ = write!(out, "{value}");
 }
 
-/// Writes `name="value",...` with the values escaped (no braces).
-pub(crate) fn render_labels<'a>(
-    out: &mut String,
-    labels: impl Iterator<Item = (&'a str, &'a str)>,
-) {
-    for (i, (name, value)) in labels.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(name);
-        out.push_str("=\"");
-        escape_label_value(out, value);
-        out.push('"');
-    }
-}
-
-/// Writes `{a,b,...}` from rendered label lists, skipping empty ones; nothing if all are.
-pub(crate) fn push_label_set(out: &mut String, parts: &[&str]) {
-    let mut first = true;
-    for part in parts.iter().filter(|p| !p.is_empty()) {
-        out.push(if first { '{' } else { ',' });
-        first = false;
-        out.push_str(part);
-    }
-    if !first {
-        out.push('}');
-    }
-}
-
-/// A label value inside double quotes: `\`, `"` and newline escaped as `\\`, `\"` and `\n`.
-pub(crate) fn escape_label_value(out: &mut String, value: &str) {
-    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
-        out.push_str(value);
-        return;
-    }
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
 /// A HELP text: `\` and newline escaped.
 fn escape_help(out: &mut String, help: &str) {
     for c in help.chars() {
@@ -276,5 +212,18 @@ fn escape_help(out: &mut String, help: &str) {
             '\n' => out.push_str("\\n"),
             c => out.push(c),
         }
+    }
+}
+
+impl Snapshot {
+    /// The Prometheus text exposition format 0.0.4, series merged over shards, histograms
+    /// with the default buckets and quantiles. See [`prometheus`](crate#prometheus-format).
+    pub fn render_prometheus(&self) -> String {
+        render(self, &PrometheusOptions::default())
+    }
+
+    /// [`render_prometheus`](Self::render_prometheus) with histograms as `options` say.
+    pub fn render_prometheus_with(&self, options: &PrometheusOptions) -> String {
+        render(self, options)
     }
 }

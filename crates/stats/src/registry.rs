@@ -18,32 +18,11 @@ use std::time::{Duration, Instant};
 
 use crate::cell::Slot;
 use crate::histogram::HistogramCell;
-use crate::snapshot::Snapshot;
-use crate::{Counter, Gauge, Histogram, SharedGauge, prometheus};
+use crate::naming::{self, MetricKind};
+use crate::{Counter, Gauge, Histogram, SharedGauge};
 
 /// Tells one registry's family ids from another's.
 static NEXT_REGISTRY_ID: AtomicU64 = AtomicU64::new(1);
-
-/// What a family measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MetricKind {
-    /// A monotonic `u64` count.
-    Counter,
-    /// An `i64` that goes up and down.
-    Gauge,
-    /// A latency distribution in microseconds.
-    Histogram,
-}
-
-impl fmt::Display for MetricKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MetricKind::Counter => "counter",
-            MetricKind::Gauge => "gauge",
-            MetricKind::Histogram => "histogram",
-        })
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct FamilyId {
@@ -64,7 +43,7 @@ pub struct GaugeFamily(FamilyId);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HistogramFamily(FamilyId);
 
-/// Which shard a value came from, in a [`Snapshot`]: shards are numbered from 0 in the order
+/// Which shard a value came from, in a [`Snapshot`](crate::Snapshot): shards are numbered from 0 in the order
 /// [`Registry::shard`] created them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShardId(pub(crate) usize);
@@ -253,7 +232,7 @@ impl Registry {
     pub fn shard(&self, labels: &[(&str, &str)]) -> Shard {
         check_label_names(labels.iter().map(|&(name, _)| name));
         let mut rendered = String::new();
-        prometheus::render_labels(&mut rendered, labels.iter().copied());
+        naming::render_labels(&mut rendered, labels.iter().copied());
         let labels = ShardLabels {
             labels: labels
                 .iter()
@@ -267,12 +246,6 @@ impl Registry {
             registry: self.clone(),
             id: ShardId(state.shards.len() - 1),
         }
-    }
-
-    /// Reads every series of every family, merged over shards and per shard. Costs a walk over
-    /// all cells; recording goes on meanwhile.
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot::collect(&self.lock())
     }
 
     /// Removes every series that no handle has held for at least `grace`, as seen by this and
@@ -320,7 +293,7 @@ impl Registry {
         done
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // Nothing panics half-way through a change of State, so a poisoned one is whole.
         self.inner
             .state
@@ -405,9 +378,9 @@ impl Registry {
                 index,
             });
         }
-        let exposed = prometheus::exposed_names(kind, name);
+        let exposed = naming::exposed_names(kind, name);
         for family in &state.families {
-            for taken in prometheus::exposed_names(family.meta.kind, &family.meta.name) {
+            for taken in naming::exposed_names(family.meta.kind, &family.meta.name) {
                 if exposed.contains(&taken) {
                     return Err(format!(
                         "{name:?} would export {taken:?}, which {:?} exports",
@@ -577,7 +550,7 @@ impl Shard {
         let series = family.series.entry(key).or_insert_with_key(|values| {
             let mut rendered = String::new();
             let names = meta.label_names.iter().map(|n| &**n);
-            prometheus::render_labels(&mut rendered, names.zip(label_values.iter().copied()));
+            naming::render_labels(&mut rendered, names.zip(label_values.iter().copied()));
             Series {
                 labels: Arc::new(SeriesLabels {
                     values: values.clone(),

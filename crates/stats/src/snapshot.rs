@@ -7,11 +7,10 @@
 use std::sync::Arc;
 
 use crate::histogram::{HistogramSnapshot, Scratch};
-use crate::prometheus::{self, PrometheusOptions};
+use crate::naming::MetricKind;
 use crate::registry::{
-    CellRef, FamilyMeta, MetricKind, Series, SeriesLabels, ShardId, ShardLabels, State,
+    CellRef, FamilyMeta, Registry, Series, SeriesLabels, ShardId, ShardLabels, State,
 };
-use crate::text;
 
 /// The value of one series (or of one shard's part of it).
 #[derive(Clone, Debug, PartialEq)]
@@ -118,7 +117,7 @@ impl SeriesSnapshot {
     /// The series as the `/stats` text names it, `family{labels}`: what a filter looks at.
     pub fn text_key(&self, family: &str) -> String {
         let mut key = String::new();
-        crate::text::write_key(&mut key, family, &[self.rendered_labels()]);
+        crate::naming::write_key(&mut key, family, &[self.rendered_labels()]);
         key
     }
 }
@@ -267,23 +266,6 @@ impl Snapshot {
     pub(crate) fn rendered_shard_labels(&self, shard: ShardId) -> &str {
         self.shards.get(shard.0).map_or("", |shard| &shard.rendered)
     }
-
-    /// Envoy's `/stats` format, one line per series, families sorted by name with histograms
-    /// last; `filter` keeps the lines whose `name{labels}` contains it. See [`text`](crate#text-format).
-    pub fn render_text(&self, filter: Option<&str>) -> String {
-        text::render(self, filter)
-    }
-
-    /// The Prometheus text exposition format 0.0.4, series merged over shards, histograms
-    /// with the default buckets and quantiles. See [`prometheus`](crate#prometheus-format).
-    pub fn render_prometheus(&self) -> String {
-        prometheus::render(self, &PrometheusOptions::default())
-    }
-
-    /// [`render_prometheus`](Self::render_prometheus) with histograms as `options` say.
-    pub fn render_prometheus_with(&self, options: &PrometheusOptions) -> String {
-        prometheus::render(self, options)
-    }
 }
 
 fn collect_series(kind: MetricKind, series: &Series, scratch: &mut Scratch) -> SeriesSnapshot {
@@ -314,5 +296,13 @@ fn collect_series(kind: MetricKind, series: &Series, scratch: &mut Scratch) -> S
         labels: Arc::clone(&series.labels),
         value,
         per_shard,
+    }
+}
+
+impl Registry {
+    /// Reads every series of every family, merged over shards and per shard. Costs a walk over
+    /// all cells; recording goes on meanwhile.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::collect(&self.lock())
     }
 }

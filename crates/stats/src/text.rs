@@ -14,8 +14,8 @@
 use std::fmt::Write;
 
 use crate::histogram::{HistogramSnapshot, REPORTED_QUANTILES};
-use crate::prometheus::push_label_set;
-use crate::registry::MetricKind;
+use crate::naming::MetricKind;
+use crate::naming::write_key;
 use crate::snapshot::{Snapshot, Value};
 
 pub(crate) fn render(snapshot: &Snapshot, filter: Option<&str>) -> String {
@@ -50,13 +50,6 @@ pub(crate) fn render(snapshot: &Snapshot, filter: Option<&str>) -> String {
     out
 }
 
-/// A line's key, `family{labels}`, into `key` (emptied first): what a `/stats` filter looks at.
-pub(crate) fn write_key(key: &mut String, family: &str, labels: &[&str]) {
-    key.clear();
-    key.push_str(family);
-    push_label_set(key, labels);
-}
-
 fn line(out: &mut String, key: &str, value: &Value) {
     out.push_str(key);
     out.push_str(": ");
@@ -84,4 +77,12 @@ fn histogram(out: &mut String, h: &HistogramSnapshot) -> std::fmt::Result {
         h.count(),
         h.sum()
     )
+}
+
+impl Snapshot {
+    /// Envoy's `/stats` format, one line per series, families sorted by name with histograms
+    /// last; `filter` keeps the lines whose `name{labels}` contains it. See [`text`](crate#text-format).
+    pub fn render_text(&self, filter: Option<&str>) -> String {
+        render(self, filter)
+    }
 }

@@ -209,6 +209,37 @@ impl CheckedCluster {
     }
 }
 
+/// The names the listeners and clusters give (and the earlier versions of them still
+/// serving): borrowed, as a fleet's config names thousands.
+struct Named<'a> {
+    routes: BTreeSet<&'a str>,
+    endpoints: BTreeSet<&'a str>,
+    secrets: BTreeSet<&'a str>,
+}
+
+impl<'a> Named<'a> {
+    fn of(
+        listeners: &'a BTreeMap<String, Held<XdsListener>>,
+        serving: &'a BTreeMap<String, Held<XdsListener>>,
+        clusters: &'a BTreeMap<String, Held<XdsCluster>>,
+        serving_clusters: &'a BTreeMap<String, Held<XdsCluster>>,
+    ) -> Self {
+        let listeners = || listeners.values().chain(serving.values());
+        let clusters = || clusters.values().chain(serving_clusters.values());
+        Self {
+            routes: listeners().flat_map(|l| l.value.route_names()).collect(),
+            endpoints: clusters().filter_map(|c| c.value.eds.as_deref()).collect(),
+            secrets: (listeners().flat_map(|l| l.value.secret_names()))
+                .chain(clusters().flat_map(|c| c.value.secret_names()))
+                .collect(),
+        }
+    }
+}
+
+fn owned(names: BTreeSet<&str>) -> BTreeSet<String> {
+    names.into_iter().map(str::to_owned).collect()
+}
+
 /// What [`Resources::sections`] makes: the listeners and clusters to put in force.
 #[derive(Debug, Default)]
 pub struct Sections {
@@ -246,14 +277,20 @@ impl Clone for Resources {
 }
 
 impl Resources {
-    /// The route configurations the listeners name (RDS subscriptions), and those of the
-    /// earlier versions still serving while a listener warms.
+    /// What the listeners and clusters name, and the earlier versions of them still
+    /// serving while one warms.
+    fn named(&self) -> Named<'_> {
+        Named::of(
+            &self.listeners,
+            &self.serving,
+            &self.clusters,
+            &self.serving_clusters,
+        )
+    }
+
+    /// The route configurations named (RDS subscriptions).
     pub fn route_names(&self) -> BTreeSet<String> {
-        self.listeners
-            .values()
-            .chain(self.serving.values())
-            .flat_map(|l| l.value.route_names().map(str::to_owned))
-            .collect()
+        owned(self.named().routes)
     }
 
     /// Forgets route configurations and endpoints nothing names any more: they are
@@ -264,19 +301,18 @@ impl Resources {
             .retain(|name, _| self.listeners.contains_key(name));
         self.serving_clusters
             .retain(|name, _| self.clusters.contains_key(name));
-        // Names borrowed, not copied: a fleet's config names thousands.
-        let listeners = || self.listeners.values().chain(self.serving.values());
-        let clusters = || self.clusters.values().chain(self.serving_clusters.values());
-        let routes: BTreeSet<&str> = listeners().flat_map(|l| l.value.route_names()).collect();
-        self.routes.retain(|name, _| routes.contains(name.as_str()));
-        let endpoints: BTreeSet<&str> = clusters().filter_map(|c| c.value.eds.as_deref()).collect();
+        let named = Named::of(
+            &self.listeners,
+            &self.serving,
+            &self.clusters,
+            &self.serving_clusters,
+        );
+        self.routes
+            .retain(|name, _| named.routes.contains(name.as_str()));
         self.endpoints
-            .retain(|name, _| endpoints.contains(name.as_str()));
-        let secrets: BTreeSet<&str> = (listeners().flat_map(|l| l.value.secret_names()))
-            .chain(clusters().flat_map(|c| c.value.secret_names()))
-            .collect();
+            .retain(|name, _| named.endpoints.contains(name.as_str()));
         self.secrets
-            .retain(|name, _| secrets.contains(name.as_str()));
+            .retain(|name, _| named.secrets.contains(name.as_str()));
     }
 
     /// The secrets to ask the management server for (SDS subscriptions): those named that
@@ -294,22 +330,14 @@ impl Resources {
         names
     }
 
-    /// The secrets the listeners and clusters name, and those of the earlier versions still
-    /// serving while one warms.
+    /// The secrets the listeners and clusters name.
     pub fn secret_names(&self) -> BTreeSet<String> {
-        let listeners = (self.listeners.values().chain(self.serving.values()))
-            .flat_map(|l| l.value.secret_names());
-        let clusters = (self.clusters.values().chain(self.serving_clusters.values()))
-            .flat_map(|c| c.value.secret_names());
-        listeners.chain(clusters).map(str::to_owned).collect()
+        owned(self.named().secrets)
     }
 
-    /// The endpoint sets the clusters name (EDS subscriptions), and those of the earlier
-    /// versions still serving while a cluster warms.
+    /// The endpoint sets the clusters name (EDS subscriptions).
     pub fn endpoint_names(&self) -> BTreeSet<String> {
-        (self.clusters.values().chain(self.serving_clusters.values()))
-            .filter_map(|c| c.value.eds.clone())
-            .collect()
+        owned(self.named().endpoints)
     }
 
     /// The listeners and clusters to put beside the file's, as the file would write them. A
@@ -331,9 +359,9 @@ impl Resources {
         // A secret named changes the config when it changes (one nothing names is forgotten
         // after this, and changes nothing).
         if !self.secrets.is_empty() {
-            let named = self.secret_names();
+            let named = self.named().secrets;
             for (name, held) in &self.secrets {
-                if named.contains(name) {
+                if named.contains(name.as_str()) {
                     input(4, name, held.digest);
                 }
             }

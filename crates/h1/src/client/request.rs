@@ -8,7 +8,7 @@ use http::header::{
 use http::{HeaderMap, HeaderName, Method, Version};
 
 use crate::BodyLength;
-use crate::request::parse_length;
+use crate::field_values::parse_length;
 use crate::response::{decimal, field, last_token_is};
 
 /// What is known of a request's body before it is sent.

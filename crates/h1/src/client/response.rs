@@ -7,8 +7,8 @@ use bytes::{Buf, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, StatusCode, Version};
 
+use crate::field_values::has_token;
 use crate::request::{HeadCopy, content_length_field};
-use crate::response::has_token;
 use crate::{MAX_HEADERS, ResponseLength};
 
 /// A response head that cannot be relayed. An upstream that sends one gets no more requests
