@@ -27,6 +27,7 @@ pub mod admin;
 pub mod cel;
 pub mod cluster;
 mod envoy;
+mod field_path;
 pub mod filters;
 pub mod hash_policy;
 pub mod header_field;

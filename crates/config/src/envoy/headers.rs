@@ -24,16 +24,20 @@ pub(crate) struct Lists {
 }
 
 /// The level's rules; `None` when it changes no header.
-pub(crate) fn rules(lists: Lists, at: &str) -> Result<Option<RawHeaderRules>, ResourceError> {
+pub(crate) fn rules(
+    lists: Lists,
+    at: &(impl std::fmt::Display + ?Sized),
+) -> Result<Option<RawHeaderRules>, ResourceError> {
+    let at = crate::field_path::FieldPath::of(&at);
     let request = mutations(
         lists.request_add,
         lists.request_remove,
-        &format!("{at}.request_headers_to_add"),
+        &at.field("request_headers_to_add"),
     )?;
     let response = mutations(
         lists.response_add,
         lists.response_remove,
-        &format!("{at}.response_headers_to_add"),
+        &at.field("response_headers_to_add"),
     )?;
     if request.is_none() && response.is_none() {
         return Ok(None);
@@ -49,7 +53,7 @@ pub(crate) fn rules(lists: Lists, at: &str) -> Result<Option<RawHeaderRules>, Re
 pub(crate) fn mutations(
     add: Vec<HeaderValueOption>,
     remove: Vec<String>,
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Option<RawHeaderMutations>, ResourceError> {
     if add.is_empty() && remove.is_empty() {
         return Ok(None);

@@ -47,14 +47,14 @@ pub(crate) fn unsupported(at: &str, what: impl Into<String>) -> ResourceError {
 pub(crate) fn nothing_else(
     rest: &impl prost::Message,
     names: &[(u32, &str)],
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
 ) -> Result<(), ResourceError> {
     let fields = fields::set_fields(rest, names);
     if fields.is_empty() {
         Ok(())
     } else {
         Err(ResourceError::Unsupported {
-            at: at.to_owned(),
+            at: at.to_string(),
             fields,
         })
     }
@@ -136,17 +136,23 @@ pub(crate) const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// A protobuf duration as a std one; negative ones and ones over 10^9 s are refused.
 pub(crate) fn duration(
     value: Option<envoy_types::pb::google::protobuf::Duration>,
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Option<Duration>, ResourceError> {
     let Some(d) = value else {
         return Ok(None);
     };
     if d.seconds < 0 || d.nanos < 0 {
-        return Err(ResourceError::invalid(at, "a negative duration"));
+        return Err(ResourceError::invalid(
+            at.to_string(),
+            "a negative duration",
+        ));
     }
     // The file's bound too: deadlines computed from it must not overflow.
     if d.seconds > 1_000_000_000 {
-        return Err(ResourceError::invalid(at, "longer than 10^9 seconds"));
+        return Err(ResourceError::invalid(
+            at.to_string(),
+            "longer than 10^9 seconds",
+        ));
     }
     Ok(Some(
         Duration::from_secs(d.seconds as u64) + Duration::from_nanos(d.nanos as u64),

@@ -588,12 +588,12 @@ pub(crate) fn http_filters(
 /// A route's or virtual host's `filters:`, checked against the listener's chain.
 pub(crate) fn route_filters(
     raw: Option<Box<RawRouteFilters>>,
-    path: &str,
+    path: &(impl std::fmt::Display + ?Sized),
     chain: &[ChainFilter],
 ) -> Result<RouteFilters, ConfigError> {
     match raw {
         None => Ok(RouteFilters::default()),
-        Some(raw) => check_route_filters(*raw, path, chain, None),
+        Some(raw) => check_route_filters(*raw, &path.to_string(), chain, None),
     }
 }
 

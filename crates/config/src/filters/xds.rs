@@ -93,7 +93,7 @@ fn filter_name(key: &str) -> Option<String> {
 /// its virtual host's (`cors_parent`).
 pub(crate) fn route_filters(
     config: HashMap<String, Any>,
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
     cors_parent: Option<&CorsPolicy>,
 ) -> Result<(Option<RawRouteFilters>, Option<CorsPolicy>), ResourceError> {
     let mut filters = RawRouteFilters::default();

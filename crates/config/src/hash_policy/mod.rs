@@ -145,7 +145,7 @@ pub struct RawCookieAttribute {
 /// Checks a route's `hash_policy`; `None` for an empty list.
 pub(crate) fn hash_policy(
     raw: Vec<RawHashRule>,
-    path: &str,
+    path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Option<HashPolicy>, ConfigError> {
     let rules = raw
         .into_iter()

@@ -11,7 +11,7 @@ use crate::envoy::unsupported;
 /// nothing and is left out, as Envoy does.
 pub(crate) fn hash_policy(
     policies: Vec<HashPolicy>,
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<RawHashRule>, ResourceError> {
     let mut rules = Vec::with_capacity(policies.len());
     for (i, policy) in policies.into_iter().enumerate() {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use http::{HeaderValue, StatusCode};
 
+use crate::field_path::FieldPath;
 use crate::matchers::{header_match, pattern, query_match};
 use crate::route::check_actions as route_actions;
 use crate::values::{name, positive};
@@ -67,10 +68,11 @@ fn hosts_and_routes(
         )),
         (false, true) => {
             let none = HostDefaults::default();
+            let at = FieldPath::from(path);
             let routes = routes
                 .into_iter()
                 .enumerate()
-                .map(|(i, r)| route(r, &format!("{path}.routes[{i}]"), ctx, &none))
+                .map(|(i, r)| route(r, &at.item("routes", i), ctx, &none))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(RouteConfiguration::flat(routes))
         }
@@ -168,7 +170,12 @@ fn virtual_host(
     )?;
     let start = routes.len();
     for (i, r) in raw.routes.into_iter().enumerate() {
-        routes.push(route(r, &format!("{path}.routes[{i}]"), ctx, &defaults)?);
+        routes.push(route(
+            r,
+            &FieldPath::from(path).item("routes", i),
+            ctx,
+            &defaults,
+        )?);
     }
     Ok(VirtualHostConfig {
         name,
@@ -216,7 +223,7 @@ fn domain(value: &str, path: &str) -> Result<Domain, ConfigError> {
 
 fn route(
     raw: RawRoute,
-    path: &str,
+    path: &FieldPath<'_>,
     ctx: &RouteCtx<'_>,
     host: &HostDefaults,
 ) -> Result<RouteConfig, ConfigError> {
@@ -226,11 +233,7 @@ fn route(
         chain,
         ..
     } = *ctx;
-    let matcher = route_match(
-        raw.matcher,
-        &format!("{path}.match"),
-        &ctx.path_normalization,
-    )?;
+    let matcher = route_match(raw.matcher, &path.field("match"), &ctx.path_normalization)?;
     if raw.ext_authz.is_some() {
         return Err(ConfigError::invalid(
             format!("{path}.ext_authz"),
@@ -244,7 +247,7 @@ fn route(
                 .is_some_and(|f| f.ext_authz.is_some())
         })
         .collect();
-    let mut filters = filters::route_filters(raw.filters, &format!("{path}.filters"), chain)?;
+    let mut filters = filters::route_filters(raw.filters, &path.field("filters"), chain)?;
     for ((name, host), own) in host.ext_authz.iter().zip(own_authz) {
         let level = filters.of_filter_mut(name);
         level.ext_authz = if own {
@@ -376,7 +379,7 @@ fn route(
                     &cluster,
                     cluster_index,
                     clusters,
-                    &format!("{path}.cluster"),
+                    &path.field("cluster"),
                 )?),
                 cluster,
                 None,
@@ -400,7 +403,7 @@ fn route(
                     cluster_index,
                     clusters,
                     chain,
-                    path,
+                    &path.to_string(),
                 )?;
                 // Not read with a split; an index, so that it dumps as nothing.
                 let first_named = (split.clusters.iter())
@@ -459,7 +462,7 @@ fn route(
             .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
             .transpose()?
             .or_else(|| host.retry_policy.clone());
-        let upgrades = upgrades(raw.upgrades, &format!("{path}.upgrades"))?;
+        let upgrades = upgrades(raw.upgrades, &path.field("upgrades"))?;
         // Those named here; one a header names is known per request.
         let targets: Vec<usize> = match &split {
             Some(split) => split.clusters.iter().map(|c| &c.target).collect(),
@@ -536,7 +539,7 @@ fn route(
             retry_policy,
             hash_policy: crate::hash_policy::hash_policy(
                 raw.hash_policy,
-                &format!("{path}.hash_policy"),
+                &path.field("hash_policy"),
             )?,
             include_attempt_count: host.include_attempt_count,
             include_attempt_count_in_response: host.include_attempt_count_in_response,
@@ -567,15 +570,15 @@ fn route(
     };
     let tracing = raw
         .tracing
-        .map(|t| crate::tracing::route_tracing(t, path).map(Box::new))
+        .map(|t| crate::tracing::route_tracing(t, &path.to_string()).map(Box::new))
         .transpose()?;
     let decorator = raw
         .decorator
-        .map(|d| crate::tracing::route_decorator(d, path).map(Box::new))
+        .map(|d| crate::tracing::route_decorator(d, &path.to_string()).map(Box::new))
         .transpose()?;
     let rate_limits = crate::filters::rate_limit_actions::staged_rules(
         raw.rate_limits,
-        &format!("{path}.rate_limits"),
+        &path.field("rate_limits"),
     )?;
     let include_vh_rate_limits = raw.include_vh_rate_limits.unwrap_or(false);
     Ok(RouteConfig {
@@ -596,7 +599,7 @@ fn route(
 
 fn route_match(
     raw: RawMatch,
-    path: &str,
+    path: &FieldPath<'_>,
     normalization: &PathNormalization,
 ) -> Result<RouteMatch, ConfigError> {
     let host = match raw.host {
@@ -636,20 +639,20 @@ fn route_match(
             ));
         }
         (Some(p), None, None, None) => {
-            PathMatch::Prefix(url_path(p, &format!("{path}.prefix"), normalization, true)?)
+            PathMatch::Prefix(url_path(p, &path.field("prefix"), normalization, true)?)
         }
         (None, Some(p), None, None) => {
-            PathMatch::Exact(url_path(p, &format!("{path}.path"), normalization, false)?)
+            PathMatch::Exact(url_path(p, &path.field("path"), normalization, false)?)
         }
         (None, None, Some(r), None) => {
             PathMatch::Regex(pattern(&r, !case_sensitive, &format!("{path}.regex"))?)
         }
         (None, None, None, Some(p)) => {
-            let at = format!("{path}.path_separated_prefix");
+            let at = path.field("path_separated_prefix");
             // Envoy's rule: the separator is implied, so the prefix does not end with one.
             if p.ends_with('/') || p.contains(['?', '#']) {
                 return Err(ConfigError::invalid(
-                    at,
+                    &at,
                     format!("expected a path prefix not ending in `/`, found `{p}`"),
                 ));
             }
@@ -754,7 +757,7 @@ fn cookie_match(raw: RawCookieMatch, path: &str) -> Result<CookieMatch, ConfigEr
 
 fn url_path(
     value: String,
-    path: &str,
+    path: &FieldPath<'_>,
     normalization: &PathNormalization,
     prefix: bool,
 ) -> Result<String, ConfigError> {
@@ -897,7 +900,7 @@ fn internal_redirect(
 }
 
 /// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
-fn upgrades(raw: Vec<String>, path: &str) -> Result<Vec<String>, ConfigError> {
+fn upgrades(raw: Vec<String>, path: &FieldPath<'_>) -> Result<Vec<String>, ConfigError> {
     let mut out: Vec<String> = Vec::with_capacity(raw.len());
     for (i, token) in raw.into_iter().enumerate() {
         let lower = token.to_ascii_lowercase();

@@ -151,11 +151,11 @@ pub(crate) fn path_rewrite(
     prefix: Option<String>,
     regex: Option<RawRegexRewrite>,
     matcher: &RouteMatch,
-    path: &str,
+    path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Option<PathRewrite>, ConfigError> {
     match (prefix, regex) {
         (Some(_), Some(_)) => Err(ConfigError::invalid(
-            path,
+            path.to_string(),
             "expected `prefix_rewrite` or `regex_rewrite`, not both",
         )),
         (Some(p), None) => {
@@ -357,12 +357,12 @@ pub(crate) fn cluster(
     name: &str,
     clusters: &HashMap<&str, usize>,
     known: &[Arc<ClusterConfig>],
-    path: &str,
+    path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<usize, ConfigError> {
     clusters.get(name).copied().ok_or_else(|| {
         let known: Vec<&str> = known.iter().map(|c| c.name.as_str()).collect();
         ConfigError::invalid(
-            path,
+            path.to_string(),
             if known.is_empty() {
                 format!("unknown cluster `{name}`: no clusters are defined")
             } else {
@@ -380,7 +380,7 @@ pub(crate) fn mirrors(
     raw: Vec<RawMirrorPolicy>,
     clusters: &HashMap<&str, usize>,
     known: &[Arc<ClusterConfig>],
-    path: &str,
+    path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<MirrorPolicy>, ConfigError> {
     raw.into_iter()
         .enumerate()

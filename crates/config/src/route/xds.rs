@@ -3,6 +3,7 @@
 // Control planes still send deprecated fields (`exact_match`); they are read, not ignored.
 #![allow(deprecated)]
 
+use crate::field_path::FieldPath;
 use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::data_source;
@@ -292,7 +293,13 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
     let routes = routes
         .into_iter()
         .enumerate()
-        .map(|(i, r)| self::route(r, host_cors.as_ref(), &format!("{at}.routes[{i}]")))
+        .map(|(i, r)| {
+            self::route(
+                r,
+                host_cors.as_ref(),
+                &FieldPath::from(at).item("routes", i),
+            )
+        })
         .filter_map(Result::transpose)
         .collect::<Result<_, _>>()?;
     Ok(RawVirtualHost {
@@ -313,9 +320,9 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
 fn route(
     mut r: Route,
     host_cors: Option<&CorsPolicy>,
-    at: &str,
+    at: &FieldPath<'_>,
 ) -> Result<Option<RawRoute>, ResourceError> {
-    let matcher = matcher(r.r#match.take().unwrap_or_default(), &format!("{at}.match"))?;
+    let matcher = matcher(r.r#match.take().unwrap_or_default(), &at.field("match"))?;
     let action = r.action.take();
     r.name.clear();
     // Its filter metadata, which an authorization filter may send (typed metadata is read
@@ -342,7 +349,7 @@ fn route(
     let tracing = r
         .tracing
         .take()
-        .map(|t| crate::tracing::xds::route_tracing(t, at))
+        .map(|t| crate::tracing::xds::route_tracing(t, &at.to_string()))
         .transpose()?;
     let (per_filter, _) = route_filters(
         std::mem::take(&mut r.typed_per_filter_config),
@@ -368,7 +375,7 @@ fn route(
         ..Default::default()
     };
     match action {
-        Some(route::Action::Route(action)) => forward(action, &mut raw, &format!("{at}.route"))?,
+        Some(route::Action::Route(action)) => forward(action, &mut raw, &at.field("route"))?,
         Some(route::Action::DirectResponse(direct)) => {
             raw.direct_response = Some(direct_response(direct, &format!("{at}.direct_response"))?);
         }
@@ -377,7 +384,7 @@ fn route(
         }
         _ => {
             return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
+                at: at.to_string(),
                 fields: vec!["action (route, redirect and direct_response only)".into()],
             });
         }
@@ -390,7 +397,7 @@ fn route(
     Ok(Some(raw))
 }
 
-fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
+fn matcher(mut m: RouteMatch, at: &FieldPath<'_>) -> Result<RawMatch, ResourceError> {
     let (mut prefix, mut path, mut regex, mut separated) = (None, None, None, None);
     let mut connect = None;
     match m.path_specifier.take() {
@@ -401,7 +408,7 @@ fn matcher(mut m: RouteMatch, at: &str) -> Result<RawMatch, ResourceError> {
         Some(route_match::PathSpecifier::PathSeparatedPrefix(p)) => separated = Some(p),
         _ => {
             return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
+                at: at.to_string(),
                 fields: vec![
                     "path_specifier (prefix, path, safe_regex, path_separated_prefix and connect_matcher only)"
                         .into(),
@@ -462,7 +469,11 @@ fn cookie(c: CookieMatcher, at: &str) -> Result<RawCookieMatch, ResourceError> {
     })
 }
 
-fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), ResourceError> {
+fn forward(
+    mut a: RouteAction,
+    raw: &mut RawRoute,
+    at: &FieldPath<'_>,
+) -> Result<(), ResourceError> {
     match a.cluster_specifier.take() {
         Some(action::ClusterSpecifier::Cluster(name)) => raw.cluster = Some(name),
         Some(action::ClusterSpecifier::ClusterHeader(header)) => raw.cluster_header = Some(header),
@@ -475,7 +486,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         }
         _ => {
             return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
+                at: at.to_string(),
                 fields: vec![
                     "cluster_specifier (a cluster by name or by header, or weighted_clusters)"
                         .into(),
@@ -485,7 +496,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
     }
     raw.rate_limits = crate::filters::rate_limit_actions::xds::staged(
         std::mem::take(&mut a.rate_limits),
-        &format!("{at}.rate_limits"),
+        &at.field("rate_limits"),
     )?;
     #[allow(deprecated)]
     {
@@ -508,19 +519,19 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         // Nothing to hash: Envoy draws such a split at random.
         raw.use_hash_policy = None;
     }
-    raw.timeout = match duration(a.timeout.take(), &format!("{at}.timeout"))? {
+    raw.timeout = match duration(a.timeout.take(), &at.field("timeout"))? {
         Some(t) if t.is_zero() => Some(crate::envoy::NO_TIMEOUT),
         other => other,
     };
     // `0s` turns the stream's idle timer off for the route, the listener's too.
-    raw.idle_timeout = match duration(a.idle_timeout.take(), &format!("{at}.idle_timeout"))? {
+    raw.idle_timeout = match duration(a.idle_timeout.take(), &at.field("idle_timeout"))? {
         Some(t) if t.is_zero() => Some(crate::envoy::NO_TIMEOUT),
         other => other,
     };
     // gRPC's own deadline: the deprecated `max_grpc_timeout` (Istio's) or its successor.
     #[allow(deprecated)]
     let legacy = a.max_grpc_timeout.take();
-    raw.grpc_timeout_header_max = duration(legacy, &format!("{at}.max_grpc_timeout"))?;
+    raw.grpc_timeout_header_max = duration(legacy, &at.field("max_grpc_timeout"))?;
     if let Some(mut stream) = a.max_stream_duration.take() {
         let at = format!("{at}.max_stream_duration");
         if let Some(max) = duration(
@@ -567,7 +578,7 @@ fn forward(mut a: RouteAction, raw: &mut RawRoute, at: &str) -> Result<(), Resou
         }
         Some(action::HostRewriteSpecifier::HostRewrite(_)) => {
             return Err(ResourceError::Unsupported {
-                at: at.to_owned(),
+                at: at.to_string(),
                 fields: vec!["host_rewrite (a formatted host)".into()],
             });
         }

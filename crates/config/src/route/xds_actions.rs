@@ -88,7 +88,7 @@ pub(crate) fn weighted_clusters(
 /// `request_mirror_policies`, each with its `runtime_fraction`'s default share.
 pub(crate) fn mirrors(
     policies: Vec<RequestMirrorPolicy>,
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<RawMirrorPolicy>, ResourceError> {
     policies
         .into_iter()
@@ -214,7 +214,7 @@ const SAFE_CROSS_SCHEME: &str = "type.googleapis.com/envoy.extensions.internal_r
 /// HANDLE_INTERNAL_REDIRECT` with `max_internal_redirects` (the policy wins, as in Envoy).
 pub(crate) fn internal_redirect(
     a: &mut RouteAction,
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Option<RawInternalRedirect>, ResourceError> {
     #[allow(deprecated)]
     let (action, legacy_max) = (

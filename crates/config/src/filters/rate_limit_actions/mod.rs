@@ -51,7 +51,7 @@ pub struct RawStagedRateLimit {
 /// A route's or host's `rate_limits`, checked: stages 0 to 10, as Envoy.
 pub(crate) fn staged_rules(
     raw: Vec<RawStagedRateLimit>,
-    path: &str,
+    path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<StagedRateLimit>, ConfigError> {
     let stages: Vec<Option<u32>> = raw.iter().map(|r| r.stage).collect();
     for (i, stage) in stages.iter().enumerate() {
@@ -274,7 +274,7 @@ pub struct RawAddressMatch {
 
 pub(crate) fn rules(
     raw: Vec<RawRateLimitRule>,
-    path: &str,
+    path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<RateLimitRule>, ConfigError> {
     raw.into_iter()
         .enumerate()

@@ -17,7 +17,7 @@ use crate::envoy::{ResourceError, unsupported};
 /// without that key set); what else changes the descriptor is refused by name.
 pub(crate) fn staged(
     rules: Vec<RateLimit>,
-    at: &str,
+    at: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<RawStagedRateLimit>, ResourceError> {
     rules
         .into_iter()
