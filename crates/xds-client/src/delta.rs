@@ -159,8 +159,8 @@ mod tests {
             self.updates.push(update.resources.len());
             Ok(())
         }
-        fn wanted(&self, _: &str) -> BTreeSet<String> {
-            BTreeSet::new()
+        fn wanted(&self, _: &str) -> std::sync::Arc<BTreeSet<String>> {
+            std::sync::Arc::default()
         }
         fn connected(&mut self, _: bool) {}
     }

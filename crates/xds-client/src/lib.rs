@@ -20,6 +20,7 @@
 //!
 //! ```no_run
 //! use std::collections::BTreeSet;
+//! use std::sync::Arc;
 //! use xds_client::{Endpoint, Handler, Options, Update, Variant};
 //!
 //! struct Print;
@@ -29,8 +30,8 @@
 //!         println!("{}: {} resources", update.type_url, update.resources.len());
 //!         Ok(())
 //!     }
-//!     fn wanted(&self, _type_url: &str) -> BTreeSet<String> {
-//!         BTreeSet::new()
+//!     fn wanted(&self, _type_url: &str) -> Arc<BTreeSet<String>> {
+//!         Arc::default()
 //!     }
 //!     fn connected(&mut self, up: bool) {
 //!         println!("connected: {up}");
@@ -198,7 +199,7 @@ pub trait Handler: Send {
     /// The names of `type_url` resources needed now: route configurations the listeners
     /// name, endpoints of the clusters that take them from EDS. Asked after every update for
     /// the types that are not wildcards.
-    fn wanted(&self, type_url: &str) -> BTreeSet<String>;
+    fn wanted(&self, type_url: &str) -> Arc<BTreeSet<String>>;
 
     /// Called when a stream is established (`true`) and when it ends (`false`).
     fn connected(&mut self, up: bool);

@@ -2,6 +2,7 @@
 //! stream asks again for the same names and says which versions it already holds.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::{Handler, type_url};
 
@@ -15,7 +16,7 @@ pub(crate) struct TypeState {
     /// The nonce of the last response of this type on the current stream.
     pub(crate) nonce: String,
     /// The names subscribed; unused for wildcard types.
-    pub(crate) names: BTreeSet<String>,
+    pub(crate) names: Arc<BTreeSet<String>>,
     /// State of the world: the names last sent on this stream. Once the last name has gone,
     /// ACKs repeat these: an empty list would be a wildcard to the server.
     pub(crate) asked: Vec<String>,
@@ -88,7 +89,8 @@ impl Subscriptions {
         let mut changes = Vec::new();
         for state in self.types.iter_mut().filter(|t| !t.is_wildcard()) {
             let wanted = handler.wanted(state.type_url);
-            if wanted == state.names {
+            // The same set handed out again, or an equal one.
+            if Arc::ptr_eq(&wanted, &state.names) || wanted == state.names {
                 continue;
             }
             let added: Vec<String> = wanted.difference(&state.names).cloned().collect();

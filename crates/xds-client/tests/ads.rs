@@ -87,11 +87,11 @@ impl Handler for Recorder {
         result
     }
 
-    fn wanted(&self, type_url: &str) -> BTreeSet<String> {
+    fn wanted(&self, type_url: &str) -> Arc<BTreeSet<String>> {
         if type_url == type_url::ENDPOINT {
-            self.held().clusters.clone()
+            Arc::new(self.held().clusters.clone())
         } else {
-            BTreeSet::new()
+            Arc::default()
         }
     }
 

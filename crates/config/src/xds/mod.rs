@@ -23,6 +23,7 @@
 //! tls/sds.rs                    Secret -> certificates and CAs those name (SDS)
 //! ```
 
+mod shared_map;
 #[cfg(test)]
 mod tests;
 
@@ -44,6 +45,7 @@ use crate::{
 };
 
 pub use crate::envoy::{Held, ResourceError, digest, type_url};
+pub use shared_map::SharedMap;
 
 /// `node` and `dynamic_resources.ads`: the management server this proxy takes listeners,
 /// routes, clusters and endpoints from, and who it says it is.
@@ -156,23 +158,25 @@ pub(crate) fn bootstrap(
     }))
 }
 
-/// Everything accepted from the management server, by type and name.
-#[derive(Debug, Default)]
+/// Everything accepted from the management server, by type and name. A clone shares
+/// every map until it changes one: the next generation is made from a clone, and a change
+/// copies only the maps it touches.
+#[derive(Debug, Default, Clone)]
 pub struct Resources {
-    pub listeners: BTreeMap<String, Held<XdsListener>>,
-    pub routes: BTreeMap<String, Held<XdsRoutes>>,
-    pub clusters: BTreeMap<String, Held<XdsCluster>>,
-    pub endpoints: BTreeMap<String, Held<XdsEndpoints>>,
-    pub secrets: BTreeMap<String, Held<XdsSecret>>,
+    pub listeners: SharedMap<String, Held<XdsListener>>,
+    pub routes: SharedMap<String, Held<XdsRoutes>>,
+    pub clusters: SharedMap<String, Held<XdsCluster>>,
+    pub endpoints: SharedMap<String, Held<XdsEndpoints>>,
+    pub secrets: SharedMap<String, Held<XdsSecret>>,
     /// The last version of each listener that had its routes: a listener updated to name a
     /// route configuration that has not arrived keeps serving with it (Envoy's warming).
-    serving: BTreeMap<String, Held<XdsListener>>,
+    serving: SharedMap<String, Held<XdsListener>>,
     /// The same for clusters: one updated to name endpoints or secrets that have not arrived
     /// keeps serving as it was.
-    serving_clusters: BTreeMap<String, Held<XdsCluster>>,
+    serving_clusters: SharedMap<String, Held<XdsCluster>>,
     /// Each cluster's section as last checked, kept while what it is made from stays the
     /// same: a change to one route or one cluster checks that one again, not all of them.
-    checked: BTreeMap<String, CheckedCluster>,
+    checked: SharedMap<String, CheckedCluster>,
 }
 
 /// A cluster's section, checked, and what listeners need to know of it.
@@ -211,10 +215,13 @@ impl CheckedCluster {
 
 /// The names the listeners and clusters give (and the earlier versions of them still
 /// serving): borrowed, as a fleet's config names thousands.
-struct Named<'a> {
-    routes: BTreeSet<&'a str>,
-    endpoints: BTreeSet<&'a str>,
-    secrets: BTreeSet<&'a str>,
+pub struct Named<'a> {
+    /// Route configurations (RDS).
+    pub routes: BTreeSet<&'a str>,
+    /// Endpoint sets (EDS).
+    pub endpoints: BTreeSet<&'a str>,
+    /// Secrets (SDS), those read from files among them.
+    pub secrets: BTreeSet<&'a str>,
 }
 
 impl<'a> Named<'a> {
@@ -261,25 +268,10 @@ pub struct Warming {
     pub listeners: Vec<String>,
 }
 
-impl Clone for Resources {
-    fn clone(&self) -> Self {
-        Self {
-            listeners: self.listeners.clone(),
-            routes: self.routes.clone(),
-            clusters: self.clusters.clone(),
-            endpoints: self.endpoints.clone(),
-            secrets: self.secrets.clone(),
-            serving: self.serving.clone(),
-            serving_clusters: self.serving_clusters.clone(),
-            checked: self.checked.clone(),
-        }
-    }
-}
-
 impl Resources {
     /// What the listeners and clusters name, and the earlier versions of them still
     /// serving while one warms.
-    fn named(&self) -> Named<'_> {
+    pub fn named(&self) -> Named<'_> {
         Named::of(
             &self.listeners,
             &self.serving,
@@ -298,9 +290,9 @@ impl Resources {
     pub fn retain_wanted(&mut self) {
         // Earlier versions of resources that are gone name nothing either.
         self.serving
-            .retain(|name, _| self.listeners.contains_key(name));
+            .retain_changed(|name, _| self.listeners.contains_key(name));
         self.serving_clusters
-            .retain(|name, _| self.clusters.contains_key(name));
+            .retain_changed(|name, _| self.clusters.contains_key(name));
         let named = Named::of(
             &self.listeners,
             &self.serving,
@@ -308,11 +300,11 @@ impl Resources {
             &self.serving_clusters,
         );
         self.routes
-            .retain(|name, _| named.routes.contains(name.as_str()));
+            .retain_changed(|name, _| named.routes.contains(name.as_str()));
         self.endpoints
-            .retain(|name, _| named.endpoints.contains(name.as_str()));
+            .retain_changed(|name, _| named.endpoints.contains(name.as_str()));
         self.secrets
-            .retain(|name, _| named.secrets.contains(name.as_str()));
+            .retain_changed(|name, _| named.secrets.contains(name.as_str()));
     }
 
     /// The secrets to ask the management server for (SDS subscriptions): those named that
@@ -367,10 +359,13 @@ impl Resources {
             }
         }
         self.serving_clusters
-            .retain(|name, _| self.clusters.contains_key(name));
-        let mut before = std::mem::take(&mut self.checked);
+            .retain_changed(|name, _| self.clusters.contains_key(name));
         let mut clusters = Vec::with_capacity(self.clusters.len());
-        for (name, held) in &self.clusters {
+        // Clusters checked again, and those in force (sorted: the map's order); the map of
+        // checked clusters is changed only when one of them is new or gone.
+        let mut rechecked = Vec::new();
+        let mut in_force: Vec<&str> = Vec::with_capacity(self.clusters.len());
+        for (name, held) in self.clusters.iter() {
             let warm = |c: &XdsCluster| {
                 c.secrets_ready(&self.secrets)
                     && c.eds
@@ -378,7 +373,9 @@ impl Resources {
                         .is_none_or(|s| self.endpoints.contains_key(s))
             };
             let cluster = if warm(&held.value) {
-                self.serving_clusters.insert(name.clone(), held.clone());
+                if self.serving_clusters.get(name).map(|s| s.digest) != Some(held.digest) {
+                    self.serving_clusters.insert(name.clone(), held.clone());
+                }
                 held
             } else {
                 warming.clusters.push(name.clone());
@@ -402,18 +399,24 @@ impl Resources {
                 }
                 h.finish()
             };
-            let checked = match before.remove_entry(name) {
-                Some((name, kept)) if kept.inputs == made_from => (name, kept),
+            match self.checked.get(name) {
+                Some(kept) if kept.inputs == made_from => clusters.push(Arc::clone(&kept.config)),
                 _ => {
                     let endpoints = endpoints.map(|e| &*e.value);
                     let Some(raw) = cluster.value.section(endpoints, &self.secrets) else {
                         continue;
                     };
-                    (name.clone(), CheckedCluster::new(raw, made_from)?)
+                    let checked = CheckedCluster::new(raw, made_from)?;
+                    clusters.push(Arc::clone(&checked.config));
+                    rechecked.push((name.clone(), checked));
                 }
-            };
-            clusters.push(Arc::clone(&checked.1.config));
-            self.checked.insert(checked.0, checked.1);
+            }
+            in_force.push(name);
+        }
+        if !rechecked.is_empty() || self.checked.len() != in_force.len() {
+            let checked = &mut *self.checked;
+            checked.extend(rechecked);
+            checked.retain(|name, _| in_force.binary_search(&name.as_str()).is_ok());
         }
         // Clusters ready, and whether they can speak HTTP/1.1.
         let ready: BTreeMap<&str, bool> = (self.checked.iter())
@@ -432,7 +435,7 @@ impl Resources {
             .collect();
         let mut listeners = Vec::with_capacity(self.listeners.len());
         self.serving
-            .retain(|name, _| self.listeners.contains_key(name));
+            .retain_changed(|name, _| self.listeners.contains_key(name));
         for (name, held) in &self.listeners {
             let warm = |l: &XdsListener| {
                 let routes = l.route_names().all(|r| self.routes.contains_key(r));
@@ -447,7 +450,9 @@ impl Resources {
                 routes && authz && collector && logs && secrets && tcp && jwks
             };
             let listener = if warm(&held.value) {
-                self.serving.insert(name.clone(), held.clone());
+                if self.serving.get(name).map(|s| s.digest) != Some(held.digest) {
+                    self.serving.insert(name.clone(), held.clone());
+                }
                 held
             } else {
                 warming.listeners.push(name.clone());

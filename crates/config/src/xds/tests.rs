@@ -4028,3 +4028,65 @@ fn a_change_checks_again_only_the_clusters_it_touches() {
         "127.0.0.1:8003"
     );
 }
+
+fn shared<K, V>(a: &SharedMap<K, V>, b: &SharedMap<K, V>) -> bool {
+    std::ptr::eq(&**a, &**b)
+}
+
+#[test]
+fn a_change_copies_only_the_maps_it_touches() {
+    let mut resources = Resources::default();
+    hold_eds_clusters(&mut resources, &[("web", 8001), ("api", 8002)]);
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r1"));
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "web"));
+    resources.sections().unwrap();
+    resources.retain_wanted();
+
+    // A route change: the next generation shares every cluster map with the one before.
+    let before = resources.clone();
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "api"));
+    resources.sections().unwrap();
+    resources.retain_wanted();
+    assert!(shared(&before.clusters, &resources.clusters));
+    assert!(shared(&before.endpoints, &resources.endpoints));
+    assert!(shared(
+        &before.serving_clusters,
+        &resources.serving_clusters
+    ));
+    assert!(shared(&before.checked, &resources.checked));
+    assert!(shared(&before.listeners, &resources.listeners));
+    assert!(shared(&before.serving, &resources.serving));
+    assert!(!shared(&before.routes, &resources.routes));
+    // The generation before is as it was.
+    let routes_of = |r: &Resources| format!("{:?}", r.routes["r1"].value);
+    assert!(routes_of(&before).contains(r#"cluster: Some("web")"#));
+    assert!(routes_of(&resources).contains(r#"cluster: Some("api")"#));
+
+    // New endpoints for one cluster: the checked clusters are copied, that one replaced.
+    let before = resources.clone();
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 9001));
+    resources.sections().unwrap();
+    assert!(!shared(&before.checked, &resources.checked));
+    assert!(shared(&before.clusters, &resources.clusters));
+    let config = |r: &Resources, name: &str| Arc::clone(&r.checked[name].config);
+    assert!(Arc::ptr_eq(
+        &config(&before, "api"),
+        &config(&resources, "api")
+    ));
+    assert!(!Arc::ptr_eq(
+        &config(&before, "web"),
+        &config(&resources, "web")
+    ));
+    assert_eq!(
+        config(&before, "web").endpoints[0].address.to_string(),
+        "127.0.0.1:8001"
+    );
+}

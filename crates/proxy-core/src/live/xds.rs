@@ -12,8 +12,8 @@ use xds_client::{Any, Options, Update, Variant};
 
 use super::{LiveConfig, XdsResourceStatus, XdsStatus};
 use config::xds::{
-    AdsProtocol, Held, ResourceError, Resources, XdsCluster, XdsEndpoints, XdsListener, XdsRoutes,
-    XdsSecret, digest, type_url,
+    AdsProtocol, Held, ResourceError, Resources, SharedMap, XdsCluster, XdsEndpoints, XdsListener,
+    XdsRoutes, XdsSecret, digest, type_url,
 };
 
 /// How often the files of secrets read from files are read again for changes.
@@ -150,7 +150,7 @@ struct Applier {
 struct Shared {
     applier: Arc<tokio::sync::Mutex<Applier>>,
     /// What to subscribe to, as of the last update (asked between updates, without waiting).
-    wanted: BTreeMap<&'static str, BTreeSet<String>>,
+    wanted: BTreeMap<&'static str, Arc<BTreeSet<String>>>,
     connected: Arc<std::sync::atomic::AtomicBool>,
     connected_gauge: stats::Gauge,
     too_large: stats::Counter,
@@ -169,7 +169,7 @@ impl Shared {
             applier: Arc::new(tokio::sync::Mutex::new(applier)),
         };
         if let Ok(applier) = shared.applier.try_lock() {
-            shared.wanted = applier.wanted_now();
+            applier.refresh_wanted(&mut shared.wanted);
         }
         shared
     }
@@ -181,11 +181,11 @@ impl xds_client::Handler for Shared {
         let result = applier.apply(update, Source::Server).await;
         // A listener or cluster that names a secret in a file has it read at once.
         applier.read_files().await;
-        self.wanted = applier.wanted_now();
+        applier.refresh_wanted(&mut self.wanted);
         result
     }
 
-    fn wanted(&self, type_url: &str) -> BTreeSet<String> {
+    fn wanted(&self, type_url: &str) -> Arc<BTreeSet<String>> {
         self.wanted.get(type_url).cloned().unwrap_or_default()
     }
 
@@ -376,7 +376,7 @@ impl Applier {
 /// bytes are unchanged keeps its entry (and its update time) and is not decoded again: a
 /// state-of-the-world response repeats every resource to change one.
 fn merge<T>(
-    map: &mut BTreeMap<String, Held<T>>,
+    map: &mut SharedMap<String, Held<T>>,
     update: &Update,
     decode: fn(&Any) -> Result<T, ResourceError>,
     name: fn(&T) -> &String,
@@ -440,7 +440,7 @@ fn merge<T>(
         }
     }
     if update.complete {
-        *map = fresh;
+        *map = SharedMap::from(fresh);
     } else {
         map.extend(fresh);
         for name in &update.removed {
@@ -508,12 +508,25 @@ impl Applier {
 
     /// The names to subscribe to, by type: routes and endpoints named, and the secrets
     /// named that are not read from files.
-    fn wanted_now(&self) -> BTreeMap<&'static str, BTreeSet<String>> {
-        BTreeMap::from([
-            (type_url::ROUTE, self.resources.route_names()),
-            (type_url::ENDPOINT, self.resources.endpoint_names()),
-            (type_url::SECRET, self.resources.ads_secret_names()),
-        ])
+    /// A set is replaced only when its names changed: a fleet's thousand endpoint names are
+    /// neither copied nor compared again by the client for a change that names the same.
+    fn refresh_wanted(&self, wanted: &mut BTreeMap<&'static str, Arc<BTreeSet<String>>>) {
+        let named = self.resources.named();
+        let mut secrets = named.secrets;
+        secrets.retain(|name| !config::tls::sds_file::is_file_secret(name));
+        for (type_url, names) in [
+            (type_url::ROUTE, named.routes),
+            (type_url::ENDPOINT, named.endpoints),
+            (type_url::SECRET, secrets),
+        ] {
+            let same = wanted
+                .get(type_url)
+                .is_some_and(|held| held.iter().map(String::as_str).eq(names.iter().copied()));
+            if !same {
+                let owned = names.into_iter().map(str::to_owned).collect();
+                wanted.insert(type_url, Arc::new(owned));
+            }
+        }
     }
 
     /// Reads the files of the secrets named that are read from files, and puts those whose
@@ -607,7 +620,7 @@ mod tests {
 
     #[test]
     fn a_delta_resource_is_known_by_the_name_inside_it() {
-        let mut held = BTreeMap::new();
+        let mut held = SharedMap::default();
         merge(&mut held, &update("web", "web"), XdsCluster::decode, |c| {
             &c.name
         })
@@ -641,7 +654,7 @@ mod tests {
             removed: Vec::new(),
             version_info: "1".into(),
         };
-        let mut held = BTreeMap::new();
+        let mut held = SharedMap::default();
         let decode = XdsCluster::decode;
         let first = sotw([("web", LbPolicy::RoundRobin), ("api", LbPolicy::RoundRobin)]);
         merge(&mut held, &first, decode, |c| &c.name).expect("valid");
