@@ -231,15 +231,28 @@ impl<'a> Named<'a> {
         clusters: &'a BTreeMap<String, Held<XdsCluster>>,
         serving_clusters: &'a BTreeMap<String, Held<XdsCluster>>,
     ) -> Self {
-        let listeners = || listeners.values().chain(serving.values());
-        let clusters = || clusters.values().chain(serving_clusters.values());
+        let secrets = Self::secrets_of(listeners, serving, clusters, serving_clusters);
+        let listeners = listeners.values().chain(serving.values());
+        let clusters = clusters.values().chain(serving_clusters.values());
         Self {
-            routes: listeners().flat_map(|l| l.value.route_names()).collect(),
-            endpoints: clusters().filter_map(|c| c.value.eds.as_deref()).collect(),
-            secrets: (listeners().flat_map(|l| l.value.secret_names()))
-                .chain(clusters().flat_map(|c| c.value.secret_names()))
-                .collect(),
+            routes: listeners.flat_map(|l| l.value.route_names()).collect(),
+            endpoints: clusters.filter_map(|c| c.value.eds.as_deref()).collect(),
+            secrets,
         }
+    }
+
+    /// The secrets alone: the rest of a fleet's names are not gathered to find them.
+    fn secrets_of(
+        listeners: &'a BTreeMap<String, Held<XdsListener>>,
+        serving: &'a BTreeMap<String, Held<XdsListener>>,
+        clusters: &'a BTreeMap<String, Held<XdsCluster>>,
+        serving_clusters: &'a BTreeMap<String, Held<XdsCluster>>,
+    ) -> BTreeSet<&'a str> {
+        let listeners = listeners.values().chain(serving.values());
+        let clusters = clusters.values().chain(serving_clusters.values());
+        (listeners.flat_map(|l| l.value.secret_names()))
+            .chain(clusters.flat_map(|c| c.value.secret_names()))
+            .collect()
     }
 }
 
@@ -273,6 +286,16 @@ impl Resources {
     /// serving while one warms.
     pub fn named(&self) -> Named<'_> {
         Named::of(
+            &self.listeners,
+            &self.serving,
+            &self.clusters,
+            &self.serving_clusters,
+        )
+    }
+
+    /// The secrets the listeners and clusters name (and their earlier versions).
+    fn named_secrets(&self) -> BTreeSet<&str> {
+        Named::secrets_of(
             &self.listeners,
             &self.serving,
             &self.clusters,
@@ -317,14 +340,14 @@ impl Resources {
 
     /// The secrets read from files that are named, by their keys.
     pub fn file_secret_names(&self) -> BTreeSet<String> {
-        let mut names = self.secret_names();
+        let mut names = self.named_secrets();
         names.retain(|name| crate::tls::sds_file::is_file_secret(name));
-        names
+        owned(names)
     }
 
     /// The secrets the listeners and clusters name.
     pub fn secret_names(&self) -> BTreeSet<String> {
-        owned(self.named().secrets)
+        owned(self.named_secrets())
     }
 
     /// The endpoint sets the clusters name (EDS subscriptions).
@@ -351,7 +374,7 @@ impl Resources {
         // A secret named changes the config when it changes (one nothing names is forgotten
         // after this, and changes nothing).
         if !self.secrets.is_empty() {
-            let named = self.named().secrets;
+            let named = self.named_secrets();
             for (name, held) in &self.secrets {
                 if named.contains(name.as_str()) {
                     input(4, name, held.digest);

@@ -152,8 +152,9 @@ pub(crate) type DynamicSections = (Arc<Resources>, Vec<RawListener>, Vec<Arc<Clu
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct XdsStatus {
     pub(crate) connected: bool,
-    /// Every resource held: type, name, version and when it arrived.
-    pub(crate) resources: Vec<XdsResourceStatus>,
+    /// Every resource held: listed (type, name, version and when it arrived) only when the
+    /// status is shown, not on each of a fleet's changes.
+    pub(crate) resources: HeldResources,
     /// Clusters waiting for their endpoints or secrets, listeners for their routes or secrets.
     pub(crate) warming_clusters: Vec<String>,
     pub(crate) warming_listeners: Vec<String>,
@@ -161,13 +162,42 @@ pub(crate) struct XdsStatus {
     pub(crate) last_rejected: Option<String>,
 }
 
+/// The resources held, shown as a list of [`XdsResourceStatus`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeldResources(pub(crate) Arc<Resources>);
+
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct XdsResourceStatus {
+pub(crate) struct XdsResourceStatus<'a> {
     #[serde(rename = "type")]
     pub(crate) kind: &'static str,
-    pub(crate) name: String,
-    pub(crate) version: String,
+    pub(crate) name: &'a str,
+    pub(crate) version: &'a str,
     pub(crate) last_updated_unix: u64,
+}
+
+impl Serialize for HeldResources {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        fn list<'a, T>(
+            kind: &'static str,
+            map: &'a config::xds::SharedMap<String, config::xds::Held<T>>,
+        ) -> impl Iterator<Item = XdsResourceStatus<'a>> {
+            map.iter().map(move |(name, held)| XdsResourceStatus {
+                kind,
+                name,
+                version: &held.version,
+                last_updated_unix: (held.updated.duration_since(SystemTime::UNIX_EPOCH))
+                    .map_or(0, |d| d.as_secs()),
+            })
+        }
+        let r = &*self.0;
+        serializer.collect_seq(
+            list("listener", &r.listeners)
+                .chain(list("route_configuration", &r.routes))
+                .chain(list("cluster", &r.clusters))
+                .chain(list("cluster_load_assignment", &r.endpoints))
+                .chain(list("secret", &r.secrets)),
+        )
+    }
 }
 
 struct Reloads {

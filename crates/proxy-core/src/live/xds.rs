@@ -10,7 +10,7 @@ use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 use xds_client::{Any, Options, Update, Variant};
 
-use super::{LiveConfig, XdsResourceStatus, XdsStatus};
+use super::{HeldResources, LiveConfig, XdsStatus};
 use config::xds::{
     AdsProtocol, Held, ResourceError, Resources, SharedMap, XdsCluster, XdsEndpoints, XdsListener,
     XdsRoutes, XdsSecret, digest, type_url,
@@ -286,40 +286,7 @@ impl Applier {
     }
 
     fn publish(&mut self) {
-        let unix = |t: std::time::SystemTime| {
-            t.duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-        };
-        let mut resources = Vec::new();
-        fn list<T>(
-            out: &mut Vec<XdsResourceStatus>,
-            kind: &'static str,
-            map: &BTreeMap<String, Held<T>>,
-            unix: impl Fn(std::time::SystemTime) -> u64,
-        ) {
-            out.extend(map.iter().map(|(name, held)| XdsResourceStatus {
-                kind,
-                name: name.clone(),
-                version: held.version.clone(),
-                last_updated_unix: unix(held.updated),
-            }));
-        }
-        list(&mut resources, "listener", &self.resources.listeners, unix);
-        list(
-            &mut resources,
-            "route_configuration",
-            &self.resources.routes,
-            unix,
-        );
-        list(&mut resources, "cluster", &self.resources.clusters, unix);
-        list(
-            &mut resources,
-            "cluster_load_assignment",
-            &self.resources.endpoints,
-            unix,
-        );
-        list(&mut resources, "secret", &self.resources.secrets, unix);
-        self.status.resources = resources;
+        self.status.resources = HeldResources(Arc::clone(&self.resources));
         self.status.connected = self.connected.load(std::sync::atomic::Ordering::Relaxed);
         if let Some(live) = self.live.upgrade() {
             live.set_xds_status(self.status.clone());
