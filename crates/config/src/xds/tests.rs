@@ -3972,12 +3972,7 @@ fn a_change_checks_again_only_the_clusters_it_touches() {
         &mut resources,
         &[("web", 8001), ("api", 8002), ("db", 8003)],
     );
-    resources
-        .listeners
-        .insert("edge".into(), held_listener("edge", "r1"));
-    resources
-        .routes
-        .insert("r1".into(), held_routes("r1", "web"));
+    hold_edge_to(&mut resources, "web");
     let by_name = |sections: &Sections| -> BTreeMap<String, Arc<crate::ClusterConfig>> {
         (sections.clusters.iter())
             .map(|c| (c.name.clone(), Arc::clone(c)))
@@ -4029,6 +4024,16 @@ fn a_change_checks_again_only_the_clusters_it_touches() {
     );
 }
 
+/// The listener `edge`, whose routes `r1` send everything to `cluster`.
+fn hold_edge_to(resources: &mut Resources, cluster: &str) {
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r1"));
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", cluster));
+}
+
 fn shared<K, V>(a: &SharedMap<K, V>, b: &SharedMap<K, V>) -> bool {
     std::ptr::eq(&**a, &**b)
 }
@@ -4037,12 +4042,7 @@ fn shared<K, V>(a: &SharedMap<K, V>, b: &SharedMap<K, V>) -> bool {
 fn a_change_copies_only_the_maps_it_touches() {
     let mut resources = Resources::default();
     hold_eds_clusters(&mut resources, &[("web", 8001), ("api", 8002)]);
-    resources
-        .listeners
-        .insert("edge".into(), held_listener("edge", "r1"));
-    resources
-        .routes
-        .insert("r1".into(), held_routes("r1", "web"));
+    hold_edge_to(&mut resources, "web");
     resources.sections().unwrap();
     resources.retain_wanted();
 
