@@ -220,7 +220,7 @@ pub struct Named<'a> {
     pub routes: BTreeSet<&'a str>,
     /// Endpoint sets (EDS).
     pub endpoints: BTreeSet<&'a str>,
-    /// Secrets (SDS), those read from files among them.
+    /// Secrets (SDS).
     pub secrets: BTreeSet<&'a str>,
 }
 
@@ -256,10 +256,6 @@ impl<'a> Named<'a> {
     }
 }
 
-fn owned(names: BTreeSet<&str>) -> BTreeSet<String> {
-    names.into_iter().map(str::to_owned).collect()
-}
-
 /// What [`Resources::sections`] makes: the listeners and clusters to put in force.
 #[derive(Debug, Default)]
 pub struct Sections {
@@ -284,7 +280,7 @@ pub struct Warming {
 impl Resources {
     /// What the listeners and clusters name, and the earlier versions of them still
     /// serving while one warms.
-    pub fn named(&self) -> Named<'_> {
+    fn named(&self) -> Named<'_> {
         Named::of(
             &self.listeners,
             &self.serving,
@@ -301,11 +297,6 @@ impl Resources {
             &self.clusters,
             &self.serving_clusters,
         )
-    }
-
-    /// The route configurations named (RDS subscriptions).
-    pub fn route_names(&self) -> BTreeSet<String> {
-        owned(self.named().routes)
     }
 
     /// Forgets route configurations and endpoints nothing names any more: they are
@@ -330,29 +321,19 @@ impl Resources {
             .retain_changed(|name, _| named.secrets.contains(name.as_str()));
     }
 
-    /// The secrets to ask the management server for (SDS subscriptions): those named that
-    /// are not read from files.
-    pub fn ads_secret_names(&self) -> BTreeSet<String> {
-        let mut names = self.secret_names();
-        names.retain(|name| !crate::tls::sds_file::is_file_secret(name));
-        names
+    /// The names to ask the management server for (RDS, EDS and SDS subscriptions): what
+    /// the listeners and clusters name, less the secrets read from files.
+    pub fn subscriptions(&self) -> Named<'_> {
+        let mut named = self.named();
+        (named.secrets).retain(|name| !crate::tls::sds_file::is_file_secret(name));
+        named
     }
 
     /// The secrets read from files that are named, by their keys.
     pub fn file_secret_names(&self) -> BTreeSet<String> {
         let mut names = self.named_secrets();
         names.retain(|name| crate::tls::sds_file::is_file_secret(name));
-        owned(names)
-    }
-
-    /// The secrets the listeners and clusters name.
-    pub fn secret_names(&self) -> BTreeSet<String> {
-        owned(self.named_secrets())
-    }
-
-    /// The endpoint sets the clusters name (EDS subscriptions).
-    pub fn endpoint_names(&self) -> BTreeSet<String> {
-        owned(self.named().endpoints)
+        names.into_iter().map(str::to_owned).collect()
     }
 
     /// The listeners and clusters to put beside the file's, as the file would write them. A

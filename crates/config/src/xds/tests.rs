@@ -503,8 +503,8 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     resources
         .listeners
         .insert("edge".into(), held_listener("edge", "r1"));
-    assert_eq!(resources.endpoint_names(), ["web".to_owned()].into());
-    assert_eq!(resources.route_names(), ["r1".to_owned()].into());
+    assert_eq!(resources.subscriptions().endpoints, ["web"].into());
+    assert_eq!(resources.subscriptions().routes, ["r1"].into());
     let Sections {
         listeners,
         clusters,
@@ -548,10 +548,7 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
         "the version with routes serves meanwhile"
     );
     // r1 stays wanted while the old version serves; r2 is asked for.
-    assert_eq!(
-        resources.route_names(),
-        ["r1".to_owned(), "r2".to_owned()].into()
-    );
+    assert_eq!(resources.subscriptions().routes, ["r1", "r2"].into());
     let warming_inputs = resources.sections().unwrap().inputs;
 
     resources
@@ -3230,7 +3227,11 @@ fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
         .endpoints
         .insert("web".into(), held_endpoints("web", 8001));
     assert_eq!(
-        resources.secret_names().into_iter().collect::<Vec<_>>(),
+        resources
+            .subscriptions()
+            .secrets
+            .into_iter()
+            .collect::<Vec<_>>(),
         ["api", "api-ec", "ca", "client", "www"]
     );
     let Sections {
@@ -3402,8 +3403,8 @@ fn a_cluster_waiting_for_a_new_secret_keeps_its_previous_version() {
     assert_eq!(warming.clusters, ["web"]);
     assert_eq!(clusters.len(), 1, "the previous version serves");
     assert!(clusters[0].tls.is_none());
-    assert!(resources.secret_names().contains("ca"));
-    assert!(resources.endpoint_names().contains("web"));
+    assert!(resources.subscriptions().secrets.contains("ca"));
+    assert!(resources.subscriptions().endpoints.contains("web"));
 }
 
 /// The socket options control planes set for TCP keep-alive (Envoy Gateway's) become the
@@ -3519,10 +3520,7 @@ fn filter_chains_become_chains_each_with_its_routes() {
     resources
         .listeners
         .insert("edge".into(), held(XdsListener::decode(&pack(&l)).unwrap()));
-    assert_eq!(
-        resources.route_names(),
-        ["r-a".to_owned(), "r-b".to_owned()].into()
-    );
+    assert_eq!(resources.subscriptions().routes, ["r-a", "r-b"].into());
     resources
         .routes
         .insert("r-a".into(), held_routes("r-a", "web"));

@@ -145,8 +145,13 @@ pub(crate) struct LiveConfig {
 }
 
 /// Resources from the management server and the sections made from them, as the file
-/// would write them (the clusters checked already).
-pub(crate) type DynamicSections = (Arc<Resources>, Vec<RawListener>, Vec<Arc<ClusterConfig>>);
+/// would write them.
+pub(crate) struct DynamicSections {
+    pub(crate) resources: Arc<Resources>,
+    pub(crate) listeners: Vec<RawListener>,
+    /// Checked already: shared with the config in force while they stay the same.
+    pub(crate) clusters: Vec<Arc<ClusterConfig>>,
+}
 
 /// The xDS client's state, for `/config_dump`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -339,10 +344,9 @@ impl LiveConfig {
     ) -> Result<ReloadReport, ReloadError> {
         let mut reloads = self.reloads.lock().await;
         let origin = Arc::clone(self.current().config.origin());
-        let (resources, listeners, clusters) = dynamic;
-        let config = config::xds::compose(&origin, listeners, clusters)?;
+        let config = config::xds::compose(&origin, dynamic.listeners, dynamic.clusters)?;
         let report = self.put_in_force(&mut reloads, config, arrived).await?;
-        *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = resources;
+        *self.dynamic.lock().unwrap_or_else(PoisonError::into_inner) = dynamic.resources;
         Ok(report)
     }
 

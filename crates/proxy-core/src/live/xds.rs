@@ -325,7 +325,11 @@ impl Applier {
         // The same inputs make the same config: a response that repeats what is held (a
         // resend, a new version of unchanged bytes, a resource nothing uses) swaps nothing.
         if self.in_force != sections.inputs {
-            let dynamic = (Arc::clone(&next), sections.listeners, sections.clusters);
+            let dynamic = super::DynamicSections {
+                resources: Arc::clone(&next),
+                listeners: sections.listeners,
+                clusters: sections.clusters,
+            };
             live.put_dynamic(dynamic, arrived)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -478,13 +482,11 @@ impl Applier {
     /// A set is replaced only when its names changed: a fleet's thousand endpoint names are
     /// neither copied nor compared again by the client for a change that names the same.
     fn refresh_wanted(&self, wanted: &mut BTreeMap<&'static str, Arc<BTreeSet<String>>>) {
-        let named = self.resources.named();
-        let mut secrets = named.secrets;
-        secrets.retain(|name| !config::tls::sds_file::is_file_secret(name));
+        let named = self.resources.subscriptions();
         for (type_url, names) in [
             (type_url::ROUTE, named.routes),
             (type_url::ENDPOINT, named.endpoints),
-            (type_url::SECRET, secrets),
+            (type_url::SECRET, named.secrets),
         ] {
             let same = wanted
                 .get(type_url)
