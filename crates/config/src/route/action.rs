@@ -121,7 +121,7 @@ impl Serialize for QueryMatch {
 
 /// A route that answers with a redirect (Envoy's `RedirectAction`). Parts not given keep the
 /// request's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RedirectAction {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheme: Option<String>,
@@ -150,7 +150,7 @@ pub enum RedirectPath {
 }
 
 /// How the path a route forwards differs from the request's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PathRewrite {
     /// The part the route's prefix (or exact path) matched is replaced by this.
@@ -237,7 +237,7 @@ pub struct WeightedCluster {
 }
 
 /// A route's traffic split over clusters.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrafficSplit {
     #[serde(rename = "weighted_clusters")]
     pub clusters: Vec<WeightedCluster>,
@@ -262,7 +262,7 @@ pub struct TrafficSplit {
 }
 
 /// A copy of the route's requests sent to another cluster, its answers discarded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MirrorPolicy {
     #[serde(flatten)]
     pub cluster: ClusterTarget,

@@ -26,7 +26,7 @@ use crate::*;
 /// Time allowed for an upstream response to start, unless the route says otherwise.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RouteConfig {
     #[serde(rename = "match")]
     pub matcher: RouteMatch,
@@ -54,7 +54,7 @@ pub type RouteMetadata =
     std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>;
 
 /// What a request must look like for a route to take it. All parts must match.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RouteMatch {
     #[serde(skip_serializing_if = "HostMatch::is_any")]
     pub host: HostMatch,
@@ -290,7 +290,7 @@ impl Serialize for HeaderValueMatch {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RouteAction {
     /// Answer from the proxy itself.
@@ -307,7 +307,7 @@ pub enum RouteAction {
     Forward(Box<ForwardAction>),
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ForwardAction {
     /// Where requests go without a split (with one it is not read: the drawn side's is).
     #[serde(flatten)]

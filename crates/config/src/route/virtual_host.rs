@@ -11,7 +11,7 @@ use crate::{RetryPolicy, RouteConfig, RouteFilters};
 /// The virtual hosts of a listener and their routes. A request is served by the one virtual
 /// host its `host` picks (see [`Domain`]), and then by the first of that host's routes that
 /// matches; it never falls through to another virtual host.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RouteConfiguration {
     /// Every route of every virtual host, host after host in config order. A route is known
     /// by its index here (filters keep their per-route settings by it). Shared: the config
@@ -81,7 +81,7 @@ impl RouteConfiguration {
 }
 
 /// A set of domains and the routes for requests to them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VirtualHostConfig {
     pub name: String,
     pub domains: Vec<Domain>,

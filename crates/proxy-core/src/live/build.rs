@@ -160,7 +160,6 @@ pub(crate) fn build(
         Some(p) if p.config.max_connections == config.max_connections => p.process_limit.clone(),
         _ => config.max_connections.map(Limit::new),
     };
-    let cluster_order = hash_of(&config.clusters.iter().map(|c| &c.name).collect::<Vec<_>>());
     let mut listeners: Vec<SharedListener> = Vec::with_capacity(config.listeners.len());
     // Sockets bound here are closed again if the build fails.
     for listener in &config.listeners {
@@ -218,12 +217,11 @@ pub(crate) fn build(
                 }
             },
         };
-        let body = |config: &ListenerConfig,
-                    chain: Option<&str>,
-                    old: Option<(&ListenerConfig, &SharedListener)>,
-                    commit: &mut Commit| {
-            chain_body(config, chain, old, cluster_order, commit)
-        };
+        let body =
+            |config: &ListenerConfig,
+             chain: Option<&str>,
+             old: Option<(&ListenerConfig, &SharedListener)>,
+             commit: &mut Commit| { chain_body(config, chain, old, commit) };
         let own = body(listener, None, old, &mut commit)?;
         let mut chains = Vec::with_capacity(listener.filter_chains.len());
         for chain in &listener.filter_chains {
@@ -261,7 +259,6 @@ pub(crate) fn build(
             tls: body.tls,
             routes: body.routes,
             filters: body.filters,
-            routes_key: body.routes_key,
             conn_key: conn_key(config),
             chains: Vec::new(),
             selector: None,
@@ -354,9 +351,9 @@ pub(crate) fn build_without_sockets(
     }
     let mut commit = Commit::default();
     for listener in &config.listeners {
-        chain_body(listener, None, None, 0, &mut commit)?;
+        chain_body(listener, None, None, &mut commit)?;
         for chain in &listener.filter_chains {
-            chain_body(&chain.settings, Some(&chain.name), None, 0, &mut commit)?;
+            chain_body(&chain.settings, Some(&chain.name), None, &mut commit)?;
         }
     }
     Ok(())
@@ -367,7 +364,6 @@ struct ChainBody {
     tls: Option<Arc<ServerTls>>,
     routes: Arc<RouteTable>,
     filters: Arc<SharedFilters>,
-    routes_key: u64,
 }
 
 /// Builds a chain's TLS, routes and filters, keeping those of `old` that did not change.
@@ -377,7 +373,6 @@ fn chain_body(
     listener: &ListenerConfig,
     chain: Option<&str>,
     old: Option<(&ListenerConfig, &SharedListener)>,
-    cluster_order: u64,
     commit: &mut Commit,
 ) -> Result<ChainBody, BuildError> {
     // TLS to an authorization service: its files read now, so a bad one fails the load by
@@ -420,16 +415,14 @@ fn chain_body(
         )),
     };
     // Unchanged routes and filters keep their table (tens of milliseconds to build at
-    // 100,000 routes) and their rate-limit buckets. Routes name their clusters by place
-    // in the config (not serialized): the clusters' order is part of the key, or a
-    // cluster added before another would send the kept routes' traffic to it.
-    let routes_key = hash_of(&(
-        &listener.http_filters,
-        &listener.route_config,
-        cluster_order,
-    ));
+    // 100,000 routes) and their rate-limit buckets. Compared, not hashed: a comparison
+    // stops at the first route that differs, and it sees the cluster indices routes hold
+    // (a cluster added before another changes them, and the table is built again).
     let (routes, filters) = match old {
-        Some((_, shared)) if shared.routes_key == routes_key => {
+        Some((old, shared))
+            if old.http_filters == listener.http_filters
+                && old.route_config == listener.route_config =>
+        {
             (Arc::clone(&shared.routes), Arc::clone(&shared.filters))
         }
         _ => (
@@ -441,7 +434,6 @@ fn chain_body(
         tls,
         routes,
         filters,
-        routes_key,
     })
 }
 
@@ -673,7 +665,8 @@ mod tests {
 
     /// A change that keeps every cluster's checked config (routes alone, from a management
     /// server) keeps the generation's cluster list itself; any other makes a new one, which
-    /// keeps the clusters that stayed the same.
+    /// keeps the clusters that stayed the same. The route table is kept while the routes
+    /// stay the same.
     #[test]
     fn a_generation_keeps_the_cluster_list_when_no_cluster_changed() {
         let config = config::Config::from_yaml(
@@ -708,6 +701,22 @@ mod tests {
         assert!(!Arc::ptr_eq(&second.clusters, &third.clusters));
         assert!(Arc::ptr_eq(&second.clusters[0], &third.clusters[0]));
         assert!(!Arc::ptr_eq(&second.clusters[1], &third.clusters[1]));
+
+        // The routes did not change: their table is kept throughout.
+        let routes = |g: &super::Generation| Arc::clone(&g.listeners[0].routes);
+        assert!(Arc::ptr_eq(&routes(&first), &routes(&second)));
+        assert!(Arc::ptr_eq(&routes(&second), &routes(&third)));
+        // A route to the other cluster is another table.
+        let mut other_route = config.clone();
+        other_route.listeners[0].route_config = config::Config::from_yaml(
+            "listeners:\n  - name: l\n    address: 127.0.0.1:0\n    routes: [{ match: { prefix: / }, cluster: b }]\nclusters:\n  - name: a\n    endpoints: [127.0.0.1:1]\n  - name: b\n    endpoints: [127.0.0.1:2]\n",
+        )
+        .expect("valid")
+        .listeners[0]
+            .route_config
+            .clone();
+        let fourth = build(other_route, Some(&third));
+        assert!(!Arc::ptr_eq(&routes(&third), &routes(&fourth)));
     }
 
     /// A CA or client certificate from SDS is inline PEM, which serializes as `inline`: a

@@ -48,8 +48,6 @@ pub(crate) struct SharedListener {
     /// Built once per config version (kept while the routes stay the same).
     pub(crate) routes: Arc<RouteTable>,
     pub(crate) filters: Arc<SharedFilters>,
-    /// A hash of the routes and filters, to tell whether the next version changes them.
-    pub(crate) routes_key: u64,
     /// A hash of what a connection is served with (everything but routes and filters):
     /// equal keys let a worker keep the connection-level context.
     pub(crate) conn_key: u64,
