@@ -177,7 +177,15 @@ pub struct Resources {
     /// Each cluster's section as last checked, kept while what it is made from stays the
     /// same: a change to one route or one cluster checks that one again, not all of them.
     checked: SharedMap<String, CheckedCluster>,
+    /// The names last gathered from the listeners and clusters, with the stamps of the maps
+    /// they came from: a route or endpoint change (most of a fleet's changes) names nothing
+    /// new, and a thousand clusters are not walked again for it.
+    gathered: Option<(NameSources, Arc<Named>)>,
 }
+
+/// The stamps of the maps names are gathered from (listeners, serving, clusters, serving
+/// clusters).
+type NameSources = [u64; 4];
 
 /// A cluster's section, checked, and what listeners need to know of it.
 #[derive(Debug, Clone)]
@@ -214,45 +222,48 @@ impl CheckedCluster {
 }
 
 /// The names the listeners and clusters give (and the earlier versions of them still
-/// serving): borrowed, as a fleet's config names thousands.
-pub struct Named<'a> {
+/// serving): what to subscribe to. Shared: each set goes to the xDS client as it is.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Named {
     /// Route configurations (RDS).
-    pub routes: BTreeSet<&'a str>,
+    pub routes: Arc<BTreeSet<String>>,
     /// Endpoint sets (EDS).
-    pub endpoints: BTreeSet<&'a str>,
-    /// Secrets (SDS).
-    pub secrets: BTreeSet<&'a str>,
+    pub endpoints: Arc<BTreeSet<String>>,
+    /// Secrets asked of the management server (SDS).
+    pub secrets: Arc<BTreeSet<String>>,
+    /// Secrets read from files, by their keys: never asked of the server.
+    pub file_secrets: BTreeSet<String>,
 }
 
-impl<'a> Named<'a> {
+impl Named {
     fn of(
-        listeners: &'a BTreeMap<String, Held<XdsListener>>,
-        serving: &'a BTreeMap<String, Held<XdsListener>>,
-        clusters: &'a BTreeMap<String, Held<XdsCluster>>,
-        serving_clusters: &'a BTreeMap<String, Held<XdsCluster>>,
+        listeners: &BTreeMap<String, Held<XdsListener>>,
+        serving: &BTreeMap<String, Held<XdsListener>>,
+        clusters: &BTreeMap<String, Held<XdsCluster>>,
+        serving_clusters: &BTreeMap<String, Held<XdsCluster>>,
     ) -> Self {
-        let secrets = Self::secrets_of(listeners, serving, clusters, serving_clusters);
-        let listeners = listeners.values().chain(serving.values());
-        let clusters = clusters.values().chain(serving_clusters.values());
+        let listeners = || listeners.values().chain(serving.values());
+        let clusters = || clusters.values().chain(serving_clusters.values());
+        let owned = |names: BTreeSet<&str>| names.into_iter().map(str::to_owned).collect();
+        let (file_secrets, secrets): (BTreeSet<&str>, BTreeSet<&str>) = (listeners()
+            .flat_map(|l| l.value.secret_names()))
+        .chain(clusters().flat_map(|c| c.value.secret_names()))
+        .partition(|name| crate::tls::sds_file::is_file_secret(name));
         Self {
-            routes: listeners.flat_map(|l| l.value.route_names()).collect(),
-            endpoints: clusters.filter_map(|c| c.value.eds.as_deref()).collect(),
-            secrets,
+            routes: Arc::new(owned(
+                listeners().flat_map(|l| l.value.route_names()).collect(),
+            )),
+            endpoints: Arc::new(owned(
+                clusters().filter_map(|c| c.value.eds.as_deref()).collect(),
+            )),
+            secrets: Arc::new(owned(secrets)),
+            file_secrets: owned(file_secrets),
         }
     }
 
-    /// The secrets alone: the rest of a fleet's names are not gathered to find them.
-    fn secrets_of(
-        listeners: &'a BTreeMap<String, Held<XdsListener>>,
-        serving: &'a BTreeMap<String, Held<XdsListener>>,
-        clusters: &'a BTreeMap<String, Held<XdsCluster>>,
-        serving_clusters: &'a BTreeMap<String, Held<XdsCluster>>,
-    ) -> BTreeSet<&'a str> {
-        let listeners = listeners.values().chain(serving.values());
-        let clusters = clusters.values().chain(serving_clusters.values());
-        (listeners.flat_map(|l| l.value.secret_names()))
-            .chain(clusters.flat_map(|c| c.value.secret_names()))
-            .collect()
+    /// Whether a secret of this name (from the server or a file) is named.
+    fn names_secret(&self, name: &str) -> bool {
+        self.secrets.contains(name) || self.file_secrets.contains(name)
     }
 }
 
@@ -279,24 +290,33 @@ pub struct Warming {
 
 impl Resources {
     /// What the listeners and clusters name, and the earlier versions of them still
-    /// serving while one warms.
-    fn named(&self) -> Named<'_> {
-        Named::of(
-            &self.listeners,
-            &self.serving,
-            &self.clusters,
-            &self.serving_clusters,
-        )
+    /// serving while one warms: as last gathered while none of them has changed since.
+    fn named(&self) -> Arc<Named> {
+        match &self.gathered {
+            Some((from, named)) if *from == self.name_sources() => Arc::clone(named),
+            _ => Arc::new(Named::of(
+                &self.listeners,
+                &self.serving,
+                &self.clusters,
+                &self.serving_clusters,
+            )),
+        }
     }
 
-    /// The secrets the listeners and clusters name (and their earlier versions).
-    fn named_secrets(&self) -> BTreeSet<&str> {
-        Named::secrets_of(
-            &self.listeners,
-            &self.serving,
-            &self.clusters,
-            &self.serving_clusters,
-        )
+    /// [`Self::named`], kept for the next change.
+    fn gather_names(&mut self) -> Arc<Named> {
+        let named = self.named();
+        self.gathered = Some((self.name_sources(), Arc::clone(&named)));
+        named
+    }
+
+    fn name_sources(&self) -> NameSources {
+        [
+            self.listeners.stamp(),
+            self.serving.stamp(),
+            self.clusters.stamp(),
+            self.serving_clusters.stamp(),
+        ]
     }
 
     /// Forgets route configurations and endpoints nothing names any more: they are
@@ -307,33 +327,24 @@ impl Resources {
             .retain_changed(|name, _| self.listeners.contains_key(name));
         self.serving_clusters
             .retain_changed(|name, _| self.clusters.contains_key(name));
-        let named = Named::of(
-            &self.listeners,
-            &self.serving,
-            &self.clusters,
-            &self.serving_clusters,
-        );
+        let named = self.gather_names();
         self.routes
-            .retain_changed(|name, _| named.routes.contains(name.as_str()));
+            .retain_changed(|name, _| named.routes.contains(name));
         self.endpoints
-            .retain_changed(|name, _| named.endpoints.contains(name.as_str()));
+            .retain_changed(|name, _| named.endpoints.contains(name));
         self.secrets
-            .retain_changed(|name, _| named.secrets.contains(name.as_str()));
+            .retain_changed(|name, _| named.names_secret(name));
     }
 
-    /// The names to ask the management server for (RDS, EDS and SDS subscriptions): what
-    /// the listeners and clusters name, less the secrets read from files.
-    pub fn subscriptions(&self) -> Named<'_> {
-        let mut named = self.named();
-        (named.secrets).retain(|name| !crate::tls::sds_file::is_file_secret(name));
-        named
+    /// The names to ask the management server for (RDS, EDS and SDS subscriptions), and
+    /// the secrets to read from files.
+    pub fn subscriptions(&self) -> Arc<Named> {
+        self.named()
     }
 
     /// The secrets read from files that are named, by their keys.
     pub fn file_secret_names(&self) -> BTreeSet<String> {
-        let mut names = self.named_secrets();
-        names.retain(|name| crate::tls::sds_file::is_file_secret(name));
-        names.into_iter().map(str::to_owned).collect()
+        self.named().file_secrets.clone()
     }
 
     /// The listeners and clusters to put beside the file's, as the file would write them. A
@@ -355,9 +366,9 @@ impl Resources {
         // A secret named changes the config when it changes (one nothing names is forgotten
         // after this, and changes nothing).
         if !self.secrets.is_empty() {
-            let named = self.named_secrets();
+            let named = self.gather_names();
             for (name, held) in &self.secrets {
-                if named.contains(name.as_str()) {
+                if named.names_secret(name) {
                     input(4, name, held.digest);
                 }
             }

@@ -494,6 +494,54 @@ fn a_route_to_a_cluster_not_there_answers_503() {
 }
 
 #[test]
+fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
+    let mut resources = Resources::default();
+    resources.clusters.insert(
+        "web".into(),
+        held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
+    );
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r1"));
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "web"));
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    resources.sections().unwrap();
+    resources.retain_wanted();
+    let gathered = resources.subscriptions();
+    assert_eq!(*gathered.endpoints, names(["web"]));
+
+    // Routes or endpoints changing name nothing new: the same sets, not gathered again.
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "api"));
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8002));
+    resources.sections().unwrap();
+    resources.retain_wanted();
+    assert!(Arc::ptr_eq(&gathered, &resources.subscriptions()));
+    let copy = resources.clone();
+    assert!(Arc::ptr_eq(&gathered, &copy.subscriptions()));
+
+    // A cluster added is seen at once, kept or not.
+    resources.clusters.insert(
+        "api".into(),
+        held(XdsCluster::decode(&pack(&eds_cluster("api"))).unwrap()),
+    );
+    assert_eq!(*resources.subscriptions().endpoints, names(["api", "web"]));
+    // So is a listener that names other routes (its version with r1 serves meanwhile).
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r2"));
+    resources.retain_wanted();
+    assert_eq!(*resources.subscriptions().routes, names(["r1", "r2"]));
+}
+
+#[test]
 fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     let mut resources = Resources::default();
     resources.clusters.insert(
@@ -503,8 +551,8 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     resources
         .listeners
         .insert("edge".into(), held_listener("edge", "r1"));
-    assert_eq!(resources.subscriptions().endpoints, ["web"].into());
-    assert_eq!(resources.subscriptions().routes, ["r1"].into());
+    assert_eq!(*resources.subscriptions().endpoints, names(["web"]));
+    assert_eq!(*resources.subscriptions().routes, names(["r1"]));
     let Sections {
         listeners,
         clusters,
@@ -548,7 +596,7 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
         "the version with routes serves meanwhile"
     );
     // r1 stays wanted while the old version serves; r2 is asked for.
-    assert_eq!(resources.subscriptions().routes, ["r1", "r2"].into());
+    assert_eq!(*resources.subscriptions().routes, names(["r1", "r2"]));
     let warming_inputs = resources.sections().unwrap().inputs;
 
     resources
@@ -3227,11 +3275,7 @@ fn listeners_and_clusters_wait_for_their_secrets_and_take_their_pem() {
         .endpoints
         .insert("web".into(), held_endpoints("web", 8001));
     assert_eq!(
-        resources
-            .subscriptions()
-            .secrets
-            .into_iter()
-            .collect::<Vec<_>>(),
+        resources.subscriptions().secrets.iter().collect::<Vec<_>>(),
         ["api", "api-ec", "ca", "client", "www"]
     );
     let Sections {
@@ -3520,7 +3564,7 @@ fn filter_chains_become_chains_each_with_its_routes() {
     resources
         .listeners
         .insert("edge".into(), held(XdsListener::decode(&pack(&l)).unwrap()));
-    assert_eq!(resources.subscriptions().routes, ["r-a", "r-b"].into());
+    assert_eq!(*resources.subscriptions().routes, names(["r-a", "r-b"]));
     resources
         .routes
         .insert("r-a".into(), held_routes("r-a", "web"));
@@ -4087,4 +4131,9 @@ fn a_change_copies_only_the_maps_it_touches() {
         config(&before, "web").endpoints[0].address.to_string(),
         "127.0.0.1:8001"
     );
+}
+
+/// A set of owned names, as subscriptions hold them.
+fn names<const N: usize>(list: [&str; N]) -> BTreeSet<String> {
+    list.into_iter().map(str::to_owned).collect()
 }

@@ -484,16 +484,13 @@ impl Applier {
     fn refresh_wanted(&self, wanted: &mut BTreeMap<&'static str, Arc<BTreeSet<String>>>) {
         let named = self.resources.subscriptions();
         for (type_url, names) in [
-            (type_url::ROUTE, named.routes),
-            (type_url::ENDPOINT, named.endpoints),
-            (type_url::SECRET, named.secrets),
+            (type_url::ROUTE, &named.routes),
+            (type_url::ENDPOINT, &named.endpoints),
+            (type_url::SECRET, &named.secrets),
         ] {
-            let same = wanted
-                .get(type_url)
-                .is_some_and(|held| held.iter().map(String::as_str).eq(names.iter().copied()));
-            if !same {
-                let owned = names.into_iter().map(str::to_owned).collect();
-                wanted.insert(type_url, Arc::new(owned));
+            // The same set (most often the very one held) keeps the one held.
+            if wanted.get(type_url) != Some(names) {
+                wanted.insert(type_url, Arc::clone(names));
             }
         }
     }
