@@ -493,8 +493,9 @@ fn a_route_to_a_cluster_not_there_answers_503() {
     assert_eq!(route.direct_response.as_ref().map(|d| d.status), Some(503));
 }
 
-#[test]
-fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
+/// An EDS cluster `web`, and a listener `edge` that takes its routes from `r1`: neither has
+/// what it waits for yet.
+fn web_behind_edge() -> Resources {
     let mut resources = Resources::default();
     resources.clusters.insert(
         "web".into(),
@@ -503,6 +504,12 @@ fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
     resources
         .listeners
         .insert("edge".into(), held_listener("edge", "r1"));
+    resources
+}
+
+#[test]
+fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
+    let mut resources = web_behind_edge();
     resources
         .routes
         .insert("r1".into(), held_routes("r1", "web"));
@@ -543,14 +550,7 @@ fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
 
 #[test]
 fn clusters_wait_for_endpoints_and_listeners_for_routes() {
-    let mut resources = Resources::default();
-    resources.clusters.insert(
-        "web".into(),
-        held(XdsCluster::decode(&pack(&eds_cluster("web"))).unwrap()),
-    );
-    resources
-        .listeners
-        .insert("edge".into(), held_listener("edge", "r1"));
+    let mut resources = web_behind_edge();
     assert_eq!(*resources.subscriptions().endpoints, names(["web"]));
     assert_eq!(*resources.subscriptions().routes, names(["r1"]));
     let Sections {
