@@ -32,7 +32,9 @@ impl HeaderCase {
     }
 }
 
-/// `name` as `case` spells it, or in lower case without one.
+/// `name` as `case` spells it, or in lower case without one. Inlined: it is called for every
+/// field written, and most heads have no spellings to look up.
+#[inline]
 pub(crate) fn spelled<'a>(case: Option<&'a HeaderCase>, name: &'a HeaderName) -> &'a [u8] {
     case.map_or(name.as_str().as_bytes(), |c| c.spelling(name))
 }

@@ -87,7 +87,7 @@ pub fn parse_request(
     buf: &mut BytesMut,
     max_head: usize,
 ) -> Result<Option<RequestHead>, HeadError> {
-    parse(buf, max_head, false)
+    parse::<false>(buf, max_head)
 }
 
 /// [`parse_request`], noting in the request's extensions how its names were spelled (a
@@ -96,13 +96,14 @@ pub fn parse_request_keeping_case(
     buf: &mut BytesMut,
     max_head: usize,
 ) -> Result<Option<RequestHead>, HeadError> {
-    parse(buf, max_head, true)
+    parse::<true>(buf, max_head)
 }
 
-fn parse(
+/// `KEEP_CASE` is a constant, not an argument: the plain parse carries no trace of the
+/// spellings (no note, no empty list to drop), and is inlined where it is called.
+fn parse<const KEEP_CASE: bool>(
     buf: &mut BytesMut,
     max_head: usize,
-    keep_case: bool,
 ) -> Result<Option<RequestHead>, HeadError> {
     let mut fields: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
         [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -161,7 +162,7 @@ fn parse(
         } else {
             framing.field(&name, &value)?;
         }
-        if keep_case {
+        if KEEP_CASE {
             case.note(&name, field.name.as_bytes(), || {
                 slice(field.name.as_bytes())
             });
@@ -175,7 +176,7 @@ fn parse(
     *request.uri_mut() = uri;
     *request.version_mut() = version;
     *request.headers_mut() = headers;
-    if !case.is_empty() {
+    if KEEP_CASE && !case.is_empty() {
         request.extensions_mut().insert(case);
     }
     Ok(Some(RequestHead {
@@ -334,25 +335,27 @@ pub(crate) fn content_length_field(
     value: HeaderValue,
 ) -> Result<Option<HeaderValue>, ()> {
     let bytes = value.as_bytes();
-    let mut len = None;
-    for item in bytes.split(|&b| b == b',') {
-        let item = parse_length(item.trim_ascii()).ok_or(())?;
-        if len.is_some_and(|l| l != item) {
-            return Err(());
+    let list = bytes.contains(&b',');
+    // One number, the usual field: read without splitting.
+    let len = if list {
+        let mut len = None;
+        for item in bytes.split(|&b| b == b',') {
+            let item = parse_length(item.trim_ascii()).ok_or(())?;
+            if len.is_some_and(|l| l != item) {
+                return Err(());
+            }
+            len = Some(item);
         }
-        len = Some(item);
-    }
-    let len = len.ok_or(())?;
+        len.ok_or(())?
+    } else {
+        parse_length(bytes.trim_ascii()).ok_or(())?
+    };
     match *seen {
         Some(first) if first != len => Err(()),
         Some(_) => Ok(None),
         None => {
             *seen = Some(len);
-            Ok(Some(if bytes.contains(&b',') {
-                HeaderValue::from(len)
-            } else {
-                value
-            }))
+            Ok(Some(if list { HeaderValue::from(len) } else { value }))
         }
     }
 }

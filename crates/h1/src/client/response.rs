@@ -59,7 +59,7 @@ pub fn parse_response(
     max_head: usize,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, ResponseError> {
-    parse(buf, max_head, head_request, false)
+    parse::<false>(buf, max_head, head_request)
 }
 
 /// [`parse_response`], noting in the response's extensions how its names were spelled (a
@@ -69,14 +69,14 @@ pub fn parse_response_keeping_case(
     max_head: usize,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, ResponseError> {
-    parse(buf, max_head, head_request, true)
+    parse::<true>(buf, max_head, head_request)
 }
 
-fn parse(
+/// `KEEP_CASE` is a constant for the reason [`crate::request`]'s parse gives.
+fn parse<const KEEP_CASE: bool>(
     buf: &mut BytesMut,
     max_head: usize,
     head_request: bool,
-    keep_case: bool,
 ) -> Result<Option<ResponseHead>, ResponseError> {
     let mut fields: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
         [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -129,7 +129,7 @@ fn parse(
         } else {
             framing.field(&name, &value)?;
         }
-        if keep_case {
+        if KEEP_CASE {
             case.note(&name, field.name.as_bytes(), || {
                 head.slice(field.name.as_bytes())
             });
@@ -149,7 +149,7 @@ fn parse(
     parts.status = status;
     parts.version = version;
     parts.headers = headers;
-    if !case.is_empty() {
+    if KEEP_CASE && !case.is_empty() {
         parts.extensions.insert(case);
     }
     Ok(Some(ResponseHead {

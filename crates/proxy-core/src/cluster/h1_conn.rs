@@ -139,12 +139,14 @@ impl H1Conn {
         loop {
             // Nothing read yet (the usual case when the request has just gone): no parse.
             if !self.buf.is_empty() {
-                let parse = if limits.keep_case {
-                    h1::client::parse_response_keeping_case
+                // Called directly, not through a pointer: the plain parse is inlined here.
+                let (buf, max, head) = (&mut self.buf, limits.max_head, limits.head_request);
+                let parsed = if limits.keep_case {
+                    h1::client::parse_response_keeping_case(buf, max, head)
                 } else {
-                    h1::client::parse_response
+                    h1::client::parse_response(buf, max, head)
                 };
-                match parse(&mut self.buf, limits.max_head, limits.head_request) {
+                match parsed {
                     Ok(Some(head)) if is_interim(&head) => continue,
                     Ok(Some(head)) => return Poll::Ready(Ok(head)),
                     Ok(None) => {}

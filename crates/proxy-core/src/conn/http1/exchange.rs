@@ -190,12 +190,15 @@ async fn read_head(
     let deadline = started + codecs.request_headers_timeout;
     let mut park_at = Some(started + codecs.park_after);
     loop {
-        let parse = if codecs.h1.keep_case {
-            h1::parse_request_keeping_case
-        } else {
-            h1::parse_request
+        // Called directly, not through a pointer to either: the plain parse is inlined here.
+        let parsed = {
+            let buf = &mut input.borrow_mut().buf;
+            if codecs.h1.keep_case {
+                h1::parse_request_keeping_case(buf, codecs.h1.max_head)
+            } else {
+                h1::parse_request(buf, codecs.h1.max_head)
+            }
         };
-        let parsed = parse(&mut input.borrow_mut().buf, codecs.h1.max_head);
         match parsed {
             Ok(Some(head)) => return Ok(head),
             Ok(None) => {}
