@@ -6,6 +6,7 @@ pub(crate) mod fields;
 pub(crate) mod grpc_service;
 pub(crate) mod headers;
 pub(crate) mod matchers;
+pub(crate) mod wire;
 
 use std::net::SocketAddr;
 use std::time::Duration;

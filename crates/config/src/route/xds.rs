@@ -25,6 +25,16 @@ use crate::{
 use crate::{RawHeaderRules, RawPerRoute, RawRouteFilters};
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 
+#[cfg(test)]
+#[path = "xds_tests.rs"]
+mod tests;
+
+#[cfg(test)]
+thread_local! {
+    /// Routes translated by this thread: the tests see which were kept.
+    static TRANSLATED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// A route configuration from the management server (RDS, or inline in a listener).
 #[derive(Debug, Clone)]
 pub struct XdsRoutes {
@@ -34,10 +44,52 @@ pub struct XdsRoutes {
     /// The `headers` filter's listener entry, when any level changes headers: the route
     /// configuration's own mutations, in Envoy's order of the levels.
     headers: Option<RawHeaderRules>,
+    /// Per virtual host, digests of the bytes it was translated from (empty when it came
+    /// whole, inline in a listener): the next version of the table translates only the
+    /// routes whose bytes changed.
+    encoded: Vec<EncodedHost>,
+}
+
+/// What a virtual host was translated from: a digest of its bytes without its routes, and
+/// per route (in their order) a digest of its bytes and where it is among the host's
+/// translated routes (`None` for a route that can never match, which is left out).
+#[derive(Debug, Clone)]
+struct EncodedHost {
+    digest: u64,
+    routes: Vec<(u64, Option<u32>)>,
+}
+
+/// Per route of a virtual host, in their order, where it is among the host's translated
+/// routes (`None`: left out).
+type Places = Vec<Option<u32>>;
+
+/// A route to translate, or the translation of the same bytes kept from before.
+// Held in a Vec as decoded routes would be, moved once: no box.
+#[allow(clippy::large_enum_variant)]
+enum RouteInput<'a> {
+    Decoded(Route),
+    Kept(Option<&'a RawRoute>),
 }
 
 impl XdsRoutes {
     pub fn decode(value: &Any) -> Result<Self, ResourceError> {
+        Self::decode_after(value, |_| None)
+    }
+
+    /// [`Self::decode`], keeping what `held` (given the configuration's name, the version of
+    /// it held before) translated from the same bytes: a route whose bytes are those of a
+    /// route there, in a virtual host whose own bytes are the same, is neither decoded nor
+    /// translated again. A change to one route of a thousand costs that route.
+    pub fn decode_after<'a>(
+        value: &Any,
+        held: impl FnOnce(&str) -> Option<&'a XdsRoutes>,
+    ) -> Result<Self, ResourceError> {
+        if value.type_url == type_url::ROUTE
+            && let Some(parts) = Parts::decode(&value.value, held)
+        {
+            return parts.translate();
+        }
+        // Malformed somewhere: decoded whole, which says where.
         let config: RouteConfiguration = decode(value, type_url::ROUTE, "a RouteConfiguration")?;
         Self::translate(config, None)
     }
@@ -47,12 +99,29 @@ impl XdsRoutes {
         mut config: RouteConfiguration,
         listener: Option<&str>,
     ) -> Result<Self, ResourceError> {
+        let hosts = std::mem::take(&mut config.virtual_hosts)
+            .into_iter()
+            .map(|mut host| {
+                let routes = std::mem::take(&mut host.routes);
+                (host, routes.into_iter().map(RouteInput::Decoded).collect())
+            })
+            .collect();
+        let (translated, _) = Self::translate_hosts(config, hosts, listener)?;
+        Ok(translated)
+    }
+
+    /// `hosts`: each virtual host without its routes, and its routes. Returns, per host,
+    /// where each route is among its translated routes.
+    fn translate_hosts(
+        mut config: RouteConfiguration,
+        hosts: Vec<(VirtualHost, Vec<RouteInput<'_>>)>,
+        listener: Option<&str>,
+    ) -> Result<(Self, Vec<Places>), ResourceError> {
         let name = std::mem::take(&mut config.name);
         let at = match listener {
             Some(l) => format!("listener `{l}`.route_config"),
             None => format!("routes `{name}`"),
         };
-        let hosts = std::mem::take(&mut config.virtual_hosts);
         // Checking that routes name known clusters is the server's option; a route to an
         // unknown cluster answers 503 here either way.
         config.validate_clusters = None;
@@ -75,11 +144,15 @@ impl XdsRoutes {
             .take()
             .map_or(4096, |v| v.value as usize);
         nothing_else(&config, fields::ROUTE_CONFIGURATION, &at)?;
-        let virtual_hosts: Vec<RawVirtualHost> = hosts
+        let (virtual_hosts, places): (Vec<RawVirtualHost>, Vec<_>) = hosts
             .into_iter()
             .enumerate()
-            .map(|(i, host)| virtual_host(host, &format!("{at}.virtual_hosts[{i}]")))
-            .collect::<Result<_, _>>()?;
+            .map(|(i, (host, routes))| {
+                virtual_host(host, routes, &format!("{at}.virtual_hosts[{i}]"))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
         for (i, host) in virtual_hosts.iter().enumerate() {
             for (j, route) in host.routes.iter().enumerate() {
                 if let Some(direct) = &route.direct_response
@@ -107,12 +180,24 @@ impl XdsRoutes {
             most_specific_wins: Some(most_specific_wins),
             ..own_headers.unwrap_or_default()
         });
-        Ok(Self {
+        let translated = Self {
             name,
             virtual_hosts,
             ignore_port_in_host_matching,
             headers,
-        })
+            encoded: Vec::new(),
+        };
+        Ok((translated, places))
+    }
+
+    /// The host translated before from bytes with this digest, preferring the one at `i`.
+    fn host_from(&self, i: usize, digest: u64) -> Option<(&RawVirtualHost, &EncodedHost)> {
+        let same = |e: &EncodedHost| e.digest == digest;
+        let k = match self.encoded.get(i) {
+            Some(e) if same(e) => i,
+            _ => self.encoded.iter().position(same)?,
+        };
+        Some((self.virtual_hosts.get(k)?, &self.encoded[k]))
     }
 
     /// The `headers` filter's listener entry, when the routes change headers at any level.
@@ -257,10 +342,15 @@ fn not_found() -> RawRoute {
     }
 }
 
-fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, ResourceError> {
+/// A virtual host (without its routes) and its routes; with, per route, where it is among
+/// the host's translated routes.
+fn virtual_host(
+    mut host: VirtualHost,
+    routes: Vec<RouteInput<'_>>,
+    at: &str,
+) -> Result<(RawVirtualHost, Places), ResourceError> {
     let name = std::mem::take(&mut host.name);
     let domains = std::mem::take(&mut host.domains);
-    let routes = std::mem::take(&mut host.routes);
     let retry_policy = host
         .retry_policy
         .take()
@@ -290,19 +380,22 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
     let include_attempt_count_in_response =
         Some(std::mem::take(&mut host.include_attempt_count_in_response));
     nothing_else(&host, fields::VIRTUAL_HOST, at)?;
-    let routes = routes
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            self::route(
+    let mut translated = Vec::with_capacity(routes.len());
+    let mut places = Vec::with_capacity(routes.len());
+    for (i, input) in routes.into_iter().enumerate() {
+        let route = match input {
+            RouteInput::Decoded(r) => self::route(
                 r,
                 host_cors.as_ref(),
                 &FieldPath::from(at).item("routes", i),
-            )
-        })
-        .filter_map(Result::transpose)
-        .collect::<Result<_, _>>()?;
-    Ok(RawVirtualHost {
+            )?,
+            RouteInput::Kept(r) => r.cloned(),
+        };
+        // At most u32::MAX routes fit a response of at most 2 GiB.
+        places.push(route.as_ref().map(|_| translated.len() as u32));
+        translated.extend(route);
+    }
+    let host = RawVirtualHost {
         name,
         domains,
         retry_policy,
@@ -310,8 +403,94 @@ fn virtual_host(mut host: VirtualHost, at: &str) -> Result<RawVirtualHost, Resou
         include_attempt_count_in_response,
         filters: filters(per_filter, headers),
         rate_limits,
-        routes,
-    })
+        routes: translated,
+    };
+    Ok((host, places))
+}
+
+/// A RouteConfiguration's parts, decoded where their bytes are new.
+struct Parts<'a> {
+    config: RouteConfiguration,
+    hosts: Vec<HostParts<'a>>,
+}
+
+/// A virtual host without its routes, the digest of its bytes, and its routes with theirs.
+struct HostParts<'a> {
+    host: VirtualHost,
+    digest: u64,
+    routes: Vec<(u64, RouteInput<'a>)>,
+}
+
+impl<'a> Parts<'a> {
+    /// `None` when a part is malformed. Every new part is decoded before anything is
+    /// translated, as when the whole message is decoded at once.
+    fn decode(encoded: &[u8], held: impl FnOnce(&str) -> Option<&'a XdsRoutes>) -> Option<Self> {
+        use crate::envoy::wire::split;
+        use prost::Message;
+        const VIRTUAL_HOSTS: u32 = 2;
+        const ROUTES: u32 = 3;
+        let top = split(encoded, VIRTUAL_HOSTS)?;
+        let config = RouteConfiguration::decode(top.rest.as_slice()).ok()?;
+        let before = held(&config.name);
+        let mut hosts = Vec::with_capacity(top.parts.len());
+        for (i, encoded_host) in top.parts.iter().enumerate() {
+            let parts = split(encoded_host, ROUTES)?;
+            let host_digest = crate::envoy::digest(&parts.rest);
+            let host = VirtualHost::decode(parts.rest.as_slice()).ok()?;
+            let kept = before.and_then(|b| b.host_from(i, host_digest));
+            // By digest, made when a route is not where it was.
+            let mut by_digest: Option<std::collections::HashMap<u64, Option<u32>>> = None;
+            let mut routes = Vec::with_capacity(parts.parts.len());
+            for (j, encoded_route) in parts.parts.iter().enumerate() {
+                let digest = crate::envoy::digest(encoded_route);
+                let place = kept.and_then(|(raw, encoded)| {
+                    let place = match encoded.routes.get(j) {
+                        Some(&(d, place)) if d == digest => place,
+                        _ => *by_digest
+                            .get_or_insert_with(|| encoded.routes.iter().copied().collect())
+                            .get(&digest)?,
+                    };
+                    Some(place.and_then(|k| raw.routes.get(k as usize)))
+                });
+                let input = match place {
+                    Some(route) => RouteInput::Kept(route),
+                    None => RouteInput::Decoded(Route::decode(*encoded_route).ok()?),
+                };
+                routes.push((digest, input));
+            }
+            hosts.push(HostParts {
+                host,
+                digest: host_digest,
+                routes,
+            });
+        }
+        Some(Self { config, hosts })
+    }
+
+    fn translate(self) -> Result<XdsRoutes, ResourceError> {
+        let mut digests = Vec::with_capacity(self.hosts.len());
+        let hosts = (self.hosts.into_iter())
+            .map(
+                |HostParts {
+                     host,
+                     digest,
+                     routes,
+                 }| {
+                    let (route_digests, inputs): (Vec<u64>, Vec<_>) = routes.into_iter().unzip();
+                    digests.push((digest, route_digests));
+                    (host, inputs)
+                },
+            )
+            .collect();
+        let (mut translated, places) = XdsRoutes::translate_hosts(self.config, hosts, None)?;
+        translated.encoded = (digests.into_iter().zip(places))
+            .map(|((digest, routes), places)| EncodedHost {
+                digest,
+                routes: routes.into_iter().zip(places).collect(),
+            })
+            .collect();
+        Ok(translated)
+    }
 }
 
 /// `host_cors`: the virtual host's CORS policy, whose fields the route's may leave empty.
@@ -322,6 +501,8 @@ fn route(
     host_cors: Option<&CorsPolicy>,
     at: &FieldPath<'_>,
 ) -> Result<Option<RawRoute>, ResourceError> {
+    #[cfg(test)]
+    TRANSLATED.with(|n| n.set(n.get() + 1));
     let matcher = matcher(r.r#match.take().unwrap_or_default(), &at.field("match"))?;
     let action = r.action.take();
     r.name.clear();

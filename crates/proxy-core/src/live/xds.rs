@@ -305,18 +305,41 @@ impl Applier {
         };
         let mut next = Resources::clone(&self.resources);
         let merged = match kind {
-            Kind::Listener => merge(&mut next.listeners, &update, XdsListener::decode, |l| {
-                &l.name
-            }),
-            Kind::Route => merge(&mut next.routes, &update, XdsRoutes::decode, |r| &r.name),
-            Kind::Cluster => merge(&mut next.clusters, &update, XdsCluster::decode, |c| &c.name),
-            Kind::Endpoint => merge(&mut next.endpoints, &update, XdsEndpoints::decode, |e| {
-                &e.name
-            }),
+            Kind::Listener => merge(
+                &mut next.listeners,
+                &update,
+                alone(XdsListener::decode),
+                |l| &l.name,
+            ),
+            // A changed route table keeps what its unchanged routes were translated to.
+            Kind::Route => merge(
+                &mut next.routes,
+                &update,
+                |value, held| {
+                    XdsRoutes::decode_after(value, |name| held.get(name).map(|h| &*h.value))
+                },
+                |r| &r.name,
+            ),
+            Kind::Cluster => merge(
+                &mut next.clusters,
+                &update,
+                alone(XdsCluster::decode),
+                |c| &c.name,
+            ),
+            Kind::Endpoint => merge(
+                &mut next.endpoints,
+                &update,
+                alone(XdsEndpoints::decode),
+                |e| &e.name,
+            ),
             Kind::Secret if source == Source::Files => {
-                merge(&mut next.secrets, &update, XdsSecret::decode, |s| &s.name)
+                merge(&mut next.secrets, &update, alone(XdsSecret::decode), |s| {
+                    &s.name
+                })
             }
-            Kind::Secret => merge(&mut next.secrets, &update, server_secret, |s| &s.name),
+            Kind::Secret => merge(&mut next.secrets, &update, alone(server_secret), |s| {
+                &s.name
+            }),
         };
         merged.map_err(|e| e.to_string())?;
         let sections = next.sections().map_err(|e| e.to_string())?;
@@ -342,14 +365,22 @@ impl Applier {
     }
 }
 
+/// A decoder that does not look at what is held.
+fn alone<T>(
+    decode: fn(&Any) -> Result<T, ResourceError>,
+) -> impl Fn(&Any, &SharedMap<String, Held<T>>) -> Result<T, ResourceError> {
+    move |value, _| decode(value)
+}
+
 /// Decodes `update`'s resources into `map`: all of them replace the map when the update is
 /// complete; otherwise they are added or replaced, and the removed ones go. A resource whose
 /// bytes are unchanged keeps its entry (and its update time) and is not decoded again: a
-/// state-of-the-world response repeats every resource to change one.
+/// state-of-the-world response repeats every resource to change one. `decode` is given
+/// the resources held before.
 fn merge<T>(
     map: &mut SharedMap<String, Held<T>>,
     update: &Update,
-    decode: fn(&Any) -> Result<T, ResourceError>,
+    decode: impl Fn(&Any, &SharedMap<String, Held<T>>) -> Result<T, ResourceError>,
     name: fn(&T) -> &String,
 ) -> Result<(), ResourceError> {
     // State of the world names resources only inside them: the same bytes are the same
@@ -390,7 +421,7 @@ fn merge<T>(
                 },
             ),
             None => {
-                let value = decode(&resource.value)?;
+                let value = decode(&resource.value, map)?;
                 let key = name(&value).clone();
                 // Delta removes and versions resources by the envelope's name: it must be
                 // the one inside, or a later removal would miss.
@@ -587,14 +618,20 @@ mod tests {
     #[test]
     fn a_delta_resource_is_known_by_the_name_inside_it() {
         let mut held = SharedMap::default();
-        merge(&mut held, &update("web", "web"), XdsCluster::decode, |c| {
-            &c.name
-        })
+        merge(
+            &mut held,
+            &update("web", "web"),
+            alone(XdsCluster::decode),
+            |c| &c.name,
+        )
         .expect("the same name");
         assert_eq!(held["web"].version, "1");
-        let error = merge(&mut held, &update("web", "api"), XdsCluster::decode, |c| {
-            &c.name
-        })
+        let error = merge(
+            &mut held,
+            &update("web", "api"),
+            alone(XdsCluster::decode),
+            |c| &c.name,
+        )
         .expect_err("another name");
         assert_eq!(
             error.to_string(),
@@ -621,13 +658,13 @@ mod tests {
             version_info: "1".into(),
         };
         let mut held = SharedMap::default();
-        let decode = XdsCluster::decode;
+        let decode = alone(XdsCluster::decode);
         let first = sotw([("web", LbPolicy::RoundRobin), ("api", LbPolicy::RoundRobin)]);
-        merge(&mut held, &first, decode, |c| &c.name).expect("valid");
+        merge(&mut held, &first, &decode, |c| &c.name).expect("valid");
         let before = held.clone();
         let mut second = sotw([("web", LbPolicy::RoundRobin), ("api", LbPolicy::Random)]);
         second.version_info = "2".into();
-        merge(&mut held, &second, decode, |c| &c.name).expect("valid");
+        merge(&mut held, &second, &decode, |c| &c.name).expect("valid");
         assert!(Arc::ptr_eq(&before["web"].value, &held["web"].value));
         assert_eq!(held["web"].updated, before["web"].updated);
         assert_eq!(held["web"].version, "2");
@@ -637,13 +674,13 @@ mod tests {
         // The same bytes under another type are checked, and refused, as before.
         let mut retyped = second.clone();
         retyped.resources[0].value.type_url = type_url::LISTENER.into();
-        let error = merge(&mut held, &retyped, decode, |c| &c.name).expect_err("typed");
+        let error = merge(&mut held, &retyped, &decode, |c| &c.name).expect_err("typed");
         assert!(error.to_string().contains("expected"), "{error}");
         assert!(Arc::ptr_eq(&before["web"].value, &held["web"].value));
 
         // The same bytes twice in one response are still one name given twice.
         let twice = sotw([("web", LbPolicy::RoundRobin), ("web", LbPolicy::RoundRobin)]);
-        let error = merge(&mut held, &twice, decode, |c| &c.name).expect_err("twice");
+        let error = merge(&mut held, &twice, &decode, |c| &c.name).expect_err("twice");
         assert_eq!(error.to_string(), "`web`: named twice in one response");
     }
 }
