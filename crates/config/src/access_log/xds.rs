@@ -72,12 +72,12 @@ impl XdsAccessLog {
     /// As the config file writes it; `None` while its collector's cluster has no single host.
     pub(crate) fn section(
         &self,
-        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
+        clusters: &dyn crate::cluster::xds::ReadyClusters,
     ) -> Option<RawAccessLog> {
         match self {
             XdsAccessLog::Settled(log) => Some(log.clone()),
             XdsAccessLog::Collector { cluster, log } => {
-                let host = single_hosts.get(cluster.as_str())?;
+                let host = clusters.single_host(cluster.as_str())?;
                 let mut log = log.clone();
                 if let Some(otlp) = &mut log.otlp {
                     // Over TLS when the cluster speaks it.

@@ -5,6 +5,7 @@
 // ignored.
 #![allow(deprecated)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
@@ -20,7 +21,8 @@ use super::xds_lb::balancing;
 use super::xds_protocol::upstream_http;
 use crate::envoy::{ResourceError, decode, duration, fields, nothing_else, type_url};
 use crate::{
-    RawCircuitBreakers, RawCluster, RawHealthCheck, RawLimit, RawOutlierDetection, RawRateEjection,
+    ClusterConfig, ConfigError, RawCircuitBreakers, RawCluster, RawEndpoint, RawHealthCheck,
+    RawLimit, RawOutlierDetection, RawRateEjection,
 };
 
 /// A cluster with one host: where an ext_authz filter or a collector that names it is
@@ -31,8 +33,74 @@ pub(crate) struct SingleHost<'a> {
     pub(crate) tls: Option<&'a crate::tls::raw::RawClusterTls>,
 }
 
-/// The clusters with one host, by name.
-pub(crate) type SingleHosts<'a> = std::collections::BTreeMap<&'a str, SingleHost<'a>>;
+/// The clusters ready to serve, as a listener's section sees them: a view of the clusters
+/// as checked, not a copy of a thousand names made for each change.
+pub(crate) trait ReadyClusters {
+    /// Whether the cluster speaks HTTP/1.1; `None` when it is not ready.
+    fn http1(&self, name: &str) -> Option<bool>;
+    /// Its one host, when it is ready and has a single host.
+    fn single_host(&self, name: &str) -> Option<SingleHost<'_>>;
+}
+
+/// Clusters by name, each ready and whether it speaks HTTP/1.1, none with a single host
+/// (what a route table's section is tested with).
+impl ReadyClusters for std::collections::BTreeMap<&str, bool> {
+    fn http1(&self, name: &str) -> Option<bool> {
+        self.get(name).copied()
+    }
+
+    fn single_host(&self, _: &str) -> Option<SingleHost<'_>> {
+        None
+    }
+}
+
+/// A cluster's section, checked, and what listeners need to know of it.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckedCluster {
+    /// A hash of what it was made from: the cluster, its endpoints, the secrets it names.
+    pub(crate) inputs: u64,
+    pub(crate) config: Arc<ClusterConfig>,
+    /// Whether it can speak HTTP/1.1 (which upgrades need; an `auto` cluster offers it alone
+    /// for them).
+    http1: bool,
+    /// Its one host and that host's TLS, when it has a single host: where an ext_authz
+    /// filter or a collector naming it sends its calls.
+    single_host: Option<(String, Option<crate::tls::raw::RawClusterTls>)>,
+}
+
+impl CheckedCluster {
+    pub(crate) fn new(raw: RawCluster, inputs: u64) -> Result<Self, ConfigError> {
+        let http1 = raw.protocol.as_deref() != Some("http2");
+        let single_host = match raw.endpoints.as_slice() {
+            [RawEndpoint::Weighted(e)] => Some(e.address.clone()),
+            [RawEndpoint::Address(a)] => Some(a.clone()),
+            _ => None,
+        }
+        .map(|address| (address, raw.tls_of(raw.endpoints.first()).cloned()));
+        let at = format!("cluster `{}`", raw.name);
+        let config = crate::cluster::check::cluster(raw, &at)?;
+        Ok(Self {
+            inputs,
+            config: Arc::new(config),
+            http1,
+            single_host,
+        })
+    }
+}
+
+impl ReadyClusters for std::collections::BTreeMap<String, CheckedCluster> {
+    fn http1(&self, name: &str) -> Option<bool> {
+        self.get(name).map(|c| c.http1)
+    }
+
+    fn single_host(&self, name: &str) -> Option<SingleHost<'_>> {
+        let (address, tls) = self.get(name)?.single_host.as_ref()?;
+        Some(SingleHost {
+            address,
+            tls: tls.as_ref(),
+        })
+    }
+}
 
 /// Envoy's connect timeout when a cluster gives none.
 const ENVOY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,6 +1,5 @@
 //! Listener + HttpConnectionManager -> a listener; its routes inline or by RDS name.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::{
@@ -215,13 +214,12 @@ impl XdsListener {
     pub(crate) fn section<'r>(
         &self,
         routes: &dyn Fn(&str) -> Option<&'r XdsRoutes>,
-        ready: &BTreeMap<&str, bool>,
-        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
+        clusters: &dyn crate::cluster::xds::ReadyClusters,
         secrets: &Secrets,
     ) -> Option<RawListener> {
         let body = |chain: &XdsChain| {
             let from_rds = chain.rds.as_deref().and_then(routes);
-            chain.section(from_rds, ready, single_hosts, secrets)
+            chain.section(from_rds, clusters, secrets)
         };
         let mut raw = match &self.own {
             Some(own) => body(own)?,
@@ -329,8 +327,7 @@ impl XdsChain {
     fn section(
         &self,
         routes: Option<&XdsRoutes>,
-        ready: &BTreeMap<&str, bool>,
-        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
+        clusters: &dyn crate::cluster::xds::ReadyClusters,
         secrets: &Secrets,
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
@@ -338,12 +335,12 @@ impl XdsChain {
             self.secrets.fill_listener(tls, secrets)?;
         }
         if let Some(collector) = &self.collector {
-            raw.tracing_provider = Some(collector.section(single_hosts)?);
+            raw.tracing_provider = Some(collector.section(clusters)?);
         }
         raw.access_log = self
             .logs
             .iter()
-            .map(|log| log.section(single_hosts))
+            .map(|log| log.section(clusters))
             .collect::<Option<_>>()?;
         let routes = routes.or(self.inline.as_ref());
         raw.http_filters.clear();
@@ -352,13 +349,13 @@ impl XdsChain {
                 name: name.clone(),
                 filter: match filter {
                     XdsHttpFilter::ExtAuthz(authz) => {
-                        RawHttpFilter::ExtAuthz(authz.section(single_hosts)?)
+                        RawHttpFilter::ExtAuthz(authz.section(clusters)?)
                     }
                     XdsHttpFilter::GlobalRateLimit(limit) => {
-                        RawHttpFilter::GlobalRateLimit(limit.section(single_hosts)?)
+                        RawHttpFilter::GlobalRateLimit(limit.section(clusters)?)
                     }
                     XdsHttpFilter::ExtProc(processor) => {
-                        RawHttpFilter::ExtProc(processor.section(single_hosts)?)
+                        RawHttpFilter::ExtProc(processor.section(clusters)?)
                     }
                     XdsHttpFilter::Settled(filter) => filter.clone(),
                 },
@@ -371,7 +368,7 @@ impl XdsChain {
         }
         if let Some(routes) = routes {
             let chain: Vec<&str> = raw.http_filters.iter().map(|f| f.name.as_str()).collect();
-            raw.virtual_hosts = routes.section(ready, &self.upgrades, &chain);
+            raw.virtual_hosts = routes.section(clusters, &self.upgrades, &chain);
             // A request no virtual host takes meets the listener's settings here; Envoy runs
             // no filter that only routes turn on for it. A catch-all host without routes (its
             // answer is the same 404) keeps such filters off there too.

@@ -4,7 +4,6 @@
 #![allow(deprecated)]
 
 use crate::field_path::FieldPath;
-use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::data_source;
 use envoy_types::pb::envoy::config::route::v3::route_action as action;
@@ -213,7 +212,7 @@ impl XdsRoutes {
     /// ignores the settings of a filter it does not run.
     pub(crate) fn section(
         &self,
-        ready: &BTreeMap<&str, bool>,
+        ready: &dyn crate::cluster::xds::ReadyClusters,
         upgrades: &[String],
         chain: &[&str],
     ) -> Vec<RawVirtualHost> {
@@ -252,12 +251,10 @@ impl XdsRoutes {
             // (One a request header names is looked up per request.)
             route
                 .request_mirror_policies
-                .retain(|m| m.cluster_header.is_some() || ready.contains_key(m.cluster.as_str()));
+                .retain(|m| m.cluster_header.is_some() || ready.http1(&m.cluster).is_some());
             // Of a split, the clusters that are there share its traffic.
             if let Some(split) = &mut route.weighted_clusters {
-                split.retain(|c| {
-                    c.cluster_header.is_some() || ready.contains_key(c.cluster.as_str())
-                });
+                split.retain(|c| c.cluster_header.is_some() || ready.http1(&c.cluster).is_some());
             }
             let clusters: Vec<&str> = match (&route.cluster, &route.weighted_clusters) {
                 (Some(cluster), _) => vec![cluster.as_str()],
@@ -272,10 +269,7 @@ impl XdsRoutes {
             };
             let by_header = route.cluster_header.is_some()
                 || (route.weighted_clusters.iter().flatten()).any(|c| c.cluster_header.is_some());
-            let known: Vec<bool> = clusters
-                .iter()
-                .filter_map(|c| ready.get(c).copied())
-                .collect();
+            let known: Vec<bool> = clusters.iter().filter_map(|c| ready.http1(c)).collect();
             if (known.is_empty() && !by_header) || known.len() < clusters.len() {
                 *route = RawRoute {
                     matcher: std::mem::take(&mut route.matcher),

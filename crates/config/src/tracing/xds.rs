@@ -69,9 +69,9 @@ impl XdsCollector {
     /// The process's `tracing` for it; `None` while its cluster has no single host.
     pub(crate) fn section(
         &self,
-        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
+        clusters: &dyn crate::cluster::xds::ReadyClusters,
     ) -> Option<RawTracing> {
-        let host = single_hosts.get(self.cluster.as_str())?;
+        let host = clusters.single_host(self.cluster.as_str())?;
         // Over TLS when the cluster speaks it.
         let scheme = if host.tls.is_some() { "https" } else { "http" };
         Some(RawTracing {

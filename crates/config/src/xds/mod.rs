@@ -34,15 +34,13 @@ use serde::Serialize;
 
 use serde::Deserialize;
 
+use crate::cluster::xds::ReadyClusters;
 pub use crate::cluster::xds::XdsCluster;
 pub use crate::cluster::xds_endpoints::XdsEndpoints;
 pub use crate::listener::xds::XdsListener;
 pub use crate::route::xds::XdsRoutes;
-use crate::tls::raw::RawClusterTls;
 pub use crate::tls::sds::XdsSecret;
-use crate::{
-    ClusterConfig, ConfigError, RawCluster, RawConfig, RawEndpoint, RawListener, ServiceEndpoint,
-};
+use crate::{ClusterConfig, ConfigError, RawConfig, RawListener, ServiceEndpoint};
 
 pub use crate::envoy::{Held, ResourceError, digest, type_url};
 pub use shared_map::SharedMap;
@@ -176,50 +174,40 @@ pub struct Resources {
     serving_clusters: SharedMap<String, Held<XdsCluster>>,
     /// Each cluster's section as last checked, kept while what it is made from stays the
     /// same: a change to one route or one cluster checks that one again, not all of them.
-    checked: SharedMap<String, CheckedCluster>,
+    checked: SharedMap<String, crate::cluster::xds::CheckedCluster>,
     /// The names last gathered from the listeners and clusters, with the stamps of the maps
     /// they came from: a route or endpoint change (most of a fleet's changes) names nothing
     /// new, and a thousand clusters are not walked again for it.
     gathered: Option<(NameSources, Arc<Named>)>,
+    /// The clusters last made ready, with the stamps of the maps they were made from: a
+    /// route or listener change makes the same again, and a thousand clusters are not
+    /// walked for it.
+    clusters_made: Option<ClustersMade>,
+}
+
+/// The stamps of the maps clusters are made from (clusters, serving clusters, endpoints,
+/// secrets, checked clusters).
+type ClusterSources = [u64; 5];
+
+#[cfg(test)]
+thread_local! {
+    /// How often this thread made the clusters ready: the tests see when they were kept.
+    static CLUSTERS_MADE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The clusters ready to serve, and those left out while they warm.
+#[derive(Debug, Clone)]
+struct ClustersMade {
+    from: ClusterSources,
+    clusters: Vec<Arc<ClusterConfig>>,
+    warming: Vec<String>,
+    /// A hash of the resources they were made from (names and digests).
+    digest: u64,
 }
 
 /// The stamps of the maps names are gathered from (listeners, serving, clusters, serving
 /// clusters).
 type NameSources = [u64; 4];
-
-/// A cluster's section, checked, and what listeners need to know of it.
-#[derive(Debug, Clone)]
-struct CheckedCluster {
-    /// A hash of what it was made from: the cluster, its endpoints, the secrets it names.
-    inputs: u64,
-    config: Arc<ClusterConfig>,
-    /// Whether it can speak HTTP/1.1 (which upgrades need; an `auto` cluster offers it alone
-    /// for them).
-    http1: bool,
-    /// Its one host and that host's TLS, when it has a single host: where an ext_authz
-    /// filter or a collector naming it sends its calls.
-    single_host: Option<(String, Option<RawClusterTls>)>,
-}
-
-impl CheckedCluster {
-    fn new(raw: RawCluster, inputs: u64) -> Result<Self, ConfigError> {
-        let http1 = raw.protocol.as_deref() != Some("http2");
-        let single_host = match raw.endpoints.as_slice() {
-            [RawEndpoint::Weighted(e)] => Some(e.address.clone()),
-            [RawEndpoint::Address(a)] => Some(a.clone()),
-            _ => None,
-        }
-        .map(|address| (address, raw.tls_of(raw.endpoints.first()).cloned()));
-        let at = format!("cluster `{}`", raw.name);
-        let config = crate::cluster::check::cluster(raw, &at)?;
-        Ok(Self {
-            inputs,
-            config: Arc::new(config),
-            http1,
-            single_host,
-        })
-    }
-}
 
 /// The names the listeners and clusters give (and the earlier versions of them still
 /// serving): what to subscribe to. Shared: each set goes to the xDS client as it is.
@@ -347,6 +335,95 @@ impl Resources {
         self.named().file_secrets.clone()
     }
 
+    fn cluster_sources(&self) -> ClusterSources {
+        [
+            self.clusters.stamp(),
+            self.serving_clusters.stamp(),
+            self.endpoints.stamp(),
+            self.secrets.stamp(),
+            self.checked.stamp(),
+        ]
+    }
+
+    /// The clusters ready to serve, each checked once per change of what it is made from.
+    fn make_clusters(&mut self) -> Result<ClustersMade, ConfigError> {
+        use std::hash::Hasher;
+        #[cfg(test)]
+        CLUSTERS_MADE.with(|n| n.set(n.get() + 1));
+        let mut inputs = twox_hash::XxHash64::with_seed(0);
+        let mut input = |kind: u8, name: &str, digest: u64| {
+            inputs.write_u8(kind);
+            inputs.write_usize(name.len());
+            inputs.write(name.as_bytes());
+            inputs.write_u64(digest);
+        };
+        let mut warming = Vec::new();
+        let mut clusters = Vec::with_capacity(self.clusters.len());
+        // Clusters checked again, and those in force (sorted: the map's order); the map of
+        // checked clusters is changed only when one of them is new or gone.
+        let mut rechecked = Vec::new();
+        let mut in_force: Vec<&str> = Vec::with_capacity(self.clusters.len());
+        for (name, held) in self.clusters.iter() {
+            let warm = |c: &XdsCluster| {
+                c.secrets_ready(&self.secrets)
+                    && c.eds
+                        .as_ref()
+                        .is_none_or(|s| self.endpoints.contains_key(s))
+            };
+            let cluster = if warm(&held.value) {
+                if self.serving_clusters.get(name).map(|s| s.digest) != Some(held.digest) {
+                    self.serving_clusters.insert(name.clone(), held.clone());
+                }
+                held
+            } else {
+                warming.push(name.clone());
+                match self.serving_clusters.get(name) {
+                    Some(previous) if warm(&previous.value) => previous,
+                    _ => continue,
+                }
+            };
+            let endpoints = cluster.value.eds.as_ref().and_then(|service| {
+                let e = self.endpoints.get(service)?;
+                input(0, service, e.digest);
+                Some(e)
+            });
+            input(1, name, cluster.digest);
+            let made_from = {
+                let mut h = twox_hash::XxHash64::with_seed(0);
+                h.write_u64(cluster.digest);
+                h.write_u64(endpoints.map_or(0, |e| e.digest));
+                for secret in cluster.value.secret_names() {
+                    h.write_u64(self.secrets.get(secret).map_or(0, |s| s.digest));
+                }
+                h.finish()
+            };
+            match self.checked.get(name) {
+                Some(kept) if kept.inputs == made_from => clusters.push(Arc::clone(&kept.config)),
+                _ => {
+                    let endpoints = endpoints.map(|e| &*e.value);
+                    let Some(raw) = cluster.value.section(endpoints, &self.secrets) else {
+                        continue;
+                    };
+                    let checked = crate::cluster::xds::CheckedCluster::new(raw, made_from)?;
+                    clusters.push(Arc::clone(&checked.config));
+                    rechecked.push((name.clone(), checked));
+                }
+            }
+            in_force.push(name);
+        }
+        if !rechecked.is_empty() || self.checked.len() != in_force.len() {
+            let checked = &mut *self.checked;
+            checked.extend(rechecked);
+            checked.retain(|name, _| in_force.binary_search(&name.as_str()).is_ok());
+        }
+        Ok(ClustersMade {
+            from: self.cluster_sources(),
+            clusters,
+            warming,
+            digest: inputs.finish(),
+        })
+    }
+
     /// The listeners and clusters to put beside the file's, as the file would write them. A
     /// cluster is left out until its endpoints and secrets have arrived, a listener until its
     /// routes and secrets have (an earlier version of it that had them keeps serving
@@ -375,93 +452,33 @@ impl Resources {
         }
         self.serving_clusters
             .retain_changed(|name, _| self.clusters.contains_key(name));
-        let mut clusters = Vec::with_capacity(self.clusters.len());
-        // Clusters checked again, and those in force (sorted: the map's order); the map of
-        // checked clusters is changed only when one of them is new or gone.
-        let mut rechecked = Vec::new();
-        let mut in_force: Vec<&str> = Vec::with_capacity(self.clusters.len());
-        for (name, held) in self.clusters.iter() {
-            let warm = |c: &XdsCluster| {
-                c.secrets_ready(&self.secrets)
-                    && c.eds
-                        .as_ref()
-                        .is_none_or(|s| self.endpoints.contains_key(s))
-            };
-            let cluster = if warm(&held.value) {
-                if self.serving_clusters.get(name).map(|s| s.digest) != Some(held.digest) {
-                    self.serving_clusters.insert(name.clone(), held.clone());
-                }
-                held
-            } else {
-                warming.clusters.push(name.clone());
-                match self.serving_clusters.get(name) {
-                    Some(previous) if warm(&previous.value) => previous,
-                    _ => continue,
-                }
-            };
-            let endpoints = cluster.value.eds.as_ref().and_then(|service| {
-                let e = self.endpoints.get(service)?;
-                input(0, service, e.digest);
-                Some(e)
-            });
-            input(1, name, cluster.digest);
-            let made_from = {
-                let mut h = twox_hash::XxHash64::with_seed(0);
-                h.write_u64(cluster.digest);
-                h.write_u64(endpoints.map_or(0, |e| e.digest));
-                for secret in cluster.value.secret_names() {
-                    h.write_u64(self.secrets.get(secret).map_or(0, |s| s.digest));
-                }
-                h.finish()
-            };
-            match self.checked.get(name) {
-                Some(kept) if kept.inputs == made_from => clusters.push(Arc::clone(&kept.config)),
-                _ => {
-                    let endpoints = endpoints.map(|e| &*e.value);
-                    let Some(raw) = cluster.value.section(endpoints, &self.secrets) else {
-                        continue;
-                    };
-                    let checked = CheckedCluster::new(raw, made_from)?;
-                    clusters.push(Arc::clone(&checked.config));
-                    rechecked.push((name.clone(), checked));
-                }
+        let made = match &self.clusters_made {
+            Some(made) if made.from == self.cluster_sources() => made,
+            _ => {
+                let made = self.make_clusters()?;
+                &*self.clusters_made.insert(made)
             }
-            in_force.push(name);
-        }
-        if !rechecked.is_empty() || self.checked.len() != in_force.len() {
-            let checked = &mut *self.checked;
-            checked.extend(rechecked);
-            checked.retain(|name, _| in_force.binary_search(&name.as_str()).is_ok());
-        }
-        // Clusters ready, and whether they can speak HTTP/1.1.
-        let ready: BTreeMap<&str, bool> = (self.checked.iter())
-            .map(|(name, c)| (name.as_str(), c.http1))
-            .collect();
-        // Clusters with one host: where an ext_authz filter naming one sends its checks.
-        let single_hosts: crate::cluster::xds::SingleHosts<'_> = (self.checked.iter())
-            .filter_map(|(name, c)| {
-                let (address, tls) = c.single_host.as_ref()?;
-                let host = crate::cluster::xds::SingleHost {
-                    address,
-                    tls: tls.as_ref(),
-                };
-                Some((name.as_str(), host))
-            })
-            .collect();
+        };
+        // What the clusters were made from.
+        input(0, "", made.digest);
+        warming.clusters.clone_from(&made.warming);
+        let clusters = made.clusters.clone();
+        let ready: &BTreeMap<String, crate::cluster::xds::CheckedCluster> = &self.checked;
         let mut listeners = Vec::with_capacity(self.listeners.len());
         self.serving
             .retain_changed(|name, _| self.listeners.contains_key(name));
         for (name, held) in &self.listeners {
             let warm = |l: &XdsListener| {
                 let routes = l.route_names().all(|r| self.routes.contains_key(r));
-                let authz = l.authz_clusters().all(|c| single_hosts.contains_key(c));
-                let collector = l.tracing_clusters().all(|c| single_hosts.contains_key(c));
-                let logs = l.log_clusters().all(|c| single_hosts.contains_key(c));
+                let single = |c| ready.single_host(c).is_some();
+                let authz = l.authz_clusters().all(single);
+                let collector = l.tracing_clusters().all(single);
+                let logs = l.log_clusters().all(single);
                 let secrets = l.secrets_ready(&self.secrets);
                 // A relay's cluster must be there: the config refers to it; so must the
                 // clusters key sets are fetched through.
-                let tcp = l.tcp_clusters().all(|c| ready.contains_key(c));
-                let jwks = l.jwks_clusters().all(|c| ready.contains_key(c));
+                let tcp = l.tcp_clusters().all(|c| ready.http1(c).is_some());
+                let jwks = l.jwks_clusters().all(|c| ready.http1(c).is_some());
                 routes && authz && collector && logs && secrets && tcp && jwks
             };
             let listener = if warm(&held.value) {
@@ -483,11 +500,7 @@ impl Resources {
                 }
             }
             let routes = |name: &str| self.routes.get(name).map(|held| &*held.value);
-            if let Some(section) =
-                listener
-                    .value
-                    .section(&routes, &ready, &single_hosts, &self.secrets)
-            {
+            if let Some(section) = listener.value.section(&routes, ready, &self.secrets) {
                 listeners.push(section);
             }
         }

@@ -347,7 +347,7 @@ fn endpoints_keep_their_health_priority_and_locality_and_merge_repeats() {
 #[test]
 fn routes_translate_matches_and_timeouts() {
     let config = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
-    let ready = [("web", true)].into_iter().collect();
+    let ready: BTreeMap<&str, bool> = [("web", true)].into_iter().collect();
     let hosts = config.section(&ready, &["websocket".into()], &[]);
     let route = &hosts[0].routes[0];
     assert_eq!(route.cluster.as_deref(), Some("web"));
@@ -360,7 +360,7 @@ fn routes_translate_matches_and_timeouts() {
 
     // The listener's upgrades are offered only where the cluster speaks HTTP/1.1: the same
     // routes to an HTTP/2 cluster are valid, without them.
-    let h2 = [("web", false)].into_iter().collect();
+    let h2: BTreeMap<&str, bool> = [("web", false)].into_iter().collect();
     let hosts = config.section(&h2, &["websocket".into()], &[]);
     assert!(hosts[0].routes[0].upgrades.is_empty());
 
@@ -409,7 +409,7 @@ fn route_and_host_rate_limits_translate_with_their_stage() {
         action.include_vh_rate_limits =
             Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
     }
-    let ready = [("web", true)].into_iter().collect();
+    let ready: BTreeMap<&str, bool> = [("web", true)].into_iter().collect();
     let hosts = XdsRoutes::decode(&pack(&config))
         .unwrap()
         .section(&ready, &[], &[]);
@@ -451,8 +451,8 @@ fn connect_routes_translate_as_envoy_gateway_sends_them() {
         }];
         XdsRoutes::decode(&pack(&config))
     };
-    let ready = [("web", true)].into_iter().collect();
-    let h2 = [("web", false)].into_iter().collect();
+    let ready: BTreeMap<&str, bool> = [("web", true)].into_iter().collect();
+    let h2: BTreeMap<&str, bool> = [("web", false)].into_iter().collect();
     // `connect_config: {}`: terminated here, whatever HTTP the cluster speaks.
     let terminated = connect(Some(Default::default())).unwrap();
     for clusters in [&ready, &h2] {
@@ -487,7 +487,7 @@ fn connect_routes_translate_as_envoy_gateway_sends_them() {
 #[test]
 fn a_route_to_a_cluster_not_there_answers_503() {
     let config = XdsRoutes::decode(&pack(&routes("r", "gone"))).unwrap();
-    let hosts = config.section(&Default::default(), &[], &[]);
+    let hosts = config.section(&BTreeMap::<&str, bool>::new(), &[], &[]);
     let route = &hosts[0].routes[0];
     assert!(route.cluster.is_none() && route.timeout.is_none());
     assert_eq!(route.direct_response.as_ref().map(|d| d.status), Some(503));
@@ -546,6 +546,48 @@ fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
         .insert("edge".into(), held_listener("edge", "r2"));
     resources.retain_wanted();
     assert_eq!(*resources.subscriptions().routes, names(["r1", "r2"]));
+}
+
+#[test]
+fn clusters_are_made_again_only_when_what_they_are_made_from_changes() {
+    let made = || CLUSTERS_MADE.with(std::cell::Cell::get);
+    let mut resources = web_behind_edge();
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "web"));
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8001));
+    let start = made();
+    let first = resources.sections().unwrap();
+    assert_eq!(made() - start, 1);
+    let port = |s: &Sections| format!("{:?}", s.clusters[0].endpoints);
+
+    // A route change makes the same clusters, without making them again; so does a copy.
+    resources
+        .routes
+        .insert("r1".into(), held_routes("r1", "api"));
+    let second = resources.sections().unwrap();
+    assert_eq!(made() - start, 1);
+    assert!(Arc::ptr_eq(&first.clusters[0], &second.clusters[0]));
+    assert_ne!(first.inputs, second.inputs);
+    let mut copy = resources.clone();
+    assert_eq!(copy.sections().unwrap().inputs, second.inputs);
+    assert_eq!(made() - start, 1);
+
+    // Their endpoints changing makes them again, and the new ones are in force.
+    resources
+        .endpoints
+        .insert("web".into(), held_endpoints("web", 8002));
+    let third = resources.sections().unwrap();
+    assert_eq!(made() - start, 2);
+    assert!(port(&third).contains("8002"), "{}", port(&third));
+    assert!(port(&first).contains("8001"));
+    // So does a cluster going: its listener's routes answer 503 and it warms no more.
+    resources.clusters.remove("web");
+    let fourth = resources.sections().unwrap();
+    assert_eq!(made() - start, 3);
+    assert!(fourth.clusters.is_empty() && fourth.warming.clusters.is_empty());
 }
 
 #[test]
@@ -639,8 +681,7 @@ fn a_dynamic_name_clashing_with_the_files_is_named_in_the_error() {
         vec![
             l.section(
                 &|_: &str| Some(&r),
-                &Default::default(),
-                &Default::default(),
+                &BTreeMap::<&str, bool>::new(),
                 &Default::default(),
             )
             .unwrap(),
@@ -658,9 +699,10 @@ fn a_route_configuration_without_routes_answers_404() {
         name: "r".into(),
         ..Default::default()
     };
-    let hosts = XdsRoutes::decode(&pack(&empty))
-        .unwrap()
-        .section(&Default::default(), &[], &[]);
+    let hosts =
+        XdsRoutes::decode(&pack(&empty))
+            .unwrap()
+            .section(&BTreeMap::<&str, bool>::new(), &[], &[]);
     assert_eq!(hosts.len(), 1);
     assert_eq!(
         hosts[0].routes[0]
@@ -784,8 +826,7 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
         .unwrap()
         .section(
             &|_: &str| Some(&r),
-            &Default::default(),
-            &Default::default(),
+            &BTreeMap::<&str, bool>::new(),
             &Default::default(),
         )
         .unwrap();
@@ -812,8 +853,7 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
         .unwrap()
         .section(
             &|_: &str| Some(&r),
-            &Default::default(),
-            &Default::default(),
+            &BTreeMap::<&str, bool>::new(),
             &Default::default(),
         )
         .unwrap();
@@ -1500,8 +1540,7 @@ fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
             .unwrap()
             .section(
                 &|_: &str| None,
-                &std::collections::BTreeMap::new(),
-                &std::collections::BTreeMap::new(),
+                &BTreeMap::<&str, bool>::new(),
                 &std::collections::BTreeMap::new(),
             )
             .unwrap()
@@ -1575,7 +1614,7 @@ fn route_features_beyond_one_cluster_are_refused_by_name_where_they_cannot_hold(
         let mut config = routes("r", "web");
         change(&mut config.virtual_hosts[0].routes[0]);
         XdsRoutes::decode(&pack(&config)).map(|c| {
-            let ready = [("web", true), ("v2", true)].into_iter().collect();
+            let ready: BTreeMap<&str, bool> = [("web", true), ("v2", true)].into_iter().collect();
             c.section(&ready, &[], &[])
         })
     };
@@ -2266,8 +2305,7 @@ fn listeners_naming_another_collector_are_refused() {
             .unwrap()
             .section(
                 &|_: &str| Some(&r),
-                &Default::default(),
-                &Default::default(),
+                &BTreeMap::<&str, bool>::new(),
                 &Default::default(),
             )
             .unwrap();
@@ -2346,7 +2384,7 @@ fn a_plain_body_format_is_the_direct_responses_body() {
     };
     let body_of = |text: &[u8]| {
         let routes = with_format(text).unwrap();
-        let hosts = routes.section(&BTreeMap::new(), &[], &[]);
+        let hosts = routes.section(&BTreeMap::<&str, bool>::new(), &[], &[]);
         let direct = hosts[0].routes[0].direct_response.clone().unwrap();
         (direct.status, direct.body)
     };
@@ -2379,7 +2417,8 @@ fn virtual_clusters_are_taken() {
     let with = XdsRoutes::decode(&pack(&config)).unwrap();
     config.virtual_hosts[0].virtual_clusters.clear();
     let without = XdsRoutes::decode(&pack(&config)).unwrap();
-    let section = |r: &XdsRoutes| format!("{:?}", r.section(&BTreeMap::new(), &[], &[]));
+    let section =
+        |r: &XdsRoutes| format!("{:?}", r.section(&BTreeMap::<&str, bool>::new(), &[], &[]));
     assert_eq!(section(&with), section(&without));
 }
 
@@ -3163,7 +3202,7 @@ fn endpoint_hostnames_and_check_targets_and_auto_host_rewrite_are_taken() {
         envoy_types::pb::google::protobuf::BoolValue { value: true },
     ));
     let auto = XdsRoutes::decode(&pack(&auto)).unwrap();
-    let ready = [("web", true)].into_iter().collect();
+    let ready: BTreeMap<&str, bool> = [("web", true)].into_iter().collect();
     assert_eq!(
         auto.section(&ready, &[], &[])[0].routes[0].auto_host_rewrite,
         Some(true)
@@ -3469,8 +3508,7 @@ fn keepalive_socket_options_become_the_listeners_tcp_keepalive() {
         XdsListener::decode(&pack(&l)).map(|l| {
             l.section(
                 &|_: &str| Some(&r),
-                &Default::default(),
-                &Default::default(),
+                &BTreeMap::<&str, bool>::new(),
                 &Default::default(),
             )
             .unwrap()
@@ -3513,8 +3551,7 @@ fn exact_balance_is_the_files_exact_and_reuse_port_is_not_turned_off() {
         .unwrap()
         .section(
             &|_: &str| Some(&r),
-            &Default::default(),
-            &Default::default(),
+            &BTreeMap::<&str, bool>::new(),
             &Default::default(),
         )
         .unwrap();

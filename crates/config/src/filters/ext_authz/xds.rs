@@ -133,12 +133,12 @@ impl XdsAuthz {
 
     /// The filter's section, with the address of its cluster's one host; `None` while that
     /// cluster is not known.
-    pub(crate) fn section(&self, single_hosts: &crate::cluster::xds::SingleHosts<'_>) -> Option<RawExtAuthz> {
+    pub(crate) fn section(&self, clusters: &dyn crate::cluster::xds::ReadyClusters) -> Option<RawExtAuthz> {
         let (address, authority, tls) = match &self.target {
             Target::Address(address) => (address.clone(), None, None),
             Target::Cluster(cluster, authority) => {
                 // The cluster's TLS, as Envoy's checks through it would have.
-                let host = single_hosts.get(cluster.as_str())?;
+                let host = clusters.single_host(cluster.as_str())?;
                 (
                     host.address.to_owned(),
                     authority.clone(),

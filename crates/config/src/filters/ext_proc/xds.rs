@@ -129,10 +129,10 @@ impl XdsExtProc {
     /// cluster is not known.
     pub(crate) fn section(
         &self,
-        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
+        clusters: &dyn crate::cluster::xds::ReadyClusters,
     ) -> Option<RawExtProc> {
         let mut raw = self.raw.clone();
-        raw.service = Some(self.target.service(single_hosts)?);
+        raw.service = Some(self.target.service(clusters)?);
         Some(raw)
     }
 }

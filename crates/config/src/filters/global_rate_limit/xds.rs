@@ -110,9 +110,9 @@ impl XdsGlobalRateLimit {
 
     /// The filter's section, with the address of its cluster's one host; `None` while that
     /// cluster is not known.
-    pub(crate) fn section(&self, single_hosts: &crate::cluster::xds::SingleHosts<'_>) -> Option<RawGlobalRateLimit> {
+    pub(crate) fn section(&self, clusters: &dyn crate::cluster::xds::ReadyClusters) -> Option<RawGlobalRateLimit> {
         let mut raw = self.raw.clone();
-        raw.service = Some(self.target.service(single_hosts)?);
+        raw.service = Some(self.target.service(clusters)?);
         Some(raw)
     }
 }

@@ -75,7 +75,7 @@ impl Target {
     /// cluster is not known.
     pub(crate) fn service(
         &self,
-        single_hosts: &crate::cluster::xds::SingleHosts<'_>,
+        clusters: &dyn crate::cluster::xds::ReadyClusters,
     ) -> Option<RawGrpcService> {
         Some(match self {
             Target::Address(address) => RawGrpcService {
@@ -84,7 +84,7 @@ impl Target {
                 tls: None,
             },
             Target::Cluster(cluster, authority) => {
-                let host = single_hosts.get(cluster.as_str())?;
+                let host = clusters.single_host(cluster.as_str())?;
                 RawGrpcService {
                     address: host.address.to_owned(),
                     authority: authority.clone(),
