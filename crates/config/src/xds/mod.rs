@@ -183,6 +183,12 @@ pub struct Resources {
     /// route or listener change makes the same again, and a thousand clusters are not
     /// walked for it.
     clusters_made: Option<ClustersMade>,
+    /// The stamps of listeners, serving, clusters and serving clusters when the earlier
+    /// versions of those gone were last dropped: while they stay, none is to drop.
+    serving_retained: Option<[u64; 4]>,
+    /// The endpoints' stamp, and those of what names them, when the endpoints nothing
+    /// names were last dropped.
+    endpoints_retained: Option<(u64, NameSources)>,
 }
 
 /// The stamps of the maps clusters are made from (clusters, serving clusters, endpoints,
@@ -310,18 +316,39 @@ impl Resources {
     /// Forgets route configurations and endpoints nothing names any more: they are
     /// unsubscribed, and would otherwise linger (and show in `/config_dump`) forever.
     pub fn retain_wanted(&mut self) {
-        // Earlier versions of resources that are gone name nothing either.
+        self.drop_gone_serving();
+        let named = self.gather_names();
+        self.routes
+            .retain_changed(|name, _| named.routes.contains(name));
+        // A thousand endpoint sets are looked at again only when they or the names changed.
+        if self.endpoints_retained != Some((self.endpoints.stamp(), self.name_sources())) {
+            self.endpoints
+                .retain_changed(|name, _| named.endpoints.contains(name));
+            self.endpoints_retained = Some((self.endpoints.stamp(), self.name_sources()));
+        }
+        self.secrets
+            .retain_changed(|name, _| named.names_secret(name));
+    }
+
+    /// Forgets the earlier versions of listeners and clusters that are gone; looks again
+    /// only when one of those maps changed.
+    fn drop_gone_serving(&mut self) {
+        let from = |r: &Self| {
+            [
+                r.listeners.stamp(),
+                r.serving.stamp(),
+                r.clusters.stamp(),
+                r.serving_clusters.stamp(),
+            ]
+        };
+        if self.serving_retained == Some(from(self)) {
+            return;
+        }
         self.serving
             .retain_changed(|name, _| self.listeners.contains_key(name));
         self.serving_clusters
             .retain_changed(|name, _| self.clusters.contains_key(name));
-        let named = self.gather_names();
-        self.routes
-            .retain_changed(|name, _| named.routes.contains(name));
-        self.endpoints
-            .retain_changed(|name, _| named.endpoints.contains(name));
-        self.secrets
-            .retain_changed(|name, _| named.names_secret(name));
+        self.serving_retained = Some(from(self));
     }
 
     /// The names to ask the management server for (RDS, EDS and SDS subscriptions), and
@@ -450,8 +477,7 @@ impl Resources {
                 }
             }
         }
-        self.serving_clusters
-            .retain_changed(|name, _| self.clusters.contains_key(name));
+        self.drop_gone_serving();
         let made = match &self.clusters_made {
             Some(made) if made.from == self.cluster_sources() => made,
             _ => {
@@ -465,8 +491,6 @@ impl Resources {
         let clusters = made.clusters.clone();
         let ready: &BTreeMap<String, crate::cluster::xds::CheckedCluster> = &self.checked;
         let mut listeners = Vec::with_capacity(self.listeners.len());
-        self.serving
-            .retain_changed(|name, _| self.listeners.contains_key(name));
         for (name, held) in &self.listeners {
             let warm = |l: &XdsListener| {
                 let routes = l.route_names().all(|r| self.routes.contains_key(r));

@@ -663,6 +663,12 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     assert_eq!(resources.sections().unwrap().inputs, inputs);
     resources.retain_wanted();
     assert!(!resources.routes.contains_key("r9"));
+    // So do endpoints nothing names, though nothing else changed.
+    resources
+        .endpoints
+        .insert("stray".into(), held_endpoints("stray", 9));
+    resources.retain_wanted();
+    assert_eq!(resources.endpoints.keys().collect::<Vec<_>>(), ["web"]);
 
     // Without its cluster the endpoints go too.
     resources.clusters.clear();

@@ -163,10 +163,10 @@ impl HttpSlot {
         Rc::clone(&self.0.borrow())
     }
 
-    /// Puts `ctx` in place for the requests that start from now on.
-    pub(crate) fn replace(&self, ctx: HttpCtx) {
-        // The old context is dropped outside the borrow: its drop may run arbitrary code.
-        let old = self.0.replace(Rc::new(ctx));
-        drop(old);
+    /// Puts `ctx` in place for the requests that start from now on; returns the one it
+    /// replaces (dropped by the caller outside the borrow: its drop may run arbitrary code).
+    #[must_use]
+    pub(crate) fn replace(&self, ctx: HttpCtx) -> Rc<HttpCtx> {
+        self.0.replace(Rc::new(ctx))
     }
 }

@@ -16,12 +16,14 @@
 //! sockets.rs     listening sockets: bound, or inherited in a binary upgrade
 //! watch.rs       `watch: true`: reload when the file changes
 //! xds.rs         resources from a management server, put in force beside the file's
-//! upgrade.rs     binary upgrade: hand the listening sockets to a new process
+//! retire.rs      what a change replaced, freed on a thread of its own
+//! binary_upgrade.rs  binary upgrade: hand the listening sockets to a new process
 //! ```
 
 pub(crate) mod binary_upgrade;
 mod build;
 mod generation;
+mod retire;
 mod sockets;
 mod watch;
 pub(crate) mod xds;

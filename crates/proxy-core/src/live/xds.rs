@@ -132,6 +132,8 @@ struct Applier {
     live: Weak<LiveConfig>,
     /// Shared with the config in force, which makes their sections again in a reload.
     resources: Arc<Resources>,
+    /// The resources the last change replaced, until they are handed off to be freed.
+    replaced: Option<Arc<Resources>>,
     /// [`config::xds::Sections::inputs`] of the sections in force.
     in_force: u64,
     stats: Stats,
@@ -246,6 +248,7 @@ impl Applier {
         let applier = Self {
             live: Arc::downgrade(live),
             resources: Arc::default(),
+            replaced: None,
             // Nothing from the server is in force at first: the sections of nothing.
             in_force: Resources::default()
                 .sections()
@@ -358,7 +361,8 @@ impl Applier {
                 .map_err(|e| e.to_string())?;
             self.in_force = sections.inputs;
         }
-        self.resources = next;
+        // Freed after the status no longer shows them (see `apply`).
+        self.replaced = Some(std::mem::replace(&mut self.resources, next));
         self.status.warming_clusters = sections.warming.clusters;
         self.status.warming_listeners = sections.warming.listeners;
         Ok(())
@@ -505,6 +509,10 @@ impl Applier {
             }
         }
         self.publish();
+        // The resources replaced, held by nothing else now: freed off the ACK's path.
+        if let Some(replaced) = self.replaced.take() {
+            super::retire::retire(replaced);
+        }
         result
     }
 

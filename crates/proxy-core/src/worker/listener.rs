@@ -93,6 +93,9 @@ pub(super) struct Parts<'a> {
     pub(super) tracer: Option<&'a Rc<WorkerTracer>>,
     /// How long the connections of a removed chain have to finish.
     pub(super) drain_timeout: Duration,
+    /// The HTTP contexts the new ones replace: dropped once the worker has reported the
+    /// generation applied, as freeing a route table need not hold up the change.
+    pub(super) replaced: &'a RefCell<Vec<Rc<HttpCtx>>>,
 }
 
 impl Listener {
@@ -151,7 +154,8 @@ impl Listener {
         }
         drop(retired);
         self.state.replace(Rc::new(state));
-        self.http.replace(http_ctx(config, shared, parts));
+        let replaced = self.http.replace(http_ctx(config, shared, parts));
+        parts.replaced.borrow_mut().push(replaced);
     }
 
     /// Stops accepting and drains the listener's connections; those still open after
@@ -254,7 +258,10 @@ impl ListenerState {
                     let slot = match slots.iter().position(|s| s.name == chain.name) {
                         Some(at) => {
                             let slot = slots.swap_remove(at);
-                            slot.http.replace(http_ctx);
+                            parts
+                                .replaced
+                                .borrow_mut()
+                                .push(slot.http.replace(http_ctx));
                             slot
                         }
                         None => ChainSlot {

@@ -140,6 +140,7 @@ impl Worker {
             },
         };
         self.tracers.borrow_mut().replace(tracer.clone());
+        let replaced = RefCell::new(Vec::new());
         let parts = Parts {
             catalog,
             shard: &self.shard,
@@ -148,6 +149,7 @@ impl Worker {
             park_idle: self.accepted.lot.is_some(),
             tracer: tracer.as_ref(),
             drain_timeout: config.drain_timeout,
+            replaced: &replaced,
         };
         let current = self.listeners.borrow().clone();
         let mut next = Vec::with_capacity(generation.listeners.len());
@@ -200,6 +202,9 @@ impl Worker {
             .config_generation
             .set(generation.number as i64);
         generation.applied_by_worker();
+        // The contexts replaced (the last holders of the old route tables, often) go now
+        // that the change is reported.
+        drop(replaced);
     }
 }
 

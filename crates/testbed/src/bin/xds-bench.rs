@@ -478,6 +478,7 @@ async fn changes_at_scale(
     }
     let mut to_ack = Vec::with_capacity(args.big_flips);
     let mut to_serve = Vec::with_capacity(args.big_flips);
+    let (cpu0, _) = usage(pid, ticks)?;
     for i in 0..args.big_flips {
         let want = if i % 2 == 0 { 201 } else { 202 };
         let from = server.responses().len();
@@ -502,12 +503,13 @@ async fn changes_at_scale(
         to_ack.push(ack.ok_or(format!("big flip {i} never ACKed"))?);
         to_serve.push(served?);
     }
+    let (cpu1, _) = usage(pid, ticks)?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     if !to_ack.is_empty() {
         to_ack.sort();
         to_serve.sort();
         println!(
-            "{} route flip in a {}-route table beside {} clusters ({}): n={} to ACK p50={:.2} ms p99={:.2} ms; to serve p50={:.2} ms p99={:.2} ms",
+            "{} route flip in a {}-route table beside {} clusters ({}): n={} to ACK p50={:.2} ms p99={:.2} ms; to serve p50={:.2} ms p99={:.2} ms; proxy CPU {:.2} ms a flip (serving the probes too)",
             args.proxy,
             args.clusters + 1,
             args.clusters,
@@ -517,6 +519,7 @@ async fn changes_at_scale(
             ms(percentile(&to_ack, 0.99)),
             ms(percentile(&to_serve, 0.5)),
             ms(percentile(&to_serve, 0.99)),
+            (cpu1 - cpu0) * 1e3 / to_ack.len() as f64,
         );
     }
     let tenth = (args.clusters / 10).max(1);
