@@ -44,6 +44,7 @@ pub(crate) trait ReadyClusters {
 
 /// Clusters by name, each ready and whether it speaks HTTP/1.1, none with a single host
 /// (what a route table's section is tested with).
+#[cfg(test)]
 impl ReadyClusters for std::collections::BTreeMap<&str, bool> {
     fn http1(&self, name: &str) -> Option<bool> {
         self.get(name).copied()

@@ -15,9 +15,10 @@ const FIXED64: u64 = 1;
 const LENGTH_DELIMITED: u64 = 2;
 const FIXED32: u64 = 5;
 
-/// `None` when `encoded` is not a well-formed message (groups, which no xDS message uses,
-/// included): the caller decodes it whole, which names what is wrong. An occurrence of
-/// `field` that is not length-delimited stays in `rest`, where decoding refuses it.
+/// `None` when `encoded` is not a well-formed message, or holds a group (deprecated, used by
+/// no xDS message): the caller decodes it whole, which names what is wrong or takes the
+/// group. An occurrence of `field` that is not length-delimited stays in `rest`, where
+/// decoding refuses it.
 pub(crate) fn split(encoded: &[u8], field: u32) -> Option<Split<'_>> {
     let mut parts = Vec::new();
     let mut rest = Vec::new();
@@ -51,12 +52,16 @@ pub(crate) fn split(encoded: &[u8], field: u32) -> Option<Split<'_>> {
     Some(Split { parts, rest })
 }
 
-/// A base-128 varint at `*at`, which moves past it.
+/// A base-128 varint at `*at`, which moves past it. As prost reads one: at most ten bytes,
+/// the tenth holding the 64th bit alone.
 fn varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = *bytes.get(*at)?;
         *at += 1;
+        if shift == 63 && byte > 1 {
+            return None;
+        }
         value |= u64::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
             return Some(value);
@@ -117,8 +122,19 @@ mod tests {
         assert!(split(&encoded, 2).is_some());
         let truncated_length = [0x12, 0x05, 0x0a];
         assert!(split(&truncated_length, 2).is_none());
-        // A varint that never ends, and a group (wire type 3).
+        // A varint that never ends, one of ten bytes past 64 bits (whose key would name the
+        // hosts), and a group (wire type 3).
         assert!(split(&[0x08, 0xff, 0xff], 2).is_none());
+        let overlong = [
+            0x92, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 0x00,
+        ];
+        assert!(split(&overlong, 2).is_none());
+        assert!(RouteConfiguration::decode(overlong.as_slice()).is_err());
+        let longest = [
+            0x88, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x00,
+        ];
+        let mut at = 0;
+        assert_eq!(varint(&longest, &mut at), Some((1 << 63) | 0x08));
         assert!(split(&[0x0b], 2).is_none());
         // The field with another wire type stays in the rest, which decoding refuses.
         let varint_for_hosts = [0x10, 0x01];

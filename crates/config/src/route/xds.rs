@@ -55,12 +55,12 @@ pub struct XdsRoutes {
 #[derive(Debug, Clone)]
 struct EncodedHost {
     digest: u64,
-    routes: Vec<(u64, Option<u32>)>,
+    routes: Vec<(u64, Option<usize>)>,
 }
 
 /// Per route of a virtual host, in their order, where it is among the host's translated
 /// routes (`None`: left out).
-type Places = Vec<Option<u32>>;
+type Places = Vec<Option<usize>>;
 
 /// A route to translate, or the translation of the same bytes kept from before.
 // Held in a Vec as decoded routes would be, moved once: no box.
@@ -187,6 +187,13 @@ impl XdsRoutes {
             encoded: Vec::new(),
         };
         Ok((translated, places))
+    }
+
+    /// Without what it was translated from: as a whole decode makes it.
+    #[cfg(test)]
+    fn without_encoding(mut self) -> Self {
+        self.encoded.clear();
+        self
     }
 
     /// The host translated before from bytes with this digest, preferring the one at `i`.
@@ -385,8 +392,7 @@ fn virtual_host(
             )?,
             RouteInput::Kept(r) => r.cloned(),
         };
-        // At most u32::MAX routes fit a response of at most 2 GiB.
-        places.push(route.as_ref().map(|_| translated.len() as u32));
+        places.push(route.as_ref().map(|_| translated.len()));
         translated.extend(route);
     }
     let host = RawVirtualHost {
@@ -433,7 +439,7 @@ impl<'a> Parts<'a> {
             let host = VirtualHost::decode(parts.rest.as_slice()).ok()?;
             let kept = before.and_then(|b| b.host_from(i, host_digest));
             // By digest, made when a route is not where it was.
-            let mut by_digest: Option<std::collections::HashMap<u64, Option<u32>>> = None;
+            let mut by_digest: Option<std::collections::HashMap<u64, Option<usize>>> = None;
             let mut routes = Vec::with_capacity(parts.parts.len());
             for (j, encoded_route) in parts.parts.iter().enumerate() {
                 let digest = crate::envoy::digest(encoded_route);
@@ -444,7 +450,12 @@ impl<'a> Parts<'a> {
                             .get_or_insert_with(|| encoded.routes.iter().copied().collect())
                             .get(&digest)?,
                     };
-                    Some(place.and_then(|k| raw.routes.get(k as usize)))
+                    match place {
+                        None => Some(None),
+                        // A place not there (never, as the places are made with the routes)
+                        // decodes the route again.
+                        Some(k) => raw.routes.get(k).map(Some),
+                    }
                 });
                 let input = match place {
                     Some(route) => RouteInput::Kept(route),

@@ -28,6 +28,27 @@ fn fresh(config: &RouteConfiguration) -> String {
     format!("{:?}", XdsRoutes::decode(&pack(config)))
 }
 
+/// What `any` translates to, after `before`, without what it was translated from.
+fn split(before: Option<&XdsRoutes>, any: &Any) -> String {
+    let result = XdsRoutes::decode_after(any, |_| before);
+    format!("{:?}", result.map(XdsRoutes::without_encoding))
+}
+
+/// What `any` translates to when decoded whole by prost: what the split must agree with.
+fn whole(any: &Any) -> String {
+    let config = crate::envoy::decode(any, type_url::ROUTE, "a RouteConfiguration");
+    format!("{:?}", config.and_then(|c| XdsRoutes::translate(c, None)))
+}
+
+/// The CORS filter's settings at a host or route.
+fn cors(policy: CorsPolicy) -> std::collections::HashMap<String, Any> {
+    [(
+        "envoy.filters.http.cors".to_owned(),
+        testbed::xds::any(&policy),
+    )]
+    .into()
+}
+
 fn host(name: &str, domain: &str, routes: Vec<Route>) -> VirtualHost {
     VirtualHost {
         name: name.into(),
@@ -130,14 +151,20 @@ fn another_tables_routes_or_bytes_cut_short_are_not_taken_for_its_own() {
     assert!(XdsRoutes::decode_after(&retyped, |_| Some(&before)).is_err());
 }
 
-/// Routes to build tables from: plain, never matching, and one refused (without an
-/// action), which the table's error names by its place.
+/// Routes to build tables from: plain, never matching, one with CORS settings its host's
+/// fill in, and one refused (without an action), which the table's error names by its place.
 fn pool() -> Vec<Route> {
     vec![
         forward("/a", "web"),
         forward("/b", "api"),
         direct("/", 404),
-        direct("/c", 200),
+        Route {
+            typed_per_filter_config: cors(CorsPolicy {
+                max_age: "600".into(),
+                ..Default::default()
+            }),
+            ..forward("/cors", "web")
+        },
         never_matching(),
         Route {
             action: None,
@@ -147,30 +174,75 @@ fn pool() -> Vec<Route> {
 }
 
 fn tables() -> impl Strategy<Value = RouteConfiguration> {
-    let hosts = (0..3usize, 0..2usize, prop::collection::vec(0..6usize, 0..6));
+    let hosts = (
+        0..3usize,
+        0..2usize,
+        0..3usize,
+        prop::collection::vec(0..6usize, 0..6),
+    );
     prop::collection::vec(hosts, 0..3).prop_map(|hosts| {
         let pool = pool();
         table(
             hosts
                 .into_iter()
-                .map(|(name, domain, routes)| {
-                    host(
+                .map(|(name, domain, methods, routes)| {
+                    let mut host = host(
                         ["one", "two", "three"][name],
                         ["*", "a.example"][domain],
                         routes.into_iter().map(|r| pool[r].clone()).collect(),
-                    )
+                    );
+                    // The host's CORS policy, which its routes' own settings start from.
+                    if methods > 0 {
+                        host.typed_per_filter_config = cors(CorsPolicy {
+                            allow_methods: ["", "GET", "POST"][methods].into(),
+                            ..Default::default()
+                        });
+                    }
+                    host
                 })
                 .collect(),
         )
     })
 }
 
+/// `edits` made to `encoded`: a byte replaced, a byte put in, or the bytes cut short.
+fn edited(mut encoded: Vec<u8>, edits: Vec<(usize, u8, u8)>) -> Vec<u8> {
+    for (at, byte, how) in edits {
+        let len = encoded.len();
+        match how {
+            0 if len > 0 => encoded[at % len] = byte,
+            1 => encoded.insert(at % (len + 1), byte),
+            _ if len > 0 => encoded.truncate(at % len),
+            _ => {}
+        }
+    }
+    encoded
+}
+
 proptest! {
-    /// Whatever was held before, a table translates (or is refused) as it would afresh.
+    /// Whatever was held before, a table translates (or is refused) as it would afresh, and
+    /// as prost's decode of the whole message does.
     #[test]
     fn a_table_after_another_is_the_table_afresh(first in tables(), second in tables()) {
         let before = XdsRoutes::decode(&pack(&first));
         prop_assert_eq!(after(before.as_ref().ok(), &second), fresh(&second));
+        let any = pack(&second);
+        prop_assert_eq!(split(before.as_ref().ok(), &any), whole(&any));
+    }
+
+    /// Bytes a table's encoding does not quite hold (a byte changed, added or cut) are taken
+    /// or refused, with the same error, as prost's decode of the whole message has them.
+    #[test]
+    fn damaged_bytes_decode_as_a_whole_decode_does(
+        first in tables(),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>(), 0..3u8), 1..4),
+    ) {
+        let before = XdsRoutes::decode(&pack(&first)).ok();
+        let mut any = pack(&first);
+        any.value = edited(any.value, edits);
+        let expected = whole(&any);
+        prop_assert_eq!(split(None, &any), expected.clone());
+        prop_assert_eq!(split(before.as_ref(), &any), expected);
     }
 }
 

@@ -2,15 +2,16 @@
 //! table of a thousand routes is a million instructions to free) are handed to a thread that
 //! drops them, so the management server's ACK does not wait for it.
 
+use std::sync::OnceLock;
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Mutex, OnceLock, PoisonError};
 
 type Retired = Box<dyn Send>;
 
 /// Drops `value` on the retiring thread; here, when that thread could not start (it then
-/// only costs the time it would have anyway).
+/// only costs the time it would have anyway). The queue is not bounded: changes come a few
+/// a second at most, and each is freed in a millisecond or two.
 pub(crate) fn retire<T: Send + 'static>(value: T) {
-    static RETIRING: OnceLock<Option<Mutex<Sender<Retired>>>> = OnceLock::new();
+    static RETIRING: OnceLock<Option<Sender<Retired>>> = OnceLock::new();
     let sender = RETIRING.get_or_init(|| {
         let (sender, receiver) = channel::<Retired>();
         let spawned = std::thread::Builder::new()
@@ -22,7 +23,7 @@ pub(crate) fn retire<T: Send + 'static>(value: T) {
                 }
             });
         match spawned {
-            Ok(_) => Some(Mutex::new(sender)),
+            Ok(_) => Some(sender),
             Err(error) => {
                 tracing::warn!(%error, "cannot start the thread that frees replaced config; it is freed in place");
                 None
@@ -31,10 +32,7 @@ pub(crate) fn retire<T: Send + 'static>(value: T) {
     });
     let value: Retired = Box::new(value);
     let unsent = match sender {
-        Some(sender) => (sender.lock().unwrap_or_else(PoisonError::into_inner))
-            .send(value)
-            .err()
-            .map(|e| e.0),
+        Some(sender) => sender.send(value).err().map(|e| e.0),
         None => Some(value),
     };
     drop(unsent);
