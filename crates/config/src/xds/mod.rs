@@ -201,6 +201,29 @@ thread_local! {
     static CLUSTERS_MADE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// A hash of the resources something is made from: each by kind, name and digest.
+struct InputHash(twox_hash::XxHash64);
+
+impl Default for InputHash {
+    fn default() -> Self {
+        Self(twox_hash::XxHash64::with_seed(0))
+    }
+}
+
+impl InputHash {
+    fn add(&mut self, kind: u8, name: &str, digest: u64) {
+        use std::hash::Hasher;
+        self.0.write_u8(kind);
+        self.0.write_usize(name.len());
+        self.0.write(name.as_bytes());
+        self.0.write_u64(digest);
+    }
+
+    fn finish(&self) -> u64 {
+        std::hash::Hasher::finish(&self.0)
+    }
+}
+
 /// The clusters ready to serve, and those left out while they warm.
 #[derive(Debug, Clone)]
 struct ClustersMade {
@@ -377,13 +400,8 @@ impl Resources {
         use std::hash::Hasher;
         #[cfg(test)]
         CLUSTERS_MADE.with(|n| n.set(n.get() + 1));
-        let mut inputs = twox_hash::XxHash64::with_seed(0);
-        let mut input = |kind: u8, name: &str, digest: u64| {
-            inputs.write_u8(kind);
-            inputs.write_usize(name.len());
-            inputs.write(name.as_bytes());
-            inputs.write_u64(digest);
-        };
+        let mut inputs = InputHash::default();
+        let mut input = |kind, name: &str, digest| inputs.add(kind, name, digest);
         let mut warming = Vec::new();
         let mut clusters = Vec::with_capacity(self.clusters.len());
         // Clusters checked again, and those in force (sorted: the map's order); the map of
@@ -458,14 +476,8 @@ impl Resources {
     /// Clusters are checked here, each once per change of what it is made from; an error
     /// names the cluster.
     pub fn sections(&mut self) -> Result<Sections, ConfigError> {
-        use std::hash::Hasher;
-        let mut inputs = twox_hash::XxHash64::with_seed(0);
-        let mut input = |kind: u8, name: &str, digest: u64| {
-            inputs.write_u8(kind);
-            inputs.write_usize(name.len());
-            inputs.write(name.as_bytes());
-            inputs.write_u64(digest);
-        };
+        let mut inputs = InputHash::default();
+        let mut input = |kind, name: &str, digest| inputs.add(kind, name, digest);
         let mut warming = Warming::default();
         // A secret named changes the config when it changes (one nothing names is forgotten
         // after this, and changes nothing).

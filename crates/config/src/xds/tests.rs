@@ -507,8 +507,9 @@ fn web_behind_edge() -> Resources {
     resources
 }
 
-#[test]
-fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
+/// [`web_behind_edge`] with what both wait for: `r1` routing to `web`, whose one host is
+/// on port 8001.
+fn web_behind_edge_ready() -> Resources {
     let mut resources = web_behind_edge();
     resources
         .routes
@@ -516,6 +517,12 @@ fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
     resources
         .endpoints
         .insert("web".into(), held_endpoints("web", 8001));
+    resources
+}
+
+#[test]
+fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
+    let mut resources = web_behind_edge_ready();
     resources.sections().unwrap();
     resources.retain_wanted();
     let gathered = resources.subscriptions();
@@ -551,13 +558,7 @@ fn names_are_gathered_again_only_when_a_listener_or_cluster_changes() {
 #[test]
 fn clusters_are_made_again_only_when_what_they_are_made_from_changes() {
     let made = || CLUSTERS_MADE.with(std::cell::Cell::get);
-    let mut resources = web_behind_edge();
-    resources
-        .routes
-        .insert("r1".into(), held_routes("r1", "web"));
-    resources
-        .endpoints
-        .insert("web".into(), held_endpoints("web", 8001));
+    let mut resources = web_behind_edge_ready();
     let start = made();
     let first = resources.sections().unwrap();
     assert_eq!(made() - start, 1);
