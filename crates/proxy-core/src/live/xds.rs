@@ -132,8 +132,6 @@ struct Applier {
     live: Weak<LiveConfig>,
     /// Shared with the config in force, which makes their sections again in a reload.
     resources: Arc<Resources>,
-    /// The resources the last change replaced, until they are handed off to be freed.
-    replaced: Option<Arc<Resources>>,
     /// [`config::xds::Sections::inputs`] of the sections in force.
     in_force: u64,
     stats: Stats,
@@ -248,7 +246,6 @@ impl Applier {
         let applier = Self {
             live: Arc::downgrade(live),
             resources: Arc::default(),
-            replaced: None,
             // Nothing from the server is in force at first: the sections of nothing.
             in_force: Resources::default()
                 .sections()
@@ -361,8 +358,7 @@ impl Applier {
                 .map_err(|e| e.to_string())?;
             self.in_force = sections.inputs;
         }
-        // Freed after the status no longer shows them (see `apply`).
-        self.replaced = Some(std::mem::replace(&mut self.resources, next));
+        self.resources = next;
         self.status.warming_clusters = sections.warming.clusters;
         self.status.warming_listeners = sections.warming.listeners;
         Ok(())
@@ -489,6 +485,7 @@ impl Applier {
             _ => Vec::new(),
         };
         self.count_secrets(&secrets, 0);
+        let before = Arc::clone(&self.resources);
         let result = self.put_in_force(kind, update, source).await;
         self.count_secrets(&secrets, if result.is_ok() { 1 } else { 2 });
         match &result {
@@ -509,10 +506,9 @@ impl Applier {
             }
         }
         self.publish();
-        // The resources replaced, held by nothing else now: freed off the ACK's path.
-        if let Some(replaced) = self.replaced.take() {
-            super::retire::retire(replaced);
-        }
+        // The resources a change replaced, held by nothing else once the status no longer
+        // shows them: freed off the ACK's path (unchanged, this is one count less).
+        super::retire::retire(before);
         result
     }
 
