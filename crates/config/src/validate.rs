@@ -43,7 +43,7 @@ pub(super) fn validate(
         .map(|(i, c)| cluster::check::cluster(c, &format!("clusters[{i}]")).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
     clusters.extend(checked);
-    let mut cluster_index = HashMap::new();
+    let mut cluster_index = HashMap::with_capacity(clusters.len());
     for (i, c) in clusters.iter().enumerate() {
         if cluster_index.insert(c.name.as_str(), i).is_some() {
             return Err(ConfigError::invalid(

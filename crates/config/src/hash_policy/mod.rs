@@ -147,12 +147,15 @@ pub(crate) fn hash_policy(
     raw: Vec<RawHashRule>,
     path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Option<HashPolicy>, ConfigError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
     let rules = raw
         .into_iter()
         .enumerate()
         .map(|(i, rule)| hash_rule(rule, &format!("{path}[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((!rules.is_empty()).then_some(HashPolicy(rules)))
+    Ok(Some(HashPolicy(rules)))
 }
 
 fn hash_rule(raw: RawHashRule, path: &str) -> Result<HashRule, ConfigError> {

@@ -77,7 +77,8 @@ fn hosts_and_routes(
             Ok(RouteConfiguration::flat(routes))
         }
         (true, false) => {
-            let mut routes = Vec::new();
+            // Sized once: a table of thousands of routes is not copied as it grows.
+            let mut routes = Vec::with_capacity(virtual_hosts.iter().map(|h| h.routes.len()).sum());
             let mut hosts = Vec::with_capacity(virtual_hosts.len());
             // Where each domain and name was first seen, to name both in an error.
             let mut domains: HashMap<Domain, usize> = HashMap::new();
@@ -107,7 +108,7 @@ fn hosts_and_routes(
                 hosts.push(host);
             }
             Ok(RouteConfiguration {
-                routes: routes.into(),
+                routes: std::sync::Arc::new(routes),
                 virtual_hosts: hosts,
                 flat: false,
                 ignore_port_in_host_matching: false,
@@ -367,7 +368,7 @@ fn route(
             format!("{path}.https_redirect")
         };
         RouteAction::Redirect(route_actions::redirect(
-            raw.redirect.unwrap_or_default(),
+            raw.redirect.map(|r| *r).unwrap_or_default(),
             raw.https_redirect == Some(true),
             &matcher,
             &at,
@@ -396,7 +397,7 @@ fn route(
                 let split = route_actions::split(
                     weighted.unwrap_or_default(),
                     (
-                        raw.hash_key,
+                        raw.hash_key.map(|k| *k),
                         raw.random_value_header,
                         raw.use_hash_policy.unwrap_or(false),
                     ),
@@ -455,11 +456,11 @@ fn route(
             .transpose()?;
         let host_rewrite_path_regex = raw
             .host_rewrite_path_regex
-            .map(|r| route_actions::regex_rewrite(r, &format!("{path}.host_rewrite_path_regex")))
+            .map(|r| route_actions::regex_rewrite(*r, &format!("{path}.host_rewrite_path_regex")))
             .transpose()?;
         let retry_policy = raw
             .retry_policy
-            .map(|r| retry_policy(r, &format!("{path}.retry_policy")))
+            .map(|r| retry_policy(*r, &format!("{path}.retry_policy")))
             .transpose()?
             .or_else(|| host.retry_policy.clone());
         let upgrades = upgrades(raw.upgrades, &path.field("upgrades"))?;
@@ -492,8 +493,12 @@ fn route(
                 ),
             ));
         }
-        let path_rewrite =
-            route_actions::path_rewrite(raw.prefix_rewrite, raw.regex_rewrite, &matcher, path)?;
+        let path_rewrite = route_actions::path_rewrite(
+            raw.prefix_rewrite,
+            raw.regex_rewrite.map(|r| *r),
+            &matcher,
+            path,
+        )?;
         let mirrors =
             route_actions::mirrors(raw.request_mirror_policies, cluster_index, clusters, path)?;
         let cluster_not_found_status = match raw.cluster_not_found_status {
@@ -547,7 +552,7 @@ fn route(
             connect: raw.connect,
             internal_redirect: raw
                 .internal_redirect
-                .map(|r| internal_redirect(r, &format!("{path}.internal_redirect")))
+                .map(|r| internal_redirect(*r, &format!("{path}.internal_redirect")))
                 .transpose()?
                 .map(Box::new),
         }))
@@ -570,7 +575,7 @@ fn route(
     };
     let tracing = raw
         .tracing
-        .map(|t| crate::tracing::route_tracing(t, &path.to_string()).map(Box::new))
+        .map(|t| crate::tracing::route_tracing(*t, &path.to_string()).map(Box::new))
         .transpose()?;
     let decorator = raw
         .decorator
@@ -901,6 +906,9 @@ fn internal_redirect(
 
 /// Protocols a route lets clients upgrade to (`Upgrade: websocket`), lowercase tokens.
 fn upgrades(raw: Vec<String>, path: &FieldPath<'_>) -> Result<Vec<String>, ConfigError> {
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut out: Vec<String> = Vec::with_capacity(raw.len());
     for (i, token) in raw.into_iter().enumerate() {
         let lower = token.to_ascii_lowercase();

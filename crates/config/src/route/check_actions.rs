@@ -382,6 +382,9 @@ pub(crate) fn mirrors(
     known: &[Arc<ClusterConfig>],
     path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<MirrorPolicy>, ConfigError> {
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
     raw.into_iter()
         .enumerate()
         .map(|(i, m)| {

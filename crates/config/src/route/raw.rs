@@ -26,6 +26,8 @@ pub struct RawVirtualHost {
     pub routes: Vec<RawRoute>,
 }
 
+// Settings most routes leave out are boxed: a table of thousands of routes is moved and
+// copied as these on every change from a management server.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
@@ -36,7 +38,7 @@ pub struct RawRoute {
     /// names).
     pub metadata: Option<std::collections::BTreeMap<String, serde_json::Value>>,
     /// The route's own sampling, tags and span names (Envoy's route `tracing`).
-    pub tracing: Option<crate::tracing::RawRouteTracing>,
+    pub tracing: Option<Box<crate::tracing::RawRouteTracing>>,
     /// The request span's name, and whether the client is told it (Envoy's `decorator`).
     pub decorator: Option<crate::tracing::RawDecorator>,
     pub cluster: Option<String>,
@@ -44,7 +46,7 @@ pub struct RawRoute {
     pub cluster_header: Option<String>,
     pub weighted_clusters: Option<Vec<RawWeightedCluster>>,
     /// With `weighted_clusters`: what keeps one client on one side.
-    pub hash_key: Option<RawHashKey>,
+    pub hash_key: Option<Box<RawHashKey>>,
     /// With `weighted_clusters`: a header whose number picks the cluster.
     pub random_value_header: Option<String>,
     /// What a request is hashed on, for a consistent-hashing cluster's host (and, with
@@ -54,10 +56,10 @@ pub struct RawRoute {
     /// With `weighted_clusters`: the cluster is drawn by `hash_policy`'s hash.
     pub use_hash_policy: Option<bool>,
     pub direct_response: Option<RawDirectResponse>,
-    pub redirect: Option<RawRedirect>,
+    pub redirect: Option<Box<RawRedirect>>,
     pub https_redirect: Option<bool>,
     pub prefix_rewrite: Option<String>,
-    pub regex_rewrite: Option<RawRegexRewrite>,
+    pub regex_rewrite: Option<Box<RawRegexRewrite>>,
     #[serde(default)]
     pub request_mirror_policies: Vec<RawMirrorPolicy>,
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -70,7 +72,7 @@ pub struct RawRoute {
     /// The host sent upstream is this request header's value (unchanged without it).
     pub host_rewrite_header: Option<String>,
     /// The host sent upstream is the path with this substitution made.
-    pub host_rewrite_path_regex: Option<RawRegexRewrite>,
+    pub host_rewrite_path_regex: Option<Box<RawRegexRewrite>>,
     /// The host sent upstream is the chosen host's name (its endpoint's `hostname`, or the
     /// DNS name it was resolved from).
     pub auto_host_rewrite: Option<bool>,
@@ -82,13 +84,13 @@ pub struct RawRoute {
     /// The listener's `max_stream_duration` for this route's requests (`0s`: none).
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub max_stream_duration: Option<Duration>,
-    pub retry_policy: Option<RawRetryPolicy>,
+    pub retry_policy: Option<Box<RawRetryPolicy>>,
     #[serde(default)]
     pub upgrades: Vec<String>,
     /// CONNECT requests: `forward` them to the cluster, or `terminate` them here.
     pub connect: Option<ConnectMode>,
     /// Redirects the upstream answers with that are followed here.
-    pub internal_redirect: Option<RawInternalRedirect>,
+    pub internal_redirect: Option<Box<RawInternalRedirect>>,
     /// Moved into `filters`; kept here to say so.
     pub ext_authz: Option<serde::de::IgnoredAny>,
     /// Boxed: most routes have none, and the settings of every filter take 2 KiB inline

@@ -16,7 +16,7 @@ pub struct RouteConfiguration {
     /// Every route of every virtual host, host after host in config order. A route is known
     /// by its index here (filters keep their per-route settings by it). Shared: the config
     /// and the route table built from it hold the same routes.
-    pub routes: Arc<[RouteConfig]>,
+    pub routes: Arc<Vec<RouteConfig>>,
     pub virtual_hosts: Vec<VirtualHostConfig>,
     /// Written as a flat `routes:` list: one virtual host for every domain, dumped back in
     /// the same form.
@@ -31,7 +31,9 @@ pub struct RouteConfiguration {
 
 impl RouteConfiguration {
     /// A flat list of routes: one virtual host, `*`.
-    pub fn flat(routes: Vec<RouteConfig>) -> Self {
+    pub fn flat(mut routes: Vec<RouteConfig>) -> Self {
+        // Kept as long as the config: no room for more.
+        routes.shrink_to_fit();
         let virtual_hosts = vec![VirtualHostConfig {
             name: "default".into(),
             domains: vec![Domain::Any],
@@ -41,7 +43,7 @@ impl RouteConfiguration {
             rate_limits: Vec::new(),
         }];
         Self {
-            routes: routes.into(),
+            routes: Arc::new(routes),
             virtual_hosts,
             flat: true,
             ignore_port_in_host_matching: false,

@@ -3,6 +3,8 @@
 // Control planes still send deprecated fields (`exact_match`); they are read, not ignored.
 #![allow(deprecated)]
 
+use std::sync::Arc;
+
 use crate::field_path::FieldPath;
 
 use envoy_types::pb::envoy::config::core::v3::data_source;
@@ -38,7 +40,7 @@ thread_local! {
 #[derive(Debug, Clone)]
 pub struct XdsRoutes {
     pub name: String,
-    virtual_hosts: Vec<RawVirtualHost>,
+    virtual_hosts: Vec<XdsHost>,
     pub(crate) ignore_port_in_host_matching: bool,
     /// The `headers` filter's listener entry, when any level changes headers: the route
     /// configuration's own mutations, in Envoy's order of the levels.
@@ -47,6 +49,15 @@ pub struct XdsRoutes {
     /// whole, inline in a listener): the next version of the table translates only the
     /// routes whose bytes changed.
     encoded: Vec<EncodedHost>,
+}
+
+/// A virtual host as translated. Its routes are shared: the next version of the table keeps
+/// those whose bytes are unchanged without copying them.
+#[derive(Debug, Clone)]
+struct XdsHost {
+    /// Without its routes.
+    host: RawVirtualHost,
+    routes: Vec<Arc<RawRoute>>,
 }
 
 /// What a virtual host was translated from: a digest of its bytes without its routes, and
@@ -62,12 +73,11 @@ struct EncodedHost {
 /// routes (`None`: left out).
 type Places = Vec<Option<usize>>;
 
-/// A route to translate, or the translation of the same bytes kept from before.
-// Held in a Vec as decoded routes would be, moved once: no box.
-#[allow(clippy::large_enum_variant)]
+/// A route to translate, or the translation of the same bytes kept from before. Boxed: a
+/// decoded route takes 2 KiB, and a table changed in one route holds a thousand kept ones.
 enum RouteInput<'a> {
-    Decoded(Route),
-    Kept(Option<&'a RawRoute>),
+    Decoded(Box<Route>),
+    Kept(Option<&'a Arc<RawRoute>>),
 }
 
 impl XdsRoutes {
@@ -102,7 +112,13 @@ impl XdsRoutes {
             .into_iter()
             .map(|mut host| {
                 let routes = std::mem::take(&mut host.routes);
-                (host, routes.into_iter().map(RouteInput::Decoded).collect())
+                (
+                    host,
+                    routes
+                        .into_iter()
+                        .map(|r| RouteInput::Decoded(Box::new(r)))
+                        .collect(),
+                )
             })
             .collect();
         let (translated, _) = Self::translate_hosts(config, hosts, listener)?;
@@ -143,7 +159,7 @@ impl XdsRoutes {
             .take()
             .map_or(4096, |v| v.value as usize);
         nothing_else(&config, fields::ROUTE_CONFIGURATION, &at)?;
-        let (virtual_hosts, places): (Vec<RawVirtualHost>, Vec<_>) = hosts
+        let (virtual_hosts, places): (Vec<XdsHost>, Vec<_>) = hosts
             .into_iter()
             .enumerate()
             .map(|(i, (host, routes))| {
@@ -167,8 +183,8 @@ impl XdsRoutes {
                 }
             }
         }
-        let levels_below = virtual_hosts.iter().any(|h: &RawVirtualHost| {
-            std::iter::once(&h.filters)
+        let levels_below = virtual_hosts.iter().any(|h: &XdsHost| {
+            std::iter::once(&h.host.filters)
                 .chain(h.routes.iter().map(|r| &r.filters))
                 .any(|f| f.as_ref().is_some_and(|f| f.headers.is_some()))
                 || h.routes
@@ -197,7 +213,7 @@ impl XdsRoutes {
     }
 
     /// The host translated before from bytes with this digest, preferring the one at `i`.
-    fn host_from(&self, i: usize, digest: u64) -> Option<(&RawVirtualHost, &EncodedHost)> {
+    fn host_from(&self, i: usize, digest: u64) -> Option<(&XdsHost, &EncodedHost)> {
         let same = |e: &EncodedHost| e.digest == digest;
         let k = match self.encoded.get(i) {
             Some(e) if same(e) => i,
@@ -223,7 +239,12 @@ impl XdsRoutes {
         upgrades: &[String],
         chain: &[&str],
     ) -> Vec<RawVirtualHost> {
-        let mut hosts = self.virtual_hosts.clone();
+        let mut hosts: Vec<RawVirtualHost> = (self.virtual_hosts.iter())
+            .map(|h| RawVirtualHost {
+                routes: h.routes.iter().map(|r| RawRoute::clone(r)).collect(),
+                ..h.host.clone()
+            })
+            .collect();
         for host in &mut hosts {
             let levels = std::iter::once(&mut host.filters)
                 .chain(host.routes.iter_mut().map(|r| &mut r.filters));
@@ -349,7 +370,7 @@ fn virtual_host(
     mut host: VirtualHost,
     routes: Vec<RouteInput<'_>>,
     at: &str,
-) -> Result<(RawVirtualHost, Places), ResourceError> {
+) -> Result<(XdsHost, Places), ResourceError> {
     let name = std::mem::take(&mut host.name);
     let domains = std::mem::take(&mut host.domains);
     let retry_policy = host
@@ -386,11 +407,12 @@ fn virtual_host(
     for (i, input) in routes.into_iter().enumerate() {
         let route = match input {
             RouteInput::Decoded(r) => self::route(
-                r,
+                *r,
                 host_cors.as_ref(),
                 &FieldPath::from(at).item("routes", i),
-            )?,
-            RouteInput::Kept(r) => r.cloned(),
+            )?
+            .map(Arc::new),
+            RouteInput::Kept(r) => r.map(Arc::clone),
         };
         places.push(route.as_ref().map(|_| translated.len()));
         translated.extend(route);
@@ -403,9 +425,15 @@ fn virtual_host(
         include_attempt_count_in_response,
         filters: filters(per_filter, headers),
         rate_limits,
-        routes: translated,
+        routes: Vec::new(),
     };
-    Ok((host, places))
+    Ok((
+        XdsHost {
+            host,
+            routes: translated,
+        },
+        places,
+    ))
 }
 
 /// A RouteConfiguration's parts, decoded where their bytes are new.
@@ -459,7 +487,7 @@ impl<'a> Parts<'a> {
                 });
                 let input = match place {
                     Some(route) => RouteInput::Kept(route),
-                    None => RouteInput::Decoded(Route::decode(*encoded_route).ok()?),
+                    None => RouteInput::Decoded(Box::new(Route::decode(*encoded_route).ok()?)),
                 };
                 routes.push((digest, input));
             }
@@ -535,7 +563,7 @@ fn route(
     let tracing = r
         .tracing
         .take()
-        .map(|t| crate::tracing::xds::route_tracing(t, &at.to_string()))
+        .map(|t| crate::tracing::xds::route_tracing(t, &at.to_string()).map(Box::new))
         .transpose()?;
     let (per_filter, _) = route_filters(
         std::mem::take(&mut r.typed_per_filter_config),
@@ -566,7 +594,10 @@ fn route(
             raw.direct_response = Some(direct_response(direct, &format!("{at}.direct_response"))?);
         }
         Some(route::Action::Redirect(redirect)) => {
-            raw.redirect = Some(route_action::redirect(redirect, &format!("{at}.redirect"))?);
+            raw.redirect = Some(Box::new(route_action::redirect(
+                redirect,
+                &format!("{at}.redirect"),
+            )?));
         }
         _ => {
             return Err(ResourceError::Unsupported {
@@ -696,7 +727,7 @@ fn forward(
     raw.regex_rewrite = a
         .regex_rewrite
         .take()
-        .map(|r| route_action::regex_rewrite(r, &format!("{at}.regex_rewrite")))
+        .map(|r| route_action::regex_rewrite(r, &format!("{at}.regex_rewrite")).map(Box::new))
         .transpose()?;
     raw.request_mirror_policies =
         route_action::mirrors(std::mem::take(&mut a.request_mirror_policies), at)?;
@@ -754,10 +785,10 @@ fn forward(
             raw.host_rewrite_header = Some(header.to_ascii_lowercase())
         }
         Some(action::HostRewriteSpecifier::HostRewritePathRegex(r)) => {
-            raw.host_rewrite_path_regex = Some(super::xds_actions::regex_rewrite(
+            raw.host_rewrite_path_regex = Some(Box::new(super::xds_actions::regex_rewrite(
                 r,
                 &format!("{at}.host_rewrite_path_regex"),
-            )?)
+            )?))
         }
         Some(action::HostRewriteSpecifier::AutoHostRewrite(auto)) => {
             raw.auto_host_rewrite = Some(auto.value).filter(|on| *on);
@@ -779,7 +810,7 @@ fn forward(
     raw.retry_policy = a
         .retry_policy
         .take()
-        .map(|r| retry(r, &format!("{at}.retry_policy")))
+        .map(|r| retry(r, &format!("{at}.retry_policy")).map(Box::new))
         .transpose()?;
     for (i, upgrade) in std::mem::take(&mut a.upgrade_configs)
         .into_iter()
@@ -822,7 +853,7 @@ fn forward(
             }
         });
     }
-    raw.internal_redirect = route_action::internal_redirect(&mut a, at)?;
+    raw.internal_redirect = route_action::internal_redirect(&mut a, at)?.map(Box::new);
     raw.cluster_not_found_status = match std::mem::take(&mut a.cluster_not_found_response_code) {
         0 => None,
         1 => Some(404),
