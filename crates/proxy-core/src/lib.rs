@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! header_list, runtime, relay, memory, buffer_pool, box_pool, random, throttle, catalog,
-//!             error, access_log, tls, listen, overload, stats_retirement
+//!             error, access_log, tls, listen, overload, stats_retirement, retire
 //!             leaves (the configuration is the `config` crate)
 //! trace       the request's W3C trace context and its spans
 //! context     what all layers share about an exchange: ConnCtx, InFlight, RequestBody
@@ -79,6 +79,7 @@ pub mod overload;
 mod pseudo_headers;
 mod random;
 mod relay;
+mod retire;
 pub mod router;
 mod runtime;
 mod server;

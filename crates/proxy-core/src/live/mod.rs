@@ -23,7 +23,6 @@
 pub(crate) mod binary_upgrade;
 mod build;
 mod generation;
-mod retire;
 mod sockets;
 mod watch;
 pub(crate) mod xds;

@@ -508,7 +508,7 @@ impl Applier {
         self.publish();
         // The resources a change replaced, held by nothing else once the status no longer
         // shows them: freed off the ACK's path (unchanged, this is one count less).
-        super::retire::retire(before);
+        crate::retire::retire(before);
         result
     }
 

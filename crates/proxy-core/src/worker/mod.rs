@@ -202,9 +202,14 @@ impl Worker {
             .config_generation
             .set(generation.number as i64);
         generation.applied_by_worker();
-        // The contexts replaced (the last holders of the old route tables, often) go now
-        // that the change is reported.
-        drop(replaced);
+        // The contexts replaced go now that the change is reported. Where this worker held
+        // one last, its route table (often the old one's last holder) is freed by the
+        // retiring thread, not between this worker's requests.
+        for ctx in replaced.into_inner() {
+            if let Ok(ctx) = Rc::try_unwrap(ctx) {
+                crate::retire::retire(ctx.routes);
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! What a change replaced, freed off its path: the resources a change made obsolete (a route
 //! table of a thousand routes is a million instructions to free) are handed to a thread that
-//! drops them, so the management server's ACK does not wait for it.
+//! drops them, so neither the management server's ACK nor a worker's requests wait for it.
 
 use std::sync::OnceLock;
 use std::sync::mpsc::{Sender, channel};
