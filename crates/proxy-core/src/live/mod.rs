@@ -16,7 +16,6 @@
 //! sockets.rs     listening sockets: bound, or inherited in a binary upgrade
 //! watch.rs       `watch: true`: reload when the file changes
 //! xds.rs         resources from a management server, put in force beside the file's
-//! retire.rs      what a change replaced, freed on a thread of its own
 //! binary_upgrade.rs  binary upgrade: hand the listening sockets to a new process
 //! ```
 
