@@ -7,6 +7,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -50,7 +51,7 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// A canary route (header match) and a catch-all, as a config would have them.
-fn tail() -> Vec<RouteConfig> {
+fn tail() -> Vec<Arc<RouteConfig>> {
     let yaml = "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: { prefix: /, headers: [{ name: x-canary, exact: \"1\" }] }\n        direct_response: { status: 200 }\n      - match: { prefix: / }\n        direct_response: { status: 200 }\n";
     let config = Config::from_yaml(yaml).expect("bench config is valid");
     config.listeners[0].route_config.routes.to_vec()
@@ -61,17 +62,17 @@ fn host_name(h: usize) -> String {
 }
 
 /// Route `i`: prefix `/api/v{i}/`, on host `i % hosts`.
-fn route(template: &RouteConfig, i: usize, host: HostMatch) -> RouteConfig {
+fn route(template: &RouteConfig, i: usize, host: HostMatch) -> Arc<RouteConfig> {
     let mut route = template.clone();
     route.matcher.host = host;
     route.matcher.path = PathMatch::Prefix(format!("/api/v{i}/"));
-    route
+    Arc::new(route)
 }
 
 /// `n` prefix routes, each naming its host, then the canary and the catch-all.
 fn flat(n: usize, hosts: usize) -> RouteConfiguration {
     let tail = tail();
-    let mut routes: Vec<RouteConfig> = (0..n)
+    let mut routes: Vec<Arc<RouteConfig>> = (0..n)
         .map(|i| route(&tail[1], i, HostMatch::Exact(host_name(i % hosts))))
         .collect();
     routes.extend(tail);
@@ -111,7 +112,7 @@ fn vhosts(n: usize, hosts: usize) -> RouteConfiguration {
     routes.extend(tail);
     virtual_hosts.push(host("rest".into(), vec![Domain::Any], start..routes.len()));
     RouteConfiguration {
-        routes: routes.into(),
+        routes: Arc::new(routes),
         virtual_hosts,
         flat: false,
         ignore_port_in_host_matching: false,

@@ -1,6 +1,5 @@
 //! Raw config -> [`Config`]: defaults filled in, references resolved, every value checked.
 
-use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
@@ -43,7 +42,8 @@ pub(super) fn validate(
         .map(|(i, c)| cluster::check::cluster(c, &format!("clusters[{i}]")).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
     clusters.extend(checked);
-    let mut cluster_index = HashMap::with_capacity(clusters.len());
+    let mut cluster_index =
+        cluster::ClusterIndex::with_capacity_and_hasher(clusters.len(), Default::default());
     for (i, c) in clusters.iter().enumerate() {
         if cluster_index.insert(c.name.as_str(), i).is_some() {
             return Err(ConfigError::invalid(
@@ -88,9 +88,16 @@ pub(super) fn validate(
     }
     let tracing = super::tracing::tracing(raw_tracing)?;
     let mut listeners: Vec<ListenerConfig> = Vec::with_capacity(raw.listeners.len());
+    let checked_against = route::memo::Clusters::new(&clusters);
     for (i, l) in raw.listeners.into_iter().enumerate() {
         let path = format!("listeners[{i}]");
-        let l = listener::check::listener(l, &path, &cluster_index, &clusters, tracing.is_some())?;
+        let l = listener::check::listener(
+            l,
+            &path,
+            &cluster_index,
+            &checked_against,
+            tracing.is_some(),
+        )?;
         if listeners.iter().any(|other| other.name == l.name) {
             return Err(ConfigError::invalid(
                 format!("{path}.name"),

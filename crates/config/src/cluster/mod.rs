@@ -26,6 +26,10 @@ use serde::{Serialize, Serializer};
 use crate::serialize as ser;
 use crate::*;
 
+/// The config's clusters by name: their places in [`Config::clusters`], which routes and
+/// filters hold. Keys come from the config, so a fast hash is safe.
+pub type ClusterIndex<'a> = std::collections::HashMap<&'a str, usize, foldhash::fast::RandomState>;
+
 /// Time allowed for a TCP connect to an upstream host, unless the cluster says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -51,7 +51,7 @@ pub struct ChainCtx<'a> {
     /// The listener's `per_connection_buffer_limit_bytes`.
     pub buffer_limit: u32,
     /// The clusters filters may call (a JWKS server), by name: their places in the config.
-    pub cluster_index: &'a std::collections::HashMap<&'a str, usize>,
+    pub cluster_index: &'a crate::cluster::ClusterIndex<'a>,
 }
 
 /// [`FilterSettings`] for a filter whose entry on a route or virtual host is `disabled` or
@@ -561,7 +561,7 @@ pub(crate) fn http_filters(
     raw: Vec<RawChainFilter>,
     path: &str,
     buffer_limit: u32,
-    cluster_index: &std::collections::HashMap<&str, usize>,
+    cluster_index: &crate::cluster::ClusterIndex<'_>,
 ) -> Result<Vec<ChainFilter>, ConfigError> {
     let ctx = ChainCtx {
         buffer_limit,

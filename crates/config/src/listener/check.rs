@@ -1,15 +1,13 @@
 //! A listener, checked: its address, limits, HTTP settings, TLS, log, filters and routes.
 
-use std::collections::HashMap;
-
 use crate::values::*;
 use crate::*;
 
 pub(crate) fn listener(
     mut raw: RawListener,
     path: &str,
-    cluster_index: &HashMap<&str, usize>,
-    clusters: &[Arc<ClusterConfig>],
+    cluster_index: &crate::cluster::ClusterIndex<'_>,
+    clusters: &crate::route::memo::Clusters<'_>,
     traced: bool,
 ) -> Result<ListenerConfig, ConfigError> {
     let name = if raw.dynamic {
@@ -107,7 +105,12 @@ pub(crate) fn listener(
             if let Some(tls) = &mut raw.tls {
                 tls.alpn.get_or_insert_with(Vec::new);
             }
-            Some(super::tcp_proxy::check(tcp, &at, cluster_index, clusters)?)
+            Some(super::tcp_proxy::check(
+                tcp,
+                &at,
+                cluster_index,
+                clusters.all,
+            )?)
         }
     };
     let http_filters = filters::http_filters(

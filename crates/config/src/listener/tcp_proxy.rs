@@ -4,7 +4,6 @@
 //! form and the check are here; Envoy's `TcpProxy` is mapped in `xds.rs` beside the
 //! listener's.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -97,7 +96,7 @@ pub struct RawTcpProxy {
 pub(crate) fn check(
     raw: RawTcpProxy,
     path: &str,
-    cluster_index: &HashMap<&str, usize>,
+    cluster_index: &crate::cluster::ClusterIndex<'_>,
     clusters: &[std::sync::Arc<ClusterConfig>],
 ) -> Result<TcpProxyConfig, ConfigError> {
     let mut weighted_clusters = Vec::with_capacity(raw.weighted_clusters.len());

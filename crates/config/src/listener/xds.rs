@@ -211,26 +211,36 @@ impl XdsListener {
 
     /// As the config file writes it, each chain with its routes (`routes` finds those from
     /// RDS); `None` while a chain's authorization, tracing or log cluster has no single host.
+    /// `memo`: where the chains' routes are kept checked, and what they are sectioned from
+    /// besides themselves (see `route/memo.rs`).
     pub(crate) fn section<'r>(
         &self,
         routes: &dyn Fn(&str) -> Option<&'r XdsRoutes>,
         clusters: &dyn crate::cluster::xds::ReadyClusters,
         secrets: &Secrets,
+        mut memo: Option<(
+            &mut crate::route::memo::RouteMemo,
+            crate::route::memo::Inputs,
+        )>,
     ) -> Option<RawListener> {
-        let body = |chain: &XdsChain| {
+        let mut body = |i: usize, chain: &XdsChain| {
             let from_rds = chain.rds.as_deref().and_then(routes);
-            chain.section(from_rds, clusters, secrets)
+            let memo = memo.as_mut().and_then(|(memo, inputs)| {
+                let table = from_rds.or(chain.inline.as_ref())?;
+                Some(memo.chain(&self.name, i, *inputs, table.settings_digest()))
+            });
+            chain.section(from_rds, clusters, secrets, memo)
         };
         let mut raw = match &self.own {
-            Some(own) => body(own)?,
+            Some(own) => body(0, own)?,
             None => {
                 let mut raw = self.socket.clone();
                 raw.default_chain = Some(false);
                 raw
             }
         };
-        for matched in &self.chains {
-            let chain = body(&matched.chain)?;
+        for (i, matched) in self.chains.iter().enumerate() {
+            let chain = body(i + 1, &matched.chain)?;
             // One collector per process (checked when the listener came).
             if raw.tracing_provider.is_none() {
                 raw.tracing_provider = chain.tracing_provider;
@@ -329,6 +339,7 @@ impl XdsChain {
         routes: Option<&XdsRoutes>,
         clusters: &dyn crate::cluster::xds::ReadyClusters,
         secrets: &Secrets,
+        memo: Option<&mut crate::route::memo::ChainMemo>,
     ) -> Option<RawListener> {
         let mut raw = self.raw.clone();
         if let Some(tls) = &mut raw.tls {
@@ -368,7 +379,7 @@ impl XdsChain {
         }
         if let Some(routes) = routes {
             let chain: Vec<&str> = raw.http_filters.iter().map(|f| f.name.as_str()).collect();
-            raw.virtual_hosts = routes.section(clusters, &self.upgrades, &chain);
+            raw.virtual_hosts = routes.section(clusters, &self.upgrades, &chain, memo);
             // A request no virtual host takes meets the listener's settings here; Envoy runs
             // no filter that only routes turn on for it. A catch-all host without routes (its
             // answer is the same 404) keeps such filters off there too.
@@ -383,6 +394,7 @@ impl XdsChain {
                     include_attempt_count_in_response: None,
                     filters: None,
                     routes: Vec::new(),
+                    remembered: Vec::new(),
                 });
             }
             // Off at each virtual host that says nothing of it; its routes inherit that.

@@ -13,8 +13,8 @@ use crate::*;
 
 /// What routes are checked against: the clusters they may name and the listener's filters.
 pub(crate) struct RouteCtx<'a> {
-    pub(crate) cluster_index: &'a HashMap<&'a str, usize>,
-    pub(crate) clusters: &'a [std::sync::Arc<ClusterConfig>],
+    pub(crate) cluster_index: &'a crate::cluster::ClusterIndex<'a>,
+    pub(crate) clusters: &'a crate::route::memo::Clusters<'a>,
     pub(crate) chain: &'a [ChainFilter],
     /// The listener came from a management server: its names follow control planes'.
     pub(crate) dynamic: bool,
@@ -30,7 +30,7 @@ pub(crate) fn route_configuration(
     ctx: &RouteCtx<'_>,
 ) -> Result<RouteConfiguration, ConfigError> {
     let mut config = hosts_and_routes(routes, virtual_hosts, path, ctx)?;
-    if config.routes.iter().any(names_cluster_by_header) {
+    if config.routes.iter().any(|r| names_cluster_by_header(r)) {
         config.cluster_names = std::sync::Arc::new(
             (ctx.cluster_index.iter())
                 .map(|(name, &i)| (Box::from(*name), i))
@@ -72,13 +72,14 @@ fn hosts_and_routes(
             let routes = routes
                 .into_iter()
                 .enumerate()
-                .map(|(i, r)| route(r, &at.item("routes", i), ctx, &none))
+                .map(|(i, r)| route(r, &at.item("routes", i), ctx, &none).map(std::sync::Arc::new))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(RouteConfiguration::flat(routes))
         }
         (true, false) => {
             // Sized once: a table of thousands of routes is not copied as it grows.
-            let mut routes = Vec::with_capacity(virtual_hosts.iter().map(|h| h.routes.len()).sum());
+            let count = |h: &RawVirtualHost| h.routes.len() + h.remembered.len();
+            let mut routes = Vec::with_capacity(virtual_hosts.iter().map(count).sum());
             let mut hosts = Vec::with_capacity(virtual_hosts.len());
             // Where each domain and name was first seen, to name both in an error.
             let mut domains: HashMap<Domain, usize> = HashMap::new();
@@ -132,7 +133,7 @@ fn virtual_host(
     raw: RawVirtualHost,
     path: &str,
     ctx: &RouteCtx<'_>,
-    routes: &mut Vec<RouteConfig>,
+    routes: &mut Vec<std::sync::Arc<RouteConfig>>,
 ) -> Result<VirtualHostConfig, ConfigError> {
     let name = if ctx.dynamic {
         crate::values::dynamic_name(raw.name, path)?
@@ -170,10 +171,21 @@ fn virtual_host(
         &format!("{path}.rate_limits"),
     )?;
     let start = routes.len();
+    // A host has routes of its own or remembered ones, not both.
+    let first_remembered = raw.routes.len();
     for (i, r) in raw.routes.into_iter().enumerate() {
-        routes.push(route(
+        routes.push(std::sync::Arc::new(route(
             r,
             &FieldPath::from(path).item("routes", i),
+            ctx,
+            &defaults,
+        )?));
+    }
+    for (i, cell) in raw.remembered.iter().enumerate() {
+        let at = FieldPath::from(path);
+        routes.push(remembered_route(
+            cell,
+            &at.item("routes", first_remembered + i),
             ctx,
             &defaults,
         )?);
@@ -222,6 +234,23 @@ fn domain(value: &str, path: &str) -> Result<Domain, ConfigError> {
     if valid { Ok(domain) } else { Err(invalid()) }
 }
 
+/// A route from a management server as checked before against the same clusters, or
+/// checked now (see `memo.rs`).
+fn remembered_route(
+    cell: &crate::route::memo::CheckedCell,
+    path: &FieldPath<'_>,
+    ctx: &RouteCtx<'_>,
+    host: &HostDefaults,
+) -> Result<std::sync::Arc<RouteConfig>, ConfigError> {
+    let stamp = ctx.clusters.stamp();
+    if let Some(checked) = cell.get(stamp) {
+        return Ok(checked);
+    }
+    let checked = std::sync::Arc::new(route(cell.sectioned().clone(), path, ctx, host)?);
+    cell.remember(stamp, &checked);
+    Ok(checked)
+}
+
 fn route(
     raw: RawRoute,
     path: &FieldPath<'_>,
@@ -234,6 +263,7 @@ fn route(
         chain,
         ..
     } = *ctx;
+    let clusters = clusters.all;
     let matcher = route_match(raw.matcher, &path.field("match"), &ctx.path_normalization)?;
     if raw.ext_authz.is_some() {
         return Err(ConfigError::invalid(

@@ -1,8 +1,6 @@
 //! A route's redirect, path rewrites, traffic split and mirrors (the string matchers of its
 //! headers and query parameters are in matchers.rs, shared with the filters).
 
-use std::collections::HashMap;
-
 use http::StatusCode;
 
 use crate::matchers::fraction;
@@ -226,7 +224,7 @@ fn substitution(value: &str, groups: usize) -> Result<String, String> {
 pub(crate) fn split(
     raw: Vec<RawWeightedCluster>,
     (key, random_value_header, use_hash_policy): (Option<RawHashKey>, Option<String>, bool),
-    clusters: &HashMap<&str, usize>,
+    clusters: &crate::cluster::ClusterIndex<'_>,
     known: &[Arc<ClusterConfig>],
     chain: &[ChainFilter],
     path: &str,
@@ -319,7 +317,7 @@ pub(crate) fn split(
 fn target(
     name: &str,
     header: Option<&str>,
-    (clusters, known): (&HashMap<&str, usize>, &[Arc<ClusterConfig>]),
+    (clusters, known): (&crate::cluster::ClusterIndex<'_>, &[Arc<ClusterConfig>]),
     at: &str,
 ) -> Result<ClusterTarget, ConfigError> {
     match header {
@@ -355,7 +353,7 @@ pub(crate) fn header_name(name: &str, path: &str) -> Result<http::HeaderName, Co
 /// A cluster's index by name.
 pub(crate) fn cluster(
     name: &str,
-    clusters: &HashMap<&str, usize>,
+    clusters: &crate::cluster::ClusterIndex<'_>,
     known: &[Arc<ClusterConfig>],
     path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<usize, ConfigError> {
@@ -378,7 +376,7 @@ pub(crate) fn cluster(
 /// `request_mirror_policies`.
 pub(crate) fn mirrors(
     raw: Vec<RawMirrorPolicy>,
-    clusters: &HashMap<&str, usize>,
+    clusters: &crate::cluster::ClusterIndex<'_>,
     known: &[Arc<ClusterConfig>],
     path: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Vec<MirrorPolicy>, ConfigError> {

@@ -3,12 +3,14 @@
 //! The topic's files, side by side: this one holds a route's typed settings and defaults;
 //! `virtual_host.rs` a listener's route table by domain; `action.rs` redirects, rewrites,
 //! splits and mirrors; `raw.rs` the file's form; `check.rs` and `check_actions.rs` the checks;
-//! `xds.rs` and `xds_actions.rs` the mapping of Envoy's `RouteConfiguration`. What a request
+//! `xds.rs` and `xds_actions.rs` the mapping of Envoy's `RouteConfiguration`; `memo.rs` the
+//! routes from it kept checked while their table changes around them. What a request
 //! is hashed on, which clusters have too, is the `hash_policy` topic.
 
 pub mod action;
 pub(crate) mod check;
 pub(crate) mod check_actions;
+pub(crate) mod memo;
 pub mod raw;
 pub mod virtual_host;
 pub mod xds;

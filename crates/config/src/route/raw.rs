@@ -24,6 +24,21 @@ pub struct RawVirtualHost {
     pub rate_limits: Vec<crate::RawStagedRateLimit>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    /// Routes from a management server handed over in their listener chain's memo, in place
+    /// of `routes`: each was checked before, or is checked from there (`route/memo.rs`).
+    #[serde(skip)]
+    pub(crate) remembered: Vec<crate::route::memo::CheckedCell>,
+}
+
+impl RawVirtualHost {
+    /// Its `i`th route, as it is to be checked.
+    #[cfg(test)]
+    pub(crate) fn route(&self, i: usize) -> &RawRoute {
+        match self.remembered.get(i) {
+            Some(cell) => cell.sectioned(),
+            None => &self.routes[i],
+        }
+    }
 }
 
 // Settings most routes leave out are boxed: a table of thousands of routes is moved and

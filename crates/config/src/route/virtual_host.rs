@@ -11,12 +11,13 @@ use crate::{RetryPolicy, RouteConfig, RouteFilters};
 /// The virtual hosts of a listener and their routes. A request is served by the one virtual
 /// host its `host` picks (see [`Domain`]), and then by the first of that host's routes that
 /// matches; it never falls through to another virtual host.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct RouteConfiguration {
     /// Every route of every virtual host, host after host in config order. A route is known
     /// by its index here (filters keep their per-route settings by it). Shared: the config
-    /// and the route table built from it hold the same routes.
-    pub routes: Arc<Vec<RouteConfig>>,
+    /// and the route table built from it hold the same routes, and a route unchanged by an
+    /// update from a management server is the same one in the next config.
+    pub routes: Arc<Vec<Arc<RouteConfig>>>,
     pub virtual_hosts: Vec<VirtualHostConfig>,
     /// Written as a flat `routes:` list: one virtual host for every domain, dumped back in
     /// the same form.
@@ -31,7 +32,7 @@ pub struct RouteConfiguration {
 
 impl RouteConfiguration {
     /// A flat list of routes: one virtual host, `*`.
-    pub fn flat(mut routes: Vec<RouteConfig>) -> Self {
+    pub fn flat(mut routes: Vec<Arc<RouteConfig>>) -> Self {
         // Kept as long as the config: no room for more.
         routes.shrink_to_fit();
         let virtual_hosts = vec![VirtualHostConfig {
@@ -77,8 +78,31 @@ impl RouteConfiguration {
     }
 
     /// The routes of `host`, in order.
-    pub fn routes_of(&self, host: &VirtualHostConfig) -> &[RouteConfig] {
+    pub fn routes_of(&self, host: &VirtualHostConfig) -> &[Arc<RouteConfig>] {
         &self.routes[host.routes.clone()]
+    }
+}
+
+impl PartialEq for RouteConfiguration {
+    /// A route shared by both is equal without a look inside: a table changed in one route
+    /// of a thousand compares that one.
+    fn eq(&self, other: &Self) -> bool {
+        let Self {
+            routes,
+            virtual_hosts,
+            flat,
+            ignore_port_in_host_matching,
+            cluster_names,
+        } = self;
+        let same_route =
+            |(a, b): (&Arc<RouteConfig>, &Arc<RouteConfig>)| Arc::ptr_eq(a, b) || a == b;
+        (Arc::ptr_eq(routes, &other.routes)
+            || (routes.len() == other.routes.len()
+                && routes.iter().zip(other.routes.iter()).all(same_route)))
+            && *virtual_hosts == other.virtual_hosts
+            && *flat == other.flat
+            && *ignore_port_in_host_matching == other.ignore_port_in_host_matching
+            && *cluster_names == other.cluster_names
     }
 }
 
@@ -159,7 +183,7 @@ impl Serialize for RouteConfiguration {
 
 struct HostView<'a> {
     host: &'a VirtualHostConfig,
-    routes: &'a [RouteConfig],
+    routes: &'a [Arc<RouteConfig>],
 }
 
 impl Serialize for HostView<'_> {

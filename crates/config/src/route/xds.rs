@@ -49,6 +49,9 @@ pub struct XdsRoutes {
     /// whole, inline in a listener): the next version of the table translates only the
     /// routes whose bytes changed.
     encoded: Vec<EncodedHost>,
+    /// A digest of its bytes without its virtual hosts, its own settings (0 when it came
+    /// whole): the routes' memo is kept while it stays.
+    settings_digest: u64,
 }
 
 /// A virtual host as translated. Its routes are shared: the next version of the table keeps
@@ -72,6 +75,9 @@ struct EncodedHost {
 /// Per route of a virtual host, in their order, where it is among the host's translated
 /// routes (`None`: left out).
 type Places = Vec<Option<usize>>;
+
+/// By digest: the keys are hashes already, and a thousand are hashed again per change.
+type DigestMap<V> = std::collections::HashMap<u64, V, foldhash::fast::RandomState>;
 
 /// A route to translate, or the translation of the same bytes kept from before. Boxed: a
 /// decoded route takes 2 KiB, and a table changed in one route holds a thousand kept ones.
@@ -201,6 +207,7 @@ impl XdsRoutes {
             ignore_port_in_host_matching,
             headers,
             encoded: Vec::new(),
+            settings_digest: 0,
         };
         Ok((translated, places))
     }
@@ -209,6 +216,7 @@ impl XdsRoutes {
     #[cfg(test)]
     fn without_encoding(mut self) -> Self {
         self.encoded.clear();
+        self.settings_digest = 0;
         self
     }
 
@@ -220,6 +228,11 @@ impl XdsRoutes {
             _ => self.encoded.iter().position(same)?,
         };
         Some((self.virtual_hosts.get(k)?, &self.encoded[k]))
+    }
+
+    /// A digest of what the table says besides its virtual hosts (0 when it came whole).
+    pub(crate) fn settings_digest(&self) -> u64 {
+        self.settings_digest
     }
 
     /// The `headers` filter's listener entry, when the routes change headers at any level.
@@ -238,24 +251,35 @@ impl XdsRoutes {
         ready: &dyn crate::cluster::xds::ReadyClusters,
         upgrades: &[String],
         chain: &[&str],
+        memo: Option<&mut crate::route::memo::ChainMemo>,
     ) -> Vec<RawVirtualHost> {
-        let mut hosts: Vec<RawVirtualHost> = (self.virtual_hosts.iter())
-            .map(|h| RawVirtualHost {
-                routes: h.routes.iter().map(|r| RawRoute::clone(r)).collect(),
-                ..h.host.clone()
-            })
-            .collect();
-        for host in &mut hosts {
-            let levels = std::iter::once(&mut host.filters)
-                .chain(host.routes.iter_mut().map(|r| &mut r.filters));
-            for filters in levels {
-                if let Some(f) = filters {
-                    f.retain(chain);
-                }
-                if filters.as_ref().is_some_and(|f| f.is_empty()) {
-                    *filters = None;
-                }
+        let sectioned = |r: &RawRoute| {
+            let mut route = r.clone();
+            section_route(&mut route, ready, upgrades, chain);
+            route
+        };
+        let mut hosts: Vec<RawVirtualHost> = match memo {
+            None => (self.virtual_hosts.iter())
+                .map(|h| RawVirtualHost {
+                    routes: h.routes.iter().map(|r| sectioned(r)).collect(),
+                    ..h.host.clone()
+                })
+                .collect(),
+            // Each route is handed over in its cell: the check finds it there, or what it
+            // was checked into before.
+            Some(memo) => {
+                let all = self.virtual_hosts.iter().flat_map(|h| h.routes.iter());
+                let mut cells = memo.cells(all, sectioned).into_iter();
+                (self.virtual_hosts.iter())
+                    .map(|h| RawVirtualHost {
+                        remembered: cells.by_ref().take(h.routes.len()).collect(),
+                        ..h.host.clone()
+                    })
+                    .collect()
             }
+        };
+        for host in &mut hosts {
+            retain_filters(&mut host.filters, chain);
         }
         // Envoy takes a configuration with no hosts, or a host with no routes, and answers
         // 404 for what they do not route; so does a catch-all 404 here.
@@ -269,69 +293,88 @@ impl XdsRoutes {
                 filters: None,
                 rate_limits: Vec::new(),
                 routes: Vec::new(),
+                remembered: Vec::new(),
             });
         }
-        for host in hosts.iter_mut().filter(|h| h.routes.is_empty()) {
+        for host in (hosts.iter_mut()).filter(|h| h.routes.is_empty() && h.remembered.is_empty()) {
             host.routes.push(not_found());
         }
-        for route in hosts.iter_mut().flat_map(|h| h.routes.iter_mut()) {
-            // A copy for a cluster not there is not sent (Envoy's shadow fails quietly).
-            // (One a request header names is looked up per request.)
-            route
-                .request_mirror_policies
-                .retain(|m| m.cluster_header.is_some() || ready.http1(&m.cluster).is_some());
-            // Of a split, the clusters that are there share its traffic.
-            if let Some(split) = &mut route.weighted_clusters {
-                split.retain(|c| c.cluster_header.is_some() || ready.http1(&c.cluster).is_some());
-            }
-            let clusters: Vec<&str> = match (&route.cluster, &route.weighted_clusters) {
-                (Some(cluster), _) => vec![cluster.as_str()],
-                (None, Some(split)) => (split.iter())
-                    .filter(|c| c.cluster_header.is_none())
-                    .map(|c| c.cluster.as_str())
-                    .collect(),
-                // The listener's upgrades are offered as for an HTTP/1.1 cluster: one to a
-                // cluster speaking HTTP/2 fails there, as in Envoy.
-                (None, None) if route.cluster_header.is_some() => Vec::new(),
-                (None, None) => continue,
-            };
-            let by_header = route.cluster_header.is_some()
-                || (route.weighted_clusters.iter().flatten()).any(|c| c.cluster_header.is_some());
-            let known: Vec<bool> = clusters.iter().filter_map(|c| ready.http1(c)).collect();
-            if (known.is_empty() && !by_header) || known.len() < clusters.len() {
-                *route = RawRoute {
-                    matcher: std::mem::take(&mut route.matcher),
-                    filters: route.filters.take(),
-                    metadata: route.metadata.take(),
-                    tracing: route.tracing.take(),
-                    decorator: route.decorator.take(),
-                    direct_response: Some(cluster_not_found(route.cluster_not_found_status)),
-                    ..Default::default()
-                };
-                continue;
-            }
-            let http1 = known.iter().all(|&http1| http1);
-            if !http1 {
-                // The route's own upgrade_configs too: Envoy takes them and fails each
-                // upgrade to an HTTP/2 cluster; here they are not offered. A terminated
-                // CONNECT speaks TCP to the host, whatever its HTTP.
-                route.upgrades.clear();
-                route.connect = route
-                    .connect
-                    .filter(|c| *c == crate::ConnectMode::Terminate);
-            }
-            for upgrade in upgrades.iter().filter(|_| http1) {
-                if upgrade == "connect" {
-                    // The route's own CONNECT setting wins over the listener's.
-                    route.connect.get_or_insert(crate::ConnectMode::Forward);
-                    continue;
-                }
-                if !route.upgrades.contains(upgrade) {
-                    route.upgrades.push(upgrade.clone());
-                }
-            }
-        }
         hosts
+    }
+}
+
+/// Settings for filters not in the listener's `chain` dropped.
+fn retain_filters(filters: &mut Option<Box<RawRouteFilters>>, chain: &[&str]) {
+    if let Some(f) = filters {
+        f.retain(chain);
+    }
+    if filters.as_ref().is_some_and(|f| f.is_empty()) {
+        *filters = None;
+    }
+}
+
+/// A route as its listener serves it (see [`XdsRoutes::section`]).
+fn section_route(
+    route: &mut RawRoute,
+    ready: &dyn crate::cluster::xds::ReadyClusters,
+    upgrades: &[String],
+    chain: &[&str],
+) {
+    retain_filters(&mut route.filters, chain);
+    // A copy for a cluster not there is not sent (Envoy's shadow fails quietly).
+    // (One a request header names is looked up per request.)
+    route
+        .request_mirror_policies
+        .retain(|m| m.cluster_header.is_some() || ready.http1(&m.cluster).is_some());
+    // Of a split, the clusters that are there share its traffic.
+    if let Some(split) = &mut route.weighted_clusters {
+        split.retain(|c| c.cluster_header.is_some() || ready.http1(&c.cluster).is_some());
+    }
+    let clusters: Vec<&str> = match (&route.cluster, &route.weighted_clusters) {
+        (Some(cluster), _) => vec![cluster.as_str()],
+        (None, Some(split)) => (split.iter())
+            .filter(|c| c.cluster_header.is_none())
+            .map(|c| c.cluster.as_str())
+            .collect(),
+        // The listener's upgrades are offered as for an HTTP/1.1 cluster: one to a
+        // cluster speaking HTTP/2 fails there, as in Envoy.
+        (None, None) if route.cluster_header.is_some() => Vec::new(),
+        (None, None) => return,
+    };
+    let by_header = route.cluster_header.is_some()
+        || (route.weighted_clusters.iter().flatten()).any(|c| c.cluster_header.is_some());
+    let known: Vec<bool> = clusters.iter().filter_map(|c| ready.http1(c)).collect();
+    if (known.is_empty() && !by_header) || known.len() < clusters.len() {
+        *route = RawRoute {
+            matcher: std::mem::take(&mut route.matcher),
+            filters: route.filters.take(),
+            metadata: route.metadata.take(),
+            tracing: route.tracing.take(),
+            decorator: route.decorator.take(),
+            direct_response: Some(cluster_not_found(route.cluster_not_found_status)),
+            ..Default::default()
+        };
+        return;
+    }
+    let http1 = known.iter().all(|&http1| http1);
+    if !http1 {
+        // The route's own upgrade_configs too: Envoy takes them and fails each
+        // upgrade to an HTTP/2 cluster; here they are not offered. A terminated
+        // CONNECT speaks TCP to the host, whatever its HTTP.
+        route.upgrades.clear();
+        route.connect = route
+            .connect
+            .filter(|c| *c == crate::ConnectMode::Terminate);
+    }
+    for upgrade in upgrades.iter().filter(|_| http1) {
+        if upgrade == "connect" {
+            // The route's own CONNECT setting wins over the listener's.
+            route.connect.get_or_insert(crate::ConnectMode::Forward);
+            continue;
+        }
+        if !route.upgrades.contains(upgrade) {
+            route.upgrades.push(upgrade.clone());
+        }
     }
 }
 
@@ -426,6 +469,7 @@ fn virtual_host(
         filters: filters(per_filter, headers),
         rate_limits,
         routes: Vec::new(),
+        remembered: Vec::new(),
     };
     Ok((
         XdsHost {
@@ -439,6 +483,8 @@ fn virtual_host(
 /// A RouteConfiguration's parts, decoded where their bytes are new.
 struct Parts<'a> {
     config: RouteConfiguration,
+    /// A digest of the configuration's bytes without its virtual hosts.
+    settings_digest: u64,
     hosts: Vec<HostParts<'a>>,
 }
 
@@ -467,7 +513,7 @@ impl<'a> Parts<'a> {
             let host = VirtualHost::decode(parts.rest.as_slice()).ok()?;
             let kept = before.and_then(|b| b.host_from(i, host_digest));
             // By digest, made when a route is not where it was.
-            let mut by_digest: Option<std::collections::HashMap<u64, Option<usize>>> = None;
+            let mut by_digest: Option<DigestMap<Option<usize>>> = None;
             let mut routes = Vec::with_capacity(parts.parts.len());
             for (j, encoded_route) in parts.parts.iter().enumerate() {
                 let digest = crate::envoy::digest(encoded_route);
@@ -497,7 +543,11 @@ impl<'a> Parts<'a> {
                 routes,
             });
         }
-        Some(Self { config, hosts })
+        Some(Self {
+            config,
+            settings_digest: crate::envoy::digest(&top.rest),
+            hosts,
+        })
     }
 
     fn translate(self) -> Result<XdsRoutes, ResourceError> {
@@ -516,6 +566,7 @@ impl<'a> Parts<'a> {
             )
             .collect();
         let (mut translated, places) = XdsRoutes::translate_hosts(self.config, hosts, None)?;
+        translated.settings_digest = self.settings_digest;
         translated.encoded = (digests.into_iter().zip(places))
             .map(|((digest, routes), places)| EncodedHost {
                 digest,

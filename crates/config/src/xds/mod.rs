@@ -189,6 +189,9 @@ pub struct Resources {
     /// The endpoints' stamp, and those of what names them, when the endpoints nothing
     /// names were last dropped.
     endpoints_retained: Option<(u64, NameSources)>,
+    /// The routes of the listeners' chains as last checked (shared by the clones: what it
+    /// keeps is known by what it was made from).
+    route_memo: Arc<std::sync::Mutex<crate::route::memo::RouteMemo>>,
 }
 
 /// The stamps of the maps clusters are made from (clusters, serving clusters, endpoints,
@@ -232,6 +235,9 @@ struct ClustersMade {
     warming: Vec<String>,
     /// A hash of the resources they were made from (names and digests).
     digest: u64,
+    /// A hash of what a route's section reads of them: the names of those ready and
+    /// whether each speaks HTTP/1.1. Endpoints changing leave it (and the routes) as is.
+    routing: u64,
 }
 
 /// The stamps of the maps names are gathered from (listeners, serving, clusters, serving
@@ -461,11 +467,15 @@ impl Resources {
             checked.extend(rechecked);
             checked.retain(|name, _| in_force.binary_search(&name.as_str()).is_ok());
         }
+        let routing = crate::route::memo::ready_stamp(
+            (in_force.iter()).map(|name| (*name, self.checked.http1(name) == Some(true))),
+        );
         Ok(ClustersMade {
             from: self.cluster_sources(),
             clusters,
             warming,
             digest: inputs.finish(),
+            routing,
         })
     }
 
@@ -502,6 +512,8 @@ impl Resources {
         warming.clusters.clone_from(&made.warming);
         let clusters = made.clusters.clone();
         let ready: &BTreeMap<String, crate::cluster::xds::CheckedCluster> = &self.checked;
+        let mut memo = (self.route_memo.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        memo.begin();
         let mut listeners = Vec::with_capacity(self.listeners.len());
         for (name, held) in &self.listeners {
             let warm = |l: &XdsListener| {
@@ -536,10 +548,16 @@ impl Resources {
                 }
             }
             let routes = |name: &str| self.routes.get(name).map(|held| &*held.value);
-            if let Some(section) = listener.value.section(&routes, ready, &self.secrets) {
+            let made_from = crate::route::memo::Inputs {
+                listener: listener.digest,
+                clusters: made.routing,
+            };
+            let memo = Some((&mut *memo, made_from));
+            if let Some(section) = listener.value.section(&routes, ready, &self.secrets, memo) {
                 listeners.push(section);
             }
         }
+        memo.end();
         Ok(Sections {
             listeners,
             clusters,

@@ -348,7 +348,7 @@ fn endpoints_keep_their_health_priority_and_locality_and_merge_repeats() {
 fn routes_translate_matches_and_timeouts() {
     let config = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
     let ready: BTreeMap<&str, bool> = [("web", true)].into_iter().collect();
-    let hosts = config.section(&ready, &["websocket".into()], &[]);
+    let hosts = config.section(&ready, &["websocket".into()], &[], None);
     let route = &hosts[0].routes[0];
     assert_eq!(route.cluster.as_deref(), Some("web"));
     assert_eq!(route.matcher.prefix.as_deref(), Some("/"));
@@ -361,7 +361,7 @@ fn routes_translate_matches_and_timeouts() {
     // The listener's upgrades are offered only where the cluster speaks HTTP/1.1: the same
     // routes to an HTTP/2 cluster are valid, without them.
     let h2: BTreeMap<&str, bool> = [("web", false)].into_iter().collect();
-    let hosts = config.section(&h2, &["websocket".into()], &[]);
+    let hosts = config.section(&h2, &["websocket".into()], &[], None);
     assert!(hosts[0].routes[0].upgrades.is_empty());
 
     // Nor those the route itself names.
@@ -375,10 +375,14 @@ fn routes_translate_matches_and_timeouts() {
     }];
     let own = XdsRoutes::decode(&pack(&own)).unwrap();
     assert_eq!(
-        own.section(&ready, &[], &[])[0].routes[0].upgrades,
+        own.section(&ready, &[], &[], None)[0].routes[0].upgrades,
         ["websocket"]
     );
-    assert!(own.section(&h2, &[], &[])[0].routes[0].upgrades.is_empty());
+    assert!(
+        own.section(&h2, &[], &[], None)[0].routes[0]
+            .upgrades
+            .is_empty()
+    );
 }
 
 /// Contour's global rate limit: the virtual host's and the route action's `rate_limits`
@@ -412,7 +416,7 @@ fn route_and_host_rate_limits_translate_with_their_stage() {
     let ready: BTreeMap<&str, bool> = [("web", true)].into_iter().collect();
     let hosts = XdsRoutes::decode(&pack(&config))
         .unwrap()
-        .section(&ready, &[], &[]);
+        .section(&ready, &[], &[], None);
     assert_eq!(hosts[0].rate_limits.len(), 1);
     let route = &hosts[0].routes[0];
     assert_eq!(route.rate_limits[0].stage, Some(1));
@@ -456,7 +460,7 @@ fn connect_routes_translate_as_envoy_gateway_sends_them() {
     // `connect_config: {}`: terminated here, whatever HTTP the cluster speaks.
     let terminated = connect(Some(Default::default())).unwrap();
     for clusters in [&ready, &h2] {
-        let route = &terminated.section(clusters, &[], &[])[0].routes[0];
+        let route = &terminated.section(clusters, &[], &[], None)[0].routes[0];
         assert_eq!(route.matcher.connect, Some(true));
         assert_eq!(route.matcher.prefix, None, "no path to match");
         assert_eq!(route.connect, Some(crate::ConnectMode::Terminate));
@@ -464,12 +468,15 @@ fn connect_routes_translate_as_envoy_gateway_sends_them() {
     }
     // Without it, forwarded; to an HTTP/2 cluster, not offered (as the other upgrades).
     let forwarded = connect(None).unwrap();
-    let route = &forwarded.section(&ready, &[], &[])[0].routes[0];
+    let route = &forwarded.section(&ready, &[], &[], None)[0].routes[0];
     assert_eq!(route.connect, Some(crate::ConnectMode::Forward));
-    assert_eq!(forwarded.section(&h2, &[], &[])[0].routes[0].connect, None);
+    assert_eq!(
+        forwarded.section(&h2, &[], &[], None)[0].routes[0].connect,
+        None
+    );
     // The connection manager's CONNECT upgrade forwards on every route that does not say.
     let plain = XdsRoutes::decode(&pack(&routes("r", "web"))).unwrap();
-    let route = &plain.section(&ready, &["connect".into()], &[])[0].routes[0];
+    let route = &plain.section(&ready, &["connect".into()], &[], None)[0].routes[0];
     assert_eq!(route.connect, Some(crate::ConnectMode::Forward));
     assert!(route.upgrades.is_empty());
     // What Legate does not do with a tunnel is refused by name.
@@ -487,7 +494,7 @@ fn connect_routes_translate_as_envoy_gateway_sends_them() {
 #[test]
 fn a_route_to_a_cluster_not_there_answers_503() {
     let config = XdsRoutes::decode(&pack(&routes("r", "gone"))).unwrap();
-    let hosts = config.section(&BTreeMap::<&str, bool>::new(), &[], &[]);
+    let hosts = config.section(&BTreeMap::<&str, bool>::new(), &[], &[], None);
     let route = &hosts[0].routes[0];
     assert!(route.cluster.is_none() && route.timeout.is_none());
     assert_eq!(route.direct_response.as_ref().map(|d| d.status), Some(503));
@@ -621,7 +628,7 @@ fn clusters_wait_for_endpoints_and_listeners_for_routes() {
     assert_eq!(warming, Warming::default());
     assert!(matches!(&clusters[0].endpoints[..], [e] if e.address.to_string() == "127.0.0.1:8001"));
     assert_eq!(
-        listeners[0].virtual_hosts[0].routes[0].cluster.as_deref(),
+        listeners[0].virtual_hosts[0].route(0).cluster.as_deref(),
         Some("web")
     );
 
@@ -690,6 +697,7 @@ fn a_dynamic_name_clashing_with_the_files_is_named_in_the_error() {
                 &|_: &str| Some(&r),
                 &BTreeMap::<&str, bool>::new(),
                 &Default::default(),
+                None,
             )
             .unwrap(),
         ],
@@ -706,10 +714,12 @@ fn a_route_configuration_without_routes_answers_404() {
         name: "r".into(),
         ..Default::default()
     };
-    let hosts =
-        XdsRoutes::decode(&pack(&empty))
-            .unwrap()
-            .section(&BTreeMap::<&str, bool>::new(), &[], &[]);
+    let hosts = XdsRoutes::decode(&pack(&empty)).unwrap().section(
+        &BTreeMap::<&str, bool>::new(),
+        &[],
+        &[],
+        None,
+    );
     assert_eq!(hosts.len(), 1);
     assert_eq!(
         hosts[0].routes[0]
@@ -835,6 +845,7 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
             &|_: &str| Some(&r),
             &BTreeMap::<&str, bool>::new(),
             &Default::default(),
+            None,
         )
         .unwrap();
     let tls = raw.tls.unwrap();
@@ -862,6 +873,7 @@ fn tls_contexts_take_files_and_refuse_inline_keys() {
             &|_: &str| Some(&r),
             &BTreeMap::<&str, bool>::new(),
             &Default::default(),
+            None,
         )
         .unwrap();
     assert!(
@@ -1468,9 +1480,7 @@ fn what_envoy_accepts_from_control_planes_is_accepted() {
         ..
     } = resources.sections().unwrap();
     assert_eq!(warming, Warming::default());
-    let retry = listeners[0].virtual_hosts[0].routes[0]
-        .retry_policy
-        .as_ref();
+    let retry = listeners[0].virtual_hosts[0].route(0).retry_policy.as_ref();
     assert_eq!(retry.map(|r| r.per_try_timeout), Some(None));
     assert_eq!(retry.and_then(|r| r.previous_priorities), Some(2));
     let origin = crate::Config::from_yaml(
@@ -1549,6 +1559,7 @@ fn the_proxy_protocol_filter_and_forwarded_for_trust_translate() {
                 &|_: &str| None,
                 &BTreeMap::<&str, bool>::new(),
                 &std::collections::BTreeMap::new(),
+                None,
             )
             .unwrap()
     };
@@ -1622,7 +1633,7 @@ fn route_features_beyond_one_cluster_are_refused_by_name_where_they_cannot_hold(
         change(&mut config.virtual_hosts[0].routes[0]);
         XdsRoutes::decode(&pack(&config)).map(|c| {
             let ready: BTreeMap<&str, bool> = [("web", true), ("v2", true)].into_iter().collect();
-            c.section(&ready, &[], &[])
+            c.section(&ready, &[], &[], None)
         })
     };
     fn action(r: &mut Route) -> &mut RouteAction {
@@ -2275,7 +2286,7 @@ fn routes_whose_path_can_never_match_are_left_out() {
     });
     let routes = XdsRoutes::decode(&pack(&config)).unwrap();
     let ready = BTreeMap::from([("backend", true)]);
-    let hosts = routes.section(&ready, &[], &[]);
+    let hosts = routes.section(&ready, &[], &[], None);
     assert_eq!(hosts[0].routes.len(), 1);
     assert_eq!(hosts[0].routes[0].matcher.prefix.as_deref(), Some("/"));
 }
@@ -2314,6 +2325,7 @@ fn listeners_naming_another_collector_are_refused() {
                 &|_: &str| Some(&r),
                 &BTreeMap::<&str, bool>::new(),
                 &Default::default(),
+                None,
             )
             .unwrap();
         raw.tracing = Some(crate::RawListenerTracing::default());
@@ -2391,7 +2403,7 @@ fn a_plain_body_format_is_the_direct_responses_body() {
     };
     let body_of = |text: &[u8]| {
         let routes = with_format(text).unwrap();
-        let hosts = routes.section(&BTreeMap::<&str, bool>::new(), &[], &[]);
+        let hosts = routes.section(&BTreeMap::<&str, bool>::new(), &[], &[], None);
         let direct = hosts[0].routes[0].direct_response.clone().unwrap();
         (direct.status, direct.body)
     };
@@ -2424,8 +2436,12 @@ fn virtual_clusters_are_taken() {
     let with = XdsRoutes::decode(&pack(&config)).unwrap();
     config.virtual_hosts[0].virtual_clusters.clear();
     let without = XdsRoutes::decode(&pack(&config)).unwrap();
-    let section =
-        |r: &XdsRoutes| format!("{:?}", r.section(&BTreeMap::<&str, bool>::new(), &[], &[]));
+    let section = |r: &XdsRoutes| {
+        format!(
+            "{:?}",
+            r.section(&BTreeMap::<&str, bool>::new(), &[], &[], None)
+        )
+    };
     assert_eq!(section(&with), section(&without));
 }
 
@@ -3211,7 +3227,7 @@ fn endpoint_hostnames_and_check_targets_and_auto_host_rewrite_are_taken() {
     let auto = XdsRoutes::decode(&pack(&auto)).unwrap();
     let ready: BTreeMap<&str, bool> = [("web", true)].into_iter().collect();
     assert_eq!(
-        auto.section(&ready, &[], &[])[0].routes[0].auto_host_rewrite,
+        auto.section(&ready, &[], &[], None)[0].routes[0].auto_host_rewrite,
         Some(true)
     );
 }
@@ -3517,6 +3533,7 @@ fn keepalive_socket_options_become_the_listeners_tcp_keepalive() {
                 &|_: &str| Some(&r),
                 &BTreeMap::<&str, bool>::new(),
                 &Default::default(),
+                None,
             )
             .unwrap()
             .tcp_keepalive
@@ -3560,6 +3577,7 @@ fn exact_balance_is_the_files_exact_and_reuse_port_is_not_turned_off() {
             &|_: &str| Some(&r),
             &BTreeMap::<&str, bool>::new(),
             &Default::default(),
+            None,
         )
         .unwrap();
     assert_eq!(raw.connection_balance.as_deref(), Some("exact"));
@@ -4073,7 +4091,8 @@ fn a_change_checks_again_only_the_clusters_it_touches() {
         .insert("r1".into(), held_routes("r1", "api"));
     let routed = resources.sections().unwrap();
     assert_eq!(
-        routed.listeners[0].virtual_hosts[0].routes[0]
+        routed.listeners[0].virtual_hosts[0]
+            .route(0)
             .cluster
             .as_deref(),
         Some("api")
@@ -4180,4 +4199,183 @@ fn a_change_copies_only_the_maps_it_touches() {
 /// A set of owned names, as subscriptions hold them.
 fn names<const N: usize>(list: [&str; N]) -> BTreeSet<String> {
     list.into_iter().map(str::to_owned).collect()
+}
+
+/// Routes `/a`, `/b` and `/c` to clusters `a`, `b` and `c`, as held after `before` (kept
+/// routes shared, as an update from the server keeps them); `b_to`: where `/b` goes.
+fn held_table(b_to: &str, before: Option<&Held<XdsRoutes>>) -> Held<XdsRoutes> {
+    held_table_with(b_to, None, before)
+}
+
+/// [`held_table`], its virtual host retrying this many times when its routes say nothing.
+fn held_table_with(
+    b_to: &str,
+    host_retries: Option<u32>,
+    before: Option<&Held<XdsRoutes>>,
+) -> Held<XdsRoutes> {
+    let mut table = resources::route_config(
+        "r",
+        vec![
+            resources::forward("/a", "a"),
+            resources::forward("/b", b_to),
+            resources::forward("/c", "c"),
+        ],
+    );
+    table.virtual_hosts[0].retry_policy =
+        host_retries.map(|n| envoy_types::pb::envoy::config::route::v3::RetryPolicy {
+            retry_on: "5xx".into(),
+            num_retries: Some(UInt32Value { value: n }),
+            ..Default::default()
+        });
+    let encoded = pack(&table);
+    let decoded = XdsRoutes::decode_after(&encoded, |_| before.map(|b| &*b.value)).unwrap();
+    Held::new(decoded, "1".into(), &encoded.value)
+}
+
+/// The cluster each route of listener `edge` forwards to, by name; `direct` for a route
+/// answering itself.
+fn forwarded_to(config: &crate::Config) -> Vec<String> {
+    let edge = config.listeners.iter().find(|l| l.name == "edge").unwrap();
+    (edge.route_config.routes.iter())
+        .map(|r| match &r.action {
+            crate::RouteAction::Forward(f) => match f.cluster {
+                crate::ClusterTarget::Index(i) => config.clusters[i].name.clone(),
+                _ => "by header".into(),
+            },
+            crate::RouteAction::DirectResponse { status, .. } => {
+                format!("direct {}", status.as_u16())
+            }
+            crate::RouteAction::Redirect(_) => "redirect".into(),
+        })
+        .collect()
+}
+
+/// Clusters `a`, `b` and `c`, listener `edge` and its table [`held_table`]`("b")`.
+fn edge_with_table() -> Resources {
+    let mut resources = Resources::default();
+    hold_eds_clusters(&mut resources, &[("a", 8001), ("b", 8002), ("c", 8003)]);
+    resources
+        .listeners
+        .insert("edge".into(), held_listener("edge", "r"));
+    resources.routes.insert("r".into(), held_table("b", None));
+    resources
+}
+
+fn edge_routes(config: &crate::Config) -> Vec<Arc<crate::RouteConfig>> {
+    let edge = config.listeners.iter().find(|l| l.name == "edge").unwrap();
+    edge.route_config.routes.to_vec()
+}
+
+#[test]
+fn a_route_changed_in_its_table_is_checked_alone_and_the_others_are_kept_checked() {
+    let mut resources = edge_with_table();
+    let first = compose_ads(&mut resources).unwrap();
+    assert_eq!(forwarded_to(&first), ["a", "b", "c"]);
+
+    // `/b` now goes to `c`: that route is checked again, `/a` and `/c` are the same ones.
+    let before = resources.routes.get("r").cloned();
+    resources
+        .routes
+        .insert("r".into(), held_table("c", before.as_ref()));
+    let second = compose_ads(&mut resources).unwrap();
+    assert_eq!(forwarded_to(&second), ["a", "c", "c"]);
+    let (old, new) = (edge_routes(&first), edge_routes(&second));
+    assert!(Arc::ptr_eq(&old[0], &new[0]) && Arc::ptr_eq(&old[2], &new[2]));
+    assert!(!Arc::ptr_eq(&old[1], &new[1]));
+    // The tables differ by that route alone, and the comparison says so.
+    assert_ne!(
+        first.listeners[0].route_config,
+        second.listeners[0].route_config
+    );
+
+    // The same inputs again: every route kept.
+    let again = compose_ads(&mut resources).unwrap();
+    assert!(
+        (edge_routes(&second).iter().zip(edge_routes(&again).iter()))
+            .all(|(a, b)| Arc::ptr_eq(a, b))
+    );
+    assert_eq!(
+        second.listeners[0].route_config,
+        again.listeners[0].route_config
+    );
+}
+
+#[test]
+fn kept_routes_are_checked_again_when_their_clusters_change() {
+    let mut resources = edge_with_table();
+    let first = compose_ads(&mut resources).unwrap();
+
+    // Cluster `b` gone: its route answers 503, as a route to a cluster not there does.
+    resources.clusters.remove("b");
+    let second = compose_ads(&mut resources).unwrap();
+    assert_eq!(forwarded_to(&second), ["a", "direct 503", "c"]);
+    assert!(!Arc::ptr_eq(
+        &edge_routes(&first)[1],
+        &edge_routes(&second)[1]
+    ));
+
+    // The config file's clusters come first: one more there moves the others' places, and
+    // the routes checked before (by the same sections) are checked again.
+    let origin = |clusters: &str| {
+        crate::Config::from_yaml(&format!(
+            "node: {{ id: n }}\ndynamic_resources: {{ ads: {{ address: \"127.0.0.1:1\" }} }}\n{clusters}"
+        ))
+        .unwrap()
+        .origin
+    };
+    let bare = origin("");
+    let with_file_cluster = origin("clusters:\n  - name: file\n    endpoints: [127.0.0.1:9]\n");
+    for origin in [&bare, &with_file_cluster, &bare] {
+        let Sections {
+            listeners,
+            clusters,
+            ..
+        } = resources.sections().unwrap();
+        let config = compose(origin, listeners, clusters).unwrap();
+        assert_eq!(forwarded_to(&config), ["a", "direct 503", "c"]);
+    }
+}
+
+#[test]
+fn routes_stay_checked_through_endpoint_changes_and_not_through_a_change_to_their_host() {
+    let mut resources = edge_with_table();
+    let first = compose_ads(&mut resources).unwrap();
+
+    // New endpoints: what the routes are checked against is the same, and so are they.
+    resources
+        .endpoints
+        .insert("a".into(), held_endpoints("a", 9001));
+    let moved = compose_ads(&mut resources).unwrap();
+    assert!(
+        (edge_routes(&first).iter().zip(edge_routes(&moved).iter()))
+            .all(|(a, b)| Arc::ptr_eq(a, b))
+    );
+
+    // The host retries now: the same route bytes in it are routes with its retry policy.
+    let before = resources.routes.get("r").cloned();
+    resources
+        .routes
+        .insert("r".into(), held_table_with("b", Some(3), before.as_ref()));
+    let retried = compose_ads(&mut resources).unwrap();
+    for route in edge_routes(&retried) {
+        let crate::RouteAction::Forward(forward) = &route.action else {
+            panic!("a forwarding route");
+        };
+        assert_eq!(
+            forward.retry_policy.as_ref().map(|r| r.num_retries),
+            Some(3)
+        );
+    }
+    assert_eq!(forwarded_to(&retried), ["a", "b", "c"]);
+}
+
+#[test]
+fn the_memo_forgets_the_chains_of_listeners_gone() {
+    let mut resources = edge_with_table();
+    compose_ads(&mut resources).unwrap();
+    let memo = |r: &Resources| format!("{:?}", r.route_memo.lock().unwrap());
+    assert_eq!(memo(&resources), "RouteMemo(1 chains, 3 routes)");
+    resources.listeners.remove("edge");
+    resources.sections().unwrap();
+    assert_eq!(memo(&resources), "RouteMemo(0 chains, 0 routes)");
 }

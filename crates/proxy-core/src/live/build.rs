@@ -426,7 +426,10 @@ fn chain_body(
             (Arc::clone(&shared.routes), Arc::clone(&shared.filters))
         }
         _ => (
-            Arc::new(RouteTable::new(listener.route_config.clone())),
+            Arc::new(RouteTable::after(
+                listener.route_config.clone(),
+                old.map(|(_, shared)| &*shared.routes),
+            )),
             Arc::new(SharedFilters::new(listener)),
         ),
     };

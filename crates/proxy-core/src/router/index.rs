@@ -6,6 +6,7 @@
 //! the two), at a cost that grows with the path's length, not with the table.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
@@ -34,17 +35,17 @@ struct PathIndex {
     folded: Option<Box<PathIndex>>,
 }
 
-/// A [`PathIndex`] being built.
+/// A [`PathIndex`] being built from routes borrowed for the while.
 #[derive(Default)]
-struct PathIndexBuilder {
+struct PathIndexBuilder<'a> {
     exact: HashMap<Box<str>, Vec<u32>>,
-    prefixes: prefix_tree::Builder,
+    prefixes: prefix_tree::Builder<'a>,
     regexes: Vec<u32>,
-    folded: Option<Box<PathIndexBuilder>>,
+    folded: Option<Box<PathIndexBuilder<'a>>>,
 }
 
-impl PathIndexBuilder {
-    fn insert(&mut self, path: &PathMatch, i: u32) {
+impl<'a> PathIndexBuilder<'a> {
+    fn insert(&mut self, path: &'a PathMatch, i: u32) {
         match path {
             PathMatch::Exact(path) => self.exact.entry(path.as_str().into()).or_default().push(i),
             // A candidate by its prefix; the separator after it is checked in full.
@@ -67,7 +68,7 @@ impl PathIndexBuilder {
 
 impl RouteIndex {
     /// The index of `routes[span]`; it answers with positions in `routes`.
-    pub(super) fn new(routes: &[RouteConfig], span: Range<usize>) -> Self {
+    pub(super) fn new(routes: &[Arc<RouteConfig>], span: Range<usize>) -> Self {
         let mut exact_hosts: HashMap<Box<str>, PathIndexBuilder> = HashMap::default();
         let mut suffix_hosts: HashMap<Box<str>, PathIndexBuilder> = HashMap::default();
         let mut any_host = PathIndexBuilder::default();
@@ -94,7 +95,7 @@ impl RouteIndex {
                     .insert(&route.matcher.path, i);
             }
         }
-        let build = |groups: HashMap<Box<str>, PathIndexBuilder>| {
+        let build = |groups: HashMap<Box<str>, PathIndexBuilder<'_>>| {
             groups.into_iter().map(|(k, g)| (k, g.build())).collect()
         };
         RouteIndex {
@@ -110,7 +111,7 @@ impl RouteIndex {
         &self,
         host: &str,
         request: &Request<'_>,
-        routes: &[RouteConfig],
+        routes: &[Arc<RouteConfig>],
     ) -> Option<usize> {
         let search = Search {
             path: request.path,
@@ -148,7 +149,7 @@ struct Search<'a> {
     /// case-insensitive routes.
     lowercase: std::cell::OnceCell<std::borrow::Cow<'a, str>>,
     request: &'a Request<'a>,
-    routes: &'a [RouteConfig],
+    routes: &'a [Arc<RouteConfig>],
 }
 
 impl Search<'_> {

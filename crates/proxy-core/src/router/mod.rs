@@ -12,6 +12,8 @@ mod hosts;
 mod index;
 mod prefix_tree;
 
+use std::sync::Arc;
+
 use http::HeaderMap;
 use percent_encoding::percent_decode;
 
@@ -40,9 +42,10 @@ pub struct Matched {
 /// version and shared by the workers.
 pub struct RouteTable {
     config: RouteConfiguration,
-    hosts: HostIndex,
-    /// Per virtual host.
-    indexes: Vec<RouteIndex>,
+    /// Shared with the table before when what routes are looked up by did not change.
+    hosts: Arc<HostIndex>,
+    /// Per virtual host; shared as `hosts`.
+    indexes: Arc<[RouteIndex]>,
 }
 
 impl std::fmt::Debug for RouteTable {
@@ -55,7 +58,21 @@ impl std::fmt::Debug for RouteTable {
 
 impl RouteTable {
     pub fn new(config: RouteConfiguration) -> Self {
-        let hosts = HostIndex::new(&config.virtual_hosts);
+        Self::after(config, None)
+    }
+
+    /// The table of `config`, sharing the lookup of `before` when every virtual host and
+    /// route is where it was and is looked up by the same domains, host, path and case: a
+    /// change to what routes do (a cluster, a weight, a timeout) builds no index.
+    pub fn after(config: RouteConfiguration, before: Option<&RouteTable>) -> Self {
+        if let Some(before) = before.filter(|b| same_lookup(&b.config, &config)) {
+            return Self {
+                config,
+                hosts: Arc::clone(&before.hosts),
+                indexes: Arc::clone(&before.indexes),
+            };
+        }
+        let hosts = Arc::new(HostIndex::new(&config.virtual_hosts));
         let indexes = config
             .virtual_hosts
             .iter()
@@ -288,6 +305,24 @@ pub(crate) fn query_value<'a>(query: &'a str, name: &str) -> Option<std::borrow:
     })
 }
 
+/// Whether two route configurations are looked up alike: what [`HostIndex`] and
+/// [`RouteIndex`] are built from is the same in both.
+fn same_lookup(a: &RouteConfiguration, b: &RouteConfiguration) -> bool {
+    let host = |(a, b): (&config::VirtualHostConfig, &config::VirtualHostConfig)| {
+        a.domains == b.domains && a.routes == b.routes
+    };
+    let route = |(a, b): (&Arc<config::RouteConfig>, &Arc<config::RouteConfig>)| {
+        Arc::ptr_eq(a, b)
+            || (a.matcher.host == b.matcher.host
+                && a.matcher.path == b.matcher.path
+                && a.matcher.case_sensitive == b.matcher.case_sensitive)
+    };
+    a.virtual_hosts.len() == b.virtual_hosts.len()
+        && a.routes.len() == b.routes.len()
+        && a.virtual_hosts.iter().zip(&b.virtual_hosts).all(host)
+        && a.routes.iter().zip(b.routes.iter()).all(route)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,6 +385,30 @@ listeners:
             }
             other => panic!("unexpected action {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_table_changed_in_what_routes_do_shares_the_lookup_and_answers_anew() {
+        let routes = |api: &str, body: &str| {
+            let yaml = format!(
+                "listeners:\n  - name: l\n    address: 127.0.0.1:1\n    routes:\n      - match: {{ prefix: {api} }}\n        direct_response: {{ status: 200, body: api }}\n      - match: {{ prefix: / }}\n        direct_response: {{ status: 200, body: {body} }}\n"
+            );
+            let config = Config::from_yaml(&yaml).unwrap();
+            config.listeners[0].route_config.clone()
+        };
+        let none = HeaderMap::new();
+        let first = RouteTable::new(routes("/api", "one"));
+        // Another answer, the same matches: the lookup is shared and finds the new route.
+        let answer = RouteTable::after(routes("/api", "two"), Some(&first));
+        assert!(Arc::ptr_eq(&answer.indexes, &first.indexes));
+        assert!(Arc::ptr_eq(&answer.hosts, &first.hosts));
+        assert_eq!(body_for(&answer, "h", "/", &none), "two");
+        assert_eq!(body_for(&answer, "h", "/api/x", &none), "api");
+        // Another prefix: the lookup is built again, and routes by it.
+        let moved = RouteTable::after(routes("/v2", "two"), Some(&answer));
+        assert!(!Arc::ptr_eq(&moved.indexes, &answer.indexes));
+        assert_eq!(body_for(&moved, "h", "/api/x", &none), "two");
+        assert_eq!(body_for(&moved, "h", "/v2/x", &none), "api");
     }
 
     #[test]

@@ -166,7 +166,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// The jump table of a node with these children, appended to `jumps`, if it has more than
 /// a word of them. Offsets are bytes and [`NO_CHILD`] is one of them, so a node with 255
 /// children or more has no table and is scanned.
-fn jump_table(jumps: &mut Vec<u8>, children: &[(Box<[u8]>, u32)]) -> u32 {
+fn jump_table(jumps: &mut Vec<u8>, children: &[(&[u8], u32)]) -> u32 {
     if children.len() <= LANES || children.len() > usize::from(NO_CHILD) {
         return NO_JUMP;
     }
@@ -180,20 +180,50 @@ fn jump_table(jumps: &mut Vec<u8>, children: &[(Box<[u8]>, u32)]) -> u32 {
     start as u32
 }
 
-/// A tree being built: nodes in an arena, edges by node index.
+/// A tree being built: nodes in an arena, edges by node index, labels borrowed from the
+/// prefixes inserted (a table of thousands is built on every change to it: no allocation
+/// per label, none per leaf).
 #[derive(Default)]
-pub(super) struct Builder {
-    nodes: Vec<BuildNode>,
+pub(super) struct Builder<'a> {
+    nodes: Vec<BuildNode<'a>>,
 }
 
 #[derive(Default)]
-struct BuildNode {
-    routes: Vec<u32>,
-    children: Vec<(Box<[u8]>, u32)>,
+struct BuildNode<'a> {
+    routes: EndingHere,
+    children: Vec<(&'a [u8], u32)>,
 }
 
-impl Builder {
-    pub(super) fn insert(&mut self, mut key: &[u8], route: u32) {
+/// The routes whose prefix ends at a node, in insertion order: the first inline, as most
+/// nodes have one or none.
+#[derive(Default)]
+struct EndingHere {
+    first: Option<u32>,
+    more: Vec<u32>,
+}
+
+impl EndingHere {
+    fn one(route: u32) -> Self {
+        Self {
+            first: Some(route),
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, route: u32) {
+        match self.first {
+            None => self.first = Some(route),
+            Some(_) => self.more.push(route),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.first.into_iter().chain(self.more.iter().copied())
+    }
+}
+
+impl<'a> Builder<'a> {
+    pub(super) fn insert(&mut self, mut key: &'a [u8], route: u32) {
         if self.nodes.is_empty() {
             self.nodes.push(BuildNode::default());
         }
@@ -210,24 +240,22 @@ impl Builder {
             let Some(k) = found else {
                 let leaf = self.nodes.len() as u32;
                 self.nodes.push(BuildNode {
-                    routes: vec![route],
+                    routes: EndingHere::one(route),
                     children: Vec::new(),
                 });
-                self.nodes[at].children.push((key.into(), leaf));
+                self.nodes[at].children.push((key, leaf));
                 return;
             };
-            let (label, child) = &self.nodes[at].children[k];
-            let child = *child;
+            let (label, child) = self.nodes[at].children[k];
             let common = label.iter().zip(key).take_while(|(a, b)| a == b).count();
             if common < label.len() {
                 // The key leaves the label part-way: a new node where they part.
-                let rest: Box<[u8]> = label[common..].into();
                 let middle = self.nodes.len() as u32;
                 self.nodes.push(BuildNode {
-                    routes: Vec::new(),
-                    children: vec![(rest, child)],
+                    routes: EndingHere::default(),
+                    children: vec![(&label[common..], child)],
                 });
-                self.nodes[at].children[k] = (key[..common].into(), middle);
+                self.nodes[at].children[k] = (&key[..common], middle);
                 at = middle as usize;
             } else {
                 at = child as usize;
@@ -258,11 +286,11 @@ impl Builder {
                 break;
             };
             let first_child = order.len() as u32;
-            order.extend(built.children.iter().map(|(l, c)| (*c, &l[..])));
+            order.extend(built.children.iter().map(|&(l, c)| (c, l)));
             tree.firsts.push(label.first().copied().unwrap_or(0));
             tree.nodes.push(Node {
                 label: Span::of(&mut tree.labels, label.iter().skip(1).copied()),
-                routes: Span::of(&mut tree.routes, built.routes.iter().copied()),
+                routes: Span::of(&mut tree.routes, built.routes.iter()),
                 first_child,
                 children: built.children.len() as u32,
                 jump: jump_table(&mut tree.jumps, &built.children),

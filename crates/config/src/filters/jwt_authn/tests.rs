@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 
 use super::*;
 
@@ -7,7 +6,7 @@ const JWKS: &str = r#"{"keys":[{"kty":"oct","kid":"k","k":"c2VjcmV0"}]}"#;
 fn check(yaml: &str) -> Result<JwtAuthnConfig, ConfigError> {
     let raw: RawJwtAuthn =
         serde_yaml::from_str(yaml).map_err(|e| ConfigError::invalid("jwt_authn", e.to_string()))?;
-    let clusters = HashMap::from([("jwks", 3)]);
+    let clusters: crate::cluster::ClusterIndex<'_> = [("jwks", 3)].into_iter().collect();
     let ctx = ChainCtx {
         buffer_limit: 32 * 1024,
         cluster_index: &clusters,

@@ -532,7 +532,7 @@ mod tests {
     }
 
     fn check(raw: RawJwtAuthn, clusters: &[(&str, usize)]) -> super::super::JwtAuthnConfig {
-        let clusters: HashMap<&str, usize> = clusters.iter().copied().collect();
+        let clusters: crate::cluster::ClusterIndex<'_> = clusters.iter().copied().collect();
         let ctx = ChainCtx {
             buffer_limit: 32 * 1024,
             cluster_index: &clusters,

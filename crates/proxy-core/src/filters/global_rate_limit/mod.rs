@@ -47,7 +47,7 @@ struct Inner {
     /// The rules and domain by route: the listener's, or a host's or route's own.
     settings: PerRouteSettings<RouteRateLimits>,
     /// The route table's routes, whose own `rate_limits` apply where no filter rules do.
-    routes: std::sync::Arc<Vec<RouteConfig>>,
+    routes: std::sync::Arc<Vec<std::sync::Arc<RouteConfig>>>,
     /// Each virtual host's `rate_limits` of the filter's stage.
     hosts: Box<[Vec<StagedRateLimit>]>,
     stats: GlobalRateLimitStats,
