@@ -481,9 +481,11 @@ async fn changes_at_scale(
     let (cpu0, _) = usage(pid, ticks)?;
     for i in 0..args.big_flips {
         let want = if i % 2 == 0 { 201 } else { 202 };
+        // Made before the clock starts: the time is the proxy's, not this table's making.
+        let changed = big_routes(args.clusters, want);
         let from = server.responses().len();
         let start = Instant::now();
-        server.set(type_url::ROUTE, vec![big_routes(args.clusters, want)]);
+        server.set(type_url::ROUTE, vec![changed]);
         let ack = async {
             let done = acked_all(server, from, type_url::ROUTE, &table).await;
             done.then(|| start.elapsed())
@@ -538,12 +540,10 @@ async fn changes_at_scale(
         }
         let wanted: std::collections::BTreeSet<String> =
             moved.iter().map(|i| cluster_name(*i)).collect();
+        let assigned = assignments(args.clusters, |i| moved_by[i]);
         let from = server.responses().len();
         let start = Instant::now();
-        server.set(
-            type_url::ENDPOINT,
-            assignments(args.clusters, |i| moved_by[i]),
-        );
+        server.set(type_url::ENDPOINT, assigned);
         if !acked_all(server, from, type_url::ENDPOINT, &wanted).await {
             return Err(format!("churn round {round} never ACKed"));
         }
