@@ -189,5 +189,19 @@ fn the_rbac_seed_is_current() {
 
 #[test]
 fn h3_stream() {
+    // The proxy's tasks run on its workers, whose runtime takes a task's panic in its stride:
+    // counted here, as the fuzzer (which aborts on one) would see it. No other test of this
+    // file panics but by failing.
+    static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        previous(info)
+    }));
     replay("h3_stream", proxy_core::fuzzing::h3_stream);
+    assert_eq!(
+        PANICS.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "an input made the proxy panic (see above)"
+    );
 }

@@ -19,7 +19,7 @@ use crate::http::HttpSlot;
 use config::ListenerConfig;
 
 /// The h3 connection over quinn, as the codec sees it.
-type H3Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
+type H3Connection = h3::server::Connection<super::http3_bounds::Connection, Bytes>;
 
 /// How a listener's QUIC connections are served: their transport limits and the largest
 /// request head.
@@ -398,7 +398,7 @@ async fn serve_requests(
     } = signals;
     let built = h3::server::builder()
         .max_field_section_size(h3.max_field_section_size)
-        .build::<_, Bytes>(h3_quinn::Connection::new(connection))
+        .build::<_, Bytes>(super::http3_bounds::Connection::new(connection))
         .await;
     let mut conn: H3Connection = match built {
         Ok(conn) => conn,

@@ -20,9 +20,9 @@ use crate::context::body_pipe::{PipeSender, body_pipe};
 use crate::error::BodyError;
 use crate::http::ResponseBody;
 
-type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+type Resolver = h3::server::RequestResolver<super::http3_bounds::Connection, Bytes>;
 type SendSide = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
-type RecvSide = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+type RecvSide = h3::server::RequestStream<super::http3_bounds::RecvStream, Bytes>;
 
 /// Headers that mean something to one HTTP/1.1 connection only, never sent over HTTP/3
 /// (RFC 9114 section 4.2).

@@ -15,6 +15,8 @@
 //!                   CONTINUATION floods
 //! http3.rs          HTTP/3 (quinn and h3): the QUIC handshake, the connection's requests,
 //!                   GOAWAY on drain
+//! http3_bounds.rs   quinn's streams as h3 sees them, a request stream ending inside a frame
+//!                   made an error
 //! http3_stream.rs   one HTTP/3 request: its body piped to the handler, its response written
 //! quic_chains.rs    a QUIC-only listener's chains: the certificate by SNI, the chain after
 //!                   the handshake
@@ -30,6 +32,7 @@ mod http1;
 mod http2;
 mod http2_frames;
 mod http3;
+mod http3_bounds;
 mod http3_stream;
 mod io;
 pub(crate) mod proxy_protocol;
