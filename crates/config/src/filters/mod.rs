@@ -187,6 +187,13 @@ macro_rules! http_filters {
                 true $(&& self.$module.is_none())* && self.instances.is_empty()
             }
 
+            /// Whether every entry is for a filter in `chain`: [`Self::retain`] would
+            /// drop none.
+            pub(crate) fn only_of(&self, chain: &[&str]) -> bool {
+                true $(&& (self.$module.is_none() || chain.contains(&stringify!($module))))*
+                    && self.instances.keys().all(|name| chain.contains(&name.as_str()))
+            }
+
             /// Turns the filter called `name` off here unless this level says something
             /// about it: a filter its listener has off by default.
             pub(crate) fn off_unless_set(&mut self, name: &str) {

@@ -11,6 +11,7 @@
 //! route checked before when the clusters it was checked against (the config file's among
 //! them) are the same, and checks the copy in the cell otherwise.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -27,11 +28,16 @@ pub(crate) struct RouteMemo {
 
 impl std::fmt::Debug for RouteMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let routes: usize = self.chains.values().map(|c| c.routes.len()).sum();
+        let all = || self.chains.values().flat_map(|c| c.routes.iter());
+        // Routes the section changed, held as copies (the others are the tables' own).
+        let copies = all()
+            .filter(|(route, cell)| !Arc::ptr_eq(route, &cell.0.sectioned))
+            .count();
         write!(
             f,
-            "RouteMemo({} chains, {routes} routes)",
-            self.chains.len()
+            "RouteMemo({} chains, {} routes, {copies} copied)",
+            self.chains.len(),
+            all().count()
         )
     }
 }
@@ -97,7 +103,7 @@ impl ChainMemo {
     pub(crate) fn cells<'a>(
         &mut self,
         routes: impl Iterator<Item = &'a Arc<RawRoute>>,
-        mut section: impl FnMut(&RawRoute) -> RawRoute,
+        mut section: impl FnMut(&'a RawRoute) -> Cow<'a, RawRoute>,
     ) -> Vec<CheckedCell> {
         let before = std::mem::take(&mut self.routes);
         // By address, made when a route is not where it was.
@@ -118,7 +124,11 @@ impl ChainMemo {
             };
             let cell = match remembered {
                 Some(cell) => CheckedCell::clone(cell),
-                None => CheckedCell::new(section(route)),
+                // A route the section leaves as it is is the table's own, not a copy.
+                None => CheckedCell::new(match section(route.as_ref()) {
+                    Cow::Borrowed(_) => Arc::clone(route),
+                    Cow::Owned(changed) => Arc::new(changed),
+                }),
             };
             self.routes
                 .push((Arc::clone(route), CheckedCell::clone(&cell)));
@@ -133,7 +143,8 @@ impl ChainMemo {
 pub(crate) struct CheckedCell(Arc<RememberedRoute>);
 
 struct RememberedRoute {
-    sectioned: RawRoute,
+    /// The table's own route when the section changed nothing in it.
+    sectioned: Arc<RawRoute>,
     checked: Mutex<Option<Checked>>,
 }
 
@@ -152,7 +163,7 @@ impl std::fmt::Debug for CheckedCell {
 }
 
 impl CheckedCell {
-    fn new(sectioned: RawRoute) -> Self {
+    fn new(sectioned: Arc<RawRoute>) -> Self {
         Self(Arc::new(RememberedRoute {
             sectioned,
             checked: Mutex::new(None),

@@ -3,6 +3,7 @@
 // Control planes still send deprecated fields (`exact_match`); they are read, not ignored.
 #![allow(deprecated)]
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::field_path::FieldPath;
@@ -253,15 +254,12 @@ impl XdsRoutes {
         chain: &[&str],
         memo: Option<&mut crate::route::memo::ChainMemo>,
     ) -> Vec<RawVirtualHost> {
-        let sectioned = |r: &RawRoute| {
-            let mut route = r.clone();
-            section_route(&mut route, ready, upgrades, chain);
-            route
-        };
         let mut hosts: Vec<RawVirtualHost> = match memo {
             None => (self.virtual_hosts.iter())
                 .map(|h| RawVirtualHost {
-                    routes: h.routes.iter().map(|r| sectioned(r)).collect(),
+                    routes: (h.routes.iter())
+                        .map(|r| section_route(r, ready, upgrades, chain).into_owned())
+                        .collect(),
                     ..h.host.clone()
                 })
                 .collect(),
@@ -269,7 +267,8 @@ impl XdsRoutes {
             // was checked into before.
             Some(memo) => {
                 let all = self.virtual_hosts.iter().flat_map(|h| h.routes.iter());
-                let mut cells = memo.cells(all, sectioned).into_iter();
+                let section = |r| section_route(r, ready, upgrades, chain);
+                let mut cells = memo.cells(all, section).into_iter();
                 (self.virtual_hosts.iter())
                     .map(|h| RawVirtualHost {
                         remembered: cells.by_ref().take(h.routes.len()).collect(),
@@ -313,22 +312,35 @@ fn retain_filters(filters: &mut Option<Box<RawRouteFilters>>, chain: &[&str]) {
     }
 }
 
-/// A route as its listener serves it (see [`XdsRoutes::section`]).
-fn section_route(
-    route: &mut RawRoute,
+/// A route as its listener serves it (see [`XdsRoutes::section`]): borrowed as it is when
+/// the section changes nothing in it (most routes), so that a memo keeps no copy of it.
+fn section_route<'r>(
+    route: &'r RawRoute,
     ready: &dyn crate::cluster::xds::ReadyClusters,
     upgrades: &[String],
     chain: &[&str],
-) {
-    retain_filters(&mut route.filters, chain);
+) -> Cow<'r, RawRoute> {
+    let mut route = Cow::Borrowed(route);
+    let dropped = |filters: &RawRouteFilters| !filters.only_of(chain) || filters.is_empty();
+    if route.filters.as_deref().is_some_and(dropped) {
+        retain_filters(&mut route.to_mut().filters, chain);
+    }
     // A copy for a cluster not there is not sent (Envoy's shadow fails quietly).
     // (One a request header names is looked up per request.)
-    route
-        .request_mirror_policies
-        .retain(|m| m.cluster_header.is_some() || ready.http1(&m.cluster).is_some());
+    let there = |cluster: &str, by_header: bool| by_header || ready.http1(cluster).is_some();
+    let mirrored = |m: &crate::RawMirrorPolicy| there(&m.cluster, m.cluster_header.is_some());
+    if !route.request_mirror_policies.iter().all(mirrored) {
+        route.to_mut().request_mirror_policies.retain(mirrored);
+    }
     // Of a split, the clusters that are there share its traffic.
-    if let Some(split) = &mut route.weighted_clusters {
-        split.retain(|c| c.cluster_header.is_some() || ready.http1(&c.cluster).is_some());
+    let side = |c: &crate::RawWeightedCluster| there(&c.cluster, c.cluster_header.is_some());
+    if route
+        .weighted_clusters
+        .as_ref()
+        .is_some_and(|split| !split.iter().all(side))
+        && let Some(split) = &mut route.to_mut().weighted_clusters
+    {
+        split.retain(side);
     }
     let clusters: Vec<&str> = match (&route.cluster, &route.weighted_clusters) {
         (Some(cluster), _) => vec![cluster.as_str()],
@@ -339,43 +351,45 @@ fn section_route(
         // The listener's upgrades are offered as for an HTTP/1.1 cluster: one to a
         // cluster speaking HTTP/2 fails there, as in Envoy.
         (None, None) if route.cluster_header.is_some() => Vec::new(),
-        (None, None) => return,
+        (None, None) => return route,
     };
     let by_header = route.cluster_header.is_some()
         || (route.weighted_clusters.iter().flatten()).any(|c| c.cluster_header.is_some());
     let known: Vec<bool> = clusters.iter().filter_map(|c| ready.http1(c)).collect();
     if (known.is_empty() && !by_header) || known.len() < clusters.len() {
-        *route = RawRoute {
-            matcher: std::mem::take(&mut route.matcher),
-            filters: route.filters.take(),
-            metadata: route.metadata.take(),
-            tracing: route.tracing.take(),
-            decorator: route.decorator.take(),
+        return Cow::Owned(RawRoute {
+            matcher: route.matcher.clone(),
+            filters: route.filters.clone(),
+            metadata: route.metadata.clone(),
+            tracing: route.tracing.clone(),
+            decorator: route.decorator.clone(),
             direct_response: Some(cluster_not_found(route.cluster_not_found_status)),
             ..Default::default()
-        };
-        return;
+        });
     }
     let http1 = known.iter().all(|&http1| http1);
-    if !http1 {
+    let terminated = |c: &crate::ConnectMode| *c == crate::ConnectMode::Terminate;
+    if !http1 && (!route.upgrades.is_empty() || !route.connect.as_ref().is_none_or(terminated)) {
         // The route's own upgrade_configs too: Envoy takes them and fails each
         // upgrade to an HTTP/2 cluster; here they are not offered. A terminated
         // CONNECT speaks TCP to the host, whatever its HTTP.
+        let route = route.to_mut();
         route.upgrades.clear();
-        route.connect = route
-            .connect
-            .filter(|c| *c == crate::ConnectMode::Terminate);
+        route.connect = route.connect.filter(terminated);
     }
     for upgrade in upgrades.iter().filter(|_| http1) {
         if upgrade == "connect" {
             // The route's own CONNECT setting wins over the listener's.
-            route.connect.get_or_insert(crate::ConnectMode::Forward);
+            if route.connect.is_none() {
+                route.to_mut().connect = Some(crate::ConnectMode::Forward);
+            }
             continue;
         }
         if !route.upgrades.contains(upgrade) {
-            route.upgrades.push(upgrade.clone());
+            route.to_mut().upgrades.push(upgrade.clone());
         }
     }
+    route
 }
 
 /// A route's or host's `filters:`: its `typed_per_filter_config` entries and the headers

@@ -4370,12 +4370,17 @@ fn routes_stay_checked_through_endpoint_changes_and_not_through_a_change_to_thei
 }
 
 #[test]
-fn the_memo_forgets_the_chains_of_listeners_gone() {
+fn the_memo_shares_routes_it_leaves_as_they_are_and_forgets_listeners_gone() {
     let mut resources = edge_with_table();
     compose_ads(&mut resources).unwrap();
     let memo = |r: &Resources| format!("{:?}", r.route_memo.lock().unwrap());
-    assert_eq!(memo(&resources), "RouteMemo(1 chains, 3 routes)");
+    // Routes the section leaves as they are are held as the table's own, not copied.
+    assert_eq!(memo(&resources), "RouteMemo(1 chains, 3 routes, 0 copied)");
+    // One to a cluster gone answers 503: a route of its own.
+    resources.clusters.remove("b");
+    resources.sections().unwrap();
+    assert_eq!(memo(&resources), "RouteMemo(1 chains, 3 routes, 1 copied)");
     resources.listeners.remove("edge");
     resources.sections().unwrap();
-    assert_eq!(memo(&resources), "RouteMemo(0 chains, 0 routes)");
+    assert_eq!(memo(&resources), "RouteMemo(0 chains, 0 routes, 0 copied)");
 }
