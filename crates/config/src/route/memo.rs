@@ -43,7 +43,7 @@ impl std::fmt::Debug for RouteMemo {
 }
 
 /// What a chain's routes are sectioned from besides the routes and the table's own settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Inputs {
     /// The listener's digest: its chains, filters, upgrades.
     pub(crate) listener: u64,
@@ -224,25 +224,24 @@ impl<'a> Clusters<'a> {
 /// What a route's section reads of the clusters ready (`names`, each with whether it speaks
 /// HTTP/1.1): the routes sectioned with the same stamp are sectioned the same.
 pub(crate) fn ready_stamp<'a>(names: impl Iterator<Item = (&'a str, bool)>) -> u64 {
-    let mut written = Vec::new();
-    for (name, http1) in names {
-        written.extend_from_slice(name.as_bytes());
-        // Not in a name (a cluster's name is text).
-        written.extend_from_slice(&[0xff, u8::from(http1)]);
-    }
-    crate::envoy::digest(&written)
+    stamp(names.map(|(name, http1)| (name, u8::from(http1))))
 }
 
 /// What a route's check reads of the clusters: their names, in order (a route holds its
 /// cluster's index), and their protocols (an upgrade needs HTTP/1.1). A route checked
 /// against clusters with the same stamp is checked the same.
 fn clusters_stamp(clusters: &[Arc<ClusterConfig>]) -> u64 {
+    stamp(clusters.iter().map(|c| (c.name.as_str(), c.protocol as u8)))
+}
+
+/// A digest of names in order, each with a byte of what is read of it.
+fn stamp<'a>(names: impl Iterator<Item = (&'a str, u8)>) -> u64 {
     // Written out and hashed at once: a thousand small writes to a hasher cost more.
-    let mut written = Vec::with_capacity(clusters.iter().map(|c| c.name.len() + 2).sum());
-    for c in clusters {
-        written.extend_from_slice(c.name.as_bytes());
+    let mut written = Vec::new();
+    for (name, byte) in names {
+        written.extend_from_slice(name.as_bytes());
         // Not in a name (a cluster's name is text).
-        written.extend_from_slice(&[0xff, c.protocol as u8]);
+        written.extend_from_slice(&[0xff, byte]);
     }
     crate::envoy::digest(&written)
 }
