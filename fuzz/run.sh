@@ -14,7 +14,9 @@ seconds=${1:-20}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(config path_router h1_head h1_request h1_response h1_chunked ext_authz_answer ext_authz_check balancer proxy_protocol xds jwt h3_stream)
+    targets=(config path_router h1_head h1_request h1_response h1_chunked ext_authz_answer ext_authz_check balancer proxy_protocol xds jwt h3_stream
+        h2_frames h2_hpack h2_hpack_roundtrip h2_data h2_headers h2_priority h2_rst_stream
+        h2_settings h2_push_promise h2_ping h2_goaway h2_window_update h2_continuation)
 fi
 
 command -v rustup >/dev/null || { echo "fuzz/run.sh needs rustup (for Rust nightly)" >&2; exit 1; }

@@ -205,3 +205,41 @@ fn h3_stream() {
         "an input made the proxy panic (see above)"
     );
 }
+
+#[test]
+fn h2_frames() {
+    replay("h2_frames", http2::fuzzing::frames);
+}
+
+#[test]
+fn h2_hpack() {
+    replay("h2_hpack", http2::fuzzing::hpack_blocks);
+}
+
+#[test]
+fn h2_hpack_roundtrip() {
+    replay("h2_hpack_roundtrip", http2::fuzzing::hpack_roundtrip);
+}
+
+/// One test for the ten targets that read one frame of each type.
+#[test]
+fn h2_frame_of_each_kind() {
+    use http2::frame::kind;
+    macro_rules! each {
+        ($($target:literal => $kind:expr),* $(,)?) => {
+            $(replay($target, |data| http2::fuzzing::frame_of_kind($kind, data));)*
+        };
+    }
+    each!(
+        "h2_data" => kind::DATA,
+        "h2_headers" => kind::HEADERS,
+        "h2_priority" => kind::PRIORITY,
+        "h2_rst_stream" => kind::RST_STREAM,
+        "h2_settings" => kind::SETTINGS,
+        "h2_push_promise" => kind::PUSH_PROMISE,
+        "h2_ping" => kind::PING,
+        "h2_goaway" => kind::GOAWAY,
+        "h2_window_update" => kind::WINDOW_UPDATE,
+        "h2_continuation" => kind::CONTINUATION,
+    );
+}

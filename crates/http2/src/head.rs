@@ -1,0 +1,314 @@
+//! Decoded header fields made into a request or response head (RFC 9113 section 8), the
+//! `http` types the HTTP/1.1 path uses too. A message that breaks section 8's rules is
+//! malformed: its stream is reset with `PROTOCOL_ERROR`, and the connection goes on.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{CONTENT_LENGTH, COOKIE, HOST};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
+
+use crate::hpack::Field;
+
+/// Why a header list is not a well-formed request or response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    #[error("the {0} pseudo-header field is missing")]
+    Missing(&'static str),
+    #[error("a pseudo-header field this side does not know, or one of the other kind of message")]
+    UnknownPseudo,
+    #[error("the {0} pseudo-header field twice")]
+    Repeated(&'static str),
+    #[error("a pseudo-header field after a regular one")]
+    PseudoAfterRegular,
+    #[error("a field name that is not a lowercase token")]
+    InvalidName,
+    #[error("a field value with NUL, CR or LF, or with whitespace at an end")]
+    InvalidValue,
+    #[error("a connection-specific field ({0})")]
+    ConnectionSpecific(&'static str),
+    #[error("TE with a value other than \"trailers\"")]
+    TeNotTrailers,
+    #[error("an invalid :method")]
+    InvalidMethod,
+    #[error("an invalid :scheme")]
+    InvalidScheme,
+    #[error("an invalid or empty :path")]
+    InvalidPath,
+    #[error("an invalid :authority, or one with user information")]
+    InvalidAuthority,
+    #[error("a Host field that names another authority than :authority")]
+    HostDiffers,
+    #[error("an invalid :status")]
+    InvalidStatus,
+    #[error("an invalid content-length, or two that differ")]
+    InvalidContentLength,
+    #[error("a CONNECT with :scheme or :path")]
+    ConnectWithPath,
+    #[error(
+        ":protocol without SETTINGS_ENABLE_CONNECT_PROTOCOL, or on a method other than CONNECT"
+    )]
+    UnexpectedProtocol,
+}
+
+/// A request head, and what it said of its body.
+#[derive(Debug)]
+pub struct RequestHead {
+    pub parts: http::request::Parts,
+    /// The `content-length` it declared: its DATA must add up to it.
+    pub content_length: Option<u64>,
+    /// RFC 8441's `:protocol` of an extended CONNECT (a WebSocket, say).
+    pub protocol: Option<Bytes>,
+}
+
+/// The request the fields of a HEADERS frame make. `extended_connect`: this side announced
+/// `SETTINGS_ENABLE_CONNECT_PROTOCOL`.
+pub fn request(fields: Vec<Field>, extended_connect: bool) -> Result<RequestHead, HeadError> {
+    let mut method = None;
+    let mut scheme = None;
+    let mut authority = None;
+    let mut path = None;
+    let mut protocol = None;
+    let mut regular = Regular::new(fields.len());
+    for field in fields {
+        if let Some(pseudo) = field.name.strip_prefix(b":") {
+            if regular.seen() {
+                return Err(HeadError::PseudoAfterRegular);
+            }
+            let slot = match pseudo {
+                b"method" => (&mut method, ":method"),
+                b"scheme" => (&mut scheme, ":scheme"),
+                b"authority" => (&mut authority, ":authority"),
+                b"path" => (&mut path, ":path"),
+                b"protocol" => (&mut protocol, ":protocol"),
+                _ => return Err(HeadError::UnknownPseudo),
+            };
+            set_once(slot, field.value)?;
+        } else {
+            regular.add(field)?;
+        }
+    }
+    let method = method.ok_or(HeadError::Missing(":method"))?;
+    let method = Method::from_bytes(&method).map_err(|_| HeadError::InvalidMethod)?;
+    let connect = method == Method::CONNECT;
+    if protocol.is_some() && !(connect && extended_connect) {
+        return Err(HeadError::UnexpectedProtocol);
+    }
+    let authority = authority
+        .map(|a| Authority::from_maybe_shared(a).map_err(|_| HeadError::InvalidAuthority))
+        .transpose()?;
+    if authority.as_ref().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(HeadError::InvalidAuthority);
+    }
+    let mut uri = Uri::builder();
+    if connect && protocol.is_none() {
+        // A plain CONNECT names only the authority it tunnels to (RFC 9113 section 8.5).
+        if scheme.is_some() || path.is_some() {
+            return Err(HeadError::ConnectWithPath);
+        }
+        uri = uri.authority(authority.clone().ok_or(HeadError::Missing(":authority"))?);
+    } else {
+        let scheme = scheme.ok_or(HeadError::Missing(":scheme"))?;
+        let scheme = Scheme::try_from(&scheme[..]).map_err(|_| HeadError::InvalidScheme)?;
+        let path = path.ok_or(HeadError::Missing(":path"))?;
+        if path.is_empty() {
+            return Err(HeadError::InvalidPath);
+        }
+        // `*` is OPTIONS' own; any other path of http or https is absolute.
+        let asterisk = &path[..] == b"*" && method == Method::OPTIONS;
+        if !asterisk && path[0] != b'/' {
+            return Err(HeadError::InvalidPath);
+        }
+        let path = PathAndQuery::from_maybe_shared(path).map_err(|_| HeadError::InvalidPath)?;
+        uri = uri.scheme(scheme).path_and_query(path);
+        if protocol.is_some() && authority.is_none() {
+            return Err(HeadError::Missing(":authority"));
+        }
+        if let Some(authority) = authority.clone() {
+            uri = uri.authority(authority);
+        }
+    }
+    let mut headers = regular.finish()?;
+    if let (Some(authority), Some(host)) = (&authority, headers.get(HOST))
+        && !host
+            .as_bytes()
+            .eq_ignore_ascii_case(authority.as_str().as_bytes())
+    {
+        return Err(HeadError::HostDiffers);
+    }
+    let content_length = content_length(&mut headers)?;
+    let mut parts = http::Request::new(()).into_parts().0;
+    parts.method = method;
+    parts.uri = uri.build().map_err(|_| HeadError::InvalidPath)?;
+    parts.version = Version::HTTP_2;
+    parts.headers = headers;
+    Ok(RequestHead {
+        parts,
+        content_length,
+        protocol,
+    })
+}
+
+/// The response (or interim response) the fields of a HEADERS frame make.
+pub fn response(fields: Vec<Field>) -> Result<(http::response::Parts, Option<u64>), HeadError> {
+    let mut status = None;
+    let mut regular = Regular::new(fields.len());
+    for field in fields {
+        if let Some(pseudo) = field.name.strip_prefix(b":") {
+            if regular.seen() {
+                return Err(HeadError::PseudoAfterRegular);
+            }
+            if pseudo != b"status" {
+                return Err(HeadError::UnknownPseudo);
+            }
+            set_once((&mut status, ":status"), field.value)?;
+        } else {
+            regular.add(field)?;
+        }
+    }
+    let status = status.ok_or(HeadError::Missing(":status"))?;
+    let status = StatusCode::from_bytes(&status).map_err(|_| HeadError::InvalidStatus)?;
+    let mut headers = regular.finish()?;
+    let content_length = content_length(&mut headers)?;
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status = status;
+    parts.version = Version::HTTP_2;
+    parts.headers = headers;
+    Ok((parts, content_length))
+}
+
+/// Trailer fields: no pseudo-header fields at all (RFC 9113 section 8.1).
+pub fn trailers(fields: Vec<Field>) -> Result<HeaderMap, HeadError> {
+    let mut regular = Regular::new(fields.len());
+    for field in fields {
+        if field.name.starts_with(b":") {
+            return Err(HeadError::UnknownPseudo);
+        }
+        regular.add(field)?;
+    }
+    regular.finish()
+}
+
+fn set_once(
+    (slot, name): (&mut Option<Bytes>, &'static str),
+    value: Bytes,
+) -> Result<(), HeadError> {
+    if slot.replace(value).is_some() {
+        return Err(HeadError::Repeated(name));
+    }
+    Ok(())
+}
+
+/// The regular fields, checked one by one; cookie crumbs put back together.
+struct Regular {
+    headers: HeaderMap,
+    cookies: Vec<HeaderValue>,
+    any: bool,
+}
+
+impl Regular {
+    fn new(len: usize) -> Self {
+        Regular {
+            headers: HeaderMap::with_capacity(len),
+            cookies: Vec::new(),
+            any: false,
+        }
+    }
+
+    fn seen(&self) -> bool {
+        self.any
+    }
+
+    fn add(&mut self, field: Field) -> Result<(), HeadError> {
+        self.any = true;
+        // `from_lowercase` refuses capitals, which HTTP/2 names may not have.
+        let name = HeaderName::from_lowercase(&field.name).map_err(|_| HeadError::InvalidName)?;
+        let value = &field.value[..];
+        // RFC 9113 section 8.2.1: no NUL, CR or LF (HeaderValue refuses them and other
+        // controls), and no whitespace at either end.
+        if value.first().is_some_and(|b| matches!(b, b' ' | b'\t'))
+            || value.last().is_some_and(|b| matches!(b, b' ' | b'\t'))
+        {
+            return Err(HeadError::InvalidValue);
+        }
+        let mut value =
+            HeaderValue::from_maybe_shared(field.value).map_err(|_| HeadError::InvalidValue)?;
+        if field.never_indexed {
+            value.set_sensitive(true);
+        }
+        if let Some(which) = connection_specific(&name) {
+            return Err(HeadError::ConnectionSpecific(which));
+        }
+        if name == http::header::TE && value.as_bytes() != b"trailers" {
+            return Err(HeadError::TeNotTrailers);
+        }
+        if name == COOKIE {
+            self.cookies.push(value);
+            return Ok(());
+        }
+        self.headers.append(name, value);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<HeaderMap, HeadError> {
+        // RFC 9113 section 8.2.3: crumbs are joined with "; " for an HTTP/1.1 hop, which
+        // allows one Cookie field.
+        match self.cookies.len() {
+            0 => {}
+            1 => {
+                let value = self.cookies.remove(0);
+                self.headers.insert(COOKIE, value);
+            }
+            _ => {
+                let mut joined = BytesMut::new();
+                for (i, crumb) in self.cookies.iter().enumerate() {
+                    if i > 0 {
+                        joined.extend_from_slice(b"; ");
+                    }
+                    joined.extend_from_slice(crumb.as_bytes());
+                }
+                let value = HeaderValue::from_maybe_shared(joined.freeze())
+                    .map_err(|_| HeadError::InvalidValue)?;
+                self.headers.insert(COOKIE, value);
+            }
+        }
+        Ok(self.headers)
+    }
+}
+
+/// The fields RFC 9113 section 8.2.2 forbids.
+fn connection_specific(name: &HeaderName) -> Option<&'static str> {
+    Some(match name.as_str() {
+        "connection" => "connection",
+        "proxy-connection" => "proxy-connection",
+        "keep-alive" => "keep-alive",
+        "transfer-encoding" => "transfer-encoding",
+        "upgrade" => "upgrade",
+        _ => return None,
+    })
+}
+
+/// The declared length: digits only, and every `content-length` field the same (they are
+/// folded into one).
+fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, HeadError> {
+    let mut length = None;
+    for value in headers.get_all(CONTENT_LENGTH) {
+        let bytes = value.as_bytes();
+        if bytes.is_empty() || bytes.len() > 19 || !bytes.iter().all(u8::is_ascii_digit) {
+            return Err(HeadError::InvalidContentLength);
+        }
+        let parsed = bytes.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        if length.is_some_and(|l| l != parsed) {
+            return Err(HeadError::InvalidContentLength);
+        }
+        length = Some(parsed);
+    }
+    if headers.get_all(CONTENT_LENGTH).iter().nth(1).is_some()
+        && let Some(one) = headers.get(CONTENT_LENGTH).cloned()
+    {
+        headers.insert(CONTENT_LENGTH, one);
+    }
+    Ok(length)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+//! Header blocks written (RFC 7541 sections 4 and 6). Fields whose values repeat across
+//! messages go into the dynamic table; those unique to one message (paths, lengths, dates,
+//! validators) are written without indexing so that they do not push the others out, and
+//! credentials are never indexed (RFC 7541 section 7.1.3).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::huffman;
+use super::static_table::{self, StaticMatch};
+use super::table::{DynamicTable, Entry};
+
+/// How a field is written, as RFC 7541 section 6.2 names the literal forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Indexing {
+    Incremental,
+    Without,
+    Never,
+}
+
+/// A connection's HPACK encoder.
+#[derive(Debug)]
+pub struct Encoder {
+    table: DynamicTable,
+    /// The most of the peer's table this side uses (less than it allows keeps the state per
+    /// connection small).
+    cap: usize,
+    /// Size updates owed at the next block's start: the smallest since the last block,
+    /// then the one in force (RFC 7541 section 4.2).
+    pending: Option<(usize, usize)>,
+}
+
+/// HTTP/2's initial `SETTINGS_HEADER_TABLE_SIZE`.
+pub const DEFAULT_TABLE_SIZE: usize = 4096;
+
+impl Encoder {
+    /// An encoder that uses at most `cap` bytes of the peer's table.
+    pub fn new(cap: usize) -> Self {
+        let size = cap.min(DEFAULT_TABLE_SIZE);
+        Encoder {
+            table: DynamicTable::new(size),
+            cap,
+            // The decoder starts at the default: a smaller table is announced first.
+            pending: (size != DEFAULT_TABLE_SIZE).then_some((size, size)),
+        }
+    }
+
+    /// The peer's `SETTINGS_HEADER_TABLE_SIZE`.
+    pub fn set_peer_limit(&mut self, limit: usize) {
+        let size = limit.min(self.cap);
+        if size == self.table.max_size() && self.pending.is_none() {
+            return;
+        }
+        self.table.set_max_size(size);
+        let smallest = self.pending.map_or(size, |(low, _)| low.min(size));
+        self.pending = Some((smallest, size));
+    }
+
+    /// Writes `fields` (name, value, sensitive) as one header block. Names are written as
+    /// given: HTTP/2 wants them in lowercase.
+    pub fn encode<'a>(
+        &mut self,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8], bool)>,
+        out: &mut BytesMut,
+    ) {
+        if let Some((smallest, last)) = self.pending.take() {
+            integer(smallest, 5, 0x20, out);
+            if last != smallest {
+                integer(last, 5, 0x20, out);
+            }
+        }
+        for (name, value, sensitive) in fields {
+            self.field(name, value, sensitive, out);
+        }
+    }
+
+    fn field(&mut self, name: &[u8], value: &[u8], sensitive: bool, out: &mut BytesMut) {
+        let indexing = indexing(name, value, sensitive, self.table.max_size());
+        let found = static_table::find(name, value);
+        if indexing != Indexing::Never {
+            if let Some(StaticMatch::Field(index)) = found {
+                integer(index, 7, 0x80, out);
+                return;
+            }
+            if let Some(at) = self
+                .table
+                .entries()
+                .position(|e| e.name == name && e.value == value)
+            {
+                integer(62 + at, 7, 0x80, out);
+                return;
+            }
+        }
+        let name_index = match found {
+            Some(StaticMatch::Field(index) | StaticMatch::Name(index)) => Some(index),
+            None => self
+                .table
+                .entries()
+                .position(|e| e.name == name)
+                .map(|at| 62 + at),
+        };
+        let (prefix, flag) = match indexing {
+            Indexing::Incremental => (6, 0x40),
+            Indexing::Without => (4, 0x00),
+            Indexing::Never => (4, 0x10),
+        };
+        match name_index {
+            Some(index) => integer(index, prefix, flag, out),
+            None => {
+                out.put_u8(flag);
+                string(name, out);
+            }
+        }
+        string(value, out);
+        if indexing == Indexing::Incremental {
+            self.table.insert(Entry {
+                name: Bytes::copy_from_slice(name),
+                value: Bytes::copy_from_slice(value),
+            });
+        }
+    }
+}
+
+/// Which literal form a field not found whole in a table takes.
+fn indexing(name: &[u8], value: &[u8], sensitive: bool, table_size: usize) -> Indexing {
+    // Credentials: never in a table, where a later field could probe for them. A short
+    // cookie is as easily guessed (RFC 7541 section 7.1.3).
+    let credential = matches!(name, b"authorization" | b"proxy-authorization")
+        || (name == b"cookie" && value.len() < 20);
+    if sensitive || credential {
+        return Indexing::Never;
+    }
+    // One message's own values: indexing them would only evict fields that repeat.
+    let unique = matches!(
+        name,
+        b":path"
+            | b"content-length"
+            | b"date"
+            | b"age"
+            | b"etag"
+            | b"last-modified"
+            | b"if-modified-since"
+            | b"if-none-match"
+            | b"location"
+            | b"set-cookie"
+            | b"x-request-id"
+            | b"traceparent"
+    );
+    // A field over three quarters of the table would empty it for little gain.
+    if unique || (name.len() + value.len() + 32) * 4 > table_size * 3 {
+        Indexing::Without
+    } else {
+        Indexing::Incremental
+    }
+}
+
+/// An integer with an `n`-bit prefix, the prefix's other bits set to `flag`.
+fn integer(value: usize, n: u8, flag: u8, out: &mut BytesMut) {
+    let max = (1usize << n) - 1;
+    if value < max {
+        out.put_u8(flag | value as u8);
+        return;
+    }
+    out.put_u8(flag | max as u8);
+    let mut rest = value - max;
+    while rest >= 0x80 {
+        out.put_u8((rest as u8 & 0x7f) | 0x80);
+        rest >>= 7;
+    }
+    out.put_u8(rest as u8);
+}
+
+/// A string literal, Huffman-coded when that is shorter.
+fn string(bytes: &[u8], out: &mut BytesMut) {
+    let coded = huffman::encoded_len(bytes);
+    if coded < bytes.len() {
+        integer(coded, 7, 0x80, out);
+        huffman::encode(bytes, out);
+    } else {
+        integer(bytes.len(), 7, 0x00, out);
+        out.put_slice(bytes);
+    }
+}
