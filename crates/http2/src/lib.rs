@@ -14,6 +14,8 @@
 //!   announces, hands on fields only while the header list is within its limit (an HPACK
 //!   bomb costs the decoder the block's length, not its expansion), and writes blocks with
 //!   credentials never indexed.
+//! - [`stream`] moves a stream through RFC 9113's states as frames are sent and received,
+//!   and names the error (stream or connection) a frame in the wrong state is.
 //!
 //! A request read from the wire, as a server connection reads it:
 //!
@@ -55,3 +57,4 @@ pub mod frame;
 pub mod fuzzing;
 pub mod head;
 pub mod hpack;
+pub mod stream;

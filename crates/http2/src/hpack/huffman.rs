@@ -36,6 +36,33 @@ struct Canonical {
 
 const CANONICAL: Canonical = canonical();
 
+/// The bits looked up at once: every code of up to this many bits (all letters, digits and
+/// the usual punctuation) is decoded by one lookup.
+const FAST_BITS: usize = 8;
+
+/// Per value of the next [`FAST_BITS`] bits: the symbol whose code they start with and that
+/// code's length, or a length of 0 when the code is longer.
+const FAST: [(u8, u8); 1 << FAST_BITS] = fast_table();
+
+const fn fast_table() -> [(u8, u8); 1 << FAST_BITS] {
+    let codes = CANONICAL.codes;
+    let mut table = [(0u8, 0u8); 1 << FAST_BITS];
+    let mut s = 0;
+    while s < 256 {
+        let len = LENGTHS[s] as usize;
+        if len <= FAST_BITS {
+            let first = (codes[s] as usize) << (FAST_BITS - len);
+            let mut i = 0;
+            while i < 1 << (FAST_BITS - len) {
+                table[first + i] = (s as u8, len as u8);
+                i += 1;
+            }
+        }
+        s += 1;
+    }
+    table
+}
+
 const fn canonical() -> Canonical {
     let mut count = [0u32; MAX_LEN + 1];
     let mut s = 0;
@@ -139,6 +166,15 @@ pub fn decode(bytes: &[u8], out: &mut BytesMut) -> Result<(), HuffmanError> {
                 None => break,
             }
         }
+        if bits >= FAST_BITS {
+            let (symbol, len) = FAST[((acc >> (bits - FAST_BITS)) & 0xff) as usize];
+            if len != 0 {
+                out.put_u8(symbol);
+                bits -= usize::from(len);
+                acc &= (1 << bits) - 1;
+                continue;
+            }
+        }
         let mut matched = None;
         let mut len = MIN_LEN;
         while len <= MAX_LEN && len <= bits {
@@ -185,6 +221,23 @@ mod tests {
         assert_eq!(CANONICAL.codes[0], 0x1ff8);
         assert_eq!(CANONICAL.codes[255], 0x3ffffee);
         assert_eq!(CANONICAL.codes[256], 0x3fffffff);
+    }
+
+    #[test]
+    fn the_fast_table_holds_the_short_codes() {
+        let short = (0..256)
+            .filter(|&s| usize::from(LENGTHS[s]) <= FAST_BITS)
+            .count();
+        let filled = FAST.iter().filter(|(_, len)| *len != 0).count();
+        // Each short code fills 2^(8 - length) entries; the rest are longer codes' prefixes.
+        let expected: usize = (0..256)
+            .filter(|&s| usize::from(LENGTHS[s]) <= FAST_BITS)
+            .map(|s| 1 << (FAST_BITS - usize::from(LENGTHS[s])))
+            .sum();
+        assert_eq!(filled, expected);
+        assert_eq!(short, 74);
+        assert_eq!(FAST[0], (b'0', 5));
+        assert_eq!(FAST[0xff], (0, 0));
     }
 
     #[test]
