@@ -80,6 +80,9 @@ pub struct Credit {
 }
 
 impl Credit {
+    /// Credit for a window the peer sees at `target` already: a stream's under this
+    /// side's acknowledged settings. The connection's window starts at 65,535 whatever is
+    /// announced: one larger is opened with a first WINDOW_UPDATE of the difference.
     pub fn new(target: u32) -> Self {
         Credit {
             window: Window::new(target),
@@ -93,16 +96,23 @@ impl Credit {
         self.window.consume(n)
     }
 
-    /// The application took `n` bytes: the increment to send now, if any.
+    /// The application took `n` bytes: the increment to send now, if any (never 0, which
+    /// the peer would take for a `PROTOCOL_ERROR`).
     pub fn release(&mut self, n: u32) -> Option<u32> {
         self.released = self.released.saturating_add(n);
-        if self.released < self.target / 2 {
+        if self.released == 0 || self.released < self.target / 2 {
             return None;
         }
-        let increment = std::mem::take(&mut self.released);
         // Within bounds: the window plus what was released is at most the target.
-        self.window.grow(increment).ok()?;
-        Some(increment)
+        self.window.grow(self.released).ok()?;
+        Some(std::mem::take(&mut self.released))
+    }
+
+    /// This side's `SETTINGS_INITIAL_WINDOW_SIZE` changed from `old` to `new` (a stream's
+    /// window, once the peer acknowledged it).
+    pub fn resize(&mut self, old: u32, new: u32) -> Result<(), FlowError> {
+        self.target = new;
+        self.window.resize(old, new)
     }
 }
 
@@ -140,5 +150,10 @@ mod tests {
         // The window is whole again less what is held: 25,535 + 40,000.
         assert_eq!(credit.received(65_535), Ok(()));
         assert_eq!(credit.received(1), Err(FlowError::Exceeded));
+        // Nothing taken, nothing to give back, even for a tiny window.
+        assert_eq!(Credit::new(1).release(0), None);
+        // A larger initial window for the streams.
+        assert_eq!(credit.resize(DEFAULT_WINDOW, 1 << 20), Ok(()));
+        assert_eq!(credit.received((1 << 20) - DEFAULT_WINDOW), Ok(()));
     }
 }

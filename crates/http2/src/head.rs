@@ -32,13 +32,15 @@ pub enum HeadError {
     InvalidMethod,
     #[error("an invalid :scheme")]
     InvalidScheme,
-    #[error("an invalid or empty :path")]
+    #[error("an invalid or empty :path, or one with a fragment")]
     InvalidPath,
-    #[error("an invalid :authority, or one with user information")]
+    #[error("an invalid :authority, one with user information, or a CONNECT's without a port")]
     InvalidAuthority,
-    #[error("a Host field that names another authority than :authority")]
+    #[error("a Host field that names another authority than :authority, or more than one Host")]
     HostDiffers,
-    #[error("an invalid :status")]
+    #[error("more fields than a header map holds")]
+    TooManyFields,
+    #[error("an invalid :status, or 101 (HTTP/2 has no Upgrade)")]
     InvalidStatus,
     #[error("an invalid content-length, or two that differ")]
     InvalidContentLength,
@@ -68,7 +70,7 @@ pub fn request(fields: Vec<Field>, extended_connect: bool) -> Result<RequestHead
     let mut authority = None;
     let mut path = None;
     let mut protocol = None;
-    let mut regular = Regular::new(fields.len());
+    let mut regular = Regular::new(fields.len())?;
     for field in fields {
         if let Some(pseudo) = field.name.strip_prefix(b":") {
             if regular.seen() {
@@ -105,7 +107,12 @@ pub fn request(fields: Vec<Field>, extended_connect: bool) -> Result<RequestHead
         if scheme.is_some() || path.is_some() {
             return Err(HeadError::ConnectWithPath);
         }
-        uri = uri.authority(authority.clone().ok_or(HeadError::Missing(":authority"))?);
+        let authority = authority.clone().ok_or(HeadError::Missing(":authority"))?;
+        // Host and port (RFC 9113 section 8.5).
+        if authority.port_u16().is_none() {
+            return Err(HeadError::InvalidAuthority);
+        }
+        uri = uri.authority(authority);
     } else {
         let scheme = scheme.ok_or(HeadError::Missing(":scheme"))?;
         let scheme = Scheme::try_from(&scheme[..]).map_err(|_| HeadError::InvalidScheme)?;
@@ -115,23 +122,30 @@ pub fn request(fields: Vec<Field>, extended_connect: bool) -> Result<RequestHead
         }
         // `*` is OPTIONS' own; any other path of http or https is absolute.
         let asterisk = &path[..] == b"*" && method == Method::OPTIONS;
-        if !asterisk && path[0] != b'/' {
+        // A fragment is never sent (PathAndQuery would cut it off silently).
+        if !asterisk && path[0] != b'/' || path.contains(&b'#') {
             return Err(HeadError::InvalidPath);
         }
         let path = PathAndQuery::from_maybe_shared(path).map_err(|_| HeadError::InvalidPath)?;
-        uri = uri.scheme(scheme).path_and_query(path);
+        uri = uri.path_and_query(path);
         if protocol.is_some() && authority.is_none() {
             return Err(HeadError::Missing(":authority"));
         }
+        // Without :authority (a request translated from HTTP/1.1's origin form, say), the
+        // URI is the path alone and Host names the authority, as h2 has it.
         if let Some(authority) = authority.clone() {
-            uri = uri.authority(authority);
+            uri = uri.scheme(scheme).authority(authority);
         }
     }
     let mut headers = regular.finish()?;
-    if let (Some(authority), Some(host)) = (&authority, headers.get(HOST))
-        && !host
-            .as_bytes()
-            .eq_ignore_ascii_case(authority.as_str().as_bytes())
+    let mut hosts = headers.get_all(HOST).iter();
+    if let Some(host) = hosts.next()
+        && (hosts.next().is_some()
+            || authority.as_ref().is_some_and(|authority| {
+                !host
+                    .as_bytes()
+                    .eq_ignore_ascii_case(authority.as_str().as_bytes())
+            }))
     {
         return Err(HeadError::HostDiffers);
     }
@@ -151,7 +165,7 @@ pub fn request(fields: Vec<Field>, extended_connect: bool) -> Result<RequestHead
 /// The response (or interim response) the fields of a HEADERS frame make.
 pub fn response(fields: Vec<Field>) -> Result<(http::response::Parts, Option<u64>), HeadError> {
     let mut status = None;
-    let mut regular = Regular::new(fields.len());
+    let mut regular = Regular::new(fields.len())?;
     for field in fields {
         if let Some(pseudo) = field.name.strip_prefix(b":") {
             if regular.seen() {
@@ -166,7 +180,10 @@ pub fn response(fields: Vec<Field>) -> Result<(http::response::Parts, Option<u64
         }
     }
     let status = status.ok_or(HeadError::Missing(":status"))?;
-    let status = StatusCode::from_bytes(&status).map_err(|_| HeadError::InvalidStatus)?;
+    let status = StatusCode::from_bytes(&status)
+        .ok()
+        .filter(|&s| s != StatusCode::SWITCHING_PROTOCOLS)
+        .ok_or(HeadError::InvalidStatus)?;
     let mut headers = regular.finish()?;
     let content_length = content_length(&mut headers)?;
     let mut parts = http::Response::new(()).into_parts().0;
@@ -178,7 +195,7 @@ pub fn response(fields: Vec<Field>) -> Result<(http::response::Parts, Option<u64
 
 /// Trailer fields: no pseudo-header fields at all (RFC 9113 section 8.1).
 pub fn trailers(fields: Vec<Field>) -> Result<HeaderMap, HeadError> {
-    let mut regular = Regular::new(fields.len());
+    let mut regular = Regular::new(fields.len())?;
     for field in fields {
         if field.name.starts_with(b":") {
             return Err(HeadError::UnknownPseudo);
@@ -205,13 +222,18 @@ struct Regular {
     any: bool,
 }
 
+/// A header map holds at most 24,576 fields (`with_capacity` panics past that): a list that
+/// large is refused by name, and the map starts only as large as a common head needs.
+const CAPACITY_HINT: usize = 64;
+
 impl Regular {
-    fn new(len: usize) -> Self {
-        Regular {
-            headers: HeaderMap::with_capacity(len),
+    fn new(len: usize) -> Result<Self, HeadError> {
+        Ok(Regular {
+            headers: HeaderMap::try_with_capacity(len.min(CAPACITY_HINT))
+                .map_err(|_| HeadError::TooManyFields)?,
             cookies: Vec::new(),
             any: false,
-        }
+        })
     }
 
     fn seen(&self) -> bool {
@@ -238,14 +260,16 @@ impl Regular {
         if let Some(which) = connection_specific(&name) {
             return Err(HeadError::ConnectionSpecific(which));
         }
-        if name == http::header::TE && value.as_bytes() != b"trailers" {
+        if name == http::header::TE && !value.as_bytes().eq_ignore_ascii_case(b"trailers") {
             return Err(HeadError::TeNotTrailers);
         }
         if name == COOKIE {
             self.cookies.push(value);
             return Ok(());
         }
-        self.headers.append(name, value);
+        self.headers
+            .try_append(name, value)
+            .map_err(|_| HeadError::TooManyFields)?;
         Ok(())
     }
 
@@ -256,7 +280,7 @@ impl Regular {
             0 => {}
             1 => {
                 let value = self.cookies.remove(0);
-                self.headers.insert(COOKIE, value);
+                self.insert_cookie(value)?;
             }
             _ => {
                 let mut joined = BytesMut::new();
@@ -266,12 +290,21 @@ impl Regular {
                     }
                     joined.extend_from_slice(crumb.as_bytes());
                 }
-                let value = HeaderValue::from_maybe_shared(joined.freeze())
+                let mut value = HeaderValue::from_maybe_shared(joined.freeze())
                     .map_err(|_| HeadError::InvalidValue)?;
-                self.headers.insert(COOKIE, value);
+                // One never-indexed crumb makes the whole field sensitive.
+                value.set_sensitive(self.cookies.iter().any(HeaderValue::is_sensitive));
+                self.insert_cookie(value)?;
             }
         }
         Ok(self.headers)
+    }
+
+    fn insert_cookie(&mut self, value: HeaderValue) -> Result<(), HeadError> {
+        self.headers
+            .try_insert(COOKIE, value)
+            .map_err(|_| HeadError::TooManyFields)?;
+        Ok(())
     }
 }
 

@@ -24,12 +24,12 @@ struct Partial {
 }
 
 impl BlockAssembler {
-    /// For a side that announces `max_header_list_size` and `max_frame_size`. A block
-    /// needs at most a quarter more frames than the list's size in full frames (and 5
-    /// whatever the sizes). An encoded field is never longer than the list counts it (32
-    /// bytes over its name and value), so a block over the list's size is refused anyway;
-    /// up to four times that size it is still read, to refuse only its stream (with a 431),
-    /// as h2 does.
+    /// For a side that announces `max_header_list_size` and `max_frame_size`. A block may
+    /// take a quarter more frames than the list's size in full frames (and 5 whatever the
+    /// sizes), h2's bound: more ends the connection (`ENHANCE_YOUR_CALM`), as a peer that
+    /// fills its frames never needs them. Its bytes may reach four times the list's size
+    /// (h2's abuse bound), so that a list somewhat over the limit is still read and only
+    /// its stream refused (431).
     pub fn new(max_header_list_size: usize, max_frame_size: usize) -> Self {
         let frames = (max_header_list_size / max_frame_size.max(1)).max(1);
         BlockAssembler {
@@ -42,6 +42,16 @@ impl BlockAssembler {
     /// Whether a block is half read (only its CONTINUATION frames may come next).
     pub fn is_partial(&self) -> bool {
         self.partial.is_some()
+    }
+
+    /// What a frame error read from the wire is here: inside a block, any frame but a
+    /// CONTINUATION ends the connection (RFC 9113 section 6.10), even one that would only
+    /// have reset its stream.
+    pub fn frame_error(&self, error: FrameError) -> FrameError {
+        if self.is_partial() && error.stream.is_some() {
+            return protocol("a frame other than CONTINUATION inside a header block");
+        }
+        error
     }
 
     /// Takes a frame as read. A HEADERS or PUSH_PROMISE frame comes back with its whole

@@ -7,7 +7,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::{HEADER_LEN, Priority, Reason, Settings, flag, kind};
 
 fn head(len: usize, kind: u8, flags: u8, stream: u32, out: &mut BytesMut) {
-    debug_assert!(len < 1 << 24, "a frame's length fits in 24 bits");
+    // A caller's bug, not the peer's: a frame this long would be written corrupt.
+    assert!(len < 1 << 24, "a frame's length fits in 24 bits");
     out.reserve(HEADER_LEN + len);
     out.put_slice(&(len as u32).to_be_bytes()[1..]);
     out.put_u8(kind);

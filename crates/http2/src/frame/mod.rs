@@ -262,8 +262,8 @@ pub fn parse(head: FrameHeader, mut payload: Bytes) -> Result<Frame, FrameError>
                 // frame is read, and the connection resets the stream after decoding
                 // ([`Priority::is_on_itself`]).
                 let priority = if flags & flag::PRIORITY != 0 {
-                    Some(priority_fields(&mut payload).ok_or(FrameError::connection(
-                        R::FRAME_SIZE_ERROR,
+                    Some(priority_fields(&mut payload).ok_or(short_of_fields(
+                        flags,
                         "HEADERS too short for its priority fields",
                     ))?)
                 } else {
@@ -322,8 +322,8 @@ pub fn parse(head: FrameHeader, mut payload: Bytes) -> Result<Frame, FrameError>
                 let promised = payload
                     .first_chunk::<4>()
                     .map(|word| u32::from_be_bytes(*word) & MAX_WINDOW)
-                    .ok_or(FrameError::connection(
-                        R::FRAME_SIZE_ERROR,
+                    .ok_or(short_of_fields(
+                        flags,
                         "PUSH_PROMISE too short for its stream identifier",
                     ))?;
                 payload.advance(4);
@@ -410,6 +410,17 @@ fn unpad(flags: u8, payload: &mut Bytes) -> Result<(), FrameError> {
     payload.advance(1);
     payload.truncate(payload.len() - pad);
     Ok(())
+}
+
+/// A frame too short for its fixed fields: padding that took their room is a
+/// `PROTOCOL_ERROR` (RFC 9113 sections 6.2 and 6.6), a short frame a `FRAME_SIZE_ERROR`.
+fn short_of_fields(flags: u8, what: &'static str) -> FrameError {
+    let reason = if flags & flag::PADDED != 0 {
+        Reason::PROTOCOL_ERROR
+    } else {
+        Reason::FRAME_SIZE_ERROR
+    };
+    FrameError::connection(reason, what)
 }
 
 fn priority_fields(payload: &mut Bytes) -> Option<Priority> {

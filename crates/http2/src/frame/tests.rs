@@ -352,3 +352,42 @@ fn continuation_floods_and_interleaving_end_the_connection() {
         Err(Reason::PROTOCOL_ERROR)
     );
 }
+
+#[test]
+fn padding_that_takes_the_fixed_fields_room_is_a_protocol_error() {
+    // Padded and with priority: pad length 3 leaves 2 bytes for 5 of priority fields.
+    assert_eq!(
+        refused(
+            kind::HEADERS,
+            flag::PADDED | flag::PRIORITY,
+            1,
+            b"\x03\0\0\0\0\0"
+        ),
+        (Reason::PROTOCOL_ERROR, None)
+    );
+    // Not padded, just short.
+    assert_eq!(
+        refused(kind::HEADERS, flag::PRIORITY, 1, b"\0\0"),
+        (Reason::FRAME_SIZE_ERROR, None)
+    );
+}
+
+#[test]
+fn a_stream_error_inside_a_block_ends_the_connection() {
+    let mut assembler = BlockAssembler::new(16 * 1024, 16 * 1024);
+    let stream_error = read(kind::WINDOW_UPDATE, 0, 3, b"\0\0\0\0").expect_err("0");
+    assert_eq!(assembler.frame_error(stream_error), stream_error);
+    let headers = Frame::Headers {
+        stream: 1,
+        end_stream: false,
+        end_headers: false,
+        priority: None,
+        fragment: Bytes::new(),
+    };
+    assert_eq!(assembler.push(headers), Ok(None));
+    let inside = assembler.frame_error(stream_error);
+    assert_eq!(
+        (inside.reason, inside.stream),
+        (Reason::PROTOCOL_ERROR, None)
+    );
+}

@@ -201,3 +201,69 @@ fn responses_and_trailers() {
         Err(HeadError::UnknownPseudo)
     );
 }
+
+#[test]
+fn a_request_without_authority_takes_its_host_from_host() {
+    let head = request(
+        fields(&[
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":path", "/x"),
+            ("host", "example.com"),
+        ]),
+        false,
+    )
+    .expect("origin form with Host");
+    assert_eq!(head.parts.uri, "/x");
+    assert_eq!(head.parts.headers["host"], "example.com");
+    assert_eq!(
+        refused(fields(&[
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":path", "/x"),
+            ("host", "a.example"),
+            ("host", "b.example"),
+        ])),
+        HeadError::HostDiffers
+    );
+}
+
+#[test]
+fn the_rest_of_section_8() {
+    assert_eq!(
+        refused(fields(&[GET[0], GET[1], GET[2], (":path", "/a#frag")])),
+        HeadError::InvalidPath
+    );
+    assert_eq!(
+        refused(fields(&[
+            (":method", "CONNECT"),
+            (":authority", "db.internal")
+        ])),
+        HeadError::InvalidAuthority,
+        "a tunnel names a port"
+    );
+    assert!(request(with(&[("te", "Trailers")]), false).is_ok());
+    assert_eq!(
+        response(fields(&[(":status", "101")])).map(|_| ()),
+        Err(HeadError::InvalidStatus)
+    );
+    let mut crumbs = with(&[("cookie", "a=1")]);
+    crumbs.push(Field {
+        name: Bytes::from_static(b"cookie"),
+        value: Bytes::from_static(b"session=secret"),
+        never_indexed: true,
+    });
+    let head = request(crumbs, false).expect("ok");
+    assert!(head.parts.headers["cookie"].is_sensitive());
+}
+
+#[test]
+fn more_fields_than_a_map_holds_are_refused_not_a_panic() {
+    let mut list = fields(&GET);
+    list.extend((0..33_000).map(|i| Field {
+        name: Bytes::from(format!("x-{i}")),
+        value: Bytes::new(),
+        never_indexed: false,
+    }));
+    assert_eq!(refused(list), HeadError::TooManyFields);
+}

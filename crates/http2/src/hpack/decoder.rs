@@ -65,7 +65,10 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// A decoder whose table may grow to `limit` bytes (4,096 is HTTP/2's default).
+    /// A decoder whose table may grow to `limit` bytes. Until the peer acknowledges this
+    /// side's SETTINGS it encodes for HTTP/2's default, 4,096: a connection starts its
+    /// decoder at that and calls [`Decoder::set_limit`] with its own on the
+    /// acknowledgement.
     pub fn new(limit: usize) -> Self {
         Decoder {
             table: DynamicTable::new(limit),
