@@ -26,6 +26,13 @@ pub(crate) fn next_u64() -> u64 {
     })
 }
 
+/// Seeds this thread's stream, so that a test of the picks' statistics sees one fixed
+/// sequence (each test runs on a thread of its own) and cannot fail by chance.
+#[cfg(test)]
+pub(crate) fn seed_this_thread(seed: u64) {
+    STATE.with(|state| state.set(seed | 1));
+}
+
 /// A uniform index in `0..n` (`n > 0`), by multiply-shift (Lemire) instead of a division.
 #[inline]
 pub(crate) fn below(n: usize) -> usize {
