@@ -147,8 +147,12 @@ pub fn hpack_roundtrip(data: &[u8]) {
         if let Some(&first) = block.first()
             && first & 0xe0 == 0xe0
         {
-            // Only down from 4096: h2's decoder, like ours, stays at its announced size.
-            encoder.set_peer_limit(usize::from(first & 0x1f) * 128);
+            // This side announces a table of at most 4,096 bytes (h2's decoder stays at the
+            // default) and the peer acknowledges it: our decoder takes the limit, and the
+            // encoder must say so at the next block's start (or the decoder refuses it).
+            let limit = usize::from(first & 0x1f) * 128;
+            decoder.set_limit(limit);
+            encoder.set_peer_limit(limit);
         }
         let mut encoded = BytesMut::new();
         encoder.encode(
