@@ -1,6 +1,5 @@
-//! Legate's HTTP/2 codec, without I/O policy: what bytes mean and what bytes to write. The
-//! connection that drives it (reads, flow-control decisions, timeouts, floods) is the
-//! proxy's.
+//! Legate's HTTP/2 codec, without I/O: what bytes mean and what bytes to write. The task
+//! that drives a connection (reads, writes, timers, the requests' service) is the proxy's.
 //!
 //! - [`flow`] keeps flow-control windows (below zero when the peer shrinks them) and
 //!   gives a receiver's credit back in few WINDOW_UPDATE frames.
@@ -14,6 +13,10 @@
 //!   announces, hands on fields only while the header list is within its limit (an HPACK
 //!   bomb costs the decoder the block's length, not its expansion), and writes blocks with
 //!   credentials never indexed.
+//! - [`server`] is a server's connection: bytes read in, events out (requests, bodies,
+//!   resets), responses in, bytes to write out; SETTINGS, PING, GOAWAY, both sides' flow
+//!   control and the flood limits (rapid reset, CONTINUATION, PING and SETTINGS, stream
+//!   errors) handled inside. `examples/echo_server.rs` drives one over TCP.
 //! - [`stream`] moves a stream through RFC 9113's states as frames are sent and received,
 //!   and names the error (stream or connection) a frame in the wrong state is.
 //!
@@ -57,4 +60,5 @@ pub mod frame;
 pub mod fuzzing;
 pub mod head;
 pub mod hpack;
+pub mod server;
 pub mod stream;
