@@ -118,7 +118,7 @@ pub async fn serve(mut socket: TcpStream, config: Config) -> std::io::Result<()>
             conn.advance_output(written);
         }
         if conn.is_done() {
-            return Ok(());
+            return linger(socket).await;
         }
         if conn.has_events() {
             // Writing made room for streams waiting to send.
@@ -148,6 +148,20 @@ pub async fn serve(mut socket: TcpStream, config: Config) -> std::io::Result<()>
         }
         paused = conn.wants_write();
     }
+}
+
+/// Closes the sending side, then reads what the client still sends until it closes too (or a
+/// second passes): closing with bytes unread would reset the connection, and the client
+/// could lose the last frames written.
+async fn linger(mut socket: TcpStream) -> std::io::Result<()> {
+    socket.shutdown().await?;
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        while socket.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+    Ok(())
 }
 
 async fn sleep_until(at: Option<Instant>) {
