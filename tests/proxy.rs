@@ -128,6 +128,22 @@ async fn bodies_arrive_intact_over_an_http2_upstream() {
     );
 }
 
+/// The same over Legate's own HTTP/2 codec (`http.http2_codec: legate`), to an HTTP/1.1 and
+/// an HTTP/2 upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_arrive_intact_on_legates_own_http2_codec() {
+    let noop = upstream().await;
+    for cluster in ["", "    protocol: http2"] {
+        let config = forward_config(&[noop.local_addr()], cluster).replacen(
+            "    address: 127.0.0.1:0\n",
+            "    address: 127.0.0.1:0\n    http: { http2_codec: legate }\n",
+            1,
+        );
+        let proxy = Proxy::start(&config, 2);
+        check_bodies(proxy.addr(), &[0, 1, 1 << 20, 16 << 20]).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_echoed_back_streams_both_ways() {
     let noop = upstream().await;

@@ -165,8 +165,14 @@ async fn turned_off_the_path_goes_as_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_is_not_host_and_port_is_refused_and_never_forwarded() {
+    for codec in CODECS {
+        a_host_that_is_not_host_and_port_is_refused_and_never_forwarded_on(codec).await;
+    }
+}
+
+async fn a_host_that_is_not_host_and_port_is_refused_and_never_forwarded_on(codec: &str) {
     let upstream = upstream().await;
-    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let proxy = Proxy::start(&config(upstream.local_addr(), &with_codec("", codec)), 1);
     let addr = proxy.addr();
     for host in ["a b", "a/b@c", "user@edge", "edge:port", "[::1", "a%zz"] {
         let (status, _, body) = raw_request(addr, "/", host).await;
@@ -230,6 +236,18 @@ async fn a_response_with_two_lengths_is_a_502_and_its_connection_is_dropped() {
     }
 }
 
+/// The HTTP/2 codecs a listener may use: each HTTP/2 defence is checked on both.
+const CODECS: [&str; 2] = ["hyper", "legate"];
+
+/// `settings` (the listener's `http` keys) with `codec` for its HTTP/2 connections.
+fn with_codec(settings: &str, codec: &str) -> String {
+    if settings.is_empty() {
+        format!("http2_codec: {codec}")
+    } else {
+        format!("{settings}, http2_codec: {codec}")
+    }
+}
+
 const PREFACE_AND_SETTINGS: &[u8] =
     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 const GOAWAY: u8 = 0x7;
@@ -240,9 +258,18 @@ const RST_STREAM: u8 = 0x3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiet_http2_connections_are_closed() {
+    for codec in CODECS {
+        quiet_http2_connections_are_closed_on(codec).await;
+    }
+}
+
+async fn quiet_http2_connections_are_closed_on(codec: &str) {
     let upstream = upstream().await;
     let settings = "request_headers_timeout: 300ms";
-    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    let proxy = Proxy::start(
+        &config(upstream.local_addr(), &with_codec(settings, codec)),
+        1,
+    );
     let admin = proxy.admin.unwrap();
 
     // A connection that never asks for anything: GOAWAY after request_headers_timeout.
@@ -255,7 +282,10 @@ async fn quiet_http2_connections_are_closed() {
     // One that asked once and then went quiet: GOAWAY after idle_timeout. (The header
     // timeout is far off here, so a slow first request cannot be taken for it.)
     let settings = "idle_timeout: 300ms, request_headers_timeout: 60s";
-    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    let proxy = Proxy::start(
+        &config(upstream.local_addr(), &with_codec(settings, codec)),
+        1,
+    );
     let admin = proxy.admin.unwrap();
     let (mut sender, connection) = h2_client(proxy.addr()).await;
     let response = sender.send_request(get_h2("/", &[])).await.unwrap();
@@ -270,12 +300,21 @@ async fn quiet_http2_connections_are_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_peer_that_does_not_answer_pings_is_dropped() {
+    for codec in CODECS {
+        an_http2_peer_that_does_not_answer_pings_is_dropped_on(codec).await;
+    }
+}
+
+async fn an_http2_peer_that_does_not_answer_pings_is_dropped_on(codec: &str) {
     let upstream = upstream().await;
     // The header timeout is far off: only the unanswered PING can close the connection
     // within the bound.
     let settings =
         "http2_keepalive: { interval: 200ms, timeout: 200ms }, request_headers_timeout: 60s";
-    let proxy = Proxy::start(&config(upstream.local_addr(), settings), 1);
+    let proxy = Proxy::start(
+        &config(upstream.local_addr(), &with_codec(settings, codec)),
+        1,
+    );
     let mut mute = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
     mute.write_all(PREFACE_AND_SETTINGS).await.unwrap();
     // Its SETTINGS are never acknowledged nor its PINGs answered.
@@ -351,8 +390,14 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ping_or_settings_flood_ends_the_connection() {
+    for codec in CODECS {
+        a_ping_or_settings_flood_ends_the_connection_on(codec).await;
+    }
+}
+
+async fn a_ping_or_settings_flood_ends_the_connection_on(codec: &str) {
     let upstream = upstream().await;
-    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let proxy = Proxy::start(&config(upstream.local_addr(), &with_codec("", codec)), 1);
     let admin = proxy.admin.unwrap();
     for kind in [PING, SETTINGS] {
         let mut flood = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
@@ -395,8 +440,14 @@ async fn a_ping_or_settings_flood_ends_the_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_continuation_flood_ends_the_connection() {
+    for codec in CODECS {
+        a_continuation_flood_ends_the_connection_on(codec).await;
+    }
+}
+
+async fn a_continuation_flood_ends_the_connection_on(codec: &str) {
     let upstream = upstream().await;
-    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let proxy = Proxy::start(&config(upstream.local_addr(), &with_codec("", codec)), 1);
     let admin = proxy.admin.unwrap();
     let mut flood = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
     let mut burst = PREFACE_AND_SETTINGS.to_vec();
@@ -427,8 +478,20 @@ async fn a_continuation_flood_ends_the_connection() {
 /// stream_idle_timeout; the connection stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_the_client_never_opens_its_window_for_is_reset() {
+    for codec in CODECS {
+        a_stream_the_client_never_opens_its_window_for_is_reset_on(codec).await;
+    }
+}
+
+async fn a_stream_the_client_never_opens_its_window_for_is_reset_on(codec: &str) {
     let upstream = upstream().await;
-    let proxy = Proxy::start(&config(upstream.local_addr(), "stream_idle_timeout: 1s"), 1);
+    let proxy = Proxy::start(
+        &config(
+            upstream.local_addr(),
+            &with_codec("stream_idle_timeout: 1s", codec),
+        ),
+        1,
+    );
     let admin = proxy.admin.unwrap();
     let mut stalled = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
     let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
@@ -487,8 +550,14 @@ async fn a_stream_the_client_never_opens_its_window_for_is_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rapid_reset_flood_ends_the_connection() {
+    for codec in CODECS {
+        a_rapid_reset_flood_ends_the_connection_on(codec).await;
+    }
+}
+
+async fn a_rapid_reset_flood_ends_the_connection_on(codec: &str) {
     let upstream = upstream().await;
-    let proxy = Proxy::start(&config(upstream.local_addr(), ""), 1);
+    let proxy = Proxy::start(&config(upstream.local_addr(), &with_codec("", codec)), 1);
     let admin = proxy.admin.unwrap();
     let mut flood = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
     // GET / with :authority edge, from HPACK's static table: 0x82 :method GET, 0x86 :scheme
@@ -531,4 +600,61 @@ fn goaway_code(mut bytes: &[u8]) -> Option<u32> {
         bytes = &bytes[9 + len..];
     }
     None
+}
+
+/// Legate's own HTTP/2 codec serves no tunnels yet: a CONNECT is answered 403 (as over
+/// HTTP/3) and reaches no upstream, and extended CONNECT is not offered in its SETTINGS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legates_own_http2_codec_refuses_tunnels_by_name() {
+    let upstream = upstream().await;
+    let proxy = Proxy::start(&config(upstream.local_addr(), &with_codec("", "legate")), 1);
+    let mut client = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut hello = PREFACE_AND_SETTINGS.to_vec();
+    // CONNECT edge:443: 0x02 :method (index 2) literal "CONNECT", then :authority (index 1).
+    hello.extend(frame(0x1, 0x4, 1, b"\x02\x07CONNECT\x01\x08edge:443"));
+    client.write_all(&hello).await.unwrap();
+    let mut seen = Vec::new();
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = client.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed: {:?}", frame_types(&seen));
+            seen.extend_from_slice(&buf[..n]);
+            if frame_types(&seen).contains(&RST_STREAM) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(answered.is_ok(), "{:?}", frame_types(&seen));
+    // SETTINGS without extended CONNECT, then HEADERS with :status 403, then RST_STREAM.
+    let mut wire = bytes::BytesMut::from(&seen[..]);
+    let mut decoder = http2::hpack::Decoder::new(4096);
+    let mut status = None;
+    while let Some(frame) = http2::frame::decode(&mut wire, 1 << 24).unwrap() {
+        match frame {
+            http2::frame::Frame::Settings(settings) => {
+                assert_eq!(
+                    settings.enable_connect_protocol, None,
+                    "extended CONNECT offered"
+                );
+            }
+            http2::frame::Frame::Headers {
+                stream: 1,
+                fragment,
+                ..
+            } => {
+                decoder
+                    .decode(&fragment, 1 << 16, |field| {
+                        if &field.name[..] == b":status" {
+                            status = Some(field.value.clone());
+                        }
+                    })
+                    .unwrap();
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(status.as_deref(), Some(&b"403"[..]));
+    assert_eq!(upstream.requests(), 0);
 }

@@ -10,8 +10,9 @@ thread_local! {
     static CACHED: RefCell<(u64, [u8; LEN])> = const { RefCell::new((u64::MAX, [0; LEN])) };
 }
 
-/// Calls `f` with the current date as an HTTP-date.
-pub(crate) fn with<R>(f: impl FnOnce(&[u8]) -> R) -> R {
+/// Calls `f` with the current date as an HTTP-date (formatted at most once a second per
+/// thread), for a response that has no `Date`.
+pub fn with<R>(f: impl FnOnce(&[u8]) -> R) -> R {
     let now = SystemTime::now();
     let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     CACHED.with(|cached| {

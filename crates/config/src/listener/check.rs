@@ -268,6 +268,17 @@ pub(crate) fn listener(
                     })
                 })
                 .transpose()?,
+            http2_codec: match raw.http.http2_codec.as_deref() {
+                None => Http2Codec::default(),
+                Some("hyper") => Http2Codec::Hyper,
+                Some("legate") => Http2Codec::Legate,
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        format!("{path}.http.http2_codec"),
+                        format!("expected `hyper` or `legate`, found `{other}`"),
+                    ));
+                }
+            },
             max_connection_duration: raw
                 .http
                 .max_connection_duration

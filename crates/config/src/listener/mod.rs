@@ -181,6 +181,8 @@ pub struct HttpConfig {
     pub path_normalization: PathNormalization,
     /// HTTP/2: PING a connection this often; no answer within the timeout closes it.
     pub http2_keepalive: Option<Keepalive>,
+    /// Which implementation serves the listener's HTTP/2 connections.
+    pub http2_codec: Http2Codec,
     /// A client connection older than this is retired (HTTP/1.1: `connection: close` on its
     /// next response, or closed if idle; HTTP/2: GOAWAY). `None`: no limit.
     #[serde(serialize_with = "ser::opt_duration")]
@@ -322,6 +324,20 @@ fn ser_versions<S: Serializer>(v: &ProxyProtocolVersions, s: S) -> Result<S::Ok,
             .into_iter()
             .filter_map(|(on, n)| on.then_some(n)),
     )
+}
+
+/// Which implementation serves a listener's HTTP/2 connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Http2Codec {
+    /// hyper's server over the h2 crate.
+    #[default]
+    Hyper,
+    /// Legate's own (`crates/http2`): frames, HPACK, streams and flood limits of its own,
+    /// driven by the connection's task. It does not serve tunnels yet: CONNECT is answered
+    /// 403 (as over HTTP/3), and extended CONNECT (WebSocket over HTTP/2) is not offered, so
+    /// clients open WebSockets over HTTP/1.1.
+    Legate,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -85,6 +85,8 @@ pub struct RawHttp {
     pub max_requests_per_connection: Option<u32>,
     pub path_normalization: Option<RawPathNormalization>,
     pub http2_keepalive: Option<RawKeepalive>,
+    /// `hyper` (the default) or `legate`: which HTTP/2 implementation serves the listener.
+    pub http2_codec: Option<String>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub max_connection_duration: Option<Duration>,
     pub use_remote_address: Option<bool>,

@@ -174,6 +174,8 @@ struct Stream {
     /// DATA was held back for want of window or output room: [`Event::SendReady`] is due
     /// when there is some.
     wants_send: bool,
+    /// The application wants no more of the request's body ([`Connection::discard_body`]).
+    discarding: bool,
 }
 
 /// Where the connection is in its life.

@@ -163,6 +163,10 @@ impl Connection {
                 Ok(Arrival::Ignore) => return Ok(()),
                 Err(error) => return self.state_error(id, error),
             }
+            if stream.discarding {
+                self.remove_if_closed(index);
+                return Ok(());
+            }
             if on_itself || too_large || stream.remaining.is_some_and(|n| n != 0) {
                 return self.stream_error(id, Reason::PROTOCOL_ERROR);
             }
@@ -209,16 +213,17 @@ impl Connection {
             head_sent: false,
             unreleased: 0,
             wants_send: false,
+            discarding: false,
         });
         if on_itself {
             return self.stream_error(id, Reason::PROTOCOL_ERROR);
         }
         if too_large {
-            return self.refuse_too_large(id);
+            return self.refuse(id, b"431", Reason::NO_ERROR);
         }
         let head = match head::request(fields, self.config.enable_connect_protocol) {
             Ok(head) if !(end_stream && head.content_length.is_some_and(|n| n > 0)) => head,
-            _ => return self.stream_error(id, Reason::PROTOCOL_ERROR),
+            _ => return self.refuse(id, b"400", Reason::PROTOCOL_ERROR),
         };
         if let Some(stream) = self.streams.last_mut() {
             stream.remaining = head.content_length;
@@ -231,19 +236,21 @@ impl Connection {
         Ok(())
     }
 
-    /// A request head over the limit is answered 431 (as h2 answers it), and the rest of
-    /// its request is refused.
-    fn refuse_too_large(&mut self, id: u32) -> Result<(), ConnectionError> {
+    /// A request head this side refuses is answered (`status`) before its stream is reset
+    /// with `reason` (RFC 9113 section 8.1.1 allows a response first): 431 for a head over
+    /// the limit, as h2 answers it (then `NO_ERROR`, if the request is still coming), 400
+    /// for a malformed one (then `PROTOCOL_ERROR`).
+    fn refuse(&mut self, id: u32, status: &[u8], reason: Reason) -> Result<(), ConnectionError> {
         let mut block = BytesMut::new();
         self.encoder
-            .encode([(&b":status"[..], &b"431"[..], false)], &mut block);
+            .encode([(&b":status"[..], status, false)], &mut block);
         let max_frame = self.peer_max_frame_size as usize;
         frame::encode_header_block(id, &block.freeze(), true, max_frame, self.output.buf());
         if let Some(index) = self.stream_index(id) {
             let stream = &mut self.streams[index];
             stream.state.send(true);
-            if !stream.state.is_closed() {
-                frame::encode_reset(id, Reason::NO_ERROR, self.output.buf());
+            if reason != Reason::NO_ERROR || !stream.state.is_closed() {
+                frame::encode_reset(id, reason, self.output.buf());
                 stream.state.send_reset();
                 self.remember_reset(id);
             }
@@ -296,6 +303,16 @@ impl Connection {
             return self.stream_error(id, Reason::FLOW_CONTROL_ERROR);
         }
         let len = data.len() as u32;
+        if stream.discarding {
+            // Nobody wants the rest of this body: its window goes back at once, and a body
+            // that ends short of its length no longer matters.
+            stream.unreleased += flow_len;
+            self.release(id, flow_len);
+            if let Some(index) = self.stream_index(id) {
+                self.remove_if_closed(index);
+            }
+            return Ok(());
+        }
         stream.remaining = match stream.remaining.map(|n| n.checked_sub(u64::from(len))) {
             Some(None) => {
                 self.release_connection(flow_len);

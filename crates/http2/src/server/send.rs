@@ -119,6 +119,19 @@ impl Connection {
         self.remove(index);
     }
 
+    /// The application wants no more of the stream's request body (it answered without it):
+    /// what still comes is dropped and its window given back at once, and a body that ends
+    /// short of its `content-length` is no error. Data already handed on and not released is
+    /// given back too.
+    pub fn discard_body(&mut self, id: u32) {
+        let Some(stream) = self.stream_mut(id) else {
+            return;
+        };
+        stream.discarding = true;
+        let unreleased = stream.unreleased;
+        self.release(id, unreleased);
+    }
+
     /// The application took `n` bytes of the stream's body: window credit goes back to the
     /// client (in few updates, see [`crate::flow::Credit`]).
     pub fn release(&mut self, id: u32, n: u32) {

@@ -23,6 +23,18 @@ const GET: &[(&str, &str)] = &[
     (":authority", "example.com"),
 ];
 
+/// A POST to `/`, with these fields after the pseudo-header fields.
+fn post<'a>(more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut fields = vec![
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":path", "/"),
+        (":authority", "example.com"),
+    ];
+    fields.extend_from_slice(more);
+    fields
+}
+
 impl Client {
     /// The preface and an empty SETTINGS.
     fn new() -> Self {
@@ -328,14 +340,7 @@ fn a_request_body_is_handed_on_and_its_credit_given_back() {
     let mut client = Client::new();
     // The client acknowledges the server's SETTINGS: streams get 32 KiB windows.
     client.frame(kind::SETTINGS, flag::ACK, 0, &[]);
-    let post = [
-        (":method", "POST"),
-        (":scheme", "https"),
-        (":path", "/up"),
-        (":authority", "example.com"),
-        ("content-length", "20000"),
-    ];
-    client.headers(1, &post, false);
+    client.headers(1, &post(&[("content-length", "20000")]), false);
     client.frame(kind::DATA, 0, 1, &[1; 10_000]);
     client.frame(kind::DATA, flag::END_STREAM, 1, &[2; 10_000]);
     client.send(&mut conn).unwrap();
@@ -352,9 +357,10 @@ fn a_request_body_is_handed_on_and_its_credit_given_back() {
     assert!(seen.is_empty(), "{seen:?}");
     // A second upload, beyond the stream's window: the first 32 KiB are fine, a byte more
     // is a stream error.
-    let mut upload = post;
-    upload[4] = ("content-length", "40000");
-    client.headers(3, &upload, false).send(&mut conn).unwrap();
+    client
+        .headers(3, &post(&[("content-length", "40000")]), false)
+        .send(&mut conn)
+        .unwrap();
     assert_eq!(requests(&mut conn), [3]);
     client.frame(kind::DATA, 0, 3, &[3; 16_384]);
     client.frame(kind::DATA, 0, 3, &[3; 16_384]);
@@ -392,13 +398,7 @@ fn a_request_body_is_handed_on_and_its_credit_given_back() {
 fn a_body_that_differs_from_its_content_length_is_malformed() {
     let mut conn = Connection::new(Config::default());
     let mut client = Client::new();
-    let post = [
-        (":method", "POST"),
-        (":scheme", "https"),
-        (":path", "/"),
-        (":authority", "example.com"),
-        ("content-length", "3"),
-    ];
+    let post = post(&[("content-length", "3")]);
     client.headers(1, &post, false);
     client.frame(kind::DATA, flag::END_STREAM, 1, b"ab");
     // No body at all, with a length declared.
@@ -427,6 +427,12 @@ fn a_malformed_request_resets_its_stream_and_the_tables_stay_in_step() {
     client.send(&mut conn).unwrap();
     assert_eq!(requests(&mut conn), [3]);
     let seen = client.receive(&mut conn);
+    // Answered 400 first (RFC 9113 section 8.1.1 allows it), then reset.
+    let answer = seen
+        .iter()
+        .find(|s| matches!(s, Seen::Headers { stream: 1, .. }))
+        .expect("an answer on stream 1");
+    assert_eq!(answer.status(), Some("400"));
     assert_eq!(resets(&seen), [(1, Reason::PROTOCOL_ERROR)]);
     assert_eq!(goaway(&seen), None);
 }
@@ -665,12 +671,7 @@ fn settings_take_effect_as_rfc_9113_says() {
     let mut conn = Connection::new(config);
     let mut client = Client::new();
     // Before the acknowledgement the client may use the default window, 65,535.
-    let post = [
-        (":method", "POST"),
-        (":scheme", "https"),
-        (":path", "/"),
-        (":authority", "example.com"),
-    ];
+    let post = post(&[]);
     client.headers(1, &post, false);
     client.frame(kind::DATA, 0, 1, &[0; 5000]);
     client.send(&mut conn).unwrap();
@@ -758,12 +759,7 @@ fn the_clients_settings_shape_what_is_sent() {
 fn trailers_end_a_request_and_a_response() {
     let mut conn = Connection::new(Config::default());
     let mut client = Client::new();
-    let post = [
-        (":method", "POST"),
-        (":scheme", "https"),
-        (":path", "/"),
-        (":authority", "example.com"),
-    ];
+    let post = post(&[]);
     client.headers(1, &post, false);
     client.frame(kind::DATA, 0, 1, b"body");
     client.headers(1, &[("grpc-status", "0")], true);

@@ -32,6 +32,13 @@ pub(crate) struct Codecs {
     pub(super) h2_max_header_list_size: usize,
     /// HTTP/3's transport limits, where the listener serves it.
     pub(crate) h3: Option<super::H3Settings>,
+    /// Legate's own HTTP/2 codec's settings, where the listener asks for it
+    /// (`http.http2_codec: legate`); `None`: hyper's.
+    pub(super) h2_own: Option<::http2::server::Config>,
+    /// Each HTTP/2 stream's task ends once nothing has moved for `stream_idle_timeout`.
+    pub(super) stream_exec: StreamExec,
+    /// HTTP/2 PINGs on a quiet connection (Legate's codec; hyper's builder has its own).
+    pub(super) h2_keepalive: Option<config::Keepalive>,
 }
 
 /// The HTTP/1.1 codec's sizes, and how it spells names.
@@ -75,10 +82,8 @@ impl Codecs {
             keep_case: listener.http.preserve_header_case,
             serve_half_closed: listener.http.serve_half_closed,
         };
-        let mut h2 = http2::Builder::new(StreamExec::new(
-            listener.http.stream_idle_timeout,
-            stream_idle_timeouts,
-        ));
+        let stream_exec = StreamExec::new(listener.http.stream_idle_timeout, stream_idle_timeouts);
+        let mut h2 = http2::Builder::new(stream_exec.clone());
         h2.max_concurrent_streams(listener.http.max_concurrent_streams)
             .max_header_list_size(max_head as u32)
             // Fixed windows: a client can send at most `limit` bytes per stream before the
@@ -124,6 +129,27 @@ impl Codecs {
                 .http3
                 .as_ref()
                 .map(|_| super::H3Settings::new(listener)),
+            h2_own: (listener.http.http2_codec == config::Http2Codec::Legate).then(|| {
+                ::http2::server::Config {
+                    max_concurrent_streams: listener.http.max_concurrent_streams,
+                    initial_stream_window: listener
+                        .http
+                        .initial_stream_window_size
+                        .unwrap_or(limit),
+                    initial_connection_window: listener
+                        .http
+                        .initial_connection_window_size
+                        .unwrap_or(limit.max(65_535)),
+                    max_header_list_size: max_head as u32,
+                    header_table_size: ::http2::hpack::DEFAULT_TABLE_SIZE as u32,
+                    enable_connect_protocol: false,
+                    // The per-connection buffer limit bounds what waits to be written too.
+                    max_output: (limit as usize).max(16 * 1024),
+                    floods: ::http2::server::FloodLimits::default(),
+                }
+            }),
+            stream_exec,
+            h2_keepalive: listener.http.http2_keepalive,
         }
     }
 }

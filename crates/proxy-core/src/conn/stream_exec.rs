@@ -53,23 +53,38 @@ impl StreamExec {
     }
 }
 
+impl StreamExec {
+    /// `fut` as a stream task, if the service marked one just before ([`next_stream`]): it
+    /// ends once nothing has moved for the stream idle timeout, resolving to `false` (`true`
+    /// when `fut` finished). Without the mark, `fut` comes back.
+    pub(super) fn limit<F: Future>(&self, fut: F) -> Result<IdleLimit<F>, F> {
+        let Some(StreamToken { activity }) = NEXT_STREAM.take() else {
+            return Err(fut);
+        };
+        Ok(IdleLimit {
+            inner: fut,
+            timer: tokio::time::sleep(self.timeout),
+            timeout: self.timeout,
+            last: Instant::now(),
+            activity,
+            expired: Rc::clone(&self.expired),
+        })
+    }
+}
+
 impl<F> hyper::rt::Executor<F> for StreamExec
 where
     F: Future + 'static,
 {
     fn execute(&self, fut: F) {
-        match NEXT_STREAM.take() {
-            Some(StreamToken { activity }) => {
-                tokio::task::spawn_local(IdleLimit {
-                    inner: fut,
-                    timer: tokio::time::sleep(self.timeout),
-                    timeout: self.timeout,
-                    last: Instant::now(),
-                    activity,
-                    expired: Rc::clone(&self.expired),
+        match self.limit(fut) {
+            Ok(limited) => {
+                tokio::task::spawn_local(async move {
+                    limited.await;
                 });
             }
-            None => {
+            // Another of the codec's tasks.
+            Err(fut) => {
                 tokio::task::spawn_local(async move {
                     fut.await;
                 });
@@ -80,7 +95,7 @@ where
 
 pin_project! {
     /// `inner`, ended once neither a wake of its own nor `activity` has moved for `timeout`.
-    struct IdleLimit<F> {
+    pub(super) struct IdleLimit<F> {
         #[pin]
         inner: F,
         #[pin]
@@ -94,9 +109,10 @@ pin_project! {
 }
 
 impl<F: Future> Future for IdleLimit<F> {
-    type Output = ();
+    /// Whether `inner` finished (`false`: it stood still for the timeout).
+    type Output = bool;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
         let mut this = self.project();
         let now = Instant::now();
         // The timer is moved only when it fires, not on every wake: most streams end first.
@@ -108,7 +124,7 @@ impl<F: Future> Future for IdleLimit<F> {
             };
             if now.duration_since(last) >= *this.timeout {
                 this.expired.inc();
-                return Poll::Ready(());
+                return Poll::Ready(false);
             }
             this.timer.as_mut().reset(last + *this.timeout);
         }
@@ -120,7 +136,7 @@ impl<F: Future> Future for IdleLimit<F> {
             this.timer.as_mut().reset(now + timeout);
         }
         if ready {
-            return Poll::Ready(());
+            return Poll::Ready(true);
         }
         if !by_timer {
             *this.last = now;

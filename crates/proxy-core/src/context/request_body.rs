@@ -61,6 +61,7 @@ impl ResponseBegun {
 
 use super::body_pipe::{PipeReceiver, PipeSender, body_pipe};
 use super::mirror_feed::{FeedReceiver, FeedSender, feed};
+use super::stream_inbox::InboxReceiver;
 use crate::error::{BodyError, RequestTimedOut};
 
 enum Source {
@@ -84,6 +85,8 @@ enum Source {
     Mirrored(FeedReceiver),
     /// Frames another task makes from the client's (an external processor's answers).
     Piped(PipeReceiver),
+    /// An HTTP/2 request's body on Legate's own codec, filled by the connection's task.
+    Inbox(InboxReceiver),
     /// gRPC-Web text: the client's base64, decoded as it comes, whole groups of four at a
     /// time. Padding inside a group of frames decoded together fails it, as in Envoy.
     Base64 {
@@ -204,6 +207,18 @@ impl RequestBody {
         }
     }
 
+    /// An HTTP/2 request's body, as the connection's task receives it.
+    pub(crate) fn inbox(receiver: InboxReceiver, received: Option<Rc<Cell<u64>>>) -> Self {
+        Self {
+            source: Source::Inbox(receiver),
+            received,
+            progress: None,
+            replay: None,
+            deadline: None,
+            ended: None,
+        }
+    }
+
     /// An HTTP/1.1 request's body.
     pub(crate) fn http1(inner: h1::IncomingBody, received: Option<Rc<Cell<u64>>>) -> Self {
         Self {
@@ -288,6 +303,7 @@ impl RequestBody {
                 | Source::ReadAhead { .. }
                 | Source::Base64 { .. }
                 | Source::Piped(_)
+                | Source::Inbox(_)
         ) {
             return Ok((Bytes::new(), self.source_ended()));
         }
@@ -502,6 +518,7 @@ impl Body for Source {
             }
             Source::Mirrored(receiver) => receiver.poll_frame(cx),
             Source::Piped(receiver) => receiver.poll_frame(cx),
+            Source::Inbox(receiver) => receiver.poll_frame(cx),
             Source::Base64 { inner, pending } => loop {
                 match ready!(Pin::new(inner.as_mut()).poll_frame(cx)) {
                     Some(Ok(frame)) => match frame.into_data() {
@@ -538,6 +555,7 @@ impl Body for Source {
             Source::Teed { inner, .. } => inner.is_end_stream(),
             Source::Mirrored(receiver) => receiver.is_end_stream(),
             Source::Piped(receiver) => receiver.is_end_stream(),
+            Source::Inbox(receiver) => receiver.is_end_stream(),
             Source::Base64 { inner, pending } => pending.is_empty() && inner.is_end_stream(),
         }
     }
@@ -565,6 +583,7 @@ impl Body for Source {
             Source::Teed { inner, .. } => inner.size_hint(),
             Source::Mirrored(receiver) => receiver.size_hint(),
             // Three bytes for four, whatever their number; a processor's, whatever it says.
+            Source::Inbox(receiver) => receiver.size_hint(),
             Source::Base64 { .. } | Source::Piped(_) => SizeHint::default(),
         }
     }

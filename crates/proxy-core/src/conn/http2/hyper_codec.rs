@@ -1,24 +1,19 @@
-//! HTTP/2 connections: the codec until the client is done, GOAWAY on drain, once the
-//! connection has served its `max_requests_per_connection`, when no request has come within
-//! `request_headers_timeout` of the connection opening, or when it has had no stream open for
-//! `idle_timeout`, or once it is `max_connection_duration` old. The input is metered for floods
-//! the codec does not name (http2_frames.rs).
+//! An HTTP/2 connection on hyper's codec (over the h2 crate). Its input is metered for the
+//! floods the codec does not name (conn/http2_frames.rs).
 
 use std::cell::Cell;
 use std::rc::Rc;
 
 use hyper_util::rt::TokioIo;
 
-use super::Codecs;
-use super::http2_frames::{Flood, FrameMeter};
-use super::io::DownstreamIo;
-use super::service::ProxyService;
+use super::super::Codecs;
+use super::super::http2_frames::{Flood, FrameMeter};
+use super::super::io::DownstreamIo;
+use super::super::service::ProxyService;
+use super::{QUIET_CLOSE_GRACE, Quiet};
 use crate::context::SignalWatch;
 
-/// How long a quiet connection's GOAWAY may take before the socket is closed.
-const QUIET_CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
-
-pub(super) async fn serve_h2(
+pub(super) async fn serve(
     mut io: DownstreamIo,
     service: ProxyService,
     codecs: &Codecs,
@@ -35,9 +30,6 @@ pub(super) async fn serve_h2(
     // GOAWAY on drain, once the connection has taken its share of requests, or when it has
     // been quiet too long: streams in flight finish, the client opens a new connection for
     // the rest.
-    // The quiet check runs at the first request's deadline, at the end of an idle spell, and
-    // at least every `recheck` while it waits for the first request (which may come and go
-    // before that deadline).
     let recheck = codecs.idle_timeout.min(codecs.request_headers_timeout);
     let mut quiet_check = ctx.opened + recheck;
     let expires = ctx.expires_at();
@@ -60,26 +52,12 @@ pub(super) async fn serve_h2(
                 break conn.await;
             }
             _ = tokio::time::sleep_until(quiet_check) => {
-                let now = tokio::time::Instant::now();
-                if ctx.in_flight.get() > 0 {
-                    // Busy: look again once it could have been idle long enough.
-                    quiet_check = now + codecs.idle_timeout;
-                    continue;
-                }
-                let first = ctx.requests.get() == 0;
-                let due = if first {
-                    ctx.opened + codecs.request_headers_timeout
-                } else {
-                    ctx.last_active.get() + codecs.idle_timeout
-                };
-                if due > now {
-                    quiet_check = if first { due.min(now + recheck) } else { due };
-                    continue;
-                }
-                if first {
-                    ctx.listener.stats.cx_headers_timeout.inc();
-                } else {
-                    ctx.listener.stats.cx_idle_timeout.inc();
+                match super::quiet_check(&ctx, codecs, recheck) {
+                    Quiet::LookAgainAt(at) => {
+                        quiet_check = at;
+                        continue;
+                    }
+                    Quiet::Due => {}
                 }
                 // No stream is open: GOAWAY, and a peer that does not take part in the
                 // shutdown (hyper waits for a PING's answer) is cut off a moment later.

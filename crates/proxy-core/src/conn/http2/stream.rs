@@ -1,0 +1,114 @@
+//! One HTTP/2 request on Legate's own codec: served by the request path HTTP/1.1 and HTTP/3
+//! take (the same handler, routes, filters and clusters), and its response handed to the
+//! codec (head, data, trailers) as fast as the client's windows and the connection's output
+//! bound take it.
+
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use http::header::{DATE, EXPECT};
+use http::{HeaderMap, HeaderValue, Response};
+use http_body::Body;
+use http_body_util::BodyExt;
+
+use super::connection::Shared;
+use crate::http::ResponseBody;
+
+/// Serves the request whose service future is `served` and sends its response; `whole` is
+/// set once the response went whole to the codec.
+pub(super) async fn serve(
+    shared: Rc<Shared>,
+    id: u32,
+    served: impl Future<Output = Result<Response<ResponseBody>, Infallible>>,
+    head_only: bool,
+    whole: Rc<Cell<bool>>,
+) {
+    let Ok(response) = served.await;
+    if respond(&shared, id, response, head_only).await {
+        whole.set(true);
+    }
+}
+
+/// Sends the response: its head, then its body's frames as the windows take them, then the
+/// end. `false` when it could not be sent whole (the stream is gone, or the body failed).
+async fn respond(
+    shared: &Shared,
+    id: u32,
+    response: Response<ResponseBody>,
+    head_only: bool,
+) -> bool {
+    let (mut parts, mut body) = response.into_parts();
+    if !parts.headers.contains_key(DATE) {
+        h1::with_date(|date| {
+            if let Ok(date) = HeaderValue::from_bytes(date) {
+                parts.headers.insert(DATE, date);
+            }
+        });
+    }
+    let end = head_only || body.is_end_stream();
+    let sent = shared.codec.borrow_mut().send_response(id, &parts, end);
+    shared.wake.wake();
+    if sent.is_err() {
+        return false;
+    }
+    if end {
+        return true;
+    }
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(error) => {
+                tracing::debug!(%error, "HTTP/2 response body failed: stream reset");
+                return false;
+            }
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                // The body's end goes on its last DATA frame when the body knows it is last.
+                let last = body.is_end_stream();
+                if !send_data(shared, id, data, last).await {
+                    return false;
+                }
+                if last {
+                    return true;
+                }
+            }
+            Err(frame) => {
+                let Ok(trailers) = frame.into_trailers() else {
+                    continue;
+                };
+                let sent = shared.codec.borrow_mut().send_trailers(id, &trailers);
+                shared.wake.wake();
+                return sent.is_ok();
+            }
+        }
+    }
+    send_data(shared, id, Bytes::new(), true).await
+}
+
+/// Sends `data` (with the stream's end if `end`), waiting for window and output room as
+/// needed. `false` once the stream is gone.
+async fn send_data(shared: &Shared, id: u32, mut data: Bytes, end: bool) -> bool {
+    loop {
+        let sent = shared.codec.borrow_mut().send_data(id, &mut data, end);
+        shared.wake.wake();
+        if sent.is_err() {
+            return false;
+        }
+        if data.is_empty() {
+            return true;
+        }
+        shared.send_ready(id).await;
+    }
+}
+
+/// `expect: 100-continue` (any case) on a request that declares no empty body.
+pub(super) fn expects_continue(headers: &HeaderMap) -> bool {
+    let empty = (headers.get(http::header::CONTENT_LENGTH)).is_some_and(|v| v.as_bytes() == b"0");
+    !empty
+        && headers
+            .get(EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
