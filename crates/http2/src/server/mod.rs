@@ -209,6 +209,9 @@ pub struct Connection {
     streams: Vec<Stream>,
     /// The highest stream id the client opened.
     last_stream: u32,
+    /// The highest stream id the client used, counting those ignored after the final
+    /// GOAWAY: ids above it are idle.
+    highest_stream: u32,
     /// Streams this side reset lately (frames may still be on their way).
     recent_resets: VecDeque<u32>,
     events: VecDeque<Event>,
@@ -270,6 +273,7 @@ impl Connection {
             phase: Phase::Preface,
             streams: Vec::new(),
             last_stream: 0,
+            highest_stream: 0,
             recent_resets: VecDeque::new(),
             events: VecDeque::new(),
             output,

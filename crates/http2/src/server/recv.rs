@@ -188,8 +188,10 @@ impl Connection {
                 "HEADERS on a closed stream, or a stream id not increasing",
             ));
         }
+        self.highest_stream = self.highest_stream.max(id);
         if matches!(self.phase, Phase::Draining { final_sent: true }) {
-            // After the final GOAWAY: ignored, as the client will learn.
+            // After the final GOAWAY: ignored, as the client will learn, and so are the
+            // stream's other frames.
             return Ok(());
         }
         self.last_stream = id;
@@ -281,10 +283,14 @@ impl Connection {
             if self.is_idle(id) {
                 return Err(protocol("DATA on an idle stream"));
             }
-            if self.recent_resets.contains(&id) {
+            if self.is_after_goaway(id) || self.recent_resets.contains(&id) {
                 return Ok(());
             }
-            return self.stream_error(id, Reason::STREAM_CLOSED);
+            // A stream this side finished and forgot may still have DATA on its way: reset,
+            // but not counted as the client's error.
+            frame::encode_reset(id, Reason::STREAM_CLOSED, self.output.buf());
+            self.remember_reset(id);
+            return Ok(());
         };
         let stream = &mut self.streams[index];
         match stream.state.recv_data(end_stream) {
@@ -326,6 +332,13 @@ impl Connection {
         };
         let padding = flow_len - len;
         stream.unreleased += len;
+        // A small payload is copied: kept as it is, it would keep the whole read it came in
+        // alive, and a client could make each byte of window hold a read's worth.
+        let data = if data.len() < SMALL_DATA {
+            Bytes::copy_from_slice(&data)
+        } else {
+            data
+        };
         // Padding is nobody's to take: it goes back at once.
         if padding > 0 {
             stream.unreleased += padding;
@@ -480,7 +493,12 @@ impl Connection {
     /// A stream the client has not opened (nor skipped over): frames other than HEADERS and
     /// PRIORITY on it are a connection error.
     fn is_idle(&self, id: u32) -> bool {
-        id.is_multiple_of(2) || id > self.last_stream
+        id.is_multiple_of(2) || id > self.highest_stream
+    }
+
+    /// A stream the client opened after the final GOAWAY: its frames are dropped.
+    fn is_after_goaway(&self, id: u32) -> bool {
+        id > self.last_stream
     }
 
     pub(super) fn remember_reset(&mut self, id: u32) {
@@ -519,6 +537,9 @@ impl Connection {
         self.events = std::collections::VecDeque::new();
     }
 }
+
+/// DATA payloads shorter than this are copied out of the read they came in.
+const SMALL_DATA: usize = 4096;
 
 fn protocol(what: &'static str) -> ConnectionError {
     ConnectionError::new(Reason::PROTOCOL_ERROR, what)

@@ -173,7 +173,11 @@ impl Connection {
                 frame::encode_ping(false, super::DRAIN_PING, self.output.buf());
                 self.phase = Phase::Draining { final_sent: false };
             }
-            Phase::Preface | Phase::FirstSettings => self.finish_drain(),
+            // Told to go before the client even began: it is closed.
+            Phase::Preface | Phase::FirstSettings => {
+                frame::encode_goaway(0, Reason::NO_ERROR, b"", self.output.buf());
+                self.phase = Phase::Closed;
+            }
             Phase::Draining { .. } | Phase::Closed => {}
         }
     }

@@ -780,19 +780,84 @@ fn trailers_end_a_request_and_a_response() {
 }
 
 #[test]
-fn idle_time_is_not_counted_against_premature_resets() {
-    let limits = FloodLimits::default();
-    let mut conn = Connection::new(Config::default());
+fn only_young_streams_count_as_premature_resets() {
+    let config = || Config {
+        floods: FloodLimits {
+            premature_reset_streams: 4,
+            ..FloodLimits::default()
+        },
+        ..Config::default()
+    };
+    let age = FloodLimits::default().premature_reset_age;
+    // Streams the client resets once they are older than the age: no flood.
+    let mut conn = Connection::new(config());
     let mut client = Client::new();
     let start = Instant::now();
-    client.get(1);
-    conn.recv(&mut client.wire, start).unwrap();
+    for i in 0..8u32 {
+        let stream = 2 * i + 1;
+        let opened = start + age * (2 * i);
+        client.get(stream);
+        conn.recv(&mut client.wire, opened).unwrap();
+        assert_eq!(requests(&mut conn), [stream]);
+        client.frame(kind::RST_STREAM, 0, stream, &Reason::CANCEL.0.to_be_bytes());
+        conn.recv(&mut client.wire, opened + age + Duration::from_millis(1))
+            .unwrap();
+        assert!(matches!(conn.poll_event(), Some(Event::Reset { .. })));
+    }
+    // The same resets at once: the fourth stream makes half of four premature.
+    let mut conn = Connection::new(config());
+    let mut client = Client::new();
+    let mut result = Ok(());
+    for i in 0..4u32 {
+        let stream = 2 * i + 1;
+        client.get(stream);
+        conn.recv(&mut client.wire, start).unwrap();
+        assert_eq!(requests(&mut conn), [stream]);
+        client.frame(kind::RST_STREAM, 0, stream, &Reason::CANCEL.0.to_be_bytes());
+        result = conn.recv(&mut client.wire, start);
+        if i < 3 {
+            assert!(result.is_ok(), "stream {stream}");
+        }
+    }
+    assert_eq!(result.unwrap_err().flood, Some(Flood::Reset));
+}
+
+#[test]
+fn what_a_client_opens_after_the_final_goaway_is_dropped_quietly() {
+    let mut conn = Connection::new(Config::default());
+    let mut client = Client::new();
+    client.get(1).send(&mut conn).unwrap();
     assert_eq!(requests(&mut conn), [1]);
-    client.frame(kind::RST_STREAM, 0, 1, &Reason::CANCEL.0.to_be_bytes());
-    let later = start + limits.premature_reset_age + Duration::from_millis(1);
-    conn.recv(&mut client.wire, later).unwrap();
-    assert!(matches!(
-        conn.poll_event(),
-        Some(Event::Reset { stream: 1, .. })
-    ));
+    conn.go_away();
+    conn.finish_drain();
+    client.receive(&mut conn);
+    // An upload the client began before it heard: its HEADERS, DATA, WINDOW_UPDATE and
+    // RST_STREAM are all dropped; the connection and stream 1 go on.
+    client.headers(3, &post(&[]), false);
+    client.frame(kind::DATA, 0, 3, b"part");
+    client.frame(kind::WINDOW_UPDATE, 0, 3, &1u32.to_be_bytes());
+    client.frame(kind::RST_STREAM, 0, 3, &Reason::CANCEL.0.to_be_bytes());
+    client.send(&mut conn).unwrap();
+    assert!(conn.poll_event().is_none());
+    let seen = client.receive(&mut conn);
+    assert_eq!(resets(&seen), []);
+    assert_eq!(goaway(&seen), None);
+    // A stream id above any the client used is still idle.
+    client.frame(kind::DATA, 0, 5, b"x");
+    assert_eq!(
+        client.send(&mut conn).unwrap_err().reason,
+        Reason::PROTOCOL_ERROR
+    );
+}
+
+#[test]
+fn told_to_go_before_the_client_began_the_connection_closes() {
+    let mut conn = Connection::new(Config::default());
+    conn.go_away();
+    assert!(conn.is_done());
+    let mut client = Client::new();
+    client.get(1).send(&mut conn).unwrap();
+    assert!(conn.poll_event().is_none());
+    let seen = client.receive(&mut conn);
+    assert_eq!(goaway(&seen), Some((0, Reason::NO_ERROR)));
 }

@@ -154,6 +154,7 @@ pub(super) async fn serve(
     let mut open = true;
     // The codec stopped reading for the output: frames may be left in `input`.
     let mut paused = false;
+    let mut close_by: Option<Instant> = None;
     loop {
         dispatch(&shared, &service, codecs, keepalive.as_mut());
         if paused && !shared.codec.borrow().wants_write() {
@@ -167,6 +168,11 @@ pub(super) async fn serve(
         };
         if (done || !open) && output == 0 && !needs_flush {
             break;
+        }
+        if (done || !open) && close_by.is_none() {
+            // What is left to write gets the idle timeout, not forever: a client that stopped
+            // reading does not hold the connection.
+            close_by = Some(Instant::now() + codecs.idle_timeout);
         }
         let mut go_away = false;
         tokio::select! {
@@ -200,6 +206,10 @@ pub(super) async fn serve(
                     Quiet::LookAgainAt(at) => quiet_check = at,
                     Quiet::Due => go_away = true,
                 }
+            }
+            () = sleep_until_some(close_by) => {
+                tracing::debug!("downstream HTTP/2 connection: the client took nothing more");
+                return;
             }
             () = sleep_until_some(grace) => {
                 // The client did not answer the GOAWAY's PING: the final GOAWAY now.
@@ -274,7 +284,9 @@ fn poll_io(
         let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
         let n = codec.output(&mut slices);
         match Pin::new(&mut *io).poll_write_vectored(cx, &slices[..n]) {
-            Poll::Ready(Ok(0)) => return Poll::Ready(Io::Closed),
+            Poll::Ready(Ok(0)) => {
+                return Poll::Ready(Io::Failed(std::io::ErrorKind::WriteZero.into()));
+            }
             Poll::Ready(Ok(written)) => {
                 codec.advance_output(written);
                 *needs_flush = true;
@@ -286,7 +298,11 @@ fn poll_io(
     }
     if codec.output_len() == 0 && *needs_flush {
         match Pin::new(&mut *io).poll_flush(cx) {
-            Poll::Ready(Ok(())) => *needs_flush = false,
+            Poll::Ready(Ok(())) => {
+                *needs_flush = false;
+                // The loop looks again: a connection that is done can close now.
+                return Poll::Ready(Io::Wrote);
+            }
             Poll::Ready(Err(error)) => return Poll::Ready(Io::Failed(error)),
             Poll::Pending => {}
         }
