@@ -58,6 +58,36 @@ pub fn encode_header_block(
     }
 }
 
+/// As [`encode_header_block`], with the block encoded by `fill` straight after the frame's
+/// head in `out`: no buffer of its own unless it needs more than one frame.
+pub fn encode_header_block_with(
+    stream: u32,
+    end_stream: bool,
+    max_frame_size: usize,
+    out: &mut BytesMut,
+    fill: impl FnOnce(&mut BytesMut),
+) {
+    let start = out.len();
+    out.put_slice(&[0; HEADER_LEN]);
+    fill(out);
+    let len = out.len() - start - HEADER_LEN;
+    if len > max_frame_size {
+        let block = out.split_off(start + HEADER_LEN).freeze();
+        out.truncate(start);
+        encode_header_block(stream, &block, end_stream, max_frame_size, out);
+        return;
+    }
+    let mut flags = flag::END_HEADERS;
+    if end_stream {
+        flags |= flag::END_STREAM;
+    }
+    let frame_head = &mut out[start..start + HEADER_LEN];
+    frame_head[..3].copy_from_slice(&(len as u32).to_be_bytes()[1..]);
+    frame_head[3] = kind::HEADERS;
+    frame_head[4] = flags;
+    frame_head[5..].copy_from_slice(&stream.to_be_bytes());
+}
+
 pub fn encode_priority(stream: u32, priority: Priority, out: &mut BytesMut) {
     head(5, kind::PRIORITY, 0, stream, out);
     let exclusive = if priority.exclusive { 1 << 31 } else { 0 };

@@ -24,8 +24,9 @@ use bytes::{Buf, Bytes, BytesMut};
 
 pub use continuation::BlockAssembler;
 pub use encode::{
-    encode_data, encode_data_head, encode_goaway, encode_header_block, encode_ping,
-    encode_priority, encode_reset, encode_settings, encode_settings_ack, encode_window_update,
+    encode_data, encode_data_head, encode_goaway, encode_header_block, encode_header_block_with,
+    encode_ping, encode_priority, encode_reset, encode_settings, encode_settings_ack,
+    encode_window_update,
 };
 pub use reason::Reason;
 pub use settings::{Setting, Settings};

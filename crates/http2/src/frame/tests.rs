@@ -391,3 +391,24 @@ fn a_stream_error_inside_a_block_ends_the_connection() {
         (Reason::PROTOCOL_ERROR, None)
     );
 }
+
+#[test]
+fn a_block_encoded_in_place_is_framed_as_one_encoded_apart() {
+    // One frame, several, and exactly the frame size: the same bytes either way.
+    for (len, end_stream) in [
+        (0usize, true),
+        (10, false),
+        (16, true),
+        (17, false),
+        (40, true),
+    ] {
+        let block = Bytes::from((0..len as u8).collect::<Vec<u8>>());
+        let mut apart = BytesMut::from(&b"before"[..]);
+        encode_header_block(7, &block, end_stream, 16, &mut apart);
+        let mut in_place = BytesMut::from(&b"before"[..]);
+        encode_header_block_with(7, end_stream, 16, &mut in_place, |out| {
+            out.put_slice(&block)
+        });
+        assert_eq!(in_place, apart, "{len} bytes");
+    }
+}

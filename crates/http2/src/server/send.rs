@@ -3,7 +3,7 @@
 
 use std::io::IoSlice;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 
 use super::{Connection, Event, Phase, SendError};
@@ -261,17 +261,15 @@ impl Connection {
                     value.is_sensitive(),
                 )
             });
-        let mut block = BytesMut::new();
-        self.encoder
-            .encode(pseudo.into_iter().chain(regular), &mut block);
         let stream = &mut self.streams[index];
         let max_frame = self.peer_max_frame_size as usize;
-        frame::encode_header_block(
+        let encoder = &mut self.encoder;
+        frame::encode_header_block_with(
             stream.id,
-            &block.freeze(),
             end_stream,
             max_frame,
             self.output.buf(),
+            |out| encoder.encode(pseudo.into_iter().chain(regular), out),
         );
         self.floods.response_frame_sent();
         if end_stream {
