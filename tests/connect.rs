@@ -101,6 +101,7 @@ fn config(
     echo: SocketAddr,
     upstream_proxy: SocketAddr,
     (a, b): (SocketAddr, SocketAddr),
+    codec: &str,
 ) -> String {
     format!(
         r#"
@@ -108,7 +109,7 @@ admin: {{ address: 127.0.0.1:0 }}
 listeners:
   - name: main
     address: 127.0.0.1:0
-    http: {{ strip_host_port: any }}
+    http: {{ strip_host_port: any, http2_codec: {codec} }}
     routes:
       - match: {{ connect: true, host: "*.term.test" }}
         cluster: echo
@@ -149,12 +150,16 @@ clusters:
     )
 }
 
-async fn start() -> (Proxy, Arc<Mutex<Vec<String>>>) {
+/// The HTTP/2 codecs a listener may serve with: each serves tunnels alike.
+const CODECS: [&str; 2] = ["hyper", "legate"];
+
+/// The proxy, its HTTP/2 served by `codec`, and the heads its upstream proxy got.
+async fn start(codec: &str) -> (Proxy, Arc<Mutex<Vec<String>>>) {
     let echo = echo_server().await;
     let (upstream_proxy, heads) = connect_proxy().await;
     let (a, b) = (tagging_server(b"A").await, tagging_server(b"B").await);
     (
-        Proxy::start(&config(echo, upstream_proxy, (a, b)), 2),
+        Proxy::start(&config(echo, upstream_proxy, (a, b), codec), 2),
         heads,
     )
 }
@@ -168,6 +173,25 @@ async fn connect_h1(proxy: &Proxy, target: &str, early: &[u8]) -> (String, TcpSt
     stream.write_all(&request).await.unwrap();
     let head = read_head(&mut stream).await;
     (head, stream)
+}
+
+/// `CONNECT target` as an HTTP/2 request (no :path, no :scheme).
+fn connect_request(target: &str) -> Request<Empty<Bytes>> {
+    Request::builder()
+        .method(Method::CONNECT)
+        .uri(target)
+        .body(Empty::new())
+        .unwrap()
+}
+
+/// Sends `CONNECT target` on an HTTP/2 connection: answered 200, its stream is the tunnel.
+async fn tunnel_h2(
+    sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    target: &str,
+) -> TokioIo<hyper::upgrade::Upgraded> {
+    let mut response = sender.send_request(connect_request(target)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "CONNECT {target}");
+    TokioIo::new(hyper::upgrade::on(&mut response).await.unwrap())
 }
 
 /// Writes `len` bytes through the tunnel while reading them back, and checks they are the
@@ -193,7 +217,13 @@ async fn echoes<S: AsyncRead + AsyncWrite + Unpin>(tunnel: S, offset: u64, len: 
 
 #[tokio::test]
 async fn a_terminated_connect_relays_bytes_to_the_clusters_host() {
-    let (proxy, _) = start().await;
+    for codec in CODECS {
+        a_terminated_connect_relays_bytes_to_the_clusters_host_on(codec).await;
+    }
+}
+
+async fn a_terminated_connect_relays_bytes_to_the_clusters_host_on(codec: &str) {
+    let (proxy, _) = start(codec).await;
     // HTTP/1.1, with bytes sent right behind the CONNECT: they are the tunnel's first.
     let (head, mut stream) = connect_h1(&proxy, "db.term.test:5432", b"early ").await;
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
@@ -209,17 +239,36 @@ async fn a_terminated_connect_relays_bytes_to_the_clusters_host() {
 
     // HTTP/2: a CONNECT stream (no :path, no :scheme) becomes the tunnel once answered.
     let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
-    let req = Request::builder()
-        .method(Method::CONNECT)
-        .uri("db.term.test:5432")
-        .body(Empty::new())
-        .unwrap();
-    let mut response = sender.send_request(req).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let tunnel = hyper::upgrade::on(&mut response).await.unwrap();
-    echoes(TokioIo::new(tunnel), 5, 256 << 10).await;
-
+    let tunnel = tunnel_h2(&mut sender, "db.term.test:5432").await;
+    echoes(tunnel, 5, 256 << 10).await;
+    // The client's END_STREAM is the host's end of input, and the host's close the stream's end.
+    let mut tunnel = tunnel_h2(&mut sender, "db.term.test:5432").await;
+    tunnel.write_all(b"last words").await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    let ended = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        tunnel.read_to_end(&mut back),
+    );
+    ended.await.expect("the stream ends").unwrap();
+    assert_eq!(back, b"last words");
+    // A client gone mid-tunnel (its connection closed): its relay ends too.
+    let (mut gone, gone_conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
+    let mut tunnel = tunnel_h2(&mut gone, "db.term.test:5432").await;
+    tunnel.write_all(b"ping").await.unwrap();
+    let mut pong = [0u8; 4];
+    tunnel.read_exact(&mut pong).await.unwrap();
     let admin = proxy.admin.unwrap();
+    assert!(stat(admin, "downstream_cx_upgrades_active") >= 1);
+    // The connection goes first: no RST_STREAM can come from the client.
+    gone_conn.abort();
+    let _ = gone_conn.await;
+    drop((tunnel, gone));
+    eventually("every relay ends once its client has gone", async || {
+        stat(admin, "downstream_cx_upgrades_active") == 0
+    })
+    .await;
+
     assert!(stat(admin, "downstream_cx_upgrades_total") >= 2);
     // A request with a path does not take a CONNECT route.
     let response = send_h1(proxy.addr(), get("/", &[])).await;
@@ -229,7 +278,7 @@ async fn a_terminated_connect_relays_bytes_to_the_clusters_host() {
 /// A terminated CONNECT's host is picked by the cluster's hash key, read from its headers.
 #[tokio::test]
 async fn a_terminated_connect_is_hashed_by_its_headers() {
-    let (proxy, _) = start().await;
+    let (proxy, _) = start("hyper").await;
     let tag_for = async |user: &str| {
         let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
         let request =
@@ -256,7 +305,13 @@ async fn a_terminated_connect_is_hashed_by_its_headers() {
 
 #[tokio::test]
 async fn a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel() {
-    let (proxy, heads) = start().await;
+    for codec in CODECS {
+        a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel_on(codec).await;
+    }
+}
+
+async fn a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel_on(codec: &str) {
+    let (proxy, heads) = start(codec).await;
     let (head, stream) = connect_h1(&proxy, "api.fwd.test:443", b"").await;
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
     echoes(stream, 7, 256 << 10).await;
@@ -275,15 +330,8 @@ async fn a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel() {
 
     // From HTTP/2: sent on as an HTTP/1.1 CONNECT.
     let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
-    let req = Request::builder()
-        .method(Method::CONNECT)
-        .uri("web.fwd.test:443")
-        .body(Empty::new())
-        .unwrap();
-    let mut response = sender.send_request(req).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let tunnel = hyper::upgrade::on(&mut response).await.unwrap();
-    echoes(TokioIo::new(tunnel), 9, 64 << 10).await;
+    let tunnel = tunnel_h2(&mut sender, "web.fwd.test:443").await;
+    echoes(tunnel, 9, 64 << 10).await;
     let upstream_head = heads.lock().unwrap()[1].to_ascii_lowercase();
     assert!(
         upstream_head.starts_with("connect web.fwd.test:443 http/1.1\r\n")
@@ -311,7 +359,13 @@ async fn a_forwarded_connect_goes_upstream_and_its_answer_opens_the_tunnel() {
 
 #[tokio::test]
 async fn connects_a_route_does_not_take_are_refused() {
-    let (proxy, _) = start().await;
+    for codec in CODECS {
+        connects_a_route_does_not_take_are_refused_on(codec).await;
+    }
+}
+
+async fn connects_a_route_does_not_take_are_refused_on(codec: &str) {
+    let (proxy, _) = start(codec).await;
     let admin = proxy.admin.unwrap();
     // A route matching CONNECT without `connect`: 403, as Envoy's upgrade_failed.
     let (head, _) = connect_h1(&proxy, "closed.test:443", b"").await;
@@ -348,12 +402,7 @@ async fn connects_a_route_does_not_take_are_refused() {
         ("elsewhere.test:443", 404),
         ("dead.test:443", 503),
     ] {
-        let req = Request::builder()
-            .method(Method::CONNECT)
-            .uri(target)
-            .body(Empty::new())
-            .unwrap();
-        let response = sender.send_request(req).await.unwrap();
+        let response = sender.send_request(connect_request(target)).await.unwrap();
         assert_eq!(response.status(), status, "{target}");
     }
     // A CONNECT's target is an authority; any other request's is a path.

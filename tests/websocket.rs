@@ -215,9 +215,18 @@ async fn websocket_through_a_filter_chain() {
     close(ws).await;
 }
 
+/// The HTTP/2 codecs a listener may serve with: each serves WebSockets alike.
+const CODECS: [&str; 2] = ["hyper", "legate"];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_over_http2_extended_connect() {
-    let (proxy, _noop) = start("").await;
+    for codec in CODECS {
+        websocket_over_http2_extended_connect_on(codec).await;
+    }
+}
+
+async fn websocket_over_http2_extended_connect_on(codec: &str) {
+    let (proxy, _noop) = start(&format!("http2_codec: {codec}")).await;
     let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
     let mut ws = connect_h2(&mut sender).await;
     exchange(&mut ws).await;
@@ -244,7 +253,13 @@ async fn websocket_over_http2_extended_connect() {
 /// for streams, the tunnel has its own idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_http2_websocket_outlives_the_stream_idle_timeout() {
-    let (proxy, _noop) = start("stream_idle_timeout: 200ms").await;
+    for codec in CODECS {
+        a_quiet_http2_websocket_outlives_the_stream_idle_timeout_on(codec).await;
+    }
+}
+
+async fn a_quiet_http2_websocket_outlives_the_stream_idle_timeout_on(codec: &str) {
+    let (proxy, _noop) = start(&format!("stream_idle_timeout: 200ms, http2_codec: {codec}")).await;
     let (mut sender, _conn) = h2_client::<Empty<Bytes>>(proxy.addr()).await;
     let mut ws = connect_h2(&mut sender).await;
     ws.send(Message::text("before")).await.unwrap();

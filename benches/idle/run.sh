@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idle memory per connection, HTTP/1.1 (8900 connections) and h2c (1000), for nginx, HAProxy and
-# Legate side by side (h2c also on Legate's own HTTP/2 codec, `legate-own`), each a fresh process with one worker in front of the testbed upstream,
+# Legate side by side (h2c also on hyper's HTTP/2 codec, `legate-hyper`), each a fresh process with one worker in front of the testbed upstream,
 # configured from ../shared/bench/conf and benches/peer. Ports stay below the ephemeral range
 # so that client sockets in TIME_WAIT never hold them. Needs nginx, haproxy, python3. The lines
 # also go to idle-DATE.txt here, and a bar chart of them to idle-DATE.png.
@@ -16,7 +16,7 @@ render() { # template listen h2c admin
 render "$conf/nginx.conf.tmpl" 21100 21101 0 > "$run/nginx.conf"
 render "$conf/haproxy.cfg.tmpl" 21200 21201 0 > "$run/haproxy.cfg"
 render "$repo/benches/peer/legate.yaml.tmpl" 21300 21301 21302 > "$run/legate.yaml"
-render "$repo/benches/peer/legate-own-h2.yaml.tmpl" 21300 21301 21302 > "$run/legate-own.yaml"
+render "$repo/benches/peer/legate-hyper-h2.yaml.tmpl" 21300 21301 21302 > "$run/legate-hyper.yaml"
 "$repo/target/release/noop-upstream" --listen 127.0.0.1:21081 >/dev/null 2>&1 &
 upstream=$!
 trap 'kill $upstream 2>/dev/null || true' EXIT
@@ -28,8 +28,8 @@ measure() { # name h1|h2 connections
            pid=$(pgrep -P "$master" | head -1); port=21100 ;;
     haproxy) haproxy -db -f "$run/haproxy.cfg" >/dev/null 2>&1 & master=$!; pid=$master; port=21200 ;;
     legate) "$repo/target/release/legate" -c "$run/legate.yaml" 2>/dev/null & master=$!; pid=$master; port=21300 ;;
-    # Its own HTTP/2 codec (`http.http2_codec: legate`).
-    legate-own) "$repo/target/release/legate" -c "$run/legate-own.yaml" 2>/dev/null & master=$!; pid=$master; port=21300 ;;
+    # hyper's HTTP/2 codec (`http.http2_codec: hyper`), to fall back on.
+    legate-hyper) "$repo/target/release/legate" -c "$run/legate-hyper.yaml" 2>/dev/null & master=$!; pid=$master; port=21300 ;;
   esac
   sleep 1
   if [ "$proto" = h2 ]; then port=$((port + 1)); fi
@@ -39,7 +39,7 @@ measure() { # name h1|h2 connections
 }
 out="$repo/idle-$(date -u +%Y%m%d-%H%M%S).txt"
 {
-  for name in nginx haproxy legate legate-own; do measure "$name" h2 1000; done
+  for name in nginx haproxy legate legate-hyper; do measure "$name" h2 1000; done
   for name in nginx haproxy legate; do measure "$name" h1 8900; done
 } | tee "$out"
 rm -rf "$run"

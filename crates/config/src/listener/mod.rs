@@ -330,13 +330,11 @@ fn ser_versions<S: Serializer>(v: &ProxyProtocolVersions, s: S) -> Result<S::Ok,
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Http2Codec {
-    /// hyper's server over the h2 crate.
-    #[default]
+    /// hyper's server over the h2 crate, kept to fall back on.
     Hyper,
     /// Legate's own (`crates/http2`): frames, HPACK, streams and flood limits of its own,
-    /// driven by the connection's task. It does not serve tunnels yet: CONNECT is answered
-    /// 403 (as over HTTP/3), and extended CONNECT (WebSocket over HTTP/2) is not offered, so
-    /// clients open WebSockets over HTTP/1.1.
+    /// driven by the connection's task, which holds no buffer while idle.
+    #[default]
     Legate,
 }
 

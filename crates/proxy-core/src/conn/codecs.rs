@@ -142,7 +142,7 @@ impl Codecs {
                         .unwrap_or(limit.max(65_535)),
                     max_header_list_size: max_head as u32,
                     header_table_size: ::http2::hpack::DEFAULT_TABLE_SIZE as u32,
-                    enable_connect_protocol: false,
+                    enable_connect_protocol: websocket,
                     // The per-connection buffer limit bounds what waits to be written too.
                     max_output: (limit as usize).max(16 * 1024),
                     floods: ::http2::server::FloodLimits::default(),

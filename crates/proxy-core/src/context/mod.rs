@@ -20,6 +20,7 @@ pub(crate) mod request_id;
 mod signal;
 pub(crate) mod stream_idle;
 pub(crate) mod stream_inbox;
+pub(crate) mod stream_tunnel;
 
 pub(crate) use client::{Client, ForwardedTrust, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use conn::{

@@ -62,6 +62,7 @@ impl ResponseBegun {
 use super::body_pipe::{PipeReceiver, PipeSender, body_pipe};
 use super::mirror_feed::{FeedReceiver, FeedSender, feed};
 use super::stream_inbox::InboxReceiver;
+use super::stream_tunnel::StreamTunnel;
 use crate::error::{BodyError, RequestTimedOut};
 
 enum Source {
@@ -87,6 +88,9 @@ enum Source {
     Piped(PipeReceiver),
     /// An HTTP/2 request's body on Legate's own codec, filled by the connection's task.
     Inbox(InboxReceiver),
+    /// A CONNECT's stream on Legate's own codec: no body, but the tunnel's client side, for
+    /// the request path to take.
+    Tunnel(Box<StreamTunnel>),
     /// gRPC-Web text: the client's base64, decoded as it comes, whole groups of four at a
     /// time. Padding inside a group of frames decoded together fails it, as in Envoy.
     Base64 {
@@ -216,6 +220,32 @@ impl RequestBody {
             replay: None,
             deadline: None,
             ended: None,
+        }
+    }
+
+    /// A CONNECT's stream on Legate's own HTTP/2 codec, which becomes the tunnel's client side.
+    pub(crate) fn stream_tunnel(tunnel: StreamTunnel) -> Self {
+        Self {
+            source: Source::Tunnel(Box::new(tunnel)),
+            received: None,
+            progress: None,
+            replay: None,
+            deadline: None,
+            ended: None,
+        }
+    }
+
+    /// Takes the tunnel's client side out of a CONNECT's body (which is then empty).
+    pub(crate) fn take_stream_tunnel(&mut self) -> Option<Box<StreamTunnel>> {
+        if !matches!(self.source, Source::Tunnel(_)) {
+            return None;
+        }
+        match std::mem::replace(&mut self.source, Source::Replayed(VecDeque::new())) {
+            Source::Tunnel(tunnel) => {
+                tunnel.mark_taken();
+                Some(tunnel)
+            }
+            _ => None,
         }
     }
 
@@ -519,6 +549,7 @@ impl Body for Source {
             Source::Mirrored(receiver) => receiver.poll_frame(cx),
             Source::Piped(receiver) => receiver.poll_frame(cx),
             Source::Inbox(receiver) => receiver.poll_frame(cx),
+            Source::Tunnel(_) => Poll::Ready(None),
             Source::Base64 { inner, pending } => loop {
                 match ready!(Pin::new(inner.as_mut()).poll_frame(cx)) {
                     Some(Ok(frame)) => match frame.into_data() {
@@ -556,6 +587,7 @@ impl Body for Source {
             Source::Mirrored(receiver) => receiver.is_end_stream(),
             Source::Piped(receiver) => receiver.is_end_stream(),
             Source::Inbox(receiver) => receiver.is_end_stream(),
+            Source::Tunnel(_) => true,
             Source::Base64 { inner, pending } => pending.is_empty() && inner.is_end_stream(),
         }
     }
@@ -584,6 +616,7 @@ impl Body for Source {
             Source::Mirrored(receiver) => receiver.size_hint(),
             // Three bytes for four, whatever their number; a processor's, whatever it says.
             Source::Inbox(receiver) => receiver.size_hint(),
+            Source::Tunnel(_) => SizeHint::with_exact(0),
             Source::Base64 { .. } | Source::Piped(_) => SizeHint::default(),
         }
     }

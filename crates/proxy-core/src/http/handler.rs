@@ -319,10 +319,10 @@ pub(crate) fn handle(
                 }));
             }
             // HTTP/2: the stream becomes the tunnel once the 200 has gone.
-            Some((upstream, Some(on_upgrade))) => {
+            Some((upstream, Some(client_stream))) => {
                 in_flight.outlive_exchange();
                 tokio::task::spawn_local(upgrade::relay_h2_stream(
-                    on_upgrade,
+                    client_stream,
                     Tunnel {
                         upstream,
                         in_flight,
@@ -358,7 +358,7 @@ struct Facts {
     /// Why a filter answered in the upstream's place.
     flag: Option<ResponseFlag>,
     /// An upgrade the upstream accepted, and for an HTTP/2 stream the client side to await.
-    tunnel: Option<(Box<dyn TunnelIo>, Option<hyper::upgrade::OnUpgrade>)>,
+    tunnel: Option<(Box<dyn TunnelIo>, Option<upgrade::ClientStream>)>,
     /// The request's `x-request-id`, when the response is to carry it.
     request_id: Option<HeaderValue>,
     /// A hash policy's cookie made for the client, for the upstream's answer.

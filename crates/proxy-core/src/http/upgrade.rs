@@ -21,7 +21,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::context::{ConnCtx, RequestBody, Tunnel};
+use crate::context::stream_tunnel::StreamTunnel;
+use crate::context::{ConnCtx, RequestBody, Tunnel, TunnelIo};
 use crate::random::next_u64;
 
 static SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
@@ -32,9 +33,47 @@ pub(crate) enum Asked {
     /// HTTP/1.1 `Upgrade:` with this header value.
     Http1(HeaderValue),
     /// HTTP/2 extended CONNECT for WebSocket: the stream becomes the tunnel once answered.
-    ExtendedConnect(OnUpgrade),
+    ExtendedConnect(ClientStream),
     /// CONNECT, sent on as it is; over HTTP/2, the client's stream to await.
-    Connect(Option<OnUpgrade>),
+    Connect(Option<ClientStream>),
+}
+
+/// An HTTP/2 stream that becomes the client's side of a tunnel once answered: hyper's, or one
+/// of Legate's own codec.
+pub(crate) enum ClientStream {
+    Hyper(OnUpgrade),
+    Own(Box<StreamTunnel>),
+}
+
+impl ClientStream {
+    /// The client's stream of `req`, which takes it: Legate's own codec leaves it in the body.
+    fn of(req: &mut Request<RequestBody>) -> Self {
+        match req.body_mut().take_stream_tunnel() {
+            Some(own) => ClientStream::Own(own),
+            None => ClientStream::Hyper(hyper::upgrade::on(req)),
+        }
+    }
+
+    /// The stream once its 2xx has gone; `None` if it went away first.
+    async fn opened(self) -> Option<Box<dyn TunnelIo>> {
+        match self {
+            ClientStream::Hyper(on_upgrade) => match on_upgrade.await {
+                Ok(stream) => Some(Box::new(TokioIo::new(stream))),
+                Err(error) => {
+                    tracing::debug!(%error, "the client's stream went away before the tunnel opened");
+                    None
+                }
+            },
+            ClientStream::Own(stream) => {
+                if stream.opened().await {
+                    Some(stream)
+                } else {
+                    tracing::debug!("the client's stream was answered without its tunnel");
+                    None
+                }
+            }
+        }
+    }
 }
 
 /// Whether `req` is a CONNECT for a tunnel (not an extended CONNECT, which names a protocol).
@@ -44,8 +83,8 @@ pub(crate) fn is_connect<B>(req: &Request<B>) -> bool {
 
 /// The client's side of a CONNECT's tunnel: on HTTP/2 its stream, once answered; on HTTP/1.1
 /// `None` (the connection takes the tunnel once the 2xx is written).
-pub(crate) fn connect_stream<B>(req: &mut Request<B>) -> Option<OnUpgrade> {
-    (req.version() == Version::HTTP_2).then(|| hyper::upgrade::on(req))
+pub(crate) fn connect_stream(req: &mut Request<RequestBody>) -> Option<ClientStream> {
+    (req.version() == Version::HTTP_2).then(|| ClientStream::of(req))
 }
 
 /// Whether `req` is an HTTP/2 extended CONNECT (`:protocol`).
@@ -66,7 +105,7 @@ pub(crate) fn asked(req: &mut Request<RequestBody>, allowed: &[String]) -> Optio
         {
             return None;
         }
-        return Some(Asked::ExtendedConnect(hyper::upgrade::on(req)));
+        return Some(Asked::ExtendedConnect(ClientStream::of(req)));
     }
     if req.version() != Version::HTTP_11 || !connection_has_upgrade(req.headers()) {
         return None;
@@ -176,7 +215,7 @@ impl Asked {
     }
 
     /// The client's stream to await for the tunnel (HTTP/2); `None` on HTTP/1.1.
-    pub(crate) fn into_client_stream(self) -> Option<OnUpgrade> {
+    pub(crate) fn into_client_stream(self) -> Option<ClientStream> {
         match self {
             Asked::Http1(_) => None,
             Asked::ExtendedConnect(on_upgrade) => Some(on_upgrade),
@@ -279,30 +318,18 @@ fn count(counter: &Option<std::rc::Rc<Cell<u64>>>, n: usize) {
     }
 }
 
-/// Runs the relay of an HTTP/2 stream upgraded by extended CONNECT, once the `200` has gone.
+/// Runs the relay of an HTTP/2 stream that a CONNECT or an extended CONNECT made a tunnel,
+/// once its 2xx has gone.
 pub(crate) async fn relay_h2_stream(
-    on_upgrade: OnUpgrade,
+    stream: ClientStream,
     tunnel: Tunnel,
     conn: std::rc::Rc<ConnCtx>,
     idle_timeout: Duration,
     buffer: usize,
 ) {
-    match on_upgrade.await {
-        Ok(stream) => {
-            relay(
-                TokioIo::new(stream),
-                Bytes::new(),
-                tunnel,
-                &conn,
-                idle_timeout,
-                buffer,
-            )
-            .await
-        }
-        Err(error) => {
-            conn.listener.stats.upgrades_failed.inc();
-            tracing::debug!(%error, "the client's stream went away before the tunnel opened");
-        }
+    match stream.opened().await {
+        Some(stream) => relay(stream, Bytes::new(), tunnel, &conn, idle_timeout, buffer).await,
+        None => conn.listener.stats.upgrades_failed.inc(),
     }
 }
 

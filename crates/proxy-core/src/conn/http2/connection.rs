@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, StatusCode};
 use http2::server::{Config, Connection, ConnectionError, Event, Flood};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -26,9 +26,12 @@ use tokio::time::Instant;
 use super::super::Codecs;
 use super::super::io::DownstreamIo;
 use super::super::service::ProxyService;
-use super::{QUIET_CLOSE_GRACE, Quiet, stream};
+use super::stream::{self, Served};
+use super::tunnel::StreamEnd;
+use super::{QUIET_CLOSE_GRACE, Quiet};
 use crate::context::stream_inbox::{self, Inbox, WakeCell};
-use crate::context::{ConnCtx, RequestBody, SignalWatch, sleep_until_some};
+use crate::context::stream_tunnel::StreamTunnel;
+use crate::context::{ConnCtx, RequestBody, SignalWatch};
 
 /// How much one read takes at most (a stack buffer: an idle connection holds none).
 const READ_SIZE: usize = 16 * 1024;
@@ -43,13 +46,15 @@ pub(super) struct Shared {
     /// The connection's task: woken when a stream has queued output or taken body bytes.
     pub(super) wake: Rc<WakeCell>,
     streams: RefCell<HashMap<u32, Slot>>,
+    /// The connection is gone: tunnels still holding a stream stop.
+    closed: Cell<bool>,
 }
 
 /// What the connection keeps of a stream being served.
 struct Slot {
     /// Where its request body goes; `None` for a request without one.
     inbox: Option<Inbox>,
-    task: Option<AbortHandle>,
+    task: AbortHandle,
     /// The codec has room for the DATA the stream's task was waiting to send.
     ready: bool,
     sender: Option<Waker>,
@@ -58,18 +63,24 @@ struct Slot {
 impl Shared {
     /// Resolves once the stream may send more DATA (or is gone).
     pub(super) async fn send_ready(&self, id: u32) {
-        std::future::poll_fn(|cx| {
-            let mut streams = self.streams.borrow_mut();
-            let Some(slot) = streams.get_mut(&id) else {
-                return Poll::Ready(());
-            };
-            if std::mem::take(&mut slot.ready) {
-                return Poll::Ready(());
-            }
-            slot.sender = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await;
+        std::future::poll_fn(|cx| self.poll_send_ready(cx, id).map(drop)).await;
+    }
+
+    /// Ready once the stream may send more DATA (`true`), or is gone (`false`).
+    pub(super) fn poll_send_ready(&self, cx: &mut Context<'_>, id: u32) -> Poll<bool> {
+        let mut streams = self.streams.borrow_mut();
+        let Some(slot) = streams.get_mut(&id) else {
+            return Poll::Ready(false);
+        };
+        if std::mem::take(&mut slot.ready) {
+            return Poll::Ready(true);
+        }
+        slot.sender = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.get()
     }
 
     /// The stream's task is over: `finished`, its response was sent whole (a request still
@@ -87,14 +98,20 @@ impl Shared {
     }
 }
 
-/// Ends the streams' tasks when the connection goes.
+/// Ends the streams' tasks when the connection goes, and the tunnels on its streams.
 struct AbortStreams(Rc<Shared>);
 
 impl Drop for AbortStreams {
     fn drop(&mut self) {
-        for (_, slot) in self.0.streams.borrow_mut().drain() {
-            if let Some(task) = slot.task {
-                task.abort();
+        self.0.closed.set(true);
+        let streams = std::mem::take(&mut *self.0.streams.borrow_mut());
+        for (_, slot) in streams {
+            slot.task.abort();
+            if let Some(inbox) = &slot.inbox {
+                inbox.fail();
+            }
+            if let Some(sender) = slot.sender {
+                sender.wake();
             }
         }
     }
@@ -134,29 +151,37 @@ pub(super) async fn serve(
         codec: RefCell::new(Connection::new(config)),
         wake: Rc::new(WakeCell::default()),
         streams: RefCell::new(HashMap::new()),
+        closed: Cell::new(false),
     });
     let _abort = AbortStreams(Rc::clone(&shared));
     let mut input = BytesMut::new();
     let recheck = codecs.idle_timeout.min(codecs.request_headers_timeout);
-    let mut quiet_check = ctx.opened + recheck;
-    let expires = ctx.expires_at();
-    let mut expired = false;
+    let mut timers = Timers {
+        quiet_check: Some(ctx.opened + recheck),
+        expires: ctx.expires_at(),
+        close_by: None,
+        grace: None,
+        keepalive: codecs.h2_keepalive.map(|k| Keepalive {
+            interval: k.interval,
+            timeout: k.timeout,
+            next: Instant::now() + k.interval,
+            sent: None,
+        }),
+        never: Instant::now() + Timers::NEVER,
+    };
+    // One timer for the earliest of them, set again only when that changes, and the drain
+    // and retire signals listened to once: a turn of the loop registers nothing.
+    let timer = tokio::time::sleep_until(timers.next());
+    let drained = drain.raised();
+    let retired = ctx.retire.notified();
+    tokio::pin!(timer, drained, retired);
     let mut going_away = false;
-    // After GOAWAY, how long the client has to answer its PING before the final GOAWAY.
-    let mut grace: Option<Instant> = None;
-    let mut keepalive = codecs.h2_keepalive.map(|k| Keepalive {
-        interval: k.interval,
-        timeout: k.timeout,
-        next: Instant::now() + k.interval,
-        sent: None,
-    });
     let mut needs_flush = false;
     let mut open = true;
     // The codec stopped reading for the output: frames may be left in `input`.
     let mut paused = false;
-    let mut close_by: Option<Instant> = None;
     loop {
-        dispatch(&shared, &service, codecs, keepalive.as_mut());
+        dispatch(&shared, &service, codecs, timers.keepalive.as_mut());
         if paused && !shared.codec.borrow().wants_write() {
             // Frames left by a read that paused for the output.
             paused = recv(&shared, &ctx, &mut input);
@@ -169,10 +194,14 @@ pub(super) async fn serve(
         if (done || !open) && output == 0 && !needs_flush {
             break;
         }
-        if (done || !open) && close_by.is_none() {
+        if (done || !open) && timers.close_by.is_none() {
             // What is left to write gets the idle timeout, not forever: a client that stopped
             // reading does not hold the connection.
-            close_by = Some(Instant::now() + codecs.idle_timeout);
+            timers.close_by = Some(Instant::now() + codecs.idle_timeout);
+        }
+        let next = timers.next();
+        if timer.deadline() != next {
+            timer.as_mut().reset(next);
         }
         let mut go_away = false;
         tokio::select! {
@@ -194,47 +223,102 @@ pub(super) async fn serve(
                     return;
                 }
             },
-            () = drain.raised(), if !going_away => go_away = true,
-            _ = ctx.retire.notified(), if !going_away => go_away = true,
-            () = sleep_until_some(expires), if !expired => {
-                expired = true;
-                ctx.listener.stats.cx_max_duration.inc();
-                go_away = true;
-            }
-            () = tokio::time::sleep_until(quiet_check), if !going_away => {
-                match super::quiet_check(&ctx, codecs, recheck) {
-                    Quiet::LookAgainAt(at) => quiet_check = at,
-                    Quiet::Due => go_away = true,
+            () = &mut drained, if !going_away => go_away = true,
+            () = &mut retired, if !going_away => go_away = true,
+            // Whatever was set for the timer's deadline is due now.
+            () = &mut timer => match timers.due(Instant::now().max(timer.deadline())) {
+                Some(Due::Expired) => {
+                    timers.expires = None;
+                    ctx.listener.stats.cx_max_duration.inc();
+                    go_away = true;
                 }
-            }
-            () = sleep_until_some(close_by) => {
-                tracing::debug!("downstream HTTP/2 connection: the client took nothing more");
-                return;
-            }
-            () = sleep_until_some(grace) => {
-                // The client did not answer the GOAWAY's PING: the final GOAWAY now.
-                grace = None;
-                shared.codec.borrow_mut().finish_drain();
-            }
-            () = sleep_until_some(keepalive.as_ref().map(Keepalive::due)) => {
-                let Some(keepalive) = keepalive.as_mut() else { continue };
-                if keepalive.sent.is_some() {
-                    tracing::debug!("downstream HTTP/2 connection: no answer to a keep-alive PING");
+                Some(Due::QuietCheck) => match super::quiet_check(&ctx, codecs, recheck) {
+                    Quiet::LookAgainAt(at) => timers.quiet_check = Some(at),
+                    Quiet::Due => {
+                        timers.quiet_check = None;
+                        go_away = true;
+                    }
+                },
+                Some(Due::CloseBy) => {
+                    tracing::debug!("downstream HTTP/2 connection: the client took nothing more");
                     return;
                 }
-                keepalive.sent = Some(Instant::now());
-                shared.codec.borrow_mut().ping(KEEPALIVE_PING);
-            }
+                Some(Due::Grace) => {
+                    // The client did not answer the GOAWAY's PING: the final GOAWAY now.
+                    timers.grace = None;
+                    shared.codec.borrow_mut().finish_drain();
+                }
+                Some(Due::Keepalive) => {
+                    let Some(keepalive) = timers.keepalive.as_mut() else { continue };
+                    if keepalive.sent.is_some() {
+                        tracing::debug!("downstream HTTP/2 connection: no answer to a keep-alive PING");
+                        return;
+                    }
+                    keepalive.sent = Some(Instant::now());
+                    shared.codec.borrow_mut().ping(KEEPALIVE_PING);
+                }
+                None => {}
+            },
         }
         if go_away && !going_away {
             // Streams in flight finish; the client opens a new connection for the rest.
             going_away = true;
+            timers.quiet_check = None;
             shared.codec.borrow_mut().go_away();
-            grace = Some(Instant::now() + QUIET_CLOSE_GRACE);
+            timers.grace = Some(Instant::now() + QUIET_CLOSE_GRACE);
         }
     }
     // Lingers: the client's last frames are read rather than reset.
     let _ = io.shutdown().await;
+}
+
+/// The connection's deadlines; `None` where one does not run.
+struct Timers {
+    /// When to look whether the connection has been quiet too long (not while going away).
+    quiet_check: Option<Instant>,
+    /// `max_connection_duration`.
+    expires: Option<Instant>,
+    /// Once done (or closed by the client), when what is left to write is given up.
+    close_by: Option<Instant>,
+    /// After GOAWAY, how long the client has to answer its PING before the final GOAWAY.
+    grace: Option<Instant>,
+    keepalive: Option<Keepalive>,
+    /// The timer's deadline while none runs.
+    never: Instant,
+}
+
+/// Which deadline came.
+enum Due {
+    Expired,
+    QuietCheck,
+    CloseBy,
+    Grace,
+    Keepalive,
+}
+
+impl Timers {
+    /// Far enough to mean never, near enough not to overflow.
+    const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+    fn all(&self) -> [(Option<Instant>, Due); 5] {
+        [
+            (self.close_by, Due::CloseBy),
+            (self.expires, Due::Expired),
+            (self.grace, Due::Grace),
+            (self.quiet_check, Due::QuietCheck),
+            (self.keepalive.as_ref().map(Keepalive::due), Due::Keepalive),
+        ]
+    }
+
+    /// The earliest deadline.
+    fn next(&self) -> Instant {
+        (self.all().into_iter().filter_map(|(at, _)| at).min()).unwrap_or(self.never)
+    }
+
+    /// The first deadline (in the order of `all`) that `now` has reached.
+    fn due(&self, now: Instant) -> Option<Due> {
+        (self.all().into_iter()).find_map(|(at, due)| at.is_some_and(|at| at <= now).then_some(due))
+    }
 }
 
 /// Reads the frames in `input`, counting a flood that ended the connection. Returns whether
@@ -380,9 +464,7 @@ fn dispatch(
                     if let Some(inbox) = &slot.inbox {
                         inbox.fail();
                     }
-                    if let Some(task) = slot.task {
-                        task.abort();
-                    }
+                    slot.task.abort();
                 }
             }
             Event::SendReady { stream } => {
@@ -433,56 +515,95 @@ fn start(
     head: http2::head::RequestHead,
     end_stream: bool,
 ) {
-    let parts = head.parts;
-    if parts.method == Method::CONNECT {
-        // Tunnels are not served on this codec yet (nor over HTTP/3): refused, as there.
-        let mut refused = http::Response::new(()).into_parts().0;
-        refused.status = StatusCode::FORBIDDEN;
-        let mut codec = shared.codec.borrow_mut();
-        let _ = codec.send_response(id, &refused, true);
-        codec.reset(id, http2::frame::Reason::NO_ERROR);
-        return;
-    }
+    let mut parts = head.parts;
     let head_only = parts.method == Method::HEAD;
-    let (inbox, receiver) = if end_stream {
+    // A CONNECT's stream is the client's side of its tunnel: its DATA is no request body.
+    let connect = parts.method == Method::CONNECT;
+    if let Some(protocol) = &head.protocol {
+        let protocol = String::from_utf8_lossy(protocol);
+        (parts.extensions).insert(hyper::ext::Protocol::from(protocol.as_ref()));
+    }
+    let (inbox, receiver) = if end_stream && !connect {
         (None, None)
     } else {
         let (inbox, receiver) = stream_inbox::inbox(Rc::clone(&shared.wake), head.content_length);
+        if end_stream {
+            inbox.push(Bytes::new(), true);
+        }
         (Some(inbox), Some(receiver))
     };
-    if !end_stream && stream::expects_continue(&parts.headers) {
-        // A client waiting to send its body is told to go on at once, as Envoy does.
-        let _ = shared
-            .codec
-            .borrow_mut()
-            .send_interim(id, StatusCode::CONTINUE, &HeaderMap::new());
+    let (mut body, mut opening) = (None, None);
+    match receiver {
+        Some(receiver) if connect => {
+            let end = Rc::new(StreamEnd {
+                shared: Rc::clone(shared),
+                id,
+            });
+            let (tunnel, settle) = StreamTunnel::new(receiver, end);
+            body = Some(Body::Tunnel(tunnel));
+            opening = Some(settle);
+        }
+        Some(receiver) => {
+            if stream::expects_continue(&parts.headers) {
+                // A client waiting to send its body is told to go on at once, as Envoy does.
+                let _ = shared.codec.borrow_mut().send_interim(
+                    id,
+                    StatusCode::CONTINUE,
+                    &HeaderMap::new(),
+                );
+            }
+            body = Some(Body::Inbox(receiver));
+        }
+        None => {}
     }
     let request = http::Request::from_parts(parts, ());
     // Boxed, as hyper boxes a request's service future: the handler's state is large.
-    let served = Box::pin(service.serve_inline(request, move |(), received| {
-        receiver.map_or_else(RequestBody::empty, |r| RequestBody::inbox(r, received))
-    }));
-    let whole = Rc::new(Cell::new(false));
-    let task = stream::serve(Rc::clone(shared), id, served, head_only, Rc::clone(&whole));
+    let served = Box::pin(
+        service.serve_inline(request, move |(), received| match body {
+            Some(Body::Inbox(receiver)) => RequestBody::inbox(receiver, received),
+            Some(Body::Tunnel(tunnel)) => RequestBody::stream_tunnel(tunnel),
+            None => RequestBody::empty(),
+        }),
+    );
+    let outcome = Rc::new(Cell::new(Served::Cut));
+    let task = stream::serve(
+        Rc::clone(shared),
+        id,
+        served,
+        head_only,
+        opening,
+        Rc::clone(&outcome),
+    );
     let conn = Rc::clone(shared);
+    let finish = move || match outcome.get() {
+        // The relay owns the stream now.
+        Served::Tunnel => {}
+        served => conn.finish(id, served == Served::Whole),
+    };
     // The service marked this stream for the idle limit as it took the request.
     let handle = match codecs.stream_exec.limit(task) {
         Ok(limited) => tokio::task::spawn_local(async move {
             limited.await;
-            conn.finish(id, whole.get());
+            finish();
         }),
         Err(task) => tokio::task::spawn_local(async move {
             task.await;
-            conn.finish(id, whole.get());
+            finish();
         }),
     };
     shared.streams.borrow_mut().insert(
         id,
         Slot {
             inbox,
-            task: Some(handle.abort_handle()),
+            task: handle.abort_handle(),
             ready: false,
             sender: None,
         },
     );
+}
+
+/// What a stream's request body is.
+enum Body {
+    Inbox(stream_inbox::InboxReceiver),
+    Tunnel(StreamTunnel),
 }

@@ -14,21 +14,73 @@ use http_body::Body;
 use http_body_util::BodyExt;
 
 use super::connection::Shared;
+use crate::context::stream_tunnel::Opening;
 use crate::http::ResponseBody;
 
-/// Serves the request whose service future is `served` and sends its response; `whole` is
-/// set once the response went whole to the codec.
+/// How a stream's task left its stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Served {
+    /// Its response was cut short (or never sent): the stream is reset.
+    Cut,
+    /// Its response went whole to the codec.
+    Whole,
+    /// Its 2xx opened a tunnel, whose relay owns the stream now.
+    Tunnel,
+}
+
+/// Serves the request whose service future is `served` and sends its response, saying how in
+/// `outcome`. `tunnel`: the request is a CONNECT, whose stream a relay may be waiting for.
 pub(super) async fn serve(
     shared: Rc<Shared>,
     id: u32,
     served: impl Future<Output = Result<Response<ResponseBody>, Infallible>>,
     head_only: bool,
-    whole: Rc<Cell<bool>>,
+    tunnel: Option<Rc<Opening>>,
+    outcome: Rc<Cell<Served>>,
 ) {
+    // However the task ends, a relay waiting for the stream learns it.
+    let tunnel = tunnel.map(Settle);
     let Ok(response) = served.await;
-    if respond(&shared, id, response, head_only).await {
-        whole.set(true);
+    if let Some(Settle(opening)) = &tunnel
+        && opening.is_awaited()
+        && response.status().is_success()
+    {
+        // A 2xx to CONNECT frames no body: the stream stays open for the tunnel.
+        let (mut parts, _) = response.into_parts();
+        let opened = send_head(&shared, id, &mut parts, false);
+        opening.settle(opened);
+        if opened {
+            outcome.set(Served::Tunnel);
+        }
+        return;
     }
+    drop(tunnel);
+    if respond(&shared, id, response, head_only).await {
+        outcome.set(Served::Whole);
+    }
+}
+
+/// Tells a relay waiting for the stream that no tunnel opened, unless one did.
+struct Settle(Rc<Opening>);
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        self.0.settle_unopened();
+    }
+}
+
+/// Sends the response head (with a `date` if it has none); `false` if the stream is gone.
+fn send_head(shared: &Shared, id: u32, parts: &mut http::response::Parts, end: bool) -> bool {
+    if !parts.headers.contains_key(DATE) {
+        h1::with_date(|date| {
+            if let Ok(date) = HeaderValue::from_bytes(date) {
+                parts.headers.insert(DATE, date);
+            }
+        });
+    }
+    let sent = shared.codec.borrow_mut().send_response(id, parts, end);
+    shared.wake.wake();
+    sent.is_ok()
 }
 
 /// Sends the response: its head, then its body's frames as the windows take them, then the
@@ -40,17 +92,8 @@ async fn respond(
     head_only: bool,
 ) -> bool {
     let (mut parts, mut body) = response.into_parts();
-    if !parts.headers.contains_key(DATE) {
-        h1::with_date(|date| {
-            if let Ok(date) = HeaderValue::from_bytes(date) {
-                parts.headers.insert(DATE, date);
-            }
-        });
-    }
     let end = head_only || body.is_end_stream();
-    let sent = shared.codec.borrow_mut().send_response(id, &parts, end);
-    shared.wake.wake();
-    if sent.is_err() {
+    if !send_head(shared, id, &mut parts, end) {
         return false;
     }
     if end {
