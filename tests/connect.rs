@@ -268,6 +268,32 @@ async fn a_terminated_connect_relays_bytes_to_the_clusters_host_on(codec: &str) 
         stat(admin, "downstream_cx_upgrades_active") == 0
     })
     .await;
+    // A client that reset its stream while the relay waited for its window (it reads nothing,
+    // with a 16-byte window): the relay ends too.
+    let stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    let (mut stingy, stingy_conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(16)
+            .handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            .await
+            .unwrap();
+    let stingy_conn = tokio::spawn(stingy_conn);
+    let mut tunnel = tunnel_h2(&mut stingy, "db.term.test:5432").await;
+    // The host echoes it all and closes; the client's side has ended, so only the relay's
+    // write to the client is left, and it waits for window.
+    tunnel.write_all(&[b'x'; 4096]).await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    eventually("the relay is running", async || {
+        stat(admin, "downstream_cx_upgrades_active") == 1
+    })
+    .await;
+    drop(tunnel);
+    eventually(
+        "the relay ends once its client reset the stream",
+        async || stat(admin, "downstream_cx_upgrades_active") == 0,
+    )
+    .await;
+    stingy_conn.abort();
 
     assert!(stat(admin, "downstream_cx_upgrades_total") >= 2);
     // A request with a path does not take a CONNECT route.

@@ -120,6 +120,9 @@ impl AsyncRead for StreamTunnel {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         loop {
             if !self.unread.is_empty() {
                 let n = self.unread.len().min(buf.remaining());

@@ -257,7 +257,10 @@ pub(super) async fn serve(
                     keepalive.sent = Some(Instant::now());
                     shared.codec.borrow_mut().ping(KEEPALIVE_PING);
                 }
-                None => {}
+                None => {
+                    // The timer stood for no deadline: it waits that long again.
+                    timers.never = Instant::now() + Timers::NEVER;
+                }
             },
         }
         if go_away && !going_away {
@@ -397,8 +400,9 @@ fn poll_io(
     }
     if read && !codec.wants_write() {
         drop(codec);
-        let mut buf = [0u8; READ_SIZE];
-        let mut filled = ReadBuf::new(&mut buf);
+        // Uninitialised: the read fills what it reports, and zeroing 16 KiB a read costs.
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); READ_SIZE];
+        let mut filled = ReadBuf::uninit(&mut buf);
         match Pin::new(&mut *io).poll_read(cx, &mut filled) {
             Poll::Ready(Ok(())) if filled.filled().is_empty() => return Poll::Ready(Io::Closed),
             Poll::Ready(Ok(())) => {
@@ -465,6 +469,10 @@ fn dispatch(
                         inbox.fail();
                     }
                     slot.task.abort();
+                    // A tunnel's relay (no task of the stream's) may wait to send on it.
+                    if let Some(sender) = slot.sender {
+                        sender.wake();
+                    }
                 }
             }
             Event::SendReady { stream } => {
