@@ -79,6 +79,17 @@ impl Shared {
         Poll::Pending
     }
 
+    /// Forgets a stream's slot; the map's room goes once no stream is left (an idle
+    /// connection holds none).
+    fn forget(&self, id: u32) -> Option<Slot> {
+        let mut streams = self.streams.borrow_mut();
+        let slot = streams.remove(&id);
+        if streams.is_empty() {
+            *streams = HashMap::new();
+        }
+        slot
+    }
+
     pub(super) fn is_closed(&self) -> bool {
         self.closed.get()
     }
@@ -87,7 +98,7 @@ impl Shared {
     /// coming is then refused with `NO_ERROR`); otherwise the stream is reset (`CANCEL`), so
     /// the client never takes a cut-short response as whole.
     pub(super) fn finish(&self, id: u32, finished: bool) {
-        self.streams.borrow_mut().remove(&id);
+        self.forget(id);
         let reason = if finished {
             http2::frame::Reason::NO_ERROR
         } else {
@@ -463,8 +474,7 @@ fn dispatch(
             Event::Reset { stream, .. } => {
                 // The client gave the stream up (or broke its rules): its service ends, and
                 // the upstream request with it.
-                let slot = shared.streams.borrow_mut().remove(&stream);
-                if let Some(slot) = slot {
+                if let Some(slot) = shared.forget(stream) {
                     if let Some(inbox) = &slot.inbox {
                         inbox.fail();
                     }

@@ -30,7 +30,9 @@ pub(super) async fn serve_h2(
 ) {
     match &codecs.h2_own {
         Some(config) => connection::serve(io, service, codecs, config.clone(), drain).await,
-        None => hyper_codec::serve(io, service, codecs, drain).await,
+        // Boxed: hyper's connection state is large, and would take room in every connection
+        // on Legate's own codec (the default) too.
+        None => Box::pin(hyper_codec::serve(io, service, codecs, drain)).await,
     }
 }
 
