@@ -137,7 +137,9 @@ pub(super) async fn serve_request(
     let started = Started::from_stream(&mut recv);
     // Not a body the request path will refuse unread (425).
     let refused_early = early && !crate::http::is_safe_method(request.method());
-    if matches!(started, Started::Waiting) && expects_continue(request.headers()) && !refused_early
+    if matches!(started, Started::Waiting)
+        && super::expects_continue(request.headers())
+        && !refused_early
     {
         // A client waiting to send its body: told to go on at once, as Envoy does by default
         // (the upstream never sees `expect`).
@@ -313,15 +315,6 @@ async fn respond(
     if let Err(error) = send.finish().await {
         tracing::debug!(%error, "HTTP/3 response end not sent");
     }
-}
-
-/// `expect: 100-continue` (any case) on a request that declares no empty body.
-fn expects_continue(headers: &HeaderMap) -> bool {
-    let empty = (headers.get(http::header::CONTENT_LENGTH)).is_some_and(|v| v.as_bytes() == b"0");
-    !empty
-        && headers
-            .get(http::header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// A send that must make progress within `idle`: a client that keeps its window shut longer

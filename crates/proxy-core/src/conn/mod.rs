@@ -380,6 +380,16 @@ async fn choose_chain<'c>(
     }
 }
 
+/// `expect: 100-continue` (any case) on an HTTP/2 or HTTP/3 request that declares no empty
+/// body: the codec tells the client to go on at once, as Envoy does.
+fn expects_continue(headers: &http::HeaderMap) -> bool {
+    let empty = (headers.get(http::header::CONTENT_LENGTH)).is_some_and(|v| v.as_bytes() == b"0");
+    !empty
+        && headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
 #[cold]
 fn unreachable_shared() {
     tracing::warn!(

@@ -562,7 +562,7 @@ fn start(
             opening = Some(settle);
         }
         Some(receiver) => {
-            if stream::expects_continue(&parts.headers) {
+            if super::super::expects_continue(&parts.headers) {
                 // A client waiting to send its body is told to go on at once, as Envoy does.
                 let _ = shared.codec.borrow_mut().send_interim(
                     id,

@@ -8,8 +8,8 @@ use std::convert::Infallible;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use http::header::{DATE, EXPECT};
-use http::{HeaderMap, HeaderValue, Response};
+use http::header::DATE;
+use http::{HeaderValue, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 
@@ -145,13 +145,4 @@ async fn send_data(shared: &Shared, id: u32, mut data: Bytes, end: bool) -> bool
         }
         shared.send_ready(id).await;
     }
-}
-
-/// `expect: 100-continue` (any case) on a request that declares no empty body.
-pub(super) fn expects_continue(headers: &HeaderMap) -> bool {
-    let empty = (headers.get(http::header::CONTENT_LENGTH)).is_some_and(|v| v.as_bytes() == b"0");
-    !empty
-        && headers
-            .get(EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
