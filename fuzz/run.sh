@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Runs the fuzz targets for SECONDS each (default 20): fuzz/run.sh [SECONDS] [TARGET...]
+# Runs the fuzz targets for SECONDS each (default 20): fuzz/run.sh [--dev] [SECONDS] [TARGET...]
+#
+# Targets are built optimised by default, for runs that search. `--dev` builds them without
+# optimisation: a quarter of the build time and fewer runs a second, for a short smoke run
+# (CI's), which replays the corpus and tries a few mutations of it.
 #
 # Each target starts from its corpus in fuzz/corpus/TARGET and works on a scratch copy
 # (fuzz/target/work/TARGET), so the checkout stays as it is. A crash stops the run: the input
@@ -10,6 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+mode=()
+if [ "${1:-}" = --dev ]; then
+    mode=(--dev)
+    shift
+fi
 seconds=${1:-20}
 shift || true
 targets=("$@")
@@ -29,15 +38,15 @@ command -v c++ >/dev/null || command -v clang++ >/dev/null || {
 }
 
 # cargo-fuzz's default: optimised, with debug assertions and overflow checks, under
-# AddressSanitizer.
-cargo +nightly fuzz build
+# AddressSanitizer (`--dev`: the same without optimisation).
+cargo +nightly fuzz build ${mode[@]+"${mode[@]}"}
 
 for target in "${targets[@]}"; do
     work=target/work/$target
     mkdir -p "$work" "artifacts/$target"
     echo "== $target: $seconds s"
     set +e
-    cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
+    cargo +nightly fuzz run ${mode[@]+"${mode[@]}"} "$target" "$work" "corpus/$target" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         > "target/work/$target.log" 2>&1
     status=$?
