@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs the fuzz targets for SECONDS each (default 20): fuzz/run.sh [--dev] [SECONDS] [TARGET...]
+# Runs the fuzz targets for SECONDS each (default 20), as many at once as there are cores
+# (FUZZ_JOBS to say otherwise): fuzz/run.sh [--dev] [SECONDS] [TARGET...]
 #
 # Targets are built optimised by default, for runs that search. `--dev` builds them without
 # optimisation: a quarter of the build time and fewer runs a second, for a short smoke run
 # (CI's), which replays the corpus and tries a few mutations of it.
 #
 # Each target starts from its corpus in fuzz/corpus/TARGET and works on a scratch copy
-# (fuzz/target/work/TARGET), so the checkout stays as it is. A crash stops the run: the input
+# (fuzz/target/work/TARGET), so the checkout stays as it is. A crash fails the run: the input
 # is in fuzz/artifacts/TARGET/. Put it in fuzz/regressions/TARGET/ once fixed: `cargo test`
 # replays every corpus and regression input through the same checks.
 #
@@ -41,21 +42,37 @@ command -v c++ >/dev/null || command -v clang++ >/dev/null || {
 # AddressSanitizer (`--dev`: the same without optimisation).
 cargo +nightly fuzz build ${mode[@]+"${mode[@]}"}
 
-for target in "${targets[@]}"; do
-    work=target/work/$target
+# One target's run; its summary (or, when it failed, its log's end) is printed in one piece.
+run_target() {
+    local target=$1 work=target/work/$1 status=0
     mkdir -p "$work" "artifacts/$target"
-    echo "== $target: $seconds s"
-    set +e
     cargo +nightly fuzz run ${mode[@]+"${mode[@]}"} "$target" "$work" "corpus/$target" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        > "target/work/$target.log" 2>&1
-    status=$?
-    set -e
-    grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)' \
-        "target/work/$target.log" || true
+        > "target/work/$target.log" 2>&1 || status=$?
     if [ $status -ne 0 ]; then
-        tail -n 60 "target/work/$target.log" >&2
-        echo "$target failed (exit $status); the input is in fuzz/artifacts/$target/" >&2
-        exit 1
+        {
+            echo "== $target: FAILED (exit $status); the input is in fuzz/artifacts/$target/"
+            tail -n 60 "target/work/$target.log"
+        } >&2
+        return 1
     fi
+    echo "== $target: $seconds s, $(grep -oE 'Done [0-9]+ runs in [0-9]+ second' \
+        "target/work/$target.log" || echo 'no summary')"
+}
+
+# As many targets at once as there are cores: each run takes one.
+parallel=${FUZZ_JOBS:-$(nproc)}
+failed=0
+for target in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do
+        wait -n || failed=1
+    done
+    run_target "$target" &
 done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do
+    wait -n || failed=1
+done
+if [ $failed -ne 0 ]; then
+    echo "a fuzz target failed: see above" >&2
+    exit 1
+fi
