@@ -42,7 +42,8 @@ command -v c++ >/dev/null || command -v clang++ >/dev/null || {
 # AddressSanitizer (`--dev`: the same without optimisation).
 cargo +nightly fuzz build ${mode[@]+"${mode[@]}"}
 
-# One target's run; its summary (or, when it failed, its log's end) is printed in one piece.
+# One target's run; its summary (or, when it failed, its log's end) is printed in one piece,
+# and a failure leaves target/work/TARGET.failed.
 run_target() {
     local target=$1 work=target/work/$1 status=0
     mkdir -p "$work" "artifacts/$target"
@@ -54,25 +55,27 @@ run_target() {
             echo "== $target: FAILED (exit $status); the input is in fuzz/artifacts/$target/"
             tail -n 60 "target/work/$target.log"
         } >&2
+        touch "target/work/$target.failed"
         return 1
     fi
     echo "== $target: $seconds s, $(grep -oE 'Done [0-9]+ runs in [0-9]+ second' \
         "target/work/$target.log" || echo 'no summary')"
 }
 
-# As many targets at once as there are cores: each run takes one.
+# As many targets at once as there are cores: each run takes one. A target's failure is
+# read from its mark, not from `wait`, which may have reported it already.
 parallel=${FUZZ_JOBS:-$(nproc)}
-failed=0
+mkdir -p target/work
+rm -f target/work/*.failed
 for target in "${targets[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do
-        wait -n || failed=1
+        wait -n || true
     done
     run_target "$target" &
 done
-while [ "$(jobs -rp | wc -l)" -gt 0 ]; do
-    wait -n || failed=1
-done
-if [ $failed -ne 0 ]; then
-    echo "a fuzz target failed: see above" >&2
+wait
+failed=(target/work/*.failed)
+if [ -e "${failed[0]}" ]; then
+    echo "fuzz targets failed: ${failed[*]}" >&2
     exit 1
 fi

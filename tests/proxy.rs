@@ -148,10 +148,10 @@ async fn bodies_arrive_intact_on_legates_own_http2_codec() {
 /// on either HTTP/2 codec; the connection's other streams go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_the_client_resets_cancels_its_request() {
-    let noop = upstream().await;
     for codec in ["hyper", "legate"] {
-        // A route timeout longer than the waits below, so only the reset can end the request.
-        let config = forward_config(&[noop.local_addr()], "")
+        // Requests wait upstream until released; the route's timeout is longer than the test.
+        let held = HeldUpstream::start().await;
+        let config = forward_config(&[held.addr], "")
             .replacen(
                 "    address: 127.0.0.1:0\n",
                 &format!("    address: 127.0.0.1:0\n    http: {{ http2_codec: {codec} }}\n"),
@@ -164,23 +164,21 @@ async fn a_stream_the_client_resets_cancels_its_request() {
         let proxy = Proxy::start(&config, 1);
         let admin = proxy.admin.unwrap();
         let (mut sender, _conn) = h2_client(proxy.addr()).await;
-        let slow = tokio::spawn(sender.send_request(get_h2("/slow", &[("x-noop-delay", "60s")])));
-        let other = tokio::spawn(sender.send_request(get_h2("/other", &[("x-noop-delay", "1s")])));
-        eventually("both requests are in flight upstream", async || {
-            stat(admin, "upstream_rq_active") == 2
+        let reset = tokio::spawn(sender.send_request(get_h2("/reset", &[])));
+        let other = tokio::spawn(sender.send_request(get_h2("/other", &[])));
+        held.wait_for_requests(2).await;
+        // Dropping the response resets the stream (CANCEL).
+        reset.abort();
+        assert!(reset.await.is_err_and(|e| e.is_cancelled()), "{codec}");
+        // Both still held upstream: only the reset can have ended one of them.
+        eventually("the reset request is cancelled", async || {
+            stat(admin, "downstream_rq_active") == 1 && stat(admin, "upstream_rq_active") == 1
         })
         .await;
-        // Dropping the response resets the stream (CANCEL).
-        slow.abort();
-        assert!(slow.await.is_err_and(|e| e.is_cancelled()), "{codec}");
+        held.release();
         let response = other.await.unwrap().unwrap();
         assert_eq!(response.status(), 200, "{codec}");
-        assert_eq!(text(response.into_body()).await.len(), 100, "{codec}");
-        // Long before the upstream's 60 s answer: the request was cancelled, not waited out.
-        eventually("the request is cancelled", async || {
-            stat(admin, "downstream_rq_active") == 0 && stat(admin, "upstream_rq_active") == 0
-        })
-        .await;
+        assert_eq!(text(response.into_body()).await, "released\n", "{codec}");
         let response = sender.send_request(get_h2("/after", &[])).await.unwrap();
         assert_eq!(response.status(), 200, "{codec}");
     }
