@@ -15,7 +15,8 @@
 //! - [`client`] is the other side, for upstream connections: requests written, response
 //!   heads parsed (as strictly) and response bodies decoded.
 //! - Heads are parsed into header maps from a per-thread pool: [`recycle_header_map`] gives
-//!   one back once its head is written. Header names go through a per-thread cache, so a
+//!   one back once its head is written ([`request_header_map`] takes one for another codec's
+//!   request head). Header names go through a per-thread cache, so a
 //!   non-standard name read again is not allocated again. A head is copied out of the read
 //!   buffer into a per-thread chunk shared by many ([`copy_shared`]), so a warm worker
 //!   parses heads without allocating; [`own_values`] detaches a head's values from it.
@@ -56,7 +57,7 @@ pub use body::{IncomingBody, Input, Io};
 pub use case::HeaderCase;
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use date::with as with_date;
-pub use maps::recycle_header_map;
+pub use maps::{recycle_header_map, request_header_map};
 pub use request::{
     BodyLength, HeadError, MAX_HEADERS, RequestHead, parse_request, parse_request_keeping_case,
 };

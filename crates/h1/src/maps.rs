@@ -7,8 +7,9 @@ use std::cell::RefCell;
 
 use http::HeaderMap;
 
-/// Enough for the requests in flight on a worker at once; beyond it, maps are freed.
-const KEPT: usize = 32;
+/// Enough for the requests in flight on a worker at once (a few busy HTTP/2 clients have
+/// dozens); beyond it, maps are freed.
+const KEPT: usize = 64;
 /// A map grown by an unusual head is freed rather than kept at its size.
 const MAX_KEPT_CAPACITY: usize = 128;
 
@@ -31,6 +32,13 @@ pub(crate) fn take(fields: usize) -> HeaderMap {
         }
         None => HeaderMap::with_capacity(fields.max(MIN_ROOM)),
     }
+}
+
+/// An empty map for a request head of `fields` fields read by another codec (HTTP/2's), with
+/// room for those the proxy adds, from this thread's pool when it has one: given back with
+/// [`recycle_header_map`] once written, as the maps of heads parsed here are.
+pub fn request_header_map(fields: usize) -> HeaderMap {
+    take(fields + crate::request::ADDED_FIELDS)
 }
 
 /// Gives a map back to this thread's pool once its head is written: its entries are dropped

@@ -65,7 +65,7 @@ pub enum BodyLength {
 }
 
 /// Header fields a request head's map has room for beyond its own.
-const ADDED_FIELDS: usize = 6;
+pub(crate) const ADDED_FIELDS: usize = 6;
 
 /// A parsed request head and what it says about the connection.
 #[derive(Debug)]

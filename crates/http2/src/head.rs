@@ -2,6 +2,8 @@
 //! `http` types the HTTP/1.1 path uses too. A message that breaks section 8's rules is
 //! malformed: its stream is reset with `PROTOCOL_ERROR`, and the connection goes on.
 
+use std::cell::Cell;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_LENGTH, COOKIE, HOST};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -52,6 +54,46 @@ pub enum HeadError {
     UnexpectedProtocol,
 }
 
+/// A list of decoded fields on its way to a head: a per-thread list, reused, so that reading
+/// a header block does not allocate one. Its fields are taken out (`drain`) into the head.
+pub(crate) struct FieldList(Vec<Field>);
+
+thread_local! {
+    static FIELD_LIST: Cell<Vec<Field>> = const { Cell::new(Vec::new()) };
+}
+
+/// A list grown by an unusual block is freed rather than kept at its size.
+const FIELD_LIST_KEPT: usize = 64;
+
+impl FieldList {
+    pub(crate) fn take() -> Self {
+        FieldList(FIELD_LIST.take())
+    }
+}
+
+impl std::ops::Deref for FieldList {
+    type Target = Vec<Field>;
+    fn deref(&self) -> &Vec<Field> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for FieldList {
+    fn deref_mut(&mut self) -> &mut Vec<Field> {
+        &mut self.0
+    }
+}
+
+impl Drop for FieldList {
+    fn drop(&mut self) {
+        self.0.clear();
+        if self.0.capacity() <= FIELD_LIST_KEPT {
+            // At thread exit the slot may be gone: the list is freed then.
+            let _ = FIELD_LIST.try_with(|slot| slot.set(std::mem::take(&mut self.0)));
+        }
+    }
+}
+
 /// A request head, and what it said of its body.
 #[derive(Debug)]
 pub struct RequestHead {
@@ -64,13 +106,31 @@ pub struct RequestHead {
 
 /// The request the fields of a HEADERS frame make. `extended_connect`: this side announced
 /// `SETTINGS_ENABLE_CONNECT_PROTOCOL`.
-pub fn request(fields: Vec<Field>, extended_connect: bool) -> Result<RequestHead, HeadError> {
+pub fn request<I>(fields: I, extended_connect: bool) -> Result<RequestHead, HeadError>
+where
+    I: IntoIterator<Item = Field>,
+    I::IntoIter: ExactSizeIterator,
+{
+    request_in(HeaderMap::new(), fields, extended_connect)
+}
+
+/// As [`request`], with the regular fields put in `headers` (an empty map, from a pool say).
+pub fn request_in<I>(
+    headers: HeaderMap,
+    fields: I,
+    extended_connect: bool,
+) -> Result<RequestHead, HeadError>
+where
+    I: IntoIterator<Item = Field>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let fields = fields.into_iter();
     let mut method = None;
     let mut scheme = None;
     let mut authority = None;
     let mut path = None;
     let mut protocol = None;
-    let mut regular = Regular::new(fields.len())?;
+    let mut regular = Regular::in_map(headers, fields.len())?;
     for field in fields {
         if let Some(pseudo) = field.name.strip_prefix(b":") {
             if regular.seen() {
@@ -165,7 +225,7 @@ pub fn request(fields: Vec<Field>, extended_connect: bool) -> Result<RequestHead
 /// The response (or interim response) the fields of a HEADERS frame make.
 pub fn response(fields: Vec<Field>) -> Result<(http::response::Parts, Option<u64>), HeadError> {
     let mut status = None;
-    let mut regular = Regular::new(fields.len())?;
+    let mut regular = Regular::in_map(HeaderMap::new(), fields.len())?;
     for field in fields {
         if let Some(pseudo) = field.name.strip_prefix(b":") {
             if regular.seen() {
@@ -194,8 +254,13 @@ pub fn response(fields: Vec<Field>) -> Result<(http::response::Parts, Option<u64
 }
 
 /// Trailer fields: no pseudo-header fields at all (RFC 9113 section 8.1).
-pub fn trailers(fields: Vec<Field>) -> Result<HeaderMap, HeadError> {
-    let mut regular = Regular::new(fields.len())?;
+pub fn trailers<I>(fields: I) -> Result<HeaderMap, HeadError>
+where
+    I: IntoIterator<Item = Field>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let fields = fields.into_iter();
+    let mut regular = Regular::in_map(HeaderMap::new(), fields.len())?;
     for field in fields {
         if field.name.starts_with(b":") {
             return Err(HeadError::UnknownPseudo);
@@ -227,10 +292,16 @@ struct Regular {
 const CAPACITY_HINT: usize = 64;
 
 impl Regular {
-    fn new(len: usize) -> Result<Self, HeadError> {
+    /// The fields go into `headers`, which has room made for `len` of them (up to the hint).
+    fn in_map(mut headers: HeaderMap, len: usize) -> Result<Self, HeadError> {
+        let room = len.min(CAPACITY_HINT);
+        if headers.capacity() < room {
+            headers
+                .try_reserve(room)
+                .map_err(|_| HeadError::TooManyFields)?;
+        }
         Ok(Regular {
-            headers: HeaderMap::try_with_capacity(len.min(CAPACITY_HINT))
-                .map_err(|_| HeadError::TooManyFields)?,
+            headers,
             cookies: Vec::new(),
             any: false,
         })

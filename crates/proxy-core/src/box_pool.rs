@@ -1,5 +1,6 @@
 //! Boxes for the futures a worker starts once per request and keeps apart from the
-//! connection's own state (an HTTP/1.1 exchange, a retry loop), from a per-worker pool.
+//! connection's own state (an HTTP/1.1 exchange, an HTTP/2 stream, a retry loop), from a
+//! per-worker pool.
 //!
 //! An exchange's state is boxed so that a parked connection does not carry it, but a box per
 //! request is a malloc and a free of a few KiB on every request. [`PooledBox`] takes its memory
@@ -15,11 +16,14 @@ use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
 /// Free blocks kept per worker and per layout; more in use at once are freed when given back.
-const KEPT: usize = 32;
+/// An HTTP/2 stream takes two (its handler's and its task's), and a worker serving a few
+/// busy HTTP/2 clients has dozens of streams in flight.
+const KEPT: usize = 64;
 
-/// Layouts pooled per worker: one per kind of future that uses the pool (an exchange, a retry
-/// loop, a traced try, an HTTP/2 upstream send), with room for more.
-const LAYOUTS: usize = 8;
+/// Layouts pooled per worker: one per kind of future that uses the pool (an HTTP/1.1 exchange,
+/// an HTTP/2 stream's task and its handler, a retry loop, a traced try, an HTTP/2 upstream
+/// send), with room for more.
+const LAYOUTS: usize = 12;
 
 struct Pool {
     /// Free blocks, by layout.

@@ -72,6 +72,9 @@ pub struct Config {
     /// Output bytes beyond which reading pauses and DATA waits for the socket.
     pub max_output: usize,
     pub floods: FloodLimits,
+    /// Where a request's header map comes from, given the fields it will hold: a pool the
+    /// application fills with the maps of heads it has written, say.
+    pub header_map: fn(usize) -> HeaderMap,
 }
 
 impl Default for Config {
@@ -85,6 +88,7 @@ impl Default for Config {
             enable_connect_protocol: false,
             max_output: 64 * 1024,
             floods: FloodLimits::default(),
+            header_map: |_| HeaderMap::new(),
         }
     }
 }

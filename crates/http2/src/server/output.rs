@@ -1,6 +1,12 @@
 //! The bytes a connection has to write: frames encoded in one buffer, with DATA payloads
 //! queued beside it as they are (not copied), gathered into one vectored write.
+//!
+//! The buffer is cut into runs by the payloads between them without being split (a split
+//! buffer is shared, which costs an allocation), and it comes from a per-thread pool while
+//! there is something to write: an idle connection holds none, and a busy one does not
+//! allocate one per write.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
@@ -8,16 +14,29 @@ use bytes::{Buf, Bytes, BytesMut};
 
 #[derive(Debug, Default)]
 pub(super) struct Output {
-    /// Filled frame bytes and payloads, in order, before `buf`.
-    chunks: VecDeque<Bytes>,
-    chunks_len: usize,
-    /// Frames being encoded.
+    /// What comes before `buf`'s bytes not yet in a run, in order.
+    pieces: VecDeque<Piece>,
+    /// The payloads' bytes in `pieces`.
+    payload_len: usize,
+    /// The frames' bytes in `pieces`' runs.
+    runs_len: usize,
+    /// Frames encoded, not yet written.
     buf: BytesMut,
 }
 
+#[derive(Debug)]
+enum Piece {
+    /// The next bytes of `buf`.
+    Run(usize),
+    Payload(Bytes),
+}
+
 impl Output {
-    /// The buffer to encode frames into (after every chunk queued so far).
+    /// The buffer to encode frames into (after every payload queued so far).
     pub(super) fn buf(&mut self) -> &mut BytesMut {
+        if self.buf.capacity() == 0 {
+            self.buf = spare::take();
+        }
         &mut self.buf
     }
 
@@ -26,29 +45,42 @@ impl Output {
         if payload.is_empty() {
             return;
         }
-        if !self.buf.is_empty() {
-            let head = self.buf.split().freeze();
-            self.push(head);
+        let unqueued = self.buf.len() - self.runs_len;
+        if unqueued > 0 {
+            self.pieces.push_back(Piece::Run(unqueued));
+            self.runs_len += unqueued;
         }
-        self.push(payload);
-    }
-
-    fn push(&mut self, chunk: Bytes) {
-        self.chunks_len += chunk.len();
-        self.chunks.push_back(chunk);
+        self.payload_len += payload.len();
+        self.pieces.push_back(Piece::Payload(payload));
     }
 
     pub(super) fn len(&self) -> usize {
-        self.chunks_len + self.buf.len()
+        self.payload_len + self.buf.len()
     }
 
     /// Fills `dst` with the bytes to write next; returns how many slices it filled.
     pub(super) fn slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
         let mut n = 0;
-        let rest = (!self.buf.is_empty()).then_some(&self.buf[..]);
-        for chunk in self.chunks.iter().map(|c| &c[..]).chain(rest) {
-            let Some(slot) = dst.get_mut(n) else { break };
-            *slot = IoSlice::new(chunk);
+        let mut at = 0;
+        let pieces = self.pieces.iter().map(|piece| match piece {
+            Piece::Run(len) => {
+                at += len;
+                &self.buf[at - len..at]
+            }
+            Piece::Payload(payload) => &payload[..],
+        });
+        let mut slots = dst.iter_mut();
+        for piece in pieces {
+            let Some(slot) = slots.next() else {
+                return n;
+            };
+            *slot = IoSlice::new(piece);
+            n += 1;
+        }
+        if at < self.buf.len()
+            && let Some(slot) = slots.next()
+        {
+            *slot = IoSlice::new(&self.buf[at..]);
             n += 1;
         }
         n
@@ -57,22 +89,147 @@ impl Output {
     /// `n` bytes were written.
     pub(super) fn advance(&mut self, mut n: usize) {
         while n > 0 {
-            let Some(front) = self.chunks.front_mut() else {
+            let Some(front) = self.pieces.front_mut() else {
                 break;
             };
-            let take = n.min(front.len());
-            front.advance(take);
-            self.chunks_len -= take;
-            n -= take;
-            if front.is_empty() {
-                self.chunks.pop_front();
+            let left = match front {
+                Piece::Run(len) => {
+                    let take = n.min(*len);
+                    self.buf.advance(take);
+                    self.runs_len -= take;
+                    *len -= take;
+                    n -= take;
+                    *len
+                }
+                Piece::Payload(payload) => {
+                    let take = n.min(payload.len());
+                    payload.advance(take);
+                    self.payload_len -= take;
+                    n -= take;
+                    payload.len()
+                }
+            };
+            if left == 0 {
+                self.pieces.pop_front();
             }
         }
-        let take = n.min(self.buf.len());
+        let take = n.min(self.buf.len() - self.runs_len);
         self.buf.advance(take);
         if self.len() == 0 {
-            // Nothing held while idle.
+            // Nothing held while idle: the buffer goes back to the thread's spares.
+            spare::give(std::mem::take(&mut self.buf));
             *self = Output::default();
         }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if self.buf.capacity() > 0 {
+            spare::give(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+/// Output buffers not in use, per thread.
+mod spare {
+    use super::*;
+
+    /// A connection's output is written within a poll or two of being made: a few spares
+    /// serve many connections.
+    const KEPT: usize = 16;
+    /// A new buffer's room: a few responses' frames.
+    const ROOM: usize = 4 * 1024;
+    /// A buffer grown past this (a large head, many frames at once) is freed, not kept.
+    const MAX_KEPT: usize = 64 * 1024;
+
+    thread_local! {
+        static SPARES: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> BytesMut {
+        SPARES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| BytesMut::with_capacity(ROOM))
+    }
+
+    pub(super) fn give(mut buf: BytesMut) {
+        buf.clear();
+        // Written buffers are advanced to their end: taking back the room before the
+        // cursor needs the buffer unshared, which it is once its frames are written.
+        if !buf.try_reclaim(ROOM) || buf.capacity() > MAX_KEPT {
+            return;
+        }
+        // At thread exit the spares may be gone: the buffer is freed then.
+        let _ = SPARES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < KEPT {
+                spares.push(buf);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gathered(output: &Output) -> Vec<u8> {
+        let mut slices = [IoSlice::new(&[]); 16];
+        let n = output.slices(&mut slices);
+        slices[..n].iter().flat_map(|s| s.iter().copied()).collect()
+    }
+
+    #[test]
+    fn frames_and_payloads_are_written_in_the_order_queued() {
+        let mut output = Output::default();
+        output.buf().extend_from_slice(b"head1");
+        output.payload(Bytes::from_static(b"body1"));
+        output.buf().extend_from_slice(b"head2");
+        output.payload(Bytes::from_static(b"body2"));
+        output.buf().extend_from_slice(b"tail");
+        assert_eq!(output.len(), 24);
+        assert_eq!(gathered(&output), b"head1body1head2body2tail");
+        // Written in parts, cutting runs and payloads in their middle.
+        output.advance(3);
+        assert_eq!(gathered(&output), b"d1body1head2body2tail");
+        output.advance(9);
+        assert_eq!(gathered(&output), b"ad2body2tail");
+        output.advance(10);
+        assert_eq!(gathered(&output), b"il");
+        assert_eq!(output.len(), 2);
+        // More frames after what is left of the last run.
+        output.buf().extend_from_slice(b"!");
+        assert_eq!(gathered(&output), b"il!");
+        output.advance(3);
+        assert_eq!(output.len(), 0);
+        assert_eq!(output.buf.capacity(), 0, "a written output holds no buffer");
+    }
+
+    #[test]
+    fn the_slices_stop_at_the_room_given() {
+        let mut output = Output::default();
+        for _ in 0..3 {
+            output.buf().extend_from_slice(b"h");
+            output.payload(Bytes::from_static(b"p"));
+        }
+        let mut slices = [IoSlice::new(&[]); 4];
+        assert_eq!(output.slices(&mut slices), 4);
+        let first: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(first, b"hphp");
+    }
+
+    #[test]
+    fn a_written_buffer_is_reused_by_the_next_output() {
+        let mut first = Output::default();
+        first.buf().extend_from_slice(&[1; 100]);
+        let at = first.buf.as_ptr();
+        first.advance(100);
+        let mut second = Output::default();
+        second.buf().extend_from_slice(&[2; 10]);
+        assert_eq!(second.buf.as_ptr(), at, "the spare buffer was not reused");
+        assert_eq!(gathered(&second), [2; 10]);
     }
 }

@@ -139,7 +139,7 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         // The block is read first, whatever becomes of the stream: the client's table and
         // this side's must stay in step.
-        let mut fields = Vec::new();
+        let mut fields = head::FieldList::take();
         let limit = self.config.max_header_list_size as usize;
         let too_large = match self.decoder.decode(&block, limit, |f| fields.push(f)) {
             Ok(()) => false,
@@ -170,7 +170,7 @@ impl Connection {
             if on_itself || too_large || stream.remaining.is_some_and(|n| n != 0) {
                 return self.stream_error(id, Reason::PROTOCOL_ERROR);
             }
-            let Ok(trailers) = head::trailers(fields) else {
+            let Ok(trailers) = head::trailers(fields.drain(..)) else {
                 return self.stream_error(id, Reason::PROTOCOL_ERROR);
             };
             self.events.push_back(Event::Trailers {
@@ -223,7 +223,9 @@ impl Connection {
         if too_large {
             return self.refuse(id, b"431", Reason::NO_ERROR);
         }
-        let head = match head::request(fields, self.config.enable_connect_protocol) {
+        let headers = (self.config.header_map)(fields.len());
+        let connect_protocol = self.config.enable_connect_protocol;
+        let head = match head::request_in(headers, fields.drain(..), connect_protocol) {
             Ok(head) if !(end_stream && head.content_length.is_some_and(|n| n > 0)) => head,
             _ => return self.refuse(id, b"400", Reason::PROTOCOL_ERROR),
         };

@@ -252,6 +252,39 @@ fn a_request_is_read_and_its_response_written() {
 }
 
 #[test]
+fn a_request_s_fields_go_into_the_map_the_config_gives() {
+    // A map with room that `HeaderMap::new` never starts with: it is the one the hook made.
+    let config = Config {
+        header_map: |_| HeaderMap::with_capacity(500),
+        ..Config::default()
+    };
+    let mut conn = Connection::new(config);
+    let mut client = Client::new();
+    // The pooled list of decoded fields is reused from one block to the next: both requests
+    // keep only their own fields.
+    client
+        .headers(1, &post(&[("x-first", "1"), ("x-one", "a")]), true)
+        .headers(3, &post(&[("x-second", "2")]), true)
+        .send(&mut conn)
+        .unwrap();
+    let mut heads = Vec::new();
+    while let Some(event) = conn.poll_event() {
+        if let Event::Request { head, .. } = event {
+            heads.push(head);
+        }
+    }
+    assert_eq!(heads.len(), 2);
+    for head in &heads {
+        assert!(head.parts.headers.capacity() >= 500, "not the hook's map");
+    }
+    let names = |head: &RequestHead| -> Vec<String> {
+        head.parts.headers.keys().map(|k| k.to_string()).collect()
+    };
+    assert_eq!(names(&heads[0]), ["x-first", "x-one"]);
+    assert_eq!(names(&heads[1]), ["x-second"]);
+}
+
+#[test]
 fn a_body_larger_than_the_clients_window_waits_for_its_updates() {
     // Room enough in the output that only the windows bound what is sent.
     let mut conn = Connection::new(Config {

@@ -146,6 +146,9 @@ impl Codecs {
                     // The per-connection buffer limit bounds what waits to be written too.
                     max_output: (limit as usize).max(16 * 1024),
                     floods: ::http2::server::FloodLimits::default(),
+                    // The worker's pool of maps, which the HTTP/1.1 upstream's write gives
+                    // the request's back to, and the response's is given back to once sent.
+                    header_map: h1::request_header_map,
                 }
             }),
             stream_exec,

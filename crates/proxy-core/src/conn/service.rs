@@ -30,7 +30,15 @@ impl ProxyService {
     where
         F: FnOnce(B, Option<Rc<Cell<u64>>>) -> RequestBody + 'static,
     {
-        Box::pin(self.serve_inline(req, body))
+        let served = self.serve_inline(req, body);
+        Box::pin(async move {
+            let Ok(mut response) = served.await;
+            // The h2 crate's HPACK table keeps the values it indexes, shared, for the
+            // connection's life: they must not hold the chunk an HTTP/1.1 upstream's head was
+            // copied into. (Legate's own codec copies what its table keeps.)
+            h1::own_values(response.headers_mut());
+            Ok(response)
+        })
     }
 
     /// As [`Self::serve`], unboxed: the HTTP/1.1 exchange holds the future in its own state

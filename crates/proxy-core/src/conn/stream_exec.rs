@@ -29,6 +29,9 @@ struct StreamToken {
     activity: Option<ProgressClock>,
 }
 
+/// A stream task's mark, taken ([`StreamExec::take_mark`]).
+pub(super) struct StreamMark(StreamToken);
+
 thread_local! {
     static NEXT_STREAM: Cell<Option<StreamToken>> = const { Cell::new(None) };
 }
@@ -58,17 +61,29 @@ impl StreamExec {
     /// ends once nothing has moved for the stream idle timeout, resolving to `false` (`true`
     /// when `fut` finished). Without the mark, `fut` comes back.
     pub(super) fn limit<F: Future>(&self, fut: F) -> Result<IdleLimit<F>, F> {
-        let Some(StreamToken { activity }) = NEXT_STREAM.take() else {
-            return Err(fut);
-        };
-        Ok(IdleLimit {
+        match self.take_mark() {
+            Some(mark) => Ok(self.limit_marked(fut, mark)),
+            None => Err(fut),
+        }
+    }
+
+    /// The mark [`next_stream`] left, if any: the task spawned next is a stream task. Taken
+    /// apart from [`Self::limit_marked`] so that the task's future can be made where it will
+    /// stay (in a pooled block) instead of being moved there.
+    pub(super) fn take_mark(&self) -> Option<StreamMark> {
+        NEXT_STREAM.take().map(StreamMark)
+    }
+
+    /// `fut` as the stream task `mark` marked.
+    pub(super) fn limit_marked<F: Future>(&self, fut: F, mark: StreamMark) -> IdleLimit<F> {
+        IdleLimit {
             inner: fut,
             timer: tokio::time::sleep(self.timeout),
             timeout: self.timeout,
             last: Instant::now(),
-            activity,
+            activity: mark.0.activity,
             expired: Rc::clone(&self.expired),
-        })
+        }
     }
 }
 

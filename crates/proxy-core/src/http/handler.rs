@@ -291,11 +291,6 @@ pub(crate) fn handle(
         if let Some(id) = facts.request_id.take() {
             response.headers_mut().insert(X_REQUEST_ID.clone(), id);
         }
-        if version == Version::HTTP_2 {
-            // The client's HPACK table may keep these values for the connection's life: they
-            // must not hold the chunk an HTTP/1.1 upstream's head was copied into.
-            h1::own_values(response.headers_mut());
-        }
         if close && version <= Version::HTTP_11 && facts.tunnel.is_none() {
             // hyper closes the connection after a response that says so; while draining, saying
             // it lets the client reconnect elsewhere instead of finding the connection gone.

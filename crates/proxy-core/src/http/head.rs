@@ -256,7 +256,9 @@ fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, ProxyError> 
         if !is_authority(authority.as_str().as_bytes()) {
             return Err(ProxyError::BadRequest("invalid authority"));
         }
-        return HeaderValue::from_str(authority.as_str())
+        // Copied into the worker's chunk for heads (an `Authority` does not lend its bytes):
+        // no allocation, and clones of it share the chunk.
+        return HeaderValue::from_maybe_shared(h1::copy_shared(authority.as_str().as_bytes()))
             .map(Some)
             .map_err(|_| ProxyError::BadRequest("invalid authority"));
     }

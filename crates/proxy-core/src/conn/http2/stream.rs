@@ -80,6 +80,9 @@ fn send_head(shared: &Shared, id: u32, parts: &mut http::response::Parts, end: b
     }
     let sent = shared.codec.borrow_mut().send_response(id, parts, end);
     shared.wake.wake();
+    // Its fields are encoded (the HPACK table copies what it keeps): the map goes back to the
+    // worker's pool for the next head.
+    h1::recycle_header_map(std::mem::take(&mut parts.headers));
     sent.is_ok()
 }
 
