@@ -5,9 +5,9 @@
 //! One allocation serves a whole chunk of copies, and a chunk whose copies are all gone is
 //! reused in place: a worker relaying one request after another allocates nothing for them.
 //! The price is that a piece kept long keeps its whole chunk alive, so the chunk is small and
-//! large pieces get their own memory. A head that goes to an HTTP/2 peer is given memory of
-//! its own first ([`own_values`]): HPACK tables keep the values they index for as long as the
-//! connection lives. A request served for long (a WebSocket, a long poll) keeps its chunk, as
+//! large pieces get their own memory. A head that goes to an HTTP/2 peer through the h2 crate
+//! is given memory of its own first ([`own_values`]): its HPACK table keeps the values it
+//! indexes, shared, for as long as the connection lives. A request served for long (a WebSocket, a long poll) keeps its chunk, as
 //! nginx's request keeps its 4 KiB pool.
 
 use std::cell::RefCell;

@@ -289,7 +289,7 @@ struct Regular {
 
 /// A header map holds at most 24,576 fields (`with_capacity` panics past that): a list that
 /// large is refused by name, and the map starts only as large as a common head needs.
-const CAPACITY_HINT: usize = 64;
+pub(crate) const CAPACITY_HINT: usize = 64;
 
 impl Regular {
     /// The fields go into `headers`, which has room made for `len` of them (up to the hint).

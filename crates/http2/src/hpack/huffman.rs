@@ -132,18 +132,23 @@ pub fn encoded_len(bytes: &[u8]) -> usize {
 
 /// Appends `bytes` Huffman-coded to `out`, padded with the EOS code's leading ones.
 pub fn encode(bytes: &[u8], out: &mut BytesMut) {
+    // The codes gather in `acc`, its low `bits` bits not yet written; bits above them are
+    // written already and never read again. Written four bytes at a time: fewer than 32 bits
+    // are left after each, so the next code (30 bits at most) still fits in 64.
     let mut acc: u64 = 0;
     let mut bits: u32 = 0;
     for &b in bytes {
         let len = u32::from(LENGTHS[usize::from(b)]);
         acc = (acc << len) | u64::from(CANONICAL.codes[usize::from(b)]);
         bits += len;
-        while bits >= 8 {
-            bits -= 8;
-            out.put_u8((acc >> bits) as u8);
+        if bits >= 32 {
+            bits -= 32;
+            out.put_u32((acc >> bits) as u32);
         }
-        // At most 7 bits are left: the next code (30 bits at most) still fits in 64.
-        acc &= (1 << bits) - 1;
+    }
+    while bits >= 8 {
+        bits -= 8;
+        out.put_u8((acc >> bits) as u8);
     }
     if bits > 0 {
         out.put_u8(((acc << (8 - bits)) as u8) | (0xff >> bits));
@@ -249,6 +254,22 @@ mod tests {
         let mut back = BytesMut::new();
         decode(&coded, &mut back).expect("decodes");
         assert_eq!(&back[..], &all[..]);
+    }
+
+    #[test]
+    fn strings_of_every_length_go_through_and_back() {
+        // Short and long codes mixed, so that the four-byte writes fall at every offset.
+        let mixed: Vec<u8> = (0..80u8)
+            .map(|i| [b'a', 0, b'/', 255, b'7', 200, b'e'][usize::from(i) % 7] ^ (i & 1))
+            .collect();
+        for n in 0..=mixed.len() {
+            let mut coded = BytesMut::new();
+            encode(&mixed[..n], &mut coded);
+            assert_eq!(coded.len(), encoded_len(&mixed[..n]), "length {n}");
+            let mut back = BytesMut::new();
+            decode(&coded, &mut back).expect("decodes");
+            assert_eq!(&back[..], &mixed[..n], "length {n}");
+        }
     }
 
     #[test]

@@ -72,8 +72,9 @@ pub struct Config {
     /// Output bytes beyond which reading pauses and DATA waits for the socket.
     pub max_output: usize,
     pub floods: FloodLimits,
-    /// Where a request's header map comes from, given the fields it will hold: a pool the
-    /// application fills with the maps of heads it has written, say.
+    /// Where a request's header map comes from, given the fields it will hold (at most 64:
+    /// the map grows past that as it is filled): a pool the application fills with the maps
+    /// of heads it has written, say.
     pub header_map: fn(usize) -> HeaderMap,
 }
 

@@ -138,28 +138,27 @@ mod spare {
     /// A connection's output is written within a poll or two of being made: a few spares
     /// serve many connections.
     const KEPT: usize = 16;
-    /// A new buffer's room: a few responses' frames.
-    const ROOM: usize = 4 * 1024;
+    /// A buffer too small to hold a few responses' frames is not worth keeping.
+    const MIN_KEPT: usize = 256;
     /// A buffer grown past this (a large head, many frames at once) is freed, not kept.
-    const MAX_KEPT: usize = 64 * 1024;
+    const MAX_KEPT: usize = 16 * 1024;
 
-    thread_local! {
-        static SPARES: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
-    }
-
+    /// A spare, or a new buffer just large enough to be kept: a burst of new connections,
+    /// each holding one until its SETTINGS are written, takes little more than it writes.
     pub(super) fn take() -> BytesMut {
         SPARES
             .try_with(|spares| spares.borrow_mut().pop())
             .ok()
             .flatten()
-            .unwrap_or_else(|| BytesMut::with_capacity(ROOM))
+            .unwrap_or_else(|| BytesMut::with_capacity(MIN_KEPT))
     }
 
     pub(super) fn give(mut buf: BytesMut) {
         buf.clear();
-        // Written buffers are advanced to their end: taking back the room before the
-        // cursor needs the buffer unshared, which it is once its frames are written.
-        if !buf.try_reclaim(ROOM) || buf.capacity() > MAX_KEPT {
+        // A written buffer is advanced to its end: the room before the cursor is taken back
+        // (asking for more than the room after it makes it look there).
+        let _ = buf.try_reclaim(buf.capacity() + 1);
+        if !(MIN_KEPT..=MAX_KEPT).contains(&buf.capacity()) {
             return;
         }
         // At thread exit the spares may be gone: the buffer is freed then.
@@ -169,6 +168,10 @@ mod spare {
                 spares.push(buf);
             }
         });
+    }
+
+    thread_local! {
+        static SPARES: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
     }
 }
 
@@ -224,9 +227,9 @@ mod tests {
     #[test]
     fn a_written_buffer_is_reused_by_the_next_output() {
         let mut first = Output::default();
-        first.buf().extend_from_slice(&[1; 100]);
+        first.buf().extend_from_slice(&[1; 1000]);
         let at = first.buf.as_ptr();
-        first.advance(100);
+        first.advance(1000);
         let mut second = Output::default();
         second.buf().extend_from_slice(&[2; 10]);
         assert_eq!(second.buf.as_ptr(), at, "the spare buffer was not reused");

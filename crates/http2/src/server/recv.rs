@@ -223,7 +223,8 @@ impl Connection {
         if too_large {
             return self.refuse(id, b"431", Reason::NO_ERROR);
         }
-        let headers = (self.config.header_map)(fields.len());
+        // The client's count of fields, within the hint a map starts at.
+        let headers = (self.config.header_map)(fields.len().min(head::CAPACITY_HINT));
         let connect_protocol = self.config.enable_connect_protocol;
         let head = match head::request_in(headers, fields.drain(..), connect_protocol) {
             Ok(head) if !(end_stream && head.content_length.is_some_and(|n| n > 0)) => head,

@@ -285,6 +285,44 @@ fn a_request_s_fields_go_into_the_map_the_config_gives() {
 }
 
 #[test]
+fn a_map_is_asked_for_no_more_room_than_a_head_starts_with() {
+    // A map made for the client's count of fields would be refused past 24,576 (`with_capacity`
+    // panics): the hook is asked for no more than a map starts with, and the map grows as the
+    // head fills it.
+    let config = Config {
+        max_header_list_size: 1 << 20,
+        header_map: |fields| {
+            assert!(fields <= 64, "asked for a map of {fields} fields");
+            HeaderMap::with_capacity(fields)
+        },
+        ..Config::default()
+    };
+    let mut conn = Connection::new(config);
+    let mut client = Client::new();
+    // One field indexed, then repeated by its index: a byte on the wire each.
+    let mut fields = post(&[]);
+    fields.extend(std::iter::repeat_n(("x-a", "1"), 25_000));
+    client
+        .headers(1, &fields, true)
+        .get(3)
+        .send(&mut conn)
+        .unwrap();
+    let mut heads = Vec::new();
+    while let Some(event) = conn.poll_event() {
+        if let Event::Request { stream, head, .. } = event {
+            heads.push((stream, head));
+        }
+    }
+    assert_eq!(heads.len(), 2);
+    assert_eq!(heads[0].0, 1);
+    assert_eq!(
+        heads[0].1.parts.headers.get_all("x-a").iter().count(),
+        25_000
+    );
+    assert_eq!(heads[1].0, 3);
+}
+
+#[test]
 fn a_body_larger_than_the_clients_window_waits_for_its_updates() {
     // Room enough in the output that only the windows bound what is sent.
     let mut conn = Connection::new(Config {

@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::rc::Rc;
 
+use futures_util::FutureExt;
 use hyper::body::Incoming;
 
 use crate::context::{ConnCtx, InFlight, RequestBody};
@@ -30,15 +31,16 @@ impl ProxyService {
     where
         F: FnOnce(B, Option<Rc<Cell<u64>>>) -> RequestBody + 'static,
     {
-        let served = self.serve_inline(req, body);
-        Box::pin(async move {
-            let Ok(mut response) = served.await;
-            // The h2 crate's HPACK table keeps the values it indexes, shared, for the
-            // connection's life: they must not hold the chunk an HTTP/1.1 upstream's head was
-            // copied into. (Legate's own codec copies what its table keeps.)
-            h1::own_values(response.headers_mut());
-            Ok(response)
-        })
+        // The h2 crate's HPACK table keeps the values it indexes, shared, for the connection's
+        // life: they must not hold the chunk an HTTP/1.1 upstream's head was copied into.
+        // (Legate's own codec copies what its table keeps.) `map`, not an async block, which
+        // would hold the handler's future twice.
+        Box::pin(self.serve_inline(req, body).map(|served| {
+            served.map(|mut response| {
+                h1::own_values(response.headers_mut());
+                response
+            })
+        }))
     }
 
     /// As [`Self::serve`], unboxed: the HTTP/1.1 exchange holds the future in its own state
