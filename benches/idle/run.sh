@@ -3,7 +3,8 @@
 # Legate side by side (h2c also on hyper's HTTP/2 codec, `legate-hyper`), each a fresh process with one worker in front of the testbed upstream,
 # configured from ../shared/bench/conf and benches/peer. Ports stay below the ephemeral range
 # so that client sockets in TIME_WAIT never hold them. Needs nginx, haproxy, python3. The lines
-# also go to idle-DATE.txt here, and a bar chart of them to idle-DATE.png.
+# also go to idle-DATE.txt here, and a bar chart of them to idle-DATE.png. LEGATE_BEFORE=BINARY
+# adds another build of Legate (`legate-before`), to compare a change side by side.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 conf="$repo/../shared/bench/conf"
@@ -30,6 +31,8 @@ measure() { # name h1|h2 connections
     legate) "$repo/target/release/legate" -c "$run/legate.yaml" 2>/dev/null & master=$!; pid=$master; port=21300 ;;
     # hyper's HTTP/2 codec (`http.http2_codec: hyper`), to fall back on.
     legate-hyper) "$repo/target/release/legate" -c "$run/legate-hyper.yaml" 2>/dev/null & master=$!; pid=$master; port=21300 ;;
+    # Another build (LEGATE_BEFORE=BINARY), to compare a change side by side.
+    legate-before) "$LEGATE_BEFORE" -c "$run/legate.yaml" 2>/dev/null & master=$!; pid=$master; port=21300 ;;
   esac
   sleep 1
   if [ "$proto" = h2 ]; then port=$((port + 1)); fi
@@ -39,8 +42,9 @@ measure() { # name h1|h2 connections
 }
 out="$repo/idle-$(date -u +%Y%m%d-%H%M%S).txt"
 {
-  for name in nginx haproxy legate legate-hyper; do measure "$name" h2 1000; done
-  for name in nginx haproxy legate; do measure "$name" h1 8900; done
+  before=${LEGATE_BEFORE:+legate-before}
+  for name in nginx haproxy legate $before legate-hyper; do measure "$name" h2 1000; done
+  for name in nginx haproxy legate $before; do measure "$name" h1 8900; done
 } | tee "$out"
 rm -rf "$run"
 bash "$repo/benches/plot/plot.sh" idle "$out" "${out%.txt}.png"

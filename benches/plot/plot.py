@@ -23,7 +23,9 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"nginx": "#009639", "haproxy": "#1f77b4", "ours": "#d62728", "legate": "#d62728",
-          "direct": "#7f7f7f"}
+          "direct": "#7f7f7f", "legate-before": "#ff9896", "legate-hyper": "#9467bd"}
+# Any other target (a `--proxy NAME=...` of peer-bench, say).
+OTHER = "#8c564b"
 
 
 def label(name):
@@ -75,7 +77,7 @@ def peer(path, out):
     fig.savefig(out, dpi=110)
 
 
-LINE = re.compile(r"^(\w+)\s+(h1|h2):.*per conn (\d+)")
+LINE = re.compile(r"^([\w-]+)\s+(h1|h2):.*per conn (\d+)")
 
 
 def idle(path, out):
@@ -93,7 +95,7 @@ def idle(path, out):
     for ax, proto in zip(axes, sorted(per)):
         names = list(per[proto])
         bars = ax.bar([label(n) for n in names], [per[proto][n] for n in names],
-                      color=[COLORS.get(n) for n in names])
+                      color=[COLORS.get(n, OTHER) for n in names])
         ax.bar_label(bars)
         ax.set_title("HTTP/1.1" if proto == "h1" else "h2c")
         ax.set_ylabel("bytes per idle connection (lower is better)")
