@@ -34,15 +34,16 @@ pub(crate) fn take(fields: usize) -> HeaderMap {
     }
 }
 
-/// An empty map for a request head of `fields` fields read by another codec (HTTP/2's), with
-/// room for those the proxy adds, from this thread's pool when it has one: given back with
-/// [`recycle_header_map`] once written, as the maps of heads parsed here are. The room made
-/// ahead is at most a pooled map's (a client's count of fields is not trusted): a larger head
-/// grows the map as it is filled.
+/// Header fields a request head's map has room for beyond its own (those the proxy adds).
+const ADDED_FIELDS: usize = 6;
+
+/// An empty map for a request head of `fields` fields (parsed here, or read by another codec:
+/// HTTP/2's), with room for those the proxy adds, from this thread's pool when it has one;
+/// given back with [`recycle_header_map`] once written. The room made ahead is at most a
+/// pooled map's (a client's count of fields is not trusted): a larger head grows the map as
+/// it is filled.
 pub fn request_header_map(fields: usize) -> HeaderMap {
-    take(
-        fields.min(MAX_KEPT_CAPACITY - crate::request::ADDED_FIELDS) + crate::request::ADDED_FIELDS,
-    )
+    take(fields.min(MAX_KEPT_CAPACITY - ADDED_FIELDS) + ADDED_FIELDS)
 }
 
 /// Gives a map back to this thread's pool once its head is written: its entries are dropped
@@ -86,7 +87,7 @@ mod tests {
     fn a_map_for_another_codec_has_room_for_the_added_fields_within_bounds() {
         while POOL.with(|pool| pool.borrow_mut().pop()).is_some() {}
         let map = request_header_map(10);
-        assert!(map.capacity() >= 10 + crate::request::ADDED_FIELDS);
+        assert!(map.capacity() >= 10 + ADDED_FIELDS);
         // A count past what a map holds (24,576) asks for no more than a pooled map's room.
         let map = request_header_map(1_000_000);
         assert!(map.capacity() >= MAX_KEPT_CAPACITY);

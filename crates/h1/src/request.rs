@@ -64,9 +64,6 @@ pub enum BodyLength {
     Chunked,
 }
 
-/// Header fields a request head's map has room for beyond its own.
-pub(crate) const ADDED_FIELDS: usize = 6;
-
 /// A parsed request head and what it says about the connection.
 #[derive(Debug)]
 pub struct RequestHead {
@@ -144,7 +141,7 @@ fn parse<const KEEP_CASE: bool>(
         .map_err(|_| HeadError::InvalidTarget)?;
     // Room for the fields a proxy adds (request id, forwarding headers) without the map
     // growing, which would copy and rehash it.
-    let mut headers = crate::maps::take(req.headers.len() + ADDED_FIELDS);
+    let mut headers = crate::maps::request_header_map(req.headers.len());
     let mut framing = Framing::new(version);
     let mut case = crate::HeaderCase::default();
     for field in req.headers.iter() {

@@ -7,8 +7,8 @@
 //! The price is that a piece kept long keeps its whole chunk alive, so the chunk is small and
 //! large pieces get their own memory. A head that goes to an HTTP/2 peer through the h2 crate
 //! is given memory of its own first ([`own_values`]): its HPACK table keeps the values it
-//! indexes, shared, for as long as the connection lives. A request served for long (a WebSocket, a long poll) keeps its chunk, as
-//! nginx's request keeps its 4 KiB pool.
+//! indexes, shared, for as long as the connection lives. A request served for long (a
+//! WebSocket, a long poll) keeps its chunk, as nginx's request keeps its 4 KiB pool.
 
 use std::cell::RefCell;
 

@@ -23,14 +23,11 @@ use tokio::time::{Instant, Sleep};
 
 use crate::context::{ProgressClock, stream_idle};
 
-/// Marks the task the codec spawns next as a stream task, moving `activity` as its request
-/// body goes upstream. The codec spawns it at once, right after calling the service.
-struct StreamToken {
+/// The mark that makes the task the codec spawns next a stream task, moving `activity` as its
+/// request body goes upstream. The codec spawns it at once, right after calling the service.
+pub(super) struct StreamToken {
     activity: Option<ProgressClock>,
 }
-
-/// A stream task's mark, taken ([`StreamExec::take_mark`]).
-pub(super) struct StreamMark(StreamToken);
 
 thread_local! {
     static NEXT_STREAM: Cell<Option<StreamToken>> = const { Cell::new(None) };
@@ -70,18 +67,18 @@ impl StreamExec {
     /// The mark [`next_stream`] left, if any: the task spawned next is a stream task. Taken
     /// apart from [`Self::limit_marked`] so that the task's future can be made where it will
     /// stay (in a pooled block) instead of being moved there.
-    pub(super) fn take_mark(&self) -> Option<StreamMark> {
-        NEXT_STREAM.take().map(StreamMark)
+    pub(super) fn take_mark(&self) -> Option<StreamToken> {
+        NEXT_STREAM.take()
     }
 
     /// `fut` as the stream task `mark` marked.
-    pub(super) fn limit_marked<F: Future>(&self, fut: F, mark: StreamMark) -> IdleLimit<F> {
+    pub(super) fn limit_marked<F: Future>(&self, fut: F, mark: StreamToken) -> IdleLimit<F> {
         IdleLimit {
             inner: fut,
             timer: tokio::time::sleep(self.timeout),
             timeout: self.timeout,
             last: Instant::now(),
-            activity: mark.0.activity,
+            activity: mark.activity,
             expired: Rc::clone(&self.expired),
         }
     }
