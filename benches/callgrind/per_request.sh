@@ -12,6 +12,12 @@
 # HEADER ("name: value") is sent with each request (a token for an authentication filter).
 # PROTOCOL=h2c sends the requests over HTTP/2 without TLS (to {h2c_port}, 10 streams at once
 # per connection) instead of HTTP/1.1.
+# BINARY may also be `nginx` or `haproxy` (from PATH, one process, one thread), run the same way
+# with the peer bench's config (../shared/bench/conf; CONFIG_TEMPLATE is then ignored), to set
+# the figure beside theirs.
+# CACHE_SIM=1 also simulates the caches and branch predictors (valgrind's --cache-sim and
+# --branch-sim) and prints every event per request: I1mr is instruction fetches that missed the
+# first-level cache, D1mr/D1mw data reads/writes that did, Bcm/Bim mispredicted branches.
 # Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client) and a release
 # build of noop-upstream (cargo build --release -p testbed --bin noop-upstream).
 set -euo pipefail
@@ -19,19 +25,45 @@ bin=$1 template=$2 n1=${3:-2000} n2=${4:-12000}
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 run=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$run"' EXIT
-port=$((20000 + RANDOM % 20000)) upstream=$((port + 1)) admin=$((port + 2))
+# Below the ephemeral range (32768 up), where the load's own connections could take it.
+port=$((20000 + RANDOM % 12000)) upstream=$((port + 1)) admin=$((port + 2))
 "$repo/target/release/noop-upstream" --listen "127.0.0.1:$upstream" > "$run/upstream.out" &
 for _ in $(seq 50); do grep -q listening "$run/upstream.out" && break; sleep 0.1; done
 grep -q listening "$run/upstream.out" || { echo "the upstream did not start (port $upstream taken?)" >&2; exit 1; }
-sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$((port + 3))/g" \
-    -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$run|g" "$template" > "$run/legate.yaml"
+h2c=$((port + 3))
+peer_conf="$repo/../shared/bench/conf"
+case "$bin" in
+    nginx) template="$peer_conf/nginx.conf.tmpl" ;;
+    haproxy) template="$peer_conf/haproxy.cfg.tmpl" ;;
+esac
+sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$h2c/g" \
+    -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$run|g" \
+    -e "s/{max_conns}/1024/g; s/{nofile}/4096/g" "$template" > "$run/proxy.conf"
+case "$bin" in
+    # In the foreground, one process: the master's work would not be the request path's.
+    nginx) sed -i 's/^daemon off;/daemon off;\nmaster_process off;/' "$run/proxy.conf"
+           command=(nginx -p "$run" -e stderr -c "$run/proxy.conf") ;;
+    haproxy) command=(haproxy -db -f "$run/proxy.conf") ;;
+    *) command=("$bin" -c "$run/proxy.conf") ;;
+esac
+events=()
+[ -z "${CACHE_SIM:-}" ] || events=(--cache-sim=yes --branch-sim=yes)
 
-count() { # requests -> total instructions
-    valgrind --tool=callgrind --callgrind-out-file="$run/cg.$1" "$bin" -c "$run/legate.yaml" 2>"$run/log.$1" &
+ready() { # log: the proxy serves (for a peer: both its listeners take connections, and the one
+           # probe connection to each is in both runs, so it cancels out)
+    case "$bin" in
+        nginx | haproxy) (exec 3<> "/dev/tcp/127.0.0.1/$port" && exec 4<> "/dev/tcp/127.0.0.1/$h2c") 2> /dev/null ;;
+        *) grep -q "legate ready" "$1" 2> /dev/null ;;
+    esac
+}
+
+count() { # requests -> the totals of every event
+    valgrind --tool=callgrind "${events[@]}" --callgrind-out-file="$run/cg.$1" "${command[@]}" \
+        2>"$run/log.$1" &
     local pid=$!
-    for _ in $(seq 200); do grep -q "legate ready" "$run/log.$1" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 300); do ready "$run/log.$1" && break; sleep 0.1; done
     if [ "${PROTOCOL:-h1}" = h2c ]; then
-        h2load -n "$1" -c 8 -m 10 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$((port + 3))${REQUEST_PATH:-/}" > "$run/h2load.$1"
+        h2load -n "$1" -c 8 -m 10 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$h2c${REQUEST_PATH:-/}" > "$run/h2load.$1"
     else
         h2load --h1 -n "$1" -c 8 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
     fi
@@ -39,8 +71,15 @@ count() { # requests -> total instructions
     grep -q "status codes: $1 2xx" "$run/h2load.$1" \
         || { echo "not every request succeeded:" >&2; cat "$run/h2load.$1" >&2; exit 1; }
     kill -TERM $pid; wait $pid || true
-    grep -m1 '^summary:\|^totals:' "$run/cg.$1" | awk '{print $2}'
+    grep -m1 '^summary:\|^totals:' "$run/cg.$1" | cut -d' ' -f2-
 }
-a=$(count "$n1"); b=$(count "$n2")
-echo "$(( (b - a) / (n2 - n1) )) instructions/request (${PROTOCOL:-h1}, $bin, $(basename "$template"))"
+a=($(count "$n1")); b=($(count "$n2"))
+names=($(grep -m1 '^events:' "$run/cg.$n1" | cut -d' ' -f2-))
+echo "$(( (b[0] - a[0]) / (n2 - n1) )) instructions/request (${PROTOCOL:-h1}, $bin, $(basename "$template"))"
+if [ -n "${CACHE_SIM:-}" ]; then
+    for i in "${!names[@]}"; do
+        printf '%s %s  ' "${names[$i]}" "$(( (b[i] - a[i]) / (n2 - n1) ))"
+    done
+    echo "(per request)"
+fi
 [ -z "${KEEP:-}" ] || echo "callgrind outputs kept in $run"

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# User and system CPU per request, side by side: each target in turn (rounds interleaved, so
+# drift on the machine hits all), one worker pinned to CPU 1, h2load and the testbed upstream on
+# CPU 0, a fixed number of requests (after 20,000 to warm up). Prints, per target and protocol,
+# the medians over the rounds of: req/s, user and system clock ticks per 100k requests (from
+# /proc/PID/stat, all threads), and, where `perf` can read the kernel's tracepoints, system
+# calls per request. All traffic is on 127.0.0.1; every process is ended by its PID.
+#
+#   benches/peer/cpu_split.sh [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] TARGET...
+#
+# TARGET: `nginx` or `haproxy` (from PATH, with the peer bench's configs in ../shared/bench/conf,
+# nginx as one process) or NAME=BINARY, a legate build with benches/peer/legate.yaml.tmpl.
+# HTTP/1.1 is `h2load --h1 -c 64`, h2c `h2load -c 16 -m 4` (the peer bench's h2c load).
+# `-p tls` (legate builds only) is HTTP/2 over TLS to `BINARY demo`, `h2load -c 16 -m 4` to
+# /hello: its upstream runs in the same process, so its ticks count too (an A/B of builds).
+# Needs h2load and a release build of noop-upstream.
+set -euo pipefail
+rounds=3 requests=200000 protocols=h1,h2c
+while getopts r:n:p: opt; do
+    case $opt in
+        r) rounds=$OPTARG ;; n) requests=$OPTARG ;; p) protocols=$OPTARG ;;
+        *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] TARGET..." >&2; exit 2; }
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+conf="$repo/../shared/bench/conf"
+run=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done; rm -rf "$run"' EXIT
+perf_ok=
+perf stat -e raw_syscalls:sys_enter -o /dev/null true 2> /dev/null && perf_ok=1
+
+one() { # target protocol -> a line "name protocol rps user sys syscalls"
+    local target=$1 proto=$2 name template bin=
+    case "$target" in
+        nginx | haproxy) name=$target ;;
+        *=*) name=${target%%=*} bin=${target#*=} ;;
+        *) echo "a target is nginx, haproxy or NAME=BINARY: $target" >&2; exit 2 ;;
+    esac
+    # Below the ephemeral range (32768 up), where the load's own connections would take it.
+    local port=$((20000 + RANDOM % 12000))
+    local upstream=$((port + 1)) admin=$((port + 2)) h2c=$((port + 3))
+    local dir="$run/$name.$proto"
+    rm -rf "$dir" && mkdir -p "$dir"
+    taskset -c 0 "$repo/target/release/noop-upstream" --listen "127.0.0.1:$upstream" > "$dir/upstream.out" &
+    local up=$!
+    pids+=("$up")
+    for _ in $(seq 50); do grep -q listening "$dir/upstream.out" && break; sleep 0.1; done
+    grep -q listening "$dir/upstream.out" || { echo "the upstream did not start:" >&2; cat "$dir/upstream.out" >&2; exit 1; }
+    case "$name" in
+        nginx) template="$conf/nginx.conf.tmpl" ;;
+        haproxy) template="$conf/haproxy.cfg.tmpl" ;;
+        *) template="$repo/benches/peer/legate.yaml.tmpl" ;;
+    esac
+    sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$h2c/g" \
+        -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$dir|g" \
+        -e "s/{max_conns}/4096/g; s/{nofile}/16384/g" "$template" > "$dir/conf"
+    local command
+    if [ "$proto" = tls ]; then
+        [ -n "${bin:-}" ] || { echo "tls is measured for legate builds only, not $name" >&2; exit 2; }
+        command=("$bin" demo --port "$port" --tls-port "$h2c" --admin-port "$admin" --concurrency 1)
+    else
+        case "$name" in
+            nginx) sed -i 's/^daemon off;/daemon off;\nmaster_process off;/' "$dir/conf"
+                   command=(nginx -p "$dir" -e stderr -c "$dir/conf") ;;
+            haproxy) command=(haproxy -db -f "$dir/conf") ;;
+            *) command=("$bin" -c "$dir/conf") ;;
+        esac
+    fi
+    taskset -c 1 "${command[@]}" > "$dir/proxy.log" 2>&1 &
+    local pid=$!
+    pids+=("$pid")
+    for _ in $(seq 100); do
+        (exec 3<> "/dev/tcp/127.0.0.1/$port" && exec 4<> "/dev/tcp/127.0.0.1/$h2c") 2> /dev/null && break
+        sleep 0.1
+    done
+    local load
+    if [ "$proto" = tls ]; then
+        load=(h2load -t 1 -c 16 -m 4 "https://127.0.0.1:$h2c/hello")
+    elif [ "$proto" = h2c ]; then
+        load=(h2load -t 1 -c 16 -m 4 "http://127.0.0.1:$h2c/")
+    else
+        load=(h2load --h1 -t 1 -c 64 "http://127.0.0.1:$port/")
+    fi
+    taskset -c 0 "${load[@]}" -n 20000 > /dev/null
+    local before after perf_pid=
+    before=$(awk '{print $14, $15}' "/proc/$pid/stat")
+    if [ -n "$perf_ok" ]; then
+        perf stat -x, -e raw_syscalls:sys_enter -p "$pid" -o "$dir/perf" &
+        perf_pid=$!
+        sleep 0.2
+    fi
+    taskset -c 0 "${load[@]}" -n "$requests" > "$dir/h2load"
+    after=$(awk '{print $14, $15}' "/proc/$pid/stat")
+    [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+    kill -TERM "$pid" "$up"; wait "$pid" "$up" 2> /dev/null || true
+    grep -q "status codes: $requests 2xx" "$dir/h2load" \
+        || { echo "$name $proto: not every request succeeded:" >&2; cat "$dir/h2load" >&2; exit 1; }
+    local rps syscalls=-
+    rps=$(grep -o 'finished in [^,]*, [0-9.]* req/s' "$dir/h2load" | awk '{print $4}')
+    [ -z "$perf_pid" ] || syscalls=$(awk -F, '$3 ~ /raw_syscalls/ {print $1}' "$dir/perf")
+    echo "$name $proto $rps $before $after $syscalls"
+}
+
+for round in $(seq "$rounds"); do
+    for proto in ${protocols//,/ }; do
+        for target in "$@"; do
+            one "$target" "$proto" | tee -a "$run/lines" | sed "s/^/round $round: /" >&2
+        done
+    done
+done
+python3 - "$requests" "$run/lines" <<'PY'
+import statistics, sys
+n = int(sys.argv[1]); rows = {}
+for line in open(sys.argv[2]):
+    name, proto, rps, u0, s0, u1, s1, calls = line.split()
+    per = 100000 / n
+    rows.setdefault((proto, name), []).append(
+        (float(rps), (int(u1) - int(u0)) * per, (int(s1) - int(s0)) * per,
+         None if calls == "-" else int(calls) / n))
+print("%-5s %-16s %9s %8s %8s %8s %9s" % ("", "target", "req/s", "user", "system", "total",
+                                           "syscalls"))
+for (proto, name), runs in rows.items():
+    med = lambda i: statistics.median(r[i] for r in runs)
+    calls = [r[3] for r in runs if r[3] is not None]
+    print("%-5s %-16s %9.0f %8.1f %8.1f %8.1f %9s" % (
+        proto, name, med(0), med(1), med(2), statistics.median(r[1] + r[2] for r in runs),
+        "%.2f" % statistics.median(calls) if calls else "-"))
+print("(medians of %d rounds; user, system, total: clock ticks per 100k requests; "
+      "syscalls: per request)" % len(next(iter(rows.values()))))
+PY
