@@ -21,7 +21,7 @@
 # Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client) and a release
 # build of noop-upstream (cargo build --release -p testbed --bin noop-upstream).
 set -euo pipefail
-bin=$1 template=$2 n1=${3:-2000} n2=${4:-12000}
+bin=$1 template=${2:-} n1=${3:-2000} n2=${4:-12000}
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 run=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$run"' EXIT
@@ -35,6 +35,7 @@ peer_conf="$repo/../shared/bench/conf"
 case "$bin" in
     nginx) template="$peer_conf/nginx.conf.tmpl" ;;
     haproxy) template="$peer_conf/haproxy.cfg.tmpl" ;;
+    *) [ -n "$template" ] || { echo "usage: $0 BINARY CONFIG_TEMPLATE [N1 N2]" >&2; exit 2; } ;;
 esac
 sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$h2c/g" \
     -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$run|g" \

@@ -72,10 +72,15 @@ one() { # target protocol -> a line "name protocol rps user sys syscalls"
     taskset -c 1 "${command[@]}" > "$dir/proxy.log" 2>&1 &
     local pid=$!
     pids+=("$pid")
+    local ready=
     for _ in $(seq 100); do
-        (exec 3<> "/dev/tcp/127.0.0.1/$port" && exec 4<> "/dev/tcp/127.0.0.1/$h2c") 2> /dev/null && break
+        if (exec 3<> "/dev/tcp/127.0.0.1/$port" && exec 4<> "/dev/tcp/127.0.0.1/$h2c") 2> /dev/null; then
+            ready=1
+            break
+        fi
         sleep 0.1
     done
+    [ -n "$ready" ] || { echo "$name did not start listening:" >&2; cat "$dir/proxy.log" >&2; exit 1; }
     local load
     if [ "$proto" = tls ]; then
         load=(h2load -t 1 -c 16 -m 4 "https://127.0.0.1:$h2c/hello")
@@ -84,7 +89,8 @@ one() { # target protocol -> a line "name protocol rps user sys syscalls"
     else
         load=(h2load --h1 -t 1 -c 64 "http://127.0.0.1:$port/")
     fi
-    taskset -c 0 "${load[@]}" -n 20000 > /dev/null
+    taskset -c 0 "${load[@]}" -n 20000 > "$dir/warm-up" \
+        || { echo "$name $proto: the warm-up failed:" >&2; cat "$dir/warm-up" >&2; exit 1; }
     local before after perf_pid=
     before=$(awk '{print $14, $15}' "/proc/$pid/stat")
     if [ -n "$perf_ok" ]; then
@@ -96,18 +102,24 @@ one() { # target protocol -> a line "name protocol rps user sys syscalls"
     after=$(awk '{print $14, $15}' "/proc/$pid/stat")
     [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
     kill -TERM "$pid" "$up"; wait "$pid" "$up" 2> /dev/null || true
+    pids=()
     grep -q "status codes: $requests 2xx" "$dir/h2load" \
         || { echo "$name $proto: not every request succeeded:" >&2; cat "$dir/h2load" >&2; exit 1; }
     local rps syscalls=-
     rps=$(grep -o 'finished in [^,]*, [0-9.]* req/s' "$dir/h2load" | awk '{print $4}')
-    [ -z "$perf_pid" ] || syscalls=$(awk -F, '$3 ~ /raw_syscalls/ {print $1}' "$dir/perf")
+    # A count perf could not take ("<not counted>") is left out, not guessed.
+    [ -z "$perf_pid" ] || syscalls=$(awk -F, '$3 ~ /raw_syscalls/ && $1 ~ /^[0-9]+$/ {print $1}' "$dir/perf")
+    [ -n "$syscalls" ] || syscalls=-
     echo "$name $proto $rps $before $after $syscalls"
 }
 
 for round in $(seq "$rounds"); do
     for proto in ${protocols//,/ }; do
         for target in "$@"; do
-            one "$target" "$proto" | tee -a "$run/lines" | sed "s/^/round $round: /" >&2
+            # Not in a pipeline: `one` must run in this shell, so the trap sees its PIDs.
+            one "$target" "$proto" > "$run/line"
+            cat "$run/line" >> "$run/lines"
+            sed "s/^/round $round: /" "$run/line" >&2
         done
     done
 done
@@ -128,6 +140,7 @@ for (proto, name), runs in rows.items():
     print("%-5s %-16s %9.0f %8.1f %8.1f %8.1f %9s" % (
         proto, name, med(0), med(1), med(2), statistics.median(r[1] + r[2] for r in runs),
         "%.2f" % statistics.median(calls) if calls else "-"))
-print("(medians of %d rounds; user, system, total: clock ticks per 100k requests; "
-      "syscalls: per request)" % len(next(iter(rows.values()))))
+print("(medians of %d rounds; user, system, total: clock ticks per 100k requests, each the "
+      "median of its own, so a total may differ from user + system; syscalls: per request)"
+      % len(next(iter(rows.values()))))
 PY

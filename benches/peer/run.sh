@@ -7,7 +7,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
-if [ -n "${PGO:-}" ]; then
+if [ "${PGO:-0}" = 1 ]; then
     bash benches/pgo/build.sh
     bin="target/pgo/$(rustc -vV | sed -n 's/^host: //p')/release/legate"
 else

@@ -23,6 +23,8 @@ command -v h2load > /dev/null || { echo "h2load not found (Debian: nghttp2-clien
 target_dir="$repo/target/pgo"
 profiles="$target_dir/profiles"
 rm -rf "$profiles" && mkdir -p "$profiles"
+# Either would override the flags below: the profiles' place, or RUSTFLAGS altogether.
+unset LLVM_PROFILE_FILE CARGO_ENCODED_RUSTFLAGS
 
 # The upstream the training load goes to, built as usual.
 cargo build --release --locked -p testbed --bin noop-upstream
@@ -30,6 +32,8 @@ cargo build --release --locked -p testbed --bin noop-upstream
 RUSTFLAGS="-Cprofile-generate=$profiles" cargo build --release --locked --bin legate \
     --target "$host" --target-dir "$target_dir/instrumented"
 bash benches/pgo/train.sh "$target_dir/instrumented/$host/release/legate"
+compgen -G "$profiles/*.profraw" > /dev/null \
+    || { echo "the training wrote no profile into $profiles" >&2; exit 1; }
 "$profdata" merge -o "$target_dir/legate.profdata" "$profiles"
 
 RUSTFLAGS="-Cprofile-use=$target_dir/legate.profdata" cargo build --release --locked \

@@ -3,11 +3,13 @@
 # (built with -Cprofile-generate) serves, on one worker,
 #   - HTTP/1.1 and h2c through the peer bench's config (benches/peer/legate.yaml.tmpl) to the
 #     testbed upstream: the plain proxied path the benchmarks measure;
-#   - HTTP/1.1 and HTTP/2 over TLS through `legate demo`, some of it through its ext_authz
-#     check (/private with the demo's token), so TLS and the filter chain are not left cold.
+#   - HTTP/1.1 and HTTP/2 over TLS through `legate demo`, and HTTP/1.1 through its ext_authz
+#     check (/private with the demo's token, on the plain listener: the TLS one has no check),
+#     so TLS and the filter chain are not left cold.
 # Each part is counted: a run where any request failed stops the build, since its profile
 # would not be of the request path. All traffic is on 127.0.0.1; every process started here is
-# ended here, by its PID. The profile is written when legate exits (SIGTERM, a clean drain).
+# ended here, by its PID. The profile is written when legate exits: SIGTERM, a clean drain and
+# exit status 0, which is checked (a crash or a hung drain would leave no profile).
 #
 #   benches/pgo/train.sh INSTRUMENTED_BINARY
 set -euo pipefail
@@ -31,8 +33,18 @@ load() { # requests h2load-arguments...
         || { echo "not every request succeeded (h2load $*):" >&2; cat "$run/h2load.out" >&2; exit 1; }
     echo "  $n requests: h2load $*"
 }
-stop() { # pid: a clean exit, which writes the profile
-    kill -TERM "$1"; wait "$1" || true
+stop() { # pid: a clean exit within 30 s, which writes the profile
+    kill -TERM "$1"
+    for _ in $(seq 300); do kill -0 "$1" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$1" 2> /dev/null; then
+        echo "legate did not exit within 30 s of SIGTERM" >&2; exit 1
+    fi
+    local status=0
+    wait "$1" || status=$?
+    [ "$status" = 0 ] || { echo "legate exited with status $status: no profile" >&2; exit 1; }
+    local kept=() p
+    for p in "${pids[@]}"; do [ "$p" = "$1" ] || kept+=("$p"); done
+    pids=("${kept[@]}")
 }
 
 "$repo/target/release/noop-upstream" --listen "127.0.0.1:$upstream" > "$run/upstream.out" &
