@@ -31,35 +31,25 @@ port=$((20000 + RANDOM % 12000)) upstream=$((port + 1)) admin=$((port + 2))
 for _ in $(seq 50); do grep -q listening "$run/upstream.out" && break; sleep 0.1; done
 grep -q listening "$run/upstream.out" || { echo "the upstream did not start (port $upstream taken?)" >&2; exit 1; }
 h2c=$((port + 3))
-peer_conf="$repo/../shared/bench/conf"
 case "$bin" in
-    nginx) template="$peer_conf/nginx.conf.tmpl" ;;
-    haproxy) template="$peer_conf/haproxy.cfg.tmpl" ;;
+    nginx | haproxy) ;;
     *) [ -n "$template" ] || { echo "usage: $0 BINARY CONFIG_TEMPLATE [N1 N2]" >&2; exit 2; } ;;
 esac
-sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$h2c/g" \
-    -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$run|g" \
-    -e "s/{max_conns}/1024/g; s/{nofile}/4096/g" "$template" > "$run/proxy.conf"
-case "$bin" in
-    # In the foreground, one process: the master's work would not be the request path's.
-    nginx) sed -i 's/^daemon off;/daemon off;\nmaster_process off;/' "$run/proxy.conf"
-           command=(nginx -p "$run" -e stderr -c "$run/proxy.conf") ;;
-    haproxy) command=(haproxy -db -f "$run/proxy.conf") ;;
-    *) command=("$bin" -c "$run/proxy.conf") ;;
-esac
+source "$repo/benches/peer/proxy.sh"
+proxy_setup "$bin" "$template" "$run" "$port" "$upstream" "$admin" "$h2c"
 events=()
 [ -z "${CACHE_SIM:-}" ] || events=(--cache-sim=yes --branch-sim=yes)
 
 ready() { # log: the proxy serves (for a peer: both its listeners take connections, and the one
            # probe connection to each is in both runs, so it cancels out)
     case "$bin" in
-        nginx | haproxy) (exec 3<> "/dev/tcp/127.0.0.1/$port" && exec 4<> "/dev/tcp/127.0.0.1/$h2c") 2> /dev/null ;;
+        nginx | haproxy) proxy_listening "$port" "$h2c" ;;
         *) grep -q "legate ready" "$1" 2> /dev/null ;;
     esac
 }
 
 count() { # requests -> the totals of every event
-    valgrind --tool=callgrind "${events[@]}" --callgrind-out-file="$run/cg.$1" "${command[@]}" \
+    valgrind --tool=callgrind "${events[@]}" --callgrind-out-file="$run/cg.$1" "${proxy_command[@]}" \
         2>"$run/log.$1" &
     local pid=$!
     for _ in $(seq 300); do ready "$run/log.$1" && break; sleep 0.1; done
@@ -76,7 +66,7 @@ count() { # requests -> the totals of every event
 }
 a=($(count "$n1")); b=($(count "$n2"))
 names=($(grep -m1 '^events:' "$run/cg.$n1" | cut -d' ' -f2-))
-echo "$(( (b[0] - a[0]) / (n2 - n1) )) instructions/request (${PROTOCOL:-h1}, $bin, $(basename "$template"))"
+echo "$(( (b[0] - a[0]) / (n2 - n1) )) instructions/request (${PROTOCOL:-h1}, $bin${template:+, $(basename "$template")})"
 if [ -n "${CACHE_SIM:-}" ]; then
     for i in "${!names[@]}"; do
         printf '%s %s  ' "${names[$i]}" "$(( (b[i] - a[i]) / (n2 - n1) ))"

@@ -25,7 +25,7 @@ done
 shift $((OPTIND - 1))
 [ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] TARGET..." >&2; exit 2; }
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
-conf="$repo/../shared/bench/conf"
+source "$repo/benches/peer/proxy.sh"
 run=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done; rm -rf "$run"' EXIT
@@ -49,32 +49,20 @@ one() { # target protocol -> a line "name protocol rps user sys syscalls"
     pids+=("$up")
     for _ in $(seq 50); do grep -q listening "$dir/upstream.out" && break; sleep 0.1; done
     grep -q listening "$dir/upstream.out" || { echo "the upstream did not start:" >&2; cat "$dir/upstream.out" >&2; exit 1; }
-    case "$name" in
-        nginx) template="$conf/nginx.conf.tmpl" ;;
-        haproxy) template="$conf/haproxy.cfg.tmpl" ;;
-        *) template="$repo/benches/peer/legate.yaml.tmpl" ;;
-    esac
-    sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$h2c/g" \
-        -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$dir|g" \
-        -e "s/{max_conns}/4096/g; s/{nofile}/16384/g" "$template" > "$dir/conf"
-    local command
+    local proxy_command
     if [ "$proto" = tls ]; then
         [ -n "${bin:-}" ] || { echo "tls is measured for legate builds only, not $name" >&2; exit 2; }
-        command=("$bin" demo --port "$port" --tls-port "$h2c" --admin-port "$admin" --concurrency 1)
+        proxy_command=("$bin" demo --port "$port" --tls-port "$h2c" --admin-port "$admin" --concurrency 1)
     else
-        case "$name" in
-            nginx) sed -i 's/^daemon off;/daemon off;\nmaster_process off;/' "$dir/conf"
-                   command=(nginx -p "$dir" -e stderr -c "$dir/conf") ;;
-            haproxy) command=(haproxy -db -f "$dir/conf") ;;
-            *) command=("$bin" -c "$dir/conf") ;;
-        esac
+        proxy_setup "${bin:-$name}" "$repo/benches/peer/legate.yaml.tmpl" "$dir" "$port" \
+            "$upstream" "$admin" "$h2c"
     fi
-    taskset -c 1 "${command[@]}" > "$dir/proxy.log" 2>&1 &
+    taskset -c 1 "${proxy_command[@]}" > "$dir/proxy.log" 2>&1 &
     local pid=$!
     pids+=("$pid")
     local ready=
     for _ in $(seq 100); do
-        if (exec 3<> "/dev/tcp/127.0.0.1/$port" && exec 4<> "/dev/tcp/127.0.0.1/$h2c") 2> /dev/null; then
+        if proxy_listening "$port" "$h2c"; then
             ready=1
             break
         fi

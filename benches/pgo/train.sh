@@ -50,10 +50,9 @@ stop() { # pid: a clean exit within 30 s, which writes the profile
 "$repo/target/release/noop-upstream" --listen "127.0.0.1:$upstream" > "$run/upstream.out" &
 pids+=($!)
 wait_for "$run/upstream.out" listening
-sed -e "s/{listen_port}/$port/g; s/{upstream_port}/$upstream/g; s/{h2c_port}/$h2c/g" \
-    -e "s/{admin_port}/$admin/g; s/{workers}/1/g; s|{run_dir}|$run|g" \
-    "$repo/benches/peer/legate.yaml.tmpl" > "$run/legate.yaml"
-"$bin" -c "$run/legate.yaml" 2> "$run/proxy.log" &
+source "$repo/benches/peer/proxy.sh"
+proxy_setup "$bin" "$repo/benches/peer/legate.yaml.tmpl" "$run" "$port" "$upstream" "$admin" "$h2c"
+"${proxy_command[@]}" 2> "$run/proxy.log" &
 proxy=$!
 pids+=("$proxy")
 wait_for "$run/proxy.log" "legate ready"
