@@ -135,7 +135,7 @@ pub(crate) fn handle(
             // as a new one, through the routes and the filters again (fresh filter state), as
             // Envoy recreates the stream. Bounded by the routes' most redirects.
             while let Some(next) = facts.internal_redirects.next.take() {
-                drop(routed);
+                // Its answer is dropped with the facts below.
                 req = *next;
                 state = FilterState::default();
                 facts = Facts {
@@ -155,8 +155,10 @@ pub(crate) fn handle(
             begun.set();
         }
         let mut flag = facts.flag;
-        let mut response = match routed {
-            Ok(response) => response,
+        let mut response = match routed.map(|Answered| facts.response.take()) {
+            Ok(Some(response)) => response,
+            // An `Answered` is made only with the response stored.
+            Ok(None) => unreachable!("a request answered without its response stored"),
             Err(err) => {
                 // An HTTP/2 upstream's stream reset keeps no cause: the deadline tells.
                 let err = match err {
@@ -369,7 +371,22 @@ struct Facts {
     grpc_status: Option<u32>,
     /// The request's internal redirects: kept over its passes.
     internal_redirects: internal_redirect::Redirects,
+    /// The answer, once there is one. Kept here, not returned level by level: each level's
+    /// return would copy it (312 bytes) through its caller's stack and future.
+    response: Option<Response<ResponseBody>>,
 }
+
+impl Facts {
+    /// Stores the answer, for the handler to take at the end.
+    fn answer(&mut self, response: Response<ResponseBody>) -> Answered {
+        self.response = Some(response);
+        Answered
+    }
+}
+
+/// Says that a stage answered the request: its response is in [`Facts`] (made only by
+/// [`Facts::answer`]).
+struct Answered;
 
 /// The route's timeout, or a gRPC request's own `grpc-timeout` where the route says so.
 fn route_timeout(forward: &ForwardAction, headers: &http::HeaderMap) -> std::time::Duration {
@@ -454,7 +471,7 @@ async fn route_and_forward(
     in_flight: &mut InFlight,
     state: &mut FilterState,
     facts: &mut Facts,
-) -> Result<Response<ResponseBody>, ProxyError> {
+) -> Result<Answered, ProxyError> {
     if req.version() == Version::HTTP_10 {
         http10(req, scope.http)?;
     }
@@ -484,7 +501,9 @@ async fn route_and_forward(
         &scope.http.routes,
     )? {
         head::Admitted::Routed { host, matched } => (host, matched),
-        head::Admitted::Redirect(location) => return Ok(local_reply::redirect(location)),
+        head::Admitted::Redirect(location) => {
+            return Ok(facts.answer(local_reply::redirect(location)));
+        }
     };
     let matched = pick_cluster(matched, req, scope);
     facts.matched = matched;
@@ -599,7 +618,7 @@ async fn filter_and_answer(
     in_flight: &mut InFlight,
     state: &mut FilterState,
     facts: &mut Facts,
-) -> Result<Response<ResponseBody>, ProxyError> {
+) -> Result<Answered, ProxyError> {
     let ids = scope.http.request_id;
     if !scope.http.filters.is_empty() {
         // Hop-by-hop headers go before a filter adds any.
@@ -635,7 +654,7 @@ async fn filter_and_answer(
                     facts.flag = reply.flag;
                     facts.grpc_status = reply.grpc_status;
                     facts.host = host;
-                    return Ok(local_reply::from_filter(*reply));
+                    return Ok(facts.answer(local_reply::from_filter(*reply)));
                 }
             }
         }
@@ -654,9 +673,11 @@ async fn filter_and_answer(
     if req.method() == Method::CONNECT && !answers_connect {
         return Err(ProxyError::BadRequest("CONNECT needs a route to a cluster"));
     }
-    let response = match &route.action {
-        RouteAction::DirectResponse { status, body } => local_reply::text(*status, body.clone()),
-        RouteAction::Redirect(action) => redirect::respond(
+    let answered = match &route.action {
+        RouteAction::DirectResponse { status, body } => {
+            facts.answer(local_reply::text(*status, body.clone()))
+        }
+        RouteAction::Redirect(action) => facts.answer(redirect::respond(
             action,
             &route.matcher.path,
             host.as_ref(),
@@ -666,7 +687,7 @@ async fn filter_and_answer(
                 .listener
                 .forwarded_trust
                 .scheme(scope.conn.listener.tls, req.headers()),
-        )?,
+        )?),
         RouteAction::Forward(forward) => {
             if let Some(replies) = &scope.http.local_replies {
                 facts.kept_headers = replies.keep_headers(req.headers()).map(Box::new);
@@ -694,7 +715,7 @@ async fn filter_and_answer(
                     )?;
                     Some((policy, kept))
                 });
-            let response = forward_request(
+            let answered = forward_request(
                 req,
                 host.clone(),
                 (forward, matched.weighted, matched.named_cluster),
@@ -706,6 +727,7 @@ async fn filter_and_answer(
             .await?;
             if let Some((policy, kept)) = redirectable
                 && let Some(route) = matched.route
+                && let Some(response) = &facts.response
             {
                 let routing = internal_redirect::Routing {
                     routes: &scope.http.routes,
@@ -724,11 +746,11 @@ async fn filter_and_answer(
                     redirects.next = Some(Box::new(next));
                 }
             }
-            response
+            answered
         }
     };
     facts.host = host;
-    Ok(response)
+    Ok(answered)
 }
 
 /// Gives the request an `x-request-id` (logged) if the client sent none.
@@ -753,7 +775,7 @@ async fn forward_request(
     scope: &Scope<'_>,
     in_flight: &mut InFlight,
     facts: &mut Facts,
-) -> Result<Response<ResponseBody>, ProxyError> {
+) -> Result<Answered, ProxyError> {
     let Scope { conn, client, http } = *scope;
     if let Some(idle) = forward.idle_timeout
         && req.version() == http::Version::HTTP_2
@@ -812,7 +834,7 @@ async fn forward_request(
         if facts.tunnel.is_none() {
             conn.listener.stats.upgrades_failed.inc();
         }
-        return answer;
+        return answer.map(|response| facts.answer(response));
     }
     let admitted = cluster_ref.admit(req.headers(), client, route_hash.hash)?;
     facts.set_cookie = route_hash.set_cookie;
@@ -926,7 +948,7 @@ async fn forward_request(
         if facts.tunnel.is_none() {
             scope.conn.listener.stats.upgrades_failed.inc();
         }
-        return answer;
+        return answer.map(|response| facts.answer(response));
     }
     let timeout = route_timeout(forward, req.headers());
     if forward.include_attempt_count {
@@ -961,7 +983,7 @@ async fn forward_request(
     if count_in_response && forward.retry_policy.is_none() {
         (head.headers).insert(X_ENVOY_ATTEMPT_COUNT.clone(), HeaderValue::from_static("1"));
     }
-    Ok(Response::from_parts(head, ResponseBody::upstream(body)))
+    Ok(facts.answer(Response::from_parts(head, ResponseBody::upstream(body))))
 }
 
 /// Appends the request's own host to `x-forwarded-host` (a host rewrite's

@@ -63,10 +63,13 @@ pub(super) async fn serve(
     });
     let mut draining = drain.is_raised();
     let mut half_closed = false;
+    // The response stays where it lands, here, until it is written: each move (`select!`'s
+    // output, a return, a call) would copy it, 312 bytes.
+    let mut answer = None;
     // The handler's state lives in this block, so it is dropped before the response is
     // written; it is part of this exchange's state (boxed once by the connection), not boxed
     // on its own.
-    let response = {
+    {
         let mut serving = pin!(
             service.serve_inline(request, move |(), received| match body {
                 Some(body) => RequestBody::http1(body, received),
@@ -74,32 +77,40 @@ pub(super) async fn serve(
             })
         );
         let mut watching = true;
-        loop {
-            tokio::select! {
-                biased;
-                response = serving.as_mut() => break response,
-                () = drain.raised(), if !draining => draining = true,
-                gone = client_gone(input, codecs.h1.max_head), if watching => {
-                    match gone {
-                        ClientSide::Closed if codecs.h1.serve_half_closed => {
-                            // It sent its whole request and then its FIN: it is answered, and
-                            // the connection closes after (nothing more can come).
-                            tracing::debug!(peer = %ctx.peer, "client half-closed the connection; its request is still served");
-                            half_closed = true;
-                        }
-                        ClientSide::Closed | ClientSide::Reset => {
-                            // The request is cancelled: its upstream try too.
-                            tracing::debug!(peer = %ctx.peer, "client closed the connection mid-request");
-                            return Next::Close;
-                        }
-                        ClientSide::Unwatched => {}
+        // The handler first; then the drain signal and the client's side, as they come.
+        poll_fn(|cx| {
+            if let Poll::Ready(Ok(response)) = serving.as_mut().poll(cx) {
+                answer = Some(response);
+                return Poll::Ready(());
+            }
+            if !draining && drain.poll_raised(cx).is_ready() {
+                draining = true;
+            }
+            if watching && let Poll::Ready(gone) = poll_client_gone(input, codecs.h1.max_head, cx)
+            {
+                watching = false;
+                match gone {
+                    ClientSide::Closed if codecs.h1.serve_half_closed => {
+                        // It sent its whole request and then its FIN: it is answered, and the
+                        // connection closes after (nothing more can come).
+                        tracing::debug!(peer = %ctx.peer, "client half-closed the connection; its request is still served");
+                        half_closed = true;
                     }
-                    watching = false;
+                    ClientSide::Closed | ClientSide::Reset => {
+                        // The request is cancelled (no answer): its upstream try too.
+                        tracing::debug!(peer = %ctx.peer, "client closed the connection mid-request");
+                        return Poll::Ready(());
+                    }
+                    ClientSide::Unwatched => {}
                 }
             }
-        }
+            Poll::Pending
+        })
+        .await;
+    }
+    let Some(response) = answer.as_mut() else {
+        return Next::Close;
     };
-    let Ok(response) = response;
     // A 101, or a 2xx to CONNECT: the handler has left the tunnel's upstream side.
     let opened = response.status() == StatusCode::SWITCHING_PROTOCOLS
         || (answering.connect && response.status().is_success());
@@ -124,6 +135,8 @@ pub(super) async fn serve(
         codecs.h1.keep_case,
     )
     .await;
+    // Its body (the request's log with it) ends with the write, as before the next request.
+    drop(answer);
     // A body the exchange did not read to its end (the response came first) must end in what
     // is already buffered for the connection to go on to the next request.
     let body_finished = {
@@ -151,30 +164,31 @@ enum ClientSide {
     Closed,
     /// The connection failed (a reset): it has gone.
     Reset,
-    /// It cannot be watched any more (see [`client_gone`]).
+    /// It cannot be watched any more (see [`poll_client_gone`]).
     Unwatched,
 }
 
-/// Resolves when the client closes the connection while its request is served, which
-/// cancels the request unless the listener serves half-closed ones. Only watched once the
-/// request's body is all read: until then the body's reader owns the socket's read readiness
-/// (a second reader would take its wake-ups). What arrives meanwhile (the next pipelined
-/// request) is kept, up to a head's worth.
-async fn client_gone(input: &Shared, max_buffered: usize) -> ClientSide {
-    poll_fn(|cx| {
-        let mut input = input.borrow_mut();
-        loop {
-            if !input.body_done() || input.buf.len() >= max_buffered {
-                return Poll::Ready(ClientSide::Unwatched);
-            }
-            match std::task::ready!(input.poll_read_more(cx, FIRST_READ)) {
-                Ok(0) => return Poll::Ready(ClientSide::Closed),
-                Err(_) => return Poll::Ready(ClientSide::Reset),
-                Ok(_) => {}
-            }
+/// Ready when the client closes the connection while its request is served, which cancels
+/// the request unless the listener serves half-closed ones. Only watched once the request's
+/// body is all read: until then the body's reader owns the socket's read readiness (a second
+/// reader would take its wake-ups). What arrives meanwhile (the next pipelined request) is
+/// kept, up to a head's worth.
+fn poll_client_gone(
+    input: &Shared,
+    max_buffered: usize,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<ClientSide> {
+    let mut input = input.borrow_mut();
+    loop {
+        if !input.body_done() || input.buf.len() >= max_buffered {
+            return Poll::Ready(ClientSide::Unwatched);
         }
-    })
-    .await
+        match std::task::ready!(input.poll_read_more(cx, FIRST_READ)) {
+            Ok(0) => return Poll::Ready(ClientSide::Closed),
+            Err(_) => return Poll::Ready(ClientSide::Reset),
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Reads until the buffer holds a whole request head. `Err(None)`: the connection is to
@@ -243,7 +257,7 @@ async fn refuse(
         _ => "bad request\n",
     };
     crate::context::refused_head(ctx, status, body.len(), started);
-    let reply = local_reply::text(status, Bytes::from_static(body.as_bytes()));
+    let mut reply = local_reply::text(status, Bytes::from_static(body.as_bytes()));
     let answering = Answering {
         head_request: false,
         connect: false,
@@ -252,7 +266,7 @@ async fn refuse(
     };
     write::response(
         input,
-        reply,
+        &mut reply,
         answering,
         codecs.h1.write_buffer,
         codecs.h1.keep_case,
