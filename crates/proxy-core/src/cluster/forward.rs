@@ -3,8 +3,11 @@
 //! policy ([`Admitted::send`]). Rewriting the request for the host is the caller's job, between
 //! the two.
 
+use std::future::poll_fn;
 use std::net::IpAddr;
+use std::pin::pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 
 use balancer::Picked;
@@ -91,7 +94,9 @@ impl Admitted<'_> {
                 after: timeout,
             }
         };
-        let attempt = async {
+        // Pinned where it is made, in this future's state: moved into a `Timeout` or a
+        // `select!`, it would be copied (600 bytes) on the way.
+        let mut attempt = pin!(async {
             match (retry_policy, trace.filter(|t| t.sampled())) {
                 (None, None) => host
                     .send(request, picked, slot)
@@ -120,16 +125,25 @@ impl Admitted<'_> {
                     .await
                 }
             }
-        };
+        });
         match progress {
             // No request body: the clock starts now.
-            None => tokio::time::timeout(timeout, attempt)
+            None => {
+                let mut expiry = pin!(tokio::time::sleep(timeout));
+                poll_fn(|cx| match attempt.as_mut().poll(cx) {
+                    Poll::Ready(answered) => Poll::Ready(answered),
+                    Poll::Pending => expiry.as_mut().poll(cx).map(|()| Err(timed_out())),
+                })
                 .await
-                .map_err(|_| timed_out())?,
-            Some(progress) => tokio::select! {
-                answered = attempt => answered,
-                () = crate::runtime::idle_for(timeout, &progress) => Err(timed_out()),
-            },
+            }
+            Some(progress) => {
+                let mut idle = pin!(crate::runtime::idle_for(timeout, &progress));
+                poll_fn(|cx| match attempt.as_mut().poll(cx) {
+                    Poll::Ready(answered) => Poll::Ready(answered),
+                    Poll::Pending => idle.as_mut().poll(cx).map(|()| Err(timed_out())),
+                })
+                .await
+            }
         }
     }
 
