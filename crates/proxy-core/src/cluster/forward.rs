@@ -3,11 +3,9 @@
 //! policy ([`Admitted::send`]). Rewriting the request for the host is the caller's job, between
 //! the two.
 
-use std::future::poll_fn;
 use std::net::IpAddr;
 use std::pin::pin;
 use std::rc::Rc;
-use std::task::Poll;
 use std::time::Duration;
 
 use balancer::Picked;
@@ -94,8 +92,8 @@ impl Admitted<'_> {
                 after: timeout,
             }
         };
-        // Pinned where it is made, in this future's state: moved into a `Timeout` or a
-        // `select!`, it would be copied (600 bytes) on the way.
+        // Pinned where it is made, in this future's state, and raced by reference: moved into
+        // the `Timeout` or the `select!`, it would be copied (600 bytes) on the way.
         let mut attempt = pin!(async {
             match (retry_policy, trace.filter(|t| t.sampled())) {
                 (None, None) => host
@@ -127,23 +125,15 @@ impl Admitted<'_> {
             }
         });
         match progress {
-            // No request body: the clock starts now.
-            None => {
-                let mut expiry = pin!(tokio::time::sleep(timeout));
-                poll_fn(|cx| match attempt.as_mut().poll(cx) {
-                    Poll::Ready(answered) => Poll::Ready(answered),
-                    Poll::Pending => expiry.as_mut().poll(cx).map(|()| Err(timed_out())),
-                })
+            // No request body: the clock starts now. (`Timeout` checks its clock even when the
+            // attempt has used up the task's budget.)
+            None => tokio::time::timeout(timeout, attempt.as_mut())
                 .await
-            }
-            Some(progress) => {
-                let mut idle = pin!(crate::runtime::idle_for(timeout, &progress));
-                poll_fn(|cx| match attempt.as_mut().poll(cx) {
-                    Poll::Ready(answered) => Poll::Ready(answered),
-                    Poll::Pending => idle.as_mut().poll(cx).map(|()| Err(timed_out())),
-                })
-                .await
-            }
+                .map_err(|_| timed_out())?,
+            Some(progress) => tokio::select! {
+                answered = attempt.as_mut() => answered,
+                () = crate::runtime::idle_for(timeout, &progress) => Err(timed_out()),
+            },
         }
     }
 
