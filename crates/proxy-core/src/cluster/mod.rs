@@ -58,7 +58,7 @@ use config::{ClusterConfig, HashKey};
 pub use dns::DnsError;
 pub(crate) use forward::Admitted;
 pub(crate) use host::HostPool;
-pub(crate) use request_form::write_request_for;
+pub(crate) use request_form::{HeadFields, write_request_for};
 pub(crate) use retry::{
     CountAttempts, CountAttemptsInResponse, X_ENVOY_ATTEMPT_COUNT, answer_retriable,
     connect_failure_retriable, reset_retriable,

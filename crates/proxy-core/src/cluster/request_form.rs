@@ -4,16 +4,70 @@
 
 use http::header::HOST;
 use http::uri::{PathAndQuery, Scheme};
-use http::{HeaderValue, Uri, Version};
+use http::{HeaderMap, HeaderValue, Request, Uri, Version};
 
 use crate::context::RequestBody;
 use crate::error::ProxyError;
 use config::UpstreamProtocol;
 
+/// The fields of a request head that are rewritten for an upstream: a whole request's, or
+/// those of one taken apart. The proxied request is rewritten where it is: taking it apart
+/// and putting it back copied it (312 bytes) each way.
+pub(crate) trait HeadFields {
+    fn uri(&self) -> &Uri;
+    fn uri_mut(&mut self) -> &mut Uri;
+    fn version(&self) -> Version;
+    fn version_mut(&mut self) -> &mut Version;
+    fn headers(&self) -> &HeaderMap;
+    fn headers_mut(&mut self) -> &mut HeaderMap;
+}
+
+impl HeadFields for http::request::Parts {
+    fn uri(&self) -> &Uri {
+        &self.uri
+    }
+    fn uri_mut(&mut self) -> &mut Uri {
+        &mut self.uri
+    }
+    fn version(&self) -> Version {
+        self.version
+    }
+    fn version_mut(&mut self) -> &mut Version {
+        &mut self.version
+    }
+    fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+    fn headers_mut(&mut self) -> &mut HeaderMap {
+        &mut self.headers
+    }
+}
+
+impl<B> HeadFields for Request<B> {
+    fn uri(&self) -> &Uri {
+        Request::uri(self)
+    }
+    fn uri_mut(&mut self) -> &mut Uri {
+        Request::uri_mut(self)
+    }
+    fn version(&self) -> Version {
+        Request::version(self)
+    }
+    fn version_mut(&mut self) -> &mut Version {
+        Request::version_mut(self)
+    }
+    fn headers(&self) -> &HeaderMap {
+        Request::headers(self)
+    }
+    fn headers_mut(&mut self) -> &mut HeaderMap {
+        Request::headers_mut(self)
+    }
+}
+
 /// The request line and authority as `protocol` writes them: HTTP/1.1's origin form and
 /// `host` header, or HTTP/2's absolute form (`:scheme`, `:authority`).
 pub(crate) fn write_request_for(
-    parts: &mut http::request::Parts,
+    head: &mut impl HeadFields,
     path: PathAndQuery,
     authority: HeaderValue,
     protocol: UpstreamProtocol,
@@ -21,21 +75,21 @@ pub(crate) fn write_request_for(
 ) -> Result<(), ProxyError> {
     match protocol {
         UpstreamProtocol::Http1 => {
-            parts.uri = Uri::from(path);
-            parts.version = Version::HTTP_11;
-            parts.headers.insert(HOST, authority);
+            *head.uri_mut() = Uri::from(path);
+            *head.version_mut() = Version::HTTP_11;
+            head.headers_mut().insert(HOST, authority);
         }
         // `Downstream` is resolved to one of the two before a request is written.
         UpstreamProtocol::Http2 | UpstreamProtocol::Auto | UpstreamProtocol::Downstream => {
-            parts.headers.remove(HOST);
+            head.headers_mut().remove(HOST);
             let scheme = if tls { Scheme::HTTPS } else { Scheme::HTTP };
-            parts.uri = Uri::builder()
+            *head.uri_mut() = Uri::builder()
                 .scheme(scheme)
                 .authority(authority.as_bytes())
                 .path_and_query(path)
                 .build()
                 .map_err(|_| ProxyError::BadRequest("host is not a valid authority"))?;
-            parts.version = Version::HTTP_2;
+            *head.version_mut() = Version::HTTP_2;
         }
     }
     Ok(())
@@ -76,9 +130,6 @@ pub(crate) fn fit_to_protocol(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let (mut parts, body) =
-        std::mem::replace(req, http::Request::new(RequestBody::empty())).into_parts();
     // The authority came from a valid URI or header: writing it again cannot fail.
-    let _ = write_request_for(&mut parts, path, authority, wanted, tls);
-    *req = http::Request::from_parts(parts, body);
+    let _ = write_request_for(req, path, authority, wanted, tls);
 }

@@ -839,44 +839,41 @@ async fn forward_request(
     let admitted = cluster_ref.admit(req.headers(), client, route_hash.hash)?;
     facts.set_cookie = route_hash.set_cookie;
     let upstream = Rc::clone(admitted.host());
-    // The request for the upstream is built in a block (its parts are borrowed on the way,
-    // and a borrowed local in scope at an await is kept in the future), and put back in `req`:
-    // the sends below take it from there, so that it is kept once, in the handler's future.
+    // The request for the upstream is rewritten where it is, in `req` (the sends below take it
+    // from there, so that it is kept once, in the handler's future), in a block: a borrowed
+    // local in scope at an await is kept in the future.
     {
-        let taken = std::mem::replace(req, Request::new(RequestBody::empty()));
-        let (mut parts, mut body) = taken.into_parts();
         // From the request as it came: its header, or its path before any rewrite.
-        let asked_rewrite = rewrite::host_from_request(forward, &parts);
+        let asked_rewrite = rewrite::host_from_request(forward, req);
         // A sampled request's span names may read the path as the client sent it.
         let mut original = None;
         // A CONNECT has no path to rewrite: its target is set below.
         if let Some(rewrite) = forward.path_rewrite.as_ref().filter(|_| !connect) {
-            let target = redirect::rewrite_path(rewrite, matched_path, &parts.uri)?;
+            let target = redirect::rewrite_path(rewrite, matched_path, req.uri())?;
             if in_flight
                 .trace()
                 .is_some_and(RequestTrace::has_name_formats)
             {
-                original = Some(parts.uri.clone());
+                original = Some(req.uri().clone());
             }
-            let mut uri = std::mem::take(&mut parts.uri).into_parts();
+            let mut uri = std::mem::take(req.uri_mut()).into_parts();
             uri.path_and_query = Some(target);
-            parts.uri = http::Uri::from_parts(uri)
+            *req.uri_mut() = http::Uri::from_parts(uri)
                 .map_err(|_| ProxyError::BadRequest("the rewritten path is not a valid path"))?;
         }
         if http.request_id.generate {
-            ensure_request_id(&mut parts.headers, in_flight);
+            ensure_request_id(req.headers_mut(), in_flight);
         }
         if let Some(log) = in_flight.log() {
             log.upstream = Some(upstream.addr_text().clone());
         }
         if let Some(trace) = in_flight.trace() {
             // The proxy hop as the upstream's caller; a sampled request's tries put their own.
-            parts
-                .headers
+            req.headers_mut()
                 .insert(TRACEPARENT.clone(), trace.traceparent());
             if !trace.continued() {
                 // A new trace: the client's state belonged to no trace that goes on.
-                parts.headers.remove(&TRACESTATE);
+                req.headers_mut().remove(&TRACESTATE);
             }
         }
         if let Some(trace) = in_flight.sampled_trace() {
@@ -884,7 +881,7 @@ async fn forward_request(
                 "upstream_cluster",
                 http.clusters[cluster].shared().name.clone(),
             );
-            if let Some(id) = parts.headers.get(&X_REQUEST_ID) {
+            if let Some(id) = req.headers().get(&X_REQUEST_ID) {
                 trace.set("guid:x-request-id", text_of(id));
             }
         }
@@ -905,7 +902,7 @@ async fn forward_request(
             && rewrite.is_some()
             && let Some(original) = &host
         {
-            append_forwarded_host(&mut parts.headers, original);
+            append_forwarded_host(req.headers_mut(), original);
         }
         let authority = rewrite.or(host);
         // CONNECT's target is the authority (RFC 9112 section 3.2.3).
@@ -914,25 +911,23 @@ async fn forward_request(
             mirror::start(
                 forward,
                 (&http.clusters, http.routes.config()),
-                &parts,
+                req,
                 authority.as_ref(),
-                &mut body,
                 conn,
                 client,
             );
         }
-        rewrite::request_for_upstream(&mut parts, authority, &upstream, conn)?;
+        rewrite::request_for_upstream(req, authority, &upstream, conn)?;
         if let Some(target) = connect_target {
             // Sent over HTTP/1.1 whatever the cluster's protocol says: target and host alike.
-            parts.uri = http::Uri::try_from(target.as_bytes())
+            *req.uri_mut() = http::Uri::try_from(target.as_bytes())
                 .map_err(|_| ProxyError::BadRequest("invalid authority"))?;
-            parts.version = Version::HTTP_11;
-            parts.headers.insert(http::header::HOST, target);
+            *req.version_mut() = Version::HTTP_11;
+            req.headers_mut().insert(http::header::HOST, target);
         }
         if let Some(trace) = in_flight.sampled_trace() {
-            trace.forwarded((&parts).into(), original.as_ref());
+            trace.forwarded((&*req).into(), original.as_ref());
         }
-        *req = Request::from_parts(parts, body);
     }
     if let Some(asked) = asked {
         // Boxed: only upgrade requests carry this state, not every request's future.

@@ -20,16 +20,15 @@ use crate::context::{ConnCtx, RequestBody};
 use crate::error::ProxyError;
 use config::{ForwardAction, RouteConfiguration};
 
-/// Starts the copies the route's mirror policies draw for this request. `parts` is the
-/// request as it will be forwarded (path rewritten, before the upstream's own rewrite),
-/// `authority` the host it asks for, `body` the original's body (a copy's body is teed from
-/// it). A copy has the route's timeout, and no retries.
+/// Starts the copies the route's mirror policies draw for this request. `req` is the request
+/// as it will be forwarded (path rewritten, before the upstream's own rewrite), `authority`
+/// the host it asks for; a copy's body is teed from its body. A copy has the route's timeout,
+/// and no retries.
 pub(crate) fn start(
     route: &ForwardAction,
     (clusters, routes): (&[Rc<Cluster>], &RouteConfiguration),
-    parts: &Parts,
+    req: &mut Request<RequestBody>,
     authority: Option<&HeaderValue>,
-    body: &mut RequestBody,
     conn: &Rc<ConnCtx>,
     client: IpAddr,
 ) {
@@ -39,7 +38,7 @@ pub(crate) fn start(
             continue;
         }
         // A copy to no cluster there is is not sent (Envoy's shadow skips it).
-        let Some(index) = routes.cluster_for(&policy.cluster, &parts.uri, &parts.headers) else {
+        let Some(index) = routes.cluster_for(&policy.cluster, req.uri(), req.headers()) else {
             continue;
         };
         let cluster = Rc::clone(&clusters[index]);
@@ -48,9 +47,9 @@ pub(crate) fn start(
             other => other.cloned(),
         };
         let copy = Copy {
-            head: head_of(parts),
+            head: head_of(req),
             authority,
-            body: body.copy_for_mirror(cluster.buffer_limit()),
+            body: req.body_mut().copy_for_mirror(cluster.buffer_limit()),
         };
         cluster.stats().rq_shadow.inc();
         let conn = Rc::clone(conn);
@@ -97,12 +96,12 @@ fn port_start(host: &[u8]) -> usize {
 }
 
 /// A copy of a request head.
-fn head_of(parts: &Parts) -> Parts {
+fn head_of(req: &Request<RequestBody>) -> Parts {
     let (mut head, ()) = Request::new(()).into_parts();
-    head.method = parts.method.clone();
-    head.uri = parts.uri.clone();
-    head.version = parts.version;
-    head.headers = HeaderMap::clone(&parts.headers);
+    head.method = req.method().clone();
+    head.uri = req.uri().clone();
+    head.version = req.version();
+    head.headers = HeaderMap::clone(req.headers());
     head
 }
 

@@ -7,7 +7,7 @@ use http::header::{EXPECT, HeaderValue};
 use http::uri::PathAndQuery;
 
 use super::forwarding::{X_FORWARDED_PROTO, append_forwarded_for, strip_hop_by_hop};
-use crate::cluster::HostPool;
+use crate::cluster::{HeadFields, HostPool};
 use crate::context::ConnCtx;
 use crate::error::ProxyError;
 
@@ -16,38 +16,39 @@ use crate::error::ProxyError;
 /// is then left as it is, as Envoy's), or when the substitution is no header value.
 pub(crate) fn host_from_request(
     forward: &config::ForwardAction,
-    parts: &http::request::Parts,
+    head: &impl HeadFields,
 ) -> Option<HeaderValue> {
     if let Some(name) = &forward.host_rewrite_header {
-        return parts.headers.get(name).filter(|v| !v.is_empty()).cloned();
+        return head.headers().get(name).filter(|v| !v.is_empty()).cloned();
     }
     let rewrite = forward.host_rewrite_path_regex.as_ref()?;
     let host = rewrite
         .pattern
-        .replace_all(parts.uri.path(), rewrite.replacement.as_str());
+        .replace_all(head.uri().path(), rewrite.replacement.as_str());
     HeaderValue::from_str(&host).ok().filter(|v| !v.is_empty())
 }
 
 /// Rewrites a request head for `host`. `authority` is what the client asked for, after any
 /// `host_rewrite`; without one, the host's address stands in.
 pub(crate) fn request_for_upstream(
-    parts: &mut http::request::Parts,
+    head: &mut impl HeadFields,
     authority: Option<HeaderValue>,
     host: &HostPool,
     conn: &ConnCtx,
 ) -> Result<(), ProxyError> {
-    strip_hop_by_hop(&mut parts.headers);
+    let headers = head.headers_mut();
+    strip_hop_by_hop(headers);
     // The downstream codec already answered any `100-continue`; the upstream gets the body
     // as it streams.
-    parts.headers.remove(EXPECT);
+    headers.remove(EXPECT);
     let trust = conn.listener.forwarded_trust;
     if trust.use_remote_address {
         // The peer, whichever entry the client was read from (as Envoy appends it).
-        append_forwarded_for(&mut parts.headers, &conn.peer_ip);
+        append_forwarded_for(headers, &conn.peer_ip);
     }
     // Behind trusted proxies, theirs is kept.
-    if trust.overwrites_proto() || !parts.headers.contains_key(&X_FORWARDED_PROTO) {
-        parts.headers.insert(
+    if trust.overwrites_proto() || !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(
             X_FORWARDED_PROTO.clone(),
             conn.listener.forwarded_proto.clone(),
         );
@@ -56,13 +57,13 @@ pub(crate) fn request_for_upstream(
         Some(authority) => authority,
         None => host.addr_text().clone(),
     };
-    let path = parts
-        .uri
+    let path = head
+        .uri()
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let protocol = host.protocol_for(parts.version);
-    crate::cluster::write_request_for(parts, path, authority, protocol, host.tls())
+    let protocol = host.protocol_for(head.version());
+    crate::cluster::write_request_for(head, path, authority, protocol, host.tls())
 }
 
 /// Rewrites an upstream's response head for the client.
