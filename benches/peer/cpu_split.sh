@@ -6,33 +6,50 @@
 # /proc/PID/stat, all threads), and, where `perf` can read the kernel's tracepoints, system
 # calls per request. All traffic is on 127.0.0.1; every process is ended by its PID.
 #
-#   benches/peer/cpu_split.sh [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] TARGET...
+#   benches/peer/cpu_split.sh [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] [-f RATE] TARGET...
 #
 # TARGET: `nginx` or `haproxy` (from PATH, with the peer bench's configs in ../shared/bench/conf,
 # nginx as one process) or NAME=BINARY, a legate build with benches/peer/legate.yaml.tmpl.
 # HTTP/1.1 is `h2load --h1 -c 64`, h2c `h2load -c 16 -m 4` (the peer bench's h2c load).
+# `-p paced` is HTTP/1.1 at a fixed rate, as the peer bench paces wrk when oha is missing: RATE
+# req/s asked (-f, 17,100 by default), each of RATE x 10.5 ms connections waiting 10 ms before
+# each request, for REQUESTS / RATE seconds (wrk then counts the requests). Its `wakes` column
+# is epoll_wait calls per request: how many requests a wake-up serves at partial load.
 # `-p tls` (legate builds only) is HTTP/2 over TLS to `BINARY demo`, `h2load -c 16 -m 4` to
 # /hello: its upstream runs in the same process, so its ticks count too (an A/B of builds).
-# Needs h2load and a release build of noop-upstream.
+# Needs h2load (and wrk for `paced`) and a release build of noop-upstream.
 set -euo pipefail
-rounds=3 requests=200000 protocols=h1,h2c
-while getopts r:n:p: opt; do
+rounds=3 requests=200000 protocols=h1,h2c rate=17100
+while getopts r:n:p:f: opt; do
     case $opt in
-        r) rounds=$OPTARG ;; n) requests=$OPTARG ;; p) protocols=$OPTARG ;;
+        r) rounds=$OPTARG ;; n) requests=$OPTARG ;; p) protocols=$OPTARG ;; f) rate=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] TARGET..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] [-f RATE] TARGET..." >&2; exit 2; }
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$repo/benches/peer/proxy.sh"
 run=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done; rm -rf "$run"' EXIT
-perf_ok=
+case ",$protocols," in
+    *,paced,*) command -v wrk > /dev/null || { echo "wrk not found (Debian: wrk)" >&2; exit 1; } ;;
+esac
+perf_ok= events=raw_syscalls:sys_enter
 perf stat -e raw_syscalls:sys_enter -o /dev/null true 2> /dev/null && perf_ok=1
+# The event loop's waits (HAProxy may use either call), where the kernel has them.
+for call in epoll_wait epoll_pwait; do
+    perf stat -e "syscalls:sys_enter_$call" -o /dev/null true 2> /dev/null \
+        && events="$events,syscalls:sys_enter_$call"
+done
+# The paced load: one request per connection every 10 ms (wrk can only wait whole milliseconds;
+# an answer takes about 0.5 ms more), for the time that many requests take at the rate.
+paced_connections=$(( (rate * 105 + 5000) / 10000 ))
+paced_seconds=$(( (requests + rate - 1) / rate ))
+printf 'delay = function() return 10 end\n' > "$run/paced.lua"
 
-one() { # target protocol -> a line "name protocol rps user sys syscalls"
+one() { # target protocol -> a line "name protocol rps user sys syscalls wakes requests"
     local target=$1 proto=$2 name template bin=
     case "$target" in
         nginx | haproxy) name=$target ;;
@@ -70,35 +87,55 @@ one() { # target protocol -> a line "name protocol rps user sys syscalls"
     done
     [ -n "$ready" ] || { echo "$name did not start listening:" >&2; cat "$dir/proxy.log" >&2; exit 1; }
     local load
-    if [ "$proto" = tls ]; then
+    if [ "$proto" = paced ]; then
+        load=(wrk -t 1 -c "$paced_connections" -d "${paced_seconds}s" --timeout 5s -s "$run/paced.lua"
+            "http://127.0.0.1:$port/")
+    elif [ "$proto" = tls ]; then
         load=(h2load -t 1 -c 16 -m 4 "https://127.0.0.1:$h2c/hello")
     elif [ "$proto" = h2c ]; then
         load=(h2load -t 1 -c 16 -m 4 "http://127.0.0.1:$h2c/")
     else
         load=(h2load --h1 -t 1 -c 64 "http://127.0.0.1:$port/")
     fi
-    taskset -c 0 "${load[@]}" -n 20000 > "$dir/warm-up" \
+    local warm_up=("${load[@]}" -n 20000)
+    [ "$proto" != paced ] || warm_up=(h2load --h1 -t 1 -c 64 -n 20000 "http://127.0.0.1:$port/")
+    taskset -c 0 "${warm_up[@]}" > "$dir/warm-up" \
         || { echo "$name $proto: the warm-up failed:" >&2; cat "$dir/warm-up" >&2; exit 1; }
     local before after perf_pid=
     before=$(awk '{print $14, $15}' "/proc/$pid/stat")
     if [ -n "$perf_ok" ]; then
-        perf stat -x, -e raw_syscalls:sys_enter -p "$pid" -o "$dir/perf" &
+        perf stat -x, -e "$events" -p "$pid" -o "$dir/perf" &
         perf_pid=$!
         sleep 0.2
     fi
-    taskset -c 0 "${load[@]}" -n "$requests" > "$dir/h2load"
+    local sent=$requests
+    [ "$proto" = paced ] || load+=(-n "$requests")
+    taskset -c 0 "${load[@]}" > "$dir/h2load"
     after=$(awk '{print $14, $15}' "/proc/$pid/stat")
     [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
     kill -TERM "$pid" "$up"; wait "$pid" "$up" 2> /dev/null || true
     pids=()
-    grep -q "status codes: $requests 2xx" "$dir/h2load" \
-        || { echo "$name $proto: not every request succeeded:" >&2; cat "$dir/h2load" >&2; exit 1; }
-    local rps syscalls=-
-    rps=$(grep -o 'finished in [^,]*, [0-9.]* req/s' "$dir/h2load" | awk '{print $4}')
+    local rps syscalls=- wakes=-
+    if [ "$proto" = paced ]; then
+        # wrk says nothing of its answers when they were all 2xx/3xx and no socket failed.
+        ! grep -q -e 'Non-2xx' -e 'Socket errors' "$dir/h2load" \
+            || { echo "$name $proto: not every request succeeded:" >&2; cat "$dir/h2load" >&2; exit 1; }
+        sent=$(awk '/ requests in / {print $1}' "$dir/h2load")
+        rps=$(awk '/^Requests\/sec:/ {print $2}' "$dir/h2load")
+        [ -n "$sent" ] && [ "$sent" -gt 0 ] \
+            || { echo "$name $proto: wrk counted no request:" >&2; cat "$dir/h2load" >&2; exit 1; }
+    else
+        grep -q "status codes: $requests 2xx" "$dir/h2load" \
+            || { echo "$name $proto: not every request succeeded:" >&2; cat "$dir/h2load" >&2; exit 1; }
+        rps=$(grep -o 'finished in [^,]*, [0-9.]* req/s' "$dir/h2load" | awk '{print $4}')
+    fi
     # A count perf could not take ("<not counted>") is left out, not guessed.
-    [ -z "$perf_pid" ] || syscalls=$(awk -F, '$3 ~ /raw_syscalls/ && $1 ~ /^[0-9]+$/ {print $1}' "$dir/perf")
-    [ -n "$syscalls" ] || syscalls=-
-    echo "$name $proto $rps $before $after $syscalls"
+    if [ -n "$perf_pid" ]; then
+        syscalls=$(awk -F, '$3 ~ /raw_syscalls/ && $1 ~ /^[0-9]+$/ {print $1}' "$dir/perf")
+        wakes=$(awk -F, '$3 ~ /sys_enter_epoll/ && $1 ~ /^[0-9]+$/ {n += $1; seen = 1}
+            END {if (seen) print n}' "$dir/perf")
+    fi
+    echo "$name $proto $rps $before $after ${syscalls:--} ${wakes:--} $sent"
 }
 
 for round in $(seq "$rounds"); do
@@ -111,24 +148,27 @@ for round in $(seq "$rounds"); do
         done
     done
 done
-python3 - "$requests" "$run/lines" <<'PY'
+python3 - "$run/lines" <<'PY'
 import statistics, sys
-n = int(sys.argv[1]); rows = {}
-for line in open(sys.argv[2]):
-    name, proto, rps, u0, s0, u1, s1, calls = line.split()
+rows = {}
+for line in open(sys.argv[1]):
+    name, proto, rps, u0, s0, u1, s1, calls, wakes, n = line.split()
+    n = int(n)
     per = 100000 / n
     rows.setdefault((proto, name), []).append(
         (float(rps), (int(u1) - int(u0)) * per, (int(s1) - int(s0)) * per,
-         None if calls == "-" else int(calls) / n))
-print("%-5s %-16s %9s %8s %8s %8s %9s" % ("", "target", "req/s", "user", "system", "total",
-                                           "syscalls"))
+         None if calls == "-" else int(calls) / n, None if wakes == "-" else int(wakes) / n))
+print("%-6s %-16s %9s %8s %8s %8s %9s %6s" % ("", "target", "req/s", "user", "system", "total",
+                                               "syscalls", "wakes"))
 for (proto, name), runs in rows.items():
     med = lambda i: statistics.median(r[i] for r in runs)
-    calls = [r[3] for r in runs if r[3] is not None]
-    print("%-5s %-16s %9.0f %8.1f %8.1f %8.1f %9s" % (
+    def per_request(i):
+        seen = [r[i] for r in runs if r[i] is not None]
+        return "%.2f" % statistics.median(seen) if seen else "-"
+    print("%-6s %-16s %9.0f %8.1f %8.1f %8.1f %9s %6s" % (
         proto, name, med(0), med(1), med(2), statistics.median(r[1] + r[2] for r in runs),
-        "%.2f" % statistics.median(calls) if calls else "-"))
+        per_request(3), per_request(4)))
 print("(medians of %d rounds; user, system, total: clock ticks per 100k requests, each the "
-      "median of its own, so a total may differ from user + system; syscalls: per request)"
-      % len(next(iter(rows.values()))))
+      "median of its own, so a total may differ from user + system; syscalls, and wakes "
+      "(epoll_wait calls): per request)" % len(next(iter(rows.values()))))
 PY
