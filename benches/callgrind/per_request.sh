@@ -15,10 +15,15 @@
 # BINARY may also be `nginx` or `haproxy` (from PATH, one process, one thread), run the same way
 # with the peer bench's config (../shared/bench/conf; CONFIG_TEMPLATE is then ignored), to set
 # the figure beside theirs.
+# PACED=CONNECTIONS sends HTTP/1.1 at partial load instead, as the peer bench's fixed rate paces
+# wrk: each connection waits 10 ms before each request, for the time N1 and N2 requests take at
+# about 95 a second per connection (wrk counts them); with few connections (5: about 475 req/s)
+# the proxy wakes up for nearly every request, even under callgrind, so the figure holds what
+# a wake-up costs.
 # CACHE_SIM=1 also simulates the caches and branch predictors (valgrind's --cache-sim and
 # --branch-sim) and prints every event per request: I1mr is instruction fetches that missed the
 # first-level cache, D1mr/D1mw data reads/writes that did, Bcm/Bim mispredicted branches.
-# Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client) and a release
+# Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client; wrk for PACED) and a release
 # build of noop-upstream (cargo build --release -p testbed --bin noop-upstream).
 set -euo pipefail
 bin=$1 template=${2:-} n1=${3:-2000} n2=${4:-12000}
@@ -48,28 +53,44 @@ ready() { # log: the proxy serves (for a peer: both its listeners take connectio
     esac
 }
 
-count() { # requests -> the totals of every event
+paced_lua="$run/paced.lua"
+printf 'delay = function() return 10 end\n' > "$paced_lua"
+
+count() { # requests -> the requests served, then the totals of every event
     valgrind --tool=callgrind "${events[@]}" --callgrind-out-file="$run/cg.$1" "${proxy_command[@]}" \
         2>"$run/log.$1" &
     local pid=$!
     for _ in $(seq 300); do ready "$run/log.$1" && break; sleep 0.1; done
-    if [ "${PROTOCOL:-h1}" = h2c ]; then
+    local served=$1
+    if [ -n "${PACED:-}" ]; then
+        local seconds=$(( ($1 + PACED * 95 - 1) / (PACED * 95) ))
+        wrk -t 1 -c "$PACED" -d "${seconds}s" --timeout 5s -s "$paced_lua" \
+            ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
+        # wrk says nothing of its answers when they were all 2xx/3xx and no socket failed.
+        ! grep -q -e 'Non-2xx' -e 'Socket errors' "$run/h2load.$1" \
+            || { echo "not every request succeeded:" >&2; cat "$run/h2load.$1" >&2; exit 1; }
+        served=$(awk '/ requests in / {print $1}' "$run/h2load.$1")
+    elif [ "${PROTOCOL:-h1}" = h2c ]; then
         h2load -n "$1" -c 8 -m 10 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$h2c${REQUEST_PATH:-/}" > "$run/h2load.$1"
     else
         h2load --h1 -n "$1" -c 8 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
     fi
     # Only a run where every request got a 2xx measures the request path.
-    grep -q "status codes: $1 2xx" "$run/h2load.$1" \
+    [ -n "${PACED:-}" ] || grep -q "status codes: $1 2xx" "$run/h2load.$1" \
         || { echo "not every request succeeded:" >&2; cat "$run/h2load.$1" >&2; exit 1; }
     kill -TERM $pid; wait $pid || true
-    grep -m1 '^summary:\|^totals:' "$run/cg.$1" | cut -d' ' -f2-
+    echo "$served $(grep -m1 '^summary:\|^totals:' "$run/cg.$1" | cut -d' ' -f2-)"
 }
 a=($(count "$n1")); b=($(count "$n2"))
-names=($(grep -m1 '^events:' "$run/cg.$n1" | cut -d' ' -f2-))
-echo "$(( (b[0] - a[0]) / (n2 - n1) )) instructions/request (${PROTOCOL:-h1}, $bin${template:+, $(basename "$template")})"
+names=(requests $(grep -m1 '^events:' "$run/cg.$n1" | cut -d' ' -f2-))
+requests=$(( b[0] - a[0] ))
+load=${PROTOCOL:-h1}
+[ -z "${PACED:-}" ] || load="h1 paced, $PACED connections"
+echo "$(( (b[1] - a[1]) / requests )) instructions/request ($load, $bin${template:+, $(basename "$template")})"
 if [ -n "${CACHE_SIM:-}" ]; then
     for i in "${!names[@]}"; do
-        printf '%s %s  ' "${names[$i]}" "$(( (b[i] - a[i]) / (n2 - n1) ))"
+        [ "$i" -gt 0 ] || continue
+        printf '%s %s  ' "${names[$i]}" "$(( (b[i] - a[i]) / requests ))"
     done
     echo "(per request)"
 fi
