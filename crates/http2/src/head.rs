@@ -197,19 +197,19 @@ where
             uri = uri.scheme(scheme).authority(authority);
         }
     }
-    let mut headers = regular.finish()?;
-    let mut hosts = headers.get_all(HOST).iter();
-    if let Some(host) = hosts.next()
-        && (hosts.next().is_some()
-            || authority.as_ref().is_some_and(|authority| {
-                !host
-                    .as_bytes()
-                    .eq_ignore_ascii_case(authority.as_str().as_bytes())
-            }))
+    let (mut headers, counts) = regular.finish()?;
+    if counts.hosts > 1 {
+        return Err(HeadError::HostDiffers);
+    }
+    if counts.hosts == 1
+        && let (Some(host), Some(authority)) = (headers.get(HOST), authority.as_ref())
+        && !host
+            .as_bytes()
+            .eq_ignore_ascii_case(authority.as_str().as_bytes())
     {
         return Err(HeadError::HostDiffers);
     }
-    let content_length = content_length(&mut headers)?;
+    let content_length = content_length(&mut headers, counts.lengths)?;
     let mut parts = http::Request::new(()).into_parts().0;
     parts.method = method;
     parts.uri = uri.build().map_err(|_| HeadError::InvalidPath)?;
@@ -244,8 +244,8 @@ pub fn response(fields: Vec<Field>) -> Result<(http::response::Parts, Option<u64
         .ok()
         .filter(|&s| s != StatusCode::SWITCHING_PROTOCOLS)
         .ok_or(HeadError::InvalidStatus)?;
-    let mut headers = regular.finish()?;
-    let content_length = content_length(&mut headers)?;
+    let (mut headers, counts) = regular.finish()?;
+    let content_length = content_length(&mut headers, counts.lengths)?;
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
     parts.version = Version::HTTP_2;
@@ -267,7 +267,7 @@ where
         }
         regular.add(field)?;
     }
-    regular.finish()
+    Ok(regular.finish()?.0)
 }
 
 fn set_once(
@@ -285,6 +285,8 @@ struct Regular {
     headers: HeaderMap,
     cookies: Vec<HeaderValue>,
     any: bool,
+    /// Most heads have no `host` and no `content-length`, and then need no lookup of either.
+    counts: FieldCounts,
 }
 
 /// A header map holds at most 24,576 fields (`with_capacity` panics past that): a list that
@@ -304,6 +306,7 @@ impl Regular {
             headers,
             cookies: Vec::new(),
             any: false,
+            counts: FieldCounts::default(),
         })
     }
 
@@ -338,13 +341,19 @@ impl Regular {
             self.cookies.push(value);
             return Ok(());
         }
+        if name == HOST {
+            self.counts.hosts = self.counts.hosts.saturating_add(1);
+        } else if name == CONTENT_LENGTH {
+            self.counts.lengths = self.counts.lengths.saturating_add(1);
+        }
         self.headers
             .try_append(name, value)
             .map_err(|_| HeadError::TooManyFields)?;
         Ok(())
     }
 
-    fn finish(mut self) -> Result<HeaderMap, HeadError> {
+    /// The fields, with the counts of `host` and `content-length` fields among them.
+    fn finish(mut self) -> Result<(HeaderMap, FieldCounts), HeadError> {
         // RFC 9113 section 8.2.3: crumbs are joined with "; " for an HTTP/1.1 hop, which
         // allows one Cookie field.
         match self.cookies.len() {
@@ -368,7 +377,7 @@ impl Regular {
                 self.insert_cookie(value)?;
             }
         }
-        Ok(self.headers)
+        Ok((self.headers, self.counts))
     }
 
     fn insert_cookie(&mut self, value: HeaderValue) -> Result<(), HeadError> {
@@ -377,6 +386,13 @@ impl Regular {
             .map_err(|_| HeadError::TooManyFields)?;
         Ok(())
     }
+}
+
+/// How many `host` and `content-length` fields a head has (saturating at 255).
+#[derive(Debug, Clone, Copy, Default)]
+struct FieldCounts {
+    hosts: u8,
+    lengths: u8,
 }
 
 /// The fields RFC 9113 section 8.2.2 forbids.
@@ -392,8 +408,12 @@ fn connection_specific(name: &HeaderName) -> Option<&'static str> {
 }
 
 /// The declared length: digits only, and every `content-length` field the same (they are
-/// folded into one).
-fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, HeadError> {
+/// folded into one). `fields`: how many there are (saturating), so that a head without one
+/// needs no lookup.
+fn content_length(headers: &mut HeaderMap, fields: u8) -> Result<Option<u64>, HeadError> {
+    if fields == 0 {
+        return Ok(None);
+    }
     let mut length = None;
     for value in headers.get_all(CONTENT_LENGTH) {
         let bytes = value.as_bytes();
@@ -406,7 +426,7 @@ fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, HeadError> {
         }
         length = Some(parsed);
     }
-    if headers.get_all(CONTENT_LENGTH).iter().nth(1).is_some()
+    if fields > 1
         && let Some(one) = headers.get(CONTENT_LENGTH).cloned()
     {
         headers.insert(CONTENT_LENGTH, one);

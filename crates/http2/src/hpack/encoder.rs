@@ -3,6 +3,8 @@
 //! validators) are written without indexing so that they do not push the others out, and
 //! credentials are never indexed (RFC 7541 section 7.1.3).
 
+use std::cell::RefCell;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::huffman;
@@ -81,10 +83,15 @@ impl Encoder {
                 integer(index, 7, 0x80, out);
                 return;
             }
-            if let Some(at) = self
-                .table
-                .entries()
-                .position(|e| e.name == name && e.value == value)
+            // Only a field written with incremental indexing is looked for in the table: a
+            // date's or a length's never went in. (One that went in before the peer shrank
+            // the table, and is now too large to index, is written as a literal: as valid,
+            // a few bytes longer.)
+            if indexing == Indexing::Incremental
+                && let Some(at) = self
+                    .table
+                    .entries()
+                    .position(|e| e.name == name && e.value == value)
             {
                 integer(62 + at, 7, 0x80, out);
                 return;
@@ -110,7 +117,11 @@ impl Encoder {
                 string(name, out);
             }
         }
-        string(value, out);
+        if name == b"date" {
+            date_string(value, out);
+        } else {
+            string(value, out);
+        }
         if indexing == Indexing::Incremental {
             self.table.insert(Entry {
                 name: Bytes::copy_from_slice(name),
@@ -167,6 +178,57 @@ fn integer(value: usize, n: u8, flag: u8, out: &mut BytesMut) {
         rest >>= 7;
     }
     out.put_u8(rest as u8);
+}
+
+/// The longest `date` value whose coding is kept: an IMF-fixdate is 29 bytes.
+const DATE_KEPT: usize = 32;
+
+/// The last `date` value a thread wrote, and its string literal.
+struct LastDate {
+    value: [u8; DATE_KEPT],
+    value_len: usize,
+    /// At most a length byte and the value itself: `string` writes the shorter form.
+    literal: [u8; DATE_KEPT + 1],
+    literal_len: usize,
+}
+
+/// `date`'s string literal. Every response in a second has the same value, and each would
+/// otherwise be Huffman-coded again (most of the coding of a typical response's fields): the
+/// thread keeps the last one's literal and copies it while the value lasts.
+fn date_string(value: &[u8], out: &mut BytesMut) {
+    thread_local! {
+        static LAST: RefCell<LastDate> = const {
+            RefCell::new(LastDate {
+                value: [0; DATE_KEPT],
+                value_len: 0,
+                literal: [0; DATE_KEPT + 1],
+                literal_len: 0,
+            })
+        };
+    }
+    if value.len() > DATE_KEPT {
+        string(value, out);
+        return;
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.value_len == value.len() && last.value[..value.len()] == *value {
+            out.put_slice(&last.literal[..last.literal_len]);
+            return;
+        }
+        let start = out.len();
+        string(value, out);
+        let literal = &out[start..];
+        // Always fits (see `literal`); checked all the same, so a wrong guess only costs
+        // the copy.
+        if literal.len() <= DATE_KEPT + 1 {
+            let last = &mut *last;
+            last.literal[..literal.len()].copy_from_slice(literal);
+            last.literal_len = literal.len();
+            last.value[..value.len()].copy_from_slice(value);
+            last.value_len = value.len();
+        }
+    });
 }
 
 /// A string literal, Huffman-coded when that is shorter.

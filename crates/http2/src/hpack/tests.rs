@@ -237,3 +237,45 @@ fn credentials_are_never_indexed_and_say_so() {
     assert_eq!(never, [true, true]);
     assert_eq!(decoder.table_len(), 0);
 }
+
+#[test]
+fn a_date_written_again_is_the_literal_coded_afresh() {
+    let block_for = |date: &str| {
+        let mut block = BytesMut::new();
+        Encoder::new(4096).encode(
+            [
+                (&b":status"[..], &b"200"[..], false),
+                (b"date", date.as_bytes(), false),
+            ],
+            &mut block,
+        );
+        block.freeze()
+    };
+    let first = "Mon, 21 Oct 2013 20:13:21 GMT";
+    let next = "Mon, 21 Oct 2013 20:13:22 GMT";
+    let long = "Mon, 21 Oct 2013 20:13:21 GMT and then some more";
+    // Coded afresh (a value this thread has not written last), then copied, then coded
+    // afresh again after another value: the same bytes each time.
+    let fresh = block_for(first);
+    assert_eq!(block_for(first), fresh);
+    let other = block_for(next);
+    assert_ne!(other, fresh);
+    assert_eq!(block_for(first), fresh);
+    assert_eq!(block_for(next), other);
+    // Huffman-coded (the literal's H bit), as `string` writes a shorter coding.
+    assert_eq!(fresh[3] & 0x80, 0x80, "{fresh:?}");
+    for (date, block) in [(first, fresh), (next, other), (long, block_for(long))] {
+        let mut decoder = Decoder::new(4096);
+        let mut got = Vec::new();
+        decoder
+            .decode(&block, 1024, |f| {
+                got.push((
+                    String::from_utf8_lossy(&f.name).into_owned(),
+                    String::from_utf8_lossy(&f.value).into_owned(),
+                ))
+            })
+            .expect("decodes");
+        assert_eq!(got, fields(&[(":status", "200"), ("date", date)]));
+        assert_eq!(decoder.table_len(), 0, "a date is not indexed");
+    }
+}
