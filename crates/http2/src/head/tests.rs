@@ -192,6 +192,23 @@ fn responses_and_trailers() {
         response(fields(&[(":status", "200"), (":path", "/")])).map(|_| ()),
         Err(HeadError::UnknownPseudo)
     );
+    let (parts, length) = response(fields(&[
+        (":status", "200"),
+        ("content-length", "7"),
+        ("content-length", "7"),
+    ]))
+    .expect("the same length twice");
+    assert_eq!(length, Some(7));
+    assert_eq!(parts.headers.get_all("content-length").iter().count(), 1);
+    assert_eq!(
+        response(fields(&[
+            (":status", "200"),
+            ("content-length", "7"),
+            ("content-length", "8"),
+        ]))
+        .map(|_| ()),
+        Err(HeadError::InvalidContentLength)
+    );
     assert_eq!(
         trailers(fields(&[("grpc-status", "0")])).map(|t| t.len()),
         Ok(1)

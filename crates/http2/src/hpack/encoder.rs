@@ -212,7 +212,12 @@ fn date_string(value: &[u8], out: &mut BytesMut) {
     }
     LAST.with(|last| {
         let mut last = last.borrow_mut();
-        if last.value_len == value.len() && last.value[..value.len()] == *value {
+        // A literal is never empty (its length comes first): none kept yet is no match, even
+        // for an empty value.
+        if last.literal_len != 0
+            && last.value_len == value.len()
+            && last.value[..value.len()] == *value
+        {
             out.put_slice(&last.literal[..last.literal_len]);
             return;
         }

@@ -279,3 +279,26 @@ fn a_date_written_again_is_the_literal_coded_afresh() {
         assert_eq!(decoder.table_len(), 0, "a date is not indexed");
     }
 }
+
+#[test]
+fn an_empty_date_first_on_a_thread_is_still_written() {
+    // A thread of its own: its kept date is the empty one it starts with. Marked sensitive,
+    // as a plain empty date is the static table's field 33 and written as its index.
+    let block = std::thread::spawn(|| {
+        let mut block = BytesMut::new();
+        Encoder::new(4096).encode([(&b"date"[..], &b""[..], true)], &mut block);
+        block.freeze()
+    })
+    .join()
+    .expect("the encoding thread");
+    // `date` by its static name (33, never indexed), then the empty literal.
+    assert_eq!(&block[..], [0x1f, 0x12, 0x00]);
+    let mut decoder = Decoder::new(4096);
+    let mut got = Vec::new();
+    decoder
+        .decode(&block, 1024, |f| {
+            got.push((f.name.clone(), f.value.clone()))
+        })
+        .expect("decodes");
+    assert_eq!(got, [(Bytes::from_static(b"date"), Bytes::new())]);
+}
