@@ -33,3 +33,24 @@ proxy_listening() {
         (exec 3<> "/dev/tcp/127.0.0.1/$p") 2> /dev/null || return 1
     done
 }
+
+# paced_script DIR: writes DIR/paced.lua, the wrk script of the peer bench's fixed rate when oha
+# is missing (each connection waits 10 ms before each request; wrk waits whole milliseconds
+# only), and prints its path.
+paced_script() {
+    printf 'delay = function() return 10 end\n' > "$1/paced.lua"
+    echo "$1/paced.lua"
+}
+
+# paced_served OUTPUT: the requests wrk counted in OUTPUT, or a failure when any was not
+# answered (wrk says nothing of its answers when they were all 2xx/3xx and no socket failed).
+paced_served() {
+    local served
+    served=$(awk '/ requests in / {print $1}' "$1")
+    if grep -q -e 'Non-2xx' -e 'Socket errors' "$1" || [ -z "$served" ] || [ "$served" -eq 0 ]; then
+        echo "not every request succeeded:" >&2
+        cat "$1" >&2
+        return 1
+    fi
+    echo "$served"
+}
