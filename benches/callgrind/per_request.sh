@@ -19,10 +19,17 @@
 # wrk: each connection waits 10 ms before each request, for the time N1 and N2 requests take at
 # about 95 a second per connection (wrk counts them); with few connections (5: about 475 req/s)
 # the proxy wakes up for nearly every request, even under callgrind, so the figure holds what
-# a wake-up costs.
+# a wake-up costs. PACED_DELAY=MS (default 10) is another wait: many connections, each
+# sending seldom (PACED=128 PACED_DELAY=200: about 640 req/s, which callgrind keeps up with), are
+# the peer bench's fixed rate as a cache sees it, every request on a connection gone cold.
 # CACHE_SIM=1 also simulates the caches and branch predictors (valgrind's --cache-sim and
 # --branch-sim) and prints every event per request: I1mr is instruction fetches that missed the
 # first-level cache, D1mr/D1mw data reads/writes that did, Bcm/Bim mispredicted branches.
+# CONNECTIONS (default 8) is how many connections h2load opens. With CACHE_SIM=1,
+# LL=SIZE,WAYS,LINE sets the simulated last-level cache (valgrind takes the machine's largest,
+# often a shared L3 where a few connections' state always fits): e.g. LL=524288,8,64, a core's
+# own L2 on this machine's EPYC, and 128 connections show what each connection's state costs
+# once they outgrow it (DLmr, DLmw: data reads/writes that missed there too).
 # Needs valgrind and h2load (Debian: apt-get install valgrind nghttp2-client; wrk for PACED) and a release
 # build of noop-upstream (cargo build --release -p testbed --bin noop-upstream).
 set -euo pipefail
@@ -43,7 +50,8 @@ esac
 source "$repo/benches/peer/proxy.sh"
 proxy_setup "$bin" "$template" "$run" "$port" "$upstream" "$admin" "$h2c"
 events=()
-[ -z "${CACHE_SIM:-}" ] || events=(--cache-sim=yes --branch-sim=yes)
+[ -z "${CACHE_SIM:-}" ] || events=(--cache-sim=yes --branch-sim=yes ${LL:+--LL=$LL})
+connections=${CONNECTIONS:-8}
 
 ready() { # log: the proxy serves (for a peer: both its listeners take connections, and the one
            # probe connection to each is in both runs, so it cancels out)
@@ -53,7 +61,8 @@ ready() { # log: the proxy serves (for a peer: both its listeners take connectio
     esac
 }
 
-paced_lua=$(paced_script "$run")
+paced_delay=${PACED_DELAY:-10}
+paced_lua=$(paced_script "$run" "$paced_delay")
 
 count() { # requests -> the requests served, then the totals of every event
     valgrind --tool=callgrind "${events[@]}" --callgrind-out-file="$run/cg.$1" "${proxy_command[@]}" \
@@ -62,14 +71,15 @@ count() { # requests -> the requests served, then the totals of every event
     for _ in $(seq 300); do ready "$run/log.$1" && break; sleep 0.1; done
     local served=$1
     if [ -n "${PACED:-}" ]; then
-        local seconds=$(( ($1 + PACED * 95 - 1) / (PACED * 95) ))
+        # Each connection sends one request per DELAY + 0.5 ms (its answer's time).
+        local seconds=$(( ($1 * (2 * paced_delay + 1) + PACED * 2000 - 1) / (PACED * 2000) ))
         wrk -t 1 -c "$PACED" -d "${seconds}s" --timeout 5s -s "$paced_lua" \
             ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
         served=$(paced_served "$run/h2load.$1") || exit 1
     elif [ "${PROTOCOL:-h1}" = h2c ]; then
-        h2load -n "$1" -c 8 -m 10 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$h2c${REQUEST_PATH:-/}" > "$run/h2load.$1"
+        h2load -n "$1" -c "$connections" -m 10 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$h2c${REQUEST_PATH:-/}" > "$run/h2load.$1"
     else
-        h2load --h1 -n "$1" -c 8 ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
+        h2load --h1 -n "$1" -c "$connections" ${HEADER:+-H "$HEADER"} "http://127.0.0.1:$port${REQUEST_PATH:-/}" > "$run/h2load.$1"
     fi
     # Only a run where every request got a 2xx measures the request path.
     [ -n "${PACED:-}" ] || grep -q "status codes: $1 2xx" "$run/h2load.$1" \
@@ -80,8 +90,9 @@ count() { # requests -> the requests served, then the totals of every event
 a=($(count "$n1")); b=($(count "$n2"))
 names=(requests $(grep -m1 '^events:' "$run/cg.$n1" | cut -d' ' -f2-))
 requests=$(( b[0] - a[0] ))
-load=${PROTOCOL:-h1}
-[ -z "${PACED:-}" ] || load="h1 paced, $PACED connections"
+load="${PROTOCOL:-h1}, $connections connections"
+[ -z "${PACED:-}" ] || load="h1 paced, $PACED connections, a request each per $paced_delay ms"
+[ -z "${CACHE_SIM:-}" ] || [ -z "${LL:-}" ] || load="$load, LL $LL"
 echo "$(( (b[1] - a[1]) / requests )) instructions/request ($load, $bin${template:+, $(basename "$template")})"
 if [ -n "${CACHE_SIM:-}" ]; then
     for i in "${!names[@]}"; do

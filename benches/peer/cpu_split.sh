@@ -6,7 +6,7 @@
 # /proc/PID/stat, all threads), and, where `perf` can read the kernel's tracepoints, system
 # calls per request. All traffic is on 127.0.0.1; every process is ended by its PID.
 #
-#   benches/peer/cpu_split.sh [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] [-f RATE] TARGET...
+#   benches/peer/cpu_split.sh [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] [-f RATE] [-d DELAY_MS] TARGET...
 #
 # TARGET: `nginx` or `haproxy` (from PATH, with the peer bench's configs in ../shared/bench/conf,
 # nginx as one process) or NAME=BINARY, a legate build with benches/peer/legate.yaml.tmpl.
@@ -14,22 +14,32 @@
 # `-p paced` is HTTP/1.1 at a fixed rate, as the peer bench paces wrk when oha is missing: RATE
 # req/s asked (-f, 17,100 by default), each of RATE x 10.5 ms connections waiting 10 ms before
 # each request, for REQUESTS / RATE seconds (wrk then counts the requests). Its `wakes` column
-# is epoll_wait calls per request: how many requests a wake-up serves at partial load.
+# is epoll_wait calls per request: how many requests a wake-up serves at partial load. `-d`
+# sets another wait than 10 ms: the same rate from fewer connections (a shorter wait) or more.
+# PROFILE=DIR also records where each proxy's time goes (`perf record -e cpu-clock`, sampled by
+# a timer, so it works without the CPU's counters) into DIR/NAME.PROTOCOL.ROUND.data, for
+# `perf report -i`; the recording costs CPU of its own, so the figures of such a run are not to
+# be set beside others.
 # `-p tls` (legate builds only) is HTTP/2 over TLS to `BINARY demo`, `h2load -c 16 -m 4` to
 # /hello: its upstream runs in the same process, so its ticks count too (an A/B of builds).
 # Needs h2load (and wrk for `paced`) and a release build of noop-upstream.
 set -euo pipefail
-rounds=3 requests=200000 protocols=h1,h2c rate=17100
-while getopts r:n:p:f: opt; do
+rounds=3 requests=200000 protocols=h1,h2c rate=17100 delay=10
+while getopts r:n:p:f:d: opt; do
     case $opt in
-        r) rounds=$OPTARG ;; n) requests=$OPTARG ;; p) protocols=$OPTARG ;; f) rate=$OPTARG ;;
+        r) rounds=$OPTARG ;; n) requests=$OPTARG ;; p) protocols=$OPTARG ;; f) rate=$OPTARG ;; d) delay=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] [-f RATE] TARGET..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-n REQUESTS] [-p h1,h2c] [-f RATE] [-d DELAY_MS] TARGET..." >&2; exit 2; }
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$repo/benches/peer/proxy.sh"
+if [ -n "${PROFILE:-}" ]; then
+    mkdir -p "$PROFILE"
+    perf record -q -e cpu-clock -o /dev/null true 2> /dev/null \
+        || { echo "PROFILE: perf record -e cpu-clock does not run here" >&2; exit 1; }
+fi
 run=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done; rm -rf "$run"' EXIT
@@ -43,11 +53,12 @@ for call in epoll_wait epoll_pwait; do
     perf stat -e "syscalls:sys_enter_$call" -o /dev/null true 2> /dev/null \
         && events="$events,syscalls:sys_enter_$call"
 done
-# The paced load: one request per connection every 10 ms (wrk can only wait whole milliseconds;
-# an answer takes about 0.5 ms more), for the time that many requests take at the rate.
-paced_connections=$(( (rate * 105 + 5000) / 10000 ))
+# The paced load: one request per connection every DELAY_MS (wrk can only wait whole
+# milliseconds; an answer takes about 0.5 ms more), for the time that many requests take at the
+# rate.
+paced_connections=$(( (rate * (delay * 10 + 5) + 5000) / 10000 ))
 paced_seconds=$(( (requests + rate - 1) / rate ))
-paced_lua=$(paced_script "$run")
+paced_lua=$(paced_script "$run" "$delay")
 
 one() { # target protocol -> a line "name protocol rps user sys syscalls wakes requests"
     local target=$1 proto=$2 name template bin=
@@ -101,11 +112,16 @@ one() { # target protocol -> a line "name protocol rps user sys syscalls wakes r
     [ "$proto" != paced ] || warm_up=(h2load --h1 -t 1 -c 64 -n 20000 "http://127.0.0.1:$port/")
     taskset -c 0 "${warm_up[@]}" > "$dir/warm-up" \
         || { echo "$name $proto: the warm-up failed:" >&2; cat "$dir/warm-up" >&2; exit 1; }
-    local before after perf_pid=
+    local before after perf_pid= record_pid=
     before=$(awk '{print $14, $15}' "/proc/$pid/stat")
     if [ -n "$perf_ok" ]; then
         perf stat -x, -e "$events" -p "$pid" -o "$dir/perf" &
         perf_pid=$!
+        sleep 0.2
+    fi
+    if [ -n "${PROFILE:-}" ]; then
+        perf record -q -e cpu-clock -F 4999 -p "$pid" -o "$PROFILE/$name.$proto.$round.data" &
+        record_pid=$!
         sleep 0.2
     fi
     local sent=$requests
@@ -113,6 +129,7 @@ one() { # target protocol -> a line "name protocol rps user sys syscalls wakes r
     taskset -c 0 "${load[@]}" > "$dir/h2load"
     after=$(awk '{print $14, $15}' "/proc/$pid/stat")
     [ -z "$perf_pid" ] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+    [ -z "$record_pid" ] || { kill -INT "$record_pid" 2> /dev/null || true; wait "$record_pid" || true; }
     kill -TERM "$pid" "$up"; wait "$pid" "$up" 2> /dev/null || true
     pids=()
     local rps syscalls=- wakes=-

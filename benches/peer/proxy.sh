@@ -34,11 +34,11 @@ proxy_listening() {
     done
 }
 
-# paced_script DIR: writes DIR/paced.lua, the wrk script of the peer bench's fixed rate when oha
+# paced_script DIR [DELAY_MS]: writes DIR/paced.lua, the wrk script of the peer bench's fixed rate when oha
 # is missing (each connection waits 10 ms before each request; wrk waits whole milliseconds
-# only), and prints its path.
+# only), and prints its path. DELAY_MS, if given, is another wait.
 paced_script() {
-    printf 'delay = function() return 10 end\n' > "$1/paced.lua"
+    printf 'delay = function() return %d end\n' "${2:-10}" > "$1/paced.lua"
     echo "$1/paced.lua"
 }
 
