@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The distinct cache lines and pages the proxy touches per HTTP/1.1 request, data and code, and
-# which mappings the data lines are in (a thread's stack, the heap, the binary): what a request
+# The distinct cache lines and pages the proxy touches per HTTP/1.1 request, data and code,
+# which mappings the data lines are in (a thread's stack, the heap, the binary), and which
+# functions first touched the stack lines (llvm-symbolizer names them): what a request
 # must fetch back into the caches at partial load, where the core idles or runs the kernel's
 # work between requests. Runs the proxy under valgrind's lackey (every access traced; slow:
 # a few requests a second), one client on 127.0.0.1 that waits 100 ms after each answer before
