@@ -110,8 +110,9 @@ def owners_by_function(owners, maps_file):
     symbolizer = shutil.which("llvm-symbolizer")
     by_file = collections.defaultdict(list)
     named = collections.Counter()
+    rows = mappings(maps_file)
     for address, count in owners.items():
-        for lo, hi, _, offset, path in mappings(maps_file):
+        for lo, hi, _, offset, path in rows:
             if lo <= address < hi and path.startswith("/"):
                 by_file[path].append((address - lo + offset, count))
                 break

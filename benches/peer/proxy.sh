@@ -34,9 +34,9 @@ proxy_listening() {
     done
 }
 
-# paced_script DIR [DELAY_MS]: writes DIR/paced.lua, the wrk script of the peer bench's fixed rate when oha
-# is missing (each connection waits 10 ms before each request; wrk waits whole milliseconds
-# only), and prints its path. DELAY_MS, if given, is another wait.
+# paced_script DIR [DELAY_MS]: writes DIR/paced.lua, the wrk script of the peer bench's fixed
+# rate when oha is missing (each connection waits 10 ms before each request; wrk waits whole
+# milliseconds only), and prints its path. DELAY_MS, if given, is another wait.
 paced_script() {
     printf 'delay = function() return %d end\n' "${2:-10}" > "$1/paced.lua"
     echo "$1/paced.lua"
