@@ -147,8 +147,7 @@ fn parse<const KEEP_CASE: bool>(
     for field in req.headers.iter() {
         let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| HeadError::Malformed("invalid header name"))?;
-        let mut value = HeaderValue::from_maybe_shared(slice(field.value))
-            .map_err(|_| HeadError::Malformed("invalid header value"))?;
+        let mut value = head.value(field);
         if name == CONTENT_LENGTH {
             match content_length_field(&mut framing.content_length, value) {
                 Ok(Some(one)) => value = one,
@@ -208,6 +207,22 @@ impl HeadCopy {
             }
             _ => Bytes::copy_from_slice(piece),
         }
+    }
+
+    /// The copy of the value of a field httparse parsed (with its default configuration), as
+    /// a header value.
+    #[allow(unsafe_code)]
+    pub(crate) fn value(&self, field: &httparse::Header<'_>) -> HeaderValue {
+        let value = self.slice(field.value);
+        // SAFETY: `HeaderValue` takes tab, 0x20 to 0x7e and 0x80 to 0xff, and httparse takes
+        // into a value only those bytes (`is_header_value_token` and its SIMD scans agree),
+        // never a CR or LF: the parsers here use `ParserConfig::default()`, which refuses
+        // obsolete line folding (a test below holds them to it). Checking each byte again
+        // costs a few instructions a byte. `http` states the contract as valid UTF-8, but
+        // relies only on those bytes (`to_str` checks again, as for any obs-text value
+        // `from_maybe_shared` takes; hyper builds its values so too), and it checks them in
+        // debug builds, which the tests and the fuzz targets run.
+        unsafe { HeaderValue::from_maybe_shared_unchecked(value) }
     }
 }
 

@@ -117,8 +117,7 @@ fn parse<const KEEP_CASE: bool>(
     for field in res.headers.iter() {
         let name = crate::names::header_name(field.name.as_bytes())
             .map_err(|_| ResponseError::Malformed("invalid header name"))?;
-        let mut value = HeaderValue::from_maybe_shared(head.slice(field.value))
-            .map_err(|_| ResponseError::Malformed("invalid header value"))?;
+        let mut value = head.value(field);
         if name == CONTENT_LENGTH {
             match content_length_field(&mut framing.content_length, value) {
                 Ok(Some(one)) => value = one,

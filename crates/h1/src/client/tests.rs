@@ -490,3 +490,27 @@ fn repeated_content_lengths_of_a_response_go_on_as_one_field_with_one_value() {
         Err(ResponseError::InvalidContentLength)
     );
 }
+
+#[test]
+fn response_values_are_the_bytes_header_values_take_and_folded_lines_are_refused() {
+    // Values are made without checking their bytes again (`HeadCopy::value`): only what
+    // httparse takes may reach them, and its default refuses obsolete line folding.
+    let head = parsed(
+        b"HTTP/1.1 200 OK\r\nX-A: caf\xe9\tau\r\nContent-Length: 0\r\n\r\n",
+        false,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(head.parts.headers["x-a"].as_bytes(), b"caf\xe9\tau");
+    for refused in [
+        &b"HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 0\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nX-A: a\x01b\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-A: a\x7fb\r\nContent-Length: 0\r\n\r\n",
+    ] {
+        assert!(
+            parsed(refused, false).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(refused)
+        );
+    }
+}

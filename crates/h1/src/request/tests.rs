@@ -200,3 +200,22 @@ fn repeated_content_lengths_go_on_as_one_field_with_one_value() {
         assert_eq!(values, ["7"], "{text}");
     }
 }
+
+#[test]
+fn values_are_the_bytes_header_values_take_and_folded_lines_are_refused() {
+    // Values are made without checking their bytes again (`HeadCopy::value`): only what
+    // httparse takes may reach them.
+    let head = head("GET / HTTP/1.1\r\nX-A: caf\u{e9}\tau lait\r\n\r\n");
+    assert_eq!(
+        head.request.headers()["x-a"].as_bytes(),
+        "caf\u{e9}\tau lait".as_bytes()
+    );
+    for refused in [
+        "GET / HTTP/1.1\r\nX-A: one\r\n two\r\n\r\n",
+        "GET / HTTP/1.1\r\nX-A: a\x01b\r\n\r\n",
+        "GET / HTTP/1.1\r\nX-A: a\x7fb\r\n\r\n",
+        "GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n",
+    ] {
+        assert!(parse(refused).is_err(), "{refused:?}");
+    }
+}
