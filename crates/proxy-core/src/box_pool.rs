@@ -76,8 +76,9 @@ thread_local! {
 }
 
 /// A future in a block of memory from the worker's pool: a `Pin<Box<F>>` whose memory is
-/// reused.
-pub(crate) struct PooledBox<F> {
+/// reused. `F` may be a `dyn Future` ([`PooledBox::erased`]), for a place that holds futures of
+/// several types.
+pub(crate) struct PooledBox<F: ?Sized> {
     future: NonNull<F>,
     /// It owns an `F` (for the drop check), and is neither `Send` nor `Sync`: the pool is the
     /// thread's.
@@ -119,14 +120,26 @@ impl<F: Future> PooledBox<F> {
             _owns: PhantomData,
         }
     }
+
+    /// The same box, its future's type erased: no allocation, unlike a `Box<dyn Future>`.
+    pub(crate) fn erased(self) -> PooledBox<dyn Future<Output = F::Output>>
+    where
+        F: 'static,
+    {
+        let this = std::mem::ManuallyDrop::new(self);
+        PooledBox {
+            future: this.future,
+            _owns: PhantomData,
+        }
+    }
 }
 
 // The future stays where it was written until it is dropped in place: moving the box moves
 // only the pointer, as with `Pin<Box<F>>`.
-impl<F> Unpin for PooledBox<F> {}
+impl<F: ?Sized> Unpin for PooledBox<F> {}
 
 #[allow(unsafe_code)]
-impl<F: Future> Future for PooledBox<F> {
+impl<F: Future + ?Sized> Future for PooledBox<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
@@ -137,9 +150,12 @@ impl<F: Future> Future for PooledBox<F> {
 }
 
 #[allow(unsafe_code)]
-impl<F> Drop for PooledBox<F> {
+impl<F: ?Sized> Drop for PooledBox<F> {
     fn drop(&mut self) {
-        let layout = Layout::new::<F>();
+        // The layout it was made with, read before the future is dropped (from its type's
+        // vtable when erased).
+        // SAFETY: the future is valid until dropped just below.
+        let layout = Layout::for_value(unsafe { self.future.as_ref() });
         // SAFETY: the future was written in `pin_with` and is dropped only here, once.
         unsafe { std::ptr::drop_in_place(self.future.as_ptr()) };
         if layout.size() == 0 {
@@ -207,6 +223,34 @@ mod tests {
         );
         assert_eq!(held.get(), 0);
         drop(tx);
+    }
+
+    #[test]
+    fn an_erased_future_runs_drops_and_gives_its_block_back() {
+        let held = Rc::new(Cell::new(0));
+        let counted = Rc::clone(&held);
+        let state = [3u8; 200];
+        let make = move || async move {
+            counted.set(1);
+            state.iter().map(|&b| u32::from(b)).sum::<u32>()
+        };
+        let typed = PooledBox::pin_with(make.clone());
+        let address = typed.future.as_ptr() as usize;
+        let mut erased: PooledBox<dyn Future<Output = u32>> = typed.erased();
+        assert_eq!(
+            Pin::new(&mut erased).poll(&mut Context::from_waker(Waker::noop())),
+            Poll::Ready(600)
+        );
+        assert_eq!(held.get(), 1);
+        drop(erased);
+        assert_eq!(Rc::strong_count(&held), 2, "the closure's copy is left");
+        // Given back under its own layout: the same type's next box takes it.
+        let again = PooledBox::pin_with(make);
+        assert_eq!(
+            again.future.as_ptr() as usize,
+            address,
+            "the block was not reused"
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod floods;
 mod output;
 mod recv;
 mod send;
+mod spares;
 #[cfg(test)]
 mod tests;
 
@@ -53,6 +54,30 @@ use output::Output;
 
 /// The client connection preface (RFC 9113 section 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Event queues and stream lists kept per thread, of each: a connection's queue is emptied
+/// within the poll that filled it, and its list when its last stream ends, so a few serve
+/// many connections.
+const SPARE_QUEUES: usize = 8;
+/// A queue grown past this many events (a burst of many streams at once) is freed, not kept.
+const MAX_SPARE_EVENTS: usize = 16;
+/// A list grown past this many streams is freed, not kept.
+const MAX_SPARE_STREAMS: usize = 16;
+
+thread_local! {
+    static EVENT_QUEUES: spares::Spares<VecDeque<Event>> = const { spares::Spares::new() };
+    static STREAM_LISTS: spares::Spares<Vec<Stream>> = const { spares::Spares::new() };
+}
+
+/// Queues an event, in a spare queue if the connection holds none.
+fn push_event(events: &mut VecDeque<Event>, event: Event) {
+    if events.capacity() == 0
+        && let Some(spare) = spares::take(&EVENT_QUEUES)
+    {
+        *events = spare;
+    }
+    events.push_back(event);
+}
 
 /// What this side announces and holds to.
 #[derive(Debug, Clone)]
@@ -297,10 +322,7 @@ impl Connection {
             }
             self.floods.request_taken();
         }
-        if self.events.is_empty() {
-            // Nothing held while idle.
-            self.events = VecDeque::new();
-        }
+        self.release_events();
         Some(event)
     }
 
@@ -349,8 +371,28 @@ impl Connection {
         if stream.unreleased > 0 {
             self.release_connection(stream.unreleased);
         }
-        if self.streams.is_empty() {
-            self.streams = Vec::new();
+        self.release_streams();
+    }
+
+    /// Gives the event queue, once empty, back to the thread's spares: an idle connection
+    /// holds none.
+    fn release_events(&mut self) {
+        if self.events.is_empty() && self.events.capacity() > 0 {
+            let mut events = std::mem::take(&mut self.events);
+            if events.capacity() <= MAX_SPARE_EVENTS {
+                events.clear(); // back to the start of its room
+                spares::give(&EVENT_QUEUES, events, SPARE_QUEUES);
+            }
+        }
+    }
+
+    /// Gives the stream list, once no stream is left, back to the thread's spares.
+    fn release_streams(&mut self) {
+        if self.streams.is_empty() && self.streams.capacity() > 0 {
+            let streams = std::mem::take(&mut self.streams);
+            if streams.capacity() <= MAX_SPARE_STREAMS {
+                spares::give(&STREAM_LISTS, streams, SPARE_QUEUES);
+            }
         }
     }
 

@@ -2,15 +2,16 @@
 //! queued beside it as they are (not copied), gathered into one vectored write.
 //!
 //! The buffer is cut into runs by the payloads between them without being split (a split
-//! buffer is shared, which costs an allocation), and it comes from a per-thread pool while
-//! there is something to write: an idle connection holds none, and a busy one does not
-//! allocate one per write.
+//! buffer is shared, which costs an allocation). The buffer and the queue of pieces come from
+//! per-thread spares while there is something to write: an idle connection holds neither, and
+//! a busy one does not allocate them per write.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
 use bytes::{Buf, Bytes, BytesMut};
+
+use super::spares::{self, Spares};
 
 #[derive(Debug, Default)]
 pub(super) struct Output {
@@ -44,6 +45,11 @@ impl Output {
     pub(super) fn payload(&mut self, payload: Bytes) {
         if payload.is_empty() {
             return;
+        }
+        if self.pieces.capacity() == 0
+            && let Some(pieces) = spares::take(&spare::PIECES)
+        {
+            self.pieces = pieces;
         }
         let unqueued = self.buf.len() - self.runs_len;
         if unqueued > 0 {
@@ -116,9 +122,19 @@ impl Output {
         let take = n.min(self.buf.len() - self.runs_len);
         self.buf.advance(take);
         if self.len() == 0 {
-            // Nothing held while idle: the buffer goes back to the thread's spares.
+            // Nothing held while idle: the buffer and the queue go back to the thread's
+            // spares.
             spare::give(std::mem::take(&mut self.buf));
+            self.give_pieces();
             *self = Output::default();
+        }
+    }
+
+    fn give_pieces(&mut self) {
+        let mut pieces = std::mem::take(&mut self.pieces);
+        if (1..=spare::MAX_PIECES).contains(&pieces.capacity()) {
+            pieces.clear();
+            spares::give(&spare::PIECES, pieces, spare::KEPT);
         }
     }
 }
@@ -128,29 +144,33 @@ impl Drop for Output {
         if self.buf.capacity() > 0 {
             spare::give(std::mem::take(&mut self.buf));
         }
+        self.give_pieces();
     }
 }
 
-/// Output buffers not in use, per thread.
+/// Output buffers and queues not in use, per thread.
 mod spare {
     use super::*;
 
     /// A connection's output is written within a poll or two of being made: a few spares
     /// serve many connections.
-    const KEPT: usize = 16;
+    pub(super) const KEPT: usize = 16;
     /// A buffer too small to hold a few responses' frames is not worth keeping.
     const MIN_KEPT: usize = 256;
     /// A buffer grown past this (a large head, many frames at once) is freed, not kept.
     const MAX_KEPT: usize = 16 * 1024;
+    /// A queue grown past this many pieces (a burst of many small DATA frames) is freed.
+    pub(super) const MAX_PIECES: usize = 64;
+
+    thread_local! {
+        static BUFFERS: Spares<BytesMut> = const { Spares::new() };
+        pub(super) static PIECES: Spares<VecDeque<Piece>> = const { Spares::new() };
+    }
 
     /// A spare, or a new buffer just large enough to be kept: a burst of new connections,
     /// each holding one until its SETTINGS are written, takes little more than it writes.
     pub(super) fn take() -> BytesMut {
-        SPARES
-            .try_with(|spares| spares.borrow_mut().pop())
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| BytesMut::with_capacity(MIN_KEPT))
+        spares::take(&BUFFERS).unwrap_or_else(|| BytesMut::with_capacity(MIN_KEPT))
     }
 
     pub(super) fn give(mut buf: BytesMut) {
@@ -158,20 +178,9 @@ mod spare {
         // A written buffer is advanced to its end: the room before the cursor is taken back
         // (asking for more than the room after it makes it look there).
         let _ = buf.try_reclaim(buf.capacity() + 1);
-        if !(MIN_KEPT..=MAX_KEPT).contains(&buf.capacity()) {
-            return;
+        if (MIN_KEPT..=MAX_KEPT).contains(&buf.capacity()) {
+            spares::give(&BUFFERS, buf, KEPT);
         }
-        // At thread exit the spares may be gone: the buffer is freed then.
-        let _ = SPARES.try_with(|spares| {
-            let mut spares = spares.borrow_mut();
-            if spares.len() < KEPT {
-                spares.push(buf);
-            }
-        });
-    }
-
-    thread_local! {
-        static SPARES: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
     }
 }
 
@@ -234,5 +243,24 @@ mod tests {
         second.buf().extend_from_slice(&[2; 10]);
         assert_eq!(second.buf.as_ptr(), at, "the spare buffer was not reused");
         assert_eq!(gathered(&second), [2; 10]);
+    }
+
+    #[test]
+    fn a_written_queue_is_reused_by_the_next_output_and_none_is_held_idle() {
+        let mut first = Output::default();
+        first.buf().extend_from_slice(b"head");
+        first.payload(Bytes::from_static(b"body"));
+        let at = first.pieces.as_slices().0.as_ptr();
+        first.advance(8);
+        assert_eq!(first.pieces.capacity(), 0, "an idle output holds a queue");
+        let mut second = Output::default();
+        second.buf().extend_from_slice(b"h");
+        second.payload(Bytes::from_static(b"p"));
+        assert_eq!(
+            second.pieces.as_slices().0.as_ptr(),
+            at,
+            "the spare queue was not reused"
+        );
+        assert_eq!(gathered(&second), b"hp");
     }
 }

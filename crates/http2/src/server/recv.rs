@@ -4,7 +4,10 @@ use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use super::{Connection, ConnectionError, Event, Flood, PREFACE, Phase, RECENT_RESETS, Stream};
+use super::{
+    Connection, ConnectionError, Event, Flood, PREFACE, Phase, RECENT_RESETS, STREAM_LISTS, Stream,
+    push_event, spares,
+};
 use crate::flow::{Credit, Window};
 use crate::frame::{self, DEFAULT_MAX_FRAME_SIZE, Frame, FrameError, Priority, Reason, Settings};
 use crate::head;
@@ -114,13 +117,13 @@ impl Connection {
                 {
                     self.finish_drain();
                 } else {
-                    self.events.push_back(Event::Pong { payload });
+                    push_event(&mut self.events, Event::Pong { payload });
                 }
                 Ok(())
             }
             Frame::GoAway { reason, .. } => {
                 self.peer_gone = true;
-                self.events.push_back(Event::GoAway { reason });
+                push_event(&mut self.events, Event::GoAway { reason });
                 Ok(())
             }
             Frame::WindowUpdate { stream, increment } => self.recv_window_update(stream, increment),
@@ -173,10 +176,13 @@ impl Connection {
             let Ok(trailers) = head::trailers(fields.drain(..)) else {
                 return self.stream_error(id, Reason::PROTOCOL_ERROR);
             };
-            self.events.push_back(Event::Trailers {
-                stream: id,
-                trailers,
-            });
+            push_event(
+                &mut self.events,
+                Event::Trailers {
+                    stream: id,
+                    trailers,
+                },
+            );
             self.remove_if_closed(index);
             return Ok(());
         }
@@ -204,6 +210,11 @@ impl Connection {
         let mut state = State::Idle;
         // An idle stream takes HEADERS, with or without END_STREAM.
         let _ = state.recv_headers(end_stream);
+        if self.streams.capacity() == 0
+            && let Some(spare) = spares::take(&STREAM_LISTS)
+        {
+            self.streams = spare;
+        }
         self.streams.push(Stream {
             id,
             state,
@@ -233,11 +244,14 @@ impl Connection {
         if let Some(stream) = self.streams.last_mut() {
             stream.remaining = head.content_length;
         }
-        self.events.push_back(Event::Request {
-            stream: id,
-            head,
-            end_stream,
-        });
+        push_event(
+            &mut self.events,
+            Event::Request {
+                stream: id,
+                head,
+                end_stream,
+            },
+        );
         Ok(())
     }
 
@@ -347,11 +361,14 @@ impl Connection {
             stream.unreleased += padding;
             self.release(id, padding);
         }
-        self.events.push_back(Event::Data {
-            stream: id,
-            data,
-            end_stream,
-        });
+        push_event(
+            &mut self.events,
+            Event::Data {
+                stream: id,
+                data,
+                end_stream,
+            },
+        );
         if let Some(index) = self.stream_index(id) {
             self.remove_if_closed(index);
         }
@@ -376,7 +393,7 @@ impl Connection {
         let premature =
             !ended_locally && Self::age(stream, now) < self.config.floods.premature_reset_age;
         if taken {
-            self.events.push_back(Event::Reset { stream: id, reason });
+            push_event(&mut self.events, Event::Reset { stream: id, reason });
         } else {
             self.drop_events(id);
         }
@@ -482,7 +499,7 @@ impl Connection {
             let stream = &mut self.streams[index];
             stream.state.send_reset();
             if stream.taken {
-                self.events.push_back(Event::Reset { stream: id, reason });
+                push_event(&mut self.events, Event::Reset { stream: id, reason });
             } else {
                 self.drop_events(id);
             }
@@ -519,6 +536,7 @@ impl Connection {
             | Event::Trailers { stream, .. } => *stream != id,
             _ => true,
         });
+        self.release_events();
     }
 
     pub(super) fn remove_if_closed(&mut self, index: usize) {
@@ -536,8 +554,10 @@ impl Connection {
             self.output.buf(),
         );
         self.phase = Phase::Closed;
-        self.streams = Vec::new();
-        self.events = std::collections::VecDeque::new();
+        self.streams.clear();
+        self.release_streams();
+        self.events.clear();
+        self.release_events();
     }
 }
 

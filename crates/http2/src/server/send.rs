@@ -6,7 +6,7 @@ use std::io::IoSlice;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 
-use super::{Connection, Event, Phase, SendError};
+use super::{Connection, Event, Phase, SendError, push_event};
 use crate::frame::{self, MAX_WINDOW, Reason};
 use crate::stream::State;
 
@@ -223,8 +223,7 @@ impl Connection {
         for stream in &mut self.streams {
             if stream.wants_send && stream.send.available() > 0 {
                 stream.wants_send = false;
-                self.events
-                    .push_back(Event::SendReady { stream: stream.id });
+                push_event(&mut self.events, Event::SendReady { stream: stream.id });
             }
         }
     }

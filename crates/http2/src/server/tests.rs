@@ -252,6 +252,41 @@ fn a_request_is_read_and_its_response_written() {
 }
 
 #[test]
+fn emptied_queues_are_not_held_and_the_next_connection_takes_them() {
+    let mut first = Connection::new(Config::default());
+    Client::new().get(1).get(3).send(&mut first).unwrap();
+    let events_at = first.events.as_slices().0.as_ptr();
+    let streams_at = first.streams.as_ptr();
+    assert_eq!(requests(&mut first), [1, 3]);
+    assert_eq!(
+        first.events.capacity(),
+        0,
+        "an idle connection holds its event queue"
+    );
+    for id in [1, 3] {
+        first.send_response(id, &ok_response(), true).unwrap();
+    }
+    assert_eq!(
+        first.streams.capacity(),
+        0,
+        "a connection without streams holds a list"
+    );
+    let mut second = Connection::new(Config::default());
+    Client::new().get(1).send(&mut second).unwrap();
+    assert_eq!(
+        second.events.as_slices().0.as_ptr(),
+        events_at,
+        "the spare queue was not reused"
+    );
+    assert_eq!(
+        second.streams.as_ptr(),
+        streams_at,
+        "the spare list was not reused"
+    );
+    assert_eq!(requests(&mut second), [1]);
+}
+
+#[test]
 fn a_request_s_fields_go_into_the_map_the_config_gives() {
     // A map with room that `HeaderMap::new` never starts with: it is the one the hook made.
     let config = Config {

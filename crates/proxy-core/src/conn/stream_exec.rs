@@ -55,8 +55,8 @@ impl StreamExec {
 
 impl StreamExec {
     /// `fut` as a stream task, if the service marked one just before ([`next_stream`]): it
-    /// ends once nothing has moved for the stream idle timeout, resolving to `false` (`true`
-    /// when `fut` finished). Without the mark, `fut` comes back.
+    /// ends once nothing has moved for the stream idle timeout, resolving to `None` (to
+    /// `fut`'s output when `fut` finished). Without the mark, `fut` comes back.
     pub(super) fn limit<F: Future>(&self, fut: F) -> Result<IdleLimit<F>, F> {
         match self.take_mark() {
             Some(mark) => Ok(self.limit_marked(fut, mark)),
@@ -121,10 +121,10 @@ pin_project! {
 }
 
 impl<F: Future> Future for IdleLimit<F> {
-    /// Whether `inner` finished (`false`: it stood still for the timeout).
-    type Output = bool;
+    /// What `inner` gave, if it finished (`None`: it stood still for the timeout).
+    type Output = Option<F::Output>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let now = Instant::now();
         // The timer is moved only when it fires, not on every wake: most streams end first.
@@ -136,19 +136,19 @@ impl<F: Future> Future for IdleLimit<F> {
             };
             if now.duration_since(last) >= *this.timeout {
                 this.expired.inc();
-                return Poll::Ready(false);
+                return Poll::Ready(None);
             }
             this.timer.as_mut().reset(last + *this.timeout);
         }
         stream_idle::clear_route_idle_timeout();
-        let ready = this.inner.poll(cx).is_ready();
+        let polled = this.inner.poll(cx);
         if let Some(timeout) = stream_idle::take_route_idle_timeout() {
             // Routed just now: the route's timeout counts from here.
             *this.timeout = timeout;
             this.timer.as_mut().reset(now + timeout);
         }
-        if ready {
-            return Poll::Ready(true);
+        if let Poll::Ready(output) = polled {
+            return Poll::Ready(Some(output));
         }
         if !by_timer {
             *this.last = now;

@@ -9,7 +9,6 @@
 //! window) and ends floods itself; they are counted here as hyper's were.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -21,13 +20,13 @@ use futures_util::FutureExt;
 use http::{HeaderMap, Method, StatusCode};
 use http2::server::{Config, Connection, ConnectionError, Event, Flood};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::super::Codecs;
 use super::super::io::DownstreamIo;
 use super::super::service::ProxyService;
 use super::stream::{self, Served};
+use super::stream_task::{self, StreamTask};
 use super::tunnel::StreamEnd;
 use super::{QUIET_CLOSE_GRACE, Quiet};
 use crate::box_pool::PooledBox;
@@ -47,16 +46,31 @@ pub(super) struct Shared {
     pub(super) codec: RefCell<Connection>,
     /// The connection's task: woken when a stream has queued output or taken body bytes.
     pub(super) wake: Rc<WakeCell>,
-    streams: RefCell<HashMap<u32, Slot>>,
+    streams: RefCell<Streams>,
     /// The connection is gone: tunnels still holding a stream stop.
     closed: Cell<bool>,
+}
+
+/// The streams being served, by id. The client picks the ids, but it has at most the
+/// connection's stream limit open at once, so a fast hash (foldhash, randomly seeded) is safe
+/// here, where SipHash cost more than the rest of each lookup.
+type Streams = std::collections::HashMap<u32, Slot, foldhash::fast::RandomState>;
+
+/// Emptied stream maps kept per thread: a connection holds its map only while it has
+/// streams, and one served a request at a time would otherwise make one per request.
+const SPARE_MAPS: usize = 8;
+/// A map grown past this many streams (a burst) is freed, not kept.
+const MAX_SPARE_MAP: usize = 16;
+
+thread_local! {
+    static SPARE_STREAMS: RefCell<Vec<Streams>> = const { RefCell::new(Vec::new()) };
 }
 
 /// What the connection keeps of a stream being served.
 struct Slot {
     /// Where its request body goes; `None` for a request without one.
     inbox: Option<Inbox>,
-    task: AbortHandle,
+    task: StreamTask,
     /// The codec has room for the DATA the stream's task was waiting to send.
     ready: bool,
     sender: Option<Waker>,
@@ -81,15 +95,35 @@ impl Shared {
         Poll::Pending
     }
 
-    /// Forgets a stream's slot; the map's room goes once no stream is left (an idle
-    /// connection holds none).
+    /// Forgets a stream's slot; the map goes back to the thread's spares once no stream is
+    /// left (an idle connection holds none).
     fn forget(&self, id: u32) -> Option<Slot> {
         let mut streams = self.streams.borrow_mut();
         let slot = streams.remove(&id);
-        if streams.is_empty() {
-            *streams = HashMap::new();
+        if streams.is_empty() && streams.capacity() > 0 {
+            let emptied = std::mem::take(&mut *streams);
+            drop(streams);
+            if emptied.capacity() <= MAX_SPARE_MAP {
+                let _ = SPARE_STREAMS.try_with(|spares| {
+                    let mut spares = spares.borrow_mut();
+                    if spares.len() < SPARE_MAPS {
+                        spares.push(emptied);
+                    }
+                });
+            }
         }
         slot
+    }
+
+    /// Keeps a new stream's slot, in a spare map if the connection holds none.
+    fn keep(&self, id: u32, slot: Slot) {
+        let mut streams = self.streams.borrow_mut();
+        if streams.capacity() == 0
+            && let Ok(Some(spare)) = SPARE_STREAMS.try_with(|spares| spares.borrow_mut().pop())
+        {
+            *streams = spare;
+        }
+        streams.insert(id, slot);
     }
 
     pub(super) fn is_closed(&self) -> bool {
@@ -163,7 +197,7 @@ pub(super) async fn serve(
     let shared = Rc::new(Shared {
         codec: RefCell::new(Connection::new(config)),
         wake: Rc::new(WakeCell::default()),
-        streams: RefCell::new(HashMap::new()),
+        streams: RefCell::new(Streams::default()),
         closed: Cell::new(false),
     });
     let _abort = AbortStreams(Rc::clone(&shared));
@@ -587,34 +621,34 @@ fn start(
             None => RequestBody::empty(),
         })
     });
-    let outcome = Rc::new(Cell::new(Served::Cut));
     let task = {
-        let (shared, outcome) = (Rc::clone(shared), Rc::clone(&outcome));
-        move || stream::serve(shared, id, served, head_only, opening, outcome)
+        let shared = Rc::clone(shared);
+        move || stream::serve(shared, id, served, head_only, opening)
     };
     let conn = Rc::clone(shared);
-    let finish = move || match outcome.get() {
+    let finish = move |served| match served {
         // The relay owns the stream now.
         Served::Tunnel => {}
         served => conn.finish(id, served == Served::Whole),
     };
     // The service marked this stream for the idle limit as it took the request. `map`, not
     // an async block: a block awaiting a future it captured holds it twice (3,312 bytes
-    // instead of 1,640). Pooled too, and made in its block: the task then holds a pointer,
-    // where tokio would copy the whole future into the task as it spawns it and again as it
-    // ends.
+    // instead of 1,640). Pooled too, and made in its block: the stream's task then holds a
+    // pointer, where the whole future would be copied into its box. A stream ended by the
+    // limit was cut short.
     let exec = &codecs.stream_exec;
-    let handle = match exec.take_mark() {
-        Some(mark) => tokio::task::spawn_local(PooledBox::pin_with(move || {
-            exec.limit_marked(task(), mark).map(move |_| finish())
+    let run = match exec.take_mark() {
+        Some(mark) => stream_task::spawn(PooledBox::pin_with(move || {
+            exec.limit_marked(task(), mark)
+                .map(move |served| finish(served.unwrap_or(Served::Cut)))
         })),
-        None => tokio::task::spawn_local(task().map(move |()| finish())),
+        None => stream_task::spawn(PooledBox::pin_with(|| task().map(finish))),
     };
-    shared.streams.borrow_mut().insert(
+    shared.keep(
         id,
         Slot {
             inbox,
-            task: handle.abort_handle(),
+            task: run,
             ready: false,
             sender: None,
         },

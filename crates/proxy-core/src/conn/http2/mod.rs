@@ -8,6 +8,7 @@
 mod connection;
 mod hyper_codec;
 mod stream;
+mod stream_task;
 mod tunnel;
 
 use std::time::Duration;

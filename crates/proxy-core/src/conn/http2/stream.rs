@@ -3,7 +3,6 @@
 //! codec (head, data, trailers) as fast as the client's windows and the connection's output
 //! bound take it.
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::rc::Rc;
 
@@ -28,16 +27,15 @@ pub(super) enum Served {
     Tunnel,
 }
 
-/// Serves the request whose service future is `served` and sends its response, saying how in
-/// `outcome`. `tunnel`: the request is a CONNECT, whose stream a relay may be waiting for.
+/// Serves the request whose service future is `served` and sends its response; says how.
+/// `tunnel`: the request is a CONNECT, whose stream a relay may be waiting for.
 pub(super) async fn serve(
     shared: Rc<Shared>,
     id: u32,
     served: impl Future<Output = Result<Response<ResponseBody>, Infallible>>,
     head_only: bool,
     tunnel: Option<Rc<Opening>>,
-    outcome: Rc<Cell<Served>>,
-) {
+) -> Served {
     // However the task ends, a relay waiting for the stream learns it.
     let tunnel = tunnel.map(Settle);
     let Ok(response) = served.await;
@@ -49,14 +47,13 @@ pub(super) async fn serve(
         let (mut parts, _) = response.into_parts();
         let opened = send_head(&shared, id, &mut parts, false);
         opening.settle(opened);
-        if opened {
-            outcome.set(Served::Tunnel);
-        }
-        return;
+        return if opened { Served::Tunnel } else { Served::Cut };
     }
     drop(tunnel);
     if respond(&shared, id, response, head_only).await {
-        outcome.set(Served::Whole);
+        Served::Whole
+    } else {
+        Served::Cut
     }
 }
 
