@@ -689,6 +689,16 @@ async fn request_ids_follow_the_connection_manager() {
     assert_ne!(seen[0], "client-id");
     assert_eq!(seen[0].len(), 36, "{seen:?}");
     assert!(answered.is_none());
+    // Every line the client sent goes, not only the first.
+    let sent = [
+        ("x-noop-echo", "headers"),
+        ("x-request-id", "one"),
+        ("x-request-id", "two"),
+    ];
+    let res = send_h1(addr, get("/", &sent)).await;
+    let seen = echoed(&text(res.into_body()).await, "x-request-id");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].len(), 36, "{seen:?}");
 
     let preserve = with_manager(gateway.clone(), |hcm| {
         hcm.preserve_external_request_id = true;

@@ -161,7 +161,8 @@ where
     if authority.as_ref().is_some_and(|a| a.as_str().contains('@')) {
         return Err(HeadError::InvalidAuthority);
     }
-    let mut uri = Uri::builder();
+    // Parts set directly: `Uri::builder` moves them through a `Result` at every step.
+    let mut uri = http::uri::Parts::default();
     if connect && protocol.is_none() {
         // A plain CONNECT names only the authority it tunnels to (RFC 9113 section 8.5).
         if scheme.is_some() || path.is_some() {
@@ -172,7 +173,7 @@ where
         if authority.port_u16().is_none() {
             return Err(HeadError::InvalidAuthority);
         }
-        uri = uri.authority(authority);
+        uri.authority = Some(authority);
     } else {
         let scheme = scheme.ok_or(HeadError::Missing(":scheme"))?;
         let scheme = Scheme::try_from(&scheme[..]).map_err(|_| HeadError::InvalidScheme)?;
@@ -187,14 +188,15 @@ where
             return Err(HeadError::InvalidPath);
         }
         let path = PathAndQuery::from_maybe_shared(path).map_err(|_| HeadError::InvalidPath)?;
-        uri = uri.path_and_query(path);
+        uri.path_and_query = Some(path);
         if protocol.is_some() && authority.is_none() {
             return Err(HeadError::Missing(":authority"));
         }
         // Without :authority (a request translated from HTTP/1.1's origin form, say), the
         // URI is the path alone and Host names the authority, as h2 has it.
         if let Some(authority) = authority.clone() {
-            uri = uri.scheme(scheme).authority(authority);
+            uri.scheme = Some(scheme);
+            uri.authority = Some(authority);
         }
     }
     let (mut headers, counts) = regular.finish()?;
@@ -212,7 +214,7 @@ where
     let content_length = content_length(&mut headers, counts.lengths)?;
     let mut parts = http::Request::new(()).into_parts().0;
     parts.method = method;
-    parts.uri = uri.build().map_err(|_| HeadError::InvalidPath)?;
+    parts.uri = Uri::from_parts(uri).map_err(|_| HeadError::InvalidPath)?;
     parts.version = Version::HTTP_2;
     parts.headers = headers;
     Ok(RequestHead {

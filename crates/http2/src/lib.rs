@@ -17,6 +17,8 @@
 //!   resets), responses in, bytes to write out; SETTINGS, PING, GOAWAY, both sides' flow
 //!   control and the flood limits (rapid reset, CONTINUATION, PING and SETTINGS, stream
 //!   errors) handled inside. `examples/echo_server.rs` drives one over TCP.
+//! - [`spares`] keeps, per thread, what a connection holds only while busy (queues, buffers),
+//!   so that an idle connection holds none and a busy one does not allocate them anew.
 //! - [`stream`] moves a stream through RFC 9113's states as frames are sent and received,
 //!   and names the error (stream or connection) a frame in the wrong state is.
 //!
@@ -61,4 +63,5 @@ pub mod fuzzing;
 pub mod head;
 pub mod hpack;
 pub mod server;
+pub mod spares;
 pub mod stream;

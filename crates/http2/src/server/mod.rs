@@ -33,11 +33,12 @@ mod floods;
 mod output;
 mod recv;
 mod send;
-mod spares;
 #[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
+
+use crate::spares;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;

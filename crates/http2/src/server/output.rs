@@ -11,7 +11,7 @@ use std::io::IoSlice;
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use super::spares::{self, Spares};
+use crate::spares::{self, Spares};
 
 #[derive(Debug, Default)]
 pub(super) struct Output {

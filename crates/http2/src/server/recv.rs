@@ -6,12 +6,13 @@ use bytes::{Buf, Bytes, BytesMut};
 
 use super::{
     Connection, ConnectionError, Event, Flood, PREFACE, Phase, RECENT_RESETS, STREAM_LISTS, Stream,
-    push_event, spares,
+    push_event,
 };
 use crate::flow::{Credit, Window};
 use crate::frame::{self, DEFAULT_MAX_FRAME_SIZE, Frame, FrameError, Priority, Reason, Settings};
 use crate::head;
 use crate::hpack::DecodeError;
+use crate::spares;
 use crate::stream::{Arrival, Scope, State, StateError};
 
 impl Connection {

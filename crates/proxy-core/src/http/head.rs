@@ -272,6 +272,34 @@ fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, ProxyError> 
 /// refused: DNS names never carry them (IDNs travel as punycode) and the `http` crate, so an
 /// HTTP/2 upstream's request, cannot carry them (found by the `h1_head` fuzz target).
 pub(crate) fn is_authority(value: &[u8]) -> bool {
+    // A table, not a test per byte: every request's host goes through here.
+    const NAME_BYTES: [bool; 256] = {
+        let mut table = [false; 256];
+        let mut b = 0;
+        while b < 256 {
+            let byte = b as u8;
+            table[b] = byte.is_ascii_alphanumeric()
+                || matches!(
+                    byte,
+                    b'-' | b'.'
+                        | b'_'
+                        | b'~'
+                        | b'!'
+                        | b'$'
+                        | b'&'
+                        | b'\''
+                        | b'('
+                        | b')'
+                        | b'*'
+                        | b'+'
+                        | b','
+                        | b';'
+                        | b'='
+                );
+            b += 1;
+        }
+        table
+    };
     let (host, port) = match value.first() {
         Some(b'[') => match value.iter().position(|&b| b == b']') {
             Some(end) => {
@@ -300,9 +328,7 @@ pub(crate) fn is_authority(value: &[u8]) -> bool {
         || (port.len() <= 5
             && port.iter().all(u8::is_ascii_digit)
             && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65535);
-    let host_ok = host
-        .iter()
-        .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b));
+    let host_ok = host.iter().all(|&b| NAME_BYTES[usize::from(b)]);
     // A bracketed literal has no name part; otherwise the name is required.
     port_ok && host_ok && (!host.is_empty() || value.first() == Some(&b'['))
 }
@@ -354,6 +380,20 @@ mod tests {
             "a\"b",
         ] {
             assert!(!is_authority(bad.as_bytes()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_name_is_unreserved_characters_and_sub_delimiters() {
+        // Every byte, as a one-byte name: RFC 3986's reg-name without percent escapes.
+        for b in 0..=u8::MAX {
+            let allowed = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+            assert_eq!(is_authority(&[b]), allowed, "byte {b:#04x}");
+            assert_eq!(
+                is_authority(&[b'a', b, b'z', b':', b'8']),
+                allowed,
+                "byte {b:#04x}"
+            );
         }
     }
 

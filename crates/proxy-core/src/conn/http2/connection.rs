@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use http::{HeaderMap, Method, StatusCode};
 use http2::server::{Config, Connection, ConnectionError, Event, Flood};
+use http2::spares::{self, Spares};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
@@ -63,7 +64,7 @@ const SPARE_MAPS: usize = 8;
 const MAX_SPARE_MAP: usize = 16;
 
 thread_local! {
-    static SPARE_STREAMS: RefCell<Vec<Streams>> = const { RefCell::new(Vec::new()) };
+    static SPARE_STREAMS: Spares<Streams> = const { Spares::new() };
 }
 
 /// What the connection keeps of a stream being served.
@@ -104,12 +105,7 @@ impl Shared {
             let emptied = std::mem::take(&mut *streams);
             drop(streams);
             if emptied.capacity() <= MAX_SPARE_MAP {
-                let _ = SPARE_STREAMS.try_with(|spares| {
-                    let mut spares = spares.borrow_mut();
-                    if spares.len() < SPARE_MAPS {
-                        spares.push(emptied);
-                    }
-                });
+                spares::give(&SPARE_STREAMS, emptied, SPARE_MAPS);
             }
         }
         slot
@@ -119,7 +115,7 @@ impl Shared {
     fn keep(&self, id: u32, slot: Slot) {
         let mut streams = self.streams.borrow_mut();
         if streams.capacity() == 0
-            && let Ok(Some(spare)) = SPARE_STREAMS.try_with(|spares| spares.borrow_mut().pop())
+            && let Some(spare) = spares::take(&SPARE_STREAMS)
         {
             *streams = spare;
         }

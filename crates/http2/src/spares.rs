@@ -1,21 +1,44 @@
 //! Per-thread spares of what a connection holds only while it has something to do: its
 //! output buffer and its queues. An idle connection holds none of them, and a busy one does
-//! not allocate them anew (and grow them again) for each burst of requests.
+//! not allocate them anew (and grow them again) for each burst of requests. The codec's
+//! connection keeps its queues and output here; the proxy keeps its map of a connection's
+//! streams the same way.
+//!
+//! ```
+//! use http2::spares::{self, Spares};
+//!
+//! thread_local! {
+//!     static BUFFERS: Spares<Vec<u8>> = const { Spares::new() };
+//! }
+//!
+//! let mut buffer = spares::take(&BUFFERS).unwrap_or_else(|| Vec::with_capacity(4096));
+//! buffer.extend_from_slice(b"busy");
+//! // Done with it: emptied, and kept for the next taker (up to 8 per thread).
+//! buffer.clear();
+//! spares::give(&BUFFERS, buffer, 8);
+//! assert_eq!(spares::take(&BUFFERS).map(|b| b.capacity()), Some(4096));
+//! ```
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
 /// A thread's spares of one kind, emptied by those who gave them.
-pub(super) struct Spares<T>(RefCell<Vec<T>>);
+pub struct Spares<T>(RefCell<Vec<T>>);
+
+impl<T> Default for Spares<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl<T> Spares<T> {
-    pub(super) const fn new() -> Self {
+    pub const fn new() -> Self {
         Self(RefCell::new(Vec::new()))
     }
 }
 
 /// A spare, if the thread has one.
-pub(super) fn take<T: 'static>(spares: &'static LocalKey<Spares<T>>) -> Option<T> {
+pub fn take<T: 'static>(spares: &'static LocalKey<Spares<T>>) -> Option<T> {
     spares
         .try_with(|spares| spares.0.borrow_mut().pop())
         .ok()
@@ -24,7 +47,7 @@ pub(super) fn take<T: 'static>(spares: &'static LocalKey<Spares<T>>) -> Option<T
 
 /// Keeps `spare` for the next taker while the thread has fewer than `kept`; frees it
 /// otherwise.
-pub(super) fn give<T: 'static>(spares: &'static LocalKey<Spares<T>>, spare: T, kept: usize) {
+pub fn give<T: 'static>(spares: &'static LocalKey<Spares<T>>, spare: T, kept: usize) {
     // At thread exit the spares may be gone: the spare is freed then.
     let mut spare = Some(spare);
     let _ = spares.try_with(|spares| {
