@@ -112,7 +112,12 @@ async fn h1_get(
 ) -> Response<Incoming> {
     let stream = tls_connect(addr, config, name).await.unwrap();
     let mut sender = h1_over(stream).await;
-    sender.send_request(get("/", &[])).await.unwrap()
+    answered(
+        "an HTTP/1.1 request over TLS",
+        sender.send_request(get("/", &[])),
+    )
+    .await
+    .unwrap()
 }
 
 /// A config with one TLS listener (`tls_block` indented under `tls:`) forwarding to `upstream`.
@@ -2193,7 +2198,8 @@ clusters:
 
     async fn body_of(stream: TlsStream<TcpStream>) -> Result<String, hyper::Error> {
         let mut sender = h1_over(stream).await;
-        let response = sender.send_request(get("/", &[])).await?;
+        let asked = sender.send_request(get("/", &[]));
+        let response = answered("an HTTP/1.1 request over TLS", asked).await?;
         Ok(text(response.into_body()).await)
     }
 

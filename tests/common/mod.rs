@@ -301,6 +301,19 @@ impl Body for PatternBody {
     }
 }
 
+/// How long a helper here waits for an answer (a handshake, a response head, a whole body)
+/// before it fails the test, so that a proxy that never answers fails it with a message
+/// instead of leaving the run hung.
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+
+/// `step`, or a panic naming `what` if it has not ended within [`ANSWER_WITHIN`].
+pub async fn answered<T>(what: &str, step: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(ANSWER_WITHIN, step).await {
+        Ok(done) => done,
+        Err(_) => panic!("{what}: no answer within {ANSWER_WITHIN:?}"),
+    }
+}
+
 /// Sends one request over a new HTTP/1.1 connection.
 pub async fn send_h1<B>(addr: SocketAddr, req: Request<B>) -> Response<Incoming>
 where
@@ -325,7 +338,7 @@ where
         .expect("connect to the proxy");
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
-    sender.send_request(req).await
+    answered("an HTTP/1.1 request", sender.send_request(req)).await
 }
 
 /// Sends one request over a new HTTP/2 (prior knowledge) connection.
@@ -336,7 +349,9 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (mut sender, _) = h2_client(addr).await;
-    sender.send_request(req).await.expect("HTTP/2 request")
+    answered("an HTTP/2 request", sender.send_request(req))
+        .await
+        .expect("HTTP/2 request")
 }
 
 /// An HTTP/2 connection to `addr`, for several requests.
@@ -354,10 +369,12 @@ where
     let stream = TcpStream::connect(addr)
         .await
         .expect("connect to the proxy");
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("HTTP/2 handshake");
+    let (sender, conn) = answered(
+        "an HTTP/2 handshake",
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)),
+    )
+    .await
+    .expect("HTTP/2 handshake");
     let task = tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -386,7 +403,7 @@ pub fn get_h2(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
 pub async fn digest(mut body: Incoming) -> (u64, String) {
     let mut hasher = Sha256::new();
     let mut len = 0u64;
-    while let Some(frame) = body.frame().await {
+    while let Some(frame) = answered("a response body's next frame", body.frame()).await {
         if let Ok(data) = frame.expect("body frame").into_data() {
             len += data.len() as u64;
             hasher.update(&data);
@@ -401,7 +418,10 @@ pub async fn digest(mut body: Incoming) -> (u64, String) {
 }
 
 pub async fn text(body: Incoming) -> String {
-    let bytes = body.collect().await.expect("body").to_bytes();
+    let bytes = answered("a response body", body.collect())
+        .await
+        .expect("body")
+        .to_bytes();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
