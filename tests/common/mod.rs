@@ -303,8 +303,9 @@ impl Body for PatternBody {
 
 /// How long a helper here waits for an answer (a handshake, a response head, a whole body)
 /// before it fails the test, so that a proxy that never answers fails it with a message
-/// instead of leaving the run hung.
-pub const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+/// instead of leaving the run hung. Well above the slowest answer a test waits for on
+/// purpose (a paced upload to a slow upstream reader takes about a minute in tests/buffers.rs).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(300);
 
 /// `step`, or a panic naming `what` if it has not ended within [`ANSWER_WITHIN`].
 pub async fn answered<T>(what: &str, step: impl Future<Output = T>) -> T {
