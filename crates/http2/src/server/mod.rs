@@ -37,8 +37,6 @@ mod send;
 mod tests;
 
 use std::collections::VecDeque;
-
-use crate::spares;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,6 +46,7 @@ use crate::flow::{Credit, DEFAULT_WINDOW, Window};
 use crate::frame::{self, BlockAssembler, DEFAULT_MAX_FRAME_SIZE, Reason, Settings};
 use crate::head::RequestHead;
 use crate::hpack::{DEFAULT_TABLE_SIZE, Decoder, Encoder};
+use crate::spares;
 use crate::stream::State;
 
 pub use floods::{Flood, FloodLimits};

@@ -274,29 +274,18 @@ fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, ProxyError> 
 pub(crate) fn is_authority(value: &[u8]) -> bool {
     // A table, not a test per byte: every request's host goes through here.
     const NAME_BYTES: [bool; 256] = {
+        // Letters and digits, the unreserved marks and the sub-delimiters.
         let mut table = [false; 256];
         let mut b = 0;
         while b < 256 {
-            let byte = b as u8;
-            table[b] = byte.is_ascii_alphanumeric()
-                || matches!(
-                    byte,
-                    b'-' | b'.'
-                        | b'_'
-                        | b'~'
-                        | b'!'
-                        | b'$'
-                        | b'&'
-                        | b'\''
-                        | b'('
-                        | b')'
-                        | b'*'
-                        | b'+'
-                        | b','
-                        | b';'
-                        | b'='
-                );
+            table[b] = (b as u8).is_ascii_alphanumeric();
             b += 1;
+        }
+        let marks = b"-._~!$&'()*+,;=";
+        let mut i = 0;
+        while i < marks.len() {
+            table[marks[i] as usize] = true;
+            i += 1;
         }
         table
     };
