@@ -11,6 +11,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::certs::Ca;
 use common::*;
@@ -966,7 +967,7 @@ async fn clients_that_stop_reading_hold_the_proxy_to_bounded_memory() {
         let control = H3Client::new(addr, "legate.test", None).unwrap();
         let mut sender = control.connect().await.unwrap();
         let mut warm = sender.send_request(request()).await.unwrap();
-        warm.finish().await.unwrap();
+        testbed::h3_client::finish(&mut warm).await.unwrap();
         assert_eq!(warm.recv_response().await.unwrap().status(), 200);
         assert_eq!(read_to_end(&mut warm).await, BODY);
         let baseline = peak_memory(proxy.pid());
@@ -980,13 +981,13 @@ async fn clients_that_stop_reading_hold_the_proxy_to_bounded_memory() {
         for _ in 0..STALLED {
             let mut sender = stalled_client.connect().await.unwrap();
             let mut stream = sender.send_request(request()).await.unwrap();
-            stream.finish().await.unwrap();
+            testbed::h3_client::finish(&mut stream).await.unwrap();
             assert_eq!(stream.recv_response().await.unwrap().status(), 200);
             stalled.push((sender, stream));
         }
         // The clock: a full body through the same worker, read at once.
         let mut clock = sender.send_request(request()).await.unwrap();
-        clock.finish().await.unwrap();
+        testbed::h3_client::finish(&mut clock).await.unwrap();
         assert_eq!(clock.recv_response().await.unwrap().status(), 200);
         assert_eq!(read_to_end(&mut clock).await, BODY);
         let peak = peak_memory(proxy.pid());
@@ -1036,7 +1037,7 @@ async fn streams_opened_and_cancelled_in_a_flood_stay_bounded() {
                 .unwrap()
         };
         let mut first = sender.send_request(request("/first")).await.unwrap();
-        first.finish().await.unwrap();
+        testbed::h3_client::finish(&mut first).await.unwrap();
         assert_eq!(first.recv_response().await.unwrap().status(), 200);
         testbed::h3_client::read_to_end(&mut first).await.unwrap();
         let baseline = peak_memory(proxy.pid());
@@ -1048,7 +1049,7 @@ async fn streams_opened_and_cancelled_in_a_flood_stay_bounded() {
             cancel(&mut stream);
         }
         let mut last = sender.send_request(request("/last")).await.unwrap();
-        last.finish().await.unwrap();
+        testbed::h3_client::finish(&mut last).await.unwrap();
         assert_eq!(last.recv_response().await.unwrap().status(), 200);
         assert_eq!(
             testbed::h3_client::read_to_end(&mut last).await.unwrap(),
@@ -1087,7 +1088,7 @@ async fn bodies_of_0_bytes_to_64_mib_arrive_whole_both_ways() {
                 .body(())
                 .unwrap();
             let mut stream = sender.send_request(get).await.unwrap();
-            stream.finish().await.unwrap();
+            testbed::h3_client::finish(&mut stream).await.unwrap();
             assert_eq!(stream.recv_response().await.unwrap().status(), 200);
             let (length, digest) = read_digest(&mut stream).await.unwrap();
             assert_eq!((length, digest), (size, pattern_sha256(size)), "GET {size}");
@@ -1112,6 +1113,55 @@ async fn bodies_of_0_bytes_to_64_mib_arrive_whole_both_ways() {
                 read_digest(&mut stream).await.unwrap();
             }
         }
+        client.close().await;
+    })
+    .await;
+}
+
+/// A response that needs nothing more of the request's body ends the body's side of the
+/// stream: the client is asked to stop sending, with no error code of HTTP/3's, which says
+/// the response stands whole (RFC 9114 sections 4.1 and 9), and the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_response_did_not_need_is_stopped_and_the_connection_serves_on() {
+    bounded(async {
+        use testbed::h3_client::{H3Client, read_to_end};
+        let upstream = NoopUpstream::start_in_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+        let dir = ScratchDir::new();
+        let (yaml, _) = config(&dir, upstream.local_addr(), "{}");
+        let proxy = Proxy::start(&yaml, 1);
+        let client = H3Client::new(proxy.addr(), "legate.test", None).unwrap();
+        let mut sender = client.connect().await.unwrap();
+        // A GET whose stream the client leaves open: the answer does not wait for its end.
+        let request = http::Request::get("https://legate.test/open")
+            .header("x-noop-size", "100")
+            .body(())
+            .unwrap();
+        let mut stream = sender.send_request(request).await.unwrap();
+        assert_eq!(stream.recv_response().await.unwrap().status(), 200);
+        assert_eq!(read_to_end(&mut stream).await.unwrap(), 100);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let stopped = loop {
+            match stream.send_data(bytes::Bytes::from_static(b"x")).await {
+                Ok(()) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the client was never told to stop"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(error) => break error,
+            }
+        };
+        assert!(
+            testbed::h3_client::not_wanted(&stopped),
+            "stopped with {stopped:?}"
+        );
+        let request = http::Request::get("https://legate.test/next")
+            .body(())
+            .unwrap();
+        let mut next = sender.send_request(request).await.unwrap();
+        testbed::h3_client::finish(&mut next).await.unwrap();
+        assert_eq!(next.recv_response().await.unwrap().status(), 200);
         client.close().await;
     })
     .await;
@@ -1164,7 +1214,7 @@ async fn a_flood_of_small_datagrams_is_dropped_and_clients_are_served() {
                 .body(())
                 .unwrap();
             let mut stream = sender.send_request(request).await.unwrap();
-            stream.finish().await.unwrap();
+            testbed::h3_client::finish(&mut stream).await.unwrap();
             assert_eq!(stream.recv_response().await.unwrap().status(), 200);
             read_to_end(&mut stream).await.unwrap();
             answered += 1;
@@ -1176,7 +1226,7 @@ async fn a_flood_of_small_datagrams_is_dropped_and_clients_are_served() {
             .body(())
             .unwrap();
         let mut stream = fresh.send_request(request).await.unwrap();
-        stream.finish().await.unwrap();
+        testbed::h3_client::finish(&mut stream).await.unwrap();
         assert_eq!(stream.recv_response().await.unwrap().status(), 200);
         let peak = peak_memory(proxy.pid());
         assert!(
@@ -1212,12 +1262,11 @@ async fn early_data_serves_safe_methods_alone_and_only_when_asked() {
                 .unwrap();
             let mut stream: H3Stream = sender.send_request(request).await.unwrap();
             if method == "POST" {
-                stream
-                    .send_data(bytes::Bytes::from_static(b"x"))
+                testbed::h3_client::send_body(&mut stream, bytes::Bytes::from_static(b"x"))
                     .await
                     .unwrap();
             }
-            stream.finish().await.unwrap();
+            testbed::h3_client::finish(&mut stream).await.unwrap();
             let status = stream.recv_response().await.unwrap().status().as_u16();
             let mut body = Vec::new();
             while let Some(chunk) = stream.recv_data().await.unwrap() {

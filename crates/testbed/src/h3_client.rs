@@ -43,18 +43,56 @@ pub async fn read_digest(stream: &mut H3Stream) -> Result<(u64, String), String>
     Ok((length, digest.iter().map(|b| format!("{b:02x}")).collect()))
 }
 
+/// Ends the request's body. A server that has answered without needing the rest may have
+/// asked the client to stop sending, with H3_NO_ERROR: the request went as it should, and
+/// its response is still to be read (RFC 9114 section 4.1).
+pub async fn finish(stream: &mut H3Stream) -> Result<(), h3::error::StreamError> {
+    not_wanted_is_fine(stream.finish().await)
+}
+
+/// Sends a piece of the request's body; a server that no longer wants it is not a failure,
+/// as for [`finish`].
+pub async fn send_body(
+    stream: &mut H3Stream,
+    data: bytes::Bytes,
+) -> Result<(), h3::error::StreamError> {
+    not_wanted_is_fine(stream.send_data(data).await)
+}
+
+/// A send that failed only because the server asked for no more is no failure.
+fn not_wanted_is_fine(
+    sent: Result<(), h3::error::StreamError>,
+) -> Result<(), h3::error::StreamError> {
+    match sent {
+        Err(error) if not_wanted(&error) => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether the server asked the client to stop sending with H3_NO_ERROR, or with a code
+/// HTTP/3 does not define, which stands for H3_NO_ERROR (RFC 9114 sections 8.1 and 9): it
+/// has what it needs. (quinn says 0, no HTTP/3 code, for a stream dropped unread.)
+pub fn not_wanted(error: &h3::error::StreamError) -> bool {
+    let h3::error::StreamError::RemoteTerminate { code, .. } = error else {
+        return false;
+    };
+    let code = code.value();
+    // HTTP/3's own codes, QPACK's (RFC 9204) and H3_DATAGRAM_ERROR (RFC 9297).
+    let defined = matches!(code, 0x101..=0x110 | 0x200..=0x202 | 0x33);
+    !defined
+}
+
 /// Sends `len` bytes of the test pattern as the request's body, in 64 KiB pieces, and ends it.
 pub async fn send_pattern(stream: &mut H3Stream, len: u64) -> Result<(), String> {
     let mut offset = 0u64;
     while offset < len {
         let piece = (len - offset).min(64 << 10) as usize;
-        stream
-            .send_data(crate::pattern_bytes(offset, piece))
+        send_body(stream, crate::pattern_bytes(offset, piece))
             .await
             .map_err(|e| e.to_string())?;
         offset += piece as u64;
     }
-    stream.finish().await.map_err(|e| e.to_string())
+    finish(stream).await.map_err(|e| e.to_string())
 }
 
 /// Cancels a request as a client that gave up on it: both directions of its stream reset.

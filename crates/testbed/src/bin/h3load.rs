@@ -188,7 +188,9 @@ impl Dialer {
                     .send_request(request)
                     .await
                     .map_err(|e| e.to_string())?;
-                stream.finish().await.map_err(|e| e.to_string())?;
+                testbed::h3_client::finish(&mut stream)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let response = stream.recv_response().await.map_err(|e| e.to_string())?;
                 while let Some(mut chunk) = stream.recv_data().await.map_err(|e| e.to_string())? {
                     chunk.advance(chunk.remaining());
