@@ -29,7 +29,15 @@ pub struct Encoder {
     /// Size updates owed at the next block's start: the smallest since the last block,
     /// then the one in force (RFC 7541 section 4.2).
     pending: Option<(usize, usize)>,
+    /// For each of the last block's first fields, the index it was written as, whole (0: it
+    /// was not). A connection's messages mostly repeat their fields, in the same order: the
+    /// next block's field at the same place is compared with that one entry first, before
+    /// it is classified and looked for in both tables.
+    hints: [u8; HINTED],
 }
+
+/// How many of a block's fields have a hint: more than a typical message has.
+const HINTED: usize = 16;
 
 /// HTTP/2's initial `SETTINGS_HEADER_TABLE_SIZE`.
 pub const DEFAULT_TABLE_SIZE: usize = 4096;
@@ -43,6 +51,7 @@ impl Encoder {
             cap,
             // The decoder starts at the default: a smaller table is announced first.
             pending: (size != DEFAULT_TABLE_SIZE).then_some((size, size)),
+            hints: [0; HINTED],
         }
     }
 
@@ -70,18 +79,39 @@ impl Encoder {
                 integer(last, 5, 0x20, out);
             }
         }
-        for (name, value, sensitive) in fields {
-            self.field(name, value, sensitive, out);
+        for (at, (name, value, sensitive)) in fields.into_iter().enumerate() {
+            let Some(hint) = self.hints.get_mut(at) else {
+                self.field(name, value, sensitive, out);
+                continue;
+            };
+            // A field the encoder wrote whole was no credential (those are never indexed);
+            // the same name and value are none now, unless the caller says so.
+            if !sensitive && holds(&self.table, *hint, name, value) {
+                integer(usize::from(*hint), 7, 0x80, out);
+                continue;
+            }
+            let whole = self.field(name, value, sensitive, out);
+            // An index past a byte's range (only in a table of several KiB) keeps no hint.
+            self.hints[at] = whole
+                .and_then(|index| u8::try_from(index).ok())
+                .unwrap_or(0);
         }
     }
 
-    fn field(&mut self, name: &[u8], value: &[u8], sensitive: bool, out: &mut BytesMut) {
+    /// Writes one field: the index it was written as whole, if it was.
+    fn field(
+        &mut self,
+        name: &[u8],
+        value: &[u8],
+        sensitive: bool,
+        out: &mut BytesMut,
+    ) -> Option<usize> {
         let indexing = indexing(name, value, sensitive, self.table.max_size());
         let found = static_table::find(name, value);
         if indexing != Indexing::Never {
             if let Some(StaticMatch::Field(index)) = found {
                 integer(index, 7, 0x80, out);
-                return;
+                return Some(index);
             }
             // Only a field written with incremental indexing is looked for in the table: a
             // date's or a length's never went in. (One that went in before the peer shrank
@@ -94,7 +124,7 @@ impl Encoder {
                     .position(|e| e.name == name && e.value == value)
             {
                 integer(62 + at, 7, 0x80, out);
-                return;
+                return Some(62 + at);
             }
         }
         let name_index = match found {
@@ -128,6 +158,17 @@ impl Encoder {
                 value: Bytes::copy_from_slice(value),
             });
         }
+        None
+    }
+}
+
+/// Whether the entry at `index` (in the static table, then the dynamic one; 0 is none) is
+/// `name: value`.
+fn holds(table: &DynamicTable, index: u8, name: &[u8], value: &[u8]) -> bool {
+    match usize::from(index) {
+        0 => false,
+        index @ 1..=61 => static_table::STATIC[index - 1] == (name, value),
+        index => (table.get(index - 62)).is_some_and(|e| e.name == name && e.value == value),
     }
 }
 

@@ -302,3 +302,72 @@ fn an_empty_date_first_on_a_thread_is_still_written() {
         .expect("decodes");
     assert_eq!(got, [(Bytes::from_static(b"date"), Bytes::new())]);
 }
+
+/// Each block read back by one decoder, as a connection's peer reads them in turn: the
+/// fields, and whether each was marked never to be indexed.
+fn read_back(decoder: &mut Decoder, block: &Bytes) -> Vec<(String, String, bool)> {
+    let mut got = Vec::new();
+    decoder
+        .decode(block, 64 * 1024, |f| {
+            got.push((
+                String::from_utf8_lossy(&f.name).into_owned(),
+                String::from_utf8_lossy(&f.value).into_owned(),
+                f.never_indexed,
+            ))
+        })
+        .expect("decodes");
+    got
+}
+
+#[test]
+fn fields_repeated_in_place_are_written_by_the_index_they_had() {
+    let mut encoder = Encoder::new(4096);
+    let mut decoder = Decoder::new(4096);
+    let mut write = |fields: &[(&str, &str, bool)]| {
+        let mut block = BytesMut::new();
+        encoder.encode(
+            fields
+                .iter()
+                .map(|(n, v, s)| (n.as_bytes(), v.as_bytes(), *s)),
+            &mut block,
+        );
+        let block = block.freeze();
+        let expected: Vec<_> = fields
+            .iter()
+            .map(|(n, v, s)| ((*n).to_owned(), (*v).to_owned(), *s))
+            .collect();
+        assert_eq!(read_back(&mut decoder, &block), expected, "{fields:?}");
+        block
+    };
+    let response = [
+        (":status", "200", false),
+        ("content-type", "text/plain", false),
+        ("x-a", "1", false),
+        ("content-length", "100", false),
+    ];
+    let first = write(&response);
+    // The first block put content-type (now 63) and x-a (62) in the table; the next ones
+    // refer to both, and to :status 200 (static 8), by index, the same bytes each time.
+    let second = write(&response);
+    assert_ne!(second, first);
+    assert_eq!(&second[..3], [0x88, 0x80 | 63, 0x80 | 62]);
+    assert_eq!(write(&response), second);
+    // The same fields elsewhere in the block are found all the same.
+    let moved = write(&[
+        ("x-a", "1", false),
+        (":status", "200", false),
+        ("content-type", "text/plain", false),
+    ]);
+    assert_eq!(&moved[..], [0x80 | 62, 0x88, 0x80 | 63]);
+    // A new entry moves the others along: a place's old index now names another field, and
+    // the field is looked for afresh.
+    write(&[("x-b", "2", false)]);
+    let after = write(&[
+        ("x-a", "1", false),
+        (":status", "200", false),
+        ("content-type", "text/plain", false),
+    ]);
+    assert_eq!(&after[..], [0x80 | 63, 0x88, 0x80 | 64]);
+    // Marked sensitive where it was indexed before: never indexed, and said so.
+    write(&[("x-a", "1", true), (":status", "200", false)]);
+}
