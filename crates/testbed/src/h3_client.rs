@@ -44,8 +44,8 @@ pub async fn read_digest(stream: &mut H3Stream) -> Result<(u64, String), String>
 }
 
 /// Ends the request's body. A server that has answered without needing the rest may have
-/// asked the client to stop sending, with H3_NO_ERROR: the request went as it should, and
-/// its response is still to be read (RFC 9114 section 4.1).
+/// asked the client to stop sending, with no error ([`not_wanted`]): the request went as it
+/// should, and its response is still to be read (RFC 9114 section 4.1).
 pub async fn finish(stream: &mut H3Stream) -> Result<(), h3::error::StreamError> {
     not_wanted_is_fine(stream.finish().await)
 }
