@@ -83,6 +83,7 @@ mod retire;
 pub mod router;
 mod runtime;
 mod server;
+mod sleep_pool;
 mod stats_retirement;
 mod tcp_proxy;
 mod throttle;

@@ -33,10 +33,14 @@ pub(crate) async fn idle_for(
     timeout: std::time::Duration,
     last_activity: &std::cell::Cell<tokio::time::Instant>,
 ) {
+    let due = || crate::sleep_pool::later_by(last_activity.get(), timeout);
+    let mut timer = crate::sleep_pool::PooledSleep::by(due());
     loop {
-        tokio::time::sleep_until(last_activity.get() + timeout).await;
-        if last_activity.get() + timeout <= tokio::time::Instant::now() {
+        timer.sleep().await;
+        let due = due();
+        if due <= tokio::time::Instant::now() {
             return;
         }
+        timer.sleep().reset(due);
     }
 }

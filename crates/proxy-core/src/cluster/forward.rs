@@ -126,8 +126,9 @@ impl Admitted<'_> {
         });
         match progress {
             // No request body: the clock starts now. (`Timeout` checks its clock even when the
-            // attempt has used up the task's budget.)
-            None => tokio::time::timeout(timeout, attempt.as_mut())
+            // attempt has used up the task's budget.) On a pooled timer: the deadline almost
+            // never comes, and a timer made per request costs two trips through the wheel.
+            None => crate::sleep_pool::timeout(timeout, attempt.as_mut())
                 .await
                 .map_err(|_| timed_out())?,
             Some(progress) => tokio::select! {
@@ -158,7 +159,7 @@ impl Admitted<'_> {
             }
         };
         let response = match progress {
-            None => tokio::time::timeout(timeout, attempt)
+            None => crate::sleep_pool::timeout(timeout, attempt)
                 .await
                 .map_err(|_| timed_out())?,
             Some(progress) => tokio::select! {

@@ -65,7 +65,7 @@ pub(crate) fn spawn(spec: WorkerSpec) -> io::Result<JoinHandle<()>> {
         .name(format!("legate-worker-{}", spec.id))
         .spawn(move || {
             let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, run(spec));
+            crate::sleep_pool::spares_while(|| local.block_on(&runtime, run(spec)));
         })
 }
 

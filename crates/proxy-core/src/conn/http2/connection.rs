@@ -635,7 +635,7 @@ fn start(
     let exec = &codecs.stream_exec;
     let run = match exec.take_mark() {
         Some(mark) => stream_task::spawn(PooledBox::pin_with(move || {
-            exec.limit_marked(task(), mark)
+            exec.limit_marked(task, mark)
                 .map(move |served| finish(served.unwrap_or(Served::Cut)))
         })),
         None => stream_task::spawn(PooledBox::pin_with(|| task().map(finish))),
