@@ -196,19 +196,25 @@ mod tests {
         }
     }
 
+    /// Starts a stream task that is never woken; its flag is set once the task is over.
+    fn start_idle_stream(exec: &StreamExec) -> Rc<Cell<bool>> {
+        let ended = Rc::new(Cell::new(false));
+        let guard = Ended(Rc::clone(&ended));
+        next_stream(None);
+        exec.execute(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        ended
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_stream_never_woken_ends_after_the_timeout() {
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async {
                 let exec = exec();
-                let ended = Rc::new(Cell::new(false));
-                let guard = Ended(Rc::clone(&ended));
-                next_stream(None);
-                exec.execute(async move {
-                    let _guard = guard;
-                    std::future::pending::<()>().await;
-                });
+                let ended = start_idle_stream(&exec);
                 tokio::time::sleep(TIMEOUT - Duration::from_secs(1)).await;
                 assert!(!ended.get(), "ended early");
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -234,13 +240,7 @@ mod tests {
                 exec.execute(async {});
                 tokio::time::sleep(TIMEOUT / 2).await;
                 assert_eq!(crate::sleep_pool::spares_kept(), 1);
-                let ended = Rc::new(Cell::new(false));
-                let guard = Ended(Rc::clone(&ended));
-                next_stream(None);
-                exec.execute(async move {
-                    let _guard = guard;
-                    std::future::pending::<()>().await;
-                });
+                let ended = start_idle_stream(&exec);
                 assert_eq!(crate::sleep_pool::spares_kept(), 0, "the spare was taken");
                 // Past the spare's deadline, short of this stream's.
                 tokio::time::sleep(TIMEOUT - Duration::from_secs(1)).await;
