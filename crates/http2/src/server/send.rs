@@ -18,12 +18,24 @@ impl Connection {
         head: &http::response::Parts,
         end_stream: bool,
     ) -> Result<(), SendError> {
+        self.send_response_head(id, head.status, &head.headers, end_stream)
+    }
+
+    /// As [`send_response`](Self::send_response), from the head's status and fields: for a
+    /// caller that keeps its response whole rather than taking it apart (a move of it all).
+    pub fn send_response_head(
+        &mut self,
+        id: u32,
+        status: StatusCode,
+        headers: &HeaderMap,
+        end_stream: bool,
+    ) -> Result<(), SendError> {
         let index = self.sendable(id)?;
         if self.streams[index].head_sent {
             return Err(SendError::HeadSent);
         }
         self.streams[index].head_sent = true;
-        self.send_head(index, Some(head.status), &head.headers, end_stream);
+        self.send_head(index, Some(status), headers, end_stream);
         Ok(())
     }
 

@@ -143,7 +143,11 @@ pub(crate) fn route<B>(
         }
         host = Some(stripped);
     }
-    let host_text = host.as_ref().map_or("", |h| h.to_str().unwrap_or(""));
+    // ASCII already (`is_authority`, and the rules only cut it): not checked byte by byte
+    // again, as `to_str` would.
+    let host_text = host
+        .as_ref()
+        .map_or("", |h| std::str::from_utf8(h.as_bytes()).unwrap_or(""));
     let matched = routes.find(
         host_text,
         req.uri().path(),
@@ -258,11 +262,20 @@ fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, ProxyError> 
         }
         // Copied into the worker's chunk for heads (an `Authority` does not lend its bytes):
         // no allocation, and clones of it share the chunk.
-        return HeaderValue::from_maybe_shared(h1::copy_shared(authority.as_str().as_bytes()))
-            .map(Some)
-            .map_err(|_| ProxyError::BadRequest("invalid authority"));
+        return Ok(Some(authority_value(authority.as_str().as_bytes())));
     }
     Ok(host.cloned())
+}
+
+/// `authority` (which [`is_authority`] passed) as a header value, in the worker's chunk for
+/// heads.
+#[allow(unsafe_code)]
+fn authority_value(authority: &[u8]) -> HeaderValue {
+    debug_assert!(is_authority(authority));
+    // SAFETY: `is_authority` passes visible ASCII only, all of it valid in a header value
+    // (checked in debug builds by `http`, and by the tests below): the bytes are not checked
+    // again on every request.
+    unsafe { HeaderValue::from_maybe_shared_unchecked(h1::copy_shared(authority)) }
 }
 
 /// Whether `value` is `host[:port]` as RFC 3986 writes it (section 3.2.2): an IP literal in
@@ -324,7 +337,7 @@ pub(crate) fn is_authority(value: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{HostRules, StripHostPort, is_authority};
+    use super::{HostRules, StripHostPort, authority_value, is_authority};
 
     #[test]
     fn hosts_are_host_and_port_and_nothing_else() {
@@ -342,6 +355,12 @@ mod tests {
             "a!$&'()*+,;=",
         ] {
             assert!(is_authority(good.as_bytes()), "{good}");
+            // Made into a header value unchecked: it must be one.
+            assert_eq!(authority_value(good.as_bytes()).as_bytes(), good.as_bytes());
+            assert!(
+                http::HeaderValue::from_bytes(good.as_bytes()).is_ok(),
+                "{good}"
+            );
         }
         for bad in [
             "",
@@ -383,6 +402,10 @@ mod tests {
                 allowed,
                 "byte {b:#04x}"
             );
+            // What passes is a header value (`authority_value` makes it one unchecked).
+            if allowed {
+                assert!(http::HeaderValue::from_bytes(&[b'a', b, b'z']).is_ok());
+            }
         }
     }
 

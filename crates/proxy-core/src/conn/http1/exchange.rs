@@ -200,9 +200,10 @@ async fn read_head(
     ctx: &ConnCtx,
     codecs: &Codecs,
 ) -> Result<RequestHead, Option<(HeadError, Instant)>> {
-    let started = Instant::now();
-    let deadline = started + codecs.request_headers_timeout;
-    let mut park_at = Some(started + codecs.park_after);
+    // Read when a head is not whole at once (or refused), not for each request: its first
+    // bytes are here already, so this is as good as when they came.
+    let mut started = None;
+    let mut parked = false;
     loop {
         // Called directly, not through a pointer to either: the plain parse is inlined here.
         let parsed = {
@@ -216,8 +217,13 @@ async fn read_head(
         match parsed {
             Ok(Some(head)) => return Ok(head),
             Ok(None) => {}
-            Err(refused) => return Err(Some((refused, started))),
+            Err(refused) => {
+                return Err(Some((refused, *started.get_or_insert_with(Instant::now))));
+            }
         }
+        let started = *started.get_or_insert_with(Instant::now);
+        let deadline = started + codecs.request_headers_timeout;
+        let park_at = (!parked).then(|| started + codecs.park_after);
         let want = input.borrow().buf.len().max(FIRST_READ);
         tokio::select! {
             read = poll_fn(|cx| input.borrow_mut().poll_read_more(cx, want)) => match read {
@@ -230,7 +236,7 @@ async fn read_head(
             }
             _ = tokio::time::sleep_until(park_at.unwrap_or(deadline)), if park_at.is_some() => {
                 // A head begun and not finished: keep only its bytes, not the read buffer.
-                park_at = None;
+                parked = true;
                 let mut input = input.borrow_mut();
                 let kept = BytesMut::from(&input.buf[..]);
                 tracing::trace!(peer = %ctx.peer, buffered = kept.len(), "parked");
