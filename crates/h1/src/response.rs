@@ -7,7 +7,7 @@ use bytes::{BufMut, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, StatusCode, Version};
 
-use crate::field_values::{has_token, parse_length};
+use crate::field_values::{FramingFields, parse_length};
 
 /// How a response body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,22 +65,14 @@ pub fn encode_head_cased(
     out: &mut BytesMut,
 ) -> Framed {
     let mut keep_alive = answering.keep_alive;
-    let says_close = headers
-        .get_all(CONNECTION)
-        .iter()
-        .any(|v| has_token(v.as_bytes(), b"close"));
+    let framing = FramingFields::of(headers);
+    let says_close = framing.says_close;
     keep_alive &= !says_close;
     let bodiless_status = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| parse_length(v.as_bytes()));
-    let te_chunked = headers
-        .get_all(TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .map(|v| last_token_is(v.as_bytes(), b"chunked"));
+    let declared = (framing.content_length).and_then(|v| parse_length(v.as_bytes()));
+    let te_chunked = (framing.transfer_encoding).map(|v| last_token_is(v.as_bytes(), b"chunked"));
     // Which of the response's own framing fields are written, and what is added.
     let mut keep_te = false;
     let mut keep_cl = false;

@@ -8,7 +8,7 @@ use http::header::{
 use http::{HeaderMap, HeaderName, Method, Version};
 
 use crate::BodyLength;
-use crate::field_values::parse_length;
+use crate::field_values::{FramingFields, parse_length};
 use crate::response::{decimal, field, last_token_is};
 
 /// What is known of a request's body before it is sent.
@@ -51,10 +51,9 @@ pub fn encode_request_head_cased<B>(
     };
     let headers = head.headers();
     let http10 = head.version() == Version::HTTP_10;
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| parse_length(v.as_bytes()));
-    let te = headers.get_all(TRANSFER_ENCODING).iter().next_back();
+    let framing = FramingFields::of(headers);
+    let declared = (framing.content_length).and_then(|v| parse_length(v.as_bytes()));
+    let te = framing.transfer_encoding;
     let mut keep_cl = false;
     let mut keep_te = false;
     let mut add = Added::None;
@@ -120,7 +119,7 @@ pub fn encode_request_head_cased<B>(
     });
     // Only when `, chunked` is to be added to the last of them.
     let mut te_lines = match add {
-        Added::ChunkedCoding => headers.get_all(TRANSFER_ENCODING).iter().count(),
+        Added::ChunkedCoding => framing.transfer_encoding_lines,
         _ => 0,
     };
     for (name, value) in headers {

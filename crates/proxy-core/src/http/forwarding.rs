@@ -79,19 +79,24 @@ pub(crate) fn strip_connection_listed(headers: &mut HeaderMap, upgrade: bool) {
 /// Appends the client's address (formatted once per connection) to `x-forwarded-for`,
 /// creating it if absent.
 pub(crate) fn append_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue) {
-    if !headers.contains_key(&X_FORWARDED_FOR) {
-        headers.insert(X_FORWARDED_FOR.clone(), client.clone());
-        return;
-    }
+    // One lookup: the name is hashed once whether or not the client sent the header.
+    let mut existing = match headers.entry(&X_FORWARDED_FOR) {
+        http::header::Entry::Vacant(slot) => {
+            slot.insert(client.clone());
+            return;
+        }
+        http::header::Entry::Occupied(existing) => existing,
+    };
     // Every earlier hop, in order, whether sent on one line or several.
     let mut joined = Vec::with_capacity(64);
-    for existing in headers.get_all(&X_FORWARDED_FOR) {
-        joined.extend_from_slice(existing.as_bytes());
+    for earlier in existing.iter() {
+        joined.extend_from_slice(earlier.as_bytes());
         joined.extend_from_slice(b", ");
     }
     joined.extend_from_slice(client.as_bytes());
     if let Ok(value) = HeaderValue::from_bytes(&joined) {
-        headers.insert(X_FORWARDED_FOR.clone(), value);
+        // Replaces every line with the one joined.
+        existing.insert(value);
     }
 }
 
