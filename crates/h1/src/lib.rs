@@ -57,7 +57,7 @@ pub use body::{IncomingBody, Input, Io};
 pub use case::HeaderCase;
 pub use chunked::{Chunk, ChunkedDecoder};
 pub use date::with as with_date;
-pub use maps::{recycle_header_map, request_header_map};
+pub use maps::{recycle_header_map, release_unused_header_maps, request_header_map};
 pub use request::{
     BodyLength, HeadError, MAX_HEADERS, RequestHead, parse_request, parse_request_keeping_case,
 };

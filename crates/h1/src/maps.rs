@@ -3,18 +3,21 @@
 //! other side, so a busy worker reuses the same few maps instead of allocating and freeing two
 //! tables each per request.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use http::HeaderMap;
 
-/// Enough for the requests in flight on a worker at once (a few busy HTTP/2 clients have
-/// dozens); beyond it, maps are freed.
-const KEPT: usize = 64;
+/// Enough for the heads in flight on a worker at once (two a request: 8 busy HTTP/2 clients
+/// of 10 streams overflowed 64); beyond it, maps are freed. Maps are kept only once that many
+/// were in use at once.
+const KEPT: usize = 256;
 /// A map grown by an unusual head is freed rather than kept at its size.
 const MAX_KEPT_CAPACITY: usize = 128;
 
 thread_local! {
     static POOL: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    /// The fewest maps the pool held since the last release: that many went unused.
+    static LOW: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A new map has room for this many fields at least, so that one made for a short response
@@ -23,7 +26,13 @@ const MIN_ROOM: usize = 24;
 
 /// An empty map with room for `fields` entries, pooled when there is one.
 pub(crate) fn take(fields: usize) -> HeaderMap {
-    match POOL.with(|pool| pool.borrow_mut().pop()) {
+    let pooled = POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let map = pool.pop();
+        LOW.set(LOW.get().min(pool.len()));
+        map
+    });
+    match pooled {
         Some(mut map) => {
             if map.capacity() < fields {
                 map.reserve(fields);
@@ -59,6 +68,20 @@ pub fn recycle_header_map(mut map: HeaderMap) {
             pool.push(map);
         }
     });
+}
+
+/// Frees this thread's maps that sat unused since the last call (the fewest pooled at once
+/// since then), so that a burst's maps do not stay after it; a worker calls it every second
+/// or so. A steady load keeps what it uses.
+pub fn release_unused_header_maps() {
+    let unused: Vec<HeaderMap> = POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let low = LOW.get().min(pool.len());
+        let unused = pool.drain(..low).collect();
+        LOW.set(pool.len());
+        unused
+    });
+    drop(unused);
 }
 
 #[cfg(test)]
@@ -103,5 +126,26 @@ mod tests {
             recycle_header_map(HeaderMap::with_capacity(8));
         }
         assert_eq!(POOL.with(|pool| pool.borrow().len()), KEPT);
+    }
+
+    #[test]
+    fn maps_unused_for_a_round_are_freed() {
+        let pooled = || POOL.with(|pool| pool.borrow().len());
+        while POOL.with(|pool| pool.borrow_mut().pop()).is_some() {}
+        release_unused_header_maps();
+        for _ in 0..10 {
+            recycle_header_map(HeaderMap::with_capacity(8));
+        }
+        // Given back during the round: not yet unused for a whole one.
+        release_unused_header_maps();
+        assert_eq!(pooled(), 10);
+        // Up to 3 in use at once during the next round: 7 never left the pool.
+        let in_use: Vec<HeaderMap> = (0..3).map(|_| take(4)).collect();
+        in_use.into_iter().for_each(recycle_header_map);
+        release_unused_header_maps();
+        assert_eq!(pooled(), 3);
+        // A round without any use frees the rest.
+        release_unused_header_maps();
+        assert_eq!(pooled(), 0);
     }
 }

@@ -16,9 +16,11 @@ use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
 /// Free blocks kept per worker and per layout; more in use at once are freed when given back.
-/// An HTTP/2 stream takes two (its handler's and its task's), and a worker serving a few
-/// busy HTTP/2 clients has dozens of streams in flight.
-const KEPT: usize = 64;
+/// An HTTP/2 stream takes two (its handler's and its task's). A worker with a hundred
+/// requests in flight (128 HTTP/1.1 clients, or 8 HTTP/2 clients of 10 streams) overflowed a
+/// pool of 64 and went back to malloc and free for a block of 4 to 6 KiB on many requests:
+/// blocks are kept only once that many were in use at once.
+const KEPT: usize = 256;
 
 /// Layouts pooled per worker: one per kind of future that uses the pool (an HTTP/1.1 exchange,
 /// an HTTP/2 stream's task and its handler, a retry loop, a traced try, an HTTP/2 upstream
@@ -27,28 +29,43 @@ const LAYOUTS: usize = 12;
 
 struct Pool {
     /// Free blocks, by layout.
-    free: Vec<(Layout, Vec<NonNull<u8>>)>,
+    free: Vec<Blocks>,
+}
+
+/// The free blocks of one layout.
+struct Blocks {
+    layout: Layout,
+    free: Vec<NonNull<u8>>,
+    /// The fewest free blocks since the last release: that many went unused.
+    low: usize,
 }
 
 impl Pool {
     fn take(&mut self, layout: Layout) -> Option<NonNull<u8>> {
-        self.free
+        let blocks = self
+            .free
             .iter_mut()
-            .find(|(kind, _)| *kind == layout)
-            .and_then(|(_, blocks)| blocks.pop())
+            .find(|blocks| blocks.layout == layout)?;
+        let block = blocks.free.pop();
+        blocks.low = blocks.low.min(blocks.free.len());
+        block
     }
 
     /// Keeps `block`, or gives it back to the caller to free.
     fn give(&mut self, layout: Layout, block: NonNull<u8>) -> Option<NonNull<u8>> {
-        let index = match self.free.iter().position(|(kind, _)| *kind == layout) {
+        let index = match self.free.iter().position(|blocks| blocks.layout == layout) {
             Some(index) => index,
             None if self.free.len() < LAYOUTS => {
-                self.free.push((layout, Vec::with_capacity(KEPT)));
+                self.free.push(Blocks {
+                    layout,
+                    free: Vec::new(),
+                    low: 0,
+                });
                 self.free.len() - 1
             }
             None => return Some(block),
         };
-        let blocks = &mut self.free[index].1;
+        let blocks = &mut self.free[index].free;
         if blocks.len() < KEPT {
             blocks.push(block);
             None
@@ -61,14 +78,31 @@ impl Pool {
 #[allow(unsafe_code)]
 impl Drop for Pool {
     fn drop(&mut self) {
-        for (layout, blocks) in self.free.drain(..) {
-            for block in blocks {
+        for Blocks { layout, free, .. } in self.free.drain(..) {
+            for block in free {
                 // SAFETY: every block in the pool was allocated with the layout it is listed
                 // under, and is not in use (it was given back).
                 unsafe { alloc::dealloc(block.as_ptr(), layout) };
             }
         }
     }
+}
+
+/// Frees this thread's blocks that sat unused since the last call (the fewest free at once
+/// since then), so that a burst's blocks do not stay after it: the worker calls it every
+/// [`crate::buffer_pool::RELEASE_EVERY`]. A steady load keeps what it uses.
+#[allow(unsafe_code)]
+pub(crate) fn release_unused() {
+    let _ = POOL.try_with(|pool| {
+        for blocks in &mut pool.borrow_mut().free {
+            let (unused, layout) = (blocks.low, blocks.layout);
+            for block in blocks.free.drain(..unused) {
+                // SAFETY: as in `Drop for Pool`: allocated with this layout, not in use.
+                unsafe { alloc::dealloc(block.as_ptr(), layout) };
+            }
+            blocks.low = blocks.free.len();
+        }
+    });
 }
 
 thread_local! {
@@ -262,15 +296,15 @@ mod tests {
         let kept = POOL.with_borrow(|pool| {
             pool.free
                 .iter()
-                .find(|(layout, _)| *layout == Layout::new::<std::future::Ready<u64>>())
-                .map_or(0, |(_, blocks)| blocks.len())
+                .find(|blocks| blocks.layout == Layout::new::<std::future::Ready<u64>>())
+                .map_or(0, |blocks| blocks.free.len())
         });
         assert_eq!(kept, KEPT);
         // Another layout gets a block of its own, not one of those.
         let pooled: Vec<usize> = POOL.with_borrow(|pool| {
             pool.free
                 .iter()
-                .flat_map(|(_, blocks)| blocks.iter().map(|b| b.as_ptr() as usize))
+                .flat_map(|blocks| blocks.free.iter().map(|b| b.as_ptr() as usize))
                 .collect()
         });
         let mut other = PooledBox::pin_with(|| std::future::ready(1u8));
@@ -279,9 +313,38 @@ mod tests {
         let still_kept = POOL.with_borrow(|pool| {
             pool.free
                 .iter()
-                .find(|(layout, _)| *layout == Layout::new::<std::future::Ready<u64>>())
-                .map_or(0, |(_, blocks)| blocks.len())
+                .find(|blocks| blocks.layout == Layout::new::<std::future::Ready<u64>>())
+                .map_or(0, |blocks| blocks.free.len())
         });
         assert_eq!(still_kept, KEPT);
+    }
+
+    #[test]
+    fn blocks_unused_for_a_round_are_freed() {
+        let kept = || {
+            POOL.with_borrow(|pool| {
+                pool.free
+                    .iter()
+                    .find(|blocks| blocks.layout == Layout::new::<std::future::Ready<u16>>())
+                    .map_or(0, |blocks| blocks.free.len())
+            })
+        };
+        let futures: Vec<_> = (0..10u16)
+            .map(|i| PooledBox::pin_with(|| std::future::ready(i)))
+            .collect();
+        drop(futures);
+        // Given back during the round: not yet unused for a whole one.
+        release_unused();
+        assert_eq!(kept(), 10);
+        // Up to 3 in use at once during the next round: 7 never left the pool.
+        let in_use: Vec<_> = (0..3u16)
+            .map(|i| PooledBox::pin_with(|| std::future::ready(i)))
+            .collect();
+        drop(in_use);
+        release_unused();
+        assert_eq!(kept(), 3);
+        // A round without any use frees the rest.
+        release_unused();
+        assert_eq!(kept(), 0);
     }
 }

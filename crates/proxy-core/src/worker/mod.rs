@@ -370,7 +370,7 @@ async fn run(spec: WorkerSpec) {
     };
     // Buffered access log lines reach their writer at least this often; hosts removed from
     // a cluster (a reload, DNS) leave this worker's pools at least this often too, and
-    // buffers unused for a second are freed.
+    // buffers, futures' blocks and header maps unused for a second are freed.
     let housekeeping = {
         let listeners = Rc::clone(&worker.listeners);
         let clusters = Rc::new(RefCell::new(Rc::clone(&worker.clusters)));
@@ -388,6 +388,8 @@ async fn run(spec: WorkerSpec) {
                 }
                 if released.elapsed() >= crate::buffer_pool::RELEASE_EVERY {
                     crate::buffer_pool::release_unused();
+                    crate::box_pool::release_unused();
+                    h1::release_unused_header_maps();
                     released = tokio::time::Instant::now();
                 }
             }
