@@ -329,18 +329,19 @@ mod tests {
                     .map_or(0, |blocks| blocks.free.len())
             })
         };
-        let futures: Vec<_> = (0..10u16)
-            .map(|i| PooledBox::pin_with(|| std::future::ready(i)))
-            .collect();
-        drop(futures);
+        // `n` futures in their boxes at once, then dropped.
+        let use_at_once = |n: u16| {
+            let futures: Vec<_> = (0..n)
+                .map(|i| PooledBox::pin_with(|| std::future::ready(i)))
+                .collect();
+            drop(futures);
+        };
+        use_at_once(10);
         // Given back during the round: not yet unused for a whole one.
         release_unused();
         assert_eq!(kept(), 10);
         // Up to 3 in use at once during the next round: 7 never left the pool.
-        let in_use: Vec<_> = (0..3u16)
-            .map(|i| PooledBox::pin_with(|| std::future::ready(i)))
-            .collect();
-        drop(in_use);
+        use_at_once(3);
         release_unused();
         assert_eq!(kept(), 3);
         // A round without any use frees the rest.
